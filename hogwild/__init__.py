@@ -1,0 +1,47 @@
+"""hogwild: Project Adam's lock-free multi-process training engine for CPUs.
+
+The public Python API, the same engine the ``hogwild`` command runs::
+
+    import hogwild
+    config = hogwild.load_config()                 # the bundled Adam MNIST model
+    config = config.override({"train.epochs": 2})
+    result = hogwild.train(config, data="path/to/mnist")
+    model = hogwild.load_checkpoint("checkpoints")
+    labels = model.predict(images)
+
+Importing the package is cheap: numba and the engine load on first use.
+"""
+
+from hogwild import runtime as _runtime  # noqa: F401  (sets numba's environment first)
+
+__version__ = "0.1.0"
+
+__all__ = ["load_config", "train", "evaluate", "load_checkpoint", "__version__"]
+
+
+def load_config(path=None, overrides=None):
+    """Load a job config (the bundled default when ``path`` is None) and apply overrides."""
+    from hogwild.config import load_config as _load
+
+    return _load(path, overrides)
+
+
+def train(config=None, data=None, **options):
+    """Train a model; see :func:`hogwild.train.api.train`."""
+    from hogwild.train.api import train as _train
+
+    return _train(config, data=data, **options)
+
+
+def evaluate(checkpoint, data=None):
+    """Evaluate a checkpoint on the test set; see :func:`hogwild.train.api.evaluate`."""
+    from hogwild.train.api import evaluate as _evaluate
+
+    return _evaluate(checkpoint, data=data)
+
+
+def load_checkpoint(path):
+    """Load a checkpoint as a model that predicts; see :class:`hogwild.train.api.TrainedModel`."""
+    from hogwild.train.api import load_checkpoint as _load
+
+    return _load(path)

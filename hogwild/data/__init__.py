@@ -1,0 +1,1 @@
+"""Data sources: MNIST idx files (with download and checksums) and the data directory."""

@@ -1,0 +1,30 @@
+"""Typed failures that hogwild raises to its users.
+
+Every error a user can cause (a bad config, a corrupt data file, too little shared memory, a
+worker that died) is one of these, with a message that names the input and what was expected.
+The CLI turns them into a one-line message and a non-zero exit instead of a traceback.
+"""
+
+
+class HogwildError(Exception):
+    """Base class of every error hogwild raises on purpose."""
+
+
+class ConfigError(HogwildError):
+    """The job configuration is invalid (unknown key, bad value, shapes that do not fit)."""
+
+
+class DataError(HogwildError):
+    """A data file or directory is missing, truncated, corrupt or of the wrong format."""
+
+
+class SharedMemoryError(HogwildError):
+    """A shared-memory segment cannot be created or attached."""
+
+
+class WorkerDiedError(HogwildError):
+    """A worker process exited while the job was running."""
+
+
+class CheckpointError(HogwildError):
+    """A checkpoint is missing, incomplete or does not match the model."""

@@ -1,0 +1,1 @@
+"""The network: layer specifications, their numba kernels, the parameter layout, connection count."""

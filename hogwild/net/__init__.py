@@ -1,0 +1,1 @@
+"""Network transport for the scale-out roles (wire format, sockets, authentication)."""

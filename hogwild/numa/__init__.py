@@ -1,0 +1,1 @@
+"""Machine topology and the placement of worker processes on cores."""

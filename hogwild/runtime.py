@@ -1,0 +1,27 @@
+"""Process-wide settings that must be in place before numba is imported.
+
+hogwild compiles its kernels once, in the parent, with ``cache=True``; worker processes then load
+the compiled code from the same on-disk cache instead of compiling again. That only works if every
+process agrees on ``NUMBA_CACHE_DIR`` before numba is first imported, so the package sets it (unless
+the user already has) the moment ``hogwild`` is imported. Worker processes are started with spawn or
+forkserver and inherit the environment, so they see the same value.
+"""
+
+import os
+from pathlib import Path
+
+
+def user_cache_dir() -> Path:
+    """The directory hogwild caches into: ``$XDG_CACHE_HOME/hogwild`` or ``~/.cache/hogwild``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hogwild"
+
+
+def configure_numba_environment() -> None:
+    """Point numba's cache at hogwild's cache directory and keep numba single-threaded."""
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(user_cache_dir() / "numba"))
+    # One numba thread per worker process: parallelism comes from processes, not threads.
+    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+
+configure_numba_environment()

@@ -1,0 +1,1 @@
+"""Shared-memory mechanics: the parameter arena, segment naming and the sweeper of dead segments."""

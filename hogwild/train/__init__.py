@@ -1,0 +1,1 @@
+"""The single-node engine: trainer (parent), worker loop, epochs, evaluation, checkpoints, metrics."""

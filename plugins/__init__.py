@@ -1,0 +1,1 @@
+"""Scale-out plugins (parameter server, Ray launcher), registered through entry points."""
