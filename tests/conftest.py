@@ -1,0 +1,164 @@
+"""Shared fixtures: the resource-leak check every test runs under, and paths to shared data.
+
+``_no_leaks`` (autouse) fails a test that leaves behind, once it is over:
+
+- a new ``/dev/shm/hogwild*`` segment owned (per its name) by this process or one of its live
+  descendants;
+- a live child process (anywhere below this one), other than multiprocessing's own long-lived
+  helpers (the forkserver and the resource tracker, which serve the whole session);
+- a new listening TCP socket of this process or its descendants.
+
+Before failing it cleans up (kills the processes, unlinks the segments, shuts the sockets), so
+one leak does not fail every later test. Other test sessions may run on this machine at the same
+time, so segments are attributed by the owner recorded in their names, never by "appeared during
+the test": a segment whose owner is another live process is someone else's. New segments whose
+owner is already dead cannot be attributed; they are swept quietly (they are garbage by
+definition, as the trainer's start-up sweep would).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hogwild.shm import sweeper
+from hogwild.shm.naming import owner_alive, parse_segment_name
+
+_MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
+_CHILD_GRACE_S = 1.0
+
+
+def _shm_entries() -> set[str]:
+    try:
+        return {e for e in os.listdir(sweeper.SHM_DIR) if e.startswith("hogwild")}
+    except FileNotFoundError:
+        return set()
+
+
+def _is_mp_helper(proc: psutil.Process, me: int) -> bool:
+    """multiprocessing's forkserver or resource tracker, started by this process."""
+    try:
+        if proc.ppid() != me:  # forkserver children share its cmdline: they are workers
+            return False
+        cmdline = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return any(marker in cmdline for marker in _MP_HELPERS)
+
+
+def _descendants() -> list[psutil.Process]:
+    """Live descendants of this process, multiprocessing's helpers left out."""
+    me = os.getpid()
+    procs = []
+    for proc in psutil.Process(me).children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE or _is_mp_helper(proc, me):
+                continue
+        except psutil.Error:
+            continue
+        procs.append(proc)
+    return procs
+
+
+def _listening(pids: list[int]) -> set[tuple[int, int, str, int]]:
+    """(pid, fd, ip, port) of every listening TCP socket of the given processes."""
+    found = set()
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        for conn in conns:
+            if conn.status == psutil.CONN_LISTEN:
+                found.add((pid, conn.fd, conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def _our_pids() -> list[int]:
+    return [os.getpid()] + [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def _stop_listening(fd: int) -> None:
+    """Make one of this process's listening sockets stop listening, without closing its fd.
+
+    Closing the descriptor behind its owner's back could close an unrelated file later (fd
+    reuse); shutting it down releases the port and leaves the owner a dead but valid socket.
+    """
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks() -> Iterator[None]:
+    """Fail the test if it leaks a segment, a child process or a listening socket."""
+    me = os.getpid()
+    shm_before = _shm_entries()
+    listen_before = _listening(_our_pids())
+    yield
+    problems = []
+
+    children = _descendants()
+    if children:
+        _, children = psutil.wait_procs(children, timeout=_CHILD_GRACE_S)
+    child_pids = {p.pid for p in children}
+
+    leaked_shm, dead_shm = [], []
+    for entry in sorted(_shm_entries() - shm_before):
+        owner = parse_segment_name(entry)
+        if owner is None:
+            continue  # not named by hogwild.shm.naming: cannot tell whose it is
+        if owner.pid == me or owner.pid in child_pids:
+            leaked_shm.append("/" + entry)
+        elif not owner_alive(owner):
+            dead_shm.append("/" + entry)
+
+    leaked_listen = _listening([me, *child_pids]) - listen_before
+
+    if children:
+        described = []
+        for proc in children:
+            try:
+                described.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]!r}")
+                proc.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(children, timeout=5)
+        problems.append(f"{len(children)} child process(es) still alive: {described}")
+    for name in leaked_shm + dead_shm:
+        sweeper.unlink_segment(name)
+    if leaked_shm:
+        problems.append(f"shared-memory segment(s) not removed: {leaked_shm}")
+    for pid, fd, _ip, _port in sorted(leaked_listen):
+        if pid == me and fd >= 0:
+            _stop_listening(fd)
+    if leaked_listen:
+        listed = [f"{ip}:{port} (pid {pid})" for pid, _, ip, port in sorted(leaked_listen)]
+        problems.append(f"listening socket(s) left open: {listed}")
+    if problems:
+        pytest.fail("resource leak: " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository's root directory (the one holding ``pyproject.toml``)."""
+    return Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def shared_mnist_dir() -> Path:
+    """The shared MNIST directory (``<repo>/../shared/datasets/mnist``); fails if missing."""
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mnist"
+    if not path.is_dir():
+        pytest.fail(
+            f"the shared MNIST data set is missing: expected a directory at {path}", pytrace=False
+        )
+    return path
