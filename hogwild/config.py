@@ -1,0 +1,372 @@
+"""The job configuration: a commented TOML file turned into typed, validated, immutable objects.
+
+Invariant: a :class:`Config` that exists is valid on its own terms. Every key is known, every value
+has the right type and range, and the layer stack is well formed (softmax last, known layer types).
+Whether the layer shapes fit together is checked when the network is built
+(:func:`hogwild.model.network.build_network`), which names the layer and the shapes.
+
+A config is loaded from the bundled default (``hogwild/configs/adam_mnist.toml``) or a user file,
+then overridden by ``section.key=value`` pairs (the CLI's ``--key=value``). The resolved config is
+saved into every checkpoint and metrics file (:meth:`Config.to_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hogwild.errors import ConfigError
+
+# Per layer type: the keys it takes and their defaults (None = required).
+LAYER_KEYS: dict[str, dict[str, Any]] = {
+    "conv": {"maps": None, "kernel": None, "stride": 1, "padding": "valid"},
+    "maxpool": {"size": 2, "stride": None},
+    "fc": {"units": None},
+    "relu": {},
+    "tanh": {},
+    "sigmoid": {},
+    "dropout": {"p": 0.5},
+    "softmax": {},
+}
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """One layer of the stack: its type and its (validated) settings."""
+
+    type: str
+    maps: int = 0
+    kernel: int = 0
+    stride: int = 1
+    padding: str = "valid"
+    size: int = 0
+    units: int = 0
+    p: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys this layer type takes, as they would be written in TOML."""
+        out: dict[str, Any] = {"type": self.type}
+        for key in LAYER_KEYS[self.type]:
+            out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The network: input shape, layer stack, initialisation."""
+
+    input: tuple[int, int, int] = (1, 28, 28)
+    init: str = "he"
+    init_scale: float = 1.0
+    layers: tuple[LayerConfig, ...] = ()
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The update rule and its learning-rate schedule."""
+
+    rule: str = "momentum"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    schedule: str = "step"
+    decay: float = 0.5
+    decay_every: int = 4
+    min_lr: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How the engine trains: epochs, batch, workers, epoch-end policy, seed."""
+
+    epochs: int = 16
+    batch: int = 1
+    workers: int = 0
+    sync: bool = False
+    epoch_fraction: float = 1.0
+    seed: int = 1
+    subset: int = 0
+    start_method: str = "spawn"
+    chunk: int = 256
+    placement: str = "fill"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the examples come from and how pixels are normalised."""
+
+    source: str = "mnist"
+    mean: float = 0.1307
+    std: float = 0.3081
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """What the job writes: checkpoints, metrics, the progress bar."""
+
+    checkpoint_dir: str = ""
+    keep_checkpoints: int = 2
+    metrics: str = ""
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole job: model, optimizer, training, data, output."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    origin: str = "<defaults>"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data (what checkpoints and metrics record)."""
+        out: dict[str, Any] = {}
+        for section in SECTIONS:
+            values = dataclasses.asdict(getattr(self, section))
+            if section == "model":
+                values["input"] = list(self.model.input)
+                values["layers"] = [layer.to_dict() for layer in self.model.layers]
+            out[section] = values
+        return out
+
+    def override(self, overrides: Mapping[str, Any]) -> Config:
+        """A copy with ``section.key`` (or ``model.layers.N.key``) values replaced and re-validated.
+
+        String values are parsed as TOML literals when they are one (``"0.05"`` becomes a float),
+        so the CLI's ``--optim.lr=0.05`` and the API's ``{"optim.lr": 0.05}`` mean the same.
+        """
+        data = self.to_dict()
+        for dotted, raw in overrides.items():
+            _set_dotted(data, dotted, _parse_literal(raw) if isinstance(raw, str) else raw)
+        return config_from_dict(data, origin=self.origin)
+
+
+SECTIONS = ("model", "optim", "train", "data", "output")
+_SECTION_TYPES = {
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "data": DataConfig,
+    "output": OutputConfig,
+}
+
+_CHOICES = {
+    ("model", "init"): ("he", "xavier", "torch"),
+    ("optim", "rule"): ("sgd", "momentum"),
+    ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
+    ("train", "start_method"): ("spawn", "forkserver"),
+    ("train", "placement"): ("fill", "spread"),
+}
+
+
+def default_config_path() -> Path:
+    """The bundled config: Adam's MNIST model."""
+    return Path(str(resources.files("hogwild") / "configs" / "adam_mnist.toml"))
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> Config:
+    """Load a TOML config (the bundled default when ``path`` is None) and apply overrides."""
+    path = Path(path) if path is not None else default_config_path()
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    config = config_from_dict(data, origin=str(path))
+    return config.override(overrides) if overrides else config
+
+
+def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:
+    """Build and validate a Config from nested plain data (a parsed TOML file)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{origin}: the config must be a table, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{origin}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
+        )
+    sections = {}
+    for name in SECTIONS:
+        table = data.get(name, {})
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{origin}: [{name}] must be a table, got {table!r}")
+        sections[name] = _build_section(name, table, origin)
+    config = Config(**sections, origin=origin)
+    _validate(config, origin)
+    return config
+
+
+def _build_section(name: str, table: Mapping[str, Any], origin: str):
+    cls = _SECTION_TYPES[name]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{origin}: unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+            f"known keys of [{name}]: {', '.join(fields)}"
+        )
+    values = {}
+    for key, value in table.items():
+        if name == "model" and key == "layers":
+            values[key] = _build_layers(value, origin)
+        elif name == "model" and key == "input":
+            values[key] = _build_input(value, origin)
+        else:
+            default = getattr(cls(), key)
+            values[key] = _coerce(f"{name}.{key}", value, type(default), origin)
+    return cls(**values)
+
+
+def _build_input(value: Any, origin: str) -> tuple[int, int, int]:
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        raise ConfigError(
+            f"{origin}: model.input must be [channels, height, width] of positive integers, "
+            f"got {value!r}"
+        )
+    return (value[0], value[1], value[2])
+
+
+def _build_layers(value: Any, origin: str) -> tuple[LayerConfig, ...]:
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"{origin}: model.layers must be a non-empty list of tables")
+    layers = []
+    for index, table in enumerate(value):
+        where = f"{origin}: model.layers[{index}]"
+        if not isinstance(table, Mapping) or "type" not in table:
+            raise ConfigError(f"{where} must be a table with a 'type' key, got {table!r}")
+        kind = table["type"]
+        if kind not in LAYER_KEYS:
+            raise ConfigError(
+                f"{where}: unknown layer type {kind!r}; known: {', '.join(LAYER_KEYS)}"
+            )
+        keys = LAYER_KEYS[kind]
+        unknown = sorted(set(table) - set(keys) - {"type"})
+        if unknown:
+            raise ConfigError(
+                f"{where} ({kind}): unknown key(s) {', '.join(unknown)}; "
+                f"a {kind} layer takes: {', '.join(keys) or 'no keys'}"
+            )
+        values: dict[str, Any] = {"type": kind}
+        for key, default in keys.items():
+            if key in table:
+                expected = float if key == "p" else (str if key == "padding" else int)
+                values[key] = _coerce(f"{kind}.{key}", table[key], expected, where)
+            elif default is None and not (kind == "maxpool" and key == "stride"):
+                raise ConfigError(f"{where} ({kind}): missing required key {key!r}")
+            elif default is not None:
+                values[key] = default
+        if kind == "maxpool" and "stride" not in table:
+            values["stride"] = values["size"]
+        layers.append(LayerConfig(**values))
+    return tuple(layers)
+
+
+def _coerce(key: str, value: Any, expected: type, origin: str) -> Any:
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is bool and isinstance(value, bool):
+        return value
+    if expected is not bool and isinstance(value, expected) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{origin}: {key} must be {expected.__name__}, got {value!r}")
+
+
+def _validate(config: Config, origin: str) -> None:
+    def fail(msg: str) -> None:
+        raise ConfigError(f"{origin}: {msg}")
+
+    for (section, key), choices in _CHOICES.items():
+        value = getattr(getattr(config, section), key)
+        if value not in choices:
+            fail(f"{section}.{key} must be one of {', '.join(choices)}; got {value!r}")
+    layers = config.model.layers
+    if not layers:
+        fail("model.layers is empty; the bundled config shows a complete stack")
+    for index, layer in enumerate(layers):
+        where = f"model.layers[{index}] ({layer.type})"
+        if layer.type == "conv":
+            if layer.maps < 1 or layer.kernel < 1 or layer.stride < 1:
+                fail(f"{where}: maps, kernel and stride must be >= 1")
+            if layer.padding not in ("valid", "same"):
+                fail(f"{where}: padding must be 'valid' or 'same', got {layer.padding!r}")
+        if layer.type == "maxpool" and (layer.size < 1 or layer.stride < 1):
+            fail(f"{where}: size and stride must be >= 1")
+        if layer.type == "fc" and layer.units < 1:
+            fail(f"{where}: units must be >= 1")
+        if layer.type == "dropout" and not 0.0 <= layer.p < 1.0:
+            fail(f"{where}: p must be in [0, 1), got {layer.p}")
+        if layer.type == "softmax" and index != len(layers) - 1:
+            fail(f"{where}: softmax (with cross-entropy) must be the last layer")
+    if layers[-1].type != "softmax":
+        fail(f"the last layer must be softmax (with cross-entropy), got {layers[-1].type}")
+    optim, train, out = config.optim, config.train, config.output
+    if not optim.lr > 0:
+        fail(f"optim.lr must be > 0, got {optim.lr}")
+    if not 0.0 <= optim.momentum < 1.0:
+        fail(f"optim.momentum must be in [0, 1), got {optim.momentum}")
+    if optim.weight_decay < 0 or optim.min_lr < 0:
+        fail("optim.weight_decay and optim.min_lr must be >= 0")
+    if not 0.0 < optim.decay <= 1.0:
+        fail(f"optim.decay must be in (0, 1], got {optim.decay}")
+    if optim.decay_every < 1:
+        fail(f"optim.decay_every must be >= 1, got {optim.decay_every}")
+    if train.epochs < 1 or train.batch < 1 or train.chunk < 1:
+        fail("train.epochs, train.batch and train.chunk must be >= 1")
+    if train.workers < 0 or train.subset < 0:
+        fail("train.workers and train.subset must be >= 0 (0 means: the default)")
+    if not 0.0 < train.epoch_fraction <= 1.0:
+        fail(f"train.epoch_fraction must be in (0, 1], got {train.epoch_fraction}")
+    if config.data.std <= 0:
+        fail(f"data.std must be > 0, got {config.data.std}")
+    if out.keep_checkpoints < 1:
+        fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
+
+
+def _parse_literal(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    if len(parts) < 2 or parts[0] not in SECTIONS:
+        raise ConfigError(
+            f"override {dotted!r}: expected section.key with a section among {', '.join(SECTIONS)}"
+        )
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"override {dotted!r}: no layer {part} (there are {len(node)})")
+            node = node[int(part)]
+        elif isinstance(node, dict):
+            if part not in node:
+                raise ConfigError(
+                    f"override {dotted!r}: unknown key {'.'.join(parts[: depth + 1])}"
+                )
+            node = node[part]
+        else:
+            raise ConfigError(f"override {dotted!r}: {'.'.join(parts[:depth])} is not a table")
+    if not isinstance(node, dict):
+        raise ConfigError(f"override {dotted!r}: {'.'.join(parts[:-1])} is not a table")
+    # Unknown keys are left in place so that validation rejects them with the full list of keys.
+    node[parts[-1]] = value

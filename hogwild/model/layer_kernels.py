@@ -1,0 +1,170 @@
+"""Forward and backward kernels of the non-convolution layers, for one example.
+
+Max-pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with cross-entropy.
+Every kernel addresses flat float32 rows through offsets (see :mod:`hogwild.model.network`).
+Parameter gradients are accumulated into ``g`` (a minibatch sums over its examples); input
+gradients are overwritten. Max-pooling records each output's arg-max, and dropout its mask, in the
+int32 ``aux`` row at the layer's output offset, for the backward pass.
+
+The fully connected weights are ``[out, in]`` (PyTorch's layout), read row by row in both
+directions: forward is a dot product per row, backward streams each row once to update both the
+input gradient and the weight gradient.
+"""
+
+import math
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def maxpool_forward(x, x_off, y, y_off, aux, C, H, W, Ho, Wo, K, S):
+    """y[c, oy, ox] = max of the KxK window; aux keeps the flat input index of the maximum."""
+    for c in range(C):
+        for oy in range(Ho):
+            for ox in range(Wo):
+                best = -np.inf
+                best_at = 0
+                for ky in range(K):
+                    row = (c * H + oy * S + ky) * W + ox * S
+                    for kx in range(K):
+                        v = x[x_off + row + kx]
+                        if v > best:
+                            best = v
+                            best_at = row + kx
+                out = (c * Ho + oy) * Wo + ox
+                y[y_off + out] = best
+                aux[y_off + out] = best_at
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def maxpool_backward(dy, dy_off, dx, dx_off, aux, aux_off, n_in, n_out):
+    """Route each output gradient to the input that won the max."""
+    for i in range(n_in):
+        dx[dx_off + i] = 0.0
+    for j in range(n_out):
+        dx[dx_off + aux[aux_off + j]] += dy[dy_off + j]
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def fc_forward(x, x_off, w, w_off, b_off, y, y_off, n_in, n_out):
+    """y = W x + b with W of shape [n_out, n_in]."""
+    xs = x[x_off : x_off + n_in]
+    for o in range(n_out):
+        row = w[w_off + o * n_in : w_off + (o + 1) * n_in]
+        acc = np.float32(0.0)
+        for i in range(n_in):
+            acc += row[i] * xs[i]
+        y[y_off + o] = w[b_off + o] + acc
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def fc_backward(x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx):
+    """Accumulate dL/dW = dy x^T and dL/db = dy into g; write dL/dx = W^T dy when needed."""
+    xs = x[x_off : x_off + n_in]
+    dxs = dx[dx_off : dx_off + n_in]
+    if need_dx:
+        dxs[:] = 0.0
+    for o in range(n_out):
+        d = dy[dy_off + o]
+        g[b_off + o] += d
+        if d == 0.0:
+            continue  # relu zeroed this unit: its row contributes nothing
+        row = w[w_off + o * n_in : w_off + (o + 1) * n_in]
+        grow = g[w_off + o * n_in : w_off + (o + 1) * n_in]
+        if need_dx:
+            for i in range(n_in):
+                dxs[i] += row[i] * d
+        for i in range(n_in):
+            grow[i] += d * xs[i]
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def activation_forward(kind, x, x_off, y, y_off, n):
+    """kind 0: relu, 1: tanh, 2: sigmoid."""
+    for i in range(n):
+        v = x[x_off + i]
+        if kind == 0:
+            y[y_off + i] = v if v > 0.0 else 0.0
+        elif kind == 1:
+            y[y_off + i] = math.tanh(v)
+        else:
+            y[y_off + i] = 1.0 / (1.0 + math.exp(-v))
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def activation_backward(kind, y, y_off, dy, dy_off, dx, dx_off, n):
+    """The derivative from the activation's output: relu 1[y>0], tanh 1-y^2, sigmoid y(1-y)."""
+    for i in range(n):
+        v = y[y_off + i]
+        if kind == 0:
+            dx[dx_off + i] = dy[dy_off + i] if v > 0.0 else 0.0
+        elif kind == 1:
+            dx[dx_off + i] = dy[dy_off + i] * (1.0 - v * v)
+        else:
+            dx[dx_off + i] = dy[dy_off + i] * v * (1.0 - v)
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def dropout_forward(x, x_off, y, y_off, aux, n, p, training):
+    """Inverted dropout: keep each unit with probability 1-p and scale it by 1/(1-p)."""
+    if not training or p == 0.0:
+        for i in range(n):
+            y[y_off + i] = x[x_off + i]
+            aux[y_off + i] = 1
+        return
+    scale = 1.0 / (1.0 - p)
+    for i in range(n):
+        if np.random.random() >= p:
+            aux[y_off + i] = 1
+            y[y_off + i] = x[x_off + i] * scale
+        else:
+            aux[y_off + i] = 0
+            y[y_off + i] = 0.0
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def dropout_backward(dy, dy_off, dx, dx_off, aux, aux_off, n, p):
+    scale = 1.0 / (1.0 - p)
+    for i in range(n):
+        dx[dx_off + i] = dy[dy_off + i] * scale if aux[aux_off + i] else 0.0
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def softmax_forward(x, x_off, y, y_off, n):
+    """Numerically stable softmax of n class scores."""
+    top = x[x_off]
+    for i in range(1, n):
+        if x[x_off + i] > top:
+            top = x[x_off + i]
+    total = 0.0
+    for i in range(n):
+        e = math.exp(x[x_off + i] - top)
+        y[y_off + i] = e
+        total += e
+    for i in range(n):
+        y[y_off + i] /= total
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def softmax_xent_backward(y, y_off, label, dx, dx_off, n):
+    """Gradient of cross-entropy through softmax: probabilities minus the one-hot label."""
+    for i in range(n):
+        dx[dx_off + i] = y[y_off + i]
+    dx[dx_off + label] -= 1.0
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def cross_entropy(y, y_off, label):
+    """-log p(label), floored so a zero probability gives a large finite loss."""
+    p = y[y_off + label]
+    return -math.log(p if p > 1e-30 else 1e-30)
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def argmax(y, y_off, n):
+    best = 0
+    for i in range(1, n):
+        if y[y_off + i] > y[y_off + best]:
+            best = i
+    return best

@@ -1,0 +1,39 @@
+"""A worker's training context: every buffer one training step touches, allocated once.
+
+Adam section 3.2.1: each thread allocates its context (activations, their gradients, scratch)
+up front so the steady state never allocates. Here a context holds, for each of ``batch`` slots,
+one row of activations, one of activation gradients and one int32 row of per-unit scratch
+(max-pool arg-max, dropout masks), plus the private gradient vector that accumulates a minibatch
+before it is applied to the shared weights. Allocate it after the worker is pinned to its core, so
+first touch places the pages on that core's NUMA node.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hogwild.model.network import Network
+
+
+@dataclass
+class TrainingContext:
+    act: np.ndarray  # float32 [batch, act_size]
+    dact: np.ndarray  # float32 [batch, act_size]
+    aux: np.ndarray  # int32 [batch, act_size]
+    grad: np.ndarray  # float32 [n_params]
+    scratch: np.ndarray  # float32 [scratch_size], shared by the layers of one example
+
+    @classmethod
+    def allocate(cls, network: Network, batch: int) -> "TrainingContext":
+        """Allocate and touch every buffer (zeros are written, so the pages are resident)."""
+        return cls(
+            act=np.zeros((batch, network.act_size), dtype=np.float32),
+            dact=np.zeros((batch, network.act_size), dtype=np.float32),
+            aux=np.zeros((batch, network.act_size), dtype=np.int32),
+            grad=np.zeros(network.n_params, dtype=np.float32),
+            scratch=np.zeros(network.scratch_size, dtype=np.float32),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.act, self.dact, self.aux, self.grad, self.scratch))

@@ -1,0 +1,388 @@
+"""The trainer: the parent process of a single-node Hogwild job (DESIGN.md, "How data flows").
+
+It owns every shared resource of the job and releases it on every exit path: it creates the arena,
+initialises (or restores) the shared parameters, copies the examples in once, compiles the kernels,
+starts the workers, and then drives the epochs: a fresh permutation per epoch, one shard per
+worker, an early end once ``epoch_fraction`` of the workers finished their shard (Adam section
+3.2.5), evaluation on the test set split across the workers, a checkpoint and a metrics line. A
+worker that dies stops the job with :class:`~hogwild.errors.WorkerDiedError` naming it and its
+exit signal; the last checkpoint stays as it was. On any exit (normal, error, Ctrl-C) the workers
+are stopped (terminated, then killed, if they do not leave) and the arena is removed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hogwild.config import Config
+from hogwild.data.mnist import MnistData
+from hogwild.errors import CheckpointError, HogwildError, WorkerDiedError
+from hogwild.model.compile import compile_kernels
+from hogwild.model.init import initialise
+from hogwild.model.network import Network, build_network
+from hogwild.model.random import worker_seed
+from hogwild.optim.schedule import learning_rate
+from hogwild.shm.arena import Arena
+from hogwild.shm.sweeper import sweep
+from hogwild.train import checkpoint as ckpt
+from hogwild.train.job import (
+    CONTROL_EPOCH,
+    EPOCH_CLOSED,
+    STAT_EXAMPLES,
+    STAT_LOSS,
+    epoch_permutation,
+    job_layout,
+    shard_bounds,
+)
+from hogwild.train.metrics import MetricsWriter
+from hogwild.train.placement import worker_count, worker_cpu_sets
+from hogwild.train.progress import ProgressBar
+from hogwild.train.worker import worker_main
+
+READY_TIMEOUT_S = 300.0  # a worker that cannot load its kernels in this long is broken
+POLL_S = 0.1
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class TrainResult:
+    """What a finished job reports: the final metrics, the per-epoch history, the checkpoint."""
+
+    metrics: dict
+    history: list[dict] = field(default_factory=list)
+    checkpoint: str | None = None
+
+
+class Trainer:
+    """Runs one job; use :func:`run_training` unless you need the pieces."""
+
+    def __init__(self, config: Config, data: MnistData, resume: bool = False):
+        self.config = config
+        self.data = data
+        self.resume = resume
+        self.network: Network = build_network(config.model)
+        train = config.train
+        self.n_workers = 1 if train.sync else worker_count(train.workers)
+        n_train = len(data.train_labels)
+        self.n_train = min(train.subset, n_train) if train.subset else n_train
+        self.progress = ProgressBar(config.output.progress, self.network.connections)
+        self.metrics = MetricsWriter(config.output.metrics)
+        self.arena: Arena | None = None
+        self.processes: list = []
+        self.results = None
+        self.commands: list = []
+
+    # -- the job ---------------------------------------------------------------------------------
+
+    def run(self) -> TrainResult:
+        sweep()  # segments of earlier jobs whose owner was killed
+        try:
+            return self._run()
+        finally:
+            self._shutdown()
+
+    def _run(self) -> TrainResult:
+        config, network = self.config, self.network
+        start_epoch, history = self._prepare_arena()
+        self.progress.line(
+            f"hogwild: {network.connections:,} connections, {self.n_workers} worker(s), "
+            f"batch {config.train.batch}, {self.n_train:,} training examples"
+        )
+        compile_kernels(network, config.train.batch)
+        self._start_workers()
+        self.metrics.write(
+            {
+                "event": "start",
+                "connections": network.connections,
+                "workers": self.n_workers,
+                "start_epoch": start_epoch,
+                "config": config.to_dict(),
+                "pid": os.getpid(),
+            }
+        )
+        wall_start = time.perf_counter()
+        train_seconds = 0.0
+        examples = 0
+        checkpoint_path = None
+        for epoch in range(start_epoch, config.train.epochs):
+            record = self._train_epoch(epoch)
+            train_seconds += record["train_s"]
+            examples += record["examples"]
+            record.update(self._evaluate())
+            history.append(record)
+            self.metrics.write(record)
+            self.progress.line(
+                f"epoch {epoch + 1}/{config.train.epochs}  lr {record['lr']:.4g}  "
+                f"train loss {record['train_loss']:.4f}  test loss {record['test_loss']:.4f}  "
+                f"test accuracy {record['test_accuracy'] * 100:.2f}%  "
+                f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
+            )
+            checkpoint_path = self._checkpoint(epoch, record, history)
+        wall = time.perf_counter() - wall_start
+        last = history[-1] if history else {}
+        rate = examples / train_seconds if train_seconds else 0.0
+        final = {
+            "event": "final",
+            "connections": network.connections,
+            "examples": examples,
+            "examples_per_s": rate,
+            "connections_per_s": rate * network.connections,
+            "train_loss": last.get("train_loss"),
+            "test_loss": last.get("test_loss"),
+            "test_accuracy": last.get("test_accuracy"),
+            "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
+            "workers": self.n_workers,
+            "batch": config.train.batch,
+            "sync": config.train.sync,
+            "epochs": config.train.epochs,
+            "epochs_run": config.train.epochs - start_epoch,
+            "train_s": train_seconds,
+            "wall_s": wall,
+            "checkpoint": str(checkpoint_path) if checkpoint_path else None,
+            "config": config.to_dict(),
+        }
+        self.metrics.write(final)
+        self.progress.line(
+            f"done: test accuracy {(final['test_accuracy'] or 0) * 100:.2f}% after "
+            f"{config.train.epochs} epochs, {rate:,.0f} examples/s, "
+            f"{final['connections_per_s'] / 1e9:.2f} G connections/s, {wall:.1f} s"
+        )
+        return TrainResult(final, history, final["checkpoint"])
+
+    def _prepare_arena(self) -> tuple[int, list[dict]]:
+        """Create the arena, fill it with data and initial (or restored) parameters."""
+        config, network, data = self.config, self.network, self.data
+        layout = job_layout(network, self.n_workers, self.n_train, len(data.test_labels))
+        self.arena = Arena.create("train", layout)
+        arena = self.arena
+        arena.array("train_images")[:] = data.train_images[: self.n_train].reshape(self.n_train, -1)
+        arena.array("train_labels")[:] = data.train_labels[: self.n_train]
+        arena.array("test_images")[:] = data.test_images.reshape(len(data.test_labels), -1)
+        arena.array("test_labels")[:] = data.test_labels
+        params, velocity = arena.array("params"), arena.array("velocity")
+        model = config.model
+        initialise(network, params, model.init, model.init_scale, config.train.seed)
+        if not self.resume:
+            return 0, []
+        directory = config.output.checkpoint_dir
+        if not directory:
+            raise CheckpointError("--resume needs a checkpoint directory (--checkpoint-dir DIR)")
+        if ckpt.latest_checkpoint(directory) is None:
+            return 0, []  # nothing to resume yet: start from the beginning
+        restored = ckpt.load_checkpoint(directory)
+        _restore(network, params, restored.weights, restored.path, "")
+        _restore(network, velocity, restored.optimizer_state, restored.path, ".momentum")
+        return restored.epoch + 1, list(restored.info.get("history", []))
+
+    def _start_workers(self) -> None:
+        context = mp.get_context(self.config.train.start_method)
+        self.results = context.Queue()
+        cpu_sets = worker_cpu_sets(self.n_workers, self.config.train.placement)
+        layout_json = self.arena.layout.to_json()
+        config_dict = self.config.to_dict()
+        for worker in range(self.n_workers):
+            commands = context.Queue()
+            process = context.Process(
+                target=worker_main,
+                name=f"hogwild-worker-{worker}",
+                args=(
+                    worker,
+                    self.arena.name,
+                    layout_json,
+                    config_dict,
+                    cpu_sets[worker],
+                    commands,
+                    self.results,
+                ),
+                daemon=True,
+            )
+            process.start()
+            self.commands.append(commands)
+            self.processes.append(process)
+        ready = 0
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while ready < self.n_workers:
+            message = self._next_message(deadline, "starting")
+            if message[0] == "ready":
+                ready += 1
+
+    # -- epochs ----------------------------------------------------------------------------------
+
+    def _train_epoch(self, epoch: int) -> dict:
+        config = self.config
+        arena = self.arena
+        lr = learning_rate(config.optim, epoch, config.train.epochs)
+        arena.array("order")[:] = epoch_permutation(config.train.seed, epoch, self.n_train)
+        stats = arena.array("stats")
+        control = arena.array("control")
+        before = stats[:, STAT_EXAMPLES].sum()
+        loss_before = stats[:, STAT_LOSS].sum()
+        control[CONTROL_EPOCH] = epoch
+        shards = shard_bounds(self.n_train, self.n_workers)
+        started = time.perf_counter()
+        for worker, (start, stop) in enumerate(shards):
+            seed = worker_seed(config.train.seed, epoch, worker)
+            self.commands[worker].put(("train", epoch, lr, start, stop, seed))
+        needed = max(1, int(np.ceil(config.train.epoch_fraction * self.n_workers - 1e-9)))
+        finished, examples, loss, correct = 0, 0, 0.0, 0
+        while finished < self.n_workers:
+            message = self._next_message(None, f"epoch {epoch + 1}", epoch, before, loss_before)
+            if message[0] != "trained" or message[2] != epoch:
+                continue
+            finished += 1
+            examples += message[3]
+            loss += message[4]
+            correct += message[5]
+            if finished == needed:
+                control[CONTROL_EPOCH] = EPOCH_CLOSED  # stragglers stop at their next chunk
+        seconds = time.perf_counter() - started
+        rate = examples / seconds if seconds else 0.0
+        return {
+            "event": "epoch",
+            "epoch": epoch,
+            "lr": lr,
+            "examples": examples,
+            "train_loss": loss / max(examples, 1),
+            "train_accuracy": correct / max(examples, 1),
+            "train_s": seconds,
+            "examples_per_s": rate,
+            "connections_per_s": rate * self.network.connections,
+        }
+
+    def _evaluate(self) -> dict:
+        n_test = len(self.data.test_labels)
+        shards = shard_bounds(n_test, self.n_workers)
+        for worker, (start, stop) in enumerate(shards):
+            self.commands[worker].put(("eval", start, stop))
+        answered, loss, correct = 0, 0.0, 0
+        while answered < self.n_workers:
+            message = self._next_message(None, "evaluation")
+            if message[0] == "evaluated":
+                answered += 1
+                loss += message[3]
+                correct += message[4]
+        return {"test_loss": loss / n_test, "test_accuracy": correct / n_test}
+
+    def _next_message(self, deadline, doing, epoch=None, before=0.0, loss_before=0.0):
+        """The next worker message; raises if a worker died, failed, or the deadline passed."""
+        started = time.perf_counter()
+        while True:
+            try:
+                message = self.results.get(timeout=POLL_S)
+            except queue.Empty:
+                self._check_workers(doing)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise HogwildError(f"workers did not become ready within {READY_TIMEOUT_S} s")
+                if epoch is not None:
+                    self._draw(epoch, started, before, loss_before)
+                continue
+            if message[0] == "error":
+                raise WorkerDiedError(f"worker {message[1]} failed while {doing}:\n{message[2]}")
+            return message
+
+    def _draw(self, epoch: int, started: float, before: float, loss_before: float) -> None:
+        stats = self.arena.array("stats")
+        done = stats[:, STAT_EXAMPLES].sum() - before
+        loss = (stats[:, STAT_LOSS].sum() - loss_before) / max(done, 1)
+        rate = done / max(time.perf_counter() - started, 1e-9)
+        self.progress.update(epoch, self.config.train.epochs, int(done), self.n_train, rate, loss)
+
+    def _check_workers(self, doing: str) -> None:
+        for worker, process in enumerate(self.processes):
+            code = process.exitcode
+            if code is None:
+                continue
+            how = (
+                f"was killed by {signal.Signals(-code).name}"
+                if code < 0 and -code in signal.valid_signals()
+                else f"exited with code {code}"
+            )
+            raise WorkerDiedError(
+                f"worker {worker} (pid {process.pid}) {how} while {doing}; the job is stopped"
+                + (
+                    f" and the last checkpoint in {self.config.output.checkpoint_dir} is kept"
+                    if self.config.output.checkpoint_dir
+                    else ""
+                )
+            )
+
+    def _checkpoint(self, epoch: int, record: dict, history: list[dict]):
+        directory = self.config.output.checkpoint_dir
+        if not directory:
+            return None
+        network = self.network
+        weights = {k: v.copy() for k, v in network.views(self.arena.array("params")).items()}
+        velocity = network.views(self.arena.array("velocity"))
+        optimizer_state = {f"{k}.momentum": v.copy() for k, v in velocity.items()}
+        info = {
+            "config": self.config.to_dict(),
+            "epoch": epoch,
+            "optimizer": {"rule": self.config.optim.rule, "lr": record["lr"]},
+            "seeds": {"seed": self.config.train.seed},
+            "data_position": {"next_epoch": epoch + 1, "examples_per_epoch": self.n_train},
+            "metrics": record,
+            "history": history,
+            "connections": network.connections,
+        }
+        return ckpt.write_checkpoint(
+            directory,
+            epoch,
+            weights,
+            optimizer_state,
+            info,
+            keep=self.config.output.keep_checkpoints,
+        )
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        for commands, process in zip(self.commands, self.processes, strict=False):
+            if process.is_alive():
+                try:
+                    commands.put(("stop",))
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+        for q in [*self.commands, self.results]:
+            if q is not None:
+                q.close()
+                q.join_thread()
+        if self.arena is not None:
+            self.arena.close()
+            self.arena.unlink()
+            self.arena = None
+
+
+def _restore(network: Network, flat: np.ndarray, tensors: dict, path, suffix: str) -> None:
+    views = network.views(flat)
+    for name, view in views.items():
+        key = name + suffix
+        if key not in tensors:
+            raise CheckpointError(f"checkpoint {path} has no tensor {key!r} for this model")
+        if tensors[key].shape != view.shape:
+            raise CheckpointError(
+                f"checkpoint {path}: {key} has shape {tensors[key].shape}, "
+                f"the configured model needs {view.shape}"
+            )
+        view[...] = tensors[key]
+
+
+def run_training(config: Config, data: MnistData, resume: bool = False) -> TrainResult:
+    """Train ``config`` on ``data`` with the single-node Hogwild engine."""
+    return Trainer(config, data, resume=resume).run()
