@@ -1,1 +1,1 @@
-"""The network: layer specifications, their numba kernels, the parameter layout, connection count."""
+"""The network: layer specs, their numba kernels, the parameter layout, connection count."""

@@ -11,7 +11,7 @@ examples); the input gradient ``dx`` is overwritten.
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -94,19 +94,17 @@ def conv_backward_strided(
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
-def _padded_input(x, x_off, scratch, C, H, W, P):
-    """The input as a flat [C, H+2P, W+2P] vector: a view of x when P == 0, else a padded copy."""
-    if P == 0:
-        return x[x_off : x_off + C * H * W]
+def _pad_into(x, x_off, scratch, C, H, W, P):
+    """Copy the [C, H, W] input into scratch as a zero-bordered [C, H+2P, W+2P] block."""
     hp, wp = H + 2 * P, W + 2 * P
-    padded = scratch[: C * hp * wp]
-    padded[:] = 0.0
+    for i in range(C * hp * wp):
+        scratch[i] = 0.0
     for c in range(C):
         for iy in range(H):
-            dst = padded[(c * hp + iy + P) * wp + P : (c * hp + iy + P) * wp + P + W]
-            src = x[x_off + (c * H + iy) * W : x_off + (c * H + iy + 1) * W]
-            dst[:] = src
-    return padded
+            dst = (c * hp + iy + P) * wp + P
+            src = x_off + (c * H + iy) * W
+            for ix in range(W):
+                scratch[dst + ix] = x[src + ix]
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
@@ -115,23 +113,33 @@ def conv_forward(x, x_off, w, w_off, b_off, y, y_off, scratch, C, H, W, O, Ho, W
     if S != 1:
         conv_forward_strided(x, x_off, w, w_off, b_off, y, y_off, C, H, W, O, Ho, Wo, K, S, P)
         return
-    hp, wp = H + 2 * P, W + 2 * P
-    src = _padded_input(x, x_off, scratch, C, H, W, P)
-    span = (Ho - 1) * wp + Wo
-    wide = scratch[C * hp * wp : C * hp * wp + span]
-    for o in range(O):
-        wide[:] = w[b_off + o]
+    if P > 0:
+        _pad_into(x, x_off, scratch, C, H, W, P)
+        src, base = scratch, uint64(0)
+    else:
+        src, base = x, uint64(x_off)
+    # Unsigned indices: numba then skips negative-index wraparound and the loops vectorise.
+    C, K, wo = uint64(C), uint64(K), uint64(Wo)
+    hp, wp = uint64(H + 2 * P), uint64(W + 2 * P)
+    span = uint64((Ho - 1) * (W + 2 * P) + Wo)
+    wide_at = C * hp * wp
+    w_off, b_off, y_off = uint64(w_off), uint64(b_off), uint64(y_off)
+    for o in range(uint64(O)):
+        bias = w[b_off + o]
+        for p in range(span):
+            scratch[wide_at + p] = bias
         for c in range(C):
             for ky in range(K):
                 for kx in range(K):
                     wv = w[w_off + ((o * C + c) * K + ky) * K + kx]
-                    start = (c * hp + ky) * wp + kx
-                    xs = src[start : start + span]
+                    start = base + (c * hp + ky) * wp + kx
                     for p in range(span):
-                        wide[p] += wv * xs[p]
-        for oy in range(Ho):
-            dst = y[y_off + (o * Ho + oy) * Wo : y_off + (o * Ho + oy + 1) * Wo]
-            dst[:] = wide[oy * wp : oy * wp + Wo]
+                        scratch[wide_at + p] += wv * src[start + p]
+        for oy in range(uint64(Ho)):
+            row_out = y_off + (o * uint64(Ho) + oy) * wo
+            row_wide = wide_at + oy * wp
+            for ox in range(wo):
+                y[row_out + ox] = scratch[row_wide + ox]
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
@@ -183,47 +191,53 @@ def conv_backward(
             need_dx,
         )
         return
-    hp, wp = H + 2 * P, W + 2 * P
-    n_in = C * hp * wp
-    src = _padded_input(x, x_off, scratch, C, H, W, P)
-    span = (Ho - 1) * wp + Wo
-    wide = scratch[n_in : n_in + span]
-    if P == 0:
-        dsrc = dx[dx_off : dx_off + n_in]
+    n_padded = C * (H + 2 * P) * (W + 2 * P)
+    if P > 0:
+        _pad_into(x, x_off, scratch, C, H, W, P)
+        src, base = scratch, uint64(0)
+        dsrc, dbase = scratch, uint64(n_padded)
     else:
-        dsrc = scratch[n_in + span : 2 * n_in + span]
+        src, base = x, uint64(x_off)
+        dsrc, dbase = dx, uint64(dx_off)
+    C, K, ho, wo = uint64(C), uint64(K), uint64(Ho), uint64(Wo)
+    hp, wp = uint64(H + 2 * P), uint64(W + 2 * P)
+    span = uint64((Ho - 1) * (W + 2 * P) + Wo)
+    wide_at = uint64(2 * n_padded)
+    w_off, b_off, dy_off = uint64(w_off), uint64(b_off), uint64(dy_off)
     if need_dx:
-        dsrc[:] = 0.0
-    wide[:] = 0.0
-    for o in range(O):
+        for i in range(uint64(n_padded)):
+            dsrc[dbase + i] = 0.0
+    for p in range(span):
+        scratch[wide_at + p] = 0.0  # the gap columns between rows stay zero
+    for o in range(uint64(O)):
         total = np.float32(0.0)
-        for oy in range(Ho):
-            row = dy[dy_off + (o * Ho + oy) * Wo : dy_off + (o * Ho + oy + 1) * Wo]
-            wide[oy * wp : oy * wp + Wo] = row
-            for j in range(Wo):
-                total += row[j]
+        for oy in range(ho):
+            row_dy = dy_off + (o * ho + oy) * wo
+            row_wide = wide_at + oy * wp
+            for ox in range(wo):
+                v = dy[row_dy + ox]
+                scratch[row_wide + ox] = v
+                total += v
         g[b_off + o] += total
         for c in range(C):
             for ky in range(K):
                 for kx in range(K):
                     widx = w_off + ((o * C + c) * K + ky) * K + kx
                     start = (c * hp + ky) * wp + kx
-                    xs = src[start : start + span]
                     acc = np.float32(0.0)
                     for p in range(span):
-                        acc += wide[p] * xs[p]
+                        acc += scratch[wide_at + p] * src[base + start + p]
                     g[widx] += acc
                     if need_dx:
                         wv = w[widx]
-                        ds = dsrc[start : start + span]
                         for p in range(span):
-                            ds[p] += wv * wide[p]
+                            dsrc[dbase + start + p] += wv * scratch[wide_at + p]
     if need_dx and P > 0:
         for c in range(C):
             for iy in range(H):
-                at = (c * hp + iy + P) * wp + P
-                dst = dx[dx_off + (c * H + iy) * W : dx_off + (c * H + iy + 1) * W]
-                dst[:] = dsrc[at : at + W]
+                at = n_padded + (c * (H + 2 * P) + iy + P) * (W + 2 * P) + P
+                for ix in range(W):
+                    dx[dx_off + (c * H + iy) * W + ix] = scratch[at + ix]
 
 
 def conv_scratch_size(C: int, H: int, W: int, O: int, Ho: int, Wo: int, K: int, P: int) -> int:

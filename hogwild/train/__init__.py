@@ -1,1 +1,1 @@
-"""The single-node engine: trainer (parent), worker loop, epochs, evaluation, checkpoints, metrics."""
+"""The single-node engine: trainer, worker loop, epochs, evaluation, checkpoints, metrics."""

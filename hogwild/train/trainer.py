@@ -279,7 +279,9 @@ class Trainer:
             except queue.Empty:
                 self._check_workers(doing)
                 if deadline is not None and time.monotonic() > deadline:
-                    raise HogwildError(f"workers did not become ready within {READY_TIMEOUT_S} s")
+                    raise HogwildError(
+                        f"workers did not become ready within {READY_TIMEOUT_S:.0f} s"
+                    ) from None
                 if epoch is not None:
                     self._draw(epoch, started, before, loss_before)
                 continue

@@ -1,0 +1,168 @@
+"""The ``hogwild`` command line: ``train``, ``eval``, ``info`` and ``shm``.
+
+Every failure a user can cause is a :class:`~hogwild.errors.HogwildError`; the CLI prints its
+message on one line and exits with status 2 (1 for a worker that died, 130 for Ctrl-C), never a
+traceback. Any config key can be set as ``--section.key=value`` after the named flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from hogwild.errors import HogwildError, WorkerDiedError
+
+_OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hogwild",
+        description="Project Adam's lock-free multi-process training engine for CPUs.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser(
+        "train",
+        help="train a model",
+        description="Train a model with lock-free worker processes on shared weights. "
+        "Any config key can be set as --section.key=value (e.g. --optim.momentum=0.5).",
+    )
+    train.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
+    train.add_argument("--data", help="directory of MNIST idx files, or 'mnist' (default)")
+    train.add_argument("--workers", type=int, help="worker processes (default: physical cores)")
+    train.add_argument("--epochs", type=int, help="passes over the training set")
+    train.add_argument("--batch", type=int, help="examples per update (default 1)")
+    train.add_argument("--lr", type=float, help="learning rate")
+    train.add_argument("--sync", action="store_true", default=None, help="one worker, synchronous")
+    train.add_argument(
+        "--epoch-fraction",
+        type=float,
+        help="end an epoch once this fraction of workers finished their shard (Adam: 0.75)",
+    )
+    train.add_argument("--seed", type=int, help="random seed")
+    train.add_argument("--subset", type=int, help="train on the first N examples only")
+    train.add_argument("--checkpoint-dir", help="write a checkpoint here at every epoch end")
+    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument("--metrics", help="write JSON-lines metrics to this file")
+    train.add_argument("--no-progress", action="store_true", help="no progress output")
+
+    evaluate = sub.add_parser("eval", help="evaluate a checkpoint on the test set")
+    evaluate.add_argument("checkpoint", help="checkpoint directory, .json or .safetensors file")
+    evaluate.add_argument("--data", help="directory of MNIST idx files, or 'mnist' (default)")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON line")
+
+    sub.add_parser("info", help="the machine's topology and the worker placement plan")
+
+    shm = sub.add_parser("shm", help="list or remove hogwild shared-memory segments")
+    shm_sub = shm.add_subparsers(dest="shm_command", required=True)
+    shm_sub.add_parser("ls", help="list segments with their owner and size")
+    gc = shm_sub.add_parser("gc", help="remove segments whose owner process is dead")
+    gc.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    return parser
+
+
+def _split_overrides(extra: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    overrides = {}
+    for arg in extra:
+        match = _OVERRIDE.match(arg)
+        if not match:
+            parser.error(f"unrecognized argument {arg!r} (config keys are --section.key=value)")
+        overrides[match.group(1)] = match.group(2)
+    return overrides
+
+
+def _train(args, overrides: dict[str, str]) -> int:
+    from hogwild.train.api import train
+
+    result = train(
+        args.config,
+        args.data,
+        resume=args.resume,
+        overrides=overrides,
+        workers=args.workers,
+        epochs=args.epochs,
+        batch=args.batch,
+        lr=args.lr,
+        sync=args.sync,
+        epoch_fraction=args.epoch_fraction,
+        seed=args.seed,
+        subset=args.subset,
+        checkpoint_dir=args.checkpoint_dir,
+        metrics=args.metrics,
+        progress=False if args.no_progress else None,
+    )
+    metrics = result.metrics
+    summary = {k: metrics[k] for k in ("test_accuracy", "examples_per_s", "wall_s", "epochs")}
+    print(json.dumps(summary))
+    return 0
+
+
+def _eval(args) -> int:
+    from hogwild.train.api import evaluate
+
+    result = evaluate(args.checkpoint, args.data)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['checkpoint']} (epoch {result['epoch'] + 1}): test accuracy "
+            f"{result['test_accuracy'] * 100:.2f}%, test loss {result['test_loss']:.4f} "
+            f"on {result['examples']:,} examples"
+        )
+    return 0
+
+
+def _info() -> int:
+    from hogwild.numa.placement import plan_workers
+    from hogwild.numa.report import format_machine_report
+    from hogwild.numa.topology import read_topology
+    from hogwild.train.placement import worker_count
+
+    topology = read_topology()
+    print(format_machine_report(topology, plan_workers(topology, worker_count(0))))
+    return 0
+
+
+def _shm(args) -> int:
+    from hogwild.shm.sweeper import format_segments, list_segments, sweep
+
+    if args.shm_command == "ls":
+        print(format_segments(list_segments()))
+        return 0
+    removed = sweep(dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"{verb} {len(removed)} segment(s)" + "".join(f"\n  {name}" for name in removed))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = _split_overrides(extra, parser) if args.command == "train" else {}
+    if extra and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "train":
+            return _train(args, overrides)
+        if args.command == "eval":
+            return _eval(args)
+        if args.command == "info":
+            return _info()
+        return _shm(args)
+    except WorkerDiedError as exc:
+        print(f"hogwild: error: {exc}", file=sys.stderr)
+        return 1
+    except HogwildError as exc:
+        print(f"hogwild: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hogwild: interrupted; workers stopped and shared memory removed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
