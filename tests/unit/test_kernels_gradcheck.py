@@ -1,0 +1,275 @@
+"""Finite-difference checks of the model kernels, in float64.
+
+Proves that :func:`hogwild.model.engine.backward` returns the exact gradient of the loss
+(cross-entropy of the softmax output) that :func:`hogwild.model.engine.forward` computes: for
+small networks covering every layer type and option (convolution with valid and same padding,
+stride 1 and 2, kernel 3 and 5, one and several input and output maps; max-pooling 2/2 and 3/2;
+fully connected; relu, tanh, sigmoid; dropout in training mode with a fixed kernel seed; softmax
+with cross-entropy), every parameter's gradient and the gradient with respect to the input agree
+with float64 central differences. Also proves that parameter gradients accumulate over examples
+and do not depend on whether the input gradient is asked for.
+
+The kernels are generic over the float type; float64 arrays compile float64 variants. The op
+table is data, so one compiled forward and one compiled backward serve every network here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogwild.config import config_from_dict
+from hogwild.model.engine import backward, forward
+from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
+from hogwild.model.random import seed_kernels
+
+EPS = 1e-6
+RTOL = 1e-5
+ATOL = 1e-8
+DROPOUT_SEED = 1234
+
+
+def conv(maps, kernel, stride=1, padding="valid"):
+    return {"type": "conv", "maps": maps, "kernel": kernel, "stride": stride, "padding": padding}
+
+
+def pool(size, stride):
+    return {"type": "maxpool", "size": size, "stride": stride}
+
+
+def fc(units):
+    return {"type": "fc", "units": units}
+
+
+def act(kind):
+    return {"type": kind}
+
+
+def dropout(p):
+    return {"type": "dropout", "p": p}
+
+
+SOFTMAX = {"type": "softmax"}
+
+# Each network: (input shape, layers). Together they cover every layer type and option.
+NETWORKS = {
+    # valid k3 s1 with 2 -> 3 maps, relu, pool 2/2, fc, tanh
+    "conv_valid_k3_s1-pool2-fc-tanh": (
+        [2, 10, 10],
+        [conv(3, 3), act("relu"), pool(2, 2), fc(6), act("tanh"), fc(10), SOFTMAX],
+    ),
+    # same k5 s2 with 3 -> 4 maps, sigmoid, pool 3/2
+    "conv_same_k5_s2-sigmoid-pool3": (
+        [3, 9, 9],
+        [conv(4, 5, 2, "same"), act("sigmoid"), pool(3, 2), fc(10), SOFTMAX],
+    ),
+    # same k5 s1, then valid k3 s2, tanh, dropout before the classifier
+    "conv_same_k5_s1-conv_valid_k3_s2-dropout": (
+        [2, 8, 8],
+        [
+            conv(3, 5, 1, "same"),
+            act("relu"),
+            conv(2, 3, 2, "valid"),
+            act("tanh"),
+            dropout(0.3),
+            fc(10),
+            SOFTMAX,
+        ],
+    ),
+    # one input map, same k3 s1, pool 3/2, fc-relu-dropout-fc
+    "conv_same_k3_s1-pool3-fc-relu-dropout": (
+        [1, 7, 7],
+        [
+            conv(2, 3, 1, "same"),
+            act("relu"),
+            pool(3, 2),
+            fc(8),
+            act("relu"),
+            dropout(0.5),
+            fc(10),
+            SOFTMAX,
+        ],
+    ),
+    # valid k5 s2, then same k3 s2 (strided path with padding), sigmoid
+    "conv_valid_k5_s2-conv_same_k3_s2": (
+        [2, 11, 11],
+        [conv(3, 5, 2, "valid"), conv(2, 3, 2, "same"), act("sigmoid"), fc(10), SOFTMAX],
+    ),
+    # an activation and dropout as the very first layers (input gradient through them)
+    "sigmoid-dropout-fc-relu-fc": (
+        [1, 3, 4],
+        [act("sigmoid"), dropout(0.25), fc(6), act("relu"), fc(10), SOFTMAX],
+    ),
+    # a pool as the first layer, then two stacked activations
+    "pool2-fc-tanh-relu": (
+        [2, 6, 6],
+        [pool(2, 2), fc(7), act("tanh"), act("relu"), fc(10), SOFTMAX],
+    ),
+}
+
+
+def make_network(input_shape, layers) -> Network:
+    config = config_from_dict({"model": {"input": input_shape, "layers": layers}})
+    return build_network(config.model)
+
+
+class Problem:
+    """One network with float64 parameters, an input and a label, evaluated via the engine."""
+
+    def __init__(self, network: Network, seed: int, need_input_grad: bool = True):
+        rng = np.random.default_rng(seed)
+        self.network = network
+        self.ops = network.ops.copy()
+        if need_input_grad:
+            self.ops[0, COL_NEED_DIN] = 1
+        self.params = np.zeros(network.n_params, dtype=np.float64)
+        for spec in network.params:
+            values = rng.normal(0.0, np.sqrt(1.5 / spec.fan_in), spec.size)
+            self.params[spec.offset : spec.offset + spec.size] = values
+        self.x = rng.normal(0.0, 1.0, network.input_size)
+        self.label = int(rng.integers(0, network.n_classes))
+        self.a = np.zeros(network.act_size, dtype=np.float64)
+        self.da = np.zeros(network.act_size, dtype=np.float64)
+        self.aux = np.zeros(network.act_size, dtype=np.int32)
+        self.scratch = np.zeros(network.scratch_size, dtype=np.float64)
+        self.out = int(network.ops[-1, COL_OUT])
+
+    def run_forward(self, params: np.ndarray, x: np.ndarray) -> None:
+        self.a[:] = 0.0
+        self.a[: self.network.input_size] = x
+        seed_kernels(DROPOUT_SEED)  # the same dropout mask on every forward pass
+        forward(self.ops, params, self.a, self.aux, self.scratch, True)
+
+    def loss(self, params: np.ndarray, x: np.ndarray) -> float:
+        self.run_forward(params, x)
+        return -float(np.log(self.a[self.out + self.label]))
+
+    def analytic(self) -> tuple[np.ndarray, np.ndarray]:
+        """(parameter gradient, input gradient) from the engine's backward."""
+        self.run_forward(self.params, self.x)
+        grad = np.zeros_like(self.params)
+        self.da[:] = 0.0
+        backward(self.ops, self.params, self.a, self.da, self.aux, self.scratch, grad, self.label)
+        return grad, self.da[: self.network.input_size].copy()
+
+    def numeric_params(self, indices: np.ndarray) -> np.ndarray:
+        out = np.empty(len(indices))
+        p = self.params.copy()
+        for n, i in enumerate(indices):
+            saved = p[i]
+            p[i] = saved + EPS
+            up = self.loss(p, self.x)
+            p[i] = saved - EPS
+            down = self.loss(p, self.x)
+            p[i] = saved
+            out[n] = (up - down) / (2 * EPS)
+        return out
+
+    def numeric_input(self) -> np.ndarray:
+        out = np.empty(self.network.input_size)
+        x = self.x.copy()
+        for i in range(len(x)):
+            saved = x[i]
+            x[i] = saved + EPS
+            up = self.loss(self.params, x)
+            x[i] = saved - EPS
+            down = self.loss(self.params, x)
+            x[i] = saved
+            out[i] = (up - down) / (2 * EPS)
+        return out
+
+
+def param_indices(network: Network) -> np.ndarray:
+    """Every parameter's index in the flat vector (alignment padding left out)."""
+    return np.concatenate(
+        [np.arange(spec.offset, spec.offset + spec.size) for spec in network.params]
+    )
+
+
+@pytest.fixture(scope="module", params=sorted(NETWORKS), ids=sorted(NETWORKS))
+def problem(request) -> Problem:
+    input_shape, layers = NETWORKS[request.param]
+    return Problem(make_network(input_shape, layers), seed=len(request.param))
+
+
+def test_parameter_gradients_match_central_differences(problem):
+    grad, _ = problem.analytic()
+    indices = param_indices(problem.network)
+    numeric = problem.numeric_params(indices)
+    for spec in problem.network.params:
+        lo = np.searchsorted(indices, spec.offset)
+        np.testing.assert_allclose(
+            grad[spec.offset : spec.offset + spec.size],
+            numeric[lo : lo + spec.size],
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg=f"gradient of {spec.name}",
+        )
+    assert np.abs(numeric).max() > 1e-4  # the check is not vacuous
+
+
+def test_input_gradient_matches_central_differences(problem):
+    _, dx = problem.analytic()
+    numeric = problem.numeric_input()
+    np.testing.assert_allclose(dx, numeric, rtol=RTOL, atol=ATOL)
+    assert np.abs(numeric).max() > 1e-4
+
+
+def test_padding_between_tensors_gets_no_gradient(problem):
+    grad, _ = problem.analytic()
+    mask = np.ones(problem.network.n_params, dtype=bool)
+    mask[param_indices(problem.network)] = False
+    assert not grad[mask].any()
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(NETWORKS) if "dropout" in n])
+def test_dropout_mask_is_neither_empty_nor_full(name):
+    """The dropout networks really drop some units and keep others (so the check means much)."""
+    problem = Problem(make_network(*NETWORKS[name]), seed=len(name))
+    problem.run_forward(problem.params, problem.x)
+    for layer in problem.network.layers:
+        if layer.config.type == "dropout":
+            start = problem.network.act_offsets[layer.index + 1]
+            mask = problem.aux[start : start + int(np.prod(layer.out_shape))]
+            assert 0 < mask.sum() < len(mask)
+            x_start = problem.network.act_offsets[layer.index]
+            kept = problem.a[x_start : x_start + len(mask)] / (1.0 - layer.config.p)
+            y = problem.a[start : start + len(mask)]
+            np.testing.assert_allclose(y, np.where(mask == 1, kept, 0.0), rtol=1e-12)
+
+
+def test_gradients_accumulate_and_do_not_depend_on_the_input_gradient(problem):
+    """backward adds into grad (a minibatch sums); NEED_DIN of layer 0 only adds the input grad."""
+    grad_once, _ = problem.analytic()
+    without = Problem(problem.network, seed=0, need_input_grad=False)
+    without.params, without.x, without.label = problem.params, problem.x, problem.label
+    without.run_forward(without.params, without.x)
+    grad = np.zeros_like(problem.params)
+    for _ in range(2):
+        backward(
+            without.ops,
+            without.params,
+            without.a,
+            without.da,
+            without.aux,
+            without.scratch,
+            grad,
+            without.label,
+        )
+    np.testing.assert_allclose(grad, 2.0 * grad_once, rtol=1e-12, atol=1e-15)
+
+
+def test_dropout_in_evaluation_mode_is_the_identity():
+    network = make_network([1, 3, 4], [dropout(0.5), fc(10), SOFTMAX])
+    problem = Problem(network, seed=3)
+    problem.a[: network.input_size] = problem.x
+    forward(problem.ops, problem.params, problem.a, problem.aux, problem.scratch, False)
+    start = network.act_offsets[1]
+    np.testing.assert_array_equal(problem.a[start : start + network.input_size], problem.x)
+
+
+def test_softmax_output_is_a_probability_vector(problem):
+    problem.run_forward(problem.params, problem.x)
+    probs = problem.a[problem.out : problem.out + problem.network.n_classes]
+    assert (probs > 0).all()
+    assert probs.sum() == pytest.approx(1.0, abs=1e-12)

@@ -1,0 +1,338 @@
+"""The numba engine against PyTorch autograd, in float32.
+
+Proves that the engine computes what the equivalent PyTorch model computes, with the weights
+copied by name from :meth:`Network.views` (conv ``[out, in, kh, kw]``, fc ``[out, in]``):
+
+* one example's class probabilities, every parameter gradient and the input gradient, for the
+  bundled Adam MNIST model, a same-padding / stride-2 / max-pool 3/2 variant, and a
+  tanh / sigmoid / dropout variant (dropout with the engine's own mask);
+* ``predict_batch`` and ``evaluate_range`` (normalisation ``(x / 255 - mean) / std`` of uint8
+  images, summed cross-entropy, number correct) in evaluation mode;
+* ``train_chunk`` with batch 4 and plain SGD equals one ``torch.optim.SGD`` step on the mean
+  cross-entropy of those 4 examples;
+* two ``train_chunk`` minibatches with momentum 0.9 and weight decay 0.01 equal
+  ``torch.optim.SGD(momentum=0.9, weight_decay=0.01)`` with decay on weights only (biases in a
+  group without decay), velocities included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogwild.config import config_from_dict, load_config
+from hogwild.model.engine import backward, evaluate_range, forward, predict_batch, train_chunk
+from hogwild.model.init import initialise
+from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
+from hogwild.model.random import seed_kernels
+from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
+from hogwild.train.context import TrainingContext
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+RTOL = 1e-4
+ATOL = 1e-5
+MEAN = 0.1307
+STD = 0.3081
+
+
+def _model(layers: list[dict], input_shape=(1, 28, 28)):
+    data = {"model": {"input": list(input_shape), "layers": layers}}
+    return config_from_dict(data).model
+
+
+SAME_STRIDE2 = _model(
+    [
+        {"type": "conv", "maps": 6, "kernel": 5, "stride": 2, "padding": "same"},
+        {"type": "relu"},
+        {"type": "maxpool", "size": 3, "stride": 2},
+        {"type": "conv", "maps": 8, "kernel": 3, "stride": 1, "padding": "same"},
+        {"type": "relu"},
+        {"type": "conv", "maps": 12, "kernel": 3, "stride": 2, "padding": "same"},
+        {"type": "relu"},
+        {"type": "fc", "units": 32},
+        {"type": "relu"},
+        {"type": "fc", "units": 10},
+        {"type": "softmax"},
+    ]
+)
+
+SMOOTH_DROPOUT = _model(
+    [
+        {"type": "conv", "maps": 4, "kernel": 3, "stride": 2, "padding": "valid"},
+        {"type": "tanh"},
+        {"type": "maxpool", "size": 2, "stride": 2},
+        {"type": "conv", "maps": 6, "kernel": 3, "stride": 1, "padding": "valid"},
+        {"type": "sigmoid"},
+        {"type": "dropout", "p": 0.4},
+        {"type": "fc", "units": 24},
+        {"type": "tanh"},
+        {"type": "dropout", "p": 0.2},
+        {"type": "fc", "units": 10},
+        {"type": "softmax"},
+    ]
+)
+
+MODELS = {
+    "adam_mnist": load_config().model,
+    "same_stride2": SAME_STRIDE2,
+    "tanh_sigmoid_dropout": SMOOTH_DROPOUT,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def network(request) -> Network:
+    return build_network(MODELS[request.param])
+
+
+def init_params(network: Network, seed: int) -> np.ndarray:
+    params = np.zeros(network.n_params, dtype=np.float32)
+    initialise(network, params, "torch", 1.0, seed)
+    return params
+
+
+def torch_params(network: Network, params: np.ndarray) -> dict:
+    return {
+        name: torch.tensor(view.copy(), requires_grad=True)
+        for name, view in network.views(params).items()
+    }
+
+
+def torch_logits(network: Network, tp: dict, x, masks: dict | None = None):
+    """The equivalent PyTorch model, layer by layer; ``x`` is [n, c, h, w], returns logits.
+
+    ``masks`` holds, per dropout layer index, the engine's keep mask [n, units] (training mode);
+    without it dropout is the identity (evaluation mode).
+    """
+    for layer in network.layers:
+        cfg, kind = layer.config, layer.config.type
+        if kind == "conv":
+            pad = (cfg.kernel - 1) // 2 if cfg.padding == "same" else 0
+            w, b = tp[f"{layer.name}.weight"], tp[f"{layer.name}.bias"]
+            x = F.conv2d(x, w, b, stride=cfg.stride, padding=pad)
+        elif kind == "maxpool":
+            x = F.max_pool2d(x, cfg.size, cfg.stride)
+        elif kind == "fc":
+            x = F.linear(x.flatten(1), tp[f"{layer.name}.weight"], tp[f"{layer.name}.bias"])
+        elif kind == "relu":
+            x = torch.relu(x)
+        elif kind == "tanh":
+            x = torch.tanh(x)
+        elif kind == "sigmoid":
+            x = torch.sigmoid(x)
+        elif kind == "dropout":
+            if masks is not None:
+                mask = torch.tensor(masks[layer.index], dtype=x.dtype).reshape(x.shape)
+                x = x * mask / (1.0 - cfg.p)
+        elif kind == "softmax":
+            return x
+        assert tuple(x.shape[1:]) == layer.out_shape, layer
+    raise AssertionError("no softmax layer")
+
+
+def dropout_masks(network: Network, aux: np.ndarray) -> dict:
+    """The engine's dropout masks (kept in ``aux`` at each dropout layer's output offset)."""
+    masks = {}
+    for layer in network.layers:
+        if layer.config.type == "dropout":
+            start = network.act_offsets[layer.index + 1]
+            masks[layer.index] = aux[..., start : start + int(np.prod(layer.out_shape))].copy()
+    return masks
+
+
+def random_images(network: Network, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(n, network.input_size), dtype=np.uint8)
+    labels = rng.integers(0, network.n_classes, size=n).astype(np.uint8)
+    return images, labels
+
+
+def normalised(network: Network, images: np.ndarray):
+    x = torch.tensor(images.astype(np.float32)).reshape(-1, *network.input_shape)
+    return (x / 255.0 - MEAN) / STD
+
+
+def assert_grads_equal(network: Network, grad: np.ndarray, tp: dict) -> None:
+    views = network.views(grad)
+    for spec in network.params:
+        expected = tp[spec.name].grad.numpy()
+        np.testing.assert_allclose(
+            views[spec.name], expected, rtol=RTOL, atol=ATOL, err_msg=f"gradient of {spec.name}"
+        )
+        assert np.abs(expected).max() > 0, spec.name  # every tensor's check means something
+
+
+def assert_params_equal(network: Network, params: np.ndarray, tp: dict) -> None:
+    views = network.views(params)
+    for spec in network.params:
+        np.testing.assert_allclose(
+            views[spec.name],
+            tp[spec.name].detach().numpy(),
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg=f"parameter {spec.name}",
+        )
+
+
+def test_one_example_forward_and_backward_match_autograd(network):
+    params = init_params(network, seed=5)
+    rng = np.random.default_rng(6)
+    x = rng.normal(0.0, 1.0, network.input_size).astype(np.float32)
+    label = np.uint8(3)  # the type train_chunk passes: shares its compiled backward
+    ops = network.ops.copy()
+    ops[0, COL_NEED_DIN] = 1
+    ctx = TrainingContext.allocate(network, 1)
+    a, da, aux = ctx.act[0], ctx.dact[0], ctx.aux[0]
+    a[: network.input_size] = x
+    seed_kernels(11)
+    forward(ops, params, a, aux, ctx.scratch, True)
+    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, label)
+
+    tp = torch_params(network, params)
+    tx = torch.tensor(x).reshape(1, *network.input_shape).requires_grad_(True)
+    logits = torch_logits(network, tp, tx, dropout_masks(network, aux[None, :]))
+    F.cross_entropy(logits, torch.tensor([int(label)])).backward()
+
+    out = int(network.ops[-1, COL_OUT])
+    probs = torch.softmax(logits, dim=1)[0].detach().numpy()
+    np.testing.assert_allclose(a[out : out + network.n_classes], probs, rtol=RTOL, atol=ATOL)
+    assert_grads_equal(network, ctx.grad, tp)
+    np.testing.assert_allclose(
+        da[: network.input_size], tx.grad.numpy().ravel(), rtol=RTOL, atol=ATOL
+    )
+
+
+def test_predict_batch_matches_torch_in_evaluation_mode(network):
+    params = init_params(network, seed=7)
+    images, _ = random_images(network, 5, seed=8)
+    x = normalised(network, images)
+    ctx = TrainingContext.allocate(network, 1)
+    probs = np.zeros((len(images), network.n_classes), dtype=np.float32)
+    predict_batch(
+        network.ops,
+        params,
+        ctx.act,
+        ctx.aux,
+        ctx.scratch,
+        np.ascontiguousarray(x.reshape(len(images), -1).numpy()),
+        probs,
+    )
+    with torch.no_grad():
+        expected = torch.softmax(torch_logits(network, torch_params(network, params), x), 1)
+    np.testing.assert_allclose(probs, expected.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_evaluate_range_matches_torch_loss_and_accuracy():
+    network = build_network(MODELS["adam_mnist"])
+    params = init_params(network, seed=9)
+    images, labels = random_images(network, 12, seed=10)
+    ctx = TrainingContext.allocate(network, 1)
+    loss, correct = evaluate_range(
+        network.ops, params, ctx.act, ctx.aux, ctx.scratch, images, labels, 2, 11, MEAN, STD
+    )
+    with torch.no_grad():
+        logits = torch_logits(network, torch_params(network, params), normalised(network, images))
+    target = torch.tensor(labels.astype(np.int64))
+    expected = F.cross_entropy(logits[2:11], target[2:11], reduction="sum").item()
+    assert loss == pytest.approx(expected, rel=RTOL)
+    assert correct == int((logits[2:11].argmax(1) == target[2:11]).sum())
+
+
+def _train(network, params, velocity, ctx, images, labels, batch, lr, mu, wd, rule):
+    order = np.arange(len(images), dtype=np.int64)
+    return train_chunk(
+        network.ops,
+        params,
+        velocity,
+        ctx.grad,
+        ctx.act,
+        ctx.dact,
+        ctx.aux,
+        ctx.scratch,
+        images,
+        labels,
+        order,
+        0,
+        len(images),
+        batch,
+        lr,
+        mu,
+        wd,
+        rule,
+        MEAN,
+        STD,
+    )
+
+
+@pytest.mark.parametrize("name", ["adam_mnist", "same_stride2"])
+def test_minibatch_sgd_step_matches_torch(name):
+    network = build_network(MODELS[name])
+    params = init_params(network, seed=12)
+    before = params.copy()
+    tp = torch_params(network, params)
+    images, labels = random_images(network, 4, seed=13)
+    ctx = TrainingContext.allocate(network, 4)
+    velocity = np.zeros_like(params)
+    loss, correct = _train(
+        network, params, velocity, ctx, images, labels, 4, 0.1, 0.0, 0.0, RULE_SGD
+    )
+
+    optimizer = torch.optim.SGD(list(tp.values()), lr=0.1)
+    logits = torch_logits(network, tp, normalised(network, images))
+    target = torch.tensor(labels.astype(np.int64))
+    mean_loss = F.cross_entropy(logits, target)
+    mean_loss.backward()
+    optimizer.step()
+
+    assert loss == pytest.approx(4 * mean_loss.item(), rel=RTOL)
+    assert correct == int((logits.argmax(1) == target).sum())
+    assert_params_equal(network, params, tp)
+    # The step itself (not only the parameters, which barely move) matches torch's step.
+    for spec in network.params:
+        step = (
+            before[spec.offset : spec.offset + spec.size]
+            - params[spec.offset : spec.offset + spec.size]
+        )
+        expected = 0.1 * tp[spec.name].grad.numpy().ravel()
+        np.testing.assert_allclose(step, expected, rtol=1e-3, atol=1e-6, err_msg=spec.name)
+    assert not ctx.grad.any()  # the private gradient is cleared by the update
+    assert not velocity.any()  # plain SGD keeps no velocity
+
+
+def test_two_momentum_steps_with_weight_decay_match_torch():
+    network = build_network(MODELS["adam_mnist"])
+    params = init_params(network, seed=14)
+    tp = torch_params(network, params)
+    images, labels = random_images(network, 8, seed=15)
+    ctx = TrainingContext.allocate(network, 4)
+    velocity = np.zeros_like(params)
+    _train(
+        network, params, velocity, ctx, images[:4], labels[:4], 4, 0.05, 0.9, 0.01, RULE_MOMENTUM
+    )
+    _train(
+        network, params, velocity, ctx, images[4:], labels[4:], 4, 0.05, 0.9, 0.01, RULE_MOMENTUM
+    )
+
+    weights = [t for name, t in tp.items() if name.endswith(".weight")]
+    biases = [t for name, t in tp.items() if name.endswith(".bias")]
+    optimizer = torch.optim.SGD(
+        [{"params": weights, "weight_decay": 0.01}, {"params": biases, "weight_decay": 0.0}],
+        lr=0.05,
+        momentum=0.9,
+    )
+    target = torch.tensor(labels.astype(np.int64))
+    x = normalised(network, images)
+    for step in range(2):
+        optimizer.zero_grad()
+        logits = torch_logits(network, tp, x[4 * step : 4 * step + 4])
+        F.cross_entropy(logits, target[4 * step : 4 * step + 4]).backward()
+        optimizer.step()
+
+    assert_params_equal(network, params, tp)
+    buffers = network.views(velocity)
+    for spec in network.params:
+        buffer = optimizer.state[tp[spec.name]]["momentum_buffer"].numpy()
+        np.testing.assert_allclose(
+            buffers[spec.name], buffer, rtol=1e-3, atol=1e-5, err_msg=f"velocity of {spec.name}"
+        )
