@@ -13,6 +13,7 @@ saved into every checkpoint and metrics file (:meth:`Config.to_dict`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -292,6 +293,11 @@ def _validate(config: Config, origin: str) -> None:
     def fail(msg: str) -> None:
         raise ConfigError(f"{origin}: {msg}")
 
+    for section in SECTIONS:
+        for f in dataclasses.fields(_SECTION_TYPES[section]):
+            value = getattr(getattr(config, section), f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                fail(f"{section}.{f.name} must be a finite number, got {value}")
     for (section, key), choices in _CHOICES.items():
         value = getattr(getattr(config, section), key)
         if value not in choices:
@@ -306,6 +312,11 @@ def _validate(config: Config, origin: str) -> None:
                 fail(f"{where}: maps, kernel and stride must be >= 1")
             if layer.padding not in ("valid", "same"):
                 fail(f"{where}: padding must be 'valid' or 'same', got {layer.padding!r}")
+            if layer.padding == "same" and layer.kernel % 2 == 0:
+                fail(
+                    f"{where}: padding 'same' pads (kernel - 1) / 2 on every side and needs an "
+                    f"odd kernel, got {layer.kernel}; use 'valid' or an odd kernel"
+                )
         if layer.type == "maxpool" and (layer.size < 1 or layer.stride < 1):
             fail(f"{where}: size and stride must be >= 1")
         if layer.type == "fc" and layer.units < 1:
@@ -321,6 +332,10 @@ def _validate(config: Config, origin: str) -> None:
         fail(f"optim.lr must be > 0, got {optim.lr}")
     if not 0.0 <= optim.momentum < 1.0:
         fail(f"optim.momentum must be in [0, 1), got {optim.momentum}")
+    if not config.model.init_scale > 0:
+        fail(f"model.init_scale must be > 0, got {config.model.init_scale}")
+    if train.seed < 0:
+        fail(f"train.seed must be >= 0, got {train.seed}")
     if optim.weight_decay < 0 or optim.min_lr < 0:
         fail("optim.weight_decay and optim.min_lr must be >= 0")
     if not 0.0 < optim.decay <= 1.0:
