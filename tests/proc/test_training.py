@@ -1,0 +1,159 @@
+"""End-to-end training with real worker processes on the real MNIST files.
+
+Proves the acceptance example (two workers on a 5,000-example subset reach 95 % test accuracy),
+that the metrics file and checkpoints hold what the README promises, that a checkpoint loads into
+the equivalent ``torch.nn`` model with ``load_state_dict`` and predicts the same, that ``--resume``
+continues where the last checkpoint left off, and that ``--sync`` trains with one worker.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import hogwild
+from hogwild.data.mnist import load_mnist
+from hogwild.train.checkpoint import latest_checkpoint
+from hogwild.train.metrics import read_metrics
+
+FINAL_KEYS = {
+    "connections",
+    "examples_per_s",
+    "connections_per_s",
+    "train_loss",
+    "test_accuracy",
+    "workers",
+    "epochs",
+    "wall_s",
+}
+
+
+@pytest.fixture(scope="module")
+def mnist(shared_mnist_dir):
+    return load_mnist(shared_mnist_dir)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, mnist):
+    """Two workers, 5,000 examples, three epochs, with checkpoints and metrics."""
+    out = tmp_path_factory.mktemp("trained")
+    result = hogwild.train(
+        data=mnist,
+        workers=2,
+        epochs=3,
+        subset=5000,
+        checkpoint_dir=out / "ckpt",
+        metrics=out / "metrics.jsonl",
+        progress=False,
+    )
+    return result, out
+
+
+def test_two_workers_on_5000_examples_reach_95_percent(trained):
+    result, _ = trained
+    assert result.metrics["workers"] == 2
+    assert result.metrics["test_accuracy"] >= 0.95
+
+
+def test_metrics_file_has_epochs_and_final_figures(trained):
+    _, out = trained
+    records = read_metrics(out / "metrics.jsonl")
+    events = [r["event"] for r in records]
+    assert events == ["start", "epoch", "epoch", "epoch", "final"]
+    final = records[-1]
+    assert FINAL_KEYS <= set(final)
+    assert final["connections"] == 756_000
+    assert 0.0 <= final["test_accuracy"] <= 1.0
+    assert final["connections_per_s"] == pytest.approx(final["examples_per_s"] * 756_000)
+    assert final["config"]["train"]["workers"] == 2
+    epochs = [r for r in records if r["event"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == [0, 1, 2]
+    assert all(r["examples"] == 5000 for r in epochs)
+
+
+def test_checkpoint_predicts_like_the_equivalent_torch_model(trained, mnist):
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    _, out = trained
+    sidecar = latest_checkpoint(out / "ckpt")
+    assert sidecar is not None and sidecar.name == "epoch-0002.json"
+    info = json.loads(sidecar.read_text())["info"]
+    assert info["epoch"] == 2 and info["config"]["train"]["subset"] == 5000
+
+    class AdamMnist(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(1, 10, 5)
+            self.conv2 = torch.nn.Conv2d(10, 20, 5)
+            self.fc1 = torch.nn.Linear(320, 400)
+            self.fc2 = torch.nn.Linear(400, 400)
+            self.fc3 = torch.nn.Linear(400, 10)
+
+        def forward(self, x):
+            f = torch.nn.functional
+            x = f.max_pool2d(f.relu(self.conv1(x)), 2)
+            x = f.max_pool2d(f.relu(self.conv2(x)), 2)
+            x = f.relu(self.fc1(x.flatten(1)))
+            x = f.relu(self.fc2(x))
+            return self.fc3(x)
+
+    model = AdamMnist()
+    state = safetensors_torch.load_file(str(sidecar.with_suffix(".safetensors")))
+    model.load_state_dict(state)  # strict: the names and shapes must match exactly
+    images = mnist.test_images[:2000]
+    x = torch.from_numpy((images.astype(np.float32) / 255.0 - 0.1307) / 0.3081).unsqueeze(1)
+    with torch.no_grad():
+        torch_labels = model(x).argmax(1).numpy()
+    ours = hogwild.load_checkpoint(out / "ckpt").predict(images)
+    assert (ours == torch_labels).mean() >= 0.999  # float32 rounding may flip a near-tie
+    assert (ours == mnist.test_labels[:2000]).mean() >= 0.95
+
+
+def test_evaluate_matches_the_training_run(trained, mnist):
+    result, out = trained
+    evaluation = hogwild.evaluate(out / "ckpt", data=mnist)
+    assert evaluation["examples"] == 10_000
+    assert evaluation["test_accuracy"] == pytest.approx(result.metrics["test_accuracy"], abs=1e-4)
+
+
+def test_resume_continues_after_the_last_checkpoint(tmp_path, mnist):
+    options = dict(data=mnist, workers=2, subset=1000, progress=False)
+    first = hogwild.train(epochs=1, checkpoint_dir=tmp_path / "ck", **options)
+    assert first.metrics["epochs_run"] == 1
+    resumed = hogwild.train(
+        epochs=2, checkpoint_dir=tmp_path / "ck", metrics=tmp_path / "m.jsonl", resume=True,
+        **options,
+    )
+    assert resumed.metrics["epochs_run"] == 1
+    assert [h["epoch"] for h in resumed.history] == [0, 1]
+    epochs = [r["epoch"] for r in read_metrics(tmp_path / "m.jsonl") if r["event"] == "epoch"]
+    assert epochs == [1]
+    assert latest_checkpoint(tmp_path / "ck").name == "epoch-0001.json"
+
+
+def test_sync_trains_with_one_worker(mnist):
+    result = hogwild.train(data=mnist, sync=True, workers=2, epochs=1, subset=500, progress=False)
+    assert result.metrics["workers"] == 1
+    assert result.metrics["sync"] is True
+    assert result.history[0]["examples"] == 500
+
+
+def test_epoch_fraction_closes_the_epoch_early(mnist):
+    result = hogwild.train(
+        data=mnist, workers=2, epochs=1, subset=4000, epoch_fraction=0.5, progress=False,
+        overrides={"train.chunk": 16},
+    )
+    examples = result.history[0]["examples"]
+    # One worker finishing its 2,000 closes the epoch; the other stops within one chunk.
+    assert 2000 <= examples <= 4000
+
+
+@pytest.mark.parametrize("start_method", ["forkserver"])
+def test_forkserver_start_method(mnist, start_method):
+    result = hogwild.train(
+        data=mnist, workers=2, epochs=1, subset=300, progress=False,
+        overrides={"train.start_method": start_method},
+    )
+    assert result.history[0]["examples"] == 300
