@@ -21,7 +21,10 @@ from hogwild.model.layer_kernels import (
     dropout_backward,
     dropout_forward,
     fc_backward,
+    fc_backward_inputs,
+    fc_backward_sgd_in_place,
     fc_forward,
+    fc_weight_update,
     maxpool_backward,
     maxpool_forward,
     softmax_forward,
@@ -53,7 +56,7 @@ from hogwild.model.network import (
     OP_SOFTMAX,
     OP_TANH,
 )
-from hogwild.optim.rules import apply_update
+from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD, apply_update
 
 
 @njit(cache=True, nogil=True)
@@ -116,9 +119,29 @@ def forward(ops, params, a, aux, scratch, training):
             softmax_forward(a, x_off, a, y_off, r[COL_C])
 
 
+FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
+
+
 @njit(cache=True, nogil=True)
 def backward(ops, params, a, da, aux, scratch, grad, label):
-    """Backpropagate one example whose forward pass is in ``a``; accumulate into ``grad``."""
+    """Backpropagate one example whose forward pass is in ``a``; accumulate into ``grad``.
+
+    Every parameter's gradient ends up in ``grad`` (the reference path, checked against finite
+    differences and PyTorch); training uses :func:`backward_for_training`.
+    """
+    backward_for_training(ops, params, a, da, aux, scratch, grad, label, FC_ACCUMULATE, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def backward_for_training(ops, params, a, da, aux, scratch, grad, label, fc_mode, step):
+    """Backpropagate one example; ``fc_mode`` says what happens to fully connected weights.
+
+    ``FC_ACCUMULATE``: their gradient is added to ``grad`` like every other parameter's.
+    ``FC_DEFER``: nothing; the minibatch's update is applied later from the activations and
+    errors left in ``a``/``da`` (:func:`~hogwild.model.layer_kernels.fc_weight_update`).
+    ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` is applied to each row as the backward
+    pass streams it (batch 1).
+    """
     for layer in range(ops.shape[0] - 1, -1, -1):
         r = ops[layer]
         op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
@@ -149,21 +172,53 @@ def backward(ops, params, a, da, aux, scratch, grad, label):
                 need,
             )
         elif op == OP_FC:
-            fc_backward(
-                a,
-                x_off,
-                params,
-                r[COL_W],
-                r[COL_B],
-                da,
-                y_off,
-                da,
-                x_off,
-                grad,
-                r[COL_C],
-                r[COL_O],
-                need,
-            )
+            if fc_mode == FC_SGD_IN_PLACE:
+                fc_backward_sgd_in_place(
+                    a,
+                    x_off,
+                    params,
+                    r[COL_W],
+                    r[COL_B],
+                    da,
+                    y_off,
+                    da,
+                    x_off,
+                    grad,
+                    r[COL_C],
+                    r[COL_O],
+                    need,
+                    step,
+                )
+            elif fc_mode == FC_ACCUMULATE:
+                fc_backward(
+                    a,
+                    x_off,
+                    params,
+                    r[COL_W],
+                    r[COL_B],
+                    da,
+                    y_off,
+                    da,
+                    x_off,
+                    grad,
+                    r[COL_C],
+                    r[COL_O],
+                    need,
+                )
+            else:
+                fc_backward_inputs(
+                    params,
+                    r[COL_W],
+                    r[COL_B],
+                    da,
+                    y_off,
+                    da,
+                    x_off,
+                    grad,
+                    r[COL_C],
+                    r[COL_O],
+                    need,
+                )
         elif not need:
             continue
         elif op == OP_MAXPOOL:
@@ -201,12 +256,20 @@ def train_chunk(
 ):
     """Train on ``order[start:stop]`` in minibatches of ``batch``, updating ``params`` in place.
 
+    Per-example SGD without weight decay (Adam's setting) updates each fully connected row as
+    the backward pass streams it; otherwise the fully connected weights are updated once per
+    minibatch from its activations and errors. Convolution weights and all biases go through the
+    private gradient vector ``grad``. Every update is a lock-free read-modify-write of the shared
+    ``params`` (Hogwild).
+
     Returns:
         (summed loss, number classified correctly) over the examples, measured during training.
     """
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
     n_classes = ops[last, COL_O]
+    in_place = batch == 1 and rule == RULE_SGD and wd == 0.0
+    fc_mode = FC_SGD_IN_PLACE if in_place else FC_DEFER
     loss = 0.0
     correct = 0
     pos = start
@@ -221,8 +284,32 @@ def train_chunk(
             loss += cross_entropy(a, out_off, label)
             if argmax(a, out_off, n_classes) == label:
                 correct += 1
-            backward(ops, params, a, dact[b], aux[b], scratch, grad, label)
-        apply_update(ops, params, velocity, grad, lr, 1.0 / n, mu, wd, rule)
+            backward_for_training(
+                ops, params, a, dact[b], aux[b], scratch, grad, label, fc_mode, lr
+            )
+        scale = 1.0 / n
+        if not in_place:
+            for layer in range(ops.shape[0]):
+                if ops[layer, COL_OP] == OP_FC:
+                    fc_weight_update(
+                        act,
+                        dact,
+                        n,
+                        ops[layer, COL_IN],
+                        ops[layer, COL_OUT],
+                        params,
+                        ops[layer, COL_W],
+                        velocity,
+                        ops[layer, COL_C],
+                        ops[layer, COL_O],
+                        lr,
+                        scale,
+                        mu,
+                        wd,
+                        rule == RULE_MOMENTUM,
+                        scratch,
+                    )
+        apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, False)
         pos += n
     return loss, correct
 

@@ -80,6 +80,93 @@ def fc_backward(x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_ou
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def fc_backward_inputs(w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx):
+    """dL/dx = W^T dy and the bias gradient only; the weight update comes later."""
+    dxs = dx[dx_off : dx_off + n_in]
+    if need_dx:
+        dxs[:] = 0.0
+    for o in range(n_out):
+        d = dy[dy_off + o]
+        g[b_off + o] += d
+        if d == 0.0 or not need_dx:
+            continue
+        row = w[w_off + o * n_in : w_off + (o + 1) * n_in]
+        for i in range(n_in):
+            dxs[i] += row[i] * d
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def fc_backward_sgd_in_place(
+    x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx, step
+):
+    """Backward of one example fused with its SGD step on the weights: ``W -= step * dy x^T``.
+
+    Each row of W is streamed once: its old values feed dL/dx, then it is updated in place. Rows
+    whose output gradient is zero (a relu that was off) are not touched at all. The bias gradient
+    still goes to ``g``, applied with the other small tensors.
+    """
+    xs = x[x_off : x_off + n_in]
+    dxs = dx[dx_off : dx_off + n_in]
+    if need_dx:
+        dxs[:] = 0.0
+    for o in range(n_out):
+        d = dy[dy_off + o]
+        g[b_off + o] += d
+        if d == 0.0:
+            continue
+        row = w[w_off + o * n_in : w_off + (o + 1) * n_in]
+        delta = np.float32(-step * d)
+        if need_dx:
+            for i in range(n_in):
+                old = row[i]
+                dxs[i] += old * d
+                row[i] = old + delta * xs[i]
+        else:
+            for i in range(n_in):
+                row[i] += delta * xs[i]
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def fc_weight_update(
+    act, dact, n, x_off, y_off, w, w_off, velocity, n_in, n_out, lr, scale, mu, wd, momentum, tmp
+):
+    """Apply a minibatch's fully connected weight update from its activations and errors.
+
+    The gradient of W over n examples is ``sum_b dy_b x_b^T`` (Adam section 3.2.6 sends exactly
+    these vectors to the parameter server instead of the M*N matrix). It is never materialised:
+    each row is formed in ``tmp`` (or, for plain SGD, applied straight from the vectors) and
+    written once, so a minibatch costs one pass over W instead of a gradient buffer's three.
+    """
+    for o in range(n_out):
+        row = w[w_off + o * n_in : w_off + (o + 1) * n_in]
+        if not momentum and wd == 0.0:
+            for b in range(n):
+                c = np.float32(-lr * scale * dact[b, y_off + o])
+                if c != 0.0:
+                    xs = act[b, x_off : x_off + n_in]
+                    for i in range(n_in):
+                        row[i] += c * xs[i]
+            continue
+        t = tmp[:n_in]
+        t[:] = 0.0
+        for b in range(n):
+            d = np.float32(scale * dact[b, y_off + o])
+            if d != 0.0:
+                xs = act[b, x_off : x_off + n_in]
+                for i in range(n_in):
+                    t[i] += d * xs[i]
+        if momentum:
+            v = velocity[w_off + o * n_in : w_off + (o + 1) * n_in]
+            for i in range(n_in):
+                vi = mu * v[i] + t[i] + wd * row[i]
+                v[i] = vi
+                row[i] -= lr * vi
+        else:
+            for i in range(n_in):
+                row[i] -= lr * (t[i] + wd * row[i])
+
+
+@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def activation_forward(kind, x, x_off, y, y_off, n):
     """kind 0: relu, 1: tanh, 2: sigmoid."""
     for i in range(n):

@@ -210,6 +210,7 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
             n_params = _add_params(params, name, (layer.units, n_in), n_in, n_params, row)
             row[COL_C], row[COL_O] = n_in, layer.units
             connections = n_in * layer.units
+            scratch_size = max(scratch_size, n_in)  # one row of a minibatch's weight update
         else:
             out = shape
             row[COL_C] = row[COL_O] = int(np.prod(shape))

@@ -16,6 +16,7 @@ Rules (``rule`` codes):
 Weight decay applies to weights only, never to biases.
 """
 
+import numpy as np
 from numba import njit
 
 from hogwild.model.network import COL_B, COL_C, COL_K, COL_O, COL_OP, COL_W, OP_CONV
@@ -25,25 +26,32 @@ RULE_MOMENTUM = 1
 RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM}
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath=True)
 def _update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
+    # Slices, so the loop index is non-negative and the loops vectorise.
+    p = params[start:stop]
+    g = grad[start:stop]
+    lr, scale, mu, wd = np.float32(lr), np.float32(scale), np.float32(mu), np.float32(wd)
     if rule == RULE_SGD:
-        for i in range(start, stop):
-            p = params[i]
-            params[i] = p - lr * (grad[i] * scale + wd * p)
-            grad[i] = 0.0
+        for i in range(p.shape[0]):
+            p[i] -= lr * (g[i] * scale + wd * p[i])
+            g[i] = 0.0
     else:
-        for i in range(start, stop):
-            p = params[i]
-            v = mu * velocity[i] + grad[i] * scale + wd * p
-            velocity[i] = v
-            params[i] = p - lr * v
-            grad[i] = 0.0
+        v = velocity[start:stop]
+        for i in range(p.shape[0]):
+            vi = mu * v[i] + g[i] * scale + wd * p[i]
+            v[i] = vi
+            p[i] -= lr * vi
+            g[i] = 0.0
 
 
 @njit(cache=True, nogil=True)
-def apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule):
-    """Apply ``scale * grad`` to every layer's parameters with the chosen rule; zero ``grad``."""
+def apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, fc_weights):
+    """Apply ``scale * grad`` to the layers' parameters with the chosen rule; zero ``grad``.
+
+    With ``fc_weights`` false the fully connected weight matrices are left out: the training
+    path updates them from activations and errors instead (``fc_weight_update``).
+    """
     for layer in range(ops.shape[0]):
         w_off = ops[layer, COL_W]
         if w_off < 0:
@@ -52,8 +60,10 @@ def apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule):
         if ops[layer, COL_OP] == OP_CONV:
             k = ops[layer, COL_K]
             n_weights = n_out * ops[layer, COL_C] * k * k
-        else:
+        elif fc_weights:
             n_weights = n_out * ops[layer, COL_C]
+        else:
+            n_weights = 0
         _update_range(params, velocity, grad, w_off, w_off + n_weights, lr, scale, mu, wd, rule)
         b_off = ops[layer, COL_B]
         _update_range(params, velocity, grad, b_off, b_off + n_out, lr, scale, mu, 0.0, rule)
