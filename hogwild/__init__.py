@@ -12,12 +12,11 @@ The public Python API, the same engine the ``hogwild`` command runs::
 Importing the package is cheap: numba and the engine load on first use.
 """
 
-from hogwild import runtime as _runtime  # noqa: F401  (sets numba's environment first)
-
 # The engine's package ``hogwild/train/`` shares its name with the API function ``train``.
 # Importing the (lightweight) package first means Python has already bound it, so the function
 # defined below keeps the name ``hogwild.train`` when submodules are imported later.
 import hogwild.train as _train_package  # noqa: E402, F401
+from hogwild import runtime as _runtime  # noqa: F401  (sets numba's environment first)
 
 __version__ = "0.1.0"
 
