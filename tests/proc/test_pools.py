@@ -1,0 +1,353 @@
+"""Lock-free buffer pools: behaviour in one process, then a multi-process stress.
+
+The stress has every process allocate and free thousands of blocks of random sizes, from numba
+and from Python, and claim each block in a shared owner table with compare-and-swap: a block
+handed out twice fails the claim; stamps written at both ends of a block must survive until it
+is freed; at the end every free list must hold each of its blocks exactly once (none lost).
+"""
+
+import multiprocessing as mp
+import pickle
+import time
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from numba import njit
+
+from hogwild.errors import HogwildError, SharedMemoryError
+from hogwild.shm.atomics import atomic_add, atomic_cas, atomic_load
+from hogwild.shm.pool import (
+    BufferPool,
+    DoubleFreeError,
+    InvalidHandleError,
+    PoolExhaustedError,
+    PoolRequestTooLargeError,
+    handle_class,
+    handle_index,
+    pool_alloc,
+    pool_block_id,
+    pool_block_size,
+    pool_free,
+    pool_offset,
+    size_class,
+)
+from hogwild.shm.pool_layout import (
+    C_HEAD,
+    C_LINK_BASE,
+    CLASS_SIZES,
+    EMPTY,
+    ERR_EXHAUSTED,
+    IDX_MASK,
+    N_CLASSES,
+    PoolLayout,
+    class_base,
+)
+from hogwild.shm.pool_segment import SharedSegment
+
+START_METHODS = ["spawn", "forkserver"]
+
+
+def _context(method: str) -> mp.context.BaseContext:
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["hogwild.shm.pool"])
+    return ctx
+
+
+def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:
+    """Start one process per args tuple, wait for all (killing stragglers); their exit codes."""
+    procs = [ctx.Process(target=target, args=args) for args in args_list]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout
+    try:
+        for proc in procs:
+            proc.join(max(0.1, deadline - time.monotonic()))
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return [proc.exitcode for proc in procs]
+
+
+def free_list(pool: BufferPool, c: int) -> list[int]:
+    """The block indices on class ``c``'s free list, head first (pool must be quiescent)."""
+    base = class_base(c)
+    idx = int(pool.ctl[base + C_HEAD]) & IDX_MASK
+    out = []
+    while idx != EMPTY and len(out) <= pool.layout.blocks[c]:
+        out.append(idx)
+        idx = int(pool.links[int(pool.ctl[base + C_LINK_BASE]) + idx])
+    return out
+
+
+# ------------------------------------------------------------------------------- one process
+
+
+def test_size_classes_cover_4k_to_32m():
+    assert CLASS_SIZES[0] == 4096 and CLASS_SIZES[-1] == 32 * 2**20 and N_CLASSES == 14
+    assert [size_class(n) for n in (1, 4096, 4097, 8192, 2**25)] == [0, 0, 1, 1, 13]
+    assert size_class(2**25 + 1) < 0 and size_class(0) < 0
+
+
+def test_blocks_are_aligned_distinct_and_sized():
+    with BufferPool.create({4096: 5, 8192: 3, 2**20: 2}) as pool:
+        handles = [pool.allocate(n) for n in (1, 4096, 4097, 8000, 600_000, 2**20)]
+        assert [pool.block_size(h) for h in handles] == [4096, 4096, 8192, 8192, 2**20, 2**20]
+        extents = sorted((pool.offset(h), pool.offset(h) + pool.block_size(h)) for h in handles)
+        assert all(start % 64 == 0 for start, _ in extents)
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(extents))
+        assert all(end <= pool.data.size for _, end in extents)
+        for h in handles:
+            view = pool.view(h, np.float32)
+            assert view.size == pool.block_size(h) // 4 and view.ctypes.data % 64 == 0
+            view[:] = h
+        for h in handles:
+            assert np.all(pool.view(h, np.float32) == np.float32(h))
+            pool.free(h)
+        assert pool.in_use() == 0
+        del view
+
+
+def test_exhaustion_and_oversize_are_typed_errors_not_hangs():
+    with BufferPool.create({4096: 2}) as pool:
+        a, b = pool.allocate(10), pool.allocate(10)
+        with pytest.raises(PoolExhaustedError, match="all 2 blocks of 4096 bytes in use"):
+            pool.allocate(10)
+        assert pool.try_allocate(10) is None
+        with pytest.raises(PoolExhaustedError):
+            pool.allocate(8192)  # a class with no blocks at all
+        with pytest.raises(PoolRequestTooLargeError, match="33554433"):
+            pool.allocate(2**25 + 1)
+        with pytest.raises(PoolRequestTooLargeError):
+            pool.allocate(0)
+        assert isinstance(PoolExhaustedError("x"), HogwildError)
+        pool.free(a)
+        assert pool.allocate(1) == a  # LIFO reuse
+        stats = pool.stats()
+        assert stats[0].in_use == 2 and stats[0].high_water == 2 and stats[0].failures == 2
+        assert stats[1].failures == 1
+        pool.free(a)
+        pool.free(b)
+
+
+def test_double_free_and_bad_handles_are_caught():
+    with BufferPool.create({4096: 2}) as pool:
+        h = pool.allocate(1)
+        pool.free(h)
+        with pytest.raises(DoubleFreeError):
+            pool.free(h)
+        with pytest.raises(DoubleFreeError):
+            pool.free(1)  # never allocated
+        for bad in (-1, 2, 14 << 32, (1 << 32) | 0):
+            with pytest.raises(InvalidHandleError):
+                pool.free(bad)
+        assert sorted(free_list(pool, 0)) == [0, 1]
+
+
+def test_high_water_mark_and_free_list_integrity():
+    with BufferPool.create([8] + [1] * 13) as pool:
+        hs = [pool.allocate(4096) for _ in range(6)]
+        for h in hs[:4]:
+            pool.free(h)
+        hs2 = [pool.allocate(100) for _ in range(3)]
+        stats = pool.stats()
+        assert stats[0].in_use == 5 and stats[0].high_water == 6
+        assert len(set(free_list(pool, 0)) | {handle_index(h) for h in hs[4:] + hs2}) == 8
+        for h in hs[4:] + hs2:
+            pool.free(h)
+        assert sorted(free_list(pool, 0)) == list(range(8))
+
+
+def test_attach_by_name_and_pickle_share_the_same_blocks():
+    with BufferPool.create({4096: 4}) as pool:
+        other = BufferPool.attach(pool.name)
+        again = pickle.loads(pickle.dumps(pool))
+        h = other.allocate(1)
+        pool.view(h)[:3] = [1, 2, 3]
+        assert list(again.view(h)[:3]) == [1, 2, 3]
+        again.free(h)
+        assert pool.in_use() == 0
+        other.close()
+        again.close()
+
+
+def test_attach_rejects_a_segment_that_is_no_pool():
+    with SharedSegment.create("test", 4096) as seg:
+        with pytest.raises(SharedMemoryError, match="buffer pool"):
+            BufferPool.attach(seg.name)
+    with pytest.raises(SharedMemoryError):
+        BufferPool.attach("/hogwild-test-1-1-deadbeef")
+
+
+def test_layout_rejects_bad_counts():
+    with pytest.raises(ValueError):
+        PoolLayout.compute({5000: 1})
+    with pytest.raises(ValueError):
+        PoolLayout.compute([1, 2, 3])
+    with pytest.raises(ValueError):
+        PoolLayout.compute(-1)
+
+
+def test_large_pool_costs_address_space_not_memory():
+    with BufferPool.create({2**25: 64}) as pool:  # 2 GiB of blocks, untouched
+        assert pool.layout.total_bytes > 2**31
+        h = pool.allocate(2**25)
+        assert pool.block_size(h) == 2**25
+        pool.free(h)
+
+
+# ------------------------------------------------------------------------- many processes
+
+STRESS_BLOCKS = {4096: 48, 8192: 24, 16384: 24, 32768: 12, 65536: 12, 131072: 6, 2**20: 3}
+STRESS_CLASSES = 9  # classes 0..8 are requested; 7 (512 KiB) has no blocks: always exhausted
+N_HOT_OPS = 30_000
+N_OPS = 20_000
+MAX_HOLD = 16
+PY_OPS = 1_000
+
+
+@njit(cache=True, nogil=True)
+def _claim(ctl, owner, h, old, new):
+    return atomic_cas(owner, pool_block_id(ctl, h), old, new) == old
+
+
+@njit(cache=True, nogil=True)
+def _stamp(ctl, data64, h):
+    first = pool_offset(ctl, h) // 8
+    return first, first + pool_block_size(ctl, h) // 8 - 1
+
+
+@njit(cache=True, nogil=True)
+def _release(ctl, links, data64, owner, wid, h):
+    first, last = _stamp(ctl, data64, h)
+    if data64[first] != (wid << 32) | h or data64[last] != ~((wid << 32) | h):
+        return -100  # someone else wrote into our block
+    if not _claim(ctl, owner, h, wid + 1, 0):
+        return -101
+    if pool_free(ctl, links, h) != 0:
+        return -102
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _stress(ctl, links, data64, owner, wid, n_ops, seed, n_classes, max_hold):
+    np.random.seed(seed)
+    held = np.empty(max_hold, np.int64)
+    n_held = 0
+    exhausted = 0
+    for _ in range(n_ops):
+        if n_held == max_hold or (n_held > 0 and np.random.random() < 0.5):
+            k = np.random.randint(n_held)
+            h = held[k]
+            held[k] = held[n_held - 1]
+            n_held -= 1
+            err = _release(ctl, links, data64, owner, wid, h)
+            if err:
+                return err
+        else:
+            c = np.random.randint(n_classes)
+            size = 4096 << c
+            nbytes = np.random.randint(size // 2 + 1, size + 1) if c else np.random.randint(1, 4097)
+            h = pool_alloc(ctl, links, nbytes)
+            if h == ERR_EXHAUSTED:
+                exhausted += 1
+                continue
+            if h < 0 or pool_block_size(ctl, h) < nbytes or handle_class(h) != c:
+                return -103
+            if not _claim(ctl, owner, h, 0, wid + 1):
+                return -104  # handed out twice
+            first, last = _stamp(ctl, data64, h)
+            data64[first] = (wid << 32) | h
+            data64[last] = ~((wid << 32) | h)
+            held[n_held] = h
+            n_held += 1
+    for k in range(n_held):
+        err = _release(ctl, links, data64, owner, wid, held[k])
+        if err:
+            return err
+    return exhausted
+
+
+def _python_stress(pool: BufferPool, data64, owner, wid: int, exhausted: int) -> int:
+    """The same as ``_stress``, through the pool's Python methods."""
+    rng = np.random.default_rng(wid)
+    held: list[int] = []
+    for _ in range(PY_OPS):
+        if held and (len(held) == MAX_HOLD or rng.random() < 0.5):
+            h = held.pop(int(rng.integers(len(held))))
+            err = _release(pool.ctl, pool.links, data64, owner, wid, h)
+            if err:
+                return err
+            continue
+        h = pool.try_allocate(int(rng.integers(1, 2**17)))
+        if h is None:
+            exhausted += 1
+            continue
+        if not _claim(pool.ctl, owner, h, 0, wid + 1):
+            return -104
+        first, last = _stamp(pool.ctl, data64, h)
+        data64[first], data64[last] = (wid << 32) | h, ~((wid << 32) | h)
+        held.append(h)
+    for h in held:
+        err = _release(pool.ctl, pool.links, data64, owner, wid, h)
+        if err:
+            return err
+    return exhausted
+
+
+def _stress_worker(pool: BufferPool, seg_name: str, wid: int, n_procs: int) -> None:
+    seg = SharedSegment.attach(seg_name)
+    owner = seg.array(0, np.int64, pool.layout.total_blocks)
+    results = seg.array(8 * pool.layout.total_blocks, np.int64, 16)
+    data64 = pool.data.view(np.int64)
+    _stress(pool.ctl, pool.links, data64, owner, wid, 0, 0, 1, 1)  # load before the start line
+    atomic_add(results, 15, 1)
+    deadline = time.monotonic() + 30
+    while atomic_load(results, 15) < n_procs and time.monotonic() < deadline:
+        pass
+    # Hot phase: everyone on the 4 KiB class, where races on one free-list head are likeliest.
+    outcome = _stress(pool.ctl, pool.links, data64, owner, wid, N_HOT_OPS, 7 + wid, 1, 4)
+    if outcome >= 0:  # mixed phase: random sizes over nine classes, one of them empty
+        mixed = _stress(
+            pool.ctl, pool.links, data64, owner, wid, N_OPS, 11 + wid, STRESS_CLASSES, MAX_HOLD
+        )
+        outcome = mixed if mixed < 0 else outcome + mixed
+    if outcome >= 0:
+        outcome = _python_stress(pool, data64, owner, wid, outcome)
+    results[wid] = outcome
+    del owner, results, data64
+    seg.close()
+    pool.close()
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_multiprocess_stress_no_block_twice_none_lost(method):
+    n_procs = 3
+    with BufferPool.create(STRESS_BLOCKS) as pool:
+        n = pool.layout.total_blocks
+        with SharedSegment.create("test", 8 * (n + 16)) as seg:
+            owner = seg.array(0, np.int64, n)
+            results = seg.array(8 * n, np.int64, 16)
+            results[:n_procs] = -999
+            codes = run_processes(
+                _context(method),
+                _stress_worker,
+                [(pool, seg.name, w, n_procs) for w in range(n_procs)],
+            )
+            assert codes == [0] * n_procs
+            outcomes = results[:n_procs].copy()
+            assert np.all(outcomes >= 0), outcomes  # no double handout, overwrite or bad free
+            assert np.all(owner == 0)
+            del owner, results
+        stats = pool.stats()
+        assert sum(s.failures for s in stats) == int(outcomes.sum())  # every refusal counted
+        assert stats[7].failures > 0  # the empty class refused, and nothing hung
+        for c, s in enumerate(stats):
+            assert s.in_use == 0
+            assert s.high_water <= s.blocks
+            assert sorted(free_list(pool, c)) == list(range(s.blocks))  # none lost, none twice
+            if s.blocks:
+                assert s.high_water > 0
