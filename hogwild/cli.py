@@ -1,20 +1,26 @@
-"""The ``hogwild`` command line: ``train``, ``eval``, ``info`` and ``shm``.
+"""The ``hogwild`` command line: ``train``, ``eval``, ``info``, ``shm`` and ``bench``.
 
 Every failure a user can cause is a :class:`~hogwild.errors.HogwildError`; the CLI prints its
 message on one line and exits with status 2 (1 for a worker that died, 130 for Ctrl-C), never a
 traceback. Any config key can be set as ``--section.key=value`` after the named flags.
+
+``hogwild bench NAME ...`` runs ``bench/NAME.py`` of the source tree (the benchmarks are scripts
+beside the package, not part of it), forwarding the remaining arguments to its ``main``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import re
 import sys
+from pathlib import Path
 
 from hogwild.errors import HogwildError, WorkerDiedError
 
 _OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
+BENCHMARKS = {"cores": "Adam Fig. 8: training throughput against cores, beside PyTorch Hogwild"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,6 +67,16 @@ def _parser() -> argparse.ArgumentParser:
     shm_sub.add_parser("ls", help="list segments with their owner and size")
     gc = shm_sub.add_parser("gc", help="remove segments whose owner process is dead")
     gc.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark (needs the source tree)",
+        description="Run a benchmark script of bench/; each prints one JSON line. "
+        "Arguments after the benchmark's name go to it (see hogwild bench NAME --help).",
+    )
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    for name, text in BENCHMARKS.items():
+        bench_sub.add_parser(name, help=text, add_help=False)
     return parser
 
 
@@ -138,14 +154,38 @@ def _shm(args) -> int:
     return 0
 
 
+def bench_dir() -> Path:
+    """The ``bench/`` folder of the source tree hogwild was installed from (editable)."""
+    import hogwild
+
+    return Path(hogwild.__file__).resolve().parents[1] / "bench"
+
+
+def _bench(name: str, argv: list[str]) -> int:
+    folder = bench_dir()
+    if not (folder / f"{name}.py").is_file():
+        raise HogwildError(
+            f"hogwild bench {name} needs the source tree: {folder / (name + '.py')} not found "
+            "(hogwild was installed without it; clone the repository and pip install -e .)"
+        )
+    if str(folder.parent) not in sys.path:
+        sys.path.insert(0, str(folder.parent))  # spawned children inherit it
+    module = importlib.import_module(f"bench.{name}")
+    return module.main(argv, prog=f"hogwild bench {name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
+    args, extra = parser.parse_known_args(argv[:2] if forward else argv)
     overrides = _split_overrides(extra, parser) if args.command == "train" else {}
     if extra and args.command != "train":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if forward:
+            return _bench(argv[1], argv[2:])
         if args.command == "train":
             return _train(args, overrides)
         if args.command == "eval":
