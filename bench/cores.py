@@ -228,7 +228,9 @@ def run_measurements(args: argparse.Namespace, config, data, order) -> tuple[dic
                 "peer": partial(measure_peer, peer, *common, shared=True, seed=args.seed),
             }
             if workers > 1:  # one process: a private and a shared model are the same
-                measures["peer_control"] = partial(measure_peer, peer, *common, shared=False)
+                measures["peer_control"] = partial(
+                    measure_peer, peer, *common, shared=False, seed=args.seed
+                )
             for rep in range(args.repeats):
                 sgemm.setdefault(workers, []).append(sgemm_gflops(workers)["total"])
                 names = list(measures)
