@@ -6,8 +6,8 @@ one int64 holding a 31-bit tag and a 32-bit block index, swapped with compare-an
 re-tagged on every push and pop, so a stalled thread whose snapshot of the head went stale (the
 ABA problem) fails its swap instead of corrupting the list (until the tag wraps after 2**31
 operations on that class while it stalls). Any process that attached the pool allocates and frees,
-from numba (the ``pool_*`` kernels, which take the pool's ``ctl`` and ``links`` arrays) or from
-Python (the methods, one numba call each).
+from numba (the ``pool_*`` kernels of :mod:`hogwild.shm.pool_kernels`, re-exported here, which
+take the pool's ``ctl`` and ``links`` arrays) or from Python (the methods, one numba call each).
 
 Invariants: a block is on its class's free list or handed out, never both and never twice; the
 link of a handed-out block reads ``LINK_ALLOCATED``, which is how a second ``free`` of the same
@@ -19,7 +19,7 @@ failed requests, with atomics, readable from any process (:meth:`BufferPool.stat
 Adam §3.3.1 allocates its parameter servers' buffers from such pools. What differs: our pools do
 not grow (the segment is sized once; exhaustion is a typed error the caller can act on), and a
 block's memory is placed on a NUMA node by whichever process touches it first (or by
-``hogwild.numa.pinning.bind_memory_to_node``), not by the pool.
+``hogwild.numa.pinning.bind_memory``), not by the pool.
 """
 
 from __future__ import annotations
@@ -28,45 +28,34 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from hogwild.errors import HogwildError, SharedMemoryError
-from hogwild.shm.atomics import (
-    atomic_add,
-    atomic_cas,
-    atomic_load,
-    atomic_load_relaxed,
-    atomic_max,
-    atomic_store,
-    atomic_store_relaxed,
+from hogwild.shm.atomics import atomic_load
+from hogwild.shm.pool_kernels import (
+    handle_class,
+    handle_index,
+    pool_alloc,
+    pool_alloc_class,
+    pool_block_id,
+    pool_block_size,
+    pool_free,
+    pool_offset,
+    size_class,
 )
 from hogwild.shm.pool_layout import (
-    C_BLOCK_SIZE,
-    C_DATA_OFF,
     C_FAILURES,
-    C_HEAD,
     C_HIGH_WATER,
     C_IN_USE,
-    C_LINK_BASE,
     C_NBLOCKS,
     CLASS_SIZES,
-    CLASS_WORDS,
     CTL_WORDS,
-    EMPTY,
     ERR_BAD_HANDLE,
-    ERR_BAD_SIZE,
     ERR_CORRUPT,
     ERR_DOUBLE_FREE,
     ERR_EXHAUSTED,
-    ERR_TOO_LARGE,
-    HEADER_WORDS,
     IDX_MASK,
-    LINK_ALLOCATED,
-    LINK_FREEING,
     MAX_BLOCK,
-    MIN_BLOCK,
     N_CLASSES,
-    TAG_MASK,
     PoolLayout,
     class_base,
 )
@@ -115,122 +104,6 @@ class DoubleFreeError(PoolError):
 
 class PoolCorruptedError(PoolError):
     """A free list points at a block that is handed out: the pool's memory was overwritten."""
-
-
-# --------------------------------------------------------------------------------------------
-# numba kernels: callable from any nopython code holding the pool's ``ctl`` and ``links`` arrays.
-
-
-@njit(cache=True, nogil=True)
-def size_class(nbytes):
-    """The class serving ``nbytes`` (0 for <= 4 KiB), or ``ERR_TOO_LARGE`` / ``ERR_BAD_SIZE``."""
-    if nbytes <= 0:
-        return ERR_BAD_SIZE
-    if nbytes > MAX_BLOCK:
-        return ERR_TOO_LARGE
-    c = 0
-    size = MIN_BLOCK
-    while size < nbytes:
-        size <<= 1
-        c += 1
-    return c
-
-
-@njit(cache=True, nogil=True)
-def handle_class(handle):
-    """The size class a handle belongs to."""
-    return handle >> 32
-
-
-@njit(cache=True, nogil=True)
-def handle_index(handle):
-    """The block index within its class of a handle."""
-    return handle & IDX_MASK
-
-
-@njit(cache=True, nogil=True)
-def pool_alloc_class(ctl, links, c):
-    """Pop a block of class ``c``: its handle, or ``ERR_EXHAUSTED`` / ``ERR_CORRUPT``."""
-    base = HEADER_WORDS + c * CLASS_WORDS
-    link_base = ctl[base + C_LINK_BASE]
-    while True:
-        old = atomic_load(ctl, base + C_HEAD)
-        idx = old & IDX_MASK
-        if idx == EMPTY:
-            atomic_add(ctl, base + C_FAILURES, 1)
-            return ERR_EXHAUSTED
-        nxt = atomic_load(links, link_base + idx)
-        if nxt < 0:
-            # Someone popped the block since we read the head, so the head must have moved on
-            # (the acquire load above orders their swap before this re-read). If it has not,
-            # the list is corrupt (memory scribbled over): fail instead of spinning forever.
-            if atomic_load(ctl, base + C_HEAD) == old:
-                return ERR_CORRUPT
-            continue
-        new = ((((old >> 32) + 1) & TAG_MASK) << 32) | nxt
-        if atomic_cas(ctl, base + C_HEAD, old, new) == old:
-            atomic_store(links, link_base + idx, LINK_ALLOCATED)
-            in_use = atomic_add(ctl, base + C_IN_USE, 1) + 1
-            if in_use > atomic_load_relaxed(ctl, base + C_HIGH_WATER):
-                atomic_max(ctl, base + C_HIGH_WATER, in_use)
-            return (c << 32) | idx
-
-
-@njit(cache=True, nogil=True)
-def pool_alloc(ctl, links, nbytes):
-    """Allocate a block of at least ``nbytes``: its handle (>= 0) or a negative ``ERR_*`` code."""
-    c = size_class(nbytes)
-    if c < 0:
-        return c
-    return pool_alloc_class(ctl, links, c)
-
-
-@njit(cache=True, nogil=True)
-def pool_free(ctl, links, handle):
-    """Return a handed-out block to its free list: 0, ``ERR_BAD_HANDLE`` or ``ERR_DOUBLE_FREE``."""
-    if handle < 0:
-        return ERR_BAD_HANDLE
-    c = handle >> 32
-    idx = handle & IDX_MASK
-    if c >= N_CLASSES:
-        return ERR_BAD_HANDLE
-    base = HEADER_WORDS + c * CLASS_WORDS
-    if idx >= ctl[base + C_NBLOCKS]:
-        return ERR_BAD_HANDLE
-    link = ctl[base + C_LINK_BASE] + idx
-    if atomic_cas(links, link, LINK_ALLOCATED, LINK_FREEING) != LINK_ALLOCATED:
-        return ERR_DOUBLE_FREE
-    while True:
-        old = atomic_load(ctl, base + C_HEAD)
-        atomic_store_relaxed(links, link, old & IDX_MASK)
-        new = ((((old >> 32) + 1) & TAG_MASK) << 32) | idx
-        if atomic_cas(ctl, base + C_HEAD, old, new) == old:
-            break
-    atomic_add(ctl, base + C_IN_USE, -1)
-    return 0
-
-
-@njit(cache=True, nogil=True)
-def pool_offset(ctl, handle):
-    """Byte offset of a block in the pool's data region (no validation)."""
-    base = HEADER_WORDS + (handle >> 32) * CLASS_WORDS
-    return ctl[base + C_DATA_OFF] + (handle & IDX_MASK) * ctl[base + C_BLOCK_SIZE]
-
-
-@njit(cache=True, nogil=True)
-def pool_block_id(ctl, handle):
-    """A block's index among all the pool's blocks (0 .. total_blocks - 1), for side tables."""
-    return ctl[HEADER_WORDS + (handle >> 32) * CLASS_WORDS + C_LINK_BASE] + (handle & IDX_MASK)
-
-
-@njit(cache=True, nogil=True)
-def pool_block_size(ctl, handle):
-    """Size in bytes of the block a handle names."""
-    return ctl[HEADER_WORDS + (handle >> 32) * CLASS_WORDS + C_BLOCK_SIZE]
-
-
-# --------------------------------------------------------------------------------------------
-# Python face.
 
 
 @dataclass(frozen=True)
