@@ -71,13 +71,13 @@ class ModelConfig:
 class OptimConfig:
     """The update rule and its learning-rate schedule."""
 
-    rule: str = "momentum"
-    lr: float = 0.01
+    rule: str = "sgd"
+    lr: float = 0.003
     momentum: float = 0.9
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0005
     schedule: str = "step"
     decay: float = 0.5
-    decay_every: int = 4
+    decay_every: int = 3
     min_lr: float = 0.0
 
 
@@ -85,7 +85,7 @@ class OptimConfig:
 class TrainConfig:
     """How the engine trains: epochs, batch, workers, epoch-end policy, seed."""
 
-    epochs: int = 16
+    epochs: int = 12
     batch: int = 1
     workers: int = 0
     sync: bool = False

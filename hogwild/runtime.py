@@ -7,8 +7,11 @@ the user already has) the moment ``hogwild`` is imported. Worker processes are s
 forkserver and inherit the environment, so they see the same value.
 """
 
+import hashlib
 import os
 from pathlib import Path
+
+KERNEL_PACKAGES = ("model", "optim", "shm", "data")
 
 
 def user_cache_dir() -> Path:
@@ -17,9 +20,27 @@ def user_cache_dir() -> Path:
     return Path(base) / "hogwild"
 
 
+def kernel_source_digest() -> str:
+    """A digest of every module that holds numba kernels.
+
+    numba invalidates a cached function when its own file changes, but not when a kernel it
+    calls in another file does; keying the cache directory by all kernel sources means an edited
+    or upgraded hogwild never runs stale machine code.
+    """
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for folder in KERNEL_PACKAGES:
+        for source in sorted((package / folder).glob("*.py")):
+            digest.update(source.name.encode())
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def configure_numba_environment() -> None:
     """Point numba's cache at hogwild's cache directory and keep numba single-threaded."""
-    os.environ.setdefault("NUMBA_CACHE_DIR", str(user_cache_dir() / "numba"))
+    os.environ.setdefault(
+        "NUMBA_CACHE_DIR", str(user_cache_dir() / "numba" / kernel_source_digest())
+    )
     # One numba thread per worker process: parallelism comes from processes, not threads.
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 

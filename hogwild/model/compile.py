@@ -34,6 +34,7 @@ def compile_kernels(network: Network, batch: int) -> None:
             context.dact,
             context.aux,
             context.scratch,
+            context.targets,
             images,
             labels,
             order,

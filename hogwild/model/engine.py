@@ -1,18 +1,26 @@
 """The numba engine: forward, backward and whole chunks of training, driven by the op table.
 
 One call of :func:`train_chunk` trains a worker through many minibatches without returning to
-Python: for each minibatch it loads the examples into the worker's preallocated activation rows,
-runs every layer forward and backward (dispatching on the op table built by
-:func:`hogwild.model.network.build_network`), accumulates the gradient privately, and applies the
-update to the shared parameters in place (:func:`hogwild.optim.rules.apply_update`). Nothing is
-allocated inside the loop: the activations ``act``, their gradients ``dact`` and the int32 ``aux``
-rows (max-pool arg-max, dropout masks) are ``[batch, act_size]`` arrays owned by the worker's
-training context.
+Python: for each minibatch it loads the examples into the worker's preallocated activation rows
+(``act[b]``, one per example), runs the layers forward and backward over the whole minibatch
+(dispatching on the op table built by :func:`hogwild.model.network.build_network`), and applies
+the update to the shared parameters in place. Convolutions and fully connected layers over
+several examples are matrix products (:mod:`hogwild.model.batch_kernels`); the element-wise layers
+and pooling run per example (:mod:`hogwild.model.layer_kernels`). Nothing is allocated inside the
+loop: ``act``, ``dact`` (activation gradients), ``aux`` (max-pool arg-max, dropout masks), the
+scratch and the private gradient vector belong to the worker's training context.
 """
 
+import numpy as np
 from numba import njit
 
-from hogwild.model.conv_kernels import conv_backward, conv_forward
+from hogwild.model.batch_kernels import (
+    conv_backward_batch,
+    conv_forward_batch,
+    fc_backward_batch,
+    fc_forward_batch,
+    fc_weight_update_batch,
+)
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,
@@ -68,21 +76,24 @@ def load_example(image, a, mean, std):
         a[i] = image[i] * inv - shift
 
 
+FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
+
+
 @njit(cache=True, nogil=True)
-def forward(ops, params, a, aux, scratch, training):
-    """Run every layer forward on one example's activation row ``a``."""
+def forward_batch(ops, params, act, aux, scratch, n, training):
+    """Run every layer forward on the first ``n`` activation rows."""
     for layer in range(ops.shape[0]):
         r = ops[layer]
         op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
         if op == OP_CONV:
-            conv_forward(
-                a,
+            conv_forward_batch(
+                act,
+                n,
                 x_off,
+                y_off,
                 params,
                 r[COL_W],
                 r[COL_B],
-                a,
-                y_off,
                 scratch,
                 r[COL_C],
                 r[COL_H],
@@ -94,70 +105,66 @@ def forward(ops, params, a, aux, scratch, training):
                 r[COL_STRIDE],
                 r[COL_PAD],
             )
-        elif op == OP_MAXPOOL:
-            maxpool_forward(
-                a,
-                x_off,
-                a,
-                y_off,
-                aux,
-                r[COL_C],
-                r[COL_H],
-                r[COL_W_IN],
-                r[COL_HO],
-                r[COL_WO],
-                r[COL_K],
-                r[COL_STRIDE],
+        elif op == OP_FC and n > 1:
+            fc_forward_batch(
+                act, n, x_off, y_off, params, r[COL_W], r[COL_B], scratch, r[COL_C], r[COL_O]
             )
-        elif op == OP_FC:
-            fc_forward(a, x_off, params, r[COL_W], r[COL_B], a, y_off, r[COL_C], r[COL_O])
-        elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
-            activation_forward(op - OP_RELU, a, x_off, a, y_off, r[COL_C])
-        elif op == OP_DROPOUT:
-            dropout_forward(a, x_off, a, y_off, aux, r[COL_C], r[COL_PERMILLE] * 1e-6, training)
-        elif op == OP_SOFTMAX:
-            softmax_forward(a, x_off, a, y_off, r[COL_C])
-
-
-FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
+        else:
+            for b in range(n):
+                _forward_one(r, params, act[b], aux[b], training)
 
 
 @njit(cache=True, nogil=True)
-def backward(ops, params, a, da, aux, scratch, grad, label):
-    """Backpropagate one example whose forward pass is in ``a``; accumulate into ``grad``.
-
-    Every parameter's gradient ends up in ``grad`` (the reference path, checked against finite
-    differences and PyTorch); training uses :func:`backward_for_training`.
-    """
-    backward_for_training(ops, params, a, da, aux, scratch, grad, label, FC_ACCUMULATE, 0.0)
+def _forward_one(r, params, a, aux, training):
+    op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
+    if op == OP_MAXPOOL:
+        maxpool_forward(
+            a,
+            x_off,
+            a,
+            y_off,
+            aux,
+            r[COL_C],
+            r[COL_H],
+            r[COL_W_IN],
+            r[COL_HO],
+            r[COL_WO],
+            r[COL_K],
+            r[COL_STRIDE],
+        )
+    elif op == OP_FC:
+        fc_forward(a, x_off, params, r[COL_W], r[COL_B], a, y_off, r[COL_C], r[COL_O])
+    elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
+        activation_forward(op - OP_RELU, a, x_off, a, y_off, r[COL_C])
+    elif op == OP_DROPOUT:
+        dropout_forward(a, x_off, a, y_off, aux, r[COL_C], r[COL_PERMILLE] * 1e-6, training)
+    elif op == OP_SOFTMAX:
+        softmax_forward(a, x_off, a, y_off, r[COL_C])
 
 
 @njit(cache=True, nogil=True)
-def backward_for_training(ops, params, a, da, aux, scratch, grad, label, fc_mode, step):
-    """Backpropagate one example; ``fc_mode`` says what happens to fully connected weights.
+def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mode, step, decay):
+    """Backpropagate the first ``n`` rows; ``fc_mode`` says what happens to fc weights.
 
-    ``FC_ACCUMULATE``: their gradient is added to ``grad`` like every other parameter's.
-    ``FC_DEFER``: nothing; the minibatch's update is applied later from the activations and
-    errors left in ``a``/``da`` (:func:`~hogwild.model.layer_kernels.fc_weight_update`).
-    ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` is applied to each row as the backward
-    pass streams it (batch 1).
+    ``FC_ACCUMULATE``: their gradient is added to ``grad`` like every other parameter's (the
+    reference path, checked against finite differences and PyTorch). ``FC_DEFER``: nothing; the
+    minibatch's update is applied afterwards from the activations and errors left in
+    ``act``/``dact``. ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` (and weight decay
+    factor ``decay``) is applied to each row as the backward pass streams it (one example).
     """
     for layer in range(ops.shape[0] - 1, -1, -1):
         r = ops[layer]
         op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
-        if op == OP_SOFTMAX:
-            softmax_xent_backward(a, y_off, label, da, x_off, r[COL_C])
-        elif op == OP_CONV:
-            conv_backward(
-                a,
+        if op == OP_CONV:
+            conv_backward_batch(
+                act,
+                dact,
+                n,
                 x_off,
+                y_off,
                 params,
                 r[COL_W],
                 r[COL_B],
-                da,
-                y_off,
-                da,
-                x_off,
                 grad,
                 scratch,
                 r[COL_C],
@@ -171,64 +178,111 @@ def backward_for_training(ops, params, a, da, aux, scratch, grad, label, fc_mode
                 r[COL_PAD],
                 need,
             )
-        elif op == OP_FC:
-            if fc_mode == FC_SGD_IN_PLACE:
-                fc_backward_sgd_in_place(
-                    a,
-                    x_off,
-                    params,
-                    r[COL_W],
-                    r[COL_B],
-                    da,
-                    y_off,
-                    da,
-                    x_off,
-                    grad,
-                    r[COL_C],
-                    r[COL_O],
-                    need,
-                    step,
+        elif op == OP_FC and fc_mode == FC_DEFER and n > 1:
+            fc_backward_batch(
+                act,
+                dact,
+                n,
+                x_off,
+                y_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                grad,
+                scratch,
+                r[COL_C],
+                r[COL_O],
+                need,
+            )
+        else:
+            for b in range(n):
+                _backward_one(
+                    r, params, act[b], dact[b], aux[b], grad, targets[b], fc_mode, step, decay
                 )
-            elif fc_mode == FC_ACCUMULATE:
-                fc_backward(
-                    a,
-                    x_off,
-                    params,
-                    r[COL_W],
-                    r[COL_B],
-                    da,
-                    y_off,
-                    da,
-                    x_off,
-                    grad,
-                    r[COL_C],
-                    r[COL_O],
-                    need,
-                )
-            else:
-                fc_backward_inputs(
-                    params,
-                    r[COL_W],
-                    r[COL_B],
-                    da,
-                    y_off,
-                    da,
-                    x_off,
-                    grad,
-                    r[COL_C],
-                    r[COL_O],
-                    need,
-                )
-        elif not need:
-            continue
-        elif op == OP_MAXPOOL:
-            n_in = r[COL_C] * r[COL_H] * r[COL_W_IN]
-            n_out = r[COL_O] * r[COL_HO] * r[COL_WO]
-            maxpool_backward(da, y_off, da, x_off, aux, y_off, n_in, n_out)
-        elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
-            activation_backward(op - OP_RELU, a, y_off, da, y_off, da, x_off, r[COL_C])
-        elif op == OP_DROPOUT:
-            dropout_backward(da, y_off, da, x_off, aux, y_off, r[COL_C], r[COL_PERMILLE] * 1e-6)
+
+
+@njit(cache=True, nogil=True)
+def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
+    op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
+    if op == OP_SOFTMAX:
+        softmax_xent_backward(a, y_off, label, da, x_off, r[COL_C])
+    elif op == OP_FC:
+        if fc_mode == FC_SGD_IN_PLACE:
+            fc_backward_sgd_in_place(
+                a,
+                x_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                da,
+                y_off,
+                da,
+                x_off,
+                grad,
+                r[COL_C],
+                r[COL_O],
+                need,
+                step,
+                decay,
+            )
+        elif fc_mode == FC_ACCUMULATE:
+            fc_backward(
+                a,
+                x_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                da,
+                y_off,
+                da,
+                x_off,
+                grad,
+                r[COL_C],
+                r[COL_O],
+                need,
+            )
+        else:
+            fc_backward_inputs(
+                params, r[COL_W], r[COL_B], da, y_off, da, x_off, grad, r[COL_C], r[COL_O], need
+            )
+    elif not need:
+        return
+    elif op == OP_MAXPOOL:
+        n_in = r[COL_C] * r[COL_H] * r[COL_W_IN]
+        n_out = r[COL_O] * r[COL_HO] * r[COL_WO]
+        maxpool_backward(da, y_off, da, x_off, aux, y_off, n_in, n_out)
+    elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
+        activation_backward(op - OP_RELU, a, y_off, da, y_off, da, x_off, r[COL_C])
+    elif op == OP_DROPOUT:
+        dropout_backward(da, y_off, da, x_off, aux, y_off, r[COL_C], r[COL_PERMILLE] * 1e-6)
+
+
+@njit(cache=True, nogil=True)
+def forward(ops, params, a, aux, scratch, training):
+    """Run every layer forward on one example's activation row ``a``."""
+    size = a.shape[0]
+    forward_batch(ops, params, a.reshape((1, size)), aux.reshape((1, size)), scratch, 1, training)
+
+
+@njit(cache=True, nogil=True)
+def backward(ops, params, a, da, aux, scratch, grad, label):
+    """Backpropagate one example whose forward pass is in ``a``; every gradient into ``grad``."""
+    size = a.shape[0]
+    targets = np.full(1, label, dtype=np.int64)
+    backward_batch(
+        ops,
+        params,
+        a.reshape((1, size)),
+        da.reshape((1, size)),
+        aux.reshape((1, size)),
+        scratch,
+        grad,
+        targets,
+        1,
+        FC_ACCUMULATE,
+        0.0,
+        1.0,
+    )
 
 
 @njit(cache=True, nogil=True)
@@ -241,6 +295,7 @@ def train_chunk(
     dact,
     aux,
     scratch,
+    targets,
     images,
     labels,
     order,
@@ -256,8 +311,8 @@ def train_chunk(
 ):
     """Train on ``order[start:stop]`` in minibatches of ``batch``, updating ``params`` in place.
 
-    Per-example SGD without weight decay (Adam's setting) updates each fully connected row as
-    the backward pass streams it; otherwise the fully connected weights are updated once per
+    Per-example SGD (Adam's setting) updates each fully connected row as the backward pass
+    streams it; otherwise the fully connected weights are updated once per
     minibatch from its activations and errors. Convolution weights and all biases go through the
     private gradient vector ``grad``. Every update is a lock-free read-modify-write of the shared
     ``params`` (Hogwild).
@@ -268,7 +323,7 @@ def train_chunk(
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
     n_classes = ops[last, COL_O]
-    in_place = batch == 1 and rule == RULE_SGD and wd == 0.0
+    in_place = batch == 1 and rule == RULE_SGD
     fc_mode = FC_SGD_IN_PLACE if in_place else FC_DEFER
     loss = 0.0
     correct = 0
@@ -277,31 +332,53 @@ def train_chunk(
         n = min(batch, stop - pos)
         for b in range(n):
             example = order[pos + b]
-            a = act[b]
-            load_example(images[example], a, mean, std)
-            forward(ops, params, a, aux[b], scratch, True)
-            label = labels[example]
-            loss += cross_entropy(a, out_off, label)
-            if argmax(a, out_off, n_classes) == label:
+            load_example(images[example], act[b], mean, std)
+            targets[b] = labels[example]
+        forward_batch(ops, params, act, aux, scratch, n, True)
+        for b in range(n):
+            loss += cross_entropy(act[b], out_off, targets[b])
+            if argmax(act[b], out_off, n_classes) == targets[b]:
                 correct += 1
-            backward_for_training(
-                ops, params, a, dact[b], aux[b], scratch, grad, label, fc_mode, lr
-            )
+        backward_batch(
+            ops, params, act, dact, aux, scratch, grad, targets, n, fc_mode, lr, 1.0 - lr * wd
+        )
         scale = 1.0 / n
         if not in_place:
             for layer in range(ops.shape[0]):
-                if ops[layer, COL_OP] == OP_FC:
+                r = ops[layer]
+                if r[COL_OP] != OP_FC:
+                    continue
+                if n > 1:
+                    fc_weight_update_batch(
+                        act,
+                        dact,
+                        n,
+                        r[COL_IN],
+                        r[COL_OUT],
+                        params,
+                        r[COL_W],
+                        velocity,
+                        scratch,
+                        r[COL_C],
+                        r[COL_O],
+                        lr,
+                        scale,
+                        mu,
+                        wd,
+                        rule == RULE_MOMENTUM,
+                    )
+                else:
                     fc_weight_update(
                         act,
                         dact,
                         n,
-                        ops[layer, COL_IN],
-                        ops[layer, COL_OUT],
+                        r[COL_IN],
+                        r[COL_OUT],
                         params,
-                        ops[layer, COL_W],
+                        r[COL_W],
                         velocity,
-                        ops[layer, COL_C],
-                        ops[layer, COL_O],
+                        r[COL_C],
+                        r[COL_O],
                         lr,
                         scale,
                         mu,
@@ -320,16 +397,19 @@ def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, 
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
     n_classes = ops[last, COL_O]
+    batch = act.shape[0]
     loss = 0.0
     correct = 0
-    a = act[0]
-    for example in range(start, stop):
-        load_example(images[example], a, mean, std)
-        forward(ops, params, a, aux[0], scratch, False)
-        label = labels[example]
-        loss += cross_entropy(a, out_off, label)
-        if argmax(a, out_off, n_classes) == label:
-            correct += 1
+    for first in range(start, stop, batch):
+        n = min(batch, stop - first)
+        for b in range(n):
+            load_example(images[first + b], act[b], mean, std)
+        forward_batch(ops, params, act, aux, scratch, n, False)
+        for b in range(n):
+            label = labels[first + b]
+            loss += cross_entropy(act[b], out_off, label)
+            if argmax(act[b], out_off, n_classes) == label:
+                correct += 1
     return loss, correct
 
 
@@ -339,10 +419,12 @@ def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
     n_classes = ops[last, COL_O]
-    a = act[0]
-    for example in range(inputs.shape[0]):
-        for i in range(inputs.shape[1]):
-            a[i] = inputs[example, i]
-        forward(ops, params, a, aux[0], scratch, False)
-        for k in range(n_classes):
-            probabilities[example, k] = a[out_off + k]
+    batch = act.shape[0]
+    for first in range(0, inputs.shape[0], batch):
+        n = min(batch, inputs.shape[0] - first)
+        for b in range(n):
+            act[b, : inputs.shape[1]] = inputs[first + b]
+        forward_batch(ops, params, act, aux, scratch, n, False)
+        for b in range(n):
+            for k in range(n_classes):
+                probabilities[first + b, k] = act[b, out_off + k]

@@ -97,33 +97,38 @@ def fc_backward_inputs(w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def fc_backward_sgd_in_place(
-    x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx, step
+    x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx, step, decay
 ):
-    """Backward of one example fused with its SGD step on the weights: ``W -= step * dy x^T``.
+    """Backward of one example fused with its SGD step: ``W = decay * W - step * dy x^T``.
 
-    Each row of W is streamed once: its old values feed dL/dx, then it is updated in place. Rows
-    whose output gradient is zero (a relu that was off) are not touched at all. The bias gradient
-    still goes to ``g``, applied with the other small tensors.
+    Each row of W is streamed once: its old values feed dL/dx, then it is updated in place.
+    ``decay`` is ``1 - lr * weight_decay``; without weight decay (1.0), rows whose output gradient
+    is zero (a relu that was off) are not touched at all. The bias gradient still goes to ``g``,
+    applied with the other small tensors.
     """
     xs = x[x_off : x_off + n_in]
     dxs = dx[dx_off : dx_off + n_in]
     if need_dx:
         dxs[:] = 0.0
+    shrink = np.float32(decay)
     for o in range(n_out):
         d = dy[dy_off + o]
         g[b_off + o] += d
-        if d == 0.0:
-            continue
         row = w[w_off + o * n_in : w_off + (o + 1) * n_in]
+        if d == 0.0:
+            if shrink != 1.0:
+                for i in range(n_in):
+                    row[i] *= shrink
+            continue
         delta = np.float32(-step * d)
         if need_dx:
             for i in range(n_in):
                 old = row[i]
                 dxs[i] += old * d
-                row[i] = old + delta * xs[i]
+                row[i] = old * shrink + delta * xs[i]
         else:
             for i in range(n_in):
-                row[i] += delta * xs[i]
+                row[i] = row[i] * shrink + delta * xs[i]
 
 
 @njit(cache=True, nogil=True, fastmath=True, error_model="numpy")

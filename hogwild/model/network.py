@@ -25,7 +25,7 @@ import numpy as np
 
 from hogwild.config import LayerConfig, ModelConfig
 from hogwild.errors import ConfigError
-from hogwild.model.conv_kernels import conv_scratch_size
+from hogwild.model.batch_kernels import batch_scratch_size
 
 # Op codes of the engine.
 OP_CONV, OP_MAXPOOL, OP_FC, OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT, OP_SOFTMAX = range(8)
@@ -100,7 +100,7 @@ class Network:
     n_params: int  # length of the flat parameter vector (with alignment padding)
     act_offsets: tuple[int, ...]  # offset of each activation block within one example's slot
     act_size: int  # floats of all activation blocks of one example
-    scratch_size: int  # floats of per-worker scratch the convolutions need
+    weighted_dims: tuple  # per weighted layer: ("conv", C, O, Ho*Wo, K) or ("fc", n_in, n_out)
     ops: np.ndarray  # int64 [n_layers, N_COLS]
     input_shape: tuple[int, int, int]
     n_classes: int
@@ -109,6 +109,15 @@ class Network:
     def connections(self) -> int:
         """Adam's connection count: multiply-accumulates of one forward pass."""
         return sum(layer.connections for layer in self.layers)
+
+    def scratch_floats(self, batch: int) -> int:
+        """Floats of per-worker scratch the kernels need for minibatches of ``batch``."""
+        return batch_scratch_size(self.weighted_dims, batch)
+
+    @property
+    def scratch_size(self) -> int:
+        """Scratch for one example (what the single-example entry points need)."""
+        return self.scratch_floats(1)
 
     @property
     def input_size(self) -> int:
@@ -155,7 +164,7 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
     ops = np.zeros((len(model.layers), N_COLS), dtype=np.int64)
     act_offsets = [0]
     act_cursor = _align(int(np.prod(shape)))
-    scratch_size = 1
+    weighted_dims: list[tuple] = []
     n_params = 0
     counts = {"conv": 0, "fc": 0}
     for index, layer in enumerate(model.layers):
@@ -187,7 +196,7 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
             row[COL_O], row[COL_HO], row[COL_WO] = layer.maps, ho, wo
             row[COL_K], row[COL_STRIDE], row[COL_PAD] = k, s, pad
             connections = ho * wo * layer.maps * c * k * k
-            scratch_size = max(scratch_size, conv_scratch_size(c, h, w, layer.maps, ho, wo, k, pad))
+            weighted_dims.append(("conv", c, layer.maps, ho * wo, k))
         elif kind == "maxpool":
             if len(shape) != 3:
                 raise ConfigError(f"{where} needs a [maps, height, width] input, got {shape}")
@@ -210,7 +219,7 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
             n_params = _add_params(params, name, (layer.units, n_in), n_in, n_params, row)
             row[COL_C], row[COL_O] = n_in, layer.units
             connections = n_in * layer.units
-            scratch_size = max(scratch_size, n_in)  # one row of a minibatch's weight update
+            weighted_dims.append(("fc", n_in, layer.units))
         else:
             out = shape
             row[COL_C] = row[COL_O] = int(np.prod(shape))
@@ -234,7 +243,7 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
         n_params=n_params,
         act_offsets=tuple(act_offsets),
         act_size=act_cursor,
-        scratch_size=scratch_size,
+        weighted_dims=tuple(weighted_dims),
         ops=ops,
         input_shape=tuple(model.input),
         n_classes=n_classes,

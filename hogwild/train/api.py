@@ -26,6 +26,8 @@ from hogwild.train.checkpoint import Checkpoint
 from hogwild.train.checkpoint import load_checkpoint as _load_checkpoint_files
 from hogwild.train.trainer import TrainResult, run_training
 
+PREDICT_BATCH = 64  # examples per forward pass when predicting
+
 _KEYWORDS = {
     "workers": "train.workers",
     "epochs": "train.epochs",
@@ -115,7 +117,7 @@ class TrainedModel:
         from hogwild.train.context import TrainingContext
 
         inputs = self._normalise(images)
-        context = TrainingContext.allocate(self.network, 1)
+        context = TrainingContext.allocate(self.network, PREDICT_BATCH)
         probabilities = np.zeros((len(inputs), self.network.n_classes), dtype=np.float32)
         predict_batch(
             self.network.ops,

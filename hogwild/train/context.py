@@ -21,7 +21,8 @@ class TrainingContext:
     dact: np.ndarray  # float32 [batch, act_size]
     aux: np.ndarray  # int32 [batch, act_size]
     grad: np.ndarray  # float32 [n_params]
-    scratch: np.ndarray  # float32 [scratch_size], shared by the layers of one example
+    scratch: np.ndarray  # float32, operands of the batched matrix products (one layer at a time)
+    targets: np.ndarray  # int64 [batch], the labels of the minibatch in flight
 
     @classmethod
     def allocate(cls, network: Network, batch: int) -> "TrainingContext":
@@ -31,9 +32,11 @@ class TrainingContext:
             dact=np.zeros((batch, network.act_size), dtype=np.float32),
             aux=np.zeros((batch, network.act_size), dtype=np.int32),
             grad=np.zeros(network.n_params, dtype=np.float32),
-            scratch=np.zeros(network.scratch_size, dtype=np.float32),
+            scratch=np.zeros(network.scratch_floats(batch), dtype=np.float32),
+            targets=np.zeros(batch, dtype=np.int64),
         )
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.act, self.dact, self.aux, self.grad, self.scratch))
+        buffers = (self.act, self.dact, self.aux, self.grad, self.scratch, self.targets)
+        return sum(a.nbytes for a in buffers)

@@ -12,6 +12,7 @@ are stopped (terminated, then killed, if they do not leave) and the arena is rem
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -46,6 +47,7 @@ from hogwild.train.placement import worker_count, worker_cpu_sets
 from hogwild.train.progress import ProgressBar
 from hogwild.train.worker import worker_main
 
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 READY_TIMEOUT_S = 300.0  # a worker that cannot load its kernels in this long is broken
 POLL_S = 0.1
 STOP_TIMEOUT_S = 5.0
@@ -187,6 +189,16 @@ class Trainer:
         cpu_sets = worker_cpu_sets(self.n_workers, self.config.train.placement)
         layout_json = self.arena.layout.to_json()
         config_dict = self.config.to_dict()
+        with single_threaded_blas():
+            self._spawn(context, cpu_sets, layout_json, config_dict)
+        ready = 0
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while ready < self.n_workers:
+            message = self._next_message(deadline, "starting")
+            if message[0] == "ready":
+                ready += 1
+
+    def _spawn(self, context, cpu_sets, layout_json, config_dict) -> None:
         for worker in range(self.n_workers):
             commands = context.Queue()
             process = context.Process(
@@ -206,12 +218,6 @@ class Trainer:
             process.start()
             self.commands.append(commands)
             self.processes.append(process)
-        ready = 0
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while ready < self.n_workers:
-            message = self._next_message(deadline, "starting")
-            if message[0] == "ready":
-                ready += 1
 
     # -- epochs ----------------------------------------------------------------------------------
 
@@ -369,6 +375,25 @@ class Trainer:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Start processes with BLAS limited to one thread: parallelism comes from the workers.
+
+    A spawned process inherits the environment at its start, before anything loads BLAS; the
+    parent's own setting is restored afterwards.
+    """
+    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
+    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _restore(network: Network, flat: np.ndarray, tensors: dict, path, suffix: str) -> None:

@@ -115,6 +115,7 @@ def _serve(worker, job, network, arena, context, commands, results, parent) -> N
                     context.dact,
                     context.aux,
                     context.scratch,
+                    context.targets,
                     train_images,
                     train_labels,
                     order,

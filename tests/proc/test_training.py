@@ -37,12 +37,12 @@ def mnist(shared_mnist_dir):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, mnist):
-    """Two workers, 5,000 examples, three epochs, with checkpoints and metrics."""
+    """Two workers, 5,000 examples, four epochs, with checkpoints and metrics."""
     out = tmp_path_factory.mktemp("trained")
     result = hogwild.train(
         data=mnist,
         workers=2,
-        epochs=3,
+        epochs=4,
         subset=5000,
         checkpoint_dir=out / "ckpt",
         metrics=out / "metrics.jsonl",
@@ -61,7 +61,7 @@ def test_metrics_file_has_epochs_and_final_figures(trained):
     _, out = trained
     records = read_metrics(out / "metrics.jsonl")
     events = [r["event"] for r in records]
-    assert events == ["start", "epoch", "epoch", "epoch", "final"]
+    assert events == ["start", "epoch", "epoch", "epoch", "epoch", "final"]
     final = records[-1]
     assert FINAL_KEYS <= set(final)
     assert final["connections"] == 756_000
@@ -69,7 +69,7 @@ def test_metrics_file_has_epochs_and_final_figures(trained):
     assert final["connections_per_s"] == pytest.approx(final["examples_per_s"] * 756_000)
     assert final["config"]["train"]["workers"] == 2
     epochs = [r for r in records if r["event"] == "epoch"]
-    assert [r["epoch"] for r in epochs] == [0, 1, 2]
+    assert [r["epoch"] for r in epochs] == [0, 1, 2, 3]
     assert all(r["examples"] == 5000 for r in epochs)
 
 
@@ -78,9 +78,9 @@ def test_checkpoint_predicts_like_the_equivalent_torch_model(trained, mnist):
     safetensors_torch = pytest.importorskip("safetensors.torch")
     _, out = trained
     sidecar = latest_checkpoint(out / "ckpt")
-    assert sidecar is not None and sidecar.name == "epoch-0002.json"
+    assert sidecar is not None and sidecar.name == "epoch-0003.json"
     info = json.loads(sidecar.read_text())["info"]
-    assert info["epoch"] == 2 and info["config"]["train"]["subset"] == 5000
+    assert info["epoch"] == 3 and info["config"]["train"]["subset"] == 5000
 
     class AdamMnist(torch.nn.Module):
         def __init__(self):

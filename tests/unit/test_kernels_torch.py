@@ -250,6 +250,7 @@ def _train(network, params, velocity, ctx, images, labels, batch, lr, mu, wd, ru
         ctx.dact,
         ctx.aux,
         ctx.scratch,
+        ctx.targets,
         images,
         labels,
         order,
@@ -336,3 +337,29 @@ def test_two_momentum_steps_with_weight_decay_match_torch():
         np.testing.assert_allclose(
             buffers[spec.name], buffer, rtol=1e-3, atol=1e-5, err_msg=f"velocity of {spec.name}"
         )
+
+
+def test_per_example_sgd_with_weight_decay_matches_torch():
+    """Batch 1 fuses the fully connected SGD step into the backward pass; it must equal torch."""
+    network = build_network(MODELS["adam_mnist"])
+    params = init_params(network, seed=16)
+    tp = torch_params(network, params)
+    images, labels = random_images(network, 3, seed=17)
+    ctx = TrainingContext.allocate(network, 1)
+    velocity = np.zeros_like(params)
+    _train(network, params, velocity, ctx, images, labels, 1, 0.05, 0.0, 0.01, RULE_SGD)
+
+    weights = [t for name, t in tp.items() if name.endswith(".weight")]
+    biases = [t for name, t in tp.items() if name.endswith(".bias")]
+    optimizer = torch.optim.SGD(
+        [{"params": weights, "weight_decay": 0.01}, {"params": biases, "weight_decay": 0.0}],
+        lr=0.05,
+    )
+    target = torch.tensor(labels.astype(np.int64))
+    x = normalised(network, images)
+    for step in range(3):
+        optimizer.zero_grad()
+        logits = torch_logits(network, tp, x[step : step + 1])
+        F.cross_entropy(logits, target[step : step + 1]).backward()
+        optimizer.step()
+    assert_params_equal(network, params, tp)

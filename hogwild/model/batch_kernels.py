@@ -1,0 +1,284 @@
+"""Layers over a whole minibatch at once, as matrix products through BLAS (sgemm).
+
+A convolution over ``n`` examples is one product: the inputs are unfolded into columns
+(``col[(c, ky, kx), (b, oy, ox)]``, "im2col", with zero padding and any stride), then
+``Y[o, (b, p)] = W[o, (c, ky, kx)] @ col``. Its backward is two more products, ``dW += dY @ col^T``
+and ``dcol = W^T @ dY``, folded back onto the inputs ("col2im"). A fully connected layer over
+``n`` examples is ``Y = X W^T``, ``dX = dY W`` and ``dW = dY^T X``. Adam section 3.2.4 makes the
+same move with hand-tuned assembly; here numba calls the BLAS that SciPy ships (numba's ``np.dot``
+with an ``out`` array, so nothing is allocated), one thread per worker process.
+
+Activations stay in the engine's per-example rows (``act[b, offset:]``); the kernels gather the
+operands into the worker's scratch vector, which :func:`batch_scratch_size` sizes.
+"""
+
+import numpy as np
+from numba import njit, uint64
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _valid_columns(kx, S, P, W, Wo):
+    """The output columns ox whose input column ox*S + kx - P lies inside [0, W)."""
+    lo = P - kx
+    first = 0 if lo <= 0 else (lo + S - 1) // S
+    last = min(Wo, (W - 1 + P - kx) // S + 1)
+    return first, max(first, last)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _im2col(act, first_example, n, x_off, col, C, H, W, Ho, Wo, K, S, P):
+    """col[(c*K + ky)*K + kx, b*Ho*Wo + oy*Wo + ox] = x_b[c, oy*S+ky-P, ox*S+kx-P] (0 outside).
+
+    Indices are unsigned so numba skips negative-index wraparound and the copies vectorise.
+    """
+    plane = Ho * Wo
+    width = n * plane
+    wo, s = uint64(Wo), uint64(S)
+    for c in range(C):
+        for ky in range(K):
+            for kx in range(K):
+                tap = (c * K + ky) * K + kx
+                lo, hi = _valid_columns(kx, S, P, W, Wo)
+                lo_u, hi_u = uint64(lo), uint64(hi)
+                for b in range(n):
+                    row = uint64(first_example + b)
+                    for oy in range(Ho):
+                        dst = uint64(tap * width + b * plane + oy * Wo)
+                        iy = oy * S + ky - P
+                        if iy < 0 or iy >= H:
+                            for j in range(wo):
+                                col[dst + j] = 0.0
+                            continue
+                        for j in range(lo_u):
+                            col[dst + j] = 0.0
+                        for j in range(hi_u, wo):
+                            col[dst + j] = 0.0
+                        src = uint64(x_off + (c * H + iy) * W + lo * S + kx - P)
+                        dst += lo_u
+                        if S == 1:
+                            for j in range(hi_u - lo_u):
+                                col[dst + j] = act[row, src + j]
+                        else:
+                            for j in range(hi_u - lo_u):
+                                col[dst + j] = act[row, src + j * s]
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _col2im(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K, S, P):
+    """Fold column gradients back onto each example's input gradient (overwriting it)."""
+    plane = Ho * Wo
+    width = n * plane
+    s = uint64(S)
+    for b in range(n):
+        row = uint64(first_example + b)
+        for i in range(uint64(C * H * W)):
+            dact[row, uint64(dx_off) + i] = 0.0
+    for c in range(C):
+        for ky in range(K):
+            for kx in range(K):
+                tap = (c * K + ky) * K + kx
+                lo, hi = _valid_columns(kx, S, P, W, Wo)
+                count = uint64(hi - lo)
+                for b in range(n):
+                    row = uint64(first_example + b)
+                    for oy in range(Ho):
+                        iy = oy * S + ky - P
+                        if iy < 0 or iy >= H:
+                            continue
+                        src = uint64(tap * width + b * plane + oy * Wo + lo)
+                        dst = uint64(dx_off + (c * H + iy) * W + lo * S + kx - P)
+                        if S == 1:
+                            for j in range(count):
+                                dact[row, dst + j] += dcol[src + j]
+                        else:
+                            for j in range(count):
+                                dact[row, dst + j * s] += dcol[src + j]
+
+
+def conv_group(taps: int, plane: int) -> int:
+    """Examples per matrix product: enough for a wide product, few enough to stay in L2."""
+    return max(1, CONV_GROUP_FLOATS // (taps * plane))
+
+
+CONV_GROUP_FLOATS = 16384  # 64 KB of unfolded inputs per product: small products stay in L1/L2
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def conv_forward_batch(
+    act, n, x_off, y_off, params, w_off, b_off, scratch, C, H, W, O, Ho, Wo, K, S, P
+):
+    """Convolution forward of n examples: one sgemm per group of unfolded examples."""
+    taps = C * K * K
+    plane = Ho * Wo
+    group = max(1, CONV_GROUP_FLOATS // (taps * plane))
+    weights = params[w_off : w_off + O * taps].reshape((O, taps))
+    for first in range(0, n, group):
+        m = min(group, n - first)
+        width = m * plane
+        col = scratch[: taps * width]
+        out = scratch[taps * width : taps * width + O * width].reshape((O, width))
+        _im2col(act, first, m, x_off, col, C, H, W, Ho, Wo, K, S, P)
+        np.dot(weights, col.reshape((taps, width)), out)
+        for b in range(m):
+            y = act[first + b]
+            for o in range(O):
+                bias = params[b_off + o]
+                src = out[o, b * plane : (b + 1) * plane]
+                dst = y[y_off + o * plane : y_off + (o + 1) * plane]
+                for p in range(plane):
+                    dst[p] = src[p] + bias
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def conv_backward_batch(
+    act,
+    dact,
+    n,
+    x_off,
+    y_off,
+    params,
+    w_off,
+    b_off,
+    grad,
+    scratch,
+    C,
+    H,
+    W,
+    O,
+    Ho,
+    Wo,
+    K,
+    S,
+    P,
+    need_dx,
+):
+    """Convolution backward of n examples: accumulate dW and db into ``grad``; write dX."""
+    taps = C * K * K
+    plane = Ho * Wo
+    group = max(1, CONV_GROUP_FLOATS // (taps * plane))
+    weights = params[w_off : w_off + O * taps].reshape((O, taps))
+    g = grad[w_off : w_off + O * taps]
+    for first in range(0, n, group):
+        m = min(group, n - first)
+        width = m * plane
+        col = scratch[: taps * width]
+        dy = scratch[taps * width : taps * width + O * width].reshape((O, width))
+        end = taps * width + O * width
+        gw = scratch[end : end + O * taps].reshape((O, taps))
+        for b in range(m):
+            d = dact[first + b]
+            for o in range(O):
+                src = d[y_off + o * plane : y_off + (o + 1) * plane]
+                dst = dy[o, b * plane : (b + 1) * plane]
+                total = np.float32(0.0)
+                for p in range(plane):
+                    dst[p] = src[p]
+                    total += src[p]
+                grad[b_off + o] += total
+        _im2col(act, first, m, x_off, col, C, H, W, Ho, Wo, K, S, P)
+        np.dot(dy, col.reshape((taps, width)).T, gw)
+        flat = gw.reshape(O * taps)
+        for i in range(O * taps):
+            g[i] += flat[i]
+        if need_dx:
+            np.dot(weights.T, dy, col.reshape((taps, width)))
+            _col2im(col, first, m, dact, x_off, C, H, W, Ho, Wo, K, S, P)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def fc_forward_batch(act, n, x_off, y_off, params, w_off, b_off, scratch, n_in, n_out):
+    """Y = X W^T + b for n examples."""
+    x = scratch[: n * n_in].reshape((n, n_in))
+    y = scratch[n * n_in : n * n_in + n * n_out].reshape((n, n_out))
+    for b in range(n):
+        x[b, :] = act[b, x_off : x_off + n_in]
+    weights = params[w_off : w_off + n_out * n_in].reshape((n_out, n_in))
+    np.dot(x, weights.T, y)
+    for b in range(n):
+        dst = act[b, y_off : y_off + n_out]
+        for o in range(n_out):
+            dst[o] = y[b, o] + params[b_off + o]
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def fc_backward_batch(
+    act, dact, n, x_off, y_off, params, w_off, b_off, grad, scratch, n_in, n_out, need_dx
+):
+    """dX = dY W for n examples, and the bias gradient; the weights are updated separately."""
+    dy = scratch[: n * n_out].reshape((n, n_out))
+    dx = scratch[n * n_out : n * n_out + n * n_in].reshape((n, n_in))
+    for b in range(n):
+        src = dact[b, y_off : y_off + n_out]
+        dy[b, :] = src
+        for o in range(n_out):
+            grad[b_off + o] += src[o]
+    if need_dx:
+        weights = params[w_off : w_off + n_out * n_in].reshape((n_out, n_in))
+        np.dot(dy, weights, dx)
+        for b in range(n):
+            dact[b, x_off : x_off + n_in] = dx[b]
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def fc_weight_update_batch(
+    act,
+    dact,
+    n,
+    x_off,
+    y_off,
+    params,
+    w_off,
+    velocity,
+    scratch,
+    n_in,
+    n_out,
+    lr,
+    scale,
+    mu,
+    wd,
+    momentum,
+):
+    """Apply a minibatch's weight update ``-lr * (scale * dY^T X + wd * W)`` (or momentum).
+
+    The gradient matrix is formed by one sgemm from the minibatch's error and activation vectors
+    (Adam section 3.2.6's k*(M+N) values), then applied in one pass over the shared weights.
+    """
+    dy = scratch[: n * n_out].reshape((n, n_out))
+    x = scratch[n * n_out : n * n_out + n * n_in].reshape((n, n_in))
+    g = scratch[n * n_out + n * n_in : n * n_out + n * n_in + n_out * n_in].reshape((n_out, n_in))
+    for b in range(n):
+        dy[b, :] = dact[b, y_off : y_off + n_out]
+        x[b, :] = act[b, x_off : x_off + n_in]
+    np.dot(dy.T, x, g)
+    w = params[w_off : w_off + n_out * n_in]
+    flat = g.reshape(n_out * n_in)
+    lr, scale, mu, wd = np.float32(lr), np.float32(scale), np.float32(mu), np.float32(wd)
+    if momentum:
+        v = velocity[w_off : w_off + n_out * n_in]
+        for i in range(n_out * n_in):
+            vi = mu * v[i] + scale * flat[i] + wd * w[i]
+            v[i] = vi
+            w[i] -= lr * vi
+    else:
+        for i in range(n_out * n_in):
+            w[i] -= lr * (scale * flat[i] + wd * w[i])
+
+
+def batch_scratch_size(layers_dims, batch: int) -> int:
+    """Floats of scratch the batched kernels need for ``batch`` examples.
+
+    Args:
+        layers_dims: per weighted layer, ``("conv", C, O, Ho*Wo, K)`` or ``("fc", n_in, n_out)``.
+        batch: the largest minibatch.
+    """
+    size = 1
+    for dims in layers_dims:
+        if dims[0] == "conv":
+            _, c, o, plane, k = dims
+            taps = c * k * k
+            width = min(batch, conv_group(taps, plane)) * plane
+            size = max(size, taps * width + o * width + o * taps)
+        else:
+            _, n_in, n_out = dims
+            size = max(size, batch * (n_in + n_out) + n_in * n_out)
+    return size
