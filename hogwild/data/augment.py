@@ -1,0 +1,330 @@
+"""Image augmentation: random translations, reflections, rotations, crops and scales (Adam 3.1).
+
+Adam's data servers transform every image differently in every epoch, so that each epoch sees a
+new variant of the data set. Here a transformation is drawn per image per epoch from a
+counter-based hash of ``(seed, epoch, record index)`` (splitmix64): it does not depend on which
+worker reads the image, in which batch, in which order, or how many times -- the same triple
+always gives the same variant, on any machine. :class:`AugmentSpec` says what may vary;
+:func:`draw_params` draws the parameters; :func:`augment_batch` renders a batch with one numba
+kernel (``nogil``, so a prefetch thread runs it beside the training loop).
+
+Every transformation is one affine map from output to source pixel coordinates, sampled
+bilinearly; source pixels outside the image read as ``fill``. A map that is only a reflection
+and whole-pixel shifts (translate, crop, hflip without rotate or scale) takes an exact copying
+path: no resampling blur, and the identity reproduces the input bit for bit.
+
+Parameters of one image (all in source pixels, about the image centre):
+
+- ``flip``: mirror left-right (probability 1/2 when ``hflip``);
+- ``angle``: rotation, uniform in ``[-rotate, rotate]`` degrees;
+- ``scale``: zoom, log-uniform in ``[scale_min, scale_max]`` (> 1 magnifies);
+- ``shift_x``, ``shift_y``: translation uniform in ``[-translate, translate]`` times the side,
+  plus the random crop position (uniform over the positions the crop fits in).
+
+What differs from Adam: the variant is computed just before it is needed (or epochs ahead by
+:mod:`hogwild.data.ahead`) on the training machine's own cores; Adam used separate data-serving
+machines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hogwild.data.warp import warp_kernel
+
+PRESETS = {
+    "none": "",
+    "mnist": "translate=0.1,rotate=10,scale=0.9:1.1",
+    "cifar": "translate=0.125,hflip",
+    "imagenet": "crop=224,hflip,scale=0.875:1.15,rotate=5",
+}
+"""Named augmentation settings accepted by :meth:`AugmentSpec.parse`."""
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    """What may vary between the variants of an image.
+
+    Attributes:
+        translate: Largest shift, as a fraction of the image side (0.1: up to 10 %).
+        hflip: Mirror left-right with probability 1/2.
+        rotate: Largest rotation in degrees.
+        scale: (smallest, largest) zoom factor.
+        crop: Output (height, width), at most the input's; None keeps the input size.
+        fill: Value of pixels that come from outside the source image (0..255).
+    """
+
+    translate: float = 0.0
+    hflip: bool = False
+    rotate: float = 0.0
+    scale: tuple[float, float] = (1.0, 1.0)
+    crop: tuple[int, int] | None = None
+    fill: int = 0
+
+    def __post_init__(self) -> None:
+        lo, hi = self.scale
+        if not (0 <= self.translate <= 1 and 0 <= self.rotate <= 180 and 0 < lo <= hi):
+            raise ValueError(
+                f"augmentation out of range: translate {self.translate} (0..1), rotate "
+                f"{self.rotate} (0..180 degrees), scale {self.scale} (0 < min <= max)"
+            )
+        if self.crop is not None and min(self.crop) < 1:
+            raise ValueError(f"crop must be positive (height, width), got {self.crop}")
+        if not 0 <= self.fill <= 255:
+            raise ValueError(f"fill must be 0..255, got {self.fill}")
+
+    @property
+    def random(self) -> bool:
+        """Whether any parameter varies (a crop alone varies its position)."""
+        return bool(
+            self.translate or self.hflip or self.rotate or self.scale != (1.0, 1.0) or self.crop
+        )
+
+    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of an augmented image of ``shape`` (H, W) or (H, W, C).
+
+        Raises:
+            ValueError: The crop is larger than the image.
+        """
+        if self.crop is None:
+            return tuple(shape)
+        if self.crop[0] > shape[0] or self.crop[1] > shape[1]:
+            raise ValueError(f"crop {list(self.crop)} is larger than the image {list(shape[:2])}")
+        return (*self.crop, *shape[2:])
+
+    @classmethod
+    def parse(cls, text: str) -> AugmentSpec:
+        """Parse ``"translate=0.1,hflip,rotate=15,scale=0.9:1.1,crop=24,fill=0"`` or a preset.
+
+        ``crop`` takes ``S`` or ``HxW``; a preset name (:data:`PRESETS`) may start the list and
+        be amended: ``"mnist,rotate=5"``.
+
+        Raises:
+            ValueError: An unknown key or preset, or a value out of range.
+        """
+        fields: dict = {}
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            if item in PRESETS:
+                fields.update(vars(cls.parse(PRESETS[item])) if PRESETS[item] else {})
+                continue
+            key, _, value = item.partition("=")
+            try:
+                if key == "hflip":
+                    fields["hflip"] = value.lower() not in ("0", "false", "no")
+                elif key in ("translate", "rotate"):
+                    fields[key] = float(value)
+                elif key == "fill":
+                    fields["fill"] = int(value)
+                elif key == "scale":
+                    lo, _, hi = value.partition(":")
+                    fields["scale"] = (float(lo), float(hi or lo))
+                elif key == "crop":
+                    h, _, w = value.lower().partition("x")
+                    fields["crop"] = (int(h), int(w or h))
+                else:
+                    raise ValueError(
+                        f"unknown augmentation {key!r}: expected translate, hflip, rotate, scale, "
+                        f"crop, fill or a preset ({', '.join(PRESETS)})"
+                    )
+            except (TypeError, ValueError) as exc:
+                if "augmentation" in str(exc):
+                    raise
+                raise ValueError(f"bad augmentation {item!r}: {exc}") from None
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class AugmentParams:
+    """Per-image transformation parameters of a batch (see the module docstring).
+
+    Attributes:
+        flip: bool ``[n]``.
+        angle: float64 ``[n]``, degrees.
+        scale: float64 ``[n]``, zoom factor.
+        shift_x: float64 ``[n]``, source pixels (positive: the content moves left).
+        shift_y: float64 ``[n]``, source pixels (positive: the content moves up).
+    """
+
+    flip: np.ndarray
+    angle: np.ndarray
+    scale: np.ndarray
+    shift_x: np.ndarray
+    shift_y: np.ndarray
+
+    def __len__(self) -> int:
+        return self.flip.shape[0]
+
+    def affine(self, in_hw: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+        """float64 ``[n, 6]``: (a, b, c, d, e, f) with source x = a*u + b*v + c, y = d*u + e*v + f
+        for output column u and row v. Maps without rotation or scale get whole-pixel offsets."""
+        (h, w), (oh, ow) = in_hw, out_hw
+        theta = np.deg2rad(self.angle)
+        sign = np.where(self.flip, -1.0, 1.0)
+        cos, sin, inv = np.cos(theta), np.sin(theta), 1.0 / self.scale
+        a, b = sign * cos * inv, sign * sin * inv
+        d, e = -sin * inv, cos * inv
+        cx, cy = (w - 1) / 2 + self.shift_x, (h - 1) / 2 + self.shift_y
+        ux, uy = (ow - 1) / 2, (oh - 1) / 2
+        c = cx - a * ux - b * uy
+        f = cy - d * ux - e * uy
+        rigid = (self.angle == 0) & (self.scale == 1)
+        c = np.where(rigid, np.floor(c + 0.5), c)
+        f = np.where(rigid, np.floor(f + 0.5), f)
+        a, b, d, e = (np.where(rigid, np.round(m), m) for m in (a, b, d, e))
+        return np.ascontiguousarray(np.stack([a, b, c, d, e, f], axis=1))
+
+
+def identity_params(n: int) -> AugmentParams:
+    """Parameters that leave ``n`` images as they are (centre crop when the output is smaller)."""
+    zeros = np.zeros(n)
+    return AugmentParams(np.zeros(n, dtype=bool), zeros, np.ones(n), zeros.copy(), zeros.copy())
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def uniforms(seed: int, epoch: int, indices: np.ndarray, k: int) -> np.ndarray:
+    """float64 ``[n, k]`` in [0, 1): stream ``k`` of the hash of (seed, epoch, index)."""
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1).astype(np.uint64)
+    head = _mix(np.array([seed & _MASK64], dtype=np.uint64))
+    head = _mix(head ^ np.array([(epoch * _GOLDEN) & _MASK64], dtype=np.uint64))
+    key = _mix(head ^ (idx * np.uint64(_GOLDEN)))
+    streams = np.arange(1, k + 1, dtype=np.uint64) * np.uint64(0xD1B54A32D192ED03)
+    bits = _mix(key[:, None] + streams[None, :])
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def draw_params(
+    spec: AugmentSpec, seed: int, epoch: int, indices: np.ndarray, in_hw: tuple[int, int]
+) -> AugmentParams:
+    """The parameters of images ``indices`` in ``epoch``: a pure function of its arguments.
+
+    Args:
+        spec: What may vary.
+        seed: The job's seed.
+        epoch: The epoch (0-based).
+        indices: Record indices of the batch.
+        in_hw: (H, W) of the source images.
+    """
+    h, w = in_hw
+    oh, ow = spec.output_shape((h, w))
+    u = uniforms(seed, epoch, indices, 7)
+    flip = (u[:, 0] < 0.5) if spec.hflip else np.zeros(len(u), dtype=bool)
+    angle = (2 * u[:, 1] - 1) * spec.rotate
+    lo, hi = spec.scale
+    scale = np.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * u[:, 2])
+    shift_x = (2 * u[:, 3] - 1) * spec.translate * w + (2 * u[:, 5] - 1) * (w - ow) / 2
+    shift_y = (2 * u[:, 4] - 1) * spec.translate * h + (2 * u[:, 6] - 1) * (h - oh) / 2
+    return AugmentParams(flip, angle, scale, shift_x, shift_y)
+
+
+def augment_batch(
+    images: np.ndarray,
+    out: np.ndarray,
+    params: AugmentParams | np.ndarray,
+    *,
+    channels_first: bool = False,
+    fill: int = 0,
+) -> np.ndarray:
+    """Render the variants of a batch into ``out``.
+
+    Args:
+        images: uint8 ``[n, H, W]`` or ``[n, H, W, C]``, C-contiguous.
+        out: uint8, C-contiguous, at least ``n`` rows of ``oh * ow * C`` bytes: ``[n, oh, ow]``,
+            ``[n, oh, ow, C]``, ``[n, C, oh, ow]`` with ``channels_first`` (the layout the model
+            reads), or flat ``[n, oh*ow*C]``. ``(oh, ow)`` is the output size: the crop, or
+            (H, W) if ``out`` has the input's row size.
+        params: :class:`AugmentParams` of the batch (length n), or an ``[n, 6]`` affine array.
+        channels_first: Write each image as C planes instead of interleaved channels.
+        fill: Value of pixels mapped from outside the source.
+
+    Returns:
+        ``out[:n]``.
+
+    Raises:
+        ValueError: Mismatched shapes or types.
+    """
+    if images.dtype != np.uint8 or images.ndim not in (3, 4) or not images.flags.c_contiguous:
+        raise ValueError(
+            f"images must be C-contiguous uint8 [n,H,W(,C)], got {images.dtype} "
+            f"{list(images.shape)}"
+        )
+    src = images if images.ndim == 4 else images[:, :, :, None]
+    n, h, w, c = src.shape
+    oh, ow = _output_hw(out, n, h, w, c, channels_first)
+    if isinstance(params, AugmentParams):
+        if len(params) != n:
+            raise ValueError(f"{len(params)} parameter sets for {n} images")
+        params = params.affine((h, w), (oh, ow))
+    if params.shape != (n, 6):
+        raise ValueError(f"the affine parameters must be [n, 6], got {list(params.shape)}")
+    dst = out[:n].reshape(n, oh * ow * c)
+    warp_kernel(
+        src, dst, np.ascontiguousarray(params, dtype=np.float64), oh, ow, channels_first, fill
+    )
+    return out[:n]
+
+
+def _output_hw(out, n, h, w, c, channels_first) -> tuple[int, int]:
+    """(oh, ow) that ``out``'s rows hold; ValueError if they do not hold c-channel images."""
+    if out.dtype != np.uint8 or not out.flags.c_contiguous or out.shape[0] < n:
+        raise ValueError(
+            f"out must be C-contiguous uint8 with at least {n} rows, got {out.dtype} "
+            f"{list(out.shape)}"
+        )
+    shape = out.shape[1:]
+    if len(shape) == 3 and channels_first and shape[0] == c:
+        return shape[1], shape[2]
+    if len(shape) == 3 and not channels_first and shape[2] == c:
+        return shape[0], shape[1]
+    if len(shape) == 2 and c == 1:
+        return shape[0], shape[1]
+    if len(shape) == 1 and shape[0] == h * w * c:
+        return h, w
+    layout = "[n, C, oh, ow]" if channels_first else "[n, oh, ow, C]"
+    raise ValueError(
+        f"out of shape {list(out.shape)} does not hold {c}-channel images; expected {layout}, "
+        f"[n, oh, ow] for grey, or flat rows of {h * w * c} bytes"
+    )
+
+
+class Augmenter:
+    """A spec and a seed: renders the variants of any batch for any epoch.
+
+    Args:
+        spec: What may vary.
+        seed: The job's seed.
+        channels_first: Write ``[n, C, oh, ow]`` (the model's layout) instead of HWC.
+    """
+
+    def __init__(self, spec: AugmentSpec, seed: int, *, channels_first: bool = False) -> None:
+        self.spec, self.seed, self.channels_first = spec, seed, channels_first
+
+    def output_shape(self, shape: tuple[int, int, int]) -> tuple[int, int, int]:
+        """(oh, ow, C) of the variants of images of ``shape`` (H, W, C)."""
+        return self.spec.output_shape(shape)
+
+    def __call__(
+        self, images: np.ndarray, out: np.ndarray, epoch: int, indices: np.ndarray
+    ) -> np.ndarray:
+        """Render the variants of ``images`` (records ``indices``) for ``epoch`` into ``out``."""
+        n = images.shape[0]
+        if self.spec.random:
+            params = draw_params(self.spec, self.seed, epoch, indices, images.shape[1:3])
+        else:
+            params = identity_params(n)
+        return augment_batch(
+            images, out, params, channels_first=self.channels_first, fill=self.spec.fill
+        )
