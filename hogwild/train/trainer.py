@@ -43,7 +43,7 @@ from hogwild.train.job import (
     shard_bounds,
 )
 from hogwild.train.metrics import MetricsWriter
-from hogwild.train.placement import worker_count, worker_cpu_sets
+from hogwild.train.placement import worker_count, worker_placements
 from hogwild.train.progress import ProgressBar
 from hogwild.train.worker import worker_main
 
@@ -186,11 +186,11 @@ class Trainer:
     def _start_workers(self) -> None:
         context = mp.get_context(self.config.train.start_method)
         self.results = context.Queue()
-        cpu_sets = worker_cpu_sets(self.n_workers, self.config.train.placement)
+        placements = worker_placements(self.n_workers, self.config.train.placement)
         layout_json = self.arena.layout.to_json()
         config_dict = self.config.to_dict()
         with single_threaded_blas():
-            self._spawn(context, cpu_sets, layout_json, config_dict)
+            self._spawn(context, placements, layout_json, config_dict)
         ready = 0
         deadline = time.monotonic() + READY_TIMEOUT_S
         while ready < self.n_workers:
@@ -198,7 +198,7 @@ class Trainer:
             if message[0] == "ready":
                 ready += 1
 
-    def _spawn(self, context, cpu_sets, layout_json, config_dict) -> None:
+    def _spawn(self, context, placements, layout_json, config_dict) -> None:
         for worker in range(self.n_workers):
             commands = context.Queue()
             process = context.Process(
@@ -209,7 +209,7 @@ class Trainer:
                     self.arena.name,
                     layout_json,
                     config_dict,
-                    cpu_sets[worker],
+                    placements[worker],
                     commands,
                     self.results,
                 ),

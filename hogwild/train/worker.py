@@ -34,7 +34,7 @@ def worker_main(
     arena_name: str,
     layout_json: str,
     config: dict,
-    cpus: list[int],
+    placement,
     commands,
     results,
 ) -> None:
@@ -45,8 +45,9 @@ def worker_main(
     _die_with_parent()
     arena = None
     try:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
+        from hogwild.numa.pinning import pin_worker
+
+        pin_worker(placement)  # before the context is allocated: first touch places it
         # Imported only now: numba loads after the process is pinned and its environment is set.
         from hogwild.config import config_from_dict
         from hogwild.model.network import build_network
