@@ -63,10 +63,12 @@ class EpochVariants:
 
     def read(self, indices, out: np.ndarray, labels_out: np.ndarray) -> None:
         """Copy variants ``indices`` into ``out[:n]`` and their labels into ``labels_out[:n]``."""
-        idx = np.asarray(indices, dtype=np.int64)
+        from hogwild.data.feed import checked_indices
+
+        idx = checked_indices(indices, len(self.labels))
         n = idx.shape[0]
-        np.take(self.images, idx, axis=0, out=out[:n].reshape(n, *self.shape))
-        np.take(self.labels, idx, out=labels_out[:n])
+        np.take(self.images, idx, axis=0, out=out[:n].reshape(n, *self.shape), mode="clip")
+        np.take(self.labels, idx, out=labels_out[:n], mode="clip")
 
 
 class AheadAugmenter:

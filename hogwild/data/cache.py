@@ -147,6 +147,11 @@ class ImageCache:
         return self._addresses.shape[0]
 
     @property
+    def native(self) -> bool:
+        """Whether reads go through liblmdb's C API (one numba call per batch)."""
+        return self._native is not None
+
+    @property
     def classes(self) -> tuple[str, ...]:
         """Class names; label ``i`` is ``classes[i]``."""
         return self.manifest.classes

@@ -30,6 +30,15 @@ from hogwild.data.augment import Augmenter, AugmentSpec, augment_batch, identity
 from hogwild.data.prefetch import DEFAULT_TIMEOUT_S, Prefetcher
 
 
+def checked_indices(indices, count: int) -> np.ndarray:
+    """``indices`` as int64, or IndexError if one is outside ``0..count-1``."""
+    idx = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= count):
+        bad = idx[(idx < 0) | (idx >= count)][0]
+        raise IndexError(f"record index {bad} outside 0..{count - 1}")
+    return idx
+
+
 class ArrayReader:
     """In-memory images and labels, read like an :class:`~hogwild.data.cache.ImageCache`.
 
@@ -52,10 +61,11 @@ class ArrayReader:
 
     def read(self, indices, out: np.ndarray, labels_out: np.ndarray):
         """Gather images ``indices`` into ``out[:n]`` and labels into ``labels_out[:n]``."""
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = checked_indices(indices, len(self.labels))
         n = idx.shape[0]
-        np.take(self.images, idx, axis=0, out=out[:n].reshape(n, *self.shape))
-        np.take(self.labels, idx, out=labels_out[:n])
+        # mode="clip" (the indices are checked): numpy buffers ``out`` in its default mode.
+        np.take(self.images, idx, axis=0, out=out[:n].reshape(n, *self.shape), mode="clip")
+        np.take(self.labels, idx, out=labels_out[:n], mode="clip")
         return out[:n], labels_out[:n]
 
 

