@@ -26,8 +26,41 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.data.augment import Augmenter, AugmentSpec, augment_batch, identity_params
+from hogwild.data.augment import (
+    Augmenter,
+    AugmentSpec,
+    augment_batch,
+    draw_params,
+    identity_params,
+)
 from hogwild.data.prefetch import DEFAULT_TIMEOUT_S, Prefetcher
+
+
+def compile_data_kernels() -> None:
+    """Compile (or load from numba's cache) every data kernel a worker runs.
+
+    Call it once in the parent before starting workers, as the model's kernels are: workers then
+    load the compiled code instead of each compiling it on their first batch.
+    """
+    from hogwild.data import lmdb_gather
+
+    for channels in (1, 3):
+        images = np.zeros((1, 4, 4, channels), np.uint8)
+        out = np.empty_like(images)
+        for params in (identity_params(1), draw_params(AugmentSpec(rotate=10), 0, 0, [0], (4, 4))):
+            augment_batch(images, out, params)
+    if lmdb_gather.AVAILABLE:  # an empty batch: typed and compiled, LMDB never called
+        lmdb_gather.gather_records(
+            0,
+            0,
+            np.zeros(1, np.uint64),
+            np.zeros(0, np.int64),
+            np.zeros((0, 24), np.uint8),
+            np.zeros(0, np.int32),
+            np.zeros(2, np.uint64),
+            48,
+            np.zeros(3, np.int64),
+        )
 
 
 def checked_indices(indices, count: int) -> np.ndarray:

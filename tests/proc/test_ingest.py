@@ -24,7 +24,7 @@ from PIL import Image
 from hogwild.data import lmdb_gather
 from hogwild.data.ahead import AheadAugmenter, EpochVariants
 from hogwild.data.augment import Augmenter, AugmentSpec
-from hogwild.data.cache import open_cache, read_manifest
+from hogwild.data.cache import is_image_cache, open_cache, read_manifest
 from hogwild.data.cli_data import main as data_main
 from hogwild.data.feed import WorkerFeed
 from hogwild.data.idx import read_images, read_labels
@@ -69,6 +69,7 @@ def test_mnist_ingest_and_reads(mnist_cache, mnist_arrays):
     assert manifest.shape == (28, 28, 1) and manifest.classes == tuple("0123456789")
     assert {k: v.count for k, v in manifest.splits.items()} == {"train": 60000, "test": 10000}
     assert json.loads((mnist_cache / "manifest.json").read_text())["record_bytes"] == 24 + 784
+    assert is_image_cache(mnist_cache) and not is_image_cache(mnist_cache.parent)
     idx = np.random.default_rng(1).permutation(60000)[:3000]
     for native in {False, lmdb_gather.AVAILABLE}:
         with open_cache(mnist_cache, native=native) as cache:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hogwild.data.augment import Augmenter, AugmentSpec
-from hogwild.data.feed import ArrayReader, WorkerFeed
+from hogwild.data.feed import ArrayReader, WorkerFeed, compile_data_kernels
 from hogwild.data.prefetch import Prefetcher, PrefetchTimeoutError
 
 WAIT_S = 10.0
@@ -176,3 +176,8 @@ def test_array_reader_validates():
     out, labels = np.empty((2, 3, 3, 1), np.uint8), np.empty(2, np.int32)
     with pytest.raises(IndexError, match="record index 2 outside 0..1"):
         reader.read([0, 2], out, labels)
+
+
+def test_data_kernels_compile_ahead_of_the_workers():
+    compile_data_kernels()  # what the parent runs before starting workers; idempotent
+    compile_data_kernels()
