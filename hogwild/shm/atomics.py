@@ -8,10 +8,18 @@ uint32, int64 or uint64. The array may live in process-private memory or in a PO
 segment mapped by several processes: the hardware makes the operation atomic across processes as
 long as the element is naturally aligned, which every numpy array of these dtypes is.
 
-The public names are thin ``@njit(cache=True, nogil=True)`` wrappers around the intrinsics, so
-the same call works from numba-compiled code (where LLVM inlines it to a single instruction) and
-from plain Python (where it costs one numba dispatch). Every wrapper checks the index against the
-array's length and raises ``IndexError`` rather than touch memory outside it.
+Two faces:
+
+- ``atomic_*``: ``@njit(cache=True, nogil=True)`` wrappers that check the index against the
+  array's length (``IndexError`` rather than touch memory outside it), callable from Python (one
+  numba dispatch) and from numba code (one call);
+- ``raw_*``: the intrinsics themselves, for numba code only, with no bounds check. They are
+  code-generated into the caller, so each is exactly one instruction there, whatever numba's
+  cache holds. Besides an array they accept a plain integer *base address*, and then act on the
+  int64 word ``idx`` at ``base + 8 * idx``. Hot paths (:mod:`hogwild.shm.pool_kernels`,
+  :mod:`hogwild.shm.queue`) pass addresses: an array handed from one njit function to another
+  costs reference-count updates (atomic increments, calls) that numba cannot always prune, and
+  that cost several times the atomic operation itself; an integer costs nothing.
 
 Memory orderings: read-modify-write operations are sequentially consistent; ``atomic_load`` is an
 acquire load, ``atomic_store`` a release store; the ``_relaxed`` variants are monotonic (atomic but
@@ -34,6 +42,16 @@ from numba.extending import intrinsic
 
 __all__ = [
     "ATOMIC_DTYPES",
+    "raw_add",
+    "raw_cas",
+    "raw_fence",
+    "raw_load",
+    "raw_load_relaxed",
+    "raw_max",
+    "raw_relax",
+    "raw_store",
+    "raw_store_relaxed",
+    "raw_xchg",
     "atomic_add",
     "atomic_cas",
     "atomic_fence",
@@ -52,7 +70,9 @@ ATOMIC_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.int64), np
 _NUMBA_DTYPES = (types.int32, types.uint32, types.int64, types.uint64)
 
 
-def _check_array(aryty: types.Type, what: str) -> None:
+def _check_array(aryty: types.Type, what: str, address_ok: bool = False) -> None:
+    if address_ok and isinstance(aryty, types.Integer):
+        return
     if not isinstance(aryty, types.Array) or aryty.ndim != 1:
         raise TypingError(f"{what}: expected a 1-D numpy array, got {aryty}")
     if aryty.dtype not in _NUMBA_DTYPES:
@@ -61,21 +81,34 @@ def _check_array(aryty: types.Type, what: str) -> None:
         raise TypingError(f"{what}: the array is read-only")
 
 
+def _dtype(aryty: types.Type) -> types.Type:
+    """Element type: the array's, or int64 for a base address."""
+    return types.int64 if isinstance(aryty, types.Integer) else aryty.dtype
+
+
 def _element_pointer(context, builder, aryty, ary, idx, idxty):
-    """The address of ``ary[idx]`` (no bounds check: the njit wrappers do it)."""
-    array = context.make_array(aryty)(context, builder, ary)
+    """The address of ``ary[idx]``, or of int64 word ``idx`` from base address ``ary``.
+
+    No bounds check: the njit wrappers do it for arrays; addresses are the caller's business.
+    """
     index = context.cast(builder, idx, idxty, types.intp)
+    if isinstance(aryty, types.Integer):
+        base = context.cast(builder, ary, aryty, types.intp)
+        addr = builder.add(base, builder.shl(index, ir.Constant(index.type, 3)))
+        return builder.inttoptr(addr, ir.IntType(64).as_pointer())
+    array = context.make_array(aryty)(context, builder, ary)
     return cgutils.get_item_pointer(context, builder, aryty, array, [index], wraparound=False)
 
 
 def _alignment(aryty) -> int:
-    return aryty.dtype.bitwidth // 8
+    return _dtype(aryty).bitwidth // 8
 
 
 @intrinsic
-def _cas(typingctx, ary, idx, expected, new):
-    _check_array(ary, "atomic_cas")
-    dt = ary.dtype
+def raw_cas(typingctx, ary, idx, expected, new):
+    """``atomic_cas`` without the bounds check, for numba code only."""
+    _check_array(ary, "atomic_cas", address_ok=True)
+    dt = _dtype(ary)
     sig = dt(ary, types.intp, dt, dt)
 
     def codegen(context, builder, signature, args):
@@ -90,8 +123,8 @@ def _cas(typingctx, ary, idx, expected, new):
 def _rmw_intrinsic(op: str, name: str):
     @intrinsic
     def _rmw(typingctx, ary, idx, value):
-        _check_array(ary, name)
-        dt = ary.dtype
+        _check_array(ary, name, address_ok=True)
+        dt = _dtype(ary)
         sig = dt(ary, types.intp, dt)
         llop = op
         if op == "max" and not dt.signed:
@@ -107,16 +140,17 @@ def _rmw_intrinsic(op: str, name: str):
     return _rmw
 
 
-_add = _rmw_intrinsic("add", "atomic_add")
-_xchg = _rmw_intrinsic("xchg", "atomic_xchg")
-_max = _rmw_intrinsic("max", "atomic_max")
+# raw_X: atomic_X without the bounds check, for numba code only.
+raw_add = _rmw_intrinsic("add", "atomic_add")
+raw_xchg = _rmw_intrinsic("xchg", "atomic_xchg")
+raw_max = _rmw_intrinsic("max", "atomic_max")
 
 
 def _load_intrinsic(ordering: str, name: str):
     @intrinsic
     def _load(typingctx, ary, idx):
-        _check_array(ary, name)
-        sig = ary.dtype(ary, types.intp)
+        _check_array(ary, name, address_ok=True)
+        sig = _dtype(ary)(ary, types.intp)
 
         def codegen(context, builder, signature, args):
             a, i = args
@@ -132,8 +166,8 @@ def _load_intrinsic(ordering: str, name: str):
 def _store_intrinsic(ordering: str, name: str):
     @intrinsic
     def _store(typingctx, ary, idx, value):
-        _check_array(ary, name)
-        sig = types.void(ary, types.intp, ary.dtype)
+        _check_array(ary, name, address_ok=True)
+        sig = types.void(ary, types.intp, _dtype(ary))
 
         def codegen(context, builder, signature, args):
             a, i, v = args
@@ -147,14 +181,16 @@ def _store_intrinsic(ordering: str, name: str):
     return _store
 
 
-_load_acquire = _load_intrinsic("acquire", "atomic_load")
-_load_monotonic = _load_intrinsic("monotonic", "atomic_load_relaxed")
-_store_release = _store_intrinsic("release", "atomic_store")
-_store_monotonic = _store_intrinsic("monotonic", "atomic_store_relaxed")
+raw_load = _load_intrinsic("acquire", "atomic_load")
+raw_load_relaxed = _load_intrinsic("monotonic", "atomic_load_relaxed")
+raw_store = _store_intrinsic("release", "atomic_store")
+raw_store_relaxed = _store_intrinsic("monotonic", "atomic_store_relaxed")
 
 
 @intrinsic
-def _fence(typingctx):
+def raw_fence(typingctx):
+    """``atomic_fence``, for numba code only."""
+
     def codegen(context, builder, signature, args):
         builder.fence("seq_cst")
         return context.get_dummy_value()
@@ -166,7 +202,9 @@ _MACHINE = platform.machine().lower()
 
 
 @intrinsic
-def _relax(typingctx):
+def raw_relax(typingctx):
+    """``cpu_relax``, for numba code only."""
+
     def codegen(context, builder, signature, args):
         if _MACHINE in ("x86_64", "amd64", "i686", "i386"):
             fnty = ir.FunctionType(ir.VoidType(), [])
@@ -201,65 +239,65 @@ def atomic_cas(ary, idx, expected, new):
         The value the element held before; the swap happened iff it equals ``expected``.
     """
     _check_index(ary, idx)
-    return _cas(ary, idx, expected, new)
+    return raw_cas(ary, idx, expected, new)
 
 
 @njit(cache=True, nogil=True)
 def atomic_add(ary, idx, value):
     """Fetch-and-add ``value`` to ``ary[idx]`` (seq_cst, wrapping); returns the old value."""
     _check_index(ary, idx)
-    return _add(ary, idx, value)
+    return raw_add(ary, idx, value)
 
 
 @njit(cache=True, nogil=True)
 def atomic_xchg(ary, idx, value):
     """Store ``value`` into ``ary[idx]`` and return the old value, atomically (seq_cst)."""
     _check_index(ary, idx)
-    return _xchg(ary, idx, value)
+    return raw_xchg(ary, idx, value)
 
 
 @njit(cache=True, nogil=True)
 def atomic_max(ary, idx, value):
     """Raise ``ary[idx]`` to ``value`` if it is smaller (seq_cst); returns the old value."""
     _check_index(ary, idx)
-    return _max(ary, idx, value)
+    return raw_max(ary, idx, value)
 
 
 @njit(cache=True, nogil=True)
 def atomic_load(ary, idx):
     """Load ``ary[idx]`` with acquire ordering."""
     _check_index(ary, idx)
-    return _load_acquire(ary, idx)
+    return raw_load(ary, idx)
 
 
 @njit(cache=True, nogil=True)
 def atomic_load_relaxed(ary, idx):
     """Load ``ary[idx]`` atomically with no ordering (LLVM ``monotonic``)."""
     _check_index(ary, idx)
-    return _load_monotonic(ary, idx)
+    return raw_load_relaxed(ary, idx)
 
 
 @njit(cache=True, nogil=True)
 def atomic_store(ary, idx, value):
     """Store ``value`` into ``ary[idx]`` with release ordering."""
     _check_index(ary, idx)
-    _store_release(ary, idx, value)
+    raw_store(ary, idx, value)
 
 
 @njit(cache=True, nogil=True)
 def atomic_store_relaxed(ary, idx, value):
     """Store ``value`` into ``ary[idx]`` atomically with no ordering (LLVM ``monotonic``)."""
     _check_index(ary, idx)
-    _store_monotonic(ary, idx, value)
+    raw_store_relaxed(ary, idx, value)
 
 
 @njit(cache=True, nogil=True)
 def atomic_fence():
     """A full (seq_cst) memory fence."""
-    _fence()
+    raw_fence()
 
 
 @njit(cache=True, nogil=True)
 def cpu_relax():
     """Hint to the CPU that the caller is spinning (x86 ``pause``, ARM ``yield``)."""
-    _relax()
+    raw_relax()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hogwild.shm.atomics import atomic_load_relaxed, atomic_store_relaxed
+from hogwild.shm.atomics import raw_load_relaxed, raw_store_relaxed
 
 __all__ = [
     "CACHE_LINE",
@@ -60,33 +60,33 @@ def aligned_empty(
     return raw[start : start + nbytes].view(dtype)[:count].reshape(shape)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slot_add(words, slot, field, value):
     """Add ``value`` to a field of the caller's own slot (single writer); returns the new value."""
     i = slot * SLOT_WORDS + field
-    new = atomic_load_relaxed(words, i) + value
-    atomic_store_relaxed(words, i, new)
+    new = raw_load_relaxed(words, i) + value
+    raw_store_relaxed(words, i, new)
     return new
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slot_store(words, slot, field, value):
     """Set a field of the caller's own slot."""
-    atomic_store_relaxed(words, slot * SLOT_WORDS + field, value)
+    raw_store_relaxed(words, slot * SLOT_WORDS + field, value)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slot_load(words, slot, field):
     """Read a field of any slot."""
-    return atomic_load_relaxed(words, slot * SLOT_WORDS + field)
+    return raw_load_relaxed(words, slot * SLOT_WORDS + field)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def slot_sum(words, n_slots, field):
     """Sum of one field over the first ``n_slots`` slots."""
     total = 0
     for s in range(n_slots):
-        total += atomic_load_relaxed(words, s * SLOT_WORDS + field)
+        total += raw_load_relaxed(words, s * SLOT_WORDS + field)
     return total
 
 

@@ -2,9 +2,11 @@
 
 A :class:`SharedSegment` is one ``/dev/shm`` object mapped with ``mmap`` into this process. The
 process that creates it is its *owner*: it removes the name on :meth:`SharedSegment.unlink`, on
-``close``, and at interpreter exit (a ``weakref.finalize`` registered at creation), so no exit path
-but a hard kill leaves it behind, and a hard kill is what :mod:`hogwild.shm.sweeper` cleans up
-after: names come from :func:`hogwild.shm.naming.segment_name` and record the owner's pid.
+``close``, and at the latest when it exits (registered with
+:func:`hogwild.shm.sweeper.own_segment`, which also covers forked children that skip ``atexit``),
+so no exit path but a hard kill leaves it behind, and a hard kill is what
+:func:`hogwild.shm.sweeper.sweep` cleans up after: names come from
+:func:`hogwild.shm.naming.segment_name` and record the owner's pid.
 Attached processes only unmap. The mapping itself stays valid until the last numpy view over it
 is gone, even after ``close``.
 
@@ -16,19 +18,14 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 import shutil
-import weakref
 
 import numpy as np
 import posix_ipc
 
 from hogwild.errors import SharedMemoryError
-
-try:
-    from hogwild.shm.naming import segment_name as _segment_name
-except ImportError:  # pragma: no cover - naming.py ships with the package
-    _segment_name = None
+from hogwild.shm import sweeper
+from hogwild.shm.naming import segment_name
 
 __all__ = ["SharedSegment", "new_segment_name"]
 
@@ -42,9 +39,7 @@ def new_segment_name(kind: str) -> str:
     Returns:
         ``/hogwild-<kind>-<pid>-...``, unique and parseable by :mod:`hogwild.shm.naming`.
     """
-    if _segment_name is not None:
-        return _segment_name(kind)
-    return f"/hogwild-{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+    return segment_name(kind)
 
 
 def _dev_shm_free() -> str:
@@ -52,15 +47,6 @@ def _dev_shm_free() -> str:
         return f"{shutil.disk_usage('/dev/shm').free / 2**20:.0f} MiB free in /dev/shm"
     except OSError:
         return "free space in /dev/shm unknown"
-
-
-def _unlink_if_owner(name: str, owner_pid: int) -> None:
-    if os.getpid() != owner_pid:
-        return
-    try:
-        posix_ipc.unlink_shared_memory(name)
-    except posix_ipc.ExistentialError:
-        pass
 
 
 class SharedSegment:
@@ -77,9 +63,7 @@ class SharedSegment:
         self.size = size
         self.owner = owner
         self._mmap: mmap.mmap | None = mapping
-        self._finalizer = (
-            weakref.finalize(self, _unlink_if_owner, name, os.getpid()) if owner else None
-        )
+        self._owner_pid = os.getpid() if owner else None
 
     @classmethod
     def create(cls, kind: str, size: int) -> SharedSegment:
@@ -102,10 +86,11 @@ class SharedSegment:
             raise SharedMemoryError(
                 f"cannot create shared segment {name} of {size} bytes: {exc} ({_dev_shm_free()})"
             ) from exc
+        sweeper.own_segment(name)
         try:
             mapping = mmap.mmap(shm.fd, size)
         except OSError as exc:
-            posix_ipc.unlink_shared_memory(name)
+            sweeper.unlink_segment(name)
             raise SharedMemoryError(
                 f"cannot map shared segment {name} of {size} bytes: {exc} ({_dev_shm_free()})"
             ) from exc
@@ -141,8 +126,9 @@ class SharedSegment:
 
     def unlink(self) -> None:
         """Remove the segment's name (owner only; existing mappings stay valid)."""
-        if self._finalizer is not None:
-            self._finalizer()
+        if self._owner_pid is not None and self._owner_pid == os.getpid():
+            sweeper.unlink_segment(self.name)
+            self._owner_pid = None
 
     def close(self) -> None:
         """Unlink (if owner) and drop this object's mapping.

@@ -8,7 +8,8 @@ A producer claims position ``p`` by compare-and-swapping the enqueue position wh
 and frees the cell for the next lap by storing ``p + capacity``. Every item put is got exactly
 once, in FIFO order per position. The whole state is one int64 array, so the queue lives in its
 own segment (:meth:`MPMCQueue.create`) or in any shared int64 array (:meth:`MPMCQueue.over`),
-and numba code drives it with :func:`queue_try_put` / :func:`queue_try_get`.
+and numba code drives it with :func:`queue_try_put` / :func:`queue_try_get`, given either that
+array or, cheaper (no reference counting), its address :attr:`MPMCQueue.ref`.
 
 What it carries is an int64: typically a :mod:`hogwild.shm.pool` block handle, so buffers move
 between processes without copying. ``try_*`` never wait; ``put`` and ``get`` spin briefly, then
@@ -29,12 +30,12 @@ from numba import njit
 
 from hogwild.errors import HogwildError, SharedMemoryError
 from hogwild.shm.atomics import (
-    atomic_cas,
-    atomic_load,
-    atomic_load_relaxed,
-    atomic_store,
-    atomic_store_relaxed,
-    cpu_relax,
+    raw_cas,
+    raw_load,
+    raw_load_relaxed,
+    raw_relax,
+    raw_store,
+    raw_store_relaxed,
 )
 from hogwild.shm.pool_segment import SharedSegment
 
@@ -91,55 +92,55 @@ def queue_init(words: np.ndarray, capacity: int) -> None:
     words[Q_MAGIC] = QUEUE_MAGIC
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def queue_try_put(q, value):
     """Append ``value`` unless the queue is full; True if it was appended."""
-    mask = q[Q_MASK]
-    pos = atomic_load_relaxed(q, Q_ENQ)
+    mask = raw_load_relaxed(q, Q_MASK)
+    pos = raw_load_relaxed(q, Q_ENQ)
     while True:
         cell = Q_CELLS + 2 * (pos & mask)
-        seq = atomic_load(q, cell)
+        seq = raw_load(q, cell)
         dif = seq - pos
         if dif == 0:
-            seen = atomic_cas(q, Q_ENQ, pos, pos + 1)
+            seen = raw_cas(q, Q_ENQ, pos, pos + 1)
             if seen == pos:
-                atomic_store_relaxed(q, cell + 1, value)
-                atomic_store(q, cell, pos + 1)
+                raw_store_relaxed(q, cell + 1, value)
+                raw_store(q, cell, pos + 1)
                 return True
             pos = seen
         elif dif < 0:
             return False
         else:
-            pos = atomic_load_relaxed(q, Q_ENQ)
+            pos = raw_load_relaxed(q, Q_ENQ)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def queue_try_get(q):
     """Take the oldest value: ``(True, value)``, or ``(False, 0)`` when the queue is empty."""
-    mask = q[Q_MASK]
-    pos = atomic_load_relaxed(q, Q_DEQ)
+    mask = raw_load_relaxed(q, Q_MASK)
+    pos = raw_load_relaxed(q, Q_DEQ)
     while True:
         cell = Q_CELLS + 2 * (pos & mask)
-        seq = atomic_load(q, cell)
+        seq = raw_load(q, cell)
         dif = seq - (pos + 1)
         if dif == 0:
-            seen = atomic_cas(q, Q_DEQ, pos, pos + 1)
+            seen = raw_cas(q, Q_DEQ, pos, pos + 1)
             if seen == pos:
-                value = atomic_load_relaxed(q, cell + 1)
-                atomic_store(q, cell, pos + mask + 1)
+                value = raw_load_relaxed(q, cell + 1)
+                raw_store(q, cell, pos + mask + 1)
                 return True, value
             pos = seen
         elif dif < 0:
             return False, 0
         else:
-            pos = atomic_load_relaxed(q, Q_DEQ)
+            pos = raw_load_relaxed(q, Q_DEQ)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def queue_size(q):
     """Items in the queue at about this moment (exact when nobody is using it)."""
-    n = atomic_load(q, Q_ENQ) - atomic_load(q, Q_DEQ)
-    return max(0, min(n, q[Q_CAPACITY]))
+    n = raw_load(q, Q_ENQ) - raw_load(q, Q_DEQ)
+    return max(0, min(n, raw_load_relaxed(q, Q_CAPACITY)))
 
 
 @njit(cache=True, nogil=True)
@@ -147,7 +148,7 @@ def _put_spin(q, value, spins):
     for _ in range(spins):
         if queue_try_put(q, value):
             return True
-        cpu_relax()
+        raw_relax()
     return False
 
 
@@ -157,7 +158,7 @@ def _get_spin(q, spins):
         ok, value = queue_try_get(q)
         if ok:
             return True, value
-        cpu_relax()
+        raw_relax()
     return False, 0
 
 
@@ -165,7 +166,9 @@ class MPMCQueue:
     """A bounded lock-free MPMC queue of int64 values shared between processes.
 
     Attributes:
-        words: The queue's whole state (int64); numba code passes it to ``queue_try_*``.
+        words: The queue's whole state (int64).
+        ref: Its address in this process, what numba code passes to ``queue_try_*`` (valid while
+            this object lives).
         capacity: Most items it holds.
         name: Its segment's name when it owns one (pickling attaches by it), else None.
     """
@@ -177,6 +180,7 @@ class MPMCQueue:
         if words.dtype != np.int64 or words.ndim != 1 or int(words[Q_MAGIC]) != QUEUE_MAGIC:
             raise ValueError("array does not hold an initialized hogwild queue")
         self.words = words
+        self.ref = int(words.ctypes.data)
         self.capacity = int(words[Q_CAPACITY])
         self._segment = segment
         self.name = segment.name if segment is not None else None

@@ -21,14 +21,17 @@ from hogwild.shm.pool import (
     BufferPool,
     DoubleFreeError,
     InvalidHandleError,
+    PoolError,
     PoolExhaustedError,
     PoolRequestTooLargeError,
     handle_class,
     handle_index,
     pool_alloc,
+    pool_alloc_cached,
     pool_block_id,
     pool_block_size,
     pool_free,
+    pool_free_cached,
     pool_offset,
     size_class,
 )
@@ -37,8 +40,10 @@ from hogwild.shm.pool_layout import (
     C_LINK_BASE,
     CLASS_SIZES,
     EMPTY,
+    ERR_BAD_HANDLE,
+    ERR_DOUBLE_FREE,
     ERR_EXHAUSTED,
-    IDX_MASK,
+    HEAD_IDX_MASK,
     N_CLASSES,
     PoolLayout,
     class_base,
@@ -75,7 +80,7 @@ def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:
 def free_list(pool: BufferPool, c: int) -> list[int]:
     """The block indices on class ``c``'s free list, head first (pool must be quiescent)."""
     base = class_base(c)
-    idx = int(pool.ctl[base + C_HEAD]) & IDX_MASK
+    idx = int(pool.ctl[base + C_HEAD]) & HEAD_IDX_MASK
     out = []
     while idx != EMPTY and len(out) <= pool.layout.blocks[c]:
         out.append(idx)
@@ -199,9 +204,61 @@ def test_large_pool_costs_address_space_not_memory():
         pool.free(h)
 
 
+@njit(cache=True, nogil=True)
+def _cached_round(ref, cache, n, nbytes):
+    """Allocate ``n`` blocks through the cache, free them all; handles, or an error code."""
+    hs = np.empty(n, np.int64)
+    for i in range(n):
+        hs[i] = pool_alloc_cached(ref, cache, nbytes)
+        if hs[i] < 0:
+            return hs[: i + 1]
+    for i in range(n):
+        if pool_free_cached(ref, cache, hs[i]) != 0:
+            hs[i] = -99
+    return hs
+
+
+def test_cache_refills_spills_and_flushes_in_batches():
+    with BufferPool.create({4096: 256, 8192: 8}, max_caches=4) as pool:
+        cache = pool.open_cache()
+        hs = _cached_round(pool.ref, cache, 100, 4096)
+        assert len(set(hs.tolist())) == 100 and hs.min() >= 0
+        s = pool.stats()[0]
+        assert s.in_use == 0 and 0 < s.cached <= 32 and s.high_water >= 100
+        hs = _cached_round(pool.ref, cache, 3, 8000)  # 8 blocks: never cached
+        assert hs.min() >= 0 and pool.stats()[1].cached == 0
+        h = pool_alloc_cached(pool.ref, cache, 1)
+        assert pool_free_cached(pool.ref, cache, h) == 0
+        assert pool_free_cached(pool.ref, cache, h) == ERR_DOUBLE_FREE
+        assert pool_free_cached(pool.ref, cache, -1) == ERR_BAD_HANDLE
+        assert pool.close_cache(cache) == s.cached
+        assert pool.stats()[0].cached == 0
+        assert sorted(free_list(pool, 0)) == list(range(256))
+
+
+def test_cached_exhaustion_is_an_error_code():
+    with BufferPool.create({4096: 16}) as pool:  # batch of 1
+        cache = pool.open_cache()
+        hs = _cached_round(pool.ref, cache, 17, 4096)
+        assert len(hs) == 17 and hs[-1] == ERR_EXHAUSTED and pool.stats()[0].failures == 1
+
+
+def test_cache_slots_run_out_then_dead_owners_are_reclaimed():
+    with BufferPool.create({4096: 64}, max_caches=2) as pool:
+        a, b = pool.open_cache(), pool.open_cache()
+        with pytest.raises(PoolError, match="all 2 cache slots"):
+            pool.open_cache()
+        hs = _cached_round(pool.ref, a, 10, 4096)
+        assert hs.min() >= 0 and pool.stats()[0].cached > 0
+        pool._slots[0] = 2**22 + 4321  # slot a now "belongs" to a process that does not exist
+        c = pool.open_cache()
+        assert c == a and pool.stats()[0].cached == 0  # reclaimed, its blocks back
+        pool.close_cache(b)
+
+
 # ------------------------------------------------------------------------- many processes
 
-STRESS_BLOCKS = {4096: 48, 8192: 24, 16384: 24, 32768: 12, 65536: 12, 131072: 6, 2**20: 3}
+STRESS_BLOCKS = {4096: 256, 8192: 24, 16384: 24, 32768: 12, 65536: 12, 131072: 6, 2**20: 3}
 STRESS_CLASSES = 9  # classes 0..8 are requested; 7 (512 KiB) has no blocks: always exhausted
 N_HOT_OPS = 30_000
 N_OPS = 20_000
@@ -210,30 +267,30 @@ PY_OPS = 1_000
 
 
 @njit(cache=True, nogil=True)
-def _claim(ctl, owner, h, old, new):
-    return atomic_cas(owner, pool_block_id(ctl, h), old, new) == old
+def _claim(ref, owner, h, old, new):
+    return atomic_cas(owner, pool_block_id(ref, h), old, new) == old
 
 
 @njit(cache=True, nogil=True)
-def _stamp(ctl, data64, h):
-    first = pool_offset(ctl, h) // 8
-    return first, first + pool_block_size(ctl, h) // 8 - 1
+def _stamp(ref, h):
+    first = pool_offset(ref, h) // 8
+    return first, first + pool_block_size(ref, h) // 8 - 1
 
 
 @njit(cache=True, nogil=True)
-def _release(ctl, links, data64, owner, wid, h):
-    first, last = _stamp(ctl, data64, h)
+def _release(ref, cache, data64, owner, wid, h):
+    first, last = _stamp(ref, h)
     if data64[first] != (wid << 32) | h or data64[last] != ~((wid << 32) | h):
         return -100  # someone else wrote into our block
-    if not _claim(ctl, owner, h, wid + 1, 0):
+    if not _claim(ref, owner, h, wid + 1, 0):
         return -101
-    if pool_free(ctl, links, h) != 0:
-        return -102
-    return 0
+    err = pool_free_cached(ref, cache, h) if cache else pool_free(ref, h)
+    return -102 if err else 0
 
 
 @njit(cache=True, nogil=True)
-def _stress(ctl, links, data64, owner, wid, n_ops, seed, n_classes, max_hold):
+def _stress(ref, cache, data64, owner, wid, n_ops, seed, n_classes, max_hold):
+    """Random allocate/free; ``cache`` 0 uses the shared lists only. Refusals, or an error < 0."""
     np.random.seed(seed)
     held = np.empty(max_hold, np.int64)
     n_held = 0
@@ -244,28 +301,28 @@ def _stress(ctl, links, data64, owner, wid, n_ops, seed, n_classes, max_hold):
             h = held[k]
             held[k] = held[n_held - 1]
             n_held -= 1
-            err = _release(ctl, links, data64, owner, wid, h)
+            err = _release(ref, cache, data64, owner, wid, h)
             if err:
                 return err
         else:
             c = np.random.randint(n_classes)
             size = 4096 << c
             nbytes = np.random.randint(size // 2 + 1, size + 1) if c else np.random.randint(1, 4097)
-            h = pool_alloc(ctl, links, nbytes)
+            h = pool_alloc_cached(ref, cache, nbytes) if cache else pool_alloc(ref, nbytes)
             if h == ERR_EXHAUSTED:
                 exhausted += 1
                 continue
-            if h < 0 or pool_block_size(ctl, h) < nbytes or handle_class(h) != c:
+            if h < 0 or pool_block_size(ref, h) < nbytes or handle_class(h) != c:
                 return -103
-            if not _claim(ctl, owner, h, 0, wid + 1):
+            if not _claim(ref, owner, h, 0, wid + 1):
                 return -104  # handed out twice
-            first, last = _stamp(ctl, data64, h)
+            first, last = _stamp(ref, h)
             data64[first] = (wid << 32) | h
             data64[last] = ~((wid << 32) | h)
             held[n_held] = h
             n_held += 1
     for k in range(n_held):
-        err = _release(ctl, links, data64, owner, wid, held[k])
+        err = _release(ref, cache, data64, owner, wid, held[k])
         if err:
             return err
     return exhausted
@@ -278,7 +335,7 @@ def _python_stress(pool: BufferPool, data64, owner, wid: int, exhausted: int) ->
     for _ in range(PY_OPS):
         if held and (len(held) == MAX_HOLD or rng.random() < 0.5):
             h = held.pop(int(rng.integers(len(held))))
-            err = _release(pool.ctl, pool.links, data64, owner, wid, h)
+            err = _release(pool.ref, 0, data64, owner, wid, h)
             if err:
                 return err
             continue
@@ -286,13 +343,13 @@ def _python_stress(pool: BufferPool, data64, owner, wid: int, exhausted: int) ->
         if h is None:
             exhausted += 1
             continue
-        if not _claim(pool.ctl, owner, h, 0, wid + 1):
+        if not _claim(pool.ref, owner, h, 0, wid + 1):
             return -104
-        first, last = _stamp(pool.ctl, data64, h)
+        first, last = _stamp(pool.ref, h)
         data64[first], data64[last] = (wid << 32) | h, ~((wid << 32) | h)
         held.append(h)
     for h in held:
-        err = _release(pool.ctl, pool.links, data64, owner, wid, h)
+        err = _release(pool.ref, 0, data64, owner, wid, h)
         if err:
             return err
     return exhausted
@@ -303,18 +360,25 @@ def _stress_worker(pool: BufferPool, seg_name: str, wid: int, n_procs: int) -> N
     owner = seg.array(0, np.int64, pool.layout.total_blocks)
     results = seg.array(8 * pool.layout.total_blocks, np.int64, 16)
     data64 = pool.data.view(np.int64)
-    _stress(pool.ctl, pool.links, data64, owner, wid, 0, 0, 1, 1)  # load before the start line
+    cache = pool.open_cache()
+    _stress(pool.ref, cache, data64, owner, wid, 0, 0, 1, 1)  # load before the start line
     atomic_add(results, 15, 1)
     deadline = time.monotonic() + 30
     while atomic_load(results, 15) < n_procs and time.monotonic() < deadline:
         pass
-    # Hot phase: everyone on the 4 KiB class, where races on one free-list head are likeliest.
-    outcome = _stress(pool.ctl, pool.links, data64, owner, wid, N_HOT_OPS, 7 + wid, 1, 4)
-    if outcome >= 0:  # mixed phase: random sizes over nine classes, one of them empty
-        mixed = _stress(
-            pool.ctl, pool.links, data64, owner, wid, N_OPS, 11 + wid, STRESS_CLASSES, MAX_HOLD
-        )
-        outcome = mixed if mixed < 0 else outcome + mixed
+    outcome = 0
+    for use, hot_hold in ((0, 4), (cache, 40)):  # shared lists only, then through a cache
+        # Hot phase: everyone on the 4 KiB class, where races on one list head are likeliest
+        # (holding up to 40 blocks, the cache refills and spills batches of 16 all the time);
+        # then random sizes over nine classes, one of them empty.
+        for n_ops, n_classes, hold in (
+            (N_HOT_OPS, 1, hot_hold),
+            (N_OPS, STRESS_CLASSES, MAX_HOLD),
+        ):
+            if outcome >= 0:
+                got = _stress(pool.ref, use, data64, owner, wid, n_ops, 7 + wid, n_classes, hold)
+                outcome = got if got < 0 else outcome + got
+    pool.close_cache(cache)
     if outcome >= 0:
         outcome = _python_stress(pool, data64, owner, wid, outcome)
     results[wid] = outcome
@@ -349,5 +413,6 @@ def test_multiprocess_stress_no_block_twice_none_lost(method):
             assert s.in_use == 0
             assert s.high_water <= s.blocks
             assert sorted(free_list(pool, c)) == list(range(s.blocks))  # none lost, none twice
+            assert s.cached == 0
             if s.blocks:
                 assert s.high_water > 0

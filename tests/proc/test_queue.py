@@ -12,7 +12,7 @@ from numba import njit
 
 from hogwild.errors import HogwildError, SharedMemoryError
 from hogwild.shm.atomics import atomic_add, atomic_load, cpu_relax
-from hogwild.shm.pool import BufferPool, pool_alloc, pool_free, pool_offset
+from hogwild.shm.pool import BufferPool, pool_alloc_cached, pool_free_cached, pool_offset
 from hogwild.shm.pool_layout import ERR_EXHAUSTED
 from hogwild.shm.pool_segment import SharedSegment
 from hogwild.shm.queue import (
@@ -144,34 +144,34 @@ CONSUMED, READY, SEEN = 0, 8, 16
 
 
 @njit(cache=True, nogil=True)
-def _produce(q, ctl, links, data64, book, producer, start, stop, max_spins):
+def _produce(q, ref, cache, data64, producer, start, stop, max_spins):
     """Put items ``start..stop-1``: each a pool block stamped with its id. Returns the next."""
     for i in range(start, stop):
         item = producer * N_ITEMS + i
         spins = 0
-        h = pool_alloc(ctl, links, 4096)
+        h = pool_alloc_cached(ref, cache, 4096)
         while h == ERR_EXHAUSTED:  # consumers free blocks as they go
             spins += 1
             if spins > max_spins:
                 return i
             cpu_relax()
-            h = pool_alloc(ctl, links, 4096)
+            h = pool_alloc_cached(ref, cache, 4096)
         if h < 0:
             return -1
-        first = pool_offset(ctl, h) // 8
+        first = pool_offset(ref, h) // 8
         data64[first] = item
         data64[first + 511] = ~item
         while not queue_try_put(q, h):
             spins += 1
             if spins > max_spins:
-                pool_free(ctl, links, h)
+                pool_free_cached(ref, cache, h)
                 return i
             cpu_relax()
     return stop
 
 
 @njit(cache=True, nogil=True)
-def _consume(q, ctl, links, data64, book, total, max_spins):
+def _consume(q, ref, cache, data64, book, total, max_spins):
     """Take blocks until ``total`` were consumed by everyone (or ``max_spins`` idle tries)."""
     spins = 0
     while atomic_load(book, CONSUMED) < total:
@@ -182,12 +182,12 @@ def _consume(q, ctl, links, data64, book, total, max_spins):
                 return 1
             cpu_relax()
             continue
-        first = pool_offset(ctl, h) // 8
+        first = pool_offset(ref, h) // 8
         item = data64[first]
         if data64[first + 511] != ~item or item < 0 or item >= total:
             return -2  # block contents damaged in transit
         atomic_add(book, SEEN + item, 1)
-        if pool_free(ctl, links, h) != 0:
+        if pool_free_cached(ref, cache, h) != 0:
             return -3
         atomic_add(book, CONSUMED, 1)
     return 0
@@ -204,15 +204,17 @@ def _producer(q: MPMCQueue, pool: BufferPool, seg_name: str, producer: int, n_pr
     seg = SharedSegment.attach(seg_name)
     book = seg.array(0, np.int64, SEEN + N_PRODUCERS * N_ITEMS)
     data64 = pool.data.view(np.int64)
-    _produce(q.words, pool.ctl, pool.links, data64, book, producer, 0, 0, 1)
+    cache = pool.open_cache()
+    _produce(q.ref, pool.ref, cache, data64, producer, 0, 0, 1)
     _wait_for_everyone(book, n_procs)
     deadline = time.monotonic() + 40
     i = 0
     while i < N_ITEMS:
-        i = _produce(q.words, pool.ctl, pool.links, data64, book, producer, i, N_ITEMS, 100_000)
+        i = _produce(q.ref, pool.ref, cache, data64, producer, i, N_ITEMS, 100_000)
         if i < 0 or time.monotonic() > deadline:
             os._exit(3)
         os.sched_yield()
+    pool.close_cache(cache)
 
 
 def _consumer(q: MPMCQueue, pool: BufferPool, seg_name: str, n_procs: int) -> None:
@@ -220,12 +222,14 @@ def _consumer(q: MPMCQueue, pool: BufferPool, seg_name: str, n_procs: int) -> No
     book = seg.array(0, np.int64, SEEN + N_PRODUCERS * N_ITEMS)
     data64 = pool.data.view(np.int64)
     total = N_PRODUCERS * N_ITEMS
-    _consume(q.words, pool.ctl, pool.links, data64, book, 0, 1)
+    cache = pool.open_cache()
+    _consume(q.ref, pool.ref, cache, data64, book, 0, 1)
     _wait_for_everyone(book, n_procs)
     deadline = time.monotonic() + 40
     while True:
-        status = _consume(q.words, pool.ctl, pool.links, data64, book, total, 100_000)
+        status = _consume(q.ref, pool.ref, cache, data64, book, total, 100_000)
         if status == 0:
+            pool.close_cache(cache)
             return
         if status < 0 or time.monotonic() > deadline:
             os._exit(4)
@@ -263,5 +267,5 @@ def test_every_item_delivered_exactly_once_across_processes(method):
         assert book[CONSUMED] == total
         assert np.all(seen == 1), (np.flatnonzero(seen != 1)[:10], seen[seen != 1][:10])
         assert len(q) == 0 and q.try_get() is None
-        assert pool.in_use() == 0
+        assert pool.in_use() == 0 and sum(s.cached for s in pool.stats()) == 0
         del book
