@@ -55,13 +55,7 @@ from bench.machine import Gang, describe_machine, versions
 from hogwild.numa.placement import plan_workers
 from hogwild.numa.topology import read_topology
 from hogwild.shm.atomics import raw_load_relaxed, raw_store_relaxed
-from hogwild.shm.pool import (
-    BufferPool,
-    pool_alloc,
-    pool_alloc_cached,
-    pool_free,
-    pool_free_cached,
-)
+from hogwild.shm.pool import BufferPool, pool_alloc, pool_alloc_cached, pool_free, pool_free_cached
 from hogwild.shm.pool_segment import SharedSegment
 
 N_CLASSES = 5  # 4 KiB .. 64 KiB
@@ -69,15 +63,8 @@ BLOCKS = 256  # per class, in both pools (the lock-free pool's caches move batch
 N_SIZES = 4096
 CHUNK = 20_000  # numba pairs between clock checks
 PY_CHUNK = 500
-KINDS = (
-    "lockfree_cached_numba",
-    "lockfree_numba",
-    "semaphore_numba",
-    "lockfree_python",
-    "semaphore_python",
-    "numpy_python",
-    "numpy_numba",
-)
+KINDS = ("lockfree_cached_numba", "lockfree_numba", "semaphore_numba", "lockfree_python",
+         "semaphore_python", "numpy_python", "numpy_numba")  # fmt: skip
 
 
 def request_sizes(seed: int = 0) -> np.ndarray:

@@ -49,6 +49,7 @@ from hogwild.shm.pool_layout import (
     class_base,
 )
 from hogwild.shm.pool_segment import SharedSegment
+from tests.proc.test_atomics_processes import run_processes
 
 START_METHODS = ["spawn", "forkserver"]
 
@@ -58,23 +59,6 @@ def _context(method: str) -> mp.context.BaseContext:
     if method == "forkserver":
         ctx.set_forkserver_preload(["hogwild.shm.pool"])
     return ctx
-
-
-def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:
-    """Start one process per args tuple, wait for all (killing stragglers); their exit codes."""
-    procs = [ctx.Process(target=target, args=args) for args in args_list]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + timeout
-    try:
-        for proc in procs:
-            proc.join(max(0.1, deadline - time.monotonic()))
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-    return [proc.exitcode for proc in procs]
 
 
 def free_list(pool: BufferPool, c: int) -> list[int]:
@@ -187,13 +171,10 @@ def test_attach_rejects_a_segment_that_is_no_pool():
         BufferPool.attach("/hogwild-test-1-1-deadbeef")
 
 
-def test_layout_rejects_bad_counts():
+@pytest.mark.parametrize("blocks", [{5000: 1}, [1, 2, 3], -1, 2**22])
+def test_layout_rejects_bad_counts(blocks):
     with pytest.raises(ValueError):
-        PoolLayout.compute({5000: 1})
-    with pytest.raises(ValueError):
-        PoolLayout.compute([1, 2, 3])
-    with pytest.raises(ValueError):
-        PoolLayout.compute(-1)
+        PoolLayout.compute(blocks)
 
 
 def test_large_pool_costs_address_space_not_memory():
