@@ -25,8 +25,13 @@ class TrainingContext:
     targets: np.ndarray  # int64 [batch], the labels of the minibatch in flight
 
     @classmethod
-    def allocate(cls, network: Network, batch: int) -> "TrainingContext":
-        """Allocate and touch every buffer (zeros are written, so the pages are resident)."""
+    def allocate(cls, network: Network, batch: int, update_every: int = 1) -> "TrainingContext":
+        """Allocate and touch every buffer (zeros are written, so the pages are resident).
+
+        One activation row per example of a minibatch, or of a group of examples whose fully
+        connected updates are applied together (``update_every``).
+        """
+        batch = max(batch, update_every)
         return cls(
             act=np.zeros((batch, network.act_size), dtype=np.float32),
             dact=np.zeros((batch, network.act_size), dtype=np.float32),
