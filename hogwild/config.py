@@ -99,11 +99,14 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the examples come from and how pixels are normalised."""
+    """Where the examples come from, how they vary between epochs, how pixels are normalised."""
 
     source: str = "mnist"
     mean: float = 0.1307
     std: float = 0.3081
+    augment: str = ""
+    ram_budget_mb: int = 0
+    prefetch_depth: int = 2
 
 
 @dataclass(frozen=True)
@@ -348,8 +351,20 @@ def _validate(config: Config, origin: str) -> None:
         fail("train.workers and train.subset must be >= 0 (0 means: the default)")
     if not 0.0 < train.epoch_fraction <= 1.0:
         fail(f"train.epoch_fraction must be in (0, 1], got {train.epoch_fraction}")
-    if config.data.std <= 0:
-        fail(f"data.std must be > 0, got {config.data.std}")
+    data = config.data
+    if data.std <= 0:
+        fail(f"data.std must be > 0, got {data.std}")
+    if data.ram_budget_mb < 0:
+        fail(f"data.ram_budget_mb must be >= 0 (0 means: none), got {data.ram_budget_mb}")
+    if data.prefetch_depth < 1:
+        fail(f"data.prefetch_depth must be >= 1, got {data.prefetch_depth}")
+    if data.augment.strip():
+        from hogwild.data.augment import AugmentSpec  # numba: loaded only when augmenting
+
+        try:
+            AugmentSpec.parse(data.augment)
+        except ValueError as exc:
+            fail(f"data.augment = {data.augment!r}: {exc}")
     if out.keep_checkpoints < 1:
         fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
 
