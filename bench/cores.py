@@ -153,7 +153,8 @@ def _control_process(config_dict: dict, images, labels, batch: int, warmup: int,
     params = np.zeros(network.n_params, dtype=np.float32)
     initialise(network, params, job.model.init, job.model.init_scale, job.train.seed)
     velocity = np.zeros_like(params)
-    context = TrainingContext.allocate(network, batch)
+    update_every = job.train.update_every if batch == 1 else 1
+    context = TrainingContext.allocate(network, batch, update_every)
     optim, chunk = job.optim, job.train.chunk
     mu = optim.momentum if optim.rule == "momentum" else 0.0
     seed_kernels(job.train.seed)
@@ -163,6 +164,7 @@ def _control_process(config_dict: dict, images, labels, batch: int, warmup: int,
     given = {"ops": network.ops, "params": params, "velocity": velocity, "images": images}
     given.update(labels=labels, batch=batch, lr=optim.lr, mu=mu, wd=optim.weight_decay)
     given.update(rule=RULE_CODES[optim.rule], mean=job.data.mean, std=job.data.std)
+    given.update(update_every=update_every)
     names = list(inspect.signature(getattr(train_chunk, "py_func", train_chunk)).parameters)
 
     def train(order: np.ndarray) -> None:  # as a worker does: chunk by chunk
