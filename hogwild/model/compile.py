@@ -4,6 +4,10 @@ The kernels are ``njit(cache=True)``: the first call compiles them and writes th
 numba's on-disk cache (``NUMBA_CACHE_DIR``, set by :mod:`hogwild.runtime`). Running one tiny
 training step and one evaluation here, with exactly the argument types the workers use, means the
 workers load the cached code instead of each compiling it again.
+
+Workers call the kernels with two sets of argument types: examples in the arena (uint8 labels),
+and batches from a data feed (an LMDB image cache, or augmentation: int32 labels, images from the
+feed's ring). ``feed=True`` compiles the second set too, and the data kernels the feed runs.
 """
 
 import numpy as np
@@ -15,49 +19,63 @@ from hogwild.optim.rules import RULE_CODES
 from hogwild.train.context import TrainingContext
 
 
-def compile_kernels(network: Network, batch: int) -> None:
-    """Run one minibatch of training and one evaluation on zeros, compiling what they call."""
+def compile_kernels(network: Network, batch: int, *, feed: bool = False) -> None:
+    """Run one minibatch of training and one evaluation on zeros, compiling what they call.
+
+    Args:
+        network: The model.
+        batch: Examples per update (the training context's size).
+        feed: Also compile what a worker reading through a data feed calls: the kernels with
+            int32 labels, and the data kernels (reading, augmenting).
+    """
     context = TrainingContext.allocate(network, batch)
     params = np.zeros(network.n_params, dtype=np.float32)
     velocity = np.zeros_like(params)
-    images = np.zeros((1, network.input_size), dtype=np.uint8)
-    labels = np.zeros(1, dtype=np.uint8)
     order = np.zeros(1, dtype=np.int64)
+    # Arena labels are uint8; a feed's are int32. Images are C-contiguous uint8 rows in both.
+    label_types = (np.uint8, np.int32) if feed else (np.uint8,)
     seed_kernels(0)
-    for rule in sorted(set(RULE_CODES.values())):
-        engine.train_chunk(
+    for label_type in label_types:
+        images = np.zeros((1, network.input_size), dtype=np.uint8)
+        labels = np.zeros(1, dtype=label_type)
+        for rule in sorted(set(RULE_CODES.values())):
+            engine.train_chunk(
+                network.ops,
+                params,
+                velocity,
+                context.grad,
+                context.act,
+                context.dact,
+                context.aux,
+                context.scratch,
+                context.targets,
+                images,
+                labels,
+                order,
+                0,
+                1,
+                batch,
+                0.0,
+                0.0,
+                0.0,
+                rule,
+                0.0,
+                1.0,
+            )
+        engine.evaluate_range(
             network.ops,
             params,
-            velocity,
-            context.grad,
             context.act,
-            context.dact,
             context.aux,
             context.scratch,
-            context.targets,
             images,
             labels,
-            order,
             0,
             1,
-            batch,
-            0.0,
-            0.0,
-            0.0,
-            rule,
             0.0,
             1.0,
         )
-    engine.evaluate_range(
-        network.ops,
-        params,
-        context.act,
-        context.aux,
-        context.scratch,
-        images,
-        labels,
-        0,
-        1,
-        0.0,
-        1.0,
-    )
+    if feed:
+        from hogwild.data.feed import compile_data_kernels
+
+        compile_data_kernels()

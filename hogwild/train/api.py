@@ -1,8 +1,10 @@
 """The Python API: the same engine as the CLI, for notebooks and scripts.
 
 ``train`` resolves a config (a :class:`~hogwild.config.Config`, a TOML path, or the bundled
-default), applies keyword overrides, loads the data and runs the multi-process trainer.
-``load_checkpoint`` gives back a :class:`TrainedModel` that predicts in this process.
+default), applies keyword overrides, loads the data (MNIST idx files, or the manifest of an LMDB
+image cache made by ``hogwild data ingest``) and runs the multi-process trainer.
+``load_checkpoint`` gives back a :class:`TrainedModel` that predicts in this process;
+``evaluate`` measures it on the test split of the same kinds of data.
 
 Worker processes are started with spawn, which re-imports the calling script: as with
 ``multiprocessing`` and PyTorch, a script that calls ``train`` must guard it with
@@ -24,6 +26,7 @@ from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
 from hogwild.train.checkpoint import Checkpoint
 from hogwild.train.checkpoint import load_checkpoint as _load_checkpoint_files
+from hogwild.train.job import CacheData, augmenting
 from hogwild.train.trainer import TrainResult, run_training
 
 PREDICT_BATCH = 64  # examples per forward pass when predicting
@@ -66,17 +69,31 @@ def resolve_config(
     return config.override(merged) if merged else config
 
 
-def load_data(config: Config, data: MnistData | str | os.PathLike | None) -> MnistData:
-    """The examples: given, or from a directory, or from the config's ``data.source``."""
-    if isinstance(data, MnistData):
+def load_data(
+    config: Config, data: MnistData | CacheData | str | os.PathLike | None
+) -> MnistData | CacheData:
+    """The examples: given, or from a path, or from the config's ``data.source``.
+
+    A path is an LMDB image cache (a directory with ``data.mdb``; only its manifest is read
+    here, the workers read the images) or a directory of MNIST idx files.
+
+    Raises:
+        DataError: The idx files or the cache are missing, incomplete or malformed.
+    """
+    if isinstance(data, MnistData | CacheData):
         return data
     source = data if data is not None else config.data.source
+    if source not in (None, "mnist"):
+        from hogwild.data.cache import is_image_cache
+
+        if is_image_cache(source):
+            return CacheData.from_manifest(source)
     return load_mnist(source, progress=config.output.progress)
 
 
 def train(
     config: Config | str | os.PathLike | None = None,
-    data: MnistData | str | os.PathLike | None = None,
+    data: MnistData | CacheData | str | os.PathLike | None = None,
     *,
     resume: bool = False,
     overrides: dict[str, Any] | None = None,
@@ -86,8 +103,9 @@ def train(
 
     Args:
         config: a Config, a TOML file, or None for the bundled Adam MNIST model.
-        data: MNIST as loaded data, a directory of idx files, or None for the data directory
-            (downloaded on first use).
+        data: MNIST as loaded data, a directory of idx files, an LMDB image cache, or None for
+            ``data.source`` of the config (default: MNIST in the data directory, downloaded on
+            first use).
         resume: continue from the last checkpoint in ``checkpoint_dir``.
         overrides: ``{"section.key": value}`` pairs, as the CLI's ``--section.key=value``.
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
@@ -156,7 +174,7 @@ def load_checkpoint(path: str | os.PathLike) -> TrainedModel:
     if "config" not in checkpoint.info:
         raise CheckpointError(f"checkpoint {checkpoint.path} records no config")
     config = config_from_dict(checkpoint.info["config"], origin=str(checkpoint.path))
-    network = build_network(config.model)
+    network = build_network(config.model, int(checkpoint.info.get("n_classes", 10)))
     params = np.zeros(network.n_params, dtype=np.float32)
     for name, view in network.views(params).items():
         tensor = checkpoint.weights.get(name)
@@ -170,17 +188,66 @@ def load_checkpoint(path: str | os.PathLike) -> TrainedModel:
     return TrainedModel(config, network, params, checkpoint)
 
 
-def evaluate(checkpoint: str | os.PathLike, data: MnistData | str | os.PathLike | None = None):
-    """Test loss and accuracy of a checkpoint, computed in this process."""
+def evaluate(
+    checkpoint: str | os.PathLike, data: MnistData | CacheData | str | os.PathLike | None = None
+):
+    """Test loss and accuracy of a checkpoint, computed in this process.
+
+    ``data`` is as for :func:`train` (default: the checkpoint's ``data.source``). Images reach the
+    model as in training: an image cache's, and augmented jobs' (a crop, say), through a data
+    feed's deterministic centre view.
+
+    Raises:
+        DataError: The data has no test examples, or they do not fit the model.
+    """
     model = load_checkpoint(checkpoint)
-    mnist = load_data(model.config, data)
-    probabilities = model.predict_proba(mnist.test_images)
-    labels = mnist.test_labels.astype(np.int64)
-    chosen = probabilities[np.arange(len(labels)), labels]
+    loaded = load_data(model.config, data)
+    if isinstance(loaded, CacheData) or augmenting(model.config):
+        loss, correct, count = _evaluate_through_feed(model, loaded)
+    else:
+        probabilities = model.predict_proba(loaded.test_images)
+        labels = loaded.test_labels.astype(np.int64)
+        chosen = probabilities[np.arange(len(labels)), labels]
+        loss = float(-np.log(np.maximum(chosen, 1e-30)).sum())
+        correct, count = int((probabilities.argmax(axis=1) == labels).sum()), len(labels)
     return {
-        "examples": len(labels),
-        "test_loss": float(-np.log(np.maximum(chosen, 1e-30)).mean()),
-        "test_accuracy": float((probabilities.argmax(axis=1) == labels).mean()),
+        "examples": count,
+        "test_loss": loss / count,
+        "test_accuracy": correct / count,
         "checkpoint": str(model.checkpoint.path),
         "epoch": model.checkpoint.epoch,
     }
+
+
+def _evaluate_through_feed(model: TrainedModel, data: MnistData | CacheData):
+    """(summed loss, number correct, examples) of the test split, read through a data feed."""
+    from hogwild.data.augment import AugmentSpec
+    from hogwild.data.feed import ArrayReader, WorkerFeed
+    from hogwild.train.job import check_input_shape
+
+    if isinstance(data, CacheData):
+        from hogwild.data.cache import open_cache
+
+        if not data.n_test:
+            raise DataError(f"{data.path}: the image cache has no 'test' split to evaluate on")
+        check_input_shape(model.config, data.shape, f"the image cache {data.path}")
+        reader = open_cache(data.path, "test")
+    else:
+        reader = ArrayReader(data.test_images, data.test_labels.astype(np.int32))
+    text = model.config.data.augment.strip()
+    spec = AugmentSpec.parse(text) if text else None
+    loss, correct, count = 0.0, 0, 0
+    try:
+        with WorkerFeed(reader, batch=1024, augment=spec, train=False) as feed:
+            feed.start_epoch(0, np.arange(len(reader.labels), dtype=np.int64))
+            for batch in feed:
+                probabilities = model.predict_proba(batch.images)
+                labels = batch.labels.astype(np.int64)
+                chosen = probabilities[np.arange(len(labels)), labels]
+                loss += float(-np.log(np.maximum(chosen, 1e-30)).sum())
+                correct += int((probabilities.argmax(axis=1) == labels).sum())
+                count += len(labels)
+    finally:
+        if hasattr(reader, "close"):
+            reader.close()
+    return loss, correct, count

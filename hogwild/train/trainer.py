@@ -1,13 +1,16 @@
 """The trainer: the parent process of a single-node Hogwild job (DESIGN.md, "How data flows").
 
 It owns every shared resource of the job and releases it on every exit path: it creates the arena,
-initialises (or restores) the shared parameters, copies the examples in once, compiles the kernels,
-starts the workers, and then drives the epochs: a fresh permutation per epoch, one shard per
-worker, an early end once ``epoch_fraction`` of the workers finished their shard (Adam section
-3.2.5), evaluation on the test set split across the workers, a checkpoint and a metrics line. A
-worker that dies stops the job with :class:`~hogwild.errors.WorkerDiedError` naming it and its
-exit signal; the last checkpoint stays as it was. On any exit (normal, error, Ctrl-C) the workers
-are stopped (terminated, then killed, if they do not leave) and the arena is removed.
+initialises (or restores) the shared parameters, copies the examples in once (idx files; a job on
+an LMDB image cache reads only its manifest here, and each worker opens the cache itself),
+compiles the kernels, starts the workers, and then drives the epochs: a fresh permutation per
+epoch, one shard per worker, an early end once ``epoch_fraction`` of the workers finished their
+shard (Adam section 3.2.5), evaluation on the test set split across the workers, a checkpoint
+and a metrics line (with ``data_wait_s``, the seconds the workers' compute loops waited for
+their data feeds). A worker that dies stops the job with
+:class:`~hogwild.errors.WorkerDiedError` naming it and its exit signal; the last checkpoint stays
+as it was. On any exit (normal, error, Ctrl-C) the workers are stopped (terminated, then killed,
+if they do not leave) and the arena is removed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
-from hogwild.errors import CheckpointError, HogwildError, WorkerDiedError
+from hogwild.errors import CheckpointError, ConfigError, DataError, HogwildError, WorkerDiedError
 from hogwild.model.compile import compile_kernels
 from hogwild.model.init import initialise
 from hogwild.model.network import Network, build_network
@@ -38,8 +41,10 @@ from hogwild.train.job import (
     EPOCH_CLOSED,
     STAT_EXAMPLES,
     STAT_LOSS,
+    CacheData,
     epoch_permutation,
     job_layout,
+    plan_data,
     shard_bounds,
 )
 from hogwild.train.metrics import MetricsWriter
@@ -65,14 +70,21 @@ class TrainResult:
 class Trainer:
     """Runs one job; use :func:`run_training` unless you need the pieces."""
 
-    def __init__(self, config: Config, data: MnistData, resume: bool = False):
+    def __init__(self, config: Config, data: MnistData | CacheData, resume: bool = False):
         self.config = config
         self.data = data
         self.resume = resume
-        self.network: Network = build_network(config.model)
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
-        n_train = len(data.train_labels)
+        self.plan, n_train, self.n_test = plan_data(config, data, self.n_workers)
+        try:
+            self.network: Network = build_network(config.model, self.plan.n_classes)
+        except ConfigError as exc:
+            if not self.plan.cache:
+                raise
+            raise ConfigError(
+                f"{exc} (the image cache {self.plan.cache} has {self.plan.n_classes} classes)"
+            ) from None
         self.n_train = min(train.subset, n_train) if train.subset else n_train
         self.progress = ProgressBar(config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(config.output.metrics)
@@ -97,7 +109,7 @@ class Trainer:
             f"hogwild: {network.connections:,} connections, {self.n_workers} worker(s), "
             f"batch {config.train.batch}, {self.n_train:,} training examples"
         )
-        compile_kernels(network, config.train.batch)
+        compile_kernels(network, config.train.batch, feed=self.plan.feed)
         self._start_workers()
         self.metrics.write(
             {
@@ -110,20 +122,26 @@ class Trainer:
             }
         )
         wall_start = time.perf_counter()
-        train_seconds = 0.0
+        train_seconds = data_wait = 0.0
         examples = 0
         checkpoint_path = None
         for epoch in range(start_epoch, config.train.epochs):
             record = self._train_epoch(epoch)
             train_seconds += record["train_s"]
+            data_wait += record["data_wait_s"]
             examples += record["examples"]
             record.update(self._evaluate())
             history.append(record)
             self.metrics.write(record)
+            tested = (
+                f"test loss {record['test_loss']:.4f}  "
+                f"test accuracy {record['test_accuracy'] * 100:.2f}%"
+                if self.n_test
+                else "no test split"
+            )
             self.progress.line(
                 f"epoch {epoch + 1}/{config.train.epochs}  lr {record['lr']:.4g}  "
-                f"train loss {record['train_loss']:.4f}  test loss {record['test_loss']:.4f}  "
-                f"test accuracy {record['test_accuracy'] * 100:.2f}%  "
+                f"train loss {record['train_loss']:.4f}  {tested}  "
                 f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
             )
             checkpoint_path = self._checkpoint(epoch, record, history)
@@ -139,20 +157,26 @@ class Trainer:
             "train_loss": last.get("train_loss"),
             "test_loss": last.get("test_loss"),
             "test_accuracy": last.get("test_accuracy"),
-            "best_test_accuracy": max((h["test_accuracy"] for h in history), default=None),
+            "best_test_accuracy": max(
+                (h["test_accuracy"] for h in history if h.get("test_accuracy") is not None),
+                default=None,
+            ),
             "workers": self.n_workers,
             "batch": config.train.batch,
             "sync": config.train.sync,
             "epochs": config.train.epochs,
             "epochs_run": config.train.epochs - start_epoch,
             "train_s": train_seconds,
+            "data_wait_s": data_wait,
             "wall_s": wall,
             "checkpoint": str(checkpoint_path) if checkpoint_path else None,
             "config": config.to_dict(),
         }
         self.metrics.write(final)
+        accuracy = final["test_accuracy"]
         self.progress.line(
-            f"done: test accuracy {(final['test_accuracy'] or 0) * 100:.2f}% after "
+            f"done: test accuracy "
+            f"{'n/a' if accuracy is None else f'{accuracy * 100:.2f}%'} after "
             f"{config.train.epochs} epochs, {rate:,.0f} examples/s, "
             f"{final['connections_per_s'] / 1e9:.2f} G connections/s, {wall:.1f} s"
         )
@@ -161,13 +185,18 @@ class Trainer:
     def _prepare_arena(self) -> tuple[int, list[dict]]:
         """Create the arena, fill it with data and initial (or restored) parameters."""
         config, network, data = self.config, self.network, self.data
-        layout = job_layout(network, self.n_workers, self.n_train, len(data.test_labels))
+        height, width, channels = self.plan.shape
+        image_bytes = 0 if self.plan.cache else height * width * channels
+        layout = job_layout(network, self.n_workers, self.n_train, self.n_test, image_bytes)
         self.arena = Arena.create("train", layout)
         arena = self.arena
-        arena.array("train_images")[:] = data.train_images[: self.n_train].reshape(self.n_train, -1)
-        arena.array("train_labels")[:] = data.train_labels[: self.n_train]
-        arena.array("test_images")[:] = data.test_images.reshape(len(data.test_labels), -1)
-        arena.array("test_labels")[:] = data.test_labels
+        if image_bytes:
+            arena.array("train_images")[:] = data.train_images[: self.n_train].reshape(
+                self.n_train, -1
+            )
+            arena.array("train_labels")[:] = data.train_labels[: self.n_train]
+            arena.array("test_images")[:] = data.test_images.reshape(self.n_test, -1)
+            arena.array("test_labels")[:] = data.test_labels
         params, velocity = arena.array("params"), arena.array("velocity")
         model = config.model
         initialise(network, params, model.init, model.init_scale, config.train.seed)
@@ -190,7 +219,7 @@ class Trainer:
         layout_json = self.arena.layout.to_json()
         config_dict = self.config.to_dict()
         with single_threaded_blas():
-            self._spawn(context, placements, layout_json, config_dict)
+            self._spawn(context, placements, layout_json, config_dict, self.plan.to_dict())
         ready = 0
         deadline = time.monotonic() + READY_TIMEOUT_S
         while ready < self.n_workers:
@@ -198,7 +227,7 @@ class Trainer:
             if message[0] == "ready":
                 ready += 1
 
-    def _spawn(self, context, placements, layout_json, config_dict) -> None:
+    def _spawn(self, context, placements, layout_json, config_dict, plan) -> None:
         for worker in range(self.n_workers):
             commands = context.Queue()
             process = context.Process(
@@ -209,6 +238,7 @@ class Trainer:
                     self.arena.name,
                     layout_json,
                     config_dict,
+                    plan,
                     placements[worker],
                     commands,
                     self.results,
@@ -237,7 +267,7 @@ class Trainer:
             seed = worker_seed(config.train.seed, epoch, worker)
             self.commands[worker].put(("train", epoch, lr, start, stop, seed))
         needed = max(1, int(np.ceil(config.train.epoch_fraction * self.n_workers - 1e-9)))
-        finished, examples, loss, correct = 0, 0, 0.0, 0
+        finished, examples, loss, correct, waited = 0, 0, 0.0, 0, 0.0
         while finished < self.n_workers:
             message = self._next_message(None, f"epoch {epoch + 1}", epoch, before, loss_before)
             if message[0] != "trained" or message[2] != epoch:
@@ -246,6 +276,7 @@ class Trainer:
             examples += message[3]
             loss += message[4]
             correct += message[5]
+            waited += message[6]
             if finished == needed:
                 control[CONTROL_EPOCH] = EPOCH_CLOSED  # stragglers stop at their next chunk
         seconds = time.perf_counter() - started
@@ -258,12 +289,15 @@ class Trainer:
             "train_loss": loss / max(examples, 1),
             "train_accuracy": correct / max(examples, 1),
             "train_s": seconds,
+            "data_wait_s": waited,
             "examples_per_s": rate,
             "connections_per_s": rate * self.network.connections,
         }
 
     def _evaluate(self) -> dict:
-        n_test = len(self.data.test_labels)
+        n_test = self.n_test
+        if not n_test:
+            return {"test_loss": None, "test_accuracy": None}
         shards = shard_bounds(n_test, self.n_workers)
         for worker, (start, stop) in enumerate(shards):
             self.commands[worker].put(("eval", start, stop))
@@ -293,6 +327,8 @@ class Trainer:
                 continue
             if message[0] == "error":
                 raise WorkerDiedError(f"worker {message[1]} failed while {doing}:\n{message[2]}")
+            if message[0] == "data_error":  # a bad record, say: the user's input, one line
+                raise DataError(f"worker {message[1]}, while {doing}: {message[2]}")
             return message
 
     def _draw(self, epoch: int, started: float, before: float, loss_before: float) -> None:
@@ -338,7 +374,10 @@ class Trainer:
             "metrics": record,
             "history": history,
             "connections": network.connections,
+            "n_classes": self.plan.n_classes,
         }
+        if isinstance(self.data, CacheData):
+            info["data"] = {"cache": self.data.path, "classes": list(self.data.classes)}
         return ckpt.write_checkpoint(
             directory,
             epoch,
@@ -410,6 +449,6 @@ def _restore(network: Network, flat: np.ndarray, tensors: dict, path, suffix: st
         view[...] = tensors[key]
 
 
-def run_training(config: Config, data: MnistData, resume: bool = False) -> TrainResult:
-    """Train ``config`` on ``data`` with the single-node Hogwild engine."""
+def run_training(config: Config, data: MnistData | CacheData, resume: bool = False) -> TrainResult:
+    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine."""
     return Trainer(config, data, resume=resume).run()
