@@ -1,8 +1,11 @@
-"""The ``hogwild`` command line: ``train``, ``eval``, ``info``, ``shm`` and ``bench``.
+"""The ``hogwild`` command line: ``train``, ``eval``, ``data``, ``info``, ``shm`` and ``bench``.
 
 Every failure a user can cause is a :class:`~hogwild.errors.HogwildError`; the CLI prints its
 message on one line and exits with status 2 (1 for a worker that died, 130 for Ctrl-C), never a
 traceback. Any config key can be set as ``--section.key=value`` after the named flags.
+
+``hogwild data ingest|preview|info|verify`` builds and inspects LMDB image caches
+(:mod:`hogwild.data.cli_data`); ``train --data CACHE`` trains from one.
 
 ``hogwild bench NAME ...`` runs ``bench/NAME.py`` of the source tree (the benchmarks are scripts
 beside the package, not part of it), forwarding the remaining arguments to its ``main``.
@@ -37,7 +40,11 @@ def _parser() -> argparse.ArgumentParser:
         "Any config key can be set as --section.key=value (e.g. --optim.momentum=0.5).",
     )
     train.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
-    train.add_argument("--data", help="directory of MNIST idx files, or 'mnist' (default)")
+    train.add_argument(
+        "--data",
+        help="an LMDB image cache (hogwild data ingest), a directory of MNIST idx files, "
+        "or 'mnist' (default: data.source of the config)",
+    )
     train.add_argument("--workers", type=int, help="worker processes (default: physical cores)")
     train.add_argument("--epochs", type=int, help="passes over the training set")
     train.add_argument("--batch", type=int, help="examples per update (default 1)")
@@ -57,9 +64,14 @@ def _parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint on the test set")
     evaluate.add_argument("checkpoint", help="checkpoint directory, .json or .safetensors file")
-    evaluate.add_argument("--data", help="directory of MNIST idx files, or 'mnist' (default)")
+    evaluate.add_argument(
+        "--data", help="an LMDB image cache, a directory of MNIST idx files, or 'mnist'"
+    )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
+    from hogwild.data.cli_data import add_data_commands
+
+    add_data_commands(sub)
     sub.add_parser("info", help="the machine's topology and the worker placement plan")
 
     shm = sub.add_parser("shm", help="list or remove hogwild shared-memory segments")
@@ -190,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             return _train(args, overrides)
         if args.command == "eval":
             return _eval(args)
+        if args.command == "data":
+            from hogwild.data.cli_data import run_data_command
+
+            return run_data_command(args)
         if args.command == "info":
             return _info()
         return _shm(args)
@@ -200,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hogwild: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("hogwild: interrupted; workers stopped and shared memory removed", file=sys.stderr)
+        if args.command == "data":
+            print("hogwild: interrupted; rerun the same command to resume", file=sys.stderr)
+        else:
+            print(
+                "hogwild: interrupted; workers stopped and shared memory removed", file=sys.stderr
+            )
         return 130
 
 
