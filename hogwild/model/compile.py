@@ -19,16 +19,19 @@ from hogwild.optim.rules import RULE_CODES
 from hogwild.train.context import TrainingContext
 
 
-def compile_kernels(network: Network, batch: int, *, feed: bool = False) -> None:
+def compile_kernels(
+    network: Network, batch: int, update_every: int = 1, *, feed: bool = False
+) -> None:
     """Run one minibatch of training and one evaluation on zeros, compiling what they call.
 
     Args:
         network: The model.
         batch: Examples per update (the training context's size).
+        update_every: Examples per fully connected update at batch 1 (see ``train_chunk``).
         feed: Also compile what a worker reading through a data feed calls: the kernels with
             int32 labels, and the data kernels (reading, augmenting).
     """
-    context = TrainingContext.allocate(network, batch)
+    context = TrainingContext.allocate(network, batch, update_every)
     params = np.zeros(network.n_params, dtype=np.float32)
     velocity = np.zeros_like(params)
     order = np.zeros(1, dtype=np.int64)
@@ -61,6 +64,7 @@ def compile_kernels(network: Network, batch: int, *, feed: bool = False) -> None
                 rule,
                 0.0,
                 1.0,
+                update_every,
             )
         engine.evaluate_range(
             network.ops,

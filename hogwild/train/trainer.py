@@ -109,7 +109,7 @@ class Trainer:
             f"hogwild: {network.connections:,} connections, {self.n_workers} worker(s), "
             f"batch {config.train.batch}, {self.n_train:,} training examples"
         )
-        compile_kernels(network, config.train.batch, feed=self.plan.feed)
+        compile_kernels(network, config.train.batch, config.train.update_every, feed=self.plan.feed)
         self._start_workers()
         self.metrics.write(
             {

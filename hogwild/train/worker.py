@@ -70,7 +70,7 @@ def worker_main(
         data = DataPlan.from_dict(plan)
         network = build_network(job.model, data.n_classes)
         arena = Arena.attach(arena_name, ArenaLayout.from_json(layout_json))
-        context = TrainingContext.allocate(network, job.train.batch)
+        context = TrainingContext.allocate(network, job.train.batch, job.train.update_every)
         feeds = _Feeds(job, data, arena) if data.feed else None  # after pinning: its thread too
         results.put(("ready", worker, os.getpid(), context.nbytes))
         _serve(worker, job, network, arena, context, feeds, commands, results, parent)
@@ -148,6 +148,7 @@ def _serve(worker, job, network, arena, context, feeds, commands, results, paren
                     rule,
                     data.mean,
                     data.std,
+                    train.update_every,
                 )
 
             def still_open(epoch=epoch):
@@ -186,6 +187,7 @@ def _serve(worker, job, network, arena, context, feeds, commands, results, paren
                     rule,
                     data.mean,
                     data.std,
+                    train.update_every,
                 )
                 done += hi - lo
                 loss += chunk_loss
