@@ -84,11 +84,20 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     add("--repeats", type=int, default=3, metavar="R", help="medians of R runs (default 3)")
     add("--data", metavar="DIR", help=f"MNIST idx files (default {SHARED_MNIST} if present)")
     add("--seed", type=int, default=1, help="seeds the weights and the data order")
+    add(
+        "--update-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="batch 1: fully connected updates every K examples (default: the config's)",
+    )
     add("--plot", metavar="FILE", help="draw Fig. 8 into this PNG file")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
     if not 1 <= args.examples <= 60000:
         parser.error("--examples must be between 1 and 60000 (MNIST's training set)")
+    if args.update_every is not None and args.update_every < 1:
+        parser.error("--update-every must be >= 1")
     if args.warmup < 0 or args.repeats < 1:
         parser.error("--warmup must be >= 0 and --repeats >= 1")
     if max(args.workers) > args.examples:
@@ -322,7 +331,10 @@ def measure(args: argparse.Namespace) -> dict:
     from hogwild.model.network import build_network
     from hogwild.train.job import epoch_permutation
 
-    config = hogwild.load_config().override({"train.seed": args.seed})
+    overrides = {"train.seed": args.seed}
+    if args.update_every is not None:
+        overrides["train.update_every"] = args.update_every
+    config = hogwild.load_config().override(overrides)
     network = build_network(config.model)
     mnist = load_mnist(args.data, progress=False)
     n = args.examples
@@ -353,6 +365,7 @@ def measure(args: argparse.Namespace) -> dict:
             **{"workers": args.workers, "batches": args.batches, "data": str(mnist.source)},
             "ours_warmup_examples": warm_epochs * n,
             "lr": config.optim.lr,
+            "update_every": config.train.update_every,
             "peer_optimizer": "SGD(lr=0.01, momentum=0.5)",
         },
         "worker_runtime_mb": runtime_mb,

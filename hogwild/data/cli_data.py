@@ -64,7 +64,7 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     preview.add_argument(
         "--augment",
         type=_augment_spec,
-        default=_augment_spec("none"),
+        default="none",  # argparse applies type= to a string default, lazily
         help="e.g. 'translate=0.1,hflip,rotate=15,scale=0.9:1.1,crop=24' or a preset "
         "(none, mnist, cifar, imagenet); default none",
     )

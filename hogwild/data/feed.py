@@ -86,7 +86,7 @@ class ArrayReader:
         if len(labels) != len(images):
             raise ValueError(f"{len(labels)} labels for {len(images)} images")
         self.images = images if images.ndim == 4 else images[:, :, :, None]
-        self.labels = np.asarray(labels)
+        self.labels = np.asarray(labels, dtype=np.int32)  # the feed's label buffers are int32
         self.shape = self.images.shape[1:]
 
     def __len__(self) -> int:

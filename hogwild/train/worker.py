@@ -266,14 +266,12 @@ class _Feeds:
             budget = self.plan.ram_budget_bytes if split == "train" else 0
             reader = open_cache(self.plan.cache, split, ram_budget_bytes=budget)
         else:
-            import numpy as np
-
             from hogwild.data.feed import ArrayReader
 
             images = self._arena.array(f"{split}_images")
             labels = self._arena.array(f"{split}_labels")
             # The feed's label buffers are int32, and ArrayReader copies labels without casting.
-            reader = ArrayReader(images.reshape(-1, *self.plan.shape), labels.astype(np.int32))
+            reader = ArrayReader(images.reshape(-1, *self.plan.shape), labels)
         self.readers.append(reader)
         return reader
 
