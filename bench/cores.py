@@ -222,7 +222,7 @@ def run_measurements(args: argparse.Namespace, config, data, order) -> tuple[dic
     """Every repetition of every measurement, interleaved; samples, memory probes and sgemm."""
     from bench.peer_torch import measure_peer, peer_gang
     from hogwild.train.job import shard_bounds
-    from hogwild.train.placement import worker_cpu_sets
+    from hogwild.train.placement import worker_placements
 
     images, labels, n = data.train_images, data.train_labels, len(data.train_labels)
     samples: dict[tuple, list[float]] = {}
@@ -230,7 +230,7 @@ def run_measurements(args: argparse.Namespace, config, data, order) -> tuple[dic
     sgemm: dict[int, list[float]] = {}
     for workers in args.workers:
         shards = shard_bounds(n, workers)
-        cpus = worker_cpu_sets(workers, config.train.placement)
+        cpus = [[p.cpu] for p in worker_placements(workers, config.train.placement)]
         with Gang(workers, cpus, name="bench-control") as control, peer_gang(workers) as peer:
             common = (images, labels, order, shards)
             measures = {
