@@ -81,8 +81,36 @@ FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
 
 @njit(cache=True, nogil=True)
 def forward_batch(ops, params, act, aux, scratch, n, training):
-    """Run every layer forward on the first ``n`` activation rows."""
+    """Run every layer forward on the first ``n`` activation rows.
+
+    The layers before the first fully connected one run one example at a time, so an example's
+    convolution activations stay in the core's cache (Adam section 3.2.4: working sets that fit
+    in L2); the fully connected layers then run over the whole minibatch as matrix products.
+    """
+    split = first_fc_layer(ops)
+    if n > 1 and split > 0:
+        for b in range(n):
+            _forward_layers(
+                ops, 0, split, params, act[b : b + 1], aux[b : b + 1], scratch, 1, training
+            )
+        _forward_layers(ops, split, ops.shape[0], params, act, aux, scratch, n, training)
+    else:
+        _forward_layers(ops, 0, ops.shape[0], params, act, aux, scratch, n, training)
+
+
+@njit(cache=True, nogil=True)
+def first_fc_layer(ops):
+    """Index of the first fully connected layer (the number of layers if there is none)."""
     for layer in range(ops.shape[0]):
+        if ops[layer, COL_OP] == OP_FC:
+            return layer
+    return ops.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
+    """Layers ``first:last`` forward over the first ``n`` rows of ``act``."""
+    for layer in range(first, last):
         r = ops[layer]
         op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
         if op == OP_CONV:
@@ -151,8 +179,69 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
     minibatch's update is applied afterwards from the activations and errors left in
     ``act``/``dact``. ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` (and weight decay
     factor ``decay``) is applied to each row as the backward pass streams it (one example).
+    Like :func:`forward_batch`, the layers before the first fully connected one run one example
+    at a time.
     """
-    for layer in range(ops.shape[0] - 1, -1, -1):
+    split = first_fc_layer(ops)
+    if n > 1 and split > 0:
+        _backward_layers(
+            ops,
+            split,
+            ops.shape[0],
+            params,
+            act,
+            dact,
+            aux,
+            scratch,
+            grad,
+            targets,
+            n,
+            fc_mode,
+            step,
+            decay,
+        )
+        for b in range(n):
+            _backward_layers(
+                ops,
+                0,
+                split,
+                params,
+                act[b : b + 1],
+                dact[b : b + 1],
+                aux[b : b + 1],
+                scratch,
+                grad,
+                targets[b : b + 1],
+                1,
+                fc_mode,
+                step,
+                decay,
+            )
+    else:
+        _backward_layers(
+            ops,
+            0,
+            ops.shape[0],
+            params,
+            act,
+            dact,
+            aux,
+            scratch,
+            grad,
+            targets,
+            n,
+            fc_mode,
+            step,
+            decay,
+        )
+
+
+@njit(cache=True, nogil=True)
+def _backward_layers(
+    ops, first, last, params, act, dact, aux, scratch, grad, targets, n, fc_mode, step, decay
+):
+    """Layers ``last-1`` down to ``first`` backward over the first ``n`` rows."""
+    for layer in range(last - 1, first - 1, -1):
         r = ops[layer]
         op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
         if op == OP_CONV:
@@ -328,8 +417,27 @@ def train_chunk(
     """
     if batch == 1 and update_every > 1:
         return _train_grouped(
-            ops, params, velocity, grad, act, dact, aux, scratch, targets, images, labels, order,
-            start, stop, lr, mu, wd, rule, mean, std, update_every,
+            ops,
+            params,
+            velocity,
+            grad,
+            act,
+            dact,
+            aux,
+            scratch,
+            targets,
+            images,
+            labels,
+            order,
+            start,
+            stop,
+            lr,
+            mu,
+            wd,
+            rule,
+            mean,
+            std,
+            update_every,
         )
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
@@ -443,8 +551,27 @@ def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
 
 @njit(cache=True, nogil=True)
 def _train_grouped(
-    ops, params, velocity, grad, act, dact, aux, scratch, targets, images, labels, order, start,
-    stop, lr, mu, wd, rule, mean, std, group,
+    ops,
+    params,
+    velocity,
+    grad,
+    act,
+    dact,
+    aux,
+    scratch,
+    targets,
+    images,
+    labels,
+    order,
+    start,
+    stop,
+    lr,
+    mu,
+    wd,
+    rule,
+    mean,
+    std,
+    group,
 ):
     """Per-example training whose fully connected weight updates are applied every ``group``.
 
@@ -469,8 +596,18 @@ def _train_grouped(
         if argmax(act[j], out_off, n_classes) == targets[j]:
             correct += 1
         backward_batch(
-            ops, params, act[j : j + 1], dact[j : j + 1], aux[j : j + 1], scratch, grad,
-            targets[j : j + 1], 1, FC_DEFER, lr, 1.0,
+            ops,
+            params,
+            act[j : j + 1],
+            dact[j : j + 1],
+            aux[j : j + 1],
+            scratch,
+            grad,
+            targets[j : j + 1],
+            1,
+            FC_DEFER,
+            lr,
+            1.0,
         )
         apply_update(ops, params, velocity, grad, lr, 1.0, mu, wd, rule, False)
         j += 1
@@ -479,8 +616,22 @@ def _train_grouped(
                 r = ops[layer]
                 if r[COL_OP] == OP_FC:
                     fc_weight_update_batch(
-                        act, dact, j, r[COL_IN], r[COL_OUT], params, r[COL_W], velocity,
-                        scratch, r[COL_C], r[COL_O], lr, 1.0, mu, wd * j, momentum,
+                        act,
+                        dact,
+                        j,
+                        r[COL_IN],
+                        r[COL_OUT],
+                        params,
+                        r[COL_W],
+                        velocity,
+                        scratch,
+                        r[COL_C],
+                        r[COL_O],
+                        lr,
+                        1.0,
+                        mu,
+                        wd * j,
+                        momentum,
                     )
             j = 0
     return loss, correct
