@@ -95,7 +95,7 @@ class TrainConfig:
     start_method: str = "spawn"
     chunk: int = 256
     placement: str = "fill"
-    update_every: int = 1
+    update_every: int = 0
 
 
 @dataclass(frozen=True)
@@ -346,8 +346,12 @@ def _validate(config: Config, origin: str) -> None:
         fail(f"optim.decay must be in (0, 1], got {optim.decay}")
     if optim.decay_every < 1:
         fail(f"optim.decay_every must be >= 1, got {optim.decay_every}")
-    if train.epochs < 1 or train.batch < 1 or train.chunk < 1 or train.update_every < 1:
-        fail("train.epochs, train.batch, train.chunk and train.update_every must be >= 1")
+    if train.epochs < 1 or train.batch < 1 or train.chunk < 1:
+        fail("train.epochs, train.batch and train.chunk must be >= 1")
+    if train.update_every < 0:
+        fail(
+            f"train.update_every must be >= 0 (0: chosen by the trainer), got {train.update_every}"
+        )
     if train.workers < 0 or train.subset < 0:
         fail("train.workers and train.subset must be >= 0 (0 means: the default)")
     if not 0.0 < train.epoch_fraction <= 1.0:

@@ -53,7 +53,8 @@ from hogwild.train.progress import ProgressBar
 from hogwild.train.worker import worker_main
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-READY_TIMEOUT_S = 300.0  # a worker that cannot load its kernels in this long is broken
+READY_TIMEOUT_S = 300.0
+AUTO_UPDATE_EVERY = 8  # a worker that cannot load its kernels in this long is broken
 POLL_S = 0.1
 STOP_TIMEOUT_S = 5.0
 
@@ -71,11 +72,12 @@ class Trainer:
     """Runs one job; use :func:`run_training` unless you need the pieces."""
 
     def __init__(self, config: Config, data: MnistData | CacheData, resume: bool = False):
-        self.config = config
         self.data = data
         self.resume = resume
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
+        config = config.override({"train.update_every": update_every(config, self.n_workers)})
+        self.config = config
         self.plan, n_train, self.n_test = plan_data(config, data, self.n_workers)
         try:
             self.network: Network = build_network(config.model, self.plan.n_classes)
@@ -414,6 +416,19 @@ class Trainer:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
+
+
+def update_every(config: Config, n_workers: int) -> int:
+    """The job's fully connected update interval: as configured, or chosen when it is 0.
+
+    Chosen: per example (1) for a single worker, as Adam trains; every ``AUTO_UPDATE_EVERY``
+    examples when several workers share the weights, whose per-example writes to the same fully
+    connected rows would otherwise keep moving cache lines between cores
+    (``bench/results/update_every.md``).
+    """
+    if config.train.update_every:
+        return config.train.update_every
+    return AUTO_UPDATE_EVERY if n_workers > 1 and config.train.batch == 1 else 1
 
 
 @contextlib.contextmanager

@@ -105,3 +105,21 @@ def test_grouped_updates_match_the_replayed_schedule(group, wd):
         np.testing.assert_allclose(
             params[part], expected[part], rtol=1e-3, atol=1e-5, err_msg=spec.name
         )
+
+
+def test_the_trainer_chooses_the_interval_when_it_is_zero():
+    from hogwild.train.trainer import AUTO_UPDATE_EVERY, update_every
+
+    config = load_config()
+    assert config.train.update_every == 0
+    assert update_every(config, 1) == 1  # one worker: Adam's per-example updates
+    assert update_every(config, 2) == AUTO_UPDATE_EVERY  # shared weights: grouped
+    assert update_every(config.override({"train.batch": 32}), 2) == 1  # minibatches already are
+    assert update_every(config.override({"train.update_every": 3}), 2) == 3  # as configured
+
+
+def test_a_negative_interval_is_rejected():
+    from hogwild.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train.update_every"):
+        load_config().override({"train.update_every": -1})
