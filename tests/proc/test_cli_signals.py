@@ -142,7 +142,7 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_no_segment(long_job):
     _, alive = psutil.wait_procs(workers, timeout=15)
     assert not alive, "workers outlived their parent"
     # The orphaned workers remove the arena themselves; no sweep is needed.
-    wait_until(lambda: not segments_of(process.pid), 10, "the orphaned arena to be removed")
+    wait_until(lambda: not segments_of(process.pid), 30, "the orphaned arena to be removed")
 
 
 def test_unknown_config_key_is_a_clear_error(tmp_path, shared_mnist_dir):
