@@ -7,11 +7,13 @@ the user already has) the moment ``hogwild`` is imported. Worker processes are s
 forkserver and inherit the environment, so they see the same value.
 """
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
 
 KERNEL_PACKAGES = ("model", "optim", "shm", "data")
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def user_cache_dir() -> Path:
@@ -46,3 +48,22 @@ def configure_numba_environment() -> None:
 
 
 configure_numba_environment()
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Start processes with BLAS limited to one thread: parallelism comes from the workers.
+
+    A spawned process inherits the environment at its start, before anything loads BLAS; the
+    parent's own setting is restored afterwards.
+    """
+    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
+    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

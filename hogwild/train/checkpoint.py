@@ -31,13 +31,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
 
 from hogwild.errors import CheckpointError
 from hogwild.model.tensorfile import load_tensors, save_tensors, temp_owner_pid, write_atomic
+
+if TYPE_CHECKING:
+    from hogwild.model.network import Network
 
 __all__ = [
     "FORMAT",
@@ -296,3 +299,20 @@ def load_checkpoint(path: Path) -> Checkpoint:
         path=sidecar,
         epoch=record["epoch"],
     )
+
+
+def restore_parameters(
+    network: Network, flat: np.ndarray, tensors: dict, path, suffix: str
+) -> None:
+    """Copy ``tensors`` (the network's parameter names plus ``suffix``) into ``flat``."""
+    views = network.views(flat)
+    for name, view in views.items():
+        key = name + suffix
+        if key not in tensors:
+            raise CheckpointError(f"checkpoint {path} has no tensor {key!r} for this model")
+        if tensors[key].shape != view.shape:
+            raise CheckpointError(
+                f"checkpoint {path}: {key} has shape {tensors[key].shape}, "
+                f"the configured model needs {view.shape}"
+            )
+        view[...] = tensors[key]

@@ -15,7 +15,6 @@ if they do not leave) and the arena is removed.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -32,10 +31,13 @@ from hogwild.model.compile import compile_kernels
 from hogwild.model.init import initialise
 from hogwild.model.network import Network, build_network
 from hogwild.model.random import worker_seed
+from hogwild.optim.interval import update_every
 from hogwild.optim.schedule import learning_rate
+from hogwild.runtime import single_threaded_blas
 from hogwild.shm.arena import Arena
 from hogwild.shm.sweeper import sweep
 from hogwild.train import checkpoint as ckpt
+from hogwild.train.checkpoint import restore_parameters
 from hogwild.train.job import (
     CONTROL_EPOCH,
     EPOCH_CLOSED,
@@ -52,7 +54,6 @@ from hogwild.train.placement import worker_count, worker_placements
 from hogwild.train.progress import ProgressBar
 from hogwild.train.worker import worker_main
 
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 READY_TIMEOUT_S = 300.0
 AUTO_UPDATE_EVERY = 8  # a worker that cannot load its kernels in this long is broken
 POLL_S = 0.1
@@ -210,8 +211,8 @@ class Trainer:
         if ckpt.latest_checkpoint(directory) is None:
             return 0, []  # nothing to resume yet: start from the beginning
         restored = ckpt.load_checkpoint(directory)
-        _restore(network, params, restored.weights, restored.path, "")
-        _restore(network, velocity, restored.optimizer_state, restored.path, ".momentum")
+        restore_parameters(network, params, restored.weights, restored.path, "")
+        restore_parameters(network, velocity, restored.optimizer_state, restored.path, ".momentum")
         return restored.epoch + 1, list(restored.info.get("history", []))
 
     def _start_workers(self) -> None:
@@ -416,52 +417,6 @@ class Trainer:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
-
-
-def update_every(config: Config, n_workers: int) -> int:
-    """The job's fully connected update interval: as configured, or chosen when it is 0.
-
-    Chosen: per example (1) for a single worker, as Adam trains; every ``AUTO_UPDATE_EVERY``
-    examples when several workers share the weights, whose per-example writes to the same fully
-    connected rows would otherwise keep moving cache lines between cores
-    (``bench/results/update_every.md``).
-    """
-    if config.train.update_every:
-        return config.train.update_every
-    return AUTO_UPDATE_EVERY if n_workers > 1 and config.train.batch == 1 else 1
-
-
-@contextlib.contextmanager
-def single_threaded_blas():
-    """Start processes with BLAS limited to one thread: parallelism comes from the workers.
-
-    A spawned process inherits the environment at its start, before anything loads BLAS; the
-    parent's own setting is restored afterwards.
-    """
-    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
-    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _restore(network: Network, flat: np.ndarray, tensors: dict, path, suffix: str) -> None:
-    views = network.views(flat)
-    for name, view in views.items():
-        key = name + suffix
-        if key not in tensors:
-            raise CheckpointError(f"checkpoint {path} has no tensor {key!r} for this model")
-        if tensors[key].shape != view.shape:
-            raise CheckpointError(
-                f"checkpoint {path}: {key} has shape {tensors[key].shape}, "
-                f"the configured model needs {view.shape}"
-            )
-        view[...] = tensors[key]
 
 
 def run_training(config: Config, data: MnistData | CacheData, resume: bool = False) -> TrainResult:

@@ -84,10 +84,11 @@ def worker_main(
         else:
             results.put(("error", worker, traceback.format_exc()))
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup below must run to its end
         if feeds is not None:
             feeds.close()
         if arena is not None:
-            orphaned = os.getppid() != parent
+            orphaned = _parent_is_gone(parent)
             arena.close()
             if orphaned:
                 from hogwild.shm.sweeper import unlink_segment
@@ -350,6 +351,22 @@ class _Feeds:
         for reader in self.readers:
             if hasattr(reader, "close"):
                 reader.close()
+
+
+def _parent_is_gone(parent: int) -> bool:
+    """True once the trainer has died, even while it is still a zombie.
+
+    The parent-death signal arrives before this process is re-parented, so ``getppid()`` may
+    still name the dead trainer; its process state tells the truth.
+    """
+    if os.getppid() != parent:
+        return True
+    import psutil
+
+    try:
+        return psutil.Process(parent).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _exit_on_sigterm(signum, frame) -> None:

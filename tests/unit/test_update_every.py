@@ -108,7 +108,7 @@ def test_grouped_updates_match_the_replayed_schedule(group, wd):
 
 
 def test_the_trainer_chooses_the_interval_when_it_is_zero():
-    from hogwild.train.trainer import AUTO_UPDATE_EVERY, update_every
+    from hogwild.optim.interval import AUTO_UPDATE_EVERY, update_every
 
     config = load_config()
     assert config.train.update_every == 0

@@ -1,0 +1,366 @@
+"""Forward and backward passes of a minibatch through the op table, inside numba.
+
+:func:`forward_batch` and :func:`backward_batch` dispatch every layer of the op table built by
+:func:`hogwild.model.network.build_network` over the first ``n`` activation rows (``act[b]``, one
+per example): convolutions and fully connected layers as matrix products
+(:mod:`hogwild.model.batch_kernels`), the element-wise layers and pooling per example
+(:mod:`hogwild.model.layer_kernels`). :func:`forward` and :func:`backward` are the one-example
+reference entry points that the finite-difference and PyTorch tests check.
+"""
+
+import numpy as np
+from numba import njit
+
+from hogwild.model.batch_kernels import (
+    conv_backward_batch,
+    conv_forward_batch,
+    fc_backward_batch,
+    fc_forward_batch,
+)
+from hogwild.model.layer_kernels import (
+    activation_backward,
+    activation_forward,
+    dropout_backward,
+    dropout_forward,
+    fc_backward,
+    fc_backward_inputs,
+    fc_backward_sgd_in_place,
+    fc_forward,
+    maxpool_backward,
+    maxpool_forward,
+    softmax_forward,
+    softmax_xent_backward,
+)
+from hogwild.model.network import (
+    COL_B,
+    COL_C,
+    COL_H,
+    COL_HO,
+    COL_IN,
+    COL_K,
+    COL_NEED_DIN,
+    COL_O,
+    COL_OP,
+    COL_OUT,
+    COL_PAD,
+    COL_PERMILLE,
+    COL_STRIDE,
+    COL_W,
+    COL_W_IN,
+    COL_WO,
+    OP_CONV,
+    OP_DROPOUT,
+    OP_FC,
+    OP_MAXPOOL,
+    OP_RELU,
+    OP_SIGMOID,
+    OP_SOFTMAX,
+    OP_TANH,
+)
+
+
+@njit(cache=True, nogil=True)
+def load_example(image, a, mean, std):
+    """Write one uint8 image into the input block (offset 0) as (x / 255 - mean) / std."""
+    inv = 1.0 / (255.0 * std)
+    shift = mean / std
+    for i in range(image.shape[0]):
+        a[i] = image[i] * inv - shift
+
+
+FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
+
+
+@njit(cache=True, nogil=True)
+def forward_batch(ops, params, act, aux, scratch, n, training):
+    """Run every layer forward on the first ``n`` activation rows.
+
+    The layers before the first fully connected one run one example at a time, so an example's
+    convolution activations stay in the core's cache (Adam section 3.2.4: working sets that fit
+    in L2); the fully connected layers then run over the whole minibatch as matrix products.
+    """
+    split = first_fc_layer(ops)
+    if n > 1 and split > 0:
+        for b in range(n):
+            _forward_layers(
+                ops, 0, split, params, act[b : b + 1], aux[b : b + 1], scratch, 1, training
+            )
+        _forward_layers(ops, split, ops.shape[0], params, act, aux, scratch, n, training)
+    else:
+        _forward_layers(ops, 0, ops.shape[0], params, act, aux, scratch, n, training)
+
+
+@njit(cache=True, nogil=True)
+def first_fc_layer(ops):
+    """Index of the first fully connected layer (the number of layers if there is none)."""
+    for layer in range(ops.shape[0]):
+        if ops[layer, COL_OP] == OP_FC:
+            return layer
+    return ops.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
+    """Layers ``first:last`` forward over the first ``n`` rows of ``act``."""
+    for layer in range(first, last):
+        r = ops[layer]
+        op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
+        if op == OP_CONV:
+            conv_forward_batch(
+                act,
+                n,
+                x_off,
+                y_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                scratch,
+                r[COL_C],
+                r[COL_H],
+                r[COL_W_IN],
+                r[COL_O],
+                r[COL_HO],
+                r[COL_WO],
+                r[COL_K],
+                r[COL_STRIDE],
+                r[COL_PAD],
+            )
+        elif op == OP_FC and n > 1:
+            fc_forward_batch(
+                act, n, x_off, y_off, params, r[COL_W], r[COL_B], scratch, r[COL_C], r[COL_O]
+            )
+        else:
+            for b in range(n):
+                _forward_one(r, params, act[b], aux[b], training)
+
+
+@njit(cache=True, nogil=True)
+def _forward_one(r, params, a, aux, training):
+    op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
+    if op == OP_MAXPOOL:
+        maxpool_forward(
+            a,
+            x_off,
+            a,
+            y_off,
+            aux,
+            r[COL_C],
+            r[COL_H],
+            r[COL_W_IN],
+            r[COL_HO],
+            r[COL_WO],
+            r[COL_K],
+            r[COL_STRIDE],
+        )
+    elif op == OP_FC:
+        fc_forward(a, x_off, params, r[COL_W], r[COL_B], a, y_off, r[COL_C], r[COL_O])
+    elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
+        activation_forward(op - OP_RELU, a, x_off, a, y_off, r[COL_C])
+    elif op == OP_DROPOUT:
+        dropout_forward(a, x_off, a, y_off, aux, r[COL_C], r[COL_PERMILLE] * 1e-6, training)
+    elif op == OP_SOFTMAX:
+        softmax_forward(a, x_off, a, y_off, r[COL_C])
+
+
+@njit(cache=True, nogil=True)
+def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mode, step, decay):
+    """Backpropagate the first ``n`` rows; ``fc_mode`` says what happens to fc weights.
+
+    ``FC_ACCUMULATE``: their gradient is added to ``grad`` like every other parameter's (the
+    reference path, checked against finite differences and PyTorch). ``FC_DEFER``: nothing; the
+    minibatch's update is applied afterwards from the activations and errors left in
+    ``act``/``dact``. ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` (and weight decay
+    factor ``decay``) is applied to each row as the backward pass streams it (one example).
+    Like :func:`forward_batch`, the layers before the first fully connected one run one example
+    at a time.
+    """
+    split = first_fc_layer(ops)
+    if n > 1 and split > 0:
+        _backward_layers(
+            ops,
+            split,
+            ops.shape[0],
+            params,
+            act,
+            dact,
+            aux,
+            scratch,
+            grad,
+            targets,
+            n,
+            fc_mode,
+            step,
+            decay,
+        )
+        for b in range(n):
+            _backward_layers(
+                ops,
+                0,
+                split,
+                params,
+                act[b : b + 1],
+                dact[b : b + 1],
+                aux[b : b + 1],
+                scratch,
+                grad,
+                targets[b : b + 1],
+                1,
+                fc_mode,
+                step,
+                decay,
+            )
+    else:
+        _backward_layers(
+            ops,
+            0,
+            ops.shape[0],
+            params,
+            act,
+            dact,
+            aux,
+            scratch,
+            grad,
+            targets,
+            n,
+            fc_mode,
+            step,
+            decay,
+        )
+
+
+@njit(cache=True, nogil=True)
+def _backward_layers(
+    ops, first, last, params, act, dact, aux, scratch, grad, targets, n, fc_mode, step, decay
+):
+    """Layers ``last-1`` down to ``first`` backward over the first ``n`` rows."""
+    for layer in range(last - 1, first - 1, -1):
+        r = ops[layer]
+        op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
+        if op == OP_CONV:
+            conv_backward_batch(
+                act,
+                dact,
+                n,
+                x_off,
+                y_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                grad,
+                scratch,
+                r[COL_C],
+                r[COL_H],
+                r[COL_W_IN],
+                r[COL_O],
+                r[COL_HO],
+                r[COL_WO],
+                r[COL_K],
+                r[COL_STRIDE],
+                r[COL_PAD],
+                need,
+            )
+        elif op == OP_FC and fc_mode == FC_DEFER and n > 1:
+            fc_backward_batch(
+                act,
+                dact,
+                n,
+                x_off,
+                y_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                grad,
+                scratch,
+                r[COL_C],
+                r[COL_O],
+                need,
+            )
+        else:
+            for b in range(n):
+                _backward_one(
+                    r, params, act[b], dact[b], aux[b], grad, targets[b], fc_mode, step, decay
+                )
+
+
+@njit(cache=True, nogil=True)
+def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
+    op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
+    if op == OP_SOFTMAX:
+        softmax_xent_backward(a, y_off, label, da, x_off, r[COL_C])
+    elif op == OP_FC:
+        if fc_mode == FC_SGD_IN_PLACE:
+            fc_backward_sgd_in_place(
+                a,
+                x_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                da,
+                y_off,
+                da,
+                x_off,
+                grad,
+                r[COL_C],
+                r[COL_O],
+                need,
+                step,
+                decay,
+            )
+        elif fc_mode == FC_ACCUMULATE:
+            fc_backward(
+                a,
+                x_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                da,
+                y_off,
+                da,
+                x_off,
+                grad,
+                r[COL_C],
+                r[COL_O],
+                need,
+            )
+        else:
+            fc_backward_inputs(
+                params, r[COL_W], r[COL_B], da, y_off, da, x_off, grad, r[COL_C], r[COL_O], need
+            )
+    elif not need:
+        return
+    elif op == OP_MAXPOOL:
+        n_in = r[COL_C] * r[COL_H] * r[COL_W_IN]
+        n_out = r[COL_O] * r[COL_HO] * r[COL_WO]
+        maxpool_backward(da, y_off, da, x_off, aux, y_off, n_in, n_out)
+    elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
+        activation_backward(op - OP_RELU, a, y_off, da, y_off, da, x_off, r[COL_C])
+    elif op == OP_DROPOUT:
+        dropout_backward(da, y_off, da, x_off, aux, y_off, r[COL_C], r[COL_PERMILLE] * 1e-6)
+
+
+@njit(cache=True, nogil=True)
+def forward(ops, params, a, aux, scratch, training):
+    """Run every layer forward on one example's activation row ``a``."""
+    size = a.shape[0]
+    forward_batch(ops, params, a.reshape((1, size)), aux.reshape((1, size)), scratch, 1, training)
+
+
+@njit(cache=True, nogil=True)
+def backward(ops, params, a, da, aux, scratch, grad, label):
+    """Backpropagate one example whose forward pass is in ``a``; every gradient into ``grad``."""
+    size = a.shape[0]
+    targets = np.full(1, label, dtype=np.int64)
+    backward_batch(
+        ops,
+        params,
+        a.reshape((1, size)),
+        da.reshape((1, size)),
+        aux.reshape((1, size)),
+        scratch,
+        grad,
+        targets,
+        1,
+        FC_ACCUMULATE,
+        0.0,
+        1.0,
+    )
