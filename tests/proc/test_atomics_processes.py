@@ -9,6 +9,7 @@ from numba import njit
 
 from hogwild.shm.atomics import atomic_add, atomic_cas, atomic_load
 from hogwild.shm.pool_segment import SharedSegment
+from tests.proc.processes import run_processes, start_context
 
 N_PROCS = 4
 N_ITERS = 100_000
@@ -20,27 +21,7 @@ ADD32 = 48  # int32 index (byte 192): the fourth cache line
 
 
 def _context(method: str) -> mp.context.BaseContext:
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["hogwild.shm.atomics"])
-    return ctx
-
-
-def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:
-    """Start one process per args tuple, wait for all (killing stragglers); their exit codes."""
-    procs = [ctx.Process(target=target, args=args) for args in args_list]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + timeout
-    try:
-        for proc in procs:
-            proc.join(max(0.1, deadline - time.monotonic()))
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-    return [proc.exitcode for proc in procs]
+    return start_context(method, "hogwild.shm.atomics")
 
 
 @njit(cache=True, nogil=True)
@@ -72,9 +53,7 @@ def test_n_processes_times_m_increments(method):
     with SharedSegment.create("test", 4096) as seg:
         words = seg.array(0, np.int64, 32)
         words32 = seg.array(0, np.int32, 64)
-        codes = run_processes(
-            _context(method), _worker, [(seg.name, N_PROCS, N_ITERS)] * N_PROCS
-        )
+        codes = run_processes(_context(method), _worker, [(seg.name, N_PROCS, N_ITERS)] * N_PROCS)
         assert codes == [0] * N_PROCS
         assert words[ADD64] == N_PROCS * N_ITERS
         assert words[CAS64] == N_PROCS * N_ITERS

@@ -49,16 +49,13 @@ from hogwild.shm.pool_layout import (
     class_base,
 )
 from hogwild.shm.pool_segment import SharedSegment
-from tests.proc.test_atomics_processes import run_processes
+from tests.proc.processes import run_processes, start_context
 
 START_METHODS = ["spawn", "forkserver"]
 
 
 def _context(method: str) -> mp.context.BaseContext:
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["hogwild.shm.pool"])
-    return ctx
+    return start_context(method, "hogwild.shm.pool")
 
 
 def free_list(pool: BufferPool, c: int) -> list[int]:

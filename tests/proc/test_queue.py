@@ -23,32 +23,13 @@ from hogwild.shm.queue import (
     queue_try_put,
     queue_words,
 )
+from tests.proc.processes import start_context
 
 START_METHODS = ["spawn", "forkserver"]
 
 
 def _context(method: str) -> mp.context.BaseContext:
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["hogwild.shm.pool", "hogwild.shm.queue"])
-    return ctx
-
-
-def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:
-    """Start one process per args tuple, wait for all (killing stragglers); their exit codes."""
-    procs = [ctx.Process(target=target, args=args) for args in args_list]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + timeout
-    try:
-        for proc in procs:
-            proc.join(max(0.1, deadline - time.monotonic()))
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-    return [proc.exitcode for proc in procs]
+    return start_context(method, "hogwild.shm.pool", "hogwild.shm.queue")
 
 
 # ------------------------------------------------------------------------------- one process

@@ -1,0 +1,36 @@
+"""Starting and reaping the child processes of the multi-process tests.
+
+Shared by the atomics, pool and queue stress tests: a context for a start method (with the
+modules a forkserver should preload, so each child does not compile them again), and a bounded
+run of one process per argument tuple that kills stragglers instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+
+def start_context(method: str, *preload: str) -> mp.context.BaseContext:
+    """The ``spawn`` or ``forkserver`` context; a forkserver preloads ``preload``."""
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(preload))
+    return ctx
+
+
+def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:
+    """Start one process per args tuple, wait for all (killing stragglers); their exit codes."""
+    procs = [ctx.Process(target=target, args=args) for args in args_list]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout
+    try:
+        for proc in procs:
+            proc.join(max(0.1, deadline - time.monotonic()))
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return [proc.exitcode for proc in procs]
