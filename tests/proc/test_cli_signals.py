@@ -92,8 +92,19 @@ def long_job(tmp_path, shared_mnist_dir):
     """A job that trains long enough to be interrupted, with its metrics file."""
     metrics = tmp_path / "metrics.jsonl"
     args = [
-        "train", "--data", str(shared_mnist_dir), "--workers", "2", "--epochs", "50",
-        "--subset", "600", "--metrics", str(metrics), "--checkpoint-dir", str(tmp_path / "ck"),
+        "train",
+        "--data",
+        str(shared_mnist_dir),
+        "--workers",
+        "2",
+        "--epochs",
+        "50",
+        "--subset",
+        "600",
+        "--metrics",
+        str(metrics),
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
         "--no-progress",
     ]
     return args, metrics, tmp_path / "ck"
@@ -175,8 +186,12 @@ def test_truncated_data_file_is_a_clear_error(tmp_path, shared_mnist_dir):
 def test_too_little_shared_memory_says_how_much(shared_mnist_dir):
     # A 10-million-unit layer needs about 26 GB of parameters and momentum.
     result = run_cli(
-        "train", "--data", str(shared_mnist_dir), "--model.layers.6.units=10000000",
-        "--epochs", "1",
+        "train",
+        "--data",
+        str(shared_mnist_dir),
+        "--model.layers.6.units=10000000",
+        "--epochs",
+        "1",
     )
     assert result.returncode == 2, result.stderr
     assert "/dev/shm" in result.stderr and "free" in result.stderr
@@ -191,8 +206,18 @@ def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, shared_mnist_di
 
 def test_train_then_eval_prints_the_same_accuracy(tmp_path, shared_mnist_dir):
     result = run_cli(
-        "train", "--data", str(shared_mnist_dir), "--workers", "2", "--epochs", "1",
-        "--subset", "400", "--checkpoint-dir", str(tmp_path / "ck"), "--no-progress",
+        "train",
+        "--data",
+        str(shared_mnist_dir),
+        "--workers",
+        "2",
+        "--epochs",
+        "1",
+        "--subset",
+        "400",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        "--no-progress",
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])

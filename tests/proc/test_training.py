@@ -123,7 +123,10 @@ def test_resume_continues_after_the_last_checkpoint(tmp_path, mnist):
     first = hogwild.train(epochs=1, checkpoint_dir=tmp_path / "ck", **options)
     assert first.metrics["epochs_run"] == 1
     resumed = hogwild.train(
-        epochs=2, checkpoint_dir=tmp_path / "ck", metrics=tmp_path / "m.jsonl", resume=True,
+        epochs=2,
+        checkpoint_dir=tmp_path / "ck",
+        metrics=tmp_path / "m.jsonl",
+        resume=True,
         **options,
     )
     assert resumed.metrics["epochs_run"] == 1
@@ -142,7 +145,12 @@ def test_sync_trains_with_one_worker(mnist):
 
 def test_epoch_fraction_closes_the_epoch_early(mnist):
     result = hogwild.train(
-        data=mnist, workers=2, epochs=1, subset=4000, epoch_fraction=0.5, progress=False,
+        data=mnist,
+        workers=2,
+        epochs=1,
+        subset=4000,
+        epoch_fraction=0.5,
+        progress=False,
         overrides={"train.chunk": 16},
     )
     examples = result.history[0]["examples"]
@@ -153,7 +161,11 @@ def test_epoch_fraction_closes_the_epoch_early(mnist):
 @pytest.mark.parametrize("start_method", ["forkserver"])
 def test_forkserver_start_method(mnist, start_method):
     result = hogwild.train(
-        data=mnist, workers=2, epochs=1, subset=300, progress=False,
+        data=mnist,
+        workers=2,
+        epochs=1,
+        subset=300,
+        progress=False,
         overrides={"train.start_method": start_method},
     )
     assert result.history[0]["examples"] == 300
