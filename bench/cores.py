@@ -133,7 +133,7 @@ def measure_ours(config, data, workers: int, *, batch: int, examples: int, warmu
         def _train_epoch(self, epoch: int) -> dict:
             if epoch != warm_epochs:
                 return super()._train_epoch(epoch)
-            probes.append(MemoryProbe([process.pid for process in self.processes]))
+            probes.append(MemoryProbe([process.pid for process in self.gang.processes]))
             probes[0].start()
             try:
                 return super()._train_epoch(epoch)

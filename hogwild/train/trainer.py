@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
-import signal
 import time
 from dataclasses import dataclass, field
 
@@ -26,7 +24,7 @@ import numpy as np
 
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
-from hogwild.errors import CheckpointError, ConfigError, DataError, HogwildError, WorkerDiedError
+from hogwild.errors import CheckpointError, ConfigError
 from hogwild.model.compile import compile_kernels
 from hogwild.model.init import initialise
 from hogwild.model.network import Network, build_network
@@ -38,6 +36,7 @@ from hogwild.shm.arena import Arena
 from hogwild.shm.sweeper import sweep
 from hogwild.train import checkpoint as ckpt
 from hogwild.train.checkpoint import restore_parameters
+from hogwild.train.gang import WorkerGang
 from hogwild.train.job import (
     CONTROL_EPOCH,
     EPOCH_CLOSED,
@@ -53,11 +52,6 @@ from hogwild.train.metrics import MetricsWriter
 from hogwild.train.placement import worker_count, worker_placements
 from hogwild.train.progress import ProgressBar
 from hogwild.train.worker import worker_main
-
-READY_TIMEOUT_S = 300.0
-AUTO_UPDATE_EVERY = 8  # a worker that cannot load its kernels in this long is broken
-POLL_S = 0.1
-STOP_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -92,9 +86,7 @@ class Trainer:
         self.progress = ProgressBar(config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(config.output.metrics)
         self.arena: Arena | None = None
-        self.processes: list = []
-        self.results = None
-        self.commands: list = []
+        self.gang: WorkerGang | None = None
 
     # -- the job ---------------------------------------------------------------------------------
 
@@ -216,41 +208,19 @@ class Trainer:
         return restored.epoch + 1, list(restored.info.get("history", []))
 
     def _start_workers(self) -> None:
-        context = mp.get_context(self.config.train.start_method)
-        self.results = context.Queue()
-        placements = worker_placements(self.n_workers, self.config.train.placement)
-        layout_json = self.arena.layout.to_json()
-        config_dict = self.config.to_dict()
+        train = self.config.train
+        self.gang = WorkerGang(
+            mp.get_context(train.start_method), self.config.output.checkpoint_dir
+        )
+        placements = worker_placements(self.n_workers, train.placement)
+        shared = (self.arena.layout.to_json(), self.config.to_dict(), self.plan.to_dict())
+        layout_json, config_dict, plan = shared
         with single_threaded_blas():
-            self._spawn(context, placements, layout_json, config_dict, self.plan.to_dict())
-        ready = 0
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while ready < self.n_workers:
-            message = self._next_message(deadline, "starting")
-            if message[0] == "ready":
-                ready += 1
-
-    def _spawn(self, context, placements, layout_json, config_dict, plan) -> None:
-        for worker in range(self.n_workers):
-            commands = context.Queue()
-            process = context.Process(
-                target=worker_main,
-                name=f"hogwild-worker-{worker}",
-                args=(
-                    worker,
-                    self.arena.name,
-                    layout_json,
-                    config_dict,
-                    plan,
-                    placements[worker],
-                    commands,
-                    self.results,
-                ),
-                daemon=True,
+            self.gang.start(
+                self.n_workers,
+                worker_main,
+                lambda w: (w, self.arena.name, layout_json, config_dict, plan, placements[w]),
             )
-            process.start()
-            self.commands.append(commands)
-            self.processes.append(process)
 
     # -- epochs ----------------------------------------------------------------------------------
 
@@ -268,11 +238,13 @@ class Trainer:
         started = time.perf_counter()
         for worker, (start, stop) in enumerate(shards):
             seed = worker_seed(config.train.seed, epoch, worker)
-            self.commands[worker].put(("train", epoch, lr, start, stop, seed))
+            self.gang.send(worker, ("train", epoch, lr, start, stop, seed))
         needed = max(1, int(np.ceil(config.train.epoch_fraction * self.n_workers - 1e-9)))
         finished, examples, loss, correct, waited = 0, 0, 0.0, 0, 0.0
         while finished < self.n_workers:
-            message = self._next_message(None, f"epoch {epoch + 1}", epoch, before, loss_before)
+            message = self.gang.next_message(
+                f"epoch {epoch + 1}", idle=lambda: self._draw(epoch, started, before, loss_before)
+            )
             if message[0] != "trained" or message[2] != epoch:
                 continue
             finished += 1
@@ -303,36 +275,15 @@ class Trainer:
             return {"test_loss": None, "test_accuracy": None}
         shards = shard_bounds(n_test, self.n_workers)
         for worker, (start, stop) in enumerate(shards):
-            self.commands[worker].put(("eval", start, stop))
+            self.gang.send(worker, ("eval", start, stop))
         answered, loss, correct = 0, 0.0, 0
         while answered < self.n_workers:
-            message = self._next_message(None, "evaluation")
+            message = self.gang.next_message("evaluation")
             if message[0] == "evaluated":
                 answered += 1
                 loss += message[3]
                 correct += message[4]
         return {"test_loss": loss / n_test, "test_accuracy": correct / n_test}
-
-    def _next_message(self, deadline, doing, epoch=None, before=0.0, loss_before=0.0):
-        """The next worker message; raises if a worker died, failed, or the deadline passed."""
-        started = time.perf_counter()
-        while True:
-            try:
-                message = self.results.get(timeout=POLL_S)
-            except queue.Empty:
-                self._check_workers(doing)
-                if deadline is not None and time.monotonic() > deadline:
-                    raise HogwildError(
-                        f"workers did not become ready within {READY_TIMEOUT_S:.0f} s"
-                    ) from None
-                if epoch is not None:
-                    self._draw(epoch, started, before, loss_before)
-                continue
-            if message[0] == "error":
-                raise WorkerDiedError(f"worker {message[1]} failed while {doing}:\n{message[2]}")
-            if message[0] == "data_error":  # a bad record, say: the user's input, one line
-                raise DataError(f"worker {message[1]}, while {doing}: {message[2]}")
-            return message
 
     def _draw(self, epoch: int, started: float, before: float, loss_before: float) -> None:
         stats = self.arena.array("stats")
@@ -340,25 +291,6 @@ class Trainer:
         loss = (stats[:, STAT_LOSS].sum() - loss_before) / max(done, 1)
         rate = done / max(time.perf_counter() - started, 1e-9)
         self.progress.update(epoch, self.config.train.epochs, int(done), self.n_train, rate, loss)
-
-    def _check_workers(self, doing: str) -> None:
-        for worker, process in enumerate(self.processes):
-            code = process.exitcode
-            if code is None:
-                continue
-            how = (
-                f"was killed by {signal.Signals(-code).name}"
-                if code < 0 and -code in signal.valid_signals()
-                else f"exited with code {code}"
-            )
-            raise WorkerDiedError(
-                f"worker {worker} (pid {process.pid}) {how} while {doing}; the job is stopped"
-                + (
-                    f" and the last checkpoint in {self.config.output.checkpoint_dir} is kept"
-                    if self.config.output.checkpoint_dir
-                    else ""
-                )
-            )
 
     def _checkpoint(self, epoch: int, record: dict, history: list[dict]):
         directory = self.config.output.checkpoint_dir
@@ -393,26 +325,8 @@ class Trainer:
     # -- shutdown --------------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
-        for commands, process in zip(self.commands, self.processes, strict=False):
-            if process.is_alive():
-                try:
-                    commands.put(("stop",))
-                except (OSError, ValueError):
-                    pass
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-        for q in [*self.commands, self.results]:
-            if q is not None:
-                q.close()
-                q.join_thread()
+        if self.gang is not None:
+            self.gang.stop()
         if self.arena is not None:
             self.arena.close()
             self.arena.unlink()
