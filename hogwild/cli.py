@@ -72,7 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     from hogwild.data.cli_data import add_data_commands
 
     add_data_commands(sub)
-    sub.add_parser("info", help="the machine's topology and the worker placement plan")
+    info = sub.add_parser(
+        "info",
+        help="the machine's topology and the placement plan a job would use",
+        description="The machine's NUMA topology and where a job's workers and shared "
+        "parameters would go. Takes a job's --config and --section.key=value overrides "
+        "(train.workers, train.placement, train.parameters).",
+    )
+    info.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
 
     shm = sub.add_parser("shm", help="list or remove hogwild shared-memory segments")
     shm_sub = shm.add_subparsers(dest="shm_command", required=True)
@@ -143,14 +150,18 @@ def _eval(args) -> int:
     return 0
 
 
-def _info() -> int:
-    from hogwild.numa.placement import plan_workers
+def _info(args, overrides: dict[str, str]) -> int:
+    from hogwild.config import load_config
+    from hogwild.numa.placement import default_worker_count, plan_parameters, plan_workers
     from hogwild.numa.report import format_machine_report
-    from hogwild.numa.topology import read_topology
-    from hogwild.train.placement import worker_count
+    from hogwild.train.placement import machine_topology
 
-    topology = read_topology()
-    print(format_machine_report(topology, plan_workers(topology, worker_count(0))))
+    train = load_config(args.config, overrides).train
+    topology = machine_topology()
+    workers = 1 if train.sync else train.workers or default_worker_count(topology)
+    plan = plan_workers(topology, workers, policy=train.placement)
+    parameters = plan_parameters(plan, train.parameters)
+    print(format_machine_report(topology, plan, parameters, policy=train.placement))
     return 0
 
 
@@ -192,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
     args, extra = parser.parse_known_args(argv[:2] if forward else argv)
-    overrides = _split_overrides(extra, parser) if args.command == "train" else {}
-    if extra and args.command != "train":
+    takes_overrides = args.command in ("train", "info")
+    overrides = _split_overrides(extra, parser) if takes_overrides else {}
+    if extra and not takes_overrides:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         if forward:
@@ -207,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_data_command(args)
         if args.command == "info":
-            return _info()
+            return _info(args, overrides)
         return _shm(args)
     except WorkerDiedError as exc:
         print(f"hogwild: error: {exc}", file=sys.stderr)

@@ -96,6 +96,8 @@ class TrainConfig:
     chunk: int = 256
     placement: str = "fill"
     update_every: int = 0
+    parameters: str = "interleave"
+    exchange_every: int = 64
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ _CHOICES = {
     ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
     ("train", "start_method"): ("spawn", "forkserver"),
     ("train", "placement"): ("fill", "spread"),
+    ("train", "parameters"): ("interleave", "replicate"),
 }
 
 
@@ -352,6 +355,8 @@ def _validate(config: Config, origin: str) -> None:
         fail(
             f"train.update_every must be >= 0 (0: chosen by the trainer), got {train.update_every}"
         )
+    if train.exchange_every < 1:
+        fail(f"train.exchange_every must be >= 1 (examples), got {train.exchange_every}")
     if train.workers < 0 or train.subset < 0:
         fail("train.workers and train.subset must be >= 0 (0 means: the default)")
     if not 0.0 < train.epoch_fraction <= 1.0:

@@ -7,10 +7,12 @@ Pinning uses ``os.sched_setaffinity`` and needs nothing else. Memory placement h
   context and scratch gets them on its own node. This is the default and all a one-node machine
   needs.
 - **libnuma** (when ``libnuma.so.1`` is installed; looked up at run time with ctypes, never a hard
-  dependency): :func:`bind_memory` (``numa_tonode_memory``, i.e. ``mbind``) pins an existing
-  range's pages to a node, :func:`interleave_memory` spreads them round-robin over nodes (the
-  shared parameters' ``"interleave"`` mode), :func:`set_preferred_node` steers this process's
-  later first touches, and :func:`memory_nodes` asks where pages are (``move_pages``).
+  dependency): :func:`bind_memory` pins a range's pages to a node, :func:`interleave_memory`
+  spreads them round-robin over nodes (the shared parameters' ``"interleave"`` mode); both call
+  ``mbind`` with ``MPOL_MF_MOVE``, because libnuma's own ``numa_tonode_memory`` only sets the
+  policy for pages not yet allocated, and a shared segment's pages are reserved when it is made.
+  :func:`set_preferred_node` steers this process's later first touches, and
+  :func:`memory_nodes` asks where pages are (``move_pages``).
 
 Every libnuma call returns False instead of failing when libnuma is missing or reports NUMA as
 unavailable, so callers fall back to first touch. Ranges are widened to whole pages, as ``mbind``
@@ -47,6 +49,9 @@ __all__ = [
 ]
 
 PAGE = mmap.PAGESIZE
+MPOL_BIND = 2
+MPOL_INTERLEAVE = 3
+MPOL_MF_MOVE = 1 << 1  # move pages already allocated (those mapped by this process alone)
 
 
 class PinningError(HogwildError):
@@ -129,15 +134,6 @@ def _libnuma() -> ctypes.CDLL | None:
     if lib.numa_available() < 0:
         return None
     lib.numa_max_node.restype = ctypes.c_int
-    lib.numa_tonode_memory.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    lib.numa_tonode_memory.restype = None
-    lib.numa_allocate_nodemask.restype = ctypes.c_void_p
-    lib.numa_bitmask_setbit.argtypes = [ctypes.c_void_p, ctypes.c_uint]
-    lib.numa_bitmask_setbit.restype = ctypes.c_void_p
-    lib.numa_bitmask_free.argtypes = [ctypes.c_void_p]
-    lib.numa_bitmask_free.restype = None
-    lib.numa_interleave_memory.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    lib.numa_interleave_memory.restype = None
     lib.numa_set_preferred.argtypes = [ctypes.c_int]
     lib.numa_set_preferred.restype = None
     lib.numa_move_pages.argtypes = [
@@ -149,6 +145,15 @@ def _libnuma() -> ctypes.CDLL | None:
         ctypes.c_int,
     ]
     lib.numa_move_pages.restype = ctypes.c_int
+    lib.mbind.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_ulong,
+        ctypes.c_int,
+        ctypes.POINTER(ctypes.c_ulong),
+        ctypes.c_ulong,
+        ctypes.c_uint,
+    ]
+    lib.mbind.restype = ctypes.c_long
     _LIB = lib
     return lib
 
@@ -169,25 +174,40 @@ def _valid_node(lib: ctypes.CDLL, node: int) -> bool:
     return 0 <= node <= lib.numa_max_node()
 
 
+def _mbind(lib: ctypes.CDLL, array: np.ndarray, mode: int, nodes: Iterable[int]) -> bool:
+    """``mbind`` the pages under ``array`` with ``mode`` over ``nodes``, moving resident pages."""
+    nodes = sorted(set(nodes))
+    words = nodes[-1] // 64 + 1
+    mask = (ctypes.c_ulong * words)()
+    for n in nodes:
+        mask[n // 64] |= 1 << (n % 64)
+    start, size = _page_range(array)
+    # maxnode counts one more than the mask's bits: the kernel drops the last one.
+    return lib.mbind(start, size, mode, mask, words * 64 + 1, MPOL_MF_MOVE) == 0
+
+
 def bind_memory(array: np.ndarray, node: int) -> bool:
-    """Bind the pages under ``array`` to ``node`` (``mbind``), moving pages already touched.
+    """Bind the pages under ``array`` to ``node`` (``mbind``), moving pages already allocated.
 
     Returns:
-        True if libnuma did it; False without libnuma or for a node that does not exist.
+        True if libnuma did it; False without libnuma, for a node that does not exist, or when
+        the kernel refused.
     """
     lib = _libnuma()
     if lib is None or not _valid_node(lib, node):
         return False
-    start, size = _page_range(array)
-    lib.numa_tonode_memory(start, size, node)
-    return True
+    return _mbind(lib, array, MPOL_BIND, [node])
 
 
 def interleave_memory(array: np.ndarray, nodes: Iterable[int]) -> bool:
     """Spread the pages under ``array`` round-robin over ``nodes`` (for shared parameters).
 
+    Pages already allocated are moved (only those no other process maps yet: call it before
+    the workers attach).
+
     Returns:
-        True if libnuma did it; False without libnuma, or with no valid node given.
+        True if libnuma did it; False without libnuma, with no valid node given, or when the
+        kernel refused.
     """
     lib = _libnuma()
     if lib is None:
@@ -195,15 +215,7 @@ def interleave_memory(array: np.ndarray, nodes: Iterable[int]) -> bool:
     valid = [n for n in set(nodes) if _valid_node(lib, n)]
     if not valid:
         return False
-    mask = lib.numa_allocate_nodemask()
-    try:
-        for n in valid:
-            lib.numa_bitmask_setbit(mask, n)
-        start, size = _page_range(array)
-        lib.numa_interleave_memory(start, size, mask)
-    finally:
-        lib.numa_bitmask_free(mask)
-    return True
+    return _mbind(lib, array, MPOL_INTERLEAVE, valid)
 
 
 def set_preferred_node(node: int) -> bool:

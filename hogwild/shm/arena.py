@@ -65,6 +65,7 @@ class Region:
         shape: The array's shape (C order).
         offset: Byte offset from the start of the segment; a multiple of ``ALIGN``.
         nbytes: Size of the array in bytes.
+        align: The alignment it was placed with (a multiple of ``ALIGN``).
     """
 
     name: str
@@ -72,6 +73,7 @@ class Region:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+    align: int = ALIGN
 
 
 class ArenaLayout:
@@ -82,20 +84,24 @@ class ArenaLayout:
         self._regions: dict[str, Region] = {}
         self._end = 0
 
-    def add(self, name: str, dtype: DTypeLike, shape: int | tuple[int, ...]) -> Region:
+    def add(
+        self, name: str, dtype: DTypeLike, shape: int | tuple[int, ...], align: int = ALIGN
+    ) -> Region:
         """Append a region.
 
         Args:
             name: Unique name of the region.
             dtype: A plain numeric numpy dtype (bool, integer, float or complex).
             shape: The array's shape; an int is a 1-D shape.
+            align: Where it may start: a power-of-two multiple of ``ALIGN`` (``mmap.PAGESIZE``
+                for a region whose pages are placed on NUMA nodes on their own).
 
         Returns:
-            The new region, starting at the next multiple of ``ALIGN``.
+            The new region, starting at the next multiple of ``align``.
 
         Raises:
-            ValueError: The name is taken, the dtype is not plain numeric, or a dimension is
-                negative.
+            ValueError: The name is taken, the dtype is not plain numeric, a dimension is
+                negative, or ``align`` is not a power-of-two multiple of ``ALIGN``.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"region name must be a non-empty string, got {name!r}")
@@ -109,9 +115,13 @@ class ArenaLayout:
         )
         if any(d < 0 for d in dims):
             raise ValueError(f"region {name!r}: shape must not be negative, got {dims}")
-        offset = _align_up(self._end)
+        if align < ALIGN or align & (align - 1):
+            raise ValueError(
+                f"region {name!r}: align must be a power of two >= {ALIGN}, got {align}"
+            )
+        offset = _align_up(self._end, align)
         nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-        region = Region(name, dt, dims, offset, nbytes)
+        region = Region(name, dt, dims, offset, nbytes, align)
         self._regions[name] = region
         self._end = offset + nbytes
         return region
@@ -137,7 +147,13 @@ class ArenaLayout:
     def to_json(self) -> str:
         """The layout as JSON, for :meth:`from_json` in another process."""
         regions = [
-            {"name": r.name, "dtype": r.dtype.str, "shape": list(r.shape), "offset": r.offset}
+            {
+                "name": r.name,
+                "dtype": r.dtype.str,
+                "shape": list(r.shape),
+                "offset": r.offset,
+                "align": r.align,
+            }
             for r in self._regions.values()
         ]
         return json.dumps({"version": 1, "regions": regions})
@@ -163,7 +179,12 @@ class ArenaLayout:
                 raise ValueError(f"unsupported layout version {doc.get('version')!r}")
             layout = cls()
             for entry in entries:
-                region = layout.add(entry["name"], np.dtype(entry["dtype"]), tuple(entry["shape"]))
+                region = layout.add(
+                    entry["name"],
+                    np.dtype(entry["dtype"]),
+                    tuple(entry["shape"]),
+                    entry.get("align", ALIGN),
+                )
                 if region.offset != entry["offset"]:
                     raise ValueError(
                         f"region {region.name!r} is at offset {entry['offset']} in the JSON "

@@ -1,7 +1,8 @@
 """What a training job shares between the parent and its workers, and how it is laid out.
 
 One arena (a POSIX shared-memory segment, :mod:`hogwild.shm.arena`) holds everything the workers
-share: the parameters and the momentum velocity (updated in place without locks), the examples
+share: the parameters and the momentum velocity (updated in place without locks; one copy, or
+one per NUMA node, :mod:`hogwild.train.parameters`), the examples
 (one copy for all workers), this epoch's permutation, a small control block the parent writes and
 workers poll, and one 64-byte row of statistics per worker (padded so that two workers' counters
 never share a cache line).
@@ -30,7 +31,9 @@ import numpy as np
 from hogwild.config import Config
 from hogwild.errors import ConfigError, DataError
 from hogwild.model.network import Network
+from hogwild.numa.placement import ParameterPlacement
 from hogwild.shm.arena import ArenaLayout
+from hogwild.train.parameters import add_parameter_regions
 
 CONTROL_EPOCH = 0
 EPOCH_CLOSED = -1
@@ -46,6 +49,7 @@ def job_layout(
     n_train: int,
     n_test: int,
     image_bytes: int | None = None,
+    parameters: ParameterPlacement | None = None,
 ) -> ArenaLayout:
     """The arena layout of a job: shared parameters, optimizer state, data, control, statistics.
 
@@ -56,11 +60,12 @@ def job_layout(
         n_test: Test examples held in the arena.
         image_bytes: Bytes of one stored example (default: the model's input size); 0 leaves
             the examples out (a job that reads an image cache).
+        parameters: Where the parameters live (one interleaved copy when None); ``"replicate"``
+            over several nodes adds a copy per node (:mod:`hogwild.train.parameters`).
     """
     image_bytes = network.input_size if image_bytes is None else image_bytes
     layout = ArenaLayout()
-    layout.add("params", np.float32, (network.n_params,))
-    layout.add("velocity", np.float32, (network.n_params,))
+    add_parameter_regions(layout, network, parameters or ParameterPlacement("interleave", (0,), ()))
     layout.add("control", np.int64, (CONTROL_SLOTS,))
     layout.add("stats", np.float64, (n_workers, STAT_SLOTS))
     layout.add("order", np.int64, (n_train,))

@@ -1,21 +1,36 @@
-"""How many workers a job runs and where each one runs.
+"""How many workers a job runs, where each one runs, and where the shared parameters live.
 
 The policy lives in :mod:`hogwild.numa.placement` (fill a NUMA node's physical cores first, or
-spread across nodes; hyperthread siblings only once every core has a worker); this module turns
-the machine's topology and the job's settings into that plan for the trainer.
+spread across nodes; hyperthread siblings only once every core has a worker; parameters
+interleaved or replicated per node); this module turns the machine's topology and the job's
+settings into that plan for the trainer.
+
+``$HOGWILD_SYSFS`` names another sysfs tree to read the topology from instead of ``/sys``: a
+tree that splits this machine's CPUs into several nodes runs a multi-node plan on a one-node
+machine (the tests do), and a container with a masked ``/sys`` can be given the host's layout.
+Its CPUs must exist here, since the workers are pinned to them.
 """
 
 from __future__ import annotations
 
+import os
+
 from hogwild.numa.placement import WorkerPlacement, default_worker_count, plan_workers
-from hogwild.numa.topology import read_topology
+from hogwild.numa.topology import REAL_SYSFS, Topology, read_topology
+
+SYSFS_ENV = "HOGWILD_SYSFS"
+
+
+def machine_topology() -> Topology:
+    """The topology of this machine, or of the tree ``$HOGWILD_SYSFS`` names."""
+    return read_topology(os.environ.get(SYSFS_ENV) or REAL_SYSFS)
 
 
 def worker_count(requested: int) -> int:
     """``requested`` workers, or one per physical core when it is 0."""
-    return requested if requested > 0 else default_worker_count(read_topology())
+    return requested if requested > 0 else default_worker_count(machine_topology())
 
 
 def worker_placements(n_workers: int, policy: str = "fill") -> list[WorkerPlacement]:
     """The CPU and NUMA node of each worker (CPUs are reused when there are more workers)."""
-    return plan_workers(read_topology(), n_workers, policy=policy)
+    return plan_workers(machine_topology(), n_workers, policy=policy)

@@ -1,16 +1,17 @@
 """The trainer: the parent process of a single-node Hogwild job (DESIGN.md, "How data flows").
 
 It owns every shared resource of the job and releases it on every exit path: it creates the arena,
-initialises (or restores) the shared parameters, copies the examples in once (idx files; a job on
-an LMDB image cache reads only its manifest here, and each worker opens the cache itself),
-compiles the kernels, starts the workers, and then drives the epochs: a fresh permutation per
-epoch, one shard per worker, an early end once ``epoch_fraction`` of the workers finished their
-shard (Adam section 3.2.5), evaluation on the test set split across the workers, a checkpoint
-and a metrics line (with ``data_wait_s``, the seconds the workers' compute loops waited for
-their data feeds). A worker that dies stops the job with
+places the shared parameters on the NUMA nodes (one interleaved copy, or one per node merged at
+every epoch end, :mod:`hogwild.train.parameters`), initialises (or restores) them, copies the
+examples in once (idx files; a job on an LMDB image cache reads only its manifest here, and each
+worker opens the cache itself), compiles the kernels, starts the workers, and then drives the
+epochs: a fresh permutation per epoch, one shard per worker, an early end once ``epoch_fraction``
+of the workers finished their shard (Adam section 3.2.5), evaluation on the test set split across
+the workers, a checkpoint and a metrics line (with ``data_wait_s``, the seconds the workers'
+compute loops waited for their data feeds). A worker that dies stops the job with
 :class:`~hogwild.errors.WorkerDiedError` naming it and its exit signal; the last checkpoint stays
-as it was. On any exit (normal, error, Ctrl-C) the workers are stopped (terminated, then killed,
-if they do not leave) and the arena is removed.
+as it was. On any exit (normal, error, Ctrl-C) the workers are stopped (terminated, then killed, if
+they do not leave) and the arena is removed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hogwild.model.compile import compile_kernels
 from hogwild.model.init import initialise
 from hogwild.model.network import Network, build_network
 from hogwild.model.random import worker_seed
+from hogwild.numa.placement import plan_parameters
 from hogwild.optim.interval import update_every
 from hogwild.optim.schedule import learning_rate
 from hogwild.runtime import single_threaded_blas
@@ -49,6 +51,7 @@ from hogwild.train.job import (
     shard_bounds,
 )
 from hogwild.train.metrics import MetricsWriter
+from hogwild.train.parameters import SharedParameters
 from hogwild.train.placement import worker_count, worker_placements
 from hogwild.train.progress import ProgressBar
 from hogwild.train.worker import worker_main
@@ -85,7 +88,10 @@ class Trainer:
         self.n_train = min(train.subset, n_train) if train.subset else n_train
         self.progress = ProgressBar(config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(config.output.metrics)
+        self.placements = worker_placements(self.n_workers, train.placement)
+        self.parameter_plan = plan_parameters(self.placements, train.parameters)
         self.arena: Arena | None = None
+        self.shared: SharedParameters | None = None
         self.gang: WorkerGang | None = None
 
     # -- the job ---------------------------------------------------------------------------------
@@ -104,13 +110,27 @@ class Trainer:
             f"hogwild: {network.connections:,} connections, {self.n_workers} worker(s), "
             f"batch {config.train.batch}, {self.n_train:,} training examples"
         )
-        compile_kernels(network, config.train.batch, config.train.update_every, feed=self.plan.feed)
+        if self.shared.replicated:
+            plan = self.parameter_plan
+            self.progress.line(
+                f"parameters: one copy per NUMA node ({', '.join(map(str, plan.nodes))}), "
+                f"exchanged every {config.train.exchange_every:,} examples; pages "
+                + ("bound by libnuma" if self.placed else "placed by first touch")
+            )
+        compile_kernels(
+            network,
+            config.train.batch,
+            config.train.update_every,
+            feed=self.plan.feed,
+            exchange=self.shared.replicated,
+        )
         self._start_workers()
         self.metrics.write(
             {
                 "event": "start",
                 "connections": network.connections,
                 "workers": self.n_workers,
+                "parameters": {**self.shared.describe(), "placed_by_libnuma": self.placed},
                 "start_epoch": start_epoch,
                 "config": config.to_dict(),
                 "pid": os.getpid(),
@@ -182,9 +202,13 @@ class Trainer:
         config, network, data = self.config, self.network, self.data
         height, width, channels = self.plan.shape
         image_bytes = 0 if self.plan.cache else height * width * channels
-        layout = job_layout(network, self.n_workers, self.n_train, self.n_test, image_bytes)
+        layout = job_layout(
+            network, self.n_workers, self.n_train, self.n_test, image_bytes, self.parameter_plan
+        )
         self.arena = Arena.create("train", layout)
         arena = self.arena
+        self.shared = SharedParameters.attach(arena, self.parameter_plan)
+        self.placed = self.shared.place()
         if image_bytes:
             arena.array("train_images")[:] = data.train_images[: self.n_train].reshape(
                 self.n_train, -1
@@ -192,34 +216,48 @@ class Trainer:
             arena.array("train_labels")[:] = data.train_labels[: self.n_train]
             arena.array("test_images")[:] = data.test_images.reshape(self.n_test, -1)
             arena.array("test_labels")[:] = data.test_labels
-        params, velocity = arena.array("params"), arena.array("velocity")
+        params, velocity = self.shared.params, self.shared.velocity
         model = config.model
         initialise(network, params, model.init, model.init_scale, config.train.seed)
-        if not self.resume:
-            return 0, []
+        start_epoch, history = 0, []
         directory = config.output.checkpoint_dir
-        if not directory:
+        if self.resume and not directory:
             raise CheckpointError("--resume needs a checkpoint directory (--checkpoint-dir DIR)")
-        if ckpt.latest_checkpoint(directory) is None:
-            return 0, []  # nothing to resume yet: start from the beginning
-        restored = ckpt.load_checkpoint(directory)
-        restore_parameters(network, params, restored.weights, restored.path, "")
-        restore_parameters(network, velocity, restored.optimizer_state, restored.path, ".momentum")
-        return restored.epoch + 1, list(restored.info.get("history", []))
+        if self.resume and ckpt.latest_checkpoint(directory) is not None:
+            restored = ckpt.load_checkpoint(directory)
+            restore_parameters(network, params, restored.weights, restored.path, "")
+            restore_parameters(
+                network, velocity, restored.optimizer_state, restored.path, ".momentum"
+            )
+            start_epoch = restored.epoch + 1
+            history = list(restored.info.get("history", []))
+        self.shared.spread()
+        return start_epoch, history
 
     def _start_workers(self) -> None:
         train = self.config.train
         self.gang = WorkerGang(
             mp.get_context(train.start_method), self.config.output.checkpoint_dir
         )
-        placements = worker_placements(self.n_workers, train.placement)
-        shared = (self.arena.layout.to_json(), self.config.to_dict(), self.plan.to_dict())
-        layout_json, config_dict, plan = shared
+        layout_json, config_dict, plan = (
+            self.arena.layout.to_json(),
+            self.config.to_dict(),
+            self.plan.to_dict(),
+        )
+        placements, parameter_plan = self.placements, self.parameter_plan
         with single_threaded_blas():
             self.gang.start(
                 self.n_workers,
                 worker_main,
-                lambda w: (w, self.arena.name, layout_json, config_dict, plan, placements[w]),
+                lambda w: (
+                    w,
+                    self.arena.name,
+                    layout_json,
+                    config_dict,
+                    plan,
+                    placements[w],
+                    parameter_plan,
+                ),
             )
 
     # -- epochs ----------------------------------------------------------------------------------
@@ -255,6 +293,7 @@ class Trainer:
             if finished == needed:
                 control[CONTROL_EPOCH] = EPOCH_CLOSED  # stragglers stop at their next chunk
         seconds = time.perf_counter() - started
+        self.shared.merge()  # every worker is idle now: one model to evaluate and save
         rate = examples / seconds if seconds else 0.0
         return {
             "event": "epoch",
@@ -297,8 +336,8 @@ class Trainer:
         if not directory:
             return None
         network = self.network
-        weights = {k: v.copy() for k, v in network.views(self.arena.array("params")).items()}
-        velocity = network.views(self.arena.array("velocity"))
+        weights = {k: v.copy() for k, v in network.views(self.shared.params).items()}
+        velocity = network.views(self.shared.velocity)
         optimizer_state = {f"{k}.momentum": v.copy() for k, v in velocity.items()}
         info = {
             "config": self.config.to_dict(),
@@ -327,6 +366,7 @@ class Trainer:
     def _shutdown(self) -> None:
         if self.gang is not None:
             self.gang.stop()
+        self.shared = None  # views into the arena: dropped before it is unmapped
         if self.arena is not None:
             self.arena.close()
             self.arena.unlink()

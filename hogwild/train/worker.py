@@ -46,15 +46,21 @@ def worker_main(
     config: dict,
     plan: dict,
     placement,
+    parameter_plan,
     commands,
     results,
 ) -> None:
-    """Entry point of a worker process (the target the trainer starts)."""
+    """Entry point of a worker process (the target the trainer starts).
+
+    ``placement`` is the worker's :class:`~hogwild.numa.placement.WorkerPlacement`,
+    ``parameter_plan`` the job's :class:`~hogwild.numa.placement.ParameterPlacement` (which copy
+    of the parameters this worker trains on).
+    """
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     _die_with_parent()
-    arena = feeds = None
+    arena = feeds = shared = None
     try:
         from hogwild.numa.pinning import pin_worker
 
@@ -65,15 +71,17 @@ def worker_main(
         from hogwild.shm.arena import Arena, ArenaLayout
         from hogwild.train.context import TrainingContext
         from hogwild.train.job import DataPlan
+        from hogwild.train.parameters import SharedParameters
 
         job = config_from_dict(config, origin="<job>")
         data = DataPlan.from_dict(plan)
         network = build_network(job.model, data.n_classes)
         arena = Arena.attach(arena_name, ArenaLayout.from_json(layout_json))
+        shared = SharedParameters.attach(arena, parameter_plan)
         context = TrainingContext.allocate(network, job.train.batch, job.train.update_every)
         feeds = _Feeds(job, data, arena) if data.feed else None  # after pinning: its thread too
         results.put(("ready", worker, os.getpid(), context.nbytes))
-        _serve(worker, job, network, arena, context, feeds, commands, results, parent)
+        _serve(worker, job, network, arena, shared, context, feeds, commands, results, parent)
     except SystemExit:
         pass
     except BaseException as exc:  # report anything else to the parent rather than dying silently
@@ -87,6 +95,7 @@ def worker_main(
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup below must run to its end
         if feeds is not None:
             feeds.close()
+        shared = None  # views into the arena: dropped before it is unmapped
         if arena is not None:
             orphaned = _parent_is_gone(parent)
             arena.close()
@@ -96,13 +105,15 @@ def worker_main(
                 unlink_segment(arena_name)
 
 
-def _serve(worker, job, network, arena, context, feeds, commands, results, parent) -> None:
+def _serve(worker, job, network, arena, shared, context, feeds, commands, results, parent) -> None:
     from hogwild.model.engine import evaluate_range, train_chunk
     from hogwild.model.random import seed_kernels
     from hogwild.optim.rules import RULE_CODES
     from hogwild.train.job import CONTROL_EPOCH, STAT_CORRECT, STAT_EXAMPLES, STAT_LOSS
+    from hogwild.train.parameters import ExchangeClock
 
-    params, velocity = arena.array("params"), arena.array("velocity")
+    params, velocity = shared.for_worker(worker)  # its node's copy when replicated
+    exchange = ExchangeClock(shared, worker, job.train.exchange_every)
     control, stats = arena.array("control"), arena.array("stats")
     order = arena.array("order")
     if feeds is None:
@@ -112,6 +123,43 @@ def _serve(worker, job, network, arena, context, feeds, commands, results, paren
     rule = RULE_CODES[optim.rule]
     mu = optim.momentum if optim.rule == "momentum" else 0.0
     my_stats = stats[worker]
+
+    def train_range(images, labels, order, lo, hi, lr):
+        """Train examples ``order[lo:hi]``; a node's leader stops to exchange on schedule."""
+        loss, correct = 0.0, 0
+        start = lo
+        while start < hi:
+            stop = start + exchange.span(hi - start)
+            part_loss, part_correct = train_chunk(
+                network.ops,
+                params,
+                velocity,
+                context.grad,
+                context.act,
+                context.dact,
+                context.aux,
+                context.scratch,
+                context.targets,
+                images,
+                labels,
+                order,
+                start,
+                stop,
+                train.batch,
+                lr,
+                mu,
+                optim.weight_decay,
+                rule,
+                data.mean,
+                data.std,
+                train.update_every,
+            )
+            exchange.trained(stop - start)
+            loss += part_loss
+            correct += part_correct
+            start = stop
+        return loss, correct
+
     while True:
         try:
             command = commands.get(timeout=COMMAND_POLL_S)
@@ -127,30 +175,7 @@ def _serve(worker, job, network, arena, context, feeds, commands, results, paren
             seed_kernels(seed)
 
             def step(images, labels, identity, n, lr=lr):
-                return train_chunk(
-                    network.ops,
-                    params,
-                    velocity,
-                    context.grad,
-                    context.act,
-                    context.dact,
-                    context.aux,
-                    context.scratch,
-                    context.targets,
-                    images,
-                    labels,
-                    identity,
-                    0,
-                    n,
-                    train.batch,
-                    lr,
-                    mu,
-                    optim.weight_decay,
-                    rule,
-                    data.mean,
-                    data.std,
-                    train.update_every,
-                )
+                return train_range(images, labels, identity, 0, n, lr)
 
             def still_open(epoch=epoch):
                 return control[CONTROL_EPOCH] == epoch and os.getppid() == parent
@@ -166,29 +191,8 @@ def _serve(worker, job, network, arena, context, feeds, commands, results, paren
                 if control[CONTROL_EPOCH] != epoch or os.getppid() != parent:
                     break
                 hi = min(lo + train.chunk, stop)
-                chunk_loss, chunk_correct = train_chunk(
-                    network.ops,
-                    params,
-                    velocity,
-                    context.grad,
-                    context.act,
-                    context.dact,
-                    context.aux,
-                    context.scratch,
-                    context.targets,
-                    train_images,
-                    train_labels,
-                    order,
-                    lo,
-                    hi,
-                    train.batch,
-                    lr,
-                    mu,
-                    optim.weight_decay,
-                    rule,
-                    data.mean,
-                    data.std,
-                    train.update_every,
+                chunk_loss, chunk_correct = train_range(
+                    train_images, train_labels, order, lo, hi, lr
                 )
                 done += hi - lo
                 loss += chunk_loss

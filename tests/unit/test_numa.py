@@ -1,7 +1,6 @@
 """Topology, placement, pinning and the machine report, against fake sysfs trees and this host."""
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,39 +30,7 @@ from hogwild.numa.topology import (
     read_topology,
 )
 from hogwild.shm.padded import aligned_empty
-
-
-def make_sysfs(root: Path, nodes, cpus, mem_kb=None, with_topology=True) -> Path:
-    """A fake sysfs tree.
-
-    Args:
-        nodes: {node: [cpu, ...]}, or None for a machine without a node directory.
-        cpus: {cpu: (package, core_id)}; siblings are the CPUs sharing (package, core_id).
-        mem_kb: {node: (total, free)} in kB.
-    """
-    cpu_dir = root / "devices/system/cpu"
-    cpu_dir.mkdir(parents=True)
-    (cpu_dir / "online").write_text(format_cpulist(cpus) + "\n")
-    for cpu, (package, core) in cpus.items():
-        tdir = cpu_dir / f"cpu{cpu}" / "topology"
-        tdir.mkdir(parents=True)
-        if not with_topology:
-            continue
-        siblings = [c for c, pc in cpus.items() if pc == (package, core)]
-        (tdir / "core_id").write_text(f"{core}\n")
-        (tdir / "physical_package_id").write_text(f"{package}\n")
-        (tdir / "thread_siblings_list").write_text(format_cpulist(siblings) + "\n")
-    if nodes is not None:
-        for node, node_cpus in nodes.items():
-            ndir = root / "devices/system/node" / f"node{node}"
-            ndir.mkdir(parents=True)
-            (ndir / "cpulist").write_text(format_cpulist(node_cpus) + "\n")
-            total, free = (mem_kb or {}).get(node, (1024, 512))
-            (ndir / "meminfo").write_text(
-                f"Node {node} MemTotal:       {total} kB\nNode {node} MemFree:        {free} kB\n"
-                f"Node {node} MemUsed:        {total - free} kB\n"
-            )
-    return root
+from tests.fake_sysfs import make_sysfs
 
 
 @pytest.fixture
