@@ -367,6 +367,7 @@ def test_softmax_must_be_last():
         ("train", "subset", -5),
         ("train", "epoch_fraction", 0.0),
         ("train", "epoch_fraction", 1.01),
+        ("train", "exchange_every", 0),
         ("data", "std", 0.0),
         ("output", "keep_checkpoints", 0),
     ],
@@ -390,6 +391,7 @@ def test_out_of_range_messages_say_what_is_expected():
         ("model", "init", "kaiming"),
         ("train", "start_method", "fork"),
         ("train", "placement", "random"),
+        ("train", "parameters", "mirror"),
     ],
 )
 def test_choice_outside_its_choices(section, key, value):
