@@ -13,8 +13,9 @@ per-example SGD) and batch 32, and sets each figure beside its yardsticks from t
   allocates nothing per example), ``worker_beyond_runtime_mb`` what exceeds an idle process that
   loaded the same interpreter, numba and kernels (``worker_runtime_mb``).
 - **control**: N independent processes, pinned as the workers are, each training a *private*
-  copy of the model on its shard with the same kernel (``train_chunk``): what N cores of this
-  machine give to work of the same kind when nothing is shared. The machine's two virtual cores
+  copy of the model on its shard with the same kernel (``train_chunk``) and the same fully
+  connected update interval as ours with N workers: what N cores of this machine give to work of
+  the same kind when nothing is shared. The machine's two virtual cores
   sometimes deliver one core's worth for tens of seconds; ``control_speedup`` says how much
   scaling the machine offered while ours was measured.
 - **peer**: PyTorch Hogwild as in pytorch/examples ``mnist_hogwild`` (:mod:`bench.peer_torch`),
@@ -22,6 +23,10 @@ per-example SGD) and batch 32, and sets each figure beside its yardsticks from t
 - **peak**: float32 sgemm GFLOP/s of N single-threaded numpy processes (:mod:`bench.machine`);
   ``fraction_of_peak`` is 6 x connections FLOPs per trained example times ours' examples/s over
   the peak of as many processes as workers.
+
+``--set KEY=VALUE`` applies a config override to every run (e.g. ``train.parameters=replicate``
+with ``train.replicas=worker``: a copy of the weights per worker, exchanged every
+``train.exchange_every`` examples).
 
 Every measurement is repeated ``--repeats`` times, ours, control and peer interleaved (in an
 order rotated per repetition) so slow phases of the machine hit all alike; the medians are
@@ -32,7 +37,6 @@ reported with their min/max. It prints one JSON line; ``--out`` also writes it t
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import shlex
 import statistics
@@ -41,11 +45,10 @@ import time
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 if __package__ in (None, ""):  # run as ``python bench/cores.py``: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.control import measure_control
 from bench.machine import (
     MB,
     Gang,
@@ -91,6 +94,13 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         metavar="K",
         help="batch 1: fully connected updates every K examples (default: the config's)",
     )
+    add(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every run, e.g. train.parameters=replicate (repeatable)",
+    )
     add("--plot", metavar="FILE", help="draw Fig. 8 into this PNG file")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
@@ -98,6 +108,8 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         parser.error("--examples must be between 1 and 60000 (MNIST's training set)")
     if args.update_every is not None and args.update_every < 1:
         parser.error("--update-every must be >= 1")
+    if any("=" not in item for item in args.set):
+        parser.error("--set takes KEY=VALUE, e.g. train.parameters=replicate")
     if args.warmup < 0 or args.repeats < 1:
         parser.error("--warmup must be >= 0 and --repeats >= 1")
     if max(args.workers) > args.examples:
@@ -142,64 +154,6 @@ def measure_ours(config, data, workers: int, *, batch: int, examples: int, warmu
 
     last_epoch = ProbedTrainer(job, data).run().history[-1]
     return {"examples_per_s": last_epoch["examples_per_s"], **probes[0].report()}
-
-
-# -- control: private models, same kernel ---------------------------------------------------------
-
-
-def _control_process(config_dict: dict, images, labels, batch: int, warmup: int, *, ready) -> dict:
-    """Train a private model on a private shard: ``warmup`` examples, then the timed shard."""
-    from hogwild.config import config_from_dict
-    from hogwild.model.engine import train_chunk
-    from hogwild.model.init import initialise
-    from hogwild.model.network import build_network
-    from hogwild.model.random import seed_kernels
-    from hogwild.optim.rules import RULE_CODES
-    from hogwild.train.context import TrainingContext
-
-    job = config_from_dict(config_dict, origin="<bench>")
-    network = build_network(job.model)
-    params = np.zeros(network.n_params, dtype=np.float32)
-    initialise(network, params, job.model.init, job.model.init_scale, job.train.seed)
-    velocity = np.zeros_like(params)
-    update_every = job.train.update_every if batch == 1 else 1
-    context = TrainingContext.allocate(network, batch, update_every)
-    optim, chunk = job.optim, job.train.chunk
-    mu = optim.momentum if optim.rule == "momentum" else 0.0
-    seed_kernels(job.train.seed)
-
-    # The kernel's arguments by name, so the control follows its signature as the engine grows;
-    # per-worker buffers come from the training context under the same names.
-    given = {"ops": network.ops, "params": params, "velocity": velocity, "images": images}
-    given.update(labels=labels, batch=batch, lr=optim.lr, mu=mu, wd=optim.weight_decay)
-    given.update(rule=RULE_CODES[optim.rule], mean=job.data.mean, std=job.data.std)
-    given.update(update_every=update_every)
-    names = list(inspect.signature(getattr(train_chunk, "py_func", train_chunk)).parameters)
-
-    def train(order: np.ndarray) -> None:  # as a worker does: chunk by chunk
-        for lo in range(0, len(order), chunk):
-            given.update(order=order, start=lo, stop=min(lo + chunk, len(order)))
-            train_chunk(*[given[k] if k in given else getattr(context, k) for k in names])
-
-    train(np.arange(warmup, dtype=np.int64) % len(labels))
-    ready()
-    started = time.perf_counter()
-    train(np.arange(len(labels), dtype=np.int64))
-    return {"examples": len(labels), "seconds": time.perf_counter() - started}
-
-
-def measure_control(gang: Gang, config, images, labels, order, shards, *, batch, warmup) -> dict:
-    """Examples per second of ``len(shards)`` independent private-model processes."""
-    warm_each = -(-warmup // len(shards))
-    args = []
-    for start, stop in shards:
-        chosen = order[start:stop]
-        shard = np.ascontiguousarray(images[chosen].reshape(len(chosen), -1))
-        args.append(
-            (config.to_dict(), shard, np.ascontiguousarray(labels[chosen]), batch, warm_each)
-        )
-    seconds, answers = gang.run(_control_process, args)
-    return {"examples_per_s": sum(a["examples"] for a in answers) / seconds}
 
 
 def _runtime_process(config_dict: dict, batch: int, *, ready) -> float:
@@ -331,7 +285,8 @@ def measure(args: argparse.Namespace) -> dict:
     from hogwild.model.network import build_network
     from hogwild.train.job import epoch_permutation
 
-    overrides = {"train.seed": args.seed}
+    overrides = dict(item.split("=", 1) for item in args.set)
+    overrides["train.seed"] = args.seed
     if args.update_every is not None:
         overrides["train.update_every"] = args.update_every
     config = hogwild.load_config().override(overrides)
@@ -366,6 +321,7 @@ def measure(args: argparse.Namespace) -> dict:
             "ours_warmup_examples": warm_epochs * n,
             "lr": config.optim.lr,
             "update_every": config.train.update_every,
+            "overrides": args.set,
             "peer_optimizer": "SGD(lr=0.01, momentum=0.5)",
         },
         "worker_runtime_mb": runtime_mb,

@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the machine's topology and the placement plan a job would use",
         description="The machine's NUMA topology and where a job's workers and shared "
         "parameters would go. Takes a job's --config and --section.key=value overrides "
-        "(train.workers, train.placement, train.parameters).",
+        "(train.workers, train.placement, train.parameters, train.replicas).",
     )
     info.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
 
@@ -160,7 +160,7 @@ def _info(args, overrides: dict[str, str]) -> int:
     topology = machine_topology()
     workers = 1 if train.sync else train.workers or default_worker_count(topology)
     plan = plan_workers(topology, workers, policy=train.placement)
-    parameters = plan_parameters(plan, train.parameters)
+    parameters = plan_parameters(plan, train.parameters, train.replicas)
     print(format_machine_report(topology, plan, parameters, policy=train.placement))
     return 0
 

@@ -96,6 +96,7 @@ class TrainConfig:
     placement: str = "fill"
     update_every: int = 0
     parameters: str = "interleave"
+    replicas: str = "node"
     exchange_every: int = 64
 
 
@@ -171,6 +172,7 @@ CHOICES = {
     ("train", "start_method"): ("spawn", "forkserver"),
     ("train", "placement"): ("fill", "spread"),
     ("train", "parameters"): ("interleave", "replicate"),
+    ("train", "replicas"): ("node", "worker"),
 }
 
 

@@ -13,7 +13,7 @@ More workers than usable CPUs: with ``oversubscribe="wrap"`` (the default) worke
 CPU of worker ``k mod n_cpus`` and both are marked ``shared``; with ``"error"`` it is a
 :class:`PlacementError`. The shared parameters are either **interleaved** page by page over the
 nodes the workers use (one copy, even bandwidth) or **replicated**, one copy per node, each worker
-reading its own node's copy (:func:`plan_parameters`).
+reading its own node's copy, or one copy per worker (:func:`plan_parameters`).
 
 The plan is pure data computed from a :class:`~hogwild.numa.topology.Topology`: no pinning, no
 I/O (:mod:`hogwild.numa.pinning` applies it). Adam (§3.2.1, §3.3.1) binds threads to the
@@ -31,6 +31,7 @@ from hogwild.numa.topology import PhysicalCore, Topology
 __all__ = [
     "OVERSUBSCRIBE",
     "PARAMETER_MODES",
+    "REPLICA_GRANULARITY",
     "POLICIES",
     "ParameterPlacement",
     "PlacementError",
@@ -44,6 +45,7 @@ __all__ = [
 POLICIES = ("fill", "spread")
 OVERSUBSCRIBE = ("wrap", "error")
 PARAMETER_MODES = ("interleave", "replicate")
+REPLICA_GRANULARITY = ("node", "worker")
 
 
 class PlacementError(ConfigError):
@@ -79,15 +81,18 @@ class ParameterPlacement:
 
     Attributes:
         mode: ``"interleave"`` (one copy, pages spread over ``nodes``) or ``"replicate"`` (one
-            copy per node in ``nodes``).
-        nodes: The nodes the workers run on, ascending.
+            copy on each entry of ``nodes``).
+        nodes: Interleaved: the nodes the workers run on, ascending. Replicated: the node of
+            each copy (per node: each node once, ascending; per worker: each worker's node).
         replica_of_worker: For each worker, the index (into ``nodes``) of the copy it reads and
             updates; all 0 when interleaved.
+        per: The copies' granularity when replicated: ``"node"`` or ``"worker"``.
     """
 
     mode: str
     nodes: tuple[int, ...]
     replica_of_worker: tuple[int, ...]
+    per: str = "node"
 
     @property
     def n_copies(self) -> int:
@@ -183,21 +188,29 @@ def plan_workers(
 
 
 def plan_parameters(
-    placements: Sequence[WorkerPlacement], mode: str = "interleave"
+    placements: Sequence[WorkerPlacement], mode: str = "interleave", per: str = "node"
 ) -> ParameterPlacement:
     """Where the shared parameters go for these workers.
 
     Args:
         placements: From :func:`plan_workers`.
         mode: ``"interleave"`` or ``"replicate"``.
+        per: With ``"replicate"``: one copy per ``"node"`` the workers use, or one per
+            ``"worker"`` (each on its worker's node: no two workers write the same copy, and the
+            weights move between cores only at exchanges).
 
     Raises:
-        PlacementError: Unknown mode.
+        PlacementError: Unknown mode or granularity.
     """
     _check_choice("parameter placement", mode, PARAMETER_MODES)
+    _check_choice("replica granularity", per, REPLICA_GRANULARITY)
     nodes = tuple(sorted({p.node for p in placements}))
+    if mode == "replicate" and per == "worker":
+        return ParameterPlacement(
+            mode, tuple(p.node for p in placements), tuple(range(len(placements))), per
+        )
     if mode == "replicate":
         replica = tuple(nodes.index(p.node) for p in placements)
     else:
         replica = tuple(0 for _ in placements)
-    return ParameterPlacement(mode, nodes, replica)
+    return ParameterPlacement(mode, nodes, replica, per)

@@ -99,13 +99,18 @@ def format_machine_report(
     if n > max_rows:
         lines.append(f"  ... {n - max_rows} more")
     nodes = ",".join(str(x) for x in parameters.nodes)
-    if parameters.n_copies > 1:
+    if parameters.n_copies > 1 and parameters.per == "worker":
+        lines.append(
+            f"Shared parameters: replicated, one copy per worker (on nodes {nodes}) and a home "
+            "copy interleaved over their nodes; each worker exchanges progress with it"
+        )
+    elif parameters.n_copies > 1:
         lines.append(
             f"Shared parameters: replicated, one copy per node ({nodes}) and a home copy "
             "interleaved over them; each node's first worker exchanges progress with it"
         )
     elif parameters.mode == "replicate":
-        lines.append(f"Shared parameters: one copy on node {nodes} (replicate: one node, one copy)")
+        lines.append(f"Shared parameters: one copy on node {nodes} (replicate: one copy needed)")
     elif len(parameters.nodes) > 1:
         lines.append(f"Shared parameters: one copy, pages interleaved over nodes {nodes}")
     else:

@@ -6,14 +6,17 @@
   pages spread round-robin over the NUMA nodes the workers run on, so every node sees the same
   average bandwidth and no node's memory controller carries all the traffic.
 - ``"replicate"``: besides the *home* copy (interleaved as above), one copy per node, each bound
-  to its node; the node's workers train on it without locks, and the node's first worker (its
-  leader) exchanges progress with the home copy every ``train.exchange_every`` examples
+  to its node (or, with ``train.replicas = "worker"``, one copy per worker, on its worker's node);
+  the node's workers train on it without locks, and the node's first worker (its leader)
+  exchanges progress with the home copy every ``train.exchange_every`` examples
   (:func:`hogwild.optim.exchange.exchange_deltas`). At each epoch end the parent folds every
   copy into the home copy and hands the result back to all of them, so evaluation and
   checkpoints see one model. The velocity stays per node (it is optimizer state, not model); the
   home velocity the checkpoint records is the mean of the nodes'.
 
-On a one-node machine both modes are the same single copy. The parent places the pages with
+On a one-node machine, one copy per node is the single copy; one per worker still gives every
+worker its own, which is what spares a small machine the cache-line traffic of two cores writing
+the same weights (``bench/results/parameters.md``). The parent places the pages with
 libnuma (``mbind``, moving pages the segment reserved) when it is there; without it they stay
 where the parent first touched them.
 """
@@ -152,6 +155,7 @@ class SharedParameters:
         """Where the parameters are, for the job's start record."""
         return {
             "mode": self.placement.mode,
+            "per": self.placement.per,
             "copies": self.placement.n_copies,
             "nodes": list(self.placement.nodes),
         }

@@ -89,7 +89,7 @@ class Trainer:
         self.progress = ProgressBar(config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(config.output.metrics)
         self.placements = worker_placements(self.n_workers, train.placement)
-        self.parameter_plan = plan_parameters(self.placements, train.parameters)
+        self.parameter_plan = plan_parameters(self.placements, train.parameters, train.replicas)
         self.arena: Arena | None = None
         self.shared: SharedParameters | None = None
         self.gang: WorkerGang | None = None
@@ -112,8 +112,9 @@ class Trainer:
         )
         if self.shared.replicated:
             plan = self.parameter_plan
+            where = "worker" if plan.per == "worker" else "NUMA node"
             self.progress.line(
-                f"parameters: one copy per NUMA node ({', '.join(map(str, plan.nodes))}), "
+                f"parameters: one copy per {where} (on nodes {', '.join(map(str, plan.nodes))}), "
                 f"exchanged every {config.train.exchange_every:,} examples; pages "
                 + ("bound by libnuma" if self.placed else "placed by first touch")
             )

@@ -72,11 +72,29 @@ def test_interleaved_job_on_two_nodes_keeps_one_copy(two_nodes, mnist, monkeypat
     start = next(r for r in read_metrics(tmp_path / "metrics.jsonl") if r["event"] == "start")
     assert start["parameters"] == {
         "mode": "interleave",
+        "per": "node",
         "copies": 1,
         "nodes": [0, 1],
         "placed_by_libnuma": start["parameters"]["placed_by_libnuma"],
     }
     assert result.history[0]["examples"] == 2000
+
+
+def test_one_copy_per_worker_on_this_machine(mnist, tmp_path, monkeypatch):
+    monkeypatch.delenv(SYSFS_ENV, raising=False)
+    result = hogwild.train(
+        data=mnist,
+        workers=2,
+        epochs=1,
+        subset=3000,
+        metrics=tmp_path / "metrics.jsonl",
+        progress=False,
+        overrides={"train.parameters": "replicate", "train.replicas": "worker"},
+    )
+    start = next(r for r in read_metrics(tmp_path / "metrics.jsonl") if r["event"] == "start")
+    assert start["parameters"]["per"] == "worker" and start["parameters"]["copies"] == 2
+    assert result.history[0]["examples"] == 3000
+    assert result.metrics["test_accuracy"] >= 0.85
 
 
 def test_info_prints_the_plan_for_the_configured_placement(two_nodes):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from hogwild.config import load_config
+from hogwild.errors import ConfigError
 from hogwild.model.network import build_network
 from hogwild.numa.pinning import libnuma_available, memory_nodes
 from hogwild.numa.placement import WorkerPlacement, plan_parameters
@@ -113,6 +114,23 @@ def test_spread_then_merge_gives_every_node_the_sum_of_the_progress(network):
         np.testing.assert_array_equal(p1, shared.params)
         np.testing.assert_array_equal(shared.velocity, 2.0)  # the nodes' mean
         del shared, p0, p1, v0, v1
+
+
+def test_one_copy_per_worker_on_one_node(network):
+    plan = plan_parameters(placements([0, 0, 0]), "replicate", per="worker")
+    assert plan.n_copies == 3 and plan.nodes == (0, 0, 0) and plan.replica_of_worker == (0, 1, 2)
+    arena = Arena.create("test-params", job_layout(network, 3, 4, 4, parameters=plan))
+    with arena:
+        shared = SharedParameters.attach(arena, plan)
+        assert [shared.is_leader(w) for w in range(3)] == [True, True, True]
+        addresses = {shared.for_worker(w)[0].ctypes.data for w in range(3)}
+        assert len(addresses) == 3
+        del shared
+
+
+def test_unknown_replica_granularity_is_refused():
+    with pytest.raises(ConfigError, match="replica granularity must be one of node, worker"):
+        plan_parameters(placements([0]), "replicate", per="socket")
 
 
 def test_exchange_clock_splits_a_leaders_work_at_the_exchange_points(network):

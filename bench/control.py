@@ -1,0 +1,79 @@
+"""The control of ``hogwild bench cores``: N processes training private copies of the model.
+
+Each process is pinned as a worker would be and trains its own copy of the model on its own shard
+with the engine's kernel (``train_chunk``), the same fully connected update interval as a job with
+N workers, and nothing shared: what N cores of this machine give to work of the same kind. The
+machine's virtual cores sometimes deliver less than a core each; the control, measured in the
+same run as the engine, says how much scaling was on offer.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import numpy as np
+
+from bench.machine import Gang
+
+
+def _control_process(config_dict: dict, images, labels, batch: int, warmup: int, *, ready) -> dict:
+    """Train a private model on a private shard: ``warmup`` examples, then the timed shard."""
+    from hogwild.config import config_from_dict
+    from hogwild.model.engine import train_chunk
+    from hogwild.model.init import initialise
+    from hogwild.model.network import build_network
+    from hogwild.model.random import seed_kernels
+    from hogwild.optim.rules import RULE_CODES
+    from hogwild.train.context import TrainingContext
+
+    job = config_from_dict(config_dict, origin="<bench>")
+    network = build_network(job.model)
+    params = np.zeros(network.n_params, dtype=np.float32)
+    initialise(network, params, job.model.init, job.model.init_scale, job.train.seed)
+    velocity = np.zeros_like(params)
+    update_every = job.train.update_every if batch == 1 else 1
+    context = TrainingContext.allocate(network, batch, update_every)
+    optim, chunk = job.optim, job.train.chunk
+    mu = optim.momentum if optim.rule == "momentum" else 0.0
+    seed_kernels(job.train.seed)
+
+    # The kernel's arguments by name, so the control follows its signature as the engine grows;
+    # per-worker buffers come from the training context under the same names.
+    given = {"ops": network.ops, "params": params, "velocity": velocity, "images": images}
+    given.update(labels=labels, batch=batch, lr=optim.lr, mu=mu, wd=optim.weight_decay)
+    given.update(rule=RULE_CODES[optim.rule], mean=job.data.mean, std=job.data.std)
+    given.update(update_every=update_every)
+    names = list(inspect.signature(getattr(train_chunk, "py_func", train_chunk)).parameters)
+
+    def train(order: np.ndarray) -> None:  # as a worker does: chunk by chunk
+        for lo in range(0, len(order), chunk):
+            given.update(order=order, start=lo, stop=min(lo + chunk, len(order)))
+            train_chunk(*[given[k] if k in given else getattr(context, k) for k in names])
+
+    train(np.arange(warmup, dtype=np.int64) % len(labels))
+    ready()
+    started = time.perf_counter()
+    train(np.arange(len(labels), dtype=np.int64))
+    return {"examples": len(labels), "seconds": time.perf_counter() - started}
+
+
+def measure_control(gang: Gang, config, images, labels, order, shards, *, batch, warmup) -> dict:
+    """Examples per second of ``len(shards)`` independent private-model processes.
+
+    Each trains as a worker of a job with that many workers would: the same ``update_every``.
+    """
+    from hogwild.optim.interval import update_every
+
+    warm_each = -(-warmup // len(shards))
+    job = config.override({"train.batch": batch})
+    config = job.override({"train.update_every": update_every(job, len(shards))})
+    args = []
+    for start, stop in shards:
+        chosen = order[start:stop]
+        shard = np.ascontiguousarray(images[chosen].reshape(len(chosen), -1))
+        args.append(
+            (config.to_dict(), shard, np.ascontiguousarray(labels[chosen]), batch, warm_each)
+        )
+    seconds, answers = gang.run(_control_process, args)
+    return {"examples_per_s": sum(a["examples"] for a in answers) / seconds}

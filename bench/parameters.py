@@ -1,0 +1,202 @@
+"""Shared parameters interleaved (one copy) against replicated (a copy per worker or per node).
+
+Trains the bundled Adam MNIST model with the real engine (:class:`hogwild.train.trainer.Trainer`)
+under both values of ``train.parameters``, alternately, ``--pairs`` times (the order swapped every
+pair), on ``--examples`` real MNIST examples for two epochs with a constant learning rate, and
+takes each run's second-epoch training rate and its accuracy on 2,000 test examples.
+
+``--replicas worker`` (the default) gives every worker its own copy on the machine as it is.
+``--replicas node`` makes one copy per NUMA node; on a machine with fewer nodes than
+``--workers`` (this one has one) the plan then comes from a sysfs tree that puts each of the
+first ``--workers`` usable CPUs on a node of its own (``$HOGWILD_SYSFS``), so the exchange scheme
+runs as it would on a multi-node machine, with the pages on the one real node. Beside the rates
+it times one exchange of the model's parameters (:func:`hogwild.optim.exchange.exchange_deltas`)
+and gives its share of a replica's training between two exchanges.
+
+Run: ``python bench/parameters.py [--examples 20000] [--pairs 5] [--out FILE]``; it prints one
+JSON line: per mode the median, min and max examples/s and accuracy, the median of the per-pair
+ratios replicate/interleave, and the exchange cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as ``python bench/parameters.py``: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.machine import describe_machine, usable_cores, versions
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
+MODES = ("replicate", "interleave")
+TEST_EXAMPLES = 2000
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python bench/parameters.py", description=__doc__)
+    add = parser.add_argument
+    add("--examples", type=int, default=20000, metavar="N", help="training examples per epoch")
+    add("--pairs", type=int, default=5, metavar="P", help="runs of each mode (default 5)")
+    add("--workers", type=int, default=2, metavar="N", help="workers (default 2)")
+    add("--replicas", choices=("worker", "node"), default="worker", help="a copy per ...")
+    add("--exchange-every", type=int, default=None, metavar="K", help="default: the config's")
+    add("--data", metavar="DIR", help=f"MNIST idx files (default {SHARED_MNIST} if present)")
+    add("--out", metavar="FILE", help="also write the JSON line to this file")
+    args = parser.parse_args(argv)
+    if not 1 <= args.examples <= 60000 or args.pairs < 1:
+        parser.error("--examples must be in 1..60000 and --pairs >= 1")
+    if not 2 <= args.workers <= usable_cores():
+        parser.error(f"--workers must be in 2..{usable_cores()} (the usable CPUs)")
+    args.data = args.data or (str(SHARED_MNIST) if SHARED_MNIST.is_dir() else "mnist")
+    return args
+
+
+def node_per_worker_topology(workers: int, root: Path) -> str | None:
+    """A sysfs tree with one node per worker, or None when the real machine has enough nodes."""
+    from hogwild.numa.topology import read_topology
+
+    if read_topology().n_nodes >= workers:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))[:workers]
+    for node, cpu in enumerate(cpus):
+        topology = root / "devices/system/cpu" / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "core_id").write_text(f"{cpu}\n")
+        (topology / "physical_package_id").write_text("0\n")
+        node_dir = root / "devices/system/node" / f"node{node}"
+        node_dir.mkdir(parents=True)
+        (node_dir / "cpulist").write_text(f"{cpu}\n")
+    (root / "devices/system/cpu/online").write_text(",".join(map(str, cpus)) + "\n")
+    return str(root)
+
+
+def train_once(config, data) -> dict:
+    """The second epoch's examples/s and the final test accuracy of one job."""
+    from hogwild.train.trainer import Trainer
+
+    result = Trainer(config, data).run()
+    return {
+        "examples_per_s": result.history[-1]["examples_per_s"],
+        "test_accuracy": result.metrics["test_accuracy"],
+    }
+
+
+def exchange_seconds(n_params: int, repeats: int = 200) -> float:
+    """Median seconds of one exchange between a copy and the home copy of ``n_params`` floats."""
+    from hogwild.optim.exchange import exchange_deltas
+
+    rng = np.random.default_rng(0)
+    home = rng.standard_normal(n_params).astype(np.float32)
+    copy, base = home.copy(), home.copy()
+    exchange_deltas(home, copy, base)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        exchange_deltas(home, copy, base)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import hogwild
+    from hogwild.data.mnist import MnistData, load_mnist
+    from hogwild.model.network import build_network
+    from hogwild.train.placement import SYSFS_ENV
+
+    mnist = load_mnist(args.data, progress=False)
+    n = args.examples
+    data = MnistData(
+        mnist.train_images[:n],
+        mnist.train_labels[:n],
+        mnist.test_images[:TEST_EXAMPLES],
+        mnist.test_labels[:TEST_EXAMPLES],
+        mnist.source,
+    )
+    overrides = {
+        "train.workers": args.workers,
+        "train.epochs": 2,
+        "optim.schedule": "constant",
+        "output.progress": False,
+        "train.replicas": args.replicas,
+    }
+    if args.exchange_every is not None:
+        overrides["train.exchange_every"] = args.exchange_every
+    base = hogwild.load_config().override(overrides)
+    samples: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    with tempfile.TemporaryDirectory(prefix="hogwild-bench-sysfs-") as tmp:
+        tree = None
+        if args.replicas == "node":
+            tree = node_per_worker_topology(args.workers, Path(tmp))
+        if tree:
+            os.environ[SYSFS_ENV] = tree
+        for pair in range(args.pairs):
+            order = MODES if pair % 2 == 0 else MODES[::-1]
+            for mode in order:
+                answer = train_once(base.override({"train.parameters": mode}), data)
+                samples[mode].append(answer)
+                print(
+                    f"bench parameters: pair {pair + 1}/{args.pairs}, {mode}: "
+                    f"{answer['examples_per_s']:,.0f} examples/s, "
+                    f"accuracy {answer['test_accuracy'] * 100:.2f} %",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        os.environ.pop(SYSFS_ENV, None)
+    rates = {m: [s["examples_per_s"] for s in samples[m]] for m in MODES}
+    ratios = [r / i for r, i in zip(rates["replicate"], rates["interleave"], strict=True)]
+    n_params = build_network(base.model).n_params
+    seconds = exchange_seconds(n_params)
+    every = base.train.exchange_every
+    per_worker_rate = statistics.median(rates["replicate"]) / args.workers
+    return {
+        "benchmark": "parameters",
+        "machine": describe_machine(),
+        "versions": versions(),
+        "settings": {
+            "examples": n,
+            "pairs": args.pairs,
+            "workers": args.workers,
+            "exchange_every": every,
+            "replicas": args.replicas,
+            "topology": "one node per worker (sysfs tree)" if tree else "the machine's own",
+            "test_examples": TEST_EXAMPLES,
+        },
+        "results": {
+            mode: {
+                "examples_per_s": statistics.median(rates[mode]),
+                "examples_per_s_min": min(rates[mode]),
+                "examples_per_s_max": max(rates[mode]),
+                "test_accuracy": statistics.median(s["test_accuracy"] for s in samples[mode]),
+                "samples": samples[mode],
+            }
+            for mode in MODES
+        },
+        "replicate_over_interleave": statistics.median(ratios),
+        "exchange_ms": seconds * 1e3,
+        "exchange_share": seconds / (every / per_worker_rate),
+        "parameters": n_params,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    record = measure(args)
+    line = json.dumps(record)
+    print(line)
+    if args.out:
+        Path(args.out).write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
