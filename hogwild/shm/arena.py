@@ -23,7 +23,6 @@ last view is gone.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import mmap
@@ -39,16 +38,12 @@ from numpy.typing import DTypeLike
 from hogwild.errors import SharedMemoryError
 from hogwild.shm import sweeper
 from hogwild.shm.naming import segment_name
+from hogwild.shm.space import reserve_pages, shm_free_bytes, too_little_space
 
 log = logging.getLogger(__name__)
 
 ALIGN = 64
 """Alignment of every region's offset, in bytes (one cache line)."""
-
-SHM_DIR = "/dev/shm"
-"""Where the kernel shows POSIX shared-memory segments (a tmpfs on Linux)."""
-
-_MB = 1024 * 1024
 
 
 def _align_up(n: int, align: int = ALIGN) -> int:
@@ -195,39 +190,6 @@ class ArenaLayout:
         return layout
 
 
-def shm_free_bytes() -> int | None:
-    """Bytes free for unprivileged use in ``/dev/shm``, or None if it cannot be measured."""
-    try:
-        st = os.statvfs(SHM_DIR)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _too_little_space(name: str, needed: int, free: int | None) -> SharedMemoryError:
-    free_text = "an unknown amount" if free is None else f"{free} bytes ({free / _MB:.1f} MB)"
-    return SharedMemoryError(
-        f"cannot create shared-memory segment {name}: it needs {needed} bytes "
-        f"({needed / _MB:.1f} MB) but {SHM_DIR} has {free_text} free. Remove dead segments with "
-        f"`hogwild shm gc`, make the model smaller, or enlarge {SHM_DIR} "
-        f"(docker: --shm-size)."
-    )
-
-
-def _reserve(fd: int, name: str, size: int) -> None:
-    """Allocate every page of a new segment now, so running out of space fails here."""
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.ENOMEM):
-            raise _too_little_space(name, size, shm_free_bytes()) from exc
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise SharedMemoryError(
-                f"cannot reserve {size} bytes for segment {name}: {exc}"
-            ) from exc
-        # This filesystem cannot reserve space: the pages come on first touch instead.
-
-
 class Arena:
     """A mapped shared-memory segment laid out by an :class:`ArenaLayout`.
 
@@ -269,7 +231,7 @@ class Arena:
         size = _align_up(max(layout.total_bytes, 1), mmap.PAGESIZE)
         free = shm_free_bytes()
         if free is not None and size > free:
-            raise _too_little_space(segment_name(job), size, free)
+            raise too_little_space(segment_name(job), size, free)
         for _ in range(3):
             name = segment_name(job)
             try:
@@ -285,7 +247,7 @@ class Arena:
             raise SharedMemoryError(f"cannot find a free segment name for job {job!r}")
         sweeper.own_segment(name)
         try:
-            _reserve(shm.fd, name, size)
+            reserve_pages(shm.fd, name, size)
             try:
                 mm = mmap.mmap(shm.fd, size)
             except OSError as exc:

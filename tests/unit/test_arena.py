@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import re
 import subprocess
@@ -14,7 +15,6 @@ import posix_ipc
 import pytest
 
 from hogwild.errors import SharedMemoryError
-from hogwild.shm import arena as arena_mod
 from hogwild.shm import sweeper
 from hogwild.shm.arena import ALIGN, Arena, ArenaLayout
 from hogwild.shm.naming import (
@@ -152,7 +152,7 @@ def test_failed_reservation_unlinks_the_half_made_segment(monkeypatch):
     def no_space(fd, offset, length):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(arena_mod.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
     before = _our_segments()
     with pytest.raises(SharedMemoryError, match=r"needs \d+ bytes .* free"):
         Arena.create("nospace", _layout())
@@ -218,3 +218,15 @@ def test_sweeper_ignores_names_that_are_not_ours(tmp_path):
     ]
     assert "not ours" in sweeper.format_segments(infos)
     assert "no hogwild" in sweeper.format_segments([])
+
+
+def test_region_alignment_is_kept_through_json_and_checked():
+    layout = ArenaLayout()
+    layout.add("small", np.int8, (3,))
+    page = layout.add("paged", np.float32, (10,), align=mmap.PAGESIZE)
+    assert page.offset == mmap.PAGESIZE and page.align == mmap.PAGESIZE
+    again = ArenaLayout.from_json(layout.to_json())
+    assert again == layout and again.regions["paged"].offset == mmap.PAGESIZE
+    for bad in (32, 96, 0):
+        with pytest.raises(ValueError, match="align must be a power of two >= 64"):
+            layout.add(f"bad{bad}", np.float32, (1,), align=bad)
