@@ -91,6 +91,22 @@ def train_once(config, data) -> dict:
     }
 
 
+def run_pairs(args, base, data, samples: dict[str, list[dict]]) -> None:
+    """Train both modes alternately, ``args.pairs`` times, appending to ``samples``."""
+    for pair in range(args.pairs):
+        order = MODES if pair % 2 == 0 else MODES[::-1]
+        for mode in order:
+            answer = train_once(base.override({"train.parameters": mode}), data)
+            samples[mode].append(answer)
+            print(
+                f"bench parameters: pair {pair + 1}/{args.pairs}, {mode}: "
+                f"{answer['examples_per_s']:,.0f} examples/s, "
+                f"accuracy {answer['test_accuracy'] * 100:.2f} %",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def exchange_seconds(n_params: int, repeats: int = 200) -> float:
     """Median seconds of one exchange between a copy and the home copy of ``n_params`` floats."""
     from hogwild.optim.exchange import exchange_deltas
@@ -139,19 +155,10 @@ def measure(args: argparse.Namespace) -> dict:
             tree = node_per_worker_topology(args.workers, Path(tmp))
         if tree:
             os.environ[SYSFS_ENV] = tree
-        for pair in range(args.pairs):
-            order = MODES if pair % 2 == 0 else MODES[::-1]
-            for mode in order:
-                answer = train_once(base.override({"train.parameters": mode}), data)
-                samples[mode].append(answer)
-                print(
-                    f"bench parameters: pair {pair + 1}/{args.pairs}, {mode}: "
-                    f"{answer['examples_per_s']:,.0f} examples/s, "
-                    f"accuracy {answer['test_accuracy'] * 100:.2f} %",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        os.environ.pop(SYSFS_ENV, None)
+        try:
+            run_pairs(args, base, data, samples)
+        finally:
+            os.environ.pop(SYSFS_ENV, None)
     rates = {m: [s["examples_per_s"] for s in samples[m]] for m in MODES}
     ratios = [r / i for r, i in zip(rates["replicate"], rates["interleave"], strict=True)]
     n_params = build_network(base.model).n_params

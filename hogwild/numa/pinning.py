@@ -51,6 +51,7 @@ __all__ = [
 PAGE = mmap.PAGESIZE
 MPOL_BIND = 2
 MPOL_INTERLEAVE = 3
+MPOL_MF_STRICT = 1 << 0  # with MOVE: fail (EIO) if a page could not be moved
 MPOL_MF_MOVE = 1 << 1  # move pages already allocated (those mapped by this process alone)
 
 
@@ -183,7 +184,8 @@ def _mbind(lib: ctypes.CDLL, array: np.ndarray, mode: int, nodes: Iterable[int])
         mask[n // 64] |= 1 << (n % 64)
     start, size = _page_range(array)
     # maxnode counts one more than the mask's bits: the kernel drops the last one.
-    return lib.mbind(start, size, mode, mask, words * 64 + 1, MPOL_MF_MOVE) == 0
+    flags = MPOL_MF_MOVE | MPOL_MF_STRICT  # a page left where it was is a failure, not success
+    return lib.mbind(start, size, mode, mask, words * 64 + 1, flags) == 0
 
 
 def bind_memory(array: np.ndarray, node: int) -> bool:
@@ -206,16 +208,17 @@ def interleave_memory(array: np.ndarray, nodes: Iterable[int]) -> bool:
     the workers attach).
 
     Returns:
-        True if libnuma did it; False without libnuma, with no valid node given, or when the
-        kernel refused.
+        True if libnuma did it; False without libnuma, when a node is not one the kernel knows
+        (the pages are then spread over the others), or when the kernel refused.
     """
     lib = _libnuma()
     if lib is None:
         return False
-    valid = [n for n in set(nodes) if _valid_node(lib, n)]
+    wanted = set(nodes)
+    valid = [n for n in wanted if _valid_node(lib, n)]
     if not valid:
         return False
-    return _mbind(lib, array, MPOL_INTERLEAVE, valid)
+    return _mbind(lib, array, MPOL_INTERLEAVE, valid) and len(valid) == len(wanted)
 
 
 def set_preferred_node(node: int) -> bool:

@@ -98,7 +98,7 @@ def format_machine_report(
         )
     if n > max_rows:
         lines.append(f"  ... {n - max_rows} more")
-    nodes = ",".join(str(x) for x in parameters.nodes)
+    nodes = ",".join(str(x) for x in sorted(set(parameters.nodes)))
     if parameters.n_copies > 1 and parameters.per == "worker":
         lines.append(
             f"Shared parameters: replicated, one copy per worker (on nodes {nodes}) and a home "

@@ -1,9 +1,10 @@
 """Exchange of progress between a per-node copy of the parameters and the home copy.
 
-With ``train.parameters = "replicate"`` every NUMA node the workers use has its own copy of the
-parameters, and that node's workers train Hogwild-style on it, so their writes stay in the
-node's memory. Each copy keeps a *base*: the home copy's values when the two last agreed. Every
-so often one worker of the node (its leader) calls :func:`exchange_deltas`, which, element by
+With ``train.parameters = "replicate"`` every NUMA node the workers use (or, with
+``train.replicas = "worker"``, every worker) has its own copy of the parameters, and its workers
+train Hogwild-style on it, so their writes stay in the node's memory (or the core's cache). Each
+copy keeps a *base*: the home copy's values when the two last agreed. Every so often one worker
+of the copy (its leader) calls :func:`exchange_deltas`, which, element by
 element, pushes the copy's progress since then (``copy - base``) into the home copy and pulls
 the other nodes' progress (``home - base`` before the push) into the copy. This is the
 push-deltas, pull-parameters loop of a DistBelief/Adam model replica (Adam section 3.3,

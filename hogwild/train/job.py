@@ -2,7 +2,7 @@
 
 One arena (a POSIX shared-memory segment, :mod:`hogwild.shm.arena`) holds everything the workers
 share: the parameters and the momentum velocity (updated in place without locks; one copy, or
-one per NUMA node, :mod:`hogwild.train.parameters`), the examples
+one per NUMA node or per worker, :mod:`hogwild.train.parameters`), the examples
 (one copy for all workers), this epoch's permutation, a small control block the parent writes and
 workers poll, and one 64-byte row of statistics per worker (padded so that two workers' counters
 never share a cache line).

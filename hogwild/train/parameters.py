@@ -11,8 +11,9 @@
   exchanges progress with the home copy every ``train.exchange_every`` examples
   (:func:`hogwild.optim.exchange.exchange_deltas`). At each epoch end the parent folds every
   copy into the home copy and hands the result back to all of them, so evaluation and
-  checkpoints see one model. The velocity stays per node (it is optimizer state, not model); the
-  home velocity the checkpoint records is the mean of the nodes'.
+  checkpoints see one model. The velocity is not exchanged during an epoch (it is optimizer
+  state, not model); at the epoch end every copy and the home copy get the copies' mean, which
+  is what the checkpoint records.
 
 On a one-node machine, one copy per node is the single copy; one per worker still gives every
 worker its own, which is what spares a small machine the cache-line traffic of two cores writing
@@ -111,14 +112,14 @@ class SharedParameters:
         return self._copies[0][row], self._copies[1][row]
 
     def is_leader(self, worker: int) -> bool:
-        """Whether ``worker`` exchanges its node's copy with the home copy."""
+        """Whether ``worker`` exchanges its copy (its node's, or its own) with the home copy."""
         if self._copies is None:
             return False
         row = self.placement.replica_of_worker[worker]
         return self.placement.replica_of_worker.index(row) == worker
 
     def exchange(self, worker: int) -> None:
-        """Swap progress between ``worker``'s node copy and the home copy (its leader calls it)."""
+        """Swap progress between ``worker``'s copy and the home copy (the copy's leader does)."""
         from hogwild.optim.exchange import exchange_deltas
 
         row = self.placement.replica_of_worker[worker]
@@ -128,8 +129,9 @@ class SharedParameters:
     def merge(self) -> None:
         """Fold every node's progress into the home copy and give it back to every node.
 
-        Called by the parent while no worker trains (between epochs). The home velocity becomes
-        the mean of the nodes' velocities (what a checkpoint records).
+        Called by the parent while no worker trains (between epochs). The velocity becomes the
+        mean of the copies' velocities, in the home copy (what a checkpoint records) and in every
+        copy, so a job resumed from the checkpoint continues from the same state.
         """
         if self._copies is None:
             return
@@ -141,6 +143,7 @@ class SharedParameters:
         params[:] = self.params
         base[:] = self.params
         np.mean(velocity, axis=0, out=self.velocity)
+        velocity[:] = self.velocity
 
     def spread(self) -> None:
         """Copy the home parameters and velocity to every node (after initialising or restoring)."""
@@ -150,6 +153,11 @@ class SharedParameters:
         params[:] = self.params
         base[:] = self.params
         velocity[:] = self.velocity
+
+    @property
+    def copy_nodes(self) -> tuple[int, ...]:
+        """The distinct nodes that hold a copy (or the home copy's pages), ascending."""
+        return tuple(sorted(set(self.placement.nodes)))
 
     def describe(self) -> dict:
         """Where the parameters are, for the job's start record."""
@@ -162,20 +170,27 @@ class SharedParameters:
 
 
 class ExchangeClock:
-    """Counts a worker's examples and runs its node's exchange every ``every`` of them.
+    """Counts a worker's examples and runs its copy's exchange every ``every`` of them.
 
-    Only a node's leader exchanges; for any other worker, and when there is one copy, it does
-    nothing.
+    Only a copy's leader exchanges; for any other worker, and when there is one copy, it does
+    nothing. Exchanges fall between whole units of training (``unit``: a minibatch, or at batch 1
+    a group of examples whose fully connected updates are applied together), at the first unit
+    boundary once ``every`` examples have accumulated, so an exchange never cuts a minibatch
+    short.
     """
 
-    def __init__(self, shared: SharedParameters, worker: int, every: int) -> None:
+    def __init__(self, shared: SharedParameters, worker: int, every: int, unit: int = 1) -> None:
         self.shared, self.worker, self.every = shared, worker, every
+        self.unit = max(1, unit)
         self.active = shared.is_leader(worker)
         self.pending = 0
 
     def span(self, examples: int) -> int:
         """How many of ``examples`` to train before the next look at the clock."""
-        return max(1, min(examples, self.every - self.pending)) if self.active else examples
+        if not self.active:
+            return examples
+        due = max(1, self.every - self.pending)
+        return min(examples, -(-due // self.unit) * self.unit)
 
     def trained(self, examples: int) -> None:
         """Count ``examples`` more; exchange once ``every`` have accumulated."""

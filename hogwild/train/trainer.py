@@ -113,8 +113,9 @@ class Trainer:
         if self.shared.replicated:
             plan = self.parameter_plan
             where = "worker" if plan.per == "worker" else "NUMA node"
+            nodes = ", ".join(map(str, self.shared.copy_nodes))
             self.progress.line(
-                f"parameters: one copy per {where} (on nodes {', '.join(map(str, plan.nodes))}), "
+                f"parameters: one copy per {where} (nodes {nodes}), "
                 f"exchanged every {config.train.exchange_every:,} examples; pages "
                 + ("bound by libnuma" if self.placed else "placed by first touch")
             )

@@ -112,8 +112,9 @@ def _serve(worker, job, network, arena, shared, context, feeds, commands, result
     from hogwild.train.job import CONTROL_EPOCH, STAT_CORRECT, STAT_EXAMPLES, STAT_LOSS
     from hogwild.train.parameters import ExchangeClock
 
-    params, velocity = shared.for_worker(worker)  # its node's copy when replicated
-    exchange = ExchangeClock(shared, worker, job.train.exchange_every)
+    params, velocity = shared.for_worker(worker)  # its own or its node's copy when replicated
+    unit = job.train.batch if job.train.batch > 1 else job.train.update_every
+    exchange = ExchangeClock(shared, worker, job.train.exchange_every, unit)
     control, stats = arena.array("control"), arena.array("stats")
     order = arena.array("order")
     if feeds is None:

@@ -234,3 +234,4 @@ def test_first_touch_and_libnuma_placement():
     assert interleave_memory(buf, [node]) is True
     assert bind_memory(buf, 10_000) is False  # no such node: refused, not an error
     assert interleave_memory(buf, [10_000]) is False
+    assert interleave_memory(buf, [node, 10_000]) is False  # spread over fewer nodes than asked

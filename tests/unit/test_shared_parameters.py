@@ -113,6 +113,8 @@ def test_spread_then_merge_gives_every_node_the_sum_of_the_progress(network):
         np.testing.assert_array_equal(p0, shared.params)
         np.testing.assert_array_equal(p1, shared.params)
         np.testing.assert_array_equal(shared.velocity, 2.0)  # the nodes' mean
+        np.testing.assert_array_equal(v0, 2.0)  # ... in every copy too: what a resume restores
+        np.testing.assert_array_equal(v1, 2.0)
         del shared, p0, p1, v0, v1
 
 
@@ -147,7 +149,15 @@ def test_exchange_clock_splits_a_leaders_work_at_the_exchange_points(network):
             leader.trained(spans[-1])
             left -= spans[-1]
         assert spans == [24, 64, 64, 64, 40] and leader.pending == 40
-        del shared, leader, follower
+        # Minibatches of 32 with an exchange due every 100 examples: never cut a minibatch.
+        batched = ExchangeClock(shared, 0, every=100, unit=32)
+        spans, left = [], 256
+        while left:
+            spans.append(batched.span(left))
+            batched.trained(spans[-1])
+            left -= spans[-1]
+        assert spans == [128, 128] and all(s % 32 == 0 for s in spans)
+        del shared, leader, follower, batched
 
 
 @pytest.mark.skipif(not libnuma_available(), reason="libnuma is not installed")
