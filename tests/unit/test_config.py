@@ -2,17 +2,17 @@
 
 Proves that the bundled config loads with the values it documents; that ``section.key`` and
 ``model.layers.N.key`` overrides apply, with strings parsed as TOML literals; that every bad input
-(unknown section or key, wrong type, out-of-range or non-finite value, unknown layer type or key,
-missing layer key, misplaced softmax, invalid TOML, missing file) raises :class:`ConfigError`
+(unknown section or key, wrong type, unknown layer type or key, missing layer key, invalid TOML,
+missing file) raises :class:`ConfigError`
 with a message naming the key and what was expected; and that ``to_dict()`` round-trips through
-``config_from_dict`` (and through JSON, as checkpoints and metrics files store it).
+``config_from_dict`` (and through JSON, as checkpoints and metrics files store it). Values out
+of range are in ``test_config_checks.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -25,28 +25,8 @@ from hogwild.config import (
     default_config_path,
     load_config,
 )
-from hogwild.errors import ConfigError, HogwildError
-
-SMALL_LAYERS = [
-    {"type": "conv", "maps": 2, "kernel": 3},
-    {"type": "maxpool", "size": 2},
-    {"type": "fc", "units": 10},
-    {"type": "softmax"},
-]
-
-
-def small(**sections) -> dict:
-    data = {"model": {"input": [1, 8, 8], "layers": [dict(x) for x in SMALL_LAYERS]}}
-    for name, table in sections.items():
-        data.setdefault(name, {}).update(table)
-    return data
-
-
-def error_of(data) -> str:
-    with pytest.raises(ConfigError) as info:
-        config_from_dict(data)
-    assert isinstance(info.value, HogwildError)
-    return str(info.value)
+from hogwild.errors import ConfigError
+from tests.config_cases import SMALL_LAYERS, error_of, small
 
 
 def override_error(overrides) -> str:
@@ -343,118 +323,6 @@ def test_softmax_must_be_last():
     data["model"]["layers"] = [{"type": "fc", "units": 10}, {"type": "relu"}]
     msg = error_of(data)
     assert "last layer must be softmax" in msg and "relu" in msg
-
-
-# --- ranges -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("section", "key", "value"),
-    [
-        ("optim", "lr", 0.0),
-        ("optim", "lr", -0.01),
-        ("optim", "momentum", 1.0),
-        ("optim", "momentum", -0.1),
-        ("optim", "weight_decay", -1e-4),
-        ("optim", "min_lr", -1.0),
-        ("optim", "decay", 0.0),
-        ("optim", "decay", 1.5),
-        ("optim", "decay_every", 0),
-        ("train", "epochs", 0),
-        ("train", "batch", 0),
-        ("train", "chunk", 0),
-        ("train", "workers", -1),
-        ("train", "subset", -5),
-        ("train", "epoch_fraction", 0.0),
-        ("train", "epoch_fraction", 1.01),
-        ("train", "exchange_every", 0),
-        ("data", "std", 0.0),
-        ("output", "keep_checkpoints", 0),
-    ],
-)
-def test_out_of_range_value_names_key(section, key, value):
-    msg = error_of(small(**{section: {key: value}}))
-    assert f"{section}.{key}" in msg
-
-
-def test_out_of_range_messages_say_what_is_expected():
-    assert "(0, 1]" in error_of(small(train={"epoch_fraction": 0.0}))
-    assert "[0, 1)" in error_of(small(optim={"momentum": 1.0}))
-    assert "> 0" in error_of(small(optim={"lr": 0.0}))
-
-
-@pytest.mark.parametrize(
-    ("section", "key", "value"),
-    [
-        ("optim", "rule", "adam"),
-        ("optim", "schedule", "linear"),
-        ("model", "init", "kaiming"),
-        ("train", "start_method", "fork"),
-        ("train", "placement", "random"),
-        ("train", "parameters", "mirror"),
-    ],
-)
-def test_choice_outside_its_choices(section, key, value):
-    msg = error_of(small(**{section: {key: value}}))
-    assert f"{section}.{key}" in msg and repr(value) in msg and "one of" in msg
-
-
-@pytest.mark.parametrize("p", [1.0, 1.5, -0.1])
-def test_dropout_probability_out_of_range(p):
-    data = small()
-    data["model"]["layers"].insert(2, {"type": "dropout", "p": p})
-    msg = error_of(data)
-    assert "model.layers[2] (dropout)" in msg and "[0, 1)" in msg
-
-
-@pytest.mark.parametrize(
-    ("layer", "words"),
-    [
-        ({"type": "conv", "maps": 0, "kernel": 3}, "maps"),
-        ({"type": "conv", "maps": 2, "kernel": 0}, "kernel"),
-        ({"type": "conv", "maps": 2, "kernel": 3, "stride": 0}, "stride"),
-        ({"type": "conv", "maps": 2, "kernel": 3, "padding": "full"}, "'full'"),
-        ({"type": "maxpool", "size": 0}, "size"),
-        ({"type": "maxpool", "size": 2, "stride": 0}, "stride"),
-        ({"type": "fc", "units": 0}, "units"),
-    ],
-)
-def test_layer_settings_out_of_range(layer, words):
-    data = small()
-    data["model"]["layers"][0] = layer
-    msg = error_of(data)
-    assert f"model.layers[0] ({layer['type']})" in msg and words in msg
-
-
-FLOAT_KEYS = [
-    ("model", "init_scale"),
-    ("optim", "lr"),
-    ("optim", "momentum"),
-    ("optim", "weight_decay"),
-    ("optim", "decay"),
-    ("optim", "min_lr"),
-    ("train", "epoch_fraction"),
-    ("data", "mean"),
-    ("data", "std"),
-]
-
-
-@pytest.mark.parametrize("value", [math.nan, math.inf])
-@pytest.mark.parametrize(("section", "key"), FLOAT_KEYS)
-def test_non_finite_floats_are_rejected(section, key, value):
-    """TOML has nan and inf literals; no setting means anything with them."""
-    msg = error_of(small(**{section: {key: value}}))
-    assert f"{section}.{key}" in msg
-
-
-def test_negative_seed_is_rejected():
-    """The seed feeds numpy's SeedSequence, which refuses negative values at training time."""
-    assert "train.seed" in error_of(small(train={"seed": -1}))
-
-
-def test_negative_init_scale_is_rejected():
-    """A negative spread makes initialisation fail later (numpy: 'scale < 0')."""
-    assert "model.init_scale" in error_of(small(model={"init_scale": -1.0}))
 
 
 # --- files ------------------------------------------------------------------------------------
