@@ -169,7 +169,7 @@ def ingest_arrays(
 class _Ingest:
     def __init__(self, source: Source, out: Path, env, workers, chunk, progress) -> None:
         self.source, self.out, self.env = source, out, env
-        self.workers = _usable_cores() if workers is None else max(0, workers)
+        self.workers = len(os.sched_getaffinity(0)) if workers is None else max(0, workers)
         self.chunk, self.progress = chunk, progress
         self.where = str(out / "data.mdb")
         self.fingerprint = source.fingerprint()
@@ -388,13 +388,6 @@ def _result(future, first_file: Path):
             f"a decoding process died (killed, or out of memory) while decoding images near "
             f"{first_file}; run the same ingest again to resume"
         ) from None
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _write_atomically(path: Path, text: str) -> None:
