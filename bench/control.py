@@ -9,7 +9,6 @@ same run as the engine, says how much scaling was on offer.
 
 from __future__ import annotations
 
-import inspect
 import time
 
 import numpy as np
@@ -20,7 +19,6 @@ from bench.machine import Gang
 def _control_process(config_dict: dict, images, labels, batch: int, warmup: int, *, ready) -> dict:
     """Train a private model on a private shard: ``warmup`` examples, then the timed shard."""
     from hogwild.config import config_from_dict
-    from hogwild.model.engine import train_chunk
     from hogwild.model.init import initialise
     from hogwild.model.network import build_network
     from hogwild.model.random import seed_kernels
@@ -38,18 +36,16 @@ def _control_process(config_dict: dict, images, labels, batch: int, warmup: int,
     mu = optim.momentum if optim.rule == "momentum" else 0.0
     seed_kernels(job.train.seed)
 
-    # The kernel's arguments by name, so the control follows its signature as the engine grows;
-    # per-worker buffers come from the training context under the same names.
-    given = {"ops": network.ops, "params": params, "velocity": velocity, "images": images}
-    given.update(labels=labels, batch=batch, lr=optim.lr, mu=mu, wd=optim.weight_decay)
-    given.update(rule=RULE_CODES[optim.rule], mean=job.data.mean, std=job.data.std)
-    given.update(update_every=update_every)
-    names = list(inspect.signature(getattr(train_chunk, "py_func", train_chunk)).parameters)
+    settings = dict(batch=batch, lr=optim.lr, mu=mu, wd=optim.weight_decay)
+    settings.update(rule=RULE_CODES[optim.rule], mean=job.data.mean, std=job.data.std)
+    settings.update(update_every=update_every)
 
     def train(order: np.ndarray) -> None:  # as a worker does: chunk by chunk
         for lo in range(0, len(order), chunk):
-            given.update(order=order, start=lo, stop=min(lo + chunk, len(order)))
-            train_chunk(*[given[k] if k in given else getattr(context, k) for k in names])
+            stop = min(lo + chunk, len(order))
+            context.train_chunk(
+                network.ops, params, velocity, images, labels, order, lo, stop, **settings
+            )
 
     train(np.arange(warmup, dtype=np.int64) % len(labels))
     ready()

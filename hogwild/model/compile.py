@@ -49,29 +49,23 @@ def compile_kernels(
         images = np.zeros((1, network.input_size), dtype=np.uint8)
         labels = np.zeros(1, dtype=label_type)
         for rule in sorted(set(RULE_CODES.values())):
-            engine.train_chunk(
+            context.train_chunk(
                 network.ops,
                 params,
                 velocity,
-                context.grad,
-                context.act,
-                context.dact,
-                context.aux,
-                context.scratch,
-                context.targets,
                 images,
                 labels,
                 order,
                 0,
                 1,
-                batch,
-                0.0,
-                0.0,
-                0.0,
-                rule,
-                0.0,
-                1.0,
-                update_every,
+                batch=batch,
+                lr=0.0,
+                mu=0.0,
+                wd=0.0,
+                rule=rule,
+                mean=0.0,
+                std=1.0,
+                update_every=update_every,
             )
         engine.evaluate_range(
             network.ops,

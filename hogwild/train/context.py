@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hogwild.model.engine import train_chunk
 from hogwild.model.network import Network
 
 
@@ -39,6 +40,56 @@ class TrainingContext:
             grad=np.zeros(network.n_params, dtype=np.float32),
             scratch=np.zeros(network.scratch_floats(batch), dtype=np.float32),
             targets=np.zeros(batch, dtype=np.int64),
+        )
+
+    def train_chunk(
+        self,
+        ops,
+        params,
+        velocity,
+        images,
+        labels,
+        order,
+        start,
+        stop,
+        *,
+        batch,
+        lr,
+        mu,
+        wd,
+        rule,
+        mean,
+        std,
+        update_every,
+    ) -> tuple[float, int]:
+        """:func:`hogwild.model.engine.train_chunk` with this context's buffers.
+
+        Every argument is passed explicitly, ``update_every`` included, so every caller compiles
+        (and finds in numba's cache) the same signature.
+        """
+        return train_chunk(
+            ops,
+            params,
+            velocity,
+            self.grad,
+            self.act,
+            self.dact,
+            self.aux,
+            self.scratch,
+            self.targets,
+            images,
+            labels,
+            order,
+            start,
+            stop,
+            batch,
+            lr,
+            mu,
+            wd,
+            rule,
+            mean,
+            std,
+            update_every,
         )
 
     @property

@@ -106,7 +106,7 @@ def worker_main(
 
 
 def _serve(worker, job, network, arena, shared, context, feeds, commands, results, parent) -> None:
-    from hogwild.model.engine import evaluate_range, train_chunk
+    from hogwild.model.engine import evaluate_range
     from hogwild.model.random import seed_kernels
     from hogwild.optim.rules import RULE_CODES
     from hogwild.train.job import CONTROL_EPOCH, STAT_CORRECT, STAT_EXAMPLES, STAT_LOSS
@@ -131,29 +131,23 @@ def _serve(worker, job, network, arena, shared, context, feeds, commands, result
         start = lo
         while start < hi:
             stop = start + exchange.span(hi - start)
-            part_loss, part_correct = train_chunk(
+            part_loss, part_correct = context.train_chunk(
                 network.ops,
                 params,
                 velocity,
-                context.grad,
-                context.act,
-                context.dact,
-                context.aux,
-                context.scratch,
-                context.targets,
                 images,
                 labels,
                 order,
                 start,
                 stop,
-                train.batch,
-                lr,
-                mu,
-                optim.weight_decay,
-                rule,
-                data.mean,
-                data.std,
-                train.update_every,
+                batch=train.batch,
+                lr=lr,
+                mu=mu,
+                wd=optim.weight_decay,
+                rule=rule,
+                mean=data.mean,
+                std=data.std,
+                update_every=train.update_every,
             )
             exchange.trained(stop - start)
             loss += part_loss

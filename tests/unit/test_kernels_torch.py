@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from hogwild.config import config_from_dict, load_config
-from hogwild.model.engine import backward, evaluate_range, forward, predict_batch, train_chunk
+from hogwild.model.engine import backward, evaluate_range, forward, predict_batch
 from hogwild.model.init import initialise
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
 from hogwild.model.random import seed_kernels
@@ -241,28 +241,23 @@ def test_evaluate_range_matches_torch_loss_and_accuracy():
 
 def _train(network, params, velocity, ctx, images, labels, batch, lr, mu, wd, rule):
     order = np.arange(len(images), dtype=np.int64)
-    return train_chunk(
+    return ctx.train_chunk(
         network.ops,
         params,
         velocity,
-        ctx.grad,
-        ctx.act,
-        ctx.dact,
-        ctx.aux,
-        ctx.scratch,
-        ctx.targets,
         images,
         labels,
         order,
         0,
         len(images),
-        batch,
-        lr,
-        mu,
-        wd,
-        rule,
-        MEAN,
-        STD,
+        batch=batch,
+        lr=lr,
+        mu=mu,
+        wd=wd,
+        rule=rule,
+        mean=MEAN,
+        std=STD,
+        update_every=1,
     )
 
 

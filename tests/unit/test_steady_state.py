@@ -12,7 +12,6 @@ import pytest
 from numba.core.runtime import _nrt_python, rtsys
 
 from hogwild.config import load_config
-from hogwild.model.engine import train_chunk
 from hogwild.model.init import initialise
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_CODES
@@ -44,28 +43,23 @@ def test_training_allocates_nothing_per_example(allocation_counter, batch, rule,
 
     def allocations(n: int) -> int:
         before = allocation_counter()
-        train_chunk(
+        ctx.train_chunk(
             network.ops,
             params,
             velocity,
-            ctx.grad,
-            ctx.act,
-            ctx.dact,
-            ctx.aux,
-            ctx.scratch,
-            ctx.targets,
             images,
             labels,
             order,
             0,
             n,
-            batch,
-            0.001,
-            0.9,
-            wd,
-            RULE_CODES[rule],
-            0.1307,
-            0.3081,
+            batch=batch,
+            lr=0.001,
+            mu=0.9,
+            wd=wd,
+            rule=RULE_CODES[rule],
+            mean=0.1307,
+            std=0.3081,
+            update_every=1,
         )
         return allocation_counter() - before
 

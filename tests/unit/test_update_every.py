@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hogwild.config import load_config
-from hogwild.model.engine import backward, forward, load_example, train_chunk
+from hogwild.model.engine import backward, forward, load_example
 from hogwild.model.init import initialise
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_SGD
@@ -75,29 +75,23 @@ def test_grouped_updates_match_the_replayed_schedule(group, wd):
     ctx = TrainingContext.allocate(network, 1, group)
     velocity = np.zeros_like(params)
     order = np.arange(len(images), dtype=np.int64)
-    train_chunk(
+    ctx.train_chunk(
         network.ops,
         params,
         velocity,
-        ctx.grad,
-        ctx.act,
-        ctx.dact,
-        ctx.aux,
-        ctx.scratch,
-        ctx.targets,
         images,
         labels,
         order,
         0,
         len(images),
-        1,
-        0.05,
-        0.0,
-        wd,
-        RULE_SGD,
-        MEAN,
-        STD,
-        group,
+        batch=1,
+        lr=0.05,
+        mu=0.0,
+        wd=wd,
+        rule=RULE_SGD,
+        mean=MEAN,
+        std=STD,
+        update_every=group,
     )
     # float32 trajectories of 7 sequential updates, summed in different orders (sgemm here).
     for spec in network.params:
