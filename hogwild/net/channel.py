@@ -1,0 +1,296 @@
+"""The client side of the transport: one DEALER per server, pipelined requests, bounded retries.
+
+:class:`Peers` connects one ZeroMQ DEALER socket to each server and runs batches of
+:class:`Request` s through them (:meth:`Peers.exchange`): it numbers every request (the sender id
+and a per-connection sequence number whose high 32 bits are a random incarnation, so a restarted
+client never reuses a number a server still remembers), keeps at most ``window`` of them in flight
+per server, and hands each reply to its request's ``on_reply``. Array frames go out with
+``copy=False`` (no copy of the caller's buffer: it must stay unchanged until ``exchange``
+returns); a ``DATA`` reply's frames are received straight into the buffers the request's ``sink``
+names (``recv_into``: one copy, from ZeroMQ's message into the caller's array).
+
+Every wait is bounded: a request without a reply after ``timeout_s`` is sent again (with the same
+number, on a fresh socket; the server drops or re-answers duplicates), at most ``retries`` times,
+after which :class:`PeerUnreachableError` names the server's address. A ``BUSY`` reply (full
+queues) is re-sent after a short pause without counting as a retry, within the same overall
+deadline. Not thread-safe: one thread uses a :class:`Peers` at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import zmq
+
+from hogwild.errors import HogwildError
+from hogwild.net.address import Address, parse_address
+from hogwild.net.auth import secure_client
+from hogwild.net.wire import (
+    RESEND,
+    ErrorCode,
+    Header,
+    MsgType,
+    WireError,
+    pack_header,
+    unpack_header,
+)
+
+__all__ = ["PeerUnreachableError", "Peers", "ProtocolError", "Request"]
+
+BUSY_PAUSE_S = 0.002
+
+
+class PeerUnreachableError(HogwildError):
+    """A server did not answer within the timeout, after every retry."""
+
+    def __init__(self, address: str, message: str) -> None:
+        super().__init__(message)
+        self.address = address
+
+
+class ProtocolError(HogwildError):
+    """A server's reply does not fit its request (wrong type, frame count or size)."""
+
+
+@dataclass
+class Request:
+    """One request of a batch.
+
+    Attributes:
+        server: Index of the server (into the addresses :class:`Peers` was made with).
+        header: The request's header; ``sender`` and ``seq`` are filled in on sending.
+        frames: Array frames (anything with the buffer protocol), sent without copying.
+        on_reply: Called with the reply's header and frames (bytes-like) when it arrives.
+        sink: For replies with frames: given the reply header, the writable buffers its frames
+            are received into (None: receive them as zmq frames and pass them to ``on_reply``).
+    """
+
+    server: int
+    header: Header
+    frames: Sequence = ()
+    on_reply: Callable[[Header, list], None] | None = None
+    sink: Callable[[Header], list[memoryview]] | None = None
+    attempts: int = 0
+    sent_at: float = 0.0
+    first_sent: float = 0.0
+    resend_at: float = 0.0
+    reply: Header | None = field(default=None, repr=False)
+
+
+class Peers:
+    """One DEALER per server, with numbered, pipelined, retried requests.
+
+    Args:
+        addresses: ``HOST:PORT`` (or ZeroMQ endpoints) of the servers.
+        sender: This client's id (the header's ``sender``).
+        timeout_s: Seconds a request waits for its reply before it is sent again.
+        retries: How many times a request is sent again before the server counts as unreachable.
+        keys: A CURVE key directory (required for servers beyond loopback).
+        window: Most requests in flight per server.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        *,
+        sender: int,
+        timeout_s: float = 5.0,
+        retries: int = 3,
+        keys: str | None = None,
+        window: int = 64,
+    ) -> None:
+        if not addresses:
+            raise HogwildError("no server addresses given")
+        self.addresses: list[Address] = [parse_address(a) for a in addresses]
+        self.sender, self.timeout_s, self.retries = sender, timeout_s, retries
+        self.keys, self.window = keys or None, max(1, window)
+        self._incarnation = int.from_bytes(os.urandom(4), "little") << 32
+        self._next = 1
+        self._context = zmq.Context()
+        self._sockets: list[zmq.Socket | None] = [None] * len(self.addresses)
+        self._poller = zmq.Poller()
+        self.resent = 0
+        for i in range(len(self.addresses)):
+            self._connect(i)
+
+    # ------------------------------------------------------------------ sockets
+
+    def _connect(self, i: int) -> None:
+        old = self._sockets[i]
+        if old is not None:
+            self._poller.unregister(old)
+            old.close(linger=0)
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.keys:
+            secure_client(sock, self.keys)
+        sock.connect(self.addresses[i].endpoint)
+        self._sockets[i] = sock
+        self._poller.register(sock, zmq.POLLIN)
+
+    def close(self) -> None:
+        """Close every socket and the context (nothing lingers)."""
+        for sock in self._sockets:
+            if sock is not None:
+                self._poller.unregister(sock)
+                sock.close(linger=0)
+        self._sockets = [None] * len(self.addresses)
+        if not self._context.closed:
+            self._context.term()
+
+    def __enter__(self) -> Peers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ requests
+
+    def request(self, server: int, header: Header, frames: Sequence = ()) -> tuple[Header, list]:
+        """One request and its reply (header and frames, ``ERROR`` replies included)."""
+        out: list = []
+        self.exchange([Request(server, header, frames, lambda h, f: out.append((h, f)))])
+        return out[0]
+
+    def exchange(self, requests: Iterable[Request]) -> None:
+        """Send every request (pipelined) and wait until each has its reply.
+
+        Raises:
+            PeerUnreachableError: A request went unanswered through every retry.
+            ProtocolError: A reply that does not fit its request.
+        """
+        waiting = [deque() for _ in self.addresses]
+        for req in requests:
+            waiting[req.server].append(req)
+        inflight: list[dict[int, Request]] = [{} for _ in self.addresses]
+        while True:
+            now = time.monotonic()
+            for i, queue in enumerate(waiting):
+                while queue and len(inflight[i]) < self.window:
+                    req = queue.popleft()
+                    req.header = req.header._replace(sender=self.sender, seq=self._seq())
+                    req.first_sent = now
+                    self._send(req, now)
+                    inflight[i][req.header.seq] = req
+            if not any(inflight):
+                return
+            self._resend_due(inflight, now)
+            deadline = min(
+                (r.resend_at or r.sent_at + self.timeout_s)
+                for per in inflight
+                for r in per.values()
+            )
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
+            for sock, _ in self._poller.poll(wait_ms):
+                self._drain(self._sockets.index(sock), inflight)
+
+    def _seq(self) -> int:
+        seq = self._incarnation | self._next
+        self._next = (self._next + 1) & 0xFFFFFFFF or 1
+        return seq
+
+    def _send(self, req: Request, now: float) -> None:
+        sock = self._sockets[req.server]
+        parts = [pack_header(req.header), *req.frames]
+        try:
+            sock.send_multipart(parts, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            pass  # the socket's queue is full: the timeout sends it again
+        req.sent_at, req.resend_at = now, 0.0
+
+    def _resend_due(self, inflight: list[dict[int, Request]], now: float) -> None:
+        for i, per in enumerate(inflight):
+            busy = [r for r in per.values() if r.resend_at and r.resend_at <= now]
+            for req in busy:
+                self._check_deadline(req, now)
+                self._send(req, now)
+            expired = [
+                r for r in per.values() if not r.resend_at and now >= r.sent_at + self.timeout_s
+            ]
+            if not expired:
+                continue
+            worst = max(r.attempts for r in expired)
+            if worst >= self.retries:
+                raise PeerUnreachableError(
+                    str(self.addresses[i]),
+                    f"parameter server {self.addresses[i]} did not answer "
+                    f"{len(expired)} request(s) within {self.timeout_s:g} s, "
+                    f"{self.retries} retries each; is it running and reachable"
+                    f"{' with these keys' if self.keys else ''}?",
+                )
+            self._connect(i)  # a fresh socket drops whatever the old one still queued
+            self.resent += len(per)
+            for req in sorted(per.values(), key=lambda r: r.header.seq):
+                req.attempts += 1
+                req.header = req.header._replace(flags=req.header.flags | RESEND)
+                self._send(req, now)
+
+    def _check_deadline(self, req: Request, now: float) -> None:
+        if now - req.first_sent > self.timeout_s * (self.retries + 1):
+            raise PeerUnreachableError(
+                str(self.addresses[req.server]),
+                f"parameter server {self.addresses[req.server]} stayed busy (full queues) for "
+                f"{now - req.first_sent:.1f} s",
+            )
+
+    def _drain(self, i: int, inflight: list[dict[int, Request]]) -> None:
+        sock = self._sockets[i]
+        while True:
+            try:
+                head = sock.recv(flags=zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            more = sock.getsockopt(zmq.RCVMORE)
+            try:
+                header = unpack_header(head)
+            except WireError as exc:
+                self._discard(sock, more)
+                raise ProtocolError(f"server {self.addresses[i]} sent a bad header: {exc}") from exc
+            req = inflight[i].get(header.seq)
+            if req is None or header.type < MsgType.ACK:
+                self._discard(sock, more)  # a late reply to a request already answered
+                continue
+            if header.type == MsgType.ERROR and header.code == ErrorCode.BUSY:
+                self._discard(sock, more)
+                req.resend_at = time.monotonic() + BUSY_PAUSE_S
+                continue
+            frames = self._receive_frames(sock, i, req, header, more)
+            del inflight[i][header.seq]
+            req.reply = header
+            if req.on_reply is not None:
+                req.on_reply(header, frames)
+
+    def _receive_frames(self, sock, i: int, req: Request, header: Header, more: int) -> list:
+        frames: list = []
+        buffers = req.sink(header) if (req.sink and header.type == MsgType.DATA) else None
+        while more:
+            if buffers is not None and len(frames) < len(buffers):
+                buf = buffers[len(frames)]
+                n = sock.recv_into(buf)
+                more = sock.getsockopt(zmq.RCVMORE)
+                if n != memoryview(buf).nbytes:
+                    self._discard(sock, more)
+                    raise ProtocolError(
+                        f"server {self.addresses[i]}: a reply frame of {n} bytes where "
+                        f"{memoryview(buf).nbytes} were expected ({header})"
+                    )
+                frames.append(buf)
+            else:
+                frames.append(sock.recv(copy=False))
+                more = sock.getsockopt(zmq.RCVMORE)
+        if len(frames) != header.frames:
+            raise ProtocolError(
+                f"server {self.addresses[i]}: {len(frames)} frames after a header announcing "
+                f"{header.frames} ({header.type.name})"
+            )
+        return frames
+
+    @staticmethod
+    def _discard(sock: zmq.Socket, more: int) -> None:
+        while more:
+            sock.recv(copy=False)
+            more = sock.getsockopt(zmq.RCVMORE)

@@ -1,0 +1,370 @@
+"""The server side of the transport: a network thread with a ROUTER socket, and its repliers.
+
+:class:`Router` binds one ROUTER socket (loopback unless CURVE keys are given:
+:func:`hogwild.net.address.check_bind`) and runs the network thread. For every message it:
+
+1. receives the client's identity and the header frame, and decodes it
+   (:func:`hogwild.net.wire.unpack_header`: every field checked before it is used);
+2. drops or re-answers a duplicate (a client's retry: :class:`hogwild.net.dedup.RequestWindow`),
+   for the message types the handler names;
+3. receives the array frames: in place (ZeroMQ's own message buffers, no copy) or, when the
+   handler provides buffers for them (:meth:`Handler.buffers`), straight into those
+   (``recv_into``: one copy, e.g. into blocks of a :class:`hogwild.shm.pool.BufferPool`);
+4. hands the request to the handler, which answers at once (a :class:`Reply`) or later from
+   another thread through a :class:`Replier`.
+
+Whatever is wrong with a message (a malformed header, a frame count or size that does not match,
+a request the handler refuses) gets an ``ERROR`` reply naming what was wrong, is counted by
+error code, and the thread goes on serving. Repliers live in the handler's threads: each owns an
+``inproc`` PUSH socket into the network thread, which routes the reply to the client that sent
+the request (by sender id and incarnation, so that a client that re-sent from a fresh socket gets
+the answer there) and records it for duplicates. Only the network thread touches the ROUTER.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import zmq
+
+from hogwild.errors import HogwildError
+from hogwild.net.address import Address, check_bind
+from hogwild.net.auth import ServerSecurity, secure_server
+from hogwild.net.dedup import RequestWindow, Seen
+from hogwild.net.wire import (
+    DType,
+    ErrorCode,
+    Header,
+    MsgType,
+    WireError,
+    pack_header,
+    unpack_header,
+)
+
+__all__ = ["Handler", "Incoming", "Replier", "Reply", "Router", "error_reply"]
+
+POLL_MS = 50
+DRAIN = 256  # messages handled per socket before looking at the other one
+MAX_ERROR_TEXT = 1000
+MAX_ROUTES = 65536
+_ids = itertools.count()
+_ERROR_NAMES = {int(c): c.name for c in ErrorCode}
+
+
+@dataclass
+class Incoming:
+    """A received request: the client's identity, its checked header, its array frames."""
+
+    identity: bytes
+    header: Header
+    frames: list
+    received_at: float
+
+
+@dataclass
+class Reply:
+    """A reply the handler gives at once."""
+
+    header: Header
+    frames: Sequence = ()
+
+
+class Handler(Protocol):
+    """What a server plugs into the :class:`Router`."""
+
+    dedup_types: frozenset[MsgType]
+    receives_into_buffers: bool  # False: whole messages are received at once, frames in place
+
+    def buffers(self, header: Header) -> list | None:
+        """Writable buffers to receive the request's frames into, or None for in place."""
+
+    def release(self, buffers: list) -> None:
+        """Take back buffers from :meth:`buffers` whose request was refused."""
+
+    def handle(self, request: Incoming) -> Reply | None:
+        """Act on a request: a reply now, or None (a :class:`Replier` answers later).
+
+        Raises:
+            WireError: The request is refused; its ``code`` and message go back to the client.
+        """
+
+    def tick(self, now: float) -> None:
+        """Called from the network thread about every :data:`POLL_MS` milliseconds."""
+
+
+def error_reply(request: Header | None, code: ErrorCode, message: str) -> Reply:
+    """An ``ERROR`` reply with ``code`` and ``message`` (UTF-8, cut to 1000 bytes)."""
+    text = (message or code.name).encode("utf-8", "replace")[:MAX_ERROR_TEXT]
+    base = request or Header(type=MsgType.ERROR)
+    header = base.reply(
+        MsgType.ERROR, code=int(code), dtype=DType.UINT8, shape=(len(text),), frames=1
+    )
+    return Reply(header, [text])
+
+
+class Replier:
+    """A handler thread's way to answer: ``send`` goes through the network thread."""
+
+    def __init__(self, context: zmq.Context, endpoint: str) -> None:
+        self._socket = context.socket(zmq.PUSH)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.SNDHWM, 0)  # never drop or block a reply while the router lives
+        self._socket.connect(endpoint)
+
+    def send(self, header: Header, frames: Sequence = ()) -> None:
+        try:
+            self._socket.send_multipart(
+                [pack_header(header), *frames], copy=False, flags=zmq.NOBLOCK
+            )
+        except zmq.Again:
+            pass  # the network thread is gone (shutting down): the client will retry
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+
+class Router:
+    """A ROUTER socket served by a network thread.
+
+    Args:
+        address: Where to bind (port 0: a free port, see :attr:`address` after :meth:`start`).
+        handler: What acts on requests.
+        keys: A CURVE key directory (required beyond loopback).
+        max_frame_bytes: Frames larger than this make ZeroMQ drop the connection.
+    """
+
+    def __init__(
+        self,
+        address: Address,
+        handler: Handler,
+        *,
+        keys: str | None = None,
+        max_frame_bytes: int = 64 * 2**20 + 4096,
+    ) -> None:
+        check_bind(address, keys)
+        self.address, self.handler, self.keys = address, handler, keys or None
+        self.context = zmq.Context()
+        self._reply_endpoint = f"inproc://hogwild-replies-{next(_ids)}"
+        self._router = self.context.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._security: ServerSecurity | None = None
+        self._pull = self.context.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        self._pull.setsockopt(zmq.RCVHWM, 0)
+        self._pull.bind(self._reply_endpoint)
+        self.window = RequestWindow()
+        self._routes: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failure: BaseException | None = None
+        self.received = 0
+        self.errors: Counter[str] = Counter()
+
+    def start(self) -> Address:
+        """Bind and start the network thread; the bound address (the real port if it was 0)."""
+        try:
+            if self.keys:
+                self._security = secure_server(self.context, self._router, self.keys)
+            if self.address.transport == "tcp" and self.address.port == 0:
+                host = self.address.endpoint.rpartition(":")[0]  # tcp://HOST or tcp://[V6]
+                port = self._router.bind_to_random_port(host)
+                self.address = self.address.with_port(port)
+            else:
+                self._router.bind(self.address.endpoint)
+        except zmq.ZMQError as exc:
+            self._close_sockets()
+            raise HogwildError(f"cannot listen on {self.address}: {exc}") from exc
+        self._thread = threading.Thread(target=self._run, name="hogwild-net", daemon=True)
+        self._thread.start()
+        return self.address
+
+    def replier(self) -> Replier:
+        """A new replier (one per thread; close it before :meth:`stop`)."""
+        return Replier(self.context, self._reply_endpoint)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the network thread and close its sockets (the port is free afterwards)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._close_sockets()
+
+    def close(self) -> None:
+        """After :meth:`stop` and once every replier is closed: end the ZeroMQ context."""
+        self._close_sockets()
+        if not self.context.closed:
+            self.context.term()
+
+    def _close_sockets(self) -> None:
+        for sock in (self._router, self._pull):
+            if not sock.closed:
+                sock.close(linger=0)
+        if self._security is not None:
+            self._security.close()
+            self._security = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------------ the network thread
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        poller.register(self._pull, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(POLL_MS))
+                if self._pull in events:
+                    self._forward_replies()
+                if self._router in events:
+                    self._serve_requests()
+                self.handler.tick(time.monotonic())
+        except BaseException as exc:  # noqa: BLE001 - reported through .failure and status
+            self.failure = exc
+            raise
+
+    def _forward_replies(self) -> None:
+        for _ in range(DRAIN):
+            try:
+                parts = self._pull.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            head = parts[0].bytes
+            header = unpack_header(head)  # ours: built by pack_header
+            identity = self._routes.get((header.sender, header.seq >> 32))
+            if header.type == MsgType.ERROR:
+                self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
+            self._record(header, head, parts[1:])
+            if identity is not None:
+                self._router.send_multipart([identity, head, *parts[1:]], copy=False)
+
+    def _record(self, header: Header, head: bytes, frames: Sequence) -> None:
+        """Keep small replies (acknowledgements, errors) to answer a retry with; forget the rest."""
+        if header.type in (MsgType.ACK, MsgType.ERROR):
+            reply = [head, *(bytes(memoryview(f)) for f in frames)]
+            self.window.finish(header.sender, header.seq, reply)
+        else:
+            self.window.finish(header.sender, header.seq, None)
+
+    def _reply(self, identity: bytes, reply: Reply) -> None:
+        header = reply.header
+        head = pack_header(header)
+        if header.type == MsgType.ERROR:
+            self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
+        if header.type == MsgType.ERROR and header.code == ErrorCode.BUSY:
+            self.window.finish(header.sender, header.seq, None)  # its retry is a new request
+        else:
+            self._record(header, head, reply.frames)
+        self._router.send_multipart([identity, head, *reply.frames], copy=False)
+
+    def _serve_requests(self) -> None:
+        sock, whole = self._router, not getattr(self.handler, "receives_into_buffers", False)
+        for _ in range(DRAIN):
+            try:  # whole messages in one call, unless frames go into the handler's buffers
+                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False) if whole else None
+                if parts is None:
+                    parts = [sock.recv(zmq.NOBLOCK, copy=False)]
+                    if sock.getsockopt(zmq.RCVMORE):
+                        parts.append(sock.recv(copy=False))
+            except zmq.Again:
+                return
+            self.received += 1
+            if len(parts) < 2:
+                continue  # an identity alone: nothing to answer
+            identity, more = parts[0].bytes, 0 if whole else sock.getsockopt(zmq.RCVMORE)
+            try:
+                header = unpack_header(parts[1].buffer)
+            except WireError as exc:
+                self._discard(more)
+                self._reply(identity, error_reply(None, exc.code, str(exc)))
+                continue
+            if header.type in self.handler.dedup_types:
+                seen, cached = self.window.check(header.sender, header.seq)
+                route = (header.sender, header.seq >> 32)
+                self._routes[route] = identity
+                self._routes.move_to_end(route)
+                if len(self._routes) > MAX_ROUTES:
+                    self._routes.popitem(last=False)
+                if seen is not Seen.NEW:
+                    self._discard(more)
+                    if seen is Seen.DONE and cached is not None:
+                        sock.send_multipart([identity, *cached])
+                    continue
+            self._receive_and_handle(identity, header, parts[2:], more)
+
+    def _receive_and_handle(self, identity: bytes, header: Header, got: list, more: int) -> None:
+        buffers = None
+        if more:  # the frames are still in the socket: into the handler's buffers, or in place
+            try:
+                buffers = self.handler.buffers(header)
+            except WireError as exc:
+                self._discard(more)
+                self._reply(identity, error_reply(header, exc.code, str(exc)))
+                return
+            except Exception as exc:  # noqa: BLE001 - a bug must not stop the server: report it
+                self._discard(more)
+                self._reply(identity, error_reply(header, ErrorCode.INTERNAL, repr(exc)))
+                return
+            frames, more, problem = self._receive_frames(header, buffers, more)
+        else:
+            frames, problem = got, ""
+            if len(got) != header.frames:
+                problem = (
+                    f"{len(got)} frame(s) after the header, which announced {header.frames} "
+                    f"({header.type.name})"
+                )
+        if problem:
+            self._discard(more)
+            if buffers:
+                self.handler.release(buffers)
+            self._reply(identity, error_reply(header, ErrorCode.BAD_FRAMES, problem))
+            return
+        try:
+            reply = self.handler.handle(Incoming(identity, header, frames, time.monotonic()))
+        except WireError as exc:
+            if buffers:
+                self.handler.release(buffers)
+            reply = error_reply(header, exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must not stop the server: report it
+            if buffers:
+                self.handler.release(buffers)
+            reply = error_reply(header, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        if reply is not None:
+            self._reply(identity, reply)
+
+    def _receive_frames(self, header: Header, buffers, more: int) -> tuple[list, int, str]:
+        sock, frames = self._router, []
+        while more and len(frames) < header.frames:
+            if buffers is not None:
+                buf = buffers[len(frames)]
+                n, want = sock.recv_into(buf), memoryview(buf).nbytes
+                if n != want:
+                    problem = f"frame {len(frames) + 1}: {n} bytes, expected {want}"
+                    return frames, sock.getsockopt(zmq.RCVMORE), problem
+                frames.append(buf)
+            else:
+                frames.append(sock.recv(copy=False))
+            more = sock.getsockopt(zmq.RCVMORE)
+        if more or len(frames) != header.frames:
+            got = f"more than {len(frames)}" if more else str(len(frames))
+            problem = (
+                f"{got} frame(s) after the header, which announced {header.frames} "
+                f"({header.type.name})"
+            )
+            return frames, more, problem
+        return frames, 0, ""
+
+    def _discard(self, more: int) -> None:
+        while more:
+            self._router.recv(copy=False)
+            more = self._router.getsockopt(zmq.RCVMORE)
