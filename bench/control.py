@@ -19,11 +19,11 @@ from bench.machine import Gang
 def _control_process(config_dict: dict, images, labels, batch: int, warmup: int, *, ready) -> dict:
     """Train a private model on a private shard: ``warmup`` examples, then the timed shard."""
     from hogwild.config import config_from_dict
+    from hogwild.model.context import TrainingContext
     from hogwild.model.init import initialise
     from hogwild.model.network import build_network
     from hogwild.model.random import seed_kernels
     from hogwild.optim.rules import RULE_CODES
-    from hogwild.train.context import TrainingContext
 
     job = config_from_dict(config_dict, origin="<bench>")
     network = build_network(job.model)
@@ -54,16 +54,26 @@ def _control_process(config_dict: dict, images, labels, batch: int, warmup: int,
     return {"examples": len(labels), "seconds": time.perf_counter() - started}
 
 
+def job_update_every(config, workers: int):
+    """``config`` with ``train.update_every`` resolved as a job of ``workers`` workers has it."""
+    from hogwild.model.network import build_network
+    from hogwild.optim.interval import update_every
+    from hogwild.store.registry import store_class
+    from hogwild.training.placement import worker_placements
+
+    store = store_class(config.train.parameters)(
+        config, build_network(config.model), worker_placements(workers, config.train.placement)
+    )
+    return config.override({"train.update_every": update_every(config, store.writers_per_copy)})
+
+
 def measure_control(gang: Gang, config, images, labels, order, shards, *, batch, warmup) -> dict:
     """Examples per second of ``len(shards)`` independent private-model processes.
 
     Each trains as a worker of a job with that many workers would: the same ``update_every``.
     """
-    from hogwild.optim.interval import update_every
-
     warm_each = -(-warmup // len(shards))
-    job = config.override({"train.batch": batch})
-    config = job.override({"train.update_every": update_every(job, len(shards))})
+    config = job_update_every(config.override({"train.batch": batch}), len(shards))
     args = []
     for start, stop in shards:
         chosen = order[start:stop]

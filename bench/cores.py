@@ -5,7 +5,7 @@ against the number of cores training one shared model. This benchmark trains the
 MNIST model (756,000 connections) on real MNIST with 1, 2, ... workers, at batch 1 (Adam's
 per-example SGD) and batch 32, and sets each figure beside its yardsticks from the same run:
 
-- **ours**: the real engine end to end, :class:`hogwild.train.trainer.Trainer` on ``--examples``
+- **ours**: the real engine end to end, :class:`hogwild.training.trainer.Trainer` on ``--examples``
   examples for ``1 + ceil(warmup / examples)`` epochs; the earlier epochs are the warm-up (kernels
   loaded, pages touched) and the figure is the last epoch's training rate (evaluation excluded).
   A probe samples each worker's private memory (USS) during that epoch: ``worker_private_mb`` is
@@ -24,9 +24,8 @@ per-example SGD) and batch 32, and sets each figure beside its yardsticks from t
   ``fraction_of_peak`` is 6 x connections FLOPs per trained example times ours' examples/s over
   the peak of as many processes as workers.
 
-``--set KEY=VALUE`` applies a config override to every run (e.g. ``train.parameters=replicate``
-with ``train.replicas=worker``: a copy of the weights per worker, exchanged every
-``train.exchange_every`` examples).
+``--set KEY=VALUE`` applies a config override to every run (e.g. ``train.parameters=shared``:
+Adam's one copy written by every worker, instead of the default store's copy per worker).
 
 Every measurement is repeated ``--repeats`` times, ours, control and peer interleaved (in an
 order rotated per repetition) so slow phases of the machine hit all alike; the medians are
@@ -99,7 +98,7 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a config override for every run, e.g. train.parameters=replicate (repeatable)",
+        help="a config override for every run, e.g. train.parameters=shared (repeatable)",
     )
     add("--plot", metavar="FILE", help="draw Fig. 8 into this PNG file")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -109,7 +108,7 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     if args.update_every is not None and args.update_every < 1:
         parser.error("--update-every must be >= 1")
     if any("=" not in item for item in args.set):
-        parser.error("--set takes KEY=VALUE, e.g. train.parameters=replicate")
+        parser.error("--set takes KEY=VALUE, e.g. train.parameters=shared")
     if args.warmup < 0 or args.repeats < 1:
         parser.error("--warmup must be >= 0 and --repeats >= 1")
     if max(args.workers) > args.examples:
@@ -124,7 +123,7 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
 
 def measure_ours(config, data, workers: int, *, batch: int, examples: int, warmup: int) -> dict:
     """Examples per second of the engine's last epoch, and its workers' private memory."""
-    from hogwild.train.trainer import Trainer
+    from hogwild.training.trainer import Trainer
 
     warm_epochs = max(1, -(-warmup // examples))
     job = config.override(
@@ -175,8 +174,8 @@ def _runtime_process(config_dict: dict, batch: int, *, ready) -> float:
 def run_measurements(args: argparse.Namespace, config, data, order) -> tuple[dict, dict, dict]:
     """Every repetition of every measurement, interleaved; samples, memory probes and sgemm."""
     from bench.peer_torch import measure_peer, peer_gang
-    from hogwild.train.job import shard_bounds
-    from hogwild.train.placement import worker_placements
+    from hogwild.training.job import shard_bounds
+    from hogwild.training.placement import worker_placements
 
     images, labels, n = data.train_images, data.train_labels, len(data.train_labels)
     samples: dict[tuple, list[float]] = {}
@@ -232,7 +231,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def summarise(args, network, samples, memory, peak, runtime_mb: float) -> list[dict]:
     """One row per batch size and worker count: medians, ranges, speedups and ratios."""
-    from hogwild.train.context import TrainingContext
+    from hogwild.model.context import TrainingContext
 
     names = ("ours", "control", "peer", "peer_control")
     flops = FLOPS_PER_CONNECTION * network.connections
@@ -283,7 +282,7 @@ def measure(args: argparse.Namespace) -> dict:
     from hogwild.data.mnist import MnistData, load_mnist
     from hogwild.model.compile import compile_kernels
     from hogwild.model.network import build_network
-    from hogwild.train.job import epoch_permutation
+    from hogwild.training.job import epoch_permutation
 
     overrides = dict(item.split("=", 1) for item in args.set)
     overrides["train.seed"] = args.seed
@@ -321,6 +320,7 @@ def measure(args: argparse.Namespace) -> dict:
             "ours_warmup_examples": warm_epochs * n,
             "lr": config.optim.lr,
             "update_every": config.train.update_every,
+            "parameters": config.train.parameters,
             "overrides": args.set,
             "peer_optimizer": "SGD(lr=0.01, momentum=0.5)",
         },

@@ -1,21 +1,22 @@
-"""Shared parameters interleaved (one copy) against replicated (a copy per worker or per node).
+"""The parameter stores side by side: Adam's one shared copy against copies (per worker or node).
 
-Trains the bundled Adam MNIST model with the real engine (:class:`hogwild.train.trainer.Trainer`)
-under both values of ``train.parameters``, alternately, ``--pairs`` times (the order swapped every
-pair), on ``--examples`` real MNIST examples for two epochs with a constant learning rate, and
-takes each run's second-epoch training rate and its accuracy on 2,000 test examples.
+Trains the bundled Adam MNIST model with the real engine (:class:`hogwild.training.trainer.Trainer`)
+with ``train.parameters = "replicate"`` and ``"shared"``, alternately, ``--pairs`` times (the
+order swapped every pair), on ``--examples`` real MNIST examples for two epochs with a constant
+learning rate, and takes each run's second-epoch training rate, the seconds its compute loops
+waited for the store, and its accuracy on 2,000 test examples.
 
 ``--replicas worker`` (the default) gives every worker its own copy on the machine as it is.
 ``--replicas node`` makes one copy per NUMA node; on a machine with fewer nodes than
 ``--workers`` (this one has one) the plan then comes from a sysfs tree that puts each of the
 first ``--workers`` usable CPUs on a node of its own (``$HOGWILD_SYSFS``), so the exchange scheme
 runs as it would on a multi-node machine, with the pages on the one real node. Beside the rates
-it times one exchange of the model's parameters (:func:`hogwild.optim.exchange.exchange_deltas`)
+it times one exchange of the model's parameters (:func:`hogwild.store.kernels.exchange_ranges`)
 and gives its share of a replica's training between two exchanges.
 
 Run: ``python bench/parameters.py [--examples 20000] [--pairs 5] [--out FILE]``; it prints one
 JSON line: per mode the median, min and max examples/s and accuracy, the median of the per-pair
-ratios replicate/interleave, and the exchange cost.
+ratios replicate/shared, and the exchange cost.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from bench.machine import describe_machine, usable_cores, versions
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
-MODES = ("replicate", "interleave")
+MODES = ("replicate", "shared")
 TEST_EXAMPLES = 2000
 
 
@@ -49,7 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--pairs", type=int, default=5, metavar="P", help="runs of each mode (default 5)")
     add("--workers", type=int, default=2, metavar="N", help="workers (default 2)")
     add("--replicas", choices=("worker", "node"), default="worker", help="a copy per ...")
-    add("--exchange-every", type=int, default=None, metavar="K", help="default: the config's")
+    add("--n-push", type=int, default=None, metavar="K", help="default: the config's")
+    add("--n-fetch", type=int, default=None, metavar="K", help="default: the config's")
+    add("--fc-push", choices=("auto", "deltas", "vectors"), default=None, help="replicate")
     add("--data", metavar="DIR", help=f"MNIST idx files (default {SHARED_MNIST} if present)")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
@@ -82,11 +85,12 @@ def node_per_worker_topology(workers: int, root: Path) -> str | None:
 
 def train_once(config, data) -> dict:
     """The second epoch's examples/s and the final test accuracy of one job."""
-    from hogwild.train.trainer import Trainer
+    from hogwild.training.trainer import Trainer
 
     result = Trainer(config, data).run()
     return {
         "examples_per_s": result.history[-1]["examples_per_s"],
+        "store_wait_s": result.history[-1]["store_wait_s"],
         "test_accuracy": result.metrics["test_accuracy"],
     }
 
@@ -96,7 +100,7 @@ def run_pairs(args, base, data, samples: dict[str, list[dict]]) -> None:
     for pair in range(args.pairs):
         order = MODES if pair % 2 == 0 else MODES[::-1]
         for mode in order:
-            answer = train_once(base.override({"train.parameters": mode}), data)
+            answer = train_once(base[mode], data)
             samples[mode].append(answer)
             print(
                 f"bench parameters: pair {pair + 1}/{args.pairs}, {mode}: "
@@ -109,16 +113,17 @@ def run_pairs(args, base, data, samples: dict[str, list[dict]]) -> None:
 
 def exchange_seconds(n_params: int, repeats: int = 200) -> float:
     """Median seconds of one exchange between a copy and the home copy of ``n_params`` floats."""
-    from hogwild.optim.exchange import exchange_deltas
+    from hogwild.store.kernels import exchange_ranges
 
     rng = np.random.default_rng(0)
     home = rng.standard_normal(n_params).astype(np.float32)
     copy, base = home.copy(), home.copy()
-    exchange_deltas(home, copy, base)
+    everything = np.array([[0, n_params]], dtype=np.int64)
+    exchange_ranges(home, copy, base, everything)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        exchange_deltas(home, copy, base)
+        exchange_ranges(home, copy, base, everything)
         times.append(time.perf_counter() - started)
     return statistics.median(times)
 
@@ -127,7 +132,7 @@ def measure(args: argparse.Namespace) -> dict:
     import hogwild
     from hogwild.data.mnist import MnistData, load_mnist
     from hogwild.model.network import build_network
-    from hogwild.train.placement import SYSFS_ENV
+    from hogwild.training.placement import SYSFS_ENV
 
     mnist = load_mnist(args.data, progress=False)
     n = args.examples
@@ -138,16 +143,21 @@ def measure(args: argparse.Namespace) -> dict:
         mnist.test_labels[:TEST_EXAMPLES],
         mnist.source,
     )
-    overrides = {
+    common = {
         "train.workers": args.workers,
         "train.epochs": 2,
         "optim.schedule": "constant",
         "output.progress": False,
-        "train.replicas": args.replicas,
     }
-    if args.exchange_every is not None:
-        overrides["train.exchange_every"] = args.exchange_every
-    base = hogwild.load_config().override(overrides)
+    copies = {"train.parameters": "replicate", "train.replicas": args.replicas}
+    for key in ("n_push", "n_fetch", "fc_push"):
+        if getattr(args, key) is not None:
+            copies[f"train.{key}"] = getattr(args, key)
+    config = hogwild.load_config().override(common)
+    base = {
+        "replicate": config.override(copies),
+        "shared": config.override({"train.parameters": "shared"}),
+    }
     samples: dict[str, list[dict]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="hogwild-bench-sysfs-") as tmp:
         tree = None
@@ -160,10 +170,11 @@ def measure(args: argparse.Namespace) -> dict:
         finally:
             os.environ.pop(SYSFS_ENV, None)
     rates = {m: [s["examples_per_s"] for s in samples[m]] for m in MODES}
-    ratios = [r / i for r, i in zip(rates["replicate"], rates["interleave"], strict=True)]
-    n_params = build_network(base.model).n_params
+    ratios = [r / i for r, i in zip(rates["replicate"], rates["shared"], strict=True)]
+    replicate = base["replicate"].train
+    n_params = build_network(base["replicate"].model).n_params
     seconds = exchange_seconds(n_params)
-    every = base.train.exchange_every
+    every = min(replicate.n_push, replicate.n_fetch)
     per_worker_rate = statistics.median(rates["replicate"]) / args.workers
     return {
         "benchmark": "parameters",
@@ -173,7 +184,9 @@ def measure(args: argparse.Namespace) -> dict:
             "examples": n,
             "pairs": args.pairs,
             "workers": args.workers,
-            "exchange_every": every,
+            "n_push": replicate.n_push,
+            "n_fetch": replicate.n_fetch,
+            "fc_push": replicate.fc_push,
             "replicas": args.replicas,
             "topology": "one node per worker (sysfs tree)" if tree else "the machine's own",
             "test_examples": TEST_EXAMPLES,
@@ -184,11 +197,12 @@ def measure(args: argparse.Namespace) -> dict:
                 "examples_per_s_min": min(rates[mode]),
                 "examples_per_s_max": max(rates[mode]),
                 "test_accuracy": statistics.median(s["test_accuracy"] for s in samples[mode]),
+                "store_wait_s": statistics.median(s["store_wait_s"] for s in samples[mode]),
                 "samples": samples[mode],
             }
             for mode in MODES
         },
-        "replicate_over_interleave": statistics.median(ratios),
+        "replicate_over_shared": statistics.median(ratios),
         "exchange_ms": seconds * 1e3,
         "exchange_share": seconds / (every / per_worker_rate),
         "parameters": n_params,

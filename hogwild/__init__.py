@@ -12,10 +12,6 @@ The public Python API, the same engine the ``hogwild`` command runs::
 Importing the package is cheap: numba and the engine load on first use.
 """
 
-# The engine's package ``hogwild/train/`` shares its name with the API function ``train``.
-# Importing the (lightweight) package first means Python has already bound it, so the function
-# defined below keeps the name ``hogwild.train`` when submodules are imported later.
-import hogwild.train as _train_package  # noqa: E402, F401
 from hogwild import runtime as _runtime  # noqa: F401  (sets numba's environment first)
 
 __version__ = "0.1.0"
@@ -31,21 +27,21 @@ def load_config(path=None, overrides=None):
 
 
 def train(config=None, data=None, **options):
-    """Train a model; see :func:`hogwild.train.api.train`."""
-    from hogwild.train.api import train as _train
+    """Train a model; see :func:`hogwild.training.api.train`."""
+    from hogwild.training.api import train as _train
 
     return _train(config, data=data, **options)
 
 
 def evaluate(checkpoint, data=None):
-    """Evaluate a checkpoint on the test set; see :func:`hogwild.train.api.evaluate`."""
-    from hogwild.train.api import evaluate as _evaluate
+    """Evaluate a checkpoint on the test set; see :func:`hogwild.training.api.evaluate`."""
+    from hogwild.training.api import evaluate as _evaluate
 
     return _evaluate(checkpoint, data=data)
 
 
 def load_checkpoint(path):
-    """Load a checkpoint as a model that predicts; see :class:`hogwild.train.api.TrainedModel`."""
-    from hogwild.train.api import load_checkpoint as _load
+    """A checkpoint as a model that predicts; see :class:`hogwild.training.api.TrainedModel`."""
+    from hogwild.training.api import load_checkpoint as _load
 
     return _load(path)

@@ -17,12 +17,14 @@ import argparse
 import importlib
 import json
 import re
+import signal
 import sys
 from pathlib import Path
 
-from hogwild.errors import HogwildError, WorkerDiedError
+from hogwild.errors import HogwildError, Terminated, WorkerDiedError
 
 _OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
+PLUGIN_COMMANDS = "hogwild.commands"
 BENCHMARKS = {"cores": "Adam Fig. 8: training throughput against cores, beside PyTorch Hogwild"}
 
 
@@ -59,7 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--subset", type=int, help="train on the first N examples only")
     train.add_argument("--checkpoint-dir", help="write a checkpoint here at every epoch end")
     train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the checkpoints already in --checkpoint-dir (another run's)",
+    )
     train.add_argument("--metrics", help="write JSON-lines metrics to this file")
+    train.add_argument(
+        "--ps",
+        metavar="HOST:PORT[,...]",
+        help="train through running parameter servers (sets ps.servers and, unless given, "
+        "train.parameters=ps)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress output")
 
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint on the test set")
@@ -96,7 +109,71 @@ def _parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     for name, text in BENCHMARKS.items():
         bench_sub.add_parser(name, help=text, add_help=False)
+    _add_cluster_command(sub)
+    _add_plugin_commands(sub)
     return parser
+
+
+def _add_cluster_command(sub) -> None:
+    cluster = sub.add_parser(
+        "cluster",
+        help="train with data servers, model replicas and parameter servers (Adam's system)",
+        description="Start a job's parameter servers, data servers and model replicas (on this "
+        "host, or a Ray cluster), train (Downpour across replicas), stop them all. Any config "
+        "key can be set as --section.key=value; the roles are [cluster] in the job config.",
+    )
+    cluster.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
+    cluster.add_argument("--data", help="an LMDB image cache, a directory of MNIST idx files")
+    cluster.add_argument("--epochs", type=int, help="passes over the training set")
+    cluster.add_argument("--replicas", type=int, help="model replicas (cluster.replicas)")
+    cluster.add_argument("--workers-per-replica", type=int, help="worker processes per replica")
+    cluster.add_argument("--ps", type=int, help="parameter servers (cluster.ps)")
+    cluster.add_argument("--data-servers", type=int, help="data servers (cluster.data_servers)")
+    cluster.add_argument("--launcher", help="local (this host, the default) or ray")
+    cluster.add_argument("--ray-address", help="the Ray cluster to join (launcher ray)")
+    cluster.add_argument("--checkpoint-dir", help="checkpoints (and the job's run directory)")
+    cluster.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    cluster.add_argument("--overwrite", action="store_true", help="replace the checkpoints there")
+    cluster.add_argument("--metrics", help="write JSON-lines metrics to this file")
+    cluster.add_argument("--no-progress", action="store_true", help="no progress output")
+    cluster.set_defaults(overrides_ok=True)
+    actions = cluster.add_subparsers(dest="cluster_command")
+    status = actions.add_parser("status", help="the status table of a running job")
+    status.add_argument("target", help="the job's run directory (--checkpoint-dir) or HOST:PORT")
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    replica = actions.add_parser("replica", help="(started by a launcher) one model replica")
+    replica.add_argument("--index", type=int, required=True)
+    replica.add_argument("--bind", default="127.0.0.1")
+    replica.add_argument("--keys", default=None)
+
+
+def _add_plugin_commands(sub) -> None:
+    """Subcommands registered by plugins (entry-point group ``hogwild.commands``).
+
+    Each entry point is a ``register(subparsers)`` that adds its parser and sets the default
+    ``run`` to a function of the parsed arguments returning the exit status. A plugin that cannot
+    be imported costs its own command only: it is listed with the reason.
+    """
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_COMMANDS), key=lambda e: e.name):
+        try:
+            register = ep.load()
+        except ImportError as exc:
+            broken = sub.add_parser(ep.name, help=f"unavailable: {exc}")
+            broken.set_defaults(run=_unavailable(ep.name, exc))
+            continue
+        register(sub)
+
+
+def _unavailable(name: str, exc: Exception):
+    def run(args) -> int:
+        raise HogwildError(
+            f"hogwild {name} is unavailable: {exc}; install hogwild with its extras "
+            "(pip install -e '.[cluster]')"
+        )
+
+    return run
 
 
 def _split_overrides(extra: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
@@ -110,12 +187,15 @@ def _split_overrides(extra: list[str], parser: argparse.ArgumentParser) -> dict[
 
 
 def _train(args, overrides: dict[str, str]) -> int:
-    from hogwild.train.api import train
+    from hogwild.training.api import train
 
+    if args.ps:
+        overrides = {"train.parameters": "ps", **overrides, "ps.servers": args.ps}
     result = train(
         args.config,
         args.data,
         resume=args.resume,
+        overwrite=args.overwrite,
         overrides=overrides,
         workers=args.workers,
         epochs=args.epochs,
@@ -135,8 +215,45 @@ def _train(args, overrides: dict[str, str]) -> int:
     return 0
 
 
+def _cluster(args, overrides: dict[str, str]) -> int:
+    if args.cluster_command == "replica":
+        from hogwild.cluster.replica import run_replica
+
+        args.overrides = overrides
+        return run_replica(args)
+    if args.cluster_command == "status":
+        from hogwild.cluster.driver import print_status
+
+        return print_status(args.target, as_json=args.json)
+    from hogwild.cluster.driver import ClusterDriver
+    from hogwild.training.api import load_data, resolve_config, with_source
+
+    flags = {
+        "cluster.replicas": args.replicas,
+        "cluster.workers_per_replica": args.workers_per_replica,
+        "cluster.ps": args.ps,
+        "cluster.data_servers": args.data_servers,
+        "cluster.launcher": args.launcher,
+        "cluster.ray_address": args.ray_address,
+    }
+    config = resolve_config(
+        args.config,
+        {**{k: v for k, v in flags.items() if v is not None}, **overrides},
+        epochs=args.epochs,
+        checkpoint_dir=args.checkpoint_dir,
+        metrics=args.metrics,
+        progress=False if args.no_progress else None,
+    )
+    data = load_data(config, args.data)
+    config = with_source(config, data)
+    driver = ClusterDriver(config, data, resume=args.resume, overwrite=args.overwrite)
+    final = driver.run()
+    print(json.dumps({k: v for k, v in final.items() if k not in ("event", "config")}))
+    return 0
+
+
 def _eval(args) -> int:
-    from hogwild.train.api import evaluate
+    from hogwild.training.api import evaluate
 
     result = evaluate(args.checkpoint, args.data)
     if args.json:
@@ -152,16 +269,23 @@ def _eval(args) -> int:
 
 def _info(args, overrides: dict[str, str]) -> int:
     from hogwild.config import load_config
-    from hogwild.numa.placement import default_worker_count, plan_parameters, plan_workers
+    from hogwild.model.network import build_network
+    from hogwild.numa.placement import default_worker_count, plan_workers
     from hogwild.numa.report import format_machine_report
-    from hogwild.train.placement import machine_topology
+    from hogwild.store.registry import store_class
+    from hogwild.training.placement import machine_topology
 
-    train = load_config(args.config, overrides).train
+    config = load_config(args.config, overrides)
+    train = config.train
     topology = machine_topology()
     workers = 1 if train.sync else train.workers or default_worker_count(topology)
     plan = plan_workers(topology, workers, policy=train.placement)
-    parameters = plan_parameters(plan, train.parameters, train.replicas)
-    print(format_machine_report(topology, plan, parameters, policy=train.placement))
+    classes = [layer.units for layer in config.model.layers if layer.type == "fc"][-1]
+    store = store_class(train.parameters)(config, build_network(config.model, classes), plan)
+    report = format_machine_report(
+        topology, plan, getattr(store, "plan", None), policy=train.placement
+    )
+    print(report + f"\nParameter store {train.parameters!r}: {store.summary()}")
     return 0
 
 
@@ -199,42 +323,63 @@ def _bench(name: str, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser()
-    forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
-    args, extra = parser.parse_known_args(argv[:2] if forward else argv)
-    takes_overrides = args.command in ("train", "info")
-    overrides = _split_overrides(extra, parser) if takes_overrides else {}
-    if extra and not takes_overrides:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    try:
-        if forward:
-            return _bench(argv[1], argv[2:])
-        if args.command == "train":
-            return _train(args, overrides)
-        if args.command == "eval":
-            return _eval(args)
-        if args.command == "data":
-            from hogwild.data.cli_data import run_data_command
+    from hogwild.signals import install_terminate_handler
 
-            return run_data_command(args)
-        if args.command == "info":
-            return _info(args, overrides)
-        return _shm(args)
+    command = None
+    try:
+        install_terminate_handler()  # first of all: SIGTERM takes Ctrl-C's cleanup path
+        argv = sys.argv[1:] if argv is None else list(argv)
+        command = argv[0] if argv else None
+        return _dispatch(argv)
     except WorkerDiedError as exc:
         print(f"hogwild: error: {exc}", file=sys.stderr)
         return 1
     except HogwildError as exc:
         print(f"hogwild: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(
+            "hogwild: terminated (SIGTERM); workers stopped and shared memory removed",
+            file=sys.stderr,
+        )
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        if args.command == "data":
+        if command == "data":
             print("hogwild: interrupted; rerun the same command to resume", file=sys.stderr)
         else:
             print(
                 "hogwild: interrupted; workers stopped and shared memory removed", file=sys.stderr
             )
         return 130
+
+
+def _dispatch(argv: list[str]) -> int:
+    parser = _parser()
+    forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
+    args, extra = parser.parse_known_args(argv[:2] if forward else argv)
+    takes_overrides = args.command in ("train", "info") or getattr(args, "overrides_ok", False)
+    overrides = _split_overrides(extra, parser) if takes_overrides else {}
+    if extra and not takes_overrides:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if forward:
+        return _bench(argv[1], argv[2:])
+    if getattr(args, "run", None) is not None:
+        if takes_overrides:
+            args.overrides = overrides
+        return args.run(args)
+    if args.command == "train":
+        return _train(args, overrides)
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "data":
+        from hogwild.data.cli_data import run_data_command
+
+        return run_data_command(args)
+    if args.command == "info":
+        return _info(args, overrides)
+    if args.command == "cluster":
+        return _cluster(args, overrides)
+    return _shm(args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ saved into every checkpoint and metrics file (:meth:`Config.to_dict`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hogwild.config_checks import check_config
 from hogwild.errors import ConfigError
 
 # Per layer type: the keys it takes and their defaults (None = required).
@@ -95,9 +97,52 @@ class TrainConfig:
     chunk: int = 256
     placement: str = "fill"
     update_every: int = 0
-    parameters: str = "interleave"
-    replicas: str = "node"
-    exchange_every: int = 64
+    parameters: str = "replicate"
+    replicas: str = "auto"
+    n_push: int = 64
+    n_fetch: int = 64
+    fc_push: str = "auto"
+    stall_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class PsConfig:
+    """Adam's parameter server (``train.parameters = "ps"``, ``hogwild ps serve``)."""
+
+    servers: tuple[str, ...] = ()
+    job: str = ""
+    rule: str = "auto"
+    lr: float = 0.0
+    momentum: float = 0.9
+    staleness_decay: float = 0.9
+    max_staleness: int = 0
+    adagrad_eps: float = 1e-8
+    shard_kib: int = 1024
+    buckets: int = 0
+    flush_s: float = 2.0
+    timeout_s: float = 5.0
+    retries: int = 3
+    keys: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The roles of ``hogwild cluster``: replicas, parameter servers, data servers, launcher."""
+
+    replicas: int = 2
+    workers_per_replica: int = 1
+    ps: int = 1
+    data_servers: int = 0
+    launcher: str = "local"
+    ray_address: str = ""
+    host: str = "127.0.0.1"
+    keys: str = ""
+    warm_start: int = 0
+    epoch_fraction: float = 1.0
+    metrics_port: int = 0
+    status_s: float = 1.0
+    start_timeout_s: float = 300.0
+    stop_timeout_s: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +155,8 @@ class DataConfig:
     augment: str = ""
     ram_budget_mb: int = 0
     prefetch_depth: int = 2
+    servers: tuple[str, ...] = ()
+    timeout_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -131,6 +178,8 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    ps: PsConfig = field(default_factory=PsConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     origin: str = "<defaults>"
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +190,8 @@ class Config:
             if section == "model":
                 values["input"] = list(self.model.input)
                 values["layers"] = [layer.to_dict() for layer in self.model.layers]
+            if section in ("ps", "data"):
+                values["servers"] = list(values["servers"])
             out[section] = values
         return out
 
@@ -156,24 +207,32 @@ class Config:
         return config_from_dict(data, origin=self.origin)
 
 
-SECTIONS = ("model", "optim", "train", "data", "output")
+SECTIONS = ("model", "optim", "train", "data", "output", "ps", "cluster")
 SECTION_TYPES = {
     "model": ModelConfig,
     "optim": OptimConfig,
     "train": TrainConfig,
     "data": DataConfig,
     "output": OutputConfig,
+    "ps": PsConfig,
+    "cluster": ClusterConfig,
 }
 
-CHOICES = {
-    ("model", "init"): ("he", "xavier", "torch"),
-    ("optim", "rule"): ("sgd", "momentum"),
-    ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
-    ("train", "start_method"): ("spawn", "forkserver"),
-    ("train", "placement"): ("fill", "spread"),
-    ("train", "parameters"): ("interleave", "replicate"),
-    ("train", "replicas"): ("node", "worker"),
-}
+
+#: ``ps.lr`` when it is 0: a multiplier of 1 for the rules that add the pushed deltas, and Adagrad's
+#: base step (its first step moves a weight by about this much, later steps less).
+PS_DEFAULT_LR = {"sgd": 1.0, "momentum": 1.0, "staleness": 1.0, "adagrad": 0.01}
+
+
+def ps_update_rule(ps: PsConfig, downpour: bool = False) -> tuple[str, float]:
+    """The parameter servers' rule and step: ``ps.rule`` and ``ps.lr``, or their defaults.
+
+    ``"auto"`` is Adagrad for Downpour across several replicas (``hogwild cluster``; DistBelief
+    found it stabilises Downpour, section 4.1) and plain SGD for one replica (``hogwild train
+    --ps``), whose copies' pushed deltas the servers then add as they are.
+    """
+    rule = ps.rule if ps.rule != "auto" else ("adagrad" if downpour else "sgd")
+    return rule, ps.lr or PS_DEFAULT_LR[rule]
 
 
 def default_config_path() -> Path:
@@ -184,16 +243,22 @@ def default_config_path() -> Path:
 def load_config(
     path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
 ) -> Config:
-    """Load a TOML config (the bundled default when ``path`` is None) and apply overrides."""
+    """Load a config (the bundled default when ``path`` is None) and apply overrides.
+
+    A ``.json`` file holds a resolved config as :meth:`Config.to_dict` writes it (what
+    ``hogwild cluster`` hands its roles); anything else is read as TOML.
+    """
     path = Path(path) if path is not None else default_config_path()
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
     try:
-        data = tomllib.loads(text)
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON: {exc}") from exc
     config = config_from_dict(data, origin=str(path))
     return config.override(overrides) if overrides else config
 
@@ -202,6 +267,7 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:
     """Build and validate a Config from nested plain data (a parsed TOML file)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{origin}: the config must be a table, got {type(data).__name__}")
+    data = _migrate(data)
     unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise ConfigError(
@@ -214,10 +280,31 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:
             raise ConfigError(f"{origin}: [{name}] must be a table, got {table!r}")
         sections[name] = _build_section(name, table, origin)
     config = Config(**sections, origin=origin)
-    from hogwild.config_checks import check_config  # it imports this module
-
     check_config(config, origin)
     return config
+
+
+def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Read configs written by earlier versions (and the checkpoints that record them).
+
+    ``train.parameters = "interleave"`` is now ``"shared"`` (whose replica and exchange keys did
+    nothing, and are dropped); ``train.exchange_every`` became the two cadences
+    ``train.n_push`` and ``train.n_fetch``.
+    """
+    train = data.get("train")
+    if not isinstance(train, Mapping):
+        return data
+    if train.get("parameters") != "interleave" and "exchange_every" not in train:
+        return data
+    train = dict(train)
+    every = train.pop("exchange_every", None)
+    if train.get("parameters") == "interleave":
+        train["parameters"] = "shared"
+        train.pop("replicas", None)
+    elif every is not None:
+        train.setdefault("n_push", every)
+        train.setdefault("n_fetch", every)
+    return {**data, "train": train}
 
 
 def _build_section(name: str, table: Mapping[str, Any], origin: str):
@@ -235,6 +322,8 @@ def _build_section(name: str, table: Mapping[str, Any], origin: str):
             values[key] = _build_layers(value, origin)
         elif name == "model" and key == "input":
             values[key] = _build_input(value, origin)
+        elif name in ("ps", "data") and key == "servers":
+            values[key] = _build_addresses(f"{name}.{key}", value, origin)
         else:
             default = getattr(cls(), key)
             values[key] = _coerce(f"{name}.{key}", value, type(default), origin)
@@ -252,6 +341,19 @@ def _build_input(value: Any, origin: str) -> tuple[int, int, int]:
             f"got {value!r}"
         )
     return (value[0], value[1], value[2])
+
+
+def _build_addresses(key: str, value: Any, origin: str) -> tuple[str, ...]:
+    """A list of ``HOST:PORT`` strings, or one string of them separated by commas."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{origin}: {key} must be a list of HOST:PORT strings, got {value!r}")
+    for address in value:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{origin}: {key}: {address!r} is not HOST:PORT (a port in 1..65535)")
+    return tuple(value)
 
 
 def _build_layers(value: Any, origin: str) -> tuple[LayerConfig, ...]:

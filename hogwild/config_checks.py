@@ -10,9 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING
 
-from hogwild.config import CHOICES, SECTION_TYPES, SECTIONS, Config
 from hogwild.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hogwild.config import Config
+
+# The keys that take one of a fixed set of values. (``train.parameters`` names a registered
+# parameter store: :mod:`hogwild.store.registry`.)
+CHOICES = {
+    ("model", "init"): ("he", "xavier", "torch"),
+    ("optim", "rule"): ("sgd", "momentum"),
+    ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
+    ("train", "start_method"): ("spawn", "forkserver"),
+    ("train", "placement"): ("fill", "spread"),
+    ("train", "replicas"): ("auto", "node", "worker"),
+    ("train", "fc_push"): ("auto", "deltas", "vectors"),
+    ("ps", "rule"): ("auto", "sgd", "momentum", "adagrad", "staleness"),
+}
 
 
 def check_config(config: Config, origin: str) -> None:
@@ -25,11 +41,14 @@ def check_config(config: Config, origin: str) -> None:
     def fail(msg: str) -> None:
         raise ConfigError(f"{origin}: {msg}")
 
-    for section in SECTIONS:
-        for f in dataclasses.fields(SECTION_TYPES[section]):
-            value = getattr(getattr(config, section), f.name)
+    for section in dataclasses.fields(config):
+        table = getattr(config, section.name)
+        if not dataclasses.is_dataclass(table):
+            continue
+        for f in dataclasses.fields(table):
+            value = getattr(table, f.name)
             if isinstance(value, float) and not math.isfinite(value):
-                fail(f"{section}.{f.name} must be a finite number, got {value}")
+                fail(f"{section.name}.{f.name} must be a finite number, got {value}")
     for (section, key), choices in CHOICES.items():
         value = getattr(getattr(config, section), key)
         if value not in choices:
@@ -80,10 +99,11 @@ def check_config(config: Config, origin: str) -> None:
         fail(
             f"train.update_every must be >= 0 (0: chosen by the trainer), got {train.update_every}"
         )
-    if train.exchange_every < 1:
-        fail(f"train.exchange_every must be >= 1 (examples), got {train.exchange_every}")
+    _check_exchange(train, fail)
     if train.workers < 0 or train.subset < 0:
         fail("train.workers and train.subset must be >= 0 (0 means: the default)")
+    if not train.stall_s > 0:
+        fail(f"train.stall_s must be > 0 seconds, got {train.stall_s}")
     if not 0.0 < train.epoch_fraction <= 1.0:
         fail(f"train.epoch_fraction must be in (0, 1], got {train.epoch_fraction}")
     data = config.data
@@ -93,6 +113,8 @@ def check_config(config: Config, origin: str) -> None:
         fail(f"data.ram_budget_mb must be >= 0 (0 means: none), got {data.ram_budget_mb}")
     if data.prefetch_depth < 1:
         fail(f"data.prefetch_depth must be >= 1, got {data.prefetch_depth}")
+    if not data.timeout_s > 0:
+        fail(f"data.timeout_s must be > 0 seconds, got {data.timeout_s}")
     if data.augment.strip():
         from hogwild.data.augment import AugmentSpec  # numba: loaded only when augmenting
 
@@ -102,3 +124,72 @@ def check_config(config: Config, origin: str) -> None:
             fail(f"data.augment = {data.augment!r}: {exc}")
     if out.keep_checkpoints < 1:
         fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
+    _check_ps(config.ps, fail)
+    _check_cluster(config.cluster, fail)
+
+
+def _check_exchange(train, fail) -> None:
+    """The parameter store, its cadences, and the options that would do nothing in this mode."""
+    from hogwild.store.registry import store_names
+
+    names = store_names()
+    if names and train.parameters not in names:
+        fail(
+            f"train.parameters must be a parameter store, one of {', '.join(names)}; "
+            f"got {train.parameters!r}"
+        )
+    if train.n_push < 1 or train.n_fetch < 1:
+        fail(
+            f"train.n_push and train.n_fetch must be >= 1 (examples), got {train.n_push} and "
+            f"{train.n_fetch}"
+        )
+    if train.batch > 1 and train.update_every > 1:
+        fail(
+            f"train.update_every = {train.update_every} does nothing at train.batch = "
+            f"{train.batch}: it groups the fully connected updates of per-example SGD (batch 1); "
+            "remove it or set train.batch = 1"
+        )
+    if train.parameters == "shared":
+        defaults = type(train)()
+        for key in ("n_push", "n_fetch", "fc_push", "replicas"):
+            if getattr(train, key) != getattr(defaults, key):
+                fail(
+                    f"train.{key} = {getattr(train, key)!r} does nothing with train.parameters = "
+                    "'shared' (every worker writes the one copy: there is nothing to push or "
+                    "pull); remove it or choose train.parameters = 'replicate'"
+                )
+
+
+def _check_ps(ps, fail) -> None:
+    if not ps.lr >= 0:
+        fail(f"ps.lr must be >= 0 (0: the rule's default), got {ps.lr}")
+    if not 0.0 <= ps.momentum < 1.0:
+        fail(f"ps.momentum must be in [0, 1), got {ps.momentum}")
+    if not 0.0 < ps.staleness_decay <= 1.0:
+        fail(f"ps.staleness_decay must be in (0, 1], got {ps.staleness_decay}")
+    if ps.max_staleness < 0 or ps.buckets < 0 or ps.retries < 0:
+        fail("ps.max_staleness, ps.buckets and ps.retries must be >= 0 (0: unlimited / automatic)")
+    if not ps.adagrad_eps > 0:
+        fail(f"ps.adagrad_eps must be > 0, got {ps.adagrad_eps}")
+    if ps.shard_kib < 4:
+        fail(f"ps.shard_kib must be >= 4 (KiB per shard; Adam uses 1024), got {ps.shard_kib}")
+    if not ps.flush_s > 0 or not ps.timeout_s > 0:
+        fail(
+            f"ps.flush_s and ps.timeout_s must be > 0 seconds, got {ps.flush_s} and {ps.timeout_s}"
+        )
+
+
+def _check_cluster(cluster, fail) -> None:
+    if cluster.replicas < 1 or cluster.workers_per_replica < 1 or cluster.ps < 1:
+        fail(
+            "cluster.replicas, cluster.workers_per_replica and cluster.ps must be >= 1, got "
+            f"{cluster.replicas}, {cluster.workers_per_replica} and {cluster.ps}"
+        )
+    if cluster.data_servers < 0 or cluster.warm_start < 0 or cluster.metrics_port < 0:
+        fail("cluster.data_servers, cluster.warm_start and cluster.metrics_port must be >= 0")
+    if not 0.0 < cluster.epoch_fraction <= 1.0:
+        fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")
+    if not (cluster.status_s > 0 and cluster.start_timeout_s > 0 and cluster.stop_timeout_s > 0):
+        fail("cluster.status_s, cluster.start_timeout_s and cluster.stop_timeout_s must be > 0")
+    if not cluster.host.strip():
+        fail("cluster.host must name the host the roles bind and advertise, e.g. 127.0.0.1")

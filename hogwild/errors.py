@@ -28,3 +28,15 @@ class WorkerDiedError(HogwildError):
 
 class CheckpointError(HogwildError):
     """A checkpoint is missing, incomplete or does not match the model."""
+
+
+class WorkerStalledError(WorkerDiedError):
+    """A worker process is alive but has shown no progress for too long (stopped or stuck)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop as Ctrl-C does (exit status 143 from the CLI)."""
+
+
+class RoleFailedError(WorkerDiedError):
+    """A role of a cluster job (a replica, a parameter or data server) exited or cannot start."""

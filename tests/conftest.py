@@ -154,11 +154,8 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_mnist_dir() -> Path:
-    """The shared MNIST directory (``<repo>/../shared/datasets/mnist``); fails if missing."""
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "mnist"
-    if not path.is_dir():
-        pytest.fail(
-            f"the shared MNIST data set is missing: expected a directory at {path}", pytrace=False
-        )
-    return path
+def mnist_dir() -> Path:
+    """The MNIST idx files: ``$HOGWILD_TEST_DATA``, the shared data set, or downloaded."""
+    from tests.mnist_files import mnist_dir as find
+
+    return find()

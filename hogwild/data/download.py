@@ -1,4 +1,4 @@
-"""Downloading one file, checked against a known MD5, with a plain-text progress bar.
+"""Downloading one file, checked against a known MD5, with a progress bar.
 
 Invariant: the destination path either does not exist or holds the complete file with the
 expected checksum. The bytes go to a temporary file next to the destination (same directory, so
@@ -7,7 +7,7 @@ the sum matches and is removed on every other exit path -- a network error, a wr
 disk, Ctrl-C. Every network operation (connect, each read) has a timeout, so a dead mirror fails
 instead of hanging.
 
-Only the standard library is used (urllib); the progress bar is ``\\r``-redrawn text on stderr.
+The download uses the standard library (urllib); the progress bar is :mod:`hogwild.progress`.
 """
 
 from __future__ import annotations
@@ -15,21 +15,18 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from hogwild.errors import DataError
+from hogwild.progress import progress_bar
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds any single network operation (connect, one read) may take."""
 
 _CHUNK = 1 << 16
-_BAR_WIDTH = 30
-_REDRAW_INTERVAL = 0.1
 
 
 def download(
@@ -80,18 +77,17 @@ def _fetch(url: str, out, name: str, progress: bool, timeout: float) -> tuple[st
     digest = hashlib.md5(usedforsecurity=False)
     size = 0
     total: int | None = None
-    bar: _ProgressBar | None = None
+    bar = None
     request = urllib.request.Request(url, headers={"User-Agent": "hogwild"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             total = _content_length(response)
-            bar = _ProgressBar(name, total) if progress else None
+            bar = progress_bar(total, name, "B", enabled=progress, unit_scale=True)
             while chunk := response.read(_CHUNK):
                 out.write(chunk)
                 digest.update(chunk)
                 size += len(chunk)
-                if bar is not None:
-                    bar.update(size)
+                bar.update(len(chunk))
     except urllib.error.HTTPError as exc:
         exc.close()
         raise DataError(f"{url}: HTTP {exc.code} {exc.reason}") from None
@@ -116,47 +112,3 @@ def _content_length(response) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
-
-
-class _ProgressBar:
-    """One line on stderr, redrawn with ``\\r``: name, bar, megabytes and percent."""
-
-    def __init__(self, name: str, total: int | None) -> None:
-        self.name, self.total = name, total
-        self.done = 0
-        self._last_draw = 0.0
-        self._last_percent = -1
-        self._draw()
-
-    def update(self, done: int) -> None:
-        """Record ``done`` bytes received; redraw at most every 0.1 s or per percent."""
-        self.done = done
-        percent = self._percent()
-        now = time.monotonic()
-        if percent != self._last_percent or now - self._last_draw >= _REDRAW_INTERVAL:
-            self._draw()
-
-    def close(self) -> None:
-        """Draw the final state and end the line."""
-        self._draw()
-        sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    def _percent(self) -> int | None:
-        if not self.total:
-            return None
-        return min(100, self.done * 100 // self.total)
-
-    def _draw(self) -> None:
-        percent = self._percent()
-        mb = self.done / 1e6
-        if percent is None:
-            text = f"{self.name}: {mb:.1f} MB"
-        else:
-            filled = percent * _BAR_WIDTH // 100
-            bar = "#" * filled + "." * (_BAR_WIDTH - filled)
-            text = f"{self.name}: [{bar}] {mb:.1f}/{self.total / 1e6:.1f} MB {percent:3d}%"
-        sys.stderr.write("\r" + text)
-        sys.stderr.flush()
-        self._last_draw = time.monotonic()
-        self._last_percent = percent if percent is not None else -1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -48,10 +49,10 @@ from hogwild.data.layout import (
     records_db,
 )
 from hogwild.data.pool import spawn_pool
-from hogwild.data.progress import ProgressLine
 from hogwild.data.record import RECORD_VERSION, encode, record_size
 from hogwild.data.sources import Source, Split, decode_images, detect_source
 from hogwild.errors import DataError
+from hogwild.progress import progress_bar
 
 DEFAULT_CHUNK = 1024
 """Records per write transaction."""
@@ -261,7 +262,13 @@ class _Ingest:
                 f"{self.where}: split {name!r} holds {present} records but its resume point says "
                 f"{count}; the cache is inconsistent: remove it and ingest again"
             )
-        bar = ProgressLine(f"ingest {name}", len(split), position, self.progress)
+        if position and self.progress:
+            print(
+                f"ingest {name}: resuming at item {position:,} of {len(split):,}", file=sys.stderr
+            )
+        bar = progress_bar(
+            len(split), f"ingest {name}", "img", initial=position, enabled=self.progress
+        )
         skipped = self._skipped(name)
         for end, images, labels, errors in self._chunks(split, position, pool):
             records = []
@@ -274,7 +281,9 @@ class _Ingest:
             self.state.update(position=end, count=count + len(records))
             self._commit(db, count, records, name, skipped)
             count += len(records)
-            bar.update(end, len(skipped))
+            bar.update(end - bar.n)
+            if skipped:
+                bar.set_postfix_str(f"{len(skipped)} skipped", refresh=False)
         bar.close()
         self._finish_split(db, name, count, len(skipped))
         return count

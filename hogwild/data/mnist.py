@@ -15,7 +15,9 @@ is a :class:`hogwild.errors.DataError` naming the file or directory and what was
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,9 @@ FILES: dict[str, tuple[str, str]] = {
     "test_labels": ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
 }
 """Role -> (published file name, MD5 of that gzip file)."""
+
+REACH_TIMEOUT_S = 3.0
+"""Seconds to wait for a mirror's host to accept a connection before it counts as unreachable."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,23 @@ def _mirror_list(mirrors: Sequence[str] | None) -> list[str]:
     return result
 
 
+def _check_reachable(directory: Path, mirrors: Sequence[str]) -> None:
+    """Fail in seconds, on one line, when no mirror's host accepts a connection (offline)."""
+    reasons = []
+    for base in mirrors:
+        url = urllib.parse.urlsplit(base)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            socket.create_connection((url.hostname, port), timeout=REACH_TIMEOUT_S).close()
+            return
+        except OSError as exc:
+            reasons.append(f"{url.hostname}:{port}: {exc.strerror or exc}")
+    raise DataError(
+        f"cannot download MNIST into {directory}: no mirror is reachable ({'; '.join(reasons)}); "
+        f"offline? point at local MNIST idx files with --data DIR or {DATA_ENV}=DIR"
+    )
+
+
 def _download_missing(
     directory: Path, roles: Sequence[str], mirrors: Sequence[str], progress: bool
 ) -> None:
@@ -189,6 +211,7 @@ def _download_missing(
         raise DataError(
             f"cannot create the MNIST data directory {directory}: {exc.strerror or exc}"
         ) from None
+    _check_reachable(directory, mirrors)
     for role in roles:
         name, md5 = FILES[role]
         failures: list[str] = []
@@ -206,6 +229,6 @@ def _download_missing(
             break
         else:
             raise DataError(
-                f"could not download {name} into {directory} from any mirror:\n  "
-                + "\n  ".join(failures)
+                f"could not download {name} into {directory} ({'; '.join(failures)}); offline? "
+                f"point at local MNIST idx files with --data DIR or {DATA_ENV}=DIR"
             )

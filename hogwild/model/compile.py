@@ -13,10 +13,10 @@ feed's ring). ``feed=True`` compiles the second set too, and the data kernels th
 import numpy as np
 
 from hogwild.model import engine
+from hogwild.model.context import TrainingContext
 from hogwild.model.network import Network
 from hogwild.model.random import seed_kernels
 from hogwild.optim.rules import RULE_CODES
-from hogwild.train.context import TrainingContext
 
 
 def compile_kernels(
@@ -25,7 +25,6 @@ def compile_kernels(
     update_every: int = 1,
     *,
     feed: bool = False,
-    exchange: bool = False,
 ) -> None:
     """Run one minibatch of training and one evaluation on zeros, compiling what they call.
 
@@ -35,8 +34,6 @@ def compile_kernels(
         update_every: Examples per fully connected update at batch 1 (see ``train_chunk``).
         feed: Also compile what a worker reading through a data feed calls: the kernels with
             int32 labels, and the data kernels (reading, augmenting).
-        exchange: Also compile the exchange between per-node parameter copies (a job with
-            ``train.parameters = "replicate"`` on several nodes).
     """
     context = TrainingContext.allocate(network, batch, update_every)
     params = np.zeros(network.n_params, dtype=np.float32)
@@ -84,7 +81,3 @@ def compile_kernels(
         from hogwild.data.feed import compile_data_kernels
 
         compile_data_kernels()
-    if exchange:
-        from hogwild.optim.exchange import exchange_deltas
-
-        exchange_deltas(params[:1], velocity[:1], context.grad[:1])

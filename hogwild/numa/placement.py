@@ -22,7 +22,7 @@ processors of the NUMA node holding their data; processes replace threads here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from hogwild.errors import ConfigError
@@ -142,6 +142,7 @@ def plan_workers(
     n_workers: int | None = None,
     policy: str = "fill",
     oversubscribe: str = "wrap",
+    avoid: Collection[int] = (),
 ) -> list[WorkerPlacement]:
     """The CPU and node of each worker.
 
@@ -149,6 +150,7 @@ def plan_workers(
         topology: The machine.
         n_workers: How many workers; :func:`default_worker_count` when None or 0.
         policy: ``"fill"`` or ``"spread"`` (see the module docstring).
+        avoid: CPUs to give out only after every other one (another job's workers run there).
         oversubscribe: ``"wrap"`` to reuse CPUs, ``"error"`` to refuse, when ``n_workers``
             exceeds the usable CPUs.
 
@@ -164,6 +166,7 @@ def plan_workers(
     if n_workers < 0:
         raise PlacementError(f"number of workers must be positive, got {n_workers}")
     order = cpu_order(topology, policy)
+    order = [e for e in order if e[0] not in avoid] + [e for e in order if e[0] in avoid]
     if n_workers > len(order) and oversubscribe == "error":
         raise PlacementError(
             f"{n_workers} workers requested but only {len(order)} CPUs are usable "

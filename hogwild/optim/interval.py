@@ -1,10 +1,11 @@
 """How often a worker applies its fully connected weight updates (``train.update_every``).
 
-Adam applies every example's update at once (section 3.2.2). With several workers sharing the
-weights, though, per-example writes to the same 1.15 MB of fully connected rows keep moving cache
-lines between cores; applying each worker's fully connected updates every few examples, summed
-from their activation and error vectors (the local form of section 3.2.6), removes that cost. The
-effect on accuracy is measured in ``bench/results/update_every.md``.
+Adam applies every example's update at once (section 3.2.2). With several workers writing one copy
+of the weights, though, per-example writes to the same 1.15 MB of fully connected rows keep moving
+cache lines between cores; applying each worker's fully connected updates every few examples,
+summed from their activation and error vectors (the local form of section 3.2.6), removes that
+cost. A worker with a copy of its own (the default store) has no such traffic and keeps Adam's
+per-example updates. The effect on accuracy is measured in ``bench/results/update_every.md``.
 """
 
 from hogwild.config import Config
@@ -12,14 +13,18 @@ from hogwild.config import Config
 AUTO_UPDATE_EVERY = 8
 
 
-def update_every(config: Config, n_workers: int) -> int:
+def update_every(config: Config, writers: int) -> int:
     """The job's fully connected update interval: as configured, or chosen when it is 0.
 
-    Chosen: per example (1) for a single worker, as Adam trains; every ``AUTO_UPDATE_EVERY``
-    examples when several workers share the weights, whose per-example writes to the same fully
-    connected rows would otherwise keep moving cache lines between cores
-    (``bench/results/update_every.md``).
+    Chosen: per example (1) when a copy of the weights has one writer, as Adam trains; every
+    ``AUTO_UPDATE_EVERY`` examples when several workers write the same copy, whose per-example
+    writes to the same fully connected rows would otherwise keep moving cache lines between
+    cores (``bench/results/update_every.md``).
+
+    Args:
+        config: The job.
+        writers: The most workers that write one copy (the store's ``writers_per_copy``).
     """
     if config.train.update_every:
         return config.train.update_every
-    return AUTO_UPDATE_EVERY if n_workers > 1 and config.train.batch == 1 else 1
+    return AUTO_UPDATE_EVERY if writers > 1 and config.train.batch == 1 else 1

@@ -39,6 +39,7 @@ from hogwild.errors import SharedMemoryError
 from hogwild.shm import sweeper
 from hogwild.shm.naming import segment_name
 from hogwild.shm.space import reserve_pages, shm_free_bytes, too_little_space
+from hogwild.signals import deferred_signals
 
 log = logging.getLogger(__name__)
 
@@ -232,20 +233,21 @@ class Arena:
         free = shm_free_bytes()
         if free is not None and size > free:
             raise too_little_space(segment_name(job), size, free)
-        for _ in range(3):
-            name = segment_name(job)
-            try:
-                shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
-                break
-            except posix_ipc.ExistentialError:
-                continue  # the 32 random bits collided: draw another name
-            except (OSError, posix_ipc.Error) as exc:
-                raise SharedMemoryError(
-                    f"cannot create segment {name} of {size} bytes: {exc}"
-                ) from exc
-        else:
-            raise SharedMemoryError(f"cannot find a free segment name for job {job!r}")
-        sweeper.own_segment(name)
+        with deferred_signals():  # created and recorded as ours in one instant: never leaked
+            for _ in range(3):
+                name = segment_name(job)
+                try:
+                    shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600, size=size)
+                    break
+                except posix_ipc.ExistentialError:
+                    continue  # the 32 random bits collided: draw another name
+                except (OSError, posix_ipc.Error) as exc:
+                    raise SharedMemoryError(
+                        f"cannot create segment {name} of {size} bytes: {exc}"
+                    ) from exc
+            else:
+                raise SharedMemoryError(f"cannot find a free segment name for job {job!r}")
+            sweeper.own_segment(name)
         try:
             reserve_pages(shm.fd, name, size)
             try:

@@ -1,20 +1,22 @@
 """Names of hogwild's shared-memory segments, and who owns them.
 
-Every segment hogwild creates is named ``/hogwild-<job>-<pid>-<token>-<rand>``:
+Every segment hogwild creates is named ``/hogwild-<job>-<pid>-<token>-<ns>-<rand>``:
 
 - ``job``: the job's name, sanitised to ``[A-Za-z0-9_]`` and cut to ``MAX_JOB_CHARS`` so the
   whole name stays far below ``NAME_MAX`` (255);
 - ``pid``: the owner process, the one that created the segment and must remove it;
 - ``token``: the owner's start time (psutil ``create_time``, in centiseconds, base 36), so a
   process that later reuses the PID is not mistaken for the owner;
+- ``ns``: the owner's PID namespace (the inode of ``/proc/self/ns/pid``, base 36): a pid means
+  something only in its own namespace, and containers that share ``/dev/shm`` have their own;
 - ``rand``: 8 random hex digits, so two segments of one process never collide.
 
 Invariant: a name built by :func:`segment_name` always parses back with
-:func:`parse_segment_name` to the same job, pid and token, and :func:`owner_alive` is true for it
-exactly as long as that very process runs (not a zombie, not a later process with the same PID).
-That is what lets :mod:`hogwild.shm.sweeper` remove the segments of killed owners and never touch
-a live one. Limitation: processes that share ``/dev/shm`` must share a PID namespace; an owner
-living in another namespace looks dead from here.
+:func:`parse_segment_name` to the same job, pid, token and namespace, and :func:`owner_alive` is
+true for it exactly as long as that very process runs (not a zombie, not a later process with the
+same PID). An owner in another PID namespace (or named in the older format, without one) cannot
+be checked from here and counts as alive: :mod:`hogwild.shm.sweeper` removes only the segments of
+owners that are provably dead, and never touches a live one.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ window of the owner's own start to be confused with it.
 """
 
 _NAME_RE = re.compile(
-    r"^/?" + PREFIX + r"-(?P<job>[A-Za-z0-9_]+)-(?P<pid>[0-9]+)-(?P<token>[0-9a-z]+)-[0-9a-f]{8}$"
+    r"^/?" + PREFIX + r"-(?P<job>[A-Za-z0-9_]+)-(?P<pid>[0-9]+)-(?P<token>[0-9a-z]+)"
+    r"(?:-n(?P<ns>[0-9a-z]+))?-[0-9a-f]{8}$"
 )
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -58,6 +61,7 @@ class SegmentOwner(NamedTuple):
     job: str
     pid: int
     token: str
+    namespace: str | None = None  # None: a name of the older format, without its namespace
 
     @property
     def start_time(self) -> float:
@@ -87,6 +91,14 @@ def _base36(n: int) -> str:
         n, r = divmod(n, 36)
         out.append(_DIGITS[r])
     return "".join(reversed(out))
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace: the inode of /proc/self/ns/pid in base 36 ("0": unknown)."""
+    try:
+        return _base36(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
 
 
 def start_token(pid: int) -> str:
@@ -123,7 +135,8 @@ def segment_name(job: str, owner_pid: int | None = None) -> str:
         ValueError: ``owner_pid`` is not a running process.
     """
     pid = os.getpid() if owner_pid is None else int(owner_pid)
-    name = f"/{PREFIX}-{sanitize_job(job)}-{pid}-{start_token(pid)}-{secrets.token_hex(4)}"
+    token = start_token(pid)
+    name = f"/{PREFIX}-{sanitize_job(job)}-{pid}-{token}-n{pid_namespace()}-{secrets.token_hex(4)}"
     assert len(name) < 128, name
     return name
 
@@ -141,7 +154,7 @@ def parse_segment_name(name: str) -> SegmentOwner | None:
     match = _NAME_RE.match(name)
     if match is None:
         return None
-    return SegmentOwner(match["job"], int(match["pid"]), match["token"])
+    return SegmentOwner(match["job"], int(match["pid"]), match["token"], match["ns"])
 
 
 def owner_alive(owner: SegmentOwner) -> bool:
@@ -152,10 +165,13 @@ def owner_alive(owner: SegmentOwner) -> bool:
 
     Returns:
         True if a process with ``owner.pid`` runs and started when the token says (within
-        ``START_TIME_TOLERANCE_S``), or if we may not inspect it (so we never touch a segment we
-        cannot prove dead). False if no such process exists, it is a zombie, or it is a later
+        ``START_TIME_TOLERANCE_S``), or if we cannot tell: we may not inspect it, or it lives in
+        another PID namespace (or its name does not say which), so we never touch a segment we
+        cannot prove dead. False if no such process exists, it is a zombie, or it is a later
         process that reused the PID.
     """
+    if owner.namespace != pid_namespace():
+        return True
     try:
         proc = psutil.Process(owner.pid)
         if proc.status() == psutil.STATUS_ZOMBIE:

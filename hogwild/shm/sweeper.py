@@ -10,12 +10,15 @@ Two mechanisms, one for each way an owner can end:
   start-up, and ``hogwild shm gc`` / ``hogwild shm ls`` expose :func:`sweep`,
   :func:`list_segments` and :func:`format_segments`.
 
-Invariant: :func:`sweep` removes a segment only if its name parses as one of ours
-(:func:`hogwild.shm.naming.parse_segment_name`) and its recorded owner is provably gone
+Invariant: :func:`sweep` removes a segment only if it is provably ours and provably dead: its name
+parses as one of hogwild's (:func:`hogwild.shm.naming.parse_segment_name`), it belongs to this
+user, and its recorded owner, in this PID namespace, is gone
 (:func:`hogwild.shm.naming.owner_alive` is false: no such process, a zombie, or a newer process
-that reused the PID). A segment whose owner is alive, or that is not ours, is never touched. The
-exit hook removes only segments recorded by this very process (a forked child inherits the
-record but not the ownership).
+that reused the PID). A segment whose owner is alive, lives in another container's namespace,
+belongs to another user, or is not ours, is never touched; :func:`sweep_report` says what was
+left and why. A segment we may not remove is reported, never a crash. The exit hook removes only
+segments recorded by this very process (a forked child inherits the record but not the
+ownership).
 """
 
 from __future__ import annotations
@@ -98,18 +101,33 @@ class SegmentInfo:
         name: The segment's name with its leading ``/`` (what ``posix_ipc`` takes).
         size: Its size in bytes.
         owner: The owner recorded in its name, or None if the name is not one of ours.
-        alive: Whether that owner still runs; None when ``owner`` is None.
+        alive: Whether that owner still runs; None when ``owner`` is None or cannot be checked
+            from here (another PID namespace, or a name without one).
     """
 
     name: str
     size: int
     owner: SegmentOwner | None
     alive: bool | None
+    mine: bool = True  # this user's
 
     @property
     def removable(self) -> bool:
-        """Whether :func:`sweep` would remove it: ours, and its owner is dead."""
-        return self.owner is not None and self.alive is False
+        """Whether :func:`sweep` would remove it: ours, this user's, and its owner is dead."""
+        return self.owner is not None and self.mine and self.alive is False
+
+    @property
+    def why_kept(self) -> str | None:
+        """Why a segment that may be abandoned is left alone (None: nothing in doubt)."""
+        if self.owner is None:
+            return None
+        if self.alive is None:
+            if self.owner.namespace is None:
+                return "its name (an older hogwild's) does not say which PID namespace owns it"
+            return "its owner lives in another PID namespace (another container)"
+        if self.alive is False and not self.mine:
+            return "its owner is dead but it belongs to another user"
+        return None
 
 
 def list_segments(shm_dir: Path = SHM_DIR) -> list[SegmentInfo]:
@@ -129,13 +147,35 @@ def list_segments(shm_dir: Path = SHM_DIR) -> list[SegmentInfo]:
     infos = []
     for entry in entries:
         try:
-            size = os.stat(shm_dir / entry).st_size
+            stat = os.stat(shm_dir / entry)
         except FileNotFoundError:
             continue
         owner = parse_segment_name(entry)
-        alive = None if owner is None else owner_alive(owner)
-        infos.append(SegmentInfo("/" + entry, size, owner, alive))
+        if owner is None or not _same_namespace(owner):
+            alive = None  # not ours, or an owner that cannot be checked from here
+        else:
+            alive = owner_alive(owner)
+        infos.append(
+            SegmentInfo("/" + entry, stat.st_size, owner, alive, stat.st_uid == os.geteuid())
+        )
     return infos
+
+
+def _same_namespace(owner: SegmentOwner) -> bool:
+    from hogwild.shm.naming import pid_namespace
+
+    return owner.namespace == pid_namespace()
+
+
+def sweep_report(shm_dir: Path = SHM_DIR) -> list[str]:
+    """Sweep (as the trainer does at start-up) and say, one line each, what was done and left."""
+    removed, refused = _sweep(False, shm_dir)
+    lines = [f"removed {name}: its owner process is dead" for name in removed]
+    lines += [f"could not remove {name}: {reason}" for name, reason in refused.items()]
+    for info in list_segments(shm_dir):
+        if info.why_kept is not None:
+            lines.append(f"left {info.name} ({_human_bytes(info.size)}): {info.why_kept}")
+    return lines
 
 
 def sweep(dry_run: bool = False, shm_dir: Path = SHM_DIR) -> list[str]:
@@ -148,9 +188,14 @@ def sweep(dry_run: bool = False, shm_dir: Path = SHM_DIR) -> list[str]:
 
     Returns:
         The names (with leading ``/``) removed, or that would be removed when ``dry_run``.
-        A segment someone else removed meanwhile is not listed.
+        A segment someone else removed meanwhile, or that we may not remove, is not listed.
     """
-    removed = []
+    return _sweep(dry_run, shm_dir)[0]
+
+
+def _sweep(dry_run: bool, shm_dir: Path) -> tuple[list[str], dict[str, str]]:
+    removed: list[str] = []
+    refused: dict[str, str] = {}
     for info in list_segments(shm_dir):
         if not info.removable:
             continue
@@ -162,6 +207,9 @@ def sweep(dry_run: bool = False, shm_dir: Path = SHM_DIR) -> list[str]:
                     os.unlink(Path(shm_dir) / info.name.lstrip("/"))
             except (posix_ipc.ExistentialError, FileNotFoundError):
                 continue
+            except (posix_ipc.PermissionsError, PermissionError) as exc:
+                refused[info.name] = f"not permitted ({exc})"
+                continue
             log.info(
                 "removed shared-memory segment %s (%d bytes) of dead process %d",
                 info.name,
@@ -169,7 +217,7 @@ def sweep(dry_run: bool = False, shm_dir: Path = SHM_DIR) -> list[str]:
                 info.owner.pid if info.owner else -1,
             )
         removed.append(info.name)
-    return removed
+    return removed, refused
 
 
 def _human_bytes(n: int) -> str:
@@ -200,7 +248,7 @@ def format_segments(infos: list[SegmentInfo]) -> str:
             rows.append((info.name, _human_bytes(info.size), "-", "-", "-", "not ours"))
             continue
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.owner.start_time))
-        state = "alive" if info.alive else "dead owner"
+        state = {True: "alive", False: "dead owner", None: "owner unknown"}[info.alive]
         rows.append(
             (
                 info.name,

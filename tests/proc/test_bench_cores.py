@@ -38,12 +38,12 @@ ROW_FIELDS = (
 
 
 @pytest.mark.slow
-def test_tiny_run_prints_every_field(tmp_path, shared_mnist_dir):
+def test_tiny_run_prints_every_field(tmp_path, mnist_dir):
     pytest.importorskip("torch")
     out = tmp_path / "results" / "cores.json"
     command = [sys.executable, "-m", "hogwild.cli", "bench", "cores", "--workers", "1"]
     command += ["--batches", "1,32", "--examples", "100", "--warmup", "50", "--repeats", "1"]
-    command += ["--data", str(shared_mnist_dir), "--out", str(out)]
+    command += ["--data", str(mnist_dir), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hogwild.train.checkpoint import latest_checkpoint, load_checkpoint
+from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
 
 START_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
@@ -88,13 +88,13 @@ def stop(process: subprocess.Popen) -> tuple[str, str]:
 
 
 @pytest.fixture
-def long_job(tmp_path, shared_mnist_dir):
+def long_job(tmp_path, mnist_dir):
     """A job that trains long enough to be interrupted, with its metrics file."""
     metrics = tmp_path / "metrics.jsonl"
     args = [
         "train",
         "--data",
-        str(shared_mnist_dir),
+        str(mnist_dir),
         "--workers",
         "2",
         "--epochs",
@@ -156,25 +156,25 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_no_segment(long_job):
     wait_until(lambda: not segments_of(process.pid), 30, "the orphaned arena to be removed")
 
 
-def test_unknown_config_key_is_a_clear_error(tmp_path, shared_mnist_dir):
+def test_unknown_config_key_is_a_clear_error(tmp_path, mnist_dir):
     config = tmp_path / "job.toml"
     config.write_text("[optim]\nlearning_rate = 0.1\n")
-    result = run_cli("train", "--config", str(config), "--data", str(shared_mnist_dir))
+    result = run_cli("train", "--config", str(config), "--data", str(mnist_dir))
     assert result.returncode == 2
     assert "optim.learning_rate" in result.stderr and str(config) in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_bad_override_value_is_a_clear_error(shared_mnist_dir):
-    result = run_cli("train", "--data", str(shared_mnist_dir), "--train.epochs=many")
+def test_bad_override_value_is_a_clear_error(mnist_dir):
+    result = run_cli("train", "--data", str(mnist_dir), "--train.epochs=many")
     assert result.returncode == 2
     assert "train.epochs must be int" in result.stderr
 
 
-def test_truncated_data_file_is_a_clear_error(tmp_path, shared_mnist_dir):
-    for name in os.listdir(shared_mnist_dir):
+def test_truncated_data_file_is_a_clear_error(tmp_path, mnist_dir):
+    for name in os.listdir(mnist_dir):
         if name.endswith(".gz"):
-            (tmp_path / name).write_bytes((shared_mnist_dir / name).read_bytes())
+            (tmp_path / name).write_bytes((mnist_dir / name).read_bytes())
     labels = tmp_path / "t10k-labels-idx1-ubyte.gz"
     labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes())[:5000]))
     result = run_cli("train", "--data", str(tmp_path), "--epochs", "1")
@@ -183,12 +183,12 @@ def test_truncated_data_file_is_a_clear_error(tmp_path, shared_mnist_dir):
     assert "Traceback" not in result.stderr
 
 
-def test_too_little_shared_memory_says_how_much(shared_mnist_dir):
+def test_too_little_shared_memory_says_how_much(mnist_dir):
     # A 10-million-unit layer needs about 26 GB of parameters and momentum.
     result = run_cli(
         "train",
         "--data",
-        str(shared_mnist_dir),
+        str(mnist_dir),
         "--model.layers.6.units=10000000",
         "--epochs",
         "1",
@@ -198,17 +198,17 @@ def test_too_little_shared_memory_says_how_much(shared_mnist_dir):
     assert "Traceback" not in result.stderr
 
 
-def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, shared_mnist_dir):
-    result = run_cli("eval", str(tmp_path / "nothing"), "--data", str(shared_mnist_dir))
+def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, mnist_dir):
+    result = run_cli("eval", str(tmp_path / "nothing"), "--data", str(mnist_dir))
     assert result.returncode == 2
     assert "nothing" in result.stderr
 
 
-def test_train_then_eval_prints_the_same_accuracy(tmp_path, shared_mnist_dir):
+def test_train_then_eval_prints_the_same_accuracy(tmp_path, mnist_dir):
     result = run_cli(
         "train",
         "--data",
-        str(shared_mnist_dir),
+        str(mnist_dir),
         "--workers",
         "2",
         "--epochs",
@@ -221,8 +221,65 @@ def test_train_then_eval_prints_the_same_accuracy(tmp_path, shared_mnist_dir):
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    evaluation = run_cli("eval", str(tmp_path / "ck"), "--data", str(shared_mnist_dir), "--json")
+    evaluation = run_cli("eval", str(tmp_path / "ck"), "--data", str(mnist_dir), "--json")
     assert evaluation.returncode == 0, evaluation.stderr
     assert json.loads(evaluation.stdout)["test_accuracy"] == pytest.approx(
         summary["test_accuracy"], abs=1e-4
     )
+
+
+def test_sigterm_stops_the_job_as_ctrl_c_does_with_status_143(long_job):
+    args, metrics, _ = long_job
+    process = hogwild_cli(*args)
+    wait_until(lambda: started(metrics), START_TIMEOUT_S, "the workers to start")
+    workers = workers_of(process.pid)
+    assert len(workers) == 2 and segments_of(process.pid)
+    process.send_signal(signal.SIGTERM)
+    _, err = stop(process)
+    assert process.returncode == 143, err
+    assert "terminated" in err and "Traceback" not in err
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    assert segments_of(process.pid) == []
+
+
+def test_a_stalled_worker_is_named_and_stops_the_job(long_job):
+    args, metrics, _ = long_job
+    process = hogwild_cli(*args, "--train.stall_s=3")
+    wait_until(lambda: started(metrics), START_TIMEOUT_S, "the workers to start")
+    workers = workers_of(process.pid)
+    victim = next(w for w in workers if w.name() == "hogwild-w1")
+    victim.suspend()  # alive, but it will never show progress again
+    try:
+        started_waiting = time.monotonic()
+        _, err = stop(process)
+        assert time.monotonic() - started_waiting < EXIT_TIMEOUT_S
+    finally:
+        if victim.is_running():
+            victim.kill()
+    assert process.returncode == 1, err
+    assert f"worker 1 (pid {victim.pid}) is alive but showed no progress" in err
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    assert segments_of(process.pid) == []
+
+
+def test_two_jobs_started_at_once_pin_their_workers_to_different_cores(tmp_path, mnist_dir):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    jobs = []
+    for name in ("a", "b"):
+        metrics = tmp_path / f"{name}.jsonl"
+        args = ["train", "--data", str(mnist_dir), "--workers", "1", "--epochs", "2"]
+        args += ["--subset", "6000", "--metrics", str(metrics)]  # start-up lines on stderr
+        jobs.append((hogwild_cli(*args), metrics))
+    outputs = [stop(process) for process, _ in jobs]
+    for (process, _), (_, err) in zip(jobs, outputs, strict=True):
+        assert process.returncode == 0, err
+    cpus = []
+    for _, metrics in jobs:
+        start = json.loads(metrics.read_text().splitlines()[0])
+        cpus.append(start["cpus"])
+    assert len({cpu for job in cpus for cpu in job}) == 2, cpus  # one core each
+    # the second to plan says which CPU was taken, by whom
+    assert any("taken by another hogwild job's workers" in err for _, err in outputs), outputs

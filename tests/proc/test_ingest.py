@@ -36,17 +36,17 @@ TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def mnist_cache(tmp_path_factory, shared_mnist_dir) -> Path:
+def mnist_cache(tmp_path_factory, mnist_dir) -> Path:
     """Real MNIST ingested once, starting from a 1 MiB map so the map has to grow."""
     out = tmp_path_factory.mktemp("mnist") / "cache"
-    report = ingest(shared_mnist_dir, out, progress=False, initial_map_size=1 << 20, chunk=4096)
+    report = ingest(mnist_dir, out, progress=False, initial_map_size=1 << 20, chunk=4096)
     assert report.written == {"train": 60000, "test": 10000} and not report.skipped
     return out
 
 
 @pytest.fixture(scope="module")
-def mnist_arrays(shared_mnist_dir):
-    d = shared_mnist_dir
+def mnist_arrays(mnist_dir):
+    d = mnist_dir
     return (
         read_images(d / "train-images-idx3-ubyte.gz"),
         read_labels(d / "train-labels-idx1-ubyte.gz"),
@@ -82,8 +82,8 @@ def test_mnist_ingest_and_reads(mnist_cache, mnist_arrays):
                 np.testing.assert_array_equal(got_labels, labels[idx])
 
 
-def test_complete_cache_is_not_rewritten(mnist_cache, shared_mnist_dir, tmp_path):
-    report = ingest(shared_mnist_dir, mnist_cache, progress=False)
+def test_complete_cache_is_not_rewritten(mnist_cache, mnist_dir, tmp_path):
+    report = ingest(mnist_dir, mnist_cache, progress=False)
     assert report.already_complete and report.manifest.count == 70000
     with pytest.raises(DataError, match="complete cache of another source"):
         cifar = _write_cifar(tmp_path / "cifar")
@@ -194,9 +194,9 @@ def test_image_folders_with_corrupt_files(tmp_path, capsys):
     assert (images[2] == (255, 0, 0)).all() and (images[3] == (0, 0, 255)).all()
 
 
-def test_ingest_killed_mid_way_resumes_without_duplicates(tmp_path, shared_mnist_dir, mnist_arrays):
+def test_ingest_killed_mid_way_resumes_without_duplicates(tmp_path, mnist_dir, mnist_arrays):
     out = tmp_path / "cache"
-    command = [sys.executable, "-m", "hogwild.data.cli_data", "ingest", str(shared_mnist_dir),
+    command = [sys.executable, "-m", "hogwild.data.cli_data", "ingest", str(mnist_dir),
                "--out", str(out), "--chunk", "32", "--no-progress"]  # fmt: skip
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     data_file, deadline = out / "data.mdb", time.monotonic() + TIMEOUT_S

@@ -30,10 +30,10 @@ from hogwild.config import load_config
 from hogwild.data.ingest import ingest
 from hogwild.data.mnist import load_mnist
 from hogwild.errors import ConfigError
-from hogwild.train.api import load_data
-from hogwild.train.job import CacheData
-from hogwild.train.metrics import read_metrics
-from hogwild.train.trainer import Trainer
+from hogwild.training.api import load_data
+from hogwild.training.job import CacheData
+from hogwild.training.metrics import read_metrics
+from hogwild.training.trainer import Trainer
 
 SMALL_SHIFTS = "translate=0.05"  # up to 1.4 pixels on MNIST's 28
 
@@ -48,16 +48,16 @@ def run_cli(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def mnist_cache(tmp_path_factory, shared_mnist_dir) -> Path:
+def mnist_cache(tmp_path_factory, mnist_dir) -> Path:
     out = tmp_path_factory.mktemp("cache") / "mnist"
-    report = ingest(shared_mnist_dir, out, progress=False)
+    report = ingest(mnist_dir, out, progress=False)
     assert report.written == {"train": 60000, "test": 10000}
     return out
 
 
 @pytest.fixture(scope="module")
-def mnist(shared_mnist_dir):
-    return load_mnist(shared_mnist_dir)
+def mnist(mnist_dir):
+    return load_mnist(mnist_dir)
 
 
 def _check_waits(result, records) -> None:
@@ -98,9 +98,17 @@ def test_two_workers_train_from_the_cache_with_augmentation(mnist_cache, tmp_pat
 
 
 def test_a_cache_job_keeps_no_examples_in_the_arena(mnist_cache):
-    config = load_config(overrides={"train.subset": 1000, "output.progress": False})
+    config = load_config(
+        overrides={
+            "train.subset": 1000,
+            "output.progress": False,
+            "train.parameters": "shared",
+            "train.workers": 2,
+        }
+    )
     trainer = Trainer(config, CacheData.from_manifest(mnist_cache))
     try:
+        trainer.plan_store({})
         trainer._prepare_arena()
         assert set(trainer.arena.layout.regions) == {
             "params", "velocity", "control", "stats", "order",

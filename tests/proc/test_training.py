@@ -15,8 +15,8 @@ import pytest
 
 import hogwild
 from hogwild.data.mnist import load_mnist
-from hogwild.train.checkpoint import latest_checkpoint
-from hogwild.train.metrics import read_metrics
+from hogwild.training.checkpoint import latest_checkpoint
+from hogwild.training.metrics import read_metrics
 
 FINAL_KEYS = {
     "connections",
@@ -31,8 +31,8 @@ FINAL_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def mnist(shared_mnist_dir):
-    return load_mnist(shared_mnist_dir)
+def mnist(mnist_dir):
+    return load_mnist(mnist_dir)
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +169,95 @@ def test_forkserver_start_method(mnist, start_method):
         overrides={"train.start_method": start_method},
     )
     assert result.history[0]["examples"] == 300
+
+
+def test_a_chunk_boundary_never_cuts_a_minibatch(mnist, tmp_path):
+    """Minibatches of 100 with chunks of 256 were trained as 100, 100, 56; 500 as 256."""
+
+    def weights(batch: int, chunk: int) -> np.ndarray:
+        directory = tmp_path / f"b{batch}-c{chunk}"
+        hogwild.train(
+            data=mnist,
+            sync=True,  # one worker: the same examples in the same order, deterministic
+            epochs=1,
+            subset=1000,
+            batch=batch,
+            lr=0.05,
+            checkpoint_dir=directory,
+            progress=False,
+            overrides={"train.chunk": chunk},
+        )
+        return hogwild.load_checkpoint(directory).params
+
+    for batch in (100, 500):
+        np.testing.assert_array_equal(weights(batch, 256), weights(batch, 1000))
+
+
+def test_epoch_fraction_ends_the_epoch_without_the_straggler(mnist, tmp_path):
+    """Worker 1 is stopped; worker 0 finishing its half closes the epoch for both."""
+    import os
+    import threading
+    import time
+
+    import psutil
+
+    metrics = tmp_path / "m.jsonl"
+    done = threading.Event()
+
+    def straggle():
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and '"start"' in metrics.read_text()):
+            if done.is_set() or time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        worker = next(p for p in psutil.Process(os.getpid()).children() if p.name() == "hogwild-w1")
+        time.sleep(0.2)
+        worker.suspend()
+        done.wait(4.0)  # worker 0 trains its 4,000 examples meanwhile
+        worker.resume()
+
+    thread = threading.Thread(target=straggle)
+    thread.start()
+    try:
+        result = hogwild.train(
+            data=mnist,
+            workers=2,
+            epochs=1,
+            subset=8000,
+            epoch_fraction=0.5,
+            metrics=metrics,
+            progress=False,
+            overrides={"train.chunk": 16},
+        )
+    finally:
+        done.set()
+        thread.join()
+    examples = result.history[0]["examples"]
+    assert 4000 <= examples < 7000  # without the early close: all 8,000
+
+
+def test_a_subset_is_a_seeded_random_choice_not_the_first_records(mnist):
+    from hogwild.data.mnist import MnistData
+    from hogwild.training.trainer import Trainer
+
+    by_class = np.argsort(mnist.train_labels, kind="stable")  # a class-folder cache's order
+    sorted_data = MnistData(
+        mnist.train_images[by_class],
+        mnist.train_labels[by_class],
+        mnist.test_images,
+        mnist.test_labels,
+        mnist.source,
+    )
+    config = hogwild.load_config(
+        overrides={"train.subset": 1000, "train.workers": 1, "output.progress": False}
+    )
+    trainer = Trainer(config, sorted_data)
+    try:
+        trainer.plan_store({})
+        trainer._prepare_arena()
+        counts = np.bincount(trainer.arena.array("train_labels"), minlength=10)
+        assert counts.sum() == 1000 and counts.min() >= 50  # every class, not just 0s
+        again = Trainer(config, sorted_data)
+        np.testing.assert_array_equal(again.subset, trainer.subset)  # seeded
+    finally:
+        trainer._shutdown()

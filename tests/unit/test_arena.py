@@ -179,8 +179,41 @@ def test_owner_alive_detects_a_reused_pid():
     assert owner is not None
     ten_s_earlier = np.base_repr(int(owner.token, 36) - 1000, 36).lower()
     assert owner.start_time - SegmentOwner("j", owner.pid, ten_s_earlier).start_time == 10.0
-    assert not owner_alive(SegmentOwner(owner.job, owner.pid, ten_s_earlier))
+    assert not owner_alive(owner._replace(token=ten_s_earlier))
     assert not owner_alive(owner._replace(pid=2**22 + 7))  # above pid_max: no such process
+    # An owner in another PID namespace, or a name that does not say, cannot be checked here.
+    assert owner_alive(owner._replace(pid=2**22 + 7, namespace="othernamespace"))
+    assert owner_alive(owner._replace(pid=2**22 + 7, namespace=None))
+
+
+def test_sweep_removes_only_what_is_provably_ours_and_dead_and_reports_the_rest(
+    tmp_path, monkeypatch
+):
+    from hogwild.shm.naming import pid_namespace
+
+    dead = 2**22 + 7  # above pid_max: no such process
+    token = parse_segment_name(segment_name("x")).token
+    ours = f"hogwild-job-{dead}-{token}-n{pid_namespace()}-0000000a"
+    container = f"hogwild-job-{dead}-{token}-nothercontainer-0000000b"
+    older = f"hogwild-job-{dead}-{token}-0000000c"
+    someone = f"hogwild-job-{dead}-{token}-n{pid_namespace()}-0000000d"
+    for name in (ours, container, older, someone):
+        (tmp_path / name).write_bytes(b"x")
+    os.chown(tmp_path / someone, 65534, 65534)  # another user's
+    report = "\n".join(sweeper.sweep_report(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([container, older, someone])
+    assert f"removed /{ours}" in report
+    assert f"left /{container} (1 B): its owner lives in another PID namespace" in report
+    assert f"left /{older} (1 B): its name (an older hogwild's) does not say" in report
+    assert f"left /{someone} (1 B): its owner is dead but it belongs to another user" in report
+    (tmp_path / ours).write_bytes(b"x")
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(sweeper.os, "unlink", refuse)
+    report = "\n".join(sweeper.sweep_report(tmp_path))  # no traceback: a line
+    assert f"could not remove /{ours}: not permitted" in report
 
 
 def test_sweeper_removes_dead_owner_segments_and_keeps_live_ones():

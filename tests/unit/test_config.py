@@ -357,7 +357,7 @@ def test_errors_from_a_file_name_the_file(tmp_path):
 def test_to_dict_round_trips():
     config = load_config(overrides={"optim.lr": 0.2, "model.layers.0.padding": "same"})
     data = config.to_dict()
-    assert set(data) == {"model", "optim", "train", "data", "output"}
+    assert set(data) == {"model", "optim", "train", "data", "output", "ps", "cluster"}
     assert data["model"]["input"] == [1, 28, 28]
     assert data["model"]["layers"][0] == {
         "type": "conv",

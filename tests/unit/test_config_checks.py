@@ -34,7 +34,12 @@ from tests.config_cases import error_of, small
         ("train", "subset", -5),
         ("train", "epoch_fraction", 0.0),
         ("train", "epoch_fraction", 1.01),
-        ("train", "exchange_every", 0),
+        ("train", "n_push", 0),
+        ("train", "n_fetch", 0),
+        ("train", "stall_s", 0.0),
+        ("ps", "lr", -1.0),
+        ("ps", "shard_kib", 2),
+        ("ps", "staleness_decay", 1.5),
         ("data", "std", 0.0),
         ("output", "keep_checkpoints", 0),
     ],
@@ -122,3 +127,12 @@ def test_negative_seed_is_rejected():
 def test_negative_init_scale_is_rejected():
     """A negative spread makes initialisation fail later (numpy: 'scale < 0')."""
     assert "model.init_scale" in error_of(small(model={"init_scale": -1.0}))
+
+
+def test_options_that_do_nothing_in_the_chosen_mode_are_rejected_naming_the_key():
+    msg = error_of(small(train={"batch": 32, "update_every": 8}))
+    assert "train.update_every = 8 does nothing at train.batch = 32" in msg
+    msg = error_of(small(train={"parameters": "shared", "n_push": 16}))
+    assert "train.n_push = 16 does nothing with train.parameters = 'shared'" in msg
+    msg = error_of(small(train={"parameters": "shared", "fc_push": "vectors"}))
+    assert "train.fc_push" in msg

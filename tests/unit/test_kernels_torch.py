@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from hogwild.config import config_from_dict, load_config
+from hogwild.model.context import TrainingContext
 from hogwild.model.engine import backward, evaluate_range, forward, predict_batch
 from hogwild.model.init import initialise
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
 from hogwild.model.random import seed_kernels
 from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
-from hogwild.train.context import TrainingContext
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

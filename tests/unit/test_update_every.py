@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from hogwild.config import load_config
+from hogwild.model.context import TrainingContext
 from hogwild.model.engine import backward, forward, load_example
 from hogwild.model.init import initialise
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_SGD
-from hogwild.train.context import TrainingContext
 
 MEAN, STD = 0.1307, 0.3081
 

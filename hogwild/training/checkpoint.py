@@ -11,7 +11,7 @@ A checkpoint of epoch 3 is three files in one directory::
                                   file names and their sha256
 
 Invariant: **the sidecar is the commit record.** It is written last, and every file is
-written atomically (:func:`hogwild.model.tensorfile.write_atomic`), so a checkpoint whose
+written atomically (:func:`hogwild.training.tensorfile.write_atomic`), so a checkpoint whose
 sidecar exists had both tensor files whole on disk when it was committed; tensor files without
 a sidecar are the remains of an interrupted write and are not a checkpoint. Loading verifies the
 sha256 of both tensor files, so later damage is reported, never trained on.
@@ -37,7 +37,7 @@ import numpy as np
 import psutil
 
 from hogwild.errors import CheckpointError
-from hogwild.model.tensorfile import load_tensors, save_tensors, temp_owner_pid, write_atomic
+from hogwild.training.tensorfile import load_tensors, save_tensors, temp_owner_pid, write_atomic
 
 if TYPE_CHECKING:
     from hogwild.model.network import Network
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "Checkpoint",
+    "checkpoint_files",
+    "remove_checkpoints",
     "latest_checkpoint",
     "load_checkpoint",
     "sidecar_name",
@@ -189,6 +191,22 @@ def _prune(directory: Path, just_written: int, keep: int) -> None:
         pid = temp_owner_pid(name)
         if pid is not None and (pid == os.getpid() or not psutil.pid_exists(pid)):
             (directory / name).unlink(missing_ok=True)
+
+
+def checkpoint_files(directory: Path) -> list[str]:
+    """The names of every checkpoint file in ``directory`` (sidecars, tensor files, orphans)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [n for n in names if _SIDECAR_RE.match(n) or _TENSOR_RE.match(n)]
+
+
+def remove_checkpoints(directory: Path) -> None:
+    """Remove every checkpoint in ``directory``: sidecars first (de-commit), then tensor files."""
+    names = checkpoint_files(Path(directory))
+    for name in sorted(names, key=lambda n: not _SIDECAR_RE.match(n)):
+        (Path(directory) / name).unlink(missing_ok=True)
 
 
 def latest_checkpoint(directory: Path) -> Path | None:

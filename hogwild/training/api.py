@@ -24,10 +24,10 @@ from hogwild.config import Config, config_from_dict, load_config
 from hogwild.data.mnist import MnistData, load_mnist
 from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
-from hogwild.train.checkpoint import Checkpoint
-from hogwild.train.checkpoint import load_checkpoint as _load_checkpoint_files
-from hogwild.train.job import CacheData, augmenting
-from hogwild.train.trainer import TrainResult, run_training
+from hogwild.training.checkpoint import Checkpoint
+from hogwild.training.checkpoint import load_checkpoint as _load_checkpoint_files
+from hogwild.training.job import CacheData, augmenting
+from hogwild.training.trainer import TrainResult, run_training
 
 PREDICT_BATCH = 64  # examples per forward pass when predicting
 
@@ -96,6 +96,7 @@ def train(
     data: MnistData | CacheData | str | os.PathLike | None = None,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
     **options: Any,
 ) -> TrainResult:
@@ -107,12 +108,27 @@ def train(
             ``data.source`` of the config (default: MNIST in the data directory, downloaded on
             first use).
         resume: continue from the last checkpoint in ``checkpoint_dir``.
+        overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
+            ``resume``, a directory holding another run's checkpoints is refused).
         overrides: ``{"section.key": value}`` pairs, as the CLI's ``--section.key=value``.
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
             ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``.
     """
     resolved = resolve_config(config, overrides, **options)
-    return run_training(resolved, load_data(resolved, data), resume=resume)
+    loaded = load_data(resolved, data)
+    resolved = with_source(resolved, loaded)
+    return run_training(resolved, loaded, resume=resume, overwrite=overwrite)
+
+
+def with_source(config: Config, data: MnistData | CacheData) -> Config:
+    """``config`` with ``data.source`` naming where ``data`` was read from.
+
+    The checkpoints record it, so ``hogwild eval DIR`` finds the same data without ``--data``.
+    """
+    source = data.path if isinstance(data, CacheData) else data.source
+    if not source or source == config.data.source or not os.path.isdir(source):
+        return config
+    return config.override({"data.source": str(source)})
 
 
 @dataclass
@@ -122,7 +138,7 @@ class TrainedModel:
     config: Config
     network: Network
     params: np.ndarray
-    checkpoint: Checkpoint
+    checkpoint: Checkpoint | None = None  # None: a model not loaded from a checkpoint
 
     @property
     def weights(self) -> dict[str, np.ndarray]:
@@ -131,8 +147,8 @@ class TrainedModel:
 
     def predict_proba(self, images: np.ndarray) -> np.ndarray:
         """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1]."""
+        from hogwild.model.context import TrainingContext
         from hogwild.model.engine import predict_batch
-        from hogwild.train.context import TrainingContext
 
         inputs = self._normalise(images)
         context = TrainingContext.allocate(self.network, PREDICT_BATCH)
@@ -201,7 +217,12 @@ def evaluate(
         DataError: The data has no test examples, or they do not fit the model.
     """
     model = load_checkpoint(checkpoint)
-    loaded = load_data(model.config, data)
+    result = evaluate_model(model, load_data(model.config, data))
+    return {**result, "checkpoint": str(model.checkpoint.path), "epoch": model.checkpoint.epoch}
+
+
+def evaluate_model(model: TrainedModel, loaded: MnistData | CacheData) -> dict:
+    """Examples, test loss and test accuracy of ``model`` on ``loaded``'s test split."""
     if isinstance(loaded, CacheData) or augmenting(model.config):
         loss, correct, count = _evaluate_through_feed(model, loaded)
     else:
@@ -210,20 +231,14 @@ def evaluate(
         chosen = probabilities[np.arange(len(labels)), labels]
         loss = float(-np.log(np.maximum(chosen, 1e-30)).sum())
         correct, count = int((probabilities.argmax(axis=1) == labels).sum()), len(labels)
-    return {
-        "examples": count,
-        "test_loss": loss / count,
-        "test_accuracy": correct / count,
-        "checkpoint": str(model.checkpoint.path),
-        "epoch": model.checkpoint.epoch,
-    }
+    return {"examples": count, "test_loss": loss / count, "test_accuracy": correct / count}
 
 
 def _evaluate_through_feed(model: TrainedModel, data: MnistData | CacheData):
     """(summed loss, number correct, examples) of the test split, read through a data feed."""
     from hogwild.data.augment import AugmentSpec
     from hogwild.data.feed import ArrayReader, WorkerFeed
-    from hogwild.train.job import check_input_shape
+    from hogwild.training.job import check_input_shape
 
     if isinstance(data, CacheData):
         from hogwild.data.cache import open_cache

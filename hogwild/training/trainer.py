@@ -1,17 +1,17 @@
 """The trainer: the parent process of a single-node Hogwild job (DESIGN.md, "How data flows").
 
-It owns every shared resource of the job and releases it on every exit path: it creates the arena,
-places the shared parameters on the NUMA nodes (one interleaved copy, or one per node merged at
-every epoch end, :mod:`hogwild.train.parameters`), initialises (or restores) them, copies the
+It owns every shared resource of the job and releases it on every exit path (a normal end, an
+error, Ctrl-C, SIGTERM): it compiles the kernels, plans the workers' CPUs around other live jobs
+(:mod:`hogwild.numa.claims`), builds the parameter store that ``train.parameters`` names
+(:mod:`hogwild.store`; the trainer never knows which one it has), creates the arena, copies the
 examples in once (idx files; a job on an LMDB image cache reads only its manifest here, and each
-worker opens the cache itself), compiles the kernels, starts the workers, and then drives the
-epochs: a fresh permutation per epoch, one shard per worker, an early end once ``epoch_fraction``
-of the workers finished their shard (Adam section 3.2.5), evaluation on the test set split across
-the workers, a checkpoint and a metrics line (with ``data_wait_s``, the seconds the workers'
-compute loops waited for their data feeds). A worker that dies stops the job with
-:class:`~hogwild.errors.WorkerDiedError` naming it and its exit signal; the last checkpoint stays
-as it was. On any exit (normal, error, Ctrl-C) the workers are stopped (terminated, then killed, if
-they do not leave) and the arena is removed.
+worker opens the cache itself), initialises or restores the parameters through the store, starts
+the workers and then drives the epochs: a fresh permutation per epoch, one shard per worker, an
+early end once ``epoch_fraction`` of the workers finished their shard (Adam section 3.2.5), the
+store's epoch-end merge (one model), evaluation on the test set split across the workers, a
+checkpoint from the store's snapshot and a metrics line. A worker that dies or stalls stops the
+job with an error naming it; the last checkpoint stays as it was. On any exit the workers are
+stopped (terminated, then killed, if they do not leave) and the arena is removed.
 """
 
 from __future__ import annotations
@@ -22,26 +22,31 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import psutil
 
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
-from hogwild.errors import CheckpointError, ConfigError
+from hogwild.errors import ConfigError
 from hogwild.model.compile import compile_kernels
 from hogwild.model.init import initialise
 from hogwild.model.network import Network, build_network
 from hogwild.model.random import worker_seed
-from hogwild.numa.placement import plan_parameters
+from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.interval import update_every
 from hogwild.optim.schedule import learning_rate
+from hogwild.progress import Progress
 from hogwild.runtime import single_threaded_blas
 from hogwild.shm.arena import Arena
-from hogwild.shm.sweeper import sweep
-from hogwild.train import checkpoint as ckpt
-from hogwild.train.checkpoint import restore_parameters
-from hogwild.train.gang import WorkerGang
-from hogwild.train.job import (
+from hogwild.shm.sweeper import sweep_report
+from hogwild.signals import deferred_signals, terminate_as_interrupt
+from hogwild.store.registry import store_class
+from hogwild.training import checkpoint as ckpt
+from hogwild.training.checkpoint import restore_parameters
+from hogwild.training.gang import WorkerGang
+from hogwild.training.job import (
     CONTROL_EPOCH,
     EPOCH_CLOSED,
+    STAT_BEAT,
     STAT_EXAMPLES,
     STAT_LOSS,
     CacheData,
@@ -49,12 +54,13 @@ from hogwild.train.job import (
     job_layout,
     plan_data,
     shard_bounds,
+    subset_indices,
 )
-from hogwild.train.metrics import MetricsWriter
-from hogwild.train.parameters import SharedParameters
-from hogwild.train.placement import worker_count, worker_placements
-from hogwild.train.progress import ProgressBar
-from hogwild.train.worker import worker_main
+from hogwild.training.messages import Evaluate, Evaluated, Train, Trained, WorkerSetup
+from hogwild.training.metrics import MetricsWriter
+from hogwild.training.placement import describe_cpus, worker_count, worker_placements
+from hogwild.training.resume import check_directory, compare_configs
+from hogwild.training.worker import worker_main
 
 
 @dataclass
@@ -69,13 +75,19 @@ class TrainResult:
 class Trainer:
     """Runs one job; use :func:`run_training` unless you need the pieces."""
 
-    def __init__(self, config: Config, data: MnistData | CacheData, resume: bool = False):
+    def __init__(
+        self,
+        config: Config,
+        data: MnistData | CacheData,
+        resume: bool = False,
+        overwrite: bool = False,
+    ):
         self.data = data
         self.resume = resume
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
-        config = config.override({"train.update_every": update_every(config, self.n_workers)})
-        self.config = config
+        self.config = config  # train.update_every is resolved once the store is planned
+        self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
         self.plan, n_train, self.n_test = plan_data(config, data, self.n_workers)
         try:
             self.network: Network = build_network(config.model, self.plan.n_classes)
@@ -85,67 +97,66 @@ class Trainer:
             raise ConfigError(
                 f"{exc} (the image cache {self.plan.cache} has {self.plan.n_classes} classes)"
             ) from None
-        self.n_train = min(train.subset, n_train) if train.subset else n_train
-        self.progress = ProgressBar(config.output.progress, self.network.connections)
+        self.subset = subset_indices(train.seed, n_train, train.subset)
+        self.n_train = n_train if self.subset is None else len(self.subset)
+        self.progress = Progress(config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(config.output.metrics)
-        self.placements = worker_placements(self.n_workers, train.placement)
-        self.parameter_plan = plan_parameters(self.placements, train.parameters, train.replicas)
         self.arena: Arena | None = None
-        self.shared: SharedParameters | None = None
+        self.store = None
         self.gang: WorkerGang | None = None
 
     # -- the job ---------------------------------------------------------------------------------
 
     def run(self) -> TrainResult:
-        sweep()  # segments of earlier jobs whose owner was killed
-        try:
-            return self._run()
-        finally:
-            self._shutdown()
+        with terminate_as_interrupt():
+            try:
+                return self._run()
+            finally:
+                with deferred_signals():  # a second Ctrl-C or SIGTERM cannot cut the cleanup
+                    self._shutdown()
 
     def _run(self) -> TrainResult:
         config, network = self.config, self.network
-        start_epoch, history = self._prepare_arena()
+        for line in sweep_report():  # segments of earlier jobs whose owner was killed
+            self.progress.line(line)
+        with placement_lock():  # planning and pinning as one step against other jobs
+            taken = pinned_by_other_jobs()
+            self.plan_store(taken)
+            start_epoch, history = self._prepare_arena()  # first: it checks /dev/shm's space
+            compile_kernels(
+                network, config.train.batch, config.train.update_every, feed=self.plan.feed
+            )
+            self.store.compile_kernels()
+            self._start_workers()
         self.progress.line(
             f"hogwild: {network.connections:,} connections, {self.n_workers} worker(s), "
-            f"batch {config.train.batch}, {self.n_train:,} training examples"
+            f"batch {config.train.batch}, {self.n_train:,} training examples; "
+            + describe_cpus(self.placements, taken)
         )
-        if self.shared.replicated:
-            plan = self.parameter_plan
-            where = "worker" if plan.per == "worker" else "NUMA node"
-            nodes = ", ".join(map(str, self.shared.copy_nodes))
-            self.progress.line(
-                f"parameters: one copy per {where} (nodes {nodes}), "
-                f"exchanged every {config.train.exchange_every:,} examples; pages "
-                + ("bound by libnuma" if self.placed else "placed by first touch")
-            )
-        compile_kernels(
-            network,
-            config.train.batch,
-            config.train.update_every,
-            feed=self.plan.feed,
-            exchange=self.shared.replicated,
-        )
-        self._start_workers()
+        summary = self.store.summary()
+        if summary:
+            self.progress.line(summary)
         self.metrics.write(
             {
                 "event": "start",
                 "connections": network.connections,
                 "workers": self.n_workers,
-                "parameters": {**self.shared.describe(), "placed_by_libnuma": self.placed},
+                "cpus": [p.cpu for p in self.placements],
+                "parameters": self.store.describe(),
                 "start_epoch": start_epoch,
                 "config": config.to_dict(),
                 "pid": os.getpid(),
             }
         )
         wall_start = time.perf_counter()
-        train_seconds = data_wait = 0.0
+        train_seconds = data_wait = store_wait = 0.0
         examples = 0
         checkpoint_path = None
         for epoch in range(start_epoch, config.train.epochs):
             record = self._train_epoch(epoch)
             train_seconds += record["train_s"]
             data_wait += record["data_wait_s"]
+            store_wait += record["store_wait_s"]
             examples += record["examples"]
             record.update(self._evaluate())
             history.append(record)
@@ -181,10 +192,12 @@ class Trainer:
             "workers": self.n_workers,
             "batch": config.train.batch,
             "sync": config.train.sync,
+            "parameters": config.train.parameters,
             "epochs": config.train.epochs,
             "epochs_run": config.train.epochs - start_epoch,
             "train_s": train_seconds,
             "data_wait_s": data_wait,
+            "store_wait_s": store_wait,
             "wall_s": wall,
             "checkpoint": str(checkpoint_path) if checkpoint_path else None,
             "config": config.to_dict(),
@@ -199,66 +212,88 @@ class Trainer:
         )
         return TrainResult(final, history, final["checkpoint"])
 
+    def plan_store(self, taken: dict[int, int]) -> None:
+        """Place the workers (around the CPUs other jobs have ``taken``) and plan the store."""
+        config = self.config
+        self.placements = worker_placements(self.n_workers, config.train.placement, taken)
+        store = store_class(config.train.parameters)
+        writers = store(config, self.network, self.placements).writers_per_copy
+        self.config = config.override({"train.update_every": update_every(config, writers)})
+        self.store = store(self.config, self.network, self.placements)
+
     def _prepare_arena(self) -> tuple[int, list[dict]]:
         """Create the arena, fill it with data and initial (or restored) parameters."""
         config, network, data = self.config, self.network, self.data
         height, width, channels = self.plan.shape
         image_bytes = 0 if self.plan.cache else height * width * channels
         layout = job_layout(
-            network, self.n_workers, self.n_train, self.n_test, image_bytes, self.parameter_plan
+            network, self.n_workers, self.n_train, self.n_test, image_bytes, self.store
         )
         self.arena = Arena.create("train", layout)
         arena = self.arena
-        self.shared = SharedParameters.attach(arena, self.parameter_plan)
-        self.placed = self.shared.place()
+        self.store.attach(arena)
         if image_bytes:
-            arena.array("train_images")[:] = data.train_images[: self.n_train].reshape(
-                self.n_train, -1
-            )
-            arena.array("train_labels")[:] = data.train_labels[: self.n_train]
-            arena.array("test_images")[:] = data.test_images.reshape(self.n_test, -1)
-            arena.array("test_labels")[:] = data.test_labels
-        params, velocity = self.shared.params, self.shared.velocity
+            chosen = slice(None) if self.subset is None else self.subset
+            arena.array("train_images")[:] = data.train_images[chosen].reshape(self.n_train, -1)
+            arena.array("train_labels")[:] = data.train_labels[chosen]
+            if self.n_test:
+                arena.array("test_images")[:] = data.test_images.reshape(self.n_test, -1)
+                arena.array("test_labels")[:] = data.test_labels
+        params = np.zeros(network.n_params, dtype=np.float32)
+        velocity = np.zeros_like(params)
         model = config.model
         initialise(network, params, model.init, model.init_scale, config.train.seed)
         start_epoch, history = 0, []
         directory = config.output.checkpoint_dir
-        if self.resume and not directory:
-            raise CheckpointError("--resume needs a checkpoint directory (--checkpoint-dir DIR)")
         if self.resume and ckpt.latest_checkpoint(directory) is not None:
             restored = ckpt.load_checkpoint(directory)
+            changes = compare_configs(
+                restored.info.get("config", {}),
+                config.to_dict(),
+                int(restored.info.get("n_classes", self.plan.n_classes)),
+                self.plan.n_classes,
+            )
+            if changes:
+                self.progress.line("resuming with changed settings: " + "; ".join(changes))
             restore_parameters(network, params, restored.weights, restored.path, "")
             restore_parameters(
                 network, velocity, restored.optimizer_state, restored.path, ".momentum"
             )
             start_epoch = restored.epoch + 1
             history = list(restored.info.get("history", []))
-        self.shared.spread()
+        self.store.load(params, velocity)
         return start_epoch, history
 
     def _start_workers(self) -> None:
         train = self.config.train
+        stats = self.arena.array("stats")
         self.gang = WorkerGang(
-            mp.get_context(train.start_method), self.config.output.checkpoint_dir
+            mp.get_context(train.start_method),
+            self.config.output.checkpoint_dir,
+            heartbeats=stats[:, STAT_BEAT],
+            stall_s=train.stall_s,
         )
+        me = os.getpid()
+        started = psutil.Process(me).create_time()
         layout_json, config_dict, plan = (
             self.arena.layout.to_json(),
             self.config.to_dict(),
             self.plan.to_dict(),
         )
-        placements, parameter_plan = self.placements, self.parameter_plan
         with single_threaded_blas():
             self.gang.start(
                 self.n_workers,
                 worker_main,
-                lambda w: (
+                lambda w: WorkerSetup(
                     w,
+                    me,
+                    started,
                     self.arena.name,
                     layout_json,
                     config_dict,
                     plan,
-                    placements[w],
-                    parameter_plan,
+                    self.placements[w],
+                    self.store.worker_spec(w),
                 ),
             )
 
@@ -268,7 +303,10 @@ class Trainer:
         config = self.config
         arena = self.arena
         lr = learning_rate(config.optim, epoch, config.train.epochs)
-        arena.array("order")[:] = epoch_permutation(config.train.seed, epoch, self.n_train)
+        order = epoch_permutation(config.train.seed, epoch, self.n_train)
+        if self.subset is not None and self.plan.cache:
+            order = self.subset[order]  # a cache's workers read records by their index
+        arena.array("order")[:] = order
         stats = arena.array("stats")
         control = arena.array("control")
         before = stats[:, STAT_EXAMPLES].sum()
@@ -278,24 +316,26 @@ class Trainer:
         started = time.perf_counter()
         for worker, (start, stop) in enumerate(shards):
             seed = worker_seed(config.train.seed, epoch, worker)
-            self.gang.send(worker, ("train", epoch, lr, start, stop, seed))
+            self.gang.send(worker, Train(epoch, lr, start, stop, seed))
         needed = max(1, int(np.ceil(config.train.epoch_fraction * self.n_workers - 1e-9)))
-        finished, examples, loss, correct, waited = 0, 0, 0.0, 0, 0.0
+        finished, examples, loss, correct, data_wait, store_wait = 0, 0, 0.0, 0, 0.0, 0.0
         while finished < self.n_workers:
             message = self.gang.next_message(
-                f"epoch {epoch + 1}", idle=lambda: self._draw(epoch, started, before, loss_before)
+                f"training epoch {epoch + 1}",
+                idle=lambda: self._draw(epoch, started, before, loss_before),
             )
-            if message[0] != "trained" or message[2] != epoch:
+            if not isinstance(message, Trained) or message.epoch != epoch:
                 continue
             finished += 1
-            examples += message[3]
-            loss += message[4]
-            correct += message[5]
-            waited += message[6]
+            examples += message.examples
+            loss += message.loss
+            correct += message.correct
+            data_wait += message.data_wait_s
+            store_wait += message.store_wait_s
             if finished == needed:
                 control[CONTROL_EPOCH] = EPOCH_CLOSED  # stragglers stop at their next chunk
         seconds = time.perf_counter() - started
-        self.shared.merge()  # every worker is idle now: one model to evaluate and save
+        self.store.end_epoch()  # every worker is idle now: one model to evaluate and save
         rate = examples / seconds if seconds else 0.0
         return {
             "event": "epoch",
@@ -305,7 +345,8 @@ class Trainer:
             "train_loss": loss / max(examples, 1),
             "train_accuracy": correct / max(examples, 1),
             "train_s": seconds,
-            "data_wait_s": waited,
+            "data_wait_s": data_wait,
+            "store_wait_s": store_wait,
             "examples_per_s": rate,
             "connections_per_s": rate * self.network.connections,
         }
@@ -316,14 +357,14 @@ class Trainer:
             return {"test_loss": None, "test_accuracy": None}
         shards = shard_bounds(n_test, self.n_workers)
         for worker, (start, stop) in enumerate(shards):
-            self.gang.send(worker, ("eval", start, stop))
+            self.gang.send(worker, Evaluate(start, stop))
         answered, loss, correct = 0, 0.0, 0
         while answered < self.n_workers:
-            message = self.gang.next_message("evaluation")
-            if message[0] == "evaluated":
+            message = self.gang.next_message("evaluating")
+            if isinstance(message, Evaluated):
                 answered += 1
-                loss += message[3]
-                correct += message[4]
+                loss += message.loss
+                correct += message.correct
         return {"test_loss": loss / n_test, "test_accuracy": correct / n_test}
 
     def _draw(self, epoch: int, started: float, before: float, loss_before: float) -> None:
@@ -337,44 +378,75 @@ class Trainer:
         directory = self.config.output.checkpoint_dir
         if not directory:
             return None
-        network = self.network
-        weights = {k: v.copy() for k, v in network.views(self.shared.params).items()}
-        velocity = network.views(self.shared.velocity)
-        optimizer_state = {f"{k}.momentum": v.copy() for k, v in velocity.items()}
-        info = {
-            "config": self.config.to_dict(),
-            "epoch": epoch,
-            "optimizer": {"rule": self.config.optim.rule, "lr": record["lr"]},
-            "seeds": {"seed": self.config.train.seed},
-            "data_position": {"next_epoch": epoch + 1, "examples_per_epoch": self.n_train},
-            "metrics": record,
-            "history": history,
-            "connections": network.connections,
-            "n_classes": self.plan.n_classes,
-        }
-        if isinstance(self.data, CacheData):
-            info["data"] = {"cache": self.data.path, "classes": list(self.data.classes)}
-        return ckpt.write_checkpoint(
-            directory,
-            epoch,
-            weights,
-            optimizer_state,
-            info,
-            keep=self.config.output.keep_checkpoints,
-        )
+        if self.replace_old:  # --overwrite: the old run goes once the new one has a checkpoint
+            ckpt.remove_checkpoints(directory)
+            self.replace_old = False
+        params, velocity = self.store.snapshot()
+        return save_checkpoint(
+            self.config, self.network, params, velocity, epoch, record, history,
+            self.plan.n_classes, self.n_train, self.data,
+        )  # fmt: skip
 
     # -- shutdown --------------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
+        self.progress.close()
         if self.gang is not None:
             self.gang.stop()
-        self.shared = None  # views into the arena: dropped before it is unmapped
+        if self.store is not None:
+            self.store.close()
+            self.store = None  # views into the arena: dropped before it is unmapped
         if self.arena is not None:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
 
 
-def run_training(config: Config, data: MnistData | CacheData, resume: bool = False) -> TrainResult:
+def save_checkpoint(
+    config: Config,
+    network: Network,
+    params: np.ndarray,
+    velocity: np.ndarray,
+    epoch: int,
+    record: dict,
+    history: list[dict],
+    n_classes: int,
+    n_train: int,
+    data,
+):
+    """Write the checkpoint of ``epoch`` into ``output.checkpoint_dir``; its sidecar's path.
+
+    The weights under PyTorch's names and layouts, the velocity as the optimizer state, and in
+    the sidecar the resolved config, the epoch, the schedule's learning rate, the seed, the data
+    position, the epoch's metrics and the history (:mod:`hogwild.training.checkpoint`).
+    """
+    weights = {k: v.copy() for k, v in network.views(params).items()}
+    optimizer_state = {f"{k}.momentum": v.copy() for k, v in network.views(velocity).items()}
+    info = {
+        "config": config.to_dict(),
+        "epoch": epoch,
+        "optimizer": {"rule": config.optim.rule, "lr": record["lr"]},
+        "seeds": {"seed": config.train.seed},
+        "data_position": {"next_epoch": epoch + 1, "examples_per_epoch": n_train},
+        "metrics": record,
+        "history": history,
+        "connections": network.connections,
+        "n_classes": n_classes,
+    }
+    if isinstance(data, CacheData):
+        info["data"] = {"cache": data.path, "classes": list(data.classes)}
+    return ckpt.write_checkpoint(
+        config.output.checkpoint_dir,
+        epoch,
+        weights,
+        optimizer_state,
+        info,
+        keep=config.output.keep_checkpoints,
+    )
+
+
+def run_training(
+    config: Config, data: MnistData | CacheData, resume: bool = False, overwrite: bool = False
+) -> TrainResult:
     """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine."""
-    return Trainer(config, data, resume=resume).run()
+    return Trainer(config, data, resume=resume, overwrite=overwrite).run()

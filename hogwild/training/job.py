@@ -1,8 +1,8 @@
 """What a training job shares between the parent and its workers, and how it is laid out.
 
 One arena (a POSIX shared-memory segment, :mod:`hogwild.shm.arena`) holds everything the workers
-share: the parameters and the momentum velocity (updated in place without locks; one copy, or
-one per NUMA node or per worker, :mod:`hogwild.train.parameters`), the examples
+share: the parameter store's regions (the parameters and the momentum velocity, updated in place
+without locks; one copy, or copies per worker or per NUMA node: :mod:`hogwild.store`), the examples
 (one copy for all workers), this epoch's permutation, a small control block the parent writes and
 workers poll, and one 64-byte row of statistics per worker (padded so that two workers' counters
 never share a cache line).
@@ -17,11 +17,14 @@ which must be the model's ``input``.
 Control block (int64): ``CONTROL_EPOCH`` is the epoch workers may train; the parent sets it to
 ``EPOCH_CLOSED`` to end an epoch early (Adam section 3.2.5), and workers still inside their shard
 stop at their next look (every ``train.chunk`` examples).
-Statistics (float64, per worker): examples trained in total, summed training loss, number correct.
+Statistics (float64, per worker): examples trained in total, summed training loss, number correct,
+and a heartbeat (the system's monotonic clock when the worker last showed life), which the parent
+watches to name a worker that is alive but stuck.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,15 +34,13 @@ import numpy as np
 from hogwild.config import Config
 from hogwild.errors import ConfigError, DataError
 from hogwild.model.network import Network
-from hogwild.numa.placement import ParameterPlacement
 from hogwild.shm.arena import ArenaLayout
-from hogwild.train.parameters import add_parameter_regions
 
 CONTROL_EPOCH = 0
 EPOCH_CLOSED = -1
 CONTROL_SLOTS = 8  # one cache line of int64
 
-STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT = 0, 1, 2
+STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT = 0, 1, 2, 3
 STAT_SLOTS = 8  # one cache line of float64 per worker
 
 
@@ -49,9 +50,9 @@ def job_layout(
     n_train: int,
     n_test: int,
     image_bytes: int | None = None,
-    parameters: ParameterPlacement | None = None,
+    store=None,
 ) -> ArenaLayout:
-    """The arena layout of a job: shared parameters, optimizer state, data, control, statistics.
+    """The arena layout of a job: the parameter store's regions, data, control, statistics.
 
     Args:
         network: The model.
@@ -60,12 +61,13 @@ def job_layout(
         n_test: Test examples held in the arena.
         image_bytes: Bytes of one stored example (default: the model's input size); 0 leaves
             the examples out (a job that reads an image cache).
-        parameters: Where the parameters live (one interleaved copy when None); ``"replicate"``
-            over several nodes adds a copy per node (:mod:`hogwild.train.parameters`).
+        store: The job's :class:`~hogwild.store.protocol.ParameterStore`, which adds its
+            regions (None: none, for a layout without parameters).
     """
     image_bytes = network.input_size if image_bytes is None else image_bytes
     layout = ArenaLayout()
-    add_parameter_regions(layout, network, parameters or ParameterPlacement("interleave", (0,), ()))
+    if store is not None:
+        store.add_regions(layout)
     layout.add("control", np.int64, (CONTROL_SLOTS,))
     layout.add("stats", np.float64, (n_workers, STAT_SLOTS))
     layout.add("order", np.int64, (n_train,))
@@ -124,12 +126,15 @@ class DataPlan:
     """What the workers are told about the data (plain values: it crosses process creation).
 
     Attributes:
-        cache: The image cache each worker opens, or "" (the examples are in the arena).
+        cache: The image cache each worker opens, or "" (the examples are in the arena); with
+            data servers, where they serve from (the arena holds no examples either).
         shape: (H, W, C) of a stored example.
         n_classes: Classes of the softmax.
         feed: Train and evaluate through a :class:`~hogwild.data.feed.WorkerFeed` (a cache, or
             augmentation); False keeps the zero-copy arena path.
         ram_budget_bytes: Cache bytes each worker copies into its own memory.
+        servers: Data servers (``HOST:PORT``) the workers read from instead (``data.servers``).
+        data_id: The id of the data those servers described (a worker checks it is served).
     """
 
     cache: str
@@ -137,13 +142,16 @@ class DataPlan:
     n_classes: int
     feed: bool
     ram_budget_bytes: int = 0
+    servers: tuple[str, ...] = ()
+    data_id: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> DataPlan:
-        return cls(**{**data, "shape": tuple(data["shape"])})
+        servers = tuple(data.get("servers", ()))
+        return cls(**{**data, "shape": tuple(data["shape"]), "servers": servers})
 
 
 def augmenting(config: Config) -> bool:
@@ -188,6 +196,29 @@ def check_input_shape(config: Config, shape: tuple[int, int, int], what: str) ->
         )
 
 
+def whole_units(config: Config) -> int:
+    """``train.chunk`` rounded down to whole units (at least one), so no chunk cuts a minibatch.
+
+    A unit is a minibatch (``train.batch``) or, at batch 1, a group of examples whose fully
+    connected updates are applied together (``train.update_every``).
+    """
+    train = config.train
+    unit = train.batch if train.batch > 1 else max(1, train.update_every)
+    return max(unit, train.chunk // unit * unit)
+
+
+def subset_indices(seed: int, n_total: int, subset: int) -> np.ndarray | None:
+    """The training examples of ``train.subset``: a seeded random choice, in ascending order.
+
+    None when every example is used. A random choice rather than the first records, which in a
+    cache made from class folders are the first classes.
+    """
+    if not subset or subset >= n_total:
+        return None
+    chosen = np.random.default_rng([seed, 0x5B5E7]).choice(n_total, subset, replace=False)
+    return np.sort(chosen).astype(np.int64)
+
+
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """The example order of ``epoch``: a fresh shuffle per epoch, reproducible from the seed."""
     return np.random.default_rng([seed, epoch]).permutation(n).astype(np.int64)
@@ -205,12 +236,18 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
     Args:
         config: The job.
         data: :class:`~hogwild.data.mnist.MnistData` (copied into the arena) or
-            :class:`CacheData` (read by the workers).
+            :class:`CacheData` (read by the workers); unused (may be None) when ``data.servers``
+            lists data servers, which the workers read from and which are asked for the data's
+            description here.
         n_workers: Worker processes (the RAM budget is split between them).
 
     Raises:
-        ConfigError: ``model.input`` is not the shape the data reaches the model in.
+        ConfigError: ``model.input`` is not the shape the data reaches the model in, or the data
+            servers render another augmentation or seed than the job's.
+        DataError: No data server answered, or two serve different data.
     """
+    if config.data.servers:
+        return _plan_served(config)
     if isinstance(data, CacheData):
         check_input_shape(config, data.shape, f"the image cache {data.path}")
         budget = config.data.ram_budget_mb * (1 << 20) // max(n_workers, 1)
@@ -221,3 +258,35 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
     check_input_shape(config, shape, f"the idx files of {data.source}")
     plan = DataPlan("", shape, 10, augmenting(config))
     return plan, len(data.train_labels), len(data.test_labels)
+
+
+def _plan_served(config: Config) -> tuple[DataPlan, int, int]:
+    """The plan of a job whose workers read from data servers: what the servers describe,
+    checked against the job (augmentation, seed, ``model.input``)."""
+    from dataclasses import asdict as as_dict
+
+    from hogwild.data.augment import AugmentSpec
+    from hogwild.data.remote import describe_servers
+
+    servers = tuple(config.data.servers)
+    served = describe_servers(servers, keys=config.ps.keys or None, timeout_s=config.data.timeout_s)
+    where = f"the data servers {', '.join(served['answering'])}"
+    text = config.data.augment.strip()
+    spec = AugmentSpec.parse(text) if text else AugmentSpec()
+    wanted = json.loads(json.dumps(as_dict(spec))) if spec.random else None
+    if served["augment"] != wanted or (spec.random and served["seed"] != config.train.seed):
+        raise ConfigError(
+            f"{config.origin}: data.augment = {config.data.augment!r} with train.seed = "
+            f"{config.train.seed}, but {where} render augment {served['augment']} with seed "
+            f"{served['seed']}; start them with this job's config (hogwild data serve SOURCE "
+            "--config JOB.toml)"
+        )
+    if tuple(config.model.input) != tuple(served["shape"]):
+        raise ConfigError(
+            f"{config.origin}: model.input {list(config.model.input)} does not match the images "
+            f"{where} deliver: {served['shape']} (C, H, W); set model.input = {served['shape']}"
+        )
+    source = f"{served['source']} via data servers {', '.join(servers)}"
+    shape = tuple(served["stored_shape"])
+    plan = DataPlan(source, shape, len(served["classes"]), True, 0, servers, served["data_id"])
+    return plan, served["splits"]["train"], served["splits"]["test"]

@@ -14,6 +14,7 @@ Its CPUs must exist here, since the workers are pinned to them.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 from hogwild.numa.placement import WorkerPlacement, default_worker_count, plan_workers
 from hogwild.numa.topology import REAL_SYSFS, Topology, read_topology
@@ -31,6 +32,24 @@ def worker_count(requested: int) -> int:
     return requested if requested > 0 else default_worker_count(machine_topology())
 
 
-def worker_placements(n_workers: int, policy: str = "fill") -> list[WorkerPlacement]:
-    """The CPU and NUMA node of each worker (CPUs are reused when there are more workers)."""
-    return plan_workers(machine_topology(), n_workers, policy=policy)
+def worker_placements(
+    n_workers: int, policy: str = "fill", avoid: Collection[int] = ()
+) -> list[WorkerPlacement]:
+    """The CPU and NUMA node of each worker (CPUs are reused when there are more workers).
+
+    ``avoid``: CPUs other jobs' workers are pinned to, given out last.
+    """
+    return plan_workers(machine_topology(), n_workers, policy=policy, avoid=avoid)
+
+
+def describe_cpus(placements: list[WorkerPlacement], taken: dict[int, int]) -> str:
+    """The start-up line's account of where the workers run and what was avoided."""
+    from hogwild.numa.topology import format_cpulist
+
+    cpus = [p.cpu for p in placements]
+    text = f"workers on CPUs {', '.join(map(str, cpus))}"
+    if taken:
+        shared = set(cpus) & set(taken)
+        text += f" (CPUs {format_cpulist(set(taken))} are taken by another hogwild job's workers"
+        text += f"; sharing {format_cpulist(shared)}: no free CPU left)" if shared else ")"
+    return text

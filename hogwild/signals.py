@@ -1,0 +1,61 @@
+"""Process signals: SIGTERM stops a job as Ctrl-C does, and short windows in which signals wait.
+
+``kill``, systemd, Slurm and Kubernetes stop a process with SIGTERM, whose default action ends
+it at once: no ``finally``, no ``atexit``, so a job's shared memory and workers would be left
+behind. :func:`terminate_as_interrupt` makes SIGTERM raise :class:`~hogwild.errors.Terminated`
+(a ``KeyboardInterrupt``) in the main thread instead, so it takes the same cleanup path as
+Ctrl-C; the CLI exits with 143 (128 + SIGTERM) after it.
+
+A resource must be recorded by its owner in the same instant it comes to exist, or a signal
+arriving in between leaks it. :func:`deferred_signals` blocks SIGINT and SIGTERM (the kernel
+holds them pending) across such a window; they are delivered, and raise, right after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+from hogwild.errors import Terminated
+
+DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+
+def install_terminate_handler() -> None:
+    """Make SIGTERM raise :class:`~hogwild.errors.Terminated` in this (main) thread from now on."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While inside, SIGTERM raises :class:`~hogwild.errors.Terminated` (main thread only).
+
+    A handler the program installed itself is left alone; the previous one is restored on exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        yield
+        return
+    install_terminate_handler()
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Hold SIGINT and SIGTERM pending while inside (this thread); they arrive right after."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -1,0 +1,163 @@
+"""The trainer's worker processes as one gang: start, command, listen, watch, stop.
+
+Invariants: every blocking wait is bounded. A worker that cannot start in ``READY_TIMEOUT_S``,
+that died, or that is alive but shows no heartbeat for ``stall_s`` seconds is an error naming it
+(:class:`~hogwild.errors.WorkerDiedError`, :class:`~hogwild.errors.WorkerStalledError`), never a
+hang; and :meth:`WorkerGang.stop` leaves no process and no queue behind, whatever state the gang
+is in (asked to stop, then terminated, then killed: a stopped process dies of SIGKILL too).
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from hogwild.errors import DataError, HogwildError, WorkerDiedError, WorkerStalledError
+from hogwild.training.messages import DataFailed, Failed, Ready, Stop
+
+READY_TIMEOUT_S = 300.0  # a worker that cannot load its kernels in this long is broken
+POLL_S = 0.1
+STOP_TIMEOUT_S = 5.0
+
+
+class WorkerGang:
+    """Worker processes, one command queue each, and one queue of their answers.
+
+    Args:
+        context: A multiprocessing context (spawn or forkserver).
+        kept_checkpoint: The checkpoint directory, named in the error when a worker dies.
+        heartbeats: A view of the workers' heartbeat column in the arena (seconds of the
+            monotonic clock), or None to watch only for deaths.
+        stall_s: Seconds without a heartbeat after which a live worker counts as stuck.
+    """
+
+    def __init__(
+        self,
+        context,
+        kept_checkpoint: str = "",
+        heartbeats: np.ndarray | None = None,
+        stall_s: float = 120.0,
+    ):
+        self.context = context
+        self.kept_checkpoint = kept_checkpoint
+        self.heartbeats = heartbeats
+        self.stall_s = stall_s
+        self.processes: list = []
+        self.commands: list = []
+        self.results = None
+
+    def start(self, n: int, target, setup_of: Callable[[int], object]) -> list[Ready]:
+        """Start ``n`` workers running ``target(setup_of(i), commands, results)``; wait for all.
+
+        Returns:
+            Each worker's :class:`~hogwild.training.messages.Ready`, by worker.
+        """
+        self.results = self.context.Queue()
+        for worker in range(n):
+            commands = self.context.Queue()
+            process = self.context.Process(
+                target=target,
+                name=f"hogwild-worker-{worker}",
+                args=(setup_of(worker), commands, self.results),
+                daemon=True,
+            )
+            process.start()
+            self.commands.append(commands)
+            self.processes.append(process)
+        ready: dict[int, Ready] = {}
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(ready) < n:
+            message = self.next_message("starting", deadline)
+            if isinstance(message, Ready):
+                ready[message.worker] = message
+        return [ready[w] for w in range(n)]
+
+    def send(self, worker: int, command) -> None:
+        self.commands[worker].put(command)
+
+    def next_message(self, doing: str, deadline: float | None = None, idle=None):
+        """The next answer; raises if a worker died, failed or stalled, or the deadline passed.
+
+        ``idle`` is called between polls (the progress line).
+        """
+        while True:
+            message = self.poll(doing, POLL_S)
+            if message is not None:
+                return message
+            if deadline is not None and time.monotonic() > deadline:
+                raise HogwildError(f"workers did not become ready within {READY_TIMEOUT_S:.0f} s")
+            if idle is not None:
+                idle()
+
+    def poll(self, doing: str, timeout: float):
+        """The next answer within ``timeout`` seconds (None if none came); raises if a worker
+        died, failed or stalled."""
+        try:
+            message = self.results.get(timeout=timeout)
+        except queue.Empty:
+            self._check(doing)
+            return None
+        if isinstance(message, Failed):
+            raise WorkerDiedError(
+                f"worker {message.worker} failed while {doing}:\n{message.traceback}"
+            )
+        if isinstance(message, DataFailed):  # a bad record, say: the user's input, one line
+            raise DataError(f"worker {message.worker}, while {doing}: {message.message}")
+        return message
+
+    def _kept(self) -> str:
+        if not self.kept_checkpoint:
+            return ""
+        return f" and the last checkpoint in {self.kept_checkpoint} is kept"
+
+    def _check(self, doing: str) -> None:
+        for worker, process in enumerate(self.processes):
+            code = process.exitcode
+            if code is None:
+                continue
+            how = (
+                f"was killed by {signal.Signals(-code).name}"
+                if code < 0 and -code in signal.valid_signals()
+                else f"exited with code {code}"
+            )
+            raise WorkerDiedError(
+                f"worker {worker} (pid {process.pid}) {how} while {doing}; the job is stopped"
+                + self._kept()
+            )
+        if self.heartbeats is None:
+            return
+        now = time.monotonic()
+        for worker, beat in enumerate(self.heartbeats):
+            if beat > 0 and now - beat > self.stall_s:
+                raise WorkerStalledError(
+                    f"worker {worker} (pid {self.processes[worker].pid}) is alive but showed no "
+                    f"progress for {now - beat:.0f} s while {doing} (stopped, or stuck; "
+                    f"train.stall_s = {self.stall_s:g}); the job is stopped" + self._kept()
+                )
+
+    def stop(self) -> None:
+        """Ask every worker to leave, then terminate and kill the ones that do not; close queues."""
+        for commands, process in zip(self.commands, self.processes, strict=False):
+            if process.is_alive():
+                try:
+                    commands.put(Stop())
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+        for q in [*self.commands, self.results]:
+            if q is not None:
+                q.close()
+                q.join_thread()
