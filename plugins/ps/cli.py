@@ -1,0 +1,275 @@
+"""``hogwild ps``: serve parameters, show a server's status, make CURVE keys.
+
+Registered through the entry point ``hogwild.commands: ps`` (the engine's CLI calls
+:func:`register` with its subparsers)::
+
+    hogwild ps serve [--config JOB.toml] [--job NAME] [--bind HOST] [--port P]
+                     [--servers H:P,H:P,...] [--index I] [--node N] [--threads T]
+                     [--store DIR] [--rule sgd|momentum|adagrad|staleness] [--keys DIR]
+                     [--recv inplace|pool] [--ack applied|queued] [--section.key=value ...]
+    hogwild ps status HOST:PORT [--json] [--keys DIR] [--timeout S]
+    hogwild ps keys DIR
+
+``serve`` builds the job's network (``hogwild.model.network.build_network``) to know the
+parameter count and the fully connected layers, initialises the parameters as the trainer does
+(``model.init`` with ``train.seed``: a replica starting from the same config starts from the same
+weights), recovers what ``--store`` holds, and serves until SIGTERM or Ctrl-C, which stop it after
+a final flush (exit 143 or 0). Once it accepts requests it prints one line to stderr,
+``hogwild ps: serving JOB (...) on HOST:PORT``, for launchers and tests to wait for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import sys
+import threading
+
+from hogwild.errors import HogwildError
+
+__all__ = ["register"]
+
+DEFAULT_PORT = 5570
+SWITCH_INTERVAL_S = 2e-4
+"""The server's network and update threads share one GIL and hand it back and forth for every
+message; Python's default 5 ms switch interval lets a thread that wants it wait that long."""
+
+
+def register(subparsers) -> None:
+    """Add ``hogwild ps`` and its subcommands."""
+    ps = subparsers.add_parser("ps", help="Adam's parameter server: serve, status, keys")
+    sub = ps.add_subparsers(dest="ps_command", required=True)
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve a job's parameters",
+        description="Serve a job's parameters (Adam section 3.3) until SIGTERM or Ctrl-C.",
+    )
+    serve.add_argument("--config", help="the job's TOML config (default: the bundled one)")
+    serve.add_argument("--job", help="the job's name (default: the config file's stem)")
+    serve.add_argument("--bind", default=None, help="host to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--servers", help="every server of the job, H:P,H:P (default ps.servers)")
+    serve.add_argument("--index", type=int, help="this server's position in --servers")
+    serve.add_argument("--node", type=int, help="NUMA node: pin update threads, place shards")
+    serve.add_argument("--threads", type=int, default=0, help="update threads (0: one per CPU)")
+    serve.add_argument("--store", help="LMDB directory for delayed persistence")
+    serve.add_argument("--rule", choices=["sgd", "momentum", "adagrad", "staleness"])
+    serve.add_argument("--keys", help="CURVE key directory (required beyond loopback)")
+    serve.add_argument("--recv", choices=["inplace", "pool"], default="inplace")
+    serve.add_argument("--ack", choices=["queued", "applied"], default="queued")
+    serve.set_defaults(run=_serve, overrides_ok=True)
+
+    status = sub.add_parser("status", help="a server's shards, versions, rates and windows")
+    status.add_argument("address", metavar="HOST:PORT")
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    status.add_argument("--keys", help="CURVE key directory")
+    status.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    status.set_defaults(run=_status)
+
+    keys = sub.add_parser("keys", help="make CURVE keys for servers and clients")
+    keys.add_argument("directory", metavar="DIR")
+    keys.set_defaults(run=_keys)
+
+
+# ---------------------------------------------------------------------- serve
+
+
+def _serve(args) -> int:
+    import numpy as np
+    from hogwild_plugins.ps.layout import ModelGeometry, job_name
+    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+
+    from hogwild.config import load_config, ps_update_rule
+    from hogwild.model.init import initialise
+    from hogwild.model.network import build_network
+
+    config = load_config(args.config, getattr(args, "overrides", None) or None)
+    fcs = [layer for layer in config.model.layers if layer.type == "fc"]
+    network = build_network(config.model, fcs[-1].units if fcs else 10)
+    initial = np.empty(network.n_params, np.float32)
+    initialise(network, initial, config.model.init, config.model.init_scale, config.train.seed)
+    servers, index, bind = _placement(args, tuple(config.ps.servers))
+    ps = config.ps
+    rule, lr = ps_update_rule(dataclasses.replace(ps, rule=args.rule) if args.rule else ps)
+    options = ServerOptions(
+        job=job_name(config.origin, args.job),
+        servers=servers,
+        index=index,
+        bind=bind,
+        rule=rule,
+        lr=lr,
+        momentum=ps.momentum,
+        staleness_decay=ps.staleness_decay,
+        max_staleness=ps.max_staleness,
+        adagrad_eps=ps.adagrad_eps,
+        shard_kib=ps.shard_kib,
+        buckets=ps.buckets,
+        threads=args.threads,
+        node=args.node,
+        store=args.store,
+        flush_s=ps.flush_s,
+        keys=args.keys or ps.keys or None,
+        recv=args.recv,
+        ack=args.ack,
+    )
+    cpus = _node_cpus(args.node)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    server = ParameterServer(ModelGeometry.from_network(network), options, initial)
+    stop, received = threading.Event(), []
+
+    def on_signal(signum, frame) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        address = server.start(cpus)
+        layout = server.layout
+        print(
+            f"hogwild ps: serving {options.job} ({layout.n_params:,} parameters, "
+            f"{len(server.shards)} of {layout.n_shards} shards in "
+            f"{len(set(map(layout.bucket_of, (s.index for s in server.shards))))} of "
+            f"{layout.n_buckets} buckets, rule {options.rule}, {server.engine.n_threads} update "
+            f"thread(s){', store ' + options.store if options.store else ''}) on {address}",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            if not server.router.alive:
+                raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
+    finally:
+        flushed = server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    how = "final flush written" if options.store and flushed else "no store"
+    if options.store and not flushed:
+        how = "FINAL FLUSH FAILED"
+    print(f"hogwild ps: stopped ({how})", file=sys.stderr, flush=True)
+    if options.store and not flushed:
+        return 1
+    return 143 if signal.SIGTERM in received else 0
+
+
+def _placement(args, configured: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:
+    """The job's server list, this server's index in it, and the address to bind."""
+    from hogwild.net.address import LOOPBACK, parse_address
+
+    listed = tuple(s.strip() for s in args.servers.split(",") if s.strip()) if args.servers else ()
+    servers = listed or configured
+    host = args.bind or LOOPBACK
+    if not servers:
+        port = DEFAULT_PORT if args.port is None else args.port
+        address = parse_address(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return (str(address),), 0, str(address)
+    index = args.index
+    if index is None:
+        if args.port is None:
+            raise HogwildError(
+                f"{len(servers)} servers are listed ({', '.join(servers)}): say which one this "
+                "is with --index I (or --port P matching one of them)"
+            )
+        ports = [parse_address(s).port for s in servers]
+        if ports.count(args.port) != 1:
+            raise HogwildError(
+                f"--port {args.port} matches {ports.count(args.port)} of the listed servers "
+                f"({', '.join(servers)}); give --index I"
+            )
+        index = ports.index(args.port)
+    if not 0 <= index < len(servers):
+        raise HogwildError(f"--index {index}: there are {len(servers)} servers")
+    port = parse_address(servers[index]).port if args.port is None else args.port
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return servers, index, bind
+
+
+def _node_cpus(node: int | None) -> set[int] | None:
+    if node is None:
+        return None
+    from hogwild.numa.topology import read_topology
+
+    topology = read_topology()
+    for n in topology.nodes:
+        if n.node == node and n.cpus:
+            return set(n.cpus)
+    known = ", ".join(str(n.node) for n in topology.nodes if n.cpus)
+    raise HogwildError(f"--node {node}: no such NUMA node with CPUs here (nodes: {known})")
+
+
+# ---------------------------------------------------------------------- status, keys
+
+
+def _status(args) -> int:
+    from hogwild.net.channel import Peers
+    from hogwild.net.wire import Header, MsgType
+
+    with Peers(
+        [args.address], sender=0, timeout_s=args.timeout, retries=1, keys=args.keys
+    ) as peers:
+        header, frames = peers.request(0, Header(MsgType.STATUS))
+    text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
+    if header.type == MsgType.ERROR:
+        raise HogwildError(f"parameter server {args.address}: {text}")
+    if header.type != MsgType.JSON:
+        raise HogwildError(f"parameter server {args.address}: no status in its reply")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HogwildError(f"parameter server {args.address}: bad status JSON ({exc})") from exc
+    print(json.dumps(data) if args.json else format_status(data))
+    return 0
+
+
+def format_status(s: dict) -> str:
+    """A server's status as a few readable lines."""
+    shards = s.get("shards", [])
+    lines = [
+        f"server {s.get('server')} of {len(s.get('servers', []))} (job {s.get('job')}) at "
+        f"{s.get('address')}: rule {s.get('rule')}, {s.get('n_params', 0):,} parameters in "
+        f"{s.get('n_shards')} shards, {s.get('n_buckets')} buckets; up {s.get('uptime_s')} s",
+        f"  buckets held: {' '.join(map(str, s.get('buckets', [])))} "
+        f"(map version {s.get('map_version')})",
+        f"  update threads: {s.get('threads')}, queue depths {s.get('queue_depths')}; "
+        f"{s.get('requests_per_s', 0):,.0f} requests/s, {s.get('updates_per_s', 0):,.0f} "
+        f"updates/s ({s.get('applied_requests', 0):,} requests, {s.get('batches', 0):,} batches)",
+    ]
+    for sh in shards[:16]:
+        flushed = "-" if sh.get("flushed") is None else sh.get("flushed")
+        lines.append(
+            f"  shard {sh.get('shard')} (bucket {sh.get('bucket')}): version {sh.get('version')},"
+            f" applied {sh.get('applied')}, flushed {flushed}"
+        )
+    if len(shards) > 16:
+        lines.append(f"  ... and {len(shards) - 16} more shards")
+    hist = ", ".join(f"{k}: {v}" for k, v in s.get("staleness_histogram", {}).items()) or "none"
+    lines.append(
+        f"  staleness: {hist}; refused {s.get('refused_stale')}, basis ahead {s.get('basis_ahead')}"
+    )
+    window = s.get("loss_window")
+    if window:
+        lines.append(
+            f"  loss window: {window.get('seconds')} s, {window.get('updates')} updates since the "
+            f"last flush ({window.get('flushes')} flushes"
+            f"{'; ERROR ' + window['error'] if window.get('error') else ''})"
+        )
+    else:
+        lines.append("  loss window: no store (everything since the start)")
+    errors = ", ".join(f"{k} {v}" for k, v in s.get("errors", {}).items()) or "none"
+    lines.append(
+        f"  requests received {s.get('received')}, duplicates {s.get('duplicates')}, "
+        f"errors: {errors}"
+    )
+    return "\n".join(lines)
+
+
+def _keys(args) -> int:
+    from hogwild.net.auth import make_keys
+
+    root = make_keys(args.directory)
+    print(
+        f"hogwild ps: CURVE keys in {root}: server.key(_secret), client.key(_secret), "
+        f"authorized/client.key. Copy the directory to every machine of the job and pass "
+        f"--keys {root} (or set ps.keys)"
+    )
+    return 0

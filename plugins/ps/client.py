@@ -1,0 +1,400 @@
+"""A replica's (or a worker's, or a coordinator's) connection to every parameter server of a job.
+
+:class:`PSClient` asks each server for its layout (``HELLO``), checks that they agree with each
+other and with the order the client lists them in, and routes every request by the bucket map:
+a push or pull of a range is cut into one message per shard piece, all of them sent at once
+(pipelined, at most ``window`` in flight per server) and awaited together. Arrays go out without
+copies (the caller's buffer must not change until the call returns, which it does only once every
+server acknowledged); pulled shards are received straight into the caller's buffer.
+
+Two update APIs (Adam 3.2.6): :meth:`PSClient.push_deltas` (accumulated weight deltas of any
+ranges) and :meth:`PSClient.push_vectors` (a fully connected layer's k activation and k error
+vectors, from which each server forms and applies the update of its rows: k(M+N) floats on the
+wire instead of MN). Both return the shards' versions; a push refused as too stale
+(``ps.max_staleness``) is counted in :attr:`PSClient.refused`, not raised (a replica goes on).
+
+Vector operations (:meth:`~PSClient.vector_op` and the ``dot``/``axpy``/``scale``/``copy``/
+``mul``/``fill`` shortcuts) run on every shard at once on named vectors that live beside the
+parameters (``"params"`` names the parameters themselves); ``dot`` returns the sum of the shards'
+partial results, computed here, so a coordinator (issue 13) only ever moves scalars.
+
+One thread at a time uses a client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
+from hogwild_plugins.ps.layout import LayoutError, ShardLayout
+
+from hogwild.errors import HogwildError
+from hogwild.net.channel import Peers, ProtocolError, Request
+from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, job_id
+
+__all__ = ["PSClient", "PSRequestError"]
+
+MAX_JSON_BYTES = 4 << 20
+
+
+class PSRequestError(HogwildError):
+    """A server refused a request (the message is the server's, with its address)."""
+
+    def __init__(self, address: str, code: int, message: str) -> None:
+        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+        super().__init__(f"parameter server {address}: {name}: {message}")
+        self.address, self.code = address, code
+
+
+class PSClient:
+    """One client's connection to every parameter server of a job.
+
+    Args:
+        servers: Every server of the job, ``HOST:PORT``, in the job's order.
+        job: The job's name (the servers must serve the same one).
+        client_id: This client's id (distinct per replica and worker).
+        timeout_s, retries: Per request: seconds before it is sent again, and how many times.
+        keys: CURVE key directory (servers beyond loopback).
+        window: Requests in flight per server.
+
+    Attributes:
+        layout: Shards, buckets and the map (from the servers, checked against each other).
+        versions: uint64 [n_shards]: the latest version seen of every shard.
+        refused: Pushes refused as too stale, in total.
+
+    Raises:
+        PeerUnreachableError: A server did not answer. LayoutError: the servers disagree.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        job: str,
+        *,
+        client_id: int,
+        timeout_s: float = 5.0,
+        retries: int = 3,
+        keys: str | None = None,
+        window: int = 64,
+    ) -> None:
+        self.job, self.job_id = job, job_id(job)
+        self.peers = Peers(
+            list(servers),
+            sender=client_id,
+            timeout_s=timeout_s,
+            retries=retries,
+            keys=keys,
+            window=window,
+        )
+        try:
+            self.layout = self._hello()
+        except BaseException:
+            self.peers.close()
+            raise
+        self.versions = np.zeros(self.layout.n_shards, np.uint64)
+        self.refused = 0
+
+    # ------------------------------------------------------------------ layout
+
+    def _hello(self) -> ShardLayout:
+        layouts = []
+        for i, address in enumerate(self.peers.addresses):
+            data = self._json(i, MsgType.HELLO)
+            where = f"parameter server {address}"
+            layout = ShardLayout.from_description(data.get("layout"), where)
+            if data.get("server") != i:
+                raise LayoutError(
+                    f"{where} says it is server {data.get('server')} of job {self.job!r}, but is "
+                    f"listed as server {i}: list the servers in the job's order"
+                )
+            if len(layout.servers) != len(self.peers.addresses):
+                raise LayoutError(
+                    f"{where} serves a job of {len(layout.servers)} servers, "
+                    f"{len(self.peers.addresses)} are listed here"
+                )
+            layouts.append(layout)
+        for i, layout in enumerate(layouts[1:], 1):
+            if layout.describe() | {"servers": []} != layouts[0].describe() | {"servers": []}:
+                raise LayoutError(
+                    f"parameter servers {self.peers.addresses[0]} and {self.peers.addresses[i]} "
+                    "disagree about the layout (parameters, shards, buckets or map)"
+                )
+        return layouts[0]
+
+    def _json(self, server: int, kind: MsgType) -> dict:
+        header, frames = self.peers.request(server, Header(kind, job=self.job_id))
+        self._raise_error(server, header, frames)
+        if header.type != MsgType.JSON or len(frames) != 1:
+            raise ProtocolError(f"server {self.peers.addresses[server]}: no JSON reply to {kind}")
+        raw = memoryview(frames[0])
+        if raw.nbytes > MAX_JSON_BYTES:
+            raise ProtocolError(f"server {self.peers.addresses[server]}: a JSON reply over 4 MiB")
+        try:
+            data = json.loads(bytes(raw))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"server {self.peers.addresses[server]}: bad JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ProtocolError(f"server {self.peers.addresses[server]}: JSON is not an object")
+        return data
+
+    def _raise_error(self, server: int, header: Header, frames: list) -> None:
+        if header.type == MsgType.ERROR:
+            text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
+            raise PSRequestError(str(self.peers.addresses[server]), header.code, text)
+
+    # ------------------------------------------------------------------ requests
+
+    def _run(self, requests: list[Request]) -> None:
+        """Exchange ``requests``; count refusals, track versions, raise the first error."""
+        errors: list[tuple[int, Header, list]] = []
+
+        def wrap(req: Request):
+            then = req.on_reply
+
+            def on_reply(header: Header, frames: list) -> None:
+                if header.type == MsgType.ERROR:
+                    if header.code == ErrorCode.STALE:
+                        self.refused += 1
+                    else:
+                        errors.append((req.server, header, frames))
+                    return
+                shard = req.header.target
+                if header.version > self.versions[shard]:
+                    self.versions[shard] = header.version
+                if then is not None:
+                    then(header, frames)
+
+            return on_reply
+
+        for req in requests:
+            req.on_reply = wrap(req)
+        self.peers.exchange(requests)
+        if errors:
+            server, header, frames = errors[0]
+            self._raise_error(server, header, frames)
+
+    def _check_vector(self, array: np.ndarray, what: str) -> np.ndarray:
+        if (
+            not isinstance(array, np.ndarray)
+            or array.dtype != np.float32
+            or array.shape != (self.layout.n_params,)
+            or not array.flags.c_contiguous
+        ):
+            raise HogwildError(
+                f"{what} must be a contiguous float32 vector of {self.layout.n_params} "
+                f"parameters, got {getattr(array, 'dtype', type(array))} "
+                f"{getattr(array, 'shape', '')}"
+            )
+        return array
+
+    def _pieces(self, kind: MsgType, array: np.ndarray, basis, ranges) -> list[Request]:
+        out = []
+        for shard, lo, hi in self.layout.cut(ranges):
+            shard_lo = self.layout.shard_range(shard)[0]
+            flags, version = (NO_BASIS, 0) if basis is None else (0, int(basis[shard]))
+            header = Header(
+                kind,
+                job=self.job_id,
+                target=shard,
+                version=version,
+                flags=flags,
+                offset=lo - shard_lo,
+                shape=(hi - lo,),
+                dtype=DType.FLOAT32,
+                frames=1,
+            )
+            out.append(Request(self.layout.server_of(shard), header, [array[lo:hi]]))
+        return out
+
+    def push_deltas(
+        self,
+        delta: np.ndarray,
+        basis: np.ndarray | None = None,
+        ranges: Sequence[tuple[int, int]] | None = None,
+    ) -> np.ndarray:
+        """Push ``delta[start:stop]`` for each range (default: all), cut by shard, pipelined.
+
+        Args:
+            delta: float32 [n_params], a replica's change (``copy - base``).
+            basis: uint64 [n_shards]: the versions the delta was computed against (None: no
+                staleness accounting).
+            ranges: ``(start, stop)`` pairs of global offsets.
+
+        Returns:
+            uint64 [n_shards]: the latest versions (:attr:`versions`), once every server
+            acknowledged.
+        """
+        self._check_vector(delta, "delta")
+        self._run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges))
+        return self.versions.copy()
+
+    def assign(
+        self, values: np.ndarray, ranges: Sequence[tuple[int, int]] | None = None
+    ) -> np.ndarray:  # noqa: E501
+        """Overwrite the parameters in ``ranges`` (default: all) with ``values`` (a restore)."""
+        self._check_vector(values, "values")
+        self._run(self._pieces(MsgType.ASSIGN, values, None, ranges))
+        return self.versions.copy()
+
+    def push_vectors(
+        self,
+        layer: int,
+        activations: np.ndarray,
+        errors: np.ndarray,
+        lr: float,
+        basis: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """API (b): the servers apply ``W += -lr * sum_i errors[i] (outer) activations[i]``.
+
+        Args:
+            layer: Index of a fully connected layer in the model's layer list.
+            activations: float32 [k, M] input activations.
+            errors: float32 [k, N] output errors (dL/dz).
+            lr: The replica's learning rate.
+            basis: As for :meth:`push_deltas`.
+
+        Returns:
+            uint64 [n_shards]: the latest versions.
+        """
+        fc = self.layout.fc(layer)
+        if fc is None:
+            known = [f.layer for f in self.layout.fc_layers]
+            raise HogwildError(f"layer {layer} is not a fully connected layer (those are {known})")
+        a = np.ascontiguousarray(activations, np.float32)
+        e = np.asarray(errors, np.float32)
+        if a.ndim != 2 or e.ndim != 2 or a.shape != (e.shape[0], fc.n_in) or e.shape[1] != fc.n_out:
+            raise HogwildError(
+                f"layer {layer} needs activations [k, {fc.n_in}] and errors [k, {fc.n_out}], "
+                f"got {a.shape} and {e.shape}"
+            )
+        requests = []
+        for shard, lo, hi in self.layout.cut([(fc.offset, fc.offset + fc.size)]):
+            r0, r1 = (lo - fc.offset) // fc.n_in, (hi - 1 - fc.offset) // fc.n_in + 1
+            et = np.ascontiguousarray(e[:, r0:r1].T)
+            flags, version = (NO_BASIS, 0) if basis is None else (0, int(basis[shard]))
+            header = Header(
+                MsgType.PUSH_VECTORS,
+                job=self.job_id,
+                target=shard,
+                aux=layer,
+                version=version,
+                flags=flags,
+                shape=(a.shape[0], fc.n_in, r1 - r0),
+                dtype=DType.FLOAT32,
+                frames=2,
+                a=float(lr),
+            )
+            requests.append(Request(self.layout.server_of(shard), header, [a, et]))
+        self._run(requests)
+        return self.versions.copy()
+
+    def pull(self, into: np.ndarray, shards: Sequence[int] | None = None) -> np.ndarray:
+        """Write the current values of ``shards`` (default: all) into ``into``.
+
+        Returns:
+            uint64 [len(shards)]: the versions of the values written (each pull sees every
+            push this client made before it).
+        """
+        self._check_vector(into, "into")
+        wanted = list(range(self.layout.n_shards)) if shards is None else list(shards)
+        requests, bad = [], []
+        for shard in wanted:
+            if not 0 <= shard < self.layout.n_shards:
+                raise HogwildError(f"shard {shard}: the job has {self.layout.n_shards} shards")
+            lo, hi = self.layout.shard_range(shard)
+            view = into[lo:hi]
+
+            def sink(h: Header, view=view):
+                return [view] if h.shape == (view.size,) and h.offset == 0 else None
+
+            def check(h: Header, frames: list, view=view, shard=shard) -> None:
+                if h.type == MsgType.DATA and (h.shape != (view.size,) or frames[0] is not view):
+                    bad.append(f"shard {shard}: a reply of {h.shape} at offset {h.offset}")
+
+            header = Header(MsgType.PULL, job=self.job_id, target=shard)
+            requests.append(
+                Request(self.layout.server_of(shard), header, on_reply=check, sink=sink)
+            )
+        self._run(requests)
+        if bad:
+            raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
+        return self.versions[wanted].copy()
+
+    # ------------------------------------------------------------------ vector operations
+
+    def vector_op(
+        self, op: str, *names: str, alpha: float = 0.0, shards: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Run ``op`` on named vectors on every shard (default: all); the per-shard results.
+
+        Operations: ``dot(x, y)``, ``axpy(x, y)`` (y += alpha x), ``scale(x)`` (x *= alpha),
+        ``copy(x, y)`` (y = x), ``mul(x, y, z)`` (z = x * y), ``fill(x)`` (x = alpha). A vector
+        is created (zeros) the first time it is named; ``"params"`` is the parameters (an
+        operation that writes them is a new version of each shard).
+
+        Returns:
+            float64 [len(shards)]: each shard's result (``dot``'s partial sums; 0 otherwise).
+        """
+        code = VECTOR_OPS.get(op)
+        if code is None or len(names) != OP_OPERANDS[code]:
+            raise HogwildError(
+                f"vector operation {op!r} with {len(names)} names: expected one of "
+                f"{ {k: OP_OPERANDS[v] for k, v in VECTOR_OPS.items()} } (name counts)"
+            )
+        text = ",".join(names).encode("ascii")
+        wanted = list(range(self.layout.n_shards)) if shards is None else list(shards)
+        results = np.zeros(len(wanted), np.float64)
+        requests = []
+        for i, shard in enumerate(wanted):
+            header = Header(
+                MsgType.VECTOR_OP,
+                job=self.job_id,
+                target=shard,
+                code=code,
+                a=float(alpha),
+                dtype=DType.UINT8,
+                shape=(len(text),),
+                frames=1,
+            )
+
+            def store(h: Header, frames: list, i=i) -> None:
+                results[i] = h.a
+
+            requests.append(Request(self.layout.server_of(shard), header, [text], store))
+        self._run(requests)
+        return results
+
+    def dot(self, x: str, y: str) -> float:
+        return float(self.vector_op("dot", x, y).sum())
+
+    def axpy(self, alpha: float, x: str, y: str) -> None:
+        self.vector_op("axpy", x, y, alpha=alpha)
+
+    def scale(self, alpha: float, x: str) -> None:
+        self.vector_op("scale", x, alpha=alpha)
+
+    def copy(self, x: str, y: str) -> None:
+        self.vector_op("copy", x, y)
+
+    def mul(self, x: str, y: str, z: str) -> None:
+        self.vector_op("mul", x, y, z)
+
+    def fill(self, x: str, alpha: float) -> None:
+        self.vector_op("fill", x, alpha=alpha)
+
+    # ------------------------------------------------------------------ control
+
+    def status(self) -> list[dict]:
+        """Every server's counters (see ``hogwild ps status``)."""
+        return [self._json(i, MsgType.STATUS) for i in range(len(self.peers.addresses))]
+
+    def close(self) -> None:
+        self.peers.close()
+
+    def __enter__(self) -> PSClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

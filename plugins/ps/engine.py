@@ -1,0 +1,455 @@
+"""Update threads: they own the shards, apply queued work in order, and answer through repliers.
+
+Each shard belongs to one update thread (shard ``i`` of the server to thread ``i mod T``). The
+network thread (or a benchmark, or the flusher) submits :class:`Work`: the work object goes into a
+slot of a fixed table and the slot's number into the owning thread's lock-free queue
+(:class:`hogwild.shm.queue.MPMCQueue`, Vyukov's bounded ring), whose free slots are themselves
+an MPMC queue: no lock on the path. A thread drains up to :data:`MAX_BATCH` items at a time; the
+deltas queued for one shard are applied together by :func:`~hogwild_plugins.ps.kernels.apply_deltas`
+block by cache-sized block (Adam 3.3.1's opportunistic batching), the rest one by one in order:
+pulls see every change queued before them (a client that pushed and then pulls sees its push).
+
+Threads pin themselves to their CPUs (the ``--node``'s) before touching their shards, so the
+first touch puts the shards' pages on that node (or ``bind_memory`` already did, with libnuma).
+
+A :class:`SnapshotRound` asks every thread for copies of its shards changed since the last round
+(values, rule state, applied version), taken between two updates: the flusher writes those.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from hogwild_plugins.ps import kernels
+from hogwild_plugins.ps.layout import FcLayer
+from numba import njit
+
+from hogwild.net.wire import DType, ErrorCode, Header, MsgType
+from hogwild.numa.pinning import pin_to_cpus
+from hogwild.shm.queue import MPMCQueue, queue_try_get, queue_try_put, queue_words
+
+__all__ = ["Kind", "Shard", "SnapshotRound", "UpdateEngine", "Work"]
+
+MAX_BATCH = 64
+IDLE_WAIT_S = 0.05
+
+
+@njit(cache=True)
+def _put(q, value):
+    """Append to the queue at address ``q`` (keeps the GIL: see :func:`_get`)."""
+    return queue_try_put(q, value)
+
+
+@njit(cache=True)
+def _get(q):
+    """Take from the queue at address ``q``: -1 when it is empty.
+
+    Unlike the ``nogil`` queue kernels, these keep the GIL: a call of a few nanoseconds that
+    releases the GIL hands it to another thread and then waits, up to Python's switch interval,
+    to get it back, which is what made the queues slow from Python threads.
+    """
+    ok, value = queue_try_get(q)
+    return value if ok else -1
+
+
+class Kind:
+    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT = range(6)
+
+
+@dataclass
+class Shard:
+    """One shard's memory, owned by one update thread.
+
+    Attributes:
+        index: The shard's number in the job.
+        lo: Its global offset.
+        values: float32 parameters (the thread first-touches them).
+        state: The rule's state (same length; empty for SGD).
+        applied: Version of the last change applied.
+        snapshotted: Version of the last snapshot taken for the store.
+        vectors: Named vectors beside the parameters (vector operations).
+    """
+
+    index: int
+    lo: int
+    values: np.ndarray
+    state: np.ndarray
+    applied: int = 0
+    snapshotted: int = 0
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    thread: int = 0
+    initial: tuple | None = None  # (values, state) copied in at first touch
+
+    def vector(self, name: str) -> np.ndarray:
+        if name == "params":
+            return self.values
+        vec = self.vectors.get(name)
+        if vec is None:
+            vec = self.vectors[name] = np.zeros_like(self.values)
+        return vec
+
+
+@dataclass(slots=True)
+class Work:
+    """One queued piece of work for one shard (see :class:`Kind`)."""
+
+    kind: int
+    local: int
+    header: Header | None = None
+    version: int = 0
+    coef: float = 1.0
+    offset: int = 0
+    length: int = 0
+    data: np.ndarray | None = None
+    a: np.ndarray | None = None
+    et: np.ndarray | None = None
+    fc: FcLayer | None = None
+    r0: int = 0
+    op: int = 0
+    names: tuple[str, ...] = ()
+    alpha: float = 0.0
+    keep: object = None
+    free: Callable[[], None] | None = None
+    acked: bool = False
+
+
+class SnapshotRound:
+    """Copies of the changed shards, collected from every thread (see the module docstring)."""
+
+    def __init__(self, threads: int, full: bool = False) -> None:
+        self.pending, self.full = threads, full
+        self.items: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+        self.applied_updates = 0
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def add(self, items: list, applied_updates: int) -> None:
+        with self._lock:
+            self.items.extend(items)
+            self.applied_updates += applied_updates
+            self.pending -= 1
+            if self.pending == 0:
+                self.done.set()
+
+
+class UpdateEngine:
+    """The update threads of one server and their queues.
+
+    Args:
+        shards: The server's shards (``thread`` is assigned here).
+        rule, lr, mu, eps: The update rule and its factors.
+        threads: Number of update threads.
+        cpus: CPUs the threads pin themselves to (None: no pinning).
+        replier: Makes a thread's replier (None: replies are dropped, as in a benchmark).
+        capacity: Work slots (a power of two); a full table makes ``submit`` refuse.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Shard],
+        *,
+        rule: int,
+        lr: float,
+        mu: float,
+        eps: float,
+        threads: int = 1,
+        cpus: set[int] | None = None,
+        replier: Callable[[], object] | None = None,
+        capacity: int = 4096,
+    ) -> None:
+        self.shards = list(shards)
+        self.rule, self.lr, self.mu, self.eps = rule, lr, mu, eps
+        self.n_threads = max(1, min(threads, len(self.shards) or 1))
+        for i, shard in enumerate(self.shards):
+            shard.thread = i % self.n_threads
+        self.cpus, self._make_replier = cpus, replier
+        self._slots: list[Work | None] = [None] * capacity
+        self._free = MPMCQueue.over(np.zeros(queue_words(capacity), np.int64), capacity)
+        for slot in range(capacity):
+            self._free.try_put(slot)
+        self._free_q = self._free.ref
+        self.queues = [
+            MPMCQueue.over(np.zeros(queue_words(capacity), np.int64), capacity)
+            for _ in range(self.n_threads)
+        ]
+        self._wake = [threading.Event() for _ in range(self.n_threads)]
+        self._stop = threading.Event()
+        self._ready = threading.Barrier(self.n_threads + 1)
+        self._threads: list[threading.Thread] = []
+        self.applied = [0] * self.n_threads  # changes applied
+        self.updated = [0] * self.n_threads  # parameter updates (floats, or MACs for API b)
+        self.batches = [0] * self.n_threads
+        self.failures: list[str] = []
+        self._scratches: list[np.ndarray | None] = [None] * self.n_threads
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the threads; returns once each has pinned itself and touched its shards."""
+        for t in range(self.n_threads):
+            thread = threading.Thread(
+                target=self._run, args=(t,), name=f"hogwild-update-{t}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        self._ready.wait(timeout)
+
+    def submit(self, work: Work) -> bool:
+        """Queue ``work`` for its shard's thread; False when every slot is taken."""
+        slot = self.reserve()
+        if slot is None:
+            return False
+        self.put(slot, work)
+        return True
+
+    def reserve(self) -> int | None:
+        """A free work slot, or None when every one is taken (the caller answers BUSY)."""
+        slot = _get(self._free_q)
+        return None if slot < 0 else slot
+
+    def unreserve(self, slot: int) -> None:
+        _put(self._free_q, slot)
+
+    def put(self, slot: int, work: Work) -> None:
+        """Queue ``work`` in a reserved slot for its shard's thread."""
+        self._slots[slot] = work
+        t = self.shards[work.local].thread
+        _put(self.queues[t].ref, slot)  # never full: it has a cell for every slot
+        self._wake[t].set()
+
+    def snapshot(self, timeout: float = 30.0, full: bool = False) -> SnapshotRound | None:
+        """Copies of the shards changed since the last snapshot (``full``: of every shard).
+
+        None if a thread did not answer in time.
+        """
+        owners = {shard.thread: local for local, shard in enumerate(self.shards)}
+        round_ = SnapshotRound(len(owners), full)
+        if not owners:
+            round_.done.set()  # a server that holds no shard has nothing to write
+        for local in owners.values():
+            deadline = time.monotonic() + timeout
+            while not self.submit(Work(Kind.SNAPSHOT, local, keep=round_)):
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.001)
+        return round_ if round_.done.wait(timeout) else None
+
+    def depths(self) -> list[int]:
+        return [len(q) for q in self.queues]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Apply what is queued, then stop the threads."""
+        self._stop.set()
+        for event in self._wake:
+            event.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # ------------------------------------------------------------------ the update threads
+
+    def _run(self, t: int) -> None:
+        replier = None
+        try:
+            if self.cpus:
+                pin_to_cpus(self.cpus)  # this thread only (Linux: pid 0 is the calling thread)
+            for shard in self.shards:
+                if shard.thread == t:
+                    self._first_touch(shard)
+            replier = self._make_replier() if self._make_replier else None
+        except BaseException as exc:  # noqa: BLE001 - reported in the status
+            self.failures.append(f"update thread {t}: {exc}")
+        finally:
+            self._ready.wait()
+        try:
+            self._loop(t, replier)
+        except BaseException as exc:  # noqa: BLE001
+            self.failures.append(f"update thread {t}: {type(exc).__name__}: {exc}")
+        finally:
+            if replier is not None:
+                replier.close()
+
+    @staticmethod
+    def _first_touch(shard: Shard) -> None:
+        values, state = shard.initial or (None, None)
+        if values is None:
+            shard.values[:] = 0.0
+        else:
+            shard.values[:] = values
+        if shard.state.size:
+            shard.state[:] = 0.0 if state is None else state
+        shard.initial = None
+
+    def _loop(self, t: int, replier) -> None:
+        queue, wake, free = self.queues[t].ref, self._wake[t], self._free_q
+        while True:
+            wake.clear()
+            batch = []
+            while len(batch) < MAX_BATCH:
+                slot = _get(queue)
+                if slot < 0:
+                    break
+                batch.append(self._slots[slot])
+                self._slots[slot] = None
+                _put(free, slot)
+            if not batch:
+                if self._stop.is_set():
+                    return
+                wake.wait(IDLE_WAIT_S)
+                continue
+            self.batches[t] += 1
+            self._process(t, batch, replier)
+
+    def _process(self, t: int, batch: list[Work], replier) -> None:
+        by_shard: dict[int, list[Work]] = {}
+        for work in batch:
+            if work.kind == Kind.SNAPSHOT:
+                for local, items in by_shard.items():
+                    self._apply_shard(t, local, items, replier)
+                by_shard = {}
+                self._snapshot(t, work.keep)
+            else:
+                by_shard.setdefault(work.local, []).append(work)
+        for local, items in by_shard.items():
+            self._apply_shard(t, local, items, replier)
+
+    def _apply_shard(self, t: int, local: int, items: list[Work], replier) -> None:
+        shard = self.shards[local]
+        run: list[Work] = []
+        for work in items:
+            if work.kind == Kind.DELTAS:
+                run.append(work)
+                continue
+            if run:
+                self._apply_deltas(t, shard, run, replier)
+                run = []
+            try:
+                self._apply_one(t, shard, work, replier)
+            except Exception as exc:  # noqa: BLE001 - answer, count, keep serving
+                if work.version:
+                    shard.applied += 1  # the version was given out: keep the count aligned
+                self._fail(work, replier, exc)
+        if run:
+            self._apply_deltas(t, shard, run, replier)
+
+    def _apply_deltas(self, t: int, shard: Shard, run: list[Work], replier) -> None:
+        k = len(run)
+        addrs = np.fromiter((w.data.ctypes.data for w in run), np.int64, k)
+        offsets = np.fromiter((w.offset for w in run), np.int64, k)
+        lengths = np.fromiter((w.length for w in run), np.int64, k)
+        coefs = np.fromiter((w.coef for w in run), np.float32, k)
+        kernels.apply_deltas(
+            self.rule,
+            shard.values,
+            shard.state,
+            addrs,
+            offsets,
+            lengths,
+            coefs,
+            self.lr,
+            self.mu,
+            self.eps,
+            kernels.BLOCK_FLOATS,
+        )
+        shard.applied += k
+        self.applied[t] += k
+        self.updated[t] += int(lengths.sum())
+        for work in run:
+            self._finish(work, replier)
+
+    def _apply_one(self, t: int, shard: Shard, work: Work, replier) -> None:
+        reply = None
+        if work.kind == Kind.VECTORS:
+            fc = work.fc
+            kernels.apply_vectors(
+                self.rule,
+                shard.values,
+                shard.state,
+                shard.lo,
+                fc.offset,
+                fc.n_in,
+                work.r0,
+                work.et,
+                work.a,
+                work.coef,
+                self.lr,
+                self.mu,
+                self.eps,
+                self._scratch(t),
+            )
+            shard.applied += 1
+            self.applied[t] += 1
+            self.updated[t] += work.a.shape[0] * work.length
+        elif work.kind == Kind.ASSIGN:
+            kernels.assign(shard.values, work.offset, work.data)
+            shard.applied += 1
+            self.applied[t] += 1
+        elif work.kind == Kind.PULL:
+            values = shard.values[work.offset : work.offset + work.length].copy()
+            reply = work.header.reply(
+                MsgType.DATA,
+                version=shard.applied,
+                offset=work.offset,
+                dtype=DType.FLOAT32,
+                shape=(work.length,),
+                frames=1,
+            )
+            if replier is not None:
+                replier.send(reply, [values])
+            self._release(work)
+            return
+        elif work.kind == Kind.VECOP:
+            x, y, z = self._operands(shard, work.names)
+            result = kernels.vector_op(work.op, x, y, z, work.alpha)
+            if work.version:
+                shard.applied += 1
+                self.applied[t] += 1
+            reply = work.header.reply(MsgType.ACK, version=shard.applied, a=float(result))
+            if replier is not None:
+                replier.send(reply)
+            self._release(work)
+            return
+        self._finish(work, replier)
+
+    @staticmethod
+    def _operands(shard: Shard, names: tuple[str, ...]):
+        vecs = [shard.vector(n) for n in names]
+        while len(vecs) < 3:
+            vecs.append(vecs[0])
+        return vecs[0], vecs[1], vecs[2]
+
+    def _scratch(self, t: int) -> np.ndarray:
+        scratch = self._scratches[t]
+        if scratch is None:  # made by the thread itself: first touch on its node
+            scratch = self._scratches[t] = np.zeros(kernels.SCRATCH_FLOATS, np.float32)
+        return scratch
+
+    def _finish(self, work: Work, replier) -> None:
+        if not work.acked and replier is not None and work.header is not None:
+            replier.send(work.header.reply(MsgType.ACK, version=work.version))
+        self._release(work)
+
+    @staticmethod
+    def _release(work: Work) -> None:
+        if work.free is not None:
+            work.free()  # pool blocks go back
+        work.keep = work.free = work.data = work.a = work.et = None
+
+    def _fail(self, work: Work, replier, exc: Exception) -> None:
+        self.failures.append(f"{type(exc).__name__}: {exc}")
+        del self.failures[:-20]
+        if replier is not None and work.header is not None:
+            from hogwild.net.router import error_reply
+
+            reply = error_reply(work.header, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            replier.send(reply.header, reply.frames)
+        self._release(work)
+
+    def _snapshot(self, t: int, round_: SnapshotRound) -> None:
+        items = []
+        for shard in self.shards:
+            if shard.thread == t and (round_.full or shard.applied != shard.snapshotted):
+                items.append((shard.index, shard.applied, shard.values.copy(), shard.state.copy()))
+                shard.snapshotted = shard.applied
+        round_.add(items, self.applied[t])

@@ -1,0 +1,495 @@
+"""Adam's parameter server (section 3.3): one process's shards, served over the transport.
+
+A :class:`ParameterServer` holds the shards of its buckets (:mod:`~hogwild_plugins.ps.layout`),
+a :class:`~hogwild.net.router.Router` (the network thread) whose handler it is, an
+:class:`~hogwild_plugins.ps.engine.UpdateEngine` (update threads pinned to ``node``'s CPUs, the
+shards first-touched there), the I/O-free :class:`~hogwild_plugins.ps.shard.ShardBook` (versions,
+staleness, refusals: owned by the network thread), and optionally a
+:class:`~hogwild_plugins.ps.storage.Flusher` writing to an LMDB store.
+
+For each request the network thread checks it (:mod:`~hogwild_plugins.ps.checks`), reserves a
+work slot (none free: a ``BUSY`` reply, the client retries), admits it in the book (its version;
+too stale: a ``STALE`` reply, counted) and queues it for the shard's update thread. With
+``ack = "queued"`` (the default) the network thread acknowledges it right then, with the version
+the book gave it; with ``ack = "applied"`` the update thread does, once it has applied it. The two
+promise the same: the version is decided at admission, each shard's queue is applied in order
+(so any pull sent after the acknowledgement arrived, from any client, sees the update), and
+either way the update lives in the server's memory only until the next flush. "queued" takes
+two thread wake-ups (to the update thread and back) off every push's round trip, which on a
+small virtual machine cost as much as the transfer of a 1 MiB shard; "applied" reports a failure
+to apply (a bug: ``INTERNAL``) to the client that sent the update, and is what replication
+(issue 12) starts from. Control requests (``PING``, ``HELLO``: the layout and map, ``STATUS``:
+counters) are answered on the network thread.
+
+Received arrays are used in place (ZeroMQ's message buffers, no copy: ``recv = "inplace"``, the
+default) or received into blocks of a :class:`~hogwild.shm.pool.BufferPool`
+(``recv = "pool"``: one copy); ``bench/ps.py`` measures both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from hogwild_plugins.ps import checks, kernels
+from hogwild_plugins.ps.blas import limit_blas_threads
+from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
+from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
+from hogwild_plugins.ps.shard import ShardBook
+from hogwild_plugins.ps.storage import Flusher, ShardStore
+
+from hogwild.errors import HogwildError
+from hogwild.net.address import Address, check_bind, parse_address
+from hogwild.net.router import Incoming, Reply, Router
+from hogwild.net.wire import (
+    NO_BASIS,
+    DType,
+    ErrorCode,
+    Header,
+    MsgType,
+    WireError,
+    frame_array,
+    job_id,
+)
+from hogwild.numa.pinning import bind_memory
+
+__all__ = ["ParameterServer", "ServerOptions"]
+
+DATA_TYPES = frozenset(
+    {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.PULL, MsgType.VECTOR_OP, MsgType.ASSIGN}
+)
+RATE_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How one server runs (``[ps]`` of the job config, plus the command line).
+
+    Attributes:
+        job: The job's name (its id goes in every header).
+        servers: Every server of the job, ``HOST:PORT``, in order.
+        index: This server's position in ``servers``.
+        bind: Address to listen on (default: ``servers[index]``).
+        rule, lr, momentum, staleness_decay, max_staleness, adagrad_eps: The update rule.
+        shard_kib, buckets: Sharding (see :mod:`~hogwild_plugins.ps.layout`).
+        threads: Update threads (0: one per CPU of the node, or of this process).
+        node: NUMA node to pin to and allocate on (None: wherever the process runs).
+        store, flush_s: LMDB store directory and seconds between flushes (None: no store).
+        keys: CURVE key directory (required to bind beyond loopback).
+        recv: ``"inplace"`` or ``"pool"`` (see the module docstring).
+        ack: ``"applied"`` or ``"queued"``.
+    """
+
+    job: str
+    servers: tuple[str, ...]
+    index: int = 0
+    bind: str | None = None
+    rule: str = "sgd"
+    lr: float = 1.0
+    momentum: float = 0.9
+    staleness_decay: float = 0.9
+    max_staleness: int = 0
+    adagrad_eps: float = 1e-8
+    shard_kib: int = 1024
+    buckets: int = 0
+    threads: int = 0
+    node: int | None = None
+    store: str | None = None
+    flush_s: float = 2.0
+    keys: str | None = None
+    recv: str = "inplace"
+    ack: str = "queued"
+    extra: dict = field(default_factory=dict)
+
+
+class ParameterServer:
+    """One parameter server (see the module docstring).
+
+    Args:
+        geometry: The model's parameter count and fully connected layers.
+        options: How to serve.
+        initial: The initial parameters (the whole flat vector; None: zeros), used for shards
+            the store does not hold.
+
+    Raises:
+        HogwildError: Bad options, a store that cannot be used, an address that cannot be bound.
+    """
+
+    dedup_types = DATA_TYPES
+    receives_into_buffers = False  # True in pool mode: the router receives frame by frame
+
+    def __init__(
+        self, geometry: ModelGeometry, options: ServerOptions, initial: np.ndarray | None = None
+    ) -> None:
+        if options.rule not in kernels.RULES:
+            raise HogwildError(f"ps.rule {options.rule!r}: expected one of {sorted(kernels.RULES)}")
+        if options.recv not in ("inplace", "pool") or options.ack not in ("applied", "queued"):
+            raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
+        if not 0 <= options.index < len(options.servers):
+            raise HogwildError(
+                f"server index {options.index} is not in the list of {len(options.servers)} servers"
+            )
+        self.options, self.geometry = options, geometry
+        self.job = job_id(options.job)
+        self.layout = ShardLayout.compute(
+            geometry.n_params,
+            options.shard_kib,
+            options.buckets,
+            options.servers,
+            geometry.fc_layers,
+        )
+        self.rule = kernels.RULES[options.rule]
+        self.address = parse_address(options.bind or options.servers[options.index])
+        check_bind(self.address, options.keys)  # before anything is built
+        self.store = None
+        if options.store:
+            self.store = ShardStore(
+                options.store,
+                job=options.job,
+                n_params=geometry.n_params,
+                shard_floats=self.layout.shard_floats,
+                rule=options.rule,
+            )
+        try:
+            self._build_shards(initial)
+        except BaseException:
+            self._close_store()
+            raise
+        self.router: Router | None = None
+        self.engine: UpdateEngine | None = None
+        self.flusher: Flusher | None = None
+        self.pool = None
+        self._handles: dict[int, int] = {}
+        self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
+        self.started_at = time.monotonic()
+
+    def _build_shards(self, initial: np.ndarray | None) -> None:
+        mine = self.layout.shards_of(self.options.index)
+        sizes = {s: self.layout.shard_size(s) for s in mine}
+        states = kernels.STATE_ARRAYS[self.rule]
+        stored = self.store.load(mine, sizes, states) if self.store else {}
+        self.shards: list[Shard] = []
+        self.local: dict[int, int] = {}
+        self._recovered = {shard: record[0] for shard, record in stored.items()}
+        for shard in mine:
+            lo, hi = self.layout.shard_range(shard)
+            values = np.empty(hi - lo, np.float32)  # untouched: the update thread touches it
+            state = np.empty(hi - lo if states else 0, np.float32)
+            if self.options.node is not None:
+                bind_memory(values, self.options.node)
+                if state.size:
+                    bind_memory(state, self.options.node)
+            version, init = 0, (None if initial is None else initial[lo:hi], None)
+            if shard in stored:
+                version, values0, state0 = stored[shard]
+                init = (values0, state0 if states else None)
+            self.local[shard] = len(self.shards)
+            self.shards.append(
+                Shard(shard, lo, values, state, applied=version, snapshotted=version, initial=init)
+            )
+        self.book = ShardBook(
+            {s.index: s.applied for s in self.shards},
+            staleness_rule=self.rule == kernels.RULE_STALENESS,
+            decay=self.options.staleness_decay,
+            max_staleness=self.options.max_staleness,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, cpus: set[int] | None = None) -> Address:
+        """Compile the kernels, start the update threads, the flusher and the network thread.
+
+        Returns:
+            The address it listens on (with the real port when it was 0).
+        """
+        kernels.compile_kernels()
+        limit_blas_threads(1)  # one BLAS thread per update thread (API b's sgemm)
+        try:
+            self.router = Router(self.address, self, keys=self.options.keys)
+            threads = self.options.threads or len(cpus or os.sched_getaffinity(0))
+            self.engine = UpdateEngine(
+                self.shards,
+                rule=self.rule,
+                lr=self.options.lr,
+                mu=self.options.momentum,
+                eps=self.options.adagrad_eps,
+                threads=threads,
+                cpus=cpus,
+                replier=self.router.replier,
+            )
+            if self.options.recv == "pool":
+                self._make_pool()
+                self.receives_into_buffers = True
+            self.engine.start()
+            if self.engine.failures:
+                raise HogwildError(f"update threads failed to start: {self.engine.failures}")
+            if self.store is not None:
+                self.flusher = Flusher(
+                    lambda full: self.engine.snapshot(full=full), self.store, self.options.flush_s
+                )
+                self.flusher.flushed_versions = dict(self._recovered)
+                self.flusher.start()
+            self.address = self.router.start()
+        except BaseException:
+            self.stop(final_flush=False)
+            raise
+        return self.address
+
+    def _make_pool(self) -> None:
+        from hogwild.shm.pool import BufferPool
+
+        largest = max(self.layout.shard_floats * 4, 4 << 20)
+        sizes = [4096 << i for i in range(14) if (4096 << i) <= max(4096, 2 * largest)]
+        self.pool = BufferPool.create({size: 32 for size in sizes})
+        self._largest_block = sizes[-1]
+
+    def stop(self, final_flush: bool = True) -> bool:
+        """Stop serving: the network thread, a final flush (after what is queued), the update
+        threads. True if that flush succeeded (or there is no store)."""
+        flushed = True
+        if self.router is not None:
+            self.router.stop()  # no new requests; what is queued is still applied
+        if self.flusher is not None:
+            flushed = self.flusher.stop(final=final_flush)  # behind the queued updates
+            self.flusher = None
+        if self.engine is not None:
+            self.engine.stop()
+        if self.router is not None:
+            self.router.close()
+            self.router = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        self._close_store()
+        return flushed
+
+    def _close_store(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def __enter__(self) -> ParameterServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ the handler
+
+    def buffers(self, header: Header) -> list | None:
+        if self.pool is None or header.type not in (
+            MsgType.PUSH_DELTAS,
+            MsgType.ASSIGN,
+            MsgType.PUSH_VECTORS,
+        ):
+            return None
+        self._check(header)
+        sizes = [header.shape[0] * 4]
+        if header.type == MsgType.PUSH_VECTORS:
+            k, m, rows = header.shape
+            sizes = [k * m * 4, rows * k * 4]
+        if max(sizes) > self._largest_block:
+            return None  # larger than the pool's blocks: received in place
+        out = []
+        for nbytes in sizes:
+            handle = self.pool.try_allocate(nbytes)
+            if handle is None:
+                self.release(out)
+                raise WireError("receive buffers exhausted; retry", ErrorCode.BUSY)
+            block = self.pool.view(handle)[:nbytes]
+            self._handles[block.ctypes.data] = handle
+            out.append(block)
+        return out
+
+    def release(self, buffers: list) -> None:
+        for block in buffers:
+            handle = self._handles.pop(block.ctypes.data, None)
+            if handle is not None:
+                self.pool.free(handle)
+
+    def _free_later(self, frames: list):
+        if self.pool is None or not frames or not isinstance(frames[0], np.ndarray):
+            return None
+        handles = [self._handles.pop(f.ctypes.data) for f in frames]
+        pool = self.pool
+        return lambda: [pool.free(h) for h in handles]
+
+    def _check(self, header: Header) -> int:
+        if header.job != self.job:
+            raise WireError(
+                f"job id {header.job:#x} is not this server's job {self.options.job!r} "
+                f"({self.job:#x})",
+                ErrorCode.WRONG_JOB,
+            )
+        shard = checks.check_shard(header, self.layout, self.book.holds)
+        size = self.layout.shard_size(shard)
+        if header.type in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
+            checks.check_array(header, 1, 1)
+            checks.check_range(header.offset, header.shape[0], shard, size)
+        elif header.type == MsgType.PUSH_VECTORS:
+            checks.check_array(header, 3, 2)
+        return shard
+
+    def handle(self, request: Incoming) -> Reply | None:
+        header = request.header
+        if header.type in (MsgType.PING, MsgType.STATUS) and header.job in (0, self.job):
+            if header.type == MsgType.PING:
+                return Reply(header.reply(MsgType.ACK, version=self.layout.map.version))
+            return self._json(header, self.status())
+        if header.type == MsgType.HELLO and header.job == self.job:
+            return self._json(header, self.hello())
+        if header.type not in DATA_TYPES:
+            if header.job not in (0, self.job):
+                self._check(header)  # raises WRONG_JOB
+            if header.type == MsgType.HELLO:
+                raise WireError("HELLO needs this server's job id", ErrorCode.WRONG_JOB)
+            raise WireError(
+                f"a server does not take {header.type.name} messages", ErrorCode.UNEXPECTED
+            )
+        shard = self._check(header)
+        local = self.local[shard]
+        work = self._work(header, shard, local, request.frames)
+        slot = self.engine.reserve()
+        if slot is None:
+            raise WireError("the server's queues are full; retry", ErrorCode.BUSY)
+        try:
+            self._admit(header, shard, work)
+        except WireError:
+            self.engine.unreserve(slot)
+            raise
+        work.free = self._free_later(request.frames)
+        work.keep = request.frames
+        ack_now = self.options.ack == "queued" and work.kind in (
+            Kind.DELTAS,
+            Kind.VECTORS,
+            Kind.ASSIGN,
+        )
+        work.acked = ack_now
+        self.engine.put(slot, work)
+        return Reply(header.reply(MsgType.ACK, version=work.version)) if ack_now else None
+
+    def _work(self, header: Header, shard: int, local: int, frames: list) -> Work:
+        lo, hi = self.layout.shard_range(shard)
+        kind = header.type
+        if kind in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
+            data = frame_array(frames[0], DType.FLOAT32, header.shape, "delta")
+            k = Kind.DELTAS if kind == MsgType.PUSH_DELTAS else Kind.ASSIGN
+            return Work(k, local, header, offset=header.offset, length=header.shape[0], data=data)
+        if kind == MsgType.PUSH_VECTORS:
+            fc, r0, length = checks.layer_rows(header, self.geometry, lo, hi)
+            k, m, rows = header.shape
+            a = frame_array(frames[0], DType.FLOAT32, (k, m), "activations")
+            et = frame_array(frames[1], DType.FLOAT32, (rows, k), "errors")
+            return Work(Kind.VECTORS, local, header, fc=fc, r0=r0, a=a, et=et, length=length)
+        if kind == MsgType.PULL:
+            size = hi - lo
+            length = header.aux or size - header.offset
+            if header.frames:
+                raise WireError("PULL takes no frames", ErrorCode.BAD_FRAMES)
+            checks.check_range(header.offset, length, shard, size)
+            return Work(Kind.PULL, local, header, offset=header.offset, length=length)
+        if header.frames != 1 or header.dtype != DType.UINT8:
+            raise WireError("VECTOR_OP takes one frame of names", ErrorCode.BAD_FRAMES)
+        op, names = checks.parse_names(header, frame_array(frames[0], DType.UINT8, header.shape))
+        return Work(Kind.VECOP, local, header, op=op, names=names, alpha=header.a)
+
+    def _admit(self, header: Header, shard: int, work: Work) -> None:
+        if work.kind in (Kind.DELTAS, Kind.VECTORS):
+            basis = None if header.flags & NO_BASIS else header.version
+            decision = self.book.admit(shard, basis)
+            if not decision.accepted:
+                raise WireError(
+                    f"update of shard {shard} computed at version {basis} is "
+                    f"{decision.staleness} versions stale; ps.max_staleness = "
+                    f"{self.options.max_staleness}",
+                    ErrorCode.STALE,
+                )
+            work.version, work.coef = decision.version, decision.coef
+            if work.kind == Kind.VECTORS:
+                work.coef = -header.a * decision.coef
+        elif work.kind == Kind.ASSIGN or (
+            work.kind == Kind.VECOP and checks.writes(work.op, work.names) == "params"
+        ):
+            work.version = self.book.bump(shard)
+
+    def _json(self, header: Header, data: dict) -> Reply:
+        text = json.dumps(data, separators=(",", ":")).encode()
+        reply = header.reply(MsgType.JSON, dtype=DType.UINT8, shape=(len(text),), frames=1)
+        return Reply(reply, [text])
+
+    def tick(self, now: float) -> None:
+        t0, applied0, updated0, _, _ = self._rates
+        if now - t0 >= RATE_EVERY_S and self.engine is not None:
+            applied, updated = sum(self.engine.applied), sum(self.engine.updated)
+            dt = now - t0
+            self._rates = (
+                now,
+                applied,
+                updated,
+                (applied - applied0) / dt,
+                (updated - updated0) / dt,
+            )
+
+    # ------------------------------------------------------------------ control replies
+
+    def hello(self) -> dict:
+        return {
+            "job": self.options.job,
+            "job_id": self.job,
+            "server": self.options.index,
+            "rule": self.options.rule,
+            "layout": self.layout.describe(),
+        }
+
+    def status(self) -> dict:
+        """Counters for ``hogwild ps status`` (plain data)."""
+        engine, router = self.engine, self.router
+        applied = sum(engine.applied) if engine else 0
+        versions = self.book.versions()
+        flushed = self.flusher.flushed_versions if self.flusher else {}
+        held_buckets = sorted({self.layout.bucket_of(s.index) for s in self.shards})
+        return {
+            "job": self.options.job,
+            "server": self.options.index,
+            "address": str(self.address),
+            "servers": list(self.options.servers),
+            "rule": self.options.rule,
+            "n_params": self.layout.n_params,
+            "shard_floats": self.layout.shard_floats,
+            "n_shards": self.layout.n_shards,
+            "n_buckets": self.layout.n_buckets,
+            "map_version": self.layout.map.version,
+            "buckets": held_buckets,
+            "shards": [
+                {
+                    "shard": s.index,
+                    "bucket": self.layout.bucket_of(s.index),
+                    "version": versions[s.index],
+                    "applied": s.applied,
+                    "flushed": flushed.get(s.index),
+                }
+                for s in self.shards
+            ],
+            "threads": engine.n_threads if engine else 0,
+            "queue_depths": engine.depths() if engine else [],
+            "requests_per_s": round(self._rates[3], 1),
+            "updates_per_s": round(self._rates[4], 1),
+            "applied_requests": applied,
+            "updates": sum(engine.updated) if engine else 0,
+            "batches": sum(engine.batches) if engine else 0,
+            "staleness_histogram": self.book.histogram_labels(),
+            "refused_stale": self.book.refused,
+            "basis_ahead": self.book.ahead,
+            "received": router.received if router else 0,
+            "duplicates": router.window.duplicates if router else 0,
+            "errors": dict(router.errors) if router else {},
+            "loss_window": self.flusher.window(applied) if self.flusher else None,
+            "failures": (engine.failures if engine else [])[-5:],
+            "recv": self.options.recv,
+            "ack": self.options.ack,
+            "node": self.options.node,
+            "uptime_s": round(time.monotonic() - self.started_at, 1),
+        }

@@ -1,0 +1,193 @@
+"""The parameter server over real sockets: rules, staleness, both update APIs, pulls, vector
+operations, retries, unreachable servers, receive and acknowledgement modes."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+import zmq
+from hogwild_plugins.ps.client import PSClient, PSRequestError
+from hogwild_plugins.ps.launch import free_port, local_server
+from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
+
+from hogwild.net.channel import PeerUnreachableError
+from hogwild.net.wire import DType, Header, MsgType, job_id, pack_header, unpack_header
+from tests.unit.test_ps_kernels import reference
+
+N = 5000
+FC = FcLayer(layer=4, offset=1000, n_in=37, n_out=41)  # W cut by shard edges at 1024 and 2048
+GEOMETRY = ModelGeometry(N, (FC,))
+RULES = {"sgd": 0, "momentum": 1, "adagrad": 2, "staleness": 3}
+
+
+def client_for(server, **kw) -> PSClient:
+    return PSClient([str(server.address)], server.options.job, client_id=kw.pop("cid", 1), **kw)
+
+
+@pytest.mark.parametrize("rule", ["sgd", "momentum", "adagrad", "staleness"])
+def test_each_rule_matches_numpy_with_versions_and_staleness(rule):
+    rng = np.random.default_rng(1)
+    init = rng.standard_normal(N).astype(np.float32)
+    opts = {"rule": rule, "lr": 0.5, "momentum": 0.8, "staleness_decay": 0.5, "shard_kib": 4}
+    with local_server(GEOMETRY, initial=init, **opts) as server, client_for(server) as client:
+        n_shards = client.layout.n_shards
+        want, state = init.copy(), np.zeros(N, np.float32)
+        for step in range(6):
+            delta = rng.standard_normal(N).astype(np.float32)
+            basis = np.full(n_shards, max(0, step - 2), np.uint64)  # 0..2 versions stale
+            versions = client.push_deltas(delta, basis=basis)
+            assert (versions == step + 1).all()
+            coef = 0.5 ** min(step, 2) if rule == "staleness" else 1.0
+            want, state = reference(RULES[rule], want, state, [(0, delta, coef)], lr=0.5, mu=0.8)
+        out = np.empty(N, np.float32)
+        assert (client.pull(out) == 6).all()
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+        hist = client.status()[0]["staleness_histogram"]
+        assert hist == {"0": n_shards, "1": n_shards, "2-3": 4 * n_shards}
+
+
+def test_staler_than_max_staleness_is_refused_and_counted():
+    with local_server(GEOMETRY, shard_kib=4, max_staleness=2) as server, client_for(server) as c:
+        ones = np.ones(N, np.float32)
+        for _ in range(4):
+            c.push_deltas(ones, basis=np.zeros(c.layout.n_shards, np.uint64))
+        # versions 0, 1, 2 were admitted (staleness 0..2); the 4th push is 3 stale
+        assert c.refused == c.layout.n_shards
+        out = np.empty(N, np.float32)
+        assert (c.pull(out) == 3).all() and (out == 3).all()
+        assert c.status()[0]["refused_stale"] == c.layout.n_shards
+
+
+@pytest.mark.parametrize("rule", ["sgd", "adagrad"])
+def test_vectors_equal_deltas_with_the_outer_products_done_by_the_client(rule):
+    rng = np.random.default_rng(2)
+    init = rng.standard_normal(N).astype(np.float32)
+    k, lr = 16, 0.05
+    acts = rng.standard_normal((k, FC.n_in)).astype(np.float32)
+    errs = rng.standard_normal((k, FC.n_out)).astype(np.float32)
+    delta = np.zeros(N, np.float32)
+    delta[FC.offset : FC.offset + FC.size] = (-lr * errs.T @ acts).reshape(-1)
+    outs = []
+    for api in ("vectors", "deltas"):
+        with local_server(GEOMETRY, initial=init, rule=rule, shard_kib=4) as server:
+            with client_for(server) as client:
+                if api == "vectors":
+                    versions = client.push_vectors(FC.layer, acts, errs, lr)
+                else:
+                    versions = client.push_deltas(delta, ranges=[(FC.offset, FC.offset + FC.size)])
+                assert list(versions[:3]) == [1, 1, 1] and versions[3:].sum() == 0
+                outs.append(np.empty(N, np.float32))
+                client.pull(outs[-1])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(outs[0], init)
+
+
+def test_bad_vector_requests_are_refused_by_the_server():
+    with local_server(GEOMETRY, shard_kib=4) as server, client_for(server) as client:
+        with pytest.raises(Exception, match="not a fully connected layer"):
+            client.push_vectors(3, np.ones((2, 37), np.float32), np.ones((2, 41), np.float32), 1)
+        wrong = (FcLayer(4, 1000, 36, 41),)  # the client believes in another geometry
+        client.layout = dataclasses.replace(client.layout, fc_layers=wrong)
+        with pytest.raises(PSRequestError, match="BAD_LAYER.*takes 37 inputs"):
+            client.push_vectors(4, np.ones((2, 36), np.float32), np.ones((2, 41), np.float32), 1)
+
+
+def test_pulls_see_pushes_and_partial_ranges_touch_only_their_shards():
+    with local_server(GEOMETRY, shard_kib=4, threads=2) as server, client_for(server) as client:
+        delta = np.arange(N, dtype=np.float32)
+        versions = client.push_deltas(delta, ranges=[(10, 20), (3000, 4000)])
+        assert list(versions) == [1, 0, 1, 1, 0]
+        out = np.zeros(N, np.float32)
+        assert list(client.pull(out, shards=[0, 2])) == [1, 1]
+        assert (out[10:20] == delta[10:20]).all() and out[:10].sum() == 0
+        assert (out[3000:3072] == delta[3000:3072]).all()
+        assert out[4096:].sum() == 0  # shard 4 was not pulled
+
+
+def test_vector_operations_run_shard_locally_and_versions_follow_writes():
+    rng = np.random.default_rng(4)
+    init = rng.standard_normal(N).astype(np.float32)
+    with local_server(GEOMETRY, initial=init, shard_kib=4) as server, client_for(server) as c:
+        assert c.dot("params", "params") == pytest.approx(float(init @ init), rel=1e-5)
+        c.copy("params", "x")
+        c.fill("y", 2.0)
+        c.axpy(0.5, "y", "x")  # x = init + 1
+        c.mul("x", "y", "z")  # z = 2 (init + 1)
+        assert c.dot("z", "y") == pytest.approx(float(4 * (init + 1).sum()), rel=1e-4)
+        assert (c.versions == 0).all()  # nothing wrote the parameters yet
+        c.scale(0.0, "params")
+        c.axpy(1.0, "z", "params")
+        out = np.empty(N, np.float32)
+        assert (c.pull(out) == 2).all()
+        np.testing.assert_allclose(out, 2 * (init + 1), rtol=1e-6)
+
+
+def test_a_resent_request_is_applied_once_and_answered_again():
+    with local_server(GEOMETRY, shard_kib=4) as server:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(server.address.endpoint)
+        header = Header(
+            MsgType.PUSH_DELTAS,
+            job=job_id("test"),
+            sender=5,
+            seq=(9 << 32) | 1,
+            target=0,
+            shape=(4,),
+            dtype=DType.FLOAT32,
+            frames=1,
+        )
+        try:
+            frames = [pack_header(header), np.ones(4, np.float32)]
+            sock.send_multipart(frames)
+            assert sock.poll(5000)
+            first = unpack_header(sock.recv_multipart()[0])
+            sock.send_multipart(frames)  # a retry of a request already applied
+            sock.send_multipart(frames)
+            again = []
+            for _ in range(2):
+                assert sock.poll(5000)
+                again.append(unpack_header(sock.recv_multipart()[0]))
+            assert all(a.type == MsgType.ACK and a.version == 1 for a in [first, *again])
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+        assert server.status()["shards"][0]["applied"] == 1
+        assert server.status()["duplicates"] == 2
+
+
+def test_a_server_that_never_answers_is_an_error_naming_it():
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(PeerUnreachableError, match=f"127.0.0.1:{port} did not answer"):
+        PSClient([f"127.0.0.1:{port}"], "test", client_id=1, timeout_s=0.3, retries=2)
+    assert time.monotonic() - started < 5
+
+
+def test_wrong_job_is_refused():
+    with local_server(GEOMETRY, shard_kib=4) as server:
+        with pytest.raises(PSRequestError, match="WRONG_JOB"):
+            PSClient([str(server.address)], "another", client_id=1)
+
+
+@pytest.mark.parametrize(("recv", "ack"), [("pool", "queued"), ("inplace", "applied")])
+def test_receive_into_pool_blocks_and_acknowledge_when_applied(recv, ack):
+    rng = np.random.default_rng(5)
+    with local_server(GEOMETRY, shard_kib=4, recv=recv, ack=ack) as server:
+        with client_for(server) as client:
+            total = np.zeros(N, np.float32)
+            for _ in range(20):
+                delta = rng.integers(-4, 5, N).astype(np.float32)
+                total += delta
+                client.push_deltas(delta)
+            acts = np.ones((3, FC.n_in), np.float32)
+            client.push_vectors(FC.layer, acts, np.ones((3, FC.n_out), np.float32), 1.0)
+            total[FC.offset : FC.offset + FC.size] -= 3.0
+            out = np.empty(N, np.float32)
+            assert (client.pull(out)[:3] == 21).all()
+            np.testing.assert_array_equal(out, total)
+        if recv == "pool":
+            assert server.pool.in_use() == 0  # every block went back
