@@ -1,8 +1,9 @@
-"""The ``hogwild data`` commands: ``ingest``, ``preview``, ``info`` and ``verify``.
+"""The ``hogwild data`` commands: ``ingest``, ``preview``, ``info``, ``verify`` and ``serve``.
 
 ``hogwild/cli.py`` adds them with :func:`add_data_commands` and runs them with
-:func:`run_data_command`; user errors are raised as :class:`~hogwild.errors.DataError` for the
-CLI's usual one-line message and exit status 2.
+:func:`run_data_command` (``serve`` through its ``run`` default, which takes the
+``--section.key=value`` overrides); user errors are raised as :class:`~hogwild.errors.DataError`
+for the CLI's usual one-line message and exit status 2.
 
 ::
 
@@ -11,14 +12,25 @@ CLI's usual one-line message and exit status 2.
                          [--epoch E] [--variants K] [--split train]
     hogwild data info CACHE [--json]
     hogwild data verify CACHE [--split NAME]
+    hogwild data serve [SOURCE] [--config JOB.toml] [--bind HOST] [--port P] [--keys DIR]
+                       [--threads T] [--keep K] [--section.key=value ...]
+
+``serve`` is Adam's data server (:mod:`hogwild.data.server`): it holds SOURCE (default
+``data.source``) in memory within ``data.ram_budget_mb``, renders ``data.augment`` with
+``train.seed`` ahead of demand, and serves batches until SIGTERM or Ctrl-C (exit 143 or 0). Once
+it accepts requests it prints one line to stderr, ``hogwild data: serving SOURCE (N train, M test
+examples) on HOST:PORT``, for launchers and tests to wait for.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 
+DEFAULT_PORT = 5580
 _INGEST_HELP = (
     "Build an LMDB image cache from MNIST/Fashion-MNIST idx files, CIFAR-10 binary batches, or "
     "a folder with one subfolder of images per class (optionally train/ and test/ folders laid "
@@ -81,6 +93,24 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check every record's checksum")
     verify.add_argument("cache", help="the cache directory")
     verify.add_argument("--split", help="only this split (default: all)")
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve a data set to training replicas (Adam's data server)",
+        description="Hold a data set in memory, render its augmented variants ahead of demand "
+        "and serve batches over the network until SIGTERM or Ctrl-C. Any config key can be set "
+        "as --section.key=value (data.augment, train.seed, data.ram_budget_mb).",
+    )
+    serve.add_argument(
+        "source", nargs="?", help="idx directory, LMDB image cache or 'mnist' (default data.source)"
+    )
+    serve.add_argument("--config", help="the job's TOML config (default: the bundled one)")
+    serve.add_argument("--bind", default=None, help="host to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--keys", help="CURVE key directory (required beyond loopback; ps.keys)")
+    serve.add_argument("--threads", type=int, default=2, help="serve threads (default 2)")
+    serve.add_argument("--keep", type=int, default=3, help="rendered epochs held (default 3)")
+    serve.set_defaults(run=_serve, overrides_ok=True)
     return data
 
 
@@ -99,6 +129,8 @@ def run_data_command(args: argparse.Namespace) -> int:
         return _info(args)
     if command == "verify":
         return _verify(args)
+    if command == "serve":
+        return _serve(args)
     raise ValueError(f"unknown data command {command!r}")
 
 
@@ -194,6 +226,59 @@ def _verify(args) -> int:
             cache.verify()
         print(f"{args.cache}: {split}: {manifest.splits[split].count:,} records verified")
     return 0
+
+
+def _serve(args) -> int:
+    from hogwild.config import load_config
+    from hogwild.data.augment import AugmentSpec
+    from hogwild.data.resident import Delivery, load_source
+    from hogwild.data.server import DataServer
+    from hogwild.errors import HogwildError
+    from hogwild.net.address import LOOPBACK, check_bind, parse_address
+
+    config = load_config(args.config, getattr(args, "overrides", None) or None)
+    if args.threads < 1 or args.keep < 0:
+        raise HogwildError(f"--threads {args.threads} / --keep {args.keep}: need >= 1 / >= 0")
+    host = args.bind or LOOPBACK
+    port = DEFAULT_PORT if args.port is None else args.port
+    address = parse_address(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    keys = args.keys or config.ps.keys or None
+    check_bind(address, keys)  # before the data is loaded
+    text = config.data.augment.strip()
+    spec = AugmentSpec.parse(text) if text else None
+    budget = config.data.ram_budget_mb * 2**20 or None
+    source = load_source(args.source or config.data.source, budget)
+    try:  # the server owns the source once it exists (its stop closes it)
+        delivery = Delivery(source, augment=spec, seed=config.train.seed, keep=args.keep,
+                            ram_budget_bytes=budget)  # fmt: skip
+        server = DataServer(delivery, address, keys=keys, threads=args.threads)
+    except BaseException:
+        source.close()
+        raise
+    stop, received = threading.Event(), []
+
+    def on_signal(signum, frame) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        bound = server.start()
+        print(
+            f"hogwild data: serving {source.path} ({source.count('train')} train, "
+            f"{source.count('test')} test examples) on {bound}",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            if not server.alive:
+                raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("hogwild data: stopped", file=sys.stderr, flush=True)
+    return 143 if signal.SIGTERM in received else 0
 
 
 def main(argv: list[str] | None = None) -> int:
