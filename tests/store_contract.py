@@ -5,9 +5,9 @@ progress, the epoch end makes one model that equals the start plus every step (n
 arithmetic, up to float32 rounding), the snapshot is that model and every worker trains on it
 next, and a store loaded from a snapshot (a resume) starts from it. The steps are written while
 the store's thread is idle: during training a pull and a worker's write to the same element race,
-as every Hogwild write does, and may lose one of the two; exactness is checked without races. ``tests/unit/test_stores.py``
-runs it against the stores in shared memory, ``tests/cluster/test_ps_store.py`` against the
-parameter servers.
+as every Hogwild write does, and may lose one of the two; exactness is checked without races.
+``tests/unit/test_stores.py`` runs it against the stores in shared memory,
+``tests/cluster/test_ps_store.py`` against the parameter servers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,489 @@
+"""``hogwild cluster``: the driver that starts a job's roles, runs its epochs and stops it all.
+
+The driver is the job's one process on the user's side (Adam section 3; DistBelief's Downpour,
+section 4.1). It:
+
+1. writes the resolved config into the run directory (every role reads it), picks the
+   parameter servers' addresses and starts them (``hogwild ps serve``), then the data servers
+   (``hogwild data serve``), through the launcher ``cluster.launcher`` names;
+2. gives the servers the model: the initial weights, or the checkpoint's with ``--resume``
+   (through the ``ps`` parameter store's parent side, :mod:`hogwild.store`);
+3. starts the model replicas (``hogwild cluster replica``), which join that model;
+4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
+   epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
+   progress; at every epoch end it pulls the servers' model, evaluates it on the test set,
+   writes the checkpoint (the format ``hogwild train`` writes: ``hogwild eval`` and ``torch.nn``
+   load it) and a metrics line;
+5. stops every role at the end, on Ctrl-C or SIGTERM, and when a role dies (an error naming the
+   role, its host and its exit status or signal; the last checkpoint is kept).
+
+It answers ``status`` control requests (the table :mod:`hogwild.cluster.status` draws) on the
+address it writes to ``RUN_DIR/cluster.json``, which ``hogwild cluster status`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from hogwild.cluster.coordinator import (
+    CloseShare,
+    Coordinator,
+    EpochEnd,
+    Finished,
+    Joined,
+    Progress,
+    ShareDone,
+    StartShare,
+    replicas_training,
+)
+from hogwild.cluster.launcher import RoleFailedError, launcher_class
+from hogwild.cluster.roles import plan_roles, with_servers
+from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
+from hogwild.config import ps_update_rule
+from hogwild.errors import HogwildError
+from hogwild.model.init import initialise
+from hogwild.model.network import build_network
+from hogwild.net.address import is_loopback, parse_address
+from hogwild.net.auth import make_keys
+from hogwild.net.control import ControlClient, ControlServer
+from hogwild.optim.schedule import learning_rate
+from hogwild.progress import Progress as ProgressLines
+from hogwild.shm.arena import Arena, ArenaLayout
+from hogwild.signals import deferred_signals, terminate_as_interrupt
+from hogwild.store.registry import store_class
+from hogwild.training import checkpoint as ckpt
+from hogwild.training.api import TrainedModel, evaluate_model
+from hogwild.training.checkpoint import restore_parameters
+from hogwild.training.job import plan_data, subset_indices
+from hogwild.training.metrics import MetricsWriter
+from hogwild.training.resume import check_directory, compare_configs
+from hogwild.training.trainer import save_checkpoint
+
+POLL_S = 0.2
+STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
+
+
+def job_name(config) -> str:
+    """The job's name on the wire: ``ps.job``, else the config file's stem."""
+    if config.ps.job:
+        return config.ps.job
+    origin = config.origin
+    return Path(origin).stem if origin and not origin.startswith("<") else "adam_mnist"
+
+
+class ClusterDriver:
+    """One ``hogwild cluster`` job (see the module docstring).
+
+    Args:
+        config: The resolved job config (``[cluster]`` says which roles).
+        data: The data as the driver evaluates it (MNIST arrays or an image cache's manifest);
+            the roles read ``data.source`` (a directory of idx files, or the cache).
+        resume: Continue from the last checkpoint in ``output.checkpoint_dir``.
+        overwrite: Replace the checkpoints there.
+    """
+
+    def __init__(self, config, data, *, resume=False, overwrite=False) -> None:
+        self.job = job_name(config)
+        rule, lr = ps_update_rule(config.ps, downpour=config.cluster.replicas > 1)
+        self.config = config.override({"ps.job": self.job, "ps.rule": rule, "ps.lr": lr})
+        self.data, self.source, self.resume = data, self.config.data.source, resume
+        self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
+        plan, n_train, self.n_test = plan_data(self.config, data, 1)
+        subset = subset_indices(self.config.train.seed, n_train, self.config.train.subset)
+        self.n_train = n_train if subset is None else len(subset)  # as each replica chooses
+        self.n_classes = plan.n_classes
+        self.network = build_network(self.config.model, self.n_classes)
+        self.progress = ProgressLines(self.config.output.progress, self.network.connections)
+        self.metrics = MetricsWriter(self.config.output.metrics)
+        self.live = LiveStatus(self.config.output.progress)
+        self.run_dir: Path | None = None
+        self.own_run_dir = False
+        self.launcher = self.arena = self.store = self.control = None
+        self.clients: list[ControlClient] = []
+        self.last_status: dict[int, dict] = {}
+        self.gone: set[str] = set()  # roles the launcher saw exit
+        self.rows: list[dict] = []
+
+    # -- the job ---------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        with terminate_as_interrupt():
+            try:
+                return self._run()
+            finally:
+                with deferred_signals():
+                    self._shutdown()
+
+    def _run(self) -> dict:
+        config, cluster = self.config, self.config.cluster
+        self._make_run_dir()
+        config = self.config = self._with_keys(config)
+        config_file = str(self.run_dir / f"{self.job}.json")
+        Path(config_file).write_text(json.dumps(config.to_dict()))
+        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
+        plan = plan_roles(config, config_file, self.source, cluster.host)
+        servers = self.launcher.reserve(plan.ps, cluster.host)
+        stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
+        with_servers(plan, config_file, servers, stores)
+        plan.ps = [replace(s, argv=(*s.argv, "--job", self.job)) for s in plan.ps]
+        for spec in plan.ps:
+            self.launcher.start(spec)
+        data_servers = [self.launcher.start(spec) for spec in plan.data]
+        start_epoch, history = self._give_the_servers_the_model(servers)
+        extra = [f"--ps.servers={','.join(servers)}"]
+        if data_servers:
+            extra.append(f"--data.servers={','.join(data_servers)}")
+        addresses, keys = [], config.ps.keys or None
+        for spec in plan.replicas:
+            addresses.append(self.launcher.start(replace(spec, argv=(*spec.argv, *extra))))
+        self.clients = [
+            ControlClient(
+                a, self.job, timeout_s=config.ps.timeout_s, retries=config.ps.retries, keys=keys
+            )
+            for a in addresses
+        ]
+        self._serve_status()
+        self.progress.line(
+            f"hogwild cluster: {cluster.replicas} replica(s) x {cluster.workers_per_replica} "
+            f"worker(s), {len(servers)} parameter server(s) ({config.ps.rule}), "
+            f"{len(data_servers)} data server(s), launcher {cluster.launcher}; "
+            f"{self.n_train:,} training examples; run directory {self.run_dir}"
+        )
+        self.metrics.write(
+            {
+                "event": "start",
+                "connections": self.network.connections,
+                "replicas": cluster.replicas,
+                "workers_per_replica": cluster.workers_per_replica,
+                "ps_servers": servers,
+                "data_servers": data_servers,
+                "start_epoch": start_epoch,
+                "config": config.to_dict(),
+                "pid": os.getpid(),
+            }
+        )
+        return self._epochs(start_epoch, history)
+
+    def _make_run_dir(self) -> None:
+        directory = self.config.output.checkpoint_dir
+        if directory:
+            self.run_dir = Path(directory)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.run_dir = Path(tempfile.mkdtemp(prefix="hogwild-cluster-"))
+            self.own_run_dir = True
+
+    def _with_keys(self, config):
+        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``,
+        else made in the run directory when the roles listen beyond loopback."""
+        keys = config.cluster.keys or config.ps.keys
+        if not keys and not is_loopback(parse_address(f"{config.cluster.host}:0")):
+            made = self.run_dir / "keys"
+            if not (made / "server.key").exists():  # a resumed job keeps its keys
+                make_keys(made)
+                self.progress.line(f"CURVE keys for the job's roles made in {made}")
+            keys = str(made)
+        return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
+
+    def _give_the_servers_the_model(self, servers: list[str]) -> tuple[int, list[dict]]:
+        """The parent side of the ``ps`` store: initial or checkpointed weights, given once."""
+        config, network = self.config, self.network
+        self.store = store_class("ps")(config.override({"ps.servers": servers}), network, ())
+        layout = ArenaLayout()
+        self.store.add_regions(layout)
+        self.arena = Arena.create("cluster", layout)
+        self.store.attach(self.arena)
+        params = np.zeros(network.n_params, dtype=np.float32)
+        velocity = np.zeros_like(params)
+        initialise(network, params, config.model.init, config.model.init_scale, config.train.seed)
+        start_epoch, history = 0, []
+        directory = config.output.checkpoint_dir
+        if self.resume and ckpt.latest_checkpoint(directory) is not None:
+            restored = ckpt.load_checkpoint(directory)
+            changes = compare_configs(
+                restored.info.get("config", {}),
+                config.to_dict(),
+                int(restored.info.get("n_classes", self.n_classes)),
+                self.n_classes,
+            )
+            if changes:
+                self.progress.line("resuming with changed settings: " + "; ".join(changes))
+            restore_parameters(network, params, restored.weights, restored.path, "")
+            restore_parameters(network, velocity, restored.optimizer_state, restored.path,
+                               ".momentum")  # fmt: skip
+            start_epoch = restored.epoch + 1
+            history = list(restored.info.get("history", []))
+        self.store.load(params, velocity)
+        return start_epoch, history
+
+    # -- epochs ----------------------------------------------------------------------------------
+
+    def _epochs(self, start_epoch: int, history: list[dict]) -> dict:
+        config = self.config
+        coordinator = Coordinator(
+            replicas=len(self.clients),
+            n_train=self.n_train,
+            epochs=config.train.epochs,
+            start_epoch=start_epoch,
+            seed=config.train.seed,
+            lr_of=lambda e: learning_rate(config.optim, e, config.train.epochs),
+            warm_start=config.cluster.warm_start,
+            fraction=config.cluster.epoch_fraction,
+        )
+        wall_start = time.perf_counter()
+        epoch_start, checkpoint, examples, train_seconds = wall_start, None, 0, 0.0
+        pending: deque = deque()
+        for r in range(len(self.clients)):
+            pending.extend(coordinator.handle(Joined(r)))
+        drawn = 0.0
+        while True:
+            while pending:
+                instruction = pending.popleft()
+                if isinstance(instruction, StartShare):
+                    self.clients[instruction.replica].call(
+                        "train",
+                        epoch=instruction.epoch,
+                        lr=instruction.lr,
+                        start=instruction.start,
+                        stop=instruction.stop,
+                        seed=instruction.seed,
+                    )
+                elif isinstance(instruction, CloseShare):
+                    self.clients[instruction.replica].call("close", epoch=instruction.epoch)
+                elif isinstance(instruction, EpochEnd):
+                    seconds = time.perf_counter() - epoch_start
+                    record = self._end_epoch(instruction, seconds)
+                    history.append(record)
+                    examples += record["examples"]
+                    train_seconds += seconds
+                    checkpoint = self._checkpoint(record, history) or checkpoint
+                    epoch_start = time.perf_counter()
+                    pending.extend(coordinator.advance())
+                elif isinstance(instruction, Finished):
+                    return self._final(history, examples, train_seconds, wall_start, checkpoint)
+            time.sleep(POLL_S)
+            self._check_roles()
+            for replica in replicas_training(coordinator):
+                pending.extend(self._events(coordinator, replica))
+            if time.monotonic() - drawn >= config.cluster.status_s:
+                drawn = time.monotonic()
+                self.live.draw(self._rows())
+
+    def _events(self, coordinator: Coordinator, replica: int) -> list:
+        status = self.clients[replica].call("status")
+        now, previous = time.monotonic(), self.last_status.get(replica)
+        seconds = now - previous["at"] if previous else 0.0
+        row = replica_row(status, previous["status"] if previous else None, seconds)
+        self.last_status[replica] = {"status": status, "at": now, "row": row}
+        epoch = status.get("epoch")
+        if not isinstance(epoch, int) or not isinstance(status.get("examples"), int):
+            return []
+        if status.get("state") == "done":
+            return coordinator.handle(
+                ShareDone(
+                    replica,
+                    epoch,
+                    status["examples"],
+                    float(status.get("loss", 0.0)),
+                    int(status.get("correct", 0)),
+                    float(status.get("data_wait_s", 0.0)),
+                    float(status.get("store_wait_s", 0.0)),
+                )
+            )
+        return coordinator.handle(Progress(replica, epoch, status["examples"]))
+
+    def _end_epoch(self, end: EpochEnd, seconds: float) -> dict:
+        self.store.end_epoch()  # the servers' model, pulled
+        params, _ = self.store.snapshot()
+        model = TrainedModel(self.config, self.network, params.copy())
+        tested = evaluate_model(model, self.data) if self.n_test else {}
+        servers = self.store.home_status()
+        rate = end.examples / seconds if seconds else 0.0
+        record = {
+            "event": "epoch",
+            "epoch": end.epoch,
+            "lr": end.lr,
+            "examples": end.examples,
+            "train_loss": end.loss / max(end.examples, 1),
+            "train_accuracy": end.correct / max(end.examples, 1),
+            "train_s": seconds,
+            "examples_per_s": rate,
+            "connections_per_s": rate * self.network.connections,
+            "data_wait_s": end.data_wait_s,
+            "fetch_wait_s": end.store_wait_s,
+            "store_wait_s": end.store_wait_s,
+            "per_replica_examples": {str(k): v for k, v in end.per_replica.items()},
+            "updates_per_s": sum(s.get("updates_per_s", 0.0) for s in servers),
+            "staleness": _merge_histograms(s.get("staleness_histogram") for s in servers),
+            "test_loss": tested.get("test_loss"),
+            "test_accuracy": tested.get("test_accuracy"),
+        }
+        self.metrics.write(record)
+        self.live.clear()
+        tested_text = (
+            f"test accuracy {record['test_accuracy'] * 100:.2f}%" if tested else "no test split"
+        )
+        self.progress.line(
+            f"epoch {end.epoch + 1}/{self.config.train.epochs}  lr {end.lr:.4g}  train loss "
+            f"{record['train_loss']:.4f}  {tested_text}  {rate:,.0f} ex/s  {seconds:.1f} s"
+        )
+        return record
+
+    def _checkpoint(self, record: dict, history: list[dict]):
+        if not self.config.output.checkpoint_dir:
+            return None
+        if self.replace_old:
+            ckpt.remove_checkpoints(self.config.output.checkpoint_dir)
+            self.replace_old = False
+        params, velocity = self.store.snapshot()
+        return save_checkpoint(
+            self.config, self.network, params, velocity, record["epoch"], record, history,
+            self.n_classes, self.n_train, self.data,
+        )  # fmt: skip
+
+    def _final(self, history, examples, train_seconds, wall_start, checkpoint) -> dict:
+        last = history[-1] if history else {}
+        rate = examples / train_seconds if train_seconds else 0.0
+        wall = time.perf_counter() - wall_start
+        final = {
+            "event": "final",
+            "connections": self.network.connections,
+            "examples": examples,
+            "examples_per_s": rate,
+            "connections_per_s": rate * self.network.connections,
+            "train_loss": last.get("train_loss"),
+            "test_loss": last.get("test_loss"),
+            "test_accuracy": last.get("test_accuracy"),
+            "replicas": self.config.cluster.replicas,
+            "workers": self.config.cluster.replicas * self.config.cluster.workers_per_replica,
+            "ps_servers": self.config.cluster.ps,
+            "data_servers": self.config.cluster.data_servers,
+            "epochs": self.config.train.epochs,
+            "data_wait_s": sum(h.get("data_wait_s", 0.0) for h in history),
+            "fetch_wait_s": sum(h.get("fetch_wait_s", 0.0) for h in history),
+            "updates_per_s": last.get("updates_per_s"),
+            "staleness": _merge_histograms(h.get("staleness") for h in history[-1:]),
+            "wall_s": wall,
+            "checkpoint": str(checkpoint) if checkpoint else None,
+            "config": self.config.to_dict(),
+        }
+        self.metrics.write(final)
+        accuracy = final["test_accuracy"]
+        self.progress.line(
+            f"done: test accuracy {'n/a' if accuracy is None else f'{accuracy * 100:.2f}%'} "
+            f"after {self.config.train.epochs} epochs, {rate:,.0f} examples/s, {wall:.1f} s"
+        )
+        return final
+
+    # -- roles -----------------------------------------------------------------------------------
+
+    def _check_roles(self) -> None:
+        gone = self.launcher.poll()
+        self.gone.update(g.name for g in gone)
+        if gone:
+            kept = self.config.output.checkpoint_dir
+            raise RoleFailedError(
+                "; ".join(g.describe() for g in gone)
+                + "; the job is stopped"
+                + (f" and the last checkpoint in {kept} is kept" if kept else "")
+            )
+
+    def _rows(self) -> list[dict]:
+        rows = [seen["row"] for _, seen in sorted(self.last_status.items())]
+        try:
+            rows += [server_row(s) for s in self.store.home_status()]
+        except HogwildError:
+            pass
+        self.rows = rows
+        return rows
+
+    def _serve_status(self) -> None:
+        def act(op: str, body: dict) -> dict:
+            if op == "status":
+                return {"job": self.job, "rows": self.rows, "table": format_table(self.rows)}
+            from hogwild.net.control import ControlRefused
+
+            raise ControlRefused(f"unknown op {op!r} (status)")
+
+        self.control = ControlServer(
+            f"{self.config.cluster.host}:0", self.job, act, keys=self.config.ps.keys or None
+        )
+        address = self.control.start()
+        where = {
+            "job": self.job,
+            "address": address,
+            "pid": os.getpid(),
+            "roles": self.launcher.describe(),
+        }
+        (self.run_dir / "cluster.json").write_text(json.dumps(where))
+
+    def _shutdown(self) -> None:
+        self.live.clear()
+        self.progress.close()
+        for index, client in enumerate(self.clients):
+            if f"replica {index}" in self.gone:  # no one there to answer: do not wait for it
+                client.close()
+                continue
+            try:
+                client.call("stop")
+            except HogwildError:
+                pass
+            client.close()
+        asked = bool(self.clients)
+        self.clients = []
+        if self.launcher is not None:
+            self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0)
+        if self.control is not None:
+            self.control.stop()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena.unlink()
+            self.arena = None
+        if self.run_dir is not None:
+            (self.run_dir / "cluster.json").unlink(missing_ok=True)
+            if self.own_run_dir:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def _merge_histograms(histograms) -> dict:
+    merged: dict[str, int] = {}
+    for histogram in histograms:
+        for key, count in (histogram or {}).items():
+            merged[key] = merged.get(key, 0) + int(count)
+    return merged
+
+
+def print_status(target: str, as_json: bool = False) -> int:
+    """``hogwild cluster status``: the table of a running job, by run directory or address."""
+    path = Path(target)
+    if path.is_dir():
+        found = path / "cluster.json"
+        if not found.is_file():
+            raise HogwildError(f"{path}: no running cluster job here (no cluster.json)")
+        try:
+            where = json.loads(found.read_text())
+            address, job = str(where["address"]), str(where["job"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise HogwildError(f"{found}: not a cluster job's address file: {exc}") from None
+    else:
+        address, job = target, None
+    with ControlClient(address, job, timeout_s=2.0, retries=1) as client:
+        status = client.call("status")
+    if as_json:
+        print(json.dumps(status))
+    else:
+        print(f"job {status.get('job')} at {address}")
+        print(status.get("table", ""))
+    return 0

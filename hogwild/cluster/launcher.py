@@ -1,0 +1,120 @@
+"""Launchers: what starts, watches and stops a cluster job's roles, chosen by name.
+
+A launcher is registered in the entry-point group ``hogwild.launchers`` (``cluster.launcher``
+names one): ``local`` (processes on this host, :mod:`hogwild.cluster.local`) is the engine's,
+``ray`` comes from the Ray plugin. The driver uses a launcher only through :class:`Launcher`:
+
+- :meth:`~Launcher.reserve` addresses for the roles whose ports must be known before they start
+  (the parameter servers: each is told the whole list);
+- :meth:`~Launcher.start` a role and wait until it printed its ready line (its address);
+- :meth:`~Launcher.poll` which roles have exited (:class:`RoleExit`: the role, its host, its exit
+  status or signal), so the driver stops the job with an error naming them;
+- :meth:`~Launcher.stop_all`: replicas first, then data servers, then parameter servers (which
+  flush on SIGTERM), each asked to stop, then killed after ``stop_timeout_s``; nothing is left
+  behind, whatever state the job is in. A launcher is a context manager that stops all on exit.
+"""
+
+from __future__ import annotations
+
+import signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+
+from hogwild.cluster.roles import RoleSpec
+from hogwild.errors import ConfigError, RoleFailedError
+
+GROUP = "hogwild.launchers"
+STOP_ORDER = ("replica", "data", "ps")
+__all__ = ["GROUP", "STOP_ORDER", "Launcher", "RoleExit", "RoleFailedError", "launcher_class"]
+
+
+@dataclass(frozen=True)
+class RoleExit:
+    """A role that is gone: which, where, and how it ended."""
+
+    name: str
+    host: str
+    returncode: int | None  # None: its node or actor was lost without a status
+
+    def describe(self) -> str:
+        code = self.returncode
+        if code is None:
+            how = "was lost (its node or actor is gone)"
+        elif code < 0 and -code in signal.valid_signals():
+            how = f"was killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exited with status {code}"
+        return f"{self.name} on {self.host} {how}"
+
+
+class Launcher(ABC):
+    """Starts a job's roles somewhere, watches them, stops them (see the module docstring)."""
+
+    def __init__(self, config, run_dir: str) -> None:
+        self.config, self.run_dir = config, run_dir
+
+    @abstractmethod
+    def reserve(self, specs: list[RoleSpec], host: str) -> list[str]:
+        """``HOST:PORT`` for each of ``specs``, free where each will run."""
+
+    @abstractmethod
+    def start(self, spec: RoleSpec) -> str:
+        """Start ``spec`` and wait for its ready line; its ``HOST:PORT``.
+
+        Raises:
+            RoleFailedError: It exited or stayed silent past ``cluster.start_timeout_s``.
+        """
+
+    @abstractmethod
+    def poll(self) -> list[RoleExit]:
+        """The roles that have exited since they started (each reported once)."""
+
+    @abstractmethod
+    def stop_all(self, grace_s: float = 0.0) -> None:
+        """Stop every role (see the module docstring); safe to call twice.
+
+        ``grace_s``: seconds the replicas get to leave by themselves (they were asked to stop)
+        before they are sent SIGTERM.
+        """
+
+    def hosts(self) -> dict[str, str]:
+        """Role name -> the host it runs on."""
+        return {}
+
+    def describe(self) -> list[dict]:
+        """Each role started: its name, host and (where the launcher knows it) process id."""
+        return [{"name": name, "host": host} for name, host in self.hosts().items()]
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+
+
+@cache
+def _entry_points() -> dict:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def launcher_class(name: str):
+    """The launcher registered as ``name``.
+
+    Raises:
+        ConfigError: No such launcher, or its plugin cannot be imported (says what to install).
+    """
+    found = _entry_points().get(name)
+    if found is None:
+        raise ConfigError(
+            f"cluster.launcher = {name!r} is not a launcher; known: "
+            f"{', '.join(sorted(_entry_points())) or 'none'}"
+        )
+    try:
+        return found.load()
+    except ImportError as exc:
+        raise ConfigError(
+            f"the launcher {name!r} cannot be imported ({exc}); install hogwild with its "
+            "cluster extra: pip install -e '.[cluster]'"
+        ) from None

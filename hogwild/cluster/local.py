@@ -1,0 +1,164 @@
+"""The ``local`` launcher: every role of a cluster job as a process on this host.
+
+Each role runs ``python -m hogwild.cli ROLE ...`` in a session of its own (so a Ctrl-C in the
+terminal reaches the driver alone, which then stops the roles in order) and asks the kernel for
+SIGTERM when the driver dies (``PR_SET_PDEATHSIG``), so a SIGKILLed driver still takes its roles
+down (parameter servers flush on the way). A thread per role reads its stderr into
+``RUN_DIR/logs/KIND-INDEX.log`` and watches for its ready line. Stopping sends SIGTERM, waits
+``cluster.stop_timeout_s``, then SIGKILLs the role's whole process group (its workers too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
+from hogwild.cluster.roles import READY, RoleSpec
+
+PR_SET_PDEATHSIG = 1
+POLL_S = 0.05
+
+
+def _die_with_the_driver() -> None:  # runs in the child, between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def free_port(host: str) -> int:
+    """A TCP port free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class RoleProcess:
+    """One role's process, its log, and its ready line."""
+
+    def __init__(self, spec: RoleSpec, log_dir: Path) -> None:
+        self.spec = spec
+        self.lines: deque[str] = deque(maxlen=50)
+        self.address: str | None = None
+        self.ready = threading.Event()
+        self.log = log_dir / f"{spec.kind}-{spec.index}.log"
+        command = [sys.executable, "-m", "hogwild.cli", *spec.argv]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_die_with_the_driver,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with open(self.log, "a", encoding="utf-8") as log:
+            for line in self.process.stderr:
+                log.write(line)
+                log.flush()
+                line = line.rstrip("\n")
+                self.lines.append(line)
+                match = READY.match(line)
+                if match and not self.ready.is_set():
+                    self.address = match.group(1)
+                    self.ready.set()
+
+    def last_words(self) -> str:
+        return " | ".join(list(self.lines)[-4:]) or "nothing"
+
+    def signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class LocalLauncher(Launcher):
+    """Roles as processes of this host (the default launcher)."""
+
+    def __init__(self, config, run_dir: str) -> None:
+        super().__init__(config, run_dir)
+        self.log_dir = Path(run_dir) / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.roles: dict[str, RoleProcess] = {}
+        self._reported: set[str] = set()
+
+    def reserve(self, specs: list[RoleSpec], host: str) -> list[str]:
+        return [f"{host}:{free_port(host)}" for _ in specs]
+
+    def start(self, spec: RoleSpec) -> str:
+        role = RoleProcess(spec, self.log_dir)
+        self.roles[spec.name] = role
+        deadline = time.monotonic() + self.config.cluster.start_timeout_s
+        while not role.ready.wait(POLL_S):
+            code = role.process.poll()
+            if code is not None or time.monotonic() > deadline:
+                why = (
+                    RoleExit(spec.name, "localhost", code).describe()
+                    if code is not None
+                    else f"{spec.name} did not start within "
+                    f"{self.config.cluster.start_timeout_s:g} s"
+                )
+                raise RoleFailedError(f"{why} while starting: {role.last_words()} ({role.log})")
+        return role.address
+
+    def poll(self) -> list[RoleExit]:
+        gone = []
+        for name, role in self.roles.items():
+            code = role.process.poll()
+            if code is not None and name not in self._reported:
+                self._reported.add(name)
+                gone.append(RoleExit(name, "localhost", code))
+        return gone
+
+    def hosts(self) -> dict[str, str]:
+        return {name: "localhost" for name in self.roles}
+
+    def describe(self) -> list[dict]:
+        return [
+            {"name": name, "host": "localhost", "pid": role.process.pid}
+            for name, role in self.roles.items()
+        ]
+
+    def last_words(self, name: str) -> str:
+        role = self.roles.get(name)
+        return f"{role.last_words()} ({role.log})" if role else ""
+
+    def stop_all(self, grace_s: float = 0.0) -> None:
+        timeout = self.config.cluster.stop_timeout_s
+        for kind in STOP_ORDER:
+            group = [r for r in self.roles.values() if r.spec.kind == kind]
+            deadline = time.monotonic() + (grace_s if kind == "replica" else 0.0)
+            for role in group:  # replicas asked to stop leave by themselves first
+                try:
+                    role.process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            for role in group:
+                if role.process.poll() is None:
+                    role.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for role in group:
+                try:
+                    role.process.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+                role.signal_group(signal.SIGKILL)  # stragglers, and any child left in its group
+                role.process.wait()
+                role.reader.join(5.0)
+                if role.process.stderr is not None:
+                    role.process.stderr.close()
+        self._reported.update(self.roles)

@@ -1,0 +1,259 @@
+"""A model replica of a cluster job: the single-node engine, its epochs given by the driver.
+
+Adam section 3.2 and DistBelief's Downpour (section 4.1): a replica is the trainer of
+:mod:`hogwild.training.trainer` (its arena, its ``cluster.workers_per_replica`` worker
+processes training Hogwild-style, each on its copy of the parameters) whose parameter store is
+``ps``: the copies' communication threads push every ``train.n_push`` examples and pull every
+``train.n_fetch`` from the parameter servers (the wait is measured: ``store_wait_s``). What a
+replica does not decide is its work: it serves control requests (:mod:`hogwild.net.control`)
+from the driver, which runs :mod:`hogwild.cluster.coordinator`:
+
+- ``train`` (epoch, lr, seed, start, stop): train ``order[start:stop]`` of the epoch's
+  permutation (computed here from the job's seed), split over the replica's workers;
+- ``close`` (epoch): stop the share at the next chunk (Adam's epoch rule across replicas);
+- ``status``: the share's progress, and its figures once every worker answered;
+- ``stop``: leave.
+
+The network thread only records a command; the main thread acts on it, drives the workers and
+keeps the share's state. A replica whose driver has not asked anything for
+``DRIVER_SILENCE_S`` seconds takes the driver for dead and leaves, releasing everything.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from hogwild.model.random import worker_seed
+from hogwild.net.control import ControlRefused, ControlServer, field
+from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
+from hogwild.shm.sweeper import sweep_report
+from hogwild.signals import deferred_signals, terminate_as_interrupt
+from hogwild.training.job import (
+    CONTROL_EPOCH,
+    EPOCH_CLOSED,
+    STAT_EXAMPLES,
+    STAT_LOSS,
+    epoch_permutation,
+)
+from hogwild.training.messages import Train, Trained
+from hogwild.training.trainer import Trainer
+
+DRIVER_SILENCE_S = 120.0
+POLL_S = 0.05
+
+
+@dataclass
+class Share:
+    """A replica's share of an epoch, as the driver sees it through ``status``."""
+
+    epoch: int
+    examples_before: float
+    loss_before: float
+    answered: int = 0
+    examples: int = 0
+    loss: float = 0.0
+    correct: int = 0
+    data_wait_s: float = 0.0
+    store_wait_s: float = 0.0
+    started: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def state(self) -> str:
+        return "done" if self.seconds else "training"
+
+
+class Replica(Trainer):
+    """One model replica (see the module docstring)."""
+
+    def __init__(self, config, data, index: int, bind: str, keys: str | None = None) -> None:
+        config = config.override(
+            {
+                "train.workers": config.cluster.workers_per_replica,
+                "train.parameters": "ps",
+                "train.sync": False,
+                "output.checkpoint_dir": "",
+                "output.metrics": "",
+                "output.progress": False,
+            }
+        )
+        super().__init__(config, data)
+        self.n_test = 0  # the driver evaluates: no test examples in a replica's arena
+        self.index, self.bind, self.keys = index, bind, keys
+        self.commands: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.share: Share | None = None
+        self.stopping = False
+        self.last_contact = time.monotonic()
+
+    # -- the network thread --------------------------------------------------------------------
+
+    def act(self, op: str, body: dict) -> dict:
+        """A driver's request (on the network thread: record, answer)."""
+        self.last_contact = time.monotonic()
+        if op == "status":
+            return self.status()
+        if op == "describe":
+            return {
+                "replica": self.index,
+                "workers": self.n_workers,
+                "pid": os.getpid(),
+                "n_train": self.n_train,
+                "cpus": [p.cpu for p in self.placements],
+            }
+        if op == "train":
+            command = Train(
+                field(body, "epoch", int, minimum=0),
+                float(field(body, "lr", (int, float), minimum=0)),
+                field(body, "start", int, minimum=0),
+                field(body, "stop", int, minimum=0),
+                field(body, "seed", int, minimum=0),
+            )
+            if not command.start <= command.stop <= self.n_train:
+                raise ControlRefused(
+                    f"share {command.start}:{command.stop} outside the {self.n_train} examples"
+                )
+            self.commands.put(command)
+            return {"ok": True}
+        if op == "close":
+            epoch = field(body, "epoch", int, minimum=0)
+            with self.lock:
+                if self.share is not None and self.share.epoch == epoch:
+                    self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
+            return {"ok": True}
+        if op == "stop":
+            self.stopping = True
+            return {"ok": True}
+        raise ControlRefused(f"unknown op {op!r} (status, describe, train, close, stop)")
+
+    def status(self) -> dict:
+        with self.lock:
+            share = self.share
+            if share is None:
+                return {"replica": self.index, "state": "idle"}
+            stats = self.arena.array("stats")
+            trained = int(stats[:, STAT_EXAMPLES].sum() - share.examples_before)
+            loss = float(stats[:, STAT_LOSS].sum() - share.loss_before)
+            seconds = share.seconds or time.perf_counter() - share.started
+            out = {
+                "replica": self.index,
+                "state": share.state,
+                "epoch": share.epoch,
+                "examples": share.examples if share.seconds else trained,
+                "loss": share.loss if share.seconds else loss,
+                "seconds": seconds,
+            }
+            if share.seconds:
+                out.update(
+                    correct=share.correct,
+                    data_wait_s=share.data_wait_s,
+                    store_wait_s=share.store_wait_s,
+                )
+            return out
+
+    # -- the main thread -----------------------------------------------------------------------
+
+    def serve(self) -> int:
+        """Start, serve the driver until it says stop (or is gone), release everything."""
+        with terminate_as_interrupt():
+            server = None
+            try:
+                for line in sweep_report():
+                    print(f"hogwild replica {self.index}: {line}", file=sys.stderr)
+                with placement_lock():
+                    self.plan_store(pinned_by_other_jobs())
+                    self._prepare_arena()
+                    from hogwild.model.compile import compile_kernels
+
+                    config = self.config
+                    compile_kernels(
+                        self.network, config.train.batch, config.train.update_every,
+                        feed=self.plan.feed,
+                    )  # fmt: skip
+                    self.store.compile_kernels()
+                    self._start_workers()
+                server = ControlServer(f"{self.bind}:0", self.store.reach["job"], self.act,
+                                       self.keys)  # fmt: skip
+                address = server.start()
+                print(
+                    f"hogwild replica: serving replica {self.index} ({self.n_workers} worker(s) "
+                    f"on CPUs {', '.join(str(p.cpu) for p in self.placements)}; "
+                    f"{self.store.summary()}) on {address}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self._loop()
+                return 0
+            finally:
+                with deferred_signals():
+                    if server is not None:
+                        server.stop()
+                    self._shutdown()
+
+    def _loop(self) -> None:
+        while not self.stopping:
+            if time.monotonic() - self.last_contact > DRIVER_SILENCE_S:
+                print(
+                    f"hogwild replica {self.index}: no word from the driver for "
+                    f"{DRIVER_SILENCE_S:.0f} s; leaving",
+                    file=sys.stderr,
+                )
+                return
+            try:
+                self._begin(self.commands.get_nowait())
+            except queue.Empty:
+                pass
+            message = self.gang.poll(f"replica {self.index}'s share", POLL_S)
+            if isinstance(message, Trained):
+                self._answered(message)
+
+    def _begin(self, command: Train) -> None:
+        stats, control = self.arena.array("stats"), self.arena.array("control")
+        self.arena.array("order")[:] = epoch_permutation(
+            self.config.train.seed, command.epoch, self.n_train
+        )
+        with self.lock:
+            self.share = Share(
+                command.epoch,
+                float(stats[:, STAT_EXAMPLES].sum()),
+                float(stats[:, STAT_LOSS].sum()),
+                started=time.perf_counter(),
+            )
+            control[CONTROL_EPOCH] = command.epoch
+        size = command.stop - command.start
+        for worker in range(self.n_workers):
+            lo = command.start + round(worker * size / self.n_workers)
+            hi = command.start + round((worker + 1) * size / self.n_workers)
+            seed = worker_seed(command.seed, command.epoch, worker)
+            self.gang.send(worker, Train(command.epoch, command.lr, lo, hi, seed))
+
+    def _answered(self, message: Trained) -> None:
+        share = self.share
+        if share is None or message.epoch != share.epoch:
+            return
+        share.answered += 1
+        share.examples += message.examples
+        share.loss += message.loss
+        share.correct += message.correct
+        share.data_wait_s += message.data_wait_s
+        share.store_wait_s += message.store_wait_s
+        if share.answered == self.n_workers:
+            self.store.end_epoch()  # every copy takes the servers' model before the next share
+            with self.lock:
+                share.seconds = time.perf_counter() - share.started
+
+
+def run_replica(args) -> int:
+    """``hogwild cluster replica``: one replica of a running cluster job (started by a launcher)."""
+    from hogwild.config import load_config
+    from hogwild.training.api import load_data
+
+    config = load_config(args.config, getattr(args, "overrides", None) or None)
+    keys = args.keys or config.ps.keys or None
+    replica = Replica(config, load_data(config, args.data), args.index, args.bind, keys)
+    return replica.serve()

@@ -1,0 +1,103 @@
+"""The roles of a cluster job, as plain data: what each runs, what it needs, where it listens.
+
+A role is one process started by a launcher: a parameter server (``hogwild ps serve``), a data
+server (``hogwild data serve``) or a model replica (``hogwild cluster replica``), each a command
+line of ``hogwild`` plus the CPUs it needs. :func:`plan_roles` derives them from the job's
+``[cluster]`` section; every role reads the job's resolved config from one JSON file the driver
+writes (``Config.to_dict()``), so all of them agree on the model, the rules and the seed.
+
+Every role, once it accepts requests, prints one line to stderr,
+``hogwild ROLE: serving ... on HOST:PORT`` (:data:`READY`), which is how a launcher learns that
+it is up and where. Parameter servers listen on ports fixed before they start, because each is
+told the whole list of servers (the bucket map); the other roles take any free port.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
+KINDS = ("ps", "data", "replica")
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role of a cluster job.
+
+    Attributes:
+        kind: ``"ps"``, ``"data"`` or ``"replica"``.
+        index: Its index among the roles of its kind.
+        argv: The ``hogwild`` command line that runs it (after ``hogwild``).
+        cpus: CPUs it needs (a replica's workers; one for a server).
+        fixed_port: Its port must be chosen before it starts (a parameter server).
+        group: Roles with the same group run on one node (a replica and nothing else).
+    """
+
+    kind: str
+    index: int
+    argv: tuple[str, ...]
+    cpus: int = 1
+    fixed_port: bool = False
+    group: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.index}"
+
+
+@dataclass
+class ClusterPlan:
+    """Every role of a job, in the order they start (servers before the replicas using them)."""
+
+    ps: list[RoleSpec] = field(default_factory=list)
+    data: list[RoleSpec] = field(default_factory=list)
+    replicas: list[RoleSpec] = field(default_factory=list)
+
+    @property
+    def roles(self) -> list[RoleSpec]:
+        return [*self.ps, *self.data, *self.replicas]
+
+
+def ps_argv(config_file: str, servers: list[str], index: int, store: str | None) -> tuple:
+    """``hogwild ps serve`` for server ``index`` of ``servers``."""
+    port = servers[index].rpartition(":")[2]
+    host = servers[index].rpartition(":")[0]
+    argv = ["ps", "serve", "--config", config_file, "--servers", ",".join(servers)]
+    argv += ["--index", str(index), "--bind", host, "--port", port]
+    if store:
+        argv += ["--store", store]
+    return tuple(argv)
+
+
+def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
+    """The roles of ``config``'s cluster, before the parameter servers' ports are known.
+
+    Args:
+        config: The resolved job config.
+        config_file: Where the driver wrote it (every role reads it).
+        data: The data source (a directory of idx files or an image cache).
+        host: The address roles listen on.
+    """
+    cluster = config.cluster
+    plan = ClusterPlan()
+    for i in range(cluster.ps):
+        plan.ps.append(RoleSpec("ps", i, (), cpus=1, fixed_port=True))
+    for i in range(cluster.data_servers):
+        argv = ("data", "serve", data, "--config", config_file, "--bind", host, "--port", "0")
+        plan.data.append(RoleSpec("data", i, argv, cpus=1))
+    for i in range(cluster.replicas):
+        argv = ("cluster", "--config", config_file, "--data", data, "replica", "--index", str(i))
+        argv += ("--bind", host)
+        plan.replicas.append(
+            RoleSpec("replica", i, argv, cpus=cluster.workers_per_replica, group=f"replica-{i}")
+        )
+    return plan
+
+
+def with_servers(plan: ClusterPlan, config_file: str, servers: list[str], stores: list) -> None:
+    """Fill in the parameter servers' command lines once their addresses are chosen."""
+    plan.ps = [
+        RoleSpec("ps", i, ps_argv(config_file, servers, i, stores[i]), 1, True)
+        for i in range(len(servers))
+    ]

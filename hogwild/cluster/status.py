@@ -1,0 +1,95 @@
+"""The live status of a cluster job: one table of its roles, redrawn in place on a terminal.
+
+Rows: every replica (its state and epoch, examples trained in its share, examples/s, the
+training loss, seconds its compute loops waited for data and for the parameter servers), every
+parameter server (updates/s, requests/s, the staleness of the updates it applied, the updates at
+risk since its last flush) and every data server (requests/s). :func:`format_table` turns the
+rows into aligned text; :class:`LiveStatus` redraws it in place on a terminal (off a terminal it
+stays silent: the per-epoch lines are the log). ``hogwild cluster status`` prints the same table
+from a running job (the driver answers a ``status`` control request with the rows).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+COLUMNS = ("role", "state", "epoch", "examples", "ex/s", "loss", "data wait", "ps wait", "detail")
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Aligned text of ``rows`` (dicts keyed by :data:`COLUMNS`; missing cells are ``-``)."""
+    cells = [[_cell(row.get(column)) for column in COLUMNS] for row in rows]
+    widths = [max(len(c[i]) for c in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths, strict=True)).rstrip()]
+    for row in cells:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def replica_row(status: dict, previous: dict | None, seconds: float) -> dict:
+    """A replica's row from its ``status`` answer (and the previous one, for its rate)."""
+    examples = status.get("examples")
+    rate = None
+    if previous and examples is not None and previous.get("epoch") == status.get("epoch"):
+        rate = max(0, examples - previous.get("examples", 0)) / max(seconds, 1e-9)
+    loss = status.get("loss")
+    return {
+        "role": f"replica {status.get('replica')}",
+        "state": status.get("state"),
+        "epoch": status.get("epoch"),
+        "examples": examples,
+        "ex/s": rate,
+        "loss": loss / examples if loss is not None and examples else None,
+        "data wait": status.get("data_wait_s"),
+        "ps wait": status.get("store_wait_s"),
+    }
+
+
+def server_row(status: dict) -> dict:
+    """A parameter server's row from its status counters."""
+    histogram = status.get("staleness_histogram") or {}
+    stale = ", ".join(f"{k}:{v}" for k, v in list(histogram.items())[:4])
+    window = status.get("loss_window") or {}
+    risk = window.get("updates") if isinstance(window, dict) else None
+    return {
+        "role": f"ps {status.get('server')}",
+        "state": "serving",
+        "ex/s": None,
+        "detail": f"{status.get('updates_per_s', 0):,.0f} updates/s, "
+        f"{status.get('requests_per_s', 0):,.0f} req/s, staleness {stale or '-'}"
+        + (f", {risk:,} updates since flush" if isinstance(risk, int) else ""),
+    }
+
+
+class LiveStatus:
+    """Redraws the table in place on a terminal; silent elsewhere (or when not ``enabled``)."""
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.live = enabled and self.stream.isatty()
+        self._lines = 0
+
+    def draw(self, rows: list[dict]) -> None:
+        if not self.live:
+            return
+        text = format_table(rows)
+        if self._lines:
+            self.stream.write(f"\033[{self._lines}F\033[J")  # up to the table's top, clear below
+        self.stream.write(text + "\n")
+        self.stream.flush()
+        self._lines = text.count("\n") + 1
+
+    def clear(self) -> None:
+        """Forget the table (the next line is written below it)."""
+        self._lines = 0

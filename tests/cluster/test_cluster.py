@@ -1,0 +1,150 @@
+"""``hogwild cluster`` end to end with the local launcher: every role a real process on loopback.
+
+A job of two replicas (one worker each), two parameter servers and a data server trains MNIST
+to 98 % in two epochs, writes per-epoch metrics with the cluster's fields and a checkpoint in
+``hogwild train``'s format, and leaves nothing behind. A running job answers ``hogwild cluster
+status``. SIGKILL of a role of each kind stops the whole job within 10 s with an error naming
+the role and how it ended, and leaves no process and no shared-memory segment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hogwild.shm import sweeper
+from hogwild.training.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+STARTED_WITHIN_S = 240.0  # cold numba caches on a loaded 2-core machine
+STOPPED_WITHIN_S = 10.0
+
+
+def cluster_command(data: Path, run_dir: Path, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--data", str(data),
+        "--checkpoint-dir", str(run_dir), "--metrics", str(run_dir / "metrics.jsonl"),
+        "--no-progress", "--workers-per-replica", "1", *args,
+    ]  # fmt: skip
+
+
+def processes_of(run_dir: Path) -> list[psutil.Process]:
+    """Live processes whose command line names the job's run directory (its roles, workers)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(str(run_dir) in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def hogwild_segments() -> set[str]:
+    try:
+        return {e for e in os.listdir(sweeper.SHM_DIR) if e.startswith("hogwild")}
+    except FileNotFoundError:
+        return set()
+
+
+def wait_for_roles(run_dir: Path, driver: subprocess.Popen) -> dict:
+    """cluster.json once every role started and the replicas train."""
+    deadline = time.monotonic() + STARTED_WITHIN_S
+    where = run_dir / "cluster.json"
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        if where.is_file():
+            try:
+                return json.loads(where.read_text())
+            except ValueError:
+                pass  # being written
+        time.sleep(0.2)
+    driver.kill()
+    pytest.fail(f"the job did not start within {STARTED_WITHIN_S:g} s: {driver.communicate()}")
+
+
+def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    command = cluster_command(mnist_dir, run_dir, "--epochs", "2", "--replicas", "2", "--ps",
+                              "2", "--data-servers", "1")  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["test_accuracy"] >= 0.98, final
+    assert final["replicas"] == 2 and final["ps_servers"] == 2 and final["data_servers"] == 1
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in records if r["event"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == [0, 1]
+    for record in epochs:
+        assert set(record["per_replica_examples"]) == {"0", "1"}  # both replicas trained
+        assert record["updates_per_s"] > 0 and sum(record["staleness"].values()) > 0
+        assert record["fetch_wait_s"] >= 0 and record["data_wait_s"] >= 0
+    assert sum(epochs[0]["per_replica_examples"].values()) == epochs[0]["examples"]
+
+    restored = load_checkpoint(run_dir)  # hogwild train's format, hashes verified
+    assert restored.epoch == 1 and str(restored.path) == final["checkpoint"]
+    assert "fc1.weight" in restored.weights
+    assert not (run_dir / "cluster.json").exists()
+    assert processes_of(run_dir) == []
+
+
+def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple[str, Path]:
+    run_dir = tmp_path / "run"
+    segments_before = hogwild_segments()
+    command = cluster_command(mnist_dir, run_dir, "--epochs", "50", *args)
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        where = wait_for_roles(run_dir, driver)
+        if kind == "ps":  # while it runs, the job answers `hogwild cluster status`
+            status = subprocess.run(
+                [sys.executable, "-m", "hogwild.cli", "cluster", "status", str(run_dir), "--json"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["job"] == where["job"]
+        (victim,) = [r for r in where["roles"] if r["name"] == f"{kind} 0"]
+        os.kill(victim["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, stderr = driver.communicate(timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 1, stderr[-3000:]
+    assert took <= STOPPED_WITHIN_S, f"the job took {took:.1f} s to stop"
+    assert f"{kind} 0 on localhost was killed by SIGKILL" in stderr, stderr[-3000:]
+    assert "last checkpoint" in stderr  # the job says its checkpoints are kept
+
+    deadline = time.monotonic() + 30  # orphaned workers remove their arena by themselves
+    while time.monotonic() < deadline and (
+        processes_of(run_dir) or hogwild_segments() - segments_before
+    ):
+        time.sleep(0.2)
+    assert processes_of(run_dir) == []
+    assert hogwild_segments() - segments_before == set()
+    return stderr, run_dir
+
+
+@pytest.mark.parametrize(
+    "kind, args",
+    [
+        ("ps", ("--replicas", "1", "--ps", "2")),
+        ("data", ("--replicas", "1", "--ps", "1", "--data-servers", "1")),
+        ("replica", ("--replicas", "2", "--ps", "1")),
+    ],
+)
+def test_a_killed_role_stops_the_job_naming_it(mnist_dir, tmp_path, kind, args):
+    _kill_a_role(mnist_dir, tmp_path, kind, args)
