@@ -44,6 +44,7 @@ from hogwild.net.wire import (
     MsgType,
     WireError,
     pack_header,
+    peek_request,
     unpack_header,
 )
 
@@ -286,7 +287,9 @@ class Router:
                 header = unpack_header(parts[1].buffer)
             except WireError as exc:
                 self._discard(more)
-                self._reply(identity, error_reply(None, exc.code, str(exc)))
+                self._reply(
+                    identity, error_reply(peek_request(parts[1].buffer), exc.code, str(exc))
+                )
                 continue
             if header.type in self.handler.dedup_types:
                 seen, cached = self.window.check(header.sender, header.seq)

@@ -66,6 +66,7 @@ __all__ = [
     "frame_array",
     "job_id",
     "pack_header",
+    "peek_request",
     "unpack_header",
 ]
 
@@ -192,10 +193,31 @@ _DTYPE_CODES = {int(d): d for d in DType}
 
 
 def array_nbytes(header: Header) -> int:
-    """Bytes of one array frame of the header's dtype and shape (0 when it has none)."""
+    """Bytes of the largest array frame the header describes (0 when it has none).
+
+    A ``PUSH_VECTORS`` shape ``(k, m, rows)`` describes two frames, ``k x m`` activations and
+    ``rows x k`` errors: its size is theirs, not the product of the three.
+    """
     if header.dtype == DType.NONE:
         return 0
+    if header.type == MsgType.PUSH_VECTORS and len(header.shape) == 3:
+        k, m, rows = header.shape
+        return max(k * m, rows * k) * DTYPES[header.dtype].itemsize
     return math.prod(header.shape) * DTYPES[header.dtype].itemsize
+
+
+def peek_request(frame) -> Header | None:
+    """The job, sender, target and sequence number of a header that :func:`unpack_header`
+    refused, so the error reply reaches the request that caused it; None when the frame is not
+    even a header of this wire version (the reply then goes out unnumbered)."""
+    buf = memoryview(frame)
+    if buf.nbytes != HEADER_SIZE:
+        return None
+    fields = HEADER.unpack(buf.cast("B"))
+    magic, wire, job, sender, target, seq = fields[0], fields[1], *fields[7:11]
+    if magic != MAGIC or wire != WIRE_VERSION:
+        return None
+    return Header(MsgType.ERROR, job, sender, target, seq)
 
 
 def pack_header(h: Header) -> bytes:

@@ -167,6 +167,24 @@ def test_a_server_that_never_answers_is_an_error_naming_it():
     assert time.monotonic() - started < 5
 
 
+def test_a_refused_header_is_answered_as_an_error_of_the_request_that_sent_it():
+    with local_server(GEOMETRY, shard_kib=4) as server:
+        request = Header(MsgType.PULL, job=job_id(server.options.job), sender=7, seq=4242)
+        raw = bytearray(pack_header(request))
+        raw[5] = 250  # an unknown message type
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.connect(server.address.endpoint)
+        try:
+            sock.send_multipart([bytes(raw)])
+            assert sock.poll(5000), "no answer to a refused header"
+            reply = unpack_header(sock.recv_multipart()[0])
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+        assert reply.type == MsgType.ERROR and (reply.sender, reply.seq) == (7, 4242)
+
+
 def test_wrong_job_is_refused():
     with local_server(GEOMETRY, shard_kib=4) as server:
         with pytest.raises(PSRequestError, match="WRONG_JOB"):

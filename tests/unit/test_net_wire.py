@@ -22,6 +22,7 @@ from hogwild.net.wire import (
     frame_array,
     job_id,
     pack_header,
+    peek_request,
     unpack_header,
 )
 
@@ -167,3 +168,25 @@ def test_reply_keeps_the_request_identity():
     request = Header(MsgType.PULL, job=5, sender=9, target=3, seq=77)
     reply = request.reply(MsgType.DATA, version=4)
     assert (reply.job, reply.sender, reply.target, reply.seq, reply.version) == (5, 9, 3, 77, 4)
+
+
+def test_a_vector_push_is_sized_by_its_two_frames_not_the_product_of_its_shape():
+    # k = 256 vectors of a 1024 x 1024 layer, all 1024 rows of a shard: 1 MiB per frame, while
+    # k * m * rows floats would be 1 GiB, over the limit
+    request = Header(MsgType.PUSH_VECTORS, shape=(256, 1024, 1024), dtype=DType.FLOAT32, frames=2)
+    assert unpack_header(pack_header(request)).shape == (256, 1024, 1024)
+    too_big = request._replace(shape=(2**15, 2**10, 1))  # a 128 MiB activation frame
+    with pytest.raises(WireError, match="over"):
+        unpack_header(pack_header(too_big))
+
+
+def test_a_refused_header_still_names_the_request_it_came_from():
+    request = Header(MsgType.PULL, job=5, sender=9, target=3, seq=77)
+    fields = list(HEADER.unpack(pack_header(request)))
+    fields[5] = 7  # ndim 7: refused
+    raw = HEADER.pack(*fields)
+    with pytest.raises(WireError):
+        unpack_header(raw)
+    found = peek_request(raw)
+    assert (found.job, found.sender, found.target, found.seq) == (5, 9, 3, 77)
+    assert peek_request(b"HGWX" + raw[4:]) is None and peek_request(raw[:-1]) is None
