@@ -1,0 +1,117 @@
+"""Yardstick for ``bench/ps.py``: raw pyzmq request/reply of 1 MiB frames, and the servers'
+process wrappers the benchmark shares.
+
+:func:`raw_server` is the least a ZeroMQ server can do with a 1 MiB request: a ROUTER that
+receives it without copying and answers two bytes; :func:`raw_client` is a DEALER sending one
+request at a time and waiting for each answer. Their rate, with the same number of clients and the
+same transport, is what the parameter server's push-and-acknowledge is measured against.
+
+:class:`ChildServer` runs a server function in a spawned process pinned to some CPUs, reports
+its address through a pipe, and stops it on request (or kills it): the raw server and the
+parameter server of the loopback measurements both run this way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+
+STOP_S = 10.0
+
+
+def raw_server(cpus: list[int], transport: str, conn) -> None:
+    """A ROUTER answering every request with ``b"ok"`` until the parent says stop."""
+    import zmq
+
+    os.sched_setaffinity(0, cpus)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if transport == "tcp":
+        endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+    else:
+        endpoint = f"ipc:///tmp/hogwild-bench-raw-{os.getpid()}.sock"
+        sock.bind(endpoint)
+    conn.send(endpoint)
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    parent = os.getppid()
+    while not conn.poll(0) and os.getppid() == parent:
+        if poller.poll(100):
+            parts = sock.recv_multipart(copy=False)
+            sock.send_multipart([parts[0], b"ok"])
+    sock.close(linger=0)
+    ctx.term()
+    conn.send(None)
+
+
+def raw_client(endpoint: str, seconds: float, *, ready) -> float:
+    """Bytes per second of synchronous 1 MiB requests (a Gang task)."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    payload = np.ones(262_144, np.float32)
+    try:
+        for _ in range(20):
+            sock.send(payload, copy=False)
+            sock.recv()
+        ready()
+        count, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            sock.send(payload, copy=False)
+            if not sock.poll(30_000):
+                raise TimeoutError(f"raw server {endpoint} stopped answering")
+            sock.recv()
+            count += 1
+        return count * payload.nbytes / (time.perf_counter() - started)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+class ChildServer:
+    """``target(*args, conn)`` in a spawned process; :attr:`address` is its first message."""
+
+    def __init__(self, target, *args, timeout: float = 120.0) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=target, args=(*args, child), daemon=True)
+        self.process.start()
+        deadline = time.monotonic() + timeout
+        while not self._conn.poll(0.1):
+            if not self.process.is_alive() or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"{target.__name__} did not start (exit code {self.process.exitcode})"
+                )
+        self.address = self._conn.recv()
+
+    def stop(self):
+        """Ask it to stop; its last message (a status, or None)."""
+        answer = None
+        try:
+            self._conn.send("stop")
+            if self._conn.poll(STOP_S):
+                answer = self._conn.recv()
+        except (OSError, EOFError):
+            pass
+        self.process.join(STOP_S)
+        self.kill()
+        return answer
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+    def __enter__(self) -> ChildServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
