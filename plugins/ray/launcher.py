@@ -1,0 +1,372 @@
+"""The ``ray`` launcher: every role of a cluster job as a Ray actor running the role's process.
+
+The driver joins the Ray cluster ``cluster.ray_address`` names (``""``: a Ray instance of its
+own on this host, with as many logical CPUs as the job asks for, at least this host's cores) and
+leaves it when the job is over. Each role is one actor (:class:`~hogwild_plugins.ray.role_actor.
+RoleHost`) that starts ``python -m hogwild.cli ROLE ...`` on its node and reports the role's
+ready address, last lines and exit status; the driver waits by polling the actors.
+
+Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
+
+- a role with a ``group`` (a replica) gets a placement group of one bundle of ``cpus`` CPUs,
+  ``STRICT_PACK``: its workers share one node's memory (one role per group);
+- a server asks for ``cpus`` (1) CPU as a plain actor. Ray's CPUs are logical: a node started
+  with ``--num-cpus`` above its cores oversubscribes them, as the local launcher does on a small
+  host, and the local instance is started so (a 2-core host runs 2 parameter servers, a data
+  server and 2 one-worker replicas). Requests are not made fractional: on a real cluster a
+  server does use its core.
+
+Parameter servers are told the whole server list, so their ports are chosen before they start:
+:meth:`RayLauncher.reserve` places their actors first and asks each for a port free on its node.
+
+Addresses: with ``cluster.host`` on loopback (the default) every role binds it, which works only
+when Ray places it on the driver's host (otherwise the role is refused, naming the node); any
+other ``cluster.host`` means "reachable from other hosts", and each role's ``--bind`` is made its
+node's IP (the driver then gives the roles CURVE keys, ``ps.keys``). A role on a node other than
+the driver's gets the files it reads from the run directory (config, keys) in a mirror on its
+node; the data (``--data``) and keys kept elsewhere (``cluster.keys``) must be readable at the
+same path on every node. ``cluster.ray_address`` is a Ray cluster's GCS address (``HOST:PORT``,
+what ``ray start --head`` prints); Ray Client (``ray://``) addresses are not supported, as the
+driver must be on a node of the cluster (it compares nodes with its own).
+
+Stopping (:meth:`RayLauncher.stop_all`) follows :data:`~hogwild.cluster.launcher.STOP_ORDER`:
+replicas get ``grace_s`` to leave, then each kind is sent SIGTERM, waited for up to
+``cluster.stop_timeout_s``, and its process groups are SIGKILLed; then every actor is killed and
+every placement group removed. Roles whose actor died anyway get SIGTERM from the kernel
+(``PR_SET_PDEATHSIG``), and Ray kills a driver's actors when the driver is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+from hogwild_plugins.ray.role_actor import RoleHost
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
+from hogwild.cluster.roles import RoleSpec
+from hogwild.errors import ConfigError
+from hogwild.net.address import is_loopback, parse_address
+
+POLL_S = 0.1
+CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
+STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
+REAP_S = 10.0  # after SIGKILL, until the process is gone
+FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
+RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
+
+
+@dataclass
+class RayRole:
+    """One role's actor and what the driver knows of it."""
+
+    spec: RoleSpec
+    actor: object
+    host: str = ""
+    node_id: str = ""
+    pid: int | None = None
+    log: str = ""
+    last: list[str] = field(default_factory=list)
+    pending: object = None  # a status request in flight (poll)
+
+
+def _address(host: str, port: int | str) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class RayLauncher(Launcher):
+    """Roles as Ray actors on a Ray cluster (see the module docstring)."""
+
+    def __init__(self, config, run_dir: str) -> None:
+        super().__init__(config, run_dir)
+        self.run_dir = str(Path(run_dir).resolve())
+        self.cluster = config.cluster
+        self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
+        self.roles: dict[str, RayRole] = {}
+        self.groups: dict[str, object] = {}
+        self._reported: set[str] = set()
+        self._stopped = False
+        self._own_connection = not ray.is_initialized()
+        if self._own_connection:
+            self._connect()
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.node_ip = next(
+            (n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self.node_id), ""
+        )
+
+    def _connect(self) -> None:
+        address = self.cluster.ray_address
+        if address.startswith("ray://"):
+            raise ConfigError(
+                f"cluster.ray_address = {address!r}: Ray Client addresses are not supported; "
+                "run the driver on a node of the cluster and give the GCS address (HOST:PORT)"
+            )
+        options = {"log_to_driver": False, "logging_level": logging.WARNING}
+        if not address:
+            need = self.cluster.ps + self.cluster.data_servers
+            need += self.cluster.replicas * self.cluster.workers_per_replica
+            options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
+        main = threading.current_thread() is threading.main_thread()
+        sigterm = signal.getsignal(signal.SIGTERM) if main else None
+        try:
+            ray.init(address=address or None, **options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = f"at {address}" if address else "on this host"
+            hint = (
+                "; if it uses token authentication, set RAY_AUTH_MODE=token (the token in "
+                "~/.ray/auth_token or RAY_AUTH_TOKEN)"
+                if address
+                else ""
+            )
+            raise ConfigError(
+                f"cannot start or join the Ray cluster {where} (cluster.ray_address): {exc}{hint}"
+            ) from None
+        finally:
+            if main:  # ray.init installs its own SIGTERM handler; the driver keeps its own
+                signal.signal(signal.SIGTERM, sigterm)
+
+    # -- placing ---------------------------------------------------------------------------------
+
+    def _place(self, spec: RoleSpec, deadline: float) -> RayRole:
+        """The role's actor, placed and answering (its node known)."""
+        options: dict = {"num_cpus": spec.cpus}
+        if spec.group:
+            if spec.group in self.groups:
+                raise RoleFailedError(f"{spec.name}: group {spec.group!r} holds a role already")
+            group = placement_group([{"CPU": spec.cpus}], strategy="STRICT_PACK",
+                                    name=f"hogwild-{spec.group}")  # fmt: skip
+            self.groups[spec.group] = group
+            if not group.wait(max(0.0, deadline - time.monotonic())):
+                raise RoleFailedError(self._unplaced(spec, "a node with them free"))
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, 0)
+        role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
+        self.roles[spec.name] = role
+        try:
+            node = ray.get(role.actor.where.remote(), timeout=max(0.0, deadline - time.monotonic()))
+        except GetTimeoutError:
+            raise RoleFailedError(self._unplaced(spec, "them free")) from None
+        except RayActorError as exc:
+            raise RoleFailedError(f"{spec.name}: its Ray actor died as it started: {exc}") from None
+        role.host, role.node_id = node["host"], node["node_id"]
+        if self.loopback and role.host != self.node_ip:
+            raise RoleFailedError(
+                f"{spec.name} was placed on {role.host}, but cluster.host = "
+                f"{self.cluster.host} (loopback) is reachable only on the driver's host "
+                f"{self.node_ip}; set cluster.host to a non-loopback address (roles then bind "
+                "their node's IP)"
+            )
+        return role
+
+    def _unplaced(self, spec: RoleSpec, where: str) -> str:
+        return (
+            f"Ray did not place {spec.name} within {self.cluster.start_timeout_s:g} s: it needs "
+            f"{spec.cpus} CPU(s) and {where}; free in the Ray cluster now: "
+            f"{ray.available_resources()}"
+        )
+
+    def _bind_host(self, role: RayRole) -> str:
+        return self.cluster.host if self.loopback else role.host
+
+    def reserve(self, specs: list[RoleSpec], host: str) -> list[str]:
+        deadline = time.monotonic() + self.cluster.start_timeout_s
+        placed = [self._place(spec, deadline) for spec in specs]
+        hosts = [host if self.loopback else role.host for role in placed]
+        ports = self._get(
+            [r.actor.free_port.remote(h) for r, h in zip(placed, hosts, strict=True)], specs
+        )
+        return [_address(h, p) for h, p in zip(hosts, ports, strict=True)]
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def start(self, spec: RoleSpec) -> str:
+        deadline = time.monotonic() + self.cluster.start_timeout_s
+        role = self.roles.get(spec.name) or self._place(spec, deadline)
+        role.spec = spec  # reserve() placed it before its command line was known
+        argv = list(spec.argv)
+        if not self.loopback and "--bind" in argv[:-1]:
+            argv[argv.index("--bind") + 1] = role.host
+        log = os.path.join(self.run_dir, "logs", f"{spec.kind}-{spec.index}.log")
+        if role.node_id == self.node_id:
+            env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
+            started = role.actor.start.remote(argv, log, os.getcwd(), env)
+        else:
+            mirror = {"run_dir": self.run_dir, "files": self._files_for(argv)}
+            started = role.actor.start.remote(argv, log, None, {}, mirror)
+        (process,) = self._get([started], [spec])
+        role.pid, role.log = process["pid"], process["log"]
+        while True:
+            (status,) = self._get([role.actor.status.remote()], [spec])
+            role.last = status["last"]
+            if status["address"]:
+                return status["address"]
+            code = status["returncode"]
+            if code is not None or time.monotonic() > deadline:
+                why = (
+                    RoleExit(spec.name, role.host, code).describe()
+                    if code is not None
+                    else f"{spec.name} on {role.host} did not print its ready line within "
+                    f"{self.cluster.start_timeout_s:g} s"
+                )
+                raise RoleFailedError(f"{why} while starting: {self._last_words(role)}")
+            time.sleep(POLL_S)
+
+    def _files_for(self, argv: list[str]) -> dict[str, bytes]:
+        """The run directory's files a role elsewhere reads: those in ``argv``, and the keys."""
+        root = Path(self.run_dir)
+        paths = [Path(a.partition("=")[2] if a.startswith("--") else a) for a in argv]
+        if self.config.ps.keys:
+            keys = Path(self.config.ps.keys).resolve()
+            paths += [p for p in keys.rglob("*") if p.is_file()] if keys.is_dir() else []
+        found = {}
+        for path in paths:
+            path = path.resolve() if path.is_absolute() else (Path.cwd() / path).resolve()
+            if path.is_file() and path.is_relative_to(root):
+                found[str(path.relative_to(root))] = path.read_bytes()
+        return found
+
+    def _get(self, refs: list, specs: list[RoleSpec]) -> list:
+        """Results of requests to the roles' actors, as errors naming the role when they fail."""
+        results = []
+        for ref, spec in zip(refs, specs, strict=True):
+            try:
+                results.append(ray.get(ref, timeout=CALL_TIMEOUT_S))
+            except GetTimeoutError:
+                raise RoleFailedError(
+                    f"{spec.name}: its Ray actor did not answer within {CALL_TIMEOUT_S:g} s"
+                ) from None
+            except RayActorError as exc:
+                host = self.roles[spec.name].host if spec.name in self.roles else "?"
+                raise RoleFailedError(
+                    f"{RoleExit(spec.name, host, None).describe()}: {exc}"
+                ) from None
+            except RayTaskError as exc:  # the request itself failed there (say, a bad cwd)
+                raise RoleFailedError(f"{spec.name}: {exc}") from None
+        return results
+
+    def _last_words(self, role: RayRole) -> str:
+        words = " | ".join(role.last) or "nothing"
+        where = "" if role.node_id == self.node_id else f" on {role.host}"
+        return f"{words} ({role.log}{where})" if role.log else words
+
+    # -- watching --------------------------------------------------------------------------------
+
+    def poll(self) -> list[RoleExit]:
+        if self._stopped:
+            return []
+        watched = [
+            r for n, r in self.roles.items() if r.pid is not None and n not in self._reported
+        ]
+        for role in watched:
+            if role.pending is None:
+                role.pending = role.actor.status.remote()
+        refs = [r.pending for r in watched]
+        ready, _ = (
+            ray.wait(refs, num_returns=len(refs), timeout=STATUS_WAIT_S) if refs else ([], [])
+        )
+        ready = set(ready)
+        gone = []
+        for role in watched:
+            if role.pending not in ready:
+                continue  # a slow actor: asked again next time
+            ref, role.pending = role.pending, None
+            try:
+                status = ray.get(ref, timeout=CALL_TIMEOUT_S)
+            except ActorUnavailableError:
+                continue  # unreachable for now, not known dead
+            except RayActorError:
+                status = {"returncode": None, "last": role.last, "lost": True}
+            role.last = status["last"]
+            if status["returncode"] is not None or status.get("lost"):
+                self._reported.add(role.spec.name)
+                gone.append(RoleExit(role.spec.name, role.host, status["returncode"]))
+        return gone
+
+    def hosts(self) -> dict[str, str]:
+        return {name: role.host for name, role in self.roles.items()}
+
+    def describe(self) -> list[dict]:
+        return [
+            {"name": name, "host": role.host, "pid": role.pid} for name, role in self.roles.items()
+        ]
+
+    def last_words(self, name: str) -> str:
+        role = self.roles.get(name)
+        return self._last_words(role) if role else ""
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def stop_all(self, grace_s: float = 0.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            for kind in STOP_ORDER:
+                group = [r for r in self.roles.values() if r.spec.kind == kind and r.pid]
+                if kind == "replica" and grace_s > 0:
+                    group_left = self._wait_exited(group, grace_s)
+                else:
+                    group_left = group
+                self._send(group_left, signal.SIGTERM)
+                self._wait_exited(group_left, self.cluster.stop_timeout_s)
+                self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
+                self._reap(group)
+        finally:
+            self._remove_actors()
+            self._reported.update(self.roles)
+            if self._own_connection and ray.is_initialized():
+                ray.shutdown()
+
+    def _send(self, roles: list[RayRole], signum: int, process_group: bool = False) -> None:
+        refs = [r.actor.send.remote(signum, process_group) for r in roles]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+
+    def _wait_exited(self, roles: list[RayRole], seconds: float) -> list[RayRole]:
+        """Wait up to ``seconds`` for the roles to exit; those still running."""
+        deadline = time.monotonic() + seconds
+        running = list(roles)
+        while running:
+            refs = [r.actor.status.remote() for r in running]
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+            still = []
+            for role, ref in zip(running, refs, strict=True):
+                try:
+                    status = ray.get(ref, timeout=0)
+                except (GetTimeoutError, ActorUnavailableError):
+                    still.append(role)
+                    continue
+                except RayActorError:
+                    continue  # its actor is gone (and took the role with it)
+                if status["returncode"] is None:
+                    still.append(role)
+            running = still
+            if not running or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        return running
+
+    def _reap(self, roles: list[RayRole]) -> None:
+        refs = [r.actor.reap.remote(REAP_S) for r in roles]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=REAP_S + CALL_TIMEOUT_S)
+
+    def _remove_actors(self) -> None:
+        for role in self.roles.values():
+            try:
+                ray.kill(role.actor, no_restart=True)
+            except (RayActorError, ValueError):
+                pass
+        for group in self.groups.values():
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 -- already removed, or Ray is going away
+                pass

@@ -1,0 +1,200 @@
+"""What runs on a Ray node for one role of a cluster job: its process, its log, its ready line.
+
+:class:`RoleHost` is the body of the Ray actor :mod:`~hogwild_plugins.ray.launcher` places for a
+role (``ray.remote`` is applied there, so this class is plain Python). It starts
+``python -m hogwild.cli ROLE ...`` on the actor's node, in a session of its own, reads its stderr
+from a thread into a log file and keeps the last lines (the driver may be on another host, so
+the log is not always where the driver can read it: :meth:`RoleHost.status` carries the last
+lines back), and notes the ready line's address (:data:`~hogwild.cluster.roles.READY`).
+
+Every method returns at once (the driver does the waiting), so the actor needs one thread, and
+the role is started from the actor's main thread: the role asks the kernel for SIGTERM when its
+parent dies (``PR_SET_PDEATHSIG``, which follows the thread that forked), so a killed actor, or
+a lost driver whose actors Ray then kills, still takes the role down (servers flush on SIGTERM).
+The request is made by a few lines of Python run before ``hogwild.cli`` (:data:`SHIM`), not by a
+``preexec_fn``, which is unsafe in a process with threads (a Ray worker has many).
+
+A role on a node that is not the driver's cannot see the driver's run directory (it is on a
+shared filesystem only when local): :meth:`RoleHost.start` is then given the files the role
+reads from it (the job's config, the CURVE keys), writes them into a mirror of the run directory
+under the node's temporary directory, and points the role's command line at the mirror.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import deque
+from pathlib import Path
+
+from hogwild.cluster.roles import READY
+
+LAST_LINES = 50
+PR_SET_PDEATHSIG = 1
+# argv: SHIM PARENT_PID hogwild-args...; exits at once if the actor died before the request.
+SHIM = (
+    "import ctypes, os, runpy, signal, sys\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv.pop(1)):\n"
+    "    sys.exit(143)\n"
+    "runpy.run_module('hogwild.cli', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def node_ip() -> str:
+    """This node's IP address as Ray knows it."""
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def mirror_dir(run_dir: str) -> Path:
+    """Where a node that cannot see ``run_dir`` keeps its mirror of it."""
+    digest = hashlib.sha1(run_dir.encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / "hogwild-ray" / f"{Path(run_dir).name}-{digest}"
+
+
+def repath(value: str, old: str, new: str) -> str:
+    """``value`` with the directory ``old`` at its start (or after ``--key=``) made ``new``."""
+    key, eq, path = value.partition("=") if value.startswith("--") else ("", "", value)
+    if path == old or path.startswith(old.rstrip("/") + "/"):
+        return f"{key}{eq}{new}{path[len(old) :]}"
+    return value
+
+
+class RoleHost:
+    """One role's process on this node (see the module docstring).
+
+    Args:
+        name: The role's name (``"ps 0"``), for messages.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lines: deque[str] = deque(maxlen=LAST_LINES)
+        self.address: str | None = None
+        self.process: subprocess.Popen | None = None
+        self.reader: threading.Thread | None = None
+        self.log = ""
+
+    def where(self) -> dict:
+        """This node: ``host`` (its IP) and ``node_id``."""
+        import ray
+
+        return {"host": node_ip(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    def free_port(self, host: str) -> int:
+        """A TCP port free on ``host`` (an address of this node) right now."""
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.bind((host, 0))
+            return sock.getsockname()[1]
+
+    def start(
+        self,
+        argv: list[str],
+        log: str,
+        cwd: str | None,
+        env: dict[str, str],
+        mirror: dict | None = None,
+    ) -> dict:
+        """Start the role: ``python -m hogwild.cli *argv``; its ``pid`` and ``log``.
+
+        Args:
+            argv: The ``hogwild`` command line.
+            log: The log file (its folder is made).
+            cwd: The working directory, if it exists here (else this actor's).
+            env: Variables added to this actor's environment.
+            mirror: ``{"run_dir": ..., "files": {relative path: bytes}}`` when this node cannot
+                see the driver's run directory: the files are written into :func:`mirror_dir`
+                (the run directory's path in JSON files made the mirror's) and every path under
+                the run directory in ``argv`` and ``log`` is made the mirror's.
+        """
+        if self.process is not None:
+            raise RuntimeError(f"{self.name} was already started here")
+        if mirror is not None:
+            argv, log = self._mirror(argv, log, mirror["run_dir"], mirror["files"])
+        self.log = log
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-c", SHIM, str(os.getpid()), *argv]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            cwd=cwd if cwd and os.path.isdir(cwd) else None,
+            env={**os.environ, **env},
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        return {"pid": self.process.pid, "log": log}
+
+    def _mirror(self, argv, log, run_dir: str, files: dict) -> tuple[list[str], str]:
+        local = mirror_dir(run_dir)
+        for relative, data in files.items():
+            path = local / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if relative.endswith(".json"):
+                old, new = json.dumps(run_dir)[1:-1], json.dumps(str(local))[1:-1]
+                text = data.decode()
+                for end in ('"', "/"):
+                    text = text.replace(old + end, new + end)
+                data = text.encode()
+            path.write_bytes(data)
+            if relative.endswith(".key") or relative.endswith(".key_secret"):
+                path.chmod(0o600)
+        return [repath(a, run_dir, str(local)) for a in argv], repath(log, run_dir, str(local))
+
+    def _read(self) -> None:
+        with open(self.log, "a", encoding="utf-8") as log:
+            for line in self.process.stderr:
+                log.write(line)
+                log.flush()
+                line = line.rstrip("\n")
+                self.lines.append(line)
+                match = READY.match(line)
+                if match and self.address is None:
+                    self.address = match.group(1)
+
+    def status(self) -> dict:
+        """``address`` (once ready), ``returncode`` (once exited), ``last`` lines of stderr."""
+        code = None if self.process is None else self.process.poll()
+        if code is not None and self.reader is not None:
+            self.reader.join(1.0)  # the last lines, which say why it exited
+        return {"address": self.address, "returncode": code, "last": list(self.lines)[-4:]}
+
+    def send(self, signum: int, group: bool = False) -> None:
+        """Send ``signum`` to the role (``group``: to its whole process group, its workers too)."""
+        if self.process is None:
+            return
+        try:
+            if group:
+                os.killpg(self.process.pid, signum)
+            elif self.process.poll() is None:
+                self.process.send_signal(signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def reap(self, timeout_s: float) -> int | None:
+        """Wait up to ``timeout_s`` for the role to be gone, close its pipe; its exit status."""
+        if self.process is None:
+            return None
+        try:
+            code = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        if self.reader is not None:
+            self.reader.join(5.0)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        return code
+
+
+__all__ = ["LAST_LINES", "SHIM", "RoleHost", "mirror_dir", "node_ip", "repath"]

@@ -1,0 +1,174 @@
+"""``hogwild cluster --launcher ray`` end to end, on a real Ray head started on loopback.
+
+The module's Ray head is this test's own: ``ray start --head`` in a session of its own, with its
+own temporary directory and free ports, and it is stopped by signalling that session's processes
+and their descendants (``ray stop`` would stop every Ray instance on the machine, other users'
+too). It has 5 logical CPUs on a 2-core machine: the job's 2 parameter servers and data server
+ask 1 CPU each and its 2 replicas 1 CPU each (Ray's CPUs are logical; the local launcher runs the
+same 5 roles on the same 2 cores).
+
+A job of two replicas (one worker each), two parameter servers and a data server, every role a
+Ray actor running its process, trains MNIST to 98 % in two epochs, writes each role's log in the
+run directory, and leaves no process, no live actor and no placement group behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("ray")
+from ray.util.state import list_actors, list_placement_groups  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+HEAD_CPUS = 5
+HEAD_STARTED_WITHIN_S = 120.0
+HEAD_STOPPED_WITHIN_S = 3.0  # then SIGKILL: its state is thrown away
+JOB_WITHIN_S = 600.0
+GONE_WITHIN_S = 30.0  # Ray kills actors and removes placement groups asynchronously
+# Ray turns token authentication on when ~/.ray/auth_token exists (a local ray.init() makes
+# one); on loopback the head and the job agree to go without, whatever this machine's state.
+RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _session_processes(session: int) -> list[psutil.Process]:
+    """The processes of the Ray head's session (``ray start``'s), and everything below them."""
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == session:
+                found[proc.pid] = proc
+                found.update((c.pid, c) for c in proc.children(recursive=True))
+        except (OSError, psutil.Error):
+            continue
+    return list(found.values())
+
+
+def _stop_head(session: int) -> None:
+    procs = _session_processes(session)
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=HEAD_STOPPED_WITHIN_S)
+    for proc in alive + _session_processes(session):
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5.0)
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A Ray head of this module's own on loopback: its GCS address and its dashboard's."""
+    temp = tempfile.mkdtemp(prefix="hwray-", dir="/tmp")  # short: Ray's sockets live in it
+    port, dashboard, agent, client = _free_ports(4)
+    command = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
+        "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", str(HEAD_CPUS),
+        "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
+        "--dashboard-port", str(dashboard), "--dashboard-agent-listen-port", str(agent),
+        "--ray-client-server-port", str(client), "--object-store-memory", str(100 * 2**20),
+        "--disable-usage-stats", "--temp-dir", temp,
+    ]  # fmt: skip
+    log_path = Path(temp) / "ray-start.log"
+    with open(log_path, "w") as log:  # not a pipe: Ray's daemons inherit it and keep it open
+        starter = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=RAY_ENV
+        )
+    try:
+        try:
+            code = starter.wait(HEAD_STARTED_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0:
+            pytest.fail(f"ray start --head: exit {code}: {log_path.read_text()[-3000:]}")
+        yield {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard}"}
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+        _stop_head(starter.pid)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _processes_of(run_dir: Path) -> list[psutil.Process]:
+    """Live processes whose command line names the job's run directory (its roles, workers)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(str(run_dir) in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _left_behind(dashboard: str) -> tuple[list, list]:
+    """Actors not dead and placement groups not removed, on the module's Ray head."""
+    actors = list_actors(address=dashboard, limit=1000, raise_on_missing_output=False)
+    groups = list_placement_groups(address=dashboard, limit=1000, raise_on_missing_output=False)
+    return (
+        [(a.class_name, a.state) for a in actors if a.state != "DEAD"],
+        [(g.name, g.state) for g in groups if g.state != "REMOVED"],
+    )
+
+
+def test_ray_job_reaches_98_percent_and_leaves_nothing(ray_head, mnist_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
+        "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "2",
+        "--replicas", "2", "--workers-per-replica", "1", "--ps", "2", "--data-servers", "1",
+        "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=JOB_WITHIN_S, env=RAY_ENV
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["test_accuracy"] >= 0.98, final
+    assert final["replicas"] == 2 and final["ps_servers"] == 2 and final["data_servers"] == 1
+
+    records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    (start,) = [r for r in records if r["event"] == "start"]
+    assert start["config"]["cluster"]["launcher"] == "ray"
+    for name in ("ps-0", "ps-1", "data-0", "replica-0", "replica-1"):  # the driver's host
+        assert "hogwild " in (run_dir / "logs" / f"{name}.log").read_text(), name
+
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
+        time.sleep(0.5)
+    actors, groups = _left_behind(ray_head["dashboard"])
+    assert actors == [], f"Ray actors still alive: {actors}"
+    assert groups == [], f"placement groups not removed: {groups}"
+    assert _processes_of(run_dir) == []
+    roles = [a for a in list_actors(address=ray_head["dashboard"], limit=1000)]
+    assert sum(a.class_name == "RoleHost" for a in roles) == 5  # every role was a Ray actor
