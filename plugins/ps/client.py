@@ -245,8 +245,10 @@ class PSClient:
         errors: np.ndarray,
         lr: float,
         basis: np.ndarray | None = None,
+        decay: float = 0.0,
     ) -> np.ndarray:
-        """API (b): the servers apply ``W += -lr * sum_i errors[i] (outer) activations[i]``.
+        """API (b): the servers apply ``W += -lr * sum_i errors[i] (outer) activations[i]
+        - decay * W`` (through their rule).
 
         Args:
             layer: Index of a fully connected layer in the model's layer list.
@@ -254,6 +256,8 @@ class PSClient:
             errors: float32 [k, N] output errors (dL/dz).
             lr: The replica's learning rate.
             basis: As for :meth:`push_deltas`.
+            decay: The weight decay these updates carry (``lr * weight_decay`` per example,
+                summed over the k): the fraction of ``W`` the replica would have removed.
 
         Returns:
             uint64 [n_shards]: the latest versions.
@@ -285,6 +289,7 @@ class PSClient:
                 dtype=DType.FLOAT32,
                 frames=2,
                 a=float(lr),
+                b=float(decay),
             )
             requests.append(Request(self.layout.server_of(shard), header, [a, et]))
         self._run(requests)

@@ -102,6 +102,7 @@ class Work:
     header: Header | None = None
     version: int = 0
     coef: float = 1.0
+    decay: float = 0.0  # API (b): weight decay per unit of the layer's update (see kernels)
     offset: int = 0
     length: int = 0
     data: np.ndarray | None = None
@@ -377,6 +378,7 @@ class UpdateEngine:
                 self.mu,
                 self.eps,
                 self._scratch(t),
+                work.decay,
             )
             shard.applied += 1
             self.applied[t] += 1

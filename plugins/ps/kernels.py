@@ -125,14 +125,15 @@ def apply_deltas(rule, w, state, addrs, offsets, lengths, coefs, lr, mu, eps, bl
 
 
 @njit(nogil=True, cache=True)
-def apply_vectors(rule, w, state, shard_lo, w_off, m, r0, et, a, c, lr, mu, eps, scratch):
+def apply_vectors(rule, w, state, shard_lo, w_off, m, r0, et, a, c, lr, mu, eps, scratch, wd=0.0):
     """API (b) for the part of one fully connected layer that lies in one shard.
 
     The layer's weights ``W`` ([N, M], row-major) start at global offset ``w_off``; rows
     ``r0 .. r0 + len(et)`` overlap the shard, which starts at global offset ``shard_lo``. The
-    update ``c * (et @ a)`` (``et``: the rows' errors transposed, [rows, k]; ``a``: activations,
-    [k, M]) is formed block of rows by block of rows into ``scratch`` and applied by ``rule`` to
-    the elements that lie in the shard.
+    update ``c * (et @ a + wd * W)`` (``et``: the rows' errors transposed, [rows, k]; ``a``:
+    activations, [k, M]; ``wd * W`` the units' weight decay, as the replica would have added it
+    to its deltas) is formed block of rows by block of rows into ``scratch`` and applied by
+    ``rule`` to the elements that lie in the shard.
     """
     n = w.shape[0]
     rows = et.shape[0]
@@ -147,6 +148,10 @@ def apply_vectors(rule, w, state, shard_lo, w_off, m, r0, et, a, c, lr, mu, eps,
         hi = min(g0 + nr * m, shard_lo + n)
         if lo < hi:
             flat = scratch[lo - g0 : hi - g0]
+            if wd != 0.0:
+                decay = np.float32(wd)
+                for i in range(hi - lo):
+                    flat[i] += decay * w[lo - shard_lo + i]
             _segment(rule, w, state, lo - shard_lo, flat, c, lr, mu, eps)
 
 
@@ -215,8 +220,9 @@ def compile_kernels() -> None:
         )
         for e, x in ((et, a), (frozen[0], frozen[1])):
             apply_vectors(
-                rule, w, w.copy(), 0, 0, 8, 0, e, x, 1.0, 1.0, 0.9, 1e-8, np.zeros(64, np.float32)
-            )
+                rule, w, w.copy(), 0, 0, 8, 0, e, x, 1.0, 1.0, 0.9, 1e-8,
+                np.zeros(64, np.float32), 0.5,
+            )  # fmt: skip
     for op in VECTOR_OPS.values():
         vector_op(op, d, d.copy(), d.copy(), 1.0)
     assign(w, 0, d)

@@ -331,6 +331,12 @@ class ParameterServer:
             checks.check_range(header.offset, header.shape[0], shard, size)
         elif header.type == MsgType.PUSH_VECTORS:
             checks.check_array(header, 3, 2)
+            if not 0.0 <= header.b < 1.0 or (header.b and not header.a > 0.0):
+                raise WireError(
+                    f"vector push: weight decay b = {header.b} must be in [0, 1), with a "
+                    f"learning rate a > 0 (got a = {header.a})",
+                    ErrorCode.BAD_VALUE,
+                )
         return shard
 
     def handle(self, request: Incoming) -> Reply | None:
@@ -410,6 +416,7 @@ class ParameterServer:
             work.version, work.coef = decision.version, decision.coef
             if work.kind == Kind.VECTORS:
                 work.coef = -header.a * decision.coef
+                work.decay = header.b / header.a if header.b else 0.0  # W loses b of itself
         elif work.kind == Kind.ASSIGN or (
             work.kind == Kind.VECOP and checks.writes(work.op, work.names) == "params"
         ):

@@ -61,6 +61,7 @@ class RemoteHome(Home):
                 buffer.errs[i][:rows],
                 buffer.lr,
                 basis=self.basis,
+                decay=buffer.decay,
             )
 
     def close(self) -> None:

@@ -62,20 +62,22 @@ def test_staler_than_max_staleness_is_refused_and_counted():
 
 
 @pytest.mark.parametrize("rule", ["sgd", "adagrad"])
-def test_vectors_equal_deltas_with_the_outer_products_done_by_the_client(rule):
+@pytest.mark.parametrize("decay", [0.0, 0.004], ids=["no-decay", "weight-decay"])
+def test_vectors_equal_deltas_with_the_outer_products_done_by_the_client(rule, decay):
     rng = np.random.default_rng(2)
     init = rng.standard_normal(N).astype(np.float32)
     k, lr = 16, 0.05
     acts = rng.standard_normal((k, FC.n_in)).astype(np.float32)
     errs = rng.standard_normal((k, FC.n_out)).astype(np.float32)
     delta = np.zeros(N, np.float32)
-    delta[FC.offset : FC.offset + FC.size] = (-lr * errs.T @ acts).reshape(-1)
+    w = init[FC.offset : FC.offset + FC.size]
+    delta[FC.offset : FC.offset + FC.size] = (-lr * errs.T @ acts).reshape(-1) - decay * w
     outs = []
     for api in ("vectors", "deltas"):
         with local_server(GEOMETRY, initial=init, rule=rule, shard_kib=4) as server:
             with client_for(server) as client:
                 if api == "vectors":
-                    versions = client.push_vectors(FC.layer, acts, errs, lr)
+                    versions = client.push_vectors(FC.layer, acts, errs, lr, decay=decay)
                 else:
                     versions = client.push_deltas(delta, ranges=[(FC.offset, FC.offset + FC.size)])
                 assert list(versions[:3]) == [1, 1, 1] and versions[3:].sum() == 0
@@ -93,6 +95,10 @@ def test_bad_vector_requests_are_refused_by_the_server():
         client.layout = dataclasses.replace(client.layout, fc_layers=wrong)
         with pytest.raises(PSRequestError, match="BAD_LAYER.*takes 37 inputs"):
             client.push_vectors(4, np.ones((2, 36), np.float32), np.ones((2, 41), np.float32), 1)
+        client.layout = dataclasses.replace(client.layout, fc_layers=(FC,))
+        acts, errs = np.ones((2, 37), np.float32), np.ones((2, 41), np.float32)
+        with pytest.raises(PSRequestError, match="BAD_VALUE.*weight decay"):
+            client.push_vectors(4, acts, errs, 0.1, decay=1.5)
 
 
 def test_pulls_see_pushes_and_partial_ranges_touch_only_their_shards():
