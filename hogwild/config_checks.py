@@ -187,6 +187,12 @@ def _check_cluster(cluster, fail) -> None:
         )
     if cluster.data_servers < 0 or cluster.warm_start < 0 or cluster.metrics_port < 0:
         fail("cluster.data_servers, cluster.warm_start and cluster.metrics_port must be >= 0")
+    last_port = cluster.metrics_port + cluster.ps + cluster.data_servers + cluster.replicas
+    if cluster.metrics_port and last_port > 65535:
+        fail(
+            f"cluster.metrics_port = {cluster.metrics_port}: the job's roles take ports up to "
+            f"{last_port}, past 65535; choose a lower first port"
+        )
     if not 0.0 < cluster.epoch_fraction <= 1.0:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")
     if not (cluster.status_s > 0 and cluster.start_timeout_s > 0 and cluster.stop_timeout_s > 0):

@@ -46,6 +46,7 @@ from hogwild.cluster.coordinator import (
     replicas_training,
 )
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
+from hogwild.cluster.prometheus import role_ports, serve_metrics
 from hogwild.cluster.roles import plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.config import ps_update_rule
@@ -69,6 +70,7 @@ from hogwild.training.resume import check_directory, compare_configs
 from hogwild.training.trainer import save_checkpoint
 
 POLL_S = 0.2
+KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
 
 
@@ -111,6 +113,8 @@ class ClusterDriver:
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
         self.gone: set[str] = set()  # roles the launcher saw exit
+        self.last_keep_alive = 0.0
+        self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
         self.rows: list[dict] = []
 
     # -- the job ---------------------------------------------------------------------------------
@@ -133,8 +137,11 @@ class ClusterDriver:
         plan = plan_roles(config, config_file, self.source, cluster.host)
         servers = self.launcher.reserve(plan.ps, cluster.host)
         stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
+        for store in stores:  # a server's store recovers a crash within a job, never a new job:
+            shutil.rmtree(store, ignore_errors=True)  # the model comes from init or --resume
         with_servers(plan, config_file, servers, stores)
         plan.ps = [replace(s, argv=(*s.argv, "--job", self.job)) for s in plan.ps]
+        self._give_metrics_ports(plan)
         for spec in plan.ps:
             self.launcher.start(spec)
         data_servers = [self.launcher.start(spec) for spec in plan.data]
@@ -146,9 +153,7 @@ class ClusterDriver:
         for spec in plan.replicas:
             addresses.append(self.launcher.start(replace(spec, argv=(*spec.argv, *extra))))
         self.clients = [
-            ControlClient(
-                a, self.job, timeout_s=config.ps.timeout_s, retries=config.ps.retries, keys=keys
-            )
+            ControlClient(a, self.job, timeout_s=config.ps.timeout_s, retries=1, keys=keys)
             for a in addresses
         ]
         self._serve_status()
@@ -181,6 +186,32 @@ class ClusterDriver:
         else:
             self.run_dir = Path(tempfile.mkdtemp(prefix="hogwild-cluster-"))
             self.own_run_dir = True
+
+    def _give_metrics_ports(self, plan) -> None:
+        """With ``cluster.metrics_port``: each role's own port, as an override on its argv."""
+        first = self.config.cluster.metrics_port
+        if not first:
+            return
+        ports = role_ports(first, len(plan.ps), len(plan.data), len(plan.replicas))
+
+        def told(spec):
+            return replace(spec, argv=(*spec.argv, f"--cluster.metrics_port={ports[spec.name]}"))
+
+        plan.ps = [told(s) for s in plan.ps]
+        plan.data = [told(s) for s in plan.data]
+        plan.replicas = [told(s) for s in plan.replicas]
+        self.endpoint = serve_metrics("driver", "driver", ports["driver"], self._summary)
+
+    def _summary(self) -> dict:
+        """The driver's own gauges: the job's progress as the replicas last reported it."""
+        seen = [v["status"] for v in list(self.last_status.values())]
+        rows = [v["row"] for v in list(self.last_status.values())]
+        return {
+            "replicas": len(self.clients),
+            "examples": sum(int(s.get("examples") or 0) for s in seen),
+            "examples_per_s": sum(float(r.get("ex/s") or 0.0) for r in rows),
+            "roles_gone": len(self.gone),
+        }
 
     def _with_keys(self, config):
         """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``,
@@ -249,7 +280,8 @@ class ClusterDriver:
             while pending:
                 instruction = pending.popleft()
                 if isinstance(instruction, StartShare):
-                    self.clients[instruction.replica].call(
+                    self._call(
+                        instruction.replica,
                         "train",
                         epoch=instruction.epoch,
                         lr=instruction.lr,
@@ -258,7 +290,7 @@ class ClusterDriver:
                         seed=instruction.seed,
                     )
                 elif isinstance(instruction, CloseShare):
-                    self.clients[instruction.replica].call("close", epoch=instruction.epoch)
+                    self._call(instruction.replica, "close", epoch=instruction.epoch)
                 elif isinstance(instruction, EpochEnd):
                     seconds = time.perf_counter() - epoch_start
                     record = self._end_epoch(instruction, seconds)
@@ -274,12 +306,32 @@ class ClusterDriver:
             self._check_roles()
             for replica in replicas_training(coordinator):
                 pending.extend(self._events(coordinator, replica))
+            self._keep_alive(coordinator)
             if time.monotonic() - drawn >= config.cluster.status_s:
                 drawn = time.monotonic()
                 self.live.draw(self._rows())
 
+    def _call(self, replica: int, op: str, **body) -> dict:
+        """A control request to a replica; a failure names the replica (or the role that died)."""
+        try:
+            return self.clients[replica].call(op, **body)
+        except HogwildError as exc:
+            self._check_roles()  # a role that died is the cause: say so
+            raise HogwildError(f"replica {replica} did not answer {op!r}: {exc}") from None
+
+    def _keep_alive(self, coordinator: Coordinator) -> None:
+        """Ask the replicas that are not training now and then, so they know the driver lives."""
+        now = time.monotonic()
+        if now - self.last_keep_alive < KEEP_ALIVE_S:
+            return
+        self.last_keep_alive = now
+        training = set(replicas_training(coordinator))
+        for replica in range(len(self.clients)):
+            if replica not in training:
+                self._call(replica, "status")
+
     def _events(self, coordinator: Coordinator, replica: int) -> list:
-        status = self.clients[replica].call("status")
+        status = self._call(replica, "status")
         now, previous = time.monotonic(), self.last_status.get(replica)
         seconds = now - previous["at"] if previous else 0.0
         row = replica_row(status, previous["status"] if previous else None, seconds)
@@ -423,38 +475,57 @@ class ClusterDriver:
             "address": address,
             "pid": os.getpid(),
             "roles": self.launcher.describe(),
+            "keys": self.config.ps.keys or None,
         }
         (self.run_dir / "cluster.json").write_text(json.dumps(where))
 
     def _shutdown(self) -> None:
+        """Release everything, each step whatever the others did; the first failure is raised."""
         self.live.clear()
         self.progress.close()
-        for index, client in enumerate(self.clients):
-            if f"replica {index}" in self.gone:  # no one there to answer: do not wait for it
-                client.close()
-                continue
+        failures: list[BaseException] = []
+
+        def step(release) -> None:
             try:
-                client.call("stop")
-            except HogwildError:
-                pass
-            client.close()
+                release()
+            except Exception as exc:  # noqa: BLE001 - the next steps must still run
+                failures.append(exc)
+
+        if self.launcher is not None:
+            step(lambda: self.gone.update(g.name for g in self.launcher.poll()))
+        step(self._tell_replicas_to_stop)
         asked = bool(self.clients)
         self.clients = []
         if self.launcher is not None:
-            self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0)
+            step(lambda: self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0))
         if self.control is not None:
-            self.control.stop()
+            step(self.control.stop)
+        if self.endpoint is not None:
+            step(self.endpoint.close)
+            self.endpoint = None
         if self.store is not None:
-            self.store.close()
+            step(self.store.close)
             self.store = None
         if self.arena is not None:
-            self.arena.close()
-            self.arena.unlink()
+            step(self.arena.close)
+            step(self.arena.unlink)
             self.arena = None
         if self.run_dir is not None:
-            (self.run_dir / "cluster.json").unlink(missing_ok=True)
+            step(lambda: (self.run_dir / "cluster.json").unlink(missing_ok=True))
             if self.own_run_dir:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+        if failures:
+            raise failures[0]
+
+    def _tell_replicas_to_stop(self) -> None:
+        for index, client in enumerate(self.clients):
+            try:
+                if f"replica {index}" not in self.gone:  # nobody there to answer: do not wait
+                    client.call("stop")
+            except HogwildError:
+                pass
+            finally:
+                client.close()
 
 
 def _merge_histograms(histograms) -> dict:
@@ -475,11 +546,14 @@ def print_status(target: str, as_json: bool = False) -> int:
         try:
             where = json.loads(found.read_text())
             address, job = str(where["address"]), str(where["job"])
+            keys = where.get("keys")
+            if keys is not None and not isinstance(keys, str):
+                raise TypeError(f"keys: {keys!r}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise HogwildError(f"{found}: not a cluster job's address file: {exc}") from None
     else:
-        address, job = target, None
-    with ControlClient(address, job, timeout_s=2.0, retries=1) as client:
+        address, job, keys = target, None, None
+    with ControlClient(address, job, timeout_s=2.0, retries=1, keys=keys) as client:
         status = client.call("status")
     if as_json:
         print(json.dumps(status))

@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from hogwild.cluster.prometheus import serve_metrics
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
@@ -90,6 +91,12 @@ class Replica(Trainer):
         self.share: Share | None = None
         self.stopping = False
         self.last_contact = time.monotonic()
+        self.last_train: tuple[int, int, int] | None = None  # a resent `train` is not run twice
+        self.closed_epoch = -1  # a `close` that came before its share began still closes it
+        # The driver asks every live replica at least every few seconds; it may be busy starting
+        # the other replicas for up to start_timeout_s each before it asks anything.
+        cluster = config.cluster
+        self.silence_s = max(DRIVER_SILENCE_S, cluster.start_timeout_s * (cluster.replicas + 1))
 
     # -- the network thread --------------------------------------------------------------------
 
@@ -118,11 +125,15 @@ class Replica(Trainer):
                 raise ControlRefused(
                     f"share {command.start}:{command.stop} outside the {self.n_train} examples"
                 )
-            self.commands.put(command)
+            key = (command.epoch, command.start, command.stop)
+            if key != self.last_train:  # else: the driver resent a request already taken
+                self.last_train = key
+                self.commands.put(command)
             return {"ok": True}
         if op == "close":
             epoch = field(body, "epoch", int, minimum=0)
             with self.lock:
+                self.closed_epoch = max(self.closed_epoch, epoch)
                 if self.share is not None and self.share.epoch == epoch:
                     self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
             return {"ok": True}
@@ -161,7 +172,7 @@ class Replica(Trainer):
     def serve(self) -> int:
         """Start, serve the driver until it says stop (or is gone), release everything."""
         with terminate_as_interrupt():
-            server = None
+            server = endpoint = None
             try:
                 for line in sweep_report():
                     print(f"hogwild replica {self.index}: {line}", file=sys.stderr)
@@ -180,6 +191,11 @@ class Replica(Trainer):
                 server = ControlServer(f"{self.bind}:0", self.store.reach["job"], self.act,
                                        self.keys)  # fmt: skip
                 address = server.start()
+                self.last_contact = time.monotonic()  # start-up is not the driver's silence
+                endpoint = serve_metrics(
+                    "replica", f"replica {self.index}", self.config.cluster.metrics_port,
+                    self.status,
+                )  # fmt: skip
                 print(
                     f"hogwild replica: serving replica {self.index} ({self.n_workers} worker(s) "
                     f"on CPUs {', '.join(str(p.cpu) for p in self.placements)}; "
@@ -191,16 +207,18 @@ class Replica(Trainer):
                 return 0
             finally:
                 with deferred_signals():
+                    if endpoint is not None:
+                        endpoint.close()
                     if server is not None:
                         server.stop()
                     self._shutdown()
 
     def _loop(self) -> None:
         while not self.stopping:
-            if time.monotonic() - self.last_contact > DRIVER_SILENCE_S:
+            if time.monotonic() - self.last_contact > self.silence_s:
                 print(
                     f"hogwild replica {self.index}: no word from the driver for "
-                    f"{DRIVER_SILENCE_S:.0f} s; leaving",
+                    f"{self.silence_s:.0f} s; leaving",
                     file=sys.stderr,
                 )
                 return
@@ -225,6 +243,8 @@ class Replica(Trainer):
                 started=time.perf_counter(),
             )
             control[CONTROL_EPOCH] = command.epoch
+            if command.epoch <= self.closed_epoch:  # closed before it began: stop at once
+                control[CONTROL_EPOCH] = EPOCH_CLOSED
         size = command.stop - command.start
         for worker in range(self.n_workers):
             lo = command.start + round(worker * size / self.n_workers)

@@ -229,6 +229,7 @@ def _verify(args) -> int:
 
 
 def _serve(args) -> int:
+    from hogwild.cluster.prometheus import serve_metrics
     from hogwild.config import load_config
     from hogwild.data.augment import AugmentSpec
     from hogwild.data.resident import Delivery, load_source
@@ -262,8 +263,10 @@ def _serve(args) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    endpoint = None
     try:
         bound = server.start()
+        endpoint = serve_metrics("data", str(bound), config.cluster.metrics_port, server.status)
         print(
             f"hogwild data: serving {source.path} ({source.count('train')} train, "
             f"{source.count('test')} test examples) on {bound}",
@@ -274,6 +277,8 @@ def _serve(args) -> int:
             if not server.alive:
                 raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
     finally:
+        if endpoint is not None:
+            endpoint.close()
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

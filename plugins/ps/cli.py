@@ -81,6 +81,7 @@ def _serve(args) -> int:
     from hogwild_plugins.ps.layout import ModelGeometry, job_name
     from hogwild_plugins.ps.server import ParameterServer, ServerOptions
 
+    from hogwild.cluster.prometheus import serve_metrics
     from hogwild.config import load_config, ps_update_rule
     from hogwild.model.init import initialise
     from hogwild.model.network import build_network
@@ -124,8 +125,10 @@ def _serve(args) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    endpoint = None
     try:
         address = server.start(cpus)
+        endpoint = serve_metrics("ps", f"ps {index}", config.cluster.metrics_port, server.status)
         layout = server.layout
         print(
             f"hogwild ps: serving {options.job} ({layout.n_params:,} parameters, "
@@ -139,7 +142,12 @@ def _serve(args) -> int:
         while not stop.wait(0.5):
             if not server.router.alive:
                 raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
+            if not server.engine.alive:
+                failures = "; ".join(server.engine.failures) or "no reason recorded"
+                raise HogwildError(f"an update thread stopped: {failures}")
     finally:
+        if endpoint is not None:
+            endpoint.close()
         flushed = server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -3,18 +3,23 @@
 A job of two replicas (one worker each), two parameter servers and a data server trains MNIST
 to 98 % in two epochs, writes per-epoch metrics with the cluster's fields and a checkpoint in
 ``hogwild train``'s format, and leaves nothing behind. A running job answers ``hogwild cluster
-status``. SIGKILL of a role of each kind stops the whole job within 10 s with an error naming
-the role and how it ended, and leaves no process and no shared-memory segment.
+status`` and serves every role's counters to Prometheus. SIGKILL of a role of each kind stops
+the whole job within 10 s with an error naming the role and how it ended, and leaves no process
+and no shared-memory segment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -56,6 +61,26 @@ def hogwild_segments() -> set[str]:
         return {e for e in os.listdir(sweeper.SHM_DIR) if e.startswith("hogwild")}
     except FileNotFoundError:
         return set()
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive TCP ports free on loopback right now."""
+    for first in range(random.randrange(20_000, 40_000, 16), 60_000, 16):
+        try:
+            with contextlib.ExitStack() as stack:
+                for port in range(first, first + n):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    pytest.fail(f"no {n} consecutive free ports")
+
+
+def scrape(port: int) -> str:
+    """The text a Prometheus server would scrape from a role's endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
 
 
 def wait_for_roles(run_dir: Path, driver: subprocess.Popen) -> dict:
@@ -103,11 +128,20 @@ def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, 
 def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple[str, Path]:
     run_dir = tmp_path / "run"
     segments_before = hogwild_segments()
+    metrics_port = free_ports(4)
     command = cluster_command(mnist_dir, run_dir, "--epochs", "50", *args)
+    command.append(f"--cluster.metrics_port={metrics_port}")
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         where = wait_for_roles(run_dir, driver)
         if kind == "ps":  # while it runs, the job answers `hogwild cluster status`
+            scraped = {
+                name: scrape(metrics_port + k) for k, name in enumerate(("driver", "ps 0", "ps 1"))
+            }
+            assert 'hogwild_driver_replicas{role="driver"} 1.0' in scraped["driver"]
+            assert 'hogwild_ps_n_params{role="ps 1"}' in scraped["ps 1"]
+            assert 'hogwild_ps_updates_per_s{role="ps 0"}' in scraped["ps 0"]
+            assert 'hogwild_replica_examples{role="replica 0"}' in scrape(metrics_port + 3)
             status = subprocess.run(
                 [sys.executable, "-m", "hogwild.cli", "cluster", "status", str(run_dir), "--json"],
                 capture_output=True, text=True, timeout=60,

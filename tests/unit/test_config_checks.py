@@ -42,6 +42,12 @@ from tests.config_cases import error_of, small
         ("ps", "staleness_decay", 1.5),
         ("data", "std", 0.0),
         ("output", "keep_checkpoints", 0),
+        ("cluster", "replicas", 0),
+        ("cluster", "ps", 0),
+        ("cluster", "epoch_fraction", 0.0),
+        ("cluster", "metrics_port", -1),
+        ("cluster", "metrics_port", 65534),  # its roles would need ports past 65535
+        ("cluster", "start_timeout_s", 0.0),
     ],
 )
 def test_out_of_range_value_names_key(section, key, value):
