@@ -7,8 +7,8 @@ behind. :func:`terminate_as_interrupt` makes SIGTERM raise :class:`~hogwild.erro
 Ctrl-C; the CLI exits with 143 (128 + SIGTERM) after it.
 
 A resource must be recorded by its owner in the same instant it comes to exist, or a signal
-arriving in between leaks it. :func:`deferred_signals` blocks SIGINT and SIGTERM (the kernel
-holds them pending) across such a window; they are delivered, and raise, right after it.
+arriving in between leaks it. :func:`deferred_signals` holds SIGINT and SIGTERM across such a
+window (their handlers only record them); the first to arrive acts, and raises, right after it.
 """
 
 from __future__ import annotations
@@ -53,9 +53,38 @@ def terminate_as_interrupt():
 
 @contextlib.contextmanager
 def deferred_signals():
-    """Hold SIGINT and SIGTERM pending while inside (this thread); they arrive right after."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED)
+    """Hold SIGINT and SIGTERM while inside; the first that arrived is acted on right after.
+
+    Python runs signal handlers in the main thread whichever thread the kernel delivered the
+    signal to, so blocking the signals in the main thread alone would not hold them once the
+    process has other threads (a launcher's readers, ZeroMQ's, an HTTP endpoint's). Inside, the
+    main thread's handlers only record the signal; on the way out the previous handlers are back
+    and the recorded signal goes to its handler (raising ``KeyboardInterrupt`` or
+    ``Terminated``). In another thread, the signals are blocked for that thread instead.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, DEFERRED)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        return
+    pending: list[int] = []
+
+    def record(signum, frame) -> None:
+        pending.append(signum)
+
+    handlers = {s: signal.getsignal(s) for s in DEFERRED}
+    for s in DEFERRED:
+        signal.signal(s, record)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if pending:
+            handler = handlers[pending[0]]
+            if callable(handler):
+                handler(pending[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(pending[0])
