@@ -17,6 +17,7 @@ goes on serving. Each field of a body is the receiver's to check (:func:`field`)
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from collections.abc import Callable
 
@@ -38,7 +39,8 @@ def field(body: dict, name: str, kind: type | tuple, *, minimum: float | None = 
     value = body.get(name)
     if isinstance(value, bool) and kind is not bool:
         value = None
-    if not isinstance(value, kind) or (minimum is not None and value < minimum):
+    not_finite = isinstance(value, float) and not math.isfinite(value)
+    if not isinstance(value, kind) or not_finite or (minimum is not None and value < minimum):
         want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         more = f" >= {minimum}" if minimum is not None else ""
         raise ControlRefused(f"field {name!r}: expected {want}{more}, got {value!r}")
@@ -49,14 +51,18 @@ def _json_frame(data: dict) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode("utf-8")
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number this protocol takes")
+
+
 def decode_json(frame, what: str) -> dict:
     """A JSON object from one frame, checked: size, encoding, syntax, an object at the top."""
     raw = memoryview(frame)
     if raw.nbytes > MAX_JSON_BYTES:
         raise WireError(f"{what}: {raw.nbytes} bytes of JSON, at most {MAX_JSON_BYTES}")
     try:
-        data = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(bytes(raw), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise WireError(f"{what}: not JSON: {exc}", ErrorCode.BAD_FRAMES) from None
     if not isinstance(data, dict):
         raise WireError(f"{what}: JSON {type(data).__name__}, expected an object")
@@ -121,6 +127,7 @@ class ControlServer:
 
     def stop(self) -> None:
         self.router.stop()
+        self.router.close()
 
     def __enter__(self) -> ControlServer:
         self.start()
