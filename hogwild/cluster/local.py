@@ -1,16 +1,16 @@
 """The ``local`` launcher: every role of a cluster job as a process on this host.
 
-Each role runs ``python -m hogwild.cli ROLE ...`` in a session of its own (so a Ctrl-C in the
-terminal reaches the driver alone, which then stops the roles in order) and asks the kernel for
-SIGTERM when the driver dies (``PR_SET_PDEATHSIG``), so a SIGKILLed driver still takes its roles
-down (parameter servers flush on the way). A thread per role reads its stderr into
+Each role runs ``hogwild ROLE ...`` in a session of its own (so a Ctrl-C in the terminal
+reaches the driver alone, which then stops the roles in order), started through ``SHIM``
+(:mod:`hogwild.cluster.roles`), which asks the kernel for SIGTERM when the driver dies
+(``PR_SET_PDEATHSIG``), so a SIGKILLed driver still takes its roles down (parameter servers
+flush on the way). A thread per role reads its stderr into
 ``RUN_DIR/logs/KIND-INDEX.log`` and watches for its ready line. Stopping sends SIGTERM, waits
 ``cluster.stop_timeout_s``, then SIGKILLs the role's whole process group (its workers too).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -22,17 +22,9 @@ from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import READY, RoleSpec
+from hogwild.cluster.roles import READY, SHIM, RoleSpec
 
-PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
-
-
-def _die_with_the_driver() -> None:  # runs in the child, between fork and exec
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def free_port(host: str) -> int:
@@ -51,7 +43,7 @@ class RoleProcess:
         self.address: str | None = None
         self.ready = threading.Event()
         self.log = log_dir / f"{spec.kind}-{spec.index}.log"
-        command = [sys.executable, "-m", "hogwild.cli", *spec.argv]
+        command = [sys.executable, "-c", SHIM, str(os.getpid()), *spec.argv]
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -59,7 +51,6 @@ class RoleProcess:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_the_driver,
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

@@ -18,6 +18,18 @@ import re
 from dataclasses import dataclass, field
 
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
+PR_SET_PDEATHSIG = 1
+SHIM = (
+    "import ctypes, os, runpy, signal, sys\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv.pop(1)):\n"
+    "    sys.exit(143)\n"
+    "runpy.run_module('hogwild.cli', run_name='__main__', alter_sys=True)\n"
+)
+"""How a launcher runs a role: ``python -c SHIM PARENT_PID ARGV...`` asks the kernel for SIGTERM
+when the parent (the driver, or a Ray actor) dies, exits at once if it died already, then runs
+``hogwild ARGV``. A ``preexec_fn`` would do the same between fork and exec, which is unsafe in a
+process that has threads (the driver's readers, ZeroMQ's, Ray's)."""
 KINDS = ("ps", "data", "replica")
 
 

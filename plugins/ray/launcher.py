@@ -24,10 +24,11 @@ when Ray places it on the driver's host (otherwise the role is refused, naming t
 other ``cluster.host`` means "reachable from other hosts", and each role's ``--bind`` is made its
 node's IP (the driver then gives the roles CURVE keys, ``ps.keys``). A role on a node other than
 the driver's gets the files it reads from the run directory (config, keys) in a mirror on its
-node; the data (``--data``) and keys kept elsewhere (``cluster.keys``) must be readable at the
-same path on every node. ``cluster.ray_address`` is a Ray cluster's GCS address (``HOST:PORT``,
-what ``ray start --head`` prints); Ray Client (``ray://``) addresses are not supported, as the
-driver must be on a node of the cluster (it compares nodes with its own).
+node (private to its user, removed when the job stops); the data (``--data``) and keys kept
+elsewhere (``cluster.keys``) must be readable at the same path on every node.
+``cluster.ray_address`` is a Ray cluster's GCS address (``HOST:PORT``, what ``ray start
+--head`` prints); Ray Client (``ray://``) addresses are not supported, as the driver must be on
+a node of the cluster (it compares nodes with its own).
 
 Stopping (:meth:`RayLauncher.stop_all`) follows :data:`~hogwild.cluster.launcher.STOP_ORDER`:
 replicas get ``grace_s`` to leave, then each kind is sent SIGTERM, waited for up to
@@ -320,6 +321,7 @@ class RayLauncher(Launcher):
                 self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
                 self._reap(group)
         finally:
+            self._clean_mirrors()
             self._remove_actors()
             self._reported.update(self.roles)
             if self._own_connection and ray.is_initialized():
@@ -358,6 +360,17 @@ class RayLauncher(Launcher):
         refs = [r.actor.reap.remote(REAP_S) for r in roles]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=REAP_S + CALL_TIMEOUT_S)
+
+    def _clean_mirrors(self) -> None:
+        """Every node's mirror of the run directory (the job's keys among it) goes with the job."""
+        refs = []
+        for role in self.roles.values():
+            try:
+                refs.append(role.actor.cleanup.remote())
+            except (RayActorError, ValueError):
+                pass
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
 
     def _remove_actors(self) -> None:
         for role in self.roles.values():

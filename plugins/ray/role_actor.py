@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,18 +34,9 @@ import threading
 from collections import deque
 from pathlib import Path
 
-from hogwild.cluster.roles import READY
+from hogwild.cluster.roles import READY, SHIM
 
 LAST_LINES = 50
-PR_SET_PDEATHSIG = 1
-# argv: SHIM PARENT_PID hogwild-args...; exits at once if the actor died before the request.
-SHIM = (
-    "import ctypes, os, runpy, signal, sys\n"
-    f"ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGTERM, 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv.pop(1)):\n"
-    "    sys.exit(143)\n"
-    "runpy.run_module('hogwild.cli', run_name='__main__', alter_sys=True)\n"
-)
 
 
 def node_ip() -> str:
@@ -82,6 +74,7 @@ class RoleHost:
         self.process: subprocess.Popen | None = None
         self.reader: threading.Thread | None = None
         self.log = ""
+        self.mirrored: Path | None = None  # the run directory's mirror this actor made
 
     def where(self) -> dict:
         """This node: ``host`` (its IP) and ``node_id``."""
@@ -138,18 +131,21 @@ class RoleHost:
 
     def _mirror(self, argv, log, run_dir: str, files: dict) -> tuple[list[str], str]:
         local = mirror_dir(run_dir)
+        local.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds the job's secret key
+        local.chmod(0o700)
+        self.mirrored = local
         for relative, data in files.items():
             path = local / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             if relative.endswith(".json"):
                 old, new = json.dumps(run_dir)[1:-1], json.dumps(str(local))[1:-1]
                 text = data.decode()
                 for end in ('"', "/"):
                     text = text.replace(old + end, new + end)
                 data = text.encode()
-            path.write_bytes(data)
-            if relative.endswith(".key") or relative.endswith(".key_secret"):
-                path.chmod(0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable
+            with os.fdopen(fd, "wb") as out:  # by others, not even for an instant
+                out.write(data)
         return [repath(a, run_dir, str(local)) for a in argv], repath(log, run_dir, str(local))
 
     def _read(self) -> None:
@@ -181,6 +177,13 @@ class RoleHost:
                 self.process.send_signal(signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def cleanup(self) -> None:
+        """Remove the mirror of the run directory made on this node (config, keys, the
+        server's store, logs), once the role is gone."""
+        if self.mirrored is not None and (self.process is None or self.process.poll() is not None):
+            shutil.rmtree(self.mirrored, ignore_errors=True)
+            self.mirrored = None
 
     def reap(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the role to be gone, close its pipe; its exit status."""
