@@ -28,6 +28,7 @@ from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.layout import FcLayer
 from numba import njit
 
+from hogwild.errors import HogwildError
 from hogwild.net.wire import DType, ErrorCode, Header, MsgType
 from hogwild.numa.pinning import pin_to_cpus
 from hogwild.shm.queue import MPMCQueue, queue_try_get, queue_try_put, queue_words
@@ -195,7 +196,24 @@ class UpdateEngine:
             )
             thread.start()
             self._threads.append(thread)
-        self._ready.wait(timeout)
+        try:
+            self._ready.wait(timeout)
+        except threading.BrokenBarrierError:
+            self.stop(timeout=1.0)
+            raise HogwildError(
+                f"the parameter server's {self.n_threads} update thread(s) did not start within "
+                f"{timeout:g} s{': ' + '; '.join(self.failures) if self.failures else ''}"
+            ) from None
+
+    @property
+    def alive(self) -> bool:
+        """Every update thread is running (a dead one would leave its shards' queue unread)."""
+        return all(thread.is_alive() for thread in self._threads)
+
+    @property
+    def stopped(self) -> bool:
+        """No update thread is left (after :meth:`stop`)."""
+        return not any(thread.is_alive() for thread in self._threads)
 
     def submit(self, work: Work) -> bool:
         """Queue ``work`` for its shard's thread; False when every slot is taken."""

@@ -258,7 +258,8 @@ class ParameterServer:
         if self.engine is not None:
             self.engine.stop()
         if self.router is not None:
-            self.router.close()
+            if self.engine is None or self.engine.stopped:
+                self.router.close()  # ends the context: waits for the update threads' sockets
             self.router = None
         if self.pool is not None:
             self.pool.close()
