@@ -1,0 +1,450 @@
+"""Adam's Fig. 11 (throughput against model replicas) and the race to 98.5 % against two peers.
+
+Project Adam (Chilimbi et al., OSDI 2014, section 4.3, Fig. 11) plots training throughput against
+the number of model replicas training one model through the parameter server, beside replicas
+that train independently (no parameter server: the ideal each replica's share could reach). Here,
+on the bundled Adam MNIST model and real MNIST, every figure comes from the real CLI:
+
+- **with the parameter server**: ``hogwild cluster --replicas R --workers-per-replica 1 --ps 1``
+  (Downpour across R replicas, one server) for one epoch of the first ``--examples`` training
+  examples, split between the replicas; its examples/s is the summary's (examples over the
+  epoch's seconds), its accuracy the served model's on the test set after those examples.
+- **independent replicas** (the reference line): R concurrent ``hogwild train --workers 1``
+  processes, each its own model (seeds 1..R), each one epoch of the same ``--examples``
+  examples; their examples/s are summed, their test accuracies averaged (each model has seen the
+  same number of examples as the served model above).
+
+Every R of both kinds is run ``--repeats`` times, interleaved (the order of the runs rotated per
+repetition), and the medians reported; ``targets`` gives the ratio "2 replicas through the
+server / 2 independent replicas" (Adam's claim: the server costs little; the target is >= 0.85).
+
+**The race**: seconds from launch to 98.5 % test accuracy (``--target``) with two trainers and one
+server. Ours is ``hogwild cluster --replicas 2 --ps 1`` on the whole training set, for at most
+``--race-epochs`` epochs: the time (from the process launch, as this script sees it) at which the
+metrics file shows the first epoch end whose test accuracy reaches the target; the job is then
+stopped. Beside it, two peers training the same model on the same idx files, each at its own
+example's batch size and learning rate, evaluating every ``--eval-every`` examples:
+``bench/peer_replicas_torch_rpc.py`` (PyTorch's RPC parameter server) and
+``bench/peer_replicas_ray.py`` (Ray's actor parameter server). Every contestant is bounded by
+``--bound-s`` seconds; one that misses the target reports null and its best accuracy.
+
+Run: ``python bench/replicas.py --out bench/results/replicas.json --plot bench/results/fig11.png``
+(``--quick`` for a tiny smoke run). It prints one JSON line; ``--plot`` draws Fig. 11.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as ``python bench/replicas.py``: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.machine import describe_machine, versions
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
+PEERS = {
+    "torch_rpc": REPO / "bench" / "peer_replicas_torch_rpc.py",
+    "ray": REPO / "bench" / "peer_replicas_ray.py",
+}
+RACE_FIELDS = ("examples_per_s", "seconds_to_target", "test_accuracy")
+MIN_RATIO = 0.85  # 2 replicas through the server / 2 independent replicas
+POLL_S = 0.2
+STOP_S = 30.0  # a job told to stop gets this long before it is killed
+START_S = 180.0  # start-up allowance on top of a run's own bound
+
+
+def _int_list(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,2,4, got {text!r}")
+    return values
+
+
+def _peer_list(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = set(names) - set(PEERS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer(s) {sorted(unknown)}; known: {list(PEERS)}")
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python bench/replicas.py", description=__doc__)
+    add = parser.add_argument
+    add("--replicas", type=_int_list, default=None, metavar="R,R", help="default 1,2,4")
+    add("--examples", type=int, default=None, help="the budget of every row (default 20000)")
+    add("--repeats", type=int, default=None, help="medians of this many runs (default 3)")
+    add("--peers", type=_peer_list, default=list(PEERS), metavar="P,P", help="torch_rpc,ray")
+    add("--target", type=float, default=0.985, help="the race's test accuracy (default 0.985)")
+    add("--race-epochs", type=int, default=None, help="ours' epochs at most (default 6)")
+    add("--race-subset", type=int, default=0, help="ours' race on N examples (0: all)")
+    add("--bound-s", type=float, default=None, help="each racer's time limit (default 240)")
+    add("--eval-every", type=int, default=None, help="peers: examples between evaluations")
+    add("--no-race", action="store_true", help="only the throughput rows")
+    add("--quick", action="store_true", help="tiny budgets: a smoke test, not a measurement")
+    add("--data", metavar="DIR", help=f"MNIST idx files (default {SHARED_MNIST})")
+    add("--out", metavar="FILE", help="also write the JSON line to this file")
+    add("--plot", metavar="FILE", help="draw Fig. 11 into this PNG file")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    defaults = {
+        "replicas": [1, 2] if quick else [1, 2, 4],
+        "examples": 1000 if quick else 20000,
+        "repeats": 1 if quick else 3,
+        "race_epochs": 1 if quick else 6,
+        "bound_s": 12.0 if quick else 240.0,
+        "eval_every": 1000 if quick else 20000,
+    }
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if quick and not args.race_subset:
+        args.race_subset = args.examples
+    if not 1 <= args.examples <= 60000 or args.repeats < 1 or args.race_epochs < 1:
+        parser.error("--examples must be in 1..60000, --repeats and --race-epochs >= 1")
+    args.data = args.data or str(SHARED_MNIST)
+    return args
+
+
+# -- running the CLI ------------------------------------------------------------------------------
+
+
+class Job:
+    """One CLI process in its own session, stdout and stderr to files; stopped on every exit."""
+
+    def __init__(self, command: list[str], folder: Path, name: str) -> None:
+        self.out_path, self.err_path = folder / f"{name}.out", folder / f"{name}.err"
+        env = dict(os.environ)
+        env.setdefault("NUMBA_CACHE_DIR", "/tmp/nbcache")
+        self.launched = time.time()
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                command, stdout=out, stderr=err, cwd=REPO, env=env, start_new_session=True
+            )
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise RuntimeError(f"{self.describe()} took longer than {timeout:.0f} s") from None
+
+    def stop(self) -> None:
+        """SIGTERM (the CLI stops its roles), then SIGKILL to the session if it lingers."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+    def summary(self) -> dict:
+        """The last stdout line (the CLI's JSON summary); RuntimeError if it failed."""
+        lines = self.out_path.read_text(errors="replace").strip().splitlines()
+        if self.proc.returncode != 0 or not lines:
+            raise RuntimeError(f"{self.describe()} failed: {self.err_tail()}")
+        return json.loads(lines[-1])
+
+    def err_tail(self) -> str:
+        return self.err_path.read_text(errors="replace")[-2000:]
+
+    def describe(self) -> str:
+        return shlex.join(self.proc.args[1:])[:160]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hogwild.cli", *args]
+
+
+def run_cluster(args, replicas: int, folder: Path) -> dict:
+    """One epoch of the budget through R replicas and one parameter server."""
+    command = _cli("cluster", "--data", args.data, "--epochs", "1", "--replicas", str(replicas))
+    command += ["--workers-per-replica", "1", "--ps", "1", "--no-progress"]
+    command += [f"--train.subset={args.examples}"]
+    job = Job(command, folder, f"cluster{replicas}")
+    try:
+        job.wait(args.bound_s + START_S)
+        summary = job.summary()
+    finally:
+        job.stop()
+    return {"examples_per_s": summary["examples_per_s"], "test_accuracy": summary["test_accuracy"]}
+
+
+def run_independent(args, replicas: int, folder: Path) -> dict:
+    """R concurrent single-worker trainers, each its own model on the same budget."""
+    jobs = []
+    try:
+        for r in range(replicas):
+            command = _cli("train", "--data", args.data, "--workers", "1", "--epochs", "1")
+            command += ["--subset", str(args.examples), "--seed", str(r + 1), "--no-progress"]
+            jobs.append(Job(command, folder, f"train{replicas}-{r}"))
+        deadline = time.monotonic() + replicas * args.bound_s + START_S
+        for job in jobs:
+            job.wait(max(1.0, deadline - time.monotonic()))
+        summaries = [job.summary() for job in jobs]
+    finally:
+        for job in jobs:
+            job.stop()
+    return {
+        "examples_per_s": sum(s["examples_per_s"] for s in summaries),
+        "test_accuracy": statistics.fmean(s["test_accuracy"] for s in summaries),
+    }
+
+
+def race_ours(args, folder: Path) -> dict:
+    """Seconds from launch to the first epoch end at ``--target`` (2 replicas, 1 server)."""
+    metrics = folder / "race.jsonl"
+    metrics.unlink(missing_ok=True)
+    command = _cli("cluster", "--data", args.data, "--epochs", str(args.race_epochs))
+    command += ["--replicas", "2", "--workers-per-replica", "1", "--ps", "1", "--no-progress"]
+    command += ["--metrics", str(metrics), f"--train.subset={args.race_subset}"]
+    job = Job(command, folder, "race")
+    epochs: list[dict] = []
+    try:
+        deadline = job.launched + args.bound_s
+        while time.time() < deadline:
+            running = job.proc.poll() is None  # before reading: a job that ended wrote it all
+            time.sleep(POLL_S if running else 0.0)
+            for record in _new_records(metrics, epochs):
+                now = time.time() - job.launched
+                acc = record["test_accuracy"]
+                epochs.append({"seconds": now, "examples": record["examples"], "accuracy": acc})
+            if not running or any(e["accuracy"] >= args.target for e in epochs):
+                break
+        hit = next((e for e in epochs if e["accuracy"] >= args.target), None)
+        reached = hit["seconds"] if hit else None
+        if job.proc.poll() not in (None, 0):
+            raise RuntimeError(f"{job.describe()} failed: {job.err_tail()}")
+        rates = [job.summary()["examples_per_s"]] if job.proc.poll() == 0 else []
+    finally:
+        job.stop()
+    best = max((e["accuracy"] for e in epochs), default=None)
+    examples = sum(e["examples"] for e in epochs)
+    return {
+        "seconds_to_target": reached,
+        "test_accuracy": hit["accuracy"] if hit else best,
+        "examples_per_s": rates[0] if rates else _epoch_rate(metrics),
+        "examples": examples,
+        "evaluations": epochs,
+    }
+
+
+def _new_records(metrics: Path, known: list) -> list[dict]:
+    """The epoch records with a test accuracy in a metrics file, after the ``len(known)`` first."""
+    if not metrics.exists():
+        return []
+    records = []
+    for line in metrics.read_text().splitlines():
+        if not line.endswith("}"):
+            break  # a line still being written
+        record = json.loads(line)
+        if record.get("event") == "epoch" and record.get("test_accuracy") is not None:
+            records.append(record)
+    return records[len(known) :]
+
+
+def _epoch_rate(metrics: Path) -> float | None:
+    """Examples over training seconds of the epochs in a metrics file."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.endswith("}")]
+    epochs = [r for r in records if r.get("event") == "epoch"]
+    seconds = sum(r["train_s"] for r in epochs)
+    return sum(r["examples"] for r in epochs) / seconds if seconds else None
+
+
+def race_peer(args, name: str, folder: Path) -> dict:
+    """Run one peer script; its JSON line (times measured from this launch)."""
+    command = [sys.executable, str(PEERS[name]), "--data", args.data, "--target", str(args.target)]
+    command += ["--bound-s", str(args.bound_s), "--eval-every", str(args.eval_every)]
+    command += ["--launched-at", repr(time.time())]
+    job = Job(command, folder, f"peer-{name}")
+    try:
+        job.wait(args.bound_s + START_S)
+        return job.summary()
+    finally:
+        job.stop()
+
+
+# -- the benchmark --------------------------------------------------------------------------------
+
+
+def _log(text: str) -> None:
+    print(f"bench replicas: {text}", file=sys.stderr, flush=True)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def measure_throughput(args, folder: Path) -> list[dict]:
+    """Every (R, with/without server) run ``--repeats`` times, rotated; one row each, medians."""
+    runs = [(r, ps) for r in args.replicas for ps in (True, False)]
+    samples: dict[tuple[int, bool], list[dict]] = {run: [] for run in runs}
+    for rep in range(args.repeats):
+        order = runs[rep % len(runs) :] + runs[: rep % len(runs)]
+        for replicas, ps in order:
+            answer = (run_cluster if ps else run_independent)(args, replicas, folder)
+            samples[(replicas, ps)].append(answer)
+            kind = "through the server" if ps else "independent"
+            _log(
+                f"repeat {rep + 1}/{args.repeats}, {replicas} replica(s) {kind}: "
+                f"{answer['examples_per_s']:,.0f} examples/s, "
+                f"accuracy {answer['test_accuracy'] * 100:.2f} %"
+            )
+    rows = []
+    for replicas, ps in sorted(runs, key=lambda run: (not run[1], run[0])):
+        rates = [s["examples_per_s"] for s in samples[(replicas, ps)]]
+        accuracies = [s["test_accuracy"] for s in samples[(replicas, ps)]]
+        rows.append(
+            {
+                "replicas": replicas,
+                "ps": ps,
+                "examples_per_s": _median(rates),
+                "examples_per_s_range": [min(rates), max(rates)],
+                "test_accuracy": _median(accuracies),
+                "examples": args.examples,
+                "samples": rates,
+            }
+        )
+    return rows
+
+
+def measure_race(args, folder: Path) -> dict:
+    """Ours and each peer, once each (ours first), to ``--target`` or the bound."""
+    ours = race_ours(args, folder)
+    _log(f"race, ours: {ours['seconds_to_target']} s, accuracy {ours['test_accuracy']}")
+    peers = {}
+    for name in args.peers:
+        try:
+            peers[name] = race_peer(args, name, folder)
+        except (RuntimeError, json.JSONDecodeError) as exc:  # recorded; the other figures stand
+            _log(f"race, {name} failed: {exc}")
+            peers[name] = {key: None for key in RACE_FIELDS} | {"error": str(exc)[-2000:]}
+        _log(
+            f"race, {name}: {peers[name]['seconds_to_target']} s, "
+            f"accuracy {peers[name]['test_accuracy']}"
+        )
+    return {"ours": ours, "peers": peers}
+
+
+def targets(rows: list[dict]) -> dict:
+    """The ratio of 2 replicas through the server to 2 independent replicas, and its target."""
+    rate = {(row["replicas"], row["ps"]): row["examples_per_s"] for row in rows}
+    through, independent = rate.get((2, True)), rate.get((2, False))
+    ratio = through / independent if through and independent else None
+    return {
+        "ps_2_vs_independent_2": ratio,
+        "minimum": MIN_RATIO,
+        "met": None if ratio is None else ratio >= MIN_RATIO,
+    }
+
+
+def measure(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
+        folder = Path(tmp)
+        rows = measure_throughput(args, folder)
+        race = None if args.no_race else measure_race(args, folder)
+    peers = {}
+    for name, answer in (race["peers"] if race else {}).items():
+        keep = (*RACE_FIELDS, "batch", "lr", "error")
+        peers[name] = {key: answer.get(key) for key in keep} | {"detail": answer}
+    return {
+        "benchmark": "replicas",
+        "results": rows,
+        "targets": targets(rows),
+        "peers": peers,
+        "seconds_to_target": race["ours"]["seconds_to_target"] if race else None,
+        "ours_race": race["ours"] if race else None,
+        "target": args.target,
+        "settings": {
+            "replicas": args.replicas,
+            "examples": args.examples,
+            "repeats": args.repeats,
+            "race_epochs": args.race_epochs,
+            "race_subset": args.race_subset,
+            "bound_s": args.bound_s,
+            "eval_every": args.eval_every,
+            "quick": args.quick,
+            "data": args.data,
+        },
+        "machine": describe_machine(),
+        "versions": versions() | {"ray": _ray_version()},
+    }
+
+
+def _ray_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("ray")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def plot_fig11(record: dict, path: str) -> None:
+    """Fig. 11: examples/s against replicas, through the server, independent, and linear."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for ps, label, marker in (
+        (True, "through 1 parameter server", "o"),
+        (False, "independent", "s"),
+    ):
+        rows = sorted((r for r in record["results"] if r["ps"] == ps), key=lambda r: r["replicas"])
+        ax.plot([r["replicas"] for r in rows], [r["examples_per_s"] for r in rows], marker=marker,
+                label=label)  # fmt: skip
+    base = [r for r in record["results"] if r["ps"] and r["replicas"] == 1]
+    if base:
+        xs = sorted({r["replicas"] for r in record["results"]})
+        ax.plot(xs, [x * base[0]["examples_per_s"] for x in xs], "k--", lw=1, label="linear")
+    ax.set_xticks(sorted({r["replicas"] for r in record["results"]}))
+    ax.set_xlabel("model replicas (1 worker each)")
+    ax.set_ylabel("training examples/s")
+    cores = record["machine"].get("usable_cores")
+    ax.set_title(f"Adam Fig. 11: MNIST, {cores} cores")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    started = time.perf_counter()
+    try:
+        record = measure(args)
+    except (RuntimeError, OSError, json.JSONDecodeError) as exc:
+        print(f"python bench/replicas.py: error: {exc}", file=sys.stderr)
+        return 2
+    record["wall_s"] = time.perf_counter() - started
+    record["command"] = shlex.join(["python", "bench/replicas.py", *argv])
+    line = json.dumps(record)
+    print(line, flush=True)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(line + "\n", encoding="utf-8")
+    if args.plot:
+        plot_fig11(record, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

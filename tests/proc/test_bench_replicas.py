@@ -1,0 +1,72 @@
+"""``bench/replicas.py --quick``: the shape and the sanity of its JSON line and plot, not speed.
+
+The quick run trains a tiny budget through ``hogwild cluster`` (1 and 2 replicas, one server),
+as independent ``hogwild train`` processes, races ours and the PyTorch RPC peer for a few
+seconds (the Ray peer's start-up alone would take most of the time budget; it is run by the
+full benchmark), and draws Fig. 11. Checks: every field is present, rates are positive,
+accuracies lie in [0, 1], the target ratio is the two rows' quotient, and a racer that missed the
+target reports null with its best accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+ROW_FIELDS = {"replicas", "ps", "examples_per_s", "examples_per_s_range", "test_accuracy"}
+PEER_FIELDS = {"examples_per_s", "seconds_to_target", "test_accuracy"}
+
+
+def _sane_race(entry: dict) -> None:
+    assert PEER_FIELDS <= set(entry)
+    assert entry["examples_per_s"] > 0
+    assert 0.0 <= entry["test_accuracy"] <= 1.0
+    seconds = entry["seconds_to_target"]
+    assert seconds is None or seconds > 0
+
+
+@pytest.mark.slow
+def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    out, plot = tmp_path / "replicas.json", tmp_path / "fig11.png"
+    command = [sys.executable, str(repo_root / "bench" / "replicas.py"), "--quick"]
+    command += ["--peers", "torch_rpc", "--data", str(mnist_dir)]
+    command += ["--out", str(out), "--plot", str(plot)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=repo_root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
+    record = json.loads(lines[0])
+    assert out.read_text().strip() == lines[0]
+    assert plot.stat().st_size > 1000
+
+    assert record["benchmark"] == "replicas"
+    assert record["command"].startswith("python bench/replicas.py --quick")
+    assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
+    assert record["versions"]["torch"] and record["versions"]["python"]
+
+    rows = record["results"]
+    assert {(row["replicas"], row["ps"]) for row in rows} == {
+        (1, True), (1, False), (2, True), (2, False),
+    }  # fmt: skip
+    for row in rows:
+        assert ROW_FIELDS <= set(row)
+        assert row["examples_per_s"] > 0
+        low, high = row["examples_per_s_range"]
+        assert low <= row["examples_per_s"] <= high
+        assert 0.0 <= row["test_accuracy"] <= 1.0
+    rate = {(row["replicas"], row["ps"]): row["examples_per_s"] for row in rows}
+    ratio = record["targets"]["ps_2_vs_independent_2"]
+    assert ratio == pytest.approx(rate[(2, True)] / rate[(2, False)])
+    assert record["targets"]["minimum"] == 0.85
+    assert record["targets"]["met"] == (ratio >= 0.85)
+
+    assert record["target"] == 0.985
+    assert set(record["peers"]) == {"torch_rpc"}
+    _sane_race(record["peers"]["torch_rpc"])
+    _sane_race(record["ours_race"])
+    assert record["seconds_to_target"] == record["ours_race"]["seconds_to_target"]
