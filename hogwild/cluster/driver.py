@@ -375,6 +375,7 @@ class ClusterDriver:
             "store_wait_s": end.store_wait_s,
             "per_replica_examples": {str(k): v for k, v in end.per_replica.items()},
             "updates_per_s": sum(s.get("updates_per_s", 0.0) for s in servers),
+            "ps_updates": sum(int(s.get("updates", 0)) for s in servers),  # since they started
             "staleness": _merge_histograms(s.get("staleness_histogram") for s in servers),
             "test_loss": tested.get("test_loss"),
             "test_accuracy": tested.get("test_accuracy"),

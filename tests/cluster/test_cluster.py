@@ -114,9 +114,10 @@ def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, 
     assert [r["epoch"] for r in epochs] == [0, 1]
     for record in epochs:
         assert set(record["per_replica_examples"]) == {"0", "1"}  # both replicas trained
-        assert record["updates_per_s"] > 0 and sum(record["staleness"].values()) > 0
+        assert record["updates_per_s"] >= 0 and sum(record["staleness"].values()) > 0
         assert record["fetch_wait_s"] >= 0 and record["data_wait_s"] >= 0
     assert sum(epochs[0]["per_replica_examples"].values()) == epochs[0]["examples"]
+    assert 0 < epochs[0]["ps_updates"] < epochs[1]["ps_updates"]  # the servers applied pushes
 
     restored = load_checkpoint(run_dir)  # hogwild train's format, hashes verified
     assert restored.epoch == 1 and str(restored.path) == final["checkpoint"]
