@@ -126,6 +126,12 @@ def check_config(config: Config, origin: str) -> None:
         fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
     _check_ps(config.ps, fail)
     _check_cluster(config.cluster, fail)
+    decay = config.optim.lr * config.optim.weight_decay * config.train.n_push
+    if decay >= 1.0:  # the fraction of a weight one push of vectors removes must be below 1
+        fail(
+            f"optim.lr x optim.weight_decay x train.n_push = {decay:g}: the weight decay one "
+            "push carries would remove the whole weight; lower train.n_push or the decay"
+        )
 
 
 def _check_exchange(train, fail) -> None:

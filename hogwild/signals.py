@@ -74,17 +74,33 @@ def deferred_signals():
     def record(signum, frame) -> None:
         pending.append(signum)
 
+    # signal.signal() first runs a Python handler already pending, which may raise: every swap is
+    # retried until it took, and the first exception is raised once every handler is back.
     handlers = {s: signal.getsignal(s) for s in DEFERRED}
-    for s in DEFERRED:
-        signal.signal(s, record)
+    raised: list[BaseException] = []
     try:
-        yield
+        for s in DEFERRED:
+            _swap(s, record, raised)
+        if not raised:
+            yield
     finally:
         for s, handler in handlers.items():
-            signal.signal(s, handler)
+            _swap(s, signal.SIG_DFL if handler is None else handler, raised)
+        if raised:
+            raise raised[0]
         if pending:
             handler = handlers[pending[0]]
             if callable(handler):
                 handler(pending[0], None)
             elif handler == signal.SIG_DFL:
                 signal.raise_signal(pending[0])
+
+
+def _swap(signum: int, handler, raised: list[BaseException]) -> None:
+    """Install ``handler``, whatever a pending signal's handler raises meanwhile (recorded)."""
+    for _ in range(100):  # each raise consumes one pending signal: this ends
+        try:
+            signal.signal(signum, handler)
+            return
+        except BaseException as exc:  # noqa: BLE001 - Terminated, KeyboardInterrupt
+            raised.append(exc)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections import deque
@@ -113,6 +114,7 @@ class ClusterDriver:
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
         self.gone: set[str] = set()  # roles the launcher saw exit
+        self.exits: dict = {}  # their RoleExit, by name: how each ended
         self.last_keep_alive = 0.0
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
         self.rows: list[dict] = []
@@ -122,10 +124,17 @@ class ClusterDriver:
     def run(self) -> dict:
         with terminate_as_interrupt():
             try:
-                return self._run()
-            finally:
-                with deferred_signals():
-                    self._shutdown()
+                result = self._run()
+            except BaseException:
+                with deferred_signals():  # the job's own error is what the user must see
+                    try:
+                        self._shutdown()
+                    except Exception as exc:  # noqa: BLE001
+                        print(f"hogwild cluster: while stopping: {exc}", file=sys.stderr)
+                raise
+            with deferred_signals():
+                self._shutdown()
+            return result
 
     def _run(self) -> dict:
         config, cluster = self.config, self.config.cluster
@@ -153,8 +162,15 @@ class ClusterDriver:
         for spec in plan.replicas:
             addresses.append(self.launcher.start(replace(spec, argv=(*spec.argv, *extra))))
         self.clients = [
-            ControlClient(a, self.job, timeout_s=config.ps.timeout_s, retries=1, keys=keys)
-            for a in addresses
+            ControlClient(
+                a,
+                self.job,
+                timeout_s=config.ps.timeout_s,
+                retries=config.ps.retries,
+                keys=keys,
+                alive=self._alive_check(f"replica {i}"),
+            )
+            for i, a in enumerate(addresses)
         ]
         self._serve_status()
         self.progress.line(
@@ -311,6 +327,16 @@ class ClusterDriver:
                 drawn = time.monotonic()
                 self.live.draw(self._rows())
 
+    def _alive_check(self, name: str):
+        """For a role's control client: False once the launcher saw the role exit, so a call
+        to a dead replica ends at once instead of after every retry."""
+
+        def alive() -> bool:
+            self._poll_roles()
+            return name not in self.gone
+
+        return alive
+
     def _call(self, replica: int, op: str, **body) -> dict:
         """A control request to a replica; a failure names the replica (or the role that died)."""
         try:
@@ -439,13 +465,19 @@ class ClusterDriver:
 
     # -- roles -----------------------------------------------------------------------------------
 
+    def _poll_roles(self) -> None:
+        """Record the roles the launcher saw exit (each is reported by it once)."""
+        for exit_ in self.launcher.poll():
+            self.exits.setdefault(exit_.name, exit_)
+            self.gone.add(exit_.name)
+
     def _check_roles(self) -> None:
-        gone = self.launcher.poll()
-        self.gone.update(g.name for g in gone)
-        if gone:
+        """Stop the job with an error naming every role that exited."""
+        self._poll_roles()
+        if self.exits:
             kept = self.config.output.checkpoint_dir
             raise RoleFailedError(
-                "; ".join(g.describe() for g in gone)
+                "; ".join(e.describe() for e in self.exits.values())
                 + "; the job is stopped"
                 + (f" and the last checkpoint in {kept} is kept" if kept else "")
             )
@@ -493,7 +525,7 @@ class ClusterDriver:
                 failures.append(exc)
 
         if self.launcher is not None:
-            step(lambda: self.gone.update(g.name for g in self.launcher.poll()))
+            step(self._poll_roles)
         step(self._tell_replicas_to_stop)
         asked = bool(self.clients)
         self.clients = []

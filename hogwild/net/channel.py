@@ -42,6 +42,7 @@ from hogwild.net.wire import (
 __all__ = ["PeerUnreachableError", "Peers", "ProtocolError", "Request"]
 
 BUSY_PAUSE_S = 0.002
+ALIVE_EVERY_S = 0.2  # how often a wait asks whether the peer's process still lives
 
 
 class PeerUnreachableError(HogwildError):
@@ -102,11 +103,13 @@ class Peers:
         retries: int = 3,
         keys: str | None = None,
         window: int = 64,
+        alive: Callable[[], bool] | None = None,
     ) -> None:
         if not addresses:
             raise HogwildError("no server addresses given")
         self.addresses: list[Address] = [parse_address(a) for a in addresses]
         self.sender, self.timeout_s, self.retries = sender, timeout_s, retries
+        self.alive = alive  # asked every ALIVE_EVERY_S while waiting: False ends the wait
         self.keys, self.window = keys or None, max(1, window)
         self._incarnation = int.from_bytes(os.urandom(4), "little") << 32
         self._next = 1
@@ -185,6 +188,12 @@ class Peers:
                 for r in per.values()
             )
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
+            if self.alive is not None:
+                if not self.alive():
+                    raise PeerUnreachableError(
+                        str(self.addresses[0]), f"{self.addresses[0]}: its process is gone"
+                    )
+                wait_ms = min(wait_ms, int(ALIVE_EVERY_S * 1000))
             for sock, _ in self._poller.poll(wait_ms):
                 self._drain(self._sockets.index(sock), inflight)
 

@@ -148,10 +148,11 @@ class ControlClient:
         timeout_s: float = 5.0,
         retries: int = 3,
         keys: str | None = None,
+        alive: Callable[[], bool] | None = None,
     ) -> None:
         self.address, self.job = address, job_id(job) if job else 0  # 0: status of any job
         self.peers = Peers([address], sender=secrets.randbits(31), timeout_s=timeout_s,
-                           retries=retries, keys=keys)  # fmt: skip
+                           retries=retries, keys=keys, alive=alive)  # fmt: skip
 
     def call(self, op: str, **body) -> dict:
         """Send ``op`` with ``body``; the reply's JSON object.

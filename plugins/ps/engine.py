@@ -279,8 +279,12 @@ class UpdateEngine:
             replier = self._make_replier() if self._make_replier else None
         except BaseException as exc:  # noqa: BLE001 - reported in the status
             self.failures.append(f"update thread {t}: {exc}")
-        finally:
+        try:
             self._ready.wait()
+        except threading.BrokenBarrierError:  # start() gave up waiting: leave, releasing all
+            if replier is not None:
+                replier.close()
+            return
         try:
             self._loop(t, replier)
         except BaseException as exc:  # noqa: BLE001

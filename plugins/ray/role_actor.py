@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,7 +50,20 @@ def node_ip() -> str:
 def mirror_dir(run_dir: str) -> Path:
     """Where a node that cannot see ``run_dir`` keeps its mirror of it."""
     digest = hashlib.sha1(run_dir.encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / "hogwild-ray" / f"{Path(run_dir).name}-{digest}"
+    base = Path(tempfile.gettempdir()) / f"hogwild-ray-{os.getuid()}"
+    return base / f"{Path(run_dir).name}-{digest}"
+
+
+def _private_base(base: Path) -> None:
+    """Make ``base`` (the user's folder of mirrors), or check that it is a real directory of
+    this user that nobody else can enter: a shared /tmp must not let another user plant it."""
+    base.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(
+            f"{base}: expected a directory of uid {os.getuid()} with mode 0700 (it holds the "
+            "job's keys); remove it or fix its owner and mode"
+        )
 
 
 def repath(value: str, old: str, new: str) -> str:
@@ -131,7 +145,8 @@ class RoleHost:
 
     def _mirror(self, argv, log, run_dir: str, files: dict) -> tuple[list[str], str]:
         local = mirror_dir(run_dir)
-        local.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds the job's secret key
+        _private_base(local.parent)
+        local.mkdir(mode=0o700, exist_ok=True)  # it holds the job's secret key
         local.chmod(0o700)
         self.mirrored = local
         for relative, data in files.items():

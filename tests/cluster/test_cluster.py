@@ -142,7 +142,10 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
             assert 'hogwild_driver_replicas{role="driver"} 1.0' in scraped["driver"]
             assert 'hogwild_ps_n_params{role="ps 1"}' in scraped["ps 1"]
             assert 'hogwild_ps_updates_per_s{role="ps 0"}' in scraped["ps 0"]
-            assert 'hogwild_replica_examples{role="replica 0"}' in scrape(metrics_port + 3)
+            deadline = time.monotonic() + 60  # until the replica has its first share
+            while 'hogwild_replica_examples{role="replica 0"}' not in scrape(metrics_port + 3):
+                assert time.monotonic() < deadline, scrape(metrics_port + 3)
+                time.sleep(0.2)
             status = subprocess.run(
                 [sys.executable, "-m", "hogwild.cli", "cluster", "status", str(run_dir), "--json"],
                 capture_output=True, text=True, timeout=60,

@@ -142,3 +142,8 @@ def test_options_that_do_nothing_in_the_chosen_mode_are_rejected_naming_the_key(
     assert "train.n_push = 16 does nothing with train.parameters = 'shared'" in msg
     msg = error_of(small(train={"parameters": "shared", "fc_push": "vectors"}))
     assert "train.fc_push" in msg
+
+
+def test_a_push_cadence_whose_weight_decay_would_remove_the_weights_is_rejected():
+    msg = error_of(small(train={"n_push": 100_000}, optim={"lr": 0.1, "weight_decay": 0.0005}))
+    assert "train.n_push" in msg and "weight decay" in msg
