@@ -33,8 +33,6 @@ from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from hogwild.cluster.coordinator import (
     CloseShare,
     Coordinator,
@@ -52,7 +50,6 @@ from hogwild.cluster.roles import plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.config import ps_update_rule
 from hogwild.errors import HogwildError
-from hogwild.model.init import initialise
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
@@ -64,10 +61,9 @@ from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.api import TrainedModel, evaluate_model
-from hogwild.training.checkpoint import restore_parameters
 from hogwild.training.job import plan_data, subset_indices
 from hogwild.training.metrics import MetricsWriter
-from hogwild.training.resume import check_directory, compare_configs
+from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import save_checkpoint
 
 POLL_S = 0.2
@@ -148,8 +144,7 @@ class ClusterDriver:
         stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
         for store in stores:  # a server's store recovers a crash within a job, never a new job:
             shutil.rmtree(store, ignore_errors=True)  # the model comes from init or --resume
-        with_servers(plan, config_file, servers, stores)
-        plan.ps = [replace(s, argv=(*s.argv, "--job", self.job)) for s in plan.ps]
+        with_servers(plan, config_file, self.job, servers, stores)
         self._give_metrics_ports(plan)
         for spec in plan.ps:
             self.launcher.start(spec)
@@ -249,26 +244,9 @@ class ClusterDriver:
         self.store.add_regions(layout)
         self.arena = Arena.create("cluster", layout)
         self.store.attach(self.arena)
-        params = np.zeros(network.n_params, dtype=np.float32)
-        velocity = np.zeros_like(params)
-        initialise(network, params, config.model.init, config.model.init_scale, config.train.seed)
-        start_epoch, history = 0, []
-        directory = config.output.checkpoint_dir
-        if self.resume and ckpt.latest_checkpoint(directory) is not None:
-            restored = ckpt.load_checkpoint(directory)
-            changes = compare_configs(
-                restored.info.get("config", {}),
-                config.to_dict(),
-                int(restored.info.get("n_classes", self.n_classes)),
-                self.n_classes,
-            )
-            if changes:
-                self.progress.line("resuming with changed settings: " + "; ".join(changes))
-            restore_parameters(network, params, restored.weights, restored.path, "")
-            restore_parameters(network, velocity, restored.optimizer_state, restored.path,
-                               ".momentum")  # fmt: skip
-            start_epoch = restored.epoch + 1
-            history = list(restored.info.get("history", []))
+        params, velocity, start_epoch, history = starting_point(
+            config, network, self.n_classes, self.resume, self.progress.line
+        )
         self.store.load(params, velocity)
         return start_epoch, history
 

@@ -71,11 +71,11 @@ class ClusterPlan:
         return [*self.ps, *self.data, *self.replicas]
 
 
-def ps_argv(config_file: str, servers: list[str], index: int, store: str | None) -> tuple:
-    """``hogwild ps serve`` for server ``index`` of ``servers``."""
+def ps_argv(config_file: str, job: str, servers: list[str], index: int, store: str | None) -> tuple:
+    """``hogwild ps serve`` for server ``index`` of ``servers``, serving ``job``."""
     port = servers[index].rpartition(":")[2]
     host = servers[index].rpartition(":")[0]
-    argv = ["ps", "serve", "--config", config_file, "--servers", ",".join(servers)]
+    argv = ["ps", "serve", "--config", config_file, "--job", job, "--servers", ",".join(servers)]
     argv += ["--index", str(index), "--bind", host, "--port", port]
     if store:
         argv += ["--store", store]
@@ -107,9 +107,11 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
     return plan
 
 
-def with_servers(plan: ClusterPlan, config_file: str, servers: list[str], stores: list) -> None:
+def with_servers(
+    plan: ClusterPlan, config_file: str, job: str, servers: list[str], stores: list
+) -> None:
     """Fill in the parameter servers' command lines once their addresses are chosen."""
     plan.ps = [
-        RoleSpec("ps", i, ps_argv(config_file, servers, i, stores[i]), 1, True)
+        RoleSpec("ps", i, ps_argv(config_file, job, servers, i, stores[i]), 1, True)
         for i in range(len(servers))
     ]

@@ -10,14 +10,19 @@ nothing).
 On resume the checkpoint's recorded config is compared with the job's: a different architecture
 (``model.input``, ``model.layers``, the number of classes) cannot take the saved weights and is
 an error naming the difference; other changes (more epochs, a new learning rate) are allowed and
-reported, one line each.
+reported, one line each. :func:`starting_point` is where a job's parameters start: its initial
+weights, or the last checkpoint's weights and momentum.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from hogwild.errors import CheckpointError
+from hogwild.model.init import initialise
 from hogwild.training import checkpoint as ckpt
 
 ARCHITECTURE = ("model.input", "model.layers")
@@ -48,6 +53,36 @@ def check_directory(directory: str, resume: bool, overwrite: bool) -> bool:
         f"{directory} already holds checkpoints of another run ({shown}); pass --resume to "
         "continue that run, --overwrite to replace its checkpoints, or choose another directory"
     )
+
+
+def starting_point(
+    config, network, n_classes: int, resume: bool, say: Callable[[str], None]
+) -> tuple[np.ndarray, np.ndarray, int, list[dict]]:
+    """Parameters, velocity, first epoch and history a job starts from.
+
+    The initial weights (``model.init``, seeded), or with ``resume`` and a checkpoint in
+    ``output.checkpoint_dir`` its weights and momentum, epoch and history; settings that differ
+    from the checkpoint's are passed to ``say``, one line.
+
+    Raises:
+        CheckpointError: The checkpoint's architecture differs, or its tensors do not fit.
+    """
+    params = np.zeros(network.n_params, dtype=np.float32)
+    velocity = np.zeros_like(params)
+    initialise(network, params, config.model.init, config.model.init_scale, config.train.seed)
+    directory = config.output.checkpoint_dir
+    if not resume or ckpt.latest_checkpoint(directory) is None:
+        return params, velocity, 0, []
+    restored = ckpt.load_checkpoint(directory)
+    saved_classes = int(restored.info.get("n_classes", n_classes))
+    changes = compare_configs(
+        restored.info.get("config", {}), config.to_dict(), saved_classes, n_classes
+    )
+    if changes:
+        say("resuming with changed settings: " + "; ".join(changes))
+    ckpt.restore_parameters(network, params, restored.weights, restored.path, "")
+    ckpt.restore_parameters(network, velocity, restored.optimizer_state, restored.path, ".momentum")
+    return params, velocity, restored.epoch + 1, list(restored.info.get("history", []))
 
 
 def _flatten(table: dict, prefix: str = "") -> dict[str, object]:

@@ -28,7 +28,6 @@ from hogwild.config import Config
 from hogwild.data.mnist import MnistData
 from hogwild.errors import ConfigError
 from hogwild.model.compile import compile_kernels
-from hogwild.model.init import initialise
 from hogwild.model.network import Network, build_network
 from hogwild.model.random import worker_seed
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
@@ -41,7 +40,6 @@ from hogwild.shm.sweeper import sweep_report
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
-from hogwild.training.checkpoint import restore_parameters
 from hogwild.training.gang import WorkerGang
 from hogwild.training.job import (
     CONTROL_EPOCH,
@@ -59,7 +57,7 @@ from hogwild.training.job import (
 from hogwild.training.messages import Evaluate, Evaluated, Train, Trained, WorkerSetup
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.placement import describe_cpus, worker_count, worker_placements
-from hogwild.training.resume import check_directory, compare_configs
+from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.worker import worker_main
 
 
@@ -116,12 +114,13 @@ class Trainer:
                     self._shutdown()
 
     def _run(self) -> TrainResult:
-        config, network = self.config, self.network
+        network = self.network
         for line in sweep_report():  # segments of earlier jobs whose owner was killed
             self.progress.line(line)
         with placement_lock():  # planning and pinning as one step against other jobs
             taken = pinned_by_other_jobs()
             self.plan_store(taken)
+            config = self.config  # with the update interval the store resolved
             start_epoch, history = self._prepare_arena()  # first: it checks /dev/shm's space
             compile_kernels(
                 network, config.train.batch, config.train.update_every, feed=self.plan.feed
@@ -239,28 +238,9 @@ class Trainer:
             if self.n_test:
                 arena.array("test_images")[:] = data.test_images.reshape(self.n_test, -1)
                 arena.array("test_labels")[:] = data.test_labels
-        params = np.zeros(network.n_params, dtype=np.float32)
-        velocity = np.zeros_like(params)
-        model = config.model
-        initialise(network, params, model.init, model.init_scale, config.train.seed)
-        start_epoch, history = 0, []
-        directory = config.output.checkpoint_dir
-        if self.resume and ckpt.latest_checkpoint(directory) is not None:
-            restored = ckpt.load_checkpoint(directory)
-            changes = compare_configs(
-                restored.info.get("config", {}),
-                config.to_dict(),
-                int(restored.info.get("n_classes", self.plan.n_classes)),
-                self.plan.n_classes,
-            )
-            if changes:
-                self.progress.line("resuming with changed settings: " + "; ".join(changes))
-            restore_parameters(network, params, restored.weights, restored.path, "")
-            restore_parameters(
-                network, velocity, restored.optimizer_state, restored.path, ".momentum"
-            )
-            start_epoch = restored.epoch + 1
-            history = list(restored.info.get("history", []))
+        params, velocity, start_epoch, history = starting_point(
+            config, network, self.plan.n_classes, self.resume, self.progress.line
+        )
         self.store.load(params, velocity)
         return start_epoch, history
 
