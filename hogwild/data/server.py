@@ -32,7 +32,7 @@ import numpy as np
 
 from hogwild.data.resident import SPLITS, Delivery
 from hogwild.net.address import Address, check_bind
-from hogwild.net.router import Incoming, Reply, Router, error_reply
+from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply
 from hogwild.net.wire import (
     MAX_ARRAY_BYTES,
     RESEND,
@@ -198,11 +198,11 @@ class DataServer:
                 raise WireError(f"{header.type.name} takes no frames", ErrorCode.BAD_FRAMES)
             if header.type == MsgType.PING:
                 return Reply(header.reply(MsgType.ACK, version=self.data_id))
-            return self._json(header, self.status())
+            return json_reply(header, self.status())
         with self._count_lock:
             self.counts["control"] += 1
         op = self._control_op(header, request.frames)
-        return self._json(header, self.describe() if op == "describe" else self.status())
+        return json_reply(header, self.describe() if op == "describe" else self.status())
 
     def _check_job(self, header: Header, allow_any: bool = False) -> None:
         if header.job != self.data_id and not (allow_any and header.job == 0):
@@ -283,11 +283,6 @@ class DataServer:
                 ErrorCode.BAD_VALUE,
             )
         return doc["op"]
-
-    def _json(self, header: Header, data: dict) -> Reply:
-        text = json.dumps(data, separators=(",", ":")).encode()
-        reply = header.reply(MsgType.JSON, dtype=DType.UINT8, shape=(len(text),), frames=1)
-        return Reply(reply, [text])
 
     # ------------------------------------------------------------------ control replies
 

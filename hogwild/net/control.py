@@ -24,7 +24,7 @@ from collections.abc import Callable
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
 from hogwild.net.channel import Peers, ProtocolError
-from hogwild.net.router import Incoming, Reply, Router, error_reply
+from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply
 from hogwild.net.wire import DType, ErrorCode, Header, MsgType, WireError, frame_array, job_id
 
 MAX_JSON_BYTES = 1 << 20
@@ -88,7 +88,9 @@ class _Handler:
     def handle(self, request: Incoming) -> Reply:
         header = request.header
         if header.type != MsgType.CONTROL:
-            raise WireError(f"a {header.type.name} request: this role takes CONTROL", 3)
+            raise WireError(
+                f"a {header.type.name} request: this role takes CONTROL", ErrorCode.UNEXPECTED
+            )
         if header.job not in (self.job, 0):  # 0: any job, for a status question alone
             raise WireError(f"job {header.job:#x} is not this role's job", ErrorCode.WRONG_JOB)
         if header.frames != 1 or header.dtype != DType.UINT8 or len(request.frames) != 1:
@@ -97,16 +99,18 @@ class _Handler:
         body = decode_json(request.frames[0], "the JSON frame")
         op = body.get("op")
         if not isinstance(op, str):
-            raise WireError(f"a control request needs a string 'op', got {op!r}", 11)
+            raise WireError(
+                f"a control request needs a string 'op', got {op!r}", ErrorCode.BAD_VALUE
+            )
         if header.job == 0 and op != "status":
-            raise WireError(f"{op!r} needs the job's id (only 'status' is for any job)", 4)
+            raise WireError(
+                f"{op!r} needs the job's id (only 'status' is for any job)", ErrorCode.WRONG_JOB
+            )
         try:
             answer = self.act(op, body)
         except ControlRefused as exc:
             return error_reply(header, ErrorCode.BAD_VALUE, f"{op}: {exc}")
-        text = _json_frame(answer)
-        return Reply(header.reply(MsgType.JSON, dtype=DType.UINT8, shape=(len(text),), frames=1),
-                     [text])  # fmt: skip
+        return json_reply(header, answer)
 
 
 class ControlServer:

@@ -24,6 +24,7 @@ the answer there) and records it for duplicates. Only the network thread touches
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -48,7 +49,7 @@ from hogwild.net.wire import (
     unpack_header,
 )
 
-__all__ = ["Handler", "Incoming", "Replier", "Reply", "Router", "error_reply"]
+__all__ = ["Handler", "Incoming", "Replier", "Reply", "Router", "error_reply", "json_reply"]
 
 POLL_MS = 50
 DRAIN = 256  # messages handled per socket before looking at the other one
@@ -106,6 +107,13 @@ def error_reply(request: Header | None, code: ErrorCode, message: str) -> Reply:
     header = base.reply(
         MsgType.ERROR, code=int(code), dtype=DType.UINT8, shape=(len(text),), frames=1
     )
+    return Reply(header, [text])
+
+
+def json_reply(request: Header, data: dict) -> Reply:
+    """A ``JSON`` reply to ``request``: ``data`` as one compact UTF-8 frame."""
+    text = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    header = request.reply(MsgType.JSON, dtype=DType.UINT8, shape=(len(text),), frames=1)
     return Reply(header, [text])
 
 

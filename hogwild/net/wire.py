@@ -64,6 +64,7 @@ __all__ = [
     "WireError",
     "array_nbytes",
     "frame_array",
+    "frame_nbytes",
     "job_id",
     "pack_header",
     "peek_request",
@@ -192,18 +193,24 @@ _TYPES = {int(t): t for t in MsgType}
 _DTYPE_CODES = {int(d): d for d in DType}
 
 
-def array_nbytes(header: Header) -> int:
-    """Bytes of the largest array frame the header describes (0 when it has none).
+def frame_nbytes(header: Header) -> list[int]:
+    """Bytes of each array frame the header describes ([] when it has none).
 
     A ``PUSH_VECTORS`` shape ``(k, m, rows)`` describes two frames, ``k x m`` activations and
-    ``rows x k`` errors: its size is theirs, not the product of the three.
+    ``rows x k`` errors; any other shape describes one array of that shape.
     """
     if header.dtype == DType.NONE:
-        return 0
+        return []
+    itemsize = DTYPES[header.dtype].itemsize
     if header.type == MsgType.PUSH_VECTORS and len(header.shape) == 3:
         k, m, rows = header.shape
-        return max(k * m, rows * k) * DTYPES[header.dtype].itemsize
-    return math.prod(header.shape) * DTYPES[header.dtype].itemsize
+        return [k * m * itemsize, rows * k * itemsize]
+    return [math.prod(header.shape) * itemsize]
+
+
+def array_nbytes(header: Header) -> int:
+    """Bytes of the largest array frame the header describes (0 when it has none)."""
+    return max(frame_nbytes(header), default=0)
 
 
 def peek_request(frame) -> Header | None:

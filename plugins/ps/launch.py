@@ -14,9 +14,7 @@ port by default: what unit-level tests and the benchmark's in-process measuremen
 from __future__ import annotations
 
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,18 +25,16 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from hogwild.cluster.local import free_port as free_port_on
+from hogwild.cluster.roles import READY
 from hogwild.errors import HogwildError
 
 __all__ = ["ServeProcess", "free_port", "local_server"]
 
-READY = re.compile(r"^hogwild ps: serving .* on (\S+)$")
-
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (for a server list fixed before the servers start)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port_on("127.0.0.1")
 
 
 class ServeProcess:

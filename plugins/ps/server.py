@@ -28,7 +28,6 @@ default) or received into blocks of a :class:`~hogwild.shm.pool.BufferPool`
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from hogwild_plugins.ps.storage import Flusher, ShardStore
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import Address, check_bind, parse_address
-from hogwild.net.router import Incoming, Reply, Router
+from hogwild.net.router import Incoming, Reply, Router, json_reply
 from hogwild.net.wire import (
     NO_BASIS,
     DType,
@@ -52,6 +51,7 @@ from hogwild.net.wire import (
     MsgType,
     WireError,
     frame_array,
+    frame_nbytes,
     job_id,
 )
 from hogwild.numa.pinning import bind_memory
@@ -288,10 +288,7 @@ class ParameterServer:
         ):
             return None
         self._check(header)
-        sizes = [header.shape[0] * 4]
-        if header.type == MsgType.PUSH_VECTORS:
-            k, m, rows = header.shape
-            sizes = [k * m * 4, rows * k * 4]
+        sizes = frame_nbytes(header)
         if max(sizes) > self._largest_block:
             return None  # larger than the pool's blocks: received in place
         out = []
@@ -345,9 +342,9 @@ class ParameterServer:
         if header.type in (MsgType.PING, MsgType.STATUS) and header.job in (0, self.job):
             if header.type == MsgType.PING:
                 return Reply(header.reply(MsgType.ACK, version=self.layout.map.version))
-            return self._json(header, self.status())
+            return json_reply(header, self.status())
         if header.type == MsgType.HELLO and header.job == self.job:
-            return self._json(header, self.hello())
+            return json_reply(header, self.hello())
         if header.type not in DATA_TYPES:
             if header.job not in (0, self.job):
                 self._check(header)  # raises WRONG_JOB
@@ -422,11 +419,6 @@ class ParameterServer:
             work.kind == Kind.VECOP and checks.writes(work.op, work.names) == "params"
         ):
             work.version = self.book.bump(shard)
-
-    def _json(self, header: Header, data: dict) -> Reply:
-        text = json.dumps(data, separators=(",", ":")).encode()
-        reply = header.reply(MsgType.JSON, dtype=DType.UINT8, shape=(len(text),), frames=1)
-        return Reply(reply, [text])
 
     def tick(self, now: float) -> None:
         t0, applied0, updated0, _, _ = self._rates
