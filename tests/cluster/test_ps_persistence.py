@@ -118,6 +118,8 @@ def test_sigterm_flushes_and_exits_143_and_status_reports(tmp_path):
         address = server.start()
         with PSClient([address], "adam_mnist", client_id=1) as client:
             client.push_deltas(np.ones(N_PARAMS, np.float32))
+            # acknowledged when queued: a pull is answered only after every push before it
+            client.pull(np.empty(N_PARAMS, np.float32))
             status = client.status()[0]
         assert status["loss_window"]["updates"] == client.layout.n_shards
         assert status["loss_window"]["flushes"] == 0
