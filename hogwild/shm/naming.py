@@ -172,8 +172,15 @@ def owner_alive(owner: SegmentOwner) -> bool:
     """
     if owner.namespace != pid_namespace():
         return True
+    return process_alive(owner.pid, owner.start_time)
+
+
+def process_alive(pid: int, started: float) -> bool:
+    """Whether process ``pid``, started at ``started`` (within ``START_TIME_TOLERANCE_S``), still
+    runs in this PID namespace: False if it is gone, a zombie, or a later process that reused
+    the PID; True if we may not inspect it (we cannot prove it dead)."""
     try:
-        proc = psutil.Process(owner.pid)
+        proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
         created = proc.create_time()
@@ -181,4 +188,4 @@ def owner_alive(owner: SegmentOwner) -> bool:
         return False
     except psutil.AccessDenied:
         return True
-    return abs(created - owner.start_time) <= START_TIME_TOLERANCE_S
+    return abs(created - started) <= START_TIME_TOLERANCE_S

@@ -43,7 +43,6 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 COMMAND_POLL_S = 0.5
 PROCESS_NAME = "hogwild-w{}"  # the kernel's name of a worker (other jobs look for it)
-START_TIME_TOLERANCE_S = 2.0
 
 
 def worker_main(setup, commands, results) -> None:
@@ -285,17 +284,9 @@ def trainer_alive(pid: int, started: float) -> bool:
     still name a dead trainer; and under forkserver the parent is not the trainer at all. The
     trainer's own process entry tells the truth.
     """
-    import psutil
+    from hogwild.shm.naming import process_alive
 
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return abs(process.create_time() - started) <= START_TIME_TOLERANCE_S
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
+    return process_alive(pid, started)
 
 
 def _exit_on_sigterm(signum, frame) -> None:
