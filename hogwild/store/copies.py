@@ -34,6 +34,7 @@ from hogwild.numa.placement import plan_parameters
 from hogwild.store.exchange import Exchanger, FcLayer, Home, VectorBuffer
 from hogwild.store.protocol import ParameterStore, WorkerSpec, WorkerStore
 from hogwild.store.shared import add_home_regions, worker_nodes
+from hogwild.training.job import training_unit
 
 PAGE = mmap.PAGESIZE
 COPY_REGIONS = ("copy_params", "copy_velocity", "copy_base")
@@ -106,11 +107,6 @@ def fc_layers(network) -> tuple[FcLayer, ...]:
     )
 
 
-def training_unit(job) -> int:
-    """Examples trained as one: a minibatch, or a group of examples sharing an fc update."""
-    return job.train.batch if job.train.batch > 1 else max(1, job.train.update_every)
-
-
 class CopiesStore(ParameterStore):
     """Copies per worker or per node, each exchanged with a home by its leader's thread."""
 
@@ -127,7 +123,7 @@ class CopiesStore(ParameterStore):
             train.replicas,
             len(placements),
             len(worker_nodes(placements)),
-            self._copy_bytes(vectors=False),
+            len(COPY_REGIONS) * self.copy_floats * 4,  # bytes of one copy's regions
             psutil.virtual_memory().total,
             _shm_free(),
             self.home_is_local,
@@ -146,12 +142,6 @@ class CopiesStore(ParameterStore):
         against 5,637 examples/s, two workers at batch 1).
         """
         return "deltas"
-
-    def _copy_bytes(self, vectors: bool) -> int:
-        floats = len(COPY_REGIONS) * self.copy_floats
-        if vectors:
-            floats += 2 * VectorBuffer.floats(self.layers, self.config.train.n_push + self.unit)
-        return floats * 4
 
     def _resolve_fc_push(self, requested: str) -> bool:
         if self.choice.per == "one":
@@ -230,11 +220,8 @@ class CopiesStore(ParameterStore):
                 self._gather()  # a remote home's model, into the arena's home copy
             return
         self._gather()
-        params, velocity, base = self.copies
-        params[:] = self.params
-        base[:] = self.params
-        np.mean(velocity, axis=0, out=self.velocity)
-        velocity[:] = self.velocity
+        np.mean(self.copies[1], axis=0, out=self.velocity)  # every copy takes the mean velocity
+        self._spread()
 
     def _gather(self) -> None:
         """Bring every copy's unpushed progress home (every worker is idle)."""

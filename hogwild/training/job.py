@@ -196,15 +196,17 @@ def check_input_shape(config: Config, shape: tuple[int, int, int], what: str) ->
         )
 
 
-def whole_units(config: Config) -> int:
-    """``train.chunk`` rounded down to whole units (at least one), so no chunk cuts a minibatch.
-
-    A unit is a minibatch (``train.batch``) or, at batch 1, a group of examples whose fully
-    connected updates are applied together (``train.update_every``).
-    """
+def training_unit(config: Config) -> int:
+    """Examples trained as one: a minibatch (``train.batch``) or, at batch 1, a group of
+    examples whose fully connected updates are applied together (``train.update_every``)."""
     train = config.train
-    unit = train.batch if train.batch > 1 else max(1, train.update_every)
-    return max(unit, train.chunk // unit * unit)
+    return train.batch if train.batch > 1 else max(1, train.update_every)
+
+
+def whole_units(config: Config) -> int:
+    """``train.chunk`` rounded down to whole units (at least one), so no chunk cuts a minibatch."""
+    unit = training_unit(config)
+    return max(unit, config.train.chunk // unit * unit)
 
 
 def subset_indices(seed: int, n_total: int, subset: int) -> np.ndarray | None:
