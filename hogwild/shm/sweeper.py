@@ -169,10 +169,11 @@ def _same_namespace(owner: SegmentOwner) -> bool:
 
 def sweep_report(shm_dir: Path = SHM_DIR) -> list[str]:
     """Sweep (as the trainer does at start-up) and say, one line each, what was done and left."""
-    removed, refused = _sweep(False, shm_dir)
+    infos = list_segments(shm_dir)  # once: a removable segment is never one kept
+    removed, refused = _sweep(False, shm_dir, infos)
     lines = [f"removed {name}: its owner process is dead" for name in removed]
     lines += [f"could not remove {name}: {reason}" for name, reason in refused.items()]
-    for info in list_segments(shm_dir):
+    for info in infos:
         if info.why_kept is not None:
             lines.append(f"left {info.name} ({_human_bytes(info.size)}): {info.why_kept}")
     return lines
@@ -193,10 +194,12 @@ def sweep(dry_run: bool = False, shm_dir: Path = SHM_DIR) -> list[str]:
     return _sweep(dry_run, shm_dir)[0]
 
 
-def _sweep(dry_run: bool, shm_dir: Path) -> tuple[list[str], dict[str, str]]:
+def _sweep(
+    dry_run: bool, shm_dir: Path, infos: list[SegmentInfo] | None = None
+) -> tuple[list[str], dict[str, str]]:
     removed: list[str] = []
     refused: dict[str, str] = {}
-    for info in list_segments(shm_dir):
+    for info in list_segments(shm_dir) if infos is None else infos:
         if not info.removable:
             continue
         if not dry_run:
