@@ -15,14 +15,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import READY, SHIM, RoleSpec
+from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
 
 POLL_S = 0.05
 
@@ -43,29 +42,12 @@ class RoleProcess:
         self.address: str | None = None
         self.ready = threading.Event()
         self.log = log_dir / f"{spec.kind}-{spec.index}.log"
-        command = [sys.executable, "-c", SHIM, str(os.getpid()), *spec.argv]
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.process = spawn_role(spec.argv)
+        self.reader = tee_stderr(self.process, self.log, self.lines, self._ready)
 
-    def _read(self) -> None:
-        with open(self.log, "a", encoding="utf-8") as log:
-            for line in self.process.stderr:
-                log.write(line)
-                log.flush()
-                line = line.rstrip("\n")
-                self.lines.append(line)
-                match = READY.match(line)
-                if match and not self.ready.is_set():
-                    self.address = match.group(1)
-                    self.ready.set()
+    def _ready(self, address: str) -> None:
+        self.address = address
+        self.ready.set()
 
     def last_words(self) -> str:
         return " | ".join(list(self.lines)[-4:]) or "nothing"

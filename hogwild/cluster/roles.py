@@ -14,7 +14,12 @@ told the whole list of servers (the bucket map); the other roles take any free p
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
@@ -31,6 +36,43 @@ when the parent (the driver, or a Ray actor) dies, exits at once if it died alre
 ``hogwild ARGV``. A ``preexec_fn`` would do the same between fork and exec, which is unsafe in a
 process that has threads (the driver's readers, ZeroMQ's, Ray's)."""
 KINDS = ("ps", "data", "replica")
+
+
+def spawn_role(argv, *, cwd: str | None = None, env: dict | None = None) -> subprocess.Popen:
+    """``hogwild ARGV`` through :data:`SHIM`, in a session of its own, stderr piped to the
+    caller (read it with :func:`tee_stderr`)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", SHIM, str(os.getpid()), *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def tee_stderr(process: subprocess.Popen, log, lines: deque, on_ready) -> threading.Thread:
+    """A started thread copying the role's stderr into the file ``log``, keeping its last
+    lines in ``lines``, and calling ``on_ready(address)`` at its first :data:`READY` line."""
+
+    def read() -> None:
+        ready = False
+        with open(log, "a", encoding="utf-8") as out:
+            for line in process.stderr:
+                out.write(line)
+                out.flush()
+                line = line.rstrip("\n")
+                lines.append(line)
+                match = READY.match(line)
+                if match and not ready:
+                    ready = True
+                    on_ready(match.group(1))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass(frozen=True)

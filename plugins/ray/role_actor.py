@@ -11,8 +11,9 @@ Every method returns at once (the driver does the waiting), so the actor needs o
 the role is started from the actor's main thread: the role asks the kernel for SIGTERM when its
 parent dies (``PR_SET_PDEATHSIG``, which follows the thread that forked), so a killed actor, or
 a lost driver whose actors Ray then kills, still takes the role down (servers flush on SIGTERM).
-The request is made by a few lines of Python run before ``hogwild.cli`` (:data:`SHIM`), not by a
-``preexec_fn``, which is unsafe in a process with threads (a Ray worker has many).
+The request is made by a few lines of Python run before ``hogwild.cli`` (``SHIM`` in
+:mod:`hogwild.cluster.roles`), not by a ``preexec_fn``, which is unsafe in a process with
+threads (a Ray worker has many).
 
 A role on a node that is not the driver's cannot see the driver's run directory (it is on a
 shared filesystem only when local): :meth:`RoleHost.start` is then given the files the role
@@ -29,13 +30,12 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 from collections import deque
 from pathlib import Path
 
-from hogwild.cluster.roles import READY, SHIM
+from hogwild.cluster.roles import spawn_role, tee_stderr
 
 LAST_LINES = 50
 
@@ -128,19 +128,10 @@ class RoleHost:
             argv, log = self._mirror(argv, log, mirror["run_dir"], mirror["files"])
         self.log = log
         Path(log).parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-c", SHIM, str(os.getpid()), *argv]
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-            cwd=cwd if cwd and os.path.isdir(cwd) else None,
-            env={**os.environ, **env},
+        self.process = spawn_role(
+            argv, cwd=cwd if cwd and os.path.isdir(cwd) else None, env={**os.environ, **env}
         )
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.reader = tee_stderr(self.process, self.log, self.lines, self._ready)
         return {"pid": self.process.pid, "log": log}
 
     def _mirror(self, argv, log, run_dir: str, files: dict) -> tuple[list[str], str]:
@@ -163,16 +154,8 @@ class RoleHost:
                 out.write(data)
         return [repath(a, run_dir, str(local)) for a in argv], repath(log, run_dir, str(local))
 
-    def _read(self) -> None:
-        with open(self.log, "a", encoding="utf-8") as log:
-            for line in self.process.stderr:
-                log.write(line)
-                log.flush()
-                line = line.rstrip("\n")
-                self.lines.append(line)
-                match = READY.match(line)
-                if match and self.address is None:
-                    self.address = match.group(1)
+    def _ready(self, address: str) -> None:
+        self.address = address
 
     def status(self) -> dict:
         """``address`` (once ready), ``returncode`` (once exited), ``last`` lines of stderr."""
@@ -215,4 +198,4 @@ class RoleHost:
         return code
 
 
-__all__ = ["LAST_LINES", "SHIM", "RoleHost", "mirror_dir", "node_ip", "repath"]
+__all__ = ["LAST_LINES", "RoleHost", "mirror_dir", "node_ip", "repath"]
