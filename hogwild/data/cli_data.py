@@ -235,14 +235,14 @@ def _serve(args) -> int:
     from hogwild.data.resident import Delivery, load_source
     from hogwild.data.server import DataServer
     from hogwild.errors import HogwildError
-    from hogwild.net.address import LOOPBACK, check_bind, parse_address
+    from hogwild.net.address import LOOPBACK, check_bind, host_port, parse_address
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     if args.threads < 1 or args.keep < 0:
         raise HogwildError(f"--threads {args.threads} / --keep {args.keep}: need >= 1 / >= 0")
     host = args.bind or LOOPBACK
     port = DEFAULT_PORT if args.port is None else args.port
-    address = parse_address(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    address = parse_address(host_port(host, port))
     keys = args.keys or config.ps.keys or None
     check_bind(address, keys)  # before the data is loaded
     text = config.data.augment.strip()

@@ -58,17 +58,18 @@ class Address:
         """The ZeroMQ endpoint (``tcp://127.0.0.1:5570``)."""
         if self.transport != "tcp":
             return f"{self.transport}://{self.host}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"tcp://{host}:{self.port}"
+        return f"tcp://{host_port(self.host, self.port)}"
 
     def __str__(self) -> str:
-        if self.transport != "tcp":
-            return self.endpoint
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return host_port(self.host, self.port) if self.transport == "tcp" else self.endpoint
 
     def with_port(self, port: int) -> Address:
         return Address(self.transport, self.host, port)
+
+
+def host_port(host: str, port: int | str) -> str:
+    """``HOST:PORT``, an IPv6 host in brackets (``[::1]:5570``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def parse_address(text: str, default_port: int | None = None) -> Address:

@@ -162,14 +162,14 @@ def _serve(args) -> int:
 
 def _placement(args, configured: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:
     """The job's server list, this server's index in it, and the address to bind."""
-    from hogwild.net.address import LOOPBACK, parse_address
+    from hogwild.net.address import LOOPBACK, host_port, parse_address
 
     listed = tuple(s.strip() for s in args.servers.split(",") if s.strip()) if args.servers else ()
     servers = listed or configured
     host = args.bind or LOOPBACK
     if not servers:
         port = DEFAULT_PORT if args.port is None else args.port
-        address = parse_address(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        address = parse_address(host_port(host, port))
         return (str(address),), 0, str(address)
     index = args.index
     if index is None:
@@ -188,7 +188,7 @@ def _placement(args, configured: tuple[str, ...]) -> tuple[tuple[str, ...], int,
     if not 0 <= index < len(servers):
         raise HogwildError(f"--index {index}: there are {len(servers)} servers")
     port = parse_address(servers[index]).port if args.port is None else args.port
-    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    bind = host_port(host, port)
     return servers, index, bind
 
 

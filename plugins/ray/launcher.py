@@ -56,7 +56,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
 from hogwild.cluster.roles import RoleSpec
 from hogwild.errors import ConfigError
-from hogwild.net.address import is_loopback, parse_address
+from hogwild.net.address import host_port, is_loopback, parse_address
 
 POLL_S = 0.1
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
@@ -78,10 +78,6 @@ class RayRole:
     log: str = ""
     last: list[str] = field(default_factory=list)
     pending: object = None  # a status request in flight (poll)
-
-
-def _address(host: str, port: int | str) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class RayLauncher(Launcher):
@@ -184,7 +180,7 @@ class RayLauncher(Launcher):
         ports = self._get(
             [r.actor.free_port.remote(h) for r, h in zip(placed, hosts, strict=True)], specs
         )
-        return [_address(h, p) for h, p in zip(hosts, ports, strict=True)]
+        return [host_port(h, p) for h, p in zip(hosts, ports, strict=True)]
 
     # -- starting --------------------------------------------------------------------------------
 
