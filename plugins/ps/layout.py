@@ -60,6 +60,11 @@ class FcLayer:
         return self.n_in * self.n_out
 
 
+def find_fc(layers: Iterable[FcLayer], layer: int) -> FcLayer | None:
+    """The fully connected layer with index ``layer`` in the model's layer list, if any."""
+    return next((fc for fc in layers if fc.layer == layer), None)
+
+
 @dataclass(frozen=True)
 class ModelGeometry:
     """What a server must know of the model: the parameter count and the fc layers."""
@@ -69,21 +74,14 @@ class ModelGeometry:
 
     @classmethod
     def from_network(cls, network) -> ModelGeometry:
-        """From a :class:`hogwild.model.network.Network` (its op table)."""
-        from hogwild.model.network import COL_C, COL_O, COL_OP, COL_W, OP_FC
+        """From a :class:`hogwild.model.network.Network` (its fully connected layers)."""
+        from hogwild.store.copies import fc_layers
 
-        fcs = tuple(
-            FcLayer(i, int(row[COL_W]), int(row[COL_C]), int(row[COL_O]))
-            for i, row in enumerate(network.ops)
-            if int(row[COL_OP]) == OP_FC
-        )
+        fcs = tuple(FcLayer(f.index, f.w_off, f.n_in, f.n_out) for f in fc_layers(network))
         return cls(int(network.n_params), fcs)
 
     def fc(self, layer: int) -> FcLayer | None:
-        for fc in self.fc_layers:
-            if fc.layer == layer:
-                return fc
-        return None
+        return find_fc(self.fc_layers, layer)
 
 
 @dataclass(frozen=True)
@@ -201,10 +199,7 @@ class ShardLayout:
         return pieces
 
     def fc(self, layer: int) -> FcLayer | None:
-        for fc in self.fc_layers:
-            if fc.layer == layer:
-                return fc
-        return None
+        return find_fc(self.fc_layers, layer)
 
     def describe(self) -> dict:
         """Plain data (JSON) that :meth:`from_description` reads back."""
