@@ -269,7 +269,7 @@ def _eval(args) -> int:
 
 def _info(args, overrides: dict[str, str]) -> int:
     from hogwild.config import load_config
-    from hogwild.model.network import build_network
+    from hogwild.model.network import model_network
     from hogwild.numa.placement import default_worker_count, plan_workers
     from hogwild.numa.report import format_machine_report
     from hogwild.store.registry import store_class
@@ -280,8 +280,7 @@ def _info(args, overrides: dict[str, str]) -> int:
     topology = machine_topology()
     workers = 1 if train.sync else train.workers or default_worker_count(topology)
     plan = plan_workers(topology, workers, policy=train.placement)
-    classes = [layer.units for layer in config.model.layers if layer.type == "fc"][-1]
-    store = store_class(train.parameters)(config, build_network(config.model, classes), plan)
+    store = store_class(train.parameters)(config, model_network(config.model), plan)
     report = format_machine_report(
         topology, plan, getattr(store, "plan", None), policy=train.placement
     )

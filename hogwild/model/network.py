@@ -150,6 +150,13 @@ def _align(n: int) -> int:
     return (n + ALIGN_FLOATS - 1) // ALIGN_FLOATS * ALIGN_FLOATS
 
 
+def model_network(model: ModelConfig) -> Network:
+    """The network of ``model`` alone, without data: as many classes as its last fully
+    connected layer has units (10 if it has none, as ``build_network`` assumes)."""
+    units = [layer.units for layer in model.layers if layer.type == "fc"]
+    return build_network(model, units[-1] if units else 10)
+
+
 def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
     """Infer shapes, lay out parameters and activations, and build the op table.
 

@@ -10,7 +10,7 @@ Registered through the entry point ``hogwild.commands: ps`` (the engine's CLI ca
     hogwild ps status HOST:PORT [--json] [--keys DIR] [--timeout S]
     hogwild ps keys DIR
 
-``serve`` builds the job's network (``hogwild.model.network.build_network``) to know the
+``serve`` builds the job's network (``hogwild.model.network.model_network``) to know the
 parameter count and the fully connected layers, initialises the parameters as the trainer does
 (``model.init`` with ``train.seed``: a replica starting from the same config starts from the same
 weights), recovers what ``--store`` holds, and serves until SIGTERM or Ctrl-C, which stop it after
@@ -84,11 +84,10 @@ def _serve(args) -> int:
     from hogwild.cluster.prometheus import serve_metrics
     from hogwild.config import load_config, ps_update_rule
     from hogwild.model.init import initialise
-    from hogwild.model.network import build_network
+    from hogwild.model.network import model_network
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
-    fcs = [layer for layer in config.model.layers if layer.type == "fc"]
-    network = build_network(config.model, fcs[-1].units if fcs else 10)
+    network = model_network(config.model)
     initial = np.empty(network.n_params, np.float32)
     initialise(network, initial, config.model.init, config.model.init_scale, config.train.seed)
     servers, index, bind = _placement(args, tuple(config.ps.servers))
