@@ -4,6 +4,7 @@
 state machine), ``kernels`` (numba update rules and vector operations), ``engine`` (update
 threads and their lock-free queues), ``storage`` (LMDB write-back persistence), ``checks`` and
 ``server`` (the parameter server on the :mod:`hogwild.net` transport), ``client``
-(:class:`~hogwild_plugins.ps.client.PSClient`), ``launch`` (starting servers), ``cli``
-(``hogwild ps serve | status | keys``).
+(:class:`~hogwild_plugins.ps.client.PSClient`), ``launch`` (starting servers), ``etcd`` (the
+client of the controller holding the bucket map and primary leases) and ``etcd_process`` (an etcd
+server on loopback), ``cli`` (``hogwild ps serve | status | keys``).
 """

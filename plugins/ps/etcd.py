@@ -1,0 +1,408 @@
+"""The parameter servers' link to etcd: the controller of a replicated parameter server.
+
+Adam (OSDI 2014, section 3.3.3) keeps its parameter servers' bucket map and primary leases in a
+Paxos-replicated controller; hogwild keeps them in etcd. This module is the client, with no
+policy (who is primary, what the map says: that lives in I/O-free state machines elsewhere):
+:class:`Etcd`, a typed, validating client for one job's keys, every key relative to a job prefix
+(``/hogwild/<job>/``), every value a JSON object. Nothing read from the network is trusted: a
+value that is not a JSON object is a :class:`~hogwild.errors.HogwildError` naming the key, a
+request that cannot reach etcd is :class:`EtcdUnavailable` naming the address, a lease etcd no
+longer knows is :class:`LeaseExpired`. Every request has a timeout. The server itself
+(:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
+:mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
+
+It talks to etcd's gRPC JSON gateway through etcd3gw's transport (its ``post``: URL discovery,
+timeouts, HTTP errors as exceptions) but builds its own requests: etcd3gw's ``put`` drops the
+revision, its ``get`` drops the store revision, its ``Lease.ttl`` fails on an expired lease and
+its streaming watch has no timeout and loses errors in a thread. :meth:`Etcd.watch` therefore
+polls (see :class:`Watch`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+import etcd3gw
+import requests
+from etcd3gw import exceptions as gw
+from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
+
+from hogwild.errors import HogwildError
+from hogwild.net.address import parse_address
+
+__all__ = ["Etcd", "EtcdProcess", "EtcdUnavailable", "LeaseExpired", "Watch", "etcd_binary"]
+
+log = logging.getLogger(__name__)
+
+
+class EtcdUnavailable(HogwildError):
+    """etcd cannot be reached (refused, timed out, no leader); the message names the address."""
+
+
+class LeaseExpired(HogwildError):
+    """A write named a lease that etcd does not know: it expired or was revoked."""
+
+
+Also = Iterable[tuple]
+"""Extra writes of a transaction: ``(key, value)`` or ``(key, value, lease)`` tuples."""
+
+
+class Etcd:
+    """A client for the keys below ``prefix`` on the etcd at ``address`` (``HOST:PORT``).
+
+    Keys are relative to ``prefix`` and values are JSON objects (dicts). Revisions are etcd's:
+    ``mod_revision`` of a key changes on every write to it; 0 means "absent", so
+    ``replace(key, value, 0)`` creates.
+
+    Args:
+        address: ``HOST:PORT`` of etcd's client URL.
+        prefix: The job's key prefix, such as ``/hogwild/<job>/``.
+        timeout_s: The limit of every request, in seconds.
+    """
+
+    def __init__(self, address: str, *, prefix: str, timeout_s: float = 2.0) -> None:
+        parsed = parse_address(address)
+        if parsed.transport != "tcp":
+            raise HogwildError(f"etcd address {address!r}: expected HOST:PORT")
+        if not prefix:
+            raise HogwildError("etcd key prefix is empty: expected something like /hogwild/JOB/")
+        self.address = str(parsed)
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+        self._client = etcd3gw.client(host=parsed.host, port=parsed.port, timeout=timeout_s)
+        self._watches: list[Watch] = []
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def grant(self, ttl_s: int) -> int:
+        """A new lease of ``ttl_s`` seconds; its id.
+
+        Raises:
+            HogwildError: etcd granted a longer TTL (its floor is 1.5 election timeouts), which
+                would silently slow every failover.
+        """
+        lease, granted = self._grant(ttl_s)
+        if granted != ttl_s:
+            self.revoke(lease)
+            raise HogwildError(
+                f"etcd at {self.address} grants leases of at least {granted} s, not {ttl_s} s: "
+                f"ask for {granted} s or more, or run etcd with a shorter --election-timeout"
+            )
+        return lease
+
+    def _grant(self, ttl_s: int) -> tuple[int, int]:
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 1:
+            raise HogwildError(f"lease TTL {ttl_s!r}: expected a whole number of seconds >= 1")
+        reply = self._post("/lease/grant", {"TTL": ttl_s, "ID": 0})
+        return _int(reply, "ID", self.address), _int(reply, "TTL", self.address)
+
+    def keepalive(self, lease: int) -> int:
+        """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown)."""
+        reply = self._post("/lease/keepalive", {"ID": lease}).get("result")
+        # The gateway leaves out zero fields: an expired lease comes back without a TTL.
+        return max(0, _int(reply, "TTL", self.address, default=0))
+
+    def revoke(self, lease: int) -> None:
+        """End ``lease`` now, deleting its keys; a lease already gone is no error."""
+        try:
+            self._post("/kv/lease/revoke", {"ID": lease})
+        except LeaseExpired:
+            pass
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def put(self, key: str, value: dict, lease: int | None = None) -> int:
+        """Write ``key`` (attached to ``lease`` if given); the store's revision after it."""
+        reply = self._post("/kv/put", self._put_op(key, value, lease))
+        return _int(reply.get("header"), "revision", self.address)
+
+    def get(self, key: str) -> tuple[dict | None, int]:
+        """``(value, mod_revision)`` of ``key``, or ``(None, 0)`` when it is absent."""
+        reply = self._post("/kv/range", {"key": _b64(self._key(key))})
+        for kv in self._kvs(reply):
+            return self._value(kv), _int(kv, "mod_revision", self.address)
+        return None, 0
+
+    def get_prefix(self, prefix: str = "") -> tuple[dict[str, tuple[dict, int]], int]:
+        """Every key starting with ``prefix``, as ``{key: (value, mod_revision)}`` with keys
+        relative to the job prefix, and the store's revision they were read at."""
+        start = self._key(prefix, allow_empty=True)
+        reply = self._post("/kv/range", {"key": _b64(start), "range_end": _b64(_after(start))})
+        found = {}
+        for kv in self._kvs(reply):
+            found[self._relative(kv)] = (self._value(kv), _int(kv, "mod_revision", self.address))
+        return found, _int(reply.get("header"), "revision", self.address)
+
+    def create(self, key: str, value: dict, lease: int | None = None, also: Also = ()) -> bool:
+        """Write ``key`` and each of ``also`` in one transaction if ``key`` is absent; False
+        (and nothing written) when it exists."""
+        return self.replace(key, value, 0, lease, also)
+
+    def replace(
+        self,
+        key: str,
+        value: dict,
+        expected_mod_revision: int,
+        lease: int | None = None,
+        also: Also = (),
+    ) -> bool:
+        """Write ``key`` and each of ``also`` in one transaction if ``key``'s mod_revision is
+        still ``expected_mod_revision`` (0: absent); False (nothing written) when it changed."""
+        also = list(also)
+        ops = [self._put_op(key, value, lease)]
+        for extra in also:
+            if not isinstance(extra, tuple) or len(extra) not in (2, 3):
+                raise HogwildError(f"etcd transaction: {extra!r} is not (key, value[, lease])")
+            ops.append(self._put_op(*extra))
+        keys = [op["key"] for op in ops]
+        if len(set(keys)) != len(keys):
+            named = [key, *(extra[0] for extra in also)]
+            raise HogwildError(f"etcd transaction writes a key twice: {named}")
+        return self._txn(key, expected_mod_revision, [{"request_put": op} for op in ops])[0]
+
+    def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
+        """Delete ``key`` (only if its mod_revision is ``expected_mod_revision``, when given);
+        True when this call deleted it."""
+        op = {"key": _b64(self._key(key))}
+        if expected_mod_revision is None:
+            return _int(self._post("/kv/deleterange", op), "deleted", self.address, default=0) > 0
+        ok, replies = self._txn(key, expected_mod_revision, [{"request_delete_range": op}])
+        deleted = replies[0].get("response_delete_range") if ok and replies else None
+        return ok and _int(deleted, "deleted", self.address, default=0) > 0
+
+    def watch(
+        self,
+        prefix: str,
+        on_change: Callable[[], None],
+        *,
+        interval_s: float = 0.05,
+        revision: int | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> Watch:
+        """Call ``on_change()`` from a thread whenever a key starting with ``prefix`` changes.
+
+        Every change made after this returns is reported; to also see those made since the
+        state it guards was read, pass the ``revision`` of that read (:meth:`get_prefix`
+        returns it). See :class:`Watch`.
+
+        Raises:
+            EtcdUnavailable: etcd cannot be reached to take the first reading.
+        """
+        start = self._key(prefix, allow_empty=True)
+        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s)
+        handle = Watch(reader, start, on_change, interval_s, revision, on_error)
+        self._watches.append(handle)
+        return handle
+
+    def close(self) -> None:
+        """Cancel this client's watches and close its connections."""
+        for handle in self._watches:
+            handle.cancel()
+        self._watches.clear()
+        self._client.session.close()
+
+    def __enter__(self) -> Etcd:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _key(self, key: str, allow_empty: bool = False) -> bytes:
+        if not isinstance(key, str) or not (key or allow_empty):
+            raise HogwildError(f"etcd key {key!r}: expected a non-empty string")
+        return (self.prefix + key).encode()
+
+    def _put_op(self, key: str, value: dict, lease: int | None = None) -> dict:
+        full = self._key(key)
+        try:
+            if not isinstance(value, dict):
+                raise TypeError(f"a {type(value).__name__}")
+            text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as err:
+            raise HogwildError(
+                f"etcd key {full.decode()!r}: value is not a JSON object ({err})"
+            ) from err
+        op = {"key": _b64(full), "value": _b64(text.encode())}
+        if lease is not None:
+            op["lease"] = lease
+        return op
+
+    def _txn(self, key: str, mod_revision: int, ops: list[dict]) -> tuple[bool, list[dict]]:
+        compare = {"key": _b64(self._key(key)), "result": "EQUAL", "target": "MOD"}
+        compare["mod_revision"] = mod_revision
+        reply = self._post("/kv/txn", {"compare": [compare], "success": ops, "failure": []})
+        return reply.get("succeeded") is True, reply.get("responses") or []
+
+    def _kvs(self, reply: dict) -> list:
+        kvs = reply.get("kvs", [])
+        if not isinstance(kvs, list):
+            raise HogwildError(f"etcd at {self.address}: malformed reply {reply!r:.200}")
+        return kvs
+
+    def _relative(self, kv: dict) -> str:
+        try:
+            full = base64.b64decode(kv["key"], validate=True).decode()
+        except (KeyError, TypeError, binascii.Error, ValueError):
+            raise HogwildError(f"etcd at {self.address}: malformed key in {kv!r:.200}") from None
+        if not full.startswith(self.prefix):
+            raise HogwildError(f"etcd at {self.address}: key {full!r} is not below {self.prefix!r}")
+        return full[len(self.prefix) :]
+
+    def _value(self, kv: dict) -> dict:
+        key = self.prefix + self._relative(kv)
+        try:
+            value = json.loads(base64.b64decode(kv.get("value", ""), validate=True))
+        except (TypeError, binascii.Error, ValueError) as err:
+            raise HogwildError(f"etcd key {key!r}: value is not JSON ({err})") from err
+        if not isinstance(value, dict):
+            kind = type(value).__name__
+            raise HogwildError(f"etcd key {key!r}: value is a {kind}, not a JSON object")
+        return value
+
+    def _post(self, path: str, payload: dict) -> dict:
+        """One request to etcd's gateway, its errors typed (see the module docstring)."""
+        try:
+            reply = self._client.post(self._client.get_url(path), json=payload)
+        except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:
+            raise EtcdUnavailable(
+                f"etcd at {self.address} cannot be reached: {_detail(err)}"
+            ) from err
+        except requests.RequestException as err:  # what etcd3gw lets through (a cut reply)
+            raise EtcdUnavailable(f"etcd at {self.address} cannot be reached: {err}"[:400]) from err
+        except gw.Etcd3Exception as err:
+            if "lease not found" in (err.detail_text or ""):
+                lease = payload.get("ID") or payload.get("lease")
+                which = f"lease {lease}" if lease else "a lease of this transaction"
+                message = f"etcd at {self.address}: {which} expired or was revoked"
+                raise LeaseExpired(message) from err
+            raise HogwildError(f"etcd at {self.address}: {path} failed: {_detail(err)}") from err
+        except ValueError as err:  # a reply that is not JSON: not etcd
+            raise HogwildError(
+                f"etcd at {self.address}: {path}: reply is not JSON ({err})"
+            ) from err
+        if not isinstance(reply, dict):
+            raise HogwildError(f"etcd at {self.address}: {path}: reply {reply!r:.200} is no dict")
+        return reply
+
+
+class Watch:
+    """A thread calling ``on_change()`` when keys under a prefix change; :meth:`cancel` ends it.
+
+    It polls, every ``interval_s``, one range request that returns the number of keys under the
+    prefix and the newest mod_revision among them (``keys_only``, ``limit=1``, sorted by
+    mod_revision): any write that survives raises the newest mod_revision (revisions only grow),
+    and a change made only of deletions lowers the count, so every net change is seen; a key
+    written and deleted again between two polls is not. Polling rather than etcd3gw's streaming
+    watch because that one opens without a timeout, parses reply chunks as if each were whole,
+    and loses its errors in a thread; a poll costs one small loopback request.
+
+    A failed poll goes to ``on_error(exc)`` (or the log) once per outage, and polling goes on
+    more slowly; once etcd answers again ``on_change()`` is called, since changes may have been
+    missed. An exception from ``on_change`` is reported the same way and does not stop it.
+    """
+
+    def __init__(self, reader: Etcd, start: bytes, on_change, interval_s, revision, on_error):
+        self._reader = reader
+        self._range = {"key": _b64(start), "range_end": _b64(_after(start)), "keys_only": True}
+        self._range |= {"limit": 1, "sort_order": "DESCEND", "sort_target": "MOD"}
+        self._on_change = on_change
+        self._on_error = on_error
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        # The first reading is taken here, before watch() returns, so that every change made
+        # after it returns is seen (a first poll in the thread could come after the change).
+        try:
+            seen = self._signature(revision)
+        except EtcdUnavailable:
+            reader.close()
+            raise
+        except HogwildError:
+            seen = (-1, -1)  # the revision is compacted or in the future: report a change
+        self._thread = threading.Thread(
+            target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
+        )
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Stop polling; returns within one request timeout (at once from ``on_change``)."""
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(self._reader.timeout_s + self._interval_s + 1.0)
+        self._reader._client.session.close()
+
+    @property
+    def active(self) -> bool:
+        return self._thread.is_alive()
+
+    def _signature(self, revision: int | None = None) -> tuple[int, int]:
+        query = self._range if revision is None else {**self._range, "revision": revision}
+        reply = self._reader._post("/kv/range", query)
+        address = self._reader.address
+        kvs = self._reader._kvs(reply) or [{}]
+        newest = _int(kvs[0], "mod_revision", address, default=0)
+        return _int(reply, "count", address, default=0), newest
+
+    def _run(self, seen: tuple[int, int]) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                now = self._signature()
+            except Exception as err:  # noqa: BLE001 - etcd down, or a reply that makes no sense
+                if not failing:
+                    self._report(err)
+                failing = True
+                self._stop.wait(max(self._interval_s, 0.5))
+                continue
+            if now != seen or failing:
+                try:
+                    self._on_change()
+                except Exception as err:  # noqa: BLE001 - the callback's bug must not end us
+                    self._report(err)
+            seen, failing = now, False
+            self._stop.wait(self._interval_s)
+
+    def _report(self, err: Exception) -> None:
+        if self._on_error is None:
+            log.warning("etcd watch of %s: %s", self._range["key"], err)
+            return
+        try:
+            self._on_error(err)
+        except Exception:  # noqa: BLE001
+            log.exception("etcd watch: on_error failed")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _after(prefix: bytes) -> bytes:
+    """The first key after every key starting with ``prefix`` (a range's end); b"\\0" for all."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\0"
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _int(reply, field: str, address: str, default: int | None = None) -> int:
+    """``reply[field]`` as an int (the gateway writes 64-bit numbers as strings, and leaves out
+    zeros: ``default`` then)."""
+    try:
+        if field not in reply and default is not None:
+            return default
+        return int(reply[field])
+    except (KeyError, TypeError, ValueError):
+        raise HogwildError(
+            f"etcd at {address}: malformed reply, no {field!r} in {reply!r:.200}"
+        ) from None
+
+
+def _detail(err: gw.Etcd3Exception) -> str:
+    """etcd3gw keeps the useful text in ``detail_text`` (``str(err)`` is often empty)."""
+    return " ".join(str(part) for part in (*err.args, err.detail_text) if part)[:400]

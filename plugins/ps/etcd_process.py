@@ -1,0 +1,219 @@
+"""One etcd server on loopback, owned by a job or a test: :class:`EtcdProcess`.
+
+OS mechanics only (ports, a data directory, a child that dies with us, a bounded start and
+stop); :mod:`hogwild_plugins.ps.etcd` is the client, and re-exports what is here. etcd is the
+controller of the replicated parameter server (Adam, section 3.3.3), so the one started here is
+tuned for leases of about a second: etcd never grants a lease shorter than 1.5 election
+timeouts, and the election timeout here is derived from the shortest lease the job needs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from hogwild_plugins.ps.launch import free_port
+
+from hogwild.errors import HogwildError
+from hogwild.net.address import host_port
+
+__all__ = ["INSTALL_HINT", "EtcdProcess", "etcd_binary"]
+
+INSTALL_HINT = (
+    "install it with `apt-get install etcd-server` (Debian/Ubuntu), "
+    "or pass --etcd HOST:PORT of a running etcd"
+)
+
+
+def etcd_binary(name: str = "etcd") -> str:
+    """The path of the etcd server binary ``name`` (a name on ``PATH`` or a path).
+
+    Raises:
+        HogwildError: It is not there, saying how to install it.
+    """
+    path = shutil.which(name)
+    if path is None:
+        raise HogwildError(f"etcd binary {name!r} not found: {INSTALL_HINT}")
+    return path
+
+
+_EXEC_SHIM = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(143)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+"""``python -c _EXEC_SHIM PARENT_PID BINARY ARGS...`` asks Linux to SIGKILL it when its parent
+dies (PR_SET_PDEATHSIG = 1, kept across exec; it follows the thread that started it), exits if
+the parent already died, then becomes ``BINARY``: the ``preexec_fn`` way is unsafe in a process
+with threads (see :data:`hogwild.cluster.roles.SHIM`). SIGKILL is safe for etcd, whose WAL
+survives crashes."""
+
+
+class EtcdProcess:
+    """One etcd server on loopback, for a job or a test; a context manager.
+
+    The server listens only on ``host``, keeps its data in ``data_dir`` (default: a temporary
+    directory removed by :meth:`stop`) and its stderr in ``etcd.log`` of a temporary directory,
+    and dies with this process. Its raft timers are scaled so that leases of ``lease_floor_s``
+    seconds are honoured: etcd's shortest lease is 1.5 election timeouts, and the election
+    timeout here is half the floor (heartbeat a tenth of that). :attr:`min_ttl_s` is the TTL
+    etcd actually grants when asked for 1 s, measured at start.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        *,
+        host: str = "127.0.0.1",
+        binary: str = "etcd",
+        lease_floor_s: float = 1.0,
+    ) -> None:
+        if not 0.1 <= lease_floor_s <= 60:
+            raise HogwildError(f"lease_floor_s={lease_floor_s}: expected 0.1 to 60 seconds")
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.host = host
+        self.binary = binary
+        self.lease_floor_s = lease_floor_s
+        self.min_ttl_s = 0
+        self.process: subprocess.Popen | None = None
+        self._address: str | None = None
+        self._work: Path | None = None
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` of the client URL."""
+        if self._address is None:
+            raise HogwildError("etcd is not started")
+        return self._address
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._work / "etcd.log" if self._work else None
+
+    def start(self, timeout_s: float = 20.0) -> str:
+        """Start etcd and wait until it grants leases; the ``HOST:PORT`` it serves on.
+
+        Raises:
+            HogwildError: No binary, or etcd exited or stayed unready past ``timeout_s`` (with
+                the last lines of its log).
+        """
+        if self.process is not None:
+            return self.address
+        binary = etcd_binary(self.binary)
+        self._work = Path(tempfile.mkdtemp(prefix="hogwild-etcd-"))
+        deadline = time.monotonic() + timeout_s
+        try:
+            for _attempt in range(3):  # a probed free port may be taken before etcd binds it
+                error = self._try_start(binary, deadline)
+                if error is None:
+                    return self.address
+                self._kill()
+                if "address already in use" not in error or time.monotonic() >= deadline:
+                    break
+            raise HogwildError(f"etcd did not start: {error}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _try_start(self, binary: str, deadline: float) -> str | None:
+        """Start etcd once; None once it grants a lease, else why not (with its log's tail)."""
+        data = self.data_dir or self._work / "data"
+        if self.data_dir is None:
+            shutil.rmtree(data, ignore_errors=True)  # a failed attempt's half-made member
+        client, peer = (f"http://{host_port(self.host, free_port())}" for _ in range(2))
+        election_ms = max(10, round(self.lease_floor_s * 500))
+        args = [
+            f"--name=hogwild-{os.getpid()}",
+            f"--data-dir={data}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=hogwild-{os.getpid()}={peer}",
+            f"--heartbeat-interval={max(1, election_ms // 10)}",
+            f"--election-timeout={election_ms}",
+            "--auto-compaction-mode=revision",  # keep the history of a long job bounded
+            "--auto-compaction-retention=10000",
+            "--logger=zap",
+            "--log-outputs=stderr",
+            "--log-level=error",
+        ]
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _EXEC_SHIM, str(os.getpid()), binary, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,  # Ctrl-C goes to the job, which stops etcd itself
+            )
+        self._address = client.removeprefix("http://")
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return f"exit status {self.process.returncode}; {self._log_tail()}"
+            granted = self._probe()
+            if granted is None:
+                time.sleep(0.05)
+                continue
+            self.min_ttl_s = granted
+            if granted > math.ceil(self.lease_floor_s):
+                return f"it grants leases of {granted} s, over {self.lease_floor_s} s"
+            return None
+        return f"not ready after the timeout; {self._log_tail()}"
+
+    def _probe(self) -> int | None:
+        """The TTL etcd grants when asked for 1 s, or None while it cannot grant (no leader
+        yet, not listening yet). A grant, not ``/health``, because leases are what we need."""
+        url = f"http://{self._address}/v3"
+        try:
+            with requests.Session() as session:
+                reply = session.post(f"{url}/lease/grant", json={"TTL": 1}, timeout=0.5).json()
+                session.post(f"{url}/kv/lease/revoke", json={"ID": reply["ID"]}, timeout=0.5)
+            return int(reply["TTL"])
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            return None
+
+    def _log_tail(self, lines: int = 12) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return f"no log at {self.log_path}"
+        return f"last lines of {self.log_path}:\n" + "\n".join(text) if text else "its log is empty"
+
+    def _kill(self, grace_s: float = 5.0) -> None:
+        process, self.process, self._address = self.process, None, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(grace_s)
+
+    def stop(self) -> None:
+        """SIGTERM etcd, SIGKILL it if it lingers, and remove the temporary directory."""
+        self._kill()
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+            self._work = None
+
+    def __enter__(self) -> EtcdProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
