@@ -143,6 +143,7 @@ class ClusterConfig:
     status_s: float = 1.0
     start_timeout_s: float = 300.0
     stop_timeout_s: float = 20.0
+    restarts: int = 3
 
 
 @dataclass(frozen=True)

@@ -191,8 +191,11 @@ def _check_cluster(cluster, fail) -> None:
             "cluster.replicas, cluster.workers_per_replica and cluster.ps must be >= 1, got "
             f"{cluster.replicas}, {cluster.workers_per_replica} and {cluster.ps}"
         )
-    if cluster.data_servers < 0 or cluster.warm_start < 0 or cluster.metrics_port < 0:
-        fail("cluster.data_servers, cluster.warm_start and cluster.metrics_port must be >= 0")
+    if min(cluster.data_servers, cluster.warm_start, cluster.metrics_port, cluster.restarts) < 0:
+        fail(
+            "cluster.data_servers, cluster.warm_start, cluster.metrics_port and cluster.restarts "
+            "must be >= 0"
+        )
     last_port = cluster.metrics_port + cluster.ps + cluster.data_servers + cluster.replicas
     if cluster.metrics_port and last_port > 65535:
         fail(

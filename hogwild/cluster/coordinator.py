@@ -1,11 +1,12 @@
 """The epochs of a cluster job across its model replicas, as a state machine that does no I/O.
 
 The driver feeds it what it learns from the replicas (:class:`Joined`, :class:`Progress`,
-:class:`ShareDone`) through :meth:`Coordinator.handle`, and does what it answers: instructions to
-send (:class:`StartShare`, :class:`CloseShare`) and the end of an epoch (:class:`EpochEnd`, after
-which the driver evaluates, checkpoints, and calls :meth:`Coordinator.advance`; or
-:class:`Finished`). Sockets, processes and clocks live in :mod:`hogwild.cluster.driver`; this
-module is tested without any (dask's worker state machine is the model, CONVENTIONS.md).
+:class:`ShareDone`, :class:`Lost`) through :meth:`Coordinator.handle`, and does what it answers:
+instructions to send (:class:`StartShare`, :class:`CloseShare`) and the end of an epoch
+(:class:`EpochEnd`, after which the driver evaluates, checkpoints, and calls
+:meth:`Coordinator.advance`; or :class:`Finished`). Sockets, processes and clocks live in
+:mod:`hogwild.cluster.driver`; this module is tested without any (dask's worker state machine is
+the model, CONVENTIONS.md).
 
 What it decides:
 
@@ -16,6 +17,16 @@ What it decides:
 - **The epoch rule** (Adam 3.2.5, across replicas): once ``ceil(fraction * replicas)`` replicas
   have finished their shard, the others are told to stop at their next chunk (replicas that have
   not started are skipped); the epoch ends when every replica has answered.
+- **A replica that dies** (:class:`Lost`; the driver restarts it, ``cluster.restarts``) is a
+  straggler that lost its work, and the rule above says what becomes of its share. While the
+  epoch still waits for finished shards, its share is handed out again, whole, when it rejoins
+  (:class:`Joined`): a shard is a contiguous range split over the replica's workers, so what was
+  trained of it is no prefix that could be skipped. Once enough shards finished, it is counted
+  as done, with nothing: a closed straggler's remainder is not trained either. Either way the
+  examples it trained before it died are in the model (their updates were pushed) but in none
+  of the epoch's figures (their loss and counts died with it), so nothing is counted twice, and
+  no share waits for an answer that cannot come. A replica that has not rejoined when an epoch
+  begins gets its share when it does, or never if the epoch closes first.
 """
 
 from __future__ import annotations
@@ -41,6 +52,13 @@ class Progress:
     replica: int
     epoch: int
     examples: int
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Replica ``replica`` died: whatever it was doing is gone (it may join again)."""
+
+    replica: int
 
 
 @dataclass(frozen=True)
@@ -175,9 +193,11 @@ class Coordinator:
         """Apply one event; the instructions it gives rise to, in order."""
         if isinstance(event, Joined):
             self.joined.add(event.replica)
-            if self.epoch < 0 and len(self.joined) == self.replicas:
-                return self._begin(self.start_epoch)
-            return []
+            if self.epoch < 0:
+                return self._begin(self.start_epoch) if len(self.joined) == self.replicas else []
+            return self._after_warm_start()  # a replica back from the dead takes its share
+        if isinstance(event, Lost):
+            return self._lost(event.replica)
         if not isinstance(event, Progress | ShareDone):
             raise TypeError(f"not a coordinator event: {event!r}")
         if event.epoch != self.epoch or event.replica not in self.shares:
@@ -205,7 +225,7 @@ class Coordinator:
         self.shares = {r: _Share() for r in range(self.replicas)}
         warm = self.warm_start > 0 and epoch == 0 and self.start_epoch == 0
         first = [0] if warm and self.replicas > 1 else list(range(self.replicas))
-        return [self._start(r) for r in first]
+        return [self._start(r) for r in first if r in self.joined]  # the others when they join
 
     def _start(self, replica: int) -> StartShare:
         self.shares[replica].state = TRAINING
@@ -216,7 +236,23 @@ class Coordinator:
     def _after_warm_start(self) -> list:
         if self.warming or self.closed:
             return []
-        return [self._start(r) for r, s in sorted(self.shares.items()) if s.state == WAITING]
+        return [
+            self._start(r)
+            for r, s in sorted(self.shares.items())
+            if s.state == WAITING and r in self.joined
+        ]
+
+    def _lost(self, replica: int) -> list:
+        """A replica died (see the module docstring): its share again, or done with nothing."""
+        self.joined.discard(replica)
+        share = self.shares.get(replica)
+        if share is None or share.state in (WAITING, DONE):
+            return []
+        if self.closed:  # CLOSING: the answer it owed will not come
+            share.state, share.examples = DONE, 0
+            return self._after_done()
+        self.shares[replica] = _Share()  # TRAINING: handed out again, whole, when it rejoins
+        return self._after_warm_start()  # a warm start without replica 0 ends here
 
     def _after_done(self) -> list:
         out = []

@@ -14,8 +14,14 @@ section 4.1). It:
    progress; at every epoch end it pulls the servers' model, evaluates it on the test set,
    writes the checkpoint (the format ``hogwild train`` writes: ``hogwild eval`` and ``torch.nn``
    load it) and a metrics line;
-5. stops every role at the end, on Ctrl-C or SIGTERM, and when a role dies (an error naming the
-   role, its host and its exit status or signal; the last checkpoint is kept).
+5. restarts a replica or a data server that dies while the job trains, up to
+   ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
+   into the status table and the final summary): a data server comes back on its address and
+   rejoins the replicas' turn, a replica pulls the servers' model as it starts and takes the
+   work the coordinator hands it (its lost share again, or the next one: :class:`Lost`);
+6. stops every role at the end, on Ctrl-C or SIGTERM, and when a role dies that is not restarted
+   (a parameter server, whose state is lost with one copy, or a role past its restarts): an
+   error naming the role, its host and its exit status or signal; the last checkpoint is kept.
 
 It answers ``status`` control requests (the table :mod:`hogwild.cluster.status` draws) on the
 address it writes to ``RUN_DIR/cluster.json``, which ``hogwild cluster status`` reads.
@@ -39,14 +45,15 @@ from hogwild.cluster.coordinator import (
     EpochEnd,
     Finished,
     Joined,
+    Lost,
     Progress,
     ShareDone,
     StartShare,
     replicas_training,
 )
-from hogwild.cluster.launcher import RoleFailedError, launcher_class
+from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
 from hogwild.cluster.prometheus import role_ports, serve_metrics
-from hogwild.cluster.roles import plan_roles, with_servers
+from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.config import ps_update_rule
 from hogwild.errors import HogwildError
@@ -110,7 +117,9 @@ class ClusterDriver:
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
         self.gone: set[str] = set()  # roles the launcher saw exit
-        self.exits: dict = {}  # their RoleExit, by name: how each ended
+        self.exits: dict = {}  # their RoleExit, by name: how each ended (until restarted)
+        self.specs: dict = {}  # the replicas' and data servers' specs as started, by name
+        self.restarts: dict[str, int] = {}  # restarts so far, by role name
         self.last_keep_alive = 0.0
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
         self.rows: list[dict] = []
@@ -148,25 +157,19 @@ class ClusterDriver:
         self._give_metrics_ports(plan)
         for spec in plan.ps:
             self.launcher.start(spec)
-        data_servers = [self.launcher.start(spec) for spec in plan.data]
+        data_servers = []
+        for spec in plan.data:
+            data_servers.append(self.launcher.start(spec))
+            self.specs[spec.name] = on_port_of(spec, data_servers[-1])  # a restart comes back there
         start_epoch, history = self._give_the_servers_the_model(servers)
         extra = [f"--ps.servers={','.join(servers)}"]
         if data_servers:
             extra.append(f"--data.servers={','.join(data_servers)}")
-        addresses, keys = [], config.ps.keys or None
+        addresses = []
         for spec in plan.replicas:
-            addresses.append(self.launcher.start(replace(spec, argv=(*spec.argv, *extra))))
-        self.clients = [
-            ControlClient(
-                a,
-                self.job,
-                timeout_s=config.ps.timeout_s,
-                retries=config.ps.retries,
-                keys=keys,
-                alive=self._alive_check(f"replica {i}"),
-            )
-            for i, a in enumerate(addresses)
-        ]
+            spec = self.specs[spec.name] = replace(spec, argv=(*spec.argv, *extra))
+            addresses.append(self.launcher.start(spec))
+        self.clients = [self._client(i, a) for i, a in enumerate(addresses)]
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {cluster.replicas} replica(s) x {cluster.workers_per_replica} "
@@ -188,6 +191,16 @@ class ClusterDriver:
             }
         )
         return self._epochs(start_epoch, history)
+
+    def _client(self, replica: int, address: str) -> ControlClient:
+        return ControlClient(
+            address,
+            self.job,
+            timeout_s=self.config.ps.timeout_s,
+            retries=self.config.ps.retries,
+            keys=self.config.ps.keys or None,
+            alive=self._alive_check(f"replica {replica}"),
+        )
 
     def _make_run_dir(self) -> None:
         directory = self.config.output.checkpoint_dir
@@ -222,6 +235,7 @@ class ClusterDriver:
             "examples": sum(int(s.get("examples") or 0) for s in seen),
             "examples_per_s": sum(float(r.get("ex/s") or 0.0) for r in rows),
             "roles_gone": len(self.gone),
+            "restarts": sum(self.restarts.values()),
         }
 
     def _with_keys(self, config):
@@ -297,7 +311,7 @@ class ClusterDriver:
                 elif isinstance(instruction, Finished):
                     return self._final(history, examples, train_seconds, wall_start, checkpoint)
             time.sleep(POLL_S)
-            self._check_roles()
+            self._recover(coordinator, pending)
             for replica in replicas_training(coordinator):
                 pending.extend(self._events(coordinator, replica))
             self._keep_alive(coordinator)
@@ -315,11 +329,18 @@ class ClusterDriver:
 
         return alive
 
-    def _call(self, replica: int, op: str, **body) -> dict:
-        """A control request to a replica; a failure names the replica (or the role that died)."""
+    def _call(self, replica: int, op: str, **body) -> dict | None:
+        """A control request to a replica; None when it died and will be restarted (the next
+        :meth:`_recover` does it), else a failure names the replica (or the role that died)."""
+        name = f"replica {replica}"
+        if name in self.exits and self._restartable(name):
+            return None  # dead, or a restart that did not start: nobody to ask
         try:
             return self.clients[replica].call(op, **body)
         except HogwildError as exc:
+            self._poll_roles()
+            if name in self.exits and self._restartable(name):
+                return None
             self._check_roles()  # a role that died is the cause: say so
             raise HogwildError(f"replica {replica} did not answer {op!r}: {exc}") from None
 
@@ -336,6 +357,8 @@ class ClusterDriver:
 
     def _events(self, coordinator: Coordinator, replica: int) -> list:
         status = self._call(replica, "status")
+        if status is None:
+            return []
         now, previous = time.monotonic(), self.last_status.get(replica)
         seconds = now - previous["at"] if previous else 0.0
         row = replica_row(status, previous["status"] if previous else None, seconds)
@@ -429,6 +452,7 @@ class ClusterDriver:
             "fetch_wait_s": sum(h.get("fetch_wait_s", 0.0) for h in history),
             "updates_per_s": last.get("updates_per_s"),
             "staleness": _merge_histograms(h.get("staleness") for h in history[-1:]),
+            "restarts": {name.replace(" ", "-"): n for name, n in sorted(self.restarts.items())},
             "wall_s": wall,
             "checkpoint": str(checkpoint) if checkpoint else None,
             "config": self.config.to_dict(),
@@ -449,19 +473,78 @@ class ClusterDriver:
             self.exits.setdefault(exit_.name, exit_)
             self.gone.add(exit_.name)
 
+    def _restartable(self, name: str) -> bool:
+        """A replica or data server below ``cluster.restarts`` (a parameter server never is:
+        with one copy its state dies with it)."""
+        if name not in self.specs:  # a parameter server
+            return False
+        return self.restarts.get(name, 0) < self.config.cluster.restarts
+
     def _check_roles(self) -> None:
-        """Stop the job with an error naming every role that exited."""
+        """Stop the job with an error naming every role that exited, if one is not restarted."""
         self._poll_roles()
-        if self.exits:
-            kept = self.config.output.checkpoint_dir
+        if any(not self._restartable(name) for name in self.exits):
+            kept, limit = self.config.output.checkpoint_dir, self.config.cluster.restarts
+
+            def told(exit_) -> str:
+                if not limit or self._restartable(exit_.name):
+                    return exit_.describe()
+                if exit_.name not in self.specs:
+                    return f"{exit_.describe()} (a parameter server is not restarted)"
+                return f"{exit_.describe()} (restarted {limit} times already: cluster.restarts)"
+
             raise RoleFailedError(
-                "; ".join(e.describe() for e in self.exits.values())
+                "; ".join(told(e) for e in self.exits.values())
                 + "; the job is stopped"
                 + (f" and the last checkpoint in {kept} is kept" if kept else "")
             )
 
+    def _recover(self, coordinator: Coordinator, pending: deque) -> None:
+        """Restart the replicas and data servers that exited (data servers first: a replica
+        starting reads from them), or stop the job as :meth:`_check_roles` says."""
+        self._check_roles()
+        for name in sorted(self.exits, key=lambda n: self.specs[n].kind != "data"):
+            self._restart(name, coordinator, pending)
+
+    def _restart(self, name: str, coordinator: Coordinator, pending: deque) -> None:
+        """Start a dead role again through the launcher and wait (``cluster.start_timeout_s``)
+        until it serves; a replica rejoins the coordinator's epochs."""
+        exit_, spec = self.exits.pop(name), self.specs[name]
+        count = self.restarts[name] = self.restarts.get(name, 0) + 1
+        self.live.clear()
+        print(
+            f"hogwild cluster: {exit_.describe()}; restarting ({count} of "
+            f"{self.config.cluster.restarts})",
+            file=sys.stderr,
+            flush=True,
+        )
+        if spec.kind == "replica":
+            pending.extend(coordinator.handle(Lost(spec.index)))
+            self.clients[spec.index].close()
+            self.last_status.pop(spec.index, None)
+        try:
+            address = self.launcher.restart(spec)
+        except RoleFailedError as exc:  # its next death: restarted again while restarts remain
+            self.exits[name] = RoleExit(name, exit_.host, None, why=str(exc))
+            return  # (after the data servers: a replica may not start while none answers)
+        self.gone.discard(name)
+        if spec.kind == "replica":
+            self.clients[spec.index] = self._client(spec.index, address)
+            pending.extend(coordinator.handle(Joined(spec.index)))
+        elif on_port_of(spec, address) != spec:
+            raise RoleFailedError(
+                f"{name} came back on {address}, not where the replicas were told it is"
+            )
+        self.metrics.write(
+            {"event": "restart", "role": name, "host": exit_.host, "returncode": exit_.returncode,
+             "restart": count, "address": address}
+        )  # fmt: skip
+        self._write_where()
+
     def _rows(self) -> list[dict]:
         rows = [seen["row"] for _, seen in sorted(self.last_status.items())]
+        rows += [{"role": n, "state": "serving"} for n, s in self.specs.items() if s.kind == "data"]
+        rows = [{**row, "restarts": self.restarts.get(row["role"], 0)} for row in rows]
         try:
             rows += [server_row(s) for s in self.store.home_status()]
         except HogwildError:
@@ -480,15 +563,22 @@ class ClusterDriver:
         self.control = ControlServer(
             f"{self.config.cluster.host}:0", self.job, act, keys=self.config.ps.keys or None
         )
-        address = self.control.start()
+        self.control.start()
+        self._write_where()
+
+    def _write_where(self) -> None:
+        """``RUN_DIR/cluster.json``: where the driver answers, and its roles (their pids)."""
         where = {
             "job": self.job,
-            "address": address,
+            "address": self.control.address,
             "pid": os.getpid(),
             "roles": self.launcher.describe(),
             "keys": self.config.ps.keys or None,
         }
-        (self.run_dir / "cluster.json").write_text(json.dumps(where))
+        path = self.run_dir / "cluster.json"
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(where))
+        temporary.replace(path)  # a reader never sees half of it
 
     def _shutdown(self) -> None:
         """Release everything, each step whatever the others did; the first failure is raised."""

@@ -8,7 +8,9 @@ names one): ``local`` (processes on this host, :mod:`hogwild.cluster.local`) is 
   (the parameter servers: each is told the whole list);
 - :meth:`~Launcher.start` a role and wait until it printed its ready line (its address);
 - :meth:`~Launcher.poll` which roles have exited (:class:`RoleExit`: the role, its host, its exit
-  status or signal), so the driver stops the job with an error naming them;
+  status or signal), so the driver restarts them or stops the job with an error naming them;
+- :meth:`~Launcher.restart` a role that exited: what is left of it (its workers) is stopped,
+  then it is started again from the same spec and waited for, as :meth:`~Launcher.start`;
 - :meth:`~Launcher.stop_all`: replicas first, then data servers, then parameter servers (which
   flush on SIGTERM), each asked to stop, then killed after ``stop_timeout_s``; nothing is left
   behind, whatever state the job is in. A launcher is a context manager that stops all on exit.
@@ -37,8 +39,11 @@ class RoleExit:
     name: str
     host: str
     returncode: int | None  # None: its node or actor was lost without a status
+    why: str = ""  # what the driver saw instead (a restart that did not start)
 
     def describe(self) -> str:
+        if self.why:
+            return self.why
         code = self.returncode
         if code is None:
             how = "was lost (its node or actor is gone)"
@@ -70,6 +75,17 @@ class Launcher(ABC):
     @abstractmethod
     def poll(self) -> list[RoleExit]:
         """The roles that have exited since they started (each reported once)."""
+
+    def restart(self, spec: RoleSpec) -> str:
+        """Start ``spec`` again once :meth:`poll` reported it gone; its ``HOST:PORT``.
+
+        What is left of the role (workers its death orphaned) is stopped first; the new one is
+        watched, reported and stopped like any other.
+
+        Raises:
+            RoleFailedError: This launcher cannot restart roles, or the role did not start.
+        """
+        raise RoleFailedError(f"the {type(self).__name__} cannot restart {spec.name}")
 
     @abstractmethod
     def stop_all(self, grace_s: float = 0.0) -> None:

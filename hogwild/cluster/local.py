@@ -7,6 +7,8 @@ reaches the driver alone, which then stops the roles in order), started through 
 flush on the way). A thread per role reads its stderr into
 ``RUN_DIR/logs/KIND-INDEX.log`` and watches for its ready line. Stopping sends SIGTERM, waits
 ``cluster.stop_timeout_s``, then SIGKILLs the role's whole process group (its workers too).
+Restarting a role that exited does the same to what is left of its group (a SIGKILLed replica's
+workers), then starts it again, its log appended to.
 """
 
 from __future__ import annotations
@@ -52,11 +54,25 @@ class RoleProcess:
     def last_words(self) -> str:
         return " | ".join(list(self.lines)[-4:]) or "nothing"
 
-    def signal_group(self, signum: int) -> None:
+    def signal_group(self, signum: int) -> bool:
+        """Send ``signum`` to the role's process group; whether any process was there."""
         try:
             os.killpg(self.process.pid, signum)
         except (ProcessLookupError, PermissionError):
-            pass
+            return False
+        return True
+
+    def clear(self, timeout_s: float) -> None:
+        """Once the role exited: its group asked to stop, killed after ``timeout_s``, reaped."""
+        deadline = time.monotonic() + timeout_s
+        if self.signal_group(signal.SIGTERM):  # orphaned workers release their memory
+            while time.monotonic() < deadline and self.signal_group(0):
+                time.sleep(POLL_S)
+        self.signal_group(signal.SIGKILL)
+        self.process.wait()
+        self.reader.join(5.0)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
 
 
 class LocalLauncher(Launcher):
@@ -87,6 +103,13 @@ class LocalLauncher(Launcher):
                 )
                 raise RoleFailedError(f"{why} while starting: {role.last_words()} ({role.log})")
         return role.address
+
+    def restart(self, spec: RoleSpec) -> str:
+        old = self.roles.get(spec.name)
+        if old is not None:
+            old.clear(self.config.cluster.stop_timeout_s)
+        self._reported.discard(spec.name)
+        return self.start(spec)
 
     def poll(self) -> list[RoleExit]:
         gone = []

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
 PR_SET_PDEATHSIG = 1
@@ -147,6 +147,15 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
             RoleSpec("replica", i, argv, cpus=cluster.workers_per_replica, group=f"replica-{i}")
         )
     return plan
+
+
+def on_port_of(spec: RoleSpec, address: str) -> RoleSpec:
+    """``spec`` made to listen on ``address``'s port (``--port``): a data server started again
+    must be where the replicas were told it is."""
+    argv = list(spec.argv)
+    if "--port" in argv[:-1]:
+        argv[argv.index("--port") + 1] = address.rpartition(":")[2]
+    return replace(spec, argv=tuple(argv))
 
 
 def with_servers(

@@ -3,7 +3,8 @@
 Rows: every replica (its state and epoch, examples trained in its share, examples/s, the
 training loss, seconds its compute loops waited for data and for the parameter servers), every
 parameter server (updates/s, requests/s, the staleness of the updates it applied, the updates at
-risk since its last flush) and every data server (requests/s). :func:`format_table` turns the
+risk since its last flush) and every data server; replicas and data servers say how often they
+were restarted. :func:`format_table` turns the
 rows into aligned text; :class:`LiveStatus` redraws it in place on a terminal (off a terminal it
 stays silent: the per-epoch lines are the log). ``hogwild cluster status`` prints the same table
 from a running job (the driver answers a ``status`` control request with the rows).
@@ -14,7 +15,10 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-COLUMNS = ("role", "state", "epoch", "examples", "ex/s", "loss", "data wait", "ps wait", "detail")
+COLUMNS = (
+    "role", "state", "epoch", "examples", "ex/s", "loss", "data wait", "ps wait", "restarts",
+    "detail",
+)  # fmt: skip
 
 
 def _cell(value) -> str:

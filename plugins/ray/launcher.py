@@ -30,6 +30,10 @@ elsewhere (``cluster.keys``) must be readable at the same path on every node.
 --head`` prints); Ray Client (``ray://``) addresses are not supported, as the driver must be on
 a node of the cluster (it compares nodes with its own).
 
+Restarting a role that exited (:meth:`RayLauncher.restart`) clears what is left of its process
+group in its actor and starts it there again (same node; a data server keeps its address); a
+role whose actor was lost with it (its node) is placed anew, possibly elsewhere.
+
 Stopping (:meth:`RayLauncher.stop_all`) follows :data:`~hogwild.cluster.launcher.STOP_ORDER`:
 replicas get ``grace_s`` to leave, then each kind is sent SIGTERM, waited for up to
 ``cluster.stop_timeout_s``, and its process groups are SIGKILLed; then every actor is killed and
@@ -215,6 +219,35 @@ class RayLauncher(Launcher):
                 )
                 raise RoleFailedError(f"{why} while starting: {self._last_words(role)}")
             time.sleep(POLL_S)
+
+    def restart(self, spec: RoleSpec) -> str:
+        role = self.roles.get(spec.name)
+        if role is not None:
+            wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
+            try:
+                ray.get(role.actor.clear.remote(self.cluster.stop_timeout_s), timeout=wait_s)
+            except GetTimeoutError:
+                raise RoleFailedError(
+                    f"{spec.name}: its Ray actor did not clear the role within {wait_s:g} s"
+                ) from None
+            except RayActorError:  # its actor (or node) is lost: place the role anew
+                self._forget(role)
+        self._reported.discard(spec.name)
+        return self.start(spec)
+
+    def _forget(self, role: RayRole) -> None:
+        """A lost role's actor killed and its placement group removed (it is placed anew)."""
+        del self.roles[role.spec.name]
+        try:
+            ray.kill(role.actor, no_restart=True)
+        except (RayActorError, ValueError):
+            pass
+        group = self.groups.pop(role.spec.group, None) if role.spec.group else None
+        if group is not None:
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 -- already removed with its node
+                pass
 
     def _files_for(self, argv: list[str]) -> dict[str, bytes]:
         """The run directory's files a role elsewhere reads: those in ``argv``, and the keys."""

@@ -27,11 +27,13 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import tempfile
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -72,6 +74,14 @@ def repath(value: str, old: str, new: str) -> str:
     if path == old or path.startswith(old.rstrip("/") + "/"):
         return f"{key}{eq}{new}{path[len(old) :]}"
     return value
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 class RoleHost:
@@ -175,6 +185,20 @@ class RoleHost:
                 self.process.send_signal(signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def clear(self, timeout_s: float) -> None:
+        """Once the role exited, before it is started again here: what is left of its process
+        group (workers its death orphaned) asked to stop, killed after ``timeout_s``, reaped."""
+        if self.process is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        self.send(signal.SIGTERM, group=True)
+        while time.monotonic() < deadline and _group_alive(self.process.pid):
+            time.sleep(0.05)
+        self.send(signal.SIGKILL, group=True)
+        self.reap(timeout_s)
+        self.process, self.reader, self.address = None, None, None
+        self.lines.clear()  # the last words the driver reads are the next process's
 
     def cleanup(self) -> None:
         """Remove the mirror of the run directory made on this node (config, keys, the

@@ -5,7 +5,10 @@ to 98 % in two epochs, writes per-epoch metrics with the cluster's fields and a 
 ``hogwild train``'s format, and leaves nothing behind. A running job answers ``hogwild cluster
 status`` and serves every role's counters to Prometheus. SIGKILL of a role of each kind stops
 the whole job within 10 s with an error naming the role and how it ended, and leaves no process
-and no shared-memory segment.
+and no shared-memory segment, when the role is a parameter server or ``cluster.restarts = 0``.
+Otherwise a SIGKILLed replica or data server is restarted and the job completes: a replica
+retrains its lost share (every epoch counts each example once), a data server comes back on its
+address and serves again, and the summary counts the restarts.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -179,13 +183,109 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
 @pytest.mark.parametrize(
     "kind, args",
     [
-        ("ps", ("--replicas", "1", "--ps", "2")),
-        ("data", ("--replicas", "1", "--ps", "1", "--data-servers", "1")),
-        ("replica", ("--replicas", "2", "--ps", "1")),
+        ("ps", ("--replicas", "1", "--ps", "2")),  # never restarted
+        ("data", ("--replicas", "1", "--ps", "1", "--data-servers", "1", "--cluster.restarts=0")),
+        ("replica", ("--replicas", "2", "--ps", "1", "--cluster.restarts=0")),
     ],
 )
 def test_a_killed_role_stops_the_job_naming_it(mnist_dir, tmp_path, kind, args):
     _kill_a_role(mnist_dir, tmp_path, kind, args)
+
+
+def gauge(text: str, name: str) -> float | None:
+    """The value of the first sample of ``name`` in a Prometheus scrape, if there is one."""
+    found = re.search(rf"^{name}{{[^}}]*}} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def pid_of(run_dir: Path, name: str) -> int:
+    where = json.loads((run_dir / "cluster.json").read_text())
+    (role,) = [r for r in where["roles"] if r["name"] == name]
+    return role["pid"]
+
+
+def until(what: str, check, seconds: float = 60.0, driver: subprocess.Popen | None = None):
+    """Wait (bounded) for ``check()`` to return something true; that."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if driver is not None and driver.poll() is not None:
+            pytest.fail(
+                f"the job ended while waiting for {what}: {driver.communicate()[1][-3000:]}"
+            )
+        with contextlib.suppress(OSError, ValueError):
+            found = check()
+            if found:
+                return found
+        time.sleep(0.1)
+    pytest.fail(f"no {what} within {seconds:g} s")
+
+
+def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill) -> tuple:
+    """Run a job with Prometheus ports, ``kill(run_dir, first_port, driver)`` while it trains;
+    its final summary, its metrics records and its stderr, once every role is gone."""
+    run_dir = tmp_path / "run"
+    segments_before = hogwild_segments()
+    first_port = free_ports(n_roles)
+    command = cluster_command(mnist_dir, run_dir, *args, f"--cluster.metrics_port={first_port}")
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_roles(run_dir, driver)
+        kill(run_dir, first_port, driver)
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert processes_of(run_dir) == []
+    assert hogwild_segments() - segments_before == set()
+    return final, records, stderr
+
+
+def test_a_killed_replica_is_restarted_and_retrains_its_share(mnist_dir, tmp_path):
+    args = ("--epochs", "2", "--replicas", "2", "--ps", "1", "--train.subset=20000")
+
+    def kill(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
+        until("replica 1 training", lambda: gauge(scrape(first_port + 3),
+              "hogwild_replica_examples"), driver=driver)  # fmt: skip
+        os.kill(pid_of(run_dir, "replica 1"), signal.SIGKILL)
+
+    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 4, kill)
+    assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
+    assert final["restarts"] == {"replica-1": 1}
+    assert final["test_accuracy"] >= 0.95, final
+    (restart,) = [r for r in records if r["event"] == "restart"]
+    assert restart["role"] == "replica 1" and restart["returncode"] == -signal.SIGKILL
+    epochs = [r for r in records if r["event"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == [0, 1]
+    for record in epochs:  # the lost share was trained again, whole, and counted once
+        assert record["examples"] == 20000 == sum(record["per_replica_examples"].values())
+
+
+def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp_path):
+    args = ("--epochs", "3", "--replicas", "1", "--ps", "1", "--data-servers", "2",
+            "--train.subset=20000")  # fmt: skip
+
+    def kill(run_dir, first_port, driver):  # ports: driver, ps 0, data 0, data 1, replica 0
+        until("replica 0 training", lambda: gauge(scrape(first_port + 4),
+              "hogwild_replica_examples"), driver=driver)  # fmt: skip
+        first = pid_of(run_dir, "data 0")
+        os.kill(first, signal.SIGKILL)
+        until("data 0 restarted", lambda: pid_of(run_dir, "data 0") != first, driver=driver)
+        os.kill(pid_of(run_dir, "data 1"), signal.SIGKILL)  # data 0 alone serves the replica
+        until("data 0 serving again", lambda: gauge(scrape(first_port + 2),
+              "hogwild_data_records"), driver=driver)  # fmt: skip
+
+    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 5, kill)
+    for name in ("data 0", "data 1"):
+        assert f"{name} on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
+    assert final["restarts"] == {"data-0": 1, "data-1": 1}
+    assert final["test_accuracy"] >= 0.95, final
+    start = next(r for r in records if r["event"] == "start")
+    restarts = [r for r in records if r["event"] == "restart"]
+    assert sorted(r["address"] for r in restarts) == sorted(start["data_servers"])
 
 
 def test_resume_continues_from_the_checkpoint_of_the_servers_model(mnist_dir, tmp_path):

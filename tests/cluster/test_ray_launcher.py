@@ -172,3 +172,38 @@ def test_ray_job_reaches_98_percent_and_leaves_nothing(ray_head, mnist_dir, tmp_
     assert _processes_of(run_dir) == []
     roles = [a for a in list_actors(address=ray_head["dashboard"], limit=1000)]
     assert sum(a.class_name == "RoleHost" for a in roles) == 5  # every role was a Ray actor
+
+
+def test_ray_restarts_a_killed_replica_in_its_actor(ray_head, mnist_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
+        "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "2",
+        "--replicas", "2", "--workers-per-replica", "1", "--ps", "1", "--train.subset=12000",
+        "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
+    ]  # fmt: skip
+    driver = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV
+    )
+    try:
+        deadline = time.monotonic() + JOB_WITHIN_S
+        while not (run_dir / "cluster.json").is_file():  # every role started
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.2)
+        roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
+        (victim,) = [r for r in roles if r["name"] == "replica 1"]
+        os.kill(victim["pid"], signal.SIGKILL)
+        stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    assert final["restarts"] == {"replica-1": 1}, stderr[-3000:]
+    assert final["test_accuracy"] >= 0.9, final
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
+        time.sleep(0.5)
+    assert _left_behind(ray_head["dashboard"]) == ([], [])
+    assert _processes_of(run_dir) == []

@@ -48,6 +48,7 @@ from tests.config_cases import error_of, small
         ("cluster", "metrics_port", -1),
         ("cluster", "metrics_port", 65534),  # its roles would need ports past 65535
         ("cluster", "start_timeout_s", 0.0),
+        ("cluster", "restarts", -1),
     ],
 )
 def test_out_of_range_value_names_key(section, key, value):

@@ -3,7 +3,9 @@
 Shards that tile each epoch's permutation; every replica starts once all joined; warm start
 (replica 0 alone until it trained ``warm_start`` examples, or finished); the epoch rule across
 replicas (the stragglers closed once enough finished, replicas that never started skipped); late
-answers about an epoch that is over ignored; resume from a later epoch; the end.
+answers about an epoch that is over ignored; resume from a later epoch; the end; a replica that
+dies (its share handed out again, whole, when it rejoins, or done with nothing once the epoch is
+closed; never counted twice, never waited for).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hogwild.cluster.coordinator import (
     EpochEnd,
     Finished,
     Joined,
+    Lost,
     Progress,
     ShareDone,
     StartShare,
@@ -119,3 +122,48 @@ def test_resume_starts_at_the_checkpointed_epoch():
     c.handle(done(0, 1))
     c.handle(done(1, 1))
     assert c.advance() == [Finished()]
+
+
+def test_a_dead_replicas_share_is_handed_out_again_whole_when_it_rejoins():
+    c = make()
+    join_all(c)
+    c.handle(Progress(1, 0, 300))
+    assert c.handle(Lost(1)) == [] and c.state_of(1) == "waiting"
+    assert c.handle(done(0, 0)) == []  # fraction 1: the epoch waits for replica 1's shard
+    (again,) = c.handle(Joined(1))
+    assert (again.replica, again.epoch, again.start, again.stop) == (1, 0, 500, 1000)
+    c.handle(Progress(1, 0, 100))
+    (end,) = c.handle(done(1, 0, 500))
+    assert end.examples == 1000 and end.per_replica == {0: 500, 1: 500}  # not 300 + 500
+
+
+def test_a_replica_dead_after_the_epoch_closed_counts_as_done_with_nothing():
+    c = make(replicas=3, fraction=0.5)
+    join_all(c)
+    c.handle(done(0, 0))
+    assert c.handle(done(1, 0)) == [CloseShare(2, 0)]
+    c.handle(Progress(2, 0, 40))
+    (end,) = c.handle(Lost(2))  # the answer it owed will not come: the epoch ends
+    assert isinstance(end, EpochEnd) and end.examples == 1000 and end.per_replica[2] == 0
+    assert [s.replica for s in c.advance()] == [0, 1]  # replica 2 is not back yet
+    (late,) = c.handle(Joined(2))
+    assert (late.replica, late.epoch) == (2, 1)
+
+
+def test_a_replica_still_away_when_the_epoch_closes_is_skipped():
+    c = make(replicas=3, fraction=0.5)
+    join_all(c)
+    c.handle(Lost(2))
+    c.handle(done(0, 0))
+    (end,) = c.handle(done(1, 0))
+    assert isinstance(end, EpochEnd) and end.per_replica == {0: 500, 1: 500, 2: 0}
+    assert c.handle(Joined(2)) == []  # nothing until the next epoch begins
+
+
+def test_a_warm_start_ends_when_replica_0_dies():
+    c = make(replicas=3, warm_start=10_000)
+    join_all(c)
+    out = c.handle(Lost(0))
+    assert sorted(s.replica for s in out) == [1, 2]
+    (again,) = c.handle(Joined(0))
+    assert again.replica == 0 and again.start == 0
