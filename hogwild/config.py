@@ -123,6 +123,7 @@ class PsConfig:
     timeout_s: float = 5.0
     retries: int = 3
     keys: str = ""
+    lease_s: int = 2
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ class ClusterConfig:
     start_timeout_s: float = 300.0
     stop_timeout_s: float = 20.0
     restarts: int = 3
+    copies: int = 1
+    etcd: str = ""
 
 
 @dataclass(frozen=True)

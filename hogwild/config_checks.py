@@ -179,6 +179,8 @@ def _check_ps(ps, fail) -> None:
         fail(f"ps.adagrad_eps must be > 0, got {ps.adagrad_eps}")
     if ps.shard_kib < 4:
         fail(f"ps.shard_kib must be >= 4 (KiB per shard; Adam uses 1024), got {ps.shard_kib}")
+    if not 1 <= ps.lease_s <= 3600:
+        fail(f"ps.lease_s must be 1 to 3600 seconds (a whole number), got {ps.lease_s}")
     if not ps.flush_s > 0 or not ps.timeout_s > 0:
         fail(
             f"ps.flush_s and ps.timeout_s must be > 0 seconds, got {ps.flush_s} and {ps.timeout_s}"
@@ -206,5 +208,10 @@ def _check_cluster(cluster, fail) -> None:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")
     if not (cluster.status_s > 0 and cluster.start_timeout_s > 0 and cluster.stop_timeout_s > 0):
         fail("cluster.status_s, cluster.start_timeout_s and cluster.stop_timeout_s must be > 0")
+    if cluster.copies < 1 or (cluster.copies > 1 and cluster.copies > cluster.ps):
+        fail(
+            f"cluster.copies = {cluster.copies}: expected 1 (no replication) up to cluster.ps "
+            f"({cluster.ps}): the copies of a bucket live on different servers"
+        )
     if not cluster.host.strip():
         fail("cluster.host must name the host the roles bind and advertise, e.g. 127.0.0.1")

@@ -63,7 +63,9 @@ class Request:
 
     Attributes:
         server: Index of the server (into the addresses :class:`Peers` was made with).
-        header: The request's header; ``sender`` and ``seq`` are filled in on sending.
+        header: The request's header; ``sender`` and ``seq`` are filled in on sending (a ``seq``
+            already set is kept: a request re-sent to another server after a failover must
+            carry the number it first had, for that server to recognise it).
         frames: Array frames (anything with the buffer protocol), sent without copying.
         on_reply: Called with the reply's header and frames (bytes-like) when it arrives.
         sink: For replies with frames: given the reply header, the writable buffers its frames
@@ -175,7 +177,8 @@ class Peers:
             for i, queue in enumerate(waiting):
                 while queue and len(inflight[i]) < self.window:
                     req = queue.popleft()
-                    req.header = req.header._replace(sender=self.sender, seq=self._seq())
+                    if not req.header.seq:  # a re-routed request keeps its number
+                        req.header = req.header._replace(sender=self.sender, seq=self._seq())
                     req.first_sent = now
                     self._send(req, now)
                     inflight[i][req.header.seq] = req

@@ -59,6 +59,12 @@ _ids = itertools.count()
 _ERROR_NAMES = {int(c): c.name for c in ErrorCode}
 
 
+# Refusals a retry of the same request may find otherwise: not remembered as its answer.
+RETRY_AFRESH = frozenset(
+    {ErrorCode.BUSY, ErrorCode.NOT_PRIMARY, ErrorCode.FENCED, ErrorCode.NEED_SYNC}
+)
+
+
 @dataclass
 class Incoming:
     """A received request: the client's identity, its checked header, its array frames."""
@@ -258,8 +264,11 @@ class Router:
                 self._router.send_multipart([identity, head, *parts[1:]], copy=False)
 
     def _record(self, header: Header, head: bytes, frames: Sequence) -> None:
-        """Keep small replies (acknowledgements, errors) to answer a retry with; forget the rest."""
-        if header.type in (MsgType.ACK, MsgType.ERROR):
+        """Keep small replies (acknowledgements, errors) to answer a retry with; forget the rest,
+        and the refusals that a retry may find changed (busy; not, or not yet, the primary)."""
+        if header.type == MsgType.ERROR and header.code in RETRY_AFRESH:
+            self.window.finish(header.sender, header.seq, None)  # its retry is a new request
+        elif header.type in (MsgType.ACK, MsgType.ERROR):
             reply = [head, *(bytes(memoryview(f)) for f in frames)]
             self.window.finish(header.sender, header.seq, reply)
         else:
@@ -270,10 +279,7 @@ class Router:
         head = pack_header(header)
         if header.type == MsgType.ERROR:
             self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
-        if header.type == MsgType.ERROR and header.code == ErrorCode.BUSY:
-            self.window.finish(header.sender, header.seq, None)  # its retry is a new request
-        else:
-            self._record(header, head, reply.frames)
+        self._record(header, head, reply.frames)
         self._router.send_multipart([identity, head, *reply.frames], copy=False)
 
     def _serve_requests(self) -> None:

@@ -95,6 +95,9 @@ class MsgType(IntEnum):
     ASSIGN = 8  # overwrite a range of one shard
     CONTROL = 9  # a role's command or question: one UTF-8 JSON frame (a JSON reply)
     BATCH = 10  # a data server's examples: int64 record indices (a DATA reply: images, labels)
+    PREPARE = 11  # replication, primary to copy: a client's update (its header, then its frames)
+    COMMIT = 12  # replication: apply the prepared updates of one shard up to ``version``
+    SNAPSHOT = 13  # replication: one shard's values, rule state and request table (a catch-up)
     ACK = 16  # a push, assign or operation applied (or queued): the new version
     DATA = 17  # a pull's reply: one float32 frame
     JSON = 18  # a control reply: one UTF-8 JSON frame
@@ -152,6 +155,9 @@ class ErrorCode(IntEnum):
     BAD_NAME = 10  # a vector name that is not allowed
     BAD_VALUE = 11  # a scalar out of range (not finite)
     INTERNAL = 12  # the server failed on a valid request
+    NOT_PRIMARY = 13  # not (or not yet) the serving primary of the shard's bucket: re-read the map
+    FENCED = 14  # replication: an older epoch or lease than the bucket's: the sender steps down
+    NEED_SYNC = 15  # replication: a copy missed an update: it needs a snapshot
 
 
 class WireError(HogwildError, ValueError):

@@ -59,6 +59,9 @@ def register(subparsers) -> None:
     serve.add_argument("--keys", help="CURVE key directory (required beyond loopback)")
     serve.add_argument("--recv", choices=["inplace", "pool"], default="inplace")
     serve.add_argument("--ack", choices=["queued", "applied"], default="queued")
+    serve.add_argument("--copies", type=int, default=None, help="copies per bucket (ps.copies)")
+    serve.add_argument("--etcd", default=None, help="HOST:PORT of the job's etcd (copies > 1)")
+    serve.add_argument("--lease-s", type=int, default=None, help="etcd lease TTL (ps.lease_s)")
     serve.set_defaults(run=_serve, overrides_ok=True)
 
     status = sub.add_parser("status", help="a server's shards, versions, rates and windows")
@@ -113,6 +116,9 @@ def _serve(args) -> int:
         keys=args.keys or ps.keys or None,
         recv=args.recv,
         ack=args.ack,
+        copies=args.copies or config.cluster.copies,
+        etcd=args.etcd or config.cluster.etcd or None,
+        lease_s=args.lease_s or ps.lease_s,
     )
     cpus = _node_cpus(args.node)
     sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -24,19 +24,25 @@ One thread at a time uses a client.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 
 import numpy as np
 from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
 from hogwild_plugins.ps.layout import LayoutError, ShardLayout
+from hogwild_plugins.ps.routes import Routes
 
 from hogwild.errors import HogwildError
-from hogwild.net.channel import Peers, ProtocolError, Request
+from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, job_id
 
 __all__ = ["PSClient", "PSRequestError"]
 
 MAX_JSON_BYTES = 4 << 20
+FAILOVER_TIMEOUT_S = 0.5  # replicated: a request's timeout (one retry), then the map is read
+REROUTE_WAIT_S = 1.5  # replicated: how long a failed request waits for its bucket's map to move
+REFUSED_PAUSE_S = 0.01
+RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED})
 
 
 class PSRequestError(HogwildError):
@@ -58,6 +64,10 @@ class PSClient:
         timeout_s, retries: Per request: seconds before it is sent again, and how many times.
         keys: CURVE key directory (servers beyond loopback).
         window: Requests in flight per server.
+        etcd: ``HOST:PORT`` of the job's etcd when the servers keep copies (``copies > 1``):
+            requests go to each bucket's primary as etcd names it, and one that fails (the
+            primary died or stepped down) is sent again, with the same number, to the next.
+        failover_s: With ``etcd``: how long a request may wait for its bucket to have a primary.
 
     Attributes:
         layout: Shards, buckets and the map (from the servers, checked against each other).
@@ -78,8 +88,14 @@ class PSClient:
         retries: int = 3,
         keys: str | None = None,
         window: int = 64,
+        etcd: str | None = None,
+        failover_s: float = 30.0,
     ) -> None:
         self.job, self.job_id = job, job_id(job)
+        self.routes: Routes | None = None
+        self.failover_s = failover_s
+        if etcd:  # a dead primary must be given up on well within a failover
+            timeout_s, retries = min(timeout_s, FAILOVER_TIMEOUT_S), min(retries, 1)
         self.peers = Peers(
             list(servers),
             sender=client_id,
@@ -89,9 +105,12 @@ class PSClient:
             window=window,
         )
         try:
-            self.layout = self._hello()
+            self.layout = self._hello_any() if etcd else self._hello()
+            if etcd:
+                self.routes = Routes(etcd, job, len(servers), self.layout.n_buckets)
+                self.routes.wait(range(self.layout.n_buckets), time.monotonic() + failover_s)
         except BaseException:
-            self.peers.close()
+            self.close()
             raise
         self.versions = np.zeros(self.layout.n_shards, np.uint64)
         self.refused = 0
@@ -123,6 +142,32 @@ class PSClient:
                 )
         return layouts[0]
 
+    def _hello_any(self) -> ShardLayout:
+        """Replicated servers: the layout of the first server that answers (some may be down)."""
+        problems = []
+        for i, address in enumerate(self.peers.addresses):
+            try:
+                data = self._json(i, MsgType.HELLO)
+            except (PeerUnreachableError, PSRequestError, ProtocolError) as exc:
+                problems.append(str(exc))
+                continue
+            layout = ShardLayout.from_description(data.get("layout"), f"parameter server {address}")
+            if len(layout.servers) != len(self.peers.addresses):
+                raise LayoutError(
+                    f"parameter server {address} serves a job of {len(layout.servers)} servers, "
+                    f"{len(self.peers.addresses)} are listed here"
+                )
+            return layout
+        raise PeerUnreachableError(
+            str(self.peers.addresses[0]), f"no parameter server answered: {problems}"
+        )
+
+    def _server_of(self, shard: int) -> int:
+        bucket = self.layout.bucket_of(shard)
+        return (
+            self.layout.server_of(shard) if self.routes is None else self.routes.server_of(bucket)
+        )
+
     def _json(self, server: int, kind: MsgType) -> dict:
         header, frames = self.peers.request(server, Header(kind, job=self.job_id))
         self._raise_error(server, header, frames)
@@ -147,19 +192,32 @@ class PSClient:
     # ------------------------------------------------------------------ requests
 
     def _run(self, requests: list[Request]) -> None:
-        """Exchange ``requests``; count refusals, track versions, raise the first error."""
-        errors: list[tuple[int, Header, list]] = []
+        """Exchange ``requests``; count refusals, track versions, raise the first error.
 
-        def wrap(req: Request):
+        With replicated servers, a request its server could not take (``NOT_PRIMARY``, or no
+        answer at all) goes again, with its number, to its bucket's primary as etcd names it
+        once the map moved on (or a lease's time passed), until :attr:`failover_s` runs out.
+        """
+        errors: list[tuple[int, Header, list]] = []
+        done = [False] * len(requests)
+        refused: set[int] = set()  # answered NOT_PRIMARY (the server lives)
+        replicated = self.routes is not None
+
+        def wrap(i: int, req: Request):
             then = req.on_reply
 
             def on_reply(header: Header, frames: list) -> None:
                 if header.type == MsgType.ERROR:
+                    if replicated and header.code in RE_ROUTE:
+                        refused.add(id(req))
+                        return  # not done: sent again to the bucket's next primary
+                    done[i] = True
                     if header.code == ErrorCode.STALE:
                         self.refused += 1
                     else:
                         errors.append((req.server, header, frames))
                     return
+                done[i] = True
                 shard = req.header.target
                 if header.version > self.versions[shard]:
                     self.versions[shard] = header.version
@@ -168,12 +226,49 @@ class PSClient:
 
             return on_reply
 
-        for req in requests:
-            req.on_reply = wrap(req)
-        self.peers.exchange(requests)
+        for i, req in enumerate(requests):
+            req.on_reply = wrap(i, req)
+        deadline = time.monotonic() + self.failover_s
+        todo = requests
+        while True:
+            try:
+                self.peers.exchange(todo)
+            except PeerUnreachableError:
+                if not replicated:
+                    raise
+            todo = [req for i, req in enumerate(requests) if not done[i]]
+            if not todo:
+                break
+            self._re_route(todo, refused, deadline)
+            refused.clear()
         if errors:
             server, header, frames = errors[0]
             self._raise_error(server, header, frames)
+
+    def _re_route(self, todo: list[Request], refused: set[int], deadline: float) -> None:
+        """Wait until the buckets of ``todo`` have a live primary (for a request that got no
+        answer from the primary the map still names: a newer one, or a lease's time), and point
+        each request at it."""
+        now = time.monotonic()
+        buckets = {self.layout.bucket_of(r.header.target) for r in todo}
+        self.routes.read()
+        away = {}
+        for req in todo:
+            bucket = self.layout.bucket_of(req.header.target)
+            if id(req) not in refused and self.routes.primaries[bucket] == req.server:
+                away[bucket] = (self.routes.epochs[bucket], now + REROUTE_WAIT_S)
+        if not away:
+            time.sleep(REFUSED_PAUSE_S)  # a primary still catching its copies up
+        self.routes.wait(buckets, deadline, away)
+        if time.monotonic() > deadline:
+            raise PeerUnreachableError(
+                str(self.peers.addresses[todo[0].server]),
+                f"requests to buckets {sorted(buckets)} found no serving primary within "
+                f"{self.failover_s:g} s",
+            )
+        for req in todo:
+            req.server = self._server_of(req.header.target)
+            req.attempts, req.sent_at, req.first_sent = 0, 0.0, 0.0
 
     def _check_vector(self, array: np.ndarray, what: str) -> np.ndarray:
         if (
@@ -205,7 +300,7 @@ class PSClient:
                 dtype=DType.FLOAT32,
                 frames=1,
             )
-            out.append(Request(self.layout.server_of(shard), header, [array[lo:hi]]))
+            out.append(Request(self._server_of(shard), header, [array[lo:hi]]))
         return out
 
     def push_deltas(
@@ -291,7 +386,7 @@ class PSClient:
                 a=float(lr),
                 b=float(decay),
             )
-            requests.append(Request(self.layout.server_of(shard), header, [a, et]))
+            requests.append(Request(self._server_of(shard), header, [a, et]))
         self._run(requests)
         return self.versions.copy()
 
@@ -319,9 +414,7 @@ class PSClient:
                     bad.append(f"shard {shard}: a reply of {h.shape} at offset {h.offset}")
 
             header = Header(MsgType.PULL, job=self.job_id, target=shard)
-            requests.append(
-                Request(self.layout.server_of(shard), header, on_reply=check, sink=sink)
-            )
+            requests.append(Request(self._server_of(shard), header, on_reply=check, sink=sink))
         self._run(requests)
         if bad:
             raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
@@ -367,7 +460,7 @@ class PSClient:
             def store(h: Header, frames: list, i=i) -> None:
                 results[i] = h.a
 
-            requests.append(Request(self.layout.server_of(shard), header, [text], store))
+            requests.append(Request(self._server_of(shard), header, [text], store))
         self._run(requests)
         return results
 
@@ -397,6 +490,8 @@ class PSClient:
 
     def close(self) -> None:
         self.peers.close()
+        if self.routes is not None:
+            self.routes.close()
 
     def __enter__(self) -> PSClient:
         return self

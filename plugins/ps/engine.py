@@ -58,7 +58,7 @@ def _get(q):
 
 
 class Kind:
-    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT = range(6)
+    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT, RESTORE = range(7)
 
 
 @dataclass
@@ -409,6 +409,11 @@ class UpdateEngine:
             kernels.assign(shard.values, work.offset, work.data)
             shard.applied += 1
             self.applied[t] += 1
+        elif work.kind == Kind.RESTORE:  # a replica's catch-up: values, state, version
+            shard.values[:] = work.data
+            if shard.state.size:
+                shard.state[:] = work.a
+            shard.applied = work.version
         elif work.kind == Kind.PULL:
             values = shard.values[work.offset : work.offset + work.length].copy()
             reply = work.header.reply(

@@ -61,6 +61,7 @@ __all__ = ["ParameterServer", "ServerOptions"]
 DATA_TYPES = frozenset(
     {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.PULL, MsgType.VECTOR_OP, MsgType.ASSIGN}
 )
+PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
 RATE_EVERY_S = 1.0
 
 
@@ -81,6 +82,10 @@ class ServerOptions:
         keys: CURVE key directory (required to bind beyond loopback).
         recv: ``"inplace"`` or ``"pool"`` (see the module docstring).
         ack: ``"applied"`` or ``"queued"``.
+        copies: Copies of every bucket (1: no replication; more: every server holds every shard
+            and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
+        etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
+        lease_s: TTL of the server's etcd lease (replication).
     """
 
     job: str
@@ -102,6 +107,9 @@ class ServerOptions:
     keys: str | None = None
     recv: str = "inplace"
     ack: str = "queued"
+    copies: int = 1
+    etcd: str | None = None
+    lease_s: int = 2
     extra: dict = field(default_factory=dict)
 
 
@@ -118,7 +126,7 @@ class ParameterServer:
         HogwildError: Bad options, a store that cannot be used, an address that cannot be bound.
     """
 
-    dedup_types = DATA_TYPES
+    dedup_types = DATA_TYPES | PEER_TYPES
     receives_into_buffers = False  # True in pool mode: the router receives frame by frame
 
     def __init__(
@@ -131,6 +139,16 @@ class ParameterServer:
         if not 0 <= options.index < len(options.servers):
             raise HogwildError(
                 f"server index {options.index} is not in the list of {len(options.servers)} servers"
+            )
+        if options.copies > 1 and not options.etcd:
+            raise HogwildError(
+                f"copies = {options.copies} needs etcd (ps.etcd HOST:PORT, or `hogwild cluster`, "
+                "which starts one)"
+            )
+        if options.copies > 1 and options.recv == "pool":
+            raise HogwildError(
+                'recv = "pool" is not available with copies > 1: a primary forwards the frames '
+                "it received to the copies after its own update may have freed a pool block"
             )
         self.options, self.geometry = options, geometry
         self.job = job_id(options.job)
@@ -162,12 +180,17 @@ class ParameterServer:
         self.engine: UpdateEngine | None = None
         self.flusher: Flusher | None = None
         self.pool = None
+        self.replication = None
         self._handles: dict[int, int] = {}
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
         self.started_at = time.monotonic()
 
     def _build_shards(self, initial: np.ndarray | None) -> None:
-        mine = self.layout.shards_of(self.options.index)
+        mine = (
+            list(range(self.layout.n_shards))  # replicated: any bucket may come here
+            if self.options.copies > 1
+            else self.layout.shards_of(self.options.index)
+        )
         sizes = {s: self.layout.shard_size(s) for s in mine}
         states = kernels.STATE_ARRAYS[self.rule]
         stored = self.store.load(mine, sizes, states) if self.store else {}
@@ -233,6 +256,13 @@ class ParameterServer:
                 self.flusher.flushed_versions = dict(self._recovered)
                 self.flusher.start()
             self.address = self.router.start()
+            if self.options.copies > 1:
+                from hogwild_plugins.ps.replication import Replication
+
+                self.replication = Replication(
+                    self, self.options.etcd, self.options.copies, self.options.lease_s
+                )
+                self.replication.start()
         except BaseException:
             self.stop(final_flush=False)
             raise
@@ -250,6 +280,9 @@ class ParameterServer:
         """Stop serving: the network thread, a final flush (after what is queued), the update
         threads. True if that flush succeeded (or there is no store)."""
         flushed = True
+        if self.replication is not None:
+            self.replication.stop()  # gives the lease back: the others take over at once
+            self.replication = None
         if self.router is not None:
             self.router.stop()  # no new requests; what is queued is still applied
         if self.flusher is not None:
@@ -345,6 +378,8 @@ class ParameterServer:
             return json_reply(header, self.status())
         if header.type == MsgType.HELLO and header.job == self.job:
             return json_reply(header, self.hello())
+        if header.type in PEER_TYPES and self.replication is not None:
+            return self.replication.handle_peer(request)
         if header.type not in DATA_TYPES:
             if header.job not in (0, self.job):
                 self._check(header)  # raises WRONG_JOB
@@ -355,6 +390,19 @@ class ParameterServer:
             )
         shard = self._check(header)
         local = self.local[shard]
+        replication = self.replication
+        if replication is not None:
+            if header.type == MsgType.VECTOR_OP:
+                raise WireError(
+                    "vector operations are not replicated yet (copies > 1)", ErrorCode.UNEXPECTED
+                )
+            if header.type != MsgType.PULL:
+                work = self._work(header, shard, local, request.frames)
+                work.keep = request.frames
+                replication.submit(header, shard, work, request.frames)
+                return None  # the replication thread answers, once every copy committed
+            if not replication.serving(shard):
+                raise replication.not_primary(header, shard)
         work = self._work(header, shard, local, request.frames)
         slot = self.engine.reserve()
         if slot is None:
@@ -411,14 +459,20 @@ class ParameterServer:
                     f"{self.options.max_staleness}",
                     ErrorCode.STALE,
                 )
-            work.version, work.coef = decision.version, decision.coef
-            if work.kind == Kind.VECTORS:
-                work.coef = -header.a * decision.coef
-                work.decay = header.b / header.a if header.b else 0.0  # W loses b of itself
+            work.version = decision.version
+            self._decide(work, header, decision.coef)
         elif work.kind == Kind.ASSIGN or (
             work.kind == Kind.VECOP and checks.writes(work.op, work.names) == "params"
         ):
             work.version = self.book.bump(shard)
+
+    @staticmethod
+    def _decide(work: Work, header: Header, coef: float) -> None:
+        """The update's coefficient from its staleness coefficient (a copy applies the same)."""
+        work.coef = coef
+        if work.kind == Kind.VECTORS:
+            work.coef = -header.a * coef
+            work.decay = header.b / header.a if header.b else 0.0  # W loses b of itself
 
     def tick(self, now: float) -> None:
         t0, applied0, updated0, _, _ = self._rates
@@ -491,5 +545,6 @@ class ParameterServer:
             "recv": self.options.recv,
             "ack": self.options.ack,
             "node": self.options.node,
+            "replication": self.replication.status() if self.replication else None,
             "uptime_s": round(time.monotonic() - self.started_at, 1),
         }

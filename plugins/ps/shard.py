@@ -121,6 +121,10 @@ class ShardBook:
         self.admitted += 1
         return self._versions[shard]
 
+    def set_version(self, shard: int, version: int) -> None:
+        """A copy committed (or restored) ``shard`` at ``version`` (replication)."""
+        self._versions[shard] = version
+
     def histogram_labels(self) -> dict[str, int]:
         """The staleness histogram with readable bin labels (empty bins left out)."""
         return {bin_label(i): n for i, n in enumerate(self.histogram) if n}

@@ -1,0 +1,467 @@
+"""The replicated parameter server's state machines (Adam 3.3.3): lease, bucket role, shard log.
+
+No I/O here (../shared/CONVENTIONS.md, after dask's worker state machine): each machine changes
+only through the events its methods take and returns what to do (:class:`Campaign`,
+:class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`) for
+:mod:`~hogwild_plugins.ps.replication` to carry out against etcd and the other servers.
+
+The protocol, for one bucket ``b`` with ``copies`` copies:
+
+* Every server holds a session lease in etcd and registers ``members/<i>`` under it; its
+  heartbeat renews the lease. A server whose heartbeat stops (killed, paused, cut off) drops out
+  of the members when the lease lapses.
+* ``sync/<b>`` (no lease: it outlives every server) is the bucket's record: ``epoch``, the
+  ``primary`` and its ``lease``, and ``in_sync``, the copies holding every acknowledged update.
+  Only the primary changes it (to add a copy that caught up, or drop one that stopped answering),
+  by a transaction that compares the revision it last wrote: a primary that was replaced cannot.
+* A primary applies an update, sends it to every other in-sync copy (``PREPARE``: each checks that
+  the message carries the current epoch and lease, and that its version is the next one), then
+  commits it on each (``COMMIT``), and only then acknowledges the client. A copy that does not
+  answer, or reports a gap, is dropped from ``in_sync`` (the primary waits for that write to
+  etcd before it acknowledges) and caught up later from a snapshot.
+* When the primary is no longer a member, each live in-sync copy campaigns: a transaction that
+  replaces ``sync/<b>`` only if it is still the revision the candidate read (the previous primary's
+  lease is in it), with ``epoch + 1``, itself as primary and ``in_sync = [itself]``. One candidate
+  wins; the others see the new record and follow. The winner commits what it had prepared (it may
+  be committed elsewhere; the client's re-send is then dropped as a duplicate), sends every other
+  live copy a snapshot, adds each to ``in_sync`` and only then serves: every acknowledged update
+  lives on every live in-sync copy.
+* A primary that loses its lease (its own clock says so: a SIGSTOP-ed process wakes up past it),
+  sees a newer epoch, or gets ``FENCED`` from a copy, steps down at once and serves nothing of
+  that bucket. Its late ``PREPARE`` s carry an old epoch and are refused: no split brain.
+
+Which servers should hold a bucket (:func:`desired_copies`) is rendezvous hashing over the live
+members, so a server's death or return moves only the buckets it holds or should hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = [
+    "BucketRecord",
+    "BucketRole",
+    "Campaign",
+    "CommitPrepared",
+    "Gate",
+    "LeaseClock",
+    "Role",
+    "ShardLog",
+    "Sync",
+    "WriteInSync",
+    "desired_copies",
+]
+
+
+def desired_copies(bucket: int, members: Iterable[int], copies: int) -> list[int]:
+    """The ``copies`` live servers that should hold ``bucket``, best first (rendezvous hashing)."""
+
+    def weight(server: int) -> bytes:
+        return hashlib.blake2b(f"{bucket}/{server}".encode(), digest_size=8).digest()
+
+    return sorted(members, key=weight, reverse=True)[:copies]
+
+
+@dataclass(frozen=True)
+class BucketRecord:
+    """``sync/<b>`` in etcd, read back: who is primary, under which lease and epoch, and which
+    copies hold every acknowledged update. ``revision`` is the key's mod revision (0: absent)."""
+
+    epoch: int
+    primary: int
+    lease: int
+    in_sync: tuple[int, ...]
+    revision: int = 0
+
+    def value(self) -> dict:
+        return {
+            "epoch": self.epoch,
+            "primary": self.primary,
+            "lease": self.lease,
+            "in_sync": list(self.in_sync),
+        }
+
+    @classmethod
+    def parse(cls, value: object, revision: int, n_servers: int, where: str) -> BucketRecord:
+        """Check every field of a value read from etcd.
+
+        Raises:
+            ValueError: A missing field, or one of the wrong type or range (naming ``where``).
+        """
+
+        def integer(key: str, lo: int, hi: int) -> int:
+            v = value.get(key) if isinstance(value, dict) else None
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v < hi:
+                raise ValueError(f"{where}: {key!r} must be an integer in [{lo}, {hi})")
+            return v
+
+        epoch = integer("epoch", 1, 2**62)
+        primary = integer("primary", 0, n_servers)
+        lease = integer("lease", 0, 2**63)
+        in_sync = value.get("in_sync")
+        if (
+            not isinstance(in_sync, list)
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in in_sync)
+            or not all(0 <= s < n_servers for s in in_sync)
+            or len(set(in_sync)) != len(in_sync)
+            or primary not in in_sync
+        ):
+            raise ValueError(
+                f"{where}: 'in_sync' must list distinct servers, the primary among them"
+            )
+        return cls(epoch, primary, lease, tuple(in_sync), revision)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """Replace ``sync/<bucket>`` by ``record`` if its revision is still ``expected`` (0: absent)."""
+
+    bucket: int
+    record: BucketRecord
+    expected: int
+
+
+@dataclass(frozen=True)
+class WriteInSync:
+    """As primary, write ``record`` (a new ``in_sync``) if ``sync/<bucket>`` is still at
+    ``expected``."""
+
+    bucket: int
+    record: BucketRecord
+    expected: int
+
+
+@dataclass(frozen=True)
+class Sync:
+    """Send ``server`` a snapshot of every shard of ``bucket``; report :meth:`BucketRole.synced`
+    or :meth:`BucketRole.unreachable`."""
+
+    bucket: int
+    server: int
+
+
+@dataclass(frozen=True)
+class CommitPrepared:
+    """Just won ``bucket``: commit what was prepared under the previous primary, in order."""
+
+    bucket: int
+
+
+# --------------------------------------------------------------------------- lease
+
+
+class LeaseClock:
+    """A server's session lease, by its own clock.
+
+    The lease is taken as valid for ``ttl * (1 - margin)`` after the heartbeat that renewed it was
+    *sent*: etcd counts from when it received it, later, so this side always gives up first. A
+    process paused past that (SIGSTOP) finds, on waking, that its lease is no longer valid before
+    it writes anything, whatever etcd did meanwhile.
+    """
+
+    def __init__(self, margin: float = 0.25) -> None:
+        self.margin = margin
+        self.lease = 0
+        self.ttl_s = 0.0
+        self.valid_until = float("-inf")
+        self.lost = False
+
+    def granted(self, lease: int, ttl_s: float, sent_at: float) -> None:
+        self.lease, self.ttl_s, self.lost = lease, float(ttl_s), False
+        self.valid_until = sent_at + self.ttl_s * (1 - self.margin)
+
+    def renewed(self, remaining_s: float, sent_at: float) -> bool:
+        """A heartbeat sent at ``sent_at`` came back with ``remaining_s`` (<= 0: expired).
+        False once the lease is lost (it stays lost: a new one must be granted)."""
+        if self.lost:
+            return False
+        if remaining_s <= 0:
+            self.lost = True
+            self.valid_until = float("-inf")
+            return False
+        self.valid_until = max(self.valid_until, sent_at + remaining_s * (1 - self.margin))
+        return True
+
+    def valid(self, now: float) -> bool:
+        return not self.lost and now < self.valid_until
+
+    def renew_due(self, now: float, last_sent: float) -> bool:
+        return now - last_sent >= self.ttl_s / 5
+
+
+# --------------------------------------------------------------------------- bucket role
+
+
+class Role(Enum):
+    FOLLOWER = "follower"  # a copy (in sync or catching up) or not holding the bucket
+    CANDIDATE = "candidate"  # campaigning
+    PRIMARY = "primary"
+    DEPOSED = "deposed"  # was primary and is no longer: serves nothing until the map moves on
+
+
+@dataclass
+class BucketRole:
+    """One server's view of, and part in, one bucket.
+
+    Args:
+        bucket: The bucket.
+        me: This server's index.
+        copies: Copies per bucket.
+    """
+
+    bucket: int
+    me: int
+    copies: int
+    role: Role = Role.FOLLOWER
+    record: BucketRecord | None = None
+    members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
+    current: bool = False  # holds the bucket's acknowledged state (a snapshot, or first primary)
+    copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
+    syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
+    writing: bool = False  # as primary: a WriteInSync under way
+    behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
+    dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
+
+    @property
+    def serving(self) -> bool:
+        """As primary, with every live copy caught up (or given up on): takes client requests."""
+        return self.role is Role.PRIMARY and not self.syncing and not self.writing
+
+    @property
+    def epoch(self) -> int:
+        return self.record.epoch if self.record else 0
+
+    def observe(
+        self,
+        record: BucketRecord | None,
+        members: Mapping[int, int],
+        lease: int,
+        lease_valid: bool,
+        settled: bool = True,
+    ) -> list:
+        """The map as etcd has it now (the record, the live members and their leases); this
+        server's lease.
+        ``settled``: every server has registered, or long enough has passed since the start
+        (only then is a bucket's very first primary chosen, so that the first primaries are
+        spread over every server rather than taken by the first one up)."""
+        self.members = members
+        if (
+            record is not None
+            and self.record is not None
+            and record.revision < self.record.revision
+        ):
+            record = self.record  # an older read than one this side already wrote or saw
+        if self.role is Role.PRIMARY:
+            mine = record is not None and record.primary == self.me and record.lease == lease
+            if not lease_valid or not mine:
+                return self.step_down(record)
+            self.record = record
+            return self._reconcile()
+        self.record = record
+        if self.role is Role.DEPOSED:
+            if record is None or record.primary != self.me:
+                self.role = Role.FOLLOWER
+            elif record.lease == lease and lease_valid and members.get(self.me) == lease:
+                # Stepped down on a late heartbeat, and nobody took over (the lease held in
+                # etcd): take the bucket back under a new epoch, which fences anything older
+                # and catches the copies up again. Nothing was acknowledged by another primary.
+                self.current = True
+                new = BucketRecord(record.epoch + 1, self.me, lease, (self.me,))
+                return self._campaign(new, record.revision)
+            else:
+                return []
+        if self.role is not Role.FOLLOWER or not lease_valid or members.get(self.me) != lease:
+            return []
+        if record is None:
+            if not settled:
+                return []
+            first = desired_copies(self.bucket, members, self.copies)
+            if first and first[0] == self.me:  # the very first primary of the bucket
+                return self._campaign(BucketRecord(1, self.me, lease, (self.me,)), 0)
+            return []
+        alive = members.get(record.primary) == record.lease  # a restarted one has a new lease
+        if not alive and self.current and self.me in record.in_sync:
+            new = BucketRecord(record.epoch + 1, self.me, lease, (self.me,))
+            return self._campaign(new, record.revision)
+        return []
+
+    def _campaign(self, record: BucketRecord, expected: int) -> list:
+        self.role = Role.CANDIDATE
+        return [Campaign(self.bucket, record, expected)]
+
+    def campaigned(self, won: bool, record: BucketRecord | None) -> list:
+        """The campaign's transaction came back: ``record`` is what ``sync/<b>`` holds now."""
+        if self.role is not Role.CANDIDATE:
+            return []
+        if not won:
+            self.role, self.record = Role.FOLLOWER, record or self.record
+            return []
+        self.role, self.record, self.current = Role.PRIMARY, record, True
+        self.copy_leases = {}
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        return [CommitPrepared(self.bucket), *self._reconcile()]
+
+    def _reconcile(self) -> list:
+        """As primary: catch up the live copies that should hold the bucket and do not."""
+        wanted = set(desired_copies(self.bucket, self.members, self.copies)) | {self.me}
+        in_sync = set(self.record.in_sync)
+        gone = {  # dead, or restarted since it was caught up (a new lease: its memory is new)
+            s for s in in_sync if s != self.me and self.members.get(s) != self.copy_leases.get(s)
+        }
+        if gone:
+            self.dropping |= gone
+            return [] if self.writing else self._write(self._next_in_sync())
+        todo = (wanted - in_sync - self.syncing) & set(self.members)
+        self.syncing |= todo
+        return [Sync(self.bucket, s) for s in sorted(todo)]
+
+    def _next_in_sync(self) -> tuple[int, ...]:
+        kept = [s for s in self.record.in_sync if s not in self.dropping]
+        return tuple(kept + sorted(self.behind - self.dropping - set(kept)))
+
+    def _write(self, in_sync: tuple[int, ...]) -> list:
+        self.writing = True
+        new = BucketRecord(self.record.epoch, self.me, self.record.lease, in_sync)
+        return [WriteInSync(self.bucket, new, self.record.revision)]
+
+    def synced(self, server: int) -> list:
+        """A snapshot reached ``server``: it joins ``in_sync``."""
+        self.syncing.discard(server)
+        if self.role is not Role.PRIMARY:
+            return []
+        if server not in self.members:  # it left while its snapshot was on the way
+            return self.unreachable(server)
+        self.copy_leases[server] = self.members[server]
+        if server in self.record.in_sync:
+            return []
+        self.behind.add(server)
+        self.dropping.discard(server)
+        return [] if self.writing else self._write(self._next_in_sync())
+
+    def unreachable(self, server: int) -> list:
+        """``server`` did not answer a prepare, commit or snapshot, or reported a gap: it leaves
+        ``in_sync`` (and is caught up again once it answers)."""
+        self.syncing.discard(server)
+        self.behind.discard(server)
+        if self.role is not Role.PRIMARY or server == self.me:
+            return []
+        self.dropping.add(server)
+        if server not in self.record.in_sync or self.writing:
+            return []  # not in it, or the write under way is followed by another (written)
+        return self._write(self._next_in_sync())
+
+    def written(self, ok: bool, record: BucketRecord | None) -> list:
+        """A :class:`WriteInSync` came back; ``record`` is what etcd holds now. Changes asked for
+        while it was under way go out next."""
+        self.writing = False
+        if self.role is not Role.PRIMARY:
+            return []
+        if not ok:
+            return self.step_down(record)  # someone else wrote: a newer primary
+        self.record = record
+        self.behind -= set(record.in_sync)
+        self.dropping &= set(record.in_sync)
+        if self.behind or self.dropping:
+            return self._write(self._next_in_sync())
+        return self._reconcile()
+
+    def fenced(self) -> list:
+        """A copy refused this primary's message as coming from an old epoch."""
+        return self.step_down(None) if self.role is Role.PRIMARY else []
+
+    def restored(self) -> None:
+        """A snapshot of the bucket arrived from its primary: this copy is current."""
+        self.current = True
+
+    def step_down(self, record: BucketRecord | None) -> list:
+        if self.role is Role.PRIMARY:
+            self.role = Role.DEPOSED
+            self.current = False  # it may hold updates no copy committed: a snapshot first
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        if record is not None:
+            self.record = record
+        return []
+
+
+# --------------------------------------------------------------------------- a copy's checks
+
+
+class Gate(Enum):
+    ACCEPT = "accept"
+    FENCED = "fenced"  # an older epoch (or lease) than the bucket's: refuse, the sender steps down
+    REFRESH = "refresh"  # a newer epoch than this side knows: read the map again, then decide
+
+
+def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
+    """May a message from ``sender`` carrying ``epoch`` and ``lease`` change this copy?"""
+    record = role.record
+    if record is None or epoch > record.epoch:
+        return Gate.REFRESH
+    if epoch < record.epoch or lease != record.lease or sender != record.primary:
+        return Gate.FENCED
+    if role.role is Role.PRIMARY and sender != role.me:
+        return Gate.FENCED
+    return Gate.ACCEPT
+
+
+# --------------------------------------------------------------------------- a copy's log
+
+
+@dataclass
+class ShardLog:
+    """A copy's view of one shard's updates: the committed version, the prepared ones after it,
+    and which client requests are in (``(sender, seq) -> version``, so a client's re-send to a new
+    primary is answered instead of applied twice)."""
+
+    committed: int = 0
+    prepared: list = field(default_factory=list)  # (version, item), consecutive after committed
+    requests: OrderedDict = field(default_factory=OrderedDict)
+    keep: int = 65536
+
+    @property
+    def last(self) -> int:
+        return self.prepared[-1][0] if self.prepared else self.committed
+
+    def prepare(self, version: int, item) -> bool:
+        """Hold ``item`` as version ``version``; False (a gap: catch up first) unless it is the
+        next one. A re-sent prepare of a version already held is accepted and not held twice."""
+        if version <= self.last:
+            return True
+        if version != self.last + 1:
+            return False
+        self.prepared.append((version, item))
+        return True
+
+    def commit(self, upto: int) -> list:
+        """The prepared items up to ``upto``, in order, now committed."""
+        n = 0
+        while n < len(self.prepared) and self.prepared[n][0] <= upto:
+            n += 1
+        items, self.prepared = self.prepared[:n], self.prepared[n:]
+        if items:
+            self.committed = items[-1][0]
+        return [item for _, item in items]
+
+    def record(self, sender: int, seq: int, version: int) -> None:
+        self.requests[(sender, seq)] = version
+        if len(self.requests) > self.keep:
+            self.requests.popitem(last=False)
+
+    def seen(self, sender: int, seq: int) -> int | None:
+        """The version a request already got, or None."""
+        return self.requests.get((sender, seq))
+
+    def restore(self, version: int, requests: list[tuple[int, int, int]]) -> None:
+        """A snapshot at ``version`` replaced everything."""
+        self.committed, self.prepared = version, []
+        self.requests = OrderedDict(((s, q), v) for s, q, v in requests)
+
+    def table(self) -> list[tuple[int, int, int]]:
+        return [(s, q, v) for (s, q), v in self.requests.items()]

@@ -1,0 +1,109 @@
+"""Where each bucket's primary is, read from etcd (replicated parameter servers, copies > 1).
+
+The map lives in etcd under ``/hogwild/<job>/`` (see :mod:`~hogwild_plugins.ps.failover`):
+``members/<i>`` for every live server, ``sync/<b>`` for every bucket's record. Servers and
+clients read it the same way, through :func:`read_map`; :class:`Routes` is a client's copy, read
+again when a request fails (the primary died, or stepped down) until every bucket it needs has a
+live primary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.failover import BucketRecord
+
+from hogwild.errors import HogwildError
+
+__all__ = ["Routes", "etcd_prefix", "read_map"]
+
+RETRY_S = 0.02
+
+
+def etcd_prefix(job: str) -> str:
+    """Every key of a job lives under this prefix."""
+    return f"/hogwild/{job}/"
+
+
+def read_map(etcd: Etcd, n_servers: int, n_buckets: int):
+    """The live members ``{index: value}`` and every bucket's record (None: none yet).
+
+    Raises:
+        HogwildError: A record that is not one (naming its key); EtcdUnavailable.
+    """
+    entries, _ = etcd.get_prefix("")
+    members: dict[int, dict] = {}
+    records: list[BucketRecord | None] = [None] * n_buckets
+    for key, (value, revision) in entries.items():
+        kind, _, index = key.partition("/")
+        if not index.isdigit():
+            continue
+        i = int(index)
+        if kind == "members" and 0 <= i < n_servers:
+            members[i] = value
+        elif kind == "sync" and 0 <= i < n_buckets:
+            try:
+                records[i] = BucketRecord.parse(value, revision, n_servers, f"etcd key sync/{i}")
+            except ValueError as exc:
+                raise HogwildError(str(exc)) from exc
+    return members, records
+
+
+class Routes:
+    """A client's view of the bucket map: the primary of every bucket.
+
+    Args:
+        etcd: ``HOST:PORT`` of the job's etcd.
+        job: The job's name.
+        n_servers, n_buckets: From the layout.
+    """
+
+    def __init__(self, etcd: str, job: str, n_servers: int, n_buckets: int) -> None:
+        self.etcd = Etcd(etcd, prefix=etcd_prefix(job))
+        self.n_servers, self.n_buckets = n_servers, n_buckets
+        self.primaries: list[int | None] = [None] * n_buckets
+        self.epochs = [0] * n_buckets
+
+    def read(self) -> None:
+        members, records = read_map(self.etcd, self.n_servers, self.n_buckets)
+        for b, record in enumerate(records):
+            live = (  # a primary restarted since has a new lease: it is not this record's
+                record is not None and members.get(record.primary, {}).get("lease") == record.lease
+            )
+            self.primaries[b] = record.primary if live else None
+            self.epochs[b] = record.epoch if record is not None else 0
+
+    def wait(self, buckets: Iterable[int], deadline: float, away_from: dict | None = None) -> None:
+        """Read the map until every one of ``buckets`` has a live primary (and, for those in
+        ``away_from``, a newer epoch than the one given, or ``away_from``'s deadline passed).
+
+        Raises:
+            HogwildError: Past ``deadline`` (naming the buckets without a primary).
+        """
+        wanted = set(buckets)
+        while True:
+            self.read()
+            now = time.monotonic()
+            missing = sorted(b for b in wanted if self.primaries[b] is None)
+            moving = [
+                b
+                for b, (epoch, until) in (away_from or {}).items()
+                if self.epochs[b] <= epoch and now < until
+            ]
+            if not missing and not moving:
+                return
+            if now > deadline:
+                raise HogwildError(
+                    f"no live primary for buckets {missing or moving} of the parameter servers "
+                    "(every copy of them is down, or etcd is)"
+                )
+            time.sleep(RETRY_S)
+
+    def server_of(self, bucket: int) -> int:
+        primary = self.primaries[bucket]
+        return 0 if primary is None else primary
+
+    def close(self) -> None:
+        self.etcd.close()

@@ -1,0 +1,163 @@
+"""Three parameter servers keeping three copies of every bucket, with a real etcd: a client's
+acknowledged updates survive SIGKILLs of primaries, exactly, and a primary paused past its
+lease is fenced (Adam 3.3.3; issue 12)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.launch import ServeProcess, free_port
+from hogwild_plugins.ps.routes import Routes, etcd_prefix
+
+from hogwild.config import load_config
+from hogwild.model.network import build_network
+
+N_PARAMS = build_network(load_config().model, 10).n_params  # the bundled MNIST model
+JOB = "adam_mnist"
+
+
+class Trio:
+    """Three ``hogwild ps serve --copies 3`` processes on fixed ports, one etcd."""
+
+    def __init__(self, etcd: str) -> None:
+        self.etcd = etcd
+        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.processes: dict[int, ServeProcess] = {}
+
+    def start(self, index: int) -> None:
+        args = ["--threads", "1", "--ps.shard_kib=256", "--copies", "3", "--lease-s", "1"]
+        args += ["--servers", ",".join(self.addresses), "--index", str(index)]
+        process = ServeProcess([*args, "--etcd", self.etcd])
+        self.processes[index] = process
+        process.start()
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.kill()
+
+
+@pytest.fixture
+def trio(etcd_server):
+    servers = Trio(etcd_server.address)
+    try:
+        for i in range(3):
+            servers.start(i)
+        yield servers
+    finally:
+        servers.close()
+
+
+def wait_member(etcd: Etcd, index: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while etcd.get(f"members/{index}")[0] is None:
+        assert time.monotonic() < deadline, f"server {index} did not register again"
+        time.sleep(0.05)
+
+
+def wait_in_sync(routes: Routes, etcd: Etcd, copies: int, timeout: float = 60.0) -> None:
+    """Until every bucket has a live primary and ``copies`` copies in sync."""
+    deadline = time.monotonic() + timeout
+    while True:
+        routes.read()
+        entries, _ = etcd.get_prefix("sync/")
+        full = [len(v["in_sync"]) == copies for v, _ in entries.values()]
+        if None not in routes.primaries and len(full) == routes.n_buckets and all(full):
+            return
+        assert time.monotonic() < deadline, "the copies did not catch up"
+        time.sleep(0.05)
+
+
+def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd_server):
+    client = PSClient(trio.addresses, JOB, client_id=1, etcd=etcd_server.address)
+    etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
+    routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
+    ledger = np.zeros(N_PARAMS, np.float64)  # the sum of every acknowledged delta
+    pushes, problems, stop = [0], [], threading.Event()
+    try:
+        client.assign(np.zeros(N_PARAMS, np.float32))
+        wait_in_sync(routes, etcd, 3)
+
+        def stream() -> None:
+            rng = np.random.default_rng(0)
+            try:
+                while not stop.is_set():
+                    delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
+                    client.push_deltas(delta)  # returns once every live copy committed it
+                    np.add(ledger, delta, out=ledger)
+                    pushes[0] += 1
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                problems.append(exc)
+
+        pusher = threading.Thread(target=stream)
+        pusher.start()
+        try:
+            for round_ in range(3):
+                floor = pushes[0] + 10
+                deadline = time.monotonic() + 60
+                while pushes[0] < floor and not problems:
+                    assert time.monotonic() < deadline, "no progress between kills"
+                    time.sleep(0.02)
+                routes.read()
+                shard = round_ % client.layout.n_shards
+                victim = routes.primaries[client.layout.bucket_of(shard)]
+                trio.processes[victim].kill()  # SIGKILL mid-stream
+                floor = pushes[0] + 10
+                while pushes[0] < floor and not problems:  # goes on without it
+                    assert time.monotonic() < deadline, "no progress after a kill"
+                    time.sleep(0.02)
+                trio.start(victim)  # the same server again: it rejoins and catches up
+                wait_member(etcd, victim)
+                wait_in_sync(routes, etcd, 3)
+        finally:
+            stop.set()
+            pusher.join(120)
+        assert not problems, problems
+        assert pushes[0] >= 60
+        final = np.empty(N_PARAMS, np.float32)
+        client.pull(final)
+        np.testing.assert_array_equal(final, ledger.astype(np.float32))
+    finally:
+        client.close()
+        routes.close()
+        etcd.close()
+
+
+def test_a_primary_paused_past_its_lease_is_fenced(trio, etcd_server):
+    client = PSClient(trio.addresses, JOB, client_id=2, etcd=etcd_server.address)
+    etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
+    routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
+    try:
+        client.assign(np.zeros(N_PARAMS, np.float32))
+        wait_in_sync(routes, etcd, 3)
+        routes.read()
+        paused, old_epoch = routes.primaries[0], routes.epochs[0]
+        ones = np.ones(N_PARAMS, np.float32)
+        trio.processes[paused].send_signal(signal.SIGSTOP)
+        try:
+            client.push_deltas(ones)  # acknowledged by the new primary once the lease lapsed
+            routes.read()
+            assert routes.primaries[0] != paused and routes.epochs[0] > old_epoch
+        finally:
+            trio.processes[paused].send_signal(signal.SIGCONT)
+        # The old primary wakes up: it serves nothing of the bucket it lost, whatever it still
+        # had to say is refused, and every copy ends with exactly what was acknowledged.
+        deadline = time.monotonic() + 30
+        while client.status()[paused]["replication"]["roles"]["0"]["role"] == "primary":
+            assert time.monotonic() < deadline, "the paused primary did not step down"
+            time.sleep(0.05)
+        for _ in range(5):
+            client.push_deltas(ones)
+        wait_in_sync(routes, etcd, 3)
+        final = np.empty(N_PARAMS, np.float32)
+        client.pull(final)
+        np.testing.assert_array_equal(final, np.full(N_PARAMS, 6, np.float32))
+    finally:
+        client.close()
+        routes.close()
+        etcd.close()
