@@ -113,7 +113,7 @@ class ClusterDriver:
         self.live = LiveStatus(self.config.output.progress)
         self.run_dir: Path | None = None
         self.own_run_dir = False
-        self.launcher = self.arena = self.store = self.control = None
+        self.launcher = self.arena = self.store = self.control = self.etcd = None
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
         self.gone: set[str] = set()  # roles the launcher saw exit
@@ -145,6 +145,8 @@ class ClusterDriver:
         config, cluster = self.config, self.config.cluster
         self._make_run_dir()
         config = self.config = self._with_keys(config)
+        if cluster.copies > 1:
+            config = self.config = self._with_etcd(config)
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
@@ -155,6 +157,8 @@ class ClusterDriver:
             shutil.rmtree(store, ignore_errors=True)  # the model comes from init or --resume
         with_servers(plan, config_file, self.job, servers, stores)
         self._give_metrics_ports(plan)
+        if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
+            self.specs.update({spec.name: spec for spec in plan.ps})
         for spec in plan.ps:
             self.launcher.start(spec)
         data_servers = []
@@ -237,6 +241,37 @@ class ClusterDriver:
             "roles_gone": len(self.gone),
             "restarts": sum(self.restarts.values()),
         }
+
+    def _with_etcd(self, config):
+        """``cluster.etcd``: the one given, or an etcd this driver starts on loopback (and
+        stops with the job) for the replicated parameter servers' map and leases."""
+        from hogwild_plugins.ps.etcd import Etcd
+        from hogwild_plugins.ps.etcd_process import EtcdProcess
+        from hogwild_plugins.ps.routes import etcd_prefix
+
+        address = config.cluster.etcd
+        if not address:
+            self.etcd = EtcdProcess()  # its data in a directory of its own, removed with it
+            address = self.etcd.start()
+            self.progress.line(f"hogwild cluster: etcd for the servers' copies on {address}")
+        with Etcd(address, prefix=etcd_prefix(self.job)) as etcd:  # an earlier run's map
+            for key in etcd.get_prefix("")[0]:  # would name primaries that are gone
+                etcd.delete(key)
+        return config.override({"cluster.etcd": address})
+
+    def _forget_server(self, index: int) -> None:
+        """A parameter server died: end its etcd lease now, so that its buckets fail over at
+        once instead of when the lease runs out."""
+        from hogwild_plugins.ps.etcd import Etcd
+        from hogwild_plugins.ps.routes import etcd_prefix
+
+        try:
+            with Etcd(self.config.cluster.etcd, prefix=etcd_prefix(self.job)) as etcd:
+                value, _ = etcd.get(f"members/{index}")
+                if value is not None and isinstance(value.get("lease"), int):
+                    etcd.revoke(value["lease"])
+        except HogwildError as exc:  # the lease lapses by itself
+            print(f"hogwild cluster: could not end ps {index}'s lease: {exc}", file=sys.stderr)
 
     def _with_keys(self, config):
         """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``,
@@ -474,8 +509,8 @@ class ClusterDriver:
             self.gone.add(exit_.name)
 
     def _restartable(self, name: str) -> bool:
-        """A replica or data server below ``cluster.restarts`` (a parameter server never is:
-        with one copy its state dies with it)."""
+        """A replica or data server below ``cluster.restarts``; a parameter server too with
+        ``cluster.copies > 1`` (with one copy its state dies with it)."""
         if name not in self.specs:  # a parameter server
             return False
         return self.restarts.get(name, 0) < self.config.cluster.restarts
@@ -500,10 +535,11 @@ class ClusterDriver:
             )
 
     def _recover(self, coordinator: Coordinator, pending: deque) -> None:
-        """Restart the replicas and data servers that exited (data servers first: a replica
+        """Restart the roles that exited (parameter servers, then data servers: a replica
         starting reads from them), or stop the job as :meth:`_check_roles` says."""
         self._check_roles()
-        for name in sorted(self.exits, key=lambda n: self.specs[n].kind != "data"):
+        order = {"ps": 0, "data": 1, "replica": 2}
+        for name in sorted(self.exits, key=lambda n: order[self.specs[n].kind]):
             self._restart(name, coordinator, pending)
 
     def _restart(self, name: str, coordinator: Coordinator, pending: deque) -> None:
@@ -518,6 +554,8 @@ class ClusterDriver:
             file=sys.stderr,
             flush=True,
         )
+        if spec.kind == "ps":
+            self._forget_server(spec.index)
         if spec.kind == "replica":
             pending.extend(coordinator.handle(Lost(spec.index)))
             self.clients[spec.index].close()
@@ -599,6 +637,9 @@ class ClusterDriver:
         self.clients = []
         if self.launcher is not None:
             step(lambda: self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0))
+        if self.etcd is not None:  # after the servers: they give their leases back
+            step(self.etcd.stop)
+            self.etcd = None
         if self.control is not None:
             step(self.control.stop)
         if self.endpoint is not None:

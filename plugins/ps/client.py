@@ -485,8 +485,17 @@ class PSClient:
     # ------------------------------------------------------------------ control
 
     def status(self) -> list[dict]:
-        """Every server's counters (see ``hogwild ps status``)."""
-        return [self._json(i, MsgType.STATUS) for i in range(len(self.peers.addresses))]
+        """Every server's counters (see ``hogwild ps status``). With replicated servers, those
+        that answer (one that is down, or being replaced, is left out)."""
+        if self.routes is None:
+            return [self._json(i, MsgType.STATUS) for i in range(len(self.peers.addresses))]
+        found = []
+        for i in range(len(self.peers.addresses)):
+            try:
+                found.append(self._json(i, MsgType.STATUS))
+            except (PeerUnreachableError, PSRequestError, ProtocolError):
+                continue
+        return found
 
     def close(self) -> None:
         self.peers.close()

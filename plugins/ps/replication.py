@@ -70,6 +70,7 @@ PEER_SENDER = 0xFFFF0000  # a server's sender id towards its peers (+ its index;
 PEER_TIMEOUT_S = 0.3  # a copy that does not answer a prepare within this (and a retry) is dropped
 POLL_S = 0.5  # the map is read at least this often, watch or not
 MAX_BATCH = 256
+MAX_TAKEOVERS = 64
 SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
 LOCAL_APPLY_S = 30.0
 
@@ -157,6 +158,8 @@ class Replication:
             "leases_lost": 0,
         }
         self.failure: str | None = None
+        self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
+        self._awaiting_ack: dict[int, dict] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -455,6 +458,8 @@ class Replication:
                     role.campaigned(False, None)  # a follower again: the next read decides
                     raise
                 self.counters["campaigns_won"] += bool(won)
+                if won and action.expected:  # a takeover (not a bucket's first primary)
+                    self._takeover(action.bucket, action.record.epoch)
                 actions += role.campaigned(won and record is not None, record)
             elif isinstance(action, WriteInSync):
                 try:
@@ -623,6 +628,21 @@ class Replication:
                 self._error(p.header, self.not_primary(p.header, p.shard))
                 continue
             self.replier.send(p.header.reply(MsgType.ACK, version=p.work.version))
+            if self._awaiting_ack:
+                self._acknowledged(role.bucket)
+
+    def _takeover(self, bucket: int, epoch: int) -> None:
+        self.takeovers.append(
+            {"bucket": bucket, "epoch": epoch, "won_at": time.time(), "first_ack_at": None}
+        )
+        del self.takeovers[:-MAX_TAKEOVERS]
+        self._awaiting_ack[bucket] = self.takeovers[-1]
+
+    def _acknowledged(self, bucket: int) -> None:
+        """The first update acknowledged after a takeover: the end of that failover."""
+        entry = self._awaiting_ack.pop(bucket, None)
+        if entry is not None:
+            entry["first_ack_at"] = time.time()
 
     @staticmethod
     def _coef(p: Pending) -> float:
@@ -658,5 +678,6 @@ class Replication:
                 for b, r in self.roles.items()
             },
             **self.counters,
+            "takeovers": list(self.takeovers),
             "failure": self.failure,
         }

@@ -78,6 +78,7 @@ def _client(values: dict, client_id: int):
         timeout_s=values["timeout_s"],
         retries=values["retries"],
         keys=values["keys"] or None,
+        etcd=values.get("etcd") or None,
     )
 
 
@@ -103,6 +104,7 @@ class PSStore(CopiesStore):
             "timeout_s": ps.timeout_s,
             "retries": ps.retries,
             "keys": ps.keys,
+            "etcd": config.cluster.etcd if config.cluster.copies > 1 else "",
         }
         self.client = None
         self.joined_version = 0
