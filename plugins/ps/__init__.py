@@ -6,5 +6,7 @@ threads and their lock-free queues), ``storage`` (LMDB write-back persistence), 
 ``server`` (the parameter server on the :mod:`hogwild.net` transport), ``client``
 (:class:`~hogwild_plugins.ps.client.PSClient`), ``launch`` (starting servers), ``etcd`` (the
 client of the controller holding the bucket map and primary leases) and ``etcd_process`` (an etcd
-server on loopback), ``cli`` (``hogwild ps serve | status | keys``).
+server on loopback), ``cli`` (``hogwild ps serve | status | keys``), and ``sandblaster``
+(DistBelief's Sandblaster L-BFGS: a coordinator that runs L-BFGS through the servers' vector
+operations, the scheduler of a batch's portions, and the replicas that compute them).
 """
