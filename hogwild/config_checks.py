@@ -208,6 +208,12 @@ def _check_cluster(cluster, fail) -> None:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")
     if not (cluster.status_s > 0 and cluster.start_timeout_s > 0 and cluster.stop_timeout_s > 0):
         fail("cluster.status_s, cluster.start_timeout_s and cluster.stop_timeout_s must be > 0")
+    if cluster.copies > 1 and not cluster.etcd and cluster.launcher != "local":
+        fail(
+            f"cluster.copies = {cluster.copies} with cluster.launcher = {cluster.launcher!r}: "
+            'give cluster.etcd = "HOST:PORT", an etcd every node can reach (the one '
+            "hogwild cluster starts listens on this host's loopback only)"
+        )
     if cluster.copies < 1 or (cluster.copies > 1 and cluster.copies > cluster.ps):
         fail(
             f"cluster.copies = {cluster.copies}: expected 1 (no replication) up to cluster.ps "

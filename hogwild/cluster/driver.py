@@ -245,19 +245,24 @@ class ClusterDriver:
     def _with_etcd(self, config):
         """``cluster.etcd``: the one given, or an etcd this driver starts on loopback (and
         stops with the job) for the replicated parameter servers' map and leases."""
-        from hogwild_plugins.ps.etcd import Etcd
         from hogwild_plugins.ps.etcd_process import EtcdProcess
-        from hogwild_plugins.ps.routes import etcd_prefix
 
         address = config.cluster.etcd
         if not address:
             self.etcd = EtcdProcess()  # its data in a directory of its own, removed with it
             address = self.etcd.start()
             self.progress.line(f"hogwild cluster: etcd for the servers' copies on {address}")
-        with Etcd(address, prefix=etcd_prefix(self.job)) as etcd:  # an earlier run's map
-            for key in etcd.get_prefix("")[0]:  # would name primaries that are gone
-                etcd.delete(key)
+        self._clear_map(address)  # an earlier run's map would name primaries that are gone
         return config.override({"cluster.etcd": address})
+
+    def _clear_map(self, address: str | None = None) -> None:
+        """Delete every etcd key of this job (its bucket map and members)."""
+        from hogwild_plugins.ps.etcd import Etcd
+        from hogwild_plugins.ps.routes import etcd_prefix
+
+        with Etcd(address or self.config.cluster.etcd, prefix=etcd_prefix(self.job)) as etcd:
+            for key in etcd.get_prefix("")[0]:
+                etcd.delete(key)
 
     def _forget_server(self, index: int) -> None:
         """A parameter server died: end its etcd lease now, so that its buckets fail over at
@@ -640,6 +645,8 @@ class ClusterDriver:
         if self.etcd is not None:  # after the servers: they give their leases back
             step(self.etcd.stop)
             self.etcd = None
+        elif self.config.cluster.copies > 1 and self.config.cluster.etcd:
+            step(self._clear_map)  # someone else's etcd: leave nothing of this job in it
         if self.control is not None:
             step(self.control.stop)
         if self.endpoint is not None:

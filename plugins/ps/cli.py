@@ -59,7 +59,9 @@ def register(subparsers) -> None:
     serve.add_argument("--keys", help="CURVE key directory (required beyond loopback)")
     serve.add_argument("--recv", choices=["inplace", "pool"], default="inplace")
     serve.add_argument("--ack", choices=["queued", "applied"], default="queued")
-    serve.add_argument("--copies", type=int, default=None, help="copies per bucket (ps.copies)")
+    serve.add_argument(
+        "--copies", type=int, default=None, help="copies per bucket (cluster.copies)"
+    )
     serve.add_argument("--etcd", default=None, help="HOST:PORT of the job's etcd (copies > 1)")
     serve.add_argument("--lease-s", type=int, default=None, help="etcd lease TTL (ps.lease_s)")
     serve.set_defaults(run=_serve, overrides_ok=True)
@@ -150,6 +152,8 @@ def _serve(args) -> int:
             if not server.engine.alive:
                 failures = "; ".join(server.engine.failures) or "no reason recorded"
                 raise HogwildError(f"an update thread stopped: {failures}")
+            if server.replication is not None and server.replication.failure:
+                raise HogwildError(f"replication stopped: {server.replication.failure}")
     finally:
         if endpoint is not None:
             endpoint.close()

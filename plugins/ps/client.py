@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
 from hogwild_plugins.ps.layout import LayoutError, ShardLayout
 from hogwild_plugins.ps.routes import Routes
@@ -251,7 +252,10 @@ class PSClient:
         each request at it."""
         now = time.monotonic()
         buckets = {self.layout.bucket_of(r.header.target) for r in todo}
-        self.routes.read()
+        try:
+            self.routes.read()
+        except EtcdUnavailable:
+            pass  # wait() reads again, until the deadline
         away = {}
         for req in todo:
             bucket = self.layout.bucket_of(req.header.target)

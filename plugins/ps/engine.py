@@ -58,7 +58,7 @@ def _get(q):
 
 
 class Kind:
-    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT, RESTORE = range(7)
+    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT, RESTORE, BARRIER = range(8)
 
 
 @dataclass
@@ -409,6 +409,8 @@ class UpdateEngine:
             kernels.assign(shard.values, work.offset, work.data)
             shard.applied += 1
             self.applied[t] += 1
+        elif work.kind == Kind.BARRIER:  # nothing: everything queued before it is applied
+            pass
         elif work.kind == Kind.RESTORE:  # a replica's catch-up: values, state, version
             shard.values[:] = work.data
             if shard.state.size:

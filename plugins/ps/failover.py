@@ -21,11 +21,17 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   etcd before it acknowledges) and caught up later from a snapshot.
 * When the primary is no longer a member, each live in-sync copy campaigns: a transaction that
   replaces ``sync/<b>`` only if it is still the revision the candidate read (the previous primary's
-  lease is in it), with ``epoch + 1``, itself as primary and ``in_sync = [itself]``. One candidate
-  wins; the others see the new record and follow. The winner commits what it had prepared (it may
-  be committed elsewhere; the client's re-send is then dropped as a duplicate), sends every other
-  live copy a snapshot, adds each to ``in_sync`` and only then serves: every acknowledged update
-  lives on every live in-sync copy.
+  lease is in it), with ``epoch + 1``, itself as primary and the other live in-sync copies kept in
+  ``in_sync`` (each holds every acknowledged update, so one of them can still succeed the winner
+  if it dies before it serves). One candidate wins; the others see the new record and follow. The
+  winner commits what it had prepared (it may be committed elsewhere; the client's re-send is then
+  answered as a duplicate), sends every in-sync and every other desired live copy a snapshot,
+  adds the new ones to ``in_sync`` and only then serves: every acknowledged update lives on
+  every live in-sync copy.
+* A server the record names as primary that is not serving it (a heartbeat late past its own
+  clock's margin, a lease lost and taken anew, a campaign whose answer was lost) campaigns for
+  the next epoch itself, if it still holds the bucket's state; a new process in its place does
+  not, and the bucket waits for a copy that holds its acknowledged updates.
 * A primary that loses its lease (its own clock says so: a SIGSTOP-ed process wakes up past it),
   sees a newer epoch, or gets ``FENCED`` from a copy, steps down at once and serves nothing of
   that bucket. Its late ``PREPARE`` s carry an old epoch and are refused: no split brain.
@@ -99,7 +105,7 @@ class BucketRecord:
                 raise ValueError(f"{where}: {key!r} must be an integer in [{lo}, {hi})")
             return v
 
-        epoch = integer("epoch", 1, 2**62)
+        epoch = integer("epoch", 1, 2**32)  # it travels in a 32-bit header field
         primary = integer("primary", 0, n_servers)
         lease = integer("lease", 0, 2**63)
         in_sync = value.get("in_sync")
@@ -224,6 +230,7 @@ class BucketRole:
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
     current: bool = False  # holds the bucket's acknowledged state (a snapshot, or first primary)
     copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
+    confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
     syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
     writing: bool = False  # as primary: a WriteInSync under way
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
@@ -231,8 +238,11 @@ class BucketRole:
 
     @property
     def serving(self) -> bool:
-        """As primary, with every live copy caught up (or given up on): takes client requests."""
-        return self.role is Role.PRIMARY and not self.syncing and not self.writing
+        """As primary, with every live in-sync copy caught up in this epoch: takes client
+        requests (an acknowledged update is then on every copy a successor may come from)."""
+        if self.role is not Role.PRIMARY or self.syncing or self.writing:
+            return False
+        return all(s in self.confirmed for s in self.record.in_sync if s in self.members)
 
     @property
     def epoch(self) -> int:
@@ -265,32 +275,41 @@ class BucketRole:
             self.record = record
             return self._reconcile()
         self.record = record
-        if self.role is Role.DEPOSED:
-            if record is None or record.primary != self.me:
-                self.role = Role.FOLLOWER
-            elif record.lease == lease and lease_valid and members.get(self.me) == lease:
-                # Stepped down on a late heartbeat, and nobody took over (the lease held in
-                # etcd): take the bucket back under a new epoch, which fences anything older
-                # and catches the copies up again. Nothing was acknowledged by another primary.
-                self.current = True
-                new = BucketRecord(record.epoch + 1, self.me, lease, (self.me,))
-                return self._campaign(new, record.revision)
-            else:
-                return []
-        if self.role is not Role.FOLLOWER or not lease_valid or members.get(self.me) != lease:
+        if self.role is Role.DEPOSED and (record is None or record.primary != self.me):
+            self.role = Role.FOLLOWER
+            if record is not None and self.me not in record.in_sync:
+                self.current = False  # a newer primary left it out: it may have diverged
+        if self.role not in (Role.FOLLOWER, Role.DEPOSED) or not lease_valid:
+            return []
+        if members.get(self.me) != lease:
             return []
         if record is None:
-            if not settled:
+            if not settled or self.role is not Role.FOLLOWER:
                 return []
             first = desired_copies(self.bucket, members, self.copies)
             if first and first[0] == self.me:  # the very first primary of the bucket
+                self.current = True  # nothing acknowledged yet: every server starts the same
                 return self._campaign(BucketRecord(1, self.me, lease, (self.me,)), 0)
             return []
+        if record.primary == self.me:
+            # Named primary and not serving: a late heartbeat (the same lease), a lease lost and
+            # taken anew, or a campaign whose answer was lost. As the bucket's last primary this
+            # side holds every acknowledged update, if it still has its memory (``current``);
+            # a new process does not, and the bucket waits for the one that had it.
+            return self._take(record, members, lease) if self.current else []
         alive = members.get(record.primary) == record.lease  # a restarted one has a new lease
         if not alive and self.current and self.me in record.in_sync:
-            new = BucketRecord(record.epoch + 1, self.me, lease, (self.me,))
-            return self._campaign(new, record.revision)
+            return self._take(record, members, lease)
         return []
+
+    def _take(self, record: BucketRecord, members: Mapping[int, int], lease: int) -> list:
+        """Campaign for the bucket under the next epoch. The other live in-sync copies stay in
+        ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
+        side if it dies before it serves; it serves only once each has its snapshot."""
+        others = tuple(s for s in record.in_sync if s != self.me and s in members)
+        return self._campaign(
+            BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)), record.revision
+        )
 
     def _campaign(self, record: BucketRecord, expected: int) -> list:
         self.role = Role.CANDIDATE
@@ -304,7 +323,8 @@ class BucketRole:
             self.role, self.record = Role.FOLLOWER, record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
-        self.copy_leases = {}
+        self.copy_leases = {s: self.members[s] for s in record.in_sync if s in self.members}
+        self.confirmed = {self.me}
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         return [CommitPrepared(self.bucket), *self._reconcile()]
 
@@ -317,8 +337,9 @@ class BucketRole:
         }
         if gone:
             self.dropping |= gone
+            self.confirmed -= gone  # caught up again (under its new lease) once it answers
             return [] if self.writing else self._write(self._next_in_sync())
-        todo = (wanted - in_sync - self.syncing) & set(self.members)
+        todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
         self.syncing |= todo
         return [Sync(self.bucket, s) for s in sorted(todo)]
 
@@ -339,9 +360,10 @@ class BucketRole:
         if server not in self.members:  # it left while its snapshot was on the way
             return self.unreachable(server)
         self.copy_leases[server] = self.members[server]
-        if server in self.record.in_sync:
+        self.confirmed.add(server)
+        if server in self.record.in_sync and server not in self.dropping:
             return []
-        self.behind.add(server)
+        self.behind.add(server)  # (back) into in_sync, after a removal under way if any
         self.dropping.discard(server)
         return [] if self.writing else self._write(self._next_in_sync())
 
@@ -350,6 +372,7 @@ class BucketRole:
         ``in_sync`` (and is caught up again once it answers)."""
         self.syncing.discard(server)
         self.behind.discard(server)
+        self.confirmed.discard(server)
         if self.role is not Role.PRIMARY or server == self.me:
             return []
         self.dropping.add(server)
@@ -382,8 +405,7 @@ class BucketRole:
 
     def step_down(self, record: BucketRecord | None) -> list:
         if self.role is Role.PRIMARY:
-            self.role = Role.DEPOSED
-            self.current = False  # it may hold updates no copy committed: a snapshot first
+            self.role = Role.DEPOSED  # its memory stays current until a newer primary shows
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         if record is not None:
             self.record = record
@@ -408,6 +430,8 @@ def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
         return Gate.FENCED
     if role.role is Role.PRIMARY and sender != role.me:
         return Gate.FENCED
+    if role.role is Role.CANDIDATE:
+        return Gate.REFRESH  # campaigning: the sender retries once the map settles
     return Gate.ACCEPT
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hogwild_plugins.ps.engine import Kind, Work
-from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable, LeaseExpired
+from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
 from hogwild_plugins.ps.failover import (
     BucketRecord,
     BucketRole,
@@ -158,6 +158,8 @@ class Replication:
             "leases_lost": 0,
         }
         self.failure: str | None = None
+        self.etcd_errors = 0
+        self.last_etcd_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
 
@@ -220,6 +222,10 @@ class Replication:
             self.peers = None
 
     _keeper_etcd: Etcd | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def _heartbeat(self) -> None:
         last = 0.0
@@ -295,7 +301,9 @@ class Replication:
         except ValueError:
             return
         role = self.roles[bucket]
-        if role.record is None or record.revision > role.record.revision:
+        if role.role is not Role.PRIMARY and (
+            role.record is None or record.revision > role.record.revision
+        ):  # a primary's record changes on the replication thread only (it may be deposed)
             role.record = record
         self.changed.set()
 
@@ -409,8 +417,11 @@ class Replication:
                     last_read = now
                     try:
                         self._observe()
-                    except EtcdUnavailable:
-                        pass  # the lease lapses by the clock; try again
+                    except HogwildError as exc:  # etcd unreachable or slow, a bad record:
+                        self.etcd_errors += 1  # the lease lapses by the clock; read again
+                        self.last_etcd_error = str(exc)
+                        self.changed.set()
+                        time.sleep(0.05)
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
@@ -454,9 +465,10 @@ class Replication:
                 try:
                     won = self._etcd.replace(key, value, action.expected)
                     record = self._read(action.bucket)
-                except HogwildError:
+                except HogwildError as exc:
+                    self._etcd_failed(exc)
                     role.campaigned(False, None)  # a follower again: the next read decides
-                    raise
+                    continue
                 self.counters["campaigns_won"] += bool(won)
                 if won and action.expected:  # a takeover (not a bucket's first primary)
                     self._takeover(action.bucket, action.record.epoch)
@@ -465,15 +477,21 @@ class Replication:
                 try:
                     ok = self._etcd.replace(key, action.record.value(), action.expected)
                     record = self._read(action.bucket)
-                except HogwildError:
-                    role.written(False, None)  # not knowing is losing: step down
-                    raise
+                except HogwildError as exc:
+                    self._etcd_failed(exc)
+                    role.written(False, None)  # not knowing is losing: step down (and retake)
+                    continue
                 actions += role.written(ok, record)
             elif isinstance(action, Sync):
                 ok = self._send_snapshot(action.bucket, action.server)
                 actions += role.synced(action.server) if ok else role.unreachable(action.server)
             elif isinstance(action, CommitPrepared):
                 self._commit_prepared(action.bucket)
+
+    def _etcd_failed(self, exc: Exception) -> None:
+        self.etcd_errors += 1
+        self.last_etcd_error = str(exc)
+        self.changed.set()  # read the map again on the next turn
 
     def _read(self, bucket: int) -> BucketRecord | None:
         value, revision = self._etcd.get(f"sync/{bucket}")
@@ -492,13 +510,24 @@ class Replication:
                     items.append(work)
         done = _Countdown(len(items))
         self._apply(items, done)
-        done.wait(LOCAL_APPLY_S)
+        if not done.wait(LOCAL_APPLY_S):
+            raise HogwildError(f"bucket {bucket}: prepared updates not applied within 30 s")
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
+
+    def _barrier(self, shards: list[int]) -> None:
+        """Wait until the update engine applied everything queued for ``shards`` (a copy just
+        promoted may still have commits queued by the network thread)."""
+        works = [Work(Kind.BARRIER, self.server.local[s]) for s in shards]
+        done = _Countdown(len(works))
+        self._apply(works, done)
+        if not done.wait(LOCAL_APPLY_S):
+            raise HogwildError(f"shards {shards}: queued updates not applied within 30 s")
 
     def _send_snapshot(self, bucket: int, server: int) -> bool:
         role = self.roles[bucket]
         requests = []
+        self._barrier(self.bucket_shards[bucket])
         for shard in self.bucket_shards[bucket]:
             held = self.server.shards[self.server.local[shard]]
             with self.lock:
@@ -538,13 +567,16 @@ class Replication:
                     self.roles[bucket].fenced()
 
             req.on_reply = on_reply
-        todo = list(requests)
+        todo, dead = list(requests), set()
         while todo:
             try:
                 self.peers.exchange(todo)
                 break
             except PeerUnreachableError as exc:
-                dead = {i for i, a in enumerate(self.peers.addresses) if str(a) == exc.address}
+                named = {i for i, a in enumerate(self.peers.addresses) if str(a) == exc.address}
+                if not named:  # cannot tell whom: give up on everything still unanswered
+                    break
+                dead |= named
                 todo = [
                     r for i, r in enumerate(requests) if not answered[i] and r.server not in dead
                 ]
@@ -678,6 +710,8 @@ class Replication:
                 for b, r in self.roles.items()
             },
             **self.counters,
+            "etcd_errors": self.etcd_errors,
+            "last_etcd_error": self.last_etcd_error,
             "takeovers": list(self.takeovers),
             "failure": self.failure,
         }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
 
 from hogwild.errors import HogwildError
@@ -84,7 +84,13 @@ class Routes:
         """
         wanted = set(buckets)
         while True:
-            self.read()
+            try:
+                self.read()
+            except EtcdUnavailable:  # a blip during a failover: read again until the deadline
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(RETRY_S)
+                continue
             now = time.monotonic()
             missing = sorted(b for b in wanted if self.primaries[b] is None)
             moving = [

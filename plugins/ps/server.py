@@ -280,11 +280,10 @@ class ParameterServer:
         """Stop serving: the network thread, a final flush (after what is queued), the update
         threads. True if that flush succeeded (or there is no store)."""
         flushed = True
-        if self.replication is not None:
-            self.replication.stop()  # gives the lease back: the others take over at once
-            self.replication = None
         if self.router is not None:
             self.router.stop()  # no new requests; what is queued is still applied
+        if self.replication is not None:
+            self.replication.stop()  # gives the lease back: the others take over at once
         if self.flusher is not None:
             flushed = self.flusher.stop(final=final_flush)  # behind the queued updates
             self.flusher = None
@@ -378,7 +377,9 @@ class ParameterServer:
             return json_reply(header, self.status())
         if header.type == MsgType.HELLO and header.job == self.job:
             return json_reply(header, self.hello())
-        if header.type in PEER_TYPES and self.replication is not None:
+        if header.type in PEER_TYPES and self.options.copies > 1:
+            if self.replication is None or self.replication.stopped:
+                raise WireError("replication is starting or stopping; retry", ErrorCode.BUSY)
             return self.replication.handle_peer(request)
         if header.type not in DATA_TYPES:
             if header.job not in (0, self.job):
@@ -391,7 +392,12 @@ class ParameterServer:
         shard = self._check(header)
         local = self.local[shard]
         replication = self.replication
-        if replication is not None:
+        if self.options.copies > 1:
+            if replication is None or replication.stopped:  # starting, or stopping
+                raise WireError(
+                    f"server {self.options.index} is not serving (starting or stopping)",
+                    ErrorCode.NOT_PRIMARY,
+                )
             if header.type == MsgType.VECTOR_OP:
                 raise WireError(
                     "vector operations are not replicated yet (copies > 1)", ErrorCode.UNEXPECTED

@@ -73,6 +73,14 @@ def wait_in_sync(routes: Routes, etcd: Etcd, copies: int, timeout: float = 60.0)
         time.sleep(0.05)
 
 
+def role_of(client: PSClient, server: int, bucket: int) -> str | None:
+    """Server ``server``'s role in ``bucket`` (None while it does not answer)."""
+    for status in client.status():
+        if status["server"] == server:
+            return status["replication"]["roles"][str(bucket)]["role"]
+    return None
+
+
 def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd_server):
     client = PSClient(trio.addresses, JOB, client_id=1, etcd=etcd_server.address)
     etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
@@ -128,36 +136,64 @@ def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd
         etcd.close()
 
 
-def test_a_primary_paused_past_its_lease_is_fenced(trio, etcd_server):
+def test_a_primary_paused_past_its_lease_mid_stream_is_fenced(trio, etcd_server):
     client = PSClient(trio.addresses, JOB, client_id=2, etcd=etcd_server.address)
+    watcher = PSClient(trio.addresses, JOB, client_id=3, etcd=etcd_server.address)
     etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
     routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
+    ledger = np.zeros(N_PARAMS, np.float64)
+    pushes, problems, stop = [0], [], threading.Event()
     try:
         client.assign(np.zeros(N_PARAMS, np.float32))
         wait_in_sync(routes, etcd, 3)
         routes.read()
         paused, old_epoch = routes.primaries[0], routes.epochs[0]
-        ones = np.ones(N_PARAMS, np.float32)
-        trio.processes[paused].send_signal(signal.SIGSTOP)
+
+        def stream() -> None:
+            rng = np.random.default_rng(1)
+            try:
+                while not stop.is_set():
+                    delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
+                    client.push_deltas(delta)
+                    np.add(ledger, delta, out=ledger)
+                    pushes[0] += 1
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                problems.append(exc)
+
+        def progress(more: int, what: str) -> None:
+            floor, deadline = pushes[0] + more, time.monotonic() + 60
+            while pushes[0] < floor and not problems:
+                assert time.monotonic() < deadline, what
+                time.sleep(0.02)
+
+        pusher = threading.Thread(target=stream)
+        pusher.start()
         try:
-            client.push_deltas(ones)  # acknowledged by the new primary once the lease lapsed
-            routes.read()
-            assert routes.primaries[0] != paused and routes.epochs[0] > old_epoch
+            progress(10, "no progress before the pause")
+            trio.processes[paused].send_signal(signal.SIGSTOP)  # with its writes in flight
+            try:
+                progress(10, "no progress while the primary was paused")
+                routes.read()
+                assert routes.primaries[0] != paused and routes.epochs[0] > old_epoch
+            finally:
+                trio.processes[paused].send_signal(signal.SIGCONT)
+            # It wakes up with a batch half done: its late prepares carry an old epoch and are
+            # refused, it acknowledges nothing, and it steps down.
+            deadline = time.monotonic() + 30
+            while role_of(watcher, paused, bucket=0) in ("primary", None):
+                assert time.monotonic() < deadline, "the paused primary did not step down"
+                time.sleep(0.05)
+            progress(10, "no progress after the old primary woke up")
         finally:
-            trio.processes[paused].send_signal(signal.SIGCONT)
-        # The old primary wakes up: it serves nothing of the bucket it lost, whatever it still
-        # had to say is refused, and every copy ends with exactly what was acknowledged.
-        deadline = time.monotonic() + 30
-        while client.status()[paused]["replication"]["roles"]["0"]["role"] == "primary":
-            assert time.monotonic() < deadline, "the paused primary did not step down"
-            time.sleep(0.05)
-        for _ in range(5):
-            client.push_deltas(ones)
+            stop.set()
+            pusher.join(120)
+        assert not problems, problems
         wait_in_sync(routes, etcd, 3)
         final = np.empty(N_PARAMS, np.float32)
         client.pull(final)
-        np.testing.assert_array_equal(final, np.full(N_PARAMS, 6, np.float32))
+        np.testing.assert_array_equal(final, ledger.astype(np.float32))
     finally:
         client.close()
+        watcher.close()
         routes.close()
         etcd.close()

@@ -1,7 +1,9 @@
 """The replicated parameter server's state machines (plugins/ps/failover.py), with no socket.
 
 Every transition of a bucket's role (bootstrap, two candidates racing for a lapsed primary's
-bucket, a fenced primary, copies dropped from and added back to ``in_sync``), a copy's checks
+bucket, a fenced primary, a primary named by the record that takes its bucket back under the next
+epoch, a new primary that serves only once every live in-sync copy has its snapshot, copies
+dropped from and added back to ``in_sync``), a copy's checks
 (:func:`gate`) and log (:class:`ShardLog`), the lease clock, rendezvous placement and the
 validation of records read back from etcd.
 
@@ -217,7 +219,9 @@ def test_two_in_sync_copies_campaign_for_a_lapsed_primary_and_exactly_one_wins(f
     assert len(candidates) == 2
     campaigns = {s: roles[s].observe(old_record, members, LEASE[s], True) for s in candidates}
     for s, actions in campaigns.items():
-        new = BucketRecord(old_record.epoch + 1, s, LEASE[s], (s,))
+        # The other live in-sync copy stays in in_sync: it holds every acknowledged update.
+        other = next(c for c in candidates if c != s)
+        new = BucketRecord(old_record.epoch + 1, s, LEASE[s], (s, other))
         assert actions == [Campaign(BUCKET, new, expected=old_record.revision)]
         assert roles[s].role is Role.CANDIDATE
 
@@ -241,8 +245,11 @@ def test_two_in_sync_copies_campaign_for_a_lapsed_primary_and_exactly_one_wins(f
     assert gate(roles[loser], record.epoch, LEASE[winner], winner) is Gate.ACCEPT
     assert gate(roles[loser], old_record.epoch, LEASE[old], old) is Gate.FENCED
 
+    assert record.in_sync == (winner, loser)
+
     carry_out(roles[winner], actions[1:], keys, roles)
     assert roles[winner].serving
+    assert roles[winner].confirmed == set(members)
     assert set(keys.read().in_sync) == set(members)
     assert keys.read().epoch == old_record.epoch + 1
 
@@ -304,13 +311,22 @@ def test_a_primary_that_restarted_is_replaced_and_does_not_campaign_itself():
     reborn = BucketRole(BUCKET, primary, COPIES)
     assert reborn.observe(keys.read(), members, NEW_LEASE[primary], True) == []
     assert reborn.role is Role.FOLLOWER and not reborn.serving
+    roles[primary] = reborn
     old = keys.read()
+    campaigns = {}
     for s in roles:
         if s != primary:
-            new = BucketRecord(old.epoch + 1, s, LEASE[s], (s,))
-            assert roles[s].observe(old, members, LEASE[s], True) == [
-                Campaign(BUCKET, new, old.revision)
-            ]
+            # Every live in-sync copy is kept, the restarted one too (it is a member, under its
+            # new lease): it does not campaign, and the winner serves only once it has a snapshot.
+            others = tuple(c for c in old.in_sync if c != s)
+            new = BucketRecord(old.epoch + 1, s, LEASE[s], (s, *others))
+            campaigns[s] = roles[s].observe(old, members, LEASE[s], True)
+            assert campaigns[s] == [Campaign(BUCKET, new, old.revision)]
+    winner = min(campaigns)
+    carry_out(roles[winner], campaigns[winner], keys, roles)
+    assert roles[winner].serving and reborn.current  # the restarted one got its snapshot
+    assert keys.read().primary == winner and set(keys.read().in_sync) == set(roles)
+    assert reborn.observe(keys.read(), members, NEW_LEASE[primary], True) == []
 
 
 # --------------------------------------------------------------------------- a fenced primary
@@ -354,11 +370,10 @@ def test_a_deposed_primary_follows_once_the_record_names_another_primary():
     roles, keys, primary = established()
     members = live(roles)
     roles[primary].fenced()
-    # The record still names it, but its lease is gone: it stays deposed, and does not campaign.
+    assert roles[primary].current  # its memory stays current until a newer primary shows
+    # The record still names it, but its lease is not valid: it stays deposed, and does not
+    # campaign.
     assert roles[primary].observe(keys.read(), members, LEASE[primary], False) == []
-    assert roles[primary].role is Role.DEPOSED
-    again = {**members, primary: NEW_LEASE[primary]}
-    assert roles[primary].observe(keys.read(), again, NEW_LEASE[primary], True) == []
     assert roles[primary].role is Role.DEPOSED
     other = next(s for s in roles if s != primary)
     record = keys.read()
@@ -366,6 +381,26 @@ def test_a_deposed_primary_follows_once_the_record_names_another_primary():
     keys.transact(Campaign(BUCKET, new, record.revision))
     assert roles[primary].observe(keys.read(), members, LEASE[primary], True) == []
     assert roles[primary].role is Role.FOLLOWER and roles[primary].record == keys.read()
+    # A newer primary: this side may have diverged from it, and takes nothing back unless a
+    # snapshot makes it current again, even once that primary is gone.
+    assert not roles[primary].current
+    without = {s: lease for s, lease in members.items() if s != other}
+    assert roles[primary].observe(keys.read(), without, LEASE[primary], True) == []
+    assert roles[primary].role is Role.FOLLOWER
+
+
+def test_a_deposed_primary_that_reads_the_record_still_naming_it_takes_it_back():
+    # Fenced (or stepped down) with nobody else taking over: the record in etcd still names it.
+    # Registered again under a new lease, it campaigns for the next epoch under that lease.
+    roles, keys, primary = established()
+    roles[primary].fenced()
+    record = keys.read()
+    members = {**live(roles), primary: NEW_LEASE[primary]}
+    others = tuple(s for s in record.in_sync if s != primary)
+    new = BucketRecord(record.epoch + 1, primary, NEW_LEASE[primary], (primary, *others))
+    actions = roles[primary].observe(record, members, NEW_LEASE[primary], True)
+    assert actions == [Campaign(BUCKET, new, record.revision)]
+    assert roles[primary].role is Role.CANDIDATE
 
 
 def test_a_replaced_primarys_in_sync_write_fails_and_deposes_it():
@@ -399,6 +434,175 @@ def test_a_primary_deposed_by_its_own_clock_does_not_strand_the_bucket():
     assert after.epoch > before.epoch  # what it sent under the old epoch is fenced
     assert gate(roles[after.in_sync[-1]], before.epoch, before.lease, primary) is Gate.FENCED
     assert set(after.in_sync) == set(before.in_sync)  # every copy caught up again
+
+
+# --------------------------------------------------------------------------- no stranded bucket
+
+
+def sole_in_sync_primary():
+    """An established bucket whose copies were both dropped from ``in_sync`` (their snapshots
+    failed): the primary is the only copy with every acknowledged update."""
+    roles, keys, primary = established()
+    for copy in roles:
+        if copy != primary:
+            actions = roles[primary].unreachable(copy)
+            carry_out(roles[primary], actions, keys, roles, lambda s: False)
+    assert keys.read().in_sync == (primary,)
+    return roles, keys, primary
+
+
+def test_the_sole_in_sync_primary_that_lost_its_lease_takes_the_bucket_back_under_a_new_one():
+    roles, keys, primary = sole_in_sync_primary()
+    before = keys.read()
+    copies = [s for s in roles if s != primary]
+    lapsed = live(copies)  # its member key lapsed with its lease
+    assert roles[primary].observe(before, lapsed, LEASE[primary], lease_valid=False) == []
+    assert roles[primary].role is Role.DEPOSED and roles[primary].current
+    for s in copies:  # not in sync: they wait for it
+        assert roles[s].observe(before, lapsed, LEASE[s], True) == []
+    # It registers again under a new lease: the record names it under the old one.
+    members = {**lapsed, primary: NEW_LEASE[primary]}
+    actions = roles[primary].observe(before, members, NEW_LEASE[primary], True)
+    new = BucketRecord(before.epoch + 1, primary, NEW_LEASE[primary], (primary,))
+    assert actions == [Campaign(BUCKET, new, before.revision)]
+    carry_out(roles[primary], actions, keys, roles)
+    after = keys.read()
+    assert roles[primary].serving and roles[primary].role is Role.PRIMARY
+    assert after.epoch == before.epoch + 1 and after.lease == NEW_LEASE[primary]
+    assert set(after.in_sync) == set(roles)  # the copies caught up again
+    for s in copies:  # once they read the map, what it sent under the old epoch is fenced
+        assert gate(roles[s], after.epoch, NEW_LEASE[primary], primary) is Gate.REFRESH
+        assert roles[s].observe(keys.read(), members, LEASE[s], True) == []
+        assert gate(roles[s], before.epoch, LEASE[primary], primary) is Gate.FENCED
+        assert gate(roles[s], after.epoch, NEW_LEASE[primary], primary) is Gate.ACCEPT
+    assert roles[primary].observe(after, members, NEW_LEASE[primary], True) == []
+    assert roles[primary].serving
+
+
+def test_a_replaced_process_named_primary_does_not_campaign_and_the_bucket_waits():
+    # The sole in-sync primary was killed and restarted: the new process has none of the
+    # bucket's acknowledged updates, and no copy has them all either.
+    roles, keys, primary = sole_in_sync_primary()
+    before = keys.read()
+    roles[primary] = BucketRole(BUCKET, primary, COPIES)
+    members = {**live(roles), primary: NEW_LEASE[primary]}
+    for _ in range(3):
+        for s, role in roles.items():
+            lease = members[s]
+            assert role.observe(keys.read(), members, lease, True) == []
+            assert role.role is Role.FOLLOWER and not role.serving
+    assert keys.read() == before
+
+
+def test_a_campaign_won_in_etcd_whose_answer_was_lost_is_fought_again_and_won():
+    roles, keys, old, members = lapsed_primary()
+    stale = keys.read()
+    winner, other = sorted(members)
+    [campaign] = roles[winner].observe(stale, members, LEASE[winner], True)
+    assert keys.transact(campaign)  # etcd took it; the answer never came back
+    assert roles[winner].campaigned(False, None) == []
+    assert roles[winner].role is Role.FOLLOWER and roles[winner].record == stale
+    won = keys.read()
+    assert won.epoch == stale.epoch + 1 and won.primary == winner
+    # The other in-sync copy sees a live primary: it waits, and asks a newer epoch to refresh.
+    assert roles[other].observe(won, members, LEASE[other], True) == []
+    assert roles[other].role is Role.FOLLOWER
+    # The next read names this side primary, not serving: it campaigns for the next epoch.
+    actions = roles[winner].observe(won, members, LEASE[winner], True)
+    again = BucketRecord(won.epoch + 1, winner, LEASE[winner], (winner, other))
+    assert actions == [Campaign(BUCKET, again, won.revision)]
+    carry_out(roles[winner], actions, keys, roles)
+    after = keys.read()
+    assert roles[winner].serving and after.epoch == stale.epoch + 2 and after.primary == winner
+    assert set(after.in_sync) == set(members)
+    assert gate(roles[other], after.epoch, LEASE[winner], winner) is Gate.REFRESH
+    assert roles[other].observe(after, members, LEASE[other], True) == []
+    assert gate(roles[other], after.epoch, LEASE[winner], winner) is Gate.ACCEPT
+    assert gate(roles[other], won.epoch, LEASE[winner], winner) is Gate.FENCED
+
+
+def test_a_first_campaign_won_in_etcd_whose_answer_was_lost_does_not_strand_the_bucket():
+    # The bucket's very first record names this server, which never heard it won. Nothing was
+    # acknowledged yet: it (or whoever) must still end up serving the bucket.
+    keys, members = SyncKeys(), live(range(3))
+    role = first_primary(members, keys)
+    assert role.campaigned(False, None) == []
+    assert role.role is Role.FOLLOWER and keys.read().primary == role.me
+    roles = {**cluster(), role.me: role}
+    for _ in range(3):
+        observe_all(roles, keys, members)
+    assert [s for s, r in roles.items() if r.serving] == [keys.read().primary]
+
+
+def test_a_new_primary_that_dies_before_it_served_is_succeeded_by_another_in_sync_copy():
+    roles, keys, old, members = lapsed_primary(range(4))
+    record = keys.read()
+    first, second = sorted(set(record.in_sync) & set(members))
+    outsider = next(s for s in members if s not in record.in_sync)
+    [campaign] = roles[first].observe(record, members, LEASE[first], True)
+    assert keys.transact(campaign)
+    actions = roles[first].campaigned(True, keys.read())
+    assert Sync(BUCKET, second) in actions  # and none of the snapshots is sent
+    assert roles[first].role is Role.PRIMARY and not roles[first].serving
+    won = keys.read()
+    assert won.in_sync == (first, second)
+    # It dies before any snapshot: it acknowledged nothing.
+    after = {s: lease for s, lease in members.items() if s != first}
+    assert roles[outsider].observe(won, after, LEASE[outsider], True) == []
+    actions = roles[second].observe(won, after, LEASE[second], True)
+    succession = BucketRecord(won.epoch + 1, second, LEASE[second], (second,))
+    assert actions == [Campaign(BUCKET, succession, won.revision)]
+    carry_out(roles[second], actions, keys, roles)
+    assert roles[second].serving
+    assert keys.read().epoch == record.epoch + 2 and set(keys.read().in_sync) == set(after)
+
+
+def test_a_new_primary_serves_only_once_every_live_in_sync_copy_is_confirmed():
+    roles, keys, old, members = lapsed_primary(range(4))
+    record = keys.read()
+    winner, kept = sorted(set(record.in_sync) & set(members))
+    outsider = next(s for s in members if s not in record.in_sync)
+    [campaign] = roles[winner].observe(record, members, LEASE[winner], True)
+    assert keys.transact(campaign)
+    role = roles[winner]
+    actions = role.campaigned(True, keys.read())
+    assert actions == [CommitPrepared(BUCKET), Sync(BUCKET, kept), Sync(BUCKET, outsider)]
+    assert role.confirmed == {winner} and not role.serving
+    # The outsider caught up and is written into in_sync: the kept copy is still unconfirmed.
+    carry_out(role, role.synced(outsider), keys)
+    assert set(keys.read().in_sync) == set(members)
+    assert role.confirmed == {winner, outsider} and not role.serving
+    assert role.observe(keys.read(), members, LEASE[winner], True) == []  # under way already
+    assert not role.serving
+    assert role.synced(kept) == []  # in in_sync already: nothing to write
+    assert role.confirmed == set(members) and role.serving
+
+
+def test_a_new_primary_drops_an_in_sync_copy_its_snapshot_cannot_reach_and_serves():
+    roles, keys, old, members = lapsed_primary(range(4))
+    record = keys.read()
+    winner, kept = sorted(set(record.in_sync) & set(members))
+    actions = roles[winner].observe(record, members, LEASE[winner], True)
+    carry_out(roles[winner], actions, keys, roles, reachable=lambda s: s != kept)
+    assert kept not in keys.read().in_sync and kept not in roles[winner].confirmed
+    assert roles[winner].serving  # given up on for now: the others are in sync
+    assert roles[winner].observe(keys.read(), members, LEASE[winner], True) == [Sync(BUCKET, kept)]
+    carry_out(roles[winner], roles[winner].synced(kept), keys)
+    assert kept in keys.read().in_sync and roles[winner].serving
+
+
+def test_a_candidate_asks_every_sender_to_retry_while_it_campaigns():
+    roles, keys, old, members = lapsed_primary()
+    record = keys.read()
+    candidate = min(members)
+    roles[candidate].observe(record, members, LEASE[candidate], True)
+    assert roles[candidate].role is Role.CANDIDATE
+    # The old primary's late prepare, in the epoch this side still has, and a newer epoch.
+    assert gate(roles[candidate], record.epoch, LEASE[old], old) is Gate.REFRESH
+    assert gate(roles[candidate], record.epoch + 1, LEASE[max(members)], max(members)) is (
+        Gate.REFRESH
+    )
+    assert gate(roles[candidate], record.epoch - 1, LEASE[old], old) is Gate.FENCED
 
 
 # --------------------------------------------------------------------------- a copy's gate
@@ -577,7 +781,8 @@ def test_a_member_going_away_is_written_out_of_in_sync_and_synced_when_it_return
     carry_out(role, [drop], keys)
     assert role.serving and gone not in keys.read().in_sync
     assert role.observe(keys.read(), members, LEASE[primary], True) == []  # nothing to sync
-    back = role.observe(keys.read(), live(roles), LEASE[primary], True)
+    returned = {**members, gone: NEW_LEASE[gone]}  # its key lapsed: it registers anew
+    back = role.observe(keys.read(), returned, LEASE[primary], True)
     assert back == [Sync(BUCKET, gone)]
 
 
@@ -699,6 +904,11 @@ def test_a_record_reads_back_what_it_wrote():
     )
 
 
+def test_the_largest_epoch_a_header_carries_is_read_back():
+    value = {"epoch": 2**32 - 1, "primary": 0, "lease": 2**63 - 1, "in_sync": [0]}
+    assert BucketRecord.parse(value, 1, 3, "sync/5").epoch == 2**32 - 1
+
+
 GOOD = {"epoch": 3, "primary": 1, "lease": 99, "in_sync": [1, 2]}
 
 
@@ -714,6 +924,7 @@ def without(key: str) -> dict:
         ({**GOOD, "epoch": 0}, "epoch"),
         ({**GOOD, "epoch": True}, "epoch"),
         ({**GOOD, "epoch": 3.0}, "epoch"),
+        ({**GOOD, "epoch": 2**32}, "epoch"),  # it travels in a 32-bit header field
         (without("primary"), "primary"),
         ({**GOOD, "primary": 3}, "primary"),
         ({**GOOD, "primary": -1}, "primary"),
