@@ -47,7 +47,7 @@ BLOCK_FLOATS = 8192
 SCRATCH_FLOATS = 131072
 """Floats of an update thread's API (b) scratch (512 KiB: the rows of the update being formed)."""
 
-OP_DOT, OP_AXPY, OP_SCALE, OP_COPY, OP_MUL, OP_FILL = 1, 2, 3, 4, 5, 6
+OP_DOT, OP_AXPY, OP_SCALE, OP_COPY, OP_MUL, OP_FILL, OP_ASUM, OP_AMAX = 1, 2, 3, 4, 5, 6, 7, 8
 VECTOR_OPS = {
     "dot": OP_DOT,
     "axpy": OP_AXPY,
@@ -55,8 +55,19 @@ VECTOR_OPS = {
     "copy": OP_COPY,
     "mul": OP_MUL,
     "fill": OP_FILL,
+    "asum": OP_ASUM,
+    "amax": OP_AMAX,
 }
-OP_OPERANDS = {OP_DOT: 2, OP_AXPY: 2, OP_SCALE: 1, OP_COPY: 2, OP_MUL: 3, OP_FILL: 1}
+OP_OPERANDS = {
+    OP_DOT: 2,
+    OP_AXPY: 2,
+    OP_SCALE: 1,
+    OP_COPY: 2,
+    OP_MUL: 3,
+    OP_FILL: 1,
+    OP_ASUM: 1,
+    OP_AMAX: 1,
+}
 """Named vectors each operation takes (see :func:`vector_op`)."""
 
 
@@ -163,16 +174,44 @@ def _dot(x, y):
     return total
 
 
+@njit(nogil=True, cache=True, fastmath={"reassoc"})
+def _asum(x):
+    """``sum |x_i|`` in float64 (reassociated to vectorise; NaN still propagates)."""
+    total = 0.0
+    for i in range(x.shape[0]):
+        total += abs(np.float64(x[i]))
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _amax(x):
+    """``max |x_i|`` (0 for an empty vector); NaN if any element is NaN, as torch's max is."""
+    top = 0.0
+    for i in range(x.shape[0]):
+        a = abs(np.float64(x[i]))
+        if a > top:
+            top = a
+        elif a != a:
+            return a
+    return top
+
+
 @njit(nogil=True, cache=True)
 def vector_op(op, x, y, z, alpha):
-    """One shard-local operation on named vectors; the result of ``dot`` (else 0).
+    """One shard-local operation on named vectors; the result of a reduction (else 0).
 
-    ``dot``: ``x . y`` (float64 sum); ``axpy``: ``y += alpha * x``; ``scale``: ``x *= alpha``;
-    ``copy``: ``y = x``; ``mul``: ``z = x * y`` (coefficient-wise); ``fill``: ``x = alpha``.
+    Reductions (a float64 result per shard; the caller combines the shards'): ``dot``:
+    ``x . y`` (a sum); ``asum``: ``sum |x_i|`` (a sum); ``amax``: ``max |x_i|`` (a maximum).
+    Updates: ``axpy``: ``y += alpha * x``; ``scale``: ``x *= alpha``; ``copy``: ``y = x``;
+    ``mul``: ``z = x * y`` (coefficient-wise); ``fill``: ``x = alpha``.
     """
     a = np.float32(alpha)
     if op == OP_DOT:
         return _dot(x, y)
+    if op == OP_ASUM:
+        return _asum(x)
+    if op == OP_AMAX:
+        return _amax(x)
     if op == OP_AXPY:
         for i in range(x.shape[0]):
             y[i] += a * x[i]

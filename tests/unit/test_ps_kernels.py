@@ -132,3 +132,16 @@ def test_vector_operations():
     np.testing.assert_array_equal(z, x)
     vector_op(kernels.OP_FILL, z, z, z, 3.0)
     assert (z == 3.0).all()
+
+
+def test_asum_and_amax_against_numpy_with_nan_propagating():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(10_001) * 10).astype(np.float32)
+    wide = np.abs(x.astype(np.float64))
+    asum = vector_op(kernels.OP_ASUM, x, x, x, 0.0)
+    assert asum == pytest.approx(float(wide.sum()), rel=1e-12)
+    assert vector_op(kernels.OP_AMAX, x, x, x, 0.0) == float(wide.max())
+    assert vector_op(kernels.OP_AMAX, -np.ones(3, np.float32), x, x, 0.0) == 1.0
+    x[7] = np.nan
+    assert np.isnan(vector_op(kernels.OP_ASUM, x, x, x, 0.0))
+    assert np.isnan(vector_op(kernels.OP_AMAX, x, x, x, 0.0))
