@@ -21,7 +21,8 @@ version  u64    a parameter version: a push's basis, a reply's new version
 offset   u64    an element offset (a range within a shard)
 shape    4 u32  array shape (unused dimensions 0)
 frames   u32    number of frames after the header
-aux      u32    a small argument: the layer of a vector push
+aux      u32    a small argument: the layer of a vector push, a pull's length, the bytes of
+                a named push's vector name
 lease    u64    bucket-map version / lease (replication)
 a, b     2 f64  scalars: learning rate, alpha, a dot product's result
 ======== ====== =====================================================================
@@ -88,7 +89,7 @@ class MsgType(IntEnum):
     PING = 1
     HELLO = 2  # the layout and bucket map (a JSON reply)
     STATUS = 3  # counters (a JSON reply)
-    PUSH_DELTAS = 4  # API (a): a range of one shard, one float32 frame
+    PUSH_DELTAS = 4  # API (a): a range of one shard, one float32 frame (a name: frame_nbytes)
     PUSH_VECTORS = 5  # API (b): k activation and k error vectors of one layer, for one shard
     PULL = 6  # one shard's values
     VECTOR_OP = 7  # dot / axpy / scale / copy / mul / fill on named vectors of one shard
@@ -203,7 +204,9 @@ def frame_nbytes(header: Header) -> list[int]:
     """Bytes of each array frame the header describes ([] when it has none).
 
     A ``PUSH_VECTORS`` shape ``(k, m, rows)`` describes two frames, ``k x m`` activations and
-    ``rows x k`` errors; any other shape describes one array of that shape.
+    ``rows x k`` errors; a ``PUSH_DELTAS`` of two frames is a push into a named vector: the
+    delta, then the vector's name in ``aux`` bytes; any other shape describes one array of that
+    shape.
     """
     if header.dtype == DType.NONE:
         return []
@@ -211,6 +214,8 @@ def frame_nbytes(header: Header) -> list[int]:
     if header.type == MsgType.PUSH_VECTORS and len(header.shape) == 3:
         k, m, rows = header.shape
         return [k * m * itemsize, rows * k * itemsize]
+    if header.type == MsgType.PUSH_DELTAS and header.frames == 2:
+        return [math.prod(header.shape) * itemsize, header.aux]
     return [math.prod(header.shape) * itemsize]
 
 

@@ -3,7 +3,8 @@
 The wire decoder (:mod:`hogwild.net.wire`) has checked every header field for range already;
 these functions check what only a parameter server knows: that the shard is held here, that a
 range lies within it, that a layer is a fully connected layer of the model with the geometry the
-client claims, that vector names are allowed. Each raises :class:`~hogwild.net.wire.WireError`
+client claims, that vector names are allowed (the same rule for a vector operation's operands
+and a push's target vector). Each raises :class:`~hogwild.net.wire.WireError`
 with the code and a message the client gets back. Pure functions: no state, no I/O.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import re
 
 from hogwild_plugins.ps.kernels import (
+    OP_AMAX,
+    OP_ASUM,
     OP_AXPY,
     OP_COPY,
     OP_DOT,
@@ -23,12 +26,24 @@ from hogwild_plugins.ps.kernels import (
 )
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry, ShardLayout
 
-from hogwild.net.wire import DType, ErrorCode, Header, WireError
+from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, WireError
 
-__all__ = ["check_array", "check_range", "check_shard", "layer_rows", "parse_names", "writes"]
+__all__ = [
+    "check_array",
+    "check_named_push",
+    "check_range",
+    "check_shard",
+    "is_named_push",
+    "layer_rows",
+    "parse_name",
+    "parse_names",
+    "writes",
+]
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_NAME_BYTES = 64
 MAX_NAMES_BYTES = 3 * 65
+PARAMS = "params"
 
 
 def check_shard(header: Header, layout: ShardLayout, held) -> int:
@@ -146,11 +161,78 @@ def parse_names(header: Header, frame) -> tuple[int, tuple[str, ...]]:
     return op, names
 
 
-WRITTEN = {OP_DOT: None, OP_AXPY: 1, OP_SCALE: 0, OP_COPY: 1, OP_MUL: 2, OP_FILL: 0}
-"""Which operand each operation writes (``axpy`` and ``copy`` write y, ``mul`` z)."""
+WRITTEN = {
+    OP_DOT: None,
+    OP_AXPY: 1,
+    OP_SCALE: 0,
+    OP_COPY: 1,
+    OP_MUL: 2,
+    OP_FILL: 0,
+    OP_ASUM: None,
+    OP_AMAX: None,
+}
+"""Which operand each operation writes (``axpy`` and ``copy`` write y, ``mul`` z; the
+reductions none)."""
 
 
 def writes(op: int, names: tuple[str, ...]) -> str | None:
-    """The name an operation writes (None for ``dot``)."""
+    """The name an operation writes (None for a reduction)."""
     index = WRITTEN[op]
     return None if index is None else names[index]
+
+
+def is_named_push(header: Header) -> bool:
+    """A ``PUSH_DELTAS`` of two frames: a delta into a named vector (see :func:`parse_name`)."""
+    return header.type == MsgType.PUSH_DELTAS and header.frames == 2
+
+
+def check_named_push(header: Header) -> None:
+    """A push into a named vector: one float32 range, the name's bytes in ``aux``, no basis.
+
+    It is not a parameter update, so it carries no basis (``version`` 0 and ``NO_BASIS``) and
+    none of the other fields' meanings (``code``, ``a``, ``b`` zero).
+
+    Raises:
+        WireError: ``BAD_FRAMES`` (not one 1-d float32 array and a name), ``BAD_NAME`` (a name
+            length outside 1..64), ``BAD_HEADER`` (a basis, a code or a scalar).
+    """
+    check_array(header, 1, 2)
+    if not 1 <= header.aux <= MAX_NAME_BYTES:
+        raise WireError(
+            f"a push into a named vector announces a name of {header.aux} bytes (aux); "
+            f"names have 1 to {MAX_NAME_BYTES}",
+            ErrorCode.BAD_NAME,
+        )
+    if header.version or not header.flags & NO_BASIS or header.code or header.a or header.b:
+        raise WireError(
+            "a push into a named vector carries no basis (version 0, flag NO_BASIS), no code and "
+            f"no scalars; got version {header.version}, flags {header.flags:#x}, code "
+            f"{header.code}, a = {header.a}, b = {header.b}",
+            ErrorCode.BAD_HEADER,
+        )
+
+
+def parse_name(frame) -> str:
+    """The target vector of a named push (its second frame, checked as vector-operation names
+    are); ``"params"`` is refused: the parameters change only through the rule, with a version.
+
+    Raises:
+        WireError: ``BAD_NAME``, naming the name.
+    """
+    raw = bytes(memoryview(frame))
+    try:
+        name = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise WireError(f"vector name {raw[:80]!r} is not ASCII", ErrorCode.BAD_NAME) from None
+    if not NAME.fullmatch(name):
+        raise WireError(
+            f"vector name {name[:80]!r}: names have 1-64 characters [A-Za-z0-9_.-]",
+            ErrorCode.BAD_NAME,
+        )
+    if name == PARAMS:
+        raise WireError(
+            f"vector name {name!r} is the parameters: push into them without a name (through "
+            "the update rule, with a version)",
+            ErrorCode.BAD_NAME,
+        )
+    return name

@@ -243,8 +243,9 @@ def format_status(s: dict) -> str:
     shards = s.get("shards", [])
     lines = [
         f"server {s.get('server')} of {len(s.get('servers', []))} (job {s.get('job')}) at "
-        f"{s.get('address')}: rule {s.get('rule')}, {s.get('n_params', 0):,} parameters in "
-        f"{s.get('n_shards')} shards, {s.get('n_buckets')} buckets; up {s.get('uptime_s')} s",
+        f"{s.get('address')}: rule {s.get('rule')} (lr {s.get('lr')}), "
+        f"{s.get('n_params', 0):,} parameters in {s.get('n_shards')} shards, "
+        f"{s.get('n_buckets')} buckets; up {s.get('uptime_s')} s",
         f"  buckets held: {' '.join(map(str, s.get('buckets', [])))} "
         f"(map version {s.get('map_version')})",
         f"  update threads: {s.get('threads')}, queue depths {s.get('queue_depths')}; "

@@ -12,11 +12,14 @@ ranges) and :meth:`PSClient.push_vectors` (a fully connected layer's k activatio
 vectors, from which each server forms and applies the update of its rows: k(M+N) floats on the
 wire instead of MN). Both return the shards' versions; a push refused as too stale
 (``ps.max_staleness``) is counted in :attr:`PSClient.refused`, not raised (a replica goes on).
+``push_deltas(..., into=name)`` adds the delta to a named vector instead (``y += d``: no rule,
+no version, no staleness; a second frame carries the name).
 
 Vector operations (:meth:`~PSClient.vector_op` and the ``dot``/``axpy``/``scale``/``copy``/
-``mul``/``fill`` shortcuts) run on every shard at once on named vectors that live beside the
-parameters (``"params"`` names the parameters themselves); ``dot`` returns the sum of the shards'
-partial results, computed here, so a coordinator (issue 13) only ever moves scalars.
+``mul``/``fill``/``asum``/``amax`` shortcuts) run on every shard at once on named vectors that
+live beside the parameters (``"params"`` names the parameters themselves); the reductions
+(``dot``, ``asum``: sums; ``amax``: a maximum) combine the shards' partial results here, so a
+coordinator (issue 13) only ever moves scalars.
 
 One thread at a time uses a client.
 """
@@ -28,6 +31,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from hogwild_plugins.ps.checks import NAME, PARAMS
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
 from hogwild_plugins.ps.layout import LayoutError, ShardLayout
@@ -288,7 +292,9 @@ class PSClient:
             )
         return array
 
-    def _pieces(self, kind: MsgType, array: np.ndarray, basis, ranges) -> list[Request]:
+    def _pieces(
+        self, kind: MsgType, array: np.ndarray, basis, ranges, name: bytes = b""
+    ) -> list[Request]:
         out = []
         for shard, lo, hi in self.layout.cut(ranges):
             shard_lo = self.layout.shard_range(shard)[0]
@@ -302,9 +308,11 @@ class PSClient:
                 offset=lo - shard_lo,
                 shape=(hi - lo,),
                 dtype=DType.FLOAT32,
-                frames=1,
+                frames=2 if name else 1,
+                aux=len(name),
             )
-            out.append(Request(self._server_of(shard), header, [array[lo:hi]]))
+            frames = [array[lo:hi], name] if name else [array[lo:hi]]
+            out.append(Request(self._server_of(shard), header, frames))
         return out
 
     def push_deltas(
@@ -312,6 +320,7 @@ class PSClient:
         delta: np.ndarray,
         basis: np.ndarray | None = None,
         ranges: Sequence[tuple[int, int]] | None = None,
+        into: str | None = None,
     ) -> np.ndarray:
         """Push ``delta[start:stop]`` for each range (default: all), cut by shard, pipelined.
 
@@ -320,13 +329,26 @@ class PSClient:
             basis: uint64 [n_shards]: the versions the delta was computed against (None: no
                 staleness accounting).
             ranges: ``(start, stop)`` pairs of global offsets.
+            into: A named vector to add the delta to (``y += delta``, on each shard's update
+                thread in order with everything else) instead of the parameters: no rule, no
+                version, no staleness (so no ``basis``). Refused by replicated servers.
 
         Returns:
             uint64 [n_shards]: the latest versions (:attr:`versions`), once every server
-            acknowledged.
+            acknowledged (unchanged by a push ``into`` a vector).
         """
         self._check_vector(delta, "delta")
-        self._run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges))
+        name = b""
+        if into is not None:
+            if basis is not None:
+                raise HogwildError(f"a push into vector {into!r} takes no basis (no version)")
+            if not NAME.fullmatch(into) or into == PARAMS:
+                raise HogwildError(
+                    f"vector name {into!r}: 1-64 characters [A-Za-z0-9_.-], not 'params' (push "
+                    "into the parameters without a name)"
+                )
+            name = into.encode("ascii")
+        self._run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges, name))
         return self.versions.copy()
 
     def assign(
@@ -432,12 +454,14 @@ class PSClient:
         """Run ``op`` on named vectors on every shard (default: all); the per-shard results.
 
         Operations: ``dot(x, y)``, ``axpy(x, y)`` (y += alpha x), ``scale(x)`` (x *= alpha),
-        ``copy(x, y)`` (y = x), ``mul(x, y, z)`` (z = x * y), ``fill(x)`` (x = alpha). A vector
-        is created (zeros) the first time it is named; ``"params"`` is the parameters (an
-        operation that writes them is a new version of each shard).
+        ``copy(x, y)`` (y = x), ``mul(x, y, z)`` (z = x * y), ``fill(x)`` (x = alpha),
+        ``asum(x)`` (sum |x_i|), ``amax(x)`` (max |x_i|). A vector is created (zeros) the first
+        time it is named; ``"params"`` is the parameters (an operation that writes them is a new
+        version of each shard).
 
         Returns:
-            float64 [len(shards)]: each shard's result (``dot``'s partial sums; 0 otherwise).
+            float64 [len(shards)]: each shard's result (the reductions' partial results: ``dot``
+            and ``asum`` sums, ``amax`` maxima; 0 otherwise).
         """
         code = VECTOR_OPS.get(op)
         if code is None or len(names) != OP_OPERANDS[code]:
@@ -470,6 +494,14 @@ class PSClient:
 
     def dot(self, x: str, y: str) -> float:
         return float(self.vector_op("dot", x, y).sum())
+
+    def asum(self, x: str) -> float:
+        """``sum |x_i|`` (an L1 norm): the sum of the shards' partial sums."""
+        return float(self.vector_op("asum", x).sum())
+
+    def amax(self, x: str) -> float:
+        """``max |x_i|``: the largest of the shards' maxima (NaN if any shard holds a NaN)."""
+        return float(self.vector_op("amax", x).max())
 
     def axpy(self, alpha: float, x: str, y: str) -> None:
         self.vector_op("axpy", x, y, alpha=alpha)

@@ -8,6 +8,8 @@ an MPMC queue: no lock on the path. A thread drains up to :data:`MAX_BATCH` item
 deltas queued for one shard are applied together by :func:`~hogwild_plugins.ps.kernels.apply_deltas`
 block by cache-sized block (Adam 3.3.1's opportunistic batching), the rest one by one in order:
 pulls see every change queued before them (a client that pushed and then pulls sees its push).
+A push into a named vector (``Kind.INTO``) goes through the same kernel with rule SGD, ``lr`` 1
+and coefficient 1 on that vector (``y += d``), in its place in the order.
 
 Threads pin themselves to their CPUs (the ``--node``'s) before touching their shards, so the
 first touch puts the shards' pages on that node (or ``bind_memory`` already did, with libnuma).
@@ -37,6 +39,8 @@ __all__ = ["Kind", "Shard", "SnapshotRound", "UpdateEngine", "Work"]
 
 MAX_BATCH = 64
 IDLE_WAIT_S = 0.05
+_NO_STATE = np.zeros(0, np.float32)  # rule SGD keeps no state
+_ONE = np.ones(1, np.float32)  # the coefficient of a push into a named vector
 
 
 @njit(cache=True)
@@ -58,7 +62,8 @@ def _get(q):
 
 
 class Kind:
-    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT, RESTORE, BARRIER = range(8)
+    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT, RESTORE, BARRIER, INTO = range(9)
+    """``INTO``: a delta added to a named vector (``names[0]``), not to the parameters."""
 
 
 @dataclass
@@ -409,6 +414,20 @@ class UpdateEngine:
             kernels.assign(shard.values, work.offset, work.data)
             shard.applied += 1
             self.applied[t] += 1
+        elif work.kind == Kind.INTO:  # y += d: rule SGD, lr 1, coefficient 1; no version
+            kernels.apply_deltas(
+                kernels.RULE_SGD,
+                shard.vector(work.names[0]),
+                _NO_STATE,
+                np.array([work.data.ctypes.data], np.int64),
+                np.array([work.offset], np.int64),
+                np.array([work.length], np.int64),
+                _ONE,
+                1.0,
+                0.0,
+                0.0,
+                kernels.BLOCK_FLOATS,
+            )
         elif work.kind == Kind.BARRIER:  # nothing: everything queued before it is applied
             pass
         elif work.kind == Kind.RESTORE:  # a replica's catch-up: values, state, version

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from hogwild_plugins.ps import checks
 from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
 from hogwild_plugins.ps.failover import (
@@ -311,10 +312,10 @@ class Replication:
         if len(frames) < 1:
             raise WireError("PREPARE needs the client's header frame", ErrorCode.BAD_FRAMES)
         client = unpack_header(memoryview(frames[0]))
-        if client.target != shard or client.type not in (
-            MsgType.PUSH_DELTAS,
-            MsgType.PUSH_VECTORS,
-            MsgType.ASSIGN,
+        if (
+            client.target != shard
+            or client.type not in (MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.ASSIGN)
+            or checks.is_named_push(client)  # named vectors are not replicated (yet)
         ):
             raise WireError(
                 "PREPARE carries an update of another shard or kind", ErrorCode.BAD_FRAMES

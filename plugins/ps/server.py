@@ -19,7 +19,14 @@ two thread wake-ups (to the update thread and back) off every push's round trip,
 small virtual machine cost as much as the transfer of a 1 MiB shard; "applied" reports a failure
 to apply (a bug: ``INTERNAL``) to the client that sent the update, and is what replication
 (issue 12) starts from. Control requests (``PING``, ``HELLO``: the layout and map, ``STATUS``:
-counters) are answered on the network thread.
+counters and the update rule's parameters) are answered on the network thread.
+
+A ``PUSH_DELTAS`` may name a vector beside the parameters (a second frame, the name, checked as
+vector-operation names are: :func:`~hogwild_plugins.ps.checks.check_named_push`): the delta is
+added to that vector (``y[offset:offset + n] += d``) on the shard's update thread, in order with
+everything else queued for the shard, without the rule, a version or staleness accounting: it is
+not a parameter update (Sandblaster's replicas sum their gradients this way). Like vector
+operations, it is refused with ``copies > 1`` (named vectors are not replicated yet).
 
 Received arrays are used in place (ZeroMQ's message buffers, no copy: ``recv = "inplace"``, the
 default) or received into blocks of a :class:`~hogwild.shm.pool.BufferPool`
@@ -356,8 +363,17 @@ class ParameterServer:
             )
         shard = checks.check_shard(header, self.layout, self.book.holds)
         size = self.layout.shard_size(shard)
-        if header.type in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
+        if checks.is_named_push(header):
+            checks.check_named_push(header)
+            checks.check_range(header.offset, header.shape[0], shard, size)
+        elif header.type in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
             checks.check_array(header, 1, 1)
+            if header.aux:
+                raise WireError(
+                    f"{header.type.name} of one frame: aux = {header.aux}, expected 0 (it is "
+                    "the name's length of a push into a named vector)",
+                    ErrorCode.BAD_HEADER,
+                )
             checks.check_range(header.offset, header.shape[0], shard, size)
         elif header.type == MsgType.PUSH_VECTORS:
             checks.check_array(header, 3, 2)
@@ -398,9 +414,11 @@ class ParameterServer:
                     f"server {self.options.index} is not serving (starting or stopping)",
                     ErrorCode.NOT_PRIMARY,
                 )
-            if header.type == MsgType.VECTOR_OP:
+            if header.type == MsgType.VECTOR_OP or checks.is_named_push(header):
                 raise WireError(
-                    "vector operations are not replicated yet (copies > 1)", ErrorCode.UNEXPECTED
+                    "vector operations and pushes into named vectors are not replicated yet "
+                    "(copies > 1)",
+                    ErrorCode.UNEXPECTED,
                 )
             if header.type != MsgType.PULL:
                 work = self._work(header, shard, local, request.frames)
@@ -424,6 +442,7 @@ class ParameterServer:
             Kind.DELTAS,
             Kind.VECTORS,
             Kind.ASSIGN,
+            Kind.INTO,
         )
         work.acked = ack_now
         self.engine.put(slot, work)
@@ -434,8 +453,14 @@ class ParameterServer:
         kind = header.type
         if kind in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
             data = frame_array(frames[0], DType.FLOAT32, header.shape, "delta")
-            k = Kind.DELTAS if kind == MsgType.PUSH_DELTAS else Kind.ASSIGN
-            return Work(k, local, header, offset=header.offset, length=header.shape[0], data=data)
+            k, names = (Kind.DELTAS if kind == MsgType.PUSH_DELTAS else Kind.ASSIGN), ()
+            if checks.is_named_push(header):  # into a named vector (Kind.INTO)
+                name = frame_array(frames[1], DType.UINT8, (header.aux,), "name")
+                k, names = Kind.INTO, (checks.parse_name(name),)
+            length = header.shape[0]
+            return Work(
+                k, local, header, offset=header.offset, length=length, data=data, names=names
+            )
         if kind == MsgType.PUSH_VECTORS:
             fc, r0, length = checks.layer_rows(header, self.geometry, lo, hi)
             k, m, rows = header.shape
@@ -517,6 +542,11 @@ class ParameterServer:
             "address": str(self.address),
             "servers": list(self.options.servers),
             "rule": self.options.rule,
+            "lr": self.options.lr,
+            "momentum": self.options.momentum,
+            "staleness_decay": self.options.staleness_decay,
+            "max_staleness": self.options.max_staleness,
+            "adagrad_eps": self.options.adagrad_eps,
             "n_params": self.layout.n_params,
             "shard_floats": self.layout.shard_floats,
             "n_shards": self.layout.n_shards,

@@ -7,7 +7,7 @@ from hogwild_plugins.ps import checks
 from hogwild_plugins.ps.layout import FcLayer, LayoutError, ModelGeometry, ShardLayout, job_name
 from hogwild_plugins.ps.shard import ShardBook, staleness_bin
 
-from hogwild.net.wire import DType, ErrorCode, Header, MsgType, WireError
+from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, WireError
 
 
 def test_shards_are_1mb_with_a_shorter_last_and_buckets_spread_evenly():
@@ -102,6 +102,37 @@ def test_request_checks_name_what_is_wrong():
         assert info.value.code == ErrorCode.BAD_NAME
     with pytest.raises(WireError, match="unknown vector operation"):
         checks.parse_names(Header(MsgType.VECTOR_OP, code=77), b"a")
+
+
+def test_a_push_into_a_named_vector_checks_every_field_and_its_name():
+    push = Header(
+        MsgType.PUSH_DELTAS, shape=(8,), dtype=DType.FLOAT32, frames=2, aux=4, flags=NO_BASIS
+    )
+    assert checks.is_named_push(push) and not checks.is_named_push(push._replace(frames=1))
+    checks.check_named_push(push)
+    assert checks.parse_name(b"grad") == "grad"
+    refusals = {
+        ErrorCode.BAD_NAME: [push._replace(aux=0), push._replace(aux=65)],
+        ErrorCode.BAD_HEADER: [
+            push._replace(version=3),
+            push._replace(flags=0),
+            push._replace(code=1),
+            push._replace(a=0.5),
+            push._replace(b=0.5),
+        ],
+        ErrorCode.BAD_FRAMES: [push._replace(dtype=DType.FLOAT64), push._replace(shape=(2, 4))],
+    }
+    for code, headers in refusals.items():
+        for header in headers:
+            with pytest.raises(WireError) as info:
+                checks.check_named_push(header)
+            assert info.value.code == code, header
+    for bad in (b"a b", b"x" * 65, b"\xff", b"", b"params", b"g,h"):
+        with pytest.raises(WireError) as info:
+            checks.parse_name(bad)
+        assert info.value.code == ErrorCode.BAD_NAME
+        named = repr(bad.decode()) if bad.isascii() else repr(bad)
+        assert f"vector name {named}" in str(info.value)  # the refusal names it
 
 
 def test_book_versions_staleness_and_refusals():
