@@ -5,12 +5,12 @@ The model is L2-regularised softmax regression on 400 MNIST training images (the
 agree to float tolerance over many iterations). Two parameter servers hold its 7,856 parameters
 in four shards; the coordinator moves only scalars (shard operations through its own client);
 replicas are threads, each with its own client, computing portion gradients with the engine's
-kernels (:func:`hogwild.model.gradient.gradient_range`).
+kernels (:func:`hogwild.model.gradient.gradient_range`) and pushing them into their own vectors
+on the shards, which the coordinator folds into the gradient.
 
 Oracles, as in tests/unit/test_sandblaster_lbfgs.py: ``torch.optim.LBFGS`` with a fixed step
-(``line_search_fn=None``; torch's first step ``min(1, 1/||g||_1) * lr`` is handed over as
-``first_step``, since no shard operation computes an L1 norm), and the float64 numpy reference
-L-BFGS for Armijo backtracking.
+(``line_search_fn=None``; the coordinator computes torch's first step ``min(1, 1/||g||_1) * lr``
+from the shards' ``asum``), and the float64 numpy reference L-BFGS for Armijo backtracking.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from hogwild_plugins.ps.sandblaster import (
     PortionScheduler,
     SandblasterLBFGS,
 )
-from hogwild_plugins.ps.sandblaster.batch import check_rule
+from hogwild_plugins.ps.sandblaster.batch import check_servers, replica_vector
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, Replica
 
 from hogwild.config import config_from_dict
@@ -67,9 +67,28 @@ def oracle(mnist, network) -> SoftmaxRegression:
     return SoftmaxRegression(X, labels, 10, L2, bias=bias, n_params=network.n_params)
 
 
+class DiesMidPush:
+    """A replica's client whose ``at``-th push reaches the first half of the parameters (two of
+    the four shards) and then fails, as a replica killed mid-push would."""
+
+    def __init__(self, client: PSClient, at: int) -> None:
+        self.client, self.at, self.pushes = client, at, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+    def push_deltas(self, delta, **kw):
+        self.pushes += 1
+        if self.pushes == self.at:
+            self.client.push_deltas(delta, ranges=[(0, delta.size // 2)], **kw)
+            raise ConnectionError("died mid-push (on purpose)")
+        return self.client.push_deltas(delta, **kw)
+
+
 @contextmanager
 def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None):
-    """Two servers, a coordinator and replica threads (one per dict of Replica keywords)."""
+    """Two servers, a coordinator and replica threads (one per dict of Replica keywords, and
+    ``die_mid_push``: the push its client fails in the middle of, see :class:`DiesMidPush`)."""
     images, labels = mnist
     servers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     geometry = ModelGeometry(network.n_params)
@@ -81,13 +100,16 @@ def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None):
             )
         client = stack.enter_context(PSClient(servers, "sb", client_id=1))
         assert client.layout.n_shards == 4
-        check_rule(client.status())
+        check_servers(client.status())
         board = Board(PortionScheduler(push_every=push_every, max_copies=2), timeout_s=20.0)
         objective = BatchObjective(client, board, N_EXAMPLES, PORTION, l2=L2)
         lbfgs = SandblasterLBFGS(client, objective, options)
         workers, threads = [], []
         for i, kw in enumerate(replicas):
+            kw = dict(kw)
             rc = stack.enter_context(PSClient(servers, "sb", client_id=10 + i))
+            if "die_mid_push" in kw:
+                rc = DiesMidPush(rc, kw.pop("die_mid_push"))
             workers.append(Replica(i, rc, board, PortionGradient(network, examples), **kw))
             threads.append(threading.Thread(target=workers[-1].run, daemon=True))
         for t in threads:
@@ -112,11 +134,13 @@ def close(a, b, rel=2e-5) -> bool:
 
 
 def fixed_step(oracle, history=5):
-    x0 = np.zeros(oracle.n_params)
-    first = oracle.torch_first_step(x0, 1.0)
-    options = LBFGSOptions(history=history, line_search="none", lr=1.0, first_step=first,
-                           tolerance_change=0.0)  # fmt: skip
-    return x0, options
+    options = LBFGSOptions(history=history, line_search="none", lr=1.0, tolerance_change=0.0)
+    return np.zeros(oracle.n_params), options
+
+
+def replica_vectors_are_zero(client, workers) -> bool:
+    """Between batches every replica's vector was folded and zeroed."""
+    return all(client.amax(replica_vector(w.id)) == 0.0 for w in workers)
 
 
 def test_one_replica_takes_the_steps_of_torch_lbfgs(mnist, network, oracle):
@@ -131,17 +155,21 @@ def test_one_replica_takes_the_steps_of_torch_lbfgs(mnist, network, oracle):
             assert it.loss == pytest.approx(oracle(b)[0], rel=2e-5), k
             got = params_of(client)
             assert close(got, b), (k, float(np.abs(got - b).max()))
+        # the parameters changed once per step (its axpy): no gradient passed through them
+        assert (client.versions == iterations).all()
+        assert replica_vectors_are_zero(client, workers)
         stats = board.scheduler.stats
     assert stats.batches == iterations + 1 and stats.portions == (iterations + 1) * 16
     assert stats.backups == stats.duplicates == 0  # one replica: nobody to back up
-    assert workers[0].pushes == (iterations + 1) * 6  # 16 portions, pushed every 3
+    # 16 portions, pushed every 3 or more (more while its previous push waits to be folded)
+    assert workers[0].pushed == stats.portions and workers[0].pushes <= (iterations + 1) * 6
     assert lbfgs.loss < 0.1 < oracle(x0)[0]
 
 
 def test_one_replica_with_armijo_backtracking_matches_the_reference(mnist, network, oracle):
     iterations = 10
     x0 = np.zeros(oracle.n_params)
-    opts = dict(history=5, lr=1.0, first_step=oracle.torch_first_step(x0, 1.0))
+    opts = dict(history=5, lr=1.0)
     want, losses, trials = reference_lbfgs(oracle, x0, iterations, line_search="armijo", **opts)
     assert max(trials) > 1  # the unit step is refused somewhere: the search backtracks
     options = LBFGSOptions(line_search="armijo", tolerance_change=0.0, **opts)
@@ -184,6 +212,7 @@ def test_a_replica_killed_mid_batch_loses_only_its_outstanding_portions(mnist, n
             assert close(params_of(client), b)
         stats = board.scheduler.stats
         assert sorted(board.scheduler.replicas) == [0, 2]
+        assert replica_vectors_are_zero(client, ws)
     # it had been handed a 5th portion and held those of its 4 it had not pushed yet: only those
     # were handed out again (and accepted again from other replicas)
     dead = ws[1]
@@ -191,3 +220,24 @@ def test_a_replica_killed_mid_batch_loses_only_its_outstanding_portions(mnist, n
     assert stats.lost == 1 + dead.kept - dead.pushed
     assert stats.portions == (iterations + 1) * 16 + dead.kept - dead.pushed
     assert any("died on purpose" in f for f in board.failures)
+
+
+def test_a_replica_that_dies_mid_push_counts_nothing_twice(mnist, network, oracle):
+    """Its partial push stays in its own vector, which is zeroed, never added; its portions are
+    computed again elsewhere, and the steps are torch's."""
+    iterations = 2
+    x0, options = fixed_step(oracle)
+    want = oracle.torch_steps(x0, iterations, history=options.history, lr=1.0)
+    replicas = ({}, {"die_mid_push": 2}, {})
+    with sandblaster(mnist, network, replicas, options=options) as (lbfgs, client, board, ws):
+        for b in want:
+            lbfgs.step()
+            assert close(params_of(client), b)
+        stats = board.scheduler.stats
+        assert sorted(board.scheduler.replicas) == [0, 2]
+        assert replica_vectors_are_zero(client, ws)  # the dead one's too
+    dead = ws[1]
+    assert dead.pushes == 1 and dead.client.pushes == 2  # the second failed half-way
+    assert any("died mid-push" in f for f in board.failures)
+    assert stats.lost >= 3  # the portions of that push (at least push_every), computed again
+    assert stats.portions == (iterations + 1) * 16 + dead.kept - dead.pushed

@@ -1,9 +1,9 @@
 """Sandblaster's L-BFGS coordinator (plugins/ps/sandblaster/lbfgs.py) on in-memory shard vectors.
 
 The oracles: ``torch.optim.LBFGS`` with ``line_search_fn=None`` (a fixed step; its first step
-``min(1, 1/||g||_1) * lr`` is handed to the coordinator as ``first_step``, since no shard
-operation computes an L1 norm), and :func:`reference_lbfgs`, a plain float64 numpy L-BFGS of
-the same algorithm with Armijo backtracking, itself checked against torch for the fixed step.
+``min(1, 1/||g||_1) * lr`` the coordinator computes from the shards' ``asum``), and
+:func:`reference_lbfgs`, a plain float64 numpy L-BFGS of the same algorithm with Armijo
+backtracking, itself checked against torch for the fixed step.
 The problem is a convex one, L2-regularised softmax regression, where float32 shard vectors and
 float64 references can agree to float tolerance over many iterations.
 
@@ -74,14 +74,11 @@ class SoftmaxRegression:
         assert len(seen) == iterations  # the closure runs at x_0 .. x_{K-1}
         return seen[1:] + [x.detach().numpy().copy()]
 
-    def torch_first_step(self, x0, lr: float) -> float:
-        """torch's first step, ``min(1, 1/||g(x0)||_1) * lr`` (an L1 norm: not a shard op)."""
-        return min(1.0, 1.0 / np.abs(self(x0)[1]).sum()) * lr
 
-
-def reference_lbfgs(fg, x0, iterations, *, history, lr, first_step, line_search, c1=1e-4,
-                    backtrack=0.5, eps=1e-10):  # fmt: skip
-    """Plain L-BFGS on float64 vectors, the algorithm of ``SandblasterLBFGS`` written out.
+def reference_lbfgs(fg, x0, iterations, *, history, lr, line_search, c1=1e-4, backtrack=0.5,
+                    eps=1e-10):  # fmt: skip
+    """Plain L-BFGS on float64 vectors, the algorithm of ``SandblasterLBFGS`` written out (the
+    first step torch's ``min(1, 1/||g||_1) * lr``).
 
     Returns:
         (iterates x_1..x_K, losses, trials per iteration).
@@ -106,7 +103,7 @@ def reference_lbfgs(fg, x0, iterations, *, history, lr, first_step, line_search,
             for (s_i, y_i, rho), alpha in zip(pairs, reversed(alphas), strict=True):
                 q = q + (alpha - (y_i @ q) * rho) * s_i
         d, g_prev, f0 = q, g, f
-        t = first_step if k == 1 else lr
+        t = min(1.0, 1.0 / np.abs(g).sum()) * lr if k == 1 else lr
         gtd = g @ d
         f, g = fg(x + t * d)
         n = 1
@@ -150,8 +147,7 @@ def test_the_reference_takes_torchs_steps_with_a_fixed_step():
     p = problem()
     x0 = np.zeros(p.n_params)
     want = p.torch_steps(x0, 15, history=4, lr=1.0)
-    first = p.torch_first_step(x0, 1.0)
-    got, _, _ = reference_lbfgs(p, x0, 15, history=4, lr=1.0, first_step=first, line_search="none")
+    got, _, _ = reference_lbfgs(p, x0, 15, history=4, lr=1.0, line_search="none")
     for k, (a, b) in enumerate(zip(got, want, strict=True)):
         assert np.abs(a - b).max() <= 1e-9 * max(1.0, np.abs(b).max()), k
 
@@ -160,8 +156,7 @@ def test_fixed_step_coordinator_takes_torchs_steps():
     p = problem(seed=1)
     x0 = np.zeros(p.n_params, np.float32)
     want = p.torch_steps(x0, 15, history=4, lr=1.0)
-    c, v = coordinator(p, x0, history=4, line_search="none", lr=1.0,
-                       first_step=p.torch_first_step(x0, 1.0), tolerance_change=0.0)  # fmt: skip
+    c, v = coordinator(p, x0, history=4, line_search="none", lr=1.0, tolerance_change=0.0)
     for k, b in enumerate(want, 1):
         it = c.step()
         assert it.k == k and it.evaluations == 1 and it.stop is None
@@ -172,7 +167,7 @@ def test_fixed_step_coordinator_takes_torchs_steps():
 def test_armijo_coordinator_matches_the_numpy_reference_and_backtracks():
     p = problem(seed=0, l2=1e-2)
     x0 = np.zeros(p.n_params, np.float32)
-    opts = dict(history=3, lr=1.0, first_step=1.0)
+    opts = dict(history=3, lr=2.0)  # a unit step that overshoots now and then
     want, losses, trials = reference_lbfgs(p, x0, 12, line_search="armijo", **opts)
     assert max(trials) > 1  # the search did backtrack somewhere
     c, v = coordinator(p, x0, line_search="armijo", tolerance_change=0.0, **opts)
@@ -190,11 +185,11 @@ def test_pairs_without_positive_curvature_are_skipped():
     def linear(x):  # constant gradient: y = 0, y.s = 0 every time
         return float(slope @ x), slope.copy()
 
-    c, v = coordinator(linear, np.zeros(10, np.float32), line_search="none", first_step=0.1,
-                       tolerance_change=0.0)  # fmt: skip
+    c, v = coordinator(linear, np.zeros(10, np.float32), line_search="none", tolerance_change=0.0)
     its = c.run(4)
     assert [it.pairs for it in its] == [0, 0, 0, 0]
-    assert np.allclose(v["params"], -slope * (0.1 + 3 * 1.0), atol=1e-6)  # steepest descent
+    first = 1.0 / np.abs(slope).sum()  # torch's min(1, 1/||g||_1)
+    assert np.allclose(v["params"], -slope * (first + 3 * 1.0), atol=1e-6)  # steepest descent
 
 
 def test_a_search_that_finds_no_decrease_gives_up_where_it_started():
@@ -207,11 +202,26 @@ def test_a_search_that_finds_no_decrease_gives_up_where_it_started():
     assert not v["params"].any() and (v["grad"] == 1).all()
 
 
-def test_convergence_stops_the_run():
-    def bowl(x):
-        x = np.asarray(x, np.float64)
-        return 0.5 * float(x @ x), x.copy()
+def bowl(x) -> tuple[float, np.ndarray]:
+    """``0.5 ||x||^2`` and its gradient ``x``."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * float(x @ x), x.copy()
 
+
+def test_convergence_stops_the_run():
     c, _ = coordinator(bowl, np.full(6, 3.0, np.float32))
     its = c.run(50)
     assert len(its) < 50 and its[-1].stop is not None and its[-1].loss < 1e-10
+    c, v = coordinator(bowl, np.zeros(6, np.float32))
+    it = c.step()  # already at the optimum: torch returns before its first iteration
+    assert it.stop.startswith("gradient max-abs") and it.evaluations == 0 and not v["params"].any()
+
+
+def test_torchs_stopping_tests_on_max_abs_reductions():
+    x0 = np.array([3.0, -4.0, 0.5], np.float32)
+    c, _ = coordinator(bowl, x0, tolerance_grad=3.99, tolerance_change=0.0)
+    it = c.step()  # max |g| = 4 > 3.99 at the start: it moves, by t = 1/||g||_1 = 1/7.5
+    assert it.evaluations == 1 and it.step == pytest.approx(1 / 7.5)
+    assert it.stop.startswith("gradient max-abs")  # max |g| = 4 (1 - 1/7.5) = 3.47 <= 3.99
+    c, _ = coordinator(bowl, x0, tolerance_grad=3.4, tolerance_change=0.54)
+    assert c.step().stop.startswith("step max-abs")  # |t| max |d| = 4 / 7.5 = 0.533

@@ -2,7 +2,8 @@
 
 Data affinity (contiguous stripes, halves stolen from the back), pushes every few portions and at
 the end, backup copies of outstanding portions with the first result kept and the others
-discarded and counted, the fetch barrier, and replicas that leave.
+discarded and counted, the coordinator's folds of each replica's vector (no push while one is
+pending; a vector left holding part of a push zeroed, never added), and replicas that leave.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from hogwild_plugins.ps.sandblaster.portions import (
     WAIT,
     Compute,
     Fetch,
+    Fold,
     Phase,
     PortionScheduler,
     Push,
@@ -20,17 +22,26 @@ from hogwild_plugins.ps.sandblaster.portions import (
 
 
 def started(replicas=(0, 1), n_portions=8, batch=1, **kw) -> PortionScheduler:
-    """A scheduler with ``replicas`` joined, ``batch`` begun, every replica fetched, opened."""
+    """A scheduler with ``replicas`` joined (their vectors zeroed), ``batch`` begun, every
+    replica fetched."""
     s = PortionScheduler(**kw)
     for r in replicas:
         s.join(r)
+    assert s.folds == [Fold(r) for r in replicas]  # zero each vector before it is pushed into
+    fold_all(s)
     s.begin(batch, n_portions)
     for r in replicas:
         assert s.request(r) == Fetch(batch)
         s.fetched(r, batch)
-    s.seal()
-    s.open()
     return s
+
+
+def fold_all(s: PortionScheduler) -> list[Fold]:
+    """The coordinator folds every pending vector."""
+    folds = s.folds
+    for fold in folds:
+        s.folded(fold)
+    return folds
 
 
 def compute(s: PortionScheduler, r: int, loss: float = 1.0) -> tuple[int, bool]:
@@ -41,9 +52,12 @@ def compute(s: PortionScheduler, r: int, loss: float = 1.0) -> tuple[int, bool]:
 
 
 def push(s: PortionScheduler, r: int) -> tuple[int, ...]:
+    """``r`` pushes, reports it, and the coordinator folds it."""
     task = s.request(r)
     assert isinstance(task, Push), task
     s.pushed(r, task.batch, task.portions)
+    assert Fold(r, task.portions) in s.folds
+    fold_all(s)
     return task.portions
 
 
@@ -60,6 +74,8 @@ def test_one_replica_takes_every_portion_in_order_and_pushes_every_few():
             assert isinstance(task, Push)
             pushes.append(task.portions)
             s.pushed(7, 1, task.portions)
+            assert not s.complete  # not before its fold
+            assert fold_all(s) == [Fold(7, task.portions)]
     assert order == list(range(7))
     assert pushes == [(0, 1, 2), (3, 4, 5), (6,)]  # every 3, and what is left at the end
     assert s.loss == sum(range(7)) and s.phase == Phase.DONE
@@ -106,34 +122,44 @@ def test_a_replica_is_never_given_a_backup_of_its_own_portion_and_late_results_a
     assert s.stats.stale == 1
 
 
-def test_the_fetch_barrier_holds_portions_until_all_fetched_and_open_and_late_joiners_wait():
+def test_no_push_while_a_fold_is_pending_and_a_partial_push_is_zeroed_not_added():
+    s = started(replicas=(0, 1), n_portions=8, push_every=1)
+    assert compute(s, 0) == (0, True)
+    assert s.request(0) == Push(1, (0,))
+    s.pushed(0, 1, (0,))
+    assert s.folds == [Fold(0, (0,))]
+    assert compute(s, 0) == (1, True)  # computes on while its push waits to be folded
+    assert s.request(0) == Compute(1, 2)  # but is not told to push into its vector again
+    assert s.finished(0, 1, 2, 1.0)
+    fold_all(s)
+    assert s.request(0) == Push(1, (1, 2))
+    assert compute(s, 1) == (4, True)
+    assert s.request(1) == Push(1, (4,))
+    s.pushed(0, 1, (1, 2))  # replica 0's push is complete; replica 1 dies during its own
+    assert s.leave(1) == [4]  # lost: computed again
+    assert s.folds == [Fold(0, (1, 2)), Fold(1)]  # replica 1's vector: zeroed, not added
+    assert s.leave(0) == []  # nothing outstanding: its reported push is still folded
+    assert s.folds == [Fold(0, (1, 2)), Fold(1)]
+    fold_all(s)
+    assert s.outstanding == [3, 4, 5, 6, 7] and s.loss == 3.0
+    s.join(1)  # the same number again: its vector is zeroed first, then it may push
+    assert s.folds == [Fold(1)]
+    with pytest.raises(SchedulerError, match="is not pending"):
+        s.folded(Fold(1, (4,)))
+
+
+def test_a_replica_fetches_on_its_first_request_of_each_batch_even_if_it_joins_late():
     s = PortionScheduler()
     s.join(0)
-    s.join(1)
-    s.begin(1, 4)
-    assert s.phase == Phase.FETCH and s.request(0) == Fetch(1)
-    s.fetched(0, 1)
-    assert s.request(0) == WAIT and not s.all_fetched  # replica 1 has not fetched
-    assert s.request(1) == Fetch(1)
-    s.fetched(1, 1)
-    assert s.all_fetched and s.request(0) == WAIT  # the coordinator has not opened
-    s.seal()
-    s.join(2)  # joins while the coordinator zeroes the parameters' place: no fetch now
-    assert s.request(2) == WAIT and s.phase == Phase.SEALED
-    with pytest.raises(SchedulerError, match="all fetched: False"):
-        PortionScheduler().seal()
-    s.open()
-    assert isinstance(s.request(0), Compute)
-    assert s.request(2) == WAIT  # mid-batch: the parameters' place holds a partial gradient
-
-
-def test_without_the_barrier_a_replica_fetches_then_computes():
-    s = PortionScheduler(fetch_barrier=False)
-    s.join(0)
+    assert s.request(0) == WAIT  # no batch yet
     s.begin(1, 2)
-    assert s.request(0) == Fetch(1)
+    assert s.phase == Phase.RUN and s.request(0) == Fetch(1)
     s.fetched(0, 1)
     assert s.request(0) == Compute(1, 0)
+    s.join(1)  # mid-batch: fetches and takes part
+    assert s.request(1) == Fetch(1)
+    s.fetched(1, 1)
+    assert s.request(1) == Compute(1, 1)
 
 
 def test_a_replica_that_leaves_loses_only_its_outstanding_portions():
@@ -152,6 +178,7 @@ def test_a_replica_that_leaves_loses_only_its_outstanding_portions():
             s.finished(0, 1, task.portion, 1.0)
         else:
             s.pushed(0, 1, task.portions)
+            fold_all(s)
     assert got == [0, 1, 2, 3, 6, 7]  # its own stripe, then the lost ones, in order
     assert s.loss == 8.0
     assert not s.finished(1, 1, 7, 1.0)  # the departed replica's late result: stale

@@ -2,37 +2,40 @@
 
 Modules, one concept each:
 
-* :mod:`.vectors`: the shard operations a coordinator issues (``dot``, ``axpy``, ``scale``,
-  ``copy``, ``fill`` on named vectors; :class:`~hogwild_plugins.ps.client.PSClient` has them)
-  and an in-memory stand-in with the shards' arithmetic.
+* :mod:`.vectors`: the shard operations a coordinator issues (``dot``, ``asum``, ``amax``,
+  ``axpy``, ``scale``, ``copy``, ``fill`` on named vectors;
+  :class:`~hogwild_plugins.ps.client.PSClient` has them) and an in-memory stand-in with the
+  shards' arithmetic.
 * :mod:`.lbfgs`: the coordinator's L-BFGS (two-loop recursion, history on the shards, Armijo
-  backtracking), holding scalars only.
+  backtracking, torch's first step and stopping tests), holding scalars only.
 * :mod:`.portions`: the I/O-free scheduler of a batch's portions (free replicas ask; backup
-  copies near the end, first result wins; data affinity; lost replicas).
+  copies near the end, first result wins; data affinity; lost replicas; which pushes the
+  coordinator folds into the gradient).
 * :mod:`.batch`: one batch pass (the board replicas and coordinator wait on, and the
   coordinator's ``evaluate()`` that gathers the gradient on the shards).
 * :mod:`.replica`: a replica's loop (fetch once per batch, portion gradients with the engine's
-  kernels, pushes every few portions).
+  kernels, pushes every few portions into its own vector on the shards).
 
 What differs from DistBelief, and why:
 
-* The gradient is summed in the parameters' own place (see :mod:`.batch`): the servers take
-  pushes only into ``"params"``, through their rule. The smallest addition that removes the
-  fetch barrier this forces: ``PUSH_DELTAS`` naming a target vector (a second frame with the
-  name, checked as vector-operation names are), admitted without a version change or
-  staleness accounting and applied on the shard's update thread as a plain ``y += d`` (the
-  existing ``apply_deltas`` kernel with rule SGD, ``lr = 1``, coefficient 1, on the named
-  vector). Pushing into a vector per replica (``sandblaster.g.<replica>``), which the
-  coordinator adds into ``"grad"`` and zeroes when the replica reports the push (``axpy``,
-  ``fill``), would also make a replica that dies mid-push harmless (its vector is zeroed, its
-  portions computed again), which summing in one place cannot.
-* The first step and the stopping tests use L2 norms where ``torch.optim.LBFGS`` uses an L1
-  norm and max-abs (no shard operation reduces with ``abs``); see :mod:`.lbfgs`.
+* Replicas push their gradients into a vector of their own beside the parameters (a push into
+  a named vector: ``y += d`` on the shards, no rule, no version), which the coordinator folds
+  into ``"grad"`` (``axpy``, then ``fill`` with 0) once the push is reported complete; the
+  paper does not say where the shards sum the gradient. A vector per replica makes a replica
+  that dies mid-push harmless (its vector is zeroed, its portions computed again); see
+  :mod:`.batch` and :mod:`.portions`.
 * Replicas here are threads of one process talking to the board directly; across processes the
   board's calls become messages (issue 13's cluster part).
+* Parameter servers that keep copies (``copies > 1``) refuse vector operations and named
+  pushes for now: :func:`~.batch.check_servers` says so before a run.
 """
 
-from hogwild_plugins.ps.sandblaster.batch import BatchObjective, BatchTimeout, Board
+from hogwild_plugins.ps.sandblaster.batch import (
+    BatchObjective,
+    BatchTimeout,
+    Board,
+    check_servers,
+)
 from hogwild_plugins.ps.sandblaster.lbfgs import Iteration, LBFGSOptions, SandblasterLBFGS
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler
 from hogwild_plugins.ps.sandblaster.vectors import LocalVectors, ShardVectors
@@ -47,4 +50,5 @@ __all__ = [
     "PortionScheduler",
     "SandblasterLBFGS",
     "ShardVectors",
+    "check_servers",
 ]

@@ -3,45 +3,46 @@
 :class:`Board` puts the :class:`~.portions.PortionScheduler` behind a lock and a condition so that
 replicas (threads of this process, :mod:`.replica`) and the coordinator can wait on it: a replica
 blocks in :meth:`Board.request` until there is work (or :data:`STOP`), the coordinator in
-:meth:`Board.run_batch` until every replica fetched and until every portion is pushed. It is the
-in-process transport; a networked one would carry the same calls as messages, the scheduler
+:meth:`Board.run_batch` until every portion is folded, folding pushes as they are reported. It is
+the in-process transport; a networked one would carry the same calls as messages, the scheduler
 unchanged. Every wait has a deadline (:class:`BatchTimeout` names what was outstanding).
 
 :class:`BatchObjective` is the coordinator's ``evaluate()`` for
 :class:`~.lbfgs.SandblasterLBFGS`: the loss and gradient of the batch at ``"params"``, with the
 gradient left on the shards as ``"grad"``, through shard operations only.
 
-**Where the gradient is summed.** Replicas push their accumulated gradients with
-:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas`, the only push the servers take, and it
-goes into the parameters, through the server's rule. So, with the servers' rule ``"sgd"`` and
-``ps.lr = 1`` (the defaults), a pass runs (``fetch_barrier``):
+**Where the gradient is summed.** Replica ``r`` pushes its accumulated gradients into a vector
+of its own, :func:`replica_vector` (``PSClient.push_deltas(..., into=...)``: ``y += d`` on each
+shard, beside the parameters, without the servers' rule or a version). A pass:
 
-1. ``begin``: every replica pulls ``"params"`` (= x) and reports it;
-2. once all have: ``copy(params -> sandblaster.x)``, ``fill(params, 0)``, then portions go out;
-3. the replicas' pushes sum their gradients into ``"params"`` (0 + g1 + g2 + ..., exact in
-   float32 up to summation order; adding them onto x and subtracting x after would lose the
-   gradient's low bits to x's magnitude);
-4. when every portion is pushed: ``copy(params -> grad)``, ``copy(sandblaster.x -> params)``,
-   ``scale(1/n, grad)``, and for L2 ``axpy(l2, params, grad)`` with the loss's ``0.5 l2 x.x``
-   from ``dot``.
+1. ``fill(grad, 0)``; the batch begins; each replica fetches ``"params"`` on its first request
+   (the parameters do not move during a pass) and computes portions;
+2. for each push a replica reports complete, the coordinator folds its vector:
+   ``axpy(1, sandblaster.g<r>, grad)``, ``fill(sandblaster.g<r>, 0)`` (a vector a replica left
+   holding part of a push is only zeroed; see :mod:`.portions`);
+3. when every portion is folded: ``scale(1/n, grad)``, and for L2 ``axpy(l2, params, grad)``
+   with the loss's ``0.5 l2 x.x`` from ``dot``.
 
-The price: during a pass ``"params"`` holds a partial gradient, so no replica may fetch after
-step 2 (a late replica waits a batch), and a server that flushes its shards to LMDB mid-pass
-writes the partial gradient, not the parameters. A push into a named vector
-(``PUSH_DELTAS`` naming ``"grad"``, added without the rule and without a version change) would
-remove all three; the package docstring describes it.
+The sum is formed in float32 on the shards as the pushes arrive (exact up to summation order).
+Per-replica vectors, rather than pushing straight into ``"grad"``, are what make a replica that
+dies mid-push harmless: its partial push stays in its own vector, which is zeroed, never added,
+while its portions are computed again elsewhere; pushed straight into ``"grad"``, the shards it
+reached would count those portions twice. The price is two vector operations per push, issued
+while the replicas go on computing.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.sandblaster.lbfgs import GRAD, PARAMS
 from hogwild_plugins.ps.sandblaster.portions import (
     Compute,
     Fetch,
+    Fold,
     PortionScheduler,
     Push,
     Wait,
@@ -51,9 +52,20 @@ from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
 from hogwild.errors import HogwildError
 
-__all__ = ["STOP", "BatchObjective", "BatchTimeout", "Board", "Stop", "check_rule"]
+__all__ = [
+    "STOP",
+    "BatchObjective",
+    "BatchTimeout",
+    "Board",
+    "Stop",
+    "check_servers",
+    "replica_vector",
+]
 
-SAVED = "sandblaster.x"
+
+def replica_vector(replica: int) -> str:
+    """The named vector replica ``replica`` pushes its gradients into."""
+    return f"sandblaster.g{replica}"
 
 
 class BatchTimeout(HogwildError):
@@ -72,7 +84,7 @@ class Board:
     """The scheduler, shared by replica threads and the coordinator (lock and condition).
 
     Args:
-        scheduler: The portion scheduler (its ``fetch_barrier`` must match the objective's).
+        scheduler: The portion scheduler.
         timeout_s: How long :meth:`run_batch` waits for any one event before it gives up.
     """
 
@@ -137,11 +149,17 @@ class Board:
 
     # ------------------------------------------------------------------ coordinator side
 
-    def run_batch(self, batch: int, n_portions: int, prepare=None) -> float:
-        """Run one pass: begin, wait for the fetches, ``prepare()``, open, wait for the pushes.
+    def run_batch(self, batch: int, n_portions: int, fold: Callable[[Fold], None]) -> float:
+        """Run one pass: begin, ``fold()`` each push as it is reported, until all are folded.
+
+        Args:
+            batch: The pass's number (increasing).
+            n_portions: Its portions.
+            fold: The coordinator's shard operations for one :class:`~.portions.Fold` (run
+                outside the lock: replicas go on computing meanwhile).
 
         Returns:
-            The summed loss the replicas reported for the portions they pushed.
+            The summed loss the replicas reported for the portions folded.
 
         Raises:
             BatchTimeout: ``timeout_s`` passed with no event that moved the batch on.
@@ -150,18 +168,19 @@ class Board:
         with self._cond:
             s.begin(batch, n_portions)
             self._cond.notify_all()
-            if s.fetch_barrier:
-                self._wait(lambda: s.all_fetched, f"batch {batch}: replicas to fetch")
-                s.seal()
-        if s.fetch_barrier:
-            if prepare is not None:
-                prepare()  # shard operations, outside the lock: replicas only wait meanwhile
+        while True:
             with self._cond:
-                s.open()
+                self._wait(lambda: s.complete or s.folds, f"batch {batch}: portions")
+                if s.complete:
+                    return s.loss
+                pending = s.folds
+            for item in pending:
+                fold(item)
+            with self._cond:
+                for item in pending:
+                    s.folded(item)
+                self._events += 1
                 self._cond.notify_all()
-        with self._cond:
-            self._wait(lambda: s.complete, f"batch {batch}: portions")
-            return s.loss
 
     def _wait(self, ready, what: str) -> None:
         """Wait (lock held) until ``ready()``; the deadline restarts whenever anything happens."""
@@ -180,18 +199,21 @@ class Board:
                 )
 
 
-def check_rule(status: list[dict]) -> None:
-    """The servers (``PSClient.status()``) must apply pushes as plain sums: rule ``"sgd"``.
+def check_servers(status: list[dict]) -> None:
+    """The servers (``PSClient.status()``) must serve Sandblaster's vectors: no copies.
+
+    Sandblaster touches the shards only through vector operations and pushes into named vectors,
+    which bypass the servers' update rule (so ``rule`` and ``lr`` do not matter) and which
+    replicated servers (``copies > 1``) refuse.
 
     Raises:
-        HogwildError: A server with another rule (its ``ps.lr`` must also be 1, which the status
-            does not show).
+        HogwildError: A replicated server.
     """
-    wrong = {s.get("address", "?"): s.get("rule") for s in status if s.get("rule") != "sgd"}
-    if wrong:
+    replicated = [s.get("address", "?") for s in status if s.get("replication") is not None]
+    if replicated:
         raise HogwildError(
-            f"Sandblaster sums gradients by pushing them into the parameters, which needs the "
-            f"servers' rule 'sgd' with ps.lr = 1; servers {wrong} have other rules"
+            f"Sandblaster keeps its vectors on the shards (vector operations, pushes into named "
+            f"vectors), which replicated servers refuse: {replicated} keep copies (copies > 1)"
         )
 
 
@@ -214,10 +236,6 @@ class BatchObjective:
         portion: int,
         l2: float = 0.0,
     ) -> None:
-        if not board.scheduler.fetch_barrier:
-            raise HogwildError(
-                "the batch pass sums gradients in the parameters' place and needs fetch_barrier"
-            )
         self.v, self.board = vectors, board
         self.n_examples, self.portion, self.l2 = n_examples, portion, l2
         self.n_portions = portions_of(n_examples, portion)
@@ -225,18 +243,19 @@ class BatchObjective:
 
     def __call__(self) -> float:
         v = self.v
-
-        def prepare() -> None:
-            v.copy(PARAMS, SAVED)
-            v.fill(PARAMS, 0.0)
-
+        v.fill(GRAD, 0.0)
         self.batch += 1
-        total = self.board.run_batch(self.batch, self.n_portions, prepare)
-        v.copy(PARAMS, GRAD)
-        v.copy(SAVED, PARAMS)
+        total = self.board.run_batch(self.batch, self.n_portions, self._fold)
         v.scale(1.0 / self.n_examples, GRAD)
         loss = total / self.n_examples
         if self.l2:
             loss += 0.5 * self.l2 * v.dot(PARAMS, PARAMS)
             v.axpy(self.l2, PARAMS, GRAD)
         return loss
+
+    def _fold(self, fold: Fold) -> None:
+        """Add replica ``fold.replica``'s vector to the gradient (if it holds a push), zero it."""
+        vector = replica_vector(fold.replica)
+        if fold.portions:
+            self.v.axpy(1.0, vector, GRAD)
+        self.v.fill(vector, 0.0)

@@ -20,8 +20,8 @@ arranges it, so that with a fixed step the two take the same steps:
    ``y.s > curvature_eps``, as torch does, since nothing else here guarantees positive curvature.
 2. ``d = -H g`` by the two-loop recursion, in place in ``"lbfgs.d"`` (the first iteration:
    ``d = -g``).
-3. A step ``t`` along ``d``: the first iteration tries ``first_step`` (default
-   ``min(1, 1/||g||_2) * lr``), later ones ``lr``.
+3. A step ``t`` along ``d``: the first iteration tries torch's ``min(1, 1/||g||_1) * lr`` (the
+   L1 norm from the shards' ``asum``), later ones ``lr``.
 
 **Line search.** DistBelief states no rule: section 4.2 names L-BFGS and the shard operations,
 and the appendix text kept in shared/papers describes only the decomposition into scalar-vector
@@ -36,16 +36,14 @@ phase) when a step is too short; here pairs with ``y.s <= curvature_eps`` are sk
 (step 1). ``line_search="none"`` takes the step as it is, as ``torch.optim.LBFGS`` does with
 ``line_search_fn=None``: the tests compare that with PyTorch (to float32 rounding).
 
-**What the operations cannot express.** torch's first step is ``min(1, 1/||g||_1) * lr`` and its
-stopping tests use ``max |g|`` and ``max |t d|``: an L1 norm and a max-abs reduction, which no
-shard operation computes (``dot`` gives only sums of products). Here the first step uses the L2
-norm unless ``first_step`` is given (a scalar the caller may compute: the test gives torch's own),
-and convergence is ``||g||_2 <= tolerance_grad`` or ``|f_k - f_{k-1}| < tolerance_change``.
+**Stopping tests**, torch's, in torch's order, from the shards' reductions: before the first
+iteration, ``max |g| <= tolerance_grad``; after each, ``max |g| <= tolerance_grad`` (``amax``),
+``|t| max |d| <= tolerance_change`` (torch's ``max |t d|``), or ``|f_k - f_{k-1}| <
+tolerance_change``; and no iteration moves when ``g.d > -tolerance_change``.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,21 +65,21 @@ class LBFGSOptions:
     Attributes:
         history: Pairs ``(s_i, y_i)`` kept (m).
         line_search: ``"armijo"`` (backtracking) or ``"none"`` (take the step as it is).
-        lr: The step tried first (``"armijo"``) or taken (``"none"``) from iteration 2 on.
-        first_step: The first iteration's step (None: ``min(1, 1/||g||_2) * lr``).
+        lr: The step tried first (``"armijo"``) or taken (``"none"``) from iteration 2 on (the
+            first iteration's is ``min(1, 1/||g||_1) * lr``, as torch's).
         c1: Armijo's sufficient-decrease constant.
         backtrack: Factor applied to a rejected step (0 < backtrack < 1).
         max_backtracks: Rejected trials before the search gives up (the iteration fails).
         curvature_eps: A pair joins the history only when ``y.s`` exceeds this (torch: 1e-10).
-        tolerance_grad: Converged when ``||g||_2`` is at most this.
-        tolerance_change: Converged when the loss changes by less than this, or ``g.d`` is above
-            ``-tolerance_change`` (no descent left along ``d``).
+        tolerance_grad: Converged when ``max |g|`` is at most this.
+        tolerance_change: Converged when the step's ``max |t d|`` is at most this, the loss
+            changes by less than this, or ``g.d`` is above ``-tolerance_change`` (no descent left
+            along ``d``).
     """
 
     history: int = 10
     line_search: str = "armijo"
     lr: float = 1.0
-    first_step: float | None = None
     c1: float = 1e-4
     backtrack: float = 0.5
     max_backtracks: int = 20
@@ -177,15 +175,15 @@ class SandblasterLBFGS:
         if self.loss is None:
             self.start()
         self.k += 1
+        f0 = self.loss
+        if self.k == 1 and v.amax(GRAD) <= o.tolerance_grad:
+            return Iteration(self.k, f0, 0.0, 0.0, 0, 0, "gradient max-abs at most tolerance_grad")
         if self.k > 1:
             self._add_pair()
         self._direction()
         v.copy(GRAD, self.g_prev)
-        f0 = self.loss
         if self.k == 1:
-            t = o.first_step
-            if t is None:
-                t = min(1.0, 1.0 / max(math.sqrt(v.dot(GRAD, GRAD)), 1e-300)) * o.lr
+            t = min(1.0, 1.0 / max(v.asum(GRAD), 1e-300)) * o.lr
         else:
             t = o.lr
         gtd = v.dot(GRAD, self.d)
@@ -204,10 +202,12 @@ class SandblasterLBFGS:
             f, trials = self._evaluate(), trials + 1
         self.t_prev, self.loss = t, f
         stop = None
-        if abs(f - f0) < o.tolerance_change:
+        if v.amax(GRAD) <= o.tolerance_grad:
+            stop = "gradient max-abs at most tolerance_grad"
+        elif abs(t) * v.amax(self.d) <= o.tolerance_change:
+            stop = "step max-abs at most tolerance_change"
+        elif abs(f - f0) < o.tolerance_change:
             stop = "loss changed less than tolerance_change"
-        elif math.sqrt(v.dot(GRAD, GRAD)) <= o.tolerance_grad:
-            stop = "gradient norm at most tolerance_grad"
         return Iteration(self.k, f, t, gtd, trials, len(self.history), stop)
 
     def _add_pair(self) -> None:

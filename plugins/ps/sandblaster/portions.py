@@ -10,31 +10,43 @@ batch and send their gradients every few completed portions.
 
 :class:`PortionScheduler` keeps that bookkeeping and does no I/O (../shared/CONVENTIONS.md,
 after dask's worker state machine): it changes only through its event methods (:meth:`join`,
-:meth:`leave`, :meth:`begin`, :meth:`seal`, :meth:`open`, :meth:`fetched`, :meth:`finished`,
-:meth:`pushed`) and answers :meth:`request` with an instruction (:class:`Fetch`,
-:class:`Compute`, :class:`Push`, :data:`WAIT`). Its invariants:
+:meth:`leave`, :meth:`begin`, :meth:`fetched`, :meth:`finished`, :meth:`pushed`,
+:meth:`folded`) and answers :meth:`request` with an instruction (:class:`Fetch`,
+:class:`Compute`, :class:`Push`, :data:`WAIT`) and the coordinator's :attr:`folds` with its
+work (:class:`Fold`).
 
-* A portion's gradient reaches the parameter server exactly once: a replica adds a portion's
+**Pushes and folds.** Each replica pushes into a vector of its own on the shards (a push into a
+named vector: see :mod:`.batch`); the coordinator *folds* a push the replica reported complete
+(adds the replica's vector to the batch's gradient and zeroes it). A replica is given no new
+:class:`Push` while a fold of its vector is pending, so when folded its vector holds exactly one
+whole push. A replica that leaves during a push may have reached some shards and not others:
+its vector is zeroed instead (a :class:`Fold` with no portions), never added, and the portions
+of that push are computed again elsewhere: nothing is counted twice. Every replica's vector is
+zeroed when it joins (what an earlier run, or an earlier replica of that number, left there).
+Not covered: a push still in flight when its replica is declared gone and delivered after the
+coordinator zeroed the vector (a replica thread leaves only once its push returned or failed).
+
+Its invariants:
+
+* A portion's gradient reaches the batch's gradient exactly once: a replica adds a portion's
   gradient to the ones it will push only when :meth:`finished` accepted it (the first copy to
-  finish); every later copy is discarded and counted (``duplicates``). The batch is complete
-  when every portion was accepted *and* pushed, so the coordinator reads a whole gradient.
-* The loss of a portion is counted with its gradient (when pushed), never twice.
+  finish); every later copy is discarded and counted (``duplicates``); a push reaches the
+  gradient only through its fold. The batch is complete when every portion was accepted, pushed
+  and folded, and no fold is pending, so the coordinator reads a whole gradient.
+* The loss of a portion is counted with its gradient (when folded), never twice.
 * Affinity: :meth:`begin` cuts the portions into one contiguous stripe per replica, taken front
   to back; a replica whose stripe is empty steals the back half of the longest stripe left, so
   both keep sequential runs (a stripe whose replica left is taken whole). Backup copies start
   only when no portion is left unassigned, go to a replica not already running that portion,
   oldest first, at most ``max_copies`` running at once.
 * A replica that leaves (killed, timed out) loses only its outstanding portions: the one it was
-  running (unless a copy runs elsewhere) and those accepted but not yet pushed, which go back to
-  be assigned again (``lost``). Not covered: a replica that dies *during* a push may have reached
-  some shards and not others; its portions are computed again and the shards it reached count
-  them twice. Closing that needs a push the shards can deduplicate (see the package docstring).
+  running (unless a copy runs elsewhere), those accepted but not yet pushed and those of a push
+  it had not reported, which go back to be assigned again (``lost``). A push it reported is
+  still folded.
 
-With ``fetch_barrier`` (the default) no portion is handed out until every replica fetched the
-batch's parameters, the coordinator sealed the batch (:meth:`seal`: no fetch after it) and
-opened it (:meth:`open`): the coordinator accumulates the gradient in the parameters' own place
-(see :mod:`.batch`), so no replica may fetch once it starts preparing that place; a replica that
-joins later waits for the next batch.
+A replica fetches the parameters once per batch, on its first request in it (the coordinator
+moves the parameters only between batches), then computes; one that joins mid-batch fetches and
+takes part at once.
 """
 
 from __future__ import annotations
@@ -50,6 +62,7 @@ __all__ = [
     "WAIT",
     "Compute",
     "Fetch",
+    "Fold",
     "Phase",
     "PortionScheduler",
     "Push",
@@ -94,15 +107,22 @@ class Wait:
 WAIT = Wait()
 
 
+@dataclass(frozen=True)
+class Fold:
+    """The coordinator's work for ``replica``'s vector: add it to the gradient (when
+    ``portions``, the push it holds) and zero it; then report :meth:`PortionScheduler.folded`."""
+
+    replica: int
+    portions: tuple[int, ...] = ()
+
+
 class Phase(Enum):
     IDLE = "idle"  # no batch begun
-    FETCH = "fetch"  # replicas fetch the parameters (barrier: no portion handed out yet)
-    SEALED = "sealed"  # barrier: every replica fetched; no more fetches; the coordinator prepares
     RUN = "run"  # portions handed out
-    DONE = "done"  # every portion pushed
+    DONE = "done"  # every portion folded
 
 
-TODO, RUNNING, ACCEPTED, PUSHING, PUSHED = range(5)
+TODO, RUNNING, ACCEPTED, PUSHING, REPORTED, FOLDED = range(6)
 
 
 @dataclass
@@ -132,17 +152,17 @@ class PortionScheduler:
 
     Args:
         push_every: A replica pushes its accumulated gradient once it holds this many accepted
-            portions (and at the end of the batch).
+            portions (and at the end of the batch); more, when its previous push is still
+            waiting to be folded (it computes on meanwhile).
         max_copies: Copies of one portion running at once (1: no backup tasks).
-        fetch_barrier: Hand out portions only once every replica fetched and the coordinator
-            called :meth:`seal` and :meth:`open` (see the module docstring).
     """
 
-    def __init__(self, *, push_every: int = 4, max_copies: int = 2, fetch_barrier: bool = True):
+    def __init__(self, *, push_every: int = 4, max_copies: int = 2):
         if push_every < 1 or max_copies < 1:
             raise ValueError(f"push_every={push_every} and max_copies={max_copies} must be >= 1")
-        self.push_every, self.max_copies, self.fetch_barrier = push_every, max_copies, fetch_barrier
+        self.push_every, self.max_copies = push_every, max_copies
         self.replicas: dict[int, _Replica] = {}
+        self._folds: dict[int, Fold] = {}  # pending, by replica (at most one each)
         self.stats = Stats()
         self.phase = Phase.IDLE
         self.batch = -1
@@ -162,12 +182,15 @@ class PortionScheduler:
         if replica in self.replicas:
             raise SchedulerError(f"replica {replica} joined twice")
         self.replicas[replica] = _Replica()
+        self._folds.setdefault(replica, Fold(replica))  # its vector zeroed before it pushes
 
     def leave(self, replica: int) -> list[int]:
         """A replica is gone; the portions handed out again because of it (its lost work)."""
         state = self.replicas.pop(replica, None)
-        if state is None or self.phase not in (Phase.FETCH, Phase.SEALED, Phase.RUN):
+        if state is None or self.phase != Phase.RUN:
             return []
+        if state.pushing:  # its vector may hold part of that push: zeroed, never added
+            self._folds[replica] = Fold(replica)
         lost = list(state.accepted) + list(state.pushing)
         if state.current is not None:
             runners = self._runners[state.current]
@@ -186,7 +209,7 @@ class PortionScheduler:
 
     def begin(self, batch: int, n_portions: int) -> None:
         """Start ``batch`` of ``n_portions`` portions, striped over the replicas present."""
-        if self.phase in (Phase.FETCH, Phase.SEALED, Phase.RUN):
+        if self.phase == Phase.RUN:
             raise SchedulerError(f"batch {batch} begun while batch {self.batch} is not complete")
         if batch <= self.batch or n_portions < 1:
             raise SchedulerError(f"batch {batch} of {n_portions} portions after batch {self.batch}")
@@ -205,24 +228,6 @@ class PortionScheduler:
         for state in self.replicas.values():
             state.current, state.accepted, state.pushing = None, [], ()
         self.stats.batches += 1
-        self.phase = Phase.FETCH if self.fetch_barrier else Phase.RUN
-
-    @property
-    def all_fetched(self) -> bool:
-        """Every replica present fetched this batch's parameters (and there is at least one)."""
-        return bool(self.replicas) and all(r.fetched == self.batch for r in self.replicas.values())
-
-    def seal(self) -> None:
-        """Barrier mode: every replica fetched; from now on nobody fetches this batch."""
-        if self.phase != Phase.FETCH or not self.all_fetched:
-            raise SchedulerError(f"seal() in phase {self.phase.value}, all fetched: "
-                                 f"{self.all_fetched}")  # fmt: skip
-        self.phase = Phase.SEALED
-
-    def open(self) -> None:
-        """Barrier mode: the coordinator prepared the gradient's place; hand out portions."""
-        if self.phase != Phase.SEALED:
-            raise SchedulerError(f"open() in phase {self.phase.value}")
         self.phase = Phase.RUN
 
     @property
@@ -231,8 +236,13 @@ class PortionScheduler:
 
     @property
     def outstanding(self) -> list[int]:
-        """Portions not pushed yet."""
-        return [p for p, s in enumerate(self._state) if s != PUSHED]
+        """Portions not folded yet."""
+        return [p for p, s in enumerate(self._state) if s != FOLDED]
+
+    @property
+    def folds(self) -> list[Fold]:
+        """The coordinator's pending work, oldest first (see the module docstring)."""
+        return list(self._folds.values())
 
     # ------------------------------------------------------------------ requests
 
@@ -244,20 +254,18 @@ class PortionScheduler:
                 f"replica {replica} asked for work while it holds portion {state.current} "
                 f"or a push of {state.pushing}"
             )
-        if self.phase in (Phase.IDLE, Phase.DONE):
+        if self.phase != Phase.RUN:
             return WAIT
         if state.fetched != self.batch:
-            may = self.phase == Phase.FETCH or (self.phase == Phase.RUN and not self.fetch_barrier)
-            return Fetch(self.batch) if may else WAIT
-        if self.phase in (Phase.FETCH, Phase.SEALED):
-            return WAIT
-        if len(state.accepted) >= self.push_every:
+            return Fetch(self.batch)
+        may_push = replica not in self._folds  # its vector holds nothing pending
+        if len(state.accepted) >= self.push_every and may_push:
             return self._push(state)
         portion = self._next_own(replica)
         if portion is not None:
             return self._assign(replica, state, portion, backup=False)
         if state.accepted:
-            return self._push(state)
+            return self._push(state) if may_push else WAIT
         portion = self._backup_for(replica)
         if portion is not None:
             state.backups += 1
@@ -347,7 +355,7 @@ class PortionScheduler:
         return True
 
     def pushed(self, replica: int, batch: int, portions: tuple[int, ...]) -> None:
-        """``replica``'s push of ``portions`` was acknowledged by every shard."""
+        """``replica``'s push of ``portions`` was acknowledged by every shard: fold it."""
         state = self.replicas.get(replica)
         if state is None or batch != self.batch:
             self.stats.stale += 1
@@ -358,10 +366,20 @@ class PortionScheduler:
             )
         state.pushing = ()
         for portion in portions:
-            self._state[portion] = PUSHED
+            self._state[portion] = REPORTED
+        self._folds[replica] = Fold(replica, tuple(portions))
+
+    def folded(self, fold: Fold) -> None:
+        """The coordinator added ``fold``'s vector to the gradient (if it held a push) and zeroed
+        it."""
+        if self._folds.get(fold.replica) != fold:
+            raise SchedulerError(f"{fold} is not pending (pending: {self.folds})")
+        del self._folds[fold.replica]
+        for portion in fold.portions:
+            self._state[portion] = FOLDED
             self.loss += self._loss[portion]
-        self._pushed += len(portions)
-        if self._pushed == len(self._state):
+        self._pushed += len(fold.portions)
+        if self.phase == Phase.RUN and self._pushed == len(self._state) and not self._folds:
             self.phase = Phase.DONE
 
     def done_by(self) -> dict[int, int]:

@@ -8,9 +8,10 @@ pulls the parameters; on :class:`~.portions.Compute` it computes the summed loss
 the portion's examples with the engine's own kernels
 (:func:`hogwild.model.gradient.gradient_range`, dropout off) and, if the board accepts the result
 (the first copy to finish), adds the gradient to what it will push; on
-:class:`~.portions.Push` it pushes that sum
-(:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas`) and reports it. Its parameters stay
-those fetched for the whole batch.
+:class:`~.portions.Push` it pushes that sum into its own vector on the shards
+(:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas` ``into``
+:func:`~.batch.replica_vector`, which the coordinator folds into the gradient) and reports it.
+Its parameters stay those fetched for the whole batch.
 
 :class:`Examples` says which examples make portion ``p``: ``order[p * portion : (p + 1) *
 portion]``, so sequential portions are sequential examples (data affinity).
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from hogwild_plugins.ps.sandblaster.batch import Board, Stop
+from hogwild_plugins.ps.sandblaster.batch import Board, Stop, replica_vector
 from hogwild_plugins.ps.sandblaster.portions import Compute, Fetch, Push, portions_of
 
 from hogwild.model.context import TrainingContext
@@ -119,6 +120,7 @@ class Replica:
         self.delay_s, self.die_after = delay_s, die_after
         self.params = np.zeros(client.layout.n_params, np.float32)
         self.accrued = np.zeros_like(self.params)
+        self.vector = replica_vector(replica)
         self.computed = self.kept = self.pushes = self.pushed = 0
         self.error: BaseException | None = None
 
@@ -140,7 +142,7 @@ class Replica:
                         return
                     self._compute(instruction)
                 elif isinstance(instruction, Push):
-                    self.client.push_deltas(self.accrued)
+                    self.client.push_deltas(self.accrued, into=self.vector)
                     self.accrued.fill(0.0)
                     self.pushes += 1
                     self.pushed += len(instruction.portions)

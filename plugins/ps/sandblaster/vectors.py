@@ -3,15 +3,17 @@
 DistBelief's appendix: L-BFGS decomposes into scalar-vector products and inner products of
 vectors as long as the parameters; if every shard always holds the same slice of every vector,
 each operation runs on each shard's slice with no vector crossing the network, and only the
-scalar results (partial dot products, summed by the caller) travel. :class:`ShardVectors` is that
+scalar results (partial dot products and norms, combined by the caller) travel. Besides ``dot``,
+the reductions ``asum`` (an L1 norm) and ``amax`` (max-abs) give ``torch.optim.LBFGS``'s first
+step and stopping tests. :class:`ShardVectors` is that
 set of operations as :class:`~hogwild_plugins.ps.client.PSClient` offers them on the parameter
 servers' named vectors (``"params"`` is the parameters); a coordinator written against it moves
 only scalars.
 
 :class:`LocalVectors` keeps the named vectors in this process with the shards' arithmetic
-(float32 vectors, the scalar rounded to float32 before it multiplies, dot products summed in
-float64), so the L-BFGS logic is testable without a server, and a test can predict the servers'
-results bit for bit.
+(float32 vectors, the scalar rounded to float32 before it multiplies, dot products and ``asum``
+summed in float64), so the L-BFGS logic is testable without a server, and a test can predict
+the servers' results bit for bit.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ class ShardVectors(Protocol):
 
     def dot(self, x: str, y: str) -> float:
         """``x . y`` (the sum of the shards' partial dot products)."""
+
+    def asum(self, x: str) -> float:
+        """``sum |x_i|`` (the sum of the shards' partial sums)."""
+
+    def amax(self, x: str) -> float:
+        """``max |x_i|`` (the largest of the shards' maxima)."""
 
     def axpy(self, alpha: float, x: str, y: str) -> None:
         """``y += alpha * x``."""
@@ -64,6 +72,14 @@ class LocalVectors:
     def dot(self, x: str, y: str) -> float:
         self.ops += 1
         return float(np.dot(self[x].astype(np.float64), self[y].astype(np.float64)))
+
+    def asum(self, x: str) -> float:
+        self.ops += 1
+        return float(np.abs(self[x].astype(np.float64)).sum())
+
+    def amax(self, x: str) -> float:
+        self.ops += 1
+        return float(np.abs(self[x]).max(initial=0.0))
 
     def axpy(self, alpha: float, x: str, y: str) -> None:
         self.ops += 1
