@@ -128,11 +128,23 @@ class PsConfig:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """The roles of ``hogwild cluster``: replicas, parameter servers, data servers, launcher."""
+    """The roles of ``hogwild cluster``: replicas, parameter servers, data servers, launcher.
+
+    ``framework`` to ``optimizer`` are SINGA's topology (worker groups, server groups); they are
+    resolved together with ``replicas``, ``workers_per_replica`` and ``ps`` by
+    :func:`hogwild.cluster.topology.resolve_topology`, whose docstring has the mapping.
+    """
 
     replicas: int = 2
     workers_per_replica: int = 1
     ps: int = 1
+    framework: str = ""
+    worker_groups: int = 0
+    workers_per_group: int = 0
+    server_groups: int = 0
+    servers_per_group: int = 0
+    sync_every: int = 0
+    optimizer: str = ""
     data_servers: int = 0
     launcher: str = "local"
     ray_address: str = ""

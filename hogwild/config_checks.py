@@ -125,7 +125,7 @@ def check_config(config: Config, origin: str) -> None:
     if out.keep_checkpoints < 1:
         fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
     _check_ps(config.ps, fail)
-    _check_cluster(config.cluster, fail)
+    _check_cluster(config.cluster, config.ps.rule, fail)
     decay = config.optim.lr * config.optim.weight_decay * config.train.n_push
     if decay >= 1.0:  # the fraction of a weight one push of vectors removes must be below 1
         fail(
@@ -187,18 +187,27 @@ def _check_ps(ps, fail) -> None:
         )
 
 
-def _check_cluster(cluster, fail) -> None:
+def _check_cluster(cluster, ps_rule: str, fail) -> None:
+    from hogwild.cluster.topology import TopologyError, resolve_topology
+
     if cluster.replicas < 1 or cluster.workers_per_replica < 1 or cluster.ps < 1:
         fail(
             "cluster.replicas, cluster.workers_per_replica and cluster.ps must be >= 1, got "
             f"{cluster.replicas}, {cluster.workers_per_replica} and {cluster.ps}"
         )
+    if cluster.copies < 1:
+        fail(f"cluster.copies must be >= 1 (1: no replication), got {cluster.copies}")
+    try:
+        topology = resolve_topology(cluster, ps_rule)
+    except TopologyError as exc:
+        fail(str(exc))
     if min(cluster.data_servers, cluster.warm_start, cluster.metrics_port, cluster.restarts) < 0:
         fail(
             "cluster.data_servers, cluster.warm_start, cluster.metrics_port and cluster.restarts "
             "must be >= 0"
         )
-    last_port = cluster.metrics_port + cluster.ps + cluster.data_servers + cluster.replicas
+    roles = topology.servers + cluster.data_servers + topology.worker_groups
+    last_port = cluster.metrics_port + roles
     if cluster.metrics_port and last_port > 65535:
         fail(
             f"cluster.metrics_port = {cluster.metrics_port}: the job's roles take ports up to "
@@ -213,11 +222,6 @@ def _check_cluster(cluster, fail) -> None:
             f"cluster.copies = {cluster.copies} with cluster.launcher = {cluster.launcher!r}: "
             'give cluster.etcd = "HOST:PORT", an etcd every node can reach (the one '
             "hogwild cluster starts listens on this host's loopback only)"
-        )
-    if cluster.copies < 1 or (cluster.copies > 1 and cluster.copies > cluster.ps):
-        fail(
-            f"cluster.copies = {cluster.copies}: expected 1 (no replication) up to cluster.ps "
-            f"({cluster.ps}): the copies of a bucket live on different servers"
         )
     if not cluster.host.strip():
         fail("cluster.host must name the host the roles bind and advertise, e.g. 127.0.0.1")
