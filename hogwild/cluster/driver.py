@@ -8,7 +8,11 @@ section 4.1). It:
    (``hogwild data serve``), through the launcher ``cluster.launcher`` names;
 2. gives the servers the model: the initial weights, or the checkpoint's with ``--resume``
    (through the ``ps`` parameter store's parent side, :mod:`hogwild.store`);
-3. starts the model replicas (``hogwild cluster replica``), which join that model;
+3. starts the model replicas (``hogwild cluster replica``), which join that model. The job's
+   topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
+   or with ``cluster.framework = "sandblaster"`` the one worker group (the L-BFGS coordinator
+   and its replica threads, :mod:`hogwild_plugins.ps.sandblaster.group`); a framework not built
+   yet is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
    progress; at every epoch end it pulls the servers' model, evaluates it on the test set,
@@ -55,7 +59,8 @@ from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
 from hogwild.cluster.prometheus import role_ports, serve_metrics
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
-from hogwild.config import ps_update_rule
+from hogwild.cluster.topology import require_built, resolve_topology
+from hogwild.config import PS_DEFAULT_LR
 from hogwild.errors import HogwildError
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
@@ -99,8 +104,19 @@ class ClusterDriver:
 
     def __init__(self, config, data, *, resume=False, overwrite=False) -> None:
         self.job = job_name(config)
-        rule, lr = ps_update_rule(config.ps, downpour=config.cluster.replicas > 1)
-        self.config = config.override({"ps.job": self.job, "ps.rule": rule, "ps.lr": lr})
+        self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
+        require_built(topology)  # allreduce, hogwild, hybrid: refused, naming what is missing
+        if topology.framework == "sandblaster":
+            from hogwild_plugins.ps.sandblaster.group import check_job
+
+            check_job(config, data)
+        servers = {}  # L-BFGS bypasses the servers' rule, and ps.rule must stay "auto"
+        if topology.optimizer != "lbfgs":
+            rule = topology.server_rule(config.ps.rule)
+            servers = {"ps.rule": rule, "ps.lr": config.ps.lr or PS_DEFAULT_LR[rule]}
+        self.config = config.override(
+            {**topology.cluster_overrides(), "ps.job": self.job, **servers}
+        )
         self.data, self.source, self.resume = data, self.config.data.source, resume
         self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
         plan, n_train, self.n_test = plan_data(self.config, data, 1)
@@ -176,8 +192,9 @@ class ClusterDriver:
         self.clients = [self._client(i, a) for i, a in enumerate(addresses)]
         self._serve_status()
         self.progress.line(
-            f"hogwild cluster: {cluster.replicas} replica(s) x {cluster.workers_per_replica} "
-            f"worker(s), {len(servers)} parameter server(s) ({config.ps.rule}), "
+            f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
+            f"{cluster.workers_per_replica} worker(s), {len(servers)} parameter server(s) "
+            f"({config.ps.rule}), "
             f"{len(data_servers)} data server(s), launcher {cluster.launcher}; "
             f"{self.n_train:,} training examples; run directory {self.run_dir}"
         )
@@ -187,6 +204,8 @@ class ClusterDriver:
                 "connections": self.network.connections,
                 "replicas": cluster.replicas,
                 "workers_per_replica": cluster.workers_per_replica,
+                "framework": self.topology.framework,
+                "optimizer": self.topology.optimizer,
                 "ps_servers": servers,
                 "data_servers": data_servers,
                 "start_epoch": start_epoch,
@@ -427,13 +446,14 @@ class ClusterDriver:
         tested = evaluate_model(model, self.data) if self.n_test else {}
         servers = self.store.home_status()
         rate = end.examples / seconds if seconds else 0.0
+        counted = self.topology.optimizer != "lbfgs"  # Sandblaster's workers count no answers
         record = {
             "event": "epoch",
             "epoch": end.epoch,
             "lr": end.lr,
             "examples": end.examples,
             "train_loss": end.loss / max(end.examples, 1),
-            "train_accuracy": end.correct / max(end.examples, 1),
+            "train_accuracy": end.correct / max(end.examples, 1) if counted else None,
             "train_s": seconds,
             "examples_per_s": rate,
             "connections_per_s": rate * self.network.connections,
@@ -447,6 +467,10 @@ class ClusterDriver:
             "test_loss": tested.get("test_loss"),
             "test_accuracy": tested.get("test_accuracy"),
         }
+        groups = {str(r): seen["status"]["sandblaster"] for r, seen in self.last_status.items()
+                  if "sandblaster" in seen["status"]}  # fmt: skip
+        if groups:  # a Sandblaster group's counters: iterations, passes, portions, backups...
+            record["sandblaster"] = groups
         self.metrics.write(record)
         self.live.clear()
         tested_text = (
@@ -483,6 +507,8 @@ class ClusterDriver:
             "train_loss": last.get("train_loss"),
             "test_loss": last.get("test_loss"),
             "test_accuracy": last.get("test_accuracy"),
+            "framework": self.topology.framework,
+            "optimizer": self.topology.optimizer,
             "replicas": self.config.cluster.replicas,
             "workers": self.config.cluster.replicas * self.config.cluster.workers_per_replica,
             "ps_servers": self.config.cluster.ps,
