@@ -15,6 +15,8 @@ Modules, one concept each:
   coordinator's ``evaluate()`` that gathers the gradient on the shards).
 * :mod:`.replica`: a replica's loop (fetch once per batch, portion gradients with the engine's
   kernels, pushes every few portions into its own vector on the shards).
+* :mod:`.group`: the worker-group role ``hogwild cluster --cluster.framework=sandblaster``
+  starts: the coordinator and its replica threads, answering the driver as a replica does.
 
 What differs from DistBelief, and why:
 
@@ -24,8 +26,9 @@ What differs from DistBelief, and why:
   paper does not say where the shards sum the gradient. A vector per replica makes a replica
   that dies mid-push harmless (its vector is zeroed, its portions computed again); see
   :mod:`.batch` and :mod:`.portions`.
-* Replicas here are threads of one process talking to the board directly; across processes the
-  board's calls become messages (issue 13's cluster part).
+* Replicas here are threads of one process talking to the board directly, also under
+  ``hogwild cluster`` (:mod:`.group`); across processes the board's calls would become messages,
+  which is not built.
 * Parameter servers that keep copies (``copies > 1``) refuse vector operations and named
   pushes for now: :func:`~.batch.check_servers` says so before a run.
 """

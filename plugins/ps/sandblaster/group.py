@@ -209,6 +209,7 @@ class SandblasterGroup:
             "backups": stats.backups if stats else 0,
             "duplicates": stats.duplicates if stats else 0,
             "lost": stats.lost if stats else 0,
+            "kept": [r.kept for r in self.replicas],  # portions accepted from each thread
             **self.last_step,
         }
 

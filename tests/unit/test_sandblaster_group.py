@@ -1,0 +1,47 @@
+"""What a Sandblaster worker group refuses before a job starts, and how it cuts a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hogwild_plugins.ps.sandblaster.group import MIN_PORTION, check_job, portion_size
+
+from hogwild.config import config_from_dict
+from hogwild.data.mnist import MnistData
+from hogwild.errors import ConfigError
+from tests.config_cases import small
+
+
+def mnist(n: int = 4) -> MnistData:
+    images, labels = np.zeros((n, 8, 8), np.uint8), np.zeros(n, np.uint8)
+    return MnistData(images, labels, images, labels, "<memory>")
+
+
+def config(**sections):
+    data = small(**sections)
+    data.setdefault("cluster", {})["framework"] = "sandblaster"
+    return config_from_dict(data)
+
+
+def test_a_group_trains_from_mnist_arrays():
+    check_job(config(), mnist())
+
+
+@pytest.mark.parametrize(
+    ("sections", "data", "says"),
+    [
+        ({"cluster": {"data_servers": 1}}, mnist(), "data servers: not built"),
+        ({"data": {"servers": ["127.0.0.1:5000"]}}, mnist(), "data servers: not built"),
+        ({"data": {"augment": "mnist"}}, mnist(), "line search compares losses"),
+        ({}, object(), "image cache"),
+    ],
+)
+def test_what_a_group_cannot_train_from_is_refused(sections, data, says):
+    with pytest.raises(ConfigError, match=says):
+        check_job(config(**sections), data)
+
+
+def test_portions_are_much_smaller_than_a_workers_share():
+    assert portion_size(1000, 2) == 63  # 16 portions: 8 per worker
+    assert portion_size(60_000, 4) == 1875
+    assert portion_size(50, 4) == MIN_PORTION  # never below the minimum
