@@ -10,9 +10,10 @@ section 4.1). It:
    (through the ``ps`` parameter store's parent side, :mod:`hogwild.store`);
 3. starts the model replicas (``hogwild cluster replica``), which join that model. The job's
    topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
-   or with ``cluster.framework = "sandblaster"`` the one worker group (the L-BFGS coordinator
-   and its replica threads, :mod:`hogwild_plugins.ps.sandblaster.group`); a framework not built
-   yet is refused before anything starts;
+   or with ``cluster.framework`` ``"sandblaster"`` or ``"allreduce"`` the one worker group (a
+   coordinator, L-BFGS or synchronous SGD, and its replica threads,
+   :mod:`hogwild_plugins.ps.sandblaster.group`); a framework not built yet is refused before
+   anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
    progress; at every epoch end it pulls the servers' model, evaluates it on the test set,
@@ -106,10 +107,10 @@ class ClusterDriver:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
         require_built(topology)  # allreduce, hogwild, hybrid: refused, naming what is missing
-        if topology.framework == "sandblaster":
+        if topology.coordinated:  # sandblaster, allreduce: one worker group and a coordinator
             from hogwild_plugins.ps.sandblaster.group import check_job
 
-            check_job(config, data)
+            check_job(config, data, topology.framework)
         servers = {}  # L-BFGS bypasses the servers' rule, and ps.rule must stay "auto"
         if topology.optimizer != "lbfgs":
             rule = topology.server_rule(config.ps.rule)
@@ -446,7 +447,7 @@ class ClusterDriver:
         tested = evaluate_model(model, self.data) if self.n_test else {}
         servers = self.store.home_status()
         rate = end.examples / seconds if seconds else 0.0
-        counted = self.topology.optimizer != "lbfgs"  # Sandblaster's workers count no answers
+        counted = not self.topology.coordinated  # a coordinated group counts no answers
         record = {
             "event": "epoch",
             "epoch": end.epoch,

@@ -270,14 +270,15 @@ class Replica(Trainer):
 
 def run_replica(args) -> int:
     """``hogwild cluster replica``: one replica of a running cluster job (started by a launcher);
-    with Sandblaster's topology, its worker group (``hogwild_plugins.ps.sandblaster.group``)."""
+    with Sandblaster's or AllReduce's topology, the worker group
+    (``hogwild_plugins.ps.sandblaster.group``)."""
     from hogwild.cluster.topology import resolve_topology
     from hogwild.config import load_config
     from hogwild.training.api import load_data
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     keys = args.keys or config.ps.keys or None
-    if resolve_topology(config.cluster, config.ps.rule).framework == "sandblaster":
+    if resolve_topology(config.cluster, config.ps.rule).coordinated:  # sandblaster, allreduce
         from hogwild_plugins.ps.sandblaster.group import run_group
 
         return run_group(config, load_data(config, args.data), args.index, args.bind, keys)

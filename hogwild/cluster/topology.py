@@ -34,7 +34,8 @@ a framework uses: Downpour and distributed Hogwild keep Adam's Hogwild workers; 
 AllReduce and the hybrid have synchronous workers.
 
 :func:`resolve_topology` rejects what cannot work, saying why; which frameworks ``hogwild
-cluster`` can run is :data:`BUILT` and :func:`require_built`.
+cluster`` can run is :data:`BUILT` (downpour; sandblaster and allreduce through one worker-group
+role, :data:`COORDINATED`) and :func:`require_built`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from hogwild.errors import ConfigError
 
 __all__ = [
     "BUILT",
+    "COORDINATED",
     "DEFAULT_SYNC_EVERY",
     "FRAMEWORKS",
     "OPTIMIZERS",
@@ -56,7 +58,8 @@ __all__ = [
 
 FRAMEWORKS = ("downpour", "sandblaster", "allreduce", "hogwild", "hybrid")
 OPTIMIZERS = ("sgd", "adagrad", "lbfgs")
-BUILT = ("downpour", "sandblaster")
+BUILT = ("downpour", "sandblaster", "allreduce")
+COORDINATED = ("sandblaster", "allreduce")  # one worker-group role, a coordinator steps
 DEFAULT_SYNC_EVERY = 10_000  # examples a worker group trains between its server group's syncs
 
 # Today's keys (at their ClusterConfig defaults) behind the new ones.
@@ -97,6 +100,12 @@ class Topology:
     sync_every: int
     optimizer: str
     within_group: str
+
+    @property
+    def coordinated(self) -> bool:
+        """One synchronous worker group whose coordinator moves the parameters through shard
+        operations (``hogwild_plugins.ps.sandblaster.group``), not the servers' rule."""
+        return self.framework in COORDINATED
 
     @property
     def servers(self) -> int:
@@ -182,13 +191,18 @@ def require_built(topology: Topology) -> None:
     """Refuse a topology ``hogwild cluster`` cannot run yet, naming what is not built.
 
     Raises:
-        ConfigError: ``topology.framework`` is not in :data:`BUILT`.
+        ConfigError: ``topology.framework`` is not in :data:`BUILT`, or AllReduce with Adagrad.
     """
+    if topology.framework == "allreduce" and topology.optimizer != "sgd":
+        raise ConfigError(
+            f"cluster.framework = 'allreduce' with cluster.optimizer = {topology.optimizer!r} is "
+            "a valid topology but hogwild cluster does not run it yet: not built: Adagrad "
+            "through the shards' vector operations (the coordinator steps with axpy); use "
+            "cluster.optimizer = 'sgd'"
+        )
     if topology.framework in BUILT:
         return
     missing = {
-        "allreduce": "synchronous workers, each bound to a server on its node, reducing every "
-        "step's gradient through the servers",
         "hogwild": "several server groups synchronising with each other every "
         "cluster.sync_every examples",
         "hybrid": "worker groups whose workers compute each step synchronously",

@@ -41,6 +41,14 @@ def test_what_a_group_cannot_train_from_is_refused(sections, data, says):
         check_job(config(**sections), data)
 
 
+def test_allreduce_needs_a_batch_it_can_split_over_its_workers():
+    data = small(cluster={"framework": "allreduce", "workers_per_group": 2})
+    with pytest.raises(ConfigError, match="train.batch = 1 is too small; e.g. --train.batch=256"):
+        check_job(config_from_dict(data), mnist(), "allreduce")
+    data["train"] = {"batch": 32}
+    check_job(config_from_dict(data), mnist(), "allreduce")
+
+
 def test_portions_are_much_smaller_than_a_workers_share():
     assert portion_size(1000, 2) == 63  # 16 portions: 8 per worker
     assert portion_size(60_000, 4) == 1875

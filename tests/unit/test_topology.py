@@ -138,6 +138,16 @@ def test_only_the_built_frameworks_run_and_the_others_say_what_is_missing(framew
         require_built(t)
 
 
+def test_the_coordinated_frameworks_are_sandblaster_and_allreduce_with_sgd():
+    assert [f for f in FRAMEWORKS if resolve(framework=f).coordinated] == [
+        "sandblaster",
+        "allreduce",
+    ]
+    t = resolve(framework="allreduce", optimizer="adagrad")
+    with pytest.raises(ConfigError, match="not built: Adagrad through the shards' vector"):
+        require_built(t)
+
+
 # -- every rejection ------------------------------------------------------------------------
 
 

@@ -1,39 +1,47 @@
-"""A Sandblaster worker group as a role of ``hogwild cluster``: the coordinator and its replicas.
+"""A synchronous worker group as a role of ``hogwild cluster``: a coordinator and its replicas.
 
-``hogwild cluster --cluster.framework=sandblaster`` (:mod:`hogwild.cluster.topology`: one worker
-group of ``workers_per_group`` synchronous workers, one server group) starts the parameter
-servers and one worker-group role, ``hogwild cluster replica --index 0``, which runs
-:class:`SandblasterGroup` when the job's topology is Sandblaster. The role holds:
+SINGA section 5.2: one worker group and one server group give synchronous training. Two such
+frameworks run here (:mod:`hogwild.cluster.topology`), on the same parts: the parameter servers
+the driver starts, and one worker-group role (``hogwild cluster replica --index 0``, which runs
+:func:`run_group` when the job's topology is one of them) holding
 
-* the **coordinator**: :class:`~.lbfgs.SandblasterLBFGS` over a :class:`~.batch.BatchObjective`,
-  with a parameter-server client of its own through which only shard operations and scalars pass;
+* a **coordinator** with a parameter-server client of its own, through which only shard
+  operations and scalars pass: it gathers each batch's gradient on the shards
+  (:class:`~.batch.BatchObjective`) and moves the parameters there;
 * the :class:`~.batch.Board` and ``workers_per_group`` **replicas** (:class:`~.replica.Replica`),
   each with its own client, fetching the parameters once per batch, computing portion gradients
-  with the engine's kernels and pushing them into their own vectors on the shards. The kernels
-  release the GIL (``nogil``), so the threads compute in parallel.
+  with the engine's kernels, pushing them into their own vectors on the shards, backed up near
+  the end of a batch. The kernels release the GIL (``nogil``), so the threads compute in
+  parallel.
 
-**What differs from DistBelief.** The replicas are *threads of this one process*, not processes
-or machines of their own: the board is the in-process transport of :mod:`.batch`, and carrying
-its calls as messages between processes is not built yet. The coordinator lives in this role
-(not in the driver) because the board does. The servers, the shard operations, the pushes and the
-pulls are the real ones, over the network.
+The frameworks differ in the coordinator's step:
 
-**What the driver sees** is a replica: the same control requests (``train``, ``close``,
-``status``, ``describe``, ``stop``; :mod:`hogwild.cluster.replica`), so the driver's epochs,
-evaluation, checkpoints and restarts work unchanged. One ``train`` (an epoch's share, which with
-one worker group is the whole training set in a new order) is **one L-BFGS iteration on the
-whole batch**: L-BFGS here is full-batch, the batch being the share's examples (the training set,
-or ``train.subset``), whose order does not change the summed gradient; the line search may take
-more than one pass over it, and the first epoch also evaluates the starting point. The history
-stays on the shards from one epoch to the next; a share of other examples starts a fresh L-BFGS.
-``close`` does nothing (an iteration is not cut short), ``train_accuracy`` is not counted.
+* ``sandblaster`` (:class:`LBFGSGroup`, DistBelief 4.2): L-BFGS (:class:`~.lbfgs.SandblasterLBFGS`),
+  **full-batch**: one ``train`` (an epoch's share: with one worker group, the whole training set
+  or ``train.subset``, whose order does not change the summed gradient) is one L-BFGS iteration,
+  whose line search may take more than one pass (the first epoch also evaluates the start). The
+  history stays on the shards across epochs; a share of other examples starts a fresh L-BFGS.
+  ``optim.lr``, its schedule and ``train.batch`` are not used; ``close`` does not cut an
+  iteration short.
+* ``allreduce`` (:class:`SGDGroup`): synchronous SGD: the share in batches of ``train.batch``
+  examples (split into portions over the workers), after each ``axpy(-lr, grad, params)`` on the
+  shards with the driver's ``lr`` (``optim.lr`` and its schedule, on the batch's mean gradient as
+  ``hogwild train`` uses it). SINGA's AllReduce binds a server to every worker
+  (``servers_per_group = workers_per_group``): the shards are spread over that many servers, each
+  collecting its slice of every worker's gradient; where the servers run is the launcher's.
 
-What the job's keys mean here: ``optim.weight_decay`` is the L2 term (``0.5 l2 x.x``, on every
-parameter, biases too); ``train.batch``, ``optim.lr`` and its schedule are not used (L-BFGS
-tries a unit step, :class:`~.lbfgs.LBFGSOptions`); dropout is off (the line search compares
-losses, so the objective must be deterministic); ``train.stall_s`` bounds every wait on the
-board. Data: MNIST arrays in memory (``data.source``); image caches, data servers and
-augmentation are refused by :func:`check_job` before the job starts.
+**What differs from the papers.** The replicas are *threads of this one process*, not processes or
+machines of their own: the board is the in-process transport of :mod:`.batch`, and carrying its
+calls as messages between processes is not built. The coordinator lives in this role (not in the
+driver) because the board does. The servers, shard operations, pushes and pulls are the real
+ones, over the network. The driver sees a replica (``train``, ``close``, ``status``,
+``describe``, ``stop``, as :mod:`hogwild.cluster.replica`), so its epochs, evaluation,
+checkpoints and restarts work unchanged; ``train_accuracy`` is not counted.
+
+Both: ``optim.weight_decay`` is an L2 term on every parameter (biases too); dropout is off (the
+line search compares losses, so the objective must be deterministic); ``train.stall_s`` bounds
+every wait on the board; the data are MNIST arrays in memory (:func:`check_job` refuses image
+caches, data servers and augmentation before the job starts).
 """
 
 from __future__ import annotations
@@ -49,8 +57,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from hogwild_plugins.ps.sandblaster.batch import BatchObjective, Board, check_servers
-from hogwild_plugins.ps.sandblaster.lbfgs import LBFGSOptions, SandblasterLBFGS
-from hogwild_plugins.ps.sandblaster.portions import PortionScheduler
+from hogwild_plugins.ps.sandblaster.lbfgs import GRAD, PARAMS, LBFGSOptions, SandblasterLBFGS
+from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, Replica
 
 from hogwild.errors import ConfigError
@@ -58,7 +66,7 @@ from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import epoch_permutation, subset_indices
 
-__all__ = ["SandblasterGroup", "check_job", "portion_size"]
+__all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size", "run_group"]
 
 PORTIONS_PER_WORKER = 8  # DistBelief: portions much smaller than 1/N of the batch
 MIN_PORTION = 16  # examples: below this a portion costs more in requests than in compute
@@ -74,29 +82,41 @@ def portion_size(n_examples: int, workers: int) -> int:
     return max(MIN_PORTION, math.ceil(n_examples / (PORTIONS_PER_WORKER * max(workers, 1))))
 
 
-def check_job(config, data) -> None:
-    """Refuse, before anything starts, what a Sandblaster group cannot train from.
+def check_job(config, data, framework: str = "sandblaster") -> None:
+    """Refuse, before anything starts, what a synchronous group cannot train from.
 
     Raises:
-        ConfigError: Data servers, augmentation, or data that is not MNIST arrays.
+        ConfigError: Data servers, augmentation, data that is not MNIST arrays, or (allreduce)
+            a batch too small to split over the workers.
     """
     from hogwild.data.mnist import MnistData
 
+    name = f"cluster.framework = {framework!r}"
     if config.cluster.data_servers or config.data.servers:
         raise ConfigError(
-            "cluster.framework = 'sandblaster' with data servers: not built; the Sandblaster "
-            "group reads its examples itself (cluster.data_servers = 0, data.servers = [])"
+            f"{name} with data servers: not built; the worker group reads its examples itself "
+            "(cluster.data_servers = 0, data.servers = [])"
         )
     if config.data.augment.strip():
-        raise ConfigError(
-            f"cluster.framework = 'sandblaster' with data.augment = {config.data.augment!r}: "
+        why = (
             "L-BFGS's line search compares losses of one fixed batch, and augmentation renders "
-            'new variants of it; use data.augment = ""'
+            "new variants of it"
+            if framework == "sandblaster"
+            else "not built: the worker group reads the stored images as they are"
         )
+        raise ConfigError(f'{name} with data.augment = {config.data.augment!r}: {why}; use ""')
     if not isinstance(data, MnistData):
         raise ConfigError(
-            "cluster.framework = 'sandblaster' reads MNIST idx files into memory; training from "
-            f"an image cache ({getattr(data, 'path', data)}) is not built"
+            f"{name} reads MNIST idx files into memory; training from an image cache "
+            f"({getattr(data, 'path', data)}) is not built"
+        )
+    workers, batch = config.cluster.workers_per_replica, config.train.batch
+    if framework == "allreduce" and batch < workers * MIN_PORTION:
+        raise ConfigError(
+            f"{name} steps once per batch of train.batch examples split over the "
+            f"{workers} worker(s), at least {MIN_PORTION} each: train.batch = {batch} is too "
+            f"small; e.g. --train.batch={max(256, workers * MIN_PORTION)} (optim.lr is then the "
+            "step on the batch's mean gradient)"
         )
 
 
@@ -104,27 +124,31 @@ def check_job(config, data) -> None:
 class _Share:
     epoch: int
     examples: int
+    trained: int = 0
     loss: float = 0.0
     started: float = 0.0
     seconds: float = 0.0
 
 
-class SandblasterGroup:
-    """The Sandblaster worker-group role (see the module docstring).
+class WorkerGroup:
+    """The worker-group role (see the module docstring); subclasses train a share.
 
     Args:
-        config: The job's resolved config (its topology is Sandblaster).
+        config: The job's resolved config.
         data: :class:`~hogwild.data.mnist.MnistData`.
         index: The role's index (0: there is one worker group).
         bind: The address its control server binds.
         keys: CURVE keys (beyond loopback).
     """
 
+    framework = ""
+    does = ""  # what it runs, for its ready line
+
     def __init__(self, config, data, index: int, bind: str, keys: str | None = None) -> None:
         from hogwild.model.network import build_network
         from hogwild.training.job import plan_data
 
-        check_job(config, data)
+        check_job(config, data, self.framework)
         self.config, self.index, self.bind, self.keys = config, index, bind, keys
         plan, n_total, _ = plan_data(config, data, 1)
         self.network = build_network(config.model, plan.n_classes)
@@ -139,11 +163,11 @@ class SandblasterGroup:
         self.lock = threading.Lock()
         self.share: _Share | None = None
         self.stopping = False
+        self.closed_epoch = -1
         self.last_contact = time.monotonic()
         self.last_train: tuple[int, int, int] | None = None
-        self.batch_key: bytes | None = None  # the examples the L-BFGS below optimises over
-        self.lbfgs: SandblasterLBFGS | None = None
         self.board: Board | None = None
+        self.objective: BatchObjective | None = None
         self.threads: list[threading.Thread] = []
         self.replicas: list[Replica] = []
         self.clients: list = []
@@ -151,6 +175,10 @@ class SandblasterGroup:
         self.iterations = 0
         self.last_step: dict = {}
         self.silence_s = max(DRIVER_SILENCE_S, config.cluster.start_timeout_s * 2)
+
+    def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
+        """Train ``order[start:stop]`` of ``epoch``'s permutation, updating :attr:`share`."""
+        raise NotImplementedError
 
     # -- the network thread ----------------------------------------------------------------------
 
@@ -161,22 +189,21 @@ class SandblasterGroup:
             return self.status()
         if op == "describe":
             return {"replica": self.index, "workers": self.workers, "pid": os.getpid(),
-                    "n_train": self.n_train, "framework": "sandblaster"}  # fmt: skip
+                    "n_train": self.n_train, "framework": self.framework}  # fmt: skip
         if op == "train":
             epoch = field(body, "epoch", int, minimum=0)
             start = field(body, "start", int, minimum=0)
             stop = field(body, "stop", int, minimum=0)
-            field(body, "lr", (int, float), minimum=0)  # checked; L-BFGS chooses its own steps
+            lr = float(field(body, "lr", (int, float), minimum=0))
             if not start < stop <= self.n_train:
                 raise ControlRefused(f"share {start}:{stop} outside the {self.n_train} examples")
-            key = (epoch, start, stop)
-            if key != self.last_train:  # else: the driver resent a request already taken
-                self.last_train = key
-                self.commands.put(key)
+            if (epoch, start, stop) != self.last_train:  # else: resent, already taken
+                self.last_train = (epoch, start, stop)
+                self.commands.put((epoch, start, stop, lr))
             return {"ok": True}
         if op == "close":
-            field(body, "epoch", int, minimum=0)
-            return {"ok": True}  # an L-BFGS iteration is not cut short
+            self.closed_epoch = max(self.closed_epoch, field(body, "epoch", int, minimum=0))
+            return {"ok": True}
         if op == "stop":
             self.stopping = True
             return {"ok": True}
@@ -185,7 +212,7 @@ class SandblasterGroup:
     def status(self) -> dict:
         with self.lock:
             share = self.share
-            out: dict = {"replica": self.index, "framework": "sandblaster"}
+            out: dict = {"replica": self.index, "framework": self.framework}
             out["sandblaster"] = self._counters()
             if share is None:
                 return {**out, "state": "idle"}
@@ -194,8 +221,8 @@ class SandblasterGroup:
                 **out,
                 "state": "done" if done else "training",
                 "epoch": share.epoch,
-                "examples": share.examples if done else 0,
-                "loss": share.loss if done else 0.0,
+                "examples": share.trained,
+                "loss": share.loss,
                 "seconds": share.seconds or time.perf_counter() - share.started,
             }
 
@@ -203,7 +230,7 @@ class SandblasterGroup:
         stats = self.board.scheduler.stats if self.board is not None else None
         return {
             "iterations": self.iterations,
-            "evaluations": self.lbfgs.evaluations if self.lbfgs is not None else 0,
+            "evaluations": self.objective.batch if self.objective is not None else 0,
             "workers": self.workers,
             "portions": stats.portions if stats else 0,
             "backups": stats.backups if stats else 0,
@@ -225,9 +252,9 @@ class SandblasterGroup:
                 address = server.start()
                 self.last_contact = time.monotonic()
                 print(
-                    f"hogwild replica: serving sandblaster group {self.index} ({self.workers} "
-                    f"replica thread(s), {self.n_train:,} examples, L-BFGS through "
-                    f"{len(self.config.ps.servers)} parameter server(s)) on {address}",
+                    f"hogwild replica: serving {self.framework} group {self.index} "
+                    f"({self.workers} replica thread(s), {self.n_train:,} examples, {self.does} "
+                    f"through {len(self.config.ps.servers)} parameter server(s)) on {address}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -249,87 +276,56 @@ class SandblasterGroup:
                 )
                 return
             try:
-                epoch, start, stop = self.commands.get(timeout=POLL_S)
+                epoch, start, stop, lr = self.commands.get(timeout=POLL_S)
             except queue.Empty:
                 continue
-            self._iterate(epoch, start, stop)
+            with self.lock:
+                self.share = _Share(epoch, stop - start, started=time.perf_counter())
+            self.train_share(epoch, start, stop, lr)
+            with self.lock:
+                self.share.seconds = time.perf_counter() - self.share.started
 
-    def _iterate(self, epoch: int, start: int, stop: int) -> None:
-        """One share: one L-BFGS iteration on the share's examples (the whole batch)."""
-        with self.lock:
-            self.share = _Share(epoch, stop - start, started=time.perf_counter())
-        order = np.sort(epoch_permutation(self.config.train.seed, epoch, self.n_train)[start:stop])
-        key = order.tobytes()
-        if key != self.batch_key:
-            self._begin(order)
-            self.batch_key = key
-        it = self.lbfgs.step()
-        self.iterations += 1
-        self.last_step = {"loss": it.loss, "step": it.step, "trials": it.evaluations,
-                          "pairs": it.pairs}  # fmt: skip
-        print(
-            f"hogwild replica {self.index}: L-BFGS iteration {self.iterations}: loss "
-            f"{it.loss:.5f}, step {it.step:.4g}, {it.evaluations} pass(es), {it.pairs} pair(s)"
-            + (f"; {it.stop}: the history starts again" if it.stop else ""),
-            file=sys.stderr,
-            flush=True,
-        )
-        if it.stop:  # converged, or no descent: a fresh start (steepest descent) next epoch
-            self.lbfgs = self._lbfgs()
-        with self.lock:
-            self.share.loss = it.loss * len(order)
-            self.share.seconds = time.perf_counter() - self.share.started
+    def _order(self, epoch: int, start: int, stop: int) -> np.ndarray:
+        return epoch_permutation(self.config.train.seed, epoch, self.n_train)[start:stop]
 
-    def _begin(self, order: np.ndarray) -> None:
-        """The board, replica threads and L-BFGS for a batch of ``order``'s examples."""
+    def _start_board(self, order: np.ndarray, portion: int) -> None:
+        """A new board, its replica threads (computing on ``order``) and the objective."""
         self._stop_replicas()
-        config = self.config
         if self.coordinator is None:
             self.coordinator = self._client()
             self.clients.append(self.coordinator)
             check_servers(self.coordinator.status())
-        portion = portion_size(len(order), self.workers)
-        c = config.data
-        examples = Examples(self.images, self.labels, order, portion, c.mean, c.std)
+        examples = self._examples(order, portion)
         scheduler = PortionScheduler(push_every=PUSH_EVERY, max_copies=MAX_COPIES)
-        self.board = Board(scheduler, timeout_s=config.train.stall_s)
-        self.objective = BatchObjective(
-            self.coordinator, self.board, len(order), portion, l2=config.optim.weight_decay
-        )
+        self.board = Board(scheduler, timeout_s=self.config.train.stall_s)
+        self.objective = BatchObjective(self.coordinator, self.board, len(order), portion,
+                                        l2=self.config.optim.weight_decay)  # fmt: skip
         for i in range(self.workers):
             if len(self.clients) <= i + 1:
                 self.clients.append(self._client())
-            replica = Replica(i, self.clients[i + 1], self.board,
-                              PortionGradient(self.network, examples))  # fmt: skip
-            self.replicas.append(replica)
-            self.threads.append(
-                threading.Thread(target=replica.run, name=f"sandblaster-{i}", daemon=True)
-            )
-            self.threads[-1].start()
-        self.lbfgs = self._lbfgs()
+            gradient = PortionGradient(self.network, examples)
+            self.replicas.append(Replica(i, self.clients[i + 1], self.board, gradient))
+            thread = threading.Thread(target=self.replicas[-1].run, name=f"replica-{i}")
+            thread.daemon = True
+            self.threads.append(thread)
+            thread.start()
+
+    def _examples(self, order: np.ndarray, portion: int) -> Examples:
+        c = self.config.data
+        return Examples(self.images, self.labels, order, portion, c.mean, c.std)
 
     def _client(self):
         """A parameter-server client of its own (the coordinator's, or one replica's)."""
         from hogwild_plugins.ps.client import PSClient
 
         ps = self.config.ps
-        return PSClient(
-            list(ps.servers),
-            ps.job,
-            client_id=secrets.randbits(31),
-            timeout_s=ps.timeout_s,
-            retries=ps.retries,
-            keys=ps.keys or None,
-        )
-
-    def _lbfgs(self) -> SandblasterLBFGS:
-        return SandblasterLBFGS(self.coordinator, self.objective, LBFGSOptions())
+        return PSClient(list(ps.servers), ps.job, client_id=secrets.randbits(31),
+                        timeout_s=ps.timeout_s, retries=ps.retries,
+                        keys=ps.keys or None)  # fmt: skip
 
     def _warm_kernels(self) -> None:
         """Compile (or load from the cache) the gradient kernel before saying ready."""
-        examples = Examples(self.images, self.labels, np.zeros(1, np.int64), 1,
-                            self.config.data.mean, self.config.data.std)  # fmt: skip
-        gradient = PortionGradient(self.network, examples)
+        gradient = PortionGradient(self.network, self._examples(np.zeros(1, np.int64), 1))
         gradient(np.zeros(self.network.n_params, np.float32), 0)
 
     def _stop_replicas(self) -> None:
@@ -345,7 +341,80 @@ class SandblasterGroup:
             client.close()
         self.clients = []
 
+    def _say(self, text: str) -> None:
+        print(f"hogwild replica {self.index}: {text}", file=sys.stderr, flush=True)
+
+
+class LBFGSGroup(WorkerGroup):
+    """Sandblaster: one full-batch L-BFGS iteration per share (see the module docstring)."""
+
+    framework, does = "sandblaster", "L-BFGS"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_key: bytes | None = None  # the examples the L-BFGS below optimises over
+        self.lbfgs: SandblasterLBFGS | None = None
+
+    def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
+        order = np.sort(self._order(epoch, start, stop))  # a set: sorted, portions contiguous
+        if order.tobytes() != self.batch_key:
+            self._start_board(order, portion_size(len(order), self.workers))
+            self.batch_key = order.tobytes()
+            self.lbfgs = self._lbfgs()
+        it = self.lbfgs.step()
+        self.iterations += 1
+        self.last_step = {"loss": it.loss, "step": it.step, "trials": it.evaluations,
+                          "pairs": it.pairs}  # fmt: skip
+        self._say(
+            f"L-BFGS iteration {self.iterations}: loss {it.loss:.5f}, step {it.step:.4g}, "
+            f"{it.evaluations} pass(es), {it.pairs} pair(s)"
+            + (f"; {it.stop}: the history starts again" if it.stop else "")
+        )
+        if it.stop:  # converged, or no descent: a fresh start (steepest descent) next epoch
+            self.lbfgs = self._lbfgs()
+        with self.lock:
+            self.share.trained, self.share.loss = len(order), it.loss * len(order)
+
+    def _lbfgs(self) -> SandblasterLBFGS:
+        return SandblasterLBFGS(self.coordinator, self.objective, LBFGSOptions())
+
+
+class SGDGroup(WorkerGroup):
+    """AllReduce: synchronous SGD, a step per batch of ``train.batch`` (module docstring)."""
+
+    framework, does = "allreduce", "synchronous SGD"
+
+    def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
+        order, size = self._order(epoch, start, stop), self.config.train.batch
+        portion = portion_size(size, self.workers)
+        if self.board is None:
+            self._start_board(order[:size], portion)
+        v, objective = self.coordinator, self.objective
+        for first in range(0, len(order), size):
+            if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
+                break
+            batch = order[first : first + size]
+            for replica in self.replicas:  # read from the next batch on (set before it begins)
+                replica.gradient.examples = self._examples(batch, portion)
+            objective.n_examples, objective.n_portions = (
+                len(batch),
+                portions_of(len(batch), portion),
+            )
+            loss = objective()  # the batch's mean gradient (with L2) in "grad" on the shards
+            v.axpy(-lr, GRAD, PARAMS)
+            self.iterations += 1
+            self.last_step = {"loss": loss, "step": lr}
+            with self.lock:
+                self.share.trained += len(batch)
+                self.share.loss += loss * len(batch)
+        self._say(f"epoch {epoch}: {self.share.trained:,} examples, {self.iterations} steps, "
+                  f"loss {self.share.loss / max(self.share.trained, 1):.5f}")  # fmt: skip
+
 
 def run_group(config, data, index: int, bind: str, keys: str | None) -> int:
-    """``hogwild cluster replica`` for a Sandblaster job: serve the group until told to stop."""
-    return SandblasterGroup(config, data, index, bind, keys).serve()
+    """``hogwild cluster replica`` for a synchronous group: serve it until told to stop."""
+    from hogwild.cluster.topology import resolve_topology
+
+    framework = resolve_topology(config.cluster, config.ps.rule).framework
+    group = {"sandblaster": LBFGSGroup, "allreduce": SGDGroup}[framework]
+    return group(config, data, index, bind, keys).serve()
