@@ -539,6 +539,9 @@ class ClusterDriver:
         for exit_ in self.launcher.poll():
             self.exits.setdefault(exit_.name, exit_)
             self.gone.add(exit_.name)
+            spec = self.specs.get(exit_.name)
+            if spec is not None and spec.kind == "ps" and self.config.cluster.copies > 1:
+                self._forget_server(spec.index)  # now: its buckets fail over at once
 
     def _restartable(self, name: str) -> bool:
         """A replica or data server below ``cluster.restarts``; a parameter server too with
@@ -586,8 +589,6 @@ class ClusterDriver:
             file=sys.stderr,
             flush=True,
         )
-        if spec.kind == "ps":
-            self._forget_server(spec.index)
         if spec.kind == "replica":
             pending.extend(coordinator.handle(Lost(spec.index)))
             self.clients[spec.index].close()

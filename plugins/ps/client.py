@@ -45,7 +45,7 @@ __all__ = ["PSClient", "PSRequestError"]
 
 MAX_JSON_BYTES = 4 << 20
 FAILOVER_TIMEOUT_S = 0.5  # replicated: a request's timeout (one retry), then the map is read
-REROUTE_WAIT_S = 1.5  # replicated: how long a failed request waits for its bucket's map to move
+REROUTE_WAIT_S = 3.0  # replicated: a failed request's wait for the map to move (lease unknown)
 REFUSED_PAUSE_S = 0.01
 RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED})
 
@@ -264,7 +264,10 @@ class PSClient:
         for req in todo:
             bucket = self.layout.bucket_of(req.header.target)
             if id(req) not in refused and self.routes.primaries[bucket] == req.server:
-                away[bucket] = (self.routes.epochs[bucket], now + REROUTE_WAIT_S)
+                # A dead primary is replaced within its lease (and etcd's expiry round); one
+                # that lives and was only slow gets the request again after that.
+                wait = self.routes.lease_s + 1.0 if self.routes.lease_s else REROUTE_WAIT_S
+                away[bucket] = (self.routes.epochs[bucket], now + wait)
         if not away:
             time.sleep(REFUSED_PAUSE_S)  # a primary still catching its copies up
         self.routes.wait(buckets, deadline, away)
@@ -526,7 +529,14 @@ class PSClient:
         if self.routes is None:
             return [self._json(i, MsgType.STATUS) for i in range(len(self.peers.addresses))]
         found = []
+        try:
+            self.routes.read()
+            members = self.routes.members
+        except HogwildError:
+            members = set(range(len(self.peers.addresses)))
         for i in range(len(self.peers.addresses)):
+            if i not in members:
+                continue  # down (or not yet registered): not waited for
             try:
                 found.append(self._json(i, MsgType.STATUS))
             except (PeerUnreachableError, PSRequestError, ProtocolError):

@@ -194,7 +194,7 @@ class Replication:
         lease = etcd.grant(self.lease_s)
         etcd.put(
             f"members/{self.me}",
-            {"address": str(self.server.address), "lease": lease},
+            {"address": str(self.server.address), "lease": lease, "lease_s": self.lease_s},
             lease=lease,
         )
         self.clock.granted(lease, self.lease_s, sent)

@@ -65,9 +65,16 @@ class Routes:
         self.n_servers, self.n_buckets = n_servers, n_buckets
         self.primaries: list[int | None] = [None] * n_buckets
         self.epochs = [0] * n_buckets
+        self.members: set[int] = set()
+        self.lease_s = 0.0  # the longest lease of a live server (0: not known yet)
 
     def read(self) -> None:
         members, records = read_map(self.etcd, self.n_servers, self.n_buckets)
+        self.members = set(members)
+        ttls = [m.get("lease_s") for m in members.values()]
+        ttls = [t for t in ttls if isinstance(t, int | float) and 0 < t <= 3600]
+        if ttls:
+            self.lease_s = float(max(ttls))
         for b, record in enumerate(records):
             live = (  # a primary restarted since has a new lease: it is not this record's
                 record is not None and members.get(record.primary, {}).get("lease") == record.lease
