@@ -12,7 +12,7 @@ downpour      N (replicas)     W, Hogwild (Adam)   1                adagrad (sgd
 sandblaster   1                W, synchronous      1                lbfgs
 allreduce     1                W, synchronous      1 of W servers   sgd; adagrad
 hogwild       N >= 2           W, Hogwild          N (or N / k)     sgd; adagrad; sync_every
-hybrid        N >= 2           W >= 2, synchron.   1 (or N / k)     adagrad; sgd
+hybrid        N >= 2           W >= 2, synchron.   1 (or N / k)     sgd; adagrad
 ============  ===============  ==================  ===============  ===============================
 
 **The keys.** ``[cluster]``'s ``worker_groups``, ``workers_per_group``, ``server_groups``,
@@ -34,8 +34,8 @@ a framework uses: Downpour and distributed Hogwild keep Adam's Hogwild workers; 
 AllReduce and the hybrid have synchronous workers.
 
 :func:`resolve_topology` rejects what cannot work, saying why; which frameworks ``hogwild
-cluster`` can run is :data:`BUILT` (downpour; sandblaster and allreduce through one worker-group
-role, :data:`COORDINATED`) and :func:`require_built`.
+cluster`` can run is :data:`BUILT` (downpour; sandblaster, allreduce and hybrid through
+worker-group roles with a coordinator, :data:`COORDINATED`) and :func:`require_built`.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ __all__ = [
 
 FRAMEWORKS = ("downpour", "sandblaster", "allreduce", "hogwild", "hybrid")
 OPTIMIZERS = ("sgd", "adagrad", "lbfgs")
-BUILT = ("downpour", "sandblaster", "allreduce")
-COORDINATED = ("sandblaster", "allreduce")  # one worker-group role, a coordinator steps
+BUILT = ("downpour", "sandblaster", "allreduce", "hybrid")  # on one server group
+COORDINATED = ("sandblaster", "allreduce", "hybrid")  # a role per group, a coordinator steps
 DEFAULT_SYNC_EVERY = 10_000  # examples a worker group trains between its server group's syncs
 
 # Today's keys (at their ClusterConfig defaults) behind the new ones.
@@ -191,27 +191,22 @@ def require_built(topology: Topology) -> None:
     """Refuse a topology ``hogwild cluster`` cannot run yet, naming what is not built.
 
     Raises:
-        ConfigError: ``topology.framework`` is not in :data:`BUILT`, or AllReduce with Adagrad.
+        ConfigError: Several server groups (distributed Hogwild, a hybrid on several), or
+            Adagrad with AllReduce or a hybrid.
     """
-    if topology.framework == "allreduce" and topology.optimizer != "sgd":
+    name = f"cluster.framework = {topology.framework!r} ({topology.describe()})"
+    if topology.framework in ("allreduce", "hybrid") and topology.optimizer != "sgd":
         raise ConfigError(
-            f"cluster.framework = 'allreduce' with cluster.optimizer = {topology.optimizer!r} is "
-            "a valid topology but hogwild cluster does not run it yet: not built: Adagrad "
-            "through the shards' vector operations (the coordinator steps with axpy); use "
-            "cluster.optimizer = 'sgd'"
+            f"{name} is a valid topology but hogwild cluster does not run it yet: not built: "
+            "Adagrad through the shards' vector operations (a group's coordinator steps with "
+            "axpy); use cluster.optimizer = 'sgd'"
         )
-    if topology.framework in BUILT:
-        return
-    missing = {
-        "hogwild": "several server groups synchronising with each other every "
-        "cluster.sync_every examples",
-        "hybrid": "worker groups whose workers compute each step synchronously",
-    }[topology.framework]
-    raise ConfigError(
-        f"cluster.framework = {topology.framework!r} ({topology.describe()}) is a valid topology "
-        f"but hogwild cluster does not run it yet: not built: {missing}. Built: "
-        f"{', '.join(BUILT)}"
-    )
+    if topology.server_groups > 1:  # distributed Hogwild, or a hybrid on several
+        raise ConfigError(
+            f"{name} is a valid topology but hogwild cluster does not run it yet: not built: "
+            "several server groups synchronising with each other every cluster.sync_every "
+            f"examples. Built: {', '.join(BUILT)} (each on one server group)"
+        )
 
 
 # -- resolution ---------------------------------------------------------------------------------
@@ -341,7 +336,7 @@ def _hybrid(given, names, optimizer, ps_rule) -> Topology:
     return Topology(
         "hybrid", groups, workers, server_groups, given["servers_per_group"] or 1,
         given["sync_every"] or (DEFAULT_SYNC_EVERY if server_groups > 1 else 0),
-        _optimizer("hybrid", optimizer, ("sgd", "adagrad"), "adagrad", ps_rule), "synchronous",
+        _optimizer("hybrid", optimizer, ("sgd", "adagrad"), "sgd", ps_rule), "synchronous",
     )  # fmt: skip
 
 

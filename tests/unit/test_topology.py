@@ -123,7 +123,7 @@ def test_distributed_hogwild_has_a_server_group_per_worker_group():
 
 def test_hybrid_has_asynchronous_groups_of_synchronous_workers():
     t = resolve(framework="hybrid")
-    assert t == Topology("hybrid", 2, 2, 1, 1, 0, "adagrad", "synchronous")
+    assert t == Topology("hybrid", 2, 2, 1, 1, 0, "sgd", "synchronous")
     t = resolve(framework="hybrid", worker_groups=4, workers_per_group=3, server_groups=2)
     assert (t.server_groups, t.sync_every) == (2, DEFAULT_SYNC_EVERY)
 
@@ -138,13 +138,15 @@ def test_only_the_built_frameworks_run_and_the_others_say_what_is_missing(framew
         require_built(t)
 
 
-def test_the_coordinated_frameworks_are_sandblaster_and_allreduce_with_sgd():
-    assert [f for f in FRAMEWORKS if resolve(framework=f).coordinated] == [
-        "sandblaster",
-        "allreduce",
-    ]
-    t = resolve(framework="allreduce", optimizer="adagrad")
-    with pytest.raises(ConfigError, match="not built: Adagrad through the shards' vector"):
+def test_the_coordinated_frameworks_run_sgd_on_one_server_group():
+    coordinated = [f for f in FRAMEWORKS if resolve(framework=f).coordinated]
+    assert coordinated == ["sandblaster", "allreduce", "hybrid"]
+    for framework in ("allreduce", "hybrid"):
+        t = resolve(framework=framework, optimizer="adagrad")
+        with pytest.raises(ConfigError, match="not built: Adagrad through the shards' vector"):
+            require_built(t)
+    t = resolve(framework="hybrid", worker_groups=4, server_groups=2)
+    with pytest.raises(ConfigError, match="not built: several server groups synchronising"):
         require_built(t)
 
 

@@ -226,6 +226,8 @@ class BatchObjective:
         n_examples: Examples in the batch (the loss and gradient are their mean).
         portion: Examples per portion (much smaller than ``n_examples`` / replicas).
         l2: L2 regularisation: ``0.5 * l2 * x.x`` is added to the loss, ``l2 * x`` to the gradient.
+        grad: The vector the gradient is gathered in (``"grad"``, which L-BFGS reads; several
+            worker groups on one server group each need their own).
     """
 
     def __init__(
@@ -235,27 +237,28 @@ class BatchObjective:
         n_examples: int,
         portion: int,
         l2: float = 0.0,
+        grad: str = GRAD,
     ) -> None:
-        self.v, self.board = vectors, board
+        self.v, self.board, self.grad = vectors, board, grad
         self.n_examples, self.portion, self.l2 = n_examples, portion, l2
         self.n_portions = portions_of(n_examples, portion)
         self.batch = 0
 
     def __call__(self) -> float:
         v = self.v
-        v.fill(GRAD, 0.0)
+        v.fill(self.grad, 0.0)
         self.batch += 1
         total = self.board.run_batch(self.batch, self.n_portions, self._fold)
-        v.scale(1.0 / self.n_examples, GRAD)
+        v.scale(1.0 / self.n_examples, self.grad)
         loss = total / self.n_examples
         if self.l2:
             loss += 0.5 * self.l2 * v.dot(PARAMS, PARAMS)
-            v.axpy(self.l2, PARAMS, GRAD)
+            v.axpy(self.l2, PARAMS, self.grad)
         return loss
 
     def _fold(self, fold: Fold) -> None:
         """Add replica ``fold.replica``'s vector to the gradient (if it holds a push), zero it."""
         vector = replica_vector(fold.replica)
         if fold.portions:
-            self.v.axpy(1.0, vector, GRAD)
+            self.v.axpy(1.0, vector, self.grad)
         self.v.fill(vector, 0.0)

@@ -1,9 +1,10 @@
 """A synchronous worker group as a role of ``hogwild cluster``: a coordinator and its replicas.
 
-SINGA section 5.2: one worker group and one server group give synchronous training. Two such
-frameworks run here (:mod:`hogwild.cluster.topology`), on the same parts: the parameter servers
-the driver starts, and one worker-group role (``hogwild cluster replica --index 0``, which runs
-:func:`run_group` when the job's topology is one of them) holding
+SINGA section 5.2: workers within a group are synchronous, groups asynchronous; one worker group
+and one server group give synchronous training. Three frameworks (:mod:`hogwild.cluster.topology`)
+run on the same parts: the parameter servers the driver starts, and a worker-group role per group
+(``hogwild cluster replica --index G``, which runs :func:`run_group` when the job's topology is
+one of them) holding
 
 * a **coordinator** with a parameter-server client of its own, through which only shard
   operations and scalars pass: it gathers each batch's gradient on the shards
@@ -29,6 +30,10 @@ The frameworks differ in the coordinator's step:
   ``hogwild train`` uses it). SINGA's AllReduce binds a server to every worker
   (``servers_per_group = workers_per_group``): the shards are spread over that many servers, each
   collecting its slice of every worker's gradient; where the servers run is the launcher's.
+* ``hybrid`` (:class:`SGDGroup` in every group): several such groups on one server group, each
+  trained on its share of the epoch (the driver's Downpour coordinator) and stepping the shared
+  parameters asynchronously to the others, with a gradient vector (``sgd.grad<G>``) and replica
+  numbers (``G * workers + i``, hence replica vectors) of its own on the shards.
 
 **What differs from the papers.** The replicas are *threads of this one process*, not processes or
 machines of their own: the board is the in-process transport of :mod:`.batch`, and carrying its
@@ -111,7 +116,7 @@ def check_job(config, data, framework: str = "sandblaster") -> None:
             f"({getattr(data, 'path', data)}) is not built"
         )
     workers, batch = config.cluster.workers_per_replica, config.train.batch
-    if framework == "allreduce" and batch < workers * MIN_PORTION:
+    if framework != "sandblaster" and batch < workers * MIN_PORTION:
         raise ConfigError(
             f"{name} steps once per batch of train.batch examples split over the "
             f"{workers} worker(s), at least {MIN_PORTION} each: train.batch = {batch} is too "
@@ -134,22 +139,26 @@ class WorkerGroup:
     """The worker-group role (see the module docstring); subclasses train a share.
 
     Args:
+        framework: The job's framework.
         config: The job's resolved config.
         data: :class:`~hogwild.data.mnist.MnistData`.
-        index: The role's index (0: there is one worker group).
+        index: The group's index.
         bind: The address its control server binds.
         keys: CURVE keys (beyond loopback).
     """
 
-    framework = ""
     does = ""  # what it runs, for its ready line
+    grad = GRAD  # the vector its batch gradient is gathered in
 
-    def __init__(self, config, data, index: int, bind: str, keys: str | None = None) -> None:
+    def __init__(
+        self, framework: str, config, data, index: int, bind: str, keys: str | None = None
+    ) -> None:
         from hogwild.model.network import build_network
         from hogwild.training.job import plan_data
 
-        check_job(config, data, self.framework)
-        self.config, self.index, self.bind, self.keys = config, index, bind, keys
+        check_job(config, data, framework)
+        self.framework, self.config, self.index, self.bind = framework, config, index, bind
+        self.keys = keys
         plan, n_total, _ = plan_data(config, data, 1)
         self.network = build_network(config.model, plan.n_classes)
         chosen = subset_indices(config.train.seed, n_total, config.train.subset)
@@ -298,13 +307,16 @@ class WorkerGroup:
         examples = self._examples(order, portion)
         scheduler = PortionScheduler(push_every=PUSH_EVERY, max_copies=MAX_COPIES)
         self.board = Board(scheduler, timeout_s=self.config.train.stall_s)
-        self.objective = BatchObjective(self.coordinator, self.board, len(order), portion,
-                                        l2=self.config.optim.weight_decay)  # fmt: skip
+        l2 = self.config.optim.weight_decay
+        self.objective = BatchObjective(
+            self.coordinator, self.board, len(order), portion, l2=l2, grad=self.grad
+        )
         for i in range(self.workers):
             if len(self.clients) <= i + 1:
                 self.clients.append(self._client())
             gradient = PortionGradient(self.network, examples)
-            self.replicas.append(Replica(i, self.clients[i + 1], self.board, gradient))
+            number = self.index * self.workers + i  # its vector on the shards is its own
+            self.replicas.append(Replica(number, self.clients[i + 1], self.board, gradient))
             thread = threading.Thread(target=self.replicas[-1].run, name=f"replica-{i}")
             thread.daemon = True
             self.threads.append(thread)
@@ -348,7 +360,7 @@ class WorkerGroup:
 class LBFGSGroup(WorkerGroup):
     """Sandblaster: one full-batch L-BFGS iteration per share (see the module docstring)."""
 
-    framework, does = "sandblaster", "L-BFGS"
+    does = "L-BFGS"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -380,9 +392,13 @@ class LBFGSGroup(WorkerGroup):
 
 
 class SGDGroup(WorkerGroup):
-    """AllReduce: synchronous SGD, a step per batch of ``train.batch`` (module docstring)."""
+    """AllReduce, or a hybrid's group: synchronous SGD, a step per batch of ``train.batch``."""
 
-    framework, does = "allreduce", "synchronous SGD"
+    does = "synchronous SGD"
+
+    @property
+    def grad(self) -> str:
+        return f"sgd.grad{self.index}"
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
         order, size = self._order(epoch, start, stop), self.config.train.batch
@@ -401,7 +417,7 @@ class SGDGroup(WorkerGroup):
                 portions_of(len(batch), portion),
             )
             loss = objective()  # the batch's mean gradient (with L2) in "grad" on the shards
-            v.axpy(-lr, GRAD, PARAMS)
+            v.axpy(-lr, self.grad, PARAMS)
             self.iterations += 1
             self.last_step = {"loss": loss, "step": lr}
             with self.lock:
@@ -416,5 +432,5 @@ def run_group(config, data, index: int, bind: str, keys: str | None) -> int:
     from hogwild.cluster.topology import resolve_topology
 
     framework = resolve_topology(config.cluster, config.ps.rule).framework
-    group = {"sandblaster": LBFGSGroup, "allreduce": SGDGroup}[framework]
-    return group(config, data, index, bind, keys).serve()
+    group = LBFGSGroup if framework == "sandblaster" else SGDGroup
+    return group(framework, config, data, index, bind, keys).serve()
