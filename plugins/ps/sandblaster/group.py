@@ -412,11 +412,9 @@ class SGDGroup(WorkerGroup):
             batch = order[first : first + size]
             for replica in self.replicas:  # read from the next batch on (set before it begins)
                 replica.gradient.examples = self._examples(batch, portion)
-            objective.n_examples, objective.n_portions = (
-                len(batch),
-                portions_of(len(batch), portion),
-            )
-            loss = objective()  # the batch's mean gradient (with L2) in "grad" on the shards
+            objective.n_examples = len(batch)
+            objective.n_portions = portions_of(len(batch), portion)
+            loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards
             v.axpy(-lr, self.grad, PARAMS)
             self.iterations += 1
             self.last_step = {"loss": loss, "step": lr}
