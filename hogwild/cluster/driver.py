@@ -10,10 +10,10 @@ section 4.1). It:
    (through the ``ps`` parameter store's parent side, :mod:`hogwild.store`);
 3. starts the model replicas (``hogwild cluster replica``), which join that model. The job's
    topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
-   or with ``cluster.framework`` ``"sandblaster"`` or ``"allreduce"`` the one worker group (a
-   coordinator, L-BFGS or synchronous SGD, and its replica threads,
-   :mod:`hogwild_plugins.ps.sandblaster.group`); a framework not built yet is refused before
-   anything starts;
+   or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or ``"hybrid"`` a worker
+   group (a coordinator, L-BFGS or synchronous SGD, and its replica threads,
+   :mod:`hogwild_plugins.ps.sandblaster.group`); what is not built yet (several server groups)
+   is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
    progress; at every epoch end it pulls the servers' model, evaluates it on the test set,
@@ -106,8 +106,8 @@ class ClusterDriver:
     def __init__(self, config, data, *, resume=False, overwrite=False) -> None:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
-        require_built(topology)  # allreduce, hogwild, hybrid: refused, naming what is missing
-        if topology.coordinated:  # sandblaster, allreduce: one worker group and a coordinator
+        require_built(topology)  # several server groups: refused, naming what is missing
+        if topology.coordinated:  # sandblaster, allreduce, hybrid: a coordinator per group
             from hogwild_plugins.ps.sandblaster.group import check_job
 
             check_job(config, data, topology.framework)
