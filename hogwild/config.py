@@ -123,7 +123,7 @@ class PsConfig:
     timeout_s: float = 5.0
     retries: int = 3
     keys: str = ""
-    lease_s: int = 2
+    lease_s: int = 0
 
 
 @dataclass(frozen=True)

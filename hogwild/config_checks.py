@@ -179,8 +179,8 @@ def _check_ps(ps, fail) -> None:
         fail(f"ps.adagrad_eps must be > 0, got {ps.adagrad_eps}")
     if ps.shard_kib < 4:
         fail(f"ps.shard_kib must be >= 4 (KiB per shard; Adam uses 1024), got {ps.shard_kib}")
-    if not 1 <= ps.lease_s <= 3600:
-        fail(f"ps.lease_s must be 1 to 3600 seconds (a whole number), got {ps.lease_s}")
+    if not 0 <= ps.lease_s <= 3600:
+        fail(f"ps.lease_s must be 0 (auto) to 3600 seconds (a whole number), got {ps.lease_s}")
     if not ps.flush_s > 0 or not ps.timeout_s > 0:
         fail(
             f"ps.flush_s and ps.timeout_s must be > 0 seconds, got {ps.flush_s} and {ps.timeout_s}"

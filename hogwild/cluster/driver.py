@@ -273,7 +273,10 @@ class ClusterDriver:
             address = self.etcd.start()
             self.progress.line(f"hogwild cluster: etcd for the servers' copies on {address}")
         self._clear_map(address)  # an earlier run's map would name primaries that are gone
-        return config.override({"cluster.etcd": address})
+        changes = {"cluster.etcd": address}
+        if not config.ps.lease_s:  # auto: as short as the etcd honours
+            changes["ps.lease_s"] = self.etcd.min_ttl_s if self.etcd is not None else 2
+        return config.override(changes)
 
     def _clear_map(self, address: str | None = None) -> None:
         """Delete every etcd key of this job (its bucket map and members)."""

@@ -36,6 +36,9 @@ SWITCH_INTERVAL_S = 2e-4
 message; Python's default 5 ms switch interval lets a thread that wants it wait that long."""
 
 
+DEFAULT_LEASE_S = 2  # ps.lease_s = 0: any etcd honours it (its default timers: 2 s at least)
+
+
 def register(subparsers) -> None:
     """Add ``hogwild ps`` and its subcommands."""
     ps = subparsers.add_parser("ps", help="Adam's parameter server: serve, status, keys")
@@ -120,7 +123,7 @@ def _serve(args) -> int:
         ack=args.ack,
         copies=args.copies or config.cluster.copies,
         etcd=args.etcd or config.cluster.etcd or None,
-        lease_s=args.lease_s or ps.lease_s,
+        lease_s=args.lease_s or ps.lease_s or DEFAULT_LEASE_S,
     )
     cpus = _node_cpus(args.node)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
