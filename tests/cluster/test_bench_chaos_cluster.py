@@ -1,0 +1,68 @@
+"""``bench/chaos_cluster.py --quick``: the shape and the promises of its JSON line, not its speed.
+
+The quick run trains a tiny job (6,000 examples, 2 epochs) through ``hogwild cluster --ps 3
+--cluster.copies=3`` three times (fault-free, copies = 1, and with a parameter server, a replica,
+another server and a data server SIGKILLed while it trains, as long as it lasts), then the
+ledger phase with 3 kills of primaries under a client that sums what was acknowledged. It needs
+a real etcd (the cluster tier). Checks: every field is there, no acknowledged update is lost,
+nothing is left behind by any run, and the figures add up.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+LEAK_KINDS = ("segments", "processes", "ports")
+RUNS = ("chaos", "fault_free", "copies_1", "ledger")
+
+
+@pytest.mark.slow
+def test_quick_run_loses_nothing_and_leaves_nothing(tmp_path, mnist_dir, repo_root):
+    out = tmp_path / "chaos_cluster.json"
+    command = [sys.executable, str(repo_root / "bench" / "chaos_cluster.py"), "--quick"]
+    command += ["--data", str(mnist_dir), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=repo_root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
+    record = json.loads(lines[0])
+    assert out.read_text().strip() == lines[0]
+
+    assert record["benchmark"] == "chaos_cluster"
+    assert record["command"].startswith("python bench/chaos_cluster.py --quick")
+    assert "--cluster.copies=3" in record["job"]["command"]
+    assert record["job"]["settings"]["cluster"]["copies"] == 3
+    assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
+
+    kills = record["kills"]
+    assert kills["total"] == kills["ps"] + kills["replica"] + kills["data"] == len(record["events"])
+    assert kills["ps"] >= 1  # the first victim is always a server
+    failover = record["failover_s"]
+    assert {"median", "max", "n"} <= set(failover)
+    assert failover["n"] >= 1 and 0 < failover["median"] <= failover["max"]
+
+    assert record["acknowledged_lost"] == 0
+    ledger = record["ledger"]
+    assert ledger["lost"] == 0 and ledger["problems"] == [] and ledger["max_abs_error"] == 0.0
+    assert ledger["kills"] == 3 and ledger["pushes"] > 0
+    assert "separate" in ledger["phase"]
+
+    for key in ("test_accuracy", "fault_free_test_accuracy", "copies_1_test_accuracy"):
+        assert 0.0 <= record[key] <= 1.0
+    speed = record["copies_3_vs_1"]
+    assert speed["copies_3_examples_per_s"] > 0 and speed["copies_1_examples_per_s"] > 0
+    ratio = speed["copies_3_examples_per_s"] / speed["copies_1_examples_per_s"]
+    assert speed["ratio"] == pytest.approx(ratio)
+
+    assert set(record["leaked"]) == set(RUNS)
+    for run in RUNS:
+        assert {k: record["leaked"][run][k] for k in LEAK_KINDS} == dict.fromkeys(LEAK_KINDS, 0)
+
+    targets = record["targets"]
+    assert {"failover_met", "lost_met", "accuracy_met", "leaks_met", "kills_met"} <= set(targets)
+    assert targets["lost_met"] and targets["leaks_met"]
+    assert record["runs"]["chaos"]["stuck"] is None and record["runs"]["chaos"]["error"] is None
