@@ -47,6 +47,7 @@ MAX_JSON_BYTES = 4 << 20
 FAILOVER_TIMEOUT_S = 0.5  # replicated: a request's timeout (one retry), then the map is read
 REROUTE_WAIT_S = 3.0  # replicated: a failed request's wait for the map to move (lease unknown)
 REFUSED_PAUSE_S = 0.01
+PING_TIMEOUT_S = 0.3
 RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED})
 
 
@@ -99,6 +100,8 @@ class PSClient:
         self.job, self.job_id = job, job_id(job)
         self.routes: Routes | None = None
         self.failover_s = failover_s
+        self.keys = keys
+        self._pinger: Peers | None = None  # replicated: is a silent primary alive?
         if etcd:  # a dead primary must be given up on well within a failover
             timeout_s, retries = min(timeout_s, FAILOVER_TIMEOUT_S), min(retries, 1)
         self.peers = Peers(
@@ -260,14 +263,18 @@ class PSClient:
             self.routes.read()
         except EtcdUnavailable:
             pass  # wait() reads again, until the deadline
-        away = {}
+        away, alive = {}, {}
         for req in todo:
             bucket = self.layout.bucket_of(req.header.target)
             if id(req) not in refused and self.routes.primaries[bucket] == req.server:
-                # A dead primary is replaced within its lease (and etcd's expiry round); one
-                # that lives and was only slow gets the request again after that.
-                wait = self.routes.lease_s + 1.0 if self.routes.lease_s else REROUTE_WAIT_S
-                away[bucket] = (self.routes.epochs[bucket], now + wait)
+                # No answer from the primary the map still names: a slow one (busy with its
+                # copies) answers a ping on its network thread and gets the request again at
+                # once; a dead one is replaced within its lease (and etcd's expiry round).
+                if req.server not in alive:
+                    alive[req.server] = self._answers(req.server)
+                if not alive[req.server]:
+                    wait = self.routes.lease_s + 1.0 if self.routes.lease_s else REROUTE_WAIT_S
+                    away[bucket] = (self.routes.epochs[bucket], now + wait)
         if not away:
             time.sleep(REFUSED_PAUSE_S)  # a primary still catching its copies up
         self.routes.wait(buckets, deadline, away)
@@ -280,6 +287,22 @@ class PSClient:
         for req in todo:
             req.server = self._server_of(req.header.target)
             req.attempts, req.sent_at, req.first_sent = 0, 0.0, 0.0
+
+    def _answers(self, server: int) -> bool:
+        """Whether ``server`` answers a ping within :data:`PING_TIMEOUT_S` (replicated)."""
+        if self._pinger is None:
+            self._pinger = Peers(
+                list(self.peers.addresses),
+                sender=self.peers.sender,
+                timeout_s=PING_TIMEOUT_S,
+                retries=0,
+                keys=self.keys,
+            )
+        try:
+            header, _ = self._pinger.request(server, Header(MsgType.PING, job=self.job_id))
+        except PeerUnreachableError:
+            return False
+        return header.type == MsgType.ACK
 
     def _check_vector(self, array: np.ndarray, what: str) -> np.ndarray:
         if (
@@ -545,6 +568,8 @@ class PSClient:
 
     def close(self) -> None:
         self.peers.close()
+        if self._pinger is not None:
+            self._pinger.close()
         if self.routes is not None:
             self.routes.close()
 
