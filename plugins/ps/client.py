@@ -292,7 +292,7 @@ class PSClient:
         """Whether ``server`` answers a ping within :data:`PING_TIMEOUT_S` (replicated)."""
         if self._pinger is None:
             self._pinger = Peers(
-                list(self.peers.addresses),
+                [str(a) for a in self.peers.addresses],
                 sender=self.peers.sender,
                 timeout_s=PING_TIMEOUT_S,
                 retries=0,
