@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.launch import ServeProcess, free_port
+from hogwild_plugins.ps.launch import ServeProcess, free_ports
 from hogwild_plugins.ps.routes import Routes, etcd_prefix
 
 from hogwild.config import load_config
@@ -27,7 +27,7 @@ class Trio:
 
     def __init__(self, etcd: str) -> None:
         self.etcd = etcd
-        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.addresses = [f"127.0.0.1:{port}" for port in free_ports(3)]
         self.processes: dict[int, ServeProcess] = {}
 
     def start(self, index: int) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import zmq
 from hogwild_plugins.ps.client import PSClient, PSRequestError
-from hogwild_plugins.ps.launch import free_port, local_server
+from hogwild_plugins.ps.launch import free_ports, local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 
 from hogwild.errors import HogwildError
@@ -146,7 +146,7 @@ def test_bad_named_pushes_are_refused_naming_what_is_wrong():
 
 
 def test_replicated_servers_refuse_named_pushes_as_they_refuse_vector_operations(etcd_server):
-    servers = tuple(f"127.0.0.1:{free_port()}" for _ in range(2))
+    servers = tuple(f"127.0.0.1:{port}" for port in free_ports(2))
     common = dict(servers=servers, copies=2, etcd=etcd_server.address, shard_kib=4, lease_s=1)
     with (
         local_server(GEOMETRY, index=0, **common),

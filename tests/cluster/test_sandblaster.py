@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import free_port, local_server
+from hogwild_plugins.ps.launch import free_ports, local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.sandblaster import (
     BatchObjective,
@@ -90,7 +90,7 @@ def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None):
     """Two servers, a coordinator and replica threads (one per dict of Replica keywords, and
     ``die_mid_push``: the push its client fails in the middle of, see :class:`DiesMidPush`)."""
     images, labels = mnist
-    servers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    servers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     geometry = ModelGeometry(network.n_params)
     examples = Examples(images, labels, np.arange(N_EXAMPLES), PORTION, MEAN, STD)
     with ExitStack() as stack:
