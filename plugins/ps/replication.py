@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from hogwild_plugins.ps import checks
 from hogwild_plugins.ps.engine import Kind, Work
-from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
+from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable, LeaseExpired
 from hogwild_plugins.ps.failover import (
     BucketRecord,
     BucketRole,
@@ -294,12 +294,13 @@ class Replication:
         return self._restore(header, shard, request.frames)
 
     def _refresh_record(self, bucket: int) -> None:
-        value, revision = self._net_etcd.get(f"sync/{bucket}")
-        if value is None:
-            return
         try:
-            record = BucketRecord.parse(value, revision, self.n_servers, f"sync/{bucket}")
-        except ValueError:
+            record = self._read(bucket, self._net_etcd)
+        except EtcdUnavailable:
+            raise
+        except HogwildError:  # not a record: the gate decides on what this side knew
+            return
+        if record is None:
             return
         role = self.roles[bucket]
         if role.role is not Role.PRIMARY and (
@@ -399,9 +400,7 @@ class Replication:
         with self.lock:
             self.logs[shard].restore(header.version, triples)
         self.roles[self.layout.bucket_of(shard)].restored()
-        done = _Countdown(1)
-        self._apply([work], done)
-        done.wait(LOCAL_APPLY_S)
+        self._apply_and_wait([work], f"shard {shard}: the snapshot")
         self.server.book.set_version(shard, header.version)
         self.counters["snapshots_received"] += 1
         return Reply(header.reply(MsgType.ACK, version=header.version))
@@ -494,11 +493,27 @@ class Replication:
         self.last_etcd_error = str(exc)
         self.changed.set()  # read the map again on the next turn
 
-    def _read(self, bucket: int) -> BucketRecord | None:
-        value, revision = self._etcd.get(f"sync/{bucket}")
+    def _read(self, bucket: int, etcd: Etcd | None = None) -> BucketRecord | None:
+        """``sync/<bucket>`` (None: absent), through ``etcd`` (default: this thread's).
+
+        Raises:
+            HogwildError: A value that is not a record (naming the key); EtcdUnavailable.
+        """
+        key = f"sync/{bucket}"
+        value, revision = (etcd or self._etcd).get(key)
         if value is None:
             return None
-        return BucketRecord.parse(value, revision, self.n_servers, f"etcd key sync/{bucket}")
+        try:
+            return BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
+        except ValueError as exc:
+            raise HogwildError(str(exc)) from exc
+
+    def _apply_and_wait(self, works: list, what: str) -> None:
+        """Queue ``works`` on the engine and wait until each is applied."""
+        done = _Countdown(len(works))
+        self._apply(works, done)
+        if not done.wait(LOCAL_APPLY_S):
+            raise HogwildError(f"{what}: not applied within {LOCAL_APPLY_S:g} s")
 
     def _commit_prepared(self, bucket: int) -> None:
         """Just won: what was prepared under the old primary is committed here, in order."""
@@ -509,10 +524,7 @@ class Replication:
                 for sender, seq, work in log.commit(log.last):
                     log.record(sender, seq, work.version)
                     items.append(work)
-        done = _Countdown(len(items))
-        self._apply(items, done)
-        if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError(f"bucket {bucket}: prepared updates not applied within 30 s")
+        self._apply_and_wait(items, f"bucket {bucket}: the prepared updates")
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
 
@@ -520,10 +532,7 @@ class Replication:
         """Wait until the update engine applied everything queued for ``shards`` (a copy just
         promoted may still have commits queued by the network thread)."""
         works = [Work(Kind.BARRIER, self.server.local[s]) for s in shards]
-        done = _Countdown(len(works))
-        self._apply(works, done)
-        if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError(f"shards {shards}: queued updates not applied within 30 s")
+        self._apply_and_wait(works, f"shards {shards}: the queued updates")
 
     def _send_snapshot(self, bucket: int, server: int) -> bool:
         role = self.roles[bucket]
@@ -536,13 +545,11 @@ class Replication:
                 table = np.array(log.table(), np.uint64).reshape(-1)
                 version = log.committed
             values, state = held.values.copy(), held.state.copy()
-            header = Header(
+            header = self._peer_header(
                 MsgType.SNAPSHOT,
-                job=self.server.job,
-                target=shard,
-                version=version,
-                lease=self.clock.lease,
-                aux=role.epoch,
+                shard,
+                version,
+                role,
                 dtype=DType.FLOAT32,
                 shape=(values.size,),
                 frames=3,
@@ -551,6 +558,21 @@ class Replication:
         ok = self._exchange(requests)
         self.counters["snapshots_sent"] += sum(ok)
         return all(ok)
+
+    def _peer_header(
+        self, kind: MsgType, shard: int, version: int, role: BucketRole, **fields
+    ) -> Header:
+        """A message of this primary to a copy: the bucket's epoch and this server's lease,
+        which the copy's gate checks."""
+        return Header(
+            kind,
+            job=self.server.job,
+            target=shard,
+            version=version,
+            lease=self.clock.lease,
+            aux=role.epoch,
+            **fields,
+        )
 
     def _exchange(self, requests: list[Request]) -> list[bool]:
         """Send ``requests`` to the copies; True for each acknowledged. A copy that does not
@@ -615,13 +637,11 @@ class Replication:
             for copy in role.record.in_sync:
                 if copy == self.me:
                     continue
-                header = Header(
+                header = self._peer_header(
                     MsgType.PREPARE,
-                    job=self.server.job,
-                    target=p.shard,
-                    version=p.work.version,
-                    lease=self.clock.lease,
-                    aux=role.epoch,
+                    p.shard,
+                    p.work.version,
+                    role,
                     a=self._coef(p),
                     frames=1 + len(p.frames),
                 )
@@ -634,14 +654,7 @@ class Replication:
             role = self.roles[self.layout.bucket_of(shard)]
             for copy in role.record.in_sync:
                 if copy != self.me and (role.bucket, copy) not in failed:
-                    header = Header(
-                        MsgType.COMMIT,
-                        job=self.server.job,
-                        target=shard,
-                        version=version,
-                        lease=self.clock.lease,
-                        aux=role.epoch,
-                    )
+                    header = self._peer_header(MsgType.COMMIT, shard, version, role)
                     commits.append(Request(copy, header))
         failed |= self._failures(commits, self._exchange(commits))
         for bucket, copy in sorted(failed):
