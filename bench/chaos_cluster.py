@@ -55,6 +55,7 @@ from bench.cluster_run import ClusterRun
 from bench.machine import describe_machine, versions
 from bench.ps_ledger import ledger_phase
 from bench.ps_watch import ServerWatch, spread
+from bench.record import emit_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -333,7 +334,7 @@ def source() -> dict:
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
+        return done.stdout.rstrip("\n") if done.returncode == 0 else ""  # " M path": keep
 
     try:
         commit, changed = git("rev-parse", "HEAD"), git("status", "--porcelain", "-uno")
@@ -354,12 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     record["wall_s"] = round(time.perf_counter() - started, 1)
     record["command"] = shlex.join(["python", "bench/chaos_cluster.py", *argv])
     record["source"] = source()
-    line = json.dumps(record)
-    print(line, flush=True)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(line + "\n", encoding="utf-8")
+    emit_record(record, args.out)
     return 0
 
 

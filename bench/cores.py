@@ -36,7 +36,6 @@ reported with their min/max. It prints one JSON line; ``--out`` also writes it t
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -57,6 +56,7 @@ from bench.machine import (
     usable_cores,
     versions,
 )
+from bench.record import emit_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -346,12 +346,7 @@ def main(argv: list[str] | None = None, prog: str = "python bench/cores.py") -> 
         return 2
     record["wall_s"] = time.perf_counter() - started
     record["command"] = shlex.join([*prog.split(), *argv])
-    line = json.dumps(record)
-    print(line, flush=True)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(line + "\n", encoding="utf-8")
+    emit_record(record, args.out)
     if args.plot:
         from bench.plot import plot_cores
 

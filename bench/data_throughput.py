@@ -25,7 +25,6 @@ Prints one JSON line (machine, versions, settings, results, targets); ``--out`` 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -39,6 +38,7 @@ if __package__ in (None, ""):  # run as ``python bench/data_throughput.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import describe_machine, versions
+from bench.record import emit_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -220,12 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     record["wall_s"] = round(time.perf_counter() - started, 1)
     record["command"] = shlex.join(["python", "bench/data_throughput.py", *argv])
-    line = json.dumps(record)
-    print(line, flush=True)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(line + "\n", encoding="utf-8")
+    emit_record(record, args.out)
     return 0
 
 

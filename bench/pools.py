@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import secrets
 import shlex
@@ -52,6 +51,7 @@ if __package__ in (None, ""):  # run as ``python bench/pools.py``: make ``bench`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import Gang, describe_machine, versions
+from bench.record import emit_record
 from hogwild.numa.placement import plan_workers
 from hogwild.numa.topology import read_topology
 from hogwild.shm.atomics import raw_load_relaxed, raw_store_relaxed
@@ -384,11 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": describe_machine(),
         "versions": {**versions(), "posix_ipc": posix_ipc.VERSION},
     }
-    line = json.dumps(result)
-    print(line)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(line + "\n")
+    emit_record(result, args.out)
     return result
 
 

@@ -50,6 +50,7 @@ if __package__ in (None, ""):  # run as ``python bench/replicas.py``: make ``ben
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import describe_machine, versions
+from bench.record import emit_record
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -435,12 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     record["wall_s"] = time.perf_counter() - started
     record["command"] = shlex.join(["python", "bench/replicas.py", *argv])
-    line = json.dumps(record)
-    print(line, flush=True)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(line + "\n", encoding="utf-8")
+    emit_record(record, args.out)
     if args.plot:
         plot_fig11(record, args.plot)
     return 0
