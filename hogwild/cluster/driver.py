@@ -16,9 +16,9 @@ section 4.1). It:
    is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
-   progress; at every epoch end it pulls the servers' model, evaluates it on the test set,
-   writes the checkpoint (the format ``hogwild train`` writes: ``hogwild eval`` and ``torch.nn``
-   load it) and a metrics line;
+   progress; at every epoch end it pulls the servers' model, starts the next epoch, and then
+   evaluates the pulled model on the test set and writes its checkpoint (the format ``hogwild
+   train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and a metrics line;
 5. restarts a replica or a data server that dies while the job trains, up to
    ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
    into the status table and the final summary): a data server comes back on its address and
@@ -41,8 +41,10 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from hogwild.cluster.coordinator import (
     CloseShare,
@@ -82,6 +84,15 @@ from hogwild.training.trainer import save_checkpoint
 POLL_S = 0.2
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
+
+
+@dataclass(frozen=True)
+class EndedEpoch:
+    """An epoch's record before its test figures, and the model pulled at its end."""
+
+    record: dict
+    params: np.ndarray
+    velocity: np.ndarray
 
 
 def job_name(config) -> str:
@@ -131,6 +142,7 @@ class ClusterDriver:
         self.run_dir: Path | None = None
         self.own_run_dir = False
         self.launcher = self.arena = self.store = self.control = self.etcd = None
+        self.train_started = 0.0
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
         self.gone: set[str] = set()  # roles the launcher saw exit
@@ -341,7 +353,7 @@ class ClusterDriver:
             warm_start=config.cluster.warm_start,
             fraction=config.cluster.epoch_fraction,
         )
-        wall_start = time.perf_counter()
+        wall_start = self.train_started = time.perf_counter()
         epoch_start, checkpoint, examples, train_seconds = wall_start, None, 0, 0.0
         pending: deque = deque()
         for r in range(len(self.clients)):
@@ -364,13 +376,17 @@ class ClusterDriver:
                     self._call(instruction.replica, "close", epoch=instruction.epoch)
                 elif isinstance(instruction, EpochEnd):
                     seconds = time.perf_counter() - epoch_start
-                    record = self._end_epoch(instruction, seconds)
+                    ended = self._pull_epoch(instruction, seconds)
+                    # The next epoch starts before this one is evaluated and checkpointed from
+                    # the model pulled above: the replicas do not idle through the evaluation
+                    # (nor do a failed-over server's buckets wait that long for an update).
+                    pending.extend(coordinator.advance())
+                    epoch_start = time.perf_counter()
+                    record = self._record_epoch(ended)
                     history.append(record)
                     examples += record["examples"]
                     train_seconds += seconds
-                    checkpoint = self._checkpoint(record, history) or checkpoint
-                    epoch_start = time.perf_counter()
-                    pending.extend(coordinator.advance())
+                    checkpoint = self._checkpoint(record, history, ended) or checkpoint
                 elif isinstance(instruction, Finished):
                     return self._final(history, examples, train_seconds, wall_start, checkpoint)
             time.sleep(POLL_S)
@@ -443,11 +459,11 @@ class ClusterDriver:
             )
         return coordinator.handle(Progress(replica, epoch, status["examples"]))
 
-    def _end_epoch(self, end: EpochEnd, seconds: float) -> dict:
+    def _pull_epoch(self, end: EpochEnd, seconds: float) -> EndedEpoch:
+        """The servers' model at ``end`` (copied: the next epoch changes it) and the epoch's
+        record without its test figures, made before the next epoch starts."""
         self.store.end_epoch()  # the servers' model, pulled
-        params, _ = self.store.snapshot()
-        model = TrainedModel(self.config, self.network, params.copy())
-        tested = evaluate_model(model, self.data) if self.n_test else {}
+        params, velocity = self.store.snapshot()
         servers = self.store.home_status()
         rate = end.examples / seconds if seconds else 0.0
         counted = not self.topology.coordinated  # a coordinated group counts no answers
@@ -459,6 +475,7 @@ class ClusterDriver:
             "train_loss": end.loss / max(end.examples, 1),
             "train_accuracy": end.correct / max(end.examples, 1) if counted else None,
             "train_s": seconds,
+            "wall_s": time.perf_counter() - self.train_started,  # since the first epoch began
             "examples_per_s": rate,
             "connections_per_s": rate * self.network.connections,
             "data_wait_s": end.data_wait_s,
@@ -468,34 +485,43 @@ class ClusterDriver:
             "updates_per_s": sum(s.get("updates_per_s", 0.0) for s in servers),
             "ps_updates": sum(int(s.get("updates", 0)) for s in servers),  # since they started
             "staleness": _merge_histograms(s.get("staleness_histogram") for s in servers),
-            "test_loss": tested.get("test_loss"),
-            "test_accuracy": tested.get("test_accuracy"),
         }
         groups = {str(r): seen["status"]["sandblaster"] for r, seen in self.last_status.items()
                   if "sandblaster" in seen["status"]}  # fmt: skip
         if groups:  # a Sandblaster group's counters: iterations, passes, portions, backups...
             record["sandblaster"] = groups
+        return EndedEpoch(record, params.copy(), velocity.copy())
+
+    def _record_epoch(self, ended: EndedEpoch) -> dict:
+        """Evaluate the pulled model on the test set, write the epoch's metrics line and say it."""
+        model = TrainedModel(self.config, self.network, ended.params)
+        tested = evaluate_model(model, self.data) if self.n_test else {}
+        record = {
+            **ended.record,
+            "test_loss": tested.get("test_loss"),
+            "test_accuracy": tested.get("test_accuracy"),
+        }
         self.metrics.write(record)
         self.live.clear()
         tested_text = (
             f"test accuracy {record['test_accuracy'] * 100:.2f}%" if tested else "no test split"
         )
         self.progress.line(
-            f"epoch {end.epoch + 1}/{self.config.train.epochs}  lr {end.lr:.4g}  train loss "
-            f"{record['train_loss']:.4f}  {tested_text}  {rate:,.0f} ex/s  {seconds:.1f} s"
+            f"epoch {record['epoch'] + 1}/{self.config.train.epochs}  lr {record['lr']:.4g}  "
+            f"train loss {record['train_loss']:.4f}  {tested_text}  "
+            f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
         )
         return record
 
-    def _checkpoint(self, record: dict, history: list[dict]):
+    def _checkpoint(self, record: dict, history: list[dict], ended: EndedEpoch):
         if not self.config.output.checkpoint_dir:
             return None
         if self.replace_old:
             ckpt.remove_checkpoints(self.config.output.checkpoint_dir)
             self.replace_old = False
-        params, velocity = self.store.snapshot()
         return save_checkpoint(
-            self.config, self.network, params, velocity, record["epoch"], record, history,
-            self.n_classes, self.n_train, self.data,
+            self.config, self.network, ended.params, ended.velocity, record["epoch"], record,
+            history, self.n_classes, self.n_train, self.data,
         )  # fmt: skip
 
     def _final(self, history, examples, train_seconds, wall_start, checkpoint) -> dict:
