@@ -159,6 +159,7 @@ class ClusterConfig:
     restarts: int = 3
     copies: int = 1
     etcd: str = ""
+    group_servers: tuple[str, ...] = ()  # every server group's servers (the driver sets it)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,8 @@ class Config:
                 values["layers"] = [layer.to_dict() for layer in self.model.layers]
             if section in ("ps", "data"):
                 values["servers"] = list(values["servers"])
+            if section == "cluster":
+                values["group_servers"] = list(values["group_servers"])
             out[section] = values
         return out
 
@@ -338,7 +341,7 @@ def _build_section(name: str, table: Mapping[str, Any], origin: str):
             values[key] = _build_layers(value, origin)
         elif name == "model" and key == "input":
             values[key] = _build_input(value, origin)
-        elif name in ("ps", "data") and key == "servers":
+        elif (name, key) in (("ps", "servers"), ("data", "servers"), ("cluster", "group_servers")):
             values[key] = _build_addresses(f"{name}.{key}", value, origin)
         else:
             default = getattr(cls(), key)

@@ -12,8 +12,10 @@ section 4.1). It:
    topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
    or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or ``"hybrid"`` a worker
    group (a coordinator, L-BFGS or synchronous SGD, and its replica threads,
-   :mod:`hogwild_plugins.ps.sandblaster.group`); what is not built yet (several server groups)
-   is refused before anything starts;
+   :mod:`hogwild_plugins.ps.sandblaster.group`); with ``"hogwild"`` (distributed Hogwild)
+   several server groups, each replica bound to one and synchronising them every
+   ``cluster.sync_every`` examples, and the driver making them one model at every epoch end
+   (:mod:`hogwild_plugins.ps.groups`); what is not built is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
    progress; at every epoch end it pulls the servers' model, starts the next epoch, and then
@@ -117,7 +119,7 @@ class ClusterDriver:
     def __init__(self, config, data, *, resume=False, overwrite=False) -> None:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
-        require_built(topology)  # several server groups: refused, naming what is missing
+        require_built(topology, config.cluster.copies)  # refused: what is not built
         if topology.coordinated:  # sandblaster, allreduce, hybrid: a coordinator per group
             from hogwild_plugins.ps.sandblaster.group import check_job
 
@@ -126,6 +128,8 @@ class ClusterDriver:
         if topology.optimizer != "lbfgs":
             rule = topology.server_rule(config.ps.rule)
             servers = {"ps.rule": rule, "ps.lr": config.ps.lr or PS_DEFAULT_LR[rule]}
+        if topology.server_groups > 1:  # the roles' plan counts every group's servers
+            servers["cluster.server_groups"] = topology.server_groups
         self.config = config.override(
             {**topology.cluster_overrides(), "ps.job": self.job, **servers}
         )
@@ -142,6 +146,7 @@ class ClusterDriver:
         self.run_dir: Path | None = None
         self.own_run_dir = False
         self.launcher = self.arena = self.store = self.control = self.etcd = None
+        self.groups = None  # several server groups: every group's clients (distributed Hogwild)
         self.train_started = 0.0
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
@@ -184,7 +189,8 @@ class ClusterDriver:
         stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
         for store in stores:  # a server's store recovers a crash within a job, never a new job:
             shutil.rmtree(store, ignore_errors=True)  # the model comes from init or --resume
-        with_servers(plan, config_file, self.job, servers, stores)
+        per_group = cluster.ps  # a server group's servers; the groups are listed one after another
+        with_servers(plan, config_file, self.job, servers, stores, per_group)
         self._give_metrics_ports(plan)
         if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
             self.specs.update({spec.name: spec for spec in plan.ps})
@@ -194,13 +200,16 @@ class ClusterDriver:
         for spec in plan.data:
             data_servers.append(self.launcher.start(spec))
             self.specs[spec.name] = on_port_of(spec, data_servers[-1])  # a restart comes back there
-        start_epoch, history = self._give_the_servers_the_model(servers)
-        extra = [f"--ps.servers={','.join(servers)}"]
-        if data_servers:
-            extra.append(f"--data.servers={','.join(data_servers)}")
+        groups = [servers[i : i + per_group] for i in range(0, len(servers), per_group)]
+        start_epoch, history = self._give_the_servers_the_model(groups)
+        extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
+        if len(groups) > 1:
+            extra.append(f"--cluster.group_servers={','.join(servers)}")
         addresses = []
-        for spec in plan.replicas:
-            spec = self.specs[spec.name] = replace(spec, argv=(*spec.argv, *extra))
+        for spec in plan.replicas:  # each worker group trains against its server group
+            group = groups[spec.index * len(groups) // len(plan.replicas)]
+            argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
+            spec = self.specs[spec.name] = replace(spec, argv=argv)
             addresses.append(self.launcher.start(spec))
         self.clients = [self._client(i, a) for i, a in enumerate(addresses)]
         self._serve_status()
@@ -325,10 +334,11 @@ class ClusterDriver:
             keys = str(made)
         return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
 
-    def _give_the_servers_the_model(self, servers: list[str]) -> tuple[int, list[dict]]:
-        """The parent side of the ``ps`` store: initial or checkpointed weights, given once."""
+    def _give_the_servers_the_model(self, groups: list[list[str]]) -> tuple[int, list[dict]]:
+        """The parent side of the ``ps`` store: initial or checkpointed weights, given once (to
+        every server group: the groups begin as one model)."""
         config, network = self.config, self.network
-        self.store = store_class("ps")(config.override({"ps.servers": servers}), network, ())
+        self.store = store_class("ps")(config.override({"ps.servers": groups[0]}), network, ())
         layout = ArenaLayout()
         self.store.add_regions(layout)
         self.arena = Arena.create("cluster", layout)
@@ -337,7 +347,20 @@ class ClusterDriver:
             config, network, self.n_classes, self.resume, self.progress.line
         )
         self.store.load(params, velocity)
+        if len(groups) > 1:
+            from hogwild_plugins.ps.groups import ServerGroups
+
+            ps = config.ps
+            self.groups = ServerGroups(
+                groups, self.job, "driver", timeout_s=ps.timeout_s, retries=ps.retries,
+                keys=ps.keys or None,
+            )  # fmt: skip
+            self.groups.assign(self.store.snapshot()[0])
         return start_epoch, history
+
+    def _servers_status(self) -> list[dict]:
+        """Every parameter server's counters (every group's)."""
+        return self.groups.status() if self.groups is not None else self.store.home_status()
 
     # -- epochs ----------------------------------------------------------------------------------
 
@@ -462,9 +485,11 @@ class ClusterDriver:
     def _pull_epoch(self, end: EpochEnd, seconds: float) -> EndedEpoch:
         """The servers' model at ``end`` (copied: the next epoch changes it) and the epoch's
         record without its test figures, made before the next epoch starts."""
+        if self.groups is not None:  # every replica is idle: the groups become one model
+            self.groups.sync()
         self.store.end_epoch()  # the servers' model, pulled
         params, velocity = self.store.snapshot()
-        servers = self.store.home_status()
+        servers = self._servers_status()
         rate = end.examples / seconds if seconds else 0.0
         counted = not self.topology.coordinated  # a coordinated group counts no answers
         record = {
@@ -490,6 +515,9 @@ class ClusterDriver:
                   if "sandblaster" in seen["status"]}  # fmt: skip
         if groups:  # a Sandblaster group's counters: iterations, passes, portions, backups...
             record["sandblaster"] = groups
+        if self.groups is not None:  # the worker groups' synchronisations and the driver's
+            replicas = sum(seen["status"].get("syncs", 0) for seen in self.last_status.values())
+            record["group_syncs"] = self.groups.syncs + replicas
         return EndedEpoch(record, params.copy(), velocity.copy())
 
     def _record_epoch(self, ended: EndedEpoch) -> dict:
@@ -541,7 +569,8 @@ class ClusterDriver:
             "optimizer": self.topology.optimizer,
             "replicas": self.config.cluster.replicas,
             "workers": self.config.cluster.replicas * self.config.cluster.workers_per_replica,
-            "ps_servers": self.config.cluster.ps,
+            "ps_servers": self.topology.servers,  # every server group's
+            "server_groups": self.topology.server_groups,
             "data_servers": self.config.cluster.data_servers,
             "epochs": self.config.train.epochs,
             "data_wait_s": sum(h.get("data_wait_s", 0.0) for h in history),
@@ -646,7 +675,7 @@ class ClusterDriver:
         rows += [{"role": n, "state": "serving"} for n, s in self.specs.items() if s.kind == "data"]
         rows = [{**row, "restarts": self.restarts.get(row["role"], 0)} for row in rows]
         try:
-            rows += [server_row(s) for s in self.store.home_status()]
+            rows += [server_row(s) for s in self._servers_status()]
         except HogwildError:
             pass
         self.rows = rows
@@ -709,6 +738,9 @@ class ClusterDriver:
         if self.endpoint is not None:
             step(self.endpoint.close)
             self.endpoint = None
+        if self.groups is not None:
+            step(self.groups.close)
+            self.groups = None
         if self.store is not None:
             step(self.store.close)
             self.store = None

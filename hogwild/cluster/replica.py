@@ -14,6 +14,11 @@ from the driver, which runs :mod:`hogwild.cluster.coordinator`:
 - ``status``: the share's progress, and its figures once every worker answered;
 - ``stop``: leave.
 
+With several server groups (distributed Hogwild, SINGA 5.2) the replica is a worker group bound
+to its own server group (``ps.servers``), and after every ``cluster.sync_every`` examples it has
+trained it moves every group to their mean (:mod:`hogwild_plugins.ps.groups`, through the
+shards' operations) while its workers go on training.
+
 The network thread only records a command; the main thread acts on it, drives the workers and
 keeps the share's state. A replica whose driver has not asked anything for
 ``DRIVER_SILENCE_S`` seconds takes the driver for dead and leaves, releasing everything.
@@ -29,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from hogwild.cluster.prometheus import serve_metrics
+from hogwild.cluster.topology import resolve_topology
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
@@ -97,6 +103,10 @@ class Replica(Trainer):
         # the other replicas for up to start_timeout_s each before it asks anything.
         cluster = config.cluster
         self.silence_s = max(DRIVER_SILENCE_S, cluster.start_timeout_s * (cluster.replicas + 1))
+        self.sync_every = resolve_topology(cluster, config.ps.rule).sync_every
+        self.groups = None  # several server groups: every group's clients, once serving
+        self.synced_at = 0.0  # examples trained (in all) at the last synchronisation
+        self.syncs, self.sync_s, self.sync_spread = 0, 0.0, 0.0
 
     # -- the network thread --------------------------------------------------------------------
 
@@ -159,6 +169,8 @@ class Replica(Trainer):
                 "loss": share.loss if share.seconds else loss,
                 "seconds": seconds,
             }
+            if self.syncs:
+                out.update(syncs=self.syncs, sync_s=self.sync_s, sync_spread=self.sync_spread)
             if share.seconds:
                 out.update(
                     correct=share.correct,
@@ -188,6 +200,8 @@ class Replica(Trainer):
                     )  # fmt: skip
                     self.store.compile_kernels()
                     self._start_workers()
+                if self.sync_every:
+                    self.groups = self._server_groups()
                 server = ControlServer(f"{self.bind}:0", self.store.reach["job"], self.act,
                                        self.keys)  # fmt: skip
                 address = server.start()
@@ -207,6 +221,9 @@ class Replica(Trainer):
                 return 0
             finally:
                 with deferred_signals():
+                    if self.groups is not None:
+                        self.groups.close()
+                        self.groups = None
                     if endpoint is not None:
                         endpoint.close()
                     if server is not None:
@@ -229,6 +246,34 @@ class Replica(Trainer):
             message = self.gang.poll(f"replica {self.index}'s share", POLL_S)
             if isinstance(message, Trained):
                 self._answered(message)
+            if self.groups is not None:
+                self._sync_when_due()
+
+    def _server_groups(self):
+        from hogwild_plugins.ps.groups import ServerGroups, split_groups
+
+        config = self.config
+        groups = split_groups(config.cluster.group_servers, config.cluster.ps)
+        return ServerGroups(
+            groups,
+            self.store.reach["job"],
+            f"replica-{self.index}",
+            timeout_s=config.ps.timeout_s,
+            retries=config.ps.retries,
+            keys=config.ps.keys or None,
+        )
+
+    def _sync_when_due(self) -> None:
+        """Every ``sync_every`` examples this worker group trained: the groups to their mean."""
+        trained = float(self.arena.array("stats")[:, STAT_EXAMPLES].sum())
+        if trained - self.synced_at < self.sync_every:
+            return
+        self.synced_at = trained
+        result = self.groups.sync()
+        with self.lock:
+            self.syncs += 1
+            self.sync_s += result.seconds
+            self.sync_spread = result.spread
 
     def _begin(self, command: Train) -> None:
         stats, control = self.arena.array("stats"), self.arena.array("control")
@@ -272,7 +317,6 @@ def run_replica(args) -> int:
     """``hogwild cluster replica``: one replica of a running cluster job (started by a launcher);
     with Sandblaster's or AllReduce's topology, the worker group
     (``hogwild_plugins.ps.sandblaster.group``)."""
-    from hogwild.cluster.topology import resolve_topology
     from hogwild.config import load_config
     from hogwild.training.api import load_data
 

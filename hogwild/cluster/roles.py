@@ -135,7 +135,7 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
     """
     cluster = config.cluster
     plan = ClusterPlan()
-    for i in range(cluster.ps):
+    for i in range(cluster.ps * max(cluster.server_groups, 1)):  # ps: a server group's
         plan.ps.append(RoleSpec("ps", i, (), cpus=1, fixed_port=True))
     for i in range(cluster.data_servers):
         argv = ("data", "serve", data, "--config", config_file, "--bind", host, "--port", "0")
@@ -159,10 +159,16 @@ def on_port_of(spec: RoleSpec, address: str) -> RoleSpec:
 
 
 def with_servers(
-    plan: ClusterPlan, config_file: str, job: str, servers: list[str], stores: list
-) -> None:
-    """Fill in the parameter servers' command lines once their addresses are chosen."""
-    plan.ps = [
-        RoleSpec("ps", i, ps_argv(config_file, job, servers, i, stores[i]), 1, True)
-        for i in range(len(servers))
-    ]
+    plan: ClusterPlan, config_file: str, job: str, servers: list[str], stores: list,
+    per_group: int | None = None,
+) -> None:  # fmt: skip
+    """Fill in the parameter servers' command lines once their addresses are chosen; with
+    ``per_group`` (several server groups, listed group after group) each server is told only
+    its own group's servers: a group shards its own whole copy of the parameters."""
+    per_group = per_group or len(servers)
+    plan.ps = []
+    for i in range(len(servers)):
+        first = i - i % per_group
+        group = servers[first : first + per_group]
+        argv = ps_argv(config_file, job, group, i - first, stores[i])
+        plan.ps.append(RoleSpec("ps", i, argv, 1, True))

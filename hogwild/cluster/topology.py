@@ -33,9 +33,12 @@ asynchronous (Hogwild on one arena), SINGA's synchronous. :attr:`Topology.within
 a framework uses: Downpour and distributed Hogwild keep Adam's Hogwild workers; Sandblaster,
 AllReduce and the hybrid have synchronous workers.
 
-:func:`resolve_topology` rejects what cannot work, saying why; which frameworks ``hogwild
-cluster`` can run is :data:`BUILT` (downpour; sandblaster, allreduce and hybrid through
-worker-group roles with a coordinator, :data:`COORDINATED`) and :func:`require_built`.
+:func:`resolve_topology` rejects what cannot work, saying why; ``hogwild cluster`` runs every
+framework (:data:`BUILT`: downpour and distributed Hogwild as replica processes, several server
+groups synchronised by :mod:`hogwild_plugins.ps.groups`; sandblaster, allreduce and hybrid
+through worker-group roles with a coordinator, :data:`COORDINATED`), and
+:func:`require_built` refuses the combinations that are not built (a hybrid on several server
+groups, several server groups with copies, Adagrad in a coordinated group).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ __all__ = [
 
 FRAMEWORKS = ("downpour", "sandblaster", "allreduce", "hogwild", "hybrid")
 OPTIMIZERS = ("sgd", "adagrad", "lbfgs")
-BUILT = ("downpour", "sandblaster", "allreduce", "hybrid")  # on one server group
+BUILT = FRAMEWORKS  # hybrid on one server group
 COORDINATED = ("sandblaster", "allreduce", "hybrid")  # a role per group, a coordinator steps
 DEFAULT_SYNC_EVERY = 10_000  # examples a worker group trains between its server group's syncs
 
@@ -187,12 +190,12 @@ def resolve_topology(cluster, ps_rule: str = "auto") -> Topology:
     return topology
 
 
-def require_built(topology: Topology) -> None:
+def require_built(topology: Topology, copies: int = 1) -> None:
     """Refuse a topology ``hogwild cluster`` cannot run yet, naming what is not built.
 
     Raises:
-        ConfigError: Several server groups (distributed Hogwild, a hybrid on several), or
-            Adagrad with AllReduce or a hybrid.
+        ConfigError: A hybrid on several server groups, several server groups with
+            ``copies`` > 1, or Adagrad with AllReduce or a hybrid.
     """
     name = f"cluster.framework = {topology.framework!r} ({topology.describe()})"
     if topology.framework in ("allreduce", "hybrid") and topology.optimizer != "sgd":
@@ -201,11 +204,16 @@ def require_built(topology: Topology) -> None:
             "Adagrad through the shards' vector operations (a group's coordinator steps with "
             "axpy); use cluster.optimizer = 'sgd'"
         )
-    if topology.server_groups > 1:  # distributed Hogwild, or a hybrid on several
+    if topology.server_groups > 1 and topology.coordinated:  # a hybrid on several
         raise ConfigError(
             f"{name} is a valid topology but hogwild cluster does not run it yet: not built: "
-            "several server groups synchronising with each other every cluster.sync_every "
-            f"examples. Built: {', '.join(BUILT)} (each on one server group)"
+            "synchronous worker groups on several server groups (their coordinators step one "
+            "server group); use one server group, or cluster.framework = 'hogwild'"
+        )
+    if topology.server_groups > 1 and copies > 1:
+        raise ConfigError(
+            f"{name} with cluster.copies = {copies}: not built: server groups synchronise "
+            "through pushes into named vectors, which replicated servers refuse; use copies = 1"
         )
 
 

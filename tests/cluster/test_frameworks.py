@@ -6,9 +6,11 @@
 * ``--cluster.framework=allreduce`` (synchronous SGD through the same kind of worker group, a
   server per worker) and ``hybrid`` (two such groups, asynchronous to each other, on one server
   group) train the same network to a stated test accuracy.
-* What is not built (``hogwild``: several server groups synchronising; so a ``hybrid`` on
-  several server groups) resolves, and ``hogwild cluster`` refuses it before any role starts,
-  naming what is missing.
+* ``--cluster.framework=hogwild`` (distributed Hogwild): two worker groups, each against its
+  own server group, the groups synchronised every 200 examples and at every epoch end, trains
+  the same network to a stated test accuracy.
+* What is not built (a ``hybrid`` on several server groups) resolves, and ``hogwild cluster``
+  refuses it before any role starts, naming what is missing.
 
 The model is a 784-64-10 perceptron (50,816 connections) so that the driver's per-epoch
 evaluation of the 10,000 test images stays cheap. Sandblaster: one epoch is one full-batch L-BFGS
@@ -132,21 +134,44 @@ def test_synchronous_sgd_groups_train_mnist(
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
-@pytest.mark.parametrize(
-    ("framework", "more"),
-    [
-        ("hogwild", ()),  # distributed Hogwild: a server group per worker group
-        ("hybrid", ("--cluster.worker_groups=4", "--cluster.server_groups=2")),
-    ],
-)
-def test_several_server_groups_are_refused_before_any_role_starts(
-    mnist_dir, tmp_path, framework, more
-):
+def test_distributed_hogwild_trains_on_two_server_groups_kept_close(mnist_dir, tmp_path):
+    """Two worker groups, each against its own server group, synchronising every 200 examples
+    (and the driver at every epoch end): 87.0 % here after 5 epochs, as the others."""
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)
-    done = cluster(config, mnist_dir, f"--cluster.framework={framework}", *more, timeout=120)
+    run = tmp_path / "run"
+    done = cluster(
+        config, mnist_dir, "--cluster.framework=hogwild", "--cluster.sync_every=200",
+        "--epochs", "5", "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl"),
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (final["framework"], final["optimizer"]) == ("hogwild", "sgd")
+    assert (final["replicas"], final["server_groups"], final["ps_servers"]) == (2, 2, 2)
+    assert final["test_accuracy"] >= 0.84, final
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    start = next(r for r in records if r["event"] == "start")
+    first, second = start["ps_servers"]
+    epochs = [r for r in records if r["event"] == "epoch"]
+    # the driver's sync at every epoch end, and the worker groups' own in between
+    assert epochs[-1]["group_syncs"] > len(epochs), epochs[-1]
+    logs = {i: (run / "logs" / f"ps-{i}.log").read_text() for i in range(2)}
+    replicas = {i: (run / "logs" / f"replica-{i}.log").read_text() for i in range(2)}
+    # each server group is its own set of servers holding every shard of the model, and each
+    # worker group trains against its own group's server
+    assert all(" 0 of " not in text for text in logs.values()), logs
+    assert first in replicas[0] and second not in replicas[0], replicas[0]
+    assert second in replicas[1] and first not in replicas[1], replicas[1]
+
+
+def test_a_hybrid_on_several_server_groups_is_refused_before_any_role_starts(mnist_dir, tmp_path):
+    config = tmp_path / "mlp.toml"
+    config.write_text(MLP)
+    more = ("--cluster.worker_groups=4", "--cluster.server_groups=2")
+    done = cluster(config, mnist_dir, "--cluster.framework=hybrid", *more, timeout=120)
     assert done.returncode != 0
-    assert f"cluster.framework = '{framework}'" in done.stderr
+    assert "cluster.framework = 'hybrid'" in done.stderr
     assert "valid topology but hogwild cluster does not run it yet" in done.stderr
-    assert "not built: several server groups synchronising with each other" in done.stderr
+    assert "not built: synchronous worker groups on several server groups" in done.stderr
     assert "hogwild ps: serving" not in done.stderr  # nothing was started

@@ -1,0 +1,149 @@
+"""Several server groups kept close: SINGA's distributed Hogwild synchronisation (section 5.2).
+
+With ``cluster.server_groups = G > 1`` every server group holds a whole copy of the parameters
+and serves its own worker groups, which update it asynchronously (Hogwild between replicas,
+Downpour within the group). Left alone the copies would drift apart into G models; SINGA's
+server groups "synchronise with their neighbours periodically", with all-to-all neighbours by
+default. :class:`ServerGroups` does one such synchronisation: it pulls every group's parameters
+and moves each group to their mean.
+
+The move is a delta, never an overwrite: group ``g`` receives ``mean - p_g`` as a push into a
+named vector of its shards (``sync-<who>``, the caller's own, so two synchronisations at once
+never add each other's halves), which the shards add to the parameters (``axpy``, on each
+shard's update thread, in order with everything else) and clear. An update that reaches a
+group between the pulls and the ``axpy`` is therefore kept, not overwritten, and the groups end
+at the mean plus whatever arrived meanwhile. The servers' rule (Adagrad, momentum) does not see
+it: averaging copies is not a gradient step. Each group's synchronisation is its own pushes,
+so a group that gets its delta before another has not is still consistent (it is at the mean
+of what was pulled, plus its own new updates).
+
+Who synchronises: every worker group, after each ``cluster.sync_every`` examples it trained
+(:mod:`hogwild.cluster.replica`), and the driver at every epoch end with every replica idle, so
+that the model it evaluates and checkpoints is the groups' common one.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from hogwild_plugins.ps.checks import PARAMS
+
+from hogwild.errors import ConfigError
+
+__all__ = ["ServerGroups", "SyncResult", "split_groups"]
+
+
+def split_groups(servers: Sequence[str], per_group: int) -> list[list[str]]:
+    """``servers`` (every group's, group after group) cut into groups of ``per_group``.
+
+    Raises:
+        ConfigError: The list does not divide into groups of that size.
+    """
+    if per_group < 1 or not servers or len(servers) % per_group:
+        raise ConfigError(
+            f"cluster.group_servers: {len(servers)} server(s) do not split into server groups "
+            f"of {per_group} (cluster.servers_per_group); expected a multiple of it"
+        )
+    return [list(servers[i : i + per_group]) for i in range(0, len(servers), per_group)]
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """One synchronisation: how far apart the groups were, and how long it took."""
+
+    spread: float  # the largest |p_g - mean| over every parameter and group, before the move
+    seconds: float
+
+
+class ServerGroups:
+    """Clients of every server group of a job, and the synchronisation between them.
+
+    Args:
+        groups: Each server group's servers (``HOST:PORT``; every group shards the same model
+            over the same number of servers).
+        job: The job's name.
+        who: The synchroniser's name in the shards' named vector (``sync-<who>``): distinct per
+            caller (a replica's index, ``driver``).
+        timeout_s, retries, keys: As :class:`~hogwild_plugins.ps.client.PSClient`'s.
+    """
+
+    def __init__(
+        self,
+        groups: Sequence[Sequence[str]],
+        job: str,
+        who: str,
+        *,
+        timeout_s: float = 5.0,
+        retries: int = 3,
+        keys: str | None = None,
+    ) -> None:
+        from hogwild_plugins.ps.client import PSClient
+
+        if len(groups) < 2:
+            raise ConfigError(f"server groups: expected two or more to synchronise, got {groups}")
+        self.vector = f"sync-{who}"
+        self.clients: list = []
+        try:
+            for servers in groups:
+                self.clients.append(
+                    PSClient(
+                        list(servers),
+                        job,
+                        client_id=secrets.randbits(31),
+                        timeout_s=timeout_s,
+                        retries=retries,
+                        keys=keys,
+                    )  # fmt: skip
+                )
+        except BaseException:
+            self.close()
+            raise
+        sizes = {c.layout.n_params for c in self.clients}
+        if len(sizes) != 1:
+            self.close()
+            raise ConfigError(
+                f"server groups {[list(g) for g in groups]} serve models of different sizes "
+                f"({sorted(sizes)} parameters): every group must serve the job's model"
+            )
+        n_params = sizes.pop()
+        self.pulled = np.zeros((len(self.clients), n_params), np.float32)
+        self.mean = np.zeros(n_params, np.float32)
+        self.delta = np.zeros(n_params, np.float32)
+        self.syncs = 0
+
+    @property
+    def n_params(self) -> int:
+        return len(self.mean)
+
+    def assign(self, values: np.ndarray) -> None:
+        """Give every group ``values`` (the job's starting point: the groups begin as one)."""
+        for client in self.clients:
+            client.assign(values)
+
+    def sync(self) -> SyncResult:
+        """Move every group to the mean of the groups' parameters (see the module docstring)."""
+        started = time.perf_counter()
+        for g, client in enumerate(self.clients):
+            client.pull(self.pulled[g])
+        np.mean(self.pulled, axis=0, out=self.mean)
+        spread = float(np.abs(self.pulled - self.mean).max())
+        for g, client in enumerate(self.clients):
+            np.subtract(self.mean, self.pulled[g], out=self.delta)
+            client.push_deltas(self.delta, into=self.vector)
+            client.axpy(1.0, self.vector, PARAMS)
+            client.fill(self.vector, 0.0)
+        self.syncs += 1
+        return SyncResult(spread, time.perf_counter() - started)
+
+    def status(self) -> list[dict]:
+        """Every server's counters, group after group."""
+        return [s for client in self.clients for s in client.status()]
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.clients = []
