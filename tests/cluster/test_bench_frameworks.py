@@ -1,0 +1,73 @@
+"""``bench/frameworks.py --quick``: the shape of its JSON line, not its speed or its accuracy.
+
+The quick run trains every contender of DistBelief's Fig. 4 (single-replica SGD, Downpour with
+SGD and with Adagrad, Sandblaster L-BFGS, and SINGA's AllReduce, hybrid and distributed Hogwild)
+through ``hogwild cluster`` on 1,000 MNIST examples for 2 epochs each (about 50 s in all on 2
+cores). Checks: one JSON line, the same as the ``--out`` file; every contender is there; each one
+``hogwild cluster`` runs drew a non-empty curve of accuracies in [0, 1] against increasing
+seconds within the budget and left nothing behind; each one it refuses is skipped with the
+refusal's words; ``time_to_target_s`` agrees with the curve; the figure is drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+FRAMEWORKS = {"downpour", "sandblaster", "allreduce", "hybrid", "hogwild"}
+LEAK_KINDS = ("segments", "processes", "ports")
+
+
+@pytest.mark.slow
+def test_quick_run_draws_a_curve_for_every_framework_built(tmp_path, mnist_dir, repo_root):
+    out, png = tmp_path / "frameworks.json", tmp_path / "fig4.png"
+    command = [sys.executable, str(repo_root / "bench" / "frameworks.py"), "--quick"]
+    command += ["--data", str(mnist_dir), "--out", str(out), "--plot", str(png)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=repo_root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
+    record = json.loads(lines[0])
+    assert out.read_text().strip() == lines[0]
+    assert png.stat().st_size > 10_000
+
+    assert record["benchmark"] == "frameworks"
+    assert record["command"].startswith("python bench/frameworks.py --quick")
+    assert record["target"] == 0.985 and record["budget_s"] > 0
+    assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
+    assert {"python", "numpy", "hogwild"} <= set(record["versions"])
+    assert record["failed"] == []
+
+    results = record["results"]
+    names = [r["name"] for r in results]
+    assert len(names) == len(set(names))
+    assert {r["framework"] for r in results} == FRAMEWORKS
+    pairs = {(r["framework"], r["optimizer"]) for r in results}
+    assert {("downpour", "sgd"), ("downpour", "adagrad"), ("sandblaster", "lbfgs")} <= pairs
+    assert any(r["name"] == "sgd" and r["replicas"] == 1 for r in results)
+
+    ran = [r for r in results if not r["skipped"]]
+    assert {r["framework"] for r in ran} == FRAMEWORKS  # all five are built today
+    for r in ran:
+        assert r["error"] is None, r
+        assert r["command"].startswith("python -m hogwild.cli cluster ")
+        assert f"--cluster.framework={r['framework']}" in r["command"]
+        assert r["settings"]["cluster"]["framework"] == r["framework"]
+        assert r["curve"], r["name"]
+        seconds = [point[0] for point in r["curve"]]
+        assert seconds == sorted(seconds) and seconds[0] > 0, r["curve"]
+        assert all(0.0 <= accuracy <= 1.0 for _, accuracy in r["curve"]), r["curve"]
+        assert r["final_test_accuracy"] == r["curve"][-1][1]
+        assert r["examples_per_s"] > 0 and r["epochs_done"] == len(r["curve"])
+        hits = [w for w, a in r["curve"] if a >= record["target"] and w <= record["budget_s"]]
+        assert r["time_to_target_s"] == (hits[0] if hits else None)
+        assert r["reached_target"] is (r["time_to_target_s"] is not None)
+        assert {k: r["leaked"][k] for k in LEAK_KINDS} == dict.fromkeys(LEAK_KINDS, 0), r
+    for r in results:
+        if r["skipped"]:  # refused before any role started, in hogwild cluster's words
+            assert "does not run it yet" in r["refusal"], r
+            assert r["curve"] == [] and r["time_to_target_s"] is None
+            assert r["name"] in record["skipped"]
