@@ -2,7 +2,7 @@
 
 No I/O here (../shared/CONVENTIONS.md, after dask's worker state machine): each machine changes
 only through the events its methods take and returns what to do (:class:`Campaign`,
-:class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`) for
+:class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`, :class:`HandOver`) for
 :mod:`~hogwild_plugins.ps.replication` to carry out against etcd and the other servers.
 
 The protocol, for one bucket ``b`` with ``copies`` copies:
@@ -35,9 +35,23 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
 * A primary that loses its lease (its own clock says so: a SIGSTOP-ed process wakes up past it),
   sees a newer epoch, or gets ``FENCED`` from a copy, steps down at once and serves nothing of
   that bucket. Its late ``PREPARE`` s carry an old epoch and are refused: no split brain.
+* Hand-back: a serving primary that is not the bucket's preferred primary (the first of
+  :func:`desired_copies` over the live members), while the preferred one is live, in ``in_sync``
+  and caught up this epoch under its present lease, hands the bucket over (:class:`HandOver`). It
+  stops serving first (clients get ``NOT_PRIMARY`` and re-send, with their numbers, to the map's
+  primary); everything it acknowledged is already committed on every in-sync copy, the successor
+  among them. It then replaces ``sync/<b>`` by the same compare-and-swap with ``epoch + 1``, the
+  successor as primary under the successor's lease and ``in_sync`` kept, and follows. The
+  successor, named primary and not serving, takes the bucket by the rule above (the next epoch
+  again; it holds the bucket's state) and serves once its copies have their snapshots. A
+  hand-over that loses its transaction deposes the old primary (the next read decides); a
+  successor that dies before it serves is replaced like any dead primary. For a fixed membership
+  the preferred primary is fixed and never hands over: no ping-pong.
 
 Which servers should hold a bucket (:func:`desired_copies`) is rendezvous hashing over the live
-members, so a server's death or return moves only the buckets it holds or should hold.
+members, so a server's death or return moves only the buckets it holds or should hold, and the
+hand-back brings a returning server's primaries back to it: every server is the preferred
+primary of about ``1 / n`` of the buckets.
 """
 
 from __future__ import annotations
@@ -54,6 +68,7 @@ __all__ = [
     "Campaign",
     "CommitPrepared",
     "Gate",
+    "HandOver",
     "LeaseClock",
     "Role",
     "ShardLog",
@@ -154,6 +169,17 @@ class Sync:
 
 
 @dataclass(frozen=True)
+class HandOver:
+    """As primary (no longer serving), hand ``bucket`` to its preferred copy: write ``record``
+    (the next epoch, the successor as primary under its lease) if ``sync/<bucket>`` is still at
+    ``expected``; report :meth:`BucketRole.handed`."""
+
+    bucket: int
+    record: BucketRecord
+    expected: int
+
+
+@dataclass(frozen=True)
 class CommitPrepared:
     """Just won ``bucket``: commit what was prepared under the previous primary, in order."""
 
@@ -210,6 +236,7 @@ class Role(Enum):
     CANDIDATE = "candidate"  # campaigning
     PRIMARY = "primary"
     DEPOSED = "deposed"  # was primary and is no longer: serves nothing until the map moves on
+    HANDING = "handing"  # was primary, handing the bucket to its preferred copy: serves nothing
 
 
 @dataclass
@@ -273,7 +300,7 @@ class BucketRole:
             if not lease_valid or not mine:
                 return self.step_down(record)
             self.record = record
-            return self._reconcile()
+            return self._reconcile() or self._hand_back()
         self.record = record
         if self.role is Role.DEPOSED and (record is None or record.primary != self.me):
             self.role = Role.FOLLOWER
@@ -342,6 +369,44 @@ class BucketRole:
         todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
         self.syncing |= todo
         return [Sync(self.bucket, s) for s in sorted(todo)]
+
+    def successor(self) -> int | None:
+        """As serving primary, the copy to hand the bucket to: the bucket's preferred primary
+        (the first of :func:`desired_copies` over the live members) when it is not this server
+        and is live, in ``in_sync`` and caught up in this epoch under its present lease."""
+        if not self.serving or self.dropping or self.behind:
+            return None
+        preferred = desired_copies(self.bucket, self.members, self.copies)
+        if not preferred or preferred[0] == self.me:
+            return None
+        s = preferred[0]
+        if s not in self.record.in_sync or s not in self.confirmed:
+            return None
+        lease = self.members.get(s)
+        return s if lease is not None and self.copy_leases.get(s) == lease else None
+
+    def _hand_back(self) -> list:
+        successor = self.successor()
+        if successor is None:
+            return []
+        self.role = Role.HANDING  # serves nothing from now on: no acknowledgement after this
+        record = self.record
+        in_sync = (successor, *(s for s in record.in_sync if s != successor))
+        new = BucketRecord(record.epoch + 1, successor, self.members[successor], in_sync)
+        return [HandOver(self.bucket, new, record.revision)]
+
+    def handed(self, ok: bool, record: BucketRecord | None) -> list:
+        """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
+        known). Won: a follower (still current: it holds every acknowledged update, and stays in
+        ``in_sync``). Lost or not known: deposed, and the next read of the map decides (a record
+        that still names this server is taken back under the next epoch)."""
+        if self.role is not Role.HANDING:
+            return []
+        self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        if record is not None and (self.record is None or record.revision >= self.record.revision):
+            self.record = record
+        return []
 
     def _next_in_sync(self) -> tuple[int, ...]:
         kept = [s for s in self.record.in_sync if s not in self.dropping]

@@ -10,11 +10,12 @@ Threads:
   (the process was paused past it), takes a new one and registers again as a member;
 * the **replication thread** reads the map from etcd whenever it changes (a watch) and feeds it to
   each bucket's :class:`~hogwild_plugins.ps.failover.BucketRole`, carries out what they return
-  (campaigns and in-sync writes as etcd transactions, snapshots to copies, commits of what was
-  prepared), and runs every client update of the buckets this server is primary of: it gives
-  the update its version, applies it here (the update engine), sends it to the other in-sync
-  copies (``PREPARE``), commits it on each (``COMMIT``) and only then acknowledges the client.
-  Updates that arrive together go together: one round of prepares and one of commits per batch;
+  (campaigns, in-sync writes and hand-overs to a bucket's preferred primary as etcd
+  transactions, snapshots to copies, commits of what was prepared), and runs every client update
+  of the buckets this server is primary of: it gives the update its version, applies it here
+  (the update engine), sends it to the other in-sync copies (``PREPARE``), commits it on each
+  (``COMMIT``) and only then acknowledges the client. Updates that arrive together go together:
+  one round of prepares and one of commits per batch;
 * the **network thread** (the server's router) answers a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` as a copy, through :func:`~hogwild_plugins.ps.failover.gate` (epoch and lease) and
   the shard's :class:`~hogwild_plugins.ps.failover.ShardLog`; client pulls of a bucket it is the
@@ -42,6 +43,7 @@ from hogwild_plugins.ps.failover import (
     Campaign,
     CommitPrepared,
     Gate,
+    HandOver,
     LeaseClock,
     Role,
     ShardLog,
@@ -155,6 +157,7 @@ class Replication:
             "duplicates": 0,
             "not_primary": 0,
             "campaigns_won": 0,
+            "handed_over": 0,
             "dropped_copies": 0,
             "leases_lost": 0,
         }
@@ -482,6 +485,19 @@ class Replication:
                     role.written(False, None)  # not knowing is losing: step down (and retake)
                     continue
                 actions += role.written(ok, record)
+            elif isinstance(action, HandOver):
+                # The role no longer serves (NOT_PRIMARY to every request from now on, queued
+                # ones included), and this thread runs no batch meanwhile: everything this side
+                # acknowledged is committed on the successor, an in-sync copy.
+                try:
+                    ok = self._etcd.replace(key, action.record.value(), action.expected)
+                    record = self._read(action.bucket)
+                except HogwildError as exc:
+                    self._etcd_failed(exc)
+                    role.handed(False, None)  # not knowing is losing: deposed, the map decides
+                    continue
+                self.counters["handed_over"] += bool(ok)
+                actions += role.handed(ok, record)
             elif isinstance(action, Sync):
                 ok = self._send_snapshot(action.bucket, action.server)
                 actions += role.synced(action.server) if ok else role.unreachable(action.server)

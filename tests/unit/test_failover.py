@@ -3,7 +3,8 @@
 Every transition of a bucket's role (bootstrap, two candidates racing for a lapsed primary's
 bucket, a fenced primary, a primary named by the record that takes its bucket back under the next
 epoch, a new primary that serves only once every live in-sync copy has its snapshot, copies
-dropped from and added back to ``in_sync``), a copy's checks
+dropped from and added back to ``in_sync``, a bucket handed back to its preferred primary), a
+copy's checks
 (:func:`gate`) and log (:class:`ShardLog`), the lease clock, rendezvous placement and the
 validation of records read back from etcd.
 
@@ -22,6 +23,7 @@ from hogwild_plugins.ps.failover import (
     Campaign,
     CommitPrepared,
     Gate,
+    HandOver,
     LeaseClock,
     Role,
     ShardLog,
@@ -55,7 +57,7 @@ class SyncKeys:
         self.revision = 0
         self.values: dict[int, tuple[dict, int]] = {}
 
-    def transact(self, action: Campaign | WriteInSync) -> bool:
+    def transact(self, action: Campaign | WriteInSync | HandOver) -> bool:
         current = self.values.get(action.bucket)
         if (current[1] if current else 0) != action.expected:
             return False
@@ -85,6 +87,9 @@ def carry_out(role, actions, keys, roles=None, reachable=lambda s: True) -> list
         elif isinstance(action, WriteInSync):
             ok = keys.transact(action)
             todo += role.written(ok, keys.read(action.bucket))
+        elif isinstance(action, HandOver):
+            ok = keys.transact(action)
+            todo += role.handed(ok, keys.read(action.bucket))
         elif isinstance(action, Sync):
             if not reachable(action.server):
                 todo += role.unreachable(action.server)
@@ -810,6 +815,179 @@ def test_a_copy_that_left_while_its_snapshot_was_sent_is_written_out_of_in_sync(
     carry_out(role, role.synced(leaving), keys)  # the snapshot had reached it
     carry_out(role, role.observe(keys.read(), without, LEASE[role.me], True), keys)
     assert leaving not in keys.read().in_sync
+
+
+# --------------------------------------------------------------------------- hand-back
+
+
+def settle(roles, keys, members, rounds: int = 8) -> int:
+    """Every live server (``members``: ``{server: lease}``) reads the map and carries out what
+    it asks, until a round in which none asks anything; returns how many rounds asked."""
+    for n in range(rounds):
+        acted = False
+        for s, role in roles.items():
+            if s in members:
+                actions = role.observe(keys.read(), members, members[s], True)
+                acted |= bool(actions)
+                carry_out(role, actions, keys, roles)
+        if not acted:
+            return n
+    raise AssertionError(f"the map did not settle in {rounds} rounds")
+
+
+def failed_over(servers=range(3)):
+    """An established bucket whose preferred primary died; the survivors took it over and
+    settled. Returns the roles, the keys, the dead server and the survivors' members."""
+    roles, keys, preferred = established(servers)
+    survivors = live(s for s in servers if s != preferred)
+    settle(roles, keys, survivors)
+    assert keys.read().primary != preferred
+    return roles, keys, preferred, survivors
+
+
+def test_after_a_failover_the_bucket_goes_to_the_survivors_preferred_primary_and_stays():
+    roles, keys, _dead, survivors = failed_over(range(4))
+    holder = keys.read().primary
+    assert holder == desired_copies(BUCKET, survivors, COPIES)[0] and roles[holder].serving
+    record = keys.read()
+    assert settle(roles, keys, survivors) == 0 and keys.read() == record
+
+
+def test_a_primary_hands_the_bucket_back_to_a_returning_preferred_copy_once_it_is_in_sync():
+    roles, keys, back, survivors = failed_over()
+    holder = keys.read().primary
+    roles[back] = BucketRole(BUCKET, back, COPIES)  # a new process: no state
+    members = {**survivors, back: NEW_LEASE[back]}
+    role = roles[holder]
+    # Not in sync yet: caught up first, then written into in_sync; no hand-over meanwhile.
+    assert role.observe(keys.read(), members, LEASE[holder], True) == [Sync(BUCKET, back)]
+    carry_out(role, [Sync(BUCKET, back)], keys, roles)
+    assert back in keys.read().in_sync and role.serving and role.role is Role.PRIMARY
+    before = keys.read()
+    [hand] = role.observe(before, members, LEASE[holder], True)
+    in_sync = (back, *(s for s in before.in_sync if s != back))
+    assert hand == HandOver(
+        BUCKET, BucketRecord(before.epoch + 1, back, NEW_LEASE[back], in_sync), before.revision
+    )
+    assert role.role is Role.HANDING and not role.serving  # no acknowledgement from here on
+    carry_out(role, [hand], keys, roles)
+    assert role.role is Role.FOLLOWER and role.current and role.record == keys.read()
+    # The successor, named primary and not serving, takes the bucket under the next epoch.
+    [campaign] = roles[back].observe(keys.read(), members, NEW_LEASE[back], True)
+    handed = keys.read()
+    new = BucketRecord(before.epoch + 2, back, NEW_LEASE[back], in_sync)
+    assert campaign == Campaign(BUCKET, new, handed.revision)
+    carry_out(roles[back], [campaign], keys, roles)
+    assert roles[back].serving and set(keys.read().in_sync) == set(members)
+    # The old primary, having read the map, accepts the successor and refuses its own epoch.
+    assert role.observe(keys.read(), members, LEASE[holder], True) == []
+    assert gate(role, before.epoch + 2, NEW_LEASE[back], back) is Gate.ACCEPT
+    assert gate(role, before.epoch, LEASE[holder], holder) is Gate.FENCED
+    # No ping-pong: the membership is fixed, so is the preferred primary.
+    record = keys.read()
+    assert settle(roles, keys, members) == 0 and keys.read() == record
+
+
+def test_no_hand_back_while_a_campaign_is_open_or_the_primary_confirms_its_copies():
+    roles, keys, _old, members = lapsed_primary(range(4))
+    record = keys.read()
+    preferred, second = desired_copies(BUCKET, members, COPIES)[:2]
+    assert {preferred, second} <= set(record.in_sync)
+    campaigns = {s: roles[s].observe(record, members, LEASE[s], True) for s in (preferred, second)}
+    assert roles[second].observe(record, members, LEASE[second], True) == []  # campaigning
+    assert keys.transact(campaigns[second][0])  # the second one wins the race
+    assert roles[preferred].campaigned(False, keys.read()) == []
+    role = roles[second]
+    actions = role.campaigned(True, keys.read())
+    assert preferred in keys.read().in_sync and not role.serving
+    assert not any(isinstance(a, HandOver) for a in actions)
+    assert role.observe(keys.read(), members, LEASE[second], True) == []  # snapshots under way
+    carry_out(role, actions[1:], keys, roles, reachable=lambda s: s != preferred)
+    assert role.serving and preferred not in keys.read().in_sync  # dropped: no hand-over
+    assert role.observe(keys.read(), members, LEASE[second], True) == [Sync(BUCKET, preferred)]
+    carry_out(role, role.synced(preferred), keys)
+    [hand] = role.observe(keys.read(), members, LEASE[second], True)
+    assert hand.record.primary == preferred and hand.record.lease == LEASE[preferred]
+
+
+def test_a_preferred_copy_that_restarted_since_it_was_caught_up_is_not_handed_the_bucket():
+    roles, keys, back, survivors = failed_over()
+    holder = keys.read().primary
+    members = {**survivors, back: NEW_LEASE[back]}
+    roles[back] = BucketRole(BUCKET, back, COPIES)
+    carry_out(
+        roles[holder], roles[holder].observe(keys.read(), members, LEASE[holder], True), keys, roles
+    )
+    assert back in keys.read().in_sync
+    again = {**members, back: NEW_LEASE[back] + 100}  # restarted once more
+    roles[back] = BucketRole(BUCKET, back, COPIES)
+    [drop] = roles[holder].observe(keys.read(), again, LEASE[holder], True)
+    assert isinstance(drop, WriteInSync) and back not in drop.record.in_sync
+
+
+def handing(servers=range(3)):
+    """A bucket back to its preferred server's copy; the primary's :class:`HandOver` returned
+    and not yet carried out."""
+    roles, keys, back, survivors = failed_over(servers)
+    holder = keys.read().primary
+    members = {**survivors, back: LEASE[back]}  # its key lapsed; the same process registered
+    roles[back].step_down(None)
+    carry_out(
+        roles[holder], roles[holder].observe(keys.read(), members, LEASE[holder], True), keys, roles
+    )
+    [hand] = roles[holder].observe(keys.read(), members, LEASE[holder], True)
+    assert isinstance(hand, HandOver) and roles[holder].role is Role.HANDING
+    return roles, keys, roles[holder], hand, members
+
+
+def test_a_hand_over_whose_transaction_loses_deposes_the_primary_and_the_map_decides():
+    roles, keys, role, hand, members = handing()
+    other = next(s for s in members if s not in (role.me, hand.record.primary))
+    # Someone else wrote the record first (here: a campaign by another in-sync copy).
+    rival = keys.read()
+    taken = BucketRecord(rival.epoch + 1, other, LEASE[other], (other, role.me))
+    assert keys.transact(Campaign(BUCKET, taken, rival.revision))
+    carry_out(role, [hand], keys)
+    assert role.role is Role.DEPOSED and not role.serving and role.record == keys.read()
+    assert role.observe(keys.read(), members, LEASE[role.me], True) == []
+    assert role.role is Role.FOLLOWER and role.current  # still in in_sync
+
+
+def test_a_hand_over_whose_answer_was_lost_is_decided_by_the_next_read():
+    roles, keys, role, hand, members = handing()
+    assert role.handed(False, None) == []  # etcd did not answer: it did not happen
+    assert role.role is Role.DEPOSED
+    [retake] = role.observe(keys.read(), members, LEASE[role.me], True)  # still named: retake
+    assert isinstance(retake, Campaign) and retake.record.primary == role.me
+    roles, keys, role, hand, members = handing()
+    assert keys.transact(hand)
+    assert role.handed(False, None) == []  # it did happen, the answer was lost
+    assert role.observe(keys.read(), members, LEASE[role.me], True) == []
+    assert role.role is Role.FOLLOWER and role.record.primary == hand.record.primary
+
+
+def test_a_successor_that_dies_mid_hand_back_is_replaced_by_an_ordinary_failover():
+    roles, keys, role, hand, members = handing()
+    carry_out(role, [hand], keys)
+    successor = hand.record.primary
+    after = {s: lease for s, lease in members.items() if s != successor}
+    actions = role.observe(keys.read(), after, LEASE[role.me], True)  # before it took over
+    assert actions == [
+        Campaign(
+            BUCKET,
+            BucketRecord(
+                hand.record.epoch + 1,
+                role.me,
+                LEASE[role.me],
+                (role.me, *(s for s in hand.record.in_sync if s in after and s != role.me)),
+            ),
+            keys.read().revision,
+        )
+    ]
+    carry_out(role, actions, keys, roles)
+    assert role.serving and keys.read().primary == role.me
+    record = keys.read()
+    assert settle(roles, keys, after) == 0 and keys.read() == record
 
 
 # --------------------------------------------------------------------------- lease clock
