@@ -18,9 +18,9 @@ section 4.1). It:
    (:mod:`hogwild_plugins.ps.groups`); what is not built is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
-   progress; at every epoch end it pulls the servers' model, starts the next epoch, and then
-   evaluates the pulled model on the test set and writes its checkpoint (the format ``hogwild
-   train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and a metrics line;
+   progress; at every epoch end it pulls the servers' model and starts the next epoch, while a
+   thread evaluates the pulled model on the test set; then it writes the epoch's checkpoint (the
+   format ``hogwild train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line;
 5. restarts a replica or a data server that dies while the job trains, up to
    ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
    into the status table and the final summary): a data server comes back on its address and
@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -382,44 +383,47 @@ class ClusterDriver:
         for r in range(len(self.clients)):
             pending.extend(coordinator.handle(Joined(r)))
         drawn = 0.0
-        while True:
-            while pending:
-                instruction = pending.popleft()
-                if isinstance(instruction, StartShare):
-                    self._call(
-                        instruction.replica,
-                        "train",
-                        epoch=instruction.epoch,
-                        lr=instruction.lr,
-                        start=instruction.start,
-                        stop=instruction.stop,
-                        seed=instruction.seed,
-                    )
-                elif isinstance(instruction, CloseShare):
-                    self._call(instruction.replica, "close", epoch=instruction.epoch)
-                elif isinstance(instruction, EpochEnd):
-                    seconds = time.perf_counter() - epoch_start
-                    ended = self._pull_epoch(instruction, seconds)
-                    # The next epoch starts before this one is evaluated and checkpointed from
-                    # the model pulled above: the replicas do not idle through the evaluation
-                    # (nor do a failed-over server's buckets wait that long for an update).
-                    pending.extend(coordinator.advance())
-                    epoch_start = time.perf_counter()
-                    record = self._record_epoch(ended)
-                    history.append(record)
-                    examples += record["examples"]
-                    train_seconds += seconds
-                    checkpoint = self._checkpoint(record, history, ended) or checkpoint
-                elif isinstance(instruction, Finished):
-                    return self._final(history, examples, train_seconds, wall_start, checkpoint)
-            time.sleep(POLL_S)
-            self._recover(coordinator, pending)
-            for replica in replicas_training(coordinator):
-                pending.extend(self._events(coordinator, replica))
-            self._keep_alive(coordinator)
-            if time.monotonic() - drawn >= config.cluster.status_s:
-                drawn = time.monotonic()
-                self.live.draw(self._rows())
+        evaluating: deque[tuple[EndedEpoch, Future]] = deque()  # in epoch order
+        with ThreadPoolExecutor(1, thread_name_prefix="hogwild-evaluate") as evaluator:
+            while True:
+                while pending:
+                    instruction = pending.popleft()
+                    if isinstance(instruction, StartShare):
+                        self._call(
+                            instruction.replica,
+                            "train",
+                            epoch=instruction.epoch,
+                            lr=instruction.lr,
+                            start=instruction.start,
+                            stop=instruction.stop,
+                            seed=instruction.seed,
+                        )
+                    elif isinstance(instruction, CloseShare):
+                        self._call(instruction.replica, "close", epoch=instruction.epoch)
+                    elif isinstance(instruction, EpochEnd):
+                        seconds = time.perf_counter() - epoch_start
+                        ended = self._pull_epoch(instruction, seconds)
+                        # The next epoch starts at once, and the pulled model is evaluated on a
+                        # thread (the kernels release the GIL) while this loop goes on polling:
+                        # the replicas do not idle through the evaluation, and the driver still
+                        # sees a role die (a dead server's lease ended, its buckets failed over).
+                        pending.extend(coordinator.advance())
+                        epoch_start = time.perf_counter()
+                        examples += ended.record["examples"]
+                        train_seconds += seconds
+                        evaluating.append((ended, evaluator.submit(self._test, ended)))
+                    elif isinstance(instruction, Finished):
+                        checkpoint = self._write_tested(evaluating, history, checkpoint, True)
+                        return self._final(history, examples, train_seconds, wall_start, checkpoint)
+                time.sleep(POLL_S)
+                checkpoint = self._write_tested(evaluating, history, checkpoint, False)
+                self._recover(coordinator, pending)
+                for replica in replicas_training(coordinator):
+                    pending.extend(self._events(coordinator, replica))
+                self._keep_alive(coordinator)
+                if time.monotonic() - drawn >= config.cluster.status_s:
+                    drawn = time.monotonic()
+                    self.live.draw(self._rows())
 
     def _alive_check(self, name: str):
         """For a role's control client: False once the launcher saw the role exit, so a call
@@ -520,10 +524,23 @@ class ClusterDriver:
             record["group_syncs"] = self.groups.syncs + replicas
         return EndedEpoch(record, params.copy(), velocity.copy())
 
-    def _record_epoch(self, ended: EndedEpoch) -> dict:
-        """Evaluate the pulled model on the test set, write the epoch's metrics line and say it."""
+    def _test(self, ended: EndedEpoch) -> dict:
+        """The pulled model's test figures (on the evaluation thread: touches nothing shared)."""
         model = TrainedModel(self.config, self.network, ended.params)
-        tested = evaluate_model(model, self.data) if self.n_test else {}
+        return evaluate_model(model, self.data) if self.n_test else {}
+
+    def _write_tested(self, evaluating: deque, history: list, checkpoint, wait: bool):
+        """Write the records and checkpoints of the evaluated epochs, in order (with ``wait``,
+        of every epoch); the newest checkpoint."""
+        while evaluating and (wait or evaluating[0][1].done()):
+            ended, future = evaluating.popleft()
+            record = self._record_epoch(ended, future.result())
+            history.append(record)
+            checkpoint = self._checkpoint(record, history, ended) or checkpoint
+        return checkpoint
+
+    def _record_epoch(self, ended: EndedEpoch, tested: dict) -> dict:
+        """Write an epoch's metrics line, with its test figures, and say it."""
         record = {
             **ended.record,
             "test_loss": tested.get("test_loss"),
