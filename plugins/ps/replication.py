@@ -402,9 +402,10 @@ class Replication:
         work.data, work.a, work.keep = values, state, frames
         with self.lock:
             self.logs[shard].restore(header.version, triples)
-        self.roles[self.layout.bucket_of(shard)].restored()
         self._apply_and_wait([work], f"shard {shard}: the snapshot")
         self.server.book.set_version(shard, header.version)
+        # only now does this copy hold the state: a restore that failed must not let it campaign
+        self.roles[self.layout.bucket_of(shard)].restored()
         self.counters["snapshots_received"] += 1
         return Reply(header.reply(MsgType.ACK, version=header.version))
 
