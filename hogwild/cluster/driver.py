@@ -36,6 +36,7 @@ address it writes to ``RUN_DIR/cluster.json``, which ``hogwild cluster status`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -85,6 +86,7 @@ from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import save_checkpoint
 
 POLL_S = 0.2
+EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
 
@@ -384,7 +386,8 @@ class ClusterDriver:
             pending.extend(coordinator.handle(Joined(r)))
         drawn = 0.0
         evaluating: deque[tuple[EndedEpoch, Future]] = deque()  # in epoch order
-        with ThreadPoolExecutor(1, thread_name_prefix="hogwild-evaluate") as evaluator:
+        evaluator = ThreadPoolExecutor(1, thread_name_prefix="hogwild-evaluate")
+        try:
             while True:
                 while pending:
                     instruction = pending.popleft()
@@ -412,11 +415,13 @@ class ClusterDriver:
                         examples += ended.record["examples"]
                         train_seconds += seconds
                         evaluating.append((ended, evaluator.submit(self._test, ended)))
+                        # at most EVALUATING behind: epochs shorter than an evaluation wait here
+                        checkpoint = self._write_tested(evaluating, history, checkpoint, EVALUATING)
                     elif isinstance(instruction, Finished):
-                        checkpoint = self._write_tested(evaluating, history, checkpoint, True)
+                        checkpoint = self._write_tested(evaluating, history, checkpoint, 0)
                         return self._final(history, examples, train_seconds, wall_start, checkpoint)
                 time.sleep(POLL_S)
-                checkpoint = self._write_tested(evaluating, history, checkpoint, False)
+                checkpoint = self._write_tested(evaluating, history, checkpoint, EVALUATING)
                 self._recover(coordinator, pending)
                 for replica in replicas_training(coordinator):
                     pending.extend(self._events(coordinator, replica))
@@ -424,6 +429,14 @@ class ClusterDriver:
                 if time.monotonic() - drawn >= config.cluster.status_s:
                     drawn = time.monotonic()
                     self.live.draw(self._rows())
+        except BaseException:
+            # stopped (SIGTERM, Ctrl-C, a role that died): keep what was already evaluated, and
+            # do not wait for the evaluations still queued before the roles are told to stop
+            with contextlib.suppress(Exception):
+                self._write_tested(evaluating, history, checkpoint, len(evaluating))
+            raise
+        finally:
+            evaluator.shutdown(wait=False, cancel_futures=True)
 
     def _alive_check(self, name: str):
         """For a role's control client: False once the launcher saw the role exit, so a call
@@ -489,8 +502,9 @@ class ClusterDriver:
     def _pull_epoch(self, end: EpochEnd, seconds: float) -> EndedEpoch:
         """The servers' model at ``end`` (copied: the next epoch changes it) and the epoch's
         record without its test figures, made before the next epoch starts."""
+        spread = None
         if self.groups is not None:  # every replica is idle: the groups become one model
-            self.groups.sync()
+            spread = self.groups.sync().spread
         self.store.end_epoch()  # the servers' model, pulled
         params, velocity = self.store.snapshot()
         servers = self._servers_status()
@@ -522,6 +536,7 @@ class ClusterDriver:
         if self.groups is not None:  # the worker groups' synchronisations and the driver's
             replicas = sum(seen["status"].get("syncs", 0) for seen in self.last_status.values())
             record["group_syncs"] = self.groups.syncs + replicas
+            record["group_spread"] = spread  # the largest |p_g - mean| before the epoch's sync
         return EndedEpoch(record, params.copy(), velocity.copy())
 
     def _test(self, ended: EndedEpoch) -> dict:
@@ -529,10 +544,10 @@ class ClusterDriver:
         model = TrainedModel(self.config, self.network, ended.params)
         return evaluate_model(model, self.data) if self.n_test else {}
 
-    def _write_tested(self, evaluating: deque, history: list, checkpoint, wait: bool):
-        """Write the records and checkpoints of the evaluated epochs, in order (with ``wait``,
-        of every epoch); the newest checkpoint."""
-        while evaluating and (wait or evaluating[0][1].done()):
+    def _write_tested(self, evaluating: deque, history: list, checkpoint, behind: int):
+        """Write the records and checkpoints of the evaluated epochs, in order, waiting for the
+        oldest while more than ``behind`` are not written; the newest checkpoint."""
+        while evaluating and (len(evaluating) > behind or evaluating[0][1].done()):
             ended, future = evaluating.popleft()
             record = self._record_epoch(ended, future.result())
             history.append(record)

@@ -15,8 +15,9 @@ from the driver, which runs :mod:`hogwild.cluster.coordinator`:
 - ``stop``: leave.
 
 With several server groups (distributed Hogwild, SINGA 5.2) the replica is a worker group bound
-to its own server group (``ps.servers``), and after every ``cluster.sync_every`` examples it has
-trained it moves every group to their mean (:mod:`hogwild_plugins.ps.groups`, through the
+to its own server group (``ps.servers``); the first replica bound to each server group, after
+every ``cluster.sync_every`` examples it has trained (and before it reports a share done), moves
+its server group to the groups' mean (:mod:`hogwild_plugins.ps.groups`, through the
 shards' operations) while its workers go on training.
 
 The network thread only records a command; the main thread acts on it, drives the workers and
@@ -103,7 +104,11 @@ class Replica(Trainer):
         # the other replicas for up to start_timeout_s each before it asks anything.
         cluster = config.cluster
         self.silence_s = max(DRIVER_SILENCE_S, cluster.start_timeout_s * (cluster.replicas + 1))
-        self.sync_every = resolve_topology(cluster, config.ps.rule).sync_every
+        topology = resolve_topology(cluster, config.ps.rule)
+        per_group = max(1, topology.worker_groups // topology.server_groups)
+        self.server_group = index // per_group  # as the driver binds replicas to server groups
+        # one synchroniser per server group: two moving one group at once would move it twice
+        self.sync_every = topology.sync_every if index % per_group == 0 else 0
         self.groups = None  # several server groups: every group's clients, once serving
         self.synced_at = 0.0  # examples trained (in all) at the last synchronisation
         self.syncs, self.sync_s, self.sync_spread = 0, 0.0, 0.0
@@ -246,8 +251,9 @@ class Replica(Trainer):
             message = self.gang.poll(f"replica {self.index}'s share", POLL_S)
             if isinstance(message, Trained):
                 self._answered(message)
-            if self.groups is not None:
-                self._sync_when_due()
+            share = self.share
+            if self.groups is not None and share is not None and not share.seconds:
+                self._sync_when_due()  # while training: a share reported done has synchronised
 
     def _server_groups(self):
         from hogwild_plugins.ps.groups import ServerGroups, split_groups
@@ -264,12 +270,13 @@ class Replica(Trainer):
         )
 
     def _sync_when_due(self) -> None:
-        """Every ``sync_every`` examples this worker group trained: the groups to their mean."""
+        """Every ``sync_every`` examples this worker group trained: its server group to the
+        groups' mean."""
         trained = float(self.arena.array("stats")[:, STAT_EXAMPLES].sum())
         if trained - self.synced_at < self.sync_every:
             return
         self.synced_at = trained
-        result = self.groups.sync()
+        result = self.groups.sync(own=self.server_group)
         with self.lock:
             self.syncs += 1
             self.sync_s += result.seconds
@@ -308,6 +315,8 @@ class Replica(Trainer):
         share.data_wait_s += message.data_wait_s
         share.store_wait_s += message.store_wait_s
         if share.answered == self.n_workers:
+            if self.groups is not None:  # before "done": the driver's sync must not overlap it
+                self._sync_when_due()
             self.store.end_epoch()  # every copy takes the servers' model before the next share
             with self.lock:
                 share.seconds = time.perf_counter() - share.started

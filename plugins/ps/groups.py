@@ -4,22 +4,29 @@ With ``cluster.server_groups = G > 1`` every server group holds a whole copy of 
 and serves its own worker groups, which update it asynchronously (Hogwild between replicas,
 Downpour within the group). Left alone the copies would drift apart into G models; SINGA's
 server groups "synchronise with their neighbours periodically", with all-to-all neighbours by
-default. :class:`ServerGroups` does one such synchronisation: it pulls every group's parameters
-and moves each group to their mean.
+default. :class:`ServerGroups` does such synchronisations: it pulls every group's parameters
+and moves groups toward their mean.
 
-The move is a delta, never an overwrite: group ``g`` receives ``mean - p_g`` as a push into a
-named vector of its shards (``sync-<who>``, the caller's own, so two synchronisations at once
-never add each other's halves), which the shards add to the parameters (``axpy``, on each
-shard's update thread, in order with everything else) and clear. An update that reaches a
-group between the pulls and the ``axpy`` is therefore kept, not overwritten, and the groups end
-at the mean plus whatever arrived meanwhile. The servers' rule (Adagrad, momentum) does not see
-it: averaging copies is not a gradient step. Each group's synchronisation is its own pushes,
-so a group that gets its delta before another has not is still consistent (it is at the mean
-of what was pulled, plus its own new updates).
+Who moves what, so that synchronisations may overlap:
 
-Who synchronises: every worker group, after each ``cluster.sync_every`` examples it trained
-(:mod:`hogwild.cluster.replica`), and the driver at every epoch end with every replica idle, so
-that the model it evaluates and checkpoints is the groups' common one.
+* **A worker group moves only its own server group** (:meth:`ServerGroups.sync` with ``own``),
+  and only one worker group per server group synchronises (the first one bound to it,
+  :mod:`hogwild.cluster.replica`), every ``cluster.sync_every`` examples it trained. Two groups
+  synchronising at the same moment each move themselves to the mean they both pulled, so they
+  meet; were each to move every group, two overlapping synchronisations would move each group
+  twice (to ``2 * mean - p_g``: the groups would swap, and with more of them drift apart). A
+  group that synchronises alone moves to the mean of what it pulled, half-way towards the other
+  for two groups: gossip averaging, which brings the groups together over a few rounds.
+* **The driver moves every group** (``own=None``) at every epoch end, when every replica has
+  finished its share, including its last synchronisation: nothing overlaps it, so the model it
+  evaluates and checkpoints is the groups' common one.
+
+A move is a delta, never an overwrite: group ``g`` receives ``mean - p_g`` as a push into a
+named vector of its shards (``sync-<who>``, the synchroniser's own, cleared before every push in
+case a synchroniser died half-way through its last one), which the shards add to the parameters
+(``axpy``, on each shard's update thread, in order with everything else) and clear. An update that
+reaches a group between the pulls and the ``axpy`` is therefore kept, not overwritten. The
+servers' rule (Adagrad, momentum) does not see it: averaging copies is not a gradient step.
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ class ServerGroups:
         if len(groups) < 2:
             raise ConfigError(f"server groups: expected two or more to synchronise, got {groups}")
         self.vector = f"sync-{who}"
+        self.group_sizes = [len(servers) for servers in groups]
         self.clients: list = []
         try:
             for servers in groups:
@@ -124,24 +132,43 @@ class ServerGroups:
         for client in self.clients:
             client.assign(values)
 
-    def sync(self) -> SyncResult:
-        """Move every group to the mean of the groups' parameters (see the module docstring)."""
+    def sync(self, own: int | None = None) -> SyncResult:
+        """Move group ``own`` (None: every group) to the mean of the groups' parameters (see the
+        module docstring)."""
         started = time.perf_counter()
+        spread = self.pull()
+        self.move(own)
+        return SyncResult(spread, time.perf_counter() - started)
+
+    def pull(self) -> float:
+        """Pull every group and take their mean; the largest distance of a group from it."""
         for g, client in enumerate(self.clients):
             client.pull(self.pulled[g])
         np.mean(self.pulled, axis=0, out=self.mean)
-        spread = float(np.abs(self.pulled - self.mean).max())
+        return float(np.abs(self.pulled - self.mean).max())
+
+    def move(self, own: int | None = None) -> None:
+        """Move group ``own`` (None: every group) by ``mean - p_g`` from the last :meth:`pull`."""
+        if own is not None and not 0 <= own < len(self.clients):
+            raise ConfigError(f"server group {own}: the job has {len(self.clients)} groups")
         for g, client in enumerate(self.clients):
+            if own is not None and g != own:
+                continue
             np.subtract(self.mean, self.pulled[g], out=self.delta)
+            client.fill(self.vector, 0.0)  # a synchroniser that died mid-move left a delta here
             client.push_deltas(self.delta, into=self.vector)
             client.axpy(1.0, self.vector, PARAMS)
             client.fill(self.vector, 0.0)
         self.syncs += 1
-        return SyncResult(spread, time.perf_counter() - started)
 
     def status(self) -> list[dict]:
-        """Every server's counters, group after group."""
-        return [s for client in self.clients for s in client.status()]
+        """Every server's counters, group after group, each numbered across the groups
+        (``server``; a server knows only its place in its own group) with its ``group``."""
+        out, first = [], 0
+        for g, client in enumerate(self.clients):
+            out += [{**s, "server": first + s["server"], "group": g} for s in client.status()]
+            first += self.group_sizes[g]
+        return out
 
     def close(self) -> None:
         for client in self.clients:

@@ -156,6 +156,8 @@ def test_distributed_hogwild_trains_on_two_server_groups_kept_close(mnist_dir, t
     epochs = [r for r in records if r["event"] == "epoch"]
     # the driver's sync at every epoch end, and the worker groups' own in between
     assert epochs[-1]["group_syncs"] > len(epochs), epochs[-1]
+    # the groups were apart at each epoch end (each trained on its own) and were brought together
+    assert all(r["group_spread"] > 0 for r in epochs), epochs
     logs = {i: (run / "logs" / f"ps-{i}.log").read_text() for i in range(2)}
     replicas = {i: (run / "logs" / f"replica-{i}.log").read_text() for i in range(2)}
     # each server group is its own set of servers holding every shard of the model, and each
