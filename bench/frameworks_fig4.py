@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.plot import pyplot, save
+
 Y_FLOOR = 0.9
 
 
@@ -20,13 +22,7 @@ def plot_fig4(record: dict, path: str | Path) -> Path:
     Raises:
         RuntimeError: matplotlib is not installed (``pip install 'hogwild[bench]'``).
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError("--plot needs matplotlib: pip install 'hogwild[bench]'") from exc
+    plt = pyplot()
 
     target, budget = record["target"], record["budget_s"]
     figure, ax = plt.subplots(figsize=(8.5, 5.2))
@@ -64,9 +60,4 @@ def plot_fig4(record: dict, path: str | Path) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small", loc="lower left")  # the lines run along the top
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save(figure, path)

@@ -12,6 +12,32 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def pyplot():
+    """matplotlib's pyplot with the Agg backend (no display needed).
+
+    Raises:
+        RuntimeError: matplotlib is not installed (``pip install 'hogwild[bench]'``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError("--plot needs matplotlib: pip install 'hogwild[bench]'") from exc
+    return plt
+
+
+def save(figure, path: str | Path) -> Path:
+    """Lay ``figure`` out, write it to ``path`` (PNG, its directory made), close it; the path."""
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    pyplot().close(figure)
+    return path
+
+
 def _errors(rows: list[dict], key: str, scale: float) -> tuple[list[float], list[list[float]]]:
     """Medians and (below, above) error-bar lengths of ``key`` in ``rows``, times ``scale``."""
     values, below, above = [], [], []
@@ -37,13 +63,7 @@ def plot_cores(record: dict, path: str | Path) -> Path:
     Raises:
         RuntimeError: matplotlib is not installed (``pip install 'hogwild[bench]'``).
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError("--plot needs matplotlib: pip install 'hogwild[bench]'") from exc
+    plt = pyplot()
 
     connections = record["connections"]
     scale = connections / 1e9  # examples/s -> G connections/s
@@ -83,9 +103,4 @@ def plot_cores(record: dict, path: str | Path) -> Path:
         f"{machine.get('cpu_model', 'this machine')}, {machine.get('usable_cores', '?')} cores",
         fontsize="medium",
     )
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save(figure, path)

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.plot import pyplot, save
+
 
 def plot_fig9(record: dict, path: str | Path) -> Path:
     """Write the figure for ``record`` to ``path`` (PNG); the path."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError("--plot needs matplotlib: pip install 'hogwild[bench]'") from exc
+    plt = pyplot()
 
     limits, results = record["limits"], record["results"]
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.6))
@@ -81,9 +77,4 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
     figure.suptitle(
         f"Adam Fig. 9 on {machine.get('cpu_model', '?')} ({machine.get('usable_cores', '?')} cores)"
     )
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save(figure, path)

@@ -395,12 +395,9 @@ def _ray_version() -> str | None:
 
 def plot_fig11(record: dict, path: str) -> None:
     """Fig. 11: examples/s against replicas, through the server, independent, and linear."""
-    import matplotlib
+    from bench.plot import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6, 4.2))
     for ps, label, marker in (
         (True, "through 1 parameter server", "o"),
         (False, "independent", "s"),
@@ -419,10 +416,7 @@ def plot_fig11(record: dict, path: str) -> None:
     ax.set_title(f"Adam Fig. 11: MNIST, {cores} cores")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
