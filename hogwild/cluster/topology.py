@@ -193,6 +193,12 @@ def resolve_topology(cluster, ps_rule: str = "auto") -> Topology:
 def require_built(topology: Topology, copies: int = 1) -> None:
     """Refuse a topology ``hogwild cluster`` cannot run yet, naming what is not built.
 
+    Replicated servers (``copies`` > 1) replicate the named pushes and vector operations that
+    L-BFGS and the server groups' synchronisation use, but several server groups with copies
+    are not built: every group's servers serve one job under the same indices, so they would
+    share its etcd keys (members, bucket records), and the synchronisers' clients do not route
+    by etcd.
+
     Raises:
         ConfigError: A hybrid on several server groups, several server groups with
             ``copies`` > 1, or Adagrad with AllReduce or a hybrid.
@@ -212,8 +218,9 @@ def require_built(topology: Topology, copies: int = 1) -> None:
         )
     if topology.server_groups > 1 and copies > 1:
         raise ConfigError(
-            f"{name} with cluster.copies = {copies}: not built: server groups synchronise "
-            "through pushes into named vectors, which replicated servers refuse; use copies = 1"
+            f"{name} with cluster.copies = {copies}: not built: the server groups' servers "
+            "would share the job's etcd keys (each group numbers its servers from 0) and the "
+            "synchronisers do not route by etcd; use copies = 1"
         )
 
 
@@ -386,12 +393,6 @@ def _check(t: Topology, cluster, names: dict, ps_rule: str) -> None:
                 f"ps.rule = {ps_rule!r} does nothing with cluster.optimizer = 'lbfgs': the "
                 "coordinator moves the parameters through vector operations, never the servers' "
                 "rule; remove it"
-            )
-        if cluster.copies > 1:
-            raise TopologyError(
-                f"cluster.copies = {cluster.copies} with cluster.optimizer = 'lbfgs': L-BFGS "
-                "keeps its vectors on the shards (vector operations, pushes into named "
-                "vectors), which replicated servers refuse; use copies = 1"
             )
         if cluster.warm_start:
             raise TopologyError(

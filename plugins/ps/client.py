@@ -357,11 +357,12 @@ class PSClient:
             ranges: ``(start, stop)`` pairs of global offsets.
             into: A named vector to add the delta to (``y += delta``, on each shard's update
                 thread in order with everything else) instead of the parameters: no rule, no
-                version, no staleness (so no ``basis``). Refused by replicated servers.
+                version, no staleness (so no ``basis``); with replicated servers it is
+                replicated like any write (and takes a version on each shard).
 
         Returns:
             uint64 [n_shards]: the latest versions (:attr:`versions`), once every server
-            acknowledged (unchanged by a push ``into`` a vector).
+            acknowledged (unchanged by a push ``into`` a vector, unless the servers keep copies).
         """
         self._check_vector(delta, "delta")
         name = b""

@@ -9,7 +9,8 @@ deltas queued for one shard are applied together by :func:`~hogwild_plugins.ps.k
 block by cache-sized block (Adam 3.3.1's opportunistic batching), the rest one by one in order:
 pulls see every change queued before them (a client that pushed and then pulls sees its push).
 A push into a named vector (``Kind.INTO``) goes through the same kernel with rule SGD, ``lr`` 1
-and coefficient 1 on that vector (``y += d``), in its place in the order.
+and coefficient 1 on that vector (``y += d``), in its place in the order. Work that was given a
+version (every write with replication, ``copies > 1``) advances the shard's applied version.
 
 Threads pin themselves to their CPUs (the ``--node``'s) before touching their shards, so the
 first touch puts the shards' pages on that node (or ``bind_memory`` already did, with libnuma).
@@ -122,6 +123,8 @@ class Work:
     keep: object = None
     free: Callable[[], None] | None = None
     acked: bool = False
+    result: float = 0.0  # a vector operation's value (a reduction's), for the replication's ack
+    vectors: dict | None = None  # RESTORE: the shard's named vectors (name -> values)
 
 
 class SnapshotRound:
@@ -428,12 +431,17 @@ class UpdateEngine:
                 0.0,
                 kernels.BLOCK_FLOATS,
             )
+            if work.version:  # replicated: a write with its version
+                shard.applied += 1
+                self.applied[t] += 1
         elif work.kind == Kind.BARRIER:  # nothing: everything queued before it is applied
             pass
         elif work.kind == Kind.RESTORE:  # a replica's catch-up: values, state, version
             shard.values[:] = work.data
             if shard.state.size:
                 shard.state[:] = work.a
+            if work.vectors is not None:  # copied here: first touch by the owning thread
+                shard.vectors = {n: np.array(v, np.float32) for n, v in work.vectors.items()}
             shard.applied = work.version
         elif work.kind == Kind.PULL:
             values = shard.values[work.offset : work.offset + work.length].copy()
@@ -455,9 +463,9 @@ class UpdateEngine:
             if work.version:
                 shard.applied += 1
                 self.applied[t] += 1
-            reply = work.header.reply(MsgType.ACK, version=shard.applied, a=float(result))
-            if replier is not None:
-                replier.send(reply)
+            work.result = float(result)
+            if not work.acked and replier is not None:  # acked: the replication answers
+                replier.send(work.header.reply(MsgType.ACK, version=shard.applied, a=work.result))
             self._release(work)
             return
         self._finish(work, replier)

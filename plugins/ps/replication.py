@@ -18,8 +18,15 @@ Threads:
   one round of prepares and one of commits per batch;
 * the **network thread** (the server's router) answers a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` as a copy, through :func:`~hogwild_plugins.ps.failover.gate` (epoch and lease) and
-  the shard's :class:`~hogwild_plugins.ps.failover.ShardLog`; client pulls of a bucket it is the
-  serving primary of; and refuses the rest with ``NOT_PRIMARY`` (the client re-reads the map).
+  the shard's :class:`~hogwild_plugins.ps.failover.ShardLog`; client pulls and reductions of a
+  bucket it is the serving primary of; and refuses the rest with ``NOT_PRIMARY`` (the client
+  re-reads the map).
+
+Every write is replicated this way: parameter updates and assignments, pushes into named
+vectors and vector operations that write (``axpy``, ``scale``, ``copy``, ``mul``, ``fill``); each
+takes the shard's next version. Reductions (``dot``, ``asum``, ``amax``) are answered by the
+serving primary alone, like pulls. A snapshot carries a shard's values, the rule's state, its
+named vectors and its request table; a copy's restore replaces all four.
 
 Each shard's log also remembers which client requests ``(sender, seq)`` it holds, and snapshots
 carry that table: a client that re-sends an unacknowledged update to a new primary gets the
@@ -76,6 +83,9 @@ MAX_BATCH = 256
 MAX_TAKEOVERS = 64
 SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
 LOCAL_APPLY_S = 30.0
+REPLICATED_TYPES = frozenset(
+    {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.ASSIGN, MsgType.VECTOR_OP}
+)
 
 
 @dataclass
@@ -316,11 +326,7 @@ class Replication:
         if len(frames) < 1:
             raise WireError("PREPARE needs the client's header frame", ErrorCode.BAD_FRAMES)
         client = unpack_header(memoryview(frames[0]))
-        if (
-            client.target != shard
-            or client.type not in (MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.ASSIGN)
-            or checks.is_named_push(client)  # named vectors are not replicated (yet)
-        ):
+        if client.target != shard or client.type not in REPLICATED_TYPES:
             raise WireError(
                 "PREPARE carries an update of another shard or kind", ErrorCode.BAD_FRAMES
             )
@@ -330,6 +336,8 @@ class Replication:
             )
         self.server._check(client)
         work = self.server._work(client, shard, self.server.local[shard], frames[1:])
+        if not self.server._replicated(work):
+            raise WireError("PREPARE carries a reduction (it writes nothing)", ErrorCode.BAD_FRAMES)
         work.version = header.version
         self.server._decide(work, client, header.a)
         work.keep = frames
@@ -384,12 +392,13 @@ class Replication:
 
     def _restore(self, header: Header, shard: int, frames: list) -> Reply:
         size = self.layout.shard_size(shard)
-        if header.dtype != DType.FLOAT32 or header.shape != (size,) or len(frames) != 3:
+        if header.dtype != DType.FLOAT32 or header.shape != (size,) or len(frames) != 5:
             raise WireError(
-                f"SNAPSHOT of shard {shard}: expected values, state and a request table "
-                f"({size} floats)",
+                f"SNAPSHOT of shard {shard}: expected values, state, a request table, the "
+                f"named vectors' names and their values ({size} floats each)",
                 ErrorCode.BAD_FRAMES,
             )
+        vectors = _parse_vectors(frames[3], frames[4], size)
         values = frame_array(frames[0], DType.FLOAT32, (size,), "values")
         state_size = self.server.shards[self.server.local[shard]].state.size
         state = frame_array(frames[1], DType.FLOAT32, (state_size,), "state")
@@ -399,7 +408,7 @@ class Replication:
         table = frame_array(frames[2], DType.UINT64, (raw.nbytes // 8,), "requests")
         triples = [tuple(int(x) for x in t) for t in table.reshape(-1, 3)]
         work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
-        work.data, work.a, work.keep = values, state, frames
+        work.data, work.a, work.keep, work.vectors = values, state, frames, vectors
         with self.lock:
             self.logs[shard].restore(header.version, triples)
         self._apply_and_wait([work], f"shard {shard}: the snapshot")
@@ -562,6 +571,11 @@ class Replication:
                 table = np.array(log.table(), np.uint64).reshape(-1)
                 version = log.committed
             values, state = held.values.copy(), held.state.copy()
+            named = sorted(list(held.vectors.items()), key=lambda item: item[0])
+            names = ",".join(n for n, _ in named).encode("ascii")
+            stacked = np.empty((len(named), values.size), np.float32)
+            for row, (_, vec) in zip(stacked, named, strict=True):
+                row[:] = vec
             header = self._peer_header(
                 MsgType.SNAPSHOT,
                 shard,
@@ -569,9 +583,10 @@ class Replication:
                 role,
                 dtype=DType.FLOAT32,
                 shape=(values.size,),
-                frames=3,
+                frames=5,
             )
-            requests.append(Request(server, header, [values, state, table]))
+            frames = [values, state, table, np.frombuffer(names, np.uint8), stacked.reshape(-1)]
+            requests.append(Request(server, header, frames))
         ok = self._exchange(requests)
         self.counters["snapshots_sent"] += sum(ok)
         return all(ok)
@@ -690,7 +705,7 @@ class Replication:
             if role.role is not Role.PRIMARY or not valid or lost:
                 self._error(p.header, self.not_primary(p.header, p.shard))
                 continue
-            self.replier.send(p.header.reply(MsgType.ACK, version=p.work.version))
+            self.replier.send(p.header.reply(MsgType.ACK, version=p.work.version, a=p.work.result))
             if self._awaiting_ack:
                 self._acknowledged(role.bucket)
 
@@ -746,3 +761,32 @@ class Replication:
             "takeovers": list(self.takeovers),
             "failure": self.failure,
         }
+
+
+def _parse_vectors(names_frame, values_frame, size: int) -> dict[str, np.ndarray]:
+    """A snapshot's named vectors: their names (ASCII, joined by commas; none: empty) and their
+    values, one row of ``size`` floats per name, checked.
+
+    Raises:
+        WireError: ``BAD_NAME`` (a name outside checks' rules, ``params``, a repeated name),
+            ``BAD_FRAMES`` (values that are not one row per name).
+    """
+    raw = bytes(memoryview(names_frame))
+    names = [] if not raw else [checks.parse_name(n.encode("ascii")) for n in _split(raw)]
+    if len(set(names)) != len(names):
+        raise WireError(f"SNAPSHOT: a vector name is repeated in {raw[:80]!r}", ErrorCode.BAD_NAME)
+    nbytes = memoryview(values_frame).nbytes
+    if nbytes != 4 * size * len(names):
+        raise WireError(
+            f"SNAPSHOT: {nbytes} bytes of named vectors for {len(names)} name(s) of {size} floats",
+            ErrorCode.BAD_FRAMES,
+        )
+    stacked = frame_array(values_frame, DType.FLOAT32, (len(names) * size,), "vectors")
+    return {name: stacked[i * size : (i + 1) * size] for i, name in enumerate(names)}
+
+
+def _split(raw: bytes) -> list[str]:
+    try:
+        return raw.decode("ascii").split(",")
+    except UnicodeDecodeError:
+        raise WireError("SNAPSHOT: vector names must be ASCII", ErrorCode.BAD_NAME) from None

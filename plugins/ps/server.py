@@ -25,8 +25,13 @@ A ``PUSH_DELTAS`` may name a vector beside the parameters (a second frame, the n
 vector-operation names are: :func:`~hogwild_plugins.ps.checks.check_named_push`): the delta is
 added to that vector (``y[offset:offset + n] += d``) on the shard's update thread, in order with
 everything else queued for the shard, without the rule, a version or staleness accounting: it is
-not a parameter update (Sandblaster's replicas sum their gradients this way). Like vector
-operations, it is refused with ``copies > 1`` (named vectors are not replicated yet).
+not a parameter update (Sandblaster's replicas sum their gradients this way).
+
+With ``copies > 1`` every write goes through :mod:`~hogwild_plugins.ps.replication` (parameter
+updates, assignments, pushes into named vectors and vector operations that write): each gets the
+shard's next version, so the copies apply them in the primary's order. Pulls and the reductions
+(``dot``, ``asum``, ``amax``) are answered by the serving primary alone, queued behind every
+write it acknowledged.
 
 Received arrays are used in place (ZeroMQ's message buffers, no copy: ``recv = "inplace"``, the
 default) or received into blocks of a :class:`~hogwild.shm.pool.BufferPool`
@@ -414,20 +419,15 @@ class ParameterServer:
                     f"server {self.options.index} is not serving (starting or stopping)",
                     ErrorCode.NOT_PRIMARY,
                 )
-            if header.type == MsgType.VECTOR_OP or checks.is_named_push(header):
-                raise WireError(
-                    "vector operations and pushes into named vectors are not replicated yet "
-                    "(copies > 1)",
-                    ErrorCode.UNEXPECTED,
-                )
-            if header.type != MsgType.PULL:
-                work = self._work(header, shard, local, request.frames)
+            work = self._work(header, shard, local, request.frames)
+            if self._replicated(work):
                 work.keep = request.frames
                 replication.submit(header, shard, work, request.frames)
                 return None  # the replication thread answers, once every copy committed
-            if not replication.serving(shard):
+            if not replication.serving(shard):  # a pull or a reduction: the primary answers
                 raise replication.not_primary(header, shard)
-        work = self._work(header, shard, local, request.frames)
+        else:
+            work = self._work(header, shard, local, request.frames)
         slot = self.engine.reserve()
         if slot is None:
             raise WireError("the server's queues are full; retry", ErrorCode.BUSY)
@@ -479,6 +479,13 @@ class ParameterServer:
         op, names = checks.parse_names(header, frame_array(frames[0], DType.UINT8, header.shape))
         return Work(Kind.VECOP, local, header, op=op, names=names, alpha=header.a)
 
+    @staticmethod
+    def _replicated(work: Work) -> bool:
+        """Whether ``work`` writes (with copies, it is replicated and gets a version)."""
+        if work.kind == Kind.PULL:
+            return False
+        return work.kind != Kind.VECOP or checks.writes(work.op, work.names) is not None
+
     def _admit(self, header: Header, shard: int, work: Work) -> None:
         if work.kind in (Kind.DELTAS, Kind.VECTORS):
             basis = None if header.flags & NO_BASIS else header.version
@@ -496,6 +503,8 @@ class ParameterServer:
             work.kind == Kind.VECOP and checks.writes(work.op, work.names) == "params"
         ):
             work.version = self.book.bump(shard)
+        elif self.options.copies > 1 and self._replicated(work):  # a named vector's write:
+            work.version = self.book.bump(shard)  # in the shard log's order on every copy
 
     @staticmethod
     def _decide(work: Work, header: Header, coef: float) -> None:

@@ -6,7 +6,8 @@ agree to float tolerance over many iterations). Two parameter servers hold its 7
 in four shards; the coordinator moves only scalars (shard operations through its own client);
 replicas are threads, each with its own client, computing portion gradients with the engine's
 kernels (:func:`hogwild.model.gradient.gradient_range`) and pushing them into their own vectors
-on the shards, which the coordinator folds into the gradient.
+on the shards, which the coordinator folds into the gradient. The same steps are taken on servers
+keeping two copies of every bucket (the vectors and their operations replicated, issue 13).
 
 Oracles, as in tests/unit/test_sandblaster_lbfgs.py: ``torch.optim.LBFGS`` with a fixed step
 (``line_search_fn=None``; the coordinator computes torch's first step ``min(1, 1/||g||_1) * lr``
@@ -86,19 +87,23 @@ class DiesMidPush:
 
 
 @contextmanager
-def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None):
+def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None, etcd=None):
     """Two servers, a coordinator and replica threads (one per dict of Replica keywords, and
-    ``die_mid_push``: the push its client fails in the middle of, see :class:`DiesMidPush`)."""
+    ``die_mid_push``: the push its client fails in the middle of, see :class:`DiesMidPush`);
+    with ``etcd``, the servers keep two copies of every bucket."""
     images, labels = mnist
     servers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     geometry = ModelGeometry(network.n_params)
     examples = Examples(images, labels, np.arange(N_EXAMPLES), PORTION, MEAN, STD)
     with ExitStack() as stack:
+        copies = dict(copies=2, etcd=etcd, lease_s=1) if etcd else {}
         for i in range(2):
             stack.enter_context(
-                local_server(geometry, job="sb", servers=servers, index=i, shard_kib=8, threads=1)
+                local_server(
+                    geometry, job="sb", servers=servers, index=i, shard_kib=8, threads=1, **copies
+                )
             )
-        client = stack.enter_context(PSClient(servers, "sb", client_id=1))
+        client = stack.enter_context(PSClient(servers, "sb", client_id=1, etcd=etcd))
         assert client.layout.n_shards == 4
         check_servers(client.status())
         board = Board(PortionScheduler(push_every=push_every, max_copies=2), timeout_s=20.0)
@@ -107,7 +112,7 @@ def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None):
         workers, threads = [], []
         for i, kw in enumerate(replicas):
             kw = dict(kw)
-            rc = stack.enter_context(PSClient(servers, "sb", client_id=10 + i))
+            rc = stack.enter_context(PSClient(servers, "sb", client_id=10 + i, etcd=etcd))
             if "die_mid_push" in kw:
                 rc = DiesMidPush(rc, kw.pop("die_mid_push"))
             workers.append(Replica(i, rc, board, PortionGradient(network, examples), **kw))
@@ -164,6 +169,29 @@ def test_one_replica_takes_the_steps_of_torch_lbfgs(mnist, network, oracle):
     # 16 portions, pushed every 3 or more (more while its previous push waits to be folded)
     assert workers[0].pushed == stats.portions and workers[0].pushes <= (iterations + 1) * 6
     assert lbfgs.loss < 0.1 < oracle(x0)[0]
+
+
+def test_replicated_servers_take_the_same_steps(mnist, network, oracle, etcd_server):
+    """With two copies of every bucket (the vectors and their operations replicated) the steps
+    are torch's, as with one copy; every copy holds the same parameters and L-BFGS history."""
+    iterations = 4
+    x0, options = fixed_step(oracle)
+    want = oracle.torch_steps(x0, iterations, history=options.history, lr=1.0)
+    replicas = ({}, {})
+    etcd = etcd_server.address
+    with sandblaster(mnist, network, replicas, options=options, etcd=etcd) as run:
+        lbfgs, client, _, ws = run
+        for k, b in enumerate(want, 1):
+            it = lbfgs.step()
+            assert it.stop is None and it.evaluations == 1
+            got = params_of(client)
+            assert close(got, b), (k, float(np.abs(got - b).max()))
+        assert replica_vectors_are_zero(client, ws)
+        statuses = client.status()
+        assert all(st["replication"]["failure"] is None for st in statuses)
+        assert sum(st["replication"]["committed"] for st in statuses) > 0  # the copies' share
+        versions = [sorted((s["shard"], s["version"]) for s in st["shards"]) for st in statuses]
+        assert versions[0] == versions[1]  # both copies committed every write
 
 
 def test_one_replica_with_armijo_backtracking_matches_the_reference(mnist, network, oracle):

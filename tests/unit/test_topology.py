@@ -134,11 +134,15 @@ def test_every_framework_is_built_on_unreplicated_servers(framework):
     require_built(resolve(framework=framework))
 
 
-def test_several_server_groups_with_copies_say_what_is_missing():
-    t = resolve(framework="hogwild")
-    with pytest.raises(ConfigError, match="'hogwild'.*copies = 3: not built: .*named vectors"):
-        require_built(t, copies=3)
+def test_replicated_servers_run_lbfgs_but_not_several_server_groups():
+    # the servers replicate the named pushes and vector operations L-BFGS keeps its history in
+    t = resolve(framework="sandblaster", ps=3, copies=3)
+    assert t.optimizer == "lbfgs"
+    require_built(t, copies=3)
     require_built(resolve(framework="downpour", servers_per_group=3), copies=3)
+    t = resolve(framework="hogwild", servers_per_group=3)
+    with pytest.raises(ConfigError, match="'hogwild'.*copies = 3: not built: .*etcd keys"):
+        require_built(t, copies=3)
 
 
 def test_the_coordinated_frameworks_run_sgd_on_one_server_group():
@@ -200,7 +204,6 @@ def test_the_coordinated_frameworks_run_sgd_on_one_server_group():
         ({"optimizer": "sgd"}, "adagrad", "ps.rule = 'adagrad' and cluster.optimizer = 'sgd'"),
         ({"optimizer": "adagrad"}, "momentum", "say different things"),
         ({"framework": "sandblaster"}, "adagrad", "does nothing with cluster.optimizer = 'lbfgs'"),
-        ({"framework": "sandblaster", "ps": 3, "copies": 3}, "auto", "replicated servers refuse"),
         ({"framework": "sandblaster", "warm_start": 100}, "auto", "one worker group"),
         ({"ps": 2, "copies": 3}, "auto", "up to the servers of a server group"),
     ],

@@ -29,8 +29,9 @@ What differs from DistBelief, and why:
 * Replicas here are threads of one process talking to the board directly, also under
   ``hogwild cluster`` (:mod:`.group`); across processes the board's calls would become messages,
   which is not built.
-* Parameter servers that keep copies (``copies > 1``) refuse vector operations and named
-  pushes for now: :func:`~.batch.check_servers` says so before a run.
+* Parameter servers that keep copies (``copies > 1``) replicate vector operations that write
+  and named pushes like any update (each takes the shard's next version), so L-BFGS's history
+  survives a primary's death; :func:`~.batch.check_servers` checks the servers answer.
 """
 
 from hogwild_plugins.ps.sandblaster.batch import (

@@ -330,10 +330,11 @@ class WorkerGroup:
         """A parameter-server client of its own (the coordinator's, or one replica's)."""
         from hogwild_plugins.ps.client import PSClient
 
-        ps = self.config.ps
+        ps, cluster = self.config.ps, self.config.cluster
+        etcd = (cluster.etcd or None) if cluster.copies > 1 else None  # replicated: by the map
         return PSClient(list(ps.servers), ps.job, client_id=secrets.randbits(31),
                         timeout_s=ps.timeout_s, retries=ps.retries,
-                        keys=ps.keys or None)  # fmt: skip
+                        keys=ps.keys or None, etcd=etcd)  # fmt: skip
 
     def _warm_kernels(self) -> None:
         """Compile (or load from the cache) the gradient kernel before saying ready."""
