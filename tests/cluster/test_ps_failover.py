@@ -6,7 +6,6 @@ fenced (Adam 3.3.3; issue 12)."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 
 import numpy as np
@@ -19,6 +18,7 @@ from hogwild_plugins.ps.routes import Routes, etcd_prefix
 
 from hogwild.config import load_config
 from hogwild.model.network import build_network
+from tests.cluster.ps_stream import Stream, placed
 
 N_PARAMS = build_network(load_config().model, 10).n_params  # the bundled MNIST model
 JOB = "adam_mnist"
@@ -95,47 +95,29 @@ def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd
     etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
     routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
     ledger = np.zeros(N_PARAMS, np.float64)  # the sum of every acknowledged delta
-    pushes, problems, stop = [0], [], threading.Event()
     try:
         client.assign(np.zeros(N_PARAMS, np.float32))
         wait_in_sync(routes, etcd, 3)
 
-        def stream() -> None:
-            rng = np.random.default_rng(0)
-            try:
-                while not stop.is_set():
-                    delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
-                    client.push_deltas(delta)  # returns once every live copy committed it
-                    np.add(ledger, delta, out=ledger)
-                    pushes[0] += 1
-            except Exception as exc:  # noqa: BLE001 - reported by the test
-                problems.append(exc)
+        def push(rng) -> None:
+            delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
+            client.push_deltas(delta)  # returns once every live copy committed it
+            np.add(ledger, delta, out=ledger)
 
-        pusher = threading.Thread(target=stream)
-        pusher.start()
-        try:
+        with Stream(push, seed=0) as stream:
             for round_ in range(3):
-                floor = pushes[0] + 10
-                deadline = time.monotonic() + 60
-                while pushes[0] < floor and not problems:
-                    assert time.monotonic() < deadline, "no progress between kills"
-                    time.sleep(0.02)
+                deadline = time.monotonic() + 60  # both waits of a round
+                stream.progress(10, "no progress between kills", deadline)
                 routes.read()
                 shard = round_ % client.layout.n_shards
                 victim = routes.primaries[client.layout.bucket_of(shard)]
                 trio.processes[victim].kill()  # SIGKILL mid-stream
-                floor = pushes[0] + 10
-                while pushes[0] < floor and not problems:  # goes on without it
-                    assert time.monotonic() < deadline, "no progress after a kill"
-                    time.sleep(0.02)
+                stream.progress(10, "no progress after a kill", deadline)  # goes on without it
                 trio.start(victim)  # the same server again: it rejoins and catches up
                 wait_member(etcd, victim)
                 wait_in_sync(routes, etcd, 3)
-        finally:
-            stop.set()
-            pusher.join(120)
-        assert not problems, problems
-        assert pushes[0] >= 60
+        assert not stream.problems, stream.problems
+        assert stream.steps >= 60
         final = np.empty(N_PARAMS, np.float32)
         client.pull(final)
         np.testing.assert_array_equal(final, ledger.astype(np.float32))
@@ -156,69 +138,41 @@ def test_a_returning_server_gets_its_primaries_back_mid_stream(trio, etcd_server
     routes = Routes(etcd_server.address, JOB, 3, n_buckets)
     preferred = [desired_copies(b, range(3), 3)[0] for b in range(n_buckets)]
     ledger = np.zeros(N_PARAMS, np.float64)
-    pushes, stamps, problems, stop = [0], [], [], threading.Event()
-
-    def placed(expected: list, what: str, timeout: float = 60.0) -> float:
-        """Seconds until the map names ``expected`` as every bucket's primary."""
-        start = time.monotonic()
-        while True:
-            routes.read()
-            if routes.primaries == expected:
-                return time.monotonic() - start
-            assert time.monotonic() - start < timeout, f"{what}: {routes.primaries} != {expected}"
-            time.sleep(0.02)
-
+    stamps: list[float] = []
     try:
         client.assign(np.zeros(N_PARAMS, np.float32))
         wait_in_sync(routes, etcd, 3)
-        placed(preferred, "the first primaries are not the preferred ones")
+        placed(routes, preferred, "the first primaries are not the preferred ones")
         victim = preferred[0]
         held = [b for b in range(n_buckets) if preferred[b] == victim]
 
-        def stream() -> None:
-            rng = np.random.default_rng(4)
-            try:
-                while not stop.is_set():
-                    delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
-                    client.push_deltas(delta)
-                    np.add(ledger, delta, out=ledger)
-                    pushes[0] += 1
-                    stamps.append(time.monotonic())
-            except Exception as exc:  # noqa: BLE001 - reported by the test
-                problems.append(exc)
+        def push(rng) -> None:
+            delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
+            client.push_deltas(delta)
+            np.add(ledger, delta, out=ledger)
+            stamps.append(time.monotonic())
 
-        def progress(more: int, what: str) -> None:
-            floor, deadline = pushes[0] + more, time.monotonic() + 60
-            while pushes[0] < floor and not problems:
-                assert time.monotonic() < deadline, what
-                time.sleep(0.02)
-
-        pusher = threading.Thread(target=stream)
-        pusher.start()
-        try:
-            progress(10, "no progress before the kill")
+        with Stream(push, seed=4) as stream:
+            stream.progress(10, "no progress before the kill")
             trio.processes[victim].kill()
-            progress(10, "no progress after the kill")
+            stream.progress(10, "no progress after the kill")
             routes.read()
             assert all(routes.primaries[b] not in (victim, None) for b in held)
             # The survivors share its buckets by the same rule, over the live servers.
             survivors = [s for s in range(3) if s != victim]
             moved = [desired_copies(b, survivors, 3)[0] for b in range(n_buckets)]
-            placed(moved, "the survivors' primaries are not the preferred ones")
+            placed(routes, moved, "the survivors' primaries are not the preferred ones")
             trio.start(victim)
             wait_member(etcd, victim)
             back_from = time.monotonic()
-            took = placed(preferred, "the primaries did not come back")
+            took = placed(routes, preferred, "the primaries did not come back")
             deadline = time.monotonic() + 30
             while any(role_of(watcher, victim, b) != "primary" for b in held):
                 assert time.monotonic() < deadline, "the returning server does not serve"
                 time.sleep(0.02)
-            progress(10, "no progress once the primaries came back")
+            stream.progress(10, "no progress once the primaries came back")
             served = time.monotonic() - back_from
-        finally:
-            stop.set()
-            pusher.join(120)
-        assert not problems, problems
+        assert not stream.problems, stream.problems
         handed = sum(st["replication"]["handed_over"] for st in watcher.status())
         assert handed >= len(held)
         routes.read()
@@ -227,7 +181,7 @@ def test_a_returning_server_gets_its_primaries_back_mid_stream(trio, etcd_server
         print(
             f"hand-back: {len(held)} buckets back on server {victim} {took:.2f} s after it "
             f"registered, serving after {served:.2f} s; longest pause between acknowledged "
-            f"pushes meanwhile {gaps.max(initial=0.0):.3f} s; {pushes[0]} pushes"
+            f"pushes meanwhile {gaps.max(initial=0.0):.3f} s; {stream.steps} pushes"
         )
         final = np.empty(N_PARAMS, np.float32)
         client.pull(final)
@@ -245,37 +199,22 @@ def test_a_primary_paused_past_its_lease_mid_stream_is_fenced(trio, etcd_server)
     etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
     routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
     ledger = np.zeros(N_PARAMS, np.float64)
-    pushes, problems, stop = [0], [], threading.Event()
     try:
         client.assign(np.zeros(N_PARAMS, np.float32))
         wait_in_sync(routes, etcd, 3)
         routes.read()
         paused, old_epoch = routes.primaries[0], routes.epochs[0]
 
-        def stream() -> None:
-            rng = np.random.default_rng(1)
-            try:
-                while not stop.is_set():
-                    delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
-                    client.push_deltas(delta)
-                    np.add(ledger, delta, out=ledger)
-                    pushes[0] += 1
-            except Exception as exc:  # noqa: BLE001 - reported by the test
-                problems.append(exc)
+        def push(rng) -> None:
+            delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
+            client.push_deltas(delta)
+            np.add(ledger, delta, out=ledger)
 
-        def progress(more: int, what: str) -> None:
-            floor, deadline = pushes[0] + more, time.monotonic() + 60
-            while pushes[0] < floor and not problems:
-                assert time.monotonic() < deadline, what
-                time.sleep(0.02)
-
-        pusher = threading.Thread(target=stream)
-        pusher.start()
-        try:
-            progress(10, "no progress before the pause")
+        with Stream(push, seed=1) as stream:
+            stream.progress(10, "no progress before the pause")
             trio.processes[paused].send_signal(signal.SIGSTOP)  # with its writes in flight
             try:
-                progress(10, "no progress while the primary was paused")
+                stream.progress(10, "no progress while the primary was paused")
                 routes.read()
                 assert routes.primaries[0] != paused and routes.epochs[0] > old_epoch
             finally:
@@ -289,11 +228,8 @@ def test_a_primary_paused_past_its_lease_mid_stream_is_fenced(trio, etcd_server)
             ):
                 assert time.monotonic() < deadline, "the paused primary did not step down"
                 time.sleep(0.05)
-            progress(10, "no progress after the old primary woke up")
-        finally:
-            stop.set()
-            pusher.join(120)
-        assert not problems, problems
+            stream.progress(10, "no progress after the old primary woke up")
+        assert not stream.problems, stream.problems
         wait_in_sync(routes, etcd, 3)
         final = np.empty(N_PARAMS, np.float32)
         client.pull(final)

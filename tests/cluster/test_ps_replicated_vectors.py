@@ -6,7 +6,6 @@ named vectors and serves them once its buckets come back to it."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -16,6 +15,7 @@ from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
 from hogwild_plugins.ps.routes import Routes, etcd_prefix
 
+from tests.cluster.ps_stream import Stream, placed
 from tests.cluster.test_ps_failover import (
     JOB,
     N_PARAMS,
@@ -43,16 +43,6 @@ def read_vector(client: PSClient, name: str) -> np.ndarray:
     out = np.empty(N_PARAMS, np.float32)
     client.pull(out)
     return out
-
-
-def placed(routes: Routes, expected: list, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        routes.read()
-        if routes.primaries == expected:
-            return
-        assert time.monotonic() < deadline, f"{what}: {routes.primaries} != {expected}"
-        time.sleep(0.02)
 
 
 def test_named_pushes_and_vector_operations_on_replicated_servers_match_numpy(trio, etcd_server):
@@ -110,7 +100,6 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
     preferred = [desired_copies(b, range(3), 3)[0] for b in range(n_buckets)]
     g = np.zeros(N_PARAMS, np.float64)  # every acknowledged push into "g"
     h = np.zeros(N_PARAMS, np.float64)  # every acknowledged axpy of "one" into "h"
-    steps, problems, stop = [0], [], threading.Event()
     try:
         client.assign(np.zeros(N_PARAMS, np.float32))
         client.fill("one", 1.0)
@@ -119,35 +108,18 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
         victim = preferred[0]
         held = [b for b in range(n_buckets) if preferred[b] == victim]
 
-        def stream() -> None:
-            rng = np.random.default_rng(5)
-            try:
-                while not stop.is_set():
-                    delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
-                    client.push_deltas(delta, into="g")  # acknowledged once every copy has it
-                    np.add(g, delta, out=g)
-                    client.axpy(1.0, "one", "h")  # not idempotent: a second application shows
-                    np.add(h, 1.0, out=h)
-                    steps[0] += 1
-            except Exception as exc:  # noqa: BLE001 - reported by the test
-                problems.append(exc)
+        def step(rng) -> None:
+            delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
+            client.push_deltas(delta, into="g")  # acknowledged once every copy has it
+            np.add(g, delta, out=g)
+            client.axpy(1.0, "one", "h")  # not idempotent: a second application shows
+            np.add(h, 1.0, out=h)
 
-        def progress(more: int, what: str) -> None:
-            floor, deadline = steps[0] + more, time.monotonic() + 60
-            while steps[0] < floor and not problems:
-                assert time.monotonic() < deadline, what
-                time.sleep(0.02)
-
-        pusher = threading.Thread(target=stream)
-        pusher.start()
-        try:
-            progress(10, "no progress before the kill")
+        with Stream(step, seed=5) as stream:
+            stream.progress(10, "no progress before the kill")
             trio.processes[victim].kill()  # SIGKILL mid-stream
-            progress(10, "no progress after the kill")
-        finally:
-            stop.set()
-            pusher.join(120)
-        assert not problems, problems
+            stream.progress(10, "no progress after the kill")
+        assert not stream.problems, stream.problems
         routes.read()
         assert all(routes.primaries[b] not in (victim, None) for b in held)
         # read through the new primaries: exactly what was acknowledged
