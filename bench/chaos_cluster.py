@@ -42,7 +42,6 @@ import os
 import random
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +54,7 @@ from bench.cluster_run import ClusterRun
 from bench.machine import describe_machine, versions
 from bench.ps_ledger import ledger_phase
 from bench.ps_watch import ServerWatch, spread
-from bench.record import emit_record
+from bench.record import emit_record, source
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -327,20 +326,6 @@ def measure(args) -> dict:
         "machine": describe_machine(),
         "versions": versions(),
     }
-
-
-def source() -> dict:
-    """The commit the run used, and the tracked files that differ from it."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
-        return done.stdout.rstrip("\n") if done.returncode == 0 else ""  # " M path": keep
-
-    try:
-        commit, changed = git("rev-parse", "HEAD"), git("status", "--porcelain", "-uno")
-    except OSError:
-        return {"commit": None, "modified": []}
-    return {"commit": commit or None, "modified": [line[3:] for line in changed.splitlines()]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,10 +63,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as ``python bench/frameworks.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.chaos_cluster import source
 from bench.cluster_run import ClusterRun
 from bench.machine import describe_machine, versions
-from bench.record import emit_record
+from bench.record import emit_record, source
 from bench.replicas import STOP_S
 
 REPO = Path(__file__).resolve().parents[1]
