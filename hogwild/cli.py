@@ -355,7 +355,15 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(argv: list[str]) -> int:
     parser = _parser()
     forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
-    args, extra = parser.parse_known_args(argv[:2] if forward else argv)
+    if forward:
+        args, extra = parser.parse_known_args(argv[:2])
+    else:
+        # Config overrides are taken out before argparse sees them: it reads an option whose
+        # value holds a space (an inline TOML array of layers) as a positional argument, which
+        # a subcommand's own positional would then swallow.
+        given = [arg for arg in argv if _OVERRIDE.match(arg)]
+        args, extra = parser.parse_known_args([arg for arg in argv if not _OVERRIDE.match(arg)])
+        extra += given
     takes_overrides = args.command in ("train", "info") or getattr(args, "overrides_ok", False)
     overrides = _split_overrides(extra, parser) if takes_overrides else {}
     if extra and not takes_overrides:
