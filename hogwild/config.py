@@ -16,7 +16,7 @@ import dataclasses
 import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,11 @@ class ModelConfig:
     init_scale: float = 1.0
     layers: tuple[LayerConfig, ...] = ()
 
+    def without_dropout(self) -> ModelConfig:
+        """The same network without its dropout layers: Adam's model as the paper gives it (the
+        bundled job adds dropout for its schedule), which the peers and oracles compute."""
+        return replace(self, layers=tuple(x for x in self.layers if x.type != "dropout"))
+
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -80,6 +85,7 @@ class OptimConfig:
     decay: float = 0.5
     decay_every: int = 3
     min_lr: float = 0.0
+    warmup_epochs: int = 0
 
 
 @dataclass(frozen=True)

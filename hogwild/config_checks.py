@@ -93,6 +93,8 @@ def check_config(config: Config, origin: str) -> None:
         fail(f"optim.decay must be in (0, 1], got {optim.decay}")
     if optim.decay_every < 1:
         fail(f"optim.decay_every must be >= 1, got {optim.decay_every}")
+    if optim.warmup_epochs < 0:
+        fail(f"optim.warmup_epochs must be >= 0, got {optim.warmup_epochs}")
     if train.epochs < 1 or train.batch < 1 or train.chunk < 1:
         fail("train.epochs, train.batch and train.chunk must be >= 1")
     if train.update_every < 0:
