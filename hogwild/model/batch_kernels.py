@@ -1,15 +1,21 @@
 """Layers over a whole minibatch at once, as matrix products through BLAS (sgemm).
 
-A convolution over ``n`` examples is one product: the inputs are unfolded into columns
-(``col[(c, ky, kx), (b, oy, ox)]``, "im2col", with zero padding and any stride), then
-``Y[o, (b, p)] = W[o, (c, ky, kx)] @ col``. Its backward is two more products, ``dW += dY @ col^T``
-and ``dcol = W^T @ dY``, folded back onto the inputs ("col2im"). A fully connected layer over
-``n`` examples is ``Y = X W^T``, ``dX = dY W`` and ``dW = dY^T X``. Adam section 3.2.4 makes the
-same move with hand-tuned assembly; here numba calls the BLAS that SciPy ships (numba's ``np.dot``
-with an ``out`` array, so nothing is allocated), one thread per worker process.
+A convolution is one product per example and direction (the engine hands it one example at a
+time, so the example's activations stay in cache; a group of examples in one product was measured
+slower here). The forward product unfolds the input into columns (``col[(c, ky, kx), (oy, ox)]``,
+"im2col", with zero padding and any stride), then ``Y[o, p] = W[o, (c, ky, kx)] @ col``, written
+straight into the example's output row. Its backward is two more products: the weight gradient
+``dW += dY @ rows`` over the input unfolded pixel-major (``rows = col^T``, :func:`_im2row`), or
+``dY @ col^T`` for layers with fewer taps than output pixels (whichever OpenBLAS runs faster), and
+``dcol = W^T @ dY``, folded back onto the input gradient ("col2im"); ``dY`` is read in place. A
+fully connected layer over ``n`` examples is ``Y = X W^T``, ``dX = dY W`` and ``dW = dY^T X``.
+Adam section 3.2.4 makes the same move with hand-tuned assembly; here numba calls the BLAS that
+SciPy ships (numba's ``np.dot`` with an ``out`` array, so nothing is allocated), one thread per
+worker process.
 
-Activations stay in the engine's per-example rows (``act[b, offset:]``); the kernels gather the
-operands into the worker's scratch vector, which :func:`batch_scratch_size` sizes.
+Activations stay in the engine's per-example rows (``act[b, offset:]``); operands that are not
+rows of one example are gathered into the worker's scratch vector, which
+:func:`batch_scratch_size` sizes.
 """
 
 import numpy as np
