@@ -1,7 +1,7 @@
 """Chaos in a replicated ``hogwild cluster`` job (issue 12): kill roles while it trains.
 
-The job is the default one (the bundled Adam MNIST config, its 12 epochs unless ``--epochs``)
-through ``hogwild cluster --ps 3 --cluster.copies=3 --replicas 2 --data-servers 1
+The job is Adam's MNIST model on the schedule of :mod:`bench.paper_job` (12 epochs unless
+``--epochs``) through ``hogwild cluster --ps 3 --cluster.copies=3 --replicas 2 --data-servers 1
 --cluster.restarts=1000``: three parameter servers keeping three copies of every bucket under an
 etcd the driver starts, and a driver that restarts whatever dies. In one run of this script:
 
@@ -52,6 +52,7 @@ if __package__ in (None, ""):  # run as ``python bench/chaos_cluster.py``
 
 from bench.cluster_run import ClusterRun
 from bench.machine import describe_machine, versions
+from bench.paper_job import PAPER_JOB
 from bench.ps_ledger import ledger_phase
 from bench.ps_watch import ServerWatch, spread
 from bench.record import emit_record, source
@@ -68,7 +69,7 @@ STALL_S = 60.0  # no update acknowledged, or no bucket map to kill in, for this 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python bench/chaos_cluster.py", description=__doc__)
     add = parser.add_argument
-    add("--epochs", type=int, default=None, help="the job's epochs (default: its 12)")
+    add("--epochs", type=int, default=None, help="the job's epochs (default: 12)")
     add("--kill-every-s", type=float, default=None, help="mean seconds between kills (3)")
     add("--ledger-kills", type=int, default=None, help="kills of the ledger phase (20)")
     add("--seed", type=int, default=0)
@@ -77,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
     defaults = {"epochs": 2, "kill_every_s": 1.0, "ledger_kills": 3} if args.quick else {
-        "epochs": None, "kill_every_s": 3.0, "ledger_kills": 20}  # fmt: skip
+        "epochs": 12, "kill_every_s": 3.0, "ledger_kills": 20}  # fmt: skip
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -93,7 +94,7 @@ def _log(text: str) -> None:
 
 def job_args(args, copies: int) -> list[str]:
     """``hogwild cluster``'s arguments (run directory and metrics added per run)."""
-    out = ["cluster", "--data", args.data, *JOB_ARGS, f"--cluster.copies={copies}"]
+    out = ["cluster", "--data", args.data, *JOB_ARGS, *PAPER_JOB, f"--cluster.copies={copies}"]
     if args.epochs:
         out += ["--epochs", str(args.epochs)]
     if args.subset:

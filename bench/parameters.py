@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as ``python bench/parameters.py``: make ``b
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import describe_machine, usable_cores, versions
+from bench.paper_job import PAPER_OVERRIDES
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -153,7 +154,7 @@ def measure(args: argparse.Namespace) -> dict:
     for key in ("n_push", "n_fetch", "fc_push"):
         if getattr(args, key) is not None:
             copies[f"train.{key}"] = getattr(args, key)
-    config = hogwild.load_config().override(common)
+    config = hogwild.load_config().override({**PAPER_OVERRIDES, **common})  # the figures' job
     base = {
         "replicate": config.override(copies),
         "shared": config.override({"train.parameters": "shared"}),

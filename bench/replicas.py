@@ -50,6 +50,7 @@ if __package__ in (None, ""):  # run as ``python bench/replicas.py``: make ``ben
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine import describe_machine, versions
+from bench.paper_job import PAPER_JOB
 from bench.record import emit_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,7 +167,8 @@ class Job:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hogwild.cli", *args]
+    """``hogwild`` with ``args``, training the peers' model on the figures' schedule."""
+    return [sys.executable, "-m", "hogwild.cli", *args, *PAPER_JOB]
 
 
 def run_cluster(args, replicas: int, folder: Path) -> dict:

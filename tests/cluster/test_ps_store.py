@@ -19,13 +19,16 @@ import pytest
 from hogwild_plugins.ps.launch import ServeProcess
 
 import hogwild
+from bench.paper_job import PAPER_JOB
 from hogwild.model.network import build_network
 from tests.store_contract import StoreUnderTest, run_contract
 
 
 @pytest.fixture
 def server():
-    with ServeProcess(["--port", "0", "--threads", "1"]) as process:
+    """A server of Adam's model without the default job's dropout (its fully connected layers are
+    numbered as the clients' are: the training test's client trains that model)."""
+    with ServeProcess(["--port", "0", "--threads", "1", *PAPER_JOB]) as process:
         address = process.start()
         yield address
         assert process.stop() in (0, 143)
@@ -86,7 +89,7 @@ def test_a_job_trained_through_hogwild_ps_serve_reaches_98_percent_in_one_epoch(
     out = subprocess.run(
         [sys.executable, "-m", "hogwild.cli", "train", "--data", str(mnist_dir), "--ps", server,
          "--epochs", "1", "--workers", "2", "--metrics", str(metrics), "--no-progress",
-         "--train.fc_push=vectors"],
+         "--train.fc_push=vectors", *PAPER_JOB],  # Adam's model without the default's dropout
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -88,11 +88,11 @@ def test_resume_refuses_another_architecture_and_reports_other_changes(tmp_path,
     ck = tmp_path / "ck"
     hogwild.train(data=mnist, epochs=1, checkpoint_dir=ck, **OPTIONS)
     with pytest.raises(
-        CheckpointError, match=r"model.layers\[6\].units is 400, the config's is 300"
+        CheckpointError, match=r"model.layers\[7\].units is 400, the config's is 300"
     ):
         hogwild.train(
             data=mnist, epochs=2, checkpoint_dir=ck, resume=True,
-            overrides={"model.layers.6.units": 300}, **OPTIONS,
+            overrides={"model.layers.7.units": 300}, **OPTIONS,
         )  # fmt: skip
     result = hogwild.train(
         data=mnist, epochs=2, checkpoint_dir=ck, resume=True, lr=0.002,

@@ -189,7 +189,7 @@ def test_too_little_shared_memory_says_how_much(mnist_dir):
         "train",
         "--data",
         str(mnist_dir),
-        "--model.layers.6.units=10000000",
+        "--model.layers.7.units=10000000",
         "--epochs",
         "1",
     )

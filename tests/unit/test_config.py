@@ -51,10 +51,13 @@ def test_bundled_config_loads_with_documented_values():
         "conv",
         "relu",
         "maxpool",
+        "dropout",
         "fc",
         "relu",
+        "dropout",
         "fc",
         "relu",
+        "dropout",
         "fc",
         "softmax",
     ]
@@ -62,7 +65,15 @@ def test_bundled_config_loads_with_documented_values():
     assert config.model.layers[3].maps == 20
     assert config.model.layers[2].size == 2 and config.model.layers[2].stride == 2
     assert [layer.units for layer in config.model.layers if layer.type == "fc"] == [400, 400, 10]
-    assert config.optim.rule == "sgd" and config.optim.lr == 0.003
+    assert [layer.p for layer in config.model.layers if layer.type == "dropout"] == [0.25, 0.5, 0.5]
+    assert config.optim.rule == "sgd" and config.optim.lr == 0.006
+    assert config.optim.schedule == "cosine" and config.optim.weight_decay == 0.001
+    assert config.train.epochs == 60
+    paper = config.model.without_dropout()  # Adam's model: what the peers and oracles compute
+    assert [layer.type for layer in paper.layers] == [
+        layer.type for layer in config.model.layers if layer.type != "dropout"
+    ]
+    assert len(paper.layers) == 12 and paper.input == config.model.input
     assert config.train.batch == 1 and config.train.epoch_fraction == 1.0
     assert config.data.mean == 0.1307 and config.data.std == 0.3081
     assert config.output.progress is True
@@ -118,7 +129,7 @@ def test_typed_and_string_overrides_mean_the_same():
 def test_override_returns_a_new_config_and_keeps_the_origin():
     base = load_config()
     changed = base.override({"train.epochs": "2"})
-    assert base.train.epochs == 12 and changed.train.epochs == 2
+    assert base.train.epochs == 60 and changed.train.epochs == 2
     assert changed.origin == base.origin
 
 
@@ -127,14 +138,14 @@ def test_layer_overrides():
         overrides={
             "model.layers.0.maps": "16",
             "model.layers.0.padding": "same",
-            "model.layers.6.units": 128,
+            "model.layers.7.units": 128,
             "model.layers.1.type": "tanh",
             "model.layers.2.stride": 1,
         }
     )
     layers = config.model.layers
     assert layers[0].maps == 16 and layers[0].padding == "same" and layers[0].kernel == 5
-    assert layers[6].units == 128
+    assert layers[7].units == 128
     assert layers[1].type == "tanh"
     assert layers[2].size == 2 and layers[2].stride == 1
 
@@ -163,15 +174,15 @@ def test_override_of_unknown_key_lists_known_keys():
 
 
 def test_override_of_missing_layer():
-    msg = override_error({"model.layers.12.units": 3})
-    assert "12" in msg and "there are 12" in msg
+    msg = override_error({"model.layers.15.units": 3})
+    assert "15" in msg and "there are 15" in msg
     msg = override_error({"model.layers.first.units": 3})
     assert "first" in msg
 
 
 def test_override_of_unknown_layer_key():
-    msg = override_error({"model.layers.6.kernel": 3})
-    assert "model.layers[6]" in msg and "kernel" in msg and "units" in msg
+    msg = override_error({"model.layers.7.kernel": 3})
+    assert "model.layers[7]" in msg and "kernel" in msg and "units" in msg
 
 
 def test_override_below_a_value():
@@ -345,7 +356,7 @@ def test_missing_file_names_the_file(tmp_path):
 
 def test_errors_from_a_file_name_the_file(tmp_path):
     path = tmp_path / "bad.toml"
-    path.write_text(default_config_path().read_text().replace("lr = 0.003", "lr = -1.0"))
+    path.write_text(default_config_path().read_text().replace("lr = 0.006", "lr = -1.0"))
     with pytest.raises(ConfigError) as info:
         load_config(Path(path))
     assert str(path) in str(info.value) and "optim.lr" in str(info.value)

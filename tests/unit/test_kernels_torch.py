@@ -75,7 +75,7 @@ SMOOTH_DROPOUT = _model(
 )
 
 MODELS = {
-    "adam_mnist": load_config().model,
+    "adam_mnist": load_config().model.without_dropout(),
     "same_stride2": SAME_STRIDE2,
     "tanh_sigmoid_dropout": SMOOTH_DROPOUT,
 }

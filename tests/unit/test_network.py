@@ -57,7 +57,7 @@ def model(input_shape, layers):
 
 @pytest.fixture(scope="module")
 def adam():
-    return build_network(load_config().model)
+    return build_network(load_config().model.without_dropout())  # Adam's model
 
 
 def test_adam_model_has_756000_connections(adam):

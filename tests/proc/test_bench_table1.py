@@ -1,0 +1,60 @@
+"""``bench/table1.py``: its runs, its JSON line and its markdown, on a small slice of MNIST.
+
+Two seeds of each mode, 1,000 training examples, one epoch: every run is a real ``hogwild train``
+(asynchronous with two workers, synchronous with ``--sync``). Checks: one JSON line, the same as
+the ``--out`` file; four runs, interleaved by seed; each run's final accuracy is the last epoch
+of its metrics file; the summary's mean and range are those of the runs; the markdown has a row
+per run and the notes at the end. Not its accuracy: that is what the committed table is for.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
+    out, page, notes = tmp_path / "table1.json", tmp_path / "table1.md", tmp_path / "notes.md"
+    notes.write_text("## What the runs show\n\nNotes of the person who ran it.\n")
+    command = [sys.executable, str(repo_root / "bench" / "table1.py"), "--data", str(mnist_dir)]
+    command += ["--seeds", "1", "2", "--metrics-dir", str(tmp_path / "runs"), "--out", str(out)]
+    command += ["--markdown", str(page), "--notes", str(notes)]
+    command += ["--train.subset=1000", "--train.epochs=1", "--train.workers=2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo_root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    record = json.loads(lines[0])
+    assert out.read_text().strip() == lines[0]
+
+    assert record["benchmark"] == "table1"
+    assert record["overrides"] == ["--train.subset=1000", "--train.epochs=1", "--train.workers=2"]
+    runs = record["results"]
+    assert [(r["mode"], r["seed"]) for r in runs] == [
+        ("async", 1),
+        ("sync", 1),
+        ("async", 2),
+        ("sync", 2),
+    ]
+    for run in runs:
+        assert f"--train.seed={run['seed']}" in run["command"]
+        assert ("--sync" in run["command"].split()) == (run["mode"] == "sync")
+        epochs = [json.loads(line) for line in open(run["metrics"], encoding="utf-8")]
+        last = [e for e in epochs if e.get("event") == "epoch"][-1]
+        assert run["epochs"] == 1 and run["per_epoch"] == [last["test_accuracy"]]
+        assert 0.5 < run["test_accuracy"] <= 1.0  # 1,000 examples learn something
+        assert run["wall_s"] > 0
+    for mode in ("async", "sync"):
+        values = [r["test_accuracy"] for r in runs if r["mode"] == mode]
+        summary = record["summary"][mode]
+        assert summary["mean"] == pytest.approx(statistics.fmean(values))
+        assert (summary["min"], summary["max"]) == (min(values), max(values))
+
+    text = page.read_text()
+    assert text.count("| async | ") == 3 and text.count("| sync | ") == 3  # summary + 2 runs
+    assert text.rstrip().endswith("Notes of the person who ran it.")
