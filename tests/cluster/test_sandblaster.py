@@ -267,5 +267,6 @@ def test_a_replica_that_dies_mid_push_counts_nothing_twice(mnist, network, oracl
     dead = ws[1]
     assert dead.pushes == 1 and dead.client.pushes == 2  # the second failed half-way
     assert any("died mid-push" in f for f in board.failures)
-    assert stats.lost >= 3  # the portions of that push (at least push_every), computed again
+    # the portions of that push (push_every, or fewer when it closed a batch), computed again
+    assert stats.lost == dead.kept - dead.pushed >= 1
     assert stats.portions == (iterations + 1) * 16 + dead.kept - dead.pushed

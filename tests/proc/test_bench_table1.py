@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+
 
 @pytest.mark.slow
 def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
@@ -24,7 +26,8 @@ def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
     command = [sys.executable, str(repo_root / "bench" / "table1.py"), "--data", str(mnist_dir)]
     command += ["--seeds", "1", "2", "--metrics-dir", str(tmp_path / "runs"), "--out", str(out)]
     command += ["--markdown", str(page), "--notes", str(notes)]
-    command += ["--train.subset=1000", "--train.epochs=1", "--train.workers=2"]
+    extra = ["--train.subset=1000", "--train.epochs=1", "--train.workers=2", *PAPER_JOB]
+    command += extra
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo_root)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
@@ -33,7 +36,7 @@ def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
     assert out.read_text().strip() == lines[0]
 
     assert record["benchmark"] == "table1"
-    assert record["overrides"] == ["--train.subset=1000", "--train.epochs=1", "--train.workers=2"]
+    assert record["overrides"] == extra
     runs = record["results"]
     assert [(r["mode"], r["seed"]) for r in runs] == [
         ("async", 1),

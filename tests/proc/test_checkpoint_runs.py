@@ -101,5 +101,5 @@ def test_resume_refuses_another_architecture_and_reports_other_changes(tmp_path,
     assert result.metrics["epochs_run"] == 1
     err = capsys.readouterr().err
     assert "resuming with changed settings" in err
-    assert "optim.lr: 0.003 -> 0.002" in err and "train.epochs: 1 -> 2" in err
+    assert "optim.lr: 0.006 -> 0.002" in err and "train.epochs: 1 -> 2" in err
     assert json.loads(json.dumps(result.metrics["config"]))["optim"]["lr"] == 0.002

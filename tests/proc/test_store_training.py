@@ -17,6 +17,7 @@ import sys
 import pytest
 
 import hogwild
+from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.data.mnist import load_mnist
 from hogwild.training.metrics import read_metrics
 from hogwild.training.placement import SYSFS_ENV
@@ -92,7 +93,7 @@ def test_the_default_store_gives_each_worker_a_copy(mnist, tmp_path, monkeypatch
         subset=3000,
         metrics=tmp_path / "metrics.jsonl",
         progress=False,
-        overrides={"train.fc_push": fc_push},
+        overrides={**PAPER_OVERRIDES, "train.fc_push": fc_push},
     )
     start = next(r for r in read_metrics(tmp_path / "metrics.jsonl") if r["event"] == "start")
     assert start["parameters"]["store"] == "replicate"

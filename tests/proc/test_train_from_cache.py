@@ -26,6 +26,7 @@ import pytest
 from PIL import Image
 
 import hogwild
+from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.config import load_config
 from hogwild.data.ingest import ingest
 from hogwild.data.mnist import load_mnist
@@ -83,7 +84,7 @@ def test_two_workers_train_from_the_cache_with_augmentation(mnist_cache, tmp_pat
         checkpoint_dir=tmp_path / "ck",
         progress=False,
         # 2 MiB: each worker holds its first 1,297 records in RAM, reads the rest from LMDB.
-        overrides={"data.augment": SMALL_SHIFTS, "data.ram_budget_mb": 2},
+        overrides={**PAPER_OVERRIDES, "data.augment": SMALL_SHIFTS, "data.ram_budget_mb": 2},
     )
     assert result.metrics["test_accuracy"] >= 0.9
     records = read_metrics(tmp_path / "metrics.jsonl")
@@ -126,7 +127,11 @@ def test_idx_files_with_augmentation_under_forkserver(mnist, tmp_path):
         subset=3000,
         metrics=tmp_path / "metrics.jsonl",
         progress=False,
-        overrides={"data.augment": SMALL_SHIFTS, "train.start_method": "forkserver"},
+        overrides={
+            **PAPER_OVERRIDES,
+            "data.augment": SMALL_SHIFTS,
+            "train.start_method": "forkserver",
+        },
     )
     assert result.metrics["test_accuracy"] >= 0.9
     _check_waits(result, read_metrics(tmp_path / "metrics.jsonl"))
