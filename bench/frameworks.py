@@ -5,8 +5,8 @@ Downpour SGD with a fixed learning rate, Downpour with Adagrad and Sandblaster L
 accuracy against time on the same machines; SINGA (Wang et al., 2015, section 5.2) adds AllReduce,
 distributed Hogwild and the hybrid. Here every contender is a real ``hogwild cluster`` job on this
 machine's cores, the same data (all 60,000 MNIST training images unless ``--subset``; the 10,000
-test images), the same model (the bundled default: Adam's MNIST CNN), the same seed
-(``train.seed`` = 1) and the same wall-clock budget:
+test images), the same model (Adam's MNIST CNN without dropout, :mod:`bench.paper_job`), the
+same seed (``train.seed`` = 1) and the same wall-clock budget:
 
 ==================  ===========================================================================
 sgd                 ``--cluster.framework=downpour --cluster.worker_groups=1`` (one replica), sgd

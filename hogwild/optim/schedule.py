@@ -14,10 +14,11 @@ def learning_rate(optim: OptimConfig, epoch: int, total_epochs: int) -> float:
 
     constant: ``lr``; step: ``lr * decay ** (epoch // decay_every)``; exponential:
     ``lr * decay ** epoch``; cosine: from ``lr`` down towards ``min_lr`` over the run.
-    Never below ``min_lr``. The first ``warmup_epochs`` epochs ramp up to that: epoch ``e``
-    trains at ``(e + 1) / (warmup_epochs + 1)`` of it. Per-example SGD at a high rate can kill
-    every relu in its first few hundred updates (a run of the default job did, with one seed of
-    three); a gentler first epoch keeps the rate's later speed without that risk.
+    The first ``warmup_epochs`` epochs ramp up to that: epoch ``e`` trains at
+    ``(e + 1) / (warmup_epochs + 1)`` of it. Never below ``min_lr``, warm-up included.
+    Per-example SGD at a high rate can stop a network learning in its first few hundred updates
+    (a run of the default job did, with one seed of three); a gentler first epoch keeps the
+    rate's later speed without that risk.
     """
     if optim.schedule == "constant":
         rate = optim.lr
@@ -28,7 +29,6 @@ def learning_rate(optim: OptimConfig, epoch: int, total_epochs: int) -> float:
     else:
         progress = epoch / max(total_epochs, 1)
         rate = optim.min_lr + 0.5 * (optim.lr - optim.min_lr) * (1 + math.cos(math.pi * progress))
-    rate = max(rate, optim.min_lr)
     if epoch < optim.warmup_epochs:
         rate *= (epoch + 1) / (optim.warmup_epochs + 1)
-    return rate
+    return max(rate, optim.min_lr)

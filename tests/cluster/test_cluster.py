@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.shm import sweeper
 from hogwild.training.checkpoint import load_checkpoint
 
@@ -42,7 +43,7 @@ def cluster_command(data: Path, run_dir: Path, *args: str) -> list[str]:
     return [
         sys.executable, "-m", "hogwild.cli", "cluster", "--data", str(data),
         "--checkpoint-dir", str(run_dir), "--metrics", str(run_dir / "metrics.jsonl"),
-        "--no-progress", "--workers-per-replica", "1", *args,
+        "--no-progress", "--workers-per-replica", "1", *PAPER_JOB, *args,
     ]  # fmt: skip
 
 

@@ -26,6 +26,7 @@ import pytest
 import zmq
 
 import hogwild
+from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.data.augment import AugmentSpec
 from hogwild.data.cache import open_cache
 from hogwild.data.feed import ArrayReader, WorkerFeed
@@ -258,7 +259,7 @@ def test_a_reader_moves_on_when_a_server_stops_and_names_them_all_when_none_answ
 
 def _train(mnist_dir, **overrides):
     return hogwild.train(data=mnist_dir, workers=1, epochs=1, subset=6000, progress=False,
-                         overrides=overrides)  # fmt: skip
+                         overrides={**PAPER_OVERRIDES, **overrides})  # fmt: skip
 
 
 def test_a_job_reading_from_two_data_servers_trains_like_a_local_one(mnist_dir, two_servers):
@@ -292,7 +293,7 @@ def test_a_data_server_killed_mid_epoch_the_job_finishes_on_the_other(mnist_dir,
     watcher = threading.Thread(target=kill_when_busy, daemon=True)
     watcher.start()
     result = hogwild.train(data=mnist_dir, workers=2, epochs=2, subset=8000, progress=False,
-                           overrides={"data.servers": ",".join(addresses),
+                           overrides={**PAPER_OVERRIDES, "data.servers": ",".join(addresses),
                                       "data.augment": "translate=0.05",
                                       "data.timeout_s": 0.5})  # fmt: skip
     watcher.join(TIMEOUT_S)

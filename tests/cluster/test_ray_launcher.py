@@ -28,6 +28,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+
 pytest.importorskip("ray")
 from ray.util.state import list_actors, list_placement_groups  # noqa: E402
 
@@ -148,6 +150,7 @@ def test_ray_job_reaches_98_percent_and_leaves_nothing(ray_head, mnist_dir, tmp_
         "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "2",
         "--replicas", "2", "--workers-per-replica", "1", "--ps", "2", "--data-servers", "1",
         "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
+        *PAPER_JOB,
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=JOB_WITHIN_S, env=RAY_ENV
@@ -181,6 +184,7 @@ def test_ray_restarts_a_killed_replica_in_its_actor(ray_head, mnist_dir, tmp_pat
         "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "2",
         "--replicas", "2", "--workers-per-replica", "1", "--ps", "1", "--train.subset=12000",
         "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
+        *PAPER_JOB,
     ]  # fmt: skip
     driver = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV

@@ -51,7 +51,12 @@ def test_replicated_job_learns_and_its_checkpoint_is_the_merged_model(
         checkpoint_dir=tmp_path / "ckpt",
         metrics=tmp_path / "metrics.jsonl",
         progress=False,
-        overrides={"train.replicas": "node", "train.n_push": 32, "train.n_fetch": 32},
+        overrides={
+            **PAPER_OVERRIDES,
+            "train.replicas": "node",
+            "train.n_push": 32,
+            "train.n_fetch": 32,
+        },
     )
     assert result.metrics["test_accuracy"] >= 0.90
     start = next(r for r in read_metrics(tmp_path / "metrics.jsonl") if r["event"] == "start")

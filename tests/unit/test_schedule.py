@@ -35,6 +35,12 @@ def test_warmup_ramps_the_first_epochs_up_to_the_schedule(schedule):
         assert learning_rate(warm, epoch, 8) == pytest.approx(expected)
 
 
+def test_the_warmup_stays_above_the_floor():
+    optim = OptimConfig(lr=0.006, schedule="constant", min_lr=0.004, warmup_epochs=1)
+    assert learning_rate(optim, 0, 10) == pytest.approx(0.004)  # 0.003 would be below it
+    assert learning_rate(optim, 1, 10) == pytest.approx(0.006)
+
+
 def test_a_negative_warmup_is_refused():
     from hogwild.config import load_config
     from hogwild.errors import ConfigError
