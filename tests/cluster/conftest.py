@@ -1,4 +1,5 @@
-"""Fixtures of the cluster tier: a real etcd on loopback, and a client for one test's keys.
+"""Fixtures of the cluster tier: a real etcd on loopback, a client for one test's keys, and
+three parameter servers keeping three copies of every bucket under it.
 
 Each test gets its own etcd (about half a second to start): the resource-leak check fails a
 test that leaves a child process behind, so a server cannot outlive the test that started it.
@@ -26,3 +27,18 @@ def etcd(etcd_server: EtcdProcess) -> Iterator[Etcd]:
     client = Etcd(etcd_server.address, prefix=f"/hogwild/test-{uuid.uuid4().hex[:8]}/")
     yield client
     client.close()
+
+
+@pytest.fixture
+def trio(etcd_server: EtcdProcess):
+    """Three started replicated servers (:class:`tests.cluster.test_ps_failover.Trio`), killed
+    after the test."""
+    from tests.cluster.test_ps_failover import Trio
+
+    servers = Trio(etcd_server.address)
+    try:
+        for i in range(3):
+            servers.start(i)
+        yield servers
+    finally:
+        servers.close()

@@ -9,7 +9,6 @@ import signal
 import time
 
 import numpy as np
-import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
@@ -42,17 +41,6 @@ class Trio:
     def close(self) -> None:
         for process in self.processes.values():
             process.kill()
-
-
-@pytest.fixture
-def trio(etcd_server):
-    servers = Trio(etcd_server.address)
-    try:
-        for i in range(3):
-            servers.start(i)
-        yield servers
-    finally:
-        servers.close()
 
 
 def wait_member(etcd: Etcd, index: int, timeout: float = 60.0) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
@@ -19,22 +18,10 @@ from tests.cluster.ps_stream import Stream, placed
 from tests.cluster.test_ps_failover import (
     JOB,
     N_PARAMS,
-    Trio,
     role_of,
     wait_in_sync,
     wait_member,
 )
-
-
-@pytest.fixture
-def trio(etcd_server):
-    servers = Trio(etcd_server.address)
-    try:
-        for i in range(3):
-            servers.start(i)
-        yield servers
-    finally:
-        servers.close()
 
 
 def read_vector(client: PSClient, name: str) -> np.ndarray:
