@@ -135,46 +135,24 @@ def _im2row(x, x_off, rows, C, H, W, Ho, Wo, K, S, P):
                             rows[at + uint64(kx)] = x[line + ix] if inside else 0.0
 
 
-def conv_group(taps: int, plane: int) -> int:
-    """Examples per matrix product: enough for a wide product, few enough to stay in L2."""
-    return max(1, CONV_GROUP_FLOATS // (taps * plane))
-
-
-CONV_GROUP_FLOATS = 16384  # 64 KB of unfolded inputs per product: small products stay in L1/L2
-
-
 @njit(cache=True, nogil=True, fastmath=True)
 def conv_forward_batch(
     act, n, x_off, y_off, params, w_off, b_off, scratch, C, H, W, O, Ho, Wo, K, S, P
 ):
-    """Convolution forward of n examples: one sgemm per group of unfolded examples."""
+    """Convolution forward of n examples, one product each, landing in the example's output row
+    (where the bias is then added)."""
     taps = C * K * K
     plane = Ho * Wo
-    group = max(1, CONV_GROUP_FLOATS // (taps * plane))
     weights = params[w_off : w_off + O * taps].reshape((O, taps))
-    for first in range(0, n, group):
-        m = min(group, n - first)
-        width = m * plane
-        col = scratch[: taps * width]
-        out = scratch[taps * width : taps * width + O * width].reshape((O, width))
-        _im2col(act, first, m, x_off, col, C, H, W, Ho, Wo, K, S, P)
-        if m == 1:  # the product lands in the example's output row; the bias is added there
-            y = act[first, y_off : y_off + O * plane].reshape((O, plane))
-            np.dot(weights, col.reshape((taps, width)), y)
-            for o in range(O):
-                bias = params[b_off + o]
-                for p in range(plane):
-                    y[o, p] += bias
-            continue
-        np.dot(weights, col.reshape((taps, width)), out)
-        for b in range(m):
-            y = act[first + b]
-            for o in range(O):
-                bias = params[b_off + o]
-                src = out[o, b * plane : (b + 1) * plane]
-                dst = y[y_off + o * plane : y_off + (o + 1) * plane]
-                for p in range(plane):
-                    dst[p] = src[p] + bias
+    col = scratch[: taps * plane]
+    for b in range(n):
+        _im2col(act, b, 1, x_off, col, C, H, W, Ho, Wo, K, S, P)
+        y = act[b, y_off : y_off + O * plane].reshape((O, plane))
+        np.dot(weights, col.reshape((taps, plane)), y)
+        for o in range(O):
+            bias = params[b_off + o]
+            for p in range(plane):
+                y[o, p] += bias
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -326,11 +304,10 @@ def batch_scratch_size(layers_dims, batch: int) -> int:
     """
     size = 1
     for dims in layers_dims:
-        if dims[0] == "conv":
+        if dims[0] == "conv":  # one example's unfolded input and a weight-gradient block
             _, c, o, plane, k = dims
             taps = c * k * k
-            width = min(batch, conv_group(taps, plane)) * plane
-            size = max(size, taps * width + o * width + o * taps)
+            size = max(size, taps * plane + o * taps)
         else:
             _, n_in, n_out = dims
             size = max(size, batch * (n_in + n_out) + n_in * n_out)
