@@ -15,6 +15,13 @@ version (every write with replication, ``copies > 1``) advances the shard's appl
 Threads pin themselves to their CPUs (the ``--node``'s) before touching their shards, so the
 first touch puts the shards' pages on that node (or ``bind_memory`` already did, with libnuma).
 
+A pull of a shard with no write queued or being applied needs no update thread: with one copy of
+every shard, only the network thread queues writes, so while it copies the values
+(:meth:`UpdateEngine.read_now`) nothing can start writing them; it answers at once, saving the
+hand-over to the update thread and back (two thread wake-ups per pull). Each shard counts the
+writes queued for it and the writes its thread finished (:attr:`Shard.writes_queued`,
+:attr:`Shard.writes_done`); equal counts mean no write is pending.
+
 A :class:`SnapshotRound` asks every thread for copies of its shards changed since the last round
 (values, rule state, applied version), taken between two updates: the flusher writes those.
 """
@@ -67,6 +74,10 @@ class Kind:
     """``INTO``: a delta added to a named vector (``names[0]``), not to the parameters."""
 
 
+_WRITES = frozenset({Kind.DELTAS, Kind.VECTORS, Kind.ASSIGN, Kind.VECOP, Kind.RESTORE, Kind.INTO})
+"""Kinds that may change a shard (every vector operation counts: some of them write)."""
+
+
 @dataclass
 class Shard:
     """One shard's memory, owned by one update thread.
@@ -79,6 +90,9 @@ class Shard:
         applied: Version of the last change applied.
         snapshotted: Version of the last snapshot taken for the store.
         vectors: Named vectors beside the parameters (vector operations).
+        writes_queued: Writes queued for the shard (by :meth:`UpdateEngine.put`).
+        writes_done: Writes its thread finished (applied or failed); equal to
+            ``writes_queued`` when none is pending (see :meth:`UpdateEngine.read_now`).
     """
 
     index: int
@@ -90,6 +104,8 @@ class Shard:
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     thread: int = 0
     initial: tuple | None = None  # (values, state) copied in at first touch
+    writes_queued: int = 0
+    writes_done: int = 0
 
     def vector(self, name: str) -> np.ndarray:
         if name == "params":
@@ -125,6 +141,7 @@ class Work:
     acked: bool = False
     result: float = 0.0  # a vector operation's value (a reduction's), for the replication's ack
     vectors: dict | None = None  # RESTORE: the shard's named vectors (name -> values)
+    settled: bool = False  # a write counted in its shard's writes_done
 
 
 class SnapshotRound:
@@ -193,6 +210,7 @@ class UpdateEngine:
         self.applied = [0] * self.n_threads  # changes applied
         self.updated = [0] * self.n_threads  # parameter updates (floats, or MACs for API b)
         self.batches = [0] * self.n_threads
+        self.pulls_at_once = 0  # pulls answered by the caller of read_now
         self.failures: list[str] = []
         self._scratches: list[np.ndarray | None] = [None] * self.n_threads
 
@@ -242,9 +260,26 @@ class UpdateEngine:
     def put(self, slot: int, work: Work) -> None:
         """Queue ``work`` in a reserved slot for its shard's thread."""
         self._slots[slot] = work
-        t = self.shards[work.local].thread
+        shard = self.shards[work.local]
+        if work.kind in _WRITES:
+            shard.writes_queued += 1
+        t = shard.thread
         _put(self.queues[t].ref, slot)  # never full: it has a cell for every slot
         self._wake[t].set()
+
+    def read_now(self, work: Work) -> tuple[Header, list[np.ndarray]] | None:
+        """The reply to a pull, taken now by the calling thread, or None when it must queue.
+
+        Only for servers whose writes are all queued by the calling thread (one copy of every
+        shard: the network thread's): no write is pending for the shard, and none can be queued
+        while this thread copies, so the copy sees every write queued before the pull and no
+        write in progress.
+        """
+        shard = self.shards[work.local]
+        if shard.writes_done != shard.writes_queued:
+            return None
+        self.pulls_at_once += 1
+        return _pull_reply(shard, work)
 
     def snapshot(self, timeout: float = 30.0, full: bool = False) -> SnapshotRound | None:
         """Copies of the shards changed since the last snapshot (``full``: of every shard).
@@ -360,6 +395,7 @@ class UpdateEngine:
             except Exception as exc:  # noqa: BLE001 - answer, count, keep serving
                 if work.version:
                     shard.applied += 1  # the version was given out: keep the count aligned
+                self._settle(shard, work)
                 self._fail(work, replier, exc)
         if run:
             self._apply_deltas(t, shard, run, replier)
@@ -384,13 +420,13 @@ class UpdateEngine:
             kernels.BLOCK_FLOATS,
         )
         shard.applied += k
+        shard.writes_done += k  # before the acknowledgements: a pull after one finds none pending
         self.applied[t] += k
         self.updated[t] += int(lengths.sum())
         for work in run:
             self._finish(work, replier)
 
     def _apply_one(self, t: int, shard: Shard, work: Work, replier) -> None:
-        reply = None
         if work.kind == Kind.VECTORS:
             fc = work.fc
             kernels.apply_vectors(
@@ -444,17 +480,8 @@ class UpdateEngine:
                 shard.vectors = {n: np.array(v, np.float32) for n, v in work.vectors.items()}
             shard.applied = work.version
         elif work.kind == Kind.PULL:
-            values = shard.values[work.offset : work.offset + work.length].copy()
-            reply = work.header.reply(
-                MsgType.DATA,
-                version=shard.applied,
-                offset=work.offset,
-                dtype=DType.FLOAT32,
-                shape=(work.length,),
-                frames=1,
-            )
             if replier is not None:
-                replier.send(reply, [values])
+                replier.send(*_pull_reply(shard, work))
             self._release(work)
             return
         elif work.kind == Kind.VECOP:
@@ -464,11 +491,20 @@ class UpdateEngine:
                 shard.applied += 1
                 self.applied[t] += 1
             work.result = float(result)
+            self._settle(shard, work)
             if not work.acked and replier is not None:  # acked: the replication answers
                 replier.send(work.header.reply(MsgType.ACK, version=shard.applied, a=work.result))
             self._release(work)
             return
+        self._settle(shard, work)
         self._finish(work, replier)
+
+    @staticmethod
+    def _settle(shard: Shard, work: Work) -> None:
+        """Count a finished write (once), before anyone is told it is done."""
+        if work.kind in _WRITES and not work.settled:
+            work.settled = True
+            shard.writes_done += 1
 
     @staticmethod
     def _operands(shard: Shard, names: tuple[str, ...]):
@@ -511,3 +547,17 @@ class UpdateEngine:
                 items.append((shard.index, shard.applied, shard.values.copy(), shard.state.copy()))
                 shard.snapshotted = shard.applied
         round_.add(items, self.applied[t])
+
+
+def _pull_reply(shard: Shard, work: Work) -> tuple[Header, list[np.ndarray]]:
+    """A pull's ``DATA`` reply: a copy of the asked range and the shard's applied version."""
+    values = shard.values[work.offset : work.offset + work.length].copy()
+    header = work.header.reply(
+        MsgType.DATA,
+        version=shard.applied,
+        offset=work.offset,
+        dtype=DType.FLOAT32,
+        shape=(work.length,),
+        frames=1,
+    )
+    return header, [values]

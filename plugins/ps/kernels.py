@@ -85,9 +85,13 @@ def as_f32(address, n):
     return carray(_voidptr(address), (n,), np.float32)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@njit(nogil=True, cache=True, inline="always", error_model="numpy")
 def _segment(rule, w, state, lo, d, c, lr, mu, eps):
-    """Apply ``e = c * d`` to ``w[lo : lo + len(d)]`` (and the rule's state) by ``rule``."""
+    """Apply ``e = c * d`` to ``w[lo : lo + len(d)]`` (and the rule's state) by ``rule``.
+
+    NumPy's error model: Python's checks every division for zero, a branch that keeps LLVM
+    from vectorising Adagrad's loop (4x slower; ``eps > 0`` is checked with the config).
+    """
     n = d.shape[0]
     ws = w[lo : lo + n]
     if rule == RULE_SGD:
@@ -108,7 +112,7 @@ def _segment(rule, w, state, lo, d, c, lr, mu, eps):
             ws[i] += lr * vi
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, error_model="numpy")
 def apply_deltas(rule, w, state, addrs, offsets, lengths, coefs, lr, mu, eps, block):
     """Apply ``k`` deltas to one shard, block by block, in their order.
 
@@ -135,7 +139,7 @@ def apply_deltas(rule, w, state, addrs, offsets, lengths, coefs, lr, mu, eps, bl
                 _segment(rule, w, state, lo, d, coefs[u], lr, mu, eps)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, error_model="numpy")
 def apply_vectors(rule, w, state, shard_lo, w_off, m, r0, et, a, c, lr, mu, eps, scratch, wd=0.0):
     """API (b) for the part of one fully connected layer that lies in one shard.
 

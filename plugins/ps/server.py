@@ -19,7 +19,9 @@ two thread wake-ups (to the update thread and back) off every push's round trip,
 small virtual machine cost as much as the transfer of a 1 MiB shard; "applied" reports a failure
 to apply (a bug: ``INTERNAL``) to the client that sent the update, and is what replication
 (issue 12) starts from. Control requests (``PING``, ``HELLO``: the layout and map, ``STATUS``:
-counters and the update rule's parameters) are answered on the network thread.
+counters and the update rule's parameters) are answered on the network thread, and so is a
+pull of a shard with no write pending (one copy of every shard: the network thread queues every
+write, so it can read the shard itself; :meth:`~hogwild_plugins.ps.engine.UpdateEngine.read_now`).
 
 A ``PUSH_DELTAS`` may name a vector beside the parameters (a second frame, the name, checked as
 vector-operation names are: :func:`~hogwild_plugins.ps.checks.check_named_push`): the delta is
@@ -146,6 +148,8 @@ class ParameterServer:
     ) -> None:
         if options.rule not in kernels.RULES:
             raise HogwildError(f"ps.rule {options.rule!r}: expected one of {sorted(kernels.RULES)}")
+        if not options.adagrad_eps > 0:  # the Adagrad kernel divides by sqrt(g) + eps
+            raise HogwildError(f"ps.adagrad_eps must be > 0, got {options.adagrad_eps}")
         if options.recv not in ("inplace", "pool") or options.ack not in ("applied", "queued"):
             raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
         if not 0 <= options.index < len(options.servers):
@@ -428,6 +432,10 @@ class ParameterServer:
                 raise replication.not_primary(header, shard)
         else:
             work = self._work(header, shard, local, request.frames)
+            if work.kind == Kind.PULL:  # this thread queues every write: read it now if it can
+                now = self.engine.read_now(work)
+                if now is not None:
+                    return Reply(*now)
         slot = self.engine.reserve()
         if slot is None:
             raise WireError("the server's queues are full; retry", ErrorCode.BUSY)
@@ -579,6 +587,7 @@ class ParameterServer:
             "applied_requests": applied,
             "updates": sum(engine.updated) if engine else 0,
             "batches": sum(engine.batches) if engine else 0,
+            "pulls_at_once": engine.pulls_at_once if engine else 0,
             "staleness_histogram": self.book.histogram_labels(),
             "refused_stale": self.book.refused,
             "basis_ahead": self.book.ahead,

@@ -13,6 +13,7 @@ from hogwild_plugins.ps.client import PSClient, PSRequestError
 from hogwild_plugins.ps.launch import free_port, local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 
+from hogwild.errors import HogwildError
 from hogwild.net.channel import PeerUnreachableError
 from hogwild.net.wire import DType, Header, MsgType, job_id, pack_header, unpack_header
 from tests.unit.test_ps_kernels import reference
@@ -47,6 +48,13 @@ def test_each_rule_matches_numpy_with_versions_and_staleness(rule):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
         hist = client.status()[0]["staleness_histogram"]
         assert hist == {"0": n_shards, "1": n_shards, "2-3": 4 * n_shards}
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-8])
+def test_adagrad_without_a_positive_epsilon_is_refused(eps):
+    with pytest.raises(HogwildError, match="adagrad_eps must be > 0"):
+        with local_server(GEOMETRY, rule="adagrad", adagrad_eps=eps):
+            pass
 
 
 def test_staler_than_max_staleness_is_refused_and_counted():
@@ -111,6 +119,26 @@ def test_pulls_see_pushes_and_partial_ranges_touch_only_their_shards():
         assert (out[10:20] == delta[10:20]).all() and out[:10].sum() == 0
         assert (out[3000:3072] == delta[3000:3072]).all()
         assert out[4096:].sum() == 0  # shard 4 was not pulled
+
+
+def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_every_push():
+    with local_server(GEOMETRY, shard_kib=4) as server, client_for(server) as client:
+        out, total = np.zeros(N, np.float32), np.zeros(N, np.float32)
+        for step in range(50):  # each pull right after a push: queued or at once, never stale
+            delta = np.full(N, step + 1, np.float32)
+            client.push_deltas(delta)
+            total += delta
+            assert (client.pull(out) == step + 1).all()
+            np.testing.assert_array_equal(out, total)
+        deadline = time.monotonic() + 10.0
+        while True:  # once the pushes are applied, every shard is read by the network thread
+            before = client.status()[0]["pulls_at_once"]
+            client.pull(out)
+            np.testing.assert_array_equal(out, total)
+            if client.status()[0]["pulls_at_once"] == before + client.layout.n_shards:
+                break
+            assert time.monotonic() < deadline, "pulls of settled shards still went queued"
+            time.sleep(0.01)
 
 
 def test_vector_operations_run_shard_locally_and_versions_follow_writes():
