@@ -18,6 +18,13 @@ Every R of both kinds is run ``--repeats`` times, interleaved (the order of the 
 repetition), and the medians reported; ``targets`` gives the ratio "2 replicas through the
 server / 2 independent replicas" (Adam's claim: the server costs little; the target is >= 0.85).
 
+**Cadence**: DistBelief (section 4.1) cuts Downpour's communication by pushing every ``n_push``
+and fetching every ``n_fetch`` steps. The rows above use the job's (``train.n_push`` and
+``train.n_fetch``, 64 examples); ``--cadences`` adds rows of 2 replicas through the server at
+other cadences (``n_push = n_fetch = C``; rows carry ``"n_push"``), in the same rotation, and
+``targets`` gives the ratio at each: what the exchanges cost, and what they cost in accuracy
+after the same examples.
+
 **The race**: seconds from launch to 98.5 % test accuracy (``--target``) with two trainers and one
 server. Ours is ``hogwild cluster --replicas 2 --ps 1`` on the whole training set, for at most
 ``--race-epochs`` epochs: the time (from the process launch, as this script sees it) at which the
@@ -93,6 +100,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--race-subset", type=int, default=0, help="ours' race on N examples (0: all)")
     add("--bound-s", type=float, default=None, help="each racer's time limit (default 240)")
     add("--eval-every", type=int, default=None, help="peers: examples between evaluations")
+    add(
+        "--cadences",
+        type=_int_list,
+        default=None,
+        metavar="C,C",
+        help="extra rows: 2 replicas through the server at n_push = n_fetch = C (default 512)",
+    )
     add("--no-race", action="store_true", help="only the throughput rows")
     add("--quick", action="store_true", help="tiny budgets: a smoke test, not a measurement")
     add("--data", metavar="DIR", help=f"MNIST idx files (default {SHARED_MNIST})")
@@ -102,6 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quick = args.quick
     defaults = {
         "replicas": [1, 2] if quick else [1, 2, 4],
+        "cadences": [] if quick else [512],
         "examples": 1000 if quick else 20000,
         "repeats": 1 if quick else 3,
         "race_epochs": 1 if quick else 6,
@@ -171,12 +186,15 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "hogwild.cli", *args, *PAPER_JOB]
 
 
-def run_cluster(args, replicas: int, folder: Path) -> dict:
-    """One epoch of the budget through R replicas and one parameter server."""
+def run_cluster(args, replicas: int, folder: Path, cadence: int | None = None) -> dict:
+    """One epoch of the budget through R replicas and one parameter server (``cadence``:
+    ``n_push = n_fetch``; None: the job's)."""
     command = _cli("cluster", "--data", args.data, "--epochs", "1", "--replicas", str(replicas))
     command += ["--workers-per-replica", "1", "--ps", "1", "--no-progress"]
     command += [f"--train.subset={args.examples}"]
-    job = Job(command, folder, f"cluster{replicas}")
+    if cadence is not None:
+        command += [f"--train.n_push={cadence}", f"--train.n_fetch={cadence}"]
+    job = Job(command, folder, f"cluster{replicas}-{cadence or 'job'}")
     try:
         job.wait(args.bound_s + START_S)
         summary = job.summary()
@@ -291,35 +309,43 @@ def _median(values: list[float]) -> float | None:
 
 
 def measure_throughput(args, folder: Path) -> list[dict]:
-    """Every (R, with/without server) run ``--repeats`` times, rotated; one row each, medians."""
-    runs = [(r, ps) for r in args.replicas for ps in (True, False)]
-    samples: dict[tuple[int, bool], list[dict]] = {run: [] for run in runs}
+    """Every (R, with/without server, cadence) run ``--repeats`` times, rotated; one row each,
+    medians. The cadence rows (``--cadences``) are 2 replicas through the server."""
+    runs = [(r, ps, None) for r in args.replicas for ps in (True, False)]
+    runs += [(2, True, c) for c in args.cadences]
+    samples: dict[tuple, list[dict]] = {run: [] for run in runs}
     for rep in range(args.repeats):
         order = runs[rep % len(runs) :] + runs[: rep % len(runs)]
-        for replicas, ps in order:
-            answer = (run_cluster if ps else run_independent)(args, replicas, folder)
-            samples[(replicas, ps)].append(answer)
+        for replicas, ps, cadence in order:
+            if ps:
+                answer = run_cluster(args, replicas, folder, cadence)
+            else:
+                answer = run_independent(args, replicas, folder)
+            samples[(replicas, ps, cadence)].append(answer)
             kind = "through the server" if ps else "independent"
+            every = f", n_push = n_fetch = {cadence}" if cadence else ""
             _log(
-                f"repeat {rep + 1}/{args.repeats}, {replicas} replica(s) {kind}: "
+                f"repeat {rep + 1}/{args.repeats}, {replicas} replica(s) {kind}{every}: "
                 f"{answer['examples_per_s']:,.0f} examples/s, "
                 f"accuracy {answer['test_accuracy'] * 100:.2f} %"
             )
     rows = []
-    for replicas, ps in sorted(runs, key=lambda run: (not run[1], run[0])):
-        rates = [s["examples_per_s"] for s in samples[(replicas, ps)]]
-        accuracies = [s["test_accuracy"] for s in samples[(replicas, ps)]]
-        rows.append(
-            {
-                "replicas": replicas,
-                "ps": ps,
-                "examples_per_s": _median(rates),
-                "examples_per_s_range": [min(rates), max(rates)],
-                "test_accuracy": _median(accuracies),
-                "examples": args.examples,
-                "samples": rates,
-            }
-        )
+    for run in sorted(runs, key=lambda run: (not run[1], run[2] or 0, run[0])):
+        replicas, ps, cadence = run
+        rates = [s["examples_per_s"] for s in samples[run]]
+        accuracies = [s["test_accuracy"] for s in samples[run]]
+        row = {
+            "replicas": replicas,
+            "ps": ps,
+            "examples_per_s": _median(rates),
+            "examples_per_s_range": [min(rates), max(rates)],
+            "test_accuracy": _median(accuracies),
+            "examples": args.examples,
+            "samples": rates,
+        }
+        if cadence is not None:
+            row["n_push"] = row["n_fetch"] = cadence
+        rows.append(row)
     return rows
 
 
@@ -342,14 +368,23 @@ def measure_race(args, folder: Path) -> dict:
 
 
 def targets(rows: list[dict]) -> dict:
-    """The ratio of 2 replicas through the server to 2 independent replicas, and its target."""
-    rate = {(row["replicas"], row["ps"]): row["examples_per_s"] for row in rows}
-    through, independent = rate.get((2, True)), rate.get((2, False))
-    ratio = through / independent if through and independent else None
+    """The ratio of 2 replicas through the server to 2 independent replicas (at the job's cadence,
+    and at each extra cadence), and its target."""
+    rate = {(r["replicas"], r["ps"], r.get("n_push")): r["examples_per_s"] for r in rows}
+    independent = rate.get((2, False, None))
+
+    def ratio(cadence):
+        through = rate.get((2, True, cadence))
+        return through / independent if through and independent else None
+
+    at_job = ratio(None)
     return {
-        "ps_2_vs_independent_2": ratio,
+        "ps_2_vs_independent_2": at_job,
         "minimum": MIN_RATIO,
-        "met": None if ratio is None else ratio >= MIN_RATIO,
+        "met": None if at_job is None else at_job >= MIN_RATIO,
+        "by_cadence": {
+            str(r["n_push"]): ratio(r["n_push"]) for r in rows if r.get("n_push") is not None
+        },
     }
 
 
@@ -372,6 +407,7 @@ def measure(args) -> dict:
         "target": args.target,
         "settings": {
             "replicas": args.replicas,
+            "cadences": args.cadences,
             "examples": args.examples,
             "repeats": args.repeats,
             "race_epochs": args.race_epochs,
@@ -404,10 +440,16 @@ def plot_fig11(record: dict, path: str) -> None:
         (True, "through 1 parameter server", "o"),
         (False, "independent", "s"),
     ):
-        rows = sorted((r for r in record["results"] if r["ps"] == ps), key=lambda r: r["replicas"])
+        rows = sorted(
+            (r for r in record["results"] if r["ps"] == ps and "n_push" not in r),
+            key=lambda r: r["replicas"],
+        )
         ax.plot([r["replicas"] for r in rows], [r["examples_per_s"] for r in rows], marker=marker,
                 label=label)  # fmt: skip
-    base = [r for r in record["results"] if r["ps"] and r["replicas"] == 1]
+    for r in (r for r in record["results"] if "n_push" in r):
+        ax.plot([r["replicas"]], [r["examples_per_s"]], "^",
+                label=f"through the server, n_push = n_fetch = {r['n_push']}")  # fmt: skip
+    base = [r for r in record["results"] if r["ps"] and r["replicas"] == 1 and "n_push" not in r]
     if base:
         xs = sorted({r["replicas"] for r in record["results"]})
         ax.plot(xs, [x * base[0]["examples_per_s"] for x in xs], "k--", lw=1, label="linear")

@@ -4,8 +4,9 @@ The quick run trains a tiny budget through ``hogwild cluster`` (1 and 2 replicas
 as independent ``hogwild train`` processes, races ours and the PyTorch RPC peer for a few
 seconds (the Ray peer's start-up alone would take most of the time budget; it is run by the
 full benchmark), and draws Fig. 11. Checks: every field is present, rates are positive,
-accuracies lie in [0, 1], the target ratio is the two rows' quotient, and a racer that missed the
-target reports null with its best accuracy.
+accuracies lie in [0, 1], the target ratios are the rows' quotients (at the job's cadence and at
+an extra one, ``--cadences``), and a racer that missed the target reports null with its best
+accuracy.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     pytest.importorskip("matplotlib")
     out, plot = tmp_path / "replicas.json", tmp_path / "fig11.png"
     command = [sys.executable, str(repo_root / "bench" / "replicas.py"), "--quick"]
-    command += ["--peers", "torch_rpc", "--data", str(mnist_dir)]
+    command += ["--peers", "torch_rpc", "--data", str(mnist_dir), "--cadences", "256"]
     command += ["--out", str(out), "--plot", str(plot)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=repo_root)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,8 +51,8 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     assert record["versions"]["torch"] and record["versions"]["python"]
 
     rows = record["results"]
-    assert {(row["replicas"], row["ps"]) for row in rows} == {
-        (1, True), (1, False), (2, True), (2, False),
+    assert {(row["replicas"], row["ps"], row.get("n_push")) for row in rows} == {
+        (1, True, None), (1, False, None), (2, True, None), (2, False, None), (2, True, 256),
     }  # fmt: skip
     for row in rows:
         assert ROW_FIELDS <= set(row)
@@ -59,9 +60,11 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
         low, high = row["examples_per_s_range"]
         assert low <= row["examples_per_s"] <= high
         assert 0.0 <= row["test_accuracy"] <= 1.0
-    rate = {(row["replicas"], row["ps"]): row["examples_per_s"] for row in rows}
+    rate = {(row["replicas"], row["ps"], row.get("n_push")): row["examples_per_s"] for row in rows}
     ratio = record["targets"]["ps_2_vs_independent_2"]
-    assert ratio == pytest.approx(rate[(2, True)] / rate[(2, False)])
+    assert ratio == pytest.approx(rate[(2, True, None)] / rate[(2, False, None)])
+    by_cadence = record["targets"]["by_cadence"]
+    assert by_cadence == {"256": pytest.approx(rate[(2, True, 256)] / rate[(2, False, None)])}
     assert record["targets"]["minimum"] == 0.85
     assert record["targets"]["met"] == (ratio >= 0.85)
 
