@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING
 
 from hogwild.errors import ConfigError
 
+# The smallest normal float32. The server's Adagrad kernel divides by sqrt(g) + eps in float32;
+# an eps below this rounds to 0 or a subnormal there, and a zero accumulator then gives NaN.
+FLOAT32_TINY = 1.1754943508222875e-38
+
 if TYPE_CHECKING:
     from hogwild.config import Config
 
@@ -177,8 +181,11 @@ def _check_ps(ps, fail) -> None:
         fail(f"ps.staleness_decay must be in (0, 1], got {ps.staleness_decay}")
     if ps.max_staleness < 0 or ps.buckets < 0 or ps.retries < 0:
         fail("ps.max_staleness, ps.buckets and ps.retries must be >= 0 (0: unlimited / automatic)")
-    if not ps.adagrad_eps > 0:
-        fail(f"ps.adagrad_eps must be > 0, got {ps.adagrad_eps}")
+    if not ps.adagrad_eps >= FLOAT32_TINY:
+        fail(
+            f"ps.adagrad_eps must be > 0 and representable in float32 (>= {FLOAT32_TINY:.3g}), "
+            f"got {ps.adagrad_eps}"
+        )
     if ps.shard_kib < 4:
         fail(f"ps.shard_kib must be >= 4 (KiB per shard; Adam uses 1024), got {ps.shard_kib}")
     if not 0 <= ps.lease_s <= 3600:

@@ -77,6 +77,9 @@ class Kind:
 _WRITES = frozenset({Kind.DELTAS, Kind.VECTORS, Kind.ASSIGN, Kind.VECOP, Kind.RESTORE, Kind.INTO})
 """Kinds that may change a shard (every vector operation counts: some of them write)."""
 
+_READS = frozenset({Kind.PULL, Kind.SNAPSHOT, Kind.BARRIER})
+"""Kinds that never change a shard: a pull may be answered past them (:meth:`read_now`)."""
+
 
 @dataclass
 class Shard:

@@ -54,6 +54,7 @@ from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 
+from hogwild.config_checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.net.address import Address, check_bind, parse_address
 from hogwild.net.router import Incoming, Reply, Router, json_reply
@@ -100,6 +101,9 @@ class ServerOptions:
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
         etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
         lease_s: TTL of the server's etcd lease (replication).
+        direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
+            network thread (the default); False queues every pull behind its shard's update
+            thread, as replicated servers do (``bench/ps.py`` measures both).
     """
 
     job: str
@@ -124,6 +128,7 @@ class ServerOptions:
     copies: int = 1
     etcd: str | None = None
     lease_s: int = 2
+    direct_pulls: bool = True
     extra: dict = field(default_factory=dict)
 
 
@@ -148,8 +153,11 @@ class ParameterServer:
     ) -> None:
         if options.rule not in kernels.RULES:
             raise HogwildError(f"ps.rule {options.rule!r}: expected one of {sorted(kernels.RULES)}")
-        if not options.adagrad_eps > 0:  # the Adagrad kernel divides by sqrt(g) + eps
-            raise HogwildError(f"ps.adagrad_eps must be > 0, got {options.adagrad_eps}")
+        if not options.adagrad_eps >= FLOAT32_TINY:  # the Adagrad kernel divides by sqrt(g) + eps
+            raise HogwildError(
+                f"ps.adagrad_eps must be > 0 and representable in float32 "
+                f"(>= {FLOAT32_TINY:.3g}), got {options.adagrad_eps}"
+            )
         if options.recv not in ("inplace", "pool") or options.ack not in ("applied", "queued"):
             raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
         if not 0 <= options.index < len(options.servers):
@@ -432,7 +440,8 @@ class ParameterServer:
                 raise replication.not_primary(header, shard)
         else:
             work = self._work(header, shard, local, request.frames)
-            if work.kind == Kind.PULL:  # this thread queues every write: read it now if it can
+            if work.kind == Kind.PULL and self.options.direct_pulls:
+                # this thread queues every write (one copy): read it now if none is pending
                 now = self.engine.read_now(work)
                 if now is not None:
                     return Reply(*now)

@@ -50,9 +50,9 @@ def test_each_rule_matches_numpy_with_versions_and_staleness(rule):
         assert hist == {"0": n_shards, "1": n_shards, "2-3": 4 * n_shards}
 
 
-@pytest.mark.parametrize("eps", [0.0, -1e-8])
+@pytest.mark.parametrize("eps", [0.0, -1e-8, 1e-50])  # 1e-50 is 0 in float32
 def test_adagrad_without_a_positive_epsilon_is_refused(eps):
-    with pytest.raises(HogwildError, match="adagrad_eps must be > 0"):
+    with pytest.raises(HogwildError, match="adagrad_eps must be > 0 and representable in float32"):
         with local_server(GEOMETRY, rule="adagrad", adagrad_eps=eps):
             pass
 
@@ -139,6 +139,19 @@ def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_ev
                 break
             assert time.monotonic() < deadline, "pulls of settled shards still went queued"
             time.sleep(0.01)
+
+
+def test_without_direct_pulls_every_pull_queues_and_still_sees_every_push():
+    with local_server(GEOMETRY, shard_kib=4, direct_pulls=False) as server:
+        with client_for(server) as client:
+            out, total = np.zeros(N, np.float32), np.zeros(N, np.float32)
+            for step in range(20):
+                delta = np.full(N, step + 1, np.float32)
+                client.push_deltas(delta)
+                total += delta
+                assert (client.pull(out) == step + 1).all()
+                np.testing.assert_array_equal(out, total)
+            assert client.status()[0]["pulls_at_once"] == 0
 
 
 def test_vector_operations_run_shard_locally_and_versions_follow_writes():

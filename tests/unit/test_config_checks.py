@@ -40,6 +40,8 @@ from tests.config_cases import error_of, small
         ("ps", "lr", -1.0),
         ("ps", "shard_kib", 2),
         ("ps", "staleness_decay", 1.5),
+        ("ps", "adagrad_eps", 0.0),
+        ("ps", "adagrad_eps", 1e-50),  # positive, but 0 in float32
         ("data", "std", 0.0),
         ("output", "keep_checkpoints", 0),
         ("cluster", "replicas", 0),

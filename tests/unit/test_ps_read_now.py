@@ -7,8 +7,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
+from hogwild_plugins.ps.engine import _READS, _WRITES, Kind, Shard, UpdateEngine, Work
 
 from hogwild.net.wire import Header, MsgType
 
@@ -73,3 +74,22 @@ def test_a_failed_write_still_settles_its_shard():
             time.sleep(0.001)
     finally:
         engine.stop()
+
+
+def test_every_kind_is_either_a_write_or_a_read():
+    kinds = {value for name, value in vars(Kind).items() if name.isupper()}
+    assert len(kinds) == 9 and _WRITES | _READS == kinds and not _WRITES & _READS
+
+
+@pytest.mark.parametrize("kind", sorted(_WRITES | _READS))
+def test_only_a_queued_write_makes_a_pull_wait(kind):
+    """Queued before the threads start, so nothing is applied: the counts alone decide."""
+    engine = _engine()
+    assert engine.submit(Work(kind, 0, Header(MsgType.PULL, job=1, target=0), length=FLOATS))
+    reply = _pull(engine, 0)
+    if kind in _WRITES:
+        assert reply is None
+    else:
+        header, [values] = reply
+        assert header.version == 0 and (values == 0.0).all()
+    assert _pull(engine, 1) is not None  # the other shard has nothing queued
