@@ -7,8 +7,9 @@ request at a time and waiting for each answer. Their rate, with the same number 
 same transport, is what the parameter server's push-and-acknowledge is measured against.
 
 :class:`ChildServer` runs a server function in a spawned process pinned to some CPUs, reports
-its address through a pipe, and stops it on request (or kills it): the raw server and the
-parameter server of the loopback measurements both run this way.
+its address through a pipe, tells the CPU time it has used (from ``/proc``), and stops it on
+request (or kills it): the raw server and the parameter server of the loopback measurements both
+run this way.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
 STOP_S = 10.0
+WARMUP = 20  # requests before the clock starts
 
 
 def raw_server(cpus: list[int], transport: str, conn) -> None:
@@ -48,8 +51,8 @@ def raw_server(cpus: list[int], transport: str, conn) -> None:
     conn.send(None)
 
 
-def raw_client(endpoint: str, seconds: float, *, ready) -> float:
-    """Bytes per second of synchronous 1 MiB requests (a Gang task)."""
+def raw_client(endpoint: str, seconds: float, *, ready) -> tuple[float, int]:
+    """Bytes per second of synchronous 1 MiB requests, and the requests sent (a Gang task)."""
     import zmq
 
     ctx = zmq.Context()
@@ -58,7 +61,7 @@ def raw_client(endpoint: str, seconds: float, *, ready) -> float:
     sock.connect(endpoint)
     payload = np.ones(262_144, np.float32)
     try:
-        for _ in range(20):
+        for _ in range(WARMUP):
             sock.send(payload, copy=False)
             sock.recv()
         ready()
@@ -69,7 +72,7 @@ def raw_client(endpoint: str, seconds: float, *, ready) -> float:
                 raise TimeoutError(f"raw server {endpoint} stopped answering")
             sock.recv()
             count += 1
-        return count * payload.nbytes / (time.perf_counter() - started)
+        return count * payload.nbytes / (time.perf_counter() - started), count + WARMUP
     finally:
         sock.close(linger=0)
         ctx.term()
@@ -91,6 +94,11 @@ class ChildServer:
                     f"{target.__name__} did not start (exit code {self.process.exitcode})"
                 )
         self.address = self._conn.recv()
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far, every thread's, user and system."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         """Ask it to stop; its last message (a status, or None)."""

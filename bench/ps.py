@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as ``python bench/ps.py``: make ``bench`` i
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 
 from bench.machine import Gang, describe_machine, sgemm_gflops, versions
-from bench.peer_ps_zmq import ChildServer, raw_client, raw_server
+from bench.peer_ps_zmq import WARMUP, ChildServer, raw_client, raw_server
 
 SHARD = 262_144  # floats per 1 MiB shard
 N_SHARDS = 8
@@ -172,14 +172,21 @@ def _drain(engine, submitted: int, timeout: float = 60.0) -> None:
 # ---------------------------------------------------------------------- over loopback
 
 
-def ps_server(cpus: list[int], transport: str, recv: str, ack: str, conn) -> None:
+def ps_server(cpus: list[int], transport: str, recv: str, direct_pulls: bool, conn) -> None:
     """A parameter server process on ``cpus`` until the parent says stop; sends its status."""
     from hogwild_plugins.ps.server import ParameterServer, ServerOptions
 
     os.sched_setaffinity(0, cpus)
     sys.setswitchinterval(2e-4)  # as `hogwild ps serve` does
     address = "127.0.0.1:0" if transport == "tcp" else f"ipc:///tmp/hogwild-bench-{os.getpid()}"
-    options = ServerOptions(job="bench", servers=(address,), threads=len(cpus), recv=recv, ack=ack)
+    options = ServerOptions(
+        job="bench",
+        servers=(address,),
+        threads=len(cpus),
+        recv=recv,
+        ack="queued",
+        direct_pulls=direct_pulls,
+    )
     server = ParameterServer(GEOMETRY, options)
     conn.send(str(server.start(set(cpus))))
     parent = os.getppid()
@@ -194,18 +201,25 @@ def ps_server(cpus: list[int], transport: str, recv: str, ack: str, conn) -> Non
 
 
 def ps_client(address: str, api: str, seconds: float, rank: int, *, ready) -> tuple:
-    """Updates/s and pushes/s of one client pushing synchronously (a Gang task).
+    """Updates/s, requests/s and requests sent of one client, synchronously (a Gang task).
 
     The clock stops after a pull of the shards pushed to, which the server answers only once
     every push before it is applied: acknowledgements sent when a push is queued
-    (``ack = "queued"``) do not let the count run ahead of the updates.
+    (``ack = "queued"``) do not let the count run ahead of the updates. ``api = "pull"`` pulls
+    one 1 MiB shard at a time instead (its "updates" are the parameters read).
     """
     from hogwild_plugins.ps.client import PSClient
 
     client = PSClient([address], "bench", client_id=1000 + rank, timeout_s=60.0)
     scratch = np.empty(GEOMETRY.n_params, np.float32)
     try:
-        if api == "deltas":
+        if api == "pull":
+            per, shards = SHARD, [rank % N_SHARDS]
+
+            def push():
+                client.pull(scratch, shards=shards)
+
+        elif api == "deltas":
             delta = np.ones(GEOMETRY.n_params, np.float32)
             lo = (rank % N_SHARDS) * SHARD
             per, shards = SHARD, [rank % N_SHARDS]
@@ -221,7 +235,7 @@ def ps_client(address: str, api: str, seconds: float, rank: int, *, ready) -> tu
             def push():
                 client.push_vectors(FC.layer, a, e, 1e-4)
 
-        for _ in range(5):
+        for _ in range(WARMUP):
             push()
         ready()
         count, started = 0, time.perf_counter()
@@ -230,15 +244,23 @@ def ps_client(address: str, api: str, seconds: float, rank: int, *, ready) -> tu
             count += 1
         client.pull(scratch, shards=shards)
         elapsed = time.perf_counter() - started
-        return count * per / elapsed, count / elapsed
+        return count * per / elapsed, count / elapsed, count + WARMUP + 1
     finally:
         client.close()
 
 
-def loopback(gang: Gang, address: str, api: str, seconds: float) -> dict:
-    """Updates/s and pushes/s of the gang's clients pushing to the server at ``address``."""
-    _, answers = gang.run(ps_client, [(address, api, seconds, r) for r in range(gang.n)])
-    return {"updates_per_s": sum(u for u, _ in answers), "pushes_per_s": sum(p for _, p in answers)}
+def loopback(gang: Gang, server: ChildServer, api: str, seconds: float) -> dict:
+    """Updates/s and requests/s of the gang's clients calling ``server``, and the server's CPU
+    time per request (every thread of its process: ZeroMQ's I/O, network and update threads)."""
+    cpu = server.cpu_seconds()
+    _, answers = gang.run(ps_client, [(server.address, api, seconds, r) for r in range(gang.n)])
+    cpu = server.cpu_seconds() - cpu
+    rate_key = "pulls_per_s" if api == "pull" else "pushes_per_s"
+    return {
+        "updates_per_s": sum(a[0] for a in answers),
+        rate_key: sum(a[1] for a in answers),
+        "server_cpu_ms": 1e3 * cpu / sum(a[2] for a in answers),
+    }
 
 
 # ---------------------------------------------------------------------- peers
@@ -285,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     results, rounds = measure(args, cpus)
     limits["pyzmq_1mb_gb_s"] = statistics.median(r["raw_tcp"] for r in rounds) / 1e9
     limits["pyzmq_1mb_ipc_gb_s"] = statistics.median(r["raw_ipc"] for r in rounds) / 1e9
+    for t in ("tcp", "ipc"):
+        cpu = statistics.median(r[f"raw_{t}_server_cpu_ms"] for r in rounds)
+        limits[f"pyzmq_1mb_{t}_server_cpu_ms"] = round(cpu, 4)
     peers = {}
     if not args.no_peers:
         for name, script in (("ray", "peer_ps_ray.py"), ("torch_rpc", "peer_ps_torch_rpc.py")):
@@ -326,19 +351,29 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     configs = [(n, t, "inplace") for n in counts for t in ("ipc", "tcp")] + [
         (len(cpus), "tcp", "pool")
     ]
+    everything = len(cpus)
     rounds: list[dict] = []
     with contextlib.ExitStack() as stack:
         gang = stack.enter_context(Gang(args.clients, name="bench-ps-client"))
         raw = {t: stack.enter_context(ChildServer(raw_server, cpus, t)) for t in ("tcp", "ipc")}
         servers = {
-            c: stack.enter_context(ChildServer(ps_server, cpus[: c[0]], c[1], c[2], "queued"))
+            c: stack.enter_context(ChildServer(ps_server, cpus[: c[0]], c[1], c[2], True))
             for c in configs
+        }
+        # pulls of 1 MiB shards: answered by the network thread (the default) and, on a server
+        # that does not, queued behind the update thread as every pull was before
+        pullers = {
+            "direct": servers[(everything, "tcp", "inplace")],
+            "queued": stack.enter_context(ChildServer(ps_server, cpus, "tcp", "inplace", False)),
         }
         for _ in range(args.repeats):
             found: dict = {}
             for t, server in raw.items():
-                _, rates = gang.run(raw_client, [(server.address, s)] * gang.n)
-                found[f"raw_{t}"] = sum(rates)
+                cpu = server.cpu_seconds()
+                _, answers = gang.run(raw_client, [(server.address, s)] * gang.n)
+                cpu = server.cpu_seconds() - cpu
+                found[f"raw_{t}"] = sum(rate for rate, _ in answers)
+                found[f"raw_{t}_server_cpu_ms"] = 1e3 * cpu / sum(n for _, n in answers)
             for n in counts:
                 for api in ("deltas", "activations"):
                     found[(api, "inproc", n, "inplace")] = {
@@ -346,25 +381,29 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
                     }
             for (n, t, recv), server in servers.items():
                 for api in ("deltas", "activations") if recv == "inplace" else ("deltas",):
-                    found[(api, t, n, recv)] = loopback(gang, server.address, api, s)
+                    found[(api, t, n, recv)] = loopback(gang, server, api, s)
+            for how, server in pullers.items():
+                found[("pull", "tcp", everything, how)] = loopback(gang, server, "pull", s)
             rounds.append(found)
     results = []
     for key in (k for k in rounds[0] if isinstance(k, tuple)):
-        api, transport, n, recv = key
+        api, transport, n, variant = key
         row = {"api": api, "transport": transport, "server_cores": n}
         if transport != "inproc":
             row["clients"] = args.clients
-        if recv != "inplace":
-            row["recv"] = recv
+        if api == "pull":
+            row["pulls"] = variant
+        elif variant != "inplace":
+            row["recv"] = variant
         for field in rounds[0][key]:
             values = [r[key][field] for r in rounds]
-            row[field] = statistics.median(values)
+            row[field] = round(statistics.median(values), 4 if field.endswith("_ms") else 1)
             if field == "updates_per_s":
                 row["range"] = [min(values), max(values)]
         results.append(row)
     return results, [
         {k: v for k, v in r.items() if isinstance(k, str)}
-        | {"ours_tcp": r[("deltas", "tcp", len(cpus), "inplace")]["updates_per_s"] * 4}
+        | {"ours_tcp": r[("deltas", "tcp", everything, "inplace")]["updates_per_s"] * 4}
         for r in rounds
     ]
 
@@ -385,6 +424,7 @@ def targets(results: list[dict], limits: dict, peers: dict, rounds: list[dict], 
         ]
 
     tcp_a = next(r for r in rows("deltas", "tcp") if r["server_cores"] == cores)
+    pulls = {r["pulls"]: r["pulls_per_s"] for r in results if r["api"] == "pull"}
     best = {
         api: max(r["updates_per_s"] for r in rows(api, "inproc"))
         for api in ("deltas", "activations")
@@ -394,6 +434,7 @@ def targets(results: list[dict], limits: dict, peers: dict, rounds: list[dict], 
         "activations_inproc_vs_sgemm": best["activations"] / (limits["sgemm_gflops"] * 1e9 / 2),
         "push_1mb_tcp_vs_pyzmq": statistics.median(r["ours_tcp"] / r["raw_tcp"] for r in rounds),
         "push_1mb_tcp_vs_pyzmq_rounds": [round(r["ours_tcp"] / r["raw_tcp"], 3) for r in rounds],
+        "pull_1mb_direct_vs_queued": pulls["direct"] / pulls["queued"],
         "thresholds": {
             "deltas_inproc_vs_triad": 0.7,
             "activations_inproc_vs_sgemm": 0.5,
