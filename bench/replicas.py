@@ -19,7 +19,7 @@ repetition), and the medians reported; ``targets`` gives the ratio "2 replicas t
 server / 2 independent replicas" (Adam's claim: the server costs little; the target is >= 0.85).
 
 **Cadence**: DistBelief (section 4.1) cuts Downpour's communication by pushing every ``n_push``
-and fetching every ``n_fetch`` steps. The rows above use the job's (``train.n_push`` and
+and fetching every ``n_fetch`` examples. The rows above use the job's (``train.n_push`` and
 ``train.n_fetch``, 64 examples); ``--cadences`` adds rows of 2 replicas through the server at
 other cadences (``n_push = n_fetch = C``; rows carry ``"n_push"``), in the same rotation, and
 ``targets`` gives the ratio at each: what the exchanges cost, and what they cost in accuracy
@@ -105,7 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=_int_list,
         default=None,
         metavar="C,C",
-        help="extra rows: 2 replicas through the server at n_push = n_fetch = C (default 512)",
+        help="extra rows: 2 replicas through the server at n_push = n_fetch = C "
+        "(default 512; --quick: none)",
     )
     add("--no-race", action="store_true", help="only the throughput rows")
     add("--quick", action="store_true", help="tiny budgets: a smoke test, not a measurement")
@@ -142,8 +143,7 @@ class Job:
 
     def __init__(self, command: list[str], folder: Path, name: str) -> None:
         self.out_path, self.err_path = folder / f"{name}.out", folder / f"{name}.err"
-        env = dict(os.environ)
-        env.setdefault("NUMBA_CACHE_DIR", "/tmp/nbcache")
+        env = dict(os.environ)  # NUMBA_CACHE_DIR: main's (one fresh cache for the whole run)
         self.launched = time.time()
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
@@ -241,7 +241,14 @@ def race_ours(args, folder: Path) -> dict:
             for record in _new_records(metrics, epochs):
                 now = time.time() - job.launched
                 acc = record["test_accuracy"]
-                epochs.append({"seconds": now, "examples": record["examples"], "accuracy": acc})
+                epochs.append(
+                    {
+                        "seconds": now,  # when its record (written after the evaluation) came
+                        "examples": record["examples"],
+                        "accuracy": acc,
+                        "epoch_wall_s": record.get("wall_s"),  # the epoch's training alone
+                    }
+                )
             if not running or any(e["accuracy"] >= args.target for e in epochs):
                 break
         hit = next((e for e in epochs if e["accuracy"] >= args.target), None)
@@ -467,11 +474,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     started = time.perf_counter()
-    try:
-        record = measure(args)
-    except (RuntimeError, OSError, json.JSONDecodeError) as exc:
-        print(f"python bench/replicas.py: error: {exc}", file=sys.stderr)
-        return 2
+    # Every job compiles its kernels into one cache made for this run, and none reuses another
+    # run's: numba does not invalidate a cached caller when a kernel it calls in another file
+    # changed, so a cache kept across source versions would time older kernels.
+    with tempfile.TemporaryDirectory(prefix="hogwild-bench-numba-") as cache:
+        os.environ.setdefault("NUMBA_CACHE_DIR", cache)
+        try:
+            record = measure(args)
+        except (RuntimeError, OSError, json.JSONDecodeError) as exc:
+            print(f"python bench/replicas.py: error: {exc}", file=sys.stderr)
+            return 2
     record["wall_s"] = time.perf_counter() - started
     record["command"] = shlex.join(["python", "bench/replicas.py", *argv])
     emit_record(record, args.out)
