@@ -101,9 +101,10 @@ def inproc(api: str, cores: list[int], seconds: float, queued: int = QUEUED) -> 
     same shard: what opportunistic batching works on), from a pool of 64 distinct 1 MiB buffers
     (64 MiB: more than the last-level cache, so they come from memory, as fresh ones would).
     """
-    from hogwild_plugins.ps.blas import limit_blas_threads
     from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
     from hogwild_plugins.ps.kernels import RULE_SGD, compile_kernels
+
+    from hogwild.blas import limit_blas_threads
 
     compile_kernels()
     limit_blas_threads(1)

@@ -29,10 +29,13 @@ after the same examples.
 server. Ours is ``hogwild cluster --replicas 2 --ps 1`` on the whole training set, for at most
 ``--race-epochs`` epochs: the time (from the process launch, as this script sees it) at which the
 metrics file shows the first epoch end whose test accuracy reaches the target; the job is then
-stopped. Beside it, two peers training the same model on the same idx files, each at its own
-example's batch size and learning rate, evaluating every ``--eval-every`` examples:
-``bench/peer_replicas_torch_rpc.py`` (PyTorch's RPC parameter server) and
-``bench/peer_replicas_ray.py`` (Ray's actor parameter server). Every contestant is bounded by
+stopped. It runs twice: as the job's default (``cluster.evaluate = "auto"``: the replicas wait
+for each epoch's evaluation on this host), and with the evaluation beside the next epoch's
+training (``"beside"``, ``ours_race_evaluating_beside``) as the control. Beside it, two peers
+training the same model on the same idx files, each at its own example's batch size and
+learning rate, evaluating every ``--eval-every`` examples: ``bench/peer_replicas_torch_rpc.py``
+(PyTorch's RPC parameter server) and ``bench/peer_replicas_ray.py`` (Ray's actor parameter
+server). Every contestant is bounded by
 ``--bound-s`` seconds; one that misses the target reports null and its best accuracy.
 
 Run: ``python bench/replicas.py --out bench/results/replicas.json --plot bench/results/fig11.png``
@@ -224,14 +227,16 @@ def run_independent(args, replicas: int, folder: Path) -> dict:
     }
 
 
-def race_ours(args, folder: Path) -> dict:
-    """Seconds from launch to the first epoch end at ``--target`` (2 replicas, 1 server)."""
-    metrics = folder / "race.jsonl"
+def race_ours(args, folder: Path, evaluate: str = "auto") -> dict:
+    """Seconds from launch to the first epoch end at ``--target`` (2 replicas, 1 server), the
+    driver evaluating as ``cluster.evaluate`` says."""
+    metrics = folder / f"race-{evaluate}.jsonl"
     metrics.unlink(missing_ok=True)
     command = _cli("cluster", "--data", args.data, "--epochs", str(args.race_epochs))
     command += ["--replicas", "2", "--workers-per-replica", "1", "--ps", "1", "--no-progress"]
     command += ["--metrics", str(metrics), f"--train.subset={args.race_subset}"]
-    job = Job(command, folder, "race")
+    command += [f"--cluster.evaluate={evaluate}"]
+    job = Job(command, folder, f"race-{evaluate}")
     epochs: list[dict] = []
     try:
         deadline = job.launched + args.bound_s
@@ -247,6 +252,7 @@ def race_ours(args, folder: Path) -> dict:
                         "examples": record["examples"],
                         "accuracy": acc,
                         "epoch_wall_s": record.get("wall_s"),  # the epoch's training alone
+                        "eval_s": record.get("eval_s"),  # and its evaluation's
                     }
                 )
             if not running or any(e["accuracy"] >= args.target for e in epochs):
@@ -360,6 +366,8 @@ def measure_race(args, folder: Path) -> dict:
     """Ours and each peer, once each (ours first), to ``--target`` or the bound."""
     ours = race_ours(args, folder)
     _log(f"race, ours: {ours['seconds_to_target']} s, accuracy {ours['test_accuracy']}")
+    beside = race_ours(args, folder, "beside")  # the control: evaluating beside training
+    _log(f"race, ours evaluating beside training: {beside['seconds_to_target']} s")
     peers = {}
     for name in args.peers:
         try:
@@ -371,7 +379,7 @@ def measure_race(args, folder: Path) -> dict:
             f"race, {name}: {peers[name]['seconds_to_target']} s, "
             f"accuracy {peers[name]['test_accuracy']}"
         )
-    return {"ours": ours, "peers": peers}
+    return {"ours": ours, "ours_beside": beside, "peers": peers}
 
 
 def targets(rows: list[dict]) -> dict:
@@ -411,6 +419,7 @@ def measure(args) -> dict:
         "peers": peers,
         "seconds_to_target": race["ours"]["seconds_to_target"] if race else None,
         "ours_race": race["ours"] if race else None,
+        "ours_race_evaluating_beside": race["ours_beside"] if race else None,
         "target": args.target,
         "settings": {
             "replicas": args.replicas,

@@ -160,6 +160,7 @@ class ClusterConfig:
     epoch_fraction: float = 1.0
     metrics_port: int = 0
     status_s: float = 1.0
+    evaluate: str = "auto"
     start_timeout_s: float = 300.0
     stop_timeout_s: float = 20.0
     restarts: int = 3

@@ -32,6 +32,7 @@ CHOICES = {
     ("train", "replicas"): ("auto", "node", "worker"),
     ("train", "fc_push"): ("auto", "deltas", "vectors"),
     ("ps", "rule"): ("auto", "sgd", "momentum", "adagrad", "staleness"),
+    ("cluster", "evaluate"): ("auto", "between", "beside"),
 }
 
 

@@ -4,11 +4,12 @@ The driver is the job's one process on the user's side (Adam section 3; DistBeli
 section 4.1). It:
 
 1. writes the resolved config into the run directory (every role reads it), picks the
-   parameter servers' addresses and starts them (``hogwild ps serve``), then the data servers
-   (``hogwild data serve``), through the launcher ``cluster.launcher`` names;
+   parameter servers' addresses and starts them (``hogwild ps serve``) and the data servers
+   (``hogwild data serve``) side by side, through the launcher ``cluster.launcher`` names;
 2. gives the servers the model: the initial weights, or the checkpoint's with ``--resume``
    (through the ``ps`` parameter store's parent side, :mod:`hogwild.store`);
-3. starts the model replicas (``hogwild cluster replica``), which join that model. The job's
+3. starts the model replicas (``hogwild cluster replica``, side by side), which join that
+   model. The job's
    topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
    or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or ``"hybrid"`` a worker
    group (a coordinator, L-BFGS or synchronous SGD, and its replica threads,
@@ -18,9 +19,11 @@ section 4.1). It:
    (:mod:`hogwild_plugins.ps.groups`); what is not built is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
    epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
-   progress; at every epoch end it pulls the servers' model and starts the next epoch, while a
-   thread evaluates the pulled model on the test set; then it writes the epoch's checkpoint (the
-   format ``hogwild train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line;
+   progress; at every epoch end it pulls the servers' model and evaluates it on the test set,
+   then starts the next epoch (``cluster.evaluate = "between"``; with ``"beside"`` the next
+   epoch starts at once and a thread evaluates meanwhile: :func:`evaluates_between`); then it
+   writes the epoch's checkpoint (the format ``hogwild train`` writes: ``hogwild eval`` and
+   ``torch.nn`` load it) and metrics line;
 5. restarts a replica or a data server that dies while the job trains, up to
    ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
    into the status table and the final summary): a data server comes back on its address and
@@ -45,11 +48,13 @@ import tempfile
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from hogwild.blas import limit_blas_threads
 from hogwild.cluster.coordinator import (
     CloseShare,
     Coordinator,
@@ -89,6 +94,18 @@ POLL_S = 0.2
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
+
+
+def evaluates_between(cluster) -> bool:
+    """Whether the replicas wait for each epoch's evaluation (``cluster.evaluate``).
+
+    ``auto``: between epochs with the local launcher, whose driver shares the replicas' cores
+    (an evaluation beside training gets a third of a core there and slows the epoch beside
+    it), beside training with Ray, whose driver usually has a machine of its own.
+    """
+    if cluster.evaluate == "auto":
+        return cluster.launcher == "local"
+    return cluster.evaluate == "between"
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,9 @@ class ClusterDriver:
         self.n_train = n_train if subset is None else len(subset)  # as each replica chooses
         self.n_classes = plan.n_classes
         self.network = build_network(self.config.model, self.n_classes)
+        self.evaluate_between = evaluates_between(self.config.cluster)
+        # between epochs the whole machine is the evaluation's: a thread per CPU of the driver
+        self.eval_threads = len(os.sched_getaffinity(0)) if self.evaluate_between else 1
         self.progress = ProgressLines(self.config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(self.config.output.metrics)
         self.live = LiveStatus(self.config.output.progress)
@@ -197,23 +217,21 @@ class ClusterDriver:
         self._give_metrics_ports(plan)
         if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
             self.specs.update({spec.name: spec for spec in plan.ps})
-        for spec in plan.ps:
-            self.launcher.start(spec)
-        data_servers = []
-        for spec in plan.data:
-            data_servers.append(self.launcher.start(spec))
-            self.specs[spec.name] = on_port_of(spec, data_servers[-1])  # a restart comes back there
+        data_servers = self.launcher.start_all([*plan.ps, *plan.data])[len(plan.ps) :]
+        for spec, address in zip(plan.data, data_servers, strict=True):
+            self.specs[spec.name] = on_port_of(spec, address)  # a restart comes back there
         groups = [servers[i : i + per_group] for i in range(0, len(servers), per_group)]
         start_epoch, history = self._give_the_servers_the_model(groups)
         extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
         if len(groups) > 1:
             extra.append(f"--cluster.group_servers={','.join(servers)}")
-        addresses = []
+        replicas = []
         for spec in plan.replicas:  # each worker group trains against its server group
             group = groups[spec.index * len(groups) // len(plan.replicas)]
             argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
-            spec = self.specs[spec.name] = replace(spec, argv=argv)
-            addresses.append(self.launcher.start(spec))
+            replicas.append(replace(spec, argv=argv))
+            self.specs[spec.name] = replicas[-1]
+        addresses = self.launcher.start_all(replicas)
         self.clients = [self._client(i, a) for i, a in enumerate(addresses)]
         self._serve_status()
         self.progress.line(
@@ -234,6 +252,7 @@ class ClusterDriver:
                 "ps_servers": servers,
                 "data_servers": data_servers,
                 "start_epoch": start_epoch,
+                "evaluate": "between" if self.evaluate_between else "beside",
                 "config": config.to_dict(),
                 "pid": os.getpid(),
             }
@@ -387,6 +406,7 @@ class ClusterDriver:
         drawn = 0.0
         evaluating: deque[tuple[EndedEpoch, Future]] = deque()  # in epoch order
         evaluator = ThreadPoolExecutor(1, thread_name_prefix="hogwild-evaluate")
+        limit_blas_threads(1)  # the evaluation's threads each call sgemm (see hogwild.blas)
         try:
             while True:
                 while pending:
@@ -406,15 +426,21 @@ class ClusterDriver:
                     elif isinstance(instruction, EpochEnd):
                         seconds = time.perf_counter() - epoch_start
                         ended = self._pull_epoch(instruction, seconds)
-                        # The next epoch starts at once, and the pulled model is evaluated on a
-                        # thread (the kernels release the GIL) while this loop goes on polling:
-                        # the replicas do not idle through the evaluation, and the driver still
-                        # sees a role die (a dead server's lease ended, its buckets failed over).
+                        # The pulled model is evaluated on a thread (the kernels release the
+                        # GIL). Beside training, the next epoch starts at once and this loop
+                        # goes on polling, so the replicas do not idle through the evaluation
+                        # and the driver still sees a role die. Between epochs, the replicas
+                        # wait for it: where the driver shares their cores, an evaluation
+                        # beside training ran at a third of its speed and slowed the epoch
+                        # more than waiting for it does (see cluster.evaluate).
+                        future = evaluator.submit(self._test, ended)
+                        if self.evaluate_between:
+                            futures_wait([future])
                         pending.extend(coordinator.advance())
                         epoch_start = time.perf_counter()
                         examples += ended.record["examples"]
                         train_seconds += seconds
-                        evaluating.append((ended, evaluator.submit(self._test, ended)))
+                        evaluating.append((ended, future))
                         # at most EVALUATING behind: epochs shorter than an evaluation wait here
                         checkpoint = self._write_tested(evaluating, history, checkpoint, EVALUATING)
                     elif isinstance(instruction, Finished):
@@ -541,8 +567,12 @@ class ClusterDriver:
 
     def _test(self, ended: EndedEpoch) -> dict:
         """The pulled model's test figures (on the evaluation thread: touches nothing shared)."""
+        if not self.n_test:
+            return {}
+        started = time.perf_counter()
         model = TrainedModel(self.config, self.network, ended.params)
-        return evaluate_model(model, self.data) if self.n_test else {}
+        tested = evaluate_model(model, self.data, self.eval_threads)
+        return {**tested, "eval_s": time.perf_counter() - started}
 
     def _write_tested(self, evaluating: deque, history: list, checkpoint, behind: int):
         """Write the records and checkpoints of the evaluated epochs, in order, waiting for the
@@ -560,6 +590,7 @@ class ClusterDriver:
             **ended.record,
             "test_loss": tested.get("test_loss"),
             "test_accuracy": tested.get("test_accuracy"),
+            "eval_s": tested.get("eval_s"),
         }
         self.metrics.write(record)
         self.live.clear()

@@ -6,7 +6,8 @@ names one): ``local`` (processes on this host, :mod:`hogwild.cluster.local`) is 
 
 - :meth:`~Launcher.reserve` addresses for the roles whose ports must be known before they start
   (the parameter servers: each is told the whole list);
-- :meth:`~Launcher.start` a role and wait until it printed its ready line (its address);
+- :meth:`~Launcher.start` a role and wait until it printed its ready line (its address), or
+  :meth:`~Launcher.start_all` several, which need not wait for each other;
 - :meth:`~Launcher.poll` which roles have exited (:class:`RoleExit`: the role, its host, its exit
   status or signal), so the driver restarts them or stops the job with an error naming them;
 - :meth:`~Launcher.restart` a role that exited: what is left of it (its workers) is stopped,
@@ -71,6 +72,18 @@ class Launcher(ABC):
         Raises:
             RoleFailedError: It exited or stayed silent past ``cluster.start_timeout_s``.
         """
+
+    def start_all(self, specs: list[RoleSpec]) -> list[str]:
+        """Start every one of ``specs`` and wait for all their ready lines; their ``HOST:PORT``,
+        in order. Roles of one kind do not wait for each other, so a launcher that can start
+        them at once should (they load their kernels side by side); this one starts them one
+        after another.
+
+        Raises:
+            RoleFailedError: One exited or stayed silent past ``cluster.start_timeout_s`` (the
+                others started are stopped with the job, as every started role is).
+        """
+        return [self.start(spec) for spec in specs]
 
     @abstractmethod
     def poll(self) -> list[RoleExit]:

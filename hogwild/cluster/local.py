@@ -89,17 +89,26 @@ class LocalLauncher(Launcher):
         return [f"{host}:{free_port(host)}" for _ in specs]
 
     def start(self, spec: RoleSpec) -> str:
-        role = RoleProcess(spec, self.log_dir)
-        self.roles[spec.name] = role
+        return self.start_all([spec])[0]
+
+    def start_all(self, specs: list[RoleSpec]) -> list[str]:
+        """Every process first, then the ready lines: the roles start side by side."""
         deadline = time.monotonic() + self.config.cluster.start_timeout_s
+        roles = []
+        for spec in specs:
+            role = self.roles[spec.name] = RoleProcess(spec, self.log_dir)
+            roles.append(role)
+        return [self._wait_ready(role, deadline) for role in roles]
+
+    def _wait_ready(self, role: RoleProcess, deadline: float) -> str:
         while not role.ready.wait(POLL_S):
             code = role.process.poll()
             if code is not None or time.monotonic() > deadline:
+                name = role.spec.name
                 why = (
-                    RoleExit(spec.name, "localhost", code).describe()
+                    RoleExit(name, "localhost", code).describe()
                     if code is not None
-                    else f"{spec.name} did not start within "
-                    f"{self.config.cluster.start_timeout_s:g} s"
+                    else f"{name} did not start within {self.config.cluster.start_timeout_s:g} s"
                 )
                 raise RoleFailedError(f"{why} while starting: {role.last_words()} ({role.log})")
         return role.address

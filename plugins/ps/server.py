@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hogwild_plugins.ps import checks, kernels
-from hogwild_plugins.ps.blas import limit_blas_threads
 from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 
+from hogwild.blas import limit_blas_threads
 from hogwild.config_checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.net.address import Address, check_bind, parse_address

@@ -115,9 +115,12 @@ def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, 
     assert final["replicas"] == 2 and final["ps_servers"] == 2 and final["data_servers"] == 1
 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (start,) = [r for r in records if r["event"] == "start"]
+    assert start["evaluate"] == "between"  # auto: the local driver shares the replicas' cores
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1]
     for record in epochs:
+        assert record["eval_s"] > 0
         assert set(record["per_replica_examples"]) == {"0", "1"}  # both replicas trained
         assert record["updates_per_s"] >= 0 and sum(record["staleness"].values()) > 0
         assert record["fetch_wait_s"] >= 0 and record["data_wait_s"] >= 0

@@ -163,6 +163,9 @@ def test_ray_job_reaches_98_percent_and_leaves_nothing(ray_head, mnist_dir, tmp_
     records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     (start,) = [r for r in records if r["event"] == "start"]
     assert start["config"]["cluster"]["launcher"] == "ray"
+    assert start["evaluate"] == "beside"  # auto: the next epoch trains while the driver tests
+    epochs = [r for r in records if r["event"] == "epoch"]
+    assert epochs and all(r["eval_s"] > 0 for r in epochs)
     for name in ("ps-0", "ps-1", "data-0", "replica-0", "replica-1"):  # the driver's host
         assert "hogwild " in (run_dir / "logs" / f"{name}.log").read_text(), name
 

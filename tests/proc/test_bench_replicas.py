@@ -72,4 +72,5 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     assert set(record["peers"]) == {"torch_rpc"}
     _sane_race(record["peers"]["torch_rpc"])
     _sane_race(record["ours_race"])
+    _sane_race(record["ours_race_evaluating_beside"])
     assert record["seconds_to_target"] == record["ours_race"]["seconds_to_target"]

@@ -73,6 +73,7 @@ def test_out_of_range_messages_say_what_is_expected():
         ("train", "start_method", "fork"),
         ("train", "placement", "random"),
         ("train", "parameters", "mirror"),
+        ("cluster", "evaluate", "during"),
     ],
 )
 def test_choice_outside_its_choices(section, key, value):

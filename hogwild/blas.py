@@ -1,8 +1,10 @@
-"""One BLAS thread per update thread: limit the OpenBLAS libraries already loaded.
+"""One BLAS thread per calling thread: limit the OpenBLAS libraries already loaded.
 
-API (b) runs sgemm (numba's ``np.dot``, through SciPy's OpenBLAS) in every update thread at
-once. An OpenBLAS left at its default of one thread per core then runs each call on all cores
-and serialises concurrent callers on its thread pool: two update threads were slower than one.
+Threads of one process that each run sgemm (numba's ``np.dot``, through SciPy's OpenBLAS) at
+once: the parameter server's update threads (API (b)), the cluster driver's evaluation threads.
+An OpenBLAS left at its default of one thread per core then runs each call on all cores and
+serialises concurrent callers on its thread pool: two update threads were slower than one, and
+two evaluation threads no faster than one.
 Environment variables (``OPENBLAS_NUM_THREADS``) act only before the library loads, which a
 server started from the ``hogwild`` command or a test cannot guarantee, so this module calls the
 libraries' own ``*_set_num_threads`` on every OpenBLAS mapped into the process (found in
