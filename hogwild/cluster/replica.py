@@ -38,7 +38,6 @@ from hogwild.cluster.prometheus import serve_metrics
 from hogwild.cluster.topology import resolve_topology
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused, ControlServer, field
-from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.shm.sweeper import sweep_report
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import (
@@ -193,18 +192,7 @@ class Replica(Trainer):
             try:
                 for line in sweep_report():
                     print(f"hogwild replica {self.index}: {line}", file=sys.stderr)
-                with placement_lock():
-                    self.plan_store(pinned_by_other_jobs())
-                    self._prepare_arena()
-                    from hogwild.model.compile import compile_kernels
-
-                    config = self.config
-                    compile_kernels(
-                        self.network, config.train.batch, config.train.update_every,
-                        feed=self.plan.feed,
-                    )  # fmt: skip
-                    self.store.compile_kernels()
-                    self._start_workers()
+                self._start()
                 if self.sync_every:
                     self.groups = self._server_groups()
                 server = ControlServer(f"{self.bind}:0", self.store.reach["job"], self.act,

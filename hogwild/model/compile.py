@@ -1,9 +1,12 @@
-"""Compile every kernel once, in the parent, before any worker starts.
+"""Compile every kernel once, in the parent, before any worker trains.
 
 The kernels are ``njit(cache=True)``: the first call compiles them and writes the machine code to
 numba's on-disk cache (``NUMBA_CACHE_DIR``, set by :mod:`hogwild.runtime`). Running one tiny
 training step and one evaluation here, with exactly the argument types the workers use, means the
-workers load the cached code instead of each compiling it again.
+workers load the cached code instead of each compiling it again. The workers start beside it
+(they call no kernel before their first command); :func:`compile_lock` makes jobs, or replicas,
+starting together compile one after the other, so the second loads what the first compiled
+instead of compiling it again on the same cores.
 
 Workers call the kernels with two sets of argument types: examples in the arena (uint8 labels),
 and batches from a data feed (an LMDB image cache, or augmentation: int32 labels, images from the
@@ -12,11 +15,17 @@ feed's ring). ``feed=True`` compiles the second set too, and the data kernels th
 
 import numpy as np
 
+from hogwild.locks import machine_lock
 from hogwild.model import engine
 from hogwild.model.context import TrainingContext
 from hogwild.model.network import Network
 from hogwild.model.random import seed_kernels
 from hogwild.optim.rules import RULE_CODES
+
+
+def compile_lock(timeout_s: float = 300.0):
+    """Hold this host's compile lock while inside (see :func:`hogwild.locks.machine_lock`)."""
+    return machine_lock("kernels", timeout_s)
 
 
 def compile_kernels(

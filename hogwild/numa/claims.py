@@ -9,24 +9,21 @@ anywhere: what is taken is read from the running processes, so a job that dies r
 cores with its processes.
 
 Two jobs planning at the same instant would both see the same free cores; :func:`placement_lock`
-(an advisory ``flock`` on a file in the temporary directory) makes a job's planning and the
-pinning of its workers one step (the kernels are compiled inside it too: a second job then finds
-them in numba's cache), for at most ``timeout_s`` seconds of waiting.
+(an advisory lock of this host, :mod:`hogwild.locks`) makes a job's planning and the pinning of
+its workers one step, for at most ``timeout_s`` seconds of waiting. It is let go as soon as every
+worker has pinned itself: compiling the kernels and loading the workers happen outside it, so
+jobs and replicas starting together start side by side.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import tempfile
-import time
-from pathlib import Path
 
 import psutil
 
+from hogwild.locks import machine_lock
+
 WORKER_NAME_PREFIX = "hogwild-w"
-LOCK_POLL_S = 0.05
 
 
 def pinned_by_other_jobs() -> dict[int, int]:
@@ -47,38 +44,6 @@ def pinned_by_other_jobs() -> dict[int, int]:
     return taken
 
 
-def lock_path() -> Path:
-    """The lock file: one per user, in the temporary directory."""
-    return Path(tempfile.gettempdir()) / f"hogwild-placement-{os.getuid()}.lock"
-
-
-@contextlib.contextmanager
 def placement_lock(timeout_s: float = 300.0):
-    """Hold the machine's placement lock while inside (proceed without it after ``timeout_s``).
-
-    Yields:
-        True if the lock is held, False if another job held it for longer than ``timeout_s``
-        (the job then plans from what it sees, as it would without the lock).
-    """
-    try:
-        fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        yield False
-        return
-    held = False
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(LOCK_POLL_S)
-        yield held
-    finally:
-        if held:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+    """Hold the machine's placement lock while inside (see :func:`hogwild.locks.machine_lock`)."""
+    return machine_lock("placement", timeout_s)

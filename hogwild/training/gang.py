@@ -17,9 +17,9 @@ from collections.abc import Callable
 import numpy as np
 
 from hogwild.errors import DataError, HogwildError, WorkerDiedError, WorkerStalledError
-from hogwild.training.messages import DataFailed, Failed, Ready, Stop
+from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop
 
-READY_TIMEOUT_S = 300.0  # a worker that cannot load its kernels in this long is broken
+READY_TIMEOUT_S = 300.0  # a worker that cannot pin itself, or then start, in this long is broken
 POLL_S = 0.1
 STOP_TIMEOUT_S = 5.0
 
@@ -49,12 +49,11 @@ class WorkerGang:
         self.processes: list = []
         self.commands: list = []
         self.results = None
+        self._ready: dict[int, Ready] = {}
 
-    def start(self, n: int, target, setup_of: Callable[[int], object]) -> list[Ready]:
-        """Start ``n`` workers running ``target(setup_of(i), commands, results)``; wait for all.
-
-        Returns:
-            Each worker's :class:`~hogwild.training.messages.Ready`, by worker.
+    def start(self, n: int, target, setup_of: Callable[[int], object]) -> None:
+        """Start ``n`` workers running ``target(setup_of(i), commands, results)``; return once
+        each has pinned itself to its CPU (:meth:`wait_ready` waits for the rest of its start).
         """
         self.results = self.context.Queue()
         for worker in range(n):
@@ -68,13 +67,28 @@ class WorkerGang:
             process.start()
             self.commands.append(commands)
             self.processes.append(process)
-        ready: dict[int, Ready] = {}
+        pinned: set[int] = set()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while len(ready) < n:
+        while len(pinned) < n:
+            message = self.next_message("starting", deadline)
+            if isinstance(message, Pinned):
+                pinned.add(message.worker)
+            elif isinstance(message, Ready):  # a worker that was quick: kept for wait_ready
+                self._ready[message.worker] = message
+
+    def wait_ready(self) -> list[Ready]:
+        """Wait until every started worker is ready for commands.
+
+        Returns:
+            Each worker's :class:`~hogwild.training.messages.Ready`, by worker.
+        """
+        n = len(self.processes)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(self._ready) < n:
             message = self.next_message("starting", deadline)
             if isinstance(message, Ready):
-                ready[message.worker] = message
-        return [ready[w] for w in range(n)]
+                self._ready[message.worker] = message
+        return [self._ready[w] for w in range(n)]
 
     def send(self, worker: int, command) -> None:
         self.commands[worker].put(command)

@@ -66,6 +66,13 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Pinned:
+    """The worker is pinned to its CPU and named: other jobs' planning sees its core taken."""
+
+    worker: int
+
+
+@dataclass(frozen=True)
 class Ready:
     worker: int
     pid: int

@@ -27,7 +27,7 @@ import psutil
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
 from hogwild.errors import ConfigError
-from hogwild.model.compile import compile_kernels
+from hogwild.model.compile import compile_kernels, compile_lock
 from hogwild.model.network import Network, build_network
 from hogwild.model.random import worker_seed
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
@@ -117,16 +117,8 @@ class Trainer:
         network = self.network
         for line in sweep_report():  # segments of earlier jobs whose owner was killed
             self.progress.line(line)
-        with placement_lock():  # planning and pinning as one step against other jobs
-            taken = pinned_by_other_jobs()
-            self.plan_store(taken)
-            config = self.config  # with the update interval the store resolved
-            start_epoch, history = self._prepare_arena()  # first: it checks /dev/shm's space
-            compile_kernels(
-                network, config.train.batch, config.train.update_every, feed=self.plan.feed
-            )
-            self.store.compile_kernels()
-            self._start_workers()
+        taken, start_epoch, history = self._start()
+        config = self.config  # with the update interval the store resolved
         self.progress.line(
             f"hogwild: {network.connections:,} connections, {self.n_workers} worker(s), "
             f"batch {config.train.batch}, {self.n_train:,} training examples; "
@@ -210,6 +202,27 @@ class Trainer:
             f"{final['connections_per_s'] / 1e9:.2f} G connections/s, {wall:.1f} s"
         )
         return TrainResult(final, history, final["checkpoint"])
+
+    def _start(self) -> tuple[dict[int, int], int, list[dict]]:
+        """Place and pin the workers, fill the arena, compile the kernels, wait for the workers.
+
+        Returns:
+            The CPUs other jobs' workers held, the first epoch to train, the history so far.
+        """
+        with placement_lock():  # planning and pinning as one step against other jobs
+            taken = pinned_by_other_jobs()
+            self.plan_store(taken)
+            start_epoch, history = self._prepare_arena()  # first: it checks /dev/shm's space
+            self._start_workers()  # back once every worker is pinned: the lock can go
+        config = self.config  # with the update interval the store resolved
+        with compile_lock():  # beside the workers' start; a job beside loads what this compiled
+            compile_kernels(
+                self.network, config.train.batch, config.train.update_every,
+                feed=self.plan.feed,
+            )  # fmt: skip
+            self.store.compile_kernels()
+        self.gang.wait_ready()
+        return taken, start_epoch, history
 
     def plan_store(self, taken: dict[int, int]) -> None:
         """Place the workers (around the CPUs other jobs have ``taken``) and plan the store."""

@@ -64,6 +64,9 @@ def worker_main(setup, commands, results) -> None:
 
         pin_worker(setup.placement)  # before the context is allocated: first touch places it
         _set_process_name(PROCESS_NAME.format(setup.worker))
+        from hogwild.training.messages import Pinned
+
+        results.put(Pinned(setup.worker))  # the trainer can let the placement lock go
         # Imported only now: numba loads after the process is pinned and its environment is set.
         from hogwild.config import config_from_dict
         from hogwild.model.context import TrainingContext

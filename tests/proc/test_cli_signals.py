@@ -283,3 +283,49 @@ def test_two_jobs_started_at_once_pin_their_workers_to_different_cores(tmp_path,
     assert len({cpu for job in cpus for cpu in job}) == 2, cpus  # one core each
     # the second to plan says which CPU was taken, by whom
     assert any("taken by another hogwild job's workers" in err for _, err in outputs), outputs
+
+
+def test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it(tmp_path, mnist_dir):
+    """The placement lock is let go once the workers are pinned; compiling takes its own lock.
+
+    The test holds the compile lock as a job compiling beside would: the job must still plan and
+    pin its worker (the placement lock is not held across compiling), and must not start
+    training until the lock is let go (a second compiler waits, then loads numba's cache).
+    """
+    from hogwild.model.compile import compile_lock
+
+    metrics = tmp_path / "m.jsonl"
+    args = ["train", "--data", str(mnist_dir), "--workers", "1", "--epochs", "1"]
+    args += ["--subset", "2000", "--metrics", str(metrics)]
+    with compile_lock(timeout_s=0.0) as held:
+        assert held  # nothing else compiles while this test starts
+        process = hogwild_cli(*args)
+        try:
+            worker = wait_until(
+                lambda: next((w for w in workers_of(process.pid) if _pinned(w)), None),
+                START_TIMEOUT_S,
+                "the job's worker pinned while the compile lock is held",
+            )
+            time.sleep(1.0)  # would the job go on without the lock?
+            assert process.poll() is None
+            assert not started(metrics)  # it waits for the compile lock, worker pinned
+            assert worker.is_running()
+        except BaseException:
+            process.kill()
+            process.communicate()
+            raise
+    try:
+        _, err = process.communicate(timeout=START_TIMEOUT_S)  # a cold cache compiles first
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    assert process.returncode == 0, err
+    assert started(metrics)
+
+
+def _pinned(process: psutil.Process) -> bool:
+    try:
+        return process.name().startswith("hogwild-w") and len(process.cpu_affinity()) == 1
+    except psutil.Error:
+        return False

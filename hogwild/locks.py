@@ -1,0 +1,56 @@
+"""Advisory locks shared by every hogwild job of one user on this host.
+
+A step that two jobs (or two replicas of one job) must not take at the same time — planning
+which cores their workers take and pinning them, or compiling the kernels into numba's cache —
+runs inside :func:`machine_lock`: an ``flock`` on a file named after the step in the temporary
+directory. The kernel drops the lock when its holder dies, so a killed job never leaves one
+behind; a lock held for longer than ``timeout_s`` is given up on rather than waited for forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+import time
+from pathlib import Path
+
+LOCK_POLL_S = 0.05
+
+
+def lock_path(step: str) -> Path:
+    """The file of ``step``'s lock: one per user, in the temporary directory."""
+    return Path(tempfile.gettempdir()) / f"hogwild-{step}-{os.getuid()}.lock"
+
+
+@contextlib.contextmanager
+def machine_lock(step: str, timeout_s: float = 300.0):
+    """Hold ``step``'s lock while inside (proceed without it after ``timeout_s``).
+
+    Yields:
+        True if the lock is held, False if another job held it for longer than ``timeout_s``
+        (the caller then goes on as it would without the lock).
+    """
+    try:
+        fd = os.open(lock_path(step), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield False
+        return
+    held = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(LOCK_POLL_S)
+        yield held
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
