@@ -74,3 +74,11 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     _sane_race(record["ours_race"])
     _sane_race(record["ours_race_evaluating_beside"])
     assert record["seconds_to_target"] == record["ours_race"]["seconds_to_target"]
+    assert record["settings"]["race_repeats"] == 1  # --quick
+    for entry in (record["ours_race"], record["peers"]["torch_rpc"]):
+        assert entry["runs_seconds_to_target"] == [entry["seconds_to_target"]]
+    race = record["race_targets"]
+    assert race["minimum"] == 3.0
+    ours, theirs = record["seconds_to_target"], record["peers"]["torch_rpc"]["seconds_to_target"]
+    ratio = race["peers_over_ours"]["torch_rpc"]
+    assert ratio == (pytest.approx(theirs / ours) if ours and theirs else None)
