@@ -1,10 +1,12 @@
 """Yardstick for ``bench/ps.py``: raw pyzmq request/reply of 1 MiB frames, and the servers'
 process wrappers the benchmark shares.
 
-:func:`raw_server` is the least a ZeroMQ server can do with a 1 MiB request: a ROUTER that
-receives it without copying and answers two bytes; :func:`raw_client` is a DEALER sending one
-request at a time and waiting for each answer. Their rate, with the same number of clients and the
-same transport, is what the parameter server's push-and-acknowledge is measured against.
+:func:`raw_server` is the least a ZeroMQ server can do with a 1 MiB push: a ROUTER that
+receives it without copying, adds it into a float32 vector with numpy (``add=True``, the issue's
+yardstick: "the server adding each into a float32 vector") or leaves it (``add=False``: the
+transport alone), and answers two bytes; :func:`raw_client` is a DEALER sending one request at a
+time and waiting for each answer. Their rate, with the same number of clients and the same
+transport, is what the parameter server's push-and-acknowledge is measured against.
 
 :class:`ChildServer` runs a server function in a spawned process pinned to some CPUs, reports
 its address through a pipe, tells the CPU time it has used (from ``/proc``), and stops it on
@@ -25,8 +27,9 @@ STOP_S = 10.0
 WARMUP = 20  # requests before the clock starts
 
 
-def raw_server(cpus: list[int], transport: str, conn) -> None:
-    """A ROUTER answering every request with ``b"ok"`` until the parent says stop."""
+def raw_server(cpus: list[int], transport: str, add: bool, conn) -> None:
+    """A ROUTER answering every request with ``b"ok"`` until the parent says stop; with ``add``,
+    each request's frame is first added into a float32 vector of its size."""
     import zmq
 
     os.sched_setaffinity(0, cpus)
@@ -36,8 +39,9 @@ def raw_server(cpus: list[int], transport: str, conn) -> None:
     if transport == "tcp":
         endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
     else:
-        endpoint = f"ipc:///tmp/hogwild-bench-raw-{os.getpid()}.sock"
+        endpoint = f"ipc:///tmp/hogwild-bench-raw-{os.getpid()}-{int(add)}.sock"
         sock.bind(endpoint)
+    total = np.zeros(262_144, np.float32)
     conn.send(endpoint)
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
@@ -45,6 +49,8 @@ def raw_server(cpus: list[int], transport: str, conn) -> None:
     while not conn.poll(0) and os.getppid() == parent:
         if poller.poll(100):
             parts = sock.recv_multipart(copy=False)
+            if add:
+                np.add(total, np.frombuffer(parts[-1].buffer, np.float32), out=total)
             sock.send_multipart([parts[0], b"ok"])
     sock.close(linger=0)
     ctx.term()

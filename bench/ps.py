@@ -10,14 +10,19 @@ counts). Each is measured for 1 .. all server cores three ways:
 - ``ipc`` and ``tcp``: a server process pinned to the cores, ``--clients`` client processes
   (:class:`hogwild_plugins.ps.client.PSClient`) each pushing synchronously (one 1 MiB delta, or
   one layer's vectors, then wait for the acknowledgement) over loopback. ``tcp`` is also run
-  with the receive-into-pool-blocks mode (``"recv": "pool"``) beside the default in-place one.
+  with the receive-into-pool-blocks mode (``"recv": "pool"``) beside the default in-place one,
+  and on a server that queues every push and pull for its update threads (``"pushes"`` and
+  ``"pulls": "queued"``) beside the default, whose network thread serves a shard whose update
+  thread is idle itself.
 
 Limits from the same run: STREAM triad GB/s on all cores (numba, float32; a delta update moves
 12 bytes unbatched, so triad/12 is the unbatched update ceiling: opportunistic batching can beat
 it), float32 sgemm GFLOP/s on all cores (one multiply-accumulate is 2 flops), and raw pyzmq
-request/reply of 1 MiB frames with the same clients (ROUTER receiving without copy, 2-byte
-answer). Peers, with the same clients and the same synchronous 1 MiB pushes over loopback: a Ray
-actor parameter server (``bench/peer_ps_ray.py``) and PyTorch RPC (``bench/peer_ps_torch_rpc.py``).
+request/reply of 1 MiB frames with the same clients (ROUTER receiving without copy, adding the
+frame into a float32 vector with numpy as the issue's yardstick does, 2-byte answer; over TCP
+also without the add: ``pyzmq_1mb_receive_only_gb_s``, the transport alone). Peers, with the
+same clients and the same synchronous 1 MiB pushes over loopback: a Ray actor parameter server
+(``bench/peer_ps_ray.py``) and PyTorch RPC (``bench/peer_ps_torch_rpc.py``).
 
 Run: ``python bench/ps.py --out bench/results/ps.json --plot bench/results/fig9.png``; prints
 one JSON line. ``--seconds`` per measurement (default 2), ``--no-peers`` to skip Ray and torch.
@@ -173,8 +178,12 @@ def _drain(engine, submitted: int, timeout: float = 60.0) -> None:
 # ---------------------------------------------------------------------- over loopback
 
 
-def ps_server(cpus: list[int], transport: str, recv: str, direct_pulls: bool, conn) -> None:
-    """A parameter server process on ``cpus`` until the parent says stop; sends its status."""
+def ps_server(cpus: list[int], transport: str, recv: str, direct: bool, conn) -> None:
+    """A parameter server process on ``cpus`` until the parent says stop; sends its status.
+
+    ``direct``: pulls and pushes of a shard whose update thread is idle are served by the
+    network thread (the default); False queues every request for the update threads.
+    """
     from hogwild_plugins.ps.server import ParameterServer, ServerOptions
 
     os.sched_setaffinity(0, cpus)
@@ -186,7 +195,8 @@ def ps_server(cpus: list[int], transport: str, recv: str, direct_pulls: bool, co
         threads=len(cpus),
         recv=recv,
         ack="queued",
-        direct_pulls=direct_pulls,
+        direct_pulls=direct,
+        direct_pushes=direct,
     )
     server = ParameterServer(GEOMETRY, options)
     conn.send(str(server.start(set(cpus))))
@@ -308,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     results, rounds = measure(args, cpus)
     limits["pyzmq_1mb_gb_s"] = statistics.median(r["raw_tcp"] for r in rounds) / 1e9
     limits["pyzmq_1mb_ipc_gb_s"] = statistics.median(r["raw_ipc"] for r in rounds) / 1e9
-    for t in ("tcp", "ipc"):
+    limits["pyzmq_1mb_receive_only_gb_s"] = (
+        statistics.median(r["raw_tcp_receive_only"] for r in rounds) / 1e9
+    )
+    for t in ("tcp", "ipc", "tcp_receive_only"):
         cpu = statistics.median(r[f"raw_{t}_server_cpu_ms"] for r in rounds)
         limits[f"pyzmq_1mb_{t}_server_cpu_ms"] = round(cpu, 4)
     peers = {}
@@ -356,25 +369,30 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     rounds: list[dict] = []
     with contextlib.ExitStack() as stack:
         gang = stack.enter_context(Gang(args.clients, name="bench-ps-client"))
-        raw = {t: stack.enter_context(ChildServer(raw_server, cpus, t)) for t in ("tcp", "ipc")}
+        # the yardstick adds each push into a float32 vector (the issue's); over TCP also the
+        # transport alone, receiving and answering without touching the data
+        raw = {
+            key: stack.enter_context(ChildServer(raw_server, cpus, key[0], key[1]))
+            for key in (("tcp", True), ("ipc", True), ("tcp", False))
+        }
         servers = {
             c: stack.enter_context(ChildServer(ps_server, cpus[: c[0]], c[1], c[2], True))
             for c in configs
         }
-        # pulls of 1 MiB shards: answered by the network thread (the default) and, on a server
-        # that does not, queued behind the update thread as every pull was before
-        pullers = {
-            "direct": servers[(everything, "tcp", "inplace")],
-            "queued": stack.enter_context(ChildServer(ps_server, cpus, "tcp", "inplace", False)),
-        }
+        # pulls and pushes of 1 MiB shards: served by the network thread when the shard's
+        # update thread is idle (the default) and, on a server that does not, all queued for
+        # the update threads
+        queued = stack.enter_context(ChildServer(ps_server, cpus, "tcp", "inplace", False))
+        pullers = {"direct": servers[(everything, "tcp", "inplace")], "queued": queued}
         for _ in range(args.repeats):
             found: dict = {}
-            for t, server in raw.items():
+            for (t, add), server in raw.items():
+                name = f"raw_{t}" if add else f"raw_{t}_receive_only"
                 cpu = server.cpu_seconds()
                 _, answers = gang.run(raw_client, [(server.address, s)] * gang.n)
                 cpu = server.cpu_seconds() - cpu
-                found[f"raw_{t}"] = sum(rate for rate, _ in answers)
-                found[f"raw_{t}_server_cpu_ms"] = 1e3 * cpu / sum(n for _, n in answers)
+                found[name] = sum(rate for rate, _ in answers)
+                found[f"{name}_server_cpu_ms"] = 1e3 * cpu / sum(n for _, n in answers)
             for n in counts:
                 for api in ("deltas", "activations"):
                     found[(api, "inproc", n, "inplace")] = {
@@ -383,6 +401,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
             for (n, t, recv), server in servers.items():
                 for api in ("deltas", "activations") if recv == "inplace" else ("deltas",):
                     found[(api, t, n, recv)] = loopback(gang, server, api, s)
+            found[("deltas", "tcp", everything, "queued")] = loopback(gang, queued, "deltas", s)
             for how, server in pullers.items():
                 found[("pull", "tcp", everything, how)] = loopback(gang, server, "pull", s)
             rounds.append(found)
@@ -394,6 +413,8 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
             row["clients"] = args.clients
         if api == "pull":
             row["pulls"] = variant
+        elif variant == "queued":
+            row["pushes"] = variant
         elif variant != "inplace":
             row["recv"] = variant
         for field in rounds[0][key]:
@@ -404,7 +425,10 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
         results.append(row)
     return results, [
         {k: v for k, v in r.items() if isinstance(k, str)}
-        | {"ours_tcp": r[("deltas", "tcp", everything, "inplace")]["updates_per_s"] * 4}
+        | {
+            "ours_tcp": r[("deltas", "tcp", everything, "inplace")]["updates_per_s"] * 4,
+            "ours_tcp_queued": r[("deltas", "tcp", everything, "queued")]["updates_per_s"] * 4,
+        }
         for r in rounds
     ]
 
@@ -421,7 +445,10 @@ def targets(results: list[dict], limits: dict, peers: dict, rounds: list[dict], 
         return [
             r
             for r in results
-            if r["api"] == api and r["transport"] == transport and "recv" not in r
+            if r["api"] == api
+            and r["transport"] == transport
+            and "recv" not in r
+            and "pushes" not in r
         ]
 
     tcp_a = next(r for r in rows("deltas", "tcp") if r["server_cores"] == cores)
@@ -435,6 +462,12 @@ def targets(results: list[dict], limits: dict, peers: dict, rounds: list[dict], 
         "activations_inproc_vs_sgemm": best["activations"] / (limits["sgemm_gflops"] * 1e9 / 2),
         "push_1mb_tcp_vs_pyzmq": statistics.median(r["ours_tcp"] / r["raw_tcp"] for r in rounds),
         "push_1mb_tcp_vs_pyzmq_rounds": [round(r["ours_tcp"] / r["raw_tcp"], 3) for r in rounds],
+        "push_1mb_tcp_vs_pyzmq_receive_only": statistics.median(
+            r["ours_tcp"] / r["raw_tcp_receive_only"] for r in rounds
+        ),
+        "push_1mb_direct_vs_queued": statistics.median(
+            r["ours_tcp"] / r["ours_tcp_queued"] for r in rounds
+        ),
         "pull_1mb_direct_vs_queued": pulls["direct"] / pulls["queued"],
         "thresholds": {
             "deltas_inproc_vs_triad": 0.7,

@@ -27,7 +27,10 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
                 (
                     r
                     for r in results
-                    if r["api"] == api and r["transport"] == transport and "recv" not in r
+                    if r["api"] == api
+                    and r["transport"] == transport
+                    and "recv" not in r
+                    and "pushes" not in r
                 ),
                 key=lambda r: r["server_cores"],
             )
@@ -47,7 +50,7 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
                 color="C2",
                 ls=":",
                 lw=1,
-                label="raw pyzmq 1 MiB req/rep (tcp)",
+                label="raw pyzmq 1 MiB req/rep + numpy add (tcp)",
             )
             for (name, peer), marker in zip(
                 record.get("peers", {}).items(), ("x", "+"), strict=False

@@ -184,12 +184,10 @@ class Peers:
                     inflight[i][req.header.seq] = req
             if not any(inflight):
                 return
-            self._resend_due(inflight, now)
-            deadline = min(
-                (r.resend_at or r.sent_at + self.timeout_s)
-                for per in inflight
-                for r in per.values()
-            )
+            deadline = self._next_due(inflight)
+            if deadline <= now:
+                self._resend_due(inflight, now)
+                deadline = self._next_due(inflight)
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
             if self.alive is not None:
                 if not self.alive():
@@ -199,6 +197,12 @@ class Peers:
                 wait_ms = min(wait_ms, int(ALIVE_EVERY_S * 1000))
             for sock, _ in self._poller.poll(wait_ms):
                 self._drain(self._sockets.index(sock), inflight)
+
+    def _next_due(self, inflight: list[dict[int, Request]]) -> float:
+        """When the first request in flight is due to be sent again (timeout, or busy pause)."""
+        return min(
+            (r.resend_at or r.sent_at + self.timeout_s) for per in inflight for r in per.values()
+        )
 
     def _seq(self) -> int:
         seq = self._incarnation | self._next
@@ -251,7 +255,7 @@ class Peers:
 
     def _drain(self, i: int, inflight: list[dict[int, Request]]) -> None:
         sock = self._sockets[i]
-        while True:
+        while inflight[i]:  # once every request has its reply, a late duplicate can wait
             try:
                 head = sock.recv(flags=zmq.NOBLOCK, copy=True)
             except zmq.Again:

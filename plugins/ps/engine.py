@@ -22,6 +22,17 @@ hand-over to the update thread and back (two thread wake-ups per pull). Each sha
 writes queued for it and the writes its thread finished (:attr:`Shard.writes_queued`,
 :attr:`Shard.writes_done`); equal counts mean no write is pending.
 
+A push of deltas for a shard whose thread is idle needs no update thread either
+(:meth:`UpdateEngine.claim_idle`, :meth:`UpdateEngine.apply_claimed`): the caller takes the
+thread's busy lock (which the thread holds while it processes a batch, and which nothing waits
+for: the caller only tries it), finds no write pending for the shard, and applies the delta
+itself. The order is kept (nothing was queued for the shard before it; whatever comes later
+queues behind it or is applied by the same caller), a snapshot is never taken halfway through
+it (the thread would need the lock), and a push is applied with one thread wake-up fewer on
+each side. Under load the thread is busy or writes are pending, and pushes queue and are batched
+as above; only pushes of deltas are applied this way (API (b)'s products take milliseconds,
+which the network thread must not spend).
+
 A :class:`SnapshotRound` asks every thread for copies of its shards changed since the last round
 (values, rule state, applied version), taken between two updates: the flusher writes those.
 """
@@ -207,6 +218,8 @@ class UpdateEngine:
             for _ in range(self.n_threads)
         ]
         self._wake = [threading.Event() for _ in range(self.n_threads)]
+        # held by a thread while it processes a batch; tried (never waited for) by claim_idle
+        self._busy = [threading.Lock() for _ in range(self.n_threads)]
         self._stop = threading.Event()
         self._ready = threading.Barrier(self.n_threads + 1)
         self._threads: list[threading.Thread] = []
@@ -214,6 +227,7 @@ class UpdateEngine:
         self.updated = [0] * self.n_threads  # parameter updates (floats, or MACs for API b)
         self.batches = [0] * self.n_threads
         self.pulls_at_once = 0  # pulls answered by the caller of read_now
+        self.pushes_at_once = 0  # pushes applied by the caller of apply_claimed
         self.failures: list[str] = []
         self._scratches: list[np.ndarray | None] = [None] * self.n_threads
 
@@ -283,6 +297,39 @@ class UpdateEngine:
             return None
         self.pulls_at_once += 1
         return _pull_reply(shard, work)
+
+    def claim_idle(self, local: int) -> threading.Lock | None:
+        """The busy lock of shard ``local``'s thread, taken, when the thread is between batches
+        and no write is pending for the shard; None otherwise (queue the work instead).
+
+        For servers whose writes are all queued by the calling thread (one copy of every
+        shard), as :meth:`read_now`. The caller applies at most one push with it
+        (:meth:`apply_claimed`) and releases it at once.
+        """
+        shard = self.shards[local]
+        lock = self._busy[shard.thread]
+        if not lock.acquire(blocking=False):
+            return None
+        if shard.writes_done != shard.writes_queued:
+            lock.release()
+            return None
+        return lock
+
+    def apply_claimed(self, work: Work) -> None:
+        """Apply a push of deltas now, in the calling thread, holding :meth:`claim_idle`'s lock
+        for its shard (the caller answers the client: nothing is sent from here)."""
+        shard = self.shards[work.local]
+        shard.writes_queued += 1
+        work.acked = True
+        try:
+            self._apply_deltas(shard.thread, shard, [work], None)
+        except BaseException:
+            if not work.settled:  # the version was given out: keep the counts aligned
+                shard.applied += 1
+                self._settle(shard, work)
+            self._release(work)
+            raise
+        self.pushes_at_once += 1
 
     def snapshot(self, timeout: float = 30.0, full: bool = False) -> SnapshotRound | None:
         """Copies of the shards changed since the last snapshot (``full``: of every shard).
@@ -368,7 +415,8 @@ class UpdateEngine:
                 wake.wait(IDLE_WAIT_S)
                 continue
             self.batches[t] += 1
-            self._process(t, batch, replier)
+            with self._busy[t]:
+                self._process(t, batch, replier)
 
     def _process(self, t: int, batch: list[Work], replier) -> None:
         by_shard: dict[int, list[Work]] = {}
@@ -405,27 +453,39 @@ class UpdateEngine:
 
     def _apply_deltas(self, t: int, shard: Shard, run: list[Work], replier) -> None:
         k = len(run)
-        addrs = np.fromiter((w.data.ctypes.data for w in run), np.int64, k)
-        offsets = np.fromiter((w.offset for w in run), np.int64, k)
-        lengths = np.fromiter((w.length for w in run), np.int64, k)
-        coefs = np.fromiter((w.coef for w in run), np.float32, k)
-        kernels.apply_deltas(
-            self.rule,
-            shard.values,
-            shard.state,
-            addrs,
-            offsets,
-            lengths,
-            coefs,
-            self.lr,
-            self.mu,
-            self.eps,
-            kernels.BLOCK_FLOATS,
-        )
+        if k == 1:  # nothing to batch: the delta as it is, without gathering addresses
+            work = run[0]
+            kernels.apply_delta(
+                self.rule,
+                shard.values,
+                shard.state,
+                work.data,
+                work.offset,
+                work.coef,
+                self.lr,
+                self.mu,
+                self.eps,
+            )
+        else:
+            kernels.apply_deltas(
+                self.rule,
+                shard.values,
+                shard.state,
+                np.fromiter((w.data.ctypes.data for w in run), np.int64, k),
+                np.fromiter((w.offset for w in run), np.int64, k),
+                np.fromiter((w.length for w in run), np.int64, k),
+                np.fromiter((w.coef for w in run), np.float32, k),
+                self.lr,
+                self.mu,
+                self.eps,
+                kernels.BLOCK_FLOATS,
+            )
         shard.applied += k
+        for work in run:
+            work.settled = True
         shard.writes_done += k  # before the acknowledgements: a pull after one finds none pending
         self.applied[t] += k
-        self.updated[t] += int(lengths.sum())
+        self.updated[t] += sum(w.length for w in run)
         for work in run:
             self._finish(work, replier)
 

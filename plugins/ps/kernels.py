@@ -141,6 +141,14 @@ def apply_deltas(rule, w, state, addrs, offsets, lengths, coefs, lr, mu, eps, bl
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
+def apply_delta(rule, w, state, d, offset, c, lr, mu, eps):
+    """Apply one delta ``d`` at ``offset`` of the shard (:func:`apply_deltas` of one, taking
+    the array itself: nothing to batch, so no blocks and no addresses to gather)."""
+    lr, mu, eps, c = np.float32(lr), np.float32(mu), np.float32(eps), np.float32(c)
+    _segment(rule, w, state, offset, d, c, lr, mu, eps)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
 def apply_vectors(rule, w, state, shard_lo, w_off, m, r0, et, a, c, lr, mu, eps, scratch, wd=0.0):
     """API (b) for the part of one fully connected layer that lies in one shard.
 
@@ -262,6 +270,8 @@ def compile_kernels() -> None:
             1e-8,
             BLOCK_FLOATS,
         )
+        for delta in (d, frozen[2]):
+            apply_delta(rule, w, w.copy(), delta, 8, 1.0, 1.0, 0.9, 1e-8)
         for e, x in ((et, a), (frozen[0], frozen[1])):
             apply_vectors(
                 rule, w, w.copy(), 0, 0, 8, 0, e, x, 1.0, 1.0, 0.9, 1e-8,

@@ -18,10 +18,15 @@ either way the update lives in the server's memory only until the next flush. "q
 two thread wake-ups (to the update thread and back) off every push's round trip, which on a
 small virtual machine cost as much as the transfer of a 1 MiB shard; "applied" reports a failure
 to apply (a bug: ``INTERNAL``) to the client that sent the update, and is what replication
-(issue 12) starts from. Control requests (``PING``, ``HELLO``: the layout and map, ``STATUS``:
-counters and the update rule's parameters) are answered on the network thread, and so is a
-pull of a shard with no write pending (one copy of every shard: the network thread queues every
-write, so it can read the shard itself; :meth:`~hogwild_plugins.ps.engine.UpdateEngine.read_now`).
+(issue 12) starts from. A push of deltas for a shard whose update thread is idle, with
+nothing pending for the shard, is applied by the network thread itself and acknowledged once
+applied (``direct_pushes``, :meth:`~hogwild_plugins.ps.engine.UpdateEngine.claim_idle`): on a
+lightly loaded server that takes the wake-up of the update thread off the push as well; under
+load pushes queue and are batched. Control requests (``PING``, ``HELLO``: the layout and map,
+``STATUS``: counters and the update rule's parameters) are answered on the network thread, and
+so is a pull of a shard with no write pending (one copy of every shard: the network thread
+queues every write, so it can read the shard itself;
+:meth:`~hogwild_plugins.ps.engine.UpdateEngine.read_now`).
 
 A ``PUSH_DELTAS`` may name a vector beside the parameters (a second frame, the name, checked as
 vector-operation names are: :func:`~hogwild_plugins.ps.checks.check_named_push`): the delta is
@@ -104,6 +109,9 @@ class ServerOptions:
         direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
             network thread (the default); False queues every pull behind its shard's update
             thread, as replicated servers do (``bench/ps.py`` measures both).
+        direct_pushes: With one copy, apply a push of deltas on the network thread when its
+            shard's update thread is idle and no write is pending for the shard (the default);
+            False queues every push for the update threads (``bench/ps.py`` measures both).
     """
 
     job: str
@@ -129,6 +137,7 @@ class ServerOptions:
     etcd: str | None = None
     lease_s: int = 2
     direct_pulls: bool = True
+    direct_pushes: bool = True
     extra: dict = field(default_factory=dict)
 
 
@@ -445,6 +454,17 @@ class ParameterServer:
                 now = self.engine.read_now(work)
                 if now is not None:
                     return Reply(*now)
+            elif work.kind == Kind.DELTAS and self.options.direct_pushes:
+                claimed = self.engine.claim_idle(local)  # its thread is idle: apply it here
+                if claimed is not None:
+                    try:
+                        self._admit(header, shard, work)
+                        work.free = self._free_later(request.frames)
+                        work.keep = request.frames
+                        self.engine.apply_claimed(work)
+                    finally:
+                        claimed.release()
+                    return Reply(header.reply(MsgType.ACK, version=work.version))
         slot = self.engine.reserve()
         if slot is None:
             raise WireError("the server's queues are full; retry", ErrorCode.BUSY)
@@ -597,6 +617,7 @@ class ParameterServer:
             "updates": sum(engine.updated) if engine else 0,
             "batches": sum(engine.batches) if engine else 0,
             "pulls_at_once": engine.pulls_at_once if engine else 0,
+            "pushes_at_once": engine.pushes_at_once if engine else 0,
             "staleness_histogram": self.book.histogram_labels(),
             "refused_stale": self.book.refused,
             "basis_ahead": self.book.ahead,

@@ -141,6 +141,28 @@ def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_ev
             time.sleep(0.01)
 
 
+def test_a_push_to_an_idle_shard_is_applied_by_the_network_thread_and_equals_the_queued_path():
+    rng = np.random.default_rng(9)
+    deltas = [rng.standard_normal(N).astype(np.float32) for _ in range(30)]
+    ends = []
+    for direct in (True, False):
+        with local_server(GEOMETRY, shard_kib=4, rule="adagrad", direct_pushes=direct) as server:
+            with client_for(server) as client:
+                out = np.zeros(N, np.float32)
+                deadline = time.monotonic() + 10.0
+                for delta in deltas:  # a pull after each push: every shard idle before the next
+                    client.push_deltas(delta)
+                    client.pull(out)
+                at_once = client.status()[0]["pushes_at_once"]
+                while direct and at_once == 0:  # each push found its thread idle, bar a race
+                    client.push_deltas(np.zeros(N, np.float32))
+                    at_once = client.status()[0]["pushes_at_once"]
+                    assert time.monotonic() < deadline, "no push was applied at once"
+                assert (at_once > 0) == direct
+                ends.append(out.copy())
+    np.testing.assert_array_equal(ends[0], ends[1])  # the same rule, the same order: bit for bit
+
+
 def test_without_direct_pulls_every_pull_queues_and_still_sees_every_push():
     with local_server(GEOMETRY, shard_kib=4, direct_pulls=False) as server:
         with client_for(server) as client:

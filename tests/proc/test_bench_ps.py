@@ -38,7 +38,7 @@ def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
     for api in ("deltas", "activations"):
         for transport in ("inproc", "ipc", "tcp"):
             found = [r for r in rows if (r["api"], r["transport"]) == (api, transport)]
-            found = [r for r in found if "recv" not in r]
+            found = [r for r in found if "recv" not in r and "pushes" not in r]
             assert sorted(r["server_cores"] for r in found) == list(range(1, cores + 1))
             assert all(r["updates_per_s"] > 0 for r in found)
     pulls = {r["pulls"]: r for r in rows if r["api"] == "pull"}
@@ -46,12 +46,28 @@ def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
     for row in pulls.values():
         assert row["pulls_per_s"] > 0 and row["server_cores"] == cores
         assert row["updates_per_s"] == pytest.approx(row["pulls_per_s"] * 262_144, rel=0.05)
+    queued = [r for r in rows if r.get("pushes") == "queued"]
+    assert len(queued) == 1 and queued[0]["api"] == "deltas" and queued[0]["pushes_per_s"] > 0
     for row in (r for r in rows if r["transport"] != "inproc"):
         assert row["clients"] == 2 and 0 < row["server_cpu_ms"] < 1_000
 
     limits, targets = record["limits"], record["targets"]
     assert limits["triad_gb_s"] > 0 and limits["sgemm_gflops"] > 0
     assert limits["pyzmq_1mb_gb_s"] > 0 and limits["pyzmq_1mb_tcp_server_cpu_ms"] > 0
+    assert limits["pyzmq_1mb_receive_only_gb_s"] > 0
+    direct = next(
+        r
+        for r in rows
+        if (r["api"], r["transport"], r["server_cores"]) == ("deltas", "tcp", cores)
+        and "recv" not in r
+        and "pushes" not in r
+    )
+    assert targets["push_1mb_direct_vs_queued"] == pytest.approx(
+        direct["pushes_per_s"] / queued[0]["pushes_per_s"], rel=1e-2
+    )
+    assert targets["push_1mb_tcp_vs_pyzmq"] == pytest.approx(
+        direct["pushes_per_s"] * 2**20 / (limits["pyzmq_1mb_gb_s"] * 1e9), rel=1e-2
+    )
     assert targets["pull_1mb_direct_vs_queued"] == pytest.approx(
         pulls["direct"]["pulls_per_s"] / pulls["queued"]["pulls_per_s"], rel=1e-2
     )
