@@ -29,6 +29,7 @@ import zmq
 from hogwild.errors import HogwildError
 from hogwild.net.address import Address, parse_address
 from hogwild.net.auth import secure_client
+from hogwild.net.send import send_message
 from hogwild.net.wire import (
     RESEND,
     ErrorCode,
@@ -43,6 +44,7 @@ __all__ = ["PeerUnreachableError", "Peers", "ProtocolError", "Request"]
 
 BUSY_PAUSE_S = 0.002
 ALIVE_EVERY_S = 0.2  # how often a wait asks whether the peer's process still lives
+_NOBLOCK = int(zmq.NOBLOCK)
 
 
 class PeerUnreachableError(HogwildError):
@@ -210,10 +212,8 @@ class Peers:
         return seq
 
     def _send(self, req: Request, now: float) -> None:
-        sock = self._sockets[req.server]
-        parts = [pack_header(req.header), *req.frames]
         try:
-            sock.send_multipart(parts, flags=zmq.NOBLOCK, copy=False)
+            send_message(self._sockets[req.server], [pack_header(req.header)], req.frames, _NOBLOCK)
         except zmq.Again:
             pass  # the socket's queue is full: the timeout sends it again
         req.sent_at, req.resend_at = now, 0.0

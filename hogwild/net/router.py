@@ -38,6 +38,7 @@ from hogwild.errors import HogwildError
 from hogwild.net.address import Address, check_bind
 from hogwild.net.auth import ServerSecurity, secure_server
 from hogwild.net.dedup import RequestWindow, Seen
+from hogwild.net.send import send_message
 from hogwild.net.wire import (
     DType,
     ErrorCode,
@@ -56,6 +57,7 @@ DRAIN = 256  # messages handled per socket before looking at the other one
 MAX_ERROR_TEXT = 1000
 MAX_ROUTES = 65536
 _ids = itertools.count()
+_POLLIN = int(zmq.POLLIN)
 _ERROR_NAMES = {int(c): c.name for c in ErrorCode}
 
 
@@ -134,9 +136,7 @@ class Replier:
 
     def send(self, header: Header, frames: Sequence = ()) -> None:
         try:
-            self._socket.send_multipart(
-                [pack_header(header), *frames], copy=False, flags=zmq.NOBLOCK
-            )
+            send_message(self._socket, [pack_header(header)], frames, zmq.NOBLOCK)
         except zmq.Again:
             pass  # the network thread is gone (shutting down): the client will retry
 
@@ -261,7 +261,7 @@ class Router:
                 self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
             self._record(header, head, parts[1:])
             if identity is not None:
-                self._router.send_multipart([identity, head, *parts[1:]], copy=False)
+                send_message(self._router, [identity, head], parts[1:])
 
     def _record(self, header: Header, head: bytes, frames: Sequence) -> None:
         """Keep small replies (acknowledgements, errors) to answer a retry with; forget the rest,
@@ -280,11 +280,13 @@ class Router:
         if header.type == MsgType.ERROR:
             self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
         self._record(header, head, reply.frames)
-        self._router.send_multipart([identity, head, *reply.frames], copy=False)
+        send_message(self._router, [identity, head], reply.frames)
 
     def _serve_requests(self) -> None:
         sock, whole = self._router, not getattr(self.handler, "receives_into_buffers", False)
-        for _ in range(DRAIN):
+        for n in range(DRAIN):
+            if n and not sock.getsockopt(zmq.EVENTS) & _POLLIN:
+                return  # cheaper than the zmq.Again of a receive that finds nothing
             try:  # whole messages in one call, unless frames go into the handler's buffers
                 parts = sock.recv_multipart(zmq.NOBLOCK, copy=False) if whole else None
                 if parts is None:

@@ -1,0 +1,69 @@
+"""``send_message``: one message of copied small frames and uncopied arrays, over real sockets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zmq
+
+from hogwild.net.send import send_message
+
+
+@pytest.fixture
+def pair():
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    for s in (a, b):
+        s.setsockopt(zmq.LINGER, 0)
+    a.bind("inproc://send-test")
+    b.connect("inproc://send-test")
+    yield a, b
+    a.close(0)
+    b.close(0)
+    ctx.term()
+
+
+def test_small_frames_and_arrays_arrive_as_one_message_in_order(pair):
+    a, b = pair
+    array = np.arange(300_000, dtype=np.float32)  # above pyzmq's copy threshold: sent in place
+    send_message(a, [b"id", b"header"], [array, memoryview(b"tail")])
+    parts = b.recv_multipart()
+    assert parts[:2] == [b"id", b"header"]
+    assert np.array_equal(np.frombuffer(parts[2], np.float32), array)
+    assert parts[3] == b"tail"
+    assert not b.poll(0)  # nothing more: the four frames were one message
+
+
+def test_a_message_of_small_frames_only_ends_at_its_last_frame(pair):
+    a, b = pair
+    send_message(a, [b"only"])
+    send_message(a, [b"x", b"y"])
+    assert b.recv_multipart() == [b"only"]
+    assert b.recv_multipart() == [b"x", b"y"]
+
+
+def test_nonblocking_send_to_a_full_socket_raises_again_and_sends_nothing_partial():
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        for s in (a, b):
+            s.setsockopt(zmq.LINGER, 0)
+        a.setsockopt(zmq.SNDHWM, 1)
+        b.setsockopt(zmq.RCVHWM, 1)
+        a.bind("inproc://send-full")
+        b.connect("inproc://send-full")
+        sent = 0
+        with pytest.raises(zmq.Again):
+            for _ in range(100):  # bounded: inproc queues hold a handful at these marks
+                send_message(a, [b"h"], [np.full(4, sent, np.float32)], zmq.NOBLOCK)
+                sent += 1
+        received = []
+        while b.poll(0):
+            received.append(b.recv_multipart())
+        assert len(received) == sent  # every message whole, the refused one absent
+        for n, (head, body) in enumerate(received):
+            assert head == b"h" and np.array_equal(np.frombuffer(body, np.float32), np.full(4, n))
+    finally:
+        a.close(0)
+        b.close(0)
+        ctx.term()
