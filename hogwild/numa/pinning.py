@@ -24,11 +24,12 @@ binds shard-processing threads to the node holding the shard; this is how hogwil
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -40,6 +41,8 @@ __all__ = [
     "PinningError",
     "bind_memory",
     "first_touch",
+    "helper_cpus",
+    "helpers_on",
     "interleave_memory",
     "libnuma_available",
     "memory_nodes",
@@ -107,6 +110,30 @@ def pin_worker(
     before = pin_to_cpus(cpus)
     set_preferred_node(placement.node)
     return before
+
+
+def helper_cpus(placement: WorkerPlacement, allowed: Iterable[int], topology: Topology) -> set[int]:
+    """The CPUs a pinned worker's helper threads may use: those of its NUMA node that it was
+    allowed before it was pinned (``allowed``), its own CPU when there are none."""
+    node = next((n.cpus for n in topology.nodes if n.node == placement.node), ())
+    return (set(allowed) & set(node)) or {placement.cpu}
+
+
+@contextlib.contextmanager
+def helpers_on(cpus: Iterable[int]) -> Iterator[None]:
+    """Threads started inside the block may run on ``cpus``; this thread is pinned back after.
+
+    A thread inherits its creator's CPUs when it starts (Linux affinity is per thread). A
+    worker's helpers (a copy's exchange thread, ZeroMQ's I/O thread) serve its training but do
+    not compute: pinned to the worker's CPU they take their time from its training even while
+    another CPU of the node stands idle.
+    """
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def first_touch(array: np.ndarray) -> None:

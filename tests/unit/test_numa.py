@@ -1,6 +1,7 @@
 """Topology, placement, pinning and the machine report, against fake sysfs trees and this host."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ from hogwild.numa.pinning import (
     PinningError,
     bind_memory,
     first_touch,
+    helper_cpus,
+    helpers_on,
     interleave_memory,
     libnuma_available,
     memory_nodes,
@@ -216,6 +219,29 @@ def test_pinning_this_process_and_restoring():
             pin_to_cpus([max(before) + 4096])
         with pytest.raises(PinningError):
             pin_worker(placement, scope="socket")
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_threads_started_among_helpers_run_on_the_node_while_the_worker_stays_pinned():
+    before = os.sched_getaffinity(0)
+    t = read_topology()
+    placement = plan_workers(t)[0]
+    seen: list[set[int]] = []
+    try:
+        allowed = pin_worker(placement)
+        wide = helper_cpus(placement, allowed, t)
+        node_cpus = next(n.cpus for n in t.nodes if n.node == placement.node)
+        assert wide == set(allowed) & set(node_cpus) and len(wide) >= 2
+        with helpers_on(wide):
+            helper = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+            helper.start()
+        helper.join(10)
+        assert seen == [wide]  # the helper may use the node
+        assert os.sched_getaffinity(0) == {placement.cpu}  # the worker is pinned back
+        # nothing of the node allowed: the helpers stay on the worker's CPU
+        assert helper_cpus(placement, [], t) == {placement.cpu}
     finally:
         os.sched_setaffinity(0, before)
 
