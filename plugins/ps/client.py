@@ -452,7 +452,48 @@ class PSClient:
         """
         self._check_vector(into, "into")
         wanted = list(range(self.layout.n_shards)) if shards is None else list(shards)
-        requests, bad = [], []
+        requests, bad = self._pulls(into, wanted)
+        self._run(requests)
+        if bad:
+            raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
+        return self.versions[wanted].copy()
+
+    def push_and_pull(
+        self,
+        delta: np.ndarray,
+        into: np.ndarray,
+        basis: np.ndarray | None = None,
+        ranges: Sequence[tuple[int, int]] | None = None,
+    ) -> np.ndarray:
+        """:meth:`push_deltas` of ``delta``, then :meth:`pull` of every shard into ``into``.
+
+        With servers that keep one copy, the pulls go out right behind the pushes, in one
+        exchange, without waiting for the acknowledgements: a server answers one client's
+        requests in the order they came, and a pull of a shard with a write pending waits
+        behind it, so each pull still sees the pushes before it, and a round trip is saved.
+        Replicated servers commit a push on every copy before applying it, so there the pull
+        waits for the acknowledgements.
+
+        Returns:
+            uint64 [n_shards]: the versions of the values written.
+        """
+        if self.routes is not None:
+            self.push_deltas(delta, basis=basis, ranges=ranges)
+            return self.pull(into)
+        self._check_vector(delta, "delta")
+        self._check_vector(into, "into")
+        wanted = list(range(self.layout.n_shards))
+        pulls, bad = self._pulls(into, wanted)
+        self._run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges) + pulls)
+        if bad:
+            raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
+        return self.versions[wanted].copy()
+
+    def _pulls(self, into: np.ndarray, wanted: list[int]) -> tuple[list[Request], list[str]]:
+        """Requests that pull ``wanted`` shards straight into ``into``, and the list where
+        replies that do not fit are named."""
+        requests: list[Request] = []
+        bad: list[str] = []
         for shard in wanted:
             if not 0 <= shard < self.layout.n_shards:
                 raise HogwildError(f"shard {shard}: the job has {self.layout.n_shards} shards")
@@ -468,10 +509,7 @@ class PSClient:
 
             header = Header(MsgType.PULL, job=self.job_id, target=shard)
             requests.append(Request(self._server_of(shard), header, on_reply=check, sink=sink))
-        self._run(requests)
-        if bad:
-            raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
-        return self.versions[wanted].copy()
+        return requests, bad
 
     # ------------------------------------------------------------------ vector operations
 

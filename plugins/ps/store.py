@@ -52,6 +52,14 @@ class RemoteHome(Home):
     def merge(self, values, copy, base, ranges) -> None:
         merge_pulled(values, copy, base, ranges)
 
+    def exchange(self, copy, base, ranges) -> np.ndarray:
+        """Push and pull in one exchange with the servers (:meth:`PSClient.push_and_pull`)."""
+        take_deltas(self.send, copy, base, ranges)
+        spans = [(int(lo), int(hi)) for lo, hi in ranges]
+        self.basis = self.client.push_and_pull(self.send, self.values, self.basis, spans)
+        merge_pulled(self.values, copy, base, ranges)
+        return self.values
+
     def push_vectors(self, layers: tuple[FcLayer, ...], buffer: VectorBuffer) -> None:
         rows = buffer.rows
         for i, layer in enumerate(layers):

@@ -176,6 +176,29 @@ def test_without_direct_pulls_every_pull_queues_and_still_sees_every_push():
             assert client.status()[0]["pulls_at_once"] == 0
 
 
+@pytest.mark.parametrize(
+    "direct", [True, False], ids=["network-thread-applies", "update-threads-apply"]
+)
+def test_push_and_pull_in_one_exchange_sees_its_own_push_every_time(direct):
+    """The pulls go out behind the pushes without waiting for the acknowledgements: the server
+    must answer them in order, with every push before them applied (queued or at once)."""
+    opts = {"shard_kib": 4, "threads": 2, "direct_pushes": direct, "direct_pulls": direct}
+    with local_server(GEOMETRY, **opts) as server, client_for(server) as client:
+        out, total = np.zeros(N, np.float32), np.zeros(N, np.float32)
+        ranges = [(0, 1500), (3100, N)]  # a copy's ranges: some shards partly, shard 2 not at all
+        basis = None
+        for step in range(60):
+            delta = np.full(N, step + 1, np.float32)
+            basis = client.push_and_pull(delta, out, basis=basis, ranges=ranges)
+            for lo, hi in ranges:
+                total[lo:hi] += delta[lo:hi]
+            np.testing.assert_array_equal(out, total)
+            assert list(basis) == list(client.versions)
+        assert list(basis) == [60, 60, 0, 60, 60]
+        hist = client.status()[0]["staleness_histogram"]  # each push made against the last pull
+        assert hist == {"0": 60 * 4}
+
+
 def test_vector_operations_run_shard_locally_and_versions_follow_writes():
     rng = np.random.default_rng(4)
     init = rng.standard_normal(N).astype(np.float32)
