@@ -45,6 +45,7 @@ __all__ = ["PeerUnreachableError", "Peers", "ProtocolError", "Request"]
 BUSY_PAUSE_S = 0.002
 ALIVE_EVERY_S = 0.2  # how often a wait asks whether the peer's process still lives
 _NOBLOCK = int(zmq.NOBLOCK)
+_POLLIN = int(zmq.POLLIN)
 
 
 class PeerUnreachableError(HogwildError):
@@ -255,7 +256,12 @@ class Peers:
 
     def _drain(self, i: int, inflight: list[dict[int, Request]]) -> None:
         sock = self._sockets[i]
-        while inflight[i]:  # once every request has its reply, a late duplicate can wait
+        while True:
+            # Once every request has its reply, stop without the failed receive that would say
+            # so; but read a late duplicate that is already there (the poller would otherwise
+            # report the socket readable again at once, while other servers are waited for).
+            if not inflight[i] and not sock.getsockopt(zmq.EVENTS) & _POLLIN:
+                return
             try:
                 head = sock.recv(flags=zmq.NOBLOCK, copy=True)
             except zmq.Again:

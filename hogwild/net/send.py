@@ -24,9 +24,13 @@ def send_message(sock: zmq.Socket, small: Sequence, arrays: Sequence = (), flags
     buffer protocol, left untouched until ZeroMQ is done with it) as the frames of one message.
 
     Raises:
+        TypeError, ValueError: An array is not a buffer, or not a contiguous one (nothing sent).
         zmq.Again: With ``zmq.NOBLOCK`` in ``flags``, the socket cannot take the message now
             (ZeroMQ decides that at the first frame: a message is sent whole or not at all).
     """
+    for part in arrays:  # refused before the first frame goes: never half a message
+        if not isinstance(part, (bytes, zmq.Frame)) and not memoryview(part).contiguous:
+            raise ValueError(f"a frame must be a contiguous buffer, got {type(part).__name__}")
     flags = int(flags)
     last = len(small) + len(arrays) - 1
     for n, part in enumerate(small):

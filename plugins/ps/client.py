@@ -470,7 +470,8 @@ class PSClient:
         With servers that keep one copy, the pulls go out right behind the pushes, in one
         exchange, without waiting for the acknowledgements: a server answers one client's
         requests in the order they came, and a pull of a shard with a write pending waits
-        behind it, so each pull still sees the pushes before it, and a round trip is saved.
+        behind it, so each pull still sees the pushes before it, and a round trip is saved (a
+        push refused as BUSY and sent again lands after its pull: that shard is read again).
         Replicated servers commit a push on every copy before applying it, so there the pull
         waits for the acknowledgements.
 
@@ -483,18 +484,32 @@ class PSClient:
         self._check_vector(delta, "delta")
         self._check_vector(into, "into")
         wanted = list(range(self.layout.n_shards))
-        pulls, bad = self._pulls(into, wanted)
-        self._run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges) + pulls)
+        pulled = np.zeros(len(wanted), np.uint64)  # the version of the values each pull read
+        acked = np.zeros(len(wanted), np.uint64)  # the version each push made
+        pulls, bad = self._pulls(into, wanted, pulled)
+        pushes = self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges)
+        for req in pushes:
+            req.on_reply = lambda h, frames, s=req.header.target: acked.__setitem__(s, h.version)
+        self._run(pushes + pulls)
         if bad:
             raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
-        return self.versions[wanted].copy()
+        # A push the server could not take at once (BUSY: its queues were full) was sent again
+        # and applied after the pull behind it read the shard: read those shards again.
+        behind = [s for s in wanted if acked[s] > pulled[s]]
+        if behind:
+            again = self.pull(into, shards=behind)
+            pulled[behind] = again
+        return pulled
 
-    def _pulls(self, into: np.ndarray, wanted: list[int]) -> tuple[list[Request], list[str]]:
-        """Requests that pull ``wanted`` shards straight into ``into``, and the list where
-        replies that do not fit are named."""
+    def _pulls(
+        self, into: np.ndarray, wanted: list[int], versions: np.ndarray | None = None
+    ) -> tuple[list[Request], list[str]]:
+        """Requests that pull ``wanted`` shards straight into ``into`` (the version of the reply
+        for ``wanted[n]`` into ``versions[n]``, if given), and the list naming the replies that
+        do not fit."""
         requests: list[Request] = []
         bad: list[str] = []
-        for shard in wanted:
+        for n, shard in enumerate(wanted):
             if not 0 <= shard < self.layout.n_shards:
                 raise HogwildError(f"shard {shard}: the job has {self.layout.n_shards} shards")
             lo, hi = self.layout.shard_range(shard)
@@ -503,9 +518,11 @@ class PSClient:
             def sink(h: Header, view=view):
                 return [view] if h.shape == (view.size,) and h.offset == 0 else None
 
-            def check(h: Header, frames: list, view=view, shard=shard) -> None:
+            def check(h: Header, frames: list, view=view, shard=shard, n=n) -> None:
                 if h.type == MsgType.DATA and (h.shape != (view.size,) or frames[0] is not view):
                     bad.append(f"shard {shard}: a reply of {h.shape} at offset {h.offset}")
+                elif versions is not None:
+                    versions[n] = h.version
 
             header = Header(MsgType.PULL, job=self.job_id, target=shard)
             requests.append(Request(self._server_of(shard), header, on_reply=check, sink=sink))

@@ -24,14 +24,15 @@ writes queued for it and the writes its thread finished (:attr:`Shard.writes_que
 
 A push of deltas for a shard whose thread is idle needs no update thread either
 (:meth:`UpdateEngine.claim_idle`, :meth:`UpdateEngine.apply_claimed`): the caller takes the
-thread's busy lock (which the thread holds while it processes a batch, and which nothing waits
-for: the caller only tries it), finds no write pending for the shard, and applies the delta
-itself. The order is kept (nothing was queued for the shard before it; whatever comes later
-queues behind it or is applied by the same caller), a snapshot is never taken halfway through
-it (the thread would need the lock), and a push is applied with one thread wake-up fewer on
-each side. Under load the thread is busy or writes are pending, and pushes queue and are batched
-as above; only pushes of deltas are applied this way (API (b)'s products take milliseconds,
-which the network thread must not spend).
+thread's busy lock (which the thread holds while it processes a batch; the caller only tries
+it, and a thread that took a batch off its queue while the caller holds it waits that long),
+finds no write pending for the shard, and applies the delta itself. The order of writes is
+kept (nothing was queued for the shard before it; whatever comes later queues behind it or is
+applied by the same caller), a snapshot is never taken halfway through it (the thread would
+need the lock), and a push is applied with one thread wake-up fewer on each side. Under load
+the thread is busy or writes are pending, and pushes queue and are batched as above; only
+pushes of deltas are applied this way (API (b)'s products take milliseconds, which the network
+thread must not spend).
 
 A :class:`SnapshotRound` asks every thread for copies of its shards changed since the last round
 (values, rule state, applied version), taken between two updates: the flusher writes those.

@@ -4,6 +4,7 @@ operations, retries, unreachable servers, receive and acknowledgement modes."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -197,6 +198,33 @@ def test_push_and_pull_in_one_exchange_sees_its_own_push_every_time(direct):
         assert list(basis) == [60, 60, 0, 60, 60]
         hist = client.status()[0]["staleness_histogram"]  # each push made against the last pull
         assert hist == {"0": 60 * 4}
+
+
+def test_a_push_refused_busy_behind_which_its_pull_was_answered_is_pulled_again():
+    """The pull right behind a push the server could not take (its work slots all taken) reads
+    the shard before the push is sent again: push_and_pull reads that shard once more."""
+    with local_server(GEOMETRY, shard_kib=4, direct_pushes=False) as server:
+        with client_for(server) as client:
+            taken = []
+            while (slot := server.engine.reserve()) is not None:
+                taken.append(slot)
+            assert taken  # every slot is held here: a queued push is refused BUSY
+
+            def give_back():
+                for slot in taken:
+                    server.engine.unreserve(slot)
+
+            timer = threading.Timer(0.2, give_back)
+            timer.start()
+            try:
+                out = np.zeros(N, np.float32)
+                delta = np.full(N, 3.0, np.float32)
+                versions = client.push_and_pull(delta, out)
+            finally:
+                timer.join()
+            np.testing.assert_array_equal(out, delta)
+            assert list(versions) == [1] * client.layout.n_shards
+            assert server.router.errors["BUSY"] >= 1  # the push was refused at least once
 
 
 def test_vector_operations_run_shard_locally_and_versions_follow_writes():

@@ -42,6 +42,17 @@ def test_a_message_of_small_frames_only_ends_at_its_last_frame(pair):
     assert b.recv_multipart() == [b"x", b"y"]
 
 
+def test_a_frame_that_is_no_contiguous_buffer_is_refused_before_anything_is_sent(pair):
+    a, b = pair
+    with pytest.raises(ValueError, match="contiguous"):
+        send_message(a, [b"h"], [np.zeros(8, np.float32), np.zeros((4, 4), np.float32)[:, 1]])
+    with pytest.raises(TypeError):
+        send_message(a, [b"h"], [np.zeros(8, np.float32), 3.5])
+    send_message(a, [b"next"])
+    assert b.recv_multipart() == [b"next"]  # no frame of the refused messages went ahead of it
+    assert not b.poll(0)
+
+
 def test_nonblocking_send_to_a_full_socket_raises_again_and_sends_nothing_partial():
     ctx = zmq.Context()
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
