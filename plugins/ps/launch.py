@@ -49,7 +49,8 @@ def free_ports(n: int) -> list[int]:
 
 
 class ServeProcess:
-    """``hogwild ps serve ARGS`` as a child process.
+    """``hogwild ps serve ARGS`` as a child process, stopped (SIGTERM) when its owner dies, even by
+    SIGKILL: the kernel's death signal follows the thread that called :meth:`start`.
 
     Args:
         args: Arguments after ``hogwild ps serve``.
@@ -71,7 +72,9 @@ class ServeProcess:
         Raises:
             HogwildError: It exited, or printed no ready line within ``timeout`` (it is killed).
         """
-        command = [sys.executable, "-m", "hogwild.cli", "ps", "serve", *self.args]
+        from hogwild.cluster.roles import SHIM  # SIGTERM when this process dies, even by SIGKILL
+
+        command = [sys.executable, "-c", SHIM, str(os.getpid()), "ps", "serve", *self.args]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                         text=True, env=self.env)  # fmt: skip

@@ -99,3 +99,32 @@ def test_a_job_trained_through_hogwild_ps_serve_reaches_98_percent_in_one_epoch(
     assert start["parameters"]["fc_push"] == "vectors" and start["parameters"]["per"] == "worker"
     assert final["examples"] == 60000
     assert final["test_accuracy"] >= 0.98, final
+
+
+def test_a_served_process_stops_when_its_owner_is_killed():
+    """An owner SIGKILLed (a test's timeout, a benchmark killed) takes its servers down."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    owner = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import time\n"
+            "from hogwild_plugins.ps.launch import ServeProcess\n"
+            "p = ServeProcess(['--port', '0', '--threads', '1'])\n"
+            "p.start()\n"
+            "print(p.process.pid, flush=True)\n"
+            "time.sleep(120)\n"
+        )],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        server = psutil.Process(int(owner.stdout.readline()))
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        server.wait(20)  # raises psutil.TimeoutExpired if the server outlives its owner
+    finally:
+        owner.kill()
+        owner.wait()
