@@ -1,17 +1,19 @@
-"""Layers over a whole minibatch at once, as matrix products through BLAS (sgemm).
+"""Layers over a whole minibatch at once, as matrix products.
 
 A convolution is one product per example and direction (the engine hands it one example at a
-time, so the example's activations stay in cache; a group of examples in one product was measured
-slower here). The forward product unfolds the input into columns (``col[(c, ky, kx), (oy, ox)]``,
-"im2col", with zero padding and any stride), then ``Y[o, p] = W[o, (c, ky, kx)] @ col``, written
-straight into the example's output row. Its backward is two more products: the weight gradient
-``dW += dY @ rows`` over the input unfolded pixel-major (``rows = col^T``, :func:`_im2row`), or
-``dY @ col^T`` for layers with fewer taps than output pixels (whichever OpenBLAS runs faster), and
-``dcol = W^T @ dY``, folded back onto the input gradient ("col2im"); ``dY`` is read in place. A
-fully connected layer over ``n`` examples is ``Y = X W^T``, ``dX = dY W`` and ``dW = dY^T X``.
-Adam section 3.2.4 makes the same move with hand-tuned assembly; here numba calls the BLAS that
-SciPy ships (numba's ``np.dot`` with an ``out`` array, so nothing is allocated), one thread per
-worker process.
+time, so the example's activations stay in cache), through the register-blocked kernel of
+:mod:`hogwild.model.gemm` with the layer's weights packed once per minibatch
+(:func:`pack_conv_weights`). The forward product unfolds the input into columns
+(``col[(c, ky, kx), (oy, ox)]``, "im2col", with zero padding and any stride), then
+``Y[o, p] = W[o, (c, ky, kx)] @ col + b``, written with its bias straight into the example's
+output row. Its backward is two more products: the weight gradient ``dW += dY @ rows``, over the
+input unfolded pixel-major (``rows = col^T``, :func:`_im2row`) and added into the gradient as it
+leaves the registers, and ``dcol = W^T @ dY`` with ``dY`` read in place, folded back onto the
+input gradient ("col2im"). A fully connected layer over ``n`` examples is ``Y = X W^T`` (numpy's
+BLAS, one thread per worker process), ``dX = dY W`` written into the examples' rows, and its
+weight update ``W -= lr * (dY^T X / n + wd * W)`` applied block by block as the product's blocks
+leave the registers (the gradient matrix is never stored). Adam section 3.2.4 makes the same
+moves with hand-tuned assembly.
 
 Activations stay in the engine's per-example rows (``act[b, offset:]``); operands that are not
 rows of one example are gathered into the worker's scratch vector, which
@@ -20,6 +22,8 @@ rows of one example are gathered into the worker's scratch vector, which
 
 import numpy as np
 from numba import njit, uint64
+
+from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -105,8 +109,8 @@ def _col2im(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K, S, P):
 def _im2row(x, x_off, rows, C, H, W, Ho, Wo, K, S, P):
     """rows[oy*Wo + ox, (c*K + ky)*K + kx] = x[c, oy*S+ky-P, ox*S+kx-P] (0 outside), one example.
 
-    The transpose of :func:`_im2col`'s layout, for the weight gradient ``dY @ rows``: a product
-    whose right operand is row-major runs about twice as fast as one through a transposed view.
+    The transpose of :func:`_im2col`'s layout, for the weight gradient ``dY @ rows``: the right
+    operand of :func:`hogwild.model.gemm.gemm` is read row by row.
     """
     taps = uint64(C * K * K)
     k = uint64(K)
@@ -135,24 +139,57 @@ def _im2row(x, x_off, rows, C, H, W, Ho, Wo, K, S, P):
                             rows[at + uint64(kx)] = x[line + ix] if inside else 0.0
 
 
+def packed_conv_weights_size(maps: int, taps: int) -> int:
+    """Floats of a convolution's packed weights: ``W`` for the forward product, ``W^T`` for the
+    backward one (see :func:`pack_conv_weights`)."""
+    return int(packed_size(maps, taps) + packed_size(taps, maps))
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def pack_conv_weights(params, w_off, packed, O, taps, transposed):
+    """Pack a convolution's ``O x taps`` weights as the left operand of its forward product
+    (``W``, at ``packed[0:]``) or of its input-gradient product (``W^T``, after it).
+
+    Done once per minibatch, before its examples go through the layer one at a time: every
+    example's products then read the same packed copy.
+    """
+    if transposed:
+        at = packed_size(O, taps)
+        pack_a(params, w_off, 1, taps, taps, O, packed[at : at + packed_size(taps, O)])
+    else:
+        pack_a(params, w_off, taps, 1, O, taps, packed[: packed_size(O, taps)])
+
+
 @njit(cache=True, nogil=True, fastmath=True)
 def conv_forward_batch(
-    act, n, x_off, y_off, params, w_off, b_off, scratch, C, H, W, O, Ho, Wo, K, S, P
+    act, n, x_off, y_off, params, b_off, packed, work, C, H, W, O, Ho, Wo, K, S, P
 ):
-    """Convolution forward of n examples, one product each, landing in the example's output row
-    (where the bias is then added)."""
+    """Convolution forward of n examples, one product each, landing with its bias in the
+    example's output row (the weights packed by :func:`pack_conv_weights`)."""
     taps = C * K * K
     plane = Ho * Wo
-    weights = params[w_off : w_off + O * taps].reshape((O, taps))
-    col = scratch[: taps * plane]
+    col = work[: taps * plane]
     for b in range(n):
         _im2col(act, b, 1, x_off, col, C, H, W, Ho, Wo, K, S, P)
-        y = act[b, y_off : y_off + O * plane].reshape((O, plane))
-        np.dot(weights, col.reshape((taps, plane)), y)
-        for o in range(O):
-            bias = params[b_off + o]
-            for p in range(plane):
-                y[o, p] += bias
+        gemm(
+            act[b],
+            y_off,
+            plane,
+            packed,
+            col,
+            0,
+            plane,
+            O,
+            plane,
+            taps,
+            BIAS,
+            params,
+            b_off,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        )
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -162,11 +199,11 @@ def conv_backward_batch(
     n,
     x_off,
     y_off,
-    params,
     w_off,
     b_off,
     grad,
-    scratch,
+    packed,
+    work,
     C,
     H,
     W,
@@ -180,40 +217,67 @@ def conv_backward_batch(
 ):
     """Convolution backward of n examples: accumulate dW and db into ``grad``; write dX.
 
-    One example at a time, its output gradient read in place as an ``O x Ho*Wo`` matrix:
-    ``dW += dY @ rows`` (:func:`_im2row`) when the layer has at least as many taps as output
-    pixels, else ``dW += dY @ col^T`` (:func:`_im2col`): OpenBLAS runs the first twice as fast
-    for Adam's second convolution (250 taps, 64 pixels) and the second 1.7x as fast for its
-    first (25 taps, 576 pixels). ``dcol = W^T @ dY`` is folded back by :func:`_col2im`.
+    One example at a time, its output gradient ``dY`` (``O x Ho*Wo``) packed as the left operand:
+    ``dW += dY @ rows`` straight into ``grad`` (the inputs unfolded pixel-major by
+    :func:`_im2row`), and ``dcol = W^T @ dY`` (``W^T`` packed by :func:`pack_conv_weights`,
+    ``dY`` read in place), folded back onto the input gradient by :func:`_col2im`.
     """
     taps = C * K * K
     plane = Ho * Wo
-    weights = params[w_off : w_off + O * taps].reshape((O, taps))
-    g = grad[w_off : w_off + O * taps]
-    rows = scratch[: plane * taps].reshape((plane, taps))
-    gw = scratch[plane * taps : plane * taps + O * taps].reshape((O, taps))
-    flat = gw.reshape(O * taps)
+    rows = work[: plane * taps]
+    packed_dy = work[plane * taps : plane * taps + packed_size(O, plane)]
+    at = packed_size(O, taps)
+    packed_wt = packed[at : at + packed_size(taps, O)]
     for b in range(n):
         d = dact[b]
-        dy = d[y_off : y_off + O * plane].reshape((O, plane))
         for o in range(O):
             total = np.float32(0.0)
+            row = y_off + o * plane
             for p in range(plane):
-                total += dy[o, p]
+                total += d[row + p]
             grad[b_off + o] += total
-        if taps >= plane:
-            _im2row(act[b], x_off, rows.reshape(plane * taps), C, H, W, Ho, Wo, K, S, P)
-            np.dot(dy, rows, gw)
-        else:
-            col = rows.reshape((taps, plane))
-            _im2col(act, b, 1, x_off, col.reshape(plane * taps), C, H, W, Ho, Wo, K, S, P)
-            np.dot(dy, col.T, gw)
-        for i in range(O * taps):
-            g[i] += flat[i]
-        if need_dx:
-            col = rows.reshape((taps, plane))  # the unfolded inputs are no longer needed
-            np.dot(weights.T, dy, col)
-            _col2im(rows.reshape(plane * taps), b, 1, dact, x_off, C, H, W, Ho, Wo, K, S, P)
+        pack_a(d, y_off, plane, 1, O, plane, packed_dy)
+        _im2row(act[b], x_off, rows, C, H, W, Ho, Wo, K, S, P)
+        gemm(
+            grad,
+            w_off,
+            taps,
+            packed_dy,
+            rows,
+            0,
+            taps,
+            O,
+            taps,
+            plane,
+            ADD,
+            grad,
+            0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        )
+        if need_dx:  # the unfolded inputs are no longer needed: rows holds dcol
+            gemm(
+                rows,
+                0,
+                plane,
+                packed_wt,
+                d,
+                y_off,
+                plane,
+                taps,
+                plane,
+                O,
+                SET,
+                rows,
+                0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+            )
+            _col2im(rows, b, 1, dact, x_off, C, H, W, Ho, Wo, K, S, P)
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -235,19 +299,37 @@ def fc_forward_batch(act, n, x_off, y_off, params, w_off, b_off, scratch, n_in, 
 def fc_backward_batch(
     act, dact, n, x_off, y_off, params, w_off, b_off, grad, scratch, n_in, n_out, need_dx
 ):
-    """dX = dY W for n examples, and the bias gradient; the weights are updated separately."""
-    dy = scratch[: n * n_out].reshape((n, n_out))
-    dx = scratch[n * n_out : n * n_out + n * n_in].reshape((n, n_in))
+    """dX = dY W for n examples, and the bias gradient; the weights are updated separately.
+
+    ``dY`` is packed from the examples' rows and ``dX`` written into them (``W`` read in place).
+    """
     for b in range(n):
-        src = dact[b, y_off : y_off + n_out]
-        dy[b, :] = src
         for o in range(n_out):
-            grad[b_off + o] += src[o]
+            grad[b_off + o] += dact[b, y_off + o]
     if need_dx:
-        weights = params[w_off : w_off + n_out * n_in].reshape((n_out, n_in))
-        np.dot(dy, weights, dx)
-        for b in range(n):
-            dact[b, x_off : x_off + n_in] = dx[b]
+        stride = dact.shape[1]
+        rows = dact.reshape(dact.shape[0] * stride)
+        packed_dy = scratch[: packed_size(n, n_out)]
+        pack_a(rows, y_off, stride, 1, n, n_out, packed_dy)
+        gemm(
+            rows,
+            x_off,
+            stride,
+            packed_dy,
+            params,
+            w_off,
+            n_in,
+            n,
+            n_in,
+            n_out,
+            SET,
+            rows,
+            0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        )
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -271,28 +353,55 @@ def fc_weight_update_batch(
 ):
     """Apply a minibatch's weight update ``-lr * (scale * dY^T X + wd * W)`` (or momentum).
 
-    The gradient matrix is formed by one sgemm from the minibatch's error and activation vectors
-    (Adam section 3.2.6's k*(M+N) values), then applied in one pass over the shared weights.
+    The gradient ``dY^T X`` (from Adam section 3.2.6's k*(M+N) values: the minibatch's error and
+    activation vectors) is one product whose blocks are applied to the shared weights as they
+    leave the registers: the gradient matrix is never stored.
     """
-    dy = scratch[: n * n_out].reshape((n, n_out))
-    x = scratch[n * n_out : n * n_out + n * n_in].reshape((n, n_in))
-    g = scratch[n * n_out + n * n_in : n * n_out + n * n_in + n_out * n_in].reshape((n_out, n_in))
-    for b in range(n):
-        dy[b, :] = dact[b, y_off : y_off + n_out]
-        x[b, :] = act[b, x_off : x_off + n_in]
-    np.dot(dy.T, x, g)
-    w = params[w_off : w_off + n_out * n_in]
-    flat = g.reshape(n_out * n_in)
-    lr, scale, mu, wd = np.float32(lr), np.float32(scale), np.float32(mu), np.float32(wd)
+    stride = act.shape[1]
+    x = act.reshape(act.shape[0] * stride)
+    dy = dact.reshape(dact.shape[0] * stride)
+    packed_dyt = scratch[: packed_size(n_out, n)]
+    pack_a(dy, y_off, 1, stride, n_out, n, packed_dyt)
     if momentum:
-        v = velocity[w_off : w_off + n_out * n_in]
-        for i in range(n_out * n_in):
-            vi = mu * v[i] + scale * flat[i] + wd * w[i]
-            v[i] = vi
-            w[i] -= lr * vi
+        gemm(
+            params,
+            w_off,
+            n_in,
+            packed_dyt,
+            x,
+            x_off,
+            stride,
+            n_out,
+            n_in,
+            n,
+            MOMENTUM,
+            velocity,
+            0,
+            mu,
+            scale,
+            wd,
+            lr,
+        )
     else:
-        for i in range(n_out * n_in):
-            w[i] -= lr * (scale * flat[i] + wd * w[i])
+        gemm(
+            params,
+            w_off,
+            n_in,
+            packed_dyt,
+            x,
+            x_off,
+            stride,
+            n_out,
+            n_in,
+            n,
+            SGD,
+            params,
+            0,
+            1.0 - lr * wd,
+            -lr * scale,
+            0.0,
+            0.0,
+        )
 
 
 def batch_scratch_size(layers_dims, batch: int) -> int:
@@ -304,11 +413,12 @@ def batch_scratch_size(layers_dims, batch: int) -> int:
     """
     size = 1
     for dims in layers_dims:
-        if dims[0] == "conv":  # one example's unfolded input and a weight-gradient block
+        if dims[0] == "conv":  # one example's unfolded input and its packed output gradient
             _, c, o, plane, k = dims
-            taps = c * k * k
-            size = max(size, taps * plane + o * taps)
+            size = max(size, c * k * k * plane + packed_size(o, plane))
         else:
             _, n_in, n_out = dims
-            size = max(size, batch * (n_in + n_out) + n_in * n_out)
+            size = max(
+                size, batch * (n_in + n_out), packed_size(n_out, batch), packed_size(batch, n_out)
+            )
     return size

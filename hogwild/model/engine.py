@@ -15,7 +15,7 @@ from numba import njit
 
 from hogwild.model.batch_kernels import fc_weight_update_batch
 from hogwild.model.layer_kernels import argmax, cross_entropy, fc_weight_update
-from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, OP_FC
+from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, COL_WORK, OP_FC
 from hogwild.model.passes import (
     FC_DEFER,
     FC_SGD_IN_PLACE,
@@ -140,7 +140,7 @@ def train_chunk(
                         params,
                         r[COL_W],
                         velocity,
-                        scratch,
+                        scratch[ops[0, COL_WORK] :],
                         r[COL_C],
                         r[COL_O],
                         lr,
@@ -166,7 +166,7 @@ def train_chunk(
                         mu,
                         wd,
                         rule == RULE_MOMENTUM,
-                        scratch,
+                        scratch[ops[0, COL_WORK] :],
                     )
         apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, False)
         pos += n
@@ -287,7 +287,7 @@ def _train_grouped(
                         params,
                         r[COL_W],
                         velocity,
-                        scratch,
+                        scratch[ops[0, COL_WORK] :],
                         r[COL_C],
                         r[COL_O],
                         lr,

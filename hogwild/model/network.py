@@ -25,7 +25,7 @@ import numpy as np
 
 from hogwild.config import LayerConfig, ModelConfig
 from hogwild.errors import ConfigError
-from hogwild.model.batch_kernels import batch_scratch_size
+from hogwild.model.batch_kernels import batch_scratch_size, packed_conv_weights_size
 
 # Op codes of the engine.
 OP_CONV, OP_MAXPOOL, OP_FC, OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT, OP_SOFTMAX = range(8)
@@ -58,8 +58,10 @@ OP_CODES = {
     COL_PAD,
     COL_NEED_DIN,  # 1 when the gradient with respect to the input is needed
     COL_PERMILLE,  # dropout probability in millionths
-) = range(16)
-N_COLS = 16
+    COL_PACKED,  # conv: offset in the scratch of its packed weights (W, then W^T); else -1
+    COL_WORK,  # offset in the scratch where the layers' working space begins (every row)
+) = range(18)
+N_COLS = 18
 ALIGN_FLOATS = 16  # 64 bytes of float32
 
 
@@ -111,8 +113,10 @@ class Network:
         return sum(layer.connections for layer in self.layers)
 
     def scratch_floats(self, batch: int) -> int:
-        """Floats of per-worker scratch the kernels need for minibatches of ``batch``."""
-        return batch_scratch_size(self.weighted_dims, batch)
+        """Floats of per-worker scratch the kernels need for minibatches of ``batch``: the
+        convolutions' packed weights, then the working space of one layer at a time."""
+        work = int(self.ops[0, COL_WORK]) if len(self.ops) else 0
+        return work + batch_scratch_size(self.weighted_dims, batch)
 
     @property
     def scratch_size(self) -> int:
@@ -179,7 +183,7 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
         where = f"model.layers[{index}] ({kind})"
         row = ops[index]
         row[COL_OP] = OP_CODES[kind]
-        row[COL_W] = row[COL_B] = -1
+        row[COL_W] = row[COL_B] = row[COL_PACKED] = -1
         row[COL_NEED_DIN] = 1 if index > 0 else 0
         connections = 0
         name = kind
@@ -244,6 +248,13 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
         act_cursor += _align(int(np.prod(out)))
         layers.append(LayerPlan(index, layer, name, tuple(shape), tuple(out), connections))
         shape = out
+    packed_cursor = 0
+    for row in ops:
+        if row[COL_OP] == OP_CONV:
+            row[COL_PACKED] = packed_cursor
+            taps = int(row[COL_C] * row[COL_K] * row[COL_K])
+            packed_cursor = _align(packed_cursor + packed_conv_weights_size(int(row[COL_O]), taps))
+    ops[:, COL_WORK] = packed_cursor
     return Network(
         layers=tuple(layers),
         params=tuple(params),

@@ -16,6 +16,7 @@ from hogwild.model.batch_kernels import (
     conv_forward_batch,
     fc_backward_batch,
     fc_forward_batch,
+    pack_conv_weights,
 )
 from hogwild.model.layer_kernels import (
     activation_backward,
@@ -42,12 +43,14 @@ from hogwild.model.network import (
     COL_O,
     COL_OP,
     COL_OUT,
+    COL_PACKED,
     COL_PAD,
     COL_PERMILLE,
     COL_STRIDE,
     COL_W,
     COL_W_IN,
     COL_WO,
+    COL_WORK,
     OP_CONV,
     OP_DROPOUT,
     OP_FC,
@@ -78,7 +81,9 @@ def forward_batch(ops, params, act, aux, scratch, n, training):
     The layers before the first fully connected one run one example at a time, so an example's
     convolution activations stay in the core's cache (Adam section 3.2.4: working sets that fit
     in L2); the fully connected layers then run over the whole minibatch as matrix products.
+    The convolutions' weights are packed once, first, for all ``n`` examples.
     """
+    _pack_convolutions(ops, params, scratch, False)
     split = first_fc_layer(ops)
     if n > 1 and split > 0:
         for b in range(n):
@@ -88,6 +93,19 @@ def forward_batch(ops, params, act, aux, scratch, n, training):
         _forward_layers(ops, split, ops.shape[0], params, act, aux, scratch, n, training)
     else:
         _forward_layers(ops, 0, ops.shape[0], params, act, aux, scratch, n, training)
+
+
+@njit(cache=True, nogil=True)
+def _pack_convolutions(ops, params, scratch, backward):
+    """Pack every convolution's weights for the forward products, or for the backward products
+    of those whose input gradient is needed (:func:`pack_conv_weights`)."""
+    for layer in range(ops.shape[0]):
+        r = ops[layer]
+        if r[COL_OP] != OP_CONV or (backward and not r[COL_NEED_DIN]):
+            continue
+        taps = r[COL_C] * r[COL_K] * r[COL_K]
+        packed = scratch[r[COL_PACKED] : r[COL_WORK]]
+        pack_conv_weights(params, r[COL_W], packed, r[COL_O], taps, backward)
 
 
 @njit(cache=True, nogil=True)
@@ -112,9 +130,9 @@ def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
                 x_off,
                 y_off,
                 params,
-                r[COL_W],
                 r[COL_B],
-                scratch,
+                scratch[r[COL_PACKED] : r[COL_WORK]],
+                scratch[r[COL_WORK] :],
                 r[COL_C],
                 r[COL_H],
                 r[COL_W_IN],
@@ -127,7 +145,16 @@ def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
             )
         elif op == OP_FC and n > 1:
             fc_forward_batch(
-                act, n, x_off, y_off, params, r[COL_W], r[COL_B], scratch, r[COL_C], r[COL_O]
+                act,
+                n,
+                x_off,
+                y_off,
+                params,
+                r[COL_W],
+                r[COL_B],
+                scratch[r[COL_WORK] :],
+                r[COL_C],
+                r[COL_O],
             )
         else:
             for b in range(n):
@@ -172,8 +199,9 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
     ``act``/``dact``. ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` (and weight decay
     factor ``decay``) is applied to each row as the backward pass streams it (one example).
     Like :func:`forward_batch`, the layers before the first fully connected one run one example
-    at a time.
+    at a time. The convolutions' weights are packed once, first, for all ``n`` examples.
     """
+    _pack_convolutions(ops, params, scratch, True)
     split = first_fc_layer(ops)
     if n > 1 and split > 0:
         _backward_layers(
@@ -243,11 +271,11 @@ def _backward_layers(
                 n,
                 x_off,
                 y_off,
-                params,
                 r[COL_W],
                 r[COL_B],
                 grad,
-                scratch,
+                scratch[r[COL_PACKED] : r[COL_WORK]],
+                scratch[r[COL_WORK] :],
                 r[COL_C],
                 r[COL_H],
                 r[COL_W_IN],
@@ -270,7 +298,7 @@ def _backward_layers(
                 r[COL_W],
                 r[COL_B],
                 grad,
-                scratch,
+                scratch[r[COL_WORK] :],
                 r[COL_C],
                 r[COL_O],
                 need,

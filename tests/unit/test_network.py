@@ -15,6 +15,7 @@ import pytest
 
 from hogwild.config import config_from_dict, load_config
 from hogwild.errors import ConfigError
+from hogwild.model.gemm import packed_size
 from hogwild.model.network import (
     ALIGN_FLOATS,
     COL_B,
@@ -27,12 +28,15 @@ from hogwild.model.network import (
     COL_O,
     COL_OP,
     COL_OUT,
+    COL_PACKED,
     COL_PAD,
     COL_PERMILLE,
     COL_STRIDE,
     COL_W,
     COL_W_IN,
     COL_WO,
+    COL_WORK,
+    N_COLS,
     OP_CODES,
     build_network,
 )
@@ -158,7 +162,7 @@ def test_views_are_views_in_pytorch_layout(adam):
 
 def test_op_table_of_adam_model(adam):
     ops = adam.ops
-    assert ops.shape == (12, 16) and ops.dtype == np.int64
+    assert ops.shape == (12, N_COLS) and ops.dtype == np.int64
     kinds = [layer.config.type for layer in adam.layers]
     assert list(ops[:, COL_OP]) == [OP_CODES[k] for k in kinds]
     assert list(ops[:, COL_NEED_DIN]) == [0] + [1] * 11
@@ -183,6 +187,22 @@ def test_op_table_of_adam_model(adam):
     unweighted = [i for i, k in enumerate(kinds) if k not in ("conv", "fc")]
     assert (ops[unweighted, COL_W] == -1).all() and (ops[unweighted, COL_B] == -1).all()
     assert ops[-1, COL_O] == 10
+
+
+def test_packed_convolution_weights_come_first_in_the_scratch_without_overlap(adam):
+    ops = adam.ops
+    convs = [i for i in range(len(ops)) if ops[i, COL_OP] == OP_CODES["conv"]]
+    others = [i for i in range(len(ops)) if i not in convs]
+    assert (ops[others, COL_PACKED] == -1).all()
+    work = int(ops[0, COL_WORK])
+    assert (ops[:, COL_WORK] == work).all()
+    end = 0
+    for i in convs:  # W, then W^T, each in panels of MR rows
+        maps, taps = int(ops[i, COL_O]), int(ops[i, COL_C] * ops[i, COL_K] ** 2)
+        assert ops[i, COL_PACKED] >= end
+        end = int(ops[i, COL_PACKED]) + packed_size(maps, taps) + packed_size(taps, maps)
+    assert end <= work
+    assert adam.scratch_floats(32) >= work + 20 * 64 + 250 * 64  # conv2's rows and packed dY
 
 
 def test_activation_layout_chains_blocks_without_overlap(adam):
