@@ -359,9 +359,9 @@ def fc_weight_update_batch(
     """
     stride = act.shape[1]
     x = act.reshape(act.shape[0] * stride)
-    dy = dact.reshape(dact.shape[0] * stride)
+    dy = dact.reshape(dact.shape[0] * dact.shape[1])
     packed_dyt = scratch[: packed_size(n_out, n)]
-    pack_a(dy, y_off, 1, stride, n_out, n, packed_dyt)
+    pack_a(dy, y_off, 1, dact.shape[1], n_out, n, packed_dyt)
     if momentum:
         gemm(
             params,
@@ -397,7 +397,7 @@ def fc_weight_update_batch(
             SGD,
             params,
             0,
-            1.0 - lr * wd,
+            -lr * wd,
             -lr * scale,
             0.0,
             0.0,

@@ -23,8 +23,9 @@ How a block of ``C`` is written is the epilogue, chosen by ``mode``:
 
 * ``SET``: ``C = acc``; ``ADD``: ``C += acc``;
 * ``BIAS``: ``C = acc + aux[aux_off + row]`` (a layer's bias, one value per row);
-* ``SGD``: ``C = s0 * C + s1 * acc`` (a weight update in place: ``s0 = 1 - lr * wd``,
-  ``s1 = -lr * scale``);
+* ``SGD``: ``C += s0 * C + s1 * acc`` (a weight update in place: ``s0 = -lr * wd``,
+  ``s1 = -lr * scale``; the update is summed before it is added, as the per-example kernels do,
+  rather than scaling ``C`` by ``1 - lr * wd``, a factor float32 rounds by up to 3e-8);
 * ``MOMENTUM``: ``v = s0 * v + s1 * acc + s2 * C; C -= s3 * v`` with the velocity ``v`` in
   ``aux`` at the same offsets as ``C`` (``s0 = mu``, ``s1 = scale``, ``s2 = wd``, ``s3 = lr``).
 
@@ -162,7 +163,7 @@ def _finish(c, pc, acc, mode, aux, pa, s0, s1, s2, s3):
         return vadd(acc, vbload(aux, pa))
     old = vload(c, pc)
     if mode == SGD:
-        return vfma(vsplat(c, s0), old, vmul(vsplat(c, s1), acc))
+        return vadd(old, vfma(vsplat(c, s0), old, vmul(vsplat(c, s1), acc)))
     v = vfma(vsplat(c, s0), vload(aux, pc), vfma(vsplat(c, s1), acc, vmul(vsplat(c, s2), old)))
     vstore(aux, pc, v)
     return vsub(old, vmul(vsplat(c, s3), v))
@@ -179,7 +180,7 @@ def _finish_n(c, pc, acc, n, mode, aux, pa, s0, s1, s2, s3):
         return vadd(acc, vbload(aux, pa))
     old = vload_n(c, pc, n)
     if mode == SGD:
-        return vfma(vsplat(c, s0), old, vmul(vsplat(c, s1), acc))
+        return vadd(old, vfma(vsplat(c, s0), old, vmul(vsplat(c, s1), acc)))
     v = vfma(vsplat(c, s0), vload_n(aux, pc, n), vfma(vsplat(c, s1), acc, vmul(vsplat(c, s2), old)))
     vstore_n(aux, pc, v, n)
     return vsub(old, vmul(vsplat(c, s3), v))

@@ -77,7 +77,7 @@ def test_every_mode_matches_numpy(mode, shape, dtype):
         expected = c0 - s3 * v
     else:
         aux, aux_off = c_flat, 0
-        expected = {SET: product, ADD: c0 + product, SGD: s0 * c0 + s1 * product}[mode]
+        expected = {SET: product, ADD: c0 + product, SGD: c0 + s0 * c0 + s1 * product}[mode]
     before = c_flat.copy()
 
     gemm(
