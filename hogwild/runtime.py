@@ -27,10 +27,13 @@ def kernel_source_digest() -> str:
 
     numba invalidates a cached function when its own file changes, but not when a kernel it
     calls in another file does; keying the cache directory by all kernel sources means an edited
-    or upgraded hogwild never runs stale machine code.
+    or upgraded hogwild never runs stale machine code. A forced SIMD width
+    (``HOGWILD_SIMD_BYTES``, see :mod:`hogwild.model.simd`) compiles other code from the same
+    sources, so it is part of the key.
     """
     package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
+    digest.update(os.environ.get("HOGWILD_SIMD_BYTES", "").encode())
     for folder in KERNEL_PACKAGES:
         for source in sorted((package / folder).glob("*.py")):
             digest.update(source.name.encode())

@@ -8,11 +8,18 @@ arrays with leading dimensions wider than the product: and nothing outside ``C``
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 from hogwild.model.simd import VECTOR_BYTES
+
+if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
+    assert VECTOR_BYTES == 64
 
 SHAPES = [  # (M, K, N)
     (1, 1, 1),
@@ -130,3 +137,31 @@ def test_packed_rows_beyond_the_matrix_are_zeros():
     second_panel = packed[15:].reshape(3, 5)  # rows 5..9 of A, k-major
     np.testing.assert_array_equal(second_panel[:, 2:], 0.0)
     np.testing.assert_array_equal(second_panel[:, :2], a.reshape(7, 3)[5:7].T)
+
+
+@pytest.mark.skipif(VECTOR_BYTES == 64, reason="this host already runs 64-byte vectors")
+def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path):
+    """This file's checks again in a process whose vectors are 16 floats (as on AVX-512 hosts,
+    where the block is 5 x 32 columns and its masks are wider), in a numba cache of its own:
+    LLVM splits the wide vectors for a host without AVX-512, so the block logic is what is
+    checked."""
+    env = dict(os.environ, HOGWILD_SIMD_BYTES="64", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+            "-k",
+            "not 64_byte",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout
