@@ -156,7 +156,7 @@ def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path
             "no:cacheprovider",
             __file__,
             "-k",
-            "not 64_byte",
+            "float32 and not 64_byte",  # the block logic is the same in float64
         ],
         env=env,
         capture_output=True,
