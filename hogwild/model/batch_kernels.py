@@ -363,45 +363,28 @@ def fc_weight_update_batch(
     packed_dyt = scratch[: packed_size(n_out, n)]
     pack_a(dy, y_off, 1, dact.shape[1], n_out, n, packed_dyt)
     if momentum:
-        gemm(
-            params,
-            w_off,
-            n_in,
-            packed_dyt,
-            x,
-            x_off,
-            stride,
-            n_out,
-            n_in,
-            n,
-            MOMENTUM,
-            velocity,
-            0,
-            mu,
-            scale,
-            wd,
-            lr,
-        )
+        mode, aux, s0, s1, s2, s3 = MOMENTUM, velocity, mu, scale, wd, lr
     else:
-        gemm(
-            params,
-            w_off,
-            n_in,
-            packed_dyt,
-            x,
-            x_off,
-            stride,
-            n_out,
-            n_in,
-            n,
-            SGD,
-            params,
-            0,
-            -lr * wd,
-            -lr * scale,
-            0.0,
-            0.0,
-        )
+        mode, aux, s0, s1, s2, s3 = SGD, params, -lr * wd, -lr * scale, 0.0, 0.0
+    gemm(
+        params,
+        w_off,
+        n_in,
+        packed_dyt,
+        x,
+        x_off,
+        stride,
+        n_out,
+        n_in,
+        n,
+        mode,
+        aux,
+        0,
+        s0,
+        s1,
+        s2,
+        s3,
+    )
 
 
 def batch_scratch_size(layers_dims, batch: int) -> int:
