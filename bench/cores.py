@@ -102,6 +102,13 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a config override for every run, e.g. train.parameters=shared (repeatable)",
     )
+    add(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="start no further worker count after S seconds; the record holds those measured",
+    )
     add("--plot", metavar="FILE", help="draw Fig. 8 into this PNG file")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
@@ -111,6 +118,8 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         parser.error("--update-every must be >= 1")
     if any("=" not in item for item in args.set):
         parser.error("--set takes KEY=VALUE, e.g. train.parameters=shared")
+    if args.time_budget is not None and args.time_budget <= 0:
+        parser.error("--time-budget must be a positive number of seconds")
     if args.warmup < 0 or args.repeats < 1:
         parser.error("--warmup must be >= 0 and --repeats >= 1")
     if max(args.workers) > args.examples:
@@ -173,8 +182,14 @@ def _runtime_process(config_dict: dict, batch: int, *, ready) -> float:
 # -- the run --------------------------------------------------------------------------------------
 
 
-def run_measurements(args: argparse.Namespace, config, data, order) -> tuple[dict, dict, dict]:
-    """Every repetition of every measurement, interleaved; samples, memory probes and sgemm."""
+def run_measurements(
+    args: argparse.Namespace, config, data, order, deadline: float | None = None
+) -> tuple[dict, dict, dict]:
+    """Every repetition of every measurement, interleaved; samples, memory probes and sgemm.
+
+    Worker counts are measured in the order given; none is started after ``deadline`` (a
+    ``time.monotonic()`` value), so a sweep on a lent machine ends with the counts it finished.
+    """
     from bench.peer_torch import measure_peer, peer_gang
     from hogwild.training.job import shard_bounds
     from hogwild.training.placement import worker_placements
@@ -183,7 +198,14 @@ def run_measurements(args: argparse.Namespace, config, data, order) -> tuple[dic
     samples: dict[tuple, list[float]] = {}
     memory: dict[tuple, list[dict]] = {}
     sgemm: dict[int, list[float]] = {}
-    for workers in args.workers:
+    for index, workers in enumerate(args.workers):
+        if index and deadline is not None and time.monotonic() > deadline:
+            print(
+                f"bench cores: --time-budget spent; not measured: {args.workers[index:]}",
+                file=sys.stderr,
+                flush=True,
+            )
+            break
         shards = shard_bounds(n, workers)
         cpus = [[p.cpu] for p in worker_placements(workers, config.train.placement)]
         with Gang(workers, cpus, name="bench-control") as control, peer_gang(workers) as peer:
@@ -294,6 +316,7 @@ def measure(args: argparse.Namespace) -> dict:
     # committed figures; --set wins.
     config = hogwild.load_config().override({**PAPER_OVERRIDES, **overrides})
     network = build_network(config.model)
+    deadline = None if args.time_budget is None else time.monotonic() + args.time_budget
     mnist = load_mnist(args.data, progress=False)
     n = args.examples
     images, labels = mnist.train_images[:n], mnist.train_labels[:n]
@@ -305,7 +328,9 @@ def measure(args: argparse.Namespace) -> dict:
         compile_kernels(network, batch)
     with Gang(1, name="bench-runtime") as gang:  # the interpreter's and numba's share of a worker
         runtime_mb = gang.run(_runtime_process, [(config.to_dict(), 1)])[1][0]
-    samples, memory, sgemm = run_measurements(args, config, data, order)
+    samples, memory, sgemm = run_measurements(args, config, data, order, deadline)
+    requested = args.workers
+    args.workers = [workers for workers in requested if (args.batches[0], workers) in memory]
     peak = {workers: statistics.median(values) for workers, values in sgemm.items()}
     return {
         "benchmark": "cores",
@@ -326,6 +351,8 @@ def measure(args: argparse.Namespace) -> dict:
             "update_every": config.train.update_every,
             "parameters": config.train.parameters,
             "overrides": args.set,
+            "workers_not_measured": [w for w in requested if w not in args.workers],
+            "time_budget_s": args.time_budget,
             "peer_optimizer": "SGD(lr=0.01, momentum=0.5)",
         },
         "worker_runtime_mb": runtime_mb,

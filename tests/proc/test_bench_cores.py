@@ -2,7 +2,9 @@
 
 The tiny run (one worker, batches 1 and 32, 100 timed examples, one repetition) checks the shape
 and the sanity of the JSON line, not the speed: every field is present, rates are positive, the
-ratio to the peer is ours over the peer's, and the fraction of the sgemm peak lies in (0, 1).
+ratio to the peer is ours over the peer's, and the fraction of the sgemm peak lies in (0, 1). It
+asks for 1 and 2 workers with a time budget spent before the second count, which the record then
+names as not measured.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ ROW_FIELDS = (
 def test_tiny_run_prints_every_field(tmp_path, mnist_dir):
     pytest.importorskip("torch")
     out = tmp_path / "results" / "cores.json"
-    command = [sys.executable, "-m", "hogwild.cli", "bench", "cores", "--workers", "1"]
+    command = [sys.executable, "-m", "hogwild.cli", "bench", "cores", "--workers", "1,2"]
     command += ["--batches", "1,32", "--examples", "100", "--warmup", "50", "--repeats", "1"]
+    command += ["--time-budget", "0.001"]  # spent before the second worker count starts
     command += ["--data", str(mnist_dir), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -52,7 +55,10 @@ def test_tiny_run_prints_every_field(tmp_path, mnist_dir):
     assert out.read_text().strip() == lines[0]
 
     assert record["connections"] == 756_000
-    assert record["command"].startswith("hogwild bench cores --workers 1")
+    assert record["command"].startswith("hogwild bench cores --workers 1,2")
+    assert record["settings"]["workers"] == [1]
+    assert record["settings"]["workers_not_measured"] == [2]
+    assert "--time-budget spent; not measured: [2]" in done.stderr
     assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
     assert record["machine"]["logical_cores"] >= 1 and record["machine"]["memory_gib"] > 0
     assert {"python", "numpy", "numba", "torch"} <= set(record["versions"])
@@ -115,3 +121,7 @@ def test_bench_arguments_are_checked(capsys):
         cli.main(["bench", "cores", "--workers", "0"])
     assert exit_info.value.code == 2
     assert "positive integers" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "cores", "--time-budget", "0"])
+    assert exit_info.value.code == 2
+    assert "--time-budget must be a positive number" in capsys.readouterr().err
