@@ -6,14 +6,15 @@ time, so the example's activations stay in cache), through the register-blocked 
 (:func:`pack_conv_weights`). The forward product unfolds the input into columns
 (``col[(c, ky, kx), (oy, ox)]``, "im2col", with zero padding and any stride), then
 ``Y[o, p] = W[o, (c, ky, kx)] @ col + b``, written with its bias straight into the example's
-output row. Its backward is two more products: the weight gradient ``dW += dY @ rows``, over the
-input unfolded pixel-major (``rows = col^T``, :func:`_im2row`) and added into the gradient as it
-leaves the registers, and ``dcol = W^T @ dY`` with ``dY`` read in place, folded back onto the
-input gradient ("col2im"). A fully connected layer over ``n`` examples is ``Y = X W^T`` (numpy's
-BLAS, one thread per worker process), ``dX = dY W`` written into the examples' rows, and its
-weight update ``W -= lr * (dY^T X / n + wd * W)`` applied block by block as the product's blocks
-leave the registers (the gradient matrix is never stored). Adam section 3.2.4 makes the same
-moves with hand-tuned assembly.
+output row. Its backward is the weight gradient, computed directly from ``X`` and ``dY`` for
+stride 1 without padding (:mod:`hogwild.model.conv_weight_grad`) and otherwise as the product
+``dW += dY @ rows`` over the input unfolded pixel-major (``rows = col^T``, :func:`_im2row`),
+added into the gradient as it leaves the registers; and ``dcol = W^T @ dY`` with ``dY`` read in
+place, folded back onto the input gradient ("col2im"). A fully connected layer over ``n``
+examples is ``Y = X W^T`` (numpy's BLAS, one thread per worker process), ``dX = dY W`` written
+into the examples' rows, and its weight update ``W -= lr * (dY^T X / n + wd * W)`` applied block
+by block as the product's blocks leave the registers (the gradient matrix is never stored). Adam
+section 3.2.4 makes the same moves with hand-tuned assembly.
 
 Activations stay in the engine's per-example rows (``act[b, offset:]``); operands that are not
 rows of one example are gathered into the worker's scratch vector, which
@@ -23,6 +24,7 @@ rows of one example are gathered into the worker's scratch vector, which
 import numpy as np
 from numba import njit, uint64
 
+from hogwild.model.conv_weight_grad import conv_weight_grad, direct_weight_grad_applies
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 
 
@@ -214,12 +216,16 @@ def conv_backward_batch(
     S,
     P,
     need_dx,
+    direct_weights_later,
 ):
     """Convolution backward of n examples: accumulate dW and db into ``grad``; write dX.
 
-    One example at a time, its output gradient ``dY`` (``O x Ho*Wo``) packed as the left operand:
-    ``dW += dY @ rows`` straight into ``grad`` (the inputs unfolded pixel-major by
-    :func:`_im2row`), and ``dcol = W^T @ dY`` (``W^T`` packed by :func:`pack_conv_weights`,
+    The weight gradient of a stride-1 unpadded convolution comes straight from ``X`` and ``dY``
+    (:func:`hogwild.model.conv_weight_grad.conv_weight_grad`, over all n examples), unless
+    ``direct_weights_later``: the caller runs it itself over a larger group of examples. Other
+    convolutions go one example at a time, the output gradient ``dY`` (``O x Ho*Wo``) packed as
+    the left operand: ``dW += dY @ rows`` straight into ``grad`` (the inputs unfolded pixel-major
+    by :func:`_im2row`). Then ``dcol = W^T @ dY`` (``W^T`` packed by :func:`pack_conv_weights`,
     ``dY`` read in place), folded back onto the input gradient by :func:`_col2im`.
     """
     taps = C * K * K
@@ -228,6 +234,7 @@ def conv_backward_batch(
     packed_dy = work[plane * taps : plane * taps + packed_size(O, plane)]
     at = packed_size(O, taps)
     packed_wt = packed[at : at + packed_size(taps, O)]
+    direct = direct_weight_grad_applies(S, P)
     for b in range(n):
         d = dact[b]
         for o in range(O):
@@ -236,27 +243,28 @@ def conv_backward_batch(
             for p in range(plane):
                 total += d[row + p]
             grad[b_off + o] += total
-        pack_a(d, y_off, plane, 1, O, plane, packed_dy)
-        _im2row(act[b], x_off, rows, C, H, W, Ho, Wo, K, S, P)
-        gemm(
-            grad,
-            w_off,
-            taps,
-            packed_dy,
-            rows,
-            0,
-            taps,
-            O,
-            taps,
-            plane,
-            ADD,
-            grad,
-            0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-        )
+        if not direct:
+            pack_a(d, y_off, plane, 1, O, plane, packed_dy)
+            _im2row(act[b], x_off, rows, C, H, W, Ho, Wo, K, S, P)
+            gemm(
+                grad,
+                w_off,
+                taps,
+                packed_dy,
+                rows,
+                0,
+                taps,
+                O,
+                taps,
+                plane,
+                ADD,
+                grad,
+                0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+            )
         if need_dx:  # the unfolded inputs are no longer needed: rows holds dcol
             gemm(
                 rows,
@@ -278,6 +286,8 @@ def conv_backward_batch(
                 0.0,
             )
             _col2im(rows, b, 1, dact, x_off, C, H, W, Ho, Wo, K, S, P)
+    if direct and not direct_weights_later:
+        conv_weight_grad(act, dact, 0, n, x_off, y_off, grad, w_off, C, H, W, O, Ho, Wo, K)
 
 
 @njit(cache=True, nogil=True, fastmath=True)

@@ -18,6 +18,7 @@ from hogwild.model.batch_kernels import (
     fc_forward_batch,
     pack_conv_weights,
 )
+from hogwild.model.conv_weight_grad import conv_weight_grad, direct_weight_grad_applies
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,
@@ -199,7 +200,9 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
     ``act``/``dact``. ``FC_SGD_IN_PLACE``: SGD with learning rate ``step`` (and weight decay
     factor ``decay``) is applied to each row as the backward pass streams it (one example).
     Like :func:`forward_batch`, the layers before the first fully connected one run one example
-    at a time. The convolutions' weights are packed once, first, for all ``n`` examples.
+    at a time, except the convolutions' directly computed weight gradients, which run afterwards
+    over all ``n`` examples in cache-sized groups. The convolutions' weights are packed once,
+    first, for all ``n`` examples.
     """
     _pack_convolutions(ops, params, scratch, True)
     split = first_fc_layer(ops)
@@ -219,6 +222,7 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
             fc_mode,
             step,
             decay,
+            False,
         )
         for b in range(n):
             _backward_layers(
@@ -236,7 +240,9 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
                 fc_mode,
                 step,
                 decay,
+                True,
             )
+        _direct_conv_weight_grads(ops, split, act, dact, grad, n)
     else:
         _backward_layers(
             ops,
@@ -253,14 +259,60 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
             fc_mode,
             step,
             decay,
+            False,
         )
 
 
 @njit(cache=True, nogil=True)
+def _direct_conv_weight_grads(ops, last, act, dact, grad, n):
+    """The weight gradients the per-example passes left (see :func:`_backward_layers`): those of
+    the convolutions before layer ``last`` that :func:`conv_weight_grad` computes, over all
+    ``n`` examples, which it takes in groups."""
+    for layer in range(last):
+        r = ops[layer]
+        if r[COL_OP] == OP_CONV and direct_weight_grad_applies(r[COL_STRIDE], r[COL_PAD]):
+            conv_weight_grad(
+                act,
+                dact,
+                0,
+                n,
+                r[COL_IN],
+                r[COL_OUT],
+                grad,
+                r[COL_W],
+                r[COL_C],
+                r[COL_H],
+                r[COL_W_IN],
+                r[COL_O],
+                r[COL_HO],
+                r[COL_WO],
+                r[COL_K],
+            )
+
+
+@njit(cache=True, nogil=True)
 def _backward_layers(
-    ops, first, last, params, act, dact, aux, scratch, grad, targets, n, fc_mode, step, decay
+    ops,
+    first,
+    last,
+    params,
+    act,
+    dact,
+    aux,
+    scratch,
+    grad,
+    targets,
+    n,
+    fc_mode,
+    step,
+    decay,
+    direct_weights_later,
 ):
-    """Layers ``last-1`` down to ``first`` backward over the first ``n`` rows."""
+    """Layers ``last-1`` down to ``first`` backward over the first ``n`` rows.
+
+    ``direct_weights_later``: leave the convolutions' directly computed weight gradients to the
+    caller (:func:`_direct_conv_weight_grads`, over a larger group of examples).
+    """
     for layer in range(last - 1, first - 1, -1):
         r = ops[layer]
         op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
@@ -286,6 +338,7 @@ def _backward_layers(
                 r[COL_STRIDE],
                 r[COL_PAD],
                 need,
+                direct_weights_later,
             )
         elif op == OP_FC and fc_mode == FC_DEFER and n > 1:
             fc_backward_batch(

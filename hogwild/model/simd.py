@@ -5,9 +5,9 @@ needs a dozen accumulators that stay in registers across the whole reduction loo
 explicit vector values give. This module adds them as a numba type whose LLVM representation is
 ``<lanes x float>`` (or ``double``), and intrinsics that emit the corresponding LLVM instructions:
 loads and stores (unaligned; masked for the last, partial vector of a row), a broadcast load,
-fused multiply-add, addition, subtraction and multiplication. LLVM then selects the
-machine's instructions (AVX2 FMA on x86-64, AVX-512 where the host has it, NEON on arm64) and
-allocates the registers.
+fused multiply-add, addition, subtraction, multiplication and the sum of a vector's lanes. LLVM
+then selects the machine's instructions (AVX2 FMA on x86-64, AVX-512 where the host has it, NEON
+on arm64) and allocates the registers.
 
 The width is a property of the machine, decided once at import: 64 bytes where the host CPU has
 AVX-512F, otherwise 32 (``HOGWILD_SIMD_BYTES`` overrides it, for tests). A vector holds
@@ -261,3 +261,18 @@ def vfma(typingctx, a, b, c):
         return _call(builder, f"llvm.fmuladd.{_suffix(a)}", _ir_vec(a), list(args))
 
     return a(a, b, c), codegen
+
+
+@intrinsic
+def vhsum(typingctx, a):
+    """The sum of the lanes (in any order: the lanes are a reduction's partial sums)."""
+    if not isinstance(a, Vec):
+        return None
+
+    def codegen(context, builder, sig, args):
+        scalar = _scalar_ir(a.dtype)
+        zero = ir.Constant(scalar, 0.0)
+        name = f"llvm.vector.reduce.fadd.{_suffix(a)}"
+        return _call(builder, name, scalar, [zero, args[0]], fastmath=("reassoc",))
+
+    return a.dtype(a), codegen

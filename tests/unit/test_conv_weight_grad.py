@@ -1,0 +1,109 @@
+"""The direct convolution weight gradient against numpy, on the shapes that exercise its blocks.
+
+Each case stores the examples' inputs and output gradients inside larger activation rows (at an
+offset, with other values around them, and rows before and after the ones used) and checks that
+the gradient added into ``grad`` is numpy's in float64, and that nothing outside the layer's
+weights changes. The shapes cover Adam's two convolutions, a row of several vectors with a
+partial last one, a row shorter than one vector, an odd number of output maps (the last block
+has one), kernels of 3 (fewer than a block's five columns), 7 and 10 (two column blocks), and
+groups of examples (Adam's second convolution has only one vector per row). The last test runs
+the float32 cases again with 64-byte vectors (an AVX-512 host's), in a process of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hogwild.model.conv_weight_grad import conv_weight_grad, direct_weight_grad_applies
+from hogwild.model.simd import VECTOR_BYTES
+
+if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
+    assert VECTOR_BYTES == 64
+
+SHAPES = [  # (C, H, W, O, K, examples)
+    (1, 28, 28, 10, 5, 3),  # Adam's first convolution
+    (10, 12, 12, 20, 5, 9),  # Adam's second: one vector per row, examples in groups
+    (3, 9, 13, 3, 3, 2),  # odd maps, three columns per block
+    (2, 11, 30, 5, 7, 4),  # two column blocks (5 + 2), a partial vector
+    (1, 5, 5, 1, 5, 1),  # one output pixel
+    (2, 20, 40, 4, 10, 3),  # two full column blocks
+    (1, 6, 2 * VECTOR_BYTES // 4 + 8, 2, 5, 2),  # two full vectors and a partial one
+]
+X_OFF, Y_OFF, W_OFF = 3, 7, 4
+FIRST = 1  # rows before the examples, and one after them
+
+
+def _reference(x: np.ndarray, dy: np.ndarray, K: int) -> np.ndarray:
+    """dW[o, c, ky, kx] = sum over examples and pixels of dY[o, oy, ox] X[c, oy+ky, ox+kx]."""
+    _, _, Ho, Wo = dy.shape
+    dw = np.zeros((dy.shape[1], x.shape[1], K, K))
+    for ky in range(K):
+        for kx in range(K):
+            window = x[:, :, ky : ky + Ho, kx : kx + Wo]
+            dw[:, :, ky, kx] = np.einsum("bopq,bcpq->oc", dy, window)
+    return dw
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
+def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
+    C, H, W, O, K, n = shape  # noqa: E741 (the tensor-dimension names of the kernels)
+    Ho, Wo = H - K + 1, W - K + 1
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal((n, C, H, W))
+    dy = rng.standard_normal((n, O, Ho, Wo))
+    act = rng.standard_normal((n + 2 * FIRST, X_OFF + C * H * W + 5)).astype(dtype)
+    dact = rng.standard_normal((n + 2 * FIRST, Y_OFF + O * Ho * Wo + 5)).astype(dtype)
+    act[FIRST : FIRST + n, X_OFF : X_OFF + C * H * W] = x.reshape(n, -1)
+    dact[FIRST : FIRST + n, Y_OFF : Y_OFF + O * Ho * Wo] = dy.reshape(n, -1)
+    size = O * C * K * K
+    grad = rng.standard_normal(W_OFF + size + 3).astype(dtype)
+    before = grad.copy()
+
+    conv_weight_grad(act, dact, FIRST, n, X_OFF, Y_OFF, grad, W_OFF, C, H, W, O, Ho, Wo, K)
+
+    stored_x = act[FIRST : FIRST + n, X_OFF : X_OFF + C * H * W].reshape(n, C, H, W)
+    stored_dy = dact[FIRST : FIRST + n, Y_OFF : Y_OFF + O * Ho * Wo].reshape(n, O, Ho, Wo)
+    expected = _reference(stored_x.astype(np.float64), stored_dy.astype(np.float64), K)
+    added = grad[W_OFF : W_OFF + size].astype(np.float64) - before[W_OFF : W_OFF + size]
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    scale = np.abs(expected).max()
+    assert np.abs(added - expected.reshape(-1)).max() <= tolerance * scale
+    assert (grad[:W_OFF] == before[:W_OFF]).all()
+    assert (grad[W_OFF + size :] == before[W_OFF + size :]).all()
+
+
+def test_it_applies_to_stride_one_without_padding_only():
+    assert direct_weight_grad_applies(1, 0)
+    assert not direct_weight_grad_applies(2, 0)
+    assert not direct_weight_grad_applies(1, 1)
+
+
+def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path):
+    """The float32 cases again with 16-float vectors, in a numba cache of their own (LLVM splits
+    the wide vectors on a host without AVX-512, so the block and mask logic is what is checked)."""
+    env = dict(os.environ, HOGWILD_SIMD_BYTES="64", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+            "-k",
+            "float32 and not 64_byte",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{len(SHAPES)} passed" in run.stdout, run.stdout
