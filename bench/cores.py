@@ -32,8 +32,8 @@ Every measurement is repeated ``--repeats`` times, ours, control and peer interl
 order rotated per repetition) so slow phases of the machine hit all alike; the medians are
 reported with their min/max. Worker counts are measured in the order given; with
 ``--time-budget S`` none is started after S seconds, and the record names those left out (for a
-sweep on a machine lent for a fixed time: ``bench/fig8_device.sh``). It prints one JSON line; ``--out`` also writes it to a file and
-``--plot`` draws Fig. 8 (:mod:`bench.plot`).
+sweep on a machine lent for a fixed time: ``bench/fig8_device.sh``). It prints one JSON line;
+``--out`` also writes it to a file and ``--plot`` draws Fig. 8 (:mod:`bench.plot`).
 """
 
 from __future__ import annotations
