@@ -1,13 +1,13 @@
 """Layers over a whole minibatch at once, as matrix products.
 
-A convolution is one product per example and direction (the engine hands it one example at a
-time, so the example's activations stay in cache), through the register-blocked kernel of
-:mod:`hogwild.model.gemm` with the layer's weights packed once per minibatch
-(:func:`pack_conv_weights`). The forward product unfolds the input into columns
-(``col[(c, ky, kx), (oy, ox)]``, "im2col", with zero padding and any stride), then
-``Y[o, p] = W[o, (c, ky, kx)] @ col + b``, written with its bias straight into the example's
-output row. Its backward is the weight gradient, computed directly from ``X`` and ``dY`` for
-stride 1 without padding (:mod:`hogwild.model.conv_weight_grad`) and otherwise as the product
+A convolution of stride 1 without padding runs forward, and computes its weight gradient,
+directly from its input rows (:mod:`hogwild.model.conv_direct`). Any other is one product per
+example and direction (the engine hands it one example at a time, so the example's activations
+stay in cache), through the register-blocked kernel of :mod:`hogwild.model.gemm` with the
+layer's weights packed once per minibatch (:func:`pack_conv_weights`). The forward product
+unfolds the input into columns (``col[(c, ky, kx), (oy, ox)]``, "im2col", with zero padding and
+any stride), then ``Y[o, p] = W[o, (c, ky, kx)] @ col + b``, written with its bias straight into
+the example's output row. Its backward is the weight gradient, as the product
 ``dW += dY @ rows`` over the input unfolded pixel-major (``rows = col^T``, :func:`_im2row`),
 added into the gradient as it leaves the registers; and ``dcol = W^T @ dY`` with ``dY`` read in
 place, folded back onto the input gradient ("col2im"). A fully connected layer over ``n``
@@ -24,7 +24,7 @@ rows of one example are gathered into the worker's scratch vector, which
 import numpy as np
 from numba import njit, uint64
 
-from hogwild.model.conv_weight_grad import conv_weight_grad, direct_weight_grad_applies
+from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_applies
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 
 
@@ -164,10 +164,14 @@ def pack_conv_weights(params, w_off, packed, O, taps, transposed):
 
 @njit(cache=True, nogil=True, fastmath=True)
 def conv_forward_batch(
-    act, n, x_off, y_off, params, b_off, packed, work, C, H, W, O, Ho, Wo, K, S, P
+    act, n, x_off, y_off, params, w_off, b_off, packed, work, C, H, W, O, Ho, Wo, K, S, P
 ):
-    """Convolution forward of n examples, one product each, landing with its bias in the
-    example's output row (the weights packed by :func:`pack_conv_weights`)."""
+    """Convolution forward of n examples, landing with its bias in each example's output row:
+    directly for stride 1 without padding (:func:`hogwild.model.conv_direct.conv_forward`),
+    otherwise one product per example (the weights packed by :func:`pack_conv_weights`)."""
+    if direct_applies(S, P):
+        conv_forward(act, 0, n, x_off, y_off, params, w_off, b_off, C, H, W, O, Ho, Wo, K)
+        return
     taps = C * K * K
     plane = Ho * Wo
     col = work[: taps * plane]
@@ -221,7 +225,7 @@ def conv_backward_batch(
     """Convolution backward of n examples: accumulate dW and db into ``grad``; write dX.
 
     The weight gradient of a stride-1 unpadded convolution comes straight from ``X`` and ``dY``
-    (:func:`hogwild.model.conv_weight_grad.conv_weight_grad`, over all n examples), unless
+    (:func:`hogwild.model.conv_direct.conv_weight_grad`, over all n examples), unless
     ``direct_weights_later``: the caller runs it itself over a larger group of examples. Other
     convolutions go one example at a time, the output gradient ``dY`` (``O x Ho*Wo``) packed as
     the left operand: ``dW += dY @ rows`` straight into ``grad`` (the inputs unfolded pixel-major
@@ -234,7 +238,7 @@ def conv_backward_batch(
     packed_dy = work[plane * taps : plane * taps + packed_size(O, plane)]
     at = packed_size(O, taps)
     packed_wt = packed[at : at + packed_size(taps, O)]
-    direct = direct_weight_grad_applies(S, P)
+    direct = direct_applies(S, P)
     for b in range(n):
         d = dact[b]
         for o in range(O):

@@ -1,20 +1,29 @@
-"""A convolution's weight gradient computed straight from its input and its output gradient.
+"""Convolutions of stride 1 without padding computed directly, without unfolding the input.
 
-For a convolution of stride 1 without padding, over examples ``b``::
+The route through matrix products (:mod:`hogwild.model.batch_kernels`) first unfolds the input
+("im2col", or pixel-major for the weight gradient), copying every input value ``K * K`` times;
+for Adam's small convolutions those copies cost more than the arithmetic (about 21 of a backward
+pass's 111 us per example on a 2-core AMD EPYC). Here nothing is copied: the kernels read the
+input's rows in place with unaligned SIMD loads shifted by ``kx``, and keep a block of results in
+registers. A row's last, partial vector is read and written with masks, so nothing beyond it is
+touched.
+
+**Forward** (:func:`conv_forward`), per example::
+
+    Y[o, oy, ox] = b[o] + sum_c sum_ky sum_kx W[o, c, ky, kx] * X[c, oy + ky, ox + kx]
+
+A block is five output maps times two output vectors (two positions along the rows, which may
+be on different rows): per input tap, two input vectors and five broadcast weights, ten fused
+multiply-adds into ten accumulators; the bias is added as the block is stored.
+
+**Weight gradient** (:func:`conv_weight_grad`), over examples ``b``::
 
     dW[o, c, ky, kx] += sum_b sum_oy sum_ox dY_b[o, oy, ox] * X_b[c, oy + ky, ox + kx]
 
-The route through a matrix product (:mod:`hogwild.model.batch_kernels`) first unfolds the input
-pixel-major, copying every input value ``K * K`` times, and packs ``dY``; for Adam's small
-convolutions those copies cost more than the arithmetic (about 21 of a backward pass's 111 us
-per example on a 2-core AMD EPYC). Here nothing is copied: one SIMD step reads a vector of ``dY``
-along ``ox`` for two output maps and the five input vectors that vector meets at five
-consecutive ``kx`` (unaligned loads of one input row), and does ten fused multiply-adds into ten
-accumulators (two maps times five ``kx``) that stay in registers across examples, rows and
-column chunks. Their lanes are summed once per block, when the block's ``dW`` values are added
-into the gradient. A row's last, partial vector is read with masks, so nothing beyond it is
-touched.
-
+One step reads a vector of ``dY`` along ``ox`` for two output maps and the five input vectors it
+meets at five consecutive ``kx``, and does ten fused multiply-adds into ten accumulators (two
+maps times five ``kx``) that stay in registers across examples, rows and column chunks; their
+lanes are summed once per block, when the block's ``dW`` values are added into the gradient.
 Examples go through a block in groups of ``G``, with ``G`` the fewest that give a block at least
 :data:`MIN_STEPS` steps (Adam's second convolution has only 8 rows of one vector per example:
 one example per block would spend as long summing lanes as multiplying), so that a group's
@@ -23,15 +32,29 @@ activations stay in cache while every block passes over them.
 
 from numba import njit
 
-from hogwild.model.simd import data_ptr, lanes, vfma, vhsum, vload, vload_n, vzero
+from hogwild.model.simd import (
+    data_ptr,
+    lanes,
+    vadd,
+    vbload,
+    vfma,
+    vhsum,
+    vload,
+    vload_n,
+    vsplat,
+    vstore,
+    vstore_n,
+    vzero,
+)
 
-KB = 5  # kernel columns (kx) per block
+MAPS = 5  # output maps per forward block
+KB = 5  # kernel columns (kx) per weight-gradient block
 MIN_STEPS = 64  # SIMD steps per block worth one lane sum per accumulator
 
 
 @njit(cache=True, nogil=True)
-def direct_weight_grad_applies(S, P):
-    """Whether :func:`conv_weight_grad` computes this convolution's weight gradient."""
+def direct_applies(S, P):
+    """Whether this module's kernels compute a convolution of stride ``S`` and padding ``P``."""
     return S == 1 and P == 0
 
 
@@ -193,3 +216,140 @@ def _block_edge(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L, two, 
                 p += L
                 q += L
     return a00, a01, a02, a03, a04, a10, a11, a12, a13, a14
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def conv_forward(act, first, n, x_off, y_off, params, w_off, b_off, C, H, W, O, Ho, Wo, K):
+    """``Y = W * X + b`` for rows ``first:first+n`` of ``act``, written into the same rows.
+
+    Args:
+        act: the examples' activation rows: ``X[c, y, x]`` is ``act[b, x_off + (c * H + y) * W
+            + x]``, and ``Y[o, oy, ox]`` is written to ``act[b, y_off + (o * Ho + oy) * Wo +
+            ox]``.
+        params: ``W[o, c, ky, kx]`` is ``params[w_off + ((o * C + c) * K + ky) * K + kx]`` and
+            ``b[o]`` is ``params[b_off + o]``.
+        C, H, W, O, Ho, Wo, K: the layer's shape (stride 1, no padding: ``Ho = H - K + 1``).
+    """
+    L = lanes(act)
+    chunks = (Wo + L - 1) // L
+    positions = Ho * chunks
+    stride = act.strides[0] // act.itemsize
+    taps = C * K * K
+    # Raw pointers for the inlined helpers: arrays passed to them are counted references.
+    a, w = data_ptr(act), data_ptr(params)
+    for b in range(first, first + n):
+        row = b * stride
+        for o0 in range(0, O, MAPS):
+            maps = min(MAPS, O - o0)
+            for i in range(0, positions, 2):
+                oy0, ch0 = i // chunks, i % chunks
+                count0 = min(L, Wo - ch0 * L)
+                px0 = row + x_off + oy0 * W + ch0 * L
+                py0 = row + y_off + o0 * Ho * Wo + oy0 * Wo + ch0 * L
+                count1, px1, py1 = 0, px0, py0
+                if i + 1 < positions:
+                    oy1, ch1 = (i + 1) // chunks, (i + 1) % chunks
+                    count1 = min(L, Wo - ch1 * L)
+                    px1 = row + x_off + oy1 * W + ch1 * L
+                    py1 = row + y_off + o0 * Ho * Wo + oy1 * Wo + ch1 * L
+                pw = w_off + o0 * taps
+                if maps == MAPS and count0 == L and count1 == L:
+                    acc = _forward_block(a, px0, px1, w, pw, taps, C, H, W, K)
+                else:
+                    acc = _forward_block_edge(
+                        a, px0, px1, count0, count1, w, pw, taps, maps, C, H, W, K
+                    )
+                plane = Ho * Wo
+                for m in range(maps):
+                    bias = vsplat(a, params[b_off + o0 + m])
+                    _store(a, py0 + m * plane, vadd(acc[2 * m], bias), count0, L)
+                    if count1:
+                        _store(a, py1 + m * plane, vadd(acc[2 * m + 1], bias), count1, L)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _store(a, at, value, count, L):
+    if count == L:
+        vstore(a, at, value)
+    else:
+        vstore_n(a, at, value, count)
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _forward_block(a, px0, px1, w, pw, taps, C, H, W, K):
+    """Five maps times two full output vectors: ``(m0 v0, m0 v1, m1 v0, ..., m4 v1)``."""
+    c00 = vzero(a)
+    c01 = vzero(a)
+    c10 = vzero(a)
+    c11 = vzero(a)
+    c20 = vzero(a)
+    c21 = vzero(a)
+    c30 = vzero(a)
+    c31 = vzero(a)
+    c40 = vzero(a)
+    c41 = vzero(a)
+    tap = pw
+    for c in range(C):
+        for ky in range(K):
+            line = (c * H + ky) * W
+            for kx in range(K):
+                x0 = vload(a, px0 + line + kx)
+                x1 = vload(a, px1 + line + kx)
+                v = vbload(w, tap)
+                c00 = vfma(v, x0, c00)
+                c01 = vfma(v, x1, c01)
+                v = vbload(w, tap + taps)
+                c10 = vfma(v, x0, c10)
+                c11 = vfma(v, x1, c11)
+                v = vbload(w, tap + 2 * taps)
+                c20 = vfma(v, x0, c20)
+                c21 = vfma(v, x1, c21)
+                v = vbload(w, tap + 3 * taps)
+                c30 = vfma(v, x0, c30)
+                c31 = vfma(v, x1, c31)
+                v = vbload(w, tap + 4 * taps)
+                c40 = vfma(v, x0, c40)
+                c41 = vfma(v, x1, c41)
+                tap += 1
+    return c00, c01, c10, c11, c20, c21, c30, c31, c40, c41
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _forward_block_edge(a, px0, px1, count0, count1, w, pw, taps, maps, C, H, W, K):
+    """:func:`_forward_block` for partial vectors (``count0``, ``count1`` lanes; 0: none) or
+    fewer than five maps (``maps``): loads are masked, absent maps' weights are zeros."""
+    c00 = vzero(a)
+    c01 = vzero(a)
+    c10 = vzero(a)
+    c11 = vzero(a)
+    c20 = vzero(a)
+    c21 = vzero(a)
+    c30 = vzero(a)
+    c31 = vzero(a)
+    c40 = vzero(a)
+    c41 = vzero(a)
+    zero = vzero(a)
+    tap = pw
+    for c in range(C):
+        for ky in range(K):
+            line = (c * H + ky) * W
+            for kx in range(K):
+                x0 = vload_n(a, px0 + line + kx, count0)
+                x1 = vload_n(a, px1 + line + kx, count1)
+                v = vbload(w, tap)
+                c00 = vfma(v, x0, c00)
+                c01 = vfma(v, x1, c01)
+                v = vbload(w, tap + taps) if maps > 1 else zero
+                c10 = vfma(v, x0, c10)
+                c11 = vfma(v, x1, c11)
+                v = vbload(w, tap + 2 * taps) if maps > 2 else zero
+                c20 = vfma(v, x0, c20)
+                c21 = vfma(v, x1, c21)
+                v = vbload(w, tap + 3 * taps) if maps > 3 else zero
+                c30 = vfma(v, x0, c30)
+                c31 = vfma(v, x1, c31)
+                v = vbload(w, tap + 4 * taps) if maps > 4 else zero
+                c40 = vfma(v, x0, c40)
+                c41 = vfma(v, x1, c41)
+                tap += 1
+    return c00, c01, c10, c11, c20, c21, c30, c31, c40, c41

@@ -18,7 +18,7 @@ from hogwild.model.batch_kernels import (
     fc_forward_batch,
     pack_conv_weights,
 )
-from hogwild.model.conv_weight_grad import conv_weight_grad, direct_weight_grad_applies
+from hogwild.model.conv_direct import conv_weight_grad, direct_applies
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,
@@ -98,11 +98,14 @@ def forward_batch(ops, params, act, aux, scratch, n, training):
 
 @njit(cache=True, nogil=True)
 def _pack_convolutions(ops, params, scratch, backward):
-    """Pack every convolution's weights for the forward products, or for the backward products
-    of those whose input gradient is needed (:func:`pack_conv_weights`)."""
+    """Pack every convolution's weights for the forward products (of those that are products:
+    see :func:`hogwild.model.conv_direct.direct_applies`), or for the backward products of those
+    whose input gradient is needed (:func:`pack_conv_weights`)."""
     for layer in range(ops.shape[0]):
         r = ops[layer]
         if r[COL_OP] != OP_CONV or (backward and not r[COL_NEED_DIN]):
+            continue
+        if not backward and direct_applies(r[COL_STRIDE], r[COL_PAD]):
             continue
         taps = r[COL_C] * r[COL_K] * r[COL_K]
         packed = scratch[r[COL_PACKED] : r[COL_WORK]]
@@ -131,6 +134,7 @@ def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
                 x_off,
                 y_off,
                 params,
+                r[COL_W],
                 r[COL_B],
                 scratch[r[COL_PACKED] : r[COL_WORK]],
                 scratch[r[COL_WORK] :],
@@ -270,7 +274,7 @@ def _direct_conv_weight_grads(ops, last, act, dact, grad, n):
     ``n`` examples, which it takes in groups."""
     for layer in range(last):
         r = ops[layer]
-        if r[COL_OP] == OP_CONV and direct_weight_grad_applies(r[COL_STRIDE], r[COL_PAD]):
+        if r[COL_OP] == OP_CONV and direct_applies(r[COL_STRIDE], r[COL_PAD]):
             conv_weight_grad(
                 act,
                 dact,

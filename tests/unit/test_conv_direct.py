@@ -1,13 +1,14 @@
-"""The direct convolution weight gradient against numpy, on the shapes that exercise its blocks.
+"""The direct convolution kernels against numpy, on the shapes that exercise their blocks.
 
 Each case stores the examples' inputs and output gradients inside larger activation rows (at an
 offset, with other values around them, and rows before and after the ones used) and checks that
-the gradient added into ``grad`` is numpy's in float64, and that nothing outside the layer's
-weights changes. The shapes cover Adam's two convolutions, a row of several vectors with a
-partial last one, a row shorter than one vector, an odd number of output maps (the last block
-has one), kernels of 3 (fewer than a block's five columns), 7 and 10 (two column blocks), and
-groups of examples (Adam's second convolution has only one vector per row). The last test runs
-the float32 cases again with 64-byte vectors (an AVX-512 host's), in a process of its own.
+the forward output and the gradient added into ``grad`` are numpy's in float64, and that nothing
+outside the layer's output or weights changes. The shapes cover Adam's two convolutions, a row
+of several vectors with a partial last one, a row shorter than one vector, output maps that do
+not fill the last block, kernels of 3 (fewer than a block's five columns), 7 and 10 (two column
+blocks), and groups of examples (Adam's second convolution has only one vector per row). The
+last test runs the float32 cases again with 64-byte vectors (an AVX-512 host's), in a process of
+its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from hogwild.model.conv_weight_grad import conv_weight_grad, direct_weight_grad_applies
+from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_applies
 from hogwild.model.simd import VECTOR_BYTES
 
 if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
@@ -78,15 +79,46 @@ def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
     assert (grad[W_OFF + size :] == before[W_OFF + size :]).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
+def test_the_forward_output_is_numpys_and_nothing_else_is_written(shape, dtype):
+    C, H, W, O, K, n = shape  # noqa: E741 (the tensor-dimension names of the kernels)
+    Ho, Wo = H - K + 1, W - K + 1
+    y_off = X_OFF + C * H * W + 2  # the output region follows the input region, as in a network
+    rng = np.random.default_rng(sum(shape) + 1)
+    act = rng.standard_normal((n + 2 * FIRST, y_off + O * Ho * Wo + 5)).astype(dtype)
+    size = O * C * K * K
+    params = rng.standard_normal(W_OFF + size + O + 3).astype(dtype)
+    b_off = W_OFF + size
+    before = act.copy()
+
+    conv_forward(act, FIRST, n, X_OFF, y_off, params, W_OFF, b_off, C, H, W, O, Ho, Wo, K)
+
+    x = before[FIRST : FIRST + n, X_OFF : X_OFF + C * H * W].reshape(n, C, H, W)
+    weights = params[W_OFF:b_off].reshape(O, C, K, K).astype(np.float64)
+    expected = np.zeros((n, O, Ho, Wo)) + params[b_off : b_off + O, None, None]
+    for ky in range(K):
+        for kx in range(K):
+            window = x[:, :, ky : ky + Ho, kx : kx + Wo].astype(np.float64)
+            expected += np.einsum("oc,bcpq->bopq", weights[:, :, ky, kx], window)
+    got = act[FIRST : FIRST + n, y_off : y_off + O * Ho * Wo].reshape(n, O, Ho, Wo)
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    assert np.abs(got - expected).max() <= tolerance * np.abs(expected).max()
+    untouched = np.ones(act.shape, dtype=bool)
+    untouched[FIRST : FIRST + n, y_off : y_off + O * Ho * Wo] = False
+    assert (act[untouched] == before[untouched]).all()
+
+
 def test_it_applies_to_stride_one_without_padding_only():
-    assert direct_weight_grad_applies(1, 0)
-    assert not direct_weight_grad_applies(2, 0)
-    assert not direct_weight_grad_applies(1, 1)
+    assert direct_applies(1, 0)
+    assert not direct_applies(2, 0)
+    assert not direct_applies(1, 1)
 
 
 def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path):
-    """The float32 cases again with 16-float vectors, in a numba cache of their own (LLVM splits
-    the wide vectors on a host without AVX-512, so the block and mask logic is what is checked)."""
+    """The float32 cases of both kernels again with 16-float vectors, in a numba cache of their
+    own (LLVM splits the wide vectors on a host without AVX-512, so the block and mask logic is
+    what is checked)."""
     env = dict(os.environ, HOGWILD_SIMD_BYTES="64", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     run = subprocess.run(
         [
@@ -106,4 +138,4 @@ def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path
         timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert f"{len(SHAPES)} passed" in run.stdout, run.stdout
+    assert f"{2 * len(SHAPES)} passed" in run.stdout, run.stdout
