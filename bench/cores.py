@@ -31,9 +31,10 @@ Adam's one copy written by every worker, instead of the default store's copy per
 Every measurement is repeated ``--repeats`` times, ours, control and peer interleaved (in an
 order rotated per repetition) so slow phases of the machine hit all alike; the medians are
 reported with their min/max. Worker counts are measured in the order given; with
-``--time-budget S`` none is started after S seconds, and the record names those left out (for a
-sweep on a machine lent for a fixed time: ``bench/fig8_device.sh``). It prints one JSON line;
-``--out`` also writes it to a file and ``--plot`` draws Fig. 8 (:mod:`bench.plot`).
+``--time-budget S`` none after the first is started after S seconds (the first always runs, so
+the record has a base), and the record names those left out (for a sweep on a machine lent for a
+fixed time: ``bench/fig8_device.sh``). It prints one JSON line; ``--out`` also writes it to a
+file and ``--plot`` draws Fig. 8 (:mod:`bench.plot`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         type=float,
         default=None,
         metavar="S",
-        help="start no further worker count after S seconds; the record holds those measured",
+        help="start no worker count after the first once S seconds have passed",
     )
     add("--plot", metavar="FILE", help="draw Fig. 8 into this PNG file")
     add("--out", metavar="FILE", help="also write the JSON line to this file")

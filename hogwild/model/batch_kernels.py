@@ -1,4 +1,4 @@
-"""Layers over a whole minibatch at once, as matrix products.
+"""Convolutions and fully connected layers over a whole minibatch at once.
 
 A convolution of stride 1 without padding runs forward, and computes its weight gradient,
 directly from its input rows (:mod:`hogwild.model.conv_direct`). Any other is one product per

@@ -70,7 +70,7 @@ def conv_weight_grad(act, dact, first, n, x_off, y_off, grad, w_off, C, H, W, O,
         grad: ``dW[o, c, ky, kx]`` is ``grad[w_off + ((o * C + c) * K + ky) * K + kx]``.
         C, H, W, O, Ho, Wo, K: the layer's shape (stride 1, no padding: ``Ho = H - K + 1``).
     """
-    L = lanes(grad)
+    L = lanes(act)  # the vectors' width is the activations' (grad shares their float type)
     steps = Ho * ((Wo + L - 1) // L)
     group = max(1, min(n, (MIN_STEPS + steps - 1) // steps))
     x_stride = act.strides[0] // act.itemsize
@@ -178,7 +178,7 @@ def _block(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L):
 @njit(cache=True, nogil=True, fastmath=True)
 def _block_edge(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L, two, nk):
     """:func:`_block` for a last, single output map (``two`` False) or fewer than five ``kx``
-    (``nk``): every load is masked, and the absent map's and columns' loads read nothing."""
+    (``nk``): every load is masked, and the absent map and columns are zeros."""
     a00 = vzero(x)
     a01 = vzero(x)
     a02 = vzero(x)
@@ -196,21 +196,23 @@ def _block_edge(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L, two, 
             q = pd + b * d_stride + oy * Wo
             for chunk in range(chunks):
                 count = min(L, Wo - chunk * L)
+                # An absent map or column is zeros, not a masked-off load: its address would lie
+                # beyond the data, which some processors may fault on even with no lane read.
                 d0 = vload_n(d, q, count)
-                d1 = vload_n(d, q + plane, count if two else 0)
+                d1 = vload_n(d, q + plane, count) if two else vzero(d)
                 v = vload_n(x, p, count)
                 a00 = vfma(d0, v, a00)
                 a10 = vfma(d1, v, a10)
-                v = vload_n(x, p + 1, count if nk > 1 else 0)
+                v = vload_n(x, p + 1, count) if nk > 1 else vzero(x)
                 a01 = vfma(d0, v, a01)
                 a11 = vfma(d1, v, a11)
-                v = vload_n(x, p + 2, count if nk > 2 else 0)
+                v = vload_n(x, p + 2, count) if nk > 2 else vzero(x)
                 a02 = vfma(d0, v, a02)
                 a12 = vfma(d1, v, a12)
-                v = vload_n(x, p + 3, count if nk > 3 else 0)
+                v = vload_n(x, p + 3, count) if nk > 3 else vzero(x)
                 a03 = vfma(d0, v, a03)
                 a13 = vfma(d1, v, a13)
-                v = vload_n(x, p + 4, count if nk > 4 else 0)
+                v = vload_n(x, p + 4, count) if nk > 4 else vzero(x)
                 a04 = vfma(d0, v, a04)
                 a14 = vfma(d1, v, a14)
                 p += L

@@ -58,7 +58,7 @@ OP_CODES = {
     COL_PAD,
     COL_NEED_DIN,  # 1 when the gradient with respect to the input is needed
     COL_PERMILLE,  # dropout probability in millionths
-    COL_PACKED,  # conv: offset in the scratch of its packed weights (W, then W^T); else -1
+    COL_PACKED,  # conv: scratch offset of its packed weights (W, then W^T; W unused if direct)
     COL_WORK,  # offset in the scratch where the layers' working space begins (every row)
 ) = range(18)
 N_COLS = 18

@@ -2,8 +2,9 @@
 
 :func:`forward_batch` and :func:`backward_batch` dispatch every layer of the op table built by
 :func:`hogwild.model.network.build_network` over the first ``n`` activation rows (``act[b]``, one
-per example): convolutions and fully connected layers as matrix products
-(:mod:`hogwild.model.batch_kernels`), the element-wise layers and pooling per example
+per example): convolutions (directly for stride 1 without padding, else as matrix products) and
+fully connected layers as matrix products (:mod:`hogwild.model.batch_kernels`,
+:mod:`hogwild.model.conv_direct`), the element-wise layers and pooling per example
 (:mod:`hogwild.model.layer_kernels`). :func:`forward` and :func:`backward` are the one-example
 reference entry points that the finite-difference and PyTorch tests check.
 """
@@ -82,7 +83,8 @@ def forward_batch(ops, params, act, aux, scratch, n, training):
     The layers before the first fully connected one run one example at a time, so an example's
     convolution activations stay in the core's cache (Adam section 3.2.4: working sets that fit
     in L2); the fully connected layers then run over the whole minibatch as matrix products.
-    The convolutions' weights are packed once, first, for all ``n`` examples.
+    The weights of the convolutions that are products are packed once, first, for all ``n``
+    examples.
     """
     _pack_convolutions(ops, params, scratch, False)
     split = first_fc_layer(ops)

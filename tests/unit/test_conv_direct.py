@@ -65,6 +65,7 @@ def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
     size = O * C * K * K
     grad = rng.standard_normal(W_OFF + size + 3).astype(dtype)
     before = grad.copy()
+    act_before, dact_before = act.copy(), dact.copy()
 
     conv_weight_grad(act, dact, FIRST, n, X_OFF, Y_OFF, grad, W_OFF, C, H, W, O, Ho, Wo, K)
 
@@ -77,6 +78,7 @@ def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
     assert np.abs(added - expected.reshape(-1)).max() <= tolerance * scale
     assert (grad[:W_OFF] == before[:W_OFF]).all()
     assert (grad[W_OFF + size :] == before[W_OFF + size :]).all()
+    assert (act == act_before).all() and (dact == dact_before).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])

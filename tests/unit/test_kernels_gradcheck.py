@@ -7,7 +7,9 @@ stride 1 and 2, kernel 3 and 5, one and several input and output maps; max-pooli
 fully connected; relu, tanh, sigmoid; dropout in training mode with a fixed kernel seed; softmax
 with cross-entropy), every parameter's gradient and the gradient with respect to the input agree
 with float64 central differences. Also proves that parameter gradients accumulate over examples
-and do not depend on whether the input gradient is asked for.
+and do not depend on whether the input gradient is asked for, and that a minibatch's backward
+pass (whose direct convolution weight gradients run after the per-example passes, over groups
+of examples) adds the sum of its examples' one-example gradients.
 
 The kernels are generic over the float type; float64 arrays compile float64 variants. The op
 table is data, so one compiled forward and one compiled backward serve every network here.
@@ -21,6 +23,7 @@ import pytest
 from hogwild.config import config_from_dict
 from hogwild.model.engine import backward, forward
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
+from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch
 from hogwild.model.random import seed_kernels
 
 EPS = 1e-6
@@ -94,6 +97,11 @@ NETWORKS = {
     "conv_valid_k5_s2-conv_same_k3_s2": (
         [2, 11, 11],
         [conv(3, 5, 2, "valid"), conv(2, 3, 2, "same"), act("sigmoid"), fc(10), SOFTMAX],
+    ),
+    # two stacked stride-1 convolutions computed directly, odd map counts (3, 5), partial vectors
+    "conv_valid_k3-conv_valid_k5-odd_maps": (
+        [2, 12, 12],
+        [conv(3, 3), conv(5, 5), act("relu"), pool(2, 2), fc(10), SOFTMAX],
     ),
     # an activation and dropout as the very first layers (input gradient through them)
     "sigmoid-dropout-fc-relu-fc": (
@@ -273,3 +281,33 @@ def test_softmax_output_is_a_probability_vector(problem):
     probs = problem.a[problem.out : problem.out + problem.network.n_classes]
     assert (probs > 0).all()
     assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name", ["conv_valid_k3-conv_valid_k5-odd_maps", "conv_valid_k3_s1-pool2-fc-tanh"]
+)
+def test_a_minibatch_gradient_is_the_sum_of_its_examples(name):
+    input_shape, layers = NETWORKS[name]
+    network = make_network(input_shape, layers)
+    one = Problem(network, seed=7)
+    n = 5
+    rng = np.random.default_rng(3)
+    act = np.zeros((n, network.act_size))
+    act[:, : network.input_size] = rng.normal(0.0, 1.0, (n, network.input_size))
+    labels = rng.integers(0, network.n_classes, n).astype(np.int64)
+    dact = np.zeros_like(act)
+    aux = np.zeros((n, network.act_size), dtype=np.int32)
+    scratch = np.zeros(network.scratch_floats(n))
+    expected = np.zeros_like(one.params)
+    for b in range(n):
+        one.run_forward(one.params, act[b, : network.input_size])
+        backward(one.ops, one.params, one.a, one.da, one.aux, one.scratch, expected, int(labels[b]))
+    seed_kernels(DROPOUT_SEED)
+    forward_batch(one.ops, one.params, act, aux, scratch, n, True)
+    before = act.copy()
+    grad = np.zeros_like(one.params)
+    backward_batch(
+        one.ops, one.params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0.0, 1.0
+    )
+    np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-13)
+    assert (act == before).all()  # the backward pass reads the activations, never writes them
