@@ -242,9 +242,10 @@ def test_a_replica_killed_mid_batch_loses_only_its_outstanding_portions(mnist, n
         assert sorted(board.scheduler.replicas) == [0, 2]
         assert replica_vectors_are_zero(client, ws)
     # it had been handed a 5th portion and held those of its 4 it had not pushed yet: only those
-    # were handed out again (and accepted again from other replicas)
+    # were handed out again (and accepted again from other replicas). Of its 4, fewer than 4 may
+    # have been kept: when it was slow, a backup of a portion can finish first (a duplicate).
     dead = ws[1]
-    assert dead.kept == 4
+    assert dead.computed == 4 and dead.kept <= 4
     assert stats.lost == 1 + dead.kept - dead.pushed
     assert stats.portions == (iterations + 1) * 16 + dead.kept - dead.pushed
     assert any("died on purpose" in f for f in board.failures)
