@@ -14,14 +14,13 @@ its own.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_applies
 from hogwild.model.simd import VECTOR_BYTES
+from tests.unit.wide_vectors import rerun_with_64_byte_vectors
 
 if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
     assert VECTOR_BYTES == 64
@@ -121,23 +120,5 @@ def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path
     """The float32 cases of both kernels again with 16-float vectors, in a numba cache of their
     own (LLVM splits the wide vectors on a host without AVX-512, so the block and mask logic is
     what is checked)."""
-    env = dict(os.environ, HOGWILD_SIMD_BYTES="64", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            __file__,
-            "-k",
-            "float32 and not 64_byte",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert f"{2 * len(SHAPES)} passed" in run.stdout, run.stdout
+    stdout = rerun_with_64_byte_vectors(__file__, tmp_path)
+    assert f"{2 * len(SHAPES)} passed" in stdout, stdout

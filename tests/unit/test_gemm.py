@@ -9,14 +9,13 @@ arrays with leading dimensions wider than the product: and nothing outside ``C``
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 from hogwild.model.simd import VECTOR_BYTES
+from tests.unit.wide_vectors import rerun_with_64_byte_vectors
 
 if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
     assert VECTOR_BYTES == 64
@@ -145,23 +144,5 @@ def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path
     where the block is 5 x 32 columns and its masks are wider), in a numba cache of its own:
     LLVM splits the wide vectors for a host without AVX-512, so the block logic is what is
     checked."""
-    env = dict(os.environ, HOGWILD_SIMD_BYTES="64", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            __file__,
-            "-k",
-            "float32 and not 64_byte",  # the block logic is the same in float64
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout
+    stdout = rerun_with_64_byte_vectors(__file__, tmp_path)
+    assert " passed" in stdout
