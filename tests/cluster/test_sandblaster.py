@@ -143,6 +143,18 @@ def fixed_step(oracle, history=5):
     return np.zeros(oracle.n_params), options
 
 
+def step_until_it_left(lbfgs, client, board, want, replica: int, least: int = 2) -> int:
+    """Takes ``least`` or more of torch's steps ``want``, until ``replica`` has left the board
+    (a replica thread may be starved of portions for a while on a busy machine, so its failure
+    can come later than the ``least``-th step); each step is checked. Returns the steps taken."""
+    for k, b in enumerate(want, 1):
+        lbfgs.step()
+        assert close(params_of(client), b), k
+        if k >= least and replica not in board.scheduler.replicas:
+            return k
+    raise AssertionError(f"replica {replica} was still on the board after {len(want)} steps")
+
+
 def replica_vectors_are_zero(client, workers) -> bool:
     """Between batches every replica's vector was folded and zeroed."""
     return all(client.amax(replica_vector(w.id)) == 0.0 for w in workers)
@@ -230,23 +242,21 @@ def test_a_slow_replica_is_backed_up_and_the_steps_do_not_change(mnist, network,
 
 
 def test_a_replica_killed_mid_batch_loses_only_its_outstanding_portions(mnist, network, oracle):
-    iterations = 2
     x0, options = fixed_step(oracle)
-    want = oracle.torch_steps(x0, iterations, history=options.history, lr=1.0)
+    want = oracle.torch_steps(x0, 8, history=options.history, lr=1.0)
     replicas = ({}, {"die_after": 4}, {})
     with sandblaster(mnist, network, replicas, options=options) as (lbfgs, client, board, ws):
-        for b in want:
-            lbfgs.step()
-            assert close(params_of(client), b)
+        iterations = step_until_it_left(lbfgs, client, board, want, 1)
         stats = board.scheduler.stats
         assert sorted(board.scheduler.replicas) == [0, 2]
         assert replica_vectors_are_zero(client, ws)
     # it had been handed a 5th portion and held those of its 4 it had not pushed yet: only those
     # were handed out again (and accepted again from other replicas). Of its 4, fewer than 4 may
     # have been kept: when it was slow, a backup of a portion can finish first (a duplicate).
+    # The 5th is lost only when nobody else runs it: a backup's original may still be running.
     dead = ws[1]
     assert dead.computed == 4 and dead.kept <= 4
-    assert stats.lost == 1 + dead.kept - dead.pushed
+    assert dead.kept - dead.pushed <= stats.lost <= 1 + dead.kept - dead.pushed
     assert stats.portions == (iterations + 1) * 16 + dead.kept - dead.pushed
     assert any("died on purpose" in f for f in board.failures)
 
@@ -254,14 +264,11 @@ def test_a_replica_killed_mid_batch_loses_only_its_outstanding_portions(mnist, n
 def test_a_replica_that_dies_mid_push_counts_nothing_twice(mnist, network, oracle):
     """Its partial push stays in its own vector, which is zeroed, never added; its portions are
     computed again elsewhere, and the steps are torch's."""
-    iterations = 2
     x0, options = fixed_step(oracle)
-    want = oracle.torch_steps(x0, iterations, history=options.history, lr=1.0)
+    want = oracle.torch_steps(x0, 8, history=options.history, lr=1.0)
     replicas = ({}, {"die_mid_push": 2}, {})
     with sandblaster(mnist, network, replicas, options=options) as (lbfgs, client, board, ws):
-        for b in want:
-            lbfgs.step()
-            assert close(params_of(client), b)
+        iterations = step_until_it_left(lbfgs, client, board, want, 1)
         stats = board.scheduler.stats
         assert sorted(board.scheduler.replicas) == [0, 2]
         assert replica_vectors_are_zero(client, ws)  # the dead one's too
