@@ -16,6 +16,7 @@ run this way.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import time
@@ -54,6 +55,9 @@ def raw_server(cpus: list[int], transport: str, add: bool, conn) -> None:
             sock.send_multipart([parts[0], b"ok"])
     sock.close(linger=0)
     ctx.term()
+    if transport != "tcp":  # ZeroMQ leaves the endpoint's file behind
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(endpoint.removeprefix("ipc://"))
     conn.send(None)
 
 

@@ -23,8 +23,10 @@ the answer there) and records it for duplicates. Only the network thread touches
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -171,6 +173,7 @@ class Router:
         self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._security: ServerSecurity | None = None
+        self._socket_file: str | None = None  # an ipc endpoint's file, removed on close
         self._pull = self.context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
         self._pull.setsockopt(zmq.RCVHWM, 0)
@@ -194,6 +197,8 @@ class Router:
                 self.address = self.address.with_port(port)
             else:
                 self._router.bind(self.address.endpoint)
+                if self.address.transport == "ipc" and not self.address.host.startswith("@"):
+                    self._socket_file = self.address.host  # "@name": abstract, no file
         except zmq.ZMQError as exc:
             self._close_sockets()
             raise HogwildError(f"cannot listen on {self.address}: {exc}") from exc
@@ -225,6 +230,12 @@ class Router:
         if self._security is not None:
             self._security.close()
             self._security = None
+        if self._socket_file is not None:
+            # ZeroMQ leaves a bound ipc endpoint's file behind: without this every server
+            # started on ipc would leave one in /tmp (or wherever its address points).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._socket_file)
+            self._socket_file = None
 
     @property
     def alive(self) -> bool:

@@ -227,6 +227,18 @@ def test_a_push_refused_busy_behind_which_its_pull_was_answered_is_pulled_again(
             assert server.router.errors["BUSY"] >= 1  # the push was refused at least once
 
 
+def test_a_server_on_an_ipc_address_serves_and_removes_its_socket_file(tmp_path):
+    path = tmp_path / "ps.sock"
+    with local_server(GEOMETRY, servers=(f"ipc://{path}",), threads=1) as server:
+        assert path.is_socket()
+        with client_for(server) as client:
+            client.push_deltas(np.ones(N, np.float32))
+            out = np.zeros(N, np.float32)
+            client.pull(out)
+            assert (out == 1.0).all()
+    assert not path.exists()  # ZeroMQ leaves it; the server's router removes it
+
+
 def test_vector_operations_run_shard_locally_and_versions_follow_writes():
     rng = np.random.default_rng(4)
     init = rng.standard_normal(N).astype(np.float32)
