@@ -22,13 +22,14 @@ rows of one example are gathered into the worker's scratch vector, which
 """
 
 import numpy as np
-from numba import njit, uint64
+from numba import uint64
 
 from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_applies
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
+from hogwild.model.jit import kernel
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _valid_columns(kx, S, P, W, Wo):
     """The output columns ox whose input column ox*S + kx - P lies inside [0, W)."""
     lo = P - kx
@@ -37,7 +38,7 @@ def _valid_columns(kx, S, P, W, Wo):
     return first, max(first, last)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _im2col(act, first_example, n, x_off, col, C, H, W, Ho, Wo, K, S, P):
     """col[(c*K + ky)*K + kx, b*Ho*Wo + oy*Wo + ox] = x_b[c, oy*S+ky-P, ox*S+kx-P] (0 outside).
 
@@ -75,7 +76,7 @@ def _im2col(act, first_example, n, x_off, col, C, H, W, Ho, Wo, K, S, P):
                                 col[dst + j] = act[row, src + j * s]
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _col2im(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K, S, P):
     """Fold column gradients back onto each example's input gradient (overwriting it)."""
     plane = Ho * Wo
@@ -107,7 +108,7 @@ def _col2im(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K, S, P):
                                 dact[row, dst + j * s] += dcol[src + j]
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _im2row(x, x_off, rows, C, H, W, Ho, Wo, K, S, P):
     """rows[oy*Wo + ox, (c*K + ky)*K + kx] = x[c, oy*S+ky-P, ox*S+kx-P] (0 outside), one example.
 
@@ -147,7 +148,7 @@ def packed_conv_weights_size(maps: int, taps: int) -> int:
     return int(packed_size(maps, taps) + packed_size(taps, maps))
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def pack_conv_weights(params, w_off, packed, O, taps, transposed):
     """Pack a convolution's ``O x taps`` weights as the left operand of its forward product
     (``W``, at ``packed[0:]``) or of its input-gradient product (``W^T``, after it).
@@ -162,7 +163,7 @@ def pack_conv_weights(params, w_off, packed, O, taps, transposed):
         pack_a(params, w_off, taps, 1, O, taps, packed[: packed_size(O, taps)])
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def conv_forward_batch(
     act, n, x_off, y_off, params, w_off, b_off, packed, work, C, H, W, O, Ho, Wo, K, S, P
 ):
@@ -198,7 +199,7 @@ def conv_forward_batch(
         )
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def conv_backward_batch(
     act,
     dact,
@@ -294,7 +295,7 @@ def conv_backward_batch(
         conv_weight_grad(act, dact, 0, n, x_off, y_off, grad, w_off, C, H, W, O, Ho, Wo, K)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def fc_forward_batch(act, n, x_off, y_off, params, w_off, b_off, scratch, n_in, n_out):
     """Y = X W^T + b for n examples."""
     x = scratch[: n * n_in].reshape((n, n_in))
@@ -309,7 +310,7 @@ def fc_forward_batch(act, n, x_off, y_off, params, w_off, b_off, scratch, n_in, 
             dst[o] = y[b, o] + params[b_off + o]
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def fc_backward_batch(
     act, dact, n, x_off, y_off, params, w_off, b_off, grad, scratch, n_in, n_out, need_dx
 ):
@@ -346,7 +347,7 @@ def fc_backward_batch(
         )
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def fc_weight_update_batch(
     act,
     dact,

@@ -32,6 +32,7 @@ activations stay in cache while every block passes over them.
 
 from numba import njit
 
+from hogwild.model.jit import kernel
 from hogwild.model.simd import (
     data_ptr,
     lanes,
@@ -52,13 +53,13 @@ KB = 5  # kernel columns (kx) per weight-gradient block
 MIN_STEPS = 64  # SIMD steps per block worth one lane sum per accumulator
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def direct_applies(S, P):
     """Whether this module's kernels compute a convolution of stride ``S`` and padding ``P``."""
     return S == 1 and P == 0
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def conv_weight_grad(act, dact, first, n, x_off, y_off, grad, w_off, C, H, W, O, Ho, Wo, K):
     """Add the weight gradient of rows ``first:first+n`` of ``act``/``dact`` into ``grad``.
 
@@ -220,7 +221,7 @@ def _block_edge(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L, two, 
     return a00, a01, a02, a03, a04, a10, a11, a12, a13, a14
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def conv_forward(act, first, n, x_off, y_off, params, w_off, b_off, C, H, W, O, Ho, Wo, K):
     """``Y = W * X + b`` for rows ``first:first+n`` of ``act``, written into the same rows.
 

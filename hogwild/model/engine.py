@@ -11,9 +11,8 @@ loop: ``act``, ``dact`` (activation gradients), ``aux`` (max-pool arg-max, dropo
 scratch and the private gradient vector belong to the worker's training context.
 """
 
-from numba import njit
-
 from hogwild.model.batch_kernels import fc_weight_update_batch
+from hogwild.model.jit import kernel
 from hogwild.model.layer_kernels import argmax, cross_entropy, fc_weight_update
 from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, COL_WORK, OP_FC
 from hogwild.model.passes import (
@@ -37,7 +36,7 @@ __all__ = [
 ]
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def train_chunk(
     ops,
     params,
@@ -173,7 +172,7 @@ def train_chunk(
     return loss, correct
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, mean, std):
     """Summed loss and number correct of the examples ``start:stop``, without training."""
     last = ops.shape[0] - 1
@@ -195,7 +194,7 @@ def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, 
     return loss, correct
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
     """Class probabilities of already normalised float32 inputs ``[n, input_size]``."""
     last = ops.shape[0] - 1
@@ -212,7 +211,7 @@ def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
                 probabilities[first + b, k] = act[b, out_off + k]
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _train_grouped(
     ops,
     params,

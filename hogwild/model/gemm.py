@@ -35,6 +35,7 @@ applied to the weights as they leave the registers.
 
 from numba import njit
 
+from hogwild.model.jit import kernel
 from hogwild.model.simd import (
     data_ptr,
     lanes,
@@ -55,13 +56,13 @@ MR = 5  # rows of A per panel (and of a register block of C)
 SET, ADD, BIAS, SGD, MOMENTUM = range(5)
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def packed_size(m, k):
     """Floats :func:`pack_a` writes for an ``m x k`` matrix."""
     return (m + MR - 1) // MR * MR * k
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def pack_a(a, a_off, lda_m, lda_k, M, K, ap):
     """Pack ``A[m, k] = a[a_off + m * lda_m + k * lda_k]`` into panels of ``MR`` rows.
 
@@ -200,7 +201,7 @@ def _store_row(c, pc, a0, a1, n, L, mode, aux, pa, s0, s1, s2, s3):
         vstore_n(c, pc, _finish_n(c, pc, a0, n, mode, aux, pa, s0, s1, s2, s3), n)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def gemm(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, mode, aux, aux_off, s0, s1, s2, s3):
     """``C[m, n] (op)= sum_k A[m, k] B[k, n]`` for ``m < M``, ``n < N``, ``k < K``.
 
@@ -229,27 +230,27 @@ def gemm(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, mode, aux, aux_off, s0, s1, 
         _gemm_momentum(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, aux, s0, s1, s2, s3)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _gemm_set(c, c_off, ldc, ap, b, b_off, ldb, M, N, K):
     _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, SET, c, 0, 0.0, 0.0, 0.0, 0.0)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _gemm_add(c, c_off, ldc, ap, b, b_off, ldb, M, N, K):
     _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, ADD, c, 0, 0.0, 0.0, 0.0, 0.0)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _gemm_bias(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, aux, aux_off):
     _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, BIAS, aux, aux_off, 0.0, 0.0, 0.0, 0.0)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _gemm_sgd(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, s0, s1):
     _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, SGD, c, 0, s0, s1, 0.0, 0.0)
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _gemm_momentum(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, aux, s0, s1, s2, s3):
     _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, MOMENTUM, aux, 0, s0, s1, s2, s3)
 

@@ -16,8 +16,8 @@ not rescale by ``1 / (1 - p)``). Batch methods train the network without dropout
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from hogwild.model.jit import kernel
 from hogwild.model.layer_kernels import cross_entropy
 from hogwild.model.network import COL_OP, COL_OUT, COL_PERMILLE, OP_DROPOUT
 from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch, load_example
@@ -32,7 +32,7 @@ def deterministic_ops(ops: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def gradient_range(
     ops,
     params,

@@ -14,10 +14,12 @@ input gradient and the weight gradient.
 import math
 
 import numpy as np
-from numba import njit, uint64
+from numba import uint64
+
+from hogwild.model.jit import kernel
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def maxpool_forward(x, x_off, y, y_off, aux, C, H, W, Ho, Wo, K, S):
     """y[c, oy, ox] = max of the KxK window; aux keeps the flat input index of the maximum.
 
@@ -57,7 +59,7 @@ def maxpool_forward(x, x_off, y, y_off, aux, C, H, W, Ho, Wo, K, S):
                 aux[y_off + out] = best_at
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def maxpool_backward(dy, dy_off, dx, dx_off, aux, aux_off, n_in, n_out):
     """Route each output gradient to the input that won the max."""
     dxs = uint64(dx_off)
@@ -67,7 +69,7 @@ def maxpool_backward(dy, dy_off, dx, dx_off, aux, aux_off, n_in, n_out):
         dx[dx_off + aux[aux_off + j]] += dy[dy_off + j]
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def fc_forward(x, x_off, w, w_off, b_off, y, y_off, n_in, n_out):
     """y = W x + b with W of shape [n_out, n_in]."""
     xs = x[x_off : x_off + n_in]
@@ -79,7 +81,7 @@ def fc_forward(x, x_off, w, w_off, b_off, y, y_off, n_in, n_out):
         y[y_off + o] = w[b_off + o] + acc
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def fc_backward(x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx):
     """Accumulate dL/dW = dy x^T and dL/db = dy into g; write dL/dx = W^T dy when needed."""
     xs = x[x_off : x_off + n_in]
@@ -100,7 +102,7 @@ def fc_backward(x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_ou
             grow[i] += d * xs[i]
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def fc_backward_inputs(w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx):
     """dL/dx = W^T dy and the bias gradient only; the weight update comes later."""
     dxs = dx[dx_off : dx_off + n_in]
@@ -116,7 +118,7 @@ def fc_backward_inputs(w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, 
             dxs[i] += row[i] * d
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def fc_backward_sgd_in_place(
     x, x_off, w, w_off, b_off, dy, dy_off, dx, dx_off, g, n_in, n_out, need_dx, step, decay
 ):
@@ -152,7 +154,7 @@ def fc_backward_sgd_in_place(
                 row[i] = row[i] * shrink + delta * xs[i]
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def fc_weight_update(
     act, dact, n, x_off, y_off, w, w_off, velocity, n_in, n_out, lr, scale, mu, wd, momentum, tmp
 ):
@@ -192,7 +194,7 @@ def fc_weight_update(
                 row[i] -= lr * (t[i] + wd * row[i])
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def activation_forward(kind, x, x_off, y, y_off, n):
     """kind 0: relu, 1: tanh, 2: sigmoid.
 
@@ -211,7 +213,7 @@ def activation_forward(kind, x, x_off, y, y_off, n):
             y[y_off + i] = 1.0 / (1.0 + math.exp(-x[x_off + i]))
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def activation_backward(kind, y, y_off, dy, dy_off, dx, dx_off, n):
     """The derivative from the activation's output: relu 1[y>0], tanh 1-y^2, sigmoid y(1-y)."""
     if kind == 0:
@@ -229,7 +231,7 @@ def activation_backward(kind, y, y_off, dy, dy_off, dx, dx_off, n):
             dx[dx_off + i] = dy[dy_off + i] * v * (1.0 - v)
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def dropout_forward(x, x_off, y, y_off, aux, n, p, training):
     """Inverted dropout: keep each unit with probability 1-p and scale it by 1/(1-p)."""
     if not training or p == 0.0:
@@ -247,14 +249,14 @@ def dropout_forward(x, x_off, y, y_off, aux, n, p, training):
             y[y_off + i] = 0.0
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def dropout_backward(dy, dy_off, dx, dx_off, aux, aux_off, n, p):
     scale = 1.0 / (1.0 - p)
     for i in range(n):
         dx[dx_off + i] = dy[dy_off + i] * scale if aux[aux_off + i] else 0.0
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def softmax_forward(x, x_off, y, y_off, n):
     """Numerically stable softmax of n class scores."""
     top = x[x_off]
@@ -270,7 +272,7 @@ def softmax_forward(x, x_off, y, y_off, n):
         y[y_off + i] /= total
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def softmax_xent_backward(y, y_off, label, dx, dx_off, n):
     """Gradient of cross-entropy through softmax: probabilities minus the one-hot label."""
     for i in range(n):
@@ -278,14 +280,14 @@ def softmax_xent_backward(y, y_off, label, dx, dx_off, n):
     dx[dx_off + label] -= 1.0
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def cross_entropy(y, y_off, label):
     """-log p(label), floored so a zero probability gives a large finite loss."""
     p = y[y_off + label]
     return -math.log(p if p > 1e-30 else 1e-30)
 
 
-@njit(cache=True, nogil=True, fastmath=True, error_model="numpy")
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
 def argmax(y, y_off, n):
     best = 0
     for i in range(1, n):

@@ -10,7 +10,6 @@ reference entry points that the finite-difference and PyTorch tests check.
 """
 
 import numpy as np
-from numba import njit
 
 from hogwild.model.batch_kernels import (
     conv_backward_batch,
@@ -20,6 +19,7 @@ from hogwild.model.batch_kernels import (
     pack_conv_weights,
 )
 from hogwild.model.conv_direct import conv_weight_grad, direct_applies
+from hogwild.model.jit import kernel
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,
@@ -64,7 +64,7 @@ from hogwild.model.network import (
 )
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def load_example(image, a, mean, std):
     """Write one uint8 image into the input block (offset 0) as (x / 255 - mean) / std."""
     inv = 1.0 / (255.0 * std)
@@ -76,7 +76,7 @@ def load_example(image, a, mean, std):
 FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def forward_batch(ops, params, act, aux, scratch, n, training):
     """Run every layer forward on the first ``n`` activation rows.
 
@@ -98,7 +98,7 @@ def forward_batch(ops, params, act, aux, scratch, n, training):
         _forward_layers(ops, 0, ops.shape[0], params, act, aux, scratch, n, training)
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _pack_convolutions(ops, params, scratch, backward):
     """Pack every convolution's weights for the forward products (of those that are products:
     see :func:`hogwild.model.conv_direct.direct_applies`), or for the backward products of those
@@ -114,7 +114,7 @@ def _pack_convolutions(ops, params, scratch, backward):
         pack_conv_weights(params, r[COL_W], packed, r[COL_O], taps, backward)
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def first_fc_layer(ops):
     """Index of the first fully connected layer (the number of layers if there is none)."""
     for layer in range(ops.shape[0]):
@@ -123,7 +123,7 @@ def first_fc_layer(ops):
     return ops.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
     """Layers ``first:last`` forward over the first ``n`` rows of ``act``."""
     for layer in range(first, last):
@@ -168,7 +168,7 @@ def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
                 _forward_one(r, params, act[b], aux[b], training)
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _forward_one(r, params, a, aux, training):
     op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
     if op == OP_MAXPOOL:
@@ -196,7 +196,7 @@ def _forward_one(r, params, a, aux, training):
         softmax_forward(a, x_off, a, y_off, r[COL_C])
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mode, step, decay):
     """Backpropagate the first ``n`` rows; ``fc_mode`` says what happens to fc weights.
 
@@ -269,7 +269,7 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
         )
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _direct_conv_weight_grads(ops, last, act, dact, grad, n):
     """The weight gradients the per-example passes left (see :func:`_backward_layers`): those of
     the convolutions before layer ``last`` that :func:`conv_weight_grad` computes, over all
@@ -296,7 +296,7 @@ def _direct_conv_weight_grads(ops, last, act, dact, grad, n):
             )
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _backward_layers(
     ops,
     first,
@@ -369,7 +369,7 @@ def _backward_layers(
                 )
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
     op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
     if op == OP_SOFTMAX:
@@ -425,14 +425,14 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
         dropout_backward(da, y_off, da, x_off, aux, y_off, r[COL_C], r[COL_PERMILLE] * 1e-6)
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def forward(ops, params, a, aux, scratch, training):
     """Run every layer forward on one example's activation row ``a``."""
     size = a.shape[0]
     forward_batch(ops, params, a.reshape((1, size)), aux.reshape((1, size)), scratch, 1, training)
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def backward(ops, params, a, da, aux, scratch, grad, label):
     """Backpropagate one example whose forward pass is in ``a``; every gradient into ``grad``."""
     size = a.shape[0]

@@ -6,10 +6,11 @@ run's dropout masks reproducible and a resumed job continue with the masks it wo
 """
 
 import numpy as np
-from numba import njit
+
+from hogwild.model.jit import kernel
 
 
-@njit(cache=True)
+@kernel(cache=True)
 def _seed(value):
     np.random.seed(value)
 

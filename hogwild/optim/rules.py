@@ -17,8 +17,8 @@ Weight decay applies to weights only, never to biases.
 """
 
 import numpy as np
-from numba import njit
 
+from hogwild.model.jit import kernel
 from hogwild.model.network import COL_B, COL_C, COL_K, COL_O, COL_OP, COL_W, OP_CONV
 
 RULE_SGD = 0
@@ -26,7 +26,7 @@ RULE_MOMENTUM = 1
 RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM}
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+@kernel(cache=True, nogil=True, fastmath=True)
 def _update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
     # Slices, so the loop index is non-negative and the loops vectorise.
     p = params[start:stop]
@@ -45,7 +45,7 @@ def _update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
             g[i] = 0.0
 
 
-@njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, fc_weights):
     """Apply ``scale * grad`` to the layers' parameters with the chosen rule; zero ``grad``.
 
