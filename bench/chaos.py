@@ -38,6 +38,7 @@ SHM = Path("/dev/shm")
 EXIT_TIMEOUT_S = 45.0
 IGNORED_S = 2.0
 WORKER_EXIT_S = 20.0
+INTERRUPTED = "hogwild: interrupted; workers stopped and shared memory removed"
 SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
 
 
@@ -137,12 +138,13 @@ def trial(rng: random.Random, data: Path, max_delay: float) -> dict:
         except (ProcessLookupError, psutil.Error):
             pass
         ignored = target == "worker" and name == "SIGINT"  # by design: the parent owns Ctrl-C
+        err = ""
         try:
-            job.communicate(timeout=IGNORED_S if ignored else EXIT_TIMEOUT_S)
+            _, err = job.communicate(timeout=IGNORED_S if ignored else EXIT_TIMEOUT_S)
         except subprocess.TimeoutExpired:  # the job goes on: stop it as a user would
             job.send_signal(signal.SIGTERM)
             try:
-                job.communicate(timeout=EXIT_TIMEOUT_S)
+                _, err = job.communicate(timeout=EXIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 job.kill()
                 job.communicate()
@@ -168,6 +170,12 @@ def trial(rng: random.Random, data: Path, max_delay: float) -> dict:
         for name_ in leaked:
             (SHM / name_).unlink(missing_ok=True)
         expected = _expected_status(target, name, started)
+        if target == "parent" and name == "SIGINT" and INTERRUPTED in err:
+            # It took the Ctrl-C path (workers stopped, memory removed) and returned 130, yet
+            # CPython sometimes ends it by SIGINT afterwards (-2; seen about 1 run in 10 with
+            # the signal 1.3-1.4 s in, after its exit handlers had run). A shell reports both
+            # as status 130; what the trial counts, leftovers, it still counts.
+            expected = expected | {-2}
         record["unexpected_status"] = job.returncode not in expected
         return record
 
