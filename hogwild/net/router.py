@@ -146,6 +146,19 @@ class Replier:
         self._socket.close(linger=0)
 
 
+def _bound_file(address: Address) -> tuple[str, int, int] | None:
+    """The file a bind to an ipc ``address`` made (absolute path, device, inode); None for
+    other transports, an abstract socket (``@name``) or a wildcard (``*``: ZeroMQ names it)."""
+    if address.transport != "ipc" or address.host.startswith("@") or address.host == "*":
+        return None
+    path = os.path.abspath(address.host)
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return path, found.st_dev, found.st_ino
+
+
 class Router:
     """A ROUTER socket served by a network thread.
 
@@ -173,7 +186,7 @@ class Router:
         self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._security: ServerSecurity | None = None
-        self._socket_file: str | None = None  # an ipc endpoint's file, removed on close
+        self._socket_file: tuple[str, int, int] | None = None  # ipc: path, device, inode
         self._pull = self.context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
         self._pull.setsockopt(zmq.RCVHWM, 0)
@@ -197,8 +210,7 @@ class Router:
                 self.address = self.address.with_port(port)
             else:
                 self._router.bind(self.address.endpoint)
-                if self.address.transport == "ipc" and not self.address.host.startswith("@"):
-                    self._socket_file = self.address.host  # "@name": abstract, no file
+                self._socket_file = _bound_file(self.address)
         except zmq.ZMQError as exc:
             self._close_sockets()
             raise HogwildError(f"cannot listen on {self.address}: {exc}") from exc
@@ -232,10 +244,14 @@ class Router:
             self._security = None
         if self._socket_file is not None:
             # ZeroMQ leaves a bound ipc endpoint's file behind: without this every server
-            # started on ipc would leave one in /tmp (or wherever its address points).
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._socket_file)
+            # started on ipc would leave one in /tmp (or wherever its address points). Only
+            # our own file goes: a later bind to the same path replaces it with another.
+            path, device, inode = self._socket_file
             self._socket_file = None
+            with contextlib.suppress(OSError):
+                found = os.stat(path)
+                if (found.st_dev, found.st_ino) == (device, inode):
+                    os.unlink(path)
 
     @property
     def alive(self) -> bool:

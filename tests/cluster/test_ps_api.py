@@ -4,8 +4,10 @@ operations, retries, unreachable servers, receive and acknowledgement modes."""
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,16 +229,35 @@ def test_a_push_refused_busy_behind_which_its_pull_was_answered_is_pulled_again(
             assert server.router.errors["BUSY"] >= 1  # the push was refused at least once
 
 
-def test_a_server_on_an_ipc_address_serves_and_removes_its_socket_file(tmp_path):
-    path = tmp_path / "ps.sock"
-    with local_server(GEOMETRY, servers=(f"ipc://{path}",), threads=1) as server:
-        assert path.is_socket()
-        with client_for(server) as client:
-            client.push_deltas(np.ones(N, np.float32))
-            out = np.zeros(N, np.float32)
-            client.pull(out)
-            assert (out == 1.0).all()
-    assert not path.exists()  # ZeroMQ leaves it; the server's router removes it
+def test_a_server_on_an_ipc_address_serves_and_removes_its_socket_file():
+    # a short directory: a socket's path is limited to 107 bytes, which a long TMPDIR may pass
+    with tempfile.TemporaryDirectory(prefix="hw-", dir="/tmp") as folder:
+        path = Path(folder) / "ps.sock"
+        with local_server(GEOMETRY, servers=(f"ipc://{path}",), threads=1) as server:
+            assert path.is_socket()
+            with client_for(server) as client:
+                client.push_deltas(np.ones(N, np.float32))
+                out = np.zeros(N, np.float32)
+                client.pull(out)
+                assert (out == 1.0).all()
+        assert not path.exists()  # ZeroMQ leaves it; the server's router removes it
+
+
+def test_a_stopping_server_leaves_the_socket_file_of_a_later_server_on_its_path():
+    """ZeroMQ binds an ipc path over an existing file: the first server's stop must not remove
+    the file of the second, which still serves on it."""
+    with tempfile.TemporaryDirectory(prefix="hw-", dir="/tmp") as folder:
+        path = Path(folder) / "ps.sock"
+        servers = (f"ipc://{path}",)
+        with local_server(GEOMETRY, servers=servers, threads=1) as first:
+            with local_server(GEOMETRY, servers=servers, threads=1) as later:
+                first.stop()
+                assert path.is_socket()
+                with client_for(later) as client:
+                    out = np.ones(N, np.float32)
+                    client.pull(out)
+                    assert (out == 0.0).all()
+        assert not path.exists()
 
 
 def test_vector_operations_run_shard_locally_and_versions_follow_writes():
