@@ -23,6 +23,8 @@ from pathlib import Path
 
 from hogwild.errors import HogwildError, Terminated, WorkerDiedError
 
+INTERRUPTED = "hogwild: interrupted; workers stopped and shared memory removed"  # on Ctrl-C
+
 _OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
 PLUGIN_COMMANDS = "hogwild.commands"
 BENCHMARKS = {"cores": "Adam Fig. 8: training throughput against cores, beside PyTorch Hogwild"}
@@ -346,9 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "data":
             print("hogwild: interrupted; rerun the same command to resume", file=sys.stderr)
         else:
-            print(
-                "hogwild: interrupted; workers stopped and shared memory removed", file=sys.stderr
-            )
+            print(INTERRUPTED, file=sys.stderr)
         return 130
 
 

@@ -10,14 +10,18 @@ forward pass 7 times and the backward pass 6, and took 169-207 s on a 2-core AMD
 per type it takes 104 s. That compile is the first run of every fresh install, and of every
 cluster role started with an empty cache.
 
-:func:`kernel` is ``numba.njit`` whose calls from other kernels are typed without literal types,
-so a constant argument takes the compilation its type already has. Functions whose speed depends
-on a constant being known when they are compiled keep ``numba.njit``: the matrix product's loop
-nest and epilogue per mode (:mod:`hogwild.model.gemm`), the direct convolutions' register blocks
-(:mod:`hogwild.model.conv_direct`), and the inlined helpers.
+:func:`kernel` is ``numba.njit`` whose calls from compiled code (any jitted caller) are typed
+without literal types, so a constant argument takes the compilation its type already has; such a
+function cannot ask for a literal (``numba.literally``). Functions whose speed depends on a
+constant being known when they are compiled keep ``numba.njit``: the matrix product's loop nest
+and epilogue, compiled per mode (:mod:`hogwild.model.gemm`); and the inlined helpers, typed in
+their callers. The direct convolutions' register blocks (:mod:`hogwild.model.conv_direct`) keep
+it too: their arguments are run-time values today, and they are the inner loops.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from numba import njit
 from numba.core import types
@@ -27,8 +31,8 @@ __all__ = ["compiled_per_type", "kernel"]
 _KERNELS: list = []  # every dispatcher kernel() made, in definition order
 
 
-def kernel(**options):
-    """``numba.njit(**options)``, compiled once per argument types when called from a kernel.
+def kernel(**options) -> Callable:
+    """``numba.njit(**options)``, compiled once per argument types when called from compiled code.
 
     For inlined functions (``inline="always"``) use ``numba.njit``: they are typed at each call
     site as part of their caller.
