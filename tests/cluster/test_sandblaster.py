@@ -169,7 +169,10 @@ def test_one_replica_takes_the_steps_of_torch_lbfgs(mnist, network, oracle):
         for k, b in enumerate(want, 1):
             it = lbfgs.step()
             assert it.stop is None and it.evaluations == 1
-            assert it.loss == pytest.approx(oracle(b)[0], rel=2e-5), k
+            # The gradient is summed in float32 over portions grouped into pushes as they finish,
+            # so each step's rounding, and the loss after it, vary run to run (3.5e-5 of the
+            # loss at iteration 9 in one full run).
+            assert it.loss == pytest.approx(oracle(b)[0], rel=1e-4), k
             got = params_of(client)
             assert close(got, b), (k, float(np.abs(got - b).max()))
         # the parameters changed once per step (its axpy): no gradient passed through them
