@@ -224,7 +224,7 @@ def _cluster(args, overrides: dict[str, str]) -> int:
         args.overrides = overrides
         return run_replica(args)
     if args.cluster_command == "status":
-        from hogwild.cluster.driver import print_status
+        from hogwild.cluster.status import print_status
 
         return print_status(args.target, as_json=args.json)
     from hogwild.cluster.driver import ClusterDriver

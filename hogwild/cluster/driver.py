@@ -852,30 +852,3 @@ def _merge_histograms(histograms) -> dict:
         for key, count in (histogram or {}).items():
             merged[key] = merged.get(key, 0) + int(count)
     return merged
-
-
-def print_status(target: str, as_json: bool = False) -> int:
-    """``hogwild cluster status``: the table of a running job, by run directory or address."""
-    path = Path(target)
-    if path.is_dir():
-        found = path / "cluster.json"
-        if not found.is_file():
-            raise HogwildError(f"{path}: no running cluster job here (no cluster.json)")
-        try:
-            where = json.loads(found.read_text())
-            address, job = str(where["address"]), str(where["job"])
-            keys = where.get("keys")
-            if keys is not None and not isinstance(keys, str):
-                raise TypeError(f"keys: {keys!r}")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise HogwildError(f"{found}: not a cluster job's address file: {exc}") from None
-    else:
-        address, job, keys = target, None, None
-    with ControlClient(address, job, timeout_s=2.0, retries=1, keys=keys) as client:
-        status = client.call("status")
-    if as_json:
-        print(json.dumps(status))
-    else:
-        print(f"job {status.get('job')} at {address}")
-        print(status.get("table", ""))
-    return 0

@@ -12,8 +12,13 @@ from a running job (the driver answers a ``status`` control request with the row
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import TextIO
+
+from hogwild.errors import HogwildError
+from hogwild.net.control import ControlClient
 
 COLUMNS = (
     "role", "state", "epoch", "examples", "ex/s", "loss", "data wait", "ps wait", "restarts",
@@ -97,3 +102,30 @@ class LiveStatus:
     def clear(self) -> None:
         """Forget the table (the next line is written below it)."""
         self._lines = 0
+
+
+def print_status(target: str, as_json: bool = False) -> int:
+    """``hogwild cluster status``: the table of a running job, by run directory or address."""
+    path = Path(target)
+    if path.is_dir():
+        found = path / "cluster.json"
+        if not found.is_file():
+            raise HogwildError(f"{path}: no running cluster job here (no cluster.json)")
+        try:
+            where = json.loads(found.read_text())
+            address, job = str(where["address"]), str(where["job"])
+            keys = where.get("keys")
+            if keys is not None and not isinstance(keys, str):
+                raise TypeError(f"keys: {keys!r}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise HogwildError(f"{found}: not a cluster job's address file: {exc}") from None
+    else:
+        address, job, keys = target, None, None
+    with ControlClient(address, job, timeout_s=2.0, retries=1, keys=keys) as client:
+        status = client.call("status")
+    if as_json:
+        print(json.dumps(status))
+    else:
+        print(f"job {status.get('job')} at {address}")
+        print(status.get("table", ""))
+    return 0
