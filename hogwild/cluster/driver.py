@@ -75,6 +75,7 @@ from hogwild.cluster.status import LiveStatus, format_table, replica_row, server
 from hogwild.cluster.topology import require_built, resolve_topology
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.errors import HogwildError
+from hogwild.model.compile import compile_lock
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
@@ -576,7 +577,9 @@ class ClusterDriver:
     def _warm_evaluation(self) -> None:
         """Load the prediction kernels while the roles start (the first evaluation's cost)."""
         model = TrainedModel(self.config, self.network, np.zeros(self.network.n_params, np.float32))
-        with contextlib.suppress(Exception):  # the real evaluation reports what fails
+        # under the host's compile lock: from a cold cache the replicas compile the same forward
+        # kernels, and two processes compiling them at once on the same cores waste one of them
+        with compile_lock(), contextlib.suppress(Exception):  # the evaluation reports failures
             model.predict_proba(np.zeros((1, self.network.input_size), np.uint8))
 
     def _test(self, ended: EndedEpoch) -> dict:

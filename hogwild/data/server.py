@@ -91,8 +91,10 @@ class DataServer:
             The address it listens on (with the real port when it was 0).
         """
         from hogwild.data.feed import compile_data_kernels
+        from hogwild.model.compile import compile_lock
 
-        compile_data_kernels()
+        with compile_lock():  # beside a job's other roles: one compiles, the others load it
+            compile_data_kernels()
         try:
             self.router = Router(self.address, self, keys=self.keys)
             for i in range(self.n_threads):
