@@ -14,6 +14,10 @@ time, so segments are attributed by the owner recorded in their names, never by 
 the test": a segment whose owner is another live process is someone else's. New segments whose
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
+
+The session also undoes an inherited ``SIGINT`` ignore (a shell starts a background command, such
+as ``pytest ... &`` or ``nohup``, with SIGINT ignored, and exec passes that on): the tests send
+SIGINT to the jobs they start and expect Ctrl-C's behaviour, which an ignored SIGINT never has.
 """
 
 from __future__ import annotations
@@ -95,6 +99,16 @@ def _stop_listening(fd: int) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+def pytest_configure(config) -> None:
+    """Let the jobs the tests start receive SIGINT even when this session was started ignoring it.
+
+    A Python handler here is reset to the default in every child at exec, where an ignored
+    signal would stay ignored.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
