@@ -8,9 +8,10 @@ workers load the cached code instead of each compiling it again. The workers sta
 starting together compile one after the other, so the second loads what the first compiled
 instead of compiling it again on the same cores.
 
-Workers call the kernels with two sets of argument types: examples in the arena (uint8 labels),
-and batches from a data feed (an LMDB image cache, or augmentation: int32 labels, images from the
-feed's ring). ``feed=True`` compiles the second set too, and the data kernels the feed runs.
+Workers call the kernels with one set of argument types whether examples come from the arena or
+from a data feed (an LMDB image cache, or augmentation: images from the feed's ring): uint8 image
+rows and :data:`~hogwild.model.engine.LABEL_DTYPE` labels. ``feed=True`` also compiles the data
+kernels the feed runs.
 """
 
 import numpy as np
@@ -41,51 +42,49 @@ def compile_kernels(
         network: The model.
         batch: Examples per update (the training context's size).
         update_every: Examples per fully connected update at batch 1 (see ``train_chunk``).
-        feed: Also compile what a worker reading through a data feed calls: the kernels with
-            int32 labels, and the data kernels (reading, augmenting).
+        feed: Also compile the data kernels (reading, augmenting) a worker reading through a
+            data feed calls.
     """
     context = TrainingContext.allocate(network, batch, update_every)
     params = np.zeros(network.n_params, dtype=np.float32)
     velocity = np.zeros_like(params)
     order = np.zeros(1, dtype=np.int64)
-    # Arena labels are uint8; a feed's are int32. Images are C-contiguous uint8 rows in both.
-    label_types = (np.uint8, np.int32) if feed else (np.uint8,)
+    # Images are C-contiguous uint8 rows, in the arena and in a feed's ring alike.
+    images = np.zeros((1, network.input_size), dtype=np.uint8)
+    labels = np.zeros(1, dtype=engine.LABEL_DTYPE)
     seed_kernels(0)
-    for label_type in label_types:
-        images = np.zeros((1, network.input_size), dtype=np.uint8)
-        labels = np.zeros(1, dtype=label_type)
-        for rule in sorted(set(RULE_CODES.values())):
-            context.train_chunk(
-                network.ops,
-                params,
-                velocity,
-                images,
-                labels,
-                order,
-                0,
-                1,
-                batch=batch,
-                lr=0.0,
-                mu=0.0,
-                wd=0.0,
-                rule=rule,
-                mean=0.0,
-                std=1.0,
-                update_every=update_every,
-            )
-        engine.evaluate_range(
+    for rule in sorted(set(RULE_CODES.values())):
+        context.train_chunk(
             network.ops,
             params,
-            context.act,
-            context.aux,
-            context.scratch,
+            velocity,
             images,
             labels,
+            order,
             0,
             1,
-            0.0,
-            1.0,
+            batch=batch,
+            lr=0.0,
+            mu=0.0,
+            wd=0.0,
+            rule=rule,
+            mean=0.0,
+            std=1.0,
+            update_every=update_every,
         )
+    engine.evaluate_range(
+        network.ops,
+        params,
+        context.act,
+        context.aux,
+        context.scratch,
+        images,
+        labels,
+        0,
+        1,
+        0.0,
+        1.0,
+    )
     if feed:
         from hogwild.data.feed import compile_data_kernels
 

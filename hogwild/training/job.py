@@ -33,6 +33,7 @@ import numpy as np
 
 from hogwild.config import Config
 from hogwild.errors import ConfigError, DataError
+from hogwild.model.engine import LABEL_DTYPE
 from hogwild.model.network import Network
 from hogwild.shm.arena import ArenaLayout
 
@@ -73,9 +74,9 @@ def job_layout(
     layout.add("order", np.int64, (n_train,))
     if image_bytes:
         layout.add("train_images", np.uint8, (n_train, image_bytes))
-        layout.add("train_labels", np.uint8, (n_train,))
+        layout.add("train_labels", LABEL_DTYPE, (n_train,))  # the kernels' one label type
         layout.add("test_images", np.uint8, (n_test, image_bytes))
-        layout.add("test_labels", np.uint8, (n_test,))
+        layout.add("test_labels", LABEL_DTYPE, (n_test,))
     return layout
 
 

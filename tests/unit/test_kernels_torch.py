@@ -22,7 +22,7 @@ import pytest
 
 from hogwild.config import config_from_dict, load_config
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import backward, evaluate_range, forward, predict_batch
+from hogwild.model.engine import LABEL_DTYPE, backward, evaluate_range, forward, predict_batch
 from hogwild.model.init import initialise
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
 from hogwild.model.random import seed_kernels
@@ -144,7 +144,7 @@ def dropout_masks(network: Network, aux: np.ndarray) -> dict:
 def random_images(network: Network, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, size=(n, network.input_size), dtype=np.uint8)
-    labels = rng.integers(0, network.n_classes, size=n).astype(np.uint8)
+    labels = rng.integers(0, network.n_classes, size=n).astype(LABEL_DTYPE)
     return images, labels
 
 

@@ -15,6 +15,7 @@ from numba.core.runtime import _nrt_python, rtsys
 
 from hogwild.config import load_config
 from hogwild.model.context import TrainingContext
+from hogwild.model.engine import LABEL_DTYPE
 from hogwild.model.init import initialise
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_CODES
@@ -43,7 +44,7 @@ def test_training_allocates_nothing_per_example(allocation_counter, batch, rule,
     network = build_network(load_config().model)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (256, network.input_size), dtype=np.uint8)
-    labels = (np.arange(256) % 10).astype(np.uint8)
+    labels = (np.arange(256) % 10).astype(LABEL_DTYPE)
     order = np.arange(256, dtype=np.int64)
     params = np.zeros(network.n_params, dtype=np.float32)
     initialise(network, params, "he", 1.0, 1)

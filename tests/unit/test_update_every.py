@@ -14,7 +14,7 @@ import pytest
 
 from hogwild.config import load_config
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import backward, forward, load_example
+from hogwild.model.engine import LABEL_DTYPE, backward, forward, load_example
 from hogwild.model.init import initialise
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_SGD
@@ -69,7 +69,7 @@ def test_grouped_updates_match_the_replayed_schedule(group, wd):
     initialise(network, params, "he", 1.0, 5)
     rng = np.random.default_rng(6)
     images = rng.integers(0, 256, (7, network.input_size), dtype=np.uint8)
-    labels = rng.integers(0, 10, 7).astype(np.uint8)
+    labels = rng.integers(0, 10, 7).astype(LABEL_DTYPE)
     expected = _replay(network, params, images, labels, 0.05, wd, group)
 
     ctx = TrainingContext.allocate(network, 1, group)
