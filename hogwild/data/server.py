@@ -91,9 +91,11 @@ class DataServer:
             The address it listens on (with the real port when it was 0).
         """
         from hogwild.data.feed import compile_data_kernels
-        from hogwild.model.compile import compile_lock
+        from hogwild.locks import machine_lock
 
-        with compile_lock():  # beside a job's other roles: one compiles, the others load it
+        # Data servers starting together: the first compiles, the others load what it wrote. A
+        # lock of their own: the parameter servers' kernels are other code, compiled meanwhile.
+        with machine_lock("data-kernels"):
             compile_data_kernels()
         try:
             self.router = Router(self.address, self, keys=self.keys)

@@ -61,7 +61,7 @@ from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild.blas import limit_blas_threads
 from hogwild.config_checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
-from hogwild.model.compile import compile_lock
+from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
 from hogwild.net.router import Incoming, Reply, Router, json_reply
 from hogwild.net.wire import (
@@ -262,7 +262,9 @@ class ParameterServer:
         Returns:
             The address it listens on (with the real port when it was 0).
         """
-        with compile_lock():  # servers starting together: the first compiles, the rest load it
+        # Servers starting together: the first compiles, the others load what it wrote. A lock
+        # of their own: the engine's and the data kernels are other code, compiled meanwhile.
+        with machine_lock("ps-kernels"):
             kernels.compile_kernels()
         limit_blas_threads(1)  # one BLAS thread per update thread (API b's sgemm)
         try:
