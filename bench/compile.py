@@ -4,7 +4,7 @@ A fresh install, a fresh ``NUMBA_CACHE_DIR`` and every cluster role started with
 compile the engine's kernels before the first example trains. Each trial runs a child process
 with a cache of its own that compiles what a ``hogwild train`` worker calls
 (:func:`hogwild.model.compile.compile_kernels` for Adam's MNIST model at ``--batch``, then with
-``--feed`` the data feed's argument types at batch 32), twice:
+``--feed`` at batch 32 with the data kernels a feed runs), twice:
 
 - ``per_type``: as the engine ships (:func:`hogwild.model.jit.kernel`: one compilation per set
   of argument types);
@@ -46,7 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add = parser.add_argument
     add("--repeats", type=int, default=1, help="trials of each mode (default 1)")
     add("--batch", type=int, default=1, help="the training batch compiled first (default 1)")
-    add("--feed", action="store_true", help="also the data feed's types at batch 32")
+    add("--feed", action="store_true", help="also batch 32 and the data feed's kernels")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     add("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from bench.machine import Gang
+from hogwild.model.engine import LABEL_DTYPE
 
 
 def _control_process(config_dict: dict, images, labels, batch: int, warmup: int, *, ready) -> dict:
@@ -78,8 +79,7 @@ def measure_control(gang: Gang, config, images, labels, order, shards, *, batch,
     for start, stop in shards:
         chosen = order[start:stop]
         shard = np.ascontiguousarray(images[chosen].reshape(len(chosen), -1))
-        args.append(
-            (config.to_dict(), shard, np.ascontiguousarray(labels[chosen]), batch, warm_each)
-        )
+        shard_labels = np.ascontiguousarray(labels[chosen], LABEL_DTYPE)  # what was compiled
+        args.append((config.to_dict(), shard, shard_labels, batch, warm_each))
     seconds, answers = gang.run(_control_process, args)
     return {"examples_per_s": sum(a["examples"] for a in answers) / seconds}

@@ -15,9 +15,10 @@ the test": a segment whose owner is another live process is someone else's. New 
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
 
-The session also undoes an inherited ``SIGINT`` ignore (a shell starts a background command, such
-as ``pytest ... &`` or ``nohup``, with SIGINT ignored, and exec passes that on): the tests send
-SIGINT to the jobs they start and expect Ctrl-C's behaviour, which an ignored SIGINT never has.
+The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
+background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
+send SIGINT to the jobs they start and expect Ctrl-C's behaviour, which an ignored SIGINT never
+has.
 """
 
 from __future__ import annotations

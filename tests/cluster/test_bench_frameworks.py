@@ -28,7 +28,7 @@ LEAK_KINDS = ("segments", "processes", "ports")
 
 
 @pytest.mark.slow
-def test_quick_run_draws_a_curve_for_every_framework_built(tmp_path, mnist_dir, repo_root):
+def test_quick_run_draws_a_curve_for_each_contender_it_trains(tmp_path, mnist_dir, repo_root):
     out, png = tmp_path / "frameworks.json", tmp_path / "fig4.png"
     command = [sys.executable, str(repo_root / "bench" / "frameworks.py"), "--quick"]
     command += ["--data", str(mnist_dir), "--out", str(out), "--plot", str(png)]
