@@ -127,8 +127,8 @@ def test_synchronous_sgd_groups_train_mnist(
     epochs = [r for r in records if r["event"] == "epoch"]
     losses = [r["train_loss"] for r in epochs]
     # the hybrid's two groups step against one server in whichever order their batches end, so
-    # its last loss varies: 0.16-0.19 in three runs alone, but one full-suite run (at b0ec453)
-    # stalled at 0.31-0.36 from the fifth epoch on, not explained yet; the bound lets that pass
+    # its last loss varies: 0.16-0.19 in three runs alone, and one full-suite run (at b0ec453)
+    # ended on a spike (0.23 and 0.22 at the eighth and ninth epochs, then 0.31)
     assert losses[-1] < 0.35 and losses[-1] < losses[0] / 5, losses
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
