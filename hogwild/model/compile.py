@@ -72,19 +72,7 @@ def compile_kernels(
             std=1.0,
             update_every=update_every,
         )
-    engine.evaluate_range(
-        network.ops,
-        params,
-        context.act,
-        context.aux,
-        context.scratch,
-        images,
-        labels,
-        0,
-        1,
-        0.0,
-        1.0,
-    )
+    context.evaluate_range(network.ops, params, images, labels, 0, 1, 0.0, 1.0)
     if feed:
         from hogwild.data.feed import compile_data_kernels
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.model.engine import train_chunk
+from hogwild.model.engine import evaluate_range, train_chunk
 from hogwild.model.network import Network
 
 
@@ -90,6 +90,13 @@ class TrainingContext:
             mean,
             std,
             update_every,
+        )
+
+    def evaluate_range(self, ops, params, images, labels, start, stop, mean, std):
+        """:func:`hogwild.model.engine.evaluate_range` with this context's buffers: (summed
+        loss, number classified correctly) over ``images[start:stop]``."""
+        return evaluate_range(
+            ops, params, self.act, self.aux, self.scratch, images, labels, start, stop, mean, std
         )
 
     @property

@@ -258,24 +258,13 @@ class WorkerLoop:
         return loss, correct
 
     def evaluate(self, command) -> None:
-        from hogwild.model.engine import evaluate_range
         from hogwild.training.messages import Evaluated
 
         data, context, params = self.job.data, self.context, self.store.params
 
         def measure(images, labels, start, stop):
-            return evaluate_range(
-                self.network.ops,
-                params,
-                context.act,
-                context.aux,
-                context.scratch,
-                images,
-                labels,
-                start,
-                stop,
-                data.mean,
-                data.std,
+            return context.evaluate_range(
+                self.network.ops, params, images, labels, start, stop, data.mean, data.std
             )
 
         if self.feeds is not None:
