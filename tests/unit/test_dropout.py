@@ -2,8 +2,8 @@
 
 :func:`hogwild.model.layer_kernels.dropout_forward` keys a hash with one draw from numba's
 generator per call instead of drawing every unit from it; these tests check what a mask must be
-whatever makes it. Bounds are 6 standard deviations of the binomial counts (a false failure about
-once in 10^9 runs), on fixed seeds.
+whatever makes it. Each count must lie within 6 standard deviations of its binomial mean (counts
+of independent trials: pairs do not overlap), on fixed seeds, so a run is deterministic.
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ def test_units_are_kept_at_the_rate_asked_for(p):
     masks = _masks(p, seed=11)
     assert _within(masks.sum(), masks.size, 1.0 - p), masks.mean()
     # every unit position and every example sees the rate, not only the total
-    per_unit = masks.sum(axis=0)
+    per_unit, per_example = masks.sum(axis=0), masks.sum(axis=1)
     assert _within(per_unit.min(), CALLS, 1.0 - p) and _within(per_unit.max(), CALLS, 1.0 - p)
+    assert _within(per_example.min(), UNITS, 1.0 - p)
+    assert _within(per_example.max(), UNITS, 1.0 - p)
 
 
 @pytest.mark.parametrize("p", [0.25, 0.5])
@@ -50,9 +52,9 @@ def test_neighbouring_units_and_successive_examples_are_independent(p):
     at the rate of independent draws, (1 - p)^2."""
     masks = _masks(p, seed=12)
     both = (1.0 - p) ** 2
-    side_by_side = masks[:, 1:] & masks[:, :-1]
+    side_by_side = masks[:, 0::2] & masks[:, 1::2]
     assert _within(side_by_side.sum(), side_by_side.size, both), side_by_side.mean()
-    successive = masks[1:] & masks[:-1]
+    successive = masks[0::2] & masks[1::2]
     assert _within(successive.sum(), successive.size, both), successive.mean()
     assert len({m.tobytes() for m in masks}) == CALLS  # no two examples share a mask
 
