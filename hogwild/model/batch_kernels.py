@@ -80,16 +80,16 @@ def _im2col(act, first_example, n, x_off, col, C, H, W, Ho, Wo, K, S, P):
 @kernel(cache=True, nogil=True, fastmath=True)
 def _col2im(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K, S, P):
     """Fold column gradients back onto each example's input gradient (overwriting it)."""
-    if S == 1 and P == 0:
-        _col2im_unit_stride(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K)
-        return
-    plane = Ho * Wo
-    width = n * plane
-    s = uint64(S)
     for b in range(n):
         row = uint64(first_example + b)
         for i in range(uint64(C * H * W)):
             dact[row, uint64(dx_off) + i] = 0.0
+    if S == 1 and P == 0:
+        _add_unit_stride_columns(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K)
+        return
+    plane = Ho * Wo
+    width = n * plane
+    s = uint64(S)
     for c in range(C):
         for ky in range(K):
             for kx in range(K):
@@ -113,8 +113,9 @@ def _col2im(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K, S, P):
 
 
 @kernel(cache=True, nogil=True, fastmath=True)
-def _col2im_unit_stride(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K):
-    """:func:`_col2im` for stride 1 without padding, an output row at a time in SIMD vectors.
+def _add_unit_stride_columns(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K):
+    """:func:`_col2im`'s additions for stride 1 without padding (onto the input gradient it
+    zeroed), an output row at a time in SIMD vectors.
 
     Every tap's output row lands on one input row, ``kx`` to the right: ``dX[c, oy + ky, kx:kx
     + Wo] += dcol[(c, ky, kx), oy, :]``. The general loop added those rows element by element
@@ -129,10 +130,6 @@ def _col2im_unit_stride(dcol, first_example, n, dact, dx_off, C, H, W, Ho, Wo, K
     plane = Ho * Wo
     width = n * plane
     d, src = data_ptr(dact), data_ptr(dcol)
-    for b in range(n):
-        row = uint64(first_example + b)
-        for i in range(uint64(C * H * W)):
-            dact[row, uint64(dx_off) + i] = 0.0
     for c in range(C):
         for kx in range(K):
             for ky in range(K):
