@@ -60,8 +60,9 @@ OP_CODES = {
     COL_PERMILLE,  # dropout probability in millionths
     COL_PACKED,  # conv: scratch offset of its packed weights (W, then W^T; W unused if direct)
     COL_WORK,  # offset in the scratch where the layers' working space begins (every row)
-) = range(18)
-N_COLS = 18
+    COL_FUSED_RELU,  # relu: 1 when the max-pool after it does its work; max-pool: 1 when it does
+) = range(19)
+N_COLS = 19
 ALIGN_FLOATS = 16  # 64 bytes of float32
 
 
@@ -161,8 +162,12 @@ def model_network(model: ModelConfig) -> Network:
     return build_network(model, units[-1] if units else 10)
 
 
-def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
+def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) -> Network:
     """Infer shapes, lay out parameters and activations, and build the op table.
+
+    ``fuse``: a relu directly followed by a max-pool is done by the pool
+    (:func:`fuse_relu_into_pools`); ``False`` keeps every layer separate (the reference the
+    fused table is tested against).
 
     Raises:
         ConfigError: a layer does not fit the shape it receives (the message names the layer,
@@ -255,6 +260,8 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
             taps = int(row[COL_C] * row[COL_K] * row[COL_K])
             packed_cursor = _align(packed_cursor + packed_conv_weights_size(int(row[COL_O]), taps))
     ops[:, COL_WORK] = packed_cursor
+    if fuse:
+        fuse_relu_into_pools(ops)
     return Network(
         layers=tuple(layers),
         params=tuple(params),
@@ -266,6 +273,26 @@ def build_network(model: ModelConfig, n_classes: int = 10) -> Network:
         input_shape=tuple(model.input),
         n_classes=n_classes,
     )
+
+
+def fuse_relu_into_pools(ops: np.ndarray) -> None:
+    """Let each max-pool that follows a relu do the relu's work, in place in the op table.
+
+    max and relu commute (the largest of a window's relu outputs is the relu of its largest
+    input), so the pool reads the relu's input, takes the max with zero, and in the backward pass
+    routes a gradient only from outputs above zero, straight into the relu's input gradient. The
+    relu row stays in the table (its activation block too, unused) and is skipped. What it saves
+    is one pass forward and one backward over the larger, unpooled block (Adam section 3.2.4's
+    fused kernels): 5,760 floats an example at the default model's first convolution.
+
+    A relu that is the first layer stays separate, so that the first row alone says whether the
+    input's gradient is computed (``COL_NEED_DIN``).
+    """
+    for layer in range(1, len(ops) - 1):
+        relu, pool = ops[layer], ops[layer + 1]
+        if relu[COL_OP] == OP_RELU and pool[COL_OP] == OP_MAXPOOL:
+            relu[COL_FUSED_RELU] = pool[COL_FUSED_RELU] = 1
+            pool[COL_IN] = relu[COL_IN]
 
 
 def _add_params(

@@ -37,6 +37,7 @@ from hogwild.model.layer_kernels import (
 from hogwild.model.network import (
     COL_B,
     COL_C,
+    COL_FUSED_RELU,
     COL_H,
     COL_HO,
     COL_IN,
@@ -185,10 +186,11 @@ def _forward_one(r, params, a, aux, training):
             r[COL_WO],
             r[COL_K],
             r[COL_STRIDE],
+            r[COL_FUSED_RELU],
         )
     elif op == OP_FC:
         fc_forward(a, x_off, params, r[COL_W], r[COL_B], a, y_off, r[COL_C], r[COL_O])
-    elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
+    elif (op == OP_RELU and not r[COL_FUSED_RELU]) or op == OP_TANH or op == OP_SIGMOID:
         activation_forward(op - OP_RELU, a, x_off, a, y_off, r[COL_C])
     elif op == OP_DROPOUT:
         dropout_forward(a, x_off, a, y_off, aux, r[COL_C], r[COL_PERMILLE] * 1e-6, training)
@@ -418,8 +420,8 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
     elif op == OP_MAXPOOL:
         n_in = r[COL_C] * r[COL_H] * r[COL_W_IN]
         n_out = r[COL_O] * r[COL_HO] * r[COL_WO]
-        maxpool_backward(da, y_off, da, x_off, aux, y_off, n_in, n_out)
-    elif op == OP_RELU or op == OP_TANH or op == OP_SIGMOID:
+        maxpool_backward(a, da, y_off, da, x_off, aux, n_in, n_out, r[COL_FUSED_RELU])
+    elif (op == OP_RELU and not r[COL_FUSED_RELU]) or op == OP_TANH or op == OP_SIGMOID:
         activation_backward(op - OP_RELU, a, y_off, da, y_off, da, x_off, r[COL_C])
     elif op == OP_DROPOUT:
         dropout_backward(da, y_off, da, x_off, aux, y_off, r[COL_C], r[COL_PERMILLE] * 1e-6)

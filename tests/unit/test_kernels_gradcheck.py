@@ -22,7 +22,7 @@ import pytest
 
 from hogwild.config import config_from_dict
 from hogwild.model.engine import backward, forward
-from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
+from hogwild.model.network import COL_FUSED_RELU, COL_NEED_DIN, COL_OUT, Network, build_network
 from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch
 from hogwild.model.random import seed_kernels
 
@@ -311,3 +311,48 @@ def test_a_minibatch_gradient_is_the_sum_of_its_examples(name):
     )
     np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-13)
     assert (act == before).all()  # the backward pass reads the activations, never writes them
+
+
+FUSED = [
+    name
+    for name in sorted(NETWORKS)
+    if make_network(*NETWORKS[name]).ops[:, COL_FUSED_RELU].any()
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", FUSED)
+def test_a_relu_fused_into_its_pool_computes_exactly_what_the_two_layers_do(name, dtype):
+    """Same outputs, parameter gradients and input gradient, bit for bit, from the fused op table
+    and the unfused one, over a minibatch whose inputs are small integers: most pool windows
+    tie, and many hold only negative or zero values (where the relu cuts the gradient)."""
+    input_shape, layers = NETWORKS[name]
+    config = config_from_dict({"model": {"input": input_shape, "layers": layers}}).model
+    nets = {fuse: build_network(config, fuse=fuse) for fuse in (True, False)}
+    assert nets[True].act_size == nets[False].act_size
+    network = nets[True]
+    n = 6
+    rng = np.random.default_rng(len(name))
+    params = np.zeros(network.n_params, dtype=dtype)
+    for spec in network.params:
+        values = rng.integers(-2, 3, spec.size) / 4.0
+        params[spec.offset : spec.offset + spec.size] = values
+    images = rng.integers(-2, 3, (n, network.input_size)).astype(dtype)
+    labels = rng.integers(0, network.n_classes, n).astype(np.int64)
+    results = {}
+    for fuse, net in nets.items():
+        ops = net.ops.copy()
+        ops[0, COL_NEED_DIN] = 1
+        act = np.zeros((n, net.act_size), dtype=dtype)
+        act[:, : net.input_size] = images
+        dact, aux = np.zeros_like(act), np.zeros(act.shape, dtype=np.int32)
+        scratch = np.zeros(net.scratch_floats(n), dtype=dtype)
+        grad = np.zeros_like(params)
+        seed_kernels(DROPOUT_SEED)
+        forward_batch(ops, params, act, aux, scratch, n, True)
+        backward_batch(ops, params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0, 1)
+        out = int(net.ops[-1, COL_OUT])
+        results[fuse] = (act[:, out : out + 10].copy(), grad, dact[:, : net.input_size].copy())
+    for fused, unfused in zip(results[True], results[False], strict=True):
+        np.testing.assert_array_equal(fused, unfused)
+    assert np.abs(results[True][2]).max() > 0  # gradient reaches the input: not vacuous

@@ -45,7 +45,7 @@ def test_maxpool_ties_go_to_the_first_maximum_in_reading_order(C, H, W, K, S):
         row[offset : offset + x.size] = x
         aux = np.zeros(row.size, dtype=np.int32)
         y_off = offset + x.size
-        maxpool_forward(row, offset, row, y_off, aux, C, H, W, Ho, Wo, K, S)
+        maxpool_forward(row, offset, row, y_off, aux, C, H, W, Ho, Wo, K, S, 0)
         np.testing.assert_array_equal(row[y_off:], expected)
         np.testing.assert_array_equal(aux[y_off:], expected_at)
 

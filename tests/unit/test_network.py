@@ -20,6 +20,7 @@ from hogwild.model.network import (
     ALIGN_FLOATS,
     COL_B,
     COL_C,
+    COL_FUSED_RELU,
     COL_H,
     COL_HO,
     COL_IN,
@@ -189,6 +190,30 @@ def test_op_table_of_adam_model(adam):
     assert ops[-1, COL_O] == 10
 
 
+def test_each_relu_before_a_pool_is_fused_into_it(adam):
+    """conv, relu, pool twice in Adam's model: each pool reads the convolution's output and
+    does the relu; the relus after the fully connected layers stay layers of their own."""
+    ops, kinds = adam.ops, [layer.config.type for layer in adam.layers]
+    fused = [i for i in range(len(kinds)) if ops[i, COL_FUSED_RELU]]
+    assert fused == [1, 2, 4, 5]
+    assert [kinds[i] for i in fused] == ["relu", "maxpool"] * 2
+    assert ops[2, COL_IN] == ops[0, COL_OUT] and ops[5, COL_IN] == ops[3, COL_OUT]
+    assert kinds.count("relu") == 4
+    expected = build_network(load_config().model.without_dropout(), fuse=False).ops.copy()
+    assert not expected[:, COL_FUSED_RELU].any()
+    expected[fused, COL_FUSED_RELU] = 1
+    expected[[2, 5], COL_IN] = expected[[1, 4], COL_IN]
+    np.testing.assert_array_equal(ops, expected)  # nothing else differs
+
+
+def test_a_relu_as_the_first_layer_is_not_fused():
+    """The first row alone says whether the input's gradient is computed."""
+    layers = [{"type": "relu"}, {"type": "maxpool", "size": 2}, {"type": "fc", "units": 10}]
+    net = build_network(model((2, 6, 6), [*layers, {"type": "softmax"}]))
+    assert not net.ops[:, COL_FUSED_RELU].any()
+    assert net.ops[1, COL_IN] == net.ops[0, COL_OUT]
+
+
 def test_packed_convolution_weights_come_first_in_the_scratch_without_overlap(adam):
     ops = adam.ops
     convs = [i for i in range(len(ops)) if ops[i, COL_OP] == OP_CODES["conv"]]
@@ -210,7 +235,8 @@ def test_activation_layout_chains_blocks_without_overlap(adam):
     assert offsets[0] == 0 and len(offsets) == len(adam.layers) + 1
     sizes = [adam.input_size] + [int(np.prod(layer.out_shape)) for layer in adam.layers]
     for i in range(len(adam.layers)):
-        assert adam.ops[i, COL_IN] == offsets[i]
+        fused_pool = adam.ops[i, COL_OP] == OP_CODES["maxpool"] and adam.ops[i, COL_FUSED_RELU]
+        assert adam.ops[i, COL_IN] == offsets[i - 1 if fused_pool else i]  # the relu's input
         assert adam.ops[i, COL_OUT] == offsets[i + 1]
     for i in range(len(sizes)):
         assert offsets[i] % ALIGN_FLOATS == 0
