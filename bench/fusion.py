@@ -3,8 +3,9 @@
 :func:`hogwild.model.network.fuse_relu_into_pools` lets each max-pool that follows a relu do the
 relu's work (Adam section 3.2.4's fused kernels), which saves one pass forward and one backward
 over the unpooled block. This benchmark trains the bundled default job's model with the engine's
-kernel (``train_chunk``, one thread, in this process) on real MNIST from two op tables of the
-same build: the fused one (what every job runs) and the unfused one (``fuse=False``, the control),
+kernel (``train_chunk``, one thread pinned to one core, in this process) on real MNIST from two
+op tables of the same build: the fused one (what every job runs) and the unfused one
+(``fuse=False``, the control), each run from the same initial parameters and kernel seed,
 alternating run by run in an order rotated per round, so slow phases of the machine hit both
 alike. It prints one JSON line: per batch size the medians of examples/s with their min/max, the
 ratio of the medians and the median of each round's ratio; ``--out`` also writes it to a file.
@@ -15,6 +16,7 @@ ratio of the medians and the median of each round's ratio; ``--out`` also writes
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import sys
@@ -64,15 +66,22 @@ class Trainer:
 
         self.config = config
         self.network = build_network(config.model, fuse=fuse)
-        self.params = np.zeros(self.network.n_params, dtype=np.float32)
-        initialise(self.network, self.params, config.model.init, 1.0, config.train.seed)
+        self.initial = np.zeros(self.network.n_params, dtype=np.float32)
+        initialise(self.network, self.initial, config.model.init, 1.0, config.train.seed)
+        self.params = self.initial.copy()
         self.velocity = np.zeros_like(self.params)
 
     def rate(self, images, labels, batch: int, update_every: int) -> float:
-        """Examples/s of one pass over ``images`` in minibatches of ``batch``."""
+        """Examples/s of one pass over ``images`` in minibatches of ``batch``, from the initial
+        parameters and the job's kernel seed each time: both tables do the same arithmetic on
+        the same values (their results are equal bit for bit), only the kernels differ."""
         from hogwild.model.context import TrainingContext
+        from hogwild.model.random import seed_kernels
         from hogwild.optim.rules import RULE_CODES
 
+        self.params[:] = self.initial
+        self.velocity[:] = 0.0
+        seed_kernels(self.config.train.seed)
         optim = self.config.optim
         context = TrainingContext.allocate(self.network, batch, update_every)
         order = np.arange(len(labels), dtype=np.int64)
@@ -102,13 +111,12 @@ def measure(args: argparse.Namespace) -> dict:
     import hogwild
     from bench.control import job_update_every
     from hogwild.data.mnist import load_mnist
-    from hogwild.model.random import seed_kernels
 
     config = hogwild.load_config()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as a worker is pinned
     mnist = load_mnist(args.data, progress=False)
     images = np.ascontiguousarray(mnist.train_images[: args.examples].reshape(-1, 784))
     labels = np.ascontiguousarray(mnist.train_labels[: args.examples])
-    seed_kernels(config.train.seed)
     trainers = {"fused": Trainer(config, True), "unfused": Trainer(config, False)}
     results = []
     for batch in args.batches:

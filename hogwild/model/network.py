@@ -43,7 +43,7 @@ OP_CODES = {
 # Columns of an op-table row.
 (
     COL_OP,
-    COL_IN,  # offset of the input block (per example, in floats)
+    COL_IN,  # offset of the input block (per example, in floats; a fused pool's: the relu's)
     COL_OUT,  # offset of the output block
     COL_W,  # offset of the weight tensor in the parameter vector (-1: none)
     COL_B,  # offset of the bias
@@ -101,7 +101,9 @@ class Network:
     layers: tuple[LayerPlan, ...]
     params: tuple[ParamSpec, ...]
     n_params: int  # length of the flat parameter vector (with alignment padding)
-    act_offsets: tuple[int, ...]  # offset of each activation block within one example's slot
+    # offset of each activation block within one example's slot (a fused relu's block, and its
+    # gradient's, are never written: see fuse_relu_into_pools)
+    act_offsets: tuple[int, ...]
     act_size: int  # floats of all activation blocks of one example
     weighted_dims: tuple  # per weighted layer: ("conv", C, O, Ho*Wo, K) or ("fc", n_in, n_out)
     ops: np.ndarray  # int64 [n_layers, N_COLS]

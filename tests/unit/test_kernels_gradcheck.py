@@ -314,9 +314,7 @@ def test_a_minibatch_gradient_is_the_sum_of_its_examples(name):
 
 
 FUSED = [
-    name
-    for name in sorted(NETWORKS)
-    if make_network(*NETWORKS[name]).ops[:, COL_FUSED_RELU].any()
+    name for name in sorted(NETWORKS) if make_network(*NETWORKS[name]).ops[:, COL_FUSED_RELU].any()
 ]
 
 
@@ -350,7 +348,9 @@ def test_a_relu_fused_into_its_pool_computes_exactly_what_the_two_layers_do(name
         grad = np.zeros_like(params)
         seed_kernels(DROPOUT_SEED)
         forward_batch(ops, params, act, aux, scratch, n, True)
-        backward_batch(ops, params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0, 1)
+        backward_batch(
+            ops, params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0.0, 1.0
+        )
         out = int(net.ops[-1, COL_OUT])
         results[fuse] = (act[:, out : out + 10].copy(), grad, dact[:, : net.input_size].copy())
     for fused, unfused in zip(results[True], results[False], strict=True):
