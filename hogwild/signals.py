@@ -9,6 +9,12 @@ Ctrl-C; the CLI exits with 143 (128 + SIGTERM) after it.
 A resource must be recorded by its owner in the same instant it comes to exist, or a signal
 arriving in between leaks it. :func:`deferred_signals` holds SIGINT and SIGTERM across such a
 window (their handlers only record them); the first to arrive acts, and raises, right after it.
+
+Python drops an exception raised in a ctypes callback (it prints "Exception ignored on calling
+ctypes callback function" and returns), and numba's compiler and cache call back into Python
+through llvmlite all the time: a Ctrl-C that lands in one is lost, and the job trains on as if
+nothing had been pressed. :func:`interrupts_not_lost` raises such a signal again once the code
+inside returns.
 """
 
 from __future__ import annotations
@@ -104,3 +110,39 @@ def _swap(signum: int, handler, raised: list[BaseException]) -> None:
             return
         except BaseException as exc:  # noqa: BLE001 - Terminated, KeyboardInterrupt
             raised.append(exc)
+
+
+@contextlib.contextmanager
+def interrupts_not_lost():
+    """While inside, SIGINT and SIGTERM act at once as before; one whose exception did not come
+    out of the code inside (a callback swallowed it) acts again on the way out.
+
+    Only signals with a Python handler are watched (in the main thread; elsewhere this does
+    nothing): an ignored signal stays ignored, a default one still ends the process.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {s: signal.getsignal(s) for s in DEFERRED}
+    watched = {s: h for s, h in handlers.items() if callable(h)}
+    arrived: list[int] = []
+
+    def remember(signum, frame) -> None:
+        arrived.append(signum)
+        watched[signum](signum, frame)  # raises, where nothing swallows it
+
+    raised: list[BaseException] = []
+    for s in watched:
+        _swap(s, remember, raised)
+    try:
+        if raised:
+            raise raised[0]
+        yield
+    except BaseException:
+        arrived.clear()  # something came out: the signal's exception, or another
+        raise
+    finally:
+        for s, handler in watched.items():
+            _swap(s, handler, raised)
+        if arrived:
+            watched[arrived[0]](arrived[0], None)

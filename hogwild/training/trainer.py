@@ -37,7 +37,7 @@ from hogwild.progress import Progress
 from hogwild.runtime import single_threaded_blas
 from hogwild.shm.arena import Arena
 from hogwild.shm.sweeper import sweep_report
-from hogwild.signals import deferred_signals, terminate_as_interrupt
+from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
 from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.gang import WorkerGang
@@ -215,7 +215,9 @@ class Trainer:
             start_epoch, history = self._prepare_arena()  # first: it checks /dev/shm's space
             self._start_workers()  # back once every worker is pinned: the lock can go
         config = self.config  # with the update interval the store resolved
-        with compile_lock():  # beside the workers' start; a job beside loads what this compiled
+        # beside the workers' start; a job beside loads what this compiled. numba's compiler
+        # calls back into Python, where a Ctrl-C's exception would be dropped: not lost here.
+        with compile_lock(), interrupts_not_lost():
             compile_kernels(
                 self.network, config.train.batch, config.train.update_every,
                 feed=self.plan.feed,
