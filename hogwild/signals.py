@@ -115,21 +115,27 @@ def _swap(signum: int, handler, raised: list[BaseException]) -> None:
 @contextlib.contextmanager
 def interrupts_not_lost():
     """While inside, SIGINT and SIGTERM act at once as before; one whose exception did not come
-    out of the code inside (a callback swallowed it) acts again on the way out.
+    out of the code inside (a callback swallowed it) acts again on the way out, also when
+    another error came out instead (a compiler the callback failed): the interrupt is what the
+    user asked for, and that error is its context.
 
     Only signals with a Python handler are watched (in the main thread; elsewhere this does
-    nothing): an ignored signal stays ignored, a default one still ends the process.
+    nothing): an ignored signal stays ignored, a default one still ends the process, and a
+    handler that raises nothing (one that sets a flag) is called once per signal.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     handlers = {s: signal.getsignal(s) for s in DEFERRED}
-    watched = {s: h for s, h in handlers.items() if callable(h)}
-    arrived: list[int] = []
+    watched = {s: handler for s, handler in handlers.items() if callable(handler)}
+    arrived: list[tuple[int, type]] = []  # signals whose handler raised, and what it raised
 
     def remember(signum, frame) -> None:
-        arrived.append(signum)
-        watched[signum](signum, frame)  # raises, where nothing swallows it
+        try:
+            watched[signum](signum, frame)
+        except BaseException as exc:
+            arrived.append((signum, type(exc)))
+            raise  # where nothing swallows it, it comes out of the code inside
 
     raised: list[BaseException] = []
     for s in watched:
@@ -138,11 +144,16 @@ def interrupts_not_lost():
         if raised:
             raise raised[0]
         yield
-    except BaseException:
-        arrived.clear()  # something came out: the signal's exception, or another
+    except BaseException as exc:
+        if any(isinstance(exc, kind) for _, kind in arrived):
+            arrived.clear()  # the signal's exception came out: it acted
         raise
     finally:
+        restored: list[BaseException] = []
         for s, handler in watched.items():
-            _swap(s, handler, raised)
+            _swap(s, handler, restored)
+        if restored:  # a signal that arrived while the handlers went back
+            raise restored[0]
         if arrived:
-            watched[arrived[0]](arrived[0], None)
+            signum = arrived[0][0]
+            watched[signum](signum, None)

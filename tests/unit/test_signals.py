@@ -6,6 +6,7 @@ ctypes callback swallowed (as numba's compiler's callbacks through llvmlite do) 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -72,31 +73,47 @@ def signal_inside_a_callback(signum: int) -> None:
     ctypes.CDLL(None).qsort(values, 2, ctypes.sizeof(ctypes.c_int), COMPARE(compare))
 
 
-@pytest.fixture
-def swallowed(monkeypatch):
-    """What ctypes dropped (instead of printing it, and pytest warning about it)."""
-    dropped = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda info: dropped.append(info.exc_type))
-    return dropped
+@contextlib.contextmanager
+def swallowed():
+    """What ctypes dropped, instead of printed (and warned about by pytest). Set inside the test
+    body: pytest before 8.4 puts its own hook in place for each phase of a test."""
+    dropped: list[type] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda info: dropped.append(info.exc_type)
+    try:
+        yield dropped
+    finally:
+        sys.unraisablehook = previous
 
 
-def test_a_callback_swallows_a_ctrl_c(swallowed):
+def test_a_callback_swallows_a_ctrl_c():
     """Why the guard exists: without it, the interrupt is gone."""
-    signal_inside_a_callback(signal.SIGINT)
-    assert swallowed == [KeyboardInterrupt]
+    with swallowed() as dropped:
+        signal_inside_a_callback(signal.SIGINT)
+    assert dropped == [KeyboardInterrupt]
 
 
 @pytest.mark.parametrize(
     "signum, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)]
 )
-def test_a_swallowed_signal_acts_again_when_the_guard_ends(swallowed, signum, raised):
+def test_a_swallowed_signal_acts_again_when_the_guard_ends(signum, raised):
     steps = []
-    with terminate_as_interrupt(), pytest.raises(raised):
+    with swallowed() as dropped, terminate_as_interrupt(), pytest.raises(raised):
         with interrupts_not_lost():
             signal_inside_a_callback(signum)
             steps.append("after the callback")
-    assert swallowed == [raised] and steps == ["after the callback"]
+    assert dropped == [raised] and steps == ["after the callback"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_swallowed_signal_wins_over_the_error_it_caused():
+    """A compiler whose callback lost the interrupt may fail next: the interrupt comes out,
+    with that failure as its context."""
+    with swallowed(), pytest.raises(KeyboardInterrupt) as caught:
+        with interrupts_not_lost():
+            signal_inside_a_callback(signal.SIGINT)
+            raise RuntimeError("the compiler failed")
+    assert isinstance(caught.value.__context__, RuntimeError)
 
 
 def test_a_signal_that_came_out_acts_once():
@@ -112,11 +129,22 @@ def test_a_signal_that_came_out_acts_once():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_an_ignored_signal_stays_ignored(swallowed):
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def test_a_handler_that_raises_nothing_is_called_once_per_signal():
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
     try:
         with interrupts_not_lost():
             signal_inside_a_callback(signal.SIGINT)
-        assert swallowed == [] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert calls == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_ignored_signal_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with swallowed() as dropped, interrupts_not_lost():
+            signal_inside_a_callback(signal.SIGINT)
+        assert dropped == [] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
