@@ -21,15 +21,12 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
+from bench.cores import SHARED_MNIST
 from bench.machine import describe_machine, versions
 from bench.record import emit_record, source
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -120,8 +117,8 @@ def measure(args: argparse.Namespace) -> dict:
     trainers = {"fused": Trainer(config, True), "unfused": Trainer(config, False)}
     results = []
     for batch in args.batches:
-        update_every = job_update_every(config.override({"train.batch": batch}), 1)
-        every = update_every.train.update_every if batch == 1 else 1
+        as_one_worker = job_update_every(config.override({"train.batch": batch}), 1)
+        every = as_one_worker.train.update_every if batch == 1 else 1
         for trainer in trainers.values():  # compile and warm: not timed
             trainer.rate(images[:256], labels[:256], batch, every)
         rates: dict[str, list[float]] = {name: [] for name in trainers}
