@@ -283,6 +283,26 @@ def test_softmax_output_is_a_probability_vector(problem):
     assert probs.sum() == pytest.approx(1.0, abs=1e-12)
 
 
+def minibatch_passes(ops, network: Network, params, inputs, labels):
+    """:func:`forward_batch`, then :func:`backward_batch` accumulating every gradient, over the
+    rows of ``inputs``, dropout seeded as :meth:`Problem.run_forward` seeds it.
+
+    Returns (the activations after the forward pass, the activations after the backward pass,
+    their gradients, the parameter gradient).
+    """
+    n = len(inputs)
+    act = np.zeros((n, network.act_size), dtype=params.dtype)
+    act[:, : network.input_size] = inputs
+    dact, aux = np.zeros_like(act), np.zeros(act.shape, dtype=np.int32)
+    scratch = np.zeros(network.scratch_floats(n), dtype=params.dtype)
+    grad = np.zeros_like(params)
+    seed_kernels(DROPOUT_SEED)
+    forward_batch(ops, params, act, aux, scratch, n, True)
+    forwarded = act.copy()
+    backward_batch(ops, params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0.0, 1.0)
+    return forwarded, act, dact, grad
+
+
 @pytest.mark.parametrize(
     "name", ["conv_valid_k3-conv_valid_k5-odd_maps", "conv_valid_k3_s1-pool2-fc-tanh"]
 )
@@ -292,23 +312,13 @@ def test_a_minibatch_gradient_is_the_sum_of_its_examples(name):
     one = Problem(network, seed=7)
     n = 5
     rng = np.random.default_rng(3)
-    act = np.zeros((n, network.act_size))
-    act[:, : network.input_size] = rng.normal(0.0, 1.0, (n, network.input_size))
+    inputs = rng.normal(0.0, 1.0, (n, network.input_size))
     labels = rng.integers(0, network.n_classes, n).astype(np.int64)
-    dact = np.zeros_like(act)
-    aux = np.zeros((n, network.act_size), dtype=np.int32)
-    scratch = np.zeros(network.scratch_floats(n))
     expected = np.zeros_like(one.params)
     for b in range(n):
-        one.run_forward(one.params, act[b, : network.input_size])
+        one.run_forward(one.params, inputs[b])
         backward(one.ops, one.params, one.a, one.da, one.aux, one.scratch, expected, int(labels[b]))
-    seed_kernels(DROPOUT_SEED)
-    forward_batch(one.ops, one.params, act, aux, scratch, n, True)
-    before = act.copy()
-    grad = np.zeros_like(one.params)
-    backward_batch(
-        one.ops, one.params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0.0, 1.0
-    )
+    before, act, _, grad = minibatch_passes(one.ops, network, one.params, inputs, labels)
     np.testing.assert_allclose(grad, expected, rtol=1e-10, atol=1e-13)
     assert (act == before).all()  # the backward pass reads the activations, never writes them
 
@@ -341,18 +351,9 @@ def test_a_relu_fused_into_its_pool_computes_exactly_what_the_two_layers_do(name
     for fuse, net in nets.items():
         ops = net.ops.copy()
         ops[0, COL_NEED_DIN] = 1
-        act = np.zeros((n, net.act_size), dtype=dtype)
-        act[:, : net.input_size] = images
-        dact, aux = np.zeros_like(act), np.zeros(act.shape, dtype=np.int32)
-        scratch = np.zeros(net.scratch_floats(n), dtype=dtype)
-        grad = np.zeros_like(params)
-        seed_kernels(DROPOUT_SEED)
-        forward_batch(ops, params, act, aux, scratch, n, True)
-        backward_batch(
-            ops, params, act, dact, aux, scratch, grad, labels, n, FC_ACCUMULATE, 0.0, 1.0
-        )
+        _, act, dact, grad = minibatch_passes(ops, net, params, images, labels)
         out = int(net.ops[-1, COL_OUT])
-        results[fuse] = (act[:, out : out + 10].copy(), grad, dact[:, : net.input_size].copy())
+        results[fuse] = (act[:, out : out + 10], grad, dact[:, : net.input_size])
     for fused, unfused in zip(results[True], results[False], strict=True):
         np.testing.assert_array_equal(fused, unfused)
     assert np.abs(results[True][2]).max() > 0  # gradient reaches the input: not vacuous
