@@ -15,6 +15,11 @@ the test": a segment whose owner is another live process is someone else's. New 
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
 
+The tiers run in order: ``unit``, then ``proc``, then ``cluster``. While the unit tests run (one
+core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so the multi-process tests
+start from a warm numba cache; the session owns that process (it is not a test's leak) and stops it
+at the end.
+
 The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
 background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
 send SIGINT to the jobs they start and expect Ctrl-C's behaviour, which an ignored SIGINT never
@@ -26,6 +31,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +45,9 @@ from hogwild.shm.naming import owner_alive, parse_segment_name
 
 _MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
+_TIERS = ("unit", "proc", "cluster")
+_warming: subprocess.Popen | None = None
+_warming_log = None
 
 
 def _shm_entries() -> set[str]:
@@ -61,9 +72,12 @@ def _descendants() -> list[psutil.Process]:
     """Live descendants of this process, multiprocessing's helpers left out."""
     me = os.getpid()
     procs = []
+    warming = _warming.pid if _warming is not None else None
     for proc in psutil.Process(me).children(recursive=True):
         try:
             if proc.status() == psutil.STATUS_ZOMBIE or _is_mp_helper(proc, me):
+                continue
+            if proc.pid == warming:
                 continue
         except psutil.Error:
             continue
@@ -87,6 +101,48 @@ def _listening(pids: list[int]) -> set[tuple[int, int, str, int]]:
 
 def _our_pids() -> list[int]:
     return [os.getpid()] + [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def _tier(item) -> int:
+    parts = Path(str(item.path)).parts
+    return next((_TIERS.index(p) for p in parts if p in _TIERS), 0)
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Unit tests first, then the process tier, then the cluster tier (a stable sort)."""
+    items.sort(key=_tier)
+
+
+def pytest_collection_finish(session) -> None:
+    """Start compiling the jobs' kernels in the background when multi-process tests will run."""
+    global _warming, _warming_log
+    if not any(_tier(item) > 0 for item in session.items):
+        return
+    root = Path(__file__).resolve().parents[1]
+    _warming_log = tempfile.TemporaryFile()
+    _warming = subprocess.Popen(
+        [sys.executable, "-m", "tests.warm_kernels"],
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=_warming_log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Stop the kernel warm-up (it is done by now, unless the session was cut short)."""
+    global _warming
+    if _warming is None:
+        return
+    if _warming.poll() is None:
+        _warming.kill()
+    _warming.wait()
+    if _warming.returncode not in (0, -signal.SIGKILL):
+        _warming_log.seek(0)
+        tail = _warming_log.read()[-2000:].decode(errors="replace")
+        print(f"\ntests.warm_kernels exited {_warming.returncode}: {tail}", file=sys.stderr)
+    _warming_log.close()
+    _warming = None
 
 
 def _stop_listening(fd: int) -> None:

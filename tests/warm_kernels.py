@@ -1,0 +1,47 @@
+"""Compile the kernels the suite's jobs run into numba's on-disk cache, beside the unit tests.
+
+Run by ``tests/conftest.py`` as a background process when the session starts
+(``python -m tests.warm_kernels``). From a cold cache, as CI runs, the engine's kernels take about
+a minute and a half to compile on one core, and the first multi-process test would otherwise
+compile them while its roles wait. The unit tests run first and use one core; this process uses
+the other, so the process and cluster tests that follow load compiled code instead.
+
+It compiles what a job's processes compile, in the same way and under the same host locks
+(:func:`hogwild.model.compile.compile_lock`, the parameter servers' and the data servers'): a job
+that starts meanwhile waits for the lock and then loads, instead of compiling the same code on the
+same cores. The default job's network stands for every network: the kernels are typed by dtype,
+not by layer sizes. Nothing here is checked: a test that needs a kernel compiles it itself when
+this did not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hogwild.config import default_config_path, load_config
+from hogwild.data.feed import compile_data_kernels
+from hogwild.locks import machine_lock
+from hogwild.model.compile import compile_kernels, compile_lock
+from hogwild.model.network import build_network
+from hogwild.training.api import TrainedModel
+
+
+def main() -> None:
+    config = load_config(default_config_path())
+    network = build_network(config.model)
+    with compile_lock():
+        compile_kernels(network, config.train.batch, config.train.update_every)
+        model = TrainedModel(config, network, np.zeros(network.n_params, np.float32))
+        model.predict_proba(np.zeros((1, network.input_size), np.uint8))
+    with machine_lock("data-kernels"):
+        compile_data_kernels()
+    try:
+        from hogwild_plugins.ps import kernels
+    except ImportError:  # the cluster extra is not installed: no parameter servers to run
+        return
+    with machine_lock("ps-kernels"):
+        kernels.compile_kernels()
+
+
+if __name__ == "__main__":
+    main()
