@@ -15,11 +15,20 @@ ctypes callback function" and returns), and numba's compiler and cache call back
 through llvmlite all the time: a Ctrl-C that lands in one is lost, and the job trains on as if
 nothing had been pressed. :func:`interrupts_not_lost` raises such a signal again once the code
 inside returns.
+
+A server's main thread waits for its stop signal in a loop that also watches its threads.
+:class:`StopRequest` is that wait: its handler records the signal and writes a byte into a pipe the
+wait selects on. A handler that sets a ``threading.Event`` instead can hang the server for good:
+it runs in the main thread, between two bytecodes, and when that is inside the same Event's
+``wait`` (which holds the Event's lock for a moment after each timeout) ``set`` waits forever for
+a lock its own thread holds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
 import threading
 
@@ -157,3 +166,51 @@ def interrupts_not_lost():
         if arrived:
             signum = arrived[0][0]
             watched[signum](signum, None)
+
+
+class StopRequest:
+    """SIGINT and SIGTERM as a request to stop that a serving loop waits on (main thread only).
+
+    Use it as a context manager around the serving: the handlers are installed on entry and the
+    previous ones restored on exit. :meth:`wait` returns as soon as a signal arrived (or at once
+    when one arrived before), ``False`` after ``timeout_s`` without one; :attr:`received` lists
+    the signals in order. The handler takes no lock (see the module docstring).
+    """
+
+    def __init__(self, signals: tuple[int, ...] = DEFERRED) -> None:
+        self.signals = signals
+        self.received: list[int] = []
+        self._previous: dict[int, object] = {}
+        self._read = self._write = -1
+
+    def __enter__(self) -> StopRequest:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            for signum in self.signals:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+        for fd in (self._read, self._write):
+            if fd >= 0:
+                os.close(fd)
+        self._read = self._write = -1
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        with contextlib.suppress(BlockingIOError):  # a full pipe already says "stop"
+            os.write(self._write, b"\0")
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether a stop signal arrived, waiting up to ``timeout_s`` seconds for one."""
+        if not self.received:
+            select.select([self._read], [], [], timeout_s)  # retried after a handler (PEP 475)
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._read, 4096)
+        return bool(self.received)

@@ -28,7 +28,6 @@ import argparse
 import json
 import signal
 import sys
-import threading
 
 DEFAULT_PORT = 5580
 _INGEST_HELP = (
@@ -236,6 +235,7 @@ def _serve(args) -> int:
     from hogwild.data.server import DataServer
     from hogwild.errors import HogwildError
     from hogwild.net.address import LOOPBACK, check_bind, host_port, parse_address
+    from hogwild.signals import StopRequest
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     if args.threads < 1 or args.keep < 0:
@@ -256,34 +256,26 @@ def _serve(args) -> int:
     except BaseException:
         source.close()
         raise
-    stop, received = threading.Event(), []
-
-    def on_signal(signum, frame) -> None:
-        received.append(signum)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    endpoint = None
-    try:
-        bound = server.start()
-        endpoint = serve_metrics("data", str(bound), config.cluster.metrics_port, server.status)
-        print(
-            f"hogwild data: serving {source.path} ({source.count('train')} train, "
-            f"{source.count('test')} test examples) on {bound}",
-            file=sys.stderr,
-            flush=True,
-        )
-        while not stop.wait(0.5):
-            if not server.alive:
-                raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
-    finally:
-        if endpoint is not None:
-            endpoint.close()
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with StopRequest() as stop:
+        endpoint = None
+        try:
+            bound = server.start()
+            endpoint = serve_metrics("data", str(bound), config.cluster.metrics_port, server.status)
+            print(
+                f"hogwild data: serving {source.path} ({source.count('train')} train, "
+                f"{source.count('test')} test examples) on {bound}",
+                file=sys.stderr,
+                flush=True,
+            )
+            while not stop.wait(0.5):
+                if not server.alive:
+                    raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
+        finally:
+            if endpoint is not None:
+                endpoint.close()
+            server.stop()
     print("hogwild data: stopped", file=sys.stderr, flush=True)
-    return 143 if signal.SIGTERM in received else 0
+    return 143 if signal.SIGTERM in stop.received else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,9 +24,9 @@ import dataclasses
 import json
 import signal
 import sys
-import threading
 
 from hogwild.errors import HogwildError
+from hogwild.signals import StopRequest
 
 __all__ = ["register"]
 
@@ -128,48 +128,43 @@ def _serve(args) -> int:
     cpus = _node_cpus(args.node)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = ParameterServer(ModelGeometry.from_network(network), options, initial)
-    stop, received = threading.Event(), []
-
-    def on_signal(signum, frame) -> None:
-        received.append(signum)
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    endpoint = None
-    try:
-        address = server.start(cpus)
-        endpoint = serve_metrics("ps", f"ps {index}", config.cluster.metrics_port, server.status)
-        layout = server.layout
-        print(
-            f"hogwild ps: serving {options.job} ({layout.n_params:,} parameters, "
-            f"{len(server.shards)} of {layout.n_shards} shards in "
-            f"{len(set(map(layout.bucket_of, (s.index for s in server.shards))))} of "
-            f"{layout.n_buckets} buckets, rule {options.rule}, {server.engine.n_threads} update "
-            f"thread(s){', store ' + options.store if options.store else ''}) on {address}",
-            file=sys.stderr,
-            flush=True,
-        )
-        while not stop.wait(0.5):
-            if not server.router.alive:
-                raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
-            if not server.engine.alive:
-                failures = "; ".join(server.engine.failures) or "no reason recorded"
-                raise HogwildError(f"an update thread stopped: {failures}")
-            if server.replication is not None and server.replication.failure:
-                raise HogwildError(f"replication stopped: {server.replication.failure}")
-    finally:
-        if endpoint is not None:
-            endpoint.close()
-        flushed = server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with StopRequest() as stop:
+        endpoint = None
+        try:
+            address = server.start(cpus)
+            endpoint = serve_metrics(
+                "ps", f"ps {index}", config.cluster.metrics_port, server.status
+            )
+            layout = server.layout
+            store = f", store {options.store}" if options.store else ""
+            print(
+                f"hogwild ps: serving {options.job} ({layout.n_params:,} parameters, "
+                f"{len(server.shards)} of {layout.n_shards} shards in "
+                f"{len(set(map(layout.bucket_of, (s.index for s in server.shards))))} of "
+                f"{layout.n_buckets} buckets, rule {options.rule}, "
+                f"{server.engine.n_threads} update thread(s){store}) on {address}",
+                file=sys.stderr,
+                flush=True,
+            )
+            while not stop.wait(0.5):
+                if not server.router.alive:
+                    raise HogwildError(f"the network thread stopped: {server.router.failure!r}")
+                if not server.engine.alive:
+                    failures = "; ".join(server.engine.failures) or "no reason recorded"
+                    raise HogwildError(f"an update thread stopped: {failures}")
+                if server.replication is not None and server.replication.failure:
+                    raise HogwildError(f"replication stopped: {server.replication.failure}")
+        finally:
+            if endpoint is not None:
+                endpoint.close()
+            flushed = server.stop()
     how = "final flush written" if options.store and flushed else "no store"
     if options.store and not flushed:
         how = "FINAL FLUSH FAILED"
     print(f"hogwild ps: stopped ({how})", file=sys.stderr, flush=True)
     if options.store and not flushed:
         return 1
-    return 143 if signal.SIGTERM in received else 0
+    return 143 if signal.SIGTERM in stop.received else 0
 
 
 def _placement(args, configured: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:

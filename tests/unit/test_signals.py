@@ -2,7 +2,8 @@
 acts right after it, also when other threads are running (the kernel may hand the signal to any
 of them; Python runs the handler in the main thread). And signals not lost: one whose exception a
 ctypes callback swallowed (as numba's compiler's callbacks through llvmlite do) acts again when
-``interrupts_not_lost`` ends."""
+``interrupts_not_lost`` ends. And a server's stop request: ``StopRequest`` wakes its serving loop on
+SIGINT or SIGTERM, whenever the signal lands, with handlers that take no lock."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ import threading
 import pytest
 
 from hogwild.errors import Terminated
-from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
+from hogwild.signals import (
+    StopRequest,
+    deferred_signals,
+    interrupts_not_lost,
+    terminate_as_interrupt,
+)
 
 
 @pytest.fixture
@@ -148,3 +154,51 @@ def test_an_ignored_signal_stays_ignored():
         assert dropped == [] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_stop_signal_wakes_the_waiting_loop():
+    sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    with StopRequest() as stop:
+        assert not stop.wait(0.01)
+        sender.start()
+        try:
+            woke = stop.wait(60.0)  # a bound for a hang: the signal wakes it long before
+        finally:
+            sender.join(5)
+    assert woke and stop.received == [signal.SIGTERM]
+
+
+def test_a_signal_between_two_waits_is_seen_by_the_next_one():
+    with StopRequest() as stop:
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt: the request records it
+        assert stop.received == [signal.SIGINT]
+        assert stop.wait(0.0) and stop.wait(0.0)  # and it stays requested
+
+
+def test_every_signal_is_recorded_and_the_handler_never_waits():
+    with StopRequest() as stop:
+        for _ in range(500):
+            signal.raise_signal(signal.SIGTERM)
+        assert stop.wait(0.0)
+    assert stop.received == [signal.SIGTERM] * 500
+
+
+def test_the_previous_handlers_and_the_pipe_are_given_back_on_every_exit():
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    interrupt = signal.getsignal(signal.SIGINT)
+    try:
+        request = StopRequest()
+        with pytest.raises(RuntimeError), request:
+            fds = (request._read, request._write)
+            assert signal.getsignal(signal.SIGTERM) == request._handle
+            raise RuntimeError("the serving failed")
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGINT) is interrupt
+        for fd in fds:
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
