@@ -459,7 +459,5 @@ def batch_scratch_size(layers_dims, batch: int) -> int:
             size = max(size, c * k * k * plane + packed(o, plane))
         else:
             _, n_in, n_out = dims
-            size = max(
-                size, batch * (n_in + n_out), packed(n_out, batch), packed(batch, n_out)
-            )
+            size = max(size, batch * (n_in + n_out), packed(n_out, batch), packed(batch, n_out))
     return size
