@@ -14,6 +14,7 @@ beside the package, not part of it), forwarding the remaining arguments to its `
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import re
@@ -389,5 +390,20 @@ def _dispatch(argv: list[str]) -> int:
     return _shm(args)
 
 
+def run() -> None:
+    """The ``hogwild`` program: :func:`main`, then exit with its status.
+
+    Everything still alive by then is first taken out of the cyclic garbage collector's sight
+    (``gc.freeze``): the interpreter's last full collection on the way out walks every object,
+    most of them numba's compiler and type registries and the kernels' code, which took 0.2-0.5 s
+    of each server's and job's stop here, for memory the process is about to give back anyway.
+    Nothing hogwild owns is released by that collection: every segment, socket and process has
+    been released by its owner before :func:`main` returns.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
