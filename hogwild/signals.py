@@ -17,11 +17,11 @@ nothing had been pressed. :func:`interrupts_not_lost` raises such a signal again
 inside returns.
 
 A server's main thread waits for its stop signal in a loop that also watches its threads.
-:class:`StopRequest` is that wait: its handler records the signal and writes a byte into a pipe the
-wait selects on. A handler that sets a ``threading.Event`` instead can hang the server for good:
-it runs in the main thread, between two bytecodes, and when that is inside the same Event's
-``wait`` (which holds the Event's lock for a moment after each timeout) ``set`` waits forever for
-a lock its own thread holds.
+:class:`StopRequest` is that wait: its handler only records the signal, and the wait polls the
+interpreter's wakeup fd, a pipe the signal writes into at C level. A handler that sets a
+``threading.Event`` instead can hang the server for good: it runs in the main thread, between two
+bytecodes, and when that is inside the same Event's ``wait`` (which holds the Event's lock for a
+moment after each timeout) ``set`` waits forever for a lock its own thread holds.
 """
 
 from __future__ import annotations
@@ -172,20 +172,27 @@ class StopRequest:
     """SIGINT and SIGTERM as a request to stop that a serving loop waits on (main thread only).
 
     Use it as a context manager around the serving: the handlers are installed on entry and the
-    previous ones restored on exit. :meth:`wait` returns as soon as a signal arrived (or at once
-    when one arrived before), ``False`` after ``timeout_s`` without one; :attr:`received` lists
-    the signals in order. The handler takes no lock (see the module docstring).
+    previous ones (and the previous wakeup fd) restored on exit, also when the body raised.
+    :meth:`wait` returns ``True`` once a signal arrived, ``False`` after ``timeout_s`` without
+    one; :attr:`received` lists the signals in order. The handler only records: the pipe the
+    wait polls is the interpreter's wakeup fd (``signal.set_wakeup_fd``), which the C-level
+    handler writes from whichever thread the kernel gave the signal to, so the wait wakes then
+    too, not only at its timeout. No lock anywhere (see the module docstring).
     """
 
     def __init__(self, signals: tuple[int, ...] = DEFERRED) -> None:
         self.signals = signals
         self.received: list[int] = []
         self._previous: dict[int, object] = {}
+        self._previous_wakeup: int | None = None
         self._read = self._write = -1
+        self._poll = select.poll()
 
     def __enter__(self) -> StopRequest:
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._poll.register(self._read, select.POLLIN)
         try:
+            self._previous_wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
             for signum in self.signals:
                 self._previous[signum] = signal.signal(signum, self._handle)
         except BaseException:
@@ -194,23 +201,28 @@ class StopRequest:
         return self
 
     def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-        for fd in (self._read, self._write):
-            if fd >= 0:
-                os.close(fd)
-        self._read = self._write = -1
+        raised: list[BaseException] = []
+        try:  # a pending signal's handler may raise while one is swapped back: every one is
+            for signum, handler in self._previous.items():
+                _swap(signum, signal.SIG_DFL if handler is None else handler, raised)
+            if self._previous_wakeup is not None:
+                signal.set_wakeup_fd(self._previous_wakeup)
+        finally:
+            self._previous, self._previous_wakeup = {}, None
+            for fd in (self._read, self._write):
+                if fd >= 0:
+                    os.close(fd)
+            self._read = self._write = -1
+        if raised:
+            raise raised[0]
 
     def _handle(self, signum, frame) -> None:
         self.received.append(signum)
-        with contextlib.suppress(BlockingIOError):  # a full pipe already says "stop"
-            os.write(self._write, b"\0")
 
     def wait(self, timeout_s: float) -> bool:
         """Whether a stop signal arrived, waiting up to ``timeout_s`` seconds for one."""
         if not self.received:
-            select.select([self._read], [], [], timeout_s)  # retried after a handler (PEP 475)
+            self._poll.poll(max(0, int(timeout_s * 1000)))  # retried after a handler (PEP 475)
             with contextlib.suppress(BlockingIOError):
                 os.read(self._read, 4096)
         return bool(self.received)
