@@ -104,8 +104,12 @@ def _our_pids() -> list[int]:
 
 
 def _tier(item) -> int:
-    parts = Path(str(item.path)).parts
-    return next((_TIERS.index(p) for p in parts if p in _TIERS), 0)
+    """0, 1 or 2 for a test under ``tests/unit``, ``tests/proc`` or ``tests/cluster``; else 0."""
+    try:
+        folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
+    except ValueError:
+        return 0
+    return _TIERS.index(folder.parts[0]) if folder.parts[0] in _TIERS else 0
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -114,14 +118,16 @@ def pytest_collection_modifyitems(session, config, items) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    """Start compiling the jobs' kernels in the background when multi-process tests will run."""
+    """Start compiling the jobs' kernels in the background when unit tests run first and
+    multi-process tests after them (without unit tests there is no idle core to compile on)."""
     global _warming, _warming_log
-    if not any(_tier(item) > 0 for item in session.items):
+    tiers = {_tier(item) for item in session.items}
+    if 0 not in tiers or tiers == {0}:
         return
     root = Path(__file__).resolve().parents[1]
     _warming_log = tempfile.TemporaryFile()
     _warming = subprocess.Popen(
-        [sys.executable, "-m", "tests.warm_kernels"],
+        [sys.executable, "-m", "tests.warm_kernels", str(os.getpid())],
         cwd=root,
         stdin=subprocess.DEVNULL,
         stdout=_warming_log,
@@ -137,7 +143,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if _warming.poll() is None:
         _warming.kill()
     _warming.wait()
-    if _warming.returncode not in (0, -signal.SIGKILL):
+    if _warming.returncode not in (0, -signal.SIGKILL, -signal.SIGINT):  # Ctrl-C reached it too
         _warming_log.seek(0)
         tail = _warming_log.read()[-2000:].decode(errors="replace")
         print(f"\ntests.warm_kernels exited {_warming.returncode}: {tail}", file=sys.stderr)

@@ -1,20 +1,27 @@
 """Compile the kernels the suite's jobs run into numba's on-disk cache, beside the unit tests.
 
-Run by ``tests/conftest.py`` as a background process when the session starts
-(``python -m tests.warm_kernels``). From a cold cache, as CI runs, the engine's kernels take about
-a minute and a half to compile on one core, and the first multi-process test would otherwise
-compile them while its roles wait. The unit tests run first and use one core; this process uses
+Run by ``tests/conftest.py`` as a background process once the tests are collected, when unit
+tests run first and multi-process tests after them (``python -m tests.warm_kernels PYTEST_PID``;
+it dies with that process, however that ends). From a cold cache, as CI runs, the engine's
+kernels take about a minute and a half to compile on one core, and the first multi-process test
+would otherwise compile them while its roles wait. The unit tests use one core; this process uses
 the other, so the process and cluster tests that follow load compiled code instead.
 
 It compiles what a job's processes compile, in the same way and under the same host locks
 (:func:`hogwild.model.compile.compile_lock`, the parameter servers' and the data servers'): a job
 that starts meanwhile waits for the lock and then loads, instead of compiling the same code on the
-same cores. The default job's network stands for every network: the kernels are typed by dtype,
-not by layer sizes. Nothing here is checked: a test that needs a kernel compiles it itself when
-this did not.
+same cores. Unit tests that call a kernel in process take no lock: one that gets there first
+compiles it too (the same code, twice). The default job's network stands for every network: the
+kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test that needs a
+kernel compiles it itself when this did not.
 """
 
 from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
 
 import numpy as np
 
@@ -25,8 +32,14 @@ from hogwild.model.compile import compile_kernels, compile_lock
 from hogwild.model.network import build_network
 from hogwild.training.api import TrainedModel
 
+PR_SET_PDEATHSIG = 1
+
 
 def main() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a killed pytest takes this along
+    if len(sys.argv) > 1 and os.getppid() != int(sys.argv[1]):
+        return  # the session ended before the death signal was asked for
     config = load_config(default_config_path())
     network = build_network(config.model)
     with compile_lock():
