@@ -393,6 +393,9 @@ def _dispatch(argv: list[str]) -> int:
 def run() -> None:
     """The ``hogwild`` program: :func:`main`, then exit with its status.
 
+    The cyclic garbage collector runs less often in it (see
+    :func:`hogwild.runtime.collect_garbage_less_often`).
+
     Everything still alive by then is first taken out of the cyclic garbage collector's sight
     (``gc.freeze``): the interpreter's last full collection on the way out walks every object,
     most of them numba's compiler and type registries and the kernels' code, which took 0.2-0.5 s
@@ -400,6 +403,9 @@ def run() -> None:
     Nothing hogwild owns is released by that collection: every segment, socket and process has
     been released by its owner before :func:`main` returns.
     """
+    from hogwild.runtime import collect_garbage_less_often
+
+    collect_garbage_less_often()
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -8,6 +8,7 @@ forkserver and inherit the environment, so they see the same value.
 """
 
 import contextlib
+import gc
 import hashlib
 import os
 from pathlib import Path
@@ -70,3 +71,15 @@ def single_threaded_blas():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def collect_garbage_less_often() -> None:
+    """Let the cyclic garbage collector start after 50,000 new objects instead of Python's 700.
+
+    For a process of its own (the ``hogwild`` program, a worker), called first. Starting one
+    imports numpy and numba and loads the kernels: hundreds of thousands of objects that live as
+    long as the process, which the collector otherwise walks again and again while they are made
+    (a tenth of a parameter server's start here: 1.41 s to serving instead of 1.58, medians of 10).
+    The loops after that allocate little and free it by reference counting.
+    """
+    gc.set_threshold(50_000, *gc.get_threshold()[1:])

@@ -55,6 +55,9 @@ def worker_main(setup, commands, results) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    from hogwild.runtime import collect_garbage_less_often
+
+    collect_garbage_less_often()  # before numba and the kernels load
     _die_with_parent()
     if not trainer_alive(setup.trainer_pid, setup.trainer_started):
         return  # the trainer died before the death signal was asked for: nobody to serve
