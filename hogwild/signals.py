@@ -16,6 +16,9 @@ through llvmlite all the time: a Ctrl-C that lands in one is lost, and the job t
 nothing had been pressed. :func:`interrupts_not_lost` raises such a signal again once the code
 inside returns.
 
+:func:`die_with_parent` asks Linux to signal a helper process when its parent exits, however it
+exits: workers, pool helpers and the like end with their owner even after a SIGKILL.
+
 A server's main thread waits for its stop signal in a loop that also watches its threads.
 :class:`StopRequest` is that wait: its handler only records the signal, and the wait polls the
 interpreter's wakeup fd, a pipe the signal writes into at C level. A handler that sets a
@@ -27,6 +30,7 @@ moment after each timeout) ``set`` waits forever for a lock its own thread holds
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -35,10 +39,24 @@ import threading
 from hogwild.errors import Terminated
 
 DEFERRED = (signal.SIGINT, signal.SIGTERM)
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def _raise_terminated(signum, frame) -> None:
     raise Terminated(f"terminated by {signal.Signals(signum).name}")
+
+
+def die_with_parent(signum: int) -> None:
+    """Ask Linux to send this process ``signum`` when its parent exits (``PR_SET_PDEATHSIG``).
+
+    A parent killed with SIGKILL runs no cleanup, so this is how its helpers still end. Where
+    there is no ``prctl`` (not Linux) it does nothing: the caller must also notice a dead parent
+    some other way (a poll, a closed pipe).
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def install_terminate_handler() -> None:

@@ -18,7 +18,6 @@ kernel compiles it itself when this did not.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import sys
@@ -30,14 +29,12 @@ from hogwild.data.feed import compile_data_kernels
 from hogwild.locks import machine_lock
 from hogwild.model.compile import compile_kernels, compile_lock
 from hogwild.model.network import build_network
+from hogwild.signals import die_with_parent
 from hogwild.training.api import TrainedModel
-
-PR_SET_PDEATHSIG = 1
 
 
 def main() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a killed pytest takes this along
+    die_with_parent(signal.SIGKILL)  # a killed pytest takes this along
     if len(sys.argv) > 1 and os.getppid() != int(sys.argv[1]):
         return  # the session ended before the death signal was asked for
     config = load_config(default_config_path())

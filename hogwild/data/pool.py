@@ -12,18 +12,13 @@ import multiprocessing as mp
 import signal
 from concurrent.futures import ProcessPoolExecutor
 
-_PR_SET_PDEATHSIG = 1
+from hogwild.signals import die_with_parent
 
 
 def helper_init() -> None:
     """Run first in every helper: die with the parent, leave Ctrl-C to it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: helpers still end when the pool is shut down
+    die_with_parent(signal.SIGKILL)  # not Linux: helpers still end when the pool is shut down
 
 
 def spawn_pool(processes: int) -> ProcessPoolExecutor:

@@ -39,7 +39,6 @@ import signal
 import time
 import traceback
 
-PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 COMMAND_POLL_S = 0.5
 PROCESS_NAME = "hogwild-w{}"  # the kernel's name of a worker (other jobs look for it)
@@ -56,9 +55,10 @@ def worker_main(setup, commands, results) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from hogwild.runtime import collect_garbage_less_often
+    from hogwild.signals import die_with_parent
 
     collect_garbage_less_often()  # before numba and the kernels load
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)  # not Linux: the worker still polls for the trainer's death
     if not trainer_alive(setup.trainer_pid, setup.trainer_started):
         return  # the trainer died before the death signal was asked for: nobody to serve
     arena = feeds = store = None
@@ -301,11 +301,6 @@ def _prctl(option: int, value) -> None:
         libc.prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # not Linux: the worker still notices the trainer's death when it polls
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to send this process SIGTERM when its parent exits (prctl PR_SET_PDEATHSIG)."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _set_process_name(name: str) -> None:
