@@ -394,14 +394,13 @@ def run() -> None:
     """The ``hogwild`` program: :func:`main`, then exit with its status.
 
     The cyclic garbage collector runs less often in it (see
-    :func:`hogwild.runtime.collect_garbage_less_often`).
-
-    Everything still alive by then is first taken out of the cyclic garbage collector's sight
-    (``gc.freeze``): the interpreter's last full collection on the way out walks every object,
-    most of them numba's compiler and type registries and the kernels' code, which took 0.2-0.5 s
-    of each server's and job's stop here, for memory the process is about to give back anyway.
-    Nothing hogwild owns is released by that collection: every segment, socket and process has
-    been released by its owner before :func:`main` returns.
+    :func:`hogwild.runtime.collect_garbage_less_often`). Once :func:`main` returned, everything
+    still alive is taken out of its sight (``gc.freeze``): the interpreter's last full
+    collection on the way out walks every object, most of them numba's compiler and type
+    registries and the kernels' code, which took 0.2-0.5 s of each server's and job's stop here,
+    for memory the process is about to give back anyway. Nothing hogwild owns is released by that
+    collection: every segment, socket and process has been released by its owner before
+    :func:`main` returns.
     """
     from hogwild.runtime import collect_garbage_less_often
 

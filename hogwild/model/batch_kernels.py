@@ -183,11 +183,14 @@ def _im2row(x, x_off, rows, C, H, W, Ho, Wo, K, S, P):
                             rows[at + uint64(kx)] = x[line + ix] if inside else 0.0
 
 
+# packed_size's Python function: plain arithmetic, so building a network needs no compiled code
+_packed_floats = packed_size.py_func
+
+
 def packed_conv_weights_size(maps: int, taps: int) -> int:
     """Floats of a convolution's packed weights: ``W`` for the forward product, ``W^T`` for the
     backward one (see :func:`pack_conv_weights`)."""
-    size = packed_size.py_func  # plain arithmetic: building a network needs no compiled code
-    return int(size(maps, taps) + size(taps, maps))
+    return int(_packed_floats(maps, taps) + _packed_floats(taps, maps))
 
 
 @kernel(cache=True, nogil=True, fastmath=True)
@@ -451,13 +454,17 @@ def batch_scratch_size(layers_dims, batch: int) -> int:
         layers_dims: per weighted layer, ``("conv", C, O, Ho*Wo, K)`` or ``("fc", n_in, n_out)``.
         batch: the largest minibatch.
     """
-    packed = packed_size.py_func  # plain arithmetic: building a network needs no compiled code
     size = 1
     for dims in layers_dims:
         if dims[0] == "conv":  # one example's unfolded input and its packed output gradient
             _, c, o, plane, k = dims
-            size = max(size, c * k * k * plane + packed(o, plane))
+            size = max(size, c * k * k * plane + _packed_floats(o, plane))
         else:
             _, n_in, n_out = dims
-            size = max(size, batch * (n_in + n_out), packed(n_out, batch), packed(batch, n_out))
+            size = max(
+                size,
+                batch * (n_in + n_out),
+                _packed_floats(n_out, batch),
+                _packed_floats(batch, n_out),
+            )
     return size
