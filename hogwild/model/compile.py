@@ -6,7 +6,8 @@ training step and one evaluation here, with exactly the argument types the worke
 workers load the cached code instead of each compiling it again. The workers start beside it
 (they call no kernel before their first command); :func:`compile_lock` makes jobs, or replicas,
 starting together compile one after the other, so the second loads what the first compiled
-instead of compiling it again on the same cores.
+instead of compiling it again on the same cores. A start whose kernels the cache already holds
+skips the step (:func:`hogwild.compile_records.compile_once`).
 
 Workers call the kernels with one set of argument types whether examples come from the arena or
 from a data feed (an LMDB image cache, or augmentation: images from the feed's ring): uint8 image

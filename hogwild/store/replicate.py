@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hogwild.compile_records import compile_once
 from hogwild.store.copies import CopiesStore, fc_layers
 from hogwild.store.exchange import FcLayer, Home, VectorBuffer
 from hogwild.store.kernels import (
@@ -82,6 +83,9 @@ class ReplicateStore(CopiesStore):
             exchange_ranges(self.params, params[row], base[row], everything)
 
     def compile_kernels(self) -> None:
+        compile_once({"kernels": "replicate-store", "vectors": self.vectors}, self._compile)
+
+    def _compile(self) -> None:
         one = np.zeros(4, dtype=np.float32)
         ranges = np.array([[0, 4]], dtype=np.int64)
         for kernel in (push_ranges, pull_ranges, exchange_ranges, merge_pulled):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
+from hogwild.compile_records import compile_once
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
 from hogwild.errors import ConfigError
@@ -217,11 +218,20 @@ class Trainer:
         config = self.config  # with the update interval the store resolved
         # beside the workers' start; a job beside loads what this compiled. numba's compiler
         # calls back into Python, where a Ctrl-C's exception would be dropped: not lost here.
+        batch, update_every, feed = config.train.batch, config.train.update_every, self.plan.feed
+        what = {
+            "kernels": "engine",
+            "model": config.to_dict()["model"],
+            "classes": self.plan.n_classes,
+            "batch": batch,
+            "update_every": update_every,
+            "feed": feed,
+        }
         with compile_lock(), interrupts_not_lost():
-            compile_kernels(
-                self.network, config.train.batch, config.train.update_every,
-                feed=self.plan.feed,
-            )  # fmt: skip
+            compile_once(
+                what,
+                lambda: compile_kernels(self.network, batch, update_every, feed=feed),
+            )
             self.store.compile_kernels()
         self.gang.wait_ready()
         return taken, start_epoch, history

@@ -1,0 +1,82 @@
+"""``hogwild.compile_records``: when a record lets a start skip the parent's compile, and when not.
+
+The compile here is a counter (what ``compile_once`` runs is its caller's business); numba's real
+cache files are in ``tests/proc/test_compile_records.py``. The sources whose stamps a record keeps
+are a folder of the test's own, so that editing one does not touch the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hogwild import compile_records
+from hogwild.compile_records import RECORDS, compile_once
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    sources = tmp_path / "package"
+    sources.mkdir()
+    (sources / "kernels.py").write_text("# kernels\n")
+    monkeypatch.setattr(compile_records, "_packages", lambda: [sources])
+    cache = tmp_path / "cache"
+    (cache / "model").mkdir(parents=True)
+    (cache / "model" / "kernels.train-10.py311.nbi").write_bytes(b"index")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
+    return cache
+
+
+def _counting():
+    calls = []
+    return calls, lambda: calls.append(1)
+
+
+def test_the_second_start_skips_and_another_description_compiles(cache):
+    calls, compile = _counting()
+    assert compile_once({"batch": 32}, compile) is True
+    assert compile_once({"batch": 32}, compile) is False
+    assert compile_once({"batch": 64}, compile) is True
+    assert len(calls) == 2
+    assert len(list((cache / RECORDS).glob("*.json"))) == 2
+
+
+def test_an_edited_source_or_a_missing_cache_file_compiles_again(cache, tmp_path):
+    calls, compile = _counting()
+    compile_once({"batch": 32}, compile)
+    source = tmp_path / "package" / "kernels.py"
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert compile_once({"batch": 32}, compile) is True  # numba forgets the file's kernels too
+    assert compile_once({"batch": 32}, compile) is False
+    (cache / "model" / "kernels.train-10.py311.nbi").unlink()
+    assert compile_once({"batch": 32}, compile) is True
+    assert len(calls) == 3
+
+
+def test_a_damaged_record_compiles_and_is_replaced(cache):
+    calls, compile = _counting()
+    compile_once({"batch": 32}, compile)
+    (record,) = (cache / RECORDS).glob("*.json")
+    record.write_text("{not json")
+    assert compile_once({"batch": 32}, compile) is True
+    assert compile_once({"batch": 32}, compile) is False
+    assert len(calls) == 2
+
+
+def test_a_failed_compile_leaves_no_record(cache):
+    def broken():
+        raise RuntimeError("numba failed")
+
+    with pytest.raises(RuntimeError, match="numba failed"):
+        compile_once({"batch": 32}, broken)
+    assert not list(cache.rglob("*.json"))
+
+
+def test_without_a_cache_directory_it_always_compiles(cache, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    calls, compile = _counting()
+    assert compile_once({"batch": 32}, compile) is True
+    assert compile_once({"batch": 32}, compile) is True
+    assert len(calls) == 2
