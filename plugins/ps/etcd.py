@@ -26,16 +26,17 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-import etcd3gw
-import requests
-from etcd3gw import exceptions as gw
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
 
 __all__ = ["Etcd", "EtcdProcess", "EtcdUnavailable", "LeaseExpired", "Watch", "etcd_binary"]
+
+if TYPE_CHECKING:
+    from etcd3gw import exceptions as gw
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class Etcd:
         self.address = str(parsed)
         self.prefix = prefix
         self.timeout_s = timeout_s
+        import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
+        # whose processes import this module, never spend
+
         self._client = etcd3gw.client(host=parsed.host, port=parsed.port, timeout=timeout_s)
         self._watches: list[Watch] = []
 
@@ -268,6 +272,9 @@ class Etcd:
 
     def _post(self, path: str, payload: dict) -> dict:
         """One request to etcd's gateway, its errors typed (see the module docstring)."""
+        import requests
+        from etcd3gw import exceptions as gw
+
         try:
             reply = self._client.post(self._client.get_url(path), json=payload)
         except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:

@@ -19,7 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
 from hogwild_plugins.ps.launch import free_port
 
 from hogwild.errors import HogwildError
@@ -176,6 +175,8 @@ class EtcdProcess:
     def _probe(self) -> int | None:
         """The TTL etcd grants when asked for 1 s, or None while it cannot grant (no leader
         yet, not listening yet). A grant, not ``/health``, because leases are what we need."""
+        import requests  # here, not at the top: the roles import this module, few start etcd
+
         url = f"http://{self._address}/v3"
         try:
             with requests.Session() as session:
