@@ -4,10 +4,11 @@ The kernels are ``njit(cache=True)``: the first call compiles them and writes th
 numba's on-disk cache (``NUMBA_CACHE_DIR``, set by :mod:`hogwild.runtime`). Running one tiny
 training step and one evaluation here, with exactly the argument types the workers use, means the
 workers load the cached code instead of each compiling it again. The workers start beside it
-(they call no kernel before their first command); :func:`compile_lock` makes jobs, or replicas,
-starting together compile one after the other, so the second loads what the first compiled
-instead of compiling it again on the same cores. A start whose kernels the cache already holds
-skips the step (:func:`hogwild.compile_records.compile_once`).
+and, before they say they are ready, wait for :func:`compile_lock` to be free and call this
+function themselves, which then loads. The lock also makes jobs, or replicas, starting together
+compile one after the other, so the second loads what the first compiled instead of compiling it
+again on the same cores. A start whose kernels the cache already holds skips the parent's step
+(:func:`hogwild.compile_records.compile_once`).
 
 Workers call the kernels with one set of argument types whether examples come from the arena or
 from a data feed (an LMDB image cache, or augmentation: images from the feed's ring): uint8 image
@@ -36,6 +37,7 @@ def compile_kernels(
     update_every: int = 1,
     *,
     feed: bool = False,
+    evaluate: bool = True,
 ) -> None:
     """Run one minibatch of training and one evaluation on zeros, compiling what they call.
 
@@ -45,6 +47,7 @@ def compile_kernels(
         update_every: Examples per fully connected update at batch 1 (see ``train_chunk``).
         feed: Also compile the data kernels (reading, augmenting) a worker reading through a
             data feed calls.
+        evaluate: Also compile the evaluation (a worker that never evaluates need not load it).
     """
     context = TrainingContext.allocate(network, batch, update_every)
     params = np.zeros(network.n_params, dtype=np.float32)
@@ -73,7 +76,8 @@ def compile_kernels(
             std=1.0,
             update_every=update_every,
         )
-    context.evaluate_range(network.ops, params, images, labels, 0, 1, 0.0, 1.0)
+    if evaluate:
+        context.evaluate_range(network.ops, params, images, labels, 0, 1, 0.0, 1.0)
     if feed:
         from hogwild.data.feed import compile_data_kernels
 

@@ -4,10 +4,10 @@ A worker is started by the trainer with spawn or forkserver (never a bare fork: 
 arena's mappings are not fork-safe). It asks the kernel for SIGTERM when its parent dies, then
 checks that the trainer is still there (a trainer killed while the worker started would otherwise
 leave it polling forever), pins itself to its core *before* allocating its training context, so
-first touch places the context on that core's NUMA node, loads the kernels the parent already
-compiled (numba's on-disk cache), opens its side of the parameter store
-(:mod:`hogwild.store.protocol`) and serves the trainer's commands
-(:mod:`hogwild.training.messages`):
+first touch places the context on that core's NUMA node, opens its side of the parameter store
+(:mod:`hogwild.store.protocol`), loads the kernels the parent compiled (numba's on-disk cache;
+before it says it is ready, so its first epoch's time is training) and serves the trainer's
+commands (:mod:`hogwild.training.messages`):
 
 * :class:`~hogwild.training.messages.Train`: train on ``order[start:stop]`` of the shared
   permutation in spans the store chooses (its push and pull cadences), stopping early if the
@@ -97,6 +97,7 @@ def worker_main(setup, commands, results) -> None:
             from hogwild.training.feeds import Feeds
 
             feeds = Feeds(job, data, arena, chunk)
+        _load_kernels(network, job, data, arena)
         results.put(Ready(setup.worker, os.getpid(), context.nbytes))
         loop = WorkerLoop(setup, job, network, arena, store, context, feeds, chunk, results)
         loop.serve(commands)
@@ -124,6 +125,25 @@ def worker_main(setup, commands, results) -> None:
                 from hogwild.shm.sweeper import unlink_segment
 
                 unlink_segment(setup.arena_name)
+
+
+def _load_kernels(network, job, data, arena) -> None:
+    """Load the kernels this worker calls before it says it is ready, so that its first
+    epoch trains instead of loading them (a second of the epoch's time, counted as training).
+
+    The trainer may be compiling them into numba's cache at this moment, under its compile
+    lock: wait for the lock to be free, then load what it compiled, without the lock (the
+    other workers load theirs at the same time).
+    """
+    from hogwild.model.compile import compile_kernels, compile_lock
+
+    with compile_lock():
+        pass
+    train = job.train
+    evaluates = data.feed or arena.array("test_labels").shape[0] > 0  # a replica's never does
+    compile_kernels(
+        network, train.batch, train.update_every, feed=data.feed, evaluate=bool(evaluates)
+    )
 
 
 class WorkerLoop:
