@@ -18,7 +18,8 @@ definition, as the trainer's start-up sweep would).
 The tiers run in order: ``unit``, then ``proc``, then ``cluster``. While the unit tests run (one
 core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so the multi-process tests
 start from a warm numba cache; the session owns that process (it is not a test's leak) and stops it
-at the end.
+at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session writes the project's bytecode
+once for the processes it starts and removes it at the end (:mod:`tests.bytecode`).
 
 The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
 background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
@@ -48,6 +49,7 @@ _CHILD_GRACE_S = 1.0
 _TIERS = ("unit", "proc", "cluster")
 _warming: subprocess.Popen | None = None
 _warming_log = None
+_bytecode: list[Path] = []  # .pyc files this session wrote (see tests/bytecode.py)
 
 
 def _shm_entries() -> set[str]:
@@ -112,6 +114,15 @@ def _tier(item) -> int:
     return _TIERS.index(folder.parts[0]) if folder.parts[0] in _TIERS else 0
 
 
+def pytest_sessionstart(session) -> None:
+    """Write the project's bytecode once when this environment writes none (tests/bytecode.py)."""
+    global _bytecode
+    from tests.bytecode import compile_sources, needed
+
+    if needed():
+        _bytecode = compile_sources(Path(__file__).resolve().parents[1])
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Unit tests first, then the process tier, then the cluster tier (a stable sort)."""
     items.sort(key=_tier)
@@ -136,7 +147,17 @@ def pytest_collection_finish(session) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    """Stop the kernel warm-up (it is done by now, unless the session was cut short)."""
+    """Stop the kernel warm-up (it is done by now, unless the session was cut short); remove
+    the bytecode the session wrote."""
+    global _bytecode
+    from tests.bytecode import remove
+
+    _stop_warming()
+    remove(_bytecode)
+    _bytecode = []
+
+
+def _stop_warming() -> None:
     global _warming
     if _warming is None:
         return
