@@ -6,7 +6,8 @@ cache already holds them, that step still costs the parent a second or two of CP
 (numba sets up its whole target and loads every kernel's machine code), on the cores the starting
 workers need. :func:`compile_once` skips it when a record says the same kernels were compiled
 into this cache, on this CPU, by this numba, from these very source files, and every cache file
-there was then is still there.
+there was then is still there, every index unchanged (numba rewrites an index when it adds or
+drops an entry: a changed one costs one more load, and a new record).
 
 The record is only ever a reason to skip the parent's warm-up: a worker that finds its kernel
 missing after all compiles it itself, as numba always does. Records live beside the machine code,
@@ -15,6 +16,7 @@ in ``NUMBA_CACHE_DIR``, and go with it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -43,10 +45,11 @@ def compile_once(what: dict, compile: Callable[[], None]) -> bool:
         return True
     cache_dir = Path(cache)
     path = cache_dir / RECORDS / f"{_digest(what)}.json"
-    if _still_holds(path, cache_dir):
+    sources = _sources()  # before compiling: a file edited meanwhile is not taken as compiled
+    if _still_holds(path, cache_dir, sources):
         return False
     compile()
-    _write_record(path, cache_dir)
+    _write_record(path, cache_dir, sources)
     return True
 
 
@@ -73,7 +76,10 @@ def _sources() -> dict[str, list[int]]:
     stamps = {}
     for package in _packages():
         for source in sorted(package.rglob("*.py")):
-            stat = source.stat()
+            try:
+                stat = source.stat()
+            except OSError:  # gone meanwhile, or an editor's dangling lock link (.#name.py)
+                continue
             stamps[str(source)] = [stat.st_mtime_ns, stat.st_size]
     return stamps
 
@@ -91,28 +97,41 @@ def _packages() -> list[Path]:
     return packages
 
 
-def _cache_files(cache_dir: Path) -> list[str]:
-    return sorted(
-        str(p.relative_to(cache_dir)) for p in cache_dir.rglob("*") if p.suffix in CACHE_SUFFIXES
-    )
+def _cache_files(cache_dir: Path) -> dict[str, list[int]]:
+    """Every index (modification time and size: numba rewrites one whenever it adds or drops
+    an entry, so a changed index may have lost one of ours) and machine-code file (size)."""
+    files = {}
+    for path in cache_dir.rglob("*"):
+        if path.suffix not in CACHE_SUFFIXES:
+            continue
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        stamp = [stat.st_mtime_ns, stat.st_size] if path.suffix == ".nbi" else [stat.st_size]
+        files[str(path.relative_to(cache_dir))] = stamp
+    return files
 
 
-def _still_holds(path: Path, cache_dir: Path) -> bool:
+def _still_holds(path: Path, cache_dir: Path, sources: dict[str, list[int]]) -> bool:
     try:
         record = json.loads(path.read_text())
-        return record["sources"] == _sources() and all(
-            (cache_dir / name).is_file() for name in record["cache_files"]
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        kept = record["cache_files"]
+        if record["sources"] != sources or not any(name.endswith(".nbi") for name in kept):
+            return False
+        now = _cache_files(cache_dir)
+        return all(now.get(name) == stamp for name, stamp in kept.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False  # none yet, or unreadable: compile, and write a good one
 
 
-def _write_record(path: Path, cache_dir: Path) -> None:
-    record = {"sources": _sources(), "cache_files": _cache_files(cache_dir)}
+def _write_record(path: Path, cache_dir: Path, sources: dict[str, list[int]]) -> None:
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
+        record = {"sources": sources, "cache_files": _cache_files(cache_dir)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         partial.write_text(json.dumps(record))
         os.replace(partial, path)
-    except OSError:
-        pass  # a read-only cache: the next start compiles (loads) again, as before records
+    except OSError:  # a read-only or full cache: the next start compiles (loads) again
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)

@@ -1,7 +1,8 @@
 """Process-wide settings that must be in place before numba is imported.
 
-hogwild compiles its kernels once, in the parent, with ``cache=True``; worker processes then load
-the compiled code from the same on-disk cache instead of compiling again. That only works if every
+hogwild compiles its kernels once, in the parent, with ``cache=True`` (or finds them compiled
+there before); worker processes then load the compiled code from the same on-disk cache instead of
+compiling again. That only works if every
 process agrees on ``NUMBA_CACHE_DIR`` before numba is first imported, so the package sets it (unless
 the user already has) the moment ``hogwild`` is imported. Worker processes are started with spawn or
 forkserver and inherit the environment, so they see the same value.

@@ -3,12 +3,12 @@
 The kernels are ``njit(cache=True)``: the first call compiles them and writes the machine code to
 numba's on-disk cache (``NUMBA_CACHE_DIR``, set by :mod:`hogwild.runtime`). Running one tiny
 training step and one evaluation here, with exactly the argument types the workers use, means the
-workers load the cached code instead of each compiling it again. The workers start beside it
-and, before they say they are ready, wait for :func:`compile_lock` to be free and call this
-function themselves, which then loads. The lock also makes jobs, or replicas, starting together
-compile one after the other, so the second loads what the first compiled instead of compiling it
-again on the same cores. A start whose kernels the cache already holds skips the parent's step
-(:func:`hogwild.compile_records.compile_once`).
+workers load the cached code instead of each compiling it again. The workers start beside it;
+once the trainer says its compile step is done (a flag in the arena's control block), each calls
+this function itself, which then loads, before it says it is ready. :func:`compile_lock` makes
+jobs, or replicas, starting together compile one after the other, so the second loads what the
+first compiled instead of compiling it again on the same cores. A start whose kernels the cache
+already holds skips the parent's step (:func:`hogwild.compile_records.compile_once`).
 
 Workers call the kernels with one set of argument types whether examples come from the arena or
 from a data feed (an LMDB image cache, or augmentation: images from the feed's ring): uint8 image
@@ -49,6 +49,7 @@ def compile_kernels(
             data feed calls.
         evaluate: Also compile the evaluation (a worker that never evaluates need not load it).
     """
+    # A context of its own: a worker's would keep this call's pending fully connected updates.
     context = TrainingContext.allocate(network, batch, update_every)
     params = np.zeros(network.n_params, dtype=np.float32)
     velocity = np.zeros_like(params)

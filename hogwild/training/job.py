@@ -39,6 +39,7 @@ from hogwild.shm.arena import ArenaLayout
 
 CONTROL_EPOCH = 0
 EPOCH_CLOSED = -1
+CONTROL_COMPILED = 1  # set by the trainer once its compile step is done: workers load then
 CONTROL_SLOTS = 8  # one cache line of int64
 
 STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT = 0, 1, 2, 3

@@ -43,6 +43,7 @@ from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.gang import WorkerGang
 from hogwild.training.job import (
+    CONTROL_COMPILED,
     CONTROL_EPOCH,
     EPOCH_CLOSED,
     STAT_BEAT,
@@ -233,6 +234,7 @@ class Trainer:
                 lambda: compile_kernels(self.network, batch, update_every, feed=feed),
             )
             self.store.compile_kernels()
+        self.arena.array("control")[CONTROL_COMPILED] = 1  # the workers load what is compiled
         self.gang.wait_ready()
         return taken, start_epoch, history
 

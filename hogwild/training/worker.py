@@ -41,6 +41,7 @@ import traceback
 
 PR_SET_NAME = 15
 COMMAND_POLL_S = 0.5
+COMPILED_POLL_S = 0.05  # how often a starting worker looks for the trainer's compile step's end
 PROCESS_NAME = "hogwild-w{}"  # the kernel's name of a worker (other jobs look for it)
 
 
@@ -97,7 +98,8 @@ def worker_main(setup, commands, results) -> None:
             from hogwild.training.feeds import Feeds
 
             feeds = Feeds(job, data, arena, chunk)
-        _load_kernels(network, job, data, arena)
+        if not _load_kernels(setup, network, job, data, arena, commands):
+            return  # told to stop, or the trainer is gone, before its compile step ended
         results.put(Ready(setup.worker, os.getpid(), context.nbytes))
         loop = WorkerLoop(setup, job, network, arena, store, context, feeds, chunk, results)
         loop.serve(commands)
@@ -127,23 +129,43 @@ def worker_main(setup, commands, results) -> None:
                 unlink_segment(setup.arena_name)
 
 
-def _load_kernels(network, job, data, arena) -> None:
-    """Load the kernels this worker calls before it says it is ready, so that its first
-    epoch trains instead of loading them (a second of the epoch's time, counted as training).
+def _load_kernels(setup, network, job, data, arena, commands) -> bool:
+    """Load the kernels this worker calls before it says it is ready, so that its first epoch
+    trains instead of loading them (a second of the epoch's time, counted as training).
 
-    The trainer may be compiling them into numba's cache at this moment, under its compile
-    lock: wait for the lock to be free, then load what it compiled, without the lock (the
-    other workers load theirs at the same time).
+    The trainer compiles them into numba's cache while its workers start (or finds them there),
+    then sets ``CONTROL_COMPILED``: wait for that, then load what it compiled, beside the other
+    workers. A Stop, or the trainer's death, while waiting ends the wait.
+
+    Returns:
+        True once loaded; False when the worker is to leave instead.
     """
-    from hogwild.model.compile import compile_kernels, compile_lock
+    from hogwild.model.compile import compile_kernels
+    from hogwild.signals import interrupts_not_lost
+    from hogwild.training.gang import READY_TIMEOUT_S
+    from hogwild.training.job import CONTROL_COMPILED
+    from hogwild.training.messages import Stop
 
-    with compile_lock():
-        pass
+    control = arena.array("control")
+    deadline = time.monotonic() + READY_TIMEOUT_S  # then the trainer has given up on us too
+    while not control[CONTROL_COMPILED] and time.monotonic() < deadline:
+        try:
+            if isinstance(commands.get(timeout=COMPILED_POLL_S), Stop):
+                return False
+        except queue.Empty:
+            if not trainer_alive(setup.trainer_pid, setup.trainer_started):
+                return False
     train = job.train
     evaluates = data.feed or arena.array("test_labels").shape[0] > 0  # a replica's never does
-    compile_kernels(
-        network, train.batch, train.update_every, feed=data.feed, evaluate=bool(evaluates)
-    )
+    with interrupts_not_lost():  # numba's compiler calls back into Python: SIGTERM not lost
+        compile_kernels(
+            network,
+            train.batch,
+            train.update_every,
+            feed=data.feed,
+            evaluate=bool(evaluates),
+        )
+    return True
 
 
 class WorkerLoop:

@@ -55,6 +55,19 @@ def test_an_edited_source_or_a_missing_cache_file_compiles_again(cache, tmp_path
     assert len(calls) == 3
 
 
+def test_a_rewritten_index_or_a_cache_without_one_compiles_again(cache):
+    calls, compile = _counting()
+    compile_once({"batch": 32}, compile)
+    index = cache / "model" / "kernels.train-10.py311.nbi"
+    index.write_bytes(b"index, rewritten by numba with an entry more or less")
+    assert compile_once({"batch": 32}, compile) is True
+    assert compile_once({"batch": 32}, compile) is False
+    index.unlink()
+    assert compile_once({"batch": 32}, compile) is True  # no index at all: nothing to trust
+    assert compile_once({"batch": 32}, compile) is True
+    assert len(calls) == 4
+
+
 def test_a_damaged_record_compiles_and_is_replaced(cache):
     calls, compile = _counting()
     compile_once({"batch": 32}, compile)
@@ -80,3 +93,11 @@ def test_without_a_cache_directory_it_always_compiles(cache, monkeypatch):
     assert compile_once({"batch": 32}, compile) is True
     assert compile_once({"batch": 32}, compile) is True
     assert len(calls) == 2
+
+
+def test_a_dangling_link_among_the_sources_is_no_error(cache, tmp_path):
+    (tmp_path / "package" / ".#kernels.py").symlink_to(tmp_path / "gone")  # an editor's lock
+    calls, compile = _counting()
+    assert compile_once({"batch": 32}, compile) is True
+    assert compile_once({"batch": 32}, compile) is False
+    assert len(calls) == 1
