@@ -46,10 +46,11 @@ def compile_once(what: dict, compile: Callable[[], None]) -> bool:
     cache_dir = Path(cache)
     path = cache_dir / RECORDS / f"{_digest(what)}.json"
     sources = _sources()  # before compiling: a file edited meanwhile is not taken as compiled
-    if _still_holds(path, cache_dir, sources):
+    if sources is not None and _still_holds(path, cache_dir, sources):
         return False
     compile()
-    _write_record(path, cache_dir, sources)
+    if sources is not None:
+        _write_record(path, cache_dir, sources)
     return True
 
 
@@ -70,17 +71,22 @@ def _digest(what: dict) -> str:
     return hashlib.sha256(json.dumps(host, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _sources() -> dict[str, list[int]]:
+def _sources() -> dict[str, list[int]] | None:
     """Modification time and size of every module of hogwild and its plugins: numba's own stamp
-    of a kernel's file is these two, so an edited or re-installed file forgets its kernels."""
+    of a kernel's file is these two, so an edited or re-installed file forgets its kernels.
+    None when the folders cannot be read through (one removed during the walk): no record is
+    read or written then."""
     stamps = {}
-    for package in _packages():
-        for source in sorted(package.rglob("*.py")):
-            try:
-                stat = source.stat()
-            except OSError:  # gone meanwhile, or an editor's dangling lock link (.#name.py)
-                continue
-            stamps[str(source)] = [stat.st_mtime_ns, stat.st_size]
+    try:
+        for package in _packages():
+            for source in sorted(package.rglob("*.py")):
+                try:
+                    stat = source.stat()
+                except OSError:  # gone meanwhile, or an editor's dangling lock link (.#name.py)
+                    continue
+                stamps[str(source)] = [stat.st_mtime_ns, stat.st_size]
+    except OSError:
+        return None
     return stamps
 
 

@@ -39,9 +39,9 @@ from hogwild.data.prefetch import DEFAULT_TIMEOUT_S, Prefetcher
 def compile_data_kernels() -> None:
     """Compile (or load from numba's cache) every data kernel a worker runs.
 
-    The trainer calls it once (through :func:`hogwild.model.compile.compile_kernels`) before its
-    workers load their kernels, as the model's kernels are: workers then load the compiled code
-    instead of each compiling it.
+    The trainer calls it once (through :func:`hogwild.model.compile.compile_kernels`), or finds
+    them compiled, before its workers load their kernels, as the model's kernels are: workers then
+    load the compiled code instead of each compiling it.
     """
     from hogwild.data import lmdb_gather
 

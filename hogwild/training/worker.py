@@ -142,13 +142,13 @@ def _load_kernels(setup, network, job, data, arena, commands) -> bool:
     """
     from hogwild.model.compile import compile_kernels
     from hogwild.signals import interrupts_not_lost
-    from hogwild.training.gang import READY_TIMEOUT_S
     from hogwild.training.job import CONTROL_COMPILED
     from hogwild.training.messages import Stop
 
     control = arena.array("control")
-    deadline = time.monotonic() + READY_TIMEOUT_S  # then the trainer has given up on us too
-    while not control[CONTROL_COMPILED] and time.monotonic() < deadline:
+    # No deadline of its own: the trainer may wait minutes for another job's compile and then
+    # compile; what ends its start (its own timeouts, an error, its death) ends this wait.
+    while not control[CONTROL_COMPILED]:
         try:
             if isinstance(commands.get(timeout=COMPILED_POLL_S), Stop):
                 return False
