@@ -256,6 +256,7 @@ class BucketRole:
     record: BucketRecord | None = None
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
     current: bool = False  # holds the bucket's acknowledged state (a snapshot, or first primary)
+    restored_epoch: int = 0  # the epoch of the last snapshot that made this copy current
     copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
     confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
     syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
@@ -304,8 +305,17 @@ class BucketRole:
         self.record = record
         if self.role is Role.DEPOSED and (record is None or record.primary != self.me):
             self.role = Role.FOLLOWER
-            if record is not None and self.me not in record.in_sync:
-                self.current = False  # a newer primary left it out: it may have diverged
+            if (
+                record is not None
+                and self.me not in record.in_sync
+                and record.epoch > self.restored_epoch
+            ):
+                # A newer primary left it out: its memory may hold updates it applied as
+                # primary and nobody acknowledged. Not so if that primary's snapshot replaced
+                # it already: the snapshot can come before the write adding it to ``in_sync``
+                # does, and a copy that forgot it is current would strand the bucket once
+                # handed it (named primary, it would wait for a copy holding its state).
+                self.current = False
         if self.role not in (Role.FOLLOWER, Role.DEPOSED) or not lease_valid:
             return []
         if members.get(self.me) != lease:
@@ -464,9 +474,11 @@ class BucketRole:
         """A copy refused this primary's message as coming from an old epoch."""
         return self.step_down(None) if self.role is Role.PRIMARY else []
 
-    def restored(self) -> None:
-        """A snapshot of the bucket arrived from its primary: this copy is current."""
+    def restored(self, epoch: int) -> None:
+        """A snapshot of the bucket arrived from its primary of ``epoch``: this copy is current
+        (its own memory, diverged or not, is replaced by that primary's)."""
         self.current = True
+        self.restored_epoch = max(self.restored_epoch, epoch)
 
     def step_down(self, record: BucketRecord | None) -> list:
         if self.role is Role.PRIMARY:

@@ -147,7 +147,9 @@ class Replication:
         for bucket, shards in self.bucket_shards.items():
             self.roles[bucket].current = not shards  # nothing to hold: every copy is current
         self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
-        self.lock = threading.Lock()  # the logs: network thread (copy) and replication thread
+        # the logs, and a role's observe against a snapshot's restore: the network thread (a
+        # copy's side) and the replication thread
+        self.lock = threading.Lock()
         self.clock = LeaseClock()
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
         self.changed = threading.Event()
@@ -414,7 +416,8 @@ class Replication:
         self._apply_and_wait([work], f"shard {shard}: the snapshot")
         self.server.book.set_version(shard, header.version)
         # only now does this copy hold the state: a restore that failed must not let it campaign
-        self.roles[self.layout.bucket_of(shard)].restored()
+        with self.lock:
+            self.roles[self.layout.bucket_of(shard)].restored(header.aux)  # aux: the epoch
         self.counters["snapshots_received"] += 1
         return Reply(header.reply(MsgType.ACK, version=header.version))
 
@@ -466,7 +469,9 @@ class Replication:
         valid = self.clock.valid(now)
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
         for bucket, role in self.roles.items():
-            self._carry_out(role.observe(records[bucket], live, self.clock.lease, valid, settled))
+            with self.lock:
+                actions = role.observe(records[bucket], live, self.clock.lease, valid, settled)
+            self._carry_out(actions)
 
     def _carry_out(self, actions: list) -> None:
         while actions:
@@ -751,6 +756,7 @@ class Replication:
                 str(b): {
                     "role": r.role.value,
                     "epoch": r.epoch,
+                    "current": r.current,
                     "in_sync": list(r.record.in_sync) if r.record else [],
                 }
                 for b, r in self.roles.items()

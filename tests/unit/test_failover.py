@@ -95,7 +95,7 @@ def carry_out(role, actions, keys, roles=None, reachable=lambda s: True) -> list
                 todo += role.unreachable(action.server)
                 continue
             if roles is not None:
-                roles[action.server].restored()
+                roles[action.server].restored(role.epoch)
             todo += role.synced(action.server)
     return done
 
@@ -392,6 +392,46 @@ def test_a_deposed_primary_follows_once_the_record_names_another_primary():
     without = {s: lease for s, lease in members.items() if s != other}
     assert roles[primary].observe(keys.read(), without, LEASE[primary], True) == []
     assert roles[primary].role is Role.FOLLOWER
+
+
+def test_a_deposed_primary_restored_before_it_reads_its_successors_map_takes_the_bucket_back():
+    # The preferred primary is paused past its lease; the survivors take the bucket over without
+    # it. It wakes, steps down and registers again; the new primary's snapshot reaches it before
+    # it has read a map that has it in in_sync (the write adding it comes after the snapshot).
+    # That snapshot made it current: when the bucket is handed back to it, it takes it.
+    roles, keys, paused, survivors = failed_over()
+    holder = keys.read().primary
+    taken = keys.read()
+    assert paused not in taken.in_sync
+    assert roles[paused].observe(taken, survivors, LEASE[paused], lease_valid=False) == []
+    assert roles[paused].role is Role.DEPOSED
+    members = {**survivors, paused: NEW_LEASE[paused]}
+    assert roles[holder].observe(taken, members, LEASE[holder], True) == [Sync(BUCKET, paused)]
+    roles[paused].restored(taken.epoch)  # the snapshot, on the paused side's network thread
+    assert roles[paused].observe(taken, members, NEW_LEASE[paused], True) == []
+    assert roles[paused].role is Role.FOLLOWER and roles[paused].current
+    carry_out(roles[holder], roles[holder].synced(paused), keys, roles)  # now in in_sync
+    [hand] = roles[holder].observe(keys.read(), members, LEASE[holder], True)
+    carry_out(roles[holder], [hand], keys, roles)
+    assert keys.read().primary == paused
+    [campaign] = roles[paused].observe(keys.read(), members, NEW_LEASE[paused], True)
+    carry_out(roles[paused], [campaign], keys, roles)
+    assert roles[paused].serving and keys.read().epoch == taken.epoch + 2
+
+
+def test_a_deposed_primary_restored_under_an_older_epoch_than_the_map_it_reads_is_not_current():
+    # Its snapshot came from a primary that was itself replaced, without it, since: what that
+    # newer primary acknowledged is not in its memory.
+    roles, keys, paused, survivors = failed_over()
+    taken = keys.read()
+    roles[paused].observe(taken, survivors, LEASE[paused], lease_valid=False)
+    roles[paused].restored(taken.epoch)
+    other = next(s for s in survivors if s != taken.primary)
+    newer = BucketRecord(taken.epoch + 1, other, LEASE[other], (other,))
+    assert keys.transact(Campaign(BUCKET, newer, taken.revision))
+    members = {**survivors, paused: NEW_LEASE[paused]}
+    assert roles[paused].observe(keys.read(), members, NEW_LEASE[paused], True) == []
+    assert roles[paused].role is Role.FOLLOWER and not roles[paused].current
 
 
 def test_a_deposed_primary_that_reads_the_record_still_naming_it_takes_it_back():
