@@ -147,8 +147,8 @@ class Replication:
         for bucket, shards in self.bucket_shards.items():
             self.roles[bucket].current = not shards  # nothing to hold: every copy is current
         self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
-        # the logs, and a role's observe against a snapshot's restore: the network thread (a
-        # copy's side) and the replication thread
+        # the logs, and a role's observe against what the network thread (a copy's side) changes
+        # in it (a snapshot's restore, a refreshed record): network and replication threads
         self.lock = threading.Lock()
         self.clock = LeaseClock()
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
@@ -318,10 +318,11 @@ class Replication:
         if record is None:
             return
         role = self.roles[bucket]
-        if role.role is not Role.PRIMARY and (
-            role.record is None or record.revision > role.record.revision
-        ):  # a primary's record changes on the replication thread only (it may be deposed)
-            role.record = record
+        with self.lock:  # not in the middle of the replication thread's observe
+            if role.role is not Role.PRIMARY and (
+                role.record is None or record.revision > role.record.revision
+            ):  # a primary's record changes on the replication thread only (it may be deposed)
+                role.record = record
         self.changed.set()
 
     def _prepare(self, header: Header, shard: int, frames: list) -> Reply:
