@@ -342,7 +342,10 @@ class Trainer:
             if finished == needed:
                 control[CONTROL_EPOCH] = EPOCH_CLOSED  # stragglers stop at their next chunk
         seconds = time.perf_counter() - started
-        self.store.end_epoch()  # every worker is idle now: one model to evaluate and save
+        # every worker is idle now: one model to evaluate and save. A store's first epoch end
+        # loads its kernels here (a compile record spared the start that): not a lost Ctrl-C
+        with interrupts_not_lost():
+            self.store.end_epoch()
         rate = examples / seconds if seconds else 0.0
         return {
             "event": "epoch",

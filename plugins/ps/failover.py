@@ -34,7 +34,10 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   not, and the bucket waits for a copy that holds its acknowledged updates.
 * A primary that loses its lease (its own clock says so: a SIGSTOP-ed process wakes up past it),
   sees a newer epoch, or gets ``FENCED`` from a copy, steps down at once and serves nothing of
-  that bucket. Its late ``PREPARE`` s carry an old epoch and are refused: no split brain.
+  that bucket. Its late ``PREPARE`` s carry an old epoch and are refused: no split brain. Once
+  a newer primary's record leaves it out of ``in_sync``, its memory counts as diverged (it may
+  hold updates it applied and nobody acknowledged), unless that primary's snapshot replaced it
+  already: the snapshot can arrive before the write that adds the copy to ``in_sync``.
 * Hand-back: a serving primary that is not the bucket's preferred primary (the first of
   :func:`desired_copies` over the live members), while the preferred one is live, in ``in_sync``
   and caught up this epoch under its present lease, hands the bucket over (:class:`HandOver`). It
@@ -256,7 +259,10 @@ class BucketRole:
     record: BucketRecord | None = None
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
     current: bool = False  # holds the bucket's acknowledged state (a snapshot, or first primary)
-    restored_epoch: int = 0  # the epoch of the last snapshot that made this copy current
+    # the newest epoch whose primary's snapshot made this copy current (a bucket of several
+    # shards: each shard's; current counts for campaigns only with this copy in in_sync, where
+    # a primary puts it once every shard's snapshot arrived)
+    restored_epoch: int = 0
     copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
     confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
     syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
@@ -476,7 +482,10 @@ class BucketRole:
 
     def restored(self, epoch: int) -> None:
         """A snapshot of the bucket arrived from its primary of ``epoch``: this copy is current
-        (its own memory, diverged or not, is replaced by that primary's)."""
+        (its own memory, diverged or not, is replaced by that primary's), unless this side read
+        a newer epoch's record meanwhile (the snapshot may lack what that primary acknowledged)."""
+        if self.record is not None and epoch < self.record.epoch:
+            return
         self.current = True
         self.restored_epoch = max(self.restored_epoch, epoch)
 

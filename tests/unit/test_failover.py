@@ -434,6 +434,22 @@ def test_a_deposed_primary_restored_under_an_older_epoch_than_the_map_it_reads_i
     assert roles[paused].role is Role.FOLLOWER and not roles[paused].current
 
 
+def test_a_snapshot_of_an_older_epoch_than_the_record_already_read_does_not_make_a_copy_current():
+    # The gate let the snapshot in under epoch E; while it was applied, this side read the
+    # record of epoch E + 1, whose primary may have acknowledged what the snapshot lacks.
+    roles, keys, paused, survivors = failed_over()
+    taken = keys.read()
+    roles[paused].observe(taken, survivors, LEASE[paused], lease_valid=False)
+    other = next(s for s in survivors if s != taken.primary)
+    newer = BucketRecord(taken.epoch + 1, other, LEASE[other], (other,))
+    assert keys.transact(Campaign(BUCKET, newer, taken.revision))
+    members = {**survivors, paused: NEW_LEASE[paused]}
+    roles[paused].observe(keys.read(), members, NEW_LEASE[paused], True)
+    assert not roles[paused].current
+    roles[paused].restored(taken.epoch)
+    assert not roles[paused].current and roles[paused].restored_epoch == 0
+
+
 def test_a_deposed_primary_that_reads_the_record_still_naming_it_takes_it_back():
     # Fenced (or stepped down) with nobody else taking over: the record in etcd still names it.
     # Registered again under a new lease, it campaigns for the next epoch under that lease.
