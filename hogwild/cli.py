@@ -256,9 +256,11 @@ def _cluster(args, overrides: dict[str, str]) -> int:
 
 
 def _eval(args) -> int:
+    from hogwild.signals import interrupts_not_lost
     from hogwild.training.api import evaluate
 
-    result = evaluate(args.checkpoint, args.data)
+    with interrupts_not_lost():  # the prediction kernels load here, through numba's callbacks
+        result = evaluate(args.checkpoint, args.data)
     if args.json:
         print(json.dumps(result))
     else:

@@ -14,7 +14,7 @@ Python drops an exception raised in a ctypes callback (it prints "Exception igno
 ctypes callback function" and returns), and numba's compiler and cache call back into Python
 through llvmlite all the time: a Ctrl-C that lands in one is lost, and the job trains on as if
 nothing had been pressed. :func:`interrupts_not_lost` raises such a signal again once the code
-inside returns.
+inside returns (and keeps the dropped exception's traceback off stderr).
 
 :func:`die_with_parent` asks Linux to signal a helper process when its parent exits, however it
 exits: workers, pool helpers and the like end with their owner even after a SIGKILL.
@@ -34,6 +34,7 @@ import ctypes
 import os
 import select
 import signal
+import sys
 import threading
 
 from hogwild.errors import Terminated
@@ -164,9 +165,18 @@ def interrupts_not_lost():
             arrived.append((signum, type(exc)))
             raise  # where nothing swallows it, it comes out of the code inside
 
+    previous_hook = sys.unraisablehook
+
+    def quiet(unraisable) -> None:
+        # A callback that swallowed the signal's exception reports it as unraisable (a ctypes
+        # traceback on stderr); it acts again on the way out: say nothing of it here.
+        if not any(unraisable.exc_value.__class__ is kind for _, kind in arrived):
+            previous_hook(unraisable)
+
     raised: list[BaseException] = []
     for s in watched:
         _swap(s, remember, raised)
+    sys.unraisablehook = quiet
     try:
         if raised:
             raise raised[0]
@@ -176,6 +186,7 @@ def interrupts_not_lost():
             arrived.clear()  # the signal's exception came out: it acted
         raise
     finally:
+        sys.unraisablehook = previous_hook
         restored: list[BaseException] = []
         for s, handler in watched.items():
             _swap(s, handler, restored)

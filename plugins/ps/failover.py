@@ -483,8 +483,11 @@ class BucketRole:
     def restored(self, epoch: int) -> None:
         """A snapshot of the bucket arrived from its primary of ``epoch``: this copy is current
         (its own memory, diverged or not, is replaced by that primary's), unless this side read
-        a newer epoch's record meanwhile (the snapshot may lack what that primary acknowledged)."""
-        if self.record is not None and epoch < self.record.epoch:
+        meanwhile a newer epoch's record that leaves it out of ``in_sync`` (the snapshot may lack
+        what that primary acknowledged; one that keeps it in acknowledged nothing it lacks: a
+        primary serves only once every live in-sync copy is confirmed)."""
+        record = self.record
+        if record is not None and epoch < record.epoch and self.me not in record.in_sync:
             return
         self.current = True
         self.restored_epoch = max(self.restored_epoch, epoch)

@@ -68,7 +68,7 @@ from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, Re
 
 from hogwild.errors import ConfigError
 from hogwild.net.control import ControlRefused, ControlServer, field
-from hogwild.signals import deferred_signals, terminate_as_interrupt
+from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
 from hogwild.training.job import epoch_permutation, subset_indices
 
 __all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size", "run_group"]
@@ -337,9 +337,11 @@ class WorkerGroup:
                         keys=ps.keys or None, etcd=etcd)  # fmt: skip
 
     def _warm_kernels(self) -> None:
-        """Compile (or load from the cache) the gradient kernel before saying ready."""
-        gradient = PortionGradient(self.network, self._examples(np.zeros(1, np.int64), 1))
-        gradient(np.zeros(self.network.n_params, np.float32), 0)
+        """Compile (or load from the cache) the gradient kernel before saying ready; numba's
+        compiler calls back into Python, where a SIGTERM's exception would be dropped: not here."""
+        with interrupts_not_lost():
+            gradient = PortionGradient(self.network, self._examples(np.zeros(1, np.int64), 1))
+            gradient(np.zeros(self.network.n_params, np.float32), 0)
 
     def _stop_replicas(self) -> None:
         if self.board is not None:
