@@ -8,8 +8,15 @@ delta of ``floats`` values (1 MiB by default) synchronously, one at a time, for 
 a common start; the server adds each into its vector under a lock and returns a version number.
 An update is one parameter changed by one delta, as Adam counts.
 
-Run: ``python bench/peer_ps_torch_rpc.py [--floats 262144] [--clients 2] [--seconds 3]``;
-prints one JSON line ``{"updates_per_s", "pushes_per_s", "gb_s", "clients", "torch"}``.
+``--transport``: ``default`` lets TensorPipe choose, which for processes on one host means
+shared memory (naming its ``shm`` transport and ``cma`` channel measures the same here); ``tcp``
+restricts it
+to its TCP transport (``uv``) and in-band channel (``basic``): the tensors cross the same
+loopback as ours.
+
+Run: ``python bench/peer_ps_torch_rpc.py [--floats 262144] [--clients 2] [--seconds 3]
+[--transport default|tcp]``; prints one JSON line ``{"updates_per_s", "pushes_per_s", "gb_s",
+"clients", "transport", "torch"}``.
 """
 
 from __future__ import annotations
@@ -37,14 +44,20 @@ def apply_delta(delta):
         return _version
 
 
-def _rank(rank: int, world: int, port: int, floats: int, windows: list, out):
+TCP_ONLY = {"_transports": ["uv"], "_channels": ["basic"]}  # TensorPipe's names
+
+
+def _rank(rank: int, world: int, port: int, floats: int, windows: list, transport: str, out):
     import torch
     import torch.distributed.rpc as rpc
 
     global _params
     torch.set_num_threads(1)
     options = rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=8, init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120
+        num_worker_threads=8,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rpc_timeout=120,
+        **(TCP_ONLY if transport == "tcp" else {}),
     )
     if rank == 0:
         _params = torch.zeros(floats, dtype=torch.float32)
@@ -68,7 +81,9 @@ def _rank(rank: int, world: int, port: int, floats: int, windows: list, out):
     out.put((rank, counts))
 
 
-def measure(floats: int, clients: int, seconds: float, repeats: int = 1) -> dict:
+def measure(
+    floats: int, clients: int, seconds: float, repeats: int = 1, transport: str = "default"
+) -> dict:
     import torch
 
     with socket.socket() as sock:
@@ -82,7 +97,8 @@ def measure(floats: int, clients: int, seconds: float, repeats: int = 1) -> dict
         (start + i * (seconds + 0.5), start + i * (seconds + 0.5) + seconds) for i in range(repeats)
     ]
     procs = [
-        ctx.Process(target=_rank, args=(r, world, port, floats, windows, out)) for r in range(world)
+        ctx.Process(target=_rank, args=(r, world, port, floats, windows, transport, out))
+        for r in range(world)
     ]
     for proc in procs:
         proc.start()
@@ -102,6 +118,7 @@ def measure(floats: int, clients: int, seconds: float, repeats: int = 1) -> dict
         "gb_s": pushes * floats * 4 / 1e9,
         "clients": clients,
         "windows_pushes_per_s": per_window,
+        "transport": transport,
         "torch": torch.__version__,
     }
 
@@ -112,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=1, help="timed windows (their median)")
+    parser.add_argument("--transport", choices=("default", "tcp"), default="default")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    print(json.dumps(measure(args.floats, args.clients, args.seconds, args.repeats)), flush=True)
+    rates = measure(args.floats, args.clients, args.seconds, args.repeats, args.transport)
+    print(json.dumps(rates), flush=True)
     return 0
 
 

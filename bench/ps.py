@@ -22,7 +22,11 @@ request/reply of 1 MiB frames with the same clients (ROUTER receiving without co
 frame into a float32 vector with numpy as the issue's yardstick does, 2-byte answer; over TCP
 also without the add: ``pyzmq_1mb_receive_only_gb_s``, the transport alone). Peers, with the
 same clients and the same synchronous 1 MiB pushes over loopback: a Ray actor parameter server
-(``bench/peer_ps_ray.py``) and PyTorch RPC (``bench/peer_ps_torch_rpc.py``).
+(``bench/peer_ps_ray.py``) and PyTorch RPC (``bench/peer_ps_torch_rpc.py``), the latter twice:
+``torch_rpc`` with TensorPipe on TCP, over the same loopback as ours (the issue's comparison),
+and ``torch_rpc_same_host`` with TensorPipe's own choice, which on one host is shared memory (no
+socket: a comparison with a transport ZeroMQ does not have, reported beside it). Ray's object
+store is shared memory on one host whatever one does.
 
 Run: ``python bench/ps.py --out bench/results/ps.json --plot bench/results/fig9.png``; prints
 one JSON line. ``--seconds`` per measurement (default 2), ``--no-peers`` to skip Ray and torch.
@@ -232,6 +236,7 @@ def ps_client(address: str, api: str, seconds: float, rank: int, *, ready) -> tu
 
         elif api == "deltas":
             delta = np.ones(GEOMETRY.n_params, np.float32)
+            client.pin(delta)  # as a replica pins its push buffer
             lo = (rank % N_SHARDS) * SHARD
             per, shards = SHARD, [rank % N_SHARDS]
 
@@ -277,7 +282,7 @@ def loopback(gang: Gang, server: ChildServer, api: str, seconds: float) -> dict:
 # ---------------------------------------------------------------------- peers
 
 
-def peer(script: str, clients: int, seconds: float, repeats: int) -> dict:
+def peer(script: str, clients: int, seconds: float, repeats: int, *extra: str) -> dict:
     command = [
         sys.executable,
         str(ROOT / "bench" / script),
@@ -287,6 +292,7 @@ def peer(script: str, clients: int, seconds: float, repeats: int) -> dict:
         str(seconds),
         "--repeats",
         str(repeats),
+        *extra,
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -326,8 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         limits[f"pyzmq_1mb_{t}_server_cpu_ms"] = round(cpu, 4)
     peers = {}
     if not args.no_peers:
-        for name, script in (("ray", "peer_ps_ray.py"), ("torch_rpc", "peer_ps_torch_rpc.py")):
-            peers[name] = peer(script, args.clients, max(args.seconds, 3.0), args.repeats)
+        for name, script, *extra in (
+            ("ray", "peer_ps_ray.py"),
+            ("torch_rpc", "peer_ps_torch_rpc.py", "--transport", "tcp"),
+            ("torch_rpc_same_host", "peer_ps_torch_rpc.py", "--transport", "default"),
+        ):
+            peers[name] = peer(script, args.clients, max(args.seconds, 3.0), args.repeats, *extra)
     record = {
         "benchmark": "ps",
         "results": results,
@@ -477,7 +487,7 @@ def targets(results: list[dict], limits: dict, peers: dict, rounds: list[dict], 
             "vs_torch_rpc": 2.0,
         },
     }
-    for name in ("ray", "torch_rpc"):
+    for name in ("ray", "torch_rpc", "torch_rpc_same_host"):
         rate = peers.get(name, {}).get("updates_per_s")
         if rate:
             out[f"vs_{name}"] = tcp_a["updates_per_s"] / rate

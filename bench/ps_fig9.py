@@ -53,16 +53,19 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
                 label="raw pyzmq 1 MiB req/rep + numpy add (tcp)",
             )
             for (name, peer), marker in zip(
-                record.get("peers", {}).items(), ("x", "+"), strict=False
+                record.get("peers", {}).items(), ("x", "+", "1"), strict=False
             ):
                 if peer.get("updates_per_s"):
+                    way = "same-host shared memory" if name.endswith("same_host") else "tcp"
+                    if name == "ray":
+                        way = "object store"
                     ax.plot(
                         [max(cores)],
                         [peer["updates_per_s"] / 1e9],
                         marker,
                         ms=10,
                         color="C3",
-                        label=f"{name} (tcp, {peer.get('clients')} clients)",
+                        label=f"{name} ({way}, {peer.get('clients')} clients)",
                     )
             ax.set_title("API (a): weight deltas, 1 MiB shards")
         else:

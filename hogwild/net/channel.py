@@ -121,6 +121,7 @@ class Peers:
         self._context = zmq.Context()
         self._sockets: list[zmq.Socket | None] = [None] * len(self.addresses)
         self._poller = zmq.Poller()
+        self._first_wait_ms = int(min(timeout_s, ALIVE_EVERY_S) * 1000) + 1
         self.resent = 0
         for i in range(len(self.addresses)):
             self._connect(i)
@@ -171,19 +172,28 @@ class Peers:
             PeerUnreachableError: A request went unanswered through every retry.
             ProtocolError: A reply that does not fit its request.
         """
+        inflight: list[dict[int, Request]] = [{} for _ in self.addresses]
+        if type(requests) is list and len(requests) == 1:
+            # One request (a synchronous push or pull): send it and wait on its socket alone;
+            # anything but its reply within the first wait (a timeout, a busy server, a
+            # duplicate) goes on through the general loop below, which it is now part of.
+            req = requests[0]
+            self._launch(req, time.monotonic())
+            inflight[req.server][req.header.seq] = req
+            for sock, _ in self._poller.poll(self._first_wait_ms):
+                self._drain(self._sockets.index(sock), inflight)
+            if not inflight[req.server]:
+                return
+            requests = ()
         waiting = [deque() for _ in self.addresses]
         for req in requests:
             waiting[req.server].append(req)
-        inflight: list[dict[int, Request]] = [{} for _ in self.addresses]
         while True:
             now = time.monotonic()
             for i, queue in enumerate(waiting):
                 while queue and len(inflight[i]) < self.window:
                     req = queue.popleft()
-                    if not req.header.seq:  # a re-routed request keeps its number
-                        req.header = req.header._replace(sender=self.sender, seq=self._seq())
-                    req.first_sent = now
-                    self._send(req, now)
+                    self._launch(req, now)
                     inflight[i][req.header.seq] = req
             if not any(inflight):
                 return
@@ -207,10 +217,18 @@ class Peers:
             (r.resend_at or r.sent_at + self.timeout_s) for per in inflight for r in per.values()
         )
 
-    def _seq(self) -> int:
+    def next_seq(self) -> int:
+        """A new request number (a request whose header has none is given one on sending)."""
         seq = self._incarnation | self._next
         self._next = (self._next + 1) & 0xFFFFFFFF or 1
         return seq
+
+    def _launch(self, req: Request, now: float) -> None:
+        """Number ``req`` (a re-routed request keeps its number) and send it the first time."""
+        if not req.header.seq:
+            req.header = req.header._replace(sender=self.sender, seq=self.next_seq())
+        req.first_sent = now
+        self._send(req, now)
 
     def _send(self, req: Request, now: float) -> None:
         try:

@@ -60,6 +60,8 @@ MAX_ERROR_TEXT = 1000
 MAX_ROUTES = 65536
 _ids = itertools.count()
 _POLLIN = int(zmq.POLLIN)
+_NOBLOCK = int(zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
 _ERROR_NAMES = {int(c): c.name for c in ErrorCode}
 
 
@@ -314,25 +316,27 @@ class Router:
         for n in range(DRAIN):
             if n and not sock.getsockopt(zmq.EVENTS) & _POLLIN:
                 return  # cheaper than the zmq.Again of a receive that finds nothing
-            try:  # whole messages in one call, unless frames go into the handler's buffers
-                parts = sock.recv_multipart(zmq.NOBLOCK, copy=False) if whole else None
-                if parts is None:
-                    parts = [sock.recv(zmq.NOBLOCK, copy=False)]
-                    if sock.getsockopt(zmq.RCVMORE):
-                        parts.append(sock.recv(copy=False))
+            # The identity and the header as bytes (no zmq.Frame objects for a few bytes); the
+            # array frames in place at once, unless they go into the handler's buffers.
+            try:
+                identity = sock.recv(_NOBLOCK)
             except zmq.Again:
                 return
             self.received += 1
-            if len(parts) < 2:
+            if not sock.getsockopt(_RCVMORE):
                 continue  # an identity alone: nothing to answer
-            identity, more = parts[0].bytes, 0 if whole else sock.getsockopt(zmq.RCVMORE)
+            head = sock.recv()
+            more = sock.getsockopt(_RCVMORE)
+            got = []
+            if whole:
+                while more:
+                    got.append(sock.recv(copy=False))
+                    more = sock.getsockopt(_RCVMORE)
             try:
-                header = unpack_header(parts[1].buffer)
+                header = unpack_header(head)
             except WireError as exc:
                 self._discard(more)
-                self._reply(
-                    identity, error_reply(peek_request(parts[1].buffer), exc.code, str(exc))
-                )
+                self._reply(identity, error_reply(peek_request(head), exc.code, str(exc)))
                 continue
             if header.type in self.handler.dedup_types:
                 seen, cached = self.window.check(header.sender, header.seq)
@@ -346,7 +350,7 @@ class Router:
                     if seen is Seen.DONE and cached is not None:
                         sock.send_multipart([identity, *cached])
                     continue
-            self._receive_and_handle(identity, header, parts[2:], more)
+            self._receive_and_handle(identity, header, got, more)
 
     def _receive_and_handle(self, identity: bytes, header: Header, got: list, more: int) -> None:
         buffers = None

@@ -198,6 +198,11 @@ class Header(NamedTuple):
 
 _TYPES = {int(t): t for t in MsgType}
 _DTYPE_CODES = {int(d): d for d in DType}
+_ITEMSIZE = {int(d): (DTYPES[d].itemsize if d in DTYPES else 0) for d in DType}
+_unpack = HEADER.unpack
+_pack = HEADER.pack
+_PAD = [(0,) * (4 - n) for n in range(5)]  # the unused dimensions of a shape of n
+_tuple_new = tuple.__new__  # a Header without the field-count check of its __new__
 
 
 def frame_nbytes(header: Header) -> list[int]:
@@ -244,17 +249,18 @@ def pack_header(h: Header) -> bytes:
     Raises:
         WireError: A field does not fit its slot (a bad value built by the caller).
     """
-    ndim = len(h.shape)
+    shape = h.shape
+    ndim = len(shape)
     if ndim > 4:
-        raise WireError(f"header: shape {h.shape} has more than 4 dimensions")
-    shape = tuple(h.shape) + (0,) * (4 - ndim)
+        raise WireError(f"header: shape {shape} has more than 4 dimensions")
     try:
-        return HEADER.pack(
+        # IntEnum members and ints pack as they are; a float slot takes an int too.
+        return _pack(
             MAGIC,
             h.wire,
-            int(h.type),
+            h.type,
             h.flags,
-            int(h.dtype),
+            h.dtype,
             ndim,
             h.code,
             h.job,
@@ -264,11 +270,12 @@ def pack_header(h: Header) -> bytes:
             h.version,
             h.offset,
             *shape,
+            *_PAD[ndim],
             h.frames,
             h.aux,
             h.lease,
-            float(h.a),
-            float(h.b),
+            h.a,
+            h.b,
         )
     except struct.error as exc:
         raise WireError(f"header: a field is out of range ({exc}): {h}") from exc
@@ -282,9 +289,15 @@ def unpack_header(frame) -> Header:
             does not match ``ndim``, too many frames, an array over :data:`MAX_ARRAY_BYTES`, or a
             scalar that is not finite. The message names the field.
     """
-    buf = memoryview(frame)
-    if buf.nbytes != HEADER_SIZE:
-        raise WireError(f"header: {buf.nbytes} bytes, expected {HEADER_SIZE}")
+    # Every request and reply passes here, straight after a wait that left the caches cold:
+    # the common case takes few steps (each check first in its cheapest form).
+    try:
+        fields = _unpack(frame)
+    except (struct.error, TypeError, BufferError):
+        buf = memoryview(frame)
+        if buf.nbytes != HEADER_SIZE:
+            raise WireError(f"header: {buf.nbytes} bytes, expected {HEADER_SIZE}") from None
+        fields = _unpack(buf.cast("B"))
     (
         magic,
         wire,
@@ -308,7 +321,7 @@ def unpack_header(frame) -> Header:
         lease,
         a,
         b,
-    ) = HEADER.unpack(buf.cast("B"))
+    ) = fields
     if magic != MAGIC:
         raise WireError(f"header: magic {magic!r}, expected {MAGIC!r}")
     if wire != WIRE_VERSION:
@@ -321,38 +334,51 @@ def unpack_header(frame) -> Header:
     dtype_code = _DTYPE_CODES.get(dtype)
     if dtype_code is None:
         raise WireError(f"header: unknown dtype code {dtype}")
-    shape = (s0, s1, s2, s3)
-    if ndim > 4:
-        raise WireError(f"header: ndim {ndim}, expected 0 to 4")
-    if 0 in shape[:ndim] or any(shape[ndim:]):
-        raise WireError(f"header: shape {shape} does not match ndim {ndim}")
+    if ndim == 0:
+        shape = ()
+        if s0 or s1 or s2 or s3:
+            raise WireError(f"header: shape {(s0, s1, s2, s3)} does not match ndim 0")
+    elif ndim == 1 and s0 and not (s1 or s2 or s3):
+        shape = (s0,)
+    else:
+        full = (s0, s1, s2, s3)
+        if ndim > 4:
+            raise WireError(f"header: ndim {ndim}, expected 0 to 4")
+        if 0 in full[:ndim] or any(full[ndim:]):
+            raise WireError(f"header: shape {full} does not match ndim {ndim}")
+        shape = full[:ndim]
     if (dtype == 0) != (ndim == 0):
         raise WireError(f"header: dtype {dtype_code.name} with ndim {ndim}")
     if frames > MAX_FRAMES:
         raise WireError(f"header: {frames} frames, at most {MAX_FRAMES}")
-    if not (math.isfinite(a) and math.isfinite(b)):
+    if (a or b) and not (math.isfinite(a) and math.isfinite(b)):
         raise WireError(f"header: scalars must be finite, got a={a}, b={b}", ErrorCode.BAD_VALUE)
-    header = Header(
-        known,
-        job,
-        sender,
-        target,
-        seq,
-        version,
-        offset,
-        shape[:ndim],
-        dtype_code,
-        frames,
-        flags,
-        code,
-        aux,
-        lease,
-        a,
-        b,
-        wire,
+    header = _tuple_new(
+        Header,
+        (
+            known,
+            job,
+            sender,
+            target,
+            seq,
+            version,
+            offset,
+            shape,
+            dtype_code,
+            frames,
+            flags,
+            code,
+            aux,
+            lease,
+            a,
+            b,
+            wire,
+        ),
     )
-    if ndim and array_nbytes(header) > MAX_ARRAY_BYTES:
-        raise WireError(f"header: an array of {shape[:ndim]} is over {MAX_ARRAY_BYTES} bytes")
+    # No frame is larger than the product of the dimensions or (a name) aux: that first.
+    if ndim and (math.prod(shape) * _ITEMSIZE[dtype] > MAX_ARRAY_BYTES or aux > MAX_ARRAY_BYTES):
+        if array_nbytes(header) > MAX_ARRAY_BYTES:
+            raise WireError(f"header: an array of {shape} is over {MAX_ARRAY_BYTES} bytes")
     return header
 
 
@@ -363,13 +389,15 @@ def frame_array(frame, dtype: DType, shape: tuple[int, ...], what: str = "frame"
         WireError: The frame's size does not match (``BAD_FRAMES``).
     """
     buf = memoryview(frame)
-    expected = math.prod(shape) * DTYPES[dtype].itemsize
+    np_dtype = DTYPES[dtype]
+    expected = (shape[0] if len(shape) == 1 else math.prod(shape)) * np_dtype.itemsize
     if buf.nbytes != expected:
         raise WireError(
             f"{what}: {buf.nbytes} bytes, expected {expected} ({dtype.name} {tuple(shape)})",
             ErrorCode.BAD_FRAMES,
         )
-    return np.frombuffer(buf, dtype=DTYPES[dtype]).reshape(shape)
+    array = np.frombuffer(buf, dtype=np_dtype)
+    return array if len(shape) == 1 else array.reshape(shape)
 
 
 def job_id(name: str) -> int:

@@ -39,6 +39,7 @@ from hogwild_plugins.ps.routes import Routes
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
+from hogwild.net.pinned import PinnedFrames
 from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, job_id
 
 __all__ = ["PSClient", "PSRequestError"]
@@ -102,6 +103,7 @@ class PSClient:
         self.failover_s = failover_s
         self.keys = keys
         self._pinger: Peers | None = None  # replicated: is a silent primary alive?
+        self.pinned = PinnedFrames()  # buffers whose ranges go out as long-lived frames
         if etcd:  # a dead primary must be given up on well within a failover
             timeout_s, retries = min(timeout_s, FAILOVER_TIMEOUT_S), min(retries, 1)
         self.peers = Peers(
@@ -328,7 +330,9 @@ class PSClient:
             header = Header(
                 kind,
                 job=self.job_id,
+                sender=self.peers.sender,
                 target=shard,
+                seq=self.peers.next_seq(),
                 version=version,
                 flags=flags,
                 offset=lo - shard_lo,
@@ -337,7 +341,8 @@ class PSClient:
                 frames=2 if name else 1,
                 aux=len(name),
             )
-            frames = [array[lo:hi], name] if name else [array[lo:hi]]
+            piece = self.pinned.range(array, lo, hi)
+            frames = [piece, name] if name else [piece]
             out.append(Request(self._server_of(shard), header, frames))
         return out
 
@@ -600,6 +605,13 @@ class PSClient:
     def fill(self, x: str, alpha: float) -> None:
         self.vector_op("fill", x, alpha=alpha)
 
+    def pin(self, buffer: np.ndarray) -> None:
+        """Keep ``buffer`` (an array that owns its memory, kept for the client's life, such as
+        a replica's push buffer) and send its ranges as long-lived zero-copy frames: a push from
+        it then costs no per-frame release through pyzmq's garbage-collector thread (see
+        :mod:`hogwild.net.pinned`). Pushes from any other array work as before."""
+        self.pinned.pin(buffer)
+
     # ------------------------------------------------------------------ control
 
     def status(self) -> list[dict]:
@@ -623,6 +635,7 @@ class PSClient:
         return found
 
     def close(self) -> None:
+        self.pinned.clear()
         self.peers.close()
         if self._pinger is not None:
             self._pinger.close()

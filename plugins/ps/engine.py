@@ -486,7 +486,7 @@ class UpdateEngine:
             work.settled = True
         shard.writes_done += k  # before the acknowledgements: a pull after one finds none pending
         self.applied[t] += k
-        self.updated[t] += sum(w.length for w in run)
+        self.updated[t] += run[0].length if k == 1 else sum(w.length for w in run)
         for work in run:
             self._finish(work, replier)
 

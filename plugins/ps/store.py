@@ -37,6 +37,7 @@ class RemoteHome(Home):
     def __init__(self, client, n_params: int) -> None:
         self.client = client
         self.send = np.zeros(n_params, dtype=np.float32)  # what a push sends, by range
+        client.pin(self.send)  # its ranges go out as long-lived frames
         self.values = np.zeros(n_params, dtype=np.float32)  # what a pull receives
         self.basis: np.ndarray | None = None  # shard versions the copy last pulled
 

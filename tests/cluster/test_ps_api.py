@@ -124,6 +124,29 @@ def test_pulls_see_pushes_and_partial_ranges_touch_only_their_shards():
         assert out[4096:].sum() == 0  # shard 4 was not pulled
 
 
+def test_a_pinned_buffer_sends_what_it_holds_at_each_push():
+    """Pinned ranges go out as long-lived frames over the buffer: each push carries the
+    buffer's bytes of that moment (a frame kept from the first push must not replay it)."""
+    n = 3 * 32768  # shards of 128 KiB: ranges above the pinned-frame minimum
+    with (
+        local_server(ModelGeometry(n, ()), shard_kib=128, threads=2) as server,
+        client_for(server) as client,
+    ):
+        buffer = np.zeros(n, np.float32)
+        client.pin(buffer)
+        expected = np.zeros(n, np.float32)
+        ranges = [(0, 32768), (32768, 32768 + 20000), (70000, 70010)]  # whole, large, small
+        for step in range(1, 6):
+            buffer[:] = np.arange(n, dtype=np.float32) % 7 + step
+            client.push_deltas(buffer, ranges=ranges)
+            for lo, hi in ranges:
+                expected[lo:hi] += buffer[lo:hi]
+        assert len(client.pinned._frames[id(buffer)]) == 2  # the small range went as a view
+        out = np.zeros(n, np.float32)
+        client.pull(out)
+        np.testing.assert_array_equal(out, expected)
+
+
 def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_every_push():
     with local_server(GEOMETRY, shard_kib=4) as server, client_for(server) as client:
         out, total = np.zeros(N, np.float32), np.zeros(N, np.float32)
