@@ -9,9 +9,10 @@ counts). Each is measured for 1 .. all server cores three ways:
   server's update threads (pinned to the cores), no sockets;
 - ``ipc`` and ``tcp``: a server process pinned to the cores, ``--clients`` client processes
   (:class:`hogwild_plugins.ps.client.PSClient`) each pushing synchronously (one 1 MiB delta, or
-  one layer's vectors, then wait for the acknowledgement) over loopback. ``tcp`` is also run
-  with the receive-into-pool-blocks mode (``"recv": "pool"``) beside the default in-place one,
-  and on a server that queues every push and pull for its update threads (``"pushes"`` and
+  one layer's vectors, then wait for the acknowledgement) over loopback, the servers receiving
+  as they do by default (into blocks of a private pool). ``tcp`` is also run with frames used
+  in place, in ZeroMQ's buffers (``"recv": "inplace"``, the default with copies), and on
+  a server that queues every push and pull for its update threads (``"pushes"`` and
   ``"pulls": "queued"``) beside the default, whose network thread serves a shard whose update
   thread is idle itself.
 
@@ -372,8 +373,9 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     measures every configuration within a minute of the others: this machine's speed drifts.
     """
     s, counts = args.seconds, range(1, len(cpus) + 1)
-    configs = [(n, t, "inplace") for n in counts for t in ("ipc", "tcp")] + [
-        (len(cpus), "tcp", "pool")
+    # the server's default receive ("auto": into pool blocks, with one copy), and in place
+    configs = [(n, t, "auto") for n in counts for t in ("ipc", "tcp")] + [
+        (len(cpus), "tcp", "inplace")
     ]
     everything = len(cpus)
     rounds: list[dict] = []
@@ -392,8 +394,8 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
         # pulls and pushes of 1 MiB shards: served by the network thread when the shard's
         # update thread is idle (the default) and, on a server that does not, all queued for
         # the update threads
-        queued = stack.enter_context(ChildServer(ps_server, cpus, "tcp", "inplace", False))
-        pullers = {"direct": servers[(everything, "tcp", "inplace")], "queued": queued}
+        queued = stack.enter_context(ChildServer(ps_server, cpus, "tcp", "auto", False))
+        pullers = {"direct": servers[(everything, "tcp", "auto")], "queued": queued}
         for _ in range(args.repeats):
             found: dict = {}
             for (t, add), server in raw.items():
@@ -405,11 +407,9 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
                 found[f"{name}_server_cpu_ms"] = 1e3 * cpu / sum(n for _, n in answers)
             for n in counts:
                 for api in ("deltas", "activations"):
-                    found[(api, "inproc", n, "inplace")] = {
-                        "updates_per_s": inproc(api, cpus[:n], s)
-                    }
+                    found[(api, "inproc", n, "auto")] = {"updates_per_s": inproc(api, cpus[:n], s)}
             for (n, t, recv), server in servers.items():
-                for api in ("deltas", "activations") if recv == "inplace" else ("deltas",):
+                for api in ("deltas", "activations") if recv == "auto" else ("deltas",):
                     found[(api, t, n, recv)] = loopback(gang, server, api, s)
             found[("deltas", "tcp", everything, "queued")] = loopback(gang, queued, "deltas", s)
             for how, server in pullers.items():
@@ -425,7 +425,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
             row["pulls"] = variant
         elif variant == "queued":
             row["pushes"] = variant
-        elif variant != "inplace":
+        elif variant != "auto":
             row["recv"] = variant
         for field in rounds[0][key]:
             values = [r[key][field] for r in rounds]
@@ -436,7 +436,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     return results, [
         {k: v for k, v in r.items() if isinstance(k, str)}
         | {
-            "ours_tcp": r[("deltas", "tcp", everything, "inplace")]["updates_per_s"] * 4,
+            "ours_tcp": r[("deltas", "tcp", everything, "auto")]["updates_per_s"] * 4,
             "ours_tcp_queued": r[("deltas", "tcp", everything, "queued")]["updates_per_s"] * 4,
         }
         for r in rounds

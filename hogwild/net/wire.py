@@ -192,8 +192,11 @@ class Header(NamedTuple):
 
     def reply(self, type: MsgType, version: int = 0, **changes) -> Header:
         """A reply to this request: same job, sender, target and sequence number."""
-        base = Header(type, self.job, self.sender, self.target, self.seq, version)
-        return base._replace(**changes) if changes else base
+        if changes:
+            return Header(type, self.job, self.sender, self.target, self.seq, version, **changes)
+        return _tuple_new(
+            Header, (type, self.job, self.sender, self.target, self.seq, version, *_REPLY_REST)
+        )
 
 
 _TYPES = {int(t): t for t in MsgType}
@@ -203,6 +206,7 @@ _unpack = HEADER.unpack
 _pack = HEADER.pack
 _PAD = [(0,) * (4 - n) for n in range(5)]  # the unused dimensions of a shape of n
 _tuple_new = tuple.__new__  # a Header without the field-count check of its __new__
+_REPLY_REST = Header(MsgType.ACK)[6:]  # the defaults of the fields after version
 
 
 def frame_nbytes(header: Header) -> list[int]:

@@ -180,8 +180,13 @@ class BufferPool:
         cls,
         blocks: int | Sequence[int] | Mapping[int, int],
         max_caches: int = DEFAULT_MAX_CACHES,
+        private: bool = False,
     ) -> BufferPool:
         """Create a pool in a new segment owned (and removed on close or exit) by this process.
+
+        ``private``: for this process's threads alone (a parameter server's receive buffers), in
+        memory without a name (:meth:`SharedSegment.private`): nothing in ``/dev/shm`` to fill
+        or to leave behind. Such a pool cannot be handed to another process.
 
         Args:
             blocks: Blocks per class: one count for all 14 classes, 14 counts (4 KiB first), or
@@ -193,7 +198,10 @@ class BufferPool:
             ValueError: Bad counts. hogwild.errors.SharedMemoryError: No room for the segment.
         """
         layout = PoolLayout.compute(blocks, max_caches)
-        segment = SharedSegment.create("pool", layout.total_bytes)
+        if private:
+            segment = SharedSegment.private(layout.total_bytes)
+        else:
+            segment = SharedSegment.create("pool", layout.total_bytes)
         pool = cls(segment, layout)
         layout.initialize(pool.ctl, pool.links)
         return pool
@@ -214,6 +222,8 @@ class BufferPool:
         return cls(segment, layout)
 
     def __reduce__(self):
+        if not self.name:
+            raise TypeError("a private pool (create(private=True)) cannot go to another process")
         return (BufferPool.attach, (self.name,))
 
     def allocate(self, nbytes: int) -> int:

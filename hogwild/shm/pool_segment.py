@@ -99,6 +99,23 @@ class SharedSegment:
         return cls(name, size, mapping, owner=True)
 
     @classmethod
+    def private(cls, size: int) -> SharedSegment:
+        """Map ``size`` zero-filled bytes for this process (and children it forks) alone: no
+        name in ``/dev/shm``, so nothing to remove, even after a SIGKILL, and none of its space
+        used. Nobody can attach it.
+
+        Raises:
+            SharedMemoryError: The memory cannot be mapped.
+        """
+        if size <= 0:
+            raise SharedMemoryError(f"a shared segment needs a positive size, got {size}")
+        try:
+            mapping = mmap.mmap(-1, size)
+        except OSError as exc:
+            raise SharedMemoryError(f"cannot map {size} bytes of private memory: {exc}") from exc
+        return cls("", size, mapping, owner=False)
+
+    @classmethod
     def attach(cls, name: str) -> SharedSegment:
         """Map an existing segment created by another process (or this one).
 

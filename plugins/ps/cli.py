@@ -6,7 +6,7 @@ Registered through the entry point ``hogwild.commands: ps`` (the engine's CLI ca
     hogwild ps serve [--config JOB.toml] [--job NAME] [--bind HOST] [--port P]
                      [--servers H:P,H:P,...] [--index I] [--node N] [--threads T]
                      [--store DIR] [--rule sgd|momentum|adagrad|staleness] [--keys DIR]
-                     [--recv inplace|pool] [--ack applied|queued] [--section.key=value ...]
+                     [--recv auto|pool|inplace] [--ack applied|queued] [--section.key=value ...]
     hogwild ps status HOST:PORT [--json] [--keys DIR] [--timeout S]
     hogwild ps keys DIR
 
@@ -60,7 +60,12 @@ def register(subparsers) -> None:
     serve.add_argument("--store", help="LMDB directory for delayed persistence")
     serve.add_argument("--rule", choices=["sgd", "momentum", "adagrad", "staleness"])
     serve.add_argument("--keys", help="CURVE key directory (required beyond loopback)")
-    serve.add_argument("--recv", choices=["inplace", "pool"], default="inplace")
+    serve.add_argument(
+        "--recv",
+        choices=["auto", "pool", "inplace"],
+        default="auto",
+        help="receive pushes into pool blocks or in place (auto: pool with one copy)",
+    )
     serve.add_argument("--ack", choices=["queued", "applied"], default="queued")
     serve.add_argument(
         "--copies", type=int, default=None, help="copies per bucket (cluster.copies)"

@@ -40,13 +40,18 @@ shard's next version, so the copies apply them in the primary's order. Pulls and
 (``dot``, ``asum``, ``amax``) are answered by the serving primary alone, queued behind every
 write it acknowledged.
 
-Received arrays are used in place (ZeroMQ's message buffers, no copy: ``recv = "inplace"``, the
-default) or received into blocks of a :class:`~hogwild.shm.pool.BufferPool`
-(``recv = "pool"``: one copy); ``bench/ps.py`` measures both.
+Received arrays go into blocks of a private :class:`~hogwild.shm.pool.BufferPool` (``recv =
+"pool"``, the default with one copy: one copy, from ZeroMQ's message into a block that is then
+in this core's cache when the update reads it) or are used in place (ZeroMQ's message buffers, no
+copy: ``recv = "inplace"``, the default with copies, whose primaries forward the frames they
+received). ``bench/ps.py`` measures both (the README quotes them): with the server's threads
+where the scheduler puts them, pool blocks were the faster on both machines measured; the copy
+does cost CPU, so with a client and the server pinned to a core each, in place is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -84,6 +89,7 @@ DATA_TYPES = frozenset(
 )
 PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
 RATE_EVERY_S = 1.0
+RECV_MODES = ("auto", "pool", "inplace")
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,8 @@ class ServerOptions:
         node: NUMA node to pin to and allocate on (None: wherever the process runs).
         store, flush_s: LMDB store directory and seconds between flushes (None: no store).
         keys: CURVE key directory (required to bind beyond loopback).
-        recv: ``"inplace"`` or ``"pool"`` (see the module docstring).
+        recv: ``"pool"``, ``"inplace"`` or ``"auto"`` (pool with one copy; see the module
+            docstring).
         ack: ``"applied"`` or ``"queued"``.
         copies: Copies of every bucket (1: no replication; more: every server holds every shard
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
@@ -132,7 +139,7 @@ class ServerOptions:
     store: str | None = None
     flush_s: float = 2.0
     keys: str | None = None
-    recv: str = "inplace"
+    recv: str = "auto"
     ack: str = "queued"
     copies: int = 1
     etcd: str | None = None
@@ -168,8 +175,12 @@ class ParameterServer:
                 f"ps.adagrad_eps must be > 0 and representable in float32 "
                 f"(>= {FLOAT32_TINY:.3g}), got {options.adagrad_eps}"
             )
-        if options.recv not in ("inplace", "pool") or options.ack not in ("applied", "queued"):
+        if options.recv not in RECV_MODES or options.ack not in ("applied", "queued"):
             raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
+        if options.recv == "auto":
+            options = dataclasses.replace(
+                options, recv="pool" if options.copies == 1 else "inplace"
+            )
         if not 0 <= options.index < len(options.servers):
             raise HogwildError(
                 f"server index {options.index} is not in the list of {len(options.servers)} servers"
@@ -310,7 +321,7 @@ class ParameterServer:
 
         largest = max(self.layout.shard_floats * 4, 4 << 20)
         sizes = [4096 << i for i in range(14) if (4096 << i) <= max(4096, 2 * largest)]
-        self.pool = BufferPool.create({size: 32 for size in sizes})
+        self.pool = BufferPool.create({size: 32 for size in sizes}, private=True)
         self._largest_block = sizes[-1]
 
     def stop(self, final_flush: bool = True) -> bool:
@@ -415,7 +426,8 @@ class ParameterServer:
                 )
         return shard
 
-    def handle(self, request: Incoming) -> Reply | None:
+    def _handle_control(self, request: Incoming) -> Reply | None:
+        """Pings, status, hello and (with copies) the replication messages between servers."""
         header = request.header
         if header.type in (MsgType.PING, MsgType.STATUS) and header.job in (0, self.job):
             if header.type == MsgType.PING:
@@ -427,14 +439,16 @@ class ParameterServer:
             if self.replication is None or self.replication.stopped:
                 raise WireError("replication is starting or stopping; retry", ErrorCode.BUSY)
             return self.replication.handle_peer(request)
-        if header.type not in DATA_TYPES:
-            if header.job not in (0, self.job):
-                self._check(header)  # raises WRONG_JOB
-            if header.type == MsgType.HELLO:
-                raise WireError("HELLO needs this server's job id", ErrorCode.WRONG_JOB)
-            raise WireError(
-                f"a server does not take {header.type.name} messages", ErrorCode.UNEXPECTED
-            )
+        if header.job not in (0, self.job):
+            self._check(header)  # raises WRONG_JOB
+        if header.type == MsgType.HELLO:
+            raise WireError("HELLO needs this server's job id", ErrorCode.WRONG_JOB)
+        raise WireError(f"a server does not take {header.type.name} messages", ErrorCode.UNEXPECTED)
+
+    def handle(self, request: Incoming) -> Reply | None:
+        header = request.header
+        if header.type not in DATA_TYPES:  # the data path first: it is nearly every request
+            return self._handle_control(request)
         shard = self._check(header)
         local = self.local[shard]
         replication = self.replication

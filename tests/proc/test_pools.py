@@ -160,6 +160,21 @@ def test_attach_by_name_and_pickle_share_the_same_blocks():
         again.close()
 
 
+def test_a_private_pool_has_no_name_to_leave_behind_and_cannot_be_handed_on():
+    import os
+
+    before = set(os.listdir("/dev/shm"))
+    with BufferPool.create({4096: 4, 1 << 20: 2}, private=True) as pool:
+        assert pool.name == "" and set(os.listdir("/dev/shm")) == before
+        h = pool.allocate(1 << 20)
+        pool.view(h)[:3] = [7, 8, 9]
+        assert list(pool.view(h)[:3]) == [7, 8, 9] and pool.in_use() == 1
+        pool.free(h)
+        assert pool.in_use() == 0
+        with pytest.raises(TypeError, match="private pool"):
+            pickle.dumps(pool)
+
+
 def test_attach_rejects_a_segment_that_is_no_pool():
     with SharedSegment.create("test", 4096) as seg:
         with pytest.raises(SharedMemoryError, match="buffer pool"):
