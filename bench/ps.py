@@ -10,8 +10,9 @@ counts). Each is measured for 1 .. all server cores three ways:
 - ``ipc`` and ``tcp``: a server process pinned to the cores, ``--clients`` client processes
   (:class:`hogwild_plugins.ps.client.PSClient`) each pushing synchronously (one 1 MiB delta, or
   one layer's vectors, then wait for the acknowledgement) over loopback, the servers receiving
-  as they do by default (into blocks of a private pool). ``tcp`` is also run with frames used
-  in place, in ZeroMQ's buffers (``"recv": "inplace"``, the default with copies), and on
+  as they do by default (``recv = "auto"``: into blocks of a private pool on two cores or more,
+  in place on one). ``tcp`` on all cores is also run with frames used in place, in ZeroMQ's
+  buffers (``"recv": "inplace"``, the default with copies), and on
   a server that queues every push and pull for its update threads (``"pushes"`` and
   ``"pulls": "queued"``) beside the default, whose network thread serves a shard whose update
   thread is idle itself.
@@ -266,6 +267,14 @@ def ps_client(address: str, api: str, seconds: float, rank: int, *, ready) -> tu
         client.close()
 
 
+def received_into(address: str) -> str:
+    """How a running server receives pushes (``"pool"`` or ``"inplace"``), from its status."""
+    from hogwild_plugins.ps.client import PSClient
+
+    with PSClient([address], "bench", client_id=999, timeout_s=30.0) as client:
+        return client.status()[0]["recv"]
+
+
 def loopback(gang: Gang, server: ChildServer, api: str, seconds: float) -> dict:
     """Updates/s and requests/s of the gang's clients calling ``server``, and the server's CPU
     time per request (every thread of its process: ZeroMQ's I/O, network and update threads)."""
@@ -373,7 +382,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     measures every configuration within a minute of the others: this machine's speed drifts.
     """
     s, counts = args.seconds, range(1, len(cpus) + 1)
-    # the server's default receive ("auto": into pool blocks, with one copy), and in place
+    # the server's default receive ("auto": pool blocks on 2 cores or more), and in place
     configs = [(n, t, "auto") for n in counts for t in ("ipc", "tcp")] + [
         (len(cpus), "tcp", "inplace")
     ]
@@ -394,6 +403,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
         # pulls and pushes of 1 MiB shards: served by the network thread when the shard's
         # update thread is idle (the default) and, on a server that does not, all queued for
         # the update threads
+        received = {c: received_into(server.address) for c, server in servers.items()}
         queued = stack.enter_context(ChildServer(ps_server, cpus, "tcp", "auto", False))
         pullers = {"direct": servers[(everything, "tcp", "auto")], "queued": queued}
         for _ in range(args.repeats):
@@ -427,6 +437,8 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
             row["pushes"] = variant
         elif variant != "auto":
             row["recv"] = variant
+        if (n, transport, variant) in received:
+            row["received"] = received[(n, transport, variant)]  # what "auto" decided
         for field in rounds[0][key]:
             values = [r[key][field] for r in rounds]
             row[field] = round(statistics.median(values), 4 if field.endswith("_ms") else 1)

@@ -64,7 +64,8 @@ def register(subparsers) -> None:
         "--recv",
         choices=["auto", "pool", "inplace"],
         default="auto",
-        help="receive pushes into pool blocks or in place (auto: pool with one copy)",
+        help="receive pushes into pool blocks or in place (auto: pool blocks with one copy on "
+        "two CPUs or more)",
     )
     serve.add_argument("--ack", choices=["queued", "applied"], default="queued")
     serve.add_argument(

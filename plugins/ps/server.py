@@ -41,17 +41,16 @@ shard's next version, so the copies apply them in the primary's order. Pulls and
 write it acknowledged.
 
 Received arrays go into blocks of a private :class:`~hogwild.shm.pool.BufferPool` (``recv =
-"pool"``, the default with one copy: one copy, from ZeroMQ's message into a block that is then
-in this core's cache when the update reads it) or are used in place (ZeroMQ's message buffers, no
-copy: ``recv = "inplace"``, the default with copies, whose primaries forward the frames they
-received). ``bench/ps.py`` measures both (the README quotes them): with the server's threads
-where the scheduler puts them, pool blocks were the faster on both machines measured; the copy
-does cost CPU, so with a client and the server pinned to a core each, in place is.
+"pool"``: one copy, from ZeroMQ's message into a block that is then in this core's cache when
+the update reads it) or are used in place (ZeroMQ's message buffers, no copy: ``recv =
+"inplace"``). The default, ``"auto"``, takes pool blocks for a server of one copy on two CPUs
+or more, and frames in place on one CPU (where ZeroMQ's I/O thread and the update share a cache
+and the copy is pure cost) and with copies (whose primaries forward the frames they received).
+``bench/ps.py`` measures both; the README quotes them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -107,8 +106,7 @@ class ServerOptions:
         node: NUMA node to pin to and allocate on (None: wherever the process runs).
         store, flush_s: LMDB store directory and seconds between flushes (None: no store).
         keys: CURVE key directory (required to bind beyond loopback).
-        recv: ``"pool"``, ``"inplace"`` or ``"auto"`` (pool with one copy; see the module
-            docstring).
+        recv: ``"pool"``, ``"inplace"`` or ``"auto"`` (see the module docstring).
         ack: ``"applied"`` or ``"queued"``.
         copies: Copies of every bucket (1: no replication; more: every server holds every shard
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
@@ -177,10 +175,6 @@ class ParameterServer:
             )
         if options.recv not in RECV_MODES or options.ack not in ("applied", "queued"):
             raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
-        if options.recv == "auto":
-            options = dataclasses.replace(
-                options, recv="pool" if options.copies == 1 else "inplace"
-            )
         if not 0 <= options.index < len(options.servers):
             raise HogwildError(
                 f"server index {options.index} is not in the list of {len(options.servers)} servers"
@@ -225,6 +219,7 @@ class ParameterServer:
         self.engine: UpdateEngine | None = None
         self.flusher: Flusher | None = None
         self.pool = None
+        self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
         self.replication = None
         self._handles: dict[int, int] = {}
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
@@ -280,7 +275,9 @@ class ParameterServer:
         limit_blas_threads(1)  # one BLAS thread per update thread (API b's sgemm)
         try:
             self.router = Router(self.address, self, keys=self.options.keys)
-            threads = self.options.threads or len(cpus or os.sched_getaffinity(0))
+            usable = cpus or os.sched_getaffinity(0)
+            threads = self.options.threads or len(usable)
+            self.recv = self._recv_mode(len(usable))
             self.engine = UpdateEngine(
                 self.shards,
                 rule=self.rule,
@@ -291,7 +288,7 @@ class ParameterServer:
                 cpus=cpus,
                 replier=self.router.replier,
             )
-            if self.options.recv == "pool":
+            if self.recv == "pool":
                 self._make_pool()
                 self.receives_into_buffers = True
             self.engine.start()
@@ -315,6 +312,15 @@ class ParameterServer:
             self.stop(final_flush=False)
             raise
         return self.address
+
+    def _recv_mode(self, cpus: int) -> str:
+        """``options.recv``, with ``"auto"`` decided: pool blocks for one copy on two CPUs or
+        more; in place otherwise. The copy into a block pays when ZeroMQ's I/O thread and the
+        network thread run on different cores (the update then reads the block from its own
+        core's cache, not the other's); on one CPU they share the cache and it is pure cost."""
+        if self.options.recv != "auto":
+            return self.options.recv
+        return "pool" if self.options.copies == 1 and cpus >= 2 else "inplace"
 
     def _make_pool(self) -> None:
         from hogwild.shm.pool import BufferPool
@@ -644,7 +650,7 @@ class ParameterServer:
             "errors": dict(router.errors) if router else {},
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
-            "recv": self.options.recv,
+            "recv": self.recv,
             "ack": self.options.ack,
             "node": self.options.node,
             "replication": self.replication.status() if self.replication else None,

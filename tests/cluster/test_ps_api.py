@@ -4,6 +4,7 @@ operations, retries, unreachable servers, receive and acknowledgement modes."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import threading
 import time
@@ -145,6 +146,26 @@ def test_a_pinned_buffer_sends_what_it_holds_at_each_push():
         out = np.zeros(n, np.float32)
         client.pull(out)
         np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "recv", "expected"),
+    [({0}, "auto", "inplace"), ({0, 1}, "auto", "pool"), ({0}, "pool", "pool")],
+)
+def test_auto_receives_into_pool_blocks_on_two_cpus_or_more_and_in_place_on_one(
+    cpus, recv, expected
+):
+    if not cpus <= os.sched_getaffinity(0):
+        pytest.skip(f"needs CPUs {sorted(cpus)}")
+    with local_server(GEOMETRY, shard_kib=4, threads=1, cpus=cpus, recv=recv) as server:
+        assert server.status()["recv"] == expected
+        assert (server.pool is not None) == (expected == "pool")
+        with client_for(server) as client:  # and it serves either way
+            delta = np.arange(N, dtype=np.float32)
+            client.push_deltas(delta)
+            out = np.zeros(N, np.float32)
+            client.pull(out)
+            np.testing.assert_array_equal(out, delta)
 
 
 def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_every_push():

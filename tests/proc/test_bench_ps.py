@@ -2,8 +2,9 @@
 
 The tiny run (0.2 s per measurement, one round, no peers) checks the shape and the sanity of the
 record, not the speed: every API and transport has a row for every server core count, the pulls
-are measured both ways, every loopback row carries the server's CPU time per request, and the
-ratios are computed from the rows they name.
+are measured both ways, every loopback row carries the server's CPU time per request and how it
+received (the default decides by its cores), and the ratios are computed from the rows they
+name.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
     assert len(queued) == 1 and queued[0]["api"] == "deltas" and queued[0]["pushes_per_s"] > 0
     for row in (r for r in rows if r["transport"] != "inproc"):
         assert row["clients"] == 2 and 0 < row["server_cpu_ms"] < 1_000
+    # each server says how it received: "auto" takes pool blocks on two cores or more
+    for row in (r for r in rows if r["transport"] != "inproc" and "pulls" not in r):
+        if row.get("recv") == "inplace":
+            assert row["received"] == "inplace" and row["server_cores"] == cores
+        elif "pushes" not in row:
+            assert row["received"] == ("pool" if row["server_cores"] >= 2 else "inplace")
 
     limits, targets = record["limits"], record["targets"]
     assert limits["triad_gb_s"] > 0 and limits["sgemm_gflops"] > 0
