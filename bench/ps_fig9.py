@@ -18,7 +18,7 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
     plt = pyplot()
 
     limits, results = record["limits"], record["results"]
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 5.8))
     styles = {"inproc": ("C0", "o"), "ipc": ("C1", "s"), "tcp": ("C2", "^")}
     for ax, api in zip(axes, ("deltas", "activations"), strict=True):
         cores = sorted({r["server_cores"] for r in results})
@@ -78,7 +78,7 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
         ax.set_yscale("log")
         ax.set_xticks(cores)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.14), ncol=2)
     machine = record.get("machine", {})
     figure.suptitle(
         f"Adam Fig. 9 on {machine.get('cpu_model', '?')} ({machine.get('usable_cores', '?')} cores)"
