@@ -56,7 +56,9 @@ def plot_fig9(record: dict, path: str | Path) -> Path:
                 record.get("peers", {}).items(), ("x", "+", "1"), strict=False
             ):
                 if peer.get("updates_per_s"):
-                    way = "same-host shared memory" if name.endswith("same_host") else "tcp"
+                    way = {"tcp": "tcp", "default": "its own transport"}.get(
+                        peer.get("transport", "default"), "its own transport"
+                    )
                     if name == "ray":
                         way = "object store"
                     ax.plot(

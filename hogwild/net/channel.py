@@ -174,9 +174,10 @@ class Peers:
         """
         inflight: list[dict[int, Request]] = [{} for _ in self.addresses]
         if type(requests) is list and len(requests) == 1:
-            # One request (a synchronous push or pull): send it and wait on its socket alone;
-            # anything but its reply within the first wait (a timeout, a busy server, a
-            # duplicate) goes on through the general loop below, which it is now part of.
+            # One request (a synchronous push or pull): send it and wait once for replies,
+            # without the general loop's bookkeeping; anything but its reply within that wait
+            # (a timeout, a busy server, only a late duplicate) goes on through the general
+            # loop below, which it is now part of.
             req = requests[0]
             self._launch(req, time.monotonic())
             inflight[req.server][req.header.seq] = req
@@ -250,6 +251,9 @@ class Peers:
                 continue
             worst = max(r.attempts for r in expired)
             if worst >= self.retries:
+                # A fresh socket drops the queued messages, whose frames are the caller's
+                # buffers (zero-copy): a server back later must not get them with new bytes.
+                self._connect(i)
                 raise PeerUnreachableError(
                     str(self.addresses[i]),
                     f"parameter server {self.addresses[i]} did not answer "

@@ -8,8 +8,9 @@ a machine where the client has one core to itself at best.
 
 A frame sent again shares its content with ZeroMQ (pyzmq sends a reference-counted copy of the
 message, never the data), so a buffer the sender will not free can be wrapped once and sent any
-number of times without that round trip. :class:`PinnedFrames` holds such frames for the arrays
-(and every contiguous view of them) that its owner pinned. The contract is the one of any
+number of times without that round trip. :class:`PinnedFrames` holds such frames for ranges of
+the arrays its owner pinned (the array itself is named when sending a range: a view of it is
+another object, sent as it is). The contract is the one of any
 zero-copy send: the caller leaves the bytes unchanged until the request is answered; pinning
 adds only that the array stays referenced until :meth:`PinnedFrames.unpin` or
 :meth:`PinnedFrames.clear`.

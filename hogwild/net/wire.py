@@ -297,7 +297,7 @@ def unpack_header(frame) -> Header:
     # the common case takes few steps (each check first in its cheapest form).
     try:
         fields = _unpack(frame)
-    except (struct.error, TypeError, BufferError):
+    except (struct.error, TypeError, BufferError, ValueError):
         buf = memoryview(frame)
         if buf.nbytes != HEADER_SIZE:
             raise WireError(f"header: {buf.nbytes} bytes, expected {HEADER_SIZE}") from None

@@ -30,6 +30,9 @@ from hogwild.shm.naming import segment_name
 __all__ = ["SharedSegment", "new_segment_name"]
 
 
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Python < 3.12 lacks the name (Linux)
+
+
 def new_segment_name(kind: str) -> str:
     """A fresh segment name for a pool or a queue owned by this process.
 
@@ -109,8 +112,8 @@ class SharedSegment:
         """
         if size <= 0:
             raise SharedMemoryError(f"a shared segment needs a positive size, got {size}")
-        try:
-            mapping = mmap.mmap(-1, size)
+        try:  # reserve nothing up front: pages are memory once written, as a /dev/shm file's
+            mapping = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _MAP_NORESERVE)
         except OSError as exc:
             raise SharedMemoryError(f"cannot map {size} bytes of private memory: {exc}") from exc
         return cls("", size, mapping, owner=False)

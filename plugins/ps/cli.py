@@ -62,7 +62,7 @@ def register(subparsers) -> None:
     serve.add_argument("--keys", help="CURVE key directory (required beyond loopback)")
     serve.add_argument(
         "--recv",
-        choices=["auto", "pool", "inplace"],
+        choices=["auto", "pool", "inplace"],  # server.RECV_MODES (not imported: a light CLI)
         default="auto",
         help="receive pushes into pool blocks or in place (auto: pool blocks with one copy on "
         "two CPUs or more)",

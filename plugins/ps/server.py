@@ -220,6 +220,7 @@ class ParameterServer:
         self.flusher: Flusher | None = None
         self.pool = None
         self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
+        self.pool_misses = 0  # pushes received in place because no pool block was free
         self.replication = None
         self._handles: dict[int, int] = {}
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
@@ -380,9 +381,10 @@ class ParameterServer:
         out = []
         for nbytes in sizes:
             handle = self.pool.try_allocate(nbytes)
-            if handle is None:
+            if handle is None:  # every block of the size is in flight: in place, as with copies
                 self.release(out)
-                raise WireError("receive buffers exhausted; retry", ErrorCode.BUSY)
+                self.pool_misses += 1
+                return None
             block = self.pool.view(handle)[:nbytes]
             self._handles[block.ctypes.data] = handle
             out.append(block)
@@ -651,6 +653,7 @@ class ParameterServer:
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
             "recv": self.recv,
+            "pool_misses": self.pool_misses,
             "ack": self.options.ack,
             "node": self.options.node,
             "replication": self.replication.status() if self.replication else None,

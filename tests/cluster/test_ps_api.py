@@ -168,6 +168,34 @@ def test_auto_receives_into_pool_blocks_on_two_cpus_or_more_and_in_place_on_one(
             np.testing.assert_array_equal(out, delta)
 
 
+def test_auto_keeps_frames_in_place_with_copies_whose_primaries_forward_them():
+    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+
+    options = ServerOptions(job="t", servers=("127.0.0.1:0",), copies=3, etcd="127.0.0.1:1")
+    server = ParameterServer(GEOMETRY, options)  # not started: no etcd needed
+    try:
+        assert server._recv_mode(8) == "inplace" and server.status()["recv"] == "auto"
+    finally:
+        server.stop()
+
+
+def test_with_every_pool_block_in_flight_a_push_is_received_in_place_not_refused():
+    with local_server(GEOMETRY, shard_kib=4, threads=1, recv="pool") as server:
+        taken = []
+        while (handle := server.pool.try_allocate(4096)) is not None:
+            taken.append(handle)  # every block of the 4 KiB class (the shards' size)
+        with client_for(server) as client:
+            delta = np.arange(N, dtype=np.float32)
+            client.push_deltas(delta)
+            out = np.zeros(N, np.float32)
+            client.pull(out)
+            np.testing.assert_array_equal(out, delta)
+        status = server.status()
+        assert status["pool_misses"] >= 4 and status["errors"].get("BUSY", 0) == 0
+        for handle in taken:
+            server.pool.free(handle)
+
+
 def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_every_push():
     with local_server(GEOMETRY, shard_kib=4) as server, client_for(server) as client:
         out, total = np.zeros(N, np.float32), np.zeros(N, np.float32)
