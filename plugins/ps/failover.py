@@ -537,6 +537,7 @@ class ShardLog:
     prepared: list = field(default_factory=list)  # (version, item), consecutive after committed
     requests: OrderedDict = field(default_factory=OrderedDict)
     keep: int = 65536
+    epoch: int = 0  # the epoch of the primary whose updates ``committed`` counts (0: none yet)
 
     @property
     def last(self) -> int:
@@ -552,15 +553,21 @@ class ShardLog:
         self.prepared.append((version, item))
         return True
 
-    def commit(self, upto: int) -> list:
-        """The prepared items up to ``upto``, in order, now committed."""
+    def commit(self, upto: int, epoch: int) -> list:
+        """The prepared items up to ``upto``, in order, now committed by the primary of
+        ``epoch``."""
         n = 0
         while n < len(self.prepared) and self.prepared[n][0] <= upto:
             n += 1
         items, self.prepared = self.prepared[:n], self.prepared[n:]
         if items:
-            self.committed = items[-1][0]
+            self.committed, self.epoch = items[-1][0], epoch
         return [item for _, item in items]
+
+    def applied(self, version: int, epoch: int) -> None:
+        """This side, the primary of ``epoch``, applied its update ``version``."""
+        if version > self.committed:
+            self.committed, self.epoch = version, epoch
 
     def record(self, sender: int, seq: int, version: int) -> None:
         self.requests[(sender, seq)] = version
@@ -571,10 +578,19 @@ class ShardLog:
         """The version a request already got, or None."""
         return self.requests.get((sender, seq))
 
-    def restore(self, version: int, requests: list[tuple[int, int, int]]) -> None:
-        """A snapshot at ``version`` replaced everything."""
-        self.committed, self.prepared = version, []
+    def restore(self, version: int, requests: list[tuple[int, int, int]], epoch: int) -> None:
+        """A snapshot at ``version`` from the primary of ``epoch`` replaced everything."""
+        self.committed, self.prepared, self.epoch = version, [], epoch
         self.requests = OrderedDict(((s, q), v) for s, q, v in requests)
+
+    def outdated(self, version: int, epoch: int) -> bool:
+        """Whether a snapshot of ``epoch`` at ``version`` is older than this log: the same
+        primary's (same epoch), taken before updates this log has committed since (a late
+        message of an exchange that primary gave up on, overtaken by a later snapshot or by
+        commits). Restoring it would take back updates that primary acknowledged. A snapshot of
+        a newer epoch is never outdated (the new primary's state is the bucket's; the gate
+        refuses older epochs before this is asked)."""
+        return epoch == self.epoch and version < self.committed
 
     def table(self) -> list[tuple[int, int, int]]:
         return [(s, q, v) for (s, q), v in self.requests.items()]

@@ -26,7 +26,10 @@ Every write is replicated this way: parameter updates and assignments, pushes in
 vectors and vector operations that write (``axpy``, ``scale``, ``copy``, ``mul``, ``fill``); each
 takes the shard's next version. Reductions (``dot``, ``asum``, ``amax``) are answered by the
 serving primary alone, like pulls. A snapshot carries a shard's values, the rule's state, its
-named vectors and its request table; a copy's restore replaces all four.
+named vectors and its request table; a copy's restore replaces all four, unless the snapshot is
+older than what the copy has since committed from the same primary (a late message of an
+exchange that primary gave up on, :meth:`~hogwild_plugins.ps.failover.ShardLog.outdated`): that
+one is acknowledged and dropped, counted as ``outdated_snapshots``.
 
 Each shard's log also remembers which client requests ``(sender, seq)`` it holds, and snapshots
 carry that table: a client that re-sends an unacknowledged update to a new primary gets the
@@ -165,6 +168,7 @@ class Replication:
             "committed": 0,
             "snapshots_sent": 0,
             "snapshots_received": 0,
+            "outdated_snapshots": 0,
             "fenced": 0,
             "duplicates": 0,
             "not_primary": 0,
@@ -363,7 +367,7 @@ class Replication:
                     f"shard {shard}: commit up to {header.version}, prepared only to {log.last}",
                     ErrorCode.NEED_SYNC,
                 )
-            items = log.commit(header.version)
+            items = log.commit(header.version, header.aux)  # aux: the primary's epoch
             for sender, seq, work in items:
                 log.record(sender, seq, work.version)
         self._apply(items)
@@ -413,7 +417,11 @@ class Replication:
         work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
         work.data, work.a, work.keep, work.vectors = values, state, frames, vectors
         with self.lock:
-            self.logs[shard].restore(header.version, triples)
+            log = self.logs[shard]
+            if log.outdated(header.version, header.aux):  # aux: the epoch
+                self.counters["outdated_snapshots"] += 1  # applied nowhere: nothing to undo
+                return Reply(header.reply(MsgType.ACK, version=log.committed))
+            log.restore(header.version, triples, header.aux)
         self._apply_and_wait([work], f"shard {shard}: the snapshot")
         self.server.book.set_version(shard, header.version)
         # only now does this copy hold the state: a restore that failed must not let it campaign
@@ -553,7 +561,7 @@ class Replication:
         with self.lock:
             for shard in self.bucket_shards[bucket]:
                 log = self.logs[shard]
-                for sender, seq, work in log.commit(log.last):
+                for sender, seq, work in log.commit(log.last, self.roles[bucket].epoch):
                     log.record(sender, seq, work.version)
                     items.append(work)
         self._apply_and_wait(items, f"bucket {bucket}: the prepared updates")
@@ -706,7 +714,7 @@ class Replication:
             log = self.logs[p.shard]
             with self.lock:  # applied here: a re-send is answered, never applied again
                 log.record(p.header.sender, p.header.seq, p.work.version)
-                log.committed = max(log.committed, p.work.version)
+                log.applied(p.work.version, role.epoch)
             lost = [c for c in role.record.in_sync if (role.bucket, c) in failed]
             if role.role is not Role.PRIMARY or not valid or lost:
                 self._error(p.header, self.not_primary(p.header, p.shard))

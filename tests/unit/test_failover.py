@@ -727,18 +727,40 @@ def test_commit_hands_out_the_prepared_items_in_order_up_to_the_version():
     log = ShardLog(committed=3)
     for v in (4, 5, 6):
         log.prepare(v, f"u{v}")
-    assert log.commit(5) == ["u4", "u5"]
-    assert log.committed == 5 and log.last == 6
-    assert log.commit(5) == []  # committed already: nothing twice
+    assert log.commit(5, epoch=2) == ["u4", "u5"]
+    assert log.committed == 5 and log.last == 6 and log.epoch == 2
+    assert log.commit(5, epoch=2) == []  # committed already: nothing twice
     assert log.committed == 5
-    assert log.commit(6) == ["u6"] and log.committed == 6 and log.prepared == []
+    assert log.commit(6, epoch=2) == ["u6"] and log.committed == 6 and log.prepared == []
+
+
+def test_a_late_snapshot_of_the_same_primary_is_outdated_and_a_newer_epochs_never_is():
+    log = ShardLog()
+    log.restore(10, [], epoch=3)  # the primary of epoch 3 synced this copy at version 10
+    for v in (11, 12):
+        log.prepare(v, f"u{v}")
+    log.commit(12, epoch=3)
+    # its first snapshot, sent before it gave up on an exchange, arrives late: version 8
+    assert log.outdated(8, epoch=3) and log.outdated(11, epoch=3)
+    assert not log.outdated(12, epoch=3)  # nothing newer here: restoring loses nothing
+    assert not log.outdated(5, epoch=4)  # a newer primary's state is the bucket's
+    log.restore(5, [], epoch=4)
+    assert log.committed == 5 and log.epoch == 4 and not log.outdated(5, epoch=4)
+
+
+def test_a_primarys_own_updates_move_its_log_to_its_epoch():
+    log = ShardLog(committed=7, epoch=2)
+    log.applied(8, epoch=3)
+    assert log.committed == 8 and log.epoch == 3
+    log.applied(6, epoch=3)  # applied out of order: the log keeps the highest
+    assert log.committed == 8
 
 
 def test_a_snapshot_replaces_the_log_and_the_request_table():
     log = ShardLog(committed=3)
     log.prepare(4, "u4")
     log.record(sender=7, seq=1, version=3)
-    log.restore(10, [(8, 2, 9), (8, 3, 10)])
+    log.restore(10, [(8, 2, 9), (8, 3, 10)], epoch=1)
     assert log.committed == 10 and log.prepared == [] and log.last == 10
     assert log.seen(7, 1) is None
     assert log.seen(8, 3) == 10
@@ -769,7 +791,7 @@ def test_a_copy_that_missed_a_prepare_is_dropped_caught_up_and_taken_back():
     assert keys.transact(drop)
     assert roles[primary].written(True, keys.read()) == [Sync(BUCKET, copy)]
     assert not roles[primary].serving
-    log.restore(6, [])  # the snapshot
+    log.restore(6, [], epoch=1)  # the snapshot
     [back] = roles[primary].synced(copy)
     assert copy in back.record.in_sync
     assert keys.transact(back) and roles[primary].written(True, keys.read()) == []
