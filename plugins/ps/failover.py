@@ -529,8 +529,9 @@ def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
 
 @dataclass
 class ShardLog:
-    """A copy's view of one shard's updates: the committed version, the prepared ones after it,
-    and which client requests are in (``(sender, seq) -> version``, so a client's re-send to a new
+    """One shard's updates as this server holds them (as a copy, or as the primary): the
+    committed version and the epoch of the primary it came from, the prepared ones after it, and
+    which client requests are in (``(sender, seq) -> version``, so a client's re-send to a new
     primary is answered instead of applied twice)."""
 
     committed: int = 0
@@ -564,10 +565,17 @@ class ShardLog:
             self.committed, self.epoch = items[-1][0], epoch
         return [item for _, item in items]
 
-    def applied(self, version: int, epoch: int) -> None:
-        """This side, the primary of ``epoch``, applied its update ``version``."""
+    def applied(self, sender: int, seq: int, version: int, epoch: int) -> bool:
+        """This side, as the primary of ``epoch``, applied update ``version`` of request
+        ``(sender, seq)``: recorded, so a re-send is answered instead of applied again. False,
+        and nothing recorded, when a newer primary's snapshot replaced the log meanwhile (this
+        side stepped down while the update was out): that state is the bucket's now."""
+        if epoch < self.epoch:
+            return False
+        self.record(sender, seq, version)
         if version > self.committed:
             self.committed, self.epoch = version, epoch
+        return True
 
     def record(self, sender: int, seq: int, version: int) -> None:
         self.requests[(sender, seq)] = version

@@ -29,7 +29,8 @@ serving primary alone, like pulls. A snapshot carries a shard's values, the rule
 named vectors and its request table; a copy's restore replaces all four, unless the snapshot is
 older than what the copy has since committed from the same primary (a late message of an
 exchange that primary gave up on, :meth:`~hogwild_plugins.ps.failover.ShardLog.outdated`): that
-one is acknowledged and dropped, counted as ``outdated_snapshots``.
+one is dropped and refused (``NEED_SYNC``, never an acknowledgement), counted as
+``outdated_snapshots``.
 
 Each shard's log also remembers which client requests ``(sender, seq)`` it holds, and snapshots
 carry that table: a client that re-sends an unacknowledged update to a new primary gets the
@@ -99,6 +100,7 @@ class Pending:
     shard: int
     work: Work
     frames: list
+    epoch: int = 0  # the bucket's epoch when this primary versioned it
 
 
 class _Countdown:
@@ -420,7 +422,13 @@ class Replication:
             log = self.logs[shard]
             if log.outdated(header.version, header.aux):  # aux: the epoch
                 self.counters["outdated_snapshots"] += 1  # applied nowhere: nothing to undo
-                return Reply(header.reply(MsgType.ACK, version=log.committed))
+                # not an acknowledgement: a primary must never take this copy as synced by it
+                raise WireError(
+                    f"shard {shard}: a snapshot at version {header.version} of epoch "
+                    f"{header.aux} is older than version {log.committed} committed here from the "
+                    "same primary; dropped",
+                    ErrorCode.NEED_SYNC,
+                )
             log.restore(header.version, triples, header.aux)
         self._apply_and_wait([work], f"shard {shard}: the snapshot")
         self.server.book.set_version(shard, header.version)
@@ -671,6 +679,7 @@ class Replication:
             except WireError as exc:
                 self._error(p.header, exc)
                 continue
+            p.epoch = self.roles[self.layout.bucket_of(p.shard)].epoch
             accepted.append(p)
         if not accepted:
             return
@@ -713,8 +722,7 @@ class Replication:
             role = self.roles[self.layout.bucket_of(p.shard)]
             log = self.logs[p.shard]
             with self.lock:  # applied here: a re-send is answered, never applied again
-                log.record(p.header.sender, p.header.seq, p.work.version)
-                log.applied(p.work.version, role.epoch)
+                log.applied(p.header.sender, p.header.seq, p.work.version, p.epoch)
             lost = [c for c in role.record.in_sync if (role.bucket, c) in failed]
             if role.role is not Role.PRIMARY or not valid or lost:
                 self._error(p.header, self.not_primary(p.header, p.shard))

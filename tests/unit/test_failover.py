@@ -748,12 +748,29 @@ def test_a_late_snapshot_of_the_same_primary_is_outdated_and_a_newer_epochs_neve
     assert log.committed == 5 and log.epoch == 4 and not log.outdated(5, epoch=4)
 
 
+def test_a_server_restarted_from_its_store_takes_any_snapshot():
+    log = ShardLog(committed=500)  # recovered at 500: no primary's epoch yet
+    assert not log.outdated(300, epoch=1)
+
+
 def test_a_primarys_own_updates_move_its_log_to_its_epoch():
     log = ShardLog(committed=7, epoch=2)
-    log.applied(8, epoch=3)
-    assert log.committed == 8 and log.epoch == 3
-    log.applied(6, epoch=3)  # applied out of order: the log keeps the highest
-    assert log.committed == 8
+    assert log.applied(sender=5, seq=1, version=8, epoch=3)
+    assert log.committed == 8 and log.epoch == 3 and log.seen(5, 1) == 8
+    assert log.applied(sender=5, seq=2, version=6, epoch=3)  # out of order: keeps the highest
+    assert log.committed == 8 and log.seen(5, 2) == 6
+
+
+def test_an_update_versioned_before_a_newer_primarys_snapshot_leaves_the_log_alone():
+    """Primary of epoch 3 versions update 8 and sends it out; it steps down meanwhile, and the
+    primary of epoch 4 syncs it at version 6. Recording 8 then would raise the log above the
+    snapshot, and make that primary's next snapshot at 7 look outdated: a copy diverged but
+    taken as synced."""
+    log = ShardLog(committed=7, epoch=3)
+    log.restore(6, [], epoch=4)
+    assert not log.applied(sender=5, seq=1, version=8, epoch=3)
+    assert log.committed == 6 and log.epoch == 4 and log.seen(5, 1) is None
+    assert not log.outdated(7, epoch=4)
 
 
 def test_a_snapshot_replaces_the_log_and_the_request_table():
