@@ -31,8 +31,8 @@ class PinnedFrames:
     """Frames over ranges of pinned arrays, one per (array, start, stop) sent, made on first use."""
 
     def __init__(self) -> None:
-        self._arrays: dict[int, np.ndarray] = {}  # id(array) -> array: held, so ids stay unique
-        self._frames: dict[int, dict[tuple[int, int], zmq.Frame]] = {}
+        # id(array) -> the array (held, so its id stays unique) and its frames by (start, stop)
+        self._pinned: dict[int, tuple[np.ndarray, dict[tuple[int, int], zmq.Frame]]] = {}
 
     def pin(self, array: np.ndarray) -> None:
         """Send ranges of ``array`` (a C-contiguous array) as long-lived frames from now on."""
@@ -40,24 +40,22 @@ class PinnedFrames:
             raise TypeError(
                 f"only a C-contiguous numpy array can be pinned, got {type(array).__name__}"
             )
-        self._arrays[id(array)] = array
-        self._frames.setdefault(id(array), {})
+        self._pinned.setdefault(id(array), (array, {}))
 
     def unpin(self, array: np.ndarray) -> None:
         """Forget ``array`` and its frames (ZeroMQ keeps what it still sends alive itself)."""
-        self._arrays.pop(id(array), None)
-        self._frames.pop(id(array), None)
+        self._pinned.pop(id(array), None)
 
     def clear(self) -> None:
-        self._arrays.clear()
-        self._frames.clear()
+        self._pinned.clear()
 
     def range(self, array: np.ndarray, start: int, stop: int):
         """``array[start:stop]`` to send: a long-lived frame when ``array`` is pinned and the range
         is large, the view itself otherwise."""
-        frames = self._frames.get(id(array))
-        if frames is None:
+        pinned = self._pinned.get(id(array))
+        if pinned is None:
             return array[start:stop]
+        frames = pinned[1]
         frame = frames.get((start, stop))
         if frame is None:
             view = array[start:stop]
@@ -67,3 +65,8 @@ class PinnedFrames:
                 frames.clear()
             frame = frames[(start, stop)] = zmq.Frame(view, copy=False)
         return frame
+
+    def frames_of(self, array: np.ndarray) -> int:
+        """How many long-lived frames ``array`` has now (0 when it is not pinned)."""
+        pinned = self._pinned.get(id(array))
+        return len(pinned[1]) if pinned else 0

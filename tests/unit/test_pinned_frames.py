@@ -25,8 +25,10 @@ def test_a_pinned_range_is_one_frame_over_the_buffer_and_others_stay_views():
     assert isinstance(small, np.ndarray) and np.shares_memory(small, buffer)
     view = pinned.range(other, 0, MIN_BYTES // 4)  # not pinned
     assert isinstance(view, np.ndarray) and np.shares_memory(view, other)
+    assert pinned.frames_of(buffer) == 1 and pinned.frames_of(other) == 0
     pinned.unpin(buffer)
     assert isinstance(pinned.range(buffer, 0, MIN_BYTES // 4), np.ndarray)
+    assert pinned.frames_of(buffer) == 0
 
 
 def test_only_a_contiguous_numpy_array_can_be_pinned():
