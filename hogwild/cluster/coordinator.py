@@ -183,6 +183,21 @@ class Coordinator:
             and any(s.state == WAITING for r, s in self.shares.items() if r != 0)
         )
 
+    def remaining(self, replica: int) -> int | None:
+        """Examples replica ``replica`` trains before its next event: the end of its share, or
+        of the warm start while it trains alone; 0 once it was told to stop at its next chunk;
+        None when it trains nothing now."""
+        share = self.shares.get(replica)
+        if share is None or share.state not in (TRAINING, CLOSING):
+            return None
+        if share.state == CLOSING:
+            return 0
+        start, stop = self.shard(replica)
+        left = max(0, stop - start - share.examples)
+        if self.warming and replica == 0:
+            left = min(left, max(0, self.warm_start - share.examples))
+        return left
+
     def state_of(self, replica: int) -> str:
         share = self.shares.get(replica)
         return share.state if share else ("idle" if replica in self.joined else "starting")

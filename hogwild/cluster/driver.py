@@ -92,7 +92,8 @@ from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import save_checkpoint
 
-POLL_S = 0.2
+POLL_S = 0.2  # between polls of the replicas while none is about to finish
+SOON_POLL_S = 0.005  # between polls once one is due to finish (see next_poll_s)
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
@@ -455,7 +456,7 @@ class ClusterDriver:
                     elif isinstance(instruction, Finished):
                         checkpoint = self._write_tested(evaluating, history, checkpoint, 0)
                         return self._final(history, examples, train_seconds, wall_start, checkpoint)
-                time.sleep(POLL_S)
+                time.sleep(self._poll_delay(coordinator))
                 checkpoint = self._write_tested(evaluating, history, checkpoint, EVALUATING)
                 self._recover(coordinator, pending)
                 for replica in replicas_training(coordinator):
@@ -508,6 +509,25 @@ class ClusterDriver:
         for replica in range(len(self.clients)):
             if replica not in training:
                 self._call(replica, "status")
+
+    def _poll_delay(self, coordinator: Coordinator) -> float:
+        """Seconds to sleep before the next poll: shorter when a replica is due to finish its
+        share (or the warm start), by its rate so far, so the epoch ends and the next one
+        begins within milliseconds of it rather than up to :data:`POLL_S` later."""
+        delay = POLL_S
+        now = time.monotonic()
+        for replica in replicas_training(coordinator):
+            seen = self.last_status.get(replica)
+            left = coordinator.remaining(replica)
+            if seen is None or left is None:
+                continue
+            status = seen["status"]
+            rate = _share_rate(status) if status.get("epoch") == coordinator.epoch else None
+            if left and rate is None:
+                continue  # not started yet, or no examples yet: nothing to go by
+            due = seen["at"] + (left / rate if left else 0.0)
+            delay = min(delay, next_poll_s(due - now))
+        return delay
 
     def _events(self, coordinator: Coordinator, replica: int) -> list:
         status = self._call(replica, "status")
@@ -855,3 +875,21 @@ def _merge_histograms(histograms) -> dict:
         for key, count in (histogram or {}).items():
             merged[key] = merged.get(key, 0) + int(count)
     return merged
+
+
+def next_poll_s(due_in: float) -> float:
+    """The sleep before the next poll of a replica due to finish in ``due_in`` seconds
+    (negative: overdue by that long): until it is due, then every :data:`SOON_POLL_S`, backing
+    off towards :data:`POLL_S` the longer it is overdue (a replica that slowed down, or died,
+    is not asked 200 times a second)."""
+    if due_in > 0:
+        return min(POLL_S, max(SOON_POLL_S, due_in))
+    return min(POLL_S, max(SOON_POLL_S, -due_in / 4))
+
+
+def _share_rate(status: dict) -> float | None:
+    """Examples per second of a replica's share so far, from its status; None before any."""
+    examples, seconds = status.get("examples"), status.get("seconds")
+    if not isinstance(examples, int) or not isinstance(seconds, int | float) or examples <= 0:
+        return None
+    return examples / seconds if seconds > 0 else None

@@ -143,6 +143,7 @@ class Replica(Trainer):
             if key != self.last_train:  # else: the driver resent a request already taken
                 self.last_train = key
                 self.commands.put(command)
+                self.gang.wake()  # the main thread begins the share now, not at its next poll
             return {"ok": True}
         if op == "close":
             epoch = field(body, "epoch", int, minimum=0)
@@ -153,6 +154,7 @@ class Replica(Trainer):
             return {"ok": True}
         if op == "stop":
             self.stopping = True
+            self.gang.wake()
             return {"ok": True}
         raise ControlRefused(f"unknown op {op!r} (status, describe, train, close, stop)")
 

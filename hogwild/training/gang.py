@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hogwild.errors import DataError, HogwildError, WorkerDiedError, WorkerStalledError
-from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop
+from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop, Wake
 
 READY_TIMEOUT_S = 300.0  # a worker that cannot pin itself, or then start, in this long is broken
 POLL_S = 0.1
@@ -93,6 +93,12 @@ class WorkerGang:
     def send(self, worker: int, command) -> None:
         self.commands[worker].put(command)
 
+    def wake(self) -> None:
+        """Make the :meth:`poll` under way in another thread (or the next one) return a
+        :class:`~hogwild.training.messages.Wake` at once: that thread has work besides the
+        workers' answers (a replica's command from its driver)."""
+        self.results.put(Wake())
+
     def next_message(self, doing: str, deadline: float | None = None, idle=None):
         """The next answer; raises if a worker died, failed or stalled, or the deadline passed.
 
@@ -100,7 +106,7 @@ class WorkerGang:
         """
         while True:
             message = self.poll(doing, POLL_S)
-            if message is not None:
+            if message is not None and not isinstance(message, Wake):
                 return message
             if deadline is not None and time.monotonic() > deadline:
                 raise HogwildError(f"workers did not become ready within {READY_TIMEOUT_S:.0f} s")

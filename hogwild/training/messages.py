@@ -4,7 +4,8 @@ Each is a small frozen dataclass (pickled by ``multiprocessing`` between process
 one machine; nothing here ever crosses a network). Commands: :class:`Train`, :class:`Evaluate`,
 :class:`Stop`. Answers: :class:`Ready`, :class:`Trained`, :class:`Evaluated`, and the two
 failures, :class:`Failed` (a traceback) and :class:`DataFailed` (a one-line data error the user
-can act on). :class:`WorkerSetup` is everything a worker process is started with.
+can act on); :class:`Wake` is the parent's own, put on the answer queue by another of its
+threads. :class:`WorkerSetup` is everything a worker process is started with.
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ class Evaluate:
 @dataclass(frozen=True)
 class Stop:
     """Detach and exit."""
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Not from a worker: another thread of the parent has work for the thread waiting on the
+    answers (:meth:`~hogwild.training.gang.WorkerGang.wake`)."""
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,18 @@ def test_a_warm_start_ends_when_replica_0_dies():
     assert sorted(s.replica for s in out) == [1, 2]
     (again,) = c.handle(Joined(0))
     assert again.replica == 0 and again.start == 0
+
+
+def test_remaining_counts_down_a_share_and_the_warm_start_and_is_zero_once_closed():
+    c = make(warm_start=100)
+    join_all(c)  # replica 0 trains alone: its next event is the warm start's end
+    assert c.remaining(0) == 100 and c.remaining(1) is None  # replica 1 trains nothing yet
+    c.handle(Progress(0, 0, 60))
+    assert c.remaining(0) == 40
+    c.handle(Progress(0, 0, 120))  # past the warm start: replica 1 starts
+    assert c.remaining(0) == 500 - 120 and c.remaining(1) == 500
+    c = make(fraction=0.5)
+    join_all(c)
+    c.handle(done(0, 0))
+    assert c.remaining(0) is None  # done: nothing to train
+    assert c.remaining(1) == 0  # closed: it stops at its next chunk
