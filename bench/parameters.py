@@ -133,6 +133,7 @@ def measure(args: argparse.Namespace) -> dict:
     import hogwild
     from hogwild.data.mnist import MnistData, load_mnist
     from hogwild.model.network import build_network
+    from hogwild.store.registry import cadences
     from hogwild.training.placement import SYSFS_ENV
 
     mnist = load_mnist(args.data, progress=False)
@@ -173,9 +174,10 @@ def measure(args: argparse.Namespace) -> dict:
     rates = {m: [s["examples_per_s"] for s in samples[m]] for m in MODES}
     ratios = [r / i for r, i in zip(rates["replicate"], rates["shared"], strict=True)]
     replicate = base["replicate"].train
+    n_push, n_fetch = cadences(replicate)  # 0: the store's own
     n_params = build_network(base["replicate"].model).n_params
     seconds = exchange_seconds(n_params)
-    every = min(replicate.n_push, replicate.n_fetch)
+    every = min(n_push, n_fetch)
     per_worker_rate = statistics.median(rates["replicate"]) / args.workers
     return {
         "benchmark": "parameters",
@@ -185,8 +187,8 @@ def measure(args: argparse.Namespace) -> dict:
             "examples": n,
             "pairs": args.pairs,
             "workers": args.workers,
-            "n_push": replicate.n_push,
-            "n_fetch": replicate.n_fetch,
+            "n_push": n_push,
+            "n_fetch": n_fetch,
             "fc_push": replicate.fc_push,
             "replicas": args.replicas,
             "topology": "one node per worker (sysfs tree)" if tree else "the machine's own",

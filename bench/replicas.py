@@ -20,7 +20,8 @@ server / 2 independent replicas" (Adam's claim: the server costs little; the tar
 
 **Cadence**: DistBelief (section 4.1) cuts Downpour's communication by pushing every ``n_push``
 and fetching every ``n_fetch`` examples. The rows above use the job's (``train.n_push`` and
-``train.n_fetch``, 64 examples); ``--cadences`` adds rows of 2 replicas through the server at
+``train.n_fetch``: 0, the parameter store's own, 512 examples through the servers, Adam's
+"hundreds"); ``--cadences`` adds rows of 2 replicas through the server at
 other cadences (``n_push = n_fetch = C``; rows carry ``"n_push"``), in the same rotation, and
 ``targets`` gives the ratio at each: what the exchanges cost, and what they cost in accuracy
 after the same examples.
@@ -115,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         metavar="C,C",
         help="extra rows: 2 replicas through the server at n_push = n_fetch = C "
-        "(default 512; --quick: none)",
+        "(default 64, the shared-memory stores' cadence; --quick: none)",
     )
     add("--no-race", action="store_true", help="only the throughput rows")
     add("--quick", action="store_true", help="tiny budgets: a smoke test, not a measurement")
@@ -126,7 +127,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quick = args.quick
     defaults = {
         "replicas": [1, 2] if quick else [1, 2, 4],
-        "cadences": [] if quick else [512],
+        "cadences": [] if quick else [64],
         "examples": 1000 if quick else 20000,
         "repeats": 1 if quick else 3,
         "race_epochs": 1 if quick else 6,

@@ -105,8 +105,8 @@ class TrainConfig:
     update_every: int = 0
     parameters: str = "replicate"
     replicas: str = "auto"
-    n_push: int = 64
-    n_fetch: int = 64
+    n_push: int = 0  # 0: the parameter store's own cadence
+    n_fetch: int = 0
     fc_push: str = "auto"
     stall_s: float = 120.0
 

@@ -133,11 +133,21 @@ def check_config(config: Config, origin: str) -> None:
         fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
     _check_ps(config.ps, fail)
     _check_cluster(config.cluster, config.ps.rule, fail)
-    decay = config.optim.lr * config.optim.weight_decay * config.train.n_push
+    _check_push_decay(config, fail)
+
+
+def _check_push_decay(config, fail) -> None:
+    """The weight decay one push of vectors carries (``lr x decay x n_push``) must be below 1."""
+    from hogwild.store.registry import cadences, store_names
+
+    n_push, what = config.train.n_push, "train.n_push"
+    if not n_push and config.train.parameters in store_names():
+        n_push, what = cadences(config.train)[0], "train.n_push (the store's cadence)"
+    decay = config.optim.lr * config.optim.weight_decay * n_push
     if decay >= 1.0:  # the fraction of a weight one push of vectors removes must be below 1
         fail(
-            f"optim.lr x optim.weight_decay x train.n_push = {decay:g}: the weight decay one "
-            "push carries would remove the whole weight; lower train.n_push or the decay"
+            f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
+            "carries would remove the whole weight; lower train.n_push or the decay"
         )
 
 
@@ -151,10 +161,10 @@ def _check_exchange(train, fail) -> None:
             f"train.parameters must be a parameter store, one of {', '.join(names)}; "
             f"got {train.parameters!r}"
         )
-    if train.n_push < 1 or train.n_fetch < 1:
+    if train.n_push < 0 or train.n_fetch < 0:
         fail(
-            f"train.n_push and train.n_fetch must be >= 1 (examples), got {train.n_push} and "
-            f"{train.n_fetch}"
+            f"train.n_push and train.n_fetch must be >= 1 (examples), or 0 for the store's own "
+            f"cadence; got {train.n_push} and {train.n_fetch}"
         )
     if train.batch > 1 and train.update_every > 1:
         fail(

@@ -263,11 +263,22 @@ class ClusterDriver:
                 "data_servers": data_servers,
                 "start_epoch": start_epoch,
                 "evaluate": "between" if self.evaluate_between else "beside",
+                **self._cadences(),
                 "config": config.to_dict(),
                 "pid": os.getpid(),
             }
         )
         return self._epochs(start_epoch, history)
+
+    def _cadences(self) -> dict:
+        """The replicas' push and pull cadences as they run them (``train.n_push = 0``: the ps
+        store's own); none for a coordinated group, which exchanges on its coordinator's word."""
+        if self.topology.coordinated:
+            return {}
+        from hogwild.store.registry import cadences
+
+        n_push, n_fetch = cadences(replace(self.config.train, parameters="ps"))
+        return {"n_push": n_push, "n_fetch": n_fetch}
 
     def _client(self, replica: int, address: str) -> ControlClient:
         return ControlClient(

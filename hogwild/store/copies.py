@@ -4,12 +4,13 @@ A copy per worker, or per NUMA node, lives in the arena beside a *home* (DistBel
 replicas and parameter server, Adam section 3.3, on one machine or over the network). A copy's
 *leader* (its only worker, or the node's first) runs an :class:`~hogwild.store.exchange.Exchanger`
 that pushes the copy's progress home every ``train.n_push`` examples and pulls the others' every
-``train.n_fetch``; the node's other workers train on the copy without locks, as Adam's workers
-share a machine's weights. At every epoch end, with every worker idle, the store makes one model
-(:meth:`CopiesStore.end_epoch`: fold the copies' progress home, give every copy the result; the
-velocity, optimizer state that is not exchanged during an epoch, becomes the copies' mean), so
-evaluation, checkpoints and resume see one model. Subclasses say where home is: the arena
-(:mod:`hogwild.store.replicate`) or a parameter server (the ``ps`` plugin).
+``train.n_fetch`` (0, the default: the store's :attr:`cadence`); the node's other workers train
+on the copy without locks, as Adam's workers share a machine's weights. At every epoch end, with
+every worker idle, the store makes one model (:meth:`CopiesStore.end_epoch`: fold the copies'
+progress home, give every copy the result; the velocity, optimizer state that is not exchanged
+during an epoch, becomes the copies' mean), so evaluation, checkpoints and resume see one model.
+Subclasses say where home is: the arena (:mod:`hogwild.store.replicate`) or a parameter server
+(the ``ps`` plugin), and how often an exchange with it pays (:attr:`CopiesStore.cadence`).
 
 ``train.replicas = "auto"`` chooses (:func:`choose_copies`): a copy per worker while the copies
 take at most an eighth of the machine's memory (and a quarter of the free ``/dev/shm``), else a
@@ -112,10 +113,14 @@ class CopiesStore(ParameterStore):
 
     #: Whether home is in the arena (workers may then train on it directly, without copies).
     home_is_local = True
+    #: An exchange with a home copy in shared memory is a pass over the parameters: every 64
+    #: examples costs little beside the training (``bench/parameters.py``).
+    cadence = 64
 
     def __init__(self, config, network, placements) -> None:
         super().__init__(config, network, placements)
         train = config.train
+        self.n_push, self.n_fetch = train.n_push or self.cadence, train.n_fetch or self.cadence
         self.copy_floats = -(-network.n_params * 4 // PAGE) * PAGE // 4
         self.unit = training_unit(config)
         self.layers = fc_layers(network)
@@ -172,7 +177,7 @@ class CopiesStore(ParameterStore):
         return 0 if self.choice.per == "one" else self.plan.n_copies
 
     def _vector_floats(self) -> int:
-        return VectorBuffer.floats(self.layers, self.config.train.n_push + self.unit)
+        return VectorBuffer.floats(self.layers, self.n_push + self.unit)
 
     # -- the arena ----------------------------------------------------------------------------
 
@@ -234,15 +239,14 @@ class CopiesStore(ParameterStore):
 
     def worker_spec(self, worker: int) -> WorkerSpec:
         row = self.plan.replica_of_worker[worker]
-        train = self.config.train
         return WorkerSpec(
             self.name,
             worker,
             {
                 "row": row if self.n_copies else -1,
                 "leader": bool(self.n_copies) and self.plan.replica_of_worker.index(row) == worker,
-                "n_push": train.n_push,
-                "n_fetch": train.n_fetch,
+                "n_push": self.n_push,
+                "n_fetch": self.n_fetch,
                 "unit": self.unit,
                 "vectors": self.vectors,
                 **self.home_spec(worker),
@@ -292,23 +296,22 @@ class CopiesStore(ParameterStore):
             "per": self.choice.per,
             "copies": self.n_copies,
             "nodes": list(self.plan.nodes),
-            "n_push": self.config.train.n_push,
-            "n_fetch": self.config.train.n_fetch,
+            "n_push": self.n_push,
+            "n_fetch": self.n_fetch,
             "fc_push": "vectors" if self.vectors else "deltas",
             "placed_by_libnuma": self.placed,
             "why": self.choice.reason,
         }
 
     def summary(self) -> str:
-        train = self.config.train
         if not self.n_copies:
             return f"parameters: one copy, no exchanges ({self.choice.reason})"
         what = {"worker": "a copy per worker", "node": "a copy per NUMA node"}[self.choice.per]
         nodes = ", ".join(map(str, sorted(set(self.plan.nodes))))
         return (
             f"parameters: {what} (nodes {nodes}; {self.choice.reason}), exchanged with "
-            f"{self.home_name()}: push every {train.n_push:,} examples, pull every "
-            f"{train.n_fetch:,}; fully connected layers as "
+            f"{self.home_name()}: push every {self.n_push:,} examples, pull every "
+            f"{self.n_fetch:,}; fully connected layers as "
             f"{'activation and error vectors' if self.vectors else 'deltas'}; pages "
             + {True: "bound by libnuma", False: "placed by first touch", None: "not placed yet"}[
                 self.placed

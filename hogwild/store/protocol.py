@@ -47,6 +47,9 @@ class ParameterStore(ABC):
     """The parent side of a parameter store."""
 
     name: ClassVar[str]
+    #: Examples between exchanges when ``train.n_push`` / ``train.n_fetch`` are 0 (the
+    #: default): what an exchange with this store's home is worth its cost at (0: none).
+    cadence: ClassVar[int] = 0
 
     def __init__(
         self, config: Config, network: Network, placements: tuple[WorkerPlacement, ...]

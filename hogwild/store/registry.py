@@ -26,6 +26,13 @@ def store_names() -> tuple[str, ...]:
     return tuple(sorted(_entry_points()))
 
 
+def cadences(train) -> tuple[int, int]:
+    """``train.n_push`` and ``train.n_fetch`` as the job runs them: 0 (the default) is the
+    store's own cadence (:attr:`~hogwild.store.protocol.ParameterStore.cadence`)."""
+    own = store_class(train.parameters).cadence if not (train.n_push and train.n_fetch) else 0
+    return train.n_push or own, train.n_fetch or own
+
+
 def store_class(name: str):
     """The class registered as ``name``.
 

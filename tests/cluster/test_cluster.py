@@ -117,6 +117,7 @@ def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (start,) = [r for r in records if r["event"] == "start"]
     assert start["evaluate"] == "between"  # auto: the local driver shares the replicas' cores
+    assert (start["n_push"], start["n_fetch"]) == (512, 512)  # the ps store's own cadence
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1]
     for record in epochs:

@@ -34,8 +34,8 @@ from tests.config_cases import error_of, small
         ("train", "subset", -5),
         ("train", "epoch_fraction", 0.0),
         ("train", "epoch_fraction", 1.01),
-        ("train", "n_push", 0),
-        ("train", "n_fetch", 0),
+        ("train", "n_push", -1),
+        ("train", "n_fetch", -64),
         ("train", "stall_s", 0.0),
         ("ps", "lr", -1.0),
         ("ps", "shard_kib", 2),
@@ -151,3 +151,6 @@ def test_options_that_do_nothing_in_the_chosen_mode_are_rejected_naming_the_key(
 def test_a_push_cadence_whose_weight_decay_would_remove_the_weights_is_rejected():
     msg = error_of(small(train={"n_push": 100_000}, optim={"lr": 0.1, "weight_decay": 0.0005}))
     assert "train.n_push" in msg and "weight decay" in msg
+    # the store's own cadence (0): the parameter servers' 512 at a weight decay of 1/512 per lr
+    msg = error_of(small(train={"parameters": "ps"}, optim={"lr": 1.0, "weight_decay": 1 / 512}))
+    assert "train.n_push (the store's cadence)" in msg and "= 1:" in msg

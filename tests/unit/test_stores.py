@@ -333,3 +333,15 @@ def test_a_node_the_kernel_does_not_know_is_reported(network):
         assert "placed by first touch" in under.store.summary()
     finally:
         under.close()
+
+
+def test_a_cadence_of_0_is_the_stores_own_and_a_set_one_is_kept():
+    from hogwild.store.registry import cadences, store_class
+
+    replicate = job().train
+    assert (replicate.n_push, replicate.n_fetch) == (0, 0)  # the bundled job leaves it to the store
+    assert cadences(replicate) == (64, 64)
+    ps = job(**{"train.parameters": "ps", "train.n_fetch": 100}).train
+    assert store_class("ps").cadence == 512
+    assert cadences(ps) == (512, 100)
+    assert cadences(job(**{"train.n_push": 32}).train) == (32, 64)
