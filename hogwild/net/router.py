@@ -27,10 +27,11 @@ import contextlib
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,10 +84,12 @@ class Incoming:
 
 @dataclass
 class Reply:
-    """A reply the handler gives at once."""
+    """A reply the handler gives at once; ``then``, if given, is the handler's work that the
+    network thread does right after sending it (the reply overlaps it on the wire)."""
 
     header: Header
     frames: Sequence = ()
+    then: Callable[[], None] | None = None
 
 
 class Handler(Protocol):
@@ -390,7 +393,21 @@ class Router:
                 self.handler.release(buffers)
             reply = error_reply(header, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         if reply is not None:
-            self._reply(identity, reply)
+            try:
+                self._reply(identity, reply)
+            finally:
+                if reply.then is not None:
+                    self._after_reply(reply.then)
+
+    def _after_reply(self, then: Callable[[], None]) -> None:
+        """The handler's work after its reply went out. It can no longer be answered with an
+        error: a failure is counted as INTERNAL and said on stderr, and the thread goes on."""
+        try:
+            then()
+        except Exception as exc:  # noqa: BLE001 - a bug must not stop the server: report it
+            self.errors[ErrorCode.INTERNAL.name] += 1
+            print(f"hogwild: work after a reply failed: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)  # fmt: skip
 
     def _receive_frames(self, header: Header, buffers, more: int) -> tuple[list, int, str]:
         sock, frames = self._router, []

@@ -19,10 +19,13 @@ two thread wake-ups (to the update thread and back) off every push's round trip,
 small virtual machine cost as much as the transfer of a 1 MiB shard; "applied" reports a failure
 to apply (a bug: ``INTERNAL``) to the client that sent the update, and is what replication
 (issue 12) starts from. A push of deltas for a shard whose update thread is idle, with
-nothing pending for the shard, is applied by the network thread itself and acknowledged once
-applied (``direct_pushes``, :meth:`~hogwild_plugins.ps.engine.UpdateEngine.claim_idle`): on a
-lightly loaded server that takes the wake-up of the update thread off the push as well; under
-load pushes queue and are batched. Control requests (``PING``, ``HELLO``: the layout and map,
+nothing pending for the shard, is applied by the network thread itself (``direct_pushes``,
+:meth:`~hogwild_plugins.ps.engine.UpdateEngine.claim_idle`): on a lightly loaded server that
+takes the wake-up of the update thread off the push as well; under load pushes queue and are
+batched. With ``ack = "queued"`` it is acknowledged as a queued push is, and applied while the
+acknowledgement goes out (:attr:`hogwild.net.router.Reply.then`: before the thread takes its next
+request, so a pull after it sees it), which takes the add off the client's round trip; with
+"applied", once applied. Control requests (``PING``, ``HELLO``: the layout and map,
 ``STATUS``: counters and the update rule's parameters) are answered on the network thread, and
 so is a pull of a shard with no write pending (one copy of every shard: the network thread
 queues every write, so it can read the shard itself;
@@ -54,6 +57,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from hogwild_plugins.ps import checks, kernels
@@ -485,12 +489,18 @@ class ParameterServer:
                 if claimed is not None:
                     try:
                         self._admit(header, shard, work)
-                        work.free = self._free_later(request.frames)
-                        work.keep = request.frames
-                        self.engine.apply_claimed(work)
-                    finally:
+                    except BaseException:
                         claimed.release()
-                    return Reply(header.reply(MsgType.ACK, version=work.version))
+                        raise
+                    work.free = self._free_later(request.frames)
+                    work.keep = request.frames
+                    apply = partial(self._apply_claimed, work, claimed)
+                    reply = Reply(header.reply(MsgType.ACK, version=work.version))
+                    if self.options.ack == "queued":  # taken, as a queued push is acknowledged:
+                        reply.then = apply  # applied as the reply goes out, before any request
+                        return reply  # this thread handles next (a pull sees it)
+                    apply()
+                    return reply
         slot = self.engine.reserve()
         if slot is None:
             raise WireError("the server's queues are full; retry", ErrorCode.BUSY)
@@ -510,6 +520,13 @@ class ParameterServer:
         work.acked = ack_now
         self.engine.put(slot, work)
         return Reply(header.reply(MsgType.ACK, version=work.version)) if ack_now else None
+
+    def _apply_claimed(self, work: Work, claimed) -> None:
+        """Apply a push on this thread with its shard's thread claimed, then let that go."""
+        try:
+            self.engine.apply_claimed(work)
+        finally:
+            claimed.release()
 
     def _work(self, header: Header, shard: int, local: int, frames: list) -> Work:
         lo, hi = self.layout.shard_range(shard)

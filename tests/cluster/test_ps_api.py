@@ -238,6 +238,50 @@ def test_a_push_to_an_idle_shard_is_applied_by_the_network_thread_and_equals_the
     np.testing.assert_array_equal(ends[0], ends[1])  # the same rule, the same order: bit for bit
 
 
+@pytest.mark.parametrize("ack", ["queued", "applied"])
+def test_a_push_applied_by_the_network_thread_is_acknowledged_as_its_ack_mode_says(ack):
+    """ "queued": the acknowledgement goes out first, the add right behind it (a pull after it
+    still sees it); "applied": the add first. An add that fails after its acknowledgement went
+    out cannot be answered: it is counted INTERNAL, the shard's thread is let go, and the server
+    goes on serving."""
+    with local_server(GEOMETRY, shard_kib=4, ack=ack) as server, client_for(server) as client:
+        engine, order = server.engine, []
+        apply_claimed = engine.apply_claimed
+
+        def watched(work):
+            order.append(("apply", work.version))
+            apply_claimed(work)
+
+        engine.apply_claimed = watched
+        reply = server.router._reply
+
+        def replied(identity, answer):
+            if answer.header.type == MsgType.ACK:
+                order.append(("ack", answer.header.version))
+            reply(identity, answer)
+
+        server.router._reply = replied
+        out = np.zeros(N, np.float32)
+        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 100)])  # shard 0 alone
+        client.pull(out)
+        assert out[:100].tolist() == [1.0] * 100
+        first = [("ack", 1), ("apply", 1)] if ack == "queued" else [("apply", 1), ("ack", 1)]
+        assert order == first
+        if ack == "applied":
+            return
+
+        def broken(work):
+            raise RuntimeError("the add failed")
+
+        engine.apply_claimed = broken
+        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 100)])  # acknowledged, not added
+        engine.apply_claimed = apply_claimed
+        client.push_deltas(np.full(N, 2.0, np.float32), ranges=[(0, 100)])  # the thread is free
+        client.pull(out)
+        assert out[:100].tolist() == [3.0] * 100
+        assert client.status()[0]["errors"] == {"INTERNAL": 1}
+
+
 def test_without_direct_pulls_every_pull_queues_and_still_sees_every_push():
     with local_server(GEOMETRY, shard_kib=4, direct_pulls=False) as server:
         with client_for(server) as client:
