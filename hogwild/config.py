@@ -310,16 +310,27 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:
     return config
 
 
+OLD_CADENCE = 64  # train.n_push's and n_fetch's default before 0 meant the store's own
+CADENCES = ("n_push", "n_fetch")
+
+
 def _migrate(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """Read configs written by earlier versions (and the checkpoints that record them).
 
     ``train.parameters = "interleave"`` is now ``"shared"`` (whose replica and exchange keys did
     nothing, and are dropped); ``train.exchange_every`` became the two cadences
-    ``train.n_push`` and ``train.n_fetch``.
+    ``train.n_push`` and ``train.n_fetch``; and those defaulted to 64 before 0 (the store's own)
+    did, so a shared job's record of the old default is dropped too.
     """
     train = data.get("train")
     if not isinstance(train, Mapping):
         return data
+    if train.get("parameters") == "shared" and OLD_CADENCE in (
+        train.get("n_push"),
+        train.get("n_fetch"),
+    ):
+        train = {k: v for k, v in train.items() if k not in CADENCES or v != OLD_CADENCE}
+        data = {**data, "train": train}
     if train.get("parameters") != "interleave" and "exchange_every" not in train:
         return data
     train = dict(train)

@@ -137,18 +137,23 @@ def check_config(config: Config, origin: str) -> None:
 
 
 def _check_push_decay(config, fail) -> None:
-    """The weight decay one push of vectors carries (``lr x decay x n_push``) must be below 1."""
-    from hogwild.store.registry import cadences, store_names
+    """A cadence the job sets; the store checks its own (0) where it resolves it."""
+    if config.train.n_push:
+        problem = push_decay_problem(config.optim, config.train.n_push, "train.n_push")
+        if problem:
+            fail(problem)
 
-    n_push, what = config.train.n_push, "train.n_push"
-    if not n_push and config.train.parameters in store_names():
-        n_push, what = cadences(config.train)[0], "train.n_push (the store's cadence)"
-    decay = config.optim.lr * config.optim.weight_decay * n_push
-    if decay >= 1.0:  # the fraction of a weight one push of vectors removes must be below 1
-        fail(
-            f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
-            "carries would remove the whole weight; lower train.n_push or the decay"
-        )
+
+def push_decay_problem(optim, n_push: int, what: str) -> str | None:
+    """What is wrong when the weight decay one push of vectors carries (``lr x decay x
+    n_push``, the fraction of a weight it removes) would remove the whole weight; else None."""
+    decay = optim.lr * optim.weight_decay * n_push
+    if decay < 1.0:
+        return None
+    return (
+        f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
+        "carries would remove the whole weight; lower train.n_push or the decay"
+    )
 
 
 def _check_exchange(train, fail) -> None:

@@ -69,12 +69,14 @@ from hogwild.cluster.coordinator import (
     replicas_training,
 )
 from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
+from hogwild.cluster.polling import PollSchedule, share_rate
 from hogwild.cluster.prometheus import role_ports, serve_metrics
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.cluster.topology import require_built, resolve_topology
 from hogwild.config import PS_DEFAULT_LR
-from hogwild.errors import HogwildError
+from hogwild.config_checks import push_decay_problem
+from hogwild.errors import ConfigError, HogwildError
 from hogwild.model.compile import compile_lock
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
@@ -92,8 +94,6 @@ from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import save_checkpoint
 
-POLL_S = 0.2  # between polls of the replicas while none is about to finish
-SOON_POLL_S = 0.005  # between polls once one is due to finish (see next_poll_s)
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
@@ -157,6 +157,11 @@ class ClusterDriver:
         self.config = config.override(
             {**topology.cluster_overrides(), "ps.job": self.job, **servers}
         )
+        if not topology.coordinated:  # the replicas' cadence: refused here, not in every replica
+            n_push = self.config.train.n_push or store_class("ps").cadence
+            problem = push_decay_problem(self.config.optim, n_push, "the replicas' n_push")
+            if problem:
+                raise ConfigError(problem)
         self.data, self.source, self.resume = data, self.config.data.source, resume
         self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
         plan, n_train, self.n_test = plan_data(self.config, data, 1)
@@ -177,6 +182,7 @@ class ClusterDriver:
         self.train_started = 0.0
         self.clients: list[ControlClient] = []
         self.last_status: dict[int, dict] = {}
+        self.polls = PollSchedule()  # when to ask the replicas next
         self.gone: set[str] = set()  # roles the launcher saw exit
         self.exits: dict = {}  # their RoleExit, by name: how each ended (until restarted)
         self.specs: dict = {}  # the replicas' and data servers' specs as started, by name
@@ -522,23 +528,21 @@ class ClusterDriver:
                 self._call(replica, "status")
 
     def _poll_delay(self, coordinator: Coordinator) -> float:
-        """Seconds to sleep before the next poll: shorter when a replica is due to finish its
-        share (or the warm start), by its rate so far, so the epoch ends and the next one
-        begins within milliseconds of it rather than up to :data:`POLL_S` later."""
-        delay = POLL_S
-        now = time.monotonic()
+        """Seconds to sleep before the next poll (:mod:`hogwild.cluster.polling`): shorter when
+        a replica is due to finish its share (or the warm start), by its rate so far, so the
+        epoch ends and the next one begins within milliseconds of it."""
+        due = {}
         for replica in replicas_training(coordinator):
             seen = self.last_status.get(replica)
             left = coordinator.remaining(replica)
             if seen is None or left is None:
                 continue
             status = seen["status"]
-            rate = _share_rate(status) if status.get("epoch") == coordinator.epoch else None
+            rate = share_rate(status) if status.get("epoch") == coordinator.epoch else None
             if left and rate is None:
                 continue  # not started yet, or no examples yet: nothing to go by
-            due = seen["at"] + (left / rate if left else 0.0)
-            delay = min(delay, next_poll_s(due - now))
-        return delay
+            due[replica] = (coordinator.epoch, seen["at"] + (left / rate if left else 0.0))
+        return self.polls.delay(time.monotonic(), due)
 
     def _events(self, coordinator: Coordinator, replica: int) -> list:
         status = self._call(replica, "status")
@@ -886,21 +890,3 @@ def _merge_histograms(histograms) -> dict:
         for key, count in (histogram or {}).items():
             merged[key] = merged.get(key, 0) + int(count)
     return merged
-
-
-def next_poll_s(due_in: float) -> float:
-    """The sleep before the next poll of a replica due to finish in ``due_in`` seconds
-    (negative: overdue by that long): until it is due, then every :data:`SOON_POLL_S`, backing
-    off towards :data:`POLL_S` the longer it is overdue (a replica that slowed down, or died,
-    is not asked 200 times a second)."""
-    if due_in > 0:
-        return min(POLL_S, max(SOON_POLL_S, due_in))
-    return min(POLL_S, max(SOON_POLL_S, -due_in / 4))
-
-
-def _share_rate(status: dict) -> float | None:
-    """Examples per second of a replica's share so far, from its status; None before any."""
-    examples, seconds = status.get("examples"), status.get("seconds")
-    if not isinstance(examples, int) or not isinstance(seconds, int | float) or examples <= 0:
-        return None
-    return examples / seconds if seconds > 0 else None

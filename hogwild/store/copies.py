@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
+from hogwild.config_checks import push_decay_problem
 from hogwild.errors import ConfigError
 from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, OP_FC
 from hogwild.numa.pinning import bind_memory, first_touch, interleave_memory
@@ -121,6 +122,9 @@ class CopiesStore(ParameterStore):
         super().__init__(config, network, placements)
         train = config.train
         self.n_push, self.n_fetch = train.n_push or self.cadence, train.n_fetch or self.cadence
+        problem = push_decay_problem(config.optim, self.n_push, f"{self.name}'s n_push")
+        if problem:
+            raise ConfigError(problem)
         self.copy_floats = -(-network.n_params * 4 // PAGE) * PAGE // 4
         self.unit = training_unit(config)
         self.layers = fc_layers(network)

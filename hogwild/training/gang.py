@@ -9,6 +9,7 @@ is in (asked to stop, then terminated, then killed: a stopped process dies of SI
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
 import time
@@ -96,8 +97,13 @@ class WorkerGang:
     def wake(self) -> None:
         """Make the :meth:`poll` under way in another thread (or the next one) return a
         :class:`~hogwild.training.messages.Wake` at once: that thread has work besides the
-        workers' answers (a replica's command from its driver)."""
-        self.results.put(Wake())
+        workers' answers (a replica's command from its driver). Nothing before :meth:`start`
+        or after :meth:`stop`."""
+        results = self.results
+        if results is None:
+            return
+        with contextlib.suppress(ValueError, OSError):  # closed meanwhile: nobody to wake
+            results.put(Wake())
 
     def next_message(self, doing: str, deadline: float | None = None, idle=None):
         """The next answer; raises if a worker died, failed or stalled, or the deadline passed.
@@ -177,6 +183,8 @@ class WorkerGang:
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+        if self.results is not None:  # this process's Wakes, if unread, are not waited for
+            self.results.cancel_join_thread()
         for q in [*self.commands, self.results]:
             if q is not None:
                 q.close()

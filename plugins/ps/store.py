@@ -125,14 +125,19 @@ class PSStore(CopiesStore):
         self.joined_version = 0
 
     def auto_fc_push(self) -> str:
-        """Vectors (API b) when a server is on another machine: k(M+N) floats on the wire
-        instead of MN, and the outer products on the server's cores (Adam 3.2.6); deltas when
-        every server shares this machine's cores, where the outer products would cost more than
-        the traffic they save (2,933 against 5,637 examples/s at batch 1, measured here)."""
+        """Vectors (API b) when a server is on another machine and they are the fewer floats:
+        k(M+N) on the wire instead of MN for k = ``n_push`` examples, with the outer products on
+        the server's cores (Adam 3.2.6). Deltas when every server shares this machine's cores,
+        where the outer products would cost more than the traffic they save (2,933 against
+        5,637 examples/s at batch 1, measured here), and when k is too large for vectors to save
+        anything (Adam's model at the default 512: 988,160 floats of vectors against 292,000
+        weights; they pay below k = 151)."""
         from hogwild.net.address import is_loopback, parse_address
 
         remote = any(not is_loopback(parse_address(a)) for a in self.config.ps.servers)
-        return "vectors" if remote else "deltas"
+        vectors = self.n_push * sum(f.n_in + f.n_out for f in self.layers)
+        weights = sum(f.n_in * f.n_out for f in self.layers)
+        return "vectors" if remote and vectors < weights else "deltas"
 
     def attach(self, arena) -> None:
         super().attach(arena)

@@ -8,7 +8,7 @@ import multiprocessing
 import threading
 
 from hogwild.training.gang import WorkerGang
-from hogwild.training.messages import Wake
+from hogwild.training.messages import Pinned, Wake
 
 
 def _no_worker(setup, commands, results) -> None:  # pragma: no cover - never started
@@ -28,3 +28,16 @@ def test_wake_ends_a_poll_under_way_in_another_thread():
         assert isinstance(polled[0], Wake)  # not None: the 60 s timeout did not run out
     finally:
         gang.stop()
+
+
+def test_waiting_for_the_workers_passes_over_a_wake_and_a_stopped_gang_takes_none():
+    gang = WorkerGang(multiprocessing.get_context("spawn"))
+    gang.wake()  # not started: nothing to wake, no error
+    gang.start(0, _no_worker, lambda worker: None)
+    try:
+        gang.wake()
+        gang.results.put(Pinned(0))  # as a worker's answer comes
+        assert gang.next_message("waiting", deadline=None) == Pinned(0)
+    finally:
+        gang.stop()
+    gang.wake()  # stopped: its queue is closed, nothing to wake, no error

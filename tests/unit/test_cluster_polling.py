@@ -1,31 +1,59 @@
-"""How soon the cluster driver asks its replicas again: at its usual interval while none is due
-to finish, on time for one that is, then often, backing off while it stays overdue."""
+"""How soon the cluster driver asks its replicas again (hogwild.cluster.polling, no clock of its
+own): at its usual interval while none is due to finish, on time for one that is, then often,
+backing off while it stays overdue, and afresh for the next epoch."""
 
 from __future__ import annotations
 
 import pytest
 
-from hogwild.cluster.driver import POLL_S, SOON_POLL_S, _share_rate, next_poll_s
+from hogwild.cluster.polling import POLL_S, SOON_POLL_S, PollSchedule, next_poll_s, share_rate
 
 
 def test_a_replica_far_from_its_end_is_asked_at_the_usual_interval():
     assert next_poll_s(30.0) == POLL_S
+    assert PollSchedule().delay(100.0, {}) == POLL_S  # nobody to go by
 
 
 def test_a_replica_due_soon_is_asked_when_it_is_due():
     assert next_poll_s(POLL_S / 2) == pytest.approx(POLL_S / 2)
     assert next_poll_s(SOON_POLL_S / 10) == SOON_POLL_S  # never a busy loop
+    schedule = PollSchedule()
+    assert schedule.delay(100.0, {0: (3, 130.0), 1: (3, 100.05)}) == pytest.approx(0.05)
 
 
 def test_an_overdue_replica_is_asked_often_at_first_then_less_and_less():
-    waits = [next_poll_s(-late) for late in (0.0, 0.05, 0.2, 5.0)]
+    schedule = PollSchedule()
+    # each poll's status moves the estimate to "due now": the back-off counts from the first
+    waits, now = [], 10.0
+    for _ in range(40):
+        wait = schedule.delay(now, {0: (5, now)})
+        waits.append(wait)
+        now += wait
     assert waits[0] == SOON_POLL_S
     assert waits == sorted(waits)
     assert waits[-1] == POLL_S
+    polls_in_2_s = sum(1 for end in _running_sum(waits) if end <= 2.0)
+    assert polls_in_2_s < 30  # not 200 a second
+
+
+def test_the_back_off_starts_afresh_when_the_replica_is_due_again_or_in_a_new_epoch():
+    schedule = PollSchedule()
+    schedule.delay(10.0, {0: (1, 9.9)})  # overdue since 9.9
+    assert schedule.delay(10.3, {0: (1, 10.2)}) == pytest.approx(0.1)  # 0.4 s overdue / 4
+    assert schedule.delay(10.3, {0: (2, 10.3)}) == SOON_POLL_S  # the next epoch's share
+    assert schedule.delay(10.4, {0: (2, 10.5)}) == pytest.approx(0.1)  # due again, later
+    assert schedule.delay(10.5, {0: (2, 10.5)}) == SOON_POLL_S  # overdue afresh
 
 
 def test_a_share_rate_comes_from_the_status_or_is_unknown():
-    assert _share_rate({"examples": 500, "seconds": 0.25}) == 2000.0
-    assert _share_rate({"examples": 0, "seconds": 1.0}) is None  # nothing trained yet
-    assert _share_rate({"examples": 5, "seconds": 0.0}) is None
-    assert _share_rate({"state": "idle"}) is None  # no share
+    assert share_rate({"examples": 500, "seconds": 0.25}) == 2000.0
+    assert share_rate({"examples": 0, "seconds": 1.0}) is None  # nothing trained yet
+    assert share_rate({"examples": 5, "seconds": 0.0}) is None
+    assert share_rate({"state": "idle"}) is None  # no share
+
+
+def _running_sum(values):
+    total = 0.0
+    for value in values:
+        total += value
+        yield total

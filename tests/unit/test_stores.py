@@ -335,6 +335,30 @@ def test_a_node_the_kernel_does_not_know_is_reported(network):
         under.close()
 
 
+def test_each_store_runs_its_own_cadence_and_vectors_only_where_they_are_fewer_floats(network):
+    replicate = store_class("replicate")(job(), network, placements([0, 0]))
+    assert (replicate.n_push, replicate.n_fetch) == (64, 64)
+    assert replicate.describe()["n_push"] == 64
+    remote = {"train.parameters": "ps", "ps.servers": ["10.0.0.2:5555"]}
+    served = store_class("ps")(job(**remote), network, placements([0, 0]))
+    assert (served.n_push, served.n_fetch) == (512, 512)
+    assert served.describe()["n_push"] == 512
+    # 512 x (320 + 400 + 400 + 400 + 400 + 10) floats of vectors > 292,000 weights: deltas
+    assert served.describe()["fc_push"] == "deltas"
+    every_64 = store_class("ps")(job(**remote, **{"train.n_push": 64}), network, placements([0]))
+    assert every_64.describe()["fc_push"] == "vectors"
+    local = {"train.parameters": "ps", "ps.servers": ["127.0.0.1:5555"], "train.n_push": 64}
+    assert store_class("ps")(job(**local), network, placements([0])).describe()["fc_push"] == (
+        "deltas"  # the outer products would cost this machine's own cores
+    )
+
+
+def test_a_store_refuses_a_weight_decay_its_own_cadence_would_make_whole(network):
+    config = job(**{"optim.lr": 1.0, "optim.weight_decay": 1 / 64})
+    with pytest.raises(ConfigError, match="replicate's n_push = 1: the weight decay one push"):
+        store_class("replicate")(config, network, placements([0, 0]))
+
+
 def test_a_cadence_of_0_is_the_stores_own_and_a_set_one_is_kept():
     from hogwild.store.registry import cadences, store_class
 
@@ -345,3 +369,15 @@ def test_a_cadence_of_0_is_the_stores_own_and_a_set_one_is_kept():
     assert store_class("ps").cadence == 512
     assert cadences(ps) == (512, 100)
     assert cadences(job(**{"train.n_push": 32}).train) == (32, 64)
+
+
+def test_a_shared_jobs_record_of_the_old_cadence_default_still_loads():
+    """Checkpoints of shared jobs written while 64 was the default record n_push = 64."""
+    from hogwild.config import config_from_dict
+
+    old = load_config(overrides={"train.parameters": "shared"}).to_dict()
+    old["train"].update(n_push=64, n_fetch=64)
+    config = config_from_dict(old)
+    assert (config.train.parameters, config.train.n_push, config.train.n_fetch) == ("shared", 0, 0)
+    with pytest.raises(ConfigError, match="train.n_push = 32 does nothing"):
+        config_from_dict({**old, "train": {**old["train"], "n_push": 32}})

@@ -1,0 +1,56 @@
+"""When the cluster driver asks its replicas again: a schedule without I/O.
+
+The driver learns that a replica finished its share by asking it (``status``). Asked at a fixed
+interval, an epoch would end up to that interval after its last share, with every replica idle
+meanwhile. So the driver asks at :data:`POLL_S` while no replica is about to finish, and each
+replica again when it is due to (by its rate so far, :func:`share_rate`); then every
+:data:`SOON_POLL_S` while it is overdue, backing off towards :data:`POLL_S` the longer it stays
+overdue (a replica closing its last chunk, pulling the servers' model through a failover, or
+stalled), so none is asked 200 times a second for long. :class:`PollSchedule` remembers since
+when each replica is overdue; the clock is the caller's.
+"""
+
+from __future__ import annotations
+
+POLL_S = 0.2  # between polls while no replica is about to finish
+SOON_POLL_S = 0.005  # between polls once one is due to finish
+
+
+def next_poll_s(due_in: float) -> float:
+    """The sleep before asking a replica due in ``due_in`` seconds (negative: overdue by that
+    long): until it is due, then every :data:`SOON_POLL_S`, backing off towards :data:`POLL_S`
+    (a quarter of the time it has been overdue)."""
+    if due_in > 0:
+        return min(POLL_S, max(SOON_POLL_S, due_in))
+    return min(POLL_S, max(SOON_POLL_S, -due_in / 4))
+
+
+def share_rate(status: dict) -> float | None:
+    """Examples per second of a replica's share so far, from its status; None before any."""
+    examples, seconds = status.get("examples"), status.get("seconds")
+    if not isinstance(examples, int) or not isinstance(seconds, int | float) or examples <= 0:
+        return None
+    return examples / seconds if seconds > 0 else None
+
+
+class PollSchedule:
+    """The sleep before the next poll, from when each replica training now is due."""
+
+    def __init__(self) -> None:
+        self.overdue_since: dict[int, tuple[int, float]] = {}  # replica -> (epoch, since)
+
+    def delay(self, now: float, due: dict[int, tuple[int, float]]) -> float:
+        """``due``: replica -> (its share's epoch, when it is due to finish, on the caller's
+        clock); replicas with nothing to go by are left out."""
+        delay = POLL_S
+        for replica, (epoch, at) in due.items():
+            if at > now:
+                self.overdue_since.pop(replica, None)
+                delay = min(delay, next_poll_s(at - now))
+                continue
+            since_epoch, since = self.overdue_since.get(replica, (-1, at))
+            if since_epoch != epoch:
+                since = at
+                self.overdue_since[replica] = (epoch, since)
+            delay = min(delay, next_poll_s(since - now))
+        return delay
