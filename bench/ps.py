@@ -57,6 +57,7 @@ from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 
 from bench.machine import Gang, describe_machine, sgemm_gflops, versions
 from bench.peer_ps_zmq import WARMUP, ChildServer, raw_client, raw_server
+from bench.record import emit_record, source
 
 SHARD = 262_144  # floats per 1 MiB shard
 N_SHARDS = 8
@@ -362,12 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": describe_machine(),
         "versions": versions(),
         "command": shlex.join(["python", "bench/ps.py", *(sys.argv[1:] if argv is None else argv)]),
+        "source": source(),  # the commit, and files changed from it
     }
-    line = json.dumps(record)
-    print(line, flush=True)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(line + "\n")
+    emit_record(record, args.out)
     if args.plot:
         from bench.ps_fig9 import plot_fig9
 

@@ -66,7 +66,7 @@ if __package__ in (None, ""):  # run as ``python bench/replicas.py``: make ``ben
 
 from bench.machine import describe_machine, versions
 from bench.paper_job import PAPER_JOB
-from bench.record import emit_record
+from bench.record import emit_record, source
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -550,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     record["wall_s"] = time.perf_counter() - started
     record["command"] = shlex.join(["python", "bench/replicas.py", *argv])
+    record["source"] = source()  # the commit, and files changed from it
     emit_record(record, args.out)
     if args.plot:
         plot_fig11(record, args.plot)

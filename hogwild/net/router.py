@@ -10,7 +10,8 @@
 3. receives the array frames: in place (ZeroMQ's own message buffers, no copy) or, when the
    handler provides buffers for them (:meth:`Handler.buffers`), straight into those
    (``recv_into``: one copy, e.g. into blocks of a :class:`hogwild.shm.pool.BufferPool`);
-4. hands the request to the handler, which answers at once (a :class:`Reply`) or later from
+4. hands the request to the handler, which answers at once (a :class:`Reply`, whose ``then``
+   the thread runs right after sending it: work the reply need not wait for) or later from
    another thread through a :class:`Replier`.
 
 Whatever is wrong with a message (a malformed header, a frame count or size that does not match,

@@ -305,7 +305,8 @@ class UpdateEngine:
 
         For servers whose writes are all queued by the calling thread (one copy of every
         shard), as :meth:`read_now`. The caller applies at most one push with it
-        (:meth:`apply_claimed`) and releases it at once.
+        (:meth:`apply_claimed`) and releases it then, having possibly sent the push's
+        acknowledgement first (``ack = "queued"``); it takes no other request meanwhile.
         """
         shard = self.shards[local]
         lock = self._busy[shard.thread]

@@ -489,13 +489,15 @@ class ParameterServer:
                 if claimed is not None:
                     try:
                         self._admit(header, shard, work)
+                        work.free = self._free_later(request.frames)
+                        work.keep = request.frames
+                        apply = partial(self._apply_claimed, work, claimed)
+                        reply = Reply(header.reply(MsgType.ACK, version=work.version))
                     except BaseException:
+                        if work.free is not None:
+                            work.free()
                         claimed.release()
                         raise
-                    work.free = self._free_later(request.frames)
-                    work.keep = request.frames
-                    apply = partial(self._apply_claimed, work, claimed)
-                    reply = Reply(header.reply(MsgType.ACK, version=work.version))
                     if self.options.ack == "queued":  # taken, as a queued push is acknowledged:
                         reply.then = apply  # applied as the reply goes out, before any request
                         return reply  # this thread handles next (a pull sees it)
@@ -522,9 +524,18 @@ class ParameterServer:
         return Reply(header.reply(MsgType.ACK, version=work.version)) if ack_now else None
 
     def _apply_claimed(self, work: Work, claimed) -> None:
-        """Apply a push on this thread with its shard's thread claimed, then let that go."""
+        """Apply a push on this thread with its shard's thread claimed, then let that go. A
+        failure is in the status's ``failures`` (and, after an acknowledgement, the router
+        counts it INTERNAL)."""
         try:
             self.engine.apply_claimed(work)
+        except Exception as exc:
+            self.engine.failures.append(
+                f"push {work.header.sender}:{work.header.seq} to shard {work.header.target} "
+                f"(version {work.version}): {type(exc).__name__}: {exc}"
+            )
+            del self.engine.failures[:-20]
+            raise
         finally:
             claimed.release()
 

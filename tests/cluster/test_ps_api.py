@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.client import PSClient, PSRequestError
 from hogwild_plugins.ps.launch import free_port, local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
@@ -240,10 +241,10 @@ def test_a_push_to_an_idle_shard_is_applied_by_the_network_thread_and_equals_the
 
 @pytest.mark.parametrize("ack", ["queued", "applied"])
 def test_a_push_applied_by_the_network_thread_is_acknowledged_as_its_ack_mode_says(ack):
-    """ "queued": the acknowledgement goes out first, the add right behind it (a pull after it
-    still sees it); "applied": the add first. An add that fails after its acknowledgement went
-    out cannot be answered: it is counted INTERNAL, the shard's thread is let go, and the server
-    goes on serving."""
+    """With ack = "queued" the acknowledgement goes out first, the add right behind it (a pull
+    after it still sees it); with "applied", the add first. An add that fails after its
+    acknowledgement went out cannot be answered: it is counted INTERNAL and in the failures,
+    the shard's thread is let go, and the server goes on serving."""
     with local_server(GEOMETRY, shard_kib=4, ack=ack) as server, client_for(server) as client:
         engine, order = server.engine, []
         apply_claimed = engine.apply_claimed
@@ -270,16 +271,26 @@ def test_a_push_applied_by_the_network_thread_is_acknowledged_as_its_ack_mode_sa
         if ack == "applied":
             return
 
-        def broken(work):
+        def broken(*args):
             raise RuntimeError("the add failed")
 
-        engine.apply_claimed = broken
-        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 100)])  # acknowledged, not added
-        engine.apply_claimed = apply_claimed
+        add = kernels.apply_delta
+        kernels.apply_delta = broken  # the engine's own failure path runs
+        try:
+            client.push_deltas(np.ones(N, np.float32), ranges=[(0, 100)])  # acknowledged only
+            client.pull(out)  # answered after the add was tried (the ack came before it)
+        finally:
+            kernels.apply_delta = add
+        assert out[:100].tolist() == [1.0] * 100
         client.push_deltas(np.full(N, 2.0, np.float32), ranges=[(0, 100)])  # the thread is free
-        client.pull(out)
+        with client_for(server, cid=2) as other:  # what any client pulls after the ack
+            other.pull(out)
         assert out[:100].tolist() == [3.0] * 100
-        assert client.status()[0]["errors"] == {"INTERNAL": 1}
+        status = client.status()[0]
+        assert status["errors"] == {"INTERNAL": 1}
+        assert any("push 1:" in f and "the add failed" in f for f in status["failures"])
+        shard0 = status["shards"][0]
+        assert shard0["applied"] == shard0["version"] == 3  # the failed one counted, not added
 
 
 def test_without_direct_pulls_every_pull_queues_and_still_sees_every_push():
