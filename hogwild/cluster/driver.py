@@ -75,8 +75,7 @@ from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.cluster.topology import require_built, resolve_topology
 from hogwild.config import PS_DEFAULT_LR
-from hogwild.config_checks import push_decay_problem
-from hogwild.errors import ConfigError, HogwildError
+from hogwild.errors import HogwildError
 from hogwild.model.compile import compile_lock
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
@@ -157,11 +156,6 @@ class ClusterDriver:
         self.config = config.override(
             {**topology.cluster_overrides(), "ps.job": self.job, **servers}
         )
-        if not topology.coordinated:  # the replicas' cadence: refused here, not in every replica
-            n_push = self.config.train.n_push or store_class("ps").cadence
-            problem = push_decay_problem(self.config.optim, n_push, "the replicas' n_push")
-            if problem:
-                raise ConfigError(problem)
         self.data, self.source, self.resume = data, self.config.data.source, resume
         self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
         plan, n_train, self.n_test = plan_data(self.config, data, 1)

@@ -42,13 +42,15 @@ class PollSchedule:
     def delay(self, now: float, due: dict[int, tuple[int, float]]) -> float:
         """``due``: replica -> (its share's epoch, when it is due to finish, on the caller's
         clock); replicas with nothing to go by are left out."""
+        for gone in self.overdue_since.keys() - due.keys():  # done, dead, or not started
+            del self.overdue_since[gone]
         delay = POLL_S
         for replica, (epoch, at) in due.items():
             if at > now:
                 self.overdue_since.pop(replica, None)
                 delay = min(delay, next_poll_s(at - now))
                 continue
-            since_epoch, since = self.overdue_since.get(replica, (-1, at))
+            since_epoch, since = self.overdue_since.get(replica, (None, at))
             if since_epoch != epoch:
                 since = at
                 self.overdue_since[replica] = (epoch, since)

@@ -122,9 +122,6 @@ class CopiesStore(ParameterStore):
         super().__init__(config, network, placements)
         train = config.train
         self.n_push, self.n_fetch = train.n_push or self.cadence, train.n_fetch or self.cadence
-        problem = push_decay_problem(config.optim, self.n_push, f"{self.name}'s n_push")
-        if problem:
-            raise ConfigError(problem)
         self.copy_floats = -(-network.n_params * 4 // PAGE) * PAGE // 4
         self.unit = training_unit(config)
         self.layers = fc_layers(network)
@@ -142,6 +139,12 @@ class CopiesStore(ParameterStore):
             placements, mode, "node" if mode == "interleave" else self.choice.per
         )
         self.vectors = self._resolve_fc_push(train.fc_push)
+        if self.vectors:  # a push of vectors carries the weight decay of its examples
+            units = self.n_push if train.batch == 1 else max(1, self.n_push // train.batch)
+            what = f"{self.name}'s n_push" + ("" if train.batch == 1 else " / train.batch")
+            problem = push_decay_problem(config.optim, units, what)
+            if problem:
+                raise ConfigError(problem)
 
     def auto_fc_push(self) -> str:
         """How fully connected layers travel with ``train.fc_push = "auto"``: as deltas.

@@ -333,6 +333,13 @@ class UpdateEngine:
             raise
         self.pushes_at_once += 1
 
+    def forgo(self, work: Work) -> None:
+        """A push admitted (its version given out) that will never be applied: its request
+        failed before it was queued or applied. Counted as applied, as a failed apply is, so
+        the shard's counts stay aligned with its versions; its buffers go back."""
+        self.shards[work.local].applied += 1
+        self._release(work)
+
     def snapshot(self, timeout: float = 30.0, full: bool = False) -> SnapshotRound | None:
         """Copies of the shards changed since the last snapshot (``full``: of every shard).
 

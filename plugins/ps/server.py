@@ -489,13 +489,16 @@ class ParameterServer:
                 if claimed is not None:
                     try:
                         self._admit(header, shard, work)
+                    except BaseException:
+                        claimed.release()
+                        raise
+                    try:
                         work.free = self._free_later(request.frames)
                         work.keep = request.frames
                         apply = partial(self._apply_claimed, work, claimed)
                         reply = Reply(header.reply(MsgType.ACK, version=work.version))
                     except BaseException:
-                        if work.free is not None:
-                            work.free()
+                        self.engine.forgo(work)  # its version was given out: counts aligned
                         claimed.release()
                         raise
                     if self.options.ack == "queued":  # taken, as a queued push is acknowledged:

@@ -7,7 +7,8 @@ node, in the replica's arena, pushed every ``train.n_push`` examples and pulled 
 ``ps.servers`` instead of a copy in shared memory: DistBelief's model replica (section 4.1) and
 Adam's (section 3.3). Pushes go through :class:`~hogwild_plugins.ps.client.PSClient`: the fully
 connected layers as their k activation and error vectors (API b, Adam section 3.2.6) when each
-copy has one writer, the rest as accumulated deltas (API a), each stamped with the shard
+copy has one writer and ``train.fc_push`` says so (``auto``: to remote servers, where they are the
+fewer floats), the rest as accumulated deltas (API a), each stamped with the shard
 versions the copy last pulled so the servers can decay or refuse stale updates. A pull fetches
 every shard's values and versions.
 

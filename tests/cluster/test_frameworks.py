@@ -180,16 +180,3 @@ def test_a_hybrid_on_several_server_groups_is_refused_before_any_role_starts(mni
     assert "valid topology but hogwild cluster does not run it yet" in done.stderr
     assert "not built: synchronous worker groups on several server groups" in done.stderr
     assert "hogwild ps: serving" not in done.stderr  # nothing was started
-
-
-def test_a_weight_decay_the_replicas_cadence_would_make_whole_is_refused_before_any_role_starts(
-    mnist_dir, tmp_path
-):
-    """lr x weight_decay x 512 (the ps store's cadence) >= 1: a config error from the driver,
-    not a failure of every replica once started."""
-    config = tmp_path / "mlp.toml"
-    config.write_text(MLP)
-    done = cluster(config, mnist_dir, "--optim.lr=1", "--optim.weight_decay=0.004", timeout=120)
-    assert done.returncode != 0
-    assert "optim.lr x optim.weight_decay x the replicas' n_push = 2.048" in done.stderr
-    assert "hogwild ps: serving" not in done.stderr  # nothing was started

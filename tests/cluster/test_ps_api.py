@@ -293,6 +293,27 @@ def test_a_push_applied_by_the_network_thread_is_acknowledged_as_its_ack_mode_sa
         assert shard0["applied"] == shard0["version"] == 3  # the failed one counted, not added
 
 
+def test_a_direct_push_that_fails_after_admission_is_refused_and_leaves_the_shard_serving():
+    """Its version was given out: counted as applied (the shard's counts stay aligned), the
+    shard's thread let go, the client told INTERNAL; the next push goes through."""
+    with local_server(GEOMETRY, shard_kib=4) as server, client_for(server, retries=0) as client:
+        free_later = server._free_later
+
+        def broken(frames):
+            raise RuntimeError("no buffers")
+
+        server._free_later = broken
+        with pytest.raises(PSRequestError, match="INTERNAL"):
+            client.push_deltas(np.ones(N, np.float32), ranges=[(0, 100)])
+        server._free_later = free_later
+        client.push_deltas(np.full(N, 2.0, np.float32), ranges=[(0, 100)])
+        out = np.zeros(N, np.float32)
+        client.pull(out)
+        assert out[:100].tolist() == [2.0] * 100
+        shard0 = client.status()[0]["shards"][0]
+        assert shard0["applied"] == shard0["version"] == 2
+
+
 def test_without_direct_pulls_every_pull_queues_and_still_sees_every_push():
     with local_server(GEOMETRY, shard_kib=4, direct_pulls=False) as server:
         with client_for(server) as client:

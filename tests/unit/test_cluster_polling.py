@@ -45,6 +45,14 @@ def test_the_back_off_starts_afresh_when_the_replica_is_due_again_or_in_a_new_ep
     assert schedule.delay(10.5, {0: (2, 10.5)}) == SOON_POLL_S  # overdue afresh
 
 
+def test_a_replica_that_left_the_schedule_is_overdue_afresh_when_it_comes_back():
+    schedule = PollSchedule()
+    schedule.delay(10.0, {0: (1, 9.0)})  # overdue since 9.0
+    schedule.delay(10.5, {})  # it finished, or died
+    assert schedule.overdue_since == {}
+    assert schedule.delay(11.0, {0: (1, 11.0)}) == SOON_POLL_S  # rejoined the same epoch
+
+
 def test_a_share_rate_comes_from_the_status_or_is_unknown():
     assert share_rate({"examples": 500, "seconds": 0.25}) == 2000.0
     assert share_rate({"examples": 0, "seconds": 1.0}) is None  # nothing trained yet

@@ -353,10 +353,15 @@ def test_each_store_runs_its_own_cadence_and_vectors_only_where_they_are_fewer_f
     )
 
 
-def test_a_store_refuses_a_weight_decay_its_own_cadence_would_make_whole(network):
-    config = job(**{"optim.lr": 1.0, "optim.weight_decay": 1 / 64})
+def test_a_store_refuses_vectors_whose_push_its_own_cadence_would_make_decay_whole(network):
+    decay = {"optim.lr": 1.0, "optim.weight_decay": 1 / 64}
+    config = job(**decay, **{"train.fc_push": "vectors"})
     with pytest.raises(ConfigError, match="replicate's n_push = 1: the weight decay one push"):
         store_class("replicate")(config, network, placements([0, 0]))
+    deltas = store_class("replicate")(job(**decay), network, placements([0, 0]))  # no decay sent
+    assert not deltas.vectors
+    per_batch = job(**decay, **{"train.fc_push": "vectors", "train.batch": 32})  # 2 per push
+    assert store_class("replicate")(per_batch, network, placements([0, 0])).vectors
 
 
 def test_a_cadence_of_0_is_the_stores_own_and_a_set_one_is_kept():
