@@ -174,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict:
     rates = {m: [s["examples_per_s"] for s in samples[m]] for m in MODES}
     ratios = [r / i for r, i in zip(rates["replicate"], rates["shared"], strict=True)]
     replicate = base["replicate"].train
-    n_push, n_fetch = cadences(replicate)  # 0: the store's own
+    n_push, n_fetch = cadences(base["replicate"])  # 0: the store's own
     n_params = build_network(base["replicate"].model).n_params
     seconds = exchange_seconds(n_params)
     every = min(n_push, n_fetch)

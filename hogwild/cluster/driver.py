@@ -277,7 +277,7 @@ class ClusterDriver:
             return {}
         from hogwild.store.registry import cadences
 
-        n_push, n_fetch = cadences(replace(self.config.train, parameters="ps"))
+        n_push, n_fetch = cadences(self.config.override({"train.parameters": "ps"}))
         return {"n_push": n_push, "n_fetch": n_fetch}
 
     def _client(self, replica: int, address: str) -> ControlClient:

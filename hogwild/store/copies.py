@@ -10,7 +10,7 @@ every worker idle, the store makes one model (:meth:`CopiesStore.end_epoch`: fol
 progress home, give every copy the result; the velocity, optimizer state that is not exchanged
 during an epoch, becomes the copies' mean), so evaluation, checkpoints and resume see one model.
 Subclasses say where home is: the arena (:mod:`hogwild.store.replicate`) or a parameter server
-(the ``ps`` plugin), and how often an exchange with it pays (:attr:`CopiesStore.cadence`).
+(the ``ps`` plugin), and how often an exchange with it pays (:meth:`CopiesStore.own_cadence`).
 
 ``train.replicas = "auto"`` chooses (:func:`choose_copies`): a copy per worker while the copies
 take at most an eighth of the machine's memory (and a quarter of the free ``/dev/shm``), else a
@@ -121,7 +121,8 @@ class CopiesStore(ParameterStore):
     def __init__(self, config, network, placements) -> None:
         super().__init__(config, network, placements)
         train = config.train
-        self.n_push, self.n_fetch = train.n_push or self.cadence, train.n_fetch or self.cadence
+        own = self.own_cadence(config)
+        self.n_push, self.n_fetch = train.n_push or own, train.n_fetch or own
         self.copy_floats = -(-network.n_params * 4 // PAGE) * PAGE // 4
         self.unit = training_unit(config)
         self.layers = fc_layers(network)

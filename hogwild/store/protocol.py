@@ -51,6 +51,12 @@ class ParameterStore(ABC):
     #: default): what an exchange with this store's home is worth its cost at (0: none).
     cadence: ClassVar[int] = 0
 
+    @classmethod
+    def own_cadence(cls, config: Config) -> int:
+        """The cadence a job with ``train.n_push`` (or ``n_fetch``) 0 runs: :attr:`cadence`
+        unless the store knows better for this job."""
+        return cls.cadence
+
     def __init__(
         self, config: Config, network: Network, placements: tuple[WorkerPlacement, ...]
     ) -> None:

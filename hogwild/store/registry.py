@@ -26,10 +26,11 @@ def store_names() -> tuple[str, ...]:
     return tuple(sorted(_entry_points()))
 
 
-def cadences(train) -> tuple[int, int]:
+def cadences(config) -> tuple[int, int]:
     """``train.n_push`` and ``train.n_fetch`` as the job runs them: 0 (the default) is the
-    store's own cadence (:attr:`~hogwild.store.protocol.ParameterStore.cadence`)."""
-    own = store_class(train.parameters).cadence if not (train.n_push and train.n_fetch) else 0
+    store's own cadence (:meth:`~hogwild.store.protocol.ParameterStore.own_cadence`)."""
+    train = config.train
+    own = 0 if train.n_push and train.n_fetch else store_class(train.parameters).own_cadence(config)
     return train.n_push or own, train.n_fetch or own
 
 

@@ -339,14 +339,14 @@ def test_each_store_runs_its_own_cadence_and_vectors_only_where_they_are_fewer_f
     replicate = store_class("replicate")(job(), network, placements([0, 0]))
     assert (replicate.n_push, replicate.n_fetch) == (64, 64)
     assert replicate.describe()["n_push"] == 64
-    remote = {"train.parameters": "ps", "ps.servers": ["10.0.0.2:5555"]}
+    remote = {"train.parameters": "ps", "ps.servers": ["10.0.0.2:5555"], "ps.rule": "adagrad"}
     served = store_class("ps")(job(**remote), network, placements([0, 0]))
-    assert (served.n_push, served.n_fetch) == (512, 512)
+    assert (served.n_push, served.n_fetch) == (512, 512)  # Downpour's Adagrad: Adam's hundreds
     assert served.describe()["n_push"] == 512
     # 512 x (320 + 400 + 400 + 400 + 400 + 10) floats of vectors > 292,000 weights: deltas
     assert served.describe()["fc_push"] == "deltas"
-    every_64 = store_class("ps")(job(**remote, **{"train.n_push": 64}), network, placements([0]))
-    assert every_64.describe()["fc_push"] == "vectors"
+    with_sgd = store_class("ps")(job(**{**remote, "ps.rule": "sgd"}), network, placements([0]))
+    assert with_sgd.n_push == 64 and with_sgd.describe()["fc_push"] == "vectors"
     local = {"train.parameters": "ps", "ps.servers": ["127.0.0.1:5555"], "train.n_push": 64}
     assert store_class("ps")(job(**local), network, placements([0])).describe()["fc_push"] == (
         "deltas"  # the outer products would cost this machine's own cores
@@ -365,15 +365,15 @@ def test_a_store_refuses_vectors_whose_push_its_own_cadence_would_make_decay_who
 
 
 def test_a_cadence_of_0_is_the_stores_own_and_a_set_one_is_kept():
-    from hogwild.store.registry import cadences, store_class
+    from hogwild.store.registry import cadences
 
-    replicate = job().train
-    assert (replicate.n_push, replicate.n_fetch) == (0, 0)  # the bundled job leaves it to the store
+    replicate = job()
+    assert (replicate.train.n_push, replicate.train.n_fetch) == (0, 0)  # left to the store
     assert cadences(replicate) == (64, 64)
-    ps = job(**{"train.parameters": "ps", "train.n_fetch": 100}).train
-    assert store_class("ps").cadence == 512
-    assert cadences(ps) == (512, 100)
-    assert cadences(job(**{"train.n_push": 32}).train) == (32, 64)
+    assert cadences(job(**{"train.parameters": "ps"})) == (64, 64)  # SGD on the servers
+    downpour = job(**{"train.parameters": "ps", "ps.rule": "adagrad", "train.n_fetch": 100})
+    assert cadences(downpour) == (512, 100)
+    assert cadences(job(**{"train.n_push": 32})) == (32, 64)
 
 
 def test_a_shared_jobs_record_of_the_old_cadence_default_still_loads():
