@@ -319,13 +319,17 @@ class UpdateEngine:
 
     def apply_claimed(self, work: Work) -> None:
         """Apply a push of deltas now, in the calling thread, holding :meth:`claim_idle`'s lock
-        for its shard (the caller answers the client: nothing is sent from here)."""
+        for its shard (the caller answers the client: nothing is sent from here). A failure is
+        in :attr:`failures`, naming the push (its acknowledgement may have gone out already)."""
         shard = self.shards[work.local]
         shard.writes_queued += 1
         work.acked = True
         try:
             self._apply_deltas(shard.thread, shard, [work], None)
-        except BaseException:
+        except BaseException as exc:
+            h = work.header
+            push = f"push {h.sender}:{h.seq} to shard {h.target}" if h is not None else "a push"
+            self._record_failure(f"{push} (version {work.version}): {type(exc).__name__}: {exc}")
             if not work.settled:  # the version was given out: keep the counts aligned
                 shard.applied += 1
                 self._settle(shard, work)
@@ -602,9 +606,12 @@ class UpdateEngine:
             work.free()  # pool blocks go back
         work.keep = work.free = work.data = work.a = work.et = None
 
+    def _record_failure(self, text: str) -> None:
+        self.failures.append(text)
+        del self.failures[:-20]  # the latest
+
     def _fail(self, work: Work, replier, exc: Exception) -> None:
-        self.failures.append(f"{type(exc).__name__}: {exc}")
-        del self.failures[:-20]
+        self._record_failure(f"{type(exc).__name__}: {exc}")
         if replier is not None and work.header is not None:
             from hogwild.net.router import error_reply
 

@@ -527,18 +527,11 @@ class ParameterServer:
         return Reply(header.reply(MsgType.ACK, version=work.version)) if ack_now else None
 
     def _apply_claimed(self, work: Work, claimed) -> None:
-        """Apply a push on this thread with its shard's thread claimed, then let that go. A
-        failure is in the status's ``failures`` (and, after an acknowledgement, the router
-        counts it INTERNAL)."""
+        """Apply a push on this thread with its shard's thread claimed, then let that go (a
+        failure is in the status's ``failures``; after an acknowledgement the router counts it
+        INTERNAL)."""
         try:
             self.engine.apply_claimed(work)
-        except Exception as exc:
-            self.engine.failures.append(
-                f"push {work.header.sender}:{work.header.seq} to shard {work.header.target} "
-                f"(version {work.version}): {type(exc).__name__}: {exc}"
-            )
-            del self.engine.failures[:-20]
-            raise
         finally:
             claimed.release()
 
