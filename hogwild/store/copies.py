@@ -121,8 +121,7 @@ class CopiesStore(ParameterStore):
     def __init__(self, config, network, placements) -> None:
         super().__init__(config, network, placements)
         train = config.train
-        own = self.own_cadence(config)
-        self.n_push, self.n_fetch = train.n_push or own, train.n_fetch or own
+        self.n_push, self.n_fetch = self.cadences(config)
         self.copy_floats = -(-network.n_params * 4 // PAGE) * PAGE // 4
         self.unit = training_unit(config)
         self.layers = fc_layers(network)

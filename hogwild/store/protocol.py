@@ -57,6 +57,13 @@ class ParameterStore(ABC):
         unless the store knows better for this job."""
         return cls.cadence
 
+    @classmethod
+    def cadences(cls, config: Config) -> tuple[int, int]:
+        """``train.n_push`` and ``train.n_fetch`` as this store runs them (0: its own)."""
+        train = config.train
+        own = 0 if train.n_push and train.n_fetch else cls.own_cadence(config)
+        return train.n_push or own, train.n_fetch or own
+
     def __init__(
         self, config: Config, network: Network, placements: tuple[WorkerPlacement, ...]
     ) -> None:

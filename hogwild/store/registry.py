@@ -29,9 +29,7 @@ def store_names() -> tuple[str, ...]:
 def cadences(config) -> tuple[int, int]:
     """``train.n_push`` and ``train.n_fetch`` as the job runs them: 0 (the default) is the
     store's own cadence (:meth:`~hogwild.store.protocol.ParameterStore.own_cadence`)."""
-    train = config.train
-    own = 0 if train.n_push and train.n_fetch else store_class(train.parameters).own_cadence(config)
-    return train.n_push or own, train.n_fetch or own
+    return store_class(config.train.parameters).cadences(config)
 
 
 def store_class(name: str):
