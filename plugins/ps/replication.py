@@ -369,9 +369,7 @@ class Replication:
                     f"shard {shard}: commit up to {header.version}, prepared only to {log.last}",
                     ErrorCode.NEED_SYNC,
                 )
-            items = log.commit(header.version, header.aux)  # aux: the primary's epoch
-            for sender, seq, work in items:
-                log.record(sender, seq, work.version)
+            items = _commit(log, header.version, header.aux)  # aux: the primary's epoch
         self._apply(items)
         self.server.book.set_version(shard, max(log.committed, self.server.book.version(shard)))
         self.counters["committed"] += len(items)
@@ -569,9 +567,7 @@ class Replication:
         with self.lock:
             for shard in self.bucket_shards[bucket]:
                 log = self.logs[shard]
-                for sender, seq, work in log.commit(log.last, self.roles[bucket].epoch):
-                    log.record(sender, seq, work.version)
-                    items.append(work)
+                items += [work for _, _, work in _commit(log, log.last, self.roles[bucket].epoch)]
         self._apply_and_wait(items, f"bucket {bucket}: the prepared updates")
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
@@ -813,3 +809,12 @@ def _split(raw: bytes) -> list[str]:
         return raw.decode("ascii").split(",")
     except UnicodeDecodeError:
         raise WireError("SNAPSHOT: vector names must be ASCII", ErrorCode.BAD_NAME) from None
+
+
+def _commit(log: ShardLog, upto: int, epoch: int) -> list:
+    """``log``'s prepared updates up to ``upto``, committed by the primary of ``epoch``, each
+    client request recorded (a re-send is then answered, not applied again)."""
+    items = log.commit(upto, epoch)
+    for sender, seq, work in items:
+        log.record(sender, seq, work.version)
+    return items
