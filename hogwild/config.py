@@ -158,6 +158,7 @@ class ClusterConfig:
     keys: str = ""
     warm_start: int = 0
     epoch_fraction: float = 1.0
+    split: str = "portions"
     metrics_port: int = 0
     status_s: float = 1.0
     evaluate: str = "auto"

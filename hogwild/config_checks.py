@@ -33,6 +33,7 @@ CHOICES = {
     ("train", "fc_push"): ("auto", "deltas", "vectors"),
     ("ps", "rule"): ("auto", "sgd", "momentum", "adagrad", "staleness"),
     ("cluster", "evaluate"): ("auto", "between", "beside"),
+    ("cluster", "split"): ("portions", "shards"),
 }
 
 

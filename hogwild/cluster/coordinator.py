@@ -1,8 +1,8 @@
 """The epochs of a cluster job across its model replicas, as a state machine that does no I/O.
 
 The driver feeds it what it learns from the replicas (:class:`Joined`, :class:`Progress`,
-:class:`ShareDone`, :class:`Lost`) through :meth:`Coordinator.handle`, and does what it answers:
-instructions to send (:class:`StartShare`, :class:`CloseShare`) and the end of an epoch
+:class:`PortionDone`, :class:`Lost`) through :meth:`Coordinator.handle`, and does what it
+answers: instructions to send (:class:`StartPortion`, :class:`Close`) and the end of an epoch
 (:class:`EpochEnd`, after which the driver evaluates, checkpoints, and calls
 :meth:`Coordinator.advance`; or :class:`Finished`). Sockets, processes and clocks live in
 :mod:`hogwild.cluster.driver`; this module is tested without any (dask's worker state machine is
@@ -10,23 +10,30 @@ the model, CONVENTIONS.md).
 
 What it decides:
 
-- **Shards**: every epoch is a fresh permutation of the training set (each replica computes it
-  from the seed and the epoch), cut into one contiguous shard per replica.
+- **Portions**: every epoch is a fresh permutation of the training set (each replica computes it
+  from the seed and the epoch), handed out in contiguous portions on demand, so a replica that
+  runs faster (its core not shared with a parameter server at that moment) takes more, and the
+  replicas finish an epoch within a small portion of each other instead of one whole share of
+  their difference. The portions shrink as the epoch goes: each is the part not yet handed out
+  over twice the replicas, never under ``min_portion`` ("factoring", Hummel, Schonberg & Flynn,
+  CACM 1992): few large ones while much is left, small ones at the end. A replica holds the
+  portion after its current one too (``ahead``), so it goes on without waiting for the driver
+  between them; at the end of an epoch that is at most two small portions. A coordinated topology
+  (Sandblaster, AllReduce: a share is its group's batch) keeps one fixed shard per replica
+  (``guided=False``): portion ``r`` is replica ``r``'s and no other's.
 - **Warm start** (DistBelief 4.1): in the first epoch of a fresh job, replica 0 trains alone until
-  it has trained ``warm_start`` examples (or finished its shard), then the others start theirs.
-- **The epoch rule** (Adam 3.2.5, across replicas): once ``ceil(fraction * replicas)`` replicas
-  have finished their shard, the others are told to stop at their next chunk (replicas that have
-  not started are skipped); the epoch ends when every replica has answered.
-- **A replica that dies** (:class:`Lost`; the driver restarts it, ``cluster.restarts``) is a
-  straggler that lost its work, and the rule above says what becomes of its share. While the
-  epoch still waits for finished shards, its share is handed out again, whole, when it rejoins
-  (:class:`Joined`): a shard is a contiguous range split over the replica's workers, so what was
-  trained of it is no prefix that could be skipped. Once enough shards finished, it is counted
-  as done, with nothing: a closed straggler's remainder is not trained either. Either way the
-  examples it trained before it died are in the model (their updates were pushed) but in none
-  of the epoch's figures (their loss and counts died with it), so nothing is counted twice, and
-  no share waits for an answer that cannot come. A replica that has not rejoined when an epoch
-  begins gets its share when it does, or never if the epoch closes first.
+  it has trained ``warm_start`` examples (or finished what it holds), then the others join in.
+- **The epoch rule** (Adam 3.2.5, across replicas): a replica has finished the epoch when it
+  holds nothing and nothing is left for it. Once ``ceil(fraction * replicas)`` have, the others
+  are told to stop at their next chunk, what was not handed out is not trained, and replicas
+  that never started are skipped; the epoch ends when no replica holds a portion.
+- **A replica that dies** (:class:`Lost`; the driver restarts it, ``cluster.restarts``) loses the
+  portions it held: they go back to be handed out again, whole, to whichever replica asks next
+  (a fixed shard waits for its replica to rejoin), unless the epoch is closed. A portion is split
+  over the replica's workers, so what was trained of it is no prefix that could be skipped. Its
+  finished portions stay counted; what it trained of the lost ones is in the model (the updates
+  were pushed) but in none of the epoch's figures, so nothing is counted twice, and no epoch
+  waits for an answer that cannot come.
 """
 
 from __future__ import annotations
@@ -47,10 +54,11 @@ class Joined:
 
 @dataclass(frozen=True)
 class Progress:
-    """Replica ``replica`` has trained ``examples`` of its share of ``epoch`` so far."""
+    """Replica ``replica`` has trained ``examples`` of its portion at ``start`` of ``epoch``."""
 
     replica: int
     epoch: int
+    start: int
     examples: int
 
 
@@ -62,11 +70,12 @@ class Lost:
 
 
 @dataclass(frozen=True)
-class ShareDone:
-    """Replica ``replica`` finished (or stopped) its share of ``epoch``."""
+class PortionDone:
+    """Replica ``replica`` finished (or stopped) its portion at ``start`` of ``epoch``."""
 
     replica: int
     epoch: int
+    start: int
     examples: int
     loss: float
     correct: int
@@ -78,8 +87,9 @@ class ShareDone:
 
 
 @dataclass(frozen=True)
-class StartShare:
-    """Tell ``replica`` to train ``order[start:stop]`` of ``epoch``'s permutation."""
+class StartPortion:
+    """Tell ``replica`` to train ``order[start:stop]`` of ``epoch``'s permutation (after what it
+    holds already)."""
 
     replica: int
     epoch: int
@@ -90,8 +100,8 @@ class StartShare:
 
 
 @dataclass(frozen=True)
-class CloseShare:
-    """Tell ``replica`` to stop its share of ``epoch`` at its next chunk."""
+class Close:
+    """Tell ``replica`` to stop what it holds of ``epoch`` at its next chunk."""
 
     replica: int
     epoch: int
@@ -99,7 +109,8 @@ class CloseShare:
 
 @dataclass(frozen=True)
 class EpochEnd:
-    """Every replica answered for ``epoch``: evaluate, checkpoint, then :meth:`advance`."""
+    """No replica holds a portion of ``epoch`` any more: evaluate, checkpoint, then
+    :meth:`Coordinator.advance`."""
 
     epoch: int
     lr: float
@@ -120,10 +131,17 @@ WAITING, TRAINING, CLOSING, DONE = "waiting", "training", "closing", "done"
 
 
 @dataclass
-class _Share:
+class _Replica:
+    """One replica's part of the epoch under way."""
+
     state: str = WAITING
-    examples: int = 0
-    done: ShareDone | None = None
+    held: list[int] = field(default_factory=list)  # its portions not yet finished, in order
+    examples: int = 0  # of its current (first held) portion so far
+    done: list[PortionDone] = field(default_factory=list)  # its finished portions
+
+    @property
+    def trained(self) -> int:
+        return sum(d.examples for d in self.done) + (self.examples if self.held else 0)
 
 
 @dataclass
@@ -135,10 +153,13 @@ class Coordinator:
         n_train: Training examples per epoch (the permutation's length).
         epochs: The job's last epoch + 1.
         start_epoch: The first epoch to train (a resumed job starts later).
-        seed: The job's seed (each share's data-order seed derives from it).
+        seed: The job's seed (each portion's data-order seed derives from it).
         lr_of: The learning rate of an epoch (the job's schedule).
         warm_start: Examples replica 0 trains alone in a fresh job's first epoch (0: none).
         fraction: The epoch rule's fraction of replicas.
+        guided: Portions on demand; False: one fixed shard per replica.
+        min_portion: The smallest portion (the last ones of an epoch).
+        ahead: Portions a replica holds after its current one while enough is left.
     """
 
     replicas: int
@@ -149,58 +170,72 @@ class Coordinator:
     lr_of: Callable[[int], float]
     warm_start: int = 0
     fraction: float = 1.0
+    guided: bool = True
+    min_portion: int = 512
+    ahead: int = 1
     epoch: int = -1
     joined: set[int] = field(default_factory=set)
-    shares: dict[int, _Share] = field(default_factory=dict)
+    parts: dict[int, _Replica] = field(default_factory=dict)
+    portions: list[tuple[int, int]] = field(default_factory=list)
+    unassigned: list[int] = field(default_factory=list)  # portion indices, ascending
     closed: bool = False
+    alone: bool = False  # the warm start: replica 0 trains alone
+    ended: bool = False  # the epoch's EpochEnd was given
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"{self.replicas} replicas, fraction {self.fraction}")
+        if self.min_portion < 1 or self.ahead < 0:
+            raise ValueError(f"min_portion {self.min_portion}, ahead {self.ahead}")
 
     # -- derived ---------------------------------------------------------------------------------
 
     @property
     def needed(self) -> int:
-        """Finished shards that end an epoch (the rest are closed)."""
+        """Replicas that must have finished to end an epoch (the rest are closed)."""
         return max(1, math.ceil(self.fraction * self.replicas - 1e-9))
 
     def shard(self, replica: int) -> tuple[int, int]:
-        """Replica ``replica``'s contiguous part of every epoch's permutation."""
+        """Replica ``replica``'s fixed part of every epoch's permutation (``guided=False``)."""
         start = round(replica * self.n_train / self.replicas)
         stop = round((replica + 1) * self.n_train / self.replicas)
         return start, stop
 
-    @property
-    def warming(self) -> bool:
-        """Whether replica 0 trains alone right now (the first epoch of a fresh job)."""
-        return (
-            self.warm_start > 0
-            and self.epoch == 0
-            and self.start_epoch == 0
-            and self.shares.get(0, _Share()).state == TRAINING
-            and self.shares[0].examples < self.warm_start
-            and any(s.state == WAITING for r, s in self.shares.items() if r != 0)
-        )
+    def plan(self) -> list[tuple[int, int]]:
+        """Every epoch's portions, in the order they are handed out; they tile the permutation."""
+        if not self.guided or self.replicas == 1:  # one replica: nobody to balance against
+            return [self.shard(r) for r in range(self.replicas)]
+        out, start = [], 0
+        while start < self.n_train:
+            left = self.n_train - start
+            size = min(left, max(self.min_portion, math.ceil(left / (2 * self.replicas))))
+            out.append((start, start + size))
+            start += size
+        return out
 
     def remaining(self, replica: int) -> int | None:
-        """Examples replica ``replica`` trains before its next event: the end of its share, or
-        of the warm start while it trains alone; 0 once it was told to stop at its next chunk;
-        None when it trains nothing now."""
-        share = self.shares.get(replica)
-        if share is None or share.state not in (TRAINING, CLOSING):
+        """Examples replica ``replica`` trains before its next event: the end of its current
+        portion, or of the warm start while it trains alone; 0 once it was told to stop at its
+        next chunk; None when it trains nothing now."""
+        part = self.parts.get(replica)
+        if part is None or part.state not in (TRAINING, CLOSING) or not part.held:
             return None
-        if share.state == CLOSING:
+        if part.state == CLOSING:
             return 0
-        start, stop = self.shard(replica)
-        left = max(0, stop - start - share.examples)
-        if self.warming and replica == 0:
-            left = min(left, max(0, self.warm_start - share.examples))
+        start, stop = self.portions[part.held[0]]
+        left = max(0, stop - start - part.examples)
+        if replica == 0 and self.alone:
+            left = min(left, max(0, self.warm_start - part.trained))
         return left
 
+    def current(self, replica: int) -> int | None:
+        """The start of the portion ``replica`` trains now; None when it holds none."""
+        part = self.parts.get(replica)
+        return self.portions[part.held[0]][0] if part is not None and part.held else None
+
     def state_of(self, replica: int) -> str:
-        share = self.shares.get(replica)
-        return share.state if share else ("idle" if replica in self.joined else "starting")
+        part = self.parts.get(replica)
+        return part.state if part else ("idle" if replica in self.joined else "starting")
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -210,21 +245,23 @@ class Coordinator:
             self.joined.add(event.replica)
             if self.epoch < 0:
                 return self._begin(self.start_epoch) if len(self.joined) == self.replicas else []
-            return self._after_warm_start()  # a replica back from the dead takes its share
+            return self._hand_out()  # a replica back from the dead takes what is left
         if isinstance(event, Lost):
             return self._lost(event.replica)
-        if not isinstance(event, Progress | ShareDone):
+        if not isinstance(event, Progress | PortionDone):
             raise TypeError(f"not a coordinator event: {event!r}")
-        if event.epoch != self.epoch or event.replica not in self.shares:
-            return []  # a late answer about an epoch that is over
-        share = self.shares[event.replica]
+        part = self.parts.get(event.replica)
+        if event.epoch != self.epoch or part is None or not part.held:
+            return []  # a late answer about an epoch that is over, or a portion given back
+        if event.start != self.portions[part.held[0]][0]:
+            return []  # not its current portion: one already counted, or lost, or not begun
         if isinstance(event, Progress):
-            share.examples = max(share.examples, event.examples)
-            return self._after_warm_start()
-        if share.state == DONE:
-            return []
-        share.state, share.done, share.examples = DONE, event, event.examples
-        return self._after_done()
+            part.examples = max(part.examples, event.examples)
+            return self._hand_out()
+        part.held.pop(0)  # a replica trains what it holds in order, and reports each in order
+        part.done.append(event)
+        part.examples = 0
+        return self._after_answer(event.replica)
 
     def advance(self) -> list:
         """The driver finished the epoch's evaluation and checkpoint: go on."""
@@ -234,59 +271,114 @@ class Coordinator:
 
     def _begin(self, epoch: int) -> list:
         if epoch >= self.epochs:
-            self.epoch = epoch
+            self.epoch, self.ended = epoch, True
             return [Finished()]
-        self.epoch, self.closed = epoch, False
-        self.shares = {r: _Share() for r in range(self.replicas)}
-        warm = self.warm_start > 0 and epoch == 0 and self.start_epoch == 0
-        first = [0] if warm and self.replicas > 1 else list(range(self.replicas))
-        return [self._start(r) for r in first if r in self.joined]  # the others when they join
+        self.epoch, self.closed, self.ended = epoch, False, False
+        self.parts = {r: _Replica() for r in range(self.replicas)}
+        self.portions = self.plan()
+        self.unassigned = list(range(len(self.portions)))
+        fresh = self.warm_start > 0 and epoch == 0 and self.start_epoch == 0
+        self.alone = fresh and self.replicas > 1
+        return self._hand_out()
 
-    def _start(self, replica: int) -> StartShare:
-        self.shares[replica].state = TRAINING
-        start, stop = self.shard(replica)
-        seed = (self.seed * 1_000_003 + self.epoch * 1_009 + replica) % 2**31
-        return StartShare(replica, self.epoch, self.lr_of(self.epoch), start, stop, seed)
+    def _eligible(self, replica: int) -> list[int]:
+        """Unassigned portions ``replica`` may take, in order."""
+        if self.guided:
+            return self.unassigned
+        return [i for i in self.unassigned if i == replica]
 
-    def _after_warm_start(self) -> list:
-        if self.warming or self.closed:
+    def _hand_out(self) -> list:
+        """Portions for the replicas that can take more, in replica order (only replica 0
+        during the warm start); a replica that holds nothing and finds nothing left for it has
+        finished the epoch, and the epoch rule is applied before anyone takes more."""
+        if self.closed or self.ended:
             return []
-        return [
-            self._start(r)
-            for r, s in sorted(self.shares.items())
-            if s.state == WAITING and r in self.joined
-        ]
+        zero = self.parts[0]
+        if self.alone and (
+            0 not in self.joined
+            or zero.trained >= self.warm_start
+            or not (zero.held or self._eligible(0))
+        ):
+            self.alone = False  # the warm start is over: trained enough, died, or nothing left
+        takers = [0] if self.alone else sorted(self.joined)
+        for replica in takers:
+            part = self.parts[replica]
+            if part.state != CLOSING and not part.held and not self._eligible(replica):
+                part.state = DONE
+        out = self._close_when_enough()
+        if not self.closed:
+            for replica in takers:
+                if self.parts[replica].state != CLOSING:
+                    out += self._take(replica, self._wanted(replica))
+        return out + self._end_when_idle()
 
-    def _lost(self, replica: int) -> list:
-        """A replica died (see the module docstring): its share again, or done with nothing."""
-        self.joined.discard(replica)
-        share = self.shares.get(replica)
-        if share is None or share.state in (WAITING, DONE):
-            return []
-        if self.closed:  # CLOSING: the answer it owed will not come
-            share.state, share.examples = DONE, 0
-            return self._after_done()
-        self.shares[replica] = _Share()  # TRAINING: handed out again, whole, when it rejoins
-        return self._after_warm_start()  # a warm start without replica 0 ends here
+    def _wanted(self, replica: int) -> int:
+        """How many portions ``replica`` should hold: its current one and ``ahead`` more (a
+        fixed shard: its own)."""
+        return 1 + self.ahead if self.guided else 1
 
-    def _after_done(self) -> list:
-        out = []
-        finished = sum(s.state == DONE for s in self.shares.values())
-        if not self.closed and finished >= self.needed:
-            self.closed = True
-            for replica, share in sorted(self.shares.items()):
-                if share.state == TRAINING:
-                    share.state = CLOSING
-                    out.append(CloseShare(replica, self.epoch))
-                elif share.state == WAITING:  # closed before it started: nothing to wait for
-                    share.state = DONE
-        out += self._after_warm_start()
-        if all(s.state == DONE for s in self.shares.values()):
-            out.append(self._epoch_end())
+    def _take(self, replica: int, wanted: int) -> list[StartPortion]:
+        part, out = self.parts[replica], []
+        while len(part.held) < wanted:
+            eligible = self._eligible(replica)
+            if not eligible:
+                break
+            index = eligible[0]
+            self.unassigned.remove(index)
+            part.held.append(index)
+            part.state = TRAINING
+            start, stop = self.portions[index]
+            seed = (self.seed * 1_000_003 + self.epoch * 1_009 + index) % 2**31
+            out.append(StartPortion(replica, self.epoch, self.lr_of(self.epoch), start, stop, seed))
         return out
 
+    def _after_answer(self, replica: int) -> list:
+        part = self.parts[replica]
+        if part.state != CLOSING:
+            return self._hand_out()
+        if not part.held:
+            part.state = DONE
+        return self._end_when_idle()
+
+    def _lost(self, replica: int) -> list:
+        """A replica died (see the module docstring): what it held goes back, or is dropped."""
+        self.joined.discard(replica)
+        part = self.parts.get(replica)
+        if part is None or part.state in (WAITING, DONE):
+            return []
+        lost, part.held, part.examples = part.held, [], 0
+        if self.closed:  # CLOSING: the answers it owed will not come
+            part.state = DONE
+            return self._end_when_idle()
+        part.state = WAITING
+        self.unassigned = sorted(self.unassigned + lost)
+        return self._hand_out()  # to whoever may take them now (a warm start ends here)
+
+    def _close_when_enough(self) -> list:
+        """The epoch rule: once enough replicas finished, the others stop at their next chunk,
+        and what was not handed out is not trained."""
+        finished = sum(p.state == DONE for p in self.parts.values())
+        if self.closed or finished < self.needed:
+            return []
+        self.closed, self.unassigned, out = True, [], []
+        for replica, part in sorted(self.parts.items()):
+            if part.state == TRAINING:
+                part.state = CLOSING
+                out.append(Close(replica, self.epoch))
+            elif part.state == WAITING:  # closed before it started: nothing to wait for
+                part.state = DONE
+        return out
+
+    def _end_when_idle(self) -> list:
+        """The epoch's end, once no replica holds a portion and nothing is left to hand out."""
+        busy = any(p.state in (TRAINING, CLOSING) for p in self.parts.values())
+        if self.ended or busy or (self.unassigned and not self.closed):
+            return []
+        self.ended = True
+        return [self._epoch_end()]
+
     def _epoch_end(self) -> EpochEnd:
-        done = [s.done for s in self.shares.values() if s.done is not None]
+        done = [d for p in self.parts.values() for d in p.done]
         return EpochEnd(
             self.epoch,
             self.lr_of(self.epoch),
@@ -295,10 +387,57 @@ class Coordinator:
             sum(d.correct for d in done),
             sum(d.data_wait_s for d in done),
             sum(d.store_wait_s for d in done),
-            {r: s.examples for r, s in self.shares.items()},
+            {r: sum(d.examples for d in p.done) for r, p in self.parts.items()},
         )
 
 
+def status_events(replica: int, status: dict) -> list:
+    """What replica ``replica``'s ``status`` answer tells: its finished portions of the epoch
+    (:class:`PortionDone`, in the order it trained them), then the progress of the one under way.
+
+    The answer's shape (both kinds of replica give it): ``epoch``; ``finished``, a list of
+    ``{start, examples, loss, correct, data_wait_s, store_wait_s}``; ``portion``, the one under
+    way, ``{start, stop, examples, seconds}``. It came over the network: an entry whose fields
+    have the wrong types is left out.
+    """
+    epoch = status.get("epoch")
+    if not _count(epoch):
+        return []
+    out: list = []
+    finished = status.get("finished")
+    for item in finished if isinstance(finished, list) else []:
+        if isinstance(item, dict) and _count(item.get("start")) and _count(item.get("examples")):
+            out.append(
+                PortionDone(
+                    replica,
+                    epoch,
+                    item["start"],
+                    item["examples"],
+                    _number(item.get("loss")),
+                    int(_number(item.get("correct"))),
+                    _number(item.get("data_wait_s")),
+                    _number(item.get("store_wait_s")),
+                )
+            )
+    portion = status.get("portion")
+    if (
+        isinstance(portion, dict)
+        and _count(portion.get("start"))
+        and _count(portion.get("examples"))
+    ):
+        out.append(Progress(replica, epoch, portion["start"], portion["examples"]))
+    return out
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else 0.0
+
+
 def replicas_training(coordinator: Coordinator) -> Sequence[int]:
-    """The replicas with a share under way (the driver polls them)."""
-    return [r for r, s in coordinator.shares.items() if s.state in (TRAINING, CLOSING)]
+    """The replicas holding a portion (the driver polls them)."""
+    return [r for r, p in coordinator.parts.items() if p.state in (TRAINING, CLOSING)]

@@ -57,16 +57,15 @@ import numpy as np
 
 from hogwild.blas import limit_blas_threads
 from hogwild.cluster.coordinator import (
-    CloseShare,
+    Close,
     Coordinator,
     EpochEnd,
     Finished,
     Joined,
     Lost,
-    Progress,
-    ShareDone,
-    StartShare,
+    StartPortion,
     replicas_training,
+    status_events,
 )
 from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
 from hogwild.cluster.polling import PollSchedule, share_rate
@@ -96,6 +95,10 @@ from hogwild.training.trainer import save_checkpoint
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
+# The smallest portion of an epoch per worker of a replica: the last portions of an epoch are
+# this size, so replicas finish within about one of each other; each costs a push and a round
+# trip to the driver, which cadence 512 (Downpour's) makes one exchange's worth of training.
+MIN_PORTION_PER_WORKER = 256
 WARMING_S = 60.0  # the longest the start-up's prediction is waited for (a cold cache compiles)
 
 
@@ -418,6 +421,9 @@ class ClusterDriver:
             lr_of=lambda e: learning_rate(config.optim, e, config.train.epochs),
             warm_start=config.cluster.warm_start,
             fraction=config.cluster.epoch_fraction,
+            # a coordinated group's share is its batch: one fixed shard each
+            guided=config.cluster.split == "portions" and not self.topology.coordinated,
+            min_portion=MIN_PORTION_PER_WORKER * config.cluster.workers_per_replica,
         )
         wall_start = self.train_started = time.perf_counter()
         epoch_start, checkpoint, examples, train_seconds = wall_start, None, 0, 0.0
@@ -432,7 +438,7 @@ class ClusterDriver:
             while True:
                 while pending:
                     instruction = pending.popleft()
-                    if isinstance(instruction, StartShare):
+                    if isinstance(instruction, StartPortion):
                         self._call(
                             instruction.replica,
                             "train",
@@ -442,7 +448,7 @@ class ClusterDriver:
                             stop=instruction.stop,
                             seed=instruction.seed,
                         )
-                    elif isinstance(instruction, CloseShare):
+                    elif isinstance(instruction, Close):
                         self._call(instruction.replica, "close", epoch=instruction.epoch)
                     elif isinstance(instruction, EpochEnd):
                         seconds = time.perf_counter() - epoch_start
@@ -523,8 +529,9 @@ class ClusterDriver:
 
     def _poll_delay(self, coordinator: Coordinator) -> float:
         """Seconds to sleep before the next poll (:mod:`hogwild.cluster.polling`): shorter when
-        a replica is due to finish its share (or the warm start), by its rate so far, so the
-        epoch ends and the next one begins within milliseconds of it."""
+        a replica is due to finish its current portion (or the warm start), by its rate so far,
+        so it is handed its next portion, or the epoch ends and the next one begins, within
+        milliseconds of it."""
         due = {}
         for replica in replicas_training(coordinator):
             seen = self.last_status.get(replica)
@@ -535,7 +542,8 @@ class ClusterDriver:
             rate = share_rate(status) if status.get("epoch") == coordinator.epoch else None
             if left and rate is None:
                 continue  # not started yet, or no examples yet: nothing to go by
-            due[replica] = (coordinator.epoch, seen["at"] + (left / rate if left else 0.0))
+            portion = (coordinator.epoch, coordinator.current(replica))
+            due[replica] = (portion, seen["at"] + (left / rate if left else 0.0))
         return self.polls.delay(time.monotonic(), due)
 
     def _events(self, coordinator: Coordinator, replica: int) -> list:
@@ -546,22 +554,10 @@ class ClusterDriver:
         seconds = now - previous["at"] if previous else 0.0
         row = replica_row(status, previous["status"] if previous else None, seconds)
         self.last_status[replica] = {"status": status, "at": now, "row": row}
-        epoch = status.get("epoch")
-        if not isinstance(epoch, int) or not isinstance(status.get("examples"), int):
-            return []
-        if status.get("state") == "done":
-            return coordinator.handle(
-                ShareDone(
-                    replica,
-                    epoch,
-                    status["examples"],
-                    float(status.get("loss", 0.0)),
-                    int(status.get("correct", 0)),
-                    float(status.get("data_wait_s", 0.0)),
-                    float(status.get("store_wait_s", 0.0)),
-                )
-            )
-        return coordinator.handle(Progress(replica, epoch, status["examples"]))
+        out = []
+        for event in status_events(replica, status):
+            out += coordinator.handle(event)
+        return out
 
     def _pull_epoch(self, end: EpochEnd, seconds: float) -> EndedEpoch:
         """The servers' model at ``end`` (copied: the next epoch changes it) and the epoch's

@@ -8,20 +8,24 @@ processes training Hogwild-style, each on its copy of the parameters) whose para
 replica does not decide is its work: it serves control requests (:mod:`hogwild.net.control`)
 from the driver, which runs :mod:`hogwild.cluster.coordinator`:
 
-- ``train`` (epoch, lr, seed, start, stop): train ``order[start:stop]`` of the epoch's
-  permutation (computed here from the job's seed), split over the replica's workers;
-- ``close`` (epoch): stop the share at the next chunk (Adam's epoch rule across replicas);
-- ``status``: the share's progress, and its figures once every worker answered;
+- ``train`` (epoch, lr, seed, start, stop): train the portion ``order[start:stop]`` of the
+  epoch's permutation (computed here from the job's seed), split over the replica's workers,
+  after the portions it holds already (the driver hands out the next one ahead, so the workers
+  go on without waiting for it);
+- ``close`` (epoch): stop what it holds of the epoch at the next chunk (Adam's epoch rule
+  across replicas);
+- ``status``: the epoch's finished portions with their figures, and the progress of the one
+  under way;
 - ``stop``: leave.
 
 With several server groups (distributed Hogwild, SINGA 5.2) the replica is a worker group bound
 to its own server group (``ps.servers``); the first replica bound to each server group, after
-every ``cluster.sync_every`` examples it has trained (and before it reports a share done), moves
+every ``cluster.sync_every`` examples it has trained (and before it reports a portion done), moves
 its server group to the groups' mean (:mod:`hogwild_plugins.ps.groups`, through the
 shards' operations) while its workers go on training.
 
 The network thread only records a command; the main thread acts on it, drives the workers and
-keeps the share's state. A replica whose driver has not asked anything for
+keeps the portions' state. A replica whose driver has not asked anything for
 ``DRIVER_SILENCE_S`` seconds takes the driver for dead and leaves, releasing everything.
 """
 
@@ -55,24 +59,32 @@ POLL_S = 0.05
 
 
 @dataclass
-class Share:
-    """A replica's share of an epoch, as the driver sees it through ``status``."""
+class Portion:
+    """One portion of an epoch on this replica, as the driver sees it through ``status``."""
 
     epoch: int
+    start: int
+    stop: int
     examples_before: float
     loss_before: float
+    started: float
     answered: int = 0
     examples: int = 0
     loss: float = 0.0
     correct: int = 0
     data_wait_s: float = 0.0
     store_wait_s: float = 0.0
-    started: float = 0.0
-    seconds: float = 0.0
+    seconds: float = 0.0  # set once every worker answered
 
-    @property
-    def state(self) -> str:
-        return "done" if self.seconds else "training"
+    def figures(self) -> dict:
+        return {
+            "start": self.start,
+            "examples": self.examples,
+            "loss": self.loss,
+            "correct": self.correct,
+            "data_wait_s": self.data_wait_s,
+            "store_wait_s": self.store_wait_s,
+        }
 
 
 class Replica(Trainer):
@@ -94,11 +106,13 @@ class Replica(Trainer):
         self.index, self.bind, self.keys = index, bind, keys
         self.commands: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
-        self.share: Share | None = None
+        self.portion: Portion | None = None  # the one under way, or the last one finished
+        self.finished: list[Portion] = []  # the epoch's finished portions, in order
+        self.epoch_started = 0.0  # when the epoch's first portion began here
         self.stopping = False
         self.last_contact = time.monotonic()
         self.last_train: tuple[int, int, int] | None = None  # a resent `train` is not run twice
-        self.closed_epoch = -1  # a `close` that came before its share began still closes it
+        self.closed_epoch = -1  # a `close` that came before a portion began still closes it
         # The driver asks every live replica at least every few seconds; it may be busy starting
         # the other replicas for up to start_timeout_s each before it asks anything.
         cluster = config.cluster
@@ -137,19 +151,20 @@ class Replica(Trainer):
             )
             if not command.start <= command.stop <= self.n_train:
                 raise ControlRefused(
-                    f"share {command.start}:{command.stop} outside the {self.n_train} examples"
+                    f"portion {command.start}:{command.stop} outside the {self.n_train} examples"
                 )
             key = (command.epoch, command.start, command.stop)
             if key != self.last_train:  # else: the driver resent a request already taken
                 self.last_train = key
                 self.commands.put(command)
-                self.gang.wake()  # the main thread begins the share now, not at its next poll
+                self.gang.wake()  # an idle main thread begins it now, not at its next poll
             return {"ok": True}
         if op == "close":
             epoch = field(body, "epoch", int, minimum=0)
             with self.lock:
                 self.closed_epoch = max(self.closed_epoch, epoch)
-                if self.share is not None and self.share.epoch == epoch:
+                portion = self.portion
+                if portion is not None and portion.epoch == epoch and not portion.seconds:
                     self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
             return {"ok": True}
         if op == "stop":
@@ -159,30 +174,39 @@ class Replica(Trainer):
         raise ControlRefused(f"unknown op {op!r} (status, describe, train, close, stop)")
 
     def status(self) -> dict:
+        """The epoch's portions here: finished (each one's figures) and the one under way, and
+        the epoch's figures so far (see :func:`hogwild.cluster.coordinator.status_events`)."""
         with self.lock:
-            share = self.share
-            if share is None:
+            portion = self.portion
+            if portion is None:
                 return {"replica": self.index, "state": "idle"}
-            stats = self.arena.array("stats")
-            trained = int(stats[:, STAT_EXAMPLES].sum() - share.examples_before)
-            loss = float(stats[:, STAT_LOSS].sum() - share.loss_before)
-            seconds = share.seconds or time.perf_counter() - share.started
+            finished = list(self.finished)
+            running = not portion.seconds
             out = {
                 "replica": self.index,
-                "state": share.state,
-                "epoch": share.epoch,
-                "examples": share.examples if share.seconds else trained,
-                "loss": share.loss if share.seconds else loss,
-                "seconds": seconds,
+                "state": "training" if running or not self.commands.empty() else "done",
+                "epoch": portion.epoch,
+                "finished": [p.figures() for p in finished],
+                "data_wait_s": sum(p.data_wait_s for p in finished),
+                "store_wait_s": sum(p.store_wait_s for p in finished),
             }
+            examples = sum(p.examples for p in finished)
+            loss = sum(p.loss for p in finished)
+            if running:
+                stats = self.arena.array("stats")
+                trained = int(stats[:, STAT_EXAMPLES].sum() - portion.examples_before)
+                out["portion"] = {
+                    "start": portion.start,
+                    "stop": portion.stop,
+                    "examples": trained,
+                    "seconds": time.perf_counter() - portion.started,
+                }
+                examples += trained
+                loss += float(stats[:, STAT_LOSS].sum() - portion.loss_before)
+            last = portion.started + portion.seconds if not running else time.perf_counter()
+            out.update(examples=examples, loss=loss, seconds=last - self.epoch_started)
             if self.syncs:
                 out.update(syncs=self.syncs, sync_s=self.sync_s, sync_spread=self.sync_spread)
-            if share.seconds:
-                out.update(
-                    correct=share.correct,
-                    data_wait_s=share.data_wait_s,
-                    store_wait_s=share.store_wait_s,
-                )
             return out
 
     # -- the main thread -----------------------------------------------------------------------
@@ -234,16 +258,18 @@ class Replica(Trainer):
                     file=sys.stderr,
                 )
                 return
-            try:
-                self._begin(self.commands.get_nowait())
-            except queue.Empty:
-                pass
-            message = self.gang.poll(f"replica {self.index}'s share", POLL_S)
+            portion = self.portion
+            if portion is None or portion.seconds:  # idle: the next portion it holds, if any
+                try:
+                    self._begin(self.commands.get_nowait())
+                except queue.Empty:
+                    pass
+            message = self.gang.poll(f"replica {self.index}'s portion", POLL_S)
             if isinstance(message, Trained):
                 self._answered(message)
-            share = self.share
-            if self.groups is not None and share is not None and not share.seconds:
-                self._sync_when_due()  # while training: a share reported done has synchronised
+            portion = self.portion
+            if self.groups is not None and portion is not None and not portion.seconds:
+                self._sync_when_due()  # while training: a finished portion has synchronised
 
     def _server_groups(self):
         from hogwild_plugins.ps.groups import ServerGroups, split_groups
@@ -274,15 +300,25 @@ class Replica(Trainer):
 
     def _begin(self, command: Train) -> None:
         stats, control = self.arena.array("stats"), self.arena.array("control")
-        self.arena.array("order")[:] = epoch_permutation(
-            self.config.train.seed, command.epoch, self.n_train
-        )
+        previous = self.portion
+        new_epoch = previous is None or previous.epoch != command.epoch
+        if new_epoch:
+            if previous is not None:  # every copy takes the servers' model before the epoch
+                self.store.end_epoch()
+            self.arena.array("order")[:] = epoch_permutation(
+                self.config.train.seed, command.epoch, self.n_train
+            )
         with self.lock:
-            self.share = Share(
+            started = time.perf_counter()
+            if new_epoch:
+                self.finished, self.epoch_started = [], started
+            self.portion = Portion(
                 command.epoch,
+                command.start,
+                command.stop,
                 float(stats[:, STAT_EXAMPLES].sum()),
                 float(stats[:, STAT_LOSS].sum()),
-                started=time.perf_counter(),
+                started,
             )
             control[CONTROL_EPOCH] = command.epoch
             if command.epoch <= self.closed_epoch:  # closed before it began: stop at once
@@ -295,21 +331,21 @@ class Replica(Trainer):
             self.gang.send(worker, Train(command.epoch, command.lr, lo, hi, seed))
 
     def _answered(self, message: Trained) -> None:
-        share = self.share
-        if share is None or message.epoch != share.epoch:
+        portion = self.portion
+        if portion is None or message.epoch != portion.epoch or portion.seconds:
             return
-        share.answered += 1
-        share.examples += message.examples
-        share.loss += message.loss
-        share.correct += message.correct
-        share.data_wait_s += message.data_wait_s
-        share.store_wait_s += message.store_wait_s
-        if share.answered == self.n_workers:
+        portion.answered += 1
+        portion.examples += message.examples
+        portion.loss += message.loss
+        portion.correct += message.correct
+        portion.data_wait_s += message.data_wait_s
+        portion.store_wait_s += message.store_wait_s
+        if portion.answered == self.n_workers:
             if self.groups is not None:  # before "done": the driver's sync must not overlap it
                 self._sync_when_due()
-            self.store.end_epoch()  # every copy takes the servers' model before the next share
             with self.lock:
-                share.seconds = time.perf_counter() - share.started
+                portion.seconds = time.perf_counter() - portion.started
+                self.finished.append(portion)
 
 
 def run_replica(args) -> int:

@@ -128,6 +128,7 @@ def check_job(config, data, framework: str = "sandblaster") -> None:
 @dataclass
 class _Share:
     epoch: int
+    start: int
     examples: int
     trained: int = 0
     loss: float = 0.0
@@ -226,14 +227,21 @@ class WorkerGroup:
             if share is None:
                 return {**out, "state": "idle"}
             done = bool(share.seconds)
-            return {
-                **out,
-                "state": "done" if done else "training",
-                "epoch": share.epoch,
-                "examples": share.trained,
-                "loss": share.loss,
-                "seconds": share.seconds or time.perf_counter() - share.started,
-            }
+            out.update(
+                state="done" if done else "training",
+                epoch=share.epoch,
+                examples=share.trained,
+                loss=share.loss,
+                seconds=share.seconds or time.perf_counter() - share.started,
+            )
+            # the driver's coordinator reads a share as one portion (coordinator.status_events)
+            if done:
+                out["finished"] = [{"start": share.start, "examples": share.trained,
+                                    "loss": share.loss, "correct": 0}]  # fmt: skip
+            else:
+                out["portion"] = {"start": share.start, "stop": share.start + share.examples,
+                                  "examples": share.trained, "seconds": out["seconds"]}  # fmt: skip
+            return out
 
     def _counters(self) -> dict:
         stats = self.board.scheduler.stats if self.board is not None else None
@@ -289,7 +297,7 @@ class WorkerGroup:
             except queue.Empty:
                 continue
             with self.lock:
-                self.share = _Share(epoch, stop - start, started=time.perf_counter())
+                self.share = _Share(epoch, start, stop - start, started=time.perf_counter())
             self.train_share(epoch, start, stop, lr)
             with self.lock:
                 self.share.seconds = time.perf_counter() - self.share.started
