@@ -1,0 +1,46 @@
+"""``bench/straggler.py --quick``: the shape of its JSON line and what it promises, not its speed.
+
+The quick run trains a one-epoch job of 3,000 examples through ``hogwild cluster`` (2 replicas, 1
+parameter server) four times: portions and fixed shards, each with a busy process on replica 1's
+CPU and without. Checks: every field is there, every run trained the whole epoch, the busy runs
+found replica 1's CPU, and nothing is left spinning.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+
+@pytest.mark.slow
+def test_quick_run_reports_both_splits_busy_and_quiet(tmp_path, mnist_dir, repo_root):
+    out = tmp_path / "straggler.json"
+    command = [sys.executable, str(repo_root / "bench" / "straggler.py"), "--quick"]
+    command += ["--data", str(mnist_dir), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
+    record = json.loads(lines[0])
+    assert out.read_text().strip() == lines[0]
+
+    assert record["benchmark"] == "straggler"
+    assert record["command"].startswith("python bench/straggler.py --quick")
+    assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
+    rows = {(r["split"], r["busy"]): r for r in record["results"]}
+    assert set(rows) == {(s, b) for s in ("portions", "shards") for b in (True, False)}
+    for (split, busy), row in rows.items():
+        assert row["examples_per_s"] > 0 and len(row["samples"]) == 1
+        assert sum(row["per_replica_examples"].values()) == 3000, (split, busy, row)
+        assert set(row["per_replica_examples"]) == {"0", "1"}
+        assert (row["busy_cpu"] is not None) == busy
+    shards = rows[("shards", False)]["per_replica_examples"]
+    assert shards == {"0": 1500, "1": 1500}  # one fixed shard each
+    assert set(record["portions_vs_shards"]) == {"busy", "quiet"}
+    spinning = [p for p in psutil.process_iter(["cmdline"]) if "while True" in " ".join(
+        p.info["cmdline"] or [])]  # fmt: skip
+    assert spinning == []  # the busy process went with its run
