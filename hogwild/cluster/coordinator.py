@@ -16,9 +16,10 @@ What it decides:
   replicas finish an epoch within a small portion of each other instead of one whole share of
   their difference. The portions shrink as the epoch goes: each is the part not yet handed out
   over twice the replicas, never under ``min_portion`` ("factoring", Hummel, Schonberg & Flynn,
-  CACM 1992): few large ones while much is left, small ones at the end. A replica holds the
-  portion after its current one too (``ahead``), so it goes on without waiting for the driver
-  between them; at the end of an epoch that is at most two small portions. A coordinated topology
+  CACM 1992): few large ones while much is left, small ones at the end. Every replica takes its
+  current portion first; then, while enough is left that every replica would still find its
+  next one, each holds the one after its current one too (``ahead``), so it goes on without
+  waiting for the driver between them. A coordinated topology
   (Sandblaster, AllReduce: a share is its group's batch) keeps one fixed shard per replica
   (``guided=False``): portion ``r`` is replica ``r``'s and no other's.
 - **Warm start** (DistBelief 4.1): in the first epoch of a fresh job, replica 0 trains alone until
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # -- events (what the driver learned) -----------------------------------------------------------
 
@@ -253,13 +254,15 @@ class Coordinator:
         part = self.parts.get(event.replica)
         if event.epoch != self.epoch or part is None or not part.held:
             return []  # a late answer about an epoch that is over, or a portion given back
-        if event.start != self.portions[part.held[0]][0]:
+        start, stop = self.portions[part.held[0]]
+        if event.start != start:
             return []  # not its current portion: one already counted, or lost, or not begun
+        examples = min(event.examples, stop - start)  # never more than the portion has
         if isinstance(event, Progress):
-            part.examples = max(part.examples, event.examples)
+            part.examples = max(part.examples, examples)
             return self._hand_out()
         part.held.pop(0)  # a replica trains what it holds in order, and reports each in order
-        part.done.append(event)
+        part.done.append(replace(event, examples=examples))
         part.examples = 0
         return self._after_answer(event.replica)
 
@@ -307,14 +310,22 @@ class Coordinator:
                 part.state = DONE
         out = self._close_when_enough()
         if not self.closed:
-            for replica in takers:
-                if self.parts[replica].state != CLOSING:
-                    out += self._take(replica, self._wanted(replica))
+            takers = [r for r in takers if self.parts[r].state != CLOSING]
+            for replica in takers:  # first everyone's current portion
+                out += self._take(replica, 1)
+            for replica in takers:  # then the ones ahead, while every taker would find a next
+                held = self.parts[replica].held
+                while len(held) < self._wanted() and len(self._eligible(replica)) >= len(takers):
+                    out += self._take(replica, len(held) + 1)
+            for replica in takers:  # fewer portions than replicas: nothing for it this epoch
+                part = self.parts[replica]
+                if not part.held and not self._eligible(replica):
+                    part.state = DONE
         return out + self._end_when_idle()
 
-    def _wanted(self, replica: int) -> int:
-        """How many portions ``replica`` should hold: its current one and ``ahead`` more (a
-        fixed shard: its own)."""
+    def _wanted(self) -> int:
+        """How many portions a replica holds while enough is left: its current one and
+        ``ahead`` more (a fixed shard: its own, alone)."""
         return 1 + self.ahead if self.guided else 1
 
     def _take(self, replica: int, wanted: int) -> list[StartPortion]:
@@ -357,7 +368,9 @@ class Coordinator:
     def _close_when_enough(self) -> list:
         """The epoch rule: once enough replicas finished, the others stop at their next chunk,
         and what was not handed out is not trained."""
-        finished = sum(p.state == DONE for p in self.parts.values())
+        # replicas that trained their part and found nothing more (one that never had any, in
+        # an epoch of fewer portions than replicas, finished nothing)
+        finished = sum(p.state == DONE and bool(p.done) for p in self.parts.values())
         if self.closed or finished < self.needed:
             return []
         self.closed, self.unassigned, out = True, [], []
@@ -398,7 +411,8 @@ def status_events(replica: int, status: dict) -> list:
     The answer's shape (both kinds of replica give it): ``epoch``; ``finished``, a list of
     ``{start, examples, loss, correct, data_wait_s, store_wait_s}``; ``portion``, the one under
     way, ``{start, stop, examples, seconds}``. It came over the network: an entry whose fields
-    have the wrong types is left out.
+    have the wrong types is left out, and a negative or infinite figure is read as 0 (the
+    coordinator also caps a portion's examples at its size).
     """
     epoch = status.get("epoch")
     if not _count(epoch):
@@ -434,8 +448,9 @@ def _count(value) -> bool:
 
 
 def _number(value) -> float:
+    """A loss, a count or seconds: finite and not negative, else 0."""
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else 0.0
+    return float(value) if ok and value >= 0 else 0.0
 
 
 def replicas_training(coordinator: Coordinator) -> Sequence[int]:

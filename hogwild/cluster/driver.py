@@ -17,8 +17,9 @@ section 4.1). It:
    several server groups, each replica bound to one and synchronising them every
    ``cluster.sync_every`` examples, and the driver making them one model at every epoch end
    (:mod:`hogwild_plugins.ps.groups`); what is not built is refused before anything starts;
-4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (shards of each
-   epoch's permutation, warm start, the epoch rule across replicas), polling each replica's
+4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (each epoch's
+   permutation handed out in portions on demand, warm start, the epoch rule across replicas),
+   polling each replica's
    progress; at every epoch end it pulls the servers' model and evaluates it on the test set,
    then starts the next epoch (``cluster.evaluate = "between"``; with ``"beside"`` the next
    epoch starts at once and a thread evaluates meanwhile: :func:`evaluates_between`); then it
@@ -28,7 +29,7 @@ section 4.1). It:
    ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
    into the status table and the final summary): a data server comes back on its address and
    rejoins the replicas' turn, a replica pulls the servers' model as it starts and takes the
-   work the coordinator hands it (its lost share again, or the next one: :class:`Lost`);
+   work the coordinator hands it (what it lost, or what is left: :class:`Lost`);
 6. stops every role at the end, on Ctrl-C or SIGTERM, and when a role dies that is not restarted
    (a parameter server, whose state is lost with one copy, or a role past its restarts): an
    error naming the role, its host and its exit status or signal; the last checkpoint is kept.
@@ -68,7 +69,7 @@ from hogwild.cluster.coordinator import (
     status_events,
 )
 from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
-from hogwild.cluster.polling import PollSchedule, share_rate
+from hogwild.cluster.polling import PollSchedule, training_rate
 from hogwild.cluster.prometheus import role_ports, serve_metrics
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
@@ -539,7 +540,7 @@ class ClusterDriver:
             if seen is None or left is None:
                 continue
             status = seen["status"]
-            rate = share_rate(status) if status.get("epoch") == coordinator.epoch else None
+            rate = training_rate(status) if status.get("epoch") == coordinator.epoch else None
             if left and rate is None:
                 continue  # not started yet, or no examples yet: nothing to go by
             portion = (coordinator.epoch, coordinator.current(replica))

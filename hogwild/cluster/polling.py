@@ -4,7 +4,7 @@ The driver learns that a replica finished a portion of an epoch by asking it (``
 at a fixed interval, a replica would wait up to that interval for its next portion, and an epoch
 would end up to that interval after its last one, with every replica idle meanwhile. So the
 driver asks at :data:`POLL_S` while no replica is about to finish, and each replica again when it
-is due to (by its rate so far, :func:`share_rate`); then every
+is due to (by its rate so far, :func:`training_rate`); then every
 :data:`SOON_POLL_S` while it is overdue, backing off towards :data:`POLL_S` the longer it stays
 overdue (a replica closing its last chunk, pulling the servers' model through a failover, or
 stalled), so none is asked 200 times a second for long. :class:`PollSchedule` remembers since
@@ -26,7 +26,7 @@ def next_poll_s(due_in: float) -> float:
     return min(POLL_S, max(SOON_POLL_S, -due_in / 4))
 
 
-def share_rate(status: dict) -> float | None:
+def training_rate(status: dict) -> float | None:
     """Examples per second of a replica, from its status: of the portion under way, or, before
     it trained any, of the epoch so far; None before any."""
     portion = status.get("portion")

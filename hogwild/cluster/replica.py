@@ -187,6 +187,7 @@ class Replica(Trainer):
                 "state": "training" if running or not self.commands.empty() else "done",
                 "epoch": portion.epoch,
                 "finished": [p.figures() for p in finished],
+                "correct": sum(p.correct for p in finished),  # the finished portions'
                 "data_wait_s": sum(p.data_wait_s for p in finished),
                 "store_wait_s": sum(p.store_wait_s for p in finished),
             }

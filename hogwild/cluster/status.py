@@ -1,6 +1,6 @@
 """The live status of a cluster job: one table of its roles, redrawn in place on a terminal.
 
-Rows: every replica (its state and epoch, examples trained in its share, examples/s, the
+Rows: every replica (its state and epoch, examples trained in the epoch so far, examples/s, the
 training loss, seconds its compute loops waited for data and for the parameter servers), every
 parameter server (updates/s, requests/s, the staleness of the updates it applied, the updates at
 risk since its last flush) and every data server; replicas and data servers say how often they

@@ -6,9 +6,9 @@ to 98 % in two epochs, writes per-epoch metrics with the cluster's fields and a 
 status`` and serves every role's counters to Prometheus. SIGKILL of a role of each kind stops
 the whole job within 10 s with an error naming the role and how it ended, and leaves no process
 and no shared-memory segment, when the role is a parameter server or ``cluster.restarts = 0``.
-Otherwise a SIGKILLed replica or data server is restarted and the job completes: a replica
-retrains its lost share (every epoch counts each example once), a data server comes back on its
-address and serves again, and the summary counts the restarts.
+Otherwise a SIGKILLed replica or data server is restarted and the job completes: the portions a
+replica lost are trained again (every epoch counts each example once), a data server comes back
+on its address and serves again, and the summary counts the restarts.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
             assert 'hogwild_driver_replicas{role="driver"} 1.0' in scraped["driver"]
             assert 'hogwild_ps_n_params{role="ps 1"}' in scraped["ps 1"]
             assert 'hogwild_ps_updates_per_s{role="ps 0"}' in scraped["ps 0"]
-            deadline = time.monotonic() + 60  # until the replica has its first share
+            deadline = time.monotonic() + 60  # until the replica has its first portion
             while 'hogwild_replica_examples{role="replica 0"}' not in scrape(metrics_port + 3):
                 assert time.monotonic() < deadline, scrape(metrics_port + 3)
                 time.sleep(0.2)
@@ -249,7 +249,7 @@ def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill
     return final, records, stderr
 
 
-def test_a_killed_replica_is_restarted_and_retrains_its_share(mnist_dir, tmp_path):
+def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):
     args = ("--epochs", "2", "--replicas", "2", "--ps", "1", "--train.subset=20000")
 
     def kill(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
@@ -265,7 +265,7 @@ def test_a_killed_replica_is_restarted_and_retrains_its_share(mnist_dir, tmp_pat
     assert restart["role"] == "replica 1" and restart["returncode"] == -signal.SIGKILL
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1]
-    for record in epochs:  # the lost share was trained again, whole, and counted once
+    for record in epochs:  # the lost portions were trained again, whole, and counted once
         assert record["examples"] == 20000 == sum(record["per_replica_examples"].values())
 
 

@@ -1,12 +1,13 @@
 """How soon the cluster driver asks its replicas again (hogwild.cluster.polling, no clock of its
 own): at its usual interval while none is due to finish, on time for one that is, then often,
-backing off while it stays overdue, and afresh for the next epoch."""
+backing off while it stays overdue, and afresh for the next portion or epoch; a replica's rate from
+its portion under way, or from its epoch before it trained any of the portion."""
 
 from __future__ import annotations
 
 import pytest
 
-from hogwild.cluster.polling import POLL_S, SOON_POLL_S, PollSchedule, next_poll_s, share_rate
+from hogwild.cluster.polling import POLL_S, SOON_POLL_S, PollSchedule, next_poll_s, training_rate
 
 
 def test_a_replica_far_from_its_end_is_asked_at_the_usual_interval():
@@ -40,7 +41,7 @@ def test_the_back_off_starts_afresh_when_the_replica_is_due_again_or_in_a_new_ep
     schedule = PollSchedule()
     schedule.delay(10.0, {0: (1, 9.9)})  # overdue since 9.9
     assert schedule.delay(10.3, {0: (1, 10.2)}) == pytest.approx(0.1)  # 0.4 s overdue / 4
-    assert schedule.delay(10.3, {0: (2, 10.3)}) == SOON_POLL_S  # the next epoch's share
+    assert schedule.delay(10.3, {0: (2, 10.3)}) == SOON_POLL_S  # the next epoch's portion
     assert schedule.delay(10.4, {0: (2, 10.5)}) == pytest.approx(0.1)  # due again, later
     assert schedule.delay(10.5, {0: (2, 10.5)}) == SOON_POLL_S  # overdue afresh
 
@@ -53,11 +54,27 @@ def test_a_replica_that_left_the_schedule_is_overdue_afresh_when_it_comes_back()
     assert schedule.delay(11.0, {0: (1, 11.0)}) == SOON_POLL_S  # rejoined the same epoch
 
 
-def test_a_share_rate_comes_from_the_status_or_is_unknown():
-    assert share_rate({"examples": 500, "seconds": 0.25}) == 2000.0
-    assert share_rate({"examples": 0, "seconds": 1.0}) is None  # nothing trained yet
-    assert share_rate({"examples": 5, "seconds": 0.0}) is None
-    assert share_rate({"state": "idle"}) is None  # no share
+def test_a_training_rate_comes_from_the_status_or_is_unknown():
+    assert training_rate({"examples": 500, "seconds": 0.25}) == 2000.0
+    assert training_rate({"examples": 0, "seconds": 1.0}) is None  # nothing trained yet
+    assert training_rate({"examples": 5, "seconds": 0.0}) is None
+    assert training_rate({"state": "idle"}) is None  # no portion
+
+
+def test_the_rate_of_the_portion_under_way_comes_first_then_the_epochs():
+    status = {"examples": 900, "seconds": 1.0, "portion": {"examples": 300, "seconds": 0.1}}
+    assert training_rate(status) == 3000.0  # the portion's: what it trains at now
+    status["portion"] = {"examples": 0, "seconds": 0.001}  # just begun: the epoch's
+    assert training_rate(status) == 900.0
+    status["portion"] = "junk"
+    assert training_rate(status) == 900.0
+
+
+def test_the_back_off_starts_afresh_at_the_next_portion_of_the_same_epoch():
+    schedule = PollSchedule()
+    schedule.delay(10.0, {0: ((1, 0), 9.0)})  # overdue since 9.0
+    assert schedule.delay(10.4, {0: ((1, 0), 10.3)}) == pytest.approx(0.2)  # 1.4 s overdue: capped
+    assert schedule.delay(10.4, {0: ((1, 500), 10.4)}) == SOON_POLL_S  # its next portion
 
 
 def _running_sum(values):

@@ -223,9 +223,10 @@ def test_portions_tile_the_permutation_shrinking_to_the_smallest():
 def test_each_replica_holds_one_portion_ahead():
     c = make(n_train=60_000, min_portion=512)
     starts = join_all(c)
-    assert [(s.replica, s.start) for s in starts] == [(0, 0), (0, 15_000), (1, 26_250), (1, 34_688)]
+    # everyone's current portion first, then one ahead each
+    assert [(s.replica, s.start) for s in starts] == [(0, 0), (1, 15_000), (0, 26_250), (1, 34_688)]
     assert len({s.seed for s in starts}) == 4
-    out = finish(c, starts[2])  # replica 1 finished one: it takes the next, still one ahead
+    out = finish(c, starts[1])  # replica 1 finished one: it takes the next, still one ahead
     assert [(s.replica, s.start) for s in out] == [(1, 41_016)]
     assert c.current(1) == 34_688 and c.remaining(1) == 41_016 - 34_688
 
@@ -287,11 +288,11 @@ def drain(c: Coordinator, replica: int) -> list:
 def test_a_dead_replicas_portions_go_to_whoever_asks_next_and_count_once():
     c = make(min_portion=100)  # portions 0:250, 250:438, 438:579, 579:685, ... 985:1000
     starts = join_all(c)
-    assert [(s.replica, s.start) for s in starts] == [(0, 0), (0, 250), (1, 438), (1, 579)]
-    c.handle(Progress(1, 0, 438, 40))
+    assert [(s.replica, s.start) for s in starts] == [(0, 0), (1, 250), (0, 438), (1, 579)]
+    c.handle(Progress(1, 0, 250, 40))
     assert c.handle(Lost(1)) == []  # replica 0 holds two already: nothing to give it yet
     out = c.handle(done(0, 0, 0, 250))  # replica 0 asks: the lost ones come first, in order
-    assert [(s.replica, s.start) for s in out] == [(0, 438)]
+    assert [(s.replica, s.start) for s in out] == [(0, 250)]
     (end,) = [i for i in drain(c, 0) if isinstance(i, EpochEnd)]
     assert end.examples == 1000 and end.per_replica == {0: 1000, 1: 0}  # the 40 not counted
     assert c.handle(Joined(1)) == []  # the epoch ended: nothing for it until the next
@@ -366,3 +367,56 @@ def test_a_status_answer_becomes_events_and_bad_fields_are_left_out():
         0, {"epoch": 0, "finished": [{"start": 0, "examples": 5, "loss": math.inf}]}
     )
     assert bad == [PortionDone(0, 0, 0, 5, 0.0, 0, 0.0, 0.0)]
+
+
+def test_with_few_portions_everyone_takes_its_current_one_before_any_is_held_ahead():
+    c = make(replicas=2, fraction=0.5)  # min 512: two portions, 0:512 and 512:1000
+    starts = join_all(c)
+    assert [(s.replica, s.start) for s in starts] == [(0, 0), (1, 512)]
+    assert c.handle(Progress(0, 0, 0, 10)) == []  # nobody closed: nobody has finished
+    many = make(replicas=4, fraction=0.5)  # two portions for four replicas
+    starts = join_all(many)
+    assert [(s.replica, s.start) for s in starts] == [(0, 0), (1, 512)]
+    assert many.state_of(2) == many.state_of(3) == "done"  # nothing for them: no finishers
+    assert many.handle(Progress(0, 0, 0, 10)) == []  # so the epoch rule closes nobody
+    assert many.handle(done(0, 0, 0, 512)) == []  # 1 finisher of the 2 the rule needs
+    (end,) = many.handle(done(1, 0, 512, 488))
+    assert end.examples == 1000
+
+
+def test_without_ahead_a_replica_holds_one_portion_at_a_time():
+    c = make(ahead=0, min_portion=100)
+    starts = join_all(c)
+    assert [(s.replica, s.start) for s in starts] == [(0, 0), (1, 250)]
+    (nxt,) = finish(c, starts[0])
+    assert (nxt.replica, nxt.start) == (0, 438)
+
+
+def test_a_replica_lost_and_back_in_the_same_epoch_takes_what_is_left():
+    c = make(min_portion=100)
+    starts = join_all(c)
+    c.handle(done(1, 0, 250, 188))  # replica 1 finished one portion: counted
+    c.handle(Lost(1))
+    (back, ahead) = c.handle(Joined(1))
+    assert back.replica == ahead.replica == 1 and back.start == 579  # its lost portion first
+    out = drain(c, 0) + drain(c, 1)
+    (end,) = [i for i in out if isinstance(i, EpochEnd)]
+    assert end.examples == 1000 and end.per_replica[1] >= 188  # the finished one stays counted
+    assert starts[0].start == 0
+
+
+def test_a_warm_start_in_portions_ends_when_replica_0_dies():
+    c = make(warm_start=600, min_portion=100)
+    join_all(c)
+    out = c.handle(Lost(0))  # what it held goes back, and replica 1 starts with it
+    assert [(s.replica, s.start) for s in out] == [(1, 0), (1, 250)]
+    assert not c.alone
+
+
+def test_a_replica_claiming_more_examples_than_its_portion_has_is_capped():
+    c = make(min_portion=100)
+    starts = join_all(c)
+    c.handle(Progress(0, 0, 0, 10**9))
+    assert c.remaining(0) == 0
+    c.handle(done(0, 0, 0, 10**9))
+    assert c.parts[0].done[0].examples == 250 == starts[0].stop
