@@ -15,19 +15,21 @@ What it decides:
   runs faster (its core not shared with a parameter server at that moment) takes more, and the
   replicas finish an epoch within a small portion of each other instead of one whole share of
   their difference. The portions shrink as the epoch goes: each is the part not yet handed out
-  over twice the replicas, never under ``min_portion`` ("factoring", Hummel, Schonberg & Flynn,
-  CACM 1992): few large ones while much is left, small ones at the end. Every replica takes its
-  current portion first; then, while enough is left that every replica would still find its
-  next one, each holds the one after its current one too (``ahead``), so it goes on without
-  waiting for the driver between them. A coordinated topology
-  (Sandblaster, AllReduce: a share is its group's batch) keeps one fixed shard per replica
-  (``guided=False``): portion ``r`` is replica ``r``'s and no other's.
-- **Warm start** (DistBelief 4.1): in the first epoch of a fresh job, replica 0 trains alone until
-  it has trained ``warm_start`` examples (or finished what it holds), then the others join in.
+  over twice the replicas, never under ``min_portion`` but for the last ("factoring", Hummel,
+  Schonberg & Flynn, CACM 1992): few large ones while much is left, small ones at the end. Every
+  replica takes its current portion first; then, while enough is left that every replica would
+  still find its next one, each holds the one after its current one too (``ahead``), so it goes
+  on without waiting for the driver between them. A coordinated topology (Sandblaster,
+  AllReduce: a share is its group's batch) keeps one fixed shard per replica (``guided=False``):
+  portion ``r`` is replica ``r``'s and no other's.
+- **Warm start** (DistBelief 4.1): in the first epoch of a fresh job, replica 0 trains alone
+  until it has trained ``warm_start`` examples (or finished what it holds), then the others join
+  in.
 - **The epoch rule** (Adam 3.2.5, across replicas): a replica has finished the epoch when it
-  holds nothing and nothing is left for it. Once ``ceil(fraction * replicas)`` have, the others
-  are told to stop at their next chunk, what was not handed out is not trained, and replicas
-  that never started are skipped; the epoch ends when no replica holds a portion.
+  trained at least one portion of it, holds nothing, and nothing is left for it. Once
+  ``ceil(fraction * replicas)`` have, the others are told to stop at their next chunk (a portion
+  held ahead that has not begun stops at once), what was not handed out is not trained, and
+  replicas that never started are skipped; the epoch ends when no replica holds a portion.
 - **A replica that dies** (:class:`Lost`; the driver restarts it, ``cluster.restarts``) loses the
   portions it held: they go back to be handed out again, whole, to whichever replica asks next
   (a fixed shard waits for its replica to rejoin), unless the epoch is closed. A portion is split
@@ -313,9 +315,12 @@ class Coordinator:
             takers = [r for r in takers if self.parts[r].state != CLOSING]
             for replica in takers:  # first everyone's current portion
                 out += self._take(replica, 1)
-            for replica in takers:  # then the ones ahead, while every taker would find a next
+            # then the ones ahead, while every replica that will take part would find a next one
+            # (during the warm start: the others waiting for its end too)
+            sharing = len(self.joined) if self.alone else len(takers)
+            for replica in takers:
                 held = self.parts[replica].held
-                while len(held) < self._wanted() and len(self._eligible(replica)) >= len(takers):
+                while len(held) < self._wanted() and len(self._eligible(replica)) >= sharing:
                     out += self._take(replica, len(held) + 1)
             for replica in takers:  # fewer portions than replicas: nothing for it this epoch
                 part = self.parts[replica]

@@ -420,3 +420,14 @@ def test_a_replica_claiming_more_examples_than_its_portion_has_is_capped():
     assert c.remaining(0) == 0
     c.handle(done(0, 0, 0, 10**9))
     assert c.parts[0].done[0].examples == 250 == starts[0].stop
+
+
+def test_during_the_warm_start_replica_0_leaves_a_portion_for_each_of_the_others():
+    c = make(warm_start=100)  # two portions, 0:512 and 512:1000
+    (only,) = join_all(c)  # not both: replica 1 would have nothing when the warm start ends
+    assert (only.replica, only.start) == (0, 0)
+    (other,) = c.handle(Progress(0, 0, 0, 100))
+    assert (other.replica, other.start) == (1, 512)
+    wide = make(replicas=4, n_train=4096, min_portion=256, ahead=2, warm_start=100)
+    held = [s.start for s in join_all(wide)]
+    assert len(held) <= len(wide.portions) - 3  # one left for each of the three others
