@@ -305,48 +305,48 @@ class Coordinator:
             or not (zero.held or self._eligible(0))
         ):
             self.alone = False  # the warm start is over: trained enough, died, or nothing left
-        takers = [0] if self.alone else sorted(self.joined)
-        for replica in takers:
-            part = self.parts[replica]
-            if part.state != CLOSING and not part.held and not self._eligible(replica):
-                part.state = DONE
+        takers = [r for r in ([0] if self.alone else sorted(self.joined))
+                  if self.parts[r].state != CLOSING]  # fmt: skip
+        self._finish_idle(takers)
         out = self._close_when_enough()
         if not self.closed:
-            takers = [r for r in takers if self.parts[r].state != CLOSING]
             for replica in takers:  # first everyone's current portion
-                out += self._take(replica, 1)
+                if not self.parts[replica].held:
+                    out += self._take(replica)
             # then the ones ahead, while every replica that will take part would find a next one
             # (during the warm start: the others waiting for its end too)
             sharing = len(self.joined) if self.alone else len(takers)
             for replica in takers:
                 held = self.parts[replica].held
                 while len(held) < self._wanted() and len(self._eligible(replica)) >= sharing:
-                    out += self._take(replica, len(held) + 1)
-            for replica in takers:  # fewer portions than replicas: nothing for it this epoch
-                part = self.parts[replica]
-                if not part.held and not self._eligible(replica):
-                    part.state = DONE
+                    out += self._take(replica)
+            self._finish_idle(takers)  # fewer portions than replicas: nothing for some
         return out + self._end_when_idle()
+
+    def _finish_idle(self, replicas: list[int]) -> None:
+        """Those of ``replicas`` that hold nothing and find nothing left have finished."""
+        for replica in replicas:
+            part = self.parts[replica]
+            if not part.held and not self._eligible(replica):
+                part.state = DONE
 
     def _wanted(self) -> int:
         """How many portions a replica holds while enough is left: its current one and
         ``ahead`` more (a fixed shard: its own, alone)."""
         return 1 + self.ahead if self.guided else 1
 
-    def _take(self, replica: int, wanted: int) -> list[StartPortion]:
-        part, out = self.parts[replica], []
-        while len(part.held) < wanted:
-            eligible = self._eligible(replica)
-            if not eligible:
-                break
-            index = eligible[0]
-            self.unassigned.remove(index)
-            part.held.append(index)
-            part.state = TRAINING
-            start, stop = self.portions[index]
-            seed = (self.seed * 1_000_003 + self.epoch * 1_009 + index) % 2**31
-            out.append(StartPortion(replica, self.epoch, self.lr_of(self.epoch), start, stop, seed))
-        return out
+    def _take(self, replica: int) -> list[StartPortion]:
+        """The next portion ``replica`` may take, if any, as the instruction to start it."""
+        eligible = self._eligible(replica)
+        if not eligible:
+            return []
+        index, part = eligible[0], self.parts[replica]
+        self.unassigned.remove(index)
+        part.held.append(index)
+        part.state = TRAINING
+        start, stop = self.portions[index]
+        seed = (self.seed * 1_000_003 + self.epoch * 1_009 + index) % 2**31
+        return [StartPortion(replica, self.epoch, self.lr_of(self.epoch), start, stop, seed)]
 
     def _after_answer(self, replica: int) -> list:
         part = self.parts[replica]

@@ -19,12 +19,11 @@ section 4.1). It:
    (:mod:`hogwild_plugins.ps.groups`); what is not built is refused before anything starts;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (each epoch's
    permutation handed out in portions on demand, warm start, the epoch rule across replicas),
-   polling each replica's
-   progress; at every epoch end it pulls the servers' model and evaluates it on the test set,
-   then starts the next epoch (``cluster.evaluate = "between"``; with ``"beside"`` the next
-   epoch starts at once and a thread evaluates meanwhile: :func:`evaluates_between`); then it
-   writes the epoch's checkpoint (the format ``hogwild train`` writes: ``hogwild eval`` and
-   ``torch.nn`` load it) and metrics line;
+   polling each replica's progress; at every epoch end it pulls the servers' model and evaluates
+   it on the test set, then starts the next epoch (``cluster.evaluate = "between"``; with
+   ``"beside"`` the next epoch starts at once and a thread evaluates meanwhile:
+   :func:`evaluates_between`); then it writes the epoch's checkpoint (the format ``hogwild
+   train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line;
 5. restarts a replica or a data server that dies while the job trains, up to
    ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
    into the status table and the final summary): a data server comes back on its address and
