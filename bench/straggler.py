@@ -65,10 +65,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def busy_code(cpu: int) -> str:
+    """The program of the busy process on ``cpu``: it spins until it is killed."""
+    return f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
+
+
 def busy_loop(cpu: int) -> subprocess.Popen:
     """A process spinning on ``cpu`` until it is killed."""
-    code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True:\n    pass\n"
-    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    return subprocess.Popen([sys.executable, "-c", busy_code(cpu)], start_new_session=True)
 
 
 def run_job(args, split: str, busy: bool, folder: Path, name: str) -> dict:
