@@ -23,7 +23,8 @@ section 4.1). It:
    it on the test set, then starts the next epoch (``cluster.evaluate = "between"``; with
    ``"beside"`` the next epoch starts at once and a thread evaluates meanwhile:
    :func:`evaluates_between`); then it writes the epoch's checkpoint (the format ``hogwild
-   train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line;
+   train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line
+   (:mod:`hogwild.cluster.records`);
 5. restarts a replica or a data server that dies while the job trains, up to
    ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
    into the status table and the final summary): a data server comes back on its address and
@@ -39,21 +40,15 @@ address it writes to ``RUN_DIR/cluster.json``, which ``hogwild cluster status`` 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as futures_wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 from hogwild.blas import limit_blas_threads
 from hogwild.cluster.coordinator import (
@@ -70,12 +65,12 @@ from hogwild.cluster.coordinator import (
 from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
 from hogwild.cluster.polling import PollSchedule, training_rate
 from hogwild.cluster.prometheus import role_ports, serve_metrics
+from hogwild.cluster.records import EndedEpoch, EpochRecords, merge_histograms
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.cluster.topology import require_built, resolve_topology
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.errors import HogwildError
-from hogwild.model.compile import compile_lock
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
@@ -85,21 +80,16 @@ from hogwild.progress import Progress as ProgressLines
 from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.store.registry import store_class
-from hogwild.training import checkpoint as ckpt
-from hogwild.training.api import TrainedModel, evaluate_model
 from hogwild.training.job import plan_data, subset_indices
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
-from hogwild.training.trainer import save_checkpoint
 
-EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
 # The smallest portion of an epoch per worker of a replica: the last portions of an epoch are
 # this size, so replicas finish within about one of each other; each costs a push and a round
 # trip to the driver, which cadence 512 (Downpour's) makes one exchange's worth of training.
 MIN_PORTION_PER_WORKER = 256
-WARMING_S = 60.0  # the longest the start-up's prediction is waited for (a cold cache compiles)
 
 
 def evaluates_between(cluster) -> bool:
@@ -112,15 +102,6 @@ def evaluates_between(cluster) -> bool:
     if cluster.evaluate == "auto":
         return cluster.launcher == "local"
     return cluster.evaluate == "between"
-
-
-@dataclass(frozen=True)
-class EndedEpoch:
-    """An epoch's record before its test figures, and the model pulled at its end."""
-
-    record: dict
-    params: np.ndarray
-    velocity: np.ndarray
 
 
 def job_name(config) -> str:
@@ -160,18 +141,23 @@ class ClusterDriver:
             {**topology.cluster_overrides(), "ps.job": self.job, **servers}
         )
         self.data, self.source, self.resume = data, self.config.data.source, resume
-        self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
-        plan, n_train, self.n_test = plan_data(self.config, data, 1)
+        replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
+        plan, n_train, n_test = plan_data(self.config, data, 1)
         subset = subset_indices(self.config.train.seed, n_train, self.config.train.subset)
         self.n_train = n_train if subset is None else len(subset)  # as each replica chooses
         self.n_classes = plan.n_classes
         self.network = build_network(self.config.model, self.n_classes)
         self.evaluate_between = evaluates_between(self.config.cluster)
-        # between epochs the whole machine is the evaluation's: a thread per CPU of the driver
-        self.eval_threads = len(os.sched_getaffinity(0)) if self.evaluate_between else 1
         self.progress = ProgressLines(self.config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(self.config.output.metrics)
         self.live = LiveStatus(self.config.output.progress)
+        self.records = EpochRecords(  # the epochs' test figures, metrics lines and checkpoints
+            self.config, self.network, data, n_test=n_test, n_classes=self.n_classes,
+            n_train=self.n_train, metrics=self.metrics, progress=self.progress, live=self.live,
+            replace_old=replace_old, between=self.evaluate_between,
+            # between epochs the whole machine is the evaluation's: a thread per CPU of the driver
+            eval_threads=len(os.sched_getaffinity(0)) if self.evaluate_between else 1,
+        )  # fmt: skip
         self.run_dir: Path | None = None
         self.own_run_dir = False
         self.launcher = self.arena = self.store = self.control = self.etcd = None
@@ -187,7 +173,6 @@ class ClusterDriver:
         self.last_keep_alive = 0.0
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
         self.rows: list[dict] = []
-        self.warming: threading.Thread | None = None  # loads the prediction kernels at start
 
     # -- the job ---------------------------------------------------------------------------------
 
@@ -225,16 +210,13 @@ class ClusterDriver:
         self._give_metrics_ports(plan)
         if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
             self.specs.update({spec.name: spec for spec in plan.ps})
-        if self.n_test:  # the first evaluation would load them: 0.8 s instead of 0.3 here
-            self.warming = threading.Thread(
-                target=self._warm_evaluation, name="hogwild-warm", daemon=True
-            )
-            self.warming.start()
+        self.records.warm()
         data_servers = self.launcher.start_all([*plan.ps, *plan.data])[len(plan.ps) :]
         for spec, address in zip(plan.data, data_servers, strict=True):
             self.specs[spec.name] = on_port_of(spec, address)  # a restart comes back there
         groups = [servers[i : i + per_group] for i in range(0, len(servers), per_group)]
         start_epoch, history = self._give_the_servers_the_model(groups)
+        self.records.history.extend(history)  # a resumed job's epochs
         extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
         if len(groups) > 1:
             extra.append(f"--cluster.group_servers={','.join(servers)}")
@@ -271,7 +253,7 @@ class ClusterDriver:
                 "pid": os.getpid(),
             }
         )
-        return self._epochs(start_epoch, history)
+        return self._epochs(start_epoch)
 
     def _cadences(self) -> dict:
         """The replicas' push and pull cadences as they run them (``train.n_push = 0``: the ps
@@ -410,7 +392,7 @@ class ClusterDriver:
 
     # -- epochs ----------------------------------------------------------------------------------
 
-    def _epochs(self, start_epoch: int, history: list[dict]) -> dict:
+    def _epochs(self, start_epoch: int) -> dict:
         config = self.config
         coordinator = Coordinator(
             replicas=len(self.clients),
@@ -425,14 +407,11 @@ class ClusterDriver:
             guided=config.cluster.split == "portions" and not self.topology.coordinated,
             min_portion=MIN_PORTION_PER_WORKER * config.cluster.workers_per_replica,
         )
-        wall_start = self.train_started = time.perf_counter()
-        epoch_start, checkpoint, examples, train_seconds = wall_start, None, 0, 0.0
+        wall_start = epoch_start = self.train_started = time.perf_counter()
         pending: deque = deque()
         for r in range(len(self.clients)):
             pending.extend(coordinator.handle(Joined(r)))
         drawn = 0.0
-        evaluating: deque[tuple[EndedEpoch, Future]] = deque()  # in epoch order
-        evaluator = ThreadPoolExecutor(1, thread_name_prefix="hogwild-evaluate")
         limit_blas_threads(1)  # the evaluation's threads each call sgemm (see hogwild.blas)
         try:
             while True:
@@ -451,30 +430,19 @@ class ClusterDriver:
                     elif isinstance(instruction, Close):
                         self._call(instruction.replica, "close", epoch=instruction.epoch)
                     elif isinstance(instruction, EpochEnd):
-                        seconds = time.perf_counter() - epoch_start
-                        ended = self._pull_epoch(instruction, seconds)
-                        # The pulled model is evaluated on a thread (the kernels release the
-                        # GIL). Beside training, the next epoch starts at once and this loop
-                        # goes on polling, so the replicas do not idle through the evaluation
-                        # and the driver still sees a role die. Between epochs, the replicas
-                        # wait for it: where the driver shares their cores, an evaluation
-                        # beside training ran at a third of its speed and slowed the epoch
-                        # more than waiting for it does (see cluster.evaluate).
-                        future = evaluator.submit(self._test, ended)
-                        if self.evaluate_between:
-                            futures_wait([future])
+                        ended = self._pull_epoch(instruction, time.perf_counter() - epoch_start)
+                        # Evaluated on a thread: beside training, the next epoch starts at once
+                        # and this loop goes on polling, so the replicas do not idle through
+                        # the evaluation and the driver still sees a role die; between epochs,
+                        # it returns once the evaluation is done (see cluster.evaluate).
+                        self.records.ended(ended)
                         pending.extend(coordinator.advance())
                         epoch_start = time.perf_counter()
-                        examples += ended.record["examples"]
-                        train_seconds += seconds
-                        evaluating.append((ended, future))
-                        # at most EVALUATING behind: epochs shorter than an evaluation wait here
-                        checkpoint = self._write_tested(evaluating, history, checkpoint, EVALUATING)
+                        self.records.write()
                     elif isinstance(instruction, Finished):
-                        checkpoint = self._write_tested(evaluating, history, checkpoint, 0)
-                        return self._final(history, examples, train_seconds, wall_start, checkpoint)
+                        return self.records.final(self._job_fields(), wall_start)
                 time.sleep(self._poll_delay(coordinator))
-                checkpoint = self._write_tested(evaluating, history, checkpoint, EVALUATING)
+                self.records.write()
                 self._recover(coordinator, pending)
                 for replica in replicas_training(coordinator):
                     pending.extend(self._events(coordinator, replica))
@@ -483,13 +451,22 @@ class ClusterDriver:
                     drawn = time.monotonic()
                     self.live.draw(self._rows())
         except BaseException:
-            # stopped (SIGTERM, Ctrl-C, a role that died): keep what was already evaluated, and
-            # do not wait for the evaluations still queued before the roles are told to stop
-            with contextlib.suppress(Exception):
-                self._write_tested(evaluating, history, checkpoint, len(evaluating))
+            self.records.stopped()  # keeps what was already evaluated
             raise
-        finally:
-            evaluator.shutdown(wait=False, cancel_futures=True)
+
+    def _job_fields(self) -> dict:
+        """The final record's fields of a cluster job (:meth:`EpochRecords.final`)."""
+        cluster = self.config.cluster
+        return {
+            "framework": self.topology.framework,
+            "optimizer": self.topology.optimizer,
+            "replicas": cluster.replicas,
+            "workers": cluster.replicas * cluster.workers_per_replica,
+            "ps_servers": self.topology.servers,  # every server group's
+            "server_groups": self.topology.server_groups,
+            "data_servers": cluster.data_servers,
+            "restarts": {name.replace(" ", "-"): n for name, n in sorted(self.restarts.items())},
+        }
 
     def _alive_check(self, name: str):
         """For a role's control client: False once the launcher saw the role exit, so a call
@@ -587,7 +564,7 @@ class ClusterDriver:
             "per_replica_examples": {str(k): v for k, v in end.per_replica.items()},
             "updates_per_s": sum(s.get("updates_per_s", 0.0) for s in servers),
             "ps_updates": sum(int(s.get("updates", 0)) for s in servers),  # since they started
-            "staleness": _merge_histograms(s.get("staleness_histogram") for s in servers),
+            "staleness": merge_histograms(s.get("staleness_histogram") for s in servers),
         }
         groups = {str(r): seen["status"]["sandblaster"] for r, seen in self.last_status.items()
                   if "sandblaster" in seen["status"]}  # fmt: skip
@@ -597,103 +574,7 @@ class ClusterDriver:
             replicas = sum(seen["status"].get("syncs", 0) for seen in self.last_status.values())
             record["group_syncs"] = self.groups.syncs + replicas
             record["group_spread"] = spread  # the largest |p_g - mean| before the epoch's sync
-        return EndedEpoch(record, params.copy(), velocity.copy())
-
-    def _warm_evaluation(self) -> None:
-        """Load the prediction kernels while the roles start (the first evaluation's cost)."""
-        model = TrainedModel(self.config, self.network, np.zeros(self.network.n_params, np.float32))
-        # under the host's compile lock: from a cold cache the replicas compile the same forward
-        # kernels, and two processes compiling them at once on the same cores waste one of them
-        with compile_lock(), contextlib.suppress(Exception):  # the evaluation reports failures
-            model.predict_proba(np.zeros((1, self.network.input_size), np.uint8))
-
-    def _test(self, ended: EndedEpoch) -> dict:
-        """The pulled model's test figures (on the evaluation thread: touches nothing shared)."""
-        if not self.n_test:
-            return {}
-        started = time.perf_counter()
-        model = TrainedModel(self.config, self.network, ended.params)
-        tested = evaluate_model(model, self.data, self.eval_threads)
-        return {**tested, "eval_s": time.perf_counter() - started}
-
-    def _write_tested(self, evaluating: deque, history: list, checkpoint, behind: int):
-        """Write the records and checkpoints of the evaluated epochs, in order, waiting for the
-        oldest while more than ``behind`` are not written; the newest checkpoint."""
-        while evaluating and (len(evaluating) > behind or evaluating[0][1].done()):
-            ended, future = evaluating.popleft()
-            record = self._record_epoch(ended, future.result())
-            history.append(record)
-            checkpoint = self._checkpoint(record, history, ended) or checkpoint
-        return checkpoint
-
-    def _record_epoch(self, ended: EndedEpoch, tested: dict) -> dict:
-        """Write an epoch's metrics line, with its test figures, and say it."""
-        record = {
-            **ended.record,
-            "test_loss": tested.get("test_loss"),
-            "test_accuracy": tested.get("test_accuracy"),
-            "eval_s": tested.get("eval_s"),
-        }
-        self.metrics.write(record)
-        self.live.clear()
-        tested_text = (
-            f"test accuracy {record['test_accuracy'] * 100:.2f}%" if tested else "no test split"
-        )
-        self.progress.line(
-            f"epoch {record['epoch'] + 1}/{self.config.train.epochs}  lr {record['lr']:.4g}  "
-            f"train loss {record['train_loss']:.4f}  {tested_text}  "
-            f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
-        )
-        return record
-
-    def _checkpoint(self, record: dict, history: list[dict], ended: EndedEpoch):
-        if not self.config.output.checkpoint_dir:
-            return None
-        if self.replace_old:
-            ckpt.remove_checkpoints(self.config.output.checkpoint_dir)
-            self.replace_old = False
-        return save_checkpoint(
-            self.config, self.network, ended.params, ended.velocity, record["epoch"], record,
-            history, self.n_classes, self.n_train, self.data,
-        )  # fmt: skip
-
-    def _final(self, history, examples, train_seconds, wall_start, checkpoint) -> dict:
-        last = history[-1] if history else {}
-        rate = examples / train_seconds if train_seconds else 0.0
-        wall = time.perf_counter() - wall_start
-        final = {
-            "event": "final",
-            "connections": self.network.connections,
-            "examples": examples,
-            "examples_per_s": rate,
-            "connections_per_s": rate * self.network.connections,
-            "train_loss": last.get("train_loss"),
-            "test_loss": last.get("test_loss"),
-            "test_accuracy": last.get("test_accuracy"),
-            "framework": self.topology.framework,
-            "optimizer": self.topology.optimizer,
-            "replicas": self.config.cluster.replicas,
-            "workers": self.config.cluster.replicas * self.config.cluster.workers_per_replica,
-            "ps_servers": self.topology.servers,  # every server group's
-            "server_groups": self.topology.server_groups,
-            "data_servers": self.config.cluster.data_servers,
-            "epochs": self.config.train.epochs,
-            "data_wait_s": sum(h.get("data_wait_s", 0.0) for h in history),
-            "fetch_wait_s": sum(h.get("fetch_wait_s", 0.0) for h in history),
-            "updates_per_s": last.get("updates_per_s"),
-            "staleness": _merge_histograms(h.get("staleness") for h in history[-1:]),
-            "restarts": {name.replace(" ", "-"): n for name, n in sorted(self.restarts.items())},
-            "wall_s": wall,
-            "checkpoint": str(checkpoint) if checkpoint else None,
-            "config": self.config.to_dict(),
-        }
-        self.metrics.write(final)
-        accuracy = final["test_accuracy"]
-        self.progress.line(
-            f"done: test accuracy {'n/a' if accuracy is None else f'{accuracy * 100:.2f}%'} "
-            f"after {self.config.train.epochs} epochs, {rate:,.0f} examples/s, {wall:.1f} s"
-        )
-        return final
+        return EndedEpoch(record, params.copy(), velocity.copy(), seconds)
 
     # -- roles -----------------------------------------------------------------------------------
 
@@ -853,9 +734,7 @@ class ClusterDriver:
             step(self.arena.close)
             step(self.arena.unlink)
             self.arena = None
-        if self.warming is not None:  # one prediction: under a second from a warm cache
-            step(lambda: self.warming.join(WARMING_S))
-            self.warming = None
+        step(self.records.close)
         if self.run_dir is not None:
             step(lambda: (self.run_dir / "cluster.json").unlink(missing_ok=True))
             if self.own_run_dir:
@@ -872,11 +751,3 @@ class ClusterDriver:
                 pass
             finally:
                 client.close()
-
-
-def _merge_histograms(histograms) -> dict:
-    merged: dict[str, int] = {}
-    for histogram in histograms:
-        for key, count in (histogram or {}).items():
-            merged[key] = merged.get(key, 0) + int(count)
-    return merged

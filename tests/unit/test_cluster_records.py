@@ -1,0 +1,139 @@
+"""What ``hogwild cluster``'s driver writes for each epoch (:mod:`hogwild.cluster.records`).
+
+Real parts throughout: the bundled job config, the paper's network with its seeded initial
+weights, MNIST's real test images (the first 500), the metrics writer and the checkpoint writer;
+the checkpoints are read back with the loader ``hogwild eval`` uses. The jobs in
+``tests/cluster`` check the same records end to end, through every role.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hogwild.cluster.records import EVALUATING, EndedEpoch, EpochRecords, merge_histograms
+from hogwild.cluster.status import LiveStatus
+from hogwild.config import load_config
+from hogwild.data.mnist import MnistData, load_mnist
+from hogwild.model.network import build_network
+from hogwild.progress import Progress
+from hogwild.training import checkpoint as ckpt
+from hogwild.training.metrics import MetricsWriter
+from hogwild.training.resume import starting_point
+
+N_TEST = 500
+
+
+@pytest.fixture(scope="module")
+def data(mnist_dir) -> MnistData:
+    full = load_mnist(mnist_dir)
+    return MnistData(
+        full.train_images, full.train_labels, full.test_images[:N_TEST],
+        full.test_labels[:N_TEST], full.source,
+    )  # fmt: skip
+
+
+def make_records(tmp_path: Path, data, *, between: bool, n_test: int = N_TEST):
+    config = load_config().override(
+        {"output.checkpoint_dir": str(tmp_path / "run"), "output.progress": False,
+         "output.metrics": str(tmp_path / "metrics.jsonl"), "train.epochs": 5}
+    )  # fmt: skip
+    network = build_network(config.model, 10)
+    records = EpochRecords(
+        config, network, data, n_test=n_test, n_classes=10, n_train=60000,
+        metrics=MetricsWriter(config.output.metrics), progress=Progress(False, 1),
+        live=LiveStatus(False), replace_old=False, between=between, eval_threads=1,
+    )  # fmt: skip
+    params, velocity, _, _ = starting_point(config, network, 10, False, print)
+    return records, params, velocity
+
+
+def ended_epoch(epoch: int, params: np.ndarray, velocity: np.ndarray) -> EndedEpoch:
+    record = {
+        "event": "epoch", "epoch": epoch, "lr": 0.01, "examples": 1000 + epoch,
+        "train_loss": 2.0, "train_s": 1.0, "examples_per_s": 1000.0, "data_wait_s": 0.5,
+        "fetch_wait_s": 0.25, "updates_per_s": 10.0, "staleness": {"0": 3, "1": epoch},
+    }  # fmt: skip
+    # each epoch's own weights: the records must pair an epoch with its model
+    return EndedEpoch(record, params * (1 + epoch), velocity.copy(), train_s=2.0)
+
+
+def lines(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("between", [True, False])
+def test_each_epoch_is_written_in_order_with_its_test_figures_and_checkpoint(
+    tmp_path, data, between
+):
+    records, params, velocity = make_records(tmp_path, data, between=between)
+    try:
+        for epoch in range(3):
+            records.ended(ended_epoch(epoch, params, velocity))
+            records.write()  # as the driver does once the next epoch has begun
+            if between:  # the driver waited for it: written before the next epoch starts
+                assert [r["epoch"] for r in records.history] == list(range(epoch + 1))
+            else:  # beside training: never more than EVALUATING epochs behind
+                assert len(records.history) >= epoch + 1 - EVALUATING
+        final = records.final({"replicas": 2, "restarts": {}}, wall_start=0.0)
+    finally:
+        records.close()
+
+    written = lines(tmp_path)
+    assert [r["event"] for r in written] == ["epoch", "epoch", "epoch", "final"]
+    assert [r["epoch"] for r in written[:3]] == [0, 1, 2]
+    for record in written[:3]:
+        assert 0.0 <= record["test_accuracy"] <= 1.0 and record["test_loss"] > 0
+        assert record["eval_s"] > 0
+    assert final == written[3]
+    assert final["examples"] == 1000 + 1001 + 1002 and final["examples_per_s"] == 3003 / 6.0
+    assert final["replicas"] == 2 and final["epochs"] == 5
+    assert final["test_accuracy"] == written[2]["test_accuracy"]
+    assert final["data_wait_s"] == 1.5 and final["fetch_wait_s"] == 0.75
+    assert final["staleness"] == {"0": 3, "1": 2}  # the last epoch's
+
+    # the last checkpoint holds the last epoch's weights, and the history of all three
+    loaded = ckpt.load_checkpoint(tmp_path / "run")
+    assert str(loaded.path) == final["checkpoint"] and loaded.epoch == 2
+    assert [r["epoch"] for r in loaded.info["history"]] == [0, 1, 2]
+    restored = np.zeros_like(params)
+    ckpt.restore_parameters(records.network, restored, loaded.weights, loaded.path, "")
+    np.testing.assert_array_equal(restored, params * 3)
+
+
+def test_a_resumed_job_keeps_its_history_and_without_a_test_split_says_so(tmp_path, data):
+    records, params, velocity = make_records(tmp_path, data, between=True, n_test=0)
+    records.history.extend([{"event": "epoch", "epoch": 0, "test_accuracy": 0.9}])
+    try:
+        records.ended(ended_epoch(1, params, velocity))
+        final = records.final({}, wall_start=0.0)
+    finally:
+        records.close()
+    assert [r["epoch"] for r in records.history] == [0, 1]
+    epoch = lines(tmp_path)[0]
+    assert epoch["test_accuracy"] is None and epoch["eval_s"] is None
+    assert final["test_accuracy"] is None and final["examples"] == 1001
+    assert [r["epoch"] for r in ckpt.load_checkpoint(tmp_path / "run").info["history"]] == [0, 1]
+
+
+def test_a_stopped_job_keeps_the_epochs_already_evaluated(tmp_path, data):
+    records, params, velocity = make_records(tmp_path, data, between=True)
+    try:
+        records.ended(ended_epoch(0, params, velocity))
+        records.stopped()
+        assert [r["epoch"] for r in records.history] == [0]
+        with pytest.raises(RuntimeError):  # nothing more is evaluated once stopped
+            records.ended(ended_epoch(1, params, velocity))
+    finally:
+        records.close()
+    assert [r["epoch"] for r in lines(tmp_path)] == [0]
+    assert ckpt.load_checkpoint(tmp_path / "run").epoch == 0
+
+
+def test_histograms_add_up_and_a_missing_one_counts_nothing():
+    merged = merge_histograms([{"0": 2, "3": 1}, None, {"3": 4, "7": np.int64(1)}, {}])
+    assert merged == {"0": 2, "3": 5, "7": 1}
+    assert all(type(v) is int for v in merged.values())
