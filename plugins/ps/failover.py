@@ -1,4 +1,4 @@
-"""The replicated parameter server's state machines (Adam 3.3.3): lease, bucket role, shard log.
+"""The replicated parameter server's state machines (Adam 3.3.3): lease, bucket role, a copy's gate.
 
 No I/O here (../shared/CONVENTIONS.md, after dask's worker state machine): each machine changes
 only through the events its methods take and returns what to do (:class:`Campaign`,
@@ -60,7 +60,6 @@ primary of about ``1 / n`` of the buckets.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -74,7 +73,6 @@ __all__ = [
     "HandOver",
     "LeaseClock",
     "Role",
-    "ShardLog",
     "Sync",
     "WriteInSync",
     "desired_copies",
@@ -522,83 +520,3 @@ def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
     if role.role is Role.CANDIDATE:
         return Gate.REFRESH  # campaigning: the sender retries once the map settles
     return Gate.ACCEPT
-
-
-# --------------------------------------------------------------------------- a copy's log
-
-
-@dataclass
-class ShardLog:
-    """One shard's updates as this server holds them (as a copy, or as the primary): the
-    committed version and the epoch of the primary it came from, the prepared ones after it, and
-    which client requests are in (``(sender, seq) -> version``, so a client's re-send to a new
-    primary is answered instead of applied twice)."""
-
-    committed: int = 0
-    prepared: list = field(default_factory=list)  # (version, item), consecutive after committed
-    requests: OrderedDict = field(default_factory=OrderedDict)
-    keep: int = 65536
-    epoch: int = 0  # the epoch of the primary whose updates ``committed`` counts (0: none yet)
-
-    @property
-    def last(self) -> int:
-        return self.prepared[-1][0] if self.prepared else self.committed
-
-    def prepare(self, version: int, item) -> bool:
-        """Hold ``item`` as version ``version``; False (a gap: catch up first) unless it is the
-        next one. A re-sent prepare of a version already held is accepted and not held twice."""
-        if version <= self.last:
-            return True
-        if version != self.last + 1:
-            return False
-        self.prepared.append((version, item))
-        return True
-
-    def commit(self, upto: int, epoch: int) -> list:
-        """The prepared items up to ``upto``, in order, now committed by the primary of
-        ``epoch``."""
-        n = 0
-        while n < len(self.prepared) and self.prepared[n][0] <= upto:
-            n += 1
-        items, self.prepared = self.prepared[:n], self.prepared[n:]
-        if items:
-            self.committed, self.epoch = items[-1][0], epoch
-        return [item for _, item in items]
-
-    def applied(self, sender: int, seq: int, version: int, epoch: int) -> bool:
-        """This side, as the primary of ``epoch``, applied update ``version`` of request
-        ``(sender, seq)``: recorded, so a re-send is answered instead of applied again. False,
-        and nothing recorded, when a newer primary's snapshot replaced the log meanwhile (this
-        side stepped down while the update was out): that state is the bucket's now."""
-        if epoch < self.epoch:
-            return False
-        self.record(sender, seq, version)
-        if version > self.committed:
-            self.committed, self.epoch = version, epoch
-        return True
-
-    def record(self, sender: int, seq: int, version: int) -> None:
-        self.requests[(sender, seq)] = version
-        if len(self.requests) > self.keep:
-            self.requests.popitem(last=False)
-
-    def seen(self, sender: int, seq: int) -> int | None:
-        """The version a request already got, or None."""
-        return self.requests.get((sender, seq))
-
-    def restore(self, version: int, requests: list[tuple[int, int, int]], epoch: int) -> None:
-        """A snapshot at ``version`` from the primary of ``epoch`` replaced everything."""
-        self.committed, self.prepared, self.epoch = version, [], epoch
-        self.requests = OrderedDict(((s, q), v) for s, q, v in requests)
-
-    def outdated(self, version: int, epoch: int) -> bool:
-        """Whether a snapshot of ``epoch`` at ``version`` is older than this log: the same
-        primary's (same epoch), taken before updates this log has committed since (a late
-        message of an exchange that primary gave up on, overtaken by a later snapshot or by
-        commits). Restoring it would take back updates that primary acknowledged. A snapshot of
-        a newer epoch is never outdated (the new primary's state is the bucket's; the gate
-        refuses older epochs before this is asked)."""
-        return epoch == self.epoch and version < self.committed
-
-    def table(self) -> list[tuple[int, int, int]]:
-        return [(s, q, v) for (s, q), v in self.requests.items()]

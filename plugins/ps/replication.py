@@ -18,7 +18,7 @@ Threads:
   one round of prepares and one of commits per batch;
 * the **network thread** (the server's router) answers a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` as a copy, through :func:`~hogwild_plugins.ps.failover.gate` (epoch and lease) and
-  the shard's :class:`~hogwild_plugins.ps.failover.ShardLog`; client pulls and reductions of a
+  the shard's :class:`~hogwild_plugins.ps.shard_log.ShardLog`; client pulls and reductions of a
   bucket it is the serving primary of; and refuses the rest with ``NOT_PRIMARY`` (the client
   re-reads the map).
 
@@ -28,7 +28,7 @@ takes the shard's next version. Reductions (``dot``, ``asum``, ``amax``) are ans
 serving primary alone, like pulls. A snapshot carries a shard's values, the rule's state, its
 named vectors and its request table; a copy's restore replaces all four, unless the snapshot is
 older than what the copy has since committed from the same primary (a late message of an
-exchange that primary gave up on, :meth:`~hogwild_plugins.ps.failover.ShardLog.outdated`): that
+exchange that primary gave up on, :meth:`~hogwild_plugins.ps.shard_log.ShardLog.outdated`): that
 one is dropped and refused (``NEED_SYNC``, never an acknowledgement), counted as
 ``outdated_snapshots``.
 
@@ -57,12 +57,12 @@ from hogwild_plugins.ps.failover import (
     HandOver,
     LeaseClock,
     Role,
-    ShardLog,
     Sync,
     WriteInSync,
     gate,
 )
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
+from hogwild_plugins.ps.shard_log import ShardLog
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Peers, PeerUnreachableError, Request

@@ -1,0 +1,93 @@
+"""One shard's log on a server of the replicated parameter server (Adam 3.3.3).
+
+A server holds one log per shard, as that shard's primary or as one of its copies
+(:mod:`~hogwild_plugins.ps.replication`): the committed version and the epoch of the primary it
+came from, the updates prepared after it (a copy holds them until the primary's ``COMMIT``), and
+which client requests are in, so a client's re-send to a new primary is answered instead of
+applied twice. Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does
+no I/O: replication carries out what it says.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+__all__ = ["ShardLog"]
+
+
+@dataclass
+class ShardLog:
+    """One shard's updates as this server holds them (as a copy, or as the primary): the
+    committed version and the epoch of the primary it came from, the prepared ones after it, and
+    which client requests are in (``(sender, seq) -> version``, so a client's re-send to a new
+    primary is answered instead of applied twice)."""
+
+    committed: int = 0
+    prepared: list = field(default_factory=list)  # (version, item), consecutive after committed
+    requests: OrderedDict = field(default_factory=OrderedDict)
+    keep: int = 65536
+    epoch: int = 0  # the epoch of the primary whose updates ``committed`` counts (0: none yet)
+
+    @property
+    def last(self) -> int:
+        return self.prepared[-1][0] if self.prepared else self.committed
+
+    def prepare(self, version: int, item) -> bool:
+        """Hold ``item`` as version ``version``; False (a gap: catch up first) unless it is the
+        next one. A re-sent prepare of a version already held is accepted and not held twice."""
+        if version <= self.last:
+            return True
+        if version != self.last + 1:
+            return False
+        self.prepared.append((version, item))
+        return True
+
+    def commit(self, upto: int, epoch: int) -> list:
+        """The prepared items up to ``upto``, in order, now committed by the primary of
+        ``epoch``."""
+        n = 0
+        while n < len(self.prepared) and self.prepared[n][0] <= upto:
+            n += 1
+        items, self.prepared = self.prepared[:n], self.prepared[n:]
+        if items:
+            self.committed, self.epoch = items[-1][0], epoch
+        return [item for _, item in items]
+
+    def applied(self, sender: int, seq: int, version: int, epoch: int) -> bool:
+        """This side, as the primary of ``epoch``, applied update ``version`` of request
+        ``(sender, seq)``: recorded, so a re-send is answered instead of applied again. False,
+        and nothing recorded, when a newer primary's snapshot replaced the log meanwhile (this
+        side stepped down while the update was out): that state is the bucket's now."""
+        if epoch < self.epoch:
+            return False
+        self.record(sender, seq, version)
+        if version > self.committed:
+            self.committed, self.epoch = version, epoch
+        return True
+
+    def record(self, sender: int, seq: int, version: int) -> None:
+        self.requests[(sender, seq)] = version
+        if len(self.requests) > self.keep:
+            self.requests.popitem(last=False)
+
+    def seen(self, sender: int, seq: int) -> int | None:
+        """The version a request already got, or None."""
+        return self.requests.get((sender, seq))
+
+    def restore(self, version: int, requests: list[tuple[int, int, int]], epoch: int) -> None:
+        """A snapshot at ``version`` from the primary of ``epoch`` replaced everything."""
+        self.committed, self.prepared, self.epoch = version, [], epoch
+        self.requests = OrderedDict(((s, q), v) for s, q, v in requests)
+
+    def outdated(self, version: int, epoch: int) -> bool:
+        """Whether a snapshot of ``epoch`` at ``version`` is older than this log: the same
+        primary's (same epoch), taken before updates this log has committed since (a late
+        message of an exchange that primary gave up on, overtaken by a later snapshot or by
+        commits). Restoring it would take back updates that primary acknowledged. A snapshot of
+        a newer epoch is never outdated (the new primary's state is the bucket's; the gate
+        refuses older epochs before this is asked)."""
+        return epoch == self.epoch and version < self.committed
+
+    def table(self) -> list[tuple[int, int, int]]:
+        return [(s, q, v) for (s, q), v in self.requests.items()]
