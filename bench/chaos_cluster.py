@@ -55,7 +55,7 @@ from bench.machine import describe_machine, versions
 from bench.paper_job import PAPER_JOB
 from bench.ps_ledger import ledger_phase
 from bench.ps_watch import ServerWatch, spread
-from bench.record import emit_record, source
+from bench.record import emit_record, stamp
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -342,10 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError, json.JSONDecodeError) as exc:
         print(f"python bench/chaos_cluster.py: error: {exc}", file=sys.stderr)
         return 2
-    record["wall_s"] = round(time.perf_counter() - started, 1)
-    record["command"] = shlex.join(["python", "bench/chaos_cluster.py", *argv])
-    record["source"] = source()
-    emit_record(record, args.out)
+    emit_record(stamp(record, "chaos_cluster.py", argv, started), args.out)
     return 0
 
 

@@ -67,7 +67,7 @@ if __package__ in (None, ""):  # run as ``python bench/frameworks.py``
 from bench.cluster_run import ClusterRun
 from bench.machine import describe_machine, versions
 from bench.paper_job import PAPER_JOB
-from bench.record import emit_record, source
+from bench.record import emit_record, stamp
 from bench.replicas import STOP_S
 
 REPO = Path(__file__).resolve().parents[1]
@@ -345,9 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RuntimeError, OSError, json.JSONDecodeError) as exc:
         print(f"python bench/frameworks.py: error: {exc}", file=sys.stderr)
         return 2
-    record["wall_s"] = round(time.perf_counter() - started, 1)
-    record["command"] = shlex.join(["python", "bench/frameworks.py", *argv])
-    record["source"] = source()
+    stamp(record, "frameworks.py", argv, started)
     emit_record(record, args.out)
     if args.plot:
         from bench.frameworks_fig4 import plot_fig4

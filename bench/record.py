@@ -1,13 +1,19 @@
-"""A benchmark's result: one JSON line on stdout, and the same line in the ``--out`` file, and
-the source it was measured on."""
+"""A benchmark's result: one JSON line on stdout, and the same line in the ``--out`` file, with
+the command that made it, its wall time and the source it was measured on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shlex
 import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["emit_record", "source"]
+__all__ = ["emit_record", "fresh_numba_cache", "source", "stamp"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,6 +27,34 @@ def emit_record(record: dict, out: str | Path | None) -> None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(line + "\n", encoding="utf-8")
+
+
+def stamp(record: dict, script: str, argv: Sequence[str], started: float | None = None) -> dict:
+    """``record`` with the command that made it (``python bench/<script> ARGS``), its wall time
+    since ``started`` (``time.perf_counter()``; none without it) and :func:`source`."""
+    if started is not None:
+        record["wall_s"] = round(time.perf_counter() - started, 1)
+    record["command"] = shlex.join(["python", f"bench/{script}", *argv])
+    record["source"] = source()  # the commit, and files changed from it
+    return record
+
+
+@contextlib.contextmanager
+def fresh_numba_cache() -> Iterator[None]:
+    """The run's jobs compile their kernels into one cache made for it (unless
+    ``NUMBA_CACHE_DIR`` is set already), removed at the end.
+
+    No run reuses another's: numba does not invalidate a cached caller when a kernel it calls in
+    another file changed, so a cache kept across source versions would time older kernels.
+    """
+    with tempfile.TemporaryDirectory(prefix="hogwild-bench-numba-") as cache:
+        set_here = "NUMBA_CACHE_DIR" not in os.environ
+        os.environ.setdefault("NUMBA_CACHE_DIR", cache)
+        try:
+            yield
+        finally:
+            if set_here:
+                del os.environ["NUMBA_CACHE_DIR"]
 
 
 def source() -> dict:

@@ -66,7 +66,7 @@ if __package__ in (None, ""):  # run as ``python bench/replicas.py``: make ``ben
 
 from bench.machine import describe_machine, versions
 from bench.paper_job import PAPER_JOB
-from bench.record import emit_record, source
+from bench.record import emit_record, fresh_numba_cache, stamp
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
@@ -538,20 +538,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     started = time.perf_counter()
-    # Every job compiles its kernels into one cache made for this run, and none reuses another
-    # run's: numba does not invalidate a cached caller when a kernel it calls in another file
-    # changed, so a cache kept across source versions would time older kernels.
-    with tempfile.TemporaryDirectory(prefix="hogwild-bench-numba-") as cache:
-        os.environ.setdefault("NUMBA_CACHE_DIR", cache)
+    with fresh_numba_cache():  # every job compiles into one cache made for this run
         try:
             record = measure(args)
         except (RuntimeError, OSError, json.JSONDecodeError) as exc:
             print(f"python bench/replicas.py: error: {exc}", file=sys.stderr)
             return 2
-    record["wall_s"] = time.perf_counter() - started
-    record["command"] = shlex.join(["python", "bench/replicas.py", *argv])
-    record["source"] = source()  # the commit, and files changed from it
-    emit_record(record, args.out)
+    emit_record(stamp(record, "replicas.py", argv, started), args.out)
     if args.plot:
         plot_fig11(record, args.plot)
     return 0

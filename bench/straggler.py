@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -36,7 +34,7 @@ if __package__ in (None, ""):  # run as ``python bench/straggler.py``: make ``be
 
 from bench.machine import describe_machine, versions
 from bench.paper_job import PAPER_JOB
-from bench.record import emit_record, source
+from bench.record import emit_record, fresh_numba_cache, stamp
 from bench.replicas import Job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,17 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="hogwild-bench-numba-") as cache:
-        os.environ.setdefault("NUMBA_CACHE_DIR", cache)  # one fresh cache: see bench/replicas.py
+    with fresh_numba_cache():  # every job compiles into one cache made for this run
         try:
             record = measure(args)
         except (RuntimeError, OSError, ValueError) as exc:
             print(f"python bench/straggler.py: error: {exc}", file=sys.stderr)
             return 2
-    record["wall_s"] = time.perf_counter() - started
-    record["command"] = shlex.join(["python", "bench/straggler.py", *argv])
-    record["source"] = source()
-    emit_record(record, args.out)
+    emit_record(stamp(record, "straggler.py", argv, started), args.out)
     return 0
 
 

@@ -1,0 +1,47 @@
+"""A benchmark's record (bench/record.py): the line it prints and writes, the command, wall time
+and source stamped on it, and the fresh numba cache a timed run compiles into."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from bench.record import emit_record, fresh_numba_cache, source, stamp
+
+
+def test_the_record_is_one_line_on_stdout_and_the_same_line_in_the_out_file(tmp_path, capsys):
+    out = tmp_path / "made" / "here.json"
+    emit_record({"benchmark": "x", "rate": 1.5}, out)
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 1 and json.loads(printed) == {"benchmark": "x", "rate": 1.5}
+    assert out.read_text() == printed
+
+
+def test_a_stamp_names_the_command_the_wall_time_and_the_commit(repo_root):
+    started = time.perf_counter() - 2.04
+    record = stamp({"benchmark": "x"}, "x.py", ["--out", "a b.json"], started)
+    assert record["command"] == "python bench/x.py --out 'a b.json'"  # as a shell reads it
+    assert 2.0 <= record["wall_s"] <= 60 and record["wall_s"] == round(record["wall_s"], 1)
+    head = subprocess.run(["git", "-C", str(repo_root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    assert record["source"]["commit"] == (head or None)  # None where this is no git checkout
+    assert record["source"] == source()
+    assert "wall_s" not in stamp({}, "x.py", [])
+
+
+def test_a_run_compiles_into_a_cache_of_its_own_removed_after_it(monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    with fresh_numba_cache():
+        cache = Path(os.environ["NUMBA_CACHE_DIR"])
+        assert cache.is_dir() and not any(cache.iterdir())
+    assert not cache.exists() and "NUMBA_CACHE_DIR" not in os.environ
+
+
+def test_a_cache_the_caller_chose_is_kept(monkeypatch, tmp_path):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    with fresh_numba_cache():
+        assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path)
+    assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path) and tmp_path.is_dir()
