@@ -10,11 +10,11 @@ nothing is left behind by any run, and the figures add up.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import pytest
+
+from tests.bench_runs import run_bench
 
 LEAK_KINDS = ("segments", "processes", "ports")
 RUNS = ("chaos", "fault_free", "copies_1", "ledger")
@@ -27,12 +27,7 @@ def test_quick_run_loses_nothing_and_leaves_nothing(tmp_path, mnist_dir, repo_ro
     command += ["--data", str(mnist_dir), "--out", str(out)]
     # a bound for a hang, not a speed check: from a cold numba cache (as CI runs) every role
     # compiles its kernels first; on a slow 2-core host the run took 266 s cold, 96 s warm
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
-    record = json.loads(lines[0])
-    assert out.read_text().strip() == lines[0]
+    record = run_bench(command, out, timeout=600, cwd=repo_root)
 
     assert record["benchmark"] == "chaos_cluster"
     assert record["command"].startswith("python bench/chaos_cluster.py --quick")

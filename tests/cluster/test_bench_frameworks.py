@@ -15,11 +15,12 @@ all five frameworks, and an unknown name is refused with the list.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
+
+from tests.bench_runs import run_bench
 
 FRAMEWORKS = {"downpour", "sandblaster", "allreduce", "hybrid", "hogwild"}
 RUN = {"sgd": "downpour", "sandblaster-lbfgs": "sandblaster", "hybrid-sgd": "hybrid"}
@@ -33,12 +34,7 @@ def test_quick_run_draws_a_curve_for_each_contender_it_trains(tmp_path, mnist_di
     command = [sys.executable, str(repo_root / "bench" / "frameworks.py"), "--quick"]
     command += ["--data", str(mnist_dir), "--out", str(out), "--plot", str(png)]
     command += ["--only", ",".join({**RUN, **REFUSED})]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=repo_root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
-    record = json.loads(lines[0])
-    assert out.read_text().strip() == lines[0]
+    record = run_bench(command, out, timeout=240, cwd=repo_root)
     assert png.stat().st_size > 10_000
 
     assert record["benchmark"] == "frameworks"

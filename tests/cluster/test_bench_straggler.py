@@ -8,14 +8,13 @@ found replica 1's CPU, and nothing is left spinning.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import psutil
 import pytest
 
 from bench.straggler import busy_code
+from tests.bench_runs import run_bench
 
 
 @pytest.mark.slow
@@ -23,12 +22,7 @@ def test_quick_run_reports_both_splits_busy_and_quiet(tmp_path, mnist_dir, repo_
     out = tmp_path / "straggler.json"
     command = [sys.executable, str(repo_root / "bench" / "straggler.py"), "--quick"]
     command += ["--data", str(mnist_dir), "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
-    record = json.loads(lines[0])
-    assert out.read_text().strip() == lines[0]
+    record = run_bench(command, out, timeout=600, cwd=repo_root)
 
     assert record["benchmark"] == "straggler"
     assert record["command"].startswith("python bench/straggler.py --quick")

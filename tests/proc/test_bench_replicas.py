@@ -11,11 +11,11 @@ accuracy.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import pytest
+
+from tests.bench_runs import run_bench
 
 ROW_FIELDS = {"replicas", "ps", "examples_per_s", "examples_per_s_range", "test_accuracy"}
 PEER_FIELDS = {"examples_per_s", "seconds_to_target", "test_accuracy"}
@@ -37,12 +37,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     command = [sys.executable, str(repo_root / "bench" / "replicas.py"), "--quick"]
     command += ["--peers", "torch_rpc", "--data", str(mnist_dir), "--cadences", "256"]
     command += ["--out", str(out), "--plot", str(plot)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=repo_root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
-    record = json.loads(lines[0])
-    assert out.read_text().strip() == lines[0]
+    record = run_bench(command, out, timeout=240, cwd=repo_root)
     assert plot.stat().st_size > 1000
 
     assert record["benchmark"] == "replicas"

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 
 import pytest
 
 from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+from tests.bench_runs import run_bench
 
 
 @pytest.mark.slow
@@ -28,12 +28,7 @@ def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
     command += ["--markdown", str(page), "--notes", str(notes)]
     extra = ["--train.subset=1000", "--train.epochs=1", "--train.workers=2", *PAPER_JOB]
     command += extra
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo_root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1, done.stdout
-    record = json.loads(lines[0])
-    assert out.read_text().strip() == lines[0]
+    record = run_bench(command, out, timeout=300, cwd=repo_root)
 
     assert record["benchmark"] == "table1"
     assert record["overrides"] == extra
