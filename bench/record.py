@@ -54,7 +54,7 @@ def fresh_numba_cache() -> Iterator[None]:
             yield
         finally:
             if set_here:
-                del os.environ["NUMBA_CACHE_DIR"]
+                os.environ.pop("NUMBA_CACHE_DIR", None)
 
 
 def source() -> dict:

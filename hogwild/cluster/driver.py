@@ -141,8 +141,8 @@ class ClusterDriver:
             {**topology.cluster_overrides(), "ps.job": self.job, **servers}
         )
         self.data, self.source, self.resume = data, self.config.data.source, resume
-        replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
-        plan, n_train, n_test = plan_data(self.config, data, 1)
+        self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
+        plan, n_train, self.n_test = plan_data(self.config, data, 1)
         subset = subset_indices(self.config.train.seed, n_train, self.config.train.subset)
         self.n_train = n_train if subset is None else len(subset)  # as each replica chooses
         self.n_classes = plan.n_classes
@@ -151,13 +151,7 @@ class ClusterDriver:
         self.progress = ProgressLines(self.config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(self.config.output.metrics)
         self.live = LiveStatus(self.config.output.progress)
-        self.records = EpochRecords(  # the epochs' test figures, metrics lines and checkpoints
-            self.config, self.network, data, n_test=n_test, n_classes=self.n_classes,
-            n_train=self.n_train, metrics=self.metrics, progress=self.progress, live=self.live,
-            replace_old=replace_old, between=self.evaluate_between,
-            # between epochs the whole machine is the evaluation's: a thread per CPU of the driver
-            eval_threads=len(os.sched_getaffinity(0)) if self.evaluate_between else 1,
-        )  # fmt: skip
+        self.records: EpochRecords | None = None  # the epochs' test figures, lines, checkpoints
         self.run_dir: Path | None = None
         self.own_run_dir = False
         self.launcher = self.arena = self.store = self.control = self.etcd = None
@@ -197,6 +191,7 @@ class ClusterDriver:
         config = self.config = self._with_keys(config)
         if cluster.copies > 1:
             config = self.config = self._with_etcd(config)
+        self.records = self._records(config)
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
@@ -254,6 +249,17 @@ class ClusterDriver:
             }
         )
         return self._epochs(start_epoch)
+
+    def _records(self, config) -> EpochRecords:
+        """The epochs' records, made once the config is the roles' (keys, etcd, lease): the
+        checkpoints and the final record carry it, and ``--resume`` compares against it."""
+        return EpochRecords(
+            config, self.network, self.data, n_test=self.n_test, n_classes=self.n_classes,
+            n_train=self.n_train, metrics=self.metrics, progress=self.progress, live=self.live,
+            replace_old=self.replace_old, between=self.evaluate_between,
+            # between epochs the whole machine is the evaluation's: a thread per CPU of the driver
+            eval_threads=len(os.sched_getaffinity(0)) if self.evaluate_between else 1,
+        )  # fmt: skip
 
     def _cadences(self) -> dict:
         """The replicas' push and pull cadences as they run them (``train.n_push = 0``: the ps
@@ -734,7 +740,8 @@ class ClusterDriver:
             step(self.arena.close)
             step(self.arena.unlink)
             self.arena = None
-        step(self.records.close)
+        if self.records is not None:
+            step(self.records.close)
         if self.run_dir is not None:
             step(lambda: (self.run_dir / "cluster.json").unlink(missing_ok=True))
             if self.own_run_dir:

@@ -344,5 +344,11 @@ def test_with_three_copies_killed_parameter_servers_are_replaced_and_the_job_goe
     assert final["test_accuracy"] >= 0.95, final
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1]
+    # the checkpoint and the final record carry the config the roles ran (the etcd and the lease
+    # the driver chose), so a --resume compares against what ran, not the settings before them
+    ran = records[0]["config"]
+    assert ran["cluster"]["etcd"] and ran["ps"]["lease_s"] > 0
+    assert [r["config"] for r in records if r["event"] == "final"] == [ran]
+    assert load_checkpoint(tmp_path / "run").info["config"] == ran
     for record in epochs:
         assert record["examples"] == 20000

@@ -36,7 +36,9 @@ def data(mnist_dir) -> MnistData:
     )  # fmt: skip
 
 
-def make_records(tmp_path: Path, data, *, between: bool, n_test: int = N_TEST):
+def make_records(
+    tmp_path: Path, data, *, between: bool, n_test: int = N_TEST, replace_old: bool = False
+):
     config = load_config().override(
         {"output.checkpoint_dir": str(tmp_path / "run"), "output.progress": False,
          "output.metrics": str(tmp_path / "metrics.jsonl"), "train.epochs": 5}
@@ -45,7 +47,7 @@ def make_records(tmp_path: Path, data, *, between: bool, n_test: int = N_TEST):
     records = EpochRecords(
         config, network, data, n_test=n_test, n_classes=10, n_train=60000,
         metrics=MetricsWriter(config.output.metrics), progress=Progress(False, 1),
-        live=LiveStatus(False), replace_old=False, between=between, eval_threads=1,
+        live=LiveStatus(False), replace_old=replace_old, between=between, eval_threads=1,
     )  # fmt: skip
     params, velocity, _, _ = starting_point(config, network, 10, False, print)
     return records, params, velocity
@@ -131,6 +133,26 @@ def test_a_stopped_job_keeps_the_epochs_already_evaluated(tmp_path, data):
         records.close()
     assert [r["epoch"] for r in lines(tmp_path)] == [0]
     assert ckpt.load_checkpoint(tmp_path / "run").epoch == 0
+
+
+def test_with_overwrite_the_old_checkpoints_go_before_the_first_new_one_is_written(tmp_path, data):
+    records, params, velocity = make_records(tmp_path, data, between=True)
+    try:
+        for epoch in range(3):  # an earlier job's three checkpoints
+            records.ended(ended_epoch(epoch, params, velocity))
+        records.final({}, wall_start=0.0)
+    finally:
+        records.close()
+    old = sorted(p.name for p in (tmp_path / "run").glob("epoch-*.json"))
+    assert old == ["epoch-0001.json", "epoch-0002.json"]  # output.keep_checkpoints = 2
+    records, params, velocity = make_records(tmp_path, data, between=True, replace_old=True)
+    try:
+        records.ended(ended_epoch(0, params, velocity))
+        records.write()
+    finally:
+        records.close()
+    assert [p.name for p in (tmp_path / "run").glob("epoch-*.json")] == ["epoch-0000.json"]
+    assert ckpt.load_checkpoint(tmp_path / "run").info["history"] == records.history
 
 
 def test_histograms_add_up_and_a_missing_one_counts_nothing():

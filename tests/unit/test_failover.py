@@ -4,9 +4,8 @@ Every transition of a bucket's role (bootstrap, two candidates racing for a laps
 bucket, a fenced primary, a primary named by the record that takes its bucket back under the next
 epoch, a new primary that serves only once every live in-sync copy has its snapshot, copies
 dropped from and added back to ``in_sync``, a bucket handed back to its preferred primary), a
-copy's checks
-(:func:`gate`), the lease clock, rendezvous placement and the
-validation of records read back from etcd.
+copy's checks (:func:`gate`), the lease clock, rendezvous placement and the validation of records
+read back from etcd. A shard's log has its own tests (``tests/unit/test_shard_log.py``).
 
 Where etcd decides (a campaign or an in-sync write is a compare-and-swap on ``sync/<b>``'s
 revision), :class:`SyncKeys` stands in with etcd's transaction semantics and nothing else, and
