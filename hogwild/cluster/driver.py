@@ -580,7 +580,7 @@ class ClusterDriver:
             replicas = sum(seen["status"].get("syncs", 0) for seen in self.last_status.values())
             record["group_syncs"] = self.groups.syncs + replicas
             record["group_spread"] = spread  # the largest |p_g - mean| before the epoch's sync
-        return EndedEpoch(record, params.copy(), velocity.copy(), seconds)
+        return EndedEpoch(record, params.copy(), velocity.copy())
 
     # -- roles -----------------------------------------------------------------------------------
 

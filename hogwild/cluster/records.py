@@ -41,7 +41,6 @@ class EndedEpoch:
     record: dict
     params: np.ndarray
     velocity: np.ndarray
-    train_s: float  # the seconds it trained
 
 
 def merge_histograms(histograms) -> dict:
@@ -107,7 +106,7 @@ class EpochRecords:
         if self.between:  # where the driver shares the replicas' cores, an evaluation beside
             futures_wait([future])  # training ran at a third of its speed and slowed the epoch
         self.examples += ended.record["examples"]
-        self.train_s += ended.train_s
+        self.train_s += ended.record["train_s"]
         self._evaluating.append((ended, future))
 
     def write(self, behind: int = EVALUATING) -> None:

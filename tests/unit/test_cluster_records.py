@@ -56,11 +56,11 @@ def make_records(
 def ended_epoch(epoch: int, params: np.ndarray, velocity: np.ndarray) -> EndedEpoch:
     record = {
         "event": "epoch", "epoch": epoch, "lr": 0.01, "examples": 1000 + epoch,
-        "train_loss": 2.0, "train_s": 1.0, "examples_per_s": 1000.0, "data_wait_s": 0.5,
+        "train_loss": 2.0, "train_s": 2.0, "examples_per_s": 1000.0, "data_wait_s": 0.5,
         "fetch_wait_s": 0.25, "updates_per_s": 10.0, "staleness": {"0": 3, "1": epoch},
     }  # fmt: skip
     # each epoch's own weights: the records must pair an epoch with its model
-    return EndedEpoch(record, params * (1 + epoch), velocity.copy(), train_s=2.0)
+    return EndedEpoch(record, params * (1 + epoch), velocity.copy())
 
 
 def lines(tmp_path: Path) -> list[dict]:
