@@ -157,24 +157,21 @@ def _add_plugin_commands(sub) -> None:
     ``run`` to a function of the parsed arguments returning the exit status. A plugin that cannot
     be imported costs its own command only: it is listed with the reason.
     """
-    from importlib.metadata import entry_points
+    from hogwild.entry_points import PluginMissing, load, names
 
-    for ep in sorted(entry_points(group=PLUGIN_COMMANDS), key=lambda e: e.name):
+    for name in names(PLUGIN_COMMANDS):
         try:
-            register = ep.load()
-        except ImportError as exc:
-            broken = sub.add_parser(ep.name, help=f"unavailable: {exc}")
-            broken.set_defaults(run=_unavailable(ep.name, exc))
+            register = load(PLUGIN_COMMANDS, name)
+        except PluginMissing as exc:
+            broken = sub.add_parser(name, help=f"unavailable: {exc}")
+            broken.set_defaults(run=_unavailable(name, exc))
             continue
         register(sub)
 
 
 def _unavailable(name: str, exc: Exception):
     def run(args) -> int:
-        raise HogwildError(
-            f"hogwild {name} is unavailable: {exc}; install hogwild with its extras "
-            "(pip install -e '.[cluster]')"
-        )
+        raise HogwildError(f"hogwild {name} is unavailable: {exc}")  # says what to install
 
     return run
 

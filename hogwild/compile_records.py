@@ -92,15 +92,9 @@ def _sources() -> dict[str, list[int]] | None:
 
 def _packages() -> list[Path]:
     import hogwild
+    from hogwild.entry_points import plugin_packages  # the plugins' kernels count too
 
-    packages = [Path(hogwild.__file__).resolve().parent]
-    try:
-        import hogwild_plugins
-
-        packages += [Path(p).resolve() for p in hogwild_plugins.__path__]
-    except ImportError:
-        pass
-    return packages
+    return [Path(hogwild.__file__).resolve().parent, *plugin_packages()]
 
 
 def _cache_files(cache_dir: Path) -> dict[str, list[int]]:

@@ -12,11 +12,13 @@ section 4.1). It:
    model. The job's
    topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
    or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or ``"hybrid"`` a worker
-   group (a coordinator, L-BFGS or synchronous SGD, and its replica threads,
-   :mod:`hogwild_plugins.ps.sandblaster.group`); with ``"hogwild"`` (distributed Hogwild)
-   several server groups, each replica bound to one and synchronising them every
-   ``cluster.sync_every`` examples, and the driver making them one model at every epoch end
-   (:mod:`hogwild_plugins.ps.groups`); what is not built is refused before anything starts;
+   group (a coordinator, L-BFGS or synchronous SGD, and its replica threads: the plugin's
+   ``hogwild.worker_groups`` entry point); with ``"hogwild"`` (distributed Hogwild) several
+   server groups, each replica bound to one and synchronising them every ``cluster.sync_every``
+   examples, and the driver making them one model at every epoch end (the
+   ``hogwild.server_groups`` entry point); what is not built is refused before anything starts;
+   what the cluster takes from the parameter-server plugin is declared in
+   :mod:`hogwild.cluster.services`;
 4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (each epoch's
    permutation handed out in portions on demand, warm start, the epoch rule across replicas),
    polling each replica's progress; at every epoch end it pulls the servers' model and evaluates
@@ -67,8 +69,9 @@ from hogwild.cluster.polling import PollSchedule, training_rate
 from hogwild.cluster.prometheus import role_ports, serve_metrics
 from hogwild.cluster.records import EndedEpoch, EpochRecords, merge_histograms
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
+from hogwild.cluster.services import open_controller, open_server_groups, worker_group
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
-from hogwild.cluster.topology import require_built, resolve_topology
+from hogwild.cluster.topology import require_built, resolve_topology, split_groups
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.errors import HogwildError
 from hogwild.model.network import build_network
@@ -128,9 +131,7 @@ class ClusterDriver:
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
         require_built(topology, config.cluster.copies)  # refused: what is not built
         if topology.coordinated:  # sandblaster, allreduce, hybrid: a coordinator per group
-            from hogwild_plugins.ps.sandblaster.group import check_job
-
-            check_job(config, data, topology.framework)
+            worker_group(topology.framework).check_job(config, data, topology.framework)
         servers = {}  # L-BFGS bypasses the servers' rule, and ps.rule must stay "auto"
         if topology.optimizer != "lbfgs":
             rule = topology.server_rule(config.ps.rule)
@@ -154,7 +155,7 @@ class ClusterDriver:
         self.records: EpochRecords | None = None  # the epochs' test figures, lines, checkpoints
         self.run_dir: Path | None = None
         self.own_run_dir = False
-        self.launcher = self.arena = self.store = self.control = self.etcd = None
+        self.launcher = self.arena = self.store = self.control = self.controller = None
         self.groups = None  # several server groups: every group's clients (distributed Hogwild)
         self.train_started = 0.0
         self.clients: list[ControlClient] = []
@@ -190,7 +191,7 @@ class ClusterDriver:
         self._make_run_dir()
         config = self.config = self._with_keys(config)
         if cluster.copies > 1:
-            config = self.config = self._with_etcd(config)
+            config = self.config = self._with_controller(config)
         self.records = self._records(config)
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
@@ -209,7 +210,7 @@ class ClusterDriver:
         data_servers = self.launcher.start_all([*plan.ps, *plan.data])[len(plan.ps) :]
         for spec, address in zip(plan.data, data_servers, strict=True):
             self.specs[spec.name] = on_port_of(spec, address)  # a restart comes back there
-        groups = [servers[i : i + per_group] for i in range(0, len(servers), per_group)]
+        groups = split_groups(servers, per_group)
         start_epoch, history = self._give_the_servers_the_model(groups)
         self.records.history.extend(history)  # a resumed job's epochs
         extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
@@ -317,42 +318,23 @@ class ClusterDriver:
             "restarts": sum(self.restarts.values()),
         }
 
-    def _with_etcd(self, config):
-        """``cluster.etcd``: the one given, or an etcd this driver starts on loopback (and
-        stops with the job) for the replicated parameter servers' map and leases."""
-        from hogwild_plugins.ps.etcd_process import EtcdProcess
-
-        address = config.cluster.etcd
-        if not address:
-            self.etcd = EtcdProcess()  # its data in a directory of its own, removed with it
-            address = self.etcd.start()
-            self.progress.line(f"hogwild cluster: etcd for the servers' copies on {address}")
-        self._clear_map(address)  # an earlier run's map would name primaries that are gone
-        changes = {"cluster.etcd": address}
-        if not config.ps.lease_s:  # auto: as short as the etcd honours
-            changes["ps.lease_s"] = self.etcd.min_ttl_s if self.etcd is not None else 2
+    def _with_controller(self, config):
+        """``cluster.etcd``: the one given, or one the controller starts for the job (and stops
+        with it), for the replicated parameter servers' map and leases
+        (:class:`~hogwild.cluster.services.Controller`)."""
+        self.controller = open_controller(config.cluster.etcd, self.job, self.progress.line)
+        changes = {"cluster.etcd": self.controller.address}
+        if not config.ps.lease_s:  # auto: as short as the controller honours
+            changes["ps.lease_s"] = self.controller.min_lease_s
         return config.override(changes)
 
-    def _clear_map(self, address: str | None = None) -> None:
-        """Delete every etcd key of this job (its bucket map and members)."""
-        from hogwild_plugins.ps.etcd import Etcd
-        from hogwild_plugins.ps.routes import etcd_prefix
-
-        with Etcd(address or self.config.cluster.etcd, prefix=etcd_prefix(self.job)) as etcd:
-            for key in etcd.get_prefix("")[0]:
-                etcd.delete(key)
-
     def _forget_server(self, index: int) -> None:
-        """A parameter server died: end its etcd lease now, so that its buckets fail over at
-        once instead of when the lease runs out."""
-        from hogwild_plugins.ps.etcd import Etcd
-        from hogwild_plugins.ps.routes import etcd_prefix
-
+        """A parameter server died: end its lease now, so that its buckets fail over at once
+        instead of when the lease runs out."""
+        if self.controller is None:
+            return
         try:
-            with Etcd(self.config.cluster.etcd, prefix=etcd_prefix(self.job)) as etcd:
-                value, _ = etcd.get(f"members/{index}")
-                if value is not None and isinstance(value.get("lease"), int):
-                    etcd.revoke(value["lease"])
+            self.controller.forget_server(index)
         except HogwildError as exc:  # the lease lapses by itself
             print(f"hogwild cluster: could not end ps {index}'s lease: {exc}", file=sys.stderr)
 
@@ -382,10 +364,8 @@ class ClusterDriver:
         )
         self.store.load(params, velocity)
         if len(groups) > 1:
-            from hogwild_plugins.ps.groups import ServerGroups
-
             ps = config.ps
-            self.groups = ServerGroups(
+            self.groups = open_server_groups(
                 groups, self.job, "driver", timeout_s=ps.timeout_s, retries=ps.retries,
                 keys=ps.keys or None,
             )  # fmt: skip
@@ -720,11 +700,9 @@ class ClusterDriver:
         self.clients = []
         if self.launcher is not None:
             step(lambda: self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0))
-        if self.etcd is not None:  # after the servers: they give their leases back
-            step(self.etcd.stop)
-            self.etcd = None
-        elif self.config.cluster.copies > 1 and self.config.cluster.etcd:
-            step(self._clear_map)  # someone else's etcd: leave nothing of this job in it
+        if self.controller is not None:  # after the servers: they give their leases back
+            step(self.controller.close)
+            self.controller = None
         if self.control is not None:
             step(self.control.stop)
         if self.endpoint is not None:

@@ -22,11 +22,10 @@ from __future__ import annotations
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cache
-from importlib.metadata import entry_points
 
 from hogwild.cluster.roles import RoleSpec
-from hogwild.errors import ConfigError, RoleFailedError
+from hogwild.entry_points import load
+from hogwild.errors import RoleFailedError
 
 GROUP = "hogwild.launchers"
 STOP_ORDER = ("replica", "data", "ps")
@@ -123,27 +122,11 @@ class Launcher(ABC):
         self.stop_all()
 
 
-@cache
-def _entry_points() -> dict:
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
-
-
 def launcher_class(name: str):
     """The launcher registered as ``name``.
 
     Raises:
-        ConfigError: No such launcher, or its plugin cannot be imported (says what to install).
+        PluginMissing: No such launcher, or its plugin cannot be imported (says what to
+            install; a :class:`~hogwild.errors.ConfigError`).
     """
-    found = _entry_points().get(name)
-    if found is None:
-        raise ConfigError(
-            f"cluster.launcher = {name!r} is not a launcher; known: "
-            f"{', '.join(sorted(_entry_points())) or 'none'}"
-        )
-    try:
-        return found.load()
-    except ImportError as exc:
-        raise ConfigError(
-            f"the launcher {name!r} cannot be imported ({exc}); install hogwild with its "
-            "cluster extra: pip install -e '.[cluster]'"
-        ) from None
+    return load(GROUP, name, chosen_by="cluster.launcher")

@@ -21,8 +21,9 @@ from the driver, which runs :mod:`hogwild.cluster.coordinator`:
 With several server groups (distributed Hogwild, SINGA 5.2) the replica is a worker group bound
 to its own server group (``ps.servers``); the first replica bound to each server group, after
 every ``cluster.sync_every`` examples it has trained (and before it reports a portion done), moves
-its server group to the groups' mean (:mod:`hogwild_plugins.ps.groups`, through the
-shards' operations) while its workers go on training.
+its server group to the groups' mean (the ``hogwild.server_groups`` entry point of
+:mod:`hogwild.cluster.services`, through the shards' operations) while its workers go on
+training.
 
 The network thread only records a command; the main thread acts on it, drives the workers and
 keeps the portions' state. A replica whose driver has not asked anything for
@@ -39,7 +40,8 @@ import time
 from dataclasses import dataclass
 
 from hogwild.cluster.prometheus import serve_metrics
-from hogwild.cluster.topology import resolve_topology
+from hogwild.cluster.services import open_server_groups, worker_group
+from hogwild.cluster.topology import resolve_topology, split_groups
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.shm.sweeper import sweep_report
@@ -273,11 +275,9 @@ class Replica(Trainer):
                 self._sync_when_due()  # while training: a finished portion has synchronised
 
     def _server_groups(self):
-        from hogwild_plugins.ps.groups import ServerGroups, split_groups
-
         config = self.config
         groups = split_groups(config.cluster.group_servers, config.cluster.ps)
-        return ServerGroups(
+        return open_server_groups(
             groups,
             self.store.reach["job"],
             f"replica-{self.index}",
@@ -351,16 +351,17 @@ class Replica(Trainer):
 
 def run_replica(args) -> int:
     """``hogwild cluster replica``: one replica of a running cluster job (started by a launcher);
-    with Sandblaster's or AllReduce's topology, the worker group
-    (``hogwild_plugins.ps.sandblaster.group``)."""
+    with a coordinated topology (Sandblaster, AllReduce, hybrid), the worker group its framework
+    registers (:func:`hogwild.cluster.services.worker_group`)."""
     from hogwild.config import load_config
     from hogwild.training.api import load_data
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     keys = args.keys or config.ps.keys or None
-    if resolve_topology(config.cluster, config.ps.rule).coordinated:  # sandblaster, allreduce
-        from hogwild_plugins.ps.sandblaster.group import run_group
-
-        return run_group(config, load_data(config, args.data), args.index, args.bind, keys)
+    topology = resolve_topology(config.cluster, config.ps.rule)
+    if topology.coordinated:  # sandblaster, allreduce, hybrid
+        group = worker_group(topology.framework)
+        data = load_data(config, args.data)
+        return group(topology.framework, config, data, args.index, args.bind, keys).serve()
     replica = Replica(config, load_data(config, args.data), args.index, args.bind, keys)
     return replica.serve()

@@ -25,24 +25,26 @@ otherwise (``cluster.replicas = 2`` is only a default), but one set away from it
 agree with the new key and with the framework, or the config is rejected naming both. So every
 existing config resolves to Downpour (one server group, Adam's Hogwild workers in each replica,
 Adagrad on the servers across several replicas), which stays the default, and a resolved
-topology's :meth:`Topology.cluster_overrides` writes today's keys back, so that a config rewritten
-with them resolves to the same topology.
+topology's :meth:`JobTopology.cluster_overrides` writes today's keys back, so that a config
+rewritten with them resolves to the same topology.
 
 Adam's replicas are not SINGA's worker groups in one respect: Adam's workers inside a replica are
-asynchronous (Hogwild on one arena), SINGA's synchronous. :attr:`Topology.within_group` says which
-a framework uses: Downpour and distributed Hogwild keep Adam's Hogwild workers; Sandblaster,
-AllReduce and the hybrid have synchronous workers.
+asynchronous (Hogwild on one arena), SINGA's synchronous. :attr:`JobTopology.within_group` says
+which a framework uses: Downpour and distributed Hogwild keep Adam's Hogwild workers;
+Sandblaster, AllReduce and the hybrid have synchronous workers.
 
 :func:`resolve_topology` rejects what cannot work, saying why; ``hogwild cluster`` runs every
 framework (:data:`BUILT`: downpour and distributed Hogwild as replica processes, several server
-groups synchronised by :mod:`hogwild_plugins.ps.groups`; sandblaster, allreduce and hybrid
-through worker-group roles with a coordinator, :data:`COORDINATED`), and
+groups (:func:`split_groups`) synchronised through the ``hogwild.server_groups`` entry point;
+sandblaster, allreduce and hybrid through the worker-group roles their ``hogwild.worker_groups``
+entry points register, each with a coordinator, :data:`COORDINATED`), and
 :func:`require_built` refuses the combinations that are not built (a hybrid on several server
 groups, several server groups with copies, Adagrad in a coordinated group).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hogwild.errors import ConfigError
@@ -53,10 +55,11 @@ __all__ = [
     "DEFAULT_SYNC_EVERY",
     "FRAMEWORKS",
     "OPTIMIZERS",
-    "Topology",
+    "JobTopology",
     "TopologyError",
     "require_built",
     "resolve_topology",
+    "split_groups",
 ]
 
 FRAMEWORKS = ("downpour", "sandblaster", "allreduce", "hogwild", "hybrid")
@@ -77,7 +80,7 @@ class TopologyError(ConfigError):
 
 
 @dataclass(frozen=True)
-class Topology:
+class JobTopology:
     """A resolved topology (see the module docstring).
 
     Attributes:
@@ -107,7 +110,7 @@ class Topology:
     @property
     def coordinated(self) -> bool:
         """One synchronous worker group whose coordinator moves the parameters through shard
-        operations (``hogwild_plugins.ps.sandblaster.group``), not the servers' rule."""
+        operations (a ``hogwild.worker_groups`` role), not the servers' rule."""
         return self.framework in COORDINATED
 
     @property
@@ -145,7 +148,7 @@ class Topology:
         return self.optimizer if self.optimizer in ("sgd", "adagrad") else "sgd"
 
 
-def resolve_topology(cluster, ps_rule: str = "auto") -> Topology:
+def resolve_topology(cluster, ps_rule: str = "auto") -> JobTopology:
     """The topology ``cluster`` (a :class:`~hogwild.config.ClusterConfig`) describes.
 
     Args:
@@ -190,7 +193,7 @@ def resolve_topology(cluster, ps_rule: str = "auto") -> Topology:
     return topology
 
 
-def require_built(topology: Topology, copies: int = 1) -> None:
+def require_built(topology: JobTopology, copies: int = 1) -> None:
     """Refuse a topology ``hogwild cluster`` cannot run yet, naming what is not built.
 
     Replicated servers (``copies`` > 1) replicate the named pushes and vector operations that
@@ -222,6 +225,20 @@ def require_built(topology: Topology, copies: int = 1) -> None:
             "would share the job's etcd keys (each group numbers its servers from 0) and the "
             "synchronisers do not route by etcd; use copies = 1"
         )
+
+
+def split_groups(servers: Sequence[str], per_group: int) -> list[list[str]]:
+    """``servers`` (every server group's, group after group) cut into groups of ``per_group``.
+
+    Raises:
+        ConfigError: The list does not divide into groups of that size.
+    """
+    if per_group < 1 or not servers or len(servers) % per_group:
+        raise ConfigError(
+            f"cluster.group_servers: {len(servers)} server(s) do not split into server groups "
+            f"of {per_group} (cluster.servers_per_group); expected a multiple of it"
+        )
+    return [list(servers[i : i + per_group]) for i in range(0, len(servers), per_group)]
 
 
 # -- resolution ---------------------------------------------------------------------------------
@@ -286,41 +303,41 @@ def _optimizer(framework: str, optimizer, allowed: tuple, default: str, ps_rule:
     raise TopologyError(f"cluster.optimizer = {optimizer!r} with framework {framework!r}: {why}")
 
 
-def _downpour(given, names, optimizer, ps_rule) -> Topology:
+def _downpour(given, names, optimizer, ps_rule) -> JobTopology:
     groups = given["worker_groups"] or _OLD_DEFAULTS["replicas"]
     server_groups = _fixed("downpour", "server_groups", 1, given, names, "one global server group")
     default = "adagrad" if groups > 1 else "sgd"  # ps.rule = "auto" before topologies
-    return Topology(
+    return JobTopology(
         "downpour", groups, given["workers_per_group"] or 1, server_groups,
         given["servers_per_group"] or 1, given["sync_every"] or 0,
         _optimizer("downpour", optimizer, ("sgd", "adagrad"), default, ps_rule), "hogwild",
     )  # fmt: skip
 
 
-def _sandblaster(given, names, optimizer, ps_rule) -> Topology:
+def _sandblaster(given, names, optimizer, ps_rule) -> JobTopology:
     why = "its replicas are the workers of one synchronous group: cluster.workers_per_group"
     groups = _fixed("sandblaster", "worker_groups", 1, given, names, why)
     server_groups = _fixed("sandblaster", "server_groups", 1, given, names, "one server group")
-    return Topology(
+    return JobTopology(
         "sandblaster", groups, given["workers_per_group"] or 1, server_groups,
         given["servers_per_group"] or 1, given["sync_every"] or 0,
         _optimizer("sandblaster", optimizer, ("lbfgs",), "lbfgs", ps_rule), "synchronous",
     )  # fmt: skip
 
 
-def _allreduce(given, names, optimizer, ps_rule) -> Topology:
+def _allreduce(given, names, optimizer, ps_rule) -> JobTopology:
     groups = _fixed("allreduce", "worker_groups", 1, given, names, "one synchronous group")
     server_groups = _fixed("allreduce", "server_groups", 1, given, names, "one server group")
     workers = given["workers_per_group"] or 1
     why = "every worker is bound to a server on its node"
     servers = _fixed("allreduce", "servers_per_group", workers, given, names, why)
-    return Topology(
+    return JobTopology(
         "allreduce", groups, workers, server_groups, servers, given["sync_every"] or 0,
         _optimizer("allreduce", optimizer, ("sgd", "adagrad"), "sgd", ps_rule), "synchronous",
     )  # fmt: skip
 
 
-def _hogwild(given, names, optimizer, ps_rule) -> Topology:
+def _hogwild(given, names, optimizer, ps_rule) -> JobTopology:
     groups = given["worker_groups"] or _OLD_DEFAULTS["replicas"]
     server_groups = given["server_groups"] or groups
     _fit(server_groups, groups)
@@ -330,14 +347,14 @@ def _hogwild(given, names, optimizer, ps_rule) -> Topology:
             f"and {server_groups} server group: it needs two or more of each, every worker "
             "group with a server group on its node; one server group is 'downpour'"
         )
-    return Topology(
+    return JobTopology(
         "hogwild", groups, given["workers_per_group"] or 1, server_groups,
         given["servers_per_group"] or 1, given["sync_every"] or DEFAULT_SYNC_EVERY,
         _optimizer("hogwild", optimizer, ("sgd", "adagrad"), "sgd", ps_rule), "hogwild",
     )  # fmt: skip
 
 
-def _hybrid(given, names, optimizer, ps_rule) -> Topology:
+def _hybrid(given, names, optimizer, ps_rule) -> JobTopology:
     groups = given["worker_groups"] or _OLD_DEFAULTS["replicas"]
     workers = given["workers_per_group"] or 2
     if groups < 2 or workers < 2:
@@ -348,7 +365,7 @@ def _hybrid(given, names, optimizer, ps_rule) -> Topology:
             "per group is 'downpour')"
         )
     server_groups = given["server_groups"] or 1
-    return Topology(
+    return JobTopology(
         "hybrid", groups, workers, server_groups, given["servers_per_group"] or 1,
         given["sync_every"] or (DEFAULT_SYNC_EVERY if server_groups > 1 else 0),
         _optimizer("hybrid", optimizer, ("sgd", "adagrad"), "sgd", ps_rule), "synchronous",
@@ -379,7 +396,7 @@ def _fit(server_groups: int, worker_groups: int) -> None:
         )
 
 
-def _check(t: Topology, cluster, names: dict, ps_rule: str) -> None:
+def _check(t: JobTopology, cluster, names: dict, ps_rule: str) -> None:
     """What no framework can work with."""
     _fit(t.server_groups, t.worker_groups)
     if t.server_groups == 1 and t.sync_every:

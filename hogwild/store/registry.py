@@ -1,29 +1,22 @@
 """Parameter stores by name: the entry-point group ``hogwild.parameter_stores``.
 
-``train.parameters`` names a store; this module turns the name into its class without the engine
-ever importing a plugin by name (DESIGN.md, "The parameter-store seam"). The engine's own stores
-(``shared``, ``replicate``) and the parameter-server plugin's (``ps``) are all registered in
-``pyproject.toml``; another distribution can add its own under the same group.
+``train.parameters`` names a store; this module turns the name into its class (through
+:mod:`hogwild.entry_points`) without the engine ever importing a plugin by name (the design's
+"parameter-store seam"). The engine's own stores (``shared``, ``replicate``) and the
+parameter-server plugin's (``ps``) are all registered in ``pyproject.toml``; another
+distribution can add its own under the same group.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from importlib.metadata import EntryPoint, entry_points
-
-from hogwild.errors import ConfigError
+from hogwild.entry_points import load, names
 
 GROUP = "hogwild.parameter_stores"
 
 
-@cache
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
-
-
 def store_names() -> tuple[str, ...]:
     """The registered store names, sorted."""
-    return tuple(sorted(_entry_points()))
+    return names(GROUP)
 
 
 def cadences(config) -> tuple[int, int]:
@@ -36,19 +29,7 @@ def store_class(name: str):
     """The class registered as ``name``.
 
     Raises:
-        ConfigError: No store has that name, or its module cannot be imported (the message says
-            which package to install).
+        PluginMissing: No store has that name, or its module cannot be imported (the message
+            says what to install; a :class:`~hogwild.errors.ConfigError`).
     """
-    found = _entry_points().get(name)
-    if found is None:
-        raise ConfigError(
-            f"train.parameters = {name!r} is not a parameter store; known: "
-            f"{', '.join(store_names()) or 'none (is hogwild installed?)'}"
-        )
-    try:
-        return found.load()
-    except ImportError as exc:
-        raise ConfigError(
-            f"the parameter store {name!r} ({found.value}) cannot be imported: {exc}; "
-            "install hogwild with its extras (pip install -e '.[cluster]')"
-        ) from None
+    return load(GROUP, name, chosen_by="train.parameters")

@@ -5,7 +5,9 @@ and serves its own worker groups, which update it asynchronously (Hogwild betwee
 Downpour within the group). Left alone the copies would drift apart into G models; SINGA's
 server groups "synchronise with their neighbours periodically", with all-to-all neighbours by
 default. :class:`ServerGroups` does such synchronisations: it pulls every group's parameters
-and moves groups toward their mean.
+and moves groups toward their mean. It is registered as the ``ps`` entry point of
+``hogwild.server_groups`` (the cluster's :class:`hogwild.cluster.services.ServerGroupSync`); the
+server list is cut into groups by :func:`hogwild.cluster.topology.split_groups`.
 
 Who moves what, so that synchronisations may overlap:
 
@@ -41,21 +43,7 @@ from hogwild_plugins.ps.checks import PARAMS
 
 from hogwild.errors import ConfigError
 
-__all__ = ["ServerGroups", "SyncResult", "split_groups"]
-
-
-def split_groups(servers: Sequence[str], per_group: int) -> list[list[str]]:
-    """``servers`` (every group's, group after group) cut into groups of ``per_group``.
-
-    Raises:
-        ConfigError: The list does not divide into groups of that size.
-    """
-    if per_group < 1 or not servers or len(servers) % per_group:
-        raise ConfigError(
-            f"cluster.group_servers: {len(servers)} server(s) do not split into server groups "
-            f"of {per_group} (cluster.servers_per_group); expected a multiple of it"
-        )
-    return [list(servers[i : i + per_group]) for i in range(0, len(servers), per_group)]
+__all__ = ["ServerGroups", "SyncResult"]
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ from contextlib import ExitStack
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.groups import ServerGroups, split_groups
+from hogwild_plugins.ps.groups import ServerGroups
 from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 
+from hogwild.cluster.topology import split_groups
 from hogwild.errors import ConfigError
 
 N = 5000

@@ -1,7 +1,7 @@
 """The cluster topology (SINGA section 5.2): every framework resolves, every rejection says why.
 
 :func:`hogwild.cluster.topology.resolve_topology` is pure: these tests give it ``[cluster]``
-sections (and ``ps.rule``) and read the :class:`Topology` or the error. The config tests at the
+sections (and ``ps.rule``) and read the :class:`JobTopology` or the error. The config tests at the
 end check that the bundled config still resolves to Adam's Downpour and that a config rejects a
 topology when it is loaded.
 """
@@ -14,7 +14,7 @@ from hogwild.cluster.topology import (
     BUILT,
     DEFAULT_SYNC_EVERY,
     FRAMEWORKS,
-    Topology,
+    JobTopology,
     TopologyError,
     require_built,
     resolve_topology,
@@ -23,7 +23,7 @@ from hogwild.config import ClusterConfig, load_config
 from hogwild.errors import ConfigError
 
 
-def resolve(ps_rule: str = "auto", **cluster) -> Topology:
+def resolve(ps_rule: str = "auto", **cluster) -> JobTopology:
     return resolve_topology(ClusterConfig(**cluster), ps_rule)
 
 
@@ -33,7 +33,7 @@ def rejected(ps_rule: str = "auto", **cluster) -> str:
     return str(caught.value)
 
 
-def same_after_rewrite(topology: Topology, ps_rule: str = "auto", **cluster) -> bool:
+def same_after_rewrite(topology: JobTopology, ps_rule: str = "auto", **cluster) -> bool:
     """Today's keys written back from the topology resolve to the same topology."""
     rewritten = {k.removeprefix("cluster."): v for k, v in topology.cluster_overrides().items()}
     return resolve(ps_rule, **{**cluster, **rewritten}) == topology
@@ -44,7 +44,7 @@ def same_after_rewrite(topology: Topology, ps_rule: str = "auto", **cluster) -> 
 
 def test_the_defaults_are_adams_downpour_with_adagrad():
     t = resolve()
-    assert t == Topology("downpour", 2, 1, 1, 1, 0, "adagrad", "hogwild")
+    assert t == JobTopology("downpour", 2, 1, 1, 1, 0, "adagrad", "hogwild")
     assert t.servers == 1 and t.workers == 2
     assert same_after_rewrite(t)
 
@@ -107,14 +107,14 @@ def test_sandblaster_is_one_synchronous_group_running_lbfgs(cluster):
 
 def test_allreduce_binds_a_server_to_every_worker():
     t = resolve(framework="allreduce", workers_per_group=4)
-    assert t == Topology("allreduce", 1, 4, 1, 4, 0, "sgd", "synchronous")
+    assert t == JobTopology("allreduce", 1, 4, 1, 4, 0, "sgd", "synchronous")
     assert resolve(framework="allreduce", workers_per_group=4, servers_per_group=4) == t
     assert same_after_rewrite(t, framework="allreduce", workers_per_group=4)
 
 
 def test_distributed_hogwild_has_a_server_group_per_worker_group():
     t = resolve(framework="hogwild", worker_groups=4)
-    assert t == Topology("hogwild", 4, 1, 4, 1, DEFAULT_SYNC_EVERY, "sgd", "hogwild")
+    assert t == JobTopology("hogwild", 4, 1, 4, 1, DEFAULT_SYNC_EVERY, "sgd", "hogwild")
     # inferred from several server groups; worker groups may share them evenly
     t = resolve(worker_groups=4, server_groups=2, sync_every=500)
     assert (t.framework, t.server_groups, t.sync_every) == ("hogwild", 2, 500)
@@ -123,7 +123,7 @@ def test_distributed_hogwild_has_a_server_group_per_worker_group():
 
 def test_hybrid_has_asynchronous_groups_of_synchronous_workers():
     t = resolve(framework="hybrid")
-    assert t == Topology("hybrid", 2, 2, 1, 1, 0, "sgd", "synchronous")
+    assert t == JobTopology("hybrid", 2, 2, 1, 1, 0, "sgd", "synchronous")
     t = resolve(framework="hybrid", worker_groups=4, workers_per_group=3, server_groups=2)
     assert (t.server_groups, t.sync_every) == (2, DEFAULT_SYNC_EVERY)
 

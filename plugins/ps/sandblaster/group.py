@@ -3,8 +3,9 @@
 SINGA section 5.2: workers within a group are synchronous, groups asynchronous; one worker group
 and one server group give synchronous training. Three frameworks (:mod:`hogwild.cluster.topology`)
 run on the same parts: the parameter servers the driver starts, and a worker-group role per group
-(``hogwild cluster replica --index G``, which runs :func:`run_group` when the job's topology is
-one of them) holding
+(``hogwild cluster replica --index G``, which serves the class registered for the job's framework
+in the entry-point group ``hogwild.worker_groups``: :class:`LBFGSGroup` or :class:`SGDGroup`,
+a :class:`hogwild.cluster.services.WorkerGroupFramework`) holding
 
 * a **coordinator** with a parameter-server client of its own, through which only shard
   operations and scalars pass: it gathers each batch's gradient on the shards
@@ -71,7 +72,7 @@ from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
 from hogwild.training.job import epoch_permutation, subset_indices
 
-__all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size", "run_group"]
+__all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size"]
 
 PORTIONS_PER_WORKER = 8  # DistBelief: portions much smaller than 1/N of the batch
 MIN_PORTION = 16  # examples: below this a portion costs more in requests than in compute
@@ -150,6 +151,7 @@ class WorkerGroup:
 
     does = ""  # what it runs, for its ready line
     grad = GRAD  # the vector its batch gradient is gathered in
+    check_job = staticmethod(check_job)  # the driver's check, before anything starts
 
     def __init__(
         self, framework: str, config, data, index: int, bind: str, keys: str | None = None
@@ -434,12 +436,3 @@ class SGDGroup(WorkerGroup):
                 self.share.loss += loss * len(batch)
         self._say(f"epoch {epoch}: {self.share.trained:,} examples, {self.iterations} steps, "
                   f"loss {self.share.loss / max(self.share.trained, 1):.5f}")  # fmt: skip
-
-
-def run_group(config, data, index: int, bind: str, keys: str | None) -> int:
-    """``hogwild cluster replica`` for a synchronous group: serve it until told to stop."""
-    from hogwild.cluster.topology import resolve_topology
-
-    framework = resolve_topology(config.cluster, config.ps.rule).framework
-    group = LBFGSGroup if framework == "sandblaster" else SGDGroup
-    return group(framework, config, data, index, bind, keys).serve()

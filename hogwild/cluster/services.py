@@ -1,0 +1,162 @@
+"""What a cluster job needs from the parameter-server plugin: small protocols, found by entry point.
+
+The driver and the replicas never import the plugin. Each thing they need is declared here as a
+:class:`~typing.Protocol` and provided by whatever distribution registers it in ``pyproject.toml``
+(looked up through :mod:`hogwild.entry_points`; the parameter-server plugin registers all three):
+
+* ``hogwild.controllers`` (name ``etcd``): :class:`OpenController`, which gives the driver the
+  :class:`Controller` of a job whose parameter servers keep copies (``cluster.copies > 1``): the
+  service holding their bucket map and leases, started for the job or given by
+  ``cluster.etcd``;
+* ``hogwild.server_groups`` (name ``ps``): :class:`OpenServerGroups`, clients of every server
+  group of a job with several (distributed Hogwild) and the synchronisation that keeps them one
+  model (:class:`ServerGroupSync`);
+* ``hogwild.worker_groups`` (one name per framework: ``sandblaster``, ``allreduce``,
+  ``hybrid``): :class:`WorkerGroupFramework`, a synchronous worker group's role.
+
+A protocol here names only what the cluster calls; the plugin is free in everything else. A
+plugin that is not installed is a :class:`~hogwild.entry_points.PluginMissing` naming the entry
+point and what to install, raised before any role starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from hogwild.entry_points import load
+
+CONTROLLERS = "hogwild.controllers"
+SERVER_GROUPS = "hogwild.server_groups"
+WORKER_GROUPS = "hogwild.worker_groups"
+CONTROLLER = "etcd"  # the controller a replicated job uses
+SERVER_GROUP_SYNC = "ps"  # the synchronisation of server groups
+
+__all__ = [
+    "Controller",
+    "OpenController",
+    "OpenServerGroups",
+    "ServerGroupSync",
+    "SyncResult",
+    "WorkerGroupFramework",
+    "open_controller",
+    "open_server_groups",
+    "worker_group",
+]
+
+
+class Controller(Protocol):
+    """The controller of one job's replicated parameter servers, held by the driver.
+
+    Attributes:
+        address: ``HOST:PORT`` every role is told (``cluster.etcd``).
+        min_lease_s: The shortest lease it honours: what ``ps.lease_s = 0`` (auto) becomes.
+    """
+
+    address: str
+    min_lease_s: float
+
+    def forget_server(self, index: int) -> None:
+        """Parameter server ``index`` died: end its lease now, so that its buckets fail over at
+        once instead of when the lease runs out.
+
+        Raises:
+            HogwildError: The controller cannot be reached (the lease then lapses by itself).
+        """
+
+    def close(self) -> None:
+        """Leave nothing of the job behind: stop a controller started for it, or delete the
+        job's keys from one it was given. Called once every parameter server has stopped."""
+
+
+class OpenController(Protocol):
+    """Entry point ``hogwild.controllers``: the controller of job ``job``.
+
+    ``address`` is ``cluster.etcd`` (empty: start one for the job and say where with ``say``);
+    whatever an earlier run of the job left in it is deleted first.
+    """
+
+    def __call__(self, address: str, job: str, say: Callable[[str], None]) -> Controller: ...
+
+
+class SyncResult(Protocol):
+    """One synchronisation of server groups."""
+
+    spread: float  # the largest |p_g - mean| over every parameter and group, before the move
+    seconds: float
+
+
+class ServerGroupSync(Protocol):
+    """Clients of every server group of a job and the synchronisation between them.
+
+    Attributes:
+        syncs: Synchronisations made through this object.
+    """
+
+    syncs: int
+
+    def assign(self, values: np.ndarray) -> None:
+        """Give every group ``values`` (the job's starting point: the groups begin as one)."""
+
+    def sync(self, own: int | None = None) -> SyncResult:
+        """Move group ``own`` (None: every group) to the mean of the groups' parameters."""
+
+    def status(self) -> list[dict]:
+        """Every server's counters, group after group (``server`` numbered across groups)."""
+
+    def close(self) -> None:
+        """Close every client."""
+
+
+class OpenServerGroups(Protocol):
+    """Entry point ``hogwild.server_groups``: clients of ``groups`` (each a list of
+    ``HOST:PORT``) for ``job``; ``who`` names the synchroniser (``driver``, ``replica-3``)."""
+
+    def __call__(
+        self,
+        groups: Sequence[Sequence[str]],
+        job: str,
+        who: str,
+        *,
+        timeout_s: float,
+        retries: int,
+        keys: str | None,
+    ) -> ServerGroupSync: ...
+
+
+class WorkerGroupRole(Protocol):
+    """A started worker-group role."""
+
+    def serve(self) -> int:
+        """Serve the driver as a replica does until told to stop; the exit status."""
+
+
+class WorkerGroupFramework(Protocol):
+    """Entry point ``hogwild.worker_groups``: the role of a synchronous worker group (a
+    coordinator and its replicas), for the framework it is registered as."""
+
+    def check_job(self, config, data, framework: str) -> None:
+        """Refuse, before anything starts, a job the group cannot train (``ConfigError``)."""
+
+    def __call__(
+        self, framework: str, config, data, index: int, bind: str, keys: str | None
+    ) -> WorkerGroupRole: ...
+
+
+def open_controller(address: str, job: str, say: Callable[[str], None]) -> Controller:
+    """The controller of ``job`` (:class:`OpenController`), from its entry point."""
+    return load(CONTROLLERS, CONTROLLER, needed_for="cluster.copies > 1")(address, job, say)
+
+
+def open_server_groups(groups, job: str, who: str, *, timeout_s: float, retries: int,
+                       keys: str | None) -> ServerGroupSync:  # fmt: skip
+    """Clients of every server group (:class:`OpenServerGroups`), from its entry point."""
+    open_groups = load(SERVER_GROUPS, SERVER_GROUP_SYNC, needed_for="cluster.server_groups > 1")
+    return open_groups(groups, job, who, timeout_s=timeout_s, retries=retries, keys=keys)
+
+
+def worker_group(framework: str) -> WorkerGroupFramework:
+    """The worker-group role of ``framework`` (:class:`WorkerGroupFramework`)."""
+    return load(WORKER_GROUPS, framework, chosen_by="cluster.framework")

@@ -1,0 +1,73 @@
+"""A replicated job's controller as the cluster driver holds it: an etcd, given or started.
+
+Registered as the ``etcd`` controller (entry point ``hogwild.controllers``;
+:class:`hogwild.cluster.services.Controller`). With ``cluster.copies > 1`` the parameter servers
+keep their bucket map and leases in etcd (:mod:`hogwild_plugins.ps.failover`); the driver needs
+only three things of it: where it is, the shortest lease it honours, and, when a server dies, that
+server's lease ended at once so that its buckets fail over without waiting for it to lapse.
+
+Ownership: an etcd started here (``cluster.etcd`` empty: on loopback, its data in a directory of
+its own) is stopped by :meth:`EtcdController.close`, data and all; an etcd the job was given is
+someone else's, so :meth:`~EtcdController.close` deletes every key of the job instead. Either way
+an earlier run's keys are deleted when the controller opens: they would name primaries that are
+gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.etcd_process import EtcdProcess
+from hogwild_plugins.ps.routes import etcd_prefix
+
+__all__ = ["GIVEN_ETCD_LEASE_S", "EtcdController"]
+
+GIVEN_ETCD_LEASE_S = 2  # seconds: the auto lease with an etcd whose timers are not ours
+
+
+class EtcdController:
+    """The controller of job ``job`` (see the module docstring); an ``OpenController``.
+
+    Args:
+        address: ``cluster.etcd``: ``HOST:PORT`` of an etcd, or empty to start one.
+        job: The job's name (its keys live under :func:`~.routes.etcd_prefix`).
+        say: Where to tell the user about an etcd started for the job.
+    """
+
+    def __init__(self, address: str, job: str, say: Callable[[str], None]) -> None:
+        self.prefix = etcd_prefix(job)
+        self.process: EtcdProcess | None = None
+        if not address:
+            self.process = EtcdProcess()  # its data in a directory of its own, removed with it
+            address = self.process.start()
+            say(f"hogwild cluster: etcd for the servers' copies on {address}")
+        self.address = address
+        self.min_lease_s = self.process.min_ttl_s if self.process else GIVEN_ETCD_LEASE_S
+        try:
+            self._clear()  # an earlier run's map would name primaries that are gone
+        except BaseException:
+            if self.process is not None:  # ours: nobody else would stop it
+                self.close()
+            raise
+
+    def forget_server(self, index: int) -> None:
+        """End server ``index``'s lease now (its buckets fail over at once)."""
+        with Etcd(self.address, prefix=self.prefix) as etcd:
+            value, _ = etcd.get(f"members/{index}")
+            if value is not None and isinstance(value.get("lease"), int):
+                etcd.revoke(value["lease"])
+
+    def close(self) -> None:
+        """Stop the etcd started for the job, or delete the job's keys from the one given."""
+        if self.process is not None:
+            process, self.process = self.process, None
+            process.stop()
+        else:
+            self._clear()
+
+    def _clear(self) -> None:
+        """Delete every etcd key of this job (its bucket map and members)."""
+        with Etcd(self.address, prefix=self.prefix) as etcd:
+            for key in etcd.get_prefix("")[0]:
+                etcd.delete(key)
