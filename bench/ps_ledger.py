@@ -27,13 +27,14 @@ import numpy as np
 import psutil
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd_process import EtcdProcess
-from hogwild_plugins.ps.launch import ServeProcess, free_port
+from hogwild_plugins.ps.launch import ServeProcess
 
 from bench.leaks import LeakCheck
 from bench.ps_watch import ServerWatch, spread
 from hogwild.config import load_config
 from hogwild.errors import HogwildError
 from hogwild.model.network import model_network
+from hogwild.net.ports import free_port
 
 JOB = "adam_mnist"  # the bundled config's job
 SYNC_TIMEOUT_S = 60.0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -24,15 +23,9 @@ from pathlib import Path
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
 from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
+from hogwild.net.ports import free_port
 
 POLL_S = 0.05
-
-
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class RoleProcess:

@@ -19,10 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hogwild_plugins.ps.launch import free_port
-
 from hogwild.errors import HogwildError
 from hogwild.net.address import host_port
+from hogwild.net.ports import free_port
 
 __all__ = ["INSTALL_HINT", "EtcdProcess", "etcd_binary"]
 

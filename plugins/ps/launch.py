@@ -25,27 +25,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from hogwild.cluster.local import free_port as free_port_on
 from hogwild.cluster.roles import READY
 from hogwild.errors import HogwildError
 
-__all__ = ["ServeProcess", "free_port", "free_ports", "local_server"]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for a server list fixed before the servers start)."""
-    return free_port_on("127.0.0.1")
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 right now (:func:`free_port` may name a port
-    twice in a row)."""
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
+__all__ = ["ServeProcess", "local_server"]
 
 
 class ServeProcess:

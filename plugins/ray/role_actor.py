@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -38,6 +37,7 @@ from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.roles import spawn_role, tee_stderr
+from hogwild.net.ports import free_port
 
 LAST_LINES = 50
 
@@ -108,9 +108,7 @@ class RoleHost:
 
     def free_port(self, host: str) -> int:
         """A TCP port free on ``host`` (an address of this node) right now."""
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-            sock.bind((host, 0))
-            return sock.getsockname()[1]
+        return free_port(host)
 
     def start(
         self,

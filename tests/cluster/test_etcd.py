@@ -19,9 +19,9 @@ from hogwild_plugins.ps.etcd import (
     LeaseExpired,
     etcd_binary,
 )
-from hogwild_plugins.ps.launch import free_port
 
 from hogwild.errors import HogwildError
+from hogwild.net.ports import free_port
 
 WAIT_S = 10.0  # the most any test waits for something that should take about a second
 

@@ -15,11 +15,12 @@ import pytest
 import zmq
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.client import PSClient, PSRequestError
-from hogwild_plugins.ps.launch import free_port, local_server
+from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import PeerUnreachableError
+from hogwild.net.ports import free_port
 from hogwild.net.wire import DType, Header, MsgType, job_id, pack_header, unpack_header
 from tests.unit.test_ps_kernels import reference
 

@@ -12,11 +12,12 @@ import numpy as np
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
-from hogwild_plugins.ps.launch import ServeProcess, free_ports
+from hogwild_plugins.ps.launch import ServeProcess
 from hogwild_plugins.ps.routes import Routes, etcd_prefix
 
 from hogwild.config import load_config
 from hogwild.model.network import build_network
+from hogwild.net.ports import free_ports
 from tests.cluster.ps_stream import Stream, placed
 
 N_PARAMS = build_network(load_config().model, 10).n_params  # the bundled MNIST model

@@ -6,8 +6,10 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import numpy as np
-from hogwild_plugins.ps.launch import free_port, local_server
+from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
+
+from hogwild.net.ports import free_port
 
 N = 12_000  # 3 shards of 4,096 floats over 2 servers
 CLIENTS, PUSHES = 4, 1500

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import zmq
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import free_ports, local_server
+from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 
 from hogwild.errors import HogwildError
+from hogwild.net.ports import free_ports
 from hogwild.net.wire import (
     NO_BASIS,
     DType,

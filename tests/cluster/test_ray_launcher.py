@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import psutil
 import pytest
 
 from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+from hogwild.net.ports import free_ports
 
 pytest.importorskip("ray")
 from ray.util.state import list_actors, list_placement_groups  # noqa: E402
@@ -45,17 +45,6 @@ GONE_WITHIN_S = 30.0  # Ray kills actors and removes placement groups asynchrono
 # Ray turns token authentication on when ~/.ray/auth_token exists (a local ray.init() makes
 # one); on loopback the head and the job agree to go without, whatever this machine's state.
 RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def _session_processes(session: int) -> list[psutil.Process]:
@@ -91,7 +80,7 @@ def _stop_head(session: int) -> None:
 def ray_head():
     """A Ray head of this module's own on loopback: its GCS address and its dashboard's."""
     temp = tempfile.mkdtemp(prefix="hwray-", dir="/tmp")  # short: Ray's sockets live in it
-    port, dashboard, agent, client = _free_ports(4)
+    port, dashboard, agent, client = free_ports(4)
     command = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
         "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", str(HEAD_CPUS),

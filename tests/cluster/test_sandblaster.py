@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import free_ports, local_server
+from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.sandblaster import (
     BatchObjective,
@@ -37,6 +37,7 @@ from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, Re
 from hogwild.config import config_from_dict
 from hogwild.data.mnist import load_mnist
 from hogwild.model.network import build_network
+from hogwild.net.ports import free_ports
 from tests.unit.test_sandblaster_lbfgs import SoftmaxRegression, reference_lbfgs
 
 pytest.importorskip("torch")
