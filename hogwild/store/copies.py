@@ -12,6 +12,23 @@ during an epoch, becomes the copies' mean), so evaluation, checkpoints and resum
 Subclasses say where home is: the arena (:mod:`hogwild.store.replicate`) or a parameter server
 (the ``ps`` plugin), and how often an exchange with it pays (:meth:`CopiesStore.own_cadence`).
 
+**A public seam.** :class:`CopiesStore` and :class:`~hogwild.store.exchange.Home` are meant to be
+subclassed outside the engine (the ``ps`` plugin does); what a subclass may rely on and must
+provide is this, and nothing else of the module:
+
+* it sets :attr:`~CopiesStore.name`, :attr:`~CopiesStore.home_is_local` and
+  :attr:`~CopiesStore.cadence` (or overrides :meth:`~CopiesStore.own_cadence`);
+* it implements :meth:`~CopiesStore.gather_home` (bring every copy's unpushed progress home,
+  every worker idle), :meth:`~CopiesStore.home_spec` (what a leader needs to reach home, plain
+  values) and :meth:`~CopiesStore.open_home` (the leader's :class:`~hogwild.store.exchange.Home`,
+  built from those values in the worker's process);
+* it may override :meth:`~CopiesStore.load` (then calling :meth:`~CopiesStore.spread_home`),
+  :meth:`~CopiesStore.attach`, :meth:`~CopiesStore.auto_fc_push`, :meth:`~CopiesStore.describe`,
+  :meth:`~CopiesStore.home_name` and the parent-side methods of
+  :class:`~hogwild.store.protocol.ParameterStore`;
+* it reads, once attached, ``config``, ``network``, ``params`` and ``velocity`` (the arena's
+  home copy), ``layers`` (the fully connected layers), ``n_push`` and ``n_fetch``.
+
 ``train.replicas = "auto"`` chooses (:func:`choose_copies`): a copy per worker while the copies
 take at most an eighth of the machine's memory (and a quarter of the free ``/dev/shm``), else a
 copy per NUMA node, else one copy; one worker (or one node, when copies per worker do not fit)
@@ -28,15 +45,14 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from hogwild.config_checks import push_decay_problem
 from hogwild.errors import ConfigError
 from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, OP_FC
 from hogwild.numa.pinning import bind_memory, first_touch, interleave_memory
 from hogwild.numa.placement import plan_parameters
+from hogwild.store.cadence import push_decay_problem, training_unit
 from hogwild.store.exchange import Exchanger, FcLayer, Home, VectorBuffer
 from hogwild.store.protocol import ParameterStore, WorkerSpec, WorkerStore
 from hogwild.store.shared import add_home_regions, worker_nodes
-from hogwild.training.job import training_unit
 
 PAGE = mmap.PAGESIZE
 COPY_REGIONS = ("copy_params", "copy_velocity", "copy_base")
@@ -215,9 +231,9 @@ class CopiesStore(ParameterStore):
     def load(self, params: np.ndarray, velocity: np.ndarray) -> None:
         self.params[:] = params
         self.velocity[:] = velocity
-        self._spread()
+        self.spread_home()
 
-    def _spread(self) -> None:
+    def spread_home(self) -> None:
         """Give every copy the home parameters and velocity; the bases agree with home."""
         if self.copies is None:
             return
@@ -229,13 +245,13 @@ class CopiesStore(ParameterStore):
     def end_epoch(self) -> None:
         if self.copies is None:
             if not self.home_is_local:
-                self._gather()  # a remote home's model, into the arena's home copy
+                self.gather_home()  # a remote home's model, into the arena's home copy
             return
-        self._gather()
+        self.gather_home()
         np.mean(self.copies[1], axis=0, out=self.velocity)  # every copy takes the mean velocity
-        self._spread()
+        self.spread_home()
 
-    def _gather(self) -> None:
+    def gather_home(self) -> None:
         """Bring every copy's unpushed progress home (every worker is idle)."""
         raise NotImplementedError
 

@@ -76,7 +76,7 @@ class ReplicateStore(CopiesStore):
 
     name = "replicate"
 
-    def _gather(self) -> None:
+    def gather_home(self) -> None:
         params, _, base = self.copies
         everything = np.array([[0, self.network.n_params]], dtype=np.int64)
         for row in range(params.shape[0]):

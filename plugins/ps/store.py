@@ -1,7 +1,8 @@
 """The ``ps`` parameter store: a replica's copies exchanged with Adam's parameter servers.
 
 Registered as ``train.parameters = "ps"`` (entry point ``hogwild.parameter_stores``). It is the
-engine's copies store (:class:`hogwild.store.copies.CopiesStore`: a copy per worker, or per NUMA
+engine's copies store (:class:`hogwild.store.copies.CopiesStore`, subclassed through the seam its
+module docstring declares public: a copy per worker, or per NUMA
 node, in the replica's arena, pushed every ``train.n_push`` examples and pulled every
 ``train.n_fetch`` by each copy's communication thread) whose home is the parameter servers of
 ``ps.servers`` instead of a copy in shared memory: DistBelief's model replica (section 4.1) and
@@ -166,9 +167,9 @@ class PSStore(CopiesStore):
             self.client.assign(np.ascontiguousarray(params, dtype=np.float32))
             self.params[:] = params
         self.velocity[:] = velocity
-        self._spread()
+        self.spread_home()
 
-    def _gather(self) -> None:
+    def gather_home(self) -> None:
         """The workers pushed everything when they finished: home is the servers' model."""
         self.client.pull(self.params)
 
