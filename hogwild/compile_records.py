@@ -91,10 +91,10 @@ def _sources() -> dict[str, list[int]] | None:
 
 
 def _packages() -> list[Path]:
-    import hogwild
-    from hogwild.entry_points import plugin_packages  # the plugins' kernels count too
+    """The engine's folder (this module's) and its plugins' (their kernels count too)."""
+    from hogwild.entry_points import plugin_packages
 
-    return [Path(hogwild.__file__).resolve().parent, *plugin_packages()]
+    return [Path(__file__).resolve().parent, *plugin_packages()]
 
 
 def _cache_files(cache_dir: Path) -> dict[str, list[int]]:

@@ -66,7 +66,6 @@ from hogwild.cluster.coordinator import (
 )
 from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
 from hogwild.cluster.polling import PollSchedule, training_rate
-from hogwild.cluster.prometheus import role_ports, serve_metrics
 from hogwild.cluster.records import EndedEpoch, EpochRecords, merge_histograms
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.services import open_controller, open_server_groups, worker_group
@@ -78,6 +77,7 @@ from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
 from hogwild.net.control import ControlClient, ControlServer
+from hogwild.net.prometheus import role_ports, serve_metrics
 from hogwild.optim.schedule import learning_rate
 from hogwild.progress import Progress as ProgressLines
 from hogwild.shm.arena import Arena, ArenaLayout

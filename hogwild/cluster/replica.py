@@ -39,11 +39,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hogwild.cluster.prometheus import serve_metrics
 from hogwild.cluster.services import open_server_groups, worker_group
 from hogwild.cluster.topology import resolve_topology, split_groups
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused, ControlServer, field
+from hogwild.net.prometheus import serve_metrics
 from hogwild.shm.sweeper import sweep_report
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import (
