@@ -1,37 +1,38 @@
 """``hogwild cluster``: the driver that starts a job's roles, runs its epochs and stops it all.
 
 The driver is the job's one process on the user's side (Adam section 3; DistBelief's Downpour,
-section 4.1). It:
+section 4.1). This module is the orchestration; each concept it uses lives in its own module.
+It:
 
 1. writes the resolved config into the run directory (every role reads it), picks the
    parameter servers' addresses and starts them (``hogwild ps serve``) and the data servers
-   (``hogwild data serve``) side by side, through the launcher ``cluster.launcher`` names;
+   (``hogwild data serve``) side by side, through the launcher ``cluster.launcher`` names
+   (:mod:`hogwild.cluster.roles` plans them);
 2. gives the servers the model: the initial weights, or the checkpoint's with ``--resume``
-   (through the ``ps`` parameter store's parent side, :mod:`hogwild.store`);
+   (:mod:`hogwild.cluster.servers`, through the ``ps`` parameter store's parent side);
 3. starts the model replicas (``hogwild cluster replica``, side by side), which join that
-   model. The job's
-   topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a Downpour replica,
-   or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or ``"hybrid"`` a worker
-   group (a coordinator, L-BFGS or synchronous SGD, and its replica threads: the plugin's
-   ``hogwild.worker_groups`` entry point); with ``"hogwild"`` (distributed Hogwild) several
-   server groups, each replica bound to one and synchronising them every ``cluster.sync_every``
-   examples, and the driver making them one model at every epoch end (the
-   ``hogwild.server_groups`` entry point); what is not built is refused before anything starts;
-   what the cluster takes from the parameter-server plugin is declared in
-   :mod:`hogwild.cluster.services`;
-4. runs the epochs with :class:`~hogwild.cluster.coordinator.Coordinator` (each epoch's
-   permutation handed out in portions on demand, warm start, the epoch rule across replicas),
-   polling each replica's progress; at every epoch end it pulls the servers' model and evaluates
-   it on the test set, then starts the next epoch (``cluster.evaluate = "between"``; with
-   ``"beside"`` the next epoch starts at once and a thread evaluates meanwhile:
-   :func:`evaluates_between`); then it writes the epoch's checkpoint (the format ``hogwild
-   train`` writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line
+   model. The job's topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a
+   Downpour replica, or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or
+   ``"hybrid"`` a worker group (a coordinator, L-BFGS or synchronous SGD, and its replica
+   threads); with ``"hogwild"`` (distributed Hogwild) several server groups, each replica bound
+   to one and synchronising them every ``cluster.sync_every`` examples, and the driver making
+   them one model at every epoch end. What the cluster takes from the parameter-server plugin
+   for these is declared in :mod:`hogwild.cluster.services`; what is not built is refused
+   before anything starts;
+4. runs the epochs (:mod:`hogwild.cluster.epochs`, whose
+   :class:`~hogwild.cluster.coordinator.Coordinator` hands each epoch's permutation out in
+   portions on demand, with warm start and the epoch rule across replicas): at every epoch end
+   the servers' model is pulled and evaluated on the test set, between epochs
+   (``cluster.evaluate = "between"``) or beside the next one (``"beside"``:
+   :func:`evaluates_between`), and the epoch's checkpoint (the format ``hogwild train``
+   writes: ``hogwild eval`` and ``torch.nn`` load it) and metrics line are written
    (:mod:`hogwild.cluster.records`);
 5. restarts a replica or a data server that dies while the job trains, up to
-   ``cluster.restarts`` times each (a line on stderr, a ``restart`` metrics record; the counts go
-   into the status table and the final summary): a data server comes back on its address and
-   rejoins the replicas' turn, a replica pulls the servers' model as it starts and takes the
-   work the coordinator hands it (what it lost, or what is left: :class:`Lost`);
+   ``cluster.restarts`` times each, and a parameter server too when servers keep copies
+   (:mod:`hogwild.cluster.supervisor` decides; the driver carries it out: a line on stderr, a
+   ``restart`` metrics record, the counts in the status table and the final summary): a data
+   server comes back on its address, a replica pulls the servers' model as it starts and takes
+   the work the coordinator hands it (what it lost, or what is left);
 6. stops every role at the end, on Ctrl-C or SIGTERM, and when a role dies that is not restarted
    (a parameter server, whose state is lost with one copy, or a role past its restarts): an
    error naming the role, its host and its exit status or signal; the last checkpoint is kept.
@@ -47,29 +48,17 @@ import os
 import shutil
 import sys
 import tempfile
-import time
-from collections import deque
 from dataclasses import replace
 from pathlib import Path
 
-from hogwild.blas import limit_blas_threads
-from hogwild.cluster.coordinator import (
-    Close,
-    Coordinator,
-    EpochEnd,
-    Finished,
-    Joined,
-    Lost,
-    StartPortion,
-    replicas_training,
-    status_events,
-)
-from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
-from hogwild.cluster.polling import PollSchedule, training_rate
-from hogwild.cluster.records import EndedEpoch, EpochRecords, merge_histograms
+from hogwild.cluster.epochs import EpochLoop
+from hogwild.cluster.launcher import RoleFailedError, launcher_class
+from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
-from hogwild.cluster.services import open_controller, open_server_groups, worker_group
-from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
+from hogwild.cluster.servers import JobServers
+from hogwild.cluster.services import worker_group
+from hogwild.cluster.status import LiveStatus, format_table, server_row
+from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
 from hogwild.cluster.topology import require_built, resolve_topology, split_groups
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.errors import HogwildError
@@ -78,21 +67,13 @@ from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
 from hogwild.net.control import ControlClient, ControlServer
 from hogwild.net.prometheus import role_ports, serve_metrics
-from hogwild.optim.schedule import learning_rate
 from hogwild.progress import Progress as ProgressLines
-from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
-from hogwild.store.registry import store_class
 from hogwild.training.job import plan_data, subset_indices
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
 
-KEEP_ALIVE_S = 5.0  # the longest a live replica goes without a request from the driver
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
-# The smallest portion of an epoch per worker of a replica: the last portions of an epoch are
-# this size, so replicas finish within about one of each other; each costs a push and a round
-# trip to the driver, which cadence 512 (Downpour's) makes one exchange's worth of training.
-MIN_PORTION_PER_WORKER = 256
 
 
 def evaluates_between(cluster) -> bool:
@@ -155,17 +136,13 @@ class ClusterDriver:
         self.records: EpochRecords | None = None  # the epochs' test figures, lines, checkpoints
         self.run_dir: Path | None = None
         self.own_run_dir = False
-        self.launcher = self.arena = self.store = self.control = self.controller = None
-        self.groups = None  # several server groups: every group's clients (distributed Hogwild)
-        self.train_started = 0.0
+        self.launcher = self.control = None
+        self.servers = JobServers(self.job)  # the model given, pulled; the controller
+        self.epochs: EpochLoop | None = None
         self.clients: list[ControlClient] = []
-        self.last_status: dict[int, dict] = {}
-        self.polls = PollSchedule()  # when to ask the replicas next
-        self.gone: set[str] = set()  # roles the launcher saw exit
-        self.exits: dict = {}  # their RoleExit, by name: how each ended (until restarted)
-        self.specs: dict = {}  # the replicas' and data servers' specs as started, by name
-        self.restarts: dict[str, int] = {}  # restarts so far, by role name
-        self.last_keep_alive = 0.0
+        self.specs: dict = {}  # the supervised roles' specs as started, by name
+        self.policy = RestartPolicy(self.config.cluster.restarts, config.output.checkpoint_dir)
+        self.supervisor: Supervisor | None = None  # once the launcher exists
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
         self.rows: list[dict] = []
 
@@ -191,11 +168,14 @@ class ClusterDriver:
         self._make_run_dir()
         config = self.config = self._with_keys(config)
         if cluster.copies > 1:
-            config = self.config = self._with_controller(config)
+            config = self.config = self.servers.with_controller(config, self.progress.line)
         self.records = self._records(config)
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
+        self.supervisor = Supervisor(
+            self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
+        )
         plan = plan_roles(config, config_file, self.source, cluster.host)
         servers = self.launcher.reserve(plan.ps, cluster.host)
         stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
@@ -205,14 +185,14 @@ class ClusterDriver:
         with_servers(plan, config_file, self.job, servers, stores, per_group)
         self._give_metrics_ports(plan)
         if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
-            self.specs.update({spec.name: spec for spec in plan.ps})
+            for spec in plan.ps:
+                self._supervise(spec)
         self.records.warm()
         data_servers = self.launcher.start_all([*plan.ps, *plan.data])[len(plan.ps) :]
         for spec, address in zip(plan.data, data_servers, strict=True):
-            self.specs[spec.name] = on_port_of(spec, address)  # a restart comes back there
+            self._supervise(on_port_of(spec, address))  # a restart comes back there
         groups = split_groups(servers, per_group)
-        start_epoch, history = self._give_the_servers_the_model(groups)
-        self.records.history.extend(history)  # a resumed job's epochs
+        start_epoch = self._give_the_servers_the_model(groups)
         extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
         if len(groups) > 1:
             extra.append(f"--cluster.group_servers={','.join(servers)}")
@@ -221,7 +201,7 @@ class ClusterDriver:
             group = groups[spec.index * len(groups) // len(plan.replicas)]
             argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
             replicas.append(replace(spec, argv=argv))
-            self.specs[spec.name] = replicas[-1]
+            self._supervise(replicas[-1])
         addresses = self.launcher.start_all(replicas)
         self.clients = [self._client(i, a) for i, a in enumerate(addresses)]
         self._serve_status()
@@ -249,7 +229,13 @@ class ClusterDriver:
                 "pid": os.getpid(),
             }
         )
-        return self._epochs(start_epoch)
+        self.epochs = EpochLoop(
+            config, self.topology, replicas=len(self.clients), n_train=self.n_train,
+            start_epoch=start_epoch, connections=self.network.connections,
+            records=self.records, servers=self.servers, call=self._call,
+            recover=self.supervisor.recover,
+        )  # fmt: skip
+        return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
 
     def _records(self, config) -> EpochRecords:
         """The epochs' records, made once the config is the roles' (keys, etcd, lease): the
@@ -306,37 +292,20 @@ class ClusterDriver:
         plan.replicas = [told(s) for s in plan.replicas]
         self.endpoint = serve_metrics("driver", "driver", ports["driver"], self._summary)
 
+    def _seen(self) -> dict[int, dict]:
+        """Each replica's last status, as the epochs saw it."""
+        return self.epochs.seen if self.epochs is not None else {}
+
     def _summary(self) -> dict:
         """The driver's own gauges: the job's progress as the replicas last reported it."""
-        seen = [v["status"] for v in list(self.last_status.values())]
-        rows = [v["row"] for v in list(self.last_status.values())]
+        seen = list(self._seen().values())
         return {
             "replicas": len(self.clients),
-            "examples": sum(int(s.get("examples") or 0) for s in seen),
-            "examples_per_s": sum(float(r.get("ex/s") or 0.0) for r in rows),
-            "roles_gone": len(self.gone),
-            "restarts": sum(self.restarts.values()),
+            "examples": sum(int(v["status"].get("examples") or 0) for v in seen),
+            "examples_per_s": sum(float(v["row"].get("ex/s") or 0.0) for v in seen),
+            "roles_gone": len(self.policy.gone),
+            "restarts": sum(self.policy.restarts.values()),
         }
-
-    def _with_controller(self, config):
-        """``cluster.etcd``: the one given, or one the controller starts for the job (and stops
-        with it), for the replicated parameter servers' map and leases
-        (:class:`~hogwild.cluster.services.Controller`)."""
-        self.controller = open_controller(config.cluster.etcd, self.job, self.progress.line)
-        changes = {"cluster.etcd": self.controller.address}
-        if not config.ps.lease_s:  # auto: as short as the controller honours
-            changes["ps.lease_s"] = self.controller.min_lease_s
-        return config.override(changes)
-
-    def _forget_server(self, index: int) -> None:
-        """A parameter server died: end its lease now, so that its buckets fail over at once
-        instead of when the lease runs out."""
-        if self.controller is None:
-            return
-        try:
-            self.controller.forget_server(index)
-        except HogwildError as exc:  # the lease lapses by itself
-            print(f"hogwild cluster: could not end ps {index}'s lease: {exc}", file=sys.stderr)
 
     def _with_keys(self, config):
         """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``,
@@ -350,99 +319,22 @@ class ClusterDriver:
             keys = str(made)
         return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
 
-    def _give_the_servers_the_model(self, groups: list[list[str]]) -> tuple[int, list[dict]]:
-        """The parent side of the ``ps`` store: initial or checkpointed weights, given once (to
-        every server group: the groups begin as one model)."""
-        config, network = self.config, self.network
-        self.store = store_class("ps")(config.override({"ps.servers": groups[0]}), network, ())
-        layout = ArenaLayout()
-        self.store.add_regions(layout)
-        self.arena = Arena.create("cluster", layout)
-        self.store.attach(self.arena)
+    def _give_the_servers_the_model(self, groups: list[list[str]]) -> int:
+        """Initial or checkpointed weights, given once (to every server group: the groups
+        begin as one model); the first epoch to train. A resumed job's epochs join the
+        records."""
+        self.servers.open_store(self.config, self.network, groups)
         params, velocity, start_epoch, history = starting_point(
-            config, network, self.n_classes, self.resume, self.progress.line
+            self.config, self.network, self.n_classes, self.resume, self.progress.line
         )
-        self.store.load(params, velocity)
-        if len(groups) > 1:
-            ps = config.ps
-            self.groups = open_server_groups(
-                groups, self.job, "driver", timeout_s=ps.timeout_s, retries=ps.retries,
-                keys=ps.keys or None,
-            )  # fmt: skip
-            self.groups.assign(self.store.snapshot()[0])
-        return start_epoch, history
-
-    def _servers_status(self) -> list[dict]:
-        """Every parameter server's counters (every group's)."""
-        return self.groups.status() if self.groups is not None else self.store.home_status()
-
-    # -- epochs ----------------------------------------------------------------------------------
-
-    def _epochs(self, start_epoch: int) -> dict:
-        config = self.config
-        coordinator = Coordinator(
-            replicas=len(self.clients),
-            n_train=self.n_train,
-            epochs=config.train.epochs,
-            start_epoch=start_epoch,
-            seed=config.train.seed,
-            lr_of=lambda e: learning_rate(config.optim, e, config.train.epochs),
-            warm_start=config.cluster.warm_start,
-            fraction=config.cluster.epoch_fraction,
-            # a coordinated group's share is its batch: one fixed shard each
-            guided=config.cluster.split == "portions" and not self.topology.coordinated,
-            min_portion=MIN_PORTION_PER_WORKER * config.cluster.workers_per_replica,
-        )
-        wall_start = epoch_start = self.train_started = time.perf_counter()
-        pending: deque = deque()
-        for r in range(len(self.clients)):
-            pending.extend(coordinator.handle(Joined(r)))
-        drawn = 0.0
-        limit_blas_threads(1)  # the evaluation's threads each call sgemm (see hogwild.blas)
-        try:
-            while True:
-                while pending:
-                    instruction = pending.popleft()
-                    if isinstance(instruction, StartPortion):
-                        self._call(
-                            instruction.replica,
-                            "train",
-                            epoch=instruction.epoch,
-                            lr=instruction.lr,
-                            start=instruction.start,
-                            stop=instruction.stop,
-                            seed=instruction.seed,
-                        )
-                    elif isinstance(instruction, Close):
-                        self._call(instruction.replica, "close", epoch=instruction.epoch)
-                    elif isinstance(instruction, EpochEnd):
-                        ended = self._pull_epoch(instruction, time.perf_counter() - epoch_start)
-                        # Evaluated on a thread: beside training, the next epoch starts at once
-                        # and this loop goes on polling, so the replicas do not idle through
-                        # the evaluation and the driver still sees a role die; between epochs,
-                        # it returns once the evaluation is done (see cluster.evaluate).
-                        self.records.ended(ended)
-                        pending.extend(coordinator.advance())
-                        epoch_start = time.perf_counter()
-                        self.records.write()
-                    elif isinstance(instruction, Finished):
-                        return self.records.final(self._job_fields(), wall_start)
-                time.sleep(self._poll_delay(coordinator))
-                self.records.write()
-                self._recover(coordinator, pending)
-                for replica in replicas_training(coordinator):
-                    pending.extend(self._events(coordinator, replica))
-                self._keep_alive(coordinator)
-                if time.monotonic() - drawn >= config.cluster.status_s:
-                    drawn = time.monotonic()
-                    self.live.draw(self._rows())
-        except BaseException:
-            self.records.stopped()  # keeps what was already evaluated
-            raise
+        self.servers.give(params, velocity)
+        self.records.history.extend(history)
+        return start_epoch
 
     def _job_fields(self) -> dict:
         """The final record's fields of a cluster job (:meth:`EpochRecords.final`)."""
         cluster = self.config.cluster
+        restarts = self.policy.restarts
         return {
             "framework": self.topology.framework,
             "optimizer": self.topology.optimizer,
@@ -451,203 +343,82 @@ class ClusterDriver:
             "ps_servers": self.topology.servers,  # every server group's
             "server_groups": self.topology.server_groups,
             "data_servers": cluster.data_servers,
-            "restarts": {name.replace(" ", "-"): n for name, n in sorted(self.restarts.items())},
+            "restarts": {name.replace(" ", "-"): n for name, n in sorted(restarts.items())},
         }
+
+    # -- the roles -------------------------------------------------------------------------------
+
+    def _supervise(self, spec) -> None:
+        """``spec``'s role comes back when it dies (:mod:`hogwild.cluster.supervisor`)."""
+        self.specs[spec.name] = spec
+        self.supervisor.supervise(spec.name, spec.kind, spec.index)
 
     def _alive_check(self, name: str):
         """For a role's control client: False once the launcher saw the role exit, so a call
         to a dead replica ends at once instead of after every retry."""
 
         def alive() -> bool:
-            self._poll_roles()
-            return name not in self.gone
+            self.supervisor.poll()
+            return name not in self.policy.gone
 
         return alive
 
     def _call(self, replica: int, op: str, **body) -> dict | None:
         """A control request to a replica; None when it died and will be restarted (the next
-        :meth:`_recover` does it), else a failure names the replica (or the role that died)."""
+        recovery does it), else a failure names the replica (or the role that died)."""
         name = f"replica {replica}"
-        if name in self.exits and self._restartable(name):
+        if self.policy.awaiting_restart(name):
             return None  # dead, or a restart that did not start: nobody to ask
         try:
             return self.clients[replica].call(op, **body)
         except HogwildError as exc:
-            self._poll_roles()
-            if name in self.exits and self._restartable(name):
+            self.supervisor.poll()
+            if self.policy.awaiting_restart(name):
                 return None
-            self._check_roles()  # a role that died is the cause: say so
+            self.supervisor.check()  # a role that died is the cause: say so
             raise HogwildError(f"replica {replica} did not answer {op!r}: {exc}") from None
 
-    def _keep_alive(self, coordinator: Coordinator) -> None:
-        """Ask the replicas that are not training now and then, so they know the driver lives."""
-        now = time.monotonic()
-        if now - self.last_keep_alive < KEEP_ALIVE_S:
-            return
-        self.last_keep_alive = now
-        training = set(replicas_training(coordinator))
-        for replica in range(len(self.clients)):
-            if replica not in training:
-                self._call(replica, "status")
-
-    def _poll_delay(self, coordinator: Coordinator) -> float:
-        """Seconds to sleep before the next poll (:mod:`hogwild.cluster.polling`): shorter when
-        a replica is due to finish its current portion (or the warm start), by its rate so far,
-        so it is handed its next portion, or the epoch ends and the next one begins, within
-        milliseconds of it."""
-        due = {}
-        for replica in replicas_training(coordinator):
-            seen = self.last_status.get(replica)
-            left = coordinator.remaining(replica)
-            if seen is None or left is None:
-                continue
-            status = seen["status"]
-            rate = training_rate(status) if status.get("epoch") == coordinator.epoch else None
-            if left and rate is None:
-                continue  # not started yet, or no examples yet: nothing to go by
-            portion = (coordinator.epoch, coordinator.current(replica))
-            due[replica] = (portion, seen["at"] + (left / rate if left else 0.0))
-        return self.polls.delay(time.monotonic(), due)
-
-    def _events(self, coordinator: Coordinator, replica: int) -> list:
-        status = self._call(replica, "status")
-        if status is None:
-            return []
-        now, previous = time.monotonic(), self.last_status.get(replica)
-        seconds = now - previous["at"] if previous else 0.0
-        row = replica_row(status, previous["status"] if previous else None, seconds)
-        self.last_status[replica] = {"status": status, "at": now, "row": row}
-        out = []
-        for event in status_events(replica, status):
-            out += coordinator.handle(event)
-        return out
-
-    def _pull_epoch(self, end: EpochEnd, seconds: float) -> EndedEpoch:
-        """The servers' model at ``end`` (copied: the next epoch changes it) and the epoch's
-        record without its test figures, made before the next epoch starts."""
-        spread = None
-        if self.groups is not None:  # every replica is idle: the groups become one model
-            spread = self.groups.sync().spread
-        self.store.end_epoch()  # the servers' model, pulled
-        params, velocity = self.store.snapshot()
-        servers = self._servers_status()
-        rate = end.examples / seconds if seconds else 0.0
-        counted = not self.topology.coordinated  # a coordinated group counts no answers
-        record = {
-            "event": "epoch",
-            "epoch": end.epoch,
-            "lr": end.lr,
-            "examples": end.examples,
-            "train_loss": end.loss / max(end.examples, 1),
-            "train_accuracy": end.correct / max(end.examples, 1) if counted else None,
-            "train_s": seconds,
-            "wall_s": time.perf_counter() - self.train_started,  # since the first epoch began
-            "examples_per_s": rate,
-            "connections_per_s": rate * self.network.connections,
-            "data_wait_s": end.data_wait_s,
-            "fetch_wait_s": end.store_wait_s,
-            "store_wait_s": end.store_wait_s,
-            "per_replica_examples": {str(k): v for k, v in end.per_replica.items()},
-            "updates_per_s": sum(s.get("updates_per_s", 0.0) for s in servers),
-            "ps_updates": sum(int(s.get("updates", 0)) for s in servers),  # since they started
-            "staleness": merge_histograms(s.get("staleness_histogram") for s in servers),
-        }
-        groups = {str(r): seen["status"]["sandblaster"] for r, seen in self.last_status.items()
-                  if "sandblaster" in seen["status"]}  # fmt: skip
-        if groups:  # a Sandblaster group's counters: iterations, passes, portions, backups...
-            record["sandblaster"] = groups
-        if self.groups is not None:  # the worker groups' synchronisations and the driver's
-            replicas = sum(seen["status"].get("syncs", 0) for seen in self.last_status.values())
-            record["group_syncs"] = self.groups.syncs + replicas
-            record["group_spread"] = spread  # the largest |p_g - mean| before the epoch's sync
-        return EndedEpoch(record, params.copy(), velocity.copy())
-
-    # -- roles -----------------------------------------------------------------------------------
-
-    def _poll_roles(self) -> None:
-        """Record the roles the launcher saw exit (each is reported by it once)."""
-        for exit_ in self.launcher.poll():
-            self.exits.setdefault(exit_.name, exit_)
-            self.gone.add(exit_.name)
-            spec = self.specs.get(exit_.name)
-            if spec is not None and spec.kind == "ps" and self.config.cluster.copies > 1:
-                self._forget_server(spec.index)  # now: its buckets fail over at once
-
-    def _restartable(self, name: str) -> bool:
-        """A replica or data server below ``cluster.restarts``; a parameter server too with
-        ``cluster.copies > 1`` (with one copy its state dies with it)."""
-        if name not in self.specs:  # a parameter server
-            return False
-        return self.restarts.get(name, 0) < self.config.cluster.restarts
-
-    def _check_roles(self) -> None:
-        """Stop the job with an error naming every role that exited, if one is not restarted."""
-        self._poll_roles()
-        if any(not self._restartable(name) for name in self.exits):
-            kept, limit = self.config.output.checkpoint_dir, self.config.cluster.restarts
-
-            def told(exit_) -> str:
-                if not limit or self._restartable(exit_.name):
-                    return exit_.describe()
-                if exit_.name not in self.specs:
-                    return f"{exit_.describe()} (a parameter server is not restarted)"
-                return f"{exit_.describe()} (restarted {limit} times already: cluster.restarts)"
-
-            raise RoleFailedError(
-                "; ".join(told(e) for e in self.exits.values())
-                + "; the job is stopped"
-                + (f" and the last checkpoint in {kept} is kept" if kept else "")
-            )
-
-    def _recover(self, coordinator: Coordinator, pending: deque) -> None:
-        """Restart the roles that exited (parameter servers, then data servers: a replica
-        starting reads from them), or stop the job as :meth:`_check_roles` says."""
-        self._check_roles()
-        order = {"ps": 0, "data": 1, "replica": 2}
-        for name in sorted(self.exits, key=lambda n: order[self.specs[n].kind]):
-            self._restart(name, coordinator, pending)
-
-    def _restart(self, name: str, coordinator: Coordinator, pending: deque) -> None:
-        """Start a dead role again through the launcher and wait (``cluster.start_timeout_s``)
-        until it serves; a replica rejoins the coordinator's epochs."""
-        exit_, spec = self.exits.pop(name), self.specs[name]
-        count = self.restarts[name] = self.restarts.get(name, 0) + 1
+    def _start_again(self, restart: Restart) -> str:
+        """Start a dead role again through the launcher; its address once it serves (within
+        ``cluster.start_timeout_s``). A replica's work goes back to the coordinator first."""
+        spec = self.specs[restart.name]
         self.live.clear()
         print(
-            f"hogwild cluster: {exit_.describe()}; restarting ({count} of "
-            f"{self.config.cluster.restarts})",
+            f"hogwild cluster: {restart.exit.describe()}; restarting ({restart.count} of "
+            f"{restart.limit})",
             file=sys.stderr,
             flush=True,
         )
         if spec.kind == "replica":
-            pending.extend(coordinator.handle(Lost(spec.index)))
+            self.epochs.lost(spec.index)
             self.clients[spec.index].close()
-            self.last_status.pop(spec.index, None)
-        try:
-            address = self.launcher.restart(spec)
-        except RoleFailedError as exc:  # its next death: restarted again while restarts remain
-            self.exits[name] = RoleExit(name, exit_.host, None, why=str(exc))
-            return  # (after the data servers: a replica may not start while none answers)
-        self.gone.discard(name)
+        return self.launcher.restart(spec)
+
+    def _back(self, restart: Restart, address: str) -> None:
+        """A restarted role serves: a replica rejoins the epochs; a server must be where the
+        replicas were told it is."""
+        spec, exit_ = self.specs[restart.name], restart.exit
         if spec.kind == "replica":
             self.clients[spec.index] = self._client(spec.index, address)
-            pending.extend(coordinator.handle(Joined(spec.index)))
+            self.epochs.joined(spec.index)
         elif on_port_of(spec, address) != spec:
             raise RoleFailedError(
-                f"{name} came back on {address}, not where the replicas were told it is"
+                f"{restart.name} came back on {address}, not where the replicas were told it is"
             )
         self.metrics.write(
-            {"event": "restart", "role": name, "host": exit_.host, "returncode": exit_.returncode,
-             "restart": count, "address": address}
+            {"event": "restart", "role": restart.name, "host": exit_.host,
+             "returncode": exit_.returncode, "restart": restart.count, "address": address}
         )  # fmt: skip
         self._write_where()
 
+    # -- status ----------------------------------------------------------------------------------
+
     def _rows(self) -> list[dict]:
-        rows = [seen["row"] for _, seen in sorted(self.last_status.items())]
+        rows = [seen["row"] for _, seen in sorted(self._seen().items())]
         rows += [{"role": n, "state": "serving"} for n, s in self.specs.items() if s.kind == "data"]
-        rows = [{**row, "restarts": self.restarts.get(row["role"], 0)} for row in rows]
+        rows = [{**row, "restarts": self.policy.restarts.get(row["role"], 0)} for row in rows]
         try:
-            rows += [server_row(s) for s in self._servers_status()]
+            rows += [server_row(s) for s in self.servers.status()]
         except HogwildError:
             pass
         self.rows = rows
@@ -681,6 +452,8 @@ class ClusterDriver:
         temporary.write_text(json.dumps(where))
         temporary.replace(path)  # a reader never sees half of it
 
+    # -- the end ---------------------------------------------------------------------------------
+
     def _shutdown(self) -> None:
         """Release everything, each step whatever the others did; the first failure is raised."""
         self.live.clear()
@@ -693,31 +466,20 @@ class ClusterDriver:
             except Exception as exc:  # noqa: BLE001 - the next steps must still run
                 failures.append(exc)
 
-        if self.launcher is not None:
-            step(self._poll_roles)
+        if self.supervisor is not None:
+            step(self.supervisor.poll)
         step(self._tell_replicas_to_stop)
         asked = bool(self.clients)
         self.clients = []
         if self.launcher is not None:
             step(lambda: self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0))
-        if self.controller is not None:  # after the servers: they give their leases back
-            step(self.controller.close)
-            self.controller = None
+        step(self.servers.close_controller)  # after the servers: they give their leases back
         if self.control is not None:
             step(self.control.stop)
         if self.endpoint is not None:
             step(self.endpoint.close)
             self.endpoint = None
-        if self.groups is not None:
-            step(self.groups.close)
-            self.groups = None
-        if self.store is not None:
-            step(self.store.close)
-            self.store = None
-        if self.arena is not None:
-            step(self.arena.close)
-            step(self.arena.unlink)
-            self.arena = None
+        self.servers.close(step)
         if self.records is not None:
             step(self.records.close)
         if self.run_dir is not None:
@@ -730,7 +492,7 @@ class ClusterDriver:
     def _tell_replicas_to_stop(self) -> None:
         for index, client in enumerate(self.clients):
             try:
-                if f"replica {index}" not in self.gone:  # nobody there to answer: do not wait
+                if f"replica {index}" not in self.policy.gone:  # nobody there: do not wait
                     client.call("stop")
             except HogwildError:
                 pass

@@ -1,0 +1,316 @@
+"""Role supervision: which roles of a cluster job come back when they die, and when the job stops.
+
+:class:`RestartPolicy` decides, and does no I/O (dask's worker state machine is the model): the
+driver feeds it what the launcher saw (:class:`RoleExited`), asks it what to do now
+(:class:`Recover`) and reports how each restart went (:class:`Restarted`,
+:class:`RestartFailed`), each stimulus with an id; it answers actions (:class:`ForgetServer`,
+:class:`Restart`, :class:`StopJob`), keeps a bounded log of its transitions (:meth:`story`) and
+checks its own invariants (:meth:`validate_state`). :class:`Supervisor` is the thin adapter that
+carries the actions out through the launcher and the driver's callbacks.
+
+What it decides:
+
+- **Who is supervised**: a role the driver registers (:class:`Supervised`): every replica and
+  data server, and the parameter servers when they keep copies (``cluster.copies > 1``: a dead
+  server's buckets fail over and it rejoins and catches up). A parameter server with one copy
+  is not: its state dies with it.
+- **Restarts**: a supervised role that exited comes back while it has been restarted fewer than
+  ``cluster.restarts`` times; the restarts of one :class:`Recover` go parameter servers first,
+  then data servers (a replica starting reads from them), then replicas. A restart that does
+  not start counts, and the role is restarted again at the next :class:`Recover` while restarts
+  remain.
+- **Failover at once**: a replicated parameter server that exited has its lease ended now
+  (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse.
+- **Stopping**: one exited role that will not come back (not supervised, or past its restarts)
+  stops the job, with one message naming every role that exited, why each is not restarted,
+  and where the last checkpoint is kept.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hogwild.cluster.launcher import RoleExit
+from hogwild.errors import RoleFailedError
+
+__all__ = [
+    "ForgetServer",
+    "Recover",
+    "Restart",
+    "RestartFailed",
+    "RestartPolicy",
+    "Restarted",
+    "RoleExited",
+    "StopJob",
+    "Supervised",
+    "Supervisor",
+]
+
+KIND_ORDER = {"ps": 0, "data": 1, "replica": 2}  # the order of one round of restarts
+STORY_LENGTH = 1000  # transitions kept by RestartPolicy.story()
+RUNNING, EXITED, RESTARTING = "running", "exited", "restarting"
+
+
+# -- stimuli -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Supervised:
+    """Role ``name`` (of ``kind``, number ``index`` of its kind) is started and comes back when
+    it dies."""
+
+    name: str
+    kind: str
+    index: int
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class RoleExited:
+    """The launcher saw a role exit (each exit is reported once)."""
+
+    exit: RoleExit
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class Recover:
+    """The driver asks what to do about the roles that exited."""
+
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """A restart (:class:`Restart`) started the role and it serves."""
+
+    name: str
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class RestartFailed:
+    """A restart did not start the role (``why`` is what the launcher said)."""
+
+    name: str
+    host: str
+    why: str
+    stimulus_id: str
+
+
+# -- actions -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ForgetServer:
+    """End replicated parameter server ``index``'s lease now."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Start role ``name`` again; this is its ``count``-th restart of ``limit``; ``exit`` is how
+    it ended. Answer :class:`Restarted` or :class:`RestartFailed`."""
+
+    name: str
+    kind: str
+    index: int
+    count: int
+    limit: int
+    exit: RoleExit
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Stop the job: a role that exited will not come back (``reason`` names every exit)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Role:
+    kind: str
+    index: int
+
+
+class RestartPolicy:
+    """The restart decisions of one job (see the module docstring).
+
+    Args:
+        limit: ``cluster.restarts``: the most restarts of one role.
+        kept: Where the last checkpoint is kept (``output.checkpoint_dir``; "" if none), for
+            the message that stops the job.
+    """
+
+    def __init__(self, limit: int, kept: str = "") -> None:
+        self.limit, self.kept = limit, kept
+        self.roles: dict[str, _Role] = {}  # the supervised roles
+        self.state: dict[str, str] = {}  # a supervised role's: running, exited, restarting
+        self.exits: dict[str, RoleExit] = {}  # roles exited and not yet restarted, in order
+        self.gone: set[str] = set()  # roles exited and not back yet (restarting included)
+        self.restarts: dict[str, int] = {}  # restarts so far, by role
+        self._story: deque[tuple] = deque(maxlen=STORY_LENGTH)
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def restartable(self, name: str) -> bool:
+        """Supervised and below its restarts."""
+        return name in self.roles and self.restarts.get(name, 0) < self.limit
+
+    def awaiting_restart(self, name: str) -> bool:
+        """Exited, and will be restarted at the next :class:`Recover`: nobody to ask now."""
+        return name in self.exits and self.restartable(name)
+
+    def story(self, name: str | None = None) -> list[tuple]:
+        """The transitions, oldest first, each ``(stimulus_id, role, before, after)``; with
+        ``name``, that role's only."""
+        return [t for t in self._story if name is None or t[1] == name]
+
+    # -- the one entry -----------------------------------------------------------------------------
+
+    def handle(self, stimulus) -> list:
+        """Take one stimulus; the actions to carry out, in order."""
+        if isinstance(stimulus, Supervised):
+            self.roles[stimulus.name] = _Role(stimulus.kind, stimulus.index)
+            self._move(stimulus.stimulus_id, stimulus.name, RUNNING)
+            return []
+        if isinstance(stimulus, RoleExited):
+            return self._exited(stimulus.exit, stimulus.stimulus_id)
+        if isinstance(stimulus, Recover):
+            return self._recover(stimulus.stimulus_id)
+        if isinstance(stimulus, Restarted):
+            self._expect(stimulus.name, RESTARTING)
+            self.gone.discard(stimulus.name)
+            self._move(stimulus.stimulus_id, stimulus.name, RUNNING)
+            return []
+        if isinstance(stimulus, RestartFailed):
+            self._expect(stimulus.name, RESTARTING)  # its next death: restarted again, if it may
+            self.exits[stimulus.name] = RoleExit(stimulus.name, stimulus.host, None, stimulus.why)
+            self._move(stimulus.stimulus_id, stimulus.name, EXITED)
+            return []
+        raise TypeError(f"not a stimulus of the restart policy: {stimulus!r}")
+
+    def _exited(self, exit_: RoleExit, stimulus_id: str) -> list:
+        name = exit_.name
+        self.exits.setdefault(name, exit_)
+        self.gone.add(name)
+        role = self.roles.get(name)
+        if role is None:  # not supervised: the next Recover stops the job
+            self._story.append((stimulus_id, name, None, EXITED))
+            return []
+        self._move(stimulus_id, name, EXITED)
+        return [ForgetServer(role.index)] if role.kind == "ps" else []
+
+    def _recover(self, stimulus_id: str) -> list:
+        if any(not self.restartable(name) for name in self.exits):
+            return [StopJob(self._why_stopped())]
+        actions = []
+        for name in sorted(self.exits, key=lambda n: KIND_ORDER[self.roles[n].kind]):
+            exit_, role = self.exits.pop(name), self.roles[name]
+            count = self.restarts[name] = self.restarts.get(name, 0) + 1
+            self._move(stimulus_id, name, RESTARTING)
+            actions.append(Restart(name, role.kind, role.index, count, self.limit, exit_))
+        return actions
+
+    def _why_stopped(self) -> str:
+        def told(exit_: RoleExit) -> str:
+            if not self.limit or self.restartable(exit_.name):
+                return exit_.describe()
+            if exit_.name not in self.roles:
+                return f"{exit_.describe()} (a parameter server is not restarted)"
+            return f"{exit_.describe()} (restarted {self.limit} times already: cluster.restarts)"
+
+        kept = f" and the last checkpoint in {self.kept} is kept" if self.kept else ""
+        return "; ".join(told(e) for e in self.exits.values()) + "; the job is stopped" + kept
+
+    def _expect(self, name: str, state: str) -> None:
+        if self.state.get(name) != state:
+            raise ValueError(f"{name} is {self.state.get(name, 'not supervised')}, not {state}")
+
+    def _move(self, stimulus_id: str, name: str, after: str) -> None:
+        before = self.state.get(name)
+        self.state[name] = after
+        self._story.append((stimulus_id, name, before, after))
+
+    def validate_state(self) -> None:
+        """Raise AssertionError if an invariant does not hold (tests call it after every step)."""
+        assert set(self.state) == set(self.roles), (self.state, self.roles)
+        for name, state in self.state.items():
+            assert state in (RUNNING, EXITED, RESTARTING), (name, state)
+            assert (state == EXITED) == (name in self.exits), (name, state)
+            assert (state != RUNNING) == (name in self.gone), (name, state)
+        assert set(self.exits) <= self.gone, (self.exits, self.gone)
+        assert all(0 < n <= self.limit for n in self.restarts.values()), self.restarts
+        assert set(self.restarts) <= set(self.roles), self.restarts
+        for name, exit_ in self.exits.items():
+            assert exit_.name == name, (name, exit_)
+
+
+class Supervisor:
+    """Carries out :class:`RestartPolicy`'s actions (see the module docstring).
+
+    Args:
+        policy: The decisions.
+        launcher: The job's launcher (``poll``, ``restart``).
+        forget_server: Ends a replicated parameter server's lease (``ForgetServer``).
+        start_again: Starts a role again (a :class:`Restart`) and returns its address once it
+            serves; raises :class:`~hogwild.errors.RoleFailedError` when it does not start.
+        back: Called with the :class:`Restart` and the address once the role is back (what
+            it raises stops the job).
+    """
+
+    def __init__(
+        self,
+        policy: RestartPolicy,
+        launcher,
+        forget_server: Callable[[int], None],
+        start_again: Callable[[Restart], str],
+        back: Callable[[Restart, str], None],
+    ) -> None:
+        self.policy, self.launcher = policy, launcher
+        self.forget_server, self.start_again, self.back = forget_server, start_again, back
+        self.stimuli = 0
+
+    def _id(self, what: str) -> str:
+        self.stimuli += 1
+        return f"{what}-{self.stimuli}"
+
+    def supervise(self, name: str, kind: str, index: int) -> None:
+        self.policy.handle(Supervised(name, kind, index, self._id("started")))
+
+    def poll(self) -> None:
+        """Tell the policy the roles the launcher saw exit (each is reported by it once)."""
+        for exit_ in self.launcher.poll():
+            self._do(self.policy.handle(RoleExited(exit_, self._id("exit"))))
+
+    def check(self) -> None:
+        """Stop the job (:class:`~hogwild.errors.RoleFailedError`) if a role that exited will
+        not come back; restart nothing."""
+        self.poll()
+        if any(not self.policy.restartable(name) for name in self.policy.exits):
+            self._do(self.policy.handle(Recover(self._id("check"))))
+
+    def recover(self) -> None:
+        """Restart the roles that exited, or stop the job."""
+        self.poll()
+        self._do(self.policy.handle(Recover(self._id("recover"))))
+
+    def _do(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, ForgetServer):
+                self.forget_server(action.index)
+            elif isinstance(action, StopJob):
+                raise RoleFailedError(action.reason)
+            elif isinstance(action, Restart):
+                try:
+                    address = self.start_again(action)
+                except RoleFailedError as exc:  # restarted again while restarts remain (after
+                    # the data servers: a replica may not start while none answers)
+                    why, host = str(exc), action.exit.host
+                    self.policy.handle(RestartFailed(action.name, host, why, self._id("failed")))
+                    continue
+                self.policy.handle(Restarted(action.name, self._id("restarted")))
+                self.back(action, address)

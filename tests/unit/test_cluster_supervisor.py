@@ -1,0 +1,181 @@
+"""The restart policy of a cluster job (:mod:`hogwild.cluster.supervisor`), without processes.
+
+Every test drives :class:`RestartPolicy` through stimuli alone and calls ``validate_state()``
+after every step, as the processes of ``tests/cluster/test_cluster.py`` would drive it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from hogwild.cluster.launcher import RoleExit
+from hogwild.cluster.supervisor import (
+    ForgetServer,
+    Recover,
+    Restart,
+    Restarted,
+    RestartFailed,
+    RestartPolicy,
+    RoleExited,
+    StopJob,
+    Supervised,
+    Supervisor,
+)
+from hogwild.errors import RoleFailedError
+
+ids = (f"s{i}" for i in itertools.count())
+
+
+def step(policy: RestartPolicy, stimulus) -> list:
+    actions = policy.handle(stimulus)
+    policy.validate_state()
+    return actions
+
+
+def job(limit: int = 2, kept: str = "ck", roles=(("replica", 0), ("replica", 1), ("data", 0))):
+    policy = RestartPolicy(limit, kept)
+    for kind, index in roles:
+        assert step(policy, Supervised(f"{kind} {index}", kind, index, next(ids))) == []
+    return policy
+
+
+def died(name: str, code: int = -9, host: str = "h") -> RoleExited:
+    return RoleExited(RoleExit(name, host, code), next(ids))
+
+
+def test_a_dead_replica_is_restarted_until_its_restarts_are_spent() -> None:
+    policy = job(limit=2)
+    for count in (1, 2):
+        assert step(policy, died("replica 1")) == []
+        assert policy.awaiting_restart("replica 1")
+        [restart] = step(policy, Recover(next(ids)))
+        assert (restart.name, restart.kind, restart.index) == ("replica 1", "replica", 1)
+        assert restart.count == count
+        assert "replica 1" in policy.gone and not policy.awaiting_restart("replica 1")
+        step(policy, Restarted("replica 1", next(ids)))
+        assert "replica 1" not in policy.gone
+    step(policy, died("replica 1"))
+    [stop] = step(policy, Recover(next(ids)))
+    assert isinstance(stop, StopJob)
+    assert stop.reason == (
+        "replica 1 on h was killed by SIGKILL (restarted 2 times already: cluster.restarts); "
+        "the job is stopped and the last checkpoint in ck is kept"
+    )
+    assert policy.restarts == {"replica 1": 2}
+
+
+def test_one_round_restarts_servers_then_data_servers_then_replicas() -> None:
+    policy = job(roles=(("replica", 0), ("data", 0), ("ps", 1)))
+    for name in ("replica 0", "data 0"):
+        assert step(policy, died(name)) == []
+    assert step(policy, died("ps 1")) == [ForgetServer(1)]  # its buckets fail over at once
+    actions = step(policy, Recover(next(ids)))
+    assert [a.name for a in actions] == ["ps 1", "data 0", "replica 0"]
+    assert all(isinstance(a, Restart) and a.count == 1 for a in actions)
+
+
+def test_a_parameter_server_nobody_supervises_stops_the_job_naming_every_exit() -> None:
+    policy = job(limit=3, kept="")
+    step(policy, died("replica 0", code=1))
+    assert step(policy, died("ps 0", host="n2")) == []  # not supervised: one copy
+    [stop] = step(policy, Recover(next(ids)))
+    assert stop == StopJob(
+        "replica 0 on h exited with status 1; ps 0 on n2 was killed by SIGKILL "
+        "(a parameter server is not restarted); the job is stopped"
+    )
+
+
+def test_without_restarts_an_exit_is_told_as_it_is() -> None:
+    policy = job(limit=0)
+    step(policy, died("data 0"))
+    assert not policy.awaiting_restart("data 0")
+    [stop] = step(policy, Recover(next(ids)))
+    assert stop.reason.startswith("data 0 on h was killed by SIGKILL; the job is stopped")
+
+
+def test_a_restart_that_does_not_start_counts_and_is_tried_again() -> None:
+    policy = job(limit=2)
+    step(policy, died("replica 0"))
+    step(policy, Recover(next(ids)))
+    step(policy, RestartFailed("replica 0", "h", "replica 0 did not start: no CPUs", next(ids)))
+    assert policy.awaiting_restart("replica 0")
+    [again] = step(policy, Recover(next(ids)))
+    assert again.count == 2 and again.exit.describe() == "replica 0 did not start: no CPUs"
+    step(policy, RestartFailed("replica 0", "h", "still no CPUs", next(ids)))
+    [stop] = step(policy, Recover(next(ids)))
+    assert stop.reason.startswith("still no CPUs (restarted 2 times already")
+
+
+def test_the_first_report_of_an_exit_is_kept_and_the_story_tells_each_transition() -> None:
+    policy = job()
+    step(policy, RoleExited(RoleExit("replica 0", "h", 3), "exit-a"))
+    step(policy, RoleExited(RoleExit("replica 0", "h", 9), "exit-b"))
+    assert policy.exits["replica 0"].returncode == 3
+    step(policy, Recover("recover-c"))
+    step(policy, Restarted("replica 0", "back-d"))
+    story = policy.story("replica 0")
+    assert [(s, before, after) for s, _, before, after in story] == [
+        (story[0][0], None, "running"),
+        ("exit-a", "running", "exited"),
+        ("exit-b", "exited", "exited"),
+        ("recover-c", "exited", "restarting"),
+        ("back-d", "restarting", "running"),
+    ]
+
+
+def test_a_stimulus_out_of_turn_is_refused() -> None:
+    policy = job()
+    with pytest.raises(ValueError, match="replica 0 is running, not restarting"):
+        policy.handle(Restarted("replica 0", next(ids)))
+    with pytest.raises(TypeError):
+        policy.handle("Recover")
+    policy.validate_state()
+
+
+class FakeLauncher:
+    def __init__(self) -> None:
+        self.exits: list[RoleExit] = []
+
+    def poll(self) -> list[RoleExit]:
+        out, self.exits = self.exits, []
+        return out
+
+
+def test_the_supervisor_carries_the_actions_out() -> None:
+    launcher, done = FakeLauncher(), []
+    failing = {"data 0"}
+
+    def start_again(restart: Restart) -> str:
+        done.append(("start", restart.name))
+        if restart.name in failing:
+            failing.discard(restart.name)
+            raise RoleFailedError("data 0 did not come back")
+        return f"127.0.0.1:{restart.index + 7000}"
+
+    supervisor = Supervisor(
+        RestartPolicy(2), launcher, lambda i: done.append(("forget", i)), start_again,
+        lambda restart, address: done.append(("back", restart.name, address)),
+    )  # fmt: skip
+    for kind, index in (("ps", 0), ("data", 0), ("replica", 0)):
+        supervisor.supervise(f"{kind} {index}", kind, index)
+    launcher.exits = [RoleExit("replica 0", "h", -9), RoleExit("ps 0", "h", -9)]
+    supervisor.check()  # every exit may come back: nothing happens but the lease
+    assert done == [("forget", 0)]
+    launcher.exits = [RoleExit("data 0", "h", 1)]
+    supervisor.recover()
+    assert done[1:] == [
+        ("start", "ps 0"),
+        ("back", "ps 0", "127.0.0.1:7000"),
+        ("start", "data 0"),
+        ("start", "replica 0"),
+        ("back", "replica 0", "127.0.0.1:7000"),
+    ]
+    assert supervisor.policy.awaiting_restart("data 0")  # its restart failed: again next time
+    supervisor.policy.validate_state()
+    supervisor.recover()
+    assert done[-1] == ("back", "data 0", "127.0.0.1:7000")
+    launcher.exits = [RoleExit("ps 1", "h", 2)]  # one copy: not supervised
+    with pytest.raises(RoleFailedError, match="ps 1 on h exited with status 2 .a parameter server"):
+        supervisor.check()
