@@ -5,8 +5,10 @@ Adam section 3.2 and DistBelief's Downpour (section 4.1): a replica is the train
 processes training Hogwild-style, each on its copy of the parameters) whose parameter store is
 ``ps``: the copies' communication threads push every ``train.n_push`` examples and pull every
 ``train.n_fetch`` from the parameter servers (the wait is measured: ``store_wait_s``). What a
-replica does not decide is its work: it serves control requests (:mod:`hogwild.net.control`)
-from the driver, which runs :mod:`hogwild.cluster.coordinator`:
+replica does not decide is its work: it serves control requests from the driver, which runs
+:mod:`hogwild.cluster.coordinator`, through the one serve loop of every replica role
+(:class:`~hogwild.cluster.serving.ReplicaServer`; this module's :class:`TrainerReplica` is its
+:class:`~hogwild.cluster.serving.ServedRole`):
 
 - ``train`` (epoch, lr, seed, start, stop): train the portion ``order[start:stop]`` of the
   epoch's permutation (computed here from the job's seed), split over the replica's workers,
@@ -27,7 +29,8 @@ training.
 
 The network thread only records a command; the main thread acts on it, drives the workers and
 keeps the portions' state. A replica whose driver has not asked anything for
-``DRIVER_SILENCE_S`` seconds takes the driver for dead and leaves, releasing everything.
+:data:`~hogwild.cluster.serving.DRIVER_SILENCE_S` seconds (longer while the driver may still be
+starting the other replicas) takes the driver for dead and leaves, releasing everything.
 """
 
 from __future__ import annotations
@@ -40,12 +43,12 @@ import time
 from dataclasses import dataclass
 
 from hogwild.cluster.services import open_server_groups, worker_group
+from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S, ReplicaServer
 from hogwild.cluster.topology import resolve_topology, split_groups
 from hogwild.model.random import worker_seed
-from hogwild.net.control import ControlRefused, ControlServer, field
+from hogwild.net.control import ControlRefused
 from hogwild.net.prometheus import serve_metrics
 from hogwild.shm.sweeper import sweep_report
-from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import (
     CONTROL_EPOCH,
     EPOCH_CLOSED,
@@ -55,9 +58,6 @@ from hogwild.training.job import (
 )
 from hogwild.training.messages import Train, Trained
 from hogwild.training.trainer import Trainer
-
-DRIVER_SILENCE_S = 120.0
-POLL_S = 0.05
 
 
 @dataclass
@@ -89,10 +89,10 @@ class Portion:
         }
 
 
-class Replica(Trainer):
-    """One model replica (see the module docstring)."""
+class TrainerReplica(Trainer):
+    """One model replica: the single-node engine as a served role (see the module docstring)."""
 
-    def __init__(self, config, data, index: int, bind: str, keys: str | None = None) -> None:
+    def __init__(self, config, data, index: int) -> None:
         config = config.override(
             {
                 "train.workers": config.cluster.workers_per_replica,
@@ -105,16 +105,14 @@ class Replica(Trainer):
         )
         super().__init__(config, data)
         self.n_test = 0  # the driver evaluates: no test examples in a replica's arena
-        self.index, self.bind, self.keys = index, bind, keys
+        self.index = index
         self.commands: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.portion: Portion | None = None  # the one under way, or the last one finished
         self.finished: list[Portion] = []  # the epoch's finished portions, in order
         self.epoch_started = 0.0  # when the epoch's first portion began here
-        self.stopping = False
-        self.last_contact = time.monotonic()
-        self.last_train: tuple[int, int, int] | None = None  # a resent `train` is not run twice
         self.closed_epoch = -1  # a `close` that came before a portion began still closes it
+        self.endpoint = None  # its Prometheus endpoint (cluster.metrics_port)
         # The driver asks every live replica at least every few seconds; it may be busy starting
         # the other replicas for up to start_timeout_s each before it asks anything.
         cluster = config.cluster
@@ -128,52 +126,39 @@ class Replica(Trainer):
         self.synced_at = 0.0  # examples trained (in all) at the last synchronisation
         self.syncs, self.sync_s, self.sync_spread = 0, 0.0, 0.0
 
-    # -- the network thread --------------------------------------------------------------------
+    # -- the network thread (ReplicaServer's requests) --------------------------------------------
 
-    def act(self, op: str, body: dict) -> dict:
-        """A driver's request (on the network thread: record, answer)."""
-        self.last_contact = time.monotonic()
-        if op == "status":
-            return self.status()
-        if op == "describe":
-            return {
-                "replica": self.index,
-                "workers": self.n_workers,
-                "pid": os.getpid(),
-                "n_train": self.n_train,
-                "cpus": [p.cpu for p in self.placements],
-            }
-        if op == "train":
-            command = Train(
-                field(body, "epoch", int, minimum=0),
-                float(field(body, "lr", (int, float), minimum=0)),
-                field(body, "start", int, minimum=0),
-                field(body, "stop", int, minimum=0),
-                field(body, "seed", int, minimum=0),
+    @property
+    def job(self) -> str:
+        return self.store.reach["job"]
+
+    def describe(self) -> dict:
+        return {
+            "replica": self.index,
+            "workers": self.n_workers,
+            "pid": os.getpid(),
+            "n_train": self.n_train,
+            "cpus": [p.cpu for p in self.placements],
+        }
+
+    def check_train(self, command: Train) -> None:
+        if not command.start <= command.stop <= self.n_train:
+            raise ControlRefused(
+                f"portion {command.start}:{command.stop} outside the {self.n_train} examples"
             )
-            if not command.start <= command.stop <= self.n_train:
-                raise ControlRefused(
-                    f"portion {command.start}:{command.stop} outside the {self.n_train} examples"
-                )
-            key = (command.epoch, command.start, command.stop)
-            if key != self.last_train:  # else: the driver resent a request already taken
-                self.last_train = key
-                self.commands.put(command)
-                self.gang.wake()  # an idle main thread begins it now, not at its next poll
-            return {"ok": True}
-        if op == "close":
-            epoch = field(body, "epoch", int, minimum=0)
-            with self.lock:
-                self.closed_epoch = max(self.closed_epoch, epoch)
-                portion = self.portion
-                if portion is not None and portion.epoch == epoch and not portion.seconds:
-                    self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
-            return {"ok": True}
-        if op == "stop":
-            self.stopping = True
-            self.gang.wake()
-            return {"ok": True}
-        raise ControlRefused(f"unknown op {op!r} (status, describe, train, close, stop)")
+
+    def queued(self) -> None:
+        self.gang.wake()  # an idle main thread begins it now, not at its next poll
+
+    def close(self, epoch: int) -> None:
+        with self.lock:
+            self.closed_epoch = max(self.closed_epoch, epoch)
+            portion = self.portion
+            if portion is not None and portion.epoch == epoch and not portion.seconds:
+                self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
+
+    def stop(self) -> None:
+        self.gang.wake()
 
     def status(self) -> dict:
         """The epoch's portions here: finished (each one's figures) and the one under way, and
@@ -212,67 +197,50 @@ class Replica(Trainer):
                 out.update(syncs=self.syncs, sync_s=self.sync_s, sync_spread=self.sync_spread)
             return out
 
-    # -- the main thread -----------------------------------------------------------------------
+    # -- the main thread ---------------------------------------------------------------------------
 
-    def serve(self) -> int:
-        """Start, serve the driver until it says stop (or is gone), release everything."""
-        with terminate_as_interrupt():
-            server = endpoint = None
+    def start(self) -> str:
+        """Start the workers (and the server groups' clients); the ready line's description."""
+        for line in sweep_report():
+            print(f"hogwild replica {self.index}: {line}", file=sys.stderr)
+        self._start()
+        if self.sync_every:
+            self.groups = self._server_groups()
+        cpus = ", ".join(str(p.cpu) for p in self.placements)
+        return (
+            f"replica {self.index} ({self.n_workers} worker(s) on CPUs {cpus}; "
+            f"{self.store.summary()})"
+        )
+
+    def started(self, address: str) -> None:
+        self.endpoint = serve_metrics(
+            "replica", f"replica {self.index}", self.config.cluster.metrics_port, self.status
+        )
+
+    def step(self) -> None:
+        """Begin the next portion it holds when idle; take what the workers answer; synchronise
+        the server groups when due."""
+        portion = self.portion
+        if portion is None or portion.seconds:  # idle: the next portion it holds, if any
             try:
-                for line in sweep_report():
-                    print(f"hogwild replica {self.index}: {line}", file=sys.stderr)
-                self._start()
-                if self.sync_every:
-                    self.groups = self._server_groups()
-                server = ControlServer(f"{self.bind}:0", self.store.reach["job"], self.act,
-                                       self.keys)  # fmt: skip
-                address = server.start()
-                self.last_contact = time.monotonic()  # start-up is not the driver's silence
-                endpoint = serve_metrics(
-                    "replica", f"replica {self.index}", self.config.cluster.metrics_port,
-                    self.status,
-                )  # fmt: skip
-                print(
-                    f"hogwild replica: serving replica {self.index} ({self.n_workers} worker(s) "
-                    f"on CPUs {', '.join(str(p.cpu) for p in self.placements)}; "
-                    f"{self.store.summary()}) on {address}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                self._loop()
-                return 0
-            finally:
-                with deferred_signals():
-                    if self.groups is not None:
-                        self.groups.close()
-                        self.groups = None
-                    if endpoint is not None:
-                        endpoint.close()
-                    if server is not None:
-                        server.stop()
-                    self._shutdown()
+                self._begin(self.commands.get_nowait())
+            except queue.Empty:
+                pass
+        message = self.gang.poll(f"replica {self.index}'s portion", POLL_S)
+        if isinstance(message, Trained):
+            self._answered(message)
+        portion = self.portion
+        if self.groups is not None and portion is not None and not portion.seconds:
+            self._sync_when_due()  # while training: a finished portion has synchronised
 
-    def _loop(self) -> None:
-        while not self.stopping:
-            if time.monotonic() - self.last_contact > self.silence_s:
-                print(
-                    f"hogwild replica {self.index}: no word from the driver for "
-                    f"{self.silence_s:.0f} s; leaving",
-                    file=sys.stderr,
-                )
-                return
-            portion = self.portion
-            if portion is None or portion.seconds:  # idle: the next portion it holds, if any
-                try:
-                    self._begin(self.commands.get_nowait())
-                except queue.Empty:
-                    pass
-            message = self.gang.poll(f"replica {self.index}'s portion", POLL_S)
-            if isinstance(message, Trained):
-                self._answered(message)
-            portion = self.portion
-            if self.groups is not None and portion is not None and not portion.seconds:
-                self._sync_when_due()  # while training: a finished portion has synchronised
+    def release(self) -> None:
+        if self.groups is not None:
+            self.groups.close()
+            self.groups = None
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
+        self._shutdown()
 
     def _server_groups(self):
         config = self.config
@@ -361,7 +329,7 @@ def run_replica(args) -> int:
     topology = resolve_topology(config.cluster, config.ps.rule)
     if topology.coordinated:  # sandblaster, allreduce, hybrid
         group = worker_group(topology.framework)
-        data = load_data(config, args.data)
-        return group(topology.framework, config, data, args.index, args.bind, keys).serve()
-    replica = Replica(config, load_data(config, args.data), args.index, args.bind, keys)
-    return replica.serve()
+        role = group(topology.framework, config, load_data(config, args.data), args.index)
+    else:
+        role = TrainerReplica(config, load_data(config, args.data), args.index)
+    return ReplicaServer(role, args.bind, keys).serve()

@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from hogwild.cluster.serving import ServedRole
 from hogwild.entry_points import load
 
 CONTROLLERS = "hogwild.controllers"
@@ -126,23 +127,16 @@ class OpenServerGroups(Protocol):
     ) -> ServerGroupSync: ...
 
 
-class WorkerGroupRole(Protocol):
-    """A started worker-group role."""
-
-    def serve(self) -> int:
-        """Serve the driver as a replica does until told to stop; the exit status."""
-
-
 class WorkerGroupFramework(Protocol):
     """Entry point ``hogwild.worker_groups``: the role of a synchronous worker group (a
-    coordinator and its replicas), for the framework it is registered as."""
+    coordinator and its replicas), for the framework it is registered as; the core serves it to
+    the driver as it serves every replica role
+    (:class:`~hogwild.cluster.serving.ReplicaServer`)."""
 
     def check_job(self, config, data, framework: str) -> None:
         """Refuse, before anything starts, a job the group cannot train (``ConfigError``)."""
 
-    def __call__(
-        self, framework: str, config, data, index: int, bind: str, keys: str | None
-    ) -> WorkerGroupRole: ...
+    def __call__(self, framework: str, config, data, index: int) -> ServedRole: ...
 
 
 def open_controller(address: str, job: str, say: Callable[[str], None]) -> Controller:

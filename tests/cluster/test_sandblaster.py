@@ -32,7 +32,7 @@ from hogwild_plugins.ps.sandblaster import (
     SandblasterLBFGS,
 )
 from hogwild_plugins.ps.sandblaster.batch import check_servers, replica_vector
-from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, Replica
+from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 
 from hogwild.config import config_from_dict
 from hogwild.data.mnist import load_mnist
@@ -89,8 +89,9 @@ class DiesMidPush:
 
 @contextmanager
 def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None, etcd=None):
-    """Two servers, a coordinator and replica threads (one per dict of Replica keywords, and
-    ``die_mid_push``: the push its client fails in the middle of, see :class:`DiesMidPush`);
+    """Two servers, a coordinator and replica threads (one per dict of SandblasterReplica
+    keywords, and ``die_mid_push``: the push its client fails in the middle of, see
+    :class:`DiesMidPush`);
     with ``etcd``, the servers keep two copies of every bucket."""
     images, labels = mnist
     servers = [f"127.0.0.1:{port}" for port in free_ports(2)]
@@ -116,7 +117,9 @@ def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None, e
             rc = stack.enter_context(PSClient(servers, "sb", client_id=10 + i, etcd=etcd))
             if "die_mid_push" in kw:
                 rc = DiesMidPush(rc, kw.pop("die_mid_push"))
-            workers.append(Replica(i, rc, board, PortionGradient(network, examples), **kw))
+            workers.append(
+                SandblasterReplica(i, rc, board, PortionGradient(network, examples), **kw)
+            )
             threads.append(threading.Thread(target=workers[-1].run, daemon=True))
         for t in threads:
             t.start()

@@ -10,11 +10,11 @@ a :class:`hogwild.cluster.services.WorkerGroupFramework`) holding
 * a **coordinator** with a parameter-server client of its own, through which only shard
   operations and scalars pass: it gathers each batch's gradient on the shards
   (:class:`~.batch.BatchObjective`) and moves the parameters there;
-* the :class:`~.batch.Board` and ``workers_per_group`` **replicas** (:class:`~.replica.Replica`),
-  each with its own client, fetching the parameters once per batch, computing portion gradients
-  with the engine's kernels, pushing them into their own vectors on the shards, backed up near
-  the end of a batch. The kernels release the GIL (``nogil``), so the threads compute in
-  parallel.
+* the :class:`~.batch.Board` and ``workers_per_group`` **replicas**
+  (:class:`~.replica.SandblasterReplica`), each with its own client, fetching the parameters
+  once per batch, computing portion gradients with the engine's kernels, pushing them into their
+  own vectors on the shards, backed up near the end of a batch. The kernels release the GIL
+  (``nogil``), so the threads compute in parallel.
 
 The frameworks differ in the coordinator's step:
 
@@ -40,9 +40,10 @@ The frameworks differ in the coordinator's step:
 machines of their own: the board is the in-process transport of :mod:`.batch`, and carrying its
 calls as messages between processes is not built. The coordinator lives in this role (not in the
 driver) because the board does. The servers, shard operations, pushes and pulls are the real
-ones, over the network. The driver sees a replica (``train``, ``close``, ``status``,
-``describe``, ``stop``, as :mod:`hogwild.cluster.replica`), so its epochs, evaluation,
-checkpoints and restarts work unchanged; ``train_accuracy`` is not counted.
+ones, over the network. The driver sees a replica: the core's serve loop
+(:class:`hogwild.cluster.serving.ReplicaServer`, the one every replica role answers through:
+``train``, ``close``, ``status``, ``describe``, ``stop``) serves the group, so the driver's
+epochs, evaluation, checkpoints and restarts work unchanged; ``train_accuracy`` is not counted.
 
 Both: ``optim.weight_decay`` is an L2 term on every parameter (biases too); dropout is off (the
 line search compares losses, so the objective must be deterministic); ``train.stall_s`` bounds
@@ -65,11 +66,12 @@ import numpy as np
 from hogwild_plugins.ps.sandblaster.batch import BatchObjective, Board, check_servers
 from hogwild_plugins.ps.sandblaster.lbfgs import GRAD, PARAMS, LBFGSOptions, SandblasterLBFGS
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
-from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, Replica
+from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 
+from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S
 from hogwild.errors import ConfigError
-from hogwild.net.control import ControlRefused, ControlServer, field
-from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
+from hogwild.net.control import ControlRefused
+from hogwild.signals import interrupts_not_lost
 from hogwild.training.job import epoch_permutation, subset_indices
 
 __all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size"]
@@ -78,8 +80,6 @@ PORTIONS_PER_WORKER = 8  # DistBelief: portions much smaller than 1/N of the bat
 MIN_PORTION = 16  # examples: below this a portion costs more in requests than in compute
 PUSH_EVERY = 3  # portions between a replica's pushes ("every few completed portions")
 MAX_COPIES = 2  # copies of an outstanding portion near the end of a batch (backup tasks)
-DRIVER_SILENCE_S = 120.0
-POLL_S = 0.05
 
 
 def portion_size(n_examples: int, workers: int) -> int:
@@ -138,30 +138,27 @@ class _Share:
 
 
 class WorkerGroup:
-    """The worker-group role (see the module docstring); subclasses train a share.
+    """The worker-group role (see the module docstring); subclasses train a share. A
+    :class:`hogwild.cluster.serving.ServedRole`: the core's
+    :class:`~hogwild.cluster.serving.ReplicaServer` serves it to the driver.
 
     Args:
         framework: The job's framework.
         config: The job's resolved config.
         data: :class:`~hogwild.data.mnist.MnistData`.
         index: The group's index.
-        bind: The address its control server binds.
-        keys: CURVE keys (beyond loopback).
     """
 
     does = ""  # what it runs, for its ready line
     grad = GRAD  # the vector its batch gradient is gathered in
     check_job = staticmethod(check_job)  # the driver's check, before anything starts
 
-    def __init__(
-        self, framework: str, config, data, index: int, bind: str, keys: str | None = None
-    ) -> None:
+    def __init__(self, framework: str, config, data, index: int) -> None:
         from hogwild.model.network import build_network
         from hogwild.training.job import plan_data
 
         check_job(config, data, framework)
-        self.framework, self.config, self.index, self.bind = framework, config, index, bind
-        self.keys = keys
+        self.framework, self.config, self.index = framework, config, index
         plan, n_total, _ = plan_data(config, data, 1)
         self.network = build_network(config.model, plan.n_classes)
         chosen = subset_indices(config.train.seed, n_total, config.train.subset)
@@ -176,12 +173,10 @@ class WorkerGroup:
         self.share: _Share | None = None
         self.stopping = False
         self.closed_epoch = -1
-        self.last_contact = time.monotonic()
-        self.last_train: tuple[int, int, int] | None = None
         self.board: Board | None = None
         self.objective: BatchObjective | None = None
         self.threads: list[threading.Thread] = []
-        self.replicas: list[Replica] = []
+        self.replicas: list[SandblasterReplica] = []
         self.clients: list = []
         self.coordinator = None
         self.iterations = 0
@@ -192,34 +187,30 @@ class WorkerGroup:
         """Train ``order[start:stop]`` of ``epoch``'s permutation, updating :attr:`share`."""
         raise NotImplementedError
 
-    # -- the network thread ----------------------------------------------------------------------
+    # -- the network thread (ReplicaServer's requests) --------------------------------------------
 
-    def act(self, op: str, body: dict) -> dict:
-        """A driver's request (on the network thread: record, answer)."""
-        self.last_contact = time.monotonic()
-        if op == "status":
-            return self.status()
-        if op == "describe":
-            return {"replica": self.index, "workers": self.workers, "pid": os.getpid(),
-                    "n_train": self.n_train, "framework": self.framework}  # fmt: skip
-        if op == "train":
-            epoch = field(body, "epoch", int, minimum=0)
-            start = field(body, "start", int, minimum=0)
-            stop = field(body, "stop", int, minimum=0)
-            lr = float(field(body, "lr", (int, float), minimum=0))
-            if not start < stop <= self.n_train:
-                raise ControlRefused(f"share {start}:{stop} outside the {self.n_train} examples")
-            if (epoch, start, stop) != self.last_train:  # else: resent, already taken
-                self.last_train = (epoch, start, stop)
-                self.commands.put((epoch, start, stop, lr))
-            return {"ok": True}
-        if op == "close":
-            self.closed_epoch = max(self.closed_epoch, field(body, "epoch", int, minimum=0))
-            return {"ok": True}
-        if op == "stop":
-            self.stopping = True
-            return {"ok": True}
-        raise ControlRefused(f"unknown op {op!r} (status, describe, train, close, stop)")
+    @property
+    def job(self) -> str:
+        return self.config.ps.job
+
+    def describe(self) -> dict:
+        return {"replica": self.index, "workers": self.workers, "pid": os.getpid(),
+                "n_train": self.n_train, "framework": self.framework}  # fmt: skip
+
+    def check_train(self, command) -> None:
+        if not command.start < command.stop <= self.n_train:
+            raise ControlRefused(
+                f"share {command.start}:{command.stop} outside the {self.n_train} examples"
+            )
+
+    def queued(self) -> None:
+        """The main thread waits on the queue itself."""
+
+    def close(self, epoch: int) -> None:
+        self.closed_epoch = max(self.closed_epoch, epoch)
+
+    def stop(self) -> None:
+        self.stopping = True
 
     def status(self) -> dict:
         with self.lock:
@@ -259,50 +250,32 @@ class WorkerGroup:
             **self.last_step,
         }
 
-    # -- the main thread -----------------------------------------------------------------------
+    # -- the main thread ---------------------------------------------------------------------------
 
-    def serve(self) -> int:
-        """Start, serve the driver until it says stop (or is gone), release everything."""
-        with terminate_as_interrupt():
-            server = None
-            try:
-                self._warm_kernels()
-                server = ControlServer(f"{self.bind}:0", self.config.ps.job, self.act, self.keys)
-                address = server.start()
-                self.last_contact = time.monotonic()
-                print(
-                    f"hogwild replica: serving {self.framework} group {self.index} "
-                    f"({self.workers} replica thread(s), {self.n_train:,} examples, {self.does} "
-                    f"through {len(self.config.ps.servers)} parameter server(s)) on {address}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                self._loop()
-                return 0
-            finally:
-                with deferred_signals():
-                    if server is not None:
-                        server.stop()
-                    self._release()
+    def start(self) -> str:
+        """Warm the kernels; the ready line's description."""
+        self._warm_kernels()
+        return (
+            f"{self.framework} group {self.index} ({self.workers} replica thread(s), "
+            f"{self.n_train:,} examples, {self.does} through {len(self.config.ps.servers)} "
+            "parameter server(s))"
+        )
 
-    def _loop(self) -> None:
-        while not self.stopping:
-            if time.monotonic() - self.last_contact > self.silence_s:
-                print(
-                    f"hogwild replica {self.index}: no word from the driver for "
-                    f"{self.silence_s:.0f} s; leaving",
-                    file=sys.stderr,
-                )
-                return
-            try:
-                epoch, start, stop, lr = self.commands.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            with self.lock:
-                self.share = _Share(epoch, start, stop - start, started=time.perf_counter())
-            self.train_share(epoch, start, stop, lr)
-            with self.lock:
-                self.share.seconds = time.perf_counter() - self.share.started
+    def started(self, address: str) -> None:
+        """Nothing more to start once the driver can reach it."""
+
+    def step(self) -> None:
+        """Train the next share the driver handed over, if one comes within ``POLL_S``."""
+        try:
+            command = self.commands.get(timeout=POLL_S)
+        except queue.Empty:
+            return
+        epoch, start, stop = command.epoch, command.start, command.stop
+        with self.lock:
+            self.share = _Share(epoch, start, stop - start, started=time.perf_counter())
+        self.train_share(epoch, start, stop, command.lr)
+        with self.lock:
+            self.share.seconds = time.perf_counter() - self.share.started
 
     def _order(self, epoch: int, start: int, stop: int) -> np.ndarray:
         return epoch_permutation(self.config.train.seed, epoch, self.n_train)[start:stop]
@@ -326,7 +299,8 @@ class WorkerGroup:
                 self.clients.append(self._client())
             gradient = PortionGradient(self.network, examples)
             number = self.index * self.workers + i  # its vector on the shards is its own
-            self.replicas.append(Replica(number, self.clients[i + 1], self.board, gradient))
+            replica = SandblasterReplica(number, self.clients[i + 1], self.board, gradient)
+            self.replicas.append(replica)
             thread = threading.Thread(target=self.replicas[-1].run, name=f"replica-{i}")
             thread.daemon = True
             self.threads.append(thread)
@@ -360,7 +334,7 @@ class WorkerGroup:
             thread.join(self.config.cluster.stop_timeout_s)
         self.threads, self.replicas = [], []
 
-    def _release(self) -> None:
+    def release(self) -> None:
         self._stop_replicas()
         for client in self.clients:
             client.close()

@@ -2,16 +2,15 @@
 
 DistBelief section 4.2: "Sandblaster workers only fetch parameters at the beginning of each batch
 (when they have been updated by the coordinator), and only send the gradients every few completed
-portions (to protect against replica failures and restarts)." :class:`Replica` runs that loop
-against a :class:`~.batch.Board`: it asks for work when free; on :class:`~.portions.Fetch` it
-pulls the parameters; on :class:`~.portions.Compute` it computes the summed loss and gradient of
-the portion's examples with the engine's own kernels
-(:func:`hogwild.model.gradient.gradient_range`, dropout off) and, if the board accepts the result
-(the first copy to finish), adds the gradient to what it will push; on
-:class:`~.portions.Push` it pushes that sum into its own vector on the shards
-(:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas` ``into``
-:func:`~.batch.replica_vector`, which the coordinator folds into the gradient) and reports it.
-Its parameters stay those fetched for the whole batch.
+portions (to protect against replica failures and restarts)." :class:`SandblasterReplica` runs that
+loop against a :class:`~.batch.Board`: it asks for work when free; on :class:`~.portions.Fetch` it
+pulls the parameters; on :class:`~.portions.Compute` it computes the summed loss and gradient of the
+portion's examples with the engine's own kernels (:func:`hogwild.model.gradient.gradient_range`,
+dropout off) and, if the board accepts the result (the first copy to finish), adds the gradient to
+what it will push; on :class:`~.portions.Push` it pushes that sum into its own vector on the shards
+(:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas` ``into`` :func:`~.batch.replica_vector`,
+which the coordinator folds into the gradient) and reports it. Its parameters stay those fetched
+for the whole batch.
 
 :class:`Examples` says which examples make portion ``p``: ``order[p * portion : (p + 1) *
 portion]``, so sequential portions are sequential examples (data affinity).
@@ -31,7 +30,7 @@ from hogwild.model.context import TrainingContext
 from hogwild.model.gradient import deterministic_ops, gradient_range
 from hogwild.model.network import Network
 
-__all__ = ["Examples", "PortionGradient", "Replica"]
+__all__ = ["Examples", "PortionGradient", "SandblasterReplica"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ class PortionGradient:
         )  # fmt: skip
 
 
-class Replica:
+class SandblasterReplica:
     """One replica's loop (run it on a thread; it ends when the board closes or ``stop`` is set).
 
     Args:
