@@ -64,23 +64,25 @@ from hogwild.cluster.coordinator import (
 )
 from hogwild.cluster.launcher import RoleExit, RoleFailedError, launcher_class
 from hogwild.cluster.polling import PollSchedule, training_rate
-from hogwild.cluster.prometheus import role_ports, serve_metrics
+from hogwild.cluster.prometheus import role_ports
 from hogwild.cluster.records import EndedEpoch, EpochRecords, merge_histograms
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.status import LiveStatus, format_table, replica_row, server_row
 from hogwild.cluster.topology import require_built, resolve_topology
 from hogwild.config import PS_DEFAULT_LR
+from hogwild.data.plan import plan_data
 from hogwild.errors import HogwildError
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
 from hogwild.net.control import ControlClient, ControlServer
+from hogwild.net.metrics import serve_metrics
 from hogwild.optim.schedule import learning_rate
 from hogwild.progress import Progress as ProgressLines
 from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.store.registry import store_class
-from hogwild.training.job import plan_data, subset_indices
+from hogwild.training.job import subset_indices
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
 

@@ -38,10 +38,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hogwild.cluster.prometheus import serve_metrics
 from hogwild.cluster.topology import resolve_topology
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused, ControlServer, field
+from hogwild.net.metrics import serve_metrics
 from hogwild.shm.sweeper import sweep_report
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import (
@@ -354,7 +354,7 @@ def run_replica(args) -> int:
     with Sandblaster's or AllReduce's topology, the worker group
     (``hogwild_plugins.ps.sandblaster.group``)."""
     from hogwild.config import load_config
-    from hogwild.training.api import load_data
+    from hogwild.data.plan import load_data
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     keys = args.keys or config.ps.keys or None

@@ -228,13 +228,13 @@ def _verify(args) -> int:
 
 
 def _serve(args) -> int:
-    from hogwild.cluster.prometheus import serve_metrics
     from hogwild.config import load_config
     from hogwild.data.augment import AugmentSpec
     from hogwild.data.resident import Delivery, load_source
     from hogwild.data.server import DataServer
     from hogwild.errors import HogwildError
     from hogwild.net.address import LOOPBACK, check_bind, host_port, parse_address
+    from hogwild.net.metrics import serve_metrics
     from hogwild.signals import StopRequest
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)

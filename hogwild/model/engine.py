@@ -17,8 +17,8 @@ their final optimisation, once per argument types, about 30 s on 2 cores for eac
 
 import numpy as np
 
+from hogwild.jit import kernel
 from hogwild.model.batch_kernels import fc_weight_update_batch
-from hogwild.model.jit import kernel
 from hogwild.model.layer_kernels import argmax, cross_entropy, fc_weight_update
 from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, COL_WORK, OP_FC
 from hogwild.model.passes import (
@@ -30,7 +30,8 @@ from hogwild.model.passes import (
     forward_batch,
     load_example,
 )
-from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD, apply_update
+from hogwild.model.update import apply_update
+from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
 
 # int32: a feed's labels (and the data server's wire format) are int32, whatever the data set
 LABEL_DTYPE = np.int32

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hogwild.model.jit import kernel
+from hogwild.jit import kernel
 from hogwild.model.layer_kernels import cross_entropy
 from hogwild.model.network import COL_OP, COL_OUT, COL_PERMILLE, OP_DROPOUT
 from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch, load_example

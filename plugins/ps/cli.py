@@ -95,10 +95,10 @@ def _serve(args) -> int:
     from hogwild_plugins.ps.layout import ModelGeometry, job_name
     from hogwild_plugins.ps.server import ParameterServer, ServerOptions
 
-    from hogwild.cluster.prometheus import serve_metrics
     from hogwild.config import load_config, ps_update_rule
     from hogwild.model.init import initialise
     from hogwild.model.network import model_network
+    from hogwild.net.metrics import serve_metrics
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     network = model_network(config.model)

@@ -154,8 +154,8 @@ class WorkerGroup:
     def __init__(
         self, framework: str, config, data, index: int, bind: str, keys: str | None = None
     ) -> None:
+        from hogwild.data.plan import plan_data
         from hogwild.model.network import build_network
-        from hogwild.training.job import plan_data
 
         check_job(config, data, framework)
         self.framework, self.config, self.index, self.bind = framework, config, index, bind
