@@ -6,7 +6,7 @@ with a cache of its own that compiles what a ``hogwild train`` worker calls
 (:func:`hogwild.model.compile.compile_kernels` for Adam's MNIST model at ``--batch``, then with
 ``--feed`` at batch 32 with the data kernels a feed runs), twice:
 
-- ``per_type``: as the engine ships (:func:`hogwild.model.jit.kernel`: one compilation per set
+- ``per_type``: as the engine ships (:func:`hogwild.jit.kernel`: one compilation per set
   of argument types);
 - ``per_constant``: the yardstick, numba's default, in which a kernel called with a constant
   (an offset of 0, ``training`` True) is compiled again for each constant's literal type (the
@@ -60,8 +60,8 @@ def child(mode: str, batch: int, feed: bool) -> dict:
     from numba.core import event
 
     from hogwild.config import load_config
+    from hogwild.jit import compiled_per_type
     from hogwild.model.compile import compile_kernels
-    from hogwild.model.jit import compiled_per_type
     from hogwild.model.network import build_network
 
     if mode == "per_constant":

@@ -226,7 +226,8 @@ def _cluster(args, overrides: dict[str, str]) -> int:
 
         return print_status(args.target, as_json=args.json)
     from hogwild.cluster.driver import ClusterDriver
-    from hogwild.training.api import load_data, resolve_config, with_source
+    from hogwild.data.plan import load_data
+    from hogwild.training.api import resolve_config, with_source
 
     flags = {
         "cluster.replicas": args.replicas,

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import Any
 
 from hogwild.errors import ConfigError
 
 # The smallest normal float32. The server's Adagrad kernel divides by sqrt(g) + eps in float32;
 # an eps below this rounds to 0 or a subnormal there, and a zero accumulator then gives NaN.
 FLOAT32_TINY = 1.1754943508222875e-38
-
-if TYPE_CHECKING:
-    from hogwild.config import Config
 
 # The keys that take one of a fixed set of values. (``train.parameters`` names a registered
 # parameter store: :mod:`hogwild.store.registry`.)
@@ -37,8 +34,11 @@ CHOICES = {
 }
 
 
-def check_config(config: Config, origin: str) -> None:
+def check_config(config: Any, origin: str) -> None:
     """Reject values out of range and combinations that cannot run, naming the key.
+
+    ``config`` is a built :class:`hogwild.config.Config`, read through its sections' fields
+    (this module is below :mod:`hogwild.config`, which calls it, and does not import it).
 
     Raises:
         ConfigError: The first problem found, prefixed with ``origin``.

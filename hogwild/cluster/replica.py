@@ -47,7 +47,7 @@ from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S, ReplicaServer
 from hogwild.cluster.topology import resolve_topology, split_groups
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
-from hogwild.net.prometheus import serve_metrics
+from hogwild.net.metrics import serve_metrics
 from hogwild.shm.sweeper import sweep_report
 from hogwild.training.job import (
     CONTROL_EPOCH,
@@ -322,7 +322,7 @@ def run_replica(args) -> int:
     with a coordinated topology (Sandblaster, AllReduce, hybrid), the worker group its framework
     registers (:func:`hogwild.cluster.services.worker_group`)."""
     from hogwild.config import load_config
-    from hogwild.training.api import load_data
+    from hogwild.data.plan import load_data
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     keys = args.keys or config.ps.keys or None

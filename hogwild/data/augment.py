@@ -21,9 +21,9 @@ Parameters of one image (all in source pixels, about the image centre):
 - ``shift_x``, ``shift_y``: translation uniform in ``[-translate, translate]`` times the side,
   plus the random crop position (uniform over the positions the crop fits in).
 
-What differs from Adam: the variant is computed just before it is needed (or epochs ahead by
-:mod:`hogwild.data.ahead`) on the training machine's own cores; Adam used separate data-serving
-machines.
+What differs from Adam: the variant is computed just before it is needed on the training
+machine's own cores, or epochs ahead by a data server (:class:`hogwild.data.resident.RenderAhead`),
+as Adam's data-serving machines did.
 """
 
 from __future__ import annotations

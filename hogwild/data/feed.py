@@ -4,8 +4,8 @@ This is the one object a worker process needs from the data package. It composes
 
 - a *reader* with ``shape`` (H, W, C), ``labels`` and ``read(indices, out, labels_out)``: an
   :class:`~hogwild.data.cache.ImageCache` opened in this worker, an :class:`ArrayReader` over
-  in-memory arrays (MNIST idx files, the arena's copy), or an epoch's pre-rendered
-  :class:`~hogwild.data.ahead.EpochVariants`;
+  in-memory arrays (MNIST idx files, the arena's copy), or a data server's
+  :class:`~hogwild.data.remote.RemoteReader`, whose epoch's variants arrive rendered;
 - an optional :class:`~hogwild.data.augment.AugmentSpec`, rendered for (seed, epoch, index);
 - a :class:`~hogwild.data.prefetch.Prefetcher`, whose thread does all of the above ahead of
   the compute loop, into a ring of preallocated buffers.
@@ -183,8 +183,9 @@ class WorkerFeed:
         Args:
             epoch: The epoch, which selects the variants.
             indices: Record indices, in training order.
-            variants: An :class:`~hogwild.data.ahead.EpochVariants` of this epoch to read
-                instead of rendering (ahead-of-demand augmentation), or None.
+            variants: A reader of this epoch's variants, already rendered (a data server's
+                :meth:`~hogwild.data.remote.RemoteReader.for_epoch`), read instead of
+                rendering, or None.
         """
         idx = np.ascontiguousarray(indices, dtype=np.int64)
         chunks = [idx[lo : lo + self.batch] for lo in range(0, len(idx), self.batch)]

@@ -24,9 +24,9 @@ rows of one example are gathered into the worker's scratch vector, which
 import numpy as np
 from numba import uint64
 
+from hogwild.jit import kernel
 from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_applies
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
-from hogwild.model.jit import kernel
 from hogwild.model.simd import data_ptr, lanes, vadd, vload, vload_n, vstore, vstore_n
 
 

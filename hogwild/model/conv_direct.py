@@ -32,7 +32,7 @@ activations stay in cache while every block passes over them.
 
 from numba import njit
 
-from hogwild.model.jit import kernel
+from hogwild.jit import kernel
 from hogwild.model.simd import (
     data_ptr,
     lanes,

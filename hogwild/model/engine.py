@@ -1,4 +1,4 @@
-"""The numba engine: forward, backward and whole chunks of training, driven by the op table.
+"""The loops over ranges of examples: train, take a gradient, evaluate, predict.
 
 One call of :func:`train_chunk` trains a worker through many minibatches without returning to
 Python: for each minibatch it loads the examples into the worker's preallocated activation rows
@@ -10,40 +10,159 @@ and pooling run per example (:mod:`hogwild.model.layer_kernels`). Nothing is all
 loop: ``act``, ``dact`` (activation gradients), ``aux`` (max-pool arg-max, dropout masks), the
 scratch and the private gradient vector belong to the worker's training context.
 
+:func:`gradient_range` runs the same step (:func:`_step`: load, forward, loss, backward) with no
+update: what a batch method's replica computes (Sandblaster L-BFGS, DistBelief section 4.2), the
+gradient of the summed loss over many examples against parameters held fixed for the whole batch,
+with the fully connected layers' gradients accumulated like every other parameter's
+(``FC_ACCUMULATE``, the path the finite-difference and PyTorch tests check). A line search
+compares losses across evaluations, so that objective must be deterministic:
+:func:`deterministic_ops` turns dropout off (inference-mode forward, and a backward that does not
+rescale by ``1 / (1 - p)``).
+
 Labels come to :func:`train_chunk` and :func:`evaluate_range` as :data:`LABEL_DTYPE` from every
-source (the arena, a data feed): numba compiles these two, and everything they call again in
-their final optimisation, once per argument types, about 30 s on 2 cores for each label type.
+source (the arena, a data feed), so numba compiles these two, and everything they call, for one
+label type.
 """
 
 import numpy as np
 
+from hogwild.jit import kernel
 from hogwild.model.batch_kernels import fc_weight_update_batch
-from hogwild.model.jit import kernel
 from hogwild.model.layer_kernels import argmax, cross_entropy, fc_weight_update
-from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, COL_WORK, OP_FC
+from hogwild.model.network import (
+    COL_C,
+    COL_IN,
+    COL_O,
+    COL_OP,
+    COL_OUT,
+    COL_PERMILLE,
+    COL_W,
+    COL_WORK,
+    OP_DROPOUT,
+    OP_FC,
+)
 from hogwild.model.passes import (
+    FC_ACCUMULATE,
     FC_DEFER,
     FC_SGD_IN_PLACE,
-    backward,
     backward_batch,
-    forward,
     forward_batch,
     load_example,
 )
-from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD, apply_update
+from hogwild.model.update import apply_update
+from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
 
 # int32: a feed's labels (and the data server's wire format) are int32, whatever the data set
 LABEL_DTYPE = np.int32
 
 __all__ = [
     "LABEL_DTYPE",
-    "backward",
+    "deterministic_ops",
     "evaluate_range",
-    "forward",
-    "load_example",
+    "gradient_range",
     "predict_batch",
     "train_chunk",
 ]
+
+
+@kernel(cache=True, nogil=True)
+def _step(
+    ops,
+    params,
+    act,
+    dact,
+    aux,
+    scratch,
+    grad,
+    targets,
+    images,
+    labels,
+    order,
+    pos,
+    n,
+    training,
+    fc_mode,
+    lr,
+    decay,
+    mean,
+    std,
+):
+    """One minibatch, forward and backward: the examples ``order[pos:pos+n]`` in rows ``0:n``.
+
+    ``training`` selects the forward pass's mode (dropout on); ``fc_mode``, ``lr`` and ``decay``
+    say what the backward pass does with the fully connected weights
+    (:func:`hogwild.model.passes.backward_batch`). Every other gradient goes into ``grad``.
+
+    Returns:
+        (summed loss, number classified correctly) over the ``n`` examples.
+    """
+    last = ops.shape[0] - 1
+    out_off = ops[last, COL_OUT]
+    n_classes = ops[last, COL_O]
+    for b in range(n):
+        example = order[pos + b]
+        load_example(images[example], act[b], mean, std)
+        targets[b] = labels[example]
+    forward_batch(ops, params, act, aux, scratch, n, training)
+    loss = 0.0
+    correct = 0
+    for b in range(n):
+        loss += cross_entropy(act[b], out_off, targets[b])
+        if argmax(act[b], out_off, n_classes) == targets[b]:
+            correct += 1
+    backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mode, lr, decay)
+    return loss, correct
+
+
+@kernel(cache=True, nogil=True)
+def _update_fc_weights(
+    ops, params, velocity, act, dact, scratch, n, lr, scale, mu, wd, momentum, batched
+):
+    """Update every fully connected layer's weights from the activations and errors of rows
+    ``0:n`` (Adam section 3.2.6), as one matrix product when ``batched``, else row by row."""
+    work = scratch[ops[0, COL_WORK] :]
+    for layer in range(ops.shape[0]):
+        r = ops[layer]
+        if r[COL_OP] != OP_FC:
+            continue
+        if batched:
+            fc_weight_update_batch(
+                act,
+                dact,
+                n,
+                r[COL_IN],
+                r[COL_OUT],
+                params,
+                r[COL_W],
+                velocity,
+                work,
+                r[COL_C],
+                r[COL_O],
+                lr,
+                scale,
+                mu,
+                wd,
+                momentum,
+            )
+        else:
+            fc_weight_update(
+                act,
+                dact,
+                n,
+                r[COL_IN],
+                r[COL_OUT],
+                params,
+                r[COL_W],
+                velocity,
+                r[COL_C],
+                r[COL_O],
+                lr,
+                scale,
+                mu,
+                wd,
+                momentum,
+                work,
+            )
 
 
 @kernel(cache=True, nogil=True)
@@ -81,103 +200,86 @@ def train_chunk(
 
     ``update_every`` > 1 (batch 1 only) keeps per-example updates for the convolutions and biases
     but applies the fully connected weights' updates once every that many examples, from their
-    activation and error vectors: two workers writing the same 1.15 MB of fully connected weights
-    after every example spend most of their time moving cache lines between cores.
+    activation and error vectors: two workers writing the same fully connected weights after
+    every example spend most of their time moving cache lines between cores. Example ``j`` of
+    such a group lives in activation row ``j``; its forward pass sees the fully connected weights
+    as they were at the start of the group (staleness of at most ``update_every - 1`` examples,
+    the local analogue of Adam's k-example accumulation before a push, section 3.2.6). The
+    group's update is the sum of its per-example updates, with weight decay applied once per
+    example.
 
     Returns:
         (summed loss, number classified correctly) over the examples, measured during training.
     """
-    if batch == 1 and update_every > 1:
-        return _train_grouped(
-            ops,
-            params,
-            velocity,
-            grad,
-            act,
-            dact,
-            aux,
-            scratch,
-            targets,
-            images,
-            labels,
-            order,
-            start,
-            stop,
-            lr,
-            mu,
-            wd,
-            rule,
-            mean,
-            std,
-            update_every,
-        )
-    last = ops.shape[0] - 1
-    out_off = ops[last, COL_OUT]
-    n_classes = ops[last, COL_O]
+    grouped = batch == 1 and update_every > 1
+    unit = update_every if grouped else batch
+    momentum = rule == RULE_MOMENTUM
     in_place = batch == 1 and rule == RULE_SGD
     fc_mode = FC_SGD_IN_PLACE if in_place else FC_DEFER
     loss = 0.0
     correct = 0
     pos = start
     while pos < stop:
-        n = min(batch, stop - pos)
-        for b in range(n):
-            example = order[pos + b]
-            load_example(images[example], act[b], mean, std)
-            targets[b] = labels[example]
-        forward_batch(ops, params, act, aux, scratch, n, True)
-        for b in range(n):
-            loss += cross_entropy(act[b], out_off, targets[b])
-            if argmax(act[b], out_off, n_classes) == targets[b]:
-                correct += 1
-        backward_batch(
-            ops, params, act, dact, aux, scratch, grad, targets, n, fc_mode, lr, 1.0 - lr * wd
-        )
-        scale = 1.0 / n
-        if not in_place:
-            for layer in range(ops.shape[0]):
-                r = ops[layer]
-                if r[COL_OP] != OP_FC:
-                    continue
-                if n > 1:
-                    fc_weight_update_batch(
-                        act,
-                        dact,
-                        n,
-                        r[COL_IN],
-                        r[COL_OUT],
-                        params,
-                        r[COL_W],
-                        velocity,
-                        scratch[ops[0, COL_WORK] :],
-                        r[COL_C],
-                        r[COL_O],
-                        lr,
-                        scale,
-                        mu,
-                        wd,
-                        rule == RULE_MOMENTUM,
-                    )
-                else:
-                    fc_weight_update(
-                        act,
-                        dact,
-                        n,
-                        r[COL_IN],
-                        r[COL_OUT],
-                        params,
-                        r[COL_W],
-                        velocity,
-                        r[COL_C],
-                        r[COL_O],
-                        lr,
-                        scale,
-                        mu,
-                        wd,
-                        rule == RULE_MOMENTUM,
-                        scratch[ops[0, COL_WORK] :],
-                    )
-        apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, False)
+        n = min(unit, stop - pos)
+        if grouped:
+            for j in range(n):
+                step_loss, step_correct = _step(
+                    ops,
+                    params,
+                    act[j : j + 1],
+                    dact[j : j + 1],
+                    aux[j : j + 1],
+                    scratch,
+                    grad,
+                    targets[j : j + 1],
+                    images,
+                    labels,
+                    order,
+                    pos + j,
+                    1,
+                    True,
+                    FC_DEFER,
+                    lr,
+                    1.0,
+                    mean,
+                    std,
+                )
+                loss += step_loss
+                correct += step_correct
+                apply_update(ops, params, velocity, grad, lr, 1.0, mu, wd, rule, False)
+            _update_fc_weights(
+                ops, params, velocity, act, dact, scratch, n, lr, 1.0, mu, wd * n, momentum, True
+            )
+        else:
+            step_loss, step_correct = _step(
+                ops,
+                params,
+                act,
+                dact,
+                aux,
+                scratch,
+                grad,
+                targets,
+                images,
+                labels,
+                order,
+                pos,
+                n,
+                True,
+                fc_mode,
+                lr,
+                1.0 - lr * wd,
+                mean,
+                std,
+            )
+            loss += step_loss
+            correct += step_correct
+            scale = 1.0 / n
+            if not in_place:
+                _update_fc_weights(
+                    ops, params, velocity, act, dact, scratch, n, lr, scale, mu, wd, momentum, n > 1
+                )
+            apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, False)
         pos += n
     return loss, correct
 
@@ -221,11 +323,17 @@ def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
                 probabilities[first + b, k] = act[b, out_off + k]
 
 
+def deterministic_ops(ops: np.ndarray) -> np.ndarray:
+    """A copy of the op table with every dropout layer's probability set to 0 (identity)."""
+    out = ops.copy()
+    out[out[:, COL_OP] == OP_DROPOUT, COL_PERMILLE] = 0
+    return out
+
+
 @kernel(cache=True, nogil=True)
-def _train_grouped(
+def gradient_range(
     ops,
     params,
-    velocity,
     grad,
     act,
     dact,
@@ -237,73 +345,51 @@ def _train_grouped(
     order,
     start,
     stop,
-    lr,
-    mu,
-    wd,
-    rule,
     mean,
     std,
-    group,
 ):
-    """Per-example training whose fully connected weight updates are applied every ``group``.
+    """Add the gradient of the summed loss over ``order[start:stop]`` to ``grad``; no update.
 
-    Example j of a group lives in activation row j; its forward pass sees the fully connected
-    weights as they were at the start of the group (staleness of at most ``group - 1`` examples,
-    the local analogue of Adam's k-example accumulation before a push, section 3.2.6). The group's
-    update is the sum of its per-example updates, with weight decay applied once per example.
+    Args:
+        ops: The op table (from :func:`deterministic_ops`).
+        params: The parameters (read only).
+        grad: float [n_params]: the gradient is added to it (zero it first for this range's
+            own gradient).
+        act, dact, aux, scratch, targets: A training context's buffers
+            (:class:`hogwild.model.context.TrainingContext`); its batch sets the minibatch.
+        images: uint8 [N, input_size]; labels: [N].
+        order: Example indices; ``start``, ``stop``: the range of ``order`` to use.
+        mean, std: Input normalisation.
+
+    Returns:
+        The summed cross-entropy of the examples (float64).
     """
-    last = ops.shape[0] - 1
-    out_off = ops[last, COL_OUT]
-    n_classes = ops[last, COL_O]
-    momentum = rule == RULE_MOMENTUM
+    batch = act.shape[0]
     loss = 0.0
-    correct = 0
-    j = 0
-    for pos in range(start, stop):
-        example = order[pos]
-        load_example(images[example], act[j], mean, std)
-        targets[j] = labels[example]
-        forward_batch(ops, params, act[j : j + 1], aux[j : j + 1], scratch, 1, True)
-        loss += cross_entropy(act[j], out_off, targets[j])
-        if argmax(act[j], out_off, n_classes) == targets[j]:
-            correct += 1
-        backward_batch(
+    pos = start
+    while pos < stop:
+        n = min(batch, stop - pos)
+        step_loss, _ = _step(
             ops,
             params,
-            act[j : j + 1],
-            dact[j : j + 1],
-            aux[j : j + 1],
+            act,
+            dact,
+            aux,
             scratch,
             grad,
-            targets[j : j + 1],
-            1,
-            FC_DEFER,
-            lr,
+            targets,
+            images,
+            labels,
+            order,
+            pos,
+            n,
+            False,
+            FC_ACCUMULATE,
+            0.0,
             1.0,
+            mean,
+            std,
         )
-        apply_update(ops, params, velocity, grad, lr, 1.0, mu, wd, rule, False)
-        j += 1
-        if j == group or pos == stop - 1:
-            for layer in range(ops.shape[0]):
-                r = ops[layer]
-                if r[COL_OP] == OP_FC:
-                    fc_weight_update_batch(
-                        act,
-                        dact,
-                        j,
-                        r[COL_IN],
-                        r[COL_OUT],
-                        params,
-                        r[COL_W],
-                        velocity,
-                        scratch[ops[0, COL_WORK] :],
-                        r[COL_C],
-                        r[COL_O],
-                        lr,
-                        1.0,
-                        mu,
-                        wd * j,
-                        momentum,
-                    )
-            j = 0
-    return loss, correct
+        loss += step_loss
+        pos += n
+    return loss

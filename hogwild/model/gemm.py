@@ -35,7 +35,7 @@ applied to the weights as they leave the registers.
 
 from numba import njit
 
-from hogwild.model.jit import kernel
+from hogwild.jit import kernel
 from hogwild.model.simd import (
     data_ptr,
     lanes,

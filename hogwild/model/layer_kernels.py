@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import uint64
 
-from hogwild.model.jit import kernel
+from hogwild.jit import kernel
 
 
 @kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")

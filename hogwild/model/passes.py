@@ -11,6 +11,7 @@ reference entry points that the finite-difference and PyTorch tests check.
 
 import numpy as np
 
+from hogwild.jit import kernel
 from hogwild.model.batch_kernels import (
     conv_backward_batch,
     conv_forward_batch,
@@ -19,7 +20,6 @@ from hogwild.model.batch_kernels import (
     pack_conv_weights,
 )
 from hogwild.model.conv_direct import conv_weight_grad, direct_applies
-from hogwild.model.jit import kernel
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,

@@ -7,7 +7,7 @@ run's dropout masks reproducible and a resumed job continue with the masks it wo
 
 import numpy as np
 
-from hogwild.model.jit import kernel
+from hogwild.jit import kernel
 
 
 @kernel(cache=True)

@@ -1,11 +1,11 @@
 """Update rules applied in place to the shared parameters, without locks (Adam section 3.2.2).
 
 A worker accumulates the gradient of a minibatch (one example at Adam's batch size 1) in its
-private gradient vector, then calls :func:`apply_update`, which walks the layers' weight and bias
-ranges and, for each parameter, reads the shared value, writes the updated value back and clears
-the private gradient in the same pass. Several workers doing this at once race on the shared
-values; as in Hogwild and Adam, the updates are commutative sums and the races add only a little
-noise, so no lock is taken.
+private gradient vector; then, for each layer's weight and bias range
+(:func:`hogwild.model.update.apply_update` walks them), :func:`update_range` reads each shared
+value, writes the updated value back and clears the private gradient in the same pass. Several
+workers doing this at once race on the shared values; as in Hogwild and Adam, the updates are
+commutative sums and the races add only a little noise, so no lock is taken.
 
 Rules (``rule`` codes):
 
@@ -18,8 +18,7 @@ Weight decay applies to weights only, never to biases.
 
 import numpy as np
 
-from hogwild.model.jit import kernel
-from hogwild.model.network import COL_B, COL_C, COL_K, COL_O, COL_OP, COL_W, OP_CONV
+from hogwild.jit import kernel
 
 RULE_SGD = 0
 RULE_MOMENTUM = 1
@@ -27,7 +26,12 @@ RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM}
 
 
 @kernel(cache=True, nogil=True, fastmath=True)
-def _update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
+def update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
+    """Apply ``scale * grad`` to ``params[start:stop]`` with ``rule``; zero that part of ``grad``.
+
+    ``wd`` is the weight decay (0 for biases); ``velocity`` is read and written only by
+    ``RULE_MOMENTUM``.
+    """
     # Slices, so the loop index is non-negative and the loops vectorise.
     p = params[start:stop]
     g = grad[start:stop]
@@ -43,27 +47,3 @@ def _update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
             v[i] = vi
             p[i] -= lr * vi
             g[i] = 0.0
-
-
-@kernel(cache=True, nogil=True)
-def apply_update(ops, params, velocity, grad, lr, scale, mu, wd, rule, fc_weights):
-    """Apply ``scale * grad`` to the layers' parameters with the chosen rule; zero ``grad``.
-
-    With ``fc_weights`` false the fully connected weight matrices are left out: the training
-    path updates them from activations and errors instead (``fc_weight_update``).
-    """
-    for layer in range(ops.shape[0]):
-        w_off = ops[layer, COL_W]
-        if w_off < 0:
-            continue
-        n_out = ops[layer, COL_O]
-        if ops[layer, COL_OP] == OP_CONV:
-            k = ops[layer, COL_K]
-            n_weights = n_out * ops[layer, COL_C] * k * k
-        elif fc_weights:
-            n_weights = n_out * ops[layer, COL_C]
-        else:
-            n_weights = 0
-        _update_range(params, velocity, grad, w_off, w_off + n_weights, lr, scale, mu, wd, rule)
-        b_off = ops[layer, COL_B]
-        _update_range(params, velocity, grad, b_off, b_off + n_out, lr, scale, mu, 0.0, rule)

@@ -1,12 +1,12 @@
 """Atomic operations on elements of numpy integer arrays, for numba code and for Python.
 
-Everything lock-free in hogwild (the buffer pools, the MPMC queue, the per-worker progress
-counters) is built on the handful of operations here. Each is a numba ``intrinsic`` that emits the
-LLVM instruction directly (``cmpxchg``, ``atomicrmw``, ``load atomic``, ``store atomic``,
-``fence``) on the address of one element of a one-dimensional array whose dtype is int32,
-uint32, int64 or uint64. The array may live in process-private memory or in a POSIX shared-memory
-segment mapped by several processes: the hardware makes the operation atomic across processes as
-long as the element is naturally aligned, which every numpy array of these dtypes is.
+Everything lock-free in hogwild (the buffer pools, the MPMC queue) is built on the handful of
+operations here. Each is a numba ``intrinsic`` that emits the LLVM instruction directly
+(``cmpxchg``, ``atomicrmw``, ``load atomic``, ``store atomic``) on the address of one element of
+a one-dimensional array whose dtype is int32, uint32, int64 or uint64. The array may live in
+process-private memory or in a POSIX shared-memory segment mapped by several processes: the
+hardware makes the operation atomic across processes as long as the element is naturally
+aligned, which every numpy array of these dtypes is.
 
 Two faces:
 
@@ -44,23 +44,19 @@ __all__ = [
     "ATOMIC_DTYPES",
     "raw_add",
     "raw_cas",
-    "raw_fence",
     "raw_load",
     "raw_load_relaxed",
     "raw_max",
     "raw_relax",
     "raw_store",
     "raw_store_relaxed",
-    "raw_xchg",
     "atomic_add",
     "atomic_cas",
-    "atomic_fence",
     "atomic_load",
     "atomic_load_relaxed",
     "atomic_max",
     "atomic_store",
     "atomic_store_relaxed",
-    "atomic_xchg",
     "cpu_relax",
 ]
 
@@ -142,7 +138,6 @@ def _rmw_intrinsic(op: str, name: str):
 
 # raw_X: atomic_X without the bounds check, for numba code only.
 raw_add = _rmw_intrinsic("add", "atomic_add")
-raw_xchg = _rmw_intrinsic("xchg", "atomic_xchg")
 raw_max = _rmw_intrinsic("max", "atomic_max")
 
 
@@ -185,17 +180,6 @@ raw_load = _load_intrinsic("acquire", "atomic_load")
 raw_load_relaxed = _load_intrinsic("monotonic", "atomic_load_relaxed")
 raw_store = _store_intrinsic("release", "atomic_store")
 raw_store_relaxed = _store_intrinsic("monotonic", "atomic_store_relaxed")
-
-
-@intrinsic
-def raw_fence(typingctx):
-    """``atomic_fence``, for numba code only."""
-
-    def codegen(context, builder, signature, args):
-        builder.fence("seq_cst")
-        return context.get_dummy_value()
-
-    return types.void(), codegen
 
 
 _MACHINE = platform.machine().lower()
@@ -250,13 +234,6 @@ def atomic_add(ary, idx, value):
 
 
 @njit(cache=True, nogil=True)
-def atomic_xchg(ary, idx, value):
-    """Store ``value`` into ``ary[idx]`` and return the old value, atomically (seq_cst)."""
-    _check_index(ary, idx)
-    return raw_xchg(ary, idx, value)
-
-
-@njit(cache=True, nogil=True)
 def atomic_max(ary, idx, value):
     """Raise ``ary[idx]`` to ``value`` if it is smaller (seq_cst); returns the old value."""
     _check_index(ary, idx)
@@ -289,12 +266,6 @@ def atomic_store_relaxed(ary, idx, value):
     """Store ``value`` into ``ary[idx]`` atomically with no ordering (LLVM ``monotonic``)."""
     _check_index(ary, idx)
     raw_store_relaxed(ary, idx, value)
-
-
-@njit(cache=True, nogil=True)
-def atomic_fence():
-    """A full (seq_cst) memory fence."""
-    raw_fence()
 
 
 @njit(cache=True, nogil=True)

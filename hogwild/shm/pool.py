@@ -21,6 +21,11 @@ Adam §3.3.1 allocates its parameter servers' buffers from such pools. What diff
 not grow (the segment is sized once; exhaustion is a typed error the caller can act on), and a
 block's memory is placed on a NUMA node by whichever process touches it first (or by
 ``hogwild.numa.pinning.bind_memory``), not by the pool.
+
+What the product uses: the parameter server receives arrays into a private pool
+(``create(..., private=True)``); ``bench/pools.py`` measures the shared one across processes
+(``create``, :meth:`BufferPool.attach`, the per-thread caches). Partitions of one model on one
+host will pass blocks of neurons through a shared pool (model partitioning's block passing).
 """
 
 from __future__ import annotations

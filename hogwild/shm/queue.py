@@ -19,6 +19,14 @@ cell unreadable (consumers then time out): the queue is lock-free for live proce
 
 Adam (§3.3.1) uses lock-free queues on its parameter servers' network and update paths; this is
 the shared-memory, cross-process version of those queues.
+
+What the product uses: the parameter server's update engine keeps its queues in private arrays
+(:meth:`MPMCQueue.over`) and drives them from numba (:func:`queue_try_put`, :func:`queue_try_get`).
+The cross-process face -- a queue in a segment of its own (:meth:`MPMCQueue.create`), attached
+by name or by pickling in another process (:meth:`MPMCQueue.attach`), and the blocking
+:meth:`~MPMCQueue.put` / :meth:`~MPMCQueue.get` -- is used by nothing yet; it is kept for model
+partitioning's block passing (partitions on one host hand each other pool blocks of neurons
+through these queues), and tested across processes in ``tests/proc/test_queue.py``.
 """
 
 from __future__ import annotations
@@ -194,7 +202,10 @@ class MPMCQueue:
 
     @classmethod
     def create(cls, capacity: int) -> MPMCQueue:
-        """A new empty queue in a segment of its own, owned by this process."""
+        """A new empty queue in a segment of its own, owned by this process.
+
+        Used by nothing yet; kept for model partitioning's block passing.
+        """
         _check_capacity(capacity)
         n = queue_words(capacity)
         segment = SharedSegment.create("queue", 8 * n)
@@ -204,7 +215,10 @@ class MPMCQueue:
 
     @classmethod
     def attach(cls, name: str) -> MPMCQueue:
-        """Attach a queue another process created with :meth:`create`."""
+        """Attach a queue another process created with :meth:`create`.
+
+        Used by nothing yet; kept for model partitioning's block passing.
+        """
         segment = SharedSegment.attach(name)
         words = segment.array(0, np.int64, segment.size // 8)
         try:

@@ -1,23 +1,15 @@
-"""The rules an exchange's cadences obey: whole units, and no push that decays a whole weight.
+"""The rule a push's cadence obeys: no push that decays a whole weight.
 
-A copy's exchanges (:mod:`hogwild.store.exchange`) fall on unit boundaries, so that an exchange
-never cuts a minibatch: :func:`training_unit`. A push of activation and error vectors carries
-the weight decay of the examples it covers, ``lr x decay`` per unit, which must stay below the
-whole weight: :func:`push_decay_problem`. The copies stores apply both where they resolve their
-own cadence, the config checks where the job sets one, and the trainer rounds its chunks to the
-unit; so they live here, below all three, with no numba and nothing else imported.
+A push of activation and error vectors carries the weight decay of the examples it covers,
+``lr x decay`` per unit, which must stay below the whole weight: :func:`push_decay_problem`. The
+copies stores apply it where they resolve their own cadence and the config checks where the job
+sets one; so it lives here, below both, with nothing imported. (Exchanges fall on whole units:
+:func:`hogwild.optim.interval.training_unit`.)
 """
 
 from __future__ import annotations
 
-__all__ = ["push_decay_problem", "training_unit"]
-
-
-def training_unit(config) -> int:
-    """Examples trained as one: a minibatch (``train.batch``) or, at batch 1, a group of
-    examples whose fully connected updates are applied together (``train.update_every``)."""
-    train = config.train
-    return train.batch if train.batch > 1 else max(1, train.update_every)
+__all__ = ["push_decay_problem"]
 
 
 def push_decay_problem(optim, n_push: int, what: str) -> str | None:

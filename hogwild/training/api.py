@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from hogwild.config import Config, config_from_dict, load_config
-from hogwild.data.mnist import MnistData, load_mnist
+from hogwild.data.mnist import MnistData
+from hogwild.data.plan import CacheData, augmenting, load_data
 from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
 from hogwild.training.checkpoint import Checkpoint
 from hogwild.training.checkpoint import load_checkpoint as _load_checkpoint_files
-from hogwild.training.job import CacheData, augmenting
 from hogwild.training.trainer import TrainResult, run_training
 
 PREDICT_BATCH = 64  # examples per forward pass when predicting
@@ -68,28 +68,6 @@ def resolve_config(
             merged[_KEYWORDS[name]] = str(value) if isinstance(value, os.PathLike) else value
     merged.update(overrides or {})
     return config.override(merged) if merged else config
-
-
-def load_data(
-    config: Config, data: MnistData | CacheData | str | os.PathLike | None
-) -> MnistData | CacheData:
-    """The examples: given, or from a path, or from the config's ``data.source``.
-
-    A path is an LMDB image cache (a directory with ``data.mdb``; only its manifest is read
-    here, the workers read the images) or a directory of MNIST idx files.
-
-    Raises:
-        DataError: The idx files or the cache are missing, incomplete or malformed.
-    """
-    if isinstance(data, MnistData | CacheData):
-        return data
-    source = data if data is not None else config.data.source
-    if source not in (None, "mnist"):
-        from hogwild.data.cache import is_image_cache
-
-        if is_image_cache(source):
-            return CacheData.from_manifest(source)
-    return load_mnist(source, progress=config.output.progress)
 
 
 def train(
@@ -254,7 +232,7 @@ def _evaluate_through_feed(model: TrainedModel, data: MnistData | CacheData):
     """(summed loss, number correct, examples) of the test split, read through a data feed."""
     from hogwild.data.augment import AugmentSpec
     from hogwild.data.feed import ArrayReader, WorkerFeed
-    from hogwild.training.job import check_input_shape
+    from hogwild.data.plan import check_input_shape
 
     if isinstance(data, CacheData):
         from hogwild.data.cache import open_cache

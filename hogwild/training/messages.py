@@ -26,7 +26,7 @@ class WorkerSetup:
             worker can tell the trainer died even when its own parent is a forkserver.
         arena_name, layout_json: The job's arena and its layout.
         config: The resolved job config (``Config.to_dict()``).
-        plan: The :class:`~hogwild.training.job.DataPlan` as a dict.
+        plan: The :class:`~hogwild.data.plan.DataPlan` as a dict.
         placement: Where it runs.
         store: How to open its side of the parameter store.
     """

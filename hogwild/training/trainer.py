@@ -27,6 +27,7 @@ import psutil
 from hogwild.compile_records import compile_once
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
+from hogwild.data.plan import CacheData, plan_data
 from hogwild.errors import ConfigError
 from hogwild.model.compile import compile_kernels, compile_lock
 from hogwild.model.network import Network, build_network
@@ -49,10 +50,8 @@ from hogwild.training.job import (
     STAT_BEAT,
     STAT_EXAMPLES,
     STAT_LOSS,
-    CacheData,
     epoch_permutation,
     job_layout,
-    plan_data,
     shard_bounds,
     subset_indices,
 )

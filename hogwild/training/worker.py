@@ -76,11 +76,12 @@ def worker_main(setup, commands, results) -> None:
         results.put(Pinned(setup.worker))  # the trainer can let the placement lock go
         # Imported only now: numba loads after the process is pinned and its environment is set.
         from hogwild.config import config_from_dict
+        from hogwild.data.plan import DataPlan
         from hogwild.model.context import TrainingContext
         from hogwild.model.network import build_network
+        from hogwild.optim.interval import whole_units
         from hogwild.shm.arena import Arena, ArenaLayout
         from hogwild.store.protocol import open_worker_store
-        from hogwild.training.job import DataPlan, whole_units
         from hogwild.training.messages import Ready
 
         job = config_from_dict(setup.config, origin="<job>")

@@ -22,11 +22,8 @@ import pytest
 from PIL import Image
 
 from hogwild.data import lmdb_gather
-from hogwild.data.ahead import AheadAugmenter, EpochVariants
-from hogwild.data.augment import Augmenter, AugmentSpec
 from hogwild.data.cache import is_image_cache, open_cache, read_manifest
 from hogwild.data.cli_data import main as data_main
-from hogwild.data.feed import WorkerFeed
 from hogwild.data.idx import read_images, read_labels
 from hogwild.data.ingest import ingest, ingest_arrays
 from hogwild.data.layout import record_key, records_db
@@ -317,31 +314,6 @@ def test_wrong_cache_version_is_refused(small_cache):
     _patch(path, b"format", newer, "meta")
     with pytest.raises(DataError, match=r"data\.mdb: cache version 2 .* rebuild it"):
         open_cache(path)
-
-
-def test_augmentation_rendered_ahead_by_processes(small_cache):
-    path, images, labels = small_cache
-    spec = AugmentSpec.parse("translate=0.1,hflip,rotate=20,crop=12x10")
-    with open_cache(path) as cache, AheadAugmenter(path, "train", spec, 5, processes=1) as ahead:
-        ahead.prepare(1)
-        directory = ahead.directory
-        epoch_file = ahead.wait(1, timeout_s=TIMEOUT_S)
-        variants = EpochVariants(epoch_file, cache.labels)
-        idx = np.array([299, 0, 17, 17])
-        with WorkerFeed(cache, batch=3, augment=spec, seed=5) as feed:
-            feed.start_epoch(1, idx, variants=variants)
-            from_ahead = [(b.images.copy(), b.labels.copy()) for b in feed]
-            feed.start_epoch(1, idx)
-            on_the_fly = [(b.images.copy(), b.labels.copy()) for b in feed]
-        expected = np.empty((4, 3, 12, 10), np.uint8)
-        Augmenter(spec, 5, channels_first=True)(images[idx], expected, 1, idx)
-        for got in (from_ahead, on_the_fly):
-            np.testing.assert_array_equal(np.concatenate([g[0] for g in got]), expected)
-            np.testing.assert_array_equal(np.concatenate([g[1] for g in got]), labels[idx])
-        del variants
-        ahead.release(1)
-        assert not epoch_file.exists()
-    assert not directory.exists()
 
 
 def test_preview_and_info_commands(mnist_cache, tmp_path, capsys):

@@ -30,9 +30,8 @@ from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule:
 from hogwild.config import load_config
 from hogwild.data.ingest import ingest
 from hogwild.data.mnist import load_mnist
+from hogwild.data.plan import CacheData, load_data
 from hogwild.errors import ConfigError
-from hogwild.training.api import load_data
-from hogwild.training.job import CacheData
 from hogwild.training.metrics import read_metrics
 from hogwild.training.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""Atomics, padded slots: behaviour of every operation from Python and from numba (one process)."""
+"""Atomics: behaviour of every operation from Python and from numba (one process)."""
 
 import platform
 
@@ -10,16 +10,13 @@ from numba.core.errors import TypingError
 from hogwild.shm.atomics import (
     atomic_add,
     atomic_cas,
-    atomic_fence,
     atomic_load,
     atomic_load_relaxed,
     atomic_max,
     atomic_store,
     atomic_store_relaxed,
-    atomic_xchg,
     cpu_relax,
 )
-from hogwild.shm.padded import SLOT_WORDS, PaddedSlots, aligned_empty, slot_add, slot_sum
 
 DTYPES = [np.int32, np.uint32, np.int64, np.uint64]
 
@@ -30,14 +27,13 @@ def test_python_calls_on_every_dtype(dtype):
     assert atomic_add(a, 1, 5) == 0 and a[1] == 5
     assert atomic_cas(a, 1, 5, 7) == 5 and a[1] == 7
     assert atomic_cas(a, 1, 5, 9) == 7 and a[1] == 7  # failed swap leaves it
-    assert atomic_xchg(a, 2, 11) == 0 and a[2] == 11
+    assert atomic_max(a, 2, 11) == 0 and a[2] == 11
     assert atomic_max(a, 2, 3) == 11 and a[2] == 11
     assert atomic_max(a, 2, 13) == 11 and a[2] == 13
     atomic_store(a, 3, 21)
     assert atomic_load(a, 3) == 21
     atomic_store_relaxed(a, 0, 4)
     assert atomic_load_relaxed(a, 0) == 4
-    atomic_fence()
     cpu_relax()
 
 
@@ -112,38 +108,3 @@ def test_numba_emits_locked_instructions():
     fresh(np.zeros(2, dtype=np.int64), 1)
     asm = fresh.inspect_asm(fresh.signatures[0])
     assert "lock" in asm
-
-
-def test_padded_slots_are_one_line_each_and_sum():
-    slots = PaddedSlots.allocate(5)
-    assert slots.words.ctypes.data % 64 == 0
-    assert slots.table().shape == (5, SLOT_WORDS)
-    assert slots.table().strides[0] == 64
-    for w in range(5):
-        slots.add(w, w + 1)
-        slots.store(w, 10 * w, field=2)
-    assert slots.total() == 15
-    assert slots.total(2) == 100
-    assert slots.load(3, field=2) == 30
-    assert slot_add(slots.words, 4, 0, 5) == 10
-    assert slot_sum(slots.words, 5, 0) == 20
-    with pytest.raises(IndexError):
-        slots.add(5, 1)
-    with pytest.raises(IndexError):
-        slots.load(0, field=8)
-
-
-def test_padded_slots_reject_misaligned_or_short_arrays():
-    words = aligned_empty(17, np.int64)
-    with pytest.raises(ValueError):
-        PaddedSlots(words[1:], 2)
-    with pytest.raises(ValueError):
-        PaddedSlots(words, 3)
-
-
-@pytest.mark.parametrize("shape,dtype", [(7, np.float32), ((3, 5), np.float64), (0, np.int64)])
-def test_aligned_empty(shape, dtype):
-    a = aligned_empty(shape, dtype)
-    assert a.shape == (shape if isinstance(shape, tuple) else (shape,))
-    assert a.dtype == dtype
-    assert a.ctypes.data % 64 == 0

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TREES = {"hogwild": ROOT / "hogwild", "hogwild_plugins": ROOT / "plugins"}
 
 LEFT_TO_OTHERS: dict[tuple[str, str], str] = {
-    ("hogwild.config", "hogwild.config_checks"): "config <-> config_checks (core)",
-    ("hogwild.optim", "hogwild.model"): "model <-> optim: the rules read the op table (core)",
+    ("hogwild.config_checks", "hogwild.cluster"): "the topology check (being moved down)",
+    ("hogwild.config_checks", "hogwild.data"): "the augment spec check (being moved down)",
+    ("hogwild.config_checks", "hogwild.store"): "store names and the push decay rule",
 }
 """Package arrows that close a circle someone else is breaking in the same change; each is left
 out of the package graph here. Empty once they are merged: the whole tree is then checked."""

@@ -1,11 +1,11 @@
-"""hogwild.model.jit: kernels compiled once per argument types, never once per constant."""
+"""hogwild.jit: kernels compiled once per argument types, never once per constant."""
 
 from __future__ import annotations
 
 import pytest
 from numba import njit, types
 
-from hogwild.model.jit import compiled_per_type, kernel
+from hogwild.jit import compiled_per_type, kernel
 
 
 @kernel(cache=False)

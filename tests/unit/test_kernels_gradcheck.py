@@ -1,7 +1,7 @@
 """Finite-difference checks of the model kernels, in float64.
 
-Proves that :func:`hogwild.model.engine.backward` returns the exact gradient of the loss
-(cross-entropy of the softmax output) that :func:`hogwild.model.engine.forward` computes: for
+Proves that :func:`hogwild.model.passes.backward` returns the exact gradient of the loss
+(cross-entropy of the softmax output) that :func:`hogwild.model.passes.forward` computes: for
 small networks covering every layer type and option (convolution with valid and same padding,
 stride 1 and 2, kernel 3 and 5, one and several input and output maps; max-pooling 2/2 and 3/2;
 fully connected; relu, tanh, sigmoid; dropout in training mode with a fixed kernel seed; softmax
@@ -21,9 +21,8 @@ import numpy as np
 import pytest
 
 from hogwild.config import config_from_dict
-from hogwild.model.engine import backward, forward
 from hogwild.model.network import COL_FUSED_RELU, COL_NEED_DIN, COL_OUT, Network, build_network
-from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch
+from hogwild.model.passes import FC_ACCUMULATE, backward, backward_batch, forward, forward_batch
 from hogwild.model.random import seed_kernels
 
 EPS = 1e-6

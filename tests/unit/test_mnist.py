@@ -9,6 +9,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -130,6 +132,21 @@ def test_write_idx_round_trip(tmp_path: Path) -> None:
         back = read_idx(tmp_path / name)
         assert back.dtype == array.dtype
         np.testing.assert_array_equal(back, array)
+
+
+def test_a_peer_reads_idx_files_with_the_core_reader_without_loading_numba() -> None:
+    """The bench peers (PyTorch, Ray) read MNIST with :func:`hogwild.data.idx.read_images` and
+    ``read_labels``; importing them must not load numba (or the engine) into a peer's process."""
+    script = (
+        "import sys; from hogwild.data.idx import read_images, read_labels; "
+        f"images = read_images({str(SHARED_MNIST / NAMES['test_images'])!r}); "
+        f"labels = read_labels({str(SHARED_MNIST / NAMES['test_labels'])!r}); "
+        "print(images.shape, labels.shape, images.dtype, 'numba' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["(10000,", "28,", "28)", "(10000,)", "uint8", "False"]
 
 
 def test_default_data_dir_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

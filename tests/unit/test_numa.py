@@ -1,5 +1,6 @@
 """Topology, placement, pinning and the machine report, against fake sysfs trees and this host."""
 
+import mmap
 import os
 import threading
 
@@ -32,7 +33,6 @@ from hogwild.numa.topology import (
     parse_cpulist,
     read_topology,
 )
-from hogwild.shm.padded import aligned_empty
 from tests.fake_sysfs import make_sysfs
 
 
@@ -247,7 +247,7 @@ def test_threads_started_among_helpers_run_on_the_node_while_the_worker_stays_pi
 
 
 def test_first_touch_and_libnuma_placement():
-    buf = aligned_empty(4 * 4096, np.uint8)
+    buf = np.frombuffer(mmap.mmap(-1, 4 * 4096), np.uint8)  # whole pages, as a region's
     first_touch(buf)
     assert not buf.any()
     if not libnuma_available():

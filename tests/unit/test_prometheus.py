@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from hogwild.cluster.prometheus import role_ports  # noqa: E402
+from hogwild.net.metrics import gauges, serve_metrics  # noqa: E402
 from hogwild.net.ports import free_port  # noqa: E402
-from hogwild.net.prometheus import gauges, role_ports, serve_metrics  # noqa: E402
 
 
 def test_the_driver_takes_the_first_port_then_servers_then_replicas():

@@ -154,8 +154,8 @@ class WorkerGroup:
     check_job = staticmethod(check_job)  # the driver's check, before anything starts
 
     def __init__(self, framework: str, config, data, index: int) -> None:
+        from hogwild.data.plan import plan_data
         from hogwild.model.network import build_network
-        from hogwild.training.job import plan_data
 
         check_job(config, data, framework)
         self.framework, self.config, self.index = framework, config, index
