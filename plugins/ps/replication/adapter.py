@@ -39,28 +39,38 @@ version it already has instead of a second application.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
-from hogwild_plugins.ps import checks
 from hogwild_plugins.ps.engine import Kind, Work
-from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable, LeaseExpired
+from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
 from hogwild_plugins.ps.failover import (
     BucketRecord,
     BucketRole,
     Campaign,
+    CampaignAnswered,
     CommitPrepared,
+    CopyUnreachable,
+    Fenced,
     Gate,
     HandOver,
+    HandOverAnswered,
+    InSyncWritten,
     LeaseClock,
+    MapRead,
+    RecordRefreshed,
+    Restored,
     Role,
+    SnapshotDelivered,
     Sync,
     WriteInSync,
     gate,
 )
+from hogwild_plugins.ps.replication.frames import parse_snapshot, snapshot_frames
+from hogwild_plugins.ps.replication.membership import Membership
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
 from hogwild_plugins.ps.shard_log import ShardLog
 
@@ -73,7 +83,6 @@ from hogwild.net.wire import (
     Header,
     MsgType,
     WireError,
-    frame_array,
     pack_header,
     unpack_header,
 )
@@ -155,7 +164,8 @@ class Replication:
         # the logs, and a role's observe against what the network thread (a copy's side) changes
         # in it (a snapshot's restore, a refreshed record): network and replication threads
         self.lock = threading.Lock()
-        self.clock = LeaseClock()
+        self.clock = LeaseClock()  # the membership's, once started
+        self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
         self.changed = threading.Event()
         self._stop = threading.Event()
@@ -177,13 +187,13 @@ class Replication:
             "campaigns_won": 0,
             "handed_over": 0,
             "dropped_copies": 0,
-            "leases_lost": 0,
         }
         self.failure: str | None = None
         self.etcd_errors = 0
         self.last_etcd_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
+        self._stimuli = itertools.count()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -203,36 +213,31 @@ class Replication:
         )
         self.replier = self.server.router.replier()
         self.started_at = time.monotonic()
-        self._register(self._keeper_etcd)
-        self._watch = self._etcd.watch("", self.changed.set)
-        for target, name in ((self._heartbeat, "hogwild-lease"), (self._run, "hogwild-replicate")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _register(self, etcd: Etcd) -> None:
-        sent = time.monotonic()
-        lease = etcd.grant(self.lease_s)
-        etcd.put(
-            f"members/{self.me}",
-            {"address": str(self.server.address), "lease": lease, "lease_s": self.lease_s},
-            lease=lease,
+        self.membership = Membership(
+            self._keeper_etcd,
+            self.me,
+            str(self.server.address),
+            self.lease_s,
+            self.changed.set,
         )
-        self.clock.granted(lease, self.lease_s, sent)
-        self.changed.set()
+        self.clock = self.membership.clock
+        self.membership.start()
+        self._watch = self._etcd.watch("", self.changed.set)
+        thread = threading.Thread(target=self._run, name="hogwild-replicate", daemon=True)
+        thread.start()
+        self._threads.append(thread)
 
     def stop(self) -> None:
         """Stop the threads and give the lease back (the others take over at once)."""
         self._stop.set()
+        if self.membership is not None:
+            self.membership.stop()
         for thread in self._threads:
             thread.join(timeout=10)
         if self._watch is not None:
             self._watch.cancel()
-        if self._keeper_etcd is not None and self.clock.lease:
-            try:
-                self._keeper_etcd.revoke(self.clock.lease)
-            except HogwildError:
-                pass  # etcd is gone too: the lease lapses by itself
+        if self.membership is not None:
+            self.membership.revoke()  # the others take over at once
         for etcd in (self._etcd, self._net_etcd, self._keeper_etcd):
             if etcd is not None:
                 etcd.close()
@@ -248,25 +253,6 @@ class Replication:
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
-
-    def _heartbeat(self) -> None:
-        last = 0.0
-        while not self._stop.wait(0.05):
-            now = time.monotonic()
-            if not self.clock.renew_due(now, last):
-                continue
-            last = now
-            try:
-                try:
-                    remaining = self._keeper_etcd.keepalive(self.clock.lease)
-                except LeaseExpired:
-                    remaining = 0
-                if not self.clock.renewed(remaining, now):
-                    self.counters["leases_lost"] += 1
-                    self.changed.set()  # step down from every bucket now
-                    self._register(self._keeper_etcd)
-            except HogwildError:
-                pass  # etcd unreachable: the lease lapses by the clock, the map decides
 
     # ------------------------------------------------------------------ network thread
 
@@ -293,7 +279,7 @@ class Replication:
     def handle_peer(self, request: Incoming) -> Reply:
         """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy."""
         header = request.header
-        shard = self.server._check(header)
+        shard = self.server.admission.check(header)
         bucket = self.layout.bucket_of(shard)
         sender = header.sender - PEER_SENDER
         verdict = gate(self.roles[bucket], header.aux, header.lease, sender)
@@ -323,12 +309,10 @@ class Replication:
             return
         if record is None:
             return
-        role = self.roles[bucket]
         with self.lock:  # not in the middle of the replication thread's observe
-            if role.role is not Role.PRIMARY and (
-                role.record is None or record.revision > role.record.revision
-            ):  # a primary's record changes on the replication thread only (it may be deposed)
-                role.record = record
+            self.roles[bucket].handle(
+                RecordRefreshed(record, stimulus_id=self._stimulus("refresh"))
+            )
         self.changed.set()
 
     def _prepare(self, header: Header, shard: int, frames: list) -> Reply:
@@ -343,12 +327,12 @@ class Replication:
             raise WireError(
                 "PREPARE: the client's frames do not match its header", ErrorCode.BAD_FRAMES
             )
-        self.server._check(client)
-        work = self.server._work(client, shard, self.server.local[shard], frames[1:])
-        if not self.server._replicated(work):
+        self.server.admission.check(client)
+        work = self.server.admission.work(client, shard, self.server.local[shard], frames[1:])
+        if not self.server.admission.writes(work):
             raise WireError("PREPARE carries a reduction (it writes nothing)", ErrorCode.BAD_FRAMES)
         work.version = header.version
-        self.server._decide(work, client, header.a)
+        self.server.admission.decide(work, client, header.a)
         work.keep = frames
         with self.lock:
             ok = self.logs[shard].prepare(header.version, (client.sender, client.seq, work))
@@ -399,23 +383,12 @@ class Replication:
 
     def _restore(self, header: Header, shard: int, frames: list) -> Reply:
         size = self.layout.shard_size(shard)
-        if header.dtype != DType.FLOAT32 or header.shape != (size,) or len(frames) != 5:
-            raise WireError(
-                f"SNAPSHOT of shard {shard}: expected values, state, a request table, the "
-                f"named vectors' names and their values ({size} floats each)",
-                ErrorCode.BAD_FRAMES,
-            )
-        vectors = _parse_vectors(frames[3], frames[4], size)
-        values = frame_array(frames[0], DType.FLOAT32, (size,), "values")
         state_size = self.server.shards[self.server.local[shard]].state.size
-        state = frame_array(frames[1], DType.FLOAT32, (state_size,), "state")
-        raw = memoryview(frames[2])
-        if raw.nbytes % 24:
-            raise WireError("SNAPSHOT: the request table is not (sender, seq, version) triples")
-        table = frame_array(frames[2], DType.UINT64, (raw.nbytes // 8,), "requests")
-        triples = [tuple(int(x) for x in t) for t in table.reshape(-1, 3)]
+        snapshot = parse_snapshot(header, frames, size, state_size)
+        triples = snapshot.table
         work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
-        work.data, work.a, work.keep, work.vectors = values, state, frames, vectors
+        work.data, work.a, work.keep = snapshot.values, snapshot.state, frames
+        work.vectors = snapshot.vectors
         with self.lock:
             log = self.logs[shard]
             if log.outdated(header.version, header.aux):  # aux: the epoch
@@ -432,7 +405,9 @@ class Replication:
         self.server.book.set_version(shard, header.version)
         # only now does this copy hold the state: a restore that failed must not let it campaign
         with self.lock:
-            self.roles[self.layout.bucket_of(shard)].restored(header.aux)  # aux: the epoch
+            self.roles[self.layout.bucket_of(shard)].handle(
+                Restored(header.aux, stimulus_id=self._stimulus("restored"))  # aux: the epoch
+            )
         self.counters["snapshots_received"] += 1
         return Reply(header.reply(MsgType.ACK, version=header.version))
 
@@ -458,7 +433,8 @@ class Replication:
                     self._process(batch)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
-            self._stop.set()  # the heartbeat too: this server's lease goes, the others take over
+            self._stop.set()
+            self.membership.halt()  # this server's lease goes, the others take over
             try:
                 self._etcd.revoke(self.clock.lease)
             except HogwildError:
@@ -485,7 +461,16 @@ class Replication:
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
         for bucket, role in self.roles.items():
             with self.lock:
-                actions = role.observe(records[bucket], live, self.clock.lease, valid, settled)
+                actions = role.handle(
+                    MapRead(
+                        records[bucket],
+                        live,
+                        self.clock.lease,
+                        valid,
+                        settled,
+                        stimulus_id=self._stimulus("map"),
+                    )
+                )
             self._carry_out(actions)
 
     def _carry_out(self, actions: list) -> None:
@@ -493,6 +478,7 @@ class Replication:
             action = actions.pop(0)
             role = self.roles[action.bucket]
             key = f"sync/{action.bucket}"
+            sid = self._stimulus(type(action).__name__)
             if isinstance(action, Campaign):
                 value = action.record.value()
                 try:
@@ -500,21 +486,24 @@ class Replication:
                     record = self._read(action.bucket)
                 except HogwildError as exc:
                     self._etcd_failed(exc)
-                    role.campaigned(False, None)  # a follower again: the next read decides
+                    # a follower again: the next read decides
+                    role.handle(CampaignAnswered(False, None, stimulus_id=sid))
                     continue
                 self.counters["campaigns_won"] += bool(won)
                 if won and action.expected:  # a takeover (not a bucket's first primary)
                     self._takeover(action.bucket, action.record.epoch)
-                actions += role.campaigned(won and record is not None, record)
+                won = won and record is not None
+                actions += role.handle(CampaignAnswered(won, record, stimulus_id=sid))
             elif isinstance(action, WriteInSync):
                 try:
                     ok = self._etcd.replace(key, action.record.value(), action.expected)
                     record = self._read(action.bucket)
                 except HogwildError as exc:
                     self._etcd_failed(exc)
-                    role.written(False, None)  # not knowing is losing: step down (and retake)
+                    # not knowing is losing: step down (and retake)
+                    role.handle(InSyncWritten(False, None, stimulus_id=sid))
                     continue
-                actions += role.written(ok, record)
+                actions += role.handle(InSyncWritten(ok, record, stimulus_id=sid))
             elif isinstance(action, HandOver):
                 # The role no longer serves (NOT_PRIMARY to every request from now on, queued
                 # ones included), and this thread runs no batch meanwhile: everything this side
@@ -524,15 +513,24 @@ class Replication:
                     record = self._read(action.bucket)
                 except HogwildError as exc:
                     self._etcd_failed(exc)
-                    role.handed(False, None)  # not knowing is losing: deposed, the map decides
+                    # not knowing is losing: deposed, the map decides
+                    role.handle(HandOverAnswered(False, None, stimulus_id=sid))
                     continue
                 self.counters["handed_over"] += bool(ok)
-                actions += role.handed(ok, record)
+                actions += role.handle(HandOverAnswered(ok, record, stimulus_id=sid))
             elif isinstance(action, Sync):
                 ok = self._send_snapshot(action.bucket, action.server)
-                actions += role.synced(action.server) if ok else role.unreachable(action.server)
+                actions += role.handle(
+                    SnapshotDelivered(action.server, stimulus_id=sid)
+                    if ok
+                    else CopyUnreachable(action.server, stimulus_id=sid)
+                )
             elif isinstance(action, CommitPrepared):
                 self._commit_prepared(action.bucket)
+
+    def _stimulus(self, what: str) -> str:
+        """A new stimulus id: what happened, this server, a number (for the machines' stories)."""
+        return f"{what}-{self.me}-{next(self._stimuli)}"
 
     def _etcd_failed(self, exc: Exception) -> None:
         self.etcd_errors += 1
@@ -586,14 +584,9 @@ class Replication:
             held = self.server.shards[self.server.local[shard]]
             with self.lock:
                 log = self.logs[shard]
-                table = np.array(log.table(), np.uint64).reshape(-1)
+                table = log.table()
                 version = log.committed
             values, state = held.values.copy(), held.state.copy()
-            named = sorted(list(held.vectors.items()), key=lambda item: item[0])
-            names = ",".join(n for n, _ in named).encode("ascii")
-            stacked = np.empty((len(named), values.size), np.float32)
-            for row, (_, vec) in zip(stacked, named, strict=True):
-                row[:] = vec
             header = self._peer_header(
                 MsgType.SNAPSHOT,
                 shard,
@@ -603,7 +596,7 @@ class Replication:
                 shape=(values.size,),
                 frames=5,
             )
-            frames = [values, state, table, np.frombuffer(names, np.uint8), stacked.reshape(-1)]
+            frames = snapshot_frames(values, state, table, held.vectors)
             requests.append(Request(server, header, frames))
         ok = self._exchange(requests)
         self.counters["snapshots_sent"] += sum(ok)
@@ -637,7 +630,7 @@ class Replication:
                     ok[i] = True
                 elif h.type == MsgType.ERROR and h.code == ErrorCode.FENCED:
                     bucket = self.layout.bucket_of(req.header.target)
-                    self.roles[bucket].fenced()
+                    self.roles[bucket].handle(Fenced(stimulus_id=self._stimulus("fenced")))
 
             req.on_reply = on_reply
         todo, dead = list(requests), set()
@@ -671,7 +664,7 @@ class Replication:
                 self.replier.send(p.header.reply(MsgType.ACK, version=seen))
                 continue
             try:
-                self.server._admit(p.header, p.shard, p.work)
+                self.server.admission.admit(p.header, p.shard, p.work)
             except WireError as exc:
                 self._error(p.header, exc)
                 continue
@@ -710,7 +703,8 @@ class Replication:
         failed |= self._failures(commits, self._exchange(commits))
         for bucket, copy in sorted(failed):
             self.counters["dropped_copies"] += 1
-            self._carry_out(self.roles[bucket].unreachable(copy))
+            sid = self._stimulus("dropped")
+            self._carry_out(self.roles[bucket].handle(CopyUnreachable(copy, stimulus_id=sid)))
         if not done.wait(LOCAL_APPLY_S):
             raise HogwildError("local updates were not applied within 30 s")
         valid = self.clock.valid(time.monotonic())
@@ -775,40 +769,12 @@ class Replication:
                 for b, r in self.roles.items()
             },
             **self.counters,
+            "leases_lost": self.membership.leases_lost if self.membership else 0,
             "etcd_errors": self.etcd_errors,
             "last_etcd_error": self.last_etcd_error,
             "takeovers": list(self.takeovers),
             "failure": self.failure,
         }
-
-
-def _parse_vectors(names_frame, values_frame, size: int) -> dict[str, np.ndarray]:
-    """A snapshot's named vectors: their names (ASCII, joined by commas; none: empty) and their
-    values, one row of ``size`` floats per name, checked.
-
-    Raises:
-        WireError: ``BAD_NAME`` (a name outside checks' rules, ``params``, a repeated name),
-            ``BAD_FRAMES`` (values that are not one row per name).
-    """
-    raw = bytes(memoryview(names_frame))
-    names = [] if not raw else [checks.parse_name(n.encode("ascii")) for n in _split(raw)]
-    if len(set(names)) != len(names):
-        raise WireError(f"SNAPSHOT: a vector name is repeated in {raw[:80]!r}", ErrorCode.BAD_NAME)
-    nbytes = memoryview(values_frame).nbytes
-    if nbytes != 4 * size * len(names):
-        raise WireError(
-            f"SNAPSHOT: {nbytes} bytes of named vectors for {len(names)} name(s) of {size} floats",
-            ErrorCode.BAD_FRAMES,
-        )
-    stacked = frame_array(values_frame, DType.FLOAT32, (len(names) * size,), "vectors")
-    return {name: stacked[i * size : (i + 1) * size] for i, name in enumerate(names)}
-
-
-def _split(raw: bytes) -> list[str]:
-    try:
-        return raw.decode("ascii").split(",")
-    except UnicodeDecodeError:
-        raise WireError("SNAPSHOT: vector names must be ASCII", ErrorCode.BAD_NAME) from None
 
 
 def _commit(log: ShardLog, upto: int, epoch: int) -> list:
