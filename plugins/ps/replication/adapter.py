@@ -1,40 +1,32 @@
-"""A parameter server's part in keeping three copies of every bucket (Adam 3.3.3), with etcd.
+"""The threads of a server's replication: they carry out what the state machines decide.
 
-With ``copies > 1`` a :class:`~hogwild_plugins.ps.server.ParameterServer` holds every shard and
-owns a :class:`Replication`: the I/O around the state machines of
-:mod:`~hogwild_plugins.ps.failover` (read that module's docstring for the protocol).
+A :class:`Replication` owns the machines (every bucket's
+:class:`~hogwild_plugins.ps.failover.BucketRole`, the primary's
+:class:`~hogwild_plugins.ps.replication.commit_round.CommitRound`, the copy's
+:class:`~hogwild_plugins.ps.replication.copy_side.CopySide`) and the shard logs they share, and
+decides nothing itself:
 
-Threads:
-
-* the **heartbeat** renews the server's etcd lease every fifth of its TTL and, when it was lost
-  (the process was paused past it), takes a new one and registers again as a member;
+* the **heartbeat** (:mod:`~hogwild_plugins.ps.replication.membership`) keeps the server's etcd
+  lease;
 * the **replication thread** reads the map from etcd whenever it changes (a watch) and feeds it to
-  each bucket's :class:`~hogwild_plugins.ps.failover.BucketRole`, carries out what they return
-  (campaigns, in-sync writes and hand-overs to a bucket's preferred primary as etcd
-  transactions, snapshots to copies, commits of what was prepared), and runs every client update
-  of the buckets this server is primary of: it gives the update its version, applies it here
-  (the update engine), sends it to the other in-sync copies (``PREPARE``), commits it on each
-  (``COMMIT``) and only then acknowledges the client. Updates that arrive together go together:
+  each bucket's role, carries out what the roles return (campaigns, in-sync writes and
+  hand-overs as etcd transactions, snapshots to copies, commits of what was prepared), and runs
+  the commit rounds of the client updates of the buckets this server is primary of: it admits
+  them, applies them here (the update engine), exchanges the prepares and commits with the
+  copies and answers the clients, as the round says. Updates that arrive together go together:
   one round of prepares and one of commits per batch;
-* the **network thread** (the server's router) answers a primary's ``PREPARE``, ``COMMIT`` and
-  ``SNAPSHOT`` as a copy, through :func:`~hogwild_plugins.ps.failover.gate` (epoch and lease) and
-  the shard's :class:`~hogwild_plugins.ps.shard_log.ShardLog`; client pulls and reductions of a
-  bucket it is the serving primary of; and refuses the rest with ``NOT_PRIMARY`` (the client
-  re-reads the map).
+* the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
+  ``SNAPSHOT`` to the copy side and answers with what it returns; it answers client pulls and
+  reductions of a bucket it is the serving primary of, and refuses the rest with
+  ``NOT_PRIMARY`` (the client re-reads the map).
 
 Every write is replicated this way: parameter updates and assignments, pushes into named
 vectors and vector operations that write (``axpy``, ``scale``, ``copy``, ``mul``, ``fill``); each
 takes the shard's next version. Reductions (``dot``, ``asum``, ``amax``) are answered by the
 serving primary alone, like pulls. A snapshot carries a shard's values, the rule's state, its
-named vectors and its request table; a copy's restore replaces all four, unless the snapshot is
-older than what the copy has since committed from the same primary (a late message of an
-exchange that primary gave up on, :meth:`~hogwild_plugins.ps.shard_log.ShardLog.outdated`): that
-one is dropped and refused (``NEED_SYNC``, never an acknowledgement), counted as
-``outdated_snapshots``.
-
-Each shard's log also remembers which client requests ``(sender, seq)`` it holds, and snapshots
-carry that table: a client that re-sends an unacknowledged update to a new primary gets the
-version it already has instead of a second application.
+named vectors and its request table (:mod:`~hogwild_plugins.ps.replication.frames`): a client
+that re-sends an unacknowledged update to a new primary gets the version it already has instead
+of a second application.
 """
 
 from __future__ import annotations
@@ -55,7 +47,6 @@ from hogwild_plugins.ps.failover import (
     CommitPrepared,
     CopyUnreachable,
     Fenced,
-    Gate,
     HandOver,
     HandOverAnswered,
     InSyncWritten,
@@ -63,11 +54,44 @@ from hogwild_plugins.ps.failover import (
     MapRead,
     RecordRefreshed,
     Restored,
-    Role,
     SnapshotDelivered,
     Sync,
     WriteInSync,
-    gate,
+)
+from hogwild_plugins.ps.replication.commit_round import (
+    Acknowledge as RoundAcknowledge,
+)
+from hogwild_plugins.ps.replication.commit_round import (
+    Admit,
+    Admitted,
+    AnswerDuplicate,
+    ApplyLocally,
+    AwaitApplied,
+    BatchArrived,
+    CommitRound,
+    CommitsAnswered,
+    DropCopy,
+    LocalApplied,
+    PreparesAnswered,
+    RefuseNotPrimary,
+    RoundStimulus,
+    SendCommits,
+    SendPrepares,
+    Update,
+)
+from hogwild_plugins.ps.replication.copy_side import (
+    ApplyCommitted,
+    CommitArrived,
+    CopySide,
+    CopyStimulus,
+    MarkRestored,
+    PeerArrived,
+    PrepareArrived,
+    RefreshRecord,
+    Refuse,
+    SnapshotApplied,
+    SnapshotArrived,
+    commit_log,
 )
 from hogwild_plugins.ps.replication.frames import parse_snapshot, snapshot_frames
 from hogwild_plugins.ps.replication.membership import Membership
@@ -175,18 +199,13 @@ class Replication:
         self._watch = None
         self.peers: Peers | None = None
         self.replier = None
+        self.copy_side = CopySide(self.me, self.roles, self.logs)
+        self.commit_round = CommitRound(self.me, self.roles, self.logs)
         self.counters = {
-            "prepared": 0,
-            "committed": 0,
             "snapshots_sent": 0,
-            "snapshots_received": 0,
-            "outdated_snapshots": 0,
-            "fenced": 0,
-            "duplicates": 0,
             "not_primary": 0,
             "campaigns_won": 0,
             "handed_over": 0,
-            "dropped_copies": 0,
         }
         self.failure: str | None = None
         self.etcd_errors = 0
@@ -277,28 +296,46 @@ class Replication:
         self.queue.put(Pending(header, shard, work, list(frames)))
 
     def handle_peer(self, request: Incoming) -> Reply:
-        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy."""
+        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: through the copy
+        side's gate, then its content (see :mod:`~hogwild_plugins.ps.replication.copy_side`)."""
         header = request.header
         shard = self.server.admission.check(header)
         bucket = self.layout.bucket_of(shard)
         sender = header.sender - PEER_SENDER
-        verdict = gate(self.roles[bucket], header.aux, header.lease, sender)
-        if verdict is Gate.REFRESH:
-            self._refresh_record(bucket)
-            verdict = gate(self.roles[bucket], header.aux, header.lease, sender)
-        if verdict is not Gate.ACCEPT:
-            self.counters["fenced"] += 1
-            raise WireError(
-                f"server {self.me}: bucket {bucket} is at epoch {self.roles[bucket].epoch}, "
-                f"primary {getattr(self.roles[bucket].record, 'primary', None)}; a message of "
-                f"epoch {header.aux} from server {sender} is refused",
-                ErrorCode.FENCED if verdict is Gate.FENCED else ErrorCode.BUSY,
+        refreshed = False
+        while True:
+            stimulus = PeerArrived(
+                bucket,
+                header.aux,  # aux: the primary's epoch
+                header.lease,
+                sender,
+                refreshed,
+                stimulus_id=self._stimulus(header.type.name),
             )
+            [verdict] = self._copy(stimulus)
+            if not isinstance(verdict, RefreshRecord):
+                break
+            self._refresh_record(bucket)
+            refreshed = True
+        if isinstance(verdict, Refuse):
+            raise WireError(verdict.message, verdict.code)
         if header.type == MsgType.PREPARE:
             return self._prepare(header, shard, request.frames)
         if header.type == MsgType.COMMIT:
             return self._commit(header, shard)
         return self._restore(header, shard, request.frames)
+
+    def _copy(self, stimulus: CopyStimulus) -> list:
+        """The copy side's answer to ``stimulus`` (under the lock it shares with the rounds)."""
+        with self.lock:
+            return self.copy_side.handle(stimulus)
+
+    @staticmethod
+    def _answer(header: Header, action) -> Reply:
+        """A copy side's last action as the reply to the primary's message."""
+        if isinstance(action, Refuse):
+            raise WireError(action.message, action.code)
+        return Reply(header.reply(MsgType.ACK, version=action.version))
 
     def _refresh_record(self, bucket: int) -> None:
         try:
@@ -327,43 +364,34 @@ class Replication:
             raise WireError(
                 "PREPARE: the client's frames do not match its header", ErrorCode.BAD_FRAMES
             )
-        self.server.admission.check(client)
-        work = self.server.admission.work(client, shard, self.server.local[shard], frames[1:])
-        if not self.server.admission.writes(work):
+        admission = self.server.admission
+        admission.check(client)
+        work = admission.work(client, shard, self.server.local[shard], frames[1:])
+        if not admission.writes(work):
             raise WireError("PREPARE carries a reduction (it writes nothing)", ErrorCode.BAD_FRAMES)
         work.version = header.version
-        self.server.admission.decide(work, client, header.a)
+        admission.decide(work, client, header.a)
         work.keep = frames
-        with self.lock:
-            ok = self.logs[shard].prepare(header.version, (client.sender, client.seq, work))
-        if not ok:
-            raise WireError(
-                f"shard {shard}: version {header.version} does not follow "
-                f"{self.logs[shard].last} here",
-                ErrorCode.NEED_SYNC,
-            )
-        self.counters["prepared"] += 1
-        return Reply(header.reply(MsgType.ACK, version=header.version))
+        item = (client.sender, client.seq, work)
+        sid = self._stimulus("prepare")
+        [action] = self._copy(PrepareArrived(shard, header.version, item, stimulus_id=sid))
+        return self._answer(header, action)
 
     def _commit(self, header: Header, shard: int) -> Reply:
-        log = self.logs[shard]
-        with self.lock:
-            if header.version > log.last:
-                raise WireError(
-                    f"shard {shard}: commit up to {header.version}, prepared only to {log.last}",
-                    ErrorCode.NEED_SYNC,
-                )
-            items = _commit(log, header.version, header.aux)  # aux: the primary's epoch
-        self._apply(items)
-        self.server.book.set_version(shard, max(log.committed, self.server.book.version(shard)))
-        self.counters["committed"] += len(items)
-        return Reply(header.reply(MsgType.ACK, version=log.committed))
+        sid = self._stimulus("commit")
+        # aux: the primary's epoch
+        actions = self._copy(CommitArrived(shard, header.version, header.aux, stimulus_id=sid))
+        for action in actions[:-1]:
+            if isinstance(action, ApplyCommitted):
+                self._apply(list(action.works))
+                book = self.server.book
+                book.set_version(shard, max(action.committed, book.version(shard)))
+        return self._answer(header, actions[-1])
 
-    def _apply(self, items: list, countdown: _Countdown | None = None) -> None:
+    def _apply(self, works: list, countdown: _Countdown | None = None) -> None:
         """Queue committed work on the engine, in order (waiting for free slots)."""
         engine = self.server.engine
-        for item in items:
-            work = item[2] if isinstance(item, tuple) else item
+        for work in works:
             work.acked = True  # the replication answers, not the engine
             if countdown is not None:
                 chained = work.free
@@ -385,31 +413,30 @@ class Replication:
         size = self.layout.shard_size(shard)
         state_size = self.server.shards[self.server.local[shard]].state.size
         snapshot = parse_snapshot(header, frames, size, state_size)
-        triples = snapshot.table
         work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
         work.data, work.a, work.keep = snapshot.values, snapshot.state, frames
         work.vectors = snapshot.vectors
-        with self.lock:
-            log = self.logs[shard]
-            if log.outdated(header.version, header.aux):  # aux: the epoch
-                self.counters["outdated_snapshots"] += 1  # applied nowhere: nothing to undo
-                # not an acknowledgement: a primary must never take this copy as synced by it
-                raise WireError(
-                    f"shard {shard}: a snapshot at version {header.version} of epoch "
-                    f"{header.aux} is older than version {log.committed} committed here from the "
-                    "same primary; dropped",
-                    ErrorCode.NEED_SYNC,
-                )
-            log.restore(header.version, triples, header.aux)
+        sid = self._stimulus("snapshot")
+        stimulus = SnapshotArrived(
+            shard, header.version, header.aux, tuple(snapshot.table), stimulus_id=sid
+        )  # aux: the primary's epoch
+        [action] = self._copy(stimulus)
+        if isinstance(action, Refuse):
+            return self._answer(header, action)
         self._apply_and_wait([work], f"shard {shard}: the snapshot")
         self.server.book.set_version(shard, header.version)
         # only now does this copy hold the state: a restore that failed must not let it campaign
-        with self.lock:
-            self.roles[self.layout.bucket_of(shard)].handle(
-                Restored(header.aux, stimulus_id=self._stimulus("restored"))  # aux: the epoch
-            )
-        self.counters["snapshots_received"] += 1
-        return Reply(header.reply(MsgType.ACK, version=header.version))
+        bucket = self.layout.bucket_of(shard)
+        applied = SnapshotApplied(shard, bucket, header.version, header.aux, stimulus_id=sid)
+        for action in self._copy(applied):
+            if isinstance(action, MarkRestored):
+                with self.lock:
+                    self.roles[bucket].handle(
+                        Restored(action.epoch, stimulus_id=self._stimulus("restored"))
+                    )
+            else:
+                return self._answer(header, action)
+        raise AssertionError("the copy side acknowledged no restore")
 
     # ------------------------------------------------------------------ replication thread
 
@@ -565,7 +592,8 @@ class Replication:
         with self.lock:
             for shard in self.bucket_shards[bucket]:
                 log = self.logs[shard]
-                items += [work for _, _, work in _commit(log, log.last, self.roles[bucket].epoch)]
+                epoch = self.roles[bucket].epoch
+                items += [work for _, _, work in commit_log(log, log.last, epoch)]
         self._apply_and_wait(items, f"bucket {bucket}: the prepared updates")
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
@@ -583,9 +611,7 @@ class Replication:
         for shard in self.bucket_shards[bucket]:
             held = self.server.shards[self.server.local[shard]]
             with self.lock:
-                log = self.logs[shard]
-                table = log.table()
-                version = log.committed
+                version, table = self.commit_round.snapshot_point(shard)
             values, state = held.values.copy(), held.state.copy()
             header = self._peer_header(
                 MsgType.SNAPSHOT,
@@ -651,75 +677,86 @@ class Replication:
         return ok
 
     def _process(self, batch: list[Pending]) -> None:
-        """Version, apply here, prepare and commit on the copies, acknowledge (see the module
-        docstring)."""
-        accepted: list[Pending] = []
-        for p in batch:
-            if not self.serving(p.shard):
+        """Run one commit round for ``batch`` (see
+        :mod:`~hogwild_plugins.ps.replication.commit_round`): carry out what it decides, feed
+        back what came of it."""
+        updates = tuple(
+            Update(p.header.sender, p.header.seq, p.shard, self.layout.bucket_of(p.shard))
+            for p in batch
+        )
+        valid = self.failure is None and self.clock.valid(time.monotonic())
+        todo = self._round(BatchArrived(updates, valid, stimulus_id=self._stimulus("batch")))
+        done: _Countdown | None = None
+        while todo:
+            action = todo.pop(0)
+            if isinstance(action, RefuseNotPrimary):
+                p = batch[action.index]
                 self._error(p.header, self.not_primary(p.header, p.shard))
-                continue
-            seen = self.logs[p.shard].seen(p.header.sender, p.header.seq)
-            if seen is not None:
-                self.counters["duplicates"] += 1
-                self.replier.send(p.header.reply(MsgType.ACK, version=seen))
-                continue
-            try:
-                self.server.admission.admit(p.header, p.shard, p.work)
-            except WireError as exc:
-                self._error(p.header, exc)
-                continue
-            p.epoch = self.roles[self.layout.bucket_of(p.shard)].epoch
-            accepted.append(p)
-        if not accepted:
-            return
-        done = _Countdown(len(accepted))
-        self._apply([p.work for p in accepted], done)
-        prepares = []
-        for p in accepted:
-            role = self.roles[self.layout.bucket_of(p.shard)]
-            head = pack_header(p.header)
-            for copy in role.record.in_sync:
-                if copy == self.me:
-                    continue
-                header = self._peer_header(
-                    MsgType.PREPARE,
-                    p.shard,
-                    p.work.version,
-                    role,
-                    a=self._coef(p),
-                    frames=1 + len(p.frames),
-                )
-                prepares.append(Request(copy, header, [head, *p.frames]))
-        failed = self._failures(prepares, self._exchange(prepares))
-        commits, upto = [], {}
-        for p in accepted:
-            upto[p.shard] = max(upto.get(p.shard, 0), p.work.version)
-        for shard, version in upto.items():
-            role = self.roles[self.layout.bucket_of(shard)]
-            for copy in role.record.in_sync:
-                if copy != self.me and (role.bucket, copy) not in failed:
+            elif isinstance(action, AnswerDuplicate):
+                p = batch[action.index]
+                self.replier.send(p.header.reply(MsgType.ACK, version=action.version))
+            elif isinstance(action, Admit):
+                versions = {}
+                for i in action.indices:
+                    p = batch[i]
+                    try:
+                        self.server.admission.admit(p.header, p.shard, p.work)
+                    except WireError as exc:
+                        self._error(p.header, exc)
+                        continue
+                    versions[i] = p.work.version
+                todo += self._round(Admitted(versions, stimulus_id=self._stimulus("admitted")))
+            elif isinstance(action, ApplyLocally):
+                done = _Countdown(len(action.indices))
+                self._apply([batch[i].work for i in action.indices], done)
+            elif isinstance(action, SendPrepares):
+                prepares = [self._prepare_request(batch[i], copy) for i, copy in action.prepares]
+                failed = self._failures(prepares, self._exchange(prepares))
+                sid = self._stimulus("prepared")
+                todo += self._round(PreparesAnswered(frozenset(failed), stimulus_id=sid))
+            elif isinstance(action, SendCommits):
+                commits = []
+                for shard, copy, version in action.commits:
+                    role = self.roles[self.layout.bucket_of(shard)]
                     header = self._peer_header(MsgType.COMMIT, shard, version, role)
                     commits.append(Request(copy, header))
-        failed |= self._failures(commits, self._exchange(commits))
-        for bucket, copy in sorted(failed):
-            self.counters["dropped_copies"] += 1
-            sid = self._stimulus("dropped")
-            self._carry_out(self.roles[bucket].handle(CopyUnreachable(copy, stimulus_id=sid)))
-        if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError("local updates were not applied within 30 s")
-        valid = self.clock.valid(time.monotonic())
-        for p in accepted:
-            role = self.roles[self.layout.bucket_of(p.shard)]
-            log = self.logs[p.shard]
-            with self.lock:  # applied here: a re-send is answered, never applied again
-                log.applied(p.header.sender, p.header.seq, p.work.version, p.epoch)
-            lost = [c for c in role.record.in_sync if (role.bucket, c) in failed]
-            if role.role is not Role.PRIMARY or not valid or lost:
-                self._error(p.header, self.not_primary(p.header, p.shard))
-                continue
-            self.replier.send(p.header.reply(MsgType.ACK, version=p.work.version, a=p.work.result))
-            if self._awaiting_ack:
-                self._acknowledged(role.bucket)
+                failed = self._failures(commits, self._exchange(commits))
+                sid = self._stimulus("committed")
+                todo += self._round(CommitsAnswered(frozenset(failed), stimulus_id=sid))
+            elif isinstance(action, DropCopy):
+                sid = self._stimulus("dropped")
+                role = self.roles[action.bucket]
+                self._carry_out(role.handle(CopyUnreachable(action.copy, stimulus_id=sid)))
+            elif isinstance(action, AwaitApplied):
+                if not done.wait(LOCAL_APPLY_S):
+                    raise HogwildError("local updates were not applied within 30 s")
+                valid = self.clock.valid(time.monotonic())
+                todo += self._round(LocalApplied(valid, stimulus_id=self._stimulus("applied")))
+            elif isinstance(action, RoundAcknowledge):
+                p = batch[action.index]
+                self.replier.send(
+                    p.header.reply(MsgType.ACK, version=action.version, a=p.work.result)
+                )
+                if self._awaiting_ack:
+                    self._acknowledged(self.layout.bucket_of(p.shard))
+
+    def _round(self, stimulus: RoundStimulus) -> list:
+        """The commit round's answer to ``stimulus`` (under the lock: it reads and records in
+        the shard logs the copy side changes)."""
+        with self.lock:
+            return self.commit_round.handle(stimulus)
+
+    def _prepare_request(self, p: Pending, copy: int) -> Request:
+        role = self.roles[self.layout.bucket_of(p.shard)]
+        header = self._peer_header(
+            MsgType.PREPARE,
+            p.shard,
+            p.work.version,
+            role,
+            a=self._coef(p),
+            frames=1 + len(p.frames),
+        )
+        return Request(copy, header, [pack_header(p.header), *p.frames])
 
     def _takeover(self, bucket: int, epoch: int) -> None:
         self.takeovers.append(
@@ -769,18 +806,11 @@ class Replication:
                 for b, r in self.roles.items()
             },
             **self.counters,
+            **self.copy_side.counters,
+            **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "etcd_errors": self.etcd_errors,
             "last_etcd_error": self.last_etcd_error,
             "takeovers": list(self.takeovers),
             "failure": self.failure,
         }
-
-
-def _commit(log: ShardLog, upto: int, epoch: int) -> list:
-    """``log``'s prepared updates up to ``upto``, committed by the primary of ``epoch``, each
-    client request recorded (a re-send is then answered, not applied again)."""
-    items = log.commit(upto, epoch)
-    for sender, seq, work in items:
-        log.record(sender, seq, work.version)
-    return items
