@@ -14,8 +14,10 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
   ``SNAPSHOT`` (epoch fencing, gap detection, outdated snapshots).
 
 Around them: :mod:`.membership` (the server's etcd lease, ``members/<index>``, the heartbeat),
-:mod:`.frames` (what a snapshot carries on the wire, made and checked) and :mod:`.adapter` (the
-replication thread and the network thread's side: etcd, sockets, the update engine).
+:mod:`.frames` (what a snapshot carries on the wire, made and checked), :mod:`.peer_link` (a
+primary's messages to its copies), :mod:`.local` (work queued on this server's update engine),
+:mod:`.copy_adapter` (the network thread's side as a copy) and :mod:`.adapter` (the lifecycle and
+the replication thread: etcd, the map, the commit rounds).
 """
 
 from hogwild_plugins.ps.replication.adapter import PEER_SENDER, Replication

@@ -16,9 +16,14 @@ decides nothing itself:
   copies and answers the clients, as the round says. Updates that arrive together go together:
   one round of prepares and one of commits per batch;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
-  ``SNAPSHOT`` to the copy side and answers with what it returns; it answers client pulls and
+  ``SNAPSHOT`` to the copy side and answers with what it returns
+  (:mod:`~hogwild_plugins.ps.replication.copy_adapter`); it answers client pulls and
   reductions of a bucket it is the serving primary of, and refuses the rest with
   ``NOT_PRIMARY`` (the client re-reads the map).
+
+The primary's messages to its copies go through
+:mod:`~hogwild_plugins.ps.replication.peer_link`, work queued on this server's own update engine
+through :mod:`~hogwild_plugins.ps.replication.local`.
 
 Every write is replicated this way: parameter updates and assignments, pushes into named
 vectors and vector operations that write (``axpy``, ``scale``, ``copy``, ``mul``, ``fill``); each
@@ -38,7 +43,7 @@ import time
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.engine import Kind, Work
-from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
+from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import (
     BucketRecord,
     BucketRole,
@@ -46,22 +51,17 @@ from hogwild_plugins.ps.failover import (
     CampaignAnswered,
     CommitPrepared,
     CopyUnreachable,
-    Fenced,
     HandOver,
     HandOverAnswered,
     InSyncWritten,
     LeaseClock,
     MapRead,
-    RecordRefreshed,
-    Restored,
     SnapshotDelivered,
     Sync,
     WriteInSync,
 )
 from hogwild_plugins.ps.replication.commit_round import (
-    Acknowledge as RoundAcknowledge,
-)
-from hogwild_plugins.ps.replication.commit_round import (
+    Acknowledge,
     Admit,
     Admitted,
     AnswerDuplicate,
@@ -79,27 +79,20 @@ from hogwild_plugins.ps.replication.commit_round import (
     SendPrepares,
     Update,
 )
+from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import (
-    ApplyCommitted,
-    CommitArrived,
     CopySide,
-    CopyStimulus,
-    MarkRestored,
-    PeerArrived,
-    PrepareArrived,
-    RefreshRecord,
-    Refuse,
-    SnapshotApplied,
-    SnapshotArrived,
     commit_log,
 )
-from hogwild_plugins.ps.replication.frames import parse_snapshot, snapshot_frames
+from hogwild_plugins.ps.replication.frames import snapshot_frames
+from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
 from hogwild_plugins.ps.replication.membership import Membership
+from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
 from hogwild_plugins.ps.shard_log import ShardLog
 
 from hogwild.errors import HogwildError
-from hogwild.net.channel import Peers, PeerUnreachableError, Request
+from hogwild.net.channel import Request
 from hogwild.net.router import Incoming, Reply, error_reply
 from hogwild.net.wire import (
     DType,
@@ -108,21 +101,14 @@ from hogwild.net.wire import (
     MsgType,
     WireError,
     pack_header,
-    unpack_header,
 )
 
 __all__ = ["PEER_SENDER", "Replication"]
 
-PEER_SENDER = 0xFFFF0000  # a server's sender id towards its peers (+ its index; 32 bits)
-PEER_TIMEOUT_S = 0.3  # a copy that does not answer a prepare within this (and a retry) is dropped
 POLL_S = 0.5  # the map is read at least this often, watch or not
 MAX_BATCH = 256
 MAX_TAKEOVERS = 64
 SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
-LOCAL_APPLY_S = 30.0
-REPLICATED_TYPES = frozenset(
-    {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.ASSIGN, MsgType.VECTOR_OP}
-)
 
 
 @dataclass
@@ -134,23 +120,6 @@ class Pending:
     work: Work
     frames: list
     epoch: int = 0  # the bucket's epoch when this primary versioned it
-
-
-class _Countdown:
-    """Waits until ``n`` local applications finished (the engine calls :meth:`done`)."""
-
-    def __init__(self, n: int) -> None:
-        self.left, self.cond = n, threading.Condition()
-
-    def done(self) -> None:
-        with self.cond:
-            self.left -= 1
-            if self.left <= 0:
-                self.cond.notify_all()
-
-    def wait(self, timeout: float) -> bool:
-        with self.cond:
-            return self.cond.wait_for(lambda: self.left <= 0, timeout)
 
 
 class Replication:
@@ -188,6 +157,7 @@ class Replication:
         # the logs, and a role's observe against what the network thread (a copy's side) changes
         # in it (a snapshot's restore, a refreshed record): network and replication threads
         self.lock = threading.Lock()
+        self._stimuli = itertools.count()
         self.clock = LeaseClock()  # the membership's, once started
         self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
@@ -197,10 +167,24 @@ class Replication:
         self._etcd: Etcd | None = None  # the replication thread's
         self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
         self._watch = None
-        self.peers: Peers | None = None
         self.replier = None
         self.copy_side = CopySide(self.me, self.roles, self.logs)
         self.commit_round = CommitRound(self.me, self.roles, self.logs)
+        self.local = LocalApplier(server)
+        # the lease read when a message goes out: the membership's clock, once started
+        self.link = PeerLink(
+            server.job, layout, self.roles, lambda: self.clock.lease, self._stimulus
+        )
+        self.copy_adapter = CopyAdapter(
+            server,
+            self.copy_side,
+            self.roles,
+            self.lock,
+            self.local,
+            lambda bucket: self._read(bucket, self._net_etcd),
+            self.changed.set,
+            self._stimulus,
+        )
         self.counters = {
             "snapshots_sent": 0,
             "not_primary": 0,
@@ -212,7 +196,6 @@ class Replication:
         self.last_etcd_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
-        self._stimuli = itertools.count()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -223,13 +206,7 @@ class Replication:
         self._etcd = Etcd(self.etcd_address, prefix=prefix)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix)
         self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix)
-        self.peers = Peers(
-            list(self.server.options.servers),
-            sender=PEER_SENDER + self.me,
-            timeout_s=PEER_TIMEOUT_S,
-            retries=1,
-            keys=self.server.options.keys,
-        )
+        self.link.open(list(self.server.options.servers), self.me, self.server.options.keys)
         self.replier = self.server.router.replier()
         self.started_at = time.monotonic()
         self.membership = Membership(
@@ -263,9 +240,7 @@ class Replication:
         if self.replier is not None:
             self.replier.close()
             self.replier = None
-        if self.peers is not None:
-            self.peers.close()
-            self.peers = None
+        self.link.close()
 
     _keeper_etcd: Etcd | None = None
 
@@ -296,147 +271,9 @@ class Replication:
         self.queue.put(Pending(header, shard, work, list(frames)))
 
     def handle_peer(self, request: Incoming) -> Reply:
-        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: through the copy
-        side's gate, then its content (see :mod:`~hogwild_plugins.ps.replication.copy_side`)."""
-        header = request.header
-        shard = self.server.admission.check(header)
-        bucket = self.layout.bucket_of(shard)
-        sender = header.sender - PEER_SENDER
-        refreshed = False
-        while True:
-            stimulus = PeerArrived(
-                bucket,
-                header.aux,  # aux: the primary's epoch
-                header.lease,
-                sender,
-                refreshed,
-                stimulus_id=self._stimulus(header.type.name),
-            )
-            [verdict] = self._copy(stimulus)
-            if not isinstance(verdict, RefreshRecord):
-                break
-            self._refresh_record(bucket)
-            refreshed = True
-        if isinstance(verdict, Refuse):
-            raise WireError(verdict.message, verdict.code)
-        if header.type == MsgType.PREPARE:
-            return self._prepare(header, shard, request.frames)
-        if header.type == MsgType.COMMIT:
-            return self._commit(header, shard)
-        return self._restore(header, shard, request.frames)
-
-    def _copy(self, stimulus: CopyStimulus) -> list:
-        """The copy side's answer to ``stimulus`` (under the lock it shares with the rounds)."""
-        with self.lock:
-            return self.copy_side.handle(stimulus)
-
-    @staticmethod
-    def _answer(header: Header, action) -> Reply:
-        """A copy side's last action as the reply to the primary's message."""
-        if isinstance(action, Refuse):
-            raise WireError(action.message, action.code)
-        return Reply(header.reply(MsgType.ACK, version=action.version))
-
-    def _refresh_record(self, bucket: int) -> None:
-        try:
-            record = self._read(bucket, self._net_etcd)
-        except EtcdUnavailable:
-            raise
-        except HogwildError:  # not a record: the gate decides on what this side knew
-            return
-        if record is None:
-            return
-        with self.lock:  # not in the middle of the replication thread's observe
-            self.roles[bucket].handle(
-                RecordRefreshed(record, stimulus_id=self._stimulus("refresh"))
-            )
-        self.changed.set()
-
-    def _prepare(self, header: Header, shard: int, frames: list) -> Reply:
-        if len(frames) < 1:
-            raise WireError("PREPARE needs the client's header frame", ErrorCode.BAD_FRAMES)
-        client = unpack_header(memoryview(frames[0]))
-        if client.target != shard or client.type not in REPLICATED_TYPES:
-            raise WireError(
-                "PREPARE carries an update of another shard or kind", ErrorCode.BAD_FRAMES
-            )
-        if client.frames != len(frames) - 1:
-            raise WireError(
-                "PREPARE: the client's frames do not match its header", ErrorCode.BAD_FRAMES
-            )
-        admission = self.server.admission
-        admission.check(client)
-        work = admission.work(client, shard, self.server.local[shard], frames[1:])
-        if not admission.writes(work):
-            raise WireError("PREPARE carries a reduction (it writes nothing)", ErrorCode.BAD_FRAMES)
-        work.version = header.version
-        admission.decide(work, client, header.a)
-        work.keep = frames
-        item = (client.sender, client.seq, work)
-        sid = self._stimulus("prepare")
-        [action] = self._copy(PrepareArrived(shard, header.version, item, stimulus_id=sid))
-        return self._answer(header, action)
-
-    def _commit(self, header: Header, shard: int) -> Reply:
-        sid = self._stimulus("commit")
-        # aux: the primary's epoch
-        actions = self._copy(CommitArrived(shard, header.version, header.aux, stimulus_id=sid))
-        for action in actions[:-1]:
-            if isinstance(action, ApplyCommitted):
-                self._apply(list(action.works))
-                book = self.server.book
-                book.set_version(shard, max(action.committed, book.version(shard)))
-        return self._answer(header, actions[-1])
-
-    def _apply(self, works: list, countdown: _Countdown | None = None) -> None:
-        """Queue committed work on the engine, in order (waiting for free slots)."""
-        engine = self.server.engine
-        for work in works:
-            work.acked = True  # the replication answers, not the engine
-            if countdown is not None:
-                chained = work.free
-                work.free = (
-                    countdown.done
-                    if chained is None
-                    else (lambda c=chained: (c(), countdown.done()))
-                )
-            deadline = time.monotonic() + LOCAL_APPLY_S
-            slot = engine.reserve()
-            while slot is None:
-                if time.monotonic() > deadline:
-                    raise WireError("the update engine's queues stayed full", ErrorCode.BUSY)
-                time.sleep(0.001)
-                slot = engine.reserve()
-            engine.put(slot, work)
-
-    def _restore(self, header: Header, shard: int, frames: list) -> Reply:
-        size = self.layout.shard_size(shard)
-        state_size = self.server.shards[self.server.local[shard]].state.size
-        snapshot = parse_snapshot(header, frames, size, state_size)
-        work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
-        work.data, work.a, work.keep = snapshot.values, snapshot.state, frames
-        work.vectors = snapshot.vectors
-        sid = self._stimulus("snapshot")
-        stimulus = SnapshotArrived(
-            shard, header.version, header.aux, tuple(snapshot.table), stimulus_id=sid
-        )  # aux: the primary's epoch
-        [action] = self._copy(stimulus)
-        if isinstance(action, Refuse):
-            return self._answer(header, action)
-        self._apply_and_wait([work], f"shard {shard}: the snapshot")
-        self.server.book.set_version(shard, header.version)
-        # only now does this copy hold the state: a restore that failed must not let it campaign
-        bucket = self.layout.bucket_of(shard)
-        applied = SnapshotApplied(shard, bucket, header.version, header.aux, stimulus_id=sid)
-        for action in self._copy(applied):
-            if isinstance(action, MarkRestored):
-                with self.lock:
-                    self.roles[bucket].handle(
-                        Restored(action.epoch, stimulus_id=self._stimulus("restored"))
-                    )
-            else:
-                return self._answer(header, action)
-        raise AssertionError("the copy side acknowledged no restore")
+        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy (the network
+        thread: :class:`~hogwild_plugins.ps.replication.copy_adapter.CopyAdapter`)."""
+        return self.copy_adapter.handle_peer(request)
 
     # ------------------------------------------------------------------ replication thread
 
@@ -579,13 +416,6 @@ class Replication:
         except ValueError as exc:
             raise HogwildError(str(exc)) from exc
 
-    def _apply_and_wait(self, works: list, what: str) -> None:
-        """Queue ``works`` on the engine and wait until each is applied."""
-        done = _Countdown(len(works))
-        self._apply(works, done)
-        if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError(f"{what}: not applied within {LOCAL_APPLY_S:g} s")
-
     def _commit_prepared(self, bucket: int) -> None:
         """Just won: what was prepared under the old primary is committed here, in order."""
         items = []
@@ -594,26 +424,20 @@ class Replication:
                 log = self.logs[shard]
                 epoch = self.roles[bucket].epoch
                 items += [work for _, _, work in commit_log(log, log.last, epoch)]
-        self._apply_and_wait(items, f"bucket {bucket}: the prepared updates")
+        self.local.apply_and_wait(items, f"bucket {bucket}: the prepared updates")
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
-
-    def _barrier(self, shards: list[int]) -> None:
-        """Wait until the update engine applied everything queued for ``shards`` (a copy just
-        promoted may still have commits queued by the network thread)."""
-        works = [Work(Kind.BARRIER, self.server.local[s]) for s in shards]
-        self._apply_and_wait(works, f"shards {shards}: the queued updates")
 
     def _send_snapshot(self, bucket: int, server: int) -> bool:
         role = self.roles[bucket]
         requests = []
-        self._barrier(self.bucket_shards[bucket])
+        self.local.barrier(self.bucket_shards[bucket])
         for shard in self.bucket_shards[bucket]:
             held = self.server.shards[self.server.local[shard]]
             with self.lock:
                 version, table = self.commit_round.snapshot_point(shard)
             values, state = held.values.copy(), held.state.copy()
-            header = self._peer_header(
+            header = self.link.header(
                 MsgType.SNAPSHOT,
                 shard,
                 version,
@@ -624,57 +448,9 @@ class Replication:
             )
             frames = snapshot_frames(values, state, table, held.vectors)
             requests.append(Request(server, header, frames))
-        ok = self._exchange(requests)
+        ok = self.link.exchange(requests)
         self.counters["snapshots_sent"] += sum(ok)
         return all(ok)
-
-    def _peer_header(
-        self, kind: MsgType, shard: int, version: int, role: BucketRole, **fields
-    ) -> Header:
-        """A message of this primary to a copy: the bucket's epoch and this server's lease,
-        which the copy's gate checks."""
-        return Header(
-            kind,
-            job=self.server.job,
-            target=shard,
-            version=version,
-            lease=self.clock.lease,
-            aux=role.epoch,
-            **fields,
-        )
-
-    def _exchange(self, requests: list[Request]) -> list[bool]:
-        """Send ``requests`` to the copies; True for each acknowledged. A copy that does not
-        answer fails all of its requests; one that answers ``FENCED`` deposes its bucket here."""
-        ok = [False] * len(requests)
-        answered = [False] * len(requests)
-        for i, req in enumerate(requests):
-
-            def on_reply(h: Header, frames: list, i=i, req=req) -> None:
-                answered[i] = True
-                if h.type == MsgType.ACK:
-                    ok[i] = True
-                elif h.type == MsgType.ERROR and h.code == ErrorCode.FENCED:
-                    bucket = self.layout.bucket_of(req.header.target)
-                    self.roles[bucket].handle(Fenced(stimulus_id=self._stimulus("fenced")))
-
-            req.on_reply = on_reply
-        todo, dead = list(requests), set()
-        while todo:
-            try:
-                self.peers.exchange(todo)
-                break
-            except PeerUnreachableError as exc:
-                named = {i for i, a in enumerate(self.peers.addresses) if str(a) == exc.address}
-                if not named:  # cannot tell whom: give up on everything still unanswered
-                    break
-                dead |= named
-                todo = [
-                    r for i, r in enumerate(requests) if not answered[i] and r.server not in dead
-                ]
-                for r in todo:
-                    r.attempts = 0
-        return ok
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see
@@ -686,7 +462,7 @@ class Replication:
         )
         valid = self.failure is None and self.clock.valid(time.monotonic())
         todo = self._round(BatchArrived(updates, valid, stimulus_id=self._stimulus("batch")))
-        done: _Countdown | None = None
+        done: Countdown | None = None
         while todo:
             action = todo.pop(0)
             if isinstance(action, RefuseNotPrimary):
@@ -707,20 +483,20 @@ class Replication:
                     versions[i] = p.work.version
                 todo += self._round(Admitted(versions, stimulus_id=self._stimulus("admitted")))
             elif isinstance(action, ApplyLocally):
-                done = _Countdown(len(action.indices))
-                self._apply([batch[i].work for i in action.indices], done)
+                done = Countdown(len(action.indices))
+                self.local.apply([batch[i].work for i in action.indices], done)
             elif isinstance(action, SendPrepares):
                 prepares = [self._prepare_request(batch[i], copy) for i, copy in action.prepares]
-                failed = self._failures(prepares, self._exchange(prepares))
+                failed = self.link.failures(prepares, self.link.exchange(prepares))
                 sid = self._stimulus("prepared")
                 todo += self._round(PreparesAnswered(frozenset(failed), stimulus_id=sid))
             elif isinstance(action, SendCommits):
                 commits = []
                 for shard, copy, version in action.commits:
                     role = self.roles[self.layout.bucket_of(shard)]
-                    header = self._peer_header(MsgType.COMMIT, shard, version, role)
+                    header = self.link.header(MsgType.COMMIT, shard, version, role)
                     commits.append(Request(copy, header))
-                failed = self._failures(commits, self._exchange(commits))
+                failed = self.link.failures(commits, self.link.exchange(commits))
                 sid = self._stimulus("committed")
                 todo += self._round(CommitsAnswered(frozenset(failed), stimulus_id=sid))
             elif isinstance(action, DropCopy):
@@ -729,10 +505,10 @@ class Replication:
                 self._carry_out(role.handle(CopyUnreachable(action.copy, stimulus_id=sid)))
             elif isinstance(action, AwaitApplied):
                 if not done.wait(LOCAL_APPLY_S):
-                    raise HogwildError("local updates were not applied within 30 s")
+                    raise HogwildError(f"local updates were not applied within {LOCAL_APPLY_S:g} s")
                 valid = self.clock.valid(time.monotonic())
                 todo += self._round(LocalApplied(valid, stimulus_id=self._stimulus("applied")))
-            elif isinstance(action, RoundAcknowledge):
+            elif isinstance(action, Acknowledge):
                 p = batch[action.index]
                 self.replier.send(
                     p.header.reply(MsgType.ACK, version=action.version, a=p.work.result)
@@ -748,7 +524,7 @@ class Replication:
 
     def _prepare_request(self, p: Pending, copy: int) -> Request:
         role = self.roles[self.layout.bucket_of(p.shard)]
-        header = self._peer_header(
+        header = self.link.header(
             MsgType.PREPARE,
             p.shard,
             p.work.version,
@@ -777,13 +553,6 @@ class Replication:
         if p.work.kind == Kind.VECTORS:
             return -p.work.coef / p.header.a if p.header.a else 0.0
         return float(p.work.coef)
-
-    def _failures(self, requests: list[Request], ok: list[bool]) -> set[tuple[int, int]]:
-        out = set()
-        for req, good in zip(requests, ok, strict=True):
-            if not good:
-                out.add((self.layout.bucket_of(req.header.target), req.server))
-        return out
 
     def _error(self, header: Header, exc: WireError) -> None:
         reply = error_reply(header, exc.code, str(exc))
