@@ -7,9 +7,10 @@ shards first-touched there), the I/O-free :class:`~hogwild_plugins.ps.shard.Shar
 staleness, refusals: owned by the network thread), and optionally a
 :class:`~hogwild_plugins.ps.storage.Flusher` writing to an LMDB store.
 
-For each request the network thread checks it (:mod:`~hogwild_plugins.ps.checks`), reserves a
-work slot (none free: a ``BUSY`` reply, the client retries), admits it in the book (its version;
-too stale: a ``STALE`` reply, counted) and queues it for the shard's update thread. With
+For each request the network thread checks it, reserves a work slot (none free: a ``BUSY``
+reply, the client retries), admits it in the book (its version; too stale: a ``STALE`` reply,
+counted; the checks and the admission are :mod:`~hogwild_plugins.ps.requests`, which the
+replication's copies use too) and queues it for the shard's update thread. With
 ``ack = "queued"`` (the default) the network thread acknowledges it right then, with the version
 the book gave it; with ``ack = "applied"`` the update thread does, once it has applied it. The two
 promise the same: the version is decided at admission, each shard's queue is applied in order
@@ -44,11 +45,12 @@ shard's next version, so the copies apply them in the primary's order. Pulls and
 write it acknowledged.
 
 Received arrays go into blocks of a private :class:`~hogwild.shm.pool.BufferPool` (``recv =
-"pool"``: one copy, from ZeroMQ's message into a block that is then in this core's cache when
-the update reads it) or are used in place (ZeroMQ's message buffers, no copy: ``recv =
-"inplace"``). The default, ``"auto"``, takes pool blocks for a server of one copy on two CPUs
-or more, and frames in place on one CPU (where ZeroMQ's I/O thread and the update share a cache
-and the copy is pure cost) and with copies (whose primaries forward the frames they received).
+"pool"``, :mod:`~hogwild_plugins.ps.receive_pool`: one copy, from ZeroMQ's message into a block
+that is then in this core's cache when the update reads it) or are used in place (ZeroMQ's
+message buffers, no copy: ``recv = "inplace"``). The default, ``"auto"``, takes pool blocks for
+a server of one copy on two CPUs or more, and frames in place on one CPU (where ZeroMQ's I/O
+thread and the update share a cache and the copy is pure cost) and with copies (whose primaries
+forward the frames they received).
 ``bench/ps.py`` measures both; the README quotes them.
 """
 
@@ -63,6 +65,7 @@ import numpy as np
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
+from hogwild_plugins.ps.receive_pool import RECV_MODES, ReceivePool, recv_mode
 from hogwild_plugins.ps.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
@@ -90,7 +93,6 @@ DATA_TYPES = frozenset(
 )
 PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
 RATE_EVERY_S = 1.0
-RECV_MODES = ("auto", "pool", "inplace")
 
 
 @dataclass(frozen=True)
@@ -229,11 +231,9 @@ class ParameterServer:
         self.router: Router | None = None
         self.engine: UpdateEngine | None = None
         self.flusher: Flusher | None = None
-        self.pool = None
+        self.receive_pool: ReceivePool | None = None  # with recv = "pool"
         self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
-        self.pool_misses = 0  # pushes received in place because no pool block was free
         self.replication = None
-        self._handles: dict[int, int] = {}
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
         self.started_at = time.monotonic()
 
@@ -301,7 +301,7 @@ class ParameterServer:
                 replier=self.router.replier,
             )
             if self.recv == "pool":
-                self._make_pool()
+                self.receive_pool = ReceivePool(self.layout.shard_floats)
                 self.receives_into_buffers = True
             self.engine.start()
             if self.engine.failures:
@@ -326,21 +326,8 @@ class ParameterServer:
         return self.address
 
     def _recv_mode(self, cpus: int) -> str:
-        """``options.recv``, with ``"auto"`` decided: pool blocks for one copy on two CPUs or
-        more; in place otherwise. The copy into a block pays when ZeroMQ's I/O thread and the
-        network thread run on different cores (the update then reads the block from its own
-        core's cache, not the other's); on one CPU they share the cache and it is pure cost."""
-        if self.options.recv != "auto":
-            return self.options.recv
-        return "pool" if self.options.copies == 1 and cpus >= 2 else "inplace"
-
-    def _make_pool(self) -> None:
-        from hogwild.shm.pool import BufferPool
-
-        largest = max(self.layout.shard_floats * 4, 4 << 20)
-        sizes = [4096 << i for i in range(14) if (4096 << i) <= max(4096, 2 * largest)]
-        self.pool = BufferPool.create({size: 32 for size in sizes}, private=True)
-        self._largest_block = sizes[-1]
+        """``options.recv`` with ``"auto"`` decided for ``cpus`` CPUs (:func:`recv_mode`)."""
+        return recv_mode(self.options.recv, self.options.copies, cpus)
 
     def stop(self, final_flush: bool = True) -> bool:
         """Stop serving: the network thread, a final flush (after what is queued), the update
@@ -359,9 +346,9 @@ class ParameterServer:
             if self.engine is None or self.engine.stopped:
                 self.router.close()  # ends the context: waits for the update threads' sockets
             self.router = None
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+        if self.receive_pool is not None:
+            self.receive_pool.close()
+            self.receive_pool = None
         self._close_store()
         return flushed
 
@@ -379,40 +366,25 @@ class ParameterServer:
     # ------------------------------------------------------------------ the handler
 
     def buffers(self, header: Header) -> list | None:
-        if self.pool is None or header.type not in (
+        """Blocks to receive ``header``'s frames into (None: in place; see
+        :mod:`~hogwild_plugins.ps.receive_pool`)."""
+        if self.receive_pool is None or header.type not in (
             MsgType.PUSH_DELTAS,
             MsgType.ASSIGN,
             MsgType.PUSH_VECTORS,
         ):
             return None
         self.admission.check(header)
-        sizes = frame_nbytes(header)
-        if max(sizes) > self._largest_block:
-            return None  # larger than the pool's blocks: received in place
-        out = []
-        for nbytes in sizes:
-            handle = self.pool.try_allocate(nbytes)
-            if handle is None:  # every block of the size is in flight: in place, as with copies
-                self.release(out)
-                self.pool_misses += 1
-                return None
-            block = self.pool.view(handle)[:nbytes]
-            self._handles[block.ctypes.data] = handle
-            out.append(block)
-        return out
+        return self.receive_pool.buffers(frame_nbytes(header))
 
     def release(self, buffers: list) -> None:
-        for block in buffers:
-            handle = self._handles.pop(block.ctypes.data, None)
-            if handle is not None:
-                self.pool.free(handle)
+        if self.receive_pool is not None:
+            self.receive_pool.release(buffers)
 
     def _free_later(self, frames: list):
-        if self.pool is None or not frames or not isinstance(frames[0], np.ndarray):
+        if self.receive_pool is None:
             return None
-        handles = [self._handles.pop(f.ctypes.data) for f in frames]
-        pool = self.pool
-        return lambda: [pool.free(h) for h in handles]
+        return self.receive_pool.free_later(frames)
 
     def _handle_control(self, request: Incoming) -> Reply | None:
         """Pings, status, hello and (with copies) the replication messages between servers."""
@@ -587,7 +559,7 @@ class ParameterServer:
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
             "recv": self.recv,
-            "pool_misses": self.pool_misses,
+            "pool_misses": self.receive_pool.misses if self.receive_pool else 0,
             "ack": self.options.ack,
             "node": self.options.node,
             "replication": self.replication.status() if self.replication else None,
