@@ -1,7 +1,7 @@
 """Watching replicated parameter servers from outside: the bucket map, the takeovers, failovers.
 
 :class:`ServerWatch` is what ``bench/chaos_cluster.py`` (and its ledger phase) knows about a
-job's replicated parameter servers (``copies > 1``, plugins/ps/replication.py):
+job's replicated parameter servers (``copies > 1``, plugins/ps/replication/):
 
 - the **map**, read from the job's etcd (``members/<i>``, ``sync/<b>``): each bucket's primary,
   epoch and the copies that really are in sync (:meth:`ServerWatch.buckets` says how a killed

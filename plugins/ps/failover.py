@@ -1,9 +1,14 @@
 """The replicated parameter server's state machines (Adam 3.3.3): lease, bucket role, a copy's gate.
 
-No I/O here (../shared/CONVENTIONS.md, after dask's worker state machine): each machine changes
-only through the events its methods take and returns what to do (:class:`Campaign`,
+No I/O here (after dask's worker state machine): a :class:`BucketRole` changes only through its
+one entry, :meth:`BucketRole.handle`, which takes a stimulus (:class:`MapRead`,
+:class:`CampaignAnswered`, :class:`InSyncWritten`, :class:`HandOverAnswered`,
+:class:`SnapshotDelivered`, :class:`CopyUnreachable`, :class:`Fenced`, :class:`Restored`,
+:class:`StepDown`, :class:`RecordRefreshed`; each names itself with a ``stimulus_id``), records
+the transition in its :meth:`~BucketRole.story` and returns what to do (:class:`Campaign`,
 :class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`, :class:`HandOver`) for
-:mod:`~hogwild_plugins.ps.replication` to carry out against etcd and the other servers.
+:mod:`~hogwild_plugins.ps.replication` to carry out against etcd and the other servers; what
+comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks its invariants.
 
 The protocol, for one bucket ``b`` with ``copies`` copies:
 
@@ -60,6 +65,7 @@ primary of about ``1 / n`` of the buckets.
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -68,11 +74,22 @@ __all__ = [
     "BucketRecord",
     "BucketRole",
     "Campaign",
+    "CampaignAnswered",
     "CommitPrepared",
+    "CopyUnreachable",
+    "Fenced",
     "Gate",
     "HandOver",
+    "HandOverAnswered",
+    "InSyncWritten",
     "LeaseClock",
+    "MapRead",
+    "RecordRefreshed",
+    "Restored",
     "Role",
+    "RoleStimulus",
+    "SnapshotDelivered",
+    "StepDown",
     "Sync",
     "WriteInSync",
     "desired_copies",
@@ -229,6 +246,99 @@ class LeaseClock:
         return now - last_sent >= self.ttl_s / 5
 
 
+# --------------------------------------------------------------------------- stimuli
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleStimulus:
+    """Something that happened to a bucket's role; ``stimulus_id`` names it in the story."""
+
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class MapRead(RoleStimulus):
+    """The map as etcd has it now: the bucket's ``record``, the live ``members`` and their
+    leases; this server's ``lease`` and whether it is ``lease_valid`` by its own clock.
+    ``settled``: every server has registered, or long enough has passed since the start (only
+    then is a bucket's very first primary chosen, so that the first primaries are spread over
+    every server rather than taken by the first one up)."""
+
+    record: BucketRecord | None
+    members: Mapping[int, int]
+    lease: int
+    lease_valid: bool
+    settled: bool = True
+
+
+@dataclass(frozen=True)
+class CampaignAnswered(RoleStimulus):
+    """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now."""
+
+    won: bool
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class InSyncWritten(RoleStimulus):
+    """A :class:`WriteInSync` came back; ``record`` is what etcd holds now (None: not known)."""
+
+    ok: bool
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class HandOverAnswered(RoleStimulus):
+    """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
+    known)."""
+
+    ok: bool
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class SnapshotDelivered(RoleStimulus):
+    """A :class:`Sync`'s snapshot reached ``server`` (every shard of the bucket)."""
+
+    server: int
+
+
+@dataclass(frozen=True)
+class CopyUnreachable(RoleStimulus):
+    """``server`` did not answer a prepare, commit or snapshot, or reported a gap."""
+
+    server: int
+
+
+@dataclass(frozen=True)
+class Fenced(RoleStimulus):
+    """A copy refused this primary's message as coming from an old epoch."""
+
+
+@dataclass(frozen=True)
+class Restored(RoleStimulus):
+    """A snapshot of the bucket arrived here from its primary of ``epoch`` and was applied."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class StepDown(RoleStimulus):
+    """Serve nothing of the bucket from now on; ``record``: what etcd holds, if known."""
+
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class RecordRefreshed(RoleStimulus):
+    """The copy side read ``record`` again (a message of a newer epoch than it knew arrived)."""
+
+    record: BucketRecord
+
+
+STORY_LENGTH = 1024  # transitions a role remembers (:meth:`BucketRole.story`)
+
+
 # --------------------------------------------------------------------------- bucket role
 
 
@@ -267,6 +377,81 @@ class BucketRole:
     writing: bool = False  # as primary: a WriteInSync under way
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
     dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
+    transitions: deque = field(
+        default_factory=lambda: deque(maxlen=STORY_LENGTH), repr=False, compare=False
+    )
+
+    def handle(self, stimulus: RoleStimulus) -> list:
+        """The role's one entry: take ``stimulus``, return the actions to carry out (each of
+        which comes back as a stimulus). Every transition goes into :meth:`story`."""
+        before = self.role
+        match stimulus:
+            case MapRead():
+                actions = self._observe(
+                    stimulus.record,
+                    stimulus.members,
+                    stimulus.lease,
+                    stimulus.lease_valid,
+                    stimulus.settled,
+                )
+            case CampaignAnswered():
+                actions = self._campaigned(stimulus.won, stimulus.record)
+            case InSyncWritten():
+                actions = self._written(stimulus.ok, stimulus.record)
+            case HandOverAnswered():
+                actions = self._handed(stimulus.ok, stimulus.record)
+            case SnapshotDelivered():
+                actions = self._synced(stimulus.server)
+            case CopyUnreachable():
+                actions = self._unreachable(stimulus.server)
+            case Fenced():
+                actions = self._fenced()
+            case Restored():
+                self._restored(stimulus.epoch)
+                actions = []
+            case StepDown():
+                actions = self._step_down(stimulus.record)
+            case RecordRefreshed():
+                self._refreshed(stimulus.record)
+                actions = []
+            case _:
+                raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
+        self.transitions.append(
+            (stimulus.stimulus_id, type(stimulus).__name__, before, self.role, tuple(actions))
+        )
+        return actions
+
+    def story(self) -> list[tuple]:
+        """The last transitions, oldest first: ``(stimulus_id, stimulus, role before, role
+        after, actions)``."""
+        return list(self.transitions)
+
+    def validate_state(self) -> None:
+        """Check the role's invariants (tests call it after every stimulus).
+
+        Raises:
+            AssertionError: An invariant broken, with the last transitions.
+        """
+
+        def check(ok: bool, what: str) -> None:
+            if not ok:
+                raise AssertionError(
+                    f"bucket {self.bucket} on {self.me}: {what}; {self.story()[-5:]}"
+                )
+
+        primary = self.role is Role.PRIMARY
+        check(isinstance(self.role, Role), f"role {self.role!r}")
+        check(not self.serving or primary, "serving, not as primary")
+        check(
+            primary or not (self.syncing or self.behind or self.dropping or self.writing),
+            f"{self.role.value} with primary's work open",
+        )
+        if primary:
+            check(self.record is not None and self.record.primary == self.me, "primary, not named")
+            check(self.me in self.record.in_sync, "primary, not in in_sync")
+            check(self.me not in self.syncing | self.dropping, "primary syncing or dropping itself")
+        if self.role in (Role.PRIMARY, Role.CANDIDATE, Role.HANDING):
+            check(self.current, f"{self.role.value} without the bucket's state")
 
     @property
     def serving(self) -> bool:
@@ -280,7 +465,7 @@ class BucketRole:
     def epoch(self) -> int:
         return self.record.epoch if self.record else 0
 
-    def observe(
+    def _observe(
         self,
         record: BucketRecord | None,
         members: Mapping[int, int],
@@ -303,7 +488,7 @@ class BucketRole:
         if self.role is Role.PRIMARY:
             mine = record is not None and record.primary == self.me and record.lease == lease
             if not lease_valid or not mine:
-                return self.step_down(record)
+                return self._step_down(record)
             self.record = record
             return self._reconcile() or self._hand_back()
         self.record = record
@@ -356,7 +541,7 @@ class BucketRole:
         self.role = Role.CANDIDATE
         return [Campaign(self.bucket, record, expected)]
 
-    def campaigned(self, won: bool, record: BucketRecord | None) -> list:
+    def _campaigned(self, won: bool, record: BucketRecord | None) -> list:
         """The campaign's transaction came back: ``record`` is what ``sync/<b>`` holds now."""
         if self.role is not Role.CANDIDATE:
             return []
@@ -409,7 +594,7 @@ class BucketRole:
         new = BucketRecord(record.epoch + 1, successor, self.members[successor], in_sync)
         return [HandOver(self.bucket, new, record.revision)]
 
-    def handed(self, ok: bool, record: BucketRecord | None) -> list:
+    def _handed(self, ok: bool, record: BucketRecord | None) -> list:
         """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
         known). Won: a follower (still current: it holds every acknowledged update, and stays in
         ``in_sync``). Lost or not known: deposed, and the next read of the map decides (a record
@@ -431,13 +616,13 @@ class BucketRole:
         new = BucketRecord(self.record.epoch, self.me, self.record.lease, in_sync)
         return [WriteInSync(self.bucket, new, self.record.revision)]
 
-    def synced(self, server: int) -> list:
+    def _synced(self, server: int) -> list:
         """A snapshot reached ``server``: it joins ``in_sync``."""
         self.syncing.discard(server)
         if self.role is not Role.PRIMARY:
             return []
         if server not in self.members:  # it left while its snapshot was on the way
-            return self.unreachable(server)
+            return self._unreachable(server)
         self.copy_leases[server] = self.members[server]
         self.confirmed.add(server)
         if server in self.record.in_sync and server not in self.dropping:
@@ -446,7 +631,7 @@ class BucketRole:
         self.dropping.discard(server)
         return [] if self.writing else self._write(self._next_in_sync())
 
-    def unreachable(self, server: int) -> list:
+    def _unreachable(self, server: int) -> list:
         """``server`` did not answer a prepare, commit or snapshot, or reported a gap: it leaves
         ``in_sync`` (and is caught up again once it answers)."""
         self.syncing.discard(server)
@@ -459,14 +644,14 @@ class BucketRole:
             return []  # not in it, or the write under way is followed by another (written)
         return self._write(self._next_in_sync())
 
-    def written(self, ok: bool, record: BucketRecord | None) -> list:
+    def _written(self, ok: bool, record: BucketRecord | None) -> list:
         """A :class:`WriteInSync` came back; ``record`` is what etcd holds now. Changes asked for
         while it was under way go out next."""
         self.writing = False
         if self.role is not Role.PRIMARY:
             return []
         if not ok:
-            return self.step_down(record)  # someone else wrote: a newer primary
+            return self._step_down(record)  # someone else wrote: a newer primary
         self.record = record
         self.behind -= set(record.in_sync)
         self.dropping &= set(record.in_sync)
@@ -474,11 +659,11 @@ class BucketRole:
             return self._write(self._next_in_sync())
         return self._reconcile()
 
-    def fenced(self) -> list:
+    def _fenced(self) -> list:
         """A copy refused this primary's message as coming from an old epoch."""
-        return self.step_down(None) if self.role is Role.PRIMARY else []
+        return self._step_down(None) if self.role is Role.PRIMARY else []
 
-    def restored(self, epoch: int) -> None:
+    def _restored(self, epoch: int) -> None:
         """A snapshot of the bucket arrived from its primary of ``epoch``: this copy is current
         (its own memory, diverged or not, is replaced by that primary's), unless this side read
         meanwhile a newer epoch's record that leaves it out of ``in_sync`` (the snapshot may lack
@@ -490,7 +675,14 @@ class BucketRole:
         self.current = True
         self.restored_epoch = max(self.restored_epoch, epoch)
 
-    def step_down(self, record: BucketRecord | None) -> list:
+    def _refreshed(self, record: BucketRecord) -> None:
+        """A primary's record changes through its own reads only (it may be deposed)."""
+        if self.role is not Role.PRIMARY and (
+            self.record is None or record.revision > self.record.revision
+        ):
+            self.record = record
+
+    def _step_down(self, record: BucketRecord | None) -> list:
         if self.role is Role.PRIMARY:
             self.role = Role.DEPOSED  # its memory stays current until a newer primary shows
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False

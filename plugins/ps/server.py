@@ -7,9 +7,10 @@ shards first-touched there), the I/O-free :class:`~hogwild_plugins.ps.shard.Shar
 staleness, refusals: owned by the network thread), and optionally a
 :class:`~hogwild_plugins.ps.storage.Flusher` writing to an LMDB store.
 
-For each request the network thread checks it (:mod:`~hogwild_plugins.ps.checks`), reserves a
-work slot (none free: a ``BUSY`` reply, the client retries), admits it in the book (its version;
-too stale: a ``STALE`` reply, counted) and queues it for the shard's update thread. With
+For each request the network thread checks it, reserves a work slot (none free: a ``BUSY``
+reply, the client retries), admits it in the book (its version; too stale: a ``STALE`` reply,
+counted; the checks and the admission are :mod:`~hogwild_plugins.ps.requests`, which the
+replication's copies use too) and queues it for the shard's update thread. With
 ``ack = "queued"`` (the default) the network thread acknowledges it right then, with the version
 the book gave it; with ``ack = "applied"`` the update thread does, once it has applied it. The two
 promise the same: the version is decided at admission, each shard's queue is applied in order
@@ -44,11 +45,12 @@ shard's next version, so the copies apply them in the primary's order. Pulls and
 write it acknowledged.
 
 Received arrays go into blocks of a private :class:`~hogwild.shm.pool.BufferPool` (``recv =
-"pool"``: one copy, from ZeroMQ's message into a block that is then in this core's cache when
-the update reads it) or are used in place (ZeroMQ's message buffers, no copy: ``recv =
-"inplace"``). The default, ``"auto"``, takes pool blocks for a server of one copy on two CPUs
-or more, and frames in place on one CPU (where ZeroMQ's I/O thread and the update share a cache
-and the copy is pure cost) and with copies (whose primaries forward the frames they received).
+"pool"``, :mod:`~hogwild_plugins.ps.receive_pool`: one copy, from ZeroMQ's message into a block
+that is then in this core's cache when the update reads it) or are used in place (ZeroMQ's
+message buffers, no copy: ``recv = "inplace"``). The default, ``"auto"``, takes pool blocks for
+a server of one copy on two CPUs or more, and frames in place on one CPU (where ZeroMQ's I/O
+thread and the update share a cache and the copy is pure cost) and with copies (whose primaries
+forward the frames they received).
 ``bench/ps.py`` measures both; the README quotes them.
 """
 
@@ -60,9 +62,11 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-from hogwild_plugins.ps import checks, kernels
+from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
+from hogwild_plugins.ps.receive_pool import RECV_MODES, ReceivePool, recv_mode
+from hogwild_plugins.ps.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 
@@ -73,13 +77,10 @@ from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
 from hogwild.net.router import Incoming, Reply, Router, json_reply
 from hogwild.net.wire import (
-    NO_BASIS,
-    DType,
     ErrorCode,
     Header,
     MsgType,
     WireError,
-    frame_array,
     frame_nbytes,
     job_id,
 )
@@ -92,7 +93,6 @@ DATA_TYPES = frozenset(
 )
 PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
 RATE_EVERY_S = 1.0
-RECV_MODES = ("auto", "pool", "inplace")
 
 
 @dataclass(frozen=True)
@@ -219,14 +219,21 @@ class ParameterServer:
         except BaseException:
             self._close_store()
             raise
+        self.admission = Admission(
+            options.job,
+            self.job,
+            self.layout,
+            geometry,
+            self.book,
+            options.max_staleness,
+            replicated=options.copies > 1,
+        )
         self.router: Router | None = None
         self.engine: UpdateEngine | None = None
         self.flusher: Flusher | None = None
-        self.pool = None
+        self.receive_pool: ReceivePool | None = None  # with recv = "pool"
         self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
-        self.pool_misses = 0  # pushes received in place because no pool block was free
         self.replication = None
-        self._handles: dict[int, int] = {}
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
         self.started_at = time.monotonic()
 
@@ -294,7 +301,7 @@ class ParameterServer:
                 replier=self.router.replier,
             )
             if self.recv == "pool":
-                self._make_pool()
+                self.receive_pool = ReceivePool(self.layout.shard_floats)
                 self.receives_into_buffers = True
             self.engine.start()
             if self.engine.failures:
@@ -319,21 +326,8 @@ class ParameterServer:
         return self.address
 
     def _recv_mode(self, cpus: int) -> str:
-        """``options.recv``, with ``"auto"`` decided: pool blocks for one copy on two CPUs or
-        more; in place otherwise. The copy into a block pays when ZeroMQ's I/O thread and the
-        network thread run on different cores (the update then reads the block from its own
-        core's cache, not the other's); on one CPU they share the cache and it is pure cost."""
-        if self.options.recv != "auto":
-            return self.options.recv
-        return "pool" if self.options.copies == 1 and cpus >= 2 else "inplace"
-
-    def _make_pool(self) -> None:
-        from hogwild.shm.pool import BufferPool
-
-        largest = max(self.layout.shard_floats * 4, 4 << 20)
-        sizes = [4096 << i for i in range(14) if (4096 << i) <= max(4096, 2 * largest)]
-        self.pool = BufferPool.create({size: 32 for size in sizes}, private=True)
-        self._largest_block = sizes[-1]
+        """``options.recv`` with ``"auto"`` decided for ``cpus`` CPUs (:func:`recv_mode`)."""
+        return recv_mode(self.options.recv, self.options.copies, cpus)
 
     def stop(self, final_flush: bool = True) -> bool:
         """Stop serving: the network thread, a final flush (after what is queued), the update
@@ -352,9 +346,9 @@ class ParameterServer:
             if self.engine is None or self.engine.stopped:
                 self.router.close()  # ends the context: waits for the update threads' sockets
             self.router = None
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
+        if self.receive_pool is not None:
+            self.receive_pool.close()
+            self.receive_pool = None
         self._close_store()
         return flushed
 
@@ -372,71 +366,25 @@ class ParameterServer:
     # ------------------------------------------------------------------ the handler
 
     def buffers(self, header: Header) -> list | None:
-        if self.pool is None or header.type not in (
+        """Blocks to receive ``header``'s frames into (None: in place; see
+        :mod:`~hogwild_plugins.ps.receive_pool`)."""
+        if self.receive_pool is None or header.type not in (
             MsgType.PUSH_DELTAS,
             MsgType.ASSIGN,
             MsgType.PUSH_VECTORS,
         ):
             return None
-        self._check(header)
-        sizes = frame_nbytes(header)
-        if max(sizes) > self._largest_block:
-            return None  # larger than the pool's blocks: received in place
-        out = []
-        for nbytes in sizes:
-            handle = self.pool.try_allocate(nbytes)
-            if handle is None:  # every block of the size is in flight: in place, as with copies
-                self.release(out)
-                self.pool_misses += 1
-                return None
-            block = self.pool.view(handle)[:nbytes]
-            self._handles[block.ctypes.data] = handle
-            out.append(block)
-        return out
+        self.admission.check(header)
+        return self.receive_pool.buffers(frame_nbytes(header))
 
     def release(self, buffers: list) -> None:
-        for block in buffers:
-            handle = self._handles.pop(block.ctypes.data, None)
-            if handle is not None:
-                self.pool.free(handle)
+        if self.receive_pool is not None:
+            self.receive_pool.release(buffers)
 
     def _free_later(self, frames: list):
-        if self.pool is None or not frames or not isinstance(frames[0], np.ndarray):
+        if self.receive_pool is None:
             return None
-        handles = [self._handles.pop(f.ctypes.data) for f in frames]
-        pool = self.pool
-        return lambda: [pool.free(h) for h in handles]
-
-    def _check(self, header: Header) -> int:
-        if header.job != self.job:
-            raise WireError(
-                f"job id {header.job:#x} is not this server's job {self.options.job!r} "
-                f"({self.job:#x})",
-                ErrorCode.WRONG_JOB,
-            )
-        shard = checks.check_shard(header, self.layout, self.book.holds)
-        size = self.layout.shard_size(shard)
-        if checks.is_named_push(header):
-            checks.check_named_push(header)
-            checks.check_range(header.offset, header.shape[0], shard, size)
-        elif header.type in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
-            checks.check_array(header, 1, 1)
-            if header.aux:
-                raise WireError(
-                    f"{header.type.name} of one frame: aux = {header.aux}, expected 0 (it is "
-                    "the name's length of a push into a named vector)",
-                    ErrorCode.BAD_HEADER,
-                )
-            checks.check_range(header.offset, header.shape[0], shard, size)
-        elif header.type == MsgType.PUSH_VECTORS:
-            checks.check_array(header, 3, 2)
-            if not 0.0 <= header.b < 1.0 or (header.b and not header.a > 0.0):
-                raise WireError(
-                    f"vector push: weight decay b = {header.b} must be in [0, 1), with a "
-                    f"learning rate a > 0 (got a = {header.a})",
-                    ErrorCode.BAD_VALUE,
-                )
-        return shard
+        return self.receive_pool.free_later(frames)
 
     def _handle_control(self, request: Incoming) -> Reply | None:
         """Pings, status, hello and (with copies) the replication messages between servers."""
@@ -452,7 +400,7 @@ class ParameterServer:
                 raise WireError("replication is starting or stopping; retry", ErrorCode.BUSY)
             return self.replication.handle_peer(request)
         if header.job not in (0, self.job):
-            self._check(header)  # raises WRONG_JOB
+            self.admission.check(header)  # raises WRONG_JOB
         if header.type == MsgType.HELLO:
             raise WireError("HELLO needs this server's job id", ErrorCode.WRONG_JOB)
         raise WireError(f"a server does not take {header.type.name} messages", ErrorCode.UNEXPECTED)
@@ -461,7 +409,7 @@ class ParameterServer:
         header = request.header
         if header.type not in DATA_TYPES:  # the data path first: it is nearly every request
             return self._handle_control(request)
-        shard = self._check(header)
+        shard = self.admission.check(header)
         local = self.local[shard]
         replication = self.replication
         if self.options.copies > 1:
@@ -470,15 +418,15 @@ class ParameterServer:
                     f"server {self.options.index} is not serving (starting or stopping)",
                     ErrorCode.NOT_PRIMARY,
                 )
-            work = self._work(header, shard, local, request.frames)
-            if self._replicated(work):
+            work = self.admission.work(header, shard, local, request.frames)
+            if self.admission.writes(work):
                 work.keep = request.frames
                 replication.submit(header, shard, work, request.frames)
                 return None  # the replication thread answers, once every copy committed
             if not replication.serving(shard):  # a pull or a reduction: the primary answers
                 raise replication.not_primary(header, shard)
         else:
-            work = self._work(header, shard, local, request.frames)
+            work = self.admission.work(header, shard, local, request.frames)
             if work.kind == Kind.PULL and self.options.direct_pulls:
                 # this thread queues every write (one copy): read it now if none is pending
                 now = self.engine.read_now(work)
@@ -488,7 +436,7 @@ class ParameterServer:
                 claimed = self.engine.claim_idle(local)  # its thread is idle: apply it here
                 if claimed is not None:
                     try:
-                        self._admit(header, shard, work)
+                        self.admission.admit(header, shard, work)
                     except BaseException:
                         claimed.release()
                         raise
@@ -510,7 +458,7 @@ class ParameterServer:
         if slot is None:
             raise WireError("the server's queues are full; retry", ErrorCode.BUSY)
         try:
-            self._admit(header, shard, work)
+            self.admission.admit(header, shard, work)
         except WireError:
             self.engine.unreserve(slot)
             raise
@@ -534,72 +482,6 @@ class ParameterServer:
             self.engine.apply_claimed(work)
         finally:
             claimed.release()
-
-    def _work(self, header: Header, shard: int, local: int, frames: list) -> Work:
-        lo, hi = self.layout.shard_range(shard)
-        kind = header.type
-        if kind in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
-            data = frame_array(frames[0], DType.FLOAT32, header.shape, "delta")
-            k, names = (Kind.DELTAS if kind == MsgType.PUSH_DELTAS else Kind.ASSIGN), ()
-            if checks.is_named_push(header):  # into a named vector (Kind.INTO)
-                name = frame_array(frames[1], DType.UINT8, (header.aux,), "name")
-                k, names = Kind.INTO, (checks.parse_name(name),)
-            length = header.shape[0]
-            return Work(
-                k, local, header, offset=header.offset, length=length, data=data, names=names
-            )
-        if kind == MsgType.PUSH_VECTORS:
-            fc, r0, length = checks.layer_rows(header, self.geometry, lo, hi)
-            k, m, rows = header.shape
-            a = frame_array(frames[0], DType.FLOAT32, (k, m), "activations")
-            et = frame_array(frames[1], DType.FLOAT32, (rows, k), "errors")
-            return Work(Kind.VECTORS, local, header, fc=fc, r0=r0, a=a, et=et, length=length)
-        if kind == MsgType.PULL:
-            size = hi - lo
-            length = header.aux or size - header.offset
-            if header.frames:
-                raise WireError("PULL takes no frames", ErrorCode.BAD_FRAMES)
-            checks.check_range(header.offset, length, shard, size)
-            return Work(Kind.PULL, local, header, offset=header.offset, length=length)
-        if header.frames != 1 or header.dtype != DType.UINT8:
-            raise WireError("VECTOR_OP takes one frame of names", ErrorCode.BAD_FRAMES)
-        op, names = checks.parse_names(header, frame_array(frames[0], DType.UINT8, header.shape))
-        return Work(Kind.VECOP, local, header, op=op, names=names, alpha=header.a)
-
-    @staticmethod
-    def _replicated(work: Work) -> bool:
-        """Whether ``work`` writes (with copies, it is replicated and gets a version)."""
-        if work.kind == Kind.PULL:
-            return False
-        return work.kind != Kind.VECOP or checks.writes(work.op, work.names) is not None
-
-    def _admit(self, header: Header, shard: int, work: Work) -> None:
-        if work.kind in (Kind.DELTAS, Kind.VECTORS):
-            basis = None if header.flags & NO_BASIS else header.version
-            decision = self.book.admit(shard, basis)
-            if not decision.accepted:
-                raise WireError(
-                    f"update of shard {shard} computed at version {basis} is "
-                    f"{decision.staleness} versions stale; ps.max_staleness = "
-                    f"{self.options.max_staleness}",
-                    ErrorCode.STALE,
-                )
-            work.version = decision.version
-            self._decide(work, header, decision.coef)
-        elif work.kind == Kind.ASSIGN or (
-            work.kind == Kind.VECOP and checks.writes(work.op, work.names) == "params"
-        ):
-            work.version = self.book.bump(shard)
-        elif self.options.copies > 1 and self._replicated(work):  # a named vector's write:
-            work.version = self.book.bump(shard)  # in the shard log's order on every copy
-
-    @staticmethod
-    def _decide(work: Work, header: Header, coef: float) -> None:
-        """The update's coefficient from its staleness coefficient (a copy applies the same)."""
-        work.coef = coef
-        if work.kind == Kind.VECTORS:
-            work.coef = -header.a * coef
-            work.decay = header.b / header.a if header.b else 0.0  # W loses b of itself
 
     def tick(self, now: float) -> None:
         t0, applied0, updated0, _, _ = self._rates
@@ -677,7 +559,7 @@ class ParameterServer:
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
             "recv": self.recv,
-            "pool_misses": self.pool_misses,
+            "pool_misses": self.receive_pool.misses if self.receive_pool else 0,
             "ack": self.options.ack,
             "node": self.options.node,
             "replication": self.replication.status() if self.replication else None,

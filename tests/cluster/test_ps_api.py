@@ -161,7 +161,7 @@ def test_auto_receives_into_pool_blocks_on_two_cpus_or_more_and_in_place_on_one(
         pytest.skip(f"needs CPUs {sorted(cpus)}")
     with local_server(GEOMETRY, shard_kib=4, threads=1, cpus=cpus, recv=recv) as server:
         assert server.status()["recv"] == expected
-        assert (server.pool is not None) == (expected == "pool")
+        assert (server.receive_pool is not None) == (expected == "pool")
         with client_for(server) as client:  # and it serves either way
             delta = np.arange(N, dtype=np.float32)
             client.push_deltas(delta)
@@ -184,7 +184,7 @@ def test_auto_keeps_frames_in_place_with_copies_whose_primaries_forward_them():
 def test_with_every_pool_block_in_flight_a_push_is_received_in_place_not_refused():
     with local_server(GEOMETRY, shard_kib=4, threads=1, recv="pool") as server:
         taken = []
-        while (handle := server.pool.try_allocate(4096)) is not None:
+        while (handle := server.receive_pool.pool.try_allocate(4096)) is not None:
             taken.append(handle)  # every block of the 4 KiB class (the shards' size)
         with client_for(server) as client:
             delta = np.arange(N, dtype=np.float32)
@@ -195,7 +195,7 @@ def test_with_every_pool_block_in_flight_a_push_is_received_in_place_not_refused
         status = server.status()
         assert status["pool_misses"] >= 4 and status["errors"].get("BUSY", 0) == 0
         for handle in taken:
-            server.pool.free(handle)
+            server.receive_pool.pool.free(handle)
 
 
 def test_a_pull_of_a_settled_shard_is_answered_by_the_network_thread_and_sees_every_push():
@@ -510,4 +510,4 @@ def test_receive_into_pool_blocks_and_acknowledge_when_applied(recv, ack):
             assert (client.pull(out)[:3] == 21).all()
             np.testing.assert_array_equal(out, total)
         if recv == "pool":
-            assert server.pool.in_use() == 0  # every block went back
+            assert server.receive_pool.pool.in_use() == 0  # every block went back

@@ -73,7 +73,7 @@ def test_a_named_push_lands_in_its_vector_only_without_a_version_and_in_order(re
             np.testing.assert_array_equal(params, init)  # not in the parameters
             np.testing.assert_array_equal(read_vector(c, "grad"), want)  # exactly the sum
         if recv == "pool":
-            assert server.pool.in_use() == 0  # both frames' blocks went back
+            assert server.receive_pool.pool.in_use() == 0  # both frames' blocks went back
 
 
 def test_asum_and_amax_match_numpy_and_status_shows_the_rule():

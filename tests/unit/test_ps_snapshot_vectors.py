@@ -1,11 +1,11 @@
-"""A snapshot's named vectors (plugins/ps/replication.py): what a copy accepts, checked, before
-its restore replaces its own (issue 13)."""
+"""A snapshot's named vectors (plugins/ps/replication/frames.py): what a copy accepts, checked,
+before its restore replaces its own (issue 13)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hogwild_plugins.ps.replication import _parse_vectors
+from hogwild_plugins.ps.replication.frames import parse_vectors
 
 from hogwild.net.wire import ErrorCode, WireError
 
@@ -18,8 +18,8 @@ def frames(names: bytes, rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_names_and_rows_become_the_named_vectors():
-    assert _parse_vectors(*frames(b"", 0), SIZE) == {}
-    vectors = _parse_vectors(*frames(b"grad,s_0.x-1", 2), SIZE)
+    assert parse_vectors(*frames(b"", 0), SIZE) == {}
+    vectors = parse_vectors(*frames(b"grad,s_0.x-1", 2), SIZE)
     assert list(vectors) == ["grad", "s_0.x-1"]
     np.testing.assert_array_equal(vectors["s_0.x-1"], np.arange(SIZE, 2 * SIZE))
 
@@ -40,5 +40,5 @@ def test_names_and_rows_become_the_named_vectors():
 )
 def test_a_bad_snapshot_of_named_vectors_is_refused(names, rows, code):
     with pytest.raises(WireError) as caught:
-        _parse_vectors(*frames(names, rows), SIZE)
+        parse_vectors(*frames(names, rows), SIZE)
     assert caught.value.code == code

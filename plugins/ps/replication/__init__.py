@@ -1,0 +1,25 @@
+"""A parameter server's part in keeping three copies of every bucket (Adam 3.3.3), with etcd.
+
+With ``copies > 1`` a :class:`~hogwild_plugins.ps.server.ParameterServer` owns a
+:class:`Replication` (:mod:`.adapter`). What must be right is decided by I/O-free state machines,
+each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transitions and a
+``validate_state()``; the threads only carry their actions out and feed back what came of them:
+
+* :class:`~hogwild_plugins.ps.failover.BucketRole` (:mod:`~hogwild_plugins.ps.failover`): one
+  server's part in one bucket (campaigns, ``in_sync`` writes, snapshots, hand-backs; read that
+  module's docstring for the protocol);
+* :mod:`.commit_round`: the primary's round for a batch of client updates (which are admitted,
+  prepared and committed where, which copies are dropped, which updates are acknowledged);
+* :mod:`.copy_side`: a copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and
+  ``SNAPSHOT`` (epoch fencing, gap detection, outdated snapshots).
+
+Around them: :mod:`.membership` (the server's etcd lease, ``members/<index>``, the heartbeat),
+:mod:`.frames` (what a snapshot carries on the wire, made and checked), :mod:`.peer_link` (a
+primary's messages to its copies), :mod:`.local` (work queued on this server's update engine),
+:mod:`.copy_adapter` (the network thread's side as a copy) and :mod:`.adapter` (the lifecycle and
+the replication thread: etcd, the map, the commit rounds).
+"""
+
+from hogwild_plugins.ps.replication.adapter import PEER_SENDER, Replication
+
+__all__ = ["PEER_SENDER", "Replication"]

@@ -1,0 +1,585 @@
+"""The threads of a server's replication: they carry out what the state machines decide.
+
+A :class:`Replication` owns the machines (every bucket's
+:class:`~hogwild_plugins.ps.failover.BucketRole`, the primary's
+:class:`~hogwild_plugins.ps.replication.commit_round.CommitRound`, the copy's
+:class:`~hogwild_plugins.ps.replication.copy_side.CopySide`) and the shard logs they share, and
+decides nothing itself:
+
+* the **heartbeat** (:mod:`~hogwild_plugins.ps.replication.membership`) keeps the server's etcd
+  lease;
+* the **replication thread** reads the map from etcd whenever it changes (a watch) and feeds it to
+  each bucket's role, carries out what the roles return (campaigns, in-sync writes and
+  hand-overs as etcd transactions, snapshots to copies, commits of what was prepared), and runs
+  the commit rounds of the client updates of the buckets this server is primary of: it admits
+  them, applies them here (the update engine), exchanges the prepares and commits with the
+  copies and answers the clients, as the round says. Updates that arrive together go together:
+  one round of prepares and one of commits per batch;
+* the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
+  ``SNAPSHOT`` to the copy side and answers with what it returns
+  (:mod:`~hogwild_plugins.ps.replication.copy_adapter`); it answers client pulls and
+  reductions of a bucket it is the serving primary of, and refuses the rest with
+  ``NOT_PRIMARY`` (the client re-reads the map).
+
+The primary's messages to its copies go through
+:mod:`~hogwild_plugins.ps.replication.peer_link`, work queued on this server's own update engine
+through :mod:`~hogwild_plugins.ps.replication.local`.
+
+Every write is replicated this way: parameter updates and assignments, pushes into named
+vectors and vector operations that write (``axpy``, ``scale``, ``copy``, ``mul``, ``fill``); each
+takes the shard's next version. Reductions (``dot``, ``asum``, ``amax``) are answered by the
+serving primary alone, like pulls. A snapshot carries a shard's values, the rule's state, its
+named vectors and its request table (:mod:`~hogwild_plugins.ps.replication.frames`): a client
+that re-sends an unacknowledged update to a new primary gets the version it already has instead
+of a second application.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from hogwild_plugins.ps.engine import Kind, Work
+from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.failover import (
+    BucketRecord,
+    BucketRole,
+    Campaign,
+    CampaignAnswered,
+    CommitPrepared,
+    CopyUnreachable,
+    HandOver,
+    HandOverAnswered,
+    InSyncWritten,
+    LeaseClock,
+    MapRead,
+    SnapshotDelivered,
+    Sync,
+    WriteInSync,
+)
+from hogwild_plugins.ps.replication.commit_round import (
+    Acknowledge,
+    Admit,
+    Admitted,
+    AnswerDuplicate,
+    ApplyLocally,
+    AwaitApplied,
+    BatchArrived,
+    CommitRound,
+    CommitsAnswered,
+    DropCopy,
+    LocalApplied,
+    PreparesAnswered,
+    RefuseNotPrimary,
+    RoundStimulus,
+    SendCommits,
+    SendPrepares,
+    Update,
+)
+from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
+from hogwild_plugins.ps.replication.copy_side import (
+    CopySide,
+    commit_log,
+)
+from hogwild_plugins.ps.replication.frames import snapshot_frames
+from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
+from hogwild_plugins.ps.replication.membership import Membership
+from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
+from hogwild_plugins.ps.routes import etcd_prefix, read_map
+from hogwild_plugins.ps.shard_log import ShardLog
+
+from hogwild.errors import HogwildError
+from hogwild.net.channel import Request
+from hogwild.net.router import Incoming, Reply, error_reply
+from hogwild.net.wire import (
+    DType,
+    ErrorCode,
+    Header,
+    MsgType,
+    WireError,
+    pack_header,
+)
+
+__all__ = ["PEER_SENDER", "Replication"]
+
+POLL_S = 0.5  # the map is read at least this often, watch or not
+MAX_BATCH = 256
+MAX_TAKEOVERS = 64
+SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
+
+
+@dataclass
+class Pending:
+    """A client's update waiting for the replication thread."""
+
+    header: Header
+    shard: int
+    work: Work
+    frames: list
+    epoch: int = 0  # the bucket's epoch when this primary versioned it
+
+
+class Replication:
+    """One server's replication (see the module docstring).
+
+    Args:
+        server: The :class:`~hogwild_plugins.ps.server.ParameterServer` (its layout, shards,
+            book, engine and router; it holds every shard).
+        etcd: ``HOST:PORT`` of the job's etcd.
+        copies: Copies of every bucket (2 or more; at most the number of servers).
+        lease_s: TTL of the server's etcd lease: how long a dead server goes unnoticed.
+    """
+
+    def __init__(self, server, etcd: str, copies: int, lease_s: int = 2) -> None:
+        options = server.options
+        if not 2 <= copies:
+            raise HogwildError(f"copies = {copies}: replication needs 2 or more")
+        if copies > len(options.servers):
+            raise HogwildError(
+                f"copies = {copies} needs at least as many parameter servers "
+                f"({len(options.servers)} listed)"
+            )
+        self.server, self.etcd_address = server, etcd
+        self.copies, self.lease_s = copies, int(lease_s)
+        self.me, self.n_servers = options.index, len(options.servers)
+        layout = server.layout
+        self.layout = layout
+        self.bucket_shards = {b: [] for b in range(layout.n_buckets)}
+        for shard in range(layout.n_shards):
+            self.bucket_shards[layout.bucket_of(shard)].append(shard)
+        self.roles = {b: BucketRole(b, self.me, copies) for b in range(layout.n_buckets)}
+        for bucket, shards in self.bucket_shards.items():
+            self.roles[bucket].current = not shards  # nothing to hold: every copy is current
+        self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
+        # the logs, and a role's observe against what the network thread (a copy's side) changes
+        # in it (a snapshot's restore, a refreshed record): network and replication threads
+        self.lock = threading.Lock()
+        self._stimuli = itertools.count()
+        self.clock = LeaseClock()  # the membership's, once started
+        self.membership: Membership | None = None
+        self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
+        self.changed = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._etcd: Etcd | None = None  # the replication thread's
+        self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
+        self._watch = None
+        self.replier = None
+        self.copy_side = CopySide(self.me, self.roles, self.logs)
+        self.commit_round = CommitRound(self.me, self.roles, self.logs)
+        self.local = LocalApplier(server)
+        # the lease read when a message goes out: the membership's clock, once started
+        self.link = PeerLink(
+            server.job, layout, self.roles, lambda: self.clock.lease, self._stimulus
+        )
+        self.copy_adapter = CopyAdapter(
+            server,
+            self.copy_side,
+            self.roles,
+            self.lock,
+            self.local,
+            lambda bucket: self._read(bucket, self._net_etcd),
+            self.changed.set,
+            self._stimulus,
+        )
+        self.counters = {
+            "snapshots_sent": 0,
+            "not_primary": 0,
+            "campaigns_won": 0,
+            "handed_over": 0,
+        }
+        self.failure: str | None = None
+        self.etcd_errors = 0
+        self.last_etcd_error: str | None = None
+        self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
+        self._awaiting_ack: dict[int, dict] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Register with etcd (a lease, ``members/<index>``), start the heartbeat and the
+        replication thread. Call after the server's router and engine started."""
+        prefix = etcd_prefix(self.server.options.job)
+        self._etcd = Etcd(self.etcd_address, prefix=prefix)
+        self._net_etcd = Etcd(self.etcd_address, prefix=prefix)
+        self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix)
+        self.link.open(list(self.server.options.servers), self.me, self.server.options.keys)
+        self.replier = self.server.router.replier()
+        self.started_at = time.monotonic()
+        self.membership = Membership(
+            self._keeper_etcd,
+            self.me,
+            str(self.server.address),
+            self.lease_s,
+            self.changed.set,
+        )
+        self.clock = self.membership.clock
+        self.membership.start()
+        self._watch = self._etcd.watch("", self.changed.set)
+        thread = threading.Thread(target=self._run, name="hogwild-replicate", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop the threads and give the lease back (the others take over at once)."""
+        self._stop.set()
+        if self.membership is not None:
+            self.membership.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self._watch is not None:
+            self._watch.cancel()
+        if self.membership is not None:
+            self.membership.revoke()  # the others take over at once
+        for etcd in (self._etcd, self._net_etcd, self._keeper_etcd):
+            if etcd is not None:
+                etcd.close()
+        if self.replier is not None:
+            self.replier.close()
+            self.replier = None
+        self.link.close()
+
+    _keeper_etcd: Etcd | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # ------------------------------------------------------------------ network thread
+
+    def serving(self, shard: int) -> bool:
+        role = self.roles[self.layout.bucket_of(shard)]
+        return role.serving and self.failure is None and self.clock.valid(time.monotonic())
+
+    def not_primary(self, header: Header, shard: int) -> WireError:
+        self.counters["not_primary"] += 1
+        role = self.roles[self.layout.bucket_of(shard)]
+        primary = role.record.primary if role.record else None
+        return WireError(
+            f"server {self.me} is not the serving primary of bucket {self.layout.bucket_of(shard)}"
+            f" (it is {role.role.value}; the map names server {primary}): re-read the map",
+            ErrorCode.NOT_PRIMARY,
+        )
+
+    def submit(self, header: Header, shard: int, work: Work, frames: list) -> None:
+        """A client's update of ``shard`` (checked): for the replication thread."""
+        if not self.serving(shard):
+            raise self.not_primary(header, shard)
+        self.queue.put(Pending(header, shard, work, list(frames)))
+
+    def handle_peer(self, request: Incoming) -> Reply:
+        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy (the network
+        thread: :class:`~hogwild_plugins.ps.replication.copy_adapter.CopyAdapter`)."""
+        return self.copy_adapter.handle_peer(request)
+
+    # ------------------------------------------------------------------ replication thread
+
+    def _run(self) -> None:
+        last_read = 0.0
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if self.changed.is_set() or now - last_read > POLL_S:
+                    self.changed.clear()
+                    last_read = now
+                    try:
+                        self._observe()
+                    except HogwildError as exc:  # etcd unreachable or slow, a bad record:
+                        self.etcd_errors += 1  # the lease lapses by the clock; read again
+                        self.last_etcd_error = str(exc)
+                        self.changed.set()
+                        time.sleep(0.05)
+                batch = self._take(0.02)
+                if batch:
+                    self._process(batch)
+        except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
+            self.failure = f"{type(exc).__name__}: {exc}"
+            self._stop.set()
+            self.membership.halt()  # this server's lease goes, the others take over
+            try:
+                self._etcd.revoke(self.clock.lease)
+            except HogwildError:
+                pass
+            raise
+
+    def _take(self, wait_s: float) -> list[Pending]:
+        try:
+            batch = [self.queue.get(timeout=wait_s)]
+        except queue.Empty:
+            return []
+        while len(batch) < MAX_BATCH:
+            try:
+                batch.append(self.queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _observe(self) -> None:
+        members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
+        live = {i: m.get("lease") for i, m in members.items()}
+        now = time.monotonic()
+        valid = self.clock.valid(now)
+        settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
+        for bucket, role in self.roles.items():
+            with self.lock:
+                actions = role.handle(
+                    MapRead(
+                        records[bucket],
+                        live,
+                        self.clock.lease,
+                        valid,
+                        settled,
+                        stimulus_id=self._stimulus("map"),
+                    )
+                )
+            self._carry_out(actions)
+
+    def _carry_out(self, actions: list) -> None:
+        while actions:
+            action = actions.pop(0)
+            role = self.roles[action.bucket]
+            key = f"sync/{action.bucket}"
+            sid = self._stimulus(type(action).__name__)
+            if isinstance(action, Campaign):
+                value = action.record.value()
+                try:
+                    won = self._etcd.replace(key, value, action.expected)
+                    record = self._read(action.bucket)
+                except HogwildError as exc:
+                    self._etcd_failed(exc)
+                    # a follower again: the next read decides
+                    role.handle(CampaignAnswered(False, None, stimulus_id=sid))
+                    continue
+                self.counters["campaigns_won"] += bool(won)
+                if won and action.expected:  # a takeover (not a bucket's first primary)
+                    self._takeover(action.bucket, action.record.epoch)
+                won = won and record is not None
+                actions += role.handle(CampaignAnswered(won, record, stimulus_id=sid))
+            elif isinstance(action, WriteInSync):
+                try:
+                    ok = self._etcd.replace(key, action.record.value(), action.expected)
+                    record = self._read(action.bucket)
+                except HogwildError as exc:
+                    self._etcd_failed(exc)
+                    # not knowing is losing: step down (and retake)
+                    role.handle(InSyncWritten(False, None, stimulus_id=sid))
+                    continue
+                actions += role.handle(InSyncWritten(ok, record, stimulus_id=sid))
+            elif isinstance(action, HandOver):
+                # The role no longer serves (NOT_PRIMARY to every request from now on, queued
+                # ones included), and this thread runs no batch meanwhile: everything this side
+                # acknowledged is committed on the successor, an in-sync copy.
+                try:
+                    ok = self._etcd.replace(key, action.record.value(), action.expected)
+                    record = self._read(action.bucket)
+                except HogwildError as exc:
+                    self._etcd_failed(exc)
+                    # not knowing is losing: deposed, the map decides
+                    role.handle(HandOverAnswered(False, None, stimulus_id=sid))
+                    continue
+                self.counters["handed_over"] += bool(ok)
+                actions += role.handle(HandOverAnswered(ok, record, stimulus_id=sid))
+            elif isinstance(action, Sync):
+                ok = self._send_snapshot(action.bucket, action.server)
+                actions += role.handle(
+                    SnapshotDelivered(action.server, stimulus_id=sid)
+                    if ok
+                    else CopyUnreachable(action.server, stimulus_id=sid)
+                )
+            elif isinstance(action, CommitPrepared):
+                self._commit_prepared(action.bucket)
+
+    def _stimulus(self, what: str) -> str:
+        """A new stimulus id: what happened, this server, a number (for the machines' stories)."""
+        return f"{what}-{self.me}-{next(self._stimuli)}"
+
+    def _etcd_failed(self, exc: Exception) -> None:
+        self.etcd_errors += 1
+        self.last_etcd_error = str(exc)
+        self.changed.set()  # read the map again on the next turn
+
+    def _read(self, bucket: int, etcd: Etcd | None = None) -> BucketRecord | None:
+        """``sync/<bucket>`` (None: absent), through ``etcd`` (default: this thread's).
+
+        Raises:
+            HogwildError: A value that is not a record (naming the key); EtcdUnavailable.
+        """
+        key = f"sync/{bucket}"
+        value, revision = (etcd or self._etcd).get(key)
+        if value is None:
+            return None
+        try:
+            return BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
+        except ValueError as exc:
+            raise HogwildError(str(exc)) from exc
+
+    def _commit_prepared(self, bucket: int) -> None:
+        """Just won: what was prepared under the old primary is committed here, in order."""
+        items = []
+        with self.lock:
+            for shard in self.bucket_shards[bucket]:
+                log = self.logs[shard]
+                epoch = self.roles[bucket].epoch
+                items += [work for _, _, work in commit_log(log, log.last, epoch)]
+        self.local.apply_and_wait(items, f"bucket {bucket}: the prepared updates")
+        for shard in self.bucket_shards[bucket]:
+            self.server.book.set_version(shard, self.logs[shard].committed)
+
+    def _send_snapshot(self, bucket: int, server: int) -> bool:
+        role = self.roles[bucket]
+        requests = []
+        self.local.barrier(self.bucket_shards[bucket])
+        for shard in self.bucket_shards[bucket]:
+            held = self.server.shards[self.server.local[shard]]
+            with self.lock:
+                version, table = self.commit_round.snapshot_point(shard)
+            values, state = held.values.copy(), held.state.copy()
+            header = self.link.header(
+                MsgType.SNAPSHOT,
+                shard,
+                version,
+                role,
+                dtype=DType.FLOAT32,
+                shape=(values.size,),
+                frames=5,
+            )
+            frames = snapshot_frames(values, state, table, held.vectors)
+            requests.append(Request(server, header, frames))
+        ok = self.link.exchange(requests)
+        self.counters["snapshots_sent"] += sum(ok)
+        return all(ok)
+
+    def _process(self, batch: list[Pending]) -> None:
+        """Run one commit round for ``batch`` (see
+        :mod:`~hogwild_plugins.ps.replication.commit_round`): carry out what it decides, feed
+        back what came of it."""
+        updates = tuple(
+            Update(p.header.sender, p.header.seq, p.shard, self.layout.bucket_of(p.shard))
+            for p in batch
+        )
+        valid = self.failure is None and self.clock.valid(time.monotonic())
+        todo = self._round(BatchArrived(updates, valid, stimulus_id=self._stimulus("batch")))
+        done: Countdown | None = None
+        while todo:
+            action = todo.pop(0)
+            if isinstance(action, RefuseNotPrimary):
+                p = batch[action.index]
+                self._error(p.header, self.not_primary(p.header, p.shard))
+            elif isinstance(action, AnswerDuplicate):
+                p = batch[action.index]
+                self.replier.send(p.header.reply(MsgType.ACK, version=action.version))
+            elif isinstance(action, Admit):
+                versions = {}
+                for i in action.indices:
+                    p = batch[i]
+                    try:
+                        self.server.admission.admit(p.header, p.shard, p.work)
+                    except WireError as exc:
+                        self._error(p.header, exc)
+                        continue
+                    versions[i] = p.work.version
+                todo += self._round(Admitted(versions, stimulus_id=self._stimulus("admitted")))
+            elif isinstance(action, ApplyLocally):
+                done = Countdown(len(action.indices))
+                self.local.apply([batch[i].work for i in action.indices], done)
+            elif isinstance(action, SendPrepares):
+                prepares = [self._prepare_request(batch[i], copy) for i, copy in action.prepares]
+                failed = self.link.failures(prepares, self.link.exchange(prepares))
+                sid = self._stimulus("prepared")
+                todo += self._round(PreparesAnswered(frozenset(failed), stimulus_id=sid))
+            elif isinstance(action, SendCommits):
+                commits = []
+                for shard, copy, version in action.commits:
+                    role = self.roles[self.layout.bucket_of(shard)]
+                    header = self.link.header(MsgType.COMMIT, shard, version, role)
+                    commits.append(Request(copy, header))
+                failed = self.link.failures(commits, self.link.exchange(commits))
+                sid = self._stimulus("committed")
+                todo += self._round(CommitsAnswered(frozenset(failed), stimulus_id=sid))
+            elif isinstance(action, DropCopy):
+                sid = self._stimulus("dropped")
+                role = self.roles[action.bucket]
+                self._carry_out(role.handle(CopyUnreachable(action.copy, stimulus_id=sid)))
+            elif isinstance(action, AwaitApplied):
+                if not done.wait(LOCAL_APPLY_S):
+                    raise HogwildError(f"local updates were not applied within {LOCAL_APPLY_S:g} s")
+                valid = self.clock.valid(time.monotonic())
+                todo += self._round(LocalApplied(valid, stimulus_id=self._stimulus("applied")))
+            elif isinstance(action, Acknowledge):
+                p = batch[action.index]
+                self.replier.send(
+                    p.header.reply(MsgType.ACK, version=action.version, a=p.work.result)
+                )
+                if self._awaiting_ack:
+                    self._acknowledged(self.layout.bucket_of(p.shard))
+
+    def _round(self, stimulus: RoundStimulus) -> list:
+        """The commit round's answer to ``stimulus`` (under the lock: it reads and records in
+        the shard logs the copy side changes)."""
+        with self.lock:
+            return self.commit_round.handle(stimulus)
+
+    def _prepare_request(self, p: Pending, copy: int) -> Request:
+        role = self.roles[self.layout.bucket_of(p.shard)]
+        header = self.link.header(
+            MsgType.PREPARE,
+            p.shard,
+            p.work.version,
+            role,
+            a=self._coef(p),
+            frames=1 + len(p.frames),
+        )
+        return Request(copy, header, [pack_header(p.header), *p.frames])
+
+    def _takeover(self, bucket: int, epoch: int) -> None:
+        self.takeovers.append(
+            {"bucket": bucket, "epoch": epoch, "won_at": time.time(), "first_ack_at": None}
+        )
+        del self.takeovers[:-MAX_TAKEOVERS]
+        self._awaiting_ack[bucket] = self.takeovers[-1]
+
+    def _acknowledged(self, bucket: int) -> None:
+        """The first update acknowledged after a takeover: the end of that failover."""
+        entry = self._awaiting_ack.pop(bucket, None)
+        if entry is not None:
+            entry["first_ack_at"] = time.time()
+
+    @staticmethod
+    def _coef(p: Pending) -> float:
+        """The staleness coefficient the primary gave the update (copies apply the same)."""
+        if p.work.kind == Kind.VECTORS:
+            return -p.work.coef / p.header.a if p.header.a else 0.0
+        return float(p.work.coef)
+
+    def _error(self, header: Header, exc: WireError) -> None:
+        reply = error_reply(header, exc.code, str(exc))
+        self.replier.send(reply.header, reply.frames)
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict:
+        return {
+            "copies": self.copies,
+            "lease": self.clock.lease,
+            "lease_valid": self.clock.valid(time.monotonic()),
+            "roles": {
+                str(b): {
+                    "role": r.role.value,
+                    "epoch": r.epoch,
+                    "current": r.current,
+                    "in_sync": list(r.record.in_sync) if r.record else [],
+                }
+                for b, r in self.roles.items()
+            },
+            **self.counters,
+            **self.copy_side.counters,
+            **self.commit_round.counters,
+            "leases_lost": self.membership.leases_lost if self.membership else 0,
+            "etcd_errors": self.etcd_errors,
+            "last_etcd_error": self.last_etcd_error,
+            "takeovers": list(self.takeovers),
+            "failure": self.failure,
+        }

@@ -1,0 +1,390 @@
+"""A primary's commit round for a batch of client updates: a state machine.
+
+No I/O here (after dask's worker state machine): a :class:`CommitRound` changes only through
+:meth:`CommitRound.handle`, which takes a stimulus and returns actions for the replication thread
+to carry out (:mod:`~hogwild_plugins.ps.replication.adapter`); what they produce comes back as
+the next stimulus. It reads the bucket roles and holds, with the copy side, the shard logs.
+
+One round, for the updates that arrived together (the order of the stimuli):
+
+1. :class:`BatchArrived`: an update of a bucket this server does not serve (or with its lease
+   no longer valid) is refused (:class:`RefuseNotPrimary`: the client re-reads the map); one
+   whose ``(sender, seq)`` the shard's log already holds is answered with the version it got
+   (:class:`AnswerDuplicate`), never applied again; the others go to the server's admission
+   (:class:`Admit`: a version from the shard book, or a refusal the adapter sends itself).
+2. :class:`Admitted`: the admitted updates are applied here first (:class:`ApplyLocally`, in the
+   engine's queues) and sent to every other in-sync copy (:class:`SendPrepares`), under the
+   bucket's epoch as it is now.
+3. :class:`PreparesAnswered`: every shard's updates are committed, up to the last version, on each
+   in-sync copy that took its prepares (:class:`SendCommits`).
+4. :class:`CommitsAnswered`: each copy that failed a prepare or a commit is dropped
+   (:class:`DropCopy`: the bucket's role writes it out of ``in_sync`` and re-syncs it), then the
+   local application is awaited (:class:`AwaitApplied`).
+5. :class:`LocalApplied`: each update is recorded in its shard's log (a re-send is then
+   answered), and acknowledged (:class:`Acknowledge`) only if this server is still the bucket's
+   primary, its lease still valid, and no in-sync copy failed it; otherwise refused as
+   ``NOT_PRIMARY`` (the client re-sends; the copies that have it answer it as a duplicate).
+
+:meth:`CommitRound.snapshot_point` is what a snapshot of a shard carries as its version and
+request table (a snapshot sent while a round is open, to a copy that round dropped, included).
+The invariants kept (:meth:`CommitRound.validate_state`): a round is open exactly while it has
+updates, each shard's admitted versions rise one by one in the batch's order, and an admitted
+update is answered only when the round closes (acknowledged or refused, once).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from hogwild_plugins.ps.failover import BucketRole, Role
+from hogwild_plugins.ps.shard_log import ShardLog
+
+__all__ = [
+    "Acknowledge",
+    "Admit",
+    "Admitted",
+    "AnswerDuplicate",
+    "ApplyLocally",
+    "AwaitApplied",
+    "BatchArrived",
+    "CommitRound",
+    "CommitsAnswered",
+    "DropCopy",
+    "LocalApplied",
+    "Phase",
+    "PreparesAnswered",
+    "RefuseNotPrimary",
+    "RoundStimulus",
+    "SendCommits",
+    "SendPrepares",
+    "Update",
+]
+
+STORY_LENGTH = 1024  # transitions the round remembers (:meth:`CommitRound.story`)
+
+
+@dataclass(frozen=True)
+class Update:
+    """A client's update as the round sees it: who sent it (``sender``, ``seq``), which shard
+    of which bucket it writes."""
+
+    sender: int
+    seq: int
+    shard: int
+    bucket: int
+
+
+class Phase(Enum):
+    IDLE = "idle"  # no round open
+    ADMITTING = "admitting"  # waiting for the admission's versions
+    PREPARING = "preparing"  # applied here and prepared on the copies: waiting for answers
+    COMMITTING = "committing"  # commits out: waiting for answers
+    APPLYING = "applying"  # copies dropped: waiting for the local application
+
+
+# --------------------------------------------------------------------------- stimuli
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundStimulus:
+    """Something that happened to the round; ``stimulus_id`` names it in the story."""
+
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class BatchArrived(RoundStimulus):
+    """Client updates taken together from the queue; ``lease_valid``: this server's lease is
+    valid by its own clock (and its replication did not fail)."""
+
+    updates: tuple[Update, ...]
+    lease_valid: bool
+
+
+@dataclass(frozen=True)
+class Admitted(RoundStimulus):
+    """The admission's answer: ``versions`` maps each admitted update (its index in the batch)
+    to its version; the others were refused (and answered) by the admission."""
+
+    versions: Mapping[int, int]
+
+
+@dataclass(frozen=True)
+class PreparesAnswered(RoundStimulus):
+    """The prepares came back: ``failed`` holds each ``(bucket, copy)`` that failed one."""
+
+    failed: frozenset
+
+
+@dataclass(frozen=True)
+class CommitsAnswered(RoundStimulus):
+    """The commits came back: ``failed`` holds each ``(bucket, copy)`` that failed one."""
+
+    failed: frozenset
+
+
+@dataclass(frozen=True)
+class LocalApplied(RoundStimulus):
+    """Every admitted update is applied here; ``lease_valid`` by this server's clock now."""
+
+    lease_valid: bool
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class RefuseNotPrimary:
+    """Refuse update ``index`` of the batch as ``NOT_PRIMARY``."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class AnswerDuplicate:
+    """Answer update ``index`` ``ACK`` with the ``version`` it already got."""
+
+    index: int
+    version: int
+
+
+@dataclass(frozen=True)
+class Admit:
+    """Admit the updates ``indices`` in order (versions from the shard book); report
+    :class:`Admitted`."""
+
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ApplyLocally:
+    """Queue the updates ``indices`` on this server's update engine."""
+
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SendPrepares:
+    """``PREPARE`` each ``(index, copy)``: update ``index`` to ``copy``, under the bucket's epoch
+    and this server's lease; report :class:`PreparesAnswered`."""
+
+    prepares: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class SendCommits:
+    """``COMMIT`` each ``(shard, copy, version)``: ``shard`` up to ``version`` on ``copy``;
+    report :class:`CommitsAnswered`."""
+
+    commits: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class DropCopy:
+    """``copy`` failed ``bucket``'s round: tell the bucket's role it is unreachable (and carry out
+    what the role asks)."""
+
+    bucket: int
+    copy: int
+
+
+@dataclass(frozen=True)
+class AwaitApplied:
+    """Wait until the updates of :class:`ApplyLocally` are applied; report
+    :class:`LocalApplied`."""
+
+
+@dataclass(frozen=True)
+class Acknowledge:
+    """Answer update ``index`` ``ACK`` with its ``version``."""
+
+    index: int
+    version: int
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+class CommitRound:
+    """One primary's commit rounds, one at a time (see the module docstring).
+
+    Args:
+        me: This server's index.
+        roles: Every bucket's role (read here).
+        logs: Every shard's log (shared with the copy side; the adapter's lock guards both).
+    """
+
+    def __init__(
+        self, me: int, roles: Mapping[int, BucketRole], logs: Mapping[int, ShardLog]
+    ) -> None:
+        self.me, self.roles, self.logs = me, roles, logs
+        self.phase = Phase.IDLE
+        self.updates: tuple[Update, ...] = ()
+        self.accepted: list[int] = []  # indices admitted, in the batch's order
+        self.versions: dict[int, int] = {}  # index -> version
+        self.epochs: dict[int, int] = {}  # index -> the bucket's epoch when versioned
+        self.failed: set[tuple[int, int]] = set()  # (bucket, copy) that failed this round
+        self.answered: set[int] = set()  # indices answered (or left to the admission)
+        self.counters = {"duplicates": 0, "dropped_copies": 0}
+        self.transitions: deque = deque(maxlen=STORY_LENGTH)
+
+    def handle(self, stimulus: RoundStimulus) -> list:
+        """The one entry: take ``stimulus``, return what to do. Every transition goes into
+        :meth:`story`."""
+        before = self.phase
+        match stimulus:
+            case BatchArrived():
+                self._expect(Phase.IDLE, stimulus)
+                actions = self._arrived(stimulus)
+            case Admitted():
+                self._expect(Phase.ADMITTING, stimulus)
+                actions = self._admitted(stimulus)
+            case PreparesAnswered():
+                self._expect(Phase.PREPARING, stimulus)
+                actions = self._prepared(stimulus)
+            case CommitsAnswered():
+                self._expect(Phase.COMMITTING, stimulus)
+                actions = self._committed(stimulus)
+            case LocalApplied():
+                self._expect(Phase.APPLYING, stimulus)
+                actions = self._applied(stimulus)
+            case _:
+                raise TypeError(f"commit round: not a stimulus: {stimulus!r}")
+        self.transitions.append(
+            (stimulus.stimulus_id, type(stimulus).__name__, before, self.phase, tuple(actions))
+        )
+        return actions
+
+    def story(self) -> list[tuple]:
+        """The last transitions, oldest first: ``(stimulus_id, stimulus, phase before, phase
+        after, actions)``."""
+        return list(self.transitions)
+
+    def snapshot_point(self, shard: int) -> tuple[int, list[tuple[int, int, int]]]:
+        """What a snapshot of ``shard`` taken now carries: its version and its request table
+        (``(sender, seq, version)`` triples): the log's committed version and table."""
+        log = self.logs[shard]
+        return log.committed, log.table()
+
+    def validate_state(self) -> None:
+        """Check the round's invariants (tests call it after every stimulus).
+
+        Raises:
+            AssertionError: An invariant broken, with the last transitions.
+        """
+
+        def check(ok: bool, what: str) -> None:
+            if not ok:
+                raise AssertionError(f"commit round on {self.me}: {what}; {self.story()[-5:]}")
+
+        idle = self.phase is Phase.IDLE
+        check(idle == (not self.updates), f"{self.phase.value} with {len(self.updates)} updates")
+        if idle:
+            check(not (self.accepted or self.versions or self.failed), "idle with a round open")
+            return
+        n = len(self.updates)
+        check(all(0 <= i < n for i in self.answered | set(self.accepted)), "an index beyond")
+        check(not self.answered & set(self.accepted), "an admitted update answered early")
+        if self.phase is not Phase.ADMITTING:
+            check(bool(self.accepted), f"{self.phase.value} with nothing admitted")
+            check(set(self.versions) == set(self.accepted), "admitted without a version")
+            last: dict[int, int] = {}
+            for i in self.accepted:
+                shard = self.updates[i].shard
+                check(
+                    shard not in last or self.versions[i] == last[shard] + 1,
+                    f"shard {shard}: version {self.versions[i]} after {last.get(shard)}",
+                )
+                last[shard] = self.versions[i]
+
+    def _expect(self, phase: Phase, stimulus: RoundStimulus) -> None:
+        if self.phase is not phase:
+            raise RuntimeError(
+                f"commit round on {self.me}: {type(stimulus).__name__} in phase "
+                f"{self.phase.value} (expected {phase.value})"
+            )
+
+    def _serving(self, bucket: int, lease_valid: bool) -> bool:
+        return self.roles[bucket].serving and lease_valid
+
+    def _arrived(self, s: BatchArrived) -> list:
+        actions, candidates = [], []
+        for i, u in enumerate(s.updates):
+            if not self._serving(u.bucket, s.lease_valid):
+                actions.append(RefuseNotPrimary(i))
+                continue
+            seen = self.logs[u.shard].seen(u.sender, u.seq)
+            if seen is not None:
+                self.counters["duplicates"] += 1
+                actions.append(AnswerDuplicate(i, seen))
+                continue
+            candidates.append(i)
+        if not candidates:
+            return actions
+        self.updates = s.updates
+        self.answered = set(range(len(s.updates))) - set(candidates)
+        self.phase = Phase.ADMITTING
+        return [*actions, Admit(tuple(candidates))]
+
+    def _admitted(self, s: Admitted) -> list:
+        self.accepted = sorted(s.versions)
+        self.versions = dict(s.versions)
+        self.answered |= {i for i in range(len(self.updates)) if i not in self.versions}
+        if not self.accepted:
+            self._close()
+            return []
+        prepares = []
+        for i in self.accepted:
+            self.epochs[i] = self.roles[self.updates[i].bucket].epoch
+        for i in self.accepted:
+            role = self.roles[self.updates[i].bucket]
+            prepares += [(i, copy) for copy in role.record.in_sync if copy != self.me]
+        self.phase = Phase.PREPARING
+        return [ApplyLocally(tuple(self.accepted)), SendPrepares(tuple(prepares))]
+
+    def _prepared(self, s: PreparesAnswered) -> list:
+        self.failed = set(s.failed)
+        upto: dict[int, int] = {}
+        for i in self.accepted:
+            shard = self.updates[i].shard
+            upto[shard] = max(upto.get(shard, 0), self.versions[i])
+        commits = []
+        for shard, version in upto.items():
+            role = self.roles[self._bucket_of(shard)]
+            for copy in role.record.in_sync:
+                if copy != self.me and (role.bucket, copy) not in self.failed:
+                    commits.append((shard, copy, version))
+        self.phase = Phase.COMMITTING
+        return [SendCommits(tuple(commits))]
+
+    def _committed(self, s: CommitsAnswered) -> list:
+        self.failed |= s.failed
+        self.counters["dropped_copies"] += len(self.failed)
+        self.phase = Phase.APPLYING
+        return [*(DropCopy(b, c) for b, c in sorted(self.failed)), AwaitApplied()]
+
+    def _applied(self, s: LocalApplied) -> list:
+        actions = []
+        for i in self.accepted:
+            u = self.updates[i]
+            role = self.roles[u.bucket]
+            # applied here: a re-send is answered, never applied again
+            self.logs[u.shard].applied(u.sender, u.seq, self.versions[i], self.epochs[i])
+            lost = [c for c in role.record.in_sync if (role.bucket, c) in self.failed]
+            if role.role is not Role.PRIMARY or not s.lease_valid or lost:
+                actions.append(RefuseNotPrimary(i))
+            else:
+                actions.append(Acknowledge(i, self.versions[i]))
+        self._close()
+        return actions
+
+    def _bucket_of(self, shard: int) -> int:
+        return next(self.updates[i].bucket for i in self.accepted if self.updates[i].shard == shard)
+
+    def _close(self) -> None:
+        self.phase = Phase.IDLE
+        self.updates, self.accepted, self.versions, self.epochs = (), [], {}, {}
+        self.failed, self.answered = set(), set()

@@ -1,0 +1,195 @@
+"""The network thread's side as a copy: a primary's messages into the copy side, its answers out.
+
+The server's router hands every ``PREPARE``, ``COMMIT`` and ``SNAPSHOT`` to
+:meth:`CopyAdapter.handle_peer`, which decides nothing: it reads the frames (the client's update
+a ``PREPARE`` forwards, through the server's :class:`~hogwild_plugins.ps.requests.Admission`; a
+snapshot's frames, :mod:`~hogwild_plugins.ps.replication.frames`), feeds the
+:class:`~hogwild_plugins.ps.replication.copy_side.CopySide` one stimulus at a time, under the lock
+it shares with the replication thread, and carries out what it returns: a refreshed record read
+from etcd, work queued on the update engine, the bucket role told it was restored, the reply.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+from hogwild_plugins.ps.engine import Kind, Work
+from hogwild_plugins.ps.etcd import EtcdUnavailable
+from hogwild_plugins.ps.failover import BucketRecord, BucketRole, RecordRefreshed, Restored
+from hogwild_plugins.ps.replication.copy_side import (
+    ApplyCommitted,
+    CommitArrived,
+    CopySide,
+    CopyStimulus,
+    MarkRestored,
+    PeerArrived,
+    PrepareArrived,
+    RefreshRecord,
+    Refuse,
+    SnapshotApplied,
+    SnapshotArrived,
+)
+from hogwild_plugins.ps.replication.frames import parse_snapshot
+from hogwild_plugins.ps.replication.local import LocalApplier
+from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
+
+from hogwild.errors import HogwildError
+from hogwild.net.router import Incoming, Reply
+from hogwild.net.wire import ErrorCode, Header, MsgType, WireError, unpack_header
+
+__all__ = ["REPLICATED_TYPES", "CopyAdapter"]
+
+REPLICATED_TYPES = frozenset(
+    {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.ASSIGN, MsgType.VECTOR_OP}
+)
+
+
+class CopyAdapter:
+    """Carries out the copy side's decisions on the network thread (see the module docstring).
+
+    Args:
+        server: The :class:`~hogwild_plugins.ps.server.ParameterServer`.
+        copy_side: The machine.
+        roles: Every bucket's role (a refreshed record and a restore are fed to it).
+        lock: Shared with the replication thread (the logs, the roles).
+        local: Queues work on this server's update engine.
+        read_record: ``sync/<bucket>`` as etcd has it now (None: absent).
+        changed: Called once a record was read again (the replication thread reads the map).
+        stimulus: A new stimulus id for what happened.
+    """
+
+    def __init__(
+        self,
+        server,
+        copy_side: CopySide,
+        roles: Mapping[int, BucketRole],
+        lock: threading.Lock,
+        local: LocalApplier,
+        read_record: Callable[[int], BucketRecord | None],
+        changed: Callable[[], None],
+        stimulus: Callable[[str], str],
+    ) -> None:
+        self.server, self.copy_side, self.roles, self.lock = server, copy_side, roles, lock
+        self.local, self.read_record, self.changed = local, read_record, changed
+        self.stimulus = stimulus
+        self.layout = server.layout
+
+    def handle_peer(self, request: Incoming) -> Reply:
+        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: through the copy
+        side's gate, then its content."""
+        header = request.header
+        shard = self.server.admission.check(header)
+        bucket = self.layout.bucket_of(shard)
+        sender = header.sender - PEER_SENDER
+        refreshed = False
+        while True:
+            stimulus = PeerArrived(
+                bucket,
+                header.aux,  # aux: the primary's epoch
+                header.lease,
+                sender,
+                refreshed,
+                stimulus_id=self.stimulus(header.type.name),
+            )
+            [verdict] = self._copy(stimulus)
+            if not isinstance(verdict, RefreshRecord):
+                break
+            self._refresh_record(bucket)
+            refreshed = True
+        if isinstance(verdict, Refuse):
+            raise WireError(verdict.message, verdict.code)
+        if header.type == MsgType.PREPARE:
+            return self._prepare(header, shard, request.frames)
+        if header.type == MsgType.COMMIT:
+            return self._commit(header, shard)
+        return self._restore(header, shard, request.frames)
+
+    def _copy(self, stimulus: CopyStimulus) -> list:
+        """The copy side's answer to ``stimulus`` (under the lock it shares with the rounds)."""
+        with self.lock:
+            return self.copy_side.handle(stimulus)
+
+    @staticmethod
+    def _answer(header: Header, action) -> Reply:
+        """A copy side's last action as the reply to the primary's message."""
+        if isinstance(action, Refuse):
+            raise WireError(action.message, action.code)
+        return Reply(header.reply(MsgType.ACK, version=action.version))
+
+    def _refresh_record(self, bucket: int) -> None:
+        try:
+            record = self.read_record(bucket)
+        except EtcdUnavailable:
+            raise
+        except HogwildError:  # not a record: the gate decides on what this side knew
+            return
+        if record is None:
+            return
+        with self.lock:  # not in the middle of the replication thread's observe
+            self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self.stimulus("refresh")))
+        self.changed()
+
+    def _prepare(self, header: Header, shard: int, frames: list) -> Reply:
+        if len(frames) < 1:
+            raise WireError("PREPARE needs the client's header frame", ErrorCode.BAD_FRAMES)
+        client = unpack_header(memoryview(frames[0]))
+        if client.target != shard or client.type not in REPLICATED_TYPES:
+            raise WireError(
+                "PREPARE carries an update of another shard or kind", ErrorCode.BAD_FRAMES
+            )
+        if client.frames != len(frames) - 1:
+            raise WireError(
+                "PREPARE: the client's frames do not match its header", ErrorCode.BAD_FRAMES
+            )
+        admission = self.server.admission
+        admission.check(client)
+        work = admission.work(client, shard, self.server.local[shard], frames[1:])
+        if not admission.writes(work):
+            raise WireError("PREPARE carries a reduction (it writes nothing)", ErrorCode.BAD_FRAMES)
+        work.version = header.version
+        admission.decide(work, client, header.a)
+        work.keep = frames
+        item = (client.sender, client.seq, work)
+        sid = self.stimulus("prepare")
+        [action] = self._copy(PrepareArrived(shard, header.version, item, stimulus_id=sid))
+        return self._answer(header, action)
+
+    def _commit(self, header: Header, shard: int) -> Reply:
+        sid = self.stimulus("commit")
+        # aux: the primary's epoch
+        actions = self._copy(CommitArrived(shard, header.version, header.aux, stimulus_id=sid))
+        for action in actions[:-1]:
+            if isinstance(action, ApplyCommitted):
+                self.local.apply(list(action.works))
+                book = self.server.book
+                book.set_version(shard, max(action.committed, book.version(shard)))
+        return self._answer(header, actions[-1])
+
+    def _restore(self, header: Header, shard: int, frames: list) -> Reply:
+        size = self.layout.shard_size(shard)
+        state_size = self.server.shards[self.server.local[shard]].state.size
+        snapshot = parse_snapshot(header, frames, size, state_size)
+        work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
+        work.data, work.a, work.keep = snapshot.values, snapshot.state, frames
+        work.vectors = snapshot.vectors
+        sid = self.stimulus("snapshot")
+        stimulus = SnapshotArrived(
+            shard, header.version, header.aux, tuple(snapshot.table), stimulus_id=sid
+        )  # aux: the primary's epoch
+        [action] = self._copy(stimulus)
+        if isinstance(action, Refuse):
+            return self._answer(header, action)
+        self.local.apply_and_wait([work], f"shard {shard}: the snapshot")
+        self.server.book.set_version(shard, header.version)
+        # only now does this copy hold the state: a restore that failed must not let it campaign
+        bucket = self.layout.bucket_of(shard)
+        sid = self.stimulus("restored")
+        applied = SnapshotApplied(shard, bucket, header.version, header.aux, stimulus_id=sid)
+        for action in self._copy(applied):
+            if isinstance(action, MarkRestored):
+                with self.lock:
+                    self.roles[bucket].handle(Restored(action.epoch, stimulus_id=sid))
+            else:
+                return self._answer(header, action)
+        raise AssertionError("the copy side acknowledged no restore")

@@ -1,0 +1,319 @@
+"""A copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and ``SNAPSHOT``: a state machine.
+
+No I/O here (after dask's worker state machine): a :class:`CopySide` changes only through
+:meth:`CopySide.handle`, which takes a stimulus and returns actions for the network thread to
+carry out (:mod:`~hogwild_plugins.ps.replication.adapter`); what the actions produce comes back
+as the next stimulus. It holds the server's shard logs
+(:class:`~hogwild_plugins.ps.shard_log.ShardLog`) and reads the bucket roles
+(:class:`~hogwild_plugins.ps.failover.BucketRole`); the adapter holds the lock they share with
+the replication thread while it calls :meth:`~CopySide.handle`.
+
+One message from a primary goes through two steps:
+
+1. :class:`PeerArrived`, the gate (:func:`~hogwild_plugins.ps.failover.gate`): a message of an
+   older epoch or lease, or from another server than the record's primary, is refused
+   (``FENCED``: the sender steps down); one of a newer epoch than this side knows asks for the
+   record to be read again (:class:`RefreshRecord`) and is then gated once more
+   (``refreshed``); still unknown, it is refused as ``BUSY`` (the primary retries).
+2. What it carries: :class:`PrepareArrived` holds the update as the shard's next version (a gap:
+   ``NEED_SYNC``, the primary drops this copy and sends it a snapshot); :class:`CommitArrived`
+   commits the prepared updates up to a version (:class:`ApplyCommitted`; beyond what was
+   prepared: ``NEED_SYNC``); :class:`SnapshotArrived` replaces the shard's log
+   (:class:`ApplySnapshot`) unless it is older than what this log committed from the same
+   primary (refused, ``NEED_SYNC``: never an acknowledgement), and :class:`SnapshotApplied`, once
+   the values are in, makes the bucket current (:class:`MarkRestored`) and acknowledges.
+
+The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
+committed version one by one, and its request table stays within its bound.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hogwild_plugins.ps.failover import BucketRole, Gate, gate
+from hogwild_plugins.ps.shard_log import ShardLog
+
+from hogwild.net.wire import ErrorCode
+
+__all__ = [
+    "Acknowledge",
+    "ApplyCommitted",
+    "ApplySnapshot",
+    "CommitArrived",
+    "CopySide",
+    "CopyStimulus",
+    "MarkRestored",
+    "Pass",
+    "PeerArrived",
+    "PrepareArrived",
+    "RefreshRecord",
+    "Refuse",
+    "SnapshotApplied",
+    "SnapshotArrived",
+    "commit_log",
+]
+
+STORY_LENGTH = 1024  # transitions the copy side remembers (:meth:`CopySide.story`)
+
+
+# --------------------------------------------------------------------------- stimuli
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyStimulus:
+    """A primary's message (or what came of one); ``stimulus_id`` names it in the story."""
+
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class PeerArrived(CopyStimulus):
+    """A message for ``bucket`` from server ``sender``, carrying ``epoch`` and ``lease``;
+    ``refreshed``: the record was read again since it first asked to."""
+
+    bucket: int
+    epoch: int
+    lease: int
+    sender: int
+    refreshed: bool = False
+
+
+@dataclass(frozen=True)
+class PrepareArrived(CopyStimulus):
+    """A ``PREPARE`` through the gate: ``item`` (the client's ``(sender, seq, work)``) is to be
+    ``shard``'s version ``version``."""
+
+    shard: int
+    version: int
+    item: tuple
+
+
+@dataclass(frozen=True)
+class CommitArrived(CopyStimulus):
+    """A ``COMMIT`` through the gate: ``shard``'s prepared updates up to ``upto``, committed by
+    the primary of ``epoch``."""
+
+    shard: int
+    upto: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class SnapshotArrived(CopyStimulus):
+    """A ``SNAPSHOT`` through the gate, its frames checked: ``shard`` at ``version`` from the
+    primary of ``epoch``, with its request table (``(sender, seq, version)`` triples)."""
+
+    shard: int
+    version: int
+    epoch: int
+    table: tuple
+
+
+@dataclass(frozen=True)
+class SnapshotApplied(CopyStimulus):
+    """The snapshot's values, state and named vectors are in this server's memory."""
+
+    shard: int
+    bucket: int
+    version: int
+    epoch: int
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Pass:
+    """The gate lets the message through: hand its content in."""
+
+
+@dataclass(frozen=True)
+class RefreshRecord:
+    """Read ``sync/<bucket>`` again (feed it to the role), then gate the message again."""
+
+    bucket: int
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Answer the primary with an error."""
+
+    code: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True)
+class ApplyCommitted:
+    """Queue ``works`` (committed, in order) on ``shard``'s update thread; the shard's version
+    in the book is at least ``committed`` from now on."""
+
+    shard: int
+    works: tuple
+    committed: int
+
+
+@dataclass(frozen=True)
+class ApplySnapshot:
+    """Replace ``shard``'s values, state and named vectors by the snapshot's, wait until they are
+    in, then report :class:`SnapshotApplied`."""
+
+    shard: int
+    version: int
+
+
+@dataclass(frozen=True)
+class MarkRestored:
+    """Tell ``bucket``'s role that its primary of ``epoch`` restored this copy."""
+
+    bucket: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Acknowledge:
+    """Answer the primary ``ACK`` with ``version``."""
+
+    version: int
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+def commit_log(log: ShardLog, upto: int, epoch: int) -> list:
+    """``log``'s prepared updates up to ``upto``, committed by the primary of ``epoch``, each
+    client request recorded (a re-send is then answered, not applied again)."""
+    items = log.commit(upto, epoch)
+    for sender, seq, work in items:
+        log.record(sender, seq, work.version)
+    return items
+
+
+class CopySide:
+    """This server's side as a copy of every bucket (see the module docstring).
+
+    Args:
+        me: This server's index.
+        roles: Every bucket's role (read here, changed by the roles' own stimuli).
+        logs: Every shard's log (changed here, and by the primary's commit round).
+    """
+
+    def __init__(
+        self, me: int, roles: Mapping[int, BucketRole], logs: Mapping[int, ShardLog]
+    ) -> None:
+        self.me, self.roles, self.logs = me, roles, logs
+        self.counters = {
+            "prepared": 0,
+            "committed": 0,
+            "snapshots_received": 0,
+            "outdated_snapshots": 0,
+            "fenced": 0,
+        }
+        self.transitions: deque = deque(maxlen=STORY_LENGTH)
+
+    def handle(self, stimulus: CopyStimulus) -> list:
+        """The one entry: take ``stimulus``, return what to do. Every transition goes into
+        :meth:`story`."""
+        match stimulus:
+            case PeerArrived():
+                actions = self._gate(stimulus)
+            case PrepareArrived():
+                actions = self._prepare(stimulus)
+            case CommitArrived():
+                actions = self._commit(stimulus)
+            case SnapshotArrived():
+                actions = self._snapshot(stimulus)
+            case SnapshotApplied():
+                self.counters["snapshots_received"] += 1
+                actions = [
+                    MarkRestored(stimulus.bucket, stimulus.epoch),
+                    Acknowledge(stimulus.version),
+                ]
+            case _:
+                raise TypeError(f"copy side: not a stimulus: {stimulus!r}")
+        self.transitions.append((stimulus.stimulus_id, type(stimulus).__name__, tuple(actions)))
+        return actions
+
+    def story(self) -> list[tuple]:
+        """The last transitions, oldest first: ``(stimulus_id, stimulus, actions)``."""
+        return list(self.transitions)
+
+    def validate_state(self) -> None:
+        """Check every log's invariants (tests call it after every stimulus).
+
+        Raises:
+            AssertionError: An invariant broken, with the last transitions.
+        """
+        for shard, log in self.logs.items():
+            versions = [v for v, _ in log.prepared]
+            expected = list(range(log.committed + 1, log.committed + 1 + len(versions)))
+            if versions != expected:
+                raise AssertionError(
+                    f"shard {shard}: prepared {versions} do not follow committed "
+                    f"{log.committed}; {self.story()[-5:]}"
+                )
+            if len(log.requests) > log.keep or log.committed < 0:
+                raise AssertionError(f"shard {shard}: {log!r}; {self.story()[-5:]}")
+        if min(self.counters.values()) < 0:
+            raise AssertionError(f"counters {self.counters}")
+
+    def _gate(self, s: PeerArrived) -> list:
+        role = self.roles[s.bucket]
+        verdict = gate(role, s.epoch, s.lease, s.sender)
+        if verdict is Gate.ACCEPT:
+            return [Pass()]
+        if verdict is Gate.REFRESH and not s.refreshed:
+            return [RefreshRecord(s.bucket)]
+        self.counters["fenced"] += 1
+        return [
+            Refuse(
+                ErrorCode.FENCED if verdict is Gate.FENCED else ErrorCode.BUSY,
+                f"server {self.me}: bucket {s.bucket} is at epoch {role.epoch}, "
+                f"primary {getattr(role.record, 'primary', None)}; a message of "
+                f"epoch {s.epoch} from server {s.sender} is refused",
+            )
+        ]
+
+    def _prepare(self, s: PrepareArrived) -> list:
+        log = self.logs[s.shard]
+        if not log.prepare(s.version, s.item):
+            return [
+                Refuse(
+                    ErrorCode.NEED_SYNC,
+                    f"shard {s.shard}: version {s.version} does not follow {log.last} here",
+                )
+            ]
+        self.counters["prepared"] += 1
+        return [Acknowledge(s.version)]
+
+    def _commit(self, s: CommitArrived) -> list:
+        log = self.logs[s.shard]
+        if s.upto > log.last:
+            return [
+                Refuse(
+                    ErrorCode.NEED_SYNC,
+                    f"shard {s.shard}: commit up to {s.upto}, prepared only to {log.last}",
+                )
+            ]
+        items = commit_log(log, s.upto, s.epoch)
+        self.counters["committed"] += len(items)
+        works = tuple(work for _, _, work in items)
+        return [ApplyCommitted(s.shard, works, log.committed), Acknowledge(log.committed)]
+
+    def _snapshot(self, s: SnapshotArrived) -> list:
+        log = self.logs[s.shard]
+        if log.outdated(s.version, s.epoch):
+            self.counters["outdated_snapshots"] += 1  # applied nowhere: nothing to undo
+            # not an acknowledgement: a primary must never take this copy as synced by it
+            return [
+                Refuse(
+                    ErrorCode.NEED_SYNC,
+                    f"shard {s.shard}: a snapshot at version {s.version} of epoch "
+                    f"{s.epoch} is older than version {log.committed} committed here from the "
+                    "same primary; dropped",
+                )
+            ]
+        log.restore(s.version, list(s.table), s.epoch)
+        return [ApplySnapshot(s.shard, s.version)]

@@ -1,0 +1,85 @@
+"""Work queued on this server's own update engine by the replication, and waiting for it.
+
+The replication applies work here from two threads: the network thread queues a copy's committed
+updates and a snapshot's restore, the replication thread a primary's admitted updates, the
+updates a new primary had prepared, and barriers before a snapshot is read. Each shard's queue is
+applied in order, so a :attr:`~hogwild_plugins.ps.engine.Kind.BARRIER` queued after a shard's
+updates is done only once they are. Nothing waits without a bound: ``LOCAL_APPLY_S``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from hogwild_plugins.ps.engine import Kind, Work
+
+from hogwild.errors import HogwildError
+from hogwild.net.wire import ErrorCode, WireError
+
+__all__ = ["LOCAL_APPLY_S", "Countdown", "LocalApplier"]
+
+LOCAL_APPLY_S = 30.0
+
+
+class Countdown:
+    """Waits until ``n`` local applications finished (the engine calls :meth:`done`)."""
+
+    def __init__(self, n: int) -> None:
+        self.left, self.cond = n, threading.Condition()
+
+    def done(self) -> None:
+        with self.cond:
+            self.left -= 1
+            if self.left <= 0:
+                self.cond.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: self.left <= 0, timeout)
+
+
+class LocalApplier:
+    """Queues work on ``server``'s update engine (see the module docstring)."""
+
+    def __init__(self, server) -> None:
+        self.server = server
+
+    def apply(self, works: list, countdown: Countdown | None = None) -> None:
+        """Queue ``works`` on the engine, in order (waiting for free slots); the replication
+        answers them, not the engine. ``countdown`` counts each one applied."""
+        engine = self.server.engine
+        for work in works:
+            work.acked = True  # the replication answers, not the engine
+            if countdown is not None:
+                chained = work.free
+                work.free = (
+                    countdown.done
+                    if chained is None
+                    else (lambda c=chained: (c(), countdown.done()))
+                )
+            deadline = time.monotonic() + LOCAL_APPLY_S
+            slot = engine.reserve()
+            while slot is None:
+                if time.monotonic() > deadline:
+                    raise WireError("the update engine's queues stayed full", ErrorCode.BUSY)
+                time.sleep(0.001)
+                slot = engine.reserve()
+            engine.put(slot, work)
+
+    def apply_and_wait(self, works: list, what: str) -> None:
+        """Queue ``works`` on the engine and wait until each is applied.
+
+        Raises:
+            HogwildError: Not applied within ``LOCAL_APPLY_S`` (naming ``what``).
+        """
+        done = Countdown(len(works))
+        self.apply(works, done)
+        if not done.wait(LOCAL_APPLY_S):
+            raise HogwildError(f"{what}: not applied within {LOCAL_APPLY_S:g} s")
+
+    def barrier(self, shards: list[int]) -> None:
+        """Wait until the update engine applied everything queued for ``shards`` (a copy just
+        promoted may still have commits queued by the network thread)."""
+        works = [Work(Kind.BARRIER, self.server.local[s]) for s in shards]
+        self.apply_and_wait(works, f"shards {shards}: the queued updates")

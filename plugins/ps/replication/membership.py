@@ -1,0 +1,108 @@
+"""A replicated server's membership in etcd: its session lease, ``members/<index>``, the heartbeat.
+
+The server registers ``members/<index>`` (its address, its lease) under a lease of ``lease_s``
+seconds and a heartbeat thread renews it every fifth of that. The
+:class:`~hogwild_plugins.ps.failover.LeaseClock` says, by this process's own clock, whether the
+lease is still valid: it always gives up before etcd does. A lease found lost (the process was
+paused past it) is counted, the buckets are told at once (``on_change``: they step down) and a
+new lease is taken and registered. Nothing is decided here: the bucket roles read the members.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
+from hogwild_plugins.ps.failover import LeaseClock
+
+from hogwild.errors import HogwildError
+
+__all__ = ["Membership"]
+
+BEAT_S = 0.05  # how often the heartbeat looks whether a renewal is due
+
+
+class Membership:
+    """One server's lease and registration (see the module docstring).
+
+    Args:
+        etcd: The heartbeat's own etcd connection (a slow map read never delays a renewal).
+        me: The server's index.
+        address: What ``members/<me>`` tells the others (``HOST:PORT``).
+        lease_s: The lease's TTL.
+        on_change: Called when the membership changed (registered, or the lease was lost).
+    """
+
+    def __init__(
+        self, etcd: Etcd, me: int, address: str, lease_s: int, on_change: Callable[[], None]
+    ) -> None:
+        self.etcd, self.me, self.address = etcd, me, address
+        self.lease_s, self.on_change = int(lease_s), on_change
+        self.clock = LeaseClock()
+        self.leases_lost = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def register(self) -> None:
+        """Take a lease and put ``members/<me>`` under it."""
+        sent = time.monotonic()
+        lease = self.etcd.grant(self.lease_s)
+        self.etcd.put(
+            f"members/{self.me}",
+            {"address": self.address, "lease": lease, "lease_s": self.lease_s},
+            lease=lease,
+        )
+        self.clock.granted(lease, self.lease_s, sent)
+        self.on_change()
+
+    def start(self) -> None:
+        """Register, then keep the lease alive on a thread of its own."""
+        self.register()
+        self._thread = threading.Thread(target=self._beat, name="hogwild-lease", daemon=True)
+        self._thread.start()
+
+    def halt(self) -> None:
+        """Tell the heartbeat to stop renewing (from any thread; it ends within a beat)."""
+        self._stop.set()
+
+    def stop(self) -> None:
+        """Stop the heartbeat (the lease is still held: :meth:`revoke` gives it back)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def revoke(self) -> None:
+        """Give the lease back (the others take over at once); etcd gone: it lapses by itself."""
+        if self.clock.lease:
+            try:
+                self.etcd.revoke(self.clock.lease)
+            except HogwildError:
+                pass
+
+    def valid(self, now: float) -> bool:
+        return self.clock.valid(now)
+
+    @property
+    def lease(self) -> int:
+        return self.clock.lease
+
+    def _beat(self) -> None:
+        last = 0.0
+        while not self._stop.wait(BEAT_S):
+            now = time.monotonic()
+            if not self.clock.renew_due(now, last):
+                continue
+            last = now
+            try:
+                try:
+                    remaining = self.etcd.keepalive(self.clock.lease)
+                except LeaseExpired:
+                    remaining = 0
+                if not self.clock.renewed(remaining, now):
+                    self.leases_lost += 1
+                    self.on_change()  # step down from every bucket now
+                    self.register()
+            except HogwildError:
+                pass  # etcd unreachable: the lease lapses by the clock, the map decides

@@ -1,0 +1,327 @@
+"""A primary's copies (plugins/ps/failover.py), with no socket: copies dropped from and added
+back to ``in_sync``, a new primary that serves only once every live in-sync copy has its
+snapshot, and a bucket handed back to its preferred primary. Every stimulus is followed by the
+role's ``validate_state``.
+"""
+
+from __future__ import annotations
+
+from hogwild_plugins.ps.failover import (
+    BucketRecord,
+    BucketRole,
+    Campaign,
+    CampaignAnswered,
+    CopyUnreachable,
+    Gate,
+    HandOver,
+    HandOverAnswered,
+    InSyncWritten,
+    MapRead,
+    Role,
+    SnapshotDelivered,
+    StepDown,
+    Sync,
+    WriteInSync,
+    desired_copies,
+    gate,
+)
+from hogwild_plugins.ps.shard_log import ShardLog
+
+from tests.unit.bucket_role_support import (
+    BUCKET,
+    COPIES,
+    LEASE,
+    NEW_LEASE,
+    SyncKeys,
+    carry_out,
+    established,
+    failed_over,
+    first_primary,
+    lapsed_primary,
+    live,
+    settle,
+    step,
+)
+
+# --------------------------------------------------------------------------- a copy's log
+
+
+def test_a_copy_that_missed_a_prepare_is_dropped_caught_up_and_taken_back():
+    roles, keys, primary = established()
+    copy = next(s for s in roles if s != primary)
+    log = ShardLog(committed=4)
+    assert not log.prepare(6, "u6")  # the copy reports a gap: NEED_SYNC
+    [drop] = step(roles[primary], CopyUnreachable, copy)
+    assert copy not in drop.record.in_sync
+    assert not roles[primary].serving  # until etcd has the copy out of in_sync
+    assert keys.transact(drop)
+    assert step(roles[primary], InSyncWritten, True, keys.read()) == [Sync(BUCKET, copy)]
+    assert not roles[primary].serving
+    log.restore(6, [], epoch=1)  # the snapshot
+    [back] = step(roles[primary], SnapshotDelivered, copy)
+    assert copy in back.record.in_sync
+    assert keys.transact(back) and step(roles[primary], InSyncWritten, True, keys.read()) == []
+    assert roles[primary].serving and copy in keys.read().in_sync
+    assert log.prepare(7, "u7")
+
+
+# --------------------------------------------------------------------------- in_sync changes
+
+
+def test_a_copy_lost_while_a_write_is_under_way_is_removed_by_the_next_write():
+    keys, members = SyncKeys(), live(range(3))
+    role = first_primary(members, keys)
+    first = role.me
+    a, b = sorted(set(members) - {first})
+    step(role, CampaignAnswered, True, keys.read())
+    [add_a] = step(role, SnapshotDelivered, a)
+    assert step(role, SnapshotDelivered, b) == []  # a write is under way: b goes in the next one
+    assert keys.transact(add_a)
+    [add_b] = step(role, InSyncWritten, True, keys.read())
+    assert add_b.record.in_sync == (first, a, b)
+    assert step(role, CopyUnreachable, a) == []  # while b is being added: queued
+    assert keys.transact(add_b)
+    [drop_a] = step(role, InSyncWritten, True, keys.read())
+    assert drop_a.record.in_sync == (first, b)
+    assert keys.transact(drop_a)
+    step(role, InSyncWritten, True, keys.read())
+    assert keys.read().in_sync == (first, b)
+
+
+def test_a_copy_back_while_its_removal_is_written_is_added_again():
+    roles, keys, primary = established()
+    copy = next(s for s in roles if s != primary)
+    role = roles[primary]
+    [drop] = step(role, CopyUnreachable, copy)
+    assert (
+        step(role, SnapshotDelivered, copy) == []
+    )  # caught up again while the removal is under way
+    carry_out(role, [drop], keys, roles)
+    assert role.serving and copy in keys.read().in_sync
+
+
+def test_an_in_sync_write_that_loses_to_another_deposes_the_primary():
+    roles, keys, primary = established()
+    copy = next(s for s in roles if s != primary)
+    step(roles[primary], CopyUnreachable, copy)
+    assert step(roles[primary], InSyncWritten, False, keys.read()) == []
+    assert roles[primary].role is Role.DEPOSED and not roles[primary].serving
+
+
+def test_a_snapshot_that_fails_is_tried_again_at_the_next_read_of_the_map():
+    keys, members = SyncKeys(), live(range(3))
+    role = first_primary(members, keys)
+    down = max(set(members) - {role.me})
+    carry_out(
+        role, step(role, CampaignAnswered, True, keys.read()), keys, reachable=lambda s: s != down
+    )
+    assert down not in keys.read().in_sync
+    assert role.serving  # given up on for now: the others are in sync
+    assert step(role, MapRead, keys.read(), members, LEASE[role.me], True) == [Sync(BUCKET, down)]
+    assert not role.serving
+    carry_out(role, step(role, SnapshotDelivered, down), keys)
+    assert down in keys.read().in_sync and role.serving
+
+
+def test_a_member_going_away_is_written_out_of_in_sync_and_synced_when_it_returns():
+    roles, keys, primary = established()
+    gone = next(s for s in roles if s != primary)
+    role = roles[primary]
+    members = live(s for s in roles if s != gone)
+    [drop] = step(role, MapRead, keys.read(), members, LEASE[primary], True)
+    assert isinstance(drop, WriteInSync) and gone not in drop.record.in_sync
+    assert not role.serving
+    carry_out(role, [drop], keys)
+    assert role.serving and gone not in keys.read().in_sync
+    assert step(role, MapRead, keys.read(), members, LEASE[primary], True) == []  # nothing to sync
+    returned = {**members, gone: NEW_LEASE[gone]}  # its key lapsed: it registers anew
+    back = step(role, MapRead, keys.read(), returned, LEASE[primary], True)
+    assert back == [Sync(BUCKET, gone)]
+
+
+def test_a_copy_that_restarted_is_written_out_of_in_sync_and_synced_again():
+    roles, keys, primary = established()
+    restarted = next(s for s in roles if s != primary)
+    role = roles[primary]
+    members = {**live(roles), restarted: NEW_LEASE[restarted]}  # a new process, a new lease
+    [drop] = step(role, MapRead, keys.read(), members, LEASE[primary], True)
+    assert isinstance(drop, WriteInSync) and restarted not in drop.record.in_sync
+    assert keys.transact(drop)
+    assert step(role, InSyncWritten, True, keys.read()) == [Sync(BUCKET, restarted)]
+    carry_out(role, step(role, SnapshotDelivered, restarted), keys)
+    assert restarted in keys.read().in_sync and role.serving
+    assert step(role, MapRead, keys.read(), members, LEASE[primary], True) == []  # and stays in
+
+
+def test_a_copy_that_left_while_its_snapshot_was_sent_is_written_out_of_in_sync():
+    keys, members = SyncKeys(), live(range(3))
+    role = first_primary(members, keys)
+    leaving = max(set(members) - {role.me})
+    step(role, CampaignAnswered, True, keys.read())
+    without = {s: lease for s, lease in members.items() if s != leaving}
+    step(role, MapRead, keys.read(), without, LEASE[role.me], True)  # its key lapsed meanwhile
+    carry_out(role, step(role, SnapshotDelivered, leaving), keys)  # the snapshot had reached it
+    carry_out(role, step(role, MapRead, keys.read(), without, LEASE[role.me], True), keys)
+    assert leaving not in keys.read().in_sync
+
+
+# --------------------------------------------------------------------------- hand-back
+
+
+def test_after_a_failover_the_bucket_goes_to_the_survivors_preferred_primary_and_stays():
+    roles, keys, _dead, survivors = failed_over(range(4))
+    holder = keys.read().primary
+    assert holder == desired_copies(BUCKET, survivors, COPIES)[0] and roles[holder].serving
+    record = keys.read()
+    assert settle(roles, keys, survivors) == 0 and keys.read() == record
+
+
+def test_a_primary_hands_the_bucket_back_to_a_returning_preferred_copy_once_it_is_in_sync():
+    roles, keys, back, survivors = failed_over()
+    holder = keys.read().primary
+    roles[back] = BucketRole(BUCKET, back, COPIES)  # a new process: no state
+    members = {**survivors, back: NEW_LEASE[back]}
+    role = roles[holder]
+    # Not in sync yet: caught up first, then written into in_sync; no hand-over meanwhile.
+    assert step(role, MapRead, keys.read(), members, LEASE[holder], True) == [Sync(BUCKET, back)]
+    carry_out(role, [Sync(BUCKET, back)], keys, roles)
+    assert back in keys.read().in_sync and role.serving and role.role is Role.PRIMARY
+    before = keys.read()
+    [hand] = step(role, MapRead, before, members, LEASE[holder], True)
+    in_sync = (back, *(s for s in before.in_sync if s != back))
+    assert hand == HandOver(
+        BUCKET, BucketRecord(before.epoch + 1, back, NEW_LEASE[back], in_sync), before.revision
+    )
+    assert role.role is Role.HANDING and not role.serving  # no acknowledgement from here on
+    carry_out(role, [hand], keys, roles)
+    assert role.role is Role.FOLLOWER and role.current and role.record == keys.read()
+    # The successor, named primary and not serving, takes the bucket under the next epoch.
+    [campaign] = step(roles[back], MapRead, keys.read(), members, NEW_LEASE[back], True)
+    handed = keys.read()
+    new = BucketRecord(before.epoch + 2, back, NEW_LEASE[back], in_sync)
+    assert campaign == Campaign(BUCKET, new, handed.revision)
+    carry_out(roles[back], [campaign], keys, roles)
+    assert roles[back].serving and set(keys.read().in_sync) == set(members)
+    # The old primary, having read the map, accepts the successor and refuses its own epoch.
+    assert step(role, MapRead, keys.read(), members, LEASE[holder], True) == []
+    assert gate(role, before.epoch + 2, NEW_LEASE[back], back) is Gate.ACCEPT
+    assert gate(role, before.epoch, LEASE[holder], holder) is Gate.FENCED
+    # No ping-pong: the membership is fixed, so is the preferred primary.
+    record = keys.read()
+    assert settle(roles, keys, members) == 0 and keys.read() == record
+
+
+def test_no_hand_back_while_a_campaign_is_open_or_the_primary_confirms_its_copies():
+    roles, keys, _old, members = lapsed_primary(range(4))
+    record = keys.read()
+    preferred, second = desired_copies(BUCKET, members, COPIES)[:2]
+    assert {preferred, second} <= set(record.in_sync)
+    campaigns = {
+        s: step(roles[s], MapRead, record, members, LEASE[s], True) for s in (preferred, second)
+    }
+    assert step(roles[second], MapRead, record, members, LEASE[second], True) == []  # campaigning
+    assert keys.transact(campaigns[second][0])  # the second one wins the race
+    assert step(roles[preferred], CampaignAnswered, False, keys.read()) == []
+    role = roles[second]
+    actions = step(role, CampaignAnswered, True, keys.read())
+    assert preferred in keys.read().in_sync and not role.serving
+    assert not any(isinstance(a, HandOver) for a in actions)
+    assert (
+        step(role, MapRead, keys.read(), members, LEASE[second], True) == []
+    )  # snapshots under way
+    carry_out(role, actions[1:], keys, roles, reachable=lambda s: s != preferred)
+    assert role.serving and preferred not in keys.read().in_sync  # dropped: no hand-over
+    assert step(role, MapRead, keys.read(), members, LEASE[second], True) == [
+        Sync(BUCKET, preferred)
+    ]
+    carry_out(role, step(role, SnapshotDelivered, preferred), keys)
+    [hand] = step(role, MapRead, keys.read(), members, LEASE[second], True)
+    assert hand.record.primary == preferred and hand.record.lease == LEASE[preferred]
+
+
+def test_a_preferred_copy_that_restarted_since_it_was_caught_up_is_not_handed_the_bucket():
+    roles, keys, back, survivors = failed_over()
+    holder = keys.read().primary
+    members = {**survivors, back: NEW_LEASE[back]}
+    roles[back] = BucketRole(BUCKET, back, COPIES)
+    carry_out(
+        roles[holder],
+        step(roles[holder], MapRead, keys.read(), members, LEASE[holder], True),
+        keys,
+        roles,
+    )
+    assert back in keys.read().in_sync
+    again = {**members, back: NEW_LEASE[back] + 100}  # restarted once more
+    roles[back] = BucketRole(BUCKET, back, COPIES)
+    [drop] = step(roles[holder], MapRead, keys.read(), again, LEASE[holder], True)
+    assert isinstance(drop, WriteInSync) and back not in drop.record.in_sync
+
+
+def handing(servers=range(3)):
+    """A bucket back to its preferred server's copy; the primary's :class:`HandOver` returned
+    and not yet carried out."""
+    roles, keys, back, survivors = failed_over(servers)
+    holder = keys.read().primary
+    members = {**survivors, back: LEASE[back]}  # its key lapsed; the same process registered
+    step(roles[back], StepDown, None)
+    carry_out(
+        roles[holder],
+        step(roles[holder], MapRead, keys.read(), members, LEASE[holder], True),
+        keys,
+        roles,
+    )
+    [hand] = step(roles[holder], MapRead, keys.read(), members, LEASE[holder], True)
+    assert isinstance(hand, HandOver) and roles[holder].role is Role.HANDING
+    return roles, keys, roles[holder], hand, members
+
+
+def test_a_hand_over_whose_transaction_loses_deposes_the_primary_and_the_map_decides():
+    roles, keys, role, hand, members = handing()
+    other = next(s for s in members if s not in (role.me, hand.record.primary))
+    # Someone else wrote the record first (here: a campaign by another in-sync copy).
+    rival = keys.read()
+    taken = BucketRecord(rival.epoch + 1, other, LEASE[other], (other, role.me))
+    assert keys.transact(Campaign(BUCKET, taken, rival.revision))
+    carry_out(role, [hand], keys)
+    assert role.role is Role.DEPOSED and not role.serving and role.record == keys.read()
+    assert step(role, MapRead, keys.read(), members, LEASE[role.me], True) == []
+    assert role.role is Role.FOLLOWER and role.current  # still in in_sync
+
+
+def test_a_hand_over_whose_answer_was_lost_is_decided_by_the_next_read():
+    roles, keys, role, hand, members = handing()
+    assert step(role, HandOverAnswered, False, None) == []  # etcd did not answer: it did not happen
+    assert role.role is Role.DEPOSED
+    [retake] = step(
+        role, MapRead, keys.read(), members, LEASE[role.me], True
+    )  # still named: retake
+    assert isinstance(retake, Campaign) and retake.record.primary == role.me
+    roles, keys, role, hand, members = handing()
+    assert keys.transact(hand)
+    assert step(role, HandOverAnswered, False, None) == []  # it did happen, the answer was lost
+    assert step(role, MapRead, keys.read(), members, LEASE[role.me], True) == []
+    assert role.role is Role.FOLLOWER and role.record.primary == hand.record.primary
+
+
+def test_a_successor_that_dies_mid_hand_back_is_replaced_by_an_ordinary_failover():
+    roles, keys, role, hand, members = handing()
+    carry_out(role, [hand], keys)
+    successor = hand.record.primary
+    after = {s: lease for s, lease in members.items() if s != successor}
+    actions = step(role, MapRead, keys.read(), after, LEASE[role.me], True)  # before it took over
+    assert actions == [
+        Campaign(
+            BUCKET,
+            BucketRecord(
+                hand.record.epoch + 1,
+                role.me,
+                LEASE[role.me],
+                (role.me, *(s for s in hand.record.in_sync if s in after and s != role.me)),
+            ),
+            keys.read().revision,
+        )
+    ]
+    carry_out(role, actions, keys, roles)
+    assert role.serving and keys.read().primary == role.me
+    record = keys.read()
+    assert settle(roles, keys, after) == 0 and keys.read() == record
