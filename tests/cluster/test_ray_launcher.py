@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 
 pytest.importorskip("ray")
 from ray.util.state import list_actors, list_placement_groups  # noqa: E402
