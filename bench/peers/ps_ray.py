@@ -1,5 +1,6 @@
-"""Peer for ``bench/figures/adam_fig9_ps.py``: a Ray actor parameter server, Ray's documented
-pattern.
+"""A Ray actor parameter server, Ray's documented pattern: a peer of Adam Fig. 9.
+
+It stands beside ``bench/figures/adam_fig9_ps.py``.
 
 Ray's parameter-server example keeps the weights in an actor with ``apply_gradients(*gradients)``
 and ``get_weights()``; workers call ``ps.apply_gradients.remote(grad)`` and ``ray.get`` the

@@ -1,5 +1,6 @@
-"""Peer for ``bench/figures/adam_fig9_ps.py``: PyTorch's RPC parameter server
-(``torch.distributed.rpc``).
+"""PyTorch's RPC parameter server (``torch.distributed.rpc``): a peer of Adam Fig. 9.
+
+It stands beside ``bench/figures/adam_fig9_ps.py``.
 
 The pattern of PyTorch's parameter-server tutorial: rank 0 holds the parameters and serves
 remote calls; every other rank is a client that calls ``rpc_async("ps", apply_delta,

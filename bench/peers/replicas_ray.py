@@ -1,5 +1,6 @@
-"""Peer for ``bench/figures/adam_fig11_replicas.py``: Adam's MNIST model on a Ray actor parameter
-server.
+"""Adam's MNIST model on a Ray actor parameter server: a peer of Adam Fig. 11's race.
+
+It stands beside ``bench/figures/adam_fig11_replicas.py``.
 
 Ray's documented asynchronous parameter-server example ("Parameter Server", Ray examples): a
 ``ParameterServer`` actor holds the model and an ``optim.SGD`` at the example's settings
@@ -40,7 +41,7 @@ if not __package__:  # run by path (``python bench/peers/NAME.py``): the reposit
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 from bench.peers.torch_mnist import accuracy, adam_mnist_net, load_split
-from bench.support.paths import SHARED_MNIST
+from bench.support.paths import REPO, SHARED_MNIST
 
 LAUNCHED = time.time()
 BATCH, LR = 128, 0.01  # Ray's parameter-server example
@@ -110,6 +111,12 @@ def run(args) -> dict:
     torch.set_num_threads(1)
     test_images, test_labels = load_split(args.data, "test")
     evaluator = adam_mnist_net()
+    # The actors call bench.peers.torch_mnist by name; a Ray worker's sys.path holds only the
+    # driver's script folder and working directory, so it gets the repository root this way
+    # (the local Ray started here, and its workers, inherit this environment).
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )
     ray.init(
         num_cpus=args.trainers + 1,
         include_dashboard=False,

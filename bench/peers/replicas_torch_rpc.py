@@ -1,5 +1,6 @@
-"""Peer for ``bench/figures/adam_fig11_replicas.py``: Adam's MNIST model on PyTorch's RPC parameter
-server.
+"""Adam's MNIST model on PyTorch's RPC parameter server: a peer of Adam Fig. 11's race.
+
+It stands beside ``bench/figures/adam_fig11_replicas.py``.
 
 The pattern of PyTorch's parameter-server example (``pytorch/examples``,
 ``distributed/rpc/parameter_server``, and the tutorial "Implementing a Parameter Server Using
