@@ -7,8 +7,9 @@ traceback. Any config key can be set as ``--section.key=value`` after the named 
 ``hogwild data ingest|preview|info|verify`` builds and inspects LMDB image caches
 (:mod:`hogwild.data.cli_data`); ``train --data CACHE`` trains from one.
 
-``hogwild bench NAME ...`` runs ``bench/NAME.py`` of the source tree (the benchmarks are scripts
-beside the package, not part of it), forwarding the remaining arguments to its ``main``.
+``hogwild bench NAME ...`` runs the figure script ``bench/figures/<BENCHMARKS[NAME]>.py`` of the
+source tree (the benchmarks are scripts beside the package, not part of it), forwarding the
+remaining arguments to its ``main``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ INTERRUPTED = "hogwild: interrupted; workers stopped and shared memory removed" 
 _OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
 PLUGIN_COMMANDS = "hogwild.commands"
 BENCHMARKS = {"cores": "Adam Fig. 8: training throughput against cores, beside PyTorch Hogwild"}
+BENCHMARK_SCRIPTS = {"cores": "adam_fig8_cores"}  # a benchmark's name -> its bench/figures/ file
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -311,15 +313,16 @@ def bench_dir() -> Path:
 
 
 def _bench(name: str, argv: list[str]) -> int:
-    folder = bench_dir()
-    if not (folder / f"{name}.py").is_file():
+    folder, script = bench_dir(), BENCHMARK_SCRIPTS[name]
+    path = folder / "figures" / f"{script}.py"
+    if not path.is_file():
         raise HogwildError(
-            f"hogwild bench {name} needs the source tree: {folder / (name + '.py')} not found "
+            f"hogwild bench {name} needs the source tree: {path} not found "
             "(hogwild was installed without it; clone the repository and pip install -e .)"
         )
     if str(folder.parent) not in sys.path:
         sys.path.insert(0, str(folder.parent))  # spawned children inherit it
-    module = importlib.import_module(f"bench.{name}")
+    module = importlib.import_module(f"bench.figures.{script}")
     return module.main(argv, prog=f"hogwild bench {name}")
 
 

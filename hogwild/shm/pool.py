@@ -23,8 +23,8 @@ block's memory is placed on a NUMA node by whichever process touches it first (o
 ``hogwild.numa.pinning.bind_memory``), not by the pool.
 
 What the product uses: the parameter server receives arrays into a private pool
-(``create(..., private=True)``); ``bench/pools.py`` measures the shared one across processes
-(``create``, :meth:`BufferPool.attach`, the per-thread caches). Partitions of one model on one
+(``create(..., private=True)``); ``bench/figures/buffer_pools.py`` measures the shared one
+across processes (``create``, :meth:`BufferPool.attach`, the per-thread caches). Partitions of one model on one
 host will pass blocks of neurons through a shared pool (model partitioning's block passing).
 """
 

@@ -132,7 +132,7 @@ class CopiesStore(ParameterStore):
     #: Whether home is in the arena (workers may then train on it directly, without copies).
     home_is_local = True
     #: An exchange with a home copy in shared memory is a pass over the parameters: every 64
-    #: examples costs little beside the training (``bench/parameters.py``).
+    #: examples costs little beside the training (``bench/figures/parameter_stores.py``).
     cadence = 64
 
     def __init__(self, config, network, placements) -> None:

@@ -1,4 +1,4 @@
-"""The parameter-store seam (DESIGN.md): where parameters come from and where progress goes.
+"""The parameter-store seam (docs/design.md): where parameters come from and where progress goes.
 
 ``train.parameters`` names a store (:mod:`hogwild.store.registry`); the trainer and the workers
 talk to it only through the two classes here and never know which one they have.

@@ -1,4 +1,4 @@
-"""The trainer: the parent process of a single-node Hogwild job (DESIGN.md, "How data flows").
+"""The trainer: a single-node job's parent (docs/design.md, "How data flows on one machine").
 
 It owns every shared resource of the job and releases it on every exit path (a normal end, an
 error, Ctrl-C, SIGTERM): it compiles the kernels, plans the workers' CPUs around other live jobs

@@ -51,7 +51,7 @@ message buffers, no copy: ``recv = "inplace"``). The default, ``"auto"``, takes 
 a server of one copy on two CPUs or more, and frames in place on one CPU (where ZeroMQ's I/O
 thread and the update share a cache and the copy is pure cost) and with copies (whose primaries
 forward the frames they received).
-``bench/ps.py`` measures both; the README quotes them.
+``bench/figures/adam_fig9_ps.py`` measures both; the README quotes them.
 """
 
 from __future__ import annotations
@@ -118,10 +118,11 @@ class ServerOptions:
         lease_s: TTL of the server's etcd lease (replication).
         direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
             network thread (the default); False queues every pull behind its shard's update
-            thread, as replicated servers do (``bench/ps.py`` measures both).
+            thread, as replicated servers do (``bench/figures/adam_fig9_ps.py`` measures both).
         direct_pushes: With one copy, apply a push of deltas on the network thread when its
             shard's update thread is idle and no write is pending for the shard (the default);
-            False queues every push for the update threads (``bench/ps.py`` measures both).
+            False queues every push for the update threads (``bench/figures/adam_fig9_ps.py``
+            measures both).
     """
 
     job: str

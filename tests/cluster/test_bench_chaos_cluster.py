@@ -1,4 +1,5 @@
-"""``bench/chaos_cluster.py --quick``: the shape and the promises of its JSON line, not its speed.
+"""``bench/figures/chaos_cluster.py --quick``: the shape and the promises of its JSON line, not its
+speed.
 
 The quick run trains a tiny job (6,000 examples, 2 epochs) through ``hogwild cluster --ps 3
 --cluster.copies=3`` three times (fault-free, copies = 1, and with a parameter server, a replica,
@@ -23,14 +24,14 @@ RUNS = ("chaos", "fault_free", "copies_1", "ledger")
 @pytest.mark.slow
 def test_quick_run_loses_nothing_and_leaves_nothing(tmp_path, mnist_dir, repo_root):
     out = tmp_path / "chaos_cluster.json"
-    command = [sys.executable, str(repo_root / "bench" / "chaos_cluster.py"), "--quick"]
+    command = [sys.executable, str(repo_root / "bench" / "figures" / "chaos_cluster.py"), "--quick"]
     command += ["--data", str(mnist_dir), "--out", str(out)]
     # a bound for a hang, not a speed check: from a cold numba cache (as CI runs) every role
     # compiles its kernels first; on a slow 2-core host the run took 266 s cold, 96 s warm
     record = run_bench(command, out, timeout=600, cwd=repo_root)
 
     assert record["benchmark"] == "chaos_cluster"
-    assert record["command"].startswith("python bench/chaos_cluster.py --quick")
+    assert record["command"].startswith("python bench/figures/chaos_cluster.py --quick")
     assert "--cluster.copies=3" in record["job"]["command"]
     assert record["job"]["settings"]["cluster"]["copies"] == 3
     assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])

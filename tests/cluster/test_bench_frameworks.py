@@ -1,4 +1,5 @@
-"""``bench/frameworks.py --quick``: the shape of its JSON line, not its speed or its accuracy.
+"""``bench/figures/distbelief_fig4_frameworks.py --quick``: the shape of its JSON line, not its
+speed or its accuracy.
 
 The benchmark's contenders are every line of DistBelief's Fig. 4 (single-replica SGD, Downpour
 with SGD and with Adagrad, Sandblaster L-BFGS, and SINGA's AllReduce, hybrid and distributed
@@ -22,6 +23,7 @@ import pytest
 
 from tests.bench_runs import run_bench
 
+SCRIPT = "bench/figures/distbelief_fig4_frameworks.py"
 FRAMEWORKS = {"downpour", "sandblaster", "allreduce", "hybrid", "hogwild"}
 RUN = {"sgd": "downpour", "sandblaster-lbfgs": "sandblaster", "hybrid-sgd": "hybrid"}
 REFUSED = {"hybrid-sgd-2sg": "hybrid"}  # the hybrid on two server groups: not built yet
@@ -31,14 +33,14 @@ LEAK_KINDS = ("segments", "processes", "ports")
 @pytest.mark.slow
 def test_quick_run_draws_a_curve_for_each_contender_it_trains(tmp_path, mnist_dir, repo_root):
     out, png = tmp_path / "frameworks.json", tmp_path / "fig4.png"
-    command = [sys.executable, str(repo_root / "bench" / "frameworks.py"), "--quick"]
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick"]
     command += ["--data", str(mnist_dir), "--out", str(out), "--plot", str(png)]
     command += ["--only", ",".join({**RUN, **REFUSED})]
     record = run_bench(command, out, timeout=240, cwd=repo_root)
     assert png.stat().st_size > 10_000
 
     assert record["benchmark"] == "frameworks"
-    assert record["command"].startswith("python bench/frameworks.py --quick")
+    assert record["command"].startswith(f"python {SCRIPT} --quick")
     assert record["target"] == 0.985 and record["budget_s"] > 0
     assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
     assert {"python", "numpy", "hogwild"} <= set(record["versions"])
@@ -76,12 +78,12 @@ def test_quick_run_draws_a_curve_for_each_contender_it_trains(tmp_path, mnist_di
 
 
 def test_the_contenders_are_every_line_of_fig_4_and_an_unknown_one_is_refused(repo_root):
-    from bench.frameworks import CONTENDERS
+    from bench.figures.distbelief_fig4_frameworks import CONTENDERS
 
     pairs = {(c.framework, c.optimizer) for c in CONTENDERS}
     assert {framework for framework, _ in pairs} == FRAMEWORKS
     assert {("downpour", "sgd"), ("downpour", "adagrad"), ("sandblaster", "lbfgs")} <= pairs
-    command = [sys.executable, str(repo_root / "bench" / "frameworks.py"), "--only", "sgd,nope"]
+    command = [sys.executable, str(repo_root / SCRIPT), "--only", "sgd,nope"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=repo_root)
     assert done.returncode == 2 and done.stdout == ""
     assert "--only: unknown contender(s) nope" in done.stderr

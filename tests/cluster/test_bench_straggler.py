@@ -1,4 +1,5 @@
-"""``bench/straggler.py --quick``: the shape of its JSON line and what it promises, not its speed.
+"""``bench/figures/straggler.py --quick``: the shape of its JSON line and what it promises, not its
+speed.
 
 The quick run trains a one-epoch job of 3,000 examples through ``hogwild cluster`` (2 replicas, 1
 parameter server) four times: portions and fixed shards, each with a busy process on replica 1's
@@ -13,19 +14,19 @@ import sys
 import psutil
 import pytest
 
-from bench.straggler import busy_code
+from bench.figures.straggler import busy_code
 from tests.bench_runs import run_bench
 
 
 @pytest.mark.slow
 def test_quick_run_reports_both_splits_busy_and_quiet(tmp_path, mnist_dir, repo_root):
     out = tmp_path / "straggler.json"
-    command = [sys.executable, str(repo_root / "bench" / "straggler.py"), "--quick"]
+    command = [sys.executable, str(repo_root / "bench" / "figures" / "straggler.py"), "--quick"]
     command += ["--data", str(mnist_dir), "--out", str(out)]
     record = run_bench(command, out, timeout=600, cwd=repo_root)
 
     assert record["benchmark"] == "straggler"
-    assert record["command"].startswith("python bench/straggler.py --quick")
+    assert record["command"].startswith("python bench/figures/straggler.py --quick")
     assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
     rows = {(r["split"], r["busy"]): r for r in record["results"]}
     assert set(rows) == {(s, b) for s in ("portions", "shards") for b in (True, False)}

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.shm import sweeper
 from hogwild.training.checkpoint import load_checkpoint
 

@@ -26,7 +26,7 @@ import pytest
 import zmq
 
 import hogwild
-from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.data.augment import AugmentSpec
 from hogwild.data.cache import open_cache
 from hogwild.data.feed import ArrayReader, WorkerFeed

@@ -19,7 +19,7 @@ import pytest
 from hogwild_plugins.ps.launch import ServeProcess
 
 import hogwild
-from bench.paper_job import PAPER_JOB
+from bench.support.paper_job import PAPER_JOB
 from hogwild.model.network import build_network
 from tests.store_contract import StoreUnderTest, run_contract
 

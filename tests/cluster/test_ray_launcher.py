@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.net.ports import free_ports
 
 pytest.importorskip("ray")

@@ -87,7 +87,7 @@ def test_tiny_run_prints_every_field(tmp_path, mnist_dir):
 def test_plot_draws_fig8(tmp_path, repo_root, monkeypatch):
     pytest.importorskip("matplotlib")
     monkeypatch.syspath_prepend(str(repo_root))
-    from bench.plot import plot_cores
+    from bench.support.plot_adam_fig8 import plot_cores
 
     rows = []
     for batch in (1, 32):

@@ -1,4 +1,5 @@
-"""``bench/ps.py`` (Adam Fig. 9): a tiny run end to end, its JSON line and its plot.
+"""``bench/figures/adam_fig9_ps.py`` (Adam Fig. 9): a tiny run end to end, its JSON line and its
+plot.
 
 The tiny run (0.2 s per measurement, one round, no peers) checks the shape and the sanity of the
 record, not the speed: every API and transport has a row for every server core count, the pulls
@@ -24,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
     pytest.importorskip("matplotlib")
     out, plot = tmp_path / "ps.json", tmp_path / "fig9.png"
-    command = [sys.executable, "bench/ps.py", "--seconds", "0.2", "--repeats", "1"]
-    command += ["--no-peers", "--out", str(out), "--plot", str(plot)]
+    command = [sys.executable, "bench/figures/adam_fig9_ps.py", "--seconds", "0.2"]
+    command += ["--repeats", "1", "--no-peers", "--out", str(out), "--plot", str(plot)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()

@@ -1,4 +1,5 @@
-"""``bench/replicas.py --quick``: the shape and the sanity of its JSON line and plot, not speed.
+"""``bench/figures/adam_fig11_replicas.py --quick``: the shape and the sanity of its JSON line and
+plot, not speed.
 
 The quick run trains a tiny budget through ``hogwild cluster`` (1 and 2 replicas, one server),
 as independent ``hogwild train`` processes, races ours and the PyTorch RPC peer for a few
@@ -17,6 +18,7 @@ import pytest
 
 from tests.bench_runs import run_bench
 
+SCRIPT = "bench/figures/adam_fig11_replicas.py"
 ROW_FIELDS = {"replicas", "ps", "examples_per_s", "examples_per_s_range", "test_accuracy"}
 PEER_FIELDS = {"examples_per_s", "seconds_to_target", "test_accuracy"}
 
@@ -34,14 +36,14 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     pytest.importorskip("torch")
     pytest.importorskip("matplotlib")
     out, plot = tmp_path / "replicas.json", tmp_path / "fig11.png"
-    command = [sys.executable, str(repo_root / "bench" / "replicas.py"), "--quick"]
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick"]
     command += ["--peers", "torch_rpc", "--data", str(mnist_dir), "--cadences", "256"]
     command += ["--out", str(out), "--plot", str(plot)]
     record = run_bench(command, out, timeout=240, cwd=repo_root)
     assert plot.stat().st_size > 1000
 
     assert record["benchmark"] == "replicas"
-    assert record["command"].startswith("python bench/replicas.py --quick")
+    assert record["command"].startswith(f"python {SCRIPT} --quick")
     assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
     assert record["versions"]["torch"] and record["versions"]["python"]
 

@@ -1,4 +1,5 @@
-"""``bench/table1.py``: its runs, its JSON line and its markdown, on a small slice of MNIST.
+"""``bench/figures/adam_table1.py``: its runs, its JSON line and its markdown, on a small slice of
+MNIST.
 
 Two seeds of each mode, 1,000 training examples, one epoch: every run is a real ``hogwild train``
 (asynchronous with two workers, synchronous with ``--sync``). Checks: one JSON line, the same as
@@ -15,15 +16,17 @@ import sys
 
 import pytest
 
-from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from tests.bench_runs import run_bench
+
+SCRIPT = "bench/figures/adam_table1.py"
 
 
 @pytest.mark.slow
 def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
     out, page, notes = tmp_path / "table1.json", tmp_path / "table1.md", tmp_path / "notes.md"
     notes.write_text("## What the runs show\n\nNotes of the person who ran it.\n")
-    command = [sys.executable, str(repo_root / "bench" / "table1.py"), "--data", str(mnist_dir)]
+    command = [sys.executable, str(repo_root / SCRIPT), "--data", str(mnist_dir)]
     command += ["--seeds", "1", "2", "--metrics-dir", str(tmp_path / "runs"), "--out", str(out)]
     command += ["--markdown", str(page), "--notes", str(notes)]
     extra = ["--train.subset=1000", "--train.epochs=1", "--train.workers=2", *PAPER_JOB]

@@ -1,4 +1,5 @@
-"""Fault injection, a few trials of ``bench/chaos.py`` in the suite (the bench runs 200).
+"""Fault injection, a few trials of ``bench/figures/chaos_train.py`` in the suite (the bench runs
+200).
 
 ``hogwild train`` is sent SIGKILL, SIGTERM or SIGINT, to the parent or a worker, at random
 moments from its first second on (start-up included, where SIGTERM used to leave the arena in
@@ -12,7 +13,7 @@ import json
 
 import pytest
 
-from bench.chaos import run_trials
+from bench.figures.chaos_train import run_trials
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import hogwild
-from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.data.mnist import load_mnist
 from hogwild.training.metrics import read_metrics
 from hogwild.training.placement import SYSFS_ENV

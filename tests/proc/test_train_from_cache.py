@@ -26,7 +26,7 @@ import pytest
 from PIL import Image
 
 import hogwild
-from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.config import load_config
 from hogwild.data.ingest import ingest
 from hogwild.data.mnist import load_mnist

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import hogwild
-from bench.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
+from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model on the old schedule: learns fast
 from hogwild.data.mnist import load_mnist
 from hogwild.training.checkpoint import latest_checkpoint
 from hogwild.training.metrics import read_metrics

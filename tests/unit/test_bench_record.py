@@ -1,5 +1,5 @@
-"""A benchmark's record (bench/record.py): the line it prints and writes, the command, wall time
-and source stamped on it, and the fresh numba cache a timed run compiles into."""
+"""A benchmark's record (bench/support/record.py): the line it prints and writes, the command, wall
+time and source stamped on it, and the fresh numba cache a timed run compiles into."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.record import emit_record, fresh_numba_cache, source, stamp
+from bench.support.record import command_line, emit_record, fresh_numba_cache, source, stamp
 
 
 def test_the_record_is_one_line_on_stdout_and_the_same_line_in_the_out_file(tmp_path, capsys):
@@ -22,8 +22,9 @@ def test_the_record_is_one_line_on_stdout_and_the_same_line_in_the_out_file(tmp_
 
 def test_a_stamp_names_the_command_the_wall_time_and_the_commit(repo_root):
     started = time.perf_counter() - 2.04
-    record = stamp({"benchmark": "x"}, "x.py", ["--out", "a b.json"], started)
-    assert record["command"] == "python bench/x.py --out 'a b.json'"  # as a shell reads it
+    script = repo_root / "bench" / "figures" / "x.py"  # a figure's __file__
+    record = stamp({"benchmark": "x"}, script, ["--out", "a b.json"], started)
+    assert record["command"] == "python bench/figures/x.py --out 'a b.json'"  # as a shell reads it
     assert 2.0 <= record["wall_s"] <= 60 and record["wall_s"] == round(record["wall_s"], 1)
     try:
         head = subprocess.run(["git", "-C", str(repo_root), "rev-parse", "HEAD"],
@@ -32,7 +33,11 @@ def test_a_stamp_names_the_command_the_wall_time_and_the_commit(repo_root):
         head = ""
     assert record["source"]["commit"] == (head or None)  # None where this is no git checkout
     assert record["source"]["commit"] == source()["commit"]
-    assert "wall_s" not in stamp({}, "x.py", [])
+    assert "wall_s" not in stamp({}, script, [])
+
+
+def test_a_script_outside_the_repository_is_named_by_its_full_path(tmp_path):
+    assert command_line(tmp_path / "x.py", ["--quick"]) == f"python {tmp_path / 'x.py'} --quick"
 
 
 def test_a_run_compiles_into_a_cache_of_its_own_removed_after_it(monkeypatch):

@@ -1,0 +1,194 @@
+"""The ledger phase of ``bench/figures/chaos_cluster.py``: SIGKILL primaries under a client that
+keeps the sum of everything acknowledged, and compare the servers' parameters with it at the end.
+
+A training job cannot tell a lost update from a late one (its own updates change the parameters
+it would be checked against), so the promise "an acknowledged update survives the death of any
+copy while one lives" is checked here, as tests/cluster/test_ps_failover.py does, in a phase of
+its own: three ``hogwild ps serve --copies 3 --etcd ...`` processes (the bundled job's model and
+layout, ``ps.lease_s`` as given), one etcd on loopback, and one client pushing integer-valued
+deltas (``[-3, 3]`` per parameter; float32 sums of such integers stay exact) in a loop, adding
+each to a float64 ledger once ``push_deltas`` returned, i.e. once every in-sync copy committed it.
+
+Every ``kill_every_s`` (times 0.5 to 1.5, seeded) the primary of a random bucket holding shards
+is SIGKILLed, once every such bucket has a live primary and another live in-sync copy (the
+promise needs one survivor); its etcd lease is ended at once and it is started again on its port,
+as ``hogwild cluster``'s driver does (``_forget_server``, then a restart). At the end the pushes
+stop, every copy catches up, and the client pulls: ``lost`` counts the parameters whose value is
+not the ledger's.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import psutil
+from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.etcd_process import EtcdProcess
+from hogwild_plugins.ps.launch import ServeProcess
+
+from bench.support.leaks import LeakCheck
+from bench.support.ps_watch import ServerWatch, spread
+from hogwild.config import load_config
+from hogwild.errors import HogwildError
+from hogwild.model.network import model_network
+from hogwild.net.ports import free_port
+
+JOB = "adam_mnist"  # the bundled config's job
+SYNC_TIMEOUT_S = 60.0
+STALL_S = 60.0  # no acknowledged push for this long: the phase stops and says so
+
+
+def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, log=print) -> dict:
+    """Run the phase (see the module docstring); its figures."""
+    rng = random.Random(seed)
+    n_params = model_network(load_config().model).n_params
+    started = time.monotonic()
+    check, processes = LeakCheck(), []
+    servers: dict[int, ServeProcess] = {}
+    events: list[dict] = []
+    problems: list[str] = []
+    etcd_server = EtcdProcess()
+    address = etcd_server.start()
+    processes.append(psutil.Process(etcd_server.process.pid))
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    client = watch = None
+
+    def start(i: int) -> None:
+        args = ["--threads", "1", "--copies", "3", "--lease-s", str(lease_s)]
+        args += ["--servers", ",".join(addresses), "--index", str(i), "--etcd", address]
+        servers[i] = ServeProcess(args)
+        servers[i].start()
+        processes.append(psutil.Process(servers[i].process.pid))
+
+    try:
+        for i in range(3):
+            start(i)
+        client = PSClient(addresses, JOB, client_id=1, etcd=address)
+        watch = ServerWatch(addresses, address, JOB, alive=lambda i: _running(servers[i])).start()
+        client.assign(np.zeros(n_params, np.float32))
+        if watch.wait_copies(3, SYNC_TIMEOUT_S)[1] is None:
+            raise RuntimeError("ledger phase: the three copies never came in sync")
+        ledger = np.zeros(n_params, np.float64)
+        pusher = _Pusher(client, ledger, n_params, seed)
+        try:
+            for _ in range(kills):
+                if not _pause(kill_every_s * rng.uniform(0.5, 1.5), pusher, problems):
+                    break
+                waited, seen = watch.wait_copies(2, SYNC_TIMEOUT_S)
+                if seen is None:
+                    problems.append(f"no bucket map with 2 live in-sync copies in {waited:.0f} s")
+                    break
+                victim = seen[rng.choice(sorted(seen))]["primary"]
+                held = {b: v["epoch"] for b, v in seen.items() if v["primary"] == victim}
+                watch.poll()  # what the victim won so far
+                killed_at = time.time()
+                servers[victim].kill()
+                _forget(watch, victim)
+                events.append({"server": victim, "at": killed_at, "buckets": held,
+                               "waited_for_copies_s": round(waited, 3),
+                               "pushes": pusher.count})  # fmt: skip
+                log(f"ledger: killed ps {victim}, primary of {sorted(held)}; {pusher.count} pushes")
+                start(victim)
+            _pause(kill_every_s, pusher, problems)
+        finally:
+            pusher.stop()
+        problems += pusher.errors
+        if watch.wait_copies(3, SYNC_TIMEOUT_S)[1] is None:
+            problems.append("the copies did not all catch up after the last kill")
+        final = np.empty(n_params, np.float32)
+        client.pull(final)
+        watch.poll()
+        expected = ledger.astype(np.float32)
+        lost = int(np.count_nonzero(final != expected))
+        for e in events:
+            e["failovers"] = [watch.failover(e["at"], b, ep) for b, ep in e["buckets"].items()]
+        failovers = [f for e in events for f in e["failovers"]]
+    finally:
+        if client is not None:
+            client.close()
+        if watch is not None:
+            watch.stop()
+        for server in servers.values():
+            server.kill()
+        etcd_server.stop()
+    ports = {int(a.rsplit(":", 1)[1]) for a in [*addresses, address]}
+    return {
+        "phase": (
+            "separate from the training runs: three `hogwild ps serve --copies 3 --etcd` "
+            "processes and one client pushing integer deltas, because a ledger client cannot push "
+            "into a training job's parameters without changing them (nor can a job's own "
+            "updates be told lost from late)"
+        ),
+        "pushes": pusher.count,
+        "kills": len(events),
+        "lost": lost,
+        "max_abs_error": float(np.max(np.abs(final.astype(np.float64) - ledger))),
+        "n_params": n_params,
+        "failover_s": spread([f["failover_s"] for f in failovers]),
+        "takeover_s": spread([f["takeover_s"] for f in failovers]),
+        "waited_for_copies_s": spread([e["waited_for_copies_s"] for e in events]),
+        "problems": problems,
+        "lease_s": lease_s,
+        "wall_s": round(time.monotonic() - started, 1),
+        "leaked": check.count(processes, ports),
+        "events": events,
+    }
+
+
+def _running(server: ServeProcess) -> bool:
+    return server.process is not None and server.process.poll() is None
+
+
+def _forget(watch: ServerWatch, index: int) -> None:
+    """End a killed server's etcd lease now, as ``hogwild cluster``'s driver does."""
+    try:
+        value, _ = watch.etcd.get(f"members/{index}")
+        if value is not None and isinstance(value.get("lease"), int):
+            watch.etcd.revoke(value["lease"])
+    except HogwildError:
+        pass  # it lapses by itself
+
+
+def _pause(seconds: float, pusher: _Pusher, problems: list[str]) -> bool:
+    """Sleep, watching the pusher: False if it failed or stalled."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pusher.errors:
+            return False
+        if time.monotonic() - pusher.last_ack > STALL_S:
+            problems.append(f"no push acknowledged for {STALL_S:.0f} s (after {pusher.count})")
+            return False
+        time.sleep(0.05)
+    return True
+
+
+class _Pusher:
+    """A thread pushing integer deltas and adding each acknowledged one to the ledger."""
+
+    def __init__(self, client: PSClient, ledger: np.ndarray, n_params: int, seed: int) -> None:
+        self.client, self.ledger, self.n_params = client, ledger, n_params
+        self.rng = np.random.default_rng(seed)
+        self.count, self.errors, self.last_ack = 0, [], time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-ledger", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                delta = self.rng.integers(-3, 4, self.n_params).astype(np.float32)
+                self.client.push_deltas(delta)  # returns once every in-sync copy committed it
+                np.add(self.ledger, delta, out=self.ledger)
+                self.count += 1
+                self.last_ack = time.monotonic()
+        except Exception as exc:  # noqa: BLE001 - reported: that push's fate is unknown
+            self.errors.append(f"push {self.count + 1} failed: {exc!r}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(STALL_S + 30)
+        if self._thread.is_alive():
+            self.errors.append("the pushing thread did not stop")
