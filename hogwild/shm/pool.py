@@ -24,8 +24,9 @@ block's memory is placed on a NUMA node by whichever process touches it first (o
 
 What the product uses: the parameter server receives arrays into a private pool
 (``create(..., private=True)``); ``bench/figures/buffer_pools.py`` measures the shared one
-across processes (``create``, :meth:`BufferPool.attach`, the per-thread caches). Partitions of one model on one
-host will pass blocks of neurons through a shared pool (model partitioning's block passing).
+across processes (``create``, :meth:`BufferPool.attach`, the per-thread caches). Partitions of
+one model on one host will pass blocks of neurons through a shared pool (model partitioning's
+block passing).
 """
 
 from __future__ import annotations
