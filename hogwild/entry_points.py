@@ -23,11 +23,20 @@ from pathlib import Path
 
 from hogwild.errors import ConfigError
 
-__all__ = ["GROUPS", "PluginMissing", "load", "names", "plugin_packages", "registered"]
+__all__ = [
+    "GROUPS",
+    "PARAMETER_STORES",
+    "PluginMissing",
+    "load",
+    "names",
+    "plugin_packages",
+    "registered",
+]
 
 INSTALL = "pip install -e '.[cluster]'"
+PARAMETER_STORES = "hogwild.parameter_stores"  # read by the store registry and the config checks
 GROUPS = {
-    "hogwild.parameter_stores": "a parameter store",
+    PARAMETER_STORES: "a parameter store",
     "hogwild.launchers": "a launcher",
     "hogwild.commands": "a command",
     "hogwild.controllers": "a controller of replicated parameter servers",

@@ -11,7 +11,7 @@ It:
 2. gives the servers the model: the initial weights, or the checkpoint's with ``--resume``
    (:mod:`hogwild.cluster.servers`, through the ``ps`` parameter store's parent side);
 3. starts the model replicas (``hogwild cluster replica``, side by side), which join that
-   model. The job's topology (:mod:`hogwild.cluster.topology`) says what a replica role is: a
+   model. The job's topology (:mod:`hogwild.config.topology`) says what a replica role is: a
    Downpour replica, or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or
    ``"hybrid"`` a worker group (a coordinator, L-BFGS or synchronous SGD, and its replica
    threads); with ``"hogwild"`` (distributed Hogwild) several server groups, each replica bound
@@ -60,8 +60,8 @@ from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
 from hogwild.cluster.status import LiveStatus, format_table, server_row
 from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
-from hogwild.cluster.topology import require_built, resolve_topology, split_groups
 from hogwild.config import PS_DEFAULT_LR
+from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
 from hogwild.errors import HogwildError
 from hogwild.model.network import build_network

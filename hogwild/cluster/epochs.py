@@ -53,7 +53,7 @@ class EpochLoop:
 
     Args:
         config: The job's resolved config.
-        topology: Its :class:`~hogwild.cluster.topology.JobTopology`.
+        topology: Its :class:`~hogwild.config.topology.JobTopology`.
         replicas: How many replicas (worker groups) train.
         n_train: Training examples, as each replica chooses them.
         start_epoch: The first epoch to train (a resumed job's next).

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from hogwild.cluster.services import open_server_groups, worker_group
 from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S, ReplicaServer
-from hogwild.cluster.topology import resolve_topology, split_groups
+from hogwild.config.topology import resolve_topology, split_groups
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
 from hogwild.net.metrics import serve_metrics

@@ -22,7 +22,8 @@ after the pushes requested before it, so a copy sees its own progress come back 
 The thread's failures (a parameter server that stopped answering) are raised in the compute
 loop at its next call, naming the thread's error.
 
-The rules the cadences obey are in :mod:`hogwild.store.cadence`.
+The rules the cadences obey: :func:`hogwild.optim.interval.training_unit` (whole units) and
+:func:`hogwild.config.checks.push_decay_problem` (no push decays a whole weight).
 
 :class:`Home` is a public seam: a plugin whose home is elsewhere (the ``ps`` plugin's parameter
 servers) implements it, and a :class:`~hogwild.store.copies.CopiesStore` subclass opens it.

@@ -9,9 +9,8 @@ distribution can add its own under the same group.
 
 from __future__ import annotations
 
+from hogwild.entry_points import PARAMETER_STORES as GROUP
 from hogwild.entry_points import load, names
-
-GROUP = "hogwild.parameter_stores"
 
 
 def store_names() -> tuple[str, ...]:

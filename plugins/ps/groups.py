@@ -7,7 +7,7 @@ server groups "synchronise with their neighbours periodically", with all-to-all 
 default. :class:`ServerGroups` does such synchronisations: it pulls every group's parameters
 and moves groups toward their mean. It is registered as the ``ps`` entry point of
 ``hogwild.server_groups`` (the cluster's :class:`hogwild.cluster.services.ServerGroupSync`); the
-server list is cut into groups by :func:`hogwild.cluster.topology.split_groups`.
+server list is cut into groups by :func:`hogwild.config.topology.split_groups`.
 
 Who moves what, so that synchronisations may overlap:
 

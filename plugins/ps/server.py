@@ -71,7 +71,7 @@ from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 
 from hogwild.blas import limit_blas_threads
-from hogwild.config_checks import FLOAT32_TINY
+from hogwild.config.checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address

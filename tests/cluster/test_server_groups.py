@@ -20,7 +20,7 @@ from hogwild_plugins.ps.groups import ServerGroups
 from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 
-from hogwild.cluster.topology import split_groups
+from hogwild.config.topology import split_groups
 from hogwild.errors import ConfigError
 
 N = 5000

@@ -1,4 +1,4 @@
-"""Range and consistency checks of :mod:`hogwild.config_checks`.
+"""Range and consistency checks of :mod:`hogwild.config.checks`.
 
 Every out-of-range, non-finite or not-a-choice value raises :class:`ConfigError` naming the key
 and what was expected, as do layer settings that cannot run.

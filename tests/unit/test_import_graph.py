@@ -22,9 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TREES = {"hogwild": ROOT / "hogwild", "hogwild_plugins": ROOT / "plugins"}
 
 LEFT_TO_OTHERS: dict[tuple[str, str], str] = {
-    ("hogwild.config_checks", "hogwild.cluster"): "the topology check (being moved down)",
-    ("hogwild.config_checks", "hogwild.data"): "the augment spec check (being moved down)",
-    ("hogwild.config_checks", "hogwild.store"): "store names and the push decay rule",
     ("hogwild_plugins.ps.replication", "hogwild_plugins.ps"): "replication uses the ps modules",
 }
 """Package arrows that close a circle someone else is breaking in the same change; each is left

@@ -1,6 +1,6 @@
 """The cluster topology (SINGA section 5.2): every framework resolves, every rejection says why.
 
-:func:`hogwild.cluster.topology.resolve_topology` is pure: these tests give it ``[cluster]``
+:func:`hogwild.config.topology.resolve_topology` is pure: these tests give it ``[cluster]``
 sections (and ``ps.rule``) and read the :class:`JobTopology` or the error. The config tests at the
 end check that the bundled config still resolves to Adam's Downpour and that a config rejects a
 topology when it is loaded.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from hogwild.cluster.topology import (
+from hogwild.config import ClusterConfig, load_config
+from hogwild.config.topology import (
     BUILT,
     DEFAULT_SYNC_EVERY,
     FRAMEWORKS,
@@ -19,7 +20,6 @@ from hogwild.cluster.topology import (
     require_built,
     resolve_topology,
 )
-from hogwild.config import ClusterConfig, load_config
 from hogwild.errors import ConfigError
 
 

@@ -1,7 +1,7 @@
 """A synchronous worker group as a role of ``hogwild cluster``: a coordinator and its replicas.
 
 SINGA section 5.2: workers within a group are synchronous, groups asynchronous; one worker group
-and one server group give synchronous training. Three frameworks (:mod:`hogwild.cluster.topology`)
+and one server group give synchronous training. Three frameworks (:mod:`hogwild.config.topology`)
 run on the same parts: the parameter servers the driver starts, and a worker-group role per group
 (``hogwild cluster replica --index G``, which serves the class registered for the job's framework
 in the entry-point group ``hogwild.worker_groups``: :class:`LBFGSGroup` or :class:`SGDGroup`,

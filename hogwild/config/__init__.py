@@ -8,6 +8,12 @@ Whether the layer shapes fit together is checked when the network is built
 A config is loaded from the bundled default (``hogwild/configs/adam_mnist.toml``) or a user file,
 then overridden by ``section.key=value`` pairs (the CLI's ``--key=value``). The resolved config is
 saved into every checkpoint and metrics file (:meth:`Config.to_dict`).
+
+The package also holds what a config's values mean before anything runs, so that checking them
+imports nothing above the configuration: the range and consistency checks
+(:mod:`hogwild.config.checks`), the cluster topology a ``[cluster]`` section resolves to
+(:mod:`hogwild.config.topology`) and the grammar of ``data.augment``
+(:mod:`hogwild.config.augment_spec`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hogwild.config_checks import check_config
+from hogwild.config.checks import check_config
 from hogwild.errors import ConfigError
 
 # Per layer type: the keys it takes and their defaults (None = required).
@@ -138,7 +144,7 @@ class ClusterConfig:
 
     ``framework`` to ``optimizer`` are SINGA's topology (worker groups, server groups); they are
     resolved together with ``replicas``, ``workers_per_replica`` and ``ps`` by
-    :func:`hogwild.cluster.topology.resolve_topology`, whose docstring has the mapping.
+    :func:`hogwild.config.topology.resolve_topology`, whose docstring has the mapping.
     """
 
     replicas: int = 2

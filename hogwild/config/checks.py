@@ -12,6 +12,10 @@ import dataclasses
 import math
 from typing import Any
 
+from hogwild.config.augment_spec import AugmentSpec
+from hogwild.config.topology import TopologyError, resolve_topology
+from hogwild.entry_points import PARAMETER_STORES
+from hogwild.entry_points import names as registered_names
 from hogwild.errors import ConfigError
 
 # The smallest normal float32. The server's Adagrad kernel divides by sqrt(g) + eps in float32;
@@ -38,7 +42,7 @@ def check_config(config: Any, origin: str) -> None:
     """Reject values out of range and combinations that cannot run, naming the key.
 
     ``config`` is a built :class:`hogwild.config.Config`, read through its sections' fields
-    (this module is below :mod:`hogwild.config`, which calls it, and does not import it).
+    (this module is below the package's ``__init__``, which calls it, and does not import it).
 
     Raises:
         ConfigError: The first problem found, prefixed with ``origin``.
@@ -124,8 +128,6 @@ def check_config(config: Any, origin: str) -> None:
     if not data.timeout_s > 0:
         fail(f"data.timeout_s must be > 0 seconds, got {data.timeout_s}")
     if data.augment.strip():
-        from hogwild.data.augment import AugmentSpec  # numba: loaded only when augmenting
-
         try:
             AugmentSpec.parse(data.augment)
         except ValueError as exc:
@@ -139,8 +141,6 @@ def check_config(config: Any, origin: str) -> None:
 
 def _check_push_decay(config, fail) -> None:
     """A cadence the job sets; the store checks its own (0) where it resolves it."""
-    from hogwild.store.cadence import push_decay_problem  # the rule lives beside the pushes
-
     if config.train.n_push:
         problem = push_decay_problem(config.optim, config.train.n_push, "train.n_push")
         if problem:
@@ -149,9 +149,7 @@ def _check_push_decay(config, fail) -> None:
 
 def _check_exchange(train, fail) -> None:
     """The parameter store, its cadences, and the options that would do nothing in this mode."""
-    from hogwild.store.registry import store_names
-
-    names = store_names()
+    names = registered_names(PARAMETER_STORES)
     if names and train.parameters not in names:
         fail(
             f"train.parameters must be a parameter store, one of {', '.join(names)}; "
@@ -204,8 +202,6 @@ def _check_ps(ps, fail) -> None:
 
 
 def _check_cluster(cluster, ps_rule: str, fail) -> None:
-    from hogwild.cluster.topology import TopologyError, resolve_topology
-
     if cluster.replicas < 1 or cluster.workers_per_replica < 1 or cluster.ps < 1:
         fail(
             "cluster.replicas, cluster.workers_per_replica and cluster.ps must be >= 1, got "
@@ -241,3 +237,15 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
         )
     if not cluster.host.strip():
         fail("cluster.host must name the host the roles bind and advertise, e.g. 127.0.0.1")
+
+
+def push_decay_problem(optim, n_push: int, what: str) -> str | None:
+    """What is wrong when the weight decay one push of vectors carries (``lr x decay x
+    n_push``, the fraction of a weight it removes) would remove the whole weight; else None."""
+    decay = optim.lr * optim.weight_decay * n_push
+    if decay < 1.0:
+        return None
+    return (
+        f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
+        "carries would remove the whole weight; lower train.n_push or the decay"
+    )
