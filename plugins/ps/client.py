@@ -15,11 +15,14 @@ wire instead of MN). Both return the shards' versions; a push refused as too sta
 ``push_deltas(..., into=name)`` adds the delta to a named vector instead (``y += d``: no rule,
 no version, no staleness; a second frame carries the name).
 
-Vector operations (:meth:`~PSClient.vector_op` and the ``dot``/``axpy``/``scale``/``copy``/
-``mul``/``fill``/``asum``/``amax`` shortcuts) run on every shard at once on named vectors that
-live beside the parameters (``"params"`` names the parameters themselves); the reductions
-(``dot``, ``asum``: sums; ``amax``: a maximum) combine the shards' partial results here, so a
-coordinator (issue 13) only ever moves scalars.
+:meth:`PSClient.vector_op` runs one operation on every shard at once on named vectors that
+live beside the parameters (``"params"`` names the parameters themselves) and returns the
+shards' partial results; the vocabulary built on it (``dot``, ``axpy``, ... with the reductions
+combined) is Sandblaster's :class:`~hogwild_plugins.ps.sandblaster.vectors.ShardVectors`.
+
+With replicated servers, what to do with a request that was not taken (ask etcd, ping, wait,
+send again) is decided by :class:`~hogwild_plugins.ps.routing.Rerouting`; this module carries
+its actions out.
 
 One thread at a time uses a client.
 """
@@ -36,6 +39,24 @@ from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
 from hogwild_plugins.ps.layout import LayoutError, ShardLayout
 from hogwild_plugins.ps.routes import Routes
+from hogwild_plugins.ps.routing import (
+    FAILOVER_TIMEOUT_S,
+    PING_TIMEOUT_S,
+    AwaitMap,
+    Exhausted,
+    MapRead,
+    MapSettled,
+    Outcome,
+    Pause,
+    Ping,
+    Pinged,
+    ReadMap,
+    Rerouting,
+    Resend,
+    Unfinished,
+    Waiting,
+    reply_outcome,
+)
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
@@ -45,11 +66,6 @@ from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, job_id
 __all__ = ["PSClient", "PSRequestError"]
 
 MAX_JSON_BYTES = 4 << 20
-FAILOVER_TIMEOUT_S = 0.5  # replicated: a request's timeout (one retry), then the map is read
-REROUTE_WAIT_S = 3.0  # replicated: a failed request's wait for the map to move (lease unknown)
-REFUSED_PAUSE_S = 0.01
-PING_TIMEOUT_S = 0.3
-RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED})
 
 
 class PSRequestError(HogwildError):
@@ -206,39 +222,39 @@ class PSClient:
 
         With replicated servers, a request its server could not take (``NOT_PRIMARY``, or no
         answer at all) goes again, with its number, to its bucket's primary as etcd names it
-        once the map moved on (or a lease's time passed), until :attr:`failover_s` runs out.
+        once the map moved on (or a lease's time passed), until :attr:`failover_s` runs out
+        (the decisions are :class:`~hogwild_plugins.ps.routing.Rerouting`'s).
         """
         errors: list[tuple[int, Header, list]] = []
         done = [False] * len(requests)
-        refused: set[int] = set()  # answered NOT_PRIMARY (the server lives)
+        refused: set[int] = set()  # indices answered NOT_PRIMARY (the server lives)
         replicated = self.routes is not None
 
         def wrap(i: int, req: Request):
             then = req.on_reply
 
             def on_reply(header: Header, frames: list) -> None:
-                if header.type == MsgType.ERROR:
-                    if replicated and header.code in RE_ROUTE:
-                        refused.add(id(req))
-                        return  # not done: sent again to the bucket's next primary
-                    done[i] = True
-                    if header.code == ErrorCode.STALE:
-                        self.refused += 1
-                    else:
-                        errors.append((req.server, header, frames))
-                    return
+                outcome = reply_outcome(header.type, header.code, replicated)
+                if outcome == Outcome.RE_ROUTE:
+                    refused.add(i)
+                    return  # not done: sent again to the bucket's next primary
                 done[i] = True
-                shard = req.header.target
-                if header.version > self.versions[shard]:
-                    self.versions[shard] = header.version
-                if then is not None:
-                    then(header, frames)
+                if outcome == Outcome.STALE:
+                    self.refused += 1
+                elif outcome == Outcome.ERROR:
+                    errors.append((req.server, header, frames))
+                else:
+                    shard = req.header.target
+                    if header.version > self.versions[shard]:
+                        self.versions[shard] = header.version
+                    if then is not None:
+                        then(header, frames)
 
             return on_reply
 
         for i, req in enumerate(requests):
             req.on_reply = wrap(i, req)
-        deadline = time.monotonic() + self.failover_s
+        rerouting = None
         todo = requests
         while True:
             try:
@@ -246,49 +262,61 @@ class PSClient:
             except PeerUnreachableError:
                 if not replicated:
                     raise
-            todo = [req for i, req in enumerate(requests) if not done[i]]
-            if not todo:
+            if all(done):
                 break
-            self._re_route(todo, refused, deadline)
+            if rerouting is None:
+                rerouting = Rerouting(time.monotonic() + self.failover_s)
+            waiting = tuple(
+                Waiting(i, self.layout.bucket_of(req.header.target), req.server, i in refused)
+                for i, req in enumerate(requests)
+                if not done[i]
+            )
             refused.clear()
+            todo = self._re_route(rerouting, requests, waiting)
         if errors:
             server, header, frames = errors[0]
             self._raise_error(server, header, frames)
 
-    def _re_route(self, todo: list[Request], refused: set[int], deadline: float) -> None:
-        """Wait until the buckets of ``todo`` have a live primary (for a request that got no
-        answer from the primary the map still names: a newer one, or a lease's time), and point
-        each request at it."""
-        now = time.monotonic()
-        buckets = {self.layout.bucket_of(r.header.target) for r in todo}
-        try:
-            self.routes.read()
-        except EtcdUnavailable:
-            pass  # wait() reads again, until the deadline
-        away, alive = {}, {}
-        for req in todo:
-            bucket = self.layout.bucket_of(req.header.target)
-            if id(req) not in refused and self.routes.primaries[bucket] == req.server:
-                # No answer from the primary the map still names: a slow one (busy with its
-                # copies) answers a ping on its network thread and gets the request again at
-                # once; a dead one is replaced within its lease (and etcd's expiry round).
-                if req.server not in alive:
-                    alive[req.server] = self._answers(req.server)
-                if not alive[req.server]:
-                    wait = self.routes.lease_s + 1.0 if self.routes.lease_s else REROUTE_WAIT_S
-                    away[bucket] = (self.routes.epochs[bucket], now + wait)
-        if not away:
-            time.sleep(REFUSED_PAUSE_S)  # a primary still catching its copies up
-        self.routes.wait(buckets, deadline, away)
-        if time.monotonic() > deadline:
-            raise PeerUnreachableError(
-                str(self.peers.addresses[todo[0].server]),
-                f"requests to buckets {sorted(buckets)} found no serving primary within "
-                f"{self.failover_s:g} s",
-            )
-        for req in todo:
-            req.server = self._server_of(req.header.target)
-            req.attempts, req.sent_at, req.first_sent = 0, 0.0, 0.0
+    def _re_route(
+        self, rerouting: Rerouting, requests: list[Request], waiting: tuple[Waiting, ...]
+    ) -> list[Request]:
+        """Carry out ``rerouting``'s actions for the ``waiting`` requests until it re-sends
+        them (returned, pointed at their buckets' primaries) or gives up (raised)."""
+        routes = self.routes
+        stimuli = [Unfinished(f"unfinished-{rerouting.rounds}", waiting, time.monotonic())]
+        while stimuli:
+            for action in rerouting.handle(stimuli.pop(0)):
+                if isinstance(action, ReadMap):
+                    try:
+                        routes.read()
+                    except EtcdUnavailable:
+                        pass  # the wait reads again, until the deadline
+                    stimuli.append(
+                        MapRead("map-read", routes.primaries, routes.epochs, routes.lease_s)
+                    )
+                elif isinstance(action, Ping):
+                    alive = self._answers(action.server)
+                    stimuli.append(Pinged(f"ping-{action.server}", action.server, alive))
+                elif isinstance(action, Pause):
+                    time.sleep(action.seconds)
+                elif isinstance(action, AwaitMap):
+                    routes.wait(action.buckets, action.deadline, action.away)
+                    stimuli.append(MapSettled("map-settled", routes.primaries, time.monotonic()))
+                elif isinstance(action, Exhausted):
+                    raise PeerUnreachableError(
+                        str(self.peers.addresses[action.server]),
+                        f"requests to buckets {sorted(action.buckets)} found no serving "
+                        f"primary within {self.failover_s:g} s",
+                    )
+                elif isinstance(action, Resend):
+                    todo = []
+                    for i, server in action.servers.items():
+                        req = requests[i]
+                        req.server = server
+                        req.attempts, req.sent_at, req.first_sent = 0, 0.0, 0.0
+                        todo.append(req)
+                    return todo
+        raise AssertionError("re-routing ended without re-sending or giving up")
 
     def _answers(self, server: int) -> bool:
         """Whether ``server`` answers a ping within :data:`PING_TIMEOUT_S` (replicated)."""
@@ -578,32 +606,6 @@ class PSClient:
             requests.append(Request(self._server_of(shard), header, [text], store))
         self._run(requests)
         return results
-
-    def dot(self, x: str, y: str) -> float:
-        return float(self.vector_op("dot", x, y).sum())
-
-    def asum(self, x: str) -> float:
-        """``sum |x_i|`` (an L1 norm): the sum of the shards' partial sums."""
-        return float(self.vector_op("asum", x).sum())
-
-    def amax(self, x: str) -> float:
-        """``max |x_i|``: the largest of the shards' maxima (NaN if any shard holds a NaN)."""
-        return float(self.vector_op("amax", x).max())
-
-    def axpy(self, alpha: float, x: str, y: str) -> None:
-        self.vector_op("axpy", x, y, alpha=alpha)
-
-    def scale(self, alpha: float, x: str) -> None:
-        self.vector_op("scale", x, alpha=alpha)
-
-    def copy(self, x: str, y: str) -> None:
-        self.vector_op("copy", x, y)
-
-    def mul(self, x: str, y: str, z: str) -> None:
-        self.vector_op("mul", x, y, z)
-
-    def fill(self, x: str, alpha: float) -> None:
-        self.vector_op("fill", x, alpha=alpha)
 
     def pin(self, buffer: np.ndarray) -> None:
         """Keep ``buffer`` (an array that owns its memory, kept for the client's life, such as
