@@ -146,7 +146,8 @@ def local_server(
     ``options`` are :class:`~hogwild_plugins.ps.server.ServerOptions` fields; ``servers``
     defaults to one server on a free port of 127.0.0.1.
     """
-    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+    from hogwild_plugins.ps.options import ServerOptions
+    from hogwild_plugins.ps.server import ParameterServer
 
     options.setdefault("servers", ("127.0.0.1:0",))
     server = ParameterServer(geometry, ServerOptions(job=job, **options), initial)
