@@ -46,7 +46,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from hogwild_plugins.ps import checks
-from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable, LeaseExpired
 from hogwild_plugins.ps.failover import (
     BucketRecord,
@@ -63,6 +62,7 @@ from hogwild_plugins.ps.failover import (
 )
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
 from hogwild_plugins.ps.shard_log import ShardLog
+from hogwild_plugins.ps.work import Barrier, Kind, Restore, Work
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Peers, PeerUnreachableError, Request
@@ -414,8 +414,14 @@ class Replication:
             raise WireError("SNAPSHOT: the request table is not (sender, seq, version) triples")
         table = frame_array(frames[2], DType.UINT64, (raw.nbytes // 8,), "requests")
         triples = [tuple(int(x) for x in t) for t in table.reshape(-1, 3)]
-        work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
-        work.data, work.a, work.keep, work.vectors = values, state, frames, vectors
+        work = Restore(
+            self.server.local[shard],
+            version=header.version,
+            keep=frames,
+            values=values,
+            state=state,
+            vectors=vectors,
+        )
         with self.lock:
             log = self.logs[shard]
             if log.outdated(header.version, header.aux):  # aux: the epoch
@@ -575,7 +581,7 @@ class Replication:
     def _barrier(self, shards: list[int]) -> None:
         """Wait until the update engine applied everything queued for ``shards`` (a copy just
         promoted may still have commits queued by the network thread)."""
-        works = [Work(Kind.BARRIER, self.server.local[s]) for s in shards]
+        works = [Barrier(self.server.local[s]) for s in shards]
         self._apply_and_wait(works, f"shards {shards}: the queued updates")
 
     def _send_snapshot(self, bucket: int, server: int) -> bool:
