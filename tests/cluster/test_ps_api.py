@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import zmq
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.client import PSClient, PSRequestError
+from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.connection import PSRequestError
 from hogwild_plugins.ps.launch import free_port, local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
