@@ -279,8 +279,8 @@ class Connection:
     ) -> list[Request]:
         """Carry out ``rerouting``'s actions for the ``waiting`` requests until it re-sends
         them (returned, pointed at their buckets' primaries) or gives up (raised)."""
-        routes = self.routes
-        stimuli = [Unfinished(f"unfinished-{rerouting.rounds}", waiting, time.monotonic())]
+        routes, round_ = self.routes, rerouting.rounds + 1  # stimulus ids name their round
+        stimuli = [Unfinished(f"unfinished-{round_}", waiting, time.monotonic())]
         while stimuli:
             for action in rerouting.handle(stimuli.pop(0)):
                 if isinstance(action, ReadMap):
@@ -289,16 +289,20 @@ class Connection:
                     except EtcdUnavailable:
                         pass  # the wait reads again, until the deadline
                     stimuli.append(
-                        MapRead("map-read", routes.primaries, routes.epochs, routes.lease_s)
+                        MapRead(
+                            f"map-read-{round_}", routes.primaries, routes.epochs, routes.lease_s
+                        )
                     )
                 elif isinstance(action, Ping):
                     alive = self._answers(action.server)
-                    stimuli.append(Pinged(f"ping-{action.server}", action.server, alive))
+                    stimuli.append(Pinged(f"ping-{round_}-{action.server}", action.server, alive))
                 elif isinstance(action, Pause):
                     time.sleep(action.seconds)
                 elif isinstance(action, AwaitMap):
                     routes.wait(action.buckets, action.deadline, action.away)
-                    stimuli.append(MapSettled("map-settled", routes.primaries, time.monotonic()))
+                    stimuli.append(
+                        MapSettled(f"settled-{round_}", routes.primaries, time.monotonic())
+                    )
                 elif isinstance(action, Exhausted):
                     raise PeerUnreachableError(
                         str(self.peers.addresses[action.server]),
