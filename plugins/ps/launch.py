@@ -143,7 +143,7 @@ def local_server(
 ) -> Iterator:
     """A :class:`~hogwild_plugins.ps.server.ParameterServer` in this process, stopped on exit.
 
-    ``options`` are :class:`~hogwild_plugins.ps.server.ServerOptions` fields; ``servers``
+    ``options`` are :class:`~hogwild_plugins.ps.options.ServerOptions` fields; ``servers``
     defaults to one server on a free port of 127.0.0.1.
     """
     from hogwild_plugins.ps.options import ServerOptions
