@@ -113,8 +113,9 @@ def inproc(api: str, cores: list[int], seconds: float, queued: int = QUEUED) -> 
     same shard: what opportunistic batching works on), from a pool of 64 distinct 1 MiB buffers
     (64 MiB: more than the last-level cache, so they come from memory, as fresh ones would).
     """
-    from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
+    from hogwild_plugins.ps.engine import UpdateEngine
     from hogwild_plugins.ps.kernels import RULE_SGD, compile_kernels
+    from hogwild_plugins.ps.work import PushDeltas, PushVectors, Shard, Work
 
     from hogwild.blas import limit_blas_threads
 
@@ -137,18 +138,25 @@ def inproc(api: str, cores: list[int], seconds: float, queued: int = QUEUED) -> 
     def round_of_work(r: int) -> list[Work]:
         if api == "deltas":
             return [
-                Work(
-                    Kind.DELTAS,
+                PushDeltas(
                     s,
                     offset=0,
                     length=SHARD,
-                    data=deltas[(r * 7 + s * queued + j) % 64],
+                    delta=deltas[(r * 7 + s * queued + j) % 64],
                 )
                 for s in range(N_SHARDS)
                 for j in range(queued)
             ]
         return [
-            Work(Kind.VECTORS, 4 + j, fc=FC, r0=j * rows, a=a, et=ets[j], coef=-0.01, length=SHARD)
+            PushVectors(
+                4 + j,
+                layer=FC,
+                first_row=j * rows,
+                activations=a,
+                errors_by_row=ets[j],
+                coef=-0.01,
+                length=SHARD,
+            )
             for j in range(4)  # the layer's shards
         ]
 
@@ -191,7 +199,8 @@ def ps_server(cpus: list[int], transport: str, recv: str, direct: bool, conn) ->
     ``direct``: pulls and pushes of a shard whose update thread is idle are served by the
     network thread (the default); False queues every request for the update threads.
     """
-    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+    from hogwild_plugins.ps.options import ServerOptions
+    from hogwild_plugins.ps.server import ParameterServer
 
     os.sched_setaffinity(0, cpus)
     sys.setswitchinterval(2e-4)  # as `hogwild ps serve` does

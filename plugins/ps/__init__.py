@@ -1,10 +1,13 @@
 """Adam's parameter server (OSDI 2014, section 3.3), importable as ``hogwild_plugins.ps``.
 
 ``layout`` (shards, buckets, the bucket map), ``shard`` (versions and staleness: the I/O-free
-state machine), ``kernels`` (numba update rules and vector operations), ``engine`` (update
-threads and their lock-free queues), ``storage`` (LMDB write-back persistence), ``checks`` and
-``server`` (the parameter server on the :mod:`hogwild.net` transport), ``client``
-(:class:`~hogwild_plugins.ps.client.PSClient`), ``launch`` (starting servers), ``etcd`` (the
+state machine), ``kernels`` (numba update rules and vector operations), ``work`` (shards and
+the kinds of work on them), ``appliers`` (one per kind), ``engine`` (update threads and their
+lock-free queues), ``storage`` (LMDB write-back persistence), ``options`` (a server's settings,
+from the job config), ``checks`` and ``server`` (the parameter server on the :mod:`hogwild.net`
+transport), ``client`` (:class:`~hogwild_plugins.ps.client.PSClient`) over ``connection``
+(handshake, routing, exchange) and ``routing`` (the re-routing decisions, no I/O), ``launch``
+(starting servers), ``etcd`` (the
 client of the controller holding the bucket map and primary leases) and ``etcd_process`` (an etcd
 server on loopback), ``cli`` (``hogwild ps serve | status | keys``), and ``sandblaster``
 (DistBelief's Sandblaster L-BFGS: a coordinator that runs L-BFGS through the servers' vector

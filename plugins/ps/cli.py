@@ -20,7 +20,6 @@ a final flush (exit 143 or 0). Once it accepts requests it prints one line to st
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import sys
@@ -31,12 +30,11 @@ from hogwild.signals import StopRequest
 __all__ = ["register"]
 
 DEFAULT_PORT = 5570
+SERVER_FLAGS = ("threads", "node", "store", "recv", "ack")
+"""Flags of ``serve`` for settings of the server alone (not in the job config)."""
 SWITCH_INTERVAL_S = 2e-4
 """The server's network and update threads share one GIL and hand it back and forth for every
 message; Python's default 5 ms switch interval lets a thread that wants it wait that long."""
-
-
-DEFAULT_LEASE_S = 2  # ps.lease_s = 0: any etcd honours it (its default timers: 2 s at least)
 
 
 def register(subparsers) -> None:
@@ -56,18 +54,19 @@ def register(subparsers) -> None:
     serve.add_argument("--servers", help="every server of the job, H:P,H:P (default ps.servers)")
     serve.add_argument("--index", type=int, help="this server's position in --servers")
     serve.add_argument("--node", type=int, help="NUMA node: pin update threads, place shards")
-    serve.add_argument("--threads", type=int, default=0, help="update threads (0: one per CPU)")
+    serve.add_argument("--threads", type=int, help="update threads (default 0: one per CPU)")
     serve.add_argument("--store", help="LMDB directory for delayed persistence")
     serve.add_argument("--rule", choices=["sgd", "momentum", "adagrad", "staleness"])
     serve.add_argument("--keys", help="CURVE key directory (required beyond loopback)")
     serve.add_argument(
         "--recv",
         choices=["auto", "pool", "inplace"],  # server.RECV_MODES (not imported: a light CLI)
-        default="auto",
-        help="receive pushes into pool blocks or in place (auto: pool blocks with one copy on "
-        "two CPUs or more)",
+        help="receive pushes into pool blocks or in place (default auto: pool blocks with one "
+        "copy on two CPUs or more)",
     )
-    serve.add_argument("--ack", choices=["queued", "applied"], default="queued")
+    serve.add_argument(
+        "--ack", choices=["queued", "applied"], help="acknowledge a push (default: queued)"
+    )
     serve.add_argument(
         "--copies", type=int, default=None, help="copies per bucket (cluster.copies)"
     )
@@ -92,10 +91,10 @@ def register(subparsers) -> None:
 
 def _serve(args) -> int:
     import numpy as np
-    from hogwild_plugins.ps.layout import ModelGeometry, job_name
-    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+    from hogwild_plugins.ps.layout import ModelGeometry
+    from hogwild_plugins.ps.server import ParameterServer
 
-    from hogwild.config import load_config, ps_update_rule
+    from hogwild.config import load_config
     from hogwild.model.init import initialise
     from hogwild.model.network import model_network
     from hogwild.net.metrics import serve_metrics
@@ -104,33 +103,7 @@ def _serve(args) -> int:
     network = model_network(config.model)
     initial = np.empty(network.n_params, np.float32)
     initialise(network, initial, config.model.init, config.model.init_scale, config.train.seed)
-    servers, index, bind = _placement(args, tuple(config.ps.servers))
-    ps = config.ps
-    rule, lr = ps_update_rule(dataclasses.replace(ps, rule=args.rule) if args.rule else ps)
-    options = ServerOptions(
-        job=job_name(config.origin, args.job),
-        servers=servers,
-        index=index,
-        bind=bind,
-        rule=rule,
-        lr=lr,
-        momentum=ps.momentum,
-        staleness_decay=ps.staleness_decay,
-        max_staleness=ps.max_staleness,
-        adagrad_eps=ps.adagrad_eps,
-        shard_kib=ps.shard_kib,
-        buckets=ps.buckets,
-        threads=args.threads,
-        node=args.node,
-        store=args.store,
-        flush_s=ps.flush_s,
-        keys=args.keys or ps.keys or None,
-        recv=args.recv,
-        ack=args.ack,
-        copies=args.copies or config.cluster.copies,
-        etcd=args.etcd or config.cluster.etcd or None,
-        lease_s=args.lease_s or ps.lease_s or DEFAULT_LEASE_S,
-    )
+    options = serve_options(args, config)
     cpus = _node_cpus(args.node)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = ParameterServer(ModelGeometry.from_network(network), options, initial)
@@ -139,7 +112,7 @@ def _serve(args) -> int:
         try:
             address = server.start(cpus)
             endpoint = serve_metrics(
-                "ps", f"ps {index}", config.cluster.metrics_port, server.status
+                "ps", f"ps {options.index}", config.cluster.metrics_port, server.status
             )
             layout = server.layout
             store = f", store {options.store}" if options.store else ""
@@ -171,6 +144,30 @@ def _serve(args) -> int:
     if options.store and not flushed:
         return 1
     return 143 if signal.SIGTERM in stop.received else 0
+
+
+def serve_options(args, config):
+    """The :class:`~hogwild_plugins.ps.options.ServerOptions` of ``hogwild ps serve``: the job
+    config's (``[ps]``, ``cluster.copies``, ``cluster.etcd``), with the flags given in place of
+    the config keys they stand for, this server's place in the job, and the flags of settings
+    the config does not hold (:data:`SERVER_FLAGS`; those not given keep the options' defaults)."""
+    from hogwild_plugins.ps.layout import job_name
+    from hogwild_plugins.ps.options import ServerOptions
+
+    servers, index, bind = _placement(args, tuple(config.ps.servers))
+    return ServerOptions.from_config(
+        config,
+        job=job_name(config.origin, args.job),
+        servers=servers,
+        index=index,
+        bind=bind,
+        rule=args.rule,
+        keys=args.keys,
+        copies=args.copies,
+        etcd=args.etcd,
+        lease_s=args.lease_s,
+        **{key: getattr(args, key) for key in SERVER_FLAGS if getattr(args, key) is not None},
+    )
 
 
 def _placement(args, configured: tuple[str, ...]) -> tuple[tuple[str, ...], int, str]:

@@ -1,11 +1,11 @@
-"""A replica's (or a worker's, or a coordinator's) connection to every parameter server of a job.
+"""A replica's (or a worker's, or a coordinator's) parameter-server API: push, pull, assign.
 
-:class:`PSClient` asks each server for its layout (``HELLO``), checks that they agree with each
-other and with the order the client lists them in, and routes every request by the bucket map:
-a push or pull of a range is cut into one message per shard piece, all of them sent at once
-(pipelined, at most ``window`` in flight per server) and awaited together. Arrays go out without
-copies (the caller's buffer must not change until the call returns, which it does only once every
-server acknowledged); pulled shards are received straight into the caller's buffer.
+:class:`PSClient` cuts every request by the job's layout: a push or pull of a range becomes one
+message per shard piece, all of them sent at once through its
+:class:`~hogwild_plugins.ps.connection.Connection` (which knows where each goes, and re-routes
+with replicated servers) and awaited together. Arrays go out without copies (the caller's
+buffer must not change until the call returns, which it does only once every server
+acknowledged); pulled shards are received straight into the caller's buffer.
 
 Two update APIs (Adam 3.2.6): :meth:`PSClient.push_deltas` (accumulated weight deltas of any
 ranges) and :meth:`PSClient.push_vectors` (a fully connected layer's k activation and k error
@@ -15,54 +15,33 @@ wire instead of MN). Both return the shards' versions; a push refused as too sta
 ``push_deltas(..., into=name)`` adds the delta to a named vector instead (``y += d``: no rule,
 no version, no staleness; a second frame carries the name).
 
-Vector operations (:meth:`~PSClient.vector_op` and the ``dot``/``axpy``/``scale``/``copy``/
-``mul``/``fill``/``asum``/``amax`` shortcuts) run on every shard at once on named vectors that
-live beside the parameters (``"params"`` names the parameters themselves); the reductions
-(``dot``, ``asum``: sums; ``amax``: a maximum) combine the shards' partial results here, so a
-coordinator (issue 13) only ever moves scalars.
+:meth:`PSClient.vector_op` runs one operation on every shard at once on named vectors that
+live beside the parameters (``"params"`` names the parameters themselves) and returns the
+shards' partial results; the vocabulary built on it (``dot``, ``axpy``, ... with the reductions
+combined) is Sandblaster's :class:`~hogwild_plugins.ps.sandblaster.vectors.ShardVectors`.
 
 One thread at a time uses a client.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Sequence
 
 import numpy as np
 from hogwild_plugins.ps.checks import NAME, PARAMS
-from hogwild_plugins.ps.etcd import EtcdUnavailable
+from hogwild_plugins.ps.connection import Connection
 from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
-from hogwild_plugins.ps.layout import LayoutError, ShardLayout
-from hogwild_plugins.ps.routes import Routes
 
 from hogwild.errors import HogwildError
-from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
+from hogwild.net.channel import ProtocolError, Request
 from hogwild.net.pinned import PinnedFrames
-from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, job_id
+from hogwild.net.wire import NO_BASIS, DType, Header, MsgType
 
-__all__ = ["PSClient", "PSRequestError"]
-
-MAX_JSON_BYTES = 4 << 20
-FAILOVER_TIMEOUT_S = 0.5  # replicated: a request's timeout (one retry), then the map is read
-REROUTE_WAIT_S = 3.0  # replicated: a failed request's wait for the map to move (lease unknown)
-REFUSED_PAUSE_S = 0.01
-PING_TIMEOUT_S = 0.3
-RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED})
-
-
-class PSRequestError(HogwildError):
-    """A server refused a request (the message is the server's, with its address)."""
-
-    def __init__(self, address: str, code: int, message: str) -> None:
-        name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
-        super().__init__(f"parameter server {address}: {name}: {message}")
-        self.address, self.code = address, code
+__all__ = ["PSClient"]
 
 
 class PSClient:
-    """One client's connection to every parameter server of a job.
+    """One client of every parameter server of a job.
 
     Args:
         servers: Every server of the job, ``HOST:PORT``, in the job's order.
@@ -83,6 +62,7 @@ class PSClient:
 
     Raises:
         PeerUnreachableError: A server did not answer. LayoutError: the servers disagree.
+        PSRequestError: A server refused a request (from any method).
     """
 
     def __init__(
@@ -98,213 +78,30 @@ class PSClient:
         etcd: str | None = None,
         failover_s: float = 30.0,
     ) -> None:
-        self.job, self.job_id = job, job_id(job)
-        self.routes: Routes | None = None
-        self.failover_s = failover_s
-        self.keys = keys
-        self._pinger: Peers | None = None  # replicated: is a silent primary alive?
-        self.pinned = PinnedFrames()  # buffers whose ranges go out as long-lived frames
-        if etcd:  # a dead primary must be given up on well within a failover
-            timeout_s, retries = min(timeout_s, FAILOVER_TIMEOUT_S), min(retries, 1)
-        self.peers = Peers(
-            list(servers),
-            sender=client_id,
+        self.connection = Connection(
+            servers,
+            job,
+            client_id=client_id,
             timeout_s=timeout_s,
             retries=retries,
             keys=keys,
             window=window,
+            etcd=etcd,
+            failover_s=failover_s,
         )
-        try:
-            self.layout = self._hello_any() if etcd else self._hello()
-            if etcd:
-                self.routes = Routes(etcd, job, len(servers), self.layout.n_buckets)
-                self.routes.wait(range(self.layout.n_buckets), time.monotonic() + failover_s)
-        except BaseException:
-            self.close()
-            raise
-        self.versions = np.zeros(self.layout.n_shards, np.uint64)
-        self.refused = 0
+        self.job, self.job_id = job, self.connection.job_id
+        self.layout = self.connection.layout
+        self.pinned = PinnedFrames()  # buffers whose ranges go out as long-lived frames
 
-    # ------------------------------------------------------------------ layout
+    @property
+    def versions(self) -> np.ndarray:
+        """uint64 [n_shards]: the latest version seen of every shard."""
+        return self.connection.versions
 
-    def _hello(self) -> ShardLayout:
-        layouts = []
-        for i, address in enumerate(self.peers.addresses):
-            data = self._json(i, MsgType.HELLO)
-            where = f"parameter server {address}"
-            layout = ShardLayout.from_description(data.get("layout"), where)
-            if data.get("server") != i:
-                raise LayoutError(
-                    f"{where} says it is server {data.get('server')} of job {self.job!r}, but is "
-                    f"listed as server {i}: list the servers in the job's order"
-                )
-            if len(layout.servers) != len(self.peers.addresses):
-                raise LayoutError(
-                    f"{where} serves a job of {len(layout.servers)} servers, "
-                    f"{len(self.peers.addresses)} are listed here"
-                )
-            layouts.append(layout)
-        for i, layout in enumerate(layouts[1:], 1):
-            if layout.describe() | {"servers": []} != layouts[0].describe() | {"servers": []}:
-                raise LayoutError(
-                    f"parameter servers {self.peers.addresses[0]} and {self.peers.addresses[i]} "
-                    "disagree about the layout (parameters, shards, buckets or map)"
-                )
-        return layouts[0]
-
-    def _hello_any(self) -> ShardLayout:
-        """Replicated servers: the layout of the first server that answers (some may be down)."""
-        problems = []
-        for i, address in enumerate(self.peers.addresses):
-            try:
-                data = self._json(i, MsgType.HELLO)
-            except (PeerUnreachableError, PSRequestError, ProtocolError) as exc:
-                problems.append(str(exc))
-                continue
-            layout = ShardLayout.from_description(data.get("layout"), f"parameter server {address}")
-            if len(layout.servers) != len(self.peers.addresses):
-                raise LayoutError(
-                    f"parameter server {address} serves a job of {len(layout.servers)} servers, "
-                    f"{len(self.peers.addresses)} are listed here"
-                )
-            return layout
-        raise PeerUnreachableError(
-            str(self.peers.addresses[0]), f"no parameter server answered: {problems}"
-        )
-
-    def _server_of(self, shard: int) -> int:
-        bucket = self.layout.bucket_of(shard)
-        return (
-            self.layout.server_of(shard) if self.routes is None else self.routes.server_of(bucket)
-        )
-
-    def _json(self, server: int, kind: MsgType) -> dict:
-        header, frames = self.peers.request(server, Header(kind, job=self.job_id))
-        self._raise_error(server, header, frames)
-        if header.type != MsgType.JSON or len(frames) != 1:
-            raise ProtocolError(f"server {self.peers.addresses[server]}: no JSON reply to {kind}")
-        raw = memoryview(frames[0])
-        if raw.nbytes > MAX_JSON_BYTES:
-            raise ProtocolError(f"server {self.peers.addresses[server]}: a JSON reply over 4 MiB")
-        try:
-            data = json.loads(bytes(raw))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"server {self.peers.addresses[server]}: bad JSON: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ProtocolError(f"server {self.peers.addresses[server]}: JSON is not an object")
-        return data
-
-    def _raise_error(self, server: int, header: Header, frames: list) -> None:
-        if header.type == MsgType.ERROR:
-            text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
-            raise PSRequestError(str(self.peers.addresses[server]), header.code, text)
-
-    # ------------------------------------------------------------------ requests
-
-    def _run(self, requests: list[Request]) -> None:
-        """Exchange ``requests``; count refusals, track versions, raise the first error.
-
-        With replicated servers, a request its server could not take (``NOT_PRIMARY``, or no
-        answer at all) goes again, with its number, to its bucket's primary as etcd names it
-        once the map moved on (or a lease's time passed), until :attr:`failover_s` runs out.
-        """
-        errors: list[tuple[int, Header, list]] = []
-        done = [False] * len(requests)
-        refused: set[int] = set()  # answered NOT_PRIMARY (the server lives)
-        replicated = self.routes is not None
-
-        def wrap(i: int, req: Request):
-            then = req.on_reply
-
-            def on_reply(header: Header, frames: list) -> None:
-                if header.type == MsgType.ERROR:
-                    if replicated and header.code in RE_ROUTE:
-                        refused.add(id(req))
-                        return  # not done: sent again to the bucket's next primary
-                    done[i] = True
-                    if header.code == ErrorCode.STALE:
-                        self.refused += 1
-                    else:
-                        errors.append((req.server, header, frames))
-                    return
-                done[i] = True
-                shard = req.header.target
-                if header.version > self.versions[shard]:
-                    self.versions[shard] = header.version
-                if then is not None:
-                    then(header, frames)
-
-            return on_reply
-
-        for i, req in enumerate(requests):
-            req.on_reply = wrap(i, req)
-        deadline = time.monotonic() + self.failover_s
-        todo = requests
-        while True:
-            try:
-                self.peers.exchange(todo)
-            except PeerUnreachableError:
-                if not replicated:
-                    raise
-            todo = [req for i, req in enumerate(requests) if not done[i]]
-            if not todo:
-                break
-            self._re_route(todo, refused, deadline)
-            refused.clear()
-        if errors:
-            server, header, frames = errors[0]
-            self._raise_error(server, header, frames)
-
-    def _re_route(self, todo: list[Request], refused: set[int], deadline: float) -> None:
-        """Wait until the buckets of ``todo`` have a live primary (for a request that got no
-        answer from the primary the map still names: a newer one, or a lease's time), and point
-        each request at it."""
-        now = time.monotonic()
-        buckets = {self.layout.bucket_of(r.header.target) for r in todo}
-        try:
-            self.routes.read()
-        except EtcdUnavailable:
-            pass  # wait() reads again, until the deadline
-        away, alive = {}, {}
-        for req in todo:
-            bucket = self.layout.bucket_of(req.header.target)
-            if id(req) not in refused and self.routes.primaries[bucket] == req.server:
-                # No answer from the primary the map still names: a slow one (busy with its
-                # copies) answers a ping on its network thread and gets the request again at
-                # once; a dead one is replaced within its lease (and etcd's expiry round).
-                if req.server not in alive:
-                    alive[req.server] = self._answers(req.server)
-                if not alive[req.server]:
-                    wait = self.routes.lease_s + 1.0 if self.routes.lease_s else REROUTE_WAIT_S
-                    away[bucket] = (self.routes.epochs[bucket], now + wait)
-        if not away:
-            time.sleep(REFUSED_PAUSE_S)  # a primary still catching its copies up
-        self.routes.wait(buckets, deadline, away)
-        if time.monotonic() > deadline:
-            raise PeerUnreachableError(
-                str(self.peers.addresses[todo[0].server]),
-                f"requests to buckets {sorted(buckets)} found no serving primary within "
-                f"{self.failover_s:g} s",
-            )
-        for req in todo:
-            req.server = self._server_of(req.header.target)
-            req.attempts, req.sent_at, req.first_sent = 0, 0.0, 0.0
-
-    def _answers(self, server: int) -> bool:
-        """Whether ``server`` answers a ping within :data:`PING_TIMEOUT_S` (replicated)."""
-        if self._pinger is None:
-            self._pinger = Peers(
-                [str(a) for a in self.peers.addresses],
-                sender=self.peers.sender,
-                timeout_s=PING_TIMEOUT_S,
-                retries=0,
-                keys=self.keys,
-            )
-        try:
-            header, _ = self._pinger.request(server, Header(MsgType.PING, job=self.job_id))
-        except PeerUnreachableError:
-            return False
-        return header.type == MsgType.ACK
+    @property
+    def refused(self) -> int:
+        """Pushes refused as too stale, in total."""
+        return self.connection.refused
 
     def _check_vector(self, array: np.ndarray, what: str) -> np.ndarray:
         if (
@@ -327,12 +124,11 @@ class PSClient:
         for shard, lo, hi in self.layout.cut(ranges):
             shard_lo = self.layout.shard_range(shard)[0]
             flags, version = (NO_BASIS, 0) if basis is None else (0, int(basis[shard]))
-            header = Header(
+            header = self.connection.header(
                 kind,
-                job=self.job_id,
-                sender=self.peers.sender,
+                sender=self.connection.peers.sender,
                 target=shard,
-                seq=self.peers.next_seq(),
+                seq=self.connection.peers.next_seq(),
                 version=version,
                 flags=flags,
                 offset=lo - shard_lo,
@@ -343,7 +139,7 @@ class PSClient:
             )
             piece = self.pinned.range(array, lo, hi)
             frames = [piece, name] if name else [piece]
-            out.append(Request(self._server_of(shard), header, frames))
+            out.append(Request(self.connection.server_of(shard), header, frames))
         return out
 
     def push_deltas(
@@ -380,7 +176,7 @@ class PSClient:
                     "into the parameters without a name)"
                 )
             name = into.encode("ascii")
-        self._run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges, name))
+        self.connection.run(self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges, name))
         return self.versions.copy()
 
     def assign(
@@ -388,7 +184,7 @@ class PSClient:
     ) -> np.ndarray:  # noqa: E501
         """Overwrite the parameters in ``ranges`` (default: all) with ``values`` (a restore)."""
         self._check_vector(values, "values")
-        self._run(self._pieces(MsgType.ASSIGN, values, None, ranges))
+        self.connection.run(self._pieces(MsgType.ASSIGN, values, None, ranges))
         return self.versions.copy()
 
     def push_vectors(
@@ -431,9 +227,8 @@ class PSClient:
             r0, r1 = (lo - fc.offset) // fc.n_in, (hi - 1 - fc.offset) // fc.n_in + 1
             et = np.ascontiguousarray(e[:, r0:r1].T)
             flags, version = (NO_BASIS, 0) if basis is None else (0, int(basis[shard]))
-            header = Header(
+            header = self.connection.header(
                 MsgType.PUSH_VECTORS,
-                job=self.job_id,
                 target=shard,
                 aux=layer,
                 version=version,
@@ -444,8 +239,8 @@ class PSClient:
                 a=float(lr),
                 b=float(decay),
             )
-            requests.append(Request(self._server_of(shard), header, [a, et]))
-        self._run(requests)
+            requests.append(Request(self.connection.server_of(shard), header, [a, et]))
+        self.connection.run(requests)
         return self.versions.copy()
 
     def pull(self, into: np.ndarray, shards: Sequence[int] | None = None) -> np.ndarray:
@@ -458,7 +253,7 @@ class PSClient:
         self._check_vector(into, "into")
         wanted = list(range(self.layout.n_shards)) if shards is None else list(shards)
         requests, bad = self._pulls(into, wanted)
-        self._run(requests)
+        self.connection.run(requests)
         if bad:
             raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
         return self.versions[wanted].copy()
@@ -483,7 +278,7 @@ class PSClient:
         Returns:
             uint64 [n_shards]: the versions of the values written.
         """
-        if self.routes is not None:
+        if self.connection.replicated:
             self.push_deltas(delta, basis=basis, ranges=ranges)
             return self.pull(into)
         self._check_vector(delta, "delta")
@@ -495,7 +290,7 @@ class PSClient:
         pushes = self._pieces(MsgType.PUSH_DELTAS, delta, basis, ranges)
         for req in pushes:
             req.on_reply = lambda h, frames, s=req.header.target: acked.__setitem__(s, h.version)
-        self._run(pushes + pulls)
+        self.connection.run(pushes + pulls)
         if bad:
             raise ProtocolError(f"pull: replies that do not fit: {bad[:3]}")
         # A push the server could not take at once (BUSY: its queues were full) was sent again
@@ -529,8 +324,10 @@ class PSClient:
                 elif versions is not None:
                     versions[n] = h.version
 
-            header = Header(MsgType.PULL, job=self.job_id, target=shard)
-            requests.append(Request(self._server_of(shard), header, on_reply=check, sink=sink))
+            header = self.connection.header(MsgType.PULL, target=shard)
+            requests.append(
+                Request(self.connection.server_of(shard), header, on_reply=check, sink=sink)
+            )
         return requests, bad
 
     # ------------------------------------------------------------------ vector operations
@@ -561,9 +358,8 @@ class PSClient:
         results = np.zeros(len(wanted), np.float64)
         requests = []
         for i, shard in enumerate(wanted):
-            header = Header(
+            header = self.connection.header(
                 MsgType.VECTOR_OP,
-                job=self.job_id,
                 target=shard,
                 code=code,
                 a=float(alpha),
@@ -575,35 +371,9 @@ class PSClient:
             def store(h: Header, frames: list, i=i) -> None:
                 results[i] = h.a
 
-            requests.append(Request(self._server_of(shard), header, [text], store))
-        self._run(requests)
+            requests.append(Request(self.connection.server_of(shard), header, [text], store))
+        self.connection.run(requests)
         return results
-
-    def dot(self, x: str, y: str) -> float:
-        return float(self.vector_op("dot", x, y).sum())
-
-    def asum(self, x: str) -> float:
-        """``sum |x_i|`` (an L1 norm): the sum of the shards' partial sums."""
-        return float(self.vector_op("asum", x).sum())
-
-    def amax(self, x: str) -> float:
-        """``max |x_i|``: the largest of the shards' maxima (NaN if any shard holds a NaN)."""
-        return float(self.vector_op("amax", x).max())
-
-    def axpy(self, alpha: float, x: str, y: str) -> None:
-        self.vector_op("axpy", x, y, alpha=alpha)
-
-    def scale(self, alpha: float, x: str) -> None:
-        self.vector_op("scale", x, alpha=alpha)
-
-    def copy(self, x: str, y: str) -> None:
-        self.vector_op("copy", x, y)
-
-    def mul(self, x: str, y: str, z: str) -> None:
-        self.vector_op("mul", x, y, z)
-
-    def fill(self, x: str, alpha: float) -> None:
-        self.vector_op("fill", x, alpha=alpha)
 
     def pin(self, buffer: np.ndarray) -> None:
         """Keep ``buffer`` (an array that owns its memory, kept for the client's life, such as
@@ -617,30 +387,11 @@ class PSClient:
     def status(self) -> list[dict]:
         """Every server's counters (see ``hogwild ps status``). With replicated servers, those
         that answer (one that is down, or being replaced, is left out)."""
-        if self.routes is None:
-            return [self._json(i, MsgType.STATUS) for i in range(len(self.peers.addresses))]
-        found = []
-        try:
-            self.routes.read()
-            members = self.routes.members
-        except HogwildError:
-            members = set(range(len(self.peers.addresses)))
-        for i in range(len(self.peers.addresses)):
-            if i not in members:
-                continue  # down (or not yet registered): not waited for
-            try:
-                found.append(self._json(i, MsgType.STATUS))
-            except (PeerUnreachableError, PSRequestError, ProtocolError):
-                continue
-        return found
+        return self.connection.status()
 
     def close(self) -> None:
         self.pinned.clear()
-        self.peers.close()
-        if self._pinger is not None:
-            self._pinger.close()
-        if self.routes is not None:
-            self.routes.close()
+        self.connection.close()
 
     def __enter__(self) -> PSClient:
         return self

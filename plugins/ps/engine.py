@@ -1,16 +1,16 @@
 """Update threads: they own the shards, apply queued work in order, and answer through repliers.
 
 Each shard belongs to one update thread (shard ``i`` of the server to thread ``i mod T``). The
-network thread (or a benchmark, or the flusher) submits :class:`Work`: the work object goes into a
-slot of a fixed table and the slot's number into the owning thread's lock-free queue
-(:class:`hogwild.shm.queue.MPMCQueue`, Vyukov's bounded ring), whose free slots are themselves
-an MPMC queue: no lock on the path. A thread drains up to :data:`MAX_BATCH` items at a time; the
-deltas queued for one shard are applied together by :func:`~hogwild_plugins.ps.kernels.apply_deltas`
-block by cache-sized block (Adam 3.3.1's opportunistic batching), the rest one by one in order:
-pulls see every change queued before them (a client that pushed and then pulls sees its push).
-A push into a named vector (``Kind.INTO``) goes through the same kernel with rule SGD, ``lr`` 1
-and coefficient 1 on that vector (``y += d``), in its place in the order. Work that was given a
-version (every write with replication, ``copies > 1``) advances the shard's applied version.
+network thread (or a benchmark, or the flusher) submits work (one record per kind, see
+:mod:`~hogwild_plugins.ps.work`): the record goes into a slot of a fixed table and the slot's
+number into the owning thread's lock-free queue (:class:`hogwild.shm.queue.MPMCQueue`, Vyukov's
+bounded ring), whose free slots are themselves an MPMC queue: no lock on the path. A thread
+drains up to :data:`MAX_BATCH` items at a time; the deltas queued for one shard are applied
+together, block by cache-sized block (Adam 3.3.1's opportunistic batching), the rest one by one
+in order, each by its kind's applier (:mod:`~hogwild_plugins.ps.appliers`): pulls see every
+change queued before them (a client that pushed and then pulls sees its push). Work that was
+given a version (every write with replication, ``copies > 1``) advances the shard's applied
+version.
 
 Threads pin themselves to their CPUs (the ``--node``'s) before touching their shards, so the
 first touch puts the shards' pages on that node (or ``bind_memory`` already did, with libnuma).
@@ -43,24 +43,29 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.layout import FcLayer
+from hogwild_plugins.ps.appliers import (
+    APPLIERS,
+    Rule,
+    Tally,
+    ack_reply,
+    apply_delta_run,
+    pull_reply,
+)
+from hogwild_plugins.ps.work import Kind, Pull, PushDeltas, Shard, Snapshot, SnapshotRound, Work
 from numba import njit
 
 from hogwild.errors import HogwildError
-from hogwild.net.wire import DType, ErrorCode, Header, MsgType
+from hogwild.net.wire import ErrorCode
 from hogwild.numa.pinning import pin_to_cpus
 from hogwild.shm.queue import MPMCQueue, queue_try_get, queue_try_put, queue_words
 
-__all__ = ["Kind", "Shard", "SnapshotRound", "UpdateEngine", "Work"]
+__all__ = ["UpdateEngine"]
 
 MAX_BATCH = 64
 IDLE_WAIT_S = 0.05
-_NO_STATE = np.zeros(0, np.float32)  # rule SGD keeps no state
-_ONE = np.ones(1, np.float32)  # the coefficient of a push into a named vector
 
 
 @njit(cache=True)
@@ -79,103 +84,6 @@ def _get(q):
     """
     ok, value = queue_try_get(q)
     return value if ok else -1
-
-
-class Kind:
-    DELTAS, VECTORS, PULL, ASSIGN, VECOP, SNAPSHOT, RESTORE, BARRIER, INTO = range(9)
-    """``INTO``: a delta added to a named vector (``names[0]``), not to the parameters."""
-
-
-_WRITES = frozenset({Kind.DELTAS, Kind.VECTORS, Kind.ASSIGN, Kind.VECOP, Kind.RESTORE, Kind.INTO})
-"""Kinds that may change a shard (every vector operation counts: some of them write)."""
-
-_READS = frozenset({Kind.PULL, Kind.SNAPSHOT, Kind.BARRIER})
-"""Kinds that never change a shard: a pull may be answered past them (:meth:`read_now`)."""
-
-
-@dataclass
-class Shard:
-    """One shard's memory, owned by one update thread.
-
-    Attributes:
-        index: The shard's number in the job.
-        lo: Its global offset.
-        values: float32 parameters (the thread first-touches them).
-        state: The rule's state (same length; empty for SGD).
-        applied: Version of the last change applied.
-        snapshotted: Version of the last snapshot taken for the store.
-        vectors: Named vectors beside the parameters (vector operations).
-        writes_queued: Writes queued for the shard (by :meth:`UpdateEngine.put`).
-        writes_done: Writes its thread finished (applied or failed); equal to
-            ``writes_queued`` when none is pending (see :meth:`UpdateEngine.read_now`).
-    """
-
-    index: int
-    lo: int
-    values: np.ndarray
-    state: np.ndarray
-    applied: int = 0
-    snapshotted: int = 0
-    vectors: dict[str, np.ndarray] = field(default_factory=dict)
-    thread: int = 0
-    initial: tuple | None = None  # (values, state) copied in at first touch
-    writes_queued: int = 0
-    writes_done: int = 0
-
-    def vector(self, name: str) -> np.ndarray:
-        if name == "params":
-            return self.values
-        vec = self.vectors.get(name)
-        if vec is None:
-            vec = self.vectors[name] = np.zeros_like(self.values)
-        return vec
-
-
-@dataclass(slots=True)
-class Work:
-    """One queued piece of work for one shard (see :class:`Kind`)."""
-
-    kind: int
-    local: int
-    header: Header | None = None
-    version: int = 0
-    coef: float = 1.0
-    decay: float = 0.0  # API (b): weight decay per unit of the layer's update (see kernels)
-    offset: int = 0
-    length: int = 0
-    data: np.ndarray | None = None
-    a: np.ndarray | None = None
-    et: np.ndarray | None = None
-    fc: FcLayer | None = None
-    r0: int = 0
-    op: int = 0
-    names: tuple[str, ...] = ()
-    alpha: float = 0.0
-    keep: object = None
-    free: Callable[[], None] | None = None
-    acked: bool = False
-    result: float = 0.0  # a vector operation's value (a reduction's), for the replication's ack
-    vectors: dict | None = None  # RESTORE: the shard's named vectors (name -> values)
-    settled: bool = False  # a write counted in its shard's writes_done
-
-
-class SnapshotRound:
-    """Copies of the changed shards, collected from every thread (see the module docstring)."""
-
-    def __init__(self, threads: int, full: bool = False) -> None:
-        self.pending, self.full = threads, full
-        self.items: list[tuple[int, int, np.ndarray, np.ndarray]] = []
-        self.applied_updates = 0
-        self._lock = threading.Lock()
-        self.done = threading.Event()
-
-    def add(self, items: list, applied_updates: int) -> None:
-        with self._lock:
-            self.items.extend(items)
-            self.applied_updates += applied_updates
-            self.pending -= 1
-            if self.pending == 0:
-                self.done.set()
 
 
 class UpdateEngine:
@@ -204,7 +112,7 @@ class UpdateEngine:
         capacity: int = 4096,
     ) -> None:
         self.shards = list(shards)
-        self.rule, self.lr, self.mu, self.eps = rule, lr, mu, eps
+        self.rule = Rule(rule, lr, mu, eps)
         self.n_threads = max(1, min(threads, len(self.shards) or 1))
         for i, shard in enumerate(self.shards):
             shard.thread = i % self.n_threads
@@ -224,8 +132,7 @@ class UpdateEngine:
         self._stop = threading.Event()
         self._ready = threading.Barrier(self.n_threads + 1)
         self._threads: list[threading.Thread] = []
-        self.applied = [0] * self.n_threads  # changes applied
-        self.updated = [0] * self.n_threads  # parameter updates (floats, or MACs for API b)
+        self.tallies = [Tally() for _ in range(self.n_threads)]
         self.batches = [0] * self.n_threads
         self.pulls_at_once = 0  # pulls answered by the caller of read_now
         self.pushes_at_once = 0  # pushes applied by the caller of apply_claimed
@@ -259,6 +166,16 @@ class UpdateEngine:
         """No update thread is left (after :meth:`stop`)."""
         return not any(thread.is_alive() for thread in self._threads)
 
+    @property
+    def applied(self) -> list[int]:
+        """Changes applied, per update thread."""
+        return [tally.applied for tally in self.tallies]
+
+    @property
+    def updated(self) -> list[int]:
+        """Parameter updates (floats, or multiply-adds for API (b)), per update thread."""
+        return [tally.updated for tally in self.tallies]
+
     def submit(self, work: Work) -> bool:
         """Queue ``work`` for its shard's thread; False when every slot is taken."""
         slot = self.reserve()
@@ -279,13 +196,13 @@ class UpdateEngine:
         """Queue ``work`` in a reserved slot for its shard's thread."""
         self._slots[slot] = work
         shard = self.shards[work.local]
-        if work.kind in _WRITES:
+        if work.writes:
             shard.writes_queued += 1
         t = shard.thread
         _put(self.queues[t].ref, slot)  # never full: it has a cell for every slot
         self._wake[t].set()
 
-    def read_now(self, work: Work) -> tuple[Header, list[np.ndarray]] | None:
+    def read_now(self, work: Pull) -> tuple | None:
         """The reply to a pull, taken now by the calling thread, or None when it must queue.
 
         Only for servers whose writes are all queued by the calling thread (one copy of every
@@ -297,7 +214,7 @@ class UpdateEngine:
         if shard.writes_done != shard.writes_queued:
             return None
         self.pulls_at_once += 1
-        return _pull_reply(shard, work)
+        return pull_reply(shard, work)
 
     def claim_idle(self, local: int) -> threading.Lock | None:
         """The busy lock of shard ``local``'s thread, taken, when the thread is between batches
@@ -317,7 +234,7 @@ class UpdateEngine:
             return None
         return lock
 
-    def apply_claimed(self, work: Work) -> None:
+    def apply_claimed(self, work: PushDeltas) -> None:
         """Apply a push of deltas now, in the calling thread, holding :meth:`claim_idle`'s lock
         for its shard (the caller answers the client: nothing is sent from here). A failure is
         in :attr:`failures`, naming the push (its acknowledgement may have gone out already)."""
@@ -355,7 +272,7 @@ class UpdateEngine:
             round_.done.set()  # a server that holds no shard has nothing to write
         for local in owners.values():
             deadline = time.monotonic() + timeout
-            while not self.submit(Work(Kind.SNAPSHOT, local, keep=round_)):
+            while not self.submit(Snapshot(local, round=round_)):
                 if time.monotonic() > deadline:
                     return None
                 time.sleep(0.001)
@@ -438,7 +355,7 @@ class UpdateEngine:
                 for local, items in by_shard.items():
                     self._apply_shard(t, local, items, replier)
                 by_shard = {}
-                self._snapshot(t, work.keep)
+                self._snapshot(t, work.round)
             else:
                 by_shard.setdefault(work.local, []).append(work)
         for local, items in by_shard.items():
@@ -464,130 +381,31 @@ class UpdateEngine:
         if run:
             self._apply_deltas(t, shard, run, replier)
 
-    def _apply_deltas(self, t: int, shard: Shard, run: list[Work], replier) -> None:
-        k = len(run)
-        if k == 1:  # nothing to batch: the delta as it is, without gathering addresses
-            work = run[0]
-            kernels.apply_delta(
-                self.rule,
-                shard.values,
-                shard.state,
-                work.data,
-                work.offset,
-                work.coef,
-                self.lr,
-                self.mu,
-                self.eps,
-            )
-        else:
-            kernels.apply_deltas(
-                self.rule,
-                shard.values,
-                shard.state,
-                np.fromiter((w.data.ctypes.data for w in run), np.int64, k),
-                np.fromiter((w.offset for w in run), np.int64, k),
-                np.fromiter((w.length for w in run), np.int64, k),
-                np.fromiter((w.coef for w in run), np.float32, k),
-                self.lr,
-                self.mu,
-                self.eps,
-                kernels.BLOCK_FLOATS,
-            )
-        shard.applied += k
+    def _apply_deltas(self, t: int, shard: Shard, run: list[PushDeltas], replier) -> None:
+        apply_delta_run(self.rule, shard, run, self.tallies[t])
         for work in run:
             work.settled = True
-        shard.writes_done += k  # before the acknowledgements: a pull after one finds none pending
-        self.applied[t] += k
-        self.updated[t] += run[0].length if k == 1 else sum(w.length for w in run)
+        shard.writes_done += len(run)  # before the acknowledgements: a pull after one finds none
         for work in run:
-            self._finish(work, replier)
+            self._finish(shard, work, replier)
 
     def _apply_one(self, t: int, shard: Shard, work: Work, replier) -> None:
-        if work.kind == Kind.VECTORS:
-            fc = work.fc
-            kernels.apply_vectors(
-                self.rule,
-                shard.values,
-                shard.state,
-                shard.lo,
-                fc.offset,
-                fc.n_in,
-                work.r0,
-                work.et,
-                work.a,
-                work.coef,
-                self.lr,
-                self.mu,
-                self.eps,
-                self._scratch(t),
-                work.decay,
-            )
-            shard.applied += 1
-            self.applied[t] += 1
-            self.updated[t] += work.a.shape[0] * work.length
-        elif work.kind == Kind.ASSIGN:
-            kernels.assign(shard.values, work.offset, work.data)
-            shard.applied += 1
-            self.applied[t] += 1
-        elif work.kind == Kind.INTO:  # y += d: rule SGD, lr 1, coefficient 1; no version
-            kernels.apply_deltas(
-                kernels.RULE_SGD,
-                shard.vector(work.names[0]),
-                _NO_STATE,
-                np.array([work.data.ctypes.data], np.int64),
-                np.array([work.offset], np.int64),
-                np.array([work.length], np.int64),
-                _ONE,
-                1.0,
-                0.0,
-                0.0,
-                kernels.BLOCK_FLOATS,
-            )
-            if work.version:  # replicated: a write with its version
-                shard.applied += 1
-                self.applied[t] += 1
-        elif work.kind == Kind.BARRIER:  # nothing: everything queued before it is applied
-            pass
-        elif work.kind == Kind.RESTORE:  # a replica's catch-up: values, state, version
-            shard.values[:] = work.data
-            if shard.state.size:
-                shard.state[:] = work.a
-            if work.vectors is not None:  # copied here: first touch by the owning thread
-                shard.vectors = {n: np.array(v, np.float32) for n, v in work.vectors.items()}
-            shard.applied = work.version
-        elif work.kind == Kind.PULL:
+        scratch = self._scratch(t) if work.kind == Kind.VECTORS else None
+        APPLIERS[work.kind](self.rule, shard, work, self.tallies[t], scratch)
+        if work.kind == Kind.PULL:
             if replier is not None:
-                replier.send(*_pull_reply(shard, work))
-            self._release(work)
-            return
-        elif work.kind == Kind.VECOP:
-            x, y, z = self._operands(shard, work.names)
-            result = kernels.vector_op(work.op, x, y, z, work.alpha)
-            if work.version:
-                shard.applied += 1
-                self.applied[t] += 1
-            work.result = float(result)
-            self._settle(shard, work)
-            if not work.acked and replier is not None:  # acked: the replication answers
-                replier.send(work.header.reply(MsgType.ACK, version=shard.applied, a=work.result))
+                replier.send(*pull_reply(shard, work))
             self._release(work)
             return
         self._settle(shard, work)
-        self._finish(work, replier)
+        self._finish(shard, work, replier)
 
     @staticmethod
     def _settle(shard: Shard, work: Work) -> None:
         """Count a finished write (once), before anyone is told it is done."""
-        if work.kind in _WRITES and not work.settled:
+        if work.writes and not work.settled:
             work.settled = True
             shard.writes_done += 1
-
-    @staticmethod
-    def _operands(shard: Shard, names: tuple[str, ...]):
-        vecs = [shard.vector(n) for n in names]
-        while len(vecs) < 3:
-            vecs.append(vecs[0])
-        return vecs[0], vecs[1], vecs[2]
 
     def _scratch(self, t: int) -> np.ndarray:
         scratch = self._scratches[t]
@@ -595,16 +413,16 @@ class UpdateEngine:
             scratch = self._scratches[t] = np.zeros(kernels.SCRATCH_FLOATS, np.float32)
         return scratch
 
-    def _finish(self, work: Work, replier) -> None:
+    def _finish(self, shard: Shard, work: Work, replier) -> None:
         if not work.acked and replier is not None and work.header is not None:
-            replier.send(work.header.reply(MsgType.ACK, version=work.version))
+            replier.send(ack_reply(shard, work))
         self._release(work)
 
     @staticmethod
     def _release(work: Work) -> None:
         if work.free is not None:
             work.free()  # pool blocks go back
-        work.keep = work.free = work.data = work.a = work.et = None
+        work.drop_buffers()
 
     def _record_failure(self, text: str) -> None:
         self.failures.append(text)
@@ -625,18 +443,4 @@ class UpdateEngine:
             if shard.thread == t and (round_.full or shard.applied != shard.snapshotted):
                 items.append((shard.index, shard.applied, shard.values.copy(), shard.state.copy()))
                 shard.snapshotted = shard.applied
-        round_.add(items, self.applied[t])
-
-
-def _pull_reply(shard: Shard, work: Work) -> tuple[Header, list[np.ndarray]]:
-    """A pull's ``DATA`` reply: a copy of the asked range and the shard's applied version."""
-    values = shard.values[work.offset : work.offset + work.length].copy()
-    header = work.header.reply(
-        MsgType.DATA,
-        version=shard.applied,
-        offset=work.offset,
-        dtype=DType.FLOAT32,
-        shape=(work.length,),
-        frames=1,
-    )
-    return header, [values]
+        round_.add(items, self.tallies[t].applied)

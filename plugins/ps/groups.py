@@ -143,10 +143,11 @@ class ServerGroups:
             if own is not None and g != own:
                 continue
             np.subtract(self.mean, self.pulled[g], out=self.delta)
-            client.fill(self.vector, 0.0)  # a synchroniser that died mid-move left a delta here
+            # a synchroniser that died mid-move left a delta here
+            client.vector_op("fill", self.vector, alpha=0.0)
             client.push_deltas(self.delta, into=self.vector)
-            client.axpy(1.0, self.vector, PARAMS)
-            client.fill(self.vector, 0.0)
+            client.vector_op("axpy", self.vector, PARAMS, alpha=1.0)  # params += vector
+            client.vector_op("fill", self.vector, alpha=0.0)
         self.syncs += 1
 
     def status(self) -> list[dict]:

@@ -126,10 +126,11 @@ def local_server(
 ) -> Iterator:
     """A :class:`~hogwild_plugins.ps.server.ParameterServer` in this process, stopped on exit.
 
-    ``options`` are :class:`~hogwild_plugins.ps.server.ServerOptions` fields; ``servers``
+    ``options`` are :class:`~hogwild_plugins.ps.options.ServerOptions` fields; ``servers``
     defaults to one server on a free port of 127.0.0.1.
     """
-    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+    from hogwild_plugins.ps.options import ServerOptions
+    from hogwild_plugins.ps.server import ParameterServer
 
     options.setdefault("servers", ("127.0.0.1:0",))
     server = ParameterServer(geometry, ServerOptions(job=job, **options), initial)

@@ -6,7 +6,7 @@ primary forwards in its ``PREPARE``). For one request, in this order:
 
 1. :meth:`Admission.check`: the header names this job, a shard this server holds, and frames that
    fit the shard (:mod:`~hogwild_plugins.ps.checks`); the shard is returned.
-2. :meth:`Admission.work`: the request's frames as a :class:`~hogwild_plugins.ps.engine.Work`
+2. :meth:`Admission.work`: the request's frames as a :class:`~hogwild_plugins.ps.work.Work`
    for the shard's update thread.
 3. :meth:`Admission.admit`: the shard book gives the work its version (a parameter update also
    its staleness coefficient; too stale: ``STALE``). A copy does not admit: it takes the version
@@ -20,9 +20,18 @@ at admission, so every copy applies the shard's writes in the primary's order.
 from __future__ import annotations
 
 from hogwild_plugins.ps import checks
-from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.shard import ShardBook
+from hogwild_plugins.ps.work import (
+    AddToVector,
+    Assign,
+    Kind,
+    Pull,
+    PushDeltas,
+    PushVectors,
+    VectorOp,
+    Work,
+)
 
 from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, WireError, frame_array
 
@@ -103,31 +112,45 @@ class Admission:
         kind = header.type
         if kind in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
             data = frame_array(frames[0], DType.FLOAT32, header.shape, "delta")
-            k, names = (Kind.DELTAS if kind == MsgType.PUSH_DELTAS else Kind.ASSIGN), ()
-            if checks.is_named_push(header):  # into a named vector (Kind.INTO)
-                name = frame_array(frames[1], DType.UINT8, (header.aux,), "name")
-                k, names = Kind.INTO, (checks.parse_name(name),)
             length = header.shape[0]
-            return Work(
-                k, local, header, offset=header.offset, length=length, data=data, names=names
-            )
+            if checks.is_named_push(header):  # into a named vector
+                name = frame_array(frames[1], DType.UINT8, (header.aux,), "name")
+                return AddToVector(
+                    local,
+                    header,
+                    name=checks.parse_name(name),
+                    offset=header.offset,
+                    length=length,
+                    delta=data,
+                )
+            if kind == MsgType.ASSIGN:
+                return Assign(local, header, offset=header.offset, length=length, values=data)
+            return PushDeltas(local, header, offset=header.offset, length=length, delta=data)
         if kind == MsgType.PUSH_VECTORS:
-            fc, r0, length = checks.layer_rows(header, self.geometry, lo, hi)
+            fc, first_row, length = checks.layer_rows(header, self.geometry, lo, hi)
             k, m, rows = header.shape
-            a = frame_array(frames[0], DType.FLOAT32, (k, m), "activations")
-            et = frame_array(frames[1], DType.FLOAT32, (rows, k), "errors")
-            return Work(Kind.VECTORS, local, header, fc=fc, r0=r0, a=a, et=et, length=length)
+            activations = frame_array(frames[0], DType.FLOAT32, (k, m), "activations")
+            errors_by_row = frame_array(frames[1], DType.FLOAT32, (rows, k), "errors")
+            return PushVectors(
+                local,
+                header,
+                layer=fc,
+                first_row=first_row,
+                length=length,
+                activations=activations,
+                errors_by_row=errors_by_row,
+            )
         if kind == MsgType.PULL:
             size = hi - lo
             length = header.aux or size - header.offset
             if header.frames:
                 raise WireError("PULL takes no frames", ErrorCode.BAD_FRAMES)
             checks.check_range(header.offset, length, shard, size)
-            return Work(Kind.PULL, local, header, offset=header.offset, length=length)
+            return Pull(local, header, offset=header.offset, length=length)
         if header.frames != 1 or header.dtype != DType.UINT8:
             raise WireError("VECTOR_OP takes one frame of names", ErrorCode.BAD_FRAMES)
         op, names = checks.parse_names(header, frame_array(frames[0], DType.UINT8, header.shape))
-        return Work(Kind.VECOP, local, header, op=op, names=names, alpha=header.a)
+        return VectorOp(local, header, op=op, names=names, alpha=header.a)
 
     @staticmethod
     def writes(work: Work) -> bool:

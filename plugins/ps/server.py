@@ -58,17 +58,22 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
+from hogwild_plugins.ps.engine import UpdateEngine
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
+from hogwild_plugins.ps.options import ServerOptions
 from hogwild_plugins.ps.receive_pool import RECV_MODES, ReceivePool, recv_mode
 from hogwild_plugins.ps.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
+from hogwild_plugins.ps.work import (
+    Kind,
+    Shard,
+    Work,
+)
 
 from hogwild.blas import limit_blas_threads
 from hogwild.config.checks import FLOAT32_TINY
@@ -86,70 +91,13 @@ from hogwild.net.wire import (
 )
 from hogwild.numa.pinning import bind_memory
 
-__all__ = ["ParameterServer", "ServerOptions"]
+__all__ = ["ParameterServer"]
 
 DATA_TYPES = frozenset(
     {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.PULL, MsgType.VECTOR_OP, MsgType.ASSIGN}
 )
 PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
 RATE_EVERY_S = 1.0
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """How one server runs (``[ps]`` of the job config, plus the command line).
-
-    Attributes:
-        job: The job's name (its id goes in every header).
-        servers: Every server of the job, ``HOST:PORT``, in order.
-        index: This server's position in ``servers``.
-        bind: Address to listen on (default: ``servers[index]``).
-        rule, lr, momentum, staleness_decay, max_staleness, adagrad_eps: The update rule.
-        shard_kib, buckets: Sharding (see :mod:`~hogwild_plugins.ps.layout`).
-        threads: Update threads (0: one per CPU of the node, or of this process).
-        node: NUMA node to pin to and allocate on (None: wherever the process runs).
-        store, flush_s: LMDB store directory and seconds between flushes (None: no store).
-        keys: CURVE key directory (required to bind beyond loopback).
-        recv: ``"pool"``, ``"inplace"`` or ``"auto"`` (see the module docstring).
-        ack: ``"applied"`` or ``"queued"``.
-        copies: Copies of every bucket (1: no replication; more: every server holds every shard
-            and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
-        etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
-        lease_s: TTL of the server's etcd lease (replication).
-        direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
-            network thread (the default); False queues every pull behind its shard's update
-            thread, as replicated servers do (``bench/figures/adam_fig9_ps.py`` measures both).
-        direct_pushes: With one copy, apply a push of deltas on the network thread when its
-            shard's update thread is idle and no write is pending for the shard (the default);
-            False queues every push for the update threads (``bench/figures/adam_fig9_ps.py``
-            measures both).
-    """
-
-    job: str
-    servers: tuple[str, ...]
-    index: int = 0
-    bind: str | None = None
-    rule: str = "sgd"
-    lr: float = 1.0
-    momentum: float = 0.9
-    staleness_decay: float = 0.9
-    max_staleness: int = 0
-    adagrad_eps: float = 1e-8
-    shard_kib: int = 1024
-    buckets: int = 0
-    threads: int = 0
-    node: int | None = None
-    store: str | None = None
-    flush_s: float = 2.0
-    keys: str | None = None
-    recv: str = "auto"
-    ack: str = "queued"
-    copies: int = 1
-    etcd: str | None = None
-    lease_s: int = 2
-    direct_pulls: bool = True
-    direct_pushes: bool = True
-    extra: dict = field(default_factory=dict)
 
 
 class ParameterServer:

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import zmq
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.client import PSClient, PSRequestError
+from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.connection import PSRequestError
 from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
+from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import PeerUnreachableError
@@ -171,7 +173,8 @@ def test_auto_receives_into_pool_blocks_on_two_cpus_or_more_and_in_place_on_one(
 
 
 def test_auto_keeps_frames_in_place_with_copies_whose_primaries_forward_them():
-    from hogwild_plugins.ps.server import ParameterServer, ServerOptions
+    from hogwild_plugins.ps.options import ServerOptions
+    from hogwild_plugins.ps.server import ParameterServer
 
     options = ServerOptions(job="t", servers=("127.0.0.1:0",), copies=3, etcd="127.0.0.1:1")
     server = ParameterServer(GEOMETRY, options)  # not started: no etcd needed
@@ -413,15 +416,16 @@ def test_vector_operations_run_shard_locally_and_versions_follow_writes():
     rng = np.random.default_rng(4)
     init = rng.standard_normal(N).astype(np.float32)
     with local_server(GEOMETRY, initial=init, shard_kib=4) as server, client_for(server) as c:
-        assert c.dot("params", "params") == pytest.approx(float(init @ init), rel=1e-5)
-        c.copy("params", "x")
-        c.fill("y", 2.0)
-        c.axpy(0.5, "y", "x")  # x = init + 1
-        c.mul("x", "y", "z")  # z = 2 (init + 1)
-        assert c.dot("z", "y") == pytest.approx(float(4 * (init + 1).sum()), rel=1e-4)
+        v = ShardVectors(c)
+        assert v.dot("params", "params") == pytest.approx(float(init @ init), rel=1e-5)
+        v.copy("params", "x")
+        v.fill("y", 2.0)
+        v.axpy(0.5, "y", "x")  # x = init + 1
+        v.mul("x", "y", "z")  # z = 2 (init + 1)
+        assert v.dot("z", "y") == pytest.approx(float(4 * (init + 1).sum()), rel=1e-4)
         assert (c.versions == 0).all()  # nothing wrote the parameters yet
-        c.scale(0.0, "params")
-        c.axpy(1.0, "z", "params")
+        v.scale(0.0, "params")
+        v.axpy(1.0, "z", "params")
         out = np.empty(N, np.float32)
         assert (c.pull(out) == 2).all()
         np.testing.assert_allclose(out, 2 * (init + 1), rtol=1e-6)

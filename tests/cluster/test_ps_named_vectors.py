@@ -15,6 +15,7 @@ import zmq
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -39,7 +40,7 @@ def client_for(server, **kw) -> PSClient:
 
 def read_vector(client: PSClient, name: str) -> np.ndarray:
     """A named vector's values (copied into the parameters and pulled: bumps the versions)."""
-    client.copy(name, "params")
+    ShardVectors(client).copy(name, "params")
     out = np.empty(client.layout.n_params, np.float32)
     client.pull(out)
     return out
@@ -52,7 +53,8 @@ def test_a_named_push_lands_in_its_vector_only_without_a_version_and_in_order(re
     ranges = [(10, 20), (1000, 3100)]  # the second crosses two shard edges
     with local_server(GEOMETRY, initial=init, shard_kib=4, recv=recv, ack=ack) as server:
         with client_for(server) as c:
-            c.fill("other", 5.0)
+            v = ShardVectors(c)
+            v.fill("other", 5.0)
             want = np.zeros(N, np.float32)
             ones = np.ones(N, np.float32)
             for k in range(1, 21):
@@ -63,11 +65,11 @@ def test_a_named_push_lands_in_its_vector_only_without_a_version_and_in_order(re
                 assert (versions == 0).all()
                 c.push_deltas(ones, ranges=[(4990, 5000)], into="count")
                 # sent right after the pushes' acknowledgements, applied after the pushes
-                assert c.asum("count") == 10.0 * k
-                assert c.dot("grad", "grad") == pytest.approx(float(want @ want), rel=1e-6)
+                assert v.asum("count") == 10.0 * k
+                assert v.dot("grad", "grad") == pytest.approx(float(want @ want), rel=1e-6)
             assert (c.versions == 0).all()
             assert [s["version"] for s in c.status()[0]["shards"]] == [0] * 5
-            assert c.asum("other") == 5.0 * N and c.amax("other") == 5.0  # untouched
+            assert v.asum("other") == 5.0 * N and v.amax("other") == 5.0  # untouched
             params = np.empty(N, np.float32)
             assert (c.pull(params) == 0).all()
             np.testing.assert_array_equal(params, init)  # not in the parameters
@@ -82,8 +84,9 @@ def test_asum_and_amax_match_numpy_and_status_shows_the_rule():
     opts = {"rule": "momentum", "lr": 0.25, "momentum": 0.8, "shard_kib": 4}
     with local_server(GEOMETRY, initial=init, **opts) as server, client_for(server) as c:
         wide = np.abs(init.astype(np.float64))
-        assert c.asum("params") == pytest.approx(float(wide.sum()), rel=1e-12)
-        assert c.amax("params") == float(wide.max())
+        v = ShardVectors(c)
+        assert v.asum("params") == pytest.approx(float(wide.sum()), rel=1e-12)
+        assert v.amax("params") == float(wide.max())
         per_shard = c.vector_op("amax", "params")
         assert per_shard.shape == (5,) and per_shard.max() == float(wide.max())
         assert (c.versions == 0).all()  # reductions write nothing
@@ -142,7 +145,7 @@ def test_bad_named_pushes_are_refused_naming_what_is_wrong():
             reply, message = send_raw(server, header._replace(seq=i + 1), frames)
             assert (reply.type, reply.code) == (MsgType.ERROR, code), (i, message)
             assert text in message, (i, message)
-        assert c.asum("grad") == 0.0  # nothing landed
+        assert ShardVectors(c).asum("grad") == 0.0  # nothing landed
         assert [s["version"] for s in c.status()[0]["shards"]] == [0] * 5
 
 
@@ -157,5 +160,6 @@ def test_replicated_servers_take_named_pushes_and_vector_operations(etcd_server)
         c.push_deltas(np.ones(N, np.float32))  # the parameters are replicated
         before = c.versions.copy()
         c.push_deltas(np.ones(N, np.float32), into="grad")  # replicated: a version each
-        assert c.asum("grad") == N and c.asum("params") == N
+        v = ShardVectors(c)
+        assert v.asum("grad") == N and v.asum("params") == N
         assert (c.versions >= before + 1).all()

@@ -13,6 +13,7 @@ from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
 from hogwild_plugins.ps.routes import Routes, etcd_prefix
+from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
 from tests.cluster.ps_stream import Stream, placed
 from tests.cluster.test_ps_failover import (
@@ -26,7 +27,7 @@ from tests.cluster.test_ps_failover import (
 
 def read_vector(client: PSClient, name: str) -> np.ndarray:
     """A named vector's values (copied into the parameters, then pulled)."""
-    client.copy(name, "params")
+    ShardVectors(client).copy(name, "params")
     out = np.empty(N_PARAMS, np.float32)
     client.pull(out)
     return out
@@ -34,6 +35,7 @@ def read_vector(client: PSClient, name: str) -> np.ndarray:
 
 def test_named_pushes_and_vector_operations_on_replicated_servers_match_numpy(trio, etcd_server):
     client = PSClient(trio.addresses, JOB, client_id=21, etcd=etcd_server.address)
+    vectors = ShardVectors(client)
     etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
     routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
     rng = np.random.default_rng(7)
@@ -47,17 +49,17 @@ def test_named_pushes_and_vector_operations_on_replicated_servers_match_numpy(tr
         client.push_deltas(d2, into="g")
         assert (client.versions == v0 + 2).all()  # replicated writes: a version each
         g = d1 + d2
-        client.axpy(2.0, "g", "h")  # h = 2 g
-        client.scale(0.5, "h")  # h = g
-        client.copy("params", "m")  # m = p
-        client.fill("f", 3.0)  # f = 3
-        client.mul("g", "f", "z")  # z = 3 g
+        vectors.axpy(2.0, "g", "h")  # h = 2 g
+        vectors.scale(0.5, "h")  # h = g
+        vectors.copy("params", "m")  # m = p
+        vectors.fill("f", 3.0)  # f = 3
+        vectors.mul("g", "f", "z")  # z = 3 g
         np.testing.assert_allclose(
-            client.dot("g", "m"), float(np.dot(g.astype(np.float64), p)), rtol=1e-6
+            vectors.dot("g", "m"), float(np.dot(g.astype(np.float64), p)), rtol=1e-6
         )
-        assert client.asum("g") == float(np.abs(g).sum())
-        assert client.amax("z") == float(np.abs(3 * g).max())
-        assert client.dot("f", "f") == 9.0 * N_PARAMS
+        assert vectors.asum("g") == float(np.abs(g).sum())
+        assert vectors.amax("z") == float(np.abs(3 * g).max())
+        assert vectors.dot("f", "f") == 9.0 * N_PARAMS
         for name, expected in (
             ("g", g),
             ("h", g),
@@ -80,6 +82,7 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
     trio, etcd_server
 ):
     client = PSClient(trio.addresses, JOB, client_id=22, etcd=etcd_server.address)
+    vectors = ShardVectors(client)
     watcher = PSClient(trio.addresses, JOB, client_id=23, etcd=etcd_server.address)
     etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
     n_buckets = client.layout.n_buckets
@@ -89,7 +92,7 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
     h = np.zeros(N_PARAMS, np.float64)  # every acknowledged axpy of "one" into "h"
     try:
         client.assign(np.zeros(N_PARAMS, np.float32))
-        client.fill("one", 1.0)
+        vectors.fill("one", 1.0)
         wait_in_sync(routes, etcd, 3)
         placed(routes, preferred, "the first primaries are not the preferred ones")
         victim = preferred[0]
@@ -99,7 +102,7 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
             delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32)
             client.push_deltas(delta, into="g")  # acknowledged once every copy has it
             np.add(g, delta, out=g)
-            client.axpy(1.0, "one", "h")  # not idempotent: a second application shows
+            vectors.axpy(1.0, "one", "h")  # not idempotent: a second application shows
             np.add(h, 1.0, out=h)
 
         with Stream(step, seed=5) as stream:
@@ -112,7 +115,7 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
         # read through the new primaries: exactly what was acknowledged
         np.testing.assert_array_equal(read_vector(client, "g"), g.astype(np.float32))
         np.testing.assert_array_equal(read_vector(client, "h"), h.astype(np.float32))
-        assert client.asum("one") == N_PARAMS
+        assert vectors.asum("one") == N_PARAMS
 
         trio.start(victim)  # back with nothing: it catches up by snapshot
         wait_member(etcd, victim)
@@ -126,7 +129,7 @@ def test_named_vectors_survive_a_sigkill_and_a_returning_copy_catches_up_with_th
         # the buckets in ``held`` are answered by the returned server, from its snapshot
         np.testing.assert_array_equal(read_vector(client, "g"), g.astype(np.float32))
         np.testing.assert_array_equal(read_vector(client, "h"), h.astype(np.float32))
-        assert client.asum("one") == N_PARAMS
+        assert vectors.asum("one") == N_PARAMS
     finally:
         client.close()
         watcher.close()

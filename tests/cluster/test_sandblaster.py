@@ -30,6 +30,7 @@ from hogwild_plugins.ps.sandblaster import (
     LBFGSOptions,
     PortionScheduler,
     SandblasterLBFGS,
+    ShardVectors,
 )
 from hogwild_plugins.ps.sandblaster.batch import check_servers, replica_vector
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
@@ -109,8 +110,8 @@ def sandblaster(mnist, network, replicas=({},), *, push_every=3, options=None, e
         assert client.layout.n_shards == 4
         check_servers(client.status())
         board = Board(PortionScheduler(push_every=push_every, max_copies=2), timeout_s=20.0)
-        objective = BatchObjective(client, board, N_EXAMPLES, PORTION, l2=L2)
-        lbfgs = SandblasterLBFGS(client, objective, options)
+        objective = BatchObjective(ShardVectors(client), board, N_EXAMPLES, PORTION, l2=L2)
+        lbfgs = SandblasterLBFGS(ShardVectors(client), objective, options)
         workers, threads = [], []
         for i, kw in enumerate(replicas):
             kw = dict(kw)
@@ -161,7 +162,7 @@ def step_until_it_left(lbfgs, client, board, want, replica: int, least: int = 2)
 
 def replica_vectors_are_zero(client, workers) -> bool:
     """Between batches every replica's vector was folded and zeroed."""
-    return all(client.amax(replica_vector(w.id)) == 0.0 for w in workers)
+    return all(ShardVectors(client).amax(replica_vector(w.id)) == 0.0 for w in workers)
 
 
 def test_one_replica_takes_the_steps_of_torch_lbfgs(mnist, network, oracle):

@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.engine import Kind, Shard, UpdateEngine, Work
+from hogwild_plugins.ps.engine import UpdateEngine
+from hogwild_plugins.ps.work import PushDeltas, Shard
 
 from hogwild.net.wire import Header, MsgType
 
@@ -27,9 +28,9 @@ def _engine(rule: int = kernels.RULE_SGD, shards: int = 2) -> UpdateEngine:
     return UpdateEngine(made, rule=rule, lr=0.5, mu=0.9, eps=1e-6, threads=1)
 
 
-def _work(local: int, delta: np.ndarray, offset: int = 0, coef: float = 1.0) -> Work:
+def _work(local: int, delta: np.ndarray, offset: int = 0, coef: float = 1.0) -> PushDeltas:
     header = Header(MsgType.PUSH_DELTAS, job=1, target=local)
-    return Work(Kind.DELTAS, local, header, offset=offset, length=delta.size, data=delta, coef=coef)
+    return PushDeltas(local, header, offset=offset, length=delta.size, delta=delta, coef=coef)
 
 
 def _wait_settled(engine: UpdateEngine, local: int) -> None:
@@ -126,7 +127,7 @@ def test_a_push_that_fails_at_once_still_settles_its_shard():
     engine = _engine()
     claimed = engine.claim_idle(0)
     bad = _work(0, np.ones(FLOATS, np.float32))
-    bad.data = None  # the kernel cannot take it
+    bad.delta = None  # the kernel cannot take it
     try:
         with pytest.raises(Exception):  # noqa: B017 - whatever numba raises for the bad type
             engine.apply_claimed(bad)

@@ -9,7 +9,22 @@ import time
 import numpy as np
 import pytest
 from hogwild_plugins.ps import kernels
-from hogwild_plugins.ps.engine import _READS, _WRITES, Kind, Shard, UpdateEngine, Work
+from hogwild_plugins.ps.engine import UpdateEngine
+from hogwild_plugins.ps.work import (
+    AddToVector,
+    Assign,
+    Barrier,
+    Kind,
+    Pull,
+    PushDeltas,
+    PushVectors,
+    Restore,
+    Shard,
+    Snapshot,
+    SnapshotRound,
+    VectorOp,
+    Work,
+)
 
 from hogwild.net.wire import Header, MsgType
 
@@ -26,13 +41,13 @@ def _engine() -> UpdateEngine:
 
 def _push(engine: UpdateEngine, local: int, delta: np.ndarray) -> None:
     header = Header(MsgType.PUSH_DELTAS, job=1, target=local)
-    work = Work(Kind.DELTAS, local, header, length=FLOATS, data=delta, keep=delta, acked=True)
+    work = PushDeltas(local, header, offset=0, length=FLOATS, delta=delta, keep=delta, acked=True)
     assert engine.submit(work)
 
 
 def _pull(engine: UpdateEngine, local: int):
     return engine.read_now(
-        Work(Kind.PULL, local, Header(MsgType.PULL, job=1, target=local), length=FLOATS)
+        Pull(local, Header(MsgType.PULL, job=1, target=local), offset=0, length=FLOATS)
     )
 
 
@@ -59,9 +74,16 @@ def test_a_pull_waits_for_a_pending_write_and_then_sees_it():
 
 def test_a_failed_write_still_settles_its_shard():
     engine = _engine()
-    bad = Work(
-        Kind.VECTORS, 0, Header(MsgType.PUSH_VECTORS, job=1, target=0), acked=True
-    )  # no layer
+    bad = PushVectors(  # no layer
+        0,
+        Header(MsgType.PUSH_VECTORS, job=1, target=0),
+        layer=None,
+        first_row=0,
+        length=0,
+        activations=None,
+        errors_by_row=None,
+        acked=True,
+    )
     assert engine.submit(bad)
     engine.start()
     try:
@@ -76,18 +98,43 @@ def test_a_failed_write_still_settles_its_shard():
         engine.stop()
 
 
-def test_every_kind_is_either_a_write_or_a_read():
+def _records() -> dict[int, Work]:
+    """One record of every kind of work, for shard 0 (answering a PULL header)."""
+    header = Header(MsgType.PULL, job=1, target=0)
+    zeros = np.zeros(FLOATS, np.float32)
+    return {
+        Kind.DELTAS: PushDeltas(0, header, offset=0, length=FLOATS, delta=zeros),
+        Kind.VECTORS: PushVectors(
+            0, header, layer=None, first_row=0, length=0, activations=None, errors_by_row=None
+        ),
+        Kind.PULL: Pull(0, header, offset=0, length=FLOATS),
+        Kind.ASSIGN: Assign(0, header, offset=0, length=FLOATS, values=zeros),
+        Kind.VECOP: VectorOp(0, header, op=kernels.VECTOR_OPS["dot"], names=("params", "params")),
+        Kind.SNAPSHOT: Snapshot(0, header, round=SnapshotRound(1)),
+        Kind.RESTORE: Restore(0, header, values=zeros, state=zeros),
+        Kind.BARRIER: Barrier(0, header),
+        Kind.INTO: AddToVector(0, header, name="g", offset=0, length=FLOATS, delta=zeros),
+    }
+
+
+def test_every_kind_has_one_record_class():
     kinds = {value for name, value in vars(Kind).items() if name.isupper()}
-    assert len(kinds) == 9 and _WRITES | _READS == kinds and not _WRITES & _READS
+    records = _records()
+    assert len(kinds) == 9 and set(records) == kinds
+    assert all(record.kind == kind for kind, record in records.items())
+    assert len({type(record) for record in records.values()}) == 9
+    writes = {kind for kind, record in records.items() if record.writes}
+    assert writes == {Kind.DELTAS, Kind.VECTORS, Kind.ASSIGN, Kind.VECOP, Kind.RESTORE, Kind.INTO}
 
 
-@pytest.mark.parametrize("kind", sorted(_WRITES | _READS))
+@pytest.mark.parametrize("kind", range(9))
 def test_only_a_queued_write_makes_a_pull_wait(kind):
     """Queued before the threads start, so nothing is applied: the counts alone decide."""
     engine = _engine()
-    assert engine.submit(Work(kind, 0, Header(MsgType.PULL, job=1, target=0), length=FLOATS))
+    record = _records()[kind]
+    assert engine.submit(record)
     reply = _pull(engine, 0)
-    if kind in _WRITES:
+    if record.writes:
         assert reply is None
     else:
         header, [values] = reply

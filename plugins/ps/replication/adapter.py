@@ -42,7 +42,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import (
     BucketRecord,
@@ -90,6 +89,7 @@ from hogwild_plugins.ps.replication.membership import Membership
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
 from hogwild_plugins.ps.shard_log import ShardLog
+from hogwild_plugins.ps.work import Kind, Work
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Request

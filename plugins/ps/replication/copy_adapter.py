@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
-from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord, BucketRole, RecordRefreshed, Restored
 from hogwild_plugins.ps.replication.copy_side import (
@@ -33,6 +32,7 @@ from hogwild_plugins.ps.replication.copy_side import (
 from hogwild_plugins.ps.replication.frames import parse_snapshot
 from hogwild_plugins.ps.replication.local import LocalApplier
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
+from hogwild_plugins.ps.work import Restore
 
 from hogwild.errors import HogwildError
 from hogwild.net.router import Incoming, Reply
@@ -170,9 +170,14 @@ class CopyAdapter:
         size = self.layout.shard_size(shard)
         state_size = self.server.shards[self.server.local[shard]].state.size
         snapshot = parse_snapshot(header, frames, size, state_size)
-        work = Work(Kind.RESTORE, self.server.local[shard], None, version=header.version)
-        work.data, work.a, work.keep = snapshot.values, snapshot.state, frames
-        work.vectors = snapshot.vectors
+        work = Restore(
+            self.server.local[shard],
+            version=header.version,
+            keep=frames,
+            values=snapshot.values,
+            state=snapshot.state,
+            vectors=snapshot.vectors,
+        )
         sid = self.stimulus("snapshot")
         stimulus = SnapshotArrived(
             shard, header.version, header.aux, tuple(snapshot.table), stimulus_id=sid

@@ -3,7 +3,7 @@
 The replication applies work here from two threads: the network thread queues a copy's committed
 updates and a snapshot's restore, the replication thread a primary's admitted updates, the
 updates a new primary had prepared, and barriers before a snapshot is read. Each shard's queue is
-applied in order, so a :attr:`~hogwild_plugins.ps.engine.Kind.BARRIER` queued after a shard's
+applied in order, so a :class:`~hogwild_plugins.ps.work.Barrier` queued after a shard's
 updates is done only once they are. Nothing waits without a bound: ``LOCAL_APPLY_S``.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from hogwild_plugins.ps.engine import Kind, Work
+from hogwild_plugins.ps.work import Barrier
 
 from hogwild.errors import HogwildError
 from hogwild.net.wire import ErrorCode, WireError
@@ -81,5 +81,5 @@ class LocalApplier:
     def barrier(self, shards: list[int]) -> None:
         """Wait until the update engine applied everything queued for ``shards`` (a copy just
         promoted may still have commits queued by the network thread)."""
-        works = [Work(Kind.BARRIER, self.server.local[s]) for s in shards]
+        works = [Barrier(self.server.local[s]) for s in shards]
         self.apply_and_wait(works, f"shards {shards}: the queued updates")

@@ -3,9 +3,9 @@
 Modules, one concept each:
 
 * :mod:`.vectors`: the shard operations a coordinator issues (``dot``, ``asum``, ``amax``,
-  ``axpy``, ``scale``, ``copy``, ``fill`` on named vectors;
-  :class:`~hogwild_plugins.ps.client.PSClient` has them) and an in-memory stand-in with the
-  shards' arithmetic.
+  ``axpy``, ``scale``, ``copy``, ``fill`` on named vectors; :class:`~.vectors.ShardVectors`
+  runs them through a parameter-server client) and an in-memory stand-in with the shards'
+  arithmetic.
 * :mod:`.lbfgs`: the coordinator's L-BFGS (two-loop recursion, history on the shards, Armijo
   backtracking, torch's first step and stopping tests), holding scalars only.
 * :mod:`.portions`: the I/O-free scheduler of a batch's portions (free replicas ask; backup

@@ -48,7 +48,7 @@ from hogwild_plugins.ps.sandblaster.portions import (
     Wait,
     portions_of,
 )
-from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+from hogwild_plugins.ps.sandblaster.vectors import VectorOps
 
 from hogwild.errors import HogwildError
 
@@ -234,7 +234,7 @@ class BatchObjective:
 
     def __init__(
         self,
-        vectors: ShardVectors,
+        vectors: VectorOps,
         board: Board,
         n_examples: int,
         portion: int,

@@ -67,6 +67,7 @@ from hogwild_plugins.ps.sandblaster.batch import BatchObjective, Board, check_se
 from hogwild_plugins.ps.sandblaster.lbfgs import GRAD, PARAMS, LBFGSOptions, SandblasterLBFGS
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
+from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
 from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S
 from hogwild.errors import ConfigError
@@ -178,7 +179,7 @@ class WorkerGroup:
         self.threads: list[threading.Thread] = []
         self.replicas: list[SandblasterReplica] = []
         self.clients: list = []
-        self.coordinator = None
+        self.coordinator: ShardVectors | None = None
         self.iterations = 0
         self.last_step: dict = {}
         self.silence_s = max(DRIVER_SILENCE_S, config.cluster.start_timeout_s * 2)
@@ -284,9 +285,10 @@ class WorkerGroup:
         """A new board, its replica threads (computing on ``order``) and the objective."""
         self._stop_replicas()
         if self.coordinator is None:
-            self.coordinator = self._client()
-            self.clients.append(self.coordinator)
-            check_servers(self.coordinator.status())
+            client = self._client()
+            self.clients.append(client)
+            self.coordinator = ShardVectors(client)  # the coordinator's shard operations
+            check_servers(client.status())
         examples = self._examples(order, portion)
         scheduler = PortionScheduler(push_every=PUSH_EVERY, max_copies=MAX_COPIES)
         self.board = Board(scheduler, timeout_s=self.config.train.stall_s)

@@ -7,7 +7,7 @@ coefficient-wise addition, multiplication) that can be performed by each paramet
 independently, with the results being stored locally on the same shard. Additional information,
 e.g. the history cache for L-BFGS, is also stored on the parameter server shard on which it was
 computed." :class:`SandblasterLBFGS` is that coordinator: every vector of the algorithm is a
-named vector on the shards (:class:`~.vectors.ShardVectors`), and what it holds itself are
+named vector on the shards (:class:`~.vectors.VectorOps`), and what it holds itself are
 scalars: the loss, the step, ``g.d``, the history's ``rho_i = 1 / (y_i . s_i)`` and the
 two-loop's ``alpha_i``.
 
@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+from hogwild_plugins.ps.sandblaster.vectors import VectorOps
 
 from hogwild.errors import HogwildError
 
@@ -134,7 +134,7 @@ class SandblasterLBFGS:
 
     def __init__(
         self,
-        vectors: ShardVectors,
+        vectors: VectorOps,
         evaluate: Callable[[], float],
         options: LBFGSOptions | None = None,
         prefix: str = "lbfgs.",

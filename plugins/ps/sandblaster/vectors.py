@@ -1,14 +1,17 @@
-"""The shard operations a Sandblaster coordinator issues, and an in-memory stand-in for tests.
+"""The shard operations a Sandblaster coordinator issues, on the servers and in memory for tests.
 
 DistBelief's appendix: L-BFGS decomposes into scalar-vector products and inner products of
 vectors as long as the parameters; if every shard always holds the same slice of every vector,
 each operation runs on each shard's slice with no vector crossing the network, and only the
 scalar results (partial dot products and norms, combined by the caller) travel. Besides ``dot``,
 the reductions ``asum`` (an L1 norm) and ``amax`` (max-abs) give ``torch.optim.LBFGS``'s first
-step and stopping tests. :class:`ShardVectors` is that
-set of operations as :class:`~hogwild_plugins.ps.client.PSClient` offers them on the parameter
-servers' named vectors (``"params"`` is the parameters); a coordinator written against it moves
-only scalars.
+step and stopping tests.
+
+:class:`VectorOps` is that set of operations; a coordinator written against it moves only
+scalars. :class:`ShardVectors` runs them on the parameter servers' named vectors (``"params"``
+is the parameters) through a client's one generic request
+(:meth:`~hogwild_plugins.ps.client.PSClient.vector_op`), combining the shards' partial results
+here: sums for ``dot`` and ``asum``, the maximum for ``amax``.
 
 :class:`LocalVectors` keeps the named vectors in this process with the shards' arithmetic
 (float32 vectors, the scalar rounded to float32 before it multiplies, dot products and ``asum``
@@ -18,14 +21,17 @@ the servers' results bit for bit.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-__all__ = ["LocalVectors", "ShardVectors"]
+if TYPE_CHECKING:
+    from hogwild_plugins.ps.client import PSClient
+
+__all__ = ["LocalVectors", "ShardVectors", "VectorOps"]
 
 
-class ShardVectors(Protocol):
+class VectorOps(Protocol):
     """Operations on named vectors that every shard runs on its own slice."""
 
     def dot(self, x: str, y: str) -> float:
@@ -48,6 +54,44 @@ class ShardVectors(Protocol):
 
     def fill(self, x: str, alpha: float) -> None:
         """``x = alpha`` (every element)."""
+
+
+class ShardVectors:
+    """:class:`VectorOps` on the parameter servers, through ``client`` (which it does not own:
+    closing the client is its owner's business).
+
+    Each call is one ``VECTOR_OP`` request per shard, all at once; a vector is created (zeros)
+    on each shard the first time it is named.
+    """
+
+    def __init__(self, client: PSClient) -> None:
+        self.client = client
+
+    def dot(self, x: str, y: str) -> float:
+        return float(self.client.vector_op("dot", x, y).sum())
+
+    def asum(self, x: str) -> float:
+        return float(self.client.vector_op("asum", x).sum())
+
+    def amax(self, x: str) -> float:
+        """The largest of the shards' maxima (NaN if any shard holds a NaN)."""
+        return float(self.client.vector_op("amax", x).max())
+
+    def axpy(self, alpha: float, x: str, y: str) -> None:
+        self.client.vector_op("axpy", x, y, alpha=alpha)
+
+    def scale(self, alpha: float, x: str) -> None:
+        self.client.vector_op("scale", x, alpha=alpha)
+
+    def copy(self, x: str, y: str) -> None:
+        self.client.vector_op("copy", x, y)
+
+    def mul(self, x: str, y: str, z: str) -> None:
+        """``z = x * y`` (element by element)."""
+        self.client.vector_op("mul", x, y, z)
+
+    def fill(self, x: str, alpha: float) -> None:
+        self.client.vector_op("fill", x, alpha=alpha)
 
 
 class LocalVectors:

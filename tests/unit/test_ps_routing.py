@@ -1,0 +1,145 @@
+"""The client's re-routing decisions, driven without sockets (:mod:`hogwild_plugins.ps.routing`)."""
+
+from __future__ import annotations
+
+import pytest
+from hogwild_plugins.ps.routing import (
+    LEASE_MARGIN_S,
+    REFUSED_PAUSE_S,
+    REROUTE_WAIT_S,
+    AwaitMap,
+    Exhausted,
+    MapRead,
+    MapSettled,
+    Outcome,
+    Pause,
+    Ping,
+    Pinged,
+    ReadMap,
+    Rerouting,
+    Resend,
+    Unfinished,
+    Waiting,
+    reply_outcome,
+)
+
+from hogwild.net.wire import ErrorCode, MsgType
+
+DEADLINE = 100.0
+
+
+def step(machine: Rerouting, stimulus) -> list:
+    actions = machine.handle(stimulus)
+    machine.validate_state()
+    return actions
+
+
+def test_a_reply_is_done_re_routed_counted_stale_or_an_error():
+    assert reply_outcome(MsgType.ACK, 0, replicated=True) == Outcome.DONE
+    assert reply_outcome(MsgType.DATA, 0, replicated=False) == Outcome.DONE
+    for code in (ErrorCode.NOT_PRIMARY, ErrorCode.FENCED):
+        assert reply_outcome(MsgType.ERROR, code, replicated=True) == Outcome.RE_ROUTE
+        assert reply_outcome(MsgType.ERROR, code, replicated=False) == Outcome.ERROR
+    assert reply_outcome(MsgType.ERROR, ErrorCode.STALE, replicated=True) == Outcome.STALE
+    assert reply_outcome(MsgType.ERROR, ErrorCode.STALE, replicated=False) == Outcome.STALE
+    assert reply_outcome(MsgType.ERROR, ErrorCode.BAD_RANGE, replicated=True) == Outcome.ERROR
+
+
+def test_refused_requests_wait_briefly_for_the_map_and_go_to_the_new_primaries():
+    machine = Rerouting(DEADLINE)
+    waiting = (Waiting(0, bucket=0, server=1, refused=True), Waiting(3, 2, 1, True))
+    assert step(machine, Unfinished("u1", waiting, now=10.0)) == [ReadMap()]
+    # the map still names server 1: it lives (it refused), so nobody is pinged
+    actions = step(machine, MapRead("m1", [1, 0, 1], [4, 4, 4], lease_s=2.0))
+    assert actions == [Pause(REFUSED_PAUSE_S), AwaitMap(frozenset({0, 2}), DEADLINE, {})]
+    actions = step(machine, MapSettled("s1", [2, 0, None], now=11.0))
+    assert actions == [Resend({0: 2, 3: 0})]  # no primary yet: server 0, as the routes say
+    assert machine.phase == "idle" and machine.rounds == 1
+
+
+def test_a_silent_primary_that_answers_a_ping_gets_its_requests_again_at_once():
+    machine = Rerouting(DEADLINE)
+    waiting = (Waiting(0, 0, 2, False), Waiting(1, 1, 2, False), Waiting(2, 3, 0, False))
+    step(machine, Unfinished("u1", waiting, now=10.0))
+    # buckets 0 and 1 are still on server 2 (one ping for both); bucket 3 moved to server 1
+    actions = step(machine, MapRead("m1", [2, 2, 0, 1], [5, 6, 1, 9], lease_s=2.0))
+    assert actions == [Ping(2)]
+    actions = step(machine, Pinged("p2", 2, alive=True))
+    assert actions == [Pause(REFUSED_PAUSE_S), AwaitMap(frozenset({0, 1, 3}), DEADLINE, {})]
+    assert step(machine, MapSettled("s1", [2, 2, 0, 1], now=10.5)) == [Resend({0: 2, 1: 2, 2: 1})]
+
+
+def test_a_dead_primary_waits_for_a_newer_epoch_or_its_lease():
+    machine = Rerouting(DEADLINE)
+    waiting = (Waiting(0, 0, 2, False), Waiting(1, 1, 0, False))
+    step(machine, Unfinished("u1", waiting, now=10.0))
+    assert step(machine, MapRead("m1", [2, 0], [5, 6], lease_s=2.0)) == [Ping(2), Ping(0)]
+    assert step(machine, Pinged("p2", 2, alive=False)) == []  # one ping still out
+    assert machine.phase == "pinging"
+    actions = step(machine, Pinged("p0", 0, alive=True))
+    until = 10.0 + 2.0 + LEASE_MARGIN_S
+    assert actions == [AwaitMap(frozenset({0, 1}), DEADLINE, {0: (5, until)})]  # no pause
+    assert step(machine, MapSettled("s1", [1, 0], now=12.0)) == [Resend({0: 1, 1: 0})]
+
+
+def test_with_no_lease_known_a_dead_primary_is_waited_for_the_default_time():
+    machine = Rerouting(DEADLINE)
+    step(machine, Unfinished("u1", (Waiting(7, 0, 1, False),), now=3.0))
+    step(machine, MapRead("m1", [1], [2], lease_s=0.0))
+    actions = step(machine, Pinged("p1", 1, alive=False))
+    assert actions == [AwaitMap(frozenset({0}), DEADLINE, {0: (2, 3.0 + REROUTE_WAIT_S)})]
+
+
+def test_past_the_deadline_it_gives_up_naming_the_buckets():
+    machine = Rerouting(DEADLINE)
+    waiting = (Waiting(0, 4, 1, True), Waiting(1, 2, 0, True))
+    step(machine, Unfinished("u1", waiting, now=99.0))
+    step(machine, MapRead("m1", [None] * 5, [0] * 5, lease_s=1.0))
+    actions = step(machine, MapSettled("s1", [None] * 5, now=DEADLINE + 0.01))
+    assert actions == [Exhausted(server=1, buckets=frozenset({2, 4}))]
+    assert machine.phase == "idle"
+
+
+def test_rounds_repeat_and_the_story_records_every_transition():
+    machine = Rerouting(DEADLINE)
+    for round_ in range(3):
+        step(machine, Unfinished(f"u{round_}", (Waiting(0, 0, 1, True),), now=float(round_)))
+        step(machine, MapRead(f"m{round_}", [1], [1], lease_s=1.0))
+        step(machine, MapSettled(f"s{round_}", [1], now=float(round_)))
+    assert machine.rounds == 3
+    story = machine.story()
+    assert [entry[0] for entry in story] == ["u0", "m0", "s0", "u1", "m1", "s1", "u2", "m2", "s2"]
+    assert story[0] == ("u0", "Unfinished", "idle", "reading", ("ReadMap",))
+    assert story[1] == ("m0", "MapRead", "reading", "waiting", ("Pause", "AwaitMap"))
+    assert story[2] == ("s0", "MapSettled", "waiting", "idle", ("Resend",))
+
+
+def test_nothing_waiting_needs_no_round():
+    machine = Rerouting(DEADLINE)
+    assert step(machine, Unfinished("u0", (), now=0.0)) == []
+    assert machine.phase == "idle" and machine.rounds == 0
+
+
+def test_a_stimulus_out_of_its_phase_or_an_unasked_ping_is_refused():
+    machine = Rerouting(DEADLINE)
+    with pytest.raises(ValueError, match="MapRead in phase 'idle'"):
+        machine.handle(MapRead("m0", [0], [0], 0.0))
+    step(machine, Unfinished("u1", (Waiting(0, 0, 1, False),), now=0.0))
+    with pytest.raises(ValueError, match="Unfinished in phase 'reading'"):
+        machine.handle(Unfinished("u2", (Waiting(0, 0, 1, False),), now=0.0))
+    step(machine, MapRead("m1", [1], [1], lease_s=1.0))
+    with pytest.raises(ValueError, match="server 3: a ping answered that was not asked"):
+        machine.handle(Pinged("p3", 3, alive=True))
+    step(machine, Pinged("p1", 1, alive=True))
+    with pytest.raises(ValueError, match="Pinged in phase 'waiting'"):
+        machine.handle(Pinged("p1", 1, alive=True))
+    with pytest.raises(TypeError):
+        machine.handle("not a stimulus")
+
+
+def test_validate_state_catches_an_inconsistent_machine():
+    machine = Rerouting(DEADLINE)
+    step(machine, Unfinished("u1", (Waiting(0, 0, 1, False),), now=0.0))
+    machine.away[5] = (0, 1.0)  # a bucket no request waits on
+    with pytest.raises(AssertionError, match="no request needs"):
+        machine.validate_state()
