@@ -400,7 +400,7 @@ def run() -> None:
     :func:`hogwild.runtime.collect_garbage_less_often`). Once :func:`main` returned, everything
     still alive is taken out of its sight (``gc.freeze``): the interpreter's last full
     collection on the way out walks every object, most of them numba's compiler and type
-    registries and the kernels' code, which took 0.2-0.5 s of each server's and job's stop here,
+    registries and the kernels' code, which made a visible part of each server's and job's stop,
     for memory the process is about to give back anyway. Nothing hogwild owns is released by that
     collection: every segment, socket and process has been released by its owner before
     :func:`main` returns.

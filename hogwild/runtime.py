@@ -80,7 +80,7 @@ def collect_garbage_less_often() -> None:
     For a process of its own (the ``hogwild`` program, a worker), called first. Starting one
     imports numpy and numba and loads the kernels: hundreds of thousands of objects that live as
     long as the process, which the collector otherwise walks again and again while they are made
-    (a tenth of a parameter server's start here: 1.41 s to serving instead of 1.58, medians of 10).
+    (a noticeable part of a parameter server's start).
     The loops after that allocate little and free it by reference counting.
     """
     gc.set_threshold(50_000, *gc.get_threshold()[1:])

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from bench.support.machine import Gang
-from hogwild.model.engine import LABEL_DTYPE
+from hogwild.model.loops import LABEL_DTYPE
 
 
 def _control_process(config_dict: dict, images, labels, batch: int, warmup: int, *, ready) -> dict:

@@ -1,6 +1,6 @@
 """Building an LMDB image cache from a source, resumably: ``hogwild data ingest SRC --out CACHE``.
 
-The ingest walks each split of a :class:`~hogwild.data.sources.Source` in its fixed order and
+The ingest walks each split of a :class:`~hogwild.data.sources.IngestSource` in its fixed order and
 writes records (:mod:`hogwild.data.record`) in chunks. Image files are decoded by a pool of
 spawned processes (:func:`~hogwild.data.sources.decode_images`) while the parent writes the
 previous chunk. A file Pillow cannot read is skipped: counted, listed in the cache's ``skipped``
@@ -12,7 +12,7 @@ whatever kills the ingest -- Ctrl-C, SIGKILL, power loss -- the cache holds whol
 progress entry that describes exactly them. Running the same command again continues at that
 point: no record is written twice and none is half-written. A split is finished by storing its
 label array and SHA-256; the cache is finished by storing the manifest, last. The progress entry
-names the source (:meth:`~hogwild.data.sources.Source.fingerprint`); a different source is
+names the source (:meth:`~hogwild.data.sources.IngestSource.fingerprint`); a different source is
 refused rather than mixed in.
 
 The LMDB map starts at the expected size and doubles whenever a transaction runs out of room
@@ -50,7 +50,7 @@ from hogwild.data.layout import (
 )
 from hogwild.data.pool import spawn_pool
 from hogwild.data.record import RECORD_VERSION, encode, record_size
-from hogwild.data.sources import Source, Split, decode_images, detect_source
+from hogwild.data.sources import IngestSource, IngestSplit, decode_images, detect_source
 from hogwild.errors import DataError
 from hogwild.progress import progress_bar
 
@@ -117,7 +117,9 @@ def ingest(
     return _run(source, Path(out), workers, chunk, progress, initial_map_size)
 
 
-def _run(source: Source, out: Path, workers, chunk, progress, initial_map_size) -> IngestReport:
+def _run(
+    source: IngestSource, out: Path, workers, chunk, progress, initial_map_size
+) -> IngestReport:
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "data.mdb").exists():
@@ -157,18 +159,18 @@ def ingest_arrays(
     parts = []
     for name, (images, labels) in splits.items():
         images = images if images.ndim == 4 else images[:, :, :, None]
-        parts.append(Split(name, images, np.asarray(labels, dtype=np.int32)))
+        parts.append(IngestSplit(name, images, np.asarray(labels, dtype=np.int32)))
     shape = tuple(int(v) for v in parts[0].images.shape[1:])
     if any(p.images.shape[1:] != shape for p in parts):
         raise ValueError("every split must have the same image shape")
     top = max((int(p.labels.max()) for p in parts if len(p)), default=0)
     classes = classes or tuple(str(i) for i in range(top + 1))
-    source = Source("arrays", Path(out), tuple(classes), shape, parts)
+    source = IngestSource("arrays", Path(out), tuple(classes), shape, parts)
     return _run(source, Path(out), 0, chunk, progress, None)
 
 
 class _Ingest:
-    def __init__(self, source: Source, out: Path, env, workers, chunk, progress) -> None:
+    def __init__(self, source: IngestSource, out: Path, env, workers, chunk, progress) -> None:
         self.source, self.out, self.env = source, out, env
         self.workers = len(os.sched_getaffinity(0)) if workers is None else max(0, workers)
         self.chunk, self.progress = chunk, progress
@@ -249,7 +251,7 @@ class _Ingest:
                 "choose another --out"
             )
 
-    def _ingest_split(self, split: Split, pool) -> int:
+    def _ingest_split(self, split: IngestSplit, pool) -> int:
         name = split.name
         db = self.env.open_db(records_db(name).encode(), create=True)
         if self.state["split"] != name:
@@ -288,7 +290,7 @@ class _Ingest:
         self._finish_split(db, name, count, len(skipped))
         return count
 
-    def _chunks(self, split: Split, start: int, pool) -> Iterator[tuple]:
+    def _chunks(self, split: IngestSplit, start: int, pool) -> Iterator[tuple]:
         """(end position, images, labels, errors) of each chunk from ``start`` on, in order."""
         total = len(split)
         bounds = [(lo, min(lo + self.chunk, total)) for lo in range(start, total, self.chunk)]

@@ -29,7 +29,7 @@ from hogwild.data.feed import ArrayReader
 from hogwild.errors import DataError
 from hogwild.net.wire import job_id
 
-__all__ = ["SPLITS", "Delivery", "RenderAhead", "Source", "Split", "load_source"]
+__all__ = ["SPLITS", "Delivery", "RenderAhead", "ResidentSource", "ResidentSplit", "load_source"]
 
 SPLITS = ("train", "test")
 """The splits served; a ``BATCH`` request's ``target`` is the index into this."""
@@ -38,7 +38,7 @@ RENDER_RECORDS = 2048  # records per render-ahead step
 
 
 @dataclass
-class Split:
+class ResidentSplit:
     """One split: a reader (``read(indices, out, labels_out)`` into ``[n, H, W, C]``) and labels."""
 
     name: str
@@ -52,14 +52,14 @@ class Split:
 
 
 @dataclass
-class Source:
+class ResidentSource:
     """A loaded data source: its splits, their stored shape (H, W, C), classes, fingerprint."""
 
     path: str
     kind: str  # "idx" or "cache"
     shape: tuple[int, int, int]
     classes: tuple[str, ...]
-    splits: dict[str, Split]
+    splits: dict[str, ResidentSplit]
     fingerprint: str
 
     def count(self, split: str) -> int:
@@ -71,7 +71,7 @@ class Source:
                 split.reader.close()
 
 
-def load_source(path: str, ram_budget_bytes: int | None = None) -> Source:
+def load_source(path: str, ram_budget_bytes: int | None = None) -> ResidentSource:
     """Load a directory of MNIST idx files (or ``"mnist"``) or an LMDB image cache into memory.
 
     Args:
@@ -99,20 +99,20 @@ def load_source(path: str, ram_budget_bytes: int | None = None) -> Source:
         digest.update(f"{name}{reader.images.shape}".encode())
         digest.update(reader.images.data)
         digest.update(reader.labels.data)
-        splits[name] = Split(name, reader, reader.labels, len(reader))
+        splits[name] = ResidentSplit(name, reader, reader.labels, len(reader))
     shape = tuple(int(v) for v in splits["train"].reader.shape)
     classes = tuple(str(i) for i in range(10))
-    return Source(data.source, "idx", shape, classes, splits, "idx:" + digest.hexdigest())
+    return ResidentSource(data.source, "idx", shape, classes, splits, "idx:" + digest.hexdigest())
 
 
-def _load_cache(path: str, budget: int | None) -> Source:
+def _load_cache(path: str, budget: int | None) -> ResidentSource:
     from hogwild.data.cache import open_cache, read_manifest
 
     manifest = read_manifest(path)
     if "train" not in manifest.splits:
         raise DataError(f"{path}: the image cache has no 'train' split")
     shape = tuple(int(v) for v in manifest.shape)
-    splits: dict[str, Split] = {}
+    splits: dict[str, ResidentSplit] = {}
     try:
         for name in SPLITS:
             if name not in manifest.splits:
@@ -126,18 +126,18 @@ def _load_cache(path: str, budget: int | None) -> Source:
                         idx = np.arange(lo, min(lo + LOAD_RECORDS, count), dtype=np.int64)
                         cache.read(idx, images[lo : lo + len(idx)], labels[lo : lo + len(idx)])
                 reader = ArrayReader(images, labels)
-                splits[name] = Split(name, reader, reader.labels, count)
+                splits[name] = ResidentSplit(name, reader, reader.labels, count)
                 budget = None if budget is None else budget - images.nbytes
             else:
                 cache = open_cache(path, name, ram_budget_bytes=budget)
-                splits[name] = Split(name, cache, cache.labels, cache.resident)
+                splits[name] = ResidentSplit(name, cache, cache.labels, cache.resident)
                 budget -= cache.resident * cache.record_bytes
     except BaseException:
-        Source(path, "cache", shape, (), splits, "").close()
+        ResidentSource(path, "cache", shape, (), splits, "").close()
         raise
     checksums = ",".join(f"{n}={manifest.splits[n].checksum}" for n in SPLITS if n in splits)
     fingerprint = f"cache:{list(shape)}:{checksums}"
-    return Source(path, "cache", shape, tuple(manifest.classes), splits, fingerprint)
+    return ResidentSource(path, "cache", shape, tuple(manifest.classes), splits, fingerprint)
 
 
 class RenderAhead:
@@ -152,7 +152,12 @@ class RenderAhead:
     """
 
     def __init__(
-        self, split: Split, augmenter: Augmenter, shape: tuple, keep: int, recent_s: float = 30.0
+        self,
+        split: ResidentSplit,
+        augmenter: Augmenter,
+        shape: tuple,
+        keep: int,
+        recent_s: float = 30.0,
     ) -> None:
         self.split, self.augmenter, self.shape, self.keep = split, augmenter, shape, max(1, keep)
         self.recent_s = recent_s
@@ -262,7 +267,7 @@ class Delivery:
             seed: two servers with the same id deliver the same bytes.
     """
 
-    def __init__(self, source: Source, *, augment: AugmentSpec | None = None, seed: int = 0,
+    def __init__(self, source: ResidentSource, *, augment: AugmentSpec | None = None, seed: int = 0,
                  keep: int = 3, ram_budget_bytes: int | None = None) -> None:  # fmt: skip
         self.source, self.spec, self.seed = source, augment or AugmentSpec(), seed
         try:

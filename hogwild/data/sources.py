@@ -1,6 +1,6 @@
 """What an ingest reads: MNIST-style idx files, CIFAR-10 binary batches, folders of images.
 
-:func:`detect_source` looks at a path and describes it as a :class:`Source`: its kind, class
+:func:`detect_source` looks at a path and describes it as an :class:`IngestSource`: its kind, class
 names, image shape and splits. A split is either in memory already (``images`` uint8
 ``[N, H, W, C]`` and ``labels``: idx and CIFAR-10 files are small and fixed-size) or a list of
 image files with their labels, decoded later by :func:`decode_images`, which the ingest runs in a
@@ -43,7 +43,7 @@ _IDX_PREFIX = {"train": "train", "test": "t10k"}
 
 
 @dataclass
-class Split:
+class IngestSplit:
     """One split of a source: in-memory arrays, or image files decoded at ingest time.
 
     Attributes:
@@ -63,14 +63,14 @@ class Split:
 
 
 @dataclass
-class Source:
+class IngestSource:
     """A described input: kind (``idx``, ``cifar10``, ``folder``), path, classes, shape, splits."""
 
     kind: str
     path: Path
     classes: tuple[str, ...]
     shape: tuple[int, int, int]
-    splits: list[Split]
+    splits: list[IngestSplit]
 
     def fingerprint(self) -> dict:
         """What identifies this source for resuming: kind, path, shape, classes, split sizes.
@@ -93,7 +93,7 @@ class Source:
         return doc
 
 
-def detect_source(path: str | os.PathLike, *, size: int = 256, channels: int = 3) -> Source:
+def detect_source(path: str | os.PathLike, *, size: int = 256, channels: int = 3) -> IngestSource:
     """Describe the idx files, CIFAR-10 batches or image folders at ``path``.
 
     Args:
@@ -141,7 +141,7 @@ def _first_existing(directory: Path, stem: str) -> Path | None:
     return None
 
 
-def _idx_source(directory: Path, image_files: dict[str, Path]) -> Source:
+def _idx_source(directory: Path, image_files: dict[str, Path]) -> IngestSource:
     splits = []
     for name, images_path in image_files.items():
         labels_name = images_path.name.replace("images-idx3", "labels-idx1")
@@ -153,8 +153,8 @@ def _idx_source(directory: Path, image_files: dict[str, Path]) -> Source:
             raise DataError(
                 f"{labels_path}: {len(labels)} labels for the {len(images)} images of {images_path}"
             )
-        splits.append(Split(name, images[:, :, :, None], labels.astype(np.int32)))
-    return Source("idx", directory, tuple(str(i) for i in range(10)), (28, 28, 1), splits)
+        splits.append(IngestSplit(name, images[:, :, :, None], labels.astype(np.int32)))
+    return IngestSource("idx", directory, tuple(str(i) for i in range(10)), (28, 28, 1), splits)
 
 
 def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -182,12 +182,12 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(planes.transpose(0, 2, 3, 1)), labels
 
 
-def _cifar_source(directory: Path, files: dict[str, list[Path]]) -> Source:
+def _cifar_source(directory: Path, files: dict[str, list[Path]]) -> IngestSource:
     splits = []
     for name, paths in files.items():
         parts = [read_cifar_batch(p) for p in paths]
         splits.append(
-            Split(
+            IngestSplit(
                 name, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
             )
         )
@@ -198,7 +198,7 @@ def _cifar_source(directory: Path, files: dict[str, list[Path]]) -> Source:
         names = [n for n in names if n]
         if len(names) == 10:
             classes = tuple(names)
-    return Source("cifar10", directory, classes, (CIFAR_SIDE, CIFAR_SIDE, 3), splits)
+    return IngestSource("cifar10", directory, classes, (CIFAR_SIDE, CIFAR_SIDE, 3), splits)
 
 
 def image_extensions() -> frozenset[str]:
@@ -213,7 +213,7 @@ def _class_dirs(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _folder_source(path: Path, size: int, channels: int) -> Source:
+def _folder_source(path: Path, size: int, channels: int) -> IngestSource:
     if channels not in (1, 3):
         raise DataError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
     if not 1 <= size <= 8192:
@@ -239,10 +239,10 @@ def _folder_source(path: Path, size: int, channels: int) -> Source:
                 if file.suffix.lower() in extensions and not file.name.startswith("."):
                     files.append(file)
                     labels.append(label_of[class_dir.name])
-        splits.append(Split(name, None, np.asarray(labels, dtype=np.int32), files))
+        splits.append(IngestSplit(name, None, np.asarray(labels, dtype=np.int32), files))
     if not any(len(s) for s in splits):
         raise DataError(f"{path}: the class folders hold no image files Pillow can read")
-    return Source("folder", path, tuple(class_names), (size, size, channels), splits)
+    return IngestSource("folder", path, tuple(class_names), (size, size, channels), splits)
 
 
 def decode_image(path: str | os.PathLike, size: int, channels: int) -> np.ndarray:

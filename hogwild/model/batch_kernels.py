@@ -119,8 +119,8 @@ def _add_unit_stride_columns(dcol, first_example, n, dact, dx_off, C, H, W, Ho, 
 
     Every tap's output row lands on one input row, ``kx`` to the right: ``dX[c, oy + ky, kx:kx
     + Wo] += dcol[(c, ky, kx), oy, :]``. The general loop added those rows element by element
-    (Adam's second convolution has rows of 8: too short for the loop vectoriser): 7.4-15 us per
-    example on a 2-core AMD EPYC, against 2.4-3.1 us for this one. The order (``kx`` outermost
+    (Adam's second convolution has rows of 8: too short for the loop vectoriser), several times
+    slower than this one. The order (``kx`` outermost
     after ``c``) makes an unaligned vector add read back a row it wrote shifted by another ``kx``
     only some 40 adds later, after the store has left the core's store buffer: reading part of a
     store still in flight waits for it.

@@ -12,14 +12,14 @@ already holds skips the parent's step (:func:`hogwild.compile_records.compile_on
 
 Workers call the kernels with one set of argument types whether examples come from the arena or
 from a data feed (an LMDB image cache, or augmentation: images from the feed's ring): uint8 image
-rows and :data:`~hogwild.model.engine.LABEL_DTYPE` labels. ``feed=True`` also compiles the data
+rows and :data:`~hogwild.model.loops.LABEL_DTYPE` labels. ``feed=True`` also compiles the data
 kernels the feed runs.
 """
 
 import numpy as np
 
 from hogwild.locks import machine_lock
-from hogwild.model import engine
+from hogwild.model import loops
 from hogwild.model.context import TrainingContext
 from hogwild.model.network import Network
 from hogwild.model.random import seed_kernels
@@ -56,7 +56,7 @@ def compile_kernels(
     order = np.zeros(1, dtype=np.int64)
     # Images are C-contiguous uint8 rows, in the arena and in a feed's ring alike.
     images = np.zeros((1, network.input_size), dtype=np.uint8)
-    labels = np.zeros(1, dtype=engine.LABEL_DTYPE)
+    labels = np.zeros(1, dtype=loops.LABEL_DTYPE)
     seed_kernels(0)
     for rule in sorted(set(RULE_CODES.values())):
         context.train_chunk(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.model.engine import evaluate_range, train_chunk
+from hogwild.model.loops import evaluate_range, train_chunk
 from hogwild.model.network import Network
 
 
@@ -62,7 +62,7 @@ class TrainingContext:
         std,
         update_every,
     ) -> tuple[float, int]:
-        """:func:`hogwild.model.engine.train_chunk` with this context's buffers.
+        """:func:`hogwild.model.loops.train_chunk` with this context's buffers.
 
         Every argument is passed explicitly, ``update_every`` included, so every caller compiles
         (and finds in numba's cache) the same signature.
@@ -93,7 +93,7 @@ class TrainingContext:
         )
 
     def evaluate_range(self, ops, params, images, labels, start, stop, mean, std):
-        """:func:`hogwild.model.engine.evaluate_range` with this context's buffers: (summed
+        """:func:`hogwild.model.loops.evaluate_range` with this context's buffers: (summed
         loss, number classified correctly) over ``images[start:stop]``."""
         return evaluate_range(
             ops, params, self.act, self.aux, self.scratch, images, labels, start, stop, mean, std

@@ -2,8 +2,8 @@
 
 The route through matrix products (:mod:`hogwild.model.batch_kernels`) first unfolds the input
 ("im2col", or pixel-major for the weight gradient), copying every input value ``K * K`` times;
-for Adam's small convolutions those copies cost more than the arithmetic (about 21 of a backward
-pass's 111 us per example on a 2-core AMD EPYC). Here nothing is copied: the kernels read the
+for Adam's small convolutions those copies cost more than the arithmetic (a large share of a
+backward pass). Here nothing is copied: the kernels read the
 input's rows in place with unaligned SIMD loads shifted by ``kx``, and keep a block of results in
 registers. A row's last, partial vector is read and written with masks, so nothing beyond it is
 touched.

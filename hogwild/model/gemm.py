@@ -15,9 +15,9 @@ vector is read and written with masks, so nothing beyond a row is touched.
 
 Why not BLAS: the layers' products are small and oddly shaped (Adam's first convolution is
 ``10 x 25`` times ``25 x 576`` per example, the second's weight gradient ``20 x 64`` times
-``64 x 250``), where OpenBLAS's sgemm spends most of its time outside its kernel: on a 2-core AMD
-EPYC (Zen 3, AVX2; sgemm 77 GFLOP/s on large matrices) it ran them at 15-40 GFLOP/s, and this
-kernel at 45-68 (``tests/unit/test_gemm.py`` checks it against numpy).
+``64 x 250``), where OpenBLAS's sgemm spends most of its time outside its kernel, far below its
+own speed on large matrices; this kernel runs them faster (``tests/unit/test_gemm.py`` checks
+its results against numpy).
 
 How a block of ``C`` is written is the epilogue, chosen by ``mode``:
 

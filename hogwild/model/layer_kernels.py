@@ -27,9 +27,8 @@ def maxpool_forward(x, x_off, y, y_off, aux, C, H, W, Ho, Wo, K, S, relu):
     max of the relu's outputs), so the relu's own pass over the larger input is not made.
     Ties go to the first maximum in reading order. The common 2x2, stride 2 window has its own
     loop: four loads and selects, no branch, and every index unsigned (a signed index is tested
-    for negative wraparound at each load). At Adam's first pooling (10 maps of 24x24), 32 examples
-    on a 2-core AMD EPYC, it takes 2.1 us per example; the loop it replaced (signed indices, a
-    branch per comparison) took 6.5-7.6 us.
+    for negative wraparound at each load): several times faster than the loop it replaced
+    (signed indices, a branch per comparison).
     """
     # Without the relu, the floor is the lowest finite float32, not -inf: fastmath assumes no
     # infinities, and a conv output below it is not a number any training survives.
@@ -261,8 +260,7 @@ def dropout_forward(x, x_off, y, y_off, aux, n, p, training):
     counter-based hash (Wellons' lowbias32 of key + unit * golden ratio); a unit is kept when its
     32-bit hash is at least p * 2^32. The loop has no branch and no generator state to carry
     from unit to unit, so it compiles to vector code: drawing every unit from the generator and
-    branching on it took 8-11 us per 400 units on a 2-core AMD EPYC (16 % of a batch-32 step of
-    the default job, which has 1,120 dropout units).
+    branching on it cost a noticeable share of a training step of the default job.
     """
     xs, ys = uint64(x_off), uint64(y_off)
     if not training or p == 0.0:

@@ -9,7 +9,7 @@ rejects stacks whose shapes do not fit (naming the layer and the shapes), and la
   load into the equivalent ``torch.nn`` model as they are;
 * the **activation blocks** of one example (block 0 is the input, block i+1 the output of layer i),
   which a training context allocates once per batch slot;
-* the **op table**: one int64 row per layer that :mod:`hogwild.model.engine` dispatches on, so the
+* the **op table**: one int64 row per layer that :mod:`hogwild.model.loops` dispatches on, so the
   loop over examples and layers runs inside numba rather than Python.
 
 Adam's "connections" metric (section 4.1) is the multiply-accumulates of one forward pass through

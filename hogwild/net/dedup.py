@@ -11,8 +11,8 @@ every request before acting on it:
 :meth:`~RequestWindow.finish` records the reply (or forgets the request, for an idempotent one such
 as a pull, which is simply served again). Each sender keeps its last :attr:`per_sender` requests;
 senders beyond :attr:`max_senders` are forgotten oldest first. No I/O, no locks: one thread (the
-server's network thread) owns it. Replication (issue 12) relies on the same numbers: a client
-re-sends to a new primary, which drops what it already holds.
+server's network thread) owns it. Replication relies on the same numbers: a client re-sends to
+a new primary, which drops what it already holds.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 pyzmq's ``send_multipart(..., copy=False)`` builds a zero-copy ``Frame`` for every part, even a
 few bytes long, and combines the flag enums in Python for each one: a reply of two small frames
-(the client's identity and a header) cost 2.2 µs that way against 0.7 µs as two plain sends.
-A server's network thread sends one such reply per request, so on a small machine where a 1 MiB
-push costs ~40 µs of Python all told, that is worth having. Arrays still go without a copy
+(the client's identity and a header) costs several times what two plain sends do. A server's
+network thread sends one such reply per request, a visible part of the Python a push costs, so
+that is worth having. Arrays still go without a copy
 (pyzmq copies those under its copy threshold anyway).
 """
 

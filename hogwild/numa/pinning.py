@@ -35,7 +35,7 @@ import numpy as np
 
 from hogwild.errors import HogwildError
 from hogwild.numa.placement import WorkerPlacement
-from hogwild.numa.topology import Topology, format_cpulist
+from hogwild.numa.topology import MachineTopology, format_cpulist
 
 __all__ = [
     "PinningError",
@@ -86,7 +86,7 @@ def pin_to_cpus(cpus: Iterable[int], pid: int = 0) -> set[int]:
 
 
 def pin_worker(
-    placement: WorkerPlacement, topology: Topology | None = None, scope: str = "cpu"
+    placement: WorkerPlacement, topology: MachineTopology | None = None, scope: str = "cpu"
 ) -> set[int]:
     """Pin this process where its placement says, before it allocates anything large.
 
@@ -112,7 +112,9 @@ def pin_worker(
     return before
 
 
-def helper_cpus(placement: WorkerPlacement, allowed: Iterable[int], topology: Topology) -> set[int]:
+def helper_cpus(
+    placement: WorkerPlacement, allowed: Iterable[int], topology: MachineTopology
+) -> set[int]:
     """The CPUs a pinned worker's helper threads may use: those of its NUMA node that it was
     allowed before it was pinned (``allowed``), its own CPU when there are none."""
     node = next((n.cpus for n in topology.nodes if n.node == placement.node), ())

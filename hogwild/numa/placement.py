@@ -15,9 +15,9 @@ CPU of worker ``k mod n_cpus`` and both are marked ``shared``; with ``"error"`` 
 nodes the workers use (one copy, even bandwidth) or **replicated**, one copy per node, each worker
 reading its own node's copy, or one copy per worker (:func:`plan_parameters`).
 
-The plan is pure data computed from a :class:`~hogwild.numa.topology.Topology`: no pinning, no
-I/O (:mod:`hogwild.numa.pinning` applies it). Adam (§3.2.1, §3.3.1) binds threads to the
-processors of the NUMA node holding their data; processes replace threads here.
+The plan is pure data computed from a :class:`~hogwild.numa.topology.MachineTopology`: no
+pinning, no I/O (:mod:`hogwild.numa.pinning` applies it). Adam (§3.2.1, §3.3.1) binds threads to
+the processors of the NUMA node holding their data; processes replace threads here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from hogwild.errors import ConfigError
-from hogwild.numa.topology import PhysicalCore, Topology
+from hogwild.numa.topology import MachineTopology, PhysicalCore
 
 __all__ = [
     "OVERSUBSCRIBE",
@@ -105,7 +105,9 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise PlacementError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def cpu_order(topology: Topology, policy: str = "fill") -> list[tuple[int, PhysicalCore, int]]:
+def cpu_order(
+    topology: MachineTopology, policy: str = "fill"
+) -> list[tuple[int, PhysicalCore, int]]:
     """Every usable CPU once, in the order workers receive them.
 
     Returns:
@@ -132,13 +134,13 @@ def cpu_order(topology: Topology, policy: str = "fill") -> list[tuple[int, Physi
     return order
 
 
-def default_worker_count(topology: Topology) -> int:
+def default_worker_count(topology: MachineTopology) -> int:
     """One worker per physical core (Hogwild workers gain little from a core's second thread)."""
     return max(1, topology.n_physical_cores)
 
 
 def plan_workers(
-    topology: Topology,
+    topology: MachineTopology,
     n_workers: int | None = None,
     policy: str = "fill",
     oversubscribe: str = "wrap",

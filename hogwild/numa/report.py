@@ -1,8 +1,9 @@
 """The text ``hogwild info`` prints: the machine's topology and the placement it would use.
 
-:func:`format_machine_report` is pure formatting of a :class:`~hogwild.numa.topology.Topology`
-and a worker plan (no I/O besides asking psutil for its physical-core count as a cross-check and
-whether libnuma loads), so it can be tested against fake topologies. Long core and worker lists
+:func:`format_machine_report` is pure formatting of a
+:class:`~hogwild.numa.topology.MachineTopology` and a worker plan (no I/O besides asking psutil
+for its physical-core count as a cross-check and whether libnuma loads), so it can be tested
+against fake topologies. Long core and worker lists
 are cut after ``max_rows`` lines with a count of what was left out.
 """
 
@@ -20,7 +21,7 @@ from hogwild.numa.placement import (
     plan_parameters,
     plan_workers,
 )
-from hogwild.numa.topology import Topology, format_cpulist, read_topology
+from hogwild.numa.topology import MachineTopology, format_cpulist, read_topology
 
 __all__ = ["format_machine_report", "main"]
 
@@ -30,7 +31,7 @@ def _gib(n: int | None) -> str:
 
 
 def format_machine_report(
-    topology: Topology,
+    topology: MachineTopology,
     plan: Sequence[WorkerPlacement],
     parameters: ParameterPlacement | None = None,
     policy: str | None = None,

@@ -31,7 +31,7 @@ __all__ = [
     "CpuInfo",
     "NumaNode",
     "PhysicalCore",
-    "Topology",
+    "MachineTopology",
     "TopologyError",
     "format_cpulist",
     "parse_cpulist",
@@ -97,7 +97,7 @@ class NumaNode:
 
 
 @dataclass(frozen=True)
-class Topology:
+class MachineTopology:
     """What :func:`read_topology` found.
 
     Attributes:
@@ -239,7 +239,7 @@ def _online_cpus(cpu_dir: Path) -> list[int]:
 
 def read_topology(
     sysfs_root: str | os.PathLike = REAL_SYSFS, allowed_cpus: Iterable[int] | None = None
-) -> Topology:
+) -> MachineTopology:
     """Read the machine's topology.
 
     Args:
@@ -322,4 +322,4 @@ def read_topology(
 
     nodes = tuple(NumaNode(n, tuple(sorted(node_cpus[n])), *node_mem[n]) for n in sorted(node_cpus))
     model = _cpu_model(Path("/proc/cpuinfo")) if real else "unknown"
-    return Topology(nodes, tuple(cores), tuple(infos), model, source)
+    return MachineTopology(nodes, tuple(cores), tuple(infos), model, source)

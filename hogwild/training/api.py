@@ -127,7 +127,7 @@ class TrainedModel:
     def predict_proba(self, images: np.ndarray) -> np.ndarray:
         """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1]."""
         from hogwild.model.context import TrainingContext
-        from hogwild.model.engine import predict_batch
+        from hogwild.model.loops import predict_batch
 
         inputs = self._normalise(images)
         context = TrainingContext.allocate(self.network, PREDICT_BATCH)

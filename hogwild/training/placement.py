@@ -17,12 +17,12 @@ import os
 from collections.abc import Collection
 
 from hogwild.numa.placement import WorkerPlacement, default_worker_count, plan_workers
-from hogwild.numa.topology import REAL_SYSFS, Topology, read_topology
+from hogwild.numa.topology import REAL_SYSFS, MachineTopology, read_topology
 
 SYSFS_ENV = "HOGWILD_SYSFS"
 
 
-def machine_topology() -> Topology:
+def machine_topology() -> MachineTopology:
     """The topology of this machine, or of the tree ``$HOGWILD_SYSFS`` names."""
     return read_topology(os.environ.get(SYSFS_ENV) or REAL_SYSFS)
 

@@ -90,7 +90,7 @@ def worker_main(setup, commands, results) -> None:
         arena = Arena.attach(setup.arena_name, ArenaLayout.from_json(setup.layout_json))
         # The store's threads (a copy's exchange thread and its transport's I/O thread) start
         # free to run on any CPU of the worker's node it may use: pinned to the worker's CPU, they
-        # took 16 % of its CPU with the other CPU idle (one replica and its server on 2 cores).
+        # take time from its compute while another CPU of the node may be idle.
         with helpers_on(helpers):
             store = open_worker_store(setup.store, arena, network, job)
         context = TrainingContext.allocate(network, job.train.batch, job.train.update_every)

@@ -5,7 +5,7 @@ The model is L2-regularised softmax regression on 400 MNIST training images (the
 agree to float tolerance over many iterations). Two parameter servers hold its 7,856 parameters
 in four shards; the coordinator moves only scalars (shard operations through its own client);
 replicas are threads, each with its own client, computing portion gradients with the engine's
-kernels (:func:`hogwild.model.engine.gradient_range`) and pushing them into their own vectors
+kernels (:func:`hogwild.model.loops.gradient_range`) and pushing them into their own vectors
 on the shards, which the coordinator folds into the gradient. The same steps are taken on servers
 keeping two copies of every bucket (the vectors and their operations replicated, issue 13).
 

@@ -1,4 +1,4 @@
-"""``hogwild.model.engine``: the loss and gradient of a range of examples, against PyTorch.
+"""``hogwild.model.loops``: the loss and gradient of a range of examples, against PyTorch.
 
 A batch method's replica (Sandblaster) needs the summed loss and gradient over many examples at
 fixed parameters: :func:`gradient_range` with minibatches of 4 over a range of a shuffled order
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import deterministic_ops, gradient_range
+from hogwild.model.loops import deterministic_ops, gradient_range
 from hogwild.model.network import build_network
 from tests.unit.test_kernels_torch import (
     MEAN,

@@ -22,8 +22,8 @@ import pytest
 
 from hogwild.config import config_from_dict, load_config
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import LABEL_DTYPE, evaluate_range, predict_batch
 from hogwild.model.init import initialise
+from hogwild.model.loops import LABEL_DTYPE, evaluate_range, predict_batch
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
 from hogwild.model.passes import backward, forward
 from hogwild.model.random import seed_kernels

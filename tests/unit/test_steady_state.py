@@ -15,8 +15,8 @@ from numba.core.runtime import _nrt_python, rtsys
 
 from hogwild.config import load_config
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import LABEL_DTYPE
 from hogwild.model.init import initialise
+from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_CODES
 

@@ -14,8 +14,8 @@ import pytest
 
 from hogwild.config import load_config
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import LABEL_DTYPE
 from hogwild.model.init import initialise
+from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
 from hogwild.model.passes import backward, forward, load_example
 from hogwild.optim.rules import RULE_SGD

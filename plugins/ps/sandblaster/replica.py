@@ -5,7 +5,7 @@ DistBelief section 4.2: "Sandblaster workers only fetch parameters at the beginn
 portions (to protect against replica failures and restarts)." :class:`SandblasterReplica` runs that
 loop against a :class:`~.batch.Board`: it asks for work when free; on :class:`~.portions.Fetch` it
 pulls the parameters; on :class:`~.portions.Compute` it computes the summed loss and gradient of
-the portion's examples with the engine's own kernels (:func:`hogwild.model.engine.gradient_range`,
+the portion's examples with the engine's own kernels (:func:`hogwild.model.loops.gradient_range`,
 dropout off) and, if the board accepts the result (the first copy to finish), adds the gradient to
 what it will push; on :class:`~.portions.Push` it pushes that sum into its own vector on the shards
 (:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas` ``into`` :func:`~.batch.replica_vector`,
@@ -27,7 +27,7 @@ from hogwild_plugins.ps.sandblaster.batch import Board, Stop, replica_vector
 from hogwild_plugins.ps.sandblaster.portions import Compute, Fetch, Push, portions_of
 
 from hogwild.model.context import TrainingContext
-from hogwild.model.engine import deterministic_ops, gradient_range
+from hogwild.model.loops import deterministic_ops, gradient_range
 from hogwild.model.network import Network
 
 __all__ = ["Examples", "PortionGradient", "SandblasterReplica"]
