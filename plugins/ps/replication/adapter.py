@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import (
-    BucketRecord,
+from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
+from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
     Campaign,
     CampaignAnswered,
@@ -54,7 +54,6 @@ from hogwild_plugins.ps.failover import (
     HandOver,
     HandOverAnswered,
     InSyncWritten,
-    LeaseClock,
     MapRead,
     SnapshotDelivered,
     Sync,
@@ -80,10 +79,7 @@ from hogwild_plugins.ps.replication.commit_round import (
     Update,
 )
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
-from hogwild_plugins.ps.replication.copy_side import (
-    CopySide,
-    commit_log,
-)
+from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.frames import snapshot_frames
 from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
 from hogwild_plugins.ps.replication.membership import Membership

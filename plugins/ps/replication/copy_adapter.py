@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 
 from hogwild_plugins.ps.engine import Kind, Work
 from hogwild_plugins.ps.etcd import EtcdUnavailable
-from hogwild_plugins.ps.failover import BucketRecord, BucketRole, RecordRefreshed, Restored
+from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, RecordRefreshed, Restored
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
     CommitArrived,
