@@ -115,7 +115,6 @@ class Pending:
     shard: int
     work: Work
     frames: list
-    epoch: int = 0  # the bucket's epoch when this primary versioned it
 
 
 class Replication:
