@@ -1,4 +1,4 @@
-"""Shared steps of the bucket role's tests (plugins/ps/failover.py), with no socket.
+"""Shared steps of the bucket role's tests (plugins/ps/replication/bucket_role.py), with no socket.
 
 Where etcd decides (a campaign or an in-sync write is a compare-and-swap on ``sync/<b>``'s
 revision), :class:`SyncKeys` stands in with etcd's transaction semantics and nothing else, and
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import itertools
 
-from hogwild_plugins.ps.failover import (
-    BucketRecord,
+from hogwild_plugins.ps.failover import BucketRecord, desired_copies
+from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
     Campaign,
     CampaignAnswered,
@@ -25,7 +25,6 @@ from hogwild_plugins.ps.failover import (
     SnapshotDelivered,
     Sync,
     WriteInSync,
-    desired_copies,
 )
 
 BUCKET = 5

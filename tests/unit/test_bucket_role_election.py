@@ -1,5 +1,5 @@
-"""A bucket role's elections (plugins/ps/failover.py), with no socket: a new bucket's first
-primary, two candidates racing for a lapsed primary's bucket, a fenced or deposed primary, and
+"""A bucket role's elections (plugins/ps/replication/bucket_role.py), with no socket: a new bucket's
+first primary, two candidates racing for a lapsed primary's bucket, a fenced or deposed primary, and
 a primary named by the record that takes its bucket back under the next epoch (no bucket is
 stranded). Every stimulus is followed by the role's ``validate_state``.
 """
@@ -7,15 +7,14 @@ stranded). Every stimulus is followed by the role's ``validate_state``.
 from __future__ import annotations
 
 import pytest
-from hogwild_plugins.ps.failover import (
-    BucketRecord,
+from hogwild_plugins.ps.failover import BucketRecord, desired_copies
+from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
     Campaign,
     CampaignAnswered,
     CommitPrepared,
     CopyUnreachable,
     Fenced,
-    Gate,
     InSyncWritten,
     MapRead,
     Restored,
@@ -23,9 +22,8 @@ from hogwild_plugins.ps.failover import (
     SnapshotDelivered,
     Sync,
     WriteInSync,
-    desired_copies,
-    gate,
 )
+from hogwild_plugins.ps.replication.copy_side import Gate, gate
 
 from tests.unit.bucket_role_support import (
     BUCKET,

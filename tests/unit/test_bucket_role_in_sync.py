@@ -1,18 +1,17 @@
-"""A primary's copies (plugins/ps/failover.py), with no socket: copies dropped from and added
-back to ``in_sync``, a new primary that serves only once every live in-sync copy has its
+"""A primary's copies (plugins/ps/replication/bucket_role.py), with no socket: copies dropped from
+and added back to ``in_sync``, a new primary that serves only once every live in-sync copy has its
 snapshot, and a bucket handed back to its preferred primary. Every stimulus is followed by the
 role's ``validate_state``.
 """
 
 from __future__ import annotations
 
-from hogwild_plugins.ps.failover import (
-    BucketRecord,
+from hogwild_plugins.ps.failover import BucketRecord, desired_copies
+from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
     Campaign,
     CampaignAnswered,
     CopyUnreachable,
-    Gate,
     HandOver,
     HandOverAnswered,
     InSyncWritten,
@@ -22,9 +21,8 @@ from hogwild_plugins.ps.failover import (
     StepDown,
     Sync,
     WriteInSync,
-    desired_copies,
-    gate,
 )
+from hogwild_plugins.ps.replication.copy_side import Gate, gate
 from hogwild_plugins.ps.shard_log import ShardLog
 
 from tests.unit.bucket_role_support import (

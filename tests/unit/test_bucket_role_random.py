@@ -1,6 +1,6 @@
 """Seeded random sequences of stimuli for three servers' roles in one bucket
-(plugins/ps/failover.py), with no socket: servers read the map (under valid or lapsed leases),
-die, come back as new processes, are fenced, lose copies and snapshots, while etcd's
+(plugins/ps/replication/bucket_role.py), with no socket: servers read the map (under valid or lapsed
+leases), die, come back as new processes, are fenced, lose copies and snapshots, while etcd's
 transactions decide (``SyncKeys``). After every stimulus each role's ``validate_state`` runs
 (:func:`~tests.unit.bucket_role_support.step`), and the bucket's safety is checked: never two
 serving primaries in one epoch, and the record's epoch never goes back.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from hogwild_plugins.ps.failover import BucketRole, CopyUnreachable, Fenced, MapRead
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, CopyUnreachable, Fenced, MapRead
 
 from tests.unit.bucket_role_support import BUCKET, COPIES, SyncKeys, carry_out, step
 

@@ -15,7 +15,7 @@ import itertools
 import random
 
 import pytest
-from hogwild_plugins.ps.failover import CopyUnreachable, MapRead
+from hogwild_plugins.ps.replication.bucket_role import CopyUnreachable, MapRead
 from hogwild_plugins.ps.replication.commit_round import (
     Acknowledge,
     Admit,

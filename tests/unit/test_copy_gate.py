@@ -1,15 +1,12 @@
-"""A copy's gate (plugins/ps/failover.py): which primary's messages may change a copy."""
+"""A copy's gate (plugins/ps/replication/copy_side.py): which primary's messages may change a
+copy."""
 
 from __future__ import annotations
 
 import pytest
-from hogwild_plugins.ps.failover import (
-    BucketRecord,
-    BucketRole,
-    Gate,
-    MapRead,
-    gate,
-)
+from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, MapRead
+from hogwild_plugins.ps.replication.copy_side import Gate, gate
 
 from tests.unit.bucket_role_support import (
     BUCKET,

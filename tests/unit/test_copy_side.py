@@ -12,7 +12,8 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from hogwild_plugins.ps.failover import BucketRecord, BucketRole, MapRead
+from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, MapRead
 from hogwild_plugins.ps.replication.copy_side import (
     Acknowledge,
     ApplyCommitted,

@@ -2,8 +2,8 @@
 
 Prepares after a gap refused, re-sent prepares held once, commits in order, snapshots that are
 outdated and those that are not, a primary's own updates and a newer primary's snapshot, and the
-request table that answers a client's re-sends. ``tests/unit/test_failover.py`` has the log with
-the bucket role (a copy that missed a prepare is dropped, caught up and taken back).
+request table that answers a client's re-sends. ``tests/unit/test_bucket_role_in_sync.py`` has
+the log with the bucket role (a copy that missed a prepare is dropped, caught up and taken back).
 """
 
 from __future__ import annotations

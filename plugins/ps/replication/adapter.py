@@ -43,8 +43,8 @@ import time
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import (
-    BucketRecord,
+from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
+from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
     Campaign,
     CampaignAnswered,
@@ -53,7 +53,6 @@ from hogwild_plugins.ps.failover import (
     HandOver,
     HandOverAnswered,
     InSyncWritten,
-    LeaseClock,
     MapRead,
     SnapshotDelivered,
     Sync,
@@ -79,10 +78,7 @@ from hogwild_plugins.ps.replication.commit_round import (
     Update,
 )
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
-from hogwild_plugins.ps.replication.copy_side import (
-    CopySide,
-    commit_log,
-)
+from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.frames import snapshot_frames
 from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
 from hogwild_plugins.ps.replication.membership import Membership
@@ -119,7 +115,6 @@ class Pending:
     shard: int
     work: Work
     frames: list
-    epoch: int = 0  # the bucket's epoch when this primary versioned it
 
 
 class Replication:

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from hogwild_plugins.ps.failover import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.shard_log import ShardLog
 
 __all__ = [

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable, Mapping
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
-from hogwild_plugins.ps.failover import BucketRecord, BucketRole, RecordRefreshed, Restored
+from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, RecordRefreshed, Restored
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
     CommitArrived,

@@ -10,7 +10,7 @@ the replication thread while it calls :meth:`~CopySide.handle`.
 
 One message from a primary goes through two steps:
 
-1. :class:`PeerArrived`, the gate (:func:`~hogwild_plugins.ps.failover.gate`): a message of an
+1. :class:`PeerArrived`, the gate (:func:`gate`): a message of an
    older epoch or lease, or from another server than the record's primary, is refused
    (``FENCED``: the sender steps down); one of a newer epoch than this side knows asks for the
    record to be read again (:class:`RefreshRecord`) and is then gated once more
@@ -32,8 +32,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 
-from hogwild_plugins.ps.failover import BucketRole, Gate, gate
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.shard_log import ShardLog
 
 from hogwild.net.wire import ErrorCode
@@ -45,6 +46,7 @@ __all__ = [
     "CommitArrived",
     "CopySide",
     "CopyStimulus",
+    "Gate",
     "MarkRestored",
     "Pass",
     "PeerArrived",
@@ -54,9 +56,33 @@ __all__ = [
     "SnapshotApplied",
     "SnapshotArrived",
     "commit_log",
+    "gate",
 ]
 
 STORY_LENGTH = 1024  # transitions the copy side remembers (:meth:`CopySide.story`)
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+class Gate(Enum):
+    ACCEPT = "accept"
+    FENCED = "fenced"  # an older epoch (or lease) than the bucket's: refuse, the sender steps down
+    REFRESH = "refresh"  # a newer epoch than this side knows: read the map again, then decide
+
+
+def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
+    """May a message from ``sender`` carrying ``epoch`` and ``lease`` change this copy?"""
+    record = role.record
+    if record is None or epoch > record.epoch:
+        return Gate.REFRESH
+    if epoch < record.epoch or lease != record.lease or sender != record.primary:
+        return Gate.FENCED
+    if role.role is Role.PRIMARY and sender != role.me:
+        return Gate.FENCED
+    if role.role is Role.CANDIDATE:
+        return Gate.REFRESH  # campaigning: the sender retries once the map settles
+    return Gate.ACCEPT
 
 
 # --------------------------------------------------------------------------- stimuli

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from hogwild_plugins.ps.failover import BucketRole, Fenced
 from hogwild_plugins.ps.layout import ShardLayout
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Fenced
 
 from hogwild.net.channel import Peers, PeerUnreachableError, Request
 from hogwild.net.wire import ErrorCode, Header, MsgType

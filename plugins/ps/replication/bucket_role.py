@@ -1,0 +1,539 @@
+"""One server's part in one bucket of the replicated parameter server: a state machine.
+
+No I/O here (after dask's worker state machine): a :class:`BucketRole` changes only through its
+one entry, :meth:`BucketRole.handle`, which takes a stimulus (:class:`MapRead`,
+:class:`CampaignAnswered`, :class:`InSyncWritten`, :class:`HandOverAnswered`,
+:class:`SnapshotDelivered`, :class:`CopyUnreachable`, :class:`Fenced`, :class:`Restored`,
+:class:`StepDown`, :class:`RecordRefreshed`; each names itself with a ``stimulus_id``), records
+the transition in its :meth:`~BucketRole.story` and returns what to do (:class:`Campaign`,
+:class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`, :class:`HandOver`) for
+:mod:`~hogwild_plugins.ps.replication.adapter` to carry out against etcd and the other servers;
+what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks its invariants
+(a primary is the record's and in its ``in_sync``, only a primary has a primary's work open, only
+a server holding the bucket's state campaigns, serves or hands over). The protocol it plays its
+part in is described in :mod:`~hogwild_plugins.ps.failover`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from hogwild_plugins.ps.failover import BucketRecord, desired_copies
+
+__all__ = [
+    "BucketRole",
+    "Campaign",
+    "CampaignAnswered",
+    "CommitPrepared",
+    "CopyUnreachable",
+    "Fenced",
+    "HandOver",
+    "HandOverAnswered",
+    "InSyncWritten",
+    "MapRead",
+    "RecordRefreshed",
+    "Restored",
+    "Role",
+    "RoleStimulus",
+    "SnapshotDelivered",
+    "StepDown",
+    "Sync",
+    "WriteInSync",
+]
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """Replace ``sync/<bucket>`` by ``record`` if its revision is still ``expected`` (0: absent)."""
+
+    bucket: int
+    record: BucketRecord
+    expected: int
+
+
+@dataclass(frozen=True)
+class WriteInSync:
+    """As primary, write ``record`` (a new ``in_sync``) if ``sync/<bucket>`` is still at
+    ``expected``."""
+
+    bucket: int
+    record: BucketRecord
+    expected: int
+
+
+@dataclass(frozen=True)
+class Sync:
+    """Send ``server`` a snapshot of every shard of ``bucket``; report :class:`SnapshotDelivered`
+    or :class:`CopyUnreachable`."""
+
+    bucket: int
+    server: int
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """As primary (no longer serving), hand ``bucket`` to its preferred copy: write ``record``
+    (the next epoch, the successor as primary under its lease) if ``sync/<bucket>`` is still at
+    ``expected``; report :class:`HandOverAnswered`."""
+
+    bucket: int
+    record: BucketRecord
+    expected: int
+
+
+@dataclass(frozen=True)
+class CommitPrepared:
+    """Just won ``bucket``: commit what was prepared under the previous primary, in order."""
+
+    bucket: int
+
+
+# --------------------------------------------------------------------------- stimuli
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleStimulus:
+    """Something that happened to a bucket's role; ``stimulus_id`` names it in the story."""
+
+    stimulus_id: str
+
+
+@dataclass(frozen=True)
+class MapRead(RoleStimulus):
+    """The map as etcd has it now: the bucket's ``record``, the live ``members`` and their
+    leases; this server's ``lease`` and whether it is ``lease_valid`` by its own clock.
+    ``settled``: every server has registered, or long enough has passed since the start (only
+    then is a bucket's very first primary chosen, so that the first primaries are spread over
+    every server rather than taken by the first one up)."""
+
+    record: BucketRecord | None
+    members: Mapping[int, int]
+    lease: int
+    lease_valid: bool
+    settled: bool = True
+
+
+@dataclass(frozen=True)
+class CampaignAnswered(RoleStimulus):
+    """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now."""
+
+    won: bool
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class InSyncWritten(RoleStimulus):
+    """A :class:`WriteInSync` came back; ``record`` is what etcd holds now (None: not known)."""
+
+    ok: bool
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class HandOverAnswered(RoleStimulus):
+    """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
+    known)."""
+
+    ok: bool
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class SnapshotDelivered(RoleStimulus):
+    """A :class:`Sync`'s snapshot reached ``server`` (every shard of the bucket)."""
+
+    server: int
+
+
+@dataclass(frozen=True)
+class CopyUnreachable(RoleStimulus):
+    """``server`` did not answer a prepare, commit or snapshot, or reported a gap."""
+
+    server: int
+
+
+@dataclass(frozen=True)
+class Fenced(RoleStimulus):
+    """A copy refused this primary's message as coming from an old epoch."""
+
+
+@dataclass(frozen=True)
+class Restored(RoleStimulus):
+    """A snapshot of the bucket arrived here from its primary of ``epoch`` and was applied."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class StepDown(RoleStimulus):
+    """Serve nothing of the bucket from now on; ``record``: what etcd holds, if known."""
+
+    record: BucketRecord | None
+
+
+@dataclass(frozen=True)
+class RecordRefreshed(RoleStimulus):
+    """The copy side read ``record`` again (a message of a newer epoch than it knew arrived)."""
+
+    record: BucketRecord
+
+
+STORY_LENGTH = 1024  # transitions a role remembers (:meth:`BucketRole.story`)
+
+
+# --------------------------------------------------------------------------- bucket role
+
+
+class Role(Enum):
+    FOLLOWER = "follower"  # a copy (in sync or catching up) or not holding the bucket
+    CANDIDATE = "candidate"  # campaigning
+    PRIMARY = "primary"
+    DEPOSED = "deposed"  # was primary and is no longer: serves nothing until the map moves on
+    HANDING = "handing"  # was primary, handing the bucket to its preferred copy: serves nothing
+
+
+@dataclass
+class BucketRole:
+    """One server's view of, and part in, one bucket.
+
+    Args:
+        bucket: The bucket.
+        me: This server's index.
+        copies: Copies per bucket.
+    """
+
+    bucket: int
+    me: int
+    copies: int
+    role: Role = Role.FOLLOWER
+    record: BucketRecord | None = None
+    members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
+    current: bool = False  # holds the bucket's acknowledged state (a snapshot, or first primary)
+    # the newest epoch whose primary's snapshot made this copy current (a bucket of several
+    # shards: each shard's; current counts for campaigns only with this copy in in_sync, where
+    # a primary puts it once every shard's snapshot arrived)
+    restored_epoch: int = 0
+    copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
+    confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
+    syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
+    writing: bool = False  # as primary: a WriteInSync under way
+    behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
+    dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
+    transitions: deque = field(
+        default_factory=lambda: deque(maxlen=STORY_LENGTH), repr=False, compare=False
+    )
+
+    def handle(self, stimulus: RoleStimulus) -> list:
+        """The role's one entry: take ``stimulus``, return the actions to carry out (each of
+        which comes back as a stimulus). Every transition goes into :meth:`story`."""
+        before = self.role
+        match stimulus:
+            case MapRead():
+                actions = self._observe(
+                    stimulus.record,
+                    stimulus.members,
+                    stimulus.lease,
+                    stimulus.lease_valid,
+                    stimulus.settled,
+                )
+            case CampaignAnswered():
+                actions = self._campaigned(stimulus.won, stimulus.record)
+            case InSyncWritten():
+                actions = self._written(stimulus.ok, stimulus.record)
+            case HandOverAnswered():
+                actions = self._handed(stimulus.ok, stimulus.record)
+            case SnapshotDelivered():
+                actions = self._synced(stimulus.server)
+            case CopyUnreachable():
+                actions = self._unreachable(stimulus.server)
+            case Fenced():
+                actions = self._fenced()
+            case Restored():
+                self._restored(stimulus.epoch)
+                actions = []
+            case StepDown():
+                actions = self._step_down(stimulus.record)
+            case RecordRefreshed():
+                self._refreshed(stimulus.record)
+                actions = []
+            case _:
+                raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
+        self.transitions.append(
+            (stimulus.stimulus_id, type(stimulus).__name__, before, self.role, tuple(actions))
+        )
+        return actions
+
+    def story(self) -> list[tuple]:
+        """The last transitions, oldest first: ``(stimulus_id, stimulus, role before, role
+        after, actions)``."""
+        return list(self.transitions)
+
+    def validate_state(self) -> None:
+        """Check the role's invariants (tests call it after every stimulus).
+
+        Raises:
+            AssertionError: An invariant broken, with the last transitions.
+        """
+
+        def check(ok: bool, what: str) -> None:
+            if not ok:
+                raise AssertionError(
+                    f"bucket {self.bucket} on {self.me}: {what}; {self.story()[-5:]}"
+                )
+
+        primary = self.role is Role.PRIMARY
+        check(isinstance(self.role, Role), f"role {self.role!r}")
+        check(not self.serving or primary, "serving, not as primary")
+        check(
+            primary or not (self.syncing or self.behind or self.dropping or self.writing),
+            f"{self.role.value} with primary's work open",
+        )
+        if primary:
+            check(self.record is not None and self.record.primary == self.me, "primary, not named")
+            check(self.me in self.record.in_sync, "primary, not in in_sync")
+            check(self.me not in self.syncing | self.dropping, "primary syncing or dropping itself")
+        if self.role in (Role.PRIMARY, Role.CANDIDATE, Role.HANDING):
+            check(self.current, f"{self.role.value} without the bucket's state")
+
+    @property
+    def serving(self) -> bool:
+        """As primary, with every live in-sync copy caught up in this epoch: takes client
+        requests (an acknowledged update is then on every copy a successor may come from)."""
+        if self.role is not Role.PRIMARY or self.syncing or self.writing:
+            return False
+        return all(s in self.confirmed for s in self.record.in_sync if s in self.members)
+
+    @property
+    def epoch(self) -> int:
+        return self.record.epoch if self.record else 0
+
+    def _observe(
+        self,
+        record: BucketRecord | None,
+        members: Mapping[int, int],
+        lease: int,
+        lease_valid: bool,
+        settled: bool = True,
+    ) -> list:
+        """The map as etcd has it now (the record, the live members and their leases); this
+        server's lease.
+        ``settled``: every server has registered, or long enough has passed since the start
+        (only then is a bucket's very first primary chosen, so that the first primaries are
+        spread over every server rather than taken by the first one up)."""
+        self.members = members
+        if (
+            record is not None
+            and self.record is not None
+            and record.revision < self.record.revision
+        ):
+            record = self.record  # an older read than one this side already wrote or saw
+        if self.role is Role.PRIMARY:
+            mine = record is not None and record.primary == self.me and record.lease == lease
+            if not lease_valid or not mine:
+                return self._step_down(record)
+            self.record = record
+            return self._reconcile() or self._hand_back()
+        self.record = record
+        if self.role is Role.DEPOSED and (record is None or record.primary != self.me):
+            self.role = Role.FOLLOWER
+            if (
+                record is not None
+                and self.me not in record.in_sync
+                and record.epoch > self.restored_epoch
+            ):
+                # A newer primary left it out: its memory may hold updates it applied as
+                # primary and nobody acknowledged. Not so if that primary's snapshot replaced
+                # it already: the snapshot can come before the write adding it to ``in_sync``
+                # does, and a copy that forgot it is current would strand the bucket once
+                # handed it (named primary, it would wait for a copy holding its state).
+                self.current = False
+        if self.role not in (Role.FOLLOWER, Role.DEPOSED) or not lease_valid:
+            return []
+        if members.get(self.me) != lease:
+            return []
+        if record is None:
+            if not settled or self.role is not Role.FOLLOWER:
+                return []
+            first = desired_copies(self.bucket, members, self.copies)
+            if first and first[0] == self.me:  # the very first primary of the bucket
+                self.current = True  # nothing acknowledged yet: every server starts the same
+                return self._campaign(BucketRecord(1, self.me, lease, (self.me,)), 0)
+            return []
+        if record.primary == self.me:
+            # Named primary and not serving: a late heartbeat (the same lease), a lease lost and
+            # taken anew, or a campaign whose answer was lost. As the bucket's last primary this
+            # side holds every acknowledged update, if it still has its memory (``current``);
+            # a new process does not, and the bucket waits for the one that had it.
+            return self._take(record, members, lease) if self.current else []
+        alive = members.get(record.primary) == record.lease  # a restarted one has a new lease
+        if not alive and self.current and self.me in record.in_sync:
+            return self._take(record, members, lease)
+        return []
+
+    def _take(self, record: BucketRecord, members: Mapping[int, int], lease: int) -> list:
+        """Campaign for the bucket under the next epoch. The other live in-sync copies stay in
+        ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
+        side if it dies before it serves; it serves only once each has its snapshot."""
+        others = tuple(s for s in record.in_sync if s != self.me and s in members)
+        return self._campaign(
+            BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)), record.revision
+        )
+
+    def _campaign(self, record: BucketRecord, expected: int) -> list:
+        self.role = Role.CANDIDATE
+        return [Campaign(self.bucket, record, expected)]
+
+    def _campaigned(self, won: bool, record: BucketRecord | None) -> list:
+        """The campaign's transaction came back: ``record`` is what ``sync/<b>`` holds now."""
+        if self.role is not Role.CANDIDATE:
+            return []
+        if not won:
+            self.role, self.record = Role.FOLLOWER, record or self.record
+            return []
+        self.role, self.record, self.current = Role.PRIMARY, record, True
+        self.copy_leases = {s: self.members[s] for s in record.in_sync if s in self.members}
+        self.confirmed = {self.me}
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        return [CommitPrepared(self.bucket), *self._reconcile()]
+
+    def _reconcile(self) -> list:
+        """As primary: catch up the live copies that should hold the bucket and do not."""
+        wanted = set(desired_copies(self.bucket, self.members, self.copies)) | {self.me}
+        in_sync = set(self.record.in_sync)
+        gone = {  # dead, or restarted since it was caught up (a new lease: its memory is new)
+            s for s in in_sync if s != self.me and self.members.get(s) != self.copy_leases.get(s)
+        }
+        if gone:
+            self.dropping |= gone
+            self.confirmed -= gone  # caught up again (under its new lease) once it answers
+            return [] if self.writing else self._write(self._next_in_sync())
+        todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
+        self.syncing |= todo
+        return [Sync(self.bucket, s) for s in sorted(todo)]
+
+    def successor(self) -> int | None:
+        """As serving primary, the copy to hand the bucket to: the bucket's preferred primary
+        (the first of :func:`desired_copies` over the live members) when it is not this server
+        and is live, in ``in_sync`` and caught up in this epoch under its present lease."""
+        if not self.serving or self.dropping or self.behind:
+            return None
+        preferred = desired_copies(self.bucket, self.members, self.copies)
+        if not preferred or preferred[0] == self.me:
+            return None
+        s = preferred[0]
+        if s not in self.record.in_sync or s not in self.confirmed:
+            return None
+        lease = self.members.get(s)
+        return s if lease is not None and self.copy_leases.get(s) == lease else None
+
+    def _hand_back(self) -> list:
+        successor = self.successor()
+        if successor is None:
+            return []
+        self.role = Role.HANDING  # serves nothing from now on: no acknowledgement after this
+        record = self.record
+        in_sync = (successor, *(s for s in record.in_sync if s != successor))
+        new = BucketRecord(record.epoch + 1, successor, self.members[successor], in_sync)
+        return [HandOver(self.bucket, new, record.revision)]
+
+    def _handed(self, ok: bool, record: BucketRecord | None) -> list:
+        """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
+        known). Won: a follower (still current: it holds every acknowledged update, and stays in
+        ``in_sync``). Lost or not known: deposed, and the next read of the map decides (a record
+        that still names this server is taken back under the next epoch)."""
+        if self.role is not Role.HANDING:
+            return []
+        self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        if record is not None and (self.record is None or record.revision >= self.record.revision):
+            self.record = record
+        return []
+
+    def _next_in_sync(self) -> tuple[int, ...]:
+        kept = [s for s in self.record.in_sync if s not in self.dropping]
+        return tuple(kept + sorted(self.behind - self.dropping - set(kept)))
+
+    def _write(self, in_sync: tuple[int, ...]) -> list:
+        self.writing = True
+        new = BucketRecord(self.record.epoch, self.me, self.record.lease, in_sync)
+        return [WriteInSync(self.bucket, new, self.record.revision)]
+
+    def _synced(self, server: int) -> list:
+        """A snapshot reached ``server``: it joins ``in_sync``."""
+        self.syncing.discard(server)
+        if self.role is not Role.PRIMARY:
+            return []
+        if server not in self.members:  # it left while its snapshot was on the way
+            return self._unreachable(server)
+        self.copy_leases[server] = self.members[server]
+        self.confirmed.add(server)
+        if server in self.record.in_sync and server not in self.dropping:
+            return []
+        self.behind.add(server)  # (back) into in_sync, after a removal under way if any
+        self.dropping.discard(server)
+        return [] if self.writing else self._write(self._next_in_sync())
+
+    def _unreachable(self, server: int) -> list:
+        """``server`` did not answer a prepare, commit or snapshot, or reported a gap: it leaves
+        ``in_sync`` (and is caught up again once it answers)."""
+        self.syncing.discard(server)
+        self.behind.discard(server)
+        self.confirmed.discard(server)
+        if self.role is not Role.PRIMARY or server == self.me:
+            return []
+        self.dropping.add(server)
+        if server not in self.record.in_sync or self.writing:
+            return []  # not in it, or the write under way is followed by another (written)
+        return self._write(self._next_in_sync())
+
+    def _written(self, ok: bool, record: BucketRecord | None) -> list:
+        """A :class:`WriteInSync` came back; ``record`` is what etcd holds now. Changes asked for
+        while it was under way go out next."""
+        self.writing = False
+        if self.role is not Role.PRIMARY:
+            return []
+        if not ok:
+            return self._step_down(record)  # someone else wrote: a newer primary
+        self.record = record
+        self.behind -= set(record.in_sync)
+        self.dropping &= set(record.in_sync)
+        if self.behind or self.dropping:
+            return self._write(self._next_in_sync())
+        return self._reconcile()
+
+    def _fenced(self) -> list:
+        """A copy refused this primary's message as coming from an old epoch."""
+        return self._step_down(None) if self.role is Role.PRIMARY else []
+
+    def _restored(self, epoch: int) -> None:
+        """A snapshot of the bucket arrived from its primary of ``epoch``: this copy is current
+        (its own memory, diverged or not, is replaced by that primary's), unless this side read
+        meanwhile a newer epoch's record that leaves it out of ``in_sync`` (the snapshot may lack
+        what that primary acknowledged; one that keeps it in acknowledged nothing it lacks: a
+        primary serves only once every live in-sync copy is confirmed)."""
+        record = self.record
+        if record is not None and epoch < record.epoch and self.me not in record.in_sync:
+            return
+        self.current = True
+        self.restored_epoch = max(self.restored_epoch, epoch)
+
+    def _refreshed(self, record: BucketRecord) -> None:
+        """A primary's record changes through its own reads only (it may be deposed)."""
+        if self.role is not Role.PRIMARY and (
+            self.record is None or record.revision > self.record.revision
+        ):
+            self.record = record
+
+    def _step_down(self, record: BucketRecord | None) -> list:
+        if self.role is Role.PRIMARY:
+            self.role = Role.DEPOSED  # its memory stays current until a newer primary shows
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        if record is not None:
+            self.record = record
+        return []
