@@ -6,8 +6,8 @@ resolved to the hogwild module it names, and checked against the layers below, l
 the job's config and the mechanics (``config``, ``shm``, ``numa``, ``net``), then ``data``,
 ``optim``, ``model``, ``store``, ``training``, ``cluster``. A package may import its own layer's
 modules and those below, and the top-level modules of ``hogwild/`` that hold no policy
-(``errors``, ``entry_points``, ``jit``...); never a layer above. Model partitioning adds to ``model/`` and ``shm/``; these tests keep it from reaching
-up into the trainer or the cluster.
+(``errors``, ``entry_points``, ``jit``...); never a layer above. Model partitioning adds to
+``model/`` and ``shm/``; these tests keep it from reaching up into the trainer or the cluster.
 """
 
 from __future__ import annotations
