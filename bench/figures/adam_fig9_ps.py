@@ -199,8 +199,8 @@ def ps_server(cpus: list[int], transport: str, recv: str, direct: bool, conn) ->
     ``direct``: pulls and pushes of a shard whose update thread is idle are served by the
     network thread (the default); False queues every request for the update threads.
     """
-    from hogwild_plugins.ps.options import ServerOptions
-    from hogwild_plugins.ps.server import ParameterServer
+    from hogwild_plugins.ps.serving.options import ServerOptions
+    from hogwild_plugins.ps.serving.server import ParameterServer
 
     os.sched_setaffinity(0, cpus)
     sys.setswitchinterval(2e-4)  # as `hogwild ps serve` does

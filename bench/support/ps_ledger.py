@@ -27,7 +27,7 @@ import numpy as np
 import psutil
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd_process import EtcdProcess
-from hogwild_plugins.ps.launch import ServeProcess
+from hogwild_plugins.ps.serving.launch import ServeProcess
 
 from bench.support.leaks import LeakCheck
 from bench.support.ps_watch import ServerWatch, spread

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.net.address import InsecureBindError
 from hogwild.net.auth import make_keys

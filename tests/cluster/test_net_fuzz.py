@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import zmq
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.net.wire import (
     HEADER,

@@ -16,9 +16,9 @@ import zmq
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.connection import PSRequestError
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import PeerUnreachableError
@@ -173,8 +173,8 @@ def test_auto_receives_into_pool_blocks_on_two_cpus_or_more_and_in_place_on_one(
 
 
 def test_auto_keeps_frames_in_place_with_copies_whose_primaries_forward_them():
-    from hogwild_plugins.ps.options import ServerOptions
-    from hogwild_plugins.ps.server import ParameterServer
+    from hogwild_plugins.ps.serving.options import ServerOptions
+    from hogwild_plugins.ps.serving.server import ParameterServer
 
     options = ServerOptions(job="t", servers=("127.0.0.1:0",), copies=3, etcd="127.0.0.1:1")
     server = ParameterServer(GEOMETRY, options)  # not started: no etcd needed

@@ -12,8 +12,8 @@ import numpy as np
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
-from hogwild_plugins.ps.launch import ServeProcess
 from hogwild_plugins.ps.routes import Routes, etcd_prefix
+from hogwild_plugins.ps.serving.launch import ServeProcess
 
 from hogwild.config import load_config
 from hogwild.model.network import build_network

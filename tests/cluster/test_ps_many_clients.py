@@ -6,8 +6,8 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import numpy as np
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.net.ports import free_port
 

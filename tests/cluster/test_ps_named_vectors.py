@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import zmq
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports

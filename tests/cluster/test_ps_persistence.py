@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import ServeProcess
+from hogwild_plugins.ps.serving.launch import ServeProcess
 from hogwild_plugins.ps.storage import RECORD, RECORD_MAGIC, ShardStore
 
 from hogwild.config import load_config

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from hogwild_plugins.ps.launch import ServeProcess
+from hogwild_plugins.ps.serving.launch import ServeProcess
 
 import hogwild
 from bench.support.paper_job import PAPER_JOB
@@ -112,7 +112,7 @@ def test_a_served_process_stops_when_its_owner_is_killed():
     owner = subprocess.Popen(
         [sys.executable, "-c", (
             "import time\n"
-            "from hogwild_plugins.ps.launch import ServeProcess\n"
+            "from hogwild_plugins.ps.serving.launch import ServeProcess\n"
             "p = ServeProcess(['--port', '0', '--threads', '1'])\n"
             "p.start()\n"
             "print(p.process.pid, flush=True)\n"

@@ -22,7 +22,6 @@ from contextlib import ExitStack, contextmanager
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.sandblaster import (
     BatchObjective,
@@ -34,6 +33,7 @@ from hogwild_plugins.ps.sandblaster import (
 )
 from hogwild_plugins.ps.sandblaster.batch import check_servers, replica_vector
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.config import config_from_dict
 from hogwild.data.mnist import load_mnist

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.groups import ServerGroups
-from hogwild_plugins.ps.launch import local_server
 from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.config.topology import split_groups
 from hogwild.errors import ConfigError

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 
-import hogwild_plugins.ps.cli as ps_cli
+import hogwild_plugins.ps.serving.cli as ps_cli
 import pytest
-from hogwild_plugins.ps.options import DEFAULT_LEASE_S, ServerOptions
+from hogwild_plugins.ps.serving.options import DEFAULT_LEASE_S, ServerOptions
 
 import hogwild.cli as cli
 from hogwild.config import PS_DEFAULT_LR, PsConfig, default_config_path, load_config

@@ -1,6 +1,6 @@
 """A parameter server's part in keeping three copies of every bucket (Adam 3.3.3), with etcd.
 
-With ``copies > 1`` a :class:`~hogwild_plugins.ps.server.ParameterServer` owns a
+With ``copies > 1`` a :class:`~hogwild_plugins.ps.serving.server.ParameterServer` owns a
 :class:`Replication` (:mod:`.adapter`). What must be right is decided by I/O-free state machines,
 each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transitions and a
 ``validate_state()``; the threads only carry their actions out and feed back what came of them:

@@ -121,7 +121,7 @@ class Replication:
     """One server's replication (see the module docstring).
 
     Args:
-        server: The :class:`~hogwild_plugins.ps.server.ParameterServer` (its layout, shards,
+        server: The :class:`~hogwild_plugins.ps.serving.server.ParameterServer` (its layout, shards,
             book, engine and router; it holds every shard).
         etcd: ``HOST:PORT`` of the job's etcd.
         copies: Copies of every bucket (2 or more; at most the number of servers).

@@ -1,9 +1,9 @@
 """The network thread's side as a copy: a primary's messages into the copy side, its answers out.
 
 The server's router hands every ``PREPARE``, ``COMMIT`` and ``SNAPSHOT`` to
-:meth:`CopyAdapter.handle_peer`, which decides nothing: it reads the frames (the client's update
-a ``PREPARE`` forwards, through the server's :class:`~hogwild_plugins.ps.requests.Admission`; a
-snapshot's frames, :mod:`~hogwild_plugins.ps.replication.frames`), feeds the
+:meth:`CopyAdapter.handle_peer`, which decides nothing: it reads the frames (the client's update a
+``PREPARE`` forwards, through the server's :class:`~hogwild_plugins.ps.serving.requests.Admission`;
+a snapshot's frames, :mod:`~hogwild_plugins.ps.replication.frames`), feeds the
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide` one stimulus at a time, under the lock
 it shares with the replication thread, and carries out what it returns: a refreshed record read
 from etcd, work queued on the update engine, the bucket role told it was restored, the reply.
@@ -50,7 +50,7 @@ class CopyAdapter:
     """Carries out the copy side's decisions on the network thread (see the module docstring).
 
     Args:
-        server: The :class:`~hogwild_plugins.ps.server.ParameterServer`.
+        server: The :class:`~hogwild_plugins.ps.serving.server.ParameterServer`.
         copy_side: The machine.
         roles: Every bucket's role (a refreshed record and a restore are fed to it).
         lock: Shared with the replication thread (the logs, the roles).

@@ -124,13 +124,14 @@ class ServeProcess:
 def local_server(
     geometry, *, job: str = "test", initial: np.ndarray | None = None, cpus=None, **options
 ) -> Iterator:
-    """A :class:`~hogwild_plugins.ps.server.ParameterServer` in this process, stopped on exit.
+    """A :class:`~hogwild_plugins.ps.serving.server.ParameterServer` in this process, stopped on
+    exit.
 
-    ``options`` are :class:`~hogwild_plugins.ps.options.ServerOptions` fields; ``servers``
-    defaults to one server on a free port of 127.0.0.1.
+    ``options`` are :class:`~hogwild_plugins.ps.serving.options.ServerOptions` fields;
+    ``servers`` defaults to one server on a free port of 127.0.0.1.
     """
-    from hogwild_plugins.ps.options import ServerOptions
-    from hogwild_plugins.ps.server import ParameterServer
+    from hogwild_plugins.ps.serving.options import ServerOptions
+    from hogwild_plugins.ps.serving.server import ParameterServer
 
     options.setdefault("servers", ("127.0.0.1:0",))
     server = ParameterServer(geometry, ServerOptions(job=job, **options), initial)

@@ -92,7 +92,7 @@ def register(subparsers) -> None:
 def _serve(args) -> int:
     import numpy as np
     from hogwild_plugins.ps.layout import ModelGeometry
-    from hogwild_plugins.ps.server import ParameterServer
+    from hogwild_plugins.ps.serving.server import ParameterServer
 
     from hogwild.config import load_config
     from hogwild.model.init import initialise
@@ -147,12 +147,13 @@ def _serve(args) -> int:
 
 
 def serve_options(args, config):
-    """The :class:`~hogwild_plugins.ps.options.ServerOptions` of ``hogwild ps serve``: the job
-    config's (``[ps]``, ``cluster.copies``, ``cluster.etcd``), with the flags given in place of
-    the config keys they stand for, this server's place in the job, and the flags of settings
-    the config does not hold (:data:`SERVER_FLAGS`; those not given keep the options' defaults)."""
+    """The :class:`~hogwild_plugins.ps.serving.options.ServerOptions` of ``hogwild ps serve``:
+    the job config's (``[ps]``, ``cluster.copies``, ``cluster.etcd``), with the flags given in
+    place of the config keys they stand for, this server's place in the job, and the flags of
+    settings the config does not hold (:data:`SERVER_FLAGS`; those not given keep the options'
+    defaults)."""
     from hogwild_plugins.ps.layout import job_name
-    from hogwild_plugins.ps.options import ServerOptions
+    from hogwild_plugins.ps.serving.options import ServerOptions
 
     servers, index, bind = _placement(args, tuple(config.ps.servers))
     return ServerOptions.from_config(

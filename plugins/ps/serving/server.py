@@ -9,7 +9,7 @@ staleness, refusals: owned by the network thread), and optionally a
 
 For each request the network thread checks it, reserves a work slot (none free: a ``BUSY``
 reply, the client retries), admits it in the book (its version; too stale: a ``STALE`` reply,
-counted; the checks and the admission are :mod:`~hogwild_plugins.ps.requests`, which the
+counted; the checks and the admission are :mod:`~hogwild_plugins.ps.serving.requests`, which the
 replication's copies use too) and queues it for the shard's update thread. With
 ``ack = "queued"`` (the default) the network thread acknowledges it right then, with the version
 the book gave it; with ``ack = "applied"`` the update thread does, once it has applied it. The two
@@ -45,13 +45,12 @@ shard's next version, so the copies apply them in the primary's order. Pulls and
 write it acknowledged.
 
 Received arrays go into blocks of a private :class:`~hogwild.shm.pool.BufferPool` (``recv =
-"pool"``, :mod:`~hogwild_plugins.ps.receive_pool`: one copy, from ZeroMQ's message into a block
-that is then in this core's cache when the update reads it) or are used in place (ZeroMQ's
-message buffers, no copy: ``recv = "inplace"``). The default, ``"auto"``, takes pool blocks for
-a server of one copy on two CPUs or more, and frames in place on one CPU (where ZeroMQ's I/O
-thread and the update share a cache and the copy is pure cost) and with copies (whose primaries
-forward the frames they received).
-``bench/figures/adam_fig9_ps.py`` measures both; the README quotes them.
+"pool"``, :mod:`~hogwild_plugins.ps.serving.receive_pool`: one copy, from ZeroMQ's message into a
+block that is then in this core's cache when the update reads it) or are used in place (ZeroMQ's
+message buffers, no copy: ``recv = "inplace"``). The default, ``"auto"``, takes pool blocks for a
+server of one copy on two CPUs or more, and frames in place on one CPU (where ZeroMQ's I/O thread
+and the update share a cache and the copy is pure cost) and with copies (whose primaries forward
+the frames they received). ``bench/figures/adam_fig9_ps.py`` measures both; the README quotes them.
 """
 
 from __future__ import annotations
@@ -64,9 +63,9 @@ import numpy as np
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.engine import UpdateEngine
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
-from hogwild_plugins.ps.options import ServerOptions
-from hogwild_plugins.ps.receive_pool import RECV_MODES, ReceivePool, recv_mode
-from hogwild_plugins.ps.requests import Admission
+from hogwild_plugins.ps.serving.options import ServerOptions
+from hogwild_plugins.ps.serving.receive_pool import RECV_MODES, ReceivePool, recv_mode
+from hogwild_plugins.ps.serving.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
@@ -316,7 +315,7 @@ class ParameterServer:
 
     def buffers(self, header: Header) -> list | None:
         """Blocks to receive ``header``'s frames into (None: in place; see
-        :mod:`~hogwild_plugins.ps.receive_pool`)."""
+        :mod:`~hogwild_plugins.ps.serving.receive_pool`)."""
         if self.receive_pool is None or header.type not in (
             MsgType.PUSH_DELTAS,
             MsgType.ASSIGN,

@@ -42,7 +42,8 @@ class ServerOptions:
         node: NUMA node to pin to and allocate on (None: wherever the process runs).
         store, flush_s: LMDB store directory and seconds between flushes (None: no store).
         keys: CURVE key directory (required to bind beyond loopback).
-        recv: ``"pool"``, ``"inplace"`` or ``"auto"`` (see :mod:`~hogwild_plugins.ps.server`).
+        recv: ``"pool"``, ``"inplace"`` or ``"auto"`` (see
+            :mod:`~hogwild_plugins.ps.serving.server`).
         ack: ``"applied"`` or ``"queued"``.
         copies: Copies of every bucket (1: no replication; more: every server holds every shard
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
