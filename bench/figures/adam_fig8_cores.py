@@ -35,7 +35,7 @@ reported with their min/max. Worker counts are measured in the order given; with
 ``--time-budget S`` none after the first is started after S seconds (the first always runs, so
 the record has a base), and the record names those left out (for a sweep on a machine lent for a
 fixed time: ``bench/figures/adam_fig8_cores_device.sh``). It prints one JSON line; ``--out`` also
-writes it to a file and ``--plot`` draws Fig. 8 (:mod:`bench.support.plot`).
+writes it to a file and ``--plot`` draws Fig. 8 (:mod:`bench.support.plot_adam_fig8`).
 """
 
 from __future__ import annotations

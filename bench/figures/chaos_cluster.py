@@ -18,7 +18,7 @@ etcd the driver starts, and a driver that restarts whatever dies. In one run of 
    every victim. **Failover**: for every bucket the victim was primary of, the seconds from the
    kill (``time.time()`` just before ``os.kill``) to the first update acknowledged after that
    bucket's next takeover, from the servers' statuses polled every 0.3 s
-   (:class:`bench.ps_watch.ServerWatch`); ``takeover_s`` is to the takeover's win. A replica
+   (:class:`bench.support.ps_watch.ServerWatch`); ``takeover_s`` is to the takeover's win. A replica
    or data server killed within that time delays the first acknowledgement, and so does an
    epoch's end (the replicas wait while the driver pulls the model, evaluates it and starts the
    next epoch): those delays are in ``failover_s``; ``failover_within_epochs_s`` leaves out the

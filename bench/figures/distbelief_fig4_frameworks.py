@@ -33,14 +33,14 @@ mean gradient, so they need a batch and a rate of their own: ``--sync-batch`` 10
 same accuracy per second). A contender that ``hogwild cluster`` refuses ("does not run it yet")
 is recorded as skipped with the refusal's message, so that it joins the figure once built.
 
-Each job runs as ``python -m hogwild.cli cluster ... --metrics FILE`` (:class:`bench.cluster_run.
-ClusterRun`, which also counts what it left behind); at every epoch end the driver pulls the
-model and writes an ``epoch`` record carrying ``wall_s`` (seconds since training began, taken when
-the model was pulled) and that model's ``test_accuracy``: the curve. A job still running
-``--budget-s`` seconds after its start record appeared (role start-up is not charged) is sent
-SIGTERM (its process group; the driver stops its roles) and keeps the curve written so far.
-``time_to_target_s`` is the first ``wall_s`` at which the test accuracy reached ``--target``
-(98.5 %), null if it did not within the budget.
+Each job runs as ``python -m hogwild.cli cluster ... --metrics FILE``
+(:class:`bench.support.cluster_run.ClusterRun`, which also counts what it left behind); at every
+epoch end the driver pulls the model and writes an ``epoch`` record carrying ``wall_s`` (seconds
+since training began, taken when the model was pulled) and that model's ``test_accuracy``: the
+curve. A job still running ``--budget-s`` seconds after its start record appeared (role start-up is
+not charged) is sent SIGTERM (its process group; the driver stops its roles) and keeps the curve
+written so far. ``time_to_target_s`` is the first ``wall_s`` at which the test accuracy reached
+``--target`` (98.5 %), null if it did not within the budget.
 
 Run: ``python bench/figures/distbelief_fig4_frameworks.py --out bench/results/frameworks.json --plot
 bench/results/fig4.png`` (``--quick``: 1,000 examples, 2 epochs, a few seconds each: a smoke

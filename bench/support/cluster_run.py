@@ -12,7 +12,7 @@ reads what the driver writes into the run directory while it runs:
   the live process of a role now.
 
 :meth:`ClusterRun.finish` waits for the job and counts what it left behind
-(:class:`bench.leaks.LeakCheck`).
+(:class:`bench.support.leaks.LeakCheck`).
 """
 
 from __future__ import annotations
