@@ -12,7 +12,7 @@ parameter servers. Here:
   servers half the time);
 * the :class:`BucketMap` gives each bucket a primary server (bucket ``b`` to server
   ``b mod S``, so servers differ by at most one bucket) and a list of secondaries (empty until
-  replication, issue 12, fills them). It has a version, which every change raises; clients route
+  replication fills them). It has a version, which every change raises; clients route
   by the map they hold and compare versions with the servers'.
 
 :meth:`ShardLayout.compute` derives everything from (parameter count, shard size, buckets, server

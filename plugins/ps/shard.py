@@ -13,7 +13,7 @@ basis ahead of the shard (a server restarted from an older flush than the client
 counts as staleness 0 and is counted apart.
 
 The network thread owns a :class:`ShardBook` and feeds it events (:meth:`admit`, :meth:`bump`);
-replication (issue 12) wraps the same book: a primary admits, secondaries replay the versions.
+replication wraps the same book: a primary admits, secondaries replay the versions.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ arranges it, so that with a fixed step the two take the same steps:
 and the appendix text kept in shared/papers describes only the decomposition into scalar-vector
 and inner products (the copy there does not hold the Algorithm 7.2 listing). Each trial point
 costs a whole batch pass over every replica, so we use **backtracking with the Armijo
-condition** (``line_search="armijo"``), the rule issue 13 allows: accept ``t`` when
+condition** (``line_search="armijo"``), a rule DistBelief leaves open: accept ``t`` when
 ``f(x + t d) <= f(x) + c1 t g.d``, else ``t *= backtrack``. It needs only the loss at each trial
 (a scalar the replicas report); the gradient at the accepted point comes from the same pass, and
 L-BFGS's unit step is accepted in most iterations, so an iteration almost always costs one

@@ -19,7 +19,7 @@ either way the update lives in the server's memory only until the next flush. "q
 two thread wake-ups (to the update thread and back) off every push's round trip, which on a
 small virtual machine cost as much as the transfer of a 1 MiB shard; "applied" reports a failure
 to apply (a bug: ``INTERNAL``) to the client that sent the update, and is what replication
-(issue 12) starts from. A push of deltas for a shard whose update thread is idle, with
+starts from. A push of deltas for a shard whose update thread is idle, with
 nothing pending for the shard, is applied by the network thread itself (``direct_pushes``,
 :meth:`~hogwild_plugins.ps.engine.UpdateEngine.claim_idle`): on a lightly loaded server that
 takes the wake-up of the update thread off the push as well; under load pushes queue and are
