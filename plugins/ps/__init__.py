@@ -9,4 +9,9 @@ client of the controller holding the bucket map and primary leases) and ``etcd_p
 server on loopback), ``cli`` (``hogwild ps serve | status | keys``), and ``sandblaster``
 (DistBelief's Sandblaster L-BFGS: a coordinator that runs L-BFGS through the servers' vector
 operations, the scheduler of a batch's portions, and the replicas that compute them).
+
+What ``hogwild cluster`` takes from this plugin it finds through entry points (the protocols are
+the core's, :mod:`hogwild.cluster.services`): ``controller`` (``hogwild.controllers``: the etcd
+a replicated job's driver holds), ``groups`` (``hogwild.server_groups``: the synchronisation of
+server groups) and ``sandblaster.group`` (``hogwild.worker_groups``: the worker-group roles).
 """

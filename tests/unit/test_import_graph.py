@@ -1,4 +1,4 @@
-"""The import graph: no circle of modules or of packages, and the core never imports plugins.
+"""The import graph: no circle of modules or packages, no import upward, no plugin in the core.
 
 Every module of ``hogwild/`` and ``plugins/`` (installed as ``hogwild_plugins``) is parsed with
 :mod:`ast`; each import, at the top or inside a function, is an arrow to the deepest module it
@@ -27,6 +27,17 @@ LEFT_TO_OTHERS: dict[tuple[str, str], str] = {
 }
 """Package arrows that close a circle someone else is breaking in the same change; each is left
 out of the package graph here. Empty once they are merged: the whole tree is then checked."""
+
+LAYERS = (
+    {"hogwild.net", "hogwild.shm", "hogwild.numa"},  # OS mechanics
+    {"hogwild.config"},
+    {"hogwild.model", "hogwild.optim", "hogwild.data"},
+    {"hogwild.store"},
+    {"hogwild.training"},
+    {"hogwild.cluster"},
+)
+"""The core's packages from the bottom up: a package imports only from its own layer or below
+(the modules at the top of ``hogwild/`` other than ``config`` sit in none)."""
 
 
 def modules(trees: dict[str, Path]) -> dict[str, Path]:
@@ -173,6 +184,18 @@ def test_no_package_imports_itself_through_others() -> None:
     kept = {s: {t for t in targets if (s, t) not in LEFT_TO_OTHERS} for s, targets in
             package_graph.items()}  # fmt: skip
     assert circles(kept) == []
+
+
+def test_no_package_imports_from_a_layer_above_it() -> None:
+    _, package_graph = house()
+    layer = {package: i for i, packages in enumerate(LAYERS) for package in packages}
+    upward = sorted(
+        (source, target)
+        for source, targets in package_graph.items()
+        for target in targets
+        if source in layer and target in layer and layer[target] > layer[source]
+    )
+    assert upward == []
 
 
 def test_the_graph_sees_function_level_imports_and_finds_a_circle(tmp_path) -> None:
