@@ -139,7 +139,7 @@ def check_config(config: Config, origin: str) -> None:
 
 def _check_push_decay(config, fail) -> None:
     """A cadence the job sets; the store checks its own (0) where it resolves it."""
-    from hogwild.store.cadence import push_decay_problem  # the rule lives beside the pushes
+    from hogwild.store.push_decay import push_decay_problem  # beside the pushes it limits
 
     if config.train.n_push:
         problem = push_decay_problem(config.optim, config.train.n_push, "train.n_push")

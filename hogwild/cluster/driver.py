@@ -53,6 +53,7 @@ from pathlib import Path
 
 from hogwild.cluster.epochs import EpochLoop
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
+from hogwild.cluster.prometheus import role_ports
 from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.servers import JobServers
@@ -66,7 +67,7 @@ from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
 from hogwild.net.control import ControlClient, ControlServer
-from hogwild.net.prometheus import role_ports, serve_metrics
+from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import plan_data, subset_indices

@@ -47,7 +47,7 @@ from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S, ReplicaServer
 from hogwild.cluster.topology import resolve_topology, split_groups
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
-from hogwild.net.prometheus import serve_metrics
+from hogwild.net.metrics import serve_metrics
 from hogwild.shm.sweeper import sweep_report
 from hogwild.training.job import (
     CONTROL_EPOCH,

@@ -234,7 +234,7 @@ def _serve(args) -> int:
     from hogwild.data.server import DataServer
     from hogwild.errors import HogwildError
     from hogwild.net.address import LOOPBACK, check_bind, host_port, parse_address
-    from hogwild.net.prometheus import serve_metrics
+    from hogwild.net.metrics import serve_metrics
     from hogwild.signals import StopRequest
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)

@@ -28,3 +28,16 @@ def update_every(config: Config, writers: int) -> int:
     if config.train.update_every:
         return config.train.update_every
     return AUTO_UPDATE_EVERY if writers > 1 and config.train.batch == 1 else 1
+
+
+def training_unit(config: Config) -> int:
+    """Examples trained as one: a minibatch (``train.batch``) or, at batch 1, a group of
+    examples whose fully connected updates are applied together (``train.update_every``)."""
+    train = config.train
+    return train.batch if train.batch > 1 else max(1, train.update_every)
+
+
+def whole_units(config: Config) -> int:
+    """``train.chunk`` rounded down to whole units (at least one), so no chunk cuts a minibatch."""
+    unit = training_unit(config)
+    return max(unit, config.train.chunk // unit * unit)

@@ -37,7 +37,6 @@ from hogwild.errors import ConfigError, DataError
 from hogwild.model.engine import LABEL_DTYPE
 from hogwild.model.network import Network
 from hogwild.shm.arena import ArenaLayout
-from hogwild.store.cadence import training_unit
 
 CONTROL_EPOCH = 0
 EPOCH_CLOSED = -1
@@ -198,6 +197,13 @@ def check_input_shape(config: Config, shape: tuple[int, int, int], what: str) ->
             f"of {what}: {shape[0]}x{shape[1]}x{shape[2]} (HxWxC), delivered as "
             f"{list(delivered)} (C, H, W){via}; set model.input = {list(delivered)}"
         )
+
+
+def training_unit(config: Config) -> int:
+    """Examples trained as one: a minibatch (``train.batch``) or, at batch 1, a group of
+    examples whose fully connected updates are applied together (``train.update_every``)."""
+    train = config.train
+    return train.batch if train.batch > 1 else max(1, train.update_every)
 
 
 def whole_units(config: Config) -> int:

@@ -98,7 +98,7 @@ def _serve(args) -> int:
     from hogwild.config import load_config, ps_update_rule
     from hogwild.model.init import initialise
     from hogwild.model.network import model_network
-    from hogwild.net.prometheus import serve_metrics
+    from hogwild.net.metrics import serve_metrics
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     network = model_network(config.model)

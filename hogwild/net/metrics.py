@@ -1,16 +1,14 @@
-"""A role's Prometheus endpoint: its status counters as gauges, served over HTTP on loopback.
+"""A role's status counters as Prometheus gauges, served over HTTP on loopback.
 
-Every role of a cluster job already answers a status request (a JSON object of counters: the
-parameter server's updates/s, queue depths and staleness histogram; the data server's batches
-and bytes; a replica's examples, loss and waits; the driver's summary of the job). With
-``cluster.metrics_port`` set, each role also serves them to Prometheus (``prometheus-client``,
-the ``cluster`` extra): the driver on ``metrics_port``, then the parameter servers, data servers
-and replicas on the ports after it, in that order (:func:`role_ports`). Each scrape asks the
-role for its status at that moment; numbers become gauges named ``hogwild_<kind>_<key>`` with a
-``role`` label (``"ps 0"``, ``"replica 1"``; a data server's is its address), and a dictionary
-of numbers (a histogram) one gauge with a ``key`` label. The endpoint always binds 127.0.0.1: it
-has no authentication, so beyond loopback it is reached from the node itself (a Prometheus agent
-there, or a tunnel), never from the network.
+Every long-lived role (a parameter server, a data server, a replica, a job's driver) answers a
+status request with a JSON object of counters. :func:`serve_metrics` also serves that object to
+Prometheus (``prometheus-client``, the ``cluster`` extra): each scrape asks the role for its status
+at that moment; numbers become gauges named ``hogwild_<kind>_<key>`` with a ``role`` label
+(``"ps 0"``, ``"replica 1"``; a data server's is its address), and a dictionary of numbers (a
+histogram) one gauge with a ``key`` label. The endpoint always binds 127.0.0.1: it has no
+authentication, so beyond loopback it is reached from the node itself (a Prometheus agent there,
+or a tunnel), never from the network. Which port each role of a cluster job takes is decided
+by the cluster.
 """
 
 from __future__ import annotations
@@ -22,13 +20,6 @@ from collections.abc import Callable
 from hogwild.errors import ConfigError
 
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def role_ports(first: int, ps: int, data: int, replicas: int) -> dict[str, int]:
-    """Role name -> its metrics port: the driver on ``first``, then servers and replicas."""
-    names = ["driver", *(f"ps {i}" for i in range(ps)), *(f"data {i}" for i in range(data))]
-    names += [f"replica {i}" for i in range(replicas)]
-    return {name: first + k for k, name in enumerate(names)}
 
 
 def gauges(kind: str, role: str, status: dict) -> list:
