@@ -325,6 +325,8 @@ class ClusterDriver:
         begin as one model); the first epoch to train. A resumed job's epochs join the
         records."""
         self.servers.open_store(self.config, self.network, groups)
+        if self.config.cluster.copies == 1:  # a wait on a dead server ends with the job's error
+            self.servers.watch(lambda: self.supervisor.check() or True)  # not after its retries
         params, velocity, start_epoch, history = starting_point(
             self.config, self.network, self.n_classes, self.resume, self.progress.line
         )

@@ -1,10 +1,9 @@
 """Parameter stores by name: the entry-point group ``hogwild.parameter_stores``.
 
-``train.parameters`` names a store; this module turns the name into its class (through
-:mod:`hogwild.entry_points`) without the engine ever importing a plugin by name (the design's
-"parameter-store seam"). The engine's own stores (``shared``, ``replicate``) and the
-parameter-server plugin's (``ps``) are all registered in ``pyproject.toml``; another
-distribution can add its own under the same group.
+``train.parameters`` names a store; this module turns the name into its class without the engine
+ever importing a plugin by name (docs/design.md, "The parameter-store seam"). The engine's own
+stores (``shared``, ``replicate``) and the parameter-server plugin's (``ps``) are all registered
+in ``pyproject.toml``; another distribution can add its own under the same group.
 """
 
 from __future__ import annotations

@@ -30,10 +30,11 @@ import psutil
 import pytest
 
 from bench.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
-from hogwild.net.ports import free_ports
 
 pytest.importorskip("ray")
 from ray.util.state import list_actors, list_placement_groups  # noqa: E402
+
+from hogwild.net.ports import free_ports  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -2,15 +2,16 @@
 
 DistBelief section 4.2: "Sandblaster workers only fetch parameters at the beginning of each batch
 (when they have been updated by the coordinator), and only send the gradients every few completed
-portions (to protect against replica failures and restarts)." :class:`SandblasterReplica` runs that
-loop against a :class:`~.batch.Board`: it asks for work when free; on :class:`~.portions.Fetch` it
-pulls the parameters; on :class:`~.portions.Compute` it computes the summed loss and gradient of the
-portion's examples with the engine's own kernels (:func:`hogwild.model.gradient.gradient_range`,
-dropout off) and, if the board accepts the result (the first copy to finish), adds the gradient to
-what it will push; on :class:`~.portions.Push` it pushes that sum into its own vector on the shards
-(:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas` ``into`` :func:`~.batch.replica_vector`,
-which the coordinator folds into the gradient) and reports it. Its parameters stay those fetched
-for the whole batch.
+portions (to protect against replica failures and restarts)." :class:`SandblasterReplica` runs it
+against a :class:`~.batch.Board`: it asks for work when free; on :class:`~.portions.Fetch` it
+pulls the parameters; on :class:`~.portions.Compute` it computes the summed loss and gradient of
+the portion's examples with the engine's own kernels
+(:func:`hogwild.model.gradient.gradient_range`, dropout off) and, if the board accepts the result
+(the first copy to finish), adds the gradient to what it will push; on
+:class:`~.portions.Push` it pushes that sum into its own vector on the shards
+(:meth:`~hogwild_plugins.ps.client.PSClient.push_deltas` ``into``
+:func:`~.batch.replica_vector`, which the coordinator folds into the gradient) and reports it.
+Its parameters stay those fetched for the whole batch.
 
 :class:`Examples` says which examples make portion ``p``: ``order[p * portion : (p + 1) *
 portion]``, so sequential portions are sequential examples (data affinity).
