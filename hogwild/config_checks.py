@@ -139,12 +139,22 @@ def check_config(config: Config, origin: str) -> None:
 
 def _check_push_decay(config, fail) -> None:
     """A cadence the job sets; the store checks its own (0) where it resolves it."""
-    from hogwild.store.push_decay import push_decay_problem  # beside the pushes it limits
-
     if config.train.n_push:
         problem = push_decay_problem(config.optim, config.train.n_push, "train.n_push")
         if problem:
             fail(problem)
+
+
+def push_decay_problem(optim, n_push: int, what: str) -> str | None:
+    """What is wrong when the weight decay one push of vectors carries (``lr x decay x
+    n_push``, the fraction of a weight it removes) would remove the whole weight; else None."""
+    decay = optim.lr * optim.weight_decay * n_push
+    if decay < 1.0:
+        return None
+    return (
+        f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
+        "carries would remove the whole weight; lower train.n_push or the decay"
+    )
 
 
 def _check_exchange(train, fail) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
+from hogwild.config_checks import push_decay_problem
 from hogwild.errors import ConfigError
 from hogwild.model.network import COL_C, COL_IN, COL_O, COL_OP, COL_OUT, COL_W, OP_FC
 from hogwild.numa.pinning import bind_memory, first_touch, interleave_memory
@@ -52,7 +53,6 @@ from hogwild.numa.placement import plan_parameters
 from hogwild.optim.interval import training_unit
 from hogwild.store.exchange import Exchanger, FcLayer, Home, VectorBuffer
 from hogwild.store.protocol import ParameterStore, WorkerSpec, WorkerStore
-from hogwild.store.push_decay import push_decay_problem
 from hogwild.store.shared import add_home_regions, worker_nodes
 
 PAGE = mmap.PAGESIZE

@@ -22,8 +22,6 @@ after the pushes requested before it, so a copy sees its own progress come back 
 The thread's failures (a parameter server that stopped answering) are raised in the compute
 loop at its next call, naming the thread's error.
 
-The weight decay a push of vectors may carry is bounded in :mod:`hogwild.store.push_decay`.
-
 :class:`Home` is a public seam: a plugin whose home is elsewhere (the ``ps`` plugin's parameter
 servers) implements it, and a :class:`~hogwild.store.copies.CopiesStore` subclass opens it.
 """
