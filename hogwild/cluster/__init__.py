@@ -7,7 +7,8 @@ The driver's side, policy first:
   AllReduce, distributed Hogwild, hybrid) and its groups;
 * ``coordinator`` (no I/O): which replica trains which portion of which epoch; ``epochs``
   carries out its instructions; ``polling``: when to ask the replicas next;
-* ``supervisor``: the restart policy (no I/O) and the adapter that restarts roles;
+* ``supervisor``: the restart policy (no I/O) and the adapter that restarts roles; ``links``:
+  the driver's control clients of its replicas, and what a failed call means;
 * ``servers``: the parameter servers as the driver holds them (the model given and pulled);
 * ``records``: each epoch's evaluation, checkpoint and metrics line; ``status``: the live
   table and ``hogwild cluster status``; ``prometheus``: each role's metrics port;
