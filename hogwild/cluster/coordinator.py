@@ -1,12 +1,14 @@
 """The epochs of a cluster job across its model replicas, as a state machine that does no I/O.
 
 The driver feeds it what it learns from the replicas (:class:`Joined`, :class:`Progress`,
-:class:`PortionDone`, :class:`Lost`) through :meth:`Coordinator.handle`, and does what it
-answers: instructions to send (:class:`StartPortion`, :class:`Close`) and the end of an epoch
-(:class:`EpochEnd`, after which the driver evaluates, checkpoints, and calls
+:class:`PortionDone`, :class:`Lost`, each with a stimulus id) through :meth:`Coordinator.handle`,
+and does what it answers: instructions to send (:class:`StartPortion`, :class:`Close`) and the
+end of an epoch (:class:`EpochEnd`, after which the driver evaluates, checkpoints, and calls
 :meth:`Coordinator.advance`; or :class:`Finished`). Sockets, processes and clocks live in
-:mod:`hogwild.cluster.driver`; this module is tested without any (dask's worker state machine is
-the model, CONVENTIONS.md).
+:mod:`hogwild.cluster.epochs`; this module is tested without any (dask's worker state machine
+is the model): it keeps a bounded log of every replica's transitions with the stimulus that
+caused each (:meth:`Coordinator.story`), and :meth:`Coordinator.validate_state` checks its
+invariants (its tests call it after every step).
 
 What it decides:
 
@@ -41,9 +43,13 @@ What it decides:
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+
+STORY_LENGTH = 10_000  # transitions kept by Coordinator.story()
 
 # -- events (what the driver learned) -----------------------------------------------------------
 
@@ -53,6 +59,7 @@ class Joined:
     """Replica ``replica`` is up and idle."""
 
     replica: int
+    stimulus_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class Progress:
     epoch: int
     start: int
     examples: int
+    stimulus_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class Lost:
     """Replica ``replica`` died: whatever it was doing is gone (it may join again)."""
 
     replica: int
+    stimulus_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ class PortionDone:
     correct: int
     data_wait_s: float = 0.0
     store_wait_s: float = 0.0
+    stimulus_id: str = ""
 
 
 # -- instructions (what the driver must do) ----------------------------------------------------
@@ -184,6 +194,8 @@ class Coordinator:
     closed: bool = False
     alone: bool = False  # the warm start: replica 0 trains alone
     ended: bool = False  # the epoch's EpochEnd was given
+    log: deque = field(default_factory=lambda: deque(maxlen=STORY_LENGTH), repr=False)
+    stimuli: itertools.count = field(default_factory=itertools.count, repr=False)
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or not 0.0 < self.fraction <= 1.0:
@@ -244,6 +256,76 @@ class Coordinator:
 
     def handle(self, event) -> list:
         """Apply one event; the instructions it gives rise to, in order."""
+        stimulus = (
+            getattr(event, "stimulus_id", "") or f"{type(event).__name__}-{next(self.stimuli)}"
+        )
+        before = self._states()
+        out = self._handle(event)
+        self._tell(stimulus, before)
+        return out
+
+    def advance(self, stimulus_id: str = "") -> list:
+        """The driver finished the epoch's evaluation and checkpoint: go on."""
+        stimulus = stimulus_id or f"advance-{next(self.stimuli)}"
+        before = self._states()
+        out = self._begin(self.epoch + 1)
+        self._tell(stimulus, before)
+        return out
+
+    def story(self, replica: int | None = None) -> list[tuple]:
+        """The transitions, oldest first, each ``(stimulus_id, replica, epoch, before, after)``
+        (a replica's state in the epoch: waiting, training, closing, done; None before the
+        epoch's first); with ``replica``, that replica's only."""
+        return [t for t in self.log if replica is None or t[1] == replica]
+
+    def _states(self) -> tuple[int, dict[int, str]]:
+        return self.epoch, {r: p.state for r, p in self.parts.items()}
+
+    def _tell(self, stimulus: str, before: tuple[int, dict[int, str]]) -> None:
+        epoch, states = before
+        for replica, part in sorted(self.parts.items()):
+            was = states.get(replica) if epoch == self.epoch else None
+            if part.state != was:
+                self.log.append((stimulus, replica, self.epoch, was, part.state))
+
+    def validate_state(self) -> None:
+        """Raise AssertionError if an invariant does not hold (tests call it after every step):
+        the epoch's portions tile the permutation; each portion not yet finished is held by one
+        replica or waits to be handed out, never both; a replica's state agrees with what it
+        holds; a closed epoch hands nothing out; an ended epoch has nobody training."""
+        assert self.joined <= set(range(self.replicas)), self.joined
+        if self.epoch < 0 or self.epoch >= self.epochs:
+            return
+        edges = [0] + [stop for _, stop in self.portions]
+        assert [start for start, _ in self.portions] == edges[:-1], self.portions
+        assert edges[-1] == self.n_train and all(a < b for a, b in self.portions), self.portions
+        assert self.unassigned == sorted(set(self.unassigned)), self.unassigned
+        held = [i for p in self.parts.values() for i in p.held]
+        assert len(held) == len(set(held)), held
+        assert not set(held) & set(self.unassigned), (held, self.unassigned)
+        assert all(0 <= i < len(self.portions) for i in held + self.unassigned)
+        assert set(self.parts) == set(range(self.replicas)), self.parts
+        for replica, part in self.parts.items():
+            assert part.state in (WAITING, TRAINING, CLOSING, DONE), (replica, part.state)
+            if part.held:
+                assert part.state in (TRAINING, CLOSING), (replica, part)
+                start, stop = self.portions[part.held[0]]
+                assert 0 <= part.examples <= stop - start, (replica, part)
+            else:
+                assert part.examples == 0 and part.state != TRAINING, (replica, part)
+            if not self.guided:
+                assert set(part.held) <= {replica}, (replica, part.held)
+            if self.alone and replica != 0:
+                assert not part.held, (replica, part.held)
+        if self.closed:
+            assert not self.unassigned, self.unassigned
+            assert all(p.state in (CLOSING, DONE) for p in self.parts.values()), self.parts
+        if self.ended:
+            assert all(p.state in (WAITING, DONE) for p in self.parts.values()), self.parts
+        trained = sum(d.examples for p in self.parts.values() for d in p.done)
+        assert trained <= self.n_train, trained
+
+    def _handle(self, event) -> list:
         if isinstance(event, Joined):
             self.joined.add(event.replica)
             if self.epoch < 0:
@@ -267,10 +349,6 @@ class Coordinator:
         part.done.append(replace(event, examples=examples))
         part.examples = 0
         return self._after_answer(event.replica)
-
-    def advance(self) -> list:
-        """The driver finished the epoch's evaluation and checkpoint: go on."""
-        return self._begin(self.epoch + 1)
 
     # -- the rules -------------------------------------------------------------------------------
 

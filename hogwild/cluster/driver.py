@@ -53,6 +53,7 @@ from pathlib import Path
 
 from hogwild.cluster.epochs import EpochLoop
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
+from hogwild.cluster.links import ReplicaLinks
 from hogwild.cluster.prometheus import role_ports
 from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
@@ -67,7 +68,7 @@ from hogwild.errors import HogwildError
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
-from hogwild.net.control import ControlClient, ControlServer
+from hogwild.net.control import ControlServer
 from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
 from hogwild.signals import deferred_signals, terminate_as_interrupt
@@ -141,7 +142,7 @@ class ClusterDriver:
         self.launcher = self.control = None
         self.servers = JobServers(self.job)  # the model given, pulled; the controller
         self.epochs: EpochLoop | None = None
-        self.clients: list[ControlClient] = []
+        self.links: ReplicaLinks | None = None  # the replicas' control clients
         self.specs: dict = {}  # the supervised roles' specs as started, by name
         self.policy = RestartPolicy(self.config.cluster.restarts, config.output.checkpoint_dir)
         self.supervisor: Supervisor | None = None  # once the launcher exists
@@ -178,6 +179,7 @@ class ClusterDriver:
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
         )
+        self.links = ReplicaLinks(self.job, config.ps, self.policy, self.supervisor)
         plan = plan_roles(config, config_file, self.source, cluster.host)
         servers = self.launcher.reserve(plan.ps, cluster.host)
         stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
@@ -204,8 +206,7 @@ class ClusterDriver:
             argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
             replicas.append(replace(spec, argv=argv))
             self._supervise(replicas[-1])
-        addresses = self.launcher.start_all(replicas)
-        self.clients = [self._client(i, a) for i, a in enumerate(addresses)]
+        self.links.connect(self.launcher.start_all(replicas))
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
@@ -232,9 +233,9 @@ class ClusterDriver:
             }
         )
         self.epochs = EpochLoop(
-            config, self.topology, replicas=len(self.clients), n_train=self.n_train,
+            config, self.topology, replicas=len(self.links), n_train=self.n_train,
             start_epoch=start_epoch, connections=self.network.connections,
-            records=self.records, servers=self.servers, call=self._call,
+            records=self.records, servers=self.servers, call=self.links.call,
             recover=self.supervisor.recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
@@ -259,16 +260,6 @@ class ClusterDriver:
 
         n_push, n_fetch = cadences(self.config.override({"train.parameters": "ps"}))
         return {"n_push": n_push, "n_fetch": n_fetch}
-
-    def _client(self, replica: int, address: str) -> ControlClient:
-        return ControlClient(
-            address,
-            self.job,
-            timeout_s=self.config.ps.timeout_s,
-            retries=self.config.ps.retries,
-            keys=self.config.ps.keys or None,
-            alive=self._alive_check(f"replica {replica}"),
-        )
 
     def _make_run_dir(self) -> None:
         directory = self.config.output.checkpoint_dir
@@ -302,7 +293,7 @@ class ClusterDriver:
         """The driver's own gauges: the job's progress as the replicas last reported it."""
         seen = list(self._seen().values())
         return {
-            "replicas": len(self.clients),
+            "replicas": len(self.links) if self.links is not None else 0,
             "examples": sum(int(v["status"].get("examples") or 0) for v in seen),
             "examples_per_s": sum(float(v["row"].get("ex/s") or 0.0) for v in seen),
             "roles_gone": len(self.policy.gone),
@@ -326,6 +317,8 @@ class ClusterDriver:
         begin as one model); the first epoch to train. A resumed job's epochs join the
         records."""
         self.servers.open_store(self.config, self.network, groups)
+        if self.config.cluster.copies == 1:  # a wait on a dead server ends with the job's error
+            self.servers.watch(lambda: self.supervisor.check() or True)  # not after its retries
         params, velocity, start_epoch, history = starting_point(
             self.config, self.network, self.n_classes, self.resume, self.progress.line
         )
@@ -355,31 +348,6 @@ class ClusterDriver:
         self.specs[spec.name] = spec
         self.supervisor.supervise(spec.name, spec.kind, spec.index)
 
-    def _alive_check(self, name: str):
-        """For a role's control client: False once the launcher saw the role exit, so a call
-        to a dead replica ends at once instead of after every retry."""
-
-        def alive() -> bool:
-            self.supervisor.poll()
-            return name not in self.policy.gone
-
-        return alive
-
-    def _call(self, replica: int, op: str, **body) -> dict | None:
-        """A control request to a replica; None when it died and will be restarted (the next
-        recovery does it), else a failure names the replica (or the role that died)."""
-        name = f"replica {replica}"
-        if self.policy.awaiting_restart(name):
-            return None  # dead, or a restart that did not start: nobody to ask
-        try:
-            return self.clients[replica].call(op, **body)
-        except HogwildError as exc:
-            self.supervisor.poll()
-            if self.policy.awaiting_restart(name):
-                return None
-            self.supervisor.check()  # a role that died is the cause: say so
-            raise HogwildError(f"replica {replica} did not answer {op!r}: {exc}") from None
-
     def _start_again(self, restart: Restart) -> str:
         """Start a dead role again through the launcher; its address once it serves (within
         ``cluster.start_timeout_s``). A replica's work goes back to the coordinator first."""
@@ -393,7 +361,7 @@ class ClusterDriver:
         )
         if spec.kind == "replica":
             self.epochs.lost(spec.index)
-            self.clients[spec.index].close()
+            self.links.close(spec.index)
         return self.launcher.restart(spec)
 
     def _back(self, restart: Restart, address: str) -> None:
@@ -401,7 +369,7 @@ class ClusterDriver:
         replicas were told it is."""
         spec, exit_ = self.specs[restart.name], restart.exit
         if spec.kind == "replica":
-            self.clients[spec.index] = self._client(spec.index, address)
+            self.links.reconnect(spec.index, address)
             self.epochs.joined(spec.index)
         elif on_port_of(spec, address) != spec:
             raise RoleFailedError(
@@ -470,9 +438,9 @@ class ClusterDriver:
 
         if self.supervisor is not None:
             step(self.supervisor.poll)
-        step(self._tell_replicas_to_stop)
-        asked = bool(self.clients)
-        self.clients = []
+        asked = self.links is not None and len(self.links) > 0
+        if self.links is not None:
+            step(self.links.stop_all)
         if self.launcher is not None:
             step(lambda: self.launcher.stop_all(grace_s=STOP_GRACE_S if asked else 0.0))
         step(self.servers.close_controller)  # after the servers: they give their leases back
@@ -490,13 +458,3 @@ class ClusterDriver:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
         if failures:
             raise failures[0]
-
-    def _tell_replicas_to_stop(self) -> None:
-        for index, client in enumerate(self.clients):
-            try:
-                if f"replica {index}" not in self.policy.gone:  # nobody there: do not wait
-                    client.call("stop")
-            except HogwildError:
-                pass
-            finally:
-                client.close()

@@ -73,6 +73,11 @@ class JobServers:
                 keys=ps.keys or None,
             )  # fmt: skip
 
+    def watch(self, alive: Callable[[], bool]) -> None:
+        """The driver's waits on the servers ask ``alive()`` (the store's
+        :meth:`~hogwild.store.protocol.ParameterStore.watch_home`)."""
+        self.store.watch_home(alive)
+
     def give(self, params: np.ndarray, velocity: np.ndarray) -> None:
         """The job's starting model, given once (to every server group: they begin as one)."""
         self.store.load(params, velocity)

@@ -147,6 +147,18 @@ def _check_push_decay(config, fail) -> None:
             fail(problem)
 
 
+def push_decay_problem(optim, n_push: int, what: str) -> str | None:
+    """What is wrong when the weight decay one push of vectors carries (``lr x decay x
+    n_push``, the fraction of a weight it removes) would remove the whole weight; else None."""
+    decay = optim.lr * optim.weight_decay * n_push
+    if decay < 1.0:
+        return None
+    return (
+        f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
+        "carries would remove the whole weight; lower train.n_push or the decay"
+    )
+
+
 def _check_exchange(train, fail) -> None:
     """The parameter store, its cadences, and the options that would do nothing in this mode."""
     names = registered_names(PARAMETER_STORES)
@@ -237,15 +249,3 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
         )
     if not cluster.host.strip():
         fail("cluster.host must name the host the roles bind and advertise, e.g. 127.0.0.1")
-
-
-def push_decay_problem(optim, n_push: int, what: str) -> str | None:
-    """What is wrong when the weight decay one push of vectors carries (``lr x decay x
-    n_push``, the fraction of a weight it removes) would remove the whole weight; else None."""
-    decay = optim.lr * optim.weight_decay * n_push
-    if decay < 1.0:
-        return None
-    return (
-        f"optim.lr x optim.weight_decay x {what} = {decay:g}: the weight decay one push "
-        "carries would remove the whole weight; lower train.n_push or the decay"
-    )

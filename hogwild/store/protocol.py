@@ -22,6 +22,7 @@ is left and wait for it), ``wait_s`` (seconds the compute loop waited for the st
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -108,6 +109,11 @@ class ParameterStore(ABC):
 
     def compile_kernels(self) -> None:  # noqa: B027 - stores without kernels need nothing here
         """Compile (into numba's cache) what the workers' side runs, before they start."""
+
+    def watch_home(self, alive: Callable[[], bool]) -> None:  # noqa: B027 - a local home: no wait
+        """While the parent side waits on a remote home, ask ``alive()`` now and then; False, or
+        what it raises, ends the wait (a cluster driver checks its roles: a dead server ends
+        the wait with the job's error, not after every retry)."""
 
     def home_status(self) -> list[dict]:
         """The counters of the parameters' home when it is remote (a server's each), else []."""

@@ -24,4 +24,9 @@ Its packages import one another in one direction, from the top:
   loopback), ``routes`` (the bucket map read from etcd), ``groups`` (several server groups kept
   in step), ``controller`` (what a cluster job asks of the controller) and ``store`` (the ``ps``
   parameter store a model replica trains through).
+
+What ``hogwild cluster`` takes from this plugin it finds through entry points (the protocols are
+the core's, :mod:`hogwild.cluster.services`): ``controller`` (``hogwild.controllers``: the etcd
+a replicated job's driver holds), ``groups`` (``hogwild.server_groups``: the synchronisation of
+server groups) and ``sandblaster.group`` (``hogwild.worker_groups``: the worker-group roles).
 """

@@ -180,6 +180,10 @@ class PSStore(CopiesStore):
     def open_home(cls, spec, arena, network, job) -> Home:
         return RemoteHome(_client(spec.values, secrets.randbits(31)), network.n_params)
 
+    def watch_home(self, alive) -> None:
+        """The client's waits on a server ask ``alive()`` (:class:`hogwild.net.channel.Peers`)."""
+        self.client.peers.alive = alive
+
     def home_status(self) -> list[dict]:
         return self.client.status() if self.client is not None else []
 

@@ -9,7 +9,7 @@ trained ``warm_start`` examples, or finished what it may take); the epoch rule a
 started skipped); late and repeated answers ignored; resume from a later epoch; the end; a
 replica that dies (what it held handed out again, whole, or dropped once the epoch is closed;
 never counted twice, never waited for); a status answer read into events, its bad fields left
-out.
+out; the transition log and the invariants checked after every step.
 """
 
 from __future__ import annotations
@@ -30,6 +30,23 @@ from hogwild.cluster.coordinator import (
     StartPortion,
     status_events,
 )
+
+
+@pytest.fixture(autouse=True)
+def validated(monkeypatch):
+    """Every test checks the coordinator's invariants after every step it takes."""
+    handle, advance = Coordinator.handle, Coordinator.advance
+
+    def checked(step):
+        def run(self, *args):
+            out = step(self, *args)
+            self.validate_state()
+            return out
+
+        return run
+
+    monkeypatch.setattr(Coordinator, "handle", checked(handle))
+    monkeypatch.setattr(Coordinator, "advance", checked(advance))
 
 
 def make(replicas=2, **kw) -> Coordinator:
@@ -431,3 +448,30 @@ def test_during_the_warm_start_replica_0_leaves_a_portion_for_each_of_the_others
     wide = make(replicas=4, n_train=4096, min_portion=256, ahead=2, warm_start=100)
     held = [s.start for s in join_all(wide)]
     assert len(held) <= len(wide.portions) - 3  # one left for each of the three others
+
+
+def test_the_story_tells_each_replica_s_transitions_with_their_stimulus() -> None:
+    c = make(n_train=1000, min_portion=1000)  # one portion: replica 1 finds nothing
+    c.handle(Joined(0, stimulus_id="join-0"))
+    [start] = c.handle(Joined(1, stimulus_id="join-1"))
+    c.handle(done(0, 0, 0, 1000) if start.replica == 0 else done(1, 0, 0, 1000))
+    assert c.story(0)[0] == ("join-1", 0, 0, None, "training")
+    assert c.story(1)[0] == ("join-1", 1, 0, None, "done")  # nothing left for it
+    last = c.story(0)[-1]
+    assert last[0].startswith("PortionDone-") and last[3:] == ("training", "done")
+    c.advance("next")
+    [entry] = [t for t in c.story(0) if t[0] == "next"]
+    assert entry[2:] == (1, None, "training")  # epoch 1 began
+
+
+def test_validate_state_finds_a_portion_held_twice_or_a_closed_epoch_handing_out() -> None:
+    c = make(n_train=4000, min_portion=500)
+    join_all(c)
+    c.validate_state()
+    c.parts[1].held.append(c.parts[0].held[0])
+    with pytest.raises(AssertionError):
+        c.validate_state()
+    c.parts[1].held.pop()
+    c.closed = True
+    with pytest.raises(AssertionError):
+        c.validate_state()  # portions left to hand out, replicas still training

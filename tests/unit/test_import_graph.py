@@ -1,10 +1,11 @@
-"""The import graph: no circle of modules or of packages, and the core never imports plugins.
+"""The import graph: no circle of modules or packages, and no plugin in the core.
 
 Every module of ``hogwild/`` and ``plugins/`` (installed as ``hogwild_plugins``) is parsed with
 :mod:`ast`; each import, at the top or inside a function, is an arrow to the deepest module it
 names (``from a.b import c`` points at ``a.b.c`` when that is a module, else at ``a.b``). Imports
 under ``if TYPE_CHECKING:`` are left out: they never run. A package is a folder with its
-modules; a module directly in ``hogwild/`` or ``plugins/`` counts as a package of its own.
+modules; a module directly in ``hogwild/`` or ``plugins/`` counts as a package of its own. (Which
+layer may import which: ``test_core_layers.py``.)
 
 Run this file to print the graph's circles::
 

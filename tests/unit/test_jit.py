@@ -46,12 +46,12 @@ def test_the_engine_passes_are_kernels():
     """The functions the layer passes are called through with constants (offsets of 0,
     ``training``, a first layer of 0) are kernels; the mechanism is the test above's (a cached
     kernel's callees are not compiled again, so this checks the decorators, not the cache)."""
-    from hogwild.model import batch_kernels, engine, gemm, passes
+    from hogwild.model import batch_kernels, gemm, loops, passes
 
     made = compiled_per_type()
     for function in (
-        engine.train_chunk,
-        engine.evaluate_range,
+        loops.train_chunk,
+        loops.evaluate_range,
         passes.forward_batch,
         passes.backward_batch,
         passes._forward_layers,
