@@ -7,8 +7,8 @@ the callee, and of everything it calls with those arguments. The engine's layer 
 with offsets of 0, ``training`` True or False and first layers of 0 from many places: the cold
 compile of one training step and one evaluation of Adam's MNIST model at batch 1 compiled the
 forward pass 7 times and the backward pass 6; compiled per type, once each, it takes a good deal
-less (``bench/compile.py`` measures both). That compile is the first run of every fresh install,
-and of every cluster role started with an empty cache.
+less (``bench/figures/cold_compile.py`` measures both). That compile is the first run of every
+fresh install, and of every cluster role started with an empty cache.
 
 :func:`kernel` is ``numba.njit`` whose calls from compiled code (any jitted caller) are typed
 without literal types, so a constant argument takes the compilation its type already has; such a

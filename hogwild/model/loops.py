@@ -86,6 +86,7 @@ def _step(
     decay,
     mean,
     std,
+    loss,
 ):
     """One minibatch, forward and backward: the examples ``order[pos:pos+n]`` in rows ``0:n``.
 
@@ -93,8 +94,11 @@ def _step(
     say what the backward pass does with the fully connected weights
     (:func:`hogwild.model.passes.backward_batch`). Every other gradient goes into ``grad``.
 
+    ``loss`` is the running loss so far: each example's loss is added to it in turn, so a total
+    over many steps is summed in example order whatever the minibatch size.
+
     Returns:
-        (summed loss, number classified correctly) over the ``n`` examples.
+        (the running loss with the ``n`` examples' added, number of them classified correctly).
     """
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
@@ -104,7 +108,6 @@ def _step(
         load_example(images[example], act[b], mean, std)
         targets[b] = labels[example]
     forward_batch(ops, params, act, aux, scratch, n, training)
-    loss = 0.0
     correct = 0
     for b in range(n):
         loss += cross_entropy(act[b], out_off, targets[b])
@@ -223,7 +226,7 @@ def train_chunk(
         n = min(unit, stop - pos)
         if grouped:
             for j in range(n):
-                step_loss, step_correct = _step(
+                loss, step_correct = _step(
                     ops,
                     params,
                     act[j : j + 1],
@@ -243,15 +246,15 @@ def train_chunk(
                     1.0,
                     mean,
                     std,
+                    loss,
                 )
-                loss += step_loss
                 correct += step_correct
                 apply_update(ops, params, velocity, grad, lr, 1.0, mu, wd, rule, False)
             _update_fc_weights(
                 ops, params, velocity, act, dact, scratch, n, lr, 1.0, mu, wd * n, momentum, True
             )
         else:
-            step_loss, step_correct = _step(
+            loss, step_correct = _step(
                 ops,
                 params,
                 act,
@@ -271,8 +274,8 @@ def train_chunk(
                 1.0 - lr * wd,
                 mean,
                 std,
+                loss,
             )
-            loss += step_loss
             correct += step_correct
             scale = 1.0 / n
             if not in_place:
@@ -369,7 +372,7 @@ def gradient_range(
     pos = start
     while pos < stop:
         n = min(batch, stop - pos)
-        step_loss, _ = _step(
+        loss, _ = _step(
             ops,
             params,
             act,
@@ -389,7 +392,7 @@ def gradient_range(
             1.0,
             mean,
             std,
+            loss,
         )
-        loss += step_loss
         pos += n
     return loss

@@ -252,6 +252,7 @@ class Connection:
         for i, req in enumerate(requests):
             req.on_reply = wrap(i, req)
         rerouting = None
+        deadline = time.monotonic() + self.failover_s  # from the first send, as before the split
         todo = requests
         while True:
             try:
@@ -262,7 +263,7 @@ class Connection:
             if all(done):
                 break
             if rerouting is None:
-                rerouting = Rerouting(time.monotonic() + self.failover_s)
+                rerouting = Rerouting(deadline)
             waiting = tuple(
                 Waiting(i, self.layout.bucket_of(req.header.target), req.server, i in refused)
                 for i, req in enumerate(requests)

@@ -11,8 +11,8 @@ bucket's next primary, until the client's failover time runs out. Two things are
   buckets to wait on (and how long for a new epoch), and where each request goes next. It is a
   state machine with no I/O in the manner of dask's worker state: one entry,
   :meth:`Rerouting.handle` (a stimulus in, a list of actions out), a bounded :meth:`story` of
-  its transitions with their stimulus ids, and :meth:`validate_state`. The client
-  (:class:`~hogwild_plugins.ps.client.PSClient`) carries the actions out (reads etcd, pings,
+  its transitions with their stimulus ids, and :meth:`validate_state`. The client's connection
+  (:class:`~hogwild_plugins.ps.connection.Connection`) carries the actions out (reads etcd, pings,
   waits, re-sends) and feeds back what it found, so a test drives every decision with no socket.
 
 The invariant it keeps: a request is re-sent only once the map names a primary for its bucket,

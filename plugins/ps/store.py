@@ -182,7 +182,7 @@ class PSStore(CopiesStore):
 
     def watch_home(self, alive) -> None:
         """The client's waits on a server ask ``alive()`` (:class:`hogwild.net.channel.Peers`)."""
-        self.client.peers.alive = alive
+        self.client.connection.peers.alive = alive
 
     def home_status(self) -> list[dict]:
         return self.client.status() if self.client is not None else []

@@ -11,6 +11,7 @@ pytest.importorskip("prometheus_client")
 
 from hogwild.cluster.prometheus import role_ports  # noqa: E402
 from hogwild.net.metrics import gauges, serve_metrics  # noqa: E402
+from hogwild.net.ports import free_port  # noqa: E402
 
 
 def test_the_driver_takes_the_first_port_then_servers_then_replicas():
@@ -54,7 +55,7 @@ def test_an_endpoint_serves_the_status_of_the_moment_and_releases_its_port():
         seen["examples"] += 100
         return dict(seen)
 
-    endpoint = serve_metrics("replica", "replica 1", _free_port(), status)
+    endpoint = serve_metrics("replica", "replica 1", free_port(), status)
     try:
         for expected in ("100.0", "200.0"):
             with urllib.request.urlopen(f"http://{endpoint.address}/metrics", timeout=5) as page:
@@ -63,11 +64,3 @@ def test_an_endpoint_serves_the_status_of_the_moment_and_releases_its_port():
     finally:
         endpoint.close()
     assert serve_metrics("replica", "replica 1", 0, status) is None  # port 0: metrics off
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -5,9 +5,8 @@ With ``copies > 1`` a :class:`~hogwild_plugins.ps.serving.server.ParameterServer
 each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transitions and a
 ``validate_state()``; the threads only carry their actions out and feed back what came of them:
 
-* :class:`~hogwild_plugins.ps.failover.BucketRole` (:mod:`~hogwild_plugins.ps.failover`): one
-  server's part in one bucket (campaigns, ``in_sync`` writes, snapshots, hand-backs; read that
-  module's docstring for the protocol);
+* :mod:`.bucket_role`: one server's part in one bucket (campaigns, ``in_sync`` writes,
+  snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol);
 * :mod:`.commit_round`: the primary's round for a batch of client updates (which are admitted,
   prepared and committed where, which copies are dropped, which updates are acknowledged);
 * :mod:`.copy_side`: a copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and

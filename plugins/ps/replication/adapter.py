@@ -1,7 +1,7 @@
 """The threads of a server's replication: they carry out what the state machines decide.
 
 A :class:`Replication` owns the machines (every bucket's
-:class:`~hogwild_plugins.ps.failover.BucketRole`, the primary's
+:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`, the primary's
 :class:`~hogwild_plugins.ps.replication.commit_round.CommitRound`, the copy's
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide`) and the shard logs they share, and
 decides nothing itself:

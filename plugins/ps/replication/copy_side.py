@@ -5,8 +5,8 @@ No I/O here (after dask's worker state machine): a :class:`CopySide` changes onl
 carry out (:mod:`~hogwild_plugins.ps.replication.adapter`); what the actions produce comes back
 as the next stimulus. It holds the server's shard logs
 (:class:`~hogwild_plugins.ps.shard_log.ShardLog`) and reads the bucket roles
-(:class:`~hogwild_plugins.ps.failover.BucketRole`); the adapter holds the lock they share with
-the replication thread while it calls :meth:`~CopySide.handle`.
+(:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`); the adapter holds the lock
+they share with the replication thread while it calls :meth:`~CopySide.handle`.
 
 One message from a primary goes through two steps:
 

@@ -81,13 +81,6 @@ class Membership:
             except HogwildError:
                 pass
 
-    def valid(self, now: float) -> bool:
-        return self.clock.valid(now)
-
-    @property
-    def lease(self) -> int:
-        return self.clock.lease
-
     def _beat(self) -> None:
         last = 0.0
         while not self._stop.wait(BEAT_S):
