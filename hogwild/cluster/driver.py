@@ -377,6 +377,8 @@ class ClusterDriver:
         self.store.add_regions(layout)
         self.arena = Arena.create("cluster", layout)
         self.store.attach(self.arena)
+        if config.cluster.copies == 1:  # a wait on a dead server ends with the job's error
+            self.store.client.peers.alive = lambda: self._check_roles() or True  # not retries
         params, velocity, start_epoch, history = starting_point(
             config, network, self.n_classes, self.resume, self.progress.line
         )
