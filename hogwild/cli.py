@@ -406,9 +406,11 @@ def run() -> None:
     :func:`main` returns.
     """
     from hogwild.runtime import collect_garbage_less_often
+    from hogwild.signals import forget_caught_interrupts
 
     collect_garbage_less_often()
     code = main()
+    forget_caught_interrupts()  # main caught every Ctrl-C: its status is the exit status
     gc.freeze()
     sys.exit(code)
 

@@ -19,6 +19,12 @@ inside returns (and keeps the dropped exception's traceback off stderr).
 :func:`die_with_parent` asks Linux to signal a helper process when its parent exits, however it
 exits: workers, pool helpers and the like end with their owner even after a SIGKILL.
 
+A Ctrl-C the program caught can still end a ``python -m`` process by SIGINT (status -2, not the
+program's own): CPython records a ``KeyboardInterrupt`` that leaves code run by ``exec`` or
+``eval`` of a string, and a caught one stays recorded. Third-party imports run such strings
+(scipy's ``exec("from numpy import *")`` imports ``numpy.f2py``), so a Ctrl-C landing there is
+recorded. :func:`forget_caught_interrupts` clears that record once the program has answered.
+
 A server's main thread waits for its stop signal in a loop that also watches its threads.
 :class:`StopRequest` is that wait: its handler only records the signal, and the wait polls the
 interpreter's wakeup fd, a pipe the signal writes into at C level. A handler that sets a
@@ -195,6 +201,19 @@ def interrupts_not_lost():
         if arrived:
             signum = arrived[0][0]
             watched[signum](signum, None)
+
+
+def forget_caught_interrupts() -> None:
+    """Let a program that caught every ``KeyboardInterrupt`` exit with the status it chose.
+
+    CPython marks an interrupt "unhandled" when it propagates out of code that ``exec`` or
+    ``eval`` ran from a string (``run_eval_code_obj``), even when a caller then catches it; an
+    interpreter started with ``-m`` checks that mark after its last exit handler and, if set,
+    ends itself by SIGINT, whatever ``sys.exit`` said. Running a string clears the mark before
+    its code runs, so an empty one clears it. Call it only once the program's own handling is
+    done: an interrupt it did not catch is marked again as it leaves the main module.
+    """
+    exec("")  # clears the interpreter's "unhandled KeyboardInterrupt" mark
 
 
 class StopRequest:

@@ -126,10 +126,14 @@ def test_synchronous_sgd_groups_train_mnist(
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in records if r["event"] == "epoch"]
     losses = [r["train_loss"] for r in epochs]
-    # the hybrid's two groups step against one server in whichever order their batches end, so
-    # its last loss varies: 0.16-0.19 in three runs alone, and one full-suite run (at b0ec453)
-    # ended on a spike (0.23 and 0.22 at the eighth and ninth epochs, then 0.31)
-    assert losses[-1] < 0.35 and losses[-1] < losses[0] / 5, losses
+    # AllReduce is deterministic (the same losses every run, 0.156 last). The hybrid's two groups
+    # step against one server in whichever order their batches end, each on parameters the other
+    # may have moved since its threads read them: one epoch's loss is one draw of a noisy path
+    # (last epochs 0.17-0.32 in six runs here, with rises of up to 0.1 between epochs; 0.31 and
+    # 0.418 once each in full-suite runs, test accuracy as always). Its last three epochs' mean
+    # is what the same bound holds.
+    last = losses[-1] if groups == 1 else sum(losses[-3:]) / 3
+    assert last < 0.35 and last < losses[0] / 5, losses
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
         assert group["iterations"] == group["evaluations"] == 100 // groups  # a step per pass

@@ -3,7 +3,9 @@ acts right after it, also when other threads are running (the kernel may hand th
 of them; Python runs the handler in the main thread). And signals not lost: one whose exception a
 ctypes callback swallowed (as numba's compiler's callbacks through llvmlite do) acts again when
 ``interrupts_not_lost`` ends. And a server's stop request: ``StopRequest`` wakes its serving loop on
-SIGINT or SIGTERM, whenever the signal lands, with handlers that take no lock."""
+SIGINT or SIGTERM, whenever the signal lands, with handlers that take no lock. And a ``python -m``
+program that caught a Ctrl-C raised inside a string's ``exec`` exits with its own status once
+``forget_caught_interrupts`` ran, not by SIGINT."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -242,3 +245,33 @@ def test_the_previous_handlers_wakeup_fd_and_pipe_are_given_back_when_the_body_r
                 os.fstat(fd)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+CAUGHT_IN_EXEC = """
+import os, signal, sys
+from hogwild.signals import forget_caught_interrupts
+signal.signal(signal.SIGINT, signal.default_int_handler)
+try:  # as scipy's import does: exec("from numpy import *"), here interrupted
+    exec("os.kill(os.getpid(), signal.SIGINT)\\nfor _ in range(10**6): pass")
+except KeyboardInterrupt:
+    print("caught", file=sys.stderr)
+if sys.argv[1:] == ["forget"]:
+    forget_caught_interrupts()
+sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("forget, status", [(False, -signal.SIGINT), (True, 130)])
+def test_a_ctrl_c_caught_after_a_string_exec_exits_with_the_programs_status(
+    tmp_path, repo_root, forget, status
+):
+    """Without the guard, CPython ends a ``-m`` program by SIGINT after it caught the interrupt
+    (the cause of a Ctrl-C'd ``python -m hogwild.cli train`` ending -2 after its own line)."""
+    (tmp_path / "caught_in_exec.py").write_text(CAUGHT_IN_EXEC)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo_root)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "caught_in_exec", *(["forget"] if forget else [])],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert "caught" in done.stderr
+    assert done.returncode == status, done.stderr
