@@ -99,9 +99,8 @@ class PSStore(CopiesStore):
     name = "ps"
     home_is_local = False  # every worker trains on a copy: nothing reaches the servers otherwise
     #: With plain SGD on the servers (a single job's rule), every 64 examples, as in shared
-    #: memory: every 512 left 5 of 15 one-epoch runs of ``hogwild train --ps`` (2 workers, the
-    #: paper's job) at 97.0-97.5 % test accuracy, the others at 98.2-98.6 %; every 64, 5 of 5
-    #: at 98.4-98.6 %; with Adagrad on the server at 512, 3 of 3 at 98.6 %.
+    #: memory: plain SGD through the servers every 512 examples sometimes settles a point or
+    #: more below every 64 after one epoch of the paper's job; Adagrad on the servers does not.
     cadence = 64
     #: With Adagrad on the servers (Downpour's default: DistBelief found it stabilises it),
     #: Adam's k, "typically in the hundreds" (3.2.6): an exchange with the servers (two 1.2 MB
@@ -139,10 +138,9 @@ class PSStore(CopiesStore):
         """Vectors (API b) when a server is on another machine and they are the fewer floats:
         k(M+N) on the wire instead of MN for k = ``n_push`` examples, with the outer products on
         the server's cores (Adam 3.2.6). Deltas when every server shares this machine's cores,
-        where the outer products would cost more than the traffic they save (2,933 against
-        5,637 examples/s at batch 1, measured here), and when k is too large for vectors to save
-        anything (Adam's model at the default 512: 988,160 floats of vectors against 292,000
-        weights; they pay below k = 151)."""
+        where the outer products would cost more than the traffic they save, and when k is too
+        large for vectors to save anything (Adam's model at the default 512: 988,160 floats of
+        vectors against 292,000 weights; they pay below k = 151)."""
         from hogwild.net.address import is_loopback, parse_address
 
         remote = any(not is_loopback(parse_address(a)) for a in self.config.ps.servers)
