@@ -28,7 +28,6 @@ Run: ``python bench/peers/replicas_ray.py --data ../shared/datasets/mnist [--tra
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -40,8 +39,8 @@ import numpy as np
 if not __package__:  # run by path (``python bench/peers/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
-from bench.peers.torch_mnist import accuracy, adam_mnist_net, load_split
-from bench.support.paths import REPO, SHARED_MNIST
+from bench.peers.torch_mnist import accuracy, adam_mnist_net, load_split, race_arguments
+from bench.support.paths import REPO
 
 LAUNCHED = time.time()
 BATCH, LR = 128, 0.01  # Ray's parameter-server example
@@ -178,18 +177,7 @@ def run(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add = parser.add_argument
-    add("--data", default=str(SHARED_MNIST), help="MNIST idx files")
-    add("--trainers", type=int, default=2)
-    add("--target", type=float, default=0.985)
-    add("--bound-s", type=float, default=240.0, help="give up after this many seconds")
-    add("--eval-every", type=int, default=20000, metavar="N", help="examples between evaluations")
-    add("--seed", type=int, default=1)
-    add("--launched-at", type=float, default=LAUNCHED, help="time.time() of the launch")
-    args = parser.parse_args(argv)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[name] = "1"  # inherited by Ray's worker processes
+    args = race_arguments(__doc__, LAUNCHED, argv)
     try:
         record = run(args)
     except RuntimeError as exc:

@@ -27,10 +27,8 @@ Run: ``python bench/peers/replicas_torch_rpc.py --data ../shared/datasets/mnist
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
-import os
 import queue
 import socket
 import sys
@@ -43,8 +41,7 @@ import numpy as np
 if not __package__:  # run by path (``python bench/peers/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
-from bench.peers.torch_mnist import accuracy, adam_mnist_net, load_split
-from bench.support.paths import SHARED_MNIST
+from bench.peers.torch_mnist import accuracy, adam_mnist_net, load_split, race_arguments
 
 LAUNCHED = time.time()
 BATCH, LR = 32, 0.03  # PyTorch's RPC parameter-server example
@@ -242,18 +239,7 @@ def run(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add = parser.add_argument
-    add("--data", default=str(SHARED_MNIST), help="MNIST idx files")
-    add("--trainers", type=int, default=2)
-    add("--target", type=float, default=0.985)
-    add("--bound-s", type=float, default=240.0, help="give up after this many seconds")
-    add("--eval-every", type=int, default=20000, metavar="N", help="examples between evaluations")
-    add("--seed", type=int, default=1)
-    add("--launched-at", type=float, default=LAUNCHED, help="time.time() of the launch")
-    args = parser.parse_args(argv)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[name] = "1"  # inherited by the spawned ranks
+    args = race_arguments(__doc__, LAUNCHED, argv)
     try:
         record = run(args)
     except RuntimeError as exc:

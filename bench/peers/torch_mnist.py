@@ -10,10 +10,13 @@ inside the functions that need it, so a process that only reads data does not lo
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 import numpy as np
 
+from bench.support.paths import SHARED_MNIST
 from hogwild.data.idx import read_images, read_labels
 from hogwild.data.mnist import FILES
 from hogwild.errors import DataError
@@ -67,3 +70,21 @@ def accuracy(model, images: np.ndarray, labels: np.ndarray, chunk: int = 1000) -
             logits = model(torch.from_numpy(images[start : start + chunk]))
             correct += int((logits.argmax(1).numpy() == labels[start : start + chunk]).sum())
     return correct / len(labels)
+
+
+def race_arguments(doc: str, launched: float, argv: list[str] | None) -> argparse.Namespace:
+    """The command line both replica peers take (the race to a test accuracy), parsed; their
+    math libraries limited to one thread each, which the processes they start inherit."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    add = parser.add_argument
+    add("--data", default=str(SHARED_MNIST), help="MNIST idx files")
+    add("--trainers", type=int, default=2)
+    add("--target", type=float, default=0.985)
+    add("--bound-s", type=float, default=240.0, help="give up after this many seconds")
+    add("--eval-every", type=int, default=20000, metavar="N", help="examples between evaluations")
+    add("--seed", type=int, default=1)
+    add("--launched-at", type=float, default=launched, help="time.time() of the launch")
+    args = parser.parse_args(argv)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = "1"
+    return args
