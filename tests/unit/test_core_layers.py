@@ -12,11 +12,11 @@ modules and those below, and the top-level modules of ``hogwild/`` that hold no 
 
 from __future__ import annotations
 
-import ast
 from collections import defaultdict
 from pathlib import Path
 
 import hogwild
+from tests.unit.test_import_graph import imported, modules
 
 ROOT = Path(hogwild.__file__).resolve().parent
 
@@ -51,47 +51,13 @@ BELOW_THE_PACKAGES = {
 }
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in ROOT.rglob("*.py"):
-        parts = path.relative_to(ROOT.parent).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        found[".".join(parts)] = path
-    return found
-
-
-MODULES = _modules()
-
-
-def _resolve(name: str) -> str | None:
-    parts = name.split(".")
-    for end in range(len(parts), 0, -1):
-        if ".".join(parts[:end]) in MODULES:
-            return ".".join(parts[:end])
-    return None
+MODULES = modules({"hogwild": ROOT})
 
 
 def _imports(module: str) -> set[tuple[str, int]]:
-    """(hogwild module imported, line) for every import statement of ``module``."""
-    path = MODULES[module]
-    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-            names = [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in names:
-            target = _resolve(name) if name.startswith("hogwild") else None
-            if target is not None and target != module:
-                found.add((target, node.lineno))
-    return found
+    """(hogwild module imported, line of its first import) for ``module``, those under ``if
+    TYPE_CHECKING:`` included (:func:`tests.unit.test_import_graph.imported`)."""
+    return set(imported(module, MODULES[module], MODULES, type_checking=True).items())
 
 
 def _package(module: str) -> str | None:

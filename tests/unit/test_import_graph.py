@@ -42,19 +42,24 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The modules of ``known`` that module ``name`` imports (at any depth of its code)."""
+def imported(
+    name: str, path: Path, known: dict[str, Path], *, type_checking: bool = False
+) -> dict[str, int]:
+    """The modules of ``known`` that module ``name`` imports (at any depth of its code), each
+    with the line of its first import; those under ``if TYPE_CHECKING:`` only if
+    ``type_checking`` (they never run, but a layer check counts them)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    names: set[str] = set()
+    names: dict[str, int] = {}
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
+            if isinstance(child, ast.If) and _type_checking(child) and not type_checking:
                 for other in child.orelse:
                     visit(other)
                 continue
             if isinstance(child, ast.Import):
-                names.update(alias.name for alias in child.names)
+                for alias in child.names:
+                    names.setdefault(alias.name, child.lineno)
             elif isinstance(child, ast.ImportFrom):
                 base = child.module or ""
                 if child.level:
@@ -62,16 +67,16 @@ def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                     base = ".".join([*up, *([child.module] if child.module else [])])
                 for alias in child.names:
                     full = f"{base}.{alias.name}"
-                    names.add(full if full in known else base)
+                    names.setdefault(full if full in known else base, child.lineno)
             visit(child)
 
     visit(ast.parse(path.read_text(encoding="utf-8")))
-    out = set()
-    for target in names:
+    out: dict[str, int] = {}
+    for target, line in names.items():
         while target and target not in known:
             target = target.rpartition(".")[0]
         if target and target != name:
-            out.add(target)
+            out[target] = min(line, out.get(target, line))
     return out
 
 
@@ -126,7 +131,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def graphs(trees: dict[str, Path]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """The module graph and the package graph of ``trees`` (top-level name -> folder)."""
     known = modules(trees)
-    module_graph = {name: imported(name, path, known) for name, path in known.items()}
+    module_graph = {name: set(imported(name, path, known)) for name, path in known.items()}
     package_graph: dict[str, set[str]] = {}
     for name, targets in module_graph.items():
         source = package_of(name, known, trees)
