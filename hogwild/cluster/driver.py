@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -65,6 +64,7 @@ from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
 from hogwild.errors import HogwildError
+from hogwild.logs import role_logger
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
@@ -134,7 +134,7 @@ class ClusterDriver:
         self.network = build_network(self.config.model, self.n_classes)
         self.evaluate_between = evaluates_between(self.config.cluster)
         self.progress = ProgressLines(self.config.output.progress, self.network.connections)
-        self.metrics = MetricsWriter(self.config.output.metrics)
+        self.metrics = MetricsWriter(self.config.output.metrics, resume, overwrite)
         self.live = LiveStatus(self.config.output.progress)
         self.records: EpochRecords | None = None  # the epochs' test figures, lines, checkpoints
         self.run_dir: Path | None = None
@@ -160,7 +160,7 @@ class ClusterDriver:
                     try:
                         self._shutdown()
                     except Exception as exc:  # noqa: BLE001
-                        print(f"hogwild cluster: while stopping: {exc}", file=sys.stderr)
+                        role_logger("cluster").error("while stopping: %s", exc)
                 raise
             with deferred_signals():
                 self._shutdown()
@@ -353,11 +353,8 @@ class ClusterDriver:
         ``cluster.start_timeout_s``). A replica's work goes back to the coordinator first."""
         spec = self.specs[restart.name]
         self.live.clear()
-        print(
-            f"hogwild cluster: {restart.exit.describe()}; restarting ({restart.count} of "
-            f"{restart.limit})",
-            file=sys.stderr,
-            flush=True,
+        role_logger("cluster").warning(
+            "%s; restarting (%d of %d)", restart.exit.describe(), restart.count, restart.limit
         )
         if spec.kind == "replica":
             self.epochs.lost(spec.index)
