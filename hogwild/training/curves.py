@@ -108,7 +108,11 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike) -> Path:
             "hogwild plot needs matplotlib: pip install 'hogwild[bench]' (or matplotlib)"
         ) from None
     figure, axes = plt.subplots(2, 2, figsize=(11, 7.5), constrained_layout=True)
-    for column, (x_name, x_label) in enumerate((("epochs", "epoch"), ("seconds", "seconds"))):
+    from matplotlib.ticker import MaxNLocator
+
+    for column, (x_name, x_label) in enumerate(
+        (("epochs", "epoch"), ("seconds", "seconds of training"))
+    ):
         accuracy, loss = axes[0][column], axes[1][column]
         for index, curve in enumerate(curves):
             colour = f"C{index % 10}"
@@ -119,6 +123,8 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike) -> Path:
         accuracy.set(xlabel=x_label, ylabel="test accuracy (%)")
         loss.set(xlabel=x_label, ylabel="loss", yscale="log")
         for panel in (accuracy, loss):
+            if x_name == "epochs":
+                panel.xaxis.set_major_locator(MaxNLocator(integer=True))
             panel.grid(alpha=0.3)
             panel.legend(fontsize="small")
     out = Path(out)
