@@ -162,6 +162,12 @@ def add_training_flags(parser: argparse.ArgumentParser, command: str) -> None:
          help="write JSON-lines metrics to this file (refused if it exists, unless --resume "
          "or --overwrite; default: none)")  # fmt: skip
     _add(parser, "--no-progress", flag=True, help="no progress output")
+    _add(parser, "--tensorboard", metavar="DIR",
+         help="write TensorBoard scalars here: per epoch, and in train every "
+         "--tensorboard-every steps (needs the tensorboard extra; default: none)")  # fmt: skip
+    _add(parser, "--tensorboard-every", type=int, metavar="N",
+         help="steps (updates) between train's in-epoch TensorBoard scalars "
+         + _job("output.tensorboard_every"))  # fmt: skip
     _add(parser, "--log-level", choices=LOG_LEVELS, default="info",
          help="messages of this level and above on stderr")  # fmt: skip
 
@@ -175,12 +181,6 @@ def add_train_only_flags(parser: argparse.ArgumentParser) -> None:
     _add(parser, "--ps-servers", metavar="HOST:PORT[,...]", hidden=("--ps",),
          help="train through these running parameter servers (sets ps.servers and, unless "
          "given, train.parameters=ps; default: none)")  # fmt: skip
-    _add(parser, "--tensorboard", metavar="DIR",
-         help="write TensorBoard scalars here, per epoch and every --tensorboard-every steps "
-         "(needs the tensorboard extra; default: none)")  # fmt: skip
-    _add(parser, "--tensorboard-every", type=int, metavar="N",
-         help="steps (updates) between TensorBoard's training scalars "
-         + _job("output.tensorboard_every"))  # fmt: skip
 
 
 def add_cluster_only_flags(parser: argparse.ArgumentParser) -> None:

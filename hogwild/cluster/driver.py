@@ -75,6 +75,7 @@ from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import subset_indices
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
+from hogwild.training.tensorboard import TensorBoardLog
 
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
 
@@ -134,7 +135,10 @@ class ClusterDriver:
         self.network = build_network(self.config.model, self.n_classes)
         self.evaluate_between = evaluates_between(self.config.cluster)
         self.progress = ProgressLines(self.config.output.progress, self.network.connections)
-        self.metrics = MetricsWriter(self.config.output.metrics, resume, overwrite)
+        self.tensorboard: TensorBoardLog | None = None  # opened when the job runs
+        self.metrics = MetricsWriter(
+            self.config.output.metrics, resume, overwrite, listeners=(self._to_tensorboard,)
+        )
         self.live = LiveStatus(self.config.output.progress)
         self.records: EpochRecords | None = None  # the epochs' test figures, lines, checkpoints
         self.run_dir: Path | None = None
@@ -166,8 +170,16 @@ class ClusterDriver:
                 self._shutdown()
             return result
 
+    def _to_tensorboard(self, record: dict) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.record(record)
+
     def _run(self) -> dict:
         config, cluster = self.config, self.config.cluster
+        output = config.output
+        self.tensorboard = TensorBoardLog(
+            output.tensorboard, output.tensorboard_every, config.train.batch
+        )
         self._make_run_dir()
         config = self.config = self._with_keys(config)
         if cluster.copies > 1:
@@ -449,6 +461,8 @@ class ClusterDriver:
         self.servers.close(step)
         if self.records is not None:
             step(self.records.close)
+        if self.tensorboard is not None:
+            step(self.tensorboard.close)
         if self.run_dir is not None:
             step(lambda: (self.run_dir / "cluster.json").unlink(missing_ok=True))
             if self.own_run_dir:

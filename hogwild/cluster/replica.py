@@ -100,6 +100,7 @@ class TrainerReplica(Trainer):
                 "train.sync": False,
                 "output.checkpoint_dir": "",
                 "output.metrics": "",
+                "output.tensorboard": "",  # the driver writes the job's
                 "output.progress": False,
             }
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from hogwild.errors import CheckpointError
@@ -31,9 +32,14 @@ class MetricsWriter:
     """
 
     def __init__(
-        self, path: str | os.PathLike | None, resume: bool = False, overwrite: bool = False
+        self,
+        path: str | os.PathLike | None,
+        resume: bool = False,
+        overwrite: bool = False,
+        listeners: tuple[Callable[[dict], object], ...] = (),
     ):
         self.path = Path(path) if path else None
+        self.listeners = listeners  # also given every record (TensorBoard), file or no file
         self._replace = False
         if self.path is None:
             return
@@ -51,6 +57,8 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, record: dict) -> None:
+        for listener in self.listeners:
+            listener(record)
         if self.path is None:
             return
         mode = "w" if self._replace else "a"

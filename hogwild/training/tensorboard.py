@@ -7,7 +7,8 @@ steps (updates: examples over ``train.batch``, all workers together), at step = 
 The in-epoch figures are read from the workers' statistics rows as the parent polls them, so a
 point lands at the first poll after its step, not exactly on it.
 
-The writer is tensorboardX's (the ``tensorboard`` extra: it needs neither TensorFlow nor
+``hogwild cluster`` writes the per-epoch scalars (its driver sees epochs, not the replicas'
+steps). The writer is tensorboardX's (the ``tensorboard`` extra: it needs neither TensorFlow nor
 PyTorch); PyTorch's ``torch.utils.tensorboard`` is used when only that is installed.
 """
 
@@ -64,6 +65,11 @@ class TensorBoardLog:
             if value is not None:
                 self.writer.add_scalar(f"epoch/{name}", float(value), step)
         self.writer.flush()
+
+    def record(self, record: dict) -> None:
+        """A metrics record: its figures if it is an epoch's (a listener of the metrics file)."""
+        if record.get("event") == "epoch":
+            self.epoch(record)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -177,3 +177,11 @@ def test_the_ps_plugin_commands_take_no_prefixes():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode == 2 and "--time" in refused.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "cluster"])
+def test_tensorboard_is_a_flag_of_both_training_commands(command, tmp_path):
+    config, _ = resolved(command, "--tensorboard", str(tmp_path), "--tensorboard-every", "7")
+    assert (config.output.tensorboard, config.output.tensorboard_every) == (str(tmp_path), 7)
+    with pytest.raises(ConfigError, match=r"^--tensorboard-every 0: output.tensorboard_every"):
+        resolved(command, "--tensorboard-every", "0")

@@ -135,3 +135,17 @@ def test_no_directory_writes_nothing(tmp_path):
     log.epoch({"epoch": 0, "train_loss": 1.0})
     log.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_the_metrics_listeners_see_every_record_and_tensorboard_takes_the_epochs(tmp_path):
+    pytest.importorskip("tensorboardX", reason="the tensorboard extra")
+    log = TensorBoardLog(str(tmp_path / "tb"), every=1, batch=1)
+    seen = []
+    writer = MetricsWriter(None, listeners=(seen.append, log.record))  # no file: listeners only
+    records = [{"event": "start"}, {"event": "epoch", "epoch": 0, "test_accuracy": 0.5},
+               {"event": "final", "test_accuracy": 0.5}]  # fmt: skip
+    for record in records:
+        writer.write(record)
+    log.close()
+    assert seen == records
+    assert tensorboard_scalars(tmp_path / "tb") == {"epoch/test_accuracy": [(1, 0.5)]}
