@@ -365,6 +365,40 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _refuse_unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An option the command does not have is an error naming it, before argparse parses.
+
+    Otherwise its value would be read as a positional argument (``cluster --workers-per 2``
+    reported ``2`` as an invalid subcommand), and a near miss deserves a suggestion.
+    """
+    from difflib import get_close_matches
+
+    from hogwild.cli_flags import option_strings
+
+    command = parser_of(parser, argv[:1])
+    if command is None:
+        return
+    known = option_strings(command) | {"-h", "--help", "--version"}
+    for arg in argv[1:]:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or name in known or _OVERRIDE.match(arg):
+            continue
+        close = get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        command.error(
+            f"unrecognized argument {name}{hint} (flags must be "
+            "spelled in full; config keys are --section.key=value)"
+        )
+
+
+def parser_of(parser: argparse.ArgumentParser, path: list[str]):
+    """The subcommand parser at ``path`` (``["cluster"]``), or None."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and path and path[0] in action.choices:
+            return action.choices[path[0]]
+    return None
+
+
 def _dispatch(argv: list[str]) -> int:
     parser = _parser()
     forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
@@ -375,6 +409,7 @@ def _dispatch(argv: list[str]) -> int:
         # value holds a space (an inline TOML array of layers) as a positional argument, which
         # a subcommand's own positional would then swallow.
         given = [arg for arg in argv if _OVERRIDE.match(arg)]
+        _refuse_unknown_options(parser, argv)
         args, extra = parser.parse_known_args([arg for arg in argv if not _OVERRIDE.match(arg)])
         extra += given
     takes_overrides = args.command in ("train", "info") or getattr(args, "overrides_ok", False)

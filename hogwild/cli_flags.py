@@ -197,6 +197,17 @@ def add_cluster_only_flags(parser: argparse.ArgumentParser) -> None:
     _add(parser, "--ray-address", metavar="ADDR", help="the Ray cluster to join (launcher ray)")
 
 
+def option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option ``parser`` and its subcommands' parsers take (hidden spellings too)."""
+    found = set()
+    for action in parser._actions:
+        found.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= option_strings(sub)
+    return found
+
+
 def flag_overrides(args: argparse.Namespace, command: str) -> dict[str, tuple[str, Any]]:
     """``{config key: (the flag as typed, value)}`` for every config flag given."""
     typed = getattr(args, TYPED, None) or {}

@@ -185,3 +185,20 @@ def test_tensorboard_is_a_flag_of_both_training_commands(command, tmp_path):
     assert (config.output.tensorboard, config.output.tensorboard_every) == (str(tmp_path), 7)
     with pytest.raises(ConfigError, match=r"^--tensorboard-every 0: output.tensorboard_every"):
         resolved(command, "--tensorboard-every", "0")
+
+
+@pytest.mark.parametrize(
+    "argv, suggestion",
+    [
+        (["cluster", "--workers-per", "2"], "did you mean --workers?"),
+        (["train", "--btach-size", "3"], "did you mean --batch-size?"),
+        (["cluster", "status", "--jsn", "run"], "did you mean --json?"),
+    ],
+)
+def test_an_unknown_flag_is_named_with_a_suggestion(argv, suggestion, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli._dispatch(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized argument {argv[1] if argv[1] != 'status' else argv[2]}" in err
+    assert suggestion in err and "invalid choice" not in err
