@@ -62,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint on the test set")
     evaluate.add_argument("checkpoint", help="checkpoint directory, .json or .safetensors file")
     evaluate.add_argument(
-        "--data", help="an LMDB image cache, a directory of MNIST idx files, or 'mnist'"
+        "--data",
+        metavar="SOURCE",
+        help="an LMDB image cache, a directory of MNIST idx files, or 'mnist' (default: the "
+        "checkpoint's data.source)",
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
@@ -76,7 +79,9 @@ def _parser() -> argparse.ArgumentParser:
         "parameters would go. Takes a job's --config and --section.key=value overrides "
         "(train.workers, train.placement, train.parameters, train.replicas).",
     )
-    info.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
+    info.add_argument(
+        "--config", metavar="FILE", help="job config (TOML) (default: the bundled job)"
+    )
 
     config = sub.add_parser(
         "config",
@@ -87,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved job as TOML")
-    show.add_argument("--config", help="job config (TOML); default: the bundled job")
+    show.add_argument(
+        "--config", metavar="FILE", help="job config (TOML) (default: the bundled job)"
+    )
     show.set_defaults(overrides_ok=True)
 
     plot = sub.add_parser(
