@@ -1,8 +1,11 @@
-"""The ``hogwild`` command line: ``train``, ``eval``, ``data``, ``info``, ``shm`` and ``bench``.
+"""The ``hogwild`` command line: ``train``, ``cluster``, ``eval``, ``data``, ``info``, ``config``,
+``plot``, ``shm`` and ``bench``; plugins add theirs (``ps``).
 
 Every failure a user can cause is a :class:`~hogwild.errors.HogwildError`; the CLI prints its
 message on one line and exits with status 2 (1 for a worker that died, 130 for Ctrl-C), never a
-traceback. Any config key can be set as ``--section.key=value`` after the named flags.
+traceback. Any config key can be set as ``--section.key=value`` after the named flags; the flags
+themselves, their hidden old spellings and the errors that name them are in
+:mod:`hogwild.cli_flags`.
 
 ``hogwild data ingest|preview|info|verify`` builds and inspects LMDB image caches
 (:mod:`hogwild.data.cli_data`); ``train --data CACHE`` trains from one.
@@ -34,11 +37,18 @@ BENCHMARK_SCRIPTS = {"cores": "adam_fig8_cores"}  # a benchmark's name -> its be
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from hogwild.cli_flags import (
+        HogwildParser,
+        add_train_only_flags,
+        add_training_flags,
+    )
+
+    parser = HogwildParser(
         prog="hogwild",
         description="Project Adam's lock-free multi-process training engine for CPUs.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"hogwild {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=HogwildParser)
 
     train = sub.add_parser(
         "train",
@@ -46,44 +56,16 @@ def _parser() -> argparse.ArgumentParser:
         description="Train a model with lock-free worker processes on shared weights. "
         "Any config key can be set as --section.key=value (e.g. --optim.momentum=0.5).",
     )
-    train.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
-    train.add_argument(
-        "--data",
-        help="an LMDB image cache (hogwild data ingest), a directory of MNIST idx files, "
-        "or 'mnist' (default: data.source of the config)",
-    )
-    train.add_argument("--workers", type=int, help="worker processes (default: physical cores)")
-    train.add_argument("--epochs", type=int, help="passes over the training set")
-    train.add_argument("--batch", type=int, help="examples per update (default 1)")
-    train.add_argument("--lr", type=float, help="learning rate")
-    train.add_argument("--sync", action="store_true", default=None, help="one worker, synchronous")
-    train.add_argument(
-        "--epoch-fraction",
-        type=float,
-        help="end an epoch once this fraction of workers finished their shard (Adam: 0.75)",
-    )
-    train.add_argument("--seed", type=int, help="random seed")
-    train.add_argument("--subset", type=int, help="train on the first N examples only")
-    train.add_argument("--checkpoint-dir", help="write a checkpoint here at every epoch end")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    train.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the checkpoints already in --checkpoint-dir (another run's)",
-    )
-    train.add_argument("--metrics", help="write JSON-lines metrics to this file")
-    train.add_argument(
-        "--ps",
-        metavar="HOST:PORT[,...]",
-        help="train through running parameter servers (sets ps.servers and, unless given, "
-        "train.parameters=ps)",
-    )
-    train.add_argument("--no-progress", action="store_true", help="no progress output")
+    add_training_flags(train, "train")
+    add_train_only_flags(train)
 
     evaluate = sub.add_parser("eval", help="evaluate a checkpoint on the test set")
     evaluate.add_argument("checkpoint", help="checkpoint directory, .json or .safetensors file")
     evaluate.add_argument(
-        "--data", help="an LMDB image cache, a directory of MNIST idx files, or 'mnist'"
+        "--data",
+        metavar="SOURCE",
+        help="an LMDB image cache, a directory of MNIST idx files, or 'mnist' (default: the "
+        "checkpoint's data.source)",
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
@@ -97,7 +79,35 @@ def _parser() -> argparse.ArgumentParser:
         "parameters would go. Takes a job's --config and --section.key=value overrides "
         "(train.workers, train.placement, train.parameters, train.replicas).",
     )
-    info.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
+    info.add_argument(
+        "--config", metavar="FILE", help="job config (TOML) (default: the bundled job)"
+    )
+
+    config = sub.add_parser(
+        "config",
+        help="show the job a config resolves to",
+        description="Print the resolved job as TOML: the bundled job, or --config FILE "
+        "(a file without [model] layers is layered over the bundled job), with any "
+        "--section.key=value overrides. The output is itself a complete config.",
+    )
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    show = config_sub.add_parser("show", help="print the resolved job as TOML")
+    show.add_argument(
+        "--config", metavar="FILE", help="job config (TOML) (default: the bundled job)"
+    )
+    show.set_defaults(overrides_ok=True)
+
+    plot = sub.add_parser(
+        "plot",
+        help="plot runs' loss and accuracy (needs matplotlib: the bench extra)",
+        description="Plot the test accuracy and the train and test loss of one or more runs "
+        "against epochs and against seconds, the runs side by side in each panel.",
+    )
+    plot.add_argument(
+        "runs", nargs="+", metavar="RUN_OR_METRICS",
+        help="a metrics file (--metrics), or a run directory holding metrics.jsonl",
+    )  # fmt: skip
+    plot.add_argument("--out", required=True, help="the image to write (.png, .svg, .pdf)")
 
     shm = sub.add_parser("shm", help="list or remove hogwild shared-memory segments")
     shm_sub = shm.add_subparsers(dest="shm_command", required=True)
@@ -119,7 +129,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hogwild")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown (not installed)"
+
+
 def _add_cluster_command(sub) -> None:
+    from hogwild.cli_flags import add_cluster_only_flags, add_training_flags
+
     cluster = sub.add_parser(
         "cluster",
         help="train with data servers, model replicas and parameter servers (Adam's system)",
@@ -127,26 +148,15 @@ def _add_cluster_command(sub) -> None:
         "host, or a Ray cluster), train (Downpour across replicas), stop them all. Any config "
         "key can be set as --section.key=value; the roles are [cluster] in the job config.",
     )
-    cluster.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
-    cluster.add_argument("--data", help="an LMDB image cache, a directory of MNIST idx files")
-    cluster.add_argument("--epochs", type=int, help="passes over the training set")
-    cluster.add_argument("--replicas", type=int, help="model replicas (cluster.replicas)")
-    cluster.add_argument("--workers-per-replica", type=int, help="worker processes per replica")
-    cluster.add_argument("--ps", type=int, help="parameter servers (cluster.ps)")
-    cluster.add_argument("--data-servers", type=int, help="data servers (cluster.data_servers)")
-    cluster.add_argument("--launcher", help="local (this host, the default) or ray")
-    cluster.add_argument("--ray-address", help="the Ray cluster to join (launcher ray)")
-    cluster.add_argument("--checkpoint-dir", help="checkpoints (and the job's run directory)")
-    cluster.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    cluster.add_argument("--overwrite", action="store_true", help="replace the checkpoints there")
-    cluster.add_argument("--metrics", help="write JSON-lines metrics to this file")
-    cluster.add_argument("--no-progress", action="store_true", help="no progress output")
+    add_training_flags(cluster, "cluster")
+    add_cluster_only_flags(cluster)
     cluster.set_defaults(overrides_ok=True)
-    actions = cluster.add_subparsers(dest="cluster_command")
+    # ``replica`` is started by a launcher, not by users: it parses but is not listed.
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="{status}")
     status = actions.add_parser("status", help="the status table of a running job")
     status.add_argument("target", help="the job's run directory (--checkpoint-dir) or HOST:PORT")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
-    replica = actions.add_parser("replica", help="(started by a launcher) one model replica")
+    replica = actions.add_parser("replica")
     replica.add_argument("--index", type=int, required=True)
     replica.add_argument("--bind", default="127.0.0.1")
     replica.add_argument("--keys", default=None)
@@ -188,33 +198,35 @@ def _split_overrides(extra: list[str], parser: argparse.ArgumentParser) -> dict[
     return overrides
 
 
+def _resolve(args, overrides: dict[str, str], command: str):
+    """The job: ``--config`` (or the bundled job), then the flags, then the overrides."""
+    from hogwild.cli_flags import apply_flags, flag_overrides
+    from hogwild.config import load_config
+
+    flags = flag_overrides(args, command)
+    if getattr(args, "no_progress", None):
+        flags["output.progress"] = ("--no-progress", False)
+    if command == "train" and "ps.servers" in flags and "train.parameters" not in overrides:
+        flags["train.parameters"] = (flags["ps.servers"][0], "ps")
+    return apply_flags(load_config(args.config), flags, overrides)
+
+
 def _train(args, overrides: dict[str, str]) -> int:
     from hogwild.training.api import train
 
-    if args.ps:
-        overrides = {"train.parameters": "ps", **overrides, "ps.servers": args.ps}
-    result = train(
-        args.config,
-        args.data,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        overrides=overrides,
-        workers=args.workers,
-        epochs=args.epochs,
-        batch=args.batch,
-        lr=args.lr,
-        sync=args.sync,
-        epoch_fraction=args.epoch_fraction,
-        seed=args.seed,
-        subset=args.subset,
-        checkpoint_dir=args.checkpoint_dir,
-        metrics=args.metrics,
-        progress=False if args.no_progress else None,
-    )
+    _configure_logging(args)
+    config = _resolve(args, overrides, "train")
+    result = train(config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite))
     metrics = result.metrics
     summary = {k: metrics[k] for k in ("test_accuracy", "examples_per_s", "wall_s", "epochs")}
     print(json.dumps(summary))
     return 0
+
+
+def _configure_logging(args) -> None:
+    from hogwild.logs import configure_logging
+
+    configure_logging(getattr(args, "log_level", None) or "info")
 
 
 def _cluster(args, overrides: dict[str, str]) -> int:
@@ -229,29 +241,33 @@ def _cluster(args, overrides: dict[str, str]) -> int:
         return print_status(args.target, as_json=args.json)
     from hogwild.cluster.driver import ClusterDriver
     from hogwild.data.plan import load_data
-    from hogwild.training.api import resolve_config, with_source
+    from hogwild.training.api import with_source
 
-    flags = {
-        "cluster.replicas": args.replicas,
-        "cluster.workers_per_replica": args.workers_per_replica,
-        "cluster.ps": args.ps,
-        "cluster.data_servers": args.data_servers,
-        "cluster.launcher": args.launcher,
-        "cluster.ray_address": args.ray_address,
-    }
-    config = resolve_config(
-        args.config,
-        {**{k: v for k, v in flags.items() if v is not None}, **overrides},
-        epochs=args.epochs,
-        checkpoint_dir=args.checkpoint_dir,
-        metrics=args.metrics,
-        progress=False if args.no_progress else None,
-    )
+    _configure_logging(args)
+    config = _resolve(args, overrides, "cluster")
     data = load_data(config, args.data)
     config = with_source(config, data)
-    driver = ClusterDriver(config, data, resume=args.resume, overwrite=args.overwrite)
+    driver = ClusterDriver(config, data, resume=bool(args.resume), overwrite=bool(args.overwrite))
     final = driver.run()
     print(json.dumps({k: v for k, v in final.items() if k not in ("event", "config")}))
+    return 0
+
+
+def _config_show(args, overrides: dict[str, str]) -> int:
+    from hogwild.cli_flags import apply_flags
+    from hogwild.config import load_config
+    from hogwild.config.toml_text import config_to_toml
+
+    config = apply_flags(load_config(args.config), {}, overrides)
+    print(config_to_toml(config), end="")
+    return 0
+
+
+def _plot(args) -> int:
+    from hogwild.training.curves import plot_runs
+
+    written = plot_runs(args.runs, args.out)
+    print(f"wrote {written}")
     return 0
 
 
@@ -356,6 +372,40 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _refuse_unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An option the command does not have is an error naming it, before argparse parses.
+
+    Otherwise its value would be read as a positional argument (``cluster --workers-per 2``
+    reported ``2`` as an invalid subcommand), and a near miss deserves a suggestion.
+    """
+    from difflib import get_close_matches
+
+    from hogwild.cli_flags import option_strings
+
+    command = parser_of(parser, argv[:1])
+    if command is None:
+        return
+    known = option_strings(command) | {"-h", "--help", "--version"}
+    for arg in argv[1:]:
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--") or name in known or _OVERRIDE.match(arg):
+            continue
+        close = get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        command.error(
+            f"unrecognized argument {name}{hint} (flags must be "
+            "spelled in full; config keys are --section.key=value)"
+        )
+
+
+def parser_of(parser: argparse.ArgumentParser, path: list[str]):
+    """The subcommand parser at ``path`` (``["cluster"]``), or None."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and path and path[0] in action.choices:
+            return action.choices[path[0]]
+    return None
+
+
 def _dispatch(argv: list[str]) -> int:
     parser = _parser()
     forward = len(argv) >= 2 and argv[0] == "bench" and argv[1] in BENCHMARKS
@@ -366,6 +416,7 @@ def _dispatch(argv: list[str]) -> int:
         # value holds a space (an inline TOML array of layers) as a positional argument, which
         # a subcommand's own positional would then swallow.
         given = [arg for arg in argv if _OVERRIDE.match(arg)]
+        _refuse_unknown_options(parser, argv)
         args, extra = parser.parse_known_args([arg for arg in argv if not _OVERRIDE.match(arg)])
         extra += given
     takes_overrides = args.command in ("train", "info") or getattr(args, "overrides_ok", False)
@@ -390,6 +441,10 @@ def _dispatch(argv: list[str]) -> int:
         return _info(args, overrides)
     if args.command == "cluster":
         return _cluster(args, overrides)
+    if args.command == "config":
+        return _config_show(args, overrides)
+    if args.command == "plot":
+        return _plot(args)
     return _shm(args)
 
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -65,6 +64,7 @@ from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
 from hogwild.errors import HogwildError
+from hogwild.logs import role_logger
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
@@ -75,6 +75,7 @@ from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.job import subset_indices
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import check_directory, starting_point
+from hogwild.training.tensorboard import TensorBoardLog
 
 STOP_GRACE_S = 10.0  # replicas told to stop release their workers and arena by themselves
 
@@ -134,7 +135,10 @@ class ClusterDriver:
         self.network = build_network(self.config.model, self.n_classes)
         self.evaluate_between = evaluates_between(self.config.cluster)
         self.progress = ProgressLines(self.config.output.progress, self.network.connections)
-        self.metrics = MetricsWriter(self.config.output.metrics)
+        self.tensorboard: TensorBoardLog | None = None  # opened when the job runs
+        self.metrics = MetricsWriter(
+            self.config.output.metrics, resume, overwrite, listeners=(self._to_tensorboard,)
+        )
         self.live = LiveStatus(self.config.output.progress)
         self.records: EpochRecords | None = None  # the epochs' test figures, lines, checkpoints
         self.run_dir: Path | None = None
@@ -160,14 +164,22 @@ class ClusterDriver:
                     try:
                         self._shutdown()
                     except Exception as exc:  # noqa: BLE001
-                        print(f"hogwild cluster: while stopping: {exc}", file=sys.stderr)
+                        role_logger("cluster").error("while stopping: %s", exc)
                 raise
             with deferred_signals():
                 self._shutdown()
             return result
 
+    def _to_tensorboard(self, record: dict) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.record(record)
+
     def _run(self) -> dict:
         config, cluster = self.config, self.config.cluster
+        output = config.output
+        self.tensorboard = TensorBoardLog(
+            output.tensorboard, output.tensorboard_every, config.train.batch
+        )
         self._make_run_dir()
         config = self.config = self._with_keys(config)
         if cluster.copies > 1:
@@ -353,11 +365,8 @@ class ClusterDriver:
         ``cluster.start_timeout_s``). A replica's work goes back to the coordinator first."""
         spec = self.specs[restart.name]
         self.live.clear()
-        print(
-            f"hogwild cluster: {restart.exit.describe()}; restarting ({restart.count} of "
-            f"{restart.limit})",
-            file=sys.stderr,
-            flush=True,
+        role_logger("cluster").warning(
+            "%s; restarting (%d of %d)", restart.exit.describe(), restart.count, restart.limit
         )
         if spec.kind == "replica":
             self.epochs.lost(spec.index)
@@ -452,6 +461,8 @@ class ClusterDriver:
         self.servers.close(step)
         if self.records is not None:
             step(self.records.close)
+        if self.tensorboard is not None:
+            step(self.tensorboard.close)
         if self.run_dir is not None:
             step(lambda: (self.run_dir / "cluster.json").unlink(missing_ok=True))
             if self.own_run_dir:

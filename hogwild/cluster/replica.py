@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from hogwild.cluster.services import open_server_groups, worker_group
 from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S, ReplicaServer
 from hogwild.config.topology import resolve_topology, split_groups
+from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
 from hogwild.net.metrics import serve_metrics
@@ -100,6 +100,7 @@ class TrainerReplica(Trainer):
                 "train.sync": False,
                 "output.checkpoint_dir": "",
                 "output.metrics": "",
+                "output.tensorboard": "",  # the driver writes the job's
                 "output.progress": False,
             }
         )
@@ -202,7 +203,7 @@ class TrainerReplica(Trainer):
     def start(self) -> str:
         """Start the workers (and the server groups' clients); the ready line's description."""
         for line in sweep_report():
-            print(f"hogwild replica {self.index}: {line}", file=sys.stderr)
+            role_logger(f"replica {self.index}").info("%s", line)
         self._start()
         if self.sync_every:
             self.groups = self._server_groups()

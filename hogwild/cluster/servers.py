@@ -18,13 +18,13 @@ What each part is comes from the parameter-server plugin through the entry point
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 import numpy as np
 
 from hogwild.cluster.services import open_controller, open_server_groups
 from hogwild.errors import HogwildError
+from hogwild.logs import role_logger
 from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.store.registry import store_class
 
@@ -57,7 +57,7 @@ class JobServers:
         try:
             self.controller.forget_server(index)
         except HogwildError as exc:
-            print(f"hogwild cluster: could not end ps {index}'s lease: {exc}", file=sys.stderr)
+            role_logger("cluster").warning("could not end ps %d's lease: %s", index, exc)
 
     def open_store(self, config, network, groups: list[list[str]]) -> None:
         """The ``ps`` store's parent side on the first server group, in an arena of its own."""

@@ -27,6 +27,7 @@ import sys
 import time
 from typing import Protocol
 
+from hogwild.logs import role_logger
 from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.messages import Train
@@ -160,10 +161,8 @@ class ReplicaServer:
         role = self.role
         while not self.stopping:
             if time.monotonic() - self.last_contact > role.silence_s:
-                print(
-                    f"hogwild replica {role.index}: no word from the driver for "
-                    f"{role.silence_s:.0f} s; leaving",
-                    file=sys.stderr,
+                role_logger(f"replica {role.index}").warning(
+                    "no word from the driver for %.0f s; leaving", role.silence_s
                 )
                 return
             role.step()

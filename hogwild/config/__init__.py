@@ -5,9 +5,10 @@ has the right type and range, and the layer stack is well formed (softmax last, 
 Whether the layer shapes fit together is checked when the network is built
 (:func:`hogwild.model.network.build_network`), which names the layer and the shapes.
 
-A config is loaded from the bundled default (``hogwild/configs/adam_mnist.toml``) or a user file,
-then overridden by ``section.key=value`` pairs (the CLI's ``--key=value``). The resolved config is
-saved into every checkpoint and metrics file (:meth:`Config.to_dict`).
+A config is loaded from the bundled default (``hogwild/configs/adam_mnist.toml``) or a user file
+(a file without ``[model] layers`` is laid over the bundled job), then overridden by
+``section.key=value`` pairs (the CLI's ``--key=value``). The resolved config is saved into every
+checkpoint and metrics file (:meth:`Config.to_dict`).
 
 The package also holds what a config's values mean before anything runs, so that checking them
 imports nothing above the configuration: the range and consistency checks
@@ -198,6 +199,8 @@ class OutputConfig:
     keep_checkpoints: int = 2
     metrics: str = ""
     progress: bool = True
+    tensorboard: str = ""  # a TensorBoard log directory; "" = none
+    tensorboard_every: int = 100  # updates between TensorBoard's training scalars
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,10 @@ def load_config(
     """Load a config (the bundled default when ``path`` is None) and apply overrides.
 
     A ``.json`` file holds a resolved config as :meth:`Config.to_dict` writes it (what
-    ``hogwild cluster`` hands its roles); anything else is read as TOML.
+    ``hogwild cluster`` hands its roles); anything else is read as TOML. A file without
+    ``[model] layers`` is a partial config: its keys are laid over the bundled job's (``[train]
+    epochs = 2`` is the bundled job for two epochs). A file with them is a whole job, its
+    missing keys taking the built-in defaults.
     """
     path = Path(path) if path is not None else default_config_path()
     try:
@@ -292,8 +298,33 @@ def load_config(
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid JSON: {exc}") from exc
+    if _partial(data) and path != default_config_path():
+        data = _layered(_bundled_data(), data)
     config = config_from_dict(data, origin=str(path))
     return config.override(overrides) if overrides else config
+
+
+def _partial(data: Any) -> bool:
+    """Whether a config file leaves the network out: then it changes the bundled job."""
+    if not isinstance(data, Mapping):
+        return False  # config_from_dict says what is wrong with it
+    model = data.get("model", {})
+    return not (isinstance(model, Mapping) and "layers" in model)
+
+
+def _bundled_data() -> dict[str, Any]:
+    return tomllib.loads(default_config_path().read_text())
+
+
+def _layered(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top``'s tables merged in key by key (``top`` wins; lists are replaced)."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _layered(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:

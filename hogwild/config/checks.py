@@ -134,6 +134,8 @@ def check_config(config: Any, origin: str) -> None:
             fail(f"data.augment = {data.augment!r}: {exc}")
     if out.keep_checkpoints < 1:
         fail(f"output.keep_checkpoints must be >= 1, got {out.keep_checkpoints}")
+    if out.tensorboard_every < 1:
+        fail(f"output.tensorboard_every must be >= 1, got {out.tensorboard_every}")
     _check_ps(config.ps, fail)
     _check_cluster(config.cluster, config.ps.rule, fail)
     _check_push_decay(config, fail)

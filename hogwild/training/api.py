@@ -14,6 +14,7 @@ Worker processes are started with spawn, which re-imports the calling script: as
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ _KEYWORDS = {
     "workers": "train.workers",
     "epochs": "train.epochs",
     "batch": "train.batch",
+    "batch_size": "train.batch",  # the CLI's --batch-size
     "lr": "optim.lr",
     "sync": "train.sync",
     "epoch_fraction": "train.epoch_fraction",
@@ -44,6 +46,7 @@ _KEYWORDS = {
     "checkpoint_dir": "output.checkpoint_dir",
     "metrics": "output.metrics",
     "progress": "output.progress",
+    "tensorboard": "output.tensorboard",
 }
 
 
@@ -55,7 +58,8 @@ def resolve_config(
     """A config from an object, a TOML path or the bundled default, with overrides applied.
 
     ``options`` are the CLI's named flags (``workers``, ``epochs``, ``batch``, ``lr``, ``sync``,
-    ``epoch_fraction``, ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``);
+    ``epoch_fraction``, ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``,
+    ``tensorboard``);
     ``overrides`` takes any ``section.key`` of the config.
     """
     if not isinstance(config, Config):
@@ -77,6 +81,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
+    on_epoch_end: Callable[[dict], Any] | None = None,
     **options: Any,
 ) -> TrainResult:
     """Train with the single-node Hogwild engine and return the metrics.
@@ -90,13 +95,20 @@ def train(
         overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
             ``resume``, a directory holding another run's checkpoints is refused).
         overrides: ``{"section.key": value}`` pairs, as the CLI's ``--section.key=value``.
+        on_epoch_end: called in this process after every epoch, once it is evaluated and
+            checkpointed, with that epoch's metrics record (a dict: ``epoch`` from 0,
+            ``train_loss``, ``test_loss``, ``test_accuracy``, ``lr``, ``examples_per_s``...).
+            An exception it raises stops the job (workers stopped, shared memory removed).
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
-            ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``.
+            ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``,
+            ``tensorboard``.
     """
     resolved = resolve_config(config, overrides, **options)
     loaded = load_data(resolved, data)
     resolved = with_source(resolved, loaded)
-    return run_training(resolved, loaded, resume=resume, overwrite=overwrite)
+    return run_training(
+        resolved, loaded, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end
+    )
 
 
 def with_source(config: Config, data: MnistData | CacheData) -> Config:

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import psutil
@@ -59,7 +62,13 @@ from hogwild.training.messages import Evaluate, Evaluated, Train, Trained, Worke
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.placement import describe_cpus, worker_count, worker_placements
 from hogwild.training.resume import check_directory, starting_point
+from hogwild.training.tensorboard import TensorBoardLog
 from hogwild.training.worker import worker_main
+
+COMPILING = (
+    "hogwild: compiling the kernels for this model and batch size, once: about 2 minutes on "
+    "2 cores (later runs load them from the cache in under a second)"
+)
 
 
 @dataclass
@@ -80,8 +89,10 @@ class Trainer:
         data: MnistData | CacheData,
         resume: bool = False,
         overwrite: bool = False,
+        on_epoch_end: Callable[[dict], Any] | None = None,
     ):
         self.data = data
+        self.on_epoch_end = on_epoch_end
         self.resume = resume
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
@@ -99,10 +110,12 @@ class Trainer:
         self.subset = subset_indices(train.seed, n_train, train.subset)
         self.n_train = n_train if self.subset is None else len(self.subset)
         self.progress = Progress(config.output.progress, self.network.connections)
-        self.metrics = MetricsWriter(config.output.metrics)
+        self.metrics = MetricsWriter(config.output.metrics, resume, overwrite)
         self.arena: Arena | None = None
         self.store = None
         self.gang: WorkerGang | None = None
+        self.tensorboard: TensorBoardLog | None = None
+        self.trained_before = 0  # examples of the epochs before this one (TensorBoard's steps)
 
     # -- the job ---------------------------------------------------------------------------------
 
@@ -140,6 +153,10 @@ class Trainer:
                 "pid": os.getpid(),
             }
         )
+        self.tensorboard = TensorBoardLog(
+            config.output.tensorboard, config.output.tensorboard_every, config.train.batch
+        )
+        self.trained_before = start_epoch * self.n_train
         wall_start = time.perf_counter()
         train_seconds = data_wait = store_wait = 0.0
         examples = 0
@@ -165,6 +182,10 @@ class Trainer:
                 f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
             )
             checkpoint_path = self._checkpoint(epoch, record, history)
+            self.trained_before += record["examples"]
+            self.tensorboard.epoch(record)
+            if self.on_epoch_end is not None:
+                self.on_epoch_end(dict(record))  # a copy: the history keeps what was measured
         wall = time.perf_counter() - wall_start
         last = history[-1] if history else {}
         rate = examples / train_seconds if train_seconds else 0.0
@@ -227,11 +248,13 @@ class Trainer:
             "update_every": update_every,
             "feed": feed,
         }
+
+        def compile_engine() -> None:
+            print(COMPILING, file=sys.stderr, flush=True)  # minutes of silence otherwise
+            compile_kernels(self.network, batch, update_every, feed=feed)
+
         with compile_lock(), interrupts_not_lost():
-            compile_once(
-                what,
-                lambda: compile_kernels(self.network, batch, update_every, feed=feed),
-            )
+            compile_once(what, compile_engine)
             self.store.compile_kernels()
         self.arena.array("control")[CONTROL_COMPILED] = 1  # the workers load what is compiled
         self.gang.wait_ready()
@@ -382,6 +405,8 @@ class Trainer:
         loss = (stats[:, STAT_LOSS].sum() - loss_before) / max(done, 1)
         rate = done / max(time.perf_counter() - started, 1e-9)
         self.progress.update(epoch, self.config.train.epochs, int(done), self.n_train, rate, loss)
+        if self.tensorboard is not None:
+            self.tensorboard.training(self.trained_before + int(done), loss, rate)
 
     def _checkpoint(self, epoch: int, record: dict, history: list[dict]):
         directory = self.config.output.checkpoint_dir
@@ -400,6 +425,8 @@ class Trainer:
 
     def _shutdown(self) -> None:
         self.progress.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
         if self.gang is not None:
             self.gang.stop()
         if self.store is not None:
@@ -455,7 +482,16 @@ def save_checkpoint(
 
 
 def run_training(
-    config: Config, data: MnistData | CacheData, resume: bool = False, overwrite: bool = False
+    config: Config,
+    data: MnistData | CacheData,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_epoch_end: Callable[[dict], Any] | None = None,
 ) -> TrainResult:
-    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine."""
-    return Trainer(config, data, resume=resume, overwrite=overwrite).run()
+    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine.
+
+    ``on_epoch_end`` is called in this process after each epoch (evaluated, checkpointed) with
+    a copy of its metrics record (``epoch`` from 0, ``train_loss``, ``test_accuracy``...).
+    """
+    trainer = Trainer(config, data, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end)
+    return trainer.run()

@@ -96,4 +96,5 @@ def test_a_silent_driver_is_taken_for_dead(capsys) -> None:
     server.last_contact -= 1.0
     server._loop()
     assert "step" not in role.calls
-    assert "hogwild replica 3: no word from the driver for 0 s; leaving" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "hogwild replica 3: WARNING: no word from the driver for 0 s; leaving" in err

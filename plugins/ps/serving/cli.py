@@ -25,6 +25,7 @@ import signal
 import sys
 
 from hogwild.errors import HogwildError
+from hogwild.logs import role_logger
 from hogwild.signals import StopRequest
 
 __all__ = ["register"]
@@ -140,7 +141,7 @@ def _serve(args) -> int:
     how = "final flush written" if options.store and flushed else "no store"
     if options.store and not flushed:
         how = "FINAL FLUSH FAILED"
-    print(f"hogwild ps: stopped ({how})", file=sys.stderr, flush=True)
+    role_logger("ps").info("stopped (%s)", how)
     if options.store and not flushed:
         return 1
     return 143 if signal.SIGTERM in stop.received else 0
