@@ -1,4 +1,4 @@
-"""Fixtures of the hosts tier: network-namespace hosts, skipped (one line) where they cannot be made.
+"""Fixtures of the hosts tier: network-namespace hosts, skipped (one line) where none can be made.
 
 ``hosts3`` is three hosts joined by a bridge, closed by its finaliser however the test ends (the
 namespaces, their interfaces and every process in them gone). A session killed before its
@@ -25,7 +25,7 @@ def _skip_without_namespaces() -> None:
 
 @pytest.fixture
 def make_hosts():
-    """A factory of :class:`Hosts` (``make_hosts(n)``); every one it made is closed after the test."""
+    """A factory of :class:`Hosts` (``make_hosts(n)``); each one made is closed after the test."""
     _skip_without_namespaces()
     made: list[Hosts] = []
 

@@ -63,7 +63,11 @@ class HostsError(RuntimeError):
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        ["ip", *args], capture_output=True, text=True, timeout=IP_TIMEOUT_S, stdin=subprocess.DEVNULL
+        ["ip", *args],
+        capture_output=True,
+        text=True,
+        timeout=IP_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
     )
     if check and done.returncode != 0:
         raise HostsError(f"ip {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
@@ -220,6 +224,17 @@ class Hosts:
         process = subprocess.Popen(self.argv(host, argv), **popen)
         self._started.append(process)
         return process
+
+    def daemon(self, host: int, argv: Sequence[str], log: str | os.PathLike, **run) -> None:
+        """Start ``argv`` in host ``host`` as a daemon: not a child of this process (a server
+        that outlives the test that started it, as a machine's services do), its output
+        appended to ``log``; it is killed when the hosts close, or lost with its host."""
+        with open(log, "ab") as out:
+            subprocess.run(
+                self.argv(host, ["sh", "-c", 'exec "$@" </dev/null &', "daemon", *argv]),
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, check=True,
+                timeout=IP_TIMEOUT_S, **run,
+            )  # fmt: skip
 
     def check(self, host: int, argv: Sequence[str], timeout: float = 60.0, **run) -> str:
         """Run ``argv`` in host ``host`` to its end; its stdout. Raises :class:`HostsError`
