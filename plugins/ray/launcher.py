@@ -1,11 +1,12 @@
 """The ``ray`` launcher: every role of a cluster job as a Ray actor running the role's process.
 
 The driver joins the Ray cluster ``cluster.ray_address`` names, else the one ``RAY_ADDRESS``
-names, else starts a Ray instance of its own on this host (its node on loopback, with as many
-logical CPUs as the job asks for, at least this host's cores; Ray itself binds its gRPC ports on
-every interface whatever the node's address, so what guards them is Ray's token authentication,
-which Ray turns on for a new local instance unless ``RAY_AUTH_MODE`` says otherwise), and leaves
-it when the job is over. Joining a cluster under token authentication needs no setting: when
+names, else starts a Ray instance of its own on this host (with as many logical CPUs as the
+job asks for, at least this host's cores), and leaves it when the job is over. Ray binds its
+gRPC ports on every interface and will not put a node started by ``ray.init`` on loopback (it
+swaps 127.0.0.1 for the host's address), so what guards the driver's own instance is Ray's
+token authentication, which Ray turns on for a new local instance unless ``RAY_AUTH_MODE`` says
+otherwise. Joining a cluster under token authentication needs no setting: when
 ``RAY_AUTH_MODE`` is unset, the driver asks the cluster's GCS once without a token and, refused,
 turns token mode on with the token found here (:data:`TOKEN_PLACES`), or says that none is. A
 job whose roles ask more CPUs than the cluster's live nodes have in all (or a replica more than
@@ -201,10 +202,9 @@ class RayLauncher(Launcher):
                 "run the driver on a node of the cluster and give the GCS address (HOST:PORT)"
             )
         options = {"log_to_driver": False, "logging_level": logging.WARNING}
-        if not address:  # the driver's own Ray: its node on loopback, token auth as Ray's default
+        if not address:  # the driver's own Ray (token authentication on, as Ray's default)
             need = needed_cpus(self.cluster)
-            options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
-                           _node_ip_address="127.0.0.1")  # fmt: skip
+            options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
         else:
             use_token_if_asked(address)
         main = threading.current_thread() is threading.main_thread()

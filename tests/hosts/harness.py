@@ -248,6 +248,16 @@ class Hosts:
             )
         return done.stdout
 
+    def sent_bytes(self, host: int) -> int:
+        """Bytes host ``host`` has sent on its link (``eth0``'s transmit counter) since it was
+        made: every byte it sent to another host, none it sent to itself over loopback."""
+        table = self.check(host, ["cat", "/proc/net/dev"])
+        for line in table.splitlines():
+            name, _, counters = line.partition(":")
+            if name.strip() == "eth0":
+                return int(counters.split()[8])  # receive has 8 columns, then transmit bytes
+        raise HostsError(f"host {host} has no eth0 in /proc/net/dev")
+
     def pids(self, host: int) -> list[int]:
         """Pids of the processes running in host ``host``."""
         return pids_in(self.namespace(host))

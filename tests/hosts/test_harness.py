@@ -49,9 +49,11 @@ def reaches(hosts: Hosts, here: int, there: int) -> bool:
 def test_every_host_reaches_every_other_and_sees_only_its_own_interfaces(hosts3):
     for host in (1, 2, 3):
         listen(hosts3, host)
+    sent = hosts3.sent_bytes(1)
     for here in (1, 2, 3):
         for there in (1, 2, 3):
             assert reaches(hosts3, here, there), (here, there)
+    assert hosts3.sent_bytes(1) > sent  # its connections to hosts 2 and 3 crossed its link
     addresses = hosts3.check(2, ["ip", "-o", "-4", "addr", "show"])
     assert sorted(line.split()[3] for line in addresses.splitlines()) == [
         "10.213.0.2/24", "127.0.0.1/8"

@@ -2,16 +2,20 @@
 
 The module's Ray cluster: ``ray start --head`` in host 1 and ``ray start --address`` in hosts 2
 and 3, each node with ``NODE_CPUS`` logical CPUs and a temporary directory of its own, under
-token authentication (the token in a file named by ``RAY_AUTH_TOKEN_PATH``; the head turns token
-mode on by itself when it finds a token, the joining nodes are told ``RAY_AUTH_MODE=token`` as
-Ray asks). The driver runs in host 1 and is *not* told ``RAY_AUTH_MODE``: it must find out that
-the cluster wants the token. An etcd for the copies listens on host 1's address.
+token authentication (:mod:`tests.hosts.ray_nodes`: the head turns token mode on by itself when
+it finds a token, the joining nodes are told ``RAY_AUTH_MODE=token`` as Ray asks). The driver
+runs in host 1 and is *not* told ``RAY_AUTH_MODE``: it must find out that the cluster wants the
+token. The controller is an etcd cluster of three members on hosts 4, 5 and 6 of its own.
 
 The job: copies = 3 over 3 parameter servers (one per node: Ray spreads them), 2 one-worker
 replicas and a data server, ``cluster.host`` host 1's address, so every role binds its node's
-address under the job's CURVE keys. While it trains, a client without keys is refused by every
-server, and one with the job's keys answered (the control). Afterwards: each host ran a role,
-and no role's process or run-directory mirror is left in any host.
+address under the job's CURVE keys. Once an epoch has ended, host 6 is lost (every process in
+it killed, its link down): the job goes on through the two members left and ends >= 98 % after
+2 epochs without restarting any role. While it trains, a client without keys is refused by every
+server, and one with the job's keys answered (the control). Afterwards: each of hosts 1 to 3
+ran a role, and no role's process or run-directory mirror is left in any host. (The issue's two
+tests, the job across hosts and a member's host lost, are one run here: each costs a
+two-epoch job.)
 
 ``NODE_CPUS`` x 3 is exactly what the job's roles ask, so the first test also shows a job that
 asks one CPU more refused at once, with what it needs and what there is.
@@ -20,7 +24,6 @@ asks one CPU more refused at once, with what it needs and what there is.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -31,6 +34,7 @@ import pytest
 
 from bench.support.paper_job import PAPER_JOB
 from tests.hosts.harness import Hosts
+from tests.hosts.ray_nodes import ray_env, start_etcd_cluster, start_ray
 
 pytest.importorskip("ray")
 from hogwild_plugins.ray.role_actor import mirror_dir  # noqa: E402
@@ -38,72 +42,21 @@ from hogwild_plugins.ray.role_actor import mirror_dir  # noqa: E402
 pytestmark = pytest.mark.slow
 
 NODE_CPUS = 2
-RAY_PORT = 6379  # each host has its own ports: no clash with anything on the machine
-ETCD_PORT = 2379
-STARTED_WITHIN_S = 120.0
 JOB_WITHIN_S = 900.0
 EPOCHS = 2
 
 
-def _ray_start(hosts: Hosts, host: int, env: dict, *args: str) -> None:
-    argv = [
-        sys.executable, "-m", "ray.scripts.scripts", "start", *args,
-        "--node-ip-address", hosts.address(host), "--num-cpus", str(NODE_CPUS),
-        "--object-store-memory", str(80 * 2**20), "--disable-usage-stats",
-        "--temp-dir", str(hosts.home(host) / "ray"),
-    ]  # fmt: skip
-    log = hosts.home(host) / "ray-start.log"
-    with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
-        code = subprocess.run(
-            hosts.argv(host, argv), stdout=out, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, timeout=STARTED_WITHIN_S,
-        ).returncode  # fmt: skip
-    if code != 0:
-        pytest.fail(f"ray start in host {host}: exit {code}: {log.read_text()[-3000:]}")
-
-
-def _wait_listening(hosts: Hosts, host: int, address: str, port: int) -> None:
-    code = (
-        "import socket, sys, time\n"
-        "for _ in range(400):\n"
-        "    try:\n"
-        f"        socket.create_connection(({address!r}, {port}), timeout=1).close()\n"
-        "        sys.exit(0)\n"
-        "    except OSError:\n"
-        "        time.sleep(0.05)\n"
-        "sys.exit(1)\n"
-    )
-    if subprocess.run(hosts.argv(host, [sys.executable, "-c", code]), timeout=60).returncode:
-        pytest.fail(f"nothing listens on {address}:{port} in host {host}")
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    """Three hosts, a Ray cluster across them and an etcd in host 1; all killed with the hosts."""
+    """Six hosts: a Ray cluster across hosts 1 to 3, an etcd cluster of a member in each of
+    hosts 4 to 6; all killed with the hosts."""
     from tests.hosts.conftest import _skip_without_namespaces
 
     _skip_without_namespaces()
-    with Hosts(3) as hosts:
-        token = hosts.home(1) / "auth_token"
-        token.write_text(os.urandom(16).hex())
-        token.chmod(0o600)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env["RAY_AUTH_TOKEN_PATH"] = str(token)
-        _ray_start(hosts, 1, env, "--head", "--port", str(RAY_PORT), "--include-dashboard=false")
-        for host in (2, 3):
-            joining = {**env, "RAY_AUTH_MODE": "token"}
-            _ray_start(hosts, host, joining, "--address", f"{hosts.address(1)}:{RAY_PORT}")
-        etcd_url = f"http://{hosts.address(1)}:{ETCD_PORT}"
-        peer_url = f"http://127.0.0.1:{ETCD_PORT + 1}"
-        hosts.daemon(1, [
-            "etcd", "--name=h1", f"--data-dir={hosts.home(1) / 'etcd'}",
-            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=h1={peer_url}", "--log-level=error",
-        ], hosts.home(1) / "etcd.log")  # fmt: skip
-        _wait_listening(hosts, 1, hosts.address(1), ETCD_PORT)
-        yield {"hosts": hosts, "env": env, "ray": f"{hosts.address(1)}:{RAY_PORT}",
-               "etcd": f"{hosts.address(1)}:{ETCD_PORT}"}  # fmt: skip
+    with Hosts(6) as hosts:
+        ray = start_ray(hosts, [1, 2, 3], NODE_CPUS)
+        etcd = start_etcd_cluster(hosts, [4, 5, 6])
+        yield {"hosts": hosts, "env": ray_env(hosts), "ray": ray, "etcd": etcd}
 
 
 def _job_argv(cluster, run_dir: Path, tmp_path: Path, mnist_dir: Path, *extra: str) -> list[str]:
@@ -171,6 +124,13 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
         records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
         (start,) = [r for r in records if r["event"] == "start"]
         ps, data = start["ps_servers"], start["data_servers"]
+        lost = False
+        while driver.poll() is None and time.monotonic() < deadline and not lost:
+            records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+            if any(r["event"] == "epoch" for r in records):  # training, and past an epoch end
+                hosts.lose(6)  # an etcd member's machine dies
+                lost = True
+            time.sleep(0.5)
         probe = hosts.check(3, [
             sys.executable, "-m", "tests.hosts.keyless", start["config"]["ps"]["job"],
             start["config"]["ps"]["keys"], "--ps", *ps, "--data", *data,
@@ -181,9 +141,11 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
             driver.kill()
             driver.communicate()
     assert driver.returncode == 0, stderr[-3000:]
+    assert lost and hosts.pids(6) == []
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["test_accuracy"] >= 0.98, final
     assert final["replicas"] == 2 and final["ps_servers"] == 3 and final["data_servers"] == 1
+    assert not final["restarts"]  # losing a member of the controller cost no role
 
     addresses = {hosts.address(h) for h in (1, 2, 3)}
     assert {r["host"] for r in roles} == addresses, roles  # each host ran at least one role
