@@ -16,7 +16,8 @@ from tests.hosts.harness import Hosts, unavailable
 _why_not: list[str | None] = []  # asked once per session
 
 
-def _skip_without_namespaces() -> None:
+def skip_without_namespaces() -> None:
+    """Skip the calling test, in one line, where network namespaces cannot be made here."""
     if not _why_not:
         _why_not.append(unavailable())
     if _why_not[0] is not None:
@@ -26,7 +27,7 @@ def _skip_without_namespaces() -> None:
 @pytest.fixture
 def make_hosts():
     """A factory of :class:`Hosts` (``make_hosts(n)``); each one made is closed after the test."""
-    _skip_without_namespaces()
+    skip_without_namespaces()
     made: list[Hosts] = []
 
     def make(n: int) -> Hosts:

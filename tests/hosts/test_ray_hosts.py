@@ -9,7 +9,7 @@ token. The controller is an etcd cluster of three members on hosts 4, 5 and 6 of
 
 The job: copies = 3 over 3 parameter servers (one per node: Ray spreads them), 2 one-worker
 replicas and a data server, ``cluster.host`` host 1's address, so every role binds its node's
-address under the job's CURVE keys. Once an epoch has ended, host 6 is lost (every process in
+address under the job's CURVE keys. Once an epoch has ended, host 4 is lost (every process in
 it killed, its link down): the job goes on through the two members left and ends >= 98 % after
 2 epochs without restarting any role. While it trains, a client without keys is refused by every
 server, and one with the job's keys answered (the control). Afterwards: each of hosts 1 to 3
@@ -50,9 +50,9 @@ EPOCHS = 2
 def cluster():
     """Six hosts: a Ray cluster across hosts 1 to 3, an etcd cluster of a member in each of
     hosts 4 to 6; all killed with the hosts."""
-    from tests.hosts.conftest import _skip_without_namespaces
+    from tests.hosts.conftest import skip_without_namespaces
 
-    _skip_without_namespaces()
+    skip_without_namespaces()
     with Hosts(6) as hosts:
         ray = start_ray(hosts, [1, 2, 3], NODE_CPUS)
         etcd = start_etcd_cluster(hosts, [4, 5, 6])
@@ -128,7 +128,7 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
         while driver.poll() is None and time.monotonic() < deadline and not lost:
             records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
             if any(r["event"] == "epoch" for r in records):  # training, and past an epoch end
-                hosts.lose(6)  # an etcd member's machine dies
+                hosts.lose(4)  # the member every client talks to first: its machine dies
                 lost = True
             time.sleep(0.5)
         probe = hosts.check(3, [
@@ -141,7 +141,7 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
             driver.kill()
             driver.communicate()
     assert driver.returncode == 0, stderr[-3000:]
-    assert lost and hosts.pids(6) == []
+    assert lost and hosts.pids(4) == []
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["test_accuracy"] >= 0.98, final
     assert final["replicas"] == 2 and final["ps_servers"] == 3 and final["data_servers"] == 1
