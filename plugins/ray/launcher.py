@@ -8,7 +8,8 @@ swaps 127.0.0.1 for the host's address), so what guards the driver's own instanc
 token authentication, which Ray turns on for a new local instance unless ``RAY_AUTH_MODE`` says
 otherwise. Joining a cluster under token authentication needs no setting: when
 ``RAY_AUTH_MODE`` is unset, the driver asks the cluster's GCS once without a token and, refused,
-turns token mode on with the token found here (:data:`TOKEN_PLACES`), or says that none is. A
+turns token mode on with the token found here (:data:`TOKEN_PLACES`), or says that none is; an
+address where nothing accepts a connection is refused at once (Ray would retry for a minute). A
 job whose roles ask more CPUs than the cluster's live nodes have in all (or a replica more than
 its largest node) is refused at once, with what it needs and what there is.
 
@@ -58,6 +59,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -80,6 +82,7 @@ STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
 FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
 RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
+REACH_S = 5.0  # a GCS that does not accept a connection within this is not there
 TOKEN_PLACES = "~/.ray/auth_token, a file named by RAY_AUTH_TOKEN_PATH, or RAY_AUTH_TOKEN"
 
 
@@ -109,6 +112,27 @@ def wants_token(address: str) -> bool:
     except Exception:  # noqa: BLE001 -- unreachable or not a GCS: joining it will say so
         return False
     return False
+
+
+def check_reachable(address: str, timeout_s: float = REACH_S) -> None:
+    """Refuse at once a Ray address where nothing accepts connections (Ray itself would retry
+    for a minute before saying so).
+
+    Raises:
+        ConfigError: Not ``HOST:PORT``, or nothing listens there.
+    """
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(
+            f"Ray address {address!r} (cluster.ray_address or RAY_ADDRESS): expected HOST:PORT, "
+            "the GCS address `ray start --head` prints"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"no Ray cluster answers at {address} (cluster.ray_address or RAY_ADDRESS): {exc}"
+        ) from None
 
 
 def use_token_if_asked(address: str) -> None:
@@ -205,7 +229,8 @@ class RayLauncher(Launcher):
         if not address:  # the driver's own Ray (token authentication on, as Ray's default)
             need = needed_cpus(self.cluster)
             options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
-        else:
+        elif address != "auto":  # "auto": the cluster on this node, found by Ray
+            check_reachable(address)
             use_token_if_asked(address)
         main = threading.current_thread() is threading.main_thread()
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
