@@ -15,7 +15,7 @@ the test": a segment whose owner is another live process is someone else's. New 
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
 
-The tiers run in order: ``unit``, then ``proc``, then ``cluster``. While the unit tests run (one
+The tiers run in order: ``unit``, then ``proc``, then ``cluster``, then ``hosts``. While the unit tests run (one
 core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so the multi-process tests
 start from a warm numba cache; the session owns that process (it is not a test's leak) and stops it
 at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session writes the project's bytecode
@@ -46,7 +46,7 @@ from hogwild.shm.naming import owner_alive, parse_segment_name
 
 _MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
-_TIERS = ("unit", "proc", "cluster")
+_TIERS = ("unit", "proc", "cluster", "hosts")
 _warming: subprocess.Popen | None = None
 _warming_log = None
 _bytecode: list[Path] = []  # .pyc files this session wrote (see tests/bytecode.py)
@@ -106,7 +106,8 @@ def _our_pids() -> list[int]:
 
 
 def _tier(item) -> int:
-    """0, 1 or 2 for a test under ``tests/unit``, ``tests/proc`` or ``tests/cluster``; else 0."""
+    """0 to 3 for a test under ``tests/unit``, ``tests/proc``, ``tests/cluster`` or ``tests/hosts``;
+    else 0."""
     try:
         folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
     except ValueError:
@@ -124,7 +125,7 @@ def pytest_sessionstart(session) -> None:
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Unit tests first, then the process tier, then the cluster tier (a stable sort)."""
+    """Unit tests first, then the process, cluster and hosts tiers (a stable sort)."""
     items.sort(key=_tier)
 
 

@@ -246,7 +246,8 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
     if cluster.copies > 1 and not cluster.etcd and cluster.launcher != "local":
         fail(
             f"cluster.copies = {cluster.copies} with cluster.launcher = {cluster.launcher!r}: "
-            'give cluster.etcd = "HOST:PORT", an etcd every node can reach (the one '
+            'give cluster.etcd = "HOST:PORT" (or an etcd cluster\'s members, '
+            '"HOST:PORT,HOST:PORT,..."), an etcd every node can reach (the one '
             "hogwild cluster starts listens on this host's loopback only)"
         )
     if not cluster.host.strip():

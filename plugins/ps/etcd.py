@@ -7,8 +7,17 @@ policy (who is primary, what the map says: that lives in I/O-free state machines
 (``/hogwild/<job>/``), every value a JSON object. Nothing read from the network is trusted: a
 value that is not a JSON object is a :class:`~hogwild.errors.HogwildError` naming the key, a
 request that cannot reach etcd is :class:`EtcdUnavailable` naming the address, a lease etcd no
-longer knows is :class:`LeaseExpired`. Every request has a timeout. The server itself
-(:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
+longer knows is :class:`LeaseExpired`. Every request has a timeout.
+
+An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests
+go to one member until it fails, then to the next. A request that could not have reached the
+member (refused, unreachable) is tried on the others at once, and so is a read; a write whose
+fate is unknown (timed out, or refused for want of a leader) is not repeated, since it may have
+been applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes
+to the next member. Members that failed their last request are :attr:`Etcd.lost_members` (a lost
+member); when every member failed one request, :class:`EtcdClusterLost` (a lost cluster).
+
+The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
 
 It talks to etcd's gRPC JSON gateway through etcd3gw's transport (its ``post``: URL discovery,
@@ -33,7 +42,50 @@ from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
 
-__all__ = ["Etcd", "EtcdProcess", "EtcdUnavailable", "LeaseExpired", "Watch", "etcd_binary"]
+__all__ = [
+    "Etcd",
+    "EtcdClusterLost",
+    "EtcdProcess",
+    "EtcdUnavailable",
+    "LeaseExpired",
+    "Watch",
+    "etcd_binary",
+    "parse_endpoints",
+]
+
+READS = frozenset({"/kv/range", "/lease/keepalive"})  # safe to ask another member again
+LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
+
+
+def parse_endpoints(address: str) -> list[str]:
+    """The members of ``address`` (``HOST:PORT`` or a comma-separated list of them), each as
+    ``HOST:PORT``.
+
+    Raises:
+        HogwildError: An empty entry, one that is not ``HOST:PORT``, or a member named twice.
+    """
+    parts = [part.strip() for part in str(address).split(",")]
+    members = []
+    for part in parts:
+        parsed = parse_address(part) if part else None
+        if parsed is None or parsed.transport != "tcp":
+            raise HogwildError(
+                f"etcd address {address!r}: expected HOST:PORT, or the members of an etcd "
+                "cluster as HOST:PORT,HOST:PORT,..."
+            )
+        members.append(str(parsed))
+    if len(set(members)) != len(members):
+        raise HogwildError(f"etcd address {address!r}: a member is named twice")
+    return members
+
+
+class _MemberDown(Exception):
+    """One member did not answer: why, and whether the request surely never reached it."""
+
+    def __init__(self, why: str, unsent: bool) -> None:
+        super().__init__(why)
+        self.why, self.unsent = why, unsent
+
 
 if TYPE_CHECKING:
     from etcd3gw import exceptions as gw
@@ -43,6 +95,10 @@ log = logging.getLogger(__name__)
 
 class EtcdUnavailable(HogwildError):
     """etcd cannot be reached (refused, timed out, no leader); the message names the address."""
+
+
+class EtcdClusterLost(EtcdUnavailable):
+    """No member of the etcd cluster answered one request (each member's failure named)."""
 
 
 class LeaseExpired(HogwildError):
@@ -61,24 +117,29 @@ class Etcd:
     ``replace(key, value, 0)`` creates.
 
     Args:
-        address: ``HOST:PORT`` of etcd's client URL.
+        address: ``HOST:PORT`` of etcd's client URL, or an etcd cluster's members as
+            ``HOST:PORT,HOST:PORT,...`` (see the module docstring).
         prefix: The job's key prefix, such as ``/hogwild/<job>/``.
-        timeout_s: The limit of every request, in seconds.
+        timeout_s: The limit of every request to one member, in seconds.
     """
 
     def __init__(self, address: str, *, prefix: str, timeout_s: float = 2.0) -> None:
-        parsed = parse_address(address)
-        if parsed.transport != "tcp":
-            raise HogwildError(f"etcd address {address!r}: expected HOST:PORT")
+        self.members = parse_endpoints(address)
         if not prefix:
             raise HogwildError("etcd key prefix is empty: expected something like /hogwild/JOB/")
-        self.address = str(parsed)
+        self.address = ",".join(self.members)
         self.prefix = prefix
         self.timeout_s = timeout_s
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
         # whose processes import this module, never spend
 
-        self._client = etcd3gw.client(host=parsed.host, port=parsed.port, timeout=timeout_s)
+        self._clients = []
+        for member in self.members:
+            parsed = parse_address(member)
+            self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
+                                                timeout=timeout_s))  # fmt: skip
+        self._current = 0  # the member requests go to until it fails
+        self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -208,7 +269,8 @@ class Etcd:
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
-        self._client.session.close()
+        for client in self._clients:
+            client.session.close()
 
     def __enter__(self) -> Etcd:
         return self
@@ -271,31 +333,68 @@ class Etcd:
         return value
 
     def _post(self, path: str, payload: dict) -> dict:
-        """One request to etcd's gateway, its errors typed (see the module docstring)."""
+        """One request, to the current member or, as the module docstring says, the others."""
+        failures: list[tuple[str, str]] = []
+        n = len(self._clients)
+        for step in range(n):
+            i = (self._current + step) % n
+            member = self.members[i]
+            try:
+                reply = self._post_to(i, path, payload)
+            except _MemberDown as down:
+                self.lost_members.add(member)
+                failures.append((member, down.why))
+                if n > 1 and not down.unsent and path not in READS:
+                    self._current = (i + 1) % n
+                    if self.lost_members >= set(self.members):  # the last one thought alive
+                        raise EtcdClusterLost(
+                            f"no member of the etcd cluster {self.address} answers: "
+                            f"{member} did not answer {path} ({down.why}), and the others "
+                            "failed before it"
+                        ) from None
+                    raise EtcdUnavailable(
+                        f"etcd member {member} did not answer {path} ({down.why}); it may have "
+                        "been applied, so it is not repeated on another member; the next "
+                        f"request goes to {self.members[self._current]}"
+                    ) from None
+                continue
+            self._current = i
+            self.lost_members.discard(member)
+            return reply
+        if n == 1:
+            raise EtcdUnavailable(f"etcd at {self.address} cannot be reached: {failures[0][1]}")
+        said = "; ".join(f"{member}: {why}" for member, why in failures)
+        raise EtcdClusterLost(
+            f"no member of the etcd cluster {self.address} answered {path}: {said}"
+        )
+
+    def _post_to(self, i: int, path: str, payload: dict) -> dict:
+        """One request to member ``i``, its errors typed (see the module docstring); a member
+        that did not answer is :class:`_MemberDown`."""
         import requests
         from etcd3gw import exceptions as gw
 
+        client, member = self._clients[i], self.members[i]
         try:
-            reply = self._client.post(self._client.get_url(path), json=payload)
+            reply = client.post(client.get_url(path), json=payload)
         except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:
-            raise EtcdUnavailable(
-                f"etcd at {self.address} cannot be reached: {_detail(err)}"
-            ) from err
+            raise _MemberDown(_detail(err) or "timed out", _unsent(err)) from err
         except requests.RequestException as err:  # what etcd3gw lets through (a cut reply)
-            raise EtcdUnavailable(f"etcd at {self.address} cannot be reached: {err}"[:400]) from err
+            raise _MemberDown(str(err)[:400], unsent=False) from err
         except gw.Etcd3Exception as err:
             if "lease not found" in (err.detail_text or ""):
                 lease = payload.get("ID") or payload.get("lease")
                 which = f"lease {lease}" if lease else "a lease of this transaction"
-                message = f"etcd at {self.address}: {which} expired or was revoked"
+                message = f"etcd at {member}: {which} expired or was revoked"
                 raise LeaseExpired(message) from err
-            raise HogwildError(f"etcd at {self.address}: {path} failed: {_detail(err)}") from err
+            detail = _detail(err)
+            if any(word in detail.lower() for word in LEADERLESS):  # cut off from its quorum
+                raise _MemberDown(detail, unsent=False) from err
+            raise HogwildError(f"etcd at {member}: {path} failed: {detail}") from err
         except ValueError as err:  # a reply that is not JSON: not etcd
-            raise HogwildError(
-                f"etcd at {self.address}: {path}: reply is not JSON ({err})"
-            ) from err
+            raise HogwildError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
         if not isinstance(reply, dict):
-            raise HogwildError(f"etcd at {self.address}: {path}: reply {reply!r:.200} is no dict")
+            raise HogwildError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
         return reply
 
 
@@ -342,7 +441,7 @@ class Watch:
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(self._reader.timeout_s + self._interval_s + 1.0)
-        self._reader._client.session.close()
+        self._reader.close()  # it has no watches of its own: its connections closed
 
     @property
     def active(self) -> bool:
@@ -408,6 +507,19 @@ def _int(reply, field: str, address: str, default: int | None = None) -> int:
         raise HogwildError(
             f"etcd at {address}: malformed reply, no {field!r} in {reply!r:.200}"
         ) from None
+
+
+def _unsent(err: Exception) -> bool:
+    """Whether a failed request surely never reached etcd: no connection was made (etcd3gw
+    raises its errors with the ``requests`` one as their context)."""
+    import requests
+
+    cause = err.__context__
+    if isinstance(cause, requests.exceptions.ConnectTimeout):
+        return True
+    return isinstance(cause, requests.exceptions.ConnectionError) and (
+        "NewConnectionError" in str(cause) or "Connection refused" in str(cause)
+    )
 
 
 def _detail(err: gw.Etcd3Exception) -> str:

@@ -206,3 +206,17 @@ def test_ray_restarts_a_killed_replica_in_its_actor(ray_head, mnist_dir, tmp_pat
         time.sleep(0.5)
     assert _left_behind(ray_head["dashboard"]) == ([], [])
     assert _processes_of(run_dir) == []
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(mnist_dir, tmp_path):
+    (port,) = free_ports(1)  # nothing listens there
+    env = {**RAY_ENV, "RAY_ADDRESS": f"127.0.0.1:{port}"}  # the environment says where
+    command = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray", "--data",
+        str(mnist_dir), "--checkpoint-dir", str(tmp_path / "run"), "--no-progress",
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode != 0
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in done.stderr, done.stderr[-2000:]
+    assert time.monotonic() - started < 60.0  # not Ray's minute of retries on top

@@ -1,0 +1,133 @@
+"""A Ray cluster and an etcd on :class:`~tests.hosts.harness.Hosts`, for the hosts tier and bench/.
+
+:func:`start_ray` runs ``ray start --head`` in the first host given and ``ray start --address``
+in the others, each node with its own temporary directory (hosts share the filesystem) and its
+own logical CPUs, under Ray's token authentication with a token of the hosts' own (a file named
+by ``RAY_AUTH_TOKEN_PATH``): the head turns token mode on by itself when it finds a token, a
+joining node is told ``RAY_AUTH_MODE=token``, as Ray asks of ``ray start --address``. Neither
+``ray stop`` (it stops every Ray instance on the machine) nor anything else stops them: they
+are daemons of their hosts, killed when the hosts close. :func:`start_etcd` does the same for a
+one-member etcd listening on a host's address, :func:`start_etcd_cluster` for an etcd cluster
+with a member in each of several hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from tests.hosts.harness import Hosts, HostsError
+
+RAY_PORT = 6379  # each host has its own ports: nothing on the machine is in the way
+ETCD_PORT = 2379
+STARTED_WITHIN_S = 120.0
+
+
+def ray_env(hosts: Hosts) -> dict[str, str]:
+    """The environment the hosts' Ray nodes and drivers run in: this one without ``RAY_*``
+    settings, and ``RAY_AUTH_TOKEN_PATH`` naming a token made for these hosts."""
+    token = hosts.home(1) / "auth_token"
+    if not token.exists():
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(os.urandom(16).hex())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_AUTH_TOKEN_PATH"] = str(token)
+    return env
+
+
+def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> None:
+    argv = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", *args,
+        "--node-ip-address", hosts.address(host), "--num-cpus", str(cpus),
+        "--object-store-memory", str(80 * 2**20), "--disable-usage-stats",
+        "--temp-dir", str(hosts.home(host) / "ray"),
+    ]  # fmt: skip
+    log = hosts.home(host) / "ray-start.log"
+    with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
+        code = subprocess.run(
+            hosts.argv(host, argv), stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True, timeout=STARTED_WITHIN_S,
+        ).returncode  # fmt: skip
+    if code != 0:
+        raise HostsError(f"ray start in host {host}: exit {code}: {log.read_text()[-3000:]}")
+
+
+def start_ray(hosts: Hosts, nodes: list[int], cpus: int) -> str:
+    """A Ray cluster with a node in each of ``nodes`` (the head in the first), ``cpus`` logical
+    CPUs each; its GCS address."""
+    env = ray_env(hosts)
+    head = nodes[0]
+    _ray_start(hosts, head, env, cpus, "--head", "--port", str(RAY_PORT),
+               "--include-dashboard=false")  # fmt: skip
+    address = f"{hosts.address(head)}:{RAY_PORT}"
+    for host in nodes[1:]:
+        _ray_start(hosts, host, {**env, "RAY_AUTH_MODE": "token"}, cpus, "--address", address)
+    return address
+
+
+def wait_listening(hosts: Hosts, host: int, address: str, port: int, within_s=20.0) -> None:
+    """Wait until something in host ``host`` accepts TCP connections on ``address:port``."""
+    code = (
+        "import socket, sys, time\n"
+        f"deadline = time.monotonic() + {within_s}\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        f"        socket.create_connection(({address!r}, {port}), timeout=1).close()\n"
+        "        sys.exit(0)\n"
+        "    except OSError:\n"
+        "        time.sleep(0.05)\n"
+        "sys.exit(1)\n"
+    )
+    if subprocess.run(
+        hosts.argv(host, [sys.executable, "-c", code]), timeout=within_s + 30
+    ).returncode:
+        raise HostsError(f"nothing listens on {address}:{port} in host {host}")
+
+
+def start_etcd(hosts: Hosts, host: int) -> str:
+    """A one-member etcd listening on host ``host``'s address; its ``HOST:PORT``."""
+    client = f"http://{hosts.address(host)}:{ETCD_PORT}"
+    peer = f"http://127.0.0.1:{ETCD_PORT + 1}"
+    hosts.daemon(host, [
+        "etcd", f"--name=h{host}", f"--data-dir={hosts.home(host) / 'etcd'}",
+        f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=h{host}={peer}", "--log-level=error",
+    ], hosts.home(host) / "etcd.log")  # fmt: skip
+    wait_listening(hosts, host, hosts.address(host), ETCD_PORT)
+    time.sleep(0.5)  # a one-member cluster elects itself within its election timeout
+    return f"{hosts.address(host)}:{ETCD_PORT}"
+
+
+def start_etcd_cluster(hosts: Hosts, members: list[int]) -> str:
+    """An etcd cluster with a member in each of ``members`` (peers over the hosts' network);
+    its members' addresses, ``HOST:PORT,HOST:PORT,...``."""
+    peers = {h: f"http://{hosts.address(h)}:{ETCD_PORT + 1}" for h in members}
+    initial = ",".join(f"h{h}={peer}" for h, peer in peers.items())
+    for host in members:
+        client = f"http://{hosts.address(host)}:{ETCD_PORT}"
+        hosts.daemon(host, [
+            "etcd", f"--name=h{host}", f"--data-dir={hosts.home(host) / 'etcd'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peers[host]}", f"--initial-advertise-peer-urls={peers[host]}",
+            f"--initial-cluster={initial}", "--initial-cluster-state=new",
+            "--heartbeat-interval=50", "--election-timeout=500", "--log-level=error",
+        ], hosts.home(host) / "etcd.log")  # fmt: skip
+    for host in members:
+        wait_listening(hosts, host, hosts.address(host), ETCD_PORT)
+    time.sleep(2.0)  # the members find each other and elect a leader
+    return ",".join(f"{hosts.address(h)}:{ETCD_PORT}" for h in members)
+
+
+__all__ = [
+    "ETCD_PORT",
+    "RAY_PORT",
+    "ray_env",
+    "start_etcd",
+    "start_etcd_cluster",
+    "start_ray",
+    "wait_listening",
+]
