@@ -34,6 +34,7 @@ from hogwild.errors import ConfigError
 LAYER_KEYS: dict[str, dict[str, Any]] = {
     "conv": {"maps": None, "kernel": None, "stride": 1, "padding": "valid"},
     "maxpool": {"size": 2, "stride": None},
+    "avgpool": {"size": 2, "stride": None},
     "fc": {"units": None},
     "relu": {},
     "tanh": {},
@@ -41,6 +42,8 @@ LAYER_KEYS: dict[str, dict[str, Any]] = {
     "dropout": {"p": 0.5},
     "softmax": {},
 }
+
+POOLS = ("maxpool", "avgpool")  # pooling layers: the stride is the window's size unless given
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,7 @@ class LayerConfig:
     maps: int = 0
     kernel: int = 0
     stride: int = 1
-    padding: str = "valid"
+    padding: str | int = "valid"  # "valid", "same" or zeros added on every side (int >= 0)
     size: int = 0
     units: int = 0
     p: float = 0.0
@@ -423,13 +426,15 @@ def _build_layers(value: Any, origin: str) -> tuple[LayerConfig, ...]:
         values: dict[str, Any] = {"type": kind}
         for key, default in keys.items():
             if key in table:
-                expected = float if key == "p" else (str if key == "padding" else int)
+                expected = float if key == "p" else int
+                if key == "padding":  # a name, or PyTorch's zeros on every side
+                    expected = int if isinstance(table[key], int) else str
                 values[key] = _coerce(f"{kind}.{key}", table[key], expected, where)
-            elif default is None and not (kind == "maxpool" and key == "stride"):
+            elif default is None and not (kind in POOLS and key == "stride"):
                 raise ConfigError(f"{where} ({kind}): missing required key {key!r}")
             elif default is not None:
                 values[key] = default
-        if kind == "maxpool" and "stride" not in table:
+        if kind in POOLS and "stride" not in table:
             values["stride"] = values["size"]
         layers.append(LayerConfig(**values))
     return tuple(layers)

@@ -71,14 +71,20 @@ def check_config(config: Any, origin: str) -> None:
         if layer.type == "conv":
             if layer.maps < 1 or layer.kernel < 1 or layer.stride < 1:
                 fail(f"{where}: maps, kernel and stride must be >= 1")
-            if layer.padding not in ("valid", "same"):
-                fail(f"{where}: padding must be 'valid' or 'same', got {layer.padding!r}")
+            if isinstance(layer.padding, int):
+                if layer.padding < 0:
+                    fail(f"{where}: an integer padding must be >= 0, got {layer.padding}")
+            elif layer.padding not in ("valid", "same"):
+                fail(
+                    f"{where}: padding must be 'valid', 'same' or an integer >= 0, "
+                    f"got {layer.padding!r}"
+                )
             if layer.padding == "same" and layer.kernel % 2 == 0:
                 fail(
                     f"{where}: padding 'same' pads (kernel - 1) / 2 on every side and needs an "
                     f"odd kernel, got {layer.kernel}; use 'valid' or an odd kernel"
                 )
-        if layer.type == "maxpool" and (layer.size < 1 or layer.stride < 1):
+        if layer.type in ("maxpool", "avgpool") and (layer.size < 1 or layer.stride < 1):
             fail(f"{where}: size and stride must be >= 1")
         if layer.type == "fc" and layer.units < 1:
             fail(f"{where}: units must be >= 1")

@@ -1,6 +1,6 @@
 """Forward and backward kernels of the non-convolution layers, for one example.
 
-Max-pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with cross-entropy.
+Max- and average pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with cross-entropy.
 Every kernel addresses flat float32 rows through offsets (see :mod:`hogwild.model.network`).
 Parameter gradients are accumulated into ``g`` (a minibatch sums over its examples); input
 gradients are overwritten. Max-pooling records each output's arg-max, and dropout its mask, in the
@@ -88,6 +88,37 @@ def maxpool_backward(y, dy, y_off, dx, dx_off, aux, n_in, n_out, relu):
             dy[ys + j] = dy[ys + j] if y[ys + j] > zero else zero
     for j in range(n_out):
         dx[dx_off + aux[y_off + j]] += dy[y_off + j]
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def avgpool_forward(x, x_off, y, y_off, C, H, W, Ho, Wo, K, S):
+    """y[c, oy, ox] = mean of the KxK window (PyTorch's ``AvgPool2d`` without padding)."""
+    inv = np.float32(1.0 / (K * K))
+    for c in range(C):
+        for oy in range(Ho):
+            for ox in range(Wo):
+                acc = np.float32(0.0)
+                for ky in range(K):
+                    row = x_off + (c * H + oy * S + ky) * W + ox * S
+                    for kx in range(K):
+                        acc += x[row + kx]
+                y[y_off + (c * Ho + oy) * Wo + ox] = acc * inv
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def avgpool_backward(dy, dy_off, dx, dx_off, C, H, W, Ho, Wo, K, S):
+    """Spread each output gradient evenly over its window (windows that overlap add up)."""
+    inv = np.float32(1.0 / (K * K))
+    for i in range(C * H * W):
+        dx[dx_off + i] = 0.0
+    for c in range(C):
+        for oy in range(Ho):
+            for ox in range(Wo):
+                d = dy[dy_off + (c * Ho + oy) * Wo + ox] * inv
+                for ky in range(K):
+                    row = dx_off + (c * H + oy * S + ky) * W + ox * S
+                    for kx in range(K):
+                        dx[row + kx] += d
 
 
 @kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")

@@ -29,7 +29,9 @@ from hogwild.model.batch_kernels import batch_scratch_size, packed_conv_weights_
 
 # Op codes of the engine.
 OP_CONV, OP_MAXPOOL, OP_FC, OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT, OP_SOFTMAX = range(8)
+OP_AVGPOOL = 8
 OP_CODES = {
+    "avgpool": OP_AVGPOOL,
     "conv": OP_CONV,
     "maxpool": OP_MAXPOOL,
     "fc": OP_FC,
@@ -153,6 +155,14 @@ class Network:
         return "\n".join(lines)
 
 
+def conv_padding(layer: LayerConfig) -> int:
+    """Zeros added on every side of a convolution's input: ``"valid"`` none, ``"same"``
+    ``(kernel - 1) / 2`` (an odd kernel), an integer as PyTorch's ``Conv2d(padding=n)``."""
+    if isinstance(layer.padding, int):
+        return layer.padding
+    return (layer.kernel - 1) // 2 if layer.padding == "same" else 0
+
+
 def _align(n: int) -> int:
     return (n + ALIGN_FLOATS - 1) // ALIGN_FLOATS * ALIGN_FLOATS
 
@@ -199,7 +209,7 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
                 raise ConfigError(f"{where} needs a [maps, height, width] input, got {shape}")
             c, h, w = shape
             k, s = layer.kernel, layer.stride
-            pad = (k - 1) // 2 if layer.padding == "same" else 0
+            pad = conv_padding(layer)
             ho, wo = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
             if ho < 1 or wo < 1 or k > h + 2 * pad or k > w + 2 * pad:
                 raise ConfigError(
@@ -215,7 +225,7 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
             row[COL_K], row[COL_STRIDE], row[COL_PAD] = k, s, pad
             connections = ho * wo * layer.maps * c * k * k
             weighted_dims.append(("conv", c, layer.maps, ho * wo, k))
-        elif kind == "maxpool":
+        elif kind in ("maxpool", "avgpool"):
             if len(shape) != 3:
                 raise ConfigError(f"{where} needs a [maps, height, width] input, got {shape}")
             c, h, w = shape

@@ -23,6 +23,8 @@ from hogwild.model.conv_direct import conv_weight_grad, direct_applies
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,
+    avgpool_backward,
+    avgpool_forward,
     dropout_backward,
     dropout_forward,
     fc_backward,
@@ -54,6 +56,7 @@ from hogwild.model.network import (
     COL_W_IN,
     COL_WO,
     COL_WORK,
+    OP_AVGPOOL,
     OP_CONV,
     OP_DROPOUT,
     OP_FC,
@@ -187,6 +190,20 @@ def _forward_one(r, params, a, aux, training):
             r[COL_K],
             r[COL_STRIDE],
             r[COL_FUSED_RELU],
+        )
+    elif op == OP_AVGPOOL:
+        avgpool_forward(
+            a,
+            x_off,
+            a,
+            y_off,
+            r[COL_C],
+            r[COL_H],
+            r[COL_W_IN],
+            r[COL_HO],
+            r[COL_WO],
+            r[COL_K],
+            r[COL_STRIDE],
         )
     elif op == OP_FC:
         fc_forward(a, x_off, params, r[COL_W], r[COL_B], a, y_off, r[COL_C], r[COL_O])
@@ -421,6 +438,20 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
         n_in = r[COL_C] * r[COL_H] * r[COL_W_IN]
         n_out = r[COL_O] * r[COL_HO] * r[COL_WO]
         maxpool_backward(a, da, y_off, da, x_off, aux, n_in, n_out, r[COL_FUSED_RELU])
+    elif op == OP_AVGPOOL:
+        avgpool_backward(
+            da,
+            y_off,
+            da,
+            x_off,
+            r[COL_C],
+            r[COL_H],
+            r[COL_W_IN],
+            r[COL_HO],
+            r[COL_WO],
+            r[COL_K],
+            r[COL_STRIDE],
+        )
     elif (op == OP_RELU and not r[COL_FUSED_RELU]) or op == OP_TANH or op == OP_SIGMOID:
         activation_backward(op - OP_RELU, a, y_off, da, y_off, da, x_off, r[COL_C])
     elif op == OP_DROPOUT:

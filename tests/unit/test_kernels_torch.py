@@ -4,8 +4,10 @@ Proves that the engine computes what the equivalent PyTorch model computes, with
 copied by name from :meth:`Network.views` (conv ``[out, in, kh, kw]``, fc ``[out, in]``):
 
 * one example's class probabilities, every parameter gradient and the input gradient, for the
-  bundled Adam MNIST model, a same-padding / stride-2 / max-pool 3/2 variant, and a
-  tanh / sigmoid / dropout variant (dropout with the engine's own mask);
+  bundled Adam MNIST model, a same-padding / stride-2 / max-pool 3/2 variant, a
+  tanh / sigmoid / dropout variant (dropout with the engine's own mask), and a variant with
+  integer convolution padding (an even kernel) and average pooling (windows apart and
+  overlapping);
 * ``predict_batch`` and ``evaluate_range`` (normalisation ``(x / 255 - mean) / std`` of uint8
   images, summed cross-entropy, number correct) in evaluation mode;
 * ``train_chunk`` with batch 4 and plain SGD equals one ``torch.optim.SGD`` step on the mean
@@ -24,7 +26,7 @@ from hogwild.config import config_from_dict, load_config
 from hogwild.model.context import TrainingContext
 from hogwild.model.init import initialise
 from hogwild.model.loops import LABEL_DTYPE, evaluate_range, predict_batch
-from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network
+from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network, conv_padding
 from hogwild.model.passes import backward, forward
 from hogwild.model.random import seed_kernels
 from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
@@ -75,8 +77,24 @@ SMOOTH_DROPOUT = _model(
     ]
 )
 
+# Integer padding as PyTorch's Conv2d(padding=n) (an even kernel too), and average pooling with
+# windows that do not overlap and windows that do.
+AVGPOOL_INT_PADDING = _model(
+    [
+        {"type": "conv", "maps": 5, "kernel": 4, "stride": 2, "padding": 1},
+        {"type": "relu"},
+        {"type": "avgpool", "size": 2},
+        {"type": "conv", "maps": 7, "kernel": 3, "stride": 1, "padding": 2},
+        {"type": "tanh"},
+        {"type": "avgpool", "size": 3, "stride": 2},
+        {"type": "fc", "units": 10},
+        {"type": "softmax"},
+    ]
+)
+
 MODELS = {
     "adam_mnist": load_config().model.without_dropout(),
+    "avgpool_int_padding": AVGPOOL_INT_PADDING,
     "same_stride2": SAME_STRIDE2,
     "tanh_sigmoid_dropout": SMOOTH_DROPOUT,
 }
@@ -109,11 +127,13 @@ def torch_logits(network: Network, tp: dict, x, masks: dict | None = None):
     for layer in network.layers:
         cfg, kind = layer.config, layer.config.type
         if kind == "conv":
-            pad = (cfg.kernel - 1) // 2 if cfg.padding == "same" else 0
+            pad = conv_padding(cfg)
             w, b = tp[f"{layer.name}.weight"], tp[f"{layer.name}.bias"]
             x = F.conv2d(x, w, b, stride=cfg.stride, padding=pad)
         elif kind == "maxpool":
             x = F.max_pool2d(x, cfg.size, cfg.stride)
+        elif kind == "avgpool":
+            x = F.avg_pool2d(x, cfg.size, cfg.stride)
         elif kind == "fc":
             x = F.linear(x.flatten(1), tp[f"{layer.name}.weight"], tp[f"{layer.name}.bias"])
         elif kind == "relu":
@@ -262,7 +282,7 @@ def _train(network, params, velocity, ctx, images, labels, batch, lr, mu, wd, ru
     )
 
 
-@pytest.mark.parametrize("name", ["adam_mnist", "same_stride2"])
+@pytest.mark.parametrize("name", ["adam_mnist", "same_stride2", "avgpool_int_padding"])
 def test_minibatch_sgd_step_matches_torch(name):
     network = build_network(MODELS[name])
     params = init_params(network, seed=12)
