@@ -88,7 +88,9 @@ class OptimConfig:
 
     rule: str = "sgd"
     lr: float = 0.003
-    momentum: float = 0.9
+    momentum: float = 0.9  # adam, adamw: beta1
+    beta2: float = 0.999
+    eps: float = 1e-8
     weight_decay: float = 0.0005
     schedule: str = "step"
     decay: float = 0.5

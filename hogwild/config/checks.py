@@ -26,7 +26,7 @@ FLOAT32_TINY = 1.1754943508222875e-38
 # parameter store: :mod:`hogwild.store.registry`.)
 CHOICES = {
     ("model", "init"): ("he", "xavier", "torch"),
-    ("optim", "rule"): ("sgd", "momentum"),
+    ("optim", "rule"): ("sgd", "momentum", "adam", "adamw"),
     ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
     ("train", "start_method"): ("spawn", "forkserver"),
     ("train", "placement"): ("fill", "spread"),
@@ -99,6 +99,15 @@ def check_config(config: Any, origin: str) -> None:
         fail(f"optim.lr must be > 0, got {optim.lr}")
     if not 0.0 <= optim.momentum < 1.0:
         fail(f"optim.momentum must be in [0, 1), got {optim.momentum}")
+    if not 0.0 <= optim.beta2 < 1.0:
+        fail(f"optim.beta2 must be in [0, 1), got {optim.beta2}")
+    if not optim.eps > 0:
+        fail(f"optim.eps must be > 0, got {optim.eps}")
+    if optim.rule in ("adam", "adamw") and train.parameters == "ps":
+        fail(
+            f"optim.rule = {optim.rule!r} trains on one machine; with train.parameters = 'ps' "
+            "the parameter servers apply their own rule (ps.rule)"
+        )
     if not config.model.init_scale > 0:
         fail(f"model.init_scale must be > 0, got {config.model.init_scale}")
     if train.seed < 0:

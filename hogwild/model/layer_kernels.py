@@ -1,6 +1,7 @@
 """Forward and backward kernels of the non-convolution layers, for one example.
 
-Max- and average pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with cross-entropy.
+Max- and average pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with
+cross-entropy.
 Every kernel addresses flat float32 rows through offsets (see :mod:`hogwild.model.network`).
 Parameter gradients are accumulated into ``g`` (a minibatch sums over its examples); input
 gradients are overwritten. Max-pooling records each output's arg-max, and dropout its mask, in the

@@ -187,7 +187,7 @@ class WorkerLoop:
         assert self.stats.shape[0] == STAT_SLOTS
         optim = job.optim
         self.rule = RULE_CODES[optim.rule]
-        self.mu = optim.momentum if optim.rule == "momentum" else 0.0
+        self.mu = optim.momentum if optim.rule in ("momentum", "adam", "adamw") else 0.0
         if feeds is None:
             self.train_images = arena.array("train_images")
             self.train_labels = arena.array("train_labels")
@@ -296,6 +296,8 @@ class WorkerLoop:
                 mean=data.mean,
                 std=data.std,
                 update_every=train.update_every,
+                beta2=optim.beta2,
+                eps=optim.eps,
             )
             store.trained(stop - start, context)
             loss += part_loss

@@ -14,7 +14,9 @@ copied by name from :meth:`Network.views` (conv ``[out, in, kh, kw]``, fc ``[out
   cross-entropy of those 4 examples;
 * two ``train_chunk`` minibatches with momentum 0.9 and weight decay 0.01 equal
   ``torch.optim.SGD(momentum=0.9, weight_decay=0.01)`` with decay on weights only (biases in a
-  group without decay), velocities included.
+  group without decay), velocities included;
+* three minibatches with Adam and with AdamW equal ``torch.optim.Adam`` / ``AdamW`` step for
+  step, both moments included.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from hogwild.model.loops import LABEL_DTYPE, evaluate_range, predict_batch
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network, conv_padding
 from hogwild.model.passes import backward, forward
 from hogwild.model.random import seed_kernels
-from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
+from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -184,15 +186,17 @@ def assert_grads_equal(network: Network, grad: np.ndarray, tp: dict) -> None:
         assert np.abs(expected).max() > 0, spec.name  # every tensor's check means something
 
 
-def assert_params_equal(network: Network, params: np.ndarray, tp: dict) -> None:
+def assert_params_equal(network: Network, params: np.ndarray, tp: dict, share=1.0) -> None:
+    """Every parameter equals torch's, or (``share`` < 1) at least that share of each tensor."""
     views = network.views(params)
     for spec in network.params:
+        ours, theirs = views[spec.name], tp[spec.name].detach().numpy()
+        if share < 1.0:
+            close = np.isclose(ours, theirs, rtol=RTOL, atol=ATOL)
+            assert close.mean() >= share, (spec.name, close.mean())
+            continue
         np.testing.assert_allclose(
-            views[spec.name],
-            tp[spec.name].detach().numpy(),
-            rtol=RTOL,
-            atol=ATOL,
-            err_msg=f"parameter {spec.name}",
+            ours, theirs, rtol=RTOL, atol=ATOL, err_msg=f"parameter {spec.name}"
         )
 
 
@@ -379,3 +383,77 @@ def test_per_example_sgd_with_weight_decay_matches_torch():
         F.cross_entropy(logits, target[step : step + 1]).backward()
         optimizer.step()
     assert_params_equal(network, params, tp)
+
+
+@pytest.mark.parametrize("rule", [RULE_ADAM, RULE_ADAMW])
+@pytest.mark.parametrize("name", ["adam_mnist", "avgpool_int_padding"])
+def test_adam_and_adamw_steps_match_torch_optim(name, rule):
+    """Three minibatches of 4 with Adam or AdamW (weight decay on weights only) equal
+    ``torch.optim.Adam`` / ``AdamW`` step for step: parameters and both moments."""
+    network = build_network(MODELS[name])
+    params = init_params(network, seed=18)
+    tp = torch_params(network, params)
+    images, labels = random_images(network, 12, seed=19)
+    ctx = TrainingContext.allocate(network, 4)
+    velocity = np.zeros_like(params)
+    lr, wd, betas, eps = 0.01, 0.05, (0.8, 0.99), 1e-6
+    weights = [t for n, t in tp.items() if n.endswith(".weight")]
+    biases = [t for n, t in tp.items() if n.endswith(".bias")]
+    groups = [{"params": weights, "weight_decay": wd}, {"params": biases, "weight_decay": 0.0}]
+    kind = torch.optim.Adam if rule == RULE_ADAM else torch.optim.AdamW
+    optimizer = kind(groups, lr=lr, betas=betas, eps=eps)
+    target = torch.tensor(labels.astype(np.int64))
+    x = normalised(network, images)
+    n = network.n_params
+    for step in range(3):
+        part = slice(4 * step, 4 * step + 4)
+        ctx.train_chunk(
+            network.ops,
+            params,
+            velocity,
+            images[part],
+            labels[part],
+            np.arange(4, dtype=np.int64),
+            0,
+            4,
+            batch=4,
+            lr=lr,
+            mu=betas[0],
+            wd=wd,
+            rule=rule,
+            mean=MEAN,
+            std=STD,
+            update_every=1,
+            beta2=betas[1],
+            eps=eps,
+        )
+        optimizer.zero_grad()
+        F.cross_entropy(torch_logits(network, tp, x[part]), target[part]).backward()
+        optimizer.step()
+        # Adam's step is about lr whatever the gradient's size, so a gradient that is float32
+        # rounding noise in both engines (a few fc1 weights behind a barely active relu) moves
+        # its weight by a different fraction of lr: within 1 % of one step, not of the weight.
+        views = network.views(params)
+        for spec in network.params:
+            np.testing.assert_allclose(
+                views[spec.name],
+                tp[spec.name].detach().numpy(),
+                rtol=RTOL,
+                atol=lr / 100,
+                err_msg=f"parameter {spec.name} after step {step + 1}",
+            )
+    assert_params_equal(network, params, tp, share=0.999)
+    assert ctx.moments[2 * n] == 3  # the step count
+    first, second = network.views(ctx.moments[:n]), network.views(ctx.moments[n : 2 * n])
+    for spec in network.params:
+        state = optimizer.state[tp[spec.name]]
+        for ours, theirs in ((first, "exp_avg"), (second, "exp_avg_sq")):
+            np.testing.assert_allclose(
+                ours[spec.name],
+                state[theirs].numpy(),
+                rtol=1e-3,
+                atol=1e-7,
+                err_msg=f"{theirs} of {spec.name}",
+            )
+    assert not velocity.any()  # Adam's state is the worker's own, not the shared velocity
+    assert not ctx.grad.any()
