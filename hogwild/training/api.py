@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
 from hogwild.training.checkpoint import Checkpoint
 from hogwild.training.checkpoint import load_checkpoint as _load_checkpoint_files
+from hogwild.training.torch_bridge import TorchModel
 from hogwild.training.trainer import TrainResult, run_training
 
 PREDICT_BATCH = 64  # examples per forward pass when predicting
@@ -71,7 +72,7 @@ def resolve_config(
 
 
 def train(
-    config: Config | str | os.PathLike | None = None,
+    config: Config | TorchModel | str | os.PathLike | None = None,
     data: MnistData | CacheData | str | os.PathLike | None = None,
     *,
     resume: bool = False,
@@ -82,7 +83,9 @@ def train(
     """Train with the single-node Hogwild engine and return the metrics.
 
     Args:
-        config: a Config, a TOML file, or None for the bundled Adam MNIST model.
+        config: a Config, a TOML file, None for the bundled Adam MNIST model, or a PyTorch
+            module's model (:func:`hogwild.from_torch`): the bundled job's settings with its
+            layers, starting from its weights; the result's ``state_dict()`` has its names.
         data: MNIST as loaded data, a directory of idx files, an LMDB image cache, or None for
             ``data.source`` of the config (default: MNIST in the data directory, downloaded on
             first use).
@@ -93,10 +96,19 @@ def train(
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
             ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``.
     """
+    torch_model = config if isinstance(config, TorchModel) else None
+    if torch_model is not None:
+        config = replace(load_config(), model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
     loaded = load_data(resolved, data)
     resolved = with_source(resolved, loaded)
-    return run_training(resolved, loaded, resume=resume, overwrite=overwrite)
+    if torch_model is None:
+        return run_training(resolved, loaded, resume=resume, overwrite=overwrite)
+    result = run_training(
+        resolved, loaded, resume=resume, overwrite=overwrite, initial=torch_model.weights
+    )
+    result.names = dict(torch_model.names)
+    return result
 
 
 def with_source(config: Config, data: MnistData | CacheData) -> Config:
@@ -123,6 +135,10 @@ class TrainedModel:
     def weights(self) -> dict[str, np.ndarray]:
         """The weights under PyTorch's names and layouts (views, no copies)."""
         return self.network.views(self.params)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The weights as numpy arrays (copies) under the engine's names (``conv1.weight``)."""
+        return {name: view.copy() for name, view in self.weights.items()}
 
     def predict_proba(self, images: np.ndarray) -> np.ndarray:
         """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1]."""

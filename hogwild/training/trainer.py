@@ -69,6 +69,24 @@ class TrainResult:
     metrics: dict
     history: list[dict] = field(default_factory=list)
     checkpoint: str | None = None
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # the engine's names
+    names: dict[str, str] = field(default_factory=dict)  # engine name -> a torch module's
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The trained weights as numpy arrays in PyTorch's layouts, under the names of the
+        module the model came from (:func:`hogwild.from_torch`), else the engine's."""
+        return {self.names.get(name, name): value for name, value in self.weights.items()}
+
+    def preprocess(self, images: np.ndarray) -> np.ndarray:
+        """``images`` as training fed them to the model: float32 ``[n, *model.input]``, uint8
+        pixels divided by 255 (floats taken as such), then ``(x - data.mean) / data.std``."""
+        config = self.metrics["config"]
+        shape = tuple(config["model"]["input"])
+        images = np.asarray(images)
+        pixels = images.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
+        data = config["data"]
+        normalised = (pixels - np.float32(data["mean"])) / np.float32(data["std"])
+        return np.ascontiguousarray(normalised.reshape(-1, *shape), dtype=np.float32)
 
 
 class Trainer:
@@ -80,9 +98,11 @@ class Trainer:
         data: MnistData | CacheData,
         resume: bool = False,
         overwrite: bool = False,
+        initial: dict[str, np.ndarray] | None = None,
     ):
         self.data = data
         self.resume = resume
+        self.initial = initial or {}  # weights to start from instead of model.init's
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
         self.config = config  # train.update_every is resolved once the store is planned
@@ -202,7 +222,9 @@ class Trainer:
             f"{config.train.epochs} epochs, {rate:,.0f} examples/s, "
             f"{final['connections_per_s'] / 1e9:.2f} G connections/s, {wall:.1f} s"
         )
-        return TrainResult(final, history, final["checkpoint"])
+        trained, _ = self.store.snapshot()
+        weights = {name: view.copy() for name, view in network.views(trained).items()}
+        return TrainResult(final, history, final["checkpoint"], weights)
 
     def _start(self) -> tuple[dict[int, int], int, list[dict]]:
         """Place and pin the workers, fill the arena, compile the kernels, wait for the workers.
@@ -267,6 +289,10 @@ class Trainer:
         params, velocity, start_epoch, history = starting_point(
             config, network, self.plan.n_classes, self.resume, self.progress.line
         )
+        if start_epoch == 0 and self.initial:
+            views = network.views(params)
+            for name, value in self.initial.items():
+                views[name][...] = value
         self.store.load(params, velocity)
         return start_epoch, history
 
@@ -455,7 +481,12 @@ def save_checkpoint(
 
 
 def run_training(
-    config: Config, data: MnistData | CacheData, resume: bool = False, overwrite: bool = False
+    config: Config,
+    data: MnistData | CacheData,
+    resume: bool = False,
+    overwrite: bool = False,
+    initial: dict[str, np.ndarray] | None = None,
 ) -> TrainResult:
-    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine."""
-    return Trainer(config, data, resume=resume, overwrite=overwrite).run()
+    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine,
+    from the ``initial`` weights (the engine's names) if given, else from ``model.init``'s."""
+    return Trainer(config, data, resume=resume, overwrite=overwrite, initial=initial).run()
