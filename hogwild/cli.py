@@ -52,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         help="an LMDB image cache (hogwild data ingest), a directory of MNIST idx files, "
         "or 'mnist' (default: data.source of the config)",
     )
+    train.add_argument(
+        "--model",
+        metavar="FILE.py:FUNCTION",
+        help="a PyTorch model: FUNCTION() in FILE.py returns a torch.nn module (see "
+        "docs/python-api.md), trained from its weights with the job's other settings; its input "
+        "shape is model.input",
+    )
     train.add_argument("--workers", type=int, help="worker processes (default: physical cores)")
     train.add_argument("--epochs", type=int, help="passes over the training set")
     train.add_argument("--batch", type=int, help="examples per update (default 1)")
@@ -193,9 +200,17 @@ def _train(args, overrides: dict[str, str]) -> int:
 
     if args.ps:
         overrides = {"train.parameters": "ps", **overrides, "ps.servers": args.ps}
+    config, job = args.config, None
+    if args.model:
+        from hogwild.config import load_config
+        from hogwild.training.torch_bridge import from_torch, load_module
+
+        job = load_config(args.config, overrides)
+        config = from_torch(load_module(args.model), job.model.input)
     result = train(
-        args.config,
+        config,
         args.data,
+        job=job,
         resume=args.resume,
         overwrite=args.overwrite,
         overrides=overrides,

@@ -78,6 +78,7 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
+    job: Config | str | os.PathLike | None = None,
     **options: Any,
 ) -> TrainResult:
     """Train with the single-node Hogwild engine and return the metrics.
@@ -93,12 +94,15 @@ def train(
         overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
             ``resume``, a directory holding another run's checkpoints is refused).
         overrides: ``{"section.key": value}`` pairs, as the CLI's ``--section.key=value``.
+        job: with a PyTorch module's model, the job whose other settings it trains with (a
+            Config or a TOML file; default: the bundled job).
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
             ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``.
     """
     torch_model = config if isinstance(config, TorchModel) else None
     if torch_model is not None:
-        config = replace(load_config(), model=torch_model.model)
+        base = job if isinstance(job, Config) else load_config(job)
+        config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
     loaded = load_data(resolved, data)
     resolved = with_source(resolved, loaded)

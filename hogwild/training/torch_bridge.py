@@ -317,6 +317,41 @@ def _function_layer(node, position: int, torch, nn) -> tuple[dict | None, bool]:
     raise _unsupported(position, what)
 
 
+def load_module(spec: str) -> Any:
+    """The module ``FUNCTION()`` returns, for ``spec`` = ``"FILE.py:FUNCTION"`` (the CLI's
+    ``--model``). The file is run as a module of its own (its ``__main__`` block does not run).
+
+    Raises:
+        ConfigError: the spec, the file or the function is missing, or it returns no module.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    from torch import nn
+
+    path, _, function = spec.rpartition(":")
+    if not path or not function:
+        raise ConfigError(f"--model {spec!r}: expected FILE.py:FUNCTION, e.g. model.py:build")
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--model {spec!r}: no file {file}")
+    loader = importlib.util.spec_from_file_location(f"hogwild_user_model_{file.stem}", file)
+    if loader is None or loader.loader is None:
+        raise ConfigError(f"--model {spec!r}: {file} cannot be imported as Python")
+    code = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(code)
+    build = getattr(code, function, None)
+    if not callable(build):
+        raise ConfigError(f"--model {spec!r}: {file} defines no function {function!r}")
+    module = build()
+    if not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"--model {spec!r}: {function}() returned {type(module).__name__}, not a "
+            "torch.nn.Module"
+        )
+    return module
+
+
 def state_dict_of(weights: dict[str, np.ndarray], names: dict[str, str]) -> dict[str, np.ndarray]:
     """``weights`` (under the engine's names) under the module's names where ``names`` has them."""
     return {names.get(name, name): value for name, value in weights.items()}

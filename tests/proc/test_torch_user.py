@@ -85,3 +85,44 @@ def test_training_starts_from_the_module_weights(small_mnist):
     trained = result.state_dict()
     for name, value in start.items():
         np.testing.assert_allclose(trained[name], value, rtol=1e-6, atol=1e-9, err_msg=name)
+
+
+MODEL_FILE = """
+import torch.nn as nn
+
+
+def build():
+    return nn.Sequential(nn.Conv2d(1, 4, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(4 * 12 * 12, 10))
+
+
+def not_a_module():
+    return 3
+"""
+
+
+def test_cli_trains_a_torch_model_from_a_file(tmp_path, mnist_dir):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "net.py").write_text(MODEL_FILE)
+    command = [sys.executable, "-m", "hogwild.cli", "train", "--data", str(mnist_dir)]
+    common = ["--epochs", "1", "--subset", "300", "--workers", "1", "--no-progress"]
+    done = subprocess.run(
+        [*command, "--model", f"{tmp_path / 'net.py'}:build", *common],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["epochs"] == 1 and 0.0 <= summary["test_accuracy"] <= 1.0
+    refused = subprocess.run(
+        [*command, "--model", f"{tmp_path / 'net.py'}:not_a_module", *common],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode != 0
+    assert "not_a_module() returned int, not a torch.nn.Module" in refused.stderr
