@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hogwild.config import Config
+from hogwild.data.arrays import ArrayData
 from hogwild.data.mnist import MnistData, load_mnist
 from hogwild.errors import ConfigError, DataError
 
@@ -162,6 +163,18 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
         budget = config.data.ram_budget_mb * (1 << 20) // max(n_workers, 1)
         plan = DataPlan(data.path, data.shape, len(data.classes), True, budget)
         return plan, data.n_train, data.n_test
+    if isinstance(data, ArrayData):
+        channels, height, width = data.shape
+        shape = (height, width, channels)
+        if augmenting(config):
+            raise ConfigError(
+                f"{config.origin}: data.augment = {config.data.augment!r} applies to image files "
+                "and caches, not to examples given as arrays; augment them before, or set "
+                "data.augment = ''"
+            )
+        check_input_shape(config, shape, "the arrays given as data")
+        plan = DataPlan("", shape, data.n_classes, False)
+        return plan, len(data.train_labels), len(data.test_labels)
     height, width = data.train_images.shape[1:3]
     shape = (int(height), int(width), 1)
     check_input_shape(config, shape, f"the idx files of {data.source}")
@@ -212,7 +225,7 @@ def load_data(
     Raises:
         DataError: The idx files or the cache are missing, incomplete or malformed.
     """
-    if isinstance(data, MnistData | CacheData):
+    if isinstance(data, MnistData | CacheData | ArrayData):
         return data
     source = data if data is not None else config.data.source
     if source not in (None, "mnist"):

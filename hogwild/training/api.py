@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.config import Config, config_from_dict, load_config
+from hogwild.data.arrays import array_data
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, augmenting, load_data
 from hogwild.errors import CheckpointError, DataError
@@ -73,8 +74,9 @@ def resolve_config(
 
 def train(
     config: Config | TorchModel | str | os.PathLike | None = None,
-    data: MnistData | CacheData | str | os.PathLike | None = None,
+    data: MnistData | CacheData | tuple | str | os.PathLike | None = None,
     *,
+    test_data: tuple | None = None,
     resume: bool = False,
     overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
@@ -87,9 +89,12 @@ def train(
         config: a Config, a TOML file, None for the bundled Adam MNIST model, or a PyTorch
             module's model (:func:`hogwild.from_torch`): the bundled job's settings with its
             layers, starting from its weights; the result's ``state_dict()`` has its names.
-        data: MNIST as loaded data, a directory of idx files, an LMDB image cache, or None for
+        data: ``(X, y)`` numpy arrays (:mod:`hogwild.data.arrays`: uint8 pixels scaled as
+            every image source, floats used as given; any shape and number of classes), MNIST
+            as loaded data, a directory of idx files, an LMDB image cache, or None for
             ``data.source`` of the config (default: MNIST in the data directory, downloaded on
             first use).
+        test_data: ``(X, y)`` arrays tested on after every epoch, with ``data`` as arrays.
         resume: continue from the last checkpoint in ``checkpoint_dir``.
         overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
             ``resume``, a directory holding another run's checkpoints is refused).
@@ -104,6 +109,10 @@ def train(
         base = job if isinstance(job, Config) else load_config(job)
         config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
+    if isinstance(data, tuple | list):
+        data = array_data(data, test_data)
+    elif test_data is not None:
+        raise DataError("test_data goes with data given as (X, y) arrays")
     loaded = load_data(resolved, data)
     resolved = with_source(resolved, loaded)
     if torch_model is None:

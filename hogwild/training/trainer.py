@@ -26,6 +26,7 @@ import psutil
 
 from hogwild.compile_records import compile_once
 from hogwild.config import Config
+from hogwild.data.arrays import input_normalisation
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, plan_data
 from hogwild.errors import ConfigError
@@ -78,15 +79,20 @@ class TrainResult:
         return {self.names.get(name, name): value for name, value in self.weights.items()}
 
     def preprocess(self, images: np.ndarray) -> np.ndarray:
-        """``images`` as training fed them to the model: float32 ``[n, *model.input]``, uint8
-        pixels divided by 255 (floats taken as such), then ``(x - data.mean) / data.std``."""
+        """``images`` as training fed them to the model: float32 ``[n, *model.input]``; uint8
+        pixels as ``(x / 255 - data.mean) / data.std``, floats as they are
+        (:func:`hogwild.data.arrays.input_normalisation`)."""
         config = self.metrics["config"]
         shape = tuple(config["model"]["input"])
         images = np.asarray(images)
-        pixels = images.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
-        data = config["data"]
-        normalised = (pixels - np.float32(data["mean"])) / np.float32(data["std"])
-        return np.ascontiguousarray(normalised.reshape(-1, *shape), dtype=np.float32)
+        mean, std = input_normalisation(images.dtype, config["data"]["mean"], config["data"]["std"])
+        if images.dtype == np.uint8:
+            values = (
+                images.astype(np.float32) / np.float32(255.0) - np.float32(mean)
+            ) / np.float32(std)
+        else:
+            values = images.astype(np.float32)
+        return np.ascontiguousarray(values.reshape(-1, *shape), dtype=np.float32)
 
 
 class Trainer:
@@ -103,6 +109,8 @@ class Trainer:
         self.data = data
         self.resume = resume
         self.initial = initial or {}  # weights to start from instead of model.init's
+        # float32 values for arrays of floats (used as given), else uint8 pixels
+        self.images_dtype = np.float32 if getattr(data, "floats", False) else np.uint8
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
         self.config = config  # train.update_every is resolved once the store is planned
@@ -241,7 +249,9 @@ class Trainer:
         # beside the workers' start; a job beside loads what this compiled. numba's compiler
         # calls back into Python, where a Ctrl-C's exception would be dropped: not lost here.
         batch, update_every, feed = config.train.batch, config.train.update_every, self.plan.feed
+        images = self.images_dtype
         what = {
+            "images": np.dtype(images).name,
             "kernels": "engine",
             "model": config.to_dict()["model"],
             "classes": self.plan.n_classes,
@@ -252,7 +262,9 @@ class Trainer:
         with compile_lock(), interrupts_not_lost():
             compile_once(
                 what,
-                lambda: compile_kernels(self.network, batch, update_every, feed=feed),
+                lambda: compile_kernels(
+                    self.network, batch, update_every, feed=feed, images_dtype=images
+                ),
             )
             self.store.compile_kernels()
         self.arena.array("control")[CONTROL_COMPILED] = 1  # the workers load what is compiled
@@ -274,7 +286,13 @@ class Trainer:
         height, width, channels = self.plan.shape
         image_bytes = 0 if self.plan.cache else height * width * channels
         layout = job_layout(
-            network, self.n_workers, self.n_train, self.n_test, image_bytes, self.store
+            network,
+            self.n_workers,
+            self.n_train,
+            self.n_test,
+            image_bytes,
+            self.store,
+            image_dtype=self.images_dtype,
         )
         self.arena = Arena.create("train", layout)
         arena = self.arena

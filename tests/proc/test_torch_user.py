@@ -1,9 +1,11 @@
 """A PyTorch user's script, end to end, with real worker processes on real MNIST examples.
 
 The model is defined in PyTorch, read by ``hogwild.from_torch``, trained by hogwild (two
-workers, Adam, one epoch of 3,000 examples held as numpy arrays), loaded back into the module
-with ``hogwild.to_torch`` and evaluated in PyTorch on ``result.preprocess(test images)``: the
-module's accuracy is the one hogwild reported. Training starts from the module's own weights.
+workers, Adam, one epoch of 3,000 examples given as float numpy arrays, used as given), loaded
+back into the module with ``hogwild.to_torch`` and evaluated in PyTorch on the same arrays: the
+module's accuracy is the one hogwild reported. uint8 arrays are scaled as documented, and
+``result.preprocess`` does exactly that; training starts from the module's own weights. The CLI
+trains a module from a file (``hogwild train --model FILE.py:FUNCTION``).
 """
 
 from __future__ import annotations
@@ -42,12 +44,19 @@ def user_model() -> nn.Module:
     )
 
 
+def as_floats(images: np.ndarray) -> np.ndarray:
+    """What a PyTorch user's pipeline feeds: float32 [n, 1, 28, 28], normalised by the user."""
+    return ((images.astype(np.float32) / 255.0 - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
+
+
 def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist):
     net = user_model()
     before = {k: v.clone() for k, v in net.state_dict().items()}
+    train_x, test_x = as_floats(small_mnist.train_images), as_floats(small_mnist.test_images)
     result = hogwild.train(
         hogwild.from_torch(net, (1, 28, 28)),
-        data=small_mnist,
+        data=(train_x, small_mnist.train_labels.astype(np.int64)),
+        test_data=(test_x, small_mnist.test_labels.astype(np.int64)),
         epochs=1,
         workers=2,
         batch=8,
@@ -59,9 +68,9 @@ def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist):
     hogwild.to_torch(result, net)
     assert not torch.equal(net.state_dict()["0.weight"], before["0.weight"])  # it trained
     net.eval()
+    np.testing.assert_array_equal(result.preprocess(test_x), test_x)  # floats: as given
     with torch.no_grad():
-        inputs = torch.from_numpy(result.preprocess(small_mnist.test_images))
-        predicted = net(inputs).argmax(1).numpy()
+        predicted = net(torch.from_numpy(test_x)).argmax(1).numpy()
     accuracy = float((predicted == small_mnist.test_labels).mean())
     reported = result.metrics["test_accuracy"]
     assert reported > 0.8  # Adam learns MNIST's digits in one short epoch
@@ -69,12 +78,13 @@ def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist):
     assert abs(accuracy - reported) <= 1 / len(predicted), (accuracy, reported)
 
 
-def test_training_starts_from_the_module_weights(small_mnist):
+def test_uint8_arrays_train_from_the_module_weights_and_preprocess_as_trained(small_mnist):
     net = user_model()
     start = {k: v.numpy().copy() for k, v in net.state_dict().items()}
     result = hogwild.train(
         hogwild.from_torch(net, (1, 28, 28)),
-        data=small_mnist,
+        data=(small_mnist.train_images, small_mnist.train_labels),
+        test_data=(small_mnist.test_images, small_mnist.test_labels),
         epochs=1,
         workers=1,
         subset=16,
@@ -85,6 +95,15 @@ def test_training_starts_from_the_module_weights(small_mnist):
     trained = result.state_dict()
     for name, value in start.items():
         np.testing.assert_allclose(trained[name], value, rtol=1e-6, atol=1e-9, err_msg=name)
+    # uint8 pixels are scaled as the bundled job's data.mean and data.std say
+    expected = as_floats(small_mnist.test_images[:5])
+    np.testing.assert_allclose(result.preprocess(small_mnist.test_images[:5]), expected, rtol=1e-6)
+    hogwild.to_torch(result, net)
+    net.eval()
+    with torch.no_grad():
+        predicted = net(torch.from_numpy(as_floats(small_mnist.test_images))).argmax(1).numpy()
+    accuracy = float((predicted == small_mnist.test_labels).mean())
+    assert abs(accuracy - result.metrics["test_accuracy"]) <= 1 / len(predicted)
 
 
 MODEL_FILE = """
@@ -126,3 +145,32 @@ def test_cli_trains_a_torch_model_from_a_file(tmp_path, mnist_dir):
     )
     assert refused.returncode != 0
     assert "not_a_module() returned int, not a torch.nn.Module" in refused.stderr
+
+
+def test_three_channel_float_arrays_with_four_classes():
+    """Colour examples (3 channels), four classes, features that are not pixels at all."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 600)
+    x = rng.normal(0.0, 1.0, (600, 3, 8, 8)).astype(np.float32)
+    x[np.arange(600), labels % 3] += np.where(labels < 3, 1.5, -1.5)[:, None, None]
+    torch.manual_seed(1)
+    net = nn.Sequential(
+        nn.Conv2d(3, 6, 3, stride=2, padding=1), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(),
+        nn.Linear(6 * 2 * 2, 4),
+    )  # fmt: skip
+    result = hogwild.train(
+        hogwild.from_torch(net, (3, 8, 8)),
+        data=(x[:500], labels[:500]),
+        test_data=(x[500:], labels[500:]),
+        epochs=2,
+        workers=1,
+        batch=4,
+        lr=0.01,
+        progress=False,
+        overrides={"optim.rule": "adam", "optim.warmup_epochs": 0},
+    )
+    assert result.metrics["test_accuracy"] > 0.6  # chance is 0.25
+    hogwild.to_torch(result, net)
+    with torch.no_grad():
+        predicted = net(torch.from_numpy(x[500:])).argmax(1).numpy()
+    assert abs(float((predicted == labels[500:]).mean()) - result.metrics["test_accuracy"]) <= 0.01
