@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
         "docs/python-api.md), trained from its weights with the job's other settings; its input "
         "shape is model.input",
     )
+    train.add_argument(
+        "--target",
+        help="with --data FILE.csv: the column of class indices (the others are features; 20 %% "
+        "of the rows are held back as the test split)",
+    )
     train.add_argument("--workers", type=int, help="worker processes (default: physical cores)")
     train.add_argument("--epochs", type=int, help="passes over the training set")
     train.add_argument("--batch", type=int, help="examples per update (default 1)")
@@ -211,6 +216,7 @@ def _train(args, overrides: dict[str, str]) -> int:
         config,
         args.data,
         job=job,
+        target=args.target,
         resume=args.resume,
         overwrite=args.overwrite,
         overrides=overrides,

@@ -25,6 +25,7 @@ from hogwild.config import Config, config_from_dict, load_config
 from hogwild.data.arrays import array_data
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, augmenting, load_data
+from hogwild.data.tables import is_table, read_table
 from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
 from hogwild.training.checkpoint import Checkpoint
@@ -77,6 +78,8 @@ def train(
     data: MnistData | CacheData | tuple | str | os.PathLike | None = None,
     *,
     test_data: tuple | None = None,
+    target: str | None = None,
+    test_fraction: float = 0.2,
     resume: bool = False,
     overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
@@ -94,7 +97,12 @@ def train(
             as loaded data, a directory of idx files, an LMDB image cache, or None for
             ``data.source`` of the config (default: MNIST in the data directory, downloaded on
             first use).
-        test_data: ``(X, y)`` arrays tested on after every epoch, with ``data`` as arrays.
+            Or a ``.npz`` or CSV file (:mod:`hogwild.data.tables`), read into such arrays.
+        test_data: ``(X, y)`` arrays tested on after every epoch, with ``data`` as arrays or a
+            file (then nothing is held back).
+        target: a CSV file's column of class indices.
+        test_fraction: the share of a CSV file's rows (or of a ``.npz`` file's ``x`` and ``y``)
+            held back as the test split when ``test_data`` is not given.
         resume: continue from the last checkpoint in ``checkpoint_dir``.
         overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
             ``resume``, a directory holding another run's checkpoints is refused).
@@ -109,6 +117,12 @@ def train(
         base = job if isinstance(job, Config) else load_config(job)
         config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
+    if is_table(data):
+        fraction = 0.0 if test_data is not None else test_fraction
+        data, held_back = read_table(data, target, fraction, resolved.train.seed)
+        test_data = held_back if test_data is None else test_data
+    elif target is not None:
+        raise DataError("target names a CSV file's label column: give data='file.csv'")
     if isinstance(data, tuple | list):
         data = array_data(data, test_data)
     elif test_data is not None:

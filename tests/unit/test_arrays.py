@@ -61,3 +61,56 @@ def test_test_data_must_match_the_training_examples():
         array_data((x, [0, 1]), (np.zeros((2, 4)), [0, 1]))
     with pytest.raises(DataError, match="give both as uint8 pixels or both as floats"):
         array_data((x, [0, 1]), (np.zeros((2, 3), dtype=np.uint8), [0, 1]))
+
+
+def test_csv_rows_become_features_and_a_label_column(tmp_path):
+    from hogwild.data.tables import read_table
+
+    path = tmp_path / "iris.csv"
+    rows = "".join(f"{i * 0.5},{i % 3},{-i}\n" for i in range(10))
+    path.write_text("width,species,depth\n" + rows)
+    (x, y), held = read_table(path, "species", 0.2, seed=1)
+    (x2, y2), held2 = read_table(path, "species", 0.2, seed=1)
+    assert x.shape == (8, 2) and len(held[1]) == 2  # a fifth held back
+    np.testing.assert_array_equal(x, x2)  # the same split for the same seed
+    everything = np.concatenate([x, held[0]])
+    assert sorted(everything[:, 0]) == [i * 0.5 for i in range(10)]
+    for features, label in zip(np.concatenate([x, held[0]]), np.concatenate([y, held[1]])):
+        assert label == int(features[0] * 2) % 3 and features[1] == -features[0] * 2
+    data = array_data((x, y), held)
+    assert data.shape == (1, 1, 2) and data.n_classes == 3 and data.floats
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "words"),
+    [
+        ("a,b\n1,2\n", "c", "no column 'c'; the columns are a, b"),
+        ("a,b\n1,x\n", "b", "line 2: 'x' is not a number"),
+        ("a,b\n1,2,3\n", "b", "line 2: 3 values, the header has 2"),
+        ("a,b\n", "b", "a header row and at least one example"),
+        ("a,b\n1,2\n", None, "needs the name of its label column"),
+    ],
+)
+def test_bad_csv_files_are_refused_naming_the_line(tmp_path, text, target, words):
+    from hogwild.data.tables import read_table
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(DataError, match=words):
+        read_table(path, target, 0.2, seed=1)
+
+
+def test_npz_in_keras_layout_or_x_and_y(tmp_path):
+    from hogwild.data.tables import read_table
+
+    x = np.arange(40, dtype=np.uint8).reshape(10, 2, 2)
+    y = np.arange(10) % 2
+    np.savez(tmp_path / "four.npz", x_train=x[:7], y_train=y[:7], x_test=x[7:], y_test=y[7:])
+    (train_x, _), (test_x, _) = read_table(tmp_path / "four.npz", None, 0.2, seed=0)
+    np.testing.assert_array_equal(test_x, x[7:])
+    np.savez(tmp_path / "two.npz", x=x, y=y)
+    (train_x, train_y), held = read_table(tmp_path / "two.npz", None, 0.3, seed=0)
+    assert len(train_x) == 7 and len(held[0]) == 3 and train_x.dtype == np.uint8
+    np.savez(tmp_path / "other.npz", images=x)
+    with pytest.raises(DataError, match="holds images; expected x_train"):
+        read_table(tmp_path / "other.npz", None, 0.2, seed=0)
