@@ -195,7 +195,8 @@ def test_cli_trains_on_a_csv_file_with_a_target_column(tmp_path):
     features = rng.normal(0.0, 1.0, (400, 4))
     features[np.arange(400), labels] += 2.5  # the class shows in its own column
     lines = ["a,b,kind,c,d"] + [
-        f"{f[0]:.4f},{f[1]:.4f},{k},{f[2]:.4f},{f[3]:.4f}" for f, k in zip(features, labels)
+        f"{f[0]:.4f},{f[1]:.4f},{k},{f[2]:.4f},{f[3]:.4f}"
+        for f, k in zip(features, labels, strict=True)
     ]
     (tmp_path / "table.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "mlp.py").write_text(MLP_FILE)

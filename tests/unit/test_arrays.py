@@ -73,9 +73,9 @@ def test_csv_rows_become_features_and_a_label_column(tmp_path):
     (x2, y2), held2 = read_table(path, "species", 0.2, seed=1)
     assert x.shape == (8, 2) and len(held[1]) == 2  # a fifth held back
     np.testing.assert_array_equal(x, x2)  # the same split for the same seed
-    everything = np.concatenate([x, held[0]])
+    everything, labels = np.concatenate([x, held[0]]), np.concatenate([y, held[1]])
     assert sorted(everything[:, 0]) == [i * 0.5 for i in range(10)]
-    for features, label in zip(np.concatenate([x, held[0]]), np.concatenate([y, held[1]])):
+    for features, label in zip(everything, labels, strict=True):
         assert label == int(features[0] * 2) % 3 and features[1] == -features[0] * 2
     data = array_data((x, y), held)
     assert data.shape == (1, 1, 2) and data.n_classes == 3 and data.floats
