@@ -14,6 +14,7 @@ Worker processes are started with spawn, which re-imports the calling script: as
 from __future__ import annotations
 
 import os
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 
 from hogwild.config import Config, config_from_dict, load_config
 from hogwild.data.arrays import array_data
+from hogwild.data.datasets import cache_dataset, is_map_dataset
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, augmenting, load_data
 from hogwild.data.tables import is_table, read_table
@@ -97,7 +99,9 @@ def train(
             as loaded data, a directory of idx files, an LMDB image cache, or None for
             ``data.source`` of the config (default: MNIST in the data directory, downloaded on
             first use).
-            Or a ``.npz`` or CSV file (:mod:`hogwild.data.tables`), read into such arrays.
+            Or a ``.npz`` or CSV file (:mod:`hogwild.data.tables`), read into such arrays, or
+            a map-style ``torch.utils.data.Dataset`` of ``(image, label)``, read once into an
+            image cache for this run (:mod:`hogwild.data.datasets`; ``test_data`` one too).
         test_data: ``(X, y)`` arrays tested on after every epoch, with ``data`` as arrays or a
             file (then nothing is held back).
         target: a CSV file's column of class indices.
@@ -117,6 +121,12 @@ def train(
         base = job if isinstance(job, Config) else load_config(job)
         config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
+    if is_map_dataset(data):
+        with tempfile.TemporaryDirectory(prefix="hogwild-dataset-") as scratch:
+            cache = cache_dataset(
+                data, Path(scratch) / "cache", test_data, progress=resolved.output.progress
+            )
+            return _run(resolved, CacheData.from_manifest(cache), torch_model, resume, overwrite)
     if is_table(data):
         fraction = 0.0 if test_data is not None else test_fraction
         data, held_back = read_table(data, target, fraction, resolved.train.seed)
@@ -127,12 +137,16 @@ def train(
         data = array_data(data, test_data)
     elif test_data is not None:
         raise DataError("test_data goes with data given as (X, y) arrays")
-    loaded = load_data(resolved, data)
-    resolved = with_source(resolved, loaded)
+    return _run(resolved, load_data(resolved, data), torch_model, resume, overwrite)
+
+
+def _run(config: Config, loaded, torch_model: TorchModel | None, resume, overwrite) -> TrainResult:
+    """Train ``config`` on the loaded data, from the PyTorch module's weights if there is one."""
+    config = with_source(config, loaded)
     if torch_model is None:
-        return run_training(resolved, loaded, resume=resume, overwrite=overwrite)
+        return run_training(config, loaded, resume=resume, overwrite=overwrite)
     result = run_training(
-        resolved, loaded, resume=resume, overwrite=overwrite, initial=torch_model.weights
+        config, loaded, resume=resume, overwrite=overwrite, initial=torch_model.weights
     )
     result.names = dict(torch_model.names)
     return result

@@ -208,3 +208,40 @@ def test_cli_trains_on_a_csv_file_with_a_target_column(tmp_path):
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["test_accuracy"] > 0.7  # 80 held-back rows; chance is a third
+
+
+class MnistTensors(torch.utils.data.Dataset):
+    """What torchvision's MNIST with ``transforms.ToTensor()`` gives: float [1, 28, 28] in
+    [0, 1], integer labels."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray):
+        self.images, self.labels = images, labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(self.images[i][None].astype(np.float32) / 255.0), int(self.labels[i])
+
+
+def test_a_torch_dataset_is_read_once_into_a_cache_and_trained_on(small_mnist):
+    net = user_model()
+    result = hogwild.train(
+        hogwild.from_torch(net, (1, 28, 28)),
+        data=MnistTensors(small_mnist.train_images[:1500], small_mnist.train_labels[:1500]),
+        test_data=MnistTensors(small_mnist.test_images[:500], small_mnist.test_labels[:500]),
+        epochs=1,
+        workers=1,
+        batch=8,
+        lr=0.002,
+        progress=False,
+        overrides={"optim.rule": "adam", "optim.warmup_epochs": 0},
+    )
+    assert result.metrics["test_accuracy"] > 0.7
+    hogwild.to_torch(result, net)
+    net.eval()
+    with torch.no_grad():
+        inputs = torch.from_numpy(result.preprocess(small_mnist.test_images[:500]))
+        predicted = net(inputs).argmax(1).numpy()
+    accuracy = float((predicted == small_mnist.test_labels[:500]).mean())
+    assert abs(accuracy - result.metrics["test_accuracy"]) <= 1 / 500
