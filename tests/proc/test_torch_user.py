@@ -221,7 +221,8 @@ class MnistTensors(torch.utils.data.Dataset):
         return len(self.labels)
 
     def __getitem__(self, i):
-        return torch.from_numpy(self.images[i][None].astype(np.float32) / 255.0), int(self.labels[i])
+        image = torch.from_numpy(self.images[i][None].astype(np.float32) / 255.0)
+        return image, int(self.labels[i])
 
 
 def test_a_torch_dataset_is_read_once_into_a_cache_and_trained_on(small_mnist):
