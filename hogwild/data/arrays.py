@@ -24,6 +24,7 @@ import numpy as np
 from hogwild.errors import DataError
 
 LABEL_TYPE = np.int32  # the arena's and the kernels' label type (hogwild.model.loops)
+INPUTS_AS_GIVEN = "float32 as given"  # a checkpoint's "inputs" when it trained on float arrays
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hogwild.config import Config, config_from_dict, load_config
-from hogwild.data.arrays import array_data
+from hogwild.data.arrays import INPUTS_AS_GIVEN, array_data
 from hogwild.data.datasets import cache_dataset, is_map_dataset
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, augmenting, load_data
@@ -145,11 +145,14 @@ def _run(config: Config, loaded, torch_model: TorchModel | None, resume, overwri
     config = with_source(config, loaded)
     if torch_model is None:
         return run_training(config, loaded, resume=resume, overwrite=overwrite)
-    result = run_training(
-        config, loaded, resume=resume, overwrite=overwrite, initial=torch_model.weights
+    return run_training(
+        config,
+        loaded,
+        resume=resume,
+        overwrite=overwrite,
+        initial=torch_model.weights,
+        names=torch_model.names,
     )
-    result.names = dict(torch_model.names)
-    return result
 
 
 def with_source(config: Config, data: MnistData | CacheData) -> Config:
@@ -178,11 +181,14 @@ class TrainedModel:
         return self.network.views(self.params)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """The weights as numpy arrays (copies) under the engine's names (``conv1.weight``)."""
-        return {name: view.copy() for name, view in self.weights.items()}
+        """The weights as numpy arrays (copies) under the names of the PyTorch module the model
+        came from (:func:`hogwild.from_torch`), else the engine's (``conv1.weight``)."""
+        names = self.checkpoint.info.get("torch_names", {}) if self.checkpoint else {}
+        return {names.get(name, name): view.copy() for name, view in self.weights.items()}
 
     def predict_proba(self, images: np.ndarray) -> np.ndarray:
-        """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1]."""
+        """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1], or,
+        for a model trained on float arrays, floats as they were given."""
         from hogwild.model.context import TrainingContext
         from hogwild.model.loops import predict_batch
 
@@ -215,6 +221,9 @@ class TrainedModel:
                 f"{self.network.input_shape} ({size} values each)"
             )
         flat = images.reshape(-1, size)
+        info = self.checkpoint.info if self.checkpoint else {}
+        if info.get("inputs") == INPUTS_AS_GIVEN and images.dtype != np.uint8:
+            return np.ascontiguousarray(flat, dtype=np.float32)  # trained on floats as given
         pixels = flat.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
         data = self.config.data
         return np.ascontiguousarray((pixels - data.mean) / data.std, dtype=np.float32)

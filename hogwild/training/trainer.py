@@ -26,7 +26,7 @@ import psutil
 
 from hogwild.compile_records import compile_once
 from hogwild.config import Config
-from hogwild.data.arrays import input_normalisation
+from hogwild.data.arrays import INPUTS_AS_GIVEN, input_normalisation
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, plan_data
 from hogwild.errors import ConfigError
@@ -105,10 +105,12 @@ class Trainer:
         resume: bool = False,
         overwrite: bool = False,
         initial: dict[str, np.ndarray] | None = None,
+        names: dict[str, str] | None = None,
     ):
         self.data = data
         self.resume = resume
         self.initial = initial or {}  # weights to start from instead of model.init's
+        self.names = names or {}  # engine name -> a PyTorch module's, kept in the checkpoints
         # float32 values for arrays of floats (used as given), else uint8 pixels
         self.images_dtype = np.float32 if getattr(data, "floats", False) else np.uint8
         train = config.train
@@ -435,9 +437,12 @@ class Trainer:
             ckpt.remove_checkpoints(directory)
             self.replace_old = False
         params, velocity = self.store.snapshot()
+        extra = {"torch_names": self.names} if self.names else {}
+        if self.images_dtype == np.float32:
+            extra["inputs"] = INPUTS_AS_GIVEN
         return save_checkpoint(
             self.config, self.network, params, velocity, epoch, record, history,
-            self.plan.n_classes, self.n_train, self.data,
+            self.plan.n_classes, self.n_train, self.data, extra,
         )  # fmt: skip
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -466,6 +471,7 @@ def save_checkpoint(
     n_classes: int,
     n_train: int,
     data,
+    extra: dict | None = None,
 ):
     """Write the checkpoint of ``epoch`` into ``output.checkpoint_dir``; its sidecar's path.
 
@@ -485,6 +491,7 @@ def save_checkpoint(
         "history": history,
         "connections": network.connections,
         "n_classes": n_classes,
+        **(extra or {}),  # a PyTorch module's names (torch_names), float inputs (inputs)
     }
     if isinstance(data, CacheData):
         info["data"] = {"cache": data.path, "classes": list(data.classes)}
@@ -504,7 +511,13 @@ def run_training(
     resume: bool = False,
     overwrite: bool = False,
     initial: dict[str, np.ndarray] | None = None,
+    names: dict[str, str] | None = None,
 ) -> TrainResult:
     """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine,
     from the ``initial`` weights (the engine's names) if given, else from ``model.init``'s."""
-    return Trainer(config, data, resume=resume, overwrite=overwrite, initial=initial).run()
+    trainer = Trainer(
+        config, data, resume=resume, overwrite=overwrite, initial=initial, names=names
+    )
+    result = trainer.run()
+    result.names = dict(names or {})
+    return result

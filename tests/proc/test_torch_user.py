@@ -49,7 +49,7 @@ def as_floats(images: np.ndarray) -> np.ndarray:
     return ((images.astype(np.float32) / 255.0 - 0.1307) / 0.3081).reshape(-1, 1, 28, 28)
 
 
-def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist):
+def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist, tmp_path):
     net = user_model()
     before = {k: v.clone() for k, v in net.state_dict().items()}
     train_x, test_x = as_floats(small_mnist.train_images), as_floats(small_mnist.test_images)
@@ -62,6 +62,7 @@ def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist):
         batch=8,
         lr=0.002,
         progress=False,
+        checkpoint_dir=tmp_path / "ckpt",
         overrides={"optim.rule": "adam", "optim.warmup_epochs": 0, "optim.weight_decay": 0.0},
     )
     assert set(result.state_dict()) == set(net.state_dict())
@@ -76,6 +77,12 @@ def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist):
     assert reported > 0.8  # Adam learns MNIST's digits in one short epoch
     # the same predictions, up to an example whose two best scores are within float rounding
     assert abs(accuracy - reported) <= 1 / len(predicted), (accuracy, reported)
+    # the checkpoint keeps the module's names, and predicts on the floats as they were given
+    loaded = hogwild.load_checkpoint(tmp_path / "ckpt")
+    fresh = hogwild.to_torch(loaded, user_model())
+    for name, value in net.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], value), name
+    assert (loaded.predict(test_x) != predicted).sum() <= 1
 
 
 def test_uint8_arrays_train_from_the_module_weights_and_preprocess_as_trained(small_mnist):
