@@ -2,8 +2,8 @@
 
 ``hogwild.train(model, data=(X, y), test_data=(X2, y2))`` takes any number of examples of any
 shape: ``X`` is ``[n, features]``, ``[n, height, width]`` or ``[n, channels, height, width]``
-(PyTorch's layout), ``y`` holds class indices ``0 .. classes - 1``; the classes are as many as
-the largest label says. Pixels are either
+(PyTorch's layout), ``y`` holds class indices ``0 .. classes - 1`` (the job's plan takes the
+classes from the model's last layer and refuses labels beyond them). Pixels are either
 
 * **uint8**: scaled as every image source is, ``(x / 255 - data.mean) / data.std``, or
 * **floating point**: used exactly as given (stored as float32; no scaling, no normalisation), so

@@ -173,7 +173,14 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
                 "data.augment = ''"
             )
         check_input_shape(config, shape, "the arrays given as data")
-        plan = DataPlan("", shape, data.n_classes, False)
+        units = [layer.units for layer in config.model.layers if layer.type == "fc"]
+        classes = units[-1] if units else data.n_classes  # labels need not use every class
+        if data.n_classes > classes:
+            raise DataError(
+                f"the labels go up to {data.n_classes - 1}, but the model's last fully "
+                f"connected layer scores {classes} classes (labels 0 .. {classes - 1})"
+            )
+        plan = DataPlan("", shape, classes, False)
         return plan, len(data.train_labels), len(data.test_labels)
     height, width = data.train_images.shape[1:3]
     shape = (int(height), int(width), 1)

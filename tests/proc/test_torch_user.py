@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import hogwild
+import hogwild.errors
 from hogwild.data.mnist import MnistData, load_mnist
 
 torch = pytest.importorskip("torch")
@@ -253,3 +254,10 @@ def test_a_torch_dataset_is_read_once_into_a_cache_and_trained_on(small_mnist):
         predicted = net(inputs).argmax(1).numpy()
     accuracy = float((predicted == small_mnist.test_labels[:500]).mean())
     assert abs(accuracy - result.metrics["test_accuracy"]) <= 1 / 500
+
+
+def test_labels_beyond_the_models_classes_are_refused_before_training():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    x = np.zeros((5, 4), dtype=np.float32)
+    with pytest.raises(hogwild.errors.DataError, match="labels go up to 4, but .* scores 3"):
+        hogwild.train(hogwild.from_torch(net, (4,)), data=(x, np.arange(5)), progress=False)
