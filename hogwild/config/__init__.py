@@ -41,6 +41,7 @@ LAYER_KEYS: dict[str, dict[str, Any]] = {
     "sigmoid": {},
     "dropout": {"p": 0.5},
     "softmax": {},
+    "mse": {},  # regression: the last fc layer's outputs against target values, mean squared
 }
 
 POOLS = ("maxpool", "avgpool")  # pooling layers: the stride is the window's size unless given

@@ -92,8 +92,14 @@ def check_config(config: Any, origin: str) -> None:
             fail(f"{where}: p must be in [0, 1), got {layer.p}")
         if layer.type == "softmax" and index != len(layers) - 1:
             fail(f"{where}: softmax (with cross-entropy) must be the last layer")
-    if layers[-1].type != "softmax":
-        fail(f"the last layer must be softmax (with cross-entropy), got {layers[-1].type}")
+    for index, layer in enumerate(layers[:-1]):
+        if layer.type == "mse":
+            fail(f"model.layers[{index}] (mse): the mean squared error must be the last layer")
+    if layers[-1].type not in ("softmax", "mse"):
+        fail(
+            "the last layer must be softmax (classes, with cross-entropy) or mse (regression), "
+            f"got {layers[-1].type}"
+        )
     optim, train, out = config.optim, config.train, config.output
     if not optim.lr > 0:
         fail(f"optim.lr must be > 0, got {optim.lr}")

@@ -1,7 +1,7 @@
 """Forward and backward kernels of the non-convolution layers, for one example.
 
-Max- and average pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with
-cross-entropy.
+Max- and average pooling, fully connected, relu / tanh / sigmoid, dropout, softmax with
+cross-entropy, and the mean squared error of a regression (its targets in the same row).
 Every kernel addresses flat float32 rows through offsets (see :mod:`hogwild.model.network`).
 Parameter gradients are accumulated into ``g`` (a minibatch sums over its examples); input
 gradients are overwritten. Max-pooling records each output's arg-max, and dropout its mask, in the
@@ -345,6 +345,25 @@ def softmax_xent_backward(y, y_off, label, dx, dx_off, n):
     for i in range(n):
         dx[dx_off + i] = y[y_off + i]
     dx[dx_off + label] -= 1.0
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def mse_backward(y, y_off, t_off, dx, dx_off, n):
+    """Gradient of the mean squared error over ``n`` values (PyTorch's ``MSELoss``): the
+    prediction ``y`` less the target ``t`` (``y``'s row at ``t_off``), times 2 / n."""
+    scale = np.float32(2.0 / n)
+    for i in range(n):
+        dx[dx_off + i] = (y[y_off + i] - y[t_off + i]) * scale
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def mean_squared_error(y, y_off, t_off, n):
+    """The mean over ``n`` values of (prediction - target)^2, the targets at ``t_off``."""
+    total = 0.0
+    for i in range(n):
+        d = y[y_off + i] - y[t_off + i]
+        total += d * d
+    return total / n
 
 
 @kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")

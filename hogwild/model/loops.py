@@ -28,10 +28,16 @@ import numpy as np
 
 from hogwild.jit import kernel
 from hogwild.model.batch_kernels import fc_weight_update_batch
-from hogwild.model.layer_kernels import argmax, cross_entropy, fc_weight_update
+from hogwild.model.layer_kernels import (
+    argmax,
+    cross_entropy,
+    fc_weight_update,
+    mean_squared_error,
+)
 from hogwild.model.network import (
     COL_C,
     COL_IN,
+    COL_K,
     COL_O,
     COL_OP,
     COL_OUT,
@@ -40,6 +46,7 @@ from hogwild.model.network import (
     COL_WORK,
     OP_DROPOUT,
     OP_FC,
+    OP_MSE,
 )
 from hogwild.model.passes import (
     FC_ACCUMULATE,
@@ -109,7 +116,11 @@ def _step(
         targets[b] = labels[example]
     forward_batch(ops, params, act, aux, scratch, n, training)
     correct = 0
+    regression = ops[last, COL_OP] == OP_MSE
     for b in range(n):
+        if regression:  # the targets came with the input (load_example), after it
+            loss += mean_squared_error(act[b], out_off, ops[last, COL_K], n_classes)
+            continue
         loss += cross_entropy(act[b], out_off, targets[b])
         if argmax(act[b], out_off, n_classes) == targets[b]:
             correct += 1
@@ -316,6 +327,9 @@ def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, 
             load_example(images[first + b], act[b], mean, std)
         forward_batch(ops, params, act, aux, scratch, n, False)
         for b in range(n):
+            if ops[last, COL_OP] == OP_MSE:
+                loss += mean_squared_error(act[b], out_off, ops[last, COL_K], n_classes)
+                continue
             label = labels[first + b]
             loss += cross_entropy(act[b], out_off, label)
             if argmax(act[b], out_off, n_classes) == label:

@@ -30,7 +30,9 @@ from hogwild.model.batch_kernels import batch_scratch_size, packed_conv_weights_
 # Op codes of the engine.
 OP_CONV, OP_MAXPOOL, OP_FC, OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT, OP_SOFTMAX = range(8)
 OP_AVGPOOL = 8
+OP_MSE = 9  # regression: identity forward, mean squared error against the row's targets
 OP_CODES = {
+    "mse": OP_MSE,
     "avgpool": OP_AVGPOOL,
     "conv": OP_CONV,
     "maxpool": OP_MAXPOOL,
@@ -132,6 +134,12 @@ class Network:
     def input_size(self) -> int:
         return int(np.prod(self.input_shape))
 
+    @property
+    def regression(self) -> bool:
+        """Whether the model ends in mse: ``n_classes`` is then its number of target values,
+        which a training row carries right after the input (``act[input_size:][:n_classes]``)."""
+        return bool(len(self.ops)) and int(self.ops[-1, COL_OP]) == OP_MSE
+
     def param(self, name: str) -> ParamSpec:
         for spec in self.params:
             if spec.name == name:
@@ -191,7 +199,9 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
     params: list[ParamSpec] = []
     ops = np.zeros((len(model.layers), N_COLS), dtype=np.int64)
     act_offsets = [0]
-    act_cursor = _align(int(np.prod(shape)))
+    # A regression's targets ride in the input block, after the input (see target_offset).
+    regression = bool(model.layers) and model.layers[-1].type == "mse"
+    act_cursor = _align(int(np.prod(shape)) + (n_classes if regression else 0))
     weighted_dims: list[tuple] = []
     n_params = 0
     counts = {"conv": 0, "fc": 0}
@@ -253,6 +263,13 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
             row[COL_C] = row[COL_O] = int(np.prod(shape))
             if kind == "dropout":
                 row[COL_PERMILLE] = int(round(layer.p * 1_000_000))
+            if kind == "mse":
+                row[COL_K] = int(np.prod(model.input))  # where the targets are in the row
+                if len(shape) != 1 or shape[0] != n_classes:
+                    raise ConfigError(
+                        f"{where}: mse needs a vector of {n_classes} predicted values (a final "
+                        f"fc layer with units = {n_classes}), got shape {shape}"
+                    )
             if kind == "softmax":
                 if len(shape) != 1 or shape[0] != n_classes:
                     raise ConfigError(

@@ -33,6 +33,7 @@ from hogwild.model.layer_kernels import (
     fc_forward,
     maxpool_backward,
     maxpool_forward,
+    mse_backward,
     softmax_forward,
     softmax_xent_backward,
 )
@@ -61,6 +62,7 @@ from hogwild.model.network import (
     OP_DROPOUT,
     OP_FC,
     OP_MAXPOOL,
+    OP_MSE,
     OP_RELU,
     OP_SIGMOID,
     OP_SOFTMAX,
@@ -213,6 +215,9 @@ def _forward_one(r, params, a, aux, training):
         dropout_forward(a, x_off, a, y_off, aux, r[COL_C], r[COL_PERMILLE] * 1e-6, training)
     elif op == OP_SOFTMAX:
         softmax_forward(a, x_off, a, y_off, r[COL_C])
+    elif op == OP_MSE:
+        for i in range(r[COL_C]):
+            a[y_off + i] = a[x_off + i]
 
 
 @kernel(cache=True, nogil=True)
@@ -393,6 +398,8 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
     op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
     if op == OP_SOFTMAX:
         softmax_xent_backward(a, y_off, label, da, x_off, r[COL_C])
+    elif op == OP_MSE:
+        mse_backward(a, y_off, r[COL_K], da, x_off, r[COL_C])
     elif op == OP_FC:
         if fc_mode == FC_SGD_IN_PLACE:
             fc_backward_sgd_in_place(

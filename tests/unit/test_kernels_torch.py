@@ -457,3 +457,93 @@ def test_adam_and_adamw_steps_match_torch_optim(name, rule):
             )
     assert not velocity.any()  # Adam's state is the worker's own, not the shared velocity
     assert not ctx.grad.any()
+
+
+# Regression: the last fc layer's values against targets, PyTorch's MSELoss (mean over values).
+REGRESSION = _model(
+    [
+        {"type": "conv", "maps": 4, "kernel": 3, "stride": 2, "padding": 1},
+        {"type": "relu"},
+        {"type": "avgpool", "size": 2},
+        {"type": "fc", "units": 16},
+        {"type": "tanh"},
+        {"type": "fc", "units": 3},
+        {"type": "mse"},
+    ],
+    input_shape=(2, 12, 12),
+)
+
+
+def regression_logits(network: Network, tp: dict, x):
+    """The regression model in torch: its outputs (the engine's mse layer is the identity)."""
+    x = torch.relu(F.conv2d(x, tp["conv1.weight"], tp["conv1.bias"], stride=2, padding=1))
+    x = F.avg_pool2d(x, 2).flatten(1)
+    x = torch.tanh(F.linear(x, tp["fc1.weight"], tp["fc1.bias"]))
+    return F.linear(x, tp["fc2.weight"], tp["fc2.bias"])
+
+
+def test_mse_regression_forward_and_backward_match_autograd():
+    network = build_network(REGRESSION, 3)
+    assert network.regression
+    params = init_params(network, seed=20)
+    rng = np.random.default_rng(21)
+    x = rng.normal(0.0, 1.0, network.input_size).astype(np.float32)
+    target = rng.normal(0.0, 1.0, 3).astype(np.float32)
+    ops = network.ops.copy()
+    ops[0, COL_NEED_DIN] = 1
+    ctx = TrainingContext.allocate(network, 1)
+    a, da, aux = ctx.act[0], ctx.dact[0], ctx.aux[0]
+    a[: network.input_size] = x
+    a[network.input_size : network.input_size + 3] = target  # the targets ride after the input
+    forward(ops, params, a, aux, ctx.scratch, True)
+    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, np.uint8(0))
+
+    tp = torch_params(network, params)
+    tx = torch.tensor(x).reshape(1, *network.input_shape).requires_grad_(True)
+    out = regression_logits(network, tp, tx)
+    F.mse_loss(out, torch.tensor(target)[None]).backward()
+    at = int(network.ops[-1, COL_OUT])
+    np.testing.assert_allclose(a[at : at + 3], out[0].detach().numpy(), rtol=RTOL, atol=ATOL)
+    assert_grads_equal(network, ctx.grad, tp)
+    np.testing.assert_allclose(
+        da[: network.input_size], tx.grad.numpy().ravel(), rtol=RTOL, atol=ATOL
+    )
+
+
+@pytest.mark.parametrize("rule", [RULE_SGD, RULE_ADAM])
+def test_mse_minibatches_match_torch(rule):
+    """Two minibatches of 4 float rows (input, then targets, used as given) trained with SGD or
+    Adam equal torch's steps on MSELoss; the summed loss is what torch's mean says."""
+    network = build_network(REGRESSION, 3)
+    params = init_params(network, seed=22)
+    tp = torch_params(network, params)
+    rng = np.random.default_rng(23)
+    x = rng.normal(0.0, 1.0, (8, network.input_size)).astype(np.float32)
+    y = rng.normal(0.0, 1.0, (8, 3)).astype(np.float32)
+    rows = np.ascontiguousarray(np.concatenate([x, y], axis=1))
+    labels = np.zeros(8, dtype=np.int32)
+    ctx = TrainingContext.allocate(network, 4)
+    velocity = np.zeros_like(params)
+    kind = torch.optim.SGD if rule == RULE_SGD else torch.optim.Adam
+    optimizer = kind(list(tp.values()), lr=0.01)
+    xs = torch.tensor(x).reshape(-1, *network.input_shape)
+    for step in range(2):
+        part = slice(4 * step, 4 * step + 4)
+        loss, correct = ctx.train_chunk(
+            network.ops, params, velocity, rows[part], labels[part],
+            np.arange(4, dtype=np.int64), 0, 4, batch=4, lr=0.01, mu=0.9, wd=0.0, rule=rule,
+            mean=0.0, std=1.0 / 255.0, update_every=1,
+        )  # fmt: skip
+        optimizer.zero_grad()
+        expected = F.mse_loss(regression_logits(network, tp, xs[part]), torch.tensor(y[part]))
+        expected.backward()
+        optimizer.step()
+        assert loss == pytest.approx(4 * expected.item(), rel=1e-4) and correct == 0
+    if rule == RULE_SGD:
+        assert_params_equal(network, params, tp)
+    else:  # Adam's step is about lr whatever the gradient: 1 % of a step (see above)
+        for spec in network.params:
+            np.testing.assert_allclose(
+                network.views(params)[spec.name], tp[spec.name].detach().numpy(),
+                rtol=RTOL, atol=1e-4, err_msg=spec.name,
+            )  # fmt: skip
