@@ -59,11 +59,11 @@ def load_checkpoint(path):
     return _load(path)
 
 
-def from_torch(module, input_shape):
+def from_torch(module, input_shape, loss="cross_entropy"):
     """A PyTorch module as a model to train; see :mod:`hogwild.training.torch_bridge`."""
     from hogwild.training.torch_bridge import from_torch as _from_torch
 
-    return _from_torch(module, input_shape)
+    return _from_torch(module, input_shape, loss)
 
 
 def to_torch(trained, module):

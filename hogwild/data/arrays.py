@@ -37,8 +37,9 @@ class ArrayData:
     test_images: np.ndarray  # same type [m, ...]; m may be 0
     test_labels: np.ndarray
     shape: tuple[int, int, int]  # (channels, height, width) of one example
-    n_classes: int
+    n_classes: int  # a regression's: its number of target values
     source: str = "arrays"
+    n_targets: int = 0  # a regression's target values, stored in each row after the input
 
     @property
     def floats(self) -> bool:
@@ -114,9 +115,27 @@ def _labels(y, n: int, what: str) -> np.ndarray:
     return labels.astype(LABEL_TYPE)
 
 
-def array_data(data, test_data=None) -> ArrayData:
+def _regression(x: np.ndarray, y, what: str) -> tuple[np.ndarray, int]:
+    """Rows of ``x`` (floats) with the targets ``y`` (``[n]`` or ``[n, k]``) after them."""
+    if x.dtype != np.float32:
+        raise DataError(f"{what} X: a regression's examples must be floats (used as given)")
+    targets = np.asarray(y, dtype=np.float64)
+    targets = targets[:, None] if targets.ndim == 1 else targets
+    if targets.ndim != 2 or len(targets) != len(x):
+        raise DataError(
+            f"{what} y must be [n] or [n, values] target values for the {len(x)} examples, got "
+            f"shape {np.shape(y)}"
+        )
+    if not np.isfinite(targets).all():
+        raise DataError(f"{what} y has NaN or infinite target values")
+    rows = np.concatenate([x, targets.astype(np.float32)], axis=1)
+    return np.ascontiguousarray(rows), targets.shape[1]
+
+
+def array_data(data, test_data=None, regression: bool = False) -> ArrayData:
     """``data`` and ``test_data`` (each ``(X, y)``; no test split without ``test_data``)
-    checked and laid out for the arena.
+    checked and laid out for the arena. ``regression``: ``y`` holds target values (``[n]`` or
+    ``[n, values]``, for a model that ends in mse), carried in each row after the input.
 
     Raises:
         DataError: a pair is not ``(X, y)``, an array is ragged, of another type, holds NaN or
@@ -127,6 +146,8 @@ def array_data(data, test_data=None) -> ArrayData:
     for name, pair in pairs.items():
         if pair is not None and (not isinstance(pair, tuple | list) or len(pair) != 2):
             raise DataError(f"{name} must be a pair (X, y) of arrays, got {type(pair).__name__}")
+    if regression:
+        return _regression_data(data, test_data)
     train_x = _images(data[0], "data X")
     shape = _example_shape(np.shape(data[0])[1:], "data X")
     train_y = _labels(data[1], len(train_x), "data y")
@@ -148,3 +169,21 @@ def array_data(data, test_data=None) -> ArrayData:
         test_y = _labels(test_data[1], len(test_x), "test_data y")
     n_classes = int(max(train_y.max(), test_y.max() if len(test_y) else 0)) + 1
     return ArrayData(train_x, train_y, test_x, test_y, shape, n_classes)
+
+
+def _regression_data(data, test_data) -> ArrayData:
+    train_x = _images(data[0], "data X")
+    shape = _example_shape(np.shape(data[0])[1:], "data X")
+    train_rows, k = _regression(train_x, data[1], "data")
+    test_rows = train_rows[:0]
+    if test_data is not None:
+        test_x = _images(test_data[0], "test_data X")
+        if _example_shape(np.shape(test_data[0])[1:], "test_data X") != shape:
+            raise DataError("test_data X's examples differ in shape from data X's")
+        test_rows, test_k = _regression(test_x, test_data[1], "test_data")
+        if test_k != k:
+            raise DataError(f"test_data y has {test_k} target values per example, data y {k}")
+    zeros = np.zeros(len(train_rows), dtype=LABEL_TYPE)
+    return ArrayData(
+        train_rows, zeros, test_rows, zeros[: len(test_rows)].copy(), shape, k, n_targets=k
+    )

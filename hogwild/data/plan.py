@@ -175,6 +175,11 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
         check_input_shape(config, shape, "the arrays given as data")
         units = [layer.units for layer in config.model.layers if layer.type == "fc"]
         classes = units[-1] if units else data.n_classes  # labels need not use every class
+        if data.n_targets and data.n_targets != classes:
+            raise DataError(
+                f"y has {data.n_targets} target values per example, but the model's last fully "
+                f"connected layer predicts {classes}"
+            )
         if data.n_classes > classes:
             raise DataError(
                 f"the labels go up to {data.n_classes - 1}, but the model's last fully "

@@ -134,7 +134,8 @@ def train(
     elif target is not None:
         raise DataError("target names a CSV file's label column: give data='file.csv'")
     if isinstance(data, tuple | list):
-        data = array_data(data, test_data)
+        regression = resolved.model.layers[-1].type == "mse"
+        data = array_data(data, test_data, regression=regression)
     elif test_data is not None:
         raise DataError("test_data goes with data given as (X, y) arrays")
     return _run(resolved, load_data(resolved, data), torch_model, resume, overwrite)

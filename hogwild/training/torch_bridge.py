@@ -74,7 +74,10 @@ def _square(value: Any, position: int, what: str, key: str) -> int:
     raise _unsupported(position, what, f"{key}={value!r} is not square")
 
 
-def from_torch(module: Any, input_shape) -> TorchModel:
+LOSSES = ("cross_entropy", "mse")
+
+
+def from_torch(module: Any, input_shape, loss: str = "cross_entropy") -> TorchModel:
     """The engine's model for ``module`` (a ``torch.nn.Module``), with its current weights.
 
     Args:
@@ -84,6 +87,8 @@ def from_torch(module: Any, input_shape) -> TorchModel:
             engine trains with).
         input_shape: one example's shape without the batch dimension: ``(channels, height,
             width)`` for images, ``(features,)`` for vectors.
+        loss: ``"cross_entropy"`` (classes: the last Linear's logits) or ``"mse"`` (regression:
+            the last Linear's values against targets, ``nn.MSELoss``; no final softmax).
 
     Raises:
         ConfigError: a layer is not supported (its position, name and settings, and what is),
@@ -92,6 +97,8 @@ def from_torch(module: Any, input_shape) -> TorchModel:
     import torch
     from torch import fx, nn
 
+    if loss not in LOSSES:
+        raise ConfigError(f"from_torch: loss must be one of {', '.join(LOSSES)}, got {loss!r}")
     if not isinstance(module, nn.Module):
         raise ConfigError(f"from_torch needs a torch.nn.Module, got {type(module).__name__}")
     shape = tuple(int(d) for d in input_shape)
@@ -151,6 +158,10 @@ def from_torch(module: Any, input_shape) -> TorchModel:
             entry, ends = _module_layer(modules[node.target], node.target, position, nn)
         else:
             entry, ends = _function_layer(node, position, torch, nn)
+        if ends and loss == "mse":
+            raise _unsupported(
+                position, _describe(node, modules), "a regression (loss='mse') ends in a Linear"
+            )
         if ends:
             ended = True
         elif entry is not None:
@@ -166,7 +177,7 @@ def from_torch(module: Any, input_shape) -> TorchModel:
             f"from_torch: {source} must end in a Linear layer's class scores (optionally then "
             f"log_softmax or softmax); its chain ends in {last}"
         )
-    layers.append({"type": "softmax"})
+    layers.append({"type": "mse" if loss == "mse" else "softmax"})
     try:
         model = config_from_dict({"model": {"input": list(shape), "layers": layers}}).model
     except ConfigError as exc:

@@ -181,14 +181,18 @@ class Trainer:
             store_wait += record["store_wait_s"]
             examples += record["examples"]
             record.update(self._evaluate())
+            if network.regression:  # a mean squared error has no classes to be right about
+                record["train_accuracy"] = record["test_accuracy"] = None
             history.append(record)
             self.metrics.write(record)
-            tested = (
-                f"test loss {record['test_loss']:.4f}  "
-                f"test accuracy {record['test_accuracy'] * 100:.2f}%"
-                if self.n_test
-                else "no test split"
-            )
+            tested = "no test split"
+            if self.n_test and network.regression:
+                tested = f"test mse {record['test_loss']:.4f}"
+            elif self.n_test:
+                tested = (
+                    f"test loss {record['test_loss']:.4f}  "
+                    f"test accuracy {record['test_accuracy'] * 100:.2f}%"
+                )
             self.progress.line(
                 f"epoch {epoch + 1}/{config.train.epochs}  lr {record['lr']:.4g}  "
                 f"train loss {record['train_loss']:.4f}  {tested}  "
@@ -286,7 +290,9 @@ class Trainer:
         """Create the arena, fill it with data and initial (or restored) parameters."""
         config, network, data = self.config, self.network, self.data
         height, width, channels = self.plan.shape
-        image_bytes = 0 if self.plan.cache else height * width * channels
+        # a regression's rows carry its targets after the input (hogwild.data.arrays)
+        targets = getattr(data, "n_targets", 0)
+        image_bytes = 0 if self.plan.cache else height * width * channels + targets
         layout = job_layout(
             network,
             self.n_workers,

@@ -19,6 +19,7 @@ from hogwild.data.mnist import MnistData, load_mnist
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
+F = torch.nn.functional
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +262,31 @@ def test_labels_beyond_the_models_classes_are_refused_before_training():
     x = np.zeros((5, 4), dtype=np.float32)
     with pytest.raises(hogwild.errors.DataError, match="labels go up to 4, but .* scores 3"):
         hogwild.train(hogwild.from_torch(net, (4,)), data=(x, np.arange(5)), progress=False)
+
+
+def test_a_regression_mlp_trains_on_float_targets():
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 1.0, (500, 5)).astype(np.float32)
+    y = np.stack([x[:, 0] - 2 * x[:, 1], 0.5 * x[:, 2]], axis=1)
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 2))
+    with torch.no_grad():
+        before = F.mse_loss(net(torch.from_numpy(x[400:])), torch.from_numpy(y[400:])).item()
+    result = hogwild.train(
+        hogwild.from_torch(net, (5,), loss="mse"),
+        data=(x[:400], y[:400]),
+        test_data=(x[400:], y[400:]),
+        epochs=3,
+        workers=1,
+        batch=4,
+        lr=0.01,
+        progress=False,
+        overrides={"optim.rule": "adam", "optim.warmup_epochs": 0, "optim.weight_decay": 0.0},
+    )
+    assert result.metrics["test_accuracy"] is None  # no classes
+    hogwild.to_torch(result, net)
+    with torch.no_grad():
+        after = F.mse_loss(net(torch.from_numpy(x[400:])), torch.from_numpy(y[400:])).item()
+    assert after < before / 4  # it learned the linear map
+    # the test loss hogwild reported is torch's MSELoss of the trained module
+    assert result.metrics["test_loss"] == pytest.approx(after, rel=1e-3)

@@ -246,3 +246,46 @@ def test_shapes_that_do_not_fit_name_the_tensor():
 def test_bad_input_shape_is_refused():
     with pytest.raises(ConfigError, match="input_shape"):
         hogwild.from_torch(mlp(), (1, 1, 8, 8))
+
+
+def regression_mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 2))
+
+
+def test_regression_mlp_forward_and_gradients_match_mse_autograd():
+    torch.manual_seed(7)
+    module = regression_mlp()
+    model = hogwild.from_torch(module, (6,), loss="mse")
+    assert model.model.layers[-1].type == "mse"
+    network = build_network(model.model, model.n_classes)
+    params = np.zeros(network.n_params, dtype=np.float32)
+    for engine_name, view in network.views(params).items():
+        view[...] = model.weights[engine_name]
+    ops = network.ops.copy()
+    ops[0, COL_NEED_DIN] = 1
+    ctx = TrainingContext.allocate(network, 1)
+    a, da, aux = ctx.act[0], ctx.dact[0], ctx.aux[0]
+    rng = np.random.default_rng(8)
+    x, target = rng.normal(size=6).astype(np.float32), rng.normal(size=2).astype(np.float32)
+    a[:6], a[6:8] = x, target  # the targets ride after the input
+    forward(ops, params, a, aux, ctx.scratch, False)
+    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, np.uint8(0))
+    tx = torch.tensor(x)[None].requires_grad_(True)
+    out = module(tx)
+    F.mse_loss(out, torch.tensor(target)[None]).backward()
+    at = int(network.ops[-1, COL_OUT])
+    np.testing.assert_allclose(a[at : at + 2], out[0].detach().numpy(), rtol=RTOL, atol=ATOL)
+    grads = state_dict_of(network.views(ctx.grad), model.names)
+    for torch_name, parameter in module.named_parameters():
+        np.testing.assert_allclose(
+            grads[torch_name], parameter.grad.numpy(), rtol=RTOL, atol=ATOL, err_msg=torch_name
+        )
+    np.testing.assert_allclose(da[:6], tx.grad.numpy().ravel(), rtol=RTOL, atol=ATOL)
+
+
+def test_a_regression_may_not_end_in_softmax():
+    module = nn.Sequential(nn.Linear(6, 2), nn.LogSoftmax(1))
+    with pytest.raises(ConfigError, match="loss='mse'"):
+        hogwild.from_torch(module, (6,), loss="mse")
+    with pytest.raises(ConfigError, match="loss must be one of cross_entropy, mse"):
+        hogwild.from_torch(module, (6,), loss="l1")
