@@ -6,7 +6,8 @@ the other), maps each layer to the engine's (:data:`SUPPORTED`), and keeps the m
 weights under its own names. The engine ends every classifier in softmax with cross-entropy, so
 the chain ends in the last ``Linear``'s logits, optionally followed by ``log_softmax`` or
 ``softmax`` over the classes (the same loss as ``nn.CrossEntropyLoss`` on logits, or
-``nll_loss`` after ``log_softmax``).
+``nll_loss`` after ``log_softmax``); a regression (``loss="mse"``) ends in the last ``Linear``'s
+values, trained with the mean squared error (``nn.MSELoss``).
 
 A layer the engine cannot compute is refused with its position, its name and its settings, and
 the list of what is supported: nothing is approximated.
@@ -49,7 +50,7 @@ class TorchModel:
     weights: dict[str, np.ndarray]  # engine name -> the module's current values
     names: dict[str, str]  # engine name -> the module's state_dict key
     source: str = ""  # the module's class, for messages
-    n_classes: int = 0  # units of the last Linear
+    n_classes: int = 0  # units of the last Linear (classes, or a regression's values)
     layers: tuple[str, ...] = field(default=())  # the chain as read, one line a layer
 
     def summary(self) -> str:
