@@ -156,6 +156,13 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
             servers render another augmentation or seed than the job's.
         DataError: No data server answered, or two serve different data.
     """
+    regression = config.model.layers[-1].type == "mse"
+    if regression and not (isinstance(data, ArrayData) and data.n_targets):
+        raise ConfigError(
+            f"{config.origin}: a model that ends in mse (regression) trains on target values "
+            "given as arrays, data=(X, y) with float X and y; image files, caches and data "
+            "servers hold class labels"
+        )
     if config.data.servers:
         return _plan_served(config)
     if isinstance(data, CacheData):

@@ -290,3 +290,9 @@ def test_a_regression_mlp_trains_on_float_targets():
     assert after < before / 4  # it learned the linear map
     # the test loss hogwild reported is torch's MSELoss of the trained module
     assert result.metrics["test_loss"] == pytest.approx(after, rel=1e-3)
+
+
+def test_a_regression_on_class_labels_is_refused(small_mnist):
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    with pytest.raises(hogwild.errors.ConfigError, match="ends in mse .* given as arrays"):
+        hogwild.train(hogwild.from_torch(net, (1, 28, 28), loss="mse"), data=small_mnist)
