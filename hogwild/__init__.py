@@ -9,6 +9,10 @@ The public Python API, the same engine the ``hogwild`` command runs::
     model = hogwild.load_checkpoint("checkpoints")
     labels = model.predict(images)
 
+    model = hogwild.from_torch(net, (1, 28, 28))   # a torch.nn model, with its weights
+    result = hogwild.train(model, epochs=2)
+    hogwild.to_torch(result, net)                  # the trained weights, in place
+
 Importing the package is cheap: numba and the engine load on first use.
 """
 
@@ -16,7 +20,15 @@ from hogwild import runtime as _runtime  # noqa: F401  (sets numba's environment
 
 __version__ = "0.1.0"
 
-__all__ = ["load_config", "train", "evaluate", "load_checkpoint", "__version__"]
+__all__ = [
+    "load_config",
+    "train",
+    "evaluate",
+    "load_checkpoint",
+    "from_torch",
+    "to_torch",
+    "__version__",
+]
 
 
 def load_config(path=None, overrides=None):
@@ -45,3 +57,17 @@ def load_checkpoint(path):
     from hogwild.training.api import load_checkpoint as _load
 
     return _load(path)
+
+
+def from_torch(module, input_shape, loss="cross_entropy"):
+    """A PyTorch module as a model to train; see :mod:`hogwild.training.torch_bridge`."""
+    from hogwild.training.torch_bridge import from_torch as _from_torch
+
+    return _from_torch(module, input_shape, loss)
+
+
+def to_torch(trained, module):
+    """Load trained weights into a PyTorch module; see :mod:`hogwild.training.torch_bridge`."""
+    from hogwild.training.torch_bridge import to_torch as _to_torch
+
+    return _to_torch(trained, module)

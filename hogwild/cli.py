@@ -216,7 +216,19 @@ def _train(args, overrides: dict[str, str]) -> int:
 
     _configure_logging(args)
     config = _resolve(args, overrides, "train")
-    result = train(config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite))
+    job = None
+    if args.model:
+        from hogwild.training.torch_bridge import from_torch, load_module
+
+        job, config = config, from_torch(load_module(args.model), config.model.input)
+    result = train(
+        config,
+        args.data,
+        job=job,
+        target=args.target,
+        resume=bool(args.resume),
+        overwrite=bool(args.overwrite),
+    )
     metrics = result.metrics
     summary = {k: metrics[k] for k in ("test_accuracy", "examples_per_s", "wall_s", "epochs")}
     print(json.dumps(summary))

@@ -181,6 +181,13 @@ def add_train_only_flags(parser: argparse.ArgumentParser) -> None:
     _add(parser, "--ps-servers", metavar="HOST:PORT[,...]", hidden=("--ps",),
          help="train through these running parameter servers (sets ps.servers and, unless "
          "given, train.parameters=ps; default: none)")  # fmt: skip
+    _add(parser, "--model", metavar="FILE.py:FUNCTION",
+         help="a PyTorch model: FUNCTION() in FILE.py returns a torch.nn module (see "
+         "docs/python-api.md), trained from its weights with the job's other settings; its "
+         "input shape is model.input (default: the job's model)")  # fmt: skip
+    _add(parser, "--target", metavar="COLUMN",
+         help="with --data FILE.csv: the column of class indices (the others are features; 20 %% "
+         "of the rows are held back as the test split; default: none)")  # fmt: skip
 
 
 def add_cluster_only_flags(parser: argparse.ArgumentParser) -> None:

@@ -35,13 +35,17 @@ from hogwild.errors import ConfigError
 LAYER_KEYS: dict[str, dict[str, Any]] = {
     "conv": {"maps": None, "kernel": None, "stride": 1, "padding": "valid"},
     "maxpool": {"size": 2, "stride": None},
+    "avgpool": {"size": 2, "stride": None},
     "fc": {"units": None},
     "relu": {},
     "tanh": {},
     "sigmoid": {},
     "dropout": {"p": 0.5},
     "softmax": {},
+    "mse": {},  # regression: the last fc layer's outputs against target values, mean squared
 }
+
+POOLS = ("maxpool", "avgpool")  # pooling layers: the stride is the window's size unless given
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class LayerConfig:
     maps: int = 0
     kernel: int = 0
     stride: int = 1
-    padding: str = "valid"
+    padding: str | int = "valid"  # "valid", "same" or zeros added on every side (int >= 0)
     size: int = 0
     units: int = 0
     p: float = 0.0
@@ -86,7 +90,9 @@ class OptimConfig:
 
     rule: str = "sgd"
     lr: float = 0.003
-    momentum: float = 0.9
+    momentum: float = 0.9  # adam, adamw: beta1
+    beta2: float = 0.999
+    eps: float = 1e-8
     weight_decay: float = 0.0005
     schedule: str = "step"
     decay: float = 0.5
@@ -454,13 +460,15 @@ def _build_layers(value: Any, origin: str) -> tuple[LayerConfig, ...]:
         values: dict[str, Any] = {"type": kind}
         for key, default in keys.items():
             if key in table:
-                expected = float if key == "p" else (str if key == "padding" else int)
+                expected = float if key == "p" else int
+                if key == "padding":  # a name, or PyTorch's zeros on every side
+                    expected = int if isinstance(table[key], int) else str
                 values[key] = _coerce(f"{kind}.{key}", table[key], expected, where)
-            elif default is None and not (kind == "maxpool" and key == "stride"):
+            elif default is None and not (kind in POOLS and key == "stride"):
                 raise ConfigError(f"{where} ({kind}): missing required key {key!r}")
             elif default is not None:
                 values[key] = default
-        if kind == "maxpool" and "stride" not in table:
+        if kind in POOLS and "stride" not in table:
             values["stride"] = values["size"]
         layers.append(LayerConfig(**values))
     return tuple(layers)

@@ -26,7 +26,7 @@ FLOAT32_TINY = 1.1754943508222875e-38
 # parameter store: :mod:`hogwild.store.registry`.)
 CHOICES = {
     ("model", "init"): ("he", "xavier", "torch"),
-    ("optim", "rule"): ("sgd", "momentum"),
+    ("optim", "rule"): ("sgd", "momentum", "adam", "adamw"),
     ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
     ("train", "start_method"): ("spawn", "forkserver"),
     ("train", "placement"): ("fill", "spread"),
@@ -71,14 +71,20 @@ def check_config(config: Any, origin: str) -> None:
         if layer.type == "conv":
             if layer.maps < 1 or layer.kernel < 1 or layer.stride < 1:
                 fail(f"{where}: maps, kernel and stride must be >= 1")
-            if layer.padding not in ("valid", "same"):
-                fail(f"{where}: padding must be 'valid' or 'same', got {layer.padding!r}")
+            if isinstance(layer.padding, int):
+                if layer.padding < 0:
+                    fail(f"{where}: an integer padding must be >= 0, got {layer.padding}")
+            elif layer.padding not in ("valid", "same"):
+                fail(
+                    f"{where}: padding must be 'valid', 'same' or an integer >= 0, "
+                    f"got {layer.padding!r}"
+                )
             if layer.padding == "same" and layer.kernel % 2 == 0:
                 fail(
                     f"{where}: padding 'same' pads (kernel - 1) / 2 on every side and needs an "
                     f"odd kernel, got {layer.kernel}; use 'valid' or an odd kernel"
                 )
-        if layer.type == "maxpool" and (layer.size < 1 or layer.stride < 1):
+        if layer.type in ("maxpool", "avgpool") and (layer.size < 1 or layer.stride < 1):
             fail(f"{where}: size and stride must be >= 1")
         if layer.type == "fc" and layer.units < 1:
             fail(f"{where}: units must be >= 1")
@@ -86,13 +92,28 @@ def check_config(config: Any, origin: str) -> None:
             fail(f"{where}: p must be in [0, 1), got {layer.p}")
         if layer.type == "softmax" and index != len(layers) - 1:
             fail(f"{where}: softmax (with cross-entropy) must be the last layer")
-    if layers[-1].type != "softmax":
-        fail(f"the last layer must be softmax (with cross-entropy), got {layers[-1].type}")
+    for index, layer in enumerate(layers[:-1]):
+        if layer.type == "mse":
+            fail(f"model.layers[{index}] (mse): the mean squared error must be the last layer")
+    if layers[-1].type not in ("softmax", "mse"):
+        fail(
+            "the last layer must be softmax (classes, with cross-entropy) or mse (regression), "
+            f"got {layers[-1].type}"
+        )
     optim, train, out = config.optim, config.train, config.output
     if not optim.lr > 0:
         fail(f"optim.lr must be > 0, got {optim.lr}")
     if not 0.0 <= optim.momentum < 1.0:
         fail(f"optim.momentum must be in [0, 1), got {optim.momentum}")
+    if not 0.0 <= optim.beta2 < 1.0:
+        fail(f"optim.beta2 must be in [0, 1), got {optim.beta2}")
+    if not optim.eps > 0:
+        fail(f"optim.eps must be > 0, got {optim.eps}")
+    if optim.rule in ("adam", "adamw") and train.parameters == "ps":
+        fail(
+            f"optim.rule = {optim.rule!r} trains on one machine; with train.parameters = 'ps' "
+            "the parameter servers apply their own rule (ps.rule)"
+        )
     if not config.model.init_scale > 0:
         fail(f"model.init_scale must be > 0, got {config.model.init_scale}")
     if train.seed < 0:

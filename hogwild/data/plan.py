@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hogwild.config import Config
+from hogwild.data.arrays import ArrayData
 from hogwild.data.mnist import MnistData, load_mnist
 from hogwild.errors import ConfigError, DataError
 
@@ -155,6 +156,13 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
             servers render another augmentation or seed than the job's.
         DataError: No data server answered, or two serve different data.
     """
+    regression = config.model.layers[-1].type == "mse"
+    if regression and not (isinstance(data, ArrayData) and data.n_targets):
+        raise ConfigError(
+            f"{config.origin}: a model that ends in mse (regression) trains on target values "
+            "given as arrays, data=(X, y) with float X and y; image files, caches and data "
+            "servers hold class labels"
+        )
     if config.data.servers:
         return _plan_served(config)
     if isinstance(data, CacheData):
@@ -162,6 +170,30 @@ def plan_data(config: Config, data, n_workers: int) -> tuple[DataPlan, int, int]
         budget = config.data.ram_budget_mb * (1 << 20) // max(n_workers, 1)
         plan = DataPlan(data.path, data.shape, len(data.classes), True, budget)
         return plan, data.n_train, data.n_test
+    if isinstance(data, ArrayData):
+        channels, height, width = data.shape
+        shape = (height, width, channels)
+        if augmenting(config):
+            raise ConfigError(
+                f"{config.origin}: data.augment = {config.data.augment!r} applies to image files "
+                "and caches, not to examples given as arrays; augment them before, or set "
+                "data.augment = ''"
+            )
+        check_input_shape(config, shape, "the arrays given as data")
+        units = [layer.units for layer in config.model.layers if layer.type == "fc"]
+        classes = units[-1] if units else data.n_classes  # labels need not use every class
+        if data.n_targets and data.n_targets != classes:
+            raise DataError(
+                f"y has {data.n_targets} target values per example, but the model's last fully "
+                f"connected layer predicts {classes}"
+            )
+        if data.n_classes > classes:
+            raise DataError(
+                f"the labels go up to {data.n_classes - 1}, but the model's last fully "
+                f"connected layer scores {classes} classes (labels 0 .. {classes - 1})"
+            )
+        plan = DataPlan("", shape, classes, False)
+        return plan, len(data.train_labels), len(data.test_labels)
     height, width = data.train_images.shape[1:3]
     shape = (int(height), int(width), 1)
     check_input_shape(config, shape, f"the idx files of {data.source}")
@@ -212,7 +244,7 @@ def load_data(
     Raises:
         DataError: The idx files or the cache are missing, incomplete or malformed.
     """
-    if isinstance(data, MnistData | CacheData):
+    if isinstance(data, MnistData | CacheData | ArrayData):
         return data
     source = data if data is not None else config.data.source
     if source not in (None, "mnist"):

@@ -38,6 +38,7 @@ def compile_kernels(
     *,
     feed: bool = False,
     evaluate: bool = True,
+    images_dtype=np.uint8,
 ) -> None:
     """Run one minibatch of training and one evaluation on zeros, compiling what they call.
 
@@ -48,6 +49,8 @@ def compile_kernels(
         feed: Also compile the data kernels (reading, augmenting) a worker reading through a
             data feed calls.
         evaluate: Also compile the evaluation (a worker that never evaluates need not load it).
+        images_dtype: The stored examples' type: uint8 pixels, or float32 values given as
+            numpy arrays (:mod:`hogwild.data.arrays`).
     """
     # A context of its own: a worker's would keep this call's pending fully connected updates.
     context = TrainingContext.allocate(network, batch, update_every)
@@ -55,7 +58,7 @@ def compile_kernels(
     velocity = np.zeros_like(params)
     order = np.zeros(1, dtype=np.int64)
     # Images are C-contiguous uint8 rows, in the arena and in a feed's ring alike.
-    images = np.zeros((1, network.input_size), dtype=np.uint8)
+    images = np.zeros((1, network.input_size), dtype=images_dtype)
     labels = np.zeros(1, dtype=loops.LABEL_DTYPE)
     seed_kernels(0)
     for rule in sorted(set(RULE_CODES.values())):

@@ -14,6 +14,7 @@ import numpy as np
 
 from hogwild.model.loops import evaluate_range, train_chunk
 from hogwild.model.network import Network
+from hogwild.optim.rules import moments_size
 
 
 @dataclass
@@ -24,6 +25,7 @@ class TrainingContext:
     grad: np.ndarray  # float32 [n_params]
     scratch: np.ndarray  # float32, operands of the batched matrix products (one layer at a time)
     targets: np.ndarray  # int64 [batch], the labels of the minibatch in flight
+    moments: np.ndarray  # float32, Adam's m, v and step count (hogwild.optim.rules)
 
     @classmethod
     def allocate(cls, network: Network, batch: int, update_every: int = 1) -> "TrainingContext":
@@ -40,6 +42,7 @@ class TrainingContext:
             grad=np.zeros(network.n_params, dtype=np.float32),
             scratch=np.zeros(network.scratch_floats(batch), dtype=np.float32),
             targets=np.zeros(batch, dtype=np.int64),
+            moments=np.zeros(moments_size(network.n_params), dtype=np.float32),
         )
 
     def train_chunk(
@@ -61,11 +64,14 @@ class TrainingContext:
         mean,
         std,
         update_every,
+        beta2=0.999,
+        eps=1e-8,
     ) -> tuple[float, int]:
         """:func:`hogwild.model.loops.train_chunk` with this context's buffers.
 
         Every argument is passed explicitly, ``update_every`` included, so every caller compiles
-        (and finds in numba's cache) the same signature.
+        (and finds in numba's cache) the same signature. ``beta2`` and ``eps`` are Adam's (with
+        ``mu`` its beta1); the other rules ignore them.
         """
         return train_chunk(
             ops,
@@ -90,6 +96,9 @@ class TrainingContext:
             mean,
             std,
             update_every,
+            self.moments,
+            float(beta2),
+            float(eps),
         )
 
     def evaluate_range(self, ops, params, images, labels, start, stop, mean, std):
@@ -102,4 +111,4 @@ class TrainingContext:
     @property
     def nbytes(self) -> int:
         buffers = (self.act, self.dact, self.aux, self.grad, self.scratch, self.targets)
-        return sum(a.nbytes for a in buffers)
+        return sum(a.nbytes for a in buffers) + self.moments.nbytes

@@ -1,6 +1,7 @@
 """Forward and backward kernels of the non-convolution layers, for one example.
 
-Max-pooling, fully connected, relu / tanh / sigmoid, dropout, and softmax with cross-entropy.
+Max- and average pooling, fully connected, relu / tanh / sigmoid, dropout, softmax with
+cross-entropy, and the mean squared error of a regression (its targets in the same row).
 Every kernel addresses flat float32 rows through offsets (see :mod:`hogwild.model.network`).
 Parameter gradients are accumulated into ``g`` (a minibatch sums over its examples); input
 gradients are overwritten. Max-pooling records each output's arg-max, and dropout its mask, in the
@@ -88,6 +89,37 @@ def maxpool_backward(y, dy, y_off, dx, dx_off, aux, n_in, n_out, relu):
             dy[ys + j] = dy[ys + j] if y[ys + j] > zero else zero
     for j in range(n_out):
         dx[dx_off + aux[y_off + j]] += dy[y_off + j]
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def avgpool_forward(x, x_off, y, y_off, C, H, W, Ho, Wo, K, S):
+    """y[c, oy, ox] = mean of the KxK window (PyTorch's ``AvgPool2d`` without padding)."""
+    inv = np.float32(1.0 / (K * K))
+    for c in range(C):
+        for oy in range(Ho):
+            for ox in range(Wo):
+                acc = np.float32(0.0)
+                for ky in range(K):
+                    row = x_off + (c * H + oy * S + ky) * W + ox * S
+                    for kx in range(K):
+                        acc += x[row + kx]
+                y[y_off + (c * Ho + oy) * Wo + ox] = acc * inv
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def avgpool_backward(dy, dy_off, dx, dx_off, C, H, W, Ho, Wo, K, S):
+    """Spread each output gradient evenly over its window (windows that overlap add up)."""
+    inv = np.float32(1.0 / (K * K))
+    for i in range(C * H * W):
+        dx[dx_off + i] = 0.0
+    for c in range(C):
+        for oy in range(Ho):
+            for ox in range(Wo):
+                d = dy[dy_off + (c * Ho + oy) * Wo + ox] * inv
+                for ky in range(K):
+                    row = dx_off + (c * H + oy * S + ky) * W + ox * S
+                    for kx in range(K):
+                        dx[row + kx] += d
 
 
 @kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
@@ -313,6 +345,25 @@ def softmax_xent_backward(y, y_off, label, dx, dx_off, n):
     for i in range(n):
         dx[dx_off + i] = y[y_off + i]
     dx[dx_off + label] -= 1.0
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def mse_backward(y, y_off, t_off, dx, dx_off, n):
+    """Gradient of the mean squared error over ``n`` values (PyTorch's ``MSELoss``): the
+    prediction ``y`` less the target ``t`` (``y``'s row at ``t_off``), times 2 / n."""
+    scale = np.float32(2.0 / n)
+    for i in range(n):
+        dx[dx_off + i] = (y[y_off + i] - y[t_off + i]) * scale
+
+
+@kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")
+def mean_squared_error(y, y_off, t_off, n):
+    """The mean over ``n`` values of (prediction - target)^2, the targets at ``t_off``."""
+    total = 0.0
+    for i in range(n):
+        d = y[y_off + i] - y[t_off + i]
+        total += d * d
+    return total / n
 
 
 @kernel(cache=True, nogil=True, fastmath=True, error_model="numpy")

@@ -28,10 +28,16 @@ import numpy as np
 
 from hogwild.jit import kernel
 from hogwild.model.batch_kernels import fc_weight_update_batch
-from hogwild.model.layer_kernels import argmax, cross_entropy, fc_weight_update
+from hogwild.model.layer_kernels import (
+    argmax,
+    cross_entropy,
+    fc_weight_update,
+    mean_squared_error,
+)
 from hogwild.model.network import (
     COL_C,
     COL_IN,
+    COL_K,
     COL_O,
     COL_OP,
     COL_OUT,
@@ -40,6 +46,7 @@ from hogwild.model.network import (
     COL_WORK,
     OP_DROPOUT,
     OP_FC,
+    OP_MSE,
 )
 from hogwild.model.passes import (
     FC_ACCUMULATE,
@@ -49,8 +56,8 @@ from hogwild.model.passes import (
     forward_batch,
     load_example,
 )
-from hogwild.model.update import apply_update
-from hogwild.optim.rules import RULE_MOMENTUM, RULE_SGD
+from hogwild.model.update import apply_adam, apply_update
+from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
 
 # int32: a feed's labels (and the data server's wire format) are int32, whatever the data set
 LABEL_DTYPE = np.int32
@@ -109,7 +116,11 @@ def _step(
         targets[b] = labels[example]
     forward_batch(ops, params, act, aux, scratch, n, training)
     correct = 0
+    regression = ops[last, COL_OP] == OP_MSE
     for b in range(n):
+        if regression:  # the targets came with the input (load_example), after it
+            loss += mean_squared_error(act[b], out_off, ops[last, COL_K], n_classes)
+            continue
         loss += cross_entropy(act[b], out_off, targets[b])
         if argmax(act[b], out_off, n_classes) == targets[b]:
             correct += 1
@@ -191,7 +202,10 @@ def train_chunk(
     rule,
     mean,
     std,
-    update_every=1,
+    update_every,
+    moments,
+    beta2,
+    eps,
 ):
     """Train on ``order[start:stop]`` in minibatches of ``batch``, updating ``params`` in place.
 
@@ -211,14 +225,19 @@ def train_chunk(
     group's update is the sum of its per-example updates, with weight decay applied once per
     example.
 
+    Adam and AdamW (``RULE_ADAM``, ``RULE_ADAMW``; ``mu`` is Adam's beta1) update every
+    parameter, the fully connected weights too, from the minibatch's gradient with the worker's
+    own ``moments`` (:mod:`hogwild.optim.rules`); ``update_every`` does not apply to them.
+
     Returns:
         (summed loss, number classified correctly) over the examples, measured during training.
     """
-    grouped = batch == 1 and update_every > 1
+    adam = rule == RULE_ADAM or rule == RULE_ADAMW
+    grouped = batch == 1 and update_every > 1 and not adam
     unit = update_every if grouped else batch
     momentum = rule == RULE_MOMENTUM
     in_place = batch == 1 and rule == RULE_SGD
-    fc_mode = FC_SGD_IN_PLACE if in_place else FC_DEFER
+    fc_mode = FC_SGD_IN_PLACE if in_place else (FC_ACCUMULATE if adam else FC_DEFER)
     loss = 0.0
     correct = 0
     pos = start
@@ -278,6 +297,12 @@ def train_chunk(
             )
             correct += step_correct
             scale = 1.0 / n
+            if adam:
+                apply_adam(
+                    ops, params, moments, grad, lr, scale, mu, beta2, eps, wd, rule == RULE_ADAMW
+                )
+                pos += n
+                continue
             if not in_place:
                 _update_fc_weights(
                     ops, params, velocity, act, dact, scratch, n, lr, scale, mu, wd, momentum, n > 1
@@ -302,6 +327,9 @@ def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, 
             load_example(images[first + b], act[b], mean, std)
         forward_batch(ops, params, act, aux, scratch, n, False)
         for b in range(n):
+            if ops[last, COL_OP] == OP_MSE:
+                loss += mean_squared_error(act[b], out_off, ops[last, COL_K], n_classes)
+                continue
             label = labels[first + b]
             loss += cross_entropy(act[b], out_off, label)
             if argmax(act[b], out_off, n_classes) == label:

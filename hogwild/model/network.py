@@ -29,7 +29,11 @@ from hogwild.model.batch_kernels import batch_scratch_size, packed_conv_weights_
 
 # Op codes of the engine.
 OP_CONV, OP_MAXPOOL, OP_FC, OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT, OP_SOFTMAX = range(8)
+OP_AVGPOOL = 8
+OP_MSE = 9  # regression: identity forward, mean squared error against the row's targets
 OP_CODES = {
+    "mse": OP_MSE,
+    "avgpool": OP_AVGPOOL,
     "conv": OP_CONV,
     "maxpool": OP_MAXPOOL,
     "fc": OP_FC,
@@ -130,6 +134,12 @@ class Network:
     def input_size(self) -> int:
         return int(np.prod(self.input_shape))
 
+    @property
+    def regression(self) -> bool:
+        """Whether the model ends in mse: ``n_classes`` is then its number of target values,
+        which a training row carries right after the input (``act[input_size:][:n_classes]``)."""
+        return bool(len(self.ops)) and int(self.ops[-1, COL_OP]) == OP_MSE
+
     def param(self, name: str) -> ParamSpec:
         for spec in self.params:
             if spec.name == name:
@@ -151,6 +161,14 @@ class Network:
             lines.append(f"{layer.name:<10} {shape:<14} {layer.connections:>12,}")
         lines.append(f"{'total':<10} {'':<14} {self.connections:>12,}")
         return "\n".join(lines)
+
+
+def conv_padding(layer: LayerConfig) -> int:
+    """Zeros added on every side of a convolution's input: ``"valid"`` none, ``"same"``
+    ``(kernel - 1) / 2`` (an odd kernel), an integer as PyTorch's ``Conv2d(padding=n)``."""
+    if isinstance(layer.padding, int):
+        return layer.padding
+    return (layer.kernel - 1) // 2 if layer.padding == "same" else 0
 
 
 def _align(n: int) -> int:
@@ -181,7 +199,9 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
     params: list[ParamSpec] = []
     ops = np.zeros((len(model.layers), N_COLS), dtype=np.int64)
     act_offsets = [0]
-    act_cursor = _align(int(np.prod(shape)))
+    # A regression's targets ride in the input block, after the input (see target_offset).
+    regression = bool(model.layers) and model.layers[-1].type == "mse"
+    act_cursor = _align(int(np.prod(shape)) + (n_classes if regression else 0))
     weighted_dims: list[tuple] = []
     n_params = 0
     counts = {"conv": 0, "fc": 0}
@@ -199,7 +219,7 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
                 raise ConfigError(f"{where} needs a [maps, height, width] input, got {shape}")
             c, h, w = shape
             k, s = layer.kernel, layer.stride
-            pad = (k - 1) // 2 if layer.padding == "same" else 0
+            pad = conv_padding(layer)
             ho, wo = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
             if ho < 1 or wo < 1 or k > h + 2 * pad or k > w + 2 * pad:
                 raise ConfigError(
@@ -215,7 +235,7 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
             row[COL_K], row[COL_STRIDE], row[COL_PAD] = k, s, pad
             connections = ho * wo * layer.maps * c * k * k
             weighted_dims.append(("conv", c, layer.maps, ho * wo, k))
-        elif kind == "maxpool":
+        elif kind in ("maxpool", "avgpool"):
             if len(shape) != 3:
                 raise ConfigError(f"{where} needs a [maps, height, width] input, got {shape}")
             c, h, w = shape
@@ -243,6 +263,13 @@ def build_network(model: ModelConfig, n_classes: int = 10, fuse: bool = True) ->
             row[COL_C] = row[COL_O] = int(np.prod(shape))
             if kind == "dropout":
                 row[COL_PERMILLE] = int(round(layer.p * 1_000_000))
+            if kind == "mse":
+                row[COL_K] = int(np.prod(model.input))  # where the targets are in the row
+                if len(shape) != 1 or shape[0] != n_classes:
+                    raise ConfigError(
+                        f"{where}: mse needs a vector of {n_classes} predicted values (a final "
+                        f"fc layer with units = {n_classes}), got shape {shape}"
+                    )
             if kind == "softmax":
                 if len(shape) != 1 or shape[0] != n_classes:
                     raise ConfigError(

@@ -23,6 +23,8 @@ from hogwild.model.conv_direct import conv_weight_grad, direct_applies
 from hogwild.model.layer_kernels import (
     activation_backward,
     activation_forward,
+    avgpool_backward,
+    avgpool_forward,
     dropout_backward,
     dropout_forward,
     fc_backward,
@@ -31,6 +33,7 @@ from hogwild.model.layer_kernels import (
     fc_forward,
     maxpool_backward,
     maxpool_forward,
+    mse_backward,
     softmax_forward,
     softmax_xent_backward,
 )
@@ -54,10 +57,12 @@ from hogwild.model.network import (
     COL_W_IN,
     COL_WO,
     COL_WORK,
+    OP_AVGPOOL,
     OP_CONV,
     OP_DROPOUT,
     OP_FC,
     OP_MAXPOOL,
+    OP_MSE,
     OP_RELU,
     OP_SIGMOID,
     OP_SOFTMAX,
@@ -188,6 +193,20 @@ def _forward_one(r, params, a, aux, training):
             r[COL_STRIDE],
             r[COL_FUSED_RELU],
         )
+    elif op == OP_AVGPOOL:
+        avgpool_forward(
+            a,
+            x_off,
+            a,
+            y_off,
+            r[COL_C],
+            r[COL_H],
+            r[COL_W_IN],
+            r[COL_HO],
+            r[COL_WO],
+            r[COL_K],
+            r[COL_STRIDE],
+        )
     elif op == OP_FC:
         fc_forward(a, x_off, params, r[COL_W], r[COL_B], a, y_off, r[COL_C], r[COL_O])
     elif (op == OP_RELU and not r[COL_FUSED_RELU]) or op == OP_TANH or op == OP_SIGMOID:
@@ -196,6 +215,9 @@ def _forward_one(r, params, a, aux, training):
         dropout_forward(a, x_off, a, y_off, aux, r[COL_C], r[COL_PERMILLE] * 1e-6, training)
     elif op == OP_SOFTMAX:
         softmax_forward(a, x_off, a, y_off, r[COL_C])
+    elif op == OP_MSE:
+        for i in range(r[COL_C]):
+            a[y_off + i] = a[x_off + i]
 
 
 @kernel(cache=True, nogil=True)
@@ -376,6 +398,8 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
     op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
     if op == OP_SOFTMAX:
         softmax_xent_backward(a, y_off, label, da, x_off, r[COL_C])
+    elif op == OP_MSE:
+        mse_backward(a, y_off, r[COL_K], da, x_off, r[COL_C])
     elif op == OP_FC:
         if fc_mode == FC_SGD_IN_PLACE:
             fc_backward_sgd_in_place(
@@ -421,6 +445,20 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
         n_in = r[COL_C] * r[COL_H] * r[COL_W_IN]
         n_out = r[COL_O] * r[COL_HO] * r[COL_WO]
         maxpool_backward(a, da, y_off, da, x_off, aux, n_in, n_out, r[COL_FUSED_RELU])
+    elif op == OP_AVGPOOL:
+        avgpool_backward(
+            da,
+            y_off,
+            da,
+            x_off,
+            r[COL_C],
+            r[COL_H],
+            r[COL_W_IN],
+            r[COL_HO],
+            r[COL_WO],
+            r[COL_K],
+            r[COL_STRIDE],
+        )
     elif (op == OP_RELU and not r[COL_FUSED_RELU]) or op == OP_TANH or op == OP_SIGMOID:
         activation_backward(op - OP_RELU, a, y_off, da, y_off, da, x_off, r[COL_C])
     elif op == OP_DROPOUT:

@@ -13,7 +13,19 @@ Rules (``rule`` codes):
 * ``RULE_MOMENTUM``: ``v = mu * v + g + wd * p; p -= lr * v``, with the velocity ``v`` shared in
   the arena like the weights (the optimizer state of the job, not of one worker).
 
+* ``RULE_ADAM``: Adam (Kingma and Ba), as ``torch.optim.Adam``: ``g += wd * p``;
+  ``m = b1 * m + (1 - b1) * g``; ``v = b2 * v + (1 - b2) * g * g``;
+  ``p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)``;
+* ``RULE_ADAMW``: the same with decoupled weight decay, as ``torch.optim.AdamW``:
+  ``p *= 1 - lr * wd`` before the step, and ``g`` left as it is.
+
 Weight decay applies to weights only, never to biases.
+
+Adam's moments ``m`` and ``v`` and its step count ``t`` are a worker's own (its training
+context's ``moments``: ``m`` then ``v``, each the length of the parameter vector, then ``t``), not
+shared in the arena like the momentum's velocity: each is a running average of the worker's own
+gradients, which estimates the same moments as the job's, and one worker is exactly
+``torch.optim.Adam``. They are not in the checkpoints: a resumed job starts them again.
 """
 
 import numpy as np
@@ -22,7 +34,15 @@ from hogwild.jit import kernel
 
 RULE_SGD = 0
 RULE_MOMENTUM = 1
-RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM}
+RULE_ADAM = 2
+RULE_ADAMW = 3
+RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM, "adam": RULE_ADAM, "adamw": RULE_ADAMW}
+ADAPTIVE_RULES = ("adam", "adamw")  # the rules whose state is a worker's moments
+
+
+def moments_size(n_params: int) -> int:
+    """Floats of a worker's Adam state: ``m``, ``v`` and the step count."""
+    return 2 * n_params + 1
 
 
 @kernel(cache=True, nogil=True, fastmath=True)
@@ -47,3 +67,32 @@ def update_range(params, velocity, grad, start, stop, lr, scale, mu, wd, rule):
             v[i] = vi
             p[i] -= lr * vi
             g[i] = 0.0
+
+
+@kernel(cache=True, nogil=True, fastmath=True)
+def adam_range(params, moments, grad, start, stop, lr, scale, beta1, beta2, eps, wd, decoupled):
+    """One Adam (or, ``decoupled``, AdamW) step of ``params[start:stop]`` with ``scale * grad``;
+    zero that part of ``grad``. ``moments`` holds ``m``, then ``v`` one parameter vector on
+    (see the module's docstring); the step count, already advanced, is its last element."""
+    n = grad.shape[0]
+    t = moments[2 * n]
+    p = params[start:stop]
+    g = grad[start:stop]
+    m = moments[start:stop]
+    v = moments[n + start : n + stop]
+    step = np.float32(lr / (1.0 - beta1**t))
+    root2 = np.float32(np.sqrt(1.0 - beta2**t))
+    b1, b2 = np.float32(beta1), np.float32(beta2)
+    one = np.float32(1.0)
+    scale, eps, wd = np.float32(scale), np.float32(eps), np.float32(wd)
+    shrink = np.float32(1.0 - lr * wd) if decoupled else one
+    l2 = np.float32(0.0) if decoupled else wd
+    for i in range(p.shape[0]):
+        pi = p[i] * shrink
+        gi = g[i] * scale + l2 * p[i]
+        mi = b1 * m[i] + (one - b1) * gi
+        vi = b2 * v[i] + (one - b2) * gi * gi
+        m[i] = mi
+        v[i] = vi
+        p[i] = pi - step * mi / (np.sqrt(vi) / root2 + eps)
+        g[i] = 0.0

@@ -14,21 +14,26 @@ Worker processes are started with spawn, which re-imports the calling script: as
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hogwild.config import Config, config_from_dict, load_config
+from hogwild.data.arrays import INPUTS_AS_GIVEN, array_data
+from hogwild.data.datasets import cache_dataset, is_map_dataset
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, augmenting, load_data
+from hogwild.data.tables import is_table, read_table
 from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
 from hogwild.training.checkpoint import Checkpoint
 from hogwild.training.checkpoint import load_checkpoint as _load_checkpoint_files
+from hogwild.training.torch_bridge import TorchModel
 from hogwild.training.trainer import TrainResult, run_training
 
 PREDICT_BATCH = 64  # examples per forward pass when predicting
@@ -75,22 +80,38 @@ def resolve_config(
 
 
 def train(
-    config: Config | str | os.PathLike | None = None,
-    data: MnistData | CacheData | str | os.PathLike | None = None,
+    config: Config | TorchModel | str | os.PathLike | None = None,
+    data: MnistData | CacheData | tuple | str | os.PathLike | None = None,
     *,
+    test_data: tuple | None = None,
+    target: str | None = None,
+    test_fraction: float = 0.2,
     resume: bool = False,
     overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
     on_epoch_end: Callable[[dict], Any] | None = None,
+    job: Config | str | os.PathLike | None = None,
     **options: Any,
 ) -> TrainResult:
     """Train with the single-node Hogwild engine and return the metrics.
 
     Args:
-        config: a Config, a TOML file, or None for the bundled Adam MNIST model.
-        data: MNIST as loaded data, a directory of idx files, an LMDB image cache, or None for
+        config: a Config, a TOML file, None for the bundled Adam MNIST model, or a PyTorch
+            module's model (:func:`hogwild.from_torch`): the bundled job's settings with its
+            layers, starting from its weights; the result's ``state_dict()`` has its names.
+        data: ``(X, y)`` numpy arrays (:mod:`hogwild.data.arrays`: uint8 pixels scaled as
+            every image source, floats used as given; any shape and number of classes), MNIST
+            as loaded data, a directory of idx files, an LMDB image cache, or None for
             ``data.source`` of the config (default: MNIST in the data directory, downloaded on
             first use).
+            Or a ``.npz`` or CSV file (:mod:`hogwild.data.tables`), read into such arrays, or
+            a map-style ``torch.utils.data.Dataset`` of ``(image, label)``, read once into an
+            image cache for this run (:mod:`hogwild.data.datasets`; ``test_data`` one too).
+        test_data: ``(X, y)`` arrays tested on after every epoch, with ``data`` as arrays or a
+            file (then nothing is held back).
+        target: a CSV file's column of class indices.
+        test_fraction: the share of a CSV file's rows (or of a ``.npz`` file's ``x`` and ``y``)
+            held back as the test split when ``test_data`` is not given.
         resume: continue from the last checkpoint in ``checkpoint_dir``.
         overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
             ``resume``, a directory holding another run's checkpoints is refused).
@@ -99,15 +120,63 @@ def train(
             checkpointed, with that epoch's metrics record (a dict: ``epoch`` from 0,
             ``train_loss``, ``test_loss``, ``test_accuracy``, ``lr``, ``examples_per_s``...).
             An exception it raises stops the job (workers stopped, shared memory removed).
+        job: with a PyTorch module's model, the job whose other settings it trains with (a
+            Config or a TOML file; default: the bundled job).
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
             ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``,
             ``tensorboard``.
     """
+    torch_model = config if isinstance(config, TorchModel) else None
+    if torch_model is not None:
+        base = job if isinstance(job, Config) else load_config(job)
+        config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
-    loaded = load_data(resolved, data)
-    resolved = with_source(resolved, loaded)
+    if is_map_dataset(data):
+        with tempfile.TemporaryDirectory(prefix="hogwild-dataset-") as scratch:
+            cache = cache_dataset(
+                data, Path(scratch) / "cache", test_data, progress=resolved.output.progress
+            )
+            return _run(
+                resolved, CacheData.from_manifest(cache), torch_model, resume, overwrite, on_epoch_end
+            )
+    if is_table(data):
+        fraction = 0.0 if test_data is not None else test_fraction
+        data, held_back = read_table(data, target, fraction, resolved.train.seed)
+        test_data = held_back if test_data is None else test_data
+    elif target is not None:
+        raise DataError("target names a CSV file's label column: give data='file.csv'")
+    if isinstance(data, tuple | list):
+        regression = resolved.model.layers[-1].type == "mse"
+        data = array_data(data, test_data, regression=regression)
+    elif test_data is not None:
+        raise DataError("test_data goes with data given as (X, y) arrays")
+    return _run(
+        resolved, load_data(resolved, data), torch_model, resume, overwrite, on_epoch_end
+    )
+
+
+def _run(
+    config: Config,
+    loaded,
+    torch_model: TorchModel | None,
+    resume: bool,
+    overwrite: bool,
+    on_epoch_end: Callable[[dict], Any] | None,
+) -> TrainResult:
+    """Train ``config`` on the loaded data, from the PyTorch module's weights if there is one."""
+    config = with_source(config, loaded)
+    if torch_model is None:
+        return run_training(
+            config, loaded, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end
+        )
     return run_training(
-        resolved, loaded, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end
+        config,
+        loaded,
+        resume=resume,
+        overwrite=overwrite,
+        on_epoch_end=on_epoch_end,
+        initial=torch_model.weights,
+        names=torch_model.names,
     )
 
 
@@ -136,8 +205,15 @@ class TrainedModel:
         """The weights under PyTorch's names and layouts (views, no copies)."""
         return self.network.views(self.params)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The weights as numpy arrays (copies) under the names of the PyTorch module the model
+        came from (:func:`hogwild.from_torch`), else the engine's (``conv1.weight``)."""
+        names = self.checkpoint.info.get("torch_names", {}) if self.checkpoint else {}
+        return {names.get(name, name): view.copy() for name, view in self.weights.items()}
+
     def predict_proba(self, images: np.ndarray) -> np.ndarray:
-        """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1]."""
+        """Class probabilities ``[n, classes]`` of images: uint8 pixels or floats in [0, 1], or,
+        for a model trained on float arrays, floats as they were given."""
         from hogwild.model.context import TrainingContext
         from hogwild.model.loops import predict_batch
 
@@ -170,6 +246,9 @@ class TrainedModel:
                 f"{self.network.input_shape} ({size} values each)"
             )
         flat = images.reshape(-1, size)
+        info = self.checkpoint.info if self.checkpoint else {}
+        if info.get("inputs") == INPUTS_AS_GIVEN and images.dtype != np.uint8:
+            return np.ascontiguousarray(flat, dtype=np.float32)  # trained on floats as given
         pixels = flat.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
         data = self.config.data
         return np.ascontiguousarray((pixels - data.mean) / data.std, dtype=np.float32)

@@ -44,6 +44,7 @@ def job_layout(
     n_test: int,
     image_bytes: int | None = None,
     store=None,
+    image_dtype=np.uint8,
 ) -> ArenaLayout:
     """The arena layout of a job: the parameter store's regions, data, control, statistics.
 
@@ -56,6 +57,8 @@ def job_layout(
             the examples out (a job that reads an image cache).
         store: The job's :class:`~hogwild.store.protocol.ParameterStore`, which adds its
             regions (None: none, for a layout without parameters).
+        image_dtype: The stored examples' type (uint8 pixels; float32 values from arrays, then
+            ``image_bytes`` counts values).
     """
     image_bytes = network.input_size if image_bytes is None else image_bytes
     layout = ArenaLayout()
@@ -65,9 +68,9 @@ def job_layout(
     layout.add("stats", np.float64, (n_workers, STAT_SLOTS))
     layout.add("order", np.int64, (n_train,))
     if image_bytes:
-        layout.add("train_images", np.uint8, (n_train, image_bytes))
+        layout.add("train_images", image_dtype, (n_train, image_bytes))
         layout.add("train_labels", LABEL_DTYPE, (n_train,))  # the kernels' one label type
-        layout.add("test_images", np.uint8, (n_test, image_bytes))
+        layout.add("test_images", image_dtype, (n_test, image_bytes))
         layout.add("test_labels", LABEL_DTYPE, (n_test,))
     return layout
 

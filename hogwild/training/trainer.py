@@ -29,6 +29,7 @@ import psutil
 
 from hogwild.compile_records import compile_once
 from hogwild.config import Config
+from hogwild.data.arrays import INPUTS_AS_GIVEN, input_normalisation
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, plan_data
 from hogwild.errors import ConfigError
@@ -78,6 +79,29 @@ class TrainResult:
     metrics: dict
     history: list[dict] = field(default_factory=list)
     checkpoint: str | None = None
+    weights: dict[str, np.ndarray] = field(default_factory=dict)  # the engine's names
+    names: dict[str, str] = field(default_factory=dict)  # engine name -> a torch module's
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The trained weights as numpy arrays in PyTorch's layouts, under the names of the
+        module the model came from (:func:`hogwild.from_torch`), else the engine's."""
+        return {self.names.get(name, name): value for name, value in self.weights.items()}
+
+    def preprocess(self, images: np.ndarray) -> np.ndarray:
+        """``images`` as training fed them to the model: float32 ``[n, *model.input]``; uint8
+        pixels as ``(x / 255 - data.mean) / data.std``, floats as they are
+        (:func:`hogwild.data.arrays.input_normalisation`)."""
+        config = self.metrics["config"]
+        shape = tuple(config["model"]["input"])
+        images = np.asarray(images)
+        mean, std = input_normalisation(images.dtype, config["data"]["mean"], config["data"]["std"])
+        if images.dtype == np.uint8:
+            values = (
+                images.astype(np.float32) / np.float32(255.0) - np.float32(mean)
+            ) / np.float32(std)
+        else:
+            values = images.astype(np.float32)
+        return np.ascontiguousarray(values.reshape(-1, *shape), dtype=np.float32)
 
 
 class Trainer:
@@ -90,10 +114,16 @@ class Trainer:
         resume: bool = False,
         overwrite: bool = False,
         on_epoch_end: Callable[[dict], Any] | None = None,
+        initial: dict[str, np.ndarray] | None = None,
+        names: dict[str, str] | None = None,
     ):
         self.data = data
         self.on_epoch_end = on_epoch_end
         self.resume = resume
+        self.initial = initial or {}  # weights to start from instead of model.init's
+        self.names = names or {}  # engine name -> a PyTorch module's, kept in the checkpoints
+        # float32 values for arrays of floats (used as given), else uint8 pixels
+        self.images_dtype = np.float32 if getattr(data, "floats", False) else np.uint8
         train = config.train
         self.n_workers = 1 if train.sync else worker_count(train.workers)
         self.config = config  # train.update_every is resolved once the store is planned
@@ -168,14 +198,18 @@ class Trainer:
             store_wait += record["store_wait_s"]
             examples += record["examples"]
             record.update(self._evaluate())
+            if network.regression:  # a mean squared error has no classes to be right about
+                record["train_accuracy"] = record["test_accuracy"] = None
             history.append(record)
             self.metrics.write(record)
-            tested = (
-                f"test loss {record['test_loss']:.4f}  "
-                f"test accuracy {record['test_accuracy'] * 100:.2f}%"
-                if self.n_test
-                else "no test split"
-            )
+            tested = "no test split"
+            if self.n_test and network.regression:
+                tested = f"test mse {record['test_loss']:.4f}"
+            elif self.n_test:
+                tested = (
+                    f"test loss {record['test_loss']:.4f}  "
+                    f"test accuracy {record['test_accuracy'] * 100:.2f}%"
+                )
             self.progress.line(
                 f"epoch {epoch + 1}/{config.train.epochs}  lr {record['lr']:.4g}  "
                 f"train loss {record['train_loss']:.4f}  {tested}  "
@@ -223,7 +257,9 @@ class Trainer:
             f"{config.train.epochs} epochs, {rate:,.0f} examples/s, "
             f"{final['connections_per_s'] / 1e9:.2f} G connections/s, {wall:.1f} s"
         )
-        return TrainResult(final, history, final["checkpoint"])
+        trained, _ = self.store.snapshot()
+        weights = {name: view.copy() for name, view in network.views(trained).items()}
+        return TrainResult(final, history, final["checkpoint"], weights)
 
     def _start(self) -> tuple[dict[int, int], int, list[dict]]:
         """Place and pin the workers, fill the arena, compile the kernels, wait for the workers.
@@ -240,7 +276,9 @@ class Trainer:
         # beside the workers' start; a job beside loads what this compiled. numba's compiler
         # calls back into Python, where a Ctrl-C's exception would be dropped: not lost here.
         batch, update_every, feed = config.train.batch, config.train.update_every, self.plan.feed
+        images = self.images_dtype
         what = {
+            "images": np.dtype(images).name,
             "kernels": "engine",
             "model": config.to_dict()["model"],
             "classes": self.plan.n_classes,
@@ -251,7 +289,7 @@ class Trainer:
 
         def compile_engine() -> None:
             print(COMPILING, file=sys.stderr, flush=True)  # minutes of silence otherwise
-            compile_kernels(self.network, batch, update_every, feed=feed)
+            compile_kernels(self.network, batch, update_every, feed=feed, images_dtype=images)
 
         with compile_lock(), interrupts_not_lost():
             compile_once(what, compile_engine)
@@ -273,9 +311,17 @@ class Trainer:
         """Create the arena, fill it with data and initial (or restored) parameters."""
         config, network, data = self.config, self.network, self.data
         height, width, channels = self.plan.shape
-        image_bytes = 0 if self.plan.cache else height * width * channels
+        # a regression's rows carry its targets after the input (hogwild.data.arrays)
+        targets = getattr(data, "n_targets", 0)
+        image_bytes = 0 if self.plan.cache else height * width * channels + targets
         layout = job_layout(
-            network, self.n_workers, self.n_train, self.n_test, image_bytes, self.store
+            network,
+            self.n_workers,
+            self.n_train,
+            self.n_test,
+            image_bytes,
+            self.store,
+            image_dtype=self.images_dtype,
         )
         self.arena = Arena.create("train", layout)
         arena = self.arena
@@ -290,6 +336,10 @@ class Trainer:
         params, velocity, start_epoch, history = starting_point(
             config, network, self.plan.n_classes, self.resume, self.progress.line
         )
+        if start_epoch == 0 and self.initial:
+            views = network.views(params)
+            for name, value in self.initial.items():
+                views[name][...] = value
         self.store.load(params, velocity)
         return start_epoch, history
 
@@ -416,9 +466,12 @@ class Trainer:
             ckpt.remove_checkpoints(directory)
             self.replace_old = False
         params, velocity = self.store.snapshot()
+        extra = {"torch_names": self.names} if self.names else {}
+        if self.images_dtype == np.float32:
+            extra["inputs"] = INPUTS_AS_GIVEN
         return save_checkpoint(
             self.config, self.network, params, velocity, epoch, record, history,
-            self.plan.n_classes, self.n_train, self.data,
+            self.plan.n_classes, self.n_train, self.data, extra,
         )  # fmt: skip
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -449,6 +502,7 @@ def save_checkpoint(
     n_classes: int,
     n_train: int,
     data,
+    extra: dict | None = None,
 ):
     """Write the checkpoint of ``epoch`` into ``output.checkpoint_dir``; its sidecar's path.
 
@@ -468,6 +522,7 @@ def save_checkpoint(
         "history": history,
         "connections": network.connections,
         "n_classes": n_classes,
+        **(extra or {}),  # a PyTorch module's names (torch_names), float inputs (inputs)
     }
     if isinstance(data, CacheData):
         info["data"] = {"cache": data.path, "classes": list(data.classes)}
@@ -487,11 +542,24 @@ def run_training(
     resume: bool = False,
     overwrite: bool = False,
     on_epoch_end: Callable[[dict], Any] | None = None,
+    initial: dict[str, np.ndarray] | None = None,
+    names: dict[str, str] | None = None,
 ) -> TrainResult:
-    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine.
+    """Train ``config`` on ``data`` (MNIST arrays, or an image cache) with the Hogwild engine,
+    from the ``initial`` weights (the engine's names) if given, else from ``model.init``'s.
 
     ``on_epoch_end`` is called in this process after each epoch (evaluated, checkpointed) with
     a copy of its metrics record (``epoch`` from 0, ``train_loss``, ``test_accuracy``...).
     """
-    trainer = Trainer(config, data, resume=resume, overwrite=overwrite, on_epoch_end=on_epoch_end)
-    return trainer.run()
+    trainer = Trainer(
+        config,
+        data,
+        resume=resume,
+        overwrite=overwrite,
+        on_epoch_end=on_epoch_end,
+        initial=initial,
+        names=names,
+    )
+    result = trainer.run()
+    result.names = dict(names or {})
+    return result

@@ -141,6 +141,8 @@ def _load_kernels(setup, network, job, data, arena, commands) -> bool:
     Returns:
         True once loaded; False when the worker is to leave instead.
     """
+    import numpy as np
+
     from hogwild.model.compile import compile_kernels
     from hogwild.signals import interrupts_not_lost
     from hogwild.training.job import CONTROL_COMPILED
@@ -158,6 +160,7 @@ def _load_kernels(setup, network, job, data, arena, commands) -> bool:
                 return False
     train = job.train
     evaluates = data.feed or arena.array("test_labels").shape[0] > 0  # a replica's never does
+    stored = arena.array("train_images").dtype if not data.feed else np.uint8
     with interrupts_not_lost():  # numba's compiler calls back into Python: SIGTERM not lost
         compile_kernels(
             network,
@@ -165,6 +168,7 @@ def _load_kernels(setup, network, job, data, arena, commands) -> bool:
             train.update_every,
             feed=data.feed,
             evaluate=bool(evaluates),
+            images_dtype=stored,
         )
     return True
 
@@ -187,7 +191,7 @@ class WorkerLoop:
         assert self.stats.shape[0] == STAT_SLOTS
         optim = job.optim
         self.rule = RULE_CODES[optim.rule]
-        self.mu = optim.momentum if optim.rule == "momentum" else 0.0
+        self.mu = optim.momentum if optim.rule in ("momentum", "adam", "adamw") else 0.0
         if feeds is None:
             self.train_images = arena.array("train_images")
             self.train_labels = arena.array("train_labels")
@@ -273,8 +277,11 @@ class WorkerLoop:
 
     def train_span(self, images, labels, order, lo, hi, lr) -> tuple[float, int]:
         """Train ``order[lo:hi]`` in the spans the store asks for, telling it after each."""
+        from hogwild.data.arrays import input_normalisation
+
         train, optim, data = self.job.train, self.job.optim, self.job.data
         store, context = self.store, self.context
+        mean, std = input_normalisation(images.dtype, data.mean, data.std)
         loss, correct = 0.0, 0
         start = lo
         while start < hi:
@@ -293,9 +300,11 @@ class WorkerLoop:
                 mu=self.mu,
                 wd=optim.weight_decay,
                 rule=self.rule,
-                mean=data.mean,
-                std=data.std,
+                mean=mean,
+                std=std,
                 update_every=train.update_every,
+                beta2=optim.beta2,
+                eps=optim.eps,
             )
             store.trained(stop - start, context)
             loss += part_loss
@@ -304,13 +313,15 @@ class WorkerLoop:
         return loss, correct
 
     def evaluate(self, command) -> None:
+        from hogwild.data.arrays import input_normalisation
         from hogwild.training.messages import Evaluated
 
         data, context, params = self.job.data, self.context, self.store.params
 
         def measure(images, labels, start, stop):
+            mean, std = input_normalisation(images.dtype, data.mean, data.std)
             return context.evaluate_range(
-                self.network.ops, params, images, labels, start, stop, data.mean, data.std
+                self.network.ops, params, images, labels, start, stop, mean, std
             )
 
         if self.feeds is not None:

@@ -240,8 +240,12 @@ def test_wrong_layer_value_type(layer):
 
 def test_wrong_dropout_and_padding_types():
     data = small()
-    data["model"]["layers"][0]["padding"] = 1
+    data["model"]["layers"][0]["padding"] = 1.5
     assert "padding" in error_of(data) and "str" in error_of(data)
+    data["model"]["layers"][0]["padding"] = -1
+    assert "integer padding must be >= 0" in error_of(data)
+    data["model"]["layers"][0]["padding"] = 1  # PyTorch's Conv2d(padding=1)
+    assert config_from_dict(data).model.layers[0].padding == 1
     data = small()
     data["model"]["layers"].insert(2, {"type": "dropout", "p": "half"})
     msg = error_of(data)
@@ -279,9 +283,9 @@ def test_section_that_is_not_a_table():
 
 def test_unknown_layer_type_lists_known_types():
     data = small()
-    data["model"]["layers"][1] = {"type": "avgpool", "size": 2}
+    data["model"]["layers"][1] = {"type": "lppool", "size": 2}
     msg = error_of(data)
-    assert "model.layers[1]" in msg and "'avgpool'" in msg
+    assert "model.layers[1]" in msg and "'lppool'" in msg
     for kind in LAYER_KEYS:
         assert kind in msg
 

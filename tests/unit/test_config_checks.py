@@ -68,7 +68,7 @@ def test_out_of_range_messages_say_what_is_expected():
 @pytest.mark.parametrize(
     ("section", "key", "value"),
     [
-        ("optim", "rule", "adam"),
+        ("optim", "rule", "adagrad"),
         ("optim", "schedule", "linear"),
         ("model", "init", "kaiming"),
         ("train", "start_method", "fork"),
