@@ -46,7 +46,7 @@ from hogwild.shm.naming import owner_alive, parse_segment_name
 
 _MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
-_TIERS = ("unit", "proc", "cluster")
+_TIERS = ("unit", "proc", "cluster", "adversarial")
 _warming: subprocess.Popen | None = None
 _warming_log = None
 _bytecode: list[Path] = []  # .pyc files this session wrote (see tests/bytecode.py)

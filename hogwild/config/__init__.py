@@ -136,6 +136,7 @@ class PsConfig:
     retries: int = 3
     keys: str = ""
     lease_s: int = 0
+    nonfinite: str = "refuse"  # a write holding NaN or inf: "refuse" it, or "count" and apply
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ CHOICES = {
     ("train", "replicas"): ("auto", "node", "worker"),
     ("train", "fc_push"): ("auto", "deltas", "vectors"),
     ("ps", "rule"): ("auto", "sgd", "momentum", "adagrad", "staleness"),
+    ("ps", "nonfinite"): ("refuse", "count"),
     ("cluster", "evaluate"): ("auto", "between", "beside"),
     ("cluster", "split"): ("portions", "shards"),
 }

@@ -202,6 +202,8 @@ class Router:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.survived = 0  # failures that escaped a message's handling (counted, not fatal)
+        self._said_at = -1.0
         self.received = 0
         self.errors: Counter[str] = Counter()
 
@@ -271,15 +273,34 @@ class Router:
         poller.register(self._pull, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(POLL_MS))
-                if self._pull in events:
-                    self._forward_replies()
-                if self._router in events:
-                    self._serve_requests()
-                self.handler.tick(time.monotonic())
+                try:
+                    events = dict(poller.poll(POLL_MS))
+                    if self._pull in events:
+                        self._forward_replies()
+                    if self._router in events:
+                        self._serve_requests()
+                    self.handler.tick(time.monotonic())
+                except zmq.ContextTerminated:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - nothing a message causes ends the thread
+                    self._survive(exc)
         except BaseException as exc:  # noqa: BLE001 - reported through .failure and status
             self.failure = exc
             raise
+
+    def _survive(self, exc: Exception) -> None:
+        """A failure that escaped a message's handling (a handler's bug, a reply that cannot be
+        encoded): counted as ``INTERNAL``, said on stderr (at most once a second), and the rest
+        of a half-received message dropped so the next receive starts at a message's start."""
+        self.errors[ErrorCode.INTERNAL.name] += 1
+        self.survived += 1
+        now = time.monotonic()
+        if now - self._said_at >= 1.0:
+            self._said_at = now
+            print(f"hogwild: network thread: {type(exc).__name__}: {exc} (counted; serving on)",
+                  file=sys.stderr)  # fmt: skip
+        with contextlib.suppress(zmq.ZMQError):
+            self._discard(self._router.getsockopt(_RCVMORE))
 
     def _forward_replies(self) -> None:
         for _ in range(DRAIN):
@@ -288,7 +309,15 @@ class Router:
             except zmq.Again:
                 return
             head = parts[0].bytes
-            header = unpack_header(head)  # ours: built by pack_header
+            try:
+                header = unpack_header(head)  # ours: built by pack_header
+            except WireError as exc:  # a handler's bug (a non-finite scalar): the client learns
+                request = peek_request(head)
+                if request is None:
+                    raise
+                failed = error_reply(request, ErrorCode.INTERNAL, f"the server's reply: {exc}")
+                header, parts = failed.header, [None, *failed.frames]
+                head = pack_header(header)
             identity = self._routes.get((header.sender, header.seq >> 32))
             if header.type == MsgType.ERROR:
                 self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
@@ -309,7 +338,16 @@ class Router:
 
     def _reply(self, identity: bytes, reply: Reply) -> None:
         header = reply.header
-        head = pack_header(header)
+        try:
+            head = pack_header(header)
+        except WireError as exc:  # a handler's bug: a field that does not fit its slot
+            try:
+                reply = error_reply(header, ErrorCode.INTERNAL, f"the server's reply: {exc}")
+                head = pack_header(reply.header)
+            except WireError:  # the request's own fields do not fit: an unnumbered error
+                reply = error_reply(None, ErrorCode.INTERNAL, f"the server's reply: {exc}")
+                head = pack_header(reply.header)
+            header = reply.header
         if header.type == MsgType.ERROR:
             self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
         self._record(header, head, reply.frames)

@@ -65,7 +65,7 @@ from hogwild_plugins.ps.engine import UpdateEngine
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.serving.options import ServerOptions
 from hogwild_plugins.ps.serving.receive_pool import RECV_MODES, ReceivePool, recv_mode
-from hogwild_plugins.ps.serving.requests import Admission
+from hogwild_plugins.ps.serving.requests import NONFINITE_MODES, Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
@@ -125,6 +125,10 @@ class ParameterServer:
                 f"ps.adagrad_eps must be > 0 and representable in float32 "
                 f"(>= {FLOAT32_TINY:.3g}), got {options.adagrad_eps}"
             )
+        if options.nonfinite not in NONFINITE_MODES:
+            raise HogwildError(
+                f"ps.nonfinite = {options.nonfinite!r}: expected one of {NONFINITE_MODES}"
+            )
         if options.recv not in RECV_MODES or options.ack not in ("applied", "queued"):
             raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
         if not 0 <= options.index < len(options.servers):
@@ -175,6 +179,7 @@ class ParameterServer:
             self.book,
             options.max_staleness,
             replicated=options.copies > 1,
+            nonfinite=options.nonfinite,
         )
         self.router: Router | None = None
         self.engine: UpdateEngine | None = None
@@ -504,6 +509,10 @@ class ParameterServer:
             "received": router.received if router else 0,
             "duplicates": router.window.duplicates if router else 0,
             "errors": dict(router.errors) if router else {},
+            "nonfinite": {
+                "refused": self.admission.nonfinite_refused,
+                "applied": self.admission.nonfinite_applied,
+            },
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
             "recv": self.recv,
