@@ -34,6 +34,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
+from hogwild.data.labels import check_labels
 from hogwild.data.layout import (
     CACHE_FORMAT,
     CACHE_VERSION,
@@ -120,6 +121,10 @@ def ingest(
 def _run(
     source: IngestSource, out: Path, workers, chunk, progress, initial_map_size
 ) -> IngestReport:
+    for split in source.splits:  # before anything is written: a label is a class index
+        if split.labels is not None:
+            where = f"{source.path}: split {split.name!r} ({len(source.classes)} classes)"
+            check_labels(np.asarray(split.labels), len(source.classes), where)
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "data.mdb").exists():
@@ -159,11 +164,15 @@ def ingest_arrays(
     parts = []
     for name, (images, labels) in splits.items():
         images = images if images.ndim == 4 else images[:, :, :, None]
-        parts.append(IngestSplit(name, images, np.asarray(labels, dtype=np.int32)))
+        raw = np.asarray(labels)
+        if raw.size and raw.max() >= 2**31:  # would wrap in int32 to a label in range
+            check_labels(raw, 2**31 - 1, f"{out}: split {name!r}")
+        parts.append(IngestSplit(name, images, raw.astype(np.int32)))
     shape = tuple(int(v) for v in parts[0].images.shape[1:])
     if any(p.images.shape[1:] != shape for p in parts):
         raise ValueError("every split must have the same image shape")
     top = max((int(p.labels.max()) for p in parts if len(p)), default=0)
+    top = max(top, 0)  # a negative label is refused by name below, not as "no classes"
     classes = classes or tuple(str(i) for i in range(top + 1))
     source = IngestSource("arrays", Path(out), tuple(classes), shape, parts)
     return _run(source, Path(out), 0, chunk, progress, None)
