@@ -34,16 +34,31 @@ class ControlRefused(HogwildError):
     """A control request the server will not act on (the message goes back to the client)."""
 
 
-def field(body: dict, name: str, kind: type | tuple, *, minimum: float | None = None):
-    """``body[name]`` if it is of ``kind`` (and at least ``minimum``), else ControlRefused."""
+def field(
+    body: dict,
+    name: str,
+    kind: type | tuple,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+):
+    """``body[name]`` if it is of ``kind`` (and within ``minimum``..``maximum``), else
+    ControlRefused. A number from the network always has a range: give both bounds."""
     value = body.get(name)
     if isinstance(value, bool) and kind is not bool:
         value = None
     not_finite = isinstance(value, float) and not math.isfinite(value)
-    if not isinstance(value, kind) or not_finite or (minimum is not None and value < minimum):
+    if (
+        not isinstance(value, kind)
+        or not_finite
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
         want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         more = f" >= {minimum}" if minimum is not None else ""
-        raise ControlRefused(f"field {name!r}: expected {want}{more}, got {value!r}")
+        more += f" and <= {maximum:.6g}" if maximum is not None else ""
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ControlRefused(f"field {name!r}: expected {want}{more}, got {shown}")
     return value
 
 
