@@ -214,6 +214,10 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     origin: str = "<defaults>"
 
+    def __post_init__(self) -> None:
+        # Built in Python (or by dataclasses.replace) as from a file: checked the same way.
+        check_config(self, self.origin)
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain data (what checkpoints and metrics record)."""
         out: dict[str, Any] = {}
@@ -313,9 +317,7 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:
         if not isinstance(table, Mapping):
             raise ConfigError(f"{origin}: [{name}] must be a table, got {table!r}")
         sections[name] = _build_section(name, table, origin)
-    config = Config(**sections, origin=origin)
-    check_config(config, origin)
-    return config
+    return Config(**sections, origin=origin)  # checked on construction
 
 
 OLD_CADENCE = 64  # train.n_push's and n_fetch's default before 0 meant the store's own

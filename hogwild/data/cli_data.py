@@ -182,7 +182,9 @@ def _ingest(args) -> int:
 
 def _preview(args) -> int:
     from hogwild.data.preview import preview
+    from hogwild.outputs import writable_file
 
+    writable_file(args.out, "preview image (--out)")  # before the images are rendered
     path = preview(
         args.cache,
         args.out,

@@ -53,6 +53,7 @@ from hogwild.data.pool import spawn_pool
 from hogwild.data.record import RECORD_VERSION, encode, record_size
 from hogwild.data.sources import IngestSource, IngestSplit, decode_images, detect_source
 from hogwild.errors import DataError
+from hogwild.outputs import writable_directory
 from hogwild.progress import progress_bar
 
 DEFAULT_CHUNK = 1024
@@ -131,7 +132,7 @@ def _run(
         raise DataError(
             f"{out}: exists, is not empty and is not an image cache; choose another --out"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    writable_directory(out, "image cache (--out)")
     expected = sum(len(s) for s in source.splits) * record_size(source.shape)
     map_size = initial_map_size or max(1 << 20, int(expected * 1.2) + (8 << 20))
     if (out / "data.mdb").exists():

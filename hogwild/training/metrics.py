@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+
+from hogwild.outputs import writable_file
 
 
 class MetricsWriter:
     """Appends JSON lines to a file; does nothing when no path is given."""
 
     def __init__(self, path: str | os.PathLike | None):
-        self.path = Path(path) if path else None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = writable_file(path, "metrics file (--metrics)") if path else None
 
     def write(self, record: dict) -> None:
         if self.path is None:

@@ -44,6 +44,7 @@ BELOW_THE_PACKAGES = {
     "hogwild.errors",
     "hogwild.jit",
     "hogwild.locks",
+    "hogwild.outputs",
     "hogwild.progress",
     "hogwild.runtime",
     "hogwild.signals",
