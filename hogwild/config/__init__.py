@@ -137,6 +137,7 @@ class PsConfig:
     keys: str = ""
     lease_s: int = 0
     nonfinite: str = "refuse"  # a write holding NaN or inf: "refuse" it, or "count" and apply
+    max_vectors: int = 32  # named vectors a shard holds at most (vector operations, Sandblaster)
 
 
 @dataclass(frozen=True)

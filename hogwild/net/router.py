@@ -6,7 +6,8 @@
 1. receives the client's identity and the header frame, and decodes it
    (:func:`hogwild.net.wire.unpack_header`: every field checked before it is used);
 2. drops or re-answers a duplicate (a client's retry: :class:`hogwild.net.dedup.RequestWindow`),
-   for the message types the handler names;
+   for the message types the handler names, of the handler's job (its ``job`` id, if it has
+   one: another job's requests are refused by the handler and never fill the table);
 3. receives the array frames: in place (ZeroMQ's own message buffers, no copy) or, when the
    handler provides buffers for them (:meth:`Handler.buffers`), straight into those
    (``recv_into``: one copy, e.g. into blocks of a :class:`hogwild.shm.pool.BufferPool`);
@@ -380,7 +381,7 @@ class Router:
                 self._discard(more)
                 self._reply(identity, error_reply(peek_request(head), exc.code, str(exc)))
                 continue
-            if header.type in self.handler.dedup_types:
+            if header.type in self.handler.dedup_types and header.job == self._job(header.job):
                 seen, cached = self.window.check(header.sender, header.seq)
                 route = (header.sender, header.seq >> 32)
                 self._routes[route] = identity
@@ -393,6 +394,11 @@ class Router:
                         sock.send_multipart([identity, *cached])
                     continue
             self._receive_and_handle(identity, header, got, more)
+
+    def _job(self, job: int) -> int:
+        """The handler's job id (its ``job`` attribute), or ``job`` itself for a handler that
+        names none: a request of another job never enters the request table or the routes."""
+        return getattr(self.handler, "job", job)
 
     def _receive_and_handle(self, identity: bytes, header: Header, got: list, more: int) -> None:
         buffers = None

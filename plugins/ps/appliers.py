@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from hogwild_plugins.ps import kernels
+from hogwild_plugins.ps import checks, kernels
 from hogwild_plugins.ps.work import (
     AddToVector,
     Assign,
@@ -155,7 +155,10 @@ def _add_to_vector(rule: Rule, shard: Shard, work: AddToVector, tally: Tally, sc
 
 
 def _vector_op(rule: Rule, shard: Shard, work: VectorOp, tally: Tally, scratch) -> None:
-    vectors = [shard.vector(n) for n in work.names]
+    written = checks.writes(work.op, work.names)
+    if written is not None:
+        shard.vector(written)  # created first (if new): the operands that name it share it
+    vectors = [shard.vector(n, write=n == written) for n in work.names]
     while len(vectors) < 3:  # the kernel takes three operands; the unused ones are the first
         vectors.append(vectors[0])
     work.result = float(kernels.vector_op(work.op, *vectors, work.alpha))

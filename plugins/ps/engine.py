@@ -430,7 +430,7 @@ class UpdateEngine:
 
     def _fail(self, work: Work, replier, exc: Exception) -> None:
         refused = isinstance(exc, WireError)  # the request's own fault (a non-finite result)
-        if not refused:
+        if not refused or work.acked:  # acknowledged already: its sender will not hear of it
             self._record_failure(f"{type(exc).__name__}: {exc}")
         if replier is not None and work.header is not None:
             from hogwild.net.router import error_reply

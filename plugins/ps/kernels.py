@@ -240,21 +240,6 @@ def vector_op(op, x, y, z, alpha):
     return 0.0
 
 
-@njit(nogil=True, cache=True, fastmath={"reassoc"})
-def all_finite(x):
-    """Whether every element of the float32 vector ``x`` is finite: ``v - v`` is 0 for a finite
-    ``v`` and NaN for NaN or an infinity, so the sum is 0 exactly when all are finite (no
-    branch per element: the loop vectorizes); one early look every 64 Ki elements."""
-    n = x.shape[0]
-    total = np.float32(0.0)
-    for start in range(0, n, 65536):
-        for i in range(start, min(start + 65536, n)):
-            total += x[i] - x[i]
-        if total != 0:
-            return False
-    return total == 0
-
-
 @njit(nogil=True, cache=True)
 def assign(w, lo, values):
     """``w[lo : lo + len(values)] = values``."""
@@ -291,8 +276,6 @@ def compile_kernels() -> None:
                 rule, w, w.copy(), 0, 0, 8, 0, e, x, 1.0, 1.0, 0.9, 1e-8,
                 np.zeros(64, np.float32), 0.5,
             )  # fmt: skip
-    for x in (d, frozen[2]):
-        all_finite(x)
     for op in VECTOR_OPS.values():
         vector_op(op, d, d.copy(), d.copy(), 1.0)
     assign(w, 0, d)

@@ -51,6 +51,7 @@ class ServerOptions:
         lease_s: TTL of the server's etcd lease (replication).
         nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
             default), or apply it and count it (``"count"``).
+        max_vectors: ``ps.max_vectors``: named vectors a shard holds at most.
         direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
             network thread (the default); False queues every pull behind its shard's update
             thread, as replicated servers do (``bench/figures/adam_fig9_ps.py`` measures both).
@@ -83,6 +84,7 @@ class ServerOptions:
     etcd: str | None = ClusterConfig.etcd or None
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
     nonfinite: str = _PS.nonfinite
+    max_vectors: int = _PS.max_vectors
     direct_pulls: bool = True
     direct_pushes: bool = True
     extra: dict = field(default_factory=dict)
@@ -136,5 +138,6 @@ class ServerOptions:
             etcd=etcd or config.cluster.etcd or None,
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
             nonfinite=ps.nonfinite,
+            max_vectors=ps.max_vectors,
             **own,
         )

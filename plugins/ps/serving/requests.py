@@ -19,7 +19,8 @@ at admission, so every copy applies the shard's writes in the primary's order.
 
 from __future__ import annotations
 
-from hogwild_plugins.ps import checks, kernels
+import numpy as np
+from hogwild_plugins.ps import checks
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.work import (
@@ -56,6 +57,8 @@ class Admission:
         nonfinite: ``ps.nonfinite``: ``"refuse"`` a write whose values hold NaN or an infinity
             (``BAD_VALUE``), or ``"count"`` it and let it apply. Either way it is counted
             (:attr:`nonfinite_refused`, :attr:`nonfinite_applied`).
+        shards: The server's shards by local index (None: no check of a named push's room
+            before it is queued; its update thread still refuses one vector too many).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class Admission:
         max_staleness: int,
         replicated: bool,
         nonfinite: str = "refuse",
+        shards: list | None = None,
     ) -> None:
         if nonfinite not in NONFINITE_MODES:
             raise HogwildError(
@@ -77,13 +81,14 @@ class Admission:
         self.layout, self.geometry, self.book = layout, geometry, book
         self.max_staleness, self.replicated = max_staleness, replicated
         self.nonfinite = nonfinite
+        self.shards = shards  # the server's shards by local index: a named push's room
         self.nonfinite_refused = 0
         self.nonfinite_applied = 0
 
     def _check_finite(self, header: Header, *arrays) -> None:
         """Refuse (or count) a write whose values are not all finite: one NaN pushed would be
         every replica's NaN at its next pull."""
-        if all(kernels.all_finite(a.reshape(-1)) for a in arrays):
+        if all(np.isfinite(a).all() for a in arrays):
             return
         if self.nonfinite == "count":
             self.nonfinite_applied += 1
@@ -145,11 +150,13 @@ class Admission:
             length = header.shape[0]
             self._check_finite(header, data)
             if checks.is_named_push(header):  # into a named vector
-                name = frame_array(frames[1], DType.UINT8, (header.aux,), "name")
+                name = checks.parse_name(frame_array(frames[1], DType.UINT8, (header.aux,), "name"))
+                if self.shards is not None:  # refused before it is acknowledged, if it can be
+                    self.shards[local].check_room(name)
                 return AddToVector(
                     local,
                     header,
-                    name=checks.parse_name(name),
+                    name=name,
                     offset=header.offset,
                     length=length,
                     delta=data,

@@ -81,6 +81,7 @@ from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
 from hogwild.net.router import Incoming, Reply, Router, json_reply
 from hogwild.net.wire import (
+    MAX_ARRAY_BYTES,
     ErrorCode,
     Header,
     MsgType,
@@ -155,6 +156,10 @@ class ParameterServer:
             geometry.fc_layers,
         )
         self.rule = kernels.RULES[options.rule]
+        self.max_vectors = options.max_vectors
+        if options.copies > 1:  # a catch-up carries a shard's vectors in one frame
+            per_frame = MAX_ARRAY_BYTES // (4 * self.layout.shard_floats)
+            self.max_vectors = max(1, min(self.max_vectors, per_frame))
         self.address = parse_address(options.bind or options.servers[options.index])
         check_bind(self.address, options.keys)  # before anything is built
         self.store = None
@@ -180,6 +185,7 @@ class ParameterServer:
             options.max_staleness,
             replicated=options.copies > 1,
             nonfinite=options.nonfinite,
+            shards=self.shards,
         )
         self.router: Router | None = None
         self.engine: UpdateEngine | None = None
@@ -216,7 +222,16 @@ class ParameterServer:
                 init = (values0, state0 if states else None)
             self.local[shard] = len(self.shards)
             self.shards.append(
-                Shard(shard, lo, values, state, applied=version, snapshotted=version, initial=init)
+                Shard(
+                    shard,
+                    lo,
+                    values,
+                    state,
+                    applied=version,
+                    snapshotted=version,
+                    initial=init,
+                    max_vectors=self.max_vectors,
+                )  # fmt: skip
             )
         self.book = ShardBook(
             {s.index: s.applied for s in self.shards},
@@ -491,6 +506,7 @@ class ParameterServer:
                     "version": versions[s.index],
                     "applied": s.applied,
                     "flushed": flushed.get(s.index),
+                    "vectors": len(s.vectors),
                 }
                 for s in self.shards
             ],
@@ -509,6 +525,7 @@ class ParameterServer:
             "received": router.received if router else 0,
             "duplicates": router.window.duplicates if router else 0,
             "errors": dict(router.errors) if router else {},
+            "max_vectors": self.max_vectors,
             "nonfinite": {
                 "refused": self.admission.nonfinite_refused,
                 "applied": self.admission.nonfinite_applied,
