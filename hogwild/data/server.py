@@ -52,6 +52,12 @@ MAX_CONTROL_BYTES = 4096
 _ZERO_FIELDS = ("version", "offset", "code", "lease", "a", "b")
 
 
+MAX_REPLY_BYTES = 8 * 2**20
+"""Image bytes one ``BATCH`` reply carries at most (a reader asks for 1 MiB at a time): with the
+router's :data:`~hogwild.net.router.REPLY_HWM`, what replies a client that never reads can hold
+in the server (1 GiB per connection)."""
+
+
 class DataServer:
     """One data server (see the module docstring); the :class:`Router`'s handler.
 
@@ -71,7 +77,7 @@ class DataServer:
         check_bind(address, keys)  # before anything starts
         self.delivery, self.address, self.keys = delivery, address, keys or None
         self.data_id, self.n_threads = delivery.data_id, max(1, threads)
-        self.max_records = MAX_ARRAY_BYTES // math.prod(delivery.shape)
+        self.max_records = max(1, MAX_REPLY_BYTES // math.prod(delivery.shape))
         self.router: Router | None = None
         self._queue: queue.Queue = queue.Queue(maxsize=self.n_threads * QUEUE_PER_THREAD)
         self._stop = threading.Event()

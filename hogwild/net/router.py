@@ -61,6 +61,10 @@ POLL_MS = 50
 DRAIN = 256  # messages handled per socket before looking at the other one
 MAX_ERROR_TEXT = 1000
 MAX_ROUTES = 65536
+REPLY_HWM = 128
+"""Replies that wait for one client at most (ZeroMQ's send high-water mark of the ROUTER
+socket): above a client's request window (64), so an honest client loses none; a client that
+asks and never reads holds at most this many in the server, the rest are dropped."""
 _ids = itertools.count()
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -174,6 +178,7 @@ class Router:
         handler: What acts on requests.
         keys: A CURVE key directory (required beyond loopback).
         max_frame_bytes: Frames larger than this make ZeroMQ drop the connection.
+        reply_hwm: Replies waiting for one client at most (:data:`REPLY_HWM`).
     """
 
     def __init__(
@@ -183,6 +188,7 @@ class Router:
         *,
         keys: str | None = None,
         max_frame_bytes: int = 64 * 2**20 + 4096,
+        reply_hwm: int = REPLY_HWM,
     ) -> None:
         check_bind(address, keys)
         self.address, self.handler, self.keys = address, handler, keys or None
@@ -191,7 +197,8 @@ class Router:
         self._router = self.context.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
-        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a full pipe drops, never blocks
+        self._router.setsockopt(zmq.SNDHWM, reply_hwm)
         self._security: ServerSecurity | None = None
         self._socket_file: tuple[str, int, int] | None = None  # ipc: path, device, inode
         self._pull = self.context.socket(zmq.PULL)

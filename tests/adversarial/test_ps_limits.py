@@ -5,12 +5,15 @@
   ``dot`` of names never written) allocates nothing and reads as zeros.
 - The request table (the replies kept for retries) is filled only by requests of this job: a
   flood of other jobs' numbered requests leaves it empty.
+- Replies a client does not read: at most ``REPLY_HWM`` wait in the server for each client.
 
 After each, the server answers ``STATUS`` and an honest push lands exactly. One server serves
 the module.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
+from hogwild.net.router import REPLY_HWM
 from hogwild.net.wire import NO_BASIS, DType, Header, MsgType, pack_header, unpack_header
 
 N = 2048
@@ -96,3 +100,34 @@ def test_the_request_table_takes_only_this_jobs_requests(server, client):
     assert len(server.router.window) == held  # nothing of the other job's was kept
     assert client.status()[0]["errors"]["WRONG_JOB"] >= 500
     honest_push_lands(client)
+
+
+def test_replies_to_a_client_that_never_reads_are_bounded():
+    """A reader that asks and never reads holds at most ``REPLY_HWM`` replies in the server (the
+    rest are dropped: a client that reads retries them); pulls of 1 MiB shards here."""
+    geometry = ModelGeometry(4 * 262144)  # four shards of 1 MiB
+    asked = 2 * REPLY_HWM + 40
+    with local_server(geometry, threads=1) as big:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 1)
+        sock.setsockopt(zmq.RCVBUF, 65536)
+        sock.connect(big.address.endpoint)
+        job = big.job
+        try:
+            for seq in range(1, asked + 1):
+                sock.send(pack_header(Header(MsgType.PULL, job=job, sender=77, seq=seq,
+                                             target=seq % 4)))  # fmt: skip
+            deadline = time.monotonic() + 30
+            while big.router.received < asked:  # every request taken, none of its replies read
+                assert time.monotonic() < deadline, big.router.received
+                time.sleep(0.05)
+            got = 0
+            while sock.poll(1000):
+                sock.recv_multipart()
+                got += 1
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+    assert 0 < got <= REPLY_HWM + 16, got  # the HWM, and what the TCP buffers held
