@@ -32,9 +32,8 @@ import numpy as np
 
 from hogwild.data.resident import SPLITS, Delivery
 from hogwild.net.address import Address, check_bind
-from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply
+from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply, reply_hwm
 from hogwild.net.wire import (
-    MAX_ARRAY_BYTES,
     RESEND,
     WIRE_VERSION,
     DType,
@@ -54,8 +53,8 @@ _ZERO_FIELDS = ("version", "offset", "code", "lease", "a", "b")
 
 MAX_REPLY_BYTES = 8 * 2**20
 """Image bytes one ``BATCH`` reply carries at most (a reader asks for 1 MiB at a time): with the
-router's :data:`~hogwild.net.router.REPLY_HWM`, what replies a client that never reads can hold
-in the server (1 GiB per connection)."""
+router's high-water mark (:func:`~hogwild.net.router.reply_hwm`: 32 such replies), what a client
+that never reads can hold in the server is 256 MiB per connection."""
 
 
 class DataServer:
@@ -104,7 +103,8 @@ class DataServer:
         with machine_lock("data-kernels"):
             compile_data_kernels()
         try:
-            self.router = Router(self.address, self, keys=self.keys)
+            self.router = Router(self.address, self, keys=self.keys,
+                                 reply_hwm=reply_hwm(MAX_REPLY_BYTES))  # fmt: skip
             for i in range(self.n_threads):
                 replier = self.router.replier()
                 thread = threading.Thread(

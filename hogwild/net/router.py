@@ -55,16 +55,36 @@ from hogwild.net.wire import (
     unpack_header,
 )
 
-__all__ = ["Handler", "Incoming", "Replier", "Reply", "Router", "error_reply", "json_reply"]
+__all__ = [
+    "Handler",
+    "Incoming",
+    "Replier",
+    "Reply",
+    "Router",
+    "error_reply",
+    "json_reply",
+    "reply_hwm",
+]
 
 POLL_MS = 50
 DRAIN = 256  # messages handled per socket before looking at the other one
 MAX_ERROR_TEXT = 1000
 MAX_ROUTES = 65536
-REPLY_HWM = 128
-"""Replies that wait for one client at most (ZeroMQ's send high-water mark of the ROUTER
-socket): above a client's request window (64), so an honest client loses none; a client that
-asks and never reads holds at most this many in the server, the rest are dropped."""
+REPLY_HWM = 1000
+"""Replies that wait for one client at most by default (ZeroMQ's send high-water mark of the
+ROUTER socket; a full pipe drops the reply, a client that reads retries it)."""
+REPLY_BUDGET_BYTES = 128 * 2**20
+"""Bytes of replies that may wait for one client that does not read: a server whose replies are
+large takes :func:`reply_hwm` of them, not :data:`REPLY_HWM`."""
+MIN_REPLY_HWM = 32  # at least this many, whatever their size: a client pipelines requests
+
+
+def reply_hwm(largest_reply: int) -> int:
+    """The send high-water mark that keeps replies of ``largest_reply`` bytes waiting for one
+    client within :data:`REPLY_BUDGET_BYTES` (between :data:`MIN_REPLY_HWM` and
+    :data:`REPLY_HWM`)."""
+    fit = REPLY_BUDGET_BYTES // max(1, largest_reply)
+    return max(MIN_REPLY_HWM, min(REPLY_HWM, fit))
 _ids = itertools.count()
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -178,7 +198,8 @@ class Router:
         handler: What acts on requests.
         keys: A CURVE key directory (required beyond loopback).
         max_frame_bytes: Frames larger than this make ZeroMQ drop the connection.
-        reply_hwm: Replies waiting for one client at most (:data:`REPLY_HWM`).
+        reply_hwm: Replies waiting for one client at most (:data:`REPLY_HWM`; see
+            :func:`reply_hwm` for servers of large replies).
     """
 
     def __init__(
@@ -199,6 +220,7 @@ class Router:
         self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a full pipe drops, never blocks
         self._router.setsockopt(zmq.SNDHWM, reply_hwm)
+        self.reply_hwm = reply_hwm
         self._security: ServerSecurity | None = None
         self._socket_file: tuple[str, int, int] | None = None  # ipc: path, device, inode
         self._pull = self.context.socket(zmq.PULL)

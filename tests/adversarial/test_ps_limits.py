@@ -5,7 +5,8 @@
   ``dot`` of names never written) allocates nothing and reads as zeros.
 - The request table (the replies kept for retries) is filled only by requests of this job: a
   flood of other jobs' numbered requests leaves it empty.
-- Replies a client does not read: at most ``REPLY_HWM`` wait in the server for each client.
+- Replies a client does not read: at most ``reply_hwm`` of them (128 shards of 1 MiB) wait in
+  the server for each client.
 
 After each, the server answers ``STATUS`` and an honest push lands exactly. One server serves
 the module.
@@ -24,7 +25,6 @@ from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
-from hogwild.net.router import REPLY_HWM
 from hogwild.net.wire import NO_BASIS, DType, Header, MsgType, pack_header, unpack_header
 
 N = 2048
@@ -87,13 +87,15 @@ def test_the_request_table_takes_only_this_jobs_requests(server, client):
     held = len(server.router.window)
     delta = np.ones(16, np.float32).tobytes()
     try:
-        for sender in range(1, 501):
-            header = Header(MsgType.PUSH_DELTAS, job=12345, sender=sender, seq=sender,
-                            shape=(16,), dtype=DType.FLOAT32, frames=1, flags=NO_BASIS)  # fmt: skip
-            sock.send_multipart([pack_header(header), delta])
-        for _ in range(500):
-            assert sock.poll(3000)
-            assert unpack_header(sock.recv_multipart()[0]).type == MsgType.ERROR
+        for first in range(1, 501, 50):  # in windows of 50, as a client sends
+            for sender in range(first, first + 50):
+                header = Header(MsgType.PUSH_DELTAS, job=12345, sender=sender, seq=sender,
+                                shape=(16,), dtype=DType.FLOAT32, frames=1,
+                                flags=NO_BASIS)  # fmt: skip
+                sock.send_multipart([pack_header(header), delta])
+            for _ in range(50):
+                assert sock.poll(3000)
+                assert unpack_header(sock.recv_multipart()[0]).type == MsgType.ERROR
     finally:
         sock.close(linger=0)
         ctx.term()
@@ -103,11 +105,13 @@ def test_the_request_table_takes_only_this_jobs_requests(server, client):
 
 
 def test_replies_to_a_client_that_never_reads_are_bounded():
-    """A reader that asks and never reads holds at most ``REPLY_HWM`` replies in the server (the
-    rest are dropped: a client that reads retries them); pulls of 1 MiB shards here."""
+    """A reader that asks and never reads holds at most the router's ``reply_hwm`` replies in
+    the server (the rest are dropped: a client that reads retries them); 1 MiB pulls here."""
     geometry = ModelGeometry(4 * 262144)  # four shards of 1 MiB
-    asked = 2 * REPLY_HWM + 40
     with local_server(geometry, threads=1) as big:
+        hwm = big.router.reply_hwm
+        assert hwm == 128  # 128 MiB of replies
+        asked = 2 * hwm + 40
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -130,4 +134,4 @@ def test_replies_to_a_client_that_never_reads_are_bounded():
         finally:
             sock.close(linger=0)
             ctx.term()
-    assert 0 < got <= REPLY_HWM + 16, got  # the HWM, and what the TCP buffers held
+    assert 0 < got <= hwm + 16, got  # the high-water mark, and what the TCP buffers held

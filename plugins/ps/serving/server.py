@@ -79,7 +79,7 @@ from hogwild.config.checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
-from hogwild.net.router import Incoming, Reply, Router, json_reply
+from hogwild.net.router import Incoming, Reply, Router, json_reply, reply_hwm
 from hogwild.net.wire import (
     MAX_ARRAY_BYTES,
     ErrorCode,
@@ -254,7 +254,8 @@ class ParameterServer:
             kernels.compile_kernels()
         limit_blas_threads(1)  # one BLAS thread per update thread (API b's sgemm)
         try:
-            self.router = Router(self.address, self, keys=self.options.keys)
+            self.router = Router(self.address, self, keys=self.options.keys,
+                                 reply_hwm=reply_hwm(4 * self.layout.shard_floats))  # fmt: skip
             usable = cpus or os.sched_getaffinity(0)
             threads = self.options.threads or len(usable)
             self.recv = self._recv_mode(len(usable))
