@@ -85,6 +85,8 @@ def reply_hwm(largest_reply: int) -> int:
     :data:`REPLY_HWM`)."""
     fit = REPLY_BUDGET_BYTES // max(1, largest_reply)
     return max(MIN_REPLY_HWM, min(REPLY_HWM, fit))
+
+
 _ids = itertools.count()
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
