@@ -51,7 +51,13 @@ from hogwild.data.layout import (
 )
 from hogwild.data.pool import spawn_pool
 from hogwild.data.record import RECORD_VERSION, encode, record_size
-from hogwild.data.sources import IngestSource, IngestSplit, decode_images, detect_source
+from hogwild.data.sources import (
+    IMAGE_FORMATS,
+    IngestSource,
+    IngestSplit,
+    decode_images,
+    detect_source,
+)
 from hogwild.errors import DataError
 from hogwild.outputs import writable_directory
 from hogwild.progress import progress_bar
@@ -94,6 +100,8 @@ def ingest(
     chunk: int = DEFAULT_CHUNK,
     progress: bool = True,
     initial_map_size: int | None = None,
+    formats: tuple[str, ...] | str = IMAGE_FORMATS,
+    follow_symlinks: bool = False,
 ) -> IngestReport:
     """Build (or finish) the image cache ``out`` from ``src``.
 
@@ -107,6 +115,8 @@ def ingest(
         chunk: Records per transaction (the granularity of resuming).
         progress: Draw a progress bar on stderr.
         initial_map_size: The LMDB map size to start from (default: the expected size).
+        formats, follow_symlinks: Folder sources: the image formats decoded and whether links
+            out of ``src`` are taken (:func:`~hogwild.data.sources.detect_source`).
 
     Returns:
         An :class:`IngestReport`.
@@ -115,7 +125,9 @@ def ingest(
         DataError: The source is unreadable or unrecognised; ``out`` exists and is not a cache,
             is a cache of a different source or version, or is truncated.
     """
-    source = detect_source(src, size=size, channels=channels)
+    source = detect_source(
+        src, size=size, channels=channels, formats=formats, follow_symlinks=follow_symlinks
+    )
     return _run(source, Path(out), workers, chunk, progress, initial_map_size)
 
 
@@ -309,13 +321,14 @@ class _Ingest:
                 yield hi, split.images[lo:hi], split.labels[lo:hi], [None] * (hi - lo)
             return
         size, _, channels = self.source.shape
+        formats = self.source.formats or IMAGE_FORMATS
 
         def submit(lo, hi):
             files = [str(f) for f in split.files[lo:hi]]
             if pool is None:
-                return [decode_images(files, size, channels)]
+                return [decode_images(files, size, channels, formats)]
             return [
-                pool.submit(decode_images, files[i : i + _DECODE_TASK], size, channels)
+                pool.submit(decode_images, files[i : i + _DECODE_TASK], size, channels, formats)
                 for i in range(0, len(files), _DECODE_TASK)
             ]
 

@@ -61,7 +61,7 @@ def make_keys(directory: str | os.PathLike) -> Path:
             _write_certificate(root / f"{name}.key", public, None, 0o644)
             _write_certificate(root / f"{name}.key_secret", public, secret, 0o600)
         (root / AUTHORIZED).mkdir(exist_ok=True)
-        shutil.copy(root / f"{CLIENT}.key", root / AUTHORIZED / f"{CLIENT}.key")
+        shutil.copyfile(root / f"{CLIENT}.key", root / AUTHORIZED / f"{CLIENT}.key")
     except OSError as exc:
         raise KeysError(f"{root}: cannot write keys there ({exc.strerror or exc})") from None
     return root
