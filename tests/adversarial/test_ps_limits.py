@@ -135,3 +135,28 @@ def test_replies_to_a_client_that_never_reads_are_bounded():
             sock.close(linger=0)
             ctx.term()
     assert 0 < got <= hwm + 16, got  # the high-water mark, and what the TCP buffers held
+
+
+def test_a_request_without_the_job_id_learns_nothing(server, client):
+    """``PING`` and ``STATUS`` of job 0 (anyone's): a bare acknowledgement and a refusal; the
+    job's name, layout and config go only to those who name the job."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.address.endpoint)
+    try:
+        sock.send(pack_header(Header(MsgType.PING, seq=1)))
+        assert sock.poll(3000)
+        ping = sock.recv_multipart()
+        sock.send(pack_header(Header(MsgType.STATUS, seq=2)))
+        assert sock.poll(3000)
+        status = sock.recv_multipart()
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    head = unpack_header(ping[0])
+    assert (head.type, head.version, len(ping)) == (MsgType.ACK, 0, 1)
+    head = unpack_header(status[0])
+    assert head.type == MsgType.ERROR and len(status) == 2
+    assert server.options.job.encode() not in status[1] and b"--job" in status[1]
+    assert client.status()[0]["job"] == server.options.job  # the job's own clients: all of it

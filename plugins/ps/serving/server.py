@@ -358,7 +358,14 @@ class ParameterServer:
     def _handle_control(self, request: Incoming) -> Reply | None:
         """Pings, status, hello and (with copies) the replication messages between servers."""
         header = request.header
-        if header.type in (MsgType.PING, MsgType.STATUS) and header.job in (0, self.job):
+        if header.type == MsgType.PING and header.job == 0:  # alive, and nothing more
+            return Reply(header.reply(MsgType.ACK))
+        if header.type == MsgType.STATUS and header.job == 0:  # the job's name and config: no
+            raise WireError(
+                "STATUS needs this server's job id (hogwild ps status ADDRESS --job NAME)",
+                ErrorCode.WRONG_JOB,
+            )
+        if header.type in (MsgType.PING, MsgType.STATUS) and header.job == self.job:
             if header.type == MsgType.PING:
                 return Reply(header.reply(MsgType.ACK, version=self.layout.map.version))
             return json_reply(header, self.status())
