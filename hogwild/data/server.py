@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from hogwild.data.remote import REQUEST_BYTES
 from hogwild.data.resident import SPLITS, Delivery
 from hogwild.net.address import Address, check_bind
 from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply, reply_hwm
@@ -52,9 +53,10 @@ _ZERO_FIELDS = ("version", "offset", "code", "lease", "a", "b")
 
 
 MAX_REPLY_BYTES = 8 * 2**20
-"""Image bytes one ``BATCH`` reply carries at most (a reader asks for 1 MiB at a time): with the
-router's high-water mark (:func:`~hogwild.net.router.reply_hwm`: 32 such replies), what a client
-that never reads can hold in the server is 256 MiB per connection."""
+"""Image bytes one ``BATCH`` reply carries at most. A reader asks for 1 MiB at a time
+(:data:`~hogwild.data.remote.REQUEST_BYTES`), and the router keeps the replies of 128 such
+requests for a client (:func:`~hogwild.net.router.reply_hwm`); a client that asks for the most
+and never reads holds at most 128 x 8 MiB in the server per connection."""
 
 
 class DataServer:
@@ -104,7 +106,7 @@ class DataServer:
             compile_data_kernels()
         try:
             self.router = Router(self.address, self, keys=self.keys,
-                                 reply_hwm=reply_hwm(MAX_REPLY_BYTES))  # fmt: skip
+                                 reply_hwm=reply_hwm(REQUEST_BYTES))  # fmt: skip
             for i in range(self.n_threads):
                 replier = self.router.replier()
                 thread = threading.Thread(
