@@ -401,11 +401,6 @@ class Router:
                 continue  # an identity alone: nothing to answer
             head = sock.recv()
             more = sock.getsockopt(_RCVMORE)
-            got = []
-            if whole:
-                while more:
-                    got.append(sock.recv(copy=False))
-                    more = sock.getsockopt(_RCVMORE)
             try:
                 header = unpack_header(head)
             except WireError as exc:
@@ -423,6 +418,17 @@ class Router:
                     self._discard(more)
                     if seen is Seen.DONE and cached is not None:
                         sock.send_multipart([identity, *cached])
+                    continue
+            got = []
+            if whole:  # frame by frame, after the header: none kept beyond those it announced
+                while more and len(got) < header.frames:
+                    got.append(sock.recv(copy=False))
+                    more = sock.getsockopt(_RCVMORE)
+                if more:
+                    self._discard(more)
+                    problem = (f"more than {len(got)} frame(s) after the header, which announced "
+                               f"{header.frames} ({header.type.name})")  # fmt: skip
+                    self._reply(identity, error_reply(header, ErrorCode.BAD_FRAMES, problem))
                     continue
             self._receive_and_handle(identity, header, got, more)
 

@@ -14,7 +14,7 @@ import zmq
 
 from hogwild.net.address import parse_address
 from hogwild.net.router import Reply, Router
-from hogwild.net.wire import ErrorCode, Header, MsgType, pack_header, unpack_header
+from hogwild.net.wire import DType, ErrorCode, Header, MsgType, pack_header, unpack_header
 
 
 class Hostile:
@@ -84,6 +84,34 @@ def test_the_network_thread_survives_its_handler():
             assert ok.type == MsgType.ACK
         assert router.alive and router.failure is None
         assert router.errors["INTERNAL"] >= 6 + 2
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+        router.stop()
+        router.close()
+
+
+def test_frames_beyond_those_announced_are_refused_as_they_come():
+    """A header announcing one frame followed by a thousand: refused ``BAD_FRAMES`` naming the
+    count announced, and the next message is read from its own start."""
+    handler = Hostile()
+    router = Router(parse_address("tcp://127.0.0.1:0"), handler)
+    address = router.start()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address.endpoint)
+    try:
+        header = Header(MsgType.PING, sender=6, seq=next(_seq), dtype=DType.UINT8, shape=(4,),
+                        frames=1)  # fmt: skip
+        sock.send_multipart([pack_header(header), *([b"abcd"] * 1000)])
+        assert sock.poll(3000)
+        parts = sock.recv_multipart()
+        reply = unpack_header(parts[0])
+        assert (reply.type, reply.code) == (MsgType.ERROR, ErrorCode.BAD_FRAMES)
+        assert b"more than 1 frame(s)" in parts[1] and b"announced 1" in parts[1]
+        ok = ask(sock, 0)
+        assert (ok.type, ok.version) == (MsgType.ACK, 7)
     finally:
         sock.close(linger=0)
         ctx.term()
