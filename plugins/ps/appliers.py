@@ -161,7 +161,18 @@ def _vector_op(rule: Rule, shard: Shard, work: VectorOp, tally: Tally, scratch) 
     vectors = [shard.vector(n, write=n == written) for n in work.names]
     while len(vectors) < 3:  # the kernel takes three operands; the unused ones are the first
         vectors.append(vectors[0])
+    guard = written == "params" and shard.refuse_nonfinite  # the parameters stay finite
+    before = shard.values.copy() if guard else None
     work.result = float(kernels.vector_op(work.op, *vectors, work.alpha))
+    if guard and not np.isfinite(shard.values).all():
+        shard.values[:] = before  # as if it never ran; every copy refuses it the same way
+        shard.nonfinite_refused += 1
+        raise WireError(
+            f"vector operation {_OP_NAMES.get(work.op, work.op)} on {', '.join(work.names)} "
+            f"of shard {shard.index}: the parameters it makes are not finite; refused "
+            '(ps.nonfinite = "refuse")',
+            ErrorCode.BAD_VALUE,
+        )
     if not math.isfinite(work.result):  # a NaN or inf in a vector, or an overflow
         result, work.result = work.result, 0.0
         raise WireError(

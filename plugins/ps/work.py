@@ -82,6 +82,8 @@ class Shard:
     writes_queued: int = 0
     writes_done: int = 0
     max_vectors: int = 32
+    refuse_nonfinite: bool = True  # ps.nonfinite = "refuse": no operation leaves NaN in values
+    nonfinite_refused: int = 0  # operations refused for that (counted by the update thread)
     _zeros: np.ndarray | None = None
 
     def vector(self, name: str, write: bool = True) -> np.ndarray:

@@ -106,3 +106,19 @@ def test_the_nonfinite_option_is_checked():
     with pytest.raises(HogwildError, match="nonfinite"):
         with local_server(GEOMETRY, shard_kib=4, nonfinite="ignore"):
             pass
+
+
+def test_a_vector_operation_that_would_make_the_parameters_nonfinite_is_refused():
+    init = np.linspace(-1, 1, N).astype(np.float32)
+    with local_server(GEOMETRY, shard_kib=4, initial=init) as server, client_for(server) as c:
+        v = ShardVectors(c)
+        v.fill("big", 3e38)
+        with pytest.raises(HogwildError, match="not finite"):
+            v.axpy(10.0, "big", "params")  # params += 3e39: infinity
+        with pytest.raises(HogwildError, match="not finite"):
+            v.scale(1e39, "params")  # beyond float32: every parameter overflows
+        params = np.empty(N, np.float32)
+        c.pull(params)
+        np.testing.assert_array_equal(params, init)  # untouched: restored as it was
+        assert c.status()[0]["nonfinite"]["refused"] == 4  # two operations on two shards
+        honest_push_lands(c, init)

@@ -231,7 +231,8 @@ class ParameterServer:
                     snapshotted=version,
                     initial=init,
                     max_vectors=self.max_vectors,
-                )  # fmt: skip
+                    refuse_nonfinite=self.options.nonfinite == "refuse",
+                )
             )
         self.book = ShardBook(
             {s.index: s.applied for s in self.shards},
@@ -535,7 +536,8 @@ class ParameterServer:
             "errors": dict(router.errors) if router else {},
             "max_vectors": self.max_vectors,
             "nonfinite": {
-                "refused": self.admission.nonfinite_refused,
+                "refused": self.admission.nonfinite_refused
+                + sum(s.nonfinite_refused for s in self.shards),
                 "applied": self.admission.nonfinite_applied,
             },
             "loss_window": self.flusher.window(applied) if self.flusher else None,
