@@ -117,10 +117,13 @@ class _Handler:
             raise WireError(
                 f"a control request needs a string 'op', got {op!r}", ErrorCode.BAD_VALUE
             )
-        if header.job == 0 and op != "status":
-            raise WireError(
-                f"{op!r} needs the job's id (only 'status' is for any job)", ErrorCode.WRONG_JOB
-            )
+        if header.job == 0:  # anyone's: alive, and nothing more (no job name, no figures)
+            if op != "status":
+                raise WireError(
+                    f"{op!r} needs the job's id (only 'status' is for any job)",
+                    ErrorCode.WRONG_JOB,
+                )
+            return json_reply(header, {})
         try:
             answer = self.act(op, body)
         except ControlRefused as exc:
@@ -169,7 +172,7 @@ class ControlClient:
         keys: str | None = None,
         alive: Callable[[], bool] | None = None,
     ) -> None:
-        self.address, self.job = address, job_id(job) if job else 0  # 0: status of any job
+        self.address, self.job = address, job_id(job) if job else 0  # 0: alive, nothing more
         self.peers = Peers([address], sender=secrets.randbits(31), timeout_s=timeout_s,
                            retries=retries, keys=keys, alive=alive)  # fmt: skip
 
