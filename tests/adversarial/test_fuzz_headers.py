@@ -39,6 +39,7 @@ FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 GEOMETRY = ModelGeometry(3000, (FcLayer(2, 100, 20, 30),))
