@@ -15,8 +15,8 @@ the test": a segment whose owner is another live process is someone else's. New 
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
 
-The tiers run in order: ``unit``, then ``proc``, then ``cluster``, then ``hosts``. While the unit tests run (one
-core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so the multi-process tests
+The tiers run in order: ``unit``, ``proc``, ``cluster``, ``adversarial``, then ``hosts``. While the
+unit tests run (one core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so the multi-process tests
 start from a warm numba cache; the session owns that process (it is not a test's leak) and stops it
 at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session writes the project's bytecode
 once for the processes it starts and removes it at the end (:mod:`tests.bytecode`).
@@ -46,7 +46,7 @@ from hogwild.shm.naming import owner_alive, parse_segment_name
 
 _MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
-_TIERS = ("unit", "proc", "cluster", "hosts")
+_TIERS = ("unit", "proc", "cluster", "adversarial", "hosts")
 _warming: subprocess.Popen | None = None
 _warming_log = None
 _bytecode: list[Path] = []  # .pyc files this session wrote (see tests/bytecode.py)

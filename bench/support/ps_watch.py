@@ -32,7 +32,7 @@ from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Peers, Request
-from hogwild.net.wire import Header, MsgType
+from hogwild.net.wire import Header, MsgType, job_id
 
 STATUS_TIMEOUT_S = 0.5  # a server that does not answer a STATUS within this is skipped
 
@@ -52,6 +52,7 @@ class ServerWatch:
         self, servers: list[str], etcd: str, job: str, interval_s: float = 0.3, alive=None
     ) -> None:
         self.servers, self.interval_s, self.alive = list(servers), interval_s, alive
+        self.job_id = job_id(job)  # a server tells its status only to those naming its job
         self.etcd = Etcd(etcd, prefix=etcd_prefix(job))
         self.peers = Peers(self.servers, sender=0, timeout_s=STATUS_TIMEOUT_S, retries=0)
         self.takeovers: dict[tuple[int, int], dict] = {}
@@ -83,8 +84,8 @@ class ServerWatch:
 
         with self._lock:
             try:
-                requests = [Request(i, Header(MsgType.STATUS), (), keep(i)) for i in
-                            range(len(self.servers))]  # fmt: skip
+                requests = [Request(i, Header(MsgType.STATUS, job=self.job_id), (), keep(i))
+                            for i in range(len(self.servers))]  # fmt: skip
                 self.peers.exchange(requests)
             except HogwildError:  # a dead server: the others' answers are kept
                 pass

@@ -42,12 +42,18 @@ import time
 from dataclasses import dataclass
 
 from hogwild.cluster.services import open_server_groups, worker_group
-from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S, ReplicaServer
+from hogwild.cluster.serving import (
+    DRIVER_SILENCE_S,
+    MAX_QUEUED_PORTIONS,
+    POLL_S,
+    ReplicaServer,
+)
 from hogwild.config.topology import resolve_topology, split_groups
 from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
 from hogwild.net.metrics import serve_metrics
+from hogwild.optim.schedule import peak_learning_rate
 from hogwild.shm.sweeper import sweep_report
 from hogwild.training.job import (
     CONTROL_EPOCH,
@@ -107,7 +113,8 @@ class TrainerReplica(Trainer):
         super().__init__(config, data)
         self.n_test = 0  # the driver evaluates: no test examples in a replica's arena
         self.index = index
-        self.commands: queue.Queue = queue.Queue()
+        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
+        self.max_lr = peak_learning_rate(config.optim)  # what the driver may ask for at most
         self.lock = threading.Lock()
         self.portion: Portion | None = None  # the one under way, or the last one finished
         self.finished: list[Portion] = []  # the epoch's finished portions, in order

@@ -32,10 +32,29 @@ from hogwild.net.control import ControlRefused, ControlServer, field
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training.messages import Train
 
-__all__ = ["DRIVER_SILENCE_S", "POLL_S", "ReplicaServer", "ServedRole"]
+__all__ = [
+    "DRIVER_SILENCE_S",
+    "MAX_EPOCH",
+    "MAX_QUEUED_PORTIONS",
+    "MAX_SEED",
+    "POLL_S",
+    "ReplicaServer",
+    "ServedRole",
+]
 
 DRIVER_SILENCE_S = 120.0  # the least silence after which a role takes its driver for dead
 POLL_S = 0.05  # the main thread's longest wait for work or for its workers
+MAX_EPOCH = 2**31 - 1
+"""The largest epoch a ``train`` or ``close`` may name (a data server's batch carries the epoch
+in 32 bits; no job runs this many)."""
+MAX_SEED = 2**63 - 1
+"""The largest job seed a ``train`` may carry (a signed 64-bit integer)."""
+MAX_QUEUED_PORTIONS = 64
+"""Portions a role holds queued at most (the driver hands out one ahead of the one under way);
+a ``train`` beyond them is refused, naming the limit."""
+
+
+_LR_ULP = 1 + 1e-12  # the driver's rate, computed as the role computes its peak, may differ by this
 
 
 class ServedRole(Protocol):
@@ -46,13 +65,16 @@ class ServedRole(Protocol):
         job: The job's name on the wire (the control server checks it).
         n_train: Its training examples (a portion must lie within them).
         silence_s: How long the driver may be silent before the role leaves.
-        commands: Where ``train`` requests are queued, for :meth:`step` to take.
+        max_lr: The largest rate the job's schedule gives (a ``train`` above it is refused).
+        commands: Where ``train`` requests are queued, for :meth:`step` to take: a queue of
+            at most :data:`MAX_QUEUED_PORTIONS`.
     """
 
     index: int
     job: str
     n_train: int
     silence_s: float
+    max_lr: float
     commands: queue.Queue
 
     def start(self) -> str:
@@ -114,21 +136,27 @@ class ReplicaServer:
             return role.describe()
         if op == "train":
             command = Train(
-                field(body, "epoch", int, minimum=0),
-                float(field(body, "lr", (int, float), minimum=0)),
-                field(body, "start", int, minimum=0),
+                field(body, "epoch", int, minimum=0, maximum=MAX_EPOCH),
+                float(field(body, "lr", (int, float), minimum=0, maximum=role.max_lr * _LR_ULP)),
+                field(body, "start", int, minimum=0),  # and both within n_train: check_train
                 field(body, "stop", int, minimum=0),
-                field(body, "seed", int, minimum=0),
+                field(body, "seed", int, minimum=0, maximum=MAX_SEED),
             )
             role.check_train(command)
             key = (command.epoch, command.start, command.stop)
             if key != self.last_train:  # else: the driver resent a request already taken
+                try:
+                    role.commands.put_nowait(command)
+                except queue.Full:
+                    raise ControlRefused(
+                        f"{MAX_QUEUED_PORTIONS} portions queued already (the most a role holds); "
+                        "retry once one began"
+                    ) from None
                 self.last_train = key
-                role.commands.put(command)
                 role.queued()
             return {"ok": True}
         if op == "close":
-            role.close(field(body, "epoch", int, minimum=0))
+            role.close(field(body, "epoch", int, minimum=0, maximum=MAX_EPOCH))
             return {"ok": True}
         if op == "stop":
             self.stopping = True

@@ -104,8 +104,9 @@ class LiveStatus:
         self._lines = 0
 
 
-def print_status(target: str, as_json: bool = False) -> int:
-    """``hogwild cluster status``: the table of a running job, by run directory or address."""
+def print_status(target: str, as_json: bool = False, job: str | None = None) -> int:
+    """``hogwild cluster status``: the table of a running job, by run directory or by address
+    and the job's name (a driver tells its table only to those naming its job)."""
     path = Path(target)
     if path.is_dir():
         found = path / "cluster.json"
@@ -120,7 +121,11 @@ def print_status(target: str, as_json: bool = False) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise HogwildError(f"{found}: not a cluster job's address file: {exc}") from None
     else:
-        address, job, keys = target, None, None
+        if not job:
+            raise HogwildError(
+                f"{target}: give the job's name too (--job NAME), or the job's run directory"
+            )
+        address, keys = target, None
     with ControlClient(address, job, timeout_s=2.0, retries=1, keys=keys) as client:
         status = client.call("status")
     if as_json:

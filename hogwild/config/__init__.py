@@ -143,6 +143,8 @@ class PsConfig:
     retries: int = 3
     keys: str = ""
     lease_s: int = 0
+    nonfinite: str = "refuse"  # a write holding NaN or inf: "refuse" it, or "count" and apply
+    max_vectors: int = 32  # named vectors a shard holds at most (vector operations, Sandblaster)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ class Config:
     ps: PsConfig = field(default_factory=PsConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     origin: str = "<defaults>"
+
+    def __post_init__(self) -> None:
+        # Built in Python (or by dataclasses.replace) as from a file: checked the same way.
+        check_config(self, self.origin)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain data (what checkpoints and metrics record)."""
@@ -349,9 +355,7 @@ def config_from_dict(data: Mapping[str, Any], origin: str = "<dict>") -> Config:
         if not isinstance(table, Mapping):
             raise ConfigError(f"{origin}: [{name}] must be a table, got {table!r}")
         sections[name] = _build_section(name, table, origin)
-    config = Config(**sections, origin=origin)
-    check_config(config, origin)
-    return config
+    return Config(**sections, origin=origin)  # checked on construction
 
 
 OLD_CADENCE = 64  # train.n_push's and n_fetch's default before 0 meant the store's own

@@ -28,6 +28,7 @@ import lmdb
 import numpy as np
 
 from hogwild.data import lmdb_gather
+from hogwild.data.labels import check_labels
 from hogwild.data.layout import (
     MAX_DBS,
     Manifest,
@@ -127,6 +128,8 @@ class ImageCache:
             raise DataError(f"{where}: the labels of split {split!r} are missing or truncated")
         self.labels = np.frombuffer(bytes(raw_labels), dtype="<i4").astype(np.int32)
         self.labels.flags.writeable = False
+        self.n_classes = len(self.manifest.classes)
+        check_labels(self.labels, self.n_classes, f"{where}: the labels of split {split!r}")
         self._prefix = header_prefix(self.shape)
         self._addresses = np.zeros(count, dtype=np.uint64)
         self._error = np.zeros(3, dtype=np.int64)
@@ -239,6 +242,7 @@ class ImageCache:
                 self._read_native(idx, rows, labels)
             else:
                 self._read_python(idx, rows, labels)
+            check_labels(labels, self.n_classes, f"{self._where}: split {self.split!r}", idx)
         if not direct:
             labels_out[:n] = labels
         return out[:n], labels_out[:n]

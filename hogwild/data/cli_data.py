@@ -48,6 +48,8 @@ def _augment_spec(text: str):
 
 def add_data_commands(subparsers) -> argparse.ArgumentParser:
     """Add ``data`` and its subcommands to the CLI's subparsers; returns the ``data`` parser."""
+    from hogwild.data.sources import IMAGE_FORMATS
+
     data = subparsers.add_parser("data", help="build, inspect and preview LMDB image caches")
     sub = data.add_subparsers(dest="data_command", required=True)
 
@@ -64,6 +66,17 @@ def add_data_commands(subparsers) -> argparse.ArgumentParser:
         "--workers", type=int, help="decoding processes for image folders (default: cores)"
     )
     ingest.add_argument("--chunk", type=int, default=1024, help="records per transaction")
+    ingest.add_argument(
+        "--formats",
+        default=",".join(IMAGE_FORMATS),
+        help="image folders: the Pillow formats to decode, comma-separated, or 'all' "
+        f"(default {','.join(IMAGE_FORMATS)})",
+    )
+    ingest.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="image folders: take files and folders linked from outside the source",
+    )
     ingest.add_argument("--no-progress", action="store_true", help="no progress bar")
     ingest.add_argument("--json", action="store_true", help="print one JSON line at the end")
 
@@ -144,6 +157,8 @@ def _ingest(args) -> int:
         workers=args.workers,
         chunk=args.chunk,
         progress=not args.no_progress,
+        formats=args.formats,
+        follow_symlinks=args.follow_symlinks,
     )
     manifest = report.manifest
     if args.json:
@@ -182,7 +197,9 @@ def _ingest(args) -> int:
 
 def _preview(args) -> int:
     from hogwild.data.preview import preview
+    from hogwild.outputs import writable_file
 
+    writable_file(args.out, "preview image (--out)")  # before the images are rendered
     path = preview(
         args.cache,
         args.out,

@@ -71,7 +71,7 @@ def read_idx(
 
     Returns:
         The values, in native byte order, with the shape the header gives. The array is writable
-        and owns its memory.
+        and is its own (no other array shares its memory).
 
     Raises:
         DataError: The file is missing or unreadable, is not an idx file, has an unexpected type
@@ -215,14 +215,17 @@ def _parse(
             f"{file_size}-byte gzip file can hold; the file is corrupt"
         )
 
-    array = np.empty(dims, dtype=found_dtype)
-    view = memoryview(array.reshape(-1).view(np.uint8))
-    filled = 0
-    while filled < nbytes:
-        got = stream.readinto(view[filled:])
-        if not got:
-            break
-        filled += got
+    if compressed:  # the header's size is a claim: memory grows only as the stream delivers
+        array, filled = _read_claimed(stream, nbytes, dims, found_dtype)
+    else:
+        array = np.empty(dims, dtype=found_dtype)
+        view = memoryview(array.reshape(-1).view(np.uint8))
+        filled = 0
+        while filled < nbytes:
+            got = stream.readinto(view[filled:])
+            if not got:
+                break
+            filled += got
     if filled < nbytes:
         raise DataError(
             f"{path}: truncated: shape {list(dims)} needs {nbytes} bytes of data, "
@@ -233,6 +236,24 @@ def _parse(
             f"{path}: trailing bytes after the {nbytes} bytes of data that shape {list(dims)} needs"
         )
     return array if found_dtype.isnative else array.astype(found_dtype.newbyteorder("="))
+
+
+_GROW_BYTES = 1 << 20  # a compressed stream is read in pieces of this
+
+
+def _read_claimed(stream: BinaryIO, nbytes: int, dims, dtype) -> tuple[np.ndarray, int]:
+    """Up to ``nbytes`` from a decompressing stream into an array of ``dims``, grown piece by
+    piece as the data arrives: a header that claims more than the stream holds costs what the
+    stream holds (at most twice, while the last piece is added), not what it claims."""
+    data = bytearray()
+    while len(data) < nbytes:
+        piece = stream.read(min(_GROW_BYTES, nbytes - len(data)))
+        if not piece:
+            break
+        data += piece
+    if len(data) < nbytes:
+        return np.empty(0, dtype), len(data)
+    return np.frombuffer(data, dtype=dtype).reshape(dims), len(data)
 
 
 def _read_exact(stream: BinaryIO, size: int) -> bytes:

@@ -34,6 +34,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
+from hogwild.data.labels import check_labels
 from hogwild.data.layout import (
     CACHE_FORMAT,
     CACHE_VERSION,
@@ -50,8 +51,15 @@ from hogwild.data.layout import (
 )
 from hogwild.data.pool import spawn_pool
 from hogwild.data.record import RECORD_VERSION, encode, record_size
-from hogwild.data.sources import IngestSource, IngestSplit, decode_images, detect_source
+from hogwild.data.sources import (
+    IMAGE_FORMATS,
+    IngestSource,
+    IngestSplit,
+    decode_images,
+    detect_source,
+)
 from hogwild.errors import DataError
+from hogwild.outputs import writable_directory
 from hogwild.progress import progress_bar
 
 DEFAULT_CHUNK = 1024
@@ -92,6 +100,8 @@ def ingest(
     chunk: int = DEFAULT_CHUNK,
     progress: bool = True,
     initial_map_size: int | None = None,
+    formats: tuple[str, ...] | str = IMAGE_FORMATS,
+    follow_symlinks: bool = False,
 ) -> IngestReport:
     """Build (or finish) the image cache ``out`` from ``src``.
 
@@ -105,6 +115,8 @@ def ingest(
         chunk: Records per transaction (the granularity of resuming).
         progress: Draw a progress bar on stderr.
         initial_map_size: The LMDB map size to start from (default: the expected size).
+        formats, follow_symlinks: Folder sources: the image formats decoded and whether links
+            out of ``src`` are taken (:func:`~hogwild.data.sources.detect_source`).
 
     Returns:
         An :class:`IngestReport`.
@@ -113,20 +125,26 @@ def ingest(
         DataError: The source is unreadable or unrecognised; ``out`` exists and is not a cache,
             is a cache of a different source or version, or is truncated.
     """
-    source = detect_source(src, size=size, channels=channels)
+    source = detect_source(
+        src, size=size, channels=channels, formats=formats, follow_symlinks=follow_symlinks
+    )
     return _run(source, Path(out), workers, chunk, progress, initial_map_size)
 
 
 def _run(
     source: IngestSource, out: Path, workers, chunk, progress, initial_map_size
 ) -> IngestReport:
+    for split in source.splits:  # before anything is written: a label is a class index
+        if split.labels is not None:
+            where = f"{source.path}: split {split.name!r} ({len(source.classes)} classes)"
+            check_labels(np.asarray(split.labels), len(source.classes), where)
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "data.mdb").exists():
         raise DataError(
             f"{out}: exists, is not empty and is not an image cache; choose another --out"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    writable_directory(out, "image cache (--out)")
     expected = sum(len(s) for s in source.splits) * record_size(source.shape)
     map_size = initial_map_size or max(1 << 20, int(expected * 1.2) + (8 << 20))
     if (out / "data.mdb").exists():
@@ -159,11 +177,15 @@ def ingest_arrays(
     parts = []
     for name, (images, labels) in splits.items():
         images = images if images.ndim == 4 else images[:, :, :, None]
-        parts.append(IngestSplit(name, images, np.asarray(labels, dtype=np.int32)))
+        raw = np.asarray(labels)
+        if raw.size and raw.max() >= 2**31:  # would wrap in int32 to a label in range
+            check_labels(raw, 2**31 - 1, f"{out}: split {name!r}")
+        parts.append(IngestSplit(name, images, raw.astype(np.int32)))
     shape = tuple(int(v) for v in parts[0].images.shape[1:])
     if any(p.images.shape[1:] != shape for p in parts):
         raise ValueError("every split must have the same image shape")
     top = max((int(p.labels.max()) for p in parts if len(p)), default=0)
+    top = max(top, 0)  # a negative label is refused by name below, not as "no classes"
     classes = classes or tuple(str(i) for i in range(top + 1))
     source = IngestSource("arrays", Path(out), tuple(classes), shape, parts)
     return _run(source, Path(out), 0, chunk, progress, None)
@@ -299,13 +321,14 @@ class _Ingest:
                 yield hi, split.images[lo:hi], split.labels[lo:hi], [None] * (hi - lo)
             return
         size, _, channels = self.source.shape
+        formats = self.source.formats or IMAGE_FORMATS
 
         def submit(lo, hi):
             files = [str(f) for f in split.files[lo:hi]]
             if pool is None:
-                return [decode_images(files, size, channels)]
+                return [decode_images(files, size, channels, formats)]
             return [
-                pool.submit(decode_images, files[i : i + _DECODE_TASK], size, channels)
+                pool.submit(decode_images, files[i : i + _DECODE_TASK], size, channels, formats)
                 for i in range(0, len(files), _DECODE_TASK)
             ]
 

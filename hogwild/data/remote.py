@@ -33,10 +33,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hogwild.data.labels import check_labels
 from hogwild.errors import DataError
 from hogwild.net.address import parse_address
 from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
-from hogwild.net.wire import DType, ErrorCode, Header, MsgType
+from hogwild.net.wire import MAX_ARRAY_BYTES, DType, ErrorCode, Header, MsgType
 
 __all__ = ["REQUEST_BYTES", "RemoteReader", "describe_server", "describe_servers"]
 
@@ -102,8 +103,8 @@ def _checked(d, where: str) -> dict:
         raise DataError(f"{where} is not a data server (its description: {str(d)[:200]})")
     if not isinstance(d.get("data_id"), int) or not 0 < d["data_id"] < 2**64:
         problems.append("data_id")
-    for key in ("shape", "stored_shape"):
-        if not ints(d.get(key), 3) or min(d[key]) < 1:
+    for key in ("shape", "stored_shape"):  # an image must fit a frame
+        if not ints(d.get(key), 3) or min(d[key]) < 1 or math.prod(d[key]) > MAX_ARRAY_BYTES:
             problems.append(key)
     splits = d.get("splits")
     if not isinstance(splits, dict) or not all(
@@ -206,6 +207,7 @@ class RemoteReader:
         self._check_id(i, described["data_id"])
         self.description = described
         self.shape = tuple(described["shape"])
+        self.n_classes = len(described["classes"])
         self.count = described["splits"][split]
         if not self.count:
             raise DataError(f"data server {self.addresses[i]} has no {split!r} examples")
@@ -335,6 +337,10 @@ class RemoteReader:
             if code_ in (None, ErrorCode.INTERNAL):
                 raise _Unavailable(text)
             raise DataError(f"data server {self.addresses[i]} refused a batch: {text}")
+        try:  # a label is an index the kernels write at: garbage, not training data
+            check_labels(labels, self.n_classes, f"its {self.split} batch", idx)
+        except DataError as exc:
+            raise _Unavailable(str(exc)) from None
 
     def close(self) -> None:
         """Close every socket."""

@@ -30,11 +30,11 @@ import time
 
 import numpy as np
 
+from hogwild.data.remote import REQUEST_BYTES
 from hogwild.data.resident import SPLITS, Delivery
 from hogwild.net.address import Address, check_bind
-from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply
+from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply, reply_hwm
 from hogwild.net.wire import (
-    MAX_ARRAY_BYTES,
     RESEND,
     WIRE_VERSION,
     DType,
@@ -50,6 +50,13 @@ __all__ = ["DataServer"]
 QUEUE_PER_THREAD = 32
 MAX_CONTROL_BYTES = 4096
 _ZERO_FIELDS = ("version", "offset", "code", "lease", "a", "b")
+
+
+MAX_REPLY_BYTES = 8 * 2**20
+"""Image bytes one ``BATCH`` reply carries at most. A reader asks for 1 MiB at a time
+(:data:`~hogwild.data.remote.REQUEST_BYTES`), and the router keeps the replies of 128 such
+requests for a client (:func:`~hogwild.net.router.reply_hwm`); a client that asks for the most
+and never reads holds at most 128 x 8 MiB in the server per connection."""
 
 
 class DataServer:
@@ -71,7 +78,7 @@ class DataServer:
         check_bind(address, keys)  # before anything starts
         self.delivery, self.address, self.keys = delivery, address, keys or None
         self.data_id, self.n_threads = delivery.data_id, max(1, threads)
-        self.max_records = MAX_ARRAY_BYTES // math.prod(delivery.shape)
+        self.max_records = max(1, MAX_REPLY_BYTES // math.prod(delivery.shape))
         self.router: Router | None = None
         self._queue: queue.Queue = queue.Queue(maxsize=self.n_threads * QUEUE_PER_THREAD)
         self._stop = threading.Event()
@@ -98,7 +105,8 @@ class DataServer:
         with machine_lock("data-kernels"):
             compile_data_kernels()
         try:
-            self.router = Router(self.address, self, keys=self.keys)
+            self.router = Router(self.address, self, keys=self.keys,
+                                 reply_hwm=reply_hwm(REQUEST_BYTES))  # fmt: skip
             for i in range(self.n_threads):
                 replier = self.router.replier()
                 thread = threading.Thread(

@@ -71,6 +71,7 @@ class IngestSource:
     classes: tuple[str, ...]
     shape: tuple[int, int, int]
     splits: list[IngestSplit]
+    formats: tuple[str, ...] | None = None  # folder sources: the Pillow formats decoded
 
     def fingerprint(self) -> dict:
         """What identifies this source for resuming: kind, path, shape, classes, split sizes.
@@ -93,13 +94,30 @@ class IngestSource:
         return doc
 
 
-def detect_source(path: str | os.PathLike, *, size: int = 256, channels: int = 3) -> IngestSource:
+IMAGE_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
+"""The Pillow formats a folder source is decoded as by default (PPM also reads PGM and PBM): the
+image formats users mean. Any other (Pillow opens about 70, EPS among them, which runs
+Ghostscript where it is installed) only when asked for by name, or with ``"all"``."""
+
+
+def detect_source(
+    path: str | os.PathLike,
+    *,
+    size: int = 256,
+    channels: int = 3,
+    formats: tuple[str, ...] | str = IMAGE_FORMATS,
+    follow_symlinks: bool = False,
+) -> IngestSource:
     """Describe the idx files, CIFAR-10 batches or image folders at ``path``.
 
     Args:
         path: A directory or a single idx / CIFAR-10 file.
         size: Side of the square images a folder source is resized and cropped to.
         channels: 3 (RGB) or 1 (grey) for folder sources; idx is grey and CIFAR-10 RGB always.
+        formats: The Pillow formats a folder's files are decoded as (default
+            :data:`IMAGE_FORMATS`; ``"all"``: every format this Pillow opens).
+        follow_symlinks: Take image files and class folders that are links leading out of
+            ``path`` (default: such a link is an error naming it).
 
     Raises:
         DataError: The path is missing or is none of the recognised layouts, or a file is
@@ -131,7 +149,26 @@ def detect_source(path: str | os.PathLike, *, size: int = 256, channels: int = 3
     }
     if cifar["train"] or cifar["test"]:
         return _cifar_source(path, {k: v for k, v in cifar.items() if v})
-    return _folder_source(path, size, channels)
+    return _folder_source(path, size, channels, _formats(formats), follow_symlinks)
+
+
+def _formats(formats: tuple[str, ...] | str) -> tuple[str, ...]:
+    """The Pillow format names asked for, checked (``"all"``: every one this Pillow opens)."""
+    from PIL import Image
+
+    Image.init()
+    known = tuple(sorted(Image.OPEN))
+    if formats == "all":
+        return known
+    names = tuple(f.strip().upper() for f in (formats.split(",") if isinstance(formats, str)
+                                              else formats) if f.strip())  # fmt: skip
+    unknown = [n for n in names if n not in Image.OPEN]
+    if unknown or not names:
+        raise DataError(
+            f"image formats {', '.join(unknown) or '(none)'}: not formats this Pillow opens "
+            f"({', '.join(known)}; or 'all')"
+        )
+    return names
 
 
 def _first_existing(directory: Path, stem: str) -> Path | None:
@@ -201,19 +238,33 @@ def _cifar_source(directory: Path, files: dict[str, list[Path]]) -> IngestSource
     return IngestSource("cifar10", directory, classes, (CIFAR_SIDE, CIFAR_SIDE, 3), splits)
 
 
-def image_extensions() -> frozenset[str]:
-    """File extensions (lower case, with the dot) of the formats this Pillow can open."""
+def image_extensions(formats: tuple[str, ...] | None = None) -> frozenset[str]:
+    """File extensions (lower case, with the dot) of ``formats`` (default: every format this
+    Pillow can open)."""
     from PIL import Image
 
     Image.init()
-    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN)
+    wanted = set(Image.OPEN) if formats is None else set(formats)
+    return frozenset(ext for ext, fmt in Image.registered_extensions().items() if fmt in wanted)
+
+
+def _inside(file: Path, root: Path, follow_symlinks: bool) -> Path:
+    """``file``, unless it leads out of ``root`` through a link and that was not asked for."""
+    if not follow_symlinks and not file.resolve().is_relative_to(root):
+        raise DataError(
+            f"{file}: a link to {file.resolve()}, outside the source {root}; pass "
+            "--follow-symlinks to take files from outside it"
+        )
+    return file
 
 
 def _class_dirs(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _folder_source(path: Path, size: int, channels: int) -> IngestSource:
+def _folder_source(
+    path: Path, size: int, channels: int, formats: tuple[str, ...], follow_symlinks: bool
+) -> IngestSource:
     if channels not in (1, 3):
         raise DataError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
     if not 1 <= size <= 8192:
@@ -230,23 +281,33 @@ def _folder_source(path: Path, size: int, channels: int) -> IngestSource:
             "batches, or one subfolder of images per class"
         )
     label_of = {name: i for i, name in enumerate(class_names)}
-    extensions = image_extensions()
+    extensions = image_extensions(formats)
+    root = path.resolve()
     splits = []
     for name, directory in split_dirs.items():
         files, labels = [], []
         for class_dir in _class_dirs(directory):
+            _inside(class_dir, root, follow_symlinks)
             for file in sorted(class_dir.rglob("*")):
                 if file.suffix.lower() in extensions and not file.name.startswith("."):
-                    files.append(file)
+                    files.append(_inside(file, root, follow_symlinks))
                     labels.append(label_of[class_dir.name])
         splits.append(IngestSplit(name, None, np.asarray(labels, dtype=np.int32), files))
     if not any(len(s) for s in splits):
-        raise DataError(f"{path}: the class folders hold no image files Pillow can read")
-    return IngestSource("folder", path, tuple(class_names), (size, size, channels), splits)
+        raise DataError(
+            f"{path}: the class folders hold no image files of the formats {', '.join(formats)}"
+        )
+    return IngestSource("folder", path, tuple(class_names), (size, size, channels), splits,
+                        formats)  # fmt: skip
 
 
-def decode_image(path: str | os.PathLike, size: int, channels: int) -> np.ndarray:
+def decode_image(
+    path: str | os.PathLike, size: int, channels: int, formats: tuple[str, ...] = IMAGE_FORMATS
+) -> np.ndarray:
     """Decode one image file, resize its shorter side to ``size`` and centre-crop it square.
+
+    Only ``formats`` are tried, whatever the file's name says (a file of another format is
+    unreadable: Pillow's other decoders, Ghostscript's among them, never see it).
 
     Returns:
         uint8 ``[size, size, channels]``.
@@ -257,7 +318,7 @@ def decode_image(path: str | os.PathLike, size: int, channels: int) -> np.ndarra
     from PIL import Image, ImageOps
 
     mode = "RGB" if channels == 3 else "L"
-    with Image.open(path) as image:
+    with Image.open(path, formats=list(formats)) as image:
         image.draft(mode, (size, size))  # JPEG: let the decoder downscale by 2, 4 or 8 first
         image = image.convert(mode)
         image = ImageOps.fit(image, (size, size), method=Image.Resampling.BILINEAR)
@@ -266,7 +327,7 @@ def decode_image(path: str | os.PathLike, size: int, channels: int) -> np.ndarra
 
 
 def decode_images(
-    paths: list[str], size: int, channels: int
+    paths: list[str], size: int, channels: int, formats: tuple[str, ...] = IMAGE_FORMATS
 ) -> tuple[np.ndarray, list[str | None]]:
     """Decode a list of files (run in a decoding process).
 
@@ -278,7 +339,7 @@ def decode_images(
     errors: list[str | None] = []
     for i, path in enumerate(paths):
         try:
-            out[i] = decode_image(path, size, channels)
+            out[i] = decode_image(path, size, channels, formats)
             errors.append(None)
         except Exception as exc:  # any decoder failure means "unreadable": report it, go on
             errors.append(f"{type(exc).__name__}: {exc}")

@@ -46,19 +46,39 @@ def make_keys(directory: str | os.PathLike) -> Path:
         KeysError: ``directory`` already holds keys (they are never overwritten).
     """
     root = Path(directory)
+    if root.exists() and not root.is_dir():
+        raise KeysError(f"{root}: exists and is not a directory; give a directory for the keys")
     existing = [p.name for p in (root / f"{SERVER}.key", root / f"{CLIENT}.key") if p.exists()]
     if existing:
         raise KeysError(
             f"{root}: already holds keys ({', '.join(existing)}); keys are never overwritten, "
             "choose another directory or remove this one"
         )
-    root.mkdir(parents=True, exist_ok=True)
-    for name in (SERVER, CLIENT):
-        public, secret = zmq.auth.create_certificates(str(root), name)
-        os.chmod(secret, 0o600)
-    (root / AUTHORIZED).mkdir(exist_ok=True)
-    shutil.copy(root / f"{CLIENT}.key", root / AUTHORIZED / f"{CLIENT}.key")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for name in (SERVER, CLIENT):
+            public, secret = zmq.curve_keypair()
+            _write_certificate(root / f"{name}.key", public, None, 0o644)
+            _write_certificate(root / f"{name}.key_secret", public, secret, 0o600)
+        (root / AUTHORIZED).mkdir(exist_ok=True)
+        shutil.copyfile(root / f"{CLIENT}.key", root / AUTHORIZED / f"{CLIENT}.key")
+    except OSError as exc:
+        raise KeysError(f"{root}: cannot write keys there ({exc.strerror or exc})") from None
     return root
+
+
+def _write_certificate(path: Path, public: bytes, secret: bytes | None, mode: int) -> None:
+    """A ZeroMQ certificate file (the format :func:`zmq.auth.load_certificate` reads), created
+    with ``mode`` from the start: a secret is never readable by others, not even for a moment
+    (a chmod after creating it would leave that moment). An existing file is never replaced."""
+    lines = ["#   ZeroMQ CURVE certificate (hogwild ps keys)", "metadata", "curve",
+             f'    public-key = "{public.decode("ascii")}"']  # fmt: skip
+    if secret is not None:
+        lines.insert(1, "#   secret: keep it private (mode 0600)")
+        lines.append(f'    secret-key = "{secret.decode("ascii")}"')
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(handle, "w", encoding="ascii") as out:
+        out.write("\n".join(lines) + "\n")
 
 
 def _load(path: Path, secret: bool) -> tuple[bytes, bytes | None]:

@@ -34,16 +34,31 @@ class ControlRefused(HogwildError):
     """A control request the server will not act on (the message goes back to the client)."""
 
 
-def field(body: dict, name: str, kind: type | tuple, *, minimum: float | None = None):
-    """``body[name]`` if it is of ``kind`` (and at least ``minimum``), else ControlRefused."""
+def field(
+    body: dict,
+    name: str,
+    kind: type | tuple,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+):
+    """``body[name]`` if it is of ``kind`` (and within ``minimum``..``maximum``), else
+    ControlRefused. A number from the network always has a range: give both bounds."""
     value = body.get(name)
     if isinstance(value, bool) and kind is not bool:
         value = None
     not_finite = isinstance(value, float) and not math.isfinite(value)
-    if not isinstance(value, kind) or not_finite or (minimum is not None and value < minimum):
+    if (
+        not isinstance(value, kind)
+        or not_finite
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
         want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         more = f" >= {minimum}" if minimum is not None else ""
-        raise ControlRefused(f"field {name!r}: expected {want}{more}, got {value!r}")
+        more += f" and <= {maximum:.6g}" if maximum is not None else ""
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ControlRefused(f"field {name!r}: expected {want}{more}, got {shown}")
     return value
 
 
@@ -102,10 +117,13 @@ class _Handler:
             raise WireError(
                 f"a control request needs a string 'op', got {op!r}", ErrorCode.BAD_VALUE
             )
-        if header.job == 0 and op != "status":
-            raise WireError(
-                f"{op!r} needs the job's id (only 'status' is for any job)", ErrorCode.WRONG_JOB
-            )
+        if header.job == 0:  # anyone's: alive, and nothing more (no job name, no figures)
+            if op != "status":
+                raise WireError(
+                    f"{op!r} needs the job's id (only 'status' is for any job)",
+                    ErrorCode.WRONG_JOB,
+                )
+            return json_reply(header, {})
         try:
             answer = self.act(op, body)
         except ControlRefused as exc:
@@ -154,7 +172,7 @@ class ControlClient:
         keys: str | None = None,
         alive: Callable[[], bool] | None = None,
     ) -> None:
-        self.address, self.job = address, job_id(job) if job else 0  # 0: status of any job
+        self.address, self.job = address, job_id(job) if job else 0  # 0: alive, nothing more
         self.peers = Peers([address], sender=secrets.randbits(31), timeout_s=timeout_s,
                            retries=retries, keys=keys, alive=alive)  # fmt: skip
 

@@ -6,7 +6,8 @@
 1. receives the client's identity and the header frame, and decodes it
    (:func:`hogwild.net.wire.unpack_header`: every field checked before it is used);
 2. drops or re-answers a duplicate (a client's retry: :class:`hogwild.net.dedup.RequestWindow`),
-   for the message types the handler names;
+   for the message types the handler names, of the handler's job (its ``job`` id, if it has
+   one: another job's requests are refused by the handler and never fill the table);
 3. receives the array frames: in place (ZeroMQ's own message buffers, no copy) or, when the
    handler provides buffers for them (:meth:`Handler.buffers`), straight into those
    (``recv_into``: one copy, e.g. into blocks of a :class:`hogwild.shm.pool.BufferPool`);
@@ -54,12 +55,38 @@ from hogwild.net.wire import (
     unpack_header,
 )
 
-__all__ = ["Handler", "Incoming", "Replier", "Reply", "Router", "error_reply", "json_reply"]
+__all__ = [
+    "Handler",
+    "Incoming",
+    "Replier",
+    "Reply",
+    "Router",
+    "error_reply",
+    "json_reply",
+    "reply_hwm",
+]
 
 POLL_MS = 50
 DRAIN = 256  # messages handled per socket before looking at the other one
 MAX_ERROR_TEXT = 1000
 MAX_ROUTES = 65536
+REPLY_HWM = 1000
+"""Replies that wait for one client at most by default (ZeroMQ's send high-water mark of the
+ROUTER socket; a full pipe drops the reply, a client that reads retries it)."""
+REPLY_BUDGET_BYTES = 128 * 2**20
+"""Bytes of replies that may wait for one client that does not read: a server whose replies are
+large takes :func:`reply_hwm` of them, not :data:`REPLY_HWM`."""
+MIN_REPLY_HWM = 32  # at least this many, whatever their size: a client pipelines requests
+
+
+def reply_hwm(largest_reply: int) -> int:
+    """The send high-water mark that keeps replies of ``largest_reply`` bytes waiting for one
+    client within :data:`REPLY_BUDGET_BYTES` (between :data:`MIN_REPLY_HWM` and
+    :data:`REPLY_HWM`)."""
+    fit = REPLY_BUDGET_BYTES // max(1, largest_reply)
+    return max(MIN_REPLY_HWM, min(REPLY_HWM, fit))
+
+
 _ids = itertools.count()
 _POLLIN = int(zmq.POLLIN)
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -173,6 +200,8 @@ class Router:
         handler: What acts on requests.
         keys: A CURVE key directory (required beyond loopback).
         max_frame_bytes: Frames larger than this make ZeroMQ drop the connection.
+        reply_hwm: Replies waiting for one client at most (:data:`REPLY_HWM`; see
+            :func:`reply_hwm` for servers of large replies).
     """
 
     def __init__(
@@ -182,6 +211,7 @@ class Router:
         *,
         keys: str | None = None,
         max_frame_bytes: int = 64 * 2**20 + 4096,
+        reply_hwm: int = REPLY_HWM,
     ) -> None:
         check_bind(address, keys)
         self.address, self.handler, self.keys = address, handler, keys or None
@@ -190,7 +220,9 @@ class Router:
         self._router = self.context.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
-        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 0)  # a full pipe drops, never blocks
+        self._router.setsockopt(zmq.SNDHWM, reply_hwm)
+        self.reply_hwm = reply_hwm
         self._security: ServerSecurity | None = None
         self._socket_file: tuple[str, int, int] | None = None  # ipc: path, device, inode
         self._pull = self.context.socket(zmq.PULL)
@@ -202,6 +234,8 @@ class Router:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: BaseException | None = None
+        self.survived = 0  # failures that escaped a message's handling (counted, not fatal)
+        self._said_at = -1.0
         self.received = 0
         self.errors: Counter[str] = Counter()
 
@@ -271,15 +305,34 @@ class Router:
         poller.register(self._pull, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(POLL_MS))
-                if self._pull in events:
-                    self._forward_replies()
-                if self._router in events:
-                    self._serve_requests()
-                self.handler.tick(time.monotonic())
+                try:
+                    events = dict(poller.poll(POLL_MS))
+                    if self._pull in events:
+                        self._forward_replies()
+                    if self._router in events:
+                        self._serve_requests()
+                    self.handler.tick(time.monotonic())
+                except zmq.ContextTerminated:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - nothing a message causes ends the thread
+                    self._survive(exc)
         except BaseException as exc:  # noqa: BLE001 - reported through .failure and status
             self.failure = exc
             raise
+
+    def _survive(self, exc: Exception) -> None:
+        """A failure that escaped a message's handling (a handler's bug, a reply that cannot be
+        encoded): counted as ``INTERNAL``, said on stderr (at most once a second), and the rest
+        of a half-received message dropped so the next receive starts at a message's start."""
+        self.errors[ErrorCode.INTERNAL.name] += 1
+        self.survived += 1
+        now = time.monotonic()
+        if now - self._said_at >= 1.0:
+            self._said_at = now
+            print(f"hogwild: network thread: {type(exc).__name__}: {exc} (counted; serving on)",
+                  file=sys.stderr)  # fmt: skip
+        with contextlib.suppress(zmq.ZMQError):
+            self._discard(self._router.getsockopt(_RCVMORE))
 
     def _forward_replies(self) -> None:
         for _ in range(DRAIN):
@@ -288,7 +341,15 @@ class Router:
             except zmq.Again:
                 return
             head = parts[0].bytes
-            header = unpack_header(head)  # ours: built by pack_header
+            try:
+                header = unpack_header(head)  # ours: built by pack_header
+            except WireError as exc:  # a handler's bug (a non-finite scalar): the client learns
+                request = peek_request(head)
+                if request is None:
+                    raise
+                failed = error_reply(request, ErrorCode.INTERNAL, f"the server's reply: {exc}")
+                header, parts = failed.header, [None, *failed.frames]
+                head = pack_header(header)
             identity = self._routes.get((header.sender, header.seq >> 32))
             if header.type == MsgType.ERROR:
                 self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
@@ -309,7 +370,16 @@ class Router:
 
     def _reply(self, identity: bytes, reply: Reply) -> None:
         header = reply.header
-        head = pack_header(header)
+        try:
+            head = pack_header(header)
+        except WireError as exc:  # a handler's bug: a field that does not fit its slot
+            try:
+                reply = error_reply(header, ErrorCode.INTERNAL, f"the server's reply: {exc}")
+                head = pack_header(reply.header)
+            except WireError:  # the request's own fields do not fit: an unnumbered error
+                reply = error_reply(None, ErrorCode.INTERNAL, f"the server's reply: {exc}")
+                head = pack_header(reply.header)
+            header = reply.header
         if header.type == MsgType.ERROR:
             self.errors[_ERROR_NAMES.get(header.code, str(header.code))] += 1
         self._record(header, head, reply.frames)
@@ -331,18 +401,13 @@ class Router:
                 continue  # an identity alone: nothing to answer
             head = sock.recv()
             more = sock.getsockopt(_RCVMORE)
-            got = []
-            if whole:
-                while more:
-                    got.append(sock.recv(copy=False))
-                    more = sock.getsockopt(_RCVMORE)
             try:
                 header = unpack_header(head)
             except WireError as exc:
                 self._discard(more)
                 self._reply(identity, error_reply(peek_request(head), exc.code, str(exc)))
                 continue
-            if header.type in self.handler.dedup_types:
+            if header.type in self.handler.dedup_types and header.job == self._job(header.job):
                 seen, cached = self.window.check(header.sender, header.seq)
                 route = (header.sender, header.seq >> 32)
                 self._routes[route] = identity
@@ -354,7 +419,23 @@ class Router:
                     if seen is Seen.DONE and cached is not None:
                         sock.send_multipart([identity, *cached])
                     continue
+            got = []
+            if whole:  # frame by frame, after the header: none kept beyond those it announced
+                while more and len(got) < header.frames:
+                    got.append(sock.recv(copy=False))
+                    more = sock.getsockopt(_RCVMORE)
+                if more:
+                    self._discard(more)
+                    problem = (f"more than {len(got)} frame(s) after the header, which announced "
+                               f"{header.frames} ({header.type.name})")  # fmt: skip
+                    self._reply(identity, error_reply(header, ErrorCode.BAD_FRAMES, problem))
+                    continue
             self._receive_and_handle(identity, header, got, more)
+
+    def _job(self, job: int) -> int:
+        """The handler's job id (its ``job`` attribute), or ``job`` itself for a handler that
+        names none: a request of another job never enters the request table or the routes."""
+        return getattr(self.handler, "job", job)
 
     def _receive_and_handle(self, identity: bytes, header: Header, got: list, more: int) -> None:
         buffers = None

@@ -9,6 +9,13 @@ import math
 from hogwild.config import OptimConfig
 
 
+def peak_learning_rate(optim: OptimConfig) -> float:
+    """The largest rate :func:`learning_rate` gives for any epoch: ``lr``, or ``min_lr`` if it
+    is larger (every schedule and the warm-up stay at or below ``lr``, and never below
+    ``min_lr``)."""
+    return max(optim.lr, optim.min_lr)
+
+
 def learning_rate(optim: OptimConfig, epoch: int, total_epochs: int) -> float:
     """The learning rate for ``epoch`` (0-based) of ``total_epochs``.
 

@@ -31,6 +31,7 @@ from hogwild.data.plan import CacheData, augmenting, load_data
 from hogwild.data.tables import is_table, read_table
 from hogwild.errors import CheckpointError, DataError
 from hogwild.model.network import Network, build_network
+from hogwild.outputs import writable_directory, writable_file
 from hogwild.training.checkpoint import Checkpoint
 from hogwild.training.checkpoint import load_checkpoint as _load_checkpoint_files
 from hogwild.training.torch_bridge import TorchModel
@@ -131,13 +132,19 @@ def train(
         base = job if isinstance(job, Config) else load_config(job)
         config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
+    _check_outputs(resolved)  # before any data is read or downloaded
     if is_map_dataset(data):
         with tempfile.TemporaryDirectory(prefix="hogwild-dataset-") as scratch:
             cache = cache_dataset(
                 data, Path(scratch) / "cache", test_data, progress=resolved.output.progress
             )
             return _run(
-                resolved, CacheData.from_manifest(cache), torch_model, resume, overwrite, on_epoch_end
+                resolved,
+                CacheData.from_manifest(cache),
+                torch_model,
+                resume,
+                overwrite,
+                on_epoch_end,
             )
     if is_table(data):
         fraction = 0.0 if test_data is not None else test_fraction
@@ -150,9 +157,15 @@ def train(
         data = array_data(data, test_data, regression=regression)
     elif test_data is not None:
         raise DataError("test_data goes with data given as (X, y) arrays")
-    return _run(
-        resolved, load_data(resolved, data), torch_model, resume, overwrite, on_epoch_end
-    )
+    return _run(resolved, load_data(resolved, data), torch_model, resume, overwrite, on_epoch_end)
+
+
+def _check_outputs(config: Config) -> None:
+    """Fail at once, naming the path, where the job could only fail to write later."""
+    if config.output.metrics:
+        writable_file(config.output.metrics, "metrics file (--metrics)")
+    if config.output.checkpoint_dir:
+        writable_directory(config.output.checkpoint_dir, "checkpoint directory (--checkpoint-dir)")
 
 
 def _run(

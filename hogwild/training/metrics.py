@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hogwild.errors import CheckpointError
+from hogwild.outputs import writable_file
 
 
 class MetricsWriter:
@@ -45,6 +46,7 @@ class MetricsWriter:
             return
         if self.path.is_dir():
             raise CheckpointError(f"the metrics file {self.path} is a directory; name a file")
+        writable_file(self.path, "metrics file (--metrics)")  # fail now, not after an epoch
         held = self.path.exists() and self.path.stat().st_size > 0
         if held and not resume:
             if not overwrite:

@@ -23,6 +23,7 @@ import numpy as np
 
 from hogwild.errors import CheckpointError
 from hogwild.model.init import initialise
+from hogwild.outputs import writable_directory
 from hogwild.training import checkpoint as ckpt
 
 ARCHITECTURE = ("model.input", "model.layers")
@@ -43,6 +44,7 @@ def check_directory(directory: str, resume: bool, overwrite: bool) -> bool:
         if resume:
             raise CheckpointError("--resume needs a checkpoint directory (--checkpoint-dir DIR)")
         return False
+    writable_directory(directory, "checkpoint directory (--checkpoint-dir)")  # before any epoch
     found = ckpt.checkpoint_files(Path(directory))
     if not found or resume:
         return False

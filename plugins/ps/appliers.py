@@ -14,11 +14,12 @@ rule SGD, ``lr`` 1 and coefficient 1 on that vector (``y += d``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from hogwild_plugins.ps import kernels
+from hogwild_plugins.ps import checks, kernels
 from hogwild_plugins.ps.work import (
     AddToVector,
     Assign,
@@ -33,11 +34,12 @@ from hogwild_plugins.ps.work import (
     Work,
 )
 
-from hogwild.net.wire import DType, Header, MsgType
+from hogwild.net.wire import DType, ErrorCode, Header, MsgType, WireError
 
 __all__ = ["APPLIERS", "Rule", "Tally", "ack_reply", "apply_delta_run", "pull_reply"]
 
 _NO_STATE = np.zeros(0, np.float32)  # rule SGD keeps no state
+_OP_NAMES = {code: name for name, code in kernels.VECTOR_OPS.items()}
 _ONE = np.ones(1, np.float32)  # the coefficient of a push into a named vector
 
 
@@ -153,10 +155,32 @@ def _add_to_vector(rule: Rule, shard: Shard, work: AddToVector, tally: Tally, sc
 
 
 def _vector_op(rule: Rule, shard: Shard, work: VectorOp, tally: Tally, scratch) -> None:
-    vectors = [shard.vector(n) for n in work.names]
+    written = checks.writes(work.op, work.names)
+    if written is not None:
+        shard.vector(written)  # created first (if new): the operands that name it share it
+    vectors = [shard.vector(n, write=n == written) for n in work.names]
     while len(vectors) < 3:  # the kernel takes three operands; the unused ones are the first
         vectors.append(vectors[0])
+    guard = written == "params" and shard.refuse_nonfinite  # the parameters stay finite
+    before = shard.values.copy() if guard else None
     work.result = float(kernels.vector_op(work.op, *vectors, work.alpha))
+    if guard and not np.isfinite(shard.values).all():
+        shard.values[:] = before  # as if it never ran; every copy refuses it the same way
+        shard.nonfinite_refused += 1
+        raise WireError(
+            f"vector operation {_OP_NAMES.get(work.op, work.op)} on {', '.join(work.names)} "
+            f"of shard {shard.index}: the parameters it makes are not finite; refused "
+            '(ps.nonfinite = "refuse")',
+            ErrorCode.BAD_VALUE,
+        )
+    if not math.isfinite(work.result):  # a NaN or inf in a vector, or an overflow
+        result, work.result = work.result, 0.0
+        raise WireError(
+            f"vector operation {_OP_NAMES.get(work.op, work.op)} on {', '.join(work.names)} "
+            f"of shard {shard.index}: the result is not finite ({result}): a vector holds NaN "
+            "or inf, or overflowed",
+            ErrorCode.BAD_VALUE,
+        )
     if work.version:
         shard.applied += 1
         tally.applied += 1

@@ -58,7 +58,7 @@ from hogwild_plugins.ps.work import Kind, Pull, PushDeltas, Shard, Snapshot, Sna
 from numba import njit
 
 from hogwild.errors import HogwildError
-from hogwild.net.wire import ErrorCode
+from hogwild.net.wire import ErrorCode, WireError
 from hogwild.numa.pinning import pin_to_cpus
 from hogwild.shm.queue import MPMCQueue, queue_try_get, queue_try_put, queue_words
 
@@ -429,11 +429,15 @@ class UpdateEngine:
         del self.failures[:-20]  # the latest
 
     def _fail(self, work: Work, replier, exc: Exception) -> None:
-        self._record_failure(f"{type(exc).__name__}: {exc}")
+        refused = isinstance(exc, WireError)  # the request's own fault (a non-finite result)
+        if not refused or work.acked:  # acknowledged already: its sender will not hear of it
+            self._record_failure(f"{type(exc).__name__}: {exc}")
         if replier is not None and work.header is not None:
             from hogwild.net.router import error_reply
 
-            reply = error_reply(work.header, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            code = exc.code if refused else ErrorCode.INTERNAL
+            text = str(exc) if refused else f"{type(exc).__name__}: {exc}"
+            reply = error_reply(work.header, code, text)
             replier.send(reply.header, reply.frames)
         self._release(work)
 

@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 from hogwild_plugins.ps.layout import FcLayer
 
-from hogwild.net.wire import Header
+from hogwild.net.wire import ErrorCode, Header, WireError
 
 __all__ = [
     "AddToVector",
@@ -81,15 +81,39 @@ class Shard:
     initial: tuple | None = None
     writes_queued: int = 0
     writes_done: int = 0
+    max_vectors: int = 32
+    refuse_nonfinite: bool = True  # ps.nonfinite = "refuse": no operation leaves NaN in values
+    nonfinite_refused: int = 0  # operations refused for that (counted by the update thread)
+    _zeros: np.ndarray | None = None
 
-    def vector(self, name: str) -> np.ndarray:
-        """The named vector (``"params"``: the parameters); created as zeros when first named."""
+    def vector(self, name: str, write: bool = True) -> np.ndarray:
+        """The named vector (``"params"``: the parameters). One never written reads as zeros
+        without being kept (``write=False``: one shared array of zeros the caller must not
+        write); a write creates it (zeros), up to :attr:`max_vectors`.
+
+        Raises:
+            WireError: ``BAD_NAME``: a write would make one vector more than the limit.
+        """
         if name == "params":
             return self.values
         vec = self.vectors.get(name)
         if vec is None:
+            if not write:
+                if self._zeros is None:
+                    self._zeros = np.zeros_like(self.values)
+                return self._zeros
+            self.check_room(name)
             vec = self.vectors[name] = np.zeros_like(self.values)
         return vec
+
+    def check_room(self, name: str) -> None:
+        """Raise ``BAD_NAME`` unless ``name`` exists or there is room for one more vector."""
+        if name not in self.vectors and len(self.vectors) >= self.max_vectors:
+            raise WireError(
+                f"shard {self.index} holds {self.max_vectors} named vectors already "
+                f"(ps.max_vectors); {name!r} would be one more",
+                ErrorCode.BAD_NAME,
+            )
 
 
 class SnapshotRound:

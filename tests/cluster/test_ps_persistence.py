@@ -123,7 +123,7 @@ def test_sigterm_flushes_and_exits_143_and_status_reports(tmp_path):
             status = client.status()[0]
         assert status["loss_window"]["updates"] == client.layout.n_shards
         assert status["loss_window"]["flushes"] == 0
-        cli = [sys.executable, "-m", "hogwild.cli", "ps", "status", address]
+        cli = [sys.executable, "-m", "hogwild.cli", "ps", "status", address, "--job", "adam_mnist"]
         text = subprocess.run(cli, capture_output=True, text=True, timeout=60)
         assert text.returncode == 0, text.stderr
         assert "loss window" in text.stdout and "shard 0 (bucket 0): version 1" in text.stdout

@@ -17,7 +17,7 @@ from hogwild.net.control import ControlRefused
 class Recorder:
     """A served role that records what it is asked."""
 
-    index, job, n_train, silence_s = 3, "job", 100, 60.0
+    index, job, n_train, silence_s, max_lr = 3, "job", 100, 60.0, 0.1
 
     def __init__(self) -> None:
         self.commands: queue.Queue = queue.Queue()

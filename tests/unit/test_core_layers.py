@@ -45,6 +45,7 @@ BELOW_THE_PACKAGES = {
     "hogwild.jit",
     "hogwild.locks",
     "hogwild.logs",
+    "hogwild.outputs",
     "hogwild.progress",
     "hogwild.runtime",
     "hogwild.signals",

@@ -226,7 +226,7 @@ def test_a_valid_batch_request_is_queued_for_a_serve_thread(server):
         ({"dtype": DType.INT32}, None, ErrorCode.BAD_FRAMES, "INT32"),
         ({"shape": (2, 2)}, None, ErrorCode.BAD_FRAMES, "[2, 2]"),
         ({"frames": 2}, None, ErrorCode.BAD_FRAMES, "2 frame(s)"),
-        ({"shape": (200_000,)}, [], ErrorCode.BAD_RANGE, "at most 85598 images"),
+        ({"shape": (200_000,)}, [], ErrorCode.BAD_RANGE, "at most 10699 images"),
         ({"version": 1}, None, ErrorCode.BAD_VALUE, "version must be 0"),
         ({"offset": 9}, None, ErrorCode.BAD_VALUE, "offset must be 0"),
         ({"code": 3}, None, ErrorCode.BAD_VALUE, "code must be 0"),
@@ -258,7 +258,7 @@ def test_describe_status_and_ping_are_answered_on_the_network_thread(server):
     described = json.loads(bytes(reply.frames[0]))
     assert reply.header.type == MsgType.JSON and described["data_id"] == server.data_id
     assert described["shape"] == [1, 28, 28] and described["splits"] == {"train": 700, "test": 300}
-    assert described["augment"] is None and described["max_records"] == 85598
+    assert described["augment"] is None and described["max_records"] == 10699  # 8 MiB
     status = json.loads(bytes(_call(server, Header(MsgType.STATUS, job=server.data_id)).frames[0]))
     assert status["role"] == "data" and status["render_ahead"]["enabled"] is False
     assert _call(server, Header(MsgType.PING)).header.version == server.data_id

@@ -69,9 +69,10 @@ from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_o
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
-from hogwild.cluster.serving import DRIVER_SILENCE_S, POLL_S
+from hogwild.cluster.serving import DRIVER_SILENCE_S, MAX_QUEUED_PORTIONS, POLL_S
 from hogwild.errors import ConfigError
 from hogwild.net.control import ControlRefused
+from hogwild.optim.schedule import peak_learning_rate
 from hogwild.signals import interrupts_not_lost
 from hogwild.training.job import epoch_permutation, subset_indices
 
@@ -169,7 +170,8 @@ class WorkerGroup:
         self.labels = np.ascontiguousarray(labels, dtype=np.int64)
         self.n_train = len(self.labels)
         self.workers = config.cluster.workers_per_replica  # the topology's workers_per_group
-        self.commands: queue.Queue = queue.Queue()
+        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
+        self.max_lr = peak_learning_rate(config.optim)  # what the driver may ask for at most
         self.lock = threading.Lock()
         self.share: _Share | None = None
         self.stopping = False

@@ -7,7 +7,7 @@ Registered through the entry point ``hogwild.commands: ps`` (the engine's CLI ca
                      [--servers H:P,H:P,...] [--index I] [--node N] [--threads T]
                      [--store DIR] [--rule sgd|momentum|adagrad|staleness] [--keys DIR]
                      [--recv auto|pool|inplace] [--ack applied|queued] [--section.key=value ...]
-    hogwild ps status HOST:PORT [--json] [--keys DIR] [--timeout S]
+    hogwild ps status HOST:PORT --job NAME [--json] [--keys DIR] [--timeout S]
     hogwild ps keys DIR
 
 ``serve`` builds the job's network (``hogwild.model.network.model_network``) to know the
@@ -77,6 +77,9 @@ def register(subparsers) -> None:
 
     status = sub.add_parser("status", help="a server's shards, versions, rates and windows")
     status.add_argument("address", metavar="HOST:PORT")
+    status.add_argument(
+        "--job", required=True, help="the job's name (a server tells its status to no one else)"
+    )
     status.add_argument("--json", action="store_true", help="print the raw JSON")
     status.add_argument("--keys", help="CURVE key directory")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
@@ -222,12 +225,12 @@ def _node_cpus(node: int | None) -> set[int] | None:
 
 def _status(args) -> int:
     from hogwild.net.channel import Peers
-    from hogwild.net.wire import Header, MsgType
+    from hogwild.net.wire import Header, MsgType, job_id
 
     with Peers(
         [args.address], sender=0, timeout_s=args.timeout, retries=1, keys=args.keys
     ) as peers:
-        header, frames = peers.request(0, Header(MsgType.STATUS))
+        header, frames = peers.request(0, Header(MsgType.STATUS, job=job_id(args.job)))
     text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
     if header.type == MsgType.ERROR:
         raise HogwildError(f"parameter server {args.address}: {text}")

@@ -49,6 +49,9 @@ class ServerOptions:
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
         etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
         lease_s: TTL of the server's etcd lease (replication).
+        nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
+            default), or apply it and count it (``"count"``).
+        max_vectors: ``ps.max_vectors``: named vectors a shard holds at most.
         direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
             network thread (the default); False queues every pull behind its shard's update
             thread, as replicated servers do (``bench/figures/adam_fig9_ps.py`` measures both).
@@ -80,6 +83,8 @@ class ServerOptions:
     copies: int = ClusterConfig.copies
     etcd: str | None = ClusterConfig.etcd or None
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
+    nonfinite: str = _PS.nonfinite
+    max_vectors: int = _PS.max_vectors
     direct_pulls: bool = True
     direct_pushes: bool = True
     extra: dict = field(default_factory=dict)
@@ -132,5 +137,7 @@ class ServerOptions:
             copies=copies or config.cluster.copies,
             etcd=etcd or config.cluster.etcd or None,
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
+            nonfinite=ps.nonfinite,
+            max_vectors=ps.max_vectors,
             **own,
         )

@@ -19,6 +19,7 @@ at admission, so every copy applies the shard's writes in the primary's order.
 
 from __future__ import annotations
 
+import numpy as np
 from hogwild_plugins.ps import checks
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.shard import ShardBook
@@ -33,9 +34,13 @@ from hogwild_plugins.ps.work import (
     Work,
 )
 
+from hogwild.errors import HogwildError
 from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, WireError, frame_array
 
-__all__ = ["Admission"]
+__all__ = ["NONFINITE_MODES", "Admission"]
+
+NONFINITE_MODES = ("refuse", "count")
+"""``ps.nonfinite``: what a server does with a write holding NaN or an infinity."""
 
 
 class Admission:
@@ -49,6 +54,11 @@ class Admission:
         book: The shards' versions and staleness (owned by the network thread).
         max_staleness: ``ps.max_staleness`` (named in a ``STALE`` refusal).
         replicated: Copies > 1: a write into a named vector takes a version too.
+        nonfinite: ``ps.nonfinite``: ``"refuse"`` a write whose values hold NaN or an infinity
+            (``BAD_VALUE``), or ``"count"`` it and let it apply. Either way it is counted
+            (:attr:`nonfinite_refused`, :attr:`nonfinite_applied`).
+        shards: The server's shards by local index (None: no check of a named push's room
+            before it is queued; its update thread still refuses one vector too many).
     """
 
     def __init__(
@@ -60,10 +70,35 @@ class Admission:
         book: ShardBook,
         max_staleness: int,
         replicated: bool,
+        nonfinite: str = "refuse",
+        shards: list | None = None,
     ) -> None:
+        if nonfinite not in NONFINITE_MODES:
+            raise HogwildError(
+                f"ps.nonfinite = {nonfinite!r}: expected one of {', '.join(NONFINITE_MODES)}"
+            )
         self.job_name, self.job = job_name, job
         self.layout, self.geometry, self.book = layout, geometry, book
         self.max_staleness, self.replicated = max_staleness, replicated
+        self.nonfinite = nonfinite
+        self.shards = shards  # the server's shards by local index: a named push's room
+        self.nonfinite_refused = 0
+        self.nonfinite_applied = 0
+
+    def _check_finite(self, header: Header, *arrays) -> None:
+        """Refuse (or count) a write whose values are not all finite: one NaN pushed would be
+        every replica's NaN at its next pull."""
+        if all(np.isfinite(a).all() for a in arrays):
+            return
+        if self.nonfinite == "count":
+            self.nonfinite_applied += 1
+            return
+        self.nonfinite_refused += 1
+        raise WireError(
+            f"{header.type.name} of shard {header.target}: a value is not finite (NaN or inf); "
+            'refused (ps.nonfinite = "refuse")',
+            ErrorCode.BAD_VALUE,
+        )
 
     def check(self, header: Header) -> int:
         """The shard ``header`` addresses, checked with its frames' shape.
@@ -113,12 +148,15 @@ class Admission:
         if kind in (MsgType.PUSH_DELTAS, MsgType.ASSIGN):
             data = frame_array(frames[0], DType.FLOAT32, header.shape, "delta")
             length = header.shape[0]
+            self._check_finite(header, data)
             if checks.is_named_push(header):  # into a named vector
-                name = frame_array(frames[1], DType.UINT8, (header.aux,), "name")
+                name = checks.parse_name(frame_array(frames[1], DType.UINT8, (header.aux,), "name"))
+                if self.shards is not None:  # refused before it is acknowledged, if it can be
+                    self.shards[local].check_room(name)
                 return AddToVector(
                     local,
                     header,
-                    name=checks.parse_name(name),
+                    name=name,
                     offset=header.offset,
                     length=length,
                     delta=data,
@@ -131,6 +169,7 @@ class Admission:
             k, m, rows = header.shape
             activations = frame_array(frames[0], DType.FLOAT32, (k, m), "activations")
             errors_by_row = frame_array(frames[1], DType.FLOAT32, (rows, k), "errors")
+            self._check_finite(header, activations, errors_by_row)
             return PushVectors(
                 local,
                 header,

@@ -65,7 +65,7 @@ from hogwild_plugins.ps.engine import UpdateEngine
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.serving.options import ServerOptions
 from hogwild_plugins.ps.serving.receive_pool import RECV_MODES, ReceivePool, recv_mode
-from hogwild_plugins.ps.serving.requests import Admission
+from hogwild_plugins.ps.serving.requests import NONFINITE_MODES, Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
@@ -79,8 +79,9 @@ from hogwild.config.checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
-from hogwild.net.router import Incoming, Reply, Router, json_reply
+from hogwild.net.router import Incoming, Reply, Router, json_reply, reply_hwm
 from hogwild.net.wire import (
+    MAX_ARRAY_BYTES,
     ErrorCode,
     Header,
     MsgType,
@@ -125,6 +126,10 @@ class ParameterServer:
                 f"ps.adagrad_eps must be > 0 and representable in float32 "
                 f"(>= {FLOAT32_TINY:.3g}), got {options.adagrad_eps}"
             )
+        if options.nonfinite not in NONFINITE_MODES:
+            raise HogwildError(
+                f"ps.nonfinite = {options.nonfinite!r}: expected one of {NONFINITE_MODES}"
+            )
         if options.recv not in RECV_MODES or options.ack not in ("applied", "queued"):
             raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
         if not 0 <= options.index < len(options.servers):
@@ -151,6 +156,10 @@ class ParameterServer:
             geometry.fc_layers,
         )
         self.rule = kernels.RULES[options.rule]
+        self.max_vectors = options.max_vectors
+        if options.copies > 1:  # a catch-up carries a shard's vectors in one frame
+            per_frame = MAX_ARRAY_BYTES // (4 * self.layout.shard_floats)
+            self.max_vectors = max(1, min(self.max_vectors, per_frame))
         self.address = parse_address(options.bind or options.servers[options.index])
         check_bind(self.address, options.keys)  # before anything is built
         self.store = None
@@ -175,6 +184,8 @@ class ParameterServer:
             self.book,
             options.max_staleness,
             replicated=options.copies > 1,
+            nonfinite=options.nonfinite,
+            shards=self.shards,
         )
         self.router: Router | None = None
         self.engine: UpdateEngine | None = None
@@ -211,7 +222,17 @@ class ParameterServer:
                 init = (values0, state0 if states else None)
             self.local[shard] = len(self.shards)
             self.shards.append(
-                Shard(shard, lo, values, state, applied=version, snapshotted=version, initial=init)
+                Shard(
+                    shard,
+                    lo,
+                    values,
+                    state,
+                    applied=version,
+                    snapshotted=version,
+                    initial=init,
+                    max_vectors=self.max_vectors,
+                    refuse_nonfinite=self.options.nonfinite == "refuse",
+                )
             )
         self.book = ShardBook(
             {s.index: s.applied for s in self.shards},
@@ -234,7 +255,8 @@ class ParameterServer:
             kernels.compile_kernels()
         limit_blas_threads(1)  # one BLAS thread per update thread (API b's sgemm)
         try:
-            self.router = Router(self.address, self, keys=self.options.keys)
+            self.router = Router(self.address, self, keys=self.options.keys,
+                                 reply_hwm=reply_hwm(4 * self.layout.shard_floats))  # fmt: skip
             usable = cpus or os.sched_getaffinity(0)
             threads = self.options.threads or len(usable)
             self.recv = self._recv_mode(len(usable))
@@ -337,7 +359,14 @@ class ParameterServer:
     def _handle_control(self, request: Incoming) -> Reply | None:
         """Pings, status, hello and (with copies) the replication messages between servers."""
         header = request.header
-        if header.type in (MsgType.PING, MsgType.STATUS) and header.job in (0, self.job):
+        if header.type == MsgType.PING and header.job == 0:  # alive, and nothing more
+            return Reply(header.reply(MsgType.ACK))
+        if header.type == MsgType.STATUS and header.job == 0:  # the job's name and config: no
+            raise WireError(
+                "STATUS needs this server's job id (hogwild ps status ADDRESS --job NAME)",
+                ErrorCode.WRONG_JOB,
+            )
+        if header.type in (MsgType.PING, MsgType.STATUS) and header.job == self.job:
             if header.type == MsgType.PING:
                 return Reply(header.reply(MsgType.ACK, version=self.layout.map.version))
             return json_reply(header, self.status())
@@ -486,6 +515,7 @@ class ParameterServer:
                     "version": versions[s.index],
                     "applied": s.applied,
                     "flushed": flushed.get(s.index),
+                    "vectors": len(s.vectors),
                 }
                 for s in self.shards
             ],
@@ -504,6 +534,12 @@ class ParameterServer:
             "received": router.received if router else 0,
             "duplicates": router.window.duplicates if router else 0,
             "errors": dict(router.errors) if router else {},
+            "max_vectors": self.max_vectors,
+            "nonfinite": {
+                "refused": self.admission.nonfinite_refused
+                + sum(s.nonfinite_refused for s in self.shards),
+                "applied": self.admission.nonfinite_applied,
+            },
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
             "recv": self.recv,

@@ -1,0 +1,455 @@
+"""Hostile clients against a parameter server and a data server: no crash, bounded memory, an
+exact ledger.
+
+Two roles run as their own processes, as a job runs them: ``hogwild ps serve`` (the bundled
+MNIST model) and ``hogwild data serve`` (MNIST idx). Each is sent ``--messages`` hostile
+messages from several sockets, pipelined (a window of requests in flight, as clients do), drawn
+at random from these kinds:
+
+- **mutated**: a valid request with one thing broken (random header bytes, a byte flipped, a
+  field replaced by a random value, frames dropped, added, cut or replaced);
+- **values**: valid headers with hostile values: NaN and infinite deltas, offsets and shapes at
+  2^32 - 1 and 2^64 - 1, epochs past 2^31, record indices out of range or negative, batch sizes
+  past the limit;
+- **names** (ps): vector operations on random names (reads: nothing may be allocated) and fills
+  of new names (refused past ``ps.max_vectors``);
+- **jobs**: numbered requests of other jobs from random senders (they must not fill the request
+  table);
+- **unread** (one socket per role): requests whose replies are never read (the server must drop
+  them past its high-water mark).
+
+Meanwhile an honest client keeps a ledger: on the ps it pushes ones into a named vector
+``ledger`` (created first, so the name flood cannot take its place) after every chunk and reads
+it back at the end, which must equal the count of its pushes exactly; on the data server it
+reads a batch after every chunk and checks it against the idx files.
+
+Reported (one JSON line): messages sent per role and in all; crashes per role (the process
+exited, or a role left a message unanswered for 10 s); peak resident memory per role against
+its bound (its resident memory once started plus the stated bounds: the replies its router keeps
+per socket, ``ps.max_vectors`` shard-sized vectors per shard, 64 MiB of request table); errors
+counted by each role (its status), and the ledger check. Targets: 0 crashes, every peak within
+its bound, an exact ledger. The full run sends 10^6 messages; ``--quick`` 4,000, for the tests.
+
+Run: ``python bench/figures/adversary.py --out bench/results/adversary.json`` (``--quick`` for a
+smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import zmq
+
+if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
+
+from bench.support.machine import describe_machine, versions
+from bench.support.record import emit_record, stamp
+from hogwild.data.server import MAX_REPLY_BYTES
+from hogwild.net.wire import HEADER_SIZE, NO_BASIS, DType, Header, MsgType, job_id, pack_header
+from hogwild.net.wire import unpack_header as decode
+
+READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
+WINDOW = 64  # hostile requests in flight per socket (a client's window)
+SOCKETS = 3  # hostile sockets per role that read their replies
+UNREAD = 3000  # requests the unread socket sends per role
+MiB = 2**20
+FIELD_OFFSETS = [4, 5, 6, 8, 9, 10, 12, 20, 24, 36, 44, 52, 56, 60, 64, 68, 72, 76, 80, 84, 92]
+
+
+class Role:
+    """A role's process (``hogwild ARGS``), its address, and its peak resident memory."""
+
+    def __init__(self, name: str, args: list[str]) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "hogwild.cli", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self.address = None
+        ready = threading.Event()
+
+        def read() -> None:
+            for line in self.process.stderr:
+                self.lines.append(line.rstrip())
+                found = READY.match(line.strip())
+                if found and not ready.is_set():
+                    self.address = found.group(1)
+                    ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(300):
+            self.stop()
+            raise RuntimeError(f"{name} did not start: {self.lines[-5:]}")
+        self.baseline = self.rss()
+        self.peak = self.baseline
+        self._watching = True
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def rss(self) -> int:
+        try:
+            return psutil.Process(self.process.pid).memory_info().rss
+        except psutil.Error:
+            return 0
+
+    def _watch(self) -> None:
+        while self._watching and self.process.poll() is None:
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.05)
+
+    @property
+    def endpoint(self) -> str:
+        return f"tcp://{self.address}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> int | None:
+        self._watching = False
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def mutate(frames: list[bytes], rng: np.random.Generator) -> list[bytes]:
+    head = bytearray(frames[0])
+    frames = list(frames)
+    kind = rng.integers(0, 7)
+    if kind == 0:
+        frames[0] = rng.bytes(int(rng.integers(0, 2 * HEADER_SIZE)))
+    elif kind == 1:
+        head[int(rng.integers(4, HEADER_SIZE))] ^= int(rng.integers(1, 256))
+        frames[0] = bytes(head)
+    elif kind == 2:
+        at = FIELD_OFFSETS[int(rng.integers(0, len(FIELD_OFFSETS)))]
+        head[at : at + 4] = rng.bytes(4)
+        frames[0] = bytes(head)
+    elif kind == 3 and len(frames) > 1:
+        frames.pop(int(rng.integers(1, len(frames))))
+    elif kind == 4:
+        frames.append(rng.bytes(int(rng.integers(0, 64))))
+    elif kind == 5 and len(frames) > 1:
+        i = int(rng.integers(1, len(frames)))
+        frames[i] = frames[i][: int(rng.integers(0, len(frames[i]) + 1))]
+    else:
+        frames = [frames[0]] + [rng.bytes(int(rng.integers(0, 32))) for _ in range(12)]
+    return frames
+
+
+def ps_hostile(rng: np.random.Generator, job: int, n_shards: int, shard: int) -> list[bytes]:
+    """One hostile message for the parameter server."""
+    kind = rng.integers(0, 5)
+    target = int(rng.integers(0, n_shards + 2))
+    n = int(rng.integers(1, 64))
+    delta = rng.standard_normal(n).astype(np.float32)
+    push = Header(MsgType.PUSH_DELTAS, job=job, target=target, shape=(n,), dtype=DType.FLOAT32,
+                  frames=1, flags=NO_BASIS)  # fmt: skip
+    if kind == 0:  # mutated
+        return mutate([pack_header(push), delta.tobytes()], rng)
+    if kind == 1:  # hostile values
+        bad = rng.integers(0, 4)
+        if bad == 0:
+            delta[int(rng.integers(0, n))] = rng.choice([np.nan, np.inf, -np.inf])
+            return [pack_header(push._replace(target=target % n_shards)), delta.tobytes()]
+        if bad == 1:
+            offset = [2**32 - 1, 2**64 - 1, shard, shard - 1][int(rng.integers(0, 4))]
+            return [pack_header(push._replace(offset=offset)), delta.tobytes()]
+        if bad == 2:
+            h = Header(MsgType.PULL, job=job, target=target, offset=int(rng.integers(0, 2**63)),
+                       aux=int(rng.integers(0, 2**32)))  # fmt: skip
+            return [pack_header(h)]
+        h = Header(
+            MsgType.VECTOR_OP,
+            job=job,
+            target=target % n_shards,
+            code=3,
+            a=float(rng.choice([1e308, -1e308, 3e38])),
+            dtype=DType.UINT8,
+            shape=(6,),
+            frames=1,
+        )  # fmt: skip  (scale: x *= alpha, overflowing to infinity)
+        return [pack_header(h), b"hostil"]
+    if kind == 2:  # names: reads of random names, fills of new ones
+        name = f"n{int(rng.integers(0, 10**9))}".encode()
+        if rng.integers(0, 2):
+            text, code = name + b"," + name, 1  # dot
+        else:
+            text, code = name, 6  # fill
+        h = Header(MsgType.VECTOR_OP, job=job, target=target % n_shards, code=code,
+                   dtype=DType.UINT8, shape=(len(text),), frames=1)  # fmt: skip
+        return [pack_header(h), text]
+    if kind == 3:  # other jobs, random senders
+        other = int.from_bytes(rng.bytes(8), "little") | 1
+        h = push._replace(job=other, sender=int(rng.integers(0, 2**32)))
+        return [pack_header(h), delta.tobytes()]
+    return [pack_header(Header(MsgType.STATUS, job=job))]
+
+
+def data_hostile(rng: np.random.Generator, data_id: int, count: int) -> list[bytes]:
+    """One hostile message for the data server."""
+    kind = rng.integers(0, 4)
+    n = int(rng.integers(1, 32))
+    idx = rng.integers(0, count, n).astype(np.int64)
+    batch = Header(MsgType.BATCH, job=data_id, target=0, aux=int(rng.integers(0, 4)),
+                   dtype=DType.INT64, shape=(n,), frames=1)  # fmt: skip
+    if kind == 0:
+        return mutate([pack_header(batch), idx.tobytes()], rng)
+    if kind == 1:
+        bad = rng.integers(0, 3)
+        if bad == 0:
+            idx[int(rng.integers(0, n))] = [-1, count, 2**63 - 1][int(rng.integers(0, 3))]
+            return [pack_header(batch), idx.tobytes()]
+        if bad == 1:
+            return [pack_header(batch._replace(aux=[2**31, 2**32 - 1][int(rng.integers(0, 2))]))]
+        big = 2**24
+        return [pack_header(batch._replace(shape=(big,))), b""]
+    if kind == 2:
+        text = json.dumps({"op": rng.choice(["describe", "status", "x" * 50]),
+                           "n": float(rng.choice([1e308, -0.0]))}).encode()  # fmt: skip
+        h = Header(MsgType.CONTROL, job=[0, data_id, 7][int(rng.integers(0, 3))], dtype=DType.UINT8,
+                   shape=(len(text),), frames=1)  # fmt: skip
+        return [pack_header(h), text]
+    return [pack_header(batch._replace(job=int.from_bytes(rng.bytes(8), "little") | 1))]
+
+
+def drive(endpoint: str, make, messages: int, seed: int, result: dict) -> None:
+    """Send ``messages`` from ``make(rng)`` with a window in flight; count replies."""
+    rng = np.random.default_rng(seed)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    sent = replies = 0
+    try:
+        while sent < messages:
+            frames = make(rng)
+            head = bytearray(frames[0])
+            if len(head) == HEADER_SIZE:  # a fresh number: duplicates are their own test
+                head[28:36] = (sent + 1 + (seed << 40)).to_bytes(8, "little")
+            sock.send_multipart([bytes(head), *frames[1:]])
+            sent += 1
+            while replies < sent - WINDOW or (sent == messages and replies < sent):
+                if not sock.poll(10_000):
+                    result["silent"] = result.get("silent", 0) + 1
+                    result.update(sent=sent, replies=replies)
+                    return
+                decode(sock.recv_multipart()[0])  # every reply is well formed
+                replies += 1
+        result.update(sent=sent, replies=replies)
+    except Exception as exc:  # noqa: BLE001 - a malformed reply is a finding: record it
+        result.update(sent=sent, replies=replies, failed=f"{type(exc).__name__}: {exc}")
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def unread(endpoint: str, frames: list[bytes]) -> int:
+    """Send ``UNREAD`` requests and never read a reply (the socket is closed unread)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, 1)
+    sock.setsockopt(zmq.RCVBUF, 65536)
+    sock.connect(endpoint)
+    for k in range(UNREAD):
+        head = bytearray(frames[0])
+        head[28:36] = (k + 1 + (99 << 40)).to_bytes(8, "little")
+        sock.send_multipart([bytes(head), *frames[1:]])
+    time.sleep(1.0)
+    sock.close(linger=0)
+    ctx.term()
+    return UNREAD
+
+
+def attack(role: Role, make, messages: int, honest, seed: int) -> dict:
+    """``messages`` hostile messages on ``SOCKETS`` sockets in chunks, the honest check after
+    each chunk."""
+    per_socket = max(1, messages // SOCKETS)
+    chunks = max(1, min(20, per_socket // 1000))
+    results = [dict() for _ in range(SOCKETS)]
+    for c in range(chunks):
+        parts: list[dict] = [{} for _ in range(SOCKETS)]
+        threads = [
+            threading.Thread(target=drive, args=(role.endpoint, make, per_socket // chunks,
+                                                 seed + 1000 * c + s, parts[s]))
+            for s in range(SOCKETS)
+        ]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for total, part in zip(results, parts, strict=True):
+            for key, value in part.items():
+                total[key] = total.get(key, 0) + value if isinstance(value, int) else value
+        if not role.alive():
+            break
+        honest()
+    return {
+        "sent": sum(r.get("sent", 0) for r in results),
+        "replies": sum(r.get("replies", 0) for r in results),
+        "silent": sum(r.get("silent", 0) for r in results),
+        "malformed": [r["failed"] for r in results if "failed" in r],
+    }
+
+
+def status(endpoint: str, job: int) -> dict:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send(pack_header(Header(MsgType.STATUS, job=job)))
+        if not sock.poll(10_000):
+            return {}
+        return json.loads(sock.recv_multipart()[1])
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def run_ps(messages: int) -> dict:
+    from hogwild_plugins.ps.client import PSClient
+    from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+
+    role = Role("ps", ["ps", "serve", "--port", "0", "--threads", "1", "--ps.shard_kib=256"])
+    job = job_id("adam_mnist")
+    try:
+        with PSClient([role.address], "adam_mnist", client_id=1, timeout_s=10.0) as client:
+            layout = client.layout
+            v = ShardVectors(client)
+            v.fill("ledger", 0.0)
+            ones = np.ones(layout.n_params, np.float32)
+            pushes = 0
+
+            def honest() -> None:
+                nonlocal pushes
+                client.push_deltas(ones, into="ledger")
+                pushes += 1
+
+            first = status(role.endpoint, job)
+            unread_sent = unread(role.endpoint, [pack_header(Header(MsgType.PULL, job=job))])
+            found = attack(role, lambda r: ps_hostile(r, job, layout.n_shards,
+                                                      layout.shard_floats), messages, honest,
+                           seed=1)  # fmt: skip
+            ledger = v.asum("ledger") if role.alive() else None
+            final = status(role.endpoint, job) if role.alive() else {}
+        shard_bytes = 4 * layout.shard_floats
+        bound = (
+            role.baseline
+            + 128 * MiB * (SOCKETS + 1)
+            + first.get("max_vectors", 32) * shard_bytes * layout.n_shards
+            + 64 * MiB
+        )
+        return {
+            **found,
+            "unread_sent": unread_sent,
+            "crashes": int(not role.alive()) + int(found["silent"] > 0),
+            "peak_rss_mib": round(role.peak / MiB, 1),
+            "bound_mib": round(bound / MiB, 1),
+            "within_bound": role.peak <= bound,
+            "errors_counted": final.get("errors", {}),
+            "nonfinite": final.get("nonfinite"),
+            "vectors_per_shard_max": max((s["vectors"] for s in final.get("shards", [])),
+                                         default=None),  # fmt: skip
+            "ledger": {"pushes": pushes, "expected": float(pushes * layout.n_params),
+                       "found": ledger, "exact": ledger == float(pushes * layout.n_params)},
+        }  # fmt: skip
+    finally:
+        role.stop()
+
+
+def run_data(messages: int, source: str) -> dict:
+    from hogwild.data.mnist import load_mnist
+    from hogwild.data.remote import RemoteReader
+
+    role = Role("data", ["data", "serve", source, "--port", "0"])
+    try:
+        reader = RemoteReader([role.address], "train", timeout_s=10.0)
+        data_id, count = reader.data_id, reader.count
+        truth = load_mnist(source)
+        idx = np.array([0, 7, count - 1], np.int64)
+        checks = {"reads": 0, "exact": True}
+
+        def honest() -> None:
+            out = np.empty((3, *reader.shape), np.uint8)
+            labels = np.empty(3, np.int32)
+            reader.read(idx, out, labels)
+            checks["reads"] += 1
+            checks["exact"] &= bool(
+                (out.reshape(3, 28, 28) == truth.train_images[idx]).all()
+                and (labels == truth.train_labels[idx]).all()
+            )
+
+        unread_sent = unread(role.endpoint, [pack_header(Header(
+            MsgType.BATCH, job=data_id, target=0, dtype=DType.INT64, shape=(8192,), frames=1)),
+            np.arange(8192, dtype=np.int64).tobytes()])  # fmt: skip
+        found = attack(role, lambda r: data_hostile(r, data_id, count), messages, honest, seed=2)
+        final = status(role.endpoint, data_id) if role.alive() else {}
+        reader.close()
+        bound = role.baseline + 128 * MAX_REPLY_BYTES + 128 * MiB * SOCKETS + 64 * MiB
+        return {
+            **found,
+            "unread_sent": unread_sent,
+            "crashes": int(not role.alive()) + int(found["silent"] > 0),
+            "peak_rss_mib": round(role.peak / MiB, 1),
+            "bound_mib": round(bound / MiB, 1),
+            "within_bound": role.peak <= bound,
+            "errors_counted": final.get("errors", {}),
+            "ledger": checks,
+        }
+    finally:
+        role.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000, help="hostile messages, all")
+    parser.add_argument("--quick", action="store_true", help="4,000 messages: a smoke run")
+    parser.add_argument("--out", help="write the JSON line here too")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    messages = 4000 if args.quick else args.messages
+    source = os.environ.get("HOGWILD_DATA") or "mnist"
+    roles = {"ps": run_ps(messages // 2), "data": run_data(messages - messages // 2, source)}
+    record = {
+        "benchmark": "adversary",
+        "messages_sent": sum(r["sent"] + r["unread_sent"] for r in roles.values()),
+        "crashes": {name: r["crashes"] for name, r in roles.items()},
+        "within_bounds": all(r["within_bound"] for r in roles.values()),
+        "ledger_exact": roles["ps"]["ledger"]["exact"] and roles["data"]["ledger"]["exact"],
+        "roles": roles,
+        "quick": args.quick,
+        "machine": describe_machine(),
+        "versions": versions(),
+    }
+    record["malformed_replies"] = sum(len(r["malformed"]) for r in roles.values())
+    record["ok"] = (
+        not any(record["crashes"].values())
+        and record["within_bounds"]
+        and record["ledger_exact"]
+        and not record["malformed_replies"]
+    )
+    emit_record(stamp(record, __file__, argv if argv is not None else sys.argv[1:], started),
+                args.out)  # fmt: skip
+    return 0 if record["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
