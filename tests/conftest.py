@@ -18,8 +18,9 @@ definition, as the trainer's start-up sweep would).
 The tiers run in order: ``unit``, ``proc``, ``cluster``, ``adversarial``, then ``hosts``. While the
 unit tests run (one core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so
 the multi-process tests start from a warm numba cache; the session owns that process (it is not a
-test's leak) and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session writes the project's bytecode
-once for the processes it starts and removes it at the end (:mod:`tests.bytecode`).
+test's leak) and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session
+writes the project's bytecode once for the processes it starts and removes it at the end
+(:mod:`tests.bytecode`).
 
 The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
 background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
