@@ -163,7 +163,7 @@ class Replication:
         self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
         self._watch = None
         self.replier = None
-        self.copy_side = CopySide(self.me, self.roles, self.logs)
+        self.copy_side = CopySide(self.me, self.roles, self.logs, self.bucket_shards)
         self.commit_round = CommitRound(self.me, self.roles, self.logs)
         self.local = LocalApplier(server)
         # the lease read when a message goes out: the membership's clock, once started

@@ -282,24 +282,25 @@ class BucketRole:
         """
 
         def check(ok: bool, what: str) -> None:
-            if not ok:
+            if not ok:  # (the message is formatted only then: the simulator checks every step)
                 raise AssertionError(
-                    f"bucket {self.bucket} on {self.me}: {what}; {self.story()[-5:]}"
+                    f"bucket {self.bucket} on {self.me}: {what.format(role=self.role)}; "
+                    f"{self.story()[-5:]}"
                 )
 
         primary = self.role is Role.PRIMARY
-        check(isinstance(self.role, Role), f"role {self.role!r}")
+        check(isinstance(self.role, Role), "role {role!r}")
         check(not self.serving or primary, "serving, not as primary")
         check(
             primary or not (self.syncing or self.behind or self.dropping or self.writing),
-            f"{self.role.value} with primary's work open",
+            "{role.value} with primary's work open",
         )
         if primary:
             check(self.record is not None and self.record.primary == self.me, "primary, not named")
             check(self.me in self.record.in_sync, "primary, not in in_sync")
             check(self.me not in self.syncing | self.dropping, "primary syncing or dropping itself")
         if self.role in (Role.PRIMARY, Role.CANDIDATE, Role.HANDING):
-            check(self.current, f"{self.role.value} without the bucket's state")
+            check(self.current, "{role.value} without the bucket's state")
 
     @property
     def serving(self) -> bool:

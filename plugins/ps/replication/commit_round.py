@@ -228,6 +228,7 @@ class CommitRound:
         self.epochs: dict[int, int] = {}  # index -> the bucket's epoch when versioned
         self.failed: set[tuple[int, int]] = set()  # (bucket, copy) that failed this round
         self.answered: set[int] = set()  # indices answered (or left to the admission)
+        self.twins: dict[int, int] = {}  # index -> the earlier index of the same request
         self.counters = {"duplicates": 0, "dropped_copies": 0}
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -265,9 +266,22 @@ class CommitRound:
 
     def snapshot_point(self, shard: int) -> tuple[int, list[tuple[int, int, int]]]:
         """What a snapshot of ``shard`` taken now carries: its version and its request table
-        (``(sender, seq, version)`` triples): the log's committed version and table."""
+        (``(sender, seq, version)`` triples). Between rounds, the log's committed version and
+        table. While a round is open past its admission, the values a snapshot reads (after the
+        engine's barrier) hold the round's updates of the shard too, applied here first: so do
+        its version (the round's last of the shard) and its table (a re-send of one of them is
+        answered by the copy, never applied again)."""
         log = self.logs[shard]
-        return log.committed, log.table()
+        version, table = log.committed, log.table()
+        if self.phase in (Phase.IDLE, Phase.ADMITTING):
+            return version, table
+        mine = [i for i in self.accepted if self.updates[i].shard == shard]
+        for i in mine:
+            u = self.updates[i]
+            table.append((u.sender, u.seq, self.versions[i]))
+        if mine:
+            version = max(version, self.versions[mine[-1]])
+        return version, table
 
     def validate_state(self) -> None:
         """Check the round's invariants (tests call it after every stimulus).
@@ -281,15 +295,19 @@ class CommitRound:
                 raise AssertionError(f"commit round on {self.me}: {what}; {self.story()[-5:]}")
 
         idle = self.phase is Phase.IDLE
-        check(idle == (not self.updates), f"{self.phase.value} with {len(self.updates)} updates")
+        if idle != (not self.updates):
+            check(False, f"{self.phase.value} with {len(self.updates)} updates")
         if idle:
             check(not (self.accepted or self.versions or self.failed), "idle with a round open")
             return
         n = len(self.updates)
         check(all(0 <= i < n for i in self.answered | set(self.accepted)), "an index beyond")
         check(not self.answered & set(self.accepted), "an admitted update answered early")
+        check(all(self.twins[i] < i for i in self.twins), "a re-send before its first")
+        check(not set(self.twins) & set(self.accepted), "a re-send in the same batch admitted")
         if self.phase is not Phase.ADMITTING:
-            check(bool(self.accepted), f"{self.phase.value} with nothing admitted")
+            if not self.accepted:
+                check(False, f"{self.phase.value} with nothing admitted")
             check(set(self.versions) == set(self.accepted), "admitted without a version")
             last: dict[int, int] = {}
             for i in self.accepted:
@@ -311,7 +329,7 @@ class CommitRound:
         return self.roles[bucket].serving and lease_valid
 
     def _arrived(self, s: BatchArrived) -> list:
-        actions, candidates = [], []
+        actions, candidates, firsts, twins = [], [], {}, {}
         for i, u in enumerate(s.updates):
             if not self._serving(u.bucket, s.lease_valid):
                 actions.append(RefuseNotPrimary(i))
@@ -321,21 +339,30 @@ class CommitRound:
                 self.counters["duplicates"] += 1
                 actions.append(AnswerDuplicate(i, seen))
                 continue
+            first = firsts.setdefault((u.sender, u.seq, u.shard), i)
+            if first != i:  # a re-send in the same batch: answered as its first is, not applied
+                self.counters["duplicates"] += 1
+                twins[i] = first
+                continue
             candidates.append(i)
         if not candidates:
             return actions
-        self.updates = s.updates
-        self.answered = set(range(len(s.updates))) - set(candidates)
+        self.updates, self.twins = s.updates, twins
+        self.answered = set(range(len(s.updates))) - set(candidates) - set(twins)
         self.phase = Phase.ADMITTING
         return [*actions, Admit(tuple(candidates))]
 
     def _admitted(self, s: Admitted) -> list:
         self.accepted = sorted(s.versions)
         self.versions = dict(s.versions)
-        self.answered |= {i for i in range(len(self.updates)) if i not in self.versions}
+        refused = {i for i in range(len(self.updates)) if i not in self.versions}
+        self.answered |= refused - set(self.twins)
+        # a re-send whose first the admission refused: refused too (the client sends it again)
+        twins = [RefuseNotPrimary(i) for i, first in sorted(self.twins.items()) if first in refused]
+        self.answered |= {t.index for t in twins}
         if not self.accepted:
             self._close()
-            return []
+            return twins
         prepares = []
         for i in self.accepted:
             self.epochs[i] = self.roles[self.updates[i].bucket].epoch
@@ -343,7 +370,7 @@ class CommitRound:
             role = self.roles[self.updates[i].bucket]
             prepares += [(i, copy) for copy in role.record.in_sync if copy != self.me]
         self.phase = Phase.PREPARING
-        return [ApplyLocally(tuple(self.accepted)), SendPrepares(tuple(prepares))]
+        return [*twins, ApplyLocally(tuple(self.accepted)), SendPrepares(tuple(prepares))]
 
     def _prepared(self, s: PreparesAnswered) -> list:
         self.failed = set(s.failed)
@@ -373,13 +400,23 @@ class CommitRound:
             role = self.roles[u.bucket]
             # applied here: a re-send is answered, never applied again
             self.logs[u.shard].applied(u.sender, u.seq, self.versions[i], self.epochs[i])
-            lost = [c for c in role.record.in_sync if (role.bucket, c) in self.failed]
+            # a copy that failed the round and is in sync again got a snapshot since, taken
+            # with the round's updates in it (:meth:`snapshot_point`): it holds them
+            lost = [
+                c
+                for c in role.record.in_sync
+                if (role.bucket, c) in self.failed and c not in role.confirmed
+            ]
             if role.role is not Role.PRIMARY or not s.lease_valid or lost:
-                actions.append(RefuseNotPrimary(i))
+                answers = [RefuseNotPrimary(j) for j in (i, *self._twins_of(i))]
             else:
-                actions.append(Acknowledge(i, self.versions[i]))
+                answers = [Acknowledge(j, self.versions[i]) for j in (i, *self._twins_of(i))]
+            actions += answers
         self._close()
         return actions
+
+    def _twins_of(self, index: int) -> list[int]:
+        return [i for i, first in sorted(self.twins.items()) if first == index]
 
     def _bucket_of(self, shard: int) -> int:
         return next(self.updates[i].bucket for i in self.accepted if self.updates[i].shard == shard)
@@ -387,4 +424,4 @@ class CommitRound:
     def _close(self) -> None:
         self.phase = Phase.IDLE
         self.updates, self.accepted, self.versions, self.epochs = (), [], {}, {}
-        self.failed, self.answered = set(), set()
+        self.failed, self.answered, self.twins = set(), set(), {}
