@@ -136,6 +136,7 @@ class PsConfig:
     retries: int = 3
     keys: str = ""
     lease_s: int = 0
+    min_copies: int = 0
 
 
 @dataclass(frozen=True)

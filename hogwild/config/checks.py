@@ -205,6 +205,8 @@ def _check_ps(ps, fail) -> None:
         )
     if ps.shard_kib < 4:
         fail(f"ps.shard_kib must be >= 4 (KiB per shard; Adam uses 1024), got {ps.shard_kib}")
+    if ps.min_copies < 0:
+        fail(f"ps.min_copies must be >= 0 (0: half the copies, rounded up), got {ps.min_copies}")
     if not 0 <= ps.lease_s <= 3600:
         fail(f"ps.lease_s must be 0 (auto) to 3600 seconds (a whole number), got {ps.lease_s}")
     if not ps.flush_s > 0 or not ps.timeout_s > 0:

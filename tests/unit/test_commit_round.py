@@ -268,3 +268,17 @@ def run_random_rounds(seed: int) -> None:
                 assert versions.get(key, answer.version) == answer.version
         for shard in SHARDS:
             assert a.logs[shard].committed == a.book[shard]  # recorded what was applied
+
+
+def test_below_min_copies_nothing_is_acknowledged_and_the_last_copy_stays_in_sync():
+    a = Adapter()
+    a.role.min_copies = 2
+    first, second = a.copies
+    a.reachable = lambda copy: False  # both copies stalled: their snapshots fail too
+    a.run(updates(1), prepare_fails={first, second})
+    # one is written out; the other stays in in_sync (not caught up): the bucket serves nothing
+    in_sync = a.keys.read().in_sync
+    assert len(in_sync) == 2 and a.primary in in_sync
+    assert a.answers == {0: RefuseNotPrimary(0)} and not a.role.serving
+    a.answers = {}
+    assert a.run(updates(1)) == [RefuseNotPrimary(0)]  # a re-send waits too

@@ -7,8 +7,9 @@ the next stimulus. It reads the bucket roles and holds, with the copy side, the 
 
 One round, for the updates that arrived together (the order of the stimuli):
 
-1. :class:`BatchArrived`: an update of a bucket this server does not serve (or with its lease
-   no longer valid) is refused (:class:`RefuseNotPrimary`: the client re-reads the map); one
+1. :class:`BatchArrived`: an update of a bucket this server does not serve writes of (not its
+   serving primary, fewer than ``min_copies`` copies in sync, or its lease no longer valid) is
+   refused (:class:`RefuseNotPrimary`: the client re-reads the map); one
    whose ``(sender, seq)`` the shard's log already holds is answered with the version it got
    (:class:`AnswerDuplicate`), never applied again; the others go to the server's admission
    (:class:`Admit`: a version from the shard book, or a refusal the adapter sends itself).
@@ -22,8 +23,10 @@ One round, for the updates that arrived together (the order of the stimuli):
    local application is awaited (:class:`AwaitApplied`).
 5. :class:`LocalApplied`: each update is recorded in its shard's log (a re-send is then
    answered), and acknowledged (:class:`Acknowledge`) only if this server is still the bucket's
-   primary, its lease still valid, and no in-sync copy failed it; otherwise refused as
-   ``NOT_PRIMARY`` (the client re-sends; the copies that have it answer it as a duplicate).
+   primary, its lease still valid, every in-sync copy that failed it was re-synced since (from
+   a snapshot holding the round: :meth:`CommitRound.snapshot_point`) and at least
+   ``min_copies`` live in-sync copies hold it; otherwise refused as ``NOT_PRIMARY`` (the client
+   re-sends; a re-send is answered as a duplicate once the bucket takes writes again).
 
 :meth:`CommitRound.snapshot_point` is what a snapshot of a shard carries as its version and
 request table (a snapshot sent while a round is open, to a copy that round dropped, included).
@@ -326,7 +329,7 @@ class CommitRound:
             )
 
     def _serving(self, bucket: int, lease_valid: bool) -> bool:
-        return self.roles[bucket].serving and lease_valid
+        return self.roles[bucket].writable and lease_valid
 
     def _arrived(self, s: BatchArrived) -> list:
         actions, candidates, firsts, twins = [], [], {}, {}
@@ -407,7 +410,8 @@ class CommitRound:
                 for c in role.record.in_sync
                 if (role.bucket, c) in self.failed and c not in role.confirmed
             ]
-            if role.role is not Role.PRIMARY or not s.lease_valid or lost:
+            held = role.holders - sum(1 for c in lost if c in role.members)
+            if role.role is not Role.PRIMARY or not s.lease_valid or lost or held < role.min_copies:
                 answers = [RefuseNotPrimary(j) for j in (i, *self._twins_of(i))]
             else:
                 answers = [Acknowledge(j, self.versions[i]) for j in (i, *self._twins_of(i))]

@@ -49,6 +49,8 @@ class ServerOptions:
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
         etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
         lease_s: TTL of the server's etcd lease (replication).
+        min_copies: ``ps.min_copies``: live in-sync copies a write needs (0: half the copies,
+            rounded up); with fewer a bucket refuses writes (replication).
         direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
             network thread (the default); False queues every pull behind its shard's update
             thread, as replicated servers do (``bench/figures/adam_fig9_ps.py`` measures both).
@@ -80,6 +82,7 @@ class ServerOptions:
     copies: int = ClusterConfig.copies
     etcd: str | None = ClusterConfig.etcd or None
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
+    min_copies: int = _PS.min_copies
     direct_pulls: bool = True
     direct_pushes: bool = True
     extra: dict = field(default_factory=dict)
@@ -132,5 +135,6 @@ class ServerOptions:
             copies=copies or config.cluster.copies,
             etcd=etcd or config.cluster.etcd or None,
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
+            min_copies=ps.min_copies,
             **own,
         )

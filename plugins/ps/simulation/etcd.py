@@ -88,8 +88,16 @@ class SimEtcd:
         for i in range(self.n_servers):
             value, _ = self.get(f"members/{i}")
             if value is not None:
-                out[i] = value
+                out[i] = value["lease"]
         return out
+
+    def blank(self) -> bool:
+        """No registered server has seen a bucket's record (as ``members/<i>`` say)."""
+        for i in range(self.n_servers):
+            value, _ = self.get(f"members/{i}")
+            if value is not None and value["seen"]:
+                return False
+        return True
 
     def record(self, bucket: int) -> BucketRecord | None:
         """``sync/<bucket>`` read back as the servers do (checked; None: absent)."""

@@ -142,6 +142,7 @@ class SimServer:
         incarnation: Which process this is (messages to an older one are lost).
         bucket_shards: Every bucket's shards.
         copies: Copies per bucket.
+        min_copies: ``ps.min_copies``.
         etcd: The job's etcd.
         send: ``send(dst, message)``: into the world's network.
         now: The world's clock (ticks).
@@ -154,6 +155,7 @@ class SimServer:
         incarnation: int,
         bucket_shards: dict[int, list[int]],
         copies: int,
+        min_copies: int,
         etcd: SimEtcd,
         send: Callable[[int, object], None],
         now: Callable[[], int],
@@ -164,7 +166,7 @@ class SimServer:
         self.bucket_shards = bucket_shards
         self.bucket_of = {s: b for b, shards in bucket_shards.items() for s in shards}
         self.etcd, self.send, self.now, self.ttl, self.settle = etcd, send, now, ttl, settle
-        self.roles = {b: BucketRole(b, me, copies) for b in bucket_shards}
+        self.roles = {b: BucketRole(b, me, copies, min_copies) for b in bucket_shards}
         for bucket, shards in bucket_shards.items():
             self.roles[bucket].current = not shards
         self.logs = {s: ShardLog() for s in self.bucket_of}
@@ -203,7 +205,8 @@ class SimServer:
         """Take a lease and put ``members/<me>`` under it (the membership's register)."""
         now = self.now()
         self.lease = self.etcd.grant(self.ttl, now)
-        self.etcd.put(f"members/{self.me}", self.lease, lease=self.lease)
+        seen = any(role.known_epoch for role in self.roles.values())
+        self.etcd.put(f"members/{self.me}", {"lease": self.lease, "seen": seen}, lease=self.lease)
         self.valid_until = now + self.ttl * 3 // 4  # the lease clock gives up before etcd
         self.last_beat = now
 
@@ -336,9 +339,10 @@ class SimServer:
         records = {b: self.etcd.record(b) for b in self.roles}
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
+        blank = self.etcd.blank()
         for bucket, role in self.roles.items():
             actions = role.handle(
-                MapRead(records[bucket], members, self.lease, valid, settled, stimulus_id=self._sid("map"))
+                MapRead(records[bucket], members, self.lease, valid, settled, blank, stimulus_id=self._sid("map"))
             )
             yield from self._carry_out(actions)
 

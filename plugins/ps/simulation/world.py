@@ -17,7 +17,8 @@ After every step the invariants are checked (:meth:`World.check`), besides every
 * a shard's version (its log's committed version) is the number of updates its values hold;
 * a bucket's epoch in etcd, and each shard log's epoch on a server, only grow;
 * no two servers acknowledged writes of one bucket in one epoch, and no update was acknowledged
-  with two versions.
+  with two versions;
+* an update is acknowledged only once ``min_copies`` servers hold it.
 
 A violation raises :class:`Violation` carrying the whole schedule and every server's stories, so
 that a failing seed explains itself (:func:`run_seed` replays one).
@@ -59,6 +60,7 @@ class Config:
 
     servers: int = 3
     copies: int = 3
+    min_copies: int = 2
     bucket_shards: tuple[tuple[int, ...], ...] = ((0,), (1, 2))
     clients: int = 2
     ttl: int = 10
@@ -85,7 +87,9 @@ class World:
         self.top_epoch: dict[int, int] = {}
         self.log_epochs: dict[tuple[int, int, int], int] = {}  # (server, incarnation, shard)
         self.ack_epochs: dict[tuple[int, int], int] = {}  # (bucket, epoch) -> server
-        self.counts = {"acknowledged": 0, "faults": 0}
+        self.counts = {"acknowledged": 0, "faults": 0, "died_with_every_copy": 0}
+        self.wiped_incarnations: list[int] | None = None  # each server's process at the wipe
+        self.graveyard: list[tuple[int, dict]] = []  # killed servers: (index, shard -> updates)
         self.acked: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
         self.checked: tuple = ()  # etcd's revision and the acknowledgements at the last check
@@ -97,7 +101,7 @@ class World:
         self.incarnations[i] += 1
         c = self.config
         server = SimServer(
-            i, self.incarnations[i], self.bucket_shards, c.copies, self.etcd,
+            i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
         )  # fmt: skip
         server.register()
@@ -171,13 +175,16 @@ class World:
         """Run the threads and deliver the messages, in a fixed order and with no fault, until
         nothing is under way (or ``limit`` steps)."""
         for _ in range(limit):
-            if self.network:
-                self.apply(("deliver", 0))
-                continue
-            ready = [s.me for s in self.live() if not s.paused and s.runnable()]
-            if not ready:
-                return
-            self.apply(("run", ready[0]))
+            for n, (dst, _) in enumerate(self.network):
+                server = self.servers.get(dst[1] if dst[0] == "server" else None, None) if isinstance(dst, tuple) else self.servers[dst]
+                if server is None or not server.paused:  # a paused one's wait in its socket
+                    self.apply(("deliver", n))
+                    break
+            else:
+                ready = [s.me for s in self.live() if not s.paused and s.runnable()]
+                if not ready:
+                    return
+                self.apply(("run", ready[0]))
 
     def _do(self, event: tuple) -> str:
         kind = event[0]
@@ -217,8 +224,11 @@ class World:
             self.servers[i].paused = False
             return f"{self.time}: server {i} resumed"
         if kind == "kill":
+            dead = self.servers[i]
+            self.graveyard.append((i, {shard: set(v) for shard, v in dead.values.items()}))
             self.servers[i] = None
-            return f"{self.time}: server {i} killed"
+            gone = self._forgive()
+            return f"{self.time}: server {i} killed" + (f"; {gone} died with it" if gone else "")
         if kind == "restart":
             self.servers[i] = self._start(i)
             return f"{self.time}: server {i} restarted (incarnation {self.incarnations[i]})"
@@ -227,7 +237,19 @@ class World:
             return f"{self.time}: server {i}'s lease expired early"
         assert kind == "wipe"
         self.etcd.wipe()
+        self.wiped_incarnations = list(self.incarnations)
         return f"{self.time}: etcd wiped"
+
+    def _forgive(self) -> list:
+        """Acknowledged updates no live server holds any more died with their last copy (the
+        parameter server keeps its state in memory): they are counted, no longer expected."""
+        gone = []
+        for shard, acked in self.acked.items():
+            held = set().union(*(s.values[shard] for s in self.live()))
+            gone += sorted(acked - held)
+            acked &= held
+        self.counts["died_with_every_copy"] += len(gone)
+        return gone
 
     def _deliver(self, dst, message) -> str:
         src, incarnation, body = message
@@ -309,6 +331,12 @@ class World:
 
     # ------------------------------------------------------------------ invariants
 
+    def _all_new(self) -> bool:
+        """Every live server started after etcd was wiped: the job starts afresh (its epochs
+        too), as a new job would."""
+        wiped = self.wiped_incarnations
+        return wiped is not None and all(s.incarnation > wiped[s.me] for s in self.live())
+
     def violation(self, what: str) -> Violation:
         lines = [f"seed {self.seed}: {what}", "schedule:"]
         lines += [f"  {n}: {e}" for n, e in enumerate(self.schedule)]
@@ -351,8 +379,17 @@ class World:
                         f"server {s.me}, shard {shard}: log epoch went back to {log.epoch}"
                     )
                 self.log_epochs[key] = log.epoch
-            for _, _, shard, _, epoch in s.acknowledged:
+            for sender, seq, shard, _, epoch in s.acknowledged:
                 bucket = self.bucket_of[shard]
+                # its holders: the live servers and those killed since (their copies counted
+                # when the round committed them)
+                holders = {h.me for h in self.live() if (sender, seq) in h.values[shard]}
+                holders |= {me for me, held in self.graveyard if (sender, seq) in held[shard]}
+                if len(holders) < self.config.min_copies:
+                    raise self.violation(
+                        f"server {s.me} acknowledged ({sender}, {seq}) held by {sorted(holders)} only, "
+                        f"fewer than min_copies = {self.config.min_copies}"
+                    )
                 other = self.ack_epochs.setdefault((bucket, epoch), s.me)
                 if other != s.me:
                     raise self.violation(
@@ -370,7 +407,7 @@ class World:
             record = self.etcd.record(bucket)
             if record is None:
                 continue
-            if record.epoch < self.top_epoch.get(bucket, 0):
+            if record.epoch < self.top_epoch.get(bucket, 0) and not self._all_new():
                 raise self.violation(
                     f"bucket {bucket}: epoch {record.epoch} in etcd after {self.top_epoch[bucket]}"
                 )
