@@ -25,7 +25,8 @@ One message from a primary goes through two steps:
    every shard of the bucket holds that primary's snapshot.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
-committed version one by one, and its request table stays within its bound.
+committed version one by one, and its request table stays within its bounds (per client, and
+clients).
 """
 
 from __future__ import annotations
@@ -284,7 +285,11 @@ class CopySide:
                     f"shard {shard}: prepared {versions} do not follow committed "
                     f"{log.committed}; {self.story()[-5:]}"
                 )
-            if len(log.requests) > log.keep or log.committed < 0:
+            if (
+                len(log.requests) > log.senders
+                or any(len(mine) > log.window for mine in log.requests.values())
+                or log.committed < 0
+            ):
                 raise AssertionError(f"shard {shard}: {log!r}; {self.story()[-5:]}")
         if min(self.counters.values()) < 0:
             raise AssertionError(f"counters {self.counters}")
