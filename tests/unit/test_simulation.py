@@ -215,3 +215,40 @@ def test_with_min_copies_1_the_write_is_acknowledged_alone_and_dies_with_the_pri
     world = both_copies_stalled_then_the_primary_killed(min_copies=1)
     assert world.answered_before_the_kill == {(100, 1): (0, 1)}
     assert world.counts["died_with_every_copy"] == 1
+
+
+def test_a_pull_never_sees_an_update_that_a_failover_then_takes_back():
+    """A pull answered while a round is out: it must not see the round's update before every
+    in-sync copy committed it, or a failover takes it back (the reads go backwards)."""
+    world = established()
+    writer, reader = world.clients
+    writer.outstanding, writer.seq = (1, 0), 1
+    send(world, 0)
+    primary = primary_of(world, 0)
+    run_until_waiting(world, primary, "PREPARE")
+    reader_pulls = len(world.network)
+    world.apply(("pull", 1))
+    while world.network[reader_pulls][1][2][2] != 0:  # until the reader asked for shard 0
+        world.network.pop(reader_pulls)
+        world.apply(("pull", 1))
+    world.apply(("deliver", reader_pulls))
+    world.apply(("deliver", len(world.network) - 1))  # the answer reaches the reader
+    assert reader.reads[0] and (100, 1) not in reader.reads[0][-1][1]
+    world.apply(("kill", primary.me))  # before any copy committed the update
+    tick_until(world, lambda: (p := primary_of(world, 0)) is not None and p.serving(0))
+    for _ in range(10):  # the reader reads again from the new primary
+        world.apply(("pull", 1))
+        world.settle()
+    assert len(reader.reads[0]) > 1
+
+
+def test_a_primary_whose_lease_was_lost_and_taken_anew_answers_no_pull():
+    """Its heartbeat found the lease gone and registered a new one: its clock is valid again
+    before its replication thread read the map and stepped down, while a successor may serve."""
+    world = established()
+    primary = primary_of(world, 0)
+    world.apply(("expire", primary.me))
+    for _ in range(3):
+        world.apply(("tick",))  # its heartbeat registers a new lease; its thread does not run
+    assert primary.valid() and primary.roles[0].serving  # what the role knew
+    assert not primary.serving(0)

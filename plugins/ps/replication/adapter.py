@@ -265,8 +265,16 @@ class Replication:
     # ------------------------------------------------------------------ network thread
 
     def serving(self, shard: int) -> bool:
+        """Whether this server answers ``shard``'s pulls: the bucket's serving primary, under
+        the lease its record names, valid by this server's clock (a lease lost and taken anew
+        is not the record's: a successor may serve meanwhile)."""
         role = self.roles[self.layout.bucket_of(shard)]
-        return role.serving and self.failure is None and self.clock.valid(time.monotonic())
+        return (
+            role.serving
+            and role.record.lease == self.clock.lease
+            and self.failure is None
+            and self.clock.valid(time.monotonic())
+        )
 
     def writable(self, shard: int) -> bool:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""
@@ -517,8 +525,13 @@ class Replication:
                     versions[i] = p.work.version
                 todo += self._round(Admitted(versions, stimulus_id=self._stimulus("admitted")))
             elif isinstance(action, ApplyLocally):
-                done = Countdown(len(action.indices))
-                self.local.apply([batch[i].work for i in action.indices], done)
+                # under the lock: a newer primary's snapshot restored on the network thread
+                # (its restore queued under the same lock) lands either before the check or
+                # after these updates in the engine's queue, never beneath them
+                with self.lock:
+                    mine = [i for i in action.indices if self.commit_round.ours(i)]
+                    done = Countdown(len(mine))
+                    self.local.apply([batch[i].work for i in mine], done)
             elif isinstance(action, SendPrepares):
                 prepares = [self._prepare_request(batch[i], copy) for i, copy in action.prepares]
                 failed = self.link.failures(prepares, self.link.exchange(prepares))

@@ -13,12 +13,13 @@ One round, for the updates that arrived together (the order of the stimuli):
    whose ``(sender, seq)`` the shard's log already holds is answered with the version it got
    (:class:`AnswerDuplicate`), never applied again; the others go to the server's admission
    (:class:`Admit`: a version from the shard book, or a refusal the adapter sends itself).
-2. :class:`Admitted`: the admitted updates are applied here first (:class:`ApplyLocally`, in the
-   engine's queues) and sent to every other in-sync copy (:class:`SendPrepares`), under the
-   bucket's epoch as it is now.
+2. :class:`Admitted`: the admitted updates are sent to every other in-sync copy
+   (:class:`SendPrepares`), under the bucket's epoch as it is now.
 3. :class:`PreparesAnswered`: every shard's updates are committed, up to the last version, on each
    in-sync copy that took its prepares (:class:`SendCommits`).
-4. :class:`CommitsAnswered`: each copy that failed a prepare or a commit is dropped
+4. :class:`CommitsAnswered`: the updates are applied here (:class:`ApplyLocally`, in the
+   engine's queues: only now, so that a pull, answered from this memory, never sees an update
+   a failover could take back), each copy that failed a prepare or a commit is dropped
    (:class:`DropCopy`: the bucket's role writes it out of ``in_sync`` and re-syncs it), then the
    local application is awaited (:class:`AwaitApplied`).
 5. :class:`LocalApplied`: each update is recorded in its shard's log (a re-send is then
@@ -164,7 +165,8 @@ class Admit:
 
 @dataclass(frozen=True)
 class ApplyLocally:
-    """Queue the updates ``indices`` on this server's update engine."""
+    """Queue the updates ``indices`` on this server's update engine (those still
+    :meth:`CommitRound.ours` as they are queued, under the lock)."""
 
     indices: tuple[int, ...]
 
@@ -276,7 +278,7 @@ class CommitRound:
         answered by the copy, never applied again)."""
         log = self.logs[shard]
         version, table = log.committed, log.table()
-        if self.phase in (Phase.IDLE, Phase.ADMITTING):
+        if self.phase is not Phase.APPLYING:
             return version, table
         mine = [i for i in self.accepted if self.updates[i].shard == shard]
         for i in mine:
@@ -373,7 +375,7 @@ class CommitRound:
             role = self.roles[self.updates[i].bucket]
             prepares += [(i, copy) for copy in role.record.in_sync if copy != self.me]
         self.phase = Phase.PREPARING
-        return [*twins, ApplyLocally(tuple(self.accepted)), SendPrepares(tuple(prepares))]
+        return [*twins, SendPrepares(tuple(prepares))]
 
     def _prepared(self, s: PreparesAnswered) -> list:
         self.failed = set(s.failed)
@@ -394,7 +396,18 @@ class CommitRound:
         self.failed |= s.failed
         self.counters["dropped_copies"] += len(self.failed)
         self.phase = Phase.APPLYING
-        return [*(DropCopy(b, c) for b, c in sorted(self.failed)), AwaitApplied()]
+        # applied here only now: a pull (answered from this memory) sees an update only once
+        # every in-sync copy that is kept committed it, so no failover takes it back
+        drops = [DropCopy(b, c) for b, c in sorted(self.failed)]
+        mine = tuple(i for i in self.accepted if self.ours(i))
+        return [ApplyLocally(mine), *drops, AwaitApplied()]
+
+    def ours(self, index: int) -> bool:
+        """Whether update ``index`` may still be applied here: no newer primary's snapshot
+        replaced its shard meanwhile (this side was deposed while the round was out; applied
+        on top of that state, the update would be there twice). The adapter asks again under
+        the lock, as it queues the update."""
+        return self.logs[self.updates[index].shard].epoch <= self.epochs[index]
 
     def _applied(self, s: LocalApplied) -> list:
         actions = []

@@ -227,13 +227,16 @@ class SimServer:
         return self.now() < self.valid_until
 
     def serving(self, shard: int) -> bool:
-        return self.roles[self.bucket_of[shard]].serving and self.valid()
+        """As the real server: the serving primary, under the lease its record names, valid by
+        its clock."""
+        role = self.roles[self.bucket_of[shard]]
+        return role.serving and role.record.lease == self.lease and self.valid()
 
     # ------------------------------------------------------------------ network thread
 
     def submit(self, sender: int, seq: int, shard: int) -> str | None:
         """A client's update of ``shard``: queued, or ``NOT_PRIMARY`` (the answer to send)."""
-        if not self.serving(shard):
+        if not (self.serving(shard) and self.roles[self.bucket_of[shard]].writable):
             return "NOT_PRIMARY"
         self.queue.append((sender, seq, shard))
         return None
@@ -423,7 +426,7 @@ class SimServer:
                     versions[i] = self.book[u.shard]
                 todo += self.commit_round.handle(Admitted(versions, stimulus_id=self._sid("admitted")))
             elif isinstance(action, ApplyLocally):
-                for i in action.indices:
+                for i in (i for i in action.indices if self.commit_round.ours(i)):
                     self.values[works[i].shard].append((works[i].sender, works[i].seq))
             elif isinstance(action, SendPrepares):
                 requests = []
@@ -472,7 +475,7 @@ class SimServer:
 
     def open_shards(self) -> set[int]:
         """The shards the commit round has applied here and not recorded yet."""
-        if self.commit_round.phase in (Phase.IDLE, Phase.ADMITTING):
+        if self.commit_round.phase is not Phase.APPLYING:
             return set()
         return {self.commit_round.updates[i].shard for i in self.commit_round.accepted}
 

@@ -52,6 +52,7 @@ class Client:
     seq: int = 0
     outstanding: tuple[int, int] | None = None  # (seq, shard)
     ledger: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # -> (shard, v)
+    reads: dict[int, list] = field(default_factory=dict)  # shard -> [(served at, updates read)]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class World:
         self.ack_epochs: dict[tuple[int, int], int] = {}  # (bucket, epoch) -> server
         self.counts = {"acknowledged": 0, "faults": 0, "died_with_every_copy": 0}
         self.wiped_incarnations: list[int] | None = None  # each server's process at the wipe
+        self.forgiven: frozenset = frozenset()  # acknowledged updates that died with every copy
         self.graveyard: list[tuple[int, dict]] = []  # killed servers: (index, shard -> updates)
         self.acked: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
@@ -141,6 +143,7 @@ class World:
                 choices.append((0.1, ("duplicate", n)))
         for c, client in enumerate(self.clients):
             choices.append((3.0 if client.outstanding is None else 0.3, ("send", c)))
+            choices.append((0.5, ("pull", c)))
         choices.append((1.0, ("tick",)))
         for i, s in self.servers.items():
             if s is None:
@@ -208,6 +211,8 @@ class World:
             return f"{self.time}: delivered to {dst}: {self._describe(message)}" + self._deliver(dst, message)
         if kind == "send":
             return f"{self.time}: " + self._send(self.clients[event[1]])
+        if kind == "pull":
+            return f"{self.time}: " + self._pull(self.clients[event[1]])
         if kind == "tick":
             self.time += 1
             gone = self.etcd.expire(self.time)
@@ -247,6 +252,7 @@ class World:
         for shard, acked in self.acked.items():
             held = set().union(*(s.values[shard] for s in self.live()))
             gone += sorted(acked - held)
+            self.forgiven |= acked - held  # (a read of them may go back: they are gone)
             acked &= held
         self.counts["died_with_every_copy"] += len(gone)
         return gone
@@ -280,6 +286,13 @@ class World:
             reply = (dst, server.incarnation, (exchange, index, answer))
             self.network.append((("server", src, incarnation), reply))
             return f" -> {answer}"
+        if body[0] == "PULL":  # answered by the serving primary, from what it applied
+            _, sender, shard, expected = body
+            if not server.serving(shard):
+                return " -> NOT_PRIMARY"
+            read = ("READ", shard, len(self.schedule), frozenset(server.values[shard]), expected)
+            self.network.append((("client", sender), (dst, server.incarnation, read)))
+            return f" -> {sorted(read[3])}"
         sender, seq, shard = body  # a client's push
         refused = server.submit(sender, seq, shard)
         if refused:
@@ -288,7 +301,41 @@ class World:
             return f" -> {refused}"
         return " -> queued"
 
+    def _pull(self, client: Client) -> str:
+        shard = self.rng.choice(list(self.bucket_of))
+        record = self.etcd.record(self.bucket_of[shard])
+        if record is None:
+            return f"client {client.sender} finds no primary for shard {shard}"
+        mine = frozenset(k for k, (s, _) in client.ledger.items() if s == shard)
+        self.network.append((record.primary, (None, 0, ("PULL", client.sender, shard, mine))))
+        return f"client {client.sender} pulls shard {shard} from {record.primary}"
+
+    def _read(self, client: Client, body) -> str:
+        """A pull's answer: it holds what the client had acknowledged when it asked (read your
+        writes), and it neither misses what a read served before it held nor holds what a read
+        served after it misses (monotonic reads), updates that died with every copy aside."""
+        _, shard, served, values, expected = body
+        values = values - self.forgiven
+        if expected - self.forgiven - values:
+            raise self.violation(
+                f"client {client.sender} read shard {shard} without its acknowledged "
+                f"{sorted(expected - values)}"
+            )
+        for when, seen in client.reads.setdefault(shard, []):
+            seen = seen - self.forgiven
+            older, newer = (seen, values) if when < served else (values, seen)
+            if older - newer:
+                raise self.violation(
+                    f"client {client.sender} read shard {shard} going back: "
+                    f"{sorted(older - newer)} seen, then not"
+                )
+        client.reads[shard].append((served, values))
+        del client.reads[shard][:-4]
+        return ""
+
     def _reply(self, client: Client, body) -> str:
+        if body[0] == "READ":
+            return self._read(client, body)
         code, seq, shard, version = body
         if code != "ACK":
             return ""
