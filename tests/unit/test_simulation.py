@@ -170,7 +170,7 @@ def give_up_on_paused(world: World) -> None:
                     world.apply(("timeout", s.me, peer))
 
 
-def both_copies_stalled_then_the_primary_killed(min_copies: int) -> World:
+def both_copies_stalled_then_the_primary_killed(min_copies: int, ticks: int = 0) -> World:
     """Both copies of shard 0's bucket SIGSTOP-ed while an update is on its way, the primary
     SIGKILL-ed after it answered, the copies woken up, the client re-sending until answered."""
     world = established(Config(min_copies=min_copies))
@@ -184,7 +184,11 @@ def both_copies_stalled_then_the_primary_killed(min_copies: int) -> World:
     for _ in range(6):
         world.settle()
         give_up_on_paused(world)
-    world.settle()
+    for _ in range(ticks):  # the stalled copies' leases lapse: they leave the members
+        world.apply(("tick",))
+        world.settle()
+        give_up_on_paused(world)
+        world.settle()
     answered = dict(client.ledger)
     world.apply(("kill", primary.me))
     for s in copies:
@@ -200,8 +204,9 @@ def both_copies_stalled_then_the_primary_killed(min_copies: int) -> World:
     return world
 
 
-def test_below_min_copies_a_write_is_refused_and_acknowledged_once_a_copy_holds_it():
-    world = both_copies_stalled_then_the_primary_killed(min_copies=2)
+@pytest.mark.parametrize("ticks", [0, 12], ids=["stall", "stall-past-their-leases"])
+def test_below_min_copies_a_write_is_refused_and_acknowledged_once_a_copy_holds_it(ticks):
+    world = both_copies_stalled_then_the_primary_killed(min_copies=2, ticks=ticks)
     assert world.answered_before_the_kill == {}  # refused while the primary alone held it
     assert world.counts["died_with_every_copy"] == 0
     client = world.clients[0]

@@ -440,9 +440,11 @@ class BucketRole:
         gone = {  # dead, or restarted since it was caught up (a new lease: its memory is new)
             s for s in in_sync if s != self.me and self.members.get(s) != self.copy_leases.get(s)
         }
-        if gone:
-            self.dropping |= gone
-            self.confirmed -= gone  # caught up again (under its new lease) once it answers
+        self.confirmed -= gone  # caught up again (under its new lease) once it answers
+        for s in sorted(gone - self.dropping):
+            if self._droppable(s):
+                self.dropping.add(s)
+        if gone & self.dropping:
             return [] if self.writing else self._write(self._next_in_sync())
         todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
         self.syncing |= todo
@@ -486,6 +488,15 @@ class BucketRole:
             self.record = record
         return []
 
+    def _droppable(self, server: int) -> bool:
+        """Whether ``server`` may be written out of ``in_sync``: not if that left fewer than
+        ``min_copies`` in it. Kept, not caught up, it blocks writes (and reads while it is live)
+        until it is caught up again; it missed only updates nobody acknowledged, so, paused
+        rather than dead, it may still succeed this primary (a restarted process holds no
+        state and never campaigns)."""
+        kept = [s for s in self.record.in_sync if s != server and s not in self.dropping]
+        return len(kept) >= self.min_copies
+
     def _next_in_sync(self) -> tuple[int, ...]:
         kept = [s for s in self.record.in_sync if s not in self.dropping]
         return tuple(kept + sorted(self.behind - self.dropping - set(kept)))
@@ -518,18 +529,8 @@ class BucketRole:
         self.confirmed.discard(server)
         if self.role is not Role.PRIMARY or server == self.me:
             return []
-        if server in self.members and server in self.record.in_sync:
-            kept = [
-                s
-                for s in self.record.in_sync
-                if s != server and s not in self.dropping and s in self.members
-            ]
-            if len(kept) < self.min_copies:
-                # Writing it out would leave fewer than ``min_copies`` holders: it stays in
-                # ``in_sync``, not caught up, and the bucket serves nothing until it is (the
-                # next read of the map syncs it again) or it dies. It missed only updates
-                # nobody acknowledged, so it may still succeed this primary.
-                return []
+        if server in self.record.in_sync and not self._droppable(server):
+            return []
         self.dropping.add(server)
         if server not in self.record.in_sync or self.writing:
             return []  # not in it, or the write under way is followed by another (written)
