@@ -412,6 +412,11 @@ class BucketRole:
         ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
         side if it dies before it serves; it serves only once each has its snapshot."""
         others = tuple(s for s in record.in_sync if s != self.me and s in members)
+        # and, to keep ``min_copies`` in it, in-sync copies away now (paused past their lease,
+        # say): they missed nothing acknowledged, and one that returns with its memory may
+        # still succeed this side (it is caught up, or written out, once it registers again)
+        away = [s for s in record.in_sync if s != self.me and s not in members]
+        others += tuple(away[: max(0, self.min_copies - 1 - len(others))])
         return self._campaign(
             BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)), record.revision
         )
