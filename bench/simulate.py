@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--first", type=int, default=0, help="the first seed (default 0)")
     add("--steps", type=int, default=60, help="steps per schedule (default 60, as the tests)")
     add("--jobs", type=int, default=1, help="processes sharing the seeds (default 1)")
-    add("--without", default="", help="faults left out, comma-separated (of %s)" % sorted(FAULTS))
+    add("--without", default="", help=f"faults left out, comma-separated (of {sorted(FAULTS)})")
     args = parser.parse_args(argv)
     without = {f for f in args.without.split(",") if f}
     if args.seeds < 1 or args.steps < 1 or args.jobs < 1 or not without <= FAULTS:

@@ -6,8 +6,9 @@ came from, the updates prepared after it (a copy holds them until the primary's 
 which client requests are in, so a client's re-send to a new primary is answered instead of
 applied twice. The requests are kept per client (its sender id): the last ``window`` of each,
 for at most ``senders`` clients (those the job runs; the least recently heard of goes beyond
-that), so no other client's traffic can push an honest client's request out of the table. Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does
-no I/O: replication carries out what it says.
+that), so no other client's traffic can push an honest client's request out of the table.
+Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does no I/O:
+replication carries out what it says.
 """
 
 from __future__ import annotations

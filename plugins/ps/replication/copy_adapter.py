@@ -191,7 +191,9 @@ class CopyAdapter:
         if isinstance(action, Refuse):
             return self._answer(header, action)
         if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError(f"shard {shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s")
+            raise HogwildError(
+                f"shard {shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s"
+            )
         self.server.book.set_version(shard, header.version)
         # only now does this copy hold the state: a restore that failed must not let it campaign
         bucket = self.layout.bucket_of(shard)

@@ -58,6 +58,7 @@ from hogwild_plugins.ps.replication.commit_round import (
     SendPrepares,
     Update,
 )
+from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
     CommitArrived,
@@ -71,7 +72,6 @@ from hogwild_plugins.ps.replication.copy_side import (
     SnapshotArrived,
     commit_log,
 )
-from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 
@@ -246,13 +246,17 @@ class SimServer:
         refreshed = False
         while True:
             [verdict] = self.copy_side.handle(
-                PeerArrived(m.bucket, m.epoch, m.lease, m.sender, refreshed, stimulus_id=self._sid(m.kind))
+                PeerArrived(
+                    m.bucket, m.epoch, m.lease, m.sender, refreshed, stimulus_id=self._sid(m.kind)
+                )
             )
             if not isinstance(verdict, RefreshRecord):
                 break
             record = self.etcd.record(m.bucket)
             if record is not None:
-                self.roles[m.bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
+                self.roles[m.bucket].handle(
+                    RecordRefreshed(record, stimulus_id=self._sid("refresh"))
+                )
             refreshed = True
         if isinstance(verdict, Refuse):
             return verdict.code.name, 0
@@ -345,7 +349,15 @@ class SimServer:
         blank = self.etcd.blank()
         for bucket, role in self.roles.items():
             actions = role.handle(
-                MapRead(records[bucket], members, self.lease, valid, settled, blank, stimulus_id=self._sid("map"))
+                MapRead(
+                    records[bucket],
+                    members,
+                    self.lease,
+                    valid,
+                    settled,
+                    blank,
+                    stimulus_id=self._sid("map"),
+                )
             )
             yield from self._carry_out(actions)
 
@@ -390,7 +402,10 @@ class SimServer:
             version, table = self.commit_round.snapshot_point(shard)
             item = (tuple(self.values[shard]), tuple(table))
             requests.append(
-                (server, Peer("SNAPSHOT", bucket, shard, role.epoch, self.lease, self.me, version, item))
+                (
+                    server,
+                    Peer("SNAPSHOT", bucket, shard, role.epoch, self.lease, self.me, version, item),
+                )
             )
         exchange = yield from self._exchange(requests)
         return all(exchange.ok)
@@ -407,7 +422,9 @@ class SimServer:
 
     def _process(self, batch: list[tuple[int, int, int]]) -> Iterator[str]:
         updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
-        todo = self.commit_round.handle(BatchArrived(updates, self.valid(), stimulus_id=self._sid("batch")))
+        todo = self.commit_round.handle(
+            BatchArrived(updates, self.valid(), stimulus_id=self._sid("batch"))
+        )
         works: dict[int, SimWork] = {}
         while todo:
             action = todo.pop(0)
@@ -424,7 +441,9 @@ class SimServer:
                     self.book[u.shard] += 1
                     works[i] = SimWork(u.sender, u.seq, u.shard, self.book[u.shard])
                     versions[i] = self.book[u.shard]
-                todo += self.commit_round.handle(Admitted(versions, stimulus_id=self._sid("admitted")))
+                todo += self.commit_round.handle(
+                    Admitted(versions, stimulus_id=self._sid("admitted"))
+                )
             elif isinstance(action, ApplyLocally):
                 for i in (i for i in action.indices if self.commit_round.ours(i)):
                     self.values[works[i].shard].append((works[i].sender, works[i].seq))
@@ -434,7 +453,19 @@ class SimServer:
                     u, role = updates[i], self.roles[updates[i].bucket]
                     item = (u.sender, u.seq, u.shard)
                     requests.append(
-                        (copy, Peer("PREPARE", u.bucket, u.shard, role.epoch, self.lease, self.me, works[i].version, item))
+                        (
+                            copy,
+                            Peer(
+                                "PREPARE",
+                                u.bucket,
+                                u.shard,
+                                role.epoch,
+                                self.lease,
+                                self.me,
+                                works[i].version,
+                                item,
+                            ),
+                        )
                     )
                 exchange = yield from self._exchange(requests)
                 todo += self.commit_round.handle(
@@ -446,7 +477,10 @@ class SimServer:
                     bucket = self.bucket_of[shard]
                     role = self.roles[bucket]
                     requests.append(
-                        (copy, Peer("COMMIT", bucket, shard, role.epoch, self.lease, self.me, version))
+                        (
+                            copy,
+                            Peer("COMMIT", bucket, shard, role.epoch, self.lease, self.me, version),
+                        )
                     )
                 exchange = yield from self._exchange(requests)
                 todo += self.commit_round.handle(
@@ -459,7 +493,9 @@ class SimServer:
                 )
             elif isinstance(action, AwaitApplied):
                 yield "await the local application"
-                todo += self.commit_round.handle(LocalApplied(self.valid(), stimulus_id=self._sid("applied")))
+                todo += self.commit_round.handle(
+                    LocalApplied(self.valid(), stimulus_id=self._sid("applied"))
+                )
             elif isinstance(action, Acknowledge):
                 u = updates[action.index]
                 self.acknowledged.append(
@@ -470,7 +506,9 @@ class SimServer:
     @staticmethod
     def _failed(exchange: Exchange) -> frozenset:
         return frozenset(
-            (m.bucket, dst) for (dst, m), ok in zip(exchange.requests, exchange.ok, strict=True) if not ok
+            (m.bucket, dst)
+            for (dst, m), ok in zip(exchange.requests, exchange.ok, strict=True)
+            if not ok
         )
 
     def open_shards(self) -> set[int]:
@@ -486,12 +524,18 @@ class SimServer:
     def stories(self) -> str:
         lines = [f"server {self.me} (incarnation {self.incarnation}, lease {self.lease:#x}):"]
         for bucket, role in self.roles.items():
-            lines.append(f"  bucket {bucket}: {role.role.value} epoch {role.epoch} current {role.current} record {role.record}")
+            lines.append(
+                f"  bucket {bucket}: {role.role.value} epoch {role.epoch} "
+                f"current {role.current} record {role.record}"
+            )
             lines += [f"    {t}" for t in role.story()[-12:]]
         lines.append(f"  commit round ({self.commit_round.phase.value}):")
         lines += [f"    {t}" for t in self.commit_round.story()[-12:]]
         lines.append("  copy side:")
         lines += [f"    {t}" for t in self.copy_side.story()[-12:]]
         for shard, log in self.logs.items():
-            lines.append(f"  shard {shard}: {log.committed=} {log.epoch=} values {self.values[shard]} table {log.table()}")
+            lines.append(
+                f"  shard {shard}: {log.committed=} {log.epoch=} values {self.values[shard]} "
+                f"table {log.table()}"
+            )
         return "\n".join(lines)

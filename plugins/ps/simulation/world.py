@@ -179,8 +179,7 @@ class World:
         nothing is under way (or ``limit`` steps)."""
         for _ in range(limit):
             for n, (dst, _) in enumerate(self.network):
-                server = self.servers.get(dst[1] if dst[0] == "server" else None, None) if isinstance(dst, tuple) else self.servers[dst]
-                if server is None or not server.paused:  # a paused one's wait in its socket
+                if not self._to_paused(dst):  # a paused server's messages wait in its socket
                     self.apply(("deliver", n))
                     break
             else:
@@ -188,6 +187,16 @@ class World:
                 if not ready:
                     return
                 self.apply(("run", ready[0]))
+
+    def _to_paused(self, dst) -> bool:
+        """Whether a message to ``dst`` (a server, a primary's exchange, a client) would wait
+        for a paused server."""
+        if isinstance(dst, tuple):
+            if dst[0] != "server":
+                return False
+            dst = dst[1]
+        server = self.servers[dst]
+        return server is not None and server.paused
 
     def _do(self, event: tuple) -> str:
         kind = event[0]
@@ -208,7 +217,9 @@ class World:
                 self.network.append((dst, message))
                 return f"{self.time}: duplicated to {dst}: {self._describe(message)}"
             del self.network[event[1]]
-            return f"{self.time}: delivered to {dst}: {self._describe(message)}" + self._deliver(dst, message)
+            return f"{self.time}: delivered to {dst}: {self._describe(message)}" + self._deliver(
+                dst, message
+            )
         if kind == "send":
             return f"{self.time}: " + self._send(self.clients[event[1]])
         if kind == "pull":
@@ -219,7 +230,9 @@ class World:
             for s in self.live():
                 if not s.paused:
                     s.beat()
-            return f"{self.time}: tick" + (f", leases {[hex(g) for g in gone]} expired" if gone else "")
+            return f"{self.time}: tick" + (
+                f", leases {[hex(g) for g in gone]} expired" if gone else ""
+            )
         self.counts["faults"] += 1
         i = event[1] if len(event) > 1 else None
         if kind == "pause":
@@ -361,7 +374,10 @@ class World:
         if record is None:
             return f"client {client.sender} finds no primary for shard {shard}"
         self.network.append((record.primary, (None, 0, (client.sender, seq, shard))))
-        return f"client {client.sender} sends ({client.sender}, {seq}) of shard {shard} to {record.primary}"
+        return (
+            f"client {client.sender} sends ({client.sender}, {seq}) of shard {shard} "
+            f"to {record.primary}"
+        )
 
     @staticmethod
     def _describe(message) -> str:
@@ -372,7 +388,10 @@ class World:
                 item = what.item if what.kind == "PREPARE" else ""
                 if what.kind == "SNAPSHOT":
                     item = f"values {list(what.item[0])} table {list(what.item[1])}"
-                return f"{what.kind} shard {what.shard} v{what.version} epoch {what.epoch} from {src} {item}"
+                return (
+                    f"{what.kind} shard {what.shard} v{what.version} epoch {what.epoch} "
+                    f"from {src} {item}"
+                )
             return f"answer {what} from {src}"
         return f"{body} from {src}"
 
@@ -434,8 +453,8 @@ class World:
                 holders |= {me for me, held in self.graveyard if (sender, seq) in held[shard]}
                 if len(holders) < self.config.min_copies:
                     raise self.violation(
-                        f"server {s.me} acknowledged ({sender}, {seq}) held by {sorted(holders)} only, "
-                        f"fewer than min_copies = {self.config.min_copies}"
+                        f"server {s.me} acknowledged ({sender}, {seq}) held by "
+                        f"{sorted(holders)} only, fewer than min_copies = {self.config.min_copies}"
                     )
                 other = self.ack_epochs.setdefault((bucket, epoch), s.me)
                 if other != s.me:
@@ -463,7 +482,11 @@ class World:
                 s = self.servers.get(copy)
                 # a copy that holds the bucket's state, under the lease it registered (a
                 # restarted process is caught up before it counts)
-                if s is None or not s.roles[bucket].current or members.get(copy, s.lease) != s.lease:
+                if (
+                    s is None
+                    or not s.roles[bucket].current
+                    or members.get(copy, s.lease) != s.lease
+                ):
                     continue
                 if not everyone and copy not in self.touched:
                     continue  # neither it nor the record nor the acknowledgements changed
@@ -485,9 +508,7 @@ def established(config: Config = Config()) -> World:
     if config not in _ESTABLISHED:
         world = World(-1, config, ())
         world.settle()
-        while not all(
-            any(s.roles[b].serving for s in world.live()) for b in world.bucket_shards
-        ):
+        while not all(any(s.roles[b].serving for s in world.live()) for b in world.bucket_shards):
             world.apply(("tick",))
             world.settle()
         world.schedule.append("(the established start ends here)")
