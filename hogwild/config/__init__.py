@@ -145,6 +145,7 @@ class PsConfig:
     lease_s: int = 0
     nonfinite: str = "refuse"  # a write holding NaN or inf: "refuse" it, or "count" and apply
     max_vectors: int = 32  # named vectors a shard holds at most (vector operations, Sandblaster)
+    min_copies: int = 0
 
 
 @dataclass(frozen=True)

@@ -231,6 +231,8 @@ def _check_ps(ps, fail) -> None:
         fail(f"ps.shard_kib must be >= 4 (KiB per shard; Adam uses 1024), got {ps.shard_kib}")
     if not 1 <= ps.max_vectors <= 4096:
         fail(f"ps.max_vectors must be 1 to 4096 (named vectors per shard), got {ps.max_vectors}")
+    if ps.min_copies < 0:
+        fail(f"ps.min_copies must be >= 0 (0: half the copies, rounded up), got {ps.min_copies}")
     if not 0 <= ps.lease_s <= 3600:
         fail(f"ps.lease_s must be 0 (auto) to 3600 seconds (a whole number), got {ps.lease_s}")
     if not ps.flush_s > 0 or not ps.timeout_s > 0:

@@ -11,19 +11,31 @@ its own) is stopped by :meth:`EtcdController.close`, data and all; an etcd the j
 someone else's, so :meth:`~EtcdController.close` deletes every key of the job instead. Either way
 an earlier run's keys are deleted when the controller opens: they would name primaries that are
 gone.
+
+One driver per job: the controller first claims the job's ``driver`` key under a lease of its
+own, kept alive by a thread until :meth:`~EtcdController.close`. A second driver of the same job
+name on a shared etcd finds the key held and is refused (clearing the map under a running job
+would make its servers stop every bucket); a driver that died leaves the key for one lease.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
+import time
 from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.etcd_process import EtcdProcess
 from hogwild_plugins.ps.routes import etcd_prefix
 
+from hogwild.errors import HogwildError
+
 __all__ = ["GIVEN_ETCD_LEASE_S", "EtcdController"]
 
 GIVEN_ETCD_LEASE_S = 2  # seconds: the auto lease with an etcd whose timers are not ours
+DRIVER_KEY = "driver"  # held, under the driver's lease, while a driver runs the job
 
 
 class EtcdController:
@@ -42,13 +54,20 @@ class EtcdController:
             self.process = EtcdProcess()  # its data in a directory of its own, removed with it
             address = self.process.start()
             say(f"hogwild cluster: etcd for the servers' copies on {address}")
-        self.address = address
+        self.address, self.job = address, job
         self.min_lease_s = self.process.min_ttl_s if self.process else GIVEN_ETCD_LEASE_S
+        self._etcd: Etcd | None = None
+        self._lease = 0
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
         try:
+            self._claim()
             self._clear()  # an earlier run's map would name primaries that are gone
         except BaseException:
             if self.process is not None:  # ours: nobody else would stop it
                 self.close()
+            else:
+                self._release()
             raise
 
     def forget_server(self, index: int) -> None:
@@ -59,15 +78,67 @@ class EtcdController:
                 etcd.revoke(value["lease"])
 
     def close(self) -> None:
-        """Stop the etcd started for the job, or delete the job's keys from the one given."""
-        if self.process is not None:
-            process, self.process = self.process, None
-            process.stop()
-        else:
-            self._clear()
+        """Stop the etcd started for the job, or delete the job's keys from the one given;
+        either way give the job's ``driver`` key back."""
+        try:
+            if self.process is None and self._etcd is not None:
+                self._clear()
+        finally:
+            self._release()  # while the etcd started here still runs
+            if self.process is not None:
+                process, self.process = self.process, None
+                process.stop()
+
+    def _claim(self) -> None:
+        """Hold the job's ``driver`` key under a lease of this controller's (see the module
+        docstring); wait one lease for a driver that died to lose it.
+
+        Raises:
+            HogwildError: Another driver of this job holds it.
+        """
+        ttl = max(GIVEN_ETCD_LEASE_S, int(-(-self.min_lease_s // 1)))
+        self._etcd = Etcd(self.address, prefix=self.prefix)
+        self._lease = self._etcd.grant(ttl)
+        me = {"host": socket.gethostname(), "pid": os.getpid()}
+        deadline = time.monotonic() + ttl + 1
+        while not self._etcd.create(DRIVER_KEY, me, lease=self._lease):
+            holder, _ = self._etcd.get(DRIVER_KEY)
+            if time.monotonic() > deadline:
+                raise HogwildError(
+                    f"job {self.job!r}: another driver holds its keys on etcd {self.address} "
+                    f"({holder}); two drivers of one job would clear each other's bucket map: "
+                    "give this one another job name"
+                )
+            time.sleep(0.2)
+        self._keeper = threading.Thread(
+            target=self._keep, args=(ttl,), name="hogwild-driver-lease", daemon=True
+        )
+        self._keeper.start()
+
+    def _keep(self, ttl: int) -> None:
+        while not self._stop.wait(ttl / 4):
+            try:
+                self._etcd.keepalive(self._lease)
+            except HogwildError:
+                pass  # etcd away: the key lapses, a second driver could take it; retried
+
+    def _release(self) -> None:
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.join(timeout=10)
+            self._keeper = None
+        if self._etcd is not None:
+            etcd, self._etcd = self._etcd, None
+            try:
+                if self._lease:
+                    etcd.revoke(self._lease)
+            except HogwildError:
+                pass  # etcd gone with the process started here: nothing left to give back
+            etcd.close()
 
     def _clear(self) -> None:
-        """Delete every etcd key of this job (its bucket map and members)."""
+        """Delete every etcd key of this job (its bucket map and members), but the driver's."""
         with Etcd(self.address, prefix=self.prefix) as etcd:
             for key in etcd.get_prefix("")[0]:
-                etcd.delete(key)
+                if key != DRIVER_KEY:
+                    etcd.delete(key)

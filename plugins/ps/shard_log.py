@@ -4,8 +4,11 @@ A server holds one log per shard, as that shard's primary or as one of its copie
 (:mod:`~hogwild_plugins.ps.replication`): the committed version and the epoch of the primary it
 came from, the updates prepared after it (a copy holds them until the primary's ``COMMIT``), and
 which client requests are in, so a client's re-send to a new primary is answered instead of
-applied twice. Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does
-no I/O: replication carries out what it says.
+applied twice. The requests are kept per client (its sender id): the last ``window`` of each,
+for at most ``senders`` clients (those the job runs; the least recently heard of goes beyond
+that), so no other client's traffic can push an honest client's request out of the table.
+Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does no I/O:
+replication carries out what it says.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ class ShardLog:
 
     committed: int = 0
     prepared: list = field(default_factory=list)  # (version, item), consecutive after committed
+    # sender -> {seq: version}, its last ``window`` requests; senders least recently heard first
     requests: OrderedDict = field(default_factory=OrderedDict)
-    keep: int = 65536
+    window: int = 256  # requests remembered per client (more than it ever has unanswered)
+    senders: int = 1024  # clients remembered (more than a job's roles)
     epoch: int = 0  # the epoch of the primary whose updates ``committed`` counts (0: none yet)
 
     @property
@@ -67,18 +72,32 @@ class ShardLog:
         return True
 
     def record(self, sender: int, seq: int, version: int) -> None:
-        self.requests[(sender, seq)] = version
-        if len(self.requests) > self.keep:
-            self.requests.popitem(last=False)
+        mine = self.requests.get(sender)
+        if mine is None:
+            mine = self.requests[sender] = OrderedDict()
+            if len(self.requests) > self.senders:
+                self.requests.popitem(last=False)  # the client least recently heard of
+        else:
+            self.requests.move_to_end(sender)
+        mine[seq] = version
+        if len(mine) > self.window:
+            mine.popitem(last=False)
 
     def seen(self, sender: int, seq: int) -> int | None:
         """The version a request already got, or None."""
-        return self.requests.get((sender, seq))
+        mine = self.requests.get(sender)
+        return None if mine is None else mine.get(seq)
+
+    def size(self) -> int:
+        """The requests remembered, every client's together."""
+        return sum(len(mine) for mine in self.requests.values())
 
     def restore(self, version: int, requests: list[tuple[int, int, int]], epoch: int) -> None:
         """A snapshot at ``version`` from the primary of ``epoch`` replaced everything."""
         self.committed, self.prepared, self.epoch = version, [], epoch
-        self.requests = OrderedDict(((s, q), v) for s, q, v in requests)
+        self.requests = OrderedDict()
+        for s, q, v in requests:
+            self.record(s, q, v)
 
     def outdated(self, version: int, epoch: int) -> bool:
         """Whether a snapshot of ``epoch`` at ``version`` is older than this log: the same
@@ -90,4 +109,4 @@ class ShardLog:
         return epoch == self.epoch and version < self.committed
 
     def table(self) -> list[tuple[int, int, int]]:
-        return [(s, q, v) for (s, q), v in self.requests.items()]
+        return [(s, q, v) for s, mine in self.requests.items() for q, v in mine.items()]

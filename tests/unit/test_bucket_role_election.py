@@ -582,3 +582,26 @@ def test_a_candidate_asks_every_sender_to_retry_while_it_campaigns():
         Gate.REFRESH
     )
     assert gate(roles[candidate], record.epoch - 1, LEASE[old], old) is Gate.FENCED
+
+
+def test_a_record_lost_after_one_was_seen_starts_nothing_afresh():
+    """etcd came back empty (or another driver cleared the job's keys): no server that saw the
+    bucket's record campaigns for a new one, the primary steps down, the bucket waits."""
+    roles, keys, primary = established()
+    members = live(range(3))
+    for s, role in roles.items():
+        assert step(role, MapRead, None, members, LEASE[s], True) == []
+        assert role.record_lost and not role.serving
+    # nor does an older record (a bucket started afresh elsewhere at epoch 1) count
+    stale = BucketRecord(1, primary, LEASE[primary], (primary,), revision=1)
+    copy = next(s for s in roles if s != primary)
+    assert step(roles[copy], MapRead, stale, members, LEASE[copy], True) == []
+    assert roles[copy].role is Role.FOLLOWER and roles[copy].record_lost
+
+
+def test_a_server_that_never_saw_a_record_starts_no_bucket_while_a_member_has_seen_one():
+    members = live(range(3))
+    first = desired_copies(BUCKET, members, COPIES)[0]
+    role = BucketRole(BUCKET, first, COPIES)
+    assert step(role, MapRead, None, members, LEASE[first], True, blank=False) == []
+    assert [type(a) for a in step(role, MapRead, None, members, LEASE[first], True)] == [Campaign]

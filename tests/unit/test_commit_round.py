@@ -58,6 +58,7 @@ class Adapter:
         self.prepared: list[tuple[int, int]] = []
         self.commits: list[tuple[int, int, int]] = []
         self.snapshots: list[tuple] = []  # (copy, shard, version, table) per shard and Sync
+        self.reachable = lambda copy: True  # which copies a snapshot reaches
 
     @property
     def copies(self) -> list[int]:
@@ -114,6 +115,8 @@ class Adapter:
 
     def snapshot(self, copy: int) -> bool:
         """A :class:`Sync` to ``copy``: record what the snapshot of each shard carries."""
+        if not self.reachable(copy):
+            return False
         for shard in SHARDS:
             version, table = self.round.snapshot_point(shard)
             self.snapshots.append((copy, shard, version, table))
@@ -166,16 +169,27 @@ def test_an_update_the_admission_refuses_goes_no_further():
     assert a.run(updates(3), stale={0}) == [Admit((0,))]  # nothing admitted: the round closes
 
 
-def test_a_copy_that_fails_a_prepare_gets_no_commit_is_dropped_and_nothing_is_acknowledged():
+def test_a_copy_that_fails_a_prepare_gets_no_commit_and_is_re_synced_with_the_round_in_it():
     a = Adapter()
     lost = a.copies[0]
     done = a.run(updates(1, 2), prepare_fails={lost})
     assert all(c != lost for _, c, _ in a.commits)
     assert DropCopy(BUCKET, lost) in done and a.round.counters["dropped_copies"] == 1
-    # every update is applied here and on the other copy, and refused: the client re-sends
-    assert a.answers == {0: RefuseNotPrimary(0), 1: RefuseNotPrimary(1)}
+    # written out, synced from a snapshot that holds the round's updates, written back: every
+    # in-sync copy holds them, and they are acknowledged
+    assert lost in a.keys.read().in_sync and a.role.serving
+    assert (lost, SHARDS[0], 2, [(7, 1, 1), (7, 2, 2)]) in a.snapshots
+    assert a.answers == {0: Acknowledge(0, 1), 1: Acknowledge(1, 2)}
     assert a.logs[SHARDS[0]].seen(7, 2) == 2
-    assert lost in a.keys.read().in_sync  # written out, synced from a snapshot, written back
+
+
+def test_a_copy_that_fails_a_prepare_and_its_snapshot_leaves_in_sync():
+    a = Adapter()
+    lost = a.copies[0]
+    a.reachable = lambda copy: copy != lost
+    a.run(updates(1, 2), prepare_fails={lost})
+    assert lost not in a.keys.read().in_sync and not a.snapshots
+    assert a.answers == {0: Acknowledge(0, 1), 1: Acknowledge(1, 2)}
 
 
 def test_a_primary_deposed_during_the_round_acknowledges_nothing():
@@ -196,12 +210,6 @@ def test_a_stimulus_out_of_its_phase_is_a_bug():
         a.round.handle(Admitted({}, stimulus_id="late"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a copy dropped mid-round is re-synced with the pre-round version and request "
-    "table, while the snapshot's values (after the barrier) hold the round's updates: "
-    "the stalled-copy defect of the partitions issue, not fixed in this refactor",
-)
 def test_a_copy_re_synced_mid_round_gets_a_snapshot_holding_the_rounds_version():
     a = Adapter()
     lost = a.copies[0]
@@ -239,13 +247,19 @@ def run_random_rounds(seed: int) -> None:
         commit_fails = {c for c in copies if rng.random() < 0.1}
         stale = {i for i in range(len(batch)) if rng.random() < 0.1}
         valid = rng.random() < 0.9
-        in_sync_before = set(a.keys.read().in_sync)
         a.answers = {}
+        before = len(a.snapshots)
         a.run(batch, prepare_fails, commit_fails, stale, valid)
         for i, answer in a.answers.items():
             u = batch[i]
             if isinstance(answer, Acknowledge):
-                assert valid and not (prepare_fails | commit_fails) & in_sync_before
+                assert valid
+                # every in-sync copy that failed the round got a snapshot holding the update
+                for c in (prepare_fails | commit_fails) & set(a.keys.read().in_sync):
+                    assert any(
+                        (copy, shard) == (c, u.shard) and version >= answer.version
+                        for copy, shard, version, _ in a.snapshots[before:]
+                    )
                 versions[(u.sender, u.seq, u.shard)] = answer.version
             elif isinstance(answer, AnswerDuplicate):
                 # a re-send gets the version its first application got
@@ -254,3 +268,17 @@ def run_random_rounds(seed: int) -> None:
                 assert versions.get(key, answer.version) == answer.version
         for shard in SHARDS:
             assert a.logs[shard].committed == a.book[shard]  # recorded what was applied
+
+
+def test_below_min_copies_nothing_is_acknowledged_and_the_last_copy_stays_in_sync():
+    a = Adapter()
+    a.role.min_copies = 2
+    first, second = a.copies
+    a.reachable = lambda copy: False  # both copies stalled: their snapshots fail too
+    a.run(updates(1), prepare_fails={first, second})
+    # one is written out; the other stays in in_sync (not caught up): the bucket serves nothing
+    in_sync = a.keys.read().in_sync
+    assert len(in_sync) == 2 and a.primary in in_sync
+    assert a.answers == {0: RefuseNotPrimary(0)} and not a.role.serving
+    a.answers = {}
+    assert a.run(updates(1)) == [RefuseNotPrimary(0)]  # a re-send waits too

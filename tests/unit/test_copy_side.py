@@ -46,7 +46,7 @@ def copy_side() -> CopySide:
     """This server (``ME``) as a copy of ``BUCKET`` (shards ``SHARDS``), under ``RECORD``."""
     role = BucketRole(BUCKET, ME, COPIES)
     step(role, MapRead, RECORD, live(range(3)), LEASE[ME], True)
-    return CopySide(ME, {BUCKET: role}, {s: ShardLog() for s in SHARDS})
+    return CopySide(ME, {BUCKET: role}, {s: ShardLog() for s in SHARDS}, {BUCKET: SHARDS})
 
 
 def feed(side: CopySide, stimulus, *args) -> list:
@@ -125,11 +125,28 @@ def test_a_snapshot_replaces_the_log_and_once_applied_makes_the_bucket_current()
     log = side.logs[SHARDS[0]]
     assert (log.committed, log.epoch, log.prepared) == (5, EPOCH + 1, [])
     assert log.seen(7, 40) == 5 and log.seen(7, 1) is None
-    assert feed(side, SnapshotApplied, SHARDS[0], BUCKET, 5, EPOCH + 1) == [
+    # one shard of the bucket's two: acknowledged, and the bucket is not current yet
+    assert feed(side, SnapshotApplied, SHARDS[0], BUCKET, 5, EPOCH + 1) == [Acknowledge(5)]
+    feed(side, SnapshotArrived, SHARDS[1], 0, EPOCH + 1, ())
+    assert feed(side, SnapshotApplied, SHARDS[1], BUCKET, 0, EPOCH + 1) == [
         MarkRestored(BUCKET, EPOCH + 1),
-        Acknowledge(5),
+        Acknowledge(0),
     ]
-    assert side.counters["snapshots_received"] == 1
+    assert side.counters["snapshots_received"] == 2
+
+
+def test_a_bucket_is_current_only_with_every_shards_snapshot_of_one_primary():
+    side = copy_side()
+    feed(side, SnapshotArrived, SHARDS[0], 2, EPOCH, ())
+    assert feed(side, SnapshotApplied, SHARDS[0], BUCKET, 2, EPOCH) == [Acknowledge(2)]
+    feed(side, SnapshotArrived, SHARDS[1], 3, EPOCH + 1, ())
+    # the other shard's snapshot comes from a newer primary: the first one's is not its state
+    assert feed(side, SnapshotApplied, SHARDS[1], BUCKET, 3, EPOCH + 1) == [Acknowledge(3)]
+    feed(side, SnapshotArrived, SHARDS[0], 2, EPOCH + 1, ())
+    assert feed(side, SnapshotApplied, SHARDS[0], BUCKET, 2, EPOCH + 1) == [
+        MarkRestored(BUCKET, EPOCH + 1),
+        Acknowledge(2),
+    ]
 
 
 def test_a_log_whose_prepared_versions_skip_fails_validation():

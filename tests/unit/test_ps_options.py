@@ -30,6 +30,7 @@ FROM_CONFIG = (
     "copies",
     "etcd",
     "lease_s",
+    "min_copies",
 )
 
 

@@ -88,8 +88,8 @@ def test_a_snapshot_replaces_the_log_and_the_request_table():
     assert log.prepare(11, "u11")  # and it goes on from the snapshot
 
 
-def test_the_request_table_answers_resends_and_forgets_the_oldest_beyond_keep():
-    log = ShardLog(keep=2)
+def test_the_request_table_answers_resends_and_forgets_a_clients_oldest_beyond_its_window():
+    log = ShardLog(window=2)
     assert log.seen(1, 1) is None
     log.record(1, 1, version=1)
     log.record(1, 2, version=2)
@@ -97,4 +97,25 @@ def test_the_request_table_answers_resends_and_forgets_the_oldest_beyond_keep():
     assert log.seen(2, 1) is None  # another client's seq 1 is another request
     log.record(1, 3, version=3)
     assert log.seen(1, 1) is None and log.seen(1, 2) == 2 and log.seen(1, 3) == 3
-    assert len(log.requests) == 2
+    assert log.size() == 2
+
+
+def test_no_other_clients_traffic_evicts_a_clients_requests():
+    """A shared table bounded at 65,536 requests let another sender's flood push an honest
+    client's acknowledged request out: its later re-send was applied again."""
+    log = ShardLog()
+    log.record(1, 7, version=1)
+    for seq in range(70_000):
+        log.record(2, seq, version=2 + seq)
+    assert log.seen(1, 7) == 1
+    assert log.size() == 1 + log.window
+
+
+def test_beyond_its_clients_bound_the_least_recently_heard_of_client_is_forgotten():
+    log = ShardLog(senders=2)
+    log.record(1, 1, version=1)
+    log.record(2, 1, version=2)
+    log.record(1, 2, version=3)  # client 1 heard of again
+    log.record(3, 1, version=4)
+    assert log.seen(2, 1) is None and log.seen(1, 1) == 1 and log.seen(3, 1) == 4
+    assert log.table() == [(1, 1, 1), (1, 2, 3), (3, 1, 4)]

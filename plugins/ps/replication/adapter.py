@@ -99,12 +99,19 @@ from hogwild.net.wire import (
     pack_header,
 )
 
-__all__ = ["PEER_SENDER", "Replication"]
+__all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
 
 POLL_S = 0.5  # the map is read at least this often, watch or not
 MAX_BATCH = 256
 MAX_TAKEOVERS = 64
 SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
+
+
+def auto_min_copies(copies: int) -> int:
+    """``ps.min_copies = 0``: half the copies, rounded up (2 of 3, as Kafka's usual
+    ``min.insync.replicas`` with three replicas; 1 of 2, so that one server's loss leaves a
+    two-copy job writable)."""
+    return (copies + 1) // 2
 
 
 @dataclass
@@ -128,10 +135,17 @@ class Replication:
         lease_s: TTL of the server's etcd lease: how long a dead server goes unnoticed.
     """
 
-    def __init__(self, server, etcd: str, copies: int, lease_s: int = 2) -> None:
+    def __init__(
+        self, server, etcd: str, copies: int, lease_s: int = 2, min_copies: int = 0
+    ) -> None:
         options = server.options
         if not 2 <= copies:
             raise HogwildError(f"copies = {copies}: replication needs 2 or more")
+        min_copies = min_copies or auto_min_copies(copies)
+        if not 1 <= min_copies <= copies:
+            raise HogwildError(
+                f"ps.min_copies = {min_copies} must be in [1, copies = {copies}] (0: automatic)"
+            )
         if copies > len(options.servers):
             raise HogwildError(
                 f"copies = {copies} needs at least as many parameter servers "
@@ -145,7 +159,10 @@ class Replication:
         self.bucket_shards = {b: [] for b in range(layout.n_buckets)}
         for shard in range(layout.n_shards):
             self.bucket_shards[layout.bucket_of(shard)].append(shard)
-        self.roles = {b: BucketRole(b, self.me, copies) for b in range(layout.n_buckets)}
+        self.min_copies = min_copies
+        self.roles = {
+            b: BucketRole(b, self.me, copies, min_copies) for b in range(layout.n_buckets)
+        }
         for bucket, shards in self.bucket_shards.items():
             self.roles[bucket].current = not shards  # nothing to hold: every copy is current
         self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
@@ -163,7 +180,7 @@ class Replication:
         self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
         self._watch = None
         self.replier = None
-        self.copy_side = CopySide(self.me, self.roles, self.logs)
+        self.copy_side = CopySide(self.me, self.roles, self.logs, self.bucket_shards)
         self.commit_round = CommitRound(self.me, self.roles, self.logs)
         self.local = LocalApplier(server)
         # the lease read when a message goes out: the membership's clock, once started
@@ -183,6 +200,7 @@ class Replication:
         self.counters = {
             "snapshots_sent": 0,
             "not_primary": 0,
+            "too_few_copies": 0,
             "campaigns_won": 0,
             "handed_over": 0,
         }
@@ -210,6 +228,7 @@ class Replication:
             str(self.server.address),
             self.lease_s,
             self.changed.set,
+            lambda: any(role.known_epoch for role in self.roles.values()),
         )
         self.clock = self.membership.clock
         self.membership.start()
@@ -246,13 +265,39 @@ class Replication:
     # ------------------------------------------------------------------ network thread
 
     def serving(self, shard: int) -> bool:
+        """Whether this server answers ``shard``'s pulls: the bucket's serving primary, under
+        the lease its record names, valid by this server's clock (a lease lost and taken anew
+        is not the record's: a successor may serve meanwhile)."""
         role = self.roles[self.layout.bucket_of(shard)]
-        return role.serving and self.failure is None and self.clock.valid(time.monotonic())
+        return (
+            role.serving
+            and role.record.lease == self.clock.lease
+            and self.failure is None
+            and self.clock.valid(time.monotonic())
+        )
+
+    def writable(self, shard: int) -> bool:
+        """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""
+        return self.serving(shard) and self.roles[self.layout.bucket_of(shard)].writable
 
     def not_primary(self, header: Header, shard: int) -> WireError:
         self.counters["not_primary"] += 1
         role = self.roles[self.layout.bucket_of(shard)]
         primary = role.record.primary if role.record else None
+        if role.serving and not role.writable:
+            self.counters["too_few_copies"] += 1
+            return WireError(
+                f"bucket {role.bucket} has {role.holders} live copies in sync, fewer than "
+                f"ps.min_copies = {role.min_copies}: writes are refused until a copy catches up "
+                "(send again)",
+                ErrorCode.NOT_PRIMARY,
+            )
+        if role.record_lost:
+            return WireError(
+                f"etcd lost the record of bucket {role.bucket} (it saw epoch "
+                f"{role.known_epoch}): the bucket serves nothing until the job is restarted",
+                ErrorCode.NOT_PRIMARY,
+            )
         return WireError(
             f"server {self.me} is not the serving primary of bucket {self.layout.bucket_of(shard)}"
             f" (it is {role.role.value}; the map names server {primary}): re-read the map",
@@ -261,7 +306,7 @@ class Replication:
 
     def submit(self, header: Header, shard: int, work: Work, frames: list) -> None:
         """A client's update of ``shard`` (checked): for the replication thread."""
-        if not self.serving(shard):
+        if not self.writable(shard):
             raise self.not_primary(header, shard)
         self.queue.put(Pending(header, shard, work, list(frames)))
 
@@ -318,6 +363,7 @@ class Replication:
         now = time.monotonic()
         valid = self.clock.valid(now)
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
+        blank = not any(m.get("seen") is not False for m in members.values())
         for bucket, role in self.roles.items():
             with self.lock:
                 actions = role.handle(
@@ -327,6 +373,7 @@ class Replication:
                         self.clock.lease,
                         valid,
                         settled,
+                        blank,
                         stimulus_id=self._stimulus("map"),
                     )
                 )
@@ -478,8 +525,13 @@ class Replication:
                     versions[i] = p.work.version
                 todo += self._round(Admitted(versions, stimulus_id=self._stimulus("admitted")))
             elif isinstance(action, ApplyLocally):
-                done = Countdown(len(action.indices))
-                self.local.apply([batch[i].work for i in action.indices], done)
+                # under the lock: a newer primary's snapshot restored on the network thread
+                # (its restore queued under the same lock) lands either before the check or
+                # after these updates in the engine's queue, never beneath them
+                with self.lock:
+                    mine = [i for i in action.indices if self.commit_round.ours(i)]
+                    done = Countdown(len(mine))
+                    self.local.apply([batch[i].work for i in mine], done)
             elif isinstance(action, SendPrepares):
                 prepares = [self._prepare_request(batch[i], copy) for i, copy in action.prepares]
                 failed = self.link.failures(prepares, self.link.exchange(prepares))
@@ -558,6 +610,7 @@ class Replication:
     def status(self) -> dict:
         return {
             "copies": self.copies,
+            "min_copies": self.min_copies,
             "lease": self.clock.lease,
             "lease_valid": self.clock.valid(time.monotonic()),
             "roles": {
@@ -565,6 +618,7 @@ class Replication:
                     "role": r.role.value,
                     "epoch": r.epoch,
                     "current": r.current,
+                    "record_lost": r.record_lost,
                     "in_sync": list(r.record.in_sync) if r.record else [],
                 }
                 for b, r in self.roles.items()

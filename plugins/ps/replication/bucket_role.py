@@ -110,13 +110,15 @@ class MapRead(RoleStimulus):
     leases; this server's ``lease`` and whether it is ``lease_valid`` by its own clock.
     ``settled``: every server has registered, or long enough has passed since the start (only
     then is a bucket's very first primary chosen, so that the first primaries are spread over
-    every server rather than taken by the first one up)."""
+    every server rather than taken by the first one up). ``blank``: no live member has ever
+    seen a record of this job's buckets (only then may a missing record mean a new bucket)."""
 
     record: BucketRecord | None
     members: Mapping[int, int]
     lease: int
     lease_valid: bool
     settled: bool = True
+    blank: bool = True  # every live member registered before it saw any bucket's record
 
 
 @dataclass(frozen=True)
@@ -206,11 +208,15 @@ class BucketRole:
         bucket: The bucket.
         me: This server's index.
         copies: Copies per bucket.
+        min_copies: ``ps.min_copies``: the live in-sync copies (this one included) a write
+            needs to be acknowledged; with fewer the bucket refuses writes (it still serves
+            reads) until a copy catches up.
     """
 
     bucket: int
     me: int
     copies: int
+    min_copies: int = 1
     role: Role = Role.FOLLOWER
     record: BucketRecord | None = None
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
@@ -219,6 +225,11 @@ class BucketRole:
     # shards: each shard's; current counts for campaigns only with this copy in in_sync, where
     # a primary puts it once every shard's snapshot arrived)
     restored_epoch: int = 0
+    # the newest epoch of a record this side has seen: a missing record, or an older one, after
+    # it means etcd lost the bucket's state (wiped, restored from an old backup, or cleared by
+    # another driver of the same job): the bucket is never started afresh over it
+    known_epoch: int = 0
+    record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
     copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
     confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
     syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
@@ -241,6 +252,7 @@ class BucketRole:
                     stimulus.lease,
                     stimulus.lease_valid,
                     stimulus.settled,
+                    stimulus.blank,
                 )
             case CampaignAnswered():
                 actions = self._campaigned(stimulus.won, stimulus.record)
@@ -264,6 +276,8 @@ class BucketRole:
                 actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
+        if self.record is not None and self.record.epoch > self.known_epoch:
+            self.known_epoch = self.record.epoch
         self.transitions.append(
             (stimulus.stimulus_id, type(stimulus).__name__, before, self.role, tuple(actions))
         )
@@ -282,24 +296,25 @@ class BucketRole:
         """
 
         def check(ok: bool, what: str) -> None:
-            if not ok:
+            if not ok:  # (the message is formatted only then: the simulator checks every step)
                 raise AssertionError(
-                    f"bucket {self.bucket} on {self.me}: {what}; {self.story()[-5:]}"
+                    f"bucket {self.bucket} on {self.me}: {what.format(role=self.role)}; "
+                    f"{self.story()[-5:]}"
                 )
 
         primary = self.role is Role.PRIMARY
-        check(isinstance(self.role, Role), f"role {self.role!r}")
+        check(isinstance(self.role, Role), "role {role!r}")
         check(not self.serving or primary, "serving, not as primary")
         check(
             primary or not (self.syncing or self.behind or self.dropping or self.writing),
-            f"{self.role.value} with primary's work open",
+            "{role.value} with primary's work open",
         )
         if primary:
             check(self.record is not None and self.record.primary == self.me, "primary, not named")
             check(self.me in self.record.in_sync, "primary, not in in_sync")
             check(self.me not in self.syncing | self.dropping, "primary syncing or dropping itself")
         if self.role in (Role.PRIMARY, Role.CANDIDATE, Role.HANDING):
-            check(self.current, f"{self.role.value} without the bucket's state")
+            check(self.current, "{role.value} without the bucket's state")
 
     @property
     def serving(self) -> bool:
@@ -308,6 +323,16 @@ class BucketRole:
         if self.role is not Role.PRIMARY or self.syncing or self.writing:
             return False
         return all(s in self.confirmed for s in self.record.in_sync if s in self.members)
+
+    @property
+    def holders(self) -> int:
+        """The live in-sync copies, this one included (each caught up while it serves)."""
+        return sum(1 for s in self.record.in_sync if s in self.members) if self.record else 0
+
+    @property
+    def writable(self) -> bool:
+        """Serving, with at least ``min_copies`` live in-sync copies: takes client writes."""
+        return self.serving and self.holders >= self.min_copies
 
     @property
     def epoch(self) -> int:
@@ -320,6 +345,7 @@ class BucketRole:
         lease: int,
         lease_valid: bool,
         settled: bool = True,
+        blank: bool = True,
     ) -> list:
         """The map as etcd has it now (the record, the live members and their leases); this
         server's lease.
@@ -327,6 +353,11 @@ class BucketRole:
         (only then is a bucket's very first primary chosen, so that the first primaries are
         spread over every server rather than taken by the first one up)."""
         self.members = members
+        if self.known_epoch and (record is None or record.epoch < self.known_epoch):
+            # etcd lost the bucket's state: step down and wait; nothing here decides who holds
+            # every acknowledged update (an operator restarts the job from a checkpoint)
+            self.record_lost = True
+            return self._lost()
         if (
             record is not None
             and self.record is not None
@@ -358,8 +389,8 @@ class BucketRole:
         if members.get(self.me) != lease:
             return []
         if record is None:
-            if not settled or self.role is not Role.FOLLOWER:
-                return []
+            if not settled or not blank or self.role is not Role.FOLLOWER:
+                return []  # a first primary only in a job no server has seen a record of
             first = desired_copies(self.bucket, members, self.copies)
             if first and first[0] == self.me:  # the very first primary of the bucket
                 self.current = True  # nothing acknowledged yet: every server starts the same
@@ -381,6 +412,11 @@ class BucketRole:
         ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
         side if it dies before it serves; it serves only once each has its snapshot."""
         others = tuple(s for s in record.in_sync if s != self.me and s in members)
+        # and, to keep ``min_copies`` in it, in-sync copies away now (paused past their lease,
+        # say): they missed nothing acknowledged, and one that returns with its memory may
+        # still succeed this side (it is caught up, or written out, once it registers again)
+        away = [s for s in record.in_sync if s != self.me and s not in members]
+        others += tuple(away[: max(0, self.min_copies - 1 - len(others))])
         return self._campaign(
             BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)), record.revision
         )
@@ -409,9 +445,11 @@ class BucketRole:
         gone = {  # dead, or restarted since it was caught up (a new lease: its memory is new)
             s for s in in_sync if s != self.me and self.members.get(s) != self.copy_leases.get(s)
         }
-        if gone:
-            self.dropping |= gone
-            self.confirmed -= gone  # caught up again (under its new lease) once it answers
+        self.confirmed -= gone  # caught up again (under its new lease) once it answers
+        for s in sorted(gone - self.dropping):
+            if self._droppable(s):
+                self.dropping.add(s)
+        if gone & self.dropping:
             return [] if self.writing else self._write(self._next_in_sync())
         todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
         self.syncing |= todo
@@ -455,6 +493,15 @@ class BucketRole:
             self.record = record
         return []
 
+    def _droppable(self, server: int) -> bool:
+        """Whether ``server`` may be written out of ``in_sync``: not if that left fewer than
+        ``min_copies`` in it. Kept, not caught up, it blocks writes (and reads while it is live)
+        until it is caught up again; it missed only updates nobody acknowledged, so, paused
+        rather than dead, it may still succeed this primary (a restarted process holds no
+        state and never campaigns)."""
+        kept = [s for s in self.record.in_sync if s != server and s not in self.dropping]
+        return len(kept) >= self.min_copies
+
     def _next_in_sync(self) -> tuple[int, ...]:
         kept = [s for s in self.record.in_sync if s not in self.dropping]
         return tuple(kept + sorted(self.behind - self.dropping - set(kept)))
@@ -486,6 +533,8 @@ class BucketRole:
         self.behind.discard(server)
         self.confirmed.discard(server)
         if self.role is not Role.PRIMARY or server == self.me:
+            return []
+        if server in self.record.in_sync and not self._droppable(server):
             return []
         self.dropping.add(server)
         if server not in self.record.in_sync or self.writing:
@@ -524,11 +573,23 @@ class BucketRole:
         self.restored_epoch = max(self.restored_epoch, epoch)
 
     def _refreshed(self, record: BucketRecord) -> None:
-        """A primary's record changes through its own reads only (it may be deposed)."""
+        """A primary's record changes through its own reads only (it may be deposed); a record
+        older than one seen is etcd's lost state, never followed (the next read says so)."""
+        if record.epoch < self.known_epoch:
+            return
         if self.role is not Role.PRIMARY and (
             self.record is None or record.revision > self.record.revision
         ):
             self.record = record
+
+    def _lost(self) -> list:
+        """The bucket's record vanished or went back (see ``known_epoch``): serve nothing,
+        hold on to this side's state, campaign for nothing."""
+        if self.role is Role.PRIMARY:
+            self._step_down(None)
+        elif self.role in (Role.CANDIDATE, Role.HANDING):
+            self.role = Role.DEPOSED
+        return []
 
     def _step_down(self, record: BucketRecord | None) -> list:
         if self.role is Role.PRIMARY:

@@ -7,23 +7,27 @@ the next stimulus. It reads the bucket roles and holds, with the copy side, the 
 
 One round, for the updates that arrived together (the order of the stimuli):
 
-1. :class:`BatchArrived`: an update of a bucket this server does not serve (or with its lease
-   no longer valid) is refused (:class:`RefuseNotPrimary`: the client re-reads the map); one
+1. :class:`BatchArrived`: an update of a bucket this server does not serve writes of (not its
+   serving primary, fewer than ``min_copies`` copies in sync, or its lease no longer valid) is
+   refused (:class:`RefuseNotPrimary`: the client re-reads the map); one
    whose ``(sender, seq)`` the shard's log already holds is answered with the version it got
    (:class:`AnswerDuplicate`), never applied again; the others go to the server's admission
    (:class:`Admit`: a version from the shard book, or a refusal the adapter sends itself).
-2. :class:`Admitted`: the admitted updates are applied here first (:class:`ApplyLocally`, in the
-   engine's queues) and sent to every other in-sync copy (:class:`SendPrepares`), under the
-   bucket's epoch as it is now.
+2. :class:`Admitted`: the admitted updates are sent to every other in-sync copy
+   (:class:`SendPrepares`), under the bucket's epoch as it is now.
 3. :class:`PreparesAnswered`: every shard's updates are committed, up to the last version, on each
    in-sync copy that took its prepares (:class:`SendCommits`).
-4. :class:`CommitsAnswered`: each copy that failed a prepare or a commit is dropped
+4. :class:`CommitsAnswered`: the updates are applied here (:class:`ApplyLocally`, in the
+   engine's queues: only now, so that a pull, answered from this memory, never sees an update
+   a failover could take back), each copy that failed a prepare or a commit is dropped
    (:class:`DropCopy`: the bucket's role writes it out of ``in_sync`` and re-syncs it), then the
    local application is awaited (:class:`AwaitApplied`).
 5. :class:`LocalApplied`: each update is recorded in its shard's log (a re-send is then
    answered), and acknowledged (:class:`Acknowledge`) only if this server is still the bucket's
-   primary, its lease still valid, and no in-sync copy failed it; otherwise refused as
-   ``NOT_PRIMARY`` (the client re-sends; the copies that have it answer it as a duplicate).
+   primary, its lease still valid, every in-sync copy that failed it was re-synced since (from
+   a snapshot holding the round: :meth:`CommitRound.snapshot_point`) and at least
+   ``min_copies`` live in-sync copies hold it; otherwise refused as ``NOT_PRIMARY`` (the client
+   re-sends; a re-send is answered as a duplicate once the bucket takes writes again).
 
 :meth:`CommitRound.snapshot_point` is what a snapshot of a shard carries as its version and
 request table (a snapshot sent while a round is open, to a copy that round dropped, included).
@@ -161,7 +165,8 @@ class Admit:
 
 @dataclass(frozen=True)
 class ApplyLocally:
-    """Queue the updates ``indices`` on this server's update engine."""
+    """Queue the updates ``indices`` on this server's update engine (those still
+    :meth:`CommitRound.ours` as they are queued, under the lock)."""
 
     indices: tuple[int, ...]
 
@@ -228,6 +233,7 @@ class CommitRound:
         self.epochs: dict[int, int] = {}  # index -> the bucket's epoch when versioned
         self.failed: set[tuple[int, int]] = set()  # (bucket, copy) that failed this round
         self.answered: set[int] = set()  # indices answered (or left to the admission)
+        self.twins: dict[int, int] = {}  # index -> the earlier index of the same request
         self.counters = {"duplicates": 0, "dropped_copies": 0}
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -265,9 +271,22 @@ class CommitRound:
 
     def snapshot_point(self, shard: int) -> tuple[int, list[tuple[int, int, int]]]:
         """What a snapshot of ``shard`` taken now carries: its version and its request table
-        (``(sender, seq, version)`` triples): the log's committed version and table."""
+        (``(sender, seq, version)`` triples). Between rounds, the log's committed version and
+        table. While a round is open past its admission, the values a snapshot reads (after the
+        engine's barrier) hold the round's updates of the shard too, applied here first: so do
+        its version (the round's last of the shard) and its table (a re-send of one of them is
+        answered by the copy, never applied again)."""
         log = self.logs[shard]
-        return log.committed, log.table()
+        version, table = log.committed, log.table()
+        if self.phase is not Phase.APPLYING:
+            return version, table
+        mine = [i for i in self.accepted if self.updates[i].shard == shard]
+        for i in mine:
+            u = self.updates[i]
+            table.append((u.sender, u.seq, self.versions[i]))
+        if mine:
+            version = max(version, self.versions[mine[-1]])
+        return version, table
 
     def validate_state(self) -> None:
         """Check the round's invariants (tests call it after every stimulus).
@@ -281,15 +300,19 @@ class CommitRound:
                 raise AssertionError(f"commit round on {self.me}: {what}; {self.story()[-5:]}")
 
         idle = self.phase is Phase.IDLE
-        check(idle == (not self.updates), f"{self.phase.value} with {len(self.updates)} updates")
+        if idle != (not self.updates):
+            check(False, f"{self.phase.value} with {len(self.updates)} updates")
         if idle:
             check(not (self.accepted or self.versions or self.failed), "idle with a round open")
             return
         n = len(self.updates)
         check(all(0 <= i < n for i in self.answered | set(self.accepted)), "an index beyond")
         check(not self.answered & set(self.accepted), "an admitted update answered early")
+        check(all(self.twins[i] < i for i in self.twins), "a re-send before its first")
+        check(not set(self.twins) & set(self.accepted), "a re-send in the same batch admitted")
         if self.phase is not Phase.ADMITTING:
-            check(bool(self.accepted), f"{self.phase.value} with nothing admitted")
+            if not self.accepted:
+                check(False, f"{self.phase.value} with nothing admitted")
             check(set(self.versions) == set(self.accepted), "admitted without a version")
             last: dict[int, int] = {}
             for i in self.accepted:
@@ -308,10 +331,10 @@ class CommitRound:
             )
 
     def _serving(self, bucket: int, lease_valid: bool) -> bool:
-        return self.roles[bucket].serving and lease_valid
+        return self.roles[bucket].writable and lease_valid
 
     def _arrived(self, s: BatchArrived) -> list:
-        actions, candidates = [], []
+        actions, candidates, firsts, twins = [], [], {}, {}
         for i, u in enumerate(s.updates):
             if not self._serving(u.bucket, s.lease_valid):
                 actions.append(RefuseNotPrimary(i))
@@ -321,21 +344,30 @@ class CommitRound:
                 self.counters["duplicates"] += 1
                 actions.append(AnswerDuplicate(i, seen))
                 continue
+            first = firsts.setdefault((u.sender, u.seq, u.shard), i)
+            if first != i:  # a re-send in the same batch: answered as its first is, not applied
+                self.counters["duplicates"] += 1
+                twins[i] = first
+                continue
             candidates.append(i)
         if not candidates:
             return actions
-        self.updates = s.updates
-        self.answered = set(range(len(s.updates))) - set(candidates)
+        self.updates, self.twins = s.updates, twins
+        self.answered = set(range(len(s.updates))) - set(candidates) - set(twins)
         self.phase = Phase.ADMITTING
         return [*actions, Admit(tuple(candidates))]
 
     def _admitted(self, s: Admitted) -> list:
         self.accepted = sorted(s.versions)
         self.versions = dict(s.versions)
-        self.answered |= {i for i in range(len(self.updates)) if i not in self.versions}
+        refused = {i for i in range(len(self.updates)) if i not in self.versions}
+        self.answered |= refused - set(self.twins)
+        # a re-send whose first the admission refused: refused too (the client sends it again)
+        twins = [RefuseNotPrimary(i) for i, first in sorted(self.twins.items()) if first in refused]
+        self.answered |= {t.index for t in twins}
         if not self.accepted:
             self._close()
-            return []
+            return twins
         prepares = []
         for i in self.accepted:
             self.epochs[i] = self.roles[self.updates[i].bucket].epoch
@@ -343,7 +375,7 @@ class CommitRound:
             role = self.roles[self.updates[i].bucket]
             prepares += [(i, copy) for copy in role.record.in_sync if copy != self.me]
         self.phase = Phase.PREPARING
-        return [ApplyLocally(tuple(self.accepted)), SendPrepares(tuple(prepares))]
+        return [*twins, SendPrepares(tuple(prepares))]
 
     def _prepared(self, s: PreparesAnswered) -> list:
         self.failed = set(s.failed)
@@ -364,7 +396,18 @@ class CommitRound:
         self.failed |= s.failed
         self.counters["dropped_copies"] += len(self.failed)
         self.phase = Phase.APPLYING
-        return [*(DropCopy(b, c) for b, c in sorted(self.failed)), AwaitApplied()]
+        # applied here only now: a pull (answered from this memory) sees an update only once
+        # every in-sync copy that is kept committed it, so no failover takes it back
+        drops = [DropCopy(b, c) for b, c in sorted(self.failed)]
+        mine = tuple(i for i in self.accepted if self.ours(i))
+        return [ApplyLocally(mine), *drops, AwaitApplied()]
+
+    def ours(self, index: int) -> bool:
+        """Whether update ``index`` may still be applied here: no newer primary's snapshot
+        replaced its shard meanwhile (this side was deposed while the round was out; applied
+        on top of that state, the update would be there twice). The adapter asks again under
+        the lock, as it queues the update."""
+        return self.logs[self.updates[index].shard].epoch <= self.epochs[index]
 
     def _applied(self, s: LocalApplied) -> list:
         actions = []
@@ -373,13 +416,24 @@ class CommitRound:
             role = self.roles[u.bucket]
             # applied here: a re-send is answered, never applied again
             self.logs[u.shard].applied(u.sender, u.seq, self.versions[i], self.epochs[i])
-            lost = [c for c in role.record.in_sync if (role.bucket, c) in self.failed]
-            if role.role is not Role.PRIMARY or not s.lease_valid or lost:
-                actions.append(RefuseNotPrimary(i))
+            # a copy that failed the round and is in sync again got a snapshot since, taken
+            # with the round's updates in it (:meth:`snapshot_point`): it holds them
+            lost = [
+                c
+                for c in role.record.in_sync
+                if (role.bucket, c) in self.failed and c not in role.confirmed
+            ]
+            held = role.holders - sum(1 for c in lost if c in role.members)
+            if role.role is not Role.PRIMARY or not s.lease_valid or lost or held < role.min_copies:
+                answers = [RefuseNotPrimary(j) for j in (i, *self._twins_of(i))]
             else:
-                actions.append(Acknowledge(i, self.versions[i]))
+                answers = [Acknowledge(j, self.versions[i]) for j in (i, *self._twins_of(i))]
+            actions += answers
         self._close()
         return actions
+
+    def _twins_of(self, index: int) -> list[int]:
+        return [i for i, first in sorted(self.twins.items()) if first == index]
 
     def _bucket_of(self, shard: int) -> int:
         return next(self.updates[i].bucket for i in self.accepted if self.updates[i].shard == shard)
@@ -387,4 +441,4 @@ class CommitRound:
     def _close(self) -> None:
         self.phase = Phase.IDLE
         self.updates, self.accepted, self.versions, self.epochs = (), [], {}, {}
-        self.failed, self.answered = set(), set()
+        self.failed, self.answered, self.twins = set(), set(), {}

@@ -31,7 +31,7 @@ from hogwild_plugins.ps.replication.copy_side import (
     SnapshotArrived,
 )
 from hogwild_plugins.ps.replication.frames import parse_snapshot
-from hogwild_plugins.ps.replication.local import LocalApplier
+from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
 from hogwild_plugins.ps.work import Restore
 
@@ -183,10 +183,17 @@ class CopyAdapter:
         stimulus = SnapshotArrived(
             shard, header.version, header.aux, tuple(snapshot.table), stimulus_id=sid
         )  # aux: the primary's epoch
-        [action] = self._copy(stimulus)
+        done = Countdown(1)
+        with self.lock:  # the log replaced and the restore queued together (see the adapter)
+            [action] = self.copy_side.handle(stimulus)
+            if not isinstance(action, Refuse):
+                self.local.apply([work], done)
         if isinstance(action, Refuse):
             return self._answer(header, action)
-        self.local.apply_and_wait([work], f"shard {shard}: the snapshot")
+        if not done.wait(LOCAL_APPLY_S):
+            raise HogwildError(
+                f"shard {shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s"
+            )
         self.server.book.set_version(shard, header.version)
         # only now does this copy hold the state: a restore that failed must not let it campaign
         bucket = self.layout.bucket_of(shard)

@@ -21,16 +21,18 @@ One message from a primary goes through two steps:
    prepared: ``NEED_SYNC``); :class:`SnapshotArrived` replaces the shard's log
    (:class:`ApplySnapshot`) unless it is older than what this log committed from the same
    primary (refused, ``NEED_SYNC``: never an acknowledgement), and :class:`SnapshotApplied`, once
-   the values are in, makes the bucket current (:class:`MarkRestored`) and acknowledges.
+   the values are in, acknowledges, and makes the bucket current (:class:`MarkRestored`) once
+   every shard of the bucket holds that primary's snapshot.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
-committed version one by one, and its request table stays within its bound.
+committed version one by one, and its request table stays within its bounds (per client, and
+clients).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -227,9 +229,15 @@ class CopySide:
     """
 
     def __init__(
-        self, me: int, roles: Mapping[int, BucketRole], logs: Mapping[int, ShardLog]
+        self,
+        me: int,
+        roles: Mapping[int, BucketRole],
+        logs: Mapping[int, ShardLog],
+        bucket_shards: Mapping[int, Sequence[int]],
     ) -> None:
         self.me, self.roles, self.logs = me, roles, logs
+        self.bucket_shards = bucket_shards
+        self.restored: dict[int, int] = {}  # shard -> the epoch of the last snapshot applied
         self.counters = {
             "prepared": 0,
             "committed": 0,
@@ -253,10 +261,7 @@ class CopySide:
                 actions = self._snapshot(stimulus)
             case SnapshotApplied():
                 self.counters["snapshots_received"] += 1
-                actions = [
-                    MarkRestored(stimulus.bucket, stimulus.epoch),
-                    Acknowledge(stimulus.version),
-                ]
+                actions = self._applied(stimulus)
             case _:
                 raise TypeError(f"copy side: not a stimulus: {stimulus!r}")
         self.transitions.append((stimulus.stimulus_id, type(stimulus).__name__, tuple(actions)))
@@ -280,7 +285,11 @@ class CopySide:
                     f"shard {shard}: prepared {versions} do not follow committed "
                     f"{log.committed}; {self.story()[-5:]}"
                 )
-            if len(log.requests) > log.keep or log.committed < 0:
+            if (
+                len(log.requests) > log.senders
+                or any(len(mine) > log.window for mine in log.requests.values())
+                or log.committed < 0
+            ):
                 raise AssertionError(f"shard {shard}: {log!r}; {self.story()[-5:]}")
         if min(self.counters.values()) < 0:
             raise AssertionError(f"counters {self.counters}")
@@ -327,6 +336,15 @@ class CopySide:
         self.counters["committed"] += len(items)
         works = tuple(work for _, _, work in items)
         return [ApplyCommitted(s.shard, works, log.committed), Acknowledge(log.committed)]
+
+    def _applied(self, s: SnapshotApplied) -> list:
+        """A shard's snapshot is in. The bucket is restored (current) only once every one of
+        its shards holds a snapshot of that primary's: a process that restarted holds nothing,
+        and one shard's snapshot must not let it campaign without the others."""
+        self.restored[s.shard] = s.epoch
+        done = all(self.restored.get(x) == s.epoch for x in self.bucket_shards[s.bucket])
+        restored = [MarkRestored(s.bucket, s.epoch)] if done else []
+        return [*restored, Acknowledge(s.version)]
 
     def _snapshot(self, s: SnapshotArrived) -> list:
         log = self.logs[s.shard]

@@ -1,6 +1,7 @@
 """A replicated server's membership in etcd: its session lease, ``members/<index>``, the heartbeat.
 
-The server registers ``members/<index>`` (its address, its lease) under a lease of ``lease_s``
+The server registers ``members/<index>`` (its address, its lease, whether it has seen a bucket's
+record) under a lease of ``lease_s``
 seconds and a heartbeat thread renews it every fifth of that. The
 :class:`~hogwild_plugins.ps.failover.LeaseClock` says, by this process's own clock, whether the
 lease is still valid: it always gives up before etcd does. A lease found lost (the process was
@@ -33,13 +34,21 @@ class Membership:
         address: What ``members/<me>`` tells the others (``HOST:PORT``).
         lease_s: The lease's TTL.
         on_change: Called when the membership changed (registered, or the lease was lost).
+        seen: Whether this server has seen a record of any bucket (``members/<me>`` says so:
+            a missing record is a new bucket only when no live member has seen one).
     """
 
     def __init__(
-        self, etcd: Etcd, me: int, address: str, lease_s: int, on_change: Callable[[], None]
+        self,
+        etcd: Etcd,
+        me: int,
+        address: str,
+        lease_s: int,
+        on_change: Callable[[], None],
+        seen: Callable[[], bool],
     ) -> None:
         self.etcd, self.me, self.address = etcd, me, address
-        self.lease_s, self.on_change = int(lease_s), on_change
+        self.lease_s, self.on_change, self.seen = int(lease_s), on_change, seen
         self.clock = LeaseClock()
         self.leases_lost = 0
         self._stop = threading.Event()
@@ -51,7 +60,7 @@ class Membership:
         lease = self.etcd.grant(self.lease_s)
         self.etcd.put(
             f"members/{self.me}",
-            {"address": self.address, "lease": lease, "lease_s": self.lease_s},
+            {"address": self.address, "lease": lease, "lease_s": self.lease_s, "seen": self.seen()},
             lease=lease,
         )
         self.clock.granted(lease, self.lease_s, sent)

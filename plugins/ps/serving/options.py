@@ -52,6 +52,8 @@ class ServerOptions:
         nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
             default), or apply it and count it (``"count"``).
         max_vectors: ``ps.max_vectors``: named vectors a shard holds at most.
+        min_copies: ``ps.min_copies``: live in-sync copies a write needs (0: half the copies,
+            rounded up); with fewer a bucket refuses writes (replication).
         direct_pulls: With one copy, answer a pull of a shard that has no write pending on the
             network thread (the default); False queues every pull behind its shard's update
             thread, as replicated servers do (``bench/figures/adam_fig9_ps.py`` measures both).
@@ -85,6 +87,7 @@ class ServerOptions:
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
     nonfinite: str = _PS.nonfinite
     max_vectors: int = _PS.max_vectors
+    min_copies: int = _PS.min_copies
     direct_pulls: bool = True
     direct_pushes: bool = True
     extra: dict = field(default_factory=dict)
@@ -139,5 +142,6 @@ class ServerOptions:
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
             nonfinite=ps.nonfinite,
             max_vectors=ps.max_vectors,
+            min_copies=ps.min_copies,
             **own,
         )

@@ -287,7 +287,11 @@ class ParameterServer:
                 from hogwild_plugins.ps.replication import Replication
 
                 self.replication = Replication(
-                    self, self.options.etcd, self.options.copies, self.options.lease_s
+                    self,
+                    self.options.etcd,
+                    self.options.copies,
+                    self.options.lease_s,
+                    self.options.min_copies,
                 )
                 self.replication.start()
         except BaseException:

@@ -1,0 +1,10 @@
+"""A deterministic simulator of the replicated parameter server (no sockets, threads or clocks).
+
+:mod:`.etcd` is etcd in memory, :mod:`.server` one server's real replication state machines
+carried out as its threads do, :mod:`.world` the servers, clients, network and faults of one
+seeded schedule, checked after every step. ``bench/simulate.py`` runs many seeds.
+"""
+
+from hogwild_plugins.ps.simulation.world import FAULTS, Config, Violation, World, run_seed
+
+__all__ = ["FAULTS", "Config", "Violation", "World", "run_seed"]

@@ -1,0 +1,112 @@
+"""etcd as the replication sees it, in memory and on a logical clock: for the simulator.
+
+Only what the servers use: one revision counter that every write advances, keys with their mod
+revision, leases (granted for a TTL of clock ticks, kept alive, expiring with their keys), the
+compare-and-swap on a key's mod revision that campaigns, in-sync writes and hand-overs are, and
+what a fault does to it (a lease expired early, everything wiped: an external etcd that comes
+back empty, or another driver with the job's name clearing the map).
+"""
+
+from __future__ import annotations
+
+from hogwild_plugins.ps.failover import BucketRecord
+
+__all__ = ["SimEtcd"]
+
+
+class SimEtcd:
+    """One job's keys (``members/<i>``, ``sync/<b>``), its leases and its revision."""
+
+    def __init__(self, n_servers: int) -> None:
+        self.n_servers = n_servers
+        self.revision = 0
+        self.keys: dict[str, tuple[object, int, int]] = {}  # key -> (value, mod revision, lease)
+        self.leases: dict[int, int] = {}  # lease -> the tick it expires at
+        self.next_lease = 0x100
+        self.wipes = 0
+        self._parsed: dict[tuple[str, int], BucketRecord] = {}  # (key, revision) -> record
+
+    # ------------------------------------------------------------------ leases
+
+    def grant(self, ttl: int, now: int) -> int:
+        self.next_lease += 1
+        self.leases[self.next_lease] = now + ttl
+        return self.next_lease
+
+    def keepalive(self, lease: int, ttl: int, now: int) -> int:
+        """The lease's remaining ticks after a renewal (0: it expired, renew nothing)."""
+        if lease not in self.leases:
+            return 0
+        self.leases[lease] = now + ttl
+        return ttl
+
+    def expire(self, now: int) -> list[int]:
+        """Leases past their time go, with their keys; the leases gone."""
+        gone = [lease for lease, until in self.leases.items() if until <= now]
+        for lease in gone:
+            self.revoke(lease)
+        return gone
+
+    def revoke(self, lease: int) -> None:
+        if self.leases.pop(lease, None) is None:
+            return
+        doomed = [k for k, (_, _, owner) in self.keys.items() if owner == lease]
+        if doomed:
+            self.revision += 1
+            for key in doomed:
+                del self.keys[key]
+
+    def wipe(self) -> None:
+        """Everything gone, the revision counter too (a new etcd starts again at 1)."""
+        self.keys.clear()
+        self.leases.clear()
+        self.revision = 0
+        self.wipes += 1
+
+    # ------------------------------------------------------------------ keys
+
+    def put(self, key: str, value: object, lease: int = 0) -> None:
+        self.revision += 1
+        self.keys[key] = (value, self.revision, lease)
+
+    def get(self, key: str) -> tuple[object, int]:
+        value, revision, _ = self.keys.get(key, (None, 0, 0))
+        return value, revision
+
+    def replace(self, key: str, value: object, expected: int) -> bool:
+        """Write ``value`` only if ``key``'s mod revision is still ``expected`` (0: absent)."""
+        if self.get(key)[1] != expected:
+            return False
+        self.put(key, value)
+        return True
+
+    # ------------------------------------------------------------------ the map
+
+    def members(self) -> dict[int, int]:
+        """``{server: its lease}`` of every registered server."""
+        out = {}
+        for i in range(self.n_servers):
+            value, _ = self.get(f"members/{i}")
+            if value is not None:
+                out[i] = value["lease"]
+        return out
+
+    def blank(self) -> bool:
+        """No registered server has seen a bucket's record (as ``members/<i>`` say)."""
+        for i in range(self.n_servers):
+            value, _ = self.get(f"members/{i}")
+            if value is not None and value["seen"]:
+                return False
+        return True
+
+    def record(self, bucket: int) -> BucketRecord | None:
+        """``sync/<bucket>`` read back as the servers do (checked; None: absent)."""
+        key = f"sync/{bucket}"
+        value, revision = self.get(key)
+        if value is None:
+            return None
+        record = self._parsed.get((key, revision))
+        if record is None or record.value() != value:  # (a wipe starts the revisions again)
+            record = BucketRecord.parse(value, revision, self.n_servers, key)
+            self._parsed[(key, revision)] = record
+        return record

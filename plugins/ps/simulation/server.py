@@ -1,0 +1,541 @@
+"""One simulated parameter server: the real replication state machines, carried out without I/O.
+
+A :class:`SimServer` holds what a replicated
+:class:`~hogwild_plugins.ps.serving.server.ParameterServer` holds (every bucket's
+:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`, the
+:class:`~hogwild_plugins.ps.replication.commit_round.CommitRound`, the
+:class:`~hogwild_plugins.ps.replication.copy_side.CopySide`, the shard logs, the shard book) and
+carries out their actions the way :mod:`~hogwild_plugins.ps.replication.adapter` and
+:mod:`~hogwild_plugins.ps.replication.copy_adapter` do, step for step, against the
+:class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd` and the world's network. A shard's values are
+the list of the client updates applied to it, ``(sender, seq)`` in order: what a real shard's
+floats sum up, made checkable (applied twice, missing, more than its version says).
+
+The replication thread is a generator: it yields wherever the real thread blocks (an etcd call,
+an exchange with the copies), and the world decides what happens before it goes on. The network
+thread's work (a client's update into the queue, a primary's message through the copy side) is
+one atomic step, as the real one holds the replication lock for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from hogwild_plugins.ps.replication.bucket_role import (
+    BucketRole,
+    Campaign,
+    CampaignAnswered,
+    CommitPrepared,
+    CopyUnreachable,
+    Fenced,
+    HandOver,
+    HandOverAnswered,
+    InSyncWritten,
+    MapRead,
+    RecordRefreshed,
+    Restored,
+    SnapshotDelivered,
+    Sync,
+    WriteInSync,
+)
+from hogwild_plugins.ps.replication.commit_round import (
+    Acknowledge,
+    Admit,
+    Admitted,
+    AnswerDuplicate,
+    ApplyLocally,
+    AwaitApplied,
+    BatchArrived,
+    CommitRound,
+    CommitsAnswered,
+    DropCopy,
+    LocalApplied,
+    Phase,
+    PreparesAnswered,
+    RefuseNotPrimary,
+    SendCommits,
+    SendPrepares,
+    Update,
+)
+from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
+from hogwild_plugins.ps.replication.copy_side import (
+    ApplyCommitted,
+    CommitArrived,
+    CopySide,
+    MarkRestored,
+    PeerArrived,
+    PrepareArrived,
+    RefreshRecord,
+    Refuse,
+    SnapshotApplied,
+    SnapshotArrived,
+    commit_log,
+)
+from hogwild_plugins.ps.shard_log import ShardLog
+from hogwild_plugins.ps.simulation.etcd import SimEtcd
+
+from hogwild.net.wire import ErrorCode
+
+__all__ = ["Exchange", "Peer", "SimServer", "SimWork"]
+
+MAX_BATCH = 8
+
+
+@dataclass(slots=True)
+class SimWork:
+    """A client's update as a server's engine holds it: who sent it, its version once given."""
+
+    sender: int
+    seq: int
+    shard: int
+    version: int = 0
+
+
+@dataclass(slots=True)
+class Peer:
+    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``) and the
+    header fields the copy's gate reads."""
+
+    kind: str
+    bucket: int
+    shard: int
+    epoch: int
+    lease: int
+    sender: int
+    version: int
+    item: tuple = ()  # PREPARE: (sender, seq, work); SNAPSHOT: (values, table)
+
+
+@dataclass
+class Exchange:
+    """Requests out to the copies, waiting: ``ok[i]`` once acknowledged, ``done[i]`` once
+    answered or given up on (the copy did not answer in time)."""
+
+    requests: list[tuple[int, Peer]]
+    ok: list[bool] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ok = [False] * len(self.requests)
+        self.done = [False] * len(self.requests)
+
+    @property
+    def complete(self) -> bool:
+        return all(self.done)
+
+    def waiting_on(self) -> list[int]:
+        return sorted({dst for (dst, _), d in zip(self.requests, self.done, strict=True) if not d})
+
+    def give_up(self, server: int) -> None:
+        """``server`` did not answer in time: every request to it still out fails."""
+        for i, (dst, _) in enumerate(self.requests):
+            if dst == server:
+                self.done[i] = True
+
+
+class SimServer:
+    """One incarnation of server ``me`` (a restart is a new one, its memory empty).
+
+    Args:
+        me: The server's index.
+        incarnation: Which process this is (messages to an older one are lost).
+        bucket_shards: Every bucket's shards.
+        copies: Copies per bucket.
+        min_copies: ``ps.min_copies``.
+        etcd: The job's etcd.
+        send: ``send(dst, message)``: into the world's network.
+        now: The world's clock (ticks).
+        ttl: The lease's TTL (ticks).
+    """
+
+    def __init__(
+        self,
+        me: int,
+        incarnation: int,
+        bucket_shards: dict[int, list[int]],
+        copies: int,
+        min_copies: int,
+        etcd: SimEtcd,
+        send: Callable[[int, object], None],
+        now: Callable[[], int],
+        ttl: int,
+        settle: int,
+    ) -> None:
+        self.me, self.incarnation, self.copies = me, incarnation, copies
+        self.bucket_shards = bucket_shards
+        self.bucket_of = {s: b for b, shards in bucket_shards.items() for s in shards}
+        self.etcd, self.send, self.now, self.ttl, self.settle = etcd, send, now, ttl, settle
+        self.roles = {b: BucketRole(b, me, copies, min_copies) for b in bucket_shards}
+        for bucket, shards in bucket_shards.items():
+            self.roles[bucket].current = not shards
+        self.logs = {s: ShardLog() for s in self.bucket_of}
+        self.book = dict.fromkeys(self.bucket_of, 0)
+        self.values: dict[int, list[tuple[int, int]]] = {s: [] for s in self.bucket_of}
+        self.copy_side = CopySide(me, self.roles, self.logs, bucket_shards)
+        self.commit_round = CommitRound(me, self.roles, self.logs)
+        self.queue: list[tuple[int, int, int]] = []  # (client sender, seq, shard)
+        self.lease = 0
+        self.valid_until = -1
+        self.last_beat = 0
+        self.started = now()
+        self.paused = False
+        self.waiting: Exchange | None = None
+        self.acknowledged: list[tuple[int, int, int, int, int]] = []  # sender, seq, shard, v, ep
+        self.n_stimuli = 0
+        self.at_top = False  # the thread waits for a reason to read the map again
+        self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
+        self.thread = self._run()
+
+    def __getstate__(self) -> dict:
+        """A copy is taken only between steps, its thread waiting for news (a generator cannot
+        be copied: a fresh one is parked at the same place)."""
+        if not self.at_top or self.waiting is not None:
+            raise RuntimeError(f"server {self.me}: copied in the middle of a step")
+        return {k: v for k, v in self.__dict__.items() if k != "thread"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.thread = self._run()
+        next(self.thread)  # parked where the original waits: before its next read of the map
+
+    # ------------------------------------------------------------------ membership
+
+    def register(self) -> None:
+        """Take a lease and put ``members/<me>`` under it (the membership's register)."""
+        now = self.now()
+        self.lease = self.etcd.grant(self.ttl, now)
+        seen = any(role.known_epoch for role in self.roles.values())
+        self.etcd.put(f"members/{self.me}", {"lease": self.lease, "seen": seen}, lease=self.lease)
+        self.valid_until = now + self.ttl * 3 // 4  # the lease clock gives up before etcd
+        self.last_beat = now
+
+    def beat(self) -> None:
+        """The heartbeat, once a tick: renew when due; a lease found lost is taken anew."""
+        now = self.now()
+        if now - self.last_beat < max(1, self.ttl // 5):
+            return
+        self.last_beat = now
+        remaining = self.etcd.keepalive(self.lease, self.ttl, now)
+        if remaining <= 0:
+            self.valid_until = -1
+            self.register()
+        else:
+            self.valid_until = max(self.valid_until, now + remaining * 3 // 4)
+
+    def valid(self) -> bool:
+        return self.now() < self.valid_until
+
+    def serving(self, shard: int) -> bool:
+        """As the real server: the serving primary, under the lease its record names, valid by
+        its clock."""
+        role = self.roles[self.bucket_of[shard]]
+        return role.serving and role.record.lease == self.lease and self.valid()
+
+    # ------------------------------------------------------------------ network thread
+
+    def submit(self, sender: int, seq: int, shard: int) -> str | None:
+        """A client's update of ``shard``: queued, or ``NOT_PRIMARY`` (the answer to send)."""
+        if not (self.serving(shard) and self.roles[self.bucket_of[shard]].writable):
+            return "NOT_PRIMARY"
+        self.queue.append((sender, seq, shard))
+        return None
+
+    def handle_peer(self, m: Peer) -> tuple[str, int]:
+        """A primary's message through the copy side; the answer ``(ACK | code, version)``."""
+        refreshed = False
+        while True:
+            [verdict] = self.copy_side.handle(
+                PeerArrived(
+                    m.bucket, m.epoch, m.lease, m.sender, refreshed, stimulus_id=self._sid(m.kind)
+                )
+            )
+            if not isinstance(verdict, RefreshRecord):
+                break
+            record = self.etcd.record(m.bucket)
+            if record is not None:
+                self.roles[m.bucket].handle(
+                    RecordRefreshed(record, stimulus_id=self._sid("refresh"))
+                )
+            refreshed = True
+        if isinstance(verdict, Refuse):
+            return verdict.code.name, 0
+        if m.kind == "PREPARE":
+            sender, seq, shard = m.item
+            item = (sender, seq, SimWork(sender, seq, shard, m.version))
+            [action] = self.copy_side.handle(
+                PrepareArrived(m.shard, m.version, item, stimulus_id=self._sid("prepare"))
+            )
+            return self._answer(action)
+        if m.kind == "COMMIT":
+            actions = self.copy_side.handle(
+                CommitArrived(m.shard, m.version, m.epoch, stimulus_id=self._sid("commit"))
+            )
+            for action in actions[:-1]:
+                if isinstance(action, ApplyCommitted):
+                    self.values[action.shard] += [(w.sender, w.seq) for w in action.works]
+                    self.book[action.shard] = max(action.committed, self.book[action.shard])
+            return self._answer(actions[-1])
+        values, table = m.item
+        [action] = self.copy_side.handle(
+            SnapshotArrived(m.shard, m.version, m.epoch, table, stimulus_id=self._sid("snapshot"))
+        )
+        if isinstance(action, Refuse):
+            return self._answer(action)
+        self.values[m.shard] = list(values)
+        self.book[m.shard] = m.version
+        sid = self._sid("restored")
+        for action in self.copy_side.handle(
+            SnapshotApplied(m.shard, m.bucket, m.version, m.epoch, stimulus_id=sid)
+        ):
+            if isinstance(action, MarkRestored):
+                self.roles[m.bucket].handle(Restored(action.epoch, stimulus_id=sid))
+            else:
+                return self._answer(action)
+        raise AssertionError("the copy side acknowledged no restore")
+
+    @staticmethod
+    def _answer(action) -> tuple[str, int]:
+        if isinstance(action, Refuse):
+            return action.code.name, 0
+        assert isinstance(action, CopyAck)
+        return "ACK", action.version
+
+    def answered(self, exchange: Exchange, index: int, answer: tuple[str, int]) -> None:
+        """A copy's answer to request ``index`` of ``exchange`` (late answers are dropped)."""
+        if exchange is not self.waiting or exchange.done[index]:
+            return
+        exchange.done[index] = True
+        code, _ = answer
+        if code == "ACK":
+            exchange.ok[index] = True
+        elif code == ErrorCode.FENCED.name:
+            bucket = exchange.requests[index][1].bucket
+            self.roles[bucket].handle(Fenced(stimulus_id=self._sid("fenced")))
+
+    # ------------------------------------------------------------------ replication thread
+
+    def runnable(self) -> bool:
+        """Whether the replication thread has something to do: an exchange answered, a step
+        under way, client updates queued, or the map (or the clock) changed since it was read:
+        the real thread reads the map when etcd's watch fires and once per poll."""
+        if self.waiting is not None:
+            return self.waiting.complete
+        return not self.at_top or bool(self.queue) or self.seen != self._now_seen()
+
+    def _now_seen(self) -> tuple:
+        return (self.etcd.revision, self.etcd.wipes, self.now())
+
+    def step(self) -> str:
+        """Run the replication thread to its next blocking point; what it blocked on."""
+        return next(self.thread)
+
+    def _run(self) -> Iterator[str]:
+        while True:
+            self.at_top = True
+            yield "read the map"
+            self.at_top = False
+            self.seen = self._now_seen()
+            yield from self._observe()
+            batch, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
+            if batch:
+                yield from self._process(batch)
+
+    def _observe(self) -> Iterator[str]:
+        members = self.etcd.members()
+        records = {b: self.etcd.record(b) for b in self.roles}
+        valid = self.valid()
+        settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
+        blank = self.etcd.blank()
+        for bucket, role in self.roles.items():
+            actions = role.handle(
+                MapRead(
+                    records[bucket],
+                    members,
+                    self.lease,
+                    valid,
+                    settled,
+                    blank,
+                    stimulus_id=self._sid("map"),
+                )
+            )
+            yield from self._carry_out(actions)
+
+    def _carry_out(self, actions: list) -> Iterator[str]:
+        while actions:
+            action = actions.pop(0)
+            role = self.roles[action.bucket]
+            key = f"sync/{action.bucket}"
+            sid = self._sid(type(action).__name__)
+            if isinstance(action, Campaign | WriteInSync | HandOver):
+                yield f"{type(action).__name__} {action.bucket}"
+                ok = self.etcd.replace(key, action.record.value(), action.expected)
+                record = self.etcd.record(action.bucket)
+                if isinstance(action, Campaign):
+                    answer = CampaignAnswered(ok and record is not None, record, stimulus_id=sid)
+                elif isinstance(action, WriteInSync):
+                    answer = InSyncWritten(ok, record, stimulus_id=sid)
+                else:
+                    answer = HandOverAnswered(ok, record, stimulus_id=sid)
+                actions += role.handle(answer)
+            elif isinstance(action, Sync):
+                ok = yield from self._send_snapshot(action.bucket, action.server)
+                actions += role.handle(
+                    SnapshotDelivered(action.server, stimulus_id=sid)
+                    if ok
+                    else CopyUnreachable(action.server, stimulus_id=sid)
+                )
+            elif isinstance(action, CommitPrepared):
+                self._commit_prepared(action.bucket)
+
+    def _commit_prepared(self, bucket: int) -> None:
+        for shard in self.bucket_shards[bucket]:
+            log = self.logs[shard]
+            items = commit_log(log, log.last, self.roles[bucket].epoch)
+            self.values[shard] += [(w.sender, w.seq) for _, _, w in items]
+            self.book[shard] = log.committed
+
+    def _send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
+        role = self.roles[bucket]
+        requests = []
+        for shard in self.bucket_shards[bucket]:
+            version, table = self.commit_round.snapshot_point(shard)
+            item = (tuple(self.values[shard]), tuple(table))
+            requests.append(
+                (
+                    server,
+                    Peer("SNAPSHOT", bucket, shard, role.epoch, self.lease, self.me, version, item),
+                )
+            )
+        exchange = yield from self._exchange(requests)
+        return all(exchange.ok)
+
+    def _exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
+        exchange = Exchange(requests)
+        self.waiting = exchange
+        for i, (dst, message) in enumerate(requests):
+            self.send(dst, (exchange, i, message))
+        while not exchange.complete:
+            yield f"exchange {[(d, m.kind, m.shard, m.version) for d, m in requests]}"
+        self.waiting = None
+        return exchange
+
+    def _process(self, batch: list[tuple[int, int, int]]) -> Iterator[str]:
+        updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
+        todo = self.commit_round.handle(
+            BatchArrived(updates, self.valid(), stimulus_id=self._sid("batch"))
+        )
+        works: dict[int, SimWork] = {}
+        while todo:
+            action = todo.pop(0)
+            if isinstance(action, RefuseNotPrimary):
+                u = updates[action.index]
+                self.send(("client", u.sender), ("NOT_PRIMARY", u.seq, u.shard, 0))
+            elif isinstance(action, AnswerDuplicate):
+                u = updates[action.index]
+                self.send(("client", u.sender), ("ACK", u.seq, u.shard, action.version))
+            elif isinstance(action, Admit):
+                versions = {}
+                for i in action.indices:
+                    u = updates[i]
+                    self.book[u.shard] += 1
+                    works[i] = SimWork(u.sender, u.seq, u.shard, self.book[u.shard])
+                    versions[i] = self.book[u.shard]
+                todo += self.commit_round.handle(
+                    Admitted(versions, stimulus_id=self._sid("admitted"))
+                )
+            elif isinstance(action, ApplyLocally):
+                for i in (i for i in action.indices if self.commit_round.ours(i)):
+                    self.values[works[i].shard].append((works[i].sender, works[i].seq))
+            elif isinstance(action, SendPrepares):
+                requests = []
+                for i, copy in action.prepares:
+                    u, role = updates[i], self.roles[updates[i].bucket]
+                    item = (u.sender, u.seq, u.shard)
+                    requests.append(
+                        (
+                            copy,
+                            Peer(
+                                "PREPARE",
+                                u.bucket,
+                                u.shard,
+                                role.epoch,
+                                self.lease,
+                                self.me,
+                                works[i].version,
+                                item,
+                            ),
+                        )
+                    )
+                exchange = yield from self._exchange(requests)
+                todo += self.commit_round.handle(
+                    PreparesAnswered(self._failed(exchange), stimulus_id=self._sid("prepared"))
+                )
+            elif isinstance(action, SendCommits):
+                requests = []
+                for shard, copy, version in action.commits:
+                    bucket = self.bucket_of[shard]
+                    role = self.roles[bucket]
+                    requests.append(
+                        (
+                            copy,
+                            Peer("COMMIT", bucket, shard, role.epoch, self.lease, self.me, version),
+                        )
+                    )
+                exchange = yield from self._exchange(requests)
+                todo += self.commit_round.handle(
+                    CommitsAnswered(self._failed(exchange), stimulus_id=self._sid("committed"))
+                )
+            elif isinstance(action, DropCopy):
+                role = self.roles[action.bucket]
+                yield from self._carry_out(
+                    role.handle(CopyUnreachable(action.copy, stimulus_id=self._sid("dropped")))
+                )
+            elif isinstance(action, AwaitApplied):
+                yield "await the local application"
+                todo += self.commit_round.handle(
+                    LocalApplied(self.valid(), stimulus_id=self._sid("applied"))
+                )
+            elif isinstance(action, Acknowledge):
+                u = updates[action.index]
+                self.acknowledged.append(
+                    (u.sender, u.seq, u.shard, action.version, self.roles[u.bucket].epoch)
+                )
+                self.send(("client", u.sender), ("ACK", u.seq, u.shard, action.version))
+
+    @staticmethod
+    def _failed(exchange: Exchange) -> frozenset:
+        return frozenset(
+            (m.bucket, dst)
+            for (dst, m), ok in zip(exchange.requests, exchange.ok, strict=True)
+            if not ok
+        )
+
+    def open_shards(self) -> set[int]:
+        """The shards the commit round has applied here and not recorded yet."""
+        if self.commit_round.phase is not Phase.APPLYING:
+            return set()
+        return {self.commit_round.updates[i].shard for i in self.commit_round.accepted}
+
+    def _sid(self, what: str) -> str:
+        self.n_stimuli += 1
+        return f"{what}-{self.me}.{self.incarnation}-{self.n_stimuli}"
+
+    def stories(self) -> str:
+        lines = [f"server {self.me} (incarnation {self.incarnation}, lease {self.lease:#x}):"]
+        for bucket, role in self.roles.items():
+            lines.append(
+                f"  bucket {bucket}: {role.role.value} epoch {role.epoch} "
+                f"current {role.current} record {role.record}"
+            )
+            lines += [f"    {t}" for t in role.story()[-12:]]
+        lines.append(f"  commit round ({self.commit_round.phase.value}):")
+        lines += [f"    {t}" for t in self.commit_round.story()[-12:]]
+        lines.append("  copy side:")
+        lines += [f"    {t}" for t in self.copy_side.story()[-12:]]
+        for shard, log in self.logs.items():
+            lines.append(
+                f"  shard {shard}: {log.committed=} {log.epoch=} values {self.values[shard]} "
+                f"table {log.table()}"
+            )
+        return "\n".join(lines)

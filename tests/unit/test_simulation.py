@@ -1,0 +1,259 @@
+"""The deterministic simulator of the replicated parameter server (plugins/ps/simulation/):
+seeded schedules of the real state machines under every fault, checked after every step, and
+scripted schedules that pin down interleavings the replication once got wrong.
+
+The seeded run costs most of this file (two worker processes share the seeds); each scripted
+schedule is a few hundred steps of pure Python.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+
+import pytest
+from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, World, run_seed
+from hogwild_plugins.ps.simulation.server import Exchange
+from hogwild_plugins.ps.simulation.world import established
+
+SEEDS = 20_000
+STEPS = 60
+WORKERS = 2
+CHECKED_FAULTS = FAULTS
+
+
+def run_seeds(first: int, count: int) -> dict:
+    """Run seeds ``first`` .. ``first + count - 1``; the totals, or the first violation."""
+    totals = {"seeds": 0, "acknowledged": 0, "faults": 0}
+    for seed in range(first, first + count):
+        try:
+            world = run_seed(seed, STEPS, faults=CHECKED_FAULTS)
+        except Violation as exc:
+            return {**totals, "violation": str(exc)}
+        totals["seeds"] += 1
+        totals["acknowledged"] += world.counts["acknowledged"]
+        totals["faults"] += world.counts["faults"]
+    return totals
+
+
+def test_seeded_schedules_keep_every_invariant():
+    chunk = SEEDS // WORKERS
+    context = multiprocessing.get_context("forkserver")
+    with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=context) as pool:
+        results = list(pool.map(run_seeds, range(0, SEEDS, chunk), [chunk] * WORKERS))
+    for result in results:
+        assert "violation" not in result, result["violation"]
+    assert sum(r["seeds"] for r in results) == SEEDS
+    # the schedules did something: updates acknowledged, faults injected
+    assert sum(r["acknowledged"] for r in results) > SEEDS // 2
+    assert sum(r["faults"] for r in results) > SEEDS
+
+
+# --------------------------------------------------------------------------- scripted schedules
+
+
+def send(world: World, client: int = 0) -> None:
+    """Client ``client`` sends its next update, and the push reaches the primary."""
+    world.apply(("send", client))
+    world.apply(("deliver", len(world.network) - 1))
+
+
+def primary_of(world: World, shard: int):
+    record = world.etcd.record(world.bucket_of[shard])
+    return world.servers[record.primary]
+
+
+def run_until_waiting(world: World, server, kind: str) -> Exchange:
+    """Run ``server``'s thread until it waits on an exchange of ``kind`` messages."""
+    for _ in range(20):
+        world.apply(("run", server.me))
+        if server.waiting is not None and server.waiting.requests[0][1].kind == kind:
+            return server.waiting
+    raise AssertionError(f"server {server.me} never sent a {kind}")
+
+
+def test_a_copy_that_loses_a_prepare_is_re_synced_with_the_rounds_version_and_table():
+    """A PREPARE lost (a copy stalled past the peer timeout): the primary drops the copy and
+    re-syncs it inside the round. The snapshot's values hold the round's update, and so must its
+    version and request table; the update is acknowledged, once, everywhere."""
+    world = established()
+    client = world.clients[0]
+    client.outstanding = (1, 0)  # (seq, shard)
+    client.seq = 1
+    send(world)
+    primary = primary_of(world, 0)
+    exchange = run_until_waiting(world, primary, "PREPARE")
+    lost = exchange.requests[0][0]
+    n = next(i for i, (dst, _) in enumerate(world.network) if dst == lost)
+    world.apply(("drop", n))
+    world.apply(("timeout", primary.me, lost))
+    world.settle()
+    world.settle()
+    assert client.ledger == {(100, 1): (0, 1)}
+    for s in world.live():
+        assert s.values[0] == [(100, 1)] and s.logs[0].committed == 1
+        assert s.logs[0].seen(100, 1) == 1
+
+
+def test_a_re_send_in_the_same_batch_is_applied_once_and_both_are_answered():
+    world = established()
+    client = world.clients[0]
+    client.outstanding, client.seq = (1, 0), 1
+    send(world)
+    send(world)  # the client's re-send (it timed out) lands in the same batch
+    world.settle()
+    primary = primary_of(world, 0)
+    assert primary.values[0] == [(100, 1)] and client.ledger == {(100, 1): (0, 1)}
+    answers = [m for dst, m in world.network if dst == ("client", 100)]
+    assert answers == []  # both delivered by settle; the ledger took one version
+
+
+def test_a_violation_names_its_seed_and_prints_the_schedule_and_every_story():
+    world = established()
+    world.seed = 12345
+    send(world)
+    world.settle()
+    server = world.live()[0]
+    server.values[0].append(server.values[0][0] if server.values[0] else (100, 1))
+    world.touched = {server.me}
+    with pytest.raises(Violation) as caught:
+        world.check()
+    text = str(caught.value)
+    assert text.startswith("seed 12345: ") and "schedule:" in text and "stories:" in text
+    assert "(the established start ends here)" in text
+    assert f"server {server.me} (incarnation 1" in text
+
+
+def test_a_seed_replays_the_same_schedule():
+    assert run_seed(7, STEPS).schedule == run_seed(7, STEPS).schedule
+    assert run_seed(10, STEPS).schedule == run_seed(10, STEPS).schedule  # a cold start
+
+
+def tick_until(world: World, done, limit: int = 60) -> None:
+    for _ in range(limit):
+        if done():
+            return
+        world.apply(("tick",))
+        world.settle()
+    raise AssertionError("the world never got there")
+
+
+def test_a_wiped_etcd_never_restarts_a_bucket_on_a_lagging_copy():
+    """The bucket's preferred primary is paused past its lease, a successor acknowledges an
+    update it lacks, etcd loses every key, the lagging server wakes up first in rendezvous
+    order: it must not start the bucket afresh (epoch 1, its stale state taken as current)."""
+    world = established()
+    lagging = primary_of(world, 0)
+    world.apply(("pause", lagging.me))
+    tick_until(world, lambda: primary_of(world, 0).me != lagging.me)
+    tick_until(world, lambda: primary_of(world, 0).serving(0))
+    client = world.clients[0]
+    client.outstanding, client.seq = (1, 0), 1
+    send(world)
+    world.settle()
+    assert client.ledger == {(100, 1): (0, 1)} and lagging.values[0] == []
+    world.apply(("wipe",))
+    world.apply(("resume", lagging.me))
+    for _ in range(30):  # every check passes at every step: nothing starts the bucket afresh
+        world.apply(("tick",))
+        world.settle()
+    assert world.etcd.record(0) is None
+    assert all(s.roles[0].record_lost and not s.roles[0].serving for s in world.live())
+
+
+def give_up_on_paused(world: World) -> None:
+    """Every exchange waiting on a paused server gives up on it (the peer timeout)."""
+    for s in world.live():
+        if s.waiting is not None:
+            for peer in s.waiting.waiting_on():
+                if world.servers[peer] is not None and world.servers[peer].paused:
+                    world.apply(("timeout", s.me, peer))
+
+
+def both_copies_stalled_then_the_primary_killed(min_copies: int, ticks: int = 0) -> World:
+    """Both copies of shard 0's bucket SIGSTOP-ed while an update is on its way, the primary
+    SIGKILL-ed after it answered, the copies woken up, the client re-sending until answered."""
+    world = established(Config(min_copies=min_copies))
+    primary = primary_of(world, 0)
+    copies = [s for s in world.live() if s is not primary]
+    for s in copies:
+        world.apply(("pause", s.me))
+    client = world.clients[0]
+    client.outstanding, client.seq = (1, 0), 1
+    send(world)
+    for _ in range(6):
+        world.settle()
+        give_up_on_paused(world)
+    for _ in range(ticks):  # the stalled copies' leases lapse: they leave the members
+        world.apply(("tick",))
+        world.settle()
+        give_up_on_paused(world)
+        world.settle()
+    answered = dict(client.ledger)
+    world.apply(("kill", primary.me))
+    for s in copies:
+        world.apply(("resume", s.me))
+    for _ in range(40):
+        if client.outstanding is None:
+            break
+        world.apply(("tick",))
+        world.settle()
+        world.apply(("send", 0))
+        world.settle()
+    world.answered_before_the_kill = answered
+    return world
+
+
+@pytest.mark.parametrize("ticks", [0, 12], ids=["stall", "stall-past-their-leases"])
+def test_below_min_copies_a_write_is_refused_and_acknowledged_once_a_copy_holds_it(ticks):
+    world = both_copies_stalled_then_the_primary_killed(min_copies=2, ticks=ticks)
+    assert world.answered_before_the_kill == {}  # refused while the primary alone held it
+    assert world.counts["died_with_every_copy"] == 0
+    client = world.clients[0]
+    assert client.outstanding is None and list(client.ledger) == [(100, 1)]
+    for s in world.live():
+        assert s.values[0].count((100, 1)) <= 1
+
+
+def test_with_min_copies_1_the_write_is_acknowledged_alone_and_dies_with_the_primary():
+    """The weaker promise, pinned: one copy acknowledges, and its SIGKILL loses the update."""
+    world = both_copies_stalled_then_the_primary_killed(min_copies=1)
+    assert world.answered_before_the_kill == {(100, 1): (0, 1)}
+    assert world.counts["died_with_every_copy"] == 1
+
+
+def test_a_pull_never_sees_an_update_that_a_failover_then_takes_back():
+    """A pull answered while a round is out: it must not see the round's update before every
+    in-sync copy committed it, or a failover takes it back (the reads go backwards)."""
+    world = established()
+    writer, reader = world.clients
+    writer.outstanding, writer.seq = (1, 0), 1
+    send(world, 0)
+    primary = primary_of(world, 0)
+    run_until_waiting(world, primary, "PREPARE")
+    reader_pulls = len(world.network)
+    world.apply(("pull", 1))
+    while world.network[reader_pulls][1][2][2] != 0:  # until the reader asked for shard 0
+        world.network.pop(reader_pulls)
+        world.apply(("pull", 1))
+    world.apply(("deliver", reader_pulls))
+    world.apply(("deliver", len(world.network) - 1))  # the answer reaches the reader
+    assert reader.reads[0] and (100, 1) not in reader.reads[0][-1][1]
+    world.apply(("kill", primary.me))  # before any copy committed the update
+    tick_until(world, lambda: (p := primary_of(world, 0)) is not None and p.serving(0))
+    for _ in range(10):  # the reader reads again from the new primary
+        world.apply(("pull", 1))
+        world.settle()
+    assert len(reader.reads[0]) > 1
+
+
+def test_a_primary_whose_lease_was_lost_and_taken_anew_answers_no_pull():
+    """Its heartbeat found the lease gone and registered a new one: its clock is valid again
+    before its replication thread read the map and stepped down, while a successor may serve."""
+    world = established()
+    primary = primary_of(world, 0)
+    world.apply(("expire", primary.me))
+    for _ in range(3):
+        world.apply(("tick",))  # its heartbeat registers a new lease; its thread does not run
+    assert primary.valid() and primary.roles[0].serving  # what the role knew
+    assert not primary.serving(0)
