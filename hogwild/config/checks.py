@@ -269,6 +269,18 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")
     if not (cluster.status_s > 0 and cluster.start_timeout_s > 0 and cluster.stop_timeout_s > 0):
         fail("cluster.status_s, cluster.start_timeout_s and cluster.stop_timeout_s must be > 0")
+    if cluster.etcd.strip() == "job" and cluster.copies < 2:
+        fail(
+            f'cluster.etcd = "job" starts an etcd cluster for the copies of replicated '
+            f"parameter servers, but cluster.copies = {cluster.copies}: give copies > 1, or "
+            "leave cluster.etcd empty"
+        )
+    if cluster.etcd.strip() == "job" and cluster.launcher != "local":
+        fail(
+            f'cluster.etcd = "job" with cluster.launcher = {cluster.launcher!r}: the job\'s own '
+            "etcd cluster runs only on this host's loopback (local launcher) so far; give "
+            'cluster.etcd = "HOST:PORT,HOST:PORT,..." of an etcd cluster every node can reach'
+        )
     if cluster.copies > 1 and not cluster.etcd and cluster.launcher != "local":
         fail(
             f"cluster.copies = {cluster.copies} with cluster.launcher = {cluster.launcher!r}: "

@@ -6,8 +6,13 @@ keep their bucket map and leases in etcd (:mod:`hogwild_plugins.ps.failover`); t
 only three things of it: where it is, the shortest lease it honours, and, when a server dies, that
 server's lease ended at once so that its buckets fail over without waiting for it to lapse.
 
-Ownership: an etcd started here (``cluster.etcd`` empty: on loopback, its data in a directory of
-its own) is stopped by :meth:`EtcdController.close`, data and all; an etcd the job was given is
+What it starts: ``cluster.etcd`` empty, one etcd on loopback; ``cluster.etcd = "job"``, the job's
+own etcd cluster of three members on loopback (:class:`~.etcd_process.EtcdCluster`), which goes
+on serving when one member is lost (the roles' clients fail over between the members).
+
+Ownership: an etcd started here (its data in a directory of its own) is stopped by
+:meth:`EtcdController.close`, data and all, and dies with the driver if the driver is killed
+(a SIGKILLed driver's data directories are swept by the next start); an etcd the job was given is
 someone else's, so :meth:`~EtcdController.close` deletes every key of the job instead. Either way
 an earlier run's keys are deleted when the controller opens: they would name primaries that are
 gone.
@@ -27,30 +32,40 @@ import time
 from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.etcd_process import EtcdProcess
+from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import HogwildError
 
-__all__ = ["GIVEN_ETCD_LEASE_S", "EtcdController"]
+__all__ = ["GIVEN_ETCD_LEASE_S", "JOB_ETCD", "JOB_ETCD_MEMBERS", "EtcdController"]
 
 GIVEN_ETCD_LEASE_S = 2  # seconds: the auto lease with an etcd whose timers are not ours
 DRIVER_KEY = "driver"  # held, under the driver's lease, while a driver runs the job
+JOB_ETCD = "job"  # cluster.etcd: start the job's own etcd cluster
+JOB_ETCD_MEMBERS = 3  # the fewest that survive losing one
 
 
 class EtcdController:
     """The controller of job ``job`` (see the module docstring); an ``OpenController``.
 
     Args:
-        address: ``cluster.etcd``: ``HOST:PORT`` of an etcd, or empty to start one.
+        address: ``cluster.etcd``: ``HOST:PORT`` of an etcd (or ``HOST:PORT,...`` of an etcd
+            cluster's members), empty to start one etcd, ``"job"`` to start an etcd cluster.
         job: The job's name (its keys live under :func:`~.routes.etcd_prefix`).
         say: Where to tell the user about an etcd started for the job.
     """
 
     def __init__(self, address: str, job: str, say: Callable[[str], None]) -> None:
         self.prefix = etcd_prefix(job)
-        self.process: EtcdProcess | None = None
-        if not address:
+        self.process: EtcdProcess | EtcdCluster | None = None
+        if address.strip() == JOB_ETCD:
+            self.process = EtcdCluster(JOB_ETCD_MEMBERS)  # each member's data its own, removed
+            address = self.process.start()
+            say(
+                f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members for the "
+                f"servers' copies on {address}"
+            )
+        elif not address:
             self.process = EtcdProcess()  # its data in a directory of its own, removed with it
             address = self.process.start()
             say(f"hogwild cluster: etcd for the servers' copies on {address}")
@@ -78,8 +93,8 @@ class EtcdController:
                 etcd.revoke(value["lease"])
 
     def close(self) -> None:
-        """Stop the etcd started for the job, or delete the job's keys from the one given;
-        either way give the job's ``driver`` key back."""
+        """Stop the etcd (or etcd cluster) started for the job, or delete the job's keys from
+        the one given; either way give the job's ``driver`` key back."""
         try:
             if self.process is None and self._etcd is not None:
                 self._clear()

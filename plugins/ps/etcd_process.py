@@ -1,10 +1,16 @@
-"""One etcd server on loopback, owned by a job or a test: :class:`EtcdProcess`.
+"""etcd servers on loopback, owned by a job or a test: one (:class:`EtcdProcess`) or a cluster
+of members that survives losing one (:class:`EtcdCluster`).
 
 OS mechanics only (ports, a data directory, a child that dies with us, a bounded start and
 stop); :mod:`hogwild_plugins.ps.etcd` is the client, and re-exports what is here. etcd is the
-controller of the replicated parameter server (Adam, section 3.3.3), so the one started here is
-tuned for leases of about a second: etcd never grants a lease shorter than 1.5 election
+controller of the replicated parameter server (Adam, section 3.3.3), so the servers started here
+are tuned for leases of about a second: etcd never grants a lease shorter than 1.5 election
 timeouts, and the election timeout here is derived from the shortest lease the job needs.
+
+Every server's work directory (data and log) is ``hogwild-etcd-<owner pid>-*`` in the temporary
+directory, removed by ``stop``. A server dies with its owner even when the owner is SIGKILLed
+(Linux's parent-death signal); the directory such an owner left is removed by the next start
+(:func:`sweep_stale_work`), since nobody else would.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from hogwild.errors import HogwildError
 from hogwild.net.address import host_port
 from hogwild.net.ports import free_port
 
-__all__ = ["INSTALL_HINT", "EtcdProcess", "etcd_binary"]
+__all__ = ["INSTALL_HINT", "EtcdCluster", "EtcdProcess", "etcd_binary", "sweep_stale_work"]
+
+WORK_PREFIX = "hogwild-etcd-"  # then the owner's pid and a dash
 
 INSTALL_HINT = (
     "install it with `apt-get install etcd-server` (Debian/Ubuntu), "
@@ -41,6 +49,41 @@ def etcd_binary(name: str = "etcd") -> str:
     if path is None:
         raise HogwildError(f"etcd binary {name!r} not found: {INSTALL_HINT}")
     return path
+
+
+def sweep_stale_work(parent: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the work directories (``hogwild-etcd-<pid>-*`` in ``parent``, default the
+    temporary directory) whose owner is no longer alive: a SIGKILLed job's etcd died with it,
+    its data did not. The directories removed."""
+    parent = Path(parent if parent is not None else tempfile.gettempdir())
+    removed = []
+    for work in parent.glob(f"{WORK_PREFIX}*-*"):
+        owner = work.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        try:
+            if work.is_dir() and work.stat().st_uid == os.getuid():
+                shutil.rmtree(work, ignore_errors=True)
+                removed.append(work)
+        except OSError:
+            continue  # gone meanwhile
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _work_dir() -> Path:
+    """A new work directory named after this process (see :func:`sweep_stale_work`)."""
+    sweep_stale_work()
+    return Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-"))
 
 
 _EXEC_SHIM = (
@@ -78,9 +121,11 @@ class EtcdProcess:
         host: str = "127.0.0.1",
         binary: str = "etcd",
         lease_floor_s: float = 1.0,
+        name: str | None = None,
     ) -> None:
         if not 0.1 <= lease_floor_s <= 60:
             raise HogwildError(f"lease_floor_s={lease_floor_s}: expected 0.1 to 60 seconds")
+        self.name = name or f"hogwild-{os.getpid()}"
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.host = host
         self.binary = binary
@@ -111,7 +156,7 @@ class EtcdProcess:
         if self.process is not None:
             return self.address
         binary = etcd_binary(self.binary)
-        self._work = Path(tempfile.mkdtemp(prefix="hogwild-etcd-"))
+        self._work = _work_dir()
         deadline = time.monotonic() + timeout_s
         try:
             for _attempt in range(3):  # a probed free port may be taken before etcd binds it
@@ -128,19 +173,32 @@ class EtcdProcess:
 
     def _try_start(self, binary: str, deadline: float) -> str | None:
         """Start etcd once; None once it grants a lease, else why not (with its log's tail)."""
+        client, peer = self.urls()
+        self.launch(binary, client, peer, f"{self.name}={peer}")
+        return self.wait_ready(deadline)
+
+    def urls(self) -> tuple[str, str]:
+        """A client URL and a peer URL on ports free right now."""
+        return tuple(f"http://{host_port(self.host, free_port())}" for _ in range(2))
+
+    def launch(self, binary: str, client: str, peer: str, initial_cluster: str) -> None:
+        """Start the etcd process, serving ``client``, talking to its peers on ``peer``, a
+        member of ``initial_cluster`` (``NAME=PEER_URL,...``, etcd's flag); no wait."""
+        if self._work is None:
+            self._work = _work_dir()
         data = self.data_dir or self._work / "data"
         if self.data_dir is None:
             shutil.rmtree(data, ignore_errors=True)  # a failed attempt's half-made member
-        client, peer = (f"http://{host_port(self.host, free_port())}" for _ in range(2))
         election_ms = max(10, round(self.lease_floor_s * 500))
         args = [
-            f"--name=hogwild-{os.getpid()}",
+            f"--name={self.name}",
             f"--data-dir={data}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=hogwild-{os.getpid()}={peer}",
+            f"--initial-cluster={initial_cluster}",
+            "--initial-cluster-state=new",
             f"--heartbeat-interval={max(1, election_ms // 10)}",
             f"--election-timeout={election_ms}",
             "--auto-compaction-mode=revision",  # keep the history of a long job bounded
@@ -158,6 +216,9 @@ class EtcdProcess:
                 start_new_session=True,  # Ctrl-C goes to the job, which stops etcd itself
             )
         self._address = client.removeprefix("http://")
+
+    def wait_ready(self, deadline: float) -> str | None:
+        """None once the launched etcd grants a lease, else why not (with its log's tail)."""
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 return f"exit status {self.process.returncode}; {self._log_tail()}"
@@ -212,6 +273,86 @@ class EtcdProcess:
             self._work = None
 
     def __enter__(self) -> EtcdProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class EtcdCluster:
+    """``size`` etcd members on loopback forming one cluster, for a job; a context manager.
+
+    A majority of the members keeps the cluster serving, so three survive the loss of one. Each
+    member is an :class:`EtcdProcess` (its own work directory, dying with this process, timers
+    scaled to ``lease_floor_s``); :attr:`address` is their client addresses,
+    ``HOST:PORT,HOST:PORT,...``, as :class:`~hogwild_plugins.ps.etcd.Etcd` takes them, and
+    :attr:`min_ttl_s` the longest of the members' measured shortest leases.
+    """
+
+    def __init__(
+        self, size: int = 3, *, host: str = "127.0.0.1", binary: str = "etcd",
+        lease_floor_s: float = 1.0,
+    ) -> None:  # fmt: skip
+        if size < 1:
+            raise HogwildError(f"an etcd cluster of {size} members: expected at least one")
+        self.members = [
+            EtcdProcess(host=host, binary=binary, lease_floor_s=lease_floor_s,
+                        name=f"hogwild-{os.getpid()}-{i}")
+            for i in range(size)
+        ]  # fmt: skip
+        self.binary = binary
+        self.min_ttl_s = 0
+
+    @property
+    def address(self) -> str:
+        """The members' client addresses, ``HOST:PORT,HOST:PORT,...``."""
+        return ",".join(member.address for member in self.members)
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        """Start every member and wait until each grants leases (the cluster has a leader);
+        the members' client addresses.
+
+        Raises:
+            HogwildError: No binary, or a member exited or stayed unready past ``timeout_s``
+                (naming it, with the last lines of its log); every member is then stopped.
+        """
+        binary = etcd_binary(self.binary)
+        deadline = time.monotonic() + timeout_s
+        try:
+            for _attempt in range(3):  # a probed free port may be taken before etcd binds it
+                error = self._try_start(binary, deadline)
+                if error is None:
+                    self.min_ttl_s = max(member.min_ttl_s for member in self.members)
+                    return self.address
+                for member in self.members:
+                    member._kill()
+                if "address already in use" not in error or time.monotonic() >= deadline:
+                    break
+            raise HogwildError(f"the etcd cluster did not start: {error}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _try_start(self, binary: str, deadline: float) -> str | None:
+        """Launch every member, then wait for each; None once all grant, else why not."""
+        urls = [member.urls() for member in self.members]
+        names = [member.name for member in self.members]
+        initial = ",".join(f"{name}={peer}" for name, (_, peer) in zip(names, urls, strict=True))
+        for member, (client, peer) in zip(self.members, urls, strict=True):
+            member.launch(binary, client, peer, initial)
+        for member in self.members:
+            error = member.wait_ready(deadline)
+            if error is not None:
+                return f"member {member.name}: {error}"
+        return None
+
+    def stop(self) -> None:
+        """Stop every member (SIGTERM, SIGKILL if it lingers) and remove its directory."""
+        for member in self.members:
+            member.stop()
+
+    def __enter__(self) -> EtcdCluster:
         self.start()
         return self
 

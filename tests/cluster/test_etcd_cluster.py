@@ -1,13 +1,19 @@
 """The etcd client against a real three-member etcd cluster on loopback: ``HOST:PORT,...``, failover
 between members, a lost member told from a lost cluster, and a write of unknown fate never
-repeated on another member."""
+repeated on another member. The job's own cluster (:class:`EtcdCluster`, ``cluster.etcd = "job"``)
+survives a lost member, leaves nothing when stopped, and dies with a killed owner, whose data the
+next start sweeps."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from hogwild_plugins.ps.etcd import (
     Etcd,
@@ -16,6 +22,7 @@ from hogwild_plugins.ps.etcd import (
     etcd_binary,
     parse_endpoints,
 )
+from hogwild_plugins.ps.etcd_process import EtcdCluster, sweep_stale_work
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -134,3 +141,81 @@ def test_a_single_member_is_still_named_as_before(members):
     with pytest.raises(EtcdUnavailable, match=f"etcd at {members.clients[2]} cannot be reached"):
         client.get("a")
     client.close()
+
+
+def _members_alive(cluster: EtcdCluster) -> list[int]:
+    return [m.process.pid for m in cluster.members if m.process and m.process.poll() is None]
+
+
+def test_the_jobs_own_cluster_survives_a_lost_member_and_stops_leaving_nothing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the members' data goes
+    cluster = EtcdCluster(3)
+    try:
+        address = cluster.start()
+        assert parse_endpoints(address) == [m.address for m in cluster.members]
+        assert len(_members_alive(cluster)) == 3 and cluster.min_ttl_s >= 1
+        assert len(list(tmp_path.glob("hogwild-etcd-*"))) == 3
+        client = Etcd(address, prefix="/job/", timeout_s=REQUEST_S)
+        try:
+            client.put("a", {"n": 1})
+            cluster.members[0].process.kill()  # the member the client talks to
+            cluster.members[0].process.wait()
+            deadline = time.monotonic() + READY_WITHIN_S
+            while True:  # a write of unknown fate is the caller's to retry (see above)
+                try:
+                    client.put("a", {"n": 2})
+                    break
+                except EtcdUnavailable as exc:
+                    assert not isinstance(exc, EtcdClusterLost)
+                    assert time.monotonic() < deadline, "two members of three stopped serving"
+            assert client.get("a")[0] == {"n": 2}
+            assert cluster.members[0].address in client.lost_members
+        finally:
+            client.close()
+    finally:
+        cluster.stop()
+    assert _members_alive(cluster) == []
+    assert list(tmp_path.iterdir()) == []  # every member's data and log removed
+
+
+OWNER = """
+import sys, tempfile, time
+tempfile.tempdir = sys.argv[1]
+from hogwild_plugins.ps.etcd_process import EtcdCluster
+cluster = EtcdCluster(3)
+cluster.start()
+print(" ".join(str(m.process.pid) for m in cluster.members), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_owner_takes_its_members_along_and_the_next_start_sweeps_their_data(tmp_path):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        pids = [int(pid) for pid in owner.stdout.readline().split()]
+        assert len(pids) == 3, "the owner did not start its cluster"
+        owner.kill()  # no stop(), no finally: a crashed driver
+        owner.wait()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in pids):  # Linux's parent-death signal killed them
+        assert time.monotonic() < deadline, "an etcd member outlived its owner"
+        time.sleep(0.05)
+    left = sorted(tmp_path.glob(f"hogwild-etcd-{owner.pid}-*"))
+    assert len(left) == 3  # nobody ran stop(): the data is still there ...
+    (tmp_path / f"hogwild-etcd-{os.getpid()}-mine").mkdir()  # a live owner's: not touched
+    assert sorted(sweep_stale_work(tmp_path)) == left  # ... until the next start sweeps it
+    assert [p.name for p in tmp_path.iterdir()] == [f"hogwild-etcd-{os.getpid()}-mine"]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

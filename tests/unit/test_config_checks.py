@@ -154,3 +154,16 @@ def test_a_push_cadence_whose_weight_decay_would_remove_the_weights_is_rejected(
     assert "train.n_push" in msg and "weight decay" in msg
     # the store's own cadence (0) is the store's to check, where it resolves it (test_stores)
     config_from_dict(small(train={"parameters": "ps"}, optim={"lr": 1.0, "weight_decay": 0.002}))
+
+
+# --- the job's own etcd cluster ---------------------------------------------------------------
+
+
+def test_the_jobs_own_etcd_cluster_needs_copies_and_the_local_launcher():
+    assert (
+        config_from_dict(small(cluster={"etcd": "job", "copies": 3, "ps": 3})).cluster.etcd == "job"
+    )
+    said = error_of(small(cluster={"etcd": "job"}))
+    assert 'cluster.etcd = "job"' in said and "cluster.copies = 1" in said
+    said = error_of(small(cluster={"etcd": "job", "copies": 3, "ps": 3, "launcher": "ray"}))
+    assert "cluster.launcher = 'ray'" in said and "HOST:PORT,HOST:PORT" in said

@@ -1,0 +1,110 @@
+"""``cluster.etcd = "job"`` end to end with the local launcher: the job's own etcd cluster.
+
+A job with three copies of each parameter server and its own three-member etcd cluster on
+loopback loses a member while it trains (SIGKILL, the member its clients talk to first) and ends
+well; afterwards no etcd process and no etcd data directory is left. SIGTERM of the driver stops
+the members with the job, leaving nothing either.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import psutil
+import pytest
+
+from tests.cluster.test_cluster import (
+    _run_and_kill,
+    cluster_command,
+    gauge,
+    processes_of,
+    scrape,
+    until,
+    wait_for_roles,
+)
+
+pytestmark = pytest.mark.slow
+
+ARGS = ("--epochs", "1", "--replicas", "1", "--ps", "3", "--cluster.copies=3",
+        "--cluster.etcd=job", "--train.subset=10000")  # fmt: skip
+
+
+def etcd_members(driver_pid: int) -> list[psutil.Process]:
+    """The etcd members the driver started (its children named etcd), in member order."""
+    try:
+        children = psutil.Process(driver_pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    members = []
+    for child in children:
+        try:
+            if child.name() == "etcd" and child.status() != psutil.STATUS_ZOMBIE:
+                name = next(a for a in child.cmdline() if a.startswith("--name="))
+                members.append((name, child))
+        except (psutil.Error, StopIteration):
+            continue
+    return [child for _, child in sorted(members, key=lambda pair: pair[0])]
+
+
+def left_behind(tmp) -> tuple[list, list]:
+    """Live processes whose command line names ``tmp`` (the members' data lives there), and the
+    etcd work directories in it."""
+    return processes_of(tmp), sorted(p.name for p in tmp.glob("hogwild-etcd-*"))
+
+
+@pytest.fixture
+def job_tmp(tmp_path, monkeypatch):
+    """The driver's temporary directory, where its etcd members keep their data."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
+
+
+def test_the_job_loses_a_member_of_its_own_etcd_cluster_and_ends_well(mnist_dir, tmp_path, job_tmp):
+    killed = []
+
+    def kill(run_dir, first_port, driver):  # ports: driver, ps 0, ps 1, ps 2, replica 0
+        members = until("three etcd members", lambda: len(etcd_members(driver.pid)) == 3
+                        and etcd_members(driver.pid), driver=driver)  # fmt: skip
+        until("replica 0 training", lambda: gauge(scrape(first_port + 4),
+              "hogwild_replica_examples"), driver=driver)  # fmt: skip
+        members[0].kill()  # the first member named: every client's first choice
+        killed.append(members[0].pid)
+
+    final, records, _ = _run_and_kill(mnist_dir, tmp_path, ARGS, 5, kill)
+    ran = records[0]["config"]["cluster"]["etcd"]
+    assert len(ran.split(",")) == 3 and ran.startswith("127.0.0.1:")  # the roles got all three
+    assert killed and _gone(killed[0])
+    assert final["restarts"] == {}  # the servers failed over to a member left: none died
+    assert final["test_accuracy"] >= 0.9, final
+    assert [r["examples"] for r in records if r["event"] == "epoch"] == [10000]
+    assert left_behind(job_tmp) == ([], [])
+
+
+def test_sigterm_of_the_driver_stops_its_etcd_members(mnist_dir, tmp_path, job_tmp):
+    run_dir = tmp_path / "run"
+    driver = subprocess.Popen(cluster_command(mnist_dir, run_dir, *ARGS), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for_roles(run_dir, driver)
+        members = etcd_members(driver.pid)
+        assert len(members) == 3
+        driver.send_signal(signal.SIGTERM)
+        _, stderr = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert [member.pid for member in members if not _gone(member.pid)] == []
+    assert processes_of(run_dir) == []
+    assert left_behind(job_tmp) == ([], [])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
