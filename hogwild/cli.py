@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
         "or 'mnist' (default: data.source of the config)",
     )
     train.add_argument("--workers", type=int, help="worker processes (default: physical cores)")
+    train.add_argument(
+        "--partitions", type=int, help="split one replica's layers over K processes (Adam 3.2)"
+    )
     train.add_argument("--epochs", type=int, help="passes over the training set")
     train.add_argument("--batch", type=int, help="examples per update (default 1)")
     train.add_argument("--lr", type=float, help="learning rate")
@@ -98,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
         "(train.workers, train.placement, train.parameters, train.replicas).",
     )
     info.add_argument("--config", help="job config (TOML); default: Adam's MNIST model")
+    info.add_argument(
+        "--partitions", type=int, help="print the plan of a replica split over K partitions"
+    )
 
     shm = sub.add_parser("shm", help="list or remove hogwild shared-memory segments")
     shm_sub = shm.add_subparsers(dest="shm_command", required=True)
@@ -189,10 +195,16 @@ def _split_overrides(extra: list[str], parser: argparse.ArgumentParser) -> dict[
 
 
 def _train(args, overrides: dict[str, str]) -> int:
-    from hogwild.training.api import train
+    from hogwild.training.api import resolve_config, train
 
     if args.ps:
         overrides = {"train.parameters": "ps", **overrides, "ps.servers": args.ps}
+    if args.partitions is not None:
+        overrides = {**overrides, "model.partitions": args.partitions}
+    if resolve_config(args.config, overrides).model.partitions > 1:
+        from hogwild.partition.runtime import train_partitioned
+
+        train = train_partitioned  # same arguments: one replica in K partition processes
     result = train(
         args.config,
         args.data,
@@ -280,6 +292,8 @@ def _info(args, overrides: dict[str, str]) -> int:
     from hogwild.store.registry import store_class
     from hogwild.training.placement import machine_topology
 
+    if args.partitions is not None:
+        overrides = {**overrides, "model.partitions": args.partitions}
     config = load_config(args.config, overrides)
     train = config.train
     topology = machine_topology()
@@ -290,6 +304,12 @@ def _info(args, overrides: dict[str, str]) -> int:
         topology, plan, getattr(store, "plan", None), policy=train.placement
     )
     print(report + f"\nParameter store {train.parameters!r}: {store.summary()}")
+    if config.model.partitions > 1:
+        from hogwild.numa.caches import read_caches
+        from hogwild.partition.plan import plan_partitions
+
+        plan = plan_partitions(model_network(config.model), config.model.partitions)
+        print(plan.describe(read_caches()))
     return 0
 
 
