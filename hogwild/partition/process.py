@@ -62,6 +62,11 @@ def partition_main(setup: dict) -> None:
     from hogwild.signals import die_with_parent
 
     die_with_parent(signal.SIGTERM)
+    try:  # the name ps and /proc/PID/comm show
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(f"hw-partition-{setup['partition']}")
+    except OSError:
+        pass
     arena = None
     try:
         from hogwild.shm.arena import Arena, ArenaLayout
