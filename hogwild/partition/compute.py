@@ -59,8 +59,18 @@ class PartitionStages:
         if self.runs[s]:
             self.target[0] = label
             backward_batch(
-                self.segments[s], params, act, dact, aux, scratch, grad, self.target, 1,
-                FC_ACCUMULATE, 0.0, 1.0,
+                self.segments[s],
+                params,
+                act,
+                dact,
+                aux,
+                scratch,
+                grad,
+                self.target,
+                1,
+                FC_ACCUMULATE,
+                0.0,
+                1.0,
             )
 
     def reduce(self, s: int, dact_all) -> None:
@@ -69,8 +79,9 @@ class PartitionStages:
         boundary = self.plan.boundaries[s - 1]
         lo, hi = boundary.slices[self.p]
         if hi > lo:
-            reduce_errors(dact_all, self.p, boundary.block + lo, boundary.block + hi,
-                          self.contributors[s - 1])
+            reduce_errors(
+                dact_all, self.p, boundary.block + lo, boundary.block + hi, self.contributors[s - 1]
+            )
 
 
 class SequentialReplica:
@@ -103,7 +114,13 @@ class SequentialReplica:
                     self.stages[p].reduce(s + 1, self.dact)
             for p in range(k):
                 self.stages[p].backward(
-                    s, params, self.act, self.dact[p : p + 1], self.aux[p : p + 1],
-                    self.scratch[p], grads[p], label,
+                    s,
+                    params,
+                    self.act,
+                    self.dact[p : p + 1],
+                    self.aux[p : p + 1],
+                    self.scratch[p],
+                    grads[p],
+                    label,
                 )
         return self.act[0]

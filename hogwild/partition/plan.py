@@ -148,7 +148,10 @@ class PartitionPlan:
             if r[COL_W] < 0 or not self.runs_layer(partition, layer.layer):
                 continue
             n_w = int(r[COL_O] * r[COL_C] * (r[COL_K] ** 2 if r[COL_OP] == OP_CONV else 1))
-            rows += [(int(r[COL_W]), int(r[COL_W]) + n_w), (int(r[COL_B]), int(r[COL_B] + r[COL_O]))]
+            rows += [
+                (int(r[COL_W]), int(r[COL_W]) + n_w),
+                (int(r[COL_B]), int(r[COL_B] + r[COL_O])),
+            ]
         return rows
 
     def working_sets(self) -> list[list[int]]:
@@ -338,7 +341,9 @@ def _relayout_scratch(network: Network, table: np.ndarray) -> int:
             r[COL_PACKED] = cursor
             taps = int(r[COL_C] * r[COL_K] * r[COL_K])
             cursor = _align(cursor + packed_conv_weights_size(int(r[COL_O]), taps))
-            dims.append(("conv", int(r[COL_C]), int(r[COL_O]), int(r[COL_HO] * r[COL_WO]), int(r[COL_K])))
+            dims.append(
+                ("conv", int(r[COL_C]), int(r[COL_O]), int(r[COL_HO] * r[COL_WO]), int(r[COL_K]))
+            )
         elif r[COL_OP] == OP_FC:
             dims.append(("fc", int(r[COL_C]), int(r[COL_O])))
     table[:, COL_WORK] = cursor

@@ -156,10 +156,10 @@ class PartitionLoop:
                 idle = 0
                 continue
             idle += 1
-            if idle < 64:
+            if idle < 2000:  # a yield costs nothing when no other process wants the core
                 os.sched_yield()
             else:
-                time.sleep(0.0002 if idle < 5000 else 0.002)
+                time.sleep(0.0002 if idle < 20000 else 0.002)
             now = time.monotonic()
             if now - last_check > 0.05:
                 last_check = now
@@ -268,8 +268,16 @@ class PartitionLoop:
         if i == 0:
             lr = float(self.floats[LR])
             apply_update(
-                self.ops, self.params, self.velocity, self.grad, lr, 1.0, self.mu, self.wd,
-                self.rule, True,
+                self.ops,
+                self.params,
+                self.velocity,
+                self.grad,
+                lr,
+                1.0,
+                self.mu,
+                self.wd,
+                self.rule,
+                True,
             )
             if atomic_add(self.sync, base + DONE, 1) == self.k - 1:  # the last one: complete
                 self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]

@@ -78,6 +78,11 @@ class PartitionedTrainer:
                 "model.partitions > 1 trains on MNIST idx data (data.source = 'mnist' or a "
                 f"directory of idx files); got {type(data).__name__}"
             )
+        if config.train.batch != 1:
+            raise ConfigError(
+                f"model.partitions > 1 trains one example at a time per slot (train.in_flight "
+                f"examples at once): set train.batch = 1, got {config.train.batch}"
+            )
         self.config, self.resume = config, resume
         self.replace_old = check_directory(config.output.checkpoint_dir, resume, overwrite)
         self.n_classes = 10  # MNIST's digits
@@ -259,7 +264,13 @@ class PartitionedTrainer:
         context = TrainingContext.allocate(self.network, 32)
         params = self.arena.array("params")
         loss, correct = context.evaluate_range(
-            self.network.ops, params, self.test_images, self.test_labels, 0, n, self.mean,
+            self.network.ops,
+            params,
+            self.test_images,
+            self.test_labels,
+            0,
+            n,
+            self.mean,
             self.std,
         )
         return {"test_loss": float(loss) / n, "test_accuracy": float(correct) / n}
@@ -273,8 +284,16 @@ class PartitionedTrainer:
             self.replace_old = False
         arena = self.arena
         return save_checkpoint(
-            config, self.network, arena.array("params").copy(), arena.array("velocity").copy(),
-            epoch, record, history, self.n_classes, len(self.train_images), None,
+            config,
+            self.network,
+            arena.array("params").copy(),
+            arena.array("velocity").copy(),
+            epoch,
+            record,
+            history,
+            self.n_classes,
+            len(self.train_images),
+            None,
         )
 
     def _check_alive(self, doing: str) -> None:
@@ -360,5 +379,6 @@ def warm_kernels(plan: PartitionPlan, n_slots: int) -> None:
             stages.backward(s, params, act[0:1], dact[p, 0:1], aux[0:1], scratch, grad, 0)
             if s > 0:
                 stages.reduce(s, dact[:, 0, :])
-        apply_update(plan.ops[p], params, velocity, grad, 0.0, 1.0, 0.0, 0.0, RULE_CODES["sgd"],
-                     True)
+        apply_update(
+            plan.ops[p], params, velocity, grad, 0.0, 1.0, 0.0, 0.0, RULE_CODES["sgd"], True
+        )

@@ -59,7 +59,11 @@ def test_two_partitions_four_in_flight_reach_the_unpartitioned_accuracy(mnist):
 def test_a_checkpoint_of_two_partitions_resumes_with_one(tmp_path, mnist):
     directory = tmp_path / "ck"
     split = train_partitioned(
-        data=mnist, epochs=1, subset=1000, progress=False, checkpoint_dir=directory,
+        data=mnist,
+        epochs=1,
+        subset=1000,
+        progress=False,
+        checkpoint_dir=directory,
         overrides=PARTITIONED,
     )
     saved = load_checkpoint(latest_checkpoint(directory))
@@ -67,8 +71,14 @@ def test_a_checkpoint_of_two_partitions_resumes_with_one(tmp_path, mnist):
     accuracy = (saved.predict(mnist.test_images) == mnist.test_labels).mean()
     assert accuracy == pytest.approx(split.metrics["test_accuracy"], abs=1e-4)
     resumed = hogwild.train(
-        data=mnist, epochs=2, subset=1000, workers=1, progress=False, checkpoint_dir=directory,
-        resume=True, overrides=PAPER_OVERRIDES,
+        data=mnist,
+        epochs=2,
+        subset=1000,
+        workers=1,
+        progress=False,
+        checkpoint_dir=directory,
+        resume=True,
+        overrides=PAPER_OVERRIDES,
     )
     assert [h["epoch"] for h in resumed.history] == [0, 1]
     assert resumed.history[0]["test_accuracy"] == split.history[0]["test_accuracy"]
@@ -79,8 +89,18 @@ def test_a_checkpoint_of_two_partitions_resumes_with_one(tmp_path, mnist):
 def partitioned_job(tmp_path, mnist_dir):
     metrics = tmp_path / "metrics.jsonl"
     args = [
-        "train", "--data", str(mnist_dir), "--partitions", "2", "--epochs", "50",
-        "--subset", "2000", "--metrics", str(metrics), "--no-progress",
+        "train",
+        "--data",
+        str(mnist_dir),
+        "--partitions",
+        "2",
+        "--epochs",
+        "50",
+        "--subset",
+        "2000",
+        "--metrics",
+        str(metrics),
+        "--no-progress",
     ]
     return args, metrics
 

@@ -67,27 +67,43 @@ def test_partitioned_step_equals_whole_model_and_autograd(name, k):
     ctx = TrainingContext.allocate(network, 1)
     ctx.act[0, : network.input_size] = x
     forward(network.ops, params, ctx.act[0], ctx.aux[0], ctx.scratch, False)
-    backward(network.ops, params, ctx.act[0], ctx.dact[0], ctx.aux[0], ctx.scratch, ctx.grad,
-             np.uint8(label))
+    backward(
+        network.ops,
+        params,
+        ctx.act[0],
+        ctx.dact[0],
+        ctx.aux[0],
+        ctx.scratch,
+        ctx.grad,
+        np.uint8(label),
+    )
 
     out = int(network.ops[-1, COL_OUT])
     probs = act[out : out + network.n_classes]
-    np.testing.assert_allclose(probs, ctx.act[0, out : out + network.n_classes], rtol=RTOL,
-                               atol=ATOL)
+    np.testing.assert_allclose(
+        probs, ctx.act[0, out : out + network.n_classes], rtol=RTOL, atol=ATOL
+    )
     tp = torch_params(network, params)
     logits = torch_logits(network, tp, torch.tensor(x).reshape(1, *network.input_shape))
     F.cross_entropy(logits, torch.tensor([label])).backward()
-    np.testing.assert_allclose(probs, torch.softmax(logits, 1)[0].detach().numpy(), rtol=RTOL,
-                               atol=ATOL)
+    np.testing.assert_allclose(
+        probs, torch.softmax(logits, 1)[0].detach().numpy(), rtol=RTOL, atol=ATOL
+    )
 
     total = np.sum(grads, axis=0)
     whole = network.views(ctx.grad)
     for spec in network.params:
         got = network.views(total)[spec.name]
-        np.testing.assert_allclose(got, whole[spec.name], rtol=RTOL, atol=ATOL,
-                                   err_msg=f"{spec.name} vs the whole model")
-        np.testing.assert_allclose(got, tp[spec.name].grad.numpy(), rtol=RTOL, atol=ATOL,
-                                   err_msg=f"{spec.name} vs autograd")
+        np.testing.assert_allclose(
+            got, whole[spec.name], rtol=RTOL, atol=ATOL, err_msg=f"{spec.name} vs the whole model"
+        )
+        np.testing.assert_allclose(
+            got,
+            tp[spec.name].grad.numpy(),
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg=f"{spec.name} vs autograd",
+        )
     for p in range(k):  # a partition's gradient lies in its own rows, and it has some
         owned = np.zeros(network.n_params, dtype=bool)
         for lo, hi in plan.param_rows(p):

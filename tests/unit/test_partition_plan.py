@@ -1,4 +1,4 @@
-"""The partition plan: unit ranges, boundaries, bytes crossing, owned rows and bad K (no kernels)."""
+"""The partition plan: unit ranges, boundaries, bytes crossing, owned rows, bad K (no kernels)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def test_adam_model_boundaries_and_bytes_crossing():
     softmax = plan.boundaries[-1]
     assert softmax.contributors == (0,)  # its owner alone computes the errors of the scores
     assert softmax.forward_bytes == softmax.backward_bytes == 4 * 6  # the 6 scores it lacks
-    assert plan.bytes_per_example == sum(b.forward_bytes + b.backward_bytes for b in plan.boundaries)
+    assert plan.bytes_per_example == sum(
+        b.forward_bytes + b.backward_bytes for b in plan.boundaries
+    )
     assert plan.segments[0] == (0, conv2.layer) and plan.segments[-1][1] == len(network.layers)
 
 
@@ -49,7 +51,9 @@ def test_partitions_own_disjoint_rows_that_cover_every_parameter(k):
 
 def test_more_partitions_than_a_layer_has_units_is_refused_by_name():
     network = build_network(load_config().model)
-    with pytest.raises(ConfigError, match=r"model.partitions = 11 exceeds the 10 output maps of conv1"):
+    with pytest.raises(
+        ConfigError, match=r"model.partitions = 11 exceeds the 10 output maps of conv1"
+    ):
         plan_partitions(network, 11)
     with pytest.raises(ConfigError, match="positive"):
         plan_partitions(network, 0)
