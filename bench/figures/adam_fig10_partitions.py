@@ -21,6 +21,14 @@ Each run trains one epoch of the first ``--examples`` examples; its examples/s i
 within 10 % of its best (Adam's "before its speed falls"); ``targets`` the ratio of 2 partitions
 to the control on models of at least 100 million connections (the target: >= 0.85).
 
+**The wide model** (``--wide-epochs`` > 0): a fully connected 784-4096-4096-10 model
+(``--wide-units``) trained for ``--wide-epochs`` epochs of ``--wide-examples`` examples, by 2
+partitions (``hogwild train --partitions 2``) and by 2 data-parallel replicas through one
+parameter server (``hogwild cluster --replicas 2 --workers-per-replica 1 --ps 1``): ``wide``
+gives each one's examples/s, its test accuracy per epoch, and the training seconds to the first
+epoch end at the accuracy both reach (``seconds_to_common_accuracy``; the target: 2 partitions
+faster).
+
 Run: ``python bench/figures/adam_fig10_partitions.py --out bench/results/fig10.json --plot
 bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples).
 It prints one JSON line.
@@ -59,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="bound on one run")
     parser.add_argument("--data", default="mnist", help="MNIST idx directory or 'mnist'")
+    parser.add_argument("--wide-epochs", type=int, default=3, help="wide model epochs (0: skip)")
+    parser.add_argument("--wide-examples", type=int, default=10000, help="wide model examples")
+    parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--out", help="write the JSON line here too")
     parser.add_argument("--plot", help="draw the figure into this PNG")
@@ -66,6 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.factors = [int(f) for f in args.factors.split(",") if f]
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
+        args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
     if not args.factors or min(args.factors) < 1:
         parser.error("--factors must be positive integers")
     return args
@@ -134,7 +146,7 @@ def run_jobs(args, commands: list[list[str]]) -> list[dict]:
                 p.wait()
 
 
-def measure_size(args, factor: int, folder: Path) -> list[dict]:
+def measure_size(args, factor: int) -> list[dict]:
     connections, crossing = plan_of(factor, 2)
     one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
     seeds = [["--workers", "1", "--seed", str(s)] for s in (1, 2)]
@@ -169,6 +181,87 @@ def measure_size(args, factor: int, folder: Path) -> list[dict]:
         f"2 partitions {two['examples_per_s']:.1f}/s, control {control_rate:.1f}/s"
     )
     return rows
+
+
+def wide_layers(units: int) -> str:
+    """The wide fully connected model as a ``--model.layers`` TOML inline array."""
+    return (
+        f'--model.layers=[{{type = "fc", units = {units}}}, {{type = "relu"}}, '
+        f'{{type = "fc", units = {units}}}, {{type = "relu"}}, {{type = "fc", units = 10}}, '
+        '{type = "softmax"}]'
+    )
+
+
+def _epochs_of(metrics: Path) -> list[dict]:
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("event") == "epoch"]
+
+
+def measure_wide(args, folder: Path) -> dict:
+    """2 partitions against 2 data-parallel replicas through a parameter server."""
+    common = [
+        "--data",
+        args.data,
+        "--epochs",
+        str(args.wide_epochs),
+        "--no-progress",
+        *PAPER_JOB,
+        wide_layers(args.wide_units),
+    ]
+    runs = {
+        "two_partitions": [
+            "train",
+            "--partitions",
+            "2",
+            "--subset",
+            str(args.wide_examples),
+            f"--train.in_flight={args.in_flight}",
+        ],
+        "two_replicas_through_ps": [
+            "cluster",
+            "--replicas",
+            "2",
+            "--workers-per-replica",
+            "1",
+            "--ps",
+            "1",
+            f"--train.subset={args.wide_examples}",
+        ],
+    }
+    found = {}
+    for name, head in runs.items():
+        metrics = folder / f"wide-{name}.jsonl"
+        command = [sys.executable, "-m", "hogwild.cli", *head, *common, "--metrics", str(metrics)]
+        summary = run_jobs(args, [command])[0]
+        epochs = _epochs_of(metrics)
+        found[name] = {
+            "examples_per_s": summary["examples_per_s"],
+            "test_accuracy": [e.get("test_accuracy") for e in epochs],
+            "train_s": [e.get("train_s", e.get("wall_s")) for e in epochs],
+        }
+        _log(
+            f"wide {name}: {summary['examples_per_s']:.1f} examples/s, accuracy "
+            f"{found[name]['test_accuracy']}"
+        )
+    common_accuracy = min(max(f["test_accuracy"]) for f in found.values())
+    for f in found.values():
+        elapsed = 0.0
+        f["seconds_to_common_accuracy"] = None
+        for accuracy, seconds in zip(f["test_accuracy"], f["train_s"], strict=True):
+            elapsed += seconds or 0.0
+            if accuracy >= common_accuracy:
+                f["seconds_to_common_accuracy"] = elapsed
+                break
+    a = found["two_partitions"]["seconds_to_common_accuracy"]
+    b = found["two_replicas_through_ps"]["seconds_to_common_accuracy"]
+    return {
+        "units": args.wide_units,
+        "epochs": args.wide_epochs,
+        "examples": args.wide_examples,
+        "common_accuracy": common_accuracy,
+        "runs": found,
+        "partitions_faster": a is not None and b is not None and a < b,
+    }
 
 
 def largest_efficient(rows: list[dict]) -> dict:
@@ -237,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with fresh_numba_cache(), tempfile.TemporaryDirectory(prefix="bench-fig10-") as tmp:
         try:
-            rows = [row for f in args.factors for row in measure_size(args, f, Path(tmp))]
+            rows = [row for f in args.factors for row in measure_size(args, f)]
+            wide = measure_wide(args, Path(tmp)) if args.wide_epochs > 0 else None
         except (RuntimeError, OSError, json.JSONDecodeError) as exc:
             print(f"python bench/figures/adam_fig10_partitions.py: error: {exc}", file=sys.stderr)
             return 2
@@ -246,10 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
         "largest_efficient": largest_efficient(rows),
         "targets": targets(rows),
+        "wide": wide,
         "settings": {
             "factors": args.factors,
             "examples": args.examples,
             "in_flight": args.in_flight,
+            "wide_epochs": args.wide_epochs,
+            "wide_examples": args.wide_examples,
+            "wide_units": args.wide_units,
             "quick": args.quick,
             "data": args.data,
         },

@@ -80,8 +80,15 @@ def partition_main(setup: dict) -> None:
         sys.stderr.flush()
         os._exit(1)  # the parent names this partition and stops the replica
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup below must run to its end
         if arena is not None:
             arena.close()
+            from hogwild.shm.naming import process_alive
+
+            if not process_alive(setup["parent_pid"], setup["parent_started"]):
+                from hogwild.shm.sweeper import unlink_segment
+
+                unlink_segment(setup["arena"])  # the parent was killed: nobody else will
 
 
 def _exit_on_sigterm(signum, frame) -> None:

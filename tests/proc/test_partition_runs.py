@@ -4,7 +4,7 @@ Proves that two partitions with four examples in flight reach the unpartitioned 
 accuracy at the same epochs; that a checkpoint written with two partitions is the whole model and
 resumes with one (the unpartitioned engine); that a partition killed with SIGKILL mid-epoch stops
 the job with an error naming it, and that SIGTERM of the parent ends it with status 143, each
-leaving no process and no shared-memory segment behind.
+leaving no process and no shared-memory segment behind, as does SIGKILL of the parent.
 """
 
 from __future__ import annotations
@@ -119,6 +119,18 @@ def test_sigkill_of_a_partition_stops_the_job_naming_it_and_leaves_nothing(parti
     _, alive = psutil.wait_procs(partitions, timeout=10)
     assert not alive
     assert partition_segments(process.pid) == []
+
+
+def test_sigkill_of_the_parent_leaves_no_partition_and_no_segment(partitioned_job):
+    args, metrics = partitioned_job
+    process = hogwild_cli(*args)
+    wait_until(lambda: started(metrics), START_TIMEOUT_S, "the partitions to start")
+    partitions = workers_of(process.pid)
+    process.kill()
+    process.communicate()
+    _, alive = psutil.wait_procs(partitions, timeout=15)
+    assert not alive, "partitions outlived their parent"
+    wait_until(lambda: not partition_segments(process.pid), 30, "the orphaned arena to go")
 
 
 def test_sigterm_of_the_parent_stops_the_partitions_with_status_143(partitioned_job):

@@ -66,3 +66,13 @@ def test_describe_names_partitions_boundaries_and_caches():
     assert "fits in L2" in text
     assert parse_size("32K") == 32768 and parse_size("1M") == 1 << 20
     assert all(c.size > 0 and c.kind != "Instruction" for c in read_caches())
+
+
+def test_hogwild_info_prints_the_plan(capsys):
+    from hogwild.cli import main
+
+    assert main(["info", "--partitions", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Model partitioned over 2 partitions" in out and "bytes crossing per example: 20,520" in out
+    assert main(["info", "--partitions", "11"]) == 2
+    assert "exceeds the 10 output maps of conv1" in capsys.readouterr().err
