@@ -31,9 +31,12 @@ import sys
 import time
 import traceback
 
+PROCESS_NAME = "hogwild-wpart"  # + the partition; hogwild.numa.claims counts "hogwild-w*"
 # control words (int64, one 64-byte line each)
-STOP, EPOCH, COUNT, FED, READY = 0, 8, 16, 24, 32  # READY: + 8 * partition
-CONTROL_WORDS = 32 + 8 * 64
+STOP, EPOCH, COUNT, FED = 0, 8, 16, 24
+READY, PINNED = 32, 32 + 8 * 64  # + 8 * partition
+MAX_PARTITIONS = 64
+CONTROL_WORDS = PINNED + 8 * MAX_PARTITIONS
 # float controls
 LR = 0
 # per-partition statistics (float64 row each, 8 wide)
@@ -62,16 +65,20 @@ def partition_main(setup: dict) -> None:
     from hogwild.signals import die_with_parent
 
     die_with_parent(signal.SIGTERM)
-    try:  # the name ps and /proc/PID/comm show
+    try:  # a worker's name (hogwild.numa.claims): other jobs plan around the CPU it is pinned to
         with open("/proc/self/comm", "w") as comm:
-            comm.write(f"hw-partition-{setup['partition']}")
+            comm.write(f"{PROCESS_NAME}{setup['partition']}")
     except OSError:
         pass
     arena = None
     try:
+        from hogwild.numa.pinning import pin_worker
         from hogwild.shm.arena import Arena, ArenaLayout
+        from hogwild.shm.atomics import atomic_store
 
+        pin_worker(setup["placement"])  # before anything is allocated: first touch places it
         arena = Arena.attach(setup["arena"], ArenaLayout.from_json(setup["layout"]))
+        atomic_store(arena.array("control"), PINNED + 8 * setup["partition"], 1)
         PartitionLoop(setup, arena).run()
     except SystemExit:
         pass

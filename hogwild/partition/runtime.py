@@ -30,6 +30,7 @@ from hogwild.config import Config
 from hogwild.data.mnist import MnistData
 from hogwild.errors import ConfigError, WorkerDiedError, WorkerStalledError
 from hogwild.model.network import COL_OUT, Network, build_network
+from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.schedule import learning_rate
 from hogwild.partition import process as proc
 from hogwild.partition.plan import PartitionPlan, plan_partitions
@@ -39,6 +40,7 @@ from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.job import epoch_permutation, subset_indices
 from hogwild.training.metrics import MetricsWriter
+from hogwild.training.placement import describe_cpus, worker_placements
 from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import TrainResult, save_checkpoint
 
@@ -88,6 +90,10 @@ class PartitionedTrainer:
         self.n_classes = 10  # MNIST's digits
         self.network: Network = build_network(config.model, self.n_classes)
         self.plan: PartitionPlan = plan_partitions(self.network, config.model.partitions)
+        if self.plan.k > proc.MAX_PARTITIONS:
+            raise ConfigError(
+                f"model.partitions = {self.plan.k}: at most {proc.MAX_PARTITIONS} on one host"
+            )
         train_images = data.train_images.reshape(len(data.train_images), -1)
         subset = subset_indices(config.train.seed, len(train_images), config.train.subset)
         if subset is not None:
@@ -195,22 +201,30 @@ class PartitionedTrainer:
             "parent_started": me.create_time(),
         }
         context = mp.get_context("spawn")
-        for p in range(k):
-            child = context.Process(
-                target=proc.partition_main,
-                args=({**setup, "partition": p},),
-                name=f"hogwild-partition-{p}",
-                daemon=True,
-            )
-            child.start()
-            self.processes.append(child)
         control = arena.array("control")
+        with placement_lock():  # planning and pinning as one step against other jobs
+            taken = pinned_by_other_jobs()
+            placements = worker_placements(k, config.train.placement, avoid=taken)
+            for p in range(k):
+                child = context.Process(
+                    target=proc.partition_main,
+                    args=({**setup, "partition": p, "placement": placements[p]},),
+                    name=f"hogwild-partition-{p}",
+                    daemon=True,
+                )
+                child.start()
+                self.processes.append(child)
+            self._wait_all(control, proc.PINNED, "pinning themselves")
+        self._wait_all(control, proc.READY, "loading their kernels")
+        self.progress.line(describe_cpus(placements, taken).replace("workers", "partitions"))
+
+    def _wait_all(self, control, word: int, doing: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not all(control[proc.READY + 8 * p] for p in range(k)):
-            self._check_alive("starting")
+        while not all(control[word + 8 * p] for p in range(len(self.processes))):
+            self._check_alive(doing)
             if time.monotonic() > deadline:
                 raise PartitionDiedError(
-                    f"the partitions did not start within {START_TIMEOUT_S:.0f} s"
+                    f"the partitions were not done {doing} within {START_TIMEOUT_S:.0f} s"
                 )
             time.sleep(0.01)
 
