@@ -59,6 +59,35 @@ def test_more_partitions_than_a_layer_has_units_is_refused_by_name():
         plan_partitions(network, 0)
 
 
+def test_a_layer_before_the_first_weighted_one_is_refused_by_name():
+    from hogwild.config import config_from_dict
+
+    layers = [{"type": "relu"}, {"type": "fc", "units": 10}, {"type": "softmax"}]
+    model = config_from_dict({"model": {"input": [1, 28, 28], "layers": layers}}).model
+    with pytest.raises(ConfigError, match=r"needs a conv or fc layer first; model.layers\[0\]"):
+        plan_partitions(build_network(model), 2)
+
+
+def test_caches_are_read_from_sysfs_without_instruction_caches(tmp_path):
+    caches = tmp_path / "devices/system/cpu/cpu3/cache"
+    for index, (level, kind, size, shared) in enumerate(
+        [(1, "Data", "48K", "3"), (1, "Instruction", "32K", "3"), (2, "Unified", "2048K", "2-3"),
+         (3, "Unified", "96M", "0-15")]
+    ):  # fmt: skip
+        folder = caches / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(f"{value}\n")
+        (folder / "shared_cpu_list").write_text(shared + "\n")
+    found = read_caches(3, tmp_path)
+    assert found == (
+        CacheLevel(1, "Data", 48 << 10, 1),
+        CacheLevel(2, "Unified", 2 << 20, 2),
+        CacheLevel(3, "Unified", 96 << 20, 16),
+    )
+    assert read_caches(4, tmp_path) == ()  # a CPU sysfs does not describe
+
+
 def test_describe_names_partitions_boundaries_and_caches():
     plan = plan_partitions(build_network(load_config().model), 2)
     text = plan.describe((CacheLevel(2, "Unified", 1 << 20, 1),))
@@ -73,6 +102,8 @@ def test_hogwild_info_prints_the_plan(capsys):
 
     assert main(["info", "--partitions", "2"]) == 0
     out = capsys.readouterr().out
-    assert "Model partitioned over 2 partitions" in out and "bytes crossing per example: 20,520" in out
+    assert (
+        "Model partitioned over 2 partitions" in out and "bytes crossing per example: 20,520" in out
+    )
     assert main(["info", "--partitions", "11"]) == 2
     assert "exceeds the 10 output maps of conv1" in capsys.readouterr().err
