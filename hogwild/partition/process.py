@@ -166,6 +166,14 @@ class PartitionLoop:
             progressed = self.feed() if self.p == 0 else False
             for s in range(self.n_slots):
                 progressed |= self.advance(s)
+            now = time.monotonic()
+            if now - last_check > 0.05:  # busy or not: a stop mid-epoch is seen at once
+                last_check = now
+                self.stats[self.p, STAT_BEAT] = now
+                if atomic_load(self.control, STOP):
+                    return
+                if not process_alive(self.setup["parent_pid"], self.setup["parent_started"]):
+                    return
             if progressed:
                 idle = 0
                 continue
@@ -174,14 +182,6 @@ class PartitionLoop:
                 os.sched_yield()
             else:
                 time.sleep(0.0002 if idle < 20000 else 0.002)
-            now = time.monotonic()
-            if now - last_check > 0.05:
-                last_check = now
-                self.stats[self.p, STAT_BEAT] = now
-                if atomic_load(self.control, STOP):
-                    return
-                if not process_alive(self.setup["parent_pid"], self.setup["parent_started"]):
-                    return
 
     def feed(self) -> bool:
         """Partition 0: load the epoch's next examples into the slots every partition is done
