@@ -29,6 +29,10 @@ gives each one's examples/s, its test accuracy per epoch, and the training secon
 epoch end at the accuracy both reach (``seconds_to_common_accuracy``; the target: 2 partitions
 faster).
 
+**Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
+``train.in_flight`` of the list; ``in_flight_sweep`` gives each one's examples/s (what the default
+``train.in_flight`` should be chosen from).
+
 Run: ``python bench/figures/adam_fig10_partitions.py --out bench/results/fig10.json --plot
 bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples).
 It prints one JSON line.
@@ -70,6 +74,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wide-epochs", type=int, default=3, help="wide model epochs (0: skip)")
     parser.add_argument("--wide-examples", type=int, default=10000, help="wide model examples")
     parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
+    parser.add_argument("--sweep", default="1,2,4,8", help="train.in_flight values to compare")
+    parser.add_argument("--sweep-factor", type=int, default=8, help="the size they train")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--out", help="write the JSON line here too")
     parser.add_argument("--plot", help="draw the figure into this PNG")
@@ -78,6 +84,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
         args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
+        args.sweep, args.sweep_factor = "1", 1  # 4 in flight: the size rows have it
+    args.sweep = [int(n) for n in args.sweep.split(",") if n]
+    if any(n < 1 for n in args.sweep):
+        parser.error("--sweep must list positive integers")
     if not args.factors or min(args.factors) < 1:
         parser.error("--factors must be positive integers")
     return args
@@ -264,6 +274,17 @@ def measure_wide(args, folder: Path) -> dict:
     }
 
 
+def measure_in_flight(args) -> list[dict]:
+    """2 partitions on one size with each number of examples in flight."""
+    found = []
+    for n in args.sweep:
+        extra = ["--partitions", "2", f"--train.in_flight={n}"]
+        summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
+        found.append({"in_flight": n, "examples_per_s": summary["examples_per_s"]})
+        _log(f"in flight {n}: {summary['examples_per_s']:.1f} examples/s")
+    return found
+
+
 def largest_efficient(rows: list[dict]) -> dict:
     """Per number of partitions, the largest size whose connections/s is within 10 % of the
     best that configuration reached (and the control's, from its summed rate)."""
@@ -332,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = [row for f in args.factors for row in measure_size(args, f)]
             wide = measure_wide(args, Path(tmp)) if args.wide_epochs > 0 else None
+            sweep = measure_in_flight(args)
         except (RuntimeError, OSError, json.JSONDecodeError) as exc:
             print(f"python bench/figures/adam_fig10_partitions.py: error: {exc}", file=sys.stderr)
             return 2
@@ -341,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         "largest_efficient": largest_efficient(rows),
         "targets": targets(rows),
         "wide": wide,
+        "in_flight_sweep": sweep,
         "settings": {
             "factors": args.factors,
             "examples": args.examples,
@@ -348,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             "wide_epochs": args.wide_epochs,
             "wide_examples": args.wide_examples,
             "wide_units": args.wide_units,
+            "sweep_factor": args.sweep_factor,
             "quick": args.quick,
             "data": args.data,
         },

@@ -2,10 +2,11 @@
 and plot, not speed.
 
 The quick run trains two small sizes of the MNIST model with 1 and 2 partitions and the control
-(two independent processes), and the tiny wide fully connected model with 2 partitions and with
-2 replicas through one parameter server. Checks: every field is present, rates are positive, the
-connections grow with the size, the bytes crossing are the plan's, the ratios are the rows'
-quotients, and the wide runs report their accuracies and seconds to the common accuracy.
+(two independent processes), the tiny wide fully connected model with 2 partitions and with 2
+replicas through one parameter server, and 2 partitions with 1 example in flight. Checks:
+every field is present, rates are positive, the connections grow with the size, the bytes
+crossing are the plan's, the ratios are the rows' quotients, and the wide runs report their
+accuracies and seconds to the common accuracy.
 """
 
 from __future__ import annotations
@@ -55,3 +56,5 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     for run in wide["runs"].values():
         assert run["examples_per_s"] > 0 and len(run["test_accuracy"]) == 1
         assert run["seconds_to_common_accuracy"] > 0
+    assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
+    assert all(r["examples_per_s"] > 0 for r in record["in_flight_sweep"])
