@@ -49,13 +49,18 @@ from hogwild.model.network import (
     COL_WO,
     COL_WORK,
     OP_CONV,
+    OP_DROPOUT,
     OP_FC,
     OP_MAXPOOL,
+    OP_RELU,
+    OP_SIGMOID,
     OP_SOFTMAX,
+    OP_TANH,
     Network,
 )
 
 SOFTMAX_OWNER = 0
+ELEMENT_WISE = (OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT)  # act on the units they follow
 FLOAT_BYTES = 4
 
 
@@ -288,12 +293,18 @@ def plan_partitions(network: Network, k: int) -> PartitionPlan:
                 r[COL_IN] += lo * in_plane
                 r[COL_OUT] += lo * out_plane
             unit_floats = out_plane
-        else:  # relu, tanh, sigmoid, dropout: element-wise on the maps or units they follow
+        elif op in ELEMENT_WISE:
             for p, (lo, hi) in enumerate(current):
                 r = ops[p][i]
                 r[COL_C] = r[COL_O] = (hi - lo) * unit_floats
                 r[COL_IN] += lo * unit_floats
                 r[COL_OUT] += lo * unit_floats
+        else:  # a layer kind this plan does not know how to split: refused, not guessed
+            raise ConfigError(
+                f"model.partitions = {k} cannot split model.layers[{i}] ({layer.config.type}) "
+                "yet: partitioned models use conv, fc, maxpool, relu, tanh, sigmoid, dropout "
+                "and softmax"
+            )
         name = layer.config.type + ("(fused)" if base[COL_FUSED_RELU] and op != OP_MAXPOOL else "")
         splits.append(LayerSplit(i, name, current, unit_floats, False))
     scratch = [_relayout_scratch(network, table) for table in ops]
