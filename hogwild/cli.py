@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
         help="a metrics file (--metrics), or a run directory holding metrics.jsonl",
     )  # fmt: skip
     plot.add_argument("--out", required=True, help="the image to write (.png, .svg, .pdf)")
+    info.add_argument(
+        "--partitions", type=int, metavar="K",
+        help="also print the plan of a replica split over K partitions (default: the job's "
+        "model.partitions)",
+    )  # fmt: skip
 
     shm = sub.add_parser("shm", help="list or remove hogwild shared-memory segments")
     shm_sub = shm.add_subparsers(dest="shm_command", required=True)
@@ -217,19 +222,28 @@ def _train(args, overrides: dict[str, str]) -> int:
 
     _configure_logging(args)
     config = _resolve(args, overrides, "train")
-    job = None
-    if args.model:
-        from hogwild.training.torch_bridge import from_torch, load_module
+    if config.model.partitions > 1:
+        from hogwild.partition.runtime import train_partitioned
 
-        job, config = config, from_torch(load_module(args.model), config.model.input)
-    result = train(
-        config,
-        args.data,
-        job=job,
-        target=args.target,
-        resume=bool(args.resume),
-        overwrite=bool(args.overwrite),
-    )
+        if args.model or args.target:
+            raise HogwildError("--partitions K > 1 trains the job's own model on MNIST idx data")
+        result = train_partitioned(
+            config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite)
+        )
+    else:
+        job = None
+        if args.model:
+            from hogwild.training.torch_bridge import from_torch, load_module
+
+            job, config = config, from_torch(load_module(args.model), config.model.input)
+        result = train(
+            config,
+            args.data,
+            job=job,
+            target=args.target,
+            resume=bool(args.resume),
+            overwrite=bool(args.overwrite),
+        )
     metrics = result.metrics
     summary = {k: metrics[k] for k in ("test_accuracy", "examples_per_s", "wall_s", "epochs")}
     print(json.dumps(summary))
@@ -309,6 +323,8 @@ def _info(args, overrides: dict[str, str]) -> int:
     from hogwild.store.registry import store_class
     from hogwild.training.placement import machine_topology
 
+    if args.partitions is not None:
+        overrides = {**overrides, "model.partitions": args.partitions}
     config = load_config(args.config, overrides)
     train = config.train
     topology = machine_topology()
@@ -319,6 +335,12 @@ def _info(args, overrides: dict[str, str]) -> int:
         topology, plan, getattr(store, "plan", None), policy=train.placement
     )
     print(report + f"\nParameter store {train.parameters!r}: {store.summary()}")
+    if config.model.partitions > 1:
+        from hogwild.numa.caches import read_caches
+        from hogwild.partition.plan import plan_partitions
+
+        plan = plan_partitions(model_network(config.model), config.model.partitions)
+        print(plan.describe(read_caches()))
     return 0
 
 

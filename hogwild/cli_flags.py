@@ -72,6 +72,7 @@ class _TypedTrue(_Typed):
 # dest -> config key, for the flags that set one.
 FLAG_KEYS = {
     "workers": "train.workers",
+    "partitions": "model.partitions",
     "epochs": "train.epochs",
     "batch_size": "train.batch",
     "lr": "optim.lr",
@@ -181,6 +182,10 @@ def add_train_only_flags(parser: argparse.ArgumentParser) -> None:
     _add(parser, "--ps-servers", metavar="HOST:PORT[,...]", hidden=("--ps",),
          help="train through these running parameter servers (sets ps.servers and, unless "
          "given, train.parameters=ps; default: none)")  # fmt: skip
+    _add(parser, "--partitions", type=int, metavar="K",
+         help="split one replica's layers over K processes (Adam 3.2: convolutions by feature "
+         "maps, fully connected layers by units; docs/partitioning.md) "
+         + _job("model.partitions"))  # fmt: skip
     _add(parser, "--model", metavar="FILE.py:FUNCTION",
          help="a PyTorch model: FUNCTION() in FILE.py returns a torch.nn module (see "
          "docs/python-api.md), trained from its weights with the job's other settings; its "

@@ -77,6 +77,7 @@ class ModelConfig:
     init: str = "he"
     init_scale: float = 1.0
     layers: tuple[LayerConfig, ...] = ()
+    partitions: int = 1  # processes one replica's layers are split over (docs/partitioning.md)
 
     def without_dropout(self) -> ModelConfig:
         """The same network without its dropout layers: Adam's model as the paper gives it (the
@@ -122,6 +123,7 @@ class TrainConfig:
     n_fetch: int = 0
     fc_push: str = "auto"
     stall_s: float = 120.0
+    in_flight: int = 4  # examples a partitioned replica works on at once (model.partitions > 1)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,11 @@ def check_config(config: Any, origin: str) -> None:
     _check_exchange(train, fail)
     if train.workers < 0 or train.subset < 0:
         fail("train.workers and train.subset must be >= 0 (0 means: the default)")
+    if config.model.partitions < 1 or train.in_flight < 1:
+        fail(
+            f"model.partitions and train.in_flight must be >= 1, got "
+            f"{config.model.partitions} and {train.in_flight}"
+        )
     if not train.stall_s > 0:
         fail(f"train.stall_s must be > 0 seconds, got {train.stall_s}")
     if not 0.0 < train.epoch_fraction <= 1.0:

@@ -31,6 +31,7 @@ LAYERS = {
     "store": 4,
     "training": 5,
     "cluster": 6,
+    "partition": 6,
 }
 
 # The packages whose imports are checked here: every layer.

@@ -1,0 +1,388 @@
+"""Adam's Fig. 10 (model size a number of machines trains efficiently) with model partitions.
+
+Project Adam (Chilimbi et al., OSDI 2014, section 4.2, Fig. 10) grows a model by its feature maps
+and plots, per number of partitioned machines, the throughput against the model's size: the
+largest model a configuration trains before its speed falls grows super-linearly with the
+machines, because each partition's working set fits its cache. Here, on this machine's cores and
+real MNIST, every figure comes from the real CLI, for each size (the bundled Adam MNIST model with
+both convolutions' maps multiplied by a factor, to at least 500 million connections):
+
+- **1 partition**: ``hogwild train --workers 1`` (the whole model in one process);
+- **2 partitions**: ``hogwild train --partitions 2 --train.in_flight=N`` (one replica split over two
+  processes by feature maps and units, N examples in flight);
+- **control**: two concurrent ``hogwild train --workers 1`` processes, each its own model: what
+  two cores give without partitioning (their examples/s summed).
+
+Each run trains one epoch of the first ``--examples`` examples; its examples/s is the job's
+(examples over the epoch's training seconds, evaluation excluded). Each size's records carry
+``connections``, ``partitions``, ``examples_per_s``, ``ratio_to_control`` and
+``bytes_per_example`` (what crosses between the partitions per example, from the plan);
+``largest_efficient`` gives, per configuration, the largest size whose connections/s is still
+within 10 % of its best (Adam's "before its speed falls"); ``targets`` the ratio of 2 partitions
+to the control on models of at least 100 million connections (the target: >= 0.85).
+
+**The wide model** (``--wide-epochs`` > 0): a fully connected 784-4096-4096-10 model
+(``--wide-units``) trained for ``--wide-epochs`` epochs of ``--wide-examples`` examples, by 2
+partitions (``hogwild train --partitions 2``) and by 2 data-parallel replicas through one
+parameter server (``hogwild cluster --replicas 2 --workers-per-replica 1 --ps 1``): ``wide``
+gives each one's examples/s, its test accuracy per epoch, and the training seconds to the first
+epoch end at the accuracy both reach (``seconds_to_common_accuracy``; the target: 2 partitions
+faster).
+
+**Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
+``train.in_flight`` of the list; ``in_flight_sweep`` gives each one's examples/s (what the default
+``train.in_flight`` should be chosen from).
+
+Run: ``python bench/figures/adam_fig10_partitions.py --out bench/results/fig10.json --plot
+bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples).
+It prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.support.machine import describe_machine, versions
+from bench.support.paper_job import PAPER_JOB
+from bench.support.record import emit_record, fresh_numba_cache, stamp
+
+FACTORS = (1, 2, 4, 8, 16, 24, 32, 40)
+QUICK_FACTORS = (1, 2)
+TARGET_CONNECTIONS = 100_000_000
+TARGET_RATIO = 0.85
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="adam_fig10_partitions.py", description=__doc__)
+    parser.add_argument(
+        "--factors",
+        default=",".join(map(str, FACTORS)),
+        help="feature-map multipliers of the Adam MNIST model, comma separated",
+    )
+    parser.add_argument("--examples", type=int, default=2000, help="examples per run")
+    parser.add_argument(
+        "--in-flight", type=int, default=4, help="examples in flight (2 partitions)"
+    )
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="bound on one run")
+    parser.add_argument("--data", default="mnist", help="MNIST idx directory or 'mnist'")
+    parser.add_argument("--wide-epochs", type=int, default=3, help="wide model epochs (0: skip)")
+    parser.add_argument("--wide-examples", type=int, default=10000, help="wide model examples")
+    parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
+    parser.add_argument("--sweep", default="1,2,4,8", help="train.in_flight values to compare")
+    parser.add_argument("--sweep-factor", type=int, default=8, help="the size they train")
+    parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
+    parser.add_argument("--out", help="write the JSON line here too")
+    parser.add_argument("--plot", help="draw the figure into this PNG")
+    args = parser.parse_args(argv)
+    args.factors = [int(f) for f in args.factors.split(",") if f]
+    if args.quick:
+        args.factors, args.examples = list(QUICK_FACTORS), 100
+        args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
+        args.sweep, args.sweep_factor = "1", 1  # 4 in flight: the size rows have it
+    args.sweep = [int(n) for n in args.sweep.split(",") if n]
+    if any(n < 1 for n in args.sweep):
+        parser.error("--sweep must list positive integers")
+    if not args.factors or min(args.factors) < 1:
+        parser.error("--factors must be positive integers")
+    return args
+
+
+def size_overrides(factor: int) -> list[str]:
+    """The Adam MNIST model with both convolutions' feature maps multiplied by ``factor``."""
+    return [f"--model.layers.0.maps={10 * factor}", f"--model.layers.3.maps={20 * factor}"]
+
+
+def plan_of(factor: int, partitions: int) -> tuple[int, int]:
+    """Connections and bytes crossing per example of the size's model split ``partitions``
+    ways."""
+    from hogwild.config import load_config
+    from hogwild.model.network import model_network
+    from hogwild.partition.plan import plan_partitions
+
+    overrides = {"model.layers.0.maps": 10 * factor, "model.layers.3.maps": 20 * factor}
+    network = model_network(load_config(None, overrides).model)
+    return network.connections, plan_partitions(network, partitions).bytes_per_example
+
+
+def _train_command(args, factor: int, extra: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "hogwild.cli",
+        "train",
+        "--data",
+        args.data,
+        "--epochs",
+        "1",
+        "--subset",
+        str(args.examples),
+        "--no-progress",
+        *PAPER_JOB,
+        *size_overrides(factor),
+        *extra,
+    ]
+
+
+def _finish(process: subprocess.Popen, timeout: float) -> dict:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise RuntimeError(f"a run took longer than {timeout:.0f} s") from None
+    if process.returncode != 0:
+        raise RuntimeError(f"run failed ({process.returncode}): {err.strip()[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_jobs(args, commands: list[list[str]]) -> list[dict]:
+    """Start ``commands`` at once; their summaries."""
+    processes = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
+    try:
+        return [_finish(p, args.timeout_s) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def measure_size(args, factor: int) -> list[dict]:
+    connections, crossing = plan_of(factor, 2)
+    one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
+    seeds = [["--workers", "1", "--seed", str(s)] for s in (1, 2)]
+    control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+    two = run_jobs(
+        args,
+        [
+            _train_command(
+                args, factor, ["--partitions", "2", f"--train.in_flight={args.in_flight}"]
+            )
+        ],
+    )[0]
+    control_rate = sum(c["examples_per_s"] for c in control)
+    rows = []
+    for partitions, summary, bytes_crossing in ((1, one, 0), (2, two, crossing)):
+        rate = summary["examples_per_s"]
+        rows.append(
+            {
+                "factor": factor,
+                "connections": connections,
+                "partitions": partitions,
+                "examples_per_s": rate,
+                "connections_per_s": rate * connections,
+                "ratio_to_control": rate / control_rate if control_rate else None,
+                "bytes_per_example": bytes_crossing,
+                "control_examples_per_s": control_rate,
+                "test_accuracy": summary.get("test_accuracy"),
+            }
+        )
+    _log(
+        f"x{factor}: {connections:,} connections: 1 partition {one['examples_per_s']:.1f}/s, "
+        f"2 partitions {two['examples_per_s']:.1f}/s, control {control_rate:.1f}/s"
+    )
+    return rows
+
+
+def wide_layers(units: int) -> str:
+    """The wide fully connected model as a ``--model.layers`` TOML inline array."""
+    return (
+        f'--model.layers=[{{type = "fc", units = {units}}}, {{type = "relu"}}, '
+        f'{{type = "fc", units = {units}}}, {{type = "relu"}}, {{type = "fc", units = 10}}, '
+        '{type = "softmax"}]'
+    )
+
+
+def _epochs_of(metrics: Path) -> list[dict]:
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("event") == "epoch"]
+
+
+def measure_wide(args, folder: Path) -> dict:
+    """2 partitions against 2 data-parallel replicas through a parameter server."""
+    common = [
+        "--data",
+        args.data,
+        "--epochs",
+        str(args.wide_epochs),
+        "--no-progress",
+        *PAPER_JOB,
+        wide_layers(args.wide_units),
+    ]
+    runs = {
+        "two_partitions": [
+            "train",
+            "--partitions",
+            "2",
+            "--subset",
+            str(args.wide_examples),
+            f"--train.in_flight={args.in_flight}",
+        ],
+        "two_replicas_through_ps": [
+            "cluster",
+            "--replicas",
+            "2",
+            "--workers-per-replica",
+            "1",
+            "--ps",
+            "1",
+            f"--train.subset={args.wide_examples}",
+        ],
+    }
+    found = {}
+    for name, head in runs.items():
+        metrics = folder / f"wide-{name}.jsonl"
+        command = [sys.executable, "-m", "hogwild.cli", *head, *common, "--metrics", str(metrics)]
+        summary = run_jobs(args, [command])[0]
+        epochs = _epochs_of(metrics)
+        found[name] = {
+            "examples_per_s": summary["examples_per_s"],
+            "test_accuracy": [e.get("test_accuracy") for e in epochs],
+            "train_s": [e.get("train_s", e.get("wall_s")) for e in epochs],
+        }
+        _log(
+            f"wide {name}: {summary['examples_per_s']:.1f} examples/s, accuracy "
+            f"{found[name]['test_accuracy']}"
+        )
+    common_accuracy = min(max(f["test_accuracy"]) for f in found.values())
+    for f in found.values():
+        elapsed = 0.0
+        f["seconds_to_common_accuracy"] = None
+        for accuracy, seconds in zip(f["test_accuracy"], f["train_s"], strict=True):
+            elapsed += seconds or 0.0
+            if accuracy >= common_accuracy:
+                f["seconds_to_common_accuracy"] = elapsed
+                break
+    a = found["two_partitions"]["seconds_to_common_accuracy"]
+    b = found["two_replicas_through_ps"]["seconds_to_common_accuracy"]
+    return {
+        "units": args.wide_units,
+        "epochs": args.wide_epochs,
+        "examples": args.wide_examples,
+        "common_accuracy": common_accuracy,
+        "runs": found,
+        "partitions_faster": a is not None and b is not None and a < b,
+    }
+
+
+def measure_in_flight(args) -> list[dict]:
+    """2 partitions on one size with each number of examples in flight."""
+    found = []
+    for n in args.sweep:
+        extra = ["--partitions", "2", f"--train.in_flight={n}"]
+        summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
+        found.append({"in_flight": n, "examples_per_s": summary["examples_per_s"]})
+        _log(f"in flight {n}: {summary['examples_per_s']:.1f} examples/s")
+    return found
+
+
+def largest_efficient(rows: list[dict]) -> dict:
+    """Per number of partitions, the largest size whose connections/s is within 10 % of the
+    best that configuration reached (and the control's, from its summed rate)."""
+    found = {}
+    for partitions in sorted({r["partitions"] for r in rows}):
+        mine = sorted(
+            (r for r in rows if r["partitions"] == partitions), key=lambda r: r["connections"]
+        )
+        best = max(r["connections_per_s"] for r in mine)
+        kept = [r["connections"] for r in mine if r["connections_per_s"] >= 0.9 * best]
+        found[str(partitions)] = max(kept) if kept else None
+    return found
+
+
+def targets(rows: list[dict]) -> dict:
+    big = [r for r in rows if r["partitions"] == 2 and r["connections"] >= TARGET_CONNECTIONS]
+    ratios = [r["ratio_to_control"] for r in big if r["ratio_to_control"] is not None]
+    return {
+        "two_partitions_over_control_at_100M": min(ratios) if ratios else None,
+        "target": TARGET_RATIO,
+        "met": bool(ratios) and min(ratios) >= TARGET_RATIO,
+    }
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def plot_fig10(record: dict, path: str) -> None:
+    from bench.support.plot import pyplot, save
+
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(6, 4))
+    rows = record["results"]
+    for partitions, style in ((1, "o-"), (2, "s-")):
+        mine = sorted(
+            (r for r in rows if r["partitions"] == partitions), key=lambda r: r["connections"]
+        )
+        axis.plot(
+            [r["connections"] for r in mine],
+            [r["connections_per_s"] for r in mine],
+            style,
+            label=f"{partitions} partition{'s' if partitions > 1 else ''}",
+        )
+    control = sorted((r for r in rows if r["partitions"] == 1), key=lambda r: r["connections"])
+    axis.plot(
+        [r["connections"] for r in control],
+        [r["control_examples_per_s"] * r["connections"] for r in control],
+        "k--",
+        label="control: 2 independent processes",
+    )
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("model size (connections)")
+    axis.set_ylabel("connections per second")
+    axis.set_title("Adam Fig. 10: model partitions on this machine")
+    axis.legend()
+    save(figure, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    started = time.perf_counter()
+    with fresh_numba_cache(), tempfile.TemporaryDirectory(prefix="bench-fig10-") as tmp:
+        try:
+            rows = [row for f in args.factors for row in measure_size(args, f)]
+            wide = measure_wide(args, Path(tmp)) if args.wide_epochs > 0 else None
+            sweep = measure_in_flight(args)
+        except (RuntimeError, OSError, json.JSONDecodeError) as exc:
+            print(f"python bench/figures/adam_fig10_partitions.py: error: {exc}", file=sys.stderr)
+            return 2
+    record = {
+        "benchmark": "partitions",
+        "results": rows,
+        "largest_efficient": largest_efficient(rows),
+        "targets": targets(rows),
+        "wide": wide,
+        "in_flight_sweep": sweep,
+        "settings": {
+            "factors": args.factors,
+            "examples": args.examples,
+            "in_flight": args.in_flight,
+            "wide_epochs": args.wide_epochs,
+            "wide_examples": args.wide_examples,
+            "wide_units": args.wide_units,
+            "sweep_factor": args.sweep_factor,
+            "quick": args.quick,
+            "data": args.data,
+        },
+        "machine": describe_machine(),
+        "versions": versions(),
+    }
+    emit_record(stamp(record, __file__, argv, started), args.out)
+    if args.plot:
+        plot_fig10(record, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""One partition's share of a training step, stage by stage, on the existing kernels.
+
+A partition runs its op table (:class:`hogwild.partition.plan.PartitionPlan`) one *segment* at a
+time (the layers between two boundaries) with :func:`hogwild.model.passes.forward_batch` and
+:func:`~hogwild.model.passes.backward_batch` on one example. The activations of an example are
+one row that every partition reads and writes in place (each writes only its slices), so the
+forward boundary needs no copy: once every producer has written its slice, the next segment
+reads the whole block. Backward, each partition writes its partial error over a boundary's whole
+input block into its own error row; :func:`reduce_errors` then sums, into a partition's own row,
+the contributors' partials over the slice it owns (the reduce-scatter). Nothing else crosses.
+
+:class:`SequentialReplica` runs all K partitions in one process in a valid order: the reference
+the tests compare with the unpartitioned model and PyTorch, and the way to reason about the
+runtime (:mod:`hogwild.partition.runtime`), which runs the same stages in K processes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hogwild.jit import kernel
+from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch
+from hogwild.partition.plan import PartitionPlan
+
+
+@kernel(cache=True, nogil=True)
+def reduce_errors(dact, q, lo, hi, contributors):
+    """``dact[q, lo:hi] = sum of dact[p, lo:hi]`` over ``contributors`` (``q`` among them or
+    not): the errors of partition ``q``'s slice of a boundary's input block."""
+    for i in range(lo, hi):
+        total = np.float32(0.0)
+        for j in range(contributors.shape[0]):
+            total += dact[contributors[j], i]
+        dact[q, i] = total
+
+
+class PartitionStages:
+    """Partition ``p``'s op-table segments, ready to run (contiguous copies, made once)."""
+
+    def __init__(self, plan: PartitionPlan, p: int):
+        self.plan, self.p = plan, p
+        self.segments = [np.ascontiguousarray(plan.ops[p][a:b]) for a, b in plan.segments]
+        self.runs = [
+            any(plan.runs_layer(p, layer) for layer in range(a, b)) for a, b in plan.segments
+        ]
+        self.contributors = [
+            np.asarray(boundary.contributors, dtype=np.int64) for boundary in plan.boundaries
+        ]
+        self.target = np.zeros(1, dtype=np.int64)
+
+    def forward(self, s: int, params, act, aux, scratch, training: bool) -> None:
+        """Segment ``s`` forward on the example in ``act`` (shape ``[1, act_size]``)."""
+        if self.runs[s]:
+            forward_batch(self.segments[s], params, act, aux, scratch, 1, training)
+
+    def backward(self, s: int, params, act, dact, aux, scratch, grad, label: int) -> None:
+        """Segment ``s`` backward; parameter gradients into ``grad`` (only this partition's
+        rows), the partial error of the segment's input block into ``dact``."""
+        if self.runs[s]:
+            self.target[0] = label
+            backward_batch(
+                self.segments[s],
+                params,
+                act,
+                dact,
+                aux,
+                scratch,
+                grad,
+                self.target,
+                1,
+                FC_ACCUMULATE,
+                0.0,
+                1.0,
+            )
+
+    def reduce(self, s: int, dact_all) -> None:
+        """Sum the partials crossing boundary ``s`` (before segment ``s``, ``s >= 1``) over this
+        partition's slice, into its own row of ``dact_all`` (``[K, act_size]``)."""
+        boundary = self.plan.boundaries[s - 1]
+        lo, hi = boundary.slices[self.p]
+        if hi > lo:
+            reduce_errors(
+                dact_all, self.p, boundary.block + lo, boundary.block + hi, self.contributors[s - 1]
+            )
+
+
+class SequentialReplica:
+    """K partitions run one after the other in this process, with the runtime's buffers: one
+    shared activation row, one error row per partition."""
+
+    def __init__(self, plan: PartitionPlan):
+        size = plan.network.act_size
+        self.plan = plan
+        self.stages = [PartitionStages(plan, p) for p in range(plan.k)]
+        self.act = np.zeros((1, size), dtype=np.float32)
+        self.dact = np.zeros((plan.k, size), dtype=np.float32)
+        self.aux = np.zeros((plan.k, size), dtype=np.int32)
+        self.scratch = [np.zeros(n, dtype=np.float32) for n in plan.scratch_floats]
+
+    def step(self, params: np.ndarray, example: np.ndarray, label: int, grads, training=False):
+        """Forward and backward one (normalised) example; each partition's parameter gradients
+        are added to ``grads[p]``. Returns the activation row."""
+        plan, k = self.plan, self.plan.k
+        self.act[0, : example.size] = example
+        n_seg = len(plan.segments)
+        for s in range(n_seg):
+            for p in range(k):
+                self.stages[p].forward(
+                    s, params, self.act, self.aux[p : p + 1], self.scratch[p], training
+                )
+        for s in range(n_seg - 1, -1, -1):
+            for p in range(k):
+                if s < n_seg - 1:
+                    self.stages[p].reduce(s + 1, self.dact)
+            for p in range(k):
+                self.stages[p].backward(
+                    s,
+                    params,
+                    self.act,
+                    self.dact[p : p + 1],
+                    self.aux[p : p + 1],
+                    self.scratch[p],
+                    grads[p],
+                    label,
+                )
+        return self.act[0]

@@ -1,0 +1,299 @@
+"""One partition process: a dataflow loop over the replica's in-flight examples.
+
+Adam section 3.2.5: a partition works on whichever example's inputs have arrived, so a slow
+partition stalls nobody until every in-flight slot waits on it. The shared arena
+(:mod:`hogwild.partition.runtime` lays it out) holds, per in-flight *slot*, one activation row
+that every partition writes its slices into in place, one error row per partition, and a row of
+int64 counters:
+
+* ``GEN``: the generation of the example in the slot (the feeder bumps it when it loads one);
+* ``FWD(b)``: how many producers wrote their slice of boundary ``b``'s input block; a segment after
+  the boundary runs once it equals the number of producers (the all-gather is this counter: the
+  values are already where the reader reads them);
+* ``BWD(b)``: how many contributors wrote their partial error over that block; a partition then
+  sums the partials over its own slice (:meth:`PartitionStages.reduce`) and goes on backward;
+* ``DONE``: partitions finished with the example; the last one counts it as completely processed
+  (Adam's epoch rule), and the feeder may then load the slot again.
+
+Partition 0 is also the feeder: it loads the next example of the epoch's order into every slot
+whose example all partitions finished. Each partition applies the update rule to its own rows of
+the whole model's parameter vector after its backward pass of an example, without locks.
+
+The loop does no waiting of its own: when nothing can advance it backs off (yield, then short
+sleeps) and checks that the parent still runs and has not asked it to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+
+PROCESS_NAME = "hogwild-wpart"  # + the partition; hogwild.numa.claims counts "hogwild-w*"
+# control words (int64, one 64-byte line each)
+STOP, EPOCH, COUNT, FED = 0, 8, 16, 24
+READY, PINNED = 32, 32 + 8 * 64  # + 8 * partition
+MAX_PARTITIONS = 64
+CONTROL_WORDS = PINNED + 8 * MAX_PARTITIONS
+# float controls
+LR = 0
+# per-partition statistics (float64 row each, 8 wide)
+STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT = 0, 1, 2, 3
+GEN, DONE = 0, 1
+
+
+def fwd_column(b: int) -> int:
+    """Counter column of boundary ``b`` (1-based, before segment ``b``), forward."""
+    return 2 + 2 * (b - 1)
+
+
+def bwd_column(b: int) -> int:
+    return 3 + 2 * (b - 1)
+
+
+def slot_width(n_segments: int) -> int:
+    """Counters per slot, padded to a 64-byte line."""
+    return (2 + 2 * max(0, n_segments - 1) + 7) // 8 * 8
+
+
+def partition_main(setup: dict) -> None:
+    """Entry point of partition ``setup["partition"]`` (started with spawn by the runtime)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sets STOP
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    from hogwild.signals import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    try:  # a worker's name (hogwild.numa.claims): other jobs plan around the CPU it is pinned to
+        with open("/proc/self/comm", "w") as comm:
+            comm.write(f"{PROCESS_NAME}{setup['partition']}")
+    except OSError:
+        pass
+    arena = None
+    try:
+        from hogwild.numa.pinning import pin_worker
+        from hogwild.shm.arena import Arena, ArenaLayout
+        from hogwild.shm.atomics import atomic_store
+
+        pin_worker(setup["placement"])  # before anything is allocated: first touch places it
+        arena = Arena.attach(setup["arena"], ArenaLayout.from_json(setup["layout"]))
+        atomic_store(arena.array("control"), PINNED + 8 * setup["partition"], 1)
+        PartitionLoop(setup, arena).run()
+    except SystemExit:
+        pass
+    except BaseException:
+        sys.stderr.write(f"partition {setup['partition']} failed:\n{traceback.format_exc()}")
+        sys.stderr.flush()
+        os._exit(1)  # the parent names this partition and stops the replica
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup below must run to its end
+        if arena is not None:
+            arena.close()
+            from hogwild.shm.naming import process_alive
+
+            if not process_alive(setup["parent_pid"], setup["parent_started"]):
+                from hogwild.shm.sweeper import unlink_segment
+
+                unlink_segment(setup["arena"])  # the parent was killed: nobody else will
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+class PartitionLoop:
+    """Partition ``p``'s state: its stages, private buffers and per-slot progress."""
+
+    def __init__(self, setup: dict, arena):
+        import numpy as np
+
+        from hogwild.config import config_from_dict
+        from hogwild.model.network import build_network
+        from hogwild.optim.rules import RULE_CODES
+        from hogwild.partition.compute import PartitionStages
+        from hogwild.partition.plan import plan_partitions
+
+        config = config_from_dict(setup["config"], origin="<job>")
+        self.setup, self.p = setup, setup["partition"]
+        network = build_network(config.model, setup["n_classes"])
+        self.plan = plan = plan_partitions(network, config.model.partitions)
+        self.k, self.n_slots = plan.k, config.train.in_flight
+        self.stages = PartitionStages(plan, self.p)
+        self.ops = plan.ops[self.p]
+        self.params, self.velocity = arena.array("params"), arena.array("velocity")
+        self.act, self.dact = arena.array("act"), arena.array("dact")
+        self.sync, self.control = arena.array("sync"), arena.array("control")
+        self.floats, self.stats = arena.array("floats"), arena.array("stats")
+        self.slot_label, self.slot_loss = arena.array("slot_label"), arena.array("slot_loss")
+        self.images, self.labels, self.order = (
+            arena.array("images"),
+            arena.array("labels"),
+            arena.array("order"),
+        )
+        size = network.act_size
+        self.aux = np.zeros((self.n_slots, size), dtype=np.int32)
+        self.grad = np.zeros(network.n_params, dtype=np.float32)
+        self.scratch = np.zeros(plan.scratch_floats[self.p], dtype=np.float32)
+        n_seg = len(plan.segments)
+        self.schedule = [("F", i) for i in range(n_seg)] + [("B", i) for i in range(n_seg)][::-1]
+        self.width = slot_width(n_seg)
+        self.producers = [len(b.producers) for b in plan.boundaries]
+        self.contributors = [len(b.contributors) for b in plan.boundaries]
+        self.is_producer = [self.p in b.producers for b in plan.boundaries]
+        self.is_contributor = [self.p in b.contributors for b in plan.boundaries]
+        self.out_off = int(network.ops[-1, 2])  # COL_OUT of the softmax
+        self.n_classes = setup["n_classes"]
+        self.mean, self.std = setup["mean"], setup["std"]
+        optim = config.optim
+        self.rule = RULE_CODES[optim.rule]
+        self.mu = optim.momentum if optim.rule == "momentum" else 0.0
+        self.wd = optim.weight_decay
+        self.gen = [0] * self.n_slots
+        self.stage = [len(self.schedule)] * self.n_slots
+        self.epoch_seen, self.fed, self.next_gen = 0, 0, 1
+        from hogwild.model.random import seed_kernels, worker_seed
+
+        seed_kernels(worker_seed(config.train.seed, 0, self.p))  # this partition's dropout masks
+
+    def run(self) -> None:
+        from hogwild.shm.atomics import atomic_load, atomic_store
+        from hogwild.shm.naming import process_alive
+
+        atomic_store(self.control, READY + 8 * self.p, 1)
+        idle, last_check = 0, time.monotonic()
+        while True:
+            progressed = self.feed() if self.p == 0 else False
+            for s in range(self.n_slots):
+                progressed |= self.advance(s)
+            now = time.monotonic()
+            if now - last_check > 0.05:  # busy or not: a stop mid-epoch is seen at once
+                last_check = now
+                self.stats[self.p, STAT_BEAT] = now
+                if atomic_load(self.control, STOP):
+                    return
+                if not process_alive(self.setup["parent_pid"], self.setup["parent_started"]):
+                    return
+            if progressed:
+                idle = 0
+                continue
+            idle += 1
+            if idle < 2000:  # a yield costs nothing when no other process wants the core
+                os.sched_yield()
+            else:
+                time.sleep(0.0002 if idle < 20000 else 0.002)
+
+    def feed(self) -> bool:
+        """Partition 0: load the epoch's next examples into the slots every partition is done
+        with. Returns whether it loaded any."""
+        from hogwild.model.loops import load_example
+        from hogwild.shm.atomics import atomic_load, atomic_store
+
+        epoch = atomic_load(self.control, EPOCH)
+        if epoch != self.epoch_seen:
+            self.epoch_seen, self.fed = epoch, 0
+        count = atomic_load(self.control, COUNT)
+        loaded = False
+        w = self.width
+        for s in range(self.n_slots):
+            if self.fed >= count:
+                break
+            busy = atomic_load(self.sync, s * w + GEN) != 0 and (
+                atomic_load(self.sync, s * w + DONE) != self.k
+            )
+            if busy:
+                continue
+            for col in range(1, w):
+                atomic_store(self.sync, s * w + col, 0)
+            index = self.order[self.fed]
+            load_example(self.images[index], self.act[s], self.mean, self.std)
+            self.slot_label[s] = self.labels[index]
+            self.fed += 1
+            atomic_store(self.control, FED, self.fed)
+            atomic_store(self.sync, s * w + GEN, self.next_gen)  # publishes the example
+            self.next_gen += 1
+            loaded = True
+        return loaded
+
+    def advance(self, s: int) -> bool:
+        """Run every stage of slot ``s``'s example that can run now."""
+        from hogwild.shm.atomics import atomic_load
+
+        base = s * self.width
+        if self.stage[s] == len(self.schedule):
+            g = atomic_load(self.sync, base + GEN)
+            if g == 0 or g == self.gen[s]:
+                return False
+            self.gen[s], self.stage[s] = g, 0
+        ran = False
+        while self.stage[s] < len(self.schedule):
+            kind, i = self.schedule[self.stage[s]]
+            if kind == "F":
+                if i > 0 and self.stages.runs[i]:
+                    if atomic_load(self.sync, base + fwd_column(i)) != self.producers[i - 1]:
+                        return ran
+                self.forward(s, i)
+            else:
+                last = len(self.plan.segments) - 1
+                if i < last:
+                    if atomic_load(self.sync, base + bwd_column(i + 1)) != self.contributors[i]:
+                        return ran
+                self.backward(s, i)
+            self.stage[s] += 1
+            ran = True
+        return ran
+
+    def forward(self, s: int, i: int) -> None:
+        from hogwild.model.layer_kernels import argmax, cross_entropy
+        from hogwild.shm.atomics import atomic_add
+
+        act = self.act[s : s + 1]
+        self.stages.forward(i, self.params, act, self.aux[s : s + 1], self.scratch, True)
+        last = len(self.plan.segments) - 1
+        if i < last and self.is_producer[i]:
+            atomic_add(self.sync, s * self.width + fwd_column(i + 1), 1)
+        if i == last and self.stages.runs[i]:  # the softmax's owner: the example's loss
+            label = int(self.slot_label[s])
+            self.slot_loss[s, 0] = cross_entropy(self.act[s], self.out_off, label)
+            guess = argmax(self.act[s], self.out_off, self.n_classes)
+            self.slot_loss[s, 1] = 1.0 if guess == label else 0.0
+
+    def backward(self, s: int, i: int) -> None:
+        from hogwild.model.update import apply_update
+        from hogwild.shm.atomics import atomic_add
+
+        last = len(self.plan.segments) - 1
+        if i < last:
+            self.stages.reduce(i + 1, self.dact[:, s, :])
+        label = int(self.slot_label[s])
+        self.stages.backward(
+            i,
+            self.params,
+            self.act[s : s + 1],
+            self.dact[self.p, s : s + 1],
+            self.aux[s : s + 1],
+            self.scratch,
+            self.grad,
+            label,
+        )
+        base = s * self.width
+        if i > 0 and self.is_contributor[i - 1]:
+            atomic_add(self.sync, base + bwd_column(i), 1)
+        if i == 0:
+            lr = float(self.floats[LR])
+            apply_update(
+                self.ops,
+                self.params,
+                self.velocity,
+                self.grad,
+                lr,
+                1.0,
+                self.mu,
+                self.wd,
+                self.rule,
+                True,
+            )
+            if atomic_add(self.sync, base + DONE, 1) == self.k - 1:  # the last one: complete
+                self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]
+                self.stats[self.p, STAT_CORRECT] += self.slot_loss[s, 1]
+                self.stats[self.p, STAT_EXAMPLES] += 1

@@ -1,0 +1,60 @@
+"""``bench/figures/adam_fig10_partitions.py --quick``: the shape and the sanity of its JSON line
+and plot, not speed.
+
+The quick run trains two small sizes of the MNIST model with 1 and 2 partitions and the control
+(two independent processes), the tiny wide fully connected model with 2 partitions and with 2
+replicas through one parameter server, and 2 partitions with 1 example in flight. Checks:
+every field is present, rates are positive, the connections grow with the size, the bytes
+crossing are the plan's, the ratios are the rows' quotients, and the wide runs report their
+accuracies and seconds to the common accuracy.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from hogwild.config import load_config
+from hogwild.model.network import model_network
+from hogwild.partition.plan import plan_partitions
+from tests.bench_runs import run_bench
+
+SCRIPT = "bench/figures/adam_fig10_partitions.py"
+ROW_FIELDS = {"connections", "partitions", "examples_per_s", "ratio_to_control",
+              "bytes_per_example"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
+    pytest.importorskip("matplotlib")
+    out, plot = tmp_path / "fig10.json", tmp_path / "fig10.png"
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(mnist_dir)]
+    command += ["--out", str(out), "--plot", str(plot)]
+    record = run_bench(command, out, timeout=600, cwd=repo_root)
+    assert plot.stat().st_size > 1000
+    assert record["benchmark"] == "partitions"
+    assert record["command"].startswith(f"python {SCRIPT} --quick")
+
+    rows = record["results"]
+    assert {(r["factor"], r["partitions"]) for r in rows} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    for row in rows:
+        assert ROW_FIELDS <= set(row)
+        assert row["examples_per_s"] > 0
+        assert row["ratio_to_control"] == pytest.approx(
+            row["examples_per_s"] / row["control_examples_per_s"]
+        )
+    default = plan_partitions(model_network(load_config().model), 2)
+    two = {r["factor"]: r for r in rows if r["partitions"] == 2}
+    assert two[1]["connections"] == default.network.connections < two[2]["connections"]
+    assert two[1]["bytes_per_example"] == default.bytes_per_example
+    assert set(record["largest_efficient"]) == {"1", "2"}
+    assert record["targets"]["target"] == 0.85
+
+    wide = record["wide"]
+    assert set(wide["runs"]) == {"two_partitions", "two_replicas_through_ps"}
+    for run in wide["runs"].values():
+        assert run["examples_per_s"] > 0 and len(run["test_accuracy"]) == 1
+        assert run["seconds_to_common_accuracy"] > 0
+    assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
+    assert all(r["examples_per_s"] > 0 for r in record["in_flight_sweep"])

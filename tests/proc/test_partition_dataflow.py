@@ -1,0 +1,113 @@
+"""The partition processes compute exactly what the partitioned step computes in one process.
+
+Each partition reads only its own rows of the weights (its slice of every layer, over whole
+inputs), so with one example in flight two partition processes are deterministic: after an epoch
+their weights equal, to float rounding, per-example SGD through
+:class:`hogwild.partition.compute.SequentialReplica` in this process. With four examples in
+flight and a learning rate too small to move the weights, the loss the processes count over the
+epoch equals the initial model's loss on those examples: no slot ever read another example's
+activations or errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.support.paper_job import PAPER_OVERRIDES
+from hogwild.config import load_config
+from hogwild.data.mnist import load_mnist
+from hogwild.model.context import TrainingContext
+from hogwild.model.loops import load_example
+from hogwild.model.network import build_network
+from hogwild.model.update import apply_update
+from hogwild.optim.rules import RULE_CODES
+from hogwild.optim.schedule import learning_rate
+from hogwild.partition.compute import SequentialReplica
+from hogwild.partition.plan import plan_partitions
+from hogwild.partition.runtime import train_partitioned
+from hogwild.training.api import load_checkpoint
+from hogwild.training.checkpoint import latest_checkpoint
+from hogwild.training.job import epoch_permutation, subset_indices
+from hogwild.training.resume import starting_point
+
+SUBSET = 300
+
+
+@pytest.fixture(scope="module")
+def mnist(mnist_dir):
+    return load_mnist(mnist_dir)
+
+
+def _examples(config, mnist):
+    images = mnist.train_images.reshape(len(mnist.train_images), -1)
+    chosen = subset_indices(config.train.seed, len(images), SUBSET)
+    images, labels = images[chosen], mnist.train_labels[chosen]
+    order = epoch_permutation(config.train.seed, 0, len(images))
+    return images, labels, order
+
+
+def test_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(tmp_path, mnist):
+    overrides = {**PAPER_OVERRIDES, "model.partitions": 2, "train.in_flight": 1}
+    result = train_partitioned(
+        data=mnist,
+        epochs=1,
+        subset=SUBSET,
+        progress=False,
+        checkpoint_dir=tmp_path / "ck",
+        overrides=overrides,
+    )
+    config = load_config(None, {**overrides, "train.subset": SUBSET, "train.epochs": 1})
+    network = build_network(config.model)
+    plan = plan_partitions(network, 2)
+    params, velocity, _, _ = starting_point(config, network, 10, False, print)
+    images, labels, order = _examples(config, mnist)
+    replica = SequentialReplica(plan)
+    grads = [np.zeros_like(params) for _ in range(2)]
+    lr = learning_rate(config.optim, 0, 1)
+    optim = config.optim
+    mu = optim.momentum if optim.rule == "momentum" else 0.0
+    x = np.zeros(network.act_size, dtype=np.float32)
+    for index in order:
+        load_example(images[index], x, config.data.mean, config.data.std)
+        replica.step(params, x[: network.input_size], int(labels[index]), grads, training=True)
+        for p in range(2):
+            apply_update(
+                plan.ops[p],
+                params,
+                velocity,
+                grads[p],
+                lr,
+                1.0,
+                mu,
+                optim.weight_decay,
+                RULE_CODES[optim.rule],
+                True,
+            )
+    saved = load_checkpoint(latest_checkpoint(tmp_path / "ck"))
+    np.testing.assert_allclose(saved.params, params, rtol=1e-5, atol=1e-6)
+    assert result.metrics["examples"] == SUBSET
+
+
+def test_four_in_flight_count_every_example_loss_once(mnist):
+    overrides = {**PAPER_OVERRIDES, "model.partitions": 2, "train.in_flight": 4, "optim.lr": 1e-12}
+    result = train_partitioned(
+        data=mnist, epochs=1, subset=SUBSET, progress=False, overrides=overrides
+    )
+    config = load_config(None, {**overrides, "train.subset": SUBSET})
+    network = build_network(config.model)
+    params, _, _, _ = starting_point(config, network, 10, False, print)
+    images, labels, _ = _examples(config, mnist)
+    context = TrainingContext.allocate(network, 1)
+    loss, correct = context.evaluate_range(
+        network.ops,
+        params,
+        images,
+        labels.astype(np.int32),
+        0,
+        len(images),
+        config.data.mean,
+        config.data.std,
+    )
+    assert result.history[0]["train_loss"] == pytest.approx(loss / SUBSET, rel=1e-5)
+    assert result.history[0]["train_accuracy"] == pytest.approx(correct / SUBSET)

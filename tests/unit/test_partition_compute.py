@@ -1,0 +1,112 @@
+"""A partitioned replica computes what the whole model computes, checked against PyTorch.
+
+With one example in flight, K = 1, 2 and 3 partitions (conv and fc layers split by output maps or
+units, sizes that K does not divide) give the same class probabilities and the same gradient of
+every parameter as the unpartitioned engine and as PyTorch autograd on the same weights; each
+partition's gradient touches only the parameter rows it owns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hogwild.config import config_from_dict, load_config
+from hogwild.model.context import TrainingContext
+from hogwild.model.network import COL_OUT, build_network
+from hogwild.model.passes import backward, forward
+from hogwild.partition.compute import SequentialReplica
+from hogwild.partition.plan import plan_partitions
+from tests.unit.test_kernels_torch import ATOL, RTOL, init_params, torch_logits, torch_params
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _model(layers):
+    return config_from_dict({"model": {"input": [1, 28, 28], "layers": layers}}).model
+
+
+ODD = _model(
+    [
+        {"type": "conv", "maps": 5, "kernel": 3, "stride": 2, "padding": "same"},
+        {"type": "relu"},
+        {"type": "maxpool", "size": 3, "stride": 2},
+        {"type": "conv", "maps": 7, "kernel": 3, "stride": 1, "padding": "valid"},
+        {"type": "tanh"},
+        {"type": "fc", "units": 11},
+        {"type": "sigmoid"},
+        {"type": "fc", "units": 10},
+        {"type": "softmax"},
+    ]
+)
+FC_ONLY = _model(
+    [
+        {"type": "fc", "units": 13},
+        {"type": "relu"},
+        {"type": "fc", "units": 10},
+        {"type": "softmax"},
+    ]
+)
+MODELS = {"adam_mnist": load_config().model.without_dropout(), "odd": ODD, "fc_only": FC_ONLY}
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_partitioned_step_equals_whole_model_and_autograd(name, k):
+    network = build_network(MODELS[name])
+    plan = plan_partitions(network, k)
+    params = init_params(network, seed=7)
+    rng = np.random.default_rng(8)
+    x = rng.normal(0.0, 1.0, network.input_size).astype(np.float32)
+    label = 4
+
+    grads = [np.zeros(network.n_params, dtype=np.float32) for _ in range(k)]
+    act = SequentialReplica(plan).step(params, x, label, grads).copy()
+
+    ctx = TrainingContext.allocate(network, 1)
+    ctx.act[0, : network.input_size] = x
+    forward(network.ops, params, ctx.act[0], ctx.aux[0], ctx.scratch, False)
+    backward(
+        network.ops,
+        params,
+        ctx.act[0],
+        ctx.dact[0],
+        ctx.aux[0],
+        ctx.scratch,
+        ctx.grad,
+        np.uint8(label),
+    )
+
+    out = int(network.ops[-1, COL_OUT])
+    probs = act[out : out + network.n_classes]
+    np.testing.assert_allclose(
+        probs, ctx.act[0, out : out + network.n_classes], rtol=RTOL, atol=ATOL
+    )
+    tp = torch_params(network, params)
+    logits = torch_logits(network, tp, torch.tensor(x).reshape(1, *network.input_shape))
+    F.cross_entropy(logits, torch.tensor([label])).backward()
+    np.testing.assert_allclose(
+        probs, torch.softmax(logits, 1)[0].detach().numpy(), rtol=RTOL, atol=ATOL
+    )
+
+    total = np.sum(grads, axis=0)
+    whole = network.views(ctx.grad)
+    for spec in network.params:
+        got = network.views(total)[spec.name]
+        np.testing.assert_allclose(
+            got, whole[spec.name], rtol=RTOL, atol=ATOL, err_msg=f"{spec.name} vs the whole model"
+        )
+        np.testing.assert_allclose(
+            got,
+            tp[spec.name].grad.numpy(),
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg=f"{spec.name} vs autograd",
+        )
+    for p in range(k):  # a partition's gradient lies in its own rows, and it has some
+        owned = np.zeros(network.n_params, dtype=bool)
+        for lo, hi in plan.param_rows(p):
+            owned[lo:hi] = True
+        assert not grads[p][~owned].any(), f"partition {p} wrote outside its rows"
+        assert grads[p][owned].any(), f"partition {p} computed no gradient"
