@@ -53,6 +53,9 @@ def test_n_processes_times_m_increments(method):
     with SharedSegment.create("test", 4096) as seg:
         words = seg.array(0, np.int64, 32)
         words32 = seg.array(0, np.int32, 64)
+        # compiled here, once: the children load it from numba's cache instead of each
+        # compiling the same code at the same time on the same cores
+        _hammer(words, words32, 0)
         codes = run_processes(_context(method), _worker, [(seg.name, N_PROCS, N_ITERS)] * N_PROCS)
         assert codes == [0] * N_PROCS
         assert words[ADD64] == N_PROCS * N_ITERS

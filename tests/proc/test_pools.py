@@ -392,6 +392,12 @@ def test_multiprocess_stress_no_block_twice_none_lost(method):
             owner = seg.array(0, np.int64, n)
             results = seg.array(8 * n, np.int64, 16)
             results[:n_procs] = -999
+            # compiled here, once (no operations): the children load it from numba's cache
+            # instead of each compiling the same code at the same time
+            data64, cache = pool.data.view(np.int64), pool.open_cache()
+            _stress(pool.ref, cache, data64, owner, 0, 0, 0, 1, 1)
+            pool.close_cache(cache)
+            del data64
             codes = run_processes(
                 _context(method),
                 _stress_worker,
