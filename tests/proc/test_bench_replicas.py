@@ -3,11 +3,11 @@ plot, not speed.
 
 The quick run trains a tiny budget through ``hogwild cluster`` (2 replicas, one server; the
 quick run's default adds 1 replica, running the same code), as independent ``hogwild train``
-processes, races ours and the PyTorch RPC peer for a few seconds (the Ray peer's start-up alone would take most of the time budget; it is run by the
-full benchmark), and draws Fig. 11. Checks: every field is present, rates are positive,
-accuracies lie in [0, 1], the target ratios are the rows' quotients (at the job's cadence and at
-an extra one, ``--cadences``), and a racer that missed the target reports null with its best
-accuracy.
+processes, races ours and the PyTorch RPC peer for a few seconds (the Ray peer's start-up alone
+would take most of the time budget; it is run by the full benchmark), and draws Fig. 11.
+Checks: every field is present, rates are positive, accuracies lie in [0, 1], the target ratios
+are the rows' quotients (at the job's cadence and at an extra one, ``--cadences``), and a racer
+that missed the target reports null with its best accuracy.
 """
 
 from __future__ import annotations
