@@ -57,18 +57,23 @@ _FUNCTIONS = (
 )
 
 
-def _candidate_libraries() -> list[str]:
-    paths = []
+def _candidate_libraries():
+    """The Python binding's own library first, then the system's liblmdb.
+
+    A generator: the system's library is looked for only when the binding's does not export the
+    C API, because ``ctypes.util.find_library`` runs ``ldconfig`` and, when that does not list the
+    library, a C compiler and the linker: start-up work in every process that imports this
+    module, wasted when the binding's library has the API.
+    """
     try:
         import lmdb.cpython as binding
 
-        paths.append(binding.__file__)
+        yield binding.__file__
     except ImportError:  # the package runs on its cffi backend
         pass
     system = ctypes.util.find_library("lmdb")
     if system:
-        paths.append(system)
-    return paths
+        yield system
 
 
 def _load_api():

@@ -37,8 +37,7 @@ def trio(etcd_server: EtcdProcess):
 
     servers = Trio(etcd_server.address)
     try:
-        for i in range(3):
-            servers.start(i)
+        servers.start_all()
         yield servers
     finally:
         servers.close()

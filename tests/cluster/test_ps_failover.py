@@ -33,11 +33,22 @@ class Trio:
         self.processes: dict[int, ServeProcess] = {}
 
     def start(self, index: int) -> None:
+        self._launch(index)
+        self.processes[index].wait_ready()
+
+    def start_all(self) -> None:
+        """The three side by side (each one's start-up beside the others'), then each ready."""
+        for index in range(3):
+            self._launch(index)
+        for index in range(3):
+            self.processes[index].wait_ready()
+
+    def _launch(self, index: int) -> None:
         args = ["--threads", "1", "--ps.shard_kib=256", "--copies", "3", "--lease-s", "1"]
         args += ["--servers", ",".join(self.addresses), "--index", str(index)]
         process = ServeProcess([*args, "--etcd", self.etcd])
         self.processes[index] = process
-        process.start()
+        process.launch()
 
     def close(self) -> None:
         for process in self.processes.values():

@@ -1,8 +1,13 @@
 """Starting and reaping the child processes of the multi-process tests.
 
 Shared by the atomics, pool and queue stress tests: a context for a start method (with the
-modules a forkserver should preload, so each child does not compile them again), and a bounded
-run of one process per argument tuple that kills stragglers instead of hanging the suite.
+modules a forkserver should preload, so each child does not compile them again), the children's
+start line compiled once in the parent, and a bounded run of one process per argument tuple that
+kills stragglers instead of hanging the suite.
+
+Every kernel a child calls, the parent calls first (with arguments that change nothing): numba
+writes it to its on-disk cache, and the children load it from there instead of each compiling
+the same code at the same time on the same cores.
 """
 
 from __future__ import annotations
@@ -17,6 +22,15 @@ def start_context(method: str, *preload: str) -> mp.context.BaseContext:
     if method == "forkserver":
         ctx.set_forkserver_preload(list(preload))
     return ctx
+
+
+def compile_start_line(words) -> None:
+    """Compile the atomics a start line calls from Python (``atomic_add`` of a count, then
+    ``atomic_load`` of it, on an int64 array of shared words), without changing a word."""
+    from hogwild.shm.atomics import atomic_add, atomic_load
+
+    atomic_add(words, 0, 0)
+    atomic_load(words, 0)
 
 
 def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:

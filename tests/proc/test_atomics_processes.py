@@ -9,7 +9,7 @@ from numba import njit
 
 from hogwild.shm.atomics import atomic_add, atomic_cas, atomic_load
 from hogwild.shm.pool_segment import SharedSegment
-from tests.proc.processes import run_processes, start_context
+from tests.proc.processes import compile_start_line, run_processes, start_context
 
 N_PROCS = 4
 N_ITERS = 100_000
@@ -53,6 +53,9 @@ def test_n_processes_times_m_increments(method):
     with SharedSegment.create("test", 4096) as seg:
         words = seg.array(0, np.int64, 32)
         words32 = seg.array(0, np.int32, 64)
+        # compiled here, once (no call changes anything: tests/proc/processes.py)
+        compile_start_line(words)
+        _hammer(words, words32, 0)
         codes = run_processes(_context(method), _worker, [(seg.name, N_PROCS, N_ITERS)] * N_PROCS)
         assert codes == [0] * N_PROCS
         assert words[ADD64] == N_PROCS * N_ITERS

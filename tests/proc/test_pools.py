@@ -49,7 +49,7 @@ from hogwild.shm.pool_layout import (
     class_base,
 )
 from hogwild.shm.pool_segment import SharedSegment
-from tests.proc.processes import run_processes, start_context
+from tests.proc.processes import compile_start_line, run_processes, start_context
 
 START_METHODS = ["spawn", "forkserver"]
 
@@ -392,6 +392,12 @@ def test_multiprocess_stress_no_block_twice_none_lost(method):
             owner = seg.array(0, np.int64, n)
             results = seg.array(8 * n, np.int64, 16)
             results[:n_procs] = -999
+            # compiled here, once (no call changes anything: tests/proc/processes.py)
+            compile_start_line(results)
+            data64, cache = pool.data.view(np.int64), pool.open_cache()
+            _stress(pool.ref, cache, data64, owner, 0, 0, 0, 1, 1)
+            pool.close_cache(cache)
+            del data64
             codes = run_processes(
                 _context(method),
                 _stress_worker,

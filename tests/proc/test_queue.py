@@ -23,7 +23,7 @@ from hogwild.shm.queue import (
     queue_try_put,
     queue_words,
 )
-from tests.proc.processes import start_context
+from tests.proc.processes import compile_start_line, start_context
 
 START_METHODS = ["spawn", "forkserver"]
 
@@ -227,6 +227,13 @@ def test_every_item_delivered_exactly_once_across_processes(method):
         SharedSegment.create("test", 8 * (SEEN + total)) as seg,
     ):
         book = seg.array(0, np.int64, SEEN + total)
+        # compiled here, once (no call changes anything: tests/proc/processes.py)
+        compile_start_line(book)
+        data64, cache = pool.data.view(np.int64), pool.open_cache()
+        _produce(q.ref, pool.ref, cache, data64, 0, 0, 0, 1)
+        _consume(q.ref, pool.ref, cache, data64, book, 0, 1)
+        pool.close_cache(cache)
+        del data64
         args = [(q, pool, seg.name, p, n_procs) for p in range(N_PRODUCERS)]
         args += [(q, pool, seg.name, n_procs)] * N_CONSUMERS
         ctx = _context(method)

@@ -55,6 +55,12 @@ class ServeProcess:
         Raises:
             HogwildError: It exited, or printed no ready line within ``timeout`` (it is killed).
         """
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the child without waiting for it: several servers start side by side, each
+        then waited for with :meth:`wait_ready`."""
         from hogwild.cluster.roles import SHIM  # SIGTERM when this process dies, even by SIGKILL
 
         command = [sys.executable, "-c", SHIM, str(os.getpid()), "ps", "serve", *self.args]
@@ -63,6 +69,13 @@ class ServeProcess:
                                         text=True, env=self.env)  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    def wait_ready(self, timeout: float = 120.0) -> str:
+        """Wait for the launched child's ready line; the ``HOST:PORT`` it serves on.
+
+        Raises:
+            HogwildError: It exited, or printed no ready line within ``timeout`` (it is killed).
+        """
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.05):
             if self.process.poll() is not None or time.monotonic() > deadline:
