@@ -48,6 +48,9 @@ import tempfile
 import time
 from pathlib import Path
 
+if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
+
 from bench.support.machine import describe_machine, versions
 from bench.support.paper_job import PAPER_JOB
 from bench.support.record import emit_record, fresh_numba_cache, stamp

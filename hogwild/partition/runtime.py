@@ -105,7 +105,7 @@ class PartitionedTrainer:
         self.test_labels = data.test_labels.astype(np.int32)
         self.mean, self.std = config.data.mean, config.data.std
         self.progress = Progress(config.output.progress, self.network.connections)
-        self.metrics = MetricsWriter(config.output.metrics)
+        self.metrics = MetricsWriter(config.output.metrics, resume, overwrite)
         self.arena: Arena | None = None
         self.processes: list = []
 

@@ -414,6 +414,7 @@ class Trainer:
             if finished == needed:
                 control[CONTROL_EPOCH] = EPOCH_CLOSED  # stragglers stop at their next chunk
         seconds = time.perf_counter() - started
+        self._draw(epoch, started, before, loss_before)  # the epoch's last point, however short
         # every worker is idle now: one model to evaluate and save. A store's first epoch end
         # loads its kernels here (a compile record spared the start that): not a lost Ctrl-C
         with interrupts_not_lost():

@@ -46,7 +46,8 @@ def make_records(
     network = build_network(config.model, 10)
     records = EpochRecords(
         config, network, data, n_test=n_test, n_classes=10, n_train=60000,
-        metrics=MetricsWriter(config.output.metrics), progress=Progress(False, 1),
+        metrics=MetricsWriter(config.output.metrics, overwrite=replace_old),
+        progress=Progress(False, 1),
         live=LiveStatus(False), replace_old=replace_old, between=between, eval_threads=1,
     )  # fmt: skip
     params, velocity, _, _ = starting_point(config, network, 10, False, print)
