@@ -7,8 +7,9 @@ job's replicated parameter servers and keeps, in float64, the sum of every ackno
 through files in ``--dir``, written whole (a temporary name, then a rename):
 
 - ``map.json``, every ``MAP_EVERY_S``: the bucket map read from etcd
-  (:meth:`bench.support.ps_watch.ServerWatch.buckets`) and the time it was read, so that the
-  injector, outside the hosts' network, knows each bucket's primary;
+  (:meth:`bench.support.ps_watch.ServerWatch.buckets`), the time it was read, the pushes
+  acknowledged so far and the last one's time, so that the injector, outside the hosts'
+  network, knows each bucket's primary and whether updates flow;
 - ``stop``: made by the injector; the client stops pushing, waits until every bucket has three
   in-sync copies again, pulls the parameters and writes
 - ``result.json``: ``pushes``, ``acknowledged_lost`` (parameters below the ledger: an
@@ -57,13 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", required=True, help="every server, H:P,H:P,...")
     parser.add_argument("--etcd", required=True, help="the etcd members, H:P,H:P,...")
     parser.add_argument("--keys", help="CURVE key directory")
+    parser.add_argument("--job", default=JOB, help=f"the servers' job name (default {JOB})")
     parser.add_argument("--dir", required=True, help="where map.json, stop, result.json go")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     folder = Path(args.dir)
     servers = args.servers.split(",")
-    client = PSClient(servers, JOB, client_id=1, etcd=args.etcd, keys=args.keys, failover_s=60)
-    watch = ServerWatch(servers, args.etcd, JOB, keys=args.keys).start()
+    client = PSClient(servers, args.job, client_id=1, etcd=args.etcd, keys=args.keys, failover_s=60)
+    watch = ServerWatch(servers, args.etcd, args.job, keys=args.keys).start()
     n_params = client.layout.n_params
     client.assign(np.zeros(n_params, np.float32))
     problems: list[str] = []
@@ -80,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                 seen = watch.buckets()
             except (EtcdUnavailable, HogwildError):
                 continue  # a member down: the next read goes on to another
-            write_json(folder / "map.json", {"at": time.time(), "buckets": seen,
-                                             "pushes": pusher.count})  # fmt: skip
+            last_ack = acks[-1][1] if acks else None
+            state = {"at": time.time(), "buckets": seen, "pushes": pusher.count}
+            write_json(folder / "map.json", state | {"last_ack": last_ack})
 
     mapper = threading.Thread(target=publish, name="ledger-map", daemon=True)
     mapper.start()

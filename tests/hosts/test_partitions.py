@@ -1,11 +1,13 @@
 """``bench/figures/partitions.py --quick`` on real namespace hosts: its JSON line, and the ledger.
 
 One run of the fault injector's smoke mode: three servers with copies = 3 and a three-member etcd
-cluster on hosts 1 to 3, the ledger client on host 4, one fault of each kind (a primary's host cut
-off, a copy stopped, a host lost, an etcd member killed, a server killed), each undone. The test
+cluster on hosts 1 to 3, the ledger client and a one-epoch training job (3,000 examples, run
+fault-free first) on host 4, one fault of each kind (a primary's host cut off, a copy stopped, a
+host lost, an etcd member killed, a role killed), each undone. The test
 checks the line's shape and what it promises: every fault happened, updates were acknowledged
 across them, the ledger is exact (no acknowledged update lost, none applied twice), the copies
-came back, and nothing (namespace, process, segment) was left behind.
+came back, both training jobs ended with an accuracy, and nothing (namespace, process, segment)
+was left behind.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     assert set(failover) == {"median", "max", "n", "unfinished"}
     assert failover["n"] + failover["unfinished"] == 1
     assert set(record["unavailable_s"]) == set(KINDS)
-    for key in ("test_accuracy", "fault_free_test_accuracy", "targets", "events"):
-        assert key in record
+    for key in ("test_accuracy", "fault_free_test_accuracy"):  # both training jobs ended
+        assert 0.5 < record[key] <= 1.0, record["training"]
+    assert record["training"]["faults"]["error"] is None
     cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
     assert cut["primary_of"] and cut["until"] - cut["at"] >= record["settings"]["cut_s"]
