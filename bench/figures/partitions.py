@@ -380,15 +380,18 @@ def measure(args) -> dict:
             since = 0.0
             for kind in kinds:
                 seen = cluster.wait_ready(since)
+                if seen is not None:
+                    time.sleep(args.gap_s * rng.uniform(0.5, 1.5))
+                    seen = cluster.wait_ready(time.time())  # the map now, not before the pause
                 if seen is None:
                     problems.append(
                         f"stuck before fault {len(events) + 1} ({kind}): no map with a primary "
-                        f"and a copy per bucket in {STALL_S:.0f} s"
+                        f"and a copy per bucket and updates flowing in {STALL_S:.0f} s"
                     )
                     break
-                time.sleep(args.gap_s * rng.uniform(0.5, 1.5))
                 event = inject(cluster, kind, rng, args, seen)
                 event["pushes_before"] = seen.get("pushes")
+                event["map_age_s"] = round(event["at"] - seen["at"], 3)
                 events.append(event)
                 _log(f"{kind} on host {event['host']} ({len(events)}/{len(kinds)})")
                 since = time.time()
