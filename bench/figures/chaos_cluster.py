@@ -53,17 +53,13 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
 
 from bench.support.cluster_run import ClusterRun
 from bench.support.machine import describe_machine, versions
-from bench.support.paper_job import PAPER_JOB
+from bench.support.paper_job import PAPER_JOB, REPLICATED_JOB_ARGS
 from bench.support.paths import SHARED_MNIST
 from bench.support.ps_ledger import ledger_phase
 from bench.support.ps_watch import ServerWatch, spread
 from bench.support.record import emit_record, stamp
 
-JOB_ARGS = ["--ps", "3", "--replicas", "2", "--data-servers", "1", "--cluster.restarts=1000"]
-# Exchanges every 64 examples, not the ps store's 512: eight times the updates in flight when a
-# server dies (the harder case for failover), enough of them in the quick run's short job for
-# the kills to find updates flowing, and the cadence the committed figures were measured at.
-JOB_ARGS += ["--train.n_push=64", "--train.n_fetch=64"]
+JOB_ARGS = REPLICATED_JOB_ARGS
 BLOCK = ["ps"] * 12 + ["replica"] * 5 + ["data"] * 3  # 60 % / 25 % / 15 %
 QUICK_VICTIMS = ["ps", "replica", "ps", "data"]
 TARGETS = {"failover_max_s": 3.0, "acknowledged_lost": 0, "accuracy_points": 0.3, "kills": 30}

@@ -38,12 +38,17 @@ class ClusterRun:
         args: ``hogwild``'s arguments, from ``cluster`` on.
         folder: Where the run directory and the job's stdout and stderr go.
         name: The run's name (its directory).
+        prefix: A command that runs the driver's command line where it should run and
+            execs it (so its pid is the driver's): ``ip netns exec NS`` runs it in a
+            namespace host (:meth:`tests.hosts.harness.Hosts.argv`).
     """
 
-    def __init__(self, args: list[str], folder: Path, name: str) -> None:
+    def __init__(
+        self, args: list[str], folder: Path, name: str, prefix: list[str] | None = None
+    ) -> None:
         self.dir = folder / name
         self.metrics = self.dir / "metrics.jsonl"
-        command = [sys.executable, "-m", "hogwild.cli", *args]
+        command = [*(prefix or []), sys.executable, "-m", "hogwild.cli", *args]
         command += ["--checkpoint-dir", str(self.dir), "--metrics", str(self.metrics)]
         self.check = LeakCheck()
         self.job = Job(command, folder, name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hogwild
 
-__all__ = ["PAPER_JOB", "PAPER_OVERRIDES"]
+__all__ = ["PAPER_JOB", "PAPER_OVERRIDES", "REPLICATED_JOB_ARGS"]
 
 
 def _layers_without_dropout() -> str:
@@ -38,3 +38,13 @@ PAPER_OVERRIDES: dict[str, object] = {
     "optim.warmup_epochs": 0,
 }
 PAPER_JOB = [f"--{key}={value}" for key, value in PAPER_OVERRIDES.items()]
+
+# The replicated ``hogwild cluster`` job the fault benchmarks (chaos_cluster.py, partitions.py)
+# train: three servers, two replicas, a data server, a driver that restarts whatever dies.
+# Exchanges every 64 examples, not the ps store's 512: eight times the updates in flight when a
+# server dies (the harder case for failover), enough of them in a quick run's short job for the
+# faults to find updates flowing, and the cadence the committed figures were measured at.
+REPLICATED_JOB_ARGS = [
+    "--ps", "3", "--replicas", "2", "--data-servers", "1", "--cluster.restarts=1000",
+    "--train.n_push=64", "--train.n_fetch=64",
+]  # fmt: skip

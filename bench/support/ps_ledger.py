@@ -72,7 +72,7 @@ def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, l
         if watch.wait_copies(3, SYNC_TIMEOUT_S)[1] is None:
             raise RuntimeError("ledger phase: the three copies never came in sync")
         ledger = np.zeros(n_params, np.float64)
-        pusher = _Pusher(client, ledger, n_params, seed)
+        pusher = Pusher(client, ledger, n_params, seed)
         try:
             for _ in range(kills):
                 if not _pause(kill_every_s * rng.uniform(0.5, 1.5), pusher, problems):
@@ -152,7 +152,7 @@ def _forget(watch: ServerWatch, index: int) -> None:
         pass  # it lapses by itself
 
 
-def _pause(seconds: float, pusher: _Pusher, problems: list[str]) -> bool:
+def _pause(seconds: float, pusher: Pusher, problems: list[str]) -> bool:
     """Sleep, watching the pusher: False if it failed or stalled."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -165,27 +165,57 @@ def _pause(seconds: float, pusher: _Pusher, problems: list[str]) -> bool:
     return True
 
 
-class _Pusher:
-    """A thread pushing integer deltas and adding each acknowledged one to the ledger."""
+class Pusher:
+    """A thread pushing integer deltas and adding each acknowledged one to the ledger.
 
-    def __init__(self, client: PSClient, ledger: np.ndarray, n_params: int, seed: int) -> None:
+    Args:
+        client, ledger, n_params, seed: Where to push, the float64 sum of what was
+            acknowledged, the parameters' count, the deltas' seed.
+        low: The deltas' smallest value (they go to 3): 0 makes every delta non-negative, so
+            a parameter below the ledger lost an acknowledged update and one above it was
+            given an update more than once (or one whose push raised: see ``uncertain``).
+        keep_going: Go on after a push raised (its fate is unknown: its delta is added to
+            ``uncertain``, not to the ledger) instead of stopping at the first error.
+        acks: A list to append ``(sent, acknowledged)`` to for each acknowledged push, both
+            ``time.time()`` (None: not kept).
+    """
+
+    def __init__(
+        self,
+        client: PSClient,
+        ledger: np.ndarray,
+        n_params: int,
+        seed: int,
+        low: int = -3,
+        keep_going: bool = False,
+        acks: list[tuple[float, float]] | None = None,
+    ) -> None:
         self.client, self.ledger, self.n_params = client, ledger, n_params
         self.rng = np.random.default_rng(seed)
+        self.low, self.keep_going, self.acks = low, keep_going, acks
+        self.uncertain = np.zeros(n_params, np.float64)
         self.count, self.errors, self.last_ack = 0, [], time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-ledger", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                delta = self.rng.integers(-3, 4, self.n_params).astype(np.float32)
+        while not self._stop.is_set():
+            delta = self.rng.integers(self.low, 4, self.n_params).astype(np.float32)
+            sent = time.time()
+            try:
                 self.client.push_deltas(delta)  # returns once every in-sync copy committed it
-                np.add(self.ledger, delta, out=self.ledger)
-                self.count += 1
-                self.last_ack = time.monotonic()
-        except Exception as exc:  # noqa: BLE001 - reported: that push's fate is unknown
-            self.errors.append(f"push {self.count + 1} failed: {exc!r}")
+            except Exception as exc:  # noqa: BLE001 - reported: that push's fate is unknown
+                self.errors.append(f"push {self.count + 1} failed: {exc!r}")
+                np.add(self.uncertain, delta, out=self.uncertain)
+                if not self.keep_going:
+                    return
+                continue
+            np.add(self.ledger, delta, out=self.ledger)
+            self.count += 1
+            self.last_ack = time.monotonic()
+            if self.acks is not None:
+                self.acks.append((sent, time.time()))
 
     def stop(self) -> None:
         self._stop.set()

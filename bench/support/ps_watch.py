@@ -46,15 +46,22 @@ class ServerWatch:
         job: The job's name.
         interval_s: Seconds between two polls of the statuses (:meth:`start`).
         alive: ``alive(index)``: whether server ``index``'s process runs (None: trust etcd).
+        keys: CURVE key directory (servers beyond loopback).
     """
 
     def __init__(
-        self, servers: list[str], etcd: str, job: str, interval_s: float = 0.3, alive=None
+        self,
+        servers: list[str],
+        etcd: str,
+        job: str,
+        interval_s: float = 0.3,
+        alive=None,
+        keys: str | None = None,
     ) -> None:
         self.servers, self.interval_s, self.alive = list(servers), interval_s, alive
         self.job_id = job_id(job)  # a server tells its status only to those naming its job
         self.etcd = Etcd(etcd, prefix=etcd_prefix(job))
-        self.peers = Peers(self.servers, sender=0, timeout_s=STATUS_TIMEOUT_S, retries=0)
+        self.peers = Peers(self.servers, sender=0, timeout_s=STATUS_TIMEOUT_S, retries=0, keys=keys)
         self.takeovers: dict[tuple[int, int], dict] = {}
         self.n_buckets = 0
         self.shard_buckets: list[int] = []  # the buckets that hold shards

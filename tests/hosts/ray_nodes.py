@@ -102,20 +102,27 @@ def start_etcd(hosts: Hosts, host: int) -> str:
     return f"{hosts.address(host)}:{ETCD_PORT}"
 
 
+def start_etcd_member(hosts: Hosts, host: int, members: list[int], state: str = "new") -> None:
+    """Start the etcd member of host ``host`` in the cluster of ``members`` (its data in the
+    host's home): ``state`` ``"new"`` for a cluster being made, ``"existing"`` for a member
+    restarted after it was killed (it keeps its data directory and rejoins)."""
+    peers = {h: f"http://{hosts.address(h)}:{ETCD_PORT + 1}" for h in members}
+    initial = ",".join(f"h{h}={peer}" for h, peer in peers.items())
+    client = f"http://{hosts.address(host)}:{ETCD_PORT}"
+    hosts.daemon(host, [
+        "etcd", f"--name=h{host}", f"--data-dir={hosts.home(host) / 'etcd'}",
+        f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peers[host]}", f"--initial-advertise-peer-urls={peers[host]}",
+        f"--initial-cluster={initial}", f"--initial-cluster-state={state}",
+        "--heartbeat-interval=50", "--election-timeout=500", "--log-level=error",
+    ], hosts.home(host) / "etcd.log")  # fmt: skip
+
+
 def start_etcd_cluster(hosts: Hosts, members: list[int]) -> str:
     """An etcd cluster with a member in each of ``members`` (peers over the hosts' network);
     its members' addresses, ``HOST:PORT,HOST:PORT,...``."""
-    peers = {h: f"http://{hosts.address(h)}:{ETCD_PORT + 1}" for h in members}
-    initial = ",".join(f"h{h}={peer}" for h, peer in peers.items())
     for host in members:
-        client = f"http://{hosts.address(host)}:{ETCD_PORT}"
-        hosts.daemon(host, [
-            "etcd", f"--name=h{host}", f"--data-dir={hosts.home(host) / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peers[host]}", f"--initial-advertise-peer-urls={peers[host]}",
-            f"--initial-cluster={initial}", "--initial-cluster-state=new",
-            "--heartbeat-interval=50", "--election-timeout=500", "--log-level=error",
-        ], hosts.home(host) / "etcd.log")  # fmt: skip
+        start_etcd_member(hosts, host, members)
     for host in members:
         wait_listening(hosts, host, hosts.address(host), ETCD_PORT)
     time.sleep(2.0)  # the members find each other and elect a leader
@@ -128,6 +135,7 @@ __all__ = [
     "ray_env",
     "start_etcd",
     "start_etcd_cluster",
+    "start_etcd_member",
     "start_ray",
     "wait_listening",
 ]

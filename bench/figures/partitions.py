@@ -1,0 +1,517 @@
+"""Partitions, stalls, lost hosts and etcd faults under replicated parameter servers on real hosts.
+
+Four network-namespace hosts (:class:`tests.hosts.harness.Hosts`): hosts 1 to 3 each run one
+member of a three-member etcd cluster and one ``hogwild ps serve --copies 3`` of the *ledger*
+job (the bundled model's layout, bound to the host's address under CURVE keys); host 4 runs the
+ledger client (:mod:`bench.support.ledger_client`), which pushes non-negative integer deltas
+and sums every acknowledged one, and the *training* job: ``hogwild cluster`` with the local
+launcher, copies = 3, its controller the same etcd cluster (the job of
+``bench/figures/chaos_cluster.py``: Adam's MNIST model on the paper's schedule, 12 epochs). The
+local launcher places every role of the training job in host 4: the Ray launcher across the
+hosts costs minutes of start-up per run on two cores, and a host cut off from a Ray head is a
+Ray failure before it is a parameter server's. So the faults reach the training job through its
+controller (etcd members cut off, lost, killed) and through role kills; the per-host faults of
+the parameter servers are taken by the ledger job, whose copies are one per host. A ledger
+client cannot push into a training job without changing it, which is why they are two jobs.
+
+The training job runs twice: fault-free first (``fault_free_test_accuracy``), then under the
+faults. This process, outside the hosts' network, injects a seeded schedule of faults, one at a
+time, each once every ledger bucket has a primary and another in-sync copy and a push was
+acknowledged since the last fault (read from the map the client publishes):
+
+- ``cut_primary``: the host of a random bucket's primary is taken off the network (its switch
+  port down: both sides stay alive) for ``--cut-s`` seconds, then put back;
+- ``stall_copy``: a server that is an in-sync copy (not primary) of some bucket is stopped
+  (SIGSTOP) for ``--stall-s`` seconds, then continued;
+- ``lose_host``: a whole host is lost (every process in it SIGKILLed, its link down); after
+  ``--down-s`` it comes back as a new machine: its etcd member rejoins from its data directory,
+  its server starts empty. Three hosts survive one lost (etcd keeps a quorum of two, every
+  bucket a copy);
+- ``kill_etcd``: an etcd member is SIGKILLed and restarted after ``--down-s``;
+- ``kill_role``: a ledger server (restarted at once; its lease lapses) or a role of the training
+  job (its driver restarts it), SIGKILLed.
+
+At the end the client stops, waits for three in-sync copies, pulls and compares:
+``acknowledged_lost`` and ``applied_twice`` count parameters (see the client's docstring).
+``failover_s``: for each ``cut_primary``, seconds from the cut to the first acknowledgement of a
+push sent after it (a push touches every bucket, so the cut primary's buckets were served by
+then: taken over, or, if the cut ended first, served by it again; compare with ``--cut-s``).
+``unavailable_s``: per kind, the longest time without an acknowledgement that overlaps the
+fault's window (from its start to its end plus ``SETTLE_S``, or to the next fault's start),
+median and max. ``leaked``: namespaces of this run left, processes of the run alive after the
+hosts closed and of each training job after it ended, ``/dev/shm`` segments of those processes.
+
+Run: ``python bench/figures/partitions.py --out bench/results/partitions.json`` (``--quick``: one
+fault of each kind with short pauses and a one-epoch job on 3,000 examples, a smoke run;
+``--no-train``: the ledger job alone). One JSON line; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
+
+import psutil
+
+from bench.support.cluster_run import ClusterRun
+from bench.support.leaks import LeakCheck
+from bench.support.machine import describe_machine, versions
+from bench.support.paper_job import PAPER_JOB, REPLICATED_JOB_ARGS
+from bench.support.paths import SHARED_MNIST
+from bench.support.ps_watch import spread
+from bench.support.record import emit_record, stamp
+from tests.hosts import harness
+from tests.hosts.harness import Hosts
+from tests.hosts.ray_nodes import ETCD_PORT, start_etcd_cluster, start_etcd_member, wait_listening
+
+KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
+SERVER_HOSTS = [1, 2, 3]
+CLIENT_HOST = 4
+PS_PORT = 7100
+LEASE_S = 2
+LEDGER_JOB = "ledger"  # the ledger servers' job name in etcd (the training job's differs)
+SETTLE_S = 3.0
+READY_WITHIN_S = 120.0
+STALL_S = 90.0  # no map with a primary and a copy per bucket for this long: stuck
+TARGETS = {"acknowledged_lost": 0, "applied_twice": 0, "faults": 100, "failover_max_s": 3.0,
+           "accuracy_points": 0.3}  # fmt: skip
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python bench/figures/partitions.py", description=__doc__)
+    add = parser.add_argument
+    add("--faults", type=int, default=None, help="how many faults (default 100; --quick 5)")
+    add("--cut-s", type=float, default=None, help="seconds a primary's host is cut off (10)")
+    add("--stall-s", type=float, default=0.7, help="seconds a copy is stopped (0.7)")
+    add("--down-s", type=float, default=None, help="seconds a lost host/etcd member is down (3)")
+    add("--gap-s", type=float, default=None, help="mean seconds between faults (2)")
+    add("--epochs", type=int, default=None, help="the training job's epochs (12; --quick 1)")
+    add("--no-train", action="store_true", help="the ledger client alone, no training job")
+    add("--data", metavar="DIR", help="MNIST files (default $HOGWILD_TEST_DATA, $HOGWILD_DATA)")
+    add("--seed", type=int, default=0)
+    add("--quick", action="store_true", help="one fault of each kind: a smoke test")
+    add("--out", metavar="FILE", help="also write the JSON line to this file")
+    args = parser.parse_args(argv)
+    quick = {"faults": 5, "cut_s": 3.0, "down_s": 1.0, "gap_s": 0.5, "epochs": 1}
+    full = {"faults": 100, "cut_s": 10.0, "down_s": 3.0, "gap_s": 2.0, "epochs": 12}
+    defaults = quick if args.quick else full
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.subset = 3000 if args.quick else 0
+    args.bound_s = 300.0 if args.quick else 3600.0
+    env = os.environ
+    args.data = (
+        args.data or env.get("HOGWILD_TEST_DATA") or env.get("HOGWILD_DATA") or str(SHARED_MNIST)
+    )
+    return args
+
+
+def job_args(args, etcd: str) -> list[str]:
+    """``hogwild cluster``'s arguments for the training job (its controller: the etcd cluster)."""
+    out = ["cluster", "--data", args.data, *REPLICATED_JOB_ARGS, *PAPER_JOB, "--cluster.copies=3",
+           f"--cluster.etcd={etcd}", "--epochs", str(args.epochs), "--no-progress"]  # fmt: skip
+    if args.subset:
+        out.append(f"--train.subset={args.subset}")
+    return out
+
+
+def train(hosts: Hosts, folder: Path, name: str, etcd: str, args) -> ClusterRun:
+    """Start the training job in the client's host (the local launcher) and wait until it
+    wrote its start record (or ended: a quick job may be over before it is looked at)."""
+    _log(f"{name}: hogwild {' '.join(job_args(args, etcd))}")
+    run = ClusterRun(job_args(args, etcd), folder, name, prefix=hosts.argv(CLIENT_HOST, []))
+    deadline = time.monotonic() + READY_WITHIN_S * 3
+    while run.running() and not any(r.get("event") == "start" for r in run.records()):
+        if time.monotonic() > deadline:
+            run.job.stop()
+            raise RuntimeError(f"{run.job.describe()} did not start: {run.job.err_tail()}")
+        time.sleep(0.1)
+    return run
+
+
+def finish(run: ClusterRun, args) -> dict:
+    """Wait for the job; its accuracy, failure and what it left behind (before the hosts close:
+    the job's own clean-up)."""
+    summary, error, leaked = run.finish(args.bound_s)
+    summary = summary or {}
+    _log(f"{run.dir.name}: test accuracy {summary.get('test_accuracy')}"
+         + (f"; FAILED: {error}" if error else ""))  # fmt: skip
+    return {
+        "test_accuracy": summary.get("test_accuracy"),
+        "epochs": summary.get("epochs"),
+        "restarts": summary.get("restarts"),
+        "wall_s": summary.get("wall_s"),
+        "error": error,
+        "leaked": leaked,
+    }
+
+
+def _log(text: str) -> None:
+    print(f"partitions: {text}", file=sys.stderr, flush=True)
+
+
+def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
+    """The kinds of the ``n`` faults: every kind once in each block of five, shuffled."""
+    kinds: list[str] = []
+    while len(kinds) < n:
+        block = list(KINDS)
+        if not quick:
+            rng.shuffle(block)
+        kinds += block
+    return kinds[:n]
+
+
+class Cluster:
+    """Servers and etcd members on hosts 1 to 3, the ledger client on host 4."""
+
+    def __init__(self, hosts: Hosts, folder: Path) -> None:
+        self.hosts, self.folder = hosts, folder
+        self.seen_pids: set[int] = set()
+        self.servers: dict[int, subprocess.Popen] = {}
+        self.job: ClusterRun | None = None  # the training job under the faults
+        self.keys = folder / "keys"
+        subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+        self.etcd = start_etcd_cluster(hosts, SERVER_HOSTS)
+        self._note_etcd()
+        self.addresses = [f"{hosts.address(h)}:{PS_PORT}" for h in SERVER_HOSTS]
+
+    def start_ledger(self, seed: int) -> None:
+        """The ledger servers on hosts 1 to 3, the ledger client on host 4."""
+        hosts, folder = self.hosts, self.folder
+        for h in SERVER_HOSTS:
+            self.start_server(h)
+        for h in SERVER_HOSTS:
+            wait_listening(hosts, h, hosts.address(h), PS_PORT, within_s=READY_WITHIN_S)
+        self.client_dir = folder / "client"
+        self.client_dir.mkdir()
+        argv = [sys.executable, "-m", "bench.support.ledger_client", "--servers",
+                ",".join(self.addresses), "--etcd", self.etcd, "--keys", str(self.keys),
+                "--dir", str(self.client_dir), "--seed", str(seed),
+                "--job", LEDGER_JOB]  # fmt: skip
+        with open(folder / "client.log", "ab") as log:
+            self.client = hosts.run(
+                CLIENT_HOST, argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
+        self.seen_pids.add(self.client.pid)
+
+    def start_server(self, host: int) -> None:
+        argv = [_hogwild(), "ps", "serve", "--bind", self.hosts.address(host), "--port",
+                str(PS_PORT), "--servers", ",".join(self.addresses), "--index", str(host - 1),
+                "--copies", "3", "--etcd", self.etcd, "--lease-s", str(LEASE_S), "--threads",
+                "1", "--keys", str(self.keys), "--job", LEDGER_JOB]  # fmt: skip
+        with open(self.folder / f"ps{host}.log", "ab") as log:
+            process = self.hosts.run(host, argv, stdout=log, stderr=subprocess.STDOUT)
+        self.servers[host] = process
+        self.seen_pids.add(process.pid)
+
+    def job_roles(self) -> list[tuple[str, int]]:
+        """The training job's live roles now: (name, pid)."""
+        if self.job is None or not self.job.running():
+            return []
+        names = [r["name"] for r in self.job.roles_file().get("roles", [])]
+        return [(n, pid) for n in names if (pid := self.job.pid_of(n)) is not None]
+
+    def etcd_pid(self, host: int) -> int | None:
+        for pid in self.hosts.pids(host):
+            try:
+                if Path(psutil.Process(pid).exe()).name == "etcd":
+                    return pid
+            except psutil.Error:
+                continue
+        return None
+
+    def _note_etcd(self) -> None:
+        for h in SERVER_HOSTS:
+            if (pid := self.etcd_pid(h)) is not None:
+                self.seen_pids.add(pid)
+
+    def restart_etcd(self, host: int) -> None:
+        start_etcd_member(self.hosts, host, SERVER_HOSTS, state="existing")
+        wait_listening(self.hosts, host, self.hosts.address(host), ETCD_PORT)
+        self._note_etcd()
+
+    def read_map(self) -> dict | None:
+        try:
+            return json.loads((self.client_dir / "map.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def wait_ready(self, since: float, least: int = 2) -> dict | None:
+        """The first map read after ``since`` in which every bucket has a live primary and
+        ``least`` in-sync copies and a push was acknowledged after ``since`` (so that each
+        fault starts on updates that flow, and a gap is the fault's own); None after
+        ``STALL_S``, or once the client died."""
+        deadline = time.monotonic() + STALL_S
+        while time.monotonic() < deadline and self.client.poll() is None:
+            seen = self.read_map()
+            if (
+                seen
+                and seen["at"] > since
+                and (seen.get("last_ack") or 0.0) > since
+                and all(
+                    b["primary"] is not None and len(b["in_sync"]) >= least
+                    for b in seen["buckets"].values()
+                )
+            ):
+                return seen
+            time.sleep(0.1)
+        return None
+
+
+def _hogwild() -> str:
+    return str(Path(sys.executable).with_name("hogwild"))
+
+
+def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) -> dict:
+    """One fault of ``kind``, undone before it returns; what was done, and when."""
+    hosts, buckets = cluster.hosts, seen["buckets"]
+    at = time.time()
+    if kind == "cut_primary":
+        bucket = rng.choice(sorted(buckets))
+        host = buckets[bucket]["primary"] + 1
+        held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
+        at = time.time()
+        hosts.cut(host)
+        time.sleep(args.cut_s)
+        hosts.heal(host)
+        return {"kind": kind, "host": host, "primary_of": held, "at": at, "until": time.time()}
+    if kind == "stall_copy":
+        copies = sorted({s for v in buckets.values() for s in v["in_sync"][1:]})
+        host = rng.choice(copies) + 1
+        process = cluster.servers[host]
+        at = time.time()
+        os.kill(process.pid, signal.SIGSTOP)
+        time.sleep(args.stall_s)
+        os.kill(process.pid, signal.SIGCONT)
+        return {"kind": kind, "host": host, "at": at, "until": time.time()}
+    host = rng.choice(SERVER_HOSTS)
+    if kind == "lose_host":
+        at = time.time()
+        hosts.lose(host)
+        time.sleep(args.down_s)
+        hosts.heal(host)
+        cluster.restart_etcd(host)
+        cluster.start_server(host)
+    elif kind == "kill_etcd":
+        pid = cluster.etcd_pid(host)
+        at = time.time()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(args.down_s)
+        cluster.restart_etcd(host)
+    elif kind == "kill_role":  # a ledger server, or a role of the training job (its driver
+        # restarts it)
+        victims = [(f"ledger ps {h - 1}", h, None) for h in SERVER_HOSTS]
+        victims += [(name, CLIENT_HOST, pid) for name, pid in cluster.job_roles()]
+        role, host, pid = rng.choice(victims)
+        at = time.time()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it died by itself just now
+            return {"kind": kind, "host": host, "role": role, "at": at, "until": time.time()}
+        cluster.servers[host].kill()
+        cluster.servers[host].wait(10)
+        cluster.start_server(host)
+        return {"kind": kind, "host": host, "role": role, "at": at, "until": time.time()}
+    else:
+        raise ValueError(f"fault kind {kind!r}: expected one of {KINDS}")
+    return {"kind": kind, "host": host, "at": at, "until": time.time()}
+
+
+def longest_gap(acks: list[list[float]], start: float, end: float) -> float | None:
+    """The longest time without an acknowledgement that overlaps ``[start, end]``: between two
+    acknowledgements, or from the last one before ``start``; None if none came after."""
+    times = sorted(acked for _, acked in acks)
+    later = [t for t in times if t > start]
+    if not later:
+        return None
+    before = [t for t in times if t <= start]
+    times = ([before[-1]] if before else [start]) + later
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if a <= end]
+    return round(max(gaps), 3) if gaps else None
+
+
+def first_fresh_ack(acks: list[list[float]], at: float) -> float | None:
+    """Seconds from ``at`` to the first acknowledgement of a push sent after ``at``."""
+    fresh = [acked for sent, acked in acks if sent >= at]
+    return round(min(fresh) - at, 3) if fresh else None
+
+
+def measure(args) -> dict:
+    rng = random.Random(args.seed)
+    check = LeakCheck()
+    started = time.monotonic()
+    kinds = schedule(rng, args.faults, args.quick)
+    events: list[dict] = []
+    problems: list[str] = []
+    result: dict = {}
+    fault_free: dict = {}
+    faulty: dict = {}
+
+    with tempfile.TemporaryDirectory(prefix="bench-partitions-") as tmp:
+        folder = Path(tmp)
+        hosts = Hosts(CLIENT_HOST)
+        tag = hosts.tag
+        cluster = None
+        try:
+            cluster = Cluster(hosts, folder)
+            if not args.no_train:
+                fault_free = finish(train(hosts, folder, "fault_free", cluster.etcd, args), args)
+            cluster.start_ledger(args.seed)
+            _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
+            if not args.no_train:
+                cluster.job = train(hosts, folder, "faults", cluster.etcd, args)
+            since = 0.0
+            for kind in kinds:
+                seen = cluster.wait_ready(since)
+                if seen is not None:
+                    time.sleep(args.gap_s * rng.uniform(0.5, 1.5))
+                    seen = cluster.wait_ready(time.time())  # the map now, not before the pause
+                if seen is None:
+                    problems.append(
+                        f"stuck before fault {len(events) + 1} ({kind}): no map with a primary "
+                        f"and a copy per bucket and updates flowing in {STALL_S:.0f} s"
+                    )
+                    break
+                event = inject(cluster, kind, rng, args, seen)
+                event["pushes_before"] = seen.get("pushes")
+                event["map_age_s"] = round(event["at"] - seen["at"], 3)
+                events.append(event)
+                _log(f"{kind} on host {event['host']} ({len(events)}/{len(kinds)})")
+                since = time.time()
+            if cluster.job is not None:
+                faulty = finish(cluster.job, args)
+            if cluster.wait_ready(since, least=3) is None:
+                problems.append("the copies did not come back to three after the last fault")
+            (cluster.client_dir / "stop").touch()
+            try:
+                cluster.client.wait(STALL_S + 60)
+            except subprocess.TimeoutExpired:
+                problems.append("the ledger client did not finish")
+            try:
+                result = json.loads((cluster.client_dir / "result.json").read_text())
+            except (FileNotFoundError, json.JSONDecodeError) as exc:
+                log = (folder / "client.log").read_text()[-2000:]
+                problems.append(f"no ledger result ({exc!r}); client log: {log}")
+        finally:
+            pids = set(cluster.seen_pids) if cluster else set()
+            if cluster is not None and cluster.job is not None:
+                cluster.job.job.stop()
+            hosts.close()
+        processes = []
+        for pid in pids:
+            try:
+                processes.append(psutil.Process(pid))
+            except psutil.Error:
+                continue
+        leaked = check.count(processes, set())
+        leaked["namespaces"] = sum(n.startswith(tag) for n in harness.namespaces())
+    acks = result.get("acks", [])
+    for e, following in zip(events, [*events[1:], None], strict=True):
+        end = e["until"] + SETTLE_S
+        if following is not None:  # a gap the next fault opened is that fault's
+            end = min(end, following["at"])
+        e["unavailable_s"] = longest_gap(acks, e["at"], end)
+        if e["kind"] == "cut_primary":
+            e["failover_s"] = first_fresh_ack(acks, e["at"])
+    counts = {k: sum(e["kind"] == k for e in events) for k in KINDS}
+    failover = spread([e.get("failover_s") for e in events if e["kind"] == "cut_primary"])
+    lost, twice = result.get("acknowledged_lost"), result.get("applied_twice")
+    problems += result.get("problems", [])
+    for run in (fault_free, faulty):  # what the training jobs left, counted before the close
+        for k in ("segments", "processes"):
+            leaked[k] += run.get("leaked", {}).get(k, 0)
+    leak_total = sum(leaked[k] for k in ("segments", "processes", "namespaces"))
+    accuracies = (faulty.get("test_accuracy"), fault_free.get("test_accuracy"))
+    gap = None if None in accuracies else abs(accuracies[0] - accuracies[1]) * 100
+    return {
+        "benchmark": "partitions",
+        "faults": counts | {"total": len(events)},
+        "acknowledged_lost": lost,
+        "applied_twice": twice,
+        "failover_s": failover,
+        "unavailable_s": {
+            k: spread([e["unavailable_s"] for e in events if e["kind"] == k]) for k in KINDS
+        },
+        "test_accuracy": accuracies[0],
+        "fault_free_test_accuracy": accuracies[1],
+        "accuracy_gap_points": None if gap is None else round(gap, 3),
+        "training": {
+            "faults": {k: v for k, v in faulty.items() if k != "leaked"},
+            "fault_free": {k: v for k, v in fault_free.items() if k != "leaked"},
+            "command": None if args.no_train else "hogwild " + " ".join(job_args(args, "ETCD")),
+        },  # fmt: skip
+        "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
+        | {"detail": leaked["detail"]},
+        "pushes": result.get("pushes"),
+        "unknown_pushes": result.get("unknown_pushes"),
+        "push_errors": result.get("errors", []),
+        "problems": problems,
+        "targets": {
+            **TARGETS,
+            "lost_met": lost == 0,
+            "applied_twice_met": twice == 0,
+            "faults_met": len(events) >= TARGETS["faults"],
+            "failover_met": failover["max"] is not None
+            and failover["max"] <= TARGETS["failover_max_s"]
+            and not failover["unfinished"],
+            "accuracy_met": None if gap is None else gap <= TARGETS["accuracy_points"],
+            "leaks_met": leak_total == 0,
+        },
+        "events": events,
+        "settings": {
+            "seed": args.seed,
+            "quick": args.quick,
+            "cut_s": args.cut_s,
+            "stall_s": args.stall_s,
+            "down_s": args.down_s,
+            "gap_s": args.gap_s,
+            "lease_s": LEASE_S,
+            "epochs": args.epochs,
+            "subset": args.subset,
+            "train": not args.no_train,
+            "hosts": "ledger servers and etcd members on hosts 1-3; the ledger client and the "
+            "training job (local launcher, its controller the etcd cluster) on host 4",
+        },
+        "wall_s": round(time.monotonic() - started, 1),
+        "machine": describe_machine(),
+        "versions": versions(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    why = harness.unavailable()
+    if why is not None:
+        print(f"python bench/figures/partitions.py: error: no namespace hosts: {why}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    started = time.perf_counter()
+    try:
+        record = measure(args)
+    except (RuntimeError, OSError, json.JSONDecodeError, subprocess.SubprocessError) as exc:
+        print(f"python bench/figures/partitions.py: error: {exc}", file=sys.stderr)
+        return 2
+    emit_record(stamp(record, __file__, argv, started), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""A ledger client run as a process of its own (in a host of bench/figures/partitions.py).
+
+``python -m bench.support.ledger_client --servers H:P,... --etcd H:P,... --keys DIR --dir DIR``
+pushes non-negative integer deltas (:class:`bench.support.ps_ledger.Pusher`, ``low=0``) into a
+job's replicated parameter servers and keeps, in float64, the sum of every acknowledged one
+(the ledger) and of every push that raised (its fate unknown). It talks to the fault injector
+through files in ``--dir``, written whole (a temporary name, then a rename):
+
+- ``map.json``, every ``MAP_EVERY_S``: the bucket map read from etcd
+  (:meth:`bench.support.ps_watch.ServerWatch.buckets`), the time it was read, the pushes
+  acknowledged so far and the last one's time, so that the injector, outside the hosts'
+  network, knows each bucket's primary and whether updates flow;
+- ``stop``: made by the injector; the client stops pushing, waits until every bucket has three
+  in-sync copies again, pulls the parameters and writes
+- ``result.json``: ``pushes``, ``acknowledged_lost`` (parameters below the ledger: an
+  acknowledged update is missing), ``applied_twice`` (parameters above the ledger plus every
+  unknown push: an update counted more than once), ``acks`` (``[sent, acknowledged]``, both
+  ``time.time()``, of each acknowledged push), ``errors`` and ``problems``.
+
+Every delta is >= 0, so a lost update and a doubled one cannot cancel out in one parameter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+if not __package__:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.etcd import EtcdUnavailable
+
+from bench.support.ps_ledger import JOB, Pusher
+from bench.support.ps_watch import ServerWatch
+from hogwild.errors import HogwildError
+
+MAP_EVERY_S = 0.2
+SYNC_TIMEOUT_S = 90.0
+
+
+def write_json(path: Path, value) -> None:
+    """Write ``value`` to ``path`` whole: a reader sees the old file or the new, never half."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(value))
+    os.replace(part, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.support.ledger_client")
+    parser.add_argument("--servers", required=True, help="every server, H:P,H:P,...")
+    parser.add_argument("--etcd", required=True, help="the etcd members, H:P,H:P,...")
+    parser.add_argument("--keys", help="CURVE key directory")
+    parser.add_argument("--job", default=JOB, help=f"the servers' job name (default {JOB})")
+    parser.add_argument("--dir", required=True, help="where map.json, stop, result.json go")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    folder = Path(args.dir)
+    servers = args.servers.split(",")
+    client = PSClient(servers, args.job, client_id=1, etcd=args.etcd, keys=args.keys, failover_s=60)
+    watch = ServerWatch(servers, args.etcd, args.job, keys=args.keys).start()
+    n_params = client.layout.n_params
+    client.assign(np.zeros(n_params, np.float32))
+    problems: list[str] = []
+    if watch.wait_copies(3, SYNC_TIMEOUT_S)[1] is None:
+        problems.append("the three copies never came in sync before the pushes")
+    ledger = np.zeros(n_params, np.float64)
+    acks: list[tuple[float, float]] = []
+    pusher = Pusher(client, ledger, n_params, args.seed, low=0, keep_going=True, acks=acks)
+    stop = threading.Event()
+
+    def publish() -> None:
+        while not stop.wait(MAP_EVERY_S):
+            try:
+                seen = watch.buckets()
+            except (EtcdUnavailable, HogwildError):
+                continue  # a member down: the next read goes on to another
+            last_ack = acks[-1][1] if acks else None
+            state = {"at": time.time(), "buckets": seen, "pushes": pusher.count}
+            write_json(folder / "map.json", state | {"last_ack": last_ack})
+
+    mapper = threading.Thread(target=publish, name="ledger-map", daemon=True)
+    mapper.start()
+    while not (folder / "stop").exists():
+        time.sleep(0.05)
+    pusher.stop()
+    stop.set()
+    mapper.join()
+    waited, seen = watch.wait_copies(3, SYNC_TIMEOUT_S)
+    if seen is None:
+        problems.append(f"the copies did not all catch up within {waited:.0f} s after the faults")
+    final = np.empty(n_params, np.float32)
+    client.pull(final)
+    watch.stop()
+    client.close()
+    got = final.astype(np.float64)
+    write_json(folder / "result.json", {
+        "pushes": pusher.count,
+        "unknown_pushes": len(pusher.errors),
+        "acknowledged_lost": int(np.count_nonzero(got < ledger)),
+        "applied_twice": int(np.count_nonzero(got > ledger + pusher.uncertain)),
+        "n_params": n_params,
+        "acks": acks,
+        "errors": pusher.errors[:20],
+        "problems": problems,
+        "caught_up_s": round(waited, 3),
+    })  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""``bench/figures/partitions.py --quick`` on real namespace hosts: its JSON line, and the ledger.
+
+One run of the fault injector's smoke mode: three servers with copies = 3 and a three-member etcd
+cluster on hosts 1 to 3, the ledger client and a one-epoch training job (3,000 examples, run
+fault-free first) on host 4, one fault of each kind (a primary's host cut off, a copy stopped, a
+host lost, an etcd member killed, a role killed), each undone. The test
+checks the line's shape and what it promises: every fault happened, updates were acknowledged
+across them, the ledger is exact (no acknowledged update lost, none applied twice), the copies
+came back, both training jobs ended with an accuracy, and nothing (namespace, process, segment)
+was left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.hosts import harness
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
+
+
+def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_path):
+    from tests.hosts.conftest import skip_without_namespaces
+
+    skip_without_namespaces()
+    before = set(harness.namespaces())
+    out = tmp_path / "partitions.json"
+    done = subprocess.run(
+        [sys.executable, "bench/figures/partitions.py", "--quick", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert json.loads(out.read_text()) == record
+
+    assert record["faults"] == {**{k: 1 for k in KINDS}, "total": 5}, record["problems"]
+    assert record["problems"] == []
+    assert record["pushes"] > 0
+    assert record["acknowledged_lost"] == 0, record["events"]
+    assert record["applied_twice"] == 0, record["events"]
+    assert {k: record["leaked"][k] for k in ("namespaces", "processes", "segments")} == {
+        "namespaces": 0, "processes": 0, "segments": 0,
+    }, record["leaked"]["detail"]  # fmt: skip
+    assert set(harness.namespaces()) <= before
+
+    failover = record["failover_s"]
+    assert set(failover) == {"median", "max", "n", "unfinished"}
+    assert failover["n"] + failover["unfinished"] == 1
+    assert set(record["unavailable_s"]) == set(KINDS)
+    for key in ("test_accuracy", "fault_free_test_accuracy"):  # both training jobs ended
+        assert 0.5 < record[key] <= 1.0, record["training"]
+    assert record["training"]["faults"]["error"] is None
+    cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
+    assert cut["primary_of"] and cut["until"] - cut["at"] >= record["settings"]["cut_s"]
