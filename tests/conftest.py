@@ -126,7 +126,7 @@ def pytest_sessionstart(session) -> None:
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Unit tests first, then the process, cluster and hosts tiers (a stable sort)."""
+    """Unit tests first, then the process, cluster, adversarial and hosts tiers (a stable sort)."""
     items.sort(key=_tier)
 
 

@@ -63,9 +63,15 @@ def train_partitioned(
 ) -> TrainResult:
     """:func:`hogwild.training.api.train`'s arguments, one replica split over
     ``model.partitions`` processes with ``train.in_flight`` examples in flight."""
-    from hogwild.training.api import load_data, resolve_config, with_source
+    from hogwild.training.api import check_outputs, load_data, resolve_config, with_source
 
     resolved = resolve_config(config, overrides, **options)
+    if resolved.output.tensorboard:
+        raise ConfigError(
+            "output.tensorboard (--tensorboard): a partitioned job (model.partitions > 1) writes "
+            "its metrics file only; leave it empty or train with model.partitions = 1"
+        )
+    check_outputs(resolved)  # before any data is read or downloaded
     loaded = load_data(resolved, data)
     resolved = with_source(resolved, loaded)
     return PartitionedTrainer(resolved, loaded, resume=resume, overwrite=overwrite).run()

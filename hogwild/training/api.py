@@ -29,7 +29,7 @@ from hogwild.data.datasets import cache_dataset, is_map_dataset
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, augmenting, load_data
 from hogwild.data.tables import is_table, read_table
-from hogwild.errors import CheckpointError, DataError
+from hogwild.errors import CheckpointError, ConfigError, DataError
 from hogwild.model.network import Network, build_network
 from hogwild.outputs import writable_directory, writable_file
 from hogwild.training.checkpoint import Checkpoint
@@ -132,7 +132,12 @@ def train(
         base = job if isinstance(job, Config) else load_config(job)
         config = replace(base, model=torch_model.model)
     resolved = resolve_config(config, overrides, **options)
-    _check_outputs(resolved)  # before any data is read or downloaded
+    if resolved.model.partitions > 1:  # not trained here: the partitioned trainer is another
+        raise ConfigError(
+            "model.partitions > 1: train with hogwild.partition.runtime.train_partitioned (the "
+            "same arguments, the job's own model on MNIST idx data) or hogwild train --partitions K"
+        )
+    check_outputs(resolved)  # before any data is read or downloaded
     if is_map_dataset(data):
         with tempfile.TemporaryDirectory(prefix="hogwild-dataset-") as scratch:
             cache = cache_dataset(
@@ -160,7 +165,7 @@ def train(
     return _run(resolved, load_data(resolved, data), torch_model, resume, overwrite, on_epoch_end)
 
 
-def _check_outputs(config: Config) -> None:
+def check_outputs(config: Config) -> None:
     """Fail at once, naming the path, where the job could only fail to write later."""
     if config.output.metrics:
         writable_file(config.output.metrics, "metrics file (--metrics)")
