@@ -54,6 +54,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 from bench.support.machine import describe_machine, versions
+from bench.support.paths import SHARED_MNIST
 from bench.support.record import emit_record, stamp
 from hogwild.data.server import MAX_REPLY_BYTES
 from hogwild.net.wire import HEADER_SIZE, NO_BASIS, DType, Header, MsgType, job_id, pack_header
@@ -88,9 +89,10 @@ class Role:
                 if found and not ready.is_set():
                     self.address = found.group(1)
                     ready.set()
+            ready.set()  # its stderr ended: it exited before saying where it serves
 
         threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(300):
+        if not ready.wait(300) or self.address is None:
             self.stop()
             raise RuntimeError(f"{name} did not start: {self.lines[-5:]}")
         self.baseline = self.rss()
@@ -423,10 +425,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000, help="hostile messages, all")
     parser.add_argument("--quick", action="store_true", help="4,000 messages: a smoke run")
     parser.add_argument("--out", help="write the JSON line here too")
+    parser.add_argument(
+        "--data",
+        default=os.environ.get("HOGWILD_DATA")
+        or (str(SHARED_MNIST) if SHARED_MNIST.is_dir() else "mnist"),
+        help="the MNIST idx files the data server serves (default: $HOGWILD_DATA, else "
+        "../shared/datasets/mnist beside the checkout, else mnist: downloaded)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     messages = 4000 if args.quick else args.messages
-    source = os.environ.get("HOGWILD_DATA") or "mnist"
+    source = args.data
     roles = {"ps": run_ps(messages // 2), "data": run_data(messages - messages // 2, source)}
     record = {
         "benchmark": "adversary",
