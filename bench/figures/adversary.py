@@ -53,11 +53,12 @@ import zmq
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
+from bench.support.hostile_frames import mutate, with_seq
 from bench.support.machine import describe_machine, versions
 from bench.support.paths import SHARED_MNIST
 from bench.support.record import emit_record, stamp
 from hogwild.data.server import MAX_REPLY_BYTES
-from hogwild.net.wire import HEADER_SIZE, NO_BASIS, DType, Header, MsgType, job_id, pack_header
+from hogwild.net.wire import NO_BASIS, DType, Header, MsgType, job_id, pack_header
 from hogwild.net.wire import unpack_header as decode
 
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
@@ -65,7 +66,6 @@ WINDOW = 64  # hostile requests in flight per socket (a client's window)
 SOCKETS = 3  # hostile sockets per role that read their replies
 UNREAD = 3000  # requests the unread socket sends per role
 MiB = 2**20
-FIELD_OFFSETS = [4, 5, 6, 8, 9, 10, 12, 20, 24, 36, 44, 52, 56, 60, 64, 68, 72, 76, 80, 84, 92]
 
 
 class Role:
@@ -128,31 +128,6 @@ class Role:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
-
-
-def mutate(frames: list[bytes], rng: np.random.Generator) -> list[bytes]:
-    head = bytearray(frames[0])
-    frames = list(frames)
-    kind = rng.integers(0, 7)
-    if kind == 0:
-        frames[0] = rng.bytes(int(rng.integers(0, 2 * HEADER_SIZE)))
-    elif kind == 1:
-        head[int(rng.integers(4, HEADER_SIZE))] ^= int(rng.integers(1, 256))
-        frames[0] = bytes(head)
-    elif kind == 2:
-        at = FIELD_OFFSETS[int(rng.integers(0, len(FIELD_OFFSETS)))]
-        head[at : at + 4] = rng.bytes(4)
-        frames[0] = bytes(head)
-    elif kind == 3 and len(frames) > 1:
-        frames.pop(int(rng.integers(1, len(frames))))
-    elif kind == 4:
-        frames.append(rng.bytes(int(rng.integers(0, 64))))
-    elif kind == 5 and len(frames) > 1:
-        i = int(rng.integers(1, len(frames)))
-        frames[i] = frames[i][: int(rng.integers(0, len(frames[i]) + 1))]
-    else:
-        frames = [frames[0]] + [rng.bytes(int(rng.integers(0, 32))) for _ in range(12)]
-    return frames
 
 
 def ps_hostile(rng: np.random.Generator, job: int, n_shards: int, shard: int) -> list[bytes]:
@@ -241,11 +216,8 @@ def drive(endpoint: str, make, messages: int, seed: int, result: dict) -> None:
     sent = replies = 0
     try:
         while sent < messages:
-            frames = make(rng)
-            head = bytearray(frames[0])
-            if len(head) == HEADER_SIZE:  # a fresh number: duplicates are their own test
-                head[28:36] = (sent + 1 + (seed << 40)).to_bytes(8, "little")
-            sock.send_multipart([bytes(head), *frames[1:]])
+            # a fresh number: duplicates are their own test
+            sock.send_multipart(with_seq(make(rng), sent + 1 + (seed << 40)))
             sent += 1
             while replies < sent - WINDOW or (sent == messages and replies < sent):
                 if not sock.poll(10_000):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import struct
 
 import zmq
 from hypothesis import strategies as st
 
+from bench.support.hostile_frames import with_seq
 from hogwild.net.wire import HEADER, MAGIC, WIRE_VERSION, MsgType, unpack_header
 
 U16, U32, U64 = 2**16 - 1, 2**32 - 1, 2**64 - 1
@@ -70,10 +70,7 @@ class RawClient:
         self.socket.connect(endpoint)
 
     def send(self, message: list[bytes]) -> None:
-        head = bytearray(message[0])
-        if len(head) == HEADER.size:
-            struct.pack_into("<Q", head, 28, next(self._seq))
-        self.socket.send_multipart([bytes(head), *message[1:]])
+        self.socket.send_multipart(with_seq(message, next(self._seq)))
 
     def reply(self, timeout_s: float = 5.0) -> list[bytes]:
         """The next reply; AssertionError if none comes in time. Its header must decode."""
