@@ -14,15 +14,21 @@ thread takes it to apply a push itself) and the queues filled for real (their sl
 
 from __future__ import annotations
 
+import json
 import time
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.etcd import EtcdProcess
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
+from hogwild.net.ports import free_ports
+from hogwild.net.wire import Header, MsgType, job_id, pack_header, unpack_header
+from tests.adversarial.hostile import RawClient
 
 N = 2048
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: two shards of 1024 floats
@@ -50,3 +56,72 @@ def test_two_new_names_with_room_for_one_are_not_both_acknowledged():
             status = client.status()[0]
             assert status["failures"] == [] and "INTERNAL" not in status["errors"]
             assert status["errors"]["BAD_NAME"] >= 1
+
+
+def copy_and_primary(servers, shard: int):
+    """The server serving ``shard`` as primary and the other one (its copy), once one serves."""
+    deadline = time.monotonic() + 30
+    while True:
+        serving = [s for s in servers if s.replication.serving(shard)]
+        if serving:
+            [primary] = serving
+            [copy] = [s for s in servers if s is not primary]
+            return primary, copy
+        assert time.monotonic() < deadline, "no server serves the shard"
+        time.sleep(0.05)
+
+
+def test_a_copys_commit_applies_whole_or_is_refused_with_nothing_committed():
+    with EtcdProcess() as etcd, ExitStack() as stack:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        servers = [
+            stack.enter_context(
+                local_server(
+                    GEOMETRY,
+                    job="commit",
+                    servers=addresses,
+                    index=i,
+                    shard_kib=4,
+                    threads=1,
+                    copies=2,
+                    etcd=etcd.address,
+                    lease_s=1,
+                )
+            )
+            for i in range(2)
+        ]
+        client = stack.enter_context(
+            PSClient(addresses, "commit", client_id=3, etcd=etcd.address, timeout_s=5.0)
+        )
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = copy_and_primary(servers, 0)
+        log = copy.replication.copy_side.logs[0]
+        committed = log.committed
+        held = []  # the copy's update queues: full (every slot taken)
+        while (slot := copy.engine.reserve()) is not None:
+            held.append(slot)
+        try:
+            # shard 0 only (this server may be the primary of the other shard's bucket):
+            client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])  # acknowledged
+            assert log.committed == committed  # its commit was refused whole, not half applied
+            assert copy.replication.copy_side.counters["no_room"] >= 1
+            # its network thread was never held up: it answers at once
+            with RawClient(copy.address.endpoint) as raw:
+                raw.send([pack_header(Header(MsgType.STATUS, job=job_id("commit")))])
+                head, text = raw.reply(timeout_s=2.0)
+                assert unpack_header(head).type == MsgType.JSON
+                assert json.loads(text)["server"] == copy.options.index
+        finally:
+            for slot in held:
+                copy.engine.unreserve(slot)
+        # room again: the primary re-syncs the copy, and both hold exactly what was pushed
+        deadline = time.monotonic() + 30
+        while not all(
+            np.array_equal(s.shards[s.local[x]].values, np.full(1024, want, np.float32))
+            for s in servers
+            for x, want in ((0, 2.0), (1, 1.0))
+        ):
+            assert time.monotonic() < deadline, "the copy was not re-synced"
+            time.sleep(0.05)
+        status = copy.status()
+        assert status["failures"] == [] and "INTERNAL" not in status["errors"]
