@@ -78,15 +78,28 @@ def hostile_messages(job: int, primary, copy) -> list[tuple[list[bytes], set[Err
     return [
         ([pack_header(peer._replace(version=ahead)), pack_header(push), delta.tobytes()], gap),
         ([pack_header(peer._replace(version=ahead)), b"\x00" * 40, delta.tobytes()], bad),
-        ([pack_header(peer._replace(version=ahead)), pack_header(push._replace(target=1)),
-          delta.tobytes()], bad),  # fmt: skip
-        ([pack_header(peer._replace(version=ahead)), pack_header(push), nan.tobytes()],
-         {ErrorCode.BAD_VALUE}),  # fmt: skip
+        (
+            [
+                pack_header(peer._replace(version=ahead)),
+                pack_header(push._replace(target=1)),
+                delta.tobytes(),
+            ],
+            bad,
+        ),
+        (
+            [pack_header(peer._replace(version=ahead)), pack_header(push), nan.tobytes()],
+            {ErrorCode.BAD_VALUE},
+        ),
         ([pack_header(peer._replace(version=ahead, frames=1)), pack_header(push)], bad),
         ([pack_header(peer._replace(type=MsgType.COMMIT, version=U64_MAX, frames=0))], gap),
         ([pack_header(snap), *(bytes(memoryview(f)) for f in snapshot)], bad),
-        ([pack_header(snap._replace(shape=(SHARD - 1,))), *(bytes(memoryview(f))
-          for f in snapshot)], bad),  # fmt: skip
+        (
+            [
+                pack_header(snap._replace(shape=(SHARD - 1,))),
+                *(bytes(memoryview(f)) for f in snapshot),
+            ],
+            bad,
+        ),
     ]
 
 
@@ -105,9 +118,18 @@ def test_a_live_copy_refuses_hostile_peers_and_keeps_the_honest_updates(tmp_path
         addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
         servers = [
             stack.enter_context(
-                local_server(GEOMETRY, job=JOB, servers=addresses, index=i, shard_kib=4,
-                             threads=1, copies=2, etcd=etcd.address, lease_s=1,
-                             keys=keys)  # fmt: skip
+                local_server(
+                    GEOMETRY,
+                    job=JOB,
+                    servers=addresses,
+                    index=i,
+                    shard_kib=4,
+                    threads=1,
+                    copies=2,
+                    etcd=etcd.address,
+                    lease_s=1,
+                    keys=keys,
+                )
             )
             for i in range(2)
         ]
