@@ -59,7 +59,7 @@ from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
-from hogwild.cluster.status import LiveStatus, format_table, server_row
+from hogwild.cluster.status import LiveStatus, server_row, status_act
 from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
@@ -398,13 +398,7 @@ class ClusterDriver:
         return rows
 
     def _serve_status(self) -> None:
-        def act(op: str, body: dict) -> dict:
-            if op == "status":
-                return {"job": self.job, "rows": self.rows, "table": format_table(self.rows)}
-            from hogwild.net.control import ControlRefused
-
-            raise ControlRefused(f"unknown op {op!r} (status)")
-
+        act = status_act(self.job, lambda: self.rows)
         self.control = ControlServer(
             f"{self.config.cluster.host}:0", self.job, act, keys=self.config.ps.keys or None
         )

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from hogwild.errors import HogwildError
-from hogwild.net.control import ControlClient
+from hogwild.net.control import ControlClient, ControlRefused
 
 COLUMNS = (
     "role", "state", "epoch", "examples", "ex/s", "loss", "data wait", "ps wait", "restarts",
@@ -102,6 +103,20 @@ class LiveStatus:
     def clear(self) -> None:
         """Forget the table (the next line is written below it)."""
         self._lines = 0
+
+
+def status_act(job: str, rows: Callable[[], list[dict]]) -> Callable[[str, dict], dict]:
+    """What the driver's control channel answers: ``status`` (the job's name, ``rows()`` and
+    their table), and nothing else (refused by name). Quick and with no side effect: it runs on
+    the network thread and anyone holding the job's keys may ask."""
+
+    def act(op: str, body: dict) -> dict:
+        if op == "status":
+            current = rows()
+            return {"job": job, "rows": current, "table": format_table(current)}
+        raise ControlRefused(f"unknown op {op!r} (status)")
+
+    return act
 
 
 def print_status(
