@@ -96,6 +96,8 @@ class UpdateEngine:
         cpus: CPUs the threads pin themselves to (None: no pinning).
         replier: Makes a thread's replier (None: replies are dropped, as in a benchmark).
         capacity: Work slots (a power of two); a full table makes ``submit`` refuse.
+        scratch_floats: Each thread's API (b) scratch: at least one row of the widest fully
+            connected layer (a vector push is acknowledged when queued: it must then apply).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class UpdateEngine:
         cpus: set[int] | None = None,
         replier: Callable[[], object] | None = None,
         capacity: int = 4096,
+        scratch_floats: int = kernels.SCRATCH_FLOATS,
     ) -> None:
         self.shards = list(shards)
         self.rule = Rule(rule, lr, mu, eps)
@@ -138,6 +141,7 @@ class UpdateEngine:
         self.pushes_at_once = 0  # pushes applied by the caller of apply_claimed
         self.failures: list[str] = []
         self._scratches: list[np.ndarray | None] = [None] * self.n_threads
+        self.scratch_floats = max(kernels.SCRATCH_FLOATS, scratch_floats)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the threads; returns once each has pinned itself and touched its shards."""
@@ -410,7 +414,7 @@ class UpdateEngine:
     def _scratch(self, t: int) -> np.ndarray:
         scratch = self._scratches[t]
         if scratch is None:  # made by the thread itself: first touch on its node
-            scratch = self._scratches[t] = np.zeros(kernels.SCRATCH_FLOATS, np.float32)
+            scratch = self._scratches[t] = np.zeros(self.scratch_floats, np.float32)
         return scratch
 
     def _finish(self, shard: Shard, work: Work, replier) -> None:

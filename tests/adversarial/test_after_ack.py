@@ -4,6 +4,9 @@
   its room among ``ps.max_vectors`` is held from then on, so two pushes into two new names with
   room for one are not both acknowledged while the update thread is busy: the second is refused
   at once, naming the limit, and the first lands.
+- A push of activation and error vectors is acknowledged when queued too: its update thread's
+  scratch holds at least one row of the widest layer, so a layer wider than the default scratch
+  is applied rather than failing after the acknowledgement.
 - A copy's ``COMMIT`` applies all of what it commits or none of it: with the copy's update queues
   full it refuses at once (``BUSY``), having committed nothing, and its network thread goes on
   answering; the primary drops it, re-syncs it once there is room, and both copies end equal.
@@ -20,9 +23,10 @@ from contextlib import ExitStack
 
 import numpy as np
 import pytest
+from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import EtcdProcess
-from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
@@ -125,3 +129,17 @@ def test_a_copys_commit_applies_whole_or_is_refused_with_nothing_committed():
             time.sleep(0.05)
         status = copy.status()
         assert status["failures"] == [] and "INTERNAL" not in status["errors"]
+
+
+def test_a_vector_push_of_a_layer_wider_than_the_scratch_is_applied():
+    wide = kernels.SCRATCH_FLOATS + 1000  # one row of W is more than the default scratch
+    geometry = ModelGeometry(2 * wide, (FcLayer(0, 0, wide, 2),))
+    with local_server(geometry, job="wide", threads=1, rule="sgd") as server:
+        with PSClient([str(server.address)], "wide", client_id=6, timeout_s=5.0) as client:
+            activations = np.ones((1, wide), np.float32)
+            client.push_vectors(0, activations, np.array([[1.0, 2.0]], np.float32), lr=0.5)
+            out = np.full(2 * wide, np.nan, np.float32)
+            client.pull(out)  # queued behind the push on every shard: it sees it
+            want = np.repeat(np.array([-0.5, -1.0], np.float32), wide)
+            np.testing.assert_array_equal(out, want)
+            assert client.status()[0]["failures"] == []

@@ -269,6 +269,7 @@ class ParameterServer:
                 threads=threads,
                 cpus=cpus,
                 replier=self.router.replier,
+                scratch_floats=max((fc.n_in for fc in self.geometry.fc_layers), default=0),
             )
             if self.recv == "pool":
                 self.receive_pool = ReceivePool(self.layout.shard_floats)
