@@ -140,6 +140,9 @@ class UpdateEngine:
         self.pulls_at_once = 0  # pulls answered by the caller of read_now
         self.pushes_at_once = 0  # pushes applied by the caller of apply_claimed
         self.failures: list[str] = []
+        # writes acknowledged (queued) that then failed to apply: each is a bug, and the shard
+        # no longer holds what its clients were told (in the status: ``failed_after_ack``)
+        self.failed_after_ack = 0
         self._scratches: list[np.ndarray | None] = [None] * self.n_threads
         self.scratch_floats = max(kernels.SCRATCH_FLOATS, scratch_floats)
 
@@ -251,6 +254,7 @@ class UpdateEngine:
             h = work.header
             push = f"push {h.sender}:{h.seq} to shard {h.target}" if h is not None else "a push"
             self._record_failure(f"{push} (version {work.version}): {type(exc).__name__}: {exc}")
+            self.failed_after_ack += 1  # acknowledged (queued) or answered by the caller
             if not work.settled:  # the version was given out: keep the counts aligned
                 shard.applied += 1
                 self._settle(shard, work)
@@ -436,6 +440,8 @@ class UpdateEngine:
         refused = isinstance(exc, WireError)  # the request's own fault (a non-finite result)
         if not refused or work.acked:  # acknowledged already: its sender will not hear of it
             self._record_failure(f"{type(exc).__name__}: {exc}")
+        if work.acked and work.writes:
+            self.failed_after_ack += 1
         if replier is not None and work.header is not None:
             from hogwild.net.router import error_reply
 
