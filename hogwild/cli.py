@@ -162,6 +162,7 @@ def _add_cluster_command(sub) -> None:
     status.add_argument("target", help="the job's run directory (--checkpoint-dir) or HOST:PORT")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
     status.add_argument("--job", help="the job's name (with HOST:PORT)")
+    status.add_argument("--keys", help="the job's CURVE key directory (with HOST:PORT)")
     replica = actions.add_parser("replica")
     replica.add_argument("--index", type=int, required=True)
     replica.add_argument("--bind", default="127.0.0.1")
@@ -265,7 +266,7 @@ def _cluster(args, overrides: dict[str, str]) -> int:
     if args.cluster_command == "status":
         from hogwild.cluster.status import print_status
 
-        return print_status(args.target, as_json=args.json, job=args.job)
+        return print_status(args.target, as_json=args.json, job=args.job, keys=args.keys)
     from hogwild.cluster.driver import ClusterDriver
     from hogwild.data.plan import load_data
     from hogwild.training.api import with_source

@@ -1,10 +1,11 @@
-"""Hostile clients against a parameter server and a data server: no crash, bounded memory, an
-exact ledger.
+"""Hostile clients against a parameter server, a copy and a data server: no crash, bounded
+memory, an exact ledger.
 
-Two roles run as their own processes, as a job runs them: ``hogwild ps serve`` (the bundled
-MNIST model) and ``hogwild data serve`` (MNIST idx). Each is sent ``--messages`` hostile
-messages from several sockets, pipelined (a window of requests in flight, as clients do), drawn
-at random from these kinds:
+Three roles run as their own processes, as a job runs them: ``hogwild ps serve`` (the bundled
+MNIST model), a copy (two ``hogwild ps serve --copies 2`` under an etcd on loopback; the
+messages go to the copy of one bucket) and ``hogwild data serve`` (MNIST idx). ``--messages``
+hostile messages are shared among them, each role's sent from several sockets, pipelined (a
+window of requests in flight, as clients do), drawn at random from these kinds:
 
 - **mutated**: a valid request with one thing broken (random header bytes, a byte flipped, a
   field replaced by a random value, frames dropped, added, cut or replaced);
@@ -15,13 +16,18 @@ at random from these kinds:
   of new names (refused past ``ps.max_vectors``);
 - **jobs**: numbered requests of other jobs from random senders (they must not fill the request
   table);
-- **unread** (one socket per role): requests whose replies are never read (the server must drop
-  them past its high-water mark).
+- **peer** (the copy): a key holder speaking as the bucket's primary (its epoch, lease and
+  sender id, read from a status): prepares far ahead of the log or of NaN deltas, forwarded
+  client headers of garbage, commits beyond anything prepared, snapshots of the wrong size,
+  messages of other senders, epochs and leases, and mutations of them;
+- **unread** (one socket per role but the copy): requests whose replies are never read (the
+  server must drop them past its high-water mark).
 
 Meanwhile an honest client keeps a ledger: on the ps it pushes ones into a named vector
 ``ledger`` (created first, so the name flood cannot take its place) after every chunk and reads
-it back at the end, which must equal the count of its pushes exactly; on the data server it
-reads a batch after every chunk and checks it against the idx files.
+it back at the end, which must equal the count of its pushes exactly (with copies, both servers
+must also end at the same version of every shard); on the data server it reads a batch after
+every chunk and checks it against the idx files.
 
 Reported (one JSON line): messages sent per role and in all; crashes per role (the process
 exited, or a role left a message unanswered for 10 s); peak resident memory per role against
@@ -53,11 +59,12 @@ import zmq
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
+from bench.support.hostile_frames import mutate, with_seq
 from bench.support.machine import describe_machine, versions
 from bench.support.paths import SHARED_MNIST
 from bench.support.record import emit_record, stamp
 from hogwild.data.server import MAX_REPLY_BYTES
-from hogwild.net.wire import HEADER_SIZE, NO_BASIS, DType, Header, MsgType, job_id, pack_header
+from hogwild.net.wire import NO_BASIS, DType, Header, MsgType, job_id, pack_header
 from hogwild.net.wire import unpack_header as decode
 
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
@@ -65,7 +72,6 @@ WINDOW = 64  # hostile requests in flight per socket (a client's window)
 SOCKETS = 3  # hostile sockets per role that read their replies
 UNREAD = 3000  # requests the unread socket sends per role
 MiB = 2**20
-FIELD_OFFSETS = [4, 5, 6, 8, 9, 10, 12, 20, 24, 36, 44, 52, 56, 60, 64, 68, 72, 76, 80, 84, 92]
 
 
 class Role:
@@ -130,31 +136,6 @@ class Role:
         return self.process.returncode
 
 
-def mutate(frames: list[bytes], rng: np.random.Generator) -> list[bytes]:
-    head = bytearray(frames[0])
-    frames = list(frames)
-    kind = rng.integers(0, 7)
-    if kind == 0:
-        frames[0] = rng.bytes(int(rng.integers(0, 2 * HEADER_SIZE)))
-    elif kind == 1:
-        head[int(rng.integers(4, HEADER_SIZE))] ^= int(rng.integers(1, 256))
-        frames[0] = bytes(head)
-    elif kind == 2:
-        at = FIELD_OFFSETS[int(rng.integers(0, len(FIELD_OFFSETS)))]
-        head[at : at + 4] = rng.bytes(4)
-        frames[0] = bytes(head)
-    elif kind == 3 and len(frames) > 1:
-        frames.pop(int(rng.integers(1, len(frames))))
-    elif kind == 4:
-        frames.append(rng.bytes(int(rng.integers(0, 64))))
-    elif kind == 5 and len(frames) > 1:
-        i = int(rng.integers(1, len(frames)))
-        frames[i] = frames[i][: int(rng.integers(0, len(frames[i]) + 1))]
-    else:
-        frames = [frames[0]] + [rng.bytes(int(rng.integers(0, 32))) for _ in range(12)]
-    return frames
-
-
 def ps_hostile(rng: np.random.Generator, job: int, n_shards: int, shard: int) -> list[bytes]:
     """One hostile message for the parameter server."""
     kind = rng.integers(0, 5)
@@ -204,6 +185,37 @@ def ps_hostile(rng: np.random.Generator, job: int, n_shards: int, shard: int) ->
     return [pack_header(Header(MsgType.STATUS, job=job))]
 
 
+def copy_hostile(rng: np.random.Generator, job: int, peer: Header, shard_floats: int,
+                 ahead: int) -> list[bytes]:  # fmt: skip
+    """One hostile message for a copy, from a key holder speaking as its primary (``peer``: the
+    primary's epoch, lease and sender id) or as anyone else."""
+    kind = rng.integers(0, 6)
+    delta = np.ones(shard_floats, np.float32)
+    push = Header(MsgType.PUSH_DELTAS, job=job, sender=int(rng.integers(0, 2**31)), seq=1,
+                  target=peer.target, shape=(shard_floats,), dtype=DType.FLOAT32, frames=1,
+                  flags=NO_BASIS)  # fmt: skip
+    prepare = pack_header(peer._replace(version=ahead + int(rng.integers(0, 2**40))))
+    if kind == 0:  # a prepare far ahead of the log (a gap), or of NaN deltas
+        if rng.integers(0, 2):
+            delta[int(rng.integers(0, shard_floats))] = np.nan
+        return [prepare, pack_header(push), delta.tobytes()]
+    if kind == 1:  # a forwarded client header that is garbage or of another kind
+        return [prepare, rng.bytes(int(rng.integers(0, 120))), delta.tobytes()]
+    if kind == 2:  # a commit beyond anything prepared
+        upto = [2**64 - 1, ahead, 2**63][int(rng.integers(0, 3))]
+        return [pack_header(peer._replace(type=MsgType.COMMIT, version=upto, frames=0))]
+    if kind == 3:  # a snapshot of the wrong size
+        n = shard_floats - int(rng.integers(1, 4))
+        head = peer._replace(type=MsgType.SNAPSHOT, version=ahead, dtype=DType.FLOAT32,
+                             shape=(shard_floats,), frames=5)  # fmt: skip
+        return [pack_header(head), np.zeros(n, np.float32).tobytes(), b"", b"", b"", b""]
+    if kind == 4:  # another sender, epoch or lease: fenced at the gate
+        other = peer._replace(sender=int(rng.integers(0, 2**32)), aux=int(rng.integers(0, 2**32)),
+                              lease=int(rng.integers(0, 2**63)), version=ahead)  # fmt: skip
+        return [pack_header(other), pack_header(push), delta.tobytes()]
+    return mutate([prepare, pack_header(push), delta.tobytes()], rng)
+
+
 def data_hostile(rng: np.random.Generator, data_id: int, count: int) -> list[bytes]:
     """One hostile message for the data server."""
     kind = rng.integers(0, 4)
@@ -241,11 +253,8 @@ def drive(endpoint: str, make, messages: int, seed: int, result: dict) -> None:
     sent = replies = 0
     try:
         while sent < messages:
-            frames = make(rng)
-            head = bytearray(frames[0])
-            if len(head) == HEADER_SIZE:  # a fresh number: duplicates are their own test
-                head[28:36] = (sent + 1 + (seed << 40)).to_bytes(8, "little")
-            sock.send_multipart([bytes(head), *frames[1:]])
+            # a fresh number: duplicates are their own test
+            sock.send_multipart(with_seq(make(rng), sent + 1 + (seed << 40)))
             sent += 1
             while replies < sent - WINDOW or (sent == messages and replies < sent):
                 if not sock.poll(10_000):
@@ -377,6 +386,82 @@ def run_ps(messages: int) -> dict:
         role.stop()
 
 
+def run_copy(messages: int) -> dict:
+    """Two servers keeping two copies of every bucket (etcd on loopback); the hostile messages go
+    to the copy of one bucket, speaking as its primary; the ledger is checked on the primaries
+    and both servers must end at the same version of every shard."""
+    from hogwild_plugins.ps.client import PSClient
+    from hogwild_plugins.ps.etcd import EtcdProcess
+    from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
+    from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+
+    from hogwild.net.ports import free_ports
+
+    addresses = ",".join(f"127.0.0.1:{port}" for port in free_ports(2))
+    job = job_id("adam_mnist")
+    with EtcdProcess() as etcd:
+        roles = []
+        try:
+            for i in range(2):
+                roles.append(Role(f"copy {i}", [
+                    "ps", "serve", "--servers", addresses, "--index", str(i), "--threads", "1",
+                    "--copies", "2", "--etcd", etcd.address, "--lease-s", "1",
+                    "--ps.shard_kib=256"]))  # fmt: skip
+            with PSClient(addresses.split(","), "adam_mnist", client_id=1, timeout_s=10.0,
+                          etcd=etcd.address) as client:  # fmt: skip
+                layout = client.layout
+                v = ShardVectors(client)
+                v.fill("ledger", 0.0)
+                ones = np.ones(layout.n_params, np.float32)
+                pushes = 0
+
+                def honest() -> None:
+                    nonlocal pushes
+                    client.push_deltas(ones, into="ledger")
+                    pushes += 1
+
+                honest()
+                found_roles = [status(r.endpoint, job)["replication"] for r in roles]
+                bucket = layout.bucket_of(0)
+                [p] = [i for i, r in enumerate(found_roles)
+                       if r["roles"][str(bucket)]["role"] == "primary"]  # fmt: skip
+                copy = roles[1 - p]
+                epoch = found_roles[p]["roles"][str(bucket)]["epoch"]
+                peer = Header(MsgType.PREPARE, job=job, sender=PEER_SENDER + p, target=0,
+                              lease=found_roles[p]["lease"], aux=epoch, a=1.0,
+                              frames=2)  # fmt: skip
+                first = status(copy.endpoint, job)
+                ahead = 2**32 + max(s["version"] for s in first["shards"])
+                found = attack(copy, lambda r: copy_hostile(r, job, peer, layout.shard_floats,
+                                                            ahead), messages, honest,
+                               seed=3)  # fmt: skip
+                alive = all(r.alive() for r in roles)
+                ledger = v.asum("ledger") if alive else None
+                time.sleep(2.0)  # the last commits reach the copy
+                finals = [status(r.endpoint, job) if r.alive() else {} for r in roles]
+            versions = [{s["shard"]: s["version"] for s in f.get("shards", [])} for f in finals]
+            shard_bytes = 4 * layout.shard_floats
+            bound = (copy.baseline + 128 * MiB * (SOCKETS + 1)
+                     + first.get("max_vectors", 32) * shard_bytes * layout.n_shards
+                     + 64 * MiB)  # fmt: skip
+            expected = float(pushes * layout.n_params)
+            return {
+                **found,
+                "unread_sent": 0,
+                "crashes": sum(int(not r.alive()) for r in roles) + int(found["silent"] > 0),
+                "peak_rss_mib": round(copy.peak / MiB, 1),
+                "bound_mib": round(bound / MiB, 1),
+                "within_bound": copy.peak <= bound,
+                "errors_counted": finals[1 - p].get("errors", {}),
+                "copies_agree": versions[0] == versions[1] and bool(versions[0]),
+                "ledger": {"pushes": pushes, "expected": expected, "found": ledger,
+                           "exact": ledger == expected and versions[0] == versions[1]},
+            }  # fmt: skip
+        finally:
+            for r in roles:
+                r.stop()
+
+
 def run_data(messages: int, source: str) -> dict:
     from hogwild.data.mnist import load_mnist
     from hogwild.data.remote import RemoteReader
@@ -436,13 +521,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     messages = 4000 if args.quick else args.messages
     source = args.data
-    roles = {"ps": run_ps(messages // 2), "data": run_data(messages - messages // 2, source)}
+    third = messages // 3
+    roles = {
+        "ps": run_ps(third),
+        "copy": run_copy(third),
+        "data": run_data(messages - 2 * third, source),
+    }
     record = {
         "benchmark": "adversary",
         "messages_sent": sum(r["sent"] + r["unread_sent"] for r in roles.values()),
         "crashes": {name: r["crashes"] for name, r in roles.items()},
         "within_bounds": all(r["within_bound"] for r in roles.values()),
-        "ledger_exact": roles["ps"]["ledger"]["exact"] and roles["data"]["ledger"]["exact"],
+        "ledger_exact": all(r["ledger"]["exact"] for r in roles.values()),
         "roles": roles,
         "quick": args.quick,
         "machine": describe_machine(),

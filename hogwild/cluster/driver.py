@@ -47,6 +47,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -58,7 +59,7 @@ from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
 from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
-from hogwild.cluster.status import LiveStatus, format_table, server_row
+from hogwild.cluster.status import LiveStatus, server_row, status_act
 from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
@@ -69,6 +70,7 @@ from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
 from hogwild.net.auth import make_keys
 from hogwild.net.control import ControlServer
+from hogwild.net.exposure import curve_reason
 from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
 from hogwild.signals import deferred_signals, terminate_as_interrupt
@@ -313,16 +315,8 @@ class ClusterDriver:
         }
 
     def _with_keys(self, config):
-        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``,
-        else made in the run directory when the roles listen beyond loopback."""
-        keys = config.cluster.keys or config.ps.keys
-        if not keys and not is_loopback(parse_address(f"{config.cluster.host}:0")):
-            made = self.run_dir / "keys"
-            if not (made / "server.key").exists():  # a resumed job keeps its keys
-                make_keys(made)
-                self.progress.line(f"CURVE keys for the job's roles made in {made}")
-            keys = str(made)
-        return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
+        """The job's CURVE keys in ``ps.keys`` (:func:`job_keys`)."""
+        return job_keys(config, self.run_dir, self.progress.line)
 
     def _give_the_servers_the_model(self, groups: list[list[str]]) -> int:
         """Initial or checkpointed weights, given once (to every server group: the groups
@@ -404,13 +398,7 @@ class ClusterDriver:
         return rows
 
     def _serve_status(self) -> None:
-        def act(op: str, body: dict) -> dict:
-            if op == "status":
-                return {"job": self.job, "rows": self.rows, "table": format_table(self.rows)}
-            from hogwild.net.control import ControlRefused
-
-            raise ControlRefused(f"unknown op {op!r} (status)")
-
+        act = status_act(self.job, lambda: self.rows)
         self.control = ControlServer(
             f"{self.config.cluster.host}:0", self.job, act, keys=self.config.ps.keys or None
         )
@@ -469,3 +457,21 @@ class ClusterDriver:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
         if failures:
             raise failures[0]
+
+
+def job_keys(config, run_dir: Path, say: Callable[[str], None]):
+    """``config`` with the job's CURVE keys in ``ps.keys``, where every role (servers, replicas,
+    data servers, this driver's control channel) and client reads them: ``cluster.keys`` (or
+    ``ps.keys``) if given, else made in ``run_dir/keys`` when :func:`curve_reason` says the roles
+    need them (beyond loopback; ``cluster.auth``), the reason said through ``say``."""
+    keys = config.cluster.keys or config.ps.keys
+    if not keys:
+        loopback = is_loopback(parse_address(f"{config.cluster.host}:0"))
+        reason = curve_reason(config.cluster.auth, loopback)
+        if reason is not None:
+            made = run_dir / "keys"
+            if not (made / "server.key").exists():  # a resumed job keeps its keys
+                make_keys(made)
+            say(f"CURVE keys for the job's roles in {made} ({reason})")
+            keys = str(made)
+    return config.override({"ps.keys": keys}) if keys != config.ps.keys else config

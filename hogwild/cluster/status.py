@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from hogwild.errors import HogwildError
-from hogwild.net.control import ControlClient
+from hogwild.net.control import ControlClient, ControlRefused
 
 COLUMNS = (
     "role", "state", "epoch", "examples", "ex/s", "loss", "data wait", "ps wait", "restarts",
@@ -104,9 +105,27 @@ class LiveStatus:
         self._lines = 0
 
 
-def print_status(target: str, as_json: bool = False, job: str | None = None) -> int:
+def status_act(job: str, rows: Callable[[], list[dict]]) -> Callable[[str, dict], dict]:
+    """What the driver's control channel answers: ``status`` (the job's name, ``rows()`` and
+    their table), and nothing else (refused by name). Quick and with no side effect: it runs on
+    the network thread and anyone holding the job's keys may ask."""
+
+    def act(op: str, body: dict) -> dict:
+        if op == "status":
+            current = rows()
+            return {"job": job, "rows": current, "table": format_table(current)}
+        raise ControlRefused(f"unknown op {op!r} (status)")
+
+    return act
+
+
+def print_status(
+    target: str, as_json: bool = False, job: str | None = None, keys: str | None = None
+) -> int:
     """``hogwild cluster status``: the table of a running job, by run directory or by address
-    and the job's name (a driver tells its table only to those naming its job)."""
+    and the job's name (a driver tells its table only to those naming its job); ``keys``: the
+    job's CURVE key directory (by run directory: the one the job recorded, unless given)."""
+    given = keys
     path = Path(target)
     if path.is_dir():
         found = path / "cluster.json"
@@ -115,7 +134,7 @@ def print_status(target: str, as_json: bool = False, job: str | None = None) -> 
         try:
             where = json.loads(found.read_text())
             address, job = str(where["address"]), str(where["job"])
-            keys = where.get("keys")
+            keys = given or where.get("keys")
             if keys is not None and not isinstance(keys, str):
                 raise TypeError(f"keys: {keys!r}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -125,7 +144,7 @@ def print_status(target: str, as_json: bool = False, job: str | None = None) -> 
             raise HogwildError(
                 f"{target}: give the job's name too (--job NAME), or the job's run directory"
             )
-        address, keys = target, None
+        address = target
     with ControlClient(address, job, timeout_s=2.0, retries=1, keys=keys) as client:
         status = client.call("status")
     if as_json:

@@ -174,6 +174,7 @@ class ClusterConfig:
     ray_address: str = ""
     host: str = "127.0.0.1"
     keys: str = ""
+    auth: str = "auto"
     warm_start: int = 0
     epoch_fraction: float = 1.0
     split: str = "portions"

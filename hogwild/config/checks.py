@@ -36,6 +36,7 @@ CHOICES = {
     ("ps", "nonfinite"): ("refuse", "count"),
     ("cluster", "evaluate"): ("auto", "between", "beside"),
     ("cluster", "split"): ("portions", "shards"),
+    ("cluster", "auth"): ("auto", "always", "beyond-loopback"),  # hogwild.net.exposure
 }
 
 

@@ -87,7 +87,7 @@ def describe_server(
         raise DataError(f"{where}: no JSON description in its reply ({reply.type.name})")
     try:
         described = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise DataError(f"{where}: its description is not JSON ({exc})") from None
     return _checked(described, where)
 

@@ -284,9 +284,10 @@ class DataServer:
         raw = frame_array(frames[0], DType.UINT8, header.shape, "CONTROL frame").tobytes()
         try:
             doc = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise WireError(
-                f"the CONTROL frame is not UTF-8 JSON: {exc}", ErrorCode.BAD_VALUE
+                f"the CONTROL frame is not UTF-8 JSON: {problem}", ErrorCode.BAD_VALUE
             ) from None
         ops = ("describe", "status")
         if not isinstance(doc, dict) or set(doc) != {"op"} or doc["op"] not in ops:

@@ -79,6 +79,8 @@ def decode_json(frame, what: str) -> dict:
         data = json.loads(bytes(raw), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise WireError(f"{what}: not JSON: {exc}", ErrorCode.BAD_FRAMES) from None
+    except RecursionError:  # json's decoder recurses once per level: a bracket bomb
+        raise WireError(f"{what}: JSON nested too deeply", ErrorCode.BAD_FRAMES) from None
     if not isinstance(data, dict):
         raise WireError(f"{what}: JSON {type(data).__name__}, expected an object")
     return data

@@ -200,7 +200,7 @@ class Connection:
             raise ProtocolError(f"server {self.peers.addresses[server]}: a JSON reply over 4 MiB")
         try:
             data = json.loads(bytes(raw))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise ProtocolError(f"server {self.peers.addresses[server]}: bad JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise ProtocolError(f"server {self.peers.addresses[server]}: JSON is not an object")

@@ -96,6 +96,8 @@ class UpdateEngine:
         cpus: CPUs the threads pin themselves to (None: no pinning).
         replier: Makes a thread's replier (None: replies are dropped, as in a benchmark).
         capacity: Work slots (a power of two); a full table makes ``submit`` refuse.
+        scratch_floats: Each thread's API (b) scratch: at least one row of the widest fully
+            connected layer (a vector push is acknowledged when queued: it must then apply).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class UpdateEngine:
         cpus: set[int] | None = None,
         replier: Callable[[], object] | None = None,
         capacity: int = 4096,
+        scratch_floats: int = kernels.SCRATCH_FLOATS,
     ) -> None:
         self.shards = list(shards)
         self.rule = Rule(rule, lr, mu, eps)
@@ -137,7 +140,11 @@ class UpdateEngine:
         self.pulls_at_once = 0  # pulls answered by the caller of read_now
         self.pushes_at_once = 0  # pushes applied by the caller of apply_claimed
         self.failures: list[str] = []
+        # writes acknowledged (queued) that then failed to apply: each is a bug, and the shard
+        # no longer holds what its clients were told (in the status: ``failed_after_ack``)
+        self.failed_after_ack = 0
         self._scratches: list[np.ndarray | None] = [None] * self.n_threads
+        self.scratch_floats = max(kernels.SCRATCH_FLOATS, scratch_floats)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the threads; returns once each has pinned itself and touched its shards."""
@@ -247,6 +254,7 @@ class UpdateEngine:
             h = work.header
             push = f"push {h.sender}:{h.seq} to shard {h.target}" if h is not None else "a push"
             self._record_failure(f"{push} (version {work.version}): {type(exc).__name__}: {exc}")
+            self.failed_after_ack += 1  # acknowledged (queued) or answered by the caller
             if not work.settled:  # the version was given out: keep the counts aligned
                 shard.applied += 1
                 self._settle(shard, work)
@@ -410,7 +418,7 @@ class UpdateEngine:
     def _scratch(self, t: int) -> np.ndarray:
         scratch = self._scratches[t]
         if scratch is None:  # made by the thread itself: first touch on its node
-            scratch = self._scratches[t] = np.zeros(kernels.SCRATCH_FLOATS, np.float32)
+            scratch = self._scratches[t] = np.zeros(self.scratch_floats, np.float32)
         return scratch
 
     def _finish(self, shard: Shard, work: Work, replier) -> None:
@@ -432,6 +440,8 @@ class UpdateEngine:
         refused = isinstance(exc, WireError)  # the request's own fault (a non-finite result)
         if not refused or work.acked:  # acknowledged already: its sender will not hear of it
             self._record_failure(f"{type(exc).__name__}: {exc}")
+        if work.acked and work.writes:
+            self.failed_after_ack += 1
         if replier is not None and work.header is not None:
             from hogwild.net.router import error_reply
 

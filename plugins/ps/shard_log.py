@@ -48,6 +48,10 @@ class ShardLog:
         self.prepared.append((version, item))
         return True
 
+    def committing(self, upto: int) -> int:
+        """How many prepared items a commit up to ``upto`` would take (nothing changes)."""
+        return sum(1 for version, _ in self.prepared if version <= upto)
+
     def commit(self, upto: int, epoch: int) -> list:
         """The prepared items up to ``upto``, in order, now committed by the primary of
         ``epoch``."""

@@ -68,6 +68,9 @@ class Shard:
         writes_queued: Writes queued for the shard (by ``UpdateEngine.put``).
         writes_done: Writes its thread finished (applied or failed); equal to
             ``writes_queued`` when none is pending (see ``UpdateEngine.read_now``).
+        promised: Names of vectors that pushes acknowledged before they are applied will
+            create (:meth:`promise`): they hold their room, so an acknowledged push never finds
+            the shard full when its thread applies it.
     """
 
     index: int
@@ -84,6 +87,7 @@ class Shard:
     max_vectors: int = 32
     refuse_nonfinite: bool = True  # ps.nonfinite = "refuse": no operation leaves NaN in values
     nonfinite_refused: int = 0  # operations refused for that (counted by the update thread)
+    promised: set[str] = field(default_factory=set)
     _zeros: np.ndarray | None = None
 
     def vector(self, name: str, write: bool = True) -> np.ndarray:
@@ -104,16 +108,31 @@ class Shard:
                 return self._zeros
             self.check_room(name)
             vec = self.vectors[name] = np.zeros_like(self.values)
+            self.promised.discard(name)  # after it exists: counted once meanwhile (a union)
         return vec
 
     def check_room(self, name: str) -> None:
-        """Raise ``BAD_NAME`` unless ``name`` exists or there is room for one more vector."""
-        if name not in self.vectors and len(self.vectors) >= self.max_vectors:
+        """Raise ``BAD_NAME`` unless ``name`` exists, is promised, or there is room for one
+        more vector (the vectors and the names promised count together)."""
+        if name in self.vectors or name in self.promised:
+            return
+        if len(self.vectors.keys() | self.promised) >= self.max_vectors:
             raise WireError(
                 f"shard {self.index} holds {self.max_vectors} named vectors already "
                 f"(ps.max_vectors); {name!r} would be one more",
                 ErrorCode.BAD_NAME,
             )
+
+    def promise(self, name: str) -> None:
+        """Hold room for ``name`` until a write creates it (the network thread, admitting a push
+        into it that may be acknowledged before its update thread applies it).
+
+        Raises:
+            WireError: ``BAD_NAME``: no room (see :meth:`check_room`).
+        """
+        self.check_room(name)
+        if name not in self.vectors:
+            self.promised.add(name)
 
 
 class SnapshotRound:

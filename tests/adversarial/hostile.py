@@ -6,18 +6,19 @@
 with ``ndim``, frame counts past the limit, NaN and infinite scalars, offsets and versions at
 2^64 - 1), mostly with a magic and a wire version that let it reach the field checks, followed
 by 0 to 10 frames of random bytes. :class:`RawClient` sends such a message on a DEALER socket
-and waits for the one reply a server owes it.
+and waits for the one reply a server owes it (a CURVE client, given keys).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import struct
 
 import zmq
 from hypothesis import strategies as st
 
+from bench.support.hostile_frames import with_seq
+from hogwild.net.auth import secure_client
 from hogwild.net.wire import HEADER, MAGIC, WIRE_VERSION, MsgType, unpack_header
 
 U16, U32, U64 = 2**16 - 1, 2**32 - 1, 2**64 - 1
@@ -63,17 +64,16 @@ class RawClient:
 
     _seq = itertools.count(1)
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, keys: str | None = None) -> None:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        if keys:  # a CURVE client of the key directory's server
+            secure_client(self.socket, keys)
         self.socket.connect(endpoint)
 
     def send(self, message: list[bytes]) -> None:
-        head = bytearray(message[0])
-        if len(head) == HEADER.size:
-            struct.pack_into("<Q", head, 28, next(self._seq))
-        self.socket.send_multipart([bytes(head), *message[1:]])
+        self.socket.send_multipart(with_seq(message, next(self._seq)))
 
     def reply(self, timeout_s: float = 5.0) -> list[bytes]:
         """The next reply; AssertionError if none comes in time. Its header must decode."""

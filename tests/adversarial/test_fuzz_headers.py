@@ -29,7 +29,7 @@ from hogwild.data.resident import Delivery, load_source
 from hogwild.data.server import DataServer
 from hogwild.net.address import parse_address
 from hogwild.net.control import ControlServer
-from hogwild.net.wire import DType, Header, MsgType, job_id, pack_header, unpack_header
+from hogwild.net.wire import DType, ErrorCode, Header, MsgType, job_id, pack_header, unpack_header
 from tests.adversarial.hostile import RawClient, raw_headers
 from tests.adversarial.test_replica_control import JOB as REPLICA_JOB
 from tests.adversarial.test_replica_control import RecordingRole
@@ -115,6 +115,15 @@ def test_a_data_server_answers_every_fuzzed_message(data_server, message):
     raw.send([bytes(head), *message[1:]])
     raw.reply()
     _still_answers_status(raw, server.data_id)
+
+
+def test_a_bracket_bomb_is_refused_as_bad_json(data_server):
+    server, raw = data_server
+    text = b'{"op":' + b"[" * 2000 + b"]" * 2000 + b"}"  # json's decoder recurses per level
+    raw.send([pack_header(Header(MsgType.CONTROL, job=server.data_id, dtype=DType.UINT8,
+                                 shape=(len(text),), frames=1)), text])  # fmt: skip
+    head, said = raw.reply()
+    assert unpack_header(head).code == ErrorCode.BAD_VALUE and b"nested too deeply" in said
 
 
 def test_after_the_fuzzing_a_batch_holds_exactly_what_was_asked(data_server):

@@ -11,7 +11,6 @@ afterwards a client's push and pull must come out exactly right.
 from __future__ import annotations
 
 import multiprocessing as mp
-import struct
 import sys
 
 import numpy as np
@@ -20,9 +19,9 @@ from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 from hogwild_plugins.ps.serving.launch import local_server
 
+from bench.support.hostile_frames import mutate, with_seq
 from hogwild.net.wire import (
     HEADER,
-    HEADER_SIZE,
     DType,
     ErrorCode,
     Header,
@@ -35,7 +34,6 @@ from hogwild.net.wire import (
 MESSAGES = 100_000
 CHUNK = 400
 GEOMETRY = ModelGeometry(3000, (FcLayer(2, 100, 20, 30),))
-FIELD_OFFSETS = [0, 4, 5, 6, 8, 9, 10, 12, 20, 24, 28, 36, 44, 52, 56, 60, 64, 68, 72, 76, 80, 84]
 
 
 def valid_messages(job: int) -> list[list[bytes]]:
@@ -95,35 +93,6 @@ def valid_messages(job: int) -> list[list[bytes]]:
     ]
 
 
-def mutate(message: list[bytes], rng: np.random.Generator, seq: int) -> list[bytes]:
-    head = bytearray(message[0])
-    struct.pack_into("<Q", head, 28, seq)  # a fresh sequence number: no duplicate drops
-    frames = [bytes(head)] + message[1:]
-    kind = rng.integers(0, 8)
-    if kind == 0:
-        frames[0] = rng.bytes(int(rng.integers(0, 2 * HEADER_SIZE)))
-    elif kind == 1:
-        head[int(rng.integers(0, HEADER_SIZE))] ^= int(rng.integers(1, 256))
-        frames[0] = bytes(head)
-    elif kind == 2:
-        at = FIELD_OFFSETS[int(rng.integers(0, len(FIELD_OFFSETS)))]
-        head[at : at + 4] = rng.bytes(4)
-        frames[0] = bytes(head)
-    elif kind == 3 and len(frames) > 1:
-        frames.pop(int(rng.integers(1, len(frames))))
-    elif kind == 4:
-        frames.append(rng.bytes(int(rng.integers(0, 64))))
-    elif kind == 5 and len(frames) > 1:
-        i = int(rng.integers(1, len(frames)))
-        frames[i] = frames[i][: int(rng.integers(0, len(frames[i])))]
-    elif kind == 6:
-        frames = [frames[0]] + [
-            rng.bytes(int(rng.integers(0, 32))) for _ in range(rng.integers(0, 12))
-        ]
-    # kind 7 (and the fall-throughs): the valid message itself
-    return frames
-
-
 def fuzz(endpoint: str, job: int, messages: int, seed: int, out) -> None:
     """Send ``messages`` random and mutated messages, a few hundred in flight; count replies.
 
@@ -143,7 +112,10 @@ def fuzz(endpoint: str, job: int, messages: int, seed: int, out) -> None:
         while sent < messages:
             for _ in range(min(CHUNK, messages - sent)):
                 base = bases[picks[sent]]
-                sock.send_multipart(mutate(base, rng, sent + 1))
+                message = with_seq(base, sent + 1)  # fresh: no duplicate drops
+                if rng.integers(0, 8):  # one in eight goes as it is, valid
+                    message = mutate(message, rng)
+                sock.send_multipart(message)
                 sent += 1
             while replies < sent - 50:  # keep at most a few hundred in flight
                 if not sock.poll(10_000):

@@ -104,6 +104,26 @@ def test_a_commit_applies_what_was_prepared_in_order_and_records_the_requests():
     assert side.counters["committed"] == 2
 
 
+def test_a_commit_without_room_for_all_of_it_is_busy_and_commits_nothing():
+    side = copy_side()
+    for v in (1, 2, 3):
+        feed(side, PrepareArrived, SHARDS[0], v, item(v))
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    [busy] = feed(side, CommitArrived, SHARDS[0], 3, EPOCH, 2)  # room for two of three
+    assert busy.code is ErrorCode.BUSY and "room for 2 of the 3" in busy.message
+    assert side.logs[SHARDS[0]] == before and side.counters["no_room"] == 1
+    apply, ack = feed(side, CommitArrived, SHARDS[0], 2, EPOCH, 2)  # two fit
+    assert [w.version for w in apply.works] == [1, 2] and ack == Acknowledge(2)
+
+
+def test_a_snapshot_without_room_is_busy_and_leaves_the_log():
+    side = copy_side()
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    [busy] = feed(side, SnapshotArrived, SHARDS[0], 5, EPOCH + 1, (), False)
+    assert busy.code is ErrorCode.BUSY and side.logs[SHARDS[0]] == before
+
+
 def test_an_outdated_snapshot_of_the_same_primary_is_refused_and_changes_nothing():
     side = copy_side()
     for v in (1, 2):

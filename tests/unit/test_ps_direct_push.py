@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.engine import UpdateEngine
-from hogwild_plugins.ps.work import PushDeltas, Shard
+from hogwild_plugins.ps.work import AddToVector, PushDeltas, Shard
 
 from hogwild.net.wire import Header, MsgType
 
@@ -136,3 +136,26 @@ def test_a_push_that_fails_at_once_still_settles_its_shard():
     shard = engine.shards[0]
     assert shard.writes_done == shard.writes_queued == 1 and shard.applied == 1
     assert engine.claim_idle(0) is not None  # not left pending for ever
+
+
+def test_an_acknowledged_write_that_fails_is_counted_apart():
+    """A write acknowledged when queued that its thread cannot apply (one named vector too many:
+    admission, which holds the room, is what a bug would skip) is a failure after the
+    acknowledgement: counted in ``failed_after_ack`` and said in ``failures``; a write refused
+    before any acknowledgement is not."""
+    engine = _engine()
+    shard = engine.shards[0]
+    shard.max_vectors = 0  # no room for any named vector
+    header = Header(MsgType.PUSH_DELTAS, job=1, target=0)
+    delta = np.ones(8, np.float32)
+    acked = AddToVector(0, header, name="x", offset=0, length=8, delta=delta)
+    acked.acked = True  # as the network thread acknowledges a queued push
+    unacked = AddToVector(0, header, name="y", offset=0, length=8, delta=delta.copy())
+    engine.start()
+    try:
+        assert engine.submit(acked) and engine.submit(unacked)
+        _wait_settled(engine, 0)
+    finally:
+        engine.stop()
+    assert engine.failed_after_ack == 1 and shard.vectors == {}
+    assert len(engine.failures) == 1 and "named vectors" in engine.failures[0]

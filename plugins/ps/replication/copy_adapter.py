@@ -158,13 +158,21 @@ class CopyAdapter:
 
     def _commit(self, header: Header, shard: int) -> Reply:
         sid = self.stimulus("commit")
-        # aux: the primary's epoch
-        actions = self._copy(CommitArrived(shard, header.version, header.aux, stimulus_id=sid))
-        for action in actions[:-1]:
-            if isinstance(action, ApplyCommitted):
-                self.local.apply(list(action.works))
-                book = self.server.book
-                book.set_version(shard, max(action.committed, book.version(shard)))
+        with self.lock:  # the log cannot change between counting and committing
+            slots = self.local.hold(self.copy_side.logs[shard].committing(header.version))
+            try:
+                # aux: the primary's epoch
+                stimulus = CommitArrived(
+                    shard, header.version, header.aux, room=len(slots), stimulus_id=sid
+                )
+                actions = self.copy_side.handle(stimulus)
+                for action in actions[:-1]:
+                    if isinstance(action, ApplyCommitted):
+                        self.local.apply_held(list(action.works), slots)
+                        book = self.server.book
+                        book.set_version(shard, max(action.committed, book.version(shard)))
+            finally:
+                self.local.release(slots)
         return self._answer(header, actions[-1])
 
     def _restore(self, header: Header, shard: int, frames: list) -> Reply:
@@ -180,14 +188,23 @@ class CopyAdapter:
             vectors=snapshot.vectors,
         )
         sid = self.stimulus("snapshot")
-        stimulus = SnapshotArrived(
-            shard, header.version, header.aux, tuple(snapshot.table), stimulus_id=sid
-        )  # aux: the primary's epoch
         done = Countdown(1)
         with self.lock:  # the log replaced and the restore queued together (see the adapter)
-            [action] = self.copy_side.handle(stimulus)
-            if not isinstance(action, Refuse):
-                self.local.apply([work], done)
+            slots = self.local.hold(1)
+            try:
+                stimulus = SnapshotArrived(
+                    shard,
+                    header.version,
+                    header.aux,  # the primary's epoch
+                    tuple(snapshot.table),
+                    room=bool(slots),
+                    stimulus_id=sid,
+                )
+                [action] = self.copy_side.handle(stimulus)
+                if not isinstance(action, Refuse):
+                    self.local.apply_held([work], slots, done)
+            finally:
+                self.local.release(slots)
         if isinstance(action, Refuse):
             return self._answer(header, action)
         if not done.wait(LOCAL_APPLY_S):

@@ -18,9 +18,12 @@ One message from a primary goes through two steps:
 2. What it carries: :class:`PrepareArrived` holds the update as the shard's next version (a gap:
    ``NEED_SYNC``, the primary drops this copy and sends it a snapshot); :class:`CommitArrived`
    commits the prepared updates up to a version (:class:`ApplyCommitted`; beyond what was
-   prepared: ``NEED_SYNC``); :class:`SnapshotArrived` replaces the shard's log
-   (:class:`ApplySnapshot`) unless it is older than what this log committed from the same
-   primary (refused, ``NEED_SYNC``: never an acknowledgement), and :class:`SnapshotApplied`, once
+   prepared: ``NEED_SYNC``) only if the update engine has room for every one of them (its
+   ``room``, slots the adapter holds: else ``BUSY`` with nothing committed, so an acknowledged
+   commit is always applied whole and a refused one changed nothing); :class:`SnapshotArrived`
+   replaces the shard's log (:class:`ApplySnapshot`) unless it is older than what this log
+   committed from the same primary (refused, ``NEED_SYNC``: never an acknowledgement) or the
+   engine has no room for it (``BUSY``, the log untouched), and :class:`SnapshotApplied`, once
    the values are in, acknowledges, and makes the bucket current (:class:`MarkRestored`) once
    every shard of the bucket holds that primary's snapshot.
 
@@ -122,22 +125,25 @@ class PrepareArrived(CopyStimulus):
 @dataclass(frozen=True)
 class CommitArrived(CopyStimulus):
     """A ``COMMIT`` through the gate: ``shard``'s prepared updates up to ``upto``, committed by
-    the primary of ``epoch``."""
+    the primary of ``epoch``; ``room``: updates the engine has slots held for (None: no limit)."""
 
     shard: int
     upto: int
     epoch: int
+    room: int | None = None
 
 
 @dataclass(frozen=True)
 class SnapshotArrived(CopyStimulus):
     """A ``SNAPSHOT`` through the gate, its frames checked: ``shard`` at ``version`` from the
-    primary of ``epoch``, with its request table (``(sender, seq, version)`` triples)."""
+    primary of ``epoch``, with its request table (``(sender, seq, version)`` triples);
+    ``room``: whether the engine has a slot held for the restore."""
 
     shard: int
     version: int
     epoch: int
     table: tuple
+    room: bool = True
 
 
 @dataclass(frozen=True)
@@ -244,6 +250,7 @@ class CopySide:
             "snapshots_received": 0,
             "outdated_snapshots": 0,
             "fenced": 0,
+            "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -332,6 +339,16 @@ class CopySide:
                     f"shard {s.shard}: commit up to {s.upto}, prepared only to {log.last}",
                 )
             ]
+        wanted = log.committing(s.upto)
+        if s.room is not None and wanted > s.room:
+            self.counters["no_room"] += 1
+            return [
+                Refuse(
+                    ErrorCode.BUSY,
+                    f"server {self.me}, shard {s.shard}: the update queues have room for "
+                    f"{s.room} of the {wanted} updates up to {s.upto}; nothing committed",
+                )
+            ]
         items = commit_log(log, s.upto, s.epoch)
         self.counters["committed"] += len(items)
         works = tuple(work for _, _, work in items)
@@ -357,6 +374,15 @@ class CopySide:
                     f"shard {s.shard}: a snapshot at version {s.version} of epoch "
                     f"{s.epoch} is older than version {log.committed} committed here from the "
                     "same primary; dropped",
+                )
+            ]
+        if not s.room:
+            self.counters["no_room"] += 1
+            return [
+                Refuse(
+                    ErrorCode.BUSY,
+                    f"server {self.me}, shard {s.shard}: the update queues are full; the "
+                    f"snapshot at version {s.version} is not taken",
                 )
             ]
         log.restore(s.version, list(s.table), s.epoch)

@@ -45,19 +45,49 @@ class LocalApplier:
     def __init__(self, server) -> None:
         self.server = server
 
-    def apply(self, works: list, countdown: Countdown | None = None) -> None:
-        """Queue ``works`` on the engine, in order (waiting for free slots); the replication
-        answers them, not the engine. ``countdown`` counts each one applied."""
+    def hold(self, n: int) -> list[int]:
+        """Up to ``n`` of the engine's free slots, taken now (never waiting): queue into them
+        with :meth:`apply_held`, give back the rest with :meth:`release`."""
+        engine, slots = self.server.engine, []
+        while len(slots) < n:
+            slot = engine.reserve()
+            if slot is None:
+                break
+            slots.append(slot)
+        return slots
+
+    def release(self, slots: list[int]) -> None:
+        """Give back held slots that were not used."""
+        for slot in slots:
+            self.server.engine.unreserve(slot)
+        slots.clear()
+
+    def apply_held(self, works: list, slots: list[int], countdown: Countdown | None = None) -> None:
+        """Queue ``works`` in order into ``slots`` (from :meth:`hold`: one each; those used are
+        taken off the list)."""
+        if len(works) > len(slots):
+            raise AssertionError(f"{len(works)} works for {len(slots)} held slots")
         engine = self.server.engine
         for work in works:
-            work.acked = True  # the replication answers, not the engine
-            if countdown is not None:
-                chained = work.free
-                work.free = (
-                    countdown.done
-                    if chained is None
-                    else (lambda c=chained: (c(), countdown.done()))
-                )
+            self._answered_here(work, countdown)
+            engine.put(slots.pop(), work)
+
+    @staticmethod
+    def _answered_here(work, countdown: Countdown | None) -> None:
+        work.acked = True  # the replication answers, not the engine
+        if countdown is not None:
+            chained = work.free
+            work.free = (
+                countdown.done if chained is None else (lambda c=chained: (c(), countdown.done()))
+            )
+
+    def apply(self, works: list, countdown: Countdown | None = None) -> None:
+        """Queue ``works`` on the engine, in order (waiting for free slots, up to
+        ``LOCAL_APPLY_S``: the replication thread only); the replication answers them, not the
+        engine. ``countdown`` counts each one applied."""
+        engine = self.server.engine
+        for work in works:
+            self._answered_here(work, countdown)
             deadline = time.monotonic() + LOCAL_APPLY_S
             slot = engine.reserve()
             while slot is None:

@@ -57,8 +57,10 @@ class Admission:
         nonfinite: ``ps.nonfinite``: ``"refuse"`` a write whose values hold NaN or an infinity
             (``BAD_VALUE``), or ``"count"`` it and let it apply. Either way it is counted
             (:attr:`nonfinite_refused`, :attr:`nonfinite_applied`).
-        shards: The server's shards by local index (None: no check of a named push's room
-            before it is queued; its update thread still refuses one vector too many).
+        shards: The server's shards by local index: a push into a new named vector holds its
+            room from admission on (:meth:`~hogwild_plugins.ps.work.Shard.promise`), so one that
+            is acknowledged at once is never refused when it is applied (None: no such check;
+            its update thread still refuses one vector too many).
     """
 
     def __init__(
@@ -151,8 +153,8 @@ class Admission:
             self._check_finite(header, data)
             if checks.is_named_push(header):  # into a named vector
                 name = checks.parse_name(frame_array(frames[1], DType.UINT8, (header.aux,), "name"))
-                if self.shards is not None:  # refused before it is acknowledged, if it can be
-                    self.shards[local].check_room(name)
+                if self.shards is not None:  # refused before it is acknowledged, or its
+                    self.shards[local].promise(name)  # room held until its thread applies it
                 return AddToVector(
                     local,
                     header,

@@ -269,6 +269,7 @@ class ParameterServer:
                 threads=threads,
                 cpus=cpus,
                 replier=self.router.replier,
+                scratch_floats=max((fc.n_in for fc in self.geometry.fc_layers), default=0),
             )
             if self.recv == "pool":
                 self.receive_pool = ReceivePool(self.layout.shard_floats)
@@ -546,6 +547,7 @@ class ParameterServer:
             },
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
+            "failed_after_ack": engine.failed_after_ack if engine else 0,
             "recv": self.recv,
             "pool_misses": self.receive_pool.misses if self.receive_pool else 0,
             "ack": self.options.ack,

@@ -1,0 +1,145 @@
+"""No acknowledgement for a write that may still fail: what is acknowledged is applied.
+
+- A push into a new named vector is acknowledged as soon as it is queued (``ack = "queued"``);
+  its room among ``ps.max_vectors`` is held from then on, so two pushes into two new names with
+  room for one are not both acknowledged while the update thread is busy: the second is refused
+  at once, naming the limit, and the first lands.
+- A push of activation and error vectors is acknowledged when queued too: its update thread's
+  scratch holds at least one row of the widest layer, so a layer wider than the default scratch
+  is applied rather than failing after the acknowledgement.
+- A copy's ``COMMIT`` applies all of what it commits or none of it: with the copy's update queues
+  full it refuses at once (``BUSY``), having committed nothing, and its network thread goes on
+  answering; the primary drops it, re-syncs it once there is room, and both copies end equal.
+
+The update thread is held busy for real (its shard's lock taken by the test, as the network
+thread takes it to apply a push itself) and the queues filled for real (their slots taken).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import ExitStack
+
+import numpy as np
+import pytest
+from hogwild_plugins.ps import kernels
+from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.etcd import EtcdProcess
+from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
+from hogwild_plugins.ps.serving.launch import local_server
+
+from hogwild.errors import HogwildError
+from hogwild.net.ports import free_ports
+from hogwild.net.wire import Header, MsgType, job_id, pack_header, unpack_header
+from tests.adversarial.hostile import RawClient
+
+N = 2048
+GEOMETRY = ModelGeometry(N)  # shard_kib=4: two shards of 1024 floats
+
+
+def test_two_new_names_with_room_for_one_are_not_both_acknowledged():
+    with local_server(GEOMETRY, job="ack", shard_kib=4, threads=1, max_vectors=1) as server:
+        with PSClient([str(server.address)], "ack", client_id=5, timeout_s=3.0) as client:
+            busy = server.engine.claim_idle(0)  # the update thread waits before its next batch
+            assert busy is not None
+            try:
+                client.push_deltas(np.ones(N, np.float32), into="a")  # acknowledged, queued
+                with pytest.raises(HogwildError, match="1 named vectors"):
+                    client.push_deltas(np.ones(N, np.float32), into="b")
+            finally:
+                busy.release()
+            out = np.zeros(N, np.float32)
+            deadline = time.monotonic() + 10
+            while [sorted(s.vectors) for s in server.shards] != [["a"], ["a"]]:
+                assert time.monotonic() < deadline, [sorted(s.vectors) for s in server.shards]
+                time.sleep(0.01)
+            for shard in server.shards:
+                out[shard.lo : shard.lo + shard.values.size] = shard.vectors["a"]
+            np.testing.assert_array_equal(out, np.ones(N, np.float32))
+            status = client.status()[0]
+            assert status["failures"] == [] and "INTERNAL" not in status["errors"]
+            assert status["errors"]["BAD_NAME"] >= 1
+
+
+def copy_and_primary(servers, shard: int):
+    """The server serving ``shard`` as primary and the other one (its copy), once one serves."""
+    deadline = time.monotonic() + 30
+    while True:
+        serving = [s for s in servers if s.replication.serving(shard)]
+        if serving:
+            [primary] = serving
+            [copy] = [s for s in servers if s is not primary]
+            return primary, copy
+        assert time.monotonic() < deadline, "no server serves the shard"
+        time.sleep(0.05)
+
+
+def test_a_copys_commit_applies_whole_or_is_refused_with_nothing_committed():
+    with EtcdProcess() as etcd, ExitStack() as stack:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        servers = [
+            stack.enter_context(
+                local_server(
+                    GEOMETRY,
+                    job="commit",
+                    servers=addresses,
+                    index=i,
+                    shard_kib=4,
+                    threads=1,
+                    copies=2,
+                    etcd=etcd.address,
+                    lease_s=1,
+                )
+            )
+            for i in range(2)
+        ]
+        client = stack.enter_context(
+            PSClient(addresses, "commit", client_id=3, etcd=etcd.address, timeout_s=5.0)
+        )
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = copy_and_primary(servers, 0)
+        log = copy.replication.copy_side.logs[0]
+        committed = log.committed
+        held = []  # the copy's update queues: full (every slot taken)
+        while (slot := copy.engine.reserve()) is not None:
+            held.append(slot)
+        try:
+            # shard 0 only (this server may be the primary of the other shard's bucket):
+            client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])  # acknowledged
+            assert log.committed == committed  # its commit was refused whole, not half applied
+            assert copy.replication.copy_side.counters["no_room"] >= 1
+            # its network thread was never held up: it answers at once
+            with RawClient(copy.address.endpoint) as raw:
+                raw.send([pack_header(Header(MsgType.STATUS, job=job_id("commit")))])
+                head, text = raw.reply(timeout_s=2.0)
+                assert unpack_header(head).type == MsgType.JSON
+                assert json.loads(text)["server"] == copy.options.index
+        finally:
+            for slot in held:
+                copy.engine.unreserve(slot)
+        # room again: the primary re-syncs the copy, and both hold exactly what was pushed
+        deadline = time.monotonic() + 30
+        while not all(
+            np.array_equal(s.shards[s.local[x]].values, np.full(1024, want, np.float32))
+            for s in servers
+            for x, want in ((0, 2.0), (1, 1.0))
+        ):
+            assert time.monotonic() < deadline, "the copy was not re-synced"
+            time.sleep(0.05)
+        status = copy.status()
+        assert status["failures"] == [] and "INTERNAL" not in status["errors"]
+
+
+def test_a_vector_push_of_a_layer_wider_than_the_scratch_is_applied():
+    wide = kernels.SCRATCH_FLOATS + 1000  # one row of W is more than the default scratch
+    geometry = ModelGeometry(2 * wide, (FcLayer(0, 0, wide, 2),))
+    with local_server(geometry, job="wide", threads=1, rule="sgd") as server:
+        with PSClient([str(server.address)], "wide", client_id=6, timeout_s=5.0) as client:
+            activations = np.ones((1, wide), np.float32)
+            client.push_vectors(0, activations, np.array([[1.0, 2.0]], np.float32), lr=0.5)
+            out = np.full(2 * wide, np.nan, np.float32)
+            client.pull(out)  # queued behind the push on every shard: it sees it
+            want = np.repeat(np.array([-0.5, -1.0], np.float32), wide)
+            np.testing.assert_array_equal(out, want)
+            assert client.status()[0]["failures"] == []
