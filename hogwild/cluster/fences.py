@@ -1,0 +1,113 @@
+"""The driver's fences: each replica's incarnation, and every parameter server told which are
+replaced.
+
+A replica the driver takes for dead (its process exited, or it stopped answering the driver:
+paused, or on a host cut off) is restarted as the replica's next **incarnation**, and its
+portions go to others. The old process may live on (a launcher cannot always reach a host that
+is cut off), and it would go on pushing until its own silence timeout. So before the driver hands
+out the lost portions it **fences** the replica: every parameter server of the job is told that
+incarnations of it older than the new one are refused (:mod:`hogwild.net.fencing` has the token
+every request of a replica carries and the servers' table). A server that does not answer then
+(dead, or cut off itself) is told again when it comes back (:meth:`ReplicaFences.tell`): a
+restarted server starts with no fences.
+
+:class:`ReplicaFences` is the driver's side: the incarnations it started, the fences it gave,
+and the control requests that carry them; it owns one control client per server, closed by
+:meth:`ReplicaFences.close`.
+"""
+
+from __future__ import annotations
+
+from hogwild.errors import HogwildError
+from hogwild.logs import role_logger
+from hogwild.net.control import ControlClient
+
+__all__ = ["ReplicaFences"]
+
+
+class ReplicaFences:
+    """The incarnations of a job's replicas and their fences on its servers (see the module
+    docstring).
+
+    Args:
+        job: The job's name on the wire.
+        servers: Every parameter server of the job (every server group's), ``HOST:PORT``.
+        timeout_s, retries: Per fence request (``ps.timeout_s``, ``ps.retries``).
+        keys: CURVE key directory (servers beyond loopback).
+
+    Attributes:
+        incarnations: replica -> the incarnation started last (0: its first start).
+        fenced: replica -> the fence given (its incarnations below are refused).
+        unanswered: server address -> when a fence did not reach it (told again on its return).
+    """
+
+    def __init__(
+        self,
+        job: str,
+        servers: list[str],
+        *,
+        timeout_s: float = 5.0,
+        retries: int = 3,
+        keys: str | None = None,
+    ) -> None:
+        self.job, self.servers = job, list(servers)
+        self.timeout_s, self.retries, self.keys = timeout_s, retries, keys
+        self.incarnations: dict[int, int] = {}
+        self.fenced: dict[int, int] = {}
+        self.unanswered: set[str] = set()
+        self._clients: dict[str, ControlClient] = {}
+
+    def incarnation(self, replica: int) -> int:
+        """The incarnation ``replica`` runs as (0 until it is replaced)."""
+        return self.incarnations.get(replica, 0)
+
+    def replace(self, replica: int) -> int:
+        """``replica`` is taken for dead: its next incarnation, fenced on every server that
+        answers (before its portions go to others). Fencing twice before the new incarnation
+        starts gives the same one."""
+        if self.fenced.get(replica, 0) > self.incarnation(replica):
+            return self.fenced[replica]  # fenced already (it stopped answering, then exited)
+        new = self.incarnation(replica) + 1
+        self.fenced[replica] = new
+        for server in self.servers:
+            self._fence(server, replica, new)
+        return new
+
+    def started(self, replica: int, incarnation: int) -> None:
+        """``replica`` is started as ``incarnation`` (the one :meth:`replace` gave)."""
+        self.incarnations[replica] = incarnation
+
+    def tell(self, server: str) -> None:
+        """``server`` is back (restarted): every fence given so far, again."""
+        self.unanswered.discard(server)
+        for replica, incarnation in sorted(self.fenced.items()):
+            self._fence(server, replica, incarnation)
+
+    def _fence(self, server: str, replica: int, incarnation: int) -> None:
+        try:
+            answer = self._client(server).call("fence", replica=replica, incarnation=incarnation)
+        except HogwildError as exc:
+            self.unanswered.add(server)  # told again when it comes back
+            role_logger("cluster").warning(
+                "could not fence replica %d below incarnation %d on %s: %s",
+                replica, incarnation, server, exc,
+            )  # fmt: skip
+            return
+        fence = answer.get("fence")
+        if not isinstance(fence, int) or fence < incarnation:
+            raise HogwildError(
+                f"parameter server {server} answered the fence of replica {replica} below "
+                f"incarnation {incarnation} with {answer!r}"
+            )
+
+    def _client(self, server: str) -> ControlClient:
+        if server not in self._clients:
+            self._clients[server] = ControlClient(
+                server, self.job, timeout_s=self.timeout_s, retries=self.retries, keys=self.keys
+            )
+        return self._clients[server]
+
+    def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            client.close()
