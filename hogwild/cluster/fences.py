@@ -69,8 +69,11 @@ class ReplicaFences:
             return self.fenced[replica]  # fenced already (it stopped answering, then exited)
         new = self.incarnation(replica) + 1
         self.fenced[replica] = new
-        for server in self.servers:
-            self._fence(server, replica, new)
+        told = sum(self._fence(server, replica, new) for server in self.servers)
+        role_logger("cluster").warning(
+            "replica %d fenced below incarnation %d on %d of %d parameter server(s)",
+            replica, new, told, len(self.servers),
+        )  # fmt: skip
         return new
 
     def started(self, replica: int, incarnation: int) -> None:
@@ -83,7 +86,8 @@ class ReplicaFences:
         for replica, incarnation in sorted(self.fenced.items()):
             self._fence(server, replica, incarnation)
 
-    def _fence(self, server: str, replica: int, incarnation: int) -> None:
+    def _fence(self, server: str, replica: int, incarnation: int) -> bool:
+        """Whether ``server`` took the fence (one that does not answer is told again later)."""
         try:
             answer = self._client(server).call("fence", replica=replica, incarnation=incarnation)
         except HogwildError as exc:
@@ -92,13 +96,14 @@ class ReplicaFences:
                 "could not fence replica %d below incarnation %d on %s: %s",
                 replica, incarnation, server, exc,
             )  # fmt: skip
-            return
+            return False
         fence = answer.get("fence")
         if not isinstance(fence, int) or fence < incarnation:
             raise HogwildError(
                 f"parameter server {server} answered the fence of replica {replica} below "
                 f"incarnation {incarnation} with {answer!r}"
             )
+        return True
 
     def _client(self, server: str) -> ControlClient:
         if server not in self._clients:

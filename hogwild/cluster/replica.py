@@ -339,12 +339,13 @@ def run_replica(args) -> int:
     from hogwild.data.plan import load_data
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
+    incarnation = getattr(args, "incarnation", 0)
     keys = args.keys or config.ps.keys or None
     topology = resolve_topology(config.cluster, config.ps.rule)
     if topology.coordinated:  # sandblaster, allreduce, hybrid
         group = worker_group(topology.framework)
+        config = config.override({"ps.token": fencing_token(args.index, incarnation)})
         role = group(topology.framework, config, load_data(config, args.data), args.index)
     else:
-        incarnation = getattr(args, "incarnation", 0)
         role = TrainerReplica(config, load_data(config, args.data), args.index, incarnation)
     return ReplicaServer(role, args.bind, keys).serve()
