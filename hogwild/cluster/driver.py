@@ -257,7 +257,7 @@ class ClusterDriver:
             config, self.topology, replicas=len(self.links), n_train=self.n_train,
             start_epoch=start_epoch, connections=self.network.connections,
             records=self.records, servers=self.servers, call=self.links.call,
-            recover=self.supervisor.recover,
+            recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
 
@@ -386,6 +386,12 @@ class ClusterDriver:
             self.fences.started(spec.index, incarnation)
             return address
         return self.launcher.restart(spec)
+
+    def _recover(self) -> None:
+        """Between the epoch loop's polls: restart the roles that died (or stop the job), and
+        ask the servers that missed a fence again."""
+        self.supervisor.recover()
+        self.fences.retry(time.monotonic())
 
     def _unresponsive(self, replica: int) -> bool:
         """Replica ``replica`` did not answer a request through every retry, and the launcher

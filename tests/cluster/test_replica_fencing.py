@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from hogwild_plugins.ps.serving.launch import local_server
 from hogwild.cluster.fences import ReplicaFences
 from hogwild.net.control import ControlClient, ControlRefused
 from hogwild.net.fencing import fencing_token
+from hogwild.net.ports import free_port
 from hogwild.net.wire import ErrorCode
 from tests.cluster.test_ps_failover import JOB, N_PARAMS, wait_in_sync
 
@@ -72,6 +74,25 @@ def test_a_fenced_incarnation_is_refused_and_the_next_one_is_not():
             fences.close()
             for client in clients.values():
                 client.close()
+
+
+def test_a_server_that_missed_the_fence_is_asked_again_until_it_takes_it():
+    """Cut off (here: not there yet) when the driver fenced, and back without a restart."""
+    address = f"127.0.0.1:{free_port('127.0.0.1')}"
+    fences = ReplicaFences("test", [address], timeout_s=0.3, retries=0, retry_s=0.0)
+    try:
+        assert fences.replace(0) == 1 and fences.unanswered == {address}
+        fences.retry(time.monotonic())  # still nobody there: asked again later
+        assert fences.unanswered == {address}
+        with local_server(GEOMETRY, shard_kib=4, servers=(address,)) as server:
+            fences.retry(time.monotonic())
+            assert not fences.unanswered
+            with PSClient([address], "test", client_id=1, token=fencing_token(0, 0)) as zombie:
+                error = _refused(lambda: zombie.push_deltas(np.ones(N, np.float32)))
+                assert error.code == ErrorCode.REPLACED
+            assert server.status()["fences"] == {"0": 1}
+    finally:
+        fences.close()
 
 
 def test_a_fence_request_is_checked():
