@@ -14,7 +14,9 @@ decides nothing itself:
   the commit rounds of the client updates of the buckets this server is primary of: it admits
   them, applies them here (the update engine), exchanges the prepares and commits with the
   copies and answers the clients, as the round says. Updates that arrive together go together:
-  one round of prepares and one of commits per batch;
+  one round of prepares and one of commits per batch. Both are carried out by the executor the
+  simulator runs too (:mod:`~hogwild_plugins.ps.replication.executor`): this class gives it the
+  bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`); it answers client pulls and
@@ -41,7 +43,6 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
@@ -53,30 +54,29 @@ from hogwild_plugins.ps.replication.bucket_role import (
 )
 from hogwild_plugins.ps.replication.commit_round import (
     CommitRound,
-    RoundStimulus,
     Update,
 )
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
 from hogwild_plugins.ps.replication.frames import snapshot_frames
-from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
+from hogwild_plugins.ps.replication.local import LocalApplier
 from hogwild_plugins.ps.replication.membership import Membership
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
+from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
 from hogwild_plugins.ps.shard_log import ShardLog
-from hogwild_plugins.ps.work import Kind, Work
+from hogwild_plugins.ps.work import Work
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Request
-from hogwild.net.router import Incoming, Reply, error_reply
+from hogwild.net.router import Incoming, Reply
 from hogwild.net.wire import (
     DType,
     ErrorCode,
     Header,
     MsgType,
     WireError,
-    pack_header,
 )
 
 __all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
@@ -92,16 +92,6 @@ def auto_min_copies(copies: int) -> int:
     ``min.insync.replicas`` with three replicas; 1 of 2, so that one server's loss leaves a
     two-copy job writable)."""
     return (copies + 1) // 2
-
-
-@dataclass
-class Pending:
-    """A client's update waiting for the replication thread."""
-
-    header: Header
-    shard: int
-    work: Work
-    frames: list
 
 
 class Replication:
@@ -189,8 +179,6 @@ class Replication:
         self.last_etcd_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
-        self._batch: list[Pending] = []  # the commit round's updates, while it runs
-        self._done: Countdown | None = None  # their local application, once queued
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -459,92 +447,23 @@ class Replication:
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see
-        :mod:`~hogwild_plugins.ps.replication.commit_round`) through the executor."""
+        :mod:`~hogwild_plugins.ps.replication.commit_round`) through the executor, its effects
+        :class:`~hogwild_plugins.ps.replication.primary_round.PrimaryRound`'s."""
         updates = tuple(
             Update(p.header.sender, p.header.seq, p.shard, self.layout.bucket_of(p.shard))
             for p in batch
         )
-        self._batch, self._done = batch, None
-        try:
-            run(run_round(updates, self.roles, self))
-        finally:
-            self._batch, self._done = [], None
-
-    def round(self, stimulus: RoundStimulus) -> list:
-        return self._round(stimulus)
+        run(run_round(updates, self.roles, PrimaryRound(self, batch)))
 
     def valid(self) -> bool:
+        """This server's lease is valid by its own clock, and its replication has not failed."""
         return self.failure is None and self.clock.valid(time.monotonic())
 
-    def refuse(self, index: int) -> None:
-        p = self._batch[index]
-        self._error(p.header, self.not_primary(p.header, p.shard))
-
-    def answer_duplicate(self, index: int, version: int) -> None:
-        self.replier.send(self._batch[index].header.reply(MsgType.ACK, version=version))
-
-    def admit(self, indices: tuple[int, ...]) -> dict[int, int]:
-        versions = {}
-        for i in indices:
-            p = self._batch[i]
-            try:
-                self.server.admission.admit(p.header, p.shard, p.work)
-            except WireError as exc:
-                self._error(p.header, exc)
-                continue
-            versions[i] = p.work.version
-        return versions
-
-    def apply_locally(self, indices: tuple[int, ...]) -> None:
-        # under the lock: a newer primary's snapshot restored on the network thread (its
-        # restore queued under the same lock) lands either before the check or after these
-        # updates in the engine's queue, never beneath them
-        with self.lock:
-            mine = [i for i in indices if self.commit_round.ours(i)]
-            self._done = Countdown(len(mine))
-            self.local.apply([self._batch[i].work for i in mine], self._done)
-
-    def send_prepares(self, prepares) -> Iterator[str]:
-        yield from ()
-        requests = [self._prepare_request(self._batch[i], copy) for i, copy in prepares]
-        return frozenset(self.link.failures(requests, self.link.exchange(requests)))
-
-    def send_commits(self, commits) -> Iterator[str]:
-        yield from ()
-        requests = []
-        for shard, copy, version in commits:
-            role = self.roles[self.layout.bucket_of(shard)]
-            requests.append(Request(copy, self.link.header(MsgType.COMMIT, shard, version, role)))
-        return frozenset(self.link.failures(requests, self.link.exchange(requests)))
-
-    def await_applied(self) -> Iterator[str]:
-        yield from ()
-        if not self._done.wait(LOCAL_APPLY_S):
-            raise HogwildError(f"local updates were not applied within {LOCAL_APPLY_S:g} s")
-
-    def acknowledge(self, index: int, version: int) -> None:
-        p = self._batch[index]
-        self.replier.send(p.header.reply(MsgType.ACK, version=version, a=p.work.result))
+    def acknowledged(self, shard: int) -> None:
+        """An update of ``shard`` was acknowledged (the end of a failover, if it is the first
+        after a takeover of its bucket)."""
         if self._awaiting_ack:
-            self._acknowledged(self.layout.bucket_of(p.shard))
-
-    def _round(self, stimulus: RoundStimulus) -> list:
-        """The commit round's answer to ``stimulus`` (under the lock: it reads and records in
-        the shard logs the copy side changes)."""
-        with self.lock:
-            return self.commit_round.handle(stimulus)
-
-    def _prepare_request(self, p: Pending, copy: int) -> Request:
-        role = self.roles[self.layout.bucket_of(p.shard)]
-        header = self.link.header(
-            MsgType.PREPARE,
-            p.shard,
-            p.work.version,
-            role,
-            a=self._coef(p),
-            frames=1 + len(p.frames),
-        )
-        return Request(copy, header, [pack_header(p.header), *p.frames])
+            self._acknowledged(self.layout.bucket_of(shard))
 
     def _takeover(self, bucket: int, epoch: int) -> None:
         self.takeovers.append(
@@ -558,17 +477,6 @@ class Replication:
         entry = self._awaiting_ack.pop(bucket, None)
         if entry is not None:
             entry["first_ack_at"] = time.time()
-
-    @staticmethod
-    def _coef(p: Pending) -> float:
-        """The staleness coefficient the primary gave the update (copies apply the same)."""
-        if p.work.kind == Kind.VECTORS:
-            return -p.work.coef / p.header.a if p.header.a else 0.0
-        return float(p.work.coef)
-
-    def _error(self, header: Header, exc: WireError) -> None:
-        reply = error_reply(header, exc.code, str(exc))
-        self.replier.send(reply.header, reply.frames)
 
     # ------------------------------------------------------------------ status
 
