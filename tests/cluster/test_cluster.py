@@ -286,6 +286,7 @@ def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(m
     retry: the driver fences it on the servers (the process could live on), kills it, restarts
     it as its next incarnation, and hands its portions out again."""
     args = ("--epochs", "1", "--replicas", "2", "--ps", "1", "--train.subset=10000")
+    args += ("--ps.timeout_s=2", "--ps.retries=2")  # taken for dead after 2 s x 3 tries
 
     def pause(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
         until("replica 1 training", lambda: gauge(scrape(first_port + 3),
