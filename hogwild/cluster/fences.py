@@ -78,7 +78,10 @@ class ReplicaFences:
             return self.fenced[replica]  # fenced already (it stopped answering, then exited)
         new = self.incarnation(replica) + 1
         self.fenced[replica] = new
-        told = sum(self._fence(server, replica, new) for server in self.servers)
+        told = sum(  # one known not to answer is asked once, quickly (it is asked again)
+            self._fence(server, replica, new, quick=server in self.unanswered)
+            for server in self.servers
+        )
         role_logger("cluster").warning(
             "replica %d fenced below incarnation %d on %d of %d parameter server(s)",
             replica, new, told, len(self.servers),
