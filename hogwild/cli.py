@@ -165,6 +165,7 @@ def _add_cluster_command(sub) -> None:
     status.add_argument("--keys", help="the job's CURVE key directory (with HOST:PORT)")
     replica = actions.add_parser("replica")
     replica.add_argument("--index", type=int, required=True)
+    replica.add_argument("--incarnation", type=int, default=0)  # the driver's count of its starts
     replica.add_argument("--bind", default="127.0.0.1")
     replica.add_argument("--keys", default=None)
 

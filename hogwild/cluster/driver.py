@@ -47,16 +47,18 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from hogwild.cluster.epochs import EpochLoop
+from hogwild.cluster.fences import ReplicaFences
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
 from hogwild.cluster.links import ReplicaLinks
 from hogwild.cluster.prometheus import role_ports
 from hogwild.cluster.records import EpochRecords
-from hogwild.cluster.roles import on_port_of, plan_roles, with_servers
+from hogwild.cluster.roles import on_port_of, plan_roles, with_incarnation, with_servers
 from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
 from hogwild.cluster.status import LiveStatus, server_row, status_act
@@ -149,6 +151,7 @@ class ClusterDriver:
         self.servers = JobServers(self.job)  # the model given, pulled; the controller
         self.epochs: EpochLoop | None = None
         self.links: ReplicaLinks | None = None  # the replicas' control clients
+        self.fences: ReplicaFences | None = None  # replicas' incarnations fenced on the servers
         self.specs: dict = {}  # the supervised roles' specs as started, by name
         self.policy = RestartPolicy(self.config.cluster.restarts, config.output.checkpoint_dir)
         self.supervisor: Supervisor | None = None  # once the launcher exists
@@ -193,9 +196,15 @@ class ClusterDriver:
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
         )
-        self.links = ReplicaLinks(self.job, config.ps, self.policy, self.supervisor)
+        self.links = ReplicaLinks(
+            self.job, config.ps, self.policy, self.supervisor, unresponsive=self._unresponsive
+        )
         plan = plan_roles(config, config_file, self.source, cluster.host)
         servers = self.launcher.reserve(plan.ps, cluster.host)
+        self.fences = ReplicaFences(
+            self.job, servers, timeout_s=config.ps.timeout_s, retries=config.ps.retries,
+            keys=config.ps.keys or None,
+        )  # fmt: skip
         stores = [str(self.run_dir / f"ps-{i}") for i in range(len(servers))]
         for store in stores:  # a server's store recovers a crash within a job, never a new job:
             shutil.rmtree(store, ignore_errors=True)  # the model comes from init or --resume
@@ -250,7 +259,7 @@ class ClusterDriver:
             config, self.topology, replicas=len(self.links), n_train=self.n_train,
             start_epoch=start_epoch, connections=self.network.connections,
             records=self.records, servers=self.servers, call=self.links.call,
-            recover=self.supervisor.recover,
+            recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
 
@@ -362,10 +371,41 @@ class ClusterDriver:
         role_logger("cluster").warning(
             "%s; restarting (%d of %d)", restart.exit.describe(), restart.count, restart.limit
         )
-        if spec.kind == "replica":
+        if spec.kind == "replica":  # fenced before its portions go to others
+            incarnation = self.fences.replace(spec.index)
+            spec = self.specs[restart.name] = with_incarnation(spec, incarnation)
             self.epochs.lost(spec.index)
             self.links.close(spec.index)
+            address = self.launcher.restart(spec)
+            self.fences.started(spec.index, incarnation)
+            return address
         return self.launcher.restart(spec)
+
+    def _recover(self) -> None:
+        """Between the epoch loop's polls: restart the roles that died (or stop the job), and
+        ask the servers that missed a fence again."""
+        self.supervisor.recover()
+        self.fences.retry(time.monotonic())
+
+    def _unresponsive(self, replica: int) -> bool:
+        """Replica ``replica`` did not answer a request through every retry, and the launcher
+        saw no exit (paused, or cut off from the driver): whether it is now taken for dead and
+        will be restarted. It is fenced on every server first (the process may live on where
+        the launcher cannot reach it), then killed."""
+        name = f"replica {replica}"
+        if not self.policy.restartable(name):
+            return False  # the job stops, naming it
+        self.fences.replace(replica)
+        role_logger("cluster").warning(
+            "%s did not answer the driver for %.0f s; fenced on the servers, killing it",
+            name, self.config.ps.timeout_s * (self.config.ps.retries + 1),
+        )  # fmt: skip
+        self.launcher.kill(name)
+        deadline = time.monotonic() + self.config.cluster.stop_timeout_s
+        while not self.policy.awaiting_restart(name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.supervisor.poll()
+        return self.policy.awaiting_restart(name)
 
     def _back(self, restart: Restart, address: str) -> None:
         """A restarted role serves: a replica rejoins the epochs; a server must be where the
@@ -378,6 +418,8 @@ class ClusterDriver:
             raise RoleFailedError(
                 f"{restart.name} came back on {address}, not where the replicas were told it is"
             )
+        elif spec.kind == "ps":  # a restarted server holds no fences
+            self.fences.tell(self.fences.servers[spec.index])
         self.metrics.write(
             {"event": "restart", "role": restart.name, "host": exit_.host,
              "returncode": exit_.returncode, "restart": restart.count, "address": address}
@@ -447,6 +489,8 @@ class ClusterDriver:
             step(self.endpoint.close)
             self.endpoint = None
         self.servers.close(step)
+        if self.fences is not None:
+            step(self.fences.close)
         if self.records is not None:
             step(self.records.close)
         if self.tensorboard is not None:

@@ -88,6 +88,12 @@ class Launcher(ABC):
     def poll(self) -> list[RoleExit]:
         """The roles that have exited since they started (each reported once)."""
 
+    @abstractmethod
+    def kill(self, name: str) -> bool:
+        """SIGKILL role ``name`` (its process group: its workers too), which the driver took
+        for dead while it did not exit (it stopped answering); whether the signal was sent.
+        :meth:`poll` reports the exit."""
+
     def restart(self, spec: RoleSpec) -> str:
         """Start ``spec`` again once :meth:`poll` reported it gone; its ``HOST:PORT``.
 

@@ -7,12 +7,18 @@ through :meth:`ReplicaLinks.call`, which keeps two promises:
   role still lives between retries (:meth:`~hogwild.cluster.supervisor.Supervisor.poll`), and a
   replica that died and will be restarted is answered None at once (the next recovery restarts
   it and hands its work out again);
+* a replica that does not answer through every retry while the launcher sees it alive (paused,
+  or cut off from the driver) is handed to ``unresponsive``, the driver's, which fences it on the
+  servers and kills it (:mod:`hogwild.cluster.fences`): once the launcher saw it exit it is
+  answered None like any dead replica that will be restarted;
 * a call that fails otherwise names its cause: the role that died and will not come back (the
   supervisor's :meth:`~hogwild.cluster.supervisor.Supervisor.check` stops the job naming it), or
   else the replica and the request it did not answer.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from hogwild.cluster.supervisor import RestartPolicy, Supervisor
 from hogwild.errors import HogwildError
@@ -29,10 +35,20 @@ class ReplicaLinks:
         ps: The job's ``[ps]`` section (``timeout_s``, ``retries``, ``keys``).
         policy: The restart policy (who exited, who will come back).
         supervisor: Its adapter (polls the launcher, stops the job).
+        unresponsive: ``unresponsive(replica)``: a replica that did not answer is taken for dead
+            (fenced, killed); whether it will be restarted. None: the call fails.
     """
 
-    def __init__(self, job: str, ps, policy: RestartPolicy, supervisor: Supervisor) -> None:
+    def __init__(
+        self,
+        job: str,
+        ps,
+        policy: RestartPolicy,
+        supervisor: Supervisor,
+        unresponsive: Callable[[int], bool] | None = None,
+    ) -> None:
         self.job, self.ps, self.policy, self.supervisor = job, ps, policy, supervisor
+        self.unresponsive = unresponsive
         self.clients: list[ControlClient] = []
 
     def __len__(self) -> int:
@@ -60,6 +76,8 @@ class ReplicaLinks:
         except HogwildError as exc:
             self.supervisor.poll()
             if self.policy.awaiting_restart(name):
+                return None
+            if self.unresponsive is not None and self.unresponsive(replica):
                 return None
             self.supervisor.check()  # a role that died is the cause: say so
             raise HogwildError(f"replica {replica} did not answer {op!r}: {exc}") from None

@@ -122,6 +122,10 @@ class LocalLauncher(Launcher):
                 gone.append(RoleExit(name, "localhost", code))
         return gone
 
+    def kill(self, name: str) -> bool:
+        role = self.roles.get(name)
+        return role is not None and role.signal_group(signal.SIGKILL)
+
     def hosts(self) -> dict[str, str]:
         return {name: "localhost" for name in self.roles}
 

@@ -27,6 +27,10 @@ its server group to the groups' mean (the ``hogwild.server_groups`` entry point 
 :mod:`hogwild.cluster.services`, through the shards' operations) while its workers go on
 training.
 
+Every request its parameter-store clients send carries the replica's fencing token (its index and
+``--incarnation``, the driver's count of its starts: :mod:`hogwild.net.fencing`): once the driver
+has restarted it elsewhere (it took this process for dead), the servers refuse this one.
+
 The network thread only records a command; the main thread acts on it, drives the workers and
 keeps the portions' state. A replica whose driver has not asked anything for
 :data:`~hogwild.cluster.serving.DRIVER_SILENCE_S` seconds (longer while the driver may still be
@@ -52,6 +56,7 @@ from hogwild.config.topology import resolve_topology, split_groups
 from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
+from hogwild.net.fencing import fencing_token
 from hogwild.net.metrics import serve_metrics
 from hogwild.optim.schedule import peak_learning_rate
 from hogwild.shm.sweeper import sweep_report
@@ -98,9 +103,10 @@ class Portion:
 class TrainerReplica(Trainer):
     """One model replica: the single-node engine as a served role (see the module docstring)."""
 
-    def __init__(self, config, data, index: int) -> None:
+    def __init__(self, config, data, index: int, incarnation: int = 0) -> None:
         config = config.override(
             {
+                "ps.token": fencing_token(index, incarnation),  # what the driver fences
                 "train.workers": config.cluster.workers_per_replica,
                 "train.parameters": "ps",
                 "train.sync": False,
@@ -333,11 +339,13 @@ def run_replica(args) -> int:
     from hogwild.data.plan import load_data
 
     config = load_config(args.config, getattr(args, "overrides", None) or None)
+    incarnation = getattr(args, "incarnation", 0)
     keys = args.keys or config.ps.keys or None
     topology = resolve_topology(config.cluster, config.ps.rule)
     if topology.coordinated:  # sandblaster, allreduce, hybrid
         group = worker_group(topology.framework)
+        config = config.override({"ps.token": fencing_token(args.index, incarnation)})
         role = group(topology.framework, config, load_data(config, args.data), args.index)
     else:
-        role = TrainerReplica(config, load_data(config, args.data), args.index)
+        role = TrainerReplica(config, load_data(config, args.data), args.index, incarnation)
     return ReplicaServer(role, args.bind, keys).serve()

@@ -158,6 +158,17 @@ def on_port_of(spec: RoleSpec, address: str) -> RoleSpec:
     return replace(spec, argv=tuple(argv))
 
 
+def with_incarnation(spec: RoleSpec, incarnation: int) -> RoleSpec:
+    """A replica's ``spec`` started as its ``incarnation`` (``--incarnation``): the fencing
+    token its requests carry (:mod:`hogwild.net.fencing`)."""
+    argv = list(spec.argv)
+    if "--incarnation" in argv[:-1]:
+        argv[argv.index("--incarnation") + 1] = str(incarnation)
+    else:
+        argv += ["--incarnation", str(incarnation)]
+    return replace(spec, argv=tuple(argv))
+
+
 def with_servers(
     plan: ClusterPlan, config_file: str, job: str, servers: list[str], stores: list,
     per_group: int | None = None,

@@ -148,6 +148,7 @@ class PsConfig:
     nonfinite: str = "refuse"  # a write holding NaN or inf: "refuse" it, or "count" and apply
     max_vectors: int = 32  # named vectors a shard holds at most (vector operations, Sandblaster)
     min_copies: int = 0
+    token: int = 0  # the fencing token a cluster replica's requests carry (set by its driver)
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,8 @@ def _check_ps(ps, fail) -> None:
         fail(f"ps.max_vectors must be 1 to 4096 (named vectors per shard), got {ps.max_vectors}")
     if ps.min_copies < 0:
         fail(f"ps.min_copies must be >= 0 (0: half the copies, rounded up), got {ps.min_copies}")
+    if not 0 <= ps.token < 2**64:
+        fail(f"ps.token must be 0 to 2**64 - 1 (a replica's fencing token), got {ps.token}")
     if not 0 <= ps.lease_s <= 3600:
         fail(f"ps.lease_s must be 0 (auto) to 3600 seconds (a whole number), got {ps.lease_s}")
     if not ps.flush_s > 0 or not ps.timeout_s > 0:

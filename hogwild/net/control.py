@@ -86,6 +86,20 @@ def decode_json(frame, what: str) -> dict:
     return data
 
 
+def read_control(request: Incoming) -> tuple[str, dict]:
+    """A ``CONTROL`` request's ``op`` and body, checked (one UTF-8 JSON frame holding an object
+    with a string ``op``); a :class:`WireError` naming what is wrong otherwise."""
+    header = request.header
+    if header.frames != 1 or header.dtype != DType.UINT8 or len(request.frames) != 1:
+        raise WireError("CONTROL carries one UTF-8 JSON frame", ErrorCode.BAD_FRAMES)
+    frame_array(request.frames[0], DType.UINT8, header.shape, "the JSON frame")
+    body = decode_json(request.frames[0], "the JSON frame")
+    op = body.get("op")
+    if not isinstance(op, str):
+        raise WireError(f"a control request needs a string 'op', got {op!r}", ErrorCode.BAD_VALUE)
+    return op, body
+
+
 class _Handler:
     dedup_types = frozenset()  # a repeated command is answered again, from the current state
     receives_into_buffers = False
@@ -110,15 +124,7 @@ class _Handler:
             )
         if header.job not in (self.job, 0):  # 0: any job, for a status question alone
             raise WireError(f"job {header.job:#x} is not this role's job", ErrorCode.WRONG_JOB)
-        if header.frames != 1 or header.dtype != DType.UINT8 or len(request.frames) != 1:
-            raise WireError("CONTROL carries one UTF-8 JSON frame", ErrorCode.BAD_FRAMES)
-        frame_array(request.frames[0], DType.UINT8, header.shape, "the JSON frame")
-        body = decode_json(request.frames[0], "the JSON frame")
-        op = body.get("op")
-        if not isinstance(op, str):
-            raise WireError(
-                f"a control request needs a string 'op', got {op!r}", ErrorCode.BAD_VALUE
-            )
+        op, body = read_control(request)
         if header.job == 0:  # anyone's: alive, and nothing more (no job name, no figures)
             if op != "status":
                 raise WireError(

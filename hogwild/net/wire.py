@@ -23,7 +23,8 @@ shape    4 u32  array shape (unused dimensions 0)
 frames   u32    number of frames after the header
 aux      u32    a small argument: the layer of a vector push, a pull's length, the bytes of
                 a named push's vector name
-lease    u64    bucket-map version / lease (replication)
+lease    u64    bucket-map version / lease (replication); on a client's request, its fencing
+                token (:mod:`hogwild.net.fencing`; 0: none)
 a, b     2 f64  scalars: learning rate, alpha, a dot product's result
 ======== ====== =====================================================================
 
@@ -159,6 +160,7 @@ class ErrorCode(IntEnum):
     NOT_PRIMARY = 13  # not (or not yet) the serving primary of the shard's bucket: re-read the map
     FENCED = 14  # replication: an older epoch or lease than the bucket's: the sender steps down
     NEED_SYNC = 15  # replication: a copy missed an update: it needs a snapshot
+    REPLACED = 16  # the sender's replica incarnation was replaced by the driver: it must stop
 
 
 class WireError(HogwildError, ValueError):

@@ -54,6 +54,7 @@ class PSClient:
             requests go to each bucket's primary as etcd names it, and one that fails (the
             primary died or stepped down) is sent again, with the same number, to the next.
         failover_s: With ``etcd``: how long a request may wait for its bucket to have a primary.
+        token: A cluster replica's fencing token (:mod:`hogwild.net.fencing`), on every request.
 
     Attributes:
         layout: Shards, buckets and the map (from the servers, checked against each other).
@@ -77,6 +78,7 @@ class PSClient:
         window: int = 64,
         etcd: str | None = None,
         failover_s: float = 30.0,
+        token: int = 0,
     ) -> None:
         self.connection = Connection(
             servers,
@@ -88,6 +90,7 @@ class PSClient:
             window=window,
             etcd=etcd,
             failover_s=failover_s,
+            token=token,
         )
         self.job, self.job_id = job, self.connection.job_id
         self.layout = self.connection.layout

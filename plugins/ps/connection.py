@@ -74,6 +74,9 @@ class Connection:
         window: Requests in flight per server.
         etcd: ``HOST:PORT`` of the job's etcd when the servers keep copies (``copies > 1``).
         failover_s: With ``etcd``: how long a request may wait for its bucket to have a primary.
+        token: The fencing token every request carries (:mod:`hogwild.net.fencing`; a cluster
+            replica's, 0 for any other client): a server refuses it once the driver replaced
+            that incarnation of the replica (``REPLACED``).
 
     Attributes:
         peers: The sockets (one per server), numbering the requests.
@@ -98,8 +101,10 @@ class Connection:
         window: int = 64,
         etcd: str | None = None,
         failover_s: float = 30.0,
+        token: int = 0,
     ) -> None:
         self.job, self.job_id = job, job_id(job)
+        self.token = token
         self.routes: Routes | None = None
         self.failover_s = failover_s
         self.keys = keys
@@ -175,7 +180,7 @@ class Connection:
     def header(self, kind: MsgType, **fields) -> Header:
         """A request's header: every one is made here, so what names this client's job to the
         servers is filled in one place."""
-        return Header(kind, job=self.job_id, **fields)
+        return Header(kind, job=self.job_id, lease=self.token, **fields)
 
     @property
     def replicated(self) -> bool:

@@ -90,6 +90,7 @@ def _client(values: dict, client_id: int):
         retries=values["retries"],
         keys=values["keys"] or None,
         etcd=values.get("etcd") or None,
+        token=values.get("token", 0),
     )
 
 
@@ -130,6 +131,7 @@ class PSStore(CopiesStore):
             "retries": ps.retries,
             "keys": ps.keys,
             "etcd": config.cluster.etcd if config.cluster.copies > 1 else "",
+            "token": ps.token,  # a cluster replica's: the driver fences replaced incarnations
         }
         self.client = None
         self.joined_version = 0

@@ -353,6 +353,13 @@ class RayLauncher(Launcher):
         self._reported.discard(spec.name)
         return self.start(spec)
 
+    def kill(self, name: str) -> bool:
+        role = self.roles.get(name)
+        if role is None:
+            return False
+        self._send([role], signal.SIGKILL, process_group=True)  # a lost node: nothing to reach
+        return True
+
     def _forget(self, role: RayRole) -> None:
         """A lost role's actor killed and its placement group removed (it is placed anew)."""
         del self.roles[role.spec.name]

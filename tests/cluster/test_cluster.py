@@ -281,6 +281,27 @@ def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(m
         assert record["examples"] == 20000 == sum(record["per_replica_examples"].values())
 
 
+def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(mnist_dir, tmp_path):
+    """A replica paused (SIGSTOP, its workers too) does not answer the driver through every
+    retry: the driver fences it on the servers (the process could live on), kills it, restarts
+    it as its next incarnation, and hands its portions out again."""
+    args = ("--epochs", "1", "--replicas", "2", "--ps", "1", "--train.subset=10000")
+    args += ("--ps.timeout_s=2", "--ps.retries=2")  # taken for dead after 2 s x 3 tries
+
+    def pause(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
+        until("replica 1 training", lambda: gauge(scrape(first_port + 3),
+              "hogwild_replica_examples"), driver=driver)  # fmt: skip
+        os.killpg(pid_of(run_dir, "replica 1"), signal.SIGSTOP)
+
+    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 4, pause)
+    assert "replica 1 did not answer the driver" in stderr, stderr[-3000:]
+    assert "replica 1 fenced below incarnation 1 on 1 of 1 parameter server(s)" in stderr
+    assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
+    assert final["restarts"] == {"replica-1": 1}
+    (epoch,) = [r for r in records if r["event"] == "epoch"]
+    assert epoch["examples"] == 10000 == sum(epoch["per_replica_examples"].values())
+
+
 def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp_path):
     args = ("--epochs", "3", "--replicas", "1", "--ps", "1", "--data-servers", "2",
             "--train.subset=20000")  # fmt: skip

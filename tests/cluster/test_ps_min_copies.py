@@ -8,59 +8,44 @@ import signal
 import time
 
 import numpy as np
-from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.routes import Routes, etcd_prefix
 
 from tests.cluster.ps_stream import Stream
-from tests.cluster.test_ps_failover import JOB, N_PARAMS, wait_in_sync
+from tests.cluster.test_ps_failover import N_PARAMS
 
 STALL_S = 3.0  # past the peer timeouts (0.3 s and a retry each) and the copies' 1 s leases
 
 
-def test_both_copies_stalled_then_the_primary_killed_loses_nothing(trio, etcd_server):
-    client = PSClient(trio.addresses, JOB, client_id=4, etcd=etcd_server.address)
-    etcd = Etcd(etcd_server.address, prefix=etcd_prefix(JOB))
-    routes = Routes(etcd_server.address, JOB, 3, client.layout.n_buckets)
-    ledger = np.zeros(N_PARAMS, np.float64)  # the sum of every acknowledged delta
-    try:
-        client.assign(np.zeros(N_PARAMS, np.float32))
-        wait_in_sync(routes, etcd, 3)
-        routes.read()
-        primary = routes.primaries[0]
-        copies = [s for s in range(3) if s != primary]
-        layout = client.layout
-        # only the shards of that primary's buckets: each push is acknowledged by it alone
-        ranges = [
-            layout.shard_range(s)
-            for s in range(layout.n_shards)
-            if routes.primaries[layout.bucket_of(s)] == primary
-        ]
-        mask = np.zeros(N_PARAMS, bool)
-        for start, stop in ranges:
-            mask[start:stop] = True
+def test_both_copies_stalled_then_the_primary_killed_loses_nothing(trio, trio_ledger):
+    client, routes, ledger = trio_ledger.client, trio_ledger.routes, trio_ledger.ledger
+    routes.read()
+    primary = routes.primaries[0]
+    copies = [s for s in range(3) if s != primary]
+    layout = client.layout
+    # only the shards of that primary's buckets: each push is acknowledged by it alone
+    ranges = [
+        layout.shard_range(s)
+        for s in range(layout.n_shards)
+        if routes.primaries[layout.bucket_of(s)] == primary
+    ]
+    mask = np.zeros(N_PARAMS, bool)
+    for start, stop in ranges:
+        mask[start:stop] = True
 
-        def push(rng) -> None:
-            delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32) * mask
-            client.push_deltas(delta, ranges=ranges)  # once min_copies copies committed it
-            np.add(ledger, delta, out=ledger)
+    def push(rng) -> None:
+        delta = rng.integers(-3, 4, N_PARAMS).astype(np.float32) * mask
+        client.push_deltas(delta, ranges=ranges)  # once min_copies copies committed it
+        np.add(ledger, delta, out=ledger)
 
-        with Stream(push, seed=3) as stream:
-            stream.progress(5, "no progress before the stall")
+    with Stream(push, seed=3) as stream:
+        stream.progress(5, "no progress before the stall")
+        for s in copies:
+            trio.processes[s].send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(STALL_S)  # the primary drops what it may, and acknowledges nothing
+            trio.processes[primary].kill()
+        finally:
             for s in copies:
-                trio.processes[s].send_signal(signal.SIGSTOP)
-            try:
-                time.sleep(STALL_S)  # the primary drops what it may, and acknowledges nothing
-                trio.processes[primary].kill()
-            finally:
-                for s in copies:
-                    trio.processes[s].send_signal(signal.SIGCONT)
-            stream.progress(5, "no progress after the primary's death", time.monotonic() + 60)
-        assert not stream.problems, stream.problems
-        final = np.empty(N_PARAMS, np.float32)
-        client.pull(final)
-        np.testing.assert_array_equal(final, ledger.astype(np.float32))
-    finally:
-        client.close()
-        routes.close()
-        etcd.close()
+                trio.processes[s].send_signal(signal.SIGCONT)
+        stream.progress(5, "no progress after the primary's death", time.monotonic() + 60)
+    assert not stream.problems, stream.problems
+    trio_ledger.check()

@@ -70,3 +70,24 @@ def test_stop_all_asks_the_live_replicas_only_and_closes_every_client() -> None:
     assert replicas.stop_all() is True
     assert live.asked == ["stop"] and gone.asked == [] and live.closed and gone.closed
     assert len(replicas) == 0 and replicas.stop_all() is False
+
+
+def test_a_replica_that_does_not_answer_is_handed_over_and_answered_none_once_it_exited() -> None:
+    silent = Client(fail="timed out")
+    replicas, launcher = links(1, silent)
+    taken: list[int] = []
+
+    def unresponsive(replica: int) -> bool:  # the driver: fence, kill, wait for the exit
+        taken.append(replica)
+        launcher.exits = [RoleExit("replica 0", "h", -9)]
+        replicas.supervisor.poll()
+        return replicas.policy.awaiting_restart("replica 0")
+
+    replicas.unresponsive = unresponsive
+    assert replicas.call(0, "status") is None and taken == [0]
+    assert replicas.call(0, "status") is None and taken == [0]  # dead now: not asked again
+
+    stuck, _ = links(1, Client(fail="timed out"))
+    stuck.unresponsive = lambda replica: False  # it could not be made to exit: the call fails
+    with pytest.raises(HogwildError, match="replica 0 did not answer 'status'"):
+        stuck.call(0, "status")

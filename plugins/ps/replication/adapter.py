@@ -14,7 +14,9 @@ decides nothing itself:
   the commit rounds of the client updates of the buckets this server is primary of: it admits
   them, applies them here (the update engine), exchanges the prepares and commits with the
   copies and answers the clients, as the round says. Updates that arrive together go together:
-  one round of prepares and one of commits per batch;
+  one round of prepares and one of commits per batch. Both are carried out by the executor the
+  simulator runs too (:mod:`~hogwild_plugins.ps.replication.executor`): this class gives it the
+  bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`); it answers client pulls and
@@ -40,63 +42,41 @@ import itertools
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
 from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
     Campaign,
-    CampaignAnswered,
-    CommitPrepared,
-    CopyUnreachable,
     HandOver,
-    HandOverAnswered,
-    InSyncWritten,
     MapRead,
-    SnapshotDelivered,
-    Sync,
-    WriteInSync,
 )
 from hogwild_plugins.ps.replication.commit_round import (
-    Acknowledge,
-    Admit,
-    Admitted,
-    AnswerDuplicate,
-    ApplyLocally,
-    AwaitApplied,
-    BatchArrived,
     CommitRound,
-    CommitsAnswered,
-    DropCopy,
-    LocalApplied,
-    PreparesAnswered,
-    RefuseNotPrimary,
-    RoundStimulus,
-    SendCommits,
-    SendPrepares,
     Update,
 )
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
+from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
 from hogwild_plugins.ps.replication.frames import snapshot_frames
-from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
+from hogwild_plugins.ps.replication.local import LocalApplier
 from hogwild_plugins.ps.replication.membership import Membership
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
+from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
 from hogwild_plugins.ps.shard_log import ShardLog
-from hogwild_plugins.ps.work import Kind, Work
+from hogwild_plugins.ps.work import Work
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Request
-from hogwild.net.router import Incoming, Reply, error_reply
+from hogwild.net.router import Incoming, Reply
 from hogwild.net.wire import (
     DType,
     ErrorCode,
     Header,
     MsgType,
     WireError,
-    pack_header,
 )
 
 __all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
@@ -112,16 +92,6 @@ def auto_min_copies(copies: int) -> int:
     ``min.insync.replicas`` with three replicas; 1 of 2, so that one server's loss leaves a
     two-copy job writable)."""
     return (copies + 1) // 2
-
-
-@dataclass
-class Pending:
-    """A client's update waiting for the replication thread."""
-
-    header: Header
-    shard: int
-    work: Work
-    frames: list
 
 
 class Replication:
@@ -380,59 +350,40 @@ class Replication:
             self._carry_out(actions)
 
     def _carry_out(self, actions: list) -> None:
-        while actions:
-            action = actions.pop(0)
-            role = self.roles[action.bucket]
-            key = f"sync/{action.bucket}"
-            sid = self._stimulus(type(action).__name__)
-            if isinstance(action, Campaign):
-                value = action.record.value()
-                try:
-                    won = self._etcd.replace(key, value, action.expected)
-                    record = self._read(action.bucket)
-                except HogwildError as exc:
-                    self._etcd_failed(exc)
-                    # a follower again: the next read decides
-                    role.handle(CampaignAnswered(False, None, stimulus_id=sid))
-                    continue
-                self.counters["campaigns_won"] += bool(won)
-                if won and action.expected:  # a takeover (not a bucket's first primary)
-                    self._takeover(action.bucket, action.record.epoch)
-                won = won and record is not None
-                actions += role.handle(CampaignAnswered(won, record, stimulus_id=sid))
-            elif isinstance(action, WriteInSync):
-                try:
-                    ok = self._etcd.replace(key, action.record.value(), action.expected)
-                    record = self._read(action.bucket)
-                except HogwildError as exc:
-                    self._etcd_failed(exc)
-                    # not knowing is losing: step down (and retake)
-                    role.handle(InSyncWritten(False, None, stimulus_id=sid))
-                    continue
-                actions += role.handle(InSyncWritten(ok, record, stimulus_id=sid))
-            elif isinstance(action, HandOver):
-                # The role no longer serves (NOT_PRIMARY to every request from now on, queued
-                # ones included), and this thread runs no batch meanwhile: everything this side
-                # acknowledged is committed on the successor, an in-sync copy.
-                try:
-                    ok = self._etcd.replace(key, action.record.value(), action.expected)
-                    record = self._read(action.bucket)
-                except HogwildError as exc:
-                    self._etcd_failed(exc)
-                    # not knowing is losing: deposed, the map decides
-                    role.handle(HandOverAnswered(False, None, stimulus_id=sid))
-                    continue
-                self.counters["handed_over"] += bool(ok)
-                actions += role.handle(HandOverAnswered(ok, record, stimulus_id=sid))
-            elif isinstance(action, Sync):
-                ok = self._send_snapshot(action.bucket, action.server)
-                actions += role.handle(
-                    SnapshotDelivered(action.server, stimulus_id=sid)
-                    if ok
-                    else CopyUnreachable(action.server, stimulus_id=sid)
-                )
-            elif isinstance(action, CommitPrepared):
-                self._commit_prepared(action.bucket)
+        run(carry_out(actions, self.roles, self))
+
+    # ------------------------------------------------------------------ the executor's effects
+    # (plugins/ps/replication/executor.py: the loops the simulator runs too; none blocks here
+    # by yielding: each does its I/O in place)
+
+    def stimulus(self, what: str) -> str:
+        return self._stimulus(what)
+
+    def replace_record(self, action) -> Iterator[str]:
+        yield from ()
+        done = self._etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        return done, self._read(action.bucket)
+
+    def record_written(self, action, done: bool) -> None:
+        if isinstance(action, Campaign):
+            self.counters["campaigns_won"] += bool(done)
+            if done and action.expected:  # a takeover (not a bucket's first primary)
+                self._takeover(action.bucket, action.record.epoch)
+        elif isinstance(action, HandOver):
+            # The role no longer serves (NOT_PRIMARY to every request from now on, queued ones
+            # included), and this thread runs no batch meanwhile: everything this side
+            # acknowledged is committed on the successor, an in-sync copy.
+            self.counters["handed_over"] += bool(done)
+
+    def etcd_failed(self, exc: Exception) -> None:
+        self._etcd_failed(exc)
+
+    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
+        yield from ()
+        return self._send_snapshot(bucket, server)
+
+    def commit_prepared(self, bucket: int) -> None:
+        self._commit_prepared(bucket)
 
     def _stimulus(self, what: str) -> str:
         """A new stimulus id: what happened, this server, a number (for the machines' stories)."""
@@ -496,90 +447,23 @@ class Replication:
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see
-        :mod:`~hogwild_plugins.ps.replication.commit_round`): carry out what it decides, feed
-        back what came of it."""
+        :mod:`~hogwild_plugins.ps.replication.commit_round`) through the executor, its effects
+        :class:`~hogwild_plugins.ps.replication.primary_round.PrimaryRound`'s."""
         updates = tuple(
             Update(p.header.sender, p.header.seq, p.shard, self.layout.bucket_of(p.shard))
             for p in batch
         )
-        valid = self.failure is None and self.clock.valid(time.monotonic())
-        todo = self._round(BatchArrived(updates, valid, stimulus_id=self._stimulus("batch")))
-        done: Countdown | None = None
-        while todo:
-            action = todo.pop(0)
-            if isinstance(action, RefuseNotPrimary):
-                p = batch[action.index]
-                self._error(p.header, self.not_primary(p.header, p.shard))
-            elif isinstance(action, AnswerDuplicate):
-                p = batch[action.index]
-                self.replier.send(p.header.reply(MsgType.ACK, version=action.version))
-            elif isinstance(action, Admit):
-                versions = {}
-                for i in action.indices:
-                    p = batch[i]
-                    try:
-                        self.server.admission.admit(p.header, p.shard, p.work)
-                    except WireError as exc:
-                        self._error(p.header, exc)
-                        continue
-                    versions[i] = p.work.version
-                todo += self._round(Admitted(versions, stimulus_id=self._stimulus("admitted")))
-            elif isinstance(action, ApplyLocally):
-                # under the lock: a newer primary's snapshot restored on the network thread
-                # (its restore queued under the same lock) lands either before the check or
-                # after these updates in the engine's queue, never beneath them
-                with self.lock:
-                    mine = [i for i in action.indices if self.commit_round.ours(i)]
-                    done = Countdown(len(mine))
-                    self.local.apply([batch[i].work for i in mine], done)
-            elif isinstance(action, SendPrepares):
-                prepares = [self._prepare_request(batch[i], copy) for i, copy in action.prepares]
-                failed = self.link.failures(prepares, self.link.exchange(prepares))
-                sid = self._stimulus("prepared")
-                todo += self._round(PreparesAnswered(frozenset(failed), stimulus_id=sid))
-            elif isinstance(action, SendCommits):
-                commits = []
-                for shard, copy, version in action.commits:
-                    role = self.roles[self.layout.bucket_of(shard)]
-                    header = self.link.header(MsgType.COMMIT, shard, version, role)
-                    commits.append(Request(copy, header))
-                failed = self.link.failures(commits, self.link.exchange(commits))
-                sid = self._stimulus("committed")
-                todo += self._round(CommitsAnswered(frozenset(failed), stimulus_id=sid))
-            elif isinstance(action, DropCopy):
-                sid = self._stimulus("dropped")
-                role = self.roles[action.bucket]
-                self._carry_out(role.handle(CopyUnreachable(action.copy, stimulus_id=sid)))
-            elif isinstance(action, AwaitApplied):
-                if not done.wait(LOCAL_APPLY_S):
-                    raise HogwildError(f"local updates were not applied within {LOCAL_APPLY_S:g} s")
-                valid = self.clock.valid(time.monotonic())
-                todo += self._round(LocalApplied(valid, stimulus_id=self._stimulus("applied")))
-            elif isinstance(action, Acknowledge):
-                p = batch[action.index]
-                self.replier.send(
-                    p.header.reply(MsgType.ACK, version=action.version, a=p.work.result)
-                )
-                if self._awaiting_ack:
-                    self._acknowledged(self.layout.bucket_of(p.shard))
+        run(run_round(updates, self.roles, PrimaryRound(self, batch)))
 
-    def _round(self, stimulus: RoundStimulus) -> list:
-        """The commit round's answer to ``stimulus`` (under the lock: it reads and records in
-        the shard logs the copy side changes)."""
-        with self.lock:
-            return self.commit_round.handle(stimulus)
+    def valid(self) -> bool:
+        """This server's lease is valid by its own clock, and its replication has not failed."""
+        return self.failure is None and self.clock.valid(time.monotonic())
 
-    def _prepare_request(self, p: Pending, copy: int) -> Request:
-        role = self.roles[self.layout.bucket_of(p.shard)]
-        header = self.link.header(
-            MsgType.PREPARE,
-            p.shard,
-            p.work.version,
-            role,
-            a=self._coef(p),
-            frames=1 + len(p.frames),
-        )
-        return Request(copy, header, [pack_header(p.header), *p.frames])
+    def acknowledged(self, shard: int) -> None:
+        """An update of ``shard`` was acknowledged (the end of a failover, if it is the first
+        after a takeover of its bucket)."""
+        if self._awaiting_ack:
+            self._acknowledged(self.layout.bucket_of(shard))
 
     def _takeover(self, bucket: int, epoch: int) -> None:
         self.takeovers.append(
@@ -593,17 +477,6 @@ class Replication:
         entry = self._awaiting_ack.pop(bucket, None)
         if entry is not None:
             entry["first_ack_at"] = time.time()
-
-    @staticmethod
-    def _coef(p: Pending) -> float:
-        """The staleness coefficient the primary gave the update (copies apply the same)."""
-        if p.work.kind == Kind.VECTORS:
-            return -p.work.coef / p.header.a if p.header.a else 0.0
-        return float(p.work.coef)
-
-    def _error(self, header: Header, exc: WireError) -> None:
-        reply = error_reply(header, exc.code, str(exc))
-        self.replier.send(reply.header, reply.frames)
 
     # ------------------------------------------------------------------ status
 

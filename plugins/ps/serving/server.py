@@ -79,7 +79,9 @@ from hogwild.config.checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
-from hogwild.net.router import Incoming, Reply, Router, json_reply, reply_hwm
+from hogwild.net.control import ControlRefused, field, read_control
+from hogwild.net.fencing import MAX_INCARNATION, MAX_REPLICA, FenceTable, ReplacedError
+from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply, reply_hwm
 from hogwild.net.wire import (
     MAX_ARRAY_BYTES,
     ErrorCode,
@@ -193,6 +195,7 @@ class ParameterServer:
         self.receive_pool: ReceivePool | None = None  # with recv = "pool"
         self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
         self.replication = None
+        self.fences = FenceTable()  # the replicas' incarnations the driver replaced
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
         self.started_at = time.monotonic()
 
@@ -377,6 +380,8 @@ class ParameterServer:
             return json_reply(header, self.status())
         if header.type == MsgType.HELLO and header.job == self.job:
             return json_reply(header, self.hello())
+        if header.type == MsgType.CONTROL and header.job == self.job:
+            return self._control(request)
         if header.type in PEER_TYPES and self.options.copies > 1:
             if self.replication is None or self.replication.stopped:
                 raise WireError("replication is starting or stopping; retry", ErrorCode.BUSY)
@@ -387,10 +392,28 @@ class ParameterServer:
             raise WireError("HELLO needs this server's job id", ErrorCode.WRONG_JOB)
         raise WireError(f"a server does not take {header.type.name} messages", ErrorCode.UNEXPECTED)
 
+    def _control(self, request: Incoming) -> Reply:
+        """The driver's ``fence`` (``replica``, ``incarnation``): refuse that replica's older
+        incarnations from now on; the answer is the fence in force."""
+        op, body = read_control(request)
+        try:
+            if op != "fence":
+                raise ControlRefused("a parameter server takes the control op 'fence' only")
+            replica = field(body, "replica", int, minimum=0, maximum=MAX_REPLICA)
+            incarnation = field(body, "incarnation", int, minimum=0, maximum=MAX_INCARNATION)
+        except ControlRefused as exc:
+            return error_reply(request.header, ErrorCode.BAD_VALUE, f"{op}: {exc}")
+        return json_reply(request.header, {"fence": self.fences.fence(replica, incarnation)})
+
     def handle(self, request: Incoming) -> Reply | None:
         header = request.header
         if header.type not in DATA_TYPES:  # the data path first: it is nearly every request
             return self._handle_control(request)
+        if header.lease and self.fences.fences:  # a replica's request, and replicas replaced
+            try:
+                self.fences.check(header.lease)
+            except ReplacedError as exc:
+                raise WireError(str(exc), ErrorCode.REPLACED) from None
         shard = self.admission.check(header)
         local = self.local[shard]
         replication = self.replication
@@ -553,5 +576,6 @@ class ParameterServer:
             "ack": self.options.ack,
             "node": self.options.node,
             "replication": self.replication.status() if self.replication else None,
+            **self.fences.status(),
             "uptime_s": round(time.monotonic() - self.started_at, 1),
         }

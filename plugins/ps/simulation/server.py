@@ -5,8 +5,10 @@ A :class:`SimServer` holds what a replicated
 :class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`, the
 :class:`~hogwild_plugins.ps.replication.commit_round.CommitRound`, the
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide`, the shard logs, the shard book) and
-carries out their actions the way :mod:`~hogwild_plugins.ps.replication.adapter` and
-:mod:`~hogwild_plugins.ps.replication.copy_adapter` do, step for step, against the
+carries out their actions through the executor the real server runs
+(:mod:`~hogwild_plugins.ps.replication.executor`: this class is its host, as
+:mod:`~hogwild_plugins.ps.replication.adapter` is the real server's) and the copy side's the way
+:mod:`~hogwild_plugins.ps.replication.copy_adapter` does, step for step, against the
 :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd` and the world's network. A shard's values are
 the list of the client updates applied to it, ``(sender, seq)`` in order: what a real shard's
 floats sum up, made checkable (applied twice, missing, more than its version says).
@@ -24,38 +26,14 @@ from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.replication.bucket_role import (
     BucketRole,
-    Campaign,
-    CampaignAnswered,
-    CommitPrepared,
-    CopyUnreachable,
     Fenced,
-    HandOver,
-    HandOverAnswered,
-    InSyncWritten,
     MapRead,
     RecordRefreshed,
     Restored,
-    SnapshotDelivered,
-    Sync,
-    WriteInSync,
 )
 from hogwild_plugins.ps.replication.commit_round import (
-    Acknowledge,
-    Admit,
-    Admitted,
-    AnswerDuplicate,
-    ApplyLocally,
-    AwaitApplied,
-    BatchArrived,
     CommitRound,
-    CommitsAnswered,
-    DropCopy,
-    LocalApplied,
     Phase,
-    PreparesAnswered,
-    RefuseNotPrimary,
-    SendCommits,
-    SendPrepares,
     Update,
 )
 from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
@@ -72,6 +50,7 @@ from hogwild_plugins.ps.replication.copy_side import (
     SnapshotArrived,
     commit_log,
 )
+from hogwild_plugins.ps.replication.executor import carry_out, run_round
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 
@@ -185,6 +164,8 @@ class SimServer:
         self.n_stimuli = 0
         self.at_top = False  # the thread waits for a reason to read the map again
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
+        self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
+        self._works: dict[int, SimWork] = {}  # their versions, once admitted
         self.thread = self._run()
 
     def __getstate__(self) -> dict:
@@ -362,31 +343,31 @@ class SimServer:
             yield from self._carry_out(actions)
 
     def _carry_out(self, actions: list) -> Iterator[str]:
-        while actions:
-            action = actions.pop(0)
-            role = self.roles[action.bucket]
-            key = f"sync/{action.bucket}"
-            sid = self._sid(type(action).__name__)
-            if isinstance(action, Campaign | WriteInSync | HandOver):
-                yield f"{type(action).__name__} {action.bucket}"
-                ok = self.etcd.replace(key, action.record.value(), action.expected)
-                record = self.etcd.record(action.bucket)
-                if isinstance(action, Campaign):
-                    answer = CampaignAnswered(ok and record is not None, record, stimulus_id=sid)
-                elif isinstance(action, WriteInSync):
-                    answer = InSyncWritten(ok, record, stimulus_id=sid)
-                else:
-                    answer = HandOverAnswered(ok, record, stimulus_id=sid)
-                actions += role.handle(answer)
-            elif isinstance(action, Sync):
-                ok = yield from self._send_snapshot(action.bucket, action.server)
-                actions += role.handle(
-                    SnapshotDelivered(action.server, stimulus_id=sid)
-                    if ok
-                    else CopyUnreachable(action.server, stimulus_id=sid)
-                )
-            elif isinstance(action, CommitPrepared):
-                self._commit_prepared(action.bucket)
+        yield from carry_out(actions, self.roles, self)
+
+    # ------------------------------------------------------------------ the executor's effects
+    # (plugins/ps/replication/executor.py, the loops the real server runs: each effect that
+    # blocks there yields here, where the world decides what happens meanwhile)
+
+    def stimulus(self, what: str) -> str:
+        return self._sid(what)
+
+    def replace_record(self, action) -> Iterator[str]:
+        yield f"{type(action).__name__} {action.bucket}"
+        done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        return done, self.etcd.record(action.bucket)
+
+    def record_written(self, action, done: bool) -> None:
+        pass  # the real server's counters and failover timings: nothing to check here
+
+    def etcd_failed(self, exc: Exception) -> None:
+        raise AssertionError(f"the simulated etcd does not fail a call: {exc}")
+
+    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
+        return (yield from self._send_snapshot(bucket, server))
+
+    def commit_prepared(self, bucket: int) -> None:
+        self._commit_prepared(bucket)
 
     def _commit_prepared(self, bucket: int) -> None:
         for shard in self.bucket_shards[bucket]:
@@ -421,87 +402,68 @@ class SimServer:
         return exchange
 
     def _process(self, batch: list[tuple[int, int, int]]) -> Iterator[str]:
-        updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
-        todo = self.commit_round.handle(
-            BatchArrived(updates, self.valid(), stimulus_id=self._sid("batch"))
-        )
-        works: dict[int, SimWork] = {}
-        while todo:
-            action = todo.pop(0)
-            if isinstance(action, RefuseNotPrimary):
-                u = updates[action.index]
-                self.send(("client", u.sender), ("NOT_PRIMARY", u.seq, u.shard, 0))
-            elif isinstance(action, AnswerDuplicate):
-                u = updates[action.index]
-                self.send(("client", u.sender), ("ACK", u.seq, u.shard, action.version))
-            elif isinstance(action, Admit):
-                versions = {}
-                for i in action.indices:
-                    u = updates[i]
-                    self.book[u.shard] += 1
-                    works[i] = SimWork(u.sender, u.seq, u.shard, self.book[u.shard])
-                    versions[i] = self.book[u.shard]
-                todo += self.commit_round.handle(
-                    Admitted(versions, stimulus_id=self._sid("admitted"))
-                )
-            elif isinstance(action, ApplyLocally):
-                for i in (i for i in action.indices if self.commit_round.ours(i)):
-                    self.values[works[i].shard].append((works[i].sender, works[i].seq))
-            elif isinstance(action, SendPrepares):
-                requests = []
-                for i, copy in action.prepares:
-                    u, role = updates[i], self.roles[updates[i].bucket]
-                    item = (u.sender, u.seq, u.shard)
-                    requests.append(
-                        (
-                            copy,
-                            Peer(
-                                "PREPARE",
-                                u.bucket,
-                                u.shard,
-                                role.epoch,
-                                self.lease,
-                                self.me,
-                                works[i].version,
-                                item,
-                            ),
-                        )
-                    )
-                exchange = yield from self._exchange(requests)
-                todo += self.commit_round.handle(
-                    PreparesAnswered(self._failed(exchange), stimulus_id=self._sid("prepared"))
-                )
-            elif isinstance(action, SendCommits):
-                requests = []
-                for shard, copy, version in action.commits:
-                    bucket = self.bucket_of[shard]
-                    role = self.roles[bucket]
-                    requests.append(
-                        (
-                            copy,
-                            Peer("COMMIT", bucket, shard, role.epoch, self.lease, self.me, version),
-                        )
-                    )
-                exchange = yield from self._exchange(requests)
-                todo += self.commit_round.handle(
-                    CommitsAnswered(self._failed(exchange), stimulus_id=self._sid("committed"))
-                )
-            elif isinstance(action, DropCopy):
-                role = self.roles[action.bucket]
-                yield from self._carry_out(
-                    role.handle(CopyUnreachable(action.copy, stimulus_id=self._sid("dropped")))
-                )
-            elif isinstance(action, AwaitApplied):
-                yield "await the local application"
-                todo += self.commit_round.handle(
-                    LocalApplied(self.valid(), stimulus_id=self._sid("applied"))
-                )
-            elif isinstance(action, Acknowledge):
-                u = updates[action.index]
-                self.acknowledged.append(
-                    (u.sender, u.seq, u.shard, action.version, self.roles[u.bucket].epoch)
-                )
-                self.send(("client", u.sender), ("ACK", u.seq, u.shard, action.version))
+        self._updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
+        self._works = {}
+        try:
+            yield from run_round(self._updates, self.roles, self)
+        finally:
+            self._updates, self._works = (), {}
+
+    def round(self, stimulus) -> list:
+        return self.commit_round.handle(stimulus)
+
+    def refuse(self, index: int) -> None:
+        u = self._updates[index]
+        self.send(("client", u.sender), ("NOT_PRIMARY", u.seq, u.shard, 0))
+
+    def answer_duplicate(self, index: int, version: int) -> None:
+        u = self._updates[index]
+        self.send(("client", u.sender), ("ACK", u.seq, u.shard, version))
+
+    def admit(self, indices: tuple[int, ...]) -> dict[int, int]:
+        versions = {}
+        for i in indices:
+            u = self._updates[i]
+            self.book[u.shard] += 1
+            self._works[i] = SimWork(u.sender, u.seq, u.shard, self.book[u.shard])
+            versions[i] = self.book[u.shard]
+        return versions
+
+    def apply_locally(self, indices: tuple[int, ...]) -> None:
+        for i in (i for i in indices if self.commit_round.ours(i)):
+            work = self._works[i]
+            self.values[work.shard].append((work.sender, work.seq))
+
+    def send_prepares(self, prepares) -> Iterator[str]:
+        requests = []
+        for i, copy in prepares:
+            u, role = self._updates[i], self.roles[self._updates[i].bucket]
+            item = (u.sender, u.seq, u.shard)
+            message = Peer(
+                "PREPARE", u.bucket, u.shard, role.epoch, self.lease, self.me,
+                self._works[i].version, item,
+            )  # fmt: skip
+            requests.append((copy, message))
+        exchange = yield from self._exchange(requests)
+        return self._failed(exchange)
+
+    def send_commits(self, commits) -> Iterator[str]:
+        requests = []
+        for shard, copy, version in commits:
+            bucket = self.bucket_of[shard]
+            role = self.roles[bucket]
+            message = Peer("COMMIT", bucket, shard, role.epoch, self.lease, self.me, version)
+            requests.append((copy, message))
+        exchange = yield from self._exchange(requests)
+        return self._failed(exchange)
+
+    def await_applied(self) -> Iterator[str]:
+        yield "await the local application"
+
+    def acknowledge(self, index: int, version: int) -> None:
+        u = self._updates[index]
+        self.acknowledged.append((u.sender, u.seq, u.shard, version, self.roles[u.bucket].epoch))
+        self.send(("client", u.sender), ("ACK", u.seq, u.shard, version))
 
     @staticmethod
     def _failed(exchange: Exchange) -> frozenset:
