@@ -115,6 +115,10 @@ class ClusterDriver:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
         require_built(topology, config.cluster.copies)  # refused: what is not built
+        if config.model.partitions > 1:  # replicas of K partition processes
+            from hogwild.cluster.partitioned import check_partitioned_job
+
+            check_partitioned_job(config, topology, config.cluster.data_servers)
         if topology.coordinated:  # sandblaster, allreduce, hybrid: a coordinator per group
             worker_group(topology.framework).check_job(config, data, topology.framework)
         servers = {}  # L-BFGS bypasses the servers' rule, and ps.rule must stay "auto"

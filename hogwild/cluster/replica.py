@@ -335,7 +335,11 @@ def run_replica(args) -> int:
     config = load_config(args.config, getattr(args, "overrides", None) or None)
     keys = args.keys or config.ps.keys or None
     topology = resolve_topology(config.cluster, config.ps.rule)
-    if topology.coordinated:  # sandblaster, allreduce, hybrid
+    if config.model.partitions > 1:  # one replica over K partition processes
+        from hogwild.cluster.partitioned import PartitionedReplica
+
+        role = PartitionedReplica(config, load_data(config, args.data), args.index)
+    elif topology.coordinated:  # sandblaster, allreduce, hybrid
         group = worker_group(topology.framework)
         role = group(topology.framework, config, load_data(config, args.data), args.index)
     else:

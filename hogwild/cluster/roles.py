@@ -140,12 +140,12 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
     for i in range(cluster.data_servers):
         argv = ("data", "serve", data, "--config", config_file, "--bind", host, "--port", "0")
         plan.data.append(RoleSpec("data", i, argv, cpus=1))
+    # a partitioned replica's processes are its partitions (hogwild.cluster.partitioned)
+    cpus = config.model.partitions if config.model.partitions > 1 else cluster.workers_per_replica
     for i in range(cluster.replicas):
         argv = ("cluster", "--config", config_file, "--data", data, "replica", "--index", str(i))
         argv += ("--bind", host)
-        plan.replicas.append(
-            RoleSpec("replica", i, argv, cpus=cluster.workers_per_replica, group=f"replica-{i}")
-        )
+        plan.replicas.append(RoleSpec("replica", i, argv, cpus=cpus, group=f"replica-{i}"))
     return plan
 
 
