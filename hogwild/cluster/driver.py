@@ -226,7 +226,7 @@ class ClusterDriver:
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
-            f"{cluster.workers_per_replica} worker(s), {len(servers)} parameter server(s) "
+            f"{self._replica_processes()}, {len(servers)} parameter server(s) "
             f"({config.ps.rule}), "
             f"{len(data_servers)} data server(s), launcher {cluster.launcher}; "
             f"{self.n_train:,} training examples; run directory {self.run_dir}"
@@ -237,6 +237,7 @@ class ClusterDriver:
                 "connections": self.network.connections,
                 "replicas": cluster.replicas,
                 "workers_per_replica": cluster.workers_per_replica,
+                "partitions": config.model.partitions,
                 "framework": self.topology.framework,
                 "optimizer": self.topology.optimizer,
                 "ps_servers": servers,
@@ -255,6 +256,12 @@ class ClusterDriver:
             recover=self.supervisor.recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
+
+    def _replica_processes(self) -> str:
+        partitions = self.config.model.partitions
+        if partitions > 1:
+            return f"{partitions} partitions ({self.config.train.in_flight} examples in flight)"
+        return f"{self.config.cluster.workers_per_replica} worker(s)"
 
     def _records(self, config) -> EpochRecords:
         """The epochs' records, made once the config is the roles' (keys, etcd, lease): the

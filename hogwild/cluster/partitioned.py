@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hogwild.cluster.serving import DRIVER_SILENCE_S, MAX_QUEUED_PORTIONS, POLL_S
-from hogwild.errors import ConfigError
+from hogwild.errors import ConfigError, WorkerStalledError
 from hogwild.net.control import ControlRefused
 from hogwild.net.metrics import serve_metrics
 from hogwild.optim.schedule import peak_learning_rate
@@ -86,6 +86,8 @@ class Portion:
     closing: int = 0  # the close asked of the feeder for it (0: none)
     flushing: int = 0  # the flush asked of the partitions at its end (0: not yet)
     flush_deadline: float = 0.0
+    completed: int = -1  # examples completed (in all) when last seen to move
+    moved: float = 0.0  # when that was (time.monotonic)
     examples: int = 0
     loss: float = 0.0
     correct: int = 0
@@ -304,6 +306,18 @@ class PartitionedReplica(PartitionedTrainer):
             self.handed += size
             atomic_store(self.arena.array("control"), proc.COUNT, self.handed)
 
+    def _check_moving(self, portion: Portion, completed: int) -> None:
+        """Raise :class:`~hogwild.errors.WorkerStalledError` when the partitions, all alive,
+        completed no example for ``train.stall_s`` seconds."""
+        now = time.monotonic()
+        if completed != portion.completed:
+            portion.completed, portion.moved = completed, now
+        elif now - portion.moved > self.config.train.stall_s:
+            raise WorkerStalledError(
+                f"replica {self.index}: its partitions completed no example in "
+                f"{self.config.train.stall_s:.0f} s of epoch {portion.epoch + 1}"
+            )
+
     def _follow(self, portion: Portion) -> None:
         """Ask the feeder to close, the partitions to flush, as due; the figures once done."""
         from hogwild.shm.atomics import atomic_load, atomic_store
@@ -319,8 +333,10 @@ class PartitionedReplica(PartitionedTrainer):
             if portion.closing and atomic_load(control, proc.CLOSED) != portion.closing:
                 return  # the feeder has not cut what it hands out yet
             count = atomic_load(control, proc.COUNT)
-            if int(self._totals()[proc.STAT_EXAMPLES]) < count:
-                return  # examples in flight
+            completed = int(self._totals()[proc.STAT_EXAMPLES])
+            if completed < count:  # examples in flight
+                self._check_moving(portion, completed)
+                return
             self.handed = count  # a close cut it to what was fed
             self.flushes += 1
             portion.flushing = self.flushes
