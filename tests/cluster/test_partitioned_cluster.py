@@ -34,9 +34,11 @@ pytestmark = pytest.mark.slow
 
 SUBSET = 3000
 JOB = ("--epochs", "1", "--replicas", "2", "--ps", "1", f"--train.subset={SUBSET}")
-# One epoch of 3,000 examples: unpartitioned replicas reached 0.84 to 0.87 over seeds, and four
-# examples in flight per replica add staleness that costs at most about a point here.
-WITHIN = 0.03
+# One epoch of 3,000 examples, seeds 0 to 3: unpartitioned replicas reached 0.833 to 0.885,
+# two partitions per replica (four examples in flight) 0.840 to 0.867; the same seed's two jobs
+# differed by -0.028 to +0.027 (asynchronous pushes make each run differ a little too).
+WITHIN = 0.045
+FLOOR = 0.80
 
 
 def _run(mnist_dir, run_dir, *args: str) -> dict:
@@ -54,6 +56,7 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     split = _run(mnist_dir, tmp_path / "split", "--partitions", "2")
     assert split["examples"] == whole["examples"] == SUBSET, split
     assert split["test_accuracy"] >= whole["test_accuracy"] - WITHIN, (split, whole)
+    assert split["test_accuracy"] >= FLOOR, split
     assert split["restarts"] == {}
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
