@@ -44,7 +44,7 @@ import traceback
 
 PROCESS_NAME = "hogwild-wpart"  # + the partition; hogwild.numa.claims counts "hogwild-w*"
 # control words (int64, one 64-byte line each)
-STOP, EPOCH, COUNT, FED = 0, 8, 16, 24
+STOP, EPOCH, COUNT, FED = 0, 8, 16, 24  # EPOCH: the epoch under way, 1-based (informative)
 READY, PINNED = 32, 32 + 8 * 64  # + 8 * partition
 MAX_PARTITIONS = 64
 CLOSE = PINNED + 8 * MAX_PARTITIONS  # the parent's close requests, numbered
