@@ -203,6 +203,9 @@ def add_cluster_only_flags(parser: argparse.ArgumentParser) -> None:
          help="parameter servers " + _job("cluster.ps"))  # fmt: skip
     _add(parser, "--data-servers", type=int, metavar="D",
          help="data servers " + _job("cluster.data_servers"))  # fmt: skip
+    _add(parser, "--partitions", type=int, metavar="K",
+         help="split each replica's layers over K processes, each pushing and pulling its own "
+         "rows (docs/partitioning.md) " + _job("model.partitions"))  # fmt: skip
     _add(parser, "--launcher", metavar="NAME",
          help="where the roles run: local (this host), ray (a Ray cluster) or a plugin's "
          + _job("cluster.launcher"))  # fmt: skip

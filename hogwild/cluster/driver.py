@@ -119,6 +119,10 @@ class ClusterDriver:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
         require_built(topology, config.cluster.copies)  # refused: what is not built
+        if config.model.partitions > 1:  # replicas of K partition processes
+            from hogwild.cluster.partitioned import check_partitioned_job
+
+            check_partitioned_job(config, topology, config.cluster.data_servers)
         if topology.coordinated:  # sandblaster, allreduce, hybrid: a coordinator per group
             worker_group(topology.framework).check_job(config, data, topology.framework)
         servers = {}  # L-BFGS bypasses the servers' rule, and ps.rule must stay "auto"
@@ -233,7 +237,7 @@ class ClusterDriver:
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
-            f"{cluster.workers_per_replica} worker(s), {len(servers)} parameter server(s) "
+            f"{self._replica_processes()}, {len(servers)} parameter server(s) "
             f"({config.ps.rule}), "
             f"{len(data_servers)} data server(s), launcher {cluster.launcher}; "
             f"{self.n_train:,} training examples; run directory {self.run_dir}"
@@ -244,6 +248,7 @@ class ClusterDriver:
                 "connections": self.network.connections,
                 "replicas": cluster.replicas,
                 "workers_per_replica": cluster.workers_per_replica,
+                "partitions": config.model.partitions,
                 "framework": self.topology.framework,
                 "optimizer": self.topology.optimizer,
                 "ps_servers": servers,
@@ -262,6 +267,12 @@ class ClusterDriver:
             recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
+
+    def _replica_processes(self) -> str:
+        partitions = self.config.model.partitions
+        if partitions > 1:
+            return f"{partitions} partitions ({self.config.train.in_flight} examples in flight)"
+        return f"{self.config.cluster.workers_per_replica} worker(s)"
 
     def _records(self, config) -> EpochRecords:
         """The epochs' records, made once the config is the roles' (keys, etcd, lease): the

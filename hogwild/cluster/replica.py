@@ -342,7 +342,11 @@ def run_replica(args) -> int:
     incarnation = getattr(args, "incarnation", 0)
     keys = args.keys or config.ps.keys or None
     topology = resolve_topology(config.cluster, config.ps.rule)
-    if topology.coordinated:  # sandblaster, allreduce, hybrid
+    if config.model.partitions > 1:  # one replica over K partition processes
+        from hogwild.cluster.partitioned import PartitionedReplica
+
+        role = PartitionedReplica(config, load_data(config, args.data), args.index)
+    elif topology.coordinated:  # sandblaster, allreduce, hybrid
         group = worker_group(topology.framework)
         config = config.override({"ps.token": fencing_token(args.index, incarnation)})
         role = group(topology.framework, config, load_data(config, args.data), args.index)

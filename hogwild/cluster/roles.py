@@ -124,6 +124,13 @@ def ps_argv(config_file: str, job: str, servers: list[str], index: int, store: s
     return tuple(argv)
 
 
+def replica_cpus(config) -> int:
+    """The CPUs one replica role asks for, all on one node: its workers, or, partitioned, its
+    partition processes (:mod:`hogwild.cluster.partitioned`)."""
+    partitions = config.model.partitions
+    return partitions if partitions > 1 else config.cluster.workers_per_replica
+
+
 def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
     """The roles of ``config``'s cluster, before the parameter servers' ports are known.
 
@@ -140,12 +147,11 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
     for i in range(cluster.data_servers):
         argv = ("data", "serve", data, "--config", config_file, "--bind", host, "--port", "0")
         plan.data.append(RoleSpec("data", i, argv, cpus=1))
+    cpus = replica_cpus(config)
     for i in range(cluster.replicas):
         argv = ("cluster", "--config", config_file, "--data", data, "replica", "--index", str(i))
         argv += ("--bind", host)
-        plan.replicas.append(
-            RoleSpec("replica", i, argv, cpus=cluster.workers_per_replica, group=f"replica-{i}")
-        )
+        plan.replicas.append(RoleSpec("replica", i, argv, cpus=cpus, group=f"replica-{i}"))
     return plan
 
 

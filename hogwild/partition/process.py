@@ -15,9 +15,20 @@ int64 counters:
 * ``DONE``: partitions finished with the example; the last one counts it as completely processed
   (Adam's epoch rule), and the feeder may then load the slot again.
 
-Partition 0 is also the feeder: it loads the next example of the epoch's order into every slot
-whose example all partitions finished. Each partition applies the update rule to its own rows of
-the whole model's parameter vector after its backward pass of an example, without locks.
+Partition 0 is also the feeder: it loads the next example of the order into every slot whose
+example all partitions finished. The parent hands out work as a running total: ``COUNT`` is how
+many examples to feed in all (``FED`` how many were), the ``order`` region a ring read at
+``fed % len(order)``; a ``CLOSE`` the parent raises makes the feeder cut ``COUNT`` to what it fed
+and answer ``CLOSED`` (only the feeder knows what it fed). Each partition applies the update rule
+to its own rows of the whole model's parameter vector after its backward pass of an example,
+without locks.
+
+In a cluster job (:mod:`hogwild.cluster.partitioned`) each partition also exchanges its own rows,
+and only those, with the parameter servers: an :class:`~hogwild.store.exchange.Exchanger` of
+the store's home (opened through the parameter-store registry, never a plugin import) pushes the
+rows' progress every ``n_push`` examples and pulls them every ``n_fetch`` on its thread; when the
+parent raises ``FLUSH`` (all of a portion's examples complete) it pushes what remains and
+answers ``FLUSHED``.
 
 The loop does no waiting of its own: when nothing can advance it backs off (yield, then short
 sleeps) and checks that the parent still runs and has not asked it to stop.
@@ -33,14 +44,18 @@ import traceback
 
 PROCESS_NAME = "hogwild-wpart"  # + the partition; hogwild.numa.claims counts "hogwild-w*"
 # control words (int64, one 64-byte line each)
-STOP, EPOCH, COUNT, FED = 0, 8, 16, 24
+STOP, EPOCH, COUNT, FED = 0, 8, 16, 24  # EPOCH: the epoch under way, 1-based (informative)
 READY, PINNED = 32, 32 + 8 * 64  # + 8 * partition
 MAX_PARTITIONS = 64
-CONTROL_WORDS = PINNED + 8 * MAX_PARTITIONS
+CLOSE = PINNED + 8 * MAX_PARTITIONS  # the parent's close requests, numbered
+CLOSED = CLOSE + 8  # the last close the feeder carried out
+FLUSH = CLOSE + 16  # the parent's flush requests, numbered
+FLUSHED = CLOSE + 24  # + 8 * partition: the last flush it carried out
+CONTROL_WORDS = FLUSHED + 8 * MAX_PARTITIONS
 # float controls
 LR = 0
 # per-partition statistics (float64 row each, 8 wide)
-STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT = 0, 1, 2, 3
+STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT, STAT_STORE_WAIT = 0, 1, 2, 3, 4
 GEN, DONE = 0, 1
 
 
@@ -151,21 +166,58 @@ class PartitionLoop:
         self.wd = optim.weight_decay
         self.gen = [0] * self.n_slots
         self.stage = [len(self.schedule)] * self.n_slots
-        self.epoch_seen, self.fed, self.next_gen = 0, 0, 1
+        self.fed, self.next_gen, self.closes = 0, 1, 0
+        self.flushes = 0
+        self.exchanger = self._exchanger(setup.get("home"), network, arena, config)
         from hogwild.model.random import seed_kernels, worker_seed
 
         seed_kernels(worker_seed(config.train.seed, 0, self.p))  # this partition's dropout masks
 
+    def _exchanger(self, home: dict | None, network, arena, config):
+        """This partition's exchange of its own rows with the store's home (None: no home)."""
+        if not home:
+            return None
+        import numpy as np
+
+        from hogwild.store.exchange import Exchanger
+        from hogwild.store.protocol import WorkerSpec
+        from hogwild.store.registry import store_class
+
+        spec = WorkerSpec(home["store"], self.p, home["values"])
+        opened = store_class(home["store"]).open_home(spec, arena, network, config)
+        owned = np.array(self.plan.param_rows(self.p), dtype=np.int64).reshape(-1, 2)
+        return Exchanger(
+            opened,
+            self.params,
+            arena.array("base"),
+            home["n_push"],
+            home["n_fetch"],
+            1,
+            name=f"partition {self.p}'s exchange",
+            owned=owned,
+        )
+
     def run(self) -> None:
-        from hogwild.shm.atomics import atomic_load, atomic_store
-        from hogwild.shm.naming import process_alive
+        from hogwild.shm.atomics import atomic_store
 
         atomic_store(self.control, READY + 8 * self.p, 1)
+        try:
+            self._loop()
+        finally:
+            if self.exchanger is not None:
+                self.exchanger.close()
+
+    def _loop(self) -> None:
+        from hogwild.shm.atomics import atomic_load
+        from hogwild.shm.naming import process_alive
+
         idle, last_check = 0, time.monotonic()
         while True:
             progressed = self.feed() if self.p == 0 else False
             for s in range(self.n_slots):
                 progressed |= self.advance(s)
+            if self.exchanger is not None:
+                self.flush_when_asked()
             now = time.monotonic()
             if now - last_check > 0.05:  # busy or not: a stop mid-epoch is seen at once
                 last_check = now
@@ -183,15 +235,30 @@ class PartitionLoop:
             else:
                 time.sleep(0.0002 if idle < 20000 else 0.002)
 
+    def flush_when_asked(self) -> None:
+        """Push what this partition's rows hold unpushed once the parent asks (a portion's
+        end: every example of it is complete), and say so."""
+        from hogwild.shm.atomics import atomic_load, atomic_store
+
+        asked = atomic_load(self.control, FLUSH)
+        if asked == self.flushes:
+            return
+        self.exchanger.finish()
+        self.flushes = asked
+        self.stats[self.p, STAT_STORE_WAIT] = self.exchanger.wait_s
+        atomic_store(self.control, FLUSHED + 8 * self.p, asked)
+
     def feed(self) -> bool:
-        """Partition 0: load the epoch's next examples into the slots every partition is done
-        with. Returns whether it loaded any."""
+        """Partition 0: load the next examples of the order into the slots every partition is
+        done with, up to ``COUNT`` in all; carry out a close. Returns whether it loaded any."""
         from hogwild.model.loops import load_example
         from hogwild.shm.atomics import atomic_load, atomic_store
 
-        epoch = atomic_load(self.control, EPOCH)
-        if epoch != self.epoch_seen:
-            self.epoch_seen, self.fed = epoch, 0
+        close = atomic_load(self.control, CLOSE)
+        if close != self.closes:  # feed nothing more of what was handed out
+            self.closes = close
+            atomic_store(self.control, COUNT, self.fed)
+            atomic_store(self.control, CLOSED, close)
         count = atomic_load(self.control, COUNT)
         loaded = False
         w = self.width
@@ -205,7 +272,7 @@ class PartitionLoop:
                 continue
             for col in range(1, w):
                 atomic_store(self.sync, s * w + col, 0)
-            index = self.order[self.fed]
+            index = self.order[self.fed % len(self.order)]
             load_example(self.images[index], self.act[s], self.mean, self.std)
             self.slot_label[s] = self.labels[index]
             self.fed += 1
@@ -297,3 +364,5 @@ class PartitionLoop:
                 self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]
                 self.stats[self.p, STAT_CORRECT] += self.slot_loss[s, 1]
                 self.stats[self.p, STAT_EXAMPLES] += 1
+            if self.exchanger is not None:
+                self.exchanger.trained(1, None)

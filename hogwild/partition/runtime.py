@@ -114,6 +114,8 @@ class PartitionedTrainer:
         self.metrics = MetricsWriter(config.output.metrics, resume, overwrite)
         self.arena: Arena | None = None
         self.processes: list = []
+        self.handed = 0  # examples handed to the feeder so far (proc.COUNT)
+        self.placements: tuple = ()
 
     # -- the job ---------------------------------------------------------------------------------
 
@@ -189,7 +191,7 @@ class PartitionedTrainer:
     def _start(self, params: np.ndarray, velocity: np.ndarray) -> None:
         config, network, plan = self.config, self.network, self.plan
         n_slots, k = config.train.in_flight, plan.k
-        layout = arena_layout(network, plan, n_slots, self.train_images.shape)
+        layout = arena_layout(network, plan, n_slots, self.train_images.shape, self.exchanges)
         self.arena = arena = Arena.create("partition", layout)
         arena.array("params")[:] = params
         arena.array("velocity")[:] = velocity
@@ -211,10 +213,13 @@ class PartitionedTrainer:
         with placement_lock():  # planning and pinning as one step against other jobs
             taken = pinned_by_other_jobs()
             placements = worker_placements(k, config.train.placement, avoid=taken)
+            self.placements = placements
+            homes = self.homes(placements)
             for p in range(k):
+                partition = {"partition": p, "placement": placements[p], "home": homes[p]}
                 child = context.Process(
                     target=proc.partition_main,
-                    args=({**setup, "partition": p, "placement": placements[p]},),
+                    args=({**setup, **partition},),
                     name=f"hogwild-partition-{p}",
                     daemon=True,
                 )
@@ -223,6 +228,14 @@ class PartitionedTrainer:
             self._wait_all(control, proc.PINNED, "pinning themselves")
         self._wait_all(control, proc.READY, "loading their kernels")
         self.progress.line(describe_cpus(placements, taken).replace("workers", "partitions"))
+
+    #: Whether the partitions exchange their rows with a home (a ``base`` region in the arena).
+    exchanges = False
+
+    def homes(self, placements) -> list[dict | None]:
+        """Per partition, where its rows are exchanged (:mod:`hogwild.partition.process`); None:
+        nowhere, the arena is the model (one host, ``hogwild train``)."""
+        return [None] * len(placements)
 
     def _wait_all(self, control, word: int, doing: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -244,8 +257,9 @@ class PartitionedTrainer:
         arena.array("floats")[proc.LR] = lr
         stats, control = arena.array("stats"), arena.array("control")
         before = stats.sum(axis=0).copy()
-        atomic_store(control, proc.COUNT, n)
-        atomic_store(control, proc.EPOCH, epoch + 1)  # publishes the order, the count and lr
+        self.handed += n  # the feeder's running total (its order ring starts over at n)
+        atomic_store(control, proc.EPOCH, epoch + 1)
+        atomic_store(control, proc.COUNT, self.handed)  # publishes the order and lr
         started = last_progress = time.perf_counter()
         done = 0
         while done < n:
@@ -349,11 +363,16 @@ class PartitionedTrainer:
             self.arena = None
 
 
-def arena_layout(network: Network, plan: PartitionPlan, n_slots: int, images_shape) -> ArenaLayout:
-    """The partitioned job's shared segment (see :mod:`hogwild.partition.process`)."""
+def arena_layout(
+    network: Network, plan: PartitionPlan, n_slots: int, images_shape, base: bool = False
+) -> ArenaLayout:
+    """The partitioned job's shared segment (see :mod:`hogwild.partition.process`); with
+    ``base``, the values last exchanged with the parameter servers too (a cluster replica)."""
     size, k = network.act_size, plan.k
     layout = ArenaLayout()
     layout.add("params", np.float32, network.n_params)
+    if base:
+        layout.add("base", np.float32, network.n_params)
     layout.add("velocity", np.float32, network.n_params)
     layout.add("act", np.float32, (n_slots, size))
     layout.add("dact", np.float32, (k, n_slots, size))

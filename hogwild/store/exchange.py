@@ -117,6 +117,10 @@ class Home(ABC):
     def push_vectors(self, layers: tuple[FcLayer, ...], buffer: VectorBuffer) -> None:
         """Apply (or send) a buffer of fully connected vectors home."""
 
+    def own(self, ranges: np.ndarray) -> None:  # noqa: B027 - a home in shared memory has all
+        """Only ``ranges`` of the copy will be pushed and merged (a model partition's rows):
+        :meth:`fetch` need only bring those."""
+
     def close(self) -> None:  # noqa: B027 - a home in shared memory holds nothing
         """Release connections."""
 
@@ -135,6 +139,9 @@ class Exchanger:
         weight_decay: The job's weight decay (vectors carry the decay of their units).
         batch: The job's minibatch size (1: per-example updates; else minibatch means).
         name: The thread's name (the worker), for errors.
+        owned: ``[start, stop)`` ranges, int64 [n, 2]: the only part of the copy its compute
+            loop writes and reads (a model partition's rows; :meth:`Home.own` is told); None:
+            the whole copy. Not with ``layers``.
     """
 
     def __init__(
@@ -150,7 +157,10 @@ class Exchanger:
         weight_decay: float = 0.0,
         batch: int = 1,
         name: str = "exchange",
+        owned: np.ndarray | None = None,
     ) -> None:
+        if owned is not None and layers:
+            raise ValueError("an exchanger of owned ranges moves deltas only, not vectors")
         self.home, self.copy, self.base = home, copy, base
         self.n_push, self.n_fetch, self.unit = n_push, n_fetch, max(1, unit)
         self.layers = layers
@@ -158,6 +168,9 @@ class Exchanger:
         fc = sorted(layer.weights for layer in layers)
         self.fc_ranges = np.array(fc, dtype=np.int64).reshape(-1, 2)
         self.delta_ranges = _complement(fc, n)
+        if owned is not None:
+            self.delta_ranges = np.ascontiguousarray(owned, dtype=np.int64).reshape(-1, 2)
+            home.own(self.delta_ranges)
         self.all_ranges = np.array([[0, n]], dtype=np.int64)
         capacity = n_push + self.unit
         self._free = [VectorBuffer(b, layers, capacity) for b in buffers] if layers else []

@@ -42,6 +42,12 @@ class RemoteHome(Home):
         client.pin(self.send)  # its ranges go out as long-lived frames
         self.values = np.zeros(n_params, dtype=np.float32)  # what a pull receives
         self.basis: np.ndarray | None = None  # shard versions the copy last pulled
+        self.shards: list[int] | None = None  # the shards a pull brings (None: all)
+
+    def own(self, ranges) -> None:
+        """A model partition's rows: its pulls bring only the shards they lie in."""
+        cut = self.client.layout.cut([(int(lo), int(hi)) for lo, hi in ranges])
+        self.shards = sorted({shard for shard, _, _ in cut})
 
     def push(self, copy, base, ranges) -> None:
         take_deltas(self.send, copy, base, ranges)
@@ -49,7 +55,12 @@ class RemoteHome(Home):
         self.client.push_deltas(self.send, basis=self.basis, ranges=spans)
 
     def fetch(self) -> np.ndarray:
-        self.basis = self.client.pull(self.values)
+        if self.shards is None:
+            self.basis = self.client.pull(self.values)
+        else:  # the versions of the shards not pulled stay 0: no decay is asked for them
+            if self.basis is None:
+                self.basis = np.zeros(self.client.layout.n_shards, dtype=np.uint64)
+            self.basis[self.shards] = self.client.pull(self.values, shards=self.shards)
         return self.values
 
     def merge(self, values, copy, base, ranges) -> None:
@@ -57,6 +68,11 @@ class RemoteHome(Home):
 
     def exchange(self, copy, base, ranges) -> np.ndarray:
         """Push and pull in one exchange with the servers (:meth:`PSClient.push_and_pull`)."""
+        if self.shards is not None:  # a partition's: push, then pull its own shards
+            self.push(copy, base, ranges)
+            values = self.fetch()
+            merge_pulled(values, copy, base, ranges)
+            return values
         take_deltas(self.send, copy, base, ranges)
         spans = [(int(lo), int(hi)) for lo, hi in ranges]
         self.basis = self.client.push_and_pull(self.send, self.values, self.basis, spans)

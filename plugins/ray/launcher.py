@@ -20,7 +20,8 @@ and exit status; the driver waits by polling the actors.
 Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
 
 - a role with a ``group`` (a replica) gets a placement group of one bundle of ``cpus`` CPUs,
-  ``STRICT_PACK``: its workers share one node's memory (one role per group);
+  ``STRICT_PACK``: its workers (or, partitioned, its K partition processes, which exchange
+  blocks of neurons through one shared arena) share one node's memory (one role per group);
 - a server asks for ``cpus`` (1) CPU as a plain actor, spread over the nodes (``SPREAD``) when
   the roles are reachable from other hosts, so a bucket's copies sit on different nodes where
   there are as many nodes as servers. Ray's CPUs are logical: a node started with
@@ -72,7 +73,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec
+from hogwild.cluster.roles import RoleSpec, replica_cpus
 from hogwild.errors import ConfigError
 from hogwild.net.address import host_port, is_loopback, parse_address
 
@@ -92,11 +93,16 @@ def ray_address(cluster) -> str:
     return cluster.ray_address or os.environ.get("RAY_ADDRESS", "").strip()
 
 
-def needed_cpus(cluster) -> int:
+def needed_cpus(cluster, per_replica: int = 0) -> int:
     """The CPUs the job's roles ask Ray for: one per parameter server (of every server group)
-    and data server, a replica's workers for each replica."""
+    and data server, ``per_replica`` for each replica (its processes: its workers, or its
+    partitions; 0: ``cluster.workers_per_replica``)."""
     servers = cluster.ps * max(1, cluster.server_groups)
-    return servers + cluster.data_servers + cluster.replicas * cluster.workers_per_replica
+    return (
+        servers
+        + cluster.data_servers
+        + cluster.replicas * (per_replica or cluster.workers_per_replica)
+    )
 
 
 def wants_token(address: str) -> bool:
@@ -157,14 +163,15 @@ def use_token_if_asked(address: str) -> None:
     Config.initialize("")  # the probe cached the mode it saw
 
 
-def check_room(cluster, where: str) -> None:
+def check_room(cluster, where: str, per_replica: int = 0) -> None:
     """Refuse at once a job whose roles need more CPUs than the Ray cluster has (placing them
     would wait ``cluster.start_timeout_s`` for room that never comes).
 
     Raises:
         ConfigError: Not enough CPUs in all, or no node with a replica's CPUs.
     """
-    need = needed_cpus(cluster)
+    per_replica = per_replica or cluster.workers_per_replica
+    need = needed_cpus(cluster, per_replica)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     per_node = [float(n["Resources"].get("CPU", 0)) for n in nodes]
     have = sum(per_node)
@@ -173,14 +180,15 @@ def check_room(cluster, where: str) -> None:
             f"the job's roles need {need} CPU(s) of the Ray cluster {where} ("
             f"{cluster.ps * max(1, cluster.server_groups)} parameter server(s), "
             f"{cluster.data_servers} data server(s), {cluster.replicas} replica(s) x "
-            f"{cluster.workers_per_replica} worker(s)), and it has {have:g} on "
+            f"{per_replica} process(es)), and it has {have:g} on "
             f"{len(nodes)} node(s); add nodes, start them with more --num-cpus, or ask less"
         )
-    if per_node and cluster.workers_per_replica > max(per_node):
+    if per_node and per_replica > max(per_node):
         raise ConfigError(
-            f"a replica's {cluster.workers_per_replica} worker(s) share one node, and the "
-            f"largest node of the Ray cluster {where} has {max(per_node):g} CPU(s); lower "
-            "cluster.workers_per_replica or start a node with more --num-cpus"
+            f"a replica's {per_replica} process(es) (its workers, or its partitions) share one "
+            f"node, and the largest node of the Ray cluster {where} has {max(per_node):g} "
+            "CPU(s); lower cluster.workers_per_replica (or model.partitions) or start a node "
+            "with more --num-cpus"
         )
 
 
@@ -205,6 +213,7 @@ class RayLauncher(Launcher):
         super().__init__(config, run_dir)
         self.run_dir = str(Path(run_dir).resolve())
         self.cluster = config.cluster
+        self.per_replica = replica_cpus(config)  # a replica's processes share one node
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
         self.roles: dict[str, RayRole] = {}
         self.groups: dict[str, object] = {}
@@ -227,7 +236,7 @@ class RayLauncher(Launcher):
             )
         options = {"log_to_driver": False, "logging_level": logging.WARNING}
         if not address:  # the driver's own Ray (token authentication on, as Ray's default)
-            need = needed_cpus(self.cluster)
+            need = needed_cpus(self.cluster, self.per_replica)
             options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
         elif address != "auto":  # "auto": the cluster on this node, found by Ray
             check_reachable(address)
@@ -246,7 +255,7 @@ class RayLauncher(Launcher):
             if main:  # ray.init installs its own SIGTERM handler; the driver keeps its own
                 signal.signal(signal.SIGTERM, sigterm)
         try:
-            check_room(self.cluster, address or "on this host")
+            check_room(self.cluster, address or "on this host", self.per_replica)
         except BaseException:
             ray.shutdown()
             raise

@@ -12,6 +12,8 @@ Ray actor running its process, trains 20,000 MNIST examples to 95 % in two epoch
 on the local launcher reaches 98 % on all 60,000: ``test_cluster.py``; here what is checked is
 Ray's part), writes each role's log in the run directory, and leaves no process, no live actor
 and no placement group behind.
+A replica of two partitions is one actor in one placement group of two CPUs (its partitions on
+one node, around one arena), and trains.
 """
 
 from __future__ import annotations
@@ -201,6 +203,35 @@ def test_ray_restarts_a_killed_replica_in_its_actor(ray_head, mnist_dir, tmp_pat
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["restarts"] == {"replica-1": 1}, stderr[-3000:]
     assert final["test_accuracy"] >= 0.9, final
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
+        time.sleep(0.5)
+    assert _left_behind(ray_head["dashboard"]) == ([], [])
+    assert _processes_of(run_dir) == []
+
+
+def test_ray_places_a_partitioned_replica_on_one_node(ray_head, mnist_dir, tmp_path):
+    """A replica of 2 partitions is one actor in one placement group of 2 CPUs (one node):
+    its partitions share the arena; the job trains and leaves nothing behind."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
+        "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "1",
+        "--replicas", "1", "--partitions", "2", "--ps", "1", "--train.subset=3000",
+        "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
+        *PAPER_JOB,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=JOB_WITHIN_S, env=RAY_ENV
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["examples"] == 3000 and final["test_accuracy"] >= 0.75, final
+    ready = (run_dir / "logs" / "replica-0.log").read_text()
+    assert "replica 0 (2 partitions on CPUs" in ready, ready[-2000:]
+    groups = list_placement_groups(address=ray_head["dashboard"], limit=1000, detail=True)
+    bundles = [b["unit_resources"] for g in groups for b in g.bundles]
+    assert {"CPU": 2.0} in bundles, bundles  # the replica's: both partitions on one node
     deadline = time.monotonic() + GONE_WITHIN_S
     while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
         time.sleep(0.5)

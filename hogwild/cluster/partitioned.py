@@ -1,0 +1,360 @@
+"""A partitioned model replica of a cluster job: K partition processes, each exchanging its rows.
+
+Adam section 3.2 and Fig. 11: a replica is several machines, each holding a vertical slice of
+every layer, and each pushing and pulling its own slice's weights to and from the parameter
+servers. Here a replica is :class:`~hogwild.partition.runtime.PartitionedTrainer`'s arena and K
+partition processes (:mod:`hogwild.partition.process`) on one host, served to the driver as any
+replica role is (:class:`~hogwild.cluster.serving.ReplicaServer`); each partition's exchange
+thread pushes the progress of the parameter rows it owns, and pulls only the shards those rows
+lie in, through the ``ps`` store's home (reached through the parameter-store registry: the core
+never imports the plugin). The arena's ``base`` holds the values each row last exchanged.
+
+- At start, and before every new epoch (every partition flushed), the replica takes the servers'
+  whole model into its arena (``params`` and ``base``): the driver gave the servers the initial
+  or checkpointed model.
+- ``train`` (epoch, lr, seed, start, stop): ``order[start:stop]`` of the epoch's permutation is
+  appended to the feeder's ring and handed out (its running total ``COUNT``); the portion is
+  done once every example of it is completely processed by all K partitions (Adam's epoch rule)
+  and every partition has pushed what it trained (``FLUSH``). Dropout masks come from each
+  partition's own seed, not the portion's.
+- ``close`` (epoch): the feeder feeds nothing more of the portion; the examples in flight
+  complete.
+- A partition that dies (killed, or its exchange failed) ends the replica with an error naming
+  it: the driver restarts the replica (``cluster.restarts``), which trains the lost portions
+  again, as it does for an unpartitioned replica.
+
+Partitioned replicas train from MNIST idx data with ``train.batch = 1`` and Downpour's topology
+(replicas on one server group, no coordinator); :func:`check_partitioned_job` refuses the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hogwild.cluster.serving import DRIVER_SILENCE_S, MAX_QUEUED_PORTIONS, POLL_S
+from hogwild.errors import ConfigError, WorkerStalledError
+from hogwild.net.control import ControlRefused
+from hogwild.net.metrics import serve_metrics
+from hogwild.optim.schedule import peak_learning_rate
+from hogwild.partition import process as proc
+from hogwild.partition.runtime import PartitionDiedError, PartitionedTrainer, warm_kernels
+from hogwild.training.job import epoch_permutation
+from hogwild.training.messages import Train
+
+FLUSH_TIMEOUT_S = 300.0  # every partition pushed a portion's progress (a server may be slow)
+STORE = "ps"  # the parameter-store entry point whose home the partitions exchange with
+
+
+def check_partitioned_job(config, topology, data_servers: int) -> None:
+    """Refuse a cluster job with ``model.partitions > 1`` that partitioned replicas cannot run,
+    naming the setting."""
+    if config.model.partitions <= 1:
+        return
+    if topology.coordinated or topology.server_groups > 1:
+        raise ConfigError(
+            f"model.partitions = {config.model.partitions}: partitioned replicas train with "
+            f"Downpour (replicas on one server group); this job's topology is "
+            f"{topology.describe()}"
+        )
+    if data_servers:
+        raise ConfigError(
+            f"model.partitions = {config.model.partitions}: partitioned replicas read MNIST idx "
+            f"data themselves; set cluster.data_servers = 0, got {data_servers}"
+        )
+    if config.train.batch != 1:
+        raise ConfigError(
+            f"model.partitions = {config.model.partitions} trains one example at a time per slot: "
+            f"set train.batch = 1, got {config.train.batch}"
+        )
+
+
+@dataclass
+class Portion:
+    """One portion of an epoch on this replica, as the driver sees it through ``status``."""
+
+    epoch: int
+    start: int
+    stop: int
+    before: np.ndarray  # the partitions' statistics summed, when it began
+    started: float
+    closing: int = 0  # the close asked of the feeder for it (0: none)
+    flushing: int = 0  # the flush asked of the partitions at its end (0: not yet)
+    flush_deadline: float = 0.0
+    completed: int = -1  # examples completed (in all) when last seen to move
+    moved: float = 0.0  # when that was (time.monotonic)
+    examples: int = 0
+    loss: float = 0.0
+    correct: int = 0
+    store_wait_s: float = 0.0
+    seconds: float = 0.0  # set once done and flushed
+
+    def figures(self) -> dict:
+        return {
+            "start": self.start,
+            "examples": self.examples,
+            "loss": self.loss,
+            "correct": self.correct,
+            "data_wait_s": 0.0,
+            "store_wait_s": self.store_wait_s,
+        }
+
+
+class PartitionedReplica(PartitionedTrainer):
+    """One partitioned replica as a served role (see the module docstring)."""
+
+    exchanges = True
+
+    def __init__(self, config, data, index: int) -> None:
+        config = config.override(
+            {
+                "train.parameters": STORE,
+                "train.fc_push": "deltas",  # a partition's rows travel as their progress
+                "output.checkpoint_dir": "",
+                "output.metrics": "",
+                "output.tensorboard": "",  # the driver writes the job's
+                "output.progress": False,
+            }
+        )
+        super().__init__(config, data)
+        self.index = index
+        self.n_train = len(self.train_images)
+        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
+        self.max_lr = peak_learning_rate(config.optim)
+        cluster = config.cluster
+        self.silence_s = max(DRIVER_SILENCE_S, cluster.start_timeout_s * (cluster.replicas + 1))
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.portion: Portion | None = None  # the one under way, or the last one finished
+        self.finished: list[Portion] = []  # the epoch's finished portions, in order
+        self.epoch_started = 0.0
+        self.closed_epoch = -1  # a `close` that came before a portion began still closes it
+        self.closes = self.flushes = 0  # requests made of the partitions so far
+        self.store = self.home = self.endpoint = None
+
+    # -- the partitions' homes -------------------------------------------------------------------
+
+    def homes(self, placements) -> list[dict | None]:
+        from hogwild.store.registry import store_class
+
+        self.store = store_class(STORE)(self.config, self.network, placements)
+        return [
+            {
+                "store": STORE,
+                "values": self.store.home_spec(p),
+                "n_push": self.store.n_push,
+                "n_fetch": self.store.n_fetch,
+            }
+            for p in range(len(placements))
+        ]
+
+    def _take_the_servers_model(self) -> None:
+        """``params`` and ``base`` := the servers' model (every partition idle and flushed)."""
+        values = self.home.fetch()
+        self.arena.array("params")[:] = values
+        self.arena.array("base")[:] = values
+
+    # -- the network thread (ReplicaServer's requests) --------------------------------------------
+
+    @property
+    def job(self) -> str:
+        return self.store.reach["job"]
+
+    def describe(self) -> dict:
+        return {
+            "replica": self.index,
+            "workers": self.plan.k,
+            "partitions": self.plan.k,
+            "pid": os.getpid(),
+            "n_train": self.n_train,
+            "cpus": [p.cpu for p in self.placements],
+        }
+
+    def check_train(self, command: Train) -> None:
+        if not command.start <= command.stop <= self.n_train:
+            raise ControlRefused(
+                f"portion {command.start}:{command.stop} outside the {self.n_train} examples"
+            )
+
+    def queued(self) -> None:
+        self.wake.set()
+
+    def close(self, epoch: int) -> None:
+        with self.lock:  # the main thread asks the feeder (it owns the control words)
+            self.closed_epoch = max(self.closed_epoch, epoch)
+        self.wake.set()
+
+    def stop(self) -> None:
+        self.wake.set()
+
+    def status(self) -> dict:
+        """As :meth:`hogwild.cluster.replica.TrainerReplica.status`: the epoch's finished
+        portions and the one under way."""
+        with self.lock:
+            portion = self.portion
+            if portion is None:
+                return {"replica": self.index, "state": "idle"}
+            finished = list(self.finished)
+            running = not portion.seconds
+            out = {
+                "replica": self.index,
+                "state": "training" if running or not self.commands.empty() else "done",
+                "epoch": portion.epoch,
+                "finished": [p.figures() for p in finished],
+                "correct": sum(p.correct for p in finished),
+                "data_wait_s": 0.0,
+                "store_wait_s": sum(p.store_wait_s for p in finished),
+            }
+            examples = sum(p.examples for p in finished)
+            loss = sum(p.loss for p in finished)
+            if running:
+                now = self._totals() - portion.before
+                trained = int(now[proc.STAT_EXAMPLES])
+                out["portion"] = {
+                    "start": portion.start,
+                    "stop": portion.stop,
+                    "examples": trained,
+                    "seconds": time.perf_counter() - portion.started,
+                }
+                examples += trained
+                loss += float(now[proc.STAT_LOSS])
+            last = portion.started + portion.seconds if not running else time.perf_counter()
+            out.update(examples=examples, loss=loss, seconds=last - self.epoch_started)
+            return out
+
+    # -- the main thread ---------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Start the partitions and take the servers' model; the ready line's description."""
+        from hogwild.store.protocol import WorkerSpec
+        from hogwild.store.registry import store_class
+
+        warm_kernels(self.plan, self.config.train.in_flight)
+        n = self.network.n_params
+        self._start(np.zeros(n, np.float32), np.zeros(n, np.float32))  # the servers' comes next
+        spec = WorkerSpec(STORE, -1, self.store.home_spec(0))
+        self.home = store_class(STORE).open_home(spec, self.arena, self.network, self.config)
+        self._take_the_servers_model()
+        cpus = ", ".join(str(p.cpu) for p in self.placements)
+        return (
+            f"replica {self.index} ({self.plan.k} partitions on CPUs {cpus}, "
+            f"{self.config.train.in_flight} examples in flight; {self.store.home_name()})"
+        )
+
+    def started(self, address: str) -> None:
+        self.endpoint = serve_metrics(
+            "replica", f"replica {self.index}", self.config.cluster.metrics_port, self.status
+        )
+
+    def step(self) -> None:
+        """Begin the next portion it holds when idle; follow the one under way."""
+        portion = self.portion
+        if portion is None or portion.seconds:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                self.wake.wait(POLL_S)
+                self.wake.clear()
+                return
+            self._begin(command)
+        self._check_alive(f"training epoch {self.portion.epoch + 1}")
+        self._follow(self.portion)
+        if not self.portion.seconds:
+            self.wake.wait(0.005)
+            self.wake.clear()
+
+    def release(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
+        if self.home is not None:
+            self.home.close()
+            self.home = None
+        self._shutdown()
+
+    def _totals(self) -> np.ndarray:
+        return self.arena.array("stats").sum(axis=0)
+
+    def _begin(self, command: Train) -> None:
+        from hogwild.shm.atomics import atomic_store
+
+        previous = self.portion
+        new_epoch = previous is None or previous.epoch != command.epoch
+        if new_epoch and previous is not None:  # every partition flushed the last portion
+            self._take_the_servers_model()
+        size = command.stop - command.start
+        order = self.arena.array("order")
+        permutation = epoch_permutation(self.config.train.seed, command.epoch, self.n_train)
+        order[(self.handed + np.arange(size)) % len(order)] = permutation[
+            command.start : command.stop
+        ]
+        self.arena.array("floats")[proc.LR] = command.lr
+        with self.lock:
+            started = time.perf_counter()
+            if new_epoch:
+                self.finished, self.epoch_started = [], started
+            self.portion = Portion(
+                command.epoch, command.start, command.stop, self._totals().copy(), started
+            )
+            closed = command.epoch <= self.closed_epoch
+        if not closed:  # closed before it began: it trains nothing
+            self.handed += size
+            atomic_store(self.arena.array("control"), proc.COUNT, self.handed)
+
+    def _check_moving(self, portion: Portion, completed: int) -> None:
+        """Raise :class:`~hogwild.errors.WorkerStalledError` when the partitions, all alive,
+        completed no example for ``train.stall_s`` seconds."""
+        now = time.monotonic()
+        if completed != portion.completed:
+            portion.completed, portion.moved = completed, now
+        elif now - portion.moved > self.config.train.stall_s:
+            raise WorkerStalledError(
+                f"replica {self.index}: its partitions completed no example in "
+                f"{self.config.train.stall_s:.0f} s of epoch {portion.epoch + 1}"
+            )
+
+    def _follow(self, portion: Portion) -> None:
+        """Ask the feeder to close, the partitions to flush, as due; the figures once done."""
+        from hogwild.shm.atomics import atomic_load, atomic_store
+
+        control = self.arena.array("control")
+        with self.lock:
+            close = portion.epoch <= self.closed_epoch
+        if close and not portion.closing and not portion.flushing:
+            self.closes += 1
+            portion.closing = self.closes
+            atomic_store(control, proc.CLOSE, self.closes)
+        if not portion.flushing:
+            if portion.closing and atomic_load(control, proc.CLOSED) != portion.closing:
+                return  # the feeder has not cut what it hands out yet
+            count = atomic_load(control, proc.COUNT)
+            completed = int(self._totals()[proc.STAT_EXAMPLES])
+            if completed < count:  # examples in flight
+                self._check_moving(portion, completed)
+                return
+            self.handed = count  # a close cut it to what was fed
+            self.flushes += 1
+            portion.flushing = self.flushes
+            portion.flush_deadline = time.monotonic() + FLUSH_TIMEOUT_S
+            atomic_store(control, proc.FLUSH, self.flushes)
+        flushed = [atomic_load(control, proc.FLUSHED + 8 * p) for p in range(self.plan.k)]
+        if any(f != portion.flushing for f in flushed):
+            if time.monotonic() > portion.flush_deadline:
+                raise PartitionDiedError(
+                    f"replica {self.index}: the partitions did not push a portion's progress to "
+                    f"the parameter servers within {FLUSH_TIMEOUT_S:.0f} s"
+                )
+            return
+        done = self._totals() - portion.before
+        with self.lock:
+            portion.examples = int(done[proc.STAT_EXAMPLES])
+            portion.loss = float(done[proc.STAT_LOSS])
+            portion.correct = int(done[proc.STAT_CORRECT])
+            portion.store_wait_s = float(done[proc.STAT_STORE_WAIT])
+            portion.seconds = time.perf_counter() - portion.started
+            self.finished.append(portion)
