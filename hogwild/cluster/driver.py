@@ -51,6 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hogwild.cluster.epochs import EpochLoop
+from hogwild.cluster.identities import JobKeys
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
 from hogwild.cluster.links import ReplicaLinks
 from hogwild.cluster.prometheus import role_ports
@@ -67,7 +68,6 @@ from hogwild.errors import HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
-from hogwild.net.auth import make_keys
 from hogwild.net.control import ControlServer
 from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
@@ -148,6 +148,7 @@ class ClusterDriver:
         self.epochs: EpochLoop | None = None
         self.links: ReplicaLinks | None = None  # the replicas' control clients
         self.specs: dict = {}  # the supervised roles' specs as started, by name
+        self.job_keys: JobKeys | None = None  # a key pair per role (roles beyond loopback)
         self.policy = RestartPolicy(self.config.cluster.restarts, config.output.checkpoint_dir)
         self.supervisor: Supervisor | None = None  # once the launcher exists
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
@@ -188,6 +189,7 @@ class ClusterDriver:
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
+        self.launcher.job_keys = self.job_keys
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
         )
@@ -313,15 +315,16 @@ class ClusterDriver:
         }
 
     def _with_keys(self, config):
-        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``,
-        else made in the run directory when the roles listen beyond loopback."""
+        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``
+        (one key pair the user made, shared), else, when the roles listen beyond loopback, the
+        job's roster in the run directory: a key pair per role (:mod:`.identities`)."""
         keys = config.cluster.keys or config.ps.keys
         if not keys and not is_loopback(parse_address(f"{config.cluster.host}:0")):
-            made = self.run_dir / "keys"
-            if not (made / "server.key").exists():  # a resumed job keeps its keys
-                make_keys(made)
-                self.progress.line(f"CURVE keys for the job's roles made in {made}")
-            keys = str(made)
+            self.job_keys = JobKeys.make(self.run_dir)  # a resumed job keeps its roster
+            self.progress.line(
+                f"CURVE keys: a key pair per role, the job's roster in {self.job_keys.keys}"
+            )
+            keys = str(self.job_keys.keys)
         return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
 
     def _give_the_servers_the_model(self, groups: list[list[str]]) -> int:
@@ -415,6 +418,8 @@ class ClusterDriver:
             f"{self.config.cluster.host}:0", self.job, act, keys=self.config.ps.keys or None
         )
         self.control.start()
+        if self.job_keys is not None:
+            self.job_keys.located("driver", str(self.control.address))
         self._write_where()
 
     def _write_where(self) -> None:

@@ -35,10 +35,12 @@ Parameter servers are told the whole server list, so their ports are chosen befo
 Addresses: with ``cluster.host`` on loopback (the default) every role binds it, which works only
 when Ray places it on the driver's host (otherwise the role is refused, naming the node); any
 other ``cluster.host`` means "reachable from other hosts", and each role's ``--bind`` is made its
-node's IP (the driver then gives the roles CURVE keys, ``ps.keys``). A role on a node other than
-the driver's gets the files it reads from the run directory (config, keys) in a mirror on its
-node (private to its user, removed when the job stops); the data (``--data``) and keys kept
-elsewhere (``cluster.keys``) must be readable at the same path on every node.
+node's IP (the driver then gives the roles CURVE keys, ``ps.keys``: a key pair per role, each
+made by the role's actor on its node, only its public key entering the job's roster). A role on
+a node other than the driver's gets the files it reads from the run directory (config, the
+roster) in a mirror on its node (private to its user, removed when the job stops; the roster
+is sent again as roles join); the data (``--data``) and keys kept elsewhere (``cluster.keys``)
+must be readable at the same path on every node.
 ``cluster.ray_address`` is a Ray cluster's GCS address (``HOST:PORT``, what ``ray start
 --head`` prints); Ray Client (``ray://``) addresses are not supported, as the driver must be on
 a node of the cluster (it compares nodes with its own).
@@ -62,7 +64,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import ray
@@ -72,9 +74,10 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec
+from hogwild.cluster.roles import RoleSpec, planned_address
 from hogwild.errors import ConfigError
 from hogwild.net.address import host_port, is_loopback, parse_address
+from hogwild.net.auth import ROSTER
 
 POLL_S = 0.1
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
@@ -314,6 +317,10 @@ class RayLauncher(Launcher):
         if not self.loopback and "--bind" in argv[:-1]:
             argv[argv.index("--bind") + 1] = role.host
         log = os.path.join(self.run_dir, "logs", f"{spec.kind}-{spec.index}.log")
+        if self.job_keys is not None:  # the role's key pair made on its node; its public key here
+            self.job_keys.publish = self._publish
+            (public,) = self._get([role.actor.identity.remote(self.run_dir)], [spec])
+            self.job_keys.add(spec.name, public, planned_address(replace(spec, argv=tuple(argv))))
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
             started = role.actor.start.remote(argv, log, os.getcwd(), env)
@@ -326,6 +333,8 @@ class RayLauncher(Launcher):
             (status,) = self._get([role.actor.status.remote()], [spec])
             role.last = status["last"]
             if status["address"]:
+                if self.job_keys is not None:
+                    self.job_keys.located(spec.name, status["address"])
                 return status["address"]
             code = status["returncode"]
             if code is not None or time.monotonic() > deadline:
@@ -366,6 +375,21 @@ class RayLauncher(Launcher):
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 -- already removed with its node
                 pass
+
+    def _publish(self, roster: bytes) -> None:
+        """The job's new roster to every node that keeps a mirror of the run directory (the
+        driver's node reads the run directory itself): servers there admit the roles that
+        joined, clients there find their servers' keys."""
+        relative = str((Path(self.job_keys.keys).resolve() / ROSTER).relative_to(self.run_dir))
+        far = [r for r in self.roles.values() if r.node_id != self.node_id and r.pid is not None]
+        refs = []
+        for role in far:
+            try:
+                refs.append(role.actor.refresh.remote(relative, roster))
+            except (RayActorError, ValueError):
+                pass  # a lost role: its replacement gets the roster with its mirror
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
 
     def _files_for(self, argv: list[str]) -> dict[str, bytes]:
         """The run directory's files a role elsewhere reads: those in ``argv``, and the keys."""

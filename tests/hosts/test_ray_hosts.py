@@ -12,7 +12,8 @@ replicas and a data server, ``cluster.host`` host 1's address, so every role bin
 address under the job's CURVE keys. Once an epoch has ended, host 4 is lost (every process in
 it killed, its link down): the job goes on through the two members left and ends >= 98 % after
 2 epochs without restarting any role. While it trains, a client without keys is refused by every
-server, and one with the job's keys answered (the control). Afterwards: each of hosts 1 to 3
+server, one with the job's keys answered (the control), and a replication message sent with
+the job's user's key (a role of the job, not a server) refused by every server. Afterwards: each of hosts 1 to 3
 ran a role, and no role's process or run-directory mirror is left in any host. (The issue's two
 tests, the job across hosts and a member's host lost, are one run here: each costs a
 two-epoch job.)
@@ -134,6 +135,7 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
         probe = hosts.check(3, [
             sys.executable, "-m", "tests.hosts.keyless", start["config"]["ps"]["job"],
             start["config"]["ps"]["keys"], "--ps", *ps, "--data", *data,
+            "--identity", str(run_dir / "private-keys" / "user.key_secret"),
         ], cwd=str(Path(__file__).resolve().parents[2]))  # fmt: skip
         stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
@@ -152,11 +154,14 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     assert {a.rpartition(":")[0] for a in ps} == addresses  # a server (and a copy) per host
     found = json.loads(probe.strip().splitlines()[-1])
     assert set(found) == {*ps, *data}
-    for address, seen in found.items():
-        assert seen == {"keyless_refused": True, "keyed_answered": True}, address
+    for address, seen in found.items():  # a replication message with a non-server's key: refused
+        forged = {"forged_refused": True} if address in ps else {}
+        assert seen == {"keyless_refused": True, "keyed_answered": True, **forged}, address
 
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and _roles_left(hosts, run_dir):
         time.sleep(0.5)
     assert _roles_left(hosts, run_dir) == []
-    assert not mirror_dir(str(run_dir.resolve())).exists()  # hosts 2 and 3's copy of the keys
+    mirror = mirror_dir(str(run_dir.resolve()))  # hosts 2 and 3's copy of the roster
+    assert not mirror.exists()
+    assert not (mirror.parent / f"{mirror.name}-own-keys").exists()  # the roles' key pairs
