@@ -43,7 +43,9 @@ class JobServers:
     def with_controller(self, config, say: Callable[[str], None]):
         """``config`` with ``cluster.etcd`` the controller's address (the one given, or one
         started for the job) and an auto ``ps.lease_s`` as short as it honours."""
-        self.controller = open_controller(config.cluster.etcd, self.job, say)
+        self.controller = open_controller(
+            config.cluster.etcd, self.job, say, tls=config.cluster.etcd_tls or None
+        )
         changes = {"cluster.etcd": self.controller.address}
         if not config.ps.lease_s:  # auto: as short as the controller honours
             changes["ps.lease_s"] = self.controller.min_lease_s

@@ -76,10 +76,13 @@ class OpenController(Protocol):
     """Entry point ``hogwild.controllers``: the controller of job ``job``.
 
     ``address`` is ``cluster.etcd`` (empty: start one for the job and say where with ``say``);
-    whatever an earlier run of the job left in it is deleted first.
+    whatever an earlier run of the job left in it is deleted first. ``tls`` is
+    ``cluster.etcd_tls`` (a directory of certificates: HTTPS with client certificates).
     """
 
-    def __call__(self, address: str, job: str, say: Callable[[str], None]) -> Controller: ...
+    def __call__(
+        self, address: str, job: str, say: Callable[[str], None], tls: str | None = None
+    ) -> Controller: ...
 
 
 class SyncResult(Protocol):
@@ -139,9 +142,13 @@ class WorkerGroupFramework(Protocol):
     def __call__(self, framework: str, config, data, index: int) -> ServedRole: ...
 
 
-def open_controller(address: str, job: str, say: Callable[[str], None]) -> Controller:
-    """The controller of ``job`` (:class:`OpenController`), from its entry point."""
-    return load(CONTROLLERS, CONTROLLER, needed_for="cluster.copies > 1")(address, job, say)
+def open_controller(
+    address: str, job: str, say: Callable[[str], None], tls: str | None = None
+) -> Controller:
+    """The controller of ``job`` (:class:`OpenController`), from its entry point; ``tls``: a
+    directory of etcd certificates (``cluster.etcd_tls``)."""
+    opened = load(CONTROLLERS, CONTROLLER, needed_for="cluster.copies > 1")
+    return opened(address, job, say, tls=tls)
 
 
 def open_server_groups(groups, job: str, who: str, *, timeout_s: float, retries: int,

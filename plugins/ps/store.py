@@ -90,6 +90,7 @@ def _client(values: dict, client_id: int):
         retries=values["retries"],
         keys=values["keys"] or None,
         etcd=values.get("etcd") or None,
+        etcd_tls=values.get("etcd_tls") or None,
     )
 
 
@@ -130,6 +131,7 @@ class PSStore(CopiesStore):
             "retries": ps.retries,
             "keys": ps.keys,
             "etcd": config.cluster.etcd if config.cluster.copies > 1 else "",
+            "etcd_tls": config.cluster.etcd_tls if config.cluster.copies > 1 else "",
         }
         self.client = None
         self.joined_version = 0
