@@ -64,14 +64,16 @@ class EtcdController:
         self.prefix, self.tls = etcd_prefix(job), tls or None
         self.process: EtcdProcess | EtcdCluster | None = None
         if address.strip() == JOB_ETCD:
-            self.process = EtcdCluster(JOB_ETCD_MEMBERS, tls=self.tls)  # each member's data its own, removed
+            # each member's data its own, removed with it
+            self.process = EtcdCluster(JOB_ETCD_MEMBERS, tls=self.tls)
             address = self.process.start()
             say(
                 f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members for the "
                 f"servers' copies on {address}"
             )
         elif not address:
-            self.process = EtcdProcess(tls=self.tls)  # its data in a directory of its own, removed with it
+            # its data in a directory of its own, removed with it
+            self.process = EtcdProcess(tls=self.tls)
             address = self.process.start()
             say(f"hogwild cluster: etcd for the servers' copies on {address}")
         beyond = [m for m in parse_endpoints(address) if not is_loopback(parse_address(m))]

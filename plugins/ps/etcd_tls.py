@@ -224,7 +224,8 @@ def _with_openssl(root: Path, names: list[str], days: int) -> None:
         run("req", "-x509", "-new", "-key", str(w / "ca.key"), "-subj", "/CN=hogwild etcd CA",
             "-days", str(days), "-out", str(w / "ca.crt"))  # fmt: skip
         for who, usage in ((SERVER, "serverAuth,clientAuth"), (CLIENT, "clientAuth")):
-            run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(w / f"{who}.key"))
+            key = str(w / f"{who}.key")
+            run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
             run("req", "-new", "-key", str(w / f"{who}.key"), "-subj", f"/CN=hogwild etcd {who}",
                 "-out", str(w / f"{who}.csr"))  # fmt: skip
             (w / f"{who}.ext").write_text(

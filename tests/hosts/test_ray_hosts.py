@@ -13,8 +13,9 @@ address under the job's CURVE keys. Once an epoch has ended, host 4 is lost (eve
 it killed, its link down): the job goes on through the two members left and ends >= 98 % after
 2 epochs without restarting any role. While it trains, a client without keys is refused by every
 server, one with the job's keys answered (the control), and a replication message sent with
-the job's user's key (a role of the job, not a server) refused by every server. Afterwards: each of hosts 1 to 3
-ran a role, and no role's process or run-directory mirror is left in any host. (The issue's two
+the job's user's key (a role of the job, not a server) refused by every server. Afterwards:
+each of hosts 1 to 3 ran a role, and no role's process, run-directory mirror or role key pair
+is left in any host. (The issue's two
 tests, the job across hosts and a member's host lost, are one run here: each costs a
 two-epoch job.)
 
