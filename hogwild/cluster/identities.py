@@ -60,8 +60,10 @@ class JobKeys:
         """``role``'s public key (and its address, if known before it starts)."""
         with self._lock:
             old = self.roles.get(role, {})
-            self.roles[role] = {"key": public, "address": address or old.get("address", "")}
-            self._write()
+            entry = {"key": public, "address": address or old.get("address", "")}
+            if entry != old:  # a restarted role with the same key pair changes nothing
+                self.roles[role] = entry
+                self._write()
 
     def located(self, role: str, address: str) -> None:
         """``role`` serves at ``address`` (its ready line)."""

@@ -89,8 +89,9 @@ class LocalLauncher(Launcher):
         """Every process first, then the ready lines: the roles start side by side."""
         deadline = time.monotonic() + self.config.cluster.start_timeout_s
         roles = []
-        for spec in specs:
-            role = self.roles[spec.name] = RoleProcess(spec, self.log_dir, self._identity(spec))
+        envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
+        for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
+            role = self.roles[spec.name] = RoleProcess(spec, self.log_dir, env)  # know each other
             roles.append(role)
         addresses = [self._wait_ready(role, deadline) for role in roles]
         if self.job_keys is not None:

@@ -309,18 +309,38 @@ class RayLauncher(Launcher):
 
     # -- starting --------------------------------------------------------------------------------
 
+    def start_all(self, specs: list[RoleSpec]) -> list[str]:
+        if self.job_keys is not None:  # every key in the roster before any of them starts:
+            deadline = time.monotonic() + self.cluster.start_timeout_s  # servers started
+            for spec in specs:  # together are each other's clients (the copies)
+                role = self.roles.get(spec.name) or self._place(spec, deadline)
+                role.spec = spec
+                self._identify(role, self._argv(role))
+        return super().start_all(specs)
+
+    def _argv(self, role: RayRole) -> list[str]:
+        """The role's command line on its node (bound to the node's address)."""
+        argv = list(role.spec.argv)
+        if not self.loopback and "--bind" in argv[:-1]:
+            argv[argv.index("--bind") + 1] = role.host
+        return argv
+
+    def _identify(self, role: RayRole, argv: list[str]) -> None:
+        """The role's key pair made by its actor on its node; its public key (and its address,
+        if fixed) into the job's roster, sent to the nodes that keep a mirror."""
+        self.job_keys.publish = self._publish
+        (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
+        address = planned_address(replace(role.spec, argv=tuple(argv)))
+        self.job_keys.add(role.spec.name, public, address)
+
     def start(self, spec: RoleSpec) -> str:
         deadline = time.monotonic() + self.cluster.start_timeout_s
         role = self.roles.get(spec.name) or self._place(spec, deadline)
         role.spec = spec  # reserve() placed it before its command line was known
-        argv = list(spec.argv)
-        if not self.loopback and "--bind" in argv[:-1]:
-            argv[argv.index("--bind") + 1] = role.host
+        argv = self._argv(role)
         log = os.path.join(self.run_dir, "logs", f"{spec.kind}-{spec.index}.log")
-        if self.job_keys is not None:  # the role's key pair made on its node; its public key here
-            self.job_keys.publish = self._publish
-            (public,) = self._get([role.actor.identity.remote(self.run_dir)], [spec])
-            self.job_keys.add(spec.name, public, planned_address(replace(spec, argv=tuple(argv))))
+        if self.job_keys is not None:  # again: a role placed anew (its node lost) has a new one
+            self._identify(role, argv)
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
             started = role.actor.start.remote(argv, log, os.getcwd(), env)
