@@ -68,6 +68,7 @@ from hogwild.errors import HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
+from hogwild.net.auth import use_identity
 from hogwild.net.control import ControlServer
 from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
@@ -460,6 +461,8 @@ class ClusterDriver:
         step(self.servers.close_controller)  # after the servers: they give their leases back
         if self.control is not None:
             step(self.control.stop)
+        if self.job_keys is not None:  # this process speaks as nobody in particular again
+            step(lambda: use_identity(None))
         if self.endpoint is not None:
             step(self.endpoint.close)
             self.endpoint = None

@@ -71,8 +71,8 @@ ROSTER = "roster.json"
 IDENTITY_ENV = "HOGWILD_KEY"
 """The environment variable naming this process's own secret key file (a role's identity)."""
 MAX_ROSTER_BYTES = 1 << 20
-ROLE_NAME = re.compile(r"^[a-z]+( [0-9]+)?$")  # "ps 0", "replica 3", "driver"
-Z85_KEY = re.compile(r"^[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}$")
+ROLE_NAME = re.compile(r"[a-z]+( [0-9]+)?")  # "ps 0", "replica 3", "driver"
+Z85_KEY = re.compile(r"[0-9A-Za-z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}")
 _identity: Path | None = None
 
 
@@ -190,7 +190,7 @@ def has_roster(directory: str | os.PathLike) -> bool:
 
 
 def _check_role(name, what: str) -> None:
-    if not isinstance(name, str) or not ROLE_NAME.match(name):
+    if not isinstance(name, str) or not ROLE_NAME.fullmatch(name):
         raise KeysError(f"{what} {name!r}: expected a role name such as 'ps 0' or 'driver'")
 
 
@@ -219,7 +219,7 @@ def read_roster(directory: str | os.PathLike) -> dict[str, dict]:
     checked = {}
     for name, entry in roles.items():
         _check_role(name, f"{path}: role")
-        if not isinstance(entry, dict) or not Z85_KEY.match(str(entry.get("key", ""))):
+        if not isinstance(entry, dict) or not Z85_KEY.fullmatch(str(entry.get("key", ""))):
             raise KeysError(f"{path}: role {name!r}: expected a 40-character Z85 public key")
         address = entry.get("address", "")
         if not isinstance(address, str) or len(address) > 300:
@@ -234,7 +234,7 @@ def write_roster(directory: str | os.PathLike, roles: dict[str, dict]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for name, entry in roles.items():
         _check_role(name, "role")
-        if not Z85_KEY.match(entry["key"]):
+        if not Z85_KEY.fullmatch(entry["key"]):
             raise KeysError(f"role {name!r}: {entry['key']!r} is not a Z85 public key")
     path = root / ROSTER
     temporary = root / f".{ROSTER}.{os.getpid()}.tmp"

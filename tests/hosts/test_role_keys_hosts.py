@@ -5,7 +5,8 @@ The driver runs in host 1 with ``cluster.host`` host 1's address (so every role 
 CURVE): it makes the job's roster, a key pair per role in its private directory, public keys
 alone in ``RUN_DIR/keys``. From host 2, while the job trains: a client without keys gets no
 answer from any server, one with the job's user's key is answered, and a replication message
-(``COMMIT``) sent with that key is refused by each parameter server as not a server's.
+(``COMMIT``) sent with that key is refused by each parameter server as not a server's; in host
+1, ``hogwild cluster status RUN_DIR`` is answered (it finds the user's key pair by itself).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def test_every_role_has_its_own_key_and_a_forger_is_refused(make_hosts, mnist_di
             start["config"]["ps"]["keys"], "--ps", *ps, "--data", *data,
             "--identity", str(run_dir / "private-keys" / "user.key_secret"),
         ], cwd=str(ROOT))  # fmt: skip
+        status = hosts.check(1, [sys.executable, "-m", "hogwild.cli", "cluster", "status",
+                                 str(run_dir), "--json"])  # the user's key, found by itself
         stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
         if driver.poll() is None:
@@ -71,5 +74,6 @@ def test_every_role_has_its_own_key_and_a_forger_is_refused(make_hosts, mnist_di
     for address, seen in found.items():
         forged = {"forged_refused": True} if address in ps else {}
         assert seen == {"keyless_refused": True, "keyed_answered": True, **forged}, address
+    assert json.loads(status.strip().splitlines()[-1])["job"] == start["config"]["ps"]["job"]
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["test_accuracy"] > 0.9, final
