@@ -184,13 +184,17 @@ class ClusterDriver:
         )
         self._make_run_dir()
         config = self.config = self._with_keys(config)
-        if cluster.copies > 1:
-            config = self.config = self.servers.with_controller(config, self.progress.line)
+        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
+        self.launcher.job_keys = self.job_keys
+        if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
+            members = getattr(self.launcher, "start_etcd_cluster", None)
+            config = self.config = self.servers.with_controller(
+                config, self.progress.line, members
+            )
+            self.launcher.config = config
         self.records = self._records(config)
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
-        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
-        self.launcher.job_keys = self.job_keys
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
         )

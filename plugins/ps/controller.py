@@ -56,14 +56,25 @@ class EtcdController:
         say: Where to tell the user about an etcd started for the job.
         tls: ``cluster.etcd_tls``: a directory of etcd certificates; HTTPS to the etcd given,
             and an etcd started here serves HTTPS with the directory's server certificate.
+        start_members: With ``"job"``: the launcher's way to start the members on its nodes
+            (``start_members(count, tls)``: started, with ``address``, ``min_ttl_s`` and
+            ``stop``); None: on this host's loopback.
     """
 
     def __init__(
-        self, address: str, job: str, say: Callable[[str], None], tls: str | None = None
-    ) -> None:
+        self, address: str, job: str, say: Callable[[str], None], tls: str | None = None,
+        start_members: Callable | None = None,
+    ) -> None:  # fmt: skip
         self.prefix, self.tls = etcd_prefix(job), tls or None
         self.process: EtcdProcess | EtcdCluster | None = None
-        if address.strip() == JOB_ETCD:
+        if address.strip() == JOB_ETCD and start_members is not None:  # on the launcher's nodes
+            self.process = start_members(JOB_ETCD_MEMBERS, self.tls)
+            address = self.process.address
+            say(
+                f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members, one per node, "
+                f"for the servers' copies on {address}"
+            )
+        elif address.strip() == JOB_ETCD:
             # each member's data its own, removed with it
             self.process = EtcdCluster(JOB_ETCD_MEMBERS, tls=self.tls)
             address = self.process.start()

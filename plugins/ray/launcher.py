@@ -213,6 +213,7 @@ class RayLauncher(Launcher):
         self.groups: dict[str, object] = {}
         self._reported: set[str] = set()
         self._stopped = False
+        self.etcd_members = None  # the job's own etcd cluster, one member per node
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
             self._connect()
@@ -287,6 +288,18 @@ class RayLauncher(Launcher):
                 "their node's IP)"
             )
         return role
+
+    def start_etcd_cluster(self, count: int, tls: str | None):
+        """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
+        node (:mod:`~hogwild_plugins.ray.etcd_members`), started; stopped by :meth:`stop_all`
+        (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``."""
+        from hogwild_plugins.ray.etcd_members import RayEtcdCluster
+
+        members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
+                                 prefix=f"hogwild-{os.getpid()}")  # fmt: skip
+        self.etcd_members = members
+        members.start()
+        return members
 
     def _unplaced(self, spec: RoleSpec, where: str) -> str:
         return (
@@ -512,6 +525,8 @@ class RayLauncher(Launcher):
                 self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
                 self._reap(group)
         finally:
+            if self.etcd_members is not None:  # after the servers (their leases given back),
+                self.etcd_members.stop()  # before Ray goes (the members' data removed)
             self._clean_mirrors()
             self._remove_actors()
             self._reported.update(self.roles)

@@ -166,3 +166,42 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     mirror = mirror_dir(str(run_dir.resolve()))  # hosts 2 and 3's copy of the roster
     assert not mirror.exists()
     assert not (mirror.parent / f"{mirror.name}-own-keys").exists()  # the roles' key pairs
+
+
+def _etcd_left(hosts: Hosts) -> list[str]:
+    """etcd members the job started (named ``hogwild-PID-etcd-I``) still alive in hosts 1 to 3."""
+    left = []
+    for host in (1, 2, 3):
+        for pid in hosts.pids(host):
+            try:
+                proc = psutil.Process(pid)
+                line = " ".join(proc.cmdline())
+                if proc.status() != psutil.STATUS_ZOMBIE and "-etcd-" in line and "--name=" in line:
+                    left.append(f"host {host}: {pid} {line[:120]}")
+            except psutil.Error:
+                continue
+    return left
+
+
+def test_the_jobs_own_etcd_cluster_has_a_member_on_each_ray_node(cluster, mnist_dir, tmp_path):
+    hosts = cluster["hosts"]
+    argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, "--epochs", "1",
+                     "--train.subset=10000")  # fmt: skip
+    argv[argv.index(f"--cluster.etcd={cluster['etcd']}")] = "--cluster.etcd=job"
+    done = subprocess.run(
+        hosts.argv(1, argv), capture_output=True, text=True, env=cluster["env"],
+        timeout=JOB_WITHIN_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["test_accuracy"] >= 0.9, final
+    records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    (start,) = [r for r in records if r["event"] == "start"]
+    members = start["config"]["cluster"]["etcd"].split(",")
+    assert sorted(m.rpartition(":")[0] for m in members) == sorted(
+        hosts.address(h) for h in (1, 2, 3)
+    )  # a member on each node, the roles told all three
+    deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
+    while time.monotonic() < deadline and (_etcd_left(hosts) or _roles_left(hosts, tmp_path)):
+        time.sleep(0.5)
+    assert _etcd_left(hosts) == [] and _roles_left(hosts, tmp_path / "run") == []
