@@ -54,6 +54,7 @@ from pathlib import Path
 
 from hogwild.cluster.epochs import EpochLoop
 from hogwild.cluster.fences import ReplicaFences
+from hogwild.cluster.identities import JobKeys
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
 from hogwild.cluster.links import ReplicaLinks
 from hogwild.cluster.prometheus import role_ports
@@ -70,7 +71,7 @@ from hogwild.errors import HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
-from hogwild.net.auth import make_keys
+from hogwild.net.auth import make_keys, use_identity
 from hogwild.net.control import ControlServer
 from hogwild.net.exposure import curve_reason
 from hogwild.net.metrics import serve_metrics
@@ -157,6 +158,7 @@ class ClusterDriver:
         self.links: ReplicaLinks | None = None  # the replicas' control clients
         self.fences: ReplicaFences | None = None  # replicas' incarnations fenced on the servers
         self.specs: dict = {}  # the supervised roles' specs as started, by name
+        self.job_keys: JobKeys | None = None  # a key pair per role (roles beyond loopback)
         self.policy = RestartPolicy(self.config.cluster.restarts, config.output.checkpoint_dir)
         self.supervisor: Supervisor | None = None  # once the launcher exists
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
@@ -191,12 +193,15 @@ class ClusterDriver:
         )
         self._make_run_dir()
         config = self.config = self._with_keys(config)
-        if cluster.copies > 1:
-            config = self.config = self.servers.with_controller(config, self.progress.line)
+        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
+        self.launcher.job_keys = self.job_keys
+        if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
+            members = getattr(self.launcher, "start_etcd_cluster", None)
+            config = self.config = self.servers.with_controller(config, self.progress.line, members)
+            self.launcher.config = config
         self.records = self._records(config)
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
-        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
         )
@@ -335,7 +340,19 @@ class ClusterDriver:
         }
 
     def _with_keys(self, config):
-        """The job's CURVE keys in ``ps.keys`` (:func:`job_keys`)."""
+        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``
+        (one key pair the user made, shared); else, when the roles listen beyond loopback, the
+        job's roster in the run directory: a key pair per role (:mod:`.identities`); else, on
+        loopback, one key pair for the job where ``cluster.auth`` asks for CURVE there
+        (:func:`job_keys`)."""
+        keys = config.cluster.keys or config.ps.keys
+        if not keys and not is_loopback(parse_address(f"{config.cluster.host}:0")):
+            self.job_keys = JobKeys.make(self.run_dir)  # a resumed job keeps its roster
+            self.progress.line(
+                f"CURVE keys: a key pair per role, the job's roster in {self.job_keys.keys}"
+            )
+            keys = str(self.job_keys.keys)
+            return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
         return job_keys(config, self.run_dir, self.progress.line)
 
     def _give_the_servers_the_model(self, groups: list[list[str]]) -> int:
@@ -456,6 +473,8 @@ class ClusterDriver:
             f"{self.config.cluster.host}:0", self.job, act, keys=self.config.ps.keys or None
         )
         self.control.start()
+        if self.job_keys is not None:
+            self.job_keys.located("driver", str(self.control.address))
         self._write_where()
 
     def _write_where(self) -> None:
@@ -496,6 +515,8 @@ class ClusterDriver:
         step(self.servers.close_controller)  # after the servers: they give their leases back
         if self.control is not None:
             step(self.control.stop)
+        if self.job_keys is not None:  # this process speaks as nobody in particular again
+            step(lambda: use_identity(None))
         if self.endpoint is not None:
             step(self.endpoint.close)
             self.endpoint = None

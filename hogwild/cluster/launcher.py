@@ -12,6 +12,9 @@ names one): ``local`` (processes on this host, :mod:`hogwild.cluster.local`) is 
   status or signal), so the driver restarts them or stops the job with an error naming them;
 - :meth:`~Launcher.restart` a role that exited: what is left of it (its workers) is stopped,
   then it is started again from the same spec and waited for, as :meth:`~Launcher.start`;
+- with a roster of the job's keys (:attr:`Launcher.job_keys`,
+  :mod:`hogwild.cluster.identities`), each role's key pair is made where it will run before it
+  starts, its public key and address entered in the roster;
 - :meth:`~Launcher.stop_all`: replicas first, then data servers, then parameter servers (which
   flush on SIGTERM), each asked to stop, then killed after ``stop_timeout_s``; nothing is left
   behind, whatever state the job is in. A launcher is a context manager that stops all on exit.
@@ -59,6 +62,7 @@ class Launcher(ABC):
 
     def __init__(self, config, run_dir: str) -> None:
         self.config, self.run_dir = config, run_dir
+        self.job_keys = None  # the job's roster (a key pair per role), set by the driver
 
     @abstractmethod
     def reserve(self, specs: list[RoleSpec], host: str) -> list[str]:

@@ -22,7 +22,8 @@ from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
+from hogwild.cluster.roles import RoleSpec, planned_address, spawn_role, tee_stderr
+from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
 
 POLL_S = 0.05
@@ -31,13 +32,13 @@ POLL_S = 0.05
 class RoleProcess:
     """One role's process, its log, and its ready line."""
 
-    def __init__(self, spec: RoleSpec, log_dir: Path) -> None:
+    def __init__(self, spec: RoleSpec, log_dir: Path, env: dict | None = None) -> None:
         self.spec = spec
         self.lines: deque[str] = deque(maxlen=50)
         self.address: str | None = None
         self.ready = threading.Event()
         self.log = log_dir / f"{spec.kind}-{spec.index}.log"
-        self.process = spawn_role(spec.argv)
+        self.process = spawn_role(spec.argv, env=env)
         self.reader = tee_stderr(self.process, self.log, self.lines, self._ready)
 
     def _ready(self, address: str) -> None:
@@ -88,10 +89,24 @@ class LocalLauncher(Launcher):
         """Every process first, then the ready lines: the roles start side by side."""
         deadline = time.monotonic() + self.config.cluster.start_timeout_s
         roles = []
-        for spec in specs:
-            role = self.roles[spec.name] = RoleProcess(spec, self.log_dir)
+        envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
+        for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
+            role = self.roles[spec.name] = RoleProcess(spec, self.log_dir, env)  # know each other
             roles.append(role)
-        return [self._wait_ready(role, deadline) for role in roles]
+        addresses = [self._wait_ready(role, deadline) for role in roles]
+        if self.job_keys is not None:
+            for spec, address in zip(specs, addresses, strict=True):
+                self.job_keys.located(spec.name, address)
+        return addresses
+
+    def _identity(self, spec: RoleSpec) -> dict | None:
+        """With a roster: the role's own key pair (made here: this is its node), its public key
+        entered in the roster, and the environment that names its secret file to it."""
+        if self.job_keys is None:
+            return None
+        path, public = self.job_keys.identity_for(spec.name)
+        self.job_keys.add(spec.name, public, planned_address(spec))
+        return {**os.environ, IDENTITY_ENV: str(path)}
 
     def _wait_ready(self, role: RoleProcess, deadline: float) -> str:
         while not role.ready.wait(POLL_S):

@@ -155,6 +155,15 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
     return plan
 
 
+def planned_address(spec: RoleSpec) -> str:
+    """``HOST:PORT`` a role with a port fixed before it starts will serve on; ``""`` for the
+    others (they say where in their ready line)."""
+    argv = list(spec.argv)
+    if not spec.fixed_port or "--bind" not in argv[:-1] or "--port" not in argv[:-1]:
+        return ""
+    return f"{argv[argv.index('--bind') + 1]}:{argv[argv.index('--port') + 1]}"
+
+
 def on_port_of(spec: RoleSpec, address: str) -> RoleSpec:
     """``spec`` made to listen on ``address``'s port (``--port``): a data server started again
     must be where the replicas were told it is."""

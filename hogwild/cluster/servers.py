@@ -40,10 +40,14 @@ class JobServers:
         self.store = self.arena = None  # the ps store's parent side, once the model is given
         self.groups = None  # several server groups: every group's clients
 
-    def with_controller(self, config, say: Callable[[str], None]):
+    def with_controller(self, config, say: Callable[[str], None], start_members=None):
         """``config`` with ``cluster.etcd`` the controller's address (the one given, or one
-        started for the job) and an auto ``ps.lease_s`` as short as it honours."""
-        self.controller = open_controller(config.cluster.etcd, self.job, say)
+        started for the job: by ``start_members``, the launcher's, where it has one) and an auto
+        ``ps.lease_s`` as short as it honours."""
+        self.controller = open_controller(
+            config.cluster.etcd, self.job, say, tls=config.cluster.etcd_tls or None,
+            start_members=start_members,
+        )  # fmt: skip
         changes = {"cluster.etcd": self.controller.address}
         if not config.ps.lease_s:  # auto: as short as the controller honours
             changes["ps.lease_s"] = self.controller.min_lease_s

@@ -76,10 +76,16 @@ class OpenController(Protocol):
     """Entry point ``hogwild.controllers``: the controller of job ``job``.
 
     ``address`` is ``cluster.etcd`` (empty: start one for the job and say where with ``say``);
-    whatever an earlier run of the job left in it is deleted first.
+    whatever an earlier run of the job left in it is deleted first. ``tls`` is
+    ``cluster.etcd_tls`` (a directory of certificates: HTTPS with client certificates);
+    ``start_members(count, tls)``, where given, starts the job's own etcd members (``"job"``)
+    on the launcher's nodes.
     """
 
-    def __call__(self, address: str, job: str, say: Callable[[str], None]) -> Controller: ...
+    def __call__(
+        self, address: str, job: str, say: Callable[[str], None], tls: str | None = None,
+        start_members: Callable | None = None,
+    ) -> Controller: ...  # fmt: skip
 
 
 class SyncResult(Protocol):
@@ -139,9 +145,15 @@ class WorkerGroupFramework(Protocol):
     def __call__(self, framework: str, config, data, index: int) -> ServedRole: ...
 
 
-def open_controller(address: str, job: str, say: Callable[[str], None]) -> Controller:
-    """The controller of ``job`` (:class:`OpenController`), from its entry point."""
-    return load(CONTROLLERS, CONTROLLER, needed_for="cluster.copies > 1")(address, job, say)
+def open_controller(
+    address: str, job: str, say: Callable[[str], None], tls: str | None = None,
+    start_members: Callable | None = None,
+) -> Controller:  # fmt: skip
+    """The controller of ``job`` (:class:`OpenController`), from its entry point; ``tls``: a
+    directory of etcd certificates (``cluster.etcd_tls``); ``start_members``: the launcher's
+    way to start the job's own etcd members on its nodes (None: on this host's loopback)."""
+    opened = load(CONTROLLERS, CONTROLLER, needed_for="cluster.copies > 1")
+    return opened(address, job, say, tls=tls, start_members=start_members)
 
 
 def open_server_groups(groups, job: str, who: str, *, timeout_s: float, retries: int,

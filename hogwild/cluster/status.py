@@ -13,12 +13,15 @@ from a running job (the driver answers a ``status`` control request with the row
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from hogwild.cluster.identities import PRIVATE
 from hogwild.errors import HogwildError
+from hogwild.net.auth import IDENTITY_ENV, has_roster, use_identity
 from hogwild.net.control import ControlClient, ControlRefused
 
 COLUMNS = (
@@ -139,6 +142,9 @@ def print_status(
                 raise TypeError(f"keys: {keys!r}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise HogwildError(f"{found}: not a cluster job's address file: {exc}") from None
+        user = path / PRIVATE / "user.key_secret"  # a key pair per role: the job's user's own
+        if keys and has_roster(keys) and not os.environ.get(IDENTITY_ENV) and user.is_file():
+            use_identity(user)
     else:
         if not job:
             raise HogwildError(

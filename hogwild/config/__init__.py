@@ -187,6 +187,7 @@ class ClusterConfig:
     restarts: int = 3
     copies: int = 1
     etcd: str = ""
+    etcd_tls: str = ""  # a directory of etcd certificates: HTTPS with client certificates
     group_servers: tuple[str, ...] = ()  # every server group's servers (the driver sets it)
 
 

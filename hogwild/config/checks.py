@@ -283,11 +283,12 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
             f"parameter servers, but cluster.copies = {cluster.copies}: give copies > 1, or "
             "leave cluster.etcd empty"
         )
-    if cluster.etcd.strip() == "job" and cluster.launcher != "local":
+    if cluster.etcd.strip() == "job" and cluster.launcher not in ("local", "ray"):
         fail(
             f'cluster.etcd = "job" with cluster.launcher = {cluster.launcher!r}: the job\'s own '
-            "etcd cluster runs only on this host's loopback (local launcher) so far; give "
-            'cluster.etcd = "HOST:PORT,HOST:PORT,..." of an etcd cluster every node can reach'
+            "etcd cluster runs on this host's loopback (local launcher) or one member per Ray "
+            'node (ray launcher); give cluster.etcd = "HOST:PORT,HOST:PORT,..." of an etcd '
+            "cluster every node can reach"
         )
     if cluster.copies > 1 and not cluster.etcd and cluster.launcher != "local":
         fail(

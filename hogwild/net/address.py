@@ -8,6 +8,8 @@ Users write a server's address as ``HOST:PORT`` (``127.0.0.1:5570``, ``[::1]:557
 Binding policy (:func:`check_bind`): a server binds ``127.0.0.1`` unless told otherwise; ``ipc``
 and ``inproc`` never leave the machine; any other TCP address (a wildcard like ``0.0.0.0``, a
 public interface) is refused unless CURVE keys are given, with a message saying how to make them.
+Clients follow the same rule (:func:`check_connect`): a request to a server beyond loopback
+without keys would cross the network in the clear, so it is never sent.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "AddressError",
     "InsecureBindError",
     "check_bind",
+    "check_connect",
     "is_loopback",
     "parse_address",
 ]
@@ -149,4 +152,19 @@ def check_bind(address: Address, keys: str | None) -> None:
         "server's traffic would be neither authenticated nor encrypted. Make CURVE keys with "
         "`hogwild ps keys DIR`, copy DIR to every machine of the job, and pass --keys DIR (or set "
         f"ps.keys); or bind {LOOPBACK}"
+    )
+
+
+def check_connect(address: Address, keys: str | None) -> None:
+    """Refuse to connect beyond loopback without CURVE keys.
+
+    Raises:
+        InsecureBindError: ``address`` is on another machine (or may be) and ``keys`` is empty.
+    """
+    if keys or is_loopback(address):
+        return
+    raise InsecureBindError(
+        f"refusing to connect to {address} without CURVE keys: the traffic would cross the "
+        "network neither authenticated nor encrypted. Pass the job's key directory (--keys DIR "
+        "or ps.keys), or connect over loopback"
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from hogwild.errors import HogwildError
-from hogwild.net.address import Address, parse_address
+from hogwild.net.address import Address, check_connect, parse_address
 from hogwild.net.auth import secure_client
 from hogwild.net.send import send_message
 from hogwild.net.wire import (
@@ -113,6 +113,8 @@ class Peers:
         if not addresses:
             raise HogwildError("no server addresses given")
         self.addresses: list[Address] = [parse_address(a) for a in addresses]
+        for address in self.addresses:
+            check_connect(address, keys)
         self.sender, self.timeout_s, self.retries = sender, timeout_s, retries
         self.alive = alive  # asked every ALIVE_EVERY_S while waiting: False ends the wait
         self.keys, self.window = keys or None, max(1, window)
@@ -136,7 +138,7 @@ class Peers:
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         if self.keys:
-            secure_client(sock, self.keys)
+            secure_client(sock, self.keys, self.addresses[i].endpoint)
         sock.connect(self.addresses[i].endpoint)
         self._sockets[i] = sock
         self._poller.register(sock, zmq.POLLIN)

@@ -41,7 +41,7 @@ import zmq
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import Address, check_bind
-from hogwild.net.auth import ServerSecurity, secure_server
+from hogwild.net.auth import ServerSecurity, secure_server, sender_role
 from hogwild.net.dedup import RequestWindow, Seen
 from hogwild.net.send import send_message
 from hogwild.net.wire import (
@@ -108,6 +108,7 @@ class Incoming:
     header: Header
     frames: list
     received_at: float
+    role: str | None = None  # the sender's role (its key's name in the roster); None: none
 
 
 @dataclass
@@ -224,6 +225,7 @@ class Router:
         self._router.setsockopt(zmq.SNDHWM, reply_hwm)
         self.reply_hwm = reply_hwm
         self._security: ServerSecurity | None = None
+        self._roles = False  # a roster's server: every header's sender role is read
         self._socket_file: tuple[str, int, int] | None = None  # ipc: path, device, inode
         self._pull = self.context.socket(zmq.PULL)
         self._pull.setsockopt(zmq.LINGER, 0)
@@ -244,6 +246,7 @@ class Router:
         try:
             if self.keys:
                 self._security = secure_server(self.context, self._router, self.keys)
+                self._roles = self._security.roles
             if self.address.transport == "tcp" and self.address.port == 0:
                 host = self.address.endpoint.rpartition(":")[0]  # tcp://HOST or tcp://[V6]
                 port = self._router.bind_to_random_port(host)
@@ -399,7 +402,12 @@ class Router:
             self.received += 1
             if not sock.getsockopt(_RCVMORE):
                 continue  # an identity alone: nothing to answer
-            head = sock.recv()
+            role = None
+            if self._roles:  # the header as a frame, which carries its sender's authenticated role
+                frame = sock.recv(copy=False)
+                head, role = frame.bytes, sender_role(frame)
+            else:
+                head = sock.recv()
             more = sock.getsockopt(_RCVMORE)
             try:
                 header = unpack_header(head)
@@ -430,14 +438,16 @@ class Router:
                                f"{header.frames} ({header.type.name})")  # fmt: skip
                     self._reply(identity, error_reply(header, ErrorCode.BAD_FRAMES, problem))
                     continue
-            self._receive_and_handle(identity, header, got, more)
+            self._receive_and_handle(identity, header, got, more, role)
 
     def _job(self, job: int) -> int:
         """The handler's job id (its ``job`` attribute), or ``job`` itself for a handler that
         names none: a request of another job never enters the request table or the routes."""
         return getattr(self.handler, "job", job)
 
-    def _receive_and_handle(self, identity: bytes, header: Header, got: list, more: int) -> None:
+    def _receive_and_handle(
+        self, identity: bytes, header: Header, got: list, more: int, role: str | None = None
+    ) -> None:
         buffers = None
         if more:  # the frames are still in the socket: into the handler's buffers, or in place
             try:
@@ -465,7 +475,7 @@ class Router:
             self._reply(identity, error_reply(header, ErrorCode.BAD_FRAMES, problem))
             return
         try:
-            reply = self.handler.handle(Incoming(identity, header, frames, time.monotonic()))
+            reply = self.handler.handle(Incoming(identity, header, frames, time.monotonic(), role))
         except WireError as exc:
             if buffers:
                 self.handler.release(buffers)

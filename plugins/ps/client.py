@@ -53,6 +53,7 @@ class PSClient:
         etcd: ``HOST:PORT`` of the job's etcd when the servers keep copies (``copies > 1``):
             requests go to each bucket's primary as etcd names it, and one that fails (the
             primary died or stepped down) is sent again, with the same number, to the next.
+        etcd_tls: With ``etcd``: its certificates' directory (``cluster.etcd_tls``).
         failover_s: With ``etcd``: how long a request may wait for its bucket to have a primary.
         token: A cluster replica's fencing token (:mod:`hogwild.net.fencing`), on every request.
 
@@ -77,6 +78,7 @@ class PSClient:
         keys: str | None = None,
         window: int = 64,
         etcd: str | None = None,
+        etcd_tls: str | None = None,
         failover_s: float = 30.0,
         token: int = 0,
     ) -> None:
@@ -89,6 +91,7 @@ class PSClient:
             keys=keys,
             window=window,
             etcd=etcd,
+            etcd_tls=etcd_tls,
             failover_s=failover_s,
             token=token,
         )

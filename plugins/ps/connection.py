@@ -73,6 +73,7 @@ class Connection:
         keys: CURVE key directory (servers beyond loopback).
         window: Requests in flight per server.
         etcd: ``HOST:PORT`` of the job's etcd when the servers keep copies (``copies > 1``).
+        etcd_tls: With ``etcd``: its certificates' directory (``cluster.etcd_tls``).
         failover_s: With ``etcd``: how long a request may wait for its bucket to have a primary.
         token: The fencing token every request carries (:mod:`hogwild.net.fencing`; a cluster
             replica's, 0 for any other client): a server refuses it once the driver replaced
@@ -100,6 +101,7 @@ class Connection:
         keys: str | None = None,
         window: int = 64,
         etcd: str | None = None,
+        etcd_tls: str | None = None,
         failover_s: float = 30.0,
         token: int = 0,
     ) -> None:
@@ -122,7 +124,7 @@ class Connection:
         try:
             self.layout = self._hello_any() if etcd else self._hello()
             if etcd:
-                self.routes = Routes(etcd, job, len(servers), self.layout.n_buckets)
+                self.routes = Routes(etcd, job, len(servers), self.layout.n_buckets, etcd_tls)
                 self.routes.wait(range(self.layout.n_buckets), time.monotonic() + failover_s)
         except BaseException:
             self.close()

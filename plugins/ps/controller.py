@@ -31,11 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import HogwildError
+from hogwild.net.address import is_loopback, parse_address
 
 __all__ = ["GIVEN_ETCD_LEASE_S", "JOB_ETCD", "JOB_ETCD_MEMBERS", "EtcdController"]
 
@@ -53,22 +54,45 @@ class EtcdController:
             cluster's members), empty to start one etcd, ``"job"`` to start an etcd cluster.
         job: The job's name (its keys live under :func:`~.routes.etcd_prefix`).
         say: Where to tell the user about an etcd started for the job.
+        tls: ``cluster.etcd_tls``: a directory of etcd certificates; HTTPS to the etcd given,
+            and an etcd started here serves HTTPS with the directory's server certificate.
+        start_members: With ``"job"``: the launcher's way to start the members on its nodes
+            (``start_members(count, tls)``: started, with ``address``, ``min_ttl_s`` and
+            ``stop``); None: on this host's loopback.
     """
 
-    def __init__(self, address: str, job: str, say: Callable[[str], None]) -> None:
-        self.prefix = etcd_prefix(job)
+    def __init__(
+        self, address: str, job: str, say: Callable[[str], None], tls: str | None = None,
+        start_members: Callable | None = None,
+    ) -> None:  # fmt: skip
+        self.prefix, self.tls = etcd_prefix(job), tls or None
         self.process: EtcdProcess | EtcdCluster | None = None
-        if address.strip() == JOB_ETCD:
-            self.process = EtcdCluster(JOB_ETCD_MEMBERS)  # each member's data its own, removed
+        if address.strip() == JOB_ETCD and start_members is not None:  # on the launcher's nodes
+            self.process = start_members(JOB_ETCD_MEMBERS, self.tls)
+            address = self.process.address
+            say(
+                f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members, one per node, "
+                f"for the servers' copies on {address}"
+            )
+        elif address.strip() == JOB_ETCD:
+            # each member's data its own, removed with it
+            self.process = EtcdCluster(JOB_ETCD_MEMBERS, tls=self.tls)
             address = self.process.start()
             say(
                 f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members for the "
                 f"servers' copies on {address}"
             )
         elif not address:
-            self.process = EtcdProcess()  # its data in a directory of its own, removed with it
+            # its data in a directory of its own, removed with it
+            self.process = EtcdProcess(tls=self.tls)
             address = self.process.start()
             say(f"hogwild cluster: etcd for the servers' copies on {address}")
+        beyond = [m for m in parse_endpoints(address) if not is_loopback(parse_address(m))]
+        if beyond and not self.tls:
+            say(
+                f"hogwild cluster: etcd {address} is beyond loopback and cluster.etcd_tls is not "
+                "set: its traffic (bucket map, leases) is plain HTTP; keep it on a private network"
+            )
         self.address, self.job = address, job
         self.min_lease_s = self.process.min_ttl_s if self.process else GIVEN_ETCD_LEASE_S
         self._etcd: Etcd | None = None
@@ -87,7 +111,7 @@ class EtcdController:
 
     def forget_server(self, index: int) -> None:
         """End server ``index``'s lease now (its buckets fail over at once)."""
-        with Etcd(self.address, prefix=self.prefix) as etcd:
+        with Etcd(self.address, prefix=self.prefix, tls=self.tls) as etcd:
             value, _ = etcd.get(f"members/{index}")
             if value is not None and isinstance(value.get("lease"), int):
                 etcd.revoke(value["lease"])
@@ -112,7 +136,7 @@ class EtcdController:
             HogwildError: Another driver of this job holds it.
         """
         ttl = max(GIVEN_ETCD_LEASE_S, int(-(-self.min_lease_s // 1)))
-        self._etcd = Etcd(self.address, prefix=self.prefix)
+        self._etcd = Etcd(self.address, prefix=self.prefix, tls=self.tls)
         self._lease = self._etcd.grant(ttl)
         me = {"host": socket.gethostname(), "pid": os.getpid()}
         deadline = time.monotonic() + ttl + 1
@@ -153,7 +177,7 @@ class EtcdController:
 
     def _clear(self) -> None:
         """Delete every etcd key of this job (its bucket map and members), but the driver's."""
-        with Etcd(self.address, prefix=self.prefix) as etcd:
+        with Etcd(self.address, prefix=self.prefix, tls=self.tls) as etcd:
             for key in etcd.get_prefix("")[0]:
                 if key != DRIVER_KEY:
                     etcd.delete(key)

@@ -9,6 +9,9 @@ value that is not a JSON object is a :class:`~hogwild.errors.HogwildError` namin
 request that cannot reach etcd is :class:`EtcdUnavailable` naming the address, a lease etcd no
 longer knows is :class:`LeaseExpired`. Every request has a timeout.
 
+With a directory of certificates (``tls``, ``cluster.etcd_tls``) every request goes over HTTPS
+with the directory's client certificate, the members checked against its CA.
+
 An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests
 go to one member until it fails, then to the next. A request that could not have reached the
 member (refused, unreachable) is tried on the others at once, and so is a read; a write whose
@@ -38,6 +41,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
+from hogwild_plugins.ps.etcd_tls import EtcdTls
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
@@ -121,15 +125,21 @@ class Etcd:
             ``HOST:PORT,HOST:PORT,...`` (see the module docstring).
         prefix: The job's key prefix, such as ``/hogwild/<job>/``.
         timeout_s: The limit of every request to one member, in seconds.
+        tls: A directory of etcd certificates (``cluster.etcd_tls``,
+            :mod:`~hogwild_plugins.ps.etcd_tls`): HTTPS with its client certificate.
     """
 
-    def __init__(self, address: str, *, prefix: str, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None
+    ) -> None:
         self.members = parse_endpoints(address)
         if not prefix:
             raise HogwildError("etcd key prefix is empty: expected something like /hogwild/JOB/")
         self.address = ",".join(self.members)
         self.prefix = prefix
         self.timeout_s = timeout_s
+        self.tls = tls or None
+        secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
         # whose processes import this module, never spend
 
@@ -137,7 +147,7 @@ class Etcd:
         for member in self.members:
             parsed = parse_address(member)
             self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
-                                                timeout=timeout_s))  # fmt: skip
+                                                timeout=timeout_s, **secure))  # fmt: skip
         self._current = 0  # the member requests go to until it fails
         self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
@@ -259,7 +269,7 @@ class Etcd:
             EtcdUnavailable: etcd cannot be reached to take the first reading.
         """
         start = self._key(prefix, allow_empty=True)
-        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s)
+        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls)
         handle = Watch(reader, start, on_change, interval_s, revision, on_error)
         self._watches.append(handle)
         return handle

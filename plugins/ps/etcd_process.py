@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hogwild_plugins.ps.etcd_tls import EtcdTls
+
 from hogwild.errors import HogwildError
 from hogwild.net.address import host_port
 from hogwild.net.ports import free_port
@@ -104,7 +106,9 @@ survives crashes."""
 
 
 class EtcdProcess:
-    """One etcd server on loopback, for a job or a test; a context manager.
+    """One etcd server on loopback, for a job or a test; a context manager. With ``tls`` (a
+    directory of certificates, :mod:`~hogwild_plugins.ps.etcd_tls`) it serves HTTPS only to
+    clients whose certificates its CA signed, and its peers talk TLS too.
 
     The server listens only on ``host``, keeps its data in ``data_dir`` (default: a temporary
     directory removed by :meth:`stop`) and its stderr in ``etcd.log`` of a temporary directory,
@@ -122,6 +126,7 @@ class EtcdProcess:
         binary: str = "etcd",
         lease_floor_s: float = 1.0,
         name: str | None = None,
+        tls: str | None = None,
     ) -> None:
         if not 0.1 <= lease_floor_s <= 60:
             raise HogwildError(f"lease_floor_s={lease_floor_s}: expected 0.1 to 60 seconds")
@@ -134,6 +139,8 @@ class EtcdProcess:
         self.process: subprocess.Popen | None = None
         self._address: str | None = None
         self._work: Path | None = None
+        self.tls = EtcdTls.load(tls, server=True) if tls else None
+        self.scheme = "https" if self.tls else "http"
 
     @property
     def address(self) -> str:
@@ -179,7 +186,7 @@ class EtcdProcess:
 
     def urls(self) -> tuple[str, str]:
         """A client URL and a peer URL on ports free right now."""
-        return tuple(f"http://{host_port(self.host, free_port())}" for _ in range(2))
+        return tuple(f"{self.scheme}://{host_port(self.host, free_port())}" for _ in range(2))
 
     def launch(self, binary: str, client: str, peer: str, initial_cluster: str) -> None:
         """Start the etcd process, serving ``client``, talking to its peers on ``peer``, a
@@ -206,6 +213,7 @@ class EtcdProcess:
             "--logger=zap",
             "--log-outputs=stderr",
             "--log-level=error",
+            *(self.tls.server_args() if self.tls else []),
         ]
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
@@ -215,7 +223,7 @@ class EtcdProcess:
                 stderr=log_file,
                 start_new_session=True,  # Ctrl-C goes to the job, which stops etcd itself
             )
-        self._address = client.removeprefix("http://")
+        self._address = client.removeprefix(f"{self.scheme}://")
 
     def wait_ready(self, deadline: float) -> str | None:
         """None once the launched etcd grants a lease, else why not (with its log's tail)."""
@@ -237,11 +245,14 @@ class EtcdProcess:
         yet, not listening yet). A grant, not ``/health``, because leases are what we need."""
         import requests  # here, not at the top: the roles import this module, few start etcd
 
-        url = f"http://{self._address}/v3"
+        url = f"{self.scheme}://{self._address}/v3"
+        secure = self.tls.requests_options() if self.tls else {}
         try:
             with requests.Session() as session:
-                reply = session.post(f"{url}/lease/grant", json={"TTL": 1}, timeout=0.5).json()
-                session.post(f"{url}/kv/lease/revoke", json={"ID": reply["ID"]}, timeout=0.5)
+                reply = session.post(f"{url}/lease/grant", json={"TTL": 1}, timeout=0.5,
+                                     **secure).json()  # fmt: skip
+                session.post(f"{url}/kv/lease/revoke", json={"ID": reply["ID"]}, timeout=0.5,
+                             **secure)  # fmt: skip
             return int(reply["TTL"])
         except (requests.RequestException, ValueError, KeyError, TypeError):
             return None
@@ -292,13 +303,13 @@ class EtcdCluster:
 
     def __init__(
         self, size: int = 3, *, host: str = "127.0.0.1", binary: str = "etcd",
-        lease_floor_s: float = 1.0,
+        lease_floor_s: float = 1.0, tls: str | None = None,
     ) -> None:  # fmt: skip
         if size < 1:
             raise HogwildError(f"an etcd cluster of {size} members: expected at least one")
         self.members = [
             EtcdProcess(host=host, binary=binary, lease_floor_s=lease_floor_s,
-                        name=f"hogwild-{os.getpid()}-{i}")
+                        name=f"hogwild-{os.getpid()}-{i}", tls=tls)
             for i in range(size)
         ]  # fmt: skip
         self.binary = binary

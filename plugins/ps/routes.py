@@ -60,8 +60,10 @@ class Routes:
         n_servers, n_buckets: From the layout.
     """
 
-    def __init__(self, etcd: str, job: str, n_servers: int, n_buckets: int) -> None:
-        self.etcd = Etcd(etcd, prefix=etcd_prefix(job))
+    def __init__(
+        self, etcd: str, job: str, n_servers: int, n_buckets: int, tls: str | None = None
+    ) -> None:
+        self.etcd = Etcd(etcd, prefix=etcd_prefix(job), tls=tls)
         self.n_servers, self.n_buckets = n_servers, n_buckets
         self.primaries: list[int | None] = [None] * n_buckets
         self.epochs = [0] * n_buckets

@@ -107,6 +107,7 @@ def _client(values: dict, client_id: int):
         keys=values["keys"] or None,
         etcd=values.get("etcd") or None,
         token=values.get("token", 0),
+        etcd_tls=values.get("etcd_tls") or None,
     )
 
 
@@ -148,6 +149,7 @@ class PSStore(CopiesStore):
             "keys": ps.keys,
             "etcd": config.cluster.etcd if config.cluster.copies > 1 else "",
             "token": ps.token,  # a cluster replica's: the driver fences replaced incarnations
+            "etcd_tls": config.cluster.etcd_tls if config.cluster.copies > 1 else "",
         }
         self.client = None
         self.joined_version = 0

@@ -36,10 +36,12 @@ Parameter servers are told the whole server list, so their ports are chosen befo
 Addresses: with ``cluster.host`` on loopback (the default) every role binds it, which works only
 when Ray places it on the driver's host (otherwise the role is refused, naming the node); any
 other ``cluster.host`` means "reachable from other hosts", and each role's ``--bind`` is made its
-node's IP (the driver then gives the roles CURVE keys, ``ps.keys``). A role on a node other than
-the driver's gets the files it reads from the run directory (config, keys) in a mirror on its
-node (private to its user, removed when the job stops); the data (``--data``) and keys kept
-elsewhere (``cluster.keys``) must be readable at the same path on every node.
+node's IP (the driver then gives the roles CURVE keys, ``ps.keys``: a key pair per role, each
+made by the role's actor on its node, only its public key entering the job's roster). A role on
+a node other than the driver's gets the files it reads from the run directory (config, the
+roster) in a mirror on its node (private to its user, removed when the job stops; the roster
+is sent again as roles join); the data (``--data``) and keys kept elsewhere (``cluster.keys``)
+must be readable at the same path on every node.
 ``cluster.ray_address`` is a Ray cluster's GCS address (``HOST:PORT``, what ``ray start
 --head`` prints); Ray Client (``ray://``) addresses are not supported, as the driver must be on
 a node of the cluster (it compares nodes with its own).
@@ -63,7 +65,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import ray
@@ -73,9 +75,10 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec, replica_cpus
+from hogwild.cluster.roles import RoleSpec, planned_address, replica_cpus
 from hogwild.errors import ConfigError
 from hogwild.net.address import host_port, is_loopback, parse_address
+from hogwild.net.auth import ROSTER
 
 POLL_S = 0.1
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
@@ -219,6 +222,7 @@ class RayLauncher(Launcher):
         self.groups: dict[str, object] = {}
         self._reported: set[str] = set()
         self._stopped = False
+        self.etcd_members = None  # the job's own etcd cluster, one member per node
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
             self._connect()
@@ -294,6 +298,18 @@ class RayLauncher(Launcher):
             )
         return role
 
+    def start_etcd_cluster(self, count: int, tls: str | None):
+        """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
+        node (:mod:`~hogwild_plugins.ray.etcd_members`), started; stopped by :meth:`stop_all`
+        (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``."""
+        from hogwild_plugins.ray.etcd_members import RayEtcdCluster
+
+        members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
+                                 prefix=f"hogwild-{os.getpid()}")  # fmt: skip
+        self.etcd_members = members
+        members.start()
+        return members
+
     def _unplaced(self, spec: RoleSpec, where: str) -> str:
         return (
             f"Ray did not place {spec.name} within {self.cluster.start_timeout_s:g} s: it needs "
@@ -315,14 +331,38 @@ class RayLauncher(Launcher):
 
     # -- starting --------------------------------------------------------------------------------
 
+    def start_all(self, specs: list[RoleSpec]) -> list[str]:
+        if self.job_keys is not None:  # every key in the roster before any of them starts:
+            deadline = time.monotonic() + self.cluster.start_timeout_s  # servers started
+            for spec in specs:  # together are each other's clients (the copies)
+                role = self.roles.get(spec.name) or self._place(spec, deadline)
+                role.spec = spec
+                self._identify(role, self._argv(role))
+        return super().start_all(specs)
+
+    def _argv(self, role: RayRole) -> list[str]:
+        """The role's command line on its node (bound to the node's address)."""
+        argv = list(role.spec.argv)
+        if not self.loopback and "--bind" in argv[:-1]:
+            argv[argv.index("--bind") + 1] = role.host
+        return argv
+
+    def _identify(self, role: RayRole, argv: list[str]) -> None:
+        """The role's key pair made by its actor on its node; its public key (and its address,
+        if fixed) into the job's roster, sent to the nodes that keep a mirror."""
+        self.job_keys.publish = self._publish
+        (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
+        address = planned_address(replace(role.spec, argv=tuple(argv)))
+        self.job_keys.add(role.spec.name, public, address)
+
     def start(self, spec: RoleSpec) -> str:
         deadline = time.monotonic() + self.cluster.start_timeout_s
         role = self.roles.get(spec.name) or self._place(spec, deadline)
         role.spec = spec  # reserve() placed it before its command line was known
-        argv = list(spec.argv)
-        if not self.loopback and "--bind" in argv[:-1]:
-            argv[argv.index("--bind") + 1] = role.host
+        argv = self._argv(role)
         log = os.path.join(self.run_dir, "logs", f"{spec.kind}-{spec.index}.log")
+        if self.job_keys is not None:  # again: a role placed anew (its node lost) has a new one
+            self._identify(role, argv)
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
             started = role.actor.start.remote(argv, log, os.getcwd(), env)
@@ -335,6 +375,8 @@ class RayLauncher(Launcher):
             (status,) = self._get([role.actor.status.remote()], [spec])
             role.last = status["last"]
             if status["address"]:
+                if self.job_keys is not None:
+                    self.job_keys.located(spec.name, status["address"])
                 return status["address"]
             code = status["returncode"]
             if code is not None or time.monotonic() > deadline:
@@ -382,6 +424,21 @@ class RayLauncher(Launcher):
                 remove_placement_group(group)
             except Exception:  # noqa: BLE001 -- already removed with its node
                 pass
+
+    def _publish(self, roster: bytes) -> None:
+        """The job's new roster to every node that keeps a mirror of the run directory (the
+        driver's node reads the run directory itself): servers there admit the roles that
+        joined, clients there find their servers' keys."""
+        relative = str((Path(self.job_keys.keys).resolve() / ROSTER).relative_to(self.run_dir))
+        far = [r for r in self.roles.values() if r.node_id != self.node_id and r.pid is not None]
+        refs = []
+        for role in far:
+            try:
+                refs.append(role.actor.refresh.remote(relative, roster))
+            except (RayActorError, ValueError):
+                pass  # a lost role: its replacement gets the roster with its mirror
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
 
     def _files_for(self, argv: list[str]) -> dict[str, bytes]:
         """The run directory's files a role elsewhere reads: those in ``argv``, and the keys."""
@@ -484,6 +541,8 @@ class RayLauncher(Launcher):
                 self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
                 self._reap(group)
         finally:
+            if self.etcd_members is not None:  # after the servers (their leases given back),
+                self.etcd_members.stop()  # before Ray goes (the members' data removed)
             self._clean_mirrors()
             self._remove_actors()
             self._reported.update(self.roles)

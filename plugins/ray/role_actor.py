@@ -19,10 +19,16 @@ A role on a node that is not the driver's cannot see the driver's run directory 
 shared filesystem only when local): :meth:`RoleHost.start` is then given the files the role
 reads from it (the job's config, the CURVE keys), writes them into a mirror of the run directory
 under the node's temporary directory, and points the role's command line at the mirror.
+
+Under a roster of the job's keys (a key pair per role), :meth:`RoleHost.identity` makes the
+role's key pair on this node, beside the mirror (private to the user), and returns the public
+key alone; the role is started with :data:`~hogwild.net.auth.IDENTITY_ENV` naming its secret
+file, and :meth:`RoleHost.refresh` replaces the mirror's roster as roles join.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -37,6 +43,7 @@ from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.roles import spawn_role, tee_stderr
+from hogwild.net.auth import IDENTITY_ENV, make_identity
 from hogwild.net.ports import free_port
 
 LAST_LINES = 50
@@ -99,6 +106,7 @@ class RoleHost:
         self.reader: threading.Thread | None = None
         self.log = ""
         self.mirrored: Path | None = None  # the run directory's mirror this actor made
+        self.own_key: Path | None = None  # the role's secret key file, made on this node
 
     def where(self) -> dict:
         """This node: ``host`` (its IP) and ``node_id``."""
@@ -109,6 +117,27 @@ class RoleHost:
     def free_port(self, host: str) -> int:
         """A TCP port free on ``host`` (an address of this node) right now."""
         return free_port(host)
+
+    def identity(self, run_dir: str) -> str:
+        """Make the role's own CURVE key pair on this node (kept for a restart here); its
+        public key, the only part that leaves the node."""
+        local = mirror_dir(run_dir)
+        _private_base(local.parent)
+        self.own_key, public = make_identity(local.parent / f"{local.name}-own-keys", self.name)
+        return public
+
+    def refresh(self, relative: str, data: bytes) -> None:
+        """Replace one file of this node's mirror (the job's roster as roles join), whole."""
+        if self.mirrored is None:
+            return
+        path = (self.mirrored / relative).resolve()
+        if not path.is_relative_to(self.mirrored.resolve()):
+            raise ValueError(f"{relative}: not a path inside the run directory")
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
 
     def start(
         self,
@@ -136,6 +165,8 @@ class RoleHost:
             argv, log = self._mirror(argv, log, mirror["run_dir"], mirror["files"])
         self.log = log
         Path(log).parent.mkdir(parents=True, exist_ok=True)
+        if self.own_key is not None:  # the role's own key pair names it to the job's servers
+            env = {**env, IDENTITY_ENV: str(self.own_key)}
         self.process = spawn_role(
             argv, cwd=cwd if cwd and os.path.isdir(cwd) else None, env={**os.environ, **env}
         )
@@ -200,10 +231,17 @@ class RoleHost:
 
     def cleanup(self) -> None:
         """Remove the mirror of the run directory made on this node (config, keys, the
-        server's store, logs), once the role is gone."""
-        if self.mirrored is not None and (self.process is None or self.process.poll() is not None):
+        server's store, logs) and the role's own key pair, once the role is gone."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        if self.mirrored is not None:
             shutil.rmtree(self.mirrored, ignore_errors=True)
             self.mirrored = None
+        if self.own_key is not None:
+            self.own_key.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # the last role of the job on this node
+                self.own_key.parent.rmdir()
+            self.own_key = None
 
     def reap(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the role to be gone, close its pipe; its exit status."""

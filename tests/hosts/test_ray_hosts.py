@@ -12,8 +12,10 @@ replicas and a data server, ``cluster.host`` host 1's address, so every role bin
 address under the job's CURVE keys. Once an epoch has ended, host 4 is lost (every process in
 it killed, its link down): the job goes on through the two members left and ends >= 98 % after
 2 epochs without restarting any role. While it trains, a client without keys is refused by every
-server, and one with the job's keys answered (the control). Afterwards: each of hosts 1 to 3
-ran a role, and no role's process or run-directory mirror is left in any host. (The issue's two
+server, one with the job's keys answered (the control), and a replication message sent with
+the job's user's key (a role of the job, not a server) refused by every server. Afterwards:
+each of hosts 1 to 3 ran a role, and no role's process, run-directory mirror or role key pair
+is left in any host. (The issue's two
 tests, the job across hosts and a member's host lost, are one run here: each costs a
 two-epoch job.)
 
@@ -134,6 +136,7 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
         probe = hosts.check(3, [
             sys.executable, "-m", "tests.hosts.keyless", start["config"]["ps"]["job"],
             start["config"]["ps"]["keys"], "--ps", *ps, "--data", *data,
+            "--identity", str(run_dir / "private-keys" / "user.key_secret"),
         ], cwd=str(Path(__file__).resolve().parents[2]))  # fmt: skip
         stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
@@ -152,11 +155,53 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     assert {a.rpartition(":")[0] for a in ps} == addresses  # a server (and a copy) per host
     found = json.loads(probe.strip().splitlines()[-1])
     assert set(found) == {*ps, *data}
-    for address, seen in found.items():
-        assert seen == {"keyless_refused": True, "keyed_answered": True}, address
+    for address, seen in found.items():  # a replication message with a non-server's key: refused
+        forged = {"forged_refused": True} if address in ps else {}
+        assert seen == {"keyless_refused": True, "keyed_answered": True, **forged}, address
 
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and _roles_left(hosts, run_dir):
         time.sleep(0.5)
     assert _roles_left(hosts, run_dir) == []
-    assert not mirror_dir(str(run_dir.resolve())).exists()  # hosts 2 and 3's copy of the keys
+    mirror = mirror_dir(str(run_dir.resolve()))  # hosts 2 and 3's copy of the roster
+    assert not mirror.exists()
+    assert not (mirror.parent / f"{mirror.name}-own-keys").exists()  # the roles' key pairs
+
+
+def _etcd_left(hosts: Hosts) -> list[str]:
+    """etcd members the job started (named ``hogwild-PID-etcd-I``) still alive in hosts 1 to 3."""
+    left = []
+    for host in (1, 2, 3):
+        for pid in hosts.pids(host):
+            try:
+                proc = psutil.Process(pid)
+                line = " ".join(proc.cmdline())
+                if proc.status() != psutil.STATUS_ZOMBIE and "-etcd-" in line and "--name=" in line:
+                    left.append(f"host {host}: {pid} {line[:120]}")
+            except psutil.Error:
+                continue
+    return left
+
+
+def test_the_jobs_own_etcd_cluster_has_a_member_on_each_ray_node(cluster, mnist_dir, tmp_path):
+    hosts = cluster["hosts"]
+    argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, "--epochs", "1",
+                     "--train.subset=10000")  # fmt: skip
+    argv[argv.index(f"--cluster.etcd={cluster['etcd']}")] = "--cluster.etcd=job"
+    done = subprocess.run(
+        hosts.argv(1, argv), capture_output=True, text=True, env=cluster["env"],
+        timeout=JOB_WITHIN_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    final = json.loads(done.stdout.strip().splitlines()[-1])
+    assert final["test_accuracy"] >= 0.9, final
+    records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    (start,) = [r for r in records if r["event"] == "start"]
+    members = start["config"]["cluster"]["etcd"].split(",")
+    assert sorted(m.rpartition(":")[0] for m in members) == sorted(
+        hosts.address(h) for h in (1, 2, 3)
+    )  # a member on each node, the roles told all three
+    deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
+    while time.monotonic() < deadline and (_etcd_left(hosts) or _roles_left(hosts, tmp_path)):
+        time.sleep(0.5)
+    assert _etcd_left(hosts) == [] and _roles_left(hosts, tmp_path / "run") == []

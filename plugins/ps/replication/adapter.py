@@ -186,9 +186,10 @@ class Replication:
         """Register with etcd (a lease, ``members/<index>``), start the heartbeat and the
         replication thread. Call after the server's router and engine started."""
         prefix = etcd_prefix(self.server.options.job)
-        self._etcd = Etcd(self.etcd_address, prefix=prefix)
-        self._net_etcd = Etcd(self.etcd_address, prefix=prefix)
-        self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix)
+        tls = self.server.options.etcd_tls
+        self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
+        self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
+        self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self.link.open(list(self.server.options.servers), self.me, self.server.options.keys)
         self.replier = self.server.router.replier()
         self.started_at = time.monotonic()

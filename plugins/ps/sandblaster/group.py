@@ -322,7 +322,8 @@ class WorkerGroup:
         etcd = (cluster.etcd or None) if cluster.copies > 1 else None  # replicated: by the map
         return PSClient(list(ps.servers), ps.job, client_id=secrets.randbits(31),
                         timeout_s=ps.timeout_s, retries=ps.retries,
-                        keys=ps.keys or None, etcd=etcd, token=ps.token)  # fmt: skip
+                        keys=ps.keys or None, etcd=etcd,
+                        etcd_tls=cluster.etcd_tls or None, token=ps.token)  # fmt: skip
 
     def _warm_kernels(self) -> None:
         """Compile (or load from the cache) the gradient kernel before saying ready; numba's

@@ -48,6 +48,7 @@ class ServerOptions:
         copies: Copies of every bucket (1: no replication; more: every server holds every shard
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
         etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
+        etcd_tls: A directory of etcd certificates (``cluster.etcd_tls``): HTTPS to etcd.
         lease_s: TTL of the server's etcd lease (replication).
         nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
             default), or apply it and count it (``"count"``).
@@ -84,6 +85,7 @@ class ServerOptions:
     ack: str = "queued"
     copies: int = ClusterConfig.copies
     etcd: str | None = ClusterConfig.etcd or None
+    etcd_tls: str | None = ClusterConfig.etcd_tls or None
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
     nonfinite: str = _PS.nonfinite
     max_vectors: int = _PS.max_vectors
@@ -139,6 +141,7 @@ class ServerOptions:
             keys=keys or ps.keys or None,
             copies=copies or config.cluster.copies,
             etcd=etcd or config.cluster.etcd or None,
+            etcd_tls=config.cluster.etcd_tls or None,
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
             nonfinite=ps.nonfinite,
             max_vectors=ps.max_vectors,

@@ -38,6 +38,11 @@ added to that vector (``y[offset:offset + n] += d``) on the shard's update threa
 everything else queued for the shard, without the rule, a version or staleness accounting: it is
 not a parameter update (Sandblaster's replicas sum their gradients this way).
 
+Under a job's roster (a key pair per role, :mod:`hogwild.net.auth`) every message comes with
+its sender's role, and the replication messages (``PREPARE``, ``COMMIT``, ``SNAPSHOT``) are
+taken from parameter servers only: another role's is refused (``UNEXPECTED``) and counted by
+sender in ``forged``, so a replica holding its own key cannot speak as a copy.
+
 With ``copies > 1`` every write goes through :mod:`~hogwild_plugins.ps.replication` (parameter
 updates, assignments, pushes into named vectors and vector operations that write): each gets the
 shard's next version, so the copies apply them in the primary's order. Pulls and the reductions
@@ -57,6 +62,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from functools import partial
 
 import numpy as np
@@ -99,6 +105,14 @@ DATA_TYPES = frozenset(
     {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.PULL, MsgType.VECTOR_OP, MsgType.ASSIGN}
 )
 PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
+
+
+def is_server_role(role: str) -> bool:
+    """Whether a sender's role (its key's name in the job's roster) is a parameter server's:
+    the only roles whose replication messages a server takes."""
+    return role.startswith("ps ")
+
+
 RATE_EVERY_S = 1.0
 
 
@@ -198,6 +212,7 @@ class ParameterServer:
         self.fences = FenceTable()  # the replicas' incarnations the driver replaced
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
         self.started_at = time.monotonic()
+        self.forged: Counter[str] = Counter()  # replication messages refused, by sender role
 
     def _build_shards(self, initial: np.ndarray | None) -> None:
         mine = (
@@ -380,6 +395,14 @@ class ParameterServer:
             return json_reply(header, self.status())
         if header.type == MsgType.HELLO and header.job == self.job:
             return json_reply(header, self.hello())
+        role = request.role
+        if header.type in PEER_TYPES and role is not None and not is_server_role(role):
+            self.forged[role] += 1  # roster roles only: a bounded table
+            raise WireError(
+                f"{header.type.name} from {role or 'a key of no role'}: only the job's "
+                "parameter servers send replication messages",
+                ErrorCode.UNEXPECTED,
+            )
         if header.type == MsgType.CONTROL and header.job == self.job:
             return self._control(request)
         if header.type in PEER_TYPES and self.options.copies > 1:
@@ -562,6 +585,7 @@ class ParameterServer:
             "received": router.received if router else 0,
             "duplicates": router.window.duplicates if router else 0,
             "errors": dict(router.errors) if router else {},
+            "forged": dict(self.forged),
             "max_vectors": self.max_vectors,
             "nonfinite": {
                 "refused": self.admission.nonfinite_refused
