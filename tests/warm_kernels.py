@@ -66,7 +66,7 @@ def compile_portion_gradient(network) -> None:
     call it: they compile it at their first portion, and take no lock."""
     from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient
 
-    images = np.zeros((1, network.input_size), np.uint8)  # a group's batch: uint8 rows, int64 labels
+    images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, int64 labels
     examples = Examples(images, np.zeros(1, np.int64), np.zeros(1, np.int64), portion=1)
     PortionGradient(network, examples)(np.zeros(network.n_params, np.float32), 0)
 
