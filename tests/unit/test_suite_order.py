@@ -31,4 +31,3 @@ def test_unit_tests_calling_the_jobs_kernels_run_after_the_other_unit_tests(repo
     unmarked = [i for i in ids if i.startswith(UNMARKED)]
     assert marked and unmarked, ids
     assert ids == unmarked + marked
-
