@@ -206,15 +206,17 @@ def pytest_configure(config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-@pytest.fixture(autouse=True)
-def _after_the_warm_up(request) -> None:
-    """A test marked ``warmed_kernels`` starts once the warm-up is over: the kernels it calls are
-    then in numba's cache, and it loads them instead of compiling them beside the warm-up."""
-    if _warming is not None and request.node.get_closest_marker("warmed_kernels") is not None:
-        try:
-            _warming.wait(_WARM_UP_WITHIN_S)
-        except subprocess.TimeoutExpired:
-            pass  # a warm-up that hangs is not waited for: the test compiles what it needs
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """A test marked ``warmed_kernels`` starts (its fixtures too) once the warm-up is over: the
+    kernels it calls are then in numba's cache, and it loads them instead of compiling them
+    beside the warm-up."""
+    if _warming is None or item.get_closest_marker("warmed_kernels") is None:
+        return
+    try:
+        _warming.wait(_WARM_UP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        pass  # a warm-up that hangs is not waited for: the test compiles what it needs
 
 
 @pytest.fixture(autouse=True)
