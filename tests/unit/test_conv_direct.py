@@ -22,6 +22,10 @@ from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_app
 from hogwild.model.simd import VECTOR_BYTES
 from tests.unit.wide_vectors import rerun_with_64_byte_vectors
 
+# tests.warm_kernels compiles its kernels (float32: the jobs'; float64: the finite-difference
+# checks'): it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
     assert VECTOR_BYTES == 64
 
