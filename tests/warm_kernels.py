@@ -54,10 +54,11 @@ def main() -> None:
     try:
         from hogwild_plugins.ps import kernels
     except ImportError:  # the cluster extra is not installed: no parameter servers to run
-        return
-    with machine_lock("ps-kernels"):
-        kernels.compile_kernels()
-    compile_portion_gradient(network)
+        kernels = None
+    if kernels is not None:
+        with machine_lock("ps-kernels"):
+            kernels.compile_kernels()
+        compile_portion_gradient(network)
     compile_float64_passes()
 
 
