@@ -18,9 +18,11 @@ definition, as the trainer's start-up sweep would).
 The tiers run in order: ``unit``, ``proc``, ``cluster``, ``adversarial``, then ``hosts``. While the
 unit tests run (one core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so
 the multi-process tests start from a warm numba cache; the session owns that process (it is not a
-test's leak) and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session
-writes the project's bytecode once for the processes it starts and removes it at the end
-(:mod:`tests.bytecode`).
+test's leak) and stops it at the end. Unit tests marked ``warmed_kernels`` call kernels the warm-up
+compiles: they run last in the unit tier, each once the warm-up is over, and load what it compiled
+(the other core's work) instead of compiling the same code again on this one. Where
+``PYTHONDONTWRITEBYTECODE`` is set, the session writes the project's bytecode once for the
+processes it starts and removes it at the end (:mod:`tests.bytecode`).
 
 The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
 background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
@@ -47,6 +49,7 @@ from hogwild.shm.naming import owner_alive, parse_segment_name
 
 _MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
+_WARM_UP_WITHIN_S = 600.0  # a bound for a hang: a cold warm-up takes minutes on a slow host
 _TIERS = ("unit", "proc", "cluster", "adversarial", "hosts")
 _warming: subprocess.Popen | None = None
 _warming_log = None
@@ -125,9 +128,15 @@ def pytest_sessionstart(session) -> None:
         _bytecode = compile_sources(Path(__file__).resolve().parents[1])
 
 
+def _order(item) -> tuple[int, bool]:
+    """The tier, then (within it) whether the test calls kernels the warm-up compiles."""
+    return _tier(item), item.get_closest_marker("warmed_kernels") is not None
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Unit tests first, then the process, cluster, adversarial and hosts tiers (a stable sort)."""
-    items.sort(key=_tier)
+    """Unit tests first, then the process, cluster, adversarial and hosts tiers (a stable sort);
+    within a tier, tests marked ``warmed_kernels`` after the others."""
+    items.sort(key=_order)
 
 
 def pytest_collection_finish(session) -> None:
@@ -195,6 +204,19 @@ def pytest_configure(config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """A test marked ``warmed_kernels`` starts (its fixtures too) once the warm-up is over: the
+    kernels it calls are then in numba's cache, and it loads them instead of compiling them
+    beside the warm-up."""
+    if _warming is None or item.get_closest_marker("warmed_kernels") is None:
+        return
+    try:
+        _warming.wait(_WARM_UP_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        pass  # a warm-up that hangs is not waited for: the test compiles what it needs
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,12 @@ same cores. Unit tests that call a kernel in process take no lock: one that gets
 compiles it too (the same code, twice). The default job's network stands for every network: the
 kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test that needs a
 kernel compiles it itself when this did not.
+
+Then, on the same core, the kernels some unit tests call that no job start compiles: a Sandblaster
+replica's portion gradient, and the float64 passes of the finite-difference checks. Those unit
+tests (marked ``warmed_kernels``, with the ones calling the jobs' kernels in process) run at the
+end of the unit tier, once this process is over (``tests/conftest.py``), and load what it
+compiled: the compiling is shared between the two cores instead of done on one.
 """
 
 from __future__ import annotations
@@ -48,9 +54,34 @@ def main() -> None:
     try:
         from hogwild_plugins.ps import kernels
     except ImportError:  # the cluster extra is not installed: no parameter servers to run
-        return
-    with machine_lock("ps-kernels"):
-        kernels.compile_kernels()
+        kernels = None
+    if kernels is not None:
+        with machine_lock("ps-kernels"):
+            kernels.compile_kernels()
+        compile_portion_gradient(network)
+    compile_float64_passes()
+
+
+def compile_portion_gradient(network) -> None:
+    """A Sandblaster replica's kernel (the summed gradient of a portion), called as its roles
+    call it: they compile it at their first portion, and take no lock."""
+    from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient
+
+    images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, int64 labels
+    examples = Examples(images, np.zeros(1, np.int64), np.zeros(1, np.int64), portion=1)
+    PortionGradient(network, examples)(np.zeros(network.n_params, np.float32), 0)
+
+
+def compile_float64_passes() -> None:
+    """The float64 passes of the unit tier's finite-difference checks (no job runs them), as
+    :mod:`tests.unit.test_kernels_gradcheck` calls them: one example's passes and a minibatch's.
+    The op table is data: one network compiles what every network runs."""
+    from tests.unit.test_kernels_gradcheck import NETWORKS, Problem, make_network, minibatch_passes
+
+    problem = Problem(make_network(*NETWORKS["pool2-fc-tanh-relu"]), seed=0)
+    problem.analytic()
+    inputs = np.zeros((2, problem.network.input_size))
+    minibatch_passes(problem.ops, problem.network, problem.params, inputs, np.zeros(2, np.int64))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ from hogwild.data.augment import (
     uniforms,
 )
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 
 def _images(n, shape, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n, *shape), dtype=np.uint8)

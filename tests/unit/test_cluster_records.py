@@ -24,6 +24,9 @@ from hogwild.training import checkpoint as ckpt
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import starting_point
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 N_TEST = 500
 
 

@@ -22,6 +22,11 @@ from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_app
 from hogwild.model.simd import VECTOR_BYTES
 from tests.unit.wide_vectors import rerun_with_64_byte_vectors
 
+# tests.warm_kernels compiles the kernels these tests call (float32: the jobs'; float64: the
+# finite-difference checks'): marked warmed_kernels, they run once those are in numba's cache.
+# The 64-byte rerun compiles in a cache of its own: it is not marked, it runs beside the warm-up.
+WARMED = pytest.mark.warmed_kernels
+
 if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
     assert VECTOR_BYTES == 64
 
@@ -49,6 +54,7 @@ def _reference(x: np.ndarray, dy: np.ndarray, K: int) -> np.ndarray:
     return dw
 
 
+@WARMED
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
 def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
@@ -80,6 +86,7 @@ def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
     assert (act == act_before).all() and (dact == dact_before).all()
 
 
+@WARMED
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
 def test_the_forward_output_is_numpys_and_nothing_else_is_written(shape, dtype):
@@ -110,6 +117,7 @@ def test_the_forward_output_is_numpys_and_nothing_else_is_written(shape, dtype):
     assert (act[untouched] == before[untouched]).all()
 
 
+@WARMED
 def test_it_applies_to_stride_one_without_padding_only():
     assert direct_applies(1, 0)
     assert not direct_applies(2, 0)

@@ -29,6 +29,9 @@ from hogwild.net.address import parse_address
 from hogwild.net.router import Incoming
 from hogwild.net.wire import DType, ErrorCode, Header, MsgType, WireError
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 WAIT_S = 30.0
 RGB_AUGMENT = "crop=16,hflip,rotate=10"
 

@@ -14,6 +14,9 @@ import pytest
 from hogwild.model.layer_kernels import dropout_forward
 from hogwild.model.random import seed_kernels
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 UNITS = 400  # a hidden layer of Adam's MNIST model
 CALLS = 500  # examples
 

@@ -24,6 +24,9 @@ from hogwild.model.network import COL_NEED_DIN, COL_OUT, build_network
 from hogwild.model.passes import backward, forward
 from hogwild.training.torch_bridge import state_dict_of
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 torch = pytest.importorskip("torch")
 nn = torch.nn
 F = nn.functional

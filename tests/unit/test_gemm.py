@@ -17,6 +17,11 @@ from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, pack
 from hogwild.model.simd import VECTOR_BYTES
 from tests.unit.wide_vectors import rerun_with_64_byte_vectors
 
+# tests.warm_kernels compiles the kernels these tests call (float32: the jobs'; float64: the
+# finite-difference checks'): marked warmed_kernels, they run once those are in numba's cache.
+# The 64-byte rerun compiles in a cache of its own: it is not marked, it runs beside the warm-up.
+WARMED = pytest.mark.warmed_kernels
+
 if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
     assert VECTOR_BYTES == 64
 
@@ -55,6 +60,7 @@ def _outside(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
     return flat[mask]
 
 
+@WARMED
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("mode", [SET, ADD, BIAS, SGD, MOMENTUM])
@@ -115,6 +121,7 @@ def test_every_mode_matches_numpy(mode, shape, dtype):
         np.testing.assert_array_equal(_outside(velocity, m, n), _outside(velocity0, m, n))
 
 
+@WARMED
 def test_a_transposed_operand_packs_by_its_strides():
     """``pack_a`` with row stride 1 and column stride ld reads ``A^T`` of a stored matrix."""
     rng = np.random.default_rng(3)
@@ -128,6 +135,7 @@ def test_a_transposed_operand_packs_by_its_strides():
     np.testing.assert_allclose(c.reshape(11, 19), stored.T @ b, rtol=1e-5, atol=1e-5)
 
 
+@WARMED
 def test_packed_rows_beyond_the_matrix_are_zeros():
     a = np.arange(1, 1 + 7 * 3, dtype=np.float32)
     packed = np.full(packed_size(7, 3), np.nan, dtype=np.float32)

@@ -27,6 +27,9 @@ from tests.unit.test_kernels_torch import (
     torch_params,
 )
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 torch = pytest.importorskip("torch")
 
 

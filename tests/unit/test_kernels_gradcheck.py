@@ -25,6 +25,9 @@ from hogwild.model.network import COL_FUSED_RELU, COL_NEED_DIN, COL_OUT, Network
 from hogwild.model.passes import FC_ACCUMULATE, backward, backward_batch, forward, forward_batch
 from hogwild.model.random import seed_kernels
 
+# tests.warm_kernels compiles its float64 passes on the other core: it runs once they are cached
+pytestmark = pytest.mark.warmed_kernels
+
 EPS = 1e-6
 RTOL = 1e-5
 ATOL = 1e-8

@@ -33,6 +33,9 @@ from hogwild.model.passes import backward, forward
 from hogwild.model.random import seed_kernels
 from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 

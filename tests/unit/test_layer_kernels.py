@@ -20,6 +20,9 @@ from hogwild.model.layer_kernels import (
     maxpool_forward,
 )
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 
 def _reference_pool(x, C, H, W, K, S):
     Ho, Wo = (H - K) // S + 1, (W - K) // S + 1

@@ -19,6 +19,9 @@ from hogwild.partition.compute import SequentialReplica
 from hogwild.partition.plan import plan_partitions
 from tests.unit.test_kernels_torch import ATOL, RTOL, init_params, torch_logits, torch_params
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 

@@ -12,6 +12,9 @@ from hogwild.data.augment import Augmenter, AugmentSpec
 from hogwild.data.feed import ArrayReader, WorkerFeed, compile_data_kernels
 from hogwild.data.prefetch import Prefetcher, PrefetchTimeoutError
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 WAIT_S = 10.0
 
 

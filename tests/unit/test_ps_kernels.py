@@ -16,6 +16,9 @@ from hogwild_plugins.ps.kernels import (
     vector_op,
 )
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 LR, MU, EPS = 0.5, 0.9, 1e-8
 
 

@@ -28,6 +28,9 @@ from hogwild_plugins.ps.work import (
 
 from hogwild.net.wire import Header, MsgType
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 FLOATS = 16
 
 

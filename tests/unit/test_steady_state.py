@@ -20,6 +20,9 @@ from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
 from hogwild.optim.rules import RULE_CODES
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 
 @pytest.fixture
 def allocation_counter():

@@ -20,6 +20,9 @@ from hogwild.model.network import build_network
 from hogwild.model.passes import backward, forward, load_example
 from hogwild.optim.rules import RULE_SGD
 
+# it calls kernels tests.warm_kernels compiles: it runs once they are in numba's cache
+pytestmark = pytest.mark.warmed_kernels
+
 MEAN, STD = 0.1307, 0.3081
 
 
