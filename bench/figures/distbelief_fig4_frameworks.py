@@ -92,6 +92,9 @@ class Contender:
         keys += list(self.keys)
         if self.synchronous:
             keys += [("train.batch", str(args.sync_batch)), ("optim.lr", str(args.sync_lr))]
+        if self.optimizer == "lbfgs":
+            keys += [("cluster.lbfgs_batch", str(args.lbfgs_batch)),
+                     ("cluster.lbfgs_iterations", str(args.lbfgs_per_batch))]  # fmt: skip
         if args.subset:
             keys.append(("train.subset", str(args.subset)))
         return [f"--{key}={value}" for key, value in keys]
@@ -126,6 +129,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--budget-s", type=float, default=None, help="training seconds per run (240)")
     add("--epochs", type=int, default=None, help="epochs at most of the SGD runs (12)")
     add("--lbfgs-iterations", type=int, default=None, help="Sandblaster's epochs at most (100)")
+    add(
+        "--lbfgs-batch",
+        type=int,
+        default=10000,
+        help="Sandblaster: cluster.lbfgs_batch, examples per L-BFGS batch (10000; 0: full batch)",
+    )
+    add(
+        "--lbfgs-per-batch",
+        type=int,
+        default=4,
+        help="Sandblaster: cluster.lbfgs_iterations, L-BFGS iterations per batch (4)",
+    )
     add("--subset", type=int, default=None, help="train on the first N examples (0: all)")
     add("--sync-batch", type=int, default=100, help="AllReduce and hybrid: train.batch (100)")
     add("--sync-lr", type=float, default=0.05, help="AllReduce and hybrid: optim.lr (0.05)")

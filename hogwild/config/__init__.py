@@ -175,6 +175,9 @@ class ClusterConfig:
     host: str = "127.0.0.1"
     keys: str = ""
     warm_start: int = 0
+    lbfgs_batch: int = 0  # Sandblaster: examples per L-BFGS batch; 0 = the whole share
+    lbfgs_iterations: int = 1  # Sandblaster: L-BFGS iterations on each batch
+    lbfgs_history: int = 10  # Sandblaster: L-BFGS pairs kept (m)
     epoch_fraction: float = 1.0
     split: str = "portions"
     metrics_port: int = 0

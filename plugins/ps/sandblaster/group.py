@@ -359,11 +359,32 @@ class LBFGSGroup(WorkerGroup):
         self.lbfgs: SandblasterLBFGS | None = None
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
-        order = np.sort(self._order(epoch, start, stop))  # a set: sorted, portions contiguous
-        if order.tobytes() != self.batch_key:
-            self._start_board(order, portion_size(len(order), self.workers))
-            self.batch_key = order.tobytes()
-            self.lbfgs = self._lbfgs()
+        c = self.config.cluster
+        order = self._order(epoch, start, stop)
+        size = c.lbfgs_batch or len(order)
+        batches = (
+            np.array_split(order, math.ceil(len(order) / size)) if size < len(order) else [order]
+        )
+        trained, loss = 0, 0.0
+        for number, batch in enumerate(batches):
+            if number and (self.closed_epoch >= epoch or self.stopping):  # between batches only
+                break
+            batch = np.sort(batch)  # a set: sorted, portions contiguous
+            if batch.tobytes() != self.batch_key:
+                self._start_board(batch, portion_size(len(batch), self.workers))
+                self.batch_key = batch.tobytes()
+                if c.lbfgs_batch and self.lbfgs is not None:
+                    self.lbfgs.new_batch()  # mini-batches: the history carries over
+                else:
+                    self.lbfgs = self._lbfgs()
+            for _ in range(c.lbfgs_iterations):
+                it = self._iterate()
+            trained, loss = trained + len(batch), loss + it.loss * len(batch)
+        with self.lock:
+            self.share.trained, self.share.loss = trained, loss
+
+    def _iterate(self):
+        """One L-BFGS iteration on the current batch (a fresh L-BFGS after one that stops)."""
         it = self.lbfgs.step()
         self.iterations += 1
         self.last_step = {"loss": it.loss, "step": it.step, "trials": it.evaluations,
@@ -373,13 +394,16 @@ class LBFGSGroup(WorkerGroup):
             f"{it.evaluations} pass(es), {it.pairs} pair(s)"
             + (f"; {it.stop}: the history starts again" if it.stop else "")
         )
-        if it.stop:  # converged, or no descent: a fresh start (steepest descent) next epoch
+        if it.stop:  # converged, or no descent: a fresh start (steepest descent) next time
             self.lbfgs = self._lbfgs()
-        with self.lock:
-            self.share.trained, self.share.loss = len(order), it.loss * len(order)
+        return it
 
     def _lbfgs(self) -> SandblasterLBFGS:
-        return SandblasterLBFGS(self.coordinator, self.objective, LBFGSOptions())
+        options = LBFGSOptions(history=self.config.cluster.lbfgs_history)
+        return SandblasterLBFGS(self.coordinator, self._evaluate, options)
+
+    def _evaluate(self) -> float:
+        return self.objective()  # the current batch's (a new board per batch)
 
 
 class SGDGroup(WorkerGroup):
