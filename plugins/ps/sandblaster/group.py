@@ -18,13 +18,17 @@ a :class:`hogwild.cluster.services.WorkerGroupFramework`) holding
 
 The frameworks differ in the coordinator's step:
 
-* ``sandblaster`` (:class:`LBFGSGroup`, DistBelief 4.2): L-BFGS (:class:`~.lbfgs.SandblasterLBFGS`),
-  **full-batch**: one ``train`` (an epoch's share: with one worker group, the whole training set
-  or ``train.subset``, whose order does not change the summed gradient) is one L-BFGS iteration,
-  whose line search may take more than one pass (the first epoch also evaluates the start). The
-  history stays on the shards across epochs; a share of other examples starts a fresh L-BFGS.
+* ``sandblaster`` (:class:`LBFGSGroup`, DistBelief 4.2): L-BFGS (:class:`~.lbfgs.SandblasterLBFGS`).
+  With ``cluster.lbfgs_batch = 0`` (the default), **full-batch**: one ``train`` (an epoch's
+  share: with one worker group, the whole training set or ``train.subset``, whose order does not
+  change the summed gradient) is ``cluster.lbfgs_iterations`` (1) L-BFGS iterations, whose line
+  search may take more than one pass (the first epoch also evaluates the start). The history
+  stays on the shards across epochs; a share of other examples starts a fresh L-BFGS. With
+  ``cluster.lbfgs_batch = B``, **mini-batches**: the share, in the epoch's shuffled order, is cut
+  into batches of about B examples, each a new board and ``lbfgs_iterations`` iterations; the
+  history carries over from batch to batch (:meth:`~.lbfgs.SandblasterLBFGS.new_batch`).
   ``optim.lr``, its schedule and ``train.batch`` are not used; ``close`` does not cut an
-  iteration short.
+  iteration short (with mini-batches it ends the share at the next batch).
 * ``allreduce`` (:class:`SGDGroup`): synchronous SGD: the share in batches of ``train.batch``
   examples (split into portions over the workers), after each ``axpy(-lr, grad, params)`` on the
   shards with the driver's ``lr`` (``optim.lr`` and its schedule, on the batch's mean gradient as
