@@ -187,6 +187,7 @@ class WorkerGroup:
         self.clients: list = []
         self.coordinator: ShardVectors | None = None
         self.iterations = 0
+        self.past_boards: dict[str, int] = {}  # counters of the boards before the current one
         self.last_step: dict = {}
         self.silence_s = max(DRIVER_SILENCE_S, config.cluster.start_timeout_s * 2)
 
@@ -243,16 +244,23 @@ class WorkerGroup:
                                   "examples": share.trained, "seconds": out["seconds"]}  # fmt: skip
             return out
 
-    def _counters(self) -> dict:
+    def _board_counters(self) -> dict:
+        """The current board's counters (its batch passes, portions, backups...)."""
         stats = self.board.scheduler.stats if self.board is not None else None
         return {
-            "iterations": self.iterations,
             "evaluations": self.objective.batch if self.objective is not None else 0,
-            "workers": self.workers,
             "portions": stats.portions if stats else 0,
             "backups": stats.backups if stats else 0,
             "duplicates": stats.duplicates if stats else 0,
             "lost": stats.lost if stats else 0,
+        }
+
+    def _counters(self) -> dict:
+        board = self._board_counters()
+        return {
+            "iterations": self.iterations,
+            "workers": self.workers,
+            **{key: self.past_boards.get(key, 0) + value for key, value in board.items()},
             "kept": [r.kept for r in self.replicas],  # portions accepted from each thread
             **self.last_step,
         }
@@ -290,6 +298,8 @@ class WorkerGroup:
     def _start_board(self, order: np.ndarray, portion: int) -> None:
         """A new board, its replica threads (computing on ``order``) and the objective."""
         self._stop_replicas()
+        for key, value in self._board_counters().items():  # the counters go on over boards
+            self.past_boards[key] = self.past_boards.get(key, 0) + value
         if self.coordinator is None:
             client = self._client()
             self.clients.append(client)
