@@ -68,7 +68,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from hogwild_plugins.ps.sandblaster.batch import BatchObjective, Board, check_servers
-from hogwild_plugins.ps.sandblaster.lbfgs import GRAD, PARAMS, LBFGSOptions, SandblasterLBFGS
+from hogwild_plugins.ps.sandblaster.lbfgs import (
+    GRAD,
+    PARAMS,
+    Iteration,
+    LBFGSOptions,
+    SandblasterLBFGS,
+)
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
@@ -363,7 +369,8 @@ class WorkerGroup:
 
 
 class LBFGSGroup(WorkerGroup):
-    """Sandblaster: one full-batch L-BFGS iteration per share (see the module docstring)."""
+    """Sandblaster: L-BFGS iterations on each share, its full batch or mini-batches (see the
+    module docstring)."""
 
     does = "L-BFGS"
 
@@ -397,7 +404,7 @@ class LBFGSGroup(WorkerGroup):
         with self.lock:
             self.share.trained, self.share.loss = trained, loss
 
-    def _iterate(self):
+    def _iterate(self) -> Iteration:
         """One L-BFGS iteration on the current batch (a fresh L-BFGS after one that stops)."""
         it = self.lbfgs.step()
         self.iterations += 1
