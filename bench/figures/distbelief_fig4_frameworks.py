@@ -25,11 +25,11 @@ default before Table 1's); every SGD contender keeps its learning rate and step 
 every 3 epochs); "fixed rate" is DistBelief's name for plain SGD on the server, as against Adagrad.
 **Sandblaster** runs mini-batch L-BFGS (Ngiam et al., ICML 2011; DistBelief's "large
 batches"): each epoch's shuffled training set in batches of ``--lbfgs-batch`` examples
-(``cluster.lbfgs_batch``, 10,000), ``--lbfgs-per-batch`` iterations on each
-(``cluster.lbfgs_iterations``, 4), the L-BFGS history carried from batch to batch; each iteration's
-line search may take more than one pass over its batch. ``--lbfgs-batch 0`` is the full batch (an
-epoch is one iteration over the whole training set: 92.9 % when the 240 s ran out, 24
-iterations). Its epochs are capped by ``--lbfgs-iterations``, not ``--epochs``; ``optim.lr`` and
+(``cluster.lbfgs_batch``, 5,000), ``--lbfgs-per-batch`` iterations on each
+(``cluster.lbfgs_iterations``, 3), the L-BFGS history carried from batch to batch; each iteration's
+line search may take more than one pass over its batch (docs/benchmarks.md compares batch
+sizes). ``--lbfgs-batch 0`` is the full batch (an epoch is one iteration over the whole training
+set). Its epochs are capped by ``--lbfgs-iterations``, not ``--epochs``; ``optim.lr`` and
 ``train.batch`` do not apply. To run it alone: ``--only sandblaster-lbfgs``.
 **AllReduce and the hybrid** step once per batch of ``train.batch`` examples on the batch's
 mean gradient, so they need a batch and a rate of their own: ``--sync-batch`` 100 at
@@ -138,13 +138,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--lbfgs-batch",
         type=int,
         default=None,
-        help="Sandblaster: cluster.lbfgs_batch, examples per L-BFGS batch (10000; 0: full batch)",
+        help="Sandblaster: cluster.lbfgs_batch, examples per L-BFGS batch (5000; 0: full batch)",
     )
     add(
         "--lbfgs-per-batch",
         type=int,
         default=None,
-        help="Sandblaster: cluster.lbfgs_iterations, L-BFGS iterations per batch (4)",
+        help="Sandblaster: cluster.lbfgs_iterations, L-BFGS iterations per batch (3)",
     )
     add("--subset", type=int, default=None, help="train on the first N examples (0: all)")
     add("--sync-batch", type=int, default=100, help="AllReduce and hybrid: train.batch (100)")
@@ -169,8 +169,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "epochs": 12,
         "lbfgs_iterations": 100,
         "subset": 0,
-        "lbfgs_batch": 10000,
-        "lbfgs_per_batch": 4,
+        "lbfgs_batch": 5000,
+        "lbfgs_per_batch": 3,
     }
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:

@@ -9,8 +9,8 @@ for ``--epochs`` epochs (12) both ways, with nothing set but the data and the ep
 
 once per seed of ``--seeds`` (1, 2, 3), and reports each job's final test accuracy, each kind's
 mean over the seeds and ``gap_points`` = mean single - mean cluster, in points, against
-``--target`` (1 point); one cluster job's accuracy varies by most of a point from run to run on
-the digits (450 test images: one is 0.22 points), hence the seeds. The datasets (``--datasets``):
+``--target`` (1 point); asynchronous jobs differ from run to run, and on the digits one test
+image is 0.22 points, hence the seeds. The datasets (``--datasets``):
 
 * ``digits``: scikit-learn's handwritten digits (shipped in its wheel), 1,347 training and 450
   test images, each 8x8 pixel made a 3x3 block and padded to 28x28
