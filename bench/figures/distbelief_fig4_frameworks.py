@@ -23,10 +23,15 @@ hybrid-sgd-2sg      the hybrid on 2 server groups, a group each (refused today: 
 Every job trains Adam's model without dropout on the schedule of :mod:`bench.support.paper_job` (the
 default before Table 1's); every SGD contender keeps its learning rate and step schedule (halved
 every 3 epochs); "fixed rate" is DistBelief's name for plain SGD on the server, as against Adagrad.
-**Sandblaster** has no batch key: one epoch is one full-batch L-BFGS iteration over the whole
-training set (or ``train.subset``), whose line search may take more than one pass, so its epochs
-are capped by ``--lbfgs-iterations``, not ``--epochs``; ``optim.lr`` and ``train.batch`` do not
-apply. **AllReduce and the hybrid** step once per batch of ``train.batch`` examples on the batch's
+**Sandblaster** runs mini-batch L-BFGS (Ngiam et al., ICML 2011; DistBelief's "large
+batches"): each epoch's shuffled training set in batches of ``--lbfgs-batch`` examples
+(``cluster.lbfgs_batch``, 5,000), ``--lbfgs-per-batch`` iterations on each
+(``cluster.lbfgs_iterations``, 3), the L-BFGS history carried from batch to batch; each iteration's
+line search may take more than one pass over its batch (docs/benchmarks.md compares batch
+sizes). ``--lbfgs-batch 0`` is the full batch (an epoch is one iteration over the whole training
+set). Its epochs are capped by ``--lbfgs-iterations``, not ``--epochs``; ``optim.lr`` and
+``train.batch`` do not apply. To run it alone: ``--only sandblaster-lbfgs``.
+**AllReduce and the hybrid** step once per batch of ``train.batch`` examples on the batch's
 mean gradient, so they need a batch and a rate of their own: ``--sync-batch`` 100 at
 ``--sync-lr`` 0.05 (on this machine, 2 epochs of AllReduce: lr 0.3 diverged, 0.1 reached
 97.8 % and 97.4 %, 0.05 98.0 % and 98.2 %; batch 200 at 0.1 ran 20 % more examples/s to much the
@@ -92,6 +97,9 @@ class Contender:
         keys += list(self.keys)
         if self.synchronous:
             keys += [("train.batch", str(args.sync_batch)), ("optim.lr", str(args.sync_lr))]
+        if self.optimizer == "lbfgs":
+            keys += [("cluster.lbfgs_batch", str(args.lbfgs_batch)),
+                     ("cluster.lbfgs_iterations", str(args.lbfgs_per_batch))]  # fmt: skip
         if args.subset:
             keys.append(("train.subset", str(args.subset)))
         return [f"--{key}={value}" for key, value in keys]
@@ -126,6 +134,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--budget-s", type=float, default=None, help="training seconds per run (240)")
     add("--epochs", type=int, default=None, help="epochs at most of the SGD runs (12)")
     add("--lbfgs-iterations", type=int, default=None, help="Sandblaster's epochs at most (100)")
+    add(
+        "--lbfgs-batch",
+        type=int,
+        default=None,
+        help="Sandblaster: cluster.lbfgs_batch, examples per L-BFGS batch (5000; 0: full batch)",
+    )
+    add(
+        "--lbfgs-per-batch",
+        type=int,
+        default=None,
+        help="Sandblaster: cluster.lbfgs_iterations, L-BFGS iterations per batch (3)",
+    )
     add("--subset", type=int, default=None, help="train on the first N examples (0: all)")
     add("--sync-batch", type=int, default=100, help="AllReduce and hybrid: train.batch (100)")
     add("--sync-lr", type=float, default=0.05, help="AllReduce and hybrid: optim.lr (0.05)")
@@ -136,8 +156,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     add("--plot", metavar="PNG", help="draw the figure into this file")
     args = parser.parse_args(argv)
-    quick = {"budget_s": 15.0, "epochs": 2, "lbfgs_iterations": 2, "subset": 1000}
-    full = {"budget_s": 240.0, "epochs": 12, "lbfgs_iterations": 100, "subset": 0}
+    quick = {
+        "budget_s": 15.0,
+        "epochs": 2,
+        "lbfgs_iterations": 2,
+        "subset": 1000,
+        "lbfgs_batch": 500,
+        "lbfgs_per_batch": 2,
+    }
+    full = {
+        "budget_s": 240.0,
+        "epochs": 12,
+        "lbfgs_iterations": 100,
+        "subset": 0,
+        "lbfgs_batch": 5000,
+        "lbfgs_per_batch": 3,
+    }
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -148,6 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; known: {names}")
     if args.budget_s <= 0 or args.epochs < 1 or args.lbfgs_iterations < 1 or args.subset < 0:
         parser.error("--budget-s must be > 0, --epochs and --lbfgs-iterations >= 1, --subset >= 0")
+    if args.lbfgs_batch < 0 or args.lbfgs_per_batch < 1:
+        parser.error("--lbfgs-batch must be >= 0 (0: the full batch), --lbfgs-per-batch >= 1")
     if not 0 < args.target <= 1:
         parser.error(f"--target is a test accuracy in (0, 1], got {args.target}")
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
@@ -323,6 +359,8 @@ def measure(args) -> dict:
             "subset": args.subset,
             "epochs": args.epochs,
             "lbfgs_iterations": args.lbfgs_iterations,
+            "lbfgs_batch": args.lbfgs_batch,
+            "lbfgs_per_batch": args.lbfgs_per_batch,
             "sync_batch": args.sync_batch,
             "sync_lr": args.sync_lr,
             "quick": args.quick,

@@ -273,6 +273,19 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
             f"cluster.metrics_port = {cluster.metrics_port}: the job's roles take ports up to "
             f"{last_port}, past 65535; choose a lower first port"
         )
+    if cluster.lbfgs_batch < 0 or cluster.lbfgs_iterations < 1 or cluster.lbfgs_history < 1:
+        fail(
+            "cluster.lbfgs_batch must be >= 0 (0: the whole share) and cluster.lbfgs_iterations "
+            f"and cluster.lbfgs_history >= 1, got {cluster.lbfgs_batch}, "
+            f"{cluster.lbfgs_iterations} and {cluster.lbfgs_history}"
+        )
+    if topology.optimizer != "lbfgs" and (
+        cluster.lbfgs_batch or cluster.lbfgs_iterations != 1 or cluster.lbfgs_history != 10
+    ):
+        fail(
+            "cluster.lbfgs_batch, cluster.lbfgs_iterations and cluster.lbfgs_history set "
+            f"Sandblaster's L-BFGS, but cluster.optimizer is {topology.optimizer!r}; remove them"
+        )
     if not 0.0 < cluster.epoch_fraction <= 1.0:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")
     if not (cluster.status_s > 0 and cluster.start_timeout_s > 0 and cluster.stop_timeout_s > 0):

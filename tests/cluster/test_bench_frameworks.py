@@ -51,6 +51,13 @@ def test_quick_run_draws_a_curve_for_each_contender_it_trains(tmp_path, mnist_di
     pairs = {(r["framework"], r["optimizer"]) for r in results}
     assert {("downpour", "sgd"), ("sandblaster", "lbfgs"), ("hybrid", "sgd")} == pairs
     assert any(r["name"] == "sgd" and r["replicas"] == 1 for r in results)
+    lbfgs = next(r for r in results if r["name"] == "sandblaster-lbfgs")
+    assert "--cluster.lbfgs_batch=500" in lbfgs["command"]  # quick: mini-batches of the 1,000
+    assert lbfgs["settings"]["cluster"]["lbfgs_iterations"] == 2
+    group = lbfgs["sandblaster"]["0"]
+    assert group["iterations"] == lbfgs["epochs_done"] * 2 * 2  # 2 batches of 500, 2 each
+    # every batch evaluated afresh, then at least a pass per iteration, counted over the boards
+    assert group["evaluations"] >= lbfgs["epochs_done"] * 2 * 3
 
     ran = [r for r in results if not r["skipped"]]
     assert {r["name"] for r in ran} == set(RUN)

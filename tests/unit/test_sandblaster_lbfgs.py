@@ -225,3 +225,88 @@ def test_torchs_stopping_tests_on_max_abs_reductions():
     assert it.stop.startswith("gradient max-abs")  # max |g| = 4 (1 - 1/7.5) = 3.47 <= 3.99
     c, _ = coordinator(bowl, x0, tolerance_grad=3.4, tolerance_change=0.54)
     assert c.step().stop.startswith("step max-abs")  # |t| max |d| = 4 / 7.5 = 0.533
+
+
+def reference_minibatch_lbfgs(objectives, x0, per_batch, *, history, lr, line_search, c1=1e-4,
+                              backtrack=0.5, eps=1e-10):  # fmt: skip
+    """:func:`reference_lbfgs` over a sequence of objectives (mini-batches), ``per_batch``
+    iterations on each: a new batch evaluates the point afresh, forms no pair across the change
+    and keeps the pairs measured so far.
+
+    Returns:
+        (iterates, losses, pairs after each iteration, trials per iteration).
+    """
+    x = np.asarray(x0, np.float64)
+    pairs, h_diag, d, t, g_prev, k = [], 1.0, None, None, None, 0
+    xs, fs, kept, trials = [], [], [], []
+    for fg in objectives:
+        f, g = fg(x)
+        across = k > 0
+        for _ in range(per_batch):
+            k += 1
+            q = -g
+            if k > 1:
+                if not across:
+                    y, s = g - g_prev, t * d
+                    ys = y @ s
+                    if ys > eps:
+                        pairs = (pairs + [(s, y, 1.0 / ys)])[-history:]
+                        h_diag = ys / (y @ y)
+                alphas = []
+                for s_i, y_i, rho in reversed(pairs):
+                    alphas.append((s_i @ q) * rho)
+                    q = q - alphas[-1] * y_i
+                q = q * h_diag
+                for (s_i, y_i, rho), alpha in zip(pairs, reversed(alphas), strict=True):
+                    q = q + (alpha - (y_i @ q) * rho) * s_i
+            across = False
+            d, g_prev, f0 = q, g, f
+            t = min(1.0, 1.0 / np.abs(g).sum()) * lr if k == 1 else lr
+            gtd = g @ d
+            f, g = fg(x + t * d)
+            n = 1
+            while line_search == "armijo" and not f <= f0 + c1 * t * gtd:
+                t *= backtrack
+                f, g = fg(x + t * d)
+                n += 1
+            x = x + t * d
+            xs.append(x)
+            fs.append(f)
+            kept.append(len(pairs))
+            trials.append(n)
+    return xs, fs, kept, trials
+
+
+def test_mini_batches_keep_the_history_and_form_no_pair_across_batches():
+    """Three batches of one problem, four iterations each: the coordinator, told of each new
+    batch, takes the reference's steps; the pairs carry over (the history is full by the third
+    batch), while no pair mixes two batches' gradients."""
+    whole = problem(seed=2, n=600)
+    batches = [
+        SoftmaxRegression(whole.X[i::3], whole.labels[i::3], whole.classes, whole.l2,
+                          whole.bias, whole.n_params)
+        for i in range(3)
+    ]  # fmt: skip
+    x0 = np.zeros(whole.n_params, np.float32)
+    opts = dict(history=5, lr=1.0)
+    want, losses, kept, trials = reference_minibatch_lbfgs(
+        batches, x0, 4, line_search="armijo", **opts
+    )
+    assert kept[3] == 3 and kept[4] == 3 and kept[-1] == 5  # nothing formed across, then full
+    current = [batches[0]]
+    c, v = coordinator(lambda x: current[0](x), x0, line_search="armijo", tolerance_change=0.0,
+                       **opts)  # fmt: skip
+    steps = iter(zip(want, losses, kept, trials, strict=True))
+    for number, batch in enumerate(batches):
+        if number:
+            current[0] = batch
+            c.new_batch()
+        for _ in range(4):
+            b, loss, pairs, n = next(steps)
+            it = c.step()
+            assert (it.pairs, it.evaluations) == (pairs, n)
+            assert it.loss == pytest.approx(loss, rel=1e-5)
+            assert close(v["params"], b), (it.k, np.abs(v["params"] - b).max())
+    assert c.evaluations == 3 + sum(trials)  # a fresh evaluation at the start of each batch
+    # and it learns: the whole problem's loss fell well below its start
+    assert whole(v["params"])[0] < 0.5 * whole(x0)[0]

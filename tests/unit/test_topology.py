@@ -222,3 +222,15 @@ def test_the_bundled_config_resolves_to_downpour_and_rejects_bad_topologies_at_l
     assert resolve_topology(sandblaster.cluster, sandblaster.ps.rule).optimizer == "lbfgs"
     with pytest.raises(ConfigError, match="adam_mnist.toml: 3 server groups for 2"):
         config.override({"cluster.server_groups": 3})
+
+
+def test_lbfgs_keys_are_checked_and_refused_without_lbfgs():
+    config = load_config()
+    keys = {"cluster.lbfgs_batch": 5000, "cluster.lbfgs_iterations": 3, "cluster.lbfgs_history": 20}
+    minibatch = config.override({"cluster.framework": "sandblaster", **keys})
+    assert (minibatch.cluster.lbfgs_batch, minibatch.cluster.lbfgs_iterations) == (5000, 3)
+    with pytest.raises(ConfigError, match="cluster.optimizer is 'adagrad'; remove them"):
+        config.override({"cluster.lbfgs_batch": 5000})  # Downpour with Adagrad
+    for key, value in (("lbfgs_batch", -1), ("lbfgs_iterations", 0), ("lbfgs_history", 0)):
+        with pytest.raises(ConfigError, match="cluster.lbfgs_batch must be >= 0"):
+            config.override({"cluster.framework": "sandblaster", f"cluster.{key}": value})

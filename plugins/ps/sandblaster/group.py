@@ -18,13 +18,17 @@ a :class:`hogwild.cluster.services.WorkerGroupFramework`) holding
 
 The frameworks differ in the coordinator's step:
 
-* ``sandblaster`` (:class:`LBFGSGroup`, DistBelief 4.2): L-BFGS (:class:`~.lbfgs.SandblasterLBFGS`),
-  **full-batch**: one ``train`` (an epoch's share: with one worker group, the whole training set
-  or ``train.subset``, whose order does not change the summed gradient) is one L-BFGS iteration,
-  whose line search may take more than one pass (the first epoch also evaluates the start). The
-  history stays on the shards across epochs; a share of other examples starts a fresh L-BFGS.
+* ``sandblaster`` (:class:`LBFGSGroup`, DistBelief 4.2): L-BFGS (:class:`~.lbfgs.SandblasterLBFGS`).
+  With ``cluster.lbfgs_batch = 0`` (the default), **full-batch**: one ``train`` (an epoch's
+  share: with one worker group, the whole training set or ``train.subset``, whose order does not
+  change the summed gradient) is ``cluster.lbfgs_iterations`` (1) L-BFGS iterations, whose line
+  search may take more than one pass (the first epoch also evaluates the start). The history
+  stays on the shards across epochs; a share of other examples starts a fresh L-BFGS. With
+  ``cluster.lbfgs_batch = B``, **mini-batches**: the share, in the epoch's shuffled order, is cut
+  into batches of about B examples, each a new board and ``lbfgs_iterations`` iterations; the
+  history carries over from batch to batch (:meth:`~.lbfgs.SandblasterLBFGS.new_batch`).
   ``optim.lr``, its schedule and ``train.batch`` are not used; ``close`` does not cut an
-  iteration short.
+  iteration short (with mini-batches it ends the share at the next batch).
 * ``allreduce`` (:class:`SGDGroup`): synchronous SGD: the share in batches of ``train.batch``
   examples (split into portions over the workers), after each ``axpy(-lr, grad, params)`` on the
   shards with the driver's ``lr`` (``optim.lr`` and its schedule, on the batch's mean gradient as
@@ -64,7 +68,13 @@ from dataclasses import dataclass
 
 import numpy as np
 from hogwild_plugins.ps.sandblaster.batch import BatchObjective, Board, check_servers
-from hogwild_plugins.ps.sandblaster.lbfgs import GRAD, PARAMS, LBFGSOptions, SandblasterLBFGS
+from hogwild_plugins.ps.sandblaster.lbfgs import (
+    GRAD,
+    PARAMS,
+    Iteration,
+    LBFGSOptions,
+    SandblasterLBFGS,
+)
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
@@ -183,6 +193,7 @@ class WorkerGroup:
         self.clients: list = []
         self.coordinator: ShardVectors | None = None
         self.iterations = 0
+        self.past_boards: dict[str, int] = {}  # counters of the boards before the current one
         self.last_step: dict = {}
         self.silence_s = max(DRIVER_SILENCE_S, config.cluster.start_timeout_s * 2)
 
@@ -239,16 +250,23 @@ class WorkerGroup:
                                   "examples": share.trained, "seconds": out["seconds"]}  # fmt: skip
             return out
 
-    def _counters(self) -> dict:
+    def _board_counters(self) -> dict:
+        """The current board's counters (its batch passes, portions, backups...)."""
         stats = self.board.scheduler.stats if self.board is not None else None
         return {
-            "iterations": self.iterations,
             "evaluations": self.objective.batch if self.objective is not None else 0,
-            "workers": self.workers,
             "portions": stats.portions if stats else 0,
             "backups": stats.backups if stats else 0,
             "duplicates": stats.duplicates if stats else 0,
             "lost": stats.lost if stats else 0,
+        }
+
+    def _counters(self) -> dict:
+        board = self._board_counters()
+        return {
+            "iterations": self.iterations,
+            "workers": self.workers,
+            **{key: self.past_boards.get(key, 0) + value for key, value in board.items()},
             "kept": [r.kept for r in self.replicas],  # portions accepted from each thread
             **self.last_step,
         }
@@ -286,6 +304,8 @@ class WorkerGroup:
     def _start_board(self, order: np.ndarray, portion: int) -> None:
         """A new board, its replica threads (computing on ``order``) and the objective."""
         self._stop_replicas()
+        for key, value in self._board_counters().items():  # the counters go on over boards
+            self.past_boards[key] = self.past_boards.get(key, 0) + value
         if self.coordinator is None:
             client = self._client()
             self.clients.append(client)
@@ -350,7 +370,8 @@ class WorkerGroup:
 
 
 class LBFGSGroup(WorkerGroup):
-    """Sandblaster: one full-batch L-BFGS iteration per share (see the module docstring)."""
+    """Sandblaster: L-BFGS iterations on each share, its full batch or mini-batches (see the
+    module docstring)."""
 
     does = "L-BFGS"
 
@@ -360,11 +381,32 @@ class LBFGSGroup(WorkerGroup):
         self.lbfgs: SandblasterLBFGS | None = None
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
-        order = np.sort(self._order(epoch, start, stop))  # a set: sorted, portions contiguous
-        if order.tobytes() != self.batch_key:
-            self._start_board(order, portion_size(len(order), self.workers))
-            self.batch_key = order.tobytes()
-            self.lbfgs = self._lbfgs()
+        c = self.config.cluster
+        order = self._order(epoch, start, stop)
+        size = c.lbfgs_batch or len(order)
+        batches = (
+            np.array_split(order, math.ceil(len(order) / size)) if size < len(order) else [order]
+        )
+        trained, loss = 0, 0.0
+        for number, batch in enumerate(batches):
+            if number and (self.closed_epoch >= epoch or self.stopping):  # between batches only
+                break
+            batch = np.sort(batch)  # a set: sorted, portions contiguous
+            if batch.tobytes() != self.batch_key:
+                self._start_board(batch, portion_size(len(batch), self.workers))
+                self.batch_key = batch.tobytes()
+                if c.lbfgs_batch and self.lbfgs is not None:
+                    self.lbfgs.new_batch()  # mini-batches: the history carries over
+                else:
+                    self.lbfgs = self._lbfgs()
+            for _ in range(c.lbfgs_iterations):
+                it = self._iterate()
+            trained, loss = trained + len(batch), loss + it.loss * len(batch)
+        with self.lock:
+            self.share.trained, self.share.loss = trained, loss
+
+    def _iterate(self) -> Iteration:
+        """One L-BFGS iteration on the current batch (a fresh L-BFGS after one that stops)."""
         it = self.lbfgs.step()
         self.iterations += 1
         self.last_step = {"loss": it.loss, "step": it.step, "trials": it.evaluations,
@@ -374,13 +416,16 @@ class LBFGSGroup(WorkerGroup):
             f"{it.evaluations} pass(es), {it.pairs} pair(s)"
             + (f"; {it.stop}: the history starts again" if it.stop else "")
         )
-        if it.stop:  # converged, or no descent: a fresh start (steepest descent) next epoch
+        if it.stop:  # converged, or no descent: a fresh start (steepest descent) next time
             self.lbfgs = self._lbfgs()
-        with self.lock:
-            self.share.trained, self.share.loss = len(order), it.loss * len(order)
+        return it
 
     def _lbfgs(self) -> SandblasterLBFGS:
-        return SandblasterLBFGS(self.coordinator, self.objective, LBFGSOptions())
+        options = LBFGSOptions(history=self.config.cluster.lbfgs_history)
+        return SandblasterLBFGS(self.coordinator, self._evaluate, options)
+
+    def _evaluate(self) -> float:
+        return self.objective()  # the current batch's (a new board per batch)
 
 
 class SGDGroup(WorkerGroup):

@@ -1,0 +1,52 @@
+"""``bench/figures/new_data.py --quick``: the shape of its JSON line, not its accuracies.
+
+The quick run trains the bundled job on scikit-learn's digits (1,347 training images) for one
+epoch twice: ``hogwild train`` and ``hogwild cluster``. Checks: one JSON line, the same as the
+``--out`` file; each job's summary accuracy is its last epoch's, in [0, 1]; the gap is the
+difference in points and ``met`` says whether it is within the target; a dataset the script does
+not know is refused with the list.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.bench_runs import run_bench
+
+SCRIPT = "bench/figures/new_data.py"
+
+
+@pytest.mark.slow
+def test_quick_run_compares_the_cluster_with_the_single_node_job(tmp_path, repo_root):
+    out = tmp_path / "new_data.json"
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--epochs", "1"]
+    record = run_bench([*command, "--out", str(out)], out, timeout=300, cwd=repo_root)
+    assert record["benchmark"] == "new_data"
+    assert record["command"].startswith(f"python {SCRIPT} --quick")
+    assert record["settings"]["epochs"] == 1 and record["settings"]["seeds"] == [1]
+    (row,) = record["results"]
+    assert row["dataset"] == "digits"
+    assert (row["data"]["train"], row["data"]["test"]) == (1347, 450)
+    (run,) = row["runs"]
+    assert run["seed"] == 1
+    for kind in ("single", "cluster"):
+        job = run[kind]
+        assert len(job["curve"]) == 1 and job["curve"][-1] == job["test_accuracy"], job
+        assert 0.0 <= job["test_accuracy"] <= 1.0
+        assert row[f"{kind}_mean"] == pytest.approx(job["test_accuracy"], abs=1e-4)
+    gap = 100 * (run["single"]["test_accuracy"] - run["cluster"]["test_accuracy"])
+    assert row["gap_points"] == pytest.approx(gap, abs=0.02)
+    assert row["met"] is (row["gap_points"] <= record["target_gap_points"])
+    assert record["met"] is row["met"]
+
+
+def test_an_unknown_dataset_is_refused_with_the_list(repo_root):
+    done = subprocess.run(
+        [sys.executable, str(repo_root / SCRIPT), "--datasets", "digits,cifar"],
+        capture_output=True, text=True, timeout=60, cwd=repo_root,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown cifar; known: digits, mnist" in done.stderr
