@@ -51,6 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--lr", type=float, default=0.01, help="hogwild's learning rate")
     add("--rule", default="sgd", help="hogwild's optim.rule (sgd, momentum, adam, adamw)")
     add("--schedule", default="cosine", help="hogwild's optim.schedule")
+    add(
+        "--smooth",
+        action="store_true",
+        help="hogwild's optim.smooth: the rate moves within each epoch towards the next's",
+    )
     add("--weight-decay", type=float, default=0.0, help="hogwild's optim.weight_decay")
     add("--seed", type=int, default=1, help="the network's initial weights (both sides)")
     add("--quick", action="store_true", help="smoke run: 2,000 / 1,000 examples, one epoch each")
@@ -98,6 +103,7 @@ def run_hogwild(args: argparse.Namespace, train_subset: int, test_subset: int) -
             "optim.schedule": args.schedule,
             "optim.warmup_epochs": 0,
             "optim.weight_decay": args.weight_decay,
+            "optim.smooth": args.smooth,
         },
     )
     epochs, trained, reached = [], 0.0, None
@@ -127,6 +133,14 @@ def run_hogwild(args: argparse.Namespace, train_subset: int, test_subset: int) -
     }
 
 
+def examples_to_target(epochs: list[dict], args: argparse.Namespace, train_subset: int):
+    """Training examples seen by the end of the first epoch at the target (None: not reached)."""
+    for record in epochs:
+        if record["test_accuracy"] >= args.target:
+            return record["epoch"] * (train_subset or 60000)
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -152,6 +166,9 @@ def main(argv: list[str] | None = None) -> None:
         "target_accuracy": args.target,
         "hogwild_seconds_to_target": ours["seconds_to_target"],
         "example_seconds_to_target": example["seconds_to_target"],
+        # the load-independent half of the ratio: training examples seen before the target
+        "hogwild_examples_to_target": examples_to_target(ours["epochs"], args, train_subset),
+        "example_examples_to_target": examples_to_target(example["epochs"], args, train_subset),
         "ratio": ratio,
         "target_ratio": 2.0,
         "hogwild_examples_per_s": ours["examples_per_s"],
@@ -171,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
                 "lr": args.lr,
                 "rule": args.rule,
                 "schedule": args.schedule,
+                "smooth": args.smooth,
                 "weight_decay": args.weight_decay,
                 "epochs": args.hogwild_epochs,
             },
