@@ -5,7 +5,7 @@ The network is the example's (:func:`bench.peers.examples_mnist.net`: two 3x3 co
 32 and 64 maps, max-pool, dropout, 128 units, dropout), built once with the same seed for both
 sides. The example trains it with its own loop (Adadelta, batch 64, torch on every core); hogwild
 trains the same module, read by ``from_torch`` with its initial weights, with worker processes on
-every physical core: by default Adam on minibatches of 16 at lr 0.001, decayed linearly to zero
+every physical core: by default Adam on minibatches of 16 at lr 0.002, decayed linearly to zero
 over its epochs example by example (``optim.smooth``). Both read the same MNIST idx files and
 normalise with the same mean and std.
 Each side trains epoch by epoch and is tested after every epoch; the seconds counted are those
@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     # hogwild's recipe: Adam on minibatches of 16, the rate decayed linearly to 0, example by
     # example (optim.smooth): fewer examples to 99.0 % than per-example SGD on a per-epoch cosine
     add("--batch", type=int, default=16, help="hogwild's examples per update")
-    add("--lr", type=float, default=0.001, help="hogwild's learning rate")
+    add("--lr", type=float, default=0.002, help="hogwild's learning rate")
     add("--rule", default="adam", help="hogwild's optim.rule (sgd, momentum, adam, adamw)")
     add("--schedule", default="linear", help="hogwild's optim.schedule")
     add(
