@@ -21,6 +21,7 @@ import argparse
 import gc
 import importlib
 import json
+import math
 import re
 import signal
 import sys
@@ -64,8 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--data",
         metavar="SOURCE",
-        help="an LMDB image cache, a directory of MNIST idx files, or 'mnist' (default: the "
-        "checkpoint's data.source)",
+        help="an LMDB image cache, a directory of MNIST idx files, 'mnist', or a .npz or CSV "
+        "file (its test split, as training chose it) (default: the checkpoint's data.source)",
+    )
+    evaluate.add_argument(
+        "--target",
+        metavar="COLUMN",
+        help="with --data FILE.csv: the label or target column; the rows training held back "
+        "(the checkpoint's seed) are evaluated",
     )
     evaluate.add_argument("--json", action="store_true", help="print one JSON line")
 
@@ -227,22 +234,34 @@ def _train(args, overrides: dict[str, str]) -> int:
     if config.model.partitions > 1:
         from hogwild.partition.runtime import train_partitioned
 
-        if args.model or args.target:
+        if args.model or args.target or args.loss != "cross_entropy":
             raise HogwildError("--partitions K > 1 trains the job's own model on MNIST idx data")
         result = train_partitioned(
             config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite)
         )
     else:
-        job = None
+        job, data, test_data, target = None, args.data, None, args.target
+        if args.loss != "cross_entropy" and not args.model:
+            raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")
         if args.model:
+            from hogwild.data.tables import is_table, read_table
+            from hogwild.training.api import TEST_FRACTION
             from hogwild.training.torch_bridge import from_torch, load_module
 
-            job, config = config, from_torch(load_module(args.model), config.model.input)
+            shape = config.model.input
+            if is_table(data):  # a tabular model: its input is the file's features
+                data, test_data = read_table(data, target, TEST_FRACTION, config.train.seed)
+                features, target = data[0].shape[1:], None
+                if math.prod(shape) != math.prod(features):  # not a --model.input of its own
+                    shape = features
+            module = load_module(args.model)
+            job, config = config, from_torch(module, shape, loss=args.loss)
         result = train(
             config,
-            args.data,
+            data,
+            test_data=test_data,
             job=job,
-            target=args.target,
+            target=target,
             resume=bool(args.resume),
             overwrite=bool(args.overwrite),
         )
@@ -305,9 +324,15 @@ def _eval(args) -> int:
     from hogwild.training.api import evaluate
 
     with interrupts_not_lost():  # the prediction kernels load here, through numba's callbacks
-        result = evaluate(args.checkpoint, args.data)
+        result = evaluate(args.checkpoint, args.data, target=args.target)
     if args.json:
         print(json.dumps(result))
+    elif result["test_accuracy"] is None:  # a regression
+        print(
+            f"{result['checkpoint']} (epoch {result['epoch'] + 1}): test mse "
+            f"{result['test_mse']:.6g}, test mae {result['test_mae']:.6g} "
+            f"on {result['examples']:,} examples"
+        )
     else:
         print(
             f"{result['checkpoint']} (epoch {result['epoch'] + 1}): test accuracy "

@@ -189,10 +189,15 @@ def add_train_only_flags(parser: argparse.ArgumentParser) -> None:
     _add(parser, "--model", metavar="FILE.py:FUNCTION",
          help="a PyTorch model: FUNCTION() in FILE.py returns a torch.nn module (see "
          "docs/python-api.md), trained from its weights with the job's other settings; its "
-         "input shape is model.input (default: the job's model)")  # fmt: skip
+         "input shape is the features of --data FILE.csv or .npz, else model.input (default: "
+         "the job's model)")  # fmt: skip
+    _add(parser, "--loss", choices=("cross_entropy", "mse"), default="cross_entropy",
+         help="with --model: cross-entropy on its last Linear's class scores, or mse: its values "
+         "regressed on the targets (default: cross_entropy)")  # fmt: skip
     _add(parser, "--target", metavar="COLUMN",
-         help="with --data FILE.csv: the column of class indices (the others are features; 20 %% "
-         "of the rows are held back as the test split; default: none)")  # fmt: skip
+         help="with --data FILE.csv: the column of class indices, or with --loss mse of target "
+         "values (the others are features; 20 %% of the rows are held back as the test split; "
+         "default: none)")  # fmt: skip
 
 
 def add_cluster_only_flags(parser: argparse.ArgumentParser) -> None:

@@ -100,6 +100,7 @@ class OptimConfig:
     decay_every: int = 3
     min_lr: float = 0.0
     warmup_epochs: int = 0
+    smooth: bool = False  # the rate moves within each epoch towards the next epoch's
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ FLOAT32_TINY = 1.1754943508222875e-38
 CHOICES = {
     ("model", "init"): ("he", "xavier", "torch"),
     ("optim", "rule"): ("sgd", "momentum", "adam", "adamw"),
-    ("optim", "schedule"): ("constant", "step", "exponential", "cosine"),
+    ("optim", "schedule"): ("constant", "step", "exponential", "cosine", "linear"),
     ("train", "start_method"): ("spawn", "forkserver"),
     ("train", "placement"): ("fill", "spread"),
     ("train", "replicas"): ("auto", "node", "worker"),

@@ -28,13 +28,29 @@ class TrainingContext:
     moments: np.ndarray  # float32, Adam's m, v and step count (hogwild.optim.rules)
 
     @classmethod
-    def allocate(cls, network: Network, batch: int, update_every: int = 1) -> "TrainingContext":
+    def allocate(
+        cls,
+        network: Network,
+        batch: int,
+        update_every: int = 1,
+        moments: np.ndarray | None = None,
+    ) -> "TrainingContext":
         """Allocate and touch every buffer (zeros are written, so the pages are resident).
 
         One activation row per example of a minibatch, or of a group of examples whose fully
-        connected updates are applied together (``update_every``).
+        connected updates are applied together (``update_every``). ``moments``, if given, is
+        where Adam's moments live (the worker's row of the job's arena, which the checkpoints
+        keep: :mod:`hogwild.training.moments`) instead of a private vector.
         """
         batch = max(batch, update_every)
+        size = moments_size(network.n_params)
+        if moments is None:
+            moments = np.zeros(size, dtype=np.float32)
+        elif moments.shape != (size,) or moments.dtype != np.float32:
+            raise ValueError(
+                f"moments must be float32 of shape ({size},) for this model, got "
+                f"{moments.dtype} {moments.shape}"
+            )
         return cls(
             act=np.zeros((batch, network.act_size), dtype=np.float32),
             dact=np.zeros((batch, network.act_size), dtype=np.float32),
@@ -42,7 +58,7 @@ class TrainingContext:
             grad=np.zeros(network.n_params, dtype=np.float32),
             scratch=np.zeros(network.scratch_floats(batch), dtype=np.float32),
             targets=np.zeros(batch, dtype=np.int64),
-            moments=np.zeros(moments_size(network.n_params), dtype=np.float32),
+            moments=moments,
         )
 
     def train_chunk(

@@ -25,7 +25,8 @@ Adam's moments ``m`` and ``v`` and its step count ``t`` are a worker's own (its 
 context's ``moments``: ``m`` then ``v``, each the length of the parameter vector, then ``t``), not
 shared in the arena like the momentum's velocity: each is a running average of the worker's own
 gradients, which estimates the same moments as the job's, and one worker is exactly
-``torch.optim.Adam``. They are not in the checkpoints: a resumed job starts them again.
+``torch.optim.Adam``. On one machine each worker's moments are its row of the job's arena, so the
+checkpoints keep them and a resumed job continues them (:mod:`hogwild.training.moments`).
 """
 
 import numpy as np

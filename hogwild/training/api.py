@@ -38,6 +38,7 @@ from hogwild.training.torch_bridge import TorchModel
 from hogwild.training.trainer import TrainResult, run_training
 
 PREDICT_BATCH = 64  # examples per forward pass when predicting
+TEST_FRACTION = 0.2  # the share of a CSV or .npz file's rows held back as its test split
 
 _KEYWORDS = {
     "workers": "train.workers",
@@ -86,7 +87,7 @@ def train(
     *,
     test_data: tuple | None = None,
     target: str | None = None,
-    test_fraction: float = 0.2,
+    test_fraction: float = TEST_FRACTION,
     resume: bool = False,
     overwrite: bool = False,
     overrides: dict[str, Any] | None = None,
@@ -293,20 +294,72 @@ def load_checkpoint(path: str | os.PathLike) -> TrainedModel:
 
 
 def evaluate(
-    checkpoint: str | os.PathLike, data: MnistData | CacheData | str | os.PathLike | None = None
+    checkpoint: str | os.PathLike,
+    data: MnistData | CacheData | str | os.PathLike | None = None,
+    target: str | None = None,
+    test_fraction: float = TEST_FRACTION,
 ):
-    """Test loss and accuracy of a checkpoint, computed in this process.
+    """Test loss and accuracy of a checkpoint, computed in this process; for a regression
+    (an ``mse`` last layer) its test mean squared and mean absolute errors instead.
 
     ``data`` is as for :func:`train` (default: the checkpoint's ``data.source``). Images reach the
     model as in training: an image cache's, and augmented jobs' (a crop, say), through a data
-    feed's deterministic centre view.
+    feed's deterministic centre view. A ``.npz`` or CSV file (``target`` naming a CSV's label or
+    target column) gives its test split as :func:`train` chose it: its ``x_test`` and ``y_test``,
+    or the ``test_fraction`` of its rows held back with the checkpoint's seed.
 
     Raises:
-        DataError: The data has no test examples, or they do not fit the model.
+        DataError: The data has no test examples, or they do not fit the model, or a regression
+            checkpoint was given no table of targets.
     """
     model = load_checkpoint(checkpoint)
-    result = evaluate_model(model, load_data(model.config, data))
+    if is_table(data):
+        _, held_back = read_table(data, target, test_fraction, model.config.train.seed)
+        if held_back is None:
+            raise DataError(f"{data}: no test rows to evaluate on (test_fraction {test_fraction})")
+        result = evaluate_arrays(model, *held_back)
+    elif model.network.regression:
+        raise DataError(
+            f"{model.checkpoint.path} is a regression: evaluate it on a .npz or CSV file of "
+            "targets (--data FILE.csv --target COLUMN)"
+        )
+    else:
+        result = evaluate_model(model, load_data(model.config, data))
     return {**result, "checkpoint": str(model.checkpoint.path), "epoch": model.checkpoint.epoch}
+
+
+def evaluate_arrays(model: TrainedModel, x: np.ndarray, y: np.ndarray) -> dict:
+    """``model`` on arrays: test loss and accuracy of class indices ``y``, or for a regression
+    the mean squared error (``test_loss``, ``test_mse``: PyTorch's ``MSELoss``, the mean over
+    every value) and mean absolute error of target values ``y``."""
+    outputs = model.predict_proba(x)  # a regression's: its values
+    if not model.network.regression:
+        labels = np.asarray(y)
+        classes = outputs.shape[1]
+        if labels.shape != (len(outputs),) or not np.all(np.isin(labels, np.arange(classes))):
+            raise DataError(
+                f"labels of shape {labels.shape} must be {len(outputs)} class indices 0 .. "
+                f"{classes - 1}"
+            )
+        labels = labels.astype(np.int64)
+        chosen = outputs[np.arange(len(labels)), labels]
+        loss = float(-np.log(np.maximum(chosen, 1e-30)).sum()) / len(labels)
+        correct = int((outputs.argmax(axis=1) == labels).sum())
+        return {"examples": len(labels), "test_loss": loss, "test_accuracy": correct / len(labels)}
+    targets = np.asarray(y, dtype=np.float64).reshape(len(outputs), -1)
+    if targets.shape != outputs.shape:
+        raise DataError(
+            f"targets of shape {np.shape(y)} for a model of {outputs.shape[1]} output value(s)"
+        )
+    error = outputs.astype(np.float64) - targets
+    mse = float(np.mean(error * error))
+    return {
+        "examples": len(outputs),
+        "test_loss": mse,
+        "test_mse": mse,
+        "test_mae": float(np.mean(np.abs(error))),
+        "test_accuracy": None,
+    }
 
 
 def evaluate_model(model: TrainedModel, loaded: MnistData | CacheData, threads: int = 1) -> dict:

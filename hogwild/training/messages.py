@@ -44,13 +44,16 @@ class WorkerSetup:
 
 @dataclass(frozen=True)
 class Train:
-    """Train ``order[start:stop]`` of epoch ``epoch`` at learning rate ``lr``."""
+    """Train ``order[start:stop]`` of epoch ``epoch`` at learning rate ``lr``, or, if
+    ``lr_end`` is given, at a rate moving from ``lr`` to ``lr_end`` across the shard
+    (:func:`hogwild.optim.schedule.rate_within`)."""
 
     epoch: int
     lr: float
     start: int
     stop: int
     seed: int
+    lr_end: float | None = None
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from hogwild.model.network import Network, build_network
 from hogwild.model.random import worker_seed
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.interval import update_every
-from hogwild.optim.schedule import learning_rate
+from hogwild.optim.schedule import epoch_rates
 from hogwild.progress import Progress
 from hogwild.runtime import single_threaded_blas
 from hogwild.shm.arena import Arena
@@ -61,6 +61,13 @@ from hogwild.training.job import (
 )
 from hogwild.training.messages import Evaluate, Evaluated, Train, Trained, WorkerSetup
 from hogwild.training.metrics import MetricsWriter
+from hogwild.training.moments import (
+    MOMENTS_REGION,
+    keeps_moments,
+    moments_shape,
+    moments_state,
+    restore_moments,
+)
 from hogwild.training.placement import describe_cpus, worker_count, worker_placements
 from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.tensorboard import TensorBoardLog
@@ -323,6 +330,8 @@ class Trainer:
             self.store,
             image_dtype=self.images_dtype,
         )
+        if keeps_moments(config.optim.rule):  # Adam's, per worker, for the checkpoints
+            layout.add(MOMENTS_REGION, np.float32, moments_shape(network, self.n_workers))
         self.arena = Arena.create("train", layout)
         arena = self.arena
         self.store.attach(arena)
@@ -341,6 +350,15 @@ class Trainer:
             for name, value in self.initial.items():
                 views[name][...] = value
         self.store.load(params, velocity)
+        if start_epoch and keeps_moments(config.optim.rule):
+            restored = ckpt.load_checkpoint(config.output.checkpoint_dir)
+            restore_moments(
+                network,
+                arena.array(MOMENTS_REGION),
+                restored.optimizer_state,
+                restored.path,
+                self.progress.line,
+            )
         return start_epoch, history
 
     def _start_workers(self) -> None:
@@ -381,7 +399,7 @@ class Trainer:
     def _train_epoch(self, epoch: int) -> dict:
         config = self.config
         arena = self.arena
-        lr = learning_rate(config.optim, epoch, config.train.epochs)
+        lr, lr_end = epoch_rates(config.optim, epoch, config.train.epochs)
         order = epoch_permutation(config.train.seed, epoch, self.n_train)
         if self.subset is not None and self.plan.cache:
             order = self.subset[order]  # a cache's workers read records by their index
@@ -395,7 +413,7 @@ class Trainer:
         started = time.perf_counter()
         for worker, (start, stop) in enumerate(shards):
             seed = worker_seed(config.train.seed, epoch, worker)
-            self.gang.send(worker, Train(epoch, lr, start, stop, seed))
+            self.gang.send(worker, Train(epoch, lr, start, stop, seed, lr_end))
         needed = max(1, int(np.ceil(config.train.epoch_fraction * self.n_workers - 1e-9)))
         finished, examples, loss, correct, data_wait, store_wait = 0, 0, 0.0, 0, 0.0, 0.0
         while finished < self.n_workers:
@@ -470,9 +488,12 @@ class Trainer:
         extra = {"torch_names": self.names} if self.names else {}
         if self.images_dtype == np.float32:
             extra["inputs"] = INPUTS_AS_GIVEN
+        moments = None
+        if keeps_moments(self.config.optim.rule):  # the workers are idle between epochs
+            moments = moments_state(self.network, self.arena.array(MOMENTS_REGION))
         return save_checkpoint(
             self.config, self.network, params, velocity, epoch, record, history,
-            self.plan.n_classes, self.n_train, self.data, extra,
+            self.plan.n_classes, self.n_train, self.data, extra, moments,
         )  # fmt: skip
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -504,15 +525,18 @@ def save_checkpoint(
     n_train: int,
     data,
     extra: dict | None = None,
+    moments: dict[str, np.ndarray] | None = None,
 ):
     """Write the checkpoint of ``epoch`` into ``output.checkpoint_dir``; its sidecar's path.
 
-    The weights under PyTorch's names and layouts, the velocity as the optimizer state, and in
+    The weights under PyTorch's names and layouts, the velocity and Adam's per-worker
+    ``moments`` (:func:`hogwild.training.moments.moments_state`) as the optimizer state, and in
     the sidecar the resolved config, the epoch, the schedule's learning rate, the seed, the data
     position, the epoch's metrics and the history (:mod:`hogwild.training.checkpoint`).
     """
     weights = {k: v.copy() for k, v in network.views(params).items()}
     optimizer_state = {f"{k}.momentum": v.copy() for k, v in network.views(velocity).items()}
+    optimizer_state.update(moments or {})
     info = {
         "config": config.to_dict(),
         "epoch": epoch,

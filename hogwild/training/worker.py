@@ -93,7 +93,15 @@ def worker_main(setup, commands, results) -> None:
         # take time from its compute while another CPU of the node may be idle.
         with helpers_on(helpers):
             store = open_worker_store(setup.store, arena, network, job)
-        context = TrainingContext.allocate(network, job.train.batch, job.train.update_every)
+        from hogwild.training.moments import MOMENTS_REGION
+
+        # Adam's moments: this worker's row of the arena, which the checkpoints keep
+        moments = None
+        if MOMENTS_REGION in arena.layout.regions:
+            moments = arena.array(MOMENTS_REGION)[setup.worker]
+        context = TrainingContext.allocate(
+            network, job.train.batch, job.train.update_every, moments=moments
+        )
         chunk = whole_units(job)
         if data.feed:  # after pinning: its prefetch thread runs here too
             from hogwild.training.feeds import Feeds
@@ -240,15 +248,24 @@ class WorkerLoop:
 
     def train(self, command) -> None:
         from hogwild.model.random import seed_kernels
+        from hogwild.optim.schedule import rate_within
         from hogwild.training.messages import Trained
 
         seed_kernels(command.seed)
         store = self.store
         store_waited = store.wait_s
         store.start_epoch(command.lr)
-        if self.feeds is not None:
+        size = command.stop - command.start
 
-            def step(images, labels, identity, n, lr=command.lr):
+        def rate(done: int) -> float:  # optim.smooth: the rate moves across the shard
+            return rate_within(command.lr, command.lr_end, done, size)
+
+        if self.feeds is not None:
+            fed = [0]
+
+            def step(images, labels, identity, n):
+                lr = rate(fed[0])
+                fed[0] += n
                 return self.train_span(images, labels, identity, 0, n, lr)
 
             shard = self.order[command.start : command.stop]
@@ -262,7 +279,12 @@ class WorkerLoop:
                     break
                 hi = min(lo + self.chunk, command.stop)
                 chunk_loss, chunk_correct = self.train_span(
-                    self.train_images, self.train_labels, self.order, lo, hi, command.lr
+                    self.train_images,
+                    self.train_labels,
+                    self.order,
+                    lo,
+                    hi,
+                    rate(lo - command.start),
                 )
                 done += hi - lo
                 loss += chunk_loss

@@ -36,6 +36,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
         seconds = record[f"{side}_seconds_to_target"]
         reached = curve[-1]["test_accuracy"] >= record["target_accuracy"]
         assert (seconds is not None) == reached
+        assert record[f"{side}_examples_to_target"] == (2000 if reached else None)
     both = record["hogwild_seconds_to_target"] and record["example_seconds_to_target"]
     assert (record["ratio"] is None) == (not both)
     # what a PyTorch user gets back predicts as hogwild did (up to one example in 1,000)

@@ -69,7 +69,7 @@ def test_out_of_range_messages_say_what_is_expected():
     ("section", "key", "value"),
     [
         ("optim", "rule", "adagrad"),
-        ("optim", "schedule", "linear"),
+        ("optim", "schedule", "onecycle"),
         ("model", "init", "kaiming"),
         ("train", "start_method", "fork"),
         ("train", "placement", "random"),

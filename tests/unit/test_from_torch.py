@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import hogwild
+from bench.peers.examples_mnist import net as examples_mnist_net  # the one definition
 from hogwild.config import load_config
 from hogwild.errors import ConfigError
 from hogwild.model.context import TrainingContext
@@ -33,33 +34,6 @@ F = nn.functional
 
 RTOL = 1e-4
 ATOL = 1e-5
-
-
-class ExamplesMnistNet(nn.Module):
-    """pytorch/examples' mnist/main.py network, as it is written there."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = self.conv1(x)
-        x = F.relu(x)
-        x = self.conv2(x)
-        x = F.relu(x)
-        x = F.max_pool2d(x, 2)
-        x = self.dropout1(x)
-        x = torch.flatten(x, 1)
-        x = self.fc1(x)
-        x = F.relu(x)
-        x = self.dropout2(x)
-        x = self.fc2(x)
-        return F.log_softmax(x, dim=1)
 
 
 def bundled_job_net() -> nn.Module:
@@ -111,7 +85,7 @@ def stride2_avgpool_cnn() -> nn.Module:
 
 ARCHITECTURES = {
     "bundled_job": (bundled_job_net, (1, 28, 28)),
-    "examples_mnist": (ExamplesMnistNet, (1, 28, 28)),
+    "examples_mnist": (examples_mnist_net, (1, 28, 28)),
     "mlp": (mlp, (64,)),
     "stride2_avgpool": (stride2_avgpool_cnn, (3, 32, 32)),
 }
@@ -178,7 +152,7 @@ def test_weights_round_trip_through_load_state_dict_strict(name):
 
 
 def test_examples_net_reads_as_its_layers():
-    model = hogwild.from_torch(ExamplesMnistNet(), (1, 28, 28))
+    model = hogwild.from_torch(examples_mnist_net(), (1, 28, 28))
     assert [layer.type for layer in model.model.layers] == [
         "conv", "relu", "conv", "relu", "maxpool", "dropout", "fc", "relu", "dropout", "fc",
         "softmax",

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hogwild.config import OptimConfig
-from hogwild.optim.schedule import learning_rate
+from hogwild.optim.schedule import epoch_rates, learning_rate, rate_within
 
 
 def test_cosine_anneals_from_lr_towards_min_lr():
@@ -47,3 +47,27 @@ def test_a_negative_warmup_is_refused():
 
     with pytest.raises(ConfigError, match="optim.warmup_epochs must be >= 0, got -1"):
         load_config(overrides={"optim.warmup_epochs": -1})
+
+
+def test_linear_reaches_min_lr_at_the_end_of_the_run():
+    optim = OptimConfig(lr=0.01, schedule="linear", min_lr=0.002)
+    assert [learning_rate(optim, e, 4) for e in range(5)] == pytest.approx(
+        [0.01, 0.008, 0.006, 0.004, 0.002]
+    )
+
+
+def test_smooth_rates_move_across_the_epoch_to_the_next_epochs():
+    held = OptimConfig(lr=0.01, schedule="linear")
+    assert epoch_rates(held, 1, 2) == (pytest.approx(0.005), None)
+    assert rate_within(0.005, None, 500, 1000) == 0.005  # held for the whole epoch
+    smooth = OptimConfig(lr=0.01, schedule="linear", smooth=True)
+    start, end = epoch_rates(smooth, 1, 2)
+    assert (start, end) == (pytest.approx(0.005), pytest.approx(0.0))  # the run's end: min_lr
+    assert [rate_within(start, end, done, 1000) for done in (0, 250, 1000, 1200)] == (
+        pytest.approx([0.005, 0.00375, 0.0, 0.0])
+    )
+    cosine = OptimConfig(lr=0.01, schedule="cosine", smooth=True)
+    assert epoch_rates(cosine, 0, 4) == (
+        pytest.approx(0.01),
+        pytest.approx(learning_rate(cosine, 1, 4)),
+    )
