@@ -186,9 +186,7 @@ def _etcd_left(hosts: Hosts) -> list[str]:
 def test_the_jobs_own_etcd_cluster_has_a_member_on_each_ray_node(cluster, mnist_dir, tmp_path):
     hosts = cluster["hosts"]
     argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, "--epochs", "1",
-                     "--train.subset=10000", "--replicas", "1", "--data-servers", "0")  # fmt: skip
-    # three servers for three copies (the job's etcd is for copies > 1), no role more: the
-    # members' placement is the launcher's, one per node whatever the roles ask
+                     "--train.subset=10000")  # fmt: skip
     argv[argv.index(f"--cluster.etcd={cluster['etcd']}")] = "--cluster.etcd=job"
     done = subprocess.run(
         hosts.argv(1, argv), capture_output=True, text=True, env=cluster["env"],
