@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from tests.hosts.harness import Hosts, HostsError
 
@@ -87,6 +86,29 @@ def wait_listening(hosts: Hosts, host: int, address: str, port: int, within_s=20
         raise HostsError(f"nothing listens on {address}:{port} in host {host}")
 
 
+def wait_etcd_healthy(hosts: Hosts, host: int, address: str, within_s=30.0) -> None:
+    """Wait until the etcd member listening on ``address:ETCD_PORT`` in host ``host`` says it is
+    healthy: its ``/health`` is true only once its cluster has a leader and a quorum read works."""
+    url = f"http://{address}:{ETCD_PORT}/health"
+    code = (
+        "import json, sys, time, urllib.request\n"
+        f"deadline = time.monotonic() + {within_s}\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        f"        with urllib.request.urlopen({url!r}, timeout=2) as r:\n"
+        "            if json.load(r).get('health') == 'true':\n"
+        "                sys.exit(0)\n"
+        "    except (OSError, ValueError):\n"
+        "        pass\n"
+        "    time.sleep(0.05)\n"
+        "sys.exit(1)\n"
+    )
+    if subprocess.run(
+        hosts.argv(host, [sys.executable, "-c", code]), timeout=within_s + 30
+    ).returncode:
+        raise HostsError(f"the etcd member on {address}:{ETCD_PORT} in host {host} has no leader")
+
+
 def start_etcd(hosts: Hosts, host: int) -> str:
     """A one-member etcd listening on host ``host``'s address; its ``HOST:PORT``."""
     client = f"http://{hosts.address(host)}:{ETCD_PORT}"
@@ -97,8 +119,7 @@ def start_etcd(hosts: Hosts, host: int) -> str:
         f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
         f"--initial-cluster=h{host}={peer}", "--log-level=error",
     ], hosts.home(host) / "etcd.log")  # fmt: skip
-    wait_listening(hosts, host, hosts.address(host), ETCD_PORT)
-    time.sleep(0.5)  # a one-member cluster elects itself within its election timeout
+    wait_etcd_healthy(hosts, host, hosts.address(host))  # a one-member cluster elects itself
     return f"{hosts.address(host)}:{ETCD_PORT}"
 
 
@@ -123,9 +144,8 @@ def start_etcd_cluster(hosts: Hosts, members: list[int]) -> str:
     its members' addresses, ``HOST:PORT,HOST:PORT,...``."""
     for host in members:
         start_etcd_member(hosts, host, members)
-    for host in members:
-        wait_listening(hosts, host, hosts.address(host), ETCD_PORT)
-    time.sleep(2.0)  # the members find each other and elect a leader
+    for host in members:  # the members found each other and elected a leader
+        wait_etcd_healthy(hosts, host, hosts.address(host))
     return ",".join(f"{hosts.address(h)}:{ETCD_PORT}" for h in members)
 
 
@@ -137,5 +157,6 @@ __all__ = [
     "start_etcd_cluster",
     "start_etcd_member",
     "start_ray",
+    "wait_etcd_healthy",
     "wait_listening",
 ]
