@@ -21,6 +21,13 @@ Each run trains one epoch of the first ``--examples`` examples; its examples/s i
 within 10 % of its best (Adam's "before its speed falls"); ``targets`` the ratio of 2 partitions
 to the control on models of at least 100 million connections (the target: >= 0.85).
 
+**Only runs that learned count.** A run's speed means nothing if its weights diverged (a
+diverged model predicts one class: about 0.1 test accuracy). Each row records its
+``test_accuracy``, the control's (the lower of its two processes) and ``learned``: whether both
+reached ``--learned-floor`` (``learned_floor`` in the JSON). ``largest_efficient`` and
+``targets`` use learned rows only, and the target is not met while a 2-partition row (or its
+control) of at least 100 million connections did not learn (``targets.not_learned`` lists them).
+
 **The wide model** (``--wide-epochs`` > 0): a fully connected 784-4096-4096-10 model
 (``--wide-units``) trained for ``--wide-epochs`` epochs of ``--wide-examples`` examples, by 2
 partitions (``hogwild train --partitions 2``) and by 2 data-parallel replicas through one
@@ -59,6 +66,9 @@ from bench.support.paper_job import PAPER_JOB
 from bench.support.record import emit_record, fresh_numba_cache, stamp
 
 FACTORS = (1, 2, 4, 8, 16, 24, 32, 40)
+# the test accuracy a run must reach to count: well above a diverged model's (one class, ~0.1),
+# below what one epoch of 2,000 examples reaches at every size (0.7 to 0.8 with 400)
+LEARNED_FLOOR = 0.5
 QUICK_FACTORS = (1, 2)
 TARGET_CONNECTIONS = 100_000_000
 TARGET_RATIO = 0.85
@@ -73,7 +83,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--examples", type=int, default=2000, help="examples per run")
     parser.add_argument(
-        "--in-flight", type=int, default=4, help="examples in flight (2 partitions)"
+        "--in-flight",
+        type=int,
+        default=None,
+        help="examples in flight (2 partitions); default: train.in_flight's default",
+    )
+    parser.add_argument(
+        "--learned-floor",
+        type=float,
+        default=LEARNED_FLOOR,
+        help="test accuracy a run must reach for its row to count",
     )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="bound on one run")
     parser.add_argument("--data", default="mnist", help="MNIST idx directory or 'mnist'")
@@ -87,6 +106,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plot", help="draw the figure into this PNG")
     args = parser.parse_args(argv)
     args.factors = [int(f) for f in args.factors.split(",") if f]
+    if args.in_flight is None:
+        from hogwild.config import load_config
+
+        args.in_flight = load_config(None).train.in_flight
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
         args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
@@ -176,6 +199,7 @@ def measure_size(args, factor: int) -> list[dict]:
         ],
     )[0]
     control_rate = sum(c["examples_per_s"] for c in control)
+    control_accuracy = min(accuracy_of(c) for c in control)
     rows = []
     for partitions, summary, bytes_crossing in ((1, one, 0), (2, two, crossing)):
         rate = summary["examples_per_s"]
@@ -189,14 +213,28 @@ def measure_size(args, factor: int) -> list[dict]:
                 "ratio_to_control": rate / control_rate if control_rate else None,
                 "bytes_per_example": bytes_crossing,
                 "control_examples_per_s": control_rate,
-                "test_accuracy": summary.get("test_accuracy"),
+                "test_accuracy": accuracy_of(summary),
+                "control_test_accuracy": control_accuracy,
+                "learned": learned(args, accuracy_of(summary), control_accuracy),
             }
         )
     _log(
-        f"x{factor}: {connections:,} connections: 1 partition {one['examples_per_s']:.1f}/s, "
-        f"2 partitions {two['examples_per_s']:.1f}/s, control {control_rate:.1f}/s"
+        f"x{factor}: {connections:,} connections: 1 partition {one['examples_per_s']:.1f}/s "
+        f"(accuracy {accuracy_of(one):.3f}), 2 partitions {two['examples_per_s']:.1f}/s "
+        f"({accuracy_of(two):.3f}), control {control_rate:.1f}/s ({control_accuracy:.3f})"
     )
     return rows
+
+
+def accuracy_of(summary: dict) -> float:
+    """A run's final test accuracy (0.0 when it reports none: such a run does not count)."""
+    accuracy = summary.get("test_accuracy")
+    return float(accuracy) if accuracy is not None else 0.0
+
+
+def learned(args, *accuracies: float) -> bool:
+    """Whether every run behind a row reached the floor (a diverged model sits near 0.1)."""
+    return all(a >= args.learned_floor for a in accuracies)
 
 
 def wide_layers(units: int) -> str:
@@ -303,19 +341,31 @@ def measure_in_flight(args) -> list[dict]:
     for n in args.sweep:
         extra = ["--partitions", "2", f"--train.in_flight={n}"]
         summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
-        found.append({"in_flight": n, "examples_per_s": summary["examples_per_s"]})
-        _log(f"in flight {n}: {summary['examples_per_s']:.1f} examples/s")
+        accuracy = accuracy_of(summary)
+        found.append(
+            {
+                "in_flight": n,
+                "examples_per_s": summary["examples_per_s"],
+                "test_accuracy": accuracy,
+                "learned": learned(args, accuracy),
+            }
+        )
+        _log(f"in flight {n}: {summary['examples_per_s']:.1f} examples/s, accuracy {accuracy:.3f}")
     return found
 
 
 def largest_efficient(rows: list[dict]) -> dict:
     """Per number of partitions, the largest size whose connections/s is within 10 % of the
-    best that configuration reached (and the control's, from its summed rate)."""
+    best that configuration reached, among the rows that learned (None: none did)."""
     found = {}
     for partitions in sorted({r["partitions"] for r in rows}):
         mine = sorted(
-            (r for r in rows if r["partitions"] == partitions), key=lambda r: r["connections"]
+            (r for r in rows if r["partitions"] == partitions and r["learned"]),
+            key=lambda r: r["connections"],
         )
+        if not mine:
+            found[str(partitions)] = None
+            continue
         best = max(r["connections_per_s"] for r in mine)
         kept = [r["connections"] for r in mine if r["connections_per_s"] >= 0.9 * best]
         found[str(partitions)] = max(kept) if kept else None
@@ -323,12 +373,18 @@ def largest_efficient(rows: list[dict]) -> dict:
 
 
 def targets(rows: list[dict]) -> dict:
+    """The 2-partition rows of at least 100 million connections against the target: only
+    those that learned give a ratio, and any that did not keeps the target unmet."""
     big = [r for r in rows if r["partitions"] == 2 and r["connections"] >= TARGET_CONNECTIONS]
-    ratios = [r["ratio_to_control"] for r in big if r["ratio_to_control"] is not None]
+    counted = [r for r in big if r["learned"] and r["ratio_to_control"] is not None]
+    ratios = [r["ratio_to_control"] for r in counted]
+    not_learned = [r["factor"] for r in big if not r["learned"]]
     return {
         "two_partitions_over_control_at_100M": min(ratios) if ratios else None,
         "target": TARGET_RATIO,
-        "met": bool(ratios) and min(ratios) >= TARGET_RATIO,
+        "rows_counted": len(counted),
+        "not_learned": not_learned,
+        "met": bool(ratios) and not not_learned and min(ratios) >= TARGET_RATIO,
     }
 
 
@@ -383,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "partitions",
         "results": rows,
+        "learned_floor": args.learned_floor,
         "largest_efficient": largest_efficient(rows),
         "targets": targets(rows),
         "wide": wide,
@@ -391,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             "factors": args.factors,
             "examples": args.examples,
             "in_flight": args.in_flight,
+            "learned_floor": args.learned_floor,
             "wide_epochs": args.wide_epochs,
             "wide_examples": args.wide_examples,
             "wide_units": args.wide_units,
