@@ -41,7 +41,10 @@ time is always such a bound: give several epochs).
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
 ``train.in_flight`` of the list; ``in_flight_sweep`` gives each one's examples/s (what the default
-``train.in_flight`` should be chosen from).
+``train.in_flight`` should be chosen from). With ``--lr-over-in-flight`` the 2-partition rows and
+the sweep's runs train at the paper job's learning rate divided by their examples in flight
+(stale gradients need the smaller step: docs/partitioning.md), so runs with several in flight
+can learn.
 
 Run: ``python bench/figures/adam_fig10_partitions.py --out bench/results/fig10.json --plot
 bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples).
@@ -62,7 +65,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 from bench.support.machine import describe_machine, versions
-from bench.support.paper_job import PAPER_JOB
+from bench.support.paper_job import PAPER_JOB, PAPER_OVERRIDES
 from bench.support.record import emit_record, fresh_numba_cache, stamp
 
 FACTORS = (1, 2, 4, 8, 16, 24, 32, 40)
@@ -100,6 +103,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wide-examples", type=int, default=10000, help="wide model examples")
     parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
     parser.add_argument("--sweep", default="1,2,4,8", help="train.in_flight values to compare")
+    parser.add_argument(
+        "--lr-over-in-flight",
+        action="store_true",
+        help="partitioned runs train at the paper job's learning rate / examples in flight",
+    )
     parser.add_argument("--sweep-factor", type=int, default=8, help="the size they train")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--out", help="write the JSON line here too")
@@ -192,11 +200,7 @@ def measure_size(args, factor: int) -> list[dict]:
     control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
     two = run_jobs(
         args,
-        [
-            _train_command(
-                args, factor, ["--partitions", "2", f"--train.in_flight={args.in_flight}"]
-            )
-        ],
+        [_train_command(args, factor, partitioned(args, args.in_flight))],
     )[0]
     control_rate = sum(c["examples_per_s"] for c in control)
     control_accuracy = min(accuracy_of(c) for c in control)
@@ -224,6 +228,15 @@ def measure_size(args, factor: int) -> list[dict]:
         f"({accuracy_of(two):.3f}), control {control_rate:.1f}/s ({control_accuracy:.3f})"
     )
     return rows
+
+
+def partitioned(args, in_flight: int) -> list[str]:
+    """The options of a 2-partition run with ``in_flight`` examples in flight (and, with
+    ``--lr-over-in-flight``, the paper job's learning rate divided by them)."""
+    options = ["--partitions", "2", f"--train.in_flight={in_flight}"]
+    if args.lr_over_in_flight:
+        options.append(f"--optim.lr={PAPER_OVERRIDES['optim.lr'] / in_flight:g}")
+    return options
 
 
 def accuracy_of(summary: dict) -> float:
@@ -339,7 +352,7 @@ def measure_in_flight(args) -> list[dict]:
     """2 partitions on one size with each number of examples in flight."""
     found = []
     for n in args.sweep:
-        extra = ["--partitions", "2", f"--train.in_flight={n}"]
+        extra = partitioned(args, n)
         summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
         accuracy = accuracy_of(summary)
         found.append(
@@ -449,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             "examples": args.examples,
             "in_flight": args.in_flight,
             "learned_floor": args.learned_floor,
+            "lr_over_in_flight": args.lr_over_in_flight,
             "wide_epochs": args.wide_epochs,
             "wide_examples": args.wide_examples,
             "wide_units": args.wide_units,

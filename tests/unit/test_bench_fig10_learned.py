@@ -76,3 +76,14 @@ def test_largest_efficient_ignores_rows_that_did_not_learn():
     found = fig10.largest_efficient(rows)
     assert found["2"] == 40_000_000
     assert found["1"] is None  # no 1-partition row learned
+
+
+def test_partitioned_runs_divide_the_learning_rate_by_their_examples_in_flight_when_asked():
+    plain = fig10.parse_args(["--in-flight", "4"])
+    assert fig10.partitioned(plain, 4) == ["--partitions", "2", "--train.in_flight=4"]
+    scaled = fig10.parse_args(["--in-flight", "4", "--lr-over-in-flight"])
+    assert fig10.partitioned(scaled, 4)[-1] == "--optim.lr=0.00075"
+    assert fig10.partitioned(scaled, 1)[-1] == "--optim.lr=0.003"
+    command = fig10._train_command(scaled, 16, fig10.partitioned(scaled, 4))
+    lrs = [option for option in command if option.startswith("--optim.lr=")]
+    assert lrs[-1] == "--optim.lr=0.00075"  # after the paper job's: the last one wins
