@@ -21,6 +21,13 @@ Each run trains one epoch of the first ``--examples`` examples; its examples/s i
 within 10 % of its best (Adam's "before its speed falls"); ``targets`` the ratio of 2 partitions
 to the control on models of at least 100 million connections (the target: >= 0.85).
 
+**Only runs that learned count.** A run's speed means nothing if its weights diverged (a
+diverged model predicts one class: about 0.1 test accuracy). Each row records its
+``test_accuracy``, the control's (the lower of its two processes) and ``learned``: whether both
+reached ``--learned-floor`` (``learned_floor`` in the JSON). ``largest_efficient`` and
+``targets`` use learned rows only, and the target is not met while a 2-partition row (or its
+control) of at least 100 million connections did not learn (``targets.not_learned`` lists them).
+
 **The wide model** (``--wide-epochs`` > 0): a fully connected 784-4096-4096-10 model
 (``--wide-units``) trained for ``--wide-epochs`` epochs of ``--wide-examples`` examples, by 2
 partitions (``hogwild train --partitions 2``) and by 2 data-parallel replicas through one
@@ -34,7 +41,10 @@ time is always such a bound: give several epochs).
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
 ``train.in_flight`` of the list; ``in_flight_sweep`` gives each one's examples/s (what the default
-``train.in_flight`` should be chosen from).
+``train.in_flight`` should be chosen from). With ``--lr-over-in-flight`` the 2-partition rows and
+the sweep's runs train at the paper job's learning rate divided by their examples in flight
+(stale gradients need the smaller step: docs/partitioning.md), so runs with several in flight
+can learn.
 
 Run: ``python bench/figures/adam_fig10_partitions.py --out bench/results/fig10.json --plot
 bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples).
@@ -55,10 +65,13 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 from bench.support.machine import describe_machine, versions
-from bench.support.paper_job import PAPER_JOB
+from bench.support.paper_job import PAPER_JOB, PAPER_OVERRIDES
 from bench.support.record import emit_record, fresh_numba_cache, stamp
 
 FACTORS = (1, 2, 4, 8, 16, 24, 32, 40)
+# the test accuracy a run must reach to count: well above a diverged model's (one class, about
+# 0.1), below what 400 examples reached at every size with one in flight (0.68 to 0.81)
+LEARNED_FLOOR = 0.5
 QUICK_FACTORS = (1, 2)
 TARGET_CONNECTIONS = 100_000_000
 TARGET_RATIO = 0.85
@@ -73,7 +86,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--examples", type=int, default=2000, help="examples per run")
     parser.add_argument(
-        "--in-flight", type=int, default=4, help="examples in flight (2 partitions)"
+        "--in-flight",
+        type=int,
+        default=None,
+        help="examples in flight (2 partitions); default: train.in_flight's default",
+    )
+    parser.add_argument(
+        "--learned-floor",
+        type=float,
+        default=LEARNED_FLOOR,
+        help="test accuracy a run must reach for its row to count",
     )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="bound on one run")
     parser.add_argument("--data", default="mnist", help="MNIST idx directory or 'mnist'")
@@ -81,12 +103,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wide-examples", type=int, default=10000, help="wide model examples")
     parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
     parser.add_argument("--sweep", default="1,2,4,8", help="train.in_flight values to compare")
+    parser.add_argument(
+        "--lr-over-in-flight",
+        action="store_true",
+        help="partitioned runs train at the paper job's learning rate / examples in flight",
+    )
     parser.add_argument("--sweep-factor", type=int, default=8, help="the size they train")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run")
     parser.add_argument("--out", help="write the JSON line here too")
     parser.add_argument("--plot", help="draw the figure into this PNG")
     args = parser.parse_args(argv)
     args.factors = [int(f) for f in args.factors.split(",") if f]
+    if args.in_flight is None:
+        from hogwild.config import load_config
+
+        args.in_flight = load_config(None).train.in_flight
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
         args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
@@ -169,13 +200,10 @@ def measure_size(args, factor: int) -> list[dict]:
     control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
     two = run_jobs(
         args,
-        [
-            _train_command(
-                args, factor, ["--partitions", "2", f"--train.in_flight={args.in_flight}"]
-            )
-        ],
+        [_train_command(args, factor, partitioned(args, args.in_flight))],
     )[0]
     control_rate = sum(c["examples_per_s"] for c in control)
+    control_accuracy = min(accuracy_of(c) for c in control)
     rows = []
     for partitions, summary, bytes_crossing in ((1, one, 0), (2, two, crossing)):
         rate = summary["examples_per_s"]
@@ -189,14 +217,37 @@ def measure_size(args, factor: int) -> list[dict]:
                 "ratio_to_control": rate / control_rate if control_rate else None,
                 "bytes_per_example": bytes_crossing,
                 "control_examples_per_s": control_rate,
-                "test_accuracy": summary.get("test_accuracy"),
+                "test_accuracy": accuracy_of(summary),
+                "control_test_accuracy": control_accuracy,
+                "learned": learned(args, accuracy_of(summary), control_accuracy),
             }
         )
     _log(
-        f"x{factor}: {connections:,} connections: 1 partition {one['examples_per_s']:.1f}/s, "
-        f"2 partitions {two['examples_per_s']:.1f}/s, control {control_rate:.1f}/s"
+        f"x{factor}: {connections:,} connections: 1 partition {one['examples_per_s']:.1f}/s "
+        f"(accuracy {accuracy_of(one):.3f}), 2 partitions {two['examples_per_s']:.1f}/s "
+        f"({accuracy_of(two):.3f}), control {control_rate:.1f}/s ({control_accuracy:.3f})"
     )
     return rows
+
+
+def partitioned(args, in_flight: int) -> list[str]:
+    """The options of a 2-partition run with ``in_flight`` examples in flight (and, with
+    ``--lr-over-in-flight``, the paper job's learning rate divided by them)."""
+    options = ["--partitions", "2", f"--train.in_flight={in_flight}"]
+    if args.lr_over_in_flight:
+        options.append(f"--optim.lr={PAPER_OVERRIDES['optim.lr'] / in_flight:g}")
+    return options
+
+
+def accuracy_of(summary: dict) -> float:
+    """A run's final test accuracy (0.0 when it reports none: such a run does not count)."""
+    accuracy = summary.get("test_accuracy")
+    return float(accuracy) if accuracy is not None else 0.0
+
+
+def learned(args, *accuracies: float) -> bool:
+    """Whether every run behind a row reached the floor (a diverged model sits near 0.1)."""
+    return all(a >= args.learned_floor for a in accuracies)
 
 
 def wide_layers(units: int) -> str:
@@ -301,21 +352,33 @@ def measure_in_flight(args) -> list[dict]:
     """2 partitions on one size with each number of examples in flight."""
     found = []
     for n in args.sweep:
-        extra = ["--partitions", "2", f"--train.in_flight={n}"]
+        extra = partitioned(args, n)
         summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
-        found.append({"in_flight": n, "examples_per_s": summary["examples_per_s"]})
-        _log(f"in flight {n}: {summary['examples_per_s']:.1f} examples/s")
+        accuracy = accuracy_of(summary)
+        found.append(
+            {
+                "in_flight": n,
+                "examples_per_s": summary["examples_per_s"],
+                "test_accuracy": accuracy,
+                "learned": learned(args, accuracy),
+            }
+        )
+        _log(f"in flight {n}: {summary['examples_per_s']:.1f} examples/s, accuracy {accuracy:.3f}")
     return found
 
 
 def largest_efficient(rows: list[dict]) -> dict:
     """Per number of partitions, the largest size whose connections/s is within 10 % of the
-    best that configuration reached (and the control's, from its summed rate)."""
+    best that configuration reached, among the rows that learned (None: none did)."""
     found = {}
     for partitions in sorted({r["partitions"] for r in rows}):
         mine = sorted(
-            (r for r in rows if r["partitions"] == partitions), key=lambda r: r["connections"]
+            (r for r in rows if r["partitions"] == partitions and r["learned"]),
+            key=lambda r: r["connections"],
         )
+        if not mine:
+            found[str(partitions)] = None
+            continue
         best = max(r["connections_per_s"] for r in mine)
         kept = [r["connections"] for r in mine if r["connections_per_s"] >= 0.9 * best]
         found[str(partitions)] = max(kept) if kept else None
@@ -323,12 +386,18 @@ def largest_efficient(rows: list[dict]) -> dict:
 
 
 def targets(rows: list[dict]) -> dict:
+    """The 2-partition rows of at least 100 million connections against the target: only
+    those that learned give a ratio, and any that did not keeps the target unmet."""
     big = [r for r in rows if r["partitions"] == 2 and r["connections"] >= TARGET_CONNECTIONS]
-    ratios = [r["ratio_to_control"] for r in big if r["ratio_to_control"] is not None]
+    counted = [r for r in big if r["learned"] and r["ratio_to_control"] is not None]
+    ratios = [r["ratio_to_control"] for r in counted]
+    not_learned = [r["factor"] for r in big if not r["learned"]]
     return {
         "two_partitions_over_control_at_100M": min(ratios) if ratios else None,
         "target": TARGET_RATIO,
-        "met": bool(ratios) and min(ratios) >= TARGET_RATIO,
+        "rows_counted": len(counted),
+        "not_learned": not_learned,
+        "met": bool(ratios) and not not_learned and min(ratios) >= TARGET_RATIO,
     }
 
 
@@ -383,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "partitions",
         "results": rows,
+        "learned_floor": args.learned_floor,
         "largest_efficient": largest_efficient(rows),
         "targets": targets(rows),
         "wide": wide,
@@ -391,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             "factors": args.factors,
             "examples": args.examples,
             "in_flight": args.in_flight,
+            "learned_floor": args.learned_floor,
+            "lr_over_in_flight": args.lr_over_in_flight,
             "wide_epochs": args.wide_epochs,
             "wide_examples": args.wide_examples,
             "wide_units": args.wide_units,

@@ -124,7 +124,7 @@ class TrainConfig:
     n_fetch: int = 0
     fc_push: str = "auto"
     stall_s: float = 120.0
-    in_flight: int = 4  # examples a partitioned replica works on at once (model.partitions > 1)
+    in_flight: int = 1  # examples a partitioned replica works on at once (model.partitions > 1)
 
 
 @dataclass(frozen=True)

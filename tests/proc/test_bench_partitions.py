@@ -6,7 +6,8 @@ The quick run trains two small sizes of the MNIST model with 1 and 2 partitions 
 replicas through one parameter server, and 2 partitions with 1 example in flight. Checks:
 every field is present, rates are positive, the connections grow with the size, the bytes
 crossing are the plan's, the ratios are the rows' quotients, and the wide runs report their
-accuracies and seconds to the common accuracy.
+accuracies and seconds to the common accuracy, and every row and sweep entry says whether its
+runs learned (reached the stated accuracy floor).
 """
 
 from __future__ import annotations
@@ -44,12 +45,16 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
         assert row["ratio_to_control"] == pytest.approx(
             row["examples_per_s"] / row["control_examples_per_s"]
         )
+        floor = record["learned_floor"]
+        assert row["learned"] == (min(row["test_accuracy"], row["control_test_accuracy"]) >= floor)
     default = plan_partitions(model_network(load_config().model), 2)
     two = {r["factor"]: r for r in rows if r["partitions"] == 2}
     assert two[1]["connections"] == default.network.connections < two[2]["connections"]
     assert two[1]["bytes_per_example"] == default.bytes_per_example
     assert set(record["largest_efficient"]) == {"1", "2"}
     assert record["targets"]["target"] == 0.85
+    assert record["learned_floor"] == record["settings"]["learned_floor"] == 0.5
+    assert record["targets"]["not_learned"] == []  # no row of the quick run reaches 100 M
 
     wide = record["wide"]
     assert set(wide["runs"]) == {"two_partitions", "two_replicas_through_ps"}
@@ -58,3 +63,4 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
         assert run["seconds_to_common_accuracy"] > 0
     assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
     assert all(r["examples_per_s"] > 0 for r in record["in_flight_sweep"])
+    assert all(r["learned"] == (r["test_accuracy"] >= 0.5) for r in record["in_flight_sweep"])

@@ -1,8 +1,8 @@
 """The partition processes compute exactly what the partitioned step computes in one process.
 
 Each partition reads only its own rows of the weights (its slice of every layer, over whole
-inputs), so with one example in flight two partition processes are deterministic: after an epoch
-their weights equal, to float rounding, per-example SGD through
+inputs), so with one example in flight (the default) two partition processes are
+deterministic: after an epoch their weights equal, to float rounding, per-example SGD through
 :class:`hogwild.partition.compute.SequentialReplica` in this process. With four examples in
 flight and a learning rate too small to move the weights, the loss the processes count over the
 epoch equals the initial model's loss on those examples: no slot ever read another example's
@@ -47,8 +47,12 @@ def _examples(config, mnist):
     return images, labels, order
 
 
-def test_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(tmp_path, mnist):
-    overrides = {**PAPER_OVERRIDES, "model.partitions": 2, "train.in_flight": 1}
+def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(
+    tmp_path, mnist
+):
+    """The default ``train.in_flight`` is 1: a partitioned job trains exactly as the whole model
+    would (more in flight train on stale weights, which diverges at large sizes)."""
+    overrides = {**PAPER_OVERRIDES, "model.partitions": 2}
     result = train_partitioned(
         data=mnist,
         epochs=1,
@@ -87,6 +91,7 @@ def test_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(tmp_pa
     saved = load_checkpoint(latest_checkpoint(tmp_path / "ck"))
     np.testing.assert_allclose(saved.params, params, rtol=1e-5, atol=1e-6)
     assert result.metrics["examples"] == SUBSET
+    assert result.metrics["in_flight"] == 1
 
 
 def test_four_in_flight_count_every_example_loss_once(mnist):

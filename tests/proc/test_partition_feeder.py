@@ -42,7 +42,12 @@ def _until(what: str, check, trainer) -> None:
 
 
 def test_portions_as_a_running_total_and_a_close_mid_portion(mnist_dir):
-    overrides = {**PAPER_OVERRIDES, "model.partitions": 2, "train.subset": SUBSET}
+    overrides = {
+        **PAPER_OVERRIDES,
+        "model.partitions": 2,
+        "train.in_flight": 4,
+        "train.subset": SUBSET,
+    }
     config = load_config(None, {**overrides, "output.progress": False})
     trainer = PartitionedTrainer(config, load_mnist(mnist_dir))
     try:
