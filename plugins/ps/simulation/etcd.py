@@ -25,11 +25,6 @@ class SimEtcd:
         self.next_lease = 0x100
         self.wipes = 0
         self._parsed: dict[tuple[str, int], BucketRecord] = {}  # (key, revision) -> record
-        # what the map read at one state of the keys (a revision and a wipe count name it: every
-        # change of a key advances the revision, a wipe the count): read back many times a step
-        self._read_at: tuple[int, int] = (0, 0)
-        self._members: dict[int, int] | None = None
-        self._records: dict[int, BucketRecord | None] = {}
 
     # ------------------------------------------------------------------ leases
 
@@ -89,16 +84,12 @@ class SimEtcd:
 
     def members(self) -> dict[int, int]:
         """``{server: its lease}`` of every registered server."""
-        self._fresh()
-        if self._members is not None:
-            return dict(self._members)
         out = {}
         for i in range(self.n_servers):
             value, _ = self.get(f"members/{i}")
             if value is not None:
                 out[i] = value["lease"]
-        self._members = out
-        return dict(out)
+        return out
 
     def blank(self) -> bool:
         """No registered server has seen a bucket's record (as ``members/<i>`` say)."""
@@ -110,23 +101,12 @@ class SimEtcd:
 
     def record(self, bucket: int) -> BucketRecord | None:
         """``sync/<bucket>`` read back as the servers do (checked; None: absent)."""
-        self._fresh()
-        if bucket in self._records:
-            return self._records[bucket]
         key = f"sync/{bucket}"
         value, revision = self.get(key)
         if value is None:
-            self._records[bucket] = None
             return None
         record = self._parsed.get((key, revision))
         if record is None or record.value() != value:  # (a wipe starts the revisions again)
             record = BucketRecord.parse(value, revision, self.n_servers, key)
             self._parsed[(key, revision)] = record
-        self._records[bucket] = record
         return record
-
-    def _fresh(self) -> None:
-        """Forget what was read back once the keys changed."""
-        now = (self.revision, self.wipes)
-        if now != self._read_at:
-            self._read_at, self._members, self._records = now, None, {}

@@ -93,7 +93,6 @@ class World:
         self.schedule: list[str] = []
         self.top_epoch: dict[int, int] = {}
         self.log_epochs: dict[tuple[int, int, int], int] = {}  # (server, incarnation, shard)
-        self.shards_checked: dict[tuple[int, int, int], tuple] = {}  # -> (values, their state)
         self.ack_epochs: dict[tuple[int, int], int] = {}  # (bucket, epoch) -> server
         self.counts = {"acknowledged": 0, "faults": 0, "died_with_every_copy": 0}
         self.wiped_incarnations: list[int] | None = None  # each server's process at the wipe
@@ -483,28 +482,21 @@ class World:
         for s in touched:
             open_shards = s.open_shards()
             for shard, values in s.values.items():
-                log = s.logs[shard]
-                # a shard as it was at its last check passes again: the server only appends to
-                # a shard's values or replaces the list (kept here, so its id is not reused)
-                key = (s.me, s.incarnation, shard)
-                state = (len(values), log.committed, log.epoch, shard in open_shards)
-                last = self.shards_checked.get(key)
-                if last is not None and last[0] is values and last[1] == state:
-                    continue
                 if len(set(values)) != len(values):
                     twice = sorted({v for v in values if values.count(v) > 1})
                     raise self.violation(f"server {s.me} applied {twice} twice to shard {shard}")
+                log = s.logs[shard]
                 if shard not in open_shards and len(values) != log.committed:
                     raise self.violation(
                         f"server {s.me}, shard {shard}: version {log.committed} but "
                         f"{len(values)} updates applied"
                     )
+                key = (s.me, s.incarnation, shard)
                 if log.epoch < self.log_epochs.get(key, 0):
                     raise self.violation(
                         f"server {s.me}, shard {shard}: log epoch went back to {log.epoch}"
                     )
                 self.log_epochs[key] = log.epoch
-                self.shards_checked[key] = (values, state)
             for sender, seq, shard, _, epoch in s.acknowledged:
                 bucket = self.bucket_of[shard]
                 # its holders: the live servers and those killed since (their copies counted
