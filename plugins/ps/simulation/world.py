@@ -26,7 +26,9 @@ that a failing seed explains itself (:func:`run_seed` replays one).
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import pickle
 import random
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer
 __all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
 
 FAULTS = frozenset({"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe"})
+_TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
 
 
@@ -84,6 +87,9 @@ class World:
         for i in range(config.servers):
             self.servers[i] = self._start(i)
         self.clients = [Client(sender=100 + c) for c in range(config.clients)]
+        self._run_events = [("run", i) for i in range(config.servers)]  # a step's, reused
+        self._client_events = [(("send", c), ("pull", c)) for c in range(config.clients)]
+        self._message_events: list[tuple] = []  # the n-th message's deliver, drop, duplicate
         self.schedule: list[str] = []
         self.top_epoch: dict[int, int] = {}
         self.log_epochs: dict[tuple[int, int, int], int] = {}  # (server, incarnation, shard)
@@ -121,46 +127,91 @@ class World:
     # ------------------------------------------------------------------ a step
 
     def step(self) -> None:
-        """One seeded choice among what can happen now, then the invariants."""
-        choices: list[tuple[float, tuple]] = []
+        """One seeded choice among what can happen now, then the invariants.
+
+        The draw is ``random.Random.choices``'s own (the weights summed in the same order, one
+        ``random()``, the same bisection), written out so that a step builds no pair per choice:
+        a seed's schedule is the one ``choices`` would make."""
+        weights, events = self.offers()
+        cumulative = list(itertools.accumulate(weights))
+        drawn = self.rng.random() * (cumulative[-1] + 0.0)
+        self.apply(events[bisect.bisect(cumulative, drawn, 0, len(cumulative) - 1)])
+
+    def offers(self) -> tuple[list[float], list[tuple]]:
+        """What can happen now, and the weight of each: two lists in step (event tuples are
+        reused from step to step)."""
+        faults = self.faults
+        weights: list[float] = []
+        events: list[tuple] = []
+        weigh, offer = weights.append, events.append
         for s in self.live():
             if not s.paused and s.runnable():
-                choices.append((6.0, ("run", s.me)))
-            if s.waiting is not None and not s.waiting.complete:
-                for peer in s.waiting.waiting_on():
-                    choices.append((0.4, ("timeout", s.me, peer)))
+                weigh(6.0)
+                offer(self._run_events[s.me])
+            waiting = s.waiting
+            if waiting is not None and not waiting.complete:
+                for peer in waiting.waiting_on():
+                    weigh(0.4)
+                    offer(("timeout", s.me, peer))
+        reorder, drop, duplicate = "reorder" in faults, "drop" in faults, "duplicate" in faults
         links = set()
-        for n, (dst, message) in enumerate(self.network):
-            link = (message[0], dst)  # a link delivers in order unless messages are reordered
-            if link not in links:
-                links.add(link)
-                choices.append((4.0, ("deliver", n)))
-            elif "reorder" in self.faults:
-                choices.append((0.1, ("deliver", n)))
-            if "drop" in self.faults:
-                choices.append((0.15, ("drop", n)))
-            if "duplicate" in self.faults:
-                choices.append((0.1, ("duplicate", n)))
-        for c, client in enumerate(self.clients):
-            choices.append((3.0 if client.outstanding is None else 0.3, ("send", c)))
-            choices.append((0.5, ("pull", c)))
-        choices.append((1.0, ("tick",)))
+        if drop and duplicate:  # every message offers (deliver,) drop, duplicate: in chunks
+            by_message = self._message_events
+            for n in range(len(by_message), len(self.network)):
+                by_message.append((("deliver", n), ("drop", n), ("duplicate", n)))
+            again = (0.1, 0.15, 0.1) if reorder else (0.15, 0.1)
+            for n, (dst, message) in enumerate(self.network):
+                link = (message[0], dst)  # a link delivers in order unless messages reorder
+                if link not in links:
+                    links.add(link)
+                    weights += (4.0, 0.15, 0.1)
+                    events += by_message[n]
+                else:
+                    weights += again
+                    events += by_message[n] if reorder else by_message[n][1:]
+        else:
+            for n, (dst, message) in enumerate(self.network):
+                link = (message[0], dst)
+                if link not in links:
+                    links.add(link)
+                    weigh(4.0)
+                    offer(("deliver", n))
+                elif reorder:
+                    weigh(0.1)
+                    offer(("deliver", n))
+                if drop:
+                    weigh(0.15)
+                    offer(("drop", n))
+                if duplicate:
+                    weigh(0.1)
+                    offer(("duplicate", n))
+        for client, (send, pull) in zip(self.clients, self._client_events, strict=True):
+            weigh(3.0 if client.outstanding is None else 0.3)
+            offer(send)
+            weigh(0.5)
+            offer(pull)
+        weigh(1.0)
+        offer(_TICK)
+        pause, kill, expire = "pause" in faults, "kill" in faults, "expire" in faults
         for i, s in self.servers.items():
             if s is None:
-                if "kill" in self.faults:
-                    choices.append((0.3, ("restart", i)))
+                if kill:
+                    weigh(0.3)
+                    offer(("restart", i))
                 continue
-            if "pause" in self.faults:
-                choices.append((0.4 if s.paused else 0.06, ("resume" if s.paused else "pause", i)))
-            if "kill" in self.faults:
-                choices.append((0.02, ("kill", i)))
-            if "expire" in self.faults:
-                choices.append((0.02, ("expire", i)))
-        if "wipe" in self.faults:
-            choices.append((0.01, ("wipe",)))
-        weights = [w for w, _ in choices]
-        [event] = self.rng.choices([e for _, e in choices], weights)
-        self.apply(event)
+            if pause:
+                weigh(0.4 if s.paused else 0.06)
+                offer(("resume" if s.paused else "pause", i))
+            if kill:
+                weigh(0.02)
+                offer(("kill", i))
+            if expire:
+                weigh(0.02)
+                offer(("expire", i))
+        if "wipe" in faults:
+            weigh(0.01)
+            offer(_WIPE)
+        return weights, events
 
     def apply(self, event: tuple) -> None:
         """Make ``event`` happen (a step's choice, or a test's script), then the invariants."""
@@ -413,7 +464,8 @@ class World:
 
     def check(self) -> None:
         """Every touched machine's own invariants, then the job's (see the module docstring)."""
-        touched = [s for s in self.live() if s.me in self.touched]
+        servers = self.servers
+        touched = [servers[i] for i in sorted(self.touched) if servers[i] is not None]
         try:
             for s in touched:
                 machines = (*s.roles.values(), s.commit_round, s.copy_side)
@@ -468,7 +520,7 @@ class World:
             return
         everyone = seen != self.checked
         self.checked = seen
-        members = self.etcd.members()
+        members = None  # read only when a copy is to be checked
         for bucket, shards in self.bucket_shards.items():
             record = self.etcd.record(bucket)
             if record is None:
@@ -479,17 +531,17 @@ class World:
                 )
             self.top_epoch[bucket] = record.epoch
             for copy in record.in_sync:
-                s = self.servers.get(copy)
-                # a copy that holds the bucket's state, under the lease it registered (a
-                # restarted process is caught up before it counts)
-                if (
-                    s is None
-                    or not s.roles[bucket].current
-                    or members.get(copy, s.lease) != s.lease
-                ):
-                    continue
                 if not everyone and copy not in self.touched:
                     continue  # neither it nor the record nor the acknowledgements changed
+                s = servers.get(copy)
+                if s is None or not s.roles[bucket].current:
+                    continue
+                if members is None:
+                    members = self.etcd.members()
+                # a copy that holds the bucket's state, under the lease it registered (a
+                # restarted process is caught up before it counts)
+                if members.get(copy, s.lease) != s.lease:
+                    continue
                 for shard in shards:
                     missing = self.acked[shard].difference(s.values[shard])
                     if missing:
