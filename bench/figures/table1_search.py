@@ -22,6 +22,8 @@ its difference from the default recipe's at the same length over the seeds both 
 
     python bench/figures/table1_search.py --data ../shared/datasets/mnist --epochs 8 \\
         --seeds 1 --log bench/results/table1_search.jsonl --metrics-dir /tmp/table1_search
+    python bench/figures/table1_search.py --data ../shared/datasets/mnist --recipes \\
+        --log bench/results/table1_search.jsonl --markdown bench/results/table1_search.md
     python bench/figures/table1_search.py --list                # the recipes and why each
 
 Extra ``--section.key=value`` arguments go to every run, after the recipe's.
@@ -188,7 +190,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", help="MNIST idx directory or LMDB cache")
     parser.add_argument("--config", default="", help="job config (default: the bundled one)")
-    parser.add_argument("--recipes", nargs="+", help="recipes to run, in order (default: all)")
+    parser.add_argument(
+        "--recipes",
+        nargs="*",
+        help="recipes to run, in order (default: all; none: only summarise the log)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument(
         "--epochs", type=int, default=0, help="screening length per recipe (0: the full length)"
@@ -196,6 +202,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--log", default="bench/results/table1_search.jsonl")
     parser.add_argument("--metrics-dir", default="", help="per-run metrics (default: beside log)")
     parser.add_argument("--out", default="", help="write the summary's JSON line here too")
+    parser.add_argument("--markdown", default="", help="write the log as a table here")
     parser.add_argument("--list", action="store_true", help="print the recipes and stop")
     args, extra = parser.parse_known_args(argv)
     known = recipes()
@@ -204,8 +211,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
             parser.error(f"--recipes: unknown recipe {name!r}; known: {', '.join(known)}")
     if args.epochs < 0:
         parser.error(f"--epochs {args.epochs}: expected 0 (full length) or a positive count")
-    if not args.list and not args.data:
-        parser.error("--data is required (unless --list)")
+    if not args.list and args.recipes != [] and not args.data:
+        parser.error("--data is required (unless --list, or --recipes names none)")
     bad = [a for a in extra if not a.startswith("--")]
     if bad:
         parser.error(f"unexpected arguments {bad}: extra arguments are --section.key=value")
@@ -263,6 +270,52 @@ def summarise(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def markdown(runs: list[dict], rows: list[dict], command: str) -> str:
+    """The log as a page: every run (failed ones too), then each recipe's mean against the
+    default's at the same length."""
+    known = recipes()
+    lines = [
+        "# Adam's Table 1: the recipe search's log",
+        "",
+        f"Drawn by `{command}` from the log (one JSON line per run; a rerun adds what it lacks).",
+        "",
+        "| recipe | epochs | seed | test accuracy | best epoch | last train loss | wall time "
+        "| commit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        if r.get("test_accuracy") is None:
+            error = r.get("error", "").strip().splitlines()[-1:] or ["?"]
+            lines.append(
+                f"| {r['recipe']} | {r['epochs']} | {r['seed']} | failed: "
+                f"{error[0][:120]} | | | | |"
+            )
+            continue
+        loss = r.get("train_loss")
+        lines.append(
+            f"| {r['recipe']} | {r['epochs']} | {r['seed']} | {100 * r['test_accuracy']:.2f} % | "
+            f"{100 * r['best_test_accuracy']:.2f} % | {'' if loss is None else f'{loss:.4f}'} | "
+            f"{r['wall_s']:.0f} s | {(r.get('commit') or '')[:7]} |"
+        )
+    lines += [
+        "",
+        "Each recipe's mean, and its difference from the default's at the same length over the "
+        "seeds both ran:",
+        "",
+        "| recipe | epochs | seeds | mean | against the default | what it tries |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        versus = row.get("vs_default")
+        shown = "" if versus is None else f"{100 * versus:+.2f} points"
+        why = known[row["recipe"]].why if row["recipe"] in known else ""
+        lines.append(
+            f"| {row['recipe']} | {row['epochs']} | {len(row['seeds'])} | "
+            f"{100 * row['mean']:.2f} % | {shown} | {why} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     args, extra = parse_args(argv)
     known = recipes()
@@ -274,10 +327,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     log = Path(args.log)
     metrics_dir = Path(args.metrics_dir) if args.metrics_dir else log.with_suffix("")
-    base = args.epochs or full_epochs(args.config)
+    base = args.epochs or full_epochs(args.config)  # before any run: a bad config fails first
     logged = {run_key(r) for r in read_log(log) if r.get("test_accuracy") is not None}
     measured_on = source()
-    chosen = [known[name] for name in (args.recipes or known)]
+    chosen = [known[name] for name in (known if args.recipes is None else args.recipes)]
     for seed in args.seeds:  # seed-major: a slow spell of the machine falls on every recipe
         for recipe in chosen:
             epochs = max(1, round(base * recipe.epochs_factor))
@@ -310,16 +363,21 @@ def main(argv: list[str] | None = None) -> None:
             with log.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(line) + "\n")
             print(f"{recipe.name} seed {seed} {epochs} epochs: {shown}", file=sys.stderr)
+    runs = read_log(log)
+    shown_command = command_line(__file__, argv if argv is not None else sys.argv[1:])
     record = {
         "benchmark": "table1_search",
         "log": str(log),
-        "summary": summarise(read_log(log)),
+        "summary": summarise(runs),
         "machine": describe_machine(),
         "versions": versions(),
         "source": measured_on,
-        "command": command_line(__file__, argv if argv is not None else sys.argv[1:]),
+        "command": shown_command,
     }
     emit_record(record, args.out)
+    if args.markdown:
+        page = markdown(runs, record["summary"], shown_command)
+        Path(args.markdown).write_text(page, encoding="utf-8")
 
 
 if __name__ == "__main__":

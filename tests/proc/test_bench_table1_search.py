@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from bench.figures import table1_search as search
 from tests.bench_runs import run_bench
 
 SCRIPT = "bench/figures/table1_search.py"
@@ -46,11 +47,18 @@ def test_the_search_logs_each_run_once_and_resumes(tmp_path, mnist_dir, repo_roo
     assert set(summary) == {("default", 1), ("epochs-x2", 2)}
     assert "vs_default" not in summary["epochs-x2", 2]  # no default run of that length
 
+    page = tmp_path / "search.md"
+    command += ["--markdown", str(page)]
     second = run_bench([*command, "--recipes", "epochs-x2", "sync", *EXTRA], out, timeout=300)
     again = read(log)
     assert again[:2] == runs  # epochs-x2 was in the log: not run again
     assert [(r["recipe"], r["epochs"]) for r in again[2:]] == [("sync", 1)]
     assert "--sync" in again[2]["command"].split()
+    text = page.read_text()
+    for run in again:  # a row per run, then one per recipe and length with what it tries
+        assert f"| {run['recipe']} | {run['epochs']} | {run['seed']} | " in text
+        why = search.recipes()[run["recipe"]].why
+        assert text.count(f" | {why} |") == 1
     summary = {(r["recipe"], r["epochs"]): r for r in second["summary"]}
     assert summary["sync", 1]["vs_default"] == pytest.approx(
         again[2]["test_accuracy"] - runs[0]["test_accuracy"]
