@@ -84,3 +84,10 @@ def test_unknown_recipes_and_bad_lengths_are_refused(capsys):
     with pytest.raises(SystemExit):
         search.parse_args(["--data", "x", "--epochs", "-1"])
     assert "--epochs -1" in capsys.readouterr().err
+
+
+def test_the_named_table1_config_is_the_default_job_with_the_screens_recipe(repo_root):
+    named = hogwild.load_config(repo_root / "hogwild" / "configs" / "adam_table1.toml")
+    recipe = search.recipes()["init-xavier"]
+    assert named.to_dict() == hogwild.load_config(overrides=overrides_of(recipe.args)).to_dict()
+    assert named.to_dict() != hogwild.load_config().to_dict()
