@@ -122,6 +122,12 @@ def recipes() -> dict[str, Recipe]:
         Recipe("init-xavier", "train", ("--model.init=xavier",), "another initialisation"),
         Recipe("init-torch", "train", ("--model.init=torch",), "PyTorch's initialisation"),
         Recipe(
+            "init-xavier-sync",
+            "train",
+            ("--model.init=xavier", "--sync"),
+            "init-xavier's synchronous twin: is asynchrony ahead with it?",
+        ),
+        Recipe(
             "update-every-1",
             "train",
             ("--train.update_every=1",),
