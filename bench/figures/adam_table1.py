@@ -1,14 +1,18 @@
 """Adam's Table 1 on this machine: asynchronous against synchronous training, several seeds.
 
-Runs ``hogwild train`` on the job config once per seed and mode, interleaved (async seed 1, sync
-seed 1, async seed 2, ...) so that a slow spell of the machine falls on both modes: asynchronous
-with the config's workers (Hogwild, lock-free), synchronous with ``--sync`` (one worker), the same
-schedule and the same number of examples. Each run's per-epoch metrics go to
+Runs the job config once per seed and mode, interleaved (seed 1 in every mode, then seed 2, ...)
+so that a slow spell of the machine falls on every mode: ``async`` is ``hogwild train`` with the
+config's workers (Hogwild, lock-free), ``sync`` is ``hogwild train --sync`` (one worker), and
+``cluster2`` and ``cluster4`` are ``hogwild cluster`` with 2 and 4 model replicas exchanging
+through a parameter server (Adam's own asynchrony, Downpour with the cluster's defaults); every
+mode has the same schedule and the same number of examples. Each run's per-epoch metrics go to
 ``--metrics-dir``; the final test accuracies are summarised per mode (mean, sample standard
-deviation, range), printed as one JSON line (and written to ``--out``), and drawn up as the
-markdown table of ``--markdown``.
+deviation, range), and each asynchronous mode is compared with ``sync`` seed by seed: the mean
+paired difference and a paired t-test (SciPy's ``ttest_rel``) with its one-sided p-value (is
+asynchrony ahead?) and its two-sided one. All printed as one JSON line (and written to
+``--out``), and drawn up as the markdown table of ``--markdown``.
 
-    python bench/figures/adam_table1.py --data ../shared/datasets/mnist --seeds 1 2 3 \\
+    python bench/figures/adam_table1.py --data ../shared/datasets/mnist --seeds 1 2 3 4 5 \\
         --out bench/results/table1.json --markdown bench/results/table1.md \\
         --metrics-dir bench/results/table1
 
@@ -18,69 +22,86 @@ Extra ``--section.key=value`` arguments go to every run, after the config.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
+from scipy import stats
+
 from bench.support.machine import describe_machine, versions
 from bench.support.record import command_line, emit_record, source
+from bench.support.table1_run import Job, run_job
 
-MODES = {"async": [], "sync": ["--sync"]}
-RUN_TIMEOUT_S = 3600.0
+# mode: (hogwild command, its arguments after the config)
+MODES = {
+    "async": ("train", ()),
+    "sync": ("train", ("--sync",)),
+    "cluster2": ("cluster", ("--cluster.replicas=2",)),
+    "cluster4": ("cluster", ("--cluster.replicas=4",)),
+}
+CONTROL = "sync"  # what each asynchronous mode is compared with, seed by seed
+ADAM = {"async": 0.9963, "sync": 0.9939}  # Table 1 of the paper
+GOODFELLOW = 0.9955  # maxout networks, the record Adam's Table 1 stands beside
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="", help="job config (default: the bundled one)")
     parser.add_argument("--data", required=True, help="MNIST idx directory or LMDB cache")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=["async", "sync"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--metrics-dir", required=True, help="per-run JSON-lines metrics")
     parser.add_argument("--out", default="", help="write the JSON line here too")
     parser.add_argument("--markdown", default="", help="write the table here")
     parser.add_argument("--notes", default="", help="markdown appended to the table's page")
-    return parser.parse_known_args(argv)
+    args, overrides = parser.parse_known_args(argv)
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {args.seeds}: each seed once (the comparison pairs by seed)")
+    return args, overrides
 
 
 def train_once(args, mode: str, seed: int, overrides: list[str]) -> dict:
-    """One ``hogwild train`` run; its final summary and per-epoch test accuracies."""
-    metrics = Path(args.metrics_dir) / f"{mode}_seed{seed}.jsonl"
-    metrics.parent.mkdir(parents=True, exist_ok=True)
-    metrics.unlink(missing_ok=True)  # the trainer appends: a rerun must not mix in the last one
-    command = [sys.executable, "-m", "hogwild.cli", "train", "--data", args.data]
-    command += ["--metrics", str(metrics)]
-    if args.config:
-        command += ["--config", args.config]
-    command += [f"--train.seed={seed}", "--output.progress=false", *overrides, *MODES[mode]]
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    wall_s = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr[-4000:]}"
-        )
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    epochs = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
-    accuracies = [r["test_accuracy"] for r in epochs if r.get("event") == "epoch"]
-    return {
-        "mode": mode,
-        "seed": seed,
-        "test_accuracy": summary["test_accuracy"],
-        "best_test_accuracy": max(accuracies) if accuracies else None,
-        "epochs": len(accuracies),
-        "wall_s": round(wall_s, 1),
-        "examples_per_s": summary.get("examples_per_s"),
-        "per_epoch": accuracies,
-        "metrics": str(metrics),
-        "command": shlex.join(["hogwild", *command[3:]]),
+    """One run of ``mode``: its final and per-epoch test accuracies, wall time, command."""
+    command, mode_args = MODES[mode]
+    job = Job(command, seed, mode_args, config=args.config, extra=tuple(overrides))
+    run = run_job(job, args.data, Path(args.metrics_dir) / f"{mode}_seed{seed}.jsonl")
+    return {"mode": mode, "seed": seed} | run
+
+
+def paired(runs: list[dict], mode: str, control: str = CONTROL) -> dict | None:
+    """``mode`` against ``control`` over the seeds both ran: the mean difference of the final
+    test accuracies (positive: ``mode`` ahead), its sample standard deviation, and the paired
+    t-test's statistic with its one-sided p-value (``mode`` ahead) and two-sided one. None
+    without two shared seeds; the p-values are None when every difference is the same."""
+    by_seed = {
+        m: {r["seed"]: r["test_accuracy"] for r in runs if r["mode"] == m} for m in (mode, control)
     }
+    seeds = sorted(set(by_seed[mode]) & set(by_seed[control]))
+    if len(seeds) < 2:
+        return None
+    ahead = [by_seed[mode][s] for s in seeds]
+    behind = [by_seed[control][s] for s in seeds]
+    differences = [a - b for a, b in zip(ahead, behind, strict=True)]
+    spread = statistics.stdev(differences)
+    result = {
+        "against": control,
+        "seeds": seeds,
+        "mean_difference": statistics.fmean(differences),
+        "stdev_difference": spread,
+        "ahead_in": sum(d > 0 for d in differences),
+        "t": None,
+        "p_ahead": None,
+        "p_two_sided": None,
+    }
+    if spread > 0:  # equal differences: no spread to test against (SciPy would give nan)
+        ahead_test = stats.ttest_rel(ahead, behind, alternative="greater")
+        result["t"] = float(ahead_test.statistic)
+        result["p_ahead"] = float(ahead_test.pvalue)
+        result["p_two_sided"] = float(stats.ttest_rel(ahead, behind).pvalue)
+    return result
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -113,7 +134,34 @@ def markdown(record: dict, notes: str) -> str:
             f"| {mode} | {s['runs']} | **{100 * s['mean']:.2f} %** | ±{100 * s['stdev']:.2f} | "
             f"{100 * s['min']:.2f}–{100 * s['max']:.2f} % | {s['wall_s_median']:.0f} s |"
         )
-    lines += ["| Adam (OSDI 2014) | | 99.63 % async, 99.39 % sync | | | |", ""]
+    lines += [
+        f"| Adam (OSDI 2014) | | {100 * ADAM['async']:.2f} % async, "
+        f"{100 * ADAM['sync']:.2f} % sync | | | |",
+        f"| Goodfellow et al. (maxout) | | {100 * GOODFELLOW:.2f} % | | | |",
+        "",
+    ]
+    if record["paired"]:
+        lines += [
+            f"Each asynchronous mode against `{CONTROL}`, seed by seed (paired t-test; one-sided "
+            "p: is it ahead?):",
+            "",
+            "| mode | seeds | mean difference | sd of differences | ahead in | t | p (ahead) "
+            "| p (two-sided) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for mode, c in record["paired"].items():
+            if c is None:
+                lines.append(f"| {mode} | fewer than 2 shared seeds | | | | | | |")
+                continue
+            t, p1, p2 = (
+                "–" if c[k] is None else f"{c[k]:.3g}" for k in ("t", "p_ahead", "p_two_sided")
+            )
+            lines.append(
+                f"| {mode} | {len(c['seeds'])} | {100 * c['mean_difference']:+.2f} points | "
+                f"{100 * c['stdev_difference']:.2f} | {c['ahead_in']} of {len(c['seeds'])} | "
+                f"{t} | {p1} | {p2} |"
+            )
+        lines.append("")
     lines += ["Every run (final epoch's test accuracy; best epoch beside it):", ""]
     lines += ["| mode | seed | test accuracy | best epoch | epochs | wall time | examples/s |"]
     lines += ["|---|---|---|---|---|---|---|"]
@@ -142,15 +190,17 @@ def main(argv: list[str] | None = None) -> None:
             )
             results.append(run)
     summary = {m: summarise([r for r in results if r["mode"] == m]) for m in args.modes}
+    compared = [m for m in args.modes if m != CONTROL] if CONTROL in args.modes else []
     record = {
         "benchmark": "table1",
         "results": results,
         "summary": summary,
+        "paired": {m: paired(results, m) for m in compared},
         "overrides": overrides,
         "machine": describe_machine(),
         "versions": versions(),
         "source": measured_on,
-        "command": command_line(__file__, argv or sys.argv[1:]),
+        "command": command_line(__file__, argv if argv is not None else sys.argv[1:]),
     }
     emit_record(record, args.out)
     if args.markdown:
