@@ -102,7 +102,11 @@ def test_a_step_draws_the_event_random_choices_would(faults):
         world = run_seed(seed, 0, faults=faults)
         applied: list[tuple] = []  # (event, the generator's state as it is applied)
         apply = world.apply
-        world.apply = lambda event: (applied.append((event, world.rng.getstate())), apply(event))
+        def recorded(event, applied=applied, world=world, apply=apply):
+            applied.append((event, world.rng.getstate()))
+            return apply(event)
+
+        world.apply = recorded
         for _ in range(STEPS):
             weights, events = world.offers()
             assert (weights, events) == plain_offers(world), (seed, len(applied))
