@@ -102,6 +102,7 @@ def test_a_step_draws_the_event_random_choices_would(faults):
         world = run_seed(seed, 0, faults=faults)
         applied: list[tuple] = []  # (event, the generator's state as it is applied)
         apply = world.apply
+
         def recorded(event, applied=applied, world=world, apply=apply):
             applied.append((event, world.rng.getstate()))
             return apply(event)
