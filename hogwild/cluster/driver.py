@@ -538,14 +538,16 @@ class ClusterDriver:
 def job_keys(config, run_dir: Path, say: Callable[[str], None]):
     """``config`` with the job's CURVE keys in ``ps.keys``, where every role (servers, replicas,
     data servers, this driver's control channel) and client reads them: ``cluster.keys`` (or
-    ``ps.keys``) if given, else made in ``run_dir/keys`` when :func:`curve_reason` says the roles
-    need them (beyond loopback; ``cluster.auth``), the reason said through ``say``."""
+    ``ps.keys``) if given, else made in ``run_dir/job-keys`` when :func:`curve_reason` says the
+    roles need them (``cluster.auth``), the reason said through ``say``. Not ``run_dir/keys``:
+    that is the roster of a job whose roles had a key pair each (:mod:`.identities`), and one
+    checkpoint directory may serve both kinds of run."""
     keys = config.cluster.keys or config.ps.keys
     if not keys:
         loopback = is_loopback(parse_address(f"{config.cluster.host}:0"))
         reason = curve_reason(config.cluster.auth, loopback)
         if reason is not None:
-            made = run_dir / "keys"
+            made = run_dir / "job-keys"
             if not (made / "server.key").exists():  # a resumed job keeps its keys
                 make_keys(made)
             say(f"CURVE keys for the job's roles in {made} ({reason})")

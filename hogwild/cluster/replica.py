@@ -345,6 +345,7 @@ def run_replica(args) -> int:
     if config.model.partitions > 1:  # one replica over K partition processes
         from hogwild.cluster.partitioned import PartitionedReplica
 
+        config = config.override({"ps.token": fencing_token(args.index, incarnation)})
         role = PartitionedReplica(config, load_data(config, args.data), args.index)
     elif topology.coordinated:  # sandblaster, allreduce, hybrid
         group = worker_group(topology.framework)

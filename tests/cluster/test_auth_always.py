@@ -83,7 +83,7 @@ def test_always_makes_keys_on_loopback_and_a_keyless_client_gets_nothing(tmp_pat
     config = load_config(overrides={"cluster.auth": "always"})
     assert config.cluster.host == "127.0.0.1"
     keys = job_keys(config, tmp_path, said.append).ps.keys
-    assert keys == str(tmp_path / "keys") and (tmp_path / "keys" / "server.key").is_file()
+    assert keys == str(tmp_path / "job-keys") and (tmp_path / "job-keys" / "server.key").is_file()
     assert said == [f'CURVE keys for the job\'s roles in {keys} (cluster.auth = "always")']
     assert job_keys(config, tmp_path, said.append).ps.keys == keys  # a resumed job: the same
     strangers = make_keys(tmp_path / "strangers")

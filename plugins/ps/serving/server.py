@@ -403,6 +403,12 @@ class ParameterServer:
                 "parameter servers send replication messages",
                 ErrorCode.UNEXPECTED,
             )
+        if header.type == MsgType.CONTROL and role is not None and role != "driver":
+            self.forged[role] += 1  # a role's own key fencing another replica: refused
+            raise WireError(
+                f"CONTROL from {role or 'a key of no role'}: only the job's driver fences",
+                ErrorCode.UNEXPECTED,
+            )
         if header.type == MsgType.CONTROL and header.job == self.job:
             return self._control(request)
         if header.type in PEER_TYPES and self.options.copies > 1:
