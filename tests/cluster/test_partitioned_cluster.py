@@ -33,7 +33,8 @@ from tests.cluster.test_cluster import (
 pytestmark = pytest.mark.slow
 
 SUBSET = 3000
-JOB = ("--epochs", "1", "--replicas", "2", "--ps", "1", f"--train.subset={SUBSET}")
+JOB = ("--epochs", "1", "--replicas", "2", "--ps", "1", f"--train.subset={SUBSET}",
+       "--train.in_flight=4")  # fmt: skip
 # One epoch of 3,000 examples, seeds 0 to 3: unpartitioned replicas reached 0.833 to 0.885,
 # two partitions per replica (four examples in flight) 0.840 to 0.867; the same seed's two jobs
 # differed by -0.028 to +0.027 (asynchronous pushes make each run differ a little too).
