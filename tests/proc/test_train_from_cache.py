@@ -36,6 +36,7 @@ from hogwild.training.metrics import read_metrics
 from hogwild.training.trainer import Trainer
 
 SMALL_SHIFTS = "translate=0.05"  # up to 1.4 pixels on MNIST's 28
+SUBSET = 6000
 
 
 def run_cli(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
@@ -78,17 +79,19 @@ def test_two_workers_train_from_the_cache_with_augmentation(mnist_cache, tmp_pat
         data=mnist_cache,
         workers=2,
         epochs=2,
-        subset=3000,
+        subset=SUBSET,
         metrics=tmp_path / "metrics.jsonl",
         checkpoint_dir=tmp_path / "ck",
         progress=False,
         # 2 MiB: each worker holds its first 1,297 records in RAM, reads the rest from LMDB.
         overrides={**PAPER_OVERRIDES, "data.augment": SMALL_SHIFTS, "data.ram_budget_mb": 2},
     )
+    # 6,000 examples, not 3,000: on 3,000 two asynchronous workers landed at 0.922-0.942 on a
+    # quiet machine and once at 0.8995 in the suite; on 6,000 at 0.945-0.969, far from the floor.
     assert result.metrics["test_accuracy"] >= 0.9
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["event"] for r in records] == ["start", "epoch", "epoch", "final"]
-    assert all(r["examples"] == 3000 for r in records if r["event"] == "epoch")
+    assert all(r["examples"] == SUBSET for r in records if r["event"] == "epoch")
     assert records[0]["config"]["data"]["augment"] == SMALL_SHIFTS
     _check_waits(result, records)
     # In this process, through a feed of the cache's test split: the workers' figure.
