@@ -15,14 +15,16 @@ the test": a segment whose owner is another live process is someone else's. New 
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
 
-The tiers run in order: ``unit``, ``proc``, ``cluster``, ``adversarial``, then ``hosts``. While the
-unit tests run (one core), :mod:`tests.warm_kernels` compiles the jobs' kernels on the other, so
-the multi-process tests start from a warm numba cache; the session owns that process (it is not a
-test's leak) and stops it at the end. Unit tests marked ``warmed_kernels`` call kernels the warm-up
-compiles: they run last in the unit tier, each once the warm-up is over, and load what it compiled
-(the other core's work) instead of compiling the same code again on this one. Where
-``PYTHONDONTWRITEBYTECODE`` is set, the session writes the project's bytecode once for the
-processes it starts and removes it at the end (:mod:`tests.bytecode`).
+The suite runs serially or over two workers (``pytest -n 2``, pytest-xdist); when each test
+starts is :mod:`tests.schedule`'s: tests that need nothing from the kernel warm-up first (the
+unit tier and modules marked ``kernel_free``), then those that need the parameter servers'
+kernels (``ps_kernels``), then the rest, each tier in order (unit, proc, cluster, adversarial,
+hosts); a test waits for the warm-up stage it needs; a test marked ``alone`` runs while no other
+does. :mod:`tests.warm_kernels` compiles the kernels in the background, started once per run (by
+the session, or by the workers' controller): the session owns that process (it is not a test's
+leak) and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session (the
+controller) writes the project's bytecode once for the processes it starts and removes it at the
+end (:mod:`tests.bytecode`).
 
 The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
 background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
@@ -33,6 +35,7 @@ has.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,13 +49,14 @@ import pytest
 
 from hogwild.shm import sweeper
 from hogwild.shm.naming import owner_alive, parse_segment_name
+from tests import schedule
 
 _MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
-_WARM_UP_WITHIN_S = 600.0  # a bound for a hang: a cold warm-up takes minutes on a slow host
-_TIERS = ("unit", "proc", "cluster", "adversarial", "hosts")
 _warming: subprocess.Popen | None = None
 _warming_log = None
+_suite_dir: Path | None = None  # the warm-up's stage files and the room's locks (tests/schedule.py)
+_room: schedule.Room | None = None  # with workers: the lock that lets ``alone`` tests run alone
 _bytecode: list[Path] = []  # .pyc files this session wrote (see tests/bytecode.py)
 
 
@@ -109,63 +113,82 @@ def _our_pids() -> list[int]:
     return [os.getpid()] + [p.pid for p in psutil.Process().children(recursive=True)]
 
 
-def _tier(item) -> int:
-    """0 to 3 for a test under ``tests/unit``, ``tests/proc``, ``tests/cluster`` or ``tests/hosts``;
-    else 0."""
-    try:
-        folder = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent)
-    except ValueError:
-        return 0
-    return _TIERS.index(folder.parts[0]) if folder.parts[0] in _TIERS else 0
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _is_controller(config) -> bool:
+    """Whether this process hands the tests to pytest-xdist's workers (``-n N``, N >= 1)."""
+    return not _is_worker(config) and config.getoption("dist", "no") != "no"
 
 
 def pytest_sessionstart(session) -> None:
-    """Write the project's bytecode once when this environment writes none (tests/bytecode.py)."""
-    global _bytecode
+    """Write the project's bytecode once when this environment writes none (tests/bytecode.py);
+    in a worker, open the room's locks."""
+    global _bytecode, _room
     from tests.bytecode import compile_sources, needed
 
+    if _is_worker(session.config):
+        folder, _ = schedule.inherited()
+        if folder is not None:
+            _room = schedule.Room(folder)
+        return
     if needed():
         _bytecode = compile_sources(Path(__file__).resolve().parents[1])
 
 
-def _order(item) -> tuple[int, bool]:
-    """The tier, then (within it) whether the test calls kernels the warm-up compiles."""
-    return _tier(item), item.get_closest_marker("warmed_kernels") is not None
-
-
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Unit tests first, then the process, cluster, adversarial and hosts tiers (a stable sort);
-    within a tier, tests marked ``warmed_kernels`` after the others."""
-    items.sort(key=_order)
+    """The suite's order (:func:`tests.schedule.order`, a stable sort)."""
+    items.sort(key=schedule.order)
 
 
-def pytest_collection_finish(session) -> None:
-    """Start compiling the jobs' kernels in the background when unit tests run first and
-    multi-process tests after them (without unit tests there is no idle core to compile on)."""
-    global _warming, _warming_log
-    tiers = {_tier(item) for item in session.items}
-    if 0 not in tiers or tiers == {0}:
-        return
-    root = Path(__file__).resolve().parents[1]
+def _start_warming(config) -> None:
+    global _warming, _warming_log, _suite_dir
+    _suite_dir = Path(tempfile.mkdtemp(prefix="hogwild-suite-"))
     _warming_log = tempfile.TemporaryFile()
     _warming = subprocess.Popen(
-        [sys.executable, "-m", "tests.warm_kernels", str(os.getpid())],
-        cwd=root,
+        [sys.executable, "-m", "tests.warm_kernels", str(os.getpid()), str(_suite_dir)],
+        cwd=Path(__file__).resolve().parents[1],
         stdin=subprocess.DEVNULL,
         stdout=_warming_log,
         stderr=subprocess.STDOUT,
     )
+    os.environ[schedule.FOLDER_VARIABLE] = str(_suite_dir)  # the workers start after this
+    os.environ[schedule.PID_VARIABLE] = str(_warming.pid)
+
+
+def _runs_several_tiers(config) -> bool:
+    """Whether the controller's arguments name a folder of tests (the suite or a tier: worth a
+    warm-up) rather than files or single tests."""
+    paths = [Path(arg.split("::")[0]) for arg in config.args] or [Path("tests")]
+    return any(path.is_dir() for path in paths)
+
+
+def pytest_collection_finish(session) -> None:
+    """Serially, start compiling the kernels in the background when tests that need them follow
+    tests that do not (otherwise there is no idle core to compile on)."""
+    if _is_worker(session.config) or _is_controller(session.config):
+        return
+    needs = {schedule.stage_needed(item) for item in session.items}
+    if schedule.NONE in needs and len(needs) > 1:
+        _start_warming(session.config)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Stop the kernel warm-up (it is done by now, unless the session was cut short); remove
-    the bytecode the session wrote."""
-    global _bytecode
+    the bytecode the session wrote and the session's folder."""
+    global _bytecode, _room, _suite_dir
     from tests.bytecode import remove
 
     _stop_warming()
     remove(_bytecode)
     _bytecode = []
+    if _room is not None:
+        _room.close()
+        _room = None
+    if _suite_dir is not None:
+        shutil.rmtree(_suite_dir, ignore_errors=True)
+        _suite_dir = None
 
 
 def _stop_warming() -> None:
@@ -204,19 +227,23 @@ def pytest_configure(config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _is_controller(config) and _runs_several_tiers(config):
+        _start_warming(config)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item) -> None:
-    """A test marked ``warmed_kernels`` starts (its fixtures too) once the warm-up is over: the
-    kernels it calls are then in numba's cache, and it loads them instead of compiling them
-    beside the warm-up."""
-    if _warming is None or item.get_closest_marker("warmed_kernels") is None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Start the test (its fixtures too) once the warm-up has compiled the stage it needs, and,
+    with workers, inside the room: alone where it is marked ``alone``, else shared."""
+    if _warming is not None:
+        schedule.wait_for(schedule.stage_needed(item), _suite_dir, _warming.pid)
+    else:
+        schedule.wait_for(schedule.stage_needed(item), *schedule.inherited())
+    if _room is None:
+        yield
         return
-    try:
-        _warming.wait(_WARM_UP_WITHIN_S)
-    except subprocess.TimeoutExpired:
-        pass  # a warm-up that hangs is not waited for: the test compiles what it needs
+    with _room.enter(alone=item.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,12 @@
-"""Compile the kernels the suite's jobs run into numba's on-disk cache, beside the unit tests.
+"""Compile the kernels the suite's jobs run into numba's on-disk cache, beside the first tests.
 
-Run by ``tests/conftest.py`` as a background process once the tests are collected, when unit
-tests run first and multi-process tests after them (``python -m tests.warm_kernels PYTEST_PID``;
-it dies with that process, however that ends). From a cold cache, as CI runs, the engine's
-kernels take about a minute and a half to compile on one core, and the first multi-process test
-would otherwise compile them while its roles wait. The unit tests use one core; this process uses
-the other, so the process and cluster tests that follow load compiled code instead.
+Run by ``tests/conftest.py`` as a background process, once per run (``python -m
+tests.warm_kernels PYTEST_PID FOLDER``; it dies with that process, however that ends). It
+compiles the parameter servers' kernels first and touches ``FOLDER/ps.done``, then the rest and
+touches ``FOLDER/all.done``; the tests that need a stage wait for it, and the tests that need
+none run meanwhile (:mod:`tests.schedule`). From a cold cache, as CI runs, the engine's kernels
+take about a minute and a half to compile on one core, and the first multi-process test would
+otherwise compile them while its roles wait.
 
 It compiles what a job's processes compile, in the same way and under the same host locks
 (:func:`hogwild.model.compile.compile_lock`, the parameter servers' and the data servers'): a job
@@ -15,11 +16,10 @@ compiles it too (the same code, twice). The default job's network stands for eve
 kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test that needs a
 kernel compiles it itself when this did not.
 
-Then, on the same core, the kernels some unit tests call that no job start compiles: a Sandblaster
-replica's portion gradient, and the float64 passes of the finite-difference checks. Those unit
-tests (marked ``warmed_kernels``, with the ones calling the jobs' kernels in process) run at the
-end of the unit tier, once this process is over (``tests/conftest.py``), and load what it
-compiled: the compiling is shared between the two cores instead of done on one.
+Then the kernels some unit tests call that no job start compiles: a Sandblaster replica's
+portion gradient, and the float64 passes of the finite-difference checks. Those unit tests
+(marked ``warmed_kernels``, with the ones calling the jobs' kernels in process) wait for the
+whole warm-up and load what it compiled.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -37,12 +38,22 @@ from hogwild.model.compile import compile_kernels, compile_lock
 from hogwild.model.network import build_network
 from hogwild.signals import die_with_parent
 from hogwild.training.api import TrainedModel
+from tests.schedule import ALL, PS, done_file
 
 
 def main() -> None:
     die_with_parent(signal.SIGKILL)  # a killed pytest takes this along
     if len(sys.argv) > 1 and os.getppid() != int(sys.argv[1]):
         return  # the session ended before the death signal was asked for
+    folder = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    try:
+        from hogwild_plugins.ps import kernels
+    except ImportError:  # the cluster extra is not installed: no parameter servers to run
+        kernels = None
+    if kernels is not None:
+        with machine_lock("ps-kernels"):
+            kernels.compile_kernels()
+    _done(folder, PS)
     config = load_config(default_config_path())
     network = build_network(config.model)
     with compile_lock():
@@ -51,15 +62,16 @@ def main() -> None:
         model.predict_proba(np.zeros((1, network.input_size), np.uint8))
     with machine_lock("data-kernels"):
         compile_data_kernels()
-    try:
-        from hogwild_plugins.ps import kernels
-    except ImportError:  # the cluster extra is not installed: no parameter servers to run
-        kernels = None
     if kernels is not None:
-        with machine_lock("ps-kernels"):
-            kernels.compile_kernels()
         compile_portion_gradient(network)
     compile_float64_passes()
+    _done(folder, ALL)
+
+
+def _done(folder: Path | None, stage: int) -> None:
+    """Tell the waiting tests (:mod:`tests.schedule`) that ``stage`` is compiled."""
+    if folder is not None:
+        done_file(folder, stage).touch()
 
 
 def compile_portion_gradient(network) -> None:

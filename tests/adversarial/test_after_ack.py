@@ -34,6 +34,8 @@ from hogwild.net.ports import free_ports
 from hogwild.net.wire import Header, MsgType, job_id, pack_header, unpack_header
 from tests.adversarial.hostile import RawClient
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 2048
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: two shards of 1024 floats
 

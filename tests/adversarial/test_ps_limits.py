@@ -27,6 +27,8 @@ from hogwild_plugins.ps.serving.launch import local_server
 from hogwild.errors import HogwildError
 from hogwild.net.wire import NO_BASIS, DType, Header, MsgType, pack_header, unpack_header
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 2048
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: two shards of 1024 floats
 MAX_VECTORS = 4

@@ -19,6 +19,8 @@ from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 2048
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: two shards of 1024 floats
 

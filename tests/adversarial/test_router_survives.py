@@ -10,11 +10,14 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 import zmq
 
 from hogwild.net.address import parse_address
 from hogwild.net.router import Reply, Router
 from hogwild.net.wire import DType, ErrorCode, Header, MsgType, pack_header, unpack_header
+
+pytestmark = pytest.mark.ps_kernels
 
 
 class Hostile:

@@ -30,6 +30,8 @@ from hogwild.net.exposure import (
     read_utmp,
 )
 
+pytestmark = pytest.mark.ps_kernels
+
 DEAD_PROCESS = 8
 ME = pwd.getpwuid(os.getuid()).pw_name
 

@@ -17,6 +17,8 @@ import pytest
 
 from tests.bench_runs import run_bench
 
+pytestmark = pytest.mark.alone
+
 LEAK_KINDS = ("segments", "processes", "ports")
 RUNS = ("chaos", "fault_free", "copies_1", "ledger")
 

@@ -186,6 +186,7 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
     return stderr, run_dir
 
 
+@pytest.mark.alone  # bounds the job's time to stop; another test's load would count
 @pytest.mark.parametrize(
     "kind, args",
     [

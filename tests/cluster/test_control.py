@@ -9,6 +9,8 @@ import pytest
 
 from hogwild.net.control import ControlClient, ControlRefused, ControlServer, field
 
+pytestmark = pytest.mark.kernel_free
+
 
 def act(op: str, body: dict) -> dict:
     if op == "status":

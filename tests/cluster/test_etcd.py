@@ -23,6 +23,8 @@ from hogwild_plugins.ps.etcd import (
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_port
 
+pytestmark = pytest.mark.kernel_free
+
 WAIT_S = 10.0  # the most any test waits for something that should take about a second
 
 

@@ -27,6 +27,8 @@ from hogwild_plugins.ps.etcd_process import EtcdCluster, sweep_stale_work
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
 
+pytestmark = pytest.mark.kernel_free
+
 READY_WITHIN_S = 30.0
 REQUEST_S = 1.0
 

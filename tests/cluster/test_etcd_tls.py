@@ -12,7 +12,7 @@ from hogwild_plugins.ps.etcd_tls import EtcdTls, make_etcd_tls
 
 from hogwild.errors import ConfigError
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.kernel_free]
 
 
 @pytest.mark.parametrize("tool", ["cryptography", "openssl"])

@@ -15,6 +15,8 @@ from hogwild.net.address import InsecureBindError
 from hogwild.net.auth import make_keys
 from hogwild.net.channel import PeerUnreachableError
 
+pytestmark = pytest.mark.ps_kernels
+
 GEOMETRY = ModelGeometry(2048)
 
 

@@ -26,6 +26,8 @@ from hogwild.net.ports import free_port
 from hogwild.net.wire import DType, Header, MsgType, job_id, pack_header, unpack_header
 from tests.unit.test_ps_kernels import reference
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 5000
 FC = FcLayer(layer=4, offset=1000, n_in=37, n_out=41)  # W cut by shard edges at 1024 and 2048
 GEOMETRY = ModelGeometry(N, (FC,))

@@ -13,6 +13,8 @@ from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import HogwildError
 
+pytestmark = pytest.mark.ps_kernels
+
 
 def test_a_second_driver_of_a_job_is_refused_and_its_keys_kept(etcd_server):
     job = f"job-{uuid.uuid4().hex[:8]}"

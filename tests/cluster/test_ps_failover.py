@@ -9,6 +9,7 @@ import signal
 import time
 
 import numpy as np
+import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
@@ -19,6 +20,8 @@ from hogwild.config import load_config
 from hogwild.model.network import build_network
 from hogwild.net.ports import free_ports
 from tests.cluster.ps_stream import Stream, placed
+
+pytestmark = pytest.mark.ps_kernels
 
 N_PARAMS = build_network(load_config().model, 10).n_params  # the bundled MNIST model
 JOB = "adam_mnist"
@@ -127,6 +130,7 @@ def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd
         etcd.close()
 
 
+@pytest.mark.alone  # bounds how soon the primaries come back
 def test_a_returning_server_gets_its_primaries_back_mid_stream(trio, etcd_server):
     """Every bucket's primary is its preferred server (rendezvous over the live ones): a killed
     server's buckets move to the others and, once it is restarted and caught up, come back to it

@@ -6,10 +6,13 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import numpy as np
+import pytest
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.net.ports import free_port
+
+pytestmark = pytest.mark.ps_kernels
 
 N = 12_000  # 3 shards of 4,096 floats over 2 servers
 CLIENTS, PUSHES = 4, 1500

@@ -8,9 +8,12 @@ import signal
 import time
 
 import numpy as np
+import pytest
 
 from tests.cluster.ps_stream import Stream
 from tests.cluster.test_ps_failover import N_PARAMS
+
+pytestmark = pytest.mark.ps_kernels
 
 STALL_S = 3.0  # past the peer timeouts (0.3 s and a retry each) and the copies' 1 s leases
 

@@ -30,6 +30,8 @@ from hogwild.net.wire import (
     unpack_header,
 )
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 5000
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: five shards of 1024 floats, the last 904
 

@@ -20,6 +20,8 @@ from hogwild_plugins.ps.storage import RECORD, RECORD_MAGIC, ShardStore
 from hogwild.config import load_config
 from hogwild.model.network import build_network
 
+pytestmark = pytest.mark.ps_kernels
+
 SERVE = ["--port", "0", "--threads", "1", "--ps.shard_kib=256", "--ps.flush_s=0.2"]
 N_PARAMS = build_network(load_config().model, 10).n_params  # the bundled MNIST model
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import desired_copies
@@ -23,6 +24,8 @@ from tests.cluster.test_ps_failover import (
     wait_in_sync,
     wait_member,
 )
+
+pytestmark = pytest.mark.ps_kernels
 
 
 def read_vector(client: PSClient, name: str) -> np.ndarray:

@@ -37,7 +37,7 @@ from hogwild.net.ports import free_ports
 pytest.importorskip("ray")
 from ray.util.state import list_actors, list_placement_groups  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 HEAD_CPUS = 5
 HEAD_STARTED_WITHIN_S = 120.0

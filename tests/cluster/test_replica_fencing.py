@@ -27,6 +27,8 @@ from hogwild.net.ports import free_port
 from hogwild.net.wire import ErrorCode
 from tests.cluster.test_ps_failover import JOB, N_PARAMS, wait_in_sync
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 3000
 GEOMETRY = ModelGeometry(N, ())
 

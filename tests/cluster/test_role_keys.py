@@ -24,6 +24,8 @@ from hogwild.net.auth import (
 from hogwild.net.channel import Peers, PeerUnreachableError
 from hogwild.net.wire import DType, ErrorCode, Header, MsgType, job_id, pack_header, unpack_header
 
+pytestmark = pytest.mark.ps_kernels
+
 GEOMETRY = ModelGeometry(2048)
 
 

@@ -23,6 +23,8 @@ from hogwild_plugins.ps.serving.launch import local_server
 from hogwild.config.topology import split_groups
 from hogwild.errors import ConfigError
 
+pytestmark = pytest.mark.ps_kernels
+
 N = 5000
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: five shards
 

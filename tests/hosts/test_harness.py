@@ -25,6 +25,8 @@ while True:
 """
 CLIENT = """
 import socket, sys
+
+pytestmark = pytest.mark.kernel_free
 try:
     socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
 except OSError:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.hosts import harness
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]

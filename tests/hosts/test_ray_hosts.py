@@ -41,7 +41,7 @@ from tests.hosts.ray_nodes import ray_env, start_etcd_cluster, start_ray
 pytest.importorskip("ray")
 from hogwild_plugins.ray.role_actor import mirror_dir  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 NODE_CPUS = 2
 JOB_WITHIN_S = 900.0

@@ -22,6 +22,8 @@ from hogwild.shm import sweeper
 from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.shm.naming import owner_alive, parse_segment_name
 
+pytestmark = pytest.mark.kernel_free
+
 START_METHODS = ["spawn", "forkserver"]
 TIMEOUT_S = 30.0
 

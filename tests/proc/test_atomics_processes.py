@@ -11,6 +11,8 @@ from hogwild.shm.atomics import atomic_add, atomic_cas, atomic_load
 from hogwild.shm.pool_segment import SharedSegment
 from tests.proc.processes import compile_start_line, run_processes, start_context
 
+pytestmark = pytest.mark.kernel_free
+
 N_PROCS = 4
 N_ITERS = 100_000
 START_METHODS = ["spawn", "forkserver"]

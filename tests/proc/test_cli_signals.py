@@ -22,6 +22,8 @@ import pytest
 
 from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
 
+pytestmark = pytest.mark.alone
+
 START_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
 

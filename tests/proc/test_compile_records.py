@@ -21,6 +21,8 @@ from hogwild.compile_records import CACHE_SUFFIXES, RECORDS
 KERNEL = """
 from numba import njit
 
+pytestmark = pytest.mark.kernel_free
+
 @njit(cache=True)
 def twice(x):
     return 2.0 * x

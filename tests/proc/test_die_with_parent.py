@@ -11,6 +11,8 @@ import textwrap
 import psutil
 import pytest
 
+pytestmark = pytest.mark.kernel_free
+
 GONE_WITHIN_S = 10.0  # a bound for a hang: the kernel signals the child at the parent's exit
 
 CHILD = textwrap.dedent(

@@ -7,8 +7,12 @@ from __future__ import annotations
 import multiprocessing
 import threading
 
+import pytest
+
 from hogwild.training.gang import WorkerGang
 from hogwild.training.messages import Pinned, Wake
+
+pytestmark = pytest.mark.kernel_free
 
 
 def _no_worker(setup, commands, results) -> None:  # pragma: no cover - never started

@@ -51,6 +51,8 @@ from hogwild.shm.pool_layout import (
 from hogwild.shm.pool_segment import SharedSegment
 from tests.proc.processes import compile_start_line, run_processes, start_context
 
+pytestmark = pytest.mark.kernel_free
+
 START_METHODS = ["spawn", "forkserver"]
 
 

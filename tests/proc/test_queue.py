@@ -25,6 +25,8 @@ from hogwild.shm.queue import (
 )
 from tests.proc.processes import compile_start_line, start_context
 
+pytestmark = pytest.mark.kernel_free
+
 START_METHODS = ["spawn", "forkserver"]
 
 
