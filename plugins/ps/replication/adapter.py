@@ -19,9 +19,10 @@ decides nothing itself:
   bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
-  (:mod:`~hogwild_plugins.ps.replication.copy_adapter`); it answers client pulls and
-  reductions of a bucket it is the serving primary of, and refuses the rest with
-  ``NOT_PRIMARY`` (the client re-reads the map).
+  (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
+  again from etcd goes to that adapter's refresher thread: the network thread never waits on
+  etcd); it answers client pulls and reductions of a bucket it is the serving primary of, and
+  refuses the rest with ``NOT_PRIMARY`` (the client re-reads the map).
 
 The primary's messages to its copies go through
 :mod:`~hogwild_plugins.ps.replication.peer_link`, work queued on this server's own update engine
@@ -204,6 +205,7 @@ class Replication:
         self.clock = self.membership.clock
         self.membership.start()
         self._watch = self._etcd.watch("", self.changed.set)
+        self.copy_adapter.start(self.server.router.replier)
         thread = threading.Thread(target=self._run, name="hogwild-replicate", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -215,6 +217,7 @@ class Replication:
             self.membership.stop()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.copy_adapter.stop()
         if self._watch is not None:
             self._watch.cancel()
         if self.membership is not None:
@@ -499,6 +502,7 @@ class Replication:
             },
             **self.counters,
             **self.copy_side.counters,
+            "deferred_for_etcd": self.copy_adapter.deferred,
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "etcd_errors": self.etcd_errors,

@@ -7,8 +7,8 @@ A :class:`SimServer` holds what a replicated
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide`, the shard logs, the shard book) and
 carries out their actions through the executor the real server runs
 (:mod:`~hogwild_plugins.ps.replication.executor`: this class is its host, as
-:mod:`~hogwild_plugins.ps.replication.adapter` is the real server's) and the copy side's the way
-:mod:`~hogwild_plugins.ps.replication.copy_adapter` does, step for step, against the
+:mod:`~hogwild_plugins.ps.replication.adapter` and, for the copy side,
+:mod:`~hogwild_plugins.ps.replication.copy_adapter` are the real server's), against the
 :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd` and the world's network. A shard's values are
 the list of the client updates applied to it, ``(sender, seq)`` in order: what a real shard's
 floats sum up, made checkable (applied twice, missing, more than its version says).
@@ -21,6 +21,7 @@ one atomic step, as the real one holds the replication lock for it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -39,18 +40,11 @@ from hogwild_plugins.ps.replication.commit_round import (
 from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
-    CommitArrived,
     CopySide,
-    MarkRestored,
-    PeerArrived,
-    PrepareArrived,
-    RefreshRecord,
     Refuse,
-    SnapshotApplied,
-    SnapshotArrived,
     commit_log,
 )
-from hogwild_plugins.ps.replication.executor import carry_out, run_round
+from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 
@@ -59,6 +53,7 @@ from hogwild.net.wire import ErrorCode
 __all__ = ["Exchange", "Peer", "SimServer", "SimWork"]
 
 MAX_BATCH = 8
+_UNLOCKED = contextlib.nullcontext()  # a step of the world is atomic: the copy side needs no lock
 
 
 @dataclass(slots=True)
@@ -223,57 +218,9 @@ class SimServer:
         return None
 
     def handle_peer(self, m: Peer) -> tuple[str, int]:
-        """A primary's message through the copy side; the answer ``(ACK | code, version)``."""
-        refreshed = False
-        while True:
-            [verdict] = self.copy_side.handle(
-                PeerArrived(
-                    m.bucket, m.epoch, m.lease, m.sender, refreshed, stimulus_id=self._sid(m.kind)
-                )
-            )
-            if not isinstance(verdict, RefreshRecord):
-                break
-            record = self.etcd.record(m.bucket)
-            if record is not None:
-                self.roles[m.bucket].handle(
-                    RecordRefreshed(record, stimulus_id=self._sid("refresh"))
-                )
-            refreshed = True
-        if isinstance(verdict, Refuse):
-            return verdict.code.name, 0
-        if m.kind == "PREPARE":
-            sender, seq, shard = m.item
-            item = (sender, seq, SimWork(sender, seq, shard, m.version))
-            [action] = self.copy_side.handle(
-                PrepareArrived(m.shard, m.version, item, stimulus_id=self._sid("prepare"))
-            )
-            return self._answer(action)
-        if m.kind == "COMMIT":
-            actions = self.copy_side.handle(
-                CommitArrived(m.shard, m.version, m.epoch, stimulus_id=self._sid("commit"))
-            )
-            for action in actions[:-1]:
-                if isinstance(action, ApplyCommitted):
-                    self.values[action.shard] += [(w.sender, w.seq) for w in action.works]
-                    self.book[action.shard] = max(action.committed, self.book[action.shard])
-            return self._answer(actions[-1])
-        values, table = m.item
-        [action] = self.copy_side.handle(
-            SnapshotArrived(m.shard, m.version, m.epoch, table, stimulus_id=self._sid("snapshot"))
-        )
-        if isinstance(action, Refuse):
-            return self._answer(action)
-        self.values[m.shard] = list(values)
-        self.book[m.shard] = m.version
-        sid = self._sid("restored")
-        for action in self.copy_side.handle(
-            SnapshotApplied(m.shard, m.bucket, m.version, m.epoch, stimulus_id=sid)
-        ):
-            if isinstance(action, MarkRestored):
-                self.roles[m.bucket].handle(Restored(action.epoch, stimulus_id=sid))
-            else:
-                return self._answer(action)
-        raise AssertionError("the copy side acknowledged no restore")
+        """A primary's message through the copy side (the executor's :func:`receive`, as the
+        real network thread runs it); the answer ``(ACK | code, version)``."""
+        return self._answer(run(receive(m, self)))
 
     @staticmethod
     def _answer(action) -> tuple[str, int]:
@@ -293,6 +240,58 @@ class SimServer:
         elif code == ErrorCode.FENCED.name:
             bucket = exchange.requests[index][1].bucket
             self.roles[bucket].handle(Fenced(stimulus_id=self._sid("fenced")))
+
+    # ------------------------------------------------------------------ the copy side's effects
+    # (executor.receive, as the real server's CopyAdapter runs it: one step of the world, so
+    # no lock; etcd read in place)
+
+    def locked(self) -> contextlib.nullcontext:
+        return _UNLOCKED
+
+    def copy(self, stimulus) -> list:
+        return self.copy_side.handle(stimulus)
+
+    def committing(self, shard: int, upto: int) -> int:
+        return self.logs[shard].committing(upto)
+
+    def refresh_record(self, bucket: int) -> Iterator[str]:
+        yield from ()
+        record = self.etcd.record(bucket)
+        if record is not None:
+            self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
+
+    @staticmethod
+    def prepared_item(m: Peer) -> tuple:
+        sender, seq, shard = m.item
+        return sender, seq, SimWork(sender, seq, shard, m.version)
+
+    @staticmethod
+    def hold(n: int) -> None:
+        return None  # the simulated engine has no queues to fill
+
+    @staticmethod
+    def release(held: None) -> None:
+        pass
+
+    def apply_committed(self, action: ApplyCommitted, held: None) -> None:
+        self.values[action.shard] += [(w.sender, w.seq) for w in action.works]
+        self.book[action.shard] = max(action.committed, self.book[action.shard])
+
+    @staticmethod
+    def snapshot_of(m: Peer) -> tuple:
+        values, table = m.item
+        return table, values
+
+    def apply_snapshot(self, m: Peer, values: tuple, held: None) -> None:
+        self.values[m.shard] = list(values)
+        self.book[m.shard] = m.version
+
+    @staticmethod
+    def await_snapshot(m: Peer, pending: None) -> None:
+        pass  # applied in place
+
+    def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
+        self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))
 
     # ------------------------------------------------------------------ replication thread
 
