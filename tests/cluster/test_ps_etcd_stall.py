@@ -1,7 +1,9 @@
-"""A stalled etcd does not stop a replicated parameter server's network thread: a primary's
-message that makes a copy read its bucket's record again waits for etcd on the copy adapter's
-refresher thread, and the network thread goes on answering meanwhile (plugins/ps/replication/
-copy_adapter.py). The stall is real: the test's etcd process is SIGSTOPped."""
+"""A stalled etcd, every server's keepalive with it: the network thread goes on answering (a
+primary's message that makes a copy read its bucket's record again waits for etcd on the copy
+adapter's refresher thread: plugins/ps/replication/copy_adapter.py), and once etcd is back, the
+buckets, stepped down with their leases, are taken again and every copy, whose memory missed
+nothing, is caught up by its log, not by a snapshot. The stall is real: the test's etcd process
+is SIGSTOPped."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from hogwild.net.wire import ErrorCode, Header, MsgType, job_id, pack_header, un
 from tests.cluster.test_ps_failover import JOB, N_PARAMS, wait_in_sync
 
 FORGED = 4  # messages of an epoch etcd does not know: each reads the record again
+STALL_S = 3.0  # the servers' leases are of 1 s
 
 
 def dealer(context: zmq.Context, address: str) -> zmq.Socket:
@@ -26,10 +29,17 @@ def dealer(context: zmq.Context, address: str) -> zmq.Socket:
     return sock
 
 
+def totals(client, *keys: str) -> list[int]:
+    replication = [status["replication"] for status in client.status()]
+    assert len(replication) == 3, "a server did not answer STATUS"
+    return [sum(r[key] for r in replication) for key in keys]
+
+
 def test_a_stalled_etcd_does_not_stop_the_server_answering(trio, trio_ledger, etcd_server):
     job = job_id(JOB)
     routes = trio_ledger.routes
     routes.read()
+    snapshots, caught_up = totals(trio_ledger.client, "snapshots_received", "caught_up")
     target = 1  # a copy or a primary of shard 0's bucket: every server holds every bucket
     epoch = routes.epochs[0]
     context = zmq.Context()
@@ -54,6 +64,7 @@ def test_a_stalled_etcd_does_not_stop_the_server_answering(trio, trio_ledger, et
             assert unpack_header(head).type == MsgType.JSON
             status = json.loads(body)
             assert status["replication"]["deferred_for_etcd"] >= 1
+            time.sleep(STALL_S)  # every server's lease lapses (by its clock, and in etcd)
         finally:
             etcd_server.process.send_signal(signal.SIGCONT)
         # once etcd answers, each forged message is refused (the record's epoch is older), and
@@ -66,8 +77,13 @@ def test_a_stalled_etcd_does_not_stop_the_server_answering(trio, trio_ledger, et
         forged.close()
         asker.close()
         context.term()
-    # and the job goes on: every bucket in sync again, an update acknowledged and held exactly
+    # every lease lapsed meanwhile: the buckets were taken again, each copy caught up by its log
     wait_in_sync(routes, trio_ledger.etcd, 3)
+    routes.read()
+    assert routes.epochs[0] > epoch
+    after = totals(trio_ledger.client, "snapshots_received", "caught_up")
+    assert after[0] == snapshots and after[1] > caught_up, (snapshots, caught_up, after)
+    # and the job goes on: an update acknowledged and held exactly
     delta = np.arange(N_PARAMS, dtype=np.float32) % 5
     trio_ledger.client.push_deltas(delta)
     np.add(trio_ledger.ledger, delta, out=trio_ledger.ledger)

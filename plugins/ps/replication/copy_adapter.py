@@ -52,7 +52,8 @@ _STOP = object()
 class PeerMessage:
     """A primary's message as the executor reads it (its
     :class:`~hogwild_plugins.ps.replication.executor.PeerHeader`), with the wire's header and
-    frames."""
+    frames. A catch-up travels as a ``SNAPSHOT`` without frames, the epoch of the primary's
+    committed state in ``offset``."""
 
     kind: str
     bucket: int
@@ -61,6 +62,7 @@ class PeerMessage:
     lease: int
     sender: int
     version: int
+    log_epoch: int
     header: Header
     frames: list
 
@@ -125,14 +127,16 @@ class CopyAdapter:
         (None) by the refresher once it read etcd."""
         header = request.header
         shard = self.server.admission.check(header)
+        catch_up = header.type == MsgType.SNAPSHOT and header.frames == 0
         message = PeerMessage(
-            header.type.name,
+            "CATCHUP" if catch_up else header.type.name,
             self.layout.bucket_of(shard),
             shard,
             header.aux,  # the primary's epoch
             header.lease,
             header.sender - PEER_SENDER,
             header.version,
+            header.offset if catch_up else 0,  # the epoch of the primary's committed state
             header,
             request.frames,
         )

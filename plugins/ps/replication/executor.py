@@ -64,6 +64,7 @@ from hogwild_plugins.ps.replication.commit_round import (
 )
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
+    CatchUpArrived,
     CommitArrived,
     CopyStimulus,
     MarkRestored,
@@ -153,8 +154,9 @@ class RoundEffects(RoleEffects, Protocol):
 
 class PeerHeader(Protocol):
     """What a copy reads of a primary's message before its content: ``kind`` (``"PREPARE"``,
-    ``"COMMIT"``, ``"SNAPSHOT"``), the bucket and shard, the primary's ``epoch`` and ``lease``,
-    the ``sender`` server and the ``version`` (a prepare's; a commit's ``upto``; a snapshot's)."""
+    ``"COMMIT"``, ``"SNAPSHOT"``, ``"CATCHUP"``), the bucket and shard, the primary's ``epoch``
+    and ``lease``, the ``sender`` server and the ``version`` (a prepare's; a commit's ``upto``;
+    a snapshot's; a catch-up's, with ``log_epoch``: the primary's committed state)."""
 
     kind: str
     bucket: int
@@ -163,6 +165,7 @@ class PeerHeader(Protocol):
     lease: int
     sender: int
     version: int
+    log_epoch: int
 
 
 class CopyEffects(Protocol):
@@ -249,6 +252,12 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
             finally:
                 host.release(held)
         return actions[-1]
+    if message.kind == "CATCHUP":
+        sid = host.stimulus("catch-up")
+        stimulus = CatchUpArrived(
+            shard, message.bucket, version, message.log_epoch, epoch, stimulus_id=sid
+        )
+        return _restored(stimulus, message.bucket, sid, host)
     table, content = host.snapshot_of(message)
     sid = host.stimulus("snapshot")
     with host.locked():  # the log replaced and the restore queued together
@@ -265,15 +274,20 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
     host.await_snapshot(message, pending)
     # only now does this copy hold the state: a restore that failed must not let it campaign
     sid = host.stimulus("restored")
+    stimulus = SnapshotApplied(shard, message.bucket, version, epoch, stimulus_id=sid)
+    return _restored(stimulus, message.bucket, sid, host)
+
+
+def _restored(stimulus: CopyStimulus, bucket: int, sid: str, host: CopyEffects):
+    """A shard restored (a snapshot applied, or a catch-up): the copy side's answer, the bucket's
+    role told once every shard of it is."""
     with host.locked():
-        for action in host.copy(
-            SnapshotApplied(shard, message.bucket, version, epoch, stimulus_id=sid)
-        ):
+        for action in host.copy(stimulus):
             if isinstance(action, MarkRestored):
-                host.restored(message.bucket, action.epoch, sid)
+                host.restored(bucket, action.epoch, sid)
             else:
                 return action
-    raise AssertionError("the copy side acknowledged no restore")
+    raise AssertionError("the copy side answered a restore with nothing")
 
 
 def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects) -> Iterator[str]:

@@ -31,6 +31,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     MapRead,
     RecordRefreshed,
     Restored,
+    Role,
 )
 from hogwild_plugins.ps.replication.commit_round import (
     CommitRound,
@@ -68,8 +69,8 @@ class SimWork:
 
 @dataclass(slots=True)
 class Peer:
-    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``) and the
-    header fields the copy's gate reads."""
+    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``,
+    ``CATCHUP``) and the header fields the copy's gate reads."""
 
     kind: str
     bucket: int
@@ -79,6 +80,7 @@ class Peer:
     sender: int
     version: int
     item: tuple = ()  # PREPARE: (sender, seq, work); SNAPSHOT: (values, table)
+    log_epoch: int = 0  # CATCHUP: the epoch of the primary's committed state
 
 
 @dataclass
@@ -89,10 +91,12 @@ class Exchange:
     requests: list[tuple[int, Peer]]
     ok: list[bool] = field(default_factory=list)
     done: list[bool] = field(default_factory=list)
+    codes: list[str | None] = field(default_factory=list)  # each answer's code (None: none)
 
     def __post_init__(self) -> None:
         self.ok = [False] * len(self.requests)
         self.done = [False] * len(self.requests)
+        self.codes = [None] * len(self.requests)
 
     @property
     def complete(self) -> bool:
@@ -235,6 +239,7 @@ class SimServer:
             return
         exchange.done[index] = True
         code, _ = answer
+        exchange.codes[index] = code
         if code == "ACK":
             exchange.ok[index] = True
         elif code == ErrorCode.FENCED.name:
@@ -376,9 +381,32 @@ class SimServer:
             self.book[shard] = log.committed
 
     def _send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
+        """As the real server: first ask whether the copy's logs hold this side's committed
+        state (a catch-up, no snapshot); the snapshot of each shard whose log does not."""
         role = self.roles[bucket]
-        requests = []
+        probes = []
         for shard in self.bucket_shards[bucket]:
+            version, _ = self.commit_round.snapshot_point(shard)
+            log = self.logs[shard]
+            if version == log.committed:  # (no round open on it)
+                probe = Peer(
+                    "CATCHUP", bucket, shard, role.epoch, self.lease, self.me, version,
+                    log_epoch=log.epoch,
+                )  # fmt: skip
+                probes.append((server, probe))
+        need = set(self.bucket_shards[bucket]) - {m.shard for _, m in probes}
+        if probes:
+            exchange = yield from self._exchange(probes)
+            answers = zip(exchange.requests, exchange.ok, exchange.codes, strict=True)
+            for (_, m), ok, code in answers:
+                if not ok and code != ErrorCode.NEED_SYNC.name:
+                    return False  # no answer, or refused: the copy is not caught up
+                if not ok:
+                    need.add(m.shard)
+            if role.role is not Role.PRIMARY:
+                return False  # deposed meanwhile: no snapshot of this side's goes out
+        requests = []
+        for shard in sorted(need):
             version, table = self.commit_round.snapshot_point(shard)
             item = (tuple(self.values[shard]), tuple(table))
             requests.append(
@@ -387,6 +415,8 @@ class SimServer:
                     Peer("SNAPSHOT", bucket, shard, role.epoch, self.lease, self.me, version, item),
                 )
             )
+        if not requests:
+            return True
         exchange = yield from self._exchange(requests)
         return all(exchange.ok)
 
