@@ -103,6 +103,22 @@ class ShardLog:
         for s, q, v in requests:
             self.record(s, q, v)
 
+    def holds(self, version: int, epoch: int) -> bool:
+        """Whether this log's committed state is the one a primary's log names by ``version``
+        and ``epoch`` (the epoch of the primary whose updates it counts): one primary per epoch
+        gives each version to one update, and a snapshot carries its primary's state at its
+        version, so two logs at the same committed version of the same epoch hold the same
+        updates (by induction over the catch-ups: every copy was made current by a snapshot or
+        by this check). Never a log of epoch 0: what a process started with (its initial values,
+        or a state it loaded) is no primary's, and is caught up by a snapshot."""
+        return epoch > 0 and self.committed == version and self.epoch == epoch
+
+    def catch_up(self) -> None:
+        """A primary found this log holding its committed state (:meth:`holds`): the updates
+        prepared after it came from an older primary's rounds that never committed, and the
+        versions they hold are the new primary's to give: dropped."""
+        self.prepared = []
+
     def outdated(self, version: int, epoch: int) -> bool:
         """Whether a snapshot of ``epoch`` at ``version`` is older than this log: the same
         primary's (same epoch), taken before updates this log has committed since (a late

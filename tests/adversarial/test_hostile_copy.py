@@ -92,6 +92,14 @@ def hostile_messages(job: int, primary, copy) -> list[tuple[list[bytes], set[Err
         ),
         ([pack_header(peer._replace(version=ahead, frames=1)), pack_header(push)], bad),
         ([pack_header(peer._replace(type=MsgType.COMMIT, version=U64_MAX, frames=0))], gap),
+        (  # a catch-up (a SNAPSHOT without frames) of a state this copy does not hold
+            [
+                pack_header(
+                    snap._replace(frames=0, offset=role.record.epoch, shape=(), dtype=DType.NONE)
+                )
+            ],
+            gap,
+        ),
         ([pack_header(snap), *(bytes(memoryview(f)) for f in snapshot)], bad),
         (
             [

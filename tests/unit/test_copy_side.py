@@ -18,6 +18,7 @@ from hogwild_plugins.ps.replication.copy_side import (
     Acknowledge,
     ApplyCommitted,
     ApplySnapshot,
+    CatchUpArrived,
     CommitArrived,
     CopySide,
     MarkRestored,
@@ -169,6 +170,44 @@ def test_a_bucket_is_current_only_with_every_shards_snapshot_of_one_primary():
     ]
 
 
+def test_a_catch_up_of_the_state_this_log_holds_restores_without_a_snapshot():
+    """A log at the primary's committed version of the same epoch holds its state: restored by
+    the catch-up (its stale prepared updates dropped: their versions are the new primary's to
+    give); the bucket is current once every shard is."""
+    side = copy_side()
+    for v in (1, 2):
+        feed(side, PrepareArrived, SHARDS[0], v, item(v))
+    feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
+    # the primary of EPOCH + 1 committed up to 1 of EPOCH too: version 2 never was
+    assert feed(side, CatchUpArrived, SHARDS[0], BUCKET, 1, EPOCH, EPOCH + 1) == [Acknowledge(1)]
+    log = side.logs[SHARDS[0]]
+    assert (log.committed, log.epoch, log.prepared) == (1, EPOCH, [])
+    assert log.seen(7, 1) == 1  # its request table stays
+    feed(side, SnapshotArrived, SHARDS[1], 4, EPOCH + 1, ())
+    assert feed(side, SnapshotApplied, SHARDS[1], BUCKET, 4, EPOCH + 1) == [
+        MarkRestored(BUCKET, EPOCH + 1),
+        Acknowledge(4),
+    ]
+    assert side.counters["caught_up"] == 1 and side.counters["snapshots_received"] == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "log_epoch"),
+    [(2, EPOCH), (1, EPOCH - 1), (1, EPOCH + 1), (0, 0)],
+    ids=["other-version", "older-epoch", "newer-epoch", "no-primarys-state"],
+)
+def test_a_catch_up_of_another_state_asks_for_the_snapshot_and_changes_nothing(version, log_epoch):
+    side = copy_side()
+    if version or log_epoch:
+        feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+        feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
+    feed(side, PrepareArrived, SHARDS[0], side.logs[SHARDS[0]].last + 1, item(9))
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    [refused] = feed(side, CatchUpArrived, SHARDS[0], BUCKET, version, log_epoch, EPOCH + 1)
+    assert refused.code is ErrorCode.NEED_SYNC
+    assert side.logs[SHARDS[0]] == before and side.counters["caught_up"] == 0
+
+
 def test_a_log_whose_prepared_versions_skip_fails_validation():
     side = copy_side()
     side.logs[SHARDS[0]].prepared = [(2, item(2))]  # committed 0: version 1 is missing
@@ -179,7 +218,7 @@ def test_a_log_whose_prepared_versions_skip_fails_validation():
 def random_stimulus(rng: random.Random, side: CopySide):
     shard = rng.choice(SHARDS)
     log = side.logs[shard]
-    kind = rng.randrange(5)
+    kind = rng.randrange(6)
     if kind == 0:
         epoch = rng.choice((EPOCH - 1, EPOCH, EPOCH + 1))
         sender = rng.choice((PRIMARY, 0))
@@ -194,6 +233,8 @@ def random_stimulus(rng: random.Random, side: CopySide):
     version = max(0, log.committed + rng.randrange(-2, 3))
     if kind == 3:
         return SnapshotArrived, (shard, version, epoch, table)
+    if kind == 4:
+        return CatchUpArrived, (shard, BUCKET, version, epoch, EPOCH + 1)
     return SnapshotApplied, (shard, BUCKET, version, epoch)
 
 
@@ -232,3 +273,8 @@ def run_random_sequence(seed: int) -> None:
             # a snapshot never takes back what this log committed from the same primary
             assert args[2] != before.epoch or args[1] >= before.committed
             assert (log.committed, log.epoch) == args[1:3]
+        elif stimulus is CatchUpArrived:
+            # accepted only for the state this log holds, which it keeps (its prepared dropped)
+            assert (before.committed, before.epoch) == args[2:4] and args[3] > 0
+            assert (log.committed, log.epoch, log.prepared) == (*args[2:4], [])
+            assert actions[-1] == Acknowledge(args[2])

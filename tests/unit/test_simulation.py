@@ -329,3 +329,57 @@ def test_a_primary_whose_lease_was_lost_and_taken_anew_answers_no_pull():
         world.apply(("tick",))  # its heartbeat registers a new lease; its thread does not run
     assert primary.valid() and primary.roles[0].serving  # what the role knew
     assert not primary.serving(0)
+
+
+def in_sync_everywhere(world: World) -> bool:
+    """Every bucket served by its primary, every server in its ``in_sync`` and caught up."""
+    for bucket in world.bucket_shards:
+        record = world.etcd.record(bucket)
+        primary = world.servers[record.primary] if record else None
+        if primary is None or not primary.roles[bucket].serving:
+            return False
+        if len(record.in_sync) != world.config.servers:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("whose", ["copy", "primary"])
+def test_a_lease_lapse_alone_is_caught_up_by_the_log_not_by_snapshots(whose):
+    """One slow keepalive (a lease expired early, the process alive with its memory): the copy
+    is written out of ``in_sync`` and back, or the primary steps down and its bucket is taken
+    under a new epoch; either way each copy's logs hold the primary's committed state, and it is
+    caught up by them (CATCHUP), with no snapshot sent. The updates stay exact everywhere.
+    (A shard never written holds no primary's state yet, only what its process started with:
+    that one is caught up by a snapshot.)"""
+    world = established()
+    client = world.clients[0]
+    for seq, shard in ((1, 0), (2, 0), (3, 1), (4, 2)):  # every shard's log of an epoch now
+        client.outstanding, client.seq = (seq, shard), seq
+        send(world)
+        world.settle()
+        assert client.outstanding is None
+    primary = primary_of(world, 0)
+    lapsed = primary if whose == "primary" else next(s for s in world.live() if s is not primary)
+    epoch = world.etcd.record(0).epoch
+    snapshots = {s.me: s.copy_side.counters["snapshots_received"] for s in world.live()}
+    caught_up = sum(s.copy_side.counters["caught_up"] for s in world.live())
+    world.apply(("expire", lapsed.me))
+    world.settle()
+    assert not in_sync_everywhere(world)  # the lapse was noticed: the bucket moved
+    for _ in range(40):
+        world.apply(("tick",))
+        world.settle()
+        if in_sync_everywhere(world) and world.etcd.record(0).epoch >= epoch:
+            break
+    assert in_sync_everywhere(world)
+    if whose == "primary":
+        assert world.etcd.record(0).epoch > epoch  # taken under a new epoch
+    assert {s.me: s.copy_side.counters["snapshots_received"] for s in world.live()} == snapshots
+    assert sum(s.copy_side.counters["caught_up"] for s in world.live()) > caught_up
+    client.outstanding, client.seq = (5, 0), 5
+    world.apply(("send", 0))
+    world.settle()
+    assert client.outstanding is None
+    for s in world.live():
+        assert s.values[0] == [(100, 1), (100, 2), (100, 5)] and s.logs[0].committed == 3
+        assert s.values[1] == [(100, 3)] and s.values[2] == [(100, 4)]

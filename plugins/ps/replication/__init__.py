@@ -15,11 +15,12 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
 Around them: :mod:`.membership` (the server's etcd lease, ``members/<index>``, the heartbeat),
 :mod:`.frames` (what a snapshot carries on the wire, made and checked), :mod:`.peer_link` (a
 primary's messages to its copies), :mod:`.local` (work queued on this server's update engine),
-:mod:`.copy_adapter` (the network thread's side as a copy), :mod:`.executor` (the one loop that
-carries the roles' and the rounds' actions out through a host's effects: the real server's, and
-the simulator's in :mod:`hogwild_plugins.ps.simulation`), :mod:`.adapter` (the lifecycle and the
-replication thread: etcd, the map, the bucket roles' effects) and :mod:`.primary_round` (one
-commit round's effects on the server: admission, local application, prepares, commits, replies).
+:mod:`.copy_adapter` (the network thread's side as a copy, and its refresher thread, which reads
+etcd for it), :mod:`.executor` (the one loop that carries the roles', the rounds' and the copy
+side's actions out through a host's effects: the real server's, and the simulator's in
+:mod:`hogwild_plugins.ps.simulation`), :mod:`.adapter` (the lifecycle and the replication thread:
+etcd, the map, the bucket roles' effects) and :mod:`.primary_round` (one commit round's effects on
+the server: admission, local application, prepares, commits, replies).
 """
 
 from hogwild_plugins.ps.replication.adapter import PEER_SENDER, Replication

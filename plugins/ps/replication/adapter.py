@@ -19,9 +19,10 @@ decides nothing itself:
   bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
-  (:mod:`~hogwild_plugins.ps.replication.copy_adapter`); it answers client pulls and
-  reductions of a bucket it is the serving primary of, and refuses the rest with
-  ``NOT_PRIMARY`` (the client re-reads the map).
+  (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
+  again from etcd goes to that adapter's refresher thread: the network thread never waits on
+  etcd); it answers client pulls and reductions of a bucket it is the serving primary of, and
+  refuses the rest with ``NOT_PRIMARY`` (the client re-reads the map).
 
 The primary's messages to its copies go through
 :mod:`~hogwild_plugins.ps.replication.peer_link`, work queued on this server's own update engine
@@ -51,6 +52,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     Campaign,
     HandOver,
     MapRead,
+    Role,
 )
 from hogwild_plugins.ps.replication.commit_round import (
     CommitRound,
@@ -169,6 +171,7 @@ class Replication:
         )
         self.counters = {
             "snapshots_sent": 0,
+            "copies_caught_up": 0,  # shards a copy was found to hold already: no snapshot
             "not_primary": 0,
             "too_few_copies": 0,
             "campaigns_won": 0,
@@ -204,6 +207,7 @@ class Replication:
         self.clock = self.membership.clock
         self.membership.start()
         self._watch = self._etcd.watch("", self.changed.set)
+        self.copy_adapter.start(self.server.router.replier)
         thread = threading.Thread(target=self._run, name="hogwild-replicate", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -215,6 +219,7 @@ class Replication:
             self.membership.stop()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.copy_adapter.stop()
         if self._watch is not None:
             self._watch.cancel()
         if self.membership is not None:
@@ -422,11 +427,45 @@ class Replication:
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
 
-    def _send_snapshot(self, bucket: int, server: int) -> bool:
+    def _catch_up(self, bucket: int, server: int) -> list[int] | None:
+        """Ask copy ``server`` whether its logs of ``bucket`` hold this side's committed state
+        (then it needs no snapshot: the copy side decides, :mod:`.copy_side`): the shards whose
+        logs do not, or None when the copy did not answer (or refused)."""
         role = self.roles[bucket]
         requests = []
-        self.local.barrier(self.bucket_shards[bucket])
-        for shard in self.bucket_shards[bucket]:
+        with self.lock:
+            for shard in self.bucket_shards[bucket]:
+                version, _ = self.commit_round.snapshot_point(shard)
+                log = self.logs[shard]
+                if version == log.committed:  # (no round open on it)
+                    # a SNAPSHOT without frames; offset: the epoch of this committed state
+                    header = self.link.header(
+                        MsgType.SNAPSHOT, shard, version, role, offset=log.epoch
+                    )
+                    requests.append(Request(server, header))
+        probed = {r.header.target for r in requests}
+        need = [s for s in self.bucket_shards[bucket] if s not in probed]
+        if requests:
+            codes: list = []
+            ok = self.link.exchange(requests, codes)
+            for request, good, code in zip(requests, ok, codes, strict=True):
+                if not good and code != ErrorCode.NEED_SYNC:
+                    return None
+                if not good:
+                    need.append(request.header.target)
+            self.counters["copies_caught_up"] += sum(ok)
+        return sorted(need)
+
+    def _send_snapshot(self, bucket: int, server: int) -> bool:
+        role = self.roles[bucket]
+        shards = self._catch_up(bucket, server)
+        if shards is None or role.role is not Role.PRIMARY:
+            return False  # no answer, or deposed meanwhile: no snapshot of this side's goes out
+        if not shards:
+            return True
+        requests = []
+        self.local.barrier(shards)
+        for shard in shards:
             held = self.server.shards[self.server.local[shard]]
             with self.lock:
                 version, table = self.commit_round.snapshot_point(shard)
@@ -499,6 +538,7 @@ class Replication:
             },
             **self.counters,
             **self.copy_side.counters,
+            "deferred_for_etcd": self.copy_adapter.deferred,
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "etcd_errors": self.etcd_errors,

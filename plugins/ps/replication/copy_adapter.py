@@ -1,53 +1,74 @@
 """The network thread's side as a copy: a primary's messages into the copy side, its answers out.
 
 The server's router hands every ``PREPARE``, ``COMMIT`` and ``SNAPSHOT`` to
-:meth:`CopyAdapter.handle_peer`, which decides nothing: it reads the frames (the client's update a
-``PREPARE`` forwards, through the server's :class:`~hogwild_plugins.ps.serving.requests.Admission`;
-a snapshot's frames, :mod:`~hogwild_plugins.ps.replication.frames`), feeds the
-:class:`~hogwild_plugins.ps.replication.copy_side.CopySide` one stimulus at a time, under the lock
-it shares with the replication thread, and carries out what it returns: a refreshed record read
-from etcd, work queued on the update engine, the bucket role told it was restored, the reply.
+:meth:`CopyAdapter.handle_peer`, which decides nothing: it runs the executor's
+:func:`~hogwild_plugins.ps.replication.executor.receive` (the one the simulator runs) with this
+class as its host. The effects: the frames read (the client's update a ``PREPARE`` forwards,
+through the server's :class:`~hogwild_plugins.ps.serving.requests.Admission`; a snapshot's
+frames, :mod:`~hogwild_plugins.ps.replication.frames`), the copy side fed under the lock it
+shares with the replication thread, work queued on the update engine, the bucket role told it was
+restored, the reply.
+
+The network thread never waits on etcd. When the copy side's gate asks for the bucket's record
+to be read again (a message of a newer epoch than this side knows), the message goes, with the
+executor paused where it would read, to this adapter's **refresher** thread, which reads etcd,
+finishes the message and answers it through its own replier; the network thread goes on
+answering pulls, ``STATUS`` and the rest meanwhile. Messages from primaries that arrive while
+any wait there queue behind them (at most ``MAX_DEFERRED``; beyond, ``BUSY``), so a copy still
+takes each primary's messages in the order they came.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, RecordRefreshed, Restored
-from hogwild_plugins.ps.replication.copy_side import (
-    ApplyCommitted,
-    CommitArrived,
-    CopySide,
-    CopyStimulus,
-    MarkRestored,
-    PeerArrived,
-    PrepareArrived,
-    RefreshRecord,
-    Refuse,
-    SnapshotApplied,
-    SnapshotArrived,
-)
+from hogwild_plugins.ps.replication.copy_side import ApplyCommitted, CopySide, CopyStimulus, Refuse
+from hogwild_plugins.ps.replication.executor import receive
 from hogwild_plugins.ps.replication.frames import parse_snapshot
 from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
 from hogwild_plugins.ps.work import Restore
 
 from hogwild.errors import HogwildError
-from hogwild.net.router import Incoming, Reply
+from hogwild.net.router import Incoming, Reply, error_reply
 from hogwild.net.wire import ErrorCode, Header, MsgType, WireError, unpack_header
 
-__all__ = ["REPLICATED_TYPES", "CopyAdapter"]
+__all__ = ["MAX_DEFERRED", "REPLICATED_TYPES", "CopyAdapter", "PeerMessage"]
 
 REPLICATED_TYPES = frozenset(
     {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.ASSIGN, MsgType.VECTOR_OP}
 )
+MAX_DEFERRED = 1024  # primaries' messages waiting for the refresher; beyond: answered BUSY
+_STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMessage:
+    """A primary's message as the executor reads it (its
+    :class:`~hogwild_plugins.ps.replication.executor.PeerHeader`), with the wire's header and
+    frames. A catch-up travels as a ``SNAPSHOT`` without frames, the epoch of the primary's
+    committed state in ``offset``."""
+
+    kind: str
+    bucket: int
+    shard: int
+    epoch: int
+    lease: int
+    sender: int
+    version: int
+    log_epoch: int
+    header: Header
+    frames: list
 
 
 class CopyAdapter:
-    """Carries out the copy side's decisions on the network thread (see the module docstring).
+    """Carries out the copy side's decisions (see the module docstring).
 
     Args:
         server: The :class:`~hogwild_plugins.ps.serving.server.ParameterServer`.
@@ -55,7 +76,8 @@ class CopyAdapter:
         roles: Every bucket's role (a refreshed record and a restore are fed to it).
         lock: Shared with the replication thread (the logs, the roles).
         local: Queues work on this server's update engine.
-        read_record: ``sync/<bucket>`` as etcd has it now (None: absent).
+        read_record: ``sync/<bucket>`` as etcd has it now (None: absent); called on the
+            refresher thread only.
         changed: Called once a record was read again (the replication thread reads the map).
         stimulus: A new stimulus id for what happened.
     """
@@ -71,54 +93,128 @@ class CopyAdapter:
         changed: Callable[[], None],
         stimulus: Callable[[str], str],
     ) -> None:
-        self.server, self.copy_side, self.roles, self.lock = server, copy_side, roles, lock
+        self.server, self.copy_side, self.roles, self._lock = server, copy_side, roles, lock
         self.local, self.read_record, self.changed = local, read_record, changed
         self.stimulus = stimulus
         self.layout = server.layout
+        self._deferred: queue.SimpleQueue = queue.SimpleQueue()
+        self._waiting = 0  # messages handed to the refresher and not answered yet
+        self._count = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.deferred = 0  # messages the network thread handed to the refresher (status)
 
-    def handle_peer(self, request: Incoming) -> Reply:
-        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: through the copy
-        side's gate, then its content."""
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, replier: Callable[[], object]) -> None:
+        """Start the refresher thread; ``replier()`` makes its way to answer (the router's)."""
+        self._thread = threading.Thread(
+            target=self._refresher, args=(replier,), name="hogwild-copy-refresh", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the refresher (the messages still waiting go unanswered: their primaries time
+        out); returns once it ended, within ``timeout`` plus one etcd request."""
+        if self._thread is not None:
+            self._deferred.put(_STOP)
+            self._thread.join(timeout)
+            self._thread = None
+
+    # ------------------------------------------------------------------ network thread
+
+    def handle_peer(self, request: Incoming) -> Reply | None:
+        """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: answered now, or
+        (None) by the refresher once it read etcd."""
         header = request.header
         shard = self.server.admission.check(header)
-        bucket = self.layout.bucket_of(shard)
-        sender = header.sender - PEER_SENDER
-        refreshed = False
-        while True:
-            stimulus = PeerArrived(
-                bucket,
-                header.aux,  # aux: the primary's epoch
-                header.lease,
-                sender,
-                refreshed,
-                stimulus_id=self.stimulus(header.type.name),
-            )
-            [verdict] = self._copy(stimulus)
-            if not isinstance(verdict, RefreshRecord):
-                break
-            self._refresh_record(bucket)
-            refreshed = True
-        if isinstance(verdict, Refuse):
-            raise WireError(verdict.message, verdict.code)
-        if header.type == MsgType.PREPARE:
-            return self._prepare(header, shard, request.frames)
-        if header.type == MsgType.COMMIT:
-            return self._commit(header, shard)
-        return self._restore(header, shard, request.frames)
+        catch_up = header.type == MsgType.SNAPSHOT and header.frames == 0
+        message = PeerMessage(
+            "CATCHUP" if catch_up else header.type.name,
+            self.layout.bucket_of(shard),
+            shard,
+            header.aux,  # the primary's epoch
+            header.lease,
+            header.sender - PEER_SENDER,
+            header.version,
+            header.offset if catch_up else 0,  # the epoch of the primary's committed state
+            header,
+            request.frames,
+        )
+        if self._waiting:  # earlier messages wait for the refresher: this one after them
+            return self._defer(message, None)
+        steps = receive(message, self)
+        try:
+            next(steps)
+        except StopIteration as end:
+            return self._answer(header, end.value)
+        return self._defer(message, steps)  # it would read etcd here: the refresher goes on
 
-    def _copy(self, stimulus: CopyStimulus) -> list:
-        """The copy side's answer to ``stimulus`` (under the lock it shares with the rounds)."""
-        with self.lock:
-            return self.copy_side.handle(stimulus)
+    def _defer(self, message: PeerMessage, steps: Iterator[str] | None) -> None:
+        with self._count:
+            if self._waiting >= MAX_DEFERRED:
+                raise WireError(
+                    f"{self._waiting} replication messages wait for etcd here; send again",
+                    ErrorCode.BUSY,
+                )
+            self._waiting += 1
+            self.deferred += 1
+        self._deferred.put((message, steps))
+        return None
 
     @staticmethod
     def _answer(header: Header, action) -> Reply:
-        """A copy side's last action as the reply to the primary's message."""
+        """The copy side's last action as the reply to the primary's message."""
         if isinstance(action, Refuse):
             raise WireError(action.message, action.code)
         return Reply(header.reply(MsgType.ACK, version=action.version))
 
-    def _refresh_record(self, bucket: int) -> None:
+    # ------------------------------------------------------------------ refresher thread
+
+    def _refresher(self, make_replier: Callable[[], object]) -> None:
+        replier = make_replier()
+        try:
+            while (item := self._deferred.get()) is not _STOP:
+                message, steps = item
+                try:
+                    reply = self._finish(message, steps)
+                finally:
+                    with self._count:
+                        self._waiting -= 1
+                replier.send(reply.header, reply.frames)
+        finally:
+            replier.close()
+
+    def _finish(self, message: PeerMessage, steps: Iterator[str] | None) -> Reply:
+        """Run the executor for ``message`` to its answer (here it may wait on etcd)."""
+        header = message.header
+        try:
+            steps = steps if steps is not None else receive(message, self)
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as end:
+                    return self._answer(header, end.value)
+        except WireError as exc:
+            return error_reply(header, exc.code, str(exc))
+        except EtcdUnavailable as exc:
+            return error_reply(header, ErrorCode.BUSY, f"the bucket's record is unknown: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a bug must not end the thread: reported
+            return error_reply(header, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ the executor's effects
+    # (executor.receive: the simulator's SimServer is the other host)
+
+    def locked(self) -> threading.Lock:
+        return self._lock
+
+    def copy(self, stimulus: CopyStimulus) -> list:
+        return self.copy_side.handle(stimulus)
+
+    def committing(self, shard: int, upto: int) -> int:
+        return self.copy_side.logs[shard].committing(upto)
+
+    def refresh_record(self, bucket: int) -> Iterator[str]:
+        yield "read the record from etcd"  # never on the network thread: the refresher goes on
         try:
             record = self.read_record(bucket)
         except EtcdUnavailable:
@@ -127,11 +223,12 @@ class CopyAdapter:
             return
         if record is None:
             return
-        with self.lock:  # not in the middle of the replication thread's observe
+        with self._lock:  # not in the middle of the replication thread's observe
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self.stimulus("refresh")))
         self.changed()
 
-    def _prepare(self, header: Header, shard: int, frames: list) -> Reply:
+    def prepared_item(self, message: PeerMessage) -> tuple:
+        frames, shard = message.frames, message.shard
         if len(frames) < 1:
             raise WireError("PREPARE needs the client's header frame", ErrorCode.BAD_FRAMES)
         client = unpack_header(memoryview(frames[0]))
@@ -148,78 +245,48 @@ class CopyAdapter:
         work = admission.work(client, shard, self.server.local[shard], frames[1:])
         if not admission.writes(work):
             raise WireError("PREPARE carries a reduction (it writes nothing)", ErrorCode.BAD_FRAMES)
-        work.version = header.version
-        admission.decide(work, client, header.a)
+        work.version = message.version
+        admission.decide(work, client, message.header.a)
         work.keep = frames
-        item = (client.sender, client.seq, work)
-        sid = self.stimulus("prepare")
-        [action] = self._copy(PrepareArrived(shard, header.version, item, stimulus_id=sid))
-        return self._answer(header, action)
+        return client.sender, client.seq, work
 
-    def _commit(self, header: Header, shard: int) -> Reply:
-        sid = self.stimulus("commit")
-        with self.lock:  # the log cannot change between counting and committing
-            slots = self.local.hold(self.copy_side.logs[shard].committing(header.version))
-            try:
-                # aux: the primary's epoch
-                stimulus = CommitArrived(
-                    shard, header.version, header.aux, room=len(slots), stimulus_id=sid
-                )
-                actions = self.copy_side.handle(stimulus)
-                for action in actions[:-1]:
-                    if isinstance(action, ApplyCommitted):
-                        self.local.apply_held(list(action.works), slots)
-                        book = self.server.book
-                        book.set_version(shard, max(action.committed, book.version(shard)))
-            finally:
-                self.local.release(slots)
-        return self._answer(header, actions[-1])
+    def hold(self, n: int) -> list[int]:
+        return self.local.hold(n)
 
-    def _restore(self, header: Header, shard: int, frames: list) -> Reply:
+    def release(self, held: list[int]) -> None:
+        self.local.release(held)
+
+    def apply_committed(self, action: ApplyCommitted, held: list[int]) -> None:
+        self.local.apply_held(list(action.works), held)
+        book = self.server.book
+        book.set_version(action.shard, max(action.committed, book.version(action.shard)))
+
+    def snapshot_of(self, message: PeerMessage) -> tuple:
+        shard = message.shard
         size = self.layout.shard_size(shard)
         state_size = self.server.shards[self.server.local[shard]].state.size
-        snapshot = parse_snapshot(header, frames, size, state_size)
+        snapshot = parse_snapshot(message.header, message.frames, size, state_size)
         work = Restore(
             self.server.local[shard],
-            version=header.version,
-            keep=frames,
+            version=message.version,
+            keep=message.frames,
             values=snapshot.values,
             state=snapshot.state,
             vectors=snapshot.vectors,
         )
-        sid = self.stimulus("snapshot")
+        return tuple(snapshot.table), work
+
+    def apply_snapshot(self, message: PeerMessage, work: Restore, held: list[int]) -> Countdown:
         done = Countdown(1)
-        with self.lock:  # the log replaced and the restore queued together (see the adapter)
-            slots = self.local.hold(1)
-            try:
-                stimulus = SnapshotArrived(
-                    shard,
-                    header.version,
-                    header.aux,  # the primary's epoch
-                    tuple(snapshot.table),
-                    room=bool(slots),
-                    stimulus_id=sid,
-                )
-                [action] = self.copy_side.handle(stimulus)
-                if not isinstance(action, Refuse):
-                    self.local.apply_held([work], slots, done)
-            finally:
-                self.local.release(slots)
-        if isinstance(action, Refuse):
-            return self._answer(header, action)
+        self.local.apply_held([work], held, done)
+        return done
+
+    def await_snapshot(self, message: PeerMessage, done: Countdown) -> None:
         if not done.wait(LOCAL_APPLY_S):
             raise HogwildError(
-                f"shard {shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s"
+                f"shard {message.shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s"
             )
-        self.server.book.set_version(shard, header.version)
-        # only now does this copy hold the state: a restore that failed must not let it campaign
-        bucket = self.layout.bucket_of(shard)
-        sid = self.stimulus("restored")
-        applied = SnapshotApplied(shard, bucket, header.version, header.aux, stimulus_id=sid)
-        for action in self._copy(applied):
-            if isinstance(action, MarkRestored):
-                with self.lock:
-                    self.roles[bucket].handle(Restored(action.epoch, stimulus_id=sid))
-            else:
-                return self._answer(header, action)
-        raise AssertionError("the copy side acknowledged no restore")
+        self.server.book.set_version(message.shard, message.version)
+
+    def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
+        self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))

@@ -25,7 +25,11 @@ One message from a primary goes through two steps:
    committed from the same primary (refused, ``NEED_SYNC``: never an acknowledgement) or the
    engine has no room for it (``BUSY``, the log untouched), and :class:`SnapshotApplied`, once
    the values are in, acknowledges, and makes the bucket current (:class:`MarkRestored`) once
-   every shard of the bucket holds that primary's snapshot.
+   every shard of the bucket holds that primary's snapshot. :class:`CatchUpArrived` does without
+   the snapshot: a log that holds the primary's committed state (the same version of the same
+   epoch, :meth:`~hogwild_plugins.ps.shard_log.ShardLog.holds`; a copy that only missed a lease
+   renewal, or whose primary took its bucket back under a new epoch) counts as restored by it,
+   its stale prepared updates dropped; any other answers ``NEED_SYNC`` and the snapshot follows.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
 committed version one by one, and its request table stays within its bounds (per client, and
@@ -48,6 +52,7 @@ __all__ = [
     "Acknowledge",
     "ApplyCommitted",
     "ApplySnapshot",
+    "CatchUpArrived",
     "CommitArrived",
     "CopySide",
     "CopyStimulus",
@@ -144,6 +149,18 @@ class SnapshotArrived(CopyStimulus):
     epoch: int
     table: tuple
     room: bool = True
+
+
+@dataclass(frozen=True)
+class CatchUpArrived(CopyStimulus):
+    """A catch-up through the gate: the primary of ``epoch`` asks whether ``shard``'s log holds
+    its committed state, ``version`` of ``log_epoch`` (then no snapshot is needed)."""
+
+    shard: int
+    bucket: int
+    version: int
+    log_epoch: int
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -248,6 +265,7 @@ class CopySide:
             "prepared": 0,
             "committed": 0,
             "snapshots_received": 0,
+            "caught_up": 0,  # shards a primary found holding its state: no snapshot
             "outdated_snapshots": 0,
             "fenced": 0,
             "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
@@ -269,6 +287,8 @@ class CopySide:
             case SnapshotApplied():
                 self.counters["snapshots_received"] += 1
                 actions = self._applied(stimulus)
+            case CatchUpArrived():
+                actions = self._catch_up(stimulus)
             case _:
                 raise TypeError(f"copy side: not a stimulus: {stimulus!r}")
         self.transitions.append((stimulus.stimulus_id, type(stimulus).__name__, tuple(actions)))
@@ -362,6 +382,23 @@ class CopySide:
         done = all(self.restored.get(x) == s.epoch for x in self.bucket_shards[s.bucket])
         restored = [MarkRestored(s.bucket, s.epoch)] if done else []
         return [*restored, Acknowledge(s.version)]
+
+    def _catch_up(self, s: CatchUpArrived) -> list:
+        """The log holds the primary's committed state: as good as its snapshot (the updates
+        prepared here after it are dropped); otherwise ``NEED_SYNC``, and the primary sends the
+        snapshot."""
+        log = self.logs[s.shard]
+        if not log.holds(s.version, s.log_epoch):
+            return [
+                Refuse(
+                    ErrorCode.NEED_SYNC,
+                    f"shard {s.shard}: holds version {log.committed} of epoch {log.epoch}, not "
+                    f"{s.version} of epoch {s.log_epoch}: send the snapshot",
+                )
+            ]
+        log.catch_up()
+        self.counters["caught_up"] += 1
+        return self._applied(SnapshotApplied(s.shard, s.bucket, s.version, s.epoch, stimulus_id=""))
 
     def _snapshot(self, s: SnapshotArrived) -> list:
         log = self.logs[s.shard]

@@ -1,14 +1,16 @@
-"""The one executor of the replication's decisions: a bucket role's actions and a commit round's,
-carried out through a host's effects, by the real server and by the simulator alike.
+"""The one executor of the replication's decisions: a bucket role's actions, a commit round's and
+a copy side's, carried out through a host's effects, by the real server and by the simulator
+alike.
 
 The state machines decide (:mod:`~hogwild_plugins.ps.replication.bucket_role`,
-:mod:`~hogwild_plugins.ps.replication.commit_round`); this module is the loop that takes each
-action they return, asks its host to do it (:class:`RoleEffects`, :class:`RoundEffects`) and
-feeds what came of it back, in the order the machines expect. A host's effect that blocks (an
-etcd transaction, an exchange with the copies, the wait for the local update engine) is a
-generator: the real server's never yields (it does the I/O and returns:
-:mod:`~hogwild_plugins.ps.replication.adapter`), the simulator's yields where the real thread
-would block, so that its world decides what happens meanwhile
+:mod:`~hogwild_plugins.ps.replication.commit_round`,
+:mod:`~hogwild_plugins.ps.replication.copy_side`); this module is the loop that takes each
+action they return, asks its host to do it (:class:`RoleEffects`, :class:`RoundEffects`,
+:class:`CopyEffects`) and feeds what came of it back, in the order the machines expect. A host's
+effect that blocks (an etcd transaction, an exchange with the copies, the wait for the local
+update engine) is a generator: the real replication thread's never yields (it does the I/O
+and returns: :mod:`~hogwild_plugins.ps.replication.adapter`), the simulator's yields where the
+real thread would block, so that its world decides what happens meanwhile
 (:mod:`~hogwild_plugins.ps.simulation.server`). Both run the loops below, so a schedule the
 simulator checks runs the executor the servers run.
 
@@ -16,12 +18,18 @@ What the executor itself decides (and so both hosts do the same): an etcd transa
 is answered as lost (``CampaignAnswered``, ``InSyncWritten`` or ``HandOverAnswered`` with
 ``False`` and no record: not knowing is losing; the host counts the failure and reads the map
 again), a campaign won with no record read back is not won, a snapshot not delivered is a copy
-unreachable, and a copy a commit round drops is handed to its bucket's role at once.
+unreachable, and a copy a commit round drops is handed to its bucket's role at once. On the copy
+side (:func:`receive`): which steps of a primary's message are atomic (under the host's lock: the
+log counted and committed together, a snapshot's log replaced and its restore queued together),
+and that a record read again (``RefreshRecord``) is the one effect that may block on etcd: the
+real network thread hands the message to another thread there and answers it later
+(:mod:`~hogwild_plugins.ps.replication.copy_adapter`), the simulator reads its etcd in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from hogwild_plugins.ps.replication.bucket_role import (
@@ -54,10 +62,32 @@ from hogwild_plugins.ps.replication.commit_round import (
     SendPrepares,
     Update,
 )
+from hogwild_plugins.ps.replication.copy_side import (
+    ApplyCommitted,
+    CatchUpArrived,
+    CommitArrived,
+    CopyStimulus,
+    MarkRestored,
+    PeerArrived,
+    PrepareArrived,
+    RefreshRecord,
+    Refuse,
+    SnapshotApplied,
+    SnapshotArrived,
+)
 
 from hogwild.errors import HogwildError
 
-__all__ = ["RoleEffects", "RoundEffects", "carry_out", "run", "run_round"]
+__all__ = [
+    "CopyEffects",
+    "PeerHeader",
+    "RoleEffects",
+    "RoundEffects",
+    "carry_out",
+    "receive",
+    "run",
+    "run_round",
+]
 
 ANSWERS = {Campaign: CampaignAnswered, WriteInSync: InSyncWritten, HandOver: HandOverAnswered}
 
@@ -120,6 +150,144 @@ class RoundEffects(RoleEffects, Protocol):
 
     def acknowledge(self, index: int, version: int) -> None:
         """Answer the update with its version: every kept copy committed it."""
+
+
+class PeerHeader(Protocol):
+    """What a copy reads of a primary's message before its content: ``kind`` (``"PREPARE"``,
+    ``"COMMIT"``, ``"SNAPSHOT"``, ``"CATCHUP"``), the bucket and shard, the primary's ``epoch``
+    and ``lease``, the ``sender`` server and the ``version`` (a prepare's; a commit's ``upto``;
+    a snapshot's; a catch-up's, with ``log_epoch``: the primary's committed state)."""
+
+    kind: str
+    bucket: int
+    shard: int
+    epoch: int
+    lease: int
+    sender: int
+    version: int
+    log_epoch: int
+
+
+class CopyEffects(Protocol):
+    """What a host does for the copy side's actions (``held``: engine slots, None: no limit)."""
+
+    def stimulus(self, what: str) -> str:
+        """A new stimulus id."""
+
+    def locked(self) -> AbstractContextManager:
+        """The lock the copy side shares with the replication thread (the logs, the roles)."""
+
+    def copy(self, stimulus: CopyStimulus) -> list:
+        """The copy side's answer to ``stimulus`` (called under :meth:`locked`)."""
+
+    def committing(self, shard: int, upto: int) -> int:
+        """How many of ``shard``'s prepared updates a commit up to ``upto`` applies."""
+
+    def refresh_record(self, bucket: int) -> Iterator[str]:
+        """Read ``sync/<bucket>`` again and give it to the bucket's role (may block on etcd)."""
+
+    def prepared_item(self, message: PeerHeader) -> tuple:
+        """The ``(sender, seq, work)`` a ``PREPARE`` carries, checked (raises when it is not)."""
+
+    def hold(self, n: int) -> list | None:
+        """Up to ``n`` of the update engine's slots, taken now (None: the host has no limit)."""
+
+    def release(self, held: list | None) -> None:
+        """Give back the held slots not used."""
+
+    def apply_committed(self, action: ApplyCommitted, held: list | None) -> None:
+        """Queue the committed updates on the engine; the shard's version is ``committed``."""
+
+    def snapshot_of(self, message: PeerHeader) -> tuple:
+        """A ``SNAPSHOT``'s request table and what it restores, checked: ``(table, content)``."""
+
+    def apply_snapshot(self, message: PeerHeader, content, held: list | None) -> object:
+        """Queue the restore; returns what :meth:`await_snapshot` waits on."""
+
+    def await_snapshot(self, message: PeerHeader, pending: object) -> None:
+        """Until the restore is in (the shard's version is the snapshot's from then on)."""
+
+    def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
+        """Tell ``bucket``'s role that its primary of ``epoch`` restored this copy (locked)."""
+
+
+def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
+    """A primary's message through the copy side: its gate (the record read again when it asks),
+    then its content. Returns the answer: the copy side's ``Refuse`` or ``Acknowledge``."""
+    refreshed = False
+    while True:
+        stimulus = PeerArrived(
+            message.bucket,
+            message.epoch,
+            message.lease,
+            message.sender,
+            refreshed,
+            stimulus_id=host.stimulus(message.kind),
+        )
+        with host.locked():
+            [verdict] = host.copy(stimulus)
+        if not isinstance(verdict, RefreshRecord):
+            break
+        yield from host.refresh_record(message.bucket)
+        refreshed = True
+    if isinstance(verdict, Refuse):
+        return verdict
+    shard, version, epoch = message.shard, message.version, message.epoch
+    if message.kind == "PREPARE":
+        item = host.prepared_item(message)
+        sid = host.stimulus("prepare")
+        with host.locked():
+            [action] = host.copy(PrepareArrived(shard, version, item, stimulus_id=sid))
+        return action
+    if message.kind == "COMMIT":
+        sid = host.stimulus("commit")
+        with host.locked():  # the log cannot change between counting and committing
+            held = host.hold(host.committing(shard, version))
+            try:
+                room = None if held is None else len(held)
+                actions = host.copy(CommitArrived(shard, version, epoch, room, stimulus_id=sid))
+                for action in actions[:-1]:
+                    if isinstance(action, ApplyCommitted):
+                        host.apply_committed(action, held)
+            finally:
+                host.release(held)
+        return actions[-1]
+    if message.kind == "CATCHUP":
+        sid = host.stimulus("catch-up")
+        stimulus = CatchUpArrived(
+            shard, message.bucket, version, message.log_epoch, epoch, stimulus_id=sid
+        )
+        return _restored(stimulus, message.bucket, sid, host)
+    table, content = host.snapshot_of(message)
+    sid = host.stimulus("snapshot")
+    with host.locked():  # the log replaced and the restore queued together
+        held = host.hold(1)
+        try:
+            room = held is None or bool(held)
+            stimulus = SnapshotArrived(shard, version, epoch, table, room, stimulus_id=sid)
+            [action] = host.copy(stimulus)
+            if isinstance(action, Refuse):
+                return action
+            pending = host.apply_snapshot(message, content, held)
+        finally:
+            host.release(held)
+    host.await_snapshot(message, pending)
+    # only now does this copy hold the state: a restore that failed must not let it campaign
+    sid = host.stimulus("restored")
+    stimulus = SnapshotApplied(shard, message.bucket, version, epoch, stimulus_id=sid)
+    return _restored(stimulus, message.bucket, sid, host)
+
+
+def _restored(stimulus: CopyStimulus, bucket: int, sid: str, host: CopyEffects):
+    """A shard restored (a snapshot applied, or a catch-up): the copy side's answer, the bucket's
+    role told once every shard of it is."""
+    with host.locked():
+        for action in host.copy(stimulus):
+            if isinstance(action, MarkRestored):
+                host.restored(bucket, action.epoch, sid)
+            else:
+                return action
+    raise AssertionError("the copy side answered a restore with nothing")
 
 
 def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects) -> Iterator[str]:
@@ -185,7 +353,11 @@ def run_round(
             host.acknowledge(action.index, action.version)
 
 
-def run(steps: Iterator[str]) -> None:
-    """Run an executor whose host never blocks (the real server's) to its end."""
-    for point in steps:
-        raise AssertionError(f"a host that does its I/O in place yielded at {point!r}")
+def run(steps: Iterator[str]):
+    """Run an executor whose host never blocks (the real server's) to its end; what it
+    returns."""
+    try:
+        point = next(steps)
+    except StopIteration as end:
+        return end.value
+    raise AssertionError(f"a host that does its I/O in place yielded at {point!r}")

@@ -70,10 +70,14 @@ class PeerLink:
             **fields,
         )
 
-    def exchange(self, requests: list[Request]) -> list[bool]:
+    def exchange(self, requests: list[Request], codes: list | None = None) -> list[bool]:
         """Send ``requests`` to the copies; True for each acknowledged. A copy that does not
-        answer fails all of its requests; one that answers ``FENCED`` deposes its bucket here."""
+        answer fails all of its requests; one that answers ``FENCED`` deposes its bucket here.
+        ``codes``, if given, gets each answer's :class:`ErrorCode` (None: acknowledged, or no
+        answer)."""
         ok = [False] * len(requests)
+        if codes is not None:
+            codes[:] = [None] * len(requests)
         answered = [False] * len(requests)
         for i, req in enumerate(requests):
 
@@ -81,7 +85,9 @@ class PeerLink:
                 answered[i] = True
                 if h.type == MsgType.ACK:
                     ok[i] = True
-                elif h.type == MsgType.ERROR and h.code == ErrorCode.FENCED:
+                elif codes is not None and h.type == MsgType.ERROR:
+                    codes[i] = h.code
+                if h.type == MsgType.ERROR and h.code == ErrorCode.FENCED:
                     bucket = self.layout.bucket_of(req.header.target)
                     self.roles[bucket].handle(Fenced(stimulus_id=self.stimulus("fenced")))
 

@@ -7,8 +7,8 @@ A :class:`SimServer` holds what a replicated
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide`, the shard logs, the shard book) and
 carries out their actions through the executor the real server runs
 (:mod:`~hogwild_plugins.ps.replication.executor`: this class is its host, as
-:mod:`~hogwild_plugins.ps.replication.adapter` is the real server's) and the copy side's the way
-:mod:`~hogwild_plugins.ps.replication.copy_adapter` does, step for step, against the
+:mod:`~hogwild_plugins.ps.replication.adapter` and, for the copy side,
+:mod:`~hogwild_plugins.ps.replication.copy_adapter` are the real server's), against the
 :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd` and the world's network. A shard's values are
 the list of the client updates applied to it, ``(sender, seq)`` in order: what a real shard's
 floats sum up, made checkable (applied twice, missing, more than its version says).
@@ -21,6 +21,7 @@ one atomic step, as the real one holds the replication lock for it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     MapRead,
     RecordRefreshed,
     Restored,
+    Role,
 )
 from hogwild_plugins.ps.replication.commit_round import (
     CommitRound,
@@ -39,18 +41,11 @@ from hogwild_plugins.ps.replication.commit_round import (
 from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
-    CommitArrived,
     CopySide,
-    MarkRestored,
-    PeerArrived,
-    PrepareArrived,
-    RefreshRecord,
     Refuse,
-    SnapshotApplied,
-    SnapshotArrived,
     commit_log,
 )
-from hogwild_plugins.ps.replication.executor import carry_out, run_round
+from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 
@@ -59,6 +54,7 @@ from hogwild.net.wire import ErrorCode
 __all__ = ["Exchange", "Peer", "SimServer", "SimWork"]
 
 MAX_BATCH = 8
+_UNLOCKED = contextlib.nullcontext()  # a step of the world is atomic: the copy side needs no lock
 
 
 @dataclass(slots=True)
@@ -73,8 +69,8 @@ class SimWork:
 
 @dataclass(slots=True)
 class Peer:
-    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``) and the
-    header fields the copy's gate reads."""
+    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``,
+    ``CATCHUP``) and the header fields the copy's gate reads."""
 
     kind: str
     bucket: int
@@ -84,6 +80,7 @@ class Peer:
     sender: int
     version: int
     item: tuple = ()  # PREPARE: (sender, seq, work); SNAPSHOT: (values, table)
+    log_epoch: int = 0  # CATCHUP: the epoch of the primary's committed state
 
 
 @dataclass
@@ -94,10 +91,12 @@ class Exchange:
     requests: list[tuple[int, Peer]]
     ok: list[bool] = field(default_factory=list)
     done: list[bool] = field(default_factory=list)
+    codes: list[str | None] = field(default_factory=list)  # each answer's code (None: none)
 
     def __post_init__(self) -> None:
         self.ok = [False] * len(self.requests)
         self.done = [False] * len(self.requests)
+        self.codes = [None] * len(self.requests)
 
     @property
     def complete(self) -> bool:
@@ -223,57 +222,9 @@ class SimServer:
         return None
 
     def handle_peer(self, m: Peer) -> tuple[str, int]:
-        """A primary's message through the copy side; the answer ``(ACK | code, version)``."""
-        refreshed = False
-        while True:
-            [verdict] = self.copy_side.handle(
-                PeerArrived(
-                    m.bucket, m.epoch, m.lease, m.sender, refreshed, stimulus_id=self._sid(m.kind)
-                )
-            )
-            if not isinstance(verdict, RefreshRecord):
-                break
-            record = self.etcd.record(m.bucket)
-            if record is not None:
-                self.roles[m.bucket].handle(
-                    RecordRefreshed(record, stimulus_id=self._sid("refresh"))
-                )
-            refreshed = True
-        if isinstance(verdict, Refuse):
-            return verdict.code.name, 0
-        if m.kind == "PREPARE":
-            sender, seq, shard = m.item
-            item = (sender, seq, SimWork(sender, seq, shard, m.version))
-            [action] = self.copy_side.handle(
-                PrepareArrived(m.shard, m.version, item, stimulus_id=self._sid("prepare"))
-            )
-            return self._answer(action)
-        if m.kind == "COMMIT":
-            actions = self.copy_side.handle(
-                CommitArrived(m.shard, m.version, m.epoch, stimulus_id=self._sid("commit"))
-            )
-            for action in actions[:-1]:
-                if isinstance(action, ApplyCommitted):
-                    self.values[action.shard] += [(w.sender, w.seq) for w in action.works]
-                    self.book[action.shard] = max(action.committed, self.book[action.shard])
-            return self._answer(actions[-1])
-        values, table = m.item
-        [action] = self.copy_side.handle(
-            SnapshotArrived(m.shard, m.version, m.epoch, table, stimulus_id=self._sid("snapshot"))
-        )
-        if isinstance(action, Refuse):
-            return self._answer(action)
-        self.values[m.shard] = list(values)
-        self.book[m.shard] = m.version
-        sid = self._sid("restored")
-        for action in self.copy_side.handle(
-            SnapshotApplied(m.shard, m.bucket, m.version, m.epoch, stimulus_id=sid)
-        ):
-            if isinstance(action, MarkRestored):
-                self.roles[m.bucket].handle(Restored(action.epoch, stimulus_id=sid))
-            else:
-                return self._answer(action)
-        raise AssertionError("the copy side acknowledged no restore")
+        """A primary's message through the copy side (the executor's :func:`receive`, as the
+        real network thread runs it); the answer ``(ACK | code, version)``."""
+        return self._answer(run(receive(m, self)))
 
     @staticmethod
     def _answer(action) -> tuple[str, int]:
@@ -288,11 +239,64 @@ class SimServer:
             return
         exchange.done[index] = True
         code, _ = answer
+        exchange.codes[index] = code
         if code == "ACK":
             exchange.ok[index] = True
         elif code == ErrorCode.FENCED.name:
             bucket = exchange.requests[index][1].bucket
             self.roles[bucket].handle(Fenced(stimulus_id=self._sid("fenced")))
+
+    # ------------------------------------------------------------------ the copy side's effects
+    # (executor.receive, as the real server's CopyAdapter runs it: one step of the world, so
+    # no lock; etcd read in place)
+
+    def locked(self) -> contextlib.nullcontext:
+        return _UNLOCKED
+
+    def copy(self, stimulus) -> list:
+        return self.copy_side.handle(stimulus)
+
+    def committing(self, shard: int, upto: int) -> int:
+        return self.logs[shard].committing(upto)
+
+    def refresh_record(self, bucket: int) -> Iterator[str]:
+        yield from ()
+        record = self.etcd.record(bucket)
+        if record is not None:
+            self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
+
+    @staticmethod
+    def prepared_item(m: Peer) -> tuple:
+        sender, seq, shard = m.item
+        return sender, seq, SimWork(sender, seq, shard, m.version)
+
+    @staticmethod
+    def hold(n: int) -> None:
+        return None  # the simulated engine has no queues to fill
+
+    @staticmethod
+    def release(held: None) -> None:
+        pass
+
+    def apply_committed(self, action: ApplyCommitted, held: None) -> None:
+        self.values[action.shard] += [(w.sender, w.seq) for w in action.works]
+        self.book[action.shard] = max(action.committed, self.book[action.shard])
+
+    @staticmethod
+    def snapshot_of(m: Peer) -> tuple:
+        values, table = m.item
+        return table, values
+
+    def apply_snapshot(self, m: Peer, values: tuple, held: None) -> None:
+        self.values[m.shard] = list(values)
+        self.book[m.shard] = m.version
+
+    @staticmethod
+    def await_snapshot(m: Peer, pending: None) -> None:
+        pass  # applied in place
+
+    def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
+        self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))
 
     # ------------------------------------------------------------------ replication thread
 
@@ -377,9 +381,32 @@ class SimServer:
             self.book[shard] = log.committed
 
     def _send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
+        """As the real server: first ask whether the copy's logs hold this side's committed
+        state (a catch-up, no snapshot); the snapshot of each shard whose log does not."""
         role = self.roles[bucket]
-        requests = []
+        probes = []
         for shard in self.bucket_shards[bucket]:
+            version, _ = self.commit_round.snapshot_point(shard)
+            log = self.logs[shard]
+            if version == log.committed:  # (no round open on it)
+                probe = Peer(
+                    "CATCHUP", bucket, shard, role.epoch, self.lease, self.me, version,
+                    log_epoch=log.epoch,
+                )  # fmt: skip
+                probes.append((server, probe))
+        need = set(self.bucket_shards[bucket]) - {m.shard for _, m in probes}
+        if probes:
+            exchange = yield from self._exchange(probes)
+            answers = zip(exchange.requests, exchange.ok, exchange.codes, strict=True)
+            for (_, m), ok, code in answers:
+                if not ok and code != ErrorCode.NEED_SYNC.name:
+                    return False  # no answer, or refused: the copy is not caught up
+                if not ok:
+                    need.add(m.shard)
+            if role.role is not Role.PRIMARY:
+                return False  # deposed meanwhile: no snapshot of this side's goes out
+        requests = []
+        for shard in sorted(need):
             version, table = self.commit_round.snapshot_point(shard)
             item = (tuple(self.values[shard]), tuple(table))
             requests.append(
@@ -388,6 +415,8 @@ class SimServer:
                     Peer("SNAPSHOT", bucket, shard, role.epoch, self.lease, self.me, version, item),
                 )
             )
+        if not requests:
+            return True
         exchange = yield from self._exchange(requests)
         return all(exchange.ok)
 

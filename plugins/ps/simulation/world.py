@@ -439,6 +439,8 @@ class World:
                 item = what.item if what.kind == "PREPARE" else ""
                 if what.kind == "SNAPSHOT":
                     item = f"values {list(what.item[0])} table {list(what.item[1])}"
+                if what.kind == "CATCHUP":
+                    item = f"holding v{what.version} of epoch {what.log_epoch}"
                 return (
                     f"{what.kind} shard {what.shard} v{what.version} epoch {what.epoch} "
                     f"from {src} {item}"
