@@ -64,8 +64,8 @@ from hogwild_plugins.ps.engine import UpdateEngine
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
 from hogwild_plugins.ps.serving.control import DATA_TYPES, PEER_TYPES, ServerControl
 from hogwild_plugins.ps.serving.options import ServerOptions
-from hogwild_plugins.ps.serving.receive_pool import RECV_MODES, ReceivePool, recv_mode
-from hogwild_plugins.ps.serving.requests import NONFINITE_MODES, Admission
+from hogwild_plugins.ps.serving.receive_pool import ReceivePool, recv_mode
+from hogwild_plugins.ps.serving.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
@@ -75,7 +75,6 @@ from hogwild_plugins.ps.work import (
 )
 
 from hogwild.blas import limit_blas_threads
-from hogwild.config.checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
@@ -105,7 +104,8 @@ class ParameterServer:
             the store does not hold.
 
     Raises:
-        HogwildError: Bad options, a store that cannot be used, an address that cannot be bound.
+        HogwildError: Bad options (:meth:`ServerOptions.check`), a store that cannot be used, an
+            address that cannot be bound.
     """
 
     dedup_types = DATA_TYPES | PEER_TYPES
@@ -114,33 +114,7 @@ class ParameterServer:
     def __init__(
         self, geometry: ModelGeometry, options: ServerOptions, initial: np.ndarray | None = None
     ) -> None:
-        if options.rule not in kernels.RULES:
-            raise HogwildError(f"ps.rule {options.rule!r}: expected one of {sorted(kernels.RULES)}")
-        if not options.adagrad_eps >= FLOAT32_TINY:  # the Adagrad kernel divides by sqrt(g) + eps
-            raise HogwildError(
-                f"ps.adagrad_eps must be > 0 and representable in float32 "
-                f"(>= {FLOAT32_TINY:.3g}), got {options.adagrad_eps}"
-            )
-        if options.nonfinite not in NONFINITE_MODES:
-            raise HogwildError(
-                f"ps.nonfinite = {options.nonfinite!r}: expected one of {NONFINITE_MODES}"
-            )
-        if options.recv not in RECV_MODES or options.ack not in ("applied", "queued"):
-            raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
-        if not 0 <= options.index < len(options.servers):
-            raise HogwildError(
-                f"server index {options.index} is not in the list of {len(options.servers)} servers"
-            )
-        if options.copies > 1 and not options.etcd:
-            raise HogwildError(
-                f"copies = {options.copies} needs etcd (ps.etcd HOST:PORT, or `hogwild cluster`, "
-                "which starts one)"
-            )
-        if options.copies > 1 and options.recv == "pool":
-            raise HogwildError(
-                'recv = "pool" is not available with copies > 1: a primary forwards the frames '
-                "it received to the copies after its own update may have freed a pool block"
-            )
+        options.check()
         self.options, self.geometry = options, geometry
         self.job = job_id(options.job)
         self.layout = ShardLayout.compute(
