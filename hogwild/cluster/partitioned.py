@@ -4,7 +4,8 @@ Adam section 3.2 and Fig. 11: a replica is several machines, each holding a vert
 every layer, and each pushing and pulling its own slice's weights to and from the parameter
 servers. Here a replica is :class:`~hogwild.partition.runtime.PartitionedTrainer`'s arena and K
 partition processes (:mod:`hogwild.partition.process`) on one host, served to the driver as any
-replica role is (:class:`~hogwild.cluster.serving.ReplicaServer`); each partition's exchange
+replica role is (:class:`~hogwild.cluster.serving.ReplicaServer`, its portions kept and reported
+by :class:`~hogwild.cluster.replica_role.PortionRole`); each partition's exchange
 thread pushes the progress of the parameter rows it owns, and pulls only the shards those rows
 lie in, through the ``ps`` store's home (reached through the parameter-store registry: the core
 never imports the plugin). The arena's ``base`` holds the values each row last exchanged.

@@ -8,7 +8,8 @@ processes training Hogwild-style, each on its copy of the parameters) whose para
 replica does not decide is its work: it serves control requests from the driver, which runs
 :mod:`hogwild.cluster.coordinator`, through the one serve loop of every replica role
 (:class:`~hogwild.cluster.serving.ReplicaServer`; this module's :class:`TrainerReplica` is its
-:class:`~hogwild.cluster.serving.ServedRole`):
+:class:`~hogwild.cluster.serving.ServedRole`, keeping its portions as every replica role does:
+:class:`~hogwild.cluster.replica_role.PortionRole`):
 
 - ``train`` (epoch, lr, seed, start, stop): train the portion ``order[start:stop]`` of the
   epoch's permutation (computed here from the job's seed), split over the replica's workers,
