@@ -27,6 +27,7 @@ The portions' state is shared by the network thread (``status``, ``close``) and 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import threading
@@ -234,6 +235,9 @@ class PortionRole(ReplicaRole):
     def finish(self, portion: Portion, **figures) -> None:
         """``portion`` is done, with ``figures`` (its fields: ``examples``, ``loss``...) where
         the role did not count them into it as it went: the driver sees it finished."""
+        unknown = set(figures) - {f.name for f in dataclasses.fields(portion)}
+        if unknown:
+            raise TypeError(f"a portion has no figures {sorted(unknown)}")
         with self.lock:
             for name, value in figures.items():
                 setattr(portion, name, value)

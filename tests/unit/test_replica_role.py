@@ -110,6 +110,8 @@ def test_the_epochs_portions_add_up_and_a_new_epoch_starts_the_list_again(config
         role.finish(role.portion, examples=stop - start, loss=1.0)
     role.begin(Train(0, 0.0, 0, 10, 7))  # queued after them: "training" while it runs
     assert [p["start"] for p in role.status()["finished"]] == [0, 50]
+    with pytest.raises(TypeError, match="exampels"):
+        role.finish(role.portion, exampels=10)
     role.portion.examples = 10  # counted as the workers answered (the single-node engine)
     role.finish(role.portion)
     status = role.status()
