@@ -13,9 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ray
-from ray.exceptions import RayActorError
-
 from hogwild.net.auth import ROSTER
 
 __all__ = ["files_for", "remove_mirrors", "send_roster"]
@@ -43,6 +40,9 @@ def send_roster(actors: list, run_dir: str, keys_dir: str, roster: bytes) -> Non
     """The job's new ``roster`` (kept in ``keys_dir``) to the mirrors of the far roles'
     ``actors``: servers there admit the roles that joined, clients there find their servers'
     keys. A lost role's actor is passed over: its replacement gets the roster with its mirror."""
+    import ray  # here, not above: finding a role's files needs no Ray
+    from ray.exceptions import RayActorError
+
     relative = str((Path(keys_dir).resolve() / ROSTER).relative_to(run_dir))
     refs = []
     for actor in actors:
@@ -56,6 +56,9 @@ def send_roster(actors: list, run_dir: str, keys_dir: str, roster: bytes) -> Non
 
 def remove_mirrors(actors: list) -> None:
     """Every node's mirror of the run directory (the job's keys among it) goes with the job."""
+    import ray
+    from ray.exceptions import RayActorError
+
     refs = []
     for actor in actors:
         try:
