@@ -66,7 +66,7 @@ from bench.support.machine import describe_machine, versions
 from bench.support.paper_job import PAPER_JOB
 from bench.support.paths import REPO, SHARED_MNIST
 from bench.support.plot_adam_fig11 import plot_fig11
-from bench.support.record import emit_record, fresh_numba_cache, stamp
+from bench.support.record import emit_record, fresh_numba_cache, measured
 
 PEERS = {
     "torch_rpc": REPO / "bench" / "peers" / "replicas_torch_rpc.py",
@@ -461,14 +461,11 @@ def _ray_version() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    started = time.perf_counter()
-    with fresh_numba_cache():  # every job compiles into one cache made for this run
-        try:
-            record = measure(args)
-        except (RuntimeError, OSError, json.JSONDecodeError) as exc:
-            print(f"python bench/figures/adam_fig11_replicas.py: error: {exc}", file=sys.stderr)
-            return 2
-    emit_record(stamp(record, __file__, argv, started), args.out)
+    # every job compiles into one cache made for this run
+    record = measured(__file__, argv, lambda: measure(args), fresh_numba_cache())
+    if record is None:
+        return 2
+    emit_record(record, args.out)
     if args.plot:
         plot_fig11(record, args.plot)
     return 0

@@ -335,53 +335,77 @@ def status(endpoint: str, job: int) -> dict:
         ctx.term()
 
 
+class Ledger:
+    """The honest client's ledger on the parameter servers: ones pushed into the named vector
+    ``ledger`` (created first, so a flood of names cannot take its place) after every chunk,
+    and their sum read back at the end: exact, or an update was lost or applied twice."""
+
+    def __init__(self, client) -> None:
+        from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
+
+        self.client, self.vectors = client, ShardVectors(client)
+        self.vectors.fill("ledger", 0.0)
+        self.ones = np.ones(client.layout.n_params, np.float32)
+        self.pushes = 0
+
+    def push(self) -> None:
+        self.client.push_deltas(self.ones, into="ledger")
+        self.pushes += 1
+
+    def found(self) -> float:
+        return self.vectors.asum("ledger")
+
+    @property
+    def expected(self) -> float:
+        return float(self.pushes * self.ones.size)
+
+
+def ps_bound(role: Role, first_status: dict, layout) -> int:
+    """A parameter server's memory bound: its baseline, what its sockets may buffer, every
+    named vector it may hold (``ps.max_vectors`` per shard), and some slack."""
+    shard_bytes = 4 * layout.shard_floats
+    vectors = first_status.get("max_vectors", 32) * shard_bytes * layout.n_shards
+    return role.baseline + 128 * MiB * (SOCKETS + 1) + vectors + 64 * MiB
+
+
+def row(found: dict, role: Role, crashes: int, bound: int, errors: dict, **more) -> dict:
+    """One role's figures: what the attack found, its crashes (a silent request counts as
+    one), its peak memory against ``bound``, the errors it counted, and ``more``."""
+    return {
+        **found,
+        "crashes": crashes + int(found["silent"] > 0),
+        "peak_rss_mib": round(role.peak / MiB, 1),
+        "bound_mib": round(bound / MiB, 1),
+        "within_bound": role.peak <= bound,
+        "errors_counted": errors,
+        **more,
+    }
+
+
 def run_ps(messages: int) -> dict:
     from hogwild_plugins.ps.client import PSClient
-    from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
     role = Role("ps", ["ps", "serve", "--port", "0", "--threads", "1", "--ps.shard_kib=256"])
     job = job_id("adam_mnist")
     try:
         with PSClient([role.address], "adam_mnist", client_id=1, timeout_s=10.0) as client:
             layout = client.layout
-            v = ShardVectors(client)
-            v.fill("ledger", 0.0)
-            ones = np.ones(layout.n_params, np.float32)
-            pushes = 0
-
-            def honest() -> None:
-                nonlocal pushes
-                client.push_deltas(ones, into="ledger")
-                pushes += 1
-
+            ledger = Ledger(client)
             first = status(role.endpoint, job)
             unread_sent = unread(role.endpoint, [pack_header(Header(MsgType.PULL, job=job))])
             found = attack(role, lambda r: ps_hostile(r, job, layout.n_shards,
-                                                      layout.shard_floats), messages, honest,
+                                                      layout.shard_floats), messages, ledger.push,
                            seed=1)  # fmt: skip
-            ledger = v.asum("ledger") if role.alive() else None
+            total = ledger.found() if role.alive() else None
             final = status(role.endpoint, job) if role.alive() else {}
-        shard_bytes = 4 * layout.shard_floats
-        bound = (
-            role.baseline
-            + 128 * MiB * (SOCKETS + 1)
-            + first.get("max_vectors", 32) * shard_bytes * layout.n_shards
-            + 64 * MiB
-        )
-        return {
-            **found,
-            "unread_sent": unread_sent,
-            "crashes": int(not role.alive()) + int(found["silent"] > 0),
-            "peak_rss_mib": round(role.peak / MiB, 1),
-            "bound_mib": round(bound / MiB, 1),
-            "within_bound": role.peak <= bound,
-            "errors_counted": final.get("errors", {}),
-            "nonfinite": final.get("nonfinite"),
-            "vectors_per_shard_max": max((s["vectors"] for s in final.get("shards", [])),
-                                         default=None),  # fmt: skip
-            "ledger": {"pushes": pushes, "expected": float(pushes * layout.n_params),
-                       "found": ledger, "exact": ledger == float(pushes * layout.n_params)},
-        }  # fmt: skip
+        return row(
+            found, role, int(not role.alive()), ps_bound(role, first, layout),
+            final.get("errors", {}), unread_sent=unread_sent, nonfinite=final.get("nonfinite"),
+            vectors_per_shard_max=max((s["vectors"] for s in final.get("shards", [])),
+                                      default=None),
+            ledger={"pushes": ledger.pushes, "expected": ledger.expected, "found": total,
+                    "exact": total == ledger.expected},
+        )  # fmt: skip
     finally:
         role.stop()
 
@@ -393,7 +417,6 @@ def run_copy(messages: int) -> dict:
     from hogwild_plugins.ps.client import PSClient
     from hogwild_plugins.ps.etcd import EtcdProcess
     from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
-    from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
     from hogwild.net.ports import free_ports
 
@@ -410,17 +433,8 @@ def run_copy(messages: int) -> dict:
             with PSClient(addresses.split(","), "adam_mnist", client_id=1, timeout_s=10.0,
                           etcd=etcd.address) as client:  # fmt: skip
                 layout = client.layout
-                v = ShardVectors(client)
-                v.fill("ledger", 0.0)
-                ones = np.ones(layout.n_params, np.float32)
-                pushes = 0
-
-                def honest() -> None:
-                    nonlocal pushes
-                    client.push_deltas(ones, into="ledger")
-                    pushes += 1
-
-                honest()
+                ledger = Ledger(client)
+                ledger.push()
                 found_roles = [status(r.endpoint, job)["replication"] for r in roles]
                 bucket = layout.bucket_of(0)
                 [p] = [i for i, r in enumerate(found_roles)
@@ -433,30 +447,21 @@ def run_copy(messages: int) -> dict:
                 first = status(copy.endpoint, job)
                 ahead = 2**32 + max(s["version"] for s in first["shards"])
                 found = attack(copy, lambda r: copy_hostile(r, job, peer, layout.shard_floats,
-                                                            ahead), messages, honest,
+                                                            ahead), messages, ledger.push,
                                seed=3)  # fmt: skip
                 alive = all(r.alive() for r in roles)
-                ledger = v.asum("ledger") if alive else None
+                total = ledger.found() if alive else None
                 time.sleep(2.0)  # the last commits reach the copy
                 finals = [status(r.endpoint, job) if r.alive() else {} for r in roles]
             versions = [{s["shard"]: s["version"] for s in f.get("shards", [])} for f in finals]
-            shard_bytes = 4 * layout.shard_floats
-            bound = (copy.baseline + 128 * MiB * (SOCKETS + 1)
-                     + first.get("max_vectors", 32) * shard_bytes * layout.n_shards
-                     + 64 * MiB)  # fmt: skip
-            expected = float(pushes * layout.n_params)
-            return {
-                **found,
-                "unread_sent": 0,
-                "crashes": sum(int(not r.alive()) for r in roles) + int(found["silent"] > 0),
-                "peak_rss_mib": round(copy.peak / MiB, 1),
-                "bound_mib": round(bound / MiB, 1),
-                "within_bound": copy.peak <= bound,
-                "errors_counted": finals[1 - p].get("errors", {}),
-                "copies_agree": versions[0] == versions[1] and bool(versions[0]),
-                "ledger": {"pushes": pushes, "expected": expected, "found": ledger,
-                           "exact": ledger == expected and versions[0] == versions[1]},
-            }  # fmt: skip
+            agree = versions[0] == versions[1]
+            return row(
+                found, copy, sum(int(not r.alive()) for r in roles), ps_bound(copy, first, layout),
+                finals[1 - p].get("errors", {}), unread_sent=0,
+                copies_agree=agree and bool(versions[0]),
+                ledger={"pushes": ledger.pushes, "expected": ledger.expected, "found": total,
+                        "exact": total == ledger.expected and agree},
+            )  # fmt: skip
         finally:
             for r in roles:
                 r.stop()
@@ -491,16 +496,8 @@ def run_data(messages: int, source: str) -> dict:
         final = status(role.endpoint, data_id) if role.alive() else {}
         reader.close()
         bound = role.baseline + 128 * MAX_REPLY_BYTES + 128 * MiB * SOCKETS + 64 * MiB
-        return {
-            **found,
-            "unread_sent": unread_sent,
-            "crashes": int(not role.alive()) + int(found["silent"] > 0),
-            "peak_rss_mib": round(role.peak / MiB, 1),
-            "bound_mib": round(bound / MiB, 1),
-            "within_bound": role.peak <= bound,
-            "errors_counted": final.get("errors", {}),
-            "ledger": checks,
-        }
+        return row(found, role, int(not role.alive()), bound, final.get("errors", {}),
+                   unread_sent=unread_sent, ledger=checks)  # fmt: skip
     finally:
         role.stop()
 

@@ -38,7 +38,6 @@ a smoke run of a few seconds' job). It prints one JSON line; progress goes to st
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shlex
@@ -57,7 +56,7 @@ from bench.support.paper_job import PAPER_JOB, REPLICATED_JOB_ARGS
 from bench.support.paths import SHARED_MNIST
 from bench.support.ps_ledger import ledger_phase
 from bench.support.ps_watch import ServerWatch, spread
-from bench.support.record import emit_record, stamp
+from bench.support.record import emit_record, measured
 
 JOB_ARGS = REPLICATED_JOB_ARGS
 BLOCK = ["ps"] * 12 + ["replica"] * 5 + ["data"] * 3  # 60 % / 25 % / 15 %
@@ -338,13 +337,10 @@ def measure(args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    started = time.perf_counter()
-    try:
-        record = measure(args)
-    except (RuntimeError, OSError, json.JSONDecodeError) as exc:
-        print(f"python bench/figures/chaos_cluster.py: error: {exc}", file=sys.stderr)
+    record = measured(__file__, argv, lambda: measure(args))
+    if record is None:
         return 2
-    emit_record(stamp(record, __file__, argv, started), args.out)
+    emit_record(record, args.out)
     return 0
 
 

@@ -56,7 +56,6 @@ contenders run one after another and each is timed against the wall clock.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -74,7 +73,7 @@ from bench.support.job import STOP_S
 from bench.support.machine import describe_machine, versions
 from bench.support.paper_job import PAPER_JOB
 from bench.support.paths import SHARED_MNIST
-from bench.support.record import emit_record, stamp
+from bench.support.record import emit_record, measured
 
 REFUSED = "does not run it yet"  # hogwild cluster's words for a topology not built
 POLL_S = 0.5
@@ -377,14 +376,10 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    started = time.perf_counter()
-    try:
-        with terminate_as_interrupt():  # SIGTERM: every job is stopped on the way out
-            record = measure(args)
-    except (RuntimeError, OSError, json.JSONDecodeError) as exc:
-        print(f"python bench/figures/distbelief_fig4_frameworks.py: error: {exc}", file=sys.stderr)
+    # SIGTERM: every job is stopped on the way out
+    record = measured(__file__, argv, lambda: measure(args), terminate_as_interrupt())
+    if record is None:
         return 2
-    stamp(record, __file__, argv, started)
     emit_record(record, args.out)
     if args.plot:
         from bench.support.plot_distbelief_fig4 import plot_fig4

@@ -42,7 +42,7 @@ from bench.support.digits import write_digits
 from bench.support.job import Job
 from bench.support.machine import describe_machine, versions
 from bench.support.paths import SHARED_MNIST
-from bench.support.record import emit_record, stamp
+from bench.support.record import emit_record, measured
 
 DATASETS = ("digits", "mnist")
 JOB_TIMEOUT_S = 7200.0
@@ -175,14 +175,10 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    started = time.perf_counter()
-    try:
-        with terminate_as_interrupt():  # SIGTERM: the running job is stopped on the way out
-            record = measure(args)
-    except (RuntimeError, OSError, json.JSONDecodeError) as exc:
-        print(f"python bench/figures/new_data.py: error: {exc}", file=sys.stderr)
+    # SIGTERM: the running job is stopped on the way out
+    record = measured(__file__, argv, lambda: measure(args), terminate_as_interrupt())
+    if record is None:
         return 2
-    stamp(record, __file__, argv, started)
     emit_record(record, args.out)
     return 0
 

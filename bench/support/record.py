@@ -8,14 +8,27 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bench.support.paths import REPO
 
-__all__ = ["command_line", "emit_record", "fresh_numba_cache", "source", "stamp"]
+__all__ = [
+    "JOB_ERRORS",
+    "command_line",
+    "emit_record",
+    "fresh_numba_cache",
+    "measured",
+    "source",
+    "stamp",
+]
+
+JOB_ERRORS = (RuntimeError, OSError, json.JSONDecodeError)
+"""What a benchmark's job may end in: it failed or hung (``RuntimeError``), a file or process
+could not be had (``OSError``), or it did not finish its JSON line."""
 
 
 def emit_record(record: dict, out: str | Path | None) -> None:
@@ -47,6 +60,25 @@ def stamp(
     record["command"] = command_line(script, argv)
     record["source"] = source()  # the commit, and files changed from it
     return record
+
+
+def measured(
+    script: str | Path,
+    argv: Sequence[str],
+    measure: Callable[[], dict],
+    within: contextlib.AbstractContextManager | None = None,
+) -> dict | None:
+    """``measure()``'s record, run inside ``within`` (a numba cache of its own, SIGTERM taken
+    as Ctrl-C...), :func:`stamp`-ed as ``script`` run with ``argv``; ``None`` once it said on
+    stderr why it failed (one of :data:`JOB_ERRORS`)."""
+    started = time.perf_counter()
+    try:
+        with within if within is not None else contextlib.nullcontext():
+            record = measure()
+    except JOB_ERRORS as exc:
+        print(f"{command_line(script, [])}: error: {exc}", file=sys.stderr)
+        return None
+    return stamp(record, script, argv, started)
 
 
 @contextlib.contextmanager

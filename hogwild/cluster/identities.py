@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from hogwild.cluster.roles import RoleSpec, planned_address
 from hogwild.net.auth import has_roster, make_identity, read_roster, use_identity, write_roster
 
 __all__ = ["PRIVATE", "JobKeys"]
@@ -64,6 +65,12 @@ class JobKeys:
             if entry != old:  # a restarted role with the same key pair changes nothing
                 self.roles[role] = entry
                 self._write()
+
+    def enter(self, spec: RoleSpec, public: str) -> None:
+        """The role ``spec`` starts with the key pair whose public key is ``public``: into the
+        roster, with the address it will serve on where that is fixed before it starts (a
+        parameter server's; the others' come with their ready lines, :meth:`located`)."""
+        self.add(spec.name, public, planned_address(spec))
 
     def located(self, role: str, address: str) -> None:
         """``role`` serves at ``address`` (its ready line)."""

@@ -22,7 +22,7 @@ from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec, planned_address, spawn_role, tee_stderr
+from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
 from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
 
@@ -105,7 +105,7 @@ class LocalLauncher(Launcher):
         if self.job_keys is None:
             return None
         path, public = self.job_keys.identity_for(spec.name)
-        self.job_keys.add(spec.name, public, planned_address(spec))
+        self.job_keys.enter(spec, public)
         return {**os.environ, IDENTITY_ENV: str(path)}
 
     def _wait_ready(self, role: RoleProcess, deadline: float) -> str:

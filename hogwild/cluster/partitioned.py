@@ -4,7 +4,8 @@ Adam section 3.2 and Fig. 11: a replica is several machines, each holding a vert
 every layer, and each pushing and pulling its own slice's weights to and from the parameter
 servers. Here a replica is :class:`~hogwild.partition.runtime.PartitionedTrainer`'s arena and K
 partition processes (:mod:`hogwild.partition.process`) on one host, served to the driver as any
-replica role is (:class:`~hogwild.cluster.serving.ReplicaServer`); each partition's exchange
+replica role is (:class:`~hogwild.cluster.serving.ReplicaServer`, its portions kept and reported
+by :class:`~hogwild.cluster.replica_role.PortionRole`); each partition's exchange
 thread pushes the progress of the parameter rows it owns, and pulls only the shards those rows
 lie in, through the ``ps`` store's home (reached through the parameter-store registry: the core
 never imports the plugin). The arena's ``base`` holds the values each row last exchanged.
@@ -29,7 +30,6 @@ Partitioned replicas train from MNIST idx data with ``train.batch = 1`` and Down
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -37,11 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.cluster.serving import DRIVER_SILENCE_S, MAX_QUEUED_PORTIONS, POLL_S
+from hogwild.cluster.replica_role import Portion, PortionRole, driver_silence_s
+from hogwild.cluster.serving import POLL_S
 from hogwild.errors import ConfigError, WorkerStalledError
-from hogwild.net.control import ControlRefused
-from hogwild.net.metrics import serve_metrics
-from hogwild.optim.schedule import peak_learning_rate
 from hogwild.partition import process as proc
 from hogwild.partition.runtime import PartitionDiedError, PartitionedTrainer, warm_kernels
 from hogwild.training.job import epoch_permutation
@@ -75,40 +73,21 @@ def check_partitioned_job(config, topology, data_servers: int) -> None:
 
 
 @dataclass
-class Portion:
-    """One portion of an epoch on this replica, as the driver sees it through ``status``."""
+class PartitionedPortion(Portion):
+    """A portion as the partitions carry it: fed, closed, flushed."""
 
-    epoch: int
-    start: int
-    stop: int
-    before: np.ndarray  # the partitions' statistics summed, when it began
-    started: float
     closing: int = 0  # the close asked of the feeder for it (0: none)
     flushing: int = 0  # the flush asked of the partitions at its end (0: not yet)
     flush_deadline: float = 0.0
     completed: int = -1  # examples completed (in all) when last seen to move
     moved: float = 0.0  # when that was (time.monotonic)
-    examples: int = 0
-    loss: float = 0.0
-    correct: int = 0
-    store_wait_s: float = 0.0
-    seconds: float = 0.0  # set once done and flushed
-
-    def figures(self) -> dict:
-        return {
-            "start": self.start,
-            "examples": self.examples,
-            "loss": self.loss,
-            "correct": self.correct,
-            "data_wait_s": 0.0,
-            "store_wait_s": self.store_wait_s,
-        }
 
 
-class PartitionedReplica(PartitionedTrainer):
+class PartitionedReplica(PartitionedTrainer, PortionRole):
     """One partitioned replica as a served role (see the module docstring)."""
 
     exchanges = True
+    portion_type = PartitionedPortion
 
     def __init__(self, config, data, index: int) -> None:
         config = config.override(
@@ -121,21 +100,13 @@ class PartitionedReplica(PartitionedTrainer):
                 "output.progress": False,
             }
         )
-        super().__init__(config, data)
-        self.index = index
+        PartitionedTrainer.__init__(self, config, data)
+        silence_s = driver_silence_s(config, config.cluster.replicas + 1)
+        PortionRole.__init__(self, config, index, silence_s)
         self.n_train = len(self.train_images)
-        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
-        self.max_lr = peak_learning_rate(config.optim)
-        cluster = config.cluster
-        self.silence_s = max(DRIVER_SILENCE_S, cluster.start_timeout_s * (cluster.replicas + 1))
-        self.lock = threading.Lock()
         self.wake = threading.Event()
-        self.portion: Portion | None = None  # the one under way, or the last one finished
-        self.finished: list[Portion] = []  # the epoch's finished portions, in order
-        self.epoch_started = 0.0
-        self.closed_epoch = -1  # a `close` that came before a portion began still closes it
         self.closes = self.flushes = 0  # requests made of the partitions so far
-        self.store = self.home = self.endpoint = None
+        self.store = self.home = None
 
     # -- the partitions' homes -------------------------------------------------------------------
 
@@ -165,67 +136,15 @@ class PartitionedReplica(PartitionedTrainer):
     def job(self) -> str:
         return self.store.reach["job"]
 
-    def describe(self) -> dict:
+    def facts(self) -> dict:
         return {
-            "replica": self.index,
             "workers": self.plan.k,
             "partitions": self.plan.k,
-            "pid": os.getpid(),
-            "n_train": self.n_train,
             "cpus": [p.cpu for p in self.placements],
         }
 
-    def check_train(self, command: Train) -> None:
-        if not command.start <= command.stop <= self.n_train:
-            raise ControlRefused(
-                f"portion {command.start}:{command.stop} outside the {self.n_train} examples"
-            )
-
-    def queued(self) -> None:
-        self.wake.set()
-
-    def close(self, epoch: int) -> None:
-        with self.lock:  # the main thread asks the feeder (it owns the control words)
-            self.closed_epoch = max(self.closed_epoch, epoch)
-        self.wake.set()
-
-    def stop(self) -> None:
-        self.wake.set()
-
-    def status(self) -> dict:
-        """As :meth:`hogwild.cluster.replica.TrainerReplica.status`: the epoch's finished
-        portions and the one under way."""
-        with self.lock:
-            portion = self.portion
-            if portion is None:
-                return {"replica": self.index, "state": "idle"}
-            finished = list(self.finished)
-            running = not portion.seconds
-            out = {
-                "replica": self.index,
-                "state": "training" if running or not self.commands.empty() else "done",
-                "epoch": portion.epoch,
-                "finished": [p.figures() for p in finished],
-                "correct": sum(p.correct for p in finished),
-                "data_wait_s": 0.0,
-                "store_wait_s": sum(p.store_wait_s for p in finished),
-            }
-            examples = sum(p.examples for p in finished)
-            loss = sum(p.loss for p in finished)
-            if running:
-                now = self._totals() - portion.before
-                trained = int(now[proc.STAT_EXAMPLES])
-                out["portion"] = {
-                    "start": portion.start,
-                    "stop": portion.stop,
-                    "examples": trained,
-                    "seconds": time.perf_counter() - portion.started,
-                }
-                examples += trained
-                loss += float(now[proc.STAT_LOSS])
-            last = portion.started + portion.seconds if not running else time.perf_counter()
-            out.update(examples=examples, loss=loss, seconds=last - self.epoch_started)
-            return out
+    def wake_main(self) -> None:
+        self.wake.set()  # the main thread asks the feeder to close (it owns the control words)
 
     # -- the main thread ---------------------------------------------------------------------------
 
@@ -246,15 +165,10 @@ class PartitionedReplica(PartitionedTrainer):
             f"{self.config.train.in_flight} examples in flight; {self.store.home_name()})"
         )
 
-    def started(self, address: str) -> None:
-        self.endpoint = serve_metrics(
-            "replica", f"replica {self.index}", self.config.cluster.metrics_port, self.status
-        )
-
     def step(self) -> None:
         """Begin the next portion it holds when idle; follow the one under way."""
         portion = self.portion
-        if portion is None or portion.seconds:
+        if portion is None or not portion.running:
             try:
                 command = self.commands.get_nowait()
             except queue.Empty:
@@ -264,29 +178,23 @@ class PartitionedReplica(PartitionedTrainer):
             self._begin(command)
         self._check_alive(f"training epoch {self.portion.epoch + 1}")
         self._follow(self.portion)
-        if not self.portion.seconds:
+        if self.portion.running:
             self.wake.wait(0.005)
             self.wake.clear()
 
     def release(self) -> None:
-        if self.endpoint is not None:
-            self.endpoint.close()
-            self.endpoint = None
+        self.release_endpoint()
         if self.home is not None:
             self.home.close()
             self.home = None
         self._shutdown()
 
-    def _totals(self) -> np.ndarray:
-        return self.arena.array("stats").sum(axis=0)
-
     def _begin(self, command: Train) -> None:
         from hogwild.shm.atomics import atomic_store
 
         previous = self.portion
-        new_epoch = previous is None or previous.epoch != command.epoch
-        if new_epoch and previous is not None:  # every partition flushed the last portion
-            self._take_the_servers_model()
+        if previous is not None and previous.epoch != command.epoch:
+            self._take_the_servers_model()  # every partition flushed the last portion
         size = command.stop - command.start
         order = self.arena.array("order")
         permutation = epoch_permutation(self.config.train.seed, command.epoch, self.n_train)
@@ -294,19 +202,11 @@ class PartitionedReplica(PartitionedTrainer):
             command.start : command.stop
         ]
         self.arena.array("floats")[proc.LR] = command.lr
-        with self.lock:
-            started = time.perf_counter()
-            if new_epoch:
-                self.finished, self.epoch_started = [], started
-            self.portion = Portion(
-                command.epoch, command.start, command.stop, self._totals().copy(), started
-            )
-            closed = command.epoch <= self.closed_epoch
-        if not closed:  # closed before it began: it trains nothing
+        if not self.begin(command):  # closed before it began: it trains nothing
             self.handed += size
             atomic_store(self.arena.array("control"), proc.COUNT, self.handed)
 
-    def _check_moving(self, portion: Portion, completed: int) -> None:
+    def _check_moving(self, portion: PartitionedPortion, completed: int) -> None:
         """Raise :class:`~hogwild.errors.WorkerStalledError` when the partitions, all alive,
         completed no example for ``train.stall_s`` seconds."""
         now = time.monotonic()
@@ -318,7 +218,7 @@ class PartitionedReplica(PartitionedTrainer):
                 f"{self.config.train.stall_s:.0f} s of epoch {portion.epoch + 1}"
             )
 
-    def _follow(self, portion: Portion) -> None:
+    def _follow(self, portion: PartitionedPortion) -> None:
         """Ask the feeder to close, the partitions to flush, as due; the figures once done."""
         from hogwild.shm.atomics import atomic_load, atomic_store
 
@@ -333,7 +233,7 @@ class PartitionedReplica(PartitionedTrainer):
             if portion.closing and atomic_load(control, proc.CLOSED) != portion.closing:
                 return  # the feeder has not cut what it hands out yet
             count = atomic_load(control, proc.COUNT)
-            completed = int(self._totals()[proc.STAT_EXAMPLES])
+            completed = int(self.totals()[proc.STAT_EXAMPLES])
             if completed < count:  # examples in flight
                 self._check_moving(portion, completed)
                 return
@@ -350,11 +250,11 @@ class PartitionedReplica(PartitionedTrainer):
                     f"the parameter servers within {FLUSH_TIMEOUT_S:.0f} s"
                 )
             return
-        done = self._totals() - portion.before
-        with self.lock:
-            portion.examples = int(done[proc.STAT_EXAMPLES])
-            portion.loss = float(done[proc.STAT_LOSS])
-            portion.correct = int(done[proc.STAT_CORRECT])
-            portion.store_wait_s = float(done[proc.STAT_STORE_WAIT])
-            portion.seconds = time.perf_counter() - portion.started
-            self.finished.append(portion)
+        done = self.totals() - portion.before
+        self.finish(
+            portion,
+            examples=int(done[proc.STAT_EXAMPLES]),
+            loss=float(done[proc.STAT_LOSS]),
+            correct=int(done[proc.STAT_CORRECT]),
+            store_wait_s=float(done[proc.STAT_STORE_WAIT]),
+        )

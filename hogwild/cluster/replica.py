@@ -8,7 +8,8 @@ processes training Hogwild-style, each on its copy of the parameters) whose para
 replica does not decide is its work: it serves control requests from the driver, which runs
 :mod:`hogwild.cluster.coordinator`, through the one serve loop of every replica role
 (:class:`~hogwild.cluster.serving.ReplicaServer`; this module's :class:`TrainerReplica` is its
-:class:`~hogwild.cluster.serving.ServedRole`):
+:class:`~hogwild.cluster.serving.ServedRole`, keeping its portions as every replica role does:
+:class:`~hogwild.cluster.replica_role.PortionRole`):
 
 - ``train`` (epoch, lr, seed, start, stop): train the portion ``order[start:stop]`` of the
   epoch's permutation (computed here from the job's seed), split over the replica's workers,
@@ -39,68 +40,22 @@ starting the other replicas) takes the driver for dead and leaves, releasing eve
 
 from __future__ import annotations
 
-import os
 import queue
-import threading
-import time
-from dataclasses import dataclass
 
+from hogwild.cluster.replica_role import PortionRole, driver_silence_s
 from hogwild.cluster.services import open_server_groups, worker_group
-from hogwild.cluster.serving import (
-    DRIVER_SILENCE_S,
-    MAX_QUEUED_PORTIONS,
-    POLL_S,
-    ReplicaServer,
-)
+from hogwild.cluster.serving import POLL_S, ReplicaServer
 from hogwild.config.topology import resolve_topology, split_groups
 from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
-from hogwild.net.control import ControlRefused
 from hogwild.net.fencing import fencing_token
-from hogwild.net.metrics import serve_metrics
-from hogwild.optim.schedule import peak_learning_rate
 from hogwild.shm.sweeper import sweep_report
-from hogwild.training.job import (
-    CONTROL_EPOCH,
-    EPOCH_CLOSED,
-    STAT_EXAMPLES,
-    STAT_LOSS,
-    epoch_permutation,
-)
+from hogwild.training.job import CONTROL_EPOCH, EPOCH_CLOSED, STAT_EXAMPLES, epoch_permutation
 from hogwild.training.messages import Train, Trained
 from hogwild.training.trainer import Trainer
 
 
-@dataclass
-class Portion:
-    """One portion of an epoch on this replica, as the driver sees it through ``status``."""
-
-    epoch: int
-    start: int
-    stop: int
-    examples_before: float
-    loss_before: float
-    started: float
-    answered: int = 0
-    examples: int = 0
-    loss: float = 0.0
-    correct: int = 0
-    data_wait_s: float = 0.0
-    store_wait_s: float = 0.0
-    seconds: float = 0.0  # set once every worker answered
-
-    def figures(self) -> dict:
-        return {
-            "start": self.start,
-            "examples": self.examples,
-            "loss": self.loss,
-            "correct": self.correct,
-            "data_wait_s": self.data_wait_s,
-            "store_wait_s": self.store_wait_s,
-        }
-
-
-class TrainerReplica(Trainer):
+class TrainerReplica(Trainer, PortionRole):
     """One model replica: the single-node engine as a served role (see the module docstring)."""
 
     def __init__(self, config, data, index: int, incarnation: int = 0) -> None:
@@ -116,21 +71,13 @@ class TrainerReplica(Trainer):
                 "output.progress": False,
             }
         )
-        super().__init__(config, data)
-        self.n_test = 0  # the driver evaluates: no test examples in a replica's arena
-        self.index = index
-        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
-        self.max_lr = peak_learning_rate(config.optim)  # what the driver may ask for at most
-        self.lock = threading.Lock()
-        self.portion: Portion | None = None  # the one under way, or the last one finished
-        self.finished: list[Portion] = []  # the epoch's finished portions, in order
-        self.epoch_started = 0.0  # when the epoch's first portion began here
-        self.closed_epoch = -1  # a `close` that came before a portion began still closes it
-        self.endpoint = None  # its Prometheus endpoint (cluster.metrics_port)
+        Trainer.__init__(self, config, data)
         # The driver asks every live replica at least every few seconds; it may be busy starting
         # the other replicas for up to start_timeout_s each before it asks anything.
         cluster = config.cluster
-        self.silence_s = max(DRIVER_SILENCE_S, cluster.start_timeout_s * (cluster.replicas + 1))
+        PortionRole.__init__(self, config, index, driver_silence_s(config, cluster.replicas + 1))
+        self.n_test = 0  # the driver evaluates: no test examples in a replica's arena
+        self.answered = 0  # the workers that answered for the portion under way
         topology = resolve_topology(cluster, config.ps.rule)
         per_group = max(1, topology.worker_groups // topology.server_groups)
         self.server_group = index // per_group  # as the driver binds replicas to server groups
@@ -146,70 +93,21 @@ class TrainerReplica(Trainer):
     def job(self) -> str:
         return self.store.reach["job"]
 
-    def describe(self) -> dict:
-        return {
-            "replica": self.index,
-            "workers": self.n_workers,
-            "pid": os.getpid(),
-            "n_train": self.n_train,
-            "cpus": [p.cpu for p in self.placements],
-        }
+    def facts(self) -> dict:
+        return {"workers": self.n_workers, "cpus": [p.cpu for p in self.placements]}
 
-    def check_train(self, command: Train) -> None:
-        if not command.start <= command.stop <= self.n_train:
-            raise ControlRefused(
-                f"portion {command.start}:{command.stop} outside the {self.n_train} examples"
-            )
-
-    def queued(self) -> None:
+    def wake_main(self) -> None:
         self.gang.wake()  # an idle main thread begins it now, not at its next poll
 
-    def close(self, epoch: int) -> None:
-        with self.lock:
-            self.closed_epoch = max(self.closed_epoch, epoch)
-            portion = self.portion
-            if portion is not None and portion.epoch == epoch and not portion.seconds:
-                self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
+    def closing(self, epoch: int) -> None:
+        portion = self.portion
+        if portion is not None and portion.epoch == epoch and portion.running:
+            self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
 
-    def stop(self) -> None:
-        self.gang.wake()
-
-    def status(self) -> dict:
-        """The epoch's portions here: finished (each one's figures) and the one under way, and
-        the epoch's figures so far (see :func:`hogwild.cluster.coordinator.status_events`)."""
-        with self.lock:
-            portion = self.portion
-            if portion is None:
-                return {"replica": self.index, "state": "idle"}
-            finished = list(self.finished)
-            running = not portion.seconds
-            out = {
-                "replica": self.index,
-                "state": "training" if running or not self.commands.empty() else "done",
-                "epoch": portion.epoch,
-                "finished": [p.figures() for p in finished],
-                "correct": sum(p.correct for p in finished),  # the finished portions'
-                "data_wait_s": sum(p.data_wait_s for p in finished),
-                "store_wait_s": sum(p.store_wait_s for p in finished),
-            }
-            examples = sum(p.examples for p in finished)
-            loss = sum(p.loss for p in finished)
-            if running:
-                stats = self.arena.array("stats")
-                trained = int(stats[:, STAT_EXAMPLES].sum() - portion.examples_before)
-                out["portion"] = {
-                    "start": portion.start,
-                    "stop": portion.stop,
-                    "examples": trained,
-                    "seconds": time.perf_counter() - portion.started,
-                }
-                examples += trained
-                loss += float(stats[:, STAT_LOSS].sum() - portion.loss_before)
-            last = portion.started + portion.seconds if not running else time.perf_counter()
-            out.update(examples=examples, loss=loss, seconds=last - self.epoch_started)
-            if self.syncs:
-                out.update(syncs=self.syncs, sync_s=self.sync_s, sync_spread=self.sync_spread)
-            return out
+    def more_status(self) -> dict:
+        if not self.syncs:
+            return {}
+        return {"syncs": self.syncs, "sync_s": self.sync_s, "sync_spread": self.sync_spread}
 
     # -- the main thread ---------------------------------------------------------------------------
 
@@ -226,16 +124,11 @@ class TrainerReplica(Trainer):
             f"{self.store.summary()})"
         )
 
-    def started(self, address: str) -> None:
-        self.endpoint = serve_metrics(
-            "replica", f"replica {self.index}", self.config.cluster.metrics_port, self.status
-        )
-
     def step(self) -> None:
         """Begin the next portion it holds when idle; take what the workers answer; synchronise
         the server groups when due."""
         portion = self.portion
-        if portion is None or portion.seconds:  # idle: the next portion it holds, if any
+        if portion is None or not portion.running:  # idle: the next portion it holds, if any
             try:
                 self._begin(self.commands.get_nowait())
             except queue.Empty:
@@ -244,16 +137,14 @@ class TrainerReplica(Trainer):
         if isinstance(message, Trained):
             self._answered(message)
         portion = self.portion
-        if self.groups is not None and portion is not None and not portion.seconds:
+        if self.groups is not None and portion is not None and portion.running:
             self._sync_when_due()  # while training: a finished portion has synchronised
 
     def release(self) -> None:
         if self.groups is not None:
             self.groups.close()
             self.groups = None
-        if self.endpoint is not None:
-            self.endpoint.close()
-            self.endpoint = None
+        self.release_endpoint()
         self._shutdown()
 
     def _server_groups(self):
@@ -282,30 +173,15 @@ class TrainerReplica(Trainer):
             self.sync_spread = result.spread
 
     def _begin(self, command: Train) -> None:
-        stats, control = self.arena.array("stats"), self.arena.array("control")
         previous = self.portion
-        new_epoch = previous is None or previous.epoch != command.epoch
-        if new_epoch:
+        if previous is None or previous.epoch != command.epoch:
             if previous is not None:  # every copy takes the servers' model before the epoch
                 self.store.end_epoch()
             self.arena.array("order")[:] = epoch_permutation(
                 self.config.train.seed, command.epoch, self.n_train
             )
-        with self.lock:
-            started = time.perf_counter()
-            if new_epoch:
-                self.finished, self.epoch_started = [], started
-            self.portion = Portion(
-                command.epoch,
-                command.start,
-                command.stop,
-                float(stats[:, STAT_EXAMPLES].sum()),
-                float(stats[:, STAT_LOSS].sum()),
-                started,
-            )
-            control[CONTROL_EPOCH] = command.epoch
-            if command.epoch <= self.closed_epoch:  # closed before it began: stop at once
-                control[CONTROL_EPOCH] = EPOCH_CLOSED
+        self.answered = 0
+        self.begin(command)
         size = command.stop - command.start
         for worker in range(self.n_workers):
             lo = command.start + round(worker * size / self.n_workers)
@@ -313,22 +189,25 @@ class TrainerReplica(Trainer):
             seed = worker_seed(command.seed, command.epoch, worker)
             self.gang.send(worker, Train(command.epoch, command.lr, lo, hi, seed))
 
+    def beginning(self, command: Train, closed: bool) -> None:
+        # under the lock: a `close` that comes now finds the portion begun and closes it
+        control = self.arena.array("control")
+        control[CONTROL_EPOCH] = EPOCH_CLOSED if closed else command.epoch
+
     def _answered(self, message: Trained) -> None:
         portion = self.portion
-        if portion is None or message.epoch != portion.epoch or portion.seconds:
+        if portion is None or message.epoch != portion.epoch or not portion.running:
             return
-        portion.answered += 1
+        self.answered += 1
         portion.examples += message.examples
         portion.loss += message.loss
         portion.correct += message.correct
         portion.data_wait_s += message.data_wait_s
         portion.store_wait_s += message.store_wait_s
-        if portion.answered == self.n_workers:
+        if self.answered == self.n_workers:
             if self.groups is not None:  # before "done": the driver's sync must not overlap it
                 self._sync_when_due()
-            with self.lock:
-                portion.seconds = time.perf_counter() - portion.started
-                self.finished.append(portion)
+            self.finish(portion)
 
 
 def run_replica(args) -> int:

@@ -1,17 +1,7 @@
 """The ``ray`` launcher: every role of a cluster job as a Ray actor running the role's process.
 
-The driver joins the Ray cluster ``cluster.ray_address`` names, else the one ``RAY_ADDRESS``
-names, else starts a Ray instance of its own on this host (with as many logical CPUs as the
-job asks for, at least this host's cores), and leaves it when the job is over. Ray binds its
-gRPC ports on every interface and will not put a node started by ``ray.init`` on loopback (it
-swaps 127.0.0.1 for the host's address), so what guards the driver's own instance is Ray's
-token authentication, which Ray turns on for a new local instance unless ``RAY_AUTH_MODE`` says
-otherwise. Joining a cluster under token authentication needs no setting: when
-``RAY_AUTH_MODE`` is unset, the driver asks the cluster's GCS once without a token and, refused,
-turns token mode on with the token found here (:data:`TOKEN_PLACES`), or says that none is; an
-address where nothing accepts a connection is refused at once (Ray would retry for a minute). A
-job whose roles ask more CPUs than the cluster's live nodes have in all (or a replica more than
-its largest node) is refused at once, with what it needs and what there is.
+The driver joins a Ray cluster, or starts one of its own, and leaves it when the job is over
+(:mod:`~hogwild_plugins.ray.joining`: which cluster, its token, whether it has room for the job).
 
 Each role is one actor (:class:`~hogwild_plugins.ray.role_actor.RoleHost`) that starts
 ``python -m hogwild.cli ROLE ...`` on its node and reports the role's ready address, last lines
@@ -42,9 +32,6 @@ a node other than the driver's gets the files it reads from the run directory (c
 roster) in a mirror on its node (private to its user, removed when the job stops; the roster
 is sent again as roles join); the data (``--data``) and keys kept elsewhere (``cluster.keys``)
 must be readable at the same path on every node.
-``cluster.ray_address`` is a Ray cluster's GCS address (``HOST:PORT``, what ``ray start
---head`` prints); Ray Client (``ray://``) addresses are not supported, as the driver must be on
-a node of the cluster (it compares nodes with its own).
 
 Restarting a role that exited (:meth:`RayLauncher.restart`) clears what is left of its process
 group in its actor and starts it there again (same node; a data server keeps its address); a
@@ -59,26 +46,23 @@ every placement group removed. Roles whose actor died anyway get SIGTERM from th
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
-import socket
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import ray
+from hogwild_plugins.ray.joining import join_ray
+from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec, planned_address, replica_cpus
-from hogwild.errors import ConfigError
+from hogwild.cluster.roles import RoleSpec, replica_cpus
 from hogwild.net.address import host_port, is_loopback, parse_address
-from hogwild.net.auth import ROSTER
 
 POLL_S = 0.1
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
@@ -86,113 +70,6 @@ STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
 FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
 RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
-REACH_S = 5.0  # a GCS that does not accept a connection within this is not there
-TOKEN_PLACES = "~/.ray/auth_token, a file named by RAY_AUTH_TOKEN_PATH, or RAY_AUTH_TOKEN"
-
-
-def ray_address(cluster) -> str:
-    """The Ray cluster to join: ``cluster.ray_address``, else ``RAY_ADDRESS``, else ``""`` (a
-    Ray of the driver's own)."""
-    return cluster.ray_address or os.environ.get("RAY_ADDRESS", "").strip()
-
-
-def needed_cpus(cluster, per_replica: int = 0) -> int:
-    """The CPUs the job's roles ask Ray for: one per parameter server (of every server group)
-    and data server, ``per_replica`` for each replica (its processes: its workers, or its
-    partitions; 0: ``cluster.workers_per_replica``)."""
-    servers = cluster.ps * max(1, cluster.server_groups)
-    return (
-        servers
-        + cluster.data_servers
-        + cluster.replicas * (per_replica or cluster.workers_per_replica)
-    )
-
-
-def wants_token(address: str) -> bool:
-    """Whether the Ray cluster at ``address`` refuses a client without an authentication token
-    (one request to its GCS); ``False`` where it cannot be asked (``ray.init`` then says why)."""
-    from ray._raylet import GcsClient
-    from ray.exceptions import AuthenticationError
-
-    try:
-        GcsClient(address=address)
-    except AuthenticationError:
-        return True
-    except Exception:  # noqa: BLE001 -- unreachable or not a GCS: joining it will say so
-        return False
-    return False
-
-
-def check_reachable(address: str, timeout_s: float = REACH_S) -> None:
-    """Refuse at once a Ray address where nothing accepts connections (Ray itself would retry
-    for a minute before saying so).
-
-    Raises:
-        ConfigError: Not ``HOST:PORT``, or nothing listens there.
-    """
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(
-            f"Ray address {address!r} (cluster.ray_address or RAY_ADDRESS): expected HOST:PORT, "
-            "the GCS address `ray start --head` prints"
-        )
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ConfigError(
-            f"no Ray cluster answers at {address} (cluster.ray_address or RAY_ADDRESS): {exc}"
-        ) from None
-
-
-def use_token_if_asked(address: str) -> None:
-    """Turn on Ray's token authentication for this process when the cluster at ``address``
-    asks for it and ``RAY_AUTH_MODE`` does not say otherwise (Ray never does so by itself for
-    an explicit address: the head's ``ray start`` turns it on when a token exists, a joining
-    job would fail until the user set ``RAY_AUTH_MODE=token``).
-
-    Raises:
-        ConfigError: The cluster asks for a token and none is to be found here.
-    """
-    if os.environ.get("RAY_AUTH_MODE") or not wants_token(address):
-        return
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
-        raise ConfigError(
-            f"the Ray cluster at {address} (cluster.ray_address) uses token authentication and "
-            f"no token was found here: give the head's token ({TOKEN_PLACES})"
-        )
-    os.environ["RAY_AUTH_MODE"] = "token"  # what ray.init and the roles' actors read
-    Config.initialize("")  # the probe cached the mode it saw
-
-
-def check_room(cluster, where: str, per_replica: int = 0) -> None:
-    """Refuse at once a job whose roles need more CPUs than the Ray cluster has (placing them
-    would wait ``cluster.start_timeout_s`` for room that never comes).
-
-    Raises:
-        ConfigError: Not enough CPUs in all, or no node with a replica's CPUs.
-    """
-    per_replica = per_replica or cluster.workers_per_replica
-    need = needed_cpus(cluster, per_replica)
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    per_node = [float(n["Resources"].get("CPU", 0)) for n in nodes]
-    have = sum(per_node)
-    if need > have:
-        raise ConfigError(
-            f"the job's roles need {need} CPU(s) of the Ray cluster {where} ("
-            f"{cluster.ps * max(1, cluster.server_groups)} parameter server(s), "
-            f"{cluster.data_servers} data server(s), {cluster.replicas} replica(s) x "
-            f"{per_replica} process(es)), and it has {have:g} on "
-            f"{len(nodes)} node(s); add nodes, start them with more --num-cpus, or ask less"
-        )
-    if per_node and per_replica > max(per_node):
-        raise ConfigError(
-            f"a replica's {per_replica} process(es) (its workers, or its partitions) share one "
-            f"node, and the largest node of the Ray cluster {where} has {max(per_node):g} "
-            "CPU(s); lower cluster.workers_per_replica (or model.partitions) or start a node "
-            "with more --num-cpus"
-        )
 
 
 @dataclass
@@ -225,44 +102,11 @@ class RayLauncher(Launcher):
         self.etcd_members = None  # the job's own etcd cluster, one member per node
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
-            self._connect()
+            join_ray(self.cluster, self.per_replica)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node_ip = next(
             (n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self.node_id), ""
         )
-
-    def _connect(self) -> None:
-        address = ray_address(self.cluster)
-        if address.startswith("ray://"):
-            raise ConfigError(
-                f"cluster.ray_address = {address!r}: Ray Client addresses are not supported; "
-                "run the driver on a node of the cluster and give the GCS address (HOST:PORT)"
-            )
-        options = {"log_to_driver": False, "logging_level": logging.WARNING}
-        if not address:  # the driver's own Ray (token authentication on, as Ray's default)
-            need = needed_cpus(self.cluster, self.per_replica)
-            options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
-        elif address != "auto":  # "auto": the cluster on this node, found by Ray
-            check_reachable(address)
-            use_token_if_asked(address)
-        main = threading.current_thread() is threading.main_thread()
-        sigterm = signal.getsignal(signal.SIGTERM) if main else None
-        try:
-            ray.init(address=address or None, **options)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = f"at {address}" if address else "on this host"
-            raise ConfigError(
-                f"cannot start or join the Ray cluster {where} (cluster.ray_address or "
-                f"RAY_ADDRESS): {exc}"
-            ) from None
-        finally:
-            if main:  # ray.init installs its own SIGTERM handler; the driver keeps its own
-                signal.signal(signal.SIGTERM, sigterm)
-        try:
-            check_room(self.cluster, address or "on this host", self.per_replica)
-        except BaseException:
-            ray.shutdown()
-            raise
 
     # -- placing ---------------------------------------------------------------------------------
 
@@ -352,8 +196,7 @@ class RayLauncher(Launcher):
         if fixed) into the job's roster, sent to the nodes that keep a mirror."""
         self.job_keys.publish = self._publish
         (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
-        address = planned_address(replace(role.spec, argv=tuple(argv)))
-        self.job_keys.add(role.spec.name, public, address)
+        self.job_keys.enter(replace(role.spec, argv=tuple(argv)), public)
 
     def start(self, spec: RoleSpec) -> str:
         deadline = time.monotonic() + self.cluster.start_timeout_s
@@ -367,7 +210,10 @@ class RayLauncher(Launcher):
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
             started = role.actor.start.remote(argv, log, os.getcwd(), env)
         else:
-            mirror = {"run_dir": self.run_dir, "files": self._files_for(argv)}
+            mirror = {
+                "run_dir": self.run_dir,
+                "files": files_for(self.run_dir, argv, self.config.ps.keys),
+            }
             started = role.actor.start.remote(argv, log, None, {}, mirror)
         (process,) = self._get([started], [spec])
         role.pid, role.log = process["pid"], process["log"]
@@ -427,32 +273,11 @@ class RayLauncher(Launcher):
 
     def _publish(self, roster: bytes) -> None:
         """The job's new roster to every node that keeps a mirror of the run directory (the
-        driver's node reads the run directory itself): servers there admit the roles that
-        joined, clients there find their servers' keys."""
-        relative = str((Path(self.job_keys.keys).resolve() / ROSTER).relative_to(self.run_dir))
-        far = [r for r in self.roles.values() if r.node_id != self.node_id and r.pid is not None]
-        refs = []
-        for role in far:
-            try:
-                refs.append(role.actor.refresh.remote(relative, roster))
-            except (RayActorError, ValueError):
-                pass  # a lost role: its replacement gets the roster with its mirror
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
-
-    def _files_for(self, argv: list[str]) -> dict[str, bytes]:
-        """The run directory's files a role elsewhere reads: those in ``argv``, and the keys."""
-        root = Path(self.run_dir)
-        paths = [Path(a.partition("=")[2] if a.startswith("--") else a) for a in argv]
-        if self.config.ps.keys:
-            keys = Path(self.config.ps.keys).resolve()
-            paths += [p for p in keys.rglob("*") if p.is_file()] if keys.is_dir() else []
-        found = {}
-        for path in paths:
-            path = path.resolve() if path.is_absolute() else (Path.cwd() / path).resolve()
-            if path.is_file() and path.is_relative_to(root):
-                found[str(path.relative_to(root))] = path.read_bytes()
-        return found
+        driver's node reads the run directory itself)."""
+        far = [
+            r.actor for r in self.roles.values() if r.node_id != self.node_id and r.pid is not None
+        ]
+        send_roster(far, self.run_dir, str(self.job_keys.keys), roster)
 
     def _get(self, refs: list, specs: list[RoleSpec]) -> list:
         """Results of requests to the roles' actors, as errors naming the role when they fail."""
@@ -543,7 +368,7 @@ class RayLauncher(Launcher):
         finally:
             if self.etcd_members is not None:  # after the servers (their leases given back),
                 self.etcd_members.stop()  # before Ray goes (the members' data removed)
-            self._clean_mirrors()
+            remove_mirrors([role.actor for role in self.roles.values()])
             self._remove_actors()
             self._reported.update(self.roles)
             if self._own_connection and ray.is_initialized():
@@ -582,17 +407,6 @@ class RayLauncher(Launcher):
         refs = [r.actor.reap.remote(REAP_S) for r in roles]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=REAP_S + CALL_TIMEOUT_S)
-
-    def _clean_mirrors(self) -> None:
-        """Every node's mirror of the run directory (the job's keys among it) goes with the job."""
-        refs = []
-        for role in self.roles.values():
-            try:
-                refs.append(role.actor.cleanup.remote())
-            except (RayActorError, ValueError):
-                pass
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
 
     def _remove_actors(self) -> None:
         for role in self.roles.values():

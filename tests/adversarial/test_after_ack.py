@@ -19,25 +19,20 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import ExitStack
 
 import numpy as np
 import pytest
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.etcd import EtcdProcess
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
-from hogwild.net.ports import free_ports
 from hogwild.net.wire import Header, MsgType, job_id, pack_header, unpack_header
+from tests.adversarial.copies import GEOMETRY, N, primary_and_copy, two_copies
 from tests.adversarial.hostile import RawClient
 
 pytestmark = pytest.mark.ps_kernels
-
-N = 2048
-GEOMETRY = ModelGeometry(N)  # shard_kib=4: two shards of 1024 floats
 
 
 def test_two_new_names_with_room_for_one_are_not_both_acknowledged():
@@ -64,43 +59,10 @@ def test_two_new_names_with_room_for_one_are_not_both_acknowledged():
             assert status["errors"]["BAD_NAME"] >= 1
 
 
-def copy_and_primary(servers, shard: int):
-    """The server serving ``shard`` as primary and the other one (its copy), once one serves."""
-    deadline = time.monotonic() + 30
-    while True:
-        serving = [s for s in servers if s.replication.serving(shard)]
-        if serving:
-            [primary] = serving
-            [copy] = [s for s in servers if s is not primary]
-            return primary, copy
-        assert time.monotonic() < deadline, "no server serves the shard"
-        time.sleep(0.05)
-
-
 def test_a_copys_commit_applies_whole_or_is_refused_with_nothing_committed():
-    with EtcdProcess() as etcd, ExitStack() as stack:
-        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
-        servers = [
-            stack.enter_context(
-                local_server(
-                    GEOMETRY,
-                    job="commit",
-                    servers=addresses,
-                    index=i,
-                    shard_kib=4,
-                    threads=1,
-                    copies=2,
-                    etcd=etcd.address,
-                    lease_s=1,
-                )
-            )
-            for i in range(2)
-        ]
-        client = stack.enter_context(
-            PSClient(addresses, "commit", client_id=3, etcd=etcd.address, timeout_s=5.0)
-        )
+    with two_copies("commit") as (servers, client):
         client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
-        primary, copy = copy_and_primary(servers, 0)
+        primary, copy = primary_and_copy(servers, 0)
         log = copy.replication.copy_side.logs[0]
         committed = log.committed
         held = []  # the copy's update queues: full (every slot taken)

@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import ExitStack
 
 import numpy as np
-from hogwild_plugins.ps.client import PSClient
-from hogwild_plugins.ps.etcd import EtcdProcess
-from hogwild_plugins.ps.layout import ModelGeometry
+import pytest
 from hogwild_plugins.ps.replication.frames import snapshot_frames
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
-from hogwild_plugins.ps.serving.launch import local_server
 
 from bench.support.hostile_frames import mutate
 from hogwild.net.auth import make_keys
-from hogwild.net.ports import free_ports
 from hogwild.net.wire import (
     NO_BASIS,
     U64_MAX,
@@ -40,23 +35,13 @@ from hogwild.net.wire import (
     pack_header,
     unpack_header,
 )
+from tests.adversarial.copies import SHARD, N, primary_and_copy, two_copies
 from tests.adversarial.hostile import RawClient
 
-N, SHARD = 2048, 1024  # shard_kib=4: two shards of 1024 floats
-GEOMETRY = ModelGeometry(N)
+pytestmark = pytest.mark.ps_kernels
+
 JOB = "hostile-copy"
 MUTATIONS = 300
-
-
-def primary_and_copy(servers, shard: int):
-    deadline = time.monotonic() + 30
-    while True:
-        serving = [s for s in servers if s.replication.serving(shard)]
-        if serving:
-            [primary] = serving
-            return primary, next(s for s in servers if s is not primary)
-        assert time.monotonic() < deadline, "no server serves the shard"
-        time.sleep(0.05)
 
 
 def hostile_messages(job: int, primary, copy) -> list[tuple[list[bytes], set[ErrorCode]]]:
@@ -122,28 +107,7 @@ def state_of(server) -> tuple:
 def test_a_live_copy_refuses_hostile_peers_and_keeps_the_honest_updates(tmp_path):
     keys, strangers = str(make_keys(tmp_path / "keys")), str(make_keys(tmp_path / "strangers"))
     job = job_id(JOB)
-    with EtcdProcess() as etcd, ExitStack() as stack:
-        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
-        servers = [
-            stack.enter_context(
-                local_server(
-                    GEOMETRY,
-                    job=JOB,
-                    servers=addresses,
-                    index=i,
-                    shard_kib=4,
-                    threads=1,
-                    copies=2,
-                    etcd=etcd.address,
-                    lease_s=1,
-                    keys=keys,
-                )
-            )
-            for i in range(2)
-        ]
-        client = stack.enter_context(
-            PSClient(addresses, JOB, client_id=3, etcd=etcd.address, keys=keys, timeout_s=5.0)
-        )
+    with two_copies(JOB, keys) as (servers, client):
         client.push_deltas(np.ones(N, np.float32))
         primary, copy = primary_and_copy(servers, 0)
         cases = hostile_messages(job, primary, copy)

@@ -33,6 +33,7 @@ import pytest
 
 from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.net.ports import free_ports
+from tests.cluster.test_cluster import processes_of
 
 pytest.importorskip("ray")
 from ray.util.state import list_actors, list_placement_groups  # noqa: E402
@@ -113,20 +114,6 @@ def ray_head():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _processes_of(run_dir: Path) -> list[psutil.Process]:
-    """Live processes whose command line names the job's run directory (its roles, workers)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if any(str(run_dir) in part for part in proc.info["cmdline"] or ()):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
 def _left_behind(dashboard: str) -> tuple[list, list]:
     """Actors not dead and placement groups not removed, on the module's Ray head."""
     actors = list_actors(address=dashboard, limit=1000, raise_on_missing_output=False)
@@ -137,15 +124,34 @@ def _left_behind(dashboard: str) -> tuple[list, list]:
     )
 
 
+def ray_job(ray_head: dict, data: Path, tmp_path: Path, *args: str) -> list[str]:
+    """The command line of a cluster job on the module's Ray head, its run directory
+    ``tmp_path/run`` and its metrics ``tmp_path/m.jsonl``."""
+    return [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
+        "--ray-address", ray_head["address"], "--data", str(data),
+        "--checkpoint-dir", str(tmp_path / "run"), "--metrics", str(tmp_path / "m.jsonl"),
+        "--no-progress", *PAPER_JOB, *args,
+    ]  # fmt: skip
+
+
+def assert_nothing_left(ray_head: dict, run_dir: Path) -> None:
+    """No live actor, no placement group (once Ray has removed them) and no process of the job."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
+        time.sleep(0.5)
+    actors, groups = _left_behind(ray_head["dashboard"])
+    assert actors == [], f"Ray actors still alive: {actors}"
+    assert groups == [], f"placement groups not removed: {groups}"
+    assert processes_of(run_dir) == []
+
+
 def test_ray_job_trains_and_leaves_nothing(ray_head, mnist_dir, tmp_path):
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
-        "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "2",
-        "--replicas", "2", "--workers-per-replica", "1", "--ps", "2", "--data-servers", "1",
-        "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
-        *PAPER_JOB, "--train.subset=20000",
-    ]  # fmt: skip
+    command = ray_job(
+        ray_head, mnist_dir, tmp_path, "--epochs", "2", "--replicas", "2", "--workers-per-replica",
+        "1", "--ps", "2", "--data-servers", "1", "--train.subset=20000",
+    )  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=JOB_WITHIN_S, env=RAY_ENV
     )
@@ -164,26 +170,17 @@ def test_ray_job_trains_and_leaves_nothing(ray_head, mnist_dir, tmp_path):
     for name in ("ps-0", "ps-1", "data-0", "replica-0", "replica-1"):  # the driver's host
         assert "hogwild " in (run_dir / "logs" / f"{name}.log").read_text(), name
 
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
-        time.sleep(0.5)
-    actors, groups = _left_behind(ray_head["dashboard"])
-    assert actors == [], f"Ray actors still alive: {actors}"
-    assert groups == [], f"placement groups not removed: {groups}"
-    assert _processes_of(run_dir) == []
+    assert_nothing_left(ray_head, run_dir)
     roles = [a for a in list_actors(address=ray_head["dashboard"], limit=1000)]
     assert sum(a.class_name == "RoleHost" for a in roles) == 5  # every role was a Ray actor
 
 
 def test_ray_restarts_a_killed_replica_in_its_actor(ray_head, mnist_dir, tmp_path):
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
-        "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "2",
-        "--replicas", "2", "--workers-per-replica", "1", "--ps", "1", "--train.subset=12000",
-        "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
-        *PAPER_JOB,
-    ]  # fmt: skip
+    command = ray_job(
+        ray_head, mnist_dir, tmp_path, "--epochs", "2", "--replicas", "2", "--workers-per-replica",
+        "1", "--ps", "1", "--train.subset=12000",
+    )  # fmt: skip
     driver = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV
     )
@@ -204,24 +201,17 @@ def test_ray_restarts_a_killed_replica_in_its_actor(ray_head, mnist_dir, tmp_pat
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["restarts"] == {"replica-1": 1}, stderr[-3000:]
     assert final["test_accuracy"] >= 0.9, final
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
-        time.sleep(0.5)
-    assert _left_behind(ray_head["dashboard"]) == ([], [])
-    assert _processes_of(run_dir) == []
+    assert_nothing_left(ray_head, run_dir)
 
 
 def test_ray_places_a_partitioned_replica_on_one_node(ray_head, mnist_dir, tmp_path):
     """A replica of 2 partitions is one actor in one placement group of 2 CPUs (one node):
     its partitions share the arena; the job trains and leaves nothing behind."""
     run_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
-        "--ray-address", ray_head["address"], "--data", str(mnist_dir), "--epochs", "1",
-        "--replicas", "1", "--partitions", "2", "--ps", "1", "--train.subset=3000",
-        "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
-        *PAPER_JOB,
-    ]  # fmt: skip
+    command = ray_job(
+        ray_head, mnist_dir, tmp_path, "--epochs", "1", "--replicas", "1", "--partitions", "2",
+        "--ps", "1", "--train.subset=3000",
+    )  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=JOB_WITHIN_S, env=RAY_ENV
     )
@@ -233,11 +223,7 @@ def test_ray_places_a_partitioned_replica_on_one_node(ray_head, mnist_dir, tmp_p
     groups = list_placement_groups(address=ray_head["dashboard"], limit=1000, detail=True)
     bundles = [b["unit_resources"] for g in groups for b in g.bundles]
     assert {"CPU": 2.0} in bundles, bundles  # the replica's: both partitions on one node
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
-        time.sleep(0.5)
-    assert _left_behind(ray_head["dashboard"]) == ([], [])
-    assert _processes_of(run_dir) == []
+    assert_nothing_left(ray_head, run_dir)
 
 
 def test_a_ray_address_where_nothing_listens_is_refused_at_once(mnist_dir, tmp_path):

@@ -3,13 +3,23 @@ time and source stamped on it, and the fresh numba cache a timed run compiles in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 from pathlib import Path
 
-from bench.support.record import command_line, emit_record, fresh_numba_cache, source, stamp
+import pytest
+
+from bench.support.record import (
+    command_line,
+    emit_record,
+    fresh_numba_cache,
+    measured,
+    source,
+    stamp,
+)
 
 
 def test_the_record_is_one_line_on_stdout_and_the_same_line_in_the_out_file(tmp_path, capsys):
@@ -53,3 +63,33 @@ def test_a_cache_the_caller_chose_is_kept(monkeypatch, tmp_path):
     with fresh_numba_cache():
         assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path)
     assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path) and tmp_path.is_dir()
+
+
+def test_a_measured_record_is_stamped_and_made_inside_what_the_figure_asks(repo_root):
+    script = repo_root / "bench" / "figures" / "x.py"
+    seen = []
+
+    @contextlib.contextmanager
+    def within():
+        seen.append("in")
+        yield
+        seen.append("out")
+
+    record = measured(
+        script, ["--quick"], lambda: {"benchmark": "x", "inside": list(seen)}, within()
+    )
+    assert record["inside"] == ["in"] and seen == ["in", "out"]
+    assert record["command"] == "python bench/figures/x.py --quick" and "wall_s" in record
+
+
+def test_a_failed_job_is_said_on_stderr_and_no_record_is_made(repo_root, capsys):
+    script = repo_root / "bench" / "figures" / "x.py"
+
+    def fails() -> dict:
+        raise RuntimeError("the cluster job exited with status 1")
+
+    assert measured(script, [], fails) is None
+    err = capsys.readouterr().err
+    assert err == "python bench/figures/x.py: error: the cluster job exited with status 1\n"
+    with pytest.raises(ValueError):  # not a job's failure: a bug, raised
+        measured(script, [], lambda: int("x"))

@@ -58,7 +58,6 @@ caches, data servers and augmentation before the job starts).
 from __future__ import annotations
 
 import math
-import os
 import queue
 import secrets
 import sys
@@ -79,10 +78,9 @@ from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_o
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
-from hogwild.cluster.serving import DRIVER_SILENCE_S, MAX_QUEUED_PORTIONS, POLL_S
+from hogwild.cluster.replica_role import ReplicaRole, driver_silence_s
+from hogwild.cluster.serving import POLL_S
 from hogwild.errors import ConfigError
-from hogwild.net.control import ControlRefused
-from hogwild.optim.schedule import peak_learning_rate
 from hogwild.signals import interrupts_not_lost
 from hogwild.training.job import epoch_permutation, subset_indices
 
@@ -149,9 +147,10 @@ class _Share:
     seconds: float = 0.0
 
 
-class WorkerGroup:
+class WorkerGroup(ReplicaRole):
     """The worker-group role (see the module docstring); subclasses train a share. A
-    :class:`hogwild.cluster.serving.ServedRole`: the core's
+    :class:`hogwild.cluster.serving.ServedRole` that takes the driver's requests as every replica
+    role does (:class:`hogwild.cluster.replica_role.ReplicaRole`): the core's
     :class:`~hogwild.cluster.serving.ReplicaServer` serves it to the driver.
 
     Args:
@@ -162,6 +161,7 @@ class WorkerGroup:
     """
 
     does = ""  # what it runs, for its ready line
+    unit, least_examples = "share", 1  # a `train` hands over a share of the epoch, not empty
     grad = GRAD  # the vector its batch gradient is gathered in
     check_job = staticmethod(check_job)  # the driver's check, before anything starts
 
@@ -170,7 +170,8 @@ class WorkerGroup:
         from hogwild.model.network import build_network
 
         check_job(config, data, framework)
-        self.framework, self.config, self.index = framework, config, index
+        super().__init__(config, index, driver_silence_s(config, 2))
+        self.framework, self.config = framework, config
         plan, n_total, _ = plan_data(config, data, 1)
         self.network = build_network(config.model, plan.n_classes)
         chosen = subset_indices(config.train.seed, n_total, config.train.subset)
@@ -180,12 +181,7 @@ class WorkerGroup:
         self.labels = np.ascontiguousarray(labels, dtype=np.int64)
         self.n_train = len(self.labels)
         self.workers = config.cluster.workers_per_replica  # the topology's workers_per_group
-        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
-        self.max_lr = peak_learning_rate(config.optim)  # what the driver may ask for at most
-        self.lock = threading.Lock()
         self.share: _Share | None = None
-        self.stopping = False
-        self.closed_epoch = -1
         self.board: Board | None = None
         self.objective: BatchObjective | None = None
         self.threads: list[threading.Thread] = []
@@ -195,7 +191,6 @@ class WorkerGroup:
         self.iterations = 0
         self.past_boards: dict[str, int] = {}  # counters of the boards before the current one
         self.last_step: dict = {}
-        self.silence_s = max(DRIVER_SILENCE_S, config.cluster.start_timeout_s * 2)
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
         """Train ``order[start:stop]`` of ``epoch``'s permutation, updating :attr:`share`."""
@@ -207,24 +202,8 @@ class WorkerGroup:
     def job(self) -> str:
         return self.config.ps.job
 
-    def describe(self) -> dict:
-        return {"replica": self.index, "workers": self.workers, "pid": os.getpid(),
-                "n_train": self.n_train, "framework": self.framework}  # fmt: skip
-
-    def check_train(self, command) -> None:
-        if not command.start < command.stop <= self.n_train:
-            raise ControlRefused(
-                f"share {command.start}:{command.stop} outside the {self.n_train} examples"
-            )
-
-    def queued(self) -> None:
-        """The main thread waits on the queue itself."""
-
-    def close(self, epoch: int) -> None:
-        self.closed_epoch = max(self.closed_epoch, epoch)
-
-    def stop(self) -> None:
-        self.stopping = True
+    def facts(self) -> dict:
+        return {"workers": self.workers, "framework": self.framework}
 
     def status(self) -> dict:
         with self.lock:

@@ -148,3 +148,46 @@ class ServerOptions:
             min_copies=ps.min_copies,
             **own,
         )
+
+    def check(self) -> None:
+        """Refuse options no server can run with, naming the option and what it takes.
+
+        Raises:
+            HogwildError: An unknown rule, receive or acknowledgement mode, or treatment of
+                non-finite values; an Adagrad epsilon float32 cannot hold; an index outside
+                the server list; copies without etcd, or with receive pools.
+        """
+        from hogwild_plugins.ps import kernels
+        from hogwild_plugins.ps.serving.receive_pool import RECV_MODES
+        from hogwild_plugins.ps.serving.requests import NONFINITE_MODES
+
+        from hogwild.config.checks import FLOAT32_TINY
+        from hogwild.errors import HogwildError
+
+        if self.rule not in kernels.RULES:
+            raise HogwildError(f"ps.rule {self.rule!r}: expected one of {sorted(kernels.RULES)}")
+        if not self.adagrad_eps >= FLOAT32_TINY:  # the Adagrad kernel divides by sqrt(g) + eps
+            raise HogwildError(
+                f"ps.adagrad_eps must be > 0 and representable in float32 "
+                f"(>= {FLOAT32_TINY:.3g}), got {self.adagrad_eps}"
+            )
+        if self.nonfinite not in NONFINITE_MODES:
+            raise HogwildError(
+                f"ps.nonfinite = {self.nonfinite!r}: expected one of {NONFINITE_MODES}"
+            )
+        if self.recv not in RECV_MODES or self.ack not in ("applied", "queued"):
+            raise HogwildError(f"recv {self.recv!r} / ack {self.ack!r}: unknown mode")
+        if not 0 <= self.index < len(self.servers):
+            raise HogwildError(
+                f"server index {self.index} is not in the list of {len(self.servers)} servers"
+            )
+        if self.copies > 1 and not self.etcd:
+            raise HogwildError(
+                f"copies = {self.copies} needs etcd (ps.etcd HOST:PORT, or `hogwild cluster`, "
+                "which starts one)"
+            )
+        if self.copies > 1 and self.recv == "pool":
+            raise HogwildError(
+                'recv = "pool" is not available with copies > 1: a primary forwards the frames '
+                "it received to the copies after its own update may have freed a pool block"
+            )

@@ -26,22 +26,17 @@ takes the wake-up of the update thread off the push as well; under load pushes q
 batched. With ``ack = "queued"`` it is acknowledged as a queued push is, and applied while the
 acknowledgement goes out (:attr:`hogwild.net.router.Reply.then`: before the thread takes its next
 request, so a pull after it sees it), which takes the add off the client's round trip; with
-"applied", once applied. Control requests (``PING``, ``HELLO``: the layout and map,
-``STATUS``: counters and the update rule's parameters) are answered on the network thread, and
-so is a pull of a shard with no write pending (one copy of every shard: the network thread
-queues every write, so it can read the shard itself;
-:meth:`~hogwild_plugins.ps.engine.UpdateEngine.read_now`).
+"applied", once applied. A pull of a shard with no write pending is answered by the network
+thread too (one copy of every shard: the network thread queues every write, so it can read the
+shard itself; :meth:`~hogwild_plugins.ps.engine.UpdateEngine.read_now`). Every other request
+(pings, ``HELLO``, ``STATUS``, the driver's fences, the replication messages between copies, and
+who may send them) takes the control path, :mod:`~hogwild_plugins.ps.serving.control`.
 
 A ``PUSH_DELTAS`` may name a vector beside the parameters (a second frame, the name, checked as
 vector-operation names are: :func:`~hogwild_plugins.ps.checks.check_named_push`): the delta is
 added to that vector (``y[offset:offset + n] += d``) on the shard's update thread, in order with
 everything else queued for the shard, without the rule, a version or staleness accounting: it is
 not a parameter update (Sandblaster's replicas sum their gradients this way).
-
-Under a job's roster (a key pair per role, :mod:`hogwild.net.auth`) every message comes with
-its sender's role, and the replication messages (``PREPARE``, ``COMMIT``, ``SNAPSHOT``) are
-taken from parameter servers only: another role's is refused (``UNEXPECTED``) and counted by
-sender in ``forged``, so a replica holding its own key cannot speak as a copy.
 
 With ``copies > 1`` every write goes through :mod:`~hogwild_plugins.ps.replication` (parameter
 updates, assignments, pushes into named vectors and vector operations that write): each gets the
@@ -61,17 +56,16 @@ the frames they received). ``bench/figures/adam_fig9_ps.py`` measures both; the 
 from __future__ import annotations
 
 import os
-import time
-from collections import Counter
 from functools import partial
 
 import numpy as np
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.engine import UpdateEngine
 from hogwild_plugins.ps.layout import ModelGeometry, ShardLayout
+from hogwild_plugins.ps.serving.control import DATA_TYPES, PEER_TYPES, ServerControl
 from hogwild_plugins.ps.serving.options import ServerOptions
-from hogwild_plugins.ps.serving.receive_pool import RECV_MODES, ReceivePool, recv_mode
-from hogwild_plugins.ps.serving.requests import NONFINITE_MODES, Admission
+from hogwild_plugins.ps.serving.receive_pool import ReceivePool, recv_mode
+from hogwild_plugins.ps.serving.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
@@ -81,13 +75,11 @@ from hogwild_plugins.ps.work import (
 )
 
 from hogwild.blas import limit_blas_threads
-from hogwild.config.checks import FLOAT32_TINY
 from hogwild.errors import HogwildError
 from hogwild.locks import machine_lock
 from hogwild.net.address import Address, check_bind, parse_address
-from hogwild.net.control import ControlRefused, field, read_control
-from hogwild.net.fencing import MAX_INCARNATION, MAX_REPLICA, FenceTable, ReplacedError
-from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply, reply_hwm
+from hogwild.net.fencing import ReplacedError
+from hogwild.net.router import Incoming, Reply, Router, reply_hwm
 from hogwild.net.wire import (
     MAX_ARRAY_BYTES,
     ErrorCode,
@@ -101,20 +93,6 @@ from hogwild.numa.pinning import bind_memory
 
 __all__ = ["ParameterServer"]
 
-DATA_TYPES = frozenset(
-    {MsgType.PUSH_DELTAS, MsgType.PUSH_VECTORS, MsgType.PULL, MsgType.VECTOR_OP, MsgType.ASSIGN}
-)
-PEER_TYPES = frozenset({MsgType.PREPARE, MsgType.COMMIT, MsgType.SNAPSHOT})  # replication
-
-
-def is_server_role(role: str) -> bool:
-    """Whether a sender's role (its key's name in the job's roster) is a parameter server's:
-    the only roles whose replication messages a server takes."""
-    return role.startswith("ps ")
-
-
-RATE_EVERY_S = 1.0
-
 
 class ParameterServer:
     """One parameter server (see the module docstring).
@@ -126,7 +104,8 @@ class ParameterServer:
             the store does not hold.
 
     Raises:
-        HogwildError: Bad options, a store that cannot be used, an address that cannot be bound.
+        HogwildError: Bad options (:meth:`ServerOptions.check`), a store that cannot be used, an
+            address that cannot be bound.
     """
 
     dedup_types = DATA_TYPES | PEER_TYPES
@@ -135,33 +114,7 @@ class ParameterServer:
     def __init__(
         self, geometry: ModelGeometry, options: ServerOptions, initial: np.ndarray | None = None
     ) -> None:
-        if options.rule not in kernels.RULES:
-            raise HogwildError(f"ps.rule {options.rule!r}: expected one of {sorted(kernels.RULES)}")
-        if not options.adagrad_eps >= FLOAT32_TINY:  # the Adagrad kernel divides by sqrt(g) + eps
-            raise HogwildError(
-                f"ps.adagrad_eps must be > 0 and representable in float32 "
-                f"(>= {FLOAT32_TINY:.3g}), got {options.adagrad_eps}"
-            )
-        if options.nonfinite not in NONFINITE_MODES:
-            raise HogwildError(
-                f"ps.nonfinite = {options.nonfinite!r}: expected one of {NONFINITE_MODES}"
-            )
-        if options.recv not in RECV_MODES or options.ack not in ("applied", "queued"):
-            raise HogwildError(f"recv {options.recv!r} / ack {options.ack!r}: unknown mode")
-        if not 0 <= options.index < len(options.servers):
-            raise HogwildError(
-                f"server index {options.index} is not in the list of {len(options.servers)} servers"
-            )
-        if options.copies > 1 and not options.etcd:
-            raise HogwildError(
-                f"copies = {options.copies} needs etcd (ps.etcd HOST:PORT, or `hogwild cluster`, "
-                "which starts one)"
-            )
-        if options.copies > 1 and options.recv == "pool":
-            raise HogwildError(
-                'recv = "pool" is not available with copies > 1: a primary forwards the frames '
-                "it received to the copies after its own update may have freed a pool block"
-            )
+        options.check()
         self.options, self.geometry = options, geometry
         self.job = job_id(options.job)
         self.layout = ShardLayout.compute(
@@ -209,10 +162,7 @@ class ParameterServer:
         self.receive_pool: ReceivePool | None = None  # with recv = "pool"
         self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
         self.replication = None
-        self.fences = FenceTable()  # the replicas' incarnations the driver replaced
-        self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
-        self.started_at = time.monotonic()
-        self.forged: Counter[str] = Counter()  # replication messages refused, by sender role
+        self.control = ServerControl(self)  # pings, status, hello, fences, replication messages
 
     def _build_shards(self, initial: np.ndarray | None) -> None:
         mine = (
@@ -379,68 +329,14 @@ class ParameterServer:
             return None
         return self.receive_pool.free_later(frames)
 
-    def _handle_control(self, request: Incoming) -> Reply | None:
-        """Pings, status, hello and (with copies) the replication messages between servers."""
-        header = request.header
-        if header.type == MsgType.PING and header.job == 0:  # alive, and nothing more
-            return Reply(header.reply(MsgType.ACK))
-        if header.type == MsgType.STATUS and header.job == 0:  # the job's name and config: no
-            raise WireError(
-                "STATUS needs this server's job id (hogwild ps status ADDRESS --job NAME)",
-                ErrorCode.WRONG_JOB,
-            )
-        if header.type in (MsgType.PING, MsgType.STATUS) and header.job == self.job:
-            if header.type == MsgType.PING:
-                return Reply(header.reply(MsgType.ACK, version=self.layout.map.version))
-            return json_reply(header, self.status())
-        if header.type == MsgType.HELLO and header.job == self.job:
-            return json_reply(header, self.hello())
-        role = request.role
-        if header.type in PEER_TYPES and role is not None and not is_server_role(role):
-            self.forged[role] += 1  # roster roles only: a bounded table
-            raise WireError(
-                f"{header.type.name} from {role or 'a key of no role'}: only the job's "
-                "parameter servers send replication messages",
-                ErrorCode.UNEXPECTED,
-            )
-        if header.type == MsgType.CONTROL and role is not None and role != "driver":
-            self.forged[role] += 1  # a role's own key fencing another replica: refused
-            raise WireError(
-                f"CONTROL from {role or 'a key of no role'}: only the job's driver fences",
-                ErrorCode.UNEXPECTED,
-            )
-        if header.type == MsgType.CONTROL and header.job == self.job:
-            return self._control(request)
-        if header.type in PEER_TYPES and self.options.copies > 1:
-            if self.replication is None or self.replication.stopped:
-                raise WireError("replication is starting or stopping; retry", ErrorCode.BUSY)
-            return self.replication.handle_peer(request)
-        if header.job not in (0, self.job):
-            self.admission.check(header)  # raises WRONG_JOB
-        if header.type == MsgType.HELLO:
-            raise WireError("HELLO needs this server's job id", ErrorCode.WRONG_JOB)
-        raise WireError(f"a server does not take {header.type.name} messages", ErrorCode.UNEXPECTED)
-
-    def _control(self, request: Incoming) -> Reply:
-        """The driver's ``fence`` (``replica``, ``incarnation``): refuse that replica's older
-        incarnations from now on; the answer is the fence in force."""
-        op, body = read_control(request)
-        try:
-            if op != "fence":
-                raise ControlRefused("a parameter server takes the control op 'fence' only")
-            replica = field(body, "replica", int, minimum=0, maximum=MAX_REPLICA)
-            incarnation = field(body, "incarnation", int, minimum=0, maximum=MAX_INCARNATION)
-        except ControlRefused as exc:
-            return error_reply(request.header, ErrorCode.BAD_VALUE, f"{op}: {exc}")
-        return json_reply(request.header, {"fence": self.fences.fence(replica, incarnation)})
-
     def handle(self, request: Incoming) -> Reply | None:
         header = request.header
         if header.type not in DATA_TYPES:  # the data path first: it is nearly every request
-            return self._handle_control(request)
-        if header.lease and self.fences.fences:  # a replica's request, and replicas replaced
+            return self.control.handle(request)
+        fences = self.control.fences  # the driver's, for replicas it replaced
+        if header.lease and fences.fences:  # a replica's request, and replicas replaced
             try:
-                self.fences.check(header.lease)
+                fences.check(header.lease)
             except ReplacedError as exc:
                 raise WireError(str(exc), ErrorCode.REPLACED) from None
         shard = self.admission.check(header)
@@ -518,94 +414,11 @@ class ParameterServer:
             claimed.release()
 
     def tick(self, now: float) -> None:
-        t0, applied0, updated0, _, _ = self._rates
-        if now - t0 >= RATE_EVERY_S and self.engine is not None:
-            applied, updated = sum(self.engine.applied), sum(self.engine.updated)
-            dt = now - t0
-            self._rates = (
-                now,
-                applied,
-                updated,
-                (applied - applied0) / dt,
-                (updated - updated0) / dt,
-            )
-
-    # ------------------------------------------------------------------ control replies
+        self.control.tick(now)
 
     def hello(self) -> dict:
-        return {
-            "job": self.options.job,
-            "job_id": self.job,
-            "server": self.options.index,
-            "rule": self.options.rule,
-            "layout": self.layout.describe(),
-        }
+        return self.control.hello()
 
     def status(self) -> dict:
-        """Counters for ``hogwild ps status`` (plain data)."""
-        engine, router = self.engine, self.router
-        applied = sum(engine.applied) if engine else 0
-        versions = self.book.versions()
-        flushed = self.flusher.flushed_versions if self.flusher else {}
-        held_buckets = sorted({self.layout.bucket_of(s.index) for s in self.shards})
-        return {
-            "job": self.options.job,
-            "server": self.options.index,
-            "address": str(self.address),
-            "servers": list(self.options.servers),
-            "rule": self.options.rule,
-            "lr": self.options.lr,
-            "momentum": self.options.momentum,
-            "staleness_decay": self.options.staleness_decay,
-            "max_staleness": self.options.max_staleness,
-            "adagrad_eps": self.options.adagrad_eps,
-            "n_params": self.layout.n_params,
-            "shard_floats": self.layout.shard_floats,
-            "n_shards": self.layout.n_shards,
-            "n_buckets": self.layout.n_buckets,
-            "map_version": self.layout.map.version,
-            "buckets": held_buckets,
-            "shards": [
-                {
-                    "shard": s.index,
-                    "bucket": self.layout.bucket_of(s.index),
-                    "version": versions[s.index],
-                    "applied": s.applied,
-                    "flushed": flushed.get(s.index),
-                    "vectors": len(s.vectors),
-                }
-                for s in self.shards
-            ],
-            "threads": engine.n_threads if engine else 0,
-            "queue_depths": engine.depths() if engine else [],
-            "requests_per_s": round(self._rates[3], 1),
-            "updates_per_s": round(self._rates[4], 1),
-            "applied_requests": applied,
-            "updates": sum(engine.updated) if engine else 0,
-            "batches": sum(engine.batches) if engine else 0,
-            "pulls_at_once": engine.pulls_at_once if engine else 0,
-            "pushes_at_once": engine.pushes_at_once if engine else 0,
-            "staleness_histogram": self.book.histogram_labels(),
-            "refused_stale": self.book.refused,
-            "basis_ahead": self.book.ahead,
-            "received": router.received if router else 0,
-            "duplicates": router.window.duplicates if router else 0,
-            "errors": dict(router.errors) if router else {},
-            "forged": dict(self.forged),
-            "max_vectors": self.max_vectors,
-            "nonfinite": {
-                "refused": self.admission.nonfinite_refused
-                + sum(s.nonfinite_refused for s in self.shards),
-                "applied": self.admission.nonfinite_applied,
-            },
-            "loss_window": self.flusher.window(applied) if self.flusher else None,
-            "failures": (engine.failures if engine else [])[-5:],
-            "failed_after_ack": engine.failed_after_ack if engine else 0,
-            "recv": self.recv,
-            "pool_misses": self.receive_pool.misses if self.receive_pool else 0,
-            "ack": self.options.ack,
-            "node": self.options.node,
-            "replication": self.replication.status() if self.replication else None,
-            **self.fences.status(),
-            "uptime_s": round(time.monotonic() - self.started_at, 1),
-        }
+        """Counters for ``hogwild ps status`` (plain data: :meth:`ServerControl.status`)."""
+        return self.control.status()
