@@ -172,6 +172,8 @@ class Work:
         free: Called once it is applied or dropped (pool blocks go back).
         acked: Answered already (``ack = "queued"``, or by the replication): send no reply.
         settled: Counted in its shard's ``writes_done`` (a write is counted once).
+        failed: Why it failed to apply (None: it did not fail); read by the replication,
+            which answers the client after the update thread is done with it.
     """
 
     kind: ClassVar[int]
@@ -185,6 +187,7 @@ class Work:
     free: Callable[[], None] | None = None
     acked: bool = False
     settled: bool = False
+    failed: str | None = None
 
     def drop_buffers(self) -> None:
         """Let go of every buffer the work holds (it is applied, or never will be)."""

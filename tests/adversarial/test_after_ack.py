@@ -11,6 +11,12 @@
   full it refuses at once (``BUSY``), having committed nothing, and its network thread goes on
   answering; the primary drops it, re-syncs it once there is room, and both copies end equal.
 
+- A write that still fails after its acknowledgement (provoked: the shard's memory made
+  unwritable, so the update rule's kernel raises) stops its bucket: every later request for the
+  bucket is refused with ``STOPPED`` naming the failure, the stop is in the status and its
+  gauges, and the server's other buckets go on serving, whether the push failed on the network
+  thread (applied as its acknowledgement went out) or on its update thread (queued).
+
 The update thread is held busy for real (its shard's lock taken by the test, as the network
 thread takes it to apply a push itself) and the queues filled for real (their slots taken).
 """
@@ -25,11 +31,13 @@ import numpy as np
 import pytest
 from hogwild_plugins.ps import kernels
 from hogwild_plugins.ps.client import PSClient
+from hogwild_plugins.ps.connection import PSRequestError
 from hogwild_plugins.ps.etcd import EtcdProcess
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
+from hogwild.net.metrics import gauges
 from hogwild.net.ports import free_ports
 from hogwild.net.wire import Header, MsgType, job_id, pack_header, unpack_header
 from tests.adversarial.hostile import RawClient
@@ -143,3 +151,43 @@ def test_a_vector_push_of_a_layer_wider_than_the_scratch_is_applied():
             want = np.repeat(np.array([-0.5, -1.0], np.float32), wide)
             np.testing.assert_array_equal(out, want)
             assert client.status()[0]["failures"] == []
+
+
+@pytest.mark.parametrize("thread", ["network", "update"])
+def test_a_write_that_fails_after_its_acknowledgement_stops_its_bucket(thread):
+    geometry = ModelGeometry(4 * 1024)  # four shards of 1024 floats, one bucket each
+    with local_server(geometry, job="stop", shard_kib=4, threads=1, buckets=4) as server:
+        with PSClient([str(server.address)], "stop", client_id=7, timeout_s=3.0) as client:
+            client.push_deltas(np.ones(4 * 1024, np.float32))  # every shard: 1.0
+            bucket = server.layout.bucket_of(0)
+            assert {server.layout.bucket_of(s) for s in (1, 2, 3)} != {bucket}
+            server.shards[server.local[0]].values.flags.writeable = False  # the kernel raises
+            busy = server.engine.claim_idle(0) if thread == "update" else None
+            try:  # acknowledged: queued (update) or applied as the ACK goes out (network)
+                client.push_deltas(np.ones(4 * 1024, np.float32), ranges=[(0, 1024)])
+            finally:
+                if busy is not None:
+                    busy.release()
+            deadline = time.monotonic() + 30
+            while not server.stops.buckets:
+                assert time.monotonic() < deadline, "the failed write stopped nothing"
+                time.sleep(0.01)
+            with pytest.raises(PSRequestError, match=f"STOPPED.*bucket {bucket} is stopped"):
+                client.push_deltas(np.ones(4 * 1024, np.float32), ranges=[(0, 1024)])
+            with pytest.raises(PSRequestError, match="STOPPED.*failed to apply"):
+                client.pull(np.zeros(4 * 1024, np.float32), shards=[0])
+            # the other buckets serve on, and their acknowledged writes land exactly
+            others = [s for s in (1, 2, 3) if server.layout.bucket_of(s) != bucket]
+            ranges = [(1024 * s, 1024 * (s + 1)) for s in others]
+            client.push_deltas(np.ones(4 * 1024, np.float32), ranges=ranges)
+            out = np.zeros(4 * 1024, np.float32)
+            client.pull(out, shards=others)
+            for s in others:
+                np.testing.assert_array_equal(out[1024 * s : 1024 * (s + 1)], 2.0)
+            status = client.status()[0]
+            assert status["failed_after_ack"] == 1 and status["buckets_stopped"] == 1
+            assert "shard 0: PushDeltas 7:" in status["stopped_buckets"][str(bucket)]
+            assert status["errors"]["STOPPED"] == 2
+            found = {f.name: f.samples[0].value for f in gauges("ps", "ps 0", status)}
+            assert found["hogwild_ps_buckets_stopped"] == 1.0
+            assert found["hogwild_ps_failed_after_ack"] == 1.0

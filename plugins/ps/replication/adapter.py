@@ -51,6 +51,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     Campaign,
     HandOver,
     MapRead,
+    Stopped,
 )
 from hogwild_plugins.ps.replication.commit_round import (
     CommitRound,
@@ -143,6 +144,7 @@ class Replication:
         self.clock = LeaseClock()  # the membership's, once started
         self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
+        self.stopped: queue.SimpleQueue[int] = queue.SimpleQueue()  # buckets for their roles
         self.changed = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -281,6 +283,13 @@ class Replication:
             raise self.not_primary(header, shard)
         self.queue.put(Pending(header, shard, work, list(frames)))
 
+    def bucket_stopped(self, bucket: int) -> None:
+        """A write failed to apply to ``bucket`` after its acknowledgement or commit (any
+        thread): its role hears of it on the replication thread, which carries out the
+        hand-over (etcd I/O, never on an update thread)."""
+        self.stopped.put(bucket)
+        self.changed.set()
+
     def handle_peer(self, request: Incoming) -> Reply:
         """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy (the network
         thread: :class:`~hogwild_plugins.ps.replication.copy_adapter.CopyAdapter`)."""
@@ -297,6 +306,7 @@ class Replication:
                     self.changed.clear()
                     last_read = now
                     try:
+                        self._stop_buckets()
                         self._observe()
                     except HogwildError as exc:  # etcd unreachable or slow, a bad record:
                         self.etcd_errors += 1  # the lease lapses by the clock; read again
@@ -327,6 +337,18 @@ class Replication:
             except queue.Empty:
                 break
         return batch
+
+    def _stop_buckets(self) -> None:
+        """Tell the roles of the buckets stopped since the last turn (:class:`Stopped`)."""
+        while True:
+            try:
+                bucket = self.stopped.get_nowait()
+            except queue.Empty:
+                return
+            with self.lock:
+                sid = self._stimulus("stopped")
+                actions = self.roles[bucket].handle(Stopped(stimulus_id=sid))
+            self._carry_out(actions)
 
     def _observe(self) -> None:
         members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
@@ -493,6 +515,7 @@ class Replication:
                     "epoch": r.epoch,
                     "current": r.current,
                     "record_lost": r.record_lost,
+                    "stopped": r.stopped,
                     "in_sync": list(r.record.in_sync) if r.record else [],
                 }
                 for b, r in self.roles.items()

@@ -219,7 +219,10 @@ class CopyAdapter:
         for action in self._copy(applied):
             if isinstance(action, MarkRestored):
                 with self.lock:
-                    self.roles[bucket].handle(Restored(action.epoch, stimulus_id=sid))
+                    role = self.roles[bucket]
+                    role.handle(Restored(action.epoch, stimulus_id=sid))
+                    if not role.stopped:  # the primary's snapshot replaced what had failed
+                        self.server.stops.lift(bucket)
             else:
                 return self._answer(header, action)
         raise AssertionError("the copy side acknowledged no restore")

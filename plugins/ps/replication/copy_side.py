@@ -15,17 +15,18 @@ One message from a primary goes through two steps:
    (``FENCED``: the sender steps down); one of a newer epoch than this side knows asks for the
    record to be read again (:class:`RefreshRecord`) and is then gated once more
    (``refreshed``); still unknown, it is refused as ``BUSY`` (the primary retries).
-2. What it carries: :class:`PrepareArrived` holds the update as the shard's next version (a gap:
-   ``NEED_SYNC``, the primary drops this copy and sends it a snapshot); :class:`CommitArrived`
-   commits the prepared updates up to a version (:class:`ApplyCommitted`; beyond what was
-   prepared: ``NEED_SYNC``) only if the update engine has room for every one of them (its
-   ``room``, slots the adapter holds: else ``BUSY`` with nothing committed, so an acknowledged
-   commit is always applied whole and a refused one changed nothing); :class:`SnapshotArrived`
-   replaces the shard's log (:class:`ApplySnapshot`) unless it is older than what this log
-   committed from the same primary (refused, ``NEED_SYNC``: never an acknowledgement) or the
-   engine has no room for it (``BUSY``, the log untouched), and :class:`SnapshotApplied`, once
-   the values are in, acknowledges, and makes the bucket current (:class:`MarkRestored`) once
-   every shard of the bucket holds that primary's snapshot.
+2. What it carries (a ``PREPARE`` or ``COMMIT`` for a bucket stopped here, whose memory failed a
+   write, is refused ``NEED_SYNC`` until a snapshot replaces it): :class:`PrepareArrived` holds the
+   update as the shard's next version (a gap: ``NEED_SYNC``, the primary drops this copy and sends
+   it a snapshot); :class:`CommitArrived` commits the prepared updates up to a version
+   (:class:`ApplyCommitted`; beyond what was prepared: ``NEED_SYNC``) only if the update engine has
+   room for every one of them (its ``room``, slots the adapter holds: else ``BUSY`` with nothing
+   committed, so an acknowledged commit is always applied whole and a refused one changed nothing);
+   :class:`SnapshotArrived` replaces the shard's log (:class:`ApplySnapshot`) unless it is older
+   than what this log committed from the same primary (refused, ``NEED_SYNC``: never an
+   acknowledgement) or the engine has no room for it (``BUSY``, the log untouched), and
+   :class:`SnapshotApplied`, once the values are in, acknowledges, and makes the bucket current
+   (:class:`MarkRestored`) once every shard of the bucket holds that primary's snapshot.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
 committed version one by one, and its request table stays within its bounds (per client, and
@@ -243,6 +244,7 @@ class CopySide:
     ) -> None:
         self.me, self.roles, self.logs = me, roles, logs
         self.bucket_shards = bucket_shards
+        self.bucket_of = {s: b for b, shards in bucket_shards.items() for s in shards}
         self.restored: dict[int, int] = {}  # shard -> the epoch of the last snapshot applied
         self.counters = {
             "prepared": 0,
@@ -251,6 +253,7 @@ class CopySide:
             "outdated_snapshots": 0,
             "fenced": 0,
             "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
+            "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -318,7 +321,26 @@ class CopySide:
             )
         ]
 
+    def _stopped(self, shard: int, what: str) -> list:
+        """``what`` for ``shard`` refused while its bucket is stopped here (a write failed to
+        apply after its commit): the primary drops this copy and sends it a snapshot."""
+        bucket = self.bucket_of.get(shard)
+        if bucket is None or not self.roles[bucket].stopped:
+            return []
+        self.counters["stopped_refused"] += 1
+        return [
+            Refuse(
+                ErrorCode.NEED_SYNC,
+                f"server {self.me}, shard {shard}: {what} refused: bucket "
+                f"{bucket} is stopped here (a write failed to apply after its "
+                "commit); it needs a snapshot",
+            )
+        ]
+
     def _prepare(self, s: PrepareArrived) -> list:
+        stopped = self._stopped(s.shard, "PREPARE")
+        if stopped:
+            return stopped
         log = self.logs[s.shard]
         if not log.prepare(s.version, s.item):
             return [
@@ -331,6 +353,9 @@ class CopySide:
         return [Acknowledge(s.version)]
 
     def _commit(self, s: CommitArrived) -> list:
+        stopped = self._stopped(s.shard, "COMMIT")
+        if stopped:
+            return stopped
         log = self.logs[s.shard]
         if s.upto > log.last:
             return [

@@ -73,6 +73,7 @@ from hogwild_plugins.ps.serving.options import ServerOptions
 from hogwild_plugins.ps.serving.receive_pool import RECV_MODES, ReceivePool, recv_mode
 from hogwild_plugins.ps.serving.requests import NONFINITE_MODES, Admission
 from hogwild_plugins.ps.shard import ShardBook
+from hogwild_plugins.ps.stops import BucketStops
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
     Kind,
@@ -213,6 +214,8 @@ class ParameterServer:
         self._rates = (time.monotonic(), 0, 0, 0.0, 0.0)
         self.started_at = time.monotonic()
         self.forged: Counter[str] = Counter()  # replication messages refused, by sender role
+        # buckets whose acknowledged writes failed to apply here: refused (STOPPED) from then on
+        self.stops = BucketStops(options.index, self._bucket_stopped)
 
     def _build_shards(self, initial: np.ndarray | None) -> None:
         mine = (
@@ -292,6 +295,7 @@ class ParameterServer:
             if self.recv == "pool":
                 self.receive_pool = ReceivePool(self.layout.shard_floats)
                 self.receives_into_buffers = True
+            self.engine.on_failed_after_ack = self._failed_after_ack
             self.engine.start()
             if self.engine.failures:
                 raise HogwildError(f"update threads failed to start: {self.engine.failures}")
@@ -444,6 +448,8 @@ class ParameterServer:
             except ReplacedError as exc:
                 raise WireError(str(exc), ErrorCode.REPLACED) from None
         shard = self.admission.check(header)
+        if self.stops.buckets:  # a failure after an acknowledgement stopped a bucket here
+            self.stops.check(self.layout.bucket_of(shard), shard, header.type.name)
         local = self.local[shard]
         replication = self.replication
         if self.options.copies > 1:
@@ -516,6 +522,16 @@ class ParameterServer:
             self.engine.apply_claimed(work)
         finally:
             claimed.release()
+
+    def _failed_after_ack(self, shard: Shard, text: str) -> None:
+        """The engine's report of a write that failed to apply after its acknowledgement (or,
+        with copies, after its commit on the other copies): the shard's bucket stops here."""
+        self.stops.stop(self.layout.bucket_of(shard.index), f"shard {shard.index}: {text}")
+
+    def _bucket_stopped(self, bucket: int) -> None:
+        """With copies, the bucket's role is told (a primary hands the bucket to a copy)."""
+        if self.replication is not None:
+            self.replication.bucket_stopped(bucket)
 
     def tick(self, now: float) -> None:
         t0, applied0, updated0, _, _ = self._rates
@@ -601,6 +617,7 @@ class ParameterServer:
             "loss_window": self.flusher.window(applied) if self.flusher else None,
             "failures": (engine.failures if engine else [])[-5:],
             "failed_after_ack": engine.failed_after_ack if engine else 0,
+            **self.stops.status(),
             "recv": self.recv,
             "pool_misses": self.receive_pool.misses if self.receive_pool else 0,
             "ack": self.options.ack,
