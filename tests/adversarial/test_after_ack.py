@@ -11,6 +11,8 @@
   full it refuses at once (``BUSY``), having committed nothing, and its network thread goes on
   answering; the primary drops it, re-syncs it once there is room, and both copies end equal.
 
+- A copy's ``SNAPSHOT`` is answered once its values are in, from the replication thread: while
+  the restore waits on a busy update thread, the copy's network thread answers ``STATUS``.
 - A write that still fails after its acknowledgement (provoked: the shard's memory made
   unwritable, so the update rule's kernel raises) stops its bucket: every later request for the
   bucket is refused with ``STOPPED`` naming the failure, the stop is in the status and its
@@ -191,3 +193,60 @@ def test_a_write_that_fails_after_its_acknowledgement_stops_its_bucket(thread):
             found = {f.name: f.samples[0].value for f in gauges("ps", "ps 0", status)}
             assert found["hogwild_ps_buckets_stopped"] == 1.0
             assert found["hogwild_ps_failed_after_ack"] == 1.0
+
+
+def test_a_copy_answers_status_while_a_snapshot_waits_for_its_update_thread():
+    with EtcdProcess() as etcd, ExitStack() as stack:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        servers = [
+            stack.enter_context(
+                local_server(GEOMETRY, job="restore", servers=addresses, index=i, shard_kib=4,
+                             threads=1, copies=2, etcd=etcd.address, lease_s=1)
+            )
+            for i in range(2)
+        ]  # fmt: skip
+        client = stack.enter_context(
+            PSClient(addresses, "restore", client_id=4, etcd=etcd.address, timeout_s=5.0)
+        )
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = copy_and_primary(servers, 0)
+        held = []  # the copy's queues full: its next commit is refused, the primary re-syncs it
+        while (slot := copy.engine.reserve()) is not None:
+            held.append(slot)
+        busy = None
+        try:
+            client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])  # acknowledged
+            assert copy.replication.copy_side.counters["no_room"] >= 1
+            busy = copy.engine.claim_idle(copy.local[0])  # the update thread: busy from now on
+            assert busy is not None
+            for slot in held:  # room for the snapshot, which then waits for the thread
+                copy.engine.unreserve(slot)
+            held = []
+            deadline = time.monotonic() + 30
+            while not copy.replication.copy_adapter.restoring:
+                assert time.monotonic() < deadline, "no snapshot came"
+                time.sleep(0.01)
+            with RawClient(copy.address.endpoint) as raw:  # the network thread answers at once
+                raw.send([pack_header(Header(MsgType.STATUS, job=job_id("restore")))])
+                head, text = raw.reply(timeout_s=2.0)
+                assert unpack_header(head).type == MsgType.JSON
+                assert json.loads(text)["server"] == copy.options.index
+            assert copy.replication.copy_adapter.restoring  # still waiting for its values
+        finally:
+            for slot in held:
+                copy.engine.unreserve(slot)
+            if busy is not None:
+                busy.release()
+        deadline = time.monotonic() + 30
+        while (
+            not all(
+                np.array_equal(s.shards[s.local[x]].values, np.full(1024, want, np.float32))
+                for s in servers
+                for x, want in ((0, 2.0), (1, 1.0))
+            )
+            or copy.replication.copy_adapter.restoring
+        ):
+            assert time.monotonic() < deadline, "the copy was not re-synced"
+            time.sleep(0.05)
+        for s in servers:
+            assert s.status()["failures"] == [] and s.status()["failed_after_ack"] == 0

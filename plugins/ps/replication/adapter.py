@@ -144,7 +144,7 @@ class Replication:
         self.clock = LeaseClock()  # the membership's, once started
         self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
-        self.stopped: queue.SimpleQueue[int] = queue.SimpleQueue()  # buckets for their roles
+        self._stopping: queue.SimpleQueue[int] = queue.SimpleQueue()  # buckets for their roles
         self.changed = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -287,7 +287,7 @@ class Replication:
         """A write failed to apply to ``bucket`` after its acknowledgement or commit (any
         thread): its role hears of it on the replication thread, which carries out the
         hand-over (etcd I/O, never on an update thread)."""
-        self.stopped.put(bucket)
+        self._stopping.put(bucket)
         self.changed.set()
 
     def handle_peer(self, request: Incoming) -> Reply:
@@ -316,6 +316,7 @@ class Replication:
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
+                self.copy_adapter.finish_restores(self._send)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
             self._stop.set()
@@ -325,6 +326,10 @@ class Replication:
             except HogwildError:
                 pass
             raise
+
+    def _send(self, reply: Reply) -> None:
+        """A reply from the replication thread (through its own replier)."""
+        self.replier.send(reply.header, reply.frames)
 
     def _take(self, wait_s: float) -> list[Pending]:
         try:
@@ -342,7 +347,7 @@ class Replication:
         """Tell the roles of the buckets stopped since the last turn (:class:`Stopped`)."""
         while True:
             try:
-                bucket = self.stopped.get_nowait()
+                bucket = self._stopping.get_nowait()
             except queue.Empty:
                 return
             with self.lock:

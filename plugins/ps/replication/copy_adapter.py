@@ -7,12 +7,21 @@ a snapshot's frames, :mod:`~hogwild_plugins.ps.replication.frames`), feeds the
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide` one stimulus at a time, under the lock
 it shares with the replication thread, and carries out what it returns: a refreshed record read
 from etcd, work queued on the update engine, the bucket role told it was restored, the reply.
+
+The network thread never waits for an update thread: a ``COMMIT`` takes the engine's slots for
+all it commits or is refused (``BUSY``), and a ``SNAPSHOT``'s reply waits for its values to be in
+on the replication thread (:meth:`CopyAdapter.finish_restores`), which then makes the bucket
+current and answers; meanwhile the network thread answers everything else (``STATUS``
+included).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
@@ -36,7 +45,7 @@ from hogwild_plugins.ps.replication.peer_link import PEER_SENDER
 from hogwild_plugins.ps.work import Restore
 
 from hogwild.errors import HogwildError
-from hogwild.net.router import Incoming, Reply
+from hogwild.net.router import Incoming, Reply, error_reply
 from hogwild.net.wire import ErrorCode, Header, MsgType, WireError, unpack_header
 
 __all__ = ["REPLICATED_TYPES", "CopyAdapter"]
@@ -75,6 +84,8 @@ class CopyAdapter:
         self.local, self.read_record, self.changed = local, read_record, changed
         self.stimulus = stimulus
         self.layout = server.layout
+        # snapshots queued on the update engine, oldest first: their replies wait for them
+        self.restoring: deque[PendingRestore] = deque()
 
     def handle_peer(self, request: Incoming) -> Reply:
         """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: through the copy
@@ -175,7 +186,10 @@ class CopyAdapter:
                 self.local.release(slots)
         return self._answer(header, actions[-1])
 
-    def _restore(self, header: Header, shard: int, frames: list) -> Reply:
+    def _restore(self, header: Header, shard: int, frames: list) -> Reply | None:
+        """Replace the shard's log and queue the snapshot's values on its update thread; the
+        reply waits for them, off this thread (:meth:`finish_restores`): the network thread goes
+        on answering while an update thread is busy."""
         size = self.layout.shard_size(shard)
         state_size = self.server.shards[self.server.local[shard]].state.size
         snapshot = parse_snapshot(header, frames, size, state_size)
@@ -203,16 +217,44 @@ class CopyAdapter:
                 [action] = self.copy_side.handle(stimulus)
                 if not isinstance(action, Refuse):
                     self.local.apply_held([work], slots, done)
+                    # the log's version now (a commit after it, queued behind it, raises it)
+                    self.server.book.set_version(shard, header.version)
+                    self.restoring.append(
+                        PendingRestore(header, shard, work, done, time.monotonic())
+                    )
             finally:
                 self.local.release(slots)
         if isinstance(action, Refuse):
             return self._answer(header, action)
-        if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError(
-                f"shard {shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s"
+        return None  # answered by finish_restores, once the values are in
+
+    def finish_restores(self, send: Callable[[Reply], None]) -> None:
+        """Answer the snapshots whose values are in (the replication thread, every turn):
+        only then does this copy hold the state (a restore that failed, or did not apply within
+        ``LOCAL_APPLY_S``, is refused and makes nothing current). ``send`` carries a reply out."""
+        while self.restoring:
+            pending = self.restoring[0]
+            late = time.monotonic() - pending.since > LOCAL_APPLY_S
+            if not (pending.done.wait(0) or late):
+                return  # in order: a shard's restores apply in order on its thread
+            self.restoring.popleft()
+            try:
+                send(self._restored(pending, late))
+            except WireError as exc:
+                send(error_reply(pending.header, exc.code, str(exc)))
+
+    def _restored(self, pending: PendingRestore, late: bool) -> Reply:
+        header, shard = pending.header, pending.shard
+        if late:
+            raise WireError(
+                f"shard {shard}: the snapshot was not applied within {LOCAL_APPLY_S:g} s",
+                ErrorCode.BUSY,
             )
-        self.server.book.set_version(shard, header.version)
-        # only now does this copy hold the state: a restore that failed must not let it campaign
+        if pending.work.failed is not None:
+            raise WireError(
+                f"shard {shard}: the snapshot failed to apply: {pending.work.failed}",
+                ErrorCode.INTERNAL,
+            )
         bucket = self.layout.bucket_of(shard)
         sid = self.stimulus("restored")
         applied = SnapshotApplied(shard, bucket, header.version, header.aux, stimulus_id=sid)
@@ -226,3 +268,14 @@ class CopyAdapter:
             else:
                 return self._answer(header, action)
         raise AssertionError("the copy side acknowledged no restore")
+
+
+@dataclass
+class PendingRestore:
+    """A snapshot queued on an update thread, its reply waiting for it (since: when queued)."""
+
+    header: Header
+    shard: int
+    work: Restore
+    done: Countdown
+    since: float
