@@ -17,7 +17,12 @@
   unwritable, so the update rule's kernel raises) stops its bucket: every later request for the
   bucket is refused with ``STOPPED`` naming the failure, the stop is in the status and its
   gauges, and the server's other buckets go on serving, whether the push failed on the network
-  thread (applied as its acknowledgement went out) or on its update thread (queued).
+  thread (applied as its acknowledgement went out) or on its update thread (queued). With
+  copies, a primary whose own application fails after its copies committed the write never
+  acknowledges it: it stops the bucket and hands it to the copy, where the client's re-send is
+  answered with the version committed there (the write lands once); the copy, now primary,
+  re-syncs the stopped server from a snapshot once its memory can be written again, which lifts
+  the stop.
 
 The update thread is held busy for real (its shard's lock taken by the test, as the network
 thread takes it to apply a push itself) and the queues filled for real (their slots taken).
@@ -250,3 +255,40 @@ def test_a_copy_answers_status_while_a_snapshot_waits_for_its_update_thread():
             time.sleep(0.05)
         for s in servers:
             assert s.status()["failures"] == [] and s.status()["failed_after_ack"] == 0
+
+
+def test_a_primary_whose_write_fails_after_its_copies_committed_it_hands_the_bucket_over():
+    with EtcdProcess() as etcd, ExitStack() as stack:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        servers = [
+            stack.enter_context(
+                local_server(GEOMETRY, job="handover", servers=addresses, index=i, shard_kib=4,
+                             threads=1, copies=2, etcd=etcd.address, lease_s=1)
+            )
+            for i in range(2)
+        ]  # fmt: skip
+        client = stack.enter_context(
+            PSClient(addresses, "handover", client_id=9, etcd=etcd.address, timeout_s=10.0)
+        )
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = copy_and_primary(servers, 0)
+        bucket = primary.layout.bucket_of(0)
+        values = primary.shards[primary.local[0]].values
+        values.flags.writeable = False  # the primary's own application raises
+        # answered once, by the copy the bucket went to (a re-send of what it committed)
+        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])
+        assert primary.stops.stopped(bucket)
+        assert str(bucket) in primary.status()["stopped_buckets"]
+        assert copy.replication.serving(0) and not primary.replication.serving(0)
+        np.testing.assert_array_equal(copy.shards[copy.local[0]].values, 2.0)
+        out = np.zeros(N, np.float32)
+        client.pull(out)
+        np.testing.assert_array_equal(out[:1024], 2.0)
+        values.flags.writeable = True  # its memory usable again: the new primary's snapshot
+        deadline = time.monotonic() + 30  # replaces it and lifts the stop
+        while primary.stops.stopped(bucket) or not np.array_equal(values, np.full(1024, 2.0)):
+            assert time.monotonic() < deadline, primary.status()["stopped_buckets"]
+            time.sleep(0.05)
+        status = primary.status()
+        assert status["failed_after_ack"] >= 1 and status["bucket_stops"] == 1
+        assert status["buckets_stopped"] == 0
