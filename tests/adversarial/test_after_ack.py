@@ -41,6 +41,7 @@ from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.connection import PSRequestError
 from hogwild_plugins.ps.etcd import EtcdProcess
 from hogwild_plugins.ps.layout import FcLayer, ModelGeometry
+from hogwild_plugins.ps.serving.cli import format_status
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.errors import HogwildError
@@ -198,6 +199,7 @@ def test_a_write_that_fails_after_its_acknowledgement_stops_its_bucket(thread):
             found = {f.name: f.samples[0].value for f in gauges("ps", "ps 0", status)}
             assert found["hogwild_ps_buckets_stopped"] == 1.0
             assert found["hogwild_ps_failed_after_ack"] == 1.0
+            assert f"BUCKET {bucket} STOPPED" in format_status(status)  # `hogwild ps status`
 
 
 def test_a_copy_answers_status_while_a_snapshot_waits_for_its_update_thread():

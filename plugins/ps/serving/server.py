@@ -615,6 +615,8 @@ class ParameterServer:
                 "applied": self.admission.nonfinite_applied,
             },
             "loss_window": self.flusher.window(applied) if self.flusher else None,
+            "flush_failures": self.flusher.failures if self.flusher else 0,
+            "flush_failing_s": self.flusher.failing_s() if self.flusher else 0.0,
             "failures": (engine.failures if engine else [])[-5:],
             "failed_after_ack": engine.failed_after_ack if engine else 0,
             **self.stops.status(),
