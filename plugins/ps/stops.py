@@ -14,9 +14,10 @@ whole bucket (the unit of placement and replication) on this server:
 * it is in the server's status (``stopped_buckets``, with the reason, and ``buckets_stopped``,
   a Prometheus gauge) and said on stderr once;
 * with copies, the bucket's role hands the bucket to an in-sync copy (which holds every
-  acknowledged write) if it was the primary, and never campaigns for it while it is stopped; a
-  snapshot from the bucket's primary replaces the bucket's memory and lifts the stop
-  (:meth:`BucketStops.lift`).
+  acknowledged write) if it was the primary, and never campaigns for it while it is stopped;
+  a snapshot of each failed shard, queued after its failure (so applied after it, in the
+  shard's order), replaces its memory, and once none is left the stop is lifted
+  (:meth:`BucketStops.replaced`).
 
 Written by the update threads (and the network thread, for a push it applied itself), read by
 the network thread on every request: a dictionary whose single assignments and lookups are
@@ -51,19 +52,23 @@ class BucketStops:
     def __init__(self, server: int, on_stop=None) -> None:
         self.server = server
         self.on_stop = on_stop
-        self.buckets: dict[int, dict] = {}  # bucket -> {"reason", "at" (wall clock)}
+        # bucket -> {"reason", "at" (wall clock), "shards": those whose memory failed a write}
+        self.buckets: dict[int, dict] = {}
         self.stops = 0  # every stop, lifted or not
         self.lifted = 0
         self._lock = threading.Lock()  # two threads stopping one bucket: one record, one call
 
-    def stop(self, bucket: int, reason: str) -> bool:
-        """Stop ``bucket`` for ``reason``; False if it was stopped already (the first reason
-        stays: it is the failure that broke the promise)."""
+    def stop(self, bucket: int, shard: int, reason: str) -> bool:
+        """Stop ``bucket``: ``shard``'s memory failed a write, for ``reason``. False if the bucket
+        was stopped already (the shard is added; the first reason stays: it is the failure that
+        broke the promise)."""
         reason = " ".join(_ESCAPES.sub("", reason).split())[:MAX_REASON]  # one line, no colours
         with self._lock:
-            if bucket in self.buckets:
+            entry = self.buckets.get(bucket)
+            if entry is not None:
+                entry["shards"].add(shard)
                 return False
-            self.buckets[bucket] = {"reason": reason, "at": time.time()}
+            self.buckets[bucket] = {"reason": reason, "at": time.time(), "shards": {shard}}
             self.stops += 1
         print(
             f"hogwild ps: server {self.server} stopped bucket {bucket}: {reason} "
@@ -75,12 +80,22 @@ class BucketStops:
             self.on_stop(bucket)
         return True
 
-    def lift(self, bucket: int) -> bool:
-        """The bucket's memory was replaced by its primary's snapshot: serve it again. False if
-        it was not stopped."""
+    def failed(self, bucket: int, shard: int) -> bool:
+        """Whether ``shard`` of ``bucket`` failed a write (a snapshot queued now replaces it)."""
+        entry = self.buckets.get(bucket)
+        return entry is not None and shard in entry["shards"]
+
+    def replaced(self, bucket: int, shard: int) -> bool:
+        """A snapshot queued after ``shard`` failed replaced its memory. True if that lifts the
+        bucket's stop (no shard of it holds a failed write any more)."""
         with self._lock:
-            if self.buckets.pop(bucket, None) is None:
+            entry = self.buckets.get(bucket)
+            if entry is None:
                 return False
+            entry["shards"].discard(shard)
+            if entry["shards"]:
+                return False
+            del self.buckets[bucket]
             self.lifted += 1
         return True
 

@@ -79,15 +79,22 @@ def test_two_new_names_with_room_for_one_are_not_both_acknowledged():
 
 
 def copy_and_primary(servers, shard: int):
-    """The server serving ``shard`` as primary and the other one (its copy), once one serves."""
+    """The server serving ``shard`` as primary and the other one (its copy), once one serves
+    with the other in sync and its snapshots applied (a copy still being caught up is not in
+    step yet)."""
     deadline = time.monotonic() + 30
     while True:
         serving = [s for s in servers if s.replication.serving(shard)]
         if serving:
             [primary] = serving
             [copy] = [s for s in servers if s is not primary]
-            return primary, copy
-        assert time.monotonic() < deadline, "no server serves the shard"
+            role = primary.replication.roles[primary.layout.bucket_of(shard)]
+            if (
+                copy.options.index in role.record.in_sync
+                and not copy.replication.copy_adapter.restoring
+            ):
+                return primary, copy
+        assert time.monotonic() < deadline, "no server serves the shard with its copy in sync"
         time.sleep(0.05)
 
 
@@ -294,3 +301,39 @@ def test_a_primary_whose_write_fails_after_its_copies_committed_it_hands_the_buc
         status = primary.status()
         assert status["failed_after_ack"] >= 1 and status["bucket_stops"] == 1
         assert status["buckets_stopped"] == 0
+
+
+def test_a_copy_whose_committed_write_fails_is_re_synced_before_it_takes_part_again():
+    with EtcdProcess() as etcd, ExitStack() as stack:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        servers = [
+            stack.enter_context(
+                local_server(GEOMETRY, job="copyfail", servers=addresses, index=i, shard_kib=4,
+                             threads=1, copies=2, etcd=etcd.address, lease_s=1)
+            )
+            for i in range(2)
+        ]  # fmt: skip
+        client = stack.enter_context(
+            PSClient(addresses, "copyfail", client_id=8, etcd=etcd.address, timeout_s=10.0)
+        )
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = copy_and_primary(servers, 0)
+        bucket = copy.layout.bucket_of(0)
+        values = copy.shards[copy.local[0]].values
+        values.flags.writeable = False  # the copy's application of what it committed raises
+        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])  # committed, acknowledged
+        deadline = time.monotonic() + 30
+        while not copy.stops.stopped(bucket):
+            assert time.monotonic() < deadline, "the copy's failure stopped nothing"
+            time.sleep(0.01)
+        # it takes no part until re-synced: its next prepare is refused, the primary drops it
+        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])
+        assert copy.replication.copy_side.counters["stopped_refused"] >= 1
+        assert copy.status()["replication"]["roles"][str(bucket)]["stopped"]
+        values.flags.writeable = True  # its memory usable again: the primary's snapshot lands
+        deadline = time.monotonic() + 30
+        while copy.stops.stopped(bucket) or not np.array_equal(values, np.full(1024, 3.0)):
+            assert time.monotonic() < deadline, copy.status()["stopped_buckets"]
+            time.sleep(0.05)
+        np.testing.assert_array_equal(primary.shards[primary.local[0]].values, 3.0)
+        assert not copy.status()["replication"]["roles"][str(bucket)]["stopped"]

@@ -3,8 +3,9 @@ socket: a write this server acknowledged or committed failed to apply, so its me
 bucket's state. A primary hands the bucket to a caught-up in-sync copy (not only the preferred
 one), or steps down when it has none; a copy stops being current (it never campaigns) and refuses
 its primary's prepares and commits (``NEED_SYNC``: the primary drops it and sends a snapshot)
-until a snapshot has replaced its memory, which lifts the stop. Every stimulus is followed by the
-machine's ``validate_state``.
+until snapshots have replaced the shards that failed, which lifts the stop; a primary's
+snapshot makes it current only then. Every stimulus is followed by the machine's
+``validate_state``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     MapRead,
     Restored,
     Role,
+    StopLifted,
     Stopped,
 )
 from hogwild_plugins.ps.replication.copy_side import (
@@ -52,9 +54,14 @@ def test_a_stopped_primary_hands_its_bucket_to_a_caught_up_copy_and_never_takes_
     assert keys.read().primary == copies[0]
     # the stopped server never takes the bucket back while stopped
     assert step(roles[primary], MapRead, keys.read(), live(range(3)), LEASE[primary], True) == []
+    # a snapshot of the new primary's that came before the failure was known replaced nothing:
+    # restored, it is still not current
+    step(roles[primary], Restored, keys.read().epoch)
+    assert not roles[primary].current and roles[primary].stopped
+    step(roles[primary], StopLifted)  # snapshots replaced every shard that failed
     settle(roles, keys, live(range(3)))
-    # the new primary caught the stopped server up from its snapshot: current and not stopped
-    # again (and, the bucket's preferred primary, handed the bucket back)
+    # the new primary caught it up from its snapshot: current again (and, the bucket's
+    # preferred primary, it may be handed the bucket back)
     now = keys.read()
     assert roles[now.primary].serving and primary in now.in_sync
     assert roles[primary].current and not roles[primary].stopped
@@ -96,8 +103,9 @@ def test_a_stopped_copy_refuses_prepares_and_commits_until_a_snapshot_lifts_the_
 
     assert feed(PrepareArrived, shards[0], 1, (7, 1, None)) == [Acknowledge(1)]
     step(roles[me], Stopped)
-    [prepare] = feed(PrepareArrived, shards[0], 2, (7, 2, None))
-    [commit] = feed(CommitArrived, shards[0], 1, record.epoch)
+    # the server's stop (its adapter reads it for every message) refuses them at once
+    [prepare] = feed(PrepareArrived, shards[0], 2, (7, 2, None), True)
+    [commit] = feed(CommitArrived, shards[0], 1, record.epoch, None, True)
     assert prepare.code is commit.code is ErrorCode.NEED_SYNC
     assert "stopped here" in commit.message and side.counters["stopped_refused"] == 2
     assert side.logs[shards[0]].committed == 0  # nothing committed while stopped
@@ -107,6 +115,7 @@ def test_a_stopped_copy_refuses_prepares_and_commits_until_a_snapshot_lifts_the_
     feed(SnapshotApplied, shards[0], BUCKET, 4, record.epoch)
     restored, ack = feed(SnapshotApplied, shards[1], BUCKET, 4, record.epoch)
     assert restored == MarkRestored(BUCKET, record.epoch) and ack == Acknowledge(4)
+    step(roles[me], StopLifted)
     step(roles[me], Restored, record.epoch)
     assert roles[me].current and not roles[me].stopped
     assert feed(PrepareArrived, shards[0], 5, (7, 5, None)) == [Acknowledge(5)]

@@ -316,7 +316,7 @@ class Replication:
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
-                self.copy_adapter.finish_restores(self._send)
+                self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
             self._stop.set()

@@ -4,23 +4,23 @@ No I/O here (after dask's worker state machine): a :class:`BucketRole` changes o
 entry, :meth:`BucketRole.handle`, which takes a stimulus (:class:`MapRead`,
 :class:`CampaignAnswered`, :class:`InSyncWritten`, :class:`HandOverAnswered`,
 :class:`SnapshotDelivered`, :class:`CopyUnreachable`, :class:`Fenced`, :class:`Restored`,
-:class:`StepDown`, :class:`RecordRefreshed`, :class:`Stopped`; each names itself with a
-``stimulus_id``), records the transition in its :meth:`~BucketRole.story` and returns what to do
-(:class:`Campaign`, :class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`, :class:`HandOver`)
-for :mod:`~hogwild_plugins.ps.replication.adapter` to carry out against etcd and the other servers;
-what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks its invariants (a
-primary is the record's and in its ``in_sync``, only a primary has a primary's work open, only a
-server holding the bucket's state campaigns, serves or hands over; a stopped bucket is neither
-served nor campaigned for). The protocol it plays its part in is described in
+:class:`StepDown`, :class:`RecordRefreshed`, :class:`Stopped`, :class:`StopLifted`; each names
+itself with a ``stimulus_id``), records the transition in its :meth:`~BucketRole.story` and returns
+what to do (:class:`Campaign`, :class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`,
+:class:`HandOver`) for :mod:`~hogwild_plugins.ps.replication.adapter` to carry out against etcd and
+the other servers; what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks
+its invariants (a primary is the record's and in its ``in_sync``, only a primary has a primary's
+work open, only a server holding the bucket's state campaigns, serves or hands over; a stopped
+bucket is neither served nor campaigned for). The protocol it plays its part in is described in
 :mod:`~hogwild_plugins.ps.failover`.
 
 A bucket stops on a server (:class:`Stopped`, :mod:`~hogwild_plugins.ps.stops`) when a write this
 server acknowledged or committed failed to apply here: its memory no longer holds the bucket's
 acknowledged state. As primary it hands the bucket to a live in-sync copy caught up in this
 epoch (any, not only the preferred one: the copies committed the write), or, with none, steps
-down; as a copy it is no longer current (it never campaigns), and it refuses its primary's
-prepares and commits until the primary's snapshot has replaced its memory (:class:`Restored`,
-which lifts the stop).
+down; as a copy it is no longer current (it never campaigns), and its copy side refuses its
+primary's prepares and commits until snapshots have replaced the shards that failed
+(:class:`StopLifted`), after which a primary's :class:`Restored` makes it current again.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ __all__ = [
     "SnapshotDelivered",
     "StepDown",
     "Stopped",
+    "StopLifted",
     "Sync",
     "WriteInSync",
 ]
@@ -195,6 +196,12 @@ class Stopped(RoleStimulus):
 
 
 @dataclass(frozen=True)
+class StopLifted(RoleStimulus):
+    """Snapshots replaced every shard of the bucket that failed a write here: its memory is a
+    primary's again (current once that primary's :class:`Restored` says so)."""
+
+
+@dataclass(frozen=True)
 class RecordRefreshed(RoleStimulus):
     """The copy side read ``record`` again (a message of a newer epoch than it knew arrived)."""
 
@@ -294,6 +301,9 @@ class BucketRole:
                 actions = []
             case Stopped():
                 actions = self._stopped()
+            case StopLifted():
+                self.stopped = False
+                actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
         if self.record is not None and self.record.epoch > self.known_epoch:
@@ -597,8 +607,9 @@ class BucketRole:
         record = self.record
         if record is not None and epoch < record.epoch and self.me not in record.in_sync:
             return
+        if self.stopped:  # a shard's snapshot came before its failure: not the state yet
+            return
         self.current = True
-        self.stopped = False  # the snapshot replaced the memory that failed
         self.restored_epoch = max(self.restored_epoch, epoch)
 
     def _stopped(self) -> list:

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, RecordRefreshed, Restored
+from hogwild_plugins.ps.replication.bucket_role import (
+    BucketRole,
+    RecordRefreshed,
+    Restored,
+    StopLifted,
+)
 from hogwild_plugins.ps.replication.copy_side import (
     ApplyCommitted,
     CommitArrived,
@@ -164,7 +169,9 @@ class CopyAdapter:
         work.keep = frames
         item = (client.sender, client.seq, work)
         sid = self.stimulus("prepare")
-        [action] = self._copy(PrepareArrived(shard, header.version, item, stimulus_id=sid))
+        stopped = self.server.stops.stopped(self.layout.bucket_of(shard))
+        stimulus = PrepareArrived(shard, header.version, item, stopped, stimulus_id=sid)
+        [action] = self._copy(stimulus)
         return self._answer(header, action)
 
     def _commit(self, header: Header, shard: int) -> Reply:
@@ -174,7 +181,12 @@ class CopyAdapter:
             try:
                 # aux: the primary's epoch
                 stimulus = CommitArrived(
-                    shard, header.version, header.aux, room=len(slots), stimulus_id=sid
+                    shard,
+                    header.version,
+                    header.aux,
+                    room=len(slots),
+                    stopped=self.server.stops.stopped(self.layout.bucket_of(shard)),
+                    stimulus_id=sid,
                 )
                 actions = self.copy_side.handle(stimulus)
                 for action in actions[:-1]:
@@ -219,8 +231,10 @@ class CopyAdapter:
                     self.local.apply_held([work], slots, done)
                     # the log's version now (a commit after it, queued behind it, raises it)
                     self.server.book.set_version(shard, header.version)
+                    # queued after the shard failed a write: applied after it, it replaces it
+                    replaces = self.server.stops.failed(self.layout.bucket_of(shard), shard)
                     self.restoring.append(
-                        PendingRestore(header, shard, work, done, time.monotonic())
+                        PendingRestore(header, shard, work, done, time.monotonic(), replaces)
                     )
             finally:
                 self.local.release(slots)
@@ -228,16 +242,18 @@ class CopyAdapter:
             return self._answer(header, action)
         return None  # answered by finish_restores, once the values are in
 
-    def finish_restores(self, send: Callable[[Reply], None]) -> None:
+    def finish_restores(self, send: Callable[[Reply], None], stops: Callable[[], None]) -> None:
         """Answer the snapshots whose values are in (the replication thread, every turn):
         only then does this copy hold the state (a restore that failed, or did not apply within
-        ``LOCAL_APPLY_S``, is refused and makes nothing current). ``send`` carries a reply out."""
-        while self.restoring:
-            pending = self.restoring[0]
+        ``LOCAL_APPLY_S``, is refused and makes nothing current). ``send`` carries a reply out;
+        ``stops`` first tells the roles of the buckets stopped so far (a stop lifted here comes
+        after them)."""
+        stops()
+        for pending in list(self.restoring):  # (the network thread appends meanwhile)
             late = time.monotonic() - pending.since > LOCAL_APPLY_S
             if not (pending.done.wait(0) or late):
-                return  # in order: a shard's restores apply in order on its thread
-            self.restoring.popleft()
+                continue
+            self.restoring.remove(pending)
             try:
                 send(self._restored(pending, late))
             except WireError as exc:
@@ -257,14 +273,14 @@ class CopyAdapter:
             )
         bucket = self.layout.bucket_of(shard)
         sid = self.stimulus("restored")
+        if pending.replaces and self.server.stops.replaced(bucket, shard):  # no failed shard
+            with self.lock:  # left: the bucket's memory is its primaries' snapshots again
+                self.roles[bucket].handle(StopLifted(stimulus_id=sid))
         applied = SnapshotApplied(shard, bucket, header.version, header.aux, stimulus_id=sid)
         for action in self._copy(applied):
             if isinstance(action, MarkRestored):
                 with self.lock:
-                    role = self.roles[bucket]
-                    role.handle(Restored(action.epoch, stimulus_id=sid))
-                    if not role.stopped:  # the primary's snapshot replaced what had failed
-                        self.server.stops.lift(bucket)
+                    self.roles[bucket].handle(Restored(action.epoch, stimulus_id=sid))
             else:
                 return self._answer(header, action)
         raise AssertionError("the copy side acknowledged no restore")
@@ -279,3 +295,4 @@ class PendingRestore:
     work: Restore
     done: Countdown
     since: float
+    replaces: bool = False  # queued after the shard failed a write: it replaces that memory

@@ -121,17 +121,20 @@ class PrepareArrived(CopyStimulus):
     shard: int
     version: int
     item: tuple
+    stopped: bool = False  # the shard's bucket is stopped on this server (a write failed)
 
 
 @dataclass(frozen=True)
 class CommitArrived(CopyStimulus):
     """A ``COMMIT`` through the gate: ``shard``'s prepared updates up to ``upto``, committed by
-    the primary of ``epoch``; ``room``: updates the engine has slots held for (None: no limit)."""
+    the primary of ``epoch``; ``room``: updates the engine has slots held for (None: no limit);
+    ``stopped``: the shard's bucket is stopped on this server (a write failed to apply)."""
 
     shard: int
     upto: int
     epoch: int
     room: int | None = None
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -321,12 +324,12 @@ class CopySide:
             )
         ]
 
-    def _stopped(self, shard: int, what: str) -> list:
-        """``what`` for ``shard`` refused while its bucket is stopped here (a write failed to
-        apply after its commit): the primary drops this copy and sends it a snapshot."""
-        bucket = self.bucket_of.get(shard)
-        if bucket is None or not self.roles[bucket].stopped:
+    def _stopped(self, s: PrepareArrived | CommitArrived, what: str) -> list:
+        """``what`` refused while its shard's bucket is stopped here (a write failed to apply
+        after its commit): the primary drops this copy and sends it a snapshot."""
+        if not s.stopped:
             return []
+        shard, bucket = s.shard, self.bucket_of.get(s.shard)
         self.counters["stopped_refused"] += 1
         return [
             Refuse(
@@ -338,7 +341,7 @@ class CopySide:
         ]
 
     def _prepare(self, s: PrepareArrived) -> list:
-        stopped = self._stopped(s.shard, "PREPARE")
+        stopped = self._stopped(s, "PREPARE")
         if stopped:
             return stopped
         log = self.logs[s.shard]
@@ -353,7 +356,7 @@ class CopySide:
         return [Acknowledge(s.version)]
 
     def _commit(self, s: CommitArrived) -> list:
-        stopped = self._stopped(s.shard, "COMMIT")
+        stopped = self._stopped(s, "COMMIT")
         if stopped:
             return stopped
         log = self.logs[s.shard]

@@ -526,7 +526,8 @@ class ParameterServer:
     def _failed_after_ack(self, shard: Shard, text: str) -> None:
         """The engine's report of a write that failed to apply after its acknowledgement (or,
         with copies, after its commit on the other copies): the shard's bucket stops here."""
-        self.stops.stop(self.layout.bucket_of(shard.index), f"shard {shard.index}: {text}")
+        bucket = self.layout.bucket_of(shard.index)
+        self.stops.stop(bucket, shard.index, f"shard {shard.index}: {text}")
 
     def _bucket_stopped(self, bucket: int) -> None:
         """With copies, the bucket's role is told (a primary hands the bucket to a copy)."""
