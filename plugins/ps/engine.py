@@ -467,10 +467,12 @@ class UpdateEngine:
     def _fail(self, work: Work, replier, exc: Exception) -> None:
         refused = isinstance(exc, WireError)  # the request's own fault (a non-finite result)
         text = f"{type(exc).__name__}: {exc}"
-        work.failed = text
-        if not refused or work.acked:  # acknowledged already: its sender will not hear of it
+        work.failed, work.refused = text, (exc.code if refused else None)
+        if not refused or (work.acked and not work.replicated):  # its sender will not hear
             self._record_failure(text)
-        if work.acked and work.writes:
+        # a write its client was told was applied, or (with copies) that other copies apply:
+        # not a refusal with copies (every copy refuses it alike, the replication answers it)
+        if work.acked and work.writes and not (refused and work.replicated):
             self._failed_after_ack(
                 self.shards[work.local], f"{_named(work)} (version {work.version}): {text}"
             )

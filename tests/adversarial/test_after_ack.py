@@ -22,7 +22,8 @@
   acknowledges it: it stops the bucket and hands it to the copy, where the client's re-send is
   answered with the version committed there (the write lands once); the copy, now primary,
   re-syncs the stopped server from a snapshot once its memory can be written again, which lifts
-  the stop.
+  the stop. A write its applier refuses on every copy alike (a vector operation that would make
+  the parameters infinite) is that request's refusal, not a failure: nothing stops.
 
 The update thread is held busy for real (its shard's lock taken by the test, as the network
 thread takes it to apply a push itself) and the queues filled for real (their slots taken).
@@ -337,3 +338,29 @@ def test_a_copy_whose_committed_write_fails_is_re_synced_before_it_takes_part_ag
             time.sleep(0.05)
         np.testing.assert_array_equal(primary.shards[primary.local[0]].values, 3.0)
         assert not copy.status()["replication"]["roles"][str(bucket)]["stopped"]
+
+
+def test_with_copies_a_write_refused_alike_on_every_copy_is_refused_and_stops_nothing():
+    with EtcdProcess() as etcd, ExitStack() as stack:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        servers = [
+            stack.enter_context(
+                local_server(GEOMETRY, job="refuse", servers=addresses, index=i, shard_kib=4,
+                             threads=1, copies=2, etcd=etcd.address, lease_s=1)
+            )
+            for i in range(2)
+        ]  # fmt: skip
+        client = stack.enter_context(
+            PSClient(addresses, "refuse", client_id=6, etcd=etcd.address, timeout_s=10.0)
+        )
+        client.push_deltas(np.full(N, 1e30, np.float32))
+        copy_and_primary(servers, 0)
+        with pytest.raises(PSRequestError, match="BAD_VALUE"):
+            client.vector_op("scale", "params", alpha=1e30, shards=[0])  # would be infinite
+        client.push_deltas(np.full(N, 1e30, np.float32))  # the bucket goes on
+        out = np.zeros(N, np.float32)
+        client.pull(out)
+        np.testing.assert_array_equal(out, np.float32(2e30))
+        for s in servers:
+            status = s.status()
+            assert status["buckets_stopped"] == 0 and status["failed_after_ack"] == 0

@@ -128,6 +128,9 @@ class PrimaryRound:
 
     def acknowledge(self, index: int, version: int) -> None:
         p = self.batch[index]
+        if p.work.refused is not None:  # refused by its applier, here as on every copy
+            self._error(p.header, WireError(p.work.failed, ErrorCode(p.work.refused)))
+            return
         if p.work.failed is not None:  # committed on the copies, failed here: never ACKed
             r = self.replication  # here; the bucket stops and is handed to a copy, where the
             text = (  # client's re-send is answered with the version its copies committed
