@@ -33,8 +33,10 @@ Reported (one JSON line): messages sent per role and in all; crashes per role (t
 exited, or a role left a message unanswered for 10 s); peak resident memory per role against
 its bound (its resident memory once started plus the stated bounds: the replies its router keeps
 per socket, ``ps.max_vectors`` shard-sized vectors per shard, 64 MiB of request table); errors
-counted by each role (its status), and the ledger check. Targets: 0 crashes, every peak within
-its bound, an exact ledger. The full run sends 10^6 messages; ``--quick`` 4,000, for the tests.
+counted by each role (its status), writes that failed after their acknowledgement and buckets
+stopped by them (``stopped``), and the ledger check. Targets: 0 crashes, every peak within its
+bound, an exact ledger, nothing stopped. The full run sends 10^6 messages; ``--quick`` 4,000,
+for the tests.
 
 Run: ``python bench/figures/adversary.py --out bench/results/adversary.json`` (``--quick`` for a
 smoke run).
@@ -401,6 +403,8 @@ def run_ps(messages: int) -> dict:
         return row(
             found, role, int(not role.alive()), ps_bound(role, first, layout),
             final.get("errors", {}), unread_sent=unread_sent, nonfinite=final.get("nonfinite"),
+            failed_after_ack=final.get("failed_after_ack"),
+            buckets_stopped=final.get("buckets_stopped"),
             vectors_per_shard_max=max((s["vectors"] for s in final.get("shards", [])),
                                       default=None),
             ledger={"pushes": ledger.pushes, "expected": ledger.expected, "found": total,
@@ -459,6 +463,8 @@ def run_copy(messages: int) -> dict:
                 found, copy, sum(int(not r.alive()) for r in roles), ps_bound(copy, first, layout),
                 finals[1 - p].get("errors", {}), unread_sent=0,
                 copies_agree=agree and bool(versions[0]),
+                failed_after_ack=sum(f.get("failed_after_ack", 0) for f in finals),
+                buckets_stopped=sum(f.get("buckets_stopped", 0) for f in finals),
                 ledger={"pushes": ledger.pushes, "expected": ledger.expected, "found": total,
                         "exact": total == ledger.expected and agree},
             )  # fmt: skip
@@ -536,11 +542,16 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(),
     }
     record["malformed_replies"] = sum(len(r["malformed"]) for r in roles.values())
+    # no hostile message may make a server fail a write it acknowledged (it would stop a bucket)
+    record["stopped"] = sum(
+        (r.get("failed_after_ack") or 0) + (r.get("buckets_stopped") or 0) for r in roles.values()
+    )
     record["ok"] = (
         not any(record["crashes"].values())
         and record["within_bounds"]
         and record["ledger_exact"]
         and not record["malformed_replies"]
+        and not record["stopped"]
     )
     emit_record(stamp(record, __file__, argv if argv is not None else sys.argv[1:], started),
                 args.out)  # fmt: skip

@@ -96,7 +96,13 @@ _ERROR_NAMES = {int(c): c.name for c in ErrorCode}
 
 # Refusals a retry of the same request may find otherwise: not remembered as its answer.
 RETRY_AFRESH = frozenset(
-    {ErrorCode.BUSY, ErrorCode.NOT_PRIMARY, ErrorCode.FENCED, ErrorCode.NEED_SYNC}
+    {
+        ErrorCode.BUSY,
+        ErrorCode.NOT_PRIMARY,
+        ErrorCode.FENCED,
+        ErrorCode.NEED_SYNC,
+        ErrorCode.STOPPED,
+    }
 )
 
 

@@ -161,6 +161,7 @@ class ErrorCode(IntEnum):
     FENCED = 14  # replication: an older epoch or lease than the bucket's: the sender steps down
     NEED_SYNC = 15  # replication: a copy missed an update: it needs a snapshot
     REPLACED = 16  # the sender's replica incarnation was replaced by the driver: it must stop
+    STOPPED = 17  # the shard's bucket stopped here: a write it acknowledged failed to apply
 
 
 class WireError(HogwildError, ValueError):

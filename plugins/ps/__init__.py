@@ -17,7 +17,8 @@ Its packages import one another in one direction, from the top:
   committed and prepared updates), ``failover`` (bucket records, placement, the lease clock),
   ``kernels`` (numba update rules and vector operations), ``work`` (shards and the kinds of work
   on them), ``appliers`` (one per kind), ``engine`` (update threads and their lock-free queues),
-  ``storage`` (LMDB write-back persistence), ``checks`` (a request's fields against the layout),
+  ``storage`` (LMDB write-back persistence), ``stops`` (buckets a server stopped because a write
+  failed to apply after its acknowledgement), ``checks`` (a request's fields against the layout),
   ``client`` (:class:`~hogwild_plugins.ps.client.PSClient`) over ``connection`` (handshake,
   routing, exchange) and ``routing`` (the re-routing decisions, no I/O), ``etcd`` (the client of
   the controller holding the bucket map and primary leases), ``etcd_process`` (an etcd server,

@@ -86,6 +86,12 @@ def _get(q):
     return value if ok else -1
 
 
+def _named(work: Work) -> str:
+    """A write as a failure names it: its kind, its client's sender and sequence number."""
+    h = work.header
+    return f"{type(work).__name__} {h.sender}:{h.seq}" if h is not None else type(work).__name__
+
+
 class UpdateEngine:
     """The update threads of one server and their queues.
 
@@ -143,6 +149,8 @@ class UpdateEngine:
         # writes acknowledged (queued) that then failed to apply: each is a bug, and the shard
         # no longer holds what its clients were told (in the status: ``failed_after_ack``)
         self.failed_after_ack = 0
+        # told of each such failure (the shard, what failed): the server stops its bucket
+        self.on_failed_after_ack: Callable[[Shard, str], None] | None = None
         self._scratches: list[np.ndarray | None] = [None] * self.n_threads
         self.scratch_floats = max(kernels.SCRATCH_FLOATS, scratch_floats)
 
@@ -251,10 +259,10 @@ class UpdateEngine:
         try:
             self._apply_deltas(shard.thread, shard, [work], None)
         except BaseException as exc:
-            h = work.header
-            push = f"push {h.sender}:{h.seq} to shard {h.target}" if h is not None else "a push"
-            self._record_failure(f"{push} (version {work.version}): {type(exc).__name__}: {exc}")
-            self.failed_after_ack += 1  # acknowledged (queued) or answered by the caller
+            text = f"{_named(work)} (version {work.version}): {type(exc).__name__}: {exc}"
+            work.failed = text
+            self._record_failure(text)
+            self._failed_after_ack(shard, text)  # acknowledged (queued) or answered by the caller
             if not work.settled:  # the version was given out: keep the counts aligned
                 shard.applied += 1
                 self._settle(shard, work)
@@ -377,17 +385,30 @@ class UpdateEngine:
                 run.append(work)
                 continue
             if run:
-                self._apply_deltas(t, shard, run, replier)
+                self._apply_run(t, shard, run, replier)
                 run = []
             try:
                 self._apply_one(t, shard, work, replier)
             except Exception as exc:  # noqa: BLE001 - answer, count, keep serving
-                if work.version:
-                    shard.applied += 1  # the version was given out: keep the count aligned
-                self._settle(shard, work)
-                self._fail(work, replier, exc)
+                self._failed(shard, work, replier, exc)
         if run:
+            self._apply_run(t, shard, run, replier)
+
+    def _apply_run(self, t: int, shard: Shard, run: list[PushDeltas], replier) -> None:
+        """:meth:`_apply_deltas` on an update thread: a run that fails is failed push by push
+        (each answered or counted after its acknowledgement), and the thread goes on."""
+        try:
             self._apply_deltas(t, shard, run, replier)
+        except Exception as exc:  # noqa: BLE001 - answer, count, keep serving
+            for work in run:
+                if not work.settled:
+                    self._failed(shard, work, replier, exc)
+
+    def _failed(self, shard: Shard, work: Work, replier, exc: Exception) -> None:
+        if work.version:
+            shard.applied += 1  # the version was given out: keep the count aligned
+        self._settle(shard, work)
+        self._fail(work, replier, exc)
 
     def _apply_deltas(self, t: int, shard: Shard, run: list[PushDeltas], replier) -> None:
         apply_delta_run(self.rule, shard, run, self.tallies[t])
@@ -436,13 +457,27 @@ class UpdateEngine:
         self.failures.append(text)
         del self.failures[:-20]  # the latest
 
+    def _failed_after_ack(self, shard: Shard, text: str) -> None:
+        """A write acknowledged (or, with copies, committed elsewhere) failed to apply: counted,
+        and the server told (it stops the shard's bucket)."""
+        self.failed_after_ack += 1
+        if self.on_failed_after_ack is not None:
+            self.on_failed_after_ack(shard, text)
+
     def _fail(self, work: Work, replier, exc: Exception) -> None:
         refused = isinstance(exc, WireError)  # the request's own fault (a non-finite result)
-        if not refused or work.acked:  # acknowledged already: its sender will not hear of it
-            self._record_failure(f"{type(exc).__name__}: {exc}")
-        if work.acked and work.writes:
-            self.failed_after_ack += 1
-        if replier is not None and work.header is not None:
+        text = f"{type(exc).__name__}: {exc}"
+        work.failed, work.refused = text, (exc.code if refused else None)
+        if not refused or (work.acked and not work.replicated):  # its sender will not hear
+            self._record_failure(text)
+        # a write its client was told was applied, or (with copies) that other copies apply:
+        # not a refusal with copies (every copy refuses it alike, the replication answers it)
+        if work.acked and work.writes and not (refused and work.replicated):
+            self._failed_after_ack(
+                self.shards[work.local], f"{_named(work)} (version {work.version}): {text}"
+            )
+        # answered already (ack = "queued"), or the replication answers (from ``failed``)
+        if replier is not None and work.header is not None and not work.acked:
             from hogwild.net.router import error_reply
 
             code = exc.code if refused else ErrorCode.INTERNAL

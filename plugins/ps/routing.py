@@ -57,8 +57,9 @@ PING_TIMEOUT_S = 0.3  # how long a silent primary has to answer a ping
 LEASE_MARGIN_S = 1.0  # beyond a lease: etcd's expiry round
 STORY_LENGTH = 256
 
-RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED})
-"""Refusals that say "not here": the server lives, the bucket is served elsewhere."""
+RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED, ErrorCode.STOPPED})
+"""Refusals that say "not here": the server lives, the bucket is served elsewhere (a bucket
+stopped on its primary is handed to a copy)."""
 
 
 class Outcome(IntEnum):

@@ -8,6 +8,15 @@ meantime, it costs one write, and a round is on disk entirely or not at all. A s
 on the same store recovers every shard at the version of its last flush; what came after is the
 loss window, reported in the status (seconds and updates since the last flush).
 
+A round that fails (the disk full, the store's file gone bad) changes nothing on disk: the store
+keeps its last round whole, and LMDB writes again once there is room. The server serves on (its
+memory holds every acknowledged update) while the failure is a recorded state: the error, the
+failures counted and how long flushes have failed, in the status and its gauges
+(``flush_failures``, ``flush_failing_s``), said on stderr when the streak begins and ends, and
+the loss window grows meanwhile. What relies on a flush stops: a shard's flushed version is not
+advanced, the next round writes every shard, and a final flush that fails makes ``hogwild ps
+serve`` exit 1 saying so.
+
 Store layout (one LMDB environment, ``DIR/data.mdb``):
 
 * ``b"header"``: JSON ``{"kind": "hogwild-ps-store", "format": 1, "job", "n_params",
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -197,7 +207,9 @@ class Flusher:
         self.flushed_versions: dict[int, int] = {}
         self.last_bytes = 0
         self.last_seconds = 0.0
-        self.error: str | None = None
+        self.error: str | None = None  # the last round's failure (None: it was written)
+        self.failures = 0  # rounds that failed, ever
+        self.failing_since: float | None = None  # the first failure of the present streak
         self._full = False
 
     def start(self, applied_updates: int = 0) -> None:
@@ -210,19 +222,28 @@ class Flusher:
             self.flush()
 
     def flush(self) -> bool:
-        """One round now; False if it failed (the error is kept for the status)."""
+        """One round now; False if it failed. A failure is recorded (the error, the count, since
+        when flushes fail: the status shows them), said on stderr at the start of a streak and
+        when it ends, and the next round writes every shard; the store keeps its last round
+        whole (one transaction), and the thread goes on trying every ``interval_s``."""
         with self._lock:
             started = time.monotonic()
-            round_ = self._snapshot(self._full)
-            if round_ is None:
-                self.error = "an update thread did not hand over its shards in time"
-                return False
             try:
+                round_ = self._snapshot(self._full)
+                if round_ is None:
+                    raise StoreError("an update thread did not hand over its shards in time")
                 self.last_bytes = self.store.write(round_.items)
-            except StoreError as exc:
-                self.error, self._full = str(exc), True  # the next round writes every shard
+            except Exception as exc:  # noqa: BLE001 - a disk full, a bug: recorded, retried
+                self._failed(started, exc)
                 return False
-            self._full, self.error = False, None
+            if self.failing_since is not None:
+                print(
+                    f"hogwild ps: flushes to {self.store.file} written again after "
+                    f"{started - self.failing_since:.1f} s of failures",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self._full, self.error, self.failing_since = False, None, None
             self.flushes += 1
             self.last_flush = started
             self.flushed_updates = round_.applied_updates
@@ -230,6 +251,25 @@ class Flusher:
                 self.flushed_versions[shard] = version
             self.last_seconds = time.monotonic() - started
             return True
+
+    def _failed(self, started: float, exc: Exception) -> None:
+        self.error = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+        self.failures += 1
+        self._full = True  # the next round writes every shard
+        if self.failing_since is None:
+            self.failing_since = started
+            print(
+                f"hogwild ps: a flush to {self.store.file} failed ({self.error}); serving on, "
+                "the loss window grows until a flush succeeds (`hogwild ps status`)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def failing_s(self) -> float:
+        """Seconds since flushes began to fail (0: the last round was written)."""
+        if self.failing_since is None:
+            return 0.0
+        return round(time.monotonic() - self.failing_since, 3)
 
     def stop(self, final: bool = True) -> bool:
         """Stop the thread; then a final flush (``final``). True if that flush succeeded."""
@@ -247,4 +287,6 @@ class Flusher:
             "last_flush_bytes": self.last_bytes,
             "last_flush_s": round(self.last_seconds, 4),
             "error": self.error,
+            "failures": self.failures,
+            "failing_s": self.failing_s(),
         }

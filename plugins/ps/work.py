@@ -171,7 +171,13 @@ class Work:
         keep: The request's frames, kept alive until the work is applied.
         free: Called once it is applied or dropped (pool blocks go back).
         acked: Answered already (``ack = "queued"``, or by the replication): send no reply.
+        replicated: The replication answers it (it has told nobody yet): a refusal by its
+            applier is the request's own fault, refused alike on every copy.
         settled: Counted in its shard's ``writes_done`` (a write is counted once).
+        failed: Why it failed to apply (None: it did not fail); read by the replication,
+            which answers the client after the update thread is done with it.
+        refused: The code of its applier's refusal (the request's own fault: the shard is as
+            it was); None for a failure that is not a refusal (a bug).
     """
 
     kind: ClassVar[int]
@@ -184,7 +190,10 @@ class Work:
     keep: object = None
     free: Callable[[], None] | None = None
     acked: bool = False
+    replicated: bool = False
     settled: bool = False
+    failed: str | None = None
+    refused: int | None = None
 
     def drop_buffers(self) -> None:
         """Let go of every buffer the work holds (it is applied, or never will be)."""

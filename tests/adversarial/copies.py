@@ -24,9 +24,11 @@ SERVING_WITHIN_S = 30.0  # a bucket's first primary elected (etcd, a one-second 
 
 
 @contextmanager
-def two_copies(job: str, keys: str | None = None) -> Iterator[tuple[list, PSClient]]:
-    """The two servers (in index order) and a client of them (``client_id`` 3), under the
-    job's CURVE ``keys`` where given."""
+def two_copies(
+    job: str, keys: str | None = None, client_id: int = 3, timeout_s: float = 5.0
+) -> Iterator[tuple[list, PSClient]]:
+    """The two servers (in index order) and a client of them, under the job's CURVE ``keys``
+    where given."""
     with EtcdProcess() as etcd, ExitStack() as stack:
         addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
         servers = [
@@ -47,18 +49,33 @@ def two_copies(job: str, keys: str | None = None) -> Iterator[tuple[list, PSClie
             for i in range(2)
         ]
         client = stack.enter_context(
-            PSClient(addresses, job, client_id=3, etcd=etcd.address, keys=keys, timeout_s=5.0)
+            PSClient(
+                addresses,
+                job,
+                client_id=client_id,
+                etcd=etcd.address,
+                keys=keys,
+                timeout_s=timeout_s,
+            )  # fmt: skip
         )
         yield servers, client
 
 
 def primary_and_copy(servers: list, shard: int) -> tuple:
-    """The server serving ``shard`` as its primary, and the other one (its copy)."""
+    """The server serving ``shard`` as its primary, and the other one (its copy), once one serves
+    with the other in sync and its snapshots applied (a copy still being caught up is not in step
+    yet)."""
     deadline = time.monotonic() + SERVING_WITHIN_S
     while True:
         serving = [s for s in servers if s.replication.serving(shard)]
         if serving:
             [primary] = serving
-            return primary, next(s for s in servers if s is not primary)
-        assert time.monotonic() < deadline, "no server serves the shard"
+            [copy] = [s for s in servers if s is not primary]
+            role = primary.replication.roles[primary.layout.bucket_of(shard)]
+            if (
+                copy.options.index in role.record.in_sync
+                and not copy.replication.copy_adapter.restoring
+            ):
+                return primary, copy
+        assert time.monotonic() < deadline, "no server serves the shard with its copy in sync"
         time.sleep(0.05)

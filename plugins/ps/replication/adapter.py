@@ -53,6 +53,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     HandOver,
     MapRead,
     Role,
+    Stopped,
 )
 from hogwild_plugins.ps.replication.commit_round import (
     CommitRound,
@@ -145,6 +146,7 @@ class Replication:
         self.clock = LeaseClock()  # the membership's, once started
         self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
+        self._stopping: queue.SimpleQueue[int] = queue.SimpleQueue()  # buckets for their roles
         self.changed = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -286,6 +288,13 @@ class Replication:
             raise self.not_primary(header, shard)
         self.queue.put(Pending(header, shard, work, list(frames)))
 
+    def bucket_stopped(self, bucket: int) -> None:
+        """A write failed to apply to ``bucket`` after its acknowledgement or commit (any
+        thread): its role hears of it on the replication thread, which carries out the
+        hand-over (etcd I/O, never on an update thread)."""
+        self._stopping.put(bucket)
+        self.changed.set()
+
     def handle_peer(self, request: Incoming) -> Reply:
         """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy (the network
         thread: :class:`~hogwild_plugins.ps.replication.copy_adapter.CopyAdapter`)."""
@@ -302,6 +311,7 @@ class Replication:
                     self.changed.clear()
                     last_read = now
                     try:
+                        self._stop_buckets()
                         self._observe()
                     except HogwildError as exc:  # etcd unreachable or slow, a bad record:
                         self.etcd_errors += 1  # the lease lapses by the clock; read again
@@ -311,6 +321,7 @@ class Replication:
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
+                self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
             self._stop.set()
@@ -320,6 +331,10 @@ class Replication:
             except HogwildError:
                 pass
             raise
+
+    def _send(self, reply: Reply) -> None:
+        """A reply from the replication thread (through its own replier)."""
+        self.replier.send(reply.header, reply.frames)
 
     def _take(self, wait_s: float) -> list[Pending]:
         try:
@@ -332,6 +347,18 @@ class Replication:
             except queue.Empty:
                 break
         return batch
+
+    def _stop_buckets(self) -> None:
+        """Tell the roles of the buckets stopped since the last turn (:class:`Stopped`)."""
+        while True:
+            try:
+                bucket = self._stopping.get_nowait()
+            except queue.Empty:
+                return
+            with self.lock:
+                sid = self._stimulus("stopped")
+                actions = self.roles[bucket].handle(Stopped(stimulus_id=sid))
+            self._carry_out(actions)
 
     def _observe(self) -> None:
         members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
@@ -532,6 +559,7 @@ class Replication:
                     "epoch": r.epoch,
                     "current": r.current,
                     "record_lost": r.record_lost,
+                    "stopped": r.stopped,
                     "in_sync": list(r.record.in_sync) if r.record else [],
                 }
                 for b, r in self.roles.items()

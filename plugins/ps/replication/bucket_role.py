@@ -1,17 +1,26 @@
 """One server's part in one bucket of the replicated parameter server: a state machine.
 
-No I/O here (after dask's worker state machine): a :class:`BucketRole` changes only through its
-one entry, :meth:`BucketRole.handle`, which takes a stimulus (:class:`MapRead`,
+No I/O here (after dask's worker state machine): a :class:`BucketRole` changes only through its one
+entry, :meth:`BucketRole.handle`, which takes a stimulus (:class:`MapRead`,
 :class:`CampaignAnswered`, :class:`InSyncWritten`, :class:`HandOverAnswered`,
 :class:`SnapshotDelivered`, :class:`CopyUnreachable`, :class:`Fenced`, :class:`Restored`,
-:class:`StepDown`, :class:`RecordRefreshed`; each names itself with a ``stimulus_id``), records
-the transition in its :meth:`~BucketRole.story` and returns what to do (:class:`Campaign`,
-:class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`, :class:`HandOver`) for
-:mod:`~hogwild_plugins.ps.replication.adapter` to carry out against etcd and the other servers;
-what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks its invariants
-(a primary is the record's and in its ``in_sync``, only a primary has a primary's work open, only
-a server holding the bucket's state campaigns, serves or hands over). The protocol it plays its
-part in is described in :mod:`~hogwild_plugins.ps.failover`.
+:class:`StepDown`, :class:`RecordRefreshed`, :class:`Stopped`, :class:`StopLifted`; each names
+itself with a ``stimulus_id``), records the transition in its :meth:`~BucketRole.story` and returns
+what to do (:class:`Campaign`, :class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`,
+:class:`HandOver`) for :mod:`~hogwild_plugins.ps.replication.adapter` to carry out against etcd and
+the other servers; what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks
+its invariants (a primary is the record's and in its ``in_sync``, only a primary has a primary's
+work open, only a server holding the bucket's state campaigns, serves or hands over; a stopped
+bucket is neither served nor campaigned for). The protocol it plays its part in is described in
+:mod:`~hogwild_plugins.ps.failover`.
+
+A bucket stops on a server (:class:`Stopped`, :mod:`~hogwild_plugins.ps.stops`) when a write this
+server acknowledged or committed failed to apply here: its memory no longer holds the bucket's
+acknowledged state. As primary it hands the bucket to a live in-sync copy caught up in this
+epoch (any, not only the preferred one: the copies committed the write), or, with none, steps
+down; as a copy it is no longer current (it never campaigns), and its copy side refuses its
+primary's prepares and commits until snapshots have replaced the shards that failed
+(:class:`StopLifted`), after which a primary's :class:`Restored` makes it current again.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ __all__ = [
     "RoleStimulus",
     "SnapshotDelivered",
     "StepDown",
+    "Stopped",
+    "StopLifted",
     "Sync",
     "WriteInSync",
 ]
@@ -180,6 +191,17 @@ class StepDown(RoleStimulus):
 
 
 @dataclass(frozen=True)
+class Stopped(RoleStimulus):
+    """A write this server acknowledged or committed failed to apply to the bucket here."""
+
+
+@dataclass(frozen=True)
+class StopLifted(RoleStimulus):
+    """Snapshots replaced every shard of the bucket that failed a write here: its memory is a
+    primary's again (current once that primary's :class:`Restored` says so)."""
+
+
+@dataclass(frozen=True)
 class RecordRefreshed(RoleStimulus):
     """The copy side read ``record`` again (a message of a newer epoch than it knew arrived)."""
 
@@ -230,6 +252,9 @@ class BucketRole:
     # another driver of the same job): the bucket is never started afresh over it
     known_epoch: int = 0
     record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
+    # a write applied here failed after it was acknowledged or committed: this side's memory is
+    # not the bucket's state until a primary's snapshot replaces it (:class:`Stopped`)
+    stopped: bool = False
     copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
     confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
     syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
@@ -274,6 +299,11 @@ class BucketRole:
             case RecordRefreshed():
                 self._refreshed(stimulus.record)
                 actions = []
+            case Stopped():
+                actions = self._stopped()
+            case StopLifted():
+                self.stopped = False
+                actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
         if self.record is not None and self.record.epoch > self.known_epoch:
@@ -315,6 +345,9 @@ class BucketRole:
             check(self.me not in self.syncing | self.dropping, "primary syncing or dropping itself")
         if self.role in (Role.PRIMARY, Role.CANDIDATE, Role.HANDING):
             check(self.current, "{role.value} without the bucket's state")
+        if self.stopped:
+            check(self.role not in (Role.PRIMARY, Role.CANDIDATE), "stopped, as {role.value}")
+            check(self.role is Role.HANDING or not self.current, "stopped, and current")
 
     @property
     def serving(self) -> bool:
@@ -474,6 +507,9 @@ class BucketRole:
         successor = self.successor()
         if successor is None:
             return []
+        return self._hand_to(successor)
+
+    def _hand_to(self, successor: int) -> list:
         self.role = Role.HANDING  # serves nothing from now on: no acknowledgement after this
         record = self.record
         in_sync = (successor, *(s for s in record.in_sync if s != successor))
@@ -489,6 +525,8 @@ class BucketRole:
             return []
         self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
+        if self.stopped:
+            self.current = False  # handed for want of the state: never take it back
         if record is not None and (self.record is None or record.revision >= self.record.revision):
             self.record = record
         return []
@@ -569,8 +607,43 @@ class BucketRole:
         record = self.record
         if record is not None and epoch < record.epoch and self.me not in record.in_sync:
             return
+        if self.stopped:  # a shard's snapshot came before its failure: not the state yet
+            return
         self.current = True
         self.restored_epoch = max(self.restored_epoch, epoch)
+
+    def _stopped(self) -> list:
+        """A write failed to apply here after it was acknowledged or committed (see the module
+        docstring): as primary, hand the bucket to a caught-up in-sync copy, or step down; as
+        anything else, no longer current."""
+        if self.stopped:
+            return []
+        self.stopped = True
+        if self.role is Role.PRIMARY:
+            successor = self._any_successor()
+            if successor is not None:
+                return self._hand_to(successor)
+            self._step_down(None)
+        elif self.role is Role.CANDIDATE:
+            self.role = Role.DEPOSED  # its campaign's answer decides nothing any more
+        if self.role is not Role.HANDING:
+            self.current = False
+        return []
+
+    def _any_successor(self) -> int | None:
+        """As primary, a live in-sync copy caught up in this epoch under its present lease (the
+        lowest-numbered), or None."""
+        for s in sorted(self.record.in_sync):
+            lease = self.members.get(s)
+            if (
+                s != self.me
+                and s in self.confirmed
+                and s not in self.dropping
+                and lease is not None
+                and self.copy_leases.get(s) == lease
+            ):
+                return s
+        return None
 
     def _refreshed(self, record: BucketRecord) -> None:
         """A primary's record changes through its own reads only (it may be deposed); a record

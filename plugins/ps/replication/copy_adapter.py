@@ -16,18 +16,33 @@ finishes the message and answers it through its own replier; the network thread 
 answering pulls, ``STATUS`` and the rest meanwhile. Messages from primaries that arrive while
 any wait there queue behind them (at most ``MAX_DEFERRED``; beyond, ``BUSY``), so a copy still
 takes each primary's messages in the order they came.
+
+The network thread never waits for an update thread either: a ``COMMIT`` takes the engine's slots
+for all it commits or is refused (``BUSY``), and a ``SNAPSHOT``'s flow pauses once its values are
+queued (the log already replaced); the replication thread resumes it every turn
+(:meth:`CopyAdapter.finish_restores`) and, once the values are in, makes the bucket current and
+answers. A snapshot queued after the shard failed a write (its bucket stopped here) lifts the
+stop once it is in (:class:`~hogwild_plugins.ps.replication.bucket_role.StopLifted`, before the
+primary's ``Restored``).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, RecordRefreshed, Restored
+from hogwild_plugins.ps.replication.bucket_role import (
+    BucketRole,
+    RecordRefreshed,
+    Restored,
+    StopLifted,
+)
 from hogwild_plugins.ps.replication.copy_side import ApplyCommitted, CopySide, CopyStimulus, Refuse
 from hogwild_plugins.ps.replication.executor import receive
 from hogwild_plugins.ps.replication.frames import parse_snapshot
@@ -46,6 +61,7 @@ REPLICATED_TYPES = frozenset(
 )
 MAX_DEFERRED = 1024  # primaries' messages waiting for the refresher; beyond: answered BUSY
 _STOP = object()
+RESTORING = "wait for the snapshot's values"  # the flow pauses here: finish_restores resumes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +118,8 @@ class CopyAdapter:
         self._count = threading.Lock()
         self._thread: threading.Thread | None = None
         self.deferred = 0  # messages the network thread handed to the refresher (status)
+        # snapshots queued on the update engine, oldest first: their flows wait for them
+        self.restoring: deque[tuple[PeerMessage, Iterator[str]]] = deque()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -144,9 +162,12 @@ class CopyAdapter:
             return self._defer(message, None)
         steps = receive(message, self)
         try:
-            next(steps)
+            pause = next(steps)
         except StopIteration as end:
             return self._answer(header, end.value)
+        if pause is RESTORING:
+            self.restoring.append((message, steps))  # answered by finish_restores
+            return None
         return self._defer(message, steps)  # it would read etcd here: the refresher goes on
 
     def _defer(self, message: PeerMessage, steps: Iterator[str] | None) -> None:
@@ -180,26 +201,51 @@ class CopyAdapter:
                 finally:
                     with self._count:
                         self._waiting -= 1
-                replier.send(reply.header, reply.frames)
+                if reply is not None:  # None: a snapshot's, answered by finish_restores
+                    replier.send(reply.header, reply.frames)
         finally:
             replier.close()
 
-    def _finish(self, message: PeerMessage, steps: Iterator[str] | None) -> Reply:
-        """Run the executor for ``message`` to its answer (here it may wait on etcd)."""
+    def _finish(self, message: PeerMessage, steps: Iterator[str] | None) -> Reply | None:
+        """Run the executor for ``message`` to its answer (here it may wait on etcd); None when
+        it pauses for a snapshot's values (:meth:`finish_restores` answers it)."""
         header = message.header
         try:
             steps = steps if steps is not None else receive(message, self)
             while True:
                 try:
-                    next(steps)
+                    pause = next(steps)
                 except StopIteration as end:
                     return self._answer(header, end.value)
+                if pause is RESTORING:
+                    self.restoring.append((message, steps))
+                    return None
         except WireError as exc:
             return error_reply(header, exc.code, str(exc))
         except EtcdUnavailable as exc:
             return error_reply(header, ErrorCode.BUSY, f"the bucket's record is unknown: {exc}")
         except Exception as exc:  # noqa: BLE001 - a bug must not end the thread: reported
             return error_reply(header, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ replication thread
+
+    def finish_restores(self, send: Callable[[Reply], None], stops: Callable[[], None]) -> None:
+        """Resume the snapshots' flows whose values are in, or that waited ``LOCAL_APPLY_S``
+        (the replication thread, every turn), and ``send`` their answers. ``stops`` first tells
+        the roles of the buckets stopped so far (a stop lifted here comes after them)."""
+        stops()
+        for item in list(self.restoring):  # (the network thread appends meanwhile)
+            message, steps = item
+            try:
+                if next(steps) is RESTORING:
+                    continue  # the values are not in yet
+                raise AssertionError("a snapshot's flow paused for something else")
+            except StopIteration as end:
+                reply = self._answer(message.header, end.value)
+            except WireError as exc:
+                reply = error_reply(message.header, exc.code, str(exc))
+            self.restoring.remove(item)
+            send(reply)
 
     # ------------------------------------------------------------------ the executor's effects
     # (executor.receive: the simulator's SimServer is the other host)
@@ -276,17 +322,49 @@ class CopyAdapter:
         )
         return tuple(snapshot.table), work
 
-    def apply_snapshot(self, message: PeerMessage, work: Restore, held: list[int]) -> Countdown:
+    def stopped(self, shard: int) -> bool:
+        return self.server.stops.stopped(self.layout.bucket_of(shard))
+
+    def apply_snapshot(
+        self, message: PeerMessage, work: Restore, held: list[int]
+    ) -> PendingRestore:
         done = Countdown(1)
         self.local.apply_held([work], held, done)
-        return done
+        shard = message.shard
+        # the log's version now (a commit after it, queued behind it, raises it)
+        self.server.book.set_version(shard, message.version)
+        # queued after the shard failed a write: applied after it, it replaces that memory
+        replaces = self.server.stops.failed(self.layout.bucket_of(shard), shard)
+        return PendingRestore(work, done, time.monotonic(), replaces)
 
-    def await_snapshot(self, message: PeerMessage, done: Countdown) -> None:
-        if not done.wait(LOCAL_APPLY_S):
-            raise HogwildError(
-                f"shard {message.shard}: the snapshot not applied within {LOCAL_APPLY_S:g} s"
+    def await_snapshot(self, message: PeerMessage, pending: PendingRestore) -> Iterator[str]:
+        shard = message.shard
+        while not pending.done.wait(0):
+            if time.monotonic() - pending.since > LOCAL_APPLY_S:
+                raise WireError(
+                    f"shard {shard}: the snapshot was not applied within {LOCAL_APPLY_S:g} s",
+                    ErrorCode.BUSY,
+                )
+            yield RESTORING
+        if pending.work.failed is not None:
+            raise WireError(
+                f"shard {shard}: the snapshot failed to apply: {pending.work.failed}",
+                ErrorCode.INTERNAL,
             )
-        self.server.book.set_version(message.shard, message.version)
+        bucket = self.layout.bucket_of(shard)
+        if pending.replaces and self.server.stops.replaced(bucket, shard):  # no failed shard
+            with self._lock:  # left: the bucket's memory is its primaries' snapshots again
+                self.roles[bucket].handle(StopLifted(stimulus_id=self.stimulus("stop lifted")))
 
     def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
         self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))
+
+
+@dataclass
+class PendingRestore:
+    """A snapshot queued on an update thread (since: when queued), its flow waiting for it."""
+
+    work: Restore
+    done: Countdown
+    since: float
+    replaces: bool = False  # queued after the shard failed a write: it replaces that memory

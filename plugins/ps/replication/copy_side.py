@@ -15,21 +15,23 @@ One message from a primary goes through two steps:
    (``FENCED``: the sender steps down); one of a newer epoch than this side knows asks for the
    record to be read again (:class:`RefreshRecord`) and is then gated once more
    (``refreshed``); still unknown, it is refused as ``BUSY`` (the primary retries).
-2. What it carries: :class:`PrepareArrived` holds the update as the shard's next version (a gap:
-   ``NEED_SYNC``, the primary drops this copy and sends it a snapshot); :class:`CommitArrived`
-   commits the prepared updates up to a version (:class:`ApplyCommitted`; beyond what was
-   prepared: ``NEED_SYNC``) only if the update engine has room for every one of them (its
-   ``room``, slots the adapter holds: else ``BUSY`` with nothing committed, so an acknowledged
-   commit is always applied whole and a refused one changed nothing); :class:`SnapshotArrived`
-   replaces the shard's log (:class:`ApplySnapshot`) unless it is older than what this log
-   committed from the same primary (refused, ``NEED_SYNC``: never an acknowledgement) or the
-   engine has no room for it (``BUSY``, the log untouched), and :class:`SnapshotApplied`, once
-   the values are in, acknowledges, and makes the bucket current (:class:`MarkRestored`) once
-   every shard of the bucket holds that primary's snapshot. :class:`CatchUpArrived` does without
-   the snapshot: a log that holds the primary's committed state (the same version of the same
-   epoch, :meth:`~hogwild_plugins.ps.shard_log.ShardLog.holds`; a copy that only missed a lease
-   renewal, or whose primary took its bucket back under a new epoch) counts as restored by it,
-   its stale prepared updates dropped; any other answers ``NEED_SYNC`` and the snapshot follows.
+2. What it carries (a ``PREPARE``, ``COMMIT`` or catch-up for a bucket stopped here, whose
+   memory failed a write, is refused ``NEED_SYNC`` until a snapshot replaces it):
+   :class:`PrepareArrived` holds the update as the shard's next version (a gap: ``NEED_SYNC``, the
+   primary drops this copy and sends it a snapshot); :class:`CommitArrived` commits the prepared
+   updates up to a version (:class:`ApplyCommitted`; beyond what was prepared: ``NEED_SYNC``) only
+   if the update engine has room for every one of them (its ``room``, slots the adapter holds: else
+   ``BUSY`` with nothing committed, so an acknowledged commit is always applied whole and a refused
+   one changed nothing); :class:`SnapshotArrived` replaces the shard's log (:class:`ApplySnapshot`)
+   unless it is older than what this log committed from the same primary (refused, ``NEED_SYNC``:
+   never an acknowledgement) or the engine has no room for it (``BUSY``, the log untouched), and
+   :class:`SnapshotApplied`, once the values are in, acknowledges, and makes the bucket current
+   (:class:`MarkRestored`) once every shard of the bucket holds that primary's snapshot.
+   :class:`CatchUpArrived` does without the snapshot: a log that holds the primary's committed
+   state (the same version of the same epoch,
+   :meth:`~hogwild_plugins.ps.shard_log.ShardLog.holds`; a copy that only missed a lease renewal,
+   or whose primary took its bucket back under a new epoch) counts as restored by it, its stale
+   prepared updates dropped; any other answers ``NEED_SYNC`` and the snapshot follows.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
 committed version one by one, and its request table stays within its bounds (per client, and
@@ -125,17 +127,20 @@ class PrepareArrived(CopyStimulus):
     shard: int
     version: int
     item: tuple
+    stopped: bool = False  # the shard's bucket is stopped on this server (a write failed)
 
 
 @dataclass(frozen=True)
 class CommitArrived(CopyStimulus):
     """A ``COMMIT`` through the gate: ``shard``'s prepared updates up to ``upto``, committed by
-    the primary of ``epoch``; ``room``: updates the engine has slots held for (None: no limit)."""
+    the primary of ``epoch``; ``room``: updates the engine has slots held for (None: no limit);
+    ``stopped``: the shard's bucket is stopped on this server (a write failed to apply)."""
 
     shard: int
     upto: int
     epoch: int
     room: int | None = None
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ class CatchUpArrived(CopyStimulus):
     version: int
     log_epoch: int
     epoch: int
+    stopped: bool = False  # the shard's bucket is stopped on this server: a snapshot must come
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,7 @@ class CopySide:
     ) -> None:
         self.me, self.roles, self.logs = me, roles, logs
         self.bucket_shards = bucket_shards
+        self.bucket_of = {s: b for b, shards in bucket_shards.items() for s in shards}
         self.restored: dict[int, int] = {}  # shard -> the epoch of the last snapshot applied
         self.counters = {
             "prepared": 0,
@@ -269,6 +276,7 @@ class CopySide:
             "outdated_snapshots": 0,
             "fenced": 0,
             "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
+            "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -338,7 +346,26 @@ class CopySide:
             )
         ]
 
+    def _stopped(self, s: PrepareArrived | CommitArrived | CatchUpArrived, what: str) -> list:
+        """``what`` refused while its shard's bucket is stopped here (a write failed to apply
+        after its commit): the primary drops this copy and sends it a snapshot."""
+        if not s.stopped:
+            return []
+        shard, bucket = s.shard, self.bucket_of.get(s.shard)
+        self.counters["stopped_refused"] += 1
+        return [
+            Refuse(
+                ErrorCode.NEED_SYNC,
+                f"server {self.me}, shard {shard}: {what} refused: bucket "
+                f"{bucket} is stopped here (a write failed to apply after its "
+                "commit); it needs a snapshot",
+            )
+        ]
+
     def _prepare(self, s: PrepareArrived) -> list:
+        stopped = self._stopped(s, "PREPARE")
+        if stopped:
+            return stopped
         log = self.logs[s.shard]
         if not log.prepare(s.version, s.item):
             return [
@@ -351,6 +378,9 @@ class CopySide:
         return [Acknowledge(s.version)]
 
     def _commit(self, s: CommitArrived) -> list:
+        stopped = self._stopped(s, "COMMIT")
+        if stopped:
+            return stopped
         log = self.logs[s.shard]
         if s.upto > log.last:
             return [
@@ -387,6 +417,9 @@ class CopySide:
         """The log holds the primary's committed state: as good as its snapshot (the updates
         prepared here after it are dropped); otherwise ``NEED_SYNC``, and the primary sends the
         snapshot."""
+        stopped = self._stopped(s, "a catch-up")
+        if stopped:  # its log may hold the state, its memory does not
+            return stopped
         log = self.logs[s.shard]
         if not log.holds(s.version, s.log_epoch):
             return [

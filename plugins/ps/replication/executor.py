@@ -201,11 +201,16 @@ class CopyEffects(Protocol):
     def snapshot_of(self, message: PeerHeader) -> tuple:
         """A ``SNAPSHOT``'s request table and what it restores, checked: ``(table, content)``."""
 
-    def apply_snapshot(self, message: PeerHeader, content, held: list | None) -> object:
-        """Queue the restore; returns what :meth:`await_snapshot` waits on."""
+    def stopped(self, shard: int) -> bool:
+        """Whether ``shard``'s bucket is stopped on this server (a write failed to apply)."""
 
-    def await_snapshot(self, message: PeerHeader, pending: object) -> None:
-        """Until the restore is in (the shard's version is the snapshot's from then on)."""
+    def apply_snapshot(self, message: PeerHeader, content, held: list | None) -> object:
+        """Queue the restore (the shard's version is the snapshot's from then on); returns what
+        :meth:`await_snapshot` waits on."""
+
+    def await_snapshot(self, message: PeerHeader, pending: object) -> Iterator[str]:
+        """Until the restore is in: may pause the flow (its host resumes it later); raises when
+        the restore failed. A stop the restore replaced is lifted here."""
 
     def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
         """Tell ``bucket``'s role that its primary of ``epoch`` restored this copy (locked)."""
@@ -237,7 +242,8 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
         item = host.prepared_item(message)
         sid = host.stimulus("prepare")
         with host.locked():
-            [action] = host.copy(PrepareArrived(shard, version, item, stimulus_id=sid))
+            stimulus = PrepareArrived(shard, version, item, host.stopped(shard), stimulus_id=sid)
+            [action] = host.copy(stimulus)
         return action
     if message.kind == "COMMIT":
         sid = host.stimulus("commit")
@@ -245,7 +251,9 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
             held = host.hold(host.committing(shard, version))
             try:
                 room = None if held is None else len(held)
-                actions = host.copy(CommitArrived(shard, version, epoch, room, stimulus_id=sid))
+                stopped = host.stopped(shard)
+                stimulus = CommitArrived(shard, version, epoch, room, stopped, stimulus_id=sid)
+                actions = host.copy(stimulus)
                 for action in actions[:-1]:
                     if isinstance(action, ApplyCommitted):
                         host.apply_committed(action, held)
@@ -255,7 +263,13 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
     if message.kind == "CATCHUP":
         sid = host.stimulus("catch-up")
         stimulus = CatchUpArrived(
-            shard, message.bucket, version, message.log_epoch, epoch, stimulus_id=sid
+            shard,
+            message.bucket,
+            version,
+            message.log_epoch,
+            epoch,
+            host.stopped(shard),
+            stimulus_id=sid,
         )
         return _restored(stimulus, message.bucket, sid, host)
     table, content = host.snapshot_of(message)
@@ -271,7 +285,7 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
             pending = host.apply_snapshot(message, content, held)
         finally:
             host.release(held)
-    host.await_snapshot(message, pending)
+    yield from host.await_snapshot(message, pending)
     # only now does this copy hold the state: a restore that failed must not let it campaign
     sid = host.stimulus("restored")
     stimulus = SnapshotApplied(shard, message.bucket, version, epoch, stimulus_id=sid)

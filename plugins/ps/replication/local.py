@@ -74,7 +74,7 @@ class LocalApplier:
 
     @staticmethod
     def _answered_here(work, countdown: Countdown | None) -> None:
-        work.acked = True  # the replication answers, not the engine
+        work.acked = work.replicated = True  # the replication answers, not the engine
         if countdown is not None:
             chained = work.free
             work.free = (

@@ -22,7 +22,7 @@ from hogwild_plugins.ps.work import Kind, Work
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Request
 from hogwild.net.router import error_reply
-from hogwild.net.wire import Header, MsgType, WireError, pack_header
+from hogwild.net.wire import ErrorCode, Header, MsgType, WireError, pack_header
 
 __all__ = ["Pending", "PrimaryRound"]
 
@@ -128,6 +128,18 @@ class PrimaryRound:
 
     def acknowledge(self, index: int, version: int) -> None:
         p = self.batch[index]
+        if p.work.refused is not None:  # refused by its applier, here as on every copy
+            self._error(p.header, WireError(p.work.failed, ErrorCode(p.work.refused)))
+            return
+        if p.work.failed is not None:  # committed on the copies, failed here: never ACKed
+            r = self.replication  # here; the bucket stops and is handed to a copy, where the
+            text = (  # client's re-send is answered with the version its copies committed
+                f"update of shard {p.shard} failed to apply on server {r.me}, its primary "
+                f"({p.work.failed}); the bucket stops here and goes to an in-sync copy: re-read "
+                "the map and send again"
+            )
+            self._error(p.header, WireError(text, ErrorCode.STOPPED))
+            return
         self.replication.replier.send(p.header.reply(MsgType.ACK, version=version, a=p.work.result))
         self.replication.acknowledged(p.shard)
 

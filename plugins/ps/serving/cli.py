@@ -277,8 +277,15 @@ def format_status(s: dict) -> str:
             f"last flush ({window.get('flushes')} flushes"
             f"{'; ERROR ' + window['error'] if window.get('error') else ''})"
         )
+        if window.get("failing_s"):
+            lines.append(
+                f"  FLUSHES FAILING for {window['failing_s']} s ({window.get('failures')} "
+                "failed rounds): the loss window grows until one succeeds"
+            )
     else:
         lines.append("  loss window: no store (everything since the start)")
+    for bucket, reason in (s.get("stopped_buckets") or {}).items():
+        lines.append(f"  BUCKET {bucket} STOPPED (its requests are refused): {reason}")
     errors = ", ".join(f"{k} {v}" for k, v in s.get("errors", {}).items()) or "none"
     lines.append(
         f"  requests received {s.get('received')}, duplicates {s.get('duplicates')}, "

@@ -67,6 +67,7 @@ from hogwild_plugins.ps.serving.options import ServerOptions
 from hogwild_plugins.ps.serving.receive_pool import ReceivePool, recv_mode
 from hogwild_plugins.ps.serving.requests import Admission
 from hogwild_plugins.ps.shard import ShardBook
+from hogwild_plugins.ps.stops import BucketStops
 from hogwild_plugins.ps.storage import Flusher, ShardStore
 from hogwild_plugins.ps.work import (
     Kind,
@@ -163,6 +164,8 @@ class ParameterServer:
         self.recv = options.recv  # "auto" is decided by start(), which knows the CPUs
         self.replication = None
         self.control = ServerControl(self)  # pings, status, hello, fences, replication messages
+        # buckets whose acknowledged writes failed to apply here: refused (STOPPED) from then on
+        self.stops = BucketStops(options.index, self._bucket_stopped)
 
     def _build_shards(self, initial: np.ndarray | None) -> None:
         mine = (
@@ -242,6 +245,7 @@ class ParameterServer:
             if self.recv == "pool":
                 self.receive_pool = ReceivePool(self.layout.shard_floats)
                 self.receives_into_buffers = True
+            self.engine.on_failed_after_ack = self._failed_after_ack
             self.engine.start()
             if self.engine.failures:
                 raise HogwildError(f"update threads failed to start: {self.engine.failures}")
@@ -340,6 +344,8 @@ class ParameterServer:
             except ReplacedError as exc:
                 raise WireError(str(exc), ErrorCode.REPLACED) from None
         shard = self.admission.check(header)
+        if self.stops.buckets:  # a failure after an acknowledgement stopped a bucket here
+            self.stops.check(self.layout.bucket_of(shard), shard, header.type.name)
         local = self.local[shard]
         replication = self.replication
         if self.options.copies > 1:
@@ -412,6 +418,17 @@ class ParameterServer:
             self.engine.apply_claimed(work)
         finally:
             claimed.release()
+
+    def _failed_after_ack(self, shard: Shard, text: str) -> None:
+        """The engine's report of a write that failed to apply after its acknowledgement (or,
+        with copies, after its commit on the other copies): the shard's bucket stops here."""
+        bucket = self.layout.bucket_of(shard.index)
+        self.stops.stop(bucket, shard.index, f"shard {shard.index}: {text}")
+
+    def _bucket_stopped(self, bucket: int) -> None:
+        """With copies, the bucket's role is told (a primary hands the bucket to a copy)."""
+        if self.replication is not None:
+            self.replication.bucket_stopped(bucket)
 
     def tick(self, now: float) -> None:
         self.control.tick(now)

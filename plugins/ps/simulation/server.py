@@ -292,8 +292,12 @@ class SimServer:
         self.book[m.shard] = m.version
 
     @staticmethod
-    def await_snapshot(m: Peer, pending: None) -> None:
-        pass  # applied in place
+    def stopped(shard: int) -> bool:
+        return False  # the simulator makes no write fail to apply
+
+    @staticmethod
+    def await_snapshot(m: Peer, pending: None) -> Iterator[str]:
+        yield from ()  # applied in place
 
     def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
         self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))
