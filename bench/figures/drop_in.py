@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add("--weight-decay", type=float, default=0.0, help="hogwild's optim.weight_decay")
     add("--seed", type=int, default=1, help="the network's initial weights (both sides)")
-    add("--quick", action="store_true", help="smoke run: 2,000 / 1,000 examples, one epoch each")
+    add("--quick", action="store_true", help="smoke run: 1,000 / 1,000 examples, one epoch each")
     add("--out", help="also write the JSON line here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     started = time.perf_counter()
-    train_subset, test_subset = (2000, 1000) if args.quick else (0, 0)
+    train_subset, test_subset = (1000, 1000) if args.quick else (0, 0)
     with fresh_numba_cache():
         print("drop_in: hogwild on the example's network ...", file=sys.stderr, flush=True)
         ours = run_hogwild(args, train_subset, test_subset)

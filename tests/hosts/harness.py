@@ -134,6 +134,18 @@ def delete_namespace(namespace: str) -> None:
     _ip("netns", "delete", namespace, check=False)
 
 
+def left_behind(before: set[str]) -> set[str]:
+    """The harness's namespaces made since ``before`` whose owner process is dead: left behind
+    (those of a live owner, a test running beside this one, are its own; a name the harness
+    does not make is not a harness's)."""
+    left = set()
+    for name in set(namespaces()) - before:
+        found = _NAME.match(name)
+        if found is not None and not _alive(int(found.group(1))):
+            left.add(name)
+    return left
+
+
 def sweep_stale() -> list[str]:
     """Delete the harness's namespaces whose owner process is dead; their names."""
     swept = []
@@ -342,6 +354,7 @@ __all__ = [
     "PREFIX",
     "delete_namespace",
     "kill_all_in",
+    "left_behind",
     "namespaces",
     "pids_in",
     "sweep_stale",

@@ -49,7 +49,7 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     assert {k: record["leaked"][k] for k in ("namespaces", "processes", "segments")} == {
         "namespaces": 0, "processes": 0, "segments": 0,
     }, record["leaked"]["detail"]  # fmt: skip
-    assert set(harness.namespaces()) <= before
+    assert harness.left_behind(before) == set()
 
     failover = record["failover_s"]
     assert set(failover) == {"median", "max", "n", "unfinished"}

@@ -1,6 +1,6 @@
 """``bench/figures/drop_in.py --quick``: the shape and the sanity of its JSON line, not speed.
 
-The quick run trains pytorch/examples' MNIST network for one epoch on 2,000 examples with hogwild
+The quick run trains pytorch/examples' MNIST network for one epoch on 1,000 examples with hogwild
 (through ``from_torch``) and with the example's own loop, and tests both on 1,000. Checks: every
 key the full run reports is there, rates are positive, accuracies lie in [0, 1], a side that did
 not reach the target reports null (and the ratio is null then), and the weights hogwild trained,
@@ -36,10 +36,10 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
         seconds = record[f"{side}_seconds_to_target"]
         reached = curve[-1]["test_accuracy"] >= record["target_accuracy"]
         assert (seconds is not None) == reached
-        assert record[f"{side}_examples_to_target"] == (2000 if reached else None)
+        assert record[f"{side}_examples_to_target"] == (1000 if reached else None)
     both = record["hogwild_seconds_to_target"] and record["example_seconds_to_target"]
     assert (record["ratio"] is None) == (not both)
     # what a PyTorch user gets back predicts as hogwild did (up to one example in 1,000)
     assert abs(record["hogwild_torch_test_accuracy"] - record["hogwild_test_accuracy"]) <= 1e-3
-    assert record["hogwild_test_accuracy"] > 0.5  # it learned: one epoch of 2,000 examples
-    assert record["settings"]["train_examples"] == 2000
+    assert record["hogwild_test_accuracy"] > 0.5  # it learned: one epoch of 1,000 examples
+    assert record["settings"]["train_examples"] == 1000

@@ -14,7 +14,7 @@ import random
 
 import pytest
 from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, World, run_seed
-from hogwild_plugins.ps.simulation.server import Exchange
+from hogwild_plugins.ps.simulation.server import Exchange, SimServer
 from hogwild_plugins.ps.simulation.world import established
 
 SEEDS = 20_000
@@ -48,6 +48,99 @@ def test_seeded_schedules_keep_every_invariant():
     # the schedules did something: updates acknowledged, faults injected
     assert sum(r["acknowledged"] for r in results) > SEEDS // 2
     assert sum(r["faults"] for r in results) > SEEDS
+
+
+# ------------------------------------------------------ the incremental check against the full one
+# Each mutant is a bug in code a step runs (a copy's or a primary's handling of the replication),
+# of the kinds the invariants exist to catch; the incremental check must name it at the step the
+# full check, run after every step, names it.
+
+
+def _applies_a_commit_twice():
+    original = SimServer.handle_peer
+
+    def handle_peer(self, m):
+        answer = original(self, m)
+        if m.kind == "COMMIT" and answer[0] == "ACK" and m.version % 2 and self.values[m.shard]:
+            self.values[m.shard].append(self.values[m.shard][-1])
+        return answer
+
+    return "handle_peer", handle_peer
+
+
+def _commits_an_update_never_sent():
+    original = SimServer.handle_peer
+
+    def handle_peer(self, m):  # the count stays right: only the ledgers can tell
+        answer = original(self, m)
+        if m.kind == "COMMIT" and answer[0] == "ACK" and m.version % 2 and self.values[m.shard]:
+            sender, seq = self.values[m.shard][-1]
+            self.values[m.shard][-1] = (sender, -seq)
+        return answer
+
+    return "handle_peer", handle_peer
+
+
+def _log_skips_a_version():
+    original = SimServer.handle_peer
+
+    def handle_peer(self, m):
+        answer = original(self, m)
+        if m.kind == "PREPARE" and answer[0] == "ACK" and m.version % 2:
+            self.logs[m.shard].committed += 1
+        return answer
+
+    return "handle_peer", handle_peer
+
+
+def _primary_loses_an_update():
+    original = SimServer.apply_locally
+
+    def apply_locally(self, indices):
+        original(self, indices)
+        for values in self.values.values():
+            if values and self.n_stimuli % 3 == 0:
+                values.pop()
+
+    return "apply_locally", apply_locally
+
+
+MUTANTS = {
+    "applies a commit twice": _applies_a_commit_twice,
+    "commits an update never sent": _commits_an_update_never_sent,
+    "log skips a version": _log_skips_a_version,
+    "primary loses an update": _primary_loses_an_update,
+}
+
+
+def first_violation(seed: int, full: bool) -> tuple[int, str] | None:
+    """The step at which seed ``seed``'s schedule first breaks an invariant, and the invariant
+    named, with the check after each step incremental or ``full``; None if none breaks."""
+    world = run_seed(seed, 0, faults=CHECKED_FAULTS)
+    world.full_checks = full
+    try:
+        for _ in range(STEPS):
+            world.step()
+        world.check(full=True)
+    except Violation as exc:
+        return len(world.schedule), str(exc).splitlines()[0]
+    return None
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_the_incremental_check_finds_each_violation_at_the_step_the_full_check_does(
+    mutant, monkeypatch
+):
+    """The seeded run checks only what a step touched; a bug it would miss, or find later, is a
+    schedule whose first violation differs from the full check's (an incremental check that
+    forgot the copy a message reaches fails here for three of these mutants)."""
+    monkeypatch.setattr(SimServer, *MUTANTS[mutant]())
+    found = 0
+    for seed in range(40):
+        incremental = first_violation(seed, full=False)
+        assert incremental == first_violation(seed, full=True), seed
+        found += incremental is not None
+    assert found >= 10  # the mutant is a bug the invariants see, on most schedules
 
 
 def plain_offers(world: World) -> tuple[list[float], list[tuple]]:
@@ -187,9 +280,8 @@ def test_a_violation_names_its_seed_and_prints_the_schedule_and_every_story():
     world.settle()
     server = world.live()[0]
     server.values[0].append(server.values[0][0] if server.values[0] else (100, 1))
-    world.touched = {server.me}
     with pytest.raises(Violation) as caught:
-        world.check()
+        world.check(full=True)  # (changed outside a step: the incremental check need not look)
     text = str(caught.value)
     assert text.startswith("seed 12345: ") and "schedule:" in text and "stories:" in text
     assert "(the established start ends here)" in text

@@ -102,6 +102,7 @@ class World:
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
         self.checked: tuple = ()  # etcd's revision and the acknowledgements at the last check
         self.last_transitions: dict[int, tuple] = {}  # server -> its machines' last transitions
+        self.full_checks = False  # check everything after every step, not only what it touched
 
     # ------------------------------------------------------------------ processes
 
@@ -217,7 +218,7 @@ class World:
         """Make ``event`` happen (a step's choice, or a test's script), then the invariants."""
         self.touched = set(range(self.config.servers)) if event[0] in FULL_CHECK else set()
         self.schedule.append(self._do(event))
-        self.check()
+        self.check(full=self.full_checks)
 
     def quiet(self) -> bool:
         """Nothing under way: no message in flight, every replication thread waiting for news."""
@@ -464,24 +465,36 @@ class World:
         lines.append(f"etcd: {self.etcd.keys}")
         return Violation("\n".join(lines))
 
-    def check(self) -> None:
-        """Every touched machine's own invariants, then the job's (see the module docstring)."""
+    def check(self, full: bool = False) -> None:
+        """Every touched machine's own invariants, then the job's (see the module docstring).
+
+        After a step, only what it can have changed is checked: of the servers it touched, those
+        whose machines moved (a server's logs, values and roles change only in a step where one
+        of its machines takes a stimulus: they are written by the effects of its actions), and
+        of the in-sync copies, every one when etcd or the acknowledgements changed, else those
+        that moved. ``full`` checks every live server, every machine and every in-sync copy, as
+        if everything had changed: each seed ends with it, and a test holds the incremental
+        check to finding every violation at the step the full one does."""
         servers = self.servers
+        if full:
+            self.touched = set(range(self.config.servers))
         touched = [servers[i] for i in sorted(self.touched) if servers[i] is not None]
+        moved = []  # the touched servers whose machines took a stimulus
         try:
             for s in touched:
                 machines = (*s.roles.values(), s.commit_round, s.copy_side)
                 # the last transition of each: a server none of whose machines moved is as valid
-                # as it was (its logs change only through them)
+                # as it was
                 last = tuple(m.transitions[-1] if m.transitions else None for m in machines)
-                if self.last_transitions.get(s.me) == (s.incarnation, last):
+                if not full and self.last_transitions.get(s.me) == (s.incarnation, last):
                     continue
                 self.last_transitions[s.me] = (s.incarnation, last)
+                moved.append(s)
                 for machine in machines:
                     machine.validate_state()
         except AssertionError as exc:
             raise self.violation(f"a machine's invariant: {exc}") from None
-        for s in touched:
+        for s in moved:
             open_shards = s.open_shards()
             for shard, values in s.values.items():
                 if len(set(values)) != len(values):
@@ -499,6 +512,7 @@ class World:
                         f"server {s.me}, shard {shard}: log epoch went back to {log.epoch}"
                     )
                 self.log_epochs[key] = log.epoch
+        for s in touched:
             for sender, seq, shard, _, epoch in s.acknowledged:
                 bucket = self.bucket_of[shard]
                 # its holders: the live servers and those killed since (their copies counted
@@ -518,9 +532,10 @@ class World:
                     )
             s.acknowledged.clear()
         seen = (self.etcd.revision, self.etcd.wipes, self.counts["acknowledged"])
-        if seen == self.checked and not touched:
+        if seen == self.checked and not moved and not full:
             return
-        everyone = seen != self.checked
+        everyone = full or seen != self.checked
+        changed = {s.me for s in moved}
         self.checked = seen
         members = None  # read only when a copy is to be checked
         for bucket, shards in self.bucket_shards.items():
@@ -533,7 +548,7 @@ class World:
                 )
             self.top_epoch[bucket] = record.epoch
             for copy in record.in_sync:
-                if not everyone and copy not in self.touched:
+                if not everyone and copy not in changed:
                     continue  # neither it nor the record nor the acknowledgements changed
                 s = servers.get(copy)
                 if s is None or not s.roles[bucket].current:
@@ -576,9 +591,10 @@ def established(config: Config = Config()) -> World:
 def run_seed(
     seed: int, steps: int = 60, config: Config = Config(), faults=FAULTS, cold: bool | None = None
 ) -> World:
-    """Run one seeded schedule of ``steps`` steps; the world (raises :class:`Violation`).
-    ``cold``: from servers that just started (a tenth of the seeds by default), else from the
-    established start (:func:`established`), where the faults bite sooner."""
+    """Run one seeded schedule of ``steps`` steps, checked after each step and fully at the end;
+    the world (raises :class:`Violation`). ``cold``: from servers that just started (a tenth of
+    the seeds by default), else from the established start (:func:`established`), where the
+    faults bite sooner."""
     if cold is None:
         cold = seed % 10 == 0
     if cold:
@@ -588,4 +604,5 @@ def run_seed(
         world.seed, world.faults, world.rng = seed, frozenset(faults), random.Random(seed)
     for _ in range(steps):
         world.step()
+    world.check(full=True)
     return world
