@@ -238,7 +238,9 @@ class ClusterDriver:
             argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
             replicas.append(replace(spec, argv=argv))
             self._supervise(replicas[-1])
-        self.links.connect(self.launcher.start_all(replicas))
+        coordinators = self.launcher.start_all(replicas)
+        self.links.connect(coordinators)
+        self._start_members(plan, coordinators, groups, extra)
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
@@ -272,6 +274,22 @@ class ClusterDriver:
             recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
+
+    def _start_members(self, plan, coordinators: list[str], groups: list, extra: list) -> None:
+        """A synchronous group's members (roles of their own, on any node), once their group
+        serves: each told its coordinator's address and its group's servers."""
+        if not plan.members:
+            return
+        per_group = len(plan.members) // len(coordinators)
+        members = []
+        for spec in plan.members:
+            group = spec.index // per_group
+            servers = groups[group * len(groups) // len(coordinators)]
+            argv = (*spec.argv, "--coordinator", coordinators[group],
+                    f"--ps.servers={','.join(servers)}", *extra)  # fmt: skip
+            members.append(replace(spec, argv=argv))
+            self._supervise(members[-1])
+        self.launcher.start_all(members)
 
     def _replica_processes(self) -> str:
         partitions = self.config.model.partitions

@@ -53,6 +53,7 @@ from hogwild.cluster.serving import (
     ReplicaServer,
 )
 from hogwild.config.topology import resolve_topology, split_groups
+from hogwild.errors import ConfigError
 from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
 from hogwild.net.control import ControlRefused
@@ -354,3 +355,27 @@ def run_replica(args) -> int:
     else:
         role = TrainerReplica(config, load_data(config, args.data), args.index, incarnation)
     return ReplicaServer(role, args.bind, keys).serve()
+
+
+def run_member(args) -> int:
+    """``hogwild cluster member``: one member process of a synchronous worker group (started by
+    a launcher once its group serves), as the framework's registered group serves it."""
+    from hogwild.config import load_config
+    from hogwild.data.plan import load_data
+
+    config = load_config(args.config, getattr(args, "overrides", None) or None)
+    topology = resolve_topology(config.cluster, config.ps.rule)
+    if not topology.coordinated:
+        raise ConfigError(
+            f"hogwild cluster member: cluster.framework = {topology.framework!r} has no "
+            "synchronous worker groups (sandblaster, allreduce, hybrid have)"
+        )
+    if not 0 <= args.index < config.cluster.replicas * config.cluster.workers_per_replica:
+        raise ConfigError(
+            f"--index {args.index}: the job's groups have "
+            f"{config.cluster.replicas * config.cluster.workers_per_replica} members"
+        )
+    group = worker_group(topology.framework)
+    keys = args.keys or config.ps.keys or None
+    data = load_data(config, args.data)
+    return group.serve_member(config, data, args.index, args.coordinator, args.bind, keys)

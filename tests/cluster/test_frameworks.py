@@ -88,7 +88,7 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
     assert group["evaluations"] >= 21 and group["portions"] >= 21 * 16  # 16 portions of 63
     assert len(group["kept"]) == 2 and min(group["kept"]) > 0
     log = (run / "logs" / "replica-0.log").read_text()
-    assert "L-BFGS iteration 20" in log and "2 replica thread(s)" in log
+    assert "L-BFGS iteration 20" in log and "2 member process(es)" in log
     servers = [(run / "logs" / f"ps-{i}.log").read_text() for i in range(2)]
     assert all(" of 7 shards" in text and " 0 of 7" not in text for text in servers), servers
     print(f"sandblaster: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")

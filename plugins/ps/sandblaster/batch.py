@@ -53,10 +53,12 @@ from hogwild_plugins.ps.sandblaster.vectors import VectorOps
 from hogwild.errors import HogwildError
 
 __all__ = [
+    "REJOIN",
     "STOP",
     "BatchObjective",
     "BatchTimeout",
     "Board",
+    "Rejoin",
     "Stop",
     "check_servers",
     "replica_vector",
@@ -78,6 +80,15 @@ class Stop:
 
 
 STOP = Stop()
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """The board was replaced, or took the replica for gone (a board in another process,
+    :mod:`.board_service`): drop what it accrued and join again."""
+
+
+REJOIN = Rejoin()
 
 
 class Board:
