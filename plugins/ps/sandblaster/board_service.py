@@ -12,9 +12,11 @@ here: members pull and push through the parameter servers, as the threads did.
 thread; it never blocks there (``request`` is answered at once, ``wait`` when there is no work,
 and the member asks again after a short pause). It keeps, per member:
 
-* a **sequence number**: a request the transport resent (its reply lost) is answered again with
-  the reply already given, never applied twice (a ``finished`` applied twice would break the
-  scheduler's bookkeeping);
+* its **incarnation** (a random number each member process draws) and a **sequence number**: a
+  request the transport resent (its reply lost) is answered again with the reply already given,
+  never applied twice (a ``finished`` applied twice would break the scheduler's bookkeeping); a
+  ``join`` from a new incarnation (the member restarted) starts its numbering afresh, and the
+  earlier incarnation's requests are refused from then on;
 * the **board generation** it joined: a new board (the next mini-batch of L-BFGS) forgets every
   member; a member's next request is answered ``join``, and it drops what it had accrued and joins
   again (its vector on the shards is zeroed first, :mod:`.portions`), as a fresh thread did;
@@ -30,6 +32,7 @@ receives is checked (:func:`hogwild.net.control.field`).
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +82,7 @@ class BoardService:
         self.joined: set[int] = set()  # members on the current board
         self.seen: dict[int, float] = {}  # member -> its last request (time.monotonic)
         self.replies: dict[int, tuple[int, dict]] = {}  # member -> (its last seq, our reply)
+        self.incarnations: dict[int, int] = {}  # member -> the process that speaks for it
         self.kept: dict[int, int] = {m: 0 for m in members}  # portions accepted, all boards
         self.reaped = 0  # members taken for gone after silence
 
@@ -120,8 +124,17 @@ class BoardService:
         member = field(body, "member", int, minimum=self.members.start,
                        maximum=self.members.stop - 1)  # fmt: skip
         seq = field(body, "seq", int, minimum=0, maximum=MAX_SEQ)
+        incarnation = field(body, "incarnation", int, minimum=0, maximum=MAX_SEQ)
         now = time.monotonic()
         with self._lock:
+            if incarnation != self.incarnations.get(member, incarnation):
+                if op != "join":
+                    raise ControlRefused(
+                        f"member {member}: incarnation {incarnation} was replaced by "
+                        f"{self.incarnations[member]}"
+                    )
+                self.replies.pop(member, None)  # a new process: its numbering starts again
+            self.incarnations[member] = incarnation
             last = self.replies.get(member)
             if last is not None and seq == last[0]:
                 return last[1]  # resent by the transport: the reply again, not the act
@@ -249,11 +262,12 @@ class RemoteBoard:
         self.generation = -1
         self.examples_id = -1
         self.seq = 0
+        self.incarnation = secrets.randbits(62)
         self.next: dict | None = None  # the instruction a report's reply carried
 
     def _send(self, op: str, **body) -> dict:
         self.seq += 1
-        return self.call(op, member=self.member, seq=self.seq, **body)
+        return self.call(op, member=self.member, incarnation=self.incarnation, seq=self.seq, **body)
 
     def join(self, replica: int) -> None:
         self.member = replica
