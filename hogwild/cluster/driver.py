@@ -427,6 +427,17 @@ class ClusterDriver:
             return address
         return self.launcher.restart(spec)
 
+    def _members_follow(self, group: int, address: str) -> None:
+        """A synchronous group came back on ``address``: its members, told the old one, are
+        killed and come back (as any member that died) told the new one."""
+        per_group = self.config.cluster.workers_per_replica
+        for name, spec in list(self.specs.items()):
+            if spec.kind == "member" and spec.index // per_group == group:
+                argv = list(spec.argv)
+                argv[argv.index("--coordinator") + 1] = address
+                self.specs[name] = replace(spec, argv=tuple(argv))
+                self.launcher.kill(name)
+
     def _recover(self) -> None:
         """Between the epoch loop's polls: restart the roles that died (or stop the job), and
         ask the servers that missed a fence again."""
@@ -460,6 +471,7 @@ class ClusterDriver:
         if spec.kind == "replica":
             self.links.reconnect(spec.index, address)
             self.epochs.joined(spec.index)
+            self._members_follow(spec.index, address)
         elif on_port_of(spec, address) != spec:
             raise RoleFailedError(
                 f"{restart.name} came back on {address}, not where the replicas were told it is"

@@ -138,6 +138,13 @@ def replica_cpus(config) -> int:
     return partitions if partitions > 1 else config.cluster.workers_per_replica
 
 
+def member_count(config) -> int:
+    """The job's member roles (a CPU each): every synchronous group's workers, or none."""
+    return (
+        config.cluster.replicas * config.cluster.workers_per_replica if coordinated(config) else 0
+    )
+
+
 def coordinated(config) -> bool:
     """Whether the job's replica roles are synchronous worker groups with member roles."""
     from hogwild.config.topology import resolve_topology
@@ -166,10 +173,9 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
         argv = ("cluster", "--config", config_file, "--data", data, "replica", "--index", str(i))
         argv += ("--bind", host)
         plan.replicas.append(RoleSpec("replica", i, argv, cpus=cpus, group=f"replica-{i}"))
-    if coordinated(config):  # each group's members, told their coordinator once it serves
-        for m in range(cluster.replicas * cluster.workers_per_replica):
-            argv = ("cluster", "--config", config_file, "--data", data, "member", "--index", str(m))
-            plan.members.append(RoleSpec("member", m, (*argv, "--bind", host), cpus=1))
+    for m in range(member_count(config)):  # told their coordinator once it serves
+        argv = ("cluster", "--config", config_file, "--data", data, "member", "--index", str(m))
+        plan.members.append(RoleSpec("member", m, (*argv, "--bind", host), cpus=1))
     return plan
 
 

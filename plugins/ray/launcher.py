@@ -75,7 +75,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec, planned_address, replica_cpus
+from hogwild.cluster.roles import RoleSpec, member_count, planned_address, replica_cpus
 from hogwild.errors import ConfigError
 from hogwild.net.address import host_port, is_loopback, parse_address
 from hogwild.net.auth import ROSTER
@@ -96,15 +96,16 @@ def ray_address(cluster) -> str:
     return cluster.ray_address or os.environ.get("RAY_ADDRESS", "").strip()
 
 
-def needed_cpus(cluster, per_replica: int = 0) -> int:
+def needed_cpus(cluster, per_replica: int = 0, members: int = 0) -> int:
     """The CPUs the job's roles ask Ray for: one per parameter server (of every server group)
     and data server, ``per_replica`` for each replica (its processes: its workers, or its
-    partitions; 0: ``cluster.workers_per_replica``)."""
+    partitions; 0: ``cluster.workers_per_replica``), one per member of a synchronous group."""
     servers = cluster.ps * max(1, cluster.server_groups)
     return (
         servers
         + cluster.data_servers
         + cluster.replicas * (per_replica or cluster.workers_per_replica)
+        + members
     )
 
 
@@ -166,7 +167,7 @@ def use_token_if_asked(address: str) -> None:
     Config.initialize("")  # the probe cached the mode it saw
 
 
-def check_room(cluster, where: str, per_replica: int = 0) -> None:
+def check_room(cluster, where: str, per_replica: int = 0, members: int = 0) -> None:
     """Refuse at once a job whose roles need more CPUs than the Ray cluster has (placing them
     would wait ``cluster.start_timeout_s`` for room that never comes).
 
@@ -174,7 +175,7 @@ def check_room(cluster, where: str, per_replica: int = 0) -> None:
         ConfigError: Not enough CPUs in all, or no node with a replica's CPUs.
     """
     per_replica = per_replica or cluster.workers_per_replica
-    need = needed_cpus(cluster, per_replica)
+    need = needed_cpus(cluster, per_replica, members)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     per_node = [float(n["Resources"].get("CPU", 0)) for n in nodes]
     have = sum(per_node)
@@ -183,7 +184,9 @@ def check_room(cluster, where: str, per_replica: int = 0) -> None:
             f"the job's roles need {need} CPU(s) of the Ray cluster {where} ("
             f"{cluster.ps * max(1, cluster.server_groups)} parameter server(s), "
             f"{cluster.data_servers} data server(s), {cluster.replicas} replica(s) x "
-            f"{per_replica} process(es)), and it has {have:g} on "
+            f"{per_replica} process(es)"
+            + (f", {members} group member(s)" if members else "")
+            + f"), and it has {have:g} on "
             f"{len(nodes)} node(s); add nodes, start them with more --num-cpus, or ask less"
         )
     if per_node and per_replica > max(per_node):
@@ -217,6 +220,7 @@ class RayLauncher(Launcher):
         self.run_dir = str(Path(run_dir).resolve())
         self.cluster = config.cluster
         self.per_replica = replica_cpus(config)  # a replica's processes share one node
+        self.members = member_count(config)  # synchronous groups' members, a CPU each
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
         self.roles: dict[str, RayRole] = {}
         self.groups: dict[str, object] = {}
@@ -240,7 +244,7 @@ class RayLauncher(Launcher):
             )
         options = {"log_to_driver": False, "logging_level": logging.WARNING}
         if not address:  # the driver's own Ray (token authentication on, as Ray's default)
-            need = needed_cpus(self.cluster, self.per_replica)
+            need = needed_cpus(self.cluster, self.per_replica, self.members)
             options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
         elif address != "auto":  # "auto": the cluster on this node, found by Ray
             check_reachable(address)
@@ -259,7 +263,7 @@ class RayLauncher(Launcher):
             if main:  # ray.init installs its own SIGTERM handler; the driver keeps its own
                 signal.signal(signal.SIGTERM, sigterm)
         try:
-            check_room(self.cluster, address or "on this host", self.per_replica)
+            check_room(self.cluster, address or "on this host", self.per_replica, self.members)
         except BaseException:
             ray.shutdown()
             raise

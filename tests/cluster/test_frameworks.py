@@ -1,7 +1,7 @@
 """``hogwild cluster`` with each framework of the topology (SINGA section 5.2), end to end.
 
 * ``--cluster.framework=sandblaster``: real parameter servers (two, the model's shards spread
-  over both), and one worker-group role holding the L-BFGS coordinator and two replica threads,
+  over both), one worker-group role holding the L-BFGS coordinator, and two member processes,
   trains a small network on 1,000 MNIST examples to a stated test accuracy.
 * ``--cluster.framework=allreduce`` (synchronous SGD through the same kind of worker group, a
   server per worker) and ``hybrid`` (two such groups, asynchronous to each other, on one server
@@ -84,7 +84,7 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
     assert all(r["train_accuracy"] is None for r in epochs)  # not counted, not made up
     group = epochs[-1]["sandblaster"]["0"]
     assert group["iterations"] == 20 and group["workers"] == 2
-    # every iteration's passes covered the batch in portions, both replica threads computing
+    # every iteration's passes covered the batch in portions, both member processes computing
     assert group["evaluations"] >= 21 and group["portions"] >= 21 * 16  # 16 portions of 63
     assert len(group["kept"]) == 2 and min(group["kept"]) > 0
     log = (run / "logs" / "replica-0.log").read_text()
@@ -137,7 +137,7 @@ def test_synchronous_sgd_groups_train_mnist(
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
         assert group["iterations"] == group["evaluations"] == 100 // groups  # a step per pass
-        assert min(group["kept"]) > 0  # both replica threads computed portions
+        assert min(group["kept"]) > 0  # both member processes computed portions
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 

@@ -213,3 +213,41 @@ def test_a_report_that_breaks_the_protocol_is_refused_not_raised():
                 "loss": 0,
             },
         )
+
+
+def test_a_synchronous_group_is_a_coordinator_role_and_a_member_role_per_replica():
+    from hogwild.cluster.roles import member_count, plan_roles, replica_cpus
+    from hogwild.config import load_config
+
+    overrides = {"cluster.framework": "hybrid", "cluster.replicas": 2,
+                 "cluster.workers_per_replica": 3, "train.batch": 64}  # fmt: skip
+    config = load_config(None, overrides)
+    plan = plan_roles(config, "job.json", "mnist", "10.0.0.1")
+    assert [(s.name, s.cpus) for s in plan.replicas] == [("replica 0", 1), ("replica 1", 1)]
+    assert member_count(config) == 6 and replica_cpus(config) == 1
+    assert [s.name for s in plan.members] == [f"member {m}" for m in range(6)]
+    assert all(s.cpus == 1 and s.group == "" for s in plan.members)  # any node
+    assert plan.members[4].argv[-5:] == ("member", "--index", "4", "--bind", "10.0.0.1")
+    assert plan.roles[-6:] == plan.members
+    downpour = load_config(None, {"cluster.replicas": 2, "cluster.workers_per_replica": 3})
+    assert plan_roles(downpour, "job.json", "mnist", "127.0.0.1").members == []
+    assert replica_cpus(downpour) == 3 and member_count(downpour) == 0
+
+
+def test_the_ray_launcher_counts_a_cpu_per_member():
+    pytest.importorskip("ray")
+    from hogwild_plugins.ray.launcher import needed_cpus
+
+    from hogwild.cluster.roles import member_count
+    from hogwild.config import load_config
+
+    overrides = {
+        "cluster.framework": "sandblaster",
+        "cluster.replicas": 1,
+        "cluster.workers_per_replica": 2,
+        "cluster.ps": 2,
+    }  # as the topology resolves
+    config = load_config(None, overrides)
+    cluster = config.cluster
+    # two servers, the coordinator, its two members
+    assert needed_cpus(cluster, per_replica=1, members=member_count(config)) == 5

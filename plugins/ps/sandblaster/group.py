@@ -43,11 +43,9 @@ The frameworks differ in the coordinator's step:
 
 **What differs from the papers.** The coordinator lives in this role (not in the driver), one
 per group; its members exchange with it only the board's small messages, and with the servers
-the parameters and gradients, over the network (a member on another node is as near as one on
-this node). The driver starts a group's members once the group serves (they are told its
-address); the group does not restart with its members' coordinator elsewhere (a group that dies
-ends the job, or is restarted while its members, still told its old address, leave and are
-restarted against it in vain: the job stops, naming them). The driver sees a replica: the core's
+the parameters and gradients, over the network. The driver starts a group's members once the
+group serves (each is told its address); a group that is restarted comes back elsewhere, and the
+driver restarts its members told the new address. The driver sees a replica: the core's
 serve loop
 (:class:`hogwild.cluster.serving.ReplicaServer`, the one every replica role answers through:
 ``train``, ``close``, ``status``, ``describe``, ``stop``) serves the group, so the driver's
