@@ -25,6 +25,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from hogwild.config.topology import resolve_topology
+
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
 PR_SET_PDEATHSIG = 1
 SHIM = (
@@ -147,8 +149,6 @@ def member_count(config) -> int:
 
 def coordinated(config) -> bool:
     """Whether the job's replica roles are synchronous worker groups with member roles."""
-    from hogwild.config.topology import resolve_topology
-
     return resolve_topology(config.cluster, config.ps.rule).coordinated
 
 

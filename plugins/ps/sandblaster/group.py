@@ -45,15 +45,15 @@ The frameworks differ in the coordinator's step:
 per group; its members exchange with it only the board's small messages, and with the servers
 the parameters and gradients, over the network. The driver starts a group's members once the
 group serves (each is told its address); a group that is restarted comes back elsewhere, and the
-driver restarts its members told the new address. The driver sees a replica: the core's
-serve loop
-(:class:`hogwild.cluster.serving.ReplicaServer`, the one every replica role answers through:
-``train``, ``close``, ``status``, ``describe``, ``stop``) serves the group, so the driver's
-epochs, evaluation, checkpoints and restarts work unchanged; ``train_accuracy`` is not counted.
+driver restarts its members told the new address. The driver sees a replica: the core's serve
+loop (:class:`hogwild.cluster.serving.ReplicaServer`, the one every replica role answers
+through: ``train``, ``close``, ``status``, ``describe``, ``stop``; the members' ops go to
+:meth:`WorkerGroup.answer`) serves the group, so the driver's epochs, evaluation, checkpoints and
+restarts work unchanged; ``train_accuracy`` is not counted.
 
 Both: ``optim.weight_decay`` is an L2 term on every parameter (biases too); dropout is off (the
 line search compares losses, so the objective must be deterministic); ``train.stall_s`` bounds
-every wait on the board; the data are MNIST arrays in memory (:func:`check_job` refuses image
+every wait on the board and a member's silence; the data are MNIST arrays in memory (:func:`check_job` refuses image
 caches, data servers and augmentation before the job starts).
 """
 
