@@ -53,8 +53,8 @@ restarts work unchanged; ``train_accuracy`` is not counted.
 
 Both: ``optim.weight_decay`` is an L2 term on every parameter (biases too); dropout is off (the
 line search compares losses, so the objective must be deterministic); ``train.stall_s`` bounds
-every wait on the board and a member's silence; the data are MNIST arrays in memory (:func:`check_job` refuses image
-caches, data servers and augmentation before the job starts).
+every wait on the board and a member's silence; the data are MNIST arrays in memory
+(:func:`check_job` refuses image caches, data servers and augmentation before the job starts).
 """
 
 from __future__ import annotations
