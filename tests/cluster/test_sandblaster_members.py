@@ -111,10 +111,11 @@ def servers_and_client(network):
 
 
 @contextmanager
-def member_processes(servers, n, tmp_path, mnist_dir):
+def member_processes(servers, n, tmp_path, mnist_dir, silence_s=60.0):
     """``n`` member processes of group 0 and the coordinator's board service they talk to (a
-    control server of the job); each leaves once the service closes."""
-    service = BoardService(range(n), silence_s=60.0)
+    control server of the job), yielded with the processes; each leaves once the service
+    closes (a member killed by the test exits by SIGKILL)."""
+    service = BoardService(range(n), silence_s=silence_s)
     control = ControlServer("127.0.0.1:0", JOB, service.answer)
     address = control.start()
     config = config_from_dict({
@@ -140,10 +141,10 @@ def member_processes(servers, n, tmp_path, mnist_dir):
             deadline = time.monotonic() + 120
             while not ready.wait(0.05):
                 assert process.poll() is None and time.monotonic() < deadline, list(lines)
-        yield service
+        yield service, [process for process, _, _ in processes]
         service.close()  # their next request is answered stop: they leave by themselves
         for process, _, lines in processes:
-            assert process.wait(30) == 0, list(lines)
+            assert process.wait(30) in (0, -signal.SIGKILL), list(lines)
     finally:
         service.close()
         for process, reader, _ in processes:
@@ -166,7 +167,7 @@ def test_member_processes_take_the_steps_of_torch_lbfgs(mnist, network, oracle, 
     x0, options = fixed_step(oracle)
     want = oracle.torch_steps(x0, iterations, history=options.history, lr=1.0)
     with servers_and_client(network) as (servers, client):
-        with member_processes(servers, 2, tmp_path, mnist_dir) as service:
+        with member_processes(servers, 2, tmp_path, mnist_dir) as (service, _):
             board = Board(PortionScheduler(push_every=3, max_copies=2), timeout_s=60.0)
             service.install(board, np.arange(N_EXAMPLES), PORTION)
             objective = BatchObjective(ShardVectors(client), board, N_EXAMPLES, PORTION, l2=L2)
@@ -250,7 +251,7 @@ def test_allreduce_with_member_processes_equals_its_one_process_run(mnist, netwo
     # member processes through the board service
     with servers_and_client(network) as (servers, client):
         client.assign(start)
-        with member_processes(servers, 2, tmp_path, mnist_dir) as service:
+        with member_processes(servers, 2, tmp_path, mnist_dir) as (service, _):
             board = Board(PortionScheduler(push_every=3, max_copies=2), timeout_s=60.0)
             service.install(board, batches[0], PORTION)
             processes = sgd_steps(
@@ -265,3 +266,33 @@ def test_allreduce_with_member_processes_equals_its_one_process_run(mnist, netwo
         # the same float32 terms, summed in an order the pushes' timing decides
         assert close(a, b, rel=1e-5), (k, float(np.abs(a - b).max()))
     assert not close(threaded[0], start) and not close(threaded[-1], threaded[0])
+
+
+def test_a_member_process_killed_mid_run_is_taken_for_gone_and_the_steps_do_not_change(
+    mnist, network, oracle, tmp_path, mnist_dir
+):
+    """Member 1 is SIGKILLed after the first step (wherever it was: computing, pushing, idle):
+    member 0 takes its stripe's portions, the steps stay torch's, and once it has been silent
+    for ``silence_s`` it leaves the board (whatever it had pushed half-way zeroed, its
+    outstanding portions computed again)."""
+    iterations = 4
+    x0, options = fixed_step(oracle)
+    want = oracle.torch_steps(x0, iterations, history=options.history, lr=1.0)
+    with servers_and_client(network) as (servers, client):
+        with member_processes(servers, 2, tmp_path, mnist_dir, silence_s=2.0) as (service, ps):
+            board = Board(PortionScheduler(push_every=3, max_copies=2), timeout_s=60.0)
+            service.install(board, np.arange(N_EXAMPLES), PORTION)
+            objective = BatchObjective(ShardVectors(client), board, N_EXAMPLES, PORTION, l2=L2)
+            lbfgs = SandblasterLBFGS(ShardVectors(client), objective, options)
+            for k, b in enumerate(want, 1):
+                if k == 2:
+                    ps[1].send_signal(signal.SIGKILL)
+                lbfgs.step()
+                got = params_of(client)
+                assert close(got, b), (k, float(np.abs(got - b).max()))
+            deadline = time.monotonic() + 30  # member 0, asking for work, lets it be seen
+            while not service.reaped and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert service.reaped == 1 and sorted(board.scheduler.replicas) == [0]
+            assert any("silent for more than 2 s" in f for f in board.failures)
+            assert ps[1].wait(10) == -signal.SIGKILL
