@@ -260,19 +260,27 @@ def test_sandblaster_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     argv = [*common, "--launcher", "ray", "--ray-address", cluster["ray"],
             f"--cluster.host={hosts.address(1)}", "--checkpoint-dir", str(far),
             "--metrics", str(far / "metrics.jsonl")]  # fmt: skip
-    done = subprocess.run(
-        hosts.argv(1, argv), capture_output=True, text=True, env=cluster["env"],
-        timeout=JOB_WITHIN_S,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    where = {r["name"]: r["host"] for r in json.loads((far / "cluster.json").read_text())["roles"]}
+    driver = hosts.run(
+        1, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"]
+    )
+    try:
+        deadline = time.monotonic() + JOB_WITHIN_S
+        while not (far / "cluster.json").is_file():  # every role started (removed at the end)
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.2)
+        roles = json.loads((far / "cluster.json").read_text())["roles"]
+        _, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    where = {r["name"]: r["host"] for r in roles}
     assert {"member 0", "member 1", "replica 0"} <= set(where)
     assert {where["member 0"], where["member 1"]} - {where["replica 0"]}, where  # another host
-    # the same float32 terms, summed in the order the pushes came in
-    assert losses(far) == pytest.approx(losses(one), rel=1e-4), (losses(far), losses(one))
+    # the same float32 terms, summed in the order the pushes came in (1e-8 apart here)
+    assert losses(far) == pytest.approx(losses(one), rel=1e-5), (losses(far), losses(one))
     assert len(losses(one)) == 3 and losses(one)[-1] < losses(one)[0]
-    log = (far / "logs" / "member-1.log").read_text()
-    assert f"(coordinator {where['replica 0']}:" in log  # told where its group serves
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and _roles_left(hosts, far):
         time.sleep(0.5)
