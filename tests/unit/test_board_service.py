@@ -251,3 +251,18 @@ def test_the_ray_launcher_counts_a_cpu_per_member():
     cluster = config.cluster
     # two servers, the coordinator, its two members
     assert needed_cpus(cluster, per_replica=1, members=member_count(config)) == 5
+
+
+def test_a_member_leaving_with_an_error_says_so_and_one_told_to_stop_says_nothing():
+    service, seen = BoardService(range(2), silence_s=60.0), []
+    b = board()
+    service.install(b, np.arange(4), 2)
+    failing, stopped = remote(service, seen), remote(service, seen)
+    failing.join(0)
+    stopped.join(1)
+    failing.leave(0, "PeerUnreachableError: a server did not answer")
+    assert sorted(b.scheduler.replicas) == [1] and sorted(service.joined) == [1]
+    assert b.failures == ["replica 0: PeerUnreachableError: a server did not answer"]
+    asked = stopped.seq
+    stopped.leave(1)
+    assert stopped.seq == asked and sorted(service.joined) == [1]  # nothing sent

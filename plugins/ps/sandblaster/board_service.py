@@ -278,12 +278,15 @@ class RemoteBoard:
         self.generation = field(reply, "generation", int, minimum=0, maximum=MAX_SEQ)
 
     def leave(self, replica: int, error: str | None = None) -> list[int]:
-        """Say so, if the coordinator can still be reached (it takes a silent member for gone
-        anyway)."""
-        try:
-            self._send("leave", **({"error": error[:500]} if error else {}))
-        except Exception:  # noqa: BLE001 - leaving: the coordinator may be gone already
-            pass
+        """Report an ``error`` that ends the member, if the coordinator can still be reached.
+        A member told to stop, or stopped by its launcher (the job ending: its coordinator may
+        be gone already), says nothing: the coordinator takes a silent member for gone, and
+        backs up the portion it was computing meanwhile."""
+        if error:
+            try:
+                self._send("leave", error=error[:500])
+            except Exception:  # noqa: BLE001 - leaving: the coordinator may be gone already
+                pass
         return []
 
     def request(self, replica: int, timeout_s: float = 1.0) -> Fetch | Compute | Push | Wait | Stop:
