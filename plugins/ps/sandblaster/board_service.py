@@ -59,7 +59,7 @@ MAX_SEQ = 2**62
 MAX_INDEX = 2**31 - 1
 MAX_LOSS = 1e30  # a portion's summed loss; beyond it the member is broken
 NON_FINITE = ("nan", "inf", "-inf")
-POLL_FIRST_S, POLL_MOST_S = 0.001, 0.02  # a member's pause after ``wait``, doubling
+POLL_FIRST_S, POLL_MOST_S = 0.001, 0.005  # a member's pause after ``wait``, doubling
 
 
 class BoardService:
