@@ -178,6 +178,7 @@ def _add_cluster_command(sub) -> None:
     member = actions.add_parser("member")  # a synchronous worker group's replica process
     member.add_argument("--index", type=int, required=True)
     member.add_argument("--coordinator", required=True)  # its group's HOST:PORT
+    member.add_argument("--incarnation", type=int, default=0)  # its group's (fencing token)
     member.add_argument("--bind", default="127.0.0.1")
     member.add_argument("--keys", default=None)
 

@@ -428,14 +428,17 @@ class ClusterDriver:
         return self.launcher.restart(spec)
 
     def _members_follow(self, group: int, address: str) -> None:
-        """A synchronous group came back on ``address``: its members, told the old one, are
-        killed and come back (as any member that died) told the new one."""
+        """A synchronous group came back on ``address`` as a new incarnation (the old one
+        fenced on the servers, its members' pushes with it): its members are killed and come
+        back (as any member that died) told the new address and incarnation."""
         per_group = self.config.cluster.workers_per_replica
+        argv = self.specs[f"replica {group}"].argv
+        incarnation = int(argv[argv.index("--incarnation") + 1]) if "--incarnation" in argv else 0
         for name, spec in list(self.specs.items()):
             if spec.kind == "member" and spec.index // per_group == group:
-                argv = list(spec.argv)
-                argv[argv.index("--coordinator") + 1] = address
-                self.specs[name] = replace(spec, argv=tuple(argv))
+                told = list(spec.argv)
+                told[told.index("--coordinator") + 1] = address
+                self.specs[name] = with_incarnation(replace(spec, argv=tuple(told)), incarnation)
                 self.launcher.kill(name)
 
     def _recover(self) -> None:

@@ -377,5 +377,8 @@ def run_member(args) -> int:
         )
     group = worker_group(topology.framework)
     keys = args.keys or config.ps.keys or None
+    # its pushes carry its group's token: fenced with the group when the group is replaced
+    own_group = args.index // config.cluster.workers_per_replica
+    config = config.override({"ps.token": fencing_token(own_group, args.incarnation)})
     data = load_data(config, args.data)
     return group.serve_member(config, data, args.index, args.coordinator, args.bind, keys)

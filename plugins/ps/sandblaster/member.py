@@ -28,7 +28,6 @@ from hogwild_plugins.ps.sandblaster.board_service import RemoteBoard
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 
 from hogwild.net.control import ControlClient, ControlRefused, ControlServer
-from hogwild.net.fencing import fencing_token
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
 
 __all__ = ["group_client", "serve_member", "training_arrays"]
@@ -74,7 +73,7 @@ class GroupMember:
 
         self.workers = config.cluster.workers_per_replica  # the topology's workers_per_group
         self.index, self.group = index, index // self.workers
-        self.config = config.override({"ps.token": fencing_token(self.group, 0)})
+        self.config = config  # ``ps.token``: its group's incarnation's (the caller's)
         plan, _, _ = plan_data(config, data, 1)
         self.network = build_network(config.model, plan.n_classes)
         self.images, self.labels = training_arrays(config, data)
