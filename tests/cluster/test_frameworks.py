@@ -205,7 +205,8 @@ def test_a_killed_sandblaster_group_comes_back_and_its_members_follow_it(mnist_d
         deadline = time.monotonic() + 300
 
         def epochs() -> list[dict]:
-            lines = (run / "metrics.jsonl").read_text().splitlines() if run.exists() else []
+            metrics = run / "metrics.jsonl"
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
             return [r for r in map(json.loads, lines) if r.get("event") == "epoch"]
 
         while len(epochs()) < 2:
