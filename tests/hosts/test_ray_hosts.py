@@ -229,20 +229,28 @@ shard_kib = 32
 """
 
 
-def test_sandblaster_members_on_other_hosts_take_the_steps_of_the_one_host_run(
-    cluster, mnist_dir, tmp_path
+@pytest.mark.parametrize(
+    ("framework", "more"),
+    [
+        ("sandblaster", ()),  # an epoch is one full-batch L-BFGS iteration
+        # ten steps of synchronous SGD an epoch; a server per worker
+        ("allreduce", ("--train.batch=100", "--optim.lr=0.1", "--optim.schedule=constant")),
+    ],
+)
+def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
+    cluster, mnist_dir, tmp_path, framework, more
 ):
-    """Sandblaster L-BFGS, a group of two member processes over two parameter servers: placed
-    by Ray across the hosts (every node has 2 CPUs, the 5 roles need 5, so a member runs on
-    another host than its coordinator), the job takes the same L-BFGS steps, epoch for epoch,
-    as the same job with every role on one host (the local launcher, loopback)."""
+    """Sandblaster L-BFGS, and AllReduce's synchronous SGD: a group of two member processes over
+    two parameter servers, placed by Ray across the hosts (every node has 2 CPUs, the 5 roles
+    need 5, so a member runs on another host than its coordinator), takes the same steps, epoch
+    for epoch, as the same job with every role on one host (the local launcher, loopback)."""
     hosts = cluster["hosts"]
     config = tmp_path / "mlp.toml"
     config.write_text(SANDBLASTER_MLP)
     common = [
         sys.executable, "-m", "hogwild.cli", "cluster", "--config", str(config),
-        "--data", str(mnist_dir), "--cluster.framework=sandblaster",
-        "--cluster.workers_per_group=2", "--ps", "2", "--epochs", "3", "--no-progress",
+        "--data", str(mnist_dir), f"--cluster.framework={framework}",
+        "--cluster.workers_per_group=2", "--ps", "2", "--epochs", "3", "--no-progress", *more,
     ]  # fmt: skip
 
     def losses(run: Path) -> list[float]:
@@ -278,8 +286,8 @@ def test_sandblaster_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     where = {r["name"]: r["host"] for r in roles}
     assert {"member 0", "member 1", "replica 0"} <= set(where)
     assert {where["member 0"], where["member 1"]} - {where["replica 0"]}, where  # another host
-    # the same float32 terms, summed in the order the pushes came in (1e-8 apart here)
-    assert losses(far) == pytest.approx(losses(one), rel=1e-5), (losses(far), losses(one))
+    # the same float32 terms, summed in the order the pushes came in (L-BFGS's 1e-8 apart here)
+    assert losses(far) == pytest.approx(losses(one), rel=1e-4), (losses(far), losses(one))
     assert len(losses(one)) == 3 and losses(one)[-1] < losses(one)[0]
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and _roles_left(hosts, far):
