@@ -175,6 +175,12 @@ def _add_cluster_command(sub) -> None:
     replica.add_argument("--incarnation", type=int, default=0)  # the driver's count of its starts
     replica.add_argument("--bind", default="127.0.0.1")
     replica.add_argument("--keys", default=None)
+    member = actions.add_parser("member")  # a synchronous worker group's replica process
+    member.add_argument("--index", type=int, required=True)
+    member.add_argument("--coordinator", required=True)  # its group's HOST:PORT
+    member.add_argument("--incarnation", type=int, default=0)  # its group's (fencing token)
+    member.add_argument("--bind", default="127.0.0.1")
+    member.add_argument("--keys", default=None)
 
 
 def _add_plugin_commands(sub) -> None:
@@ -283,6 +289,11 @@ def _cluster(args, overrides: dict[str, str]) -> int:
 
         args.overrides = overrides
         return run_replica(args)
+    if args.cluster_command == "member":
+        from hogwild.cluster.replica import run_member
+
+        args.overrides = overrides
+        return run_member(args)
     if args.cluster_command == "status":
         from hogwild.cluster.status import print_status
 

@@ -12,7 +12,7 @@ same seed (``train.seed`` = 1) and the same wall-clock budget:
 sgd                 ``--cluster.framework=downpour --cluster.worker_groups=1`` (one replica), sgd
 downpour-sgd        downpour, 2 replicas (worker groups of one Hogwild worker), sgd on the server
 downpour-adagrad    downpour, 2 replicas, Adagrad on the server (``ps.lr`` = 0.01, the default)
-sandblaster-lbfgs   sandblaster: one group of 2 replica threads, the L-BFGS coordinator
+sandblaster-lbfgs   sandblaster: one group of 2 member processes, the L-BFGS coordinator
 allreduce-sgd       allreduce: one group of 2 synchronous workers, a server per worker
 hybrid-sgd          hybrid: 2 asynchronous groups of 2 synchronous workers, one server group
 hogwild-sgd         distributed Hogwild: 2 replicas, each on its own server group, synchronised

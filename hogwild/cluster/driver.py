@@ -238,7 +238,9 @@ class ClusterDriver:
             argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
             replicas.append(replace(spec, argv=argv))
             self._supervise(replicas[-1])
-        self.links.connect(self.launcher.start_all(replicas))
+        coordinators = self.launcher.start_all(replicas)
+        self.links.connect(coordinators)
+        self._start_members(plan, coordinators, groups, extra)
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
@@ -272,6 +274,22 @@ class ClusterDriver:
             recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
+
+    def _start_members(self, plan, coordinators: list[str], groups: list, extra: list) -> None:
+        """A synchronous group's members (roles of their own, on any node), once their group
+        serves: each told its coordinator's address and its group's servers."""
+        if not plan.members:
+            return
+        per_group = len(plan.members) // len(coordinators)
+        members = []
+        for spec in plan.members:
+            group = spec.index // per_group
+            servers = groups[group * len(groups) // len(coordinators)]
+            argv = (*spec.argv, "--coordinator", coordinators[group],
+                    f"--ps.servers={','.join(servers)}", *extra)  # fmt: skip
+            members.append(replace(spec, argv=argv))
+            self._supervise(members[-1])
+        self.launcher.start_all(members)
 
     def _replica_processes(self) -> str:
         partitions = self.config.model.partitions
@@ -409,6 +427,20 @@ class ClusterDriver:
             return address
         return self.launcher.restart(spec)
 
+    def _members_follow(self, group: int, address: str) -> None:
+        """A synchronous group came back on ``address`` as a new incarnation (the old one
+        fenced on the servers, its members' pushes with it): its members are killed and come
+        back (as any member that died) told the new address and incarnation."""
+        per_group = self.config.cluster.workers_per_replica
+        argv = self.specs[f"replica {group}"].argv
+        incarnation = int(argv[argv.index("--incarnation") + 1]) if "--incarnation" in argv else 0
+        for name, spec in list(self.specs.items()):
+            if spec.kind == "member" and spec.index // per_group == group:
+                told = list(spec.argv)
+                told[told.index("--coordinator") + 1] = address
+                self.specs[name] = with_incarnation(replace(spec, argv=tuple(told)), incarnation)
+                self.launcher.kill(name)
+
     def _recover(self) -> None:
         """Between the epoch loop's polls: restart the roles that died (or stop the job), and
         ask the servers that missed a fence again."""
@@ -442,6 +474,7 @@ class ClusterDriver:
         if spec.kind == "replica":
             self.links.reconnect(spec.index, address)
             self.epochs.joined(spec.index)
+            self._members_follow(spec.index, address)
         elif on_port_of(spec, address) != spec:
             raise RoleFailedError(
                 f"{restart.name} came back on {address}, not where the replicas were told it is"

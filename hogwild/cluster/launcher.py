@@ -31,7 +31,7 @@ from hogwild.entry_points import load
 from hogwild.errors import RoleFailedError
 
 GROUP = "hogwild.launchers"
-STOP_ORDER = ("replica", "data", "ps")
+STOP_ORDER = ("member", "replica", "data", "ps")
 __all__ = ["GROUP", "STOP_ORDER", "Launcher", "RoleExit", "RoleFailedError", "launcher_class"]
 
 

@@ -46,6 +46,7 @@ from hogwild.cluster.replica_role import PortionRole, driver_silence_s
 from hogwild.cluster.services import open_server_groups, worker_group
 from hogwild.cluster.serving import POLL_S, ReplicaServer
 from hogwild.config.topology import resolve_topology, split_groups
+from hogwild.errors import ConfigError
 from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
 from hogwild.net.fencing import fencing_token
@@ -233,3 +234,30 @@ def run_replica(args) -> int:
     else:
         role = TrainerReplica(config, load_data(config, args.data), args.index, incarnation)
     return ReplicaServer(role, args.bind, keys).serve()
+
+
+def run_member(args) -> int:
+    """``hogwild cluster member``: one member process of a synchronous worker group (started by
+    a launcher once its group serves), as the framework's registered group serves it."""
+    from hogwild.config import load_config
+    from hogwild.data.plan import load_data
+
+    config = load_config(args.config, getattr(args, "overrides", None) or None)
+    topology = resolve_topology(config.cluster, config.ps.rule)
+    if not topology.coordinated:
+        raise ConfigError(
+            f"hogwild cluster member: cluster.framework = {topology.framework!r} has no "
+            "synchronous worker groups (sandblaster, allreduce, hybrid have)"
+        )
+    if not 0 <= args.index < config.cluster.replicas * config.cluster.workers_per_replica:
+        raise ConfigError(
+            f"--index {args.index}: the job's groups have "
+            f"{config.cluster.replicas * config.cluster.workers_per_replica} members"
+        )
+    group = worker_group(topology.framework)
+    keys = args.keys or config.ps.keys or None
+    # its pushes carry its group's token: fenced with the group when the group is replaced
+    own_group = args.index // config.cluster.workers_per_replica
+    config = config.override({"ps.token": fencing_token(own_group, args.incarnation)})
+    data = load_data(config, args.data)
+    return group.serve_member(config, data, args.index, args.coordinator, args.bind, keys)

@@ -1,10 +1,13 @@
 """The roles of a cluster job, as plain data: what each runs, what it needs, where it listens.
 
 A role is one process started by a launcher: a parameter server (``hogwild ps serve``), a data
-server (``hogwild data serve``) or a model replica (``hogwild cluster replica``), each a command
-line of ``hogwild`` plus the CPUs it needs. :func:`plan_roles` derives them from the job's
-``[cluster]`` section; every role reads the job's resolved config from one JSON file the driver
-writes (``Config.to_dict()``), so all of them agree on the model, the rules and the seed.
+server (``hogwild data serve``), a model replica (``hogwild cluster replica``) or, in a
+synchronous worker group (Sandblaster, AllReduce, hybrid), where the replica role is the group's
+coordinator, each of the group's members (``hogwild cluster member``, started once its group
+serves and told where), each a command line of ``hogwild`` plus the CPUs it needs.
+:func:`plan_roles` derives them from the job's ``[cluster]`` section; every role reads the
+job's resolved config from one JSON file the driver writes (``Config.to_dict()``), so all of
+them agree on the model, the rules and the seed.
 
 Every role, once it accepts requests, prints one line to stderr,
 ``hogwild ROLE: serving ... on HOST:PORT`` (:data:`READY`), which is how a launcher learns that
@@ -22,6 +25,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from hogwild.config.topology import resolve_topology
+
 READY = re.compile(r"^hogwild [a-z]+: serving .* on (\S+)$")
 PR_SET_PDEATHSIG = 1
 SHIM = (
@@ -35,7 +40,7 @@ SHIM = (
 when the parent (the driver, or a Ray actor) dies, exits at once if it died already, then runs
 ``hogwild ARGV``. A ``preexec_fn`` would do the same between fork and exec, which is unsafe in a
 process that has threads (the driver's readers, ZeroMQ's, Ray's)."""
-KINDS = ("ps", "data", "replica")
+KINDS = ("ps", "data", "replica", "member")
 
 
 def spawn_role(argv, *, cwd: str | None = None, env: dict | None = None) -> subprocess.Popen:
@@ -80,7 +85,7 @@ class RoleSpec:
     """One role of a cluster job.
 
     Attributes:
-        kind: ``"ps"``, ``"data"`` or ``"replica"``.
+        kind: ``"ps"``, ``"data"``, ``"replica"`` or ``"member"``.
         index: Its index among the roles of its kind.
         argv: The ``hogwild`` command line that runs it (after ``hogwild``).
         cpus: CPUs it needs (a replica's workers; one for a server).
@@ -107,10 +112,11 @@ class ClusterPlan:
     ps: list[RoleSpec] = field(default_factory=list)
     data: list[RoleSpec] = field(default_factory=list)
     replicas: list[RoleSpec] = field(default_factory=list)
+    members: list[RoleSpec] = field(default_factory=list)  # synchronous groups' replicas
 
     @property
     def roles(self) -> list[RoleSpec]:
-        return [*self.ps, *self.data, *self.replicas]
+        return [*self.ps, *self.data, *self.replicas, *self.members]
 
 
 def ps_argv(config_file: str, job: str, servers: list[str], index: int, store: str | None) -> tuple:
@@ -126,9 +132,24 @@ def ps_argv(config_file: str, job: str, servers: list[str], index: int, store: s
 
 def replica_cpus(config) -> int:
     """The CPUs one replica role asks for, all on one node: its workers, or, partitioned, its
-    partition processes (:mod:`hogwild.cluster.partitioned`)."""
+    partition processes (:mod:`hogwild.cluster.partitioned`); a synchronous group's
+    coordinator one (its members are roles of their own, a CPU each)."""
     partitions = config.model.partitions
+    if coordinated(config):
+        return 1
     return partitions if partitions > 1 else config.cluster.workers_per_replica
+
+
+def member_count(config) -> int:
+    """The job's member roles (a CPU each): every synchronous group's workers, or none."""
+    return (
+        config.cluster.replicas * config.cluster.workers_per_replica if coordinated(config) else 0
+    )
+
+
+def coordinated(config) -> bool:
+    """Whether the job's replica roles are synchronous worker groups with member roles."""
+    return resolve_topology(config.cluster, config.ps.rule).coordinated
 
 
 def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
@@ -152,6 +173,9 @@ def plan_roles(config, config_file: str, data: str, host: str) -> ClusterPlan:
         argv = ("cluster", "--config", config_file, "--data", data, "replica", "--index", str(i))
         argv += ("--bind", host)
         plan.replicas.append(RoleSpec("replica", i, argv, cpus=cpus, group=f"replica-{i}"))
+    for m in range(member_count(config)):  # told their coordinator once it serves
+        argv = ("cluster", "--config", config_file, "--data", data, "member", "--index", str(m))
+        plan.members.append(RoleSpec("member", m, (*argv, "--bind", host), cpus=1))
     return plan
 
 

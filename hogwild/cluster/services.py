@@ -144,6 +144,13 @@ class WorkerGroupFramework(Protocol):
 
     def __call__(self, framework: str, config, data, index: int) -> ServedRole: ...
 
+    def serve_member(
+        self, config, data, index: int, coordinator: str, bind: str, keys: str | None
+    ) -> int:
+        """``hogwild cluster member``: member ``index`` of the job's groups (a replica of group
+        ``index // workers_per_group``, a process of its own), whose group serves at
+        ``coordinator`` (the served role's ``answer`` takes its requests); the exit status."""
+
 
 def open_controller(
     address: str, job: str, say: Callable[[str], None], tls: str | None = None,

@@ -12,7 +12,10 @@ is that one way; a role is a :class:`ServedRole` and keeps only what it trains:
   twice);
 - ``close`` (epoch): stop what it holds of the epoch at the next chance (Adam's epoch rule);
 - ``status`` and ``describe``: what the role says of itself;
-- ``stop``: leave.
+- ``stop``: leave;
+- any other op goes to the role's own ``answer(op, body)`` where it has one (a synchronous worker
+  group's members reach their coordinator's board this way), else it is refused; it is not the
+  driver's word, so it does not count against the driver's silence.
 
 The network thread only answers and records; the main thread runs :meth:`ServedRole.step` until
 ``stop``, or until the driver has asked nothing for :attr:`ServedRole.silence_s` seconds (it is
@@ -54,6 +57,7 @@ MAX_QUEUED_PORTIONS = 64
 a ``train`` beyond them is refused, naming the limit."""
 
 
+DRIVER_OPS = ("status", "describe", "train", "close", "stop")
 _LR_ULP = 1 + 1e-12  # the driver's rate, computed as the role computes its peak, may differ by this
 
 
@@ -127,8 +131,14 @@ class ReplicaServer:
         self.last_train: tuple[int, int, int] | None = None  # a resent `train` is not run twice
 
     def act(self, op: str, body: dict) -> dict:
-        """A driver's request (on the network thread: record, answer)."""
+        """A driver's request (on the network thread: record, answer), or one for the role's
+        own ``answer``."""
         role = self.role
+        if op not in DRIVER_OPS:
+            answer = getattr(role, "answer", None)
+            if answer is None:
+                raise ControlRefused(f"unknown op {op!r} ({', '.join(DRIVER_OPS)})")
+            return answer(op, body)
         self.last_contact = time.monotonic()
         if op == "status":
             return role.status()
@@ -162,7 +172,7 @@ class ReplicaServer:
             self.stopping = True
             role.stop()
             return {"ok": True}
-        raise ControlRefused(f"unknown op {op!r} (status, describe, train, close, stop)")
+        raise AssertionError(op)  # every one of DRIVER_OPS is answered above
 
     def serve(self) -> int:
         """Start the role, serve the driver until it says stop (or is gone), release

@@ -48,7 +48,7 @@ __all__ = [
     "Supervisor",
 ]
 
-KIND_ORDER = {"ps": 0, "data": 1, "replica": 2}  # the order of one round of restarts
+KIND_ORDER = {"ps": 0, "data": 1, "replica": 2, "member": 3}  # the order of one round of restarts
 STORY_LENGTH = 1000  # transitions kept by RestartPolicy.story()
 RUNNING, EXITED, RESTARTING = "running", "exited", "restarting"
 

@@ -36,7 +36,7 @@ REACH_S = 5.0  # a GCS that does not accept a connection within this is not ther
 TOKEN_PLACES = "~/.ray/auth_token, a file named by RAY_AUTH_TOKEN_PATH, or RAY_AUTH_TOKEN"
 
 
-def join_ray(cluster, per_replica: int) -> None:
+def join_ray(cluster, per_replica: int, members: int = 0) -> None:
     """Join the Ray cluster :func:`ray_address` names, or start one of the driver's own on this
     host (with the job's CPUs, at least this host's cores), and check it has room for the job.
 
@@ -52,7 +52,7 @@ def join_ray(cluster, per_replica: int) -> None:
         )
     options = {"log_to_driver": False, "logging_level": logging.WARNING}
     if not address:  # the driver's own Ray (token authentication on, as Ray's default)
-        need = needed_cpus(cluster, per_replica)
+        need = needed_cpus(cluster, per_replica, members)
         options.update(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False)
     elif address != "auto":  # "auto": the cluster on this node, found by Ray
         check_reachable(address)
@@ -71,7 +71,7 @@ def join_ray(cluster, per_replica: int) -> None:
         if main:  # ray.init installs its own SIGTERM handler; the driver keeps its own
             signal.signal(signal.SIGTERM, sigterm)
     try:
-        check_room(cluster, address or "on this host", per_replica)
+        check_room(cluster, address or "on this host", per_replica, members)
     except BaseException:
         ray.shutdown()
         raise
@@ -83,15 +83,16 @@ def ray_address(cluster) -> str:
     return cluster.ray_address or os.environ.get("RAY_ADDRESS", "").strip()
 
 
-def needed_cpus(cluster, per_replica: int = 0) -> int:
+def needed_cpus(cluster, per_replica: int = 0, members: int = 0) -> int:
     """The CPUs the job's roles ask Ray for: one per parameter server (of every server group)
     and data server, ``per_replica`` for each replica (its processes: its workers, or its
-    partitions; 0: ``cluster.workers_per_replica``)."""
+    partitions; 0: ``cluster.workers_per_replica``), one per member of a synchronous group."""
     servers = cluster.ps * max(1, cluster.server_groups)
     return (
         servers
         + cluster.data_servers
         + cluster.replicas * (per_replica or cluster.workers_per_replica)
+        + members
     )
 
 
@@ -153,7 +154,7 @@ def use_token_if_asked(address: str) -> None:
     Config.initialize("")  # the probe cached the mode it saw
 
 
-def check_room(cluster, where: str, per_replica: int = 0) -> None:
+def check_room(cluster, where: str, per_replica: int = 0, members: int = 0) -> None:
     """Refuse at once a job whose roles need more CPUs than the Ray cluster has (placing them
     would wait ``cluster.start_timeout_s`` for room that never comes).
 
@@ -161,7 +162,7 @@ def check_room(cluster, where: str, per_replica: int = 0) -> None:
         ConfigError: Not enough CPUs in all, or no node with a replica's CPUs.
     """
     per_replica = per_replica or cluster.workers_per_replica
-    need = needed_cpus(cluster, per_replica)
+    need = needed_cpus(cluster, per_replica, members)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     per_node = [float(n["Resources"].get("CPU", 0)) for n in nodes]
     have = sum(per_node)
@@ -170,7 +171,9 @@ def check_room(cluster, where: str, per_replica: int = 0) -> None:
             f"the job's roles need {need} CPU(s) of the Ray cluster {where} ("
             f"{cluster.ps * max(1, cluster.server_groups)} parameter server(s), "
             f"{cluster.data_servers} data server(s), {cluster.replicas} replica(s) x "
-            f"{per_replica} process(es)), and it has {have:g} on "
+            f"{per_replica} process(es)"
+            + (f", {members} group member(s)" if members else "")
+            + f"), and it has {have:g} on "
             f"{len(nodes)} node(s); add nodes, start them with more --num-cpus, or ask less"
         )
     if per_node and per_replica > max(per_node):

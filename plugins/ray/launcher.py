@@ -61,7 +61,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
-from hogwild.cluster.roles import RoleSpec, replica_cpus
+from hogwild.cluster.roles import RoleSpec, member_count, replica_cpus
 from hogwild.net.address import host_port, is_loopback, parse_address
 
 POLL_S = 0.1
@@ -94,6 +94,7 @@ class RayLauncher(Launcher):
         self.run_dir = str(Path(run_dir).resolve())
         self.cluster = config.cluster
         self.per_replica = replica_cpus(config)  # a replica's processes share one node
+        self.members = member_count(config)  # synchronous groups' members, a CPU each
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
         self.roles: dict[str, RayRole] = {}
         self.groups: dict[str, object] = {}
@@ -102,7 +103,7 @@ class RayLauncher(Launcher):
         self.etcd_members = None  # the job's own etcd cluster, one member per node
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
-            join_ray(self.cluster, self.per_replica)
+            join_ray(self.cluster, self.per_replica, self.members)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node_ip = next(
             (n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self.node_id), ""

@@ -1,7 +1,7 @@
 """``hogwild cluster`` with each framework of the topology (SINGA section 5.2), end to end.
 
 * ``--cluster.framework=sandblaster``: real parameter servers (two, the model's shards spread
-  over both), and one worker-group role holding the L-BFGS coordinator and two replica threads,
+  over both), one worker-group role holding the L-BFGS coordinator, and two member processes,
   trains a small network on 1,000 MNIST examples to a stated test accuracy.
 * ``--cluster.framework=allreduce`` (synchronous SGD through the same kind of worker group, a
   server per worker) and ``hybrid`` (two such groups, asynchronous to each other, on one server
@@ -20,6 +20,8 @@ iteration; AllReduce and hybrid: ten batches of 100 an epoch, over the groups.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,11 +86,11 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
     assert all(r["train_accuracy"] is None for r in epochs)  # not counted, not made up
     group = epochs[-1]["sandblaster"]["0"]
     assert group["iterations"] == 20 and group["workers"] == 2
-    # every iteration's passes covered the batch in portions, both replica threads computing
+    # every iteration's passes covered the batch in portions, both member processes computing
     assert group["evaluations"] >= 21 and group["portions"] >= 21 * 16  # 16 portions of 63
     assert len(group["kept"]) == 2 and min(group["kept"]) > 0
     log = (run / "logs" / "replica-0.log").read_text()
-    assert "L-BFGS iteration 20" in log and "2 replica thread(s)" in log
+    assert "L-BFGS iteration 20" in log and "2 member process(es)" in log
     servers = [(run / "logs" / f"ps-{i}.log").read_text() for i in range(2)]
     assert all(" of 7 shards" in text and " 0 of 7" not in text for text in servers), servers
     print(f"sandblaster: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
@@ -138,7 +140,7 @@ def test_synchronous_sgd_groups_train_mnist(
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
         assert group["iterations"] == group["evaluations"] == 100 // groups  # a step per pass
-        assert min(group["kept"]) > 0  # both replica threads computed portions
+        assert min(group["kept"]) > 0  # both member processes computed portions
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
@@ -185,3 +187,48 @@ def test_a_hybrid_on_several_server_groups_is_refused_before_any_role_starts(mni
     assert "valid topology but hogwild cluster does not run it yet" in done.stderr
     assert "not built: synchronous worker groups on several server groups" in done.stderr
     assert "hogwild ps: serving" not in done.stderr  # nothing was started
+
+
+def test_a_killed_sandblaster_group_comes_back_and_its_members_follow_it(mnist_dir, tmp_path):
+    """The group's role (its coordinator and board) is SIGKILLed after two epochs: the driver
+    restarts it elsewhere (a new port, a new incarnation fenced on the servers) and restarts its
+    two member processes told the new address and incarnation; L-BFGS starts again from the
+    servers' parameters and the job ends its 8 epochs."""
+    config = tmp_path / "mlp.toml"
+    config.write_text(MLP)
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "hogwild.cli", "cluster", "--config", str(config),
+               "--data", str(mnist_dir), "--no-progress", "--cluster.framework=sandblaster",
+               "--cluster.workers_per_group=2", "--ps", "2", "--epochs", "8",
+               "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl")]  # fmt: skip
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+
+        def epochs() -> list[dict]:
+            metrics = run / "metrics.jsonl"
+            lines = metrics.read_text().splitlines() if metrics.exists() else []
+            return [r for r in map(json.loads, lines) if r.get("event") == "epoch"]
+
+        while len(epochs()) < 2:
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.1)
+        roles = json.loads((run / "cluster.json").read_text())["roles"]
+        (group,) = [r["pid"] for r in roles if r["name"] == "replica 0"]
+        os.kill(group, signal.SIGKILL)
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    assert final["restarts"]["replica-0"] == 1
+    assert 1 <= final["restarts"]["member-0"] <= 3 and 1 <= final["restarts"]["member-1"] <= 3
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records if r["event"] == "epoch"] == list(range(8))
+    member_logs = [(run / "logs" / f"member-{m}.log").read_text() for m in (0, 1)]
+    restarted = [r for r in records if r["event"] == "restart"]
+    new_group = next(r["address"] for r in restarted if r["role"] == "replica 0")
+    assert all(f"(coordinator {new_group}," in log for log in member_logs)  # told where it is
+    assert final["train_loss"] < 1.0, final

@@ -205,3 +205,91 @@ def test_the_jobs_own_etcd_cluster_has_a_member_on_each_ray_node(cluster, mnist_
     while time.monotonic() < deadline and (_etcd_left(hosts) or _roles_left(hosts, tmp_path)):
         time.sleep(0.5)
     assert _etcd_left(hosts) == [] and _roles_left(hosts, tmp_path / "run") == []
+
+
+SANDBLASTER_MLP = """
+[model]
+input = [1, 28, 28]
+[[model.layers]]
+type = "fc"
+units = 64
+[[model.layers]]
+type = "relu"
+[[model.layers]]
+type = "fc"
+units = 10
+[[model.layers]]
+type = "softmax"
+
+[train]
+subset = 1000
+
+[ps]
+shard_kib = 32
+"""
+
+
+@pytest.mark.parametrize(
+    ("framework", "more"),
+    [
+        ("sandblaster", ()),  # an epoch is one full-batch L-BFGS iteration
+        # ten steps of synchronous SGD an epoch; a server per worker
+        ("allreduce", ("--train.batch=100", "--optim.lr=0.1", "--optim.schedule=constant")),
+    ],
+)
+def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
+    cluster, mnist_dir, tmp_path, framework, more
+):
+    """Sandblaster L-BFGS, and AllReduce's synchronous SGD: a group of two member processes over
+    two parameter servers, placed by Ray across the hosts (every node has 2 CPUs, the 5 roles
+    need 5, so a member runs on another host than its coordinator), takes the same steps, epoch
+    for epoch, as the same job with every role on one host (the local launcher, loopback)."""
+    hosts = cluster["hosts"]
+    config = tmp_path / "mlp.toml"
+    config.write_text(SANDBLASTER_MLP)
+    common = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--config", str(config),
+        "--data", str(mnist_dir), f"--cluster.framework={framework}",
+        "--cluster.workers_per_group=2", "--ps", "2", "--epochs", "3", "--no-progress", *more,
+    ]  # fmt: skip
+
+    def losses(run: Path) -> list[float]:
+        records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r["train_loss"] for r in records if r["event"] == "epoch"]
+
+    one = tmp_path / "one"
+    done = subprocess.run(
+        [*common, "--checkpoint-dir", str(one), "--metrics", str(one / "metrics.jsonl")],
+        capture_output=True, text=True, timeout=JOB_WITHIN_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    far = tmp_path / "far"
+    argv = [*common, "--launcher", "ray", "--ray-address", cluster["ray"],
+            f"--cluster.host={hosts.address(1)}", "--checkpoint-dir", str(far),
+            "--metrics", str(far / "metrics.jsonl")]  # fmt: skip
+    driver = hosts.run(
+        1, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"]
+    )
+    try:
+        deadline = time.monotonic() + JOB_WITHIN_S
+        while not (far / "cluster.json").is_file():  # every role started (removed at the end)
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.2)
+        roles = json.loads((far / "cluster.json").read_text())["roles"]
+        _, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    where = {r["name"]: r["host"] for r in roles}
+    assert {"member 0", "member 1", "replica 0"} <= set(where)
+    assert {where["member 0"], where["member 1"]} - {where["replica 0"]}, where  # another host
+    # the same float32 terms, summed in the order the pushes came in (L-BFGS's 1e-8 apart here)
+    assert losses(far) == pytest.approx(losses(one), rel=1e-4), (losses(far), losses(one))
+    assert len(losses(one)) == 3 and losses(one)[-1] < losses(one)[0]
+    deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
+    while time.monotonic() < deadline and _roles_left(hosts, far):
+        time.sleep(0.5)
+    assert _roles_left(hosts, far) == []

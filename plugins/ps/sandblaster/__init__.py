@@ -15,8 +15,12 @@ Modules, one concept each:
   coordinator's ``evaluate()`` that gathers the gradient on the shards).
 * :mod:`.replica`: a replica's loop (fetch once per batch, portion gradients with the engine's
   kernels, pushes every few portions into its own vector on the shards).
+* :mod:`.board_service`: the board across processes (the coordinator answers its members'
+  calls as control messages; a member's side with the board's methods).
+* :mod:`.member`: a group's member role (``hogwild cluster member``): one replica as a process
+  of its own, on any node.
 * :mod:`.group`: the worker-group role ``hogwild cluster --cluster.framework=sandblaster``
-  starts: the coordinator and its replica threads, answering the driver as a replica does.
+  starts: the coordinator and its board, answering the driver as a replica does.
 
 What differs from DistBelief, and why:
 
@@ -26,9 +30,10 @@ What differs from DistBelief, and why:
   paper does not say where the shards sum the gradient. A vector per replica makes a replica
   that dies mid-push harmless (its vector is zeroed, its portions computed again); see
   :mod:`.batch` and :mod:`.portions`.
-* Replicas here are threads of one process talking to the board directly, also under
-  ``hogwild cluster`` (:mod:`.group`); across processes the board's calls would become messages,
-  which is not built.
+* Under ``hogwild cluster`` each replica is a process of its own (:mod:`.member`), talking to
+  the coordinator's board in messages (:mod:`.board_service`); the coordinator is a role of its
+  own per group, not a process of the driver. Tests also run replicas as threads on an
+  in-process board.
 * Parameter servers that keep copies (``copies > 1``) replicate vector operations that write
   and named pushes like any update (each takes the shard's next version), so L-BFGS's history
   survives a primary's death; :func:`~.batch.check_servers` checks the servers answer.

@@ -1,11 +1,12 @@
 """One batch pass: the board replicas ask for work, and the coordinator's gathering of the gradient.
 
 :class:`Board` puts the :class:`~.portions.PortionScheduler` behind a lock and a condition so that
-replicas (threads of this process, :mod:`.replica`) and the coordinator can wait on it: a replica
-blocks in :meth:`Board.request` until there is work (or :data:`STOP`), the coordinator in
-:meth:`Board.run_batch` until every portion is folded, folding pushes as they are reported. It is
-the in-process transport; a networked one would carry the same calls as messages, the scheduler
-unchanged. Every wait has a deadline (:class:`BatchTimeout` names what was outstanding).
+replicas (:mod:`.replica`) and the coordinator can wait on it: a replica blocks in
+:meth:`Board.request` until there is work (or :data:`STOP`), the coordinator in
+:meth:`Board.run_batch` until every portion is folded, folding pushes as they are reported.
+Replicas that are threads of the coordinator's process call it directly; member processes call
+it through :mod:`.board_service`, which carries the same calls as messages. Every wait has a
+deadline (:class:`BatchTimeout` names what was outstanding).
 
 :class:`BatchObjective` is the coordinator's ``evaluate()`` for
 :class:`~.lbfgs.SandblasterLBFGS`: the loss and gradient of the batch at ``"params"``, with the
@@ -53,10 +54,12 @@ from hogwild_plugins.ps.sandblaster.vectors import VectorOps
 from hogwild.errors import HogwildError
 
 __all__ = [
+    "REJOIN",
     "STOP",
     "BatchObjective",
     "BatchTimeout",
     "Board",
+    "Rejoin",
     "Stop",
     "check_servers",
     "replica_vector",
@@ -78,6 +81,15 @@ class Stop:
 
 
 STOP = Stop()
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """The board was replaced, or took the replica for gone (a board in another process,
+    :mod:`.board_service`): drop what it accrued and join again."""
+
+
+REJOIN = Rejoin()
 
 
 class Board:

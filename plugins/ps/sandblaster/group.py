@@ -10,11 +10,12 @@ a :class:`hogwild.cluster.services.WorkerGroupFramework`) holding
 * a **coordinator** with a parameter-server client of its own, through which only shard
   operations and scalars pass: it gathers each batch's gradient on the shards
   (:class:`~.batch.BatchObjective`) and moves the parameters there;
-* the :class:`~.batch.Board` and ``workers_per_group`` **replicas**
-  (:class:`~.replica.SandblasterReplica`), each with its own client, fetching the parameters
-  once per batch, computing portion gradients with the engine's kernels, pushing them into their
-  own vectors on the shards, backed up near the end of a batch. The kernels release the GIL
-  (``nogil``), so the threads compute in parallel.
+* the :class:`~.batch.Board`, which its ``workers_per_group`` **members** reach as messages
+  over this role's control channel (:class:`~.board_service.BoardService`). Each member is a
+  role of its own (``hogwild cluster member``, :mod:`.member`), a process the launcher places
+  on any node like any other role: a :class:`~.replica.SandblasterReplica` with its own client,
+  fetching the parameters once per batch, computing portion gradients with the engine's
+  kernels, pushing them into its own vector on the shards, backed up near the end of a batch.
 
 The frameworks differ in the coordinator's step:
 
@@ -40,33 +41,33 @@ The frameworks differ in the coordinator's step:
   parameters asynchronously to the others, with a gradient vector (``sgd.grad<G>``) and replica
   numbers (``G * workers + i``, hence replica vectors) of its own on the shards.
 
-**What differs from the papers.** The replicas are *threads of this one process*, not processes or
-machines of their own: the board is the in-process transport of :mod:`.batch`, and carrying its
-calls as messages between processes is not built. The coordinator lives in this role (not in the
-driver) because the board does. The servers, shard operations, pushes and pulls are the real
-ones, over the network. The driver sees a replica: the core's serve loop
-(:class:`hogwild.cluster.serving.ReplicaServer`, the one every replica role answers through:
-``train``, ``close``, ``status``, ``describe``, ``stop``) serves the group, so the driver's
-epochs, evaluation, checkpoints and restarts work unchanged; ``train_accuracy`` is not counted.
+**What differs from the papers.** The coordinator lives in this role (not in the driver), one
+per group; its members exchange with it only the board's small messages, and with the servers
+the parameters and gradients, over the network. The driver starts a group's members once the
+group serves (each is told its address); a group that is restarted comes back elsewhere, and the
+driver restarts its members told the new address. The driver sees a replica: the core's serve
+loop (:class:`hogwild.cluster.serving.ReplicaServer`, the one every replica role answers
+through: ``train``, ``close``, ``status``, ``describe``, ``stop``; the members' ops go to
+:meth:`WorkerGroup.answer`) serves the group, so the driver's epochs, evaluation, checkpoints and
+restarts work unchanged; ``train_accuracy`` is not counted.
 
 Both: ``optim.weight_decay`` is an L2 term on every parameter (biases too); dropout is off (the
 line search compares losses, so the objective must be deterministic); ``train.stall_s`` bounds
-every wait on the board; the data are MNIST arrays in memory (:func:`check_job` refuses image
-caches, data servers and augmentation before the job starts).
+every wait on the board and a member's silence; the data are MNIST arrays in memory
+(:func:`check_job` refuses image caches, data servers and augmentation before the job starts).
 """
 
 from __future__ import annotations
 
 import math
 import queue
-import secrets
 import sys
-import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from hogwild_plugins.ps.sandblaster.batch import BatchObjective, Board, check_servers
+from hogwild_plugins.ps.sandblaster.board_service import BoardService
 from hogwild_plugins.ps.sandblaster.lbfgs import (
     GRAD,
     PARAMS,
@@ -74,15 +75,14 @@ from hogwild_plugins.ps.sandblaster.lbfgs import (
     LBFGSOptions,
     SandblasterLBFGS,
 )
+from hogwild_plugins.ps.sandblaster.member import group_client, serve_member, training_arrays
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
-from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
 from hogwild.cluster.replica_role import ReplicaRole, driver_silence_s
 from hogwild.cluster.serving import POLL_S
 from hogwild.errors import ConfigError
-from hogwild.signals import interrupts_not_lost
-from hogwild.training.job import epoch_permutation, subset_indices
+from hogwild.training.job import epoch_permutation
 
 __all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size"]
 
@@ -164,28 +164,19 @@ class WorkerGroup(ReplicaRole):
     unit, least_examples = "share", 1  # a `train` hands over a share of the epoch, not empty
     grad = GRAD  # the vector its batch gradient is gathered in
     check_job = staticmethod(check_job)  # the driver's check, before anything starts
+    serve_member = staticmethod(serve_member)  # ``hogwild cluster member``: one of its members
 
     def __init__(self, framework: str, config, data, index: int) -> None:
-        from hogwild.data.plan import plan_data
-        from hogwild.model.network import build_network
-
         check_job(config, data, framework)
         super().__init__(config, index, driver_silence_s(config, 2))
         self.framework, self.config = framework, config
-        plan, n_total, _ = plan_data(config, data, 1)
-        self.network = build_network(config.model, plan.n_classes)
-        chosen = subset_indices(config.train.seed, n_total, config.train.subset)
-        images = data.train_images if chosen is None else data.train_images[chosen]
-        labels = data.train_labels if chosen is None else data.train_labels[chosen]
-        self.images = np.ascontiguousarray(images.reshape(len(images), -1))
-        self.labels = np.ascontiguousarray(labels, dtype=np.int64)
-        self.n_train = len(self.labels)
+        self.n_train = len(training_arrays(config, data)[1])  # the members hold the examples
         self.workers = config.cluster.workers_per_replica  # the topology's workers_per_group
+        first = index * self.workers  # its members' numbers (their vectors on the shards)
+        self.service = BoardService(range(first, first + self.workers), config.train.stall_s)
         self.share: _Share | None = None
         self.board: Board | None = None
         self.objective: BatchObjective | None = None
-        self.threads: list[threading.Thread] = []
-        self.replicas: list[SandblasterReplica] = []
         self.clients: list = []
         self.coordinator: ShardVectors | None = None
         self.iterations = 0
@@ -203,7 +194,15 @@ class WorkerGroup(ReplicaRole):
         return self.config.ps.job
 
     def facts(self) -> dict:
-        return {"workers": self.workers, "framework": self.framework}
+        return {
+            "workers": self.workers,
+            "framework": self.framework,
+            "members": list(self.service.members),
+        }
+
+    def answer(self, op: str, body: dict) -> dict:
+        """A member's request (:class:`~.board_service.BoardService`, on the network thread)."""
+        return self.service.answer(op, body)
 
     def status(self) -> dict:
         with self.lock:
@@ -246,17 +245,17 @@ class WorkerGroup(ReplicaRole):
             "iterations": self.iterations,
             "workers": self.workers,
             **{key: self.past_boards.get(key, 0) + value for key, value in board.items()},
-            "kept": [r.kept for r in self.replicas],  # portions accepted from each thread
+            "kept": [self.service.kept[m] for m in self.service.members],  # from each member
+            "rejoined": self.service.reaped,  # members taken for gone after their silence
             **self.last_step,
         }
 
     # -- the main thread ---------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Warm the kernels; the ready line's description."""
-        self._warm_kernels()
+        """The ready line's description (the coordinator computes no gradients: no kernels)."""
         return (
-            f"{self.framework} group {self.index} ({self.workers} replica thread(s), "
+            f"{self.framework} group {self.index} ({self.workers} member process(es), "
             f"{self.n_train:,} examples, {self.does} through {len(self.config.ps.servers)} "
             "parameter server(s))"
         )
@@ -281,8 +280,8 @@ class WorkerGroup(ReplicaRole):
         return epoch_permutation(self.config.train.seed, epoch, self.n_train)[start:stop]
 
     def _start_board(self, order: np.ndarray, portion: int) -> None:
-        """A new board, its replica threads (computing on ``order``) and the objective."""
-        self._stop_replicas()
+        """A new board (the members join it, computing on ``order``) and the objective."""
+        self._close_board()
         for key, value in self._board_counters().items():  # the counters go on over boards
             self.past_boards[key] = self.past_boards.get(key, 0) + value
         if self.coordinator is None:
@@ -290,56 +289,25 @@ class WorkerGroup(ReplicaRole):
             self.clients.append(client)
             self.coordinator = ShardVectors(client)  # the coordinator's shard operations
             check_servers(client.status())
-        examples = self._examples(order, portion)
         scheduler = PortionScheduler(push_every=PUSH_EVERY, max_copies=MAX_COPIES)
         self.board = Board(scheduler, timeout_s=self.config.train.stall_s)
+        self.service.install(self.board, order, portion)
         l2 = self.config.optim.weight_decay
         self.objective = BatchObjective(
             self.coordinator, self.board, len(order), portion, l2=l2, grad=self.grad
         )
-        for i in range(self.workers):
-            if len(self.clients) <= i + 1:
-                self.clients.append(self._client())
-            gradient = PortionGradient(self.network, examples)
-            number = self.index * self.workers + i  # its vector on the shards is its own
-            replica = SandblasterReplica(number, self.clients[i + 1], self.board, gradient)
-            self.replicas.append(replica)
-            thread = threading.Thread(target=self.replicas[-1].run, name=f"replica-{i}")
-            thread.daemon = True
-            self.threads.append(thread)
-            thread.start()
-
-    def _examples(self, order: np.ndarray, portion: int) -> Examples:
-        c = self.config.data
-        return Examples(self.images, self.labels, order, portion, c.mean, c.std)
 
     def _client(self):
-        """A parameter-server client of its own (the coordinator's, or one replica's)."""
-        from hogwild_plugins.ps.client import PSClient
+        """The coordinator's parameter-server client."""
+        return group_client(self.config)
 
-        ps, cluster = self.config.ps, self.config.cluster
-        etcd = (cluster.etcd or None) if cluster.copies > 1 else None  # replicated: by the map
-        return PSClient(list(ps.servers), ps.job, client_id=secrets.randbits(31),
-                        timeout_s=ps.timeout_s, retries=ps.retries,
-                        keys=ps.keys or None, etcd=etcd,
-                        etcd_tls=cluster.etcd_tls or None, token=ps.token)  # fmt: skip
-
-    def _warm_kernels(self) -> None:
-        """Compile (or load from the cache) the gradient kernel before saying ready; numba's
-        compiler calls back into Python, where a SIGTERM's exception would be dropped: not here."""
-        with interrupts_not_lost():
-            gradient = PortionGradient(self.network, self._examples(np.zeros(1, np.int64), 1))
-            gradient(np.zeros(self.network.n_params, np.float32), 0)
-
-    def _stop_replicas(self) -> None:
+    def _close_board(self) -> None:
         if self.board is not None:
             self.board.close()
-        for thread in self.threads:
-            thread.join(self.config.cluster.stop_timeout_s)
-        self.threads, self.replicas = [], []
 
     def release(self) -> None:
-        self._stop_replicas()
+        self.service.close()  # the members' next request is answered stop
+        self._close_board()
         for client in self.clients:
             client.close()
         self.clients = []
@@ -426,8 +394,7 @@ class SGDGroup(WorkerGroup):
             if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
                 break
             batch = order[first : first + size]
-            for replica in self.replicas:  # read from the next batch on (set before it begins)
-                replica.gradient.examples = self._examples(batch, portion)
+            self.service.set_examples(batch, portion)  # the members', before the batch begins
             objective.n_examples = len(batch)
             objective.n_portions = portions_of(len(batch), portion)
             loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards

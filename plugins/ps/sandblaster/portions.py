@@ -23,8 +23,11 @@ whole push. A replica that leaves during a push may have reached some shards and
 its vector is zeroed instead (a :class:`Fold` with no portions), never added, and the portions
 of that push are computed again elsewhere: nothing is counted twice. Every replica's vector is
 zeroed when it joins (what an earlier run, or an earlier replica of that number, left there).
-Not covered: a push still in flight when its replica is declared gone and delivered after the
-coordinator zeroed the vector (a replica thread leaves only once its push returned or failed).
+A push still in flight when its replica is declared gone lands in its vector after the zeroing,
+but is never added: the replica is told to join again only once that push returned, and its join
+zeroes the vector again before it may push. Not covered: a member process taken for gone that
+lives on (cut off, not dead) and pushes after a restarted process of its number joined; the
+servers do not fence a group's members one by one.
 
 Its invariants:
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from hogwild_plugins.ps.sandblaster.batch import Board, Stop, replica_vector
+from hogwild_plugins.ps.sandblaster.batch import Board, Rejoin, Stop, replica_vector
 from hogwild_plugins.ps.sandblaster.portions import Compute, Fetch, Push, portions_of
 
 from hogwild.model.context import TrainingContext
@@ -132,6 +132,10 @@ class SandblasterReplica:
                 instruction = self.board.request(self.id)
                 if isinstance(instruction, Stop):
                     return
+                if isinstance(instruction, Rejoin):  # a new board: what it accrued is void
+                    self.accrued.fill(0.0)
+                    self.board.join(self.id)
+                    continue
                 if isinstance(instruction, Fetch):
                     self.client.pull(self.params)
                     self.board.fetched(self.id, instruction.batch)
