@@ -169,6 +169,7 @@ class PartitionLoop:
         self.fed, self.next_gen, self.closes = 0, 1, 0
         self.flushes = 0
         self.exchanger = self._exchanger(setup.get("home"), network, arena, config)
+        self.link = self._link(setup.get("link"))
         from hogwild.model.random import seed_kernels, worker_seed
 
         seed_kernels(worker_seed(config.train.seed, 0, self.p))  # this partition's dropout masks
@@ -197,6 +198,16 @@ class PartitionLoop:
             owned=owned,
         )
 
+    def _link(self, link: dict | None):
+        """What this partition sends to partitions on other hosts (None: all on this one)."""
+        if not link:
+            return None
+        from hogwild.partition.hosts import HostGroups
+        from hogwild.partition.link import PartitionLink
+
+        groups = HostGroups(tuple(link["addresses"]), tuple(link["group_of"]))
+        return PartitionLink(self.plan, groups, self.p, link["keys"] or None)
+
     def run(self) -> None:
         from hogwild.shm.atomics import atomic_store
 
@@ -206,6 +217,8 @@ class PartitionLoop:
         finally:
             if self.exchanger is not None:
                 self.exchanger.close()
+            if self.link is not None:  # before the arena closes: queued frames are views of it
+                self.link.close()
 
     def _loop(self) -> None:
         from hogwild.shm.atomics import atomic_load
@@ -278,6 +291,9 @@ class PartitionLoop:
             self.fed += 1
             atomic_store(self.control, FED, self.fed)
             atomic_store(self.sync, s * w + GEN, self.next_gen)  # publishes the example
+            if self.link is not None:  # and to the other hosts
+                lr = float(self.floats[LR])
+                self.link.load(s, self.next_gen, self.images[index], self.labels[index], lr)
             self.next_gen += 1
             loaded = True
         return loaded
@@ -319,6 +335,8 @@ class PartitionLoop:
         last = len(self.plan.segments) - 1
         if i < last and self.is_producer[i]:
             atomic_add(self.sync, s * self.width + fwd_column(i + 1), 1)
+            if self.link is not None:
+                self.link.forward(s, self.gen[s], i + 1, self.act[s])
         if i == last and self.stages.runs[i]:  # the softmax's owner: the example's loss
             label = int(self.slot_label[s])
             self.slot_loss[s, 0] = cross_entropy(self.act[s], self.out_off, label)
@@ -346,6 +364,8 @@ class PartitionLoop:
         base = s * self.width
         if i > 0 and self.is_contributor[i - 1]:
             atomic_add(self.sync, base + bwd_column(i), 1)
+            if self.link is not None:
+                self.link.backward(s, self.gen[s], i, self.dact[self.p, s])
         if i == 0:
             lr = float(self.floats[LR])
             apply_update(
@@ -364,5 +384,7 @@ class PartitionLoop:
                 self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]
                 self.stats[self.p, STAT_CORRECT] += self.slot_loss[s, 1]
                 self.stats[self.p, STAT_EXAMPLES] += 1
+            if self.link is not None:
+                self.link.done(s, self.gen[s])
             if self.exchanger is not None:
                 self.exchanger.trained(1, None)
