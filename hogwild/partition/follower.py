@@ -136,7 +136,9 @@ class FollowerHost:
         arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
         mean, std = config.data.mean, config.data.std
-        self.receiver = Receiver(sock, security, plan, groups, group, arena, n_slots, mean, std)
+        self.receiver = Receiver(
+            sock, security, plan, groups, group, arena, n_slots, mean, std, self.keys
+        )
         self.outbox = Outbox(groups.addresses, [LEADER], self.keys)
         self.plan, self.groups, self.group = plan, groups, group
         me = psutil.Process()
@@ -198,17 +200,13 @@ class FollowerHost:
                 raise PartitionDiedError(text)
 
     def serve(self) -> None:
-        from hogwild.partition.link import BEAT_S, SILENCE_S, gather_rows, rows_of
+        from hogwild.partition.link import SILENCE_S, gather_rows, rows_of
 
-        receiver, last_beat = self.receiver, 0.0
+        receiver = self.receiver
         rows = rows_of(self.plan, self.local)
         params, velocity = self.arena.array("params"), self.arena.array("velocity")
         while not receiver.stop:
             self._check_alive("training")
-            now = time.monotonic()
-            if now - last_beat > BEAT_S:
-                last_beat = now
-                self.outbox.send(LEADER, fr.encode(fr.BEAT, self.group, a=self.group))
             if receiver.silent(LEADER) > SILENCE_S:
                 raise PartitionDiedError(
                     f"the leader at {self.groups.addresses[LEADER]} was silent for "

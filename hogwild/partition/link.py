@@ -167,12 +167,15 @@ def scatter_rows(values: np.ndarray, vector: np.ndarray, rows) -> None:
 
 
 class Receiver:
-    """One host group's receiving thread: applies the partitions' blocks to this host's arena,
+    """One host group's link thread: applies the partitions' blocks to this host's arena,
     records the parents' messages for the parent (:attr:`ready`, :attr:`rows`, :attr:`beats`,
-    :attr:`failed`, :attr:`asked`, :attr:`stop`)."""
+    :attr:`failed`, :attr:`asked`, :attr:`stop`), and beats to the groups this one answers to
+    (the leader to its followers, a follower to the leader) from a socket of its own, so that a
+    parent busy evaluating or writing a checkpoint still sounds alive."""
 
     def __init__(self, sock, security, plan: PartitionPlan, groups: HostGroups, group: int,
-                 arena, n_slots: int, mean: float, std: float):  # fmt: skip
+                 arena, n_slots: int, mean: float, std: float, keys: str | None = None):  # fmt: skip
+        self.keys = keys
         self.sock, self.security = sock, security
         self.plan, self.groups, self.group = plan, groups, group
         self.arena, self.n_slots = arena, n_slots
@@ -215,9 +218,27 @@ class Receiver:
     # -- the thread ------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        if self.group == LEADER:
+            targets = [g for g in range(self.groups.n_groups) if g != LEADER]
+        else:
+            targets = [LEADER]
+        beats = Outbox(self.groups.addresses, targets, self.keys)
+        try:
+            self._serve(beats, targets)
+        finally:
+            beats.close()
+
+    def _serve(self, beats: Outbox, targets) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        beat = fr.encode(fr.BEAT, self.group, a=self.group)
+        last_beat = 0.0
         while not self._quit.is_set():
+            now = time.monotonic()
+            if now - last_beat > BEAT_S:
+                last_beat = now
+                for g in targets:
+                    beats.send(g, beat)
             if not poller.poll(POLL_MS):
                 continue
             while not self._quit.is_set():

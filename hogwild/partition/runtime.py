@@ -122,7 +122,7 @@ class PartitionedTrainer:
         self.followers = tuple(range(1, self.groups.n_groups)) if self.groups else ()
         self.keys = config.cluster.keys or None
         self.receiver = self.outbox = None
-        self.rows_asked, self.last_beat = 0, 0.0
+        self.rows_asked = 0
         self.arena: Arena | None = None
         self.processes: list = []
         self.handed = 0  # examples handed to the feeder so far (proc.COUNT)
@@ -271,7 +271,7 @@ class PartitionedTrainer:
         sock, security = bind_receiver(groups.addresses[LEADER], self.keys)
         self.receiver = Receiver(
             sock, security, self.plan, groups, LEADER, self.arena,
-            self.config.train.in_flight, self.mean, self.std,
+            self.config.train.in_flight, self.mean, self.std, self.keys,
         )  # fmt: skip
         self.outbox = Outbox(groups.addresses, self.followers, self.keys)
         for g in self.followers:
@@ -314,18 +314,12 @@ class PartitionedTrainer:
             time.sleep(0.005)
 
     def _check_link(self, doing: str) -> None:
-        """Beat to the followers; raise if one failed or fell silent."""
-        from hogwild.partition import frames as fr
-        from hogwild.partition.link import BEAT_S, SILENCE_S
+        """Raise if a follower failed or fell silent (the receiver's thread beats to them)."""
+        from hogwild.partition.link import SILENCE_S
 
         receiver = self.receiver
         if receiver is None:
             return
-        now = time.monotonic()
-        if now - self.last_beat > BEAT_S:
-            self.last_beat = now
-            for g in self.followers:
-                self.outbox.send(g, fr.encode(fr.BEAT, LEADER, a=LEADER))
         if receiver.failed:
             raise PartitionDiedError(f"{receiver.failed} while {doing}; the replica stops")
         for g in receiver.ready:  # before it is ready, the start's own deadline applies
