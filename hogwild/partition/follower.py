@@ -109,8 +109,9 @@ class FollowerHost:
         from hogwild.config import config_from_dict
         from hogwild.model.network import build_network
         from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
-        from hogwild.partition.link import Outbox, Receiver
+        from hogwild.partition.link import Receiver
         from hogwild.partition.plan import plan_partitions
+        from hogwild.partition.sending import Outbox
         from hogwild.shm.arena import Arena
         from hogwild.training.placement import worker_placements
 

@@ -1,13 +1,12 @@
-"""ZeroMQ between the host groups of one partitioned replica: blocks out of arena rows, into rows.
+"""The receiving end of a partitioned replica's link between hosts: frames into arena rows.
 
 Each host group's parent binds one PULL socket at its address (``model.partition_hosts``) and runs
 a :class:`Receiver` thread on it; every sender (a partition process, a parent) holds one PUSH
-socket per other group (:class:`Outbox`). Beyond loopback both ends use CURVE with the job's key
-directory (``cluster.keys``; the ZAP handler admits its authorised clients only).
+socket per other group (:class:`~hogwild.partition.sending.Outbox`). Beyond loopback both ends
+use CURVE with the job's key directory (``cluster.keys``; the ZAP handler admits its authorised
+clients only).
 
-A partition sends its slices straight from its arena row (``copy=False``: ZeroMQ reads the
-shared memory itself; the row is not written again before every reader is done with the example,
-so it cannot change under the send). The receiver reads each payload frame straight into the
+The receiver reads each payload frame straight into the
 row it belongs in (``recv_into``) and then advances the row's counter, exactly as a partition on
 this host would after writing it (:mod:`hogwild.partition.process`): the partitions here cannot
 tell a slice that came over the network from one written next door. Frames of an example that
@@ -27,105 +26,28 @@ from collections import defaultdict
 import numpy as np
 import zmq
 
-from hogwild.net.address import check_bind, check_connect, parse_address
+from hogwild.net.address import check_bind, parse_address
 from hogwild.partition import frames as fr
 from hogwild.partition.hosts import LEADER, HostGroups
 from hogwild.partition.plan import PartitionPlan
-from hogwild.partition.process import DONE, GEN, STAT_CORRECT, STAT_EXAMPLES, STAT_LOSS
-from hogwild.partition.process import LR, bwd_column, fwd_column, slot_width
+from hogwild.partition.process import (
+    DONE,
+    GEN,
+    LR,
+    STAT_CORRECT,
+    STAT_EXAMPLES,
+    STAT_LOSS,
+    bwd_column,
+    fwd_column,
+    slot_width,
+)
+from hogwild.partition.sending import Outbox, zmq_context
 
 log = logging.getLogger(__name__)
 
-LINGER_MS = 2000  # what is queued when a socket closes still goes (a STOP, the last rows)
 POLL_MS = 50
 BEAT_S = 0.5
 SILENCE_S = 30.0  # a host unheard for this long is lost
-
-
-def _context() -> zmq.Context:
-    return zmq.Context.instance()
-
-
-class Outbox:
-    """PUSH sockets to the other host groups' receivers (one per group)."""
-
-    def __init__(self, addresses: tuple[str, ...], targets, keys: str | None):
-        from hogwild.net.auth import secure_client
-
-        self.sockets: dict[int, zmq.Socket] = {}
-        try:
-            for g in targets:
-                address = parse_address(addresses[g])
-                check_connect(address, keys)
-                sock = _context().socket(zmq.PUSH)
-                sock.setsockopt(zmq.LINGER, LINGER_MS)
-                if keys:
-                    secure_client(sock, keys)
-                sock.connect(address.endpoint)
-                self.sockets[g] = sock
-        except BaseException:
-            self.close()
-            raise
-
-    def send(self, group: int, header: bytes, *payload) -> None:
-        if payload:
-            self.sockets[group].send_multipart([header, *payload], copy=False)
-        else:
-            self.sockets[group].send(header)
-
-    def close(self) -> None:
-        for sock in self.sockets.values():
-            sock.close(LINGER_MS)
-        self.sockets = {}
-
-
-class PartitionLink:
-    """What partition ``p`` sends to the other hosts (used by its dataflow loop)."""
-
-    def __init__(self, plan: PartitionPlan, groups: HostGroups, p: int, keys: str | None):
-        self.plan, self.groups, self.p = plan, groups, p
-        self.group = groups.group_of[p]
-        others = [g for g in range(groups.n_groups) if g != self.group]
-        self.outbox = Outbox(groups.addresses, others, keys)
-        n_b = len(plan.boundaries)
-        # per boundary (1-based index - 1): the groups to send to and what
-        self.forward_to = [groups.forward_targets(plan, b, p) for b in range(n_b)]
-        self.backward_to = [groups.backward_targets(plan, b, p) for b in range(n_b)]
-        self.followers = others if self.group == LEADER else []
-
-    def forward(self, s: int, gen: int, boundary: int, act_row: np.ndarray) -> None:
-        """This partition's slice of boundary ``boundary``'s block of slot ``s``, to its readers."""
-        targets = self.forward_to[boundary - 1]
-        if not targets:
-            return
-        b = self.plan.boundaries[boundary - 1]
-        lo, hi = b.slices[self.p]
-        block = act_row[b.block + lo : b.block + hi]
-        header = fr.encode(fr.FORWARD, self.p, s, boundary, gen)
-        for g in targets:
-            self.outbox.send(g, header, block)
-
-    def backward(self, s: int, gen: int, boundary: int, dact_row: np.ndarray) -> None:
-        """This partition's partial error over each remote owner's slice, one message a group."""
-        b = self.plan.boundaries[boundary - 1]
-        header = fr.encode(fr.BACKWARD, self.p, s, boundary, gen)
-        for g, owners in self.backward_to[boundary - 1]:
-            blocks = [dact_row[b.block + b.slices[q][0] : b.block + b.slices[q][1]] for q in owners]
-            self.outbox.send(g, header, *blocks)
-
-    def load(self, s: int, gen: int, image: np.ndarray, label: int, lr: float) -> None:
-        """The feeder loaded example ``gen`` into slot ``s``: tell every follower."""
-        header = fr.encode(fr.LOAD, self.p, s, 0, gen, int(label), float(lr))
-        for g in self.followers:
-            self.outbox.send(g, header, image)
-
-    def done(self, s: int, gen: int) -> None:
-        """This partition completed slot ``s``'s example (a follower's, to the leader)."""
-        if self.group != LEADER:
-            self.outbox.send(LEADER, fr.encode(fr.DONE, self.p, s, 0, gen))
-
-    def close(self) -> None:
-        self.outbox.close()
 
 
 def bind_receiver(address: str, keys: str | None):
@@ -135,12 +57,12 @@ def bind_receiver(address: str, keys: str | None):
 
     where = parse_address(address)
     check_bind(where, keys)
-    sock = _context().socket(zmq.PULL)
+    sock = zmq_context().socket(zmq.PULL)
     sock.setsockopt(zmq.LINGER, 0)
     security = None
     try:
         if keys:
-            security = secure_server(_context(), sock, keys)
+            security = secure_server(zmq_context(), sock, keys)
         sock.bind(where.endpoint)
     except BaseException:
         sock.close(0)
@@ -173,8 +95,19 @@ class Receiver:
     (the leader to its followers, a follower to the leader) from a socket of its own, so that a
     parent busy evaluating or writing a checkpoint still sounds alive."""
 
-    def __init__(self, sock, security, plan: PartitionPlan, groups: HostGroups, group: int,
-                 arena, n_slots: int, mean: float, std: float, keys: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        sock,
+        security,
+        plan: PartitionPlan,
+        groups: HostGroups,
+        group: int,
+        arena,
+        n_slots: int,
+        mean: float,
+        std: float,
+        keys: str | None = None,
+    ):
         self.keys = keys
         self.sock, self.security = sock, security
         self.plan, self.groups, self.group = plan, groups, group
@@ -260,6 +193,11 @@ class Receiver:
         while self._more():
             self.sock.recv()
 
+    def _last(self, what: str) -> None:
+        """Refuse a message with frames beyond the planned ones (before anything is applied)."""
+        if self._more():
+            raise fr.FrameError(f"{what}: more frames than planned")
+
     def _into(self, view: np.ndarray, what: str) -> None:
         """The next payload frame, read into ``view`` (exactly its size)."""
         if not self._more():
@@ -272,6 +210,8 @@ class Receiver:
         h = fr.decode(first)
         self.expect.check(h)
         kind = h.kind
+        if kind in (fr.BEAT, fr.READY, fr.ROWS_ASK, fr.STOP, fr.DONE):
+            self._last(fr.KIND_NAMES[kind])
         if kind in (fr.FORWARD, fr.BACKWARD, fr.DONE):
             self._block(h)
         elif kind == fr.LOAD:
@@ -292,11 +232,10 @@ class Receiver:
             if not self._more():
                 raise fr.FrameError("FAILED without its text")
             text = self.sock.recv()[: fr.MAX_TEXT_BYTES].decode("utf-8", "replace")
+            self._last("FAILED")
             self.failed = f"partition host {self.groups.addresses[h.source]}: {text}"
         else:
             raise fr.FrameError(f"{fr.KIND_NAMES[kind]} is not taken here")
-        if self._more():
-            raise fr.FrameError(f"{fr.KIND_NAMES[kind]} with more frames than planned")
 
     def _current(self, s: int) -> int:
         from hogwild.shm.atomics import atomic_load
@@ -333,10 +272,12 @@ class Receiver:
                 buffer = np.empty_like(view)
                 self._into(buffer, what)
                 kept.append(buffer)
+            self._last(what)
             self.pending[(h.slot, h.generation)].append((h, kept))
             return
         for view in targets:
             self._into(view, what)
+        self._last(what)
         self._count(h)
 
     def _count(self, h: fr.Header, kept=None) -> None:
@@ -367,6 +308,7 @@ class Receiver:
             raise fr.FrameError(f"LOAD of example {h.generation} into slot {s}: not new")
         image = np.empty(self.input_size, dtype=np.uint8)
         self._into(image, "LOAD")
+        self._last("LOAD")
         base = s * self.width
         for col in range(1, self.width):  # every partition here is done with the last one
             atomic_store(self.sync, base + col, 0)
@@ -382,10 +324,12 @@ class Receiver:
         rows = rows_of(self.plan, self.groups.members(h.source))
         n = sum(b - a for a, b in rows)
         values = np.empty(n, dtype=np.float32)
+        velocities = np.empty(n, dtype=np.float32)
         self._into(values, "ROWS (parameters)")
+        self._into(velocities, "ROWS (velocity)")
+        self._last("ROWS")
         scatter_rows(values, self.params, rows)
-        self._into(values, "ROWS (velocity)")
-        scatter_rows(values, self.velocity, rows)
+        scatter_rows(velocities, self.velocity, rows)
         with self.lock:
             self.rows[h.source] = max(self.rows.get(h.source, 0), h.a)
 

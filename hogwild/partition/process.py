@@ -203,7 +203,7 @@ class PartitionLoop:
         if not link:
             return None
         from hogwild.partition.hosts import HostGroups
-        from hogwild.partition.link import PartitionLink
+        from hogwild.partition.sending import PartitionLink
 
         groups = HostGroups(tuple(link["addresses"]), tuple(link["group_of"]))
         return PartitionLink(self.plan, groups, self.p, link["keys"] or None)

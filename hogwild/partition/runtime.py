@@ -265,7 +265,8 @@ class PartitionedTrainer:
     def _open_link(self, params: np.ndarray, velocity: np.ndarray) -> None:
         """Bind the leader's receiver and send every follower host the job and the model."""
         from hogwild.partition import frames as fr
-        from hogwild.partition.link import Outbox, Receiver, bind_receiver, setup_frames
+        from hogwild.partition.link import Receiver, bind_receiver, setup_frames
+        from hogwild.partition.sending import Outbox
 
         groups = self.groups
         sock, security = bind_receiver(groups.addresses[LEADER], self.keys)

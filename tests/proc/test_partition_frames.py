@@ -85,7 +85,9 @@ def test_three_partitions_on_two_hosts_train_exactly_as_over_shared_memory(tmp_p
     )
     assert framed.metrics["examples"] == SUBSET  # every example completely processed once
     assert framed.metrics["test_accuracy"] == shared.metrics["test_accuracy"]
-    assert framed.history[0]["train_loss"] == pytest.approx(shared.history[0]["train_loss"], rel=1e-12)
+    assert framed.history[0]["train_loss"] == pytest.approx(
+        shared.history[0]["train_loss"], rel=1e-12
+    )
     over_frames = load_checkpoint(latest_checkpoint(tmp_path / "framed"))
     over_memory = load_checkpoint(latest_checkpoint(tmp_path / "shared"))
     np.testing.assert_array_equal(over_frames.params, over_memory.params)
