@@ -33,7 +33,6 @@ from hogwild.partition.plan import PartitionPlan
 from hogwild.partition.process import (
     DONE,
     GEN,
-    LR,
     STAT_CORRECT,
     STAT_EXAMPLES,
     STAT_LOSS,
@@ -119,7 +118,7 @@ class Receiver:
         self.sync, self.stats = arena.array("sync"), arena.array("stats")
         self.slot_label, self.slot_loss = arena.array("slot_label"), arena.array("slot_loss")
         self.params, self.velocity = arena.array("params"), arena.array("velocity")
-        self.floats = arena.array("floats")
+        self.slot_lr = arena.array("slot_lr")
         self.input_size = plan.network.input_size
         self.slot_gen = [0] * n_slots  # a follower's: the example each slot holds
         self.pending: dict[tuple[int, int], list] = defaultdict(list)
@@ -145,7 +144,7 @@ class Receiver:
             self.security.close()
             self.security = None
         self.act = self.dact = self.sync = self.stats = self.params = self.velocity = None
-        self.slot_label = self.slot_loss = self.floats = None
+        self.slot_label = self.slot_loss = self.slot_lr = None
         self.pending.clear()
 
     # -- the thread ------------------------------------------------------------------------------
@@ -314,7 +313,7 @@ class Receiver:
             atomic_store(self.sync, base + col, 0)
         load_example(image, self.act[s], self.mean, self.std)
         self.slot_label[s] = h.a
-        self.floats[LR] = h.f
+        self.slot_lr[s] = h.f
         for early, kept in self.pending.pop((s, h.generation), []):
             self._count(early, kept)
         self.slot_gen[s] = h.generation

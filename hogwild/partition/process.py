@@ -52,8 +52,9 @@ CLOSED = CLOSE + 8  # the last close the feeder carried out
 FLUSH = CLOSE + 16  # the parent's flush requests, numbered
 FLUSHED = CLOSE + 24  # + 8 * partition: the last flush it carried out
 CONTROL_WORDS = FLUSHED + 8 * MAX_PARTITIONS
-# float controls
-LR = 0
+# float controls: the epoch's rate; with optim.smooth the rate it ends at, and the examples fed
+# before it and in it (the feeder moves each example's rate along that line)
+LR, LR_END, SMOOTH, EPOCH_FIRST, EPOCH_N = 0, 1, 2, 3, 4
 # per-partition statistics (float64 row each, 8 wide)
 STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT, STAT_STORE_WAIT = 0, 1, 2, 3, 4
 GEN, DONE = 0, 1
@@ -141,6 +142,7 @@ class PartitionLoop:
         self.sync, self.control = arena.array("sync"), arena.array("control")
         self.floats, self.stats = arena.array("floats"), arena.array("stats")
         self.slot_label, self.slot_loss = arena.array("slot_label"), arena.array("slot_loss")
+        self.slot_lr = arena.array("slot_lr")
         self.images, self.labels, self.order = (
             arena.array("images"),
             arena.array("labels"),
@@ -288,15 +290,26 @@ class PartitionLoop:
             index = self.order[self.fed % len(self.order)]
             load_example(self.images[index], self.act[s], self.mean, self.std)
             self.slot_label[s] = self.labels[index]
+            self.slot_lr[s] = lr = self.rate()
             self.fed += 1
             atomic_store(self.control, FED, self.fed)
             atomic_store(self.sync, s * w + GEN, self.next_gen)  # publishes the example
             if self.link is not None:  # and to the other hosts
-                lr = float(self.floats[LR])
                 self.link.load(s, self.next_gen, self.images[index], self.labels[index], lr)
             self.next_gen += 1
             loaded = True
         return loaded
+
+    def rate(self) -> float:
+        """The learning rate of the example fed next: the epoch's, or with ``optim.smooth`` on
+        the line from it to the next epoch's, by how much of the epoch was fed before it."""
+        from hogwild.optim.schedule import rate_within
+
+        floats = self.floats
+        if not floats[SMOOTH]:
+            return float(floats[LR])
+        first, n = int(floats[EPOCH_FIRST]), int(floats[EPOCH_N])
+        return rate_within(float(floats[LR]), float(floats[LR_END]), self.fed - first, n)
 
     def advance(self, s: int) -> bool:
         """Run every stage of slot ``s``'s example that can run now."""
@@ -367,7 +380,7 @@ class PartitionLoop:
             if self.link is not None:
                 self.link.backward(s, self.gen[s], i, self.dact[self.p, s])
         if i == 0:
-            lr = float(self.floats[LR])
+            lr = float(self.slot_lr[s])  # the rate the feeder gave this example
             apply_update(
                 self.ops,
                 self.params,

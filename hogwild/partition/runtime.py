@@ -35,7 +35,7 @@ from hogwild.data.mnist import MnistData
 from hogwild.errors import ConfigError, WorkerDiedError, WorkerStalledError
 from hogwild.model.network import COL_OUT, Network, build_network
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
-from hogwild.optim.schedule import learning_rate
+from hogwild.optim.schedule import epoch_rates
 from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
 from hogwild.partition.plan import PartitionPlan, plan_partitions
@@ -357,10 +357,15 @@ class PartitionedTrainer:
         from hogwild.shm.atomics import atomic_store
 
         config, arena = self.config, self.arena
-        lr = learning_rate(config.optim, epoch, config.train.epochs)
+        lr, lr_end = epoch_rates(config.optim, epoch, config.train.epochs)
         n = len(self.train_images)
         arena.array("order")[:] = epoch_permutation(config.train.seed, epoch, n)
-        arena.array("floats")[proc.LR] = lr
+        floats = arena.array("floats")
+        floats[proc.LR] = lr
+        if lr_end is not None:  # optim.smooth: each example's rate on the line to lr_end
+            floats[proc.LR_END], floats[proc.EPOCH_N] = lr_end, n
+            floats[proc.EPOCH_FIRST] = self.handed  # the examples fed before this epoch
+            floats[proc.SMOOTH] = 1.0
         stats, control = arena.array("stats"), arena.array("control")
         before = stats.sum(axis=0).copy()
         self.handed += n  # the feeder's running total (its order ring starts over at n)
@@ -491,6 +496,7 @@ def arena_layout(
     layout.add("stats", np.float64, (k, 8))
     layout.add("slot_label", np.int64, n_slots)
     layout.add("slot_loss", np.float64, (n_slots, 2))
+    layout.add("slot_lr", np.float64, n_slots)  # the rate each slot's example trains at
     layout.add("images", np.uint8, tuple(images_shape))
     layout.add("labels", np.int64, images_shape[0])
     layout.add("order", np.int64, images_shape[0])

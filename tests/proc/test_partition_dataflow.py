@@ -22,7 +22,7 @@ from hogwild.model.loops import load_example
 from hogwild.model.network import build_network
 from hogwild.model.update import apply_update
 from hogwild.optim.rules import RULE_CODES
-from hogwild.optim.schedule import learning_rate
+from hogwild.optim.schedule import epoch_rates, rate_within
 from hogwild.partition.compute import SequentialReplica
 from hogwild.partition.plan import plan_partitions
 from hogwild.partition.runtime import train_partitioned
@@ -47,12 +47,18 @@ def _examples(config, mnist):
     return images, labels, order
 
 
+SMOOTH = {"optim.smooth": True, "optim.schedule": "linear", "optim.min_lr": 0.0}
+
+
+@pytest.mark.parametrize("smooth", [False, True], ids=["epoch-rate", "smooth"])
 def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(
-    tmp_path, mnist
+    tmp_path, mnist, smooth
 ):
     """The default ``train.in_flight`` is 1: a partitioned job trains exactly as the whole model
-    would (more in flight train on stale weights, which diverges at large sizes)."""
-    overrides = {**PAPER_OVERRIDES, "model.partitions": 2}
+    would (more in flight train on stale weights, which diverges at large sizes). With
+    ``optim.smooth`` each example trains at its own rate on the line from the epoch's rate to the
+    next epoch's (here from ``lr`` down to 0 across the one epoch), as the engine's do."""
+    overrides = {**PAPER_OVERRIDES, "model.partitions": 2, **(SMOOTH if smooth else {})}
     result = train_partitioned(
         data=mnist,
         epochs=1,
@@ -68,11 +74,13 @@ def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_
     images, labels, order = _examples(config, mnist)
     replica = SequentialReplica(plan)
     grads = [np.zeros_like(params) for _ in range(2)]
-    lr = learning_rate(config.optim, 0, 1)
+    start, end = epoch_rates(config.optim, 0, 1)
+    assert (end is not None) == smooth
     optim = config.optim
     mu = optim.momentum if optim.rule == "momentum" else 0.0
     x = np.zeros(network.act_size, dtype=np.float32)
-    for index in order:
+    for fed, index in enumerate(order):
+        lr = rate_within(start, end, fed, len(order))
         load_example(images[index], x, config.data.mean, config.data.std)
         replica.step(params, x[: network.input_size], int(labels[index]), grads, training=True)
         for p in range(2):
