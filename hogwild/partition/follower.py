@@ -24,7 +24,7 @@ import numpy as np
 import psutil
 import zmq
 
-from hogwild.errors import ConfigError
+from hogwild.errors import ConfigError, HogwildError
 from hogwild.partition import frames as fr
 from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
@@ -52,21 +52,20 @@ def serve_partition_host(
     from hogwild.signals import deferred_signals, terminate_as_interrupt
 
     with terminate_as_interrupt():
-        sock, security = bind_receiver(bind, keys)
         host = FollowerHost(bind, keys, say)
         try:
-            job, params, velocity = _wait_setup(sock, wait_s, bind)
-            host.start(sock, security, job, params, velocity)
-            sock = security = None  # the receiver owns them now
+            host.sock, host.security = bind_receiver(bind, keys)
+            job, params, velocity = _wait_setup(host.sock, wait_s, bind)
+            try:
+                host.start(job, params, velocity)
+            except Exception as exc:  # the leader is told at once rather than left waiting
+                host.report(job, f"could not start: {exc}")
+                raise
             host.serve()
             return 0
         finally:
             with deferred_signals():
                 host.shutdown()
-                if sock is not None:
-                    sock.close(0)
-                if security is not None:
-                    security.close()
 
 
 def _wait_setup(sock, wait_s: float, bind: str):
@@ -100,12 +99,13 @@ class FollowerHost:
 
     def __init__(self, bind: str, keys: str | None, say):
         self.bind, self.keys, self.say = bind, keys, say
+        self.sock = self.security = None  # the receiving socket, until the receiver has it
         self.arena = self.receiver = self.outbox = None
         self.processes: list = []
         self.local: tuple[int, ...] = ()
         self.answered = 0
 
-    def start(self, sock, security, job: dict, params: bytes, velocity: bytes) -> None:
+    def start(self, job: dict, params: bytes, velocity: bytes) -> None:
         from hogwild.config import config_from_dict
         from hogwild.model.network import build_network
         from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
@@ -138,8 +138,9 @@ class FollowerHost:
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
         mean, std = config.data.mean, config.data.std
         self.receiver = Receiver(
-            sock, security, plan, groups, group, arena, n_slots, mean, std, self.keys
+            self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys
         )
+        self.sock = self.security = None  # the receiver owns them now
         self.outbox = Outbox(groups.addresses, [LEADER], self.keys)
         self.plan, self.groups, self.group = plan, groups, group
         me = psutil.Process()
@@ -181,6 +182,24 @@ class FollowerHost:
             f"{', '.join(map(str, self.local))} of {plan.k} running for the leader at "
             f"{groups.addresses[LEADER]}"
         )
+
+    def report(self, job: dict, text: str) -> None:
+        """Tell the leader named in ``job`` that this host failed (FAILED), if it can be told."""
+        from hogwild.net.address import AddressError, parse_address
+        from hogwild.partition.sending import Outbox
+
+        leader, group = job.get("leader"), job.get("group")
+        if not isinstance(leader, str) or not isinstance(group, int) or not 0 < group < 1 << 16:
+            return
+        try:
+            parse_address(leader)
+            outbox = Outbox((leader,), [LEADER], self.keys)
+        except (AddressError, HogwildError, zmq.ZMQError):
+            return
+        try:
+            outbox.send(LEADER, fr.encode(fr.FAILED, group), text.encode()[: fr.MAX_TEXT_BYTES])
+        finally:
+            outbox.close()
 
     def _wait_all(self, word: int, doing: str) -> None:
         control = self.arena.array("control")
@@ -243,6 +262,12 @@ class FollowerHost:
         if self.receiver is not None:
             self.receiver.close()
             self.receiver = None
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+        if self.security is not None:
+            self.security.close()
+            self.security = None
         if self.arena is not None:
             self.arena.close()
             self.arena.unlink()
@@ -253,6 +278,8 @@ def run_cli(args) -> int:
     if not args.wait_s > 0:
         raise ConfigError(f"--wait-s must be > 0 seconds, got {args.wait_s}")
     try:
-        return serve_partition_host(args.bind, args.keys, args.wait_s)
+        return serve_partition_host(
+            args.bind, args.keys, args.wait_s, say=lambda line: print(line, flush=True)
+        )
     except zmq.ZMQError as exc:
         raise ConfigError(f"--bind {args.bind}: {exc}") from None

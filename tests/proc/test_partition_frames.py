@@ -16,6 +16,7 @@ ends by itself when the leader is done, and nothing is left behind (the autouse 
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 
 import numpy as np
@@ -34,7 +35,14 @@ from hogwild.training.api import load_checkpoint
 from hogwild.training.checkpoint import latest_checkpoint
 from hogwild.training.job import epoch_permutation, subset_indices
 from hogwild.training.resume import starting_point
-from tests.proc.test_cli_signals import hogwild_cli
+from tests.proc.test_cli_signals import (
+    START_TIMEOUT_S,
+    hogwild_cli,
+    started,
+    stop,
+    wait_until,
+    workers_of,
+)
 
 SUBSET = 200
 FOLLOWER_EXIT_S = 60.0
@@ -137,3 +145,34 @@ def test_partitions_beyond_loopback_need_keys(mnist):
                 "model.partition_hosts": ["127.0.0.1:7001", "10.213.9.9:7001"],
             },
         )
+
+
+def test_a_partition_killed_on_the_other_host_stops_the_job_naming_it(tmp_path, mnist_dir):
+    """SIGKILL of the follower's partition mid-epoch: the follower reports it and exits 1, the
+    leader stops the job naming the host, the partition and the signal, status 1; every process
+    ends and no segment is left (the autouse leak check)."""
+    a, b = (f"127.0.0.1:{port}" for port in free_ports(2))
+    follower = hogwild_cli("partition-host", "--bind", b, "--wait-s", "300")
+    metrics = tmp_path / "metrics.jsonl"
+    leader = hogwild_cli(
+        "train", "--data", str(mnist_dir), "--partitions", "2", "--epochs", "50",
+        "--subset", "2000", "--metrics", str(metrics), "--no-progress",
+        f"--model.partition_hosts={a},{b}",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: started(metrics), START_TIMEOUT_S, "the partitions to start")
+        partitions = workers_of(follower.pid)
+        assert len(partitions) == 1
+        victim = partitions[0]
+        victim.send_signal(signal.SIGKILL)
+        _, err = stop(leader)
+        assert leader.returncode == 1, err
+        assert f"partition host {b}: partition 1 (pid {victim.pid}) died" in err, err
+        assert "signal 9" in err
+        _, follower_err = stop(follower)
+        assert follower.returncode == 1, follower_err
+    finally:
+        for process in (leader, follower):
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
