@@ -27,6 +27,7 @@ FAILED     g -> leader      a partition there died (a UTF-8 frame saying how)
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
@@ -106,6 +107,7 @@ class Expect:
     n_boundaries: int
     group: int
     group_of: tuple[int, ...]
+    n_classes: int
 
     def check(self, h: Header) -> None:
         """Refuse a header this receiver cannot take (naming the field).
@@ -128,8 +130,10 @@ class Expect:
                 raise FrameError(f"{KIND_NAMES[h.kind]} for generation {h.generation}")
         if h.kind in (FORWARD, BACKWARD) and not 1 <= h.boundary <= self.n_boundaries:
             raise FrameError(f"{KIND_NAMES[h.kind]} at boundary {h.boundary}")
-        if h.kind == LOAD and (h.source != 0 or leader or not 0 <= h.a < 1 << 31):
+        if h.kind == LOAD and (h.source != 0 or leader or not 0 <= h.a < self.n_classes):
             raise FrameError(f"LOAD from partition {h.source} (label {h.a}) to group {self.group}")
+        if h.kind == LOAD and not (math.isfinite(h.f) and h.f >= 0.0):
+            raise FrameError(f"LOAD with a learning rate of {h.f}")
         if h.kind == DONE and not leader:
             raise FrameError("DONE sent to a follower")
         if h.kind in (SETUP, ROWS_ASK, STOP) and leader:

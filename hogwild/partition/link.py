@@ -112,7 +112,11 @@ class Receiver:
         self.plan, self.groups, self.group = plan, groups, group
         self.arena, self.n_slots = arena, n_slots
         self.mean, self.std = mean, std
-        self.expect = fr.Expect(plan.k, n_slots, len(plan.boundaries), group, groups.group_of)
+        self.expect = fr.Expect(
+            plan.k, n_slots, len(plan.boundaries), group, groups.group_of, plan.network.n_classes
+        )
+        # what may wait for its LOAD: one example a slot, each of its messages once
+        self.max_pending = (n_slots, plan.k * (2 * len(plan.boundaries) + 1))
         self.width = slot_width(len(plan.segments))
         self.act, self.dact = arena.array("act"), arena.array("dact")
         self.sync, self.stats = arena.array("sync"), arena.array("stats")
@@ -266,6 +270,12 @@ class Receiver:
             raise fr.FrameError(f"{what}: the slot holds example {current}")
         targets = [] if h.kind == fr.DONE else self._targets(h)
         if h.generation > current:  # overtook its LOAD: kept until the example is here
+            key = (h.slot, h.generation)
+            slots, per_example = self.max_pending
+            if (key not in self.pending and len(self.pending) >= slots) or len(
+                self.pending.get(key, ())
+            ) >= per_example:
+                raise fr.FrameError(f"{what}: more early messages than the plan can send")
             kept = []
             for view in targets:
                 buffer = np.empty_like(view)

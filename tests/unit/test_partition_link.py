@@ -6,7 +6,8 @@ partial error travel in one message. The receiver (a real PULL socket on loopbac
 arena, a PUSH socket in this test as the other host): a block lands in the row and advances the
 counter exactly as a partition next door would; a block that overtook its example's LOAD waits
 for it; messages that are not the plan's (a payload of the wrong size, a block claimed by a
-partition of this host, a kind this host never receives, a slot out of range, a stale example)
+partition of this host, a kind this host never receives, a slot out of range, a stale example,
+a label or rate that is none, more early blocks than the plan can send)
 are refused and counted, and no counter moves for them (a short frame may have been read into
 its row, which nobody reads before the counter says so).
 """
@@ -119,6 +120,8 @@ def test_the_receiver_applies_the_plans_blocks_and_refuses_the_rest(plan):
             (fr.encode(fr.FORWARD, 0, 0, 9, 1), block),  # no boundary 9
             (fr.encode(fr.DONE, 0, 0, 0, 1),),  # DONE goes to the leader
             (fr.encode(fr.LOAD, 0, 0, 0, 1, 3, 0.01), image),  # example 1 is there already
+            (fr.encode(fr.LOAD, 0, 0, 0, 9, 10, 0.01), image),  # label 10 of 10 classes
+            (fr.encode(fr.LOAD, 0, 0, 0, 9, 3, float("nan")), image),  # a rate that is no rate
             (fr.encode(fr.FORWARD, 0, 0, 1, 1), block, block),  # one frame too many
             (b"not a header",),
         ]
@@ -126,6 +129,13 @@ def test_the_receiver_applies_the_plans_blocks_and_refuses_the_rest(plan):
             send(*message)
         _until(lambda: receiver.refused == len(refused))
         assert counter(0) == 1 and counter(1) == 1  # no counter moved for them
+        assert sync[GEN] == 1  # slot 0 still holds example 1
+        # blocks ahead of their LOAD wait, one example a slot at most
+        send(fr.encode(fr.FORWARD, 0, 0, 1, 3), block)
+        send(fr.encode(fr.FORWARD, 0, 1, 1, 4), block)
+        send(fr.encode(fr.FORWARD, 0, 0, 1, 5), block)  # a third example waiting: refused
+        _until(lambda: receiver.refused == len(refused) + 1)
+        assert sorted(receiver.pending) == [(0, 3), (1, 4)]
         np.testing.assert_array_equal(act[1, b.block + lo : b.block + hi], block)
         assert pull.poll(int(WITHIN_S * 1000))  # it beats to the leader
         assert fr.decode(pull.recv()).kind == fr.BEAT
