@@ -5,7 +5,9 @@ Every message is a ZeroMQ multipart message whose first frame is a 40-byte littl
 (``magic, version, kind, source partition, slot, boundary, generation, a, f``) and whose other
 frames are raw float32 (or uint8) blocks, never pickled. The payload's sizes are not in the
 header: the receiver knows them from the plan, so a message whose frames do not have exactly
-the planned sizes is refused. Kinds:
+the planned sizes is refused. This is not :mod:`hogwild.net.wire`'s header (the parameter
+servers' and data servers' requests): these messages are one replica's own dataflow, addressed
+by slot, example and boundary rather than by shard and version, and never answered. Kinds:
 
 =========  ===============  ==========================================================
 kind       from -> to       meaning (payload)

@@ -30,6 +30,13 @@ rows' progress every ``n_push`` examples and pulls them every ``n_fetch`` on its
 parent raises ``FLUSH`` (all of a portion's examples complete) it pushes what remains and
 answers ``FLUSHED``.
 
+With partitions on other hosts (``model.partition_hosts``) a partition also sends, after each
+counter it advances, the block that counter announces to the hosts where a partition reads it
+(:class:`~hogwild.partition.sending.PartitionLink`); there the link's receiver writes the block
+into the same row of that host's arena and advances the same counter, so this loop is the same
+on every host. The feeder's LOAD carries each example to the other hosts; a partition's DONE
+goes to the leader's host.
+
 The loop does no waiting of its own: when nothing can advance it backs off (yield, then short
 sleeps) and checks that the parent still runs and has not asked it to stop.
 """
