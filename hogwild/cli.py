@@ -395,6 +395,12 @@ def _info(args, overrides: dict[str, str]) -> int:
 
         plan = plan_partitions(model_network(config.model), config.model.partitions)
         print(plan.describe(read_caches()))
+        if config.model.partition_hosts:
+            from hogwild.partition.hosts import HostGroups
+
+            groups = HostGroups.from_hosts(config.model.partition_hosts, plan.k)
+            if groups.n_groups > 1:
+                print(groups.describe(plan))
     return 0
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from hogwild.errors import ConfigError
 from hogwild.net.address import AddressError, is_loopback, parse_address
-from hogwild.partition.plan import SOFTMAX_OWNER, PartitionPlan
+from hogwild.partition.plan import FLOAT_BYTES, SOFTMAX_OWNER, PartitionPlan
 
 LEADER = 0
 
@@ -108,12 +108,33 @@ class HostGroups:
                 owners.setdefault(g, []).append(q)
         return tuple((g, tuple(qs)) for g, qs in sorted(owners.items()))
 
-    def remote_contributors(self, plan: PartitionPlan, boundary: int, group: int) -> tuple:
-        """Contributors of the boundary outside ``group`` that send it a backward message."""
-        b = plan.boundaries[boundary]
-        if not any(self.group_of[q] == group for q in b.producers):
-            return ()
-        return tuple(p for p in b.contributors if self.group_of[p] != group)
+    def bytes_between_hosts(self, plan: PartitionPlan) -> int:
+        """Bytes of activations and errors that cross between hosts for one example (a part of
+        the plan's ``bytes_per_example``; the examples themselves, LOAD, come on top)."""
+        total = 0
+        for i, b in enumerate(plan.boundaries):
+            size = [hi - lo for lo, hi in b.slices]
+            for p in b.producers:
+                total += FLOAT_BYTES * size[p] * len(self.forward_targets(plan, i, p))
+            if b.backward_bytes:
+                for p in b.contributors:
+                    for _, owners in self.backward_targets(plan, i, p):
+                        total += FLOAT_BYTES * sum(size[q] for q in owners)
+        return total
+
+    def describe(self, plan: PartitionPlan) -> str:
+        """Which host runs which partitions, and what crosses between them per example."""
+        lines = [f"Partitions over {self.n_groups} hosts (model.partition_hosts)"]
+        for g, address in enumerate(self.addresses):
+            role = "the leader, `hogwild train`" if g == LEADER else "`hogwild partition-host`"
+            members = ", ".join(map(str, self.members(g)))
+            lines.append(f"  {address}  partitions {members}  ({role})")
+        lines.append(
+            f"bytes crossing between hosts per example: {self.bytes_between_hosts(plan):,} of "
+            f"{plan.bytes_per_example:,}, plus the example ({plan.network.input_size:,} bytes) "
+            "to each other host"
+        )
+        return "\n".join(lines)
 
 
 def host_groups(config, plan: PartitionPlan) -> HostGroups | None:

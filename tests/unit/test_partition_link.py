@@ -145,3 +145,12 @@ def test_the_receiver_applies_the_plans_blocks_and_refuses_the_rest(plan):
         pull.close(0)
         arena.close()
         arena.unlink()
+
+
+def test_what_crosses_between_hosts_is_the_plans_crossing_between_partitions_on_them(plan):
+    two = plan_partitions(plan.network, 2)
+    apart = HostGroups.from_hosts(["127.0.0.1:1", "127.0.0.1:2"], 2)
+    assert apart.bytes_between_hosts(two) == two.bytes_per_example  # every partition apart
+    mixed = HostGroups.from_hosts(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"], 3)
+    assert 0 < mixed.bytes_between_hosts(plan) < plan.bytes_per_example  # 0 and 2 share a host
+    assert "partitions 0, 2  (the leader" in mixed.describe(plan)
