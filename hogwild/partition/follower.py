@@ -227,6 +227,8 @@ class FollowerHost:
         params, velocity = self.arena.array("params"), self.arena.array("velocity")
         while not receiver.stop:
             self._check_alive("training")
+            if receiver.broken:
+                raise PartitionDiedError(receiver.broken)
             if receiver.silent(LEADER) > SILENCE_S:
                 raise PartitionDiedError(
                     f"the leader at {self.groups.addresses[LEADER]} was silent for "

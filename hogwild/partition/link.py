@@ -135,6 +135,7 @@ class Receiver:
         self.asked = 0  # a follower: the leader's last rows request
         self.stop = False
         self.refused = 0
+        self.broken: str | None = None  # why this thread ended early
         self._quit = threading.Event()
         self.thread = threading.Thread(target=self._run, name="partition-link", daemon=True)
         self.thread.start()
@@ -158,11 +159,18 @@ class Receiver:
             targets = [g for g in range(self.groups.n_groups) if g != LEADER]
         else:
             targets = [LEADER]
-        beats = Outbox(self.groups.addresses, targets, self.keys)
+        beats = None
         try:
+            beats = Outbox(self.groups.addresses, targets, self.keys)
             self._serve(beats, targets)
+        except Exception as exc:  # the parent stops the job saying so, rather than stalling
+            self.broken = (
+                f"the link's receiver at {self.groups.addresses[self.group]} failed: {exc!r}"
+            )
+            log.exception("partition link: the receiver failed")
         finally:
-            beats.close()
+            if beats is not None:
+                beats.close()
 
     def _serve(self, beats: Outbox, targets) -> None:
         poller = zmq.Poller()

@@ -321,8 +321,9 @@ class PartitionedTrainer:
         receiver = self.receiver
         if receiver is None:
             return
-        if receiver.failed:
-            raise PartitionDiedError(f"{receiver.failed} while {doing}; the replica stops")
+        if receiver.failed or receiver.broken:
+            why = receiver.failed or receiver.broken
+            raise PartitionDiedError(f"{why} while {doing}; the replica stops")
         for g in receiver.ready:  # before it is ready, the start's own deadline applies
             if receiver.silent(g) > SILENCE_S:
                 raise PartitionDiedError(
