@@ -39,43 +39,28 @@ def mnist(mnist_dir):
     return load_mnist(mnist_dir)
 
 
-def _examples(config, mnist):
+def _examples(config, mnist, subset=SUBSET):
     images = mnist.train_images.reshape(len(mnist.train_images), -1)
-    chosen = subset_indices(config.train.seed, len(images), SUBSET)
+    chosen = subset_indices(config.train.seed, len(images), subset)
     images, labels = images[chosen], mnist.train_labels[chosen]
     order = epoch_permutation(config.train.seed, 0, len(images))
     return images, labels, order
 
 
-SMOOTH = {"optim.smooth": True, "optim.schedule": "linear", "optim.min_lr": 0.0}
-
-
-@pytest.mark.parametrize("smooth", [False, True], ids=["epoch-rate", "smooth"])
-def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(
-    tmp_path, mnist, smooth
-):
-    """The default ``train.in_flight`` is 1: a partitioned job trains exactly as the whole model
-    would (more in flight train on stale weights, which diverges at large sizes). With
-    ``optim.smooth`` each example trains at its own rate on the line from the epoch's rate to the
-    next epoch's (here from ``lr`` down to 0 across the one epoch), as the engine's do."""
-    overrides = {**PAPER_OVERRIDES, "model.partitions": 2, **(SMOOTH if smooth else {})}
-    result = train_partitioned(
-        data=mnist,
-        epochs=1,
-        subset=SUBSET,
-        progress=False,
-        checkpoint_dir=tmp_path / "ck",
-        overrides=overrides,
-    )
-    config = load_config(None, {**overrides, "train.subset": SUBSET, "train.epochs": 1})
+def sequential_sgd(overrides: dict, mnist, subset: int = SUBSET) -> np.ndarray:
+    """The weights after one epoch of per-example SGD through
+    :class:`~hogwild.partition.compute.SequentialReplica` (``model.partitions`` of
+    ``overrides``) in this process, each example at its rate (``optim.smooth``: on the line
+    from the epoch's rate to the next epoch's)."""
+    config = load_config(None, {**overrides, "train.subset": subset, "train.epochs": 1})
     network = build_network(config.model)
-    plan = plan_partitions(network, 2)
+    k = config.model.partitions
+    plan = plan_partitions(network, k)
     params, velocity, _, _ = starting_point(config, network, 10, False, print)
-    images, labels, order = _examples(config, mnist)
+    images, labels, order = _examples(config, mnist, subset)
     replica = SequentialReplica(plan)
-    grads = [np.zeros_like(params) for _ in range(2)]
+    grads = [np.zeros_like(params) for _ in range(k)]
     start, end = epoch_rates(config.optim, 0, 1)
-    assert (end is not None) == smooth
     optim = config.optim
     mu = optim.momentum if optim.rule == "momentum" else 0.0
     x = np.zeros(network.act_size, dtype=np.float32)
@@ -83,7 +68,7 @@ def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_
         lr = rate_within(start, end, fed, len(order))
         load_example(images[index], x, config.data.mean, config.data.std)
         replica.step(params, x[: network.input_size], int(labels[index]), grads, training=True)
-        for p in range(2):
+        for p in range(k):
             apply_update(
                 plan.ops[p],
                 params,
@@ -96,8 +81,25 @@ def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_
                 RULE_CODES[optim.rule],
                 True,
             )
+    return params
+
+
+def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(
+    tmp_path, mnist
+):
+    """The default ``train.in_flight`` is 1: a partitioned job trains exactly as the whole model
+    would (more in flight train on stale weights, which diverges at large sizes)."""
+    overrides = {**PAPER_OVERRIDES, "model.partitions": 2}
+    result = train_partitioned(
+        data=mnist,
+        epochs=1,
+        subset=SUBSET,
+        progress=False,
+        checkpoint_dir=tmp_path / "ck",
+        overrides=overrides,
+    )
     saved = load_checkpoint(latest_checkpoint(tmp_path / "ck"))
-    np.testing.assert_allclose(saved.params, params, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(saved.params, sequential_sgd(overrides, mnist), rtol=1e-5, atol=1e-6)
     assert result.metrics["examples"] == SUBSET
     assert result.metrics["in_flight"] == 1
 
