@@ -25,6 +25,7 @@ import psutil
 import zmq
 
 from hogwild.errors import ConfigError, HogwildError
+from hogwild.net.address import InsecureBindError
 from hogwild.partition import frames as fr
 from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
@@ -285,3 +286,9 @@ def run_cli(args) -> int:
         )
     except zmq.ZMQError as exc:
         raise ConfigError(f"--bind {args.bind}: {exc}") from None
+    except InsecureBindError:
+        raise ConfigError(
+            f"--bind {args.bind} is reachable from other machines: the partitions' activations "
+            "and errors need CURVE keys there; pass --keys DIR, the job's cluster.keys (made by "
+            "`hogwild ps keys DIR` and copied to every host), or bind 127.0.0.1"
+        ) from None
