@@ -137,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in BENCHMARKS.items():
         bench_sub.add_parser(name, help=text, add_help=False)
     _add_cluster_command(sub)
+    _add_partition_host_command(sub)
     _add_plugin_commands(sub)
     return parser
 
@@ -181,6 +182,32 @@ def _add_cluster_command(sub) -> None:
     member.add_argument("--incarnation", type=int, default=0)  # its group's (fencing token)
     member.add_argument("--bind", default="127.0.0.1")
     member.add_argument("--keys", default=None)
+
+
+def _add_partition_host_command(sub) -> None:
+    from hogwild.partition.frames import WAIT_S
+
+    host = sub.add_parser(
+        "partition-host",
+        help="run this host's partitions of a partitioned replica (model.partition_hosts)",
+        description="Bind HOST:PORT (this host's entry in the job's model.partition_hosts), wait "
+        "for the job's leader (the host of partition 0, started with `hogwild train`), run this "
+        "host's partitions until the leader stops them, then exit. docs/partitioning.md.",
+    )
+    host.add_argument("--bind", required=True, metavar="HOST:PORT",
+                      help="this host's address as model.partition_hosts gives it")  # fmt: skip
+    host.add_argument("--keys", default=None, metavar="DIR",
+                      help="the job's CURVE key directory (cluster.keys; needed beyond "
+                      "loopback)")  # fmt: skip
+    host.add_argument("--wait-s", type=float, default=WAIT_S,
+                      help=f"seconds to wait for the leader (default {WAIT_S:.0f})")  # fmt: skip
+    host.set_defaults(run=_partition_host)
+
+
+def _partition_host(args) -> int:
+    from hogwild.partition.follower import run_cli
+
+    return run_cli(args)
 
 
 def _add_plugin_commands(sub) -> None:
@@ -379,6 +406,12 @@ def _info(args, overrides: dict[str, str]) -> int:
 
         plan = plan_partitions(model_network(config.model), config.model.partitions)
         print(plan.describe(read_caches()))
+        if config.model.partition_hosts:
+            from hogwild.partition.hosts import HostGroups
+
+            groups = HostGroups.from_hosts(config.model.partition_hosts, plan.k)
+            if groups.n_groups > 1:
+                print(groups.describe(plan))
     return 0
 
 

@@ -67,7 +67,7 @@ from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
-from hogwild.errors import HogwildError
+from hogwild.errors import ConfigError, HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
 from hogwild.net.address import is_loopback, parse_address
@@ -120,6 +120,12 @@ class ClusterDriver:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
         require_built(topology, config.cluster.copies)  # refused: what is not built
+        if config.optim.smooth:  # the coordinator hands each portion its epoch's one rate
+            raise ConfigError(
+                "optim.smooth: a cluster job trains each epoch at its one rate (the driver hands "
+                "every portion the epoch's rate); set optim.smooth = false, or train with "
+                "`hogwild train`, where the rate moves within each epoch"
+            )
         if config.model.partitions > 1:  # replicas of K partition processes
             from hogwild.cluster.partitioned import check_partitioned_job
 

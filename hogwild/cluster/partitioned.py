@@ -54,6 +54,12 @@ def check_partitioned_job(config, topology, data_servers: int) -> None:
     naming the setting."""
     if config.model.partitions <= 1:
         return
+    if len(set(config.model.partition_hosts)) > 1:
+        raise ConfigError(
+            "model.partition_hosts: a cluster job runs each replica's partitions on one host "
+            "(partitions on several hosts are for `hogwild train` with `hogwild partition-host` "
+            "on the others; docs/partitioning.md)"
+        )
     if topology.coordinated or topology.server_groups > 1:
         raise ConfigError(
             f"model.partitions = {config.model.partitions}: partitioned replicas train with "

@@ -78,6 +78,7 @@ class ModelConfig:
     init_scale: float = 1.0
     layers: tuple[LayerConfig, ...] = ()
     partitions: int = 1  # processes one replica's layers are split over (docs/partitioning.md)
+    partition_hosts: tuple[str, ...] = ()  # per partition, the HOST:PORT of the host running it
 
     def without_dropout(self) -> ModelConfig:
         """The same network without its dropout layers: Adam's model as the paper gives it (the
@@ -246,6 +247,7 @@ class Config:
             if section == "model":
                 values["input"] = list(self.model.input)
                 values["layers"] = [layer.to_dict() for layer in self.model.layers]
+                values["partition_hosts"] = list(self.model.partition_hosts)
             if section in ("ps", "data"):
                 values["servers"] = list(values["servers"])
             if section == "cluster":
@@ -417,7 +419,12 @@ def _build_section(name: str, table: Mapping[str, Any], origin: str):
             values[key] = _build_layers(value, origin)
         elif name == "model" and key == "input":
             values[key] = _build_input(value, origin)
-        elif (name, key) in (("ps", "servers"), ("data", "servers"), ("cluster", "group_servers")):
+        elif (name, key) in (
+            ("ps", "servers"),
+            ("data", "servers"),
+            ("cluster", "group_servers"),
+            ("model", "partition_hosts"),
+        ):
             values[key] = _build_addresses(f"{name}.{key}", value, origin)
         else:
             default = getattr(cls(), key)

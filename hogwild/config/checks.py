@@ -142,6 +142,12 @@ def check_config(config: Any, origin: str) -> None:
             f"model.partitions and train.in_flight must be >= 1, got "
             f"{config.model.partitions} and {train.in_flight}"
         )
+    hosts = config.model.partition_hosts
+    if hosts and len(hosts) != config.model.partitions:
+        fail(
+            f"model.partition_hosts names {len(hosts)} host(s), one per partition is needed: "
+            f"model.partitions = {config.model.partitions}"
+        )
     if not train.stall_s > 0:
         fail(f"train.stall_s must be > 0 seconds, got {train.stall_s}")
     if not 0.0 < train.epoch_fraction <= 1.0:

@@ -30,6 +30,13 @@ rows' progress every ``n_push`` examples and pulls them every ``n_fetch`` on its
 parent raises ``FLUSH`` (all of a portion's examples complete) it pushes what remains and
 answers ``FLUSHED``.
 
+With partitions on other hosts (``model.partition_hosts``) a partition also sends, after each
+counter it advances, the block that counter announces to the hosts where a partition reads it
+(:class:`~hogwild.partition.sending.PartitionLink`); there the link's receiver writes the block
+into the same row of that host's arena and advances the same counter, so this loop is the same
+on every host. The feeder's LOAD carries each example to the other hosts; a partition's DONE
+goes to the leader's host.
+
 The loop does no waiting of its own: when nothing can advance it backs off (yield, then short
 sleeps) and checks that the parent still runs and has not asked it to stop.
 """
@@ -52,8 +59,9 @@ CLOSED = CLOSE + 8  # the last close the feeder carried out
 FLUSH = CLOSE + 16  # the parent's flush requests, numbered
 FLUSHED = CLOSE + 24  # + 8 * partition: the last flush it carried out
 CONTROL_WORDS = FLUSHED + 8 * MAX_PARTITIONS
-# float controls
-LR = 0
+# float controls: the epoch's rate; with optim.smooth the rate it ends at, and the examples fed
+# before it and in it (the feeder moves each example's rate along that line)
+LR, LR_END, SMOOTH, EPOCH_FIRST, EPOCH_N = 0, 1, 2, 3, 4
 # per-partition statistics (float64 row each, 8 wide)
 STAT_EXAMPLES, STAT_LOSS, STAT_CORRECT, STAT_BEAT, STAT_STORE_WAIT = 0, 1, 2, 3, 4
 GEN, DONE = 0, 1
@@ -141,6 +149,7 @@ class PartitionLoop:
         self.sync, self.control = arena.array("sync"), arena.array("control")
         self.floats, self.stats = arena.array("floats"), arena.array("stats")
         self.slot_label, self.slot_loss = arena.array("slot_label"), arena.array("slot_loss")
+        self.slot_lr = arena.array("slot_lr")
         self.images, self.labels, self.order = (
             arena.array("images"),
             arena.array("labels"),
@@ -169,6 +178,7 @@ class PartitionLoop:
         self.fed, self.next_gen, self.closes = 0, 1, 0
         self.flushes = 0
         self.exchanger = self._exchanger(setup.get("home"), network, arena, config)
+        self.link = self._link(setup.get("link"))
         from hogwild.model.random import seed_kernels, worker_seed
 
         seed_kernels(worker_seed(config.train.seed, 0, self.p))  # this partition's dropout masks
@@ -197,6 +207,16 @@ class PartitionLoop:
             owned=owned,
         )
 
+    def _link(self, link: dict | None):
+        """What this partition sends to partitions on other hosts (None: all on this one)."""
+        if not link:
+            return None
+        from hogwild.partition.hosts import HostGroups
+        from hogwild.partition.sending import PartitionLink
+
+        groups = HostGroups(tuple(link["addresses"]), tuple(link["group_of"]))
+        return PartitionLink(self.plan, groups, self.p, link["keys"] or None)
+
     def run(self) -> None:
         from hogwild.shm.atomics import atomic_store
 
@@ -206,6 +226,8 @@ class PartitionLoop:
         finally:
             if self.exchanger is not None:
                 self.exchanger.close()
+            if self.link is not None:  # before the arena closes: queued frames are views of it
+                self.link.close()
 
     def _loop(self) -> None:
         from hogwild.shm.atomics import atomic_load
@@ -275,12 +297,26 @@ class PartitionLoop:
             index = self.order[self.fed % len(self.order)]
             load_example(self.images[index], self.act[s], self.mean, self.std)
             self.slot_label[s] = self.labels[index]
+            self.slot_lr[s] = lr = self.rate()
             self.fed += 1
             atomic_store(self.control, FED, self.fed)
             atomic_store(self.sync, s * w + GEN, self.next_gen)  # publishes the example
+            if self.link is not None:  # and to the other hosts
+                self.link.load(s, self.next_gen, self.images[index], self.labels[index], lr)
             self.next_gen += 1
             loaded = True
         return loaded
+
+    def rate(self) -> float:
+        """The learning rate of the example fed next: the epoch's, or with ``optim.smooth`` on
+        the line from it to the next epoch's, by how much of the epoch was fed before it."""
+        from hogwild.optim.schedule import rate_within
+
+        floats = self.floats
+        if not floats[SMOOTH]:
+            return float(floats[LR])
+        first, n = int(floats[EPOCH_FIRST]), int(floats[EPOCH_N])
+        return rate_within(float(floats[LR]), float(floats[LR_END]), self.fed - first, n)
 
     def advance(self, s: int) -> bool:
         """Run every stage of slot ``s``'s example that can run now."""
@@ -319,6 +355,8 @@ class PartitionLoop:
         last = len(self.plan.segments) - 1
         if i < last and self.is_producer[i]:
             atomic_add(self.sync, s * self.width + fwd_column(i + 1), 1)
+            if self.link is not None:
+                self.link.forward(s, self.gen[s], i + 1, self.act[s])
         if i == last and self.stages.runs[i]:  # the softmax's owner: the example's loss
             label = int(self.slot_label[s])
             self.slot_loss[s, 0] = cross_entropy(self.act[s], self.out_off, label)
@@ -346,8 +384,10 @@ class PartitionLoop:
         base = s * self.width
         if i > 0 and self.is_contributor[i - 1]:
             atomic_add(self.sync, base + bwd_column(i), 1)
+            if self.link is not None:
+                self.link.backward(s, self.gen[s], i, self.dact[self.p, s])
         if i == 0:
-            lr = float(self.floats[LR])
+            lr = float(self.slot_lr[s])  # the rate the feeder gave this example
             apply_update(
                 self.ops,
                 self.params,
@@ -364,5 +404,7 @@ class PartitionLoop:
                 self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]
                 self.stats[self.p, STAT_CORRECT] += self.slot_loss[s, 1]
                 self.stats[self.p, STAT_EXAMPLES] += 1
+            if self.link is not None:
+                self.link.done(s, self.gen[s])
             if self.exchanger is not None:
                 self.exchanger.trained(1, None)

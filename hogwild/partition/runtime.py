@@ -12,8 +12,12 @@ K: a job resumes with another K, or unpartitioned). A partition that dies stops 
 error naming it; the others are stopped and the arena removed.
 
 On one host partitions exchange nothing but counters: each writes its slices of an example's
-activations into the one shared row and reads the others' in place. Across hosts the same blocks
-would travel as frames (not built yet; see docs/partitioning.md).
+activations into the one shared row and reads the others' in place. With partitions on other
+hosts (``model.partition_hosts``) this parent is the *leader*: it runs the partitions of its own
+host, binds the link's receiver (:mod:`hogwild.partition.link`), sends each follower host
+(:mod:`hogwild.partition.follower`) the job and the model, and at every epoch's end takes their
+rows back before it evaluates and checkpoints; the partitions send the blocks other hosts read
+as ZeroMQ frames.
 """
 
 from __future__ import annotations
@@ -31,8 +35,9 @@ from hogwild.data.mnist import MnistData
 from hogwild.errors import ConfigError, WorkerDiedError, WorkerStalledError
 from hogwild.model.network import COL_OUT, Network, build_network
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
-from hogwild.optim.schedule import learning_rate
+from hogwild.optim.schedule import epoch_rates
 from hogwild.partition import process as proc
+from hogwild.partition.hosts import LEADER, host_groups
 from hogwild.partition.plan import PartitionPlan, plan_partitions
 from hogwild.progress import Progress
 from hogwild.shm.arena import Arena, ArenaLayout
@@ -112,6 +117,12 @@ class PartitionedTrainer:
         self.mean, self.std = config.data.mean, config.data.std
         self.progress = Progress(config.output.progress, self.network.connections)
         self.metrics = MetricsWriter(config.output.metrics, resume, overwrite)
+        self.groups = host_groups(config, self.plan)
+        self.local = self.groups.members(LEADER) if self.groups else tuple(range(self.plan.k))
+        self.followers = tuple(range(1, self.groups.n_groups)) if self.groups else ()
+        self.keys = config.cluster.keys or None
+        self.receiver = self.outbox = None
+        self.rows_asked = 0
         self.arena: Arena | None = None
         self.processes: list = []
         self.handed = 0  # examples handed to the feeder so far (proc.COUNT)
@@ -190,7 +201,7 @@ class PartitionedTrainer:
 
     def _start(self, params: np.ndarray, velocity: np.ndarray) -> None:
         config, network, plan = self.config, self.network, self.plan
-        n_slots, k = config.train.in_flight, plan.k
+        n_slots, k = config.train.in_flight, len(self.local)
         layout = arena_layout(network, plan, n_slots, self.train_images.shape, self.exchanges)
         self.arena = arena = Arena.create("partition", layout)
         arena.array("params")[:] = params
@@ -208,6 +219,9 @@ class PartitionedTrainer:
             "parent_pid": os.getpid(),
             "parent_started": me.create_time(),
         }
+        if self.groups is not None:
+            self._open_link(params, velocity)
+            setup["link"] = self.link_setup()
         context = mp.get_context("spawn")
         control = arena.array("control")
         with placement_lock():  # planning and pinning as one step against other jobs
@@ -215,8 +229,8 @@ class PartitionedTrainer:
             placements = worker_placements(k, config.train.placement, avoid=taken)
             self.placements = placements
             homes = self.homes(placements)
-            for p in range(k):
-                partition = {"partition": p, "placement": placements[p], "home": homes[p]}
+            for i, p in enumerate(self.local):
+                partition = {"partition": p, "placement": placements[i], "home": homes[i]}
                 child = context.Process(
                     target=proc.partition_main,
                     args=({**setup, **partition},),
@@ -227,6 +241,7 @@ class PartitionedTrainer:
                 self.processes.append(child)
             self._wait_all(control, proc.PINNED, "pinning themselves")
         self._wait_all(control, proc.READY, "loading their kernels")
+        self._wait_followers()
         self.progress.line(describe_cpus(placements, taken).replace("workers", "partitions"))
 
     #: Whether the partitions exchange their rows with a home (a ``base`` region in the arena).
@@ -237,9 +252,101 @@ class PartitionedTrainer:
         nowhere, the arena is the model (one host, ``hogwild train``)."""
         return [None] * len(placements)
 
+    # -- partitions on other hosts ---------------------------------------------------------------
+
+    def link_setup(self) -> dict:
+        """What a partition process needs to reach the other hosts."""
+        return {
+            "addresses": list(self.groups.addresses),
+            "group_of": list(self.groups.group_of),
+            "keys": self.keys or "",
+        }
+
+    def _open_link(self, params: np.ndarray, velocity: np.ndarray) -> None:
+        """Bind the leader's receiver and send every follower host the job and the model."""
+        from hogwild.partition import frames as fr
+        from hogwild.partition.link import Receiver, bind_receiver, setup_frames
+        from hogwild.partition.sending import Outbox
+
+        groups = self.groups
+        sock, security = bind_receiver(groups.addresses[LEADER], self.keys)
+        self.receiver = Receiver(
+            sock, security, self.plan, groups, LEADER, self.arena,
+            self.config.train.in_flight, self.mean, self.std, self.keys,
+        )  # fmt: skip
+        self.outbox = Outbox(groups.addresses, self.followers, self.keys)
+        for g in self.followers:
+            job = {
+                "config": self.config.to_dict(),
+                "group": g,
+                "n_classes": self.n_classes,
+                "leader": groups.addresses[LEADER],
+            }
+            self.outbox.send(g, fr.encode(fr.SETUP, 0), *setup_frames(job, params, velocity))
+
+    def _wait_followers(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.receiver is not None and len(self.receiver.ready) < len(self.followers):
+            self._check_alive("starting on their hosts")
+            if time.monotonic() > deadline:
+                missing = [self.groups.addresses[g] for g in self.followers
+                           if g not in self.receiver.ready]  # fmt: skip
+                raise PartitionDiedError(
+                    f"the partition hosts {', '.join(missing)} did not start their partitions "
+                    f"within {START_TIMEOUT_S:.0f} s (is `hogwild partition-host` running there?)"
+                )
+            time.sleep(0.01)
+
+    def _gather_rows(self, doing: str) -> None:
+        """The followers' parameter and velocity rows into this arena (every partition idle:
+        all examples handed out are complete), for the evaluation and the checkpoint."""
+        from hogwild.partition import frames as fr
+
+        if not self.followers:
+            return
+        self.rows_asked += 1
+        for g in self.followers:
+            self.outbox.send(g, fr.encode(fr.ROWS_ASK, 0, a=self.rows_asked))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while any(self.receiver.rows.get(g, 0) < self.rows_asked for g in self.followers):
+            self._check_alive(doing)
+            if time.monotonic() > deadline:
+                raise PartitionDiedError(f"the partition hosts sent no rows while {doing}")
+            time.sleep(0.005)
+
+    def _check_link(self, doing: str) -> None:
+        """Raise if a follower failed or fell silent (the receiver's thread beats to them)."""
+        from hogwild.partition.link import SILENCE_S
+
+        receiver = self.receiver
+        if receiver is None:
+            return
+        if receiver.failed or receiver.broken:
+            why = receiver.failed or receiver.broken
+            raise PartitionDiedError(f"{why} while {doing}; the replica stops")
+        for g in receiver.ready:  # before it is ready, the start's own deadline applies
+            if receiver.silent(g) > SILENCE_S:
+                raise PartitionDiedError(
+                    f"partition host {self.groups.addresses[g]} (partitions "
+                    f"{', '.join(map(str, self.groups.members(g)))}) was silent for "
+                    f"{SILENCE_S:.0f} s while {doing}; the replica stops"
+                )
+
+    def _close_link(self) -> None:
+        from hogwild.partition import frames as fr
+
+        if self.outbox is not None:
+            for g in self.followers:
+                self.outbox.send(g, fr.encode(fr.STOP, 0))
+            self.outbox.close()
+            self.outbox = None
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
+
     def _wait_all(self, control, word: int, doing: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not all(control[word + 8 * p] for p in range(len(self.processes))):
+        while not all(control[word + 8 * p] for p in self.local):
             self._check_alive(doing)
             if time.monotonic() > deadline:
                 raise PartitionDiedError(
@@ -251,10 +358,15 @@ class PartitionedTrainer:
         from hogwild.shm.atomics import atomic_store
 
         config, arena = self.config, self.arena
-        lr = learning_rate(config.optim, epoch, config.train.epochs)
+        lr, lr_end = epoch_rates(config.optim, epoch, config.train.epochs)
         n = len(self.train_images)
         arena.array("order")[:] = epoch_permutation(config.train.seed, epoch, n)
-        arena.array("floats")[proc.LR] = lr
+        floats = arena.array("floats")
+        floats[proc.LR] = lr
+        if lr_end is not None:  # optim.smooth: each example's rate on the line to lr_end
+            floats[proc.LR_END], floats[proc.EPOCH_N] = lr_end, n
+            floats[proc.EPOCH_FIRST] = self.handed  # the examples fed before this epoch
+            floats[proc.SMOOTH] = 1.0
         stats, control = arena.array("stats"), arena.array("control")
         before = stats.sum(axis=0).copy()
         self.handed += n  # the feeder's running total (its order ring starts over at n)
@@ -277,6 +389,7 @@ class PartitionedTrainer:
                     f"s of epoch {epoch + 1} ({done} of {n} done)"
                 )
         seconds = time.perf_counter() - started
+        self._gather_rows(f"ending epoch {epoch + 1}")
         after = stats.sum(axis=0)
         return {
             "event": "epoch",
@@ -331,14 +444,15 @@ class PartitionedTrainer:
         )
 
     def _check_alive(self, doing: str) -> None:
-        for p, child in enumerate(self.processes):
+        for p, child in zip(self.local, self.processes, strict=False):
             code = child.exitcode
             if code is not None:
                 how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
                 raise PartitionDiedError(
-                    f"partition {p} of {len(self.processes)} (pid {child.pid}) died while "
+                    f"partition {p} of {self.plan.k} (pid {child.pid}) died while "
                     f"{doing} ({how}); the replica stops (its last checkpoint stays as it was)"
                 )
+        self._check_link(doing)
 
     def _shutdown(self) -> None:
         from hogwild.shm.atomics import atomic_store
@@ -357,6 +471,7 @@ class PartitionedTrainer:
                 child.kill()
                 child.join()
         self.processes = []
+        self._close_link()  # its receiver writes into the arena
         if self.arena is not None:
             self.arena.close()
             self.arena.unlink()
@@ -382,6 +497,7 @@ def arena_layout(
     layout.add("stats", np.float64, (k, 8))
     layout.add("slot_label", np.int64, n_slots)
     layout.add("slot_loss", np.float64, (n_slots, 2))
+    layout.add("slot_lr", np.float64, n_slots)  # the rate each slot's example trains at
     layout.add("images", np.uint8, tuple(images_shape))
     layout.add("labels", np.int64, images_shape[0])
     layout.add("order", np.int64, images_shape[0])

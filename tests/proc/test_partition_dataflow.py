@@ -22,7 +22,7 @@ from hogwild.model.loops import load_example
 from hogwild.model.network import build_network
 from hogwild.model.update import apply_update
 from hogwild.optim.rules import RULE_CODES
-from hogwild.optim.schedule import learning_rate
+from hogwild.optim.schedule import epoch_rates, rate_within
 from hogwild.partition.compute import SequentialReplica
 from hogwild.partition.plan import plan_partitions
 from hogwild.partition.runtime import train_partitioned
@@ -39,12 +39,49 @@ def mnist(mnist_dir):
     return load_mnist(mnist_dir)
 
 
-def _examples(config, mnist):
+def _examples(config, mnist, subset=SUBSET):
     images = mnist.train_images.reshape(len(mnist.train_images), -1)
-    chosen = subset_indices(config.train.seed, len(images), SUBSET)
+    chosen = subset_indices(config.train.seed, len(images), subset)
     images, labels = images[chosen], mnist.train_labels[chosen]
     order = epoch_permutation(config.train.seed, 0, len(images))
     return images, labels, order
+
+
+def sequential_sgd(overrides: dict, mnist, subset: int = SUBSET) -> np.ndarray:
+    """The weights after one epoch of per-example SGD through
+    :class:`~hogwild.partition.compute.SequentialReplica` (``model.partitions`` of
+    ``overrides``) in this process, each example at its rate (``optim.smooth``: on the line
+    from the epoch's rate to the next epoch's)."""
+    config = load_config(None, {**overrides, "train.subset": subset, "train.epochs": 1})
+    network = build_network(config.model)
+    k = config.model.partitions
+    plan = plan_partitions(network, k)
+    params, velocity, _, _ = starting_point(config, network, 10, False, print)
+    images, labels, order = _examples(config, mnist, subset)
+    replica = SequentialReplica(plan)
+    grads = [np.zeros_like(params) for _ in range(k)]
+    start, end = epoch_rates(config.optim, 0, 1)
+    optim = config.optim
+    mu = optim.momentum if optim.rule == "momentum" else 0.0
+    x = np.zeros(network.act_size, dtype=np.float32)
+    for fed, index in enumerate(order):
+        lr = rate_within(start, end, fed, len(order))
+        load_example(images[index], x, config.data.mean, config.data.std)
+        replica.step(params, x[: network.input_size], int(labels[index]), grads, training=True)
+        for p in range(k):
+            apply_update(
+                plan.ops[p],
+                params,
+                velocity,
+                grads[p],
+                lr,
+                1.0,
+                mu,
+                optim.weight_decay,
+                RULE_CODES[optim.rule],
+                True,
+            )
+    return params
 
 
 def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_step(
@@ -61,35 +98,8 @@ def test_by_default_one_in_flight_equals_sequential_sgd_through_the_partitioned_
         checkpoint_dir=tmp_path / "ck",
         overrides=overrides,
     )
-    config = load_config(None, {**overrides, "train.subset": SUBSET, "train.epochs": 1})
-    network = build_network(config.model)
-    plan = plan_partitions(network, 2)
-    params, velocity, _, _ = starting_point(config, network, 10, False, print)
-    images, labels, order = _examples(config, mnist)
-    replica = SequentialReplica(plan)
-    grads = [np.zeros_like(params) for _ in range(2)]
-    lr = learning_rate(config.optim, 0, 1)
-    optim = config.optim
-    mu = optim.momentum if optim.rule == "momentum" else 0.0
-    x = np.zeros(network.act_size, dtype=np.float32)
-    for index in order:
-        load_example(images[index], x, config.data.mean, config.data.std)
-        replica.step(params, x[: network.input_size], int(labels[index]), grads, training=True)
-        for p in range(2):
-            apply_update(
-                plan.ops[p],
-                params,
-                velocity,
-                grads[p],
-                lr,
-                1.0,
-                mu,
-                optim.weight_decay,
-                RULE_CODES[optim.rule],
-                True,
-            )
     saved = load_checkpoint(latest_checkpoint(tmp_path / "ck"))
-    np.testing.assert_allclose(saved.params, params, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(saved.params, sequential_sgd(overrides, mnist), rtol=1e-5, atol=1e-6)
     assert result.metrics["examples"] == SUBSET
     assert result.metrics["in_flight"] == 1
 

@@ -89,6 +89,11 @@ def test_a_partitioned_replica_asks_for_its_partitions_cpus_on_one_node():
         ({"cluster.framework": "sandblaster"}, 0, "Downpour"),
         ({}, 1, "cluster.data_servers = 0"),
         ({"train.batch": 8}, 0, "train.batch = 1"),
+        (
+            {"model.partition_hosts": ["127.0.0.1:7001", "127.0.0.1:7002"]},
+            0,
+            "runs each replica's partitions on one host",
+        ),
     ],
 )
 def test_what_partitioned_replicas_cannot_run_is_refused_by_name(overrides, data_servers, named):
@@ -118,3 +123,10 @@ def test_the_wide_models_verdict_is_open_when_epoch_ends_cannot_tell():
     assert partitions_faster(_wide(39.1, True, 25.0)) is None  # above it at its only epoch end
     assert partitions_faster(_wide(39.1, False, 25.0)) is False
     assert partitions_faster(_wide(None, False, 25.0)) is False  # never got there
+
+
+def test_a_cluster_job_refuses_a_smooth_rate_it_would_not_apply():
+    from hogwild.cluster.driver import ClusterDriver
+
+    with pytest.raises(ConfigError, match="optim.smooth: a cluster job trains each epoch"):
+        ClusterDriver(load_config(None, {"optim.smooth": True}), None)

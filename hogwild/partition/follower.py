@@ -1,0 +1,294 @@
+"""A follower host of a partitioned replica: ``hogwild partition-host --bind HOST:PORT``.
+
+Started on each host that ``model.partition_hosts`` names besides the leader's (partition 0's),
+before the job. It binds the link's receiver (:mod:`hogwild.partition.link`) and waits for one
+leader's SETUP: the job's config, this host's group and the model. It then owns, as the leader
+does on its host, an arena (the in-flight slots' rows and counters, and the model, of which
+its partitions read and update only their own rows) and its partition processes
+(:mod:`hogwild.partition.process`), and serves until the leader says STOP: the examples arrive
+as LOAD frames (no data is read here), the other hosts' slices as FORWARD and BACKWARD frames,
+and at each epoch's end it sends its rows back (ROWS). It beats to the leader; a partition that
+dies is reported (FAILED) and ends the host, as a silent leader does. It owns every resource
+it made and releases it on every exit path (STOP, an error, SIGTERM, Ctrl-C); its partitions end
+with it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+import psutil
+import zmq
+
+from hogwild.errors import ConfigError, HogwildError
+from hogwild.net.address import InsecureBindError
+from hogwild.partition import frames as fr
+from hogwild.partition import process as proc
+from hogwild.partition.hosts import LEADER, host_groups
+from hogwild.partition.runtime import (
+    START_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    PartitionDiedError,
+    arena_layout,
+    warm_kernels,
+)
+
+WAIT_S = fr.WAIT_S
+
+
+def serve_partition_host(
+    bind: str, keys: str | None = None, wait_s: float = WAIT_S, say=print
+) -> int:
+    """Serve one job's partitions of this host; returns 0 once the leader stopped it.
+
+    Raises:
+        PartitionDiedError: A partition here died, or the leader fell silent or never came.
+        ConfigError: The leader's setup is not a job this host can run.
+    """
+    from hogwild.partition.link import bind_receiver
+    from hogwild.signals import deferred_signals, terminate_as_interrupt
+
+    with terminate_as_interrupt():
+        host = FollowerHost(bind, keys, say)
+        try:
+            host.sock, host.security = bind_receiver(bind, keys)
+            job, params, velocity = _wait_setup(host.sock, wait_s, bind)
+            try:
+                host.start(job, params, velocity)
+            except Exception as exc:  # the leader is told at once rather than left waiting
+                host.report(job, f"could not start: {exc}")
+                raise
+            host.serve()
+            return 0
+        finally:
+            with deferred_signals():
+                host.shutdown()
+
+
+def _wait_setup(sock, wait_s: float, bind: str):
+    """The first well-formed SETUP (other messages before it are dropped)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PartitionDiedError(f"no leader sent this partition host ({bind}) a job in "
+                                     f"{wait_s:.0f} s")  # fmt: skip
+        if not sock.poll(min(left, 0.2) * 1000):
+            continue
+        parts = sock.recv_multipart()
+        try:
+            header = fr.decode(parts[0])
+        except fr.FrameError:
+            continue
+        if header.kind != fr.SETUP or len(parts) != 4 or len(parts[1]) > fr.MAX_SETUP_BYTES:
+            continue
+        try:
+            job = json.loads(parts[1].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if not isinstance(job, dict):
+            continue
+        return job, parts[2], parts[3]
+
+
+class FollowerHost:
+    """This host's arena, receiver, partitions and link to the leader."""
+
+    def __init__(self, bind: str, keys: str | None, say):
+        self.bind, self.keys, self.say = bind, keys, say
+        self.sock = self.security = None  # the receiving socket, until the receiver has it
+        self.arena = self.receiver = self.outbox = None
+        self.processes: list = []
+        self.local: tuple[int, ...] = ()
+        self.answered = 0
+
+    def start(self, job: dict, params: bytes, velocity: bytes) -> None:
+        from hogwild.config import config_from_dict
+        from hogwild.model.network import build_network
+        from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
+        from hogwild.partition.link import Receiver
+        from hogwild.partition.plan import plan_partitions
+        from hogwild.partition.sending import Outbox
+        from hogwild.shm.arena import Arena
+        from hogwild.training.placement import worker_placements
+
+        config = config_from_dict(job.get("config"), origin="<the leader's setup>")
+        n_classes, group = job.get("n_classes"), job.get("group")
+        if not isinstance(n_classes, int) or not 2 <= n_classes <= 1 << 20:
+            raise ConfigError(f"the leader's setup: n_classes {n_classes!r}")
+        network = build_network(config.model, n_classes)
+        plan = plan_partitions(network, config.model.partitions)
+        groups = host_groups(config, plan)
+        if groups is None or not isinstance(group, int) or not 1 <= group < groups.n_groups:
+            raise ConfigError(f"the leader's setup: group {group!r} of model.partition_hosts")
+        if len(params) != 4 * network.n_params or len(velocity) != 4 * network.n_params:
+            raise ConfigError(
+                f"the leader's setup: a model of {len(params)} bytes, expected "
+                f"{4 * network.n_params} ({network.n_params:,} float32 parameters)"
+            )
+        self.local = groups.members(group)
+        n_slots = config.train.in_flight
+        warm_kernels(plan, n_slots)
+        layout = arena_layout(network, plan, n_slots, (1, network.input_size))
+        self.arena = arena = Arena.create("partition", layout)
+        arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
+        arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
+        mean, std = config.data.mean, config.data.std
+        self.receiver = Receiver(
+            self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys
+        )
+        self.sock = self.security = None  # the receiver owns them now
+        self.outbox = Outbox(groups.addresses, [LEADER], self.keys)
+        self.plan, self.groups, self.group = plan, groups, group
+        me = psutil.Process()
+        setup = {
+            "arena": arena.name,
+            "layout": layout.to_json(),
+            "config": config.to_dict(),
+            "n_classes": n_classes,
+            "mean": mean,
+            "std": std,
+            "parent_pid": os.getpid(),
+            "parent_started": me.create_time(),
+            "home": None,
+            "link": {
+                "addresses": list(groups.addresses),
+                "group_of": list(groups.group_of),
+                "keys": self.keys or "",
+            },
+        }
+        context = mp.get_context("spawn")
+        with placement_lock():
+            placements = worker_placements(
+                len(self.local), config.train.placement, avoid=pinned_by_other_jobs()
+            )
+            for i, p in enumerate(self.local):
+                child = context.Process(
+                    target=proc.partition_main,
+                    args=({**setup, "partition": p, "placement": placements[i]},),
+                    name=f"hogwild-partition-{p}",
+                    daemon=True,
+                )
+                child.start()
+                self.processes.append(child)
+            self._wait_all(proc.PINNED, "pinning themselves")
+        self._wait_all(proc.READY, "loading their kernels")
+        self.outbox.send(LEADER, fr.encode(fr.READY, group, a=group))
+        self.say(
+            f"hogwild partition-host {self.bind}: partitions "
+            f"{', '.join(map(str, self.local))} of {plan.k} running for the leader at "
+            f"{groups.addresses[LEADER]}"
+        )
+
+    def report(self, job: dict, text: str) -> None:
+        """Tell the leader named in ``job`` that this host failed (FAILED), if it can be told."""
+        from hogwild.net.address import AddressError, parse_address
+        from hogwild.partition.sending import Outbox
+
+        leader, group = job.get("leader"), job.get("group")
+        if not isinstance(leader, str) or not isinstance(group, int) or not 0 < group < 1 << 16:
+            return
+        try:
+            parse_address(leader)
+            outbox = Outbox((leader,), [LEADER], self.keys)
+        except (AddressError, HogwildError, zmq.ZMQError):
+            return
+        try:
+            outbox.send(LEADER, fr.encode(fr.FAILED, group), text.encode()[: fr.MAX_TEXT_BYTES])
+        finally:
+            outbox.close()
+
+    def _wait_all(self, word: int, doing: str) -> None:
+        control = self.arena.array("control")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not all(control[word + 8 * p] for p in self.local):
+            self._check_alive(doing)
+            if time.monotonic() > deadline:
+                raise PartitionDiedError(f"the partitions were not done {doing} in time")
+            time.sleep(0.01)
+
+    def _check_alive(self, doing: str) -> None:
+        for p, child in zip(self.local, self.processes, strict=False):
+            code = child.exitcode
+            if code is not None:
+                how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                text = f"partition {p} (pid {child.pid}) died while {doing} ({how})"
+                self.outbox.send(LEADER, fr.encode(fr.FAILED, self.group), text.encode())
+                raise PartitionDiedError(text)
+
+    def serve(self) -> None:
+        from hogwild.partition.link import SILENCE_S, gather_rows, rows_of
+
+        receiver = self.receiver
+        rows = rows_of(self.plan, self.local)
+        params, velocity = self.arena.array("params"), self.arena.array("velocity")
+        while not receiver.stop:
+            self._check_alive("training")
+            if receiver.broken:
+                raise PartitionDiedError(receiver.broken)
+            if receiver.silent(LEADER) > SILENCE_S:
+                raise PartitionDiedError(
+                    f"the leader at {self.groups.addresses[LEADER]} was silent for "
+                    f"{SILENCE_S:.0f} s; this partition host stops"
+                )
+            asked = receiver.asked
+            if asked > self.answered:  # every example handed out is complete: rows are still
+                header = fr.encode(fr.ROWS, self.group, a=asked)
+                p_rows, v_rows = gather_rows(params, rows), gather_rows(velocity, rows)
+                self.outbox.send(LEADER, header, p_rows, v_rows)
+                self.answered = asked
+            time.sleep(0.005)
+
+    def shutdown(self) -> None:
+        from hogwild.shm.atomics import atomic_store
+
+        if self.arena is not None:
+            atomic_store(self.arena.array("control"), proc.STOP, 1)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in self.processes:
+            child.join(max(0.0, deadline - time.monotonic()))
+        for child in self.processes:
+            if child.is_alive():
+                child.terminate()
+                child.join(STOP_TIMEOUT_S)
+            if child.is_alive():
+                child.kill()
+                child.join()
+        self.processes = []
+        if self.outbox is not None:
+            self.outbox.close()
+            self.outbox = None
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None
+        if self.security is not None:
+            self.security.close()
+            self.security = None
+        if self.arena is not None:
+            self.arena.close()
+            self.arena.unlink()
+            self.arena = None
+
+
+def run_cli(args) -> int:
+    if not args.wait_s > 0:
+        raise ConfigError(f"--wait-s must be > 0 seconds, got {args.wait_s}")
+    try:
+        return serve_partition_host(
+            args.bind, args.keys, args.wait_s, say=lambda line: print(line, flush=True)
+        )
+    except zmq.ZMQError as exc:
+        raise ConfigError(f"--bind {args.bind}: {exc}") from None
+    except InsecureBindError:
+        raise ConfigError(
+            f"--bind {args.bind} is reachable from other machines: the partitions' activations "
+            "and errors need CURVE keys there; pass --keys DIR, the job's cluster.keys (made by "
+            "`hogwild ps keys DIR` and copied to every host), or bind 127.0.0.1"
+        ) from None
