@@ -279,12 +279,21 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
             f"and cluster.lbfgs_history >= 1, got {cluster.lbfgs_batch}, "
             f"{cluster.lbfgs_iterations} and {cluster.lbfgs_history}"
         )
+    if cluster.lbfgs_warm_start < 0:
+        fail(
+            "cluster.lbfgs_warm_start must be >= 0 (examples of synchronous SGD before L-BFGS "
+            f"begins; 0: none), got {cluster.lbfgs_warm_start}"
+        )
     if topology.optimizer != "lbfgs" and (
-        cluster.lbfgs_batch or cluster.lbfgs_iterations != 1 or cluster.lbfgs_history != 10
+        cluster.lbfgs_batch
+        or cluster.lbfgs_iterations != 1
+        or cluster.lbfgs_history != 10
+        or cluster.lbfgs_warm_start
     ):
         fail(
-            "cluster.lbfgs_batch, cluster.lbfgs_iterations and cluster.lbfgs_history set "
-            f"Sandblaster's L-BFGS, but cluster.optimizer is {topology.optimizer!r}; remove them"
+            "cluster.lbfgs_batch, cluster.lbfgs_iterations, cluster.lbfgs_history and "
+            "cluster.lbfgs_warm_start set Sandblaster's L-BFGS, but cluster.optimizer is "
+            f"{topology.optimizer!r}; remove them"
         )
     if not 0.0 < cluster.epoch_fraction <= 1.0:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")

@@ -8,6 +8,8 @@ replicas are threads, each with its own client, computing portion gradients with
 kernels (:func:`hogwild.model.loops.gradient_range`) and pushing them into their own vectors
 on the shards, which the coordinator folds into the gradient. The same steps are taken on servers
 keeping two copies of every bucket (the vectors and their operations replicated, issue 13).
+The worker-group role's warm start (``cluster.lbfgs_warm_start``) takes plain SGD steps through
+the same servers and hands the parameters they leave to L-BFGS.
 
 Oracles, as in tests/unit/test_sandblaster_lbfgs.py: ``torch.optim.LBFGS`` with a fixed step
 (``line_search_fn=None``; the coordinator computes torch's first step ``min(1, 1/||g||_1) * lr``
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,13 +35,15 @@ from hogwild_plugins.ps.sandblaster import (
     ShardVectors,
 )
 from hogwild_plugins.ps.sandblaster.batch import check_servers, replica_vector
+from hogwild_plugins.ps.sandblaster.group import LBFGSGroup
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.config import config_from_dict
-from hogwild.data.mnist import load_mnist
+from hogwild.data.mnist import MnistData, load_mnist
 from hogwild.model.network import build_network
 from hogwild.net.ports import free_ports
+from hogwild.training.job import epoch_permutation
 from tests.unit.test_sandblaster_lbfgs import SoftmaxRegression, reference_lbfgs
 
 pytest.importorskip("torch")
@@ -286,3 +291,55 @@ def test_a_replica_that_dies_mid_push_counts_nothing_twice(mnist, network, oracl
     # the portions of that push (push_every, or fewer when it closed a batch), computed again
     assert stats.lost == dead.kept - dead.pushed >= 1
     assert stats.portions == (iterations + 1) * 16 + dead.kept - dead.pushed
+
+
+def test_the_warm_start_takes_sgd_steps_then_hands_their_parameters_to_lbfgs(mnist, oracle):
+    """A worker-group role with ``cluster.lbfgs_warm_start = 200`` trains its first share of
+    400: two SGD steps of 100 (``axpy(-lr, grad, params)`` on the shards), then L-BFGS with no
+    history from where they left the parameters, two iterations on the other 200. The float64
+    oracle takes the same SGD steps and the reference L-BFGS from the point they reach."""
+    images, labels = mnist
+    lr, warm, batch = 0.5, 200, 100
+    servers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    config = config_from_dict({
+        "model": {"input": [1, 28, 28], "layers": [{"type": "fc", "units": 10},
+                                                   {"type": "softmax"}]},
+        "train": {"batch": batch, "seed": 3, "stall_s": 20.0},
+        "optim": {"lr": lr, "schedule": "constant", "weight_decay": L2},
+        "cluster": {"framework": "sandblaster", "workers_per_group": 2, "lbfgs_batch": 200,
+                    "lbfgs_iterations": 2, "lbfgs_warm_start": warm},
+        "ps": {"servers": servers, "job": "sb"},
+    })  # fmt: skip
+    square = images.reshape(-1, 28, 28)
+    data = MnistData(square, labels.astype(np.uint8), square[:10], labels[:10], "<memory>")
+    order = epoch_permutation(3, 0, N_EXAMPLES)
+    x = np.zeros(oracle.n_params)  # the servers start at zero
+    for first in range(0, warm, batch):  # SGD, in the epoch's order
+        x = x - lr * part(oracle, order[first : first + batch])(x)[1]
+    rest = part(oracle, np.sort(order[warm:]))  # L-BFGS's batch, from the SGD's end point
+    want, losses, _ = reference_lbfgs(rest, x, 2, history=10, lr=1.0, line_search="armijo")
+    with ExitStack() as stack:
+        geometry = ModelGeometry(build_network(config.model).n_params)
+        for i in range(2):
+            stack.enter_context(local_server(geometry, job="sb", servers=servers, index=i,
+                                             shard_kib=8, threads=1))  # fmt: skip
+        group = LBFGSGroup("sandblaster", config, data, 0)
+        stack.callback(group.release)
+        group.start()  # as the role does before it says ready: the kernels compiled
+        assert [group.warm_examples(0, s, 200) for s in (0, 100, 200)] == [200, 100, 0]
+        assert group.warm_examples(1, 0, N_EXAMPLES) == 0  # the job's first examples only
+        group.commands.put(SimpleNamespace(epoch=0, start=0, stop=N_EXAMPLES, lr=lr))
+        group.step()
+        got = params_of(group.clients[0])
+        status = group.status()
+    counters = status["sandblaster"]
+    assert (counters["warm_steps"], counters["iterations"]) == (2, 2)
+    assert status["state"] == "done" and status["examples"] == N_EXAMPLES
+    assert close(got, want[-1], rel=1e-4), float(np.abs(got - want[-1]).max())
+    assert counters["loss"] == pytest.approx(losses[-1], rel=5e-4)
+
+
+def part(oracle: SoftmaxRegression, rows) -> SoftmaxRegression:
+    """The oracle's objective on ``rows`` of its examples (their mean loss)."""
+    return SoftmaxRegression(oracle.X[rows], oracle.labels[rows], oracle.classes, oracle.l2,
+                             bias=oracle.bias, n_params=oracle.n_params)  # fmt: skip

@@ -49,6 +49,15 @@ def test_allreduce_needs_a_batch_it_can_split_over_its_workers():
     check_job(config_from_dict(data), mnist(), "allreduce")
 
 
+def test_a_warm_start_needs_a_batch_it_can_split_over_its_workers():
+    data = small(cluster={"framework": "sandblaster", "workers_per_group": 2,
+                          "lbfgs_warm_start": 1000})  # fmt: skip
+    with pytest.raises(ConfigError, match="lbfgs_warm_start = 1000 steps once per batch"):
+        check_job(config_from_dict(data), mnist())
+    data["train"] = {"batch": 32}
+    check_job(config_from_dict(data), mnist())
+
+
 def test_portions_are_much_smaller_than_a_workers_share():
     assert portion_size(1000, 2) == 63  # 16 portions: 8 per worker
     assert portion_size(60_000, 4) == 1875

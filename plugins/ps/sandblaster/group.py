@@ -27,8 +27,17 @@ The frameworks differ in the coordinator's step:
   ``cluster.lbfgs_batch = B``, **mini-batches**: the share, in the epoch's shuffled order, is cut
   into batches of about B examples, each a new board and ``lbfgs_iterations`` iterations; the
   history carries over from batch to batch (:meth:`~.lbfgs.SandblasterLBFGS.new_batch`).
-  ``optim.lr``, its schedule and ``train.batch`` are not used; ``close`` does not cut an
-  iteration short (with mini-batches it ends the share at the next batch).
+  ``close`` does not cut an iteration short (with mini-batches it ends the share at the next
+  batch). **Warm start** (``cluster.lbfgs_warm_start = E``): the job's first ``E`` examples
+  (numbered across epochs in the epochs' shuffled orders) are trained by synchronous SGD steps
+  as ``allreduce`` takes them (``train.batch`` a step, ``optim.lr`` and its schedule), through
+  the same board and shards; L-BFGS then begins, without history, from the parameters the SGD
+  steps left on the shards (with mini-batches, on the rest of that epoch's share; full-batch,
+  on the whole share). Stochastic steps gain most per example far from a minimum, and batch
+  quasi-Newton steps near one (Friedlander & Schmidt, "Hybrid deterministic-stochastic methods
+  for data fitting", SIAM J. Sci. Comput. 2012; Bollapragada et al., "A progressive batching
+  L-BFGS method for machine learning", ICML 2018, growing the batch instead). Without it
+  ``optim.lr``, its schedule and ``train.batch`` are not used.
 * ``allreduce`` (:class:`SGDGroup`): synchronous SGD: the share in batches of ``train.batch``
   examples (split into portions over the workers), after each ``axpy(-lr, grad, params)`` on the
   shards with the driver's ``lr`` (``optim.lr`` and its schedule, on the batch's mean gradient as
@@ -104,8 +113,9 @@ def check_job(config, data, framework: str = "sandblaster") -> None:
     """Refuse, before anything starts, what a synchronous group cannot train from.
 
     Raises:
-        ConfigError: Data servers, augmentation, data that is not MNIST arrays, or (allreduce)
-            a batch too small to split over the workers.
+        ConfigError: Data servers, augmentation, data that is not MNIST arrays, or (SGD steps:
+            allreduce, hybrid, Sandblaster's warm start) a batch too small to split over the
+            workers.
     """
     from hogwild.data.mnist import MnistData
 
@@ -129,9 +139,11 @@ def check_job(config, data, framework: str = "sandblaster") -> None:
             f"({getattr(data, 'path', data)}) is not built"
         )
     workers, batch = config.cluster.workers_per_replica, config.train.batch
-    if framework != "sandblaster" and batch < workers * MIN_PORTION:
+    warm = config.cluster.lbfgs_warm_start
+    if (framework != "sandblaster" or warm) and batch < workers * MIN_PORTION:
+        what = f"{name} with cluster.lbfgs_warm_start = {warm}" if warm else name
         raise ConfigError(
-            f"{name} steps once per batch of train.batch examples split over the "
+            f"{what} steps once per batch of train.batch examples split over the "
             f"{workers} worker(s), at least {MIN_PORTION} each: train.batch = {batch} is too "
             f"small; e.g. --train.batch={max(256, workers * MIN_PORTION)} (optim.lr is then the "
             "step on the batch's mean gradient)"
@@ -330,6 +342,37 @@ class WorkerGroup:
             self.threads.append(thread)
             thread.start()
 
+    def _start_sgd_board(self, order: np.ndarray) -> None:
+        """A board for :meth:`_sgd_steps`: portions of a ``train.batch`` batch over the workers."""
+        size = self.config.train.batch
+        self._start_board(order[:size], portion_size(size, self.workers))
+
+    def _sgd_steps(self, epoch: int, order: np.ndarray, lr: float) -> int:
+        """Synchronous SGD on ``order`` in batches of ``train.batch``: each batch's mean gradient
+        (with L2) gathered in :attr:`grad` on the shards, then ``axpy(-lr, grad, params)``
+        there; :attr:`share` counts the examples as they are trained. The board must be one
+        :meth:`_start_sgd_board` started. Stops early when the epoch is closed or the role is
+        leaving. Returns the steps taken."""
+        size = self.config.train.batch
+        portion = portion_size(size, self.workers)
+        v, objective, steps = self.coordinator, self.objective, 0
+        for first in range(0, len(order), size):
+            if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
+                break
+            batch = order[first : first + size]
+            for replica in self.replicas:  # read from the next batch on (set before it begins)
+                replica.gradient.examples = self._examples(batch, portion)
+            objective.n_examples = len(batch)
+            objective.n_portions = portions_of(len(batch), portion)
+            loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards
+            v.axpy(-lr, self.grad, PARAMS)
+            steps += 1
+            self.last_step = {"loss": loss, "step": lr}
+            with self.lock:
+                self.share.trained += len(batch)
+                self.share.loss += loss * len(batch)
+        return steps
+
     def _examples(self, order: np.ndarray, portion: int) -> Examples:
         c = self.config.data
         return Examples(self.images, self.labels, order, portion, c.mean, c.std)
@@ -379,18 +422,33 @@ class LBFGSGroup(WorkerGroup):
         super().__init__(*args, **kwargs)
         self.batch_key: bytes | None = None  # the examples the L-BFGS below optimises over
         self.lbfgs: SandblasterLBFGS | None = None
+        self.warm_steps = 0  # SGD steps of the warm start
+
+    def warm_examples(self, epoch: int, start: int, examples: int) -> int:
+        """How many of the share's first examples the warm start trains: the job's examples
+        are numbered across epochs (``epoch * n_train + position in the epoch's order``), and
+        those numbered below ``cluster.lbfgs_warm_start`` are SGD's. A function of the share
+        alone, so a restarted role or a resumed job neither repeats nor skips it."""
+        first = epoch * self.n_train + start
+        return min(examples, max(0, self.config.cluster.lbfgs_warm_start - first))
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
         c = self.config.cluster
         order = self._order(epoch, start, stop)
+        warm = self.warm_examples(epoch, start, len(order))
+        if warm:
+            self._warm_start(epoch, order[:warm], lr)
+            if warm == len(order) or self.closed_epoch >= epoch or self.stopping:
+                return
+            if c.lbfgs_batch:  # mini-batches: the rest of the share, in its order
+                order = order[warm:]
         size = c.lbfgs_batch or len(order)
         batches = (
             np.array_split(order, math.ceil(len(order) / size)) if size < len(order) else [order]
         )
-        trained, loss = 0, 0.0
         for number, batch in enumerate(batches):
-            if number and (self.closed_epoch >= epoch or self.stopping):  # between batches only
-                break
+            if (number or warm) and (self.closed_epoch >= epoch or self.stopping):
+                break  # between batches only
             batch = np.sort(batch)  # a set: sorted, portions contiguous
             if batch.tobytes() != self.batch_key:
                 self._start_board(batch, portion_size(len(batch), self.workers))
@@ -401,9 +459,27 @@ class LBFGSGroup(WorkerGroup):
                     self.lbfgs = self._lbfgs()
             for _ in range(c.lbfgs_iterations):
                 it = self._iterate()
-            trained, loss = trained + len(batch), loss + it.loss * len(batch)
+            with self.lock:
+                self.share.trained += len(batch)
+                self.share.loss += it.loss * len(batch)
+
+    def _warm_start(self, epoch: int, order: np.ndarray, lr: float) -> None:
+        """SGD steps on ``order`` through the same shards; L-BFGS then starts afresh from the
+        parameters they leave (no history: the pairs of another optimizer's path would not be
+        this objective's curvature)."""
+        self._start_sgd_board(order)
+        self.batch_key, self.lbfgs = None, None  # the next L-BFGS batch gets its own board
+        steps = self._sgd_steps(epoch, order, lr)
+        self.warm_steps += steps
         with self.lock:
-            self.share.trained, self.share.loss = trained, loss
+            trained, loss = self.share.trained, self.share.loss
+        self._say(
+            f"warm start: {trained:,} examples in {steps} SGD step(s) at lr {lr:.4g}, loss "
+            f"{loss / max(trained, 1):.5f}; L-BFGS begins from these parameters"
+        )
+
+    def _counters(self) -> dict:
+        return {**super()._counters(), "warm_steps": self.warm_steps}
 
     def _iterate(self) -> Iteration:
         """One L-BFGS iteration on the current batch (a fresh L-BFGS after one that stops)."""
@@ -438,25 +514,9 @@ class SGDGroup(WorkerGroup):
         return f"sgd.grad{self.index}"
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
-        order, size = self._order(epoch, start, stop), self.config.train.batch
-        portion = portion_size(size, self.workers)
+        order = self._order(epoch, start, stop)
         if self.board is None:
-            self._start_board(order[:size], portion)
-        v, objective = self.coordinator, self.objective
-        for first in range(0, len(order), size):
-            if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
-                break
-            batch = order[first : first + size]
-            for replica in self.replicas:  # read from the next batch on (set before it begins)
-                replica.gradient.examples = self._examples(batch, portion)
-            objective.n_examples = len(batch)
-            objective.n_portions = portions_of(len(batch), portion)
-            loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards
-            v.axpy(-lr, self.grad, PARAMS)
-            self.iterations += 1
-            self.last_step = {"loss": loss, "step": lr}
-            with self.lock:
-                self.share.trained += len(batch)
-                self.share.loss += loss * len(batch)
+            self._start_sgd_board(order)
+        self.iterations += self._sgd_steps(epoch, order, lr)
         self._say(f"epoch {epoch}: {self.share.trained:,} examples, {self.iterations} steps, "
                   f"loss {self.share.loss / max(self.share.trained, 1):.5f}")  # fmt: skip
