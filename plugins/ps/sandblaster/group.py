@@ -32,8 +32,8 @@ The frameworks differ in the coordinator's step:
   (numbered across epochs in the epochs' shuffled orders) are trained by synchronous SGD steps
   as ``allreduce`` takes them (``train.batch`` a step, ``optim.lr`` and its schedule), through
   the same board and shards; L-BFGS then begins, without history, from the parameters the SGD
-  steps left on the shards (with mini-batches, on the rest of that epoch's share; full-batch,
-  on the whole share). Stochastic steps gain most per example far from a minimum, and batch
+  steps left on the shards, on the rest of that epoch's share (full-batch: the rest is that
+  epoch's batch). Stochastic steps gain most per example far from a minimum, and batch
   quasi-Newton steps near one (Friedlander & Schmidt, "Hybrid deterministic-stochastic methods
   for data fitting", SIAM J. Sci. Comput. 2012; Bollapragada et al., "A progressive batching
   L-BFGS method for machine learning", ICML 2018, growing the batch instead). Without it
@@ -440,8 +440,7 @@ class LBFGSGroup(WorkerGroup):
             self._warm_start(epoch, order[:warm], lr)
             if warm == len(order) or self.closed_epoch >= epoch or self.stopping:
                 return
-            if c.lbfgs_batch:  # mini-batches: the rest of the share, in its order
-                order = order[warm:]
+            order = order[warm:]  # L-BFGS on the rest of the share, each example once
         size = c.lbfgs_batch or len(order)
         batches = (
             np.array_split(order, math.ceil(len(order) / size)) if size < len(order) else [order]
