@@ -347,15 +347,15 @@ class WorkerGroup:
         size = self.config.train.batch
         self._start_board(order[:size], portion_size(size, self.workers))
 
-    def _sgd_steps(self, epoch: int, order: np.ndarray, lr: float) -> int:
+    def _sgd_steps(self, epoch: int, order: np.ndarray, lr: float) -> None:
         """Synchronous SGD on ``order`` in batches of ``train.batch``: each batch's mean gradient
         (with L2) gathered in :attr:`grad` on the shards, then ``axpy(-lr, grad, params)``
-        there; :attr:`share` counts the examples as they are trained. The board must be one
-        :meth:`_start_sgd_board` started. Stops early when the epoch is closed or the role is
-        leaving. Returns the steps taken."""
+        there; :attr:`share` counts the examples, :meth:`_count_step` the steps, as they are
+        taken. The board must be one :meth:`_start_sgd_board` started. Stops early when the
+        epoch is closed or the role is leaving."""
         size = self.config.train.batch
         portion = portion_size(size, self.workers)
-        v, objective, steps = self.coordinator, self.objective, 0
+        v, objective = self.coordinator, self.objective
         for first in range(0, len(order), size):
             if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
                 break
@@ -366,12 +366,15 @@ class WorkerGroup:
             objective.n_portions = portions_of(len(batch), portion)
             loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards
             v.axpy(-lr, self.grad, PARAMS)
-            steps += 1
+            self._count_step()
             self.last_step = {"loss": loss, "step": lr}
             with self.lock:
                 self.share.trained += len(batch)
                 self.share.loss += loss * len(batch)
-        return steps
+
+    def _count_step(self) -> None:
+        """An SGD step was taken (an SGD group's iterations are its steps)."""
+        self.iterations += 1
 
     def _examples(self, order: np.ndarray, portion: int) -> Examples:
         c = self.config.data
@@ -468,14 +471,17 @@ class LBFGSGroup(WorkerGroup):
         this objective's curvature)."""
         self._start_sgd_board(order)
         self.batch_key, self.lbfgs = None, None  # the next L-BFGS batch gets its own board
-        steps = self._sgd_steps(epoch, order, lr)
-        self.warm_steps += steps
+        self._sgd_steps(epoch, order, lr)
         with self.lock:
             trained, loss = self.share.trained, self.share.loss
         self._say(
-            f"warm start: {trained:,} examples in {steps} SGD step(s) at lr {lr:.4g}, loss "
-            f"{loss / max(trained, 1):.5f}; L-BFGS begins from these parameters"
+            f"warm start: {trained:,} examples, {self.warm_steps} SGD step(s) in all at lr "
+            f"{lr:.4g}, loss {loss / max(trained, 1):.5f}; L-BFGS begins from these parameters"
         )
+
+    def _count_step(self) -> None:
+        """The warm start's steps are counted apart from L-BFGS's iterations."""
+        self.warm_steps += 1
 
     def _counters(self) -> dict:
         return {**super()._counters(), "warm_steps": self.warm_steps}
@@ -516,6 +522,6 @@ class SGDGroup(WorkerGroup):
         order = self._order(epoch, start, stop)
         if self.board is None:
             self._start_sgd_board(order)
-        self.iterations += self._sgd_steps(epoch, order, lr)
+        self._sgd_steps(epoch, order, lr)
         self._say(f"epoch {epoch}: {self.share.trained:,} examples, {self.iterations} steps, "
                   f"loss {self.share.loss / max(self.share.trained, 1):.5f}")  # fmt: skip
