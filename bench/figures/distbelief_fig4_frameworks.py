@@ -37,7 +37,8 @@ the job's first examples with synchronous SGD steps as AllReduce takes them (``-
 ``--sync-lr``) through the same servers, then L-BFGS begins from those parameters
 (Friedlander & Schmidt, 2012: stochastic steps far from the minimum, batch steps near it);
 ``sandblaster-cold`` is the same L-BFGS without it, measured in the same run. To run the two
-alone: ``--only sandblaster-lbfgs,sandblaster-cold``.
+alone: ``--only sandblaster-lbfgs,sandblaster-cold``. ``--lbfgs-batch-growth G``
+(``cluster.lbfgs_batch_growth``, 1.0: off) grows both contenders' batches by G every epoch.
 **AllReduce and the hybrid** step once per batch of ``train.batch`` examples on the batch's
 mean gradient, so they need a batch and a rate of their own: ``--sync-batch`` 100 at
 ``--sync-lr`` 0.05 (on this machine, 2 epochs of AllReduce: lr 0.3 diverged, 0.1 reached
@@ -111,6 +112,8 @@ class Contender:
                      ("cluster.lbfgs_iterations", str(args.lbfgs_per_batch))]  # fmt: skip
         if warm:
             keys.append(("cluster.lbfgs_warm_start", str(args.lbfgs_warm_start)))
+        if self.optimizer == "lbfgs" and args.lbfgs_batch_growth != 1.0:
+            keys.append(("cluster.lbfgs_batch_growth", str(args.lbfgs_batch_growth)))
         if args.subset:
             keys.append(("train.subset", str(args.subset)))
         return [f"--{key}={value}" for key, value in keys]
@@ -166,6 +169,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Sandblaster: cluster.lbfgs_warm_start, the job's first examples trained by "
         "synchronous SGD (--sync-batch at --sync-lr) before L-BFGS (60000; 0: none)",
     )
+    add(
+        "--lbfgs-batch-growth",
+        type=float,
+        default=1.0,
+        help="Sandblaster: cluster.lbfgs_batch_growth, the batch's factor from epoch to epoch "
+        "(1.0: fixed)",
+    )
     add("--subset", type=int, default=None, help="train on the first N examples (0: all)")
     add(
         "--sync-batch",
@@ -214,6 +224,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; known: {names}")
     if args.budget_s <= 0 or args.epochs < 1 or args.lbfgs_iterations < 1 or args.subset < 0:
         parser.error("--budget-s must be > 0, --epochs and --lbfgs-iterations >= 1, --subset >= 0")
+    if args.lbfgs_batch_growth < 1.0 or (args.lbfgs_batch_growth != 1.0 and not args.lbfgs_batch):
+        parser.error("--lbfgs-batch-growth must be >= 1 and needs --lbfgs-batch > 0")
     if args.lbfgs_batch < 0 or args.lbfgs_per_batch < 1 or args.lbfgs_warm_start < 0:
         parser.error(
             "--lbfgs-batch must be >= 0 (0: the full batch), --lbfgs-per-batch >= 1, "
@@ -397,6 +409,7 @@ def measure(args) -> dict:
             "lbfgs_batch": args.lbfgs_batch,
             "lbfgs_per_batch": args.lbfgs_per_batch,
             "lbfgs_warm_start": args.lbfgs_warm_start,
+            "lbfgs_batch_growth": args.lbfgs_batch_growth,
             "sync_batch": args.sync_batch,
             "sync_lr": args.sync_lr,
             "quick": args.quick,

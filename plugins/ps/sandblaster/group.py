@@ -27,6 +27,11 @@ The frameworks differ in the coordinator's step:
   ``cluster.lbfgs_batch = B``, **mini-batches**: the share, in the epoch's shuffled order, is cut
   into batches of about B examples, each a new board and ``lbfgs_iterations`` iterations; the
   history carries over from batch to batch (:meth:`~.lbfgs.SandblasterLBFGS.new_batch`).
+  ``cluster.lbfgs_batch_growth = g`` grows them from epoch to epoch, ``B g^e`` examples in epoch
+  ``e`` (:func:`lbfgs_batch_size`): a mini-batch's gradient error, large against the gradient
+  near a minimum, shrinks as the batch grows (Byrd, Chin, Nocedal & Wu, "Sample size selection
+  in optimization methods for machine learning", Math. Programming 2012; Friedlander & Schmidt
+  2012, below).
   ``close`` does not cut an iteration short (with mini-batches it ends the share at the next
   batch). **Warm start** (``cluster.lbfgs_warm_start = E``): the job's first ``E`` examples
   (numbered across epochs in the epochs' shuffled orders) are trained by synchronous SGD steps
@@ -95,7 +100,14 @@ from hogwild.optim.schedule import peak_learning_rate
 from hogwild.signals import interrupts_not_lost
 from hogwild.training.job import epoch_permutation, subset_indices
 
-__all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size"]
+__all__ = [
+    "LBFGSGroup",
+    "SGDGroup",
+    "WorkerGroup",
+    "check_job",
+    "lbfgs_batch_size",
+    "portion_size",
+]
 
 PORTIONS_PER_WORKER = 8  # DistBelief: portions much smaller than 1/N of the batch
 MIN_PORTION = 16  # examples: below this a portion costs more in requests than in compute
@@ -107,6 +119,14 @@ def portion_size(n_examples: int, workers: int) -> int:
     """Examples per portion: about ``PORTIONS_PER_WORKER`` portions per worker, at least
     ``MIN_PORTION`` examples each."""
     return max(MIN_PORTION, math.ceil(n_examples / (PORTIONS_PER_WORKER * max(workers, 1))))
+
+
+def lbfgs_batch_size(batch: int, growth: float, epoch: int, share: int) -> int:
+    """Examples per L-BFGS batch in ``epoch``: ``batch * growth ** epoch``, rounded, at most
+    ``share`` (the whole share when ``batch`` is 0, the full batch)."""
+    if not batch or (growth > 1.0 and epoch * math.log(growth) >= math.log(share / batch)):
+        return share
+    return max(1, min(share, round(batch * growth**epoch)))
 
 
 def check_job(config, data, framework: str = "sandblaster") -> None:
@@ -444,7 +464,7 @@ class LBFGSGroup(WorkerGroup):
             if warm == len(order) or self.closed_epoch >= epoch or self.stopping:
                 return
             order = order[warm:]  # L-BFGS on the rest of the share, each example once
-        size = c.lbfgs_batch or len(order)
+        size = lbfgs_batch_size(c.lbfgs_batch, c.lbfgs_batch_growth, epoch, len(order))
         batches = (
             np.array_split(order, math.ceil(len(order) / size)) if size < len(order) else [order]
         )
