@@ -12,7 +12,9 @@ same seed (``train.seed`` = 1) and the same wall-clock budget:
 sgd                 ``--cluster.framework=downpour --cluster.worker_groups=1`` (one replica), sgd
 downpour-sgd        downpour, 2 replicas (worker groups of one Hogwild worker), sgd on the server
 downpour-adagrad    downpour, 2 replicas, Adagrad on the server (``ps.lr`` = 0.01, the default)
-sandblaster-lbfgs   sandblaster: one group of 2 member processes, the L-BFGS coordinator
+sandblaster-lbfgs   sandblaster: one group of 2 member processes, the L-BFGS coordinator, after
+                    a warm start of synchronous SGD steps (``--lbfgs-warm-start``)
+sandblaster-cold    the same L-BFGS from the initial parameters (no warm start): the control
 allreduce-sgd       allreduce: one group of 2 synchronous workers, a server per worker
 hybrid-sgd          hybrid: 2 asynchronous groups of 2 synchronous workers, one server group
 hogwild-sgd         distributed Hogwild: 2 replicas, each on its own server group, synchronised
@@ -29,8 +31,14 @@ batches"): each epoch's shuffled training set in batches of ``--lbfgs-batch`` ex
 (``cluster.lbfgs_iterations``, 3), the L-BFGS history carried from batch to batch; each iteration's
 line search may take more than one pass over its batch (docs/benchmarks.md compares batch
 sizes). ``--lbfgs-batch 0`` is the full batch (an epoch is one iteration over the whole training
-set). Its epochs are capped by ``--lbfgs-iterations``, not ``--epochs``; ``optim.lr`` and
-``train.batch`` do not apply. To run it alone: ``--only sandblaster-lbfgs``.
+set). Its epochs are capped by ``--lbfgs-iterations``, not ``--epochs``. Its **warm start**
+(``cluster.lbfgs_warm_start``, ``--lbfgs-warm-start`` examples, 60,000: the first epoch) trains
+the job's first examples with synchronous SGD steps as AllReduce takes them (``--sync-batch`` at
+``--sync-lr``) through the same servers, then L-BFGS begins from those parameters
+(Friedlander & Schmidt, 2012: stochastic steps far from the minimum, batch steps near it);
+``sandblaster-cold`` is the same L-BFGS without it, measured in the same run. To run the two
+alone: ``--only sandblaster-lbfgs,sandblaster-cold``. ``--lbfgs-batch-growth G``
+(``cluster.lbfgs_batch_growth``, 1.0: off) grows both contenders' batches by G every epoch.
 **AllReduce and the hybrid** step once per batch of ``train.batch`` examples on the batch's
 mean gradient, so they need a batch and a rate of their own: ``--sync-batch`` 100 at
 ``--sync-lr`` 0.05 (on this machine, 2 epochs of AllReduce: lr 0.3 diverged, 0.1 reached
@@ -90,15 +98,21 @@ class Contender:
     optimizer: str
     keys: tuple[tuple[str, str], ...]
     synchronous: bool = False  # steps on a batch's mean gradient: --sync-batch, --sync-lr
+    warm_start: bool = False  # L-BFGS after --lbfgs-warm-start examples of synchronous SGD
 
     def overrides(self, args) -> list[str]:
         keys = [("cluster.framework", self.framework), ("cluster.optimizer", self.optimizer)]
         keys += list(self.keys)
-        if self.synchronous:
+        warm = self.warm_start and args.lbfgs_warm_start > 0
+        if self.synchronous or warm:  # the warm start's steps are AllReduce's
             keys += [("train.batch", str(args.sync_batch)), ("optim.lr", str(args.sync_lr))]
         if self.optimizer == "lbfgs":
             keys += [("cluster.lbfgs_batch", str(args.lbfgs_batch)),
                      ("cluster.lbfgs_iterations", str(args.lbfgs_per_batch))]  # fmt: skip
+        if warm:
+            keys.append(("cluster.lbfgs_warm_start", str(args.lbfgs_warm_start)))
+        if self.optimizer == "lbfgs" and args.lbfgs_batch_growth != 1.0:
+            keys.append(("cluster.lbfgs_batch_growth", str(args.lbfgs_batch_growth)))
         if args.subset:
             keys.append(("train.subset", str(args.subset)))
         return [f"--{key}={value}" for key, value in keys]
@@ -110,8 +124,10 @@ CONTENDERS = (
               (("cluster.worker_groups", "2"),)),
     Contender("downpour-adagrad", "Downpour Adagrad, 2 replicas", "downpour", "adagrad",
               (("cluster.worker_groups", "2"),)),
-    Contender("sandblaster-lbfgs", "Sandblaster L-BFGS, 2 workers", "sandblaster", "lbfgs",
-              (("cluster.workers_per_group", "2"),)),
+    Contender("sandblaster-lbfgs", "Sandblaster L-BFGS after an SGD warm start, 2 workers",
+              "sandblaster", "lbfgs", (("cluster.workers_per_group", "2"),), warm_start=True),
+    Contender("sandblaster-cold", "Sandblaster L-BFGS, no warm start, 2 workers", "sandblaster",
+              "lbfgs", (("cluster.workers_per_group", "2"),)),
     Contender("allreduce-sgd", "AllReduce SGD, 2 workers, 2 servers", "allreduce", "sgd",
               (("cluster.workers_per_group", "2"),), synchronous=True),
     Contender("hybrid-sgd", "hybrid SGD, 2 groups x 2 workers", "hybrid", "sgd",
@@ -145,9 +161,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="Sandblaster: cluster.lbfgs_iterations, L-BFGS iterations per batch (3)",
     )
+    add(
+        "--lbfgs-warm-start",
+        type=int,
+        default=None,
+        help="Sandblaster: cluster.lbfgs_warm_start, the job's first examples trained by "
+        "synchronous SGD (--sync-batch at --sync-lr) before L-BFGS (60000; 0: none)",
+    )
+    add(
+        "--lbfgs-batch-growth",
+        type=float,
+        default=1.0,
+        help="Sandblaster: cluster.lbfgs_batch_growth, the batch's factor from epoch to epoch "
+        "(1.0: fixed)",
+    )
     add("--subset", type=int, default=None, help="train on the first N examples (0: all)")
-    add("--sync-batch", type=int, default=100, help="AllReduce and hybrid: train.batch (100)")
-    add("--sync-lr", type=float, default=0.05, help="AllReduce and hybrid: optim.lr (0.05)")
+    add(
+        "--sync-batch",
+        type=int,
+        default=100,
+        help="AllReduce, hybrid and Sandblaster's warm start: train.batch (100)",
+    )
+    add(
+        "--sync-lr",
+        type=float,
+        default=0.05,
+        help="AllReduce, hybrid and Sandblaster's warm start: optim.lr (0.05)",
+    )
     add("--target", type=float, default=0.985, help="test accuracy to reach (0.985)")
     add("--only", metavar="NAMES", help="comma-separated contenders (default: all)")
     add("--quick", action="store_true", help="a tiny run: a smoke test, not a measurement")
@@ -162,6 +202,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "subset": 1000,
         "lbfgs_batch": 500,
         "lbfgs_per_batch": 2,
+        "lbfgs_warm_start": 500,
     }
     full = {
         "budget_s": 240.0,
@@ -170,6 +211,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "subset": 0,
         "lbfgs_batch": 5000,
         "lbfgs_per_batch": 3,
+        "lbfgs_warm_start": 60000,
     }
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
@@ -181,8 +223,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--only: unknown contender(s) {', '.join(unknown)}; known: {names}")
     if args.budget_s <= 0 or args.epochs < 1 or args.lbfgs_iterations < 1 or args.subset < 0:
         parser.error("--budget-s must be > 0, --epochs and --lbfgs-iterations >= 1, --subset >= 0")
-    if args.lbfgs_batch < 0 or args.lbfgs_per_batch < 1:
-        parser.error("--lbfgs-batch must be >= 0 (0: the full batch), --lbfgs-per-batch >= 1")
+    if args.lbfgs_batch_growth < 1.0 or (args.lbfgs_batch_growth != 1.0 and not args.lbfgs_batch):
+        parser.error("--lbfgs-batch-growth must be >= 1 and needs --lbfgs-batch > 0")
+    if args.lbfgs_batch < 0 or args.lbfgs_per_batch < 1 or args.lbfgs_warm_start < 0:
+        parser.error(
+            "--lbfgs-batch must be >= 0 (0: the full batch), --lbfgs-per-batch >= 1, "
+            "--lbfgs-warm-start >= 0 (0: none)"
+        )
     if not 0 < args.target <= 1:
         parser.error(f"--target is a test accuracy in (0, 1], got {args.target}")
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
@@ -360,6 +407,8 @@ def measure(args) -> dict:
             "lbfgs_iterations": args.lbfgs_iterations,
             "lbfgs_batch": args.lbfgs_batch,
             "lbfgs_per_batch": args.lbfgs_per_batch,
+            "lbfgs_warm_start": args.lbfgs_warm_start,
+            "lbfgs_batch_growth": args.lbfgs_batch_growth,
             "sync_batch": args.sync_batch,
             "sync_lr": args.sync_lr,
             "quick": args.quick,

@@ -182,6 +182,8 @@ class ClusterConfig:
     lbfgs_batch: int = 0  # Sandblaster: examples per L-BFGS batch; 0 = the whole share
     lbfgs_iterations: int = 1  # Sandblaster: L-BFGS iterations on each batch
     lbfgs_history: int = 10  # Sandblaster: L-BFGS pairs kept (m)
+    lbfgs_warm_start: int = 0  # Sandblaster: examples of synchronous SGD before L-BFGS begins
+    lbfgs_batch_growth: float = 1.0  # Sandblaster: the L-BFGS batch's factor from epoch to epoch
     epoch_fraction: float = 1.0
     split: str = "portions"
     metrics_port: int = 0

@@ -285,12 +285,33 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
             f"and cluster.lbfgs_history >= 1, got {cluster.lbfgs_batch}, "
             f"{cluster.lbfgs_iterations} and {cluster.lbfgs_history}"
         )
+    if cluster.lbfgs_batch_growth < 1.0:
+        fail(
+            "cluster.lbfgs_batch_growth must be >= 1 (the L-BFGS batch's factor from one epoch "
+            f"to the next; 1: a fixed batch), got {cluster.lbfgs_batch_growth}"
+        )
+    if cluster.lbfgs_warm_start < 0:
+        fail(
+            "cluster.lbfgs_warm_start must be >= 0 (examples of synchronous SGD before L-BFGS "
+            f"begins; 0: none), got {cluster.lbfgs_warm_start}"
+        )
     if topology.optimizer != "lbfgs" and (
-        cluster.lbfgs_batch or cluster.lbfgs_iterations != 1 or cluster.lbfgs_history != 10
+        cluster.lbfgs_batch
+        or cluster.lbfgs_iterations != 1
+        or cluster.lbfgs_history != 10
+        or cluster.lbfgs_warm_start
+        or cluster.lbfgs_batch_growth != 1.0
     ):
         fail(
-            "cluster.lbfgs_batch, cluster.lbfgs_iterations and cluster.lbfgs_history set "
-            f"Sandblaster's L-BFGS, but cluster.optimizer is {topology.optimizer!r}; remove them"
+            "cluster.lbfgs_batch, cluster.lbfgs_iterations, cluster.lbfgs_history, "
+            "cluster.lbfgs_warm_start and cluster.lbfgs_batch_growth set Sandblaster's L-BFGS, "
+            f"but cluster.optimizer is {topology.optimizer!r}; remove them"
+        )
+    if cluster.lbfgs_batch_growth != 1.0 and not cluster.lbfgs_batch:
+        fail(
+            f"cluster.lbfgs_batch_growth = {cluster.lbfgs_batch_growth} grows mini-batches, but "
+            "cluster.lbfgs_batch = 0 is the full batch; give the first epoch's batch, e.g. "
+            "cluster.lbfgs_batch = 5000"
         )
     if not 0.0 < cluster.epoch_fraction <= 1.0:
         fail(f"cluster.epoch_fraction must be in (0, 1], got {cluster.epoch_fraction}")

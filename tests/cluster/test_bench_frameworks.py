@@ -5,13 +5,13 @@ The benchmark's contenders are every line of DistBelief's Fig. 4 (single-replica
 with SGD and with Adagrad, Sandblaster L-BFGS, and SINGA's AllReduce, hybrid and distributed
 Hogwild), each a ``hogwild cluster`` job. Every contender costs a cluster's start and stop, and
 ``test_frameworks.py`` trains the frameworks themselves, so the quick run here trains three, one
-per path the benchmark takes (an asynchronous job, Sandblaster's L-BFGS iterations, a synchronous
-job), on 1,000 MNIST examples for 2 epochs each, and asks for a fourth that ``hogwild cluster``
-refuses (the hybrid on two server groups). Checks: one JSON line, the same as the ``--out`` file;
-each contender run drew a non-empty curve of accuracies in [0, 1] against increasing seconds
-within the budget and left nothing behind; the refused one is skipped with the refusal's words;
-``time_to_target_s`` agrees with the curve; the figure is drawn. The contender list itself covers
-all five frameworks, and an unknown name is refused with the list.
+per path the benchmark takes (an asynchronous job, Sandblaster's L-BFGS iterations after its SGD
+warm start, a synchronous job), on 1,000 MNIST examples for 2 epochs each, and asks for a fourth
+that ``hogwild cluster`` refuses (the hybrid on two server groups). Checks: one JSON line, the
+same as the ``--out`` file; each contender run drew a non-empty curve of accuracies in [0, 1]
+against increasing seconds within the budget and left nothing behind; the refused one is skipped
+with the refusal's words; ``time_to_target_s`` agrees with the curve; the figure is drawn. The
+contender list itself covers all five frameworks, and an unknown name is refused with the list.
 """
 
 from __future__ import annotations
@@ -54,10 +54,15 @@ def test_quick_run_draws_a_curve_for_each_contender_it_trains(tmp_path, mnist_di
     lbfgs = next(r for r in results if r["name"] == "sandblaster-lbfgs")
     assert "--cluster.lbfgs_batch=500" in lbfgs["command"]  # quick: mini-batches of the 1,000
     assert lbfgs["settings"]["cluster"]["lbfgs_iterations"] == 2
+    # quick: the first 500 examples are the warm start's, SGD steps of 100
+    assert lbfgs["settings"]["cluster"]["lbfgs_warm_start"] == 500
+    assert lbfgs["settings"]["train"]["batch"] == 100
     group = lbfgs["sandblaster"]["0"]
-    assert group["iterations"] == lbfgs["epochs_done"] * 2 * 2  # 2 batches of 500, 2 each
-    # every batch evaluated afresh, then at least a pass per iteration, counted over the boards
-    assert group["evaluations"] >= lbfgs["epochs_done"] * 2 * 3
+    assert group["warm_steps"] == 5
+    batches = lbfgs["epochs_done"] * 2 - 1  # 2 batches of 500 an epoch, but the first's
+    assert group["iterations"] == batches * 2  # 2 iterations each
+    # a pass per SGD step; every batch evaluated afresh, then at least a pass per iteration
+    assert group["evaluations"] >= 5 + batches * 3
 
     ran = [r for r in results if not r["skipped"]]
     assert {r["name"] for r in ran} == set(RUN)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -37,16 +38,18 @@ from hogwild_plugins.ps.sandblaster import (
 )
 from hogwild_plugins.ps.sandblaster.batch import replica_vector
 from hogwild_plugins.ps.sandblaster.board_service import BoardService
+from hogwild_plugins.ps.sandblaster.group import LBFGSGroup
 from hogwild_plugins.ps.sandblaster.lbfgs import PARAMS
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.cluster.roles import spawn_role, tee_stderr
 from hogwild.config import config_from_dict
-from hogwild.data.mnist import load_mnist
+from hogwild.data.mnist import MnistData, load_mnist
 from hogwild.model.network import build_network
 from hogwild.net.control import ControlServer
 from hogwild.net.ports import free_ports
+from hogwild.training.job import epoch_permutation
 from tests.cluster.test_sandblaster import (
     L2,
     MEAN,
@@ -57,7 +60,7 @@ from tests.cluster.test_sandblaster import (
     fixed_step,
     params_of,
 )
-from tests.unit.test_sandblaster_lbfgs import SoftmaxRegression
+from tests.unit.test_sandblaster_lbfgs import SoftmaxRegression, reference_lbfgs
 
 pytest.importorskip("torch")
 
@@ -111,26 +114,18 @@ def servers_and_client(network):
 
 
 @contextmanager
-def member_processes(servers, n, tmp_path, mnist_dir, silence_s=60.0):
-    """``n`` member processes of group 0 and the coordinator's board service they talk to (a
-    control server of the job), yielded with the processes; each leaves once the service
-    closes (a member killed by the test exits by SIGKILL)."""
-    service = BoardService(range(n), silence_s=silence_s)
-    control = ControlServer("127.0.0.1:0", JOB, service.answer)
-    address = control.start()
-    config = config_from_dict({
-        "model": {"input": [1, 28, 28], "layers": LAYERS},
-        "data": {"mean": MEAN, "std": STD},
-        "ps": {"servers": servers, "job": JOB},
-        "cluster": {"framework": "sandblaster", "replicas": 1, "workers_per_replica": n},
-    })  # fmt: skip
+def spawn_members(config, n, coordinator, tmp_path, mnist_dir, closed):
+    """``n`` member processes of group 0 of the job ``config``, talking to ``coordinator`` (a
+    control server's address), yielded once each is ready; ``closed()`` (the board service
+    closed) lets them leave by themselves, then they must have (a member killed by the test exits
+    by SIGKILL)."""
     config_file = tmp_path / "job.json"
     config_file.write_text(json.dumps(config.to_dict()))
     processes, logs = [], []
     try:
         for i in range(n):
             argv = ("cluster", "--config", str(config_file), "--data", str(mnist_dir), "member",
-                    "--index", str(i), "--coordinator", address)  # fmt: skip
+                    "--index", str(i), "--coordinator", coordinator)  # fmt: skip
             process = spawn_role(argv)
             ready, lines = threading.Event(), deque(maxlen=20)
             reader = tee_stderr(process, tmp_path / f"member-{i}.log", lines,
@@ -141,12 +136,12 @@ def member_processes(servers, n, tmp_path, mnist_dir, silence_s=60.0):
             deadline = time.monotonic() + 120
             while not ready.wait(0.05):
                 assert process.poll() is None and time.monotonic() < deadline, list(lines)
-        yield service, [process for process, _, _ in processes]
-        service.close()  # their next request is answered stop: they leave by themselves
+        yield [process for process, _, _ in processes]
+        closed()  # their next request is answered stop: they leave by themselves
         for process, _, lines in processes:
             assert process.wait(30) in (0, -signal.SIGKILL), list(lines)
     finally:
-        service.close()
+        closed()
         for process, reader, _ in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -157,6 +152,25 @@ def member_processes(servers, n, tmp_path, mnist_dir, silence_s=60.0):
                     process.wait()
             reader.join(5)
             process.stderr.close()
+
+
+@contextmanager
+def member_processes(servers, n, tmp_path, mnist_dir, silence_s=60.0):
+    """``n`` member processes of group 0 and the coordinator's board service they talk to (a
+    control server of the job), yielded with the processes."""
+    service = BoardService(range(n), silence_s=silence_s)
+    control = ControlServer("127.0.0.1:0", JOB, service.answer)
+    address = control.start()
+    config = config_from_dict({
+        "model": {"input": [1, 28, 28], "layers": LAYERS},
+        "data": {"mean": MEAN, "std": STD},
+        "ps": {"servers": servers, "job": JOB},
+        "cluster": {"framework": "sandblaster", "replicas": 1, "workers_per_replica": n},
+    })  # fmt: skip
+    try:
+        with spawn_members(config, n, address, tmp_path, mnist_dir, service.close) as processes:
+            yield service, processes
+    finally:
         control.stop()
 
 
@@ -296,3 +310,67 @@ def test_a_member_process_killed_mid_run_is_taken_for_gone_and_the_steps_do_not_
             assert service.reaped == 1 and sorted(board.scheduler.replicas) == [0]
             assert any("silent for more than 2 s" in f for f in board.failures)
             assert ps[1].wait(10) == -signal.SIGKILL
+
+
+def test_the_warm_start_takes_sgd_steps_then_hands_their_parameters_to_lbfgs(
+    mnist, oracle, tmp_path, mnist_dir
+):
+    """A worker-group role (its members as processes) with ``cluster.lbfgs_warm_start =
+    200`` trains its first share of 400: two SGD steps of 100 (``axpy(-lr, grad, params)`` on the
+    shards), then L-BFGS with no history from where they left the parameters, two iterations on
+    the other 200. The float64 oracle takes the same SGD steps and the reference L-BFGS from the
+    point they reach."""
+    images, labels = mnist
+    lr, warm, batch = 0.5, 200, 100
+    servers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    config = config_from_dict({
+        "model": {"input": [1, 28, 28], "layers": [{"type": "fc", "units": 10},
+                                                   {"type": "softmax"}]},
+        "train": {"batch": batch, "seed": 3, "stall_s": 20.0},
+        "optim": {"lr": lr, "schedule": "constant", "weight_decay": L2},
+        "cluster": {"framework": "sandblaster", "workers_per_group": 2, "lbfgs_batch": 200,
+                    "lbfgs_iterations": 2, "lbfgs_warm_start": warm},
+        "data": {"mean": MEAN, "std": STD},
+        "ps": {"servers": servers, "job": "sb"},
+    })  # fmt: skip
+    square = images.reshape(-1, 28, 28)
+    data = MnistData(square, labels.astype(np.uint8), square[:10], labels[:10], "<memory>")
+    order = epoch_permutation(3, 0, N_EXAMPLES)
+    x = np.zeros(oracle.n_params)  # the servers start at zero
+    for first in range(0, warm, batch):  # SGD, in the epoch's order
+        x = x - lr * part(oracle, order[first : first + batch])(x)[1]
+    rest = part(oracle, np.sort(order[warm:]))  # L-BFGS's batch, from the SGD's end point
+    want, losses, _ = reference_lbfgs(rest, x, 2, history=10, lr=1.0, line_search="armijo")
+    with ExitStack() as stack:
+        geometry = ModelGeometry(build_network(config.model).n_params)
+        for i in range(2):
+            stack.enter_context(local_server(geometry, job="sb", servers=servers, index=i,
+                                             shard_kib=8, threads=1))  # fmt: skip
+        group = LBFGSGroup("sandblaster", config, data, 0)
+        stack.callback(group.release)
+        group.start()  # as the role does before it says ready: the kernels compiled
+        control = ControlServer("127.0.0.1:0", "sb", group.answer)  # the role's control channel
+        stack.callback(control.stop)
+        coordinator = control.start()
+        stack.enter_context(
+            spawn_members(
+                config, group.workers, coordinator, tmp_path, mnist_dir, group.service.close
+            )
+        )
+        assert [group.warm_examples(0, s, 200) for s in (0, 100, 200)] == [200, 100, 0]
+        assert group.warm_examples(1, 0, N_EXAMPLES) == 0  # the job's first examples only
+        group.commands.put(SimpleNamespace(epoch=0, start=0, stop=N_EXAMPLES, lr=lr))
+        group.step()
+        got = params_of(group.clients[0])
+        status = group.status()
+    counters = status["sandblaster"]
+    assert (counters["warm_steps"], counters["iterations"]) == (2, 2)
+    assert status["state"] == "done" and status["examples"] == N_EXAMPLES
+    assert close(got, want[-1], rel=1e-4), float(np.abs(got - want[-1]).max())
+    assert counters["loss"] == pytest.approx(losses[-1], rel=5e-4)
+
+
+def part(oracle: SoftmaxRegression, rows) -> SoftmaxRegression:
+    """The oracle's objective on ``rows`` of its examples (their mean loss)."""
+    return SoftmaxRegression(oracle.X[rows], oracle.labels[rows], oracle.classes, oracle.l2,
+                             bias=oracle.bias, n_params=oracle.n_params)  # fmt: skip

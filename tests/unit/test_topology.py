@@ -234,3 +234,18 @@ def test_lbfgs_keys_are_checked_and_refused_without_lbfgs():
     for key, value in (("lbfgs_batch", -1), ("lbfgs_iterations", 0), ("lbfgs_history", 0)):
         with pytest.raises(ConfigError, match="cluster.lbfgs_batch must be >= 0"):
             config.override({"cluster.framework": "sandblaster", f"cluster.{key}": value})
+    with pytest.raises(ConfigError, match="cluster.lbfgs_warm_start must be >= 0"):
+        config.override({"cluster.framework": "sandblaster", "cluster.lbfgs_warm_start": -1})
+    with pytest.raises(ConfigError, match="cluster.optimizer is 'adagrad'; remove them"):
+        config.override({"cluster.lbfgs_warm_start": 5000})
+    warm = config.override({"cluster.framework": "sandblaster", "cluster.lbfgs_warm_start": 5000})
+    assert warm.cluster.lbfgs_warm_start == 5000
+    growing = {"cluster.framework": "sandblaster", "cluster.lbfgs_batch_growth": 1.5}
+    with pytest.raises(ConfigError, match="cluster.lbfgs_batch = 0 is the full batch"):
+        config.override(growing)
+    grown = config.override({**growing, "cluster.lbfgs_batch": 5000})
+    assert grown.cluster.lbfgs_batch_growth == 1.5
+    with pytest.raises(ConfigError, match="cluster.lbfgs_batch_growth must be >= 1"):
+        config.override({**growing, "cluster.lbfgs_batch": 5000, "cluster.lbfgs_batch_growth": 0.5})
+    with pytest.raises(ConfigError, match="cluster.optimizer is 'adagrad'; remove them"):
+        config.override({"cluster.lbfgs_batch_growth": 2.0})

@@ -28,8 +28,22 @@ The frameworks differ in the coordinator's step:
   ``cluster.lbfgs_batch = B``, **mini-batches**: the share, in the epoch's shuffled order, is cut
   into batches of about B examples, each a new board and ``lbfgs_iterations`` iterations; the
   history carries over from batch to batch (:meth:`~.lbfgs.SandblasterLBFGS.new_batch`).
-  ``optim.lr``, its schedule and ``train.batch`` are not used; ``close`` does not cut an
-  iteration short (with mini-batches it ends the share at the next batch).
+  ``cluster.lbfgs_batch_growth = g`` grows them from epoch to epoch, ``B g^e`` examples in epoch
+  ``e`` (:func:`lbfgs_batch_size`): a mini-batch's gradient error, large against the gradient
+  near a minimum, shrinks as the batch grows (Byrd, Chin, Nocedal & Wu, "Sample size selection
+  in optimization methods for machine learning", Math. Programming 2012; Friedlander & Schmidt
+  2012, below).
+  ``close`` does not cut an iteration short (with mini-batches it ends the share at the next
+  batch). **Warm start** (``cluster.lbfgs_warm_start = E``): the job's first ``E`` examples
+  (numbered across epochs in the epochs' shuffled orders) are trained by synchronous SGD steps
+  as ``allreduce`` takes them (``train.batch`` a step, ``optim.lr`` and its schedule), through
+  the same board and shards; L-BFGS then begins, without history, from the parameters the SGD
+  steps left on the shards, on the rest of that epoch's share (full-batch: the rest is that
+  epoch's batch). Stochastic steps gain most per example far from a minimum, and batch
+  quasi-Newton steps near one (Friedlander & Schmidt, "Hybrid deterministic-stochastic methods
+  for data fitting", SIAM J. Sci. Comput. 2012; Bollapragada et al., "A progressive batching
+  L-BFGS method for machine learning", ICML 2018, growing the batch instead). Without it
+  ``optim.lr``, its schedule and ``train.batch`` are not used.
 * ``allreduce`` (:class:`SGDGroup`): synchronous SGD: the share in batches of ``train.batch``
   examples (split into portions over the workers), after each ``axpy(-lr, grad, params)`` on the
   shards with the driver's ``lr`` (``optim.lr`` and its schedule, on the batch's mean gradient as
@@ -84,7 +98,14 @@ from hogwild.cluster.serving import POLL_S
 from hogwild.errors import ConfigError
 from hogwild.training.job import epoch_permutation
 
-__all__ = ["LBFGSGroup", "SGDGroup", "WorkerGroup", "check_job", "portion_size"]
+__all__ = [
+    "LBFGSGroup",
+    "SGDGroup",
+    "WorkerGroup",
+    "check_job",
+    "lbfgs_batch_size",
+    "portion_size",
+]
 
 PORTIONS_PER_WORKER = 8  # DistBelief: portions much smaller than 1/N of the batch
 MIN_PORTION = 16  # examples: below this a portion costs more in requests than in compute
@@ -98,12 +119,21 @@ def portion_size(n_examples: int, workers: int) -> int:
     return max(MIN_PORTION, math.ceil(n_examples / (PORTIONS_PER_WORKER * max(workers, 1))))
 
 
+def lbfgs_batch_size(batch: int, growth: float, epoch: int, share: int) -> int:
+    """Examples per L-BFGS batch in ``epoch``: ``batch * growth ** epoch``, rounded, at most
+    ``share`` (the whole share when ``batch`` is 0, the full batch)."""
+    if not batch or (growth > 1.0 and epoch * math.log(growth) >= math.log(share / batch)):
+        return share
+    return max(1, min(share, round(batch * growth**epoch)))
+
+
 def check_job(config, data, framework: str = "sandblaster") -> None:
     """Refuse, before anything starts, what a synchronous group cannot train from.
 
     Raises:
-        ConfigError: Data servers, augmentation, data that is not MNIST arrays, or (allreduce)
-            a batch too small to split over the workers.
+        ConfigError: Data servers, augmentation, data that is not MNIST arrays, or (SGD steps:
+            allreduce, hybrid, Sandblaster's warm start) a batch too small to split over the
+            workers.
     """
     from hogwild.data.mnist import MnistData
 
@@ -127,9 +157,11 @@ def check_job(config, data, framework: str = "sandblaster") -> None:
             f"({getattr(data, 'path', data)}) is not built"
         )
     workers, batch = config.cluster.workers_per_replica, config.train.batch
-    if framework != "sandblaster" and batch < workers * MIN_PORTION:
+    warm = config.cluster.lbfgs_warm_start
+    if (framework != "sandblaster" or warm) and batch < workers * MIN_PORTION:
+        what = f"{name} with cluster.lbfgs_warm_start = {warm}" if warm else name
         raise ConfigError(
-            f"{name} steps once per batch of train.batch examples split over the "
+            f"{what} steps once per batch of train.batch examples split over the "
             f"{workers} worker(s), at least {MIN_PORTION} each: train.batch = {batch} is too "
             f"small; e.g. --train.batch={max(256, workers * MIN_PORTION)} (optim.lr is then the "
             "step on the batch's mean gradient)"
@@ -297,6 +329,40 @@ class WorkerGroup(ReplicaRole):
             self.coordinator, self.board, len(order), portion, l2=l2, grad=self.grad
         )
 
+    def _start_sgd_board(self, order: np.ndarray) -> None:
+        """A board for :meth:`_sgd_steps`: portions of a ``train.batch`` batch over the workers."""
+        size = self.config.train.batch
+        self._start_board(order[:size], portion_size(size, self.workers))
+
+    def _sgd_steps(self, epoch: int, order: np.ndarray, lr: float) -> None:
+        """Synchronous SGD on ``order`` in batches of ``train.batch``: each batch's mean gradient
+        (with L2) gathered in :attr:`grad` on the shards, then ``axpy(-lr, grad, params)``
+        there; :attr:`share` counts the examples, :meth:`_count_step` the steps, as they are
+        taken. The board must be one :meth:`_start_sgd_board` started. Stops early when the
+        epoch is closed or the role is leaving."""
+        size = self.config.train.batch
+        portion = portion_size(size, self.workers)
+        v, objective = self.coordinator, self.objective
+        for first in range(0, len(order), size):
+            if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
+                break
+            batch = order[first : first + size]
+            self.service.set_examples(batch, portion)  # the members', before the batch begins
+            objective.n_examples = len(batch)
+            objective.n_portions = portions_of(len(batch), portion)
+            loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards
+            v.axpy(-lr, self.grad, PARAMS)
+            self._count_step()
+            self.last_step = {"loss": loss, "step": lr}
+            with self.lock:
+                self.share.trained += len(batch)
+                self.share.loss += loss * len(batch)
+
+    def _count_step(self) -> None:
+        """An SGD step was taken (an SGD group's iterations are its steps)."""
+        self.iterations += 1
+
+
     def _client(self):
         """The coordinator's parameter-server client."""
         return group_client(self.config)
@@ -326,18 +392,32 @@ class LBFGSGroup(WorkerGroup):
         super().__init__(*args, **kwargs)
         self.batch_key: bytes | None = None  # the examples the L-BFGS below optimises over
         self.lbfgs: SandblasterLBFGS | None = None
+        self.warm_steps = 0  # SGD steps of the warm start
+
+    def warm_examples(self, epoch: int, start: int, examples: int) -> int:
+        """How many of the share's first examples the warm start trains: the job's examples
+        are numbered across epochs (``epoch * n_train + position in the epoch's order``), and
+        those numbered below ``cluster.lbfgs_warm_start`` are SGD's. A function of the share
+        alone, so a restarted role or a resumed job neither repeats nor skips it."""
+        first = epoch * self.n_train + start
+        return min(examples, max(0, self.config.cluster.lbfgs_warm_start - first))
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
         c = self.config.cluster
         order = self._order(epoch, start, stop)
-        size = c.lbfgs_batch or len(order)
+        warm = self.warm_examples(epoch, start, len(order))
+        if warm:
+            self._warm_start(epoch, order[:warm], lr)
+            if warm == len(order) or self.closed_epoch >= epoch or self.stopping:
+                return
+            order = order[warm:]  # L-BFGS on the rest of the share, each example once
+        size = lbfgs_batch_size(c.lbfgs_batch, c.lbfgs_batch_growth, epoch, len(order))
         batches = (
             np.array_split(order, math.ceil(len(order) / size)) if size < len(order) else [order]
         )
-        trained, loss = 0, 0.0
         for number, batch in enumerate(batches):
-            if number and (self.closed_epoch >= epoch or self.stopping):  # between batches only
-                break
+            if (number or warm) and (self.closed_epoch >= epoch or self.stopping):
+                break  # between batches only
             batch = np.sort(batch)  # a set: sorted, portions contiguous
             if batch.tobytes() != self.batch_key:
                 self._start_board(batch, portion_size(len(batch), self.workers))
@@ -348,9 +428,30 @@ class LBFGSGroup(WorkerGroup):
                     self.lbfgs = self._lbfgs()
             for _ in range(c.lbfgs_iterations):
                 it = self._iterate()
-            trained, loss = trained + len(batch), loss + it.loss * len(batch)
+            with self.lock:
+                self.share.trained += len(batch)
+                self.share.loss += it.loss * len(batch)
+
+    def _warm_start(self, epoch: int, order: np.ndarray, lr: float) -> None:
+        """SGD steps on ``order`` through the same shards; L-BFGS then starts afresh from the
+        parameters they leave (no history: the pairs of another optimizer's path would not be
+        this objective's curvature)."""
+        self._start_sgd_board(order)
+        self.batch_key, self.lbfgs = None, None  # the next L-BFGS batch gets its own board
+        self._sgd_steps(epoch, order, lr)
         with self.lock:
-            self.share.trained, self.share.loss = trained, loss
+            trained, loss = self.share.trained, self.share.loss
+        self._say(
+            f"warm start: {trained:,} examples, {self.warm_steps} SGD step(s) in all at lr "
+            f"{lr:.4g}, loss {loss / max(trained, 1):.5f}; L-BFGS begins from these parameters"
+        )
+
+    def _count_step(self) -> None:
+        """The warm start's steps are counted apart from L-BFGS's iterations."""
+        self.warm_steps += 1
+
+    def _counters(self) -> dict:
+        return {**super()._counters(), "warm_steps": self.warm_steps}
 
     def _iterate(self) -> Iteration:
         """One L-BFGS iteration on the current batch (a fresh L-BFGS after one that stops)."""
@@ -385,24 +486,9 @@ class SGDGroup(WorkerGroup):
         return f"sgd.grad{self.index}"
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
-        order, size = self._order(epoch, start, stop), self.config.train.batch
-        portion = portion_size(size, self.workers)
+        order = self._order(epoch, start, stop)
         if self.board is None:
-            self._start_board(order[:size], portion)
-        v, objective = self.coordinator, self.objective
-        for first in range(0, len(order), size):
-            if self.closed_epoch >= epoch or self.stopping:  # the epoch rule, or leaving
-                break
-            batch = order[first : first + size]
-            self.service.set_examples(batch, portion)  # the members', before the batch begins
-            objective.n_examples = len(batch)
-            objective.n_portions = portions_of(len(batch), portion)
-            loss = objective()  # the batch's mean gradient (with L2) in self.grad on the shards
-            v.axpy(-lr, self.grad, PARAMS)
-            self.iterations += 1
-            self.last_step = {"loss": loss, "step": lr}
-            with self.lock:
-                self.share.trained += len(batch)
-                self.share.loss += loss * len(batch)
+            self._start_sgd_board(order)
+        self._sgd_steps(epoch, order, lr)
         self._say(f"epoch {epoch}: {self.share.trained:,} examples, {self.iterations} steps, "
                   f"loss {self.share.loss / max(self.share.trained, 1):.5f}")  # fmt: skip
