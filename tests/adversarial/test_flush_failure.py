@@ -28,6 +28,8 @@ from hogwild.net.metrics import gauges
 N = 4096
 GEOMETRY = ModelGeometry(N)  # shard_kib=4: four shards of 1024 floats
 
+pytestmark = pytest.mark.ps_kernels
+
 
 @contextlib.contextmanager
 def small_tmpfs(path, size: str = "512k"):
