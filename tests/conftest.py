@@ -142,9 +142,16 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     items.sort(key=schedule.order)
 
 
-def _start_warming(config) -> None:
-    global _warming, _warming_log, _suite_dir
+def _make_suite_dir() -> None:
+    """The run's folder for the warm-up's stage files and the room's locks, passed on to the
+    workers (they start after this)."""
+    global _suite_dir
     _suite_dir = Path(tempfile.mkdtemp(prefix="hogwild-suite-"))
+    os.environ[schedule.FOLDER_VARIABLE] = str(_suite_dir)
+
+
+def _start_warming() -> None:
+    global _warming, _warming_log
     _warming_log = tempfile.TemporaryFile()
     _warming = subprocess.Popen(
         [sys.executable, "-m", "tests.warm_kernels", str(os.getpid()), str(_suite_dir)],
@@ -153,7 +160,6 @@ def _start_warming(config) -> None:
         stdout=_warming_log,
         stderr=subprocess.STDOUT,
     )
-    os.environ[schedule.FOLDER_VARIABLE] = str(_suite_dir)  # the workers start after this
     os.environ[schedule.PID_VARIABLE] = str(_warming.pid)
 
 
@@ -165,18 +171,33 @@ def _runs_several_tiers(config) -> bool:
 
 
 def pytest_collection_finish(session) -> None:
-    """Serially, start compiling the kernels in the background when tests that need them follow
-    tests that do not (otherwise there is no idle core to compile on)."""
-    if _is_worker(session.config) or _is_controller(session.config):
+    """Serially, start compiling the kernels in the background when unit tests run first and
+    tests of other tiers after them, some needing the kernels (otherwise there is no idle core
+    to compile on, or nothing to compile for)."""
+    config = session.config
+    if _is_worker(config) or _is_controller(config) or config.option.collectonly:
+        return
+    tiers = {schedule.tier(item) for item in session.items}
+    if 0 not in tiers or tiers == {0}:  # a unit file alone (as a test reruns one): no warm-up
         return
     needs = {schedule.stage_needed(item) for item in session.items}
     if schedule.NONE in needs and len(needs) > 1:
-        _start_warming(session.config)
+        _make_suite_dir()
+        _start_warming()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Stop the kernel warm-up (it is done by now, unless the session was cut short); remove
     the bytecode the session wrote and the session's folder."""
+    _clean_up()
+
+
+def pytest_unconfigure(config) -> None:
+    """The same, where the session never finished (the workers could not start, say)."""
+    _clean_up()
+
+
+def _clean_up() -> None:
     global _bytecode, _room, _suite_dir
     from tests.bytecode import remove
 
@@ -227,8 +248,12 @@ def pytest_configure(config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if _is_controller(config) and _runs_several_tiers(config):
-        _start_warming(config)
+    if _is_controller(config):
+        _make_suite_dir()  # the room's locks, whatever runs
+        if config.option.dist == "load":  # -n N alone: the Ray tests' group needs loadgroup
+            config.option.dist = "loadgroup"
+        if _runs_several_tiers(config) and not config.option.collectonly:
+            _start_warming()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,7 +1,9 @@
 """When each test may start: the warm-up's stages, the order of the tiers, tests that run alone.
 
 The suite runs on two cores, serially (``pytest tests``) or over two workers
-(``pytest -n 2 tests``, pytest-xdist). Three rules decide when a test starts, the same in both:
+(``pytest -n 2 tests``, pytest-xdist; the session then distributes by ``loadgroup``, so that the
+Ray tests, one ``xdist_group``, share one worker). Three rules decide when a test starts, the
+same in both:
 
 - **The warm-up's stages.** :mod:`tests.warm_kernels` compiles, in the background, first the
   parameter servers' kernels (stage ``ps``), then every kernel the jobs and the unit tests'

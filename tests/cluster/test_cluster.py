@@ -260,6 +260,7 @@ def left_segments(before: set[str]) -> set[str]:
     return left
 
 
+@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):
     args = ("--epochs", "2", "--replicas", "2", "--ps", "1", "--train.subset=20000")
 
@@ -280,6 +281,7 @@ def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(m
         assert record["examples"] == 20000 == sum(record["per_replica_examples"].values())
 
 
+@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(mnist_dir, tmp_path):
     """A replica paused (SIGSTOP, its workers too) does not answer the driver through every
     retry: the driver fences it on the servers (the process could live on), kills it, restarts
@@ -301,6 +303,7 @@ def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(m
     assert epoch["examples"] == 10000 == sum(epoch["per_replica_examples"].values())
 
 
+@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp_path):
     args = ("--epochs", "3", "--replicas", "1", "--ps", "1", "--data-servers", "2",
             "--train.subset=20000")  # fmt: skip
@@ -355,6 +358,7 @@ def test_resume_continues_from_the_checkpoint_of_the_servers_model(mnist_dir, tm
     assert final["train_loss"] < 0.8 * after_one["train_loss"]
 
 
+@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_with_three_copies_killed_parameter_servers_are_replaced_and_the_job_goes_on(
     mnist_dir, tmp_path
 ):

@@ -51,6 +51,7 @@ def _run(mnist_dir, run_dir, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnist_dir, tmp_path):
     segments_before = hogwild_segments()
     whole = _run(mnist_dir, tmp_path / "whole")
@@ -68,6 +69,7 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     assert left_segments(segments_before) == set()
 
 
+@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_a_killed_partition_takes_its_replica_down_and_the_replica_is_restarted(
     mnist_dir, tmp_path
 ):

@@ -249,8 +249,9 @@ def test_a_push_to_an_idle_shard_is_applied_by_the_network_thread_and_equals_the
 def test_a_push_applied_by_the_network_thread_is_acknowledged_as_its_ack_mode_says(ack):
     """With ack = "queued" the acknowledgement goes out first, the add right behind it (a pull
     after it still sees it); with "applied", the add first. An add that fails after its
-    acknowledgement went out cannot be answered: it is counted INTERNAL and in the failures,
-    the shard's thread is let go, and the server goes on serving."""
+    acknowledgement went out cannot be answered: it is counted, the shard's bucket stops (a pull
+    of it is refused STOPPED, naming the failed write: its memory no longer holds what was
+    acknowledged), the shard's thread is let go, and the server goes on serving the others."""
     with local_server(GEOMETRY, shard_kib=4, ack=ack) as server, client_for(server) as client:
         engine, order = server.engine, []
         apply_claimed = engine.apply_claimed
@@ -284,14 +285,19 @@ def test_a_push_applied_by_the_network_thread_is_acknowledged_as_its_ack_mode_sa
         kernels.apply_delta = broken  # the engine's own failure path runs
         try:
             client.push_deltas(np.ones(N, np.float32), ranges=[(0, 100)])  # acknowledged only
-            client.pull(out)  # answered after the add was tried (the ack came before it)
+            with pytest.raises(PSRequestError, match="STOPPED.*the add failed"):
+                client.pull(out, shards=[0])  # answered after the add was tried
         finally:
             kernels.apply_delta = add
-        assert out[:100].tolist() == [1.0] * 100
-        client.push_deltas(np.full(N, 2.0, np.float32), ranges=[(0, 100)])  # the thread is free
+        status = server.status()
+        assert status["failed_after_ack"] == 1 and status["buckets_stopped"] == 1
+        last = server.layout.n_shards - 1
+        assert server.layout.bucket_of(last) != server.layout.bucket_of(0)
+        lo = last * server.layout.shard_floats  # a shard of another bucket: still served
+        client.push_deltas(np.full(N, 2.0, np.float32), ranges=[(lo, lo + 10)])
         with client_for(server, cid=2) as other:  # what any client pulls after the ack
-            other.pull(out)
-        assert out[:100].tolist() == [3.0] * 100
+            other.pull(out, shards=[last])
+        assert out[lo : lo + 10].tolist() == [2.0] * 10
         status = client.status()[0]
         assert status["errors"] == {"INTERNAL": 1}
         assert any("push 1:" in f and "the add failed" in f for f in status["failures"])

@@ -8,8 +8,8 @@ replicas are threads, each with its own client, computing portion gradients with
 kernels (:func:`hogwild.model.loops.gradient_range`) and pushing them into their own vectors
 on the shards, which the coordinator folds into the gradient. The same steps are taken on servers
 keeping two copies of every bucket (the vectors and their operations replicated, issue 13).
-The worker-group role's warm start (``cluster.lbfgs_warm_start``) takes plain SGD steps through
-the same servers and hands the parameters they leave to L-BFGS.
+(The worker-group role with its members as processes, and its warm start, are
+tests/cluster/test_sandblaster_members.py's.)
 
 Oracles, as in tests/unit/test_sandblaster_lbfgs.py: ``torch.optim.LBFGS`` with a fixed step
 (``line_search_fn=None``; the coordinator computes torch's first step ``min(1, 1/||g||_1) * lr``

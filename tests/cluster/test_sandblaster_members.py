@@ -348,7 +348,7 @@ def test_the_warm_start_takes_sgd_steps_then_hands_their_parameters_to_lbfgs(
                                              shard_kib=8, threads=1))  # fmt: skip
         group = LBFGSGroup("sandblaster", config, data, 0)
         stack.callback(group.release)
-        group.start()  # as the role does before it says ready: the kernels compiled
+        group.start()  # as the role does before it says ready: its client, its board service
         control = ControlServer("127.0.0.1:0", "sb", group.answer)  # the role's control channel
         stack.callback(control.stop)
         coordinator = control.start()

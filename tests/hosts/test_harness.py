@@ -14,6 +14,8 @@ import pytest
 
 from tests.hosts.harness import PREFIX, Hosts, HostsError, namespaces, pids_in
 
+pytestmark = pytest.mark.kernel_free
+
 PORT = 7000
 CONNECT_S = 1.0
 LISTENER = """
@@ -25,8 +27,6 @@ while True:
 """
 CLIENT = """
 import socket, sys
-
-pytestmark = pytest.mark.kernel_free
 try:
     socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
 except OSError:

@@ -16,12 +16,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from hogwild.compile_records import CACHE_SUFFIXES, RECORDS
+
+pytestmark = pytest.mark.kernel_free
 
 KERNEL = """
 from numba import njit
-
-pytestmark = pytest.mark.kernel_free
 
 @njit(cache=True)
 def twice(x):

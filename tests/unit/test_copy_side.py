@@ -208,6 +208,28 @@ def test_a_catch_up_of_another_state_asks_for_the_snapshot_and_changes_nothing(v
     assert side.logs[SHARDS[0]] == before and side.counters["caught_up"] == 0
 
 
+@pytest.mark.parametrize(
+    ("stopped", "restoring", "code"),
+    [(True, False, ErrorCode.NEED_SYNC), (False, True, ErrorCode.BUSY)],
+    ids=["stopped", "restoring"],
+)
+def test_a_catch_up_is_refused_where_the_memory_may_not_hold_what_the_log_does(
+    stopped, restoring, code
+):
+    """A log at the primary's committed state does not make the bucket current where a write
+    failed to apply here (stopped: a snapshot must replace the memory) or a snapshot's values
+    are still being applied (its log is replaced before they are in)."""
+    side = copy_side()
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+    feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    [refused] = feed(
+        side, CatchUpArrived, SHARDS[0], BUCKET, 1, EPOCH, EPOCH + 1, stopped, restoring
+    )
+    assert refused.code is code
+    assert side.logs[SHARDS[0]] == before and side.counters["caught_up"] == 0
+
+
 def test_a_log_whose_prepared_versions_skip_fails_validation():
     side = copy_side()
     side.logs[SHARDS[0]].prepared = [(2, item(2))]  # committed 0: version 1 is missing

@@ -355,6 +355,8 @@ class Replication:
                 bucket = self._stopping.get_nowait()
             except queue.Empty:
                 return
+            if not self.server.stops.stopped(bucket):
+                continue  # lifted already by a snapshot that replaced it: nothing to tell
             with self.lock:
                 sid = self._stimulus("stopped")
                 actions = self.roles[bucket].handle(Stopped(stimulus_id=sid))

@@ -119,7 +119,9 @@ class CopyAdapter:
         self._thread: threading.Thread | None = None
         self.deferred = 0  # messages the network thread handed to the refresher (status)
         # snapshots queued on the update engine, oldest first: their flows wait for them
+        # (appended by the network and refresher threads, resumed by the replication thread)
         self.restoring: deque[tuple[PeerMessage, Iterator[str]]] = deque()
+        self._restoring_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,7 +168,7 @@ class CopyAdapter:
         except StopIteration as end:
             return self._answer(header, end.value)
         if pause is RESTORING:
-            self.restoring.append((message, steps))  # answered by finish_restores
+            self._paused(message, steps)  # answered by finish_restores
             return None
         return self._defer(message, steps)  # it would read etcd here: the refresher goes on
 
@@ -218,7 +220,7 @@ class CopyAdapter:
                 except StopIteration as end:
                     return self._answer(header, end.value)
                 if pause is RESTORING:
-                    self.restoring.append((message, steps))
+                    self._paused(message, steps)
                     return None
         except WireError as exc:
             return error_reply(header, exc.code, str(exc))
@@ -234,7 +236,9 @@ class CopyAdapter:
         (the replication thread, every turn), and ``send`` their answers. ``stops`` first tells
         the roles of the buckets stopped so far (a stop lifted here comes after them)."""
         stops()
-        for item in list(self.restoring):  # (the network thread appends meanwhile)
+        with self._restoring_lock:
+            waiting = list(self.restoring)
+        for item in waiting:
             message, steps = item
             try:
                 if next(steps) is RESTORING:
@@ -244,8 +248,16 @@ class CopyAdapter:
                 reply = self._answer(message.header, end.value)
             except WireError as exc:
                 reply = error_reply(message.header, exc.code, str(exc))
-            self.restoring.remove(item)
+            except Exception as exc:  # noqa: BLE001 - a bug: reported, as the refresher does
+                text = f"{type(exc).__name__}: {exc}"
+                reply = error_reply(message.header, ErrorCode.INTERNAL, text)
+            with self._restoring_lock:
+                self.restoring.remove(item)
             send(reply)
+
+    def _paused(self, message: PeerMessage, steps: Iterator[str]) -> None:
+        with self._restoring_lock:
+            self.restoring.append((message, steps))
 
     # ------------------------------------------------------------------ the executor's effects
     # (executor.receive: the simulator's SimServer is the other host)
@@ -324,6 +336,10 @@ class CopyAdapter:
 
     def stopped(self, shard: int) -> bool:
         return self.server.stops.stopped(self.layout.bucket_of(shard))
+
+    def restoring_shard(self, shard: int) -> bool:
+        with self._restoring_lock:
+            return any(message.shard == shard for message, _ in self.restoring)
 
     def apply_snapshot(
         self, message: PeerMessage, work: Restore, held: list[int]

@@ -167,6 +167,7 @@ class CatchUpArrived(CopyStimulus):
     log_epoch: int
     epoch: int
     stopped: bool = False  # the shard's bucket is stopped on this server: a snapshot must come
+    restoring: bool = False  # a snapshot of the shard is queued, its values not in yet
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,7 @@ class CopySide:
             "fenced": 0,
             "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
             "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
+            "catch_up_while_restoring": 0,  # catch-ups refused: a snapshot still applying
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -420,6 +422,15 @@ class CopySide:
         stopped = self._stopped(s, "a catch-up")
         if stopped:  # its log may hold the state, its memory does not
             return stopped
+        if s.restoring:  # the log holds the snapshot's state, the memory not yet
+            self.counters["catch_up_while_restoring"] += 1
+            return [
+                Refuse(
+                    ErrorCode.BUSY,
+                    f"shard {s.shard}: a snapshot's values are still being applied here; "
+                    "catch up again later",
+                )
+            ]
         log = self.logs[s.shard]
         if not log.holds(s.version, s.log_epoch):
             return [

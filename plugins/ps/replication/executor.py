@@ -9,8 +9,10 @@ action they return, asks its host to do it (:class:`RoleEffects`, :class:`RoundE
 :class:`CopyEffects`) and feeds what came of it back, in the order the machines expect. A host's
 effect that blocks (an etcd transaction, an exchange with the copies, the wait for the local
 update engine) is a generator: the real replication thread's never yields (it does the I/O
-and returns: :mod:`~hogwild_plugins.ps.replication.adapter`), the simulator's yields where the
-real thread would block, so that its world decides what happens meanwhile
+and returns: :mod:`~hogwild_plugins.ps.replication.adapter`), except where a copy's flow waits
+for etcd or for a snapshot's values (the copy adapter then hands the paused flow to a thread
+that may wait: :mod:`~hogwild_plugins.ps.replication.copy_adapter`); the simulator's yields where
+the real thread would block, so that its world decides what happens meanwhile
 (:mod:`~hogwild_plugins.ps.simulation.server`). Both run the loops below, so a schedule the
 simulator checks runs the executor the servers run.
 
@@ -204,6 +206,9 @@ class CopyEffects(Protocol):
     def stopped(self, shard: int) -> bool:
         """Whether ``shard``'s bucket is stopped on this server (a write failed to apply)."""
 
+    def restoring_shard(self, shard: int) -> bool:
+        """Whether a snapshot of ``shard`` is queued and its values not in yet."""
+
     def apply_snapshot(self, message: PeerHeader, content, held: list | None) -> object:
         """Queue the restore (the shard's version is the snapshot's from then on); returns what
         :meth:`await_snapshot` waits on."""
@@ -269,6 +274,7 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
             message.log_epoch,
             epoch,
             host.stopped(shard),
+            host.restoring_shard(shard),
             stimulus_id=sid,
         )
         return _restored(stimulus, message.bucket, sid, host)

@@ -1,7 +1,8 @@
 """Work queued on this server's own update engine by the replication, and waiting for it.
 
-The replication applies work here from two threads: the network thread queues a copy's committed
-updates and a snapshot's restore, the replication thread a primary's admitted updates, the
+The replication applies work here from three threads: the network thread (or the copy's
+refresher thread, for a message that waited for etcd) queues a copy's committed updates and a
+snapshot's restore, the replication thread a primary's admitted updates, the
 updates a new primary had prepared, and barriers before a snapshot is read. Each shard's queue is
 applied in order, so a :class:`~hogwild_plugins.ps.work.Barrier` queued after a shard's
 updates is done only once they are. Nothing waits without a bound: ``LOCAL_APPLY_S``.

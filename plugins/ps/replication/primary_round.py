@@ -97,8 +97,8 @@ class PrimaryRound:
         return versions
 
     def apply_locally(self, indices: tuple[int, ...]) -> None:
-        # under the lock: a newer primary's snapshot restored on the network thread (its
-        # restore queued under the same lock) lands either before the check or after these
+        # under the lock: a newer primary's snapshot restored on the network or refresher thread
+        # (its restore queued under the same lock) lands either before the check or after these
         # updates in the engine's queue, never beneath them
         r = self.replication
         with r.lock:

@@ -362,7 +362,6 @@ class WorkerGroup(ReplicaRole):
         """An SGD step was taken (an SGD group's iterations are its steps)."""
         self.iterations += 1
 
-
     def _client(self):
         """The coordinator's parameter-server client."""
         return group_client(self.config)

@@ -296,6 +296,10 @@ class SimServer:
         return False  # the simulator makes no write fail to apply
 
     @staticmethod
+    def restoring_shard(shard: int) -> bool:
+        return False  # a snapshot is applied in place
+
+    @staticmethod
     def await_snapshot(m: Peer, pending: None) -> Iterator[str]:
         yield from ()  # applied in place
 
