@@ -47,4 +47,5 @@ def test_the_readme_says_how_to_install_and_test():
     assert "git clone" in text
     assert "--index-url https://download.pytorch.org/whl/cpu" in text
     assert "etcd-server" in text and "Linux only" in text
-    assert "python3 -m pytest -q tests" in text
+    command = "python3 -m pytest -q -n 2 tests"  # the README's test command is CI's
+    assert command in text and command in (ROOT / ".ci" / "run").read_text()
