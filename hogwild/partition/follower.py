@@ -31,9 +31,9 @@ from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
 from hogwild.partition.runtime import (
     START_TIMEOUT_S,
-    STOP_TIMEOUT_S,
     PartitionDiedError,
     arena_layout,
+    stop_partitions,
     warm_kernels,
 )
 
@@ -244,20 +244,7 @@ class FollowerHost:
             time.sleep(0.005)
 
     def shutdown(self) -> None:
-        from hogwild.shm.atomics import atomic_store
-
-        if self.arena is not None:
-            atomic_store(self.arena.array("control"), proc.STOP, 1)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for child in self.processes:
-            child.join(max(0.0, deadline - time.monotonic()))
-        for child in self.processes:
-            if child.is_alive():
-                child.terminate()
-                child.join(STOP_TIMEOUT_S)
-            if child.is_alive():
-                child.kill()
-                child.join()
+        stop_partitions(self.arena, self.processes)
         self.processes = []
         if self.outbox is not None:
             self.outbox.close()

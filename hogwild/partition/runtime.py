@@ -455,27 +455,33 @@ class PartitionedTrainer:
         self._check_link(doing)
 
     def _shutdown(self) -> None:
-        from hogwild.shm.atomics import atomic_store
-
         self.progress.close()
-        if self.arena is not None:
-            atomic_store(self.arena.array("control"), proc.STOP, 1)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for child in self.processes:
-            child.join(max(0.0, deadline - time.monotonic()))
-        for child in self.processes:
-            if child.is_alive():
-                child.terminate()
-                child.join(STOP_TIMEOUT_S)
-            if child.is_alive():
-                child.kill()
-                child.join()
+        stop_partitions(self.arena, self.processes)
         self.processes = []
         self._close_link()  # its receiver writes into the arena
         if self.arena is not None:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
+
+
+def stop_partitions(arena: Arena | None, processes: list) -> None:
+    """Ask a host's partition processes to stop (the arena's STOP flag), wait for them together
+    up to ``STOP_TIMEOUT_S``, then terminate, then kill what is left; every one is reaped."""
+    from hogwild.shm.atomics import atomic_store
+
+    if arena is not None:
+        atomic_store(arena.array("control"), proc.STOP, 1)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for child in processes:
+        child.join(max(0.0, deadline - time.monotonic()))
+    for child in processes:
+        if child.is_alive():
+            child.terminate()
+            child.join(STOP_TIMEOUT_S)
+        if child.is_alive():
+            child.kill()
+            child.join()
 
 
 def arena_layout(
