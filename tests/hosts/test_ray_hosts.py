@@ -35,6 +35,7 @@ import psutil
 import pytest
 
 from bench.support.paper_job import PAPER_JOB
+from tests.cluster.test_frameworks import MLP
 from tests.hosts.harness import Hosts
 from tests.hosts.ray_nodes import ray_env, start_etcd_cluster, start_ray
 
@@ -207,28 +208,6 @@ def test_the_jobs_own_etcd_cluster_has_a_member_on_each_ray_node(cluster, mnist_
     assert _etcd_left(hosts) == [] and _roles_left(hosts, tmp_path / "run") == []
 
 
-SANDBLASTER_MLP = """
-[model]
-input = [1, 28, 28]
-[[model.layers]]
-type = "fc"
-units = 64
-[[model.layers]]
-type = "relu"
-[[model.layers]]
-type = "fc"
-units = 10
-[[model.layers]]
-type = "softmax"
-
-[train]
-subset = 1000
-
-[ps]
-shard_kib = 32
-"""
-
-
 @pytest.mark.parametrize(
     ("framework", "more"),
     [
@@ -246,7 +225,7 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     for epoch, as the same job with every role on one host (the local launcher, loopback)."""
     hosts = cluster["hosts"]
     config = tmp_path / "mlp.toml"
-    config.write_text(SANDBLASTER_MLP)
+    config.write_text(MLP)  # the one-host framework tests' model and subset
     common = [
         sys.executable, "-m", "hogwild.cli", "cluster", "--config", str(config),
         "--data", str(mnist_dir), f"--cluster.framework={framework}",
