@@ -75,6 +75,20 @@ class SoftmaxRegression:
         return seen[1:] + [x.detach().numpy().copy()]
 
 
+def two_loop(q: np.ndarray, pairs: list, h_diag: float) -> np.ndarray:
+    """L-BFGS's two-loop recursion (Nocedal & Wright, Algorithm 7.4): ``q`` (the negative
+    gradient) times the inverse-Hessian estimate the ``(s, y, 1/(y.s))`` pairs and ``h_diag``
+    make."""
+    alphas = []
+    for s_i, y_i, rho in reversed(pairs):
+        alphas.append((s_i @ q) * rho)
+        q = q - alphas[-1] * y_i
+    q = q * h_diag
+    for (s_i, y_i, rho), alpha in zip(pairs, reversed(alphas), strict=True):
+        q = q + (alpha - (y_i @ q) * rho) * s_i
+    return q
+
+
 def reference_lbfgs(fg, x0, iterations, *, history, lr, line_search, c1=1e-4, backtrack=0.5,
                     eps=1e-10):  # fmt: skip
     """Plain L-BFGS on float64 vectors, the algorithm of ``SandblasterLBFGS`` written out (the
@@ -95,13 +109,7 @@ def reference_lbfgs(fg, x0, iterations, *, history, lr, line_search, c1=1e-4, ba
             if ys > eps:
                 pairs = (pairs + [(s, y, 1.0 / ys)])[-history:]
                 h_diag = ys / (y @ y)
-            alphas = []
-            for s_i, y_i, rho in reversed(pairs):
-                alphas.append((s_i @ q) * rho)
-                q = q - alphas[-1] * y_i
-            q = q * h_diag
-            for (s_i, y_i, rho), alpha in zip(pairs, reversed(alphas), strict=True):
-                q = q + (alpha - (y_i @ q) * rho) * s_i
+            q = two_loop(q, pairs, h_diag)
         d, g_prev, f0 = q, g, f
         t = min(1.0, 1.0 / np.abs(g).sum()) * lr if k == 1 else lr
         gtd = g @ d
@@ -252,13 +260,7 @@ def reference_minibatch_lbfgs(objectives, x0, per_batch, *, history, lr, line_se
                     if ys > eps:
                         pairs = (pairs + [(s, y, 1.0 / ys)])[-history:]
                         h_diag = ys / (y @ y)
-                alphas = []
-                for s_i, y_i, rho in reversed(pairs):
-                    alphas.append((s_i @ q) * rho)
-                    q = q - alphas[-1] * y_i
-                q = q * h_diag
-                for (s_i, y_i, rho), alpha in zip(pairs, reversed(alphas), strict=True):
-                    q = q + (alpha - (y_i @ q) * rho) * s_i
+                q = two_loop(q, pairs, h_diag)
             across = False
             d, g_prev, f0 = q, g, f
             t = min(1.0, 1.0 / np.abs(g).sum()) * lr if k == 1 else lr
