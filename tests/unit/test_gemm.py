@@ -15,15 +15,16 @@ import pytest
 
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 from hogwild.model.simd import VECTOR_BYTES
-from tests.unit.wide_vectors import rerun_with_64_byte_vectors
+from tests.unit.wide_vectors import rerun_with_the_other_width
 
 # tests.warm_kernels compiles the kernels these tests call (float32: the jobs'; float64: the
 # finite-difference checks'): marked warmed_kernels, they run once those are in numba's cache.
-# The 64-byte rerun compiles in a cache of its own: it is not marked, it runs beside the warm-up.
+# The rerun at the other width compiles in a cache of its own: it is not marked, it runs beside
+# the warm-up.
 WARMED = pytest.mark.warmed_kernels
 
-if os.environ.get("HOGWILD_SIMD_BYTES") == "64":  # the child of the last test below
-    assert VECTOR_BYTES == 64
+if os.environ.get("HOGWILD_SIMD_BYTES"):  # the child of the last test below
+    assert VECTOR_BYTES == int(os.environ["HOGWILD_SIMD_BYTES"])
 
 SHAPES = [  # (M, K, N)
     (1, 1, 1),
@@ -146,11 +147,9 @@ def test_packed_rows_beyond_the_matrix_are_zeros():
     np.testing.assert_array_equal(second_panel[:, :2], a.reshape(7, 3)[5:7].T)
 
 
-@pytest.mark.skipif(VECTOR_BYTES == 64, reason="this host already runs 64-byte vectors")
-def test_the_kernel_is_right_with_the_64_byte_vectors_of_an_avx512_host(tmp_path):
-    """This file's checks again in a process whose vectors are 16 floats (as on AVX-512 hosts,
-    where the block is 5 x 32 columns and its masks are wider), in a numba cache of its own:
-    LLVM splits the wide vectors for a host without AVX-512, so the block logic is what is
-    checked."""
-    stdout = rerun_with_64_byte_vectors(__file__, tmp_path)
+def test_the_kernel_is_right_with_the_other_width(tmp_path):
+    """This file's float32 checks again in a process whose vectors have the width this host
+    does not run (16 floats as on AVX-512 hosts, where the block is 5 x 32 columns and its masks
+    are wider; or 8 as on AVX2 hosts), in a numba cache of its own (tests/unit/wide_vectors.py)."""
+    stdout = rerun_with_the_other_width(__file__, tmp_path)
     assert " passed" in stdout
