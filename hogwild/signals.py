@@ -19,6 +19,9 @@ inside returns (and keeps the dropped exception's traceback off stderr).
 :func:`die_with_parent` asks Linux to signal a helper process when its parent exits, however it
 exits: workers, pool helpers and the like end with their owner even after a SIGKILL.
 
+:func:`process_exists` sends signal 0, which only asks whether a pid names a process: the owners
+of buffers, work directories and login sessions are told dead or alive by it.
+
 A Ctrl-C the program caught can still end a ``python -m`` process by SIGINT (status -2, not the
 program's own): CPython records a ``KeyboardInterrupt`` that leaves code run by ``exec`` or
 ``eval`` of a string, and a caught one stays recorded. Third-party imports run such strings
@@ -64,6 +67,18 @@ def die_with_parent(signum: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def process_exists(pid: int) -> bool:
+    """Whether ``pid`` names a process, this user's or another's (a zombie not yet reaped
+    included): signal 0 is checked for, never sent."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def install_terminate_handler() -> None:

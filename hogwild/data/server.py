@@ -33,6 +33,7 @@ import numpy as np
 from hogwild.data.remote import REQUEST_BYTES
 from hogwild.data.resident import SPLITS, Delivery
 from hogwild.net.address import Address, check_bind
+from hogwild.net.rates import RateMeter
 from hogwild.net.router import Incoming, Reply, Router, error_reply, json_reply, reply_hwm
 from hogwild.net.wire import (
     RESEND,
@@ -87,7 +88,7 @@ class DataServer:
         self.counts = dict.fromkeys(("batches", "records", "bytes", "control", "busy"), 0)
         self.failures: list[str] = []
         self.started_at = time.monotonic()
-        self._rates = (self.started_at, 0, 0, 0.0, 0.0)
+        self.rates = RateMeter(2, self.started_at)  # records, bytes
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -180,11 +181,7 @@ class DataServer:
         pass
 
     def tick(self, now: float) -> None:
-        t0, records0, bytes0, _, _ = self._rates
-        if now - t0 >= 1.0:
-            records, nbytes = self.counts["records"], self.counts["bytes"]
-            dt = now - t0
-            self._rates = (now, records, nbytes, (records - records0) / dt, (nbytes - bytes0) / dt)
+        self.rates.tick(now, lambda: (self.counts["records"], self.counts["bytes"]))
 
     def handle(self, request: Incoming) -> Reply | None:
         header = request.header
@@ -308,6 +305,7 @@ class DataServer:
         router = self.router
         with self._count_lock:
             counts = dict(self.counts)
+        records_per_s, bytes_per_s = self.rates.rates
         return {
             "role": "data",
             "address": str(self.address),
@@ -317,8 +315,8 @@ class DataServer:
             "threads": self.n_threads,
             "queue_depth": self._queue.qsize(),
             **counts,
-            "records_per_s": round(self._rates[3], 1),
-            "mb_per_s": round(self._rates[4] / 2**20, 2),
+            "records_per_s": round(records_per_s, 1),
+            "mb_per_s": round(bytes_per_s / 2**20, 2),
             **self.delivery.state(),
             "received": router.received if router else 0,
             "duplicates": router.window.duplicates if router else 0,

@@ -24,6 +24,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from hogwild.signals import process_exists
+
 __all__ = ["AUTH_MODES", "UTMP_FILES", "curve_reason", "other_logins", "read_utmp"]
 
 AUTH_MODES = ("auto", "always", "beyond-loopback")
@@ -52,23 +54,15 @@ def read_utmp(path: str | os.PathLike) -> list[tuple[str, int]]:
     return sessions
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False  # a stale record: the session ended without utmp being told
-    except PermissionError:
-        return True  # another user's process: alive
-    return True
-
-
 def other_logins(files: Iterable[str | os.PathLike] = UTMP_FILES) -> list[str]:
     """Users other than this process's own (and root) with a live login session now, sorted,
     from the first of ``files`` that exists."""
     me = pwd.getpwuid(os.getuid()).pw_name
     for path in files:
         if os.path.exists(path):
-            users = {u for u, pid in read_utmp(path) if u not in (me, "root") and _alive(pid)}
+            users = {
+                u for u, pid in read_utmp(path) if u not in (me, "root") and process_exists(pid)
+            }
             return sorted(users)
     return []
 

@@ -75,6 +75,7 @@ from hogwild.shm.pool_layout import (
     class_base,
 )
 from hogwild.shm.pool_segment import SharedSegment
+from hogwild.signals import process_exists
 
 __all__ = [
     "BufferPool",
@@ -306,7 +307,7 @@ class BufferPool:
             for s in range(self.layout.max_caches):
                 word = s * CACHE_SLOT_WORDS + S_OWNER
                 owner = int(atomic_load(self._slots, word))
-                if owner and not (reclaim and not _alive(owner)):
+                if owner and not (reclaim and not process_exists(owner)):
                     continue
                 if atomic_cas(self._slots, word, owner, pid) == owner:
                     address = self._slot_address(s)
@@ -395,13 +396,3 @@ class BufferPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

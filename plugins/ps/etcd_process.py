@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hogwild_plugins.ps.etcd_tls import EtcdTls
@@ -30,10 +31,12 @@ from hogwild_plugins.ps.etcd_tls import EtcdTls
 from hogwild.errors import HogwildError
 from hogwild.net.address import host_port
 from hogwild.net.ports import free_port
+from hogwild.signals import process_exists
 
 __all__ = ["INSTALL_HINT", "EtcdCluster", "EtcdProcess", "etcd_binary", "sweep_stale_work"]
 
 WORK_PREFIX = "hogwild-etcd-"  # then the owner's pid and a dash
+START_ATTEMPTS = 3  # starts of etcd tried while each fails only on a port taken meanwhile
 
 INSTALL_HINT = (
     "install it with `apt-get install etcd-server` (Debian/Ubuntu), "
@@ -61,7 +64,7 @@ def sweep_stale_work(parent: str | os.PathLike | None = None) -> list[Path]:
     removed = []
     for work in parent.glob(f"{WORK_PREFIX}*-*"):
         owner = work.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
-        if not owner.isdigit() or _alive(int(owner)):
+        if not owner.isdigit() or process_exists(int(owner)):
             continue
         try:
             if work.is_dir() and work.stat().st_uid == os.getuid():
@@ -72,14 +75,25 @@ def sweep_stale_work(parent: str | os.PathLike | None = None) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _start_retrying(
+    attempt: Callable[[], str | None], undo: Callable[[], object], deadline: float, what: str
+) -> None:
+    """Start ``what`` by ``attempt()`` (None: it started; else why not), again while the only
+    trouble was a port taken (a probed free port may be taken by another process before etcd
+    binds it), at most :data:`START_ATTEMPTS` times and until ``deadline``; ``undo()`` after
+    each attempt that failed.
+
+    Raises:
+        HogwildError: It did not start, with the last attempt's reason.
+    """
+    for _ in range(START_ATTEMPTS):
+        error = attempt()
+        if error is None:
+            return
+        undo()
+        if "address already in use" not in error or time.monotonic() >= deadline:
+            break
+    raise HogwildError(f"{what} did not start: {error}")
 
 
 def _work_dir() -> Path:
@@ -166,14 +180,8 @@ class EtcdProcess:
         self._work = _work_dir()
         deadline = time.monotonic() + timeout_s
         try:
-            for _attempt in range(3):  # a probed free port may be taken before etcd binds it
-                error = self._try_start(binary, deadline)
-                if error is None:
-                    return self.address
-                self._kill()
-                if "address already in use" not in error or time.monotonic() >= deadline:
-                    break
-            raise HogwildError(f"etcd did not start: {error}")
+            _start_retrying(lambda: self._try_start(binary, deadline), self._kill, deadline, "etcd")
+            return self.address
         except BaseException:
             self.stop()
             raise
@@ -331,16 +339,14 @@ class EtcdCluster:
         binary = etcd_binary(self.binary)
         deadline = time.monotonic() + timeout_s
         try:
-            for _attempt in range(3):  # a probed free port may be taken before etcd binds it
-                error = self._try_start(binary, deadline)
-                if error is None:
-                    self.min_ttl_s = max(member.min_ttl_s for member in self.members)
-                    return self.address
-                for member in self.members:
-                    member._kill()
-                if "address already in use" not in error or time.monotonic() >= deadline:
-                    break
-            raise HogwildError(f"the etcd cluster did not start: {error}")
+            _start_retrying(
+                lambda: self._try_start(binary, deadline),
+                lambda: [member._kill() for member in self.members],
+                deadline,
+                "the etcd cluster",
+            )
+            self.min_ttl_s = max(member.min_ttl_s for member in self.members)
+            return self.address
         except BaseException:
             self.stop()
             raise

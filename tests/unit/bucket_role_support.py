@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CopyUnreachable,

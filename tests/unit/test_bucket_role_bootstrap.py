@@ -7,14 +7,13 @@ race and one creates the record. Every stimulus is followed by the role's ``vali
 from __future__ import annotations
 
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CommitPrepared,
     InSyncWritten,
     MapRead,
-    Role,
     SnapshotDelivered,
     Sync,
 )

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role import (
+from hogwild_plugins.ps.replication.bucket_role import Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CopyUnreachable,
@@ -16,7 +17,6 @@ from hogwild_plugins.ps.replication.bucket_role import (
     InSyncWritten,
     MapRead,
     Restored,
-    Role,
     SnapshotDelivered,
     Sync,
     WriteInSync,

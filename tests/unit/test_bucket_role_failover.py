@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CommitPrepared,
     CopyUnreachable,
     MapRead,
-    Role,
     Sync,
 )
 from hogwild_plugins.ps.replication.copy_side import Gate, gate

@@ -7,8 +7,8 @@ role's ``validate_state``.
 from __future__ import annotations
 
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CopyUnreachable,
@@ -16,7 +16,6 @@ from hogwild_plugins.ps.replication.bucket_role import (
     HandOverAnswered,
     InSyncWritten,
     MapRead,
-    Role,
     SnapshotDelivered,
     StepDown,
     Sync,

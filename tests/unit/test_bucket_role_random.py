@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, CopyUnreachable, Fenced, MapRead
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import CopyUnreachable, Fenced, MapRead
 
 from tests.unit.bucket_role_support import BUCKET, COPIES, SyncKeys, carry_out, step
 

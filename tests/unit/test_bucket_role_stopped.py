@@ -10,18 +10,18 @@ snapshot makes it current only then. Every stimulus is followed by the machine's
 
 from __future__ import annotations
 
-from hogwild_plugins.ps.replication.bucket_role import (
+from hogwild_plugins.ps.replication.bucket_role import Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     HandOver,
     MapRead,
     Restored,
-    Role,
     StopLifted,
     Stopped,
 )
-from hogwild_plugins.ps.replication.copy_side import (
+from hogwild_plugins.ps.replication.copy_side import CopySide
+from hogwild_plugins.ps.replication.copy_side_events import (
     Acknowledge,
     CommitArrived,
-    CopySide,
     MarkRestored,
     PrepareArrived,
     SnapshotApplied,

@@ -8,14 +8,13 @@ after one was seen starts nothing afresh. Every stimulus is followed by the role
 from __future__ import annotations
 
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CommitPrepared,
     CopyUnreachable,
     MapRead,
-    Role,
     SnapshotDelivered,
     Sync,
 )

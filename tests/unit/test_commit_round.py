@@ -15,8 +15,9 @@ import itertools
 import random
 
 import pytest
-from hogwild_plugins.ps.replication.bucket_role import CopyUnreachable, MapRead
-from hogwild_plugins.ps.replication.commit_round import (
+from hogwild_plugins.ps.replication.bucket_role_events import CopyUnreachable, MapRead
+from hogwild_plugins.ps.replication.commit_round import CommitRound, Phase
+from hogwild_plugins.ps.replication.commit_round_events import (
     Acknowledge,
     Admit,
     Admitted,
@@ -24,11 +25,9 @@ from hogwild_plugins.ps.replication.commit_round import (
     ApplyLocally,
     AwaitApplied,
     BatchArrived,
-    CommitRound,
     CommitsAnswered,
     DropCopy,
     LocalApplied,
-    Phase,
     PreparesAnswered,
     RefuseNotPrimary,
     SendCommits,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, MapRead
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import MapRead
 from hogwild_plugins.ps.replication.copy_side import Gate, gate
 
 from tests.unit.bucket_role_support import (

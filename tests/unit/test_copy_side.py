@@ -13,14 +13,15 @@ from types import SimpleNamespace
 
 import pytest
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, MapRead
-from hogwild_plugins.ps.replication.copy_side import (
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import MapRead
+from hogwild_plugins.ps.replication.copy_side import CopySide
+from hogwild_plugins.ps.replication.copy_side_events import (
     Acknowledge,
     ApplyCommitted,
     ApplySnapshot,
     CatchUpArrived,
     CommitArrived,
-    CopySide,
     MarkRestored,
     Pass,
     PeerArrived,

@@ -25,6 +25,7 @@ from hogwild.signals import (
     StopRequest,
     deferred_signals,
     interrupts_not_lost,
+    process_exists,
     terminate_as_interrupt,
 )
 
@@ -275,3 +276,10 @@ def test_a_ctrl_c_caught_after_a_string_exec_exits_with_the_programs_status(
     )  # fmt: skip
     assert "caught" in done.stderr
     assert done.returncode == status, done.stderr
+
+
+def test_process_exists_tells_a_running_process_from_one_that_ended_and_was_reaped():
+    assert process_exists(os.getpid()) and process_exists(1)
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not process_exists(child.pid)  # reaped: the pid names nothing (until reused)

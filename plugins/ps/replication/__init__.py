@@ -12,6 +12,10 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
 * :mod:`.copy_side`: a copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` (epoch fencing, gap detection, outdated snapshots).
 
+Each machine's stimuli and actions, the records it shares with the threads that feed it and
+carry its actions out, are in a module of their own beside it: :mod:`.bucket_role_events`,
+:mod:`.commit_round_events`, :mod:`.copy_side_events`.
+
 Around them: :mod:`.membership` (the server's etcd lease, ``members/<index>``, the heartbeat),
 :mod:`.frames` (what a snapshot carries on the wire, made and checked), :mod:`.peer_link` (a
 primary's messages to its copies), :mod:`.local` (work queued on this server's update engine),

@@ -47,18 +47,10 @@ from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
-    Campaign,
-    HandOver,
-    MapRead,
-    Role,
-    Stopped,
-)
-from hogwild_plugins.ps.replication.commit_round import (
-    CommitRound,
-    Update,
-)
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role_events import Campaign, HandOver, MapRead, Stopped
+from hogwild_plugins.ps.replication.commit_round import CommitRound
+from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.executor import carry_out, run, run_round

@@ -1,26 +1,26 @@
 """One server's part in one bucket of the replicated parameter server: a state machine.
 
 No I/O here (after dask's worker state machine): a :class:`BucketRole` changes only through its one
-entry, :meth:`BucketRole.handle`, which takes a stimulus (:class:`MapRead`,
-:class:`CampaignAnswered`, :class:`InSyncWritten`, :class:`HandOverAnswered`,
-:class:`SnapshotDelivered`, :class:`CopyUnreachable`, :class:`Fenced`, :class:`Restored`,
-:class:`StepDown`, :class:`RecordRefreshed`, :class:`Stopped`, :class:`StopLifted`; each names
-itself with a ``stimulus_id``), records the transition in its :meth:`~BucketRole.story` and returns
-what to do (:class:`Campaign`, :class:`WriteInSync`, :class:`Sync`, :class:`CommitPrepared`,
-:class:`HandOver`) for :mod:`~hogwild_plugins.ps.replication.adapter` to carry out against etcd and
-the other servers; what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks
-its invariants (a primary is the record's and in its ``in_sync``, only a primary has a primary's
-work open, only a server holding the bucket's state campaigns, serves or hands over; a stopped
-bucket is neither served nor campaigned for). The protocol it plays its part in is described in
+entry, :meth:`BucketRole.handle`, which takes a stimulus (the records of
+:mod:`~hogwild_plugins.ps.replication.bucket_role_events`: the map read, a campaign's, an
+``in_sync`` write's or a hand-over's answer, a snapshot delivered, a copy unreachable or fencing,
+...; each names itself with a ``stimulus_id``), records the transition in its
+:meth:`~BucketRole.story` and returns what to do (a campaign, an ``in_sync`` write, a snapshot
+to send, a hand-over, the commit of what was prepared) for
+:mod:`~hogwild_plugins.ps.replication.executor` to carry out against etcd and the other servers;
+what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks its invariants (a
+primary is the record's and in its ``in_sync``, only a primary has a primary's work open, only a
+server holding the bucket's state campaigns, serves or hands over; a stopped bucket is neither
+served nor campaigned for). The protocol it plays its part in is described in
 :mod:`~hogwild_plugins.ps.failover`.
 
-A bucket stops on a server (:class:`Stopped`, :mod:`~hogwild_plugins.ps.stops`) when a write this
+A bucket stops on a server (``Stopped``, :mod:`~hogwild_plugins.ps.stops`) when a write this
 server acknowledged or committed failed to apply here: its memory no longer holds the bucket's
 acknowledged state. As primary it hands the bucket to a live in-sync copy caught up in this
 epoch (any, not only the preferred one: the copies committed the write), or, with none, steps
 down; as a copy it is no longer current (it never campaigns), and its copy side refuses its
 primary's prepares and commits until snapshots have replaced the shards that failed
-(:class:`StopLifted`), after which a primary's :class:`Restored` makes it current again.
+(``StopLifted``), after which a primary's ``Restored`` makes it current again.
 """
 
 from __future__ import annotations
@@ -31,182 +31,28 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
+from hogwild_plugins.ps.replication.bucket_role_events import (
+    Campaign,
+    CampaignAnswered,
+    CommitPrepared,
+    CopyUnreachable,
+    Fenced,
+    HandOver,
+    HandOverAnswered,
+    InSyncWritten,
+    MapRead,
+    RecordRefreshed,
+    Restored,
+    RoleStimulus,
+    SnapshotDelivered,
+    StepDown,
+    StopLifted,
+    Stopped,
+    Sync,
+    WriteInSync,
+)
 
-__all__ = [
-    "BucketRole",
-    "Campaign",
-    "CampaignAnswered",
-    "CommitPrepared",
-    "CopyUnreachable",
-    "Fenced",
-    "HandOver",
-    "HandOverAnswered",
-    "InSyncWritten",
-    "MapRead",
-    "RecordRefreshed",
-    "Restored",
-    "Role",
-    "RoleStimulus",
-    "SnapshotDelivered",
-    "StepDown",
-    "Stopped",
-    "StopLifted",
-    "Sync",
-    "WriteInSync",
-]
-
-
-# --------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class Campaign:
-    """Replace ``sync/<bucket>`` by ``record`` if its revision is still ``expected`` (0: absent)."""
-
-    bucket: int
-    record: BucketRecord
-    expected: int
-
-
-@dataclass(frozen=True)
-class WriteInSync:
-    """As primary, write ``record`` (a new ``in_sync``) if ``sync/<bucket>`` is still at
-    ``expected``."""
-
-    bucket: int
-    record: BucketRecord
-    expected: int
-
-
-@dataclass(frozen=True)
-class Sync:
-    """Send ``server`` a snapshot of every shard of ``bucket``; report :class:`SnapshotDelivered`
-    or :class:`CopyUnreachable`."""
-
-    bucket: int
-    server: int
-
-
-@dataclass(frozen=True)
-class HandOver:
-    """As primary (no longer serving), hand ``bucket`` to its preferred copy: write ``record``
-    (the next epoch, the successor as primary under its lease) if ``sync/<bucket>`` is still at
-    ``expected``; report :class:`HandOverAnswered`."""
-
-    bucket: int
-    record: BucketRecord
-    expected: int
-
-
-@dataclass(frozen=True)
-class CommitPrepared:
-    """Just won ``bucket``: commit what was prepared under the previous primary, in order."""
-
-    bucket: int
-
-
-# --------------------------------------------------------------------------- stimuli
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoleStimulus:
-    """Something that happened to a bucket's role; ``stimulus_id`` names it in the story."""
-
-    stimulus_id: str
-
-
-@dataclass(frozen=True)
-class MapRead(RoleStimulus):
-    """The map as etcd has it now: the bucket's ``record``, the live ``members`` and their
-    leases; this server's ``lease`` and whether it is ``lease_valid`` by its own clock.
-    ``settled``: every server has registered, or long enough has passed since the start (only
-    then is a bucket's very first primary chosen, so that the first primaries are spread over
-    every server rather than taken by the first one up). ``blank``: no live member has ever
-    seen a record of this job's buckets (only then may a missing record mean a new bucket)."""
-
-    record: BucketRecord | None
-    members: Mapping[int, int]
-    lease: int
-    lease_valid: bool
-    settled: bool = True
-    blank: bool = True  # every live member registered before it saw any bucket's record
-
-
-@dataclass(frozen=True)
-class CampaignAnswered(RoleStimulus):
-    """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now."""
-
-    won: bool
-    record: BucketRecord | None
-
-
-@dataclass(frozen=True)
-class InSyncWritten(RoleStimulus):
-    """A :class:`WriteInSync` came back; ``record`` is what etcd holds now (None: not known)."""
-
-    ok: bool
-    record: BucketRecord | None
-
-
-@dataclass(frozen=True)
-class HandOverAnswered(RoleStimulus):
-    """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
-    known)."""
-
-    ok: bool
-    record: BucketRecord | None
-
-
-@dataclass(frozen=True)
-class SnapshotDelivered(RoleStimulus):
-    """A :class:`Sync`'s snapshot reached ``server`` (every shard of the bucket)."""
-
-    server: int
-
-
-@dataclass(frozen=True)
-class CopyUnreachable(RoleStimulus):
-    """``server`` did not answer a prepare, commit or snapshot, or reported a gap."""
-
-    server: int
-
-
-@dataclass(frozen=True)
-class Fenced(RoleStimulus):
-    """A copy refused this primary's message as coming from an old epoch."""
-
-
-@dataclass(frozen=True)
-class Restored(RoleStimulus):
-    """A snapshot of the bucket arrived here from its primary of ``epoch`` and was applied."""
-
-    epoch: int
-
-
-@dataclass(frozen=True)
-class StepDown(RoleStimulus):
-    """Serve nothing of the bucket from now on; ``record``: what etcd holds, if known."""
-
-    record: BucketRecord | None
-
-
-@dataclass(frozen=True)
-class Stopped(RoleStimulus):
-    """A write this server acknowledged or committed failed to apply to the bucket here."""
-
-
-@dataclass(frozen=True)
-class StopLifted(RoleStimulus):
-    """Snapshots replaced every shard of the bucket that failed a write here: its memory is a
-    primary's again (current once that primary's :class:`Restored` says so)."""
-
-
-@dataclass(frozen=True)
-class RecordRefreshed(RoleStimulus):
-    """The copy side read ``record`` again (a message of a newer epoch than it knew arrived)."""
-
-    record: BucketRecord
-
+__all__ = ["BucketRole", "Role"]
 
 STORY_LENGTH = 1024  # transitions a role remembers (:meth:`BucketRole.story`)
 

@@ -22,8 +22,8 @@ for all it commits or is refused (``BUSY``), and a ``SNAPSHOT``'s flow pauses on
 queued (the log already replaced); the replication thread resumes it every turn
 (:meth:`CopyAdapter.finish_restores`) and, once the values are in, makes the bucket current and
 answers. A snapshot queued after the shard failed a write (its bucket stopped here) lifts the
-stop once it is in (:class:`~hogwild_plugins.ps.replication.bucket_role.StopLifted`, before the
-primary's ``Restored``).
+stop once it is in (:class:`~hogwild_plugins.ps.replication.bucket_role_events.StopLifted`,
+before the primary's ``Restored``).
 """
 
 from __future__ import annotations
@@ -37,13 +37,10 @@ from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
-    RecordRefreshed,
-    Restored,
-    StopLifted,
-)
-from hogwild_plugins.ps.replication.copy_side import ApplyCommitted, CopySide, CopyStimulus, Refuse
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import RecordRefreshed, Restored, StopLifted
+from hogwild_plugins.ps.replication.copy_side import CopySide
+from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, CopyStimulus, Refuse
 from hogwild_plugins.ps.replication.executor import receive
 from hogwild_plugins.ps.replication.frames import parse_snapshot
 from hogwild_plugins.ps.replication.local import LOCAL_APPLY_S, Countdown, LocalApplier

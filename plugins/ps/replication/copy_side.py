@@ -2,7 +2,8 @@
 
 No I/O here (after dask's worker state machine): a :class:`CopySide` changes only through
 :meth:`CopySide.handle`, which takes a stimulus and returns actions for the network thread to
-carry out (:mod:`~hogwild_plugins.ps.replication.adapter`); what the actions produce comes back
+carry out (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; both kinds of record are in
+:mod:`~hogwild_plugins.ps.replication.copy_side_events`); what the actions produce comes back
 as the next stimulus. It holds the server's shard logs
 (:class:`~hogwild_plugins.ps.shard_log.ShardLog`) and reads the bucket roles
 (:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`); the adapter holds the lock
@@ -42,34 +43,30 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.copy_side_events import (
+    Acknowledge,
+    ApplyCommitted,
+    ApplySnapshot,
+    CatchUpArrived,
+    CommitArrived,
+    CopyStimulus,
+    MarkRestored,
+    Pass,
+    PeerArrived,
+    PrepareArrived,
+    RefreshRecord,
+    Refuse,
+    SnapshotApplied,
+    SnapshotArrived,
+)
 from hogwild_plugins.ps.shard_log import ShardLog
 
 from hogwild.net.wire import ErrorCode
 
-__all__ = [
-    "Acknowledge",
-    "ApplyCommitted",
-    "ApplySnapshot",
-    "CatchUpArrived",
-    "CommitArrived",
-    "CopySide",
-    "CopyStimulus",
-    "Gate",
-    "MarkRestored",
-    "Pass",
-    "PeerArrived",
-    "PrepareArrived",
-    "RefreshRecord",
-    "Refuse",
-    "SnapshotApplied",
-    "SnapshotArrived",
-    "commit_log",
-    "gate",
-]
+__all__ = ["CopySide", "Gate", "commit_log", "gate"]
 
 STORY_LENGTH = 1024  # transitions the copy side remembers (:meth:`CopySide.story`)
 
@@ -95,146 +92,6 @@ def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
     if role.role is Role.CANDIDATE:
         return Gate.REFRESH  # campaigning: the sender retries once the map settles
     return Gate.ACCEPT
-
-
-# --------------------------------------------------------------------------- stimuli
-
-
-@dataclass(frozen=True, kw_only=True)
-class CopyStimulus:
-    """A primary's message (or what came of one); ``stimulus_id`` names it in the story."""
-
-    stimulus_id: str
-
-
-@dataclass(frozen=True)
-class PeerArrived(CopyStimulus):
-    """A message for ``bucket`` from server ``sender``, carrying ``epoch`` and ``lease``;
-    ``refreshed``: the record was read again since it first asked to."""
-
-    bucket: int
-    epoch: int
-    lease: int
-    sender: int
-    refreshed: bool = False
-
-
-@dataclass(frozen=True)
-class PrepareArrived(CopyStimulus):
-    """A ``PREPARE`` through the gate: ``item`` (the client's ``(sender, seq, work)``) is to be
-    ``shard``'s version ``version``."""
-
-    shard: int
-    version: int
-    item: tuple
-    stopped: bool = False  # the shard's bucket is stopped on this server (a write failed)
-
-
-@dataclass(frozen=True)
-class CommitArrived(CopyStimulus):
-    """A ``COMMIT`` through the gate: ``shard``'s prepared updates up to ``upto``, committed by
-    the primary of ``epoch``; ``room``: updates the engine has slots held for (None: no limit);
-    ``stopped``: the shard's bucket is stopped on this server (a write failed to apply)."""
-
-    shard: int
-    upto: int
-    epoch: int
-    room: int | None = None
-    stopped: bool = False
-
-
-@dataclass(frozen=True)
-class SnapshotArrived(CopyStimulus):
-    """A ``SNAPSHOT`` through the gate, its frames checked: ``shard`` at ``version`` from the
-    primary of ``epoch``, with its request table (``(sender, seq, version)`` triples);
-    ``room``: whether the engine has a slot held for the restore."""
-
-    shard: int
-    version: int
-    epoch: int
-    table: tuple
-    room: bool = True
-
-
-@dataclass(frozen=True)
-class CatchUpArrived(CopyStimulus):
-    """A catch-up through the gate: the primary of ``epoch`` asks whether ``shard``'s log holds
-    its committed state, ``version`` of ``log_epoch`` (then no snapshot is needed)."""
-
-    shard: int
-    bucket: int
-    version: int
-    log_epoch: int
-    epoch: int
-    stopped: bool = False  # the shard's bucket is stopped on this server: a snapshot must come
-    restoring: bool = False  # a snapshot of the shard is queued, its values not in yet
-
-
-@dataclass(frozen=True)
-class SnapshotApplied(CopyStimulus):
-    """The snapshot's values, state and named vectors are in this server's memory."""
-
-    shard: int
-    bucket: int
-    version: int
-    epoch: int
-
-
-# --------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class Pass:
-    """The gate lets the message through: hand its content in."""
-
-
-@dataclass(frozen=True)
-class RefreshRecord:
-    """Read ``sync/<bucket>`` again (feed it to the role), then gate the message again."""
-
-    bucket: int
-
-
-@dataclass(frozen=True)
-class Refuse:
-    """Answer the primary with an error."""
-
-    code: ErrorCode
-    message: str
-
-
-@dataclass(frozen=True)
-class ApplyCommitted:
-    """Queue ``works`` (committed, in order) on ``shard``'s update thread; the shard's version
-    in the book is at least ``committed`` from now on."""
-
-    shard: int
-    works: tuple
-    committed: int
-
-
-@dataclass(frozen=True)
-class ApplySnapshot:
-    """Replace ``shard``'s values, state and named vectors by the snapshot's, wait until they are
-    in, then report :class:`SnapshotApplied`."""
-
-    shard: int
-    version: int
-
-
-@dataclass(frozen=True)
-class MarkRestored:
-    """Tell ``bucket``'s role that its primary of ``epoch`` restored this copy."""
-
-    bucket: int
-    epoch: int
-
-
-@dataclass(frozen=True)
-class Acknowledge:
-    """Answer the primary ``ACK`` with ``version``."""
-
-    version: int
 
 
 # --------------------------------------------------------------------------- the machine

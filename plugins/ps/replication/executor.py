@@ -34,8 +34,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     CampaignAnswered,
     CommitPrepared,
@@ -47,7 +47,7 @@ from hogwild_plugins.ps.replication.bucket_role import (
     Sync,
     WriteInSync,
 )
-from hogwild_plugins.ps.replication.commit_round import (
+from hogwild_plugins.ps.replication.commit_round_events import (
     Acknowledge,
     Admit,
     Admitted,
@@ -64,7 +64,7 @@ from hogwild_plugins.ps.replication.commit_round import (
     SendPrepares,
     Update,
 )
-from hogwild_plugins.ps.replication.copy_side import (
+from hogwild_plugins.ps.replication.copy_side_events import (
     ApplyCommitted,
     CatchUpArrived,
     CommitArrived,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from hogwild_plugins.ps.layout import ShardLayout
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, Fenced
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role_events import Fenced
 
 from hogwild.net.channel import Peers, PeerUnreachableError, Request
 from hogwild.net.wire import ErrorCode, Header, MsgType

@@ -26,6 +26,7 @@ from collections import Counter
 
 from hogwild.net.control import ControlRefused, field, read_control
 from hogwild.net.fencing import MAX_INCARNATION, MAX_REPLICA, FenceTable
+from hogwild.net.rates import RateMeter
 from hogwild.net.router import Incoming, Reply, error_reply, json_reply
 from hogwild.net.wire import ErrorCode, MsgType, WireError
 
@@ -57,7 +58,7 @@ class ServerControl:
         self.fences = FenceTable()  # the replicas' incarnations the driver replaced
         self.forged: Counter[str] = Counter()  # replication messages refused, by sender role
         self.started_at = time.monotonic()
-        self._rates = (self.started_at, 0, 0, 0.0, 0.0)  # (when, applied, updated, rates)
+        self.rates = RateMeter(2, self.started_at, RATE_EVERY_S)  # requests applied, updates
 
     def handle(self, request: Incoming) -> Reply | None:
         """Pings, status, hello and (with copies) the replication messages between servers."""
@@ -117,18 +118,9 @@ class ServerControl:
 
     def tick(self, now: float) -> None:
         """Measure the request and update rates anew, every :data:`RATE_EVERY_S`."""
-        server = self.server
-        t0, applied0, updated0, _, _ = self._rates
-        if now - t0 >= RATE_EVERY_S and server.engine is not None:
-            applied, updated = sum(server.engine.applied), sum(server.engine.updated)
-            dt = now - t0
-            self._rates = (
-                now,
-                applied,
-                updated,
-                (applied - applied0) / dt,
-                (updated - updated0) / dt,
-            )
+        engine = self.server.engine
+        if engine is not None:
+            self.rates.tick(now, lambda: (sum(engine.applied), sum(engine.updated)))
 
     def hello(self) -> dict:
         server = self.server
@@ -145,6 +137,7 @@ class ServerControl:
         server = self.server
         engine, router = server.engine, server.router
         applied = sum(engine.applied) if engine else 0
+        requests_per_s, updates_per_s = self.rates.rates
         versions = server.book.versions()
         flushed = server.flusher.flushed_versions if server.flusher else {}
         held_buckets = sorted({server.layout.bucket_of(s.index) for s in server.shards})
@@ -178,8 +171,8 @@ class ServerControl:
             ],
             "threads": engine.n_threads if engine else 0,
             "queue_depths": engine.depths() if engine else [],
-            "requests_per_s": round(self._rates[3], 1),
-            "updates_per_s": round(self._rates[4], 1),
+            "requests_per_s": round(requests_per_s, 1),
+            "updates_per_s": round(updates_per_s, 1),
             "applied_requests": applied,
             "updates": sum(engine.updated) if engine else 0,
             "batches": sum(engine.batches) if engine else 0,

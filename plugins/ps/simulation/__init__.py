@@ -2,7 +2,8 @@
 
 :mod:`.etcd` is etcd in memory, :mod:`.server` one server's real replication state machines
 carried out as its threads do, :mod:`.world` the servers, clients, network and faults of one
-seeded schedule, checked after every step. ``bench/simulate.py`` runs many seeds.
+seeded schedule, and :mod:`.invariants` what the job must never do, checked after every step.
+``bench/simulate.py`` runs many seeds.
 """
 
 from hogwild_plugins.ps.simulation.world import FAULTS, Config, Violation, World, run_seed

@@ -25,26 +25,18 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from hogwild_plugins.ps.replication.bucket_role import (
-    BucketRole,
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role_events import (
     Fenced,
     MapRead,
     RecordRefreshed,
     Restored,
-    Role,
 )
-from hogwild_plugins.ps.replication.commit_round import (
-    CommitRound,
-    Phase,
-    Update,
-)
-from hogwild_plugins.ps.replication.copy_side import Acknowledge as CopyAck
-from hogwild_plugins.ps.replication.copy_side import (
-    ApplyCommitted,
-    CopySide,
-    Refuse,
-    commit_log,
-)
+from hogwild_plugins.ps.replication.commit_round import CommitRound, Phase
+from hogwild_plugins.ps.replication.commit_round_events import Update
+from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
+from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
+from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, Refuse
 from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd

@@ -9,19 +9,12 @@ reordered), dropped or duplicated, a copy that does not answer is given up on (t
 timeout), a client sends or re-sends, the clock ticks (heartbeats, leases expire), a server is
 paused (SIGSTOP) or resumed, killed or restarted, a lease expires early, etcd is wiped.
 
-After every step the invariants are checked (:meth:`World.check`), besides every machine's own
-``validate_state``:
-
-* every acknowledged update is on every in-sync copy that holds the bucket's state;
-* no server applied a ``(sender, seq)`` twice;
-* a shard's version (its log's committed version) is the number of updates its values hold;
-* a bucket's epoch in etcd, and each shard log's epoch on a server, only grow;
-* no two servers acknowledged writes of one bucket in one epoch, and no update was acknowledged
-  with two versions;
-* an update is acknowledged only once ``min_copies`` servers hold it.
-
-A violation raises :class:`Violation` carrying the whole schedule and every server's stories, so
-that a failing seed explains itself (:func:`run_seed` replays one).
+After every step the world asks its :class:`~hogwild_plugins.ps.simulation.invariants.Invariants`
+(:meth:`World.check`), which it feeds what its clients and faults see, whether the job's
+invariants still hold (every acknowledged update kept, one primary acknowledging per bucket and
+epoch, ...), besides every machine's own ``validate_state``. A violation raises
+:class:`Violation` carrying the whole schedule and every server's stories, so that a failing seed
+explains itself (:func:`run_seed` replays one).
 """
 
 from __future__ import annotations
@@ -34,6 +27,7 @@ import random
 from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
+from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
 from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer
 
 __all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
@@ -91,17 +85,9 @@ class World:
         self._client_events = [(("send", c), ("pull", c)) for c in range(config.clients)]
         self._message_events: list[tuple] = []  # the n-th message's deliver, drop, duplicate
         self.schedule: list[str] = []
-        self.top_epoch: dict[int, int] = {}
-        self.log_epochs: dict[tuple[int, int, int], int] = {}  # (server, incarnation, shard)
-        self.ack_epochs: dict[tuple[int, int], int] = {}  # (bucket, epoch) -> server
         self.counts = {"acknowledged": 0, "faults": 0, "died_with_every_copy": 0}
-        self.wiped_incarnations: list[int] | None = None  # each server's process at the wipe
-        self.forgiven: frozenset = frozenset()  # acknowledged updates that died with every copy
-        self.graveyard: list[tuple[int, dict]] = []  # killed servers: (index, shard -> updates)
-        self.acked: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
+        self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
-        self.checked: tuple = ()  # etcd's revision and the acknowledgements at the last check
-        self.last_transitions: dict[int, tuple] = {}  # server -> its machines' last transitions
         self.full_checks = False  # check everything after every step, not only what it touched
 
     # ------------------------------------------------------------------ processes
@@ -217,7 +203,10 @@ class World:
     def apply(self, event: tuple) -> None:
         """Make ``event`` happen (a step's choice, or a test's script), then the invariants."""
         self.touched = set(range(self.config.servers)) if event[0] in FULL_CHECK else set()
-        self.schedule.append(self._do(event))
+        try:
+            self.schedule.append(self._do(event))
+        except Broken as exc:  # what a client was answered broke an invariant
+            raise self.violation(str(exc)) from None
         self.check(full=self.full_checks)
 
     def quiet(self) -> bool:
@@ -294,10 +283,9 @@ class World:
             self.servers[i].paused = False
             return f"{self.time}: server {i} resumed"
         if kind == "kill":
-            dead = self.servers[i]
-            self.graveyard.append((i, {shard: set(v) for shard, v in dead.values.items()}))
-            self.servers[i] = None
-            gone = self._forgive()
+            dead, self.servers[i] = self.servers[i], None
+            gone = self.invariants.killed(i, dead)
+            self.counts["died_with_every_copy"] += len(gone)
             return f"{self.time}: server {i} killed" + (f"; {gone} died with it" if gone else "")
         if kind == "restart":
             self.servers[i] = self._start(i)
@@ -307,20 +295,8 @@ class World:
             return f"{self.time}: server {i}'s lease expired early"
         assert kind == "wipe"
         self.etcd.wipe()
-        self.wiped_incarnations = list(self.incarnations)
+        self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
-
-    def _forgive(self) -> list:
-        """Acknowledged updates no live server holds any more died with their last copy (the
-        parameter server keeps its state in memory): they are counted, no longer expected."""
-        gone = []
-        for shard, acked in self.acked.items():
-            held = set().union(*(s.values[shard] for s in self.live()))
-            gone += sorted(acked - held)
-            self.forgiven |= acked - held  # (a read of them may go back: they are gone)
-            acked &= held
-        self.counts["died_with_every_copy"] += len(gone)
-        return gone
 
     def _deliver(self, dst, message) -> str:
         src, incarnation, body = message
@@ -375,43 +351,15 @@ class World:
         self.network.append((record.primary, (None, 0, ("PULL", client.sender, shard, mine))))
         return f"client {client.sender} pulls shard {shard} from {record.primary}"
 
-    def _read(self, client: Client, body) -> str:
-        """A pull's answer: it holds what the client had acknowledged when it asked (read your
-        writes), and it neither misses what a read served before it held nor holds what a read
-        served after it misses (monotonic reads), updates that died with every copy aside."""
-        _, shard, served, values, expected = body
-        values = values - self.forgiven
-        if expected - self.forgiven - values:
-            raise self.violation(
-                f"client {client.sender} read shard {shard} without its acknowledged "
-                f"{sorted(expected - values)}"
-            )
-        for when, seen in client.reads.setdefault(shard, []):
-            seen = seen - self.forgiven
-            older, newer = (seen, values) if when < served else (values, seen)
-            if older - newer:
-                raise self.violation(
-                    f"client {client.sender} read shard {shard} going back: "
-                    f"{sorted(older - newer)} seen, then not"
-                )
-        client.reads[shard].append((served, values))
-        del client.reads[shard][:-4]
-        return ""
-
     def _reply(self, client: Client, body) -> str:
         if body[0] == "READ":
-            return self._read(client, body)
+            _, shard, served, values, expected = body
+            self.invariants.read(client.sender, shard, served, values, expected, client.reads)
+            return ""
         code, seq, shard, version = body
         if code != "ACK":
             return ""
-        key = (client.sender, seq)
-        if key in client.ledger and client.ledger[key] != (shard, version):
-            raise self.violation(
-                f"({client.sender}, {seq}) acknowledged as version {version}, before as "
-                f"{client.ledger[key][1]}"
-            )
-        client.ledger[key] = (shard, version)
-        self.acked[shard].add(key)
+        self.invariants.acknowledged(client.sender, seq, shard, version, client.ledger)
         self.counts["acknowledged"] += 1
         if client.outstanding == (seq, shard):
             client.outstanding = None
@@ -451,12 +399,6 @@ class World:
 
     # ------------------------------------------------------------------ invariants
 
-    def _all_new(self) -> bool:
-        """Every live server started after etcd was wiped: the job starts afresh (its epochs
-        too), as a new job would."""
-        wiped = self.wiped_incarnations
-        return wiped is not None and all(s.incarnation > wiped[s.me] for s in self.live())
-
     def violation(self, what: str) -> Violation:
         lines = [f"seed {self.seed}: {what}", "schedule:"]
         lines += [f"  {n}: {e}" for n, e in enumerate(self.schedule)]
@@ -466,106 +408,17 @@ class World:
         return Violation("\n".join(lines))
 
     def check(self, full: bool = False) -> None:
-        """Every touched machine's own invariants, then the job's (see the module docstring).
-
-        After a step, only what it can have changed is checked: of the servers it touched, those
-        whose machines moved (a server's logs, values and roles change only in a step where one
-        of its machines takes a stimulus: they are written by the effects of its actions), and
-        of the in-sync copies, every one when etcd or the acknowledgements changed, else those
-        that moved. ``full`` checks every live server, every machine and every in-sync copy, as
-        if everything had changed: each seed ends with it, and a test holds the incremental
-        check to finding every violation at the step the full one does."""
-        servers = self.servers
+        """Every touched machine's own invariants, then the job's (:meth:`Invariants.check
+        <hogwild_plugins.ps.simulation.invariants.Invariants.check>`: after a step, only what
+        it can have changed). ``full`` checks everything, as if everything had changed: each
+        seed ends with it, and a test holds the incremental check to finding every violation at
+        the step the full one does."""
         if full:
             self.touched = set(range(self.config.servers))
-        touched = [servers[i] for i in sorted(self.touched) if servers[i] is not None]
-        moved = []  # the touched servers whose machines took a stimulus
         try:
-            for s in touched:
-                machines = (*s.roles.values(), s.commit_round, s.copy_side)
-                # the last transition of each: a server none of whose machines moved is as valid
-                # as it was
-                last = tuple(m.transitions[-1] if m.transitions else None for m in machines)
-                if not full and self.last_transitions.get(s.me) == (s.incarnation, last):
-                    continue
-                self.last_transitions[s.me] = (s.incarnation, last)
-                moved.append(s)
-                for machine in machines:
-                    machine.validate_state()
-        except AssertionError as exc:
-            raise self.violation(f"a machine's invariant: {exc}") from None
-        for s in moved:
-            open_shards = s.open_shards()
-            for shard, values in s.values.items():
-                if len(set(values)) != len(values):
-                    twice = sorted({v for v in values if values.count(v) > 1})
-                    raise self.violation(f"server {s.me} applied {twice} twice to shard {shard}")
-                log = s.logs[shard]
-                if shard not in open_shards and len(values) != log.committed:
-                    raise self.violation(
-                        f"server {s.me}, shard {shard}: version {log.committed} but "
-                        f"{len(values)} updates applied"
-                    )
-                key = (s.me, s.incarnation, shard)
-                if log.epoch < self.log_epochs.get(key, 0):
-                    raise self.violation(
-                        f"server {s.me}, shard {shard}: log epoch went back to {log.epoch}"
-                    )
-                self.log_epochs[key] = log.epoch
-        for s in touched:
-            for sender, seq, shard, _, epoch in s.acknowledged:
-                bucket = self.bucket_of[shard]
-                # its holders: the live servers and those killed since (their copies counted
-                # when the round committed them)
-                holders = {h.me for h in self.live() if (sender, seq) in h.values[shard]}
-                holders |= {me for me, held in self.graveyard if (sender, seq) in held[shard]}
-                if len(holders) < self.config.min_copies:
-                    raise self.violation(
-                        f"server {s.me} acknowledged ({sender}, {seq}) held by "
-                        f"{sorted(holders)} only, fewer than min_copies = {self.config.min_copies}"
-                    )
-                other = self.ack_epochs.setdefault((bucket, epoch), s.me)
-                if other != s.me:
-                    raise self.violation(
-                        f"bucket {bucket}: servers {other} and {s.me} both acknowledged writes "
-                        f"in epoch {epoch}"
-                    )
-            s.acknowledged.clear()
-        seen = (self.etcd.revision, self.etcd.wipes, self.counts["acknowledged"])
-        if seen == self.checked and not moved and not full:
-            return
-        everyone = full or seen != self.checked
-        changed = {s.me for s in moved}
-        self.checked = seen
-        members = None  # read only when a copy is to be checked
-        for bucket, shards in self.bucket_shards.items():
-            record = self.etcd.record(bucket)
-            if record is None:
-                continue
-            if record.epoch < self.top_epoch.get(bucket, 0) and not self._all_new():
-                raise self.violation(
-                    f"bucket {bucket}: epoch {record.epoch} in etcd after {self.top_epoch[bucket]}"
-                )
-            self.top_epoch[bucket] = record.epoch
-            for copy in record.in_sync:
-                if not everyone and copy not in changed:
-                    continue  # neither it nor the record nor the acknowledgements changed
-                s = servers.get(copy)
-                if s is None or not s.roles[bucket].current:
-                    continue
-                if members is None:
-                    members = self.etcd.members()
-                # a copy that holds the bucket's state, under the lease it registered (a
-                # restarted process is caught up before it counts)
-                if members.get(copy, s.lease) != s.lease:
-                    continue
-                for shard in shards:
-                    missing = self.acked[shard].difference(s.values[shard])
-                    if missing:
-                        raise self.violation(
-                            f"acknowledged {sorted(missing)} of shard {shard} not on in-sync "
-                            f"copy {copy}"
-                        )
+            self.invariants.check(self.touched, full)
+        except Broken as exc:
+            raise self.violation(str(exc)) from None
 
 
 _ESTABLISHED: dict[Config, bytes] = {}
