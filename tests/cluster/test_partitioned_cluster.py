@@ -126,4 +126,6 @@ def test_a_killed_partition_takes_its_replica_down_and_the_replica_is_restarted(
     assert final["restarts"] == {"replica-1": 1}, final
     (epoch,) = [r for r in records if r["event"] == "epoch"]
     assert epoch["examples"] == SUBSET == sum(epoch["per_replica_examples"].values())
-    assert final["test_accuracy"] >= 0.75, final  # one epoch of 3,000 examples learns
+    assert final["test_accuracy"] >= FLOOR, final  # it learns (0.75 was inside the spread)
+    moved = _rows_moved(tmp_path / "run", 2)  # each partition's rows reached the servers
+    assert all(min(slices) >= MOVED for slices in moved), moved
