@@ -69,9 +69,23 @@ def hogwild_segments() -> set[str]:
         return set()
 
 
+def _ephemeral_start() -> int:
+    """The first port of the kernel's range for outgoing connections and port-0 binds."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
 def free_ports(n: int) -> int:
-    """The first of ``n`` consecutive TCP ports free on loopback right now."""
-    for first in range(random.randrange(20_000, 40_000, 16), 60_000, 16):
+    """The first of ``n`` consecutive TCP ports free on loopback right now, below the ephemeral
+    range: a port there may go to any outgoing connection on the machine (the other worker's
+    tests' too) between this check and the role's bind, seconds later."""
+    below = max(_ephemeral_start(), 20_000 + 16 * n) - n
+    for first in [
+        *range(random.randrange(20_000, below, 16), below, 16),
+        *range(20_000, below, 16),
+    ]:
         try:
             with contextlib.ExitStack() as stack:
                 for port in range(first, first + n):

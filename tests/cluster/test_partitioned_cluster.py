@@ -1,8 +1,9 @@
 """``hogwild cluster --partitions 2``: replicas of two partition processes through the servers.
 
 Each partition pushes and pulls only its own rows (:mod:`hogwild.cluster.partitioned`). A job
-of two replicas x two partitions and one parameter server trains as well as the same job with
-unpartitioned replicas (same examples, same epoch), and leaves nothing behind. A partition
+of two replicas x two partitions and one parameter server trains each example once, every
+partition's rows move in the servers' model, it learns about as well as the same job with
+unpartitioned replicas (same examples, same epoch), and it leaves nothing behind. A partition
 SIGKILLed mid-epoch takes its replica down; the driver restarts the replica, which trains its
 lost portions again, and the job ends well.
 """
@@ -13,11 +14,18 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
+from hogwild.config import config_from_dict
+from hogwild.model.init import initialise
+from hogwild.model.network import build_network
+from hogwild.partition.plan import plan_partitions
 from hogwild.partition.process import PROCESS_NAME
+from hogwild.training.checkpoint import load_checkpoint, restore_parameters
 from tests.cluster.test_cluster import (
     _run_and_kill,
     cluster_command,
@@ -35,11 +43,37 @@ pytestmark = pytest.mark.slow
 SUBSET = 3000
 JOB = ("--epochs", "1", "--replicas", "2", "--ps", "1", f"--train.subset={SUBSET}",
        "--train.in_flight=4")  # fmt: skip
-# One epoch of 3,000 examples, seeds 0 to 3: unpartitioned replicas reached 0.833 to 0.885,
-# two partitions per replica (four examples in flight) 0.840 to 0.867; the same seed's two jobs
-# differed by -0.028 to +0.027 (asynchronous pushes make each run differ a little too).
-WITHIN = 0.045
-FLOOR = 0.80
+# The test accuracy of one epoch of 3,000 examples is one snapshot of asynchronous SGD, and it
+# spreads as widely for unpartitioned replicas as for partitioned ones (measured on 2 cores under
+# load). With the job's seed (1), six runs each: unpartitioned 0.795 to 0.870, two partitions per
+# replica 0.794 to 0.881 (CI once 0.794). Seeds 0 to 7: unpartitioned 0.796 to 0.914,
+# partitioned 0.769 to 0.925, the same seed's two jobs differing by -0.087 to +0.019. The tail
+# is long: one partitioned job of 6,000 examples ended at 0.693 (more examples do not narrow it).
+# So the accuracy checks say that the partitioned job learns and is not far behind, with margins
+# beyond that spread; they cannot tell a partition whose pushes never reach the servers (0.702
+# measured, with partition 1's rows left out of its exchange), which `_rows_moved` checks in the
+# servers' model itself.
+WITHIN = 0.15
+FLOOR = 0.65
+MOVED = 0.9  # honest runs moved 99.5 % or more of every slice; a lost partition moves none
+
+
+def _rows_moved(run_dir: Path, k: int) -> list[list[float]]:
+    """Per partition, per slice of the parameter vector it owns: the fraction of its values
+    that the job's final model (its checkpoint, pulled from the servers) holds changed from the
+    seeded initial weights the job started from."""
+    checkpoint = load_checkpoint(run_dir)
+    config = config_from_dict(checkpoint.info["config"])
+    network = build_network(config.model, int(checkpoint.info["n_classes"]))
+    start = np.zeros(network.n_params, np.float32)
+    initialise(network, start, config.model.init, config.model.init_scale, config.train.seed)
+    final = np.zeros_like(start)
+    restore_parameters(network, final, checkpoint.weights, checkpoint.path, "")
+    plan = plan_partitions(network, k)
+    return [
+        [float(np.mean(final[lo:hi] != start[lo:hi])) for lo, hi in plan.param_rows(p)]
+        for p in range(k)
+    ]
 
 
 def _run(mnist_dir, run_dir, *args: str) -> dict:
@@ -65,6 +99,8 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     (epoch,) = [r for r in records if r["event"] == "epoch"]
     assert sum(epoch["per_replica_examples"].values()) == SUBSET  # every example once
     assert epoch["ps_updates"] > 0  # the partitions pushed
+    moved = _rows_moved(tmp_path / "split", 2)  # each partition's rows reached the servers
+    assert all(min(slices) >= MOVED for slices in moved), moved
     assert processes_of(tmp_path / "split") == []
     assert left_segments(segments_before) == set()
 
@@ -90,4 +126,6 @@ def test_a_killed_partition_takes_its_replica_down_and_the_replica_is_restarted(
     assert final["restarts"] == {"replica-1": 1}, final
     (epoch,) = [r for r in records if r["event"] == "epoch"]
     assert epoch["examples"] == SUBSET == sum(epoch["per_replica_examples"].values())
-    assert final["test_accuracy"] >= 0.75, final  # one epoch of 3,000 examples learns
+    assert final["test_accuracy"] >= FLOOR, final  # it learns (0.75 was inside the spread)
+    moved = _rows_moved(tmp_path / "run", 2)  # each partition's rows reached the servers
+    assert all(min(slices) >= MOVED for slices in moved), moved

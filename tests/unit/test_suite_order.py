@@ -12,6 +12,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
+from functools import partial
 
 from tests.schedule import Room
 
@@ -52,27 +53,66 @@ def test_what_needs_less_of_the_warm_up_runs_first_whatever_its_tier(repo_root):
     assert firsts == [UNMARKED, KERNEL_FREE, PS_ONLY, MARKED, TRAINS], firsts
 
 
-def _hold(folder, name: str, alone: bool, seconds: float) -> None:
+WAIT_S = 60.0  # a bound for a hang: a spawned process starts in well under a second when idle
+
+
+def _hold(folder, name: str, alone: bool) -> None:
+    """Enter the room, say so (``NAME.in``), stay until the test lets go (``NAME.go``), and
+    write when it held the room."""
     room = Room(folder)
     with room.enter(alone=alone):
         began = time.monotonic()
-        time.sleep(seconds)
+        (folder / f"{name}.in").touch()
+        _until(lambda: (folder / f"{name}.go").exists(), f"{name} let go")
         ended = time.monotonic()
     room.close()
     (folder / f"{name}.held").write_text(f"{began} {ended}")
 
 
-def _intervals(folder, holders: dict[str, bool]) -> dict[str, tuple[float, float]]:
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {WAIT_S:g} s"
+        time.sleep(0.01)
+
+
+def _waits_on_a_lock(pid: int) -> bool:
+    """Whether ``pid`` is blocked on a file lock (a ``->`` line of ``/proc/locks``)."""
+    with open("/proc/locks") as locks:
+        return any("->" in line and f" {pid} " in line for line in locks)
+
+
+def _stop(processes) -> None:
+    """Kill the holders still there (a failed test's) and reap them all."""
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+        process.join(WAIT_S)
+
+
+def _asking(folder, name: str, pid: int) -> bool:
+    return (folder / f"{name}.in").exists() or _waits_on_a_lock(pid)
+
+
+def _in_turn(folder, holders: dict[str, bool]) -> dict[str, tuple[float, float]]:
+    """Start the holders one by one, each once the one before it holds the room or waits for
+    it (so they ask in this order whatever the machine's load), then let them all go; when each
+    held the room."""
     folder.mkdir()
     context = multiprocessing.get_context("spawn")
     processes = []
-    for name, alone in holders.items():
-        processes.append(context.Process(target=_hold, args=(folder, name, alone, 0.4)))
-        processes[-1].start()
-        time.sleep(0.1)  # in this order; each asks while the ones before it hold the room
-    for process in processes:
-        process.join(60)
-        assert process.exitcode == 0
+    try:
+        for name, alone in holders.items():
+            processes.append(context.Process(target=_hold, args=(folder, name, alone)))
+            processes[-1].start()
+            _until(partial(_asking, folder, name, processes[-1].pid), f"{name} asking")
+        for name in holders:
+            (folder / f"{name}.go").touch()
+        for process in processes:
+            process.join(WAIT_S)
+            assert process.exitcode == 0
+    finally:
+        _stop(processes)
     held = {}
     for name in holders:
         began, ended = (folder / f"{name}.held").read_text().split()
@@ -84,11 +124,28 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def test_the_room_holds_shared_holders_together_and_an_alone_one_by_itself(tmp_path):
-    held = _intervals(tmp_path / "a", {"w1": False, "w2": False})
-    assert _overlap(held["w1"], held["w2"])  # two workers' tests run at once
+def test_shared_holders_hold_the_room_together(tmp_path):
+    """The second enters while the first holds (each stays until both are in): were the room
+    exclusive, the first would wait out ``WAIT_S`` and the test fail."""
+    folder = tmp_path / "a"
+    folder.mkdir()
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_hold, args=(folder, n, False)) for n in ("w1", "w2")]
+    try:
+        for process in processes:
+            process.start()
+        _until(lambda: all((folder / f"{n}.in").exists() for n in ("w1", "w2")), "two holders in")
+        for name in ("w1", "w2"):
+            (folder / f"{name}.go").touch()
+        for process in processes:
+            process.join(WAIT_S)
+            assert process.exitcode == 0
+    finally:
+        _stop(processes)
 
-    held = _intervals(tmp_path / "b", {"w1": False, "solo": True, "w2": False, "w3": False})
+
+def test_an_alone_holder_holds_the_room_by_itself_and_is_not_starved(tmp_path):
+    held = _in_turn(tmp_path / "b", {"w1": False, "solo": True, "w2": False, "w3": False})
     for name in ("w1", "w2", "w3"):
         assert not _overlap(held["solo"], held[name]), held
     assert held["solo"][0] >= held["w1"][1]  # it waited for the test before it
