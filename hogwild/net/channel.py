@@ -13,12 +13,15 @@ Every wait is bounded: a request without a reply after ``timeout_s`` is sent aga
 number, on a fresh socket; the server drops or re-answers duplicates), at most ``retries`` times,
 after which :class:`PeerUnreachableError` names the server's address. A ``BUSY`` reply (full
 queues) is re-sent after a short pause without counting as a retry, within the same overall
-deadline. Not thread-safe: one thread uses a :class:`Peers` at a time.
+deadline. Not thread-safe: one thread uses a :class:`Peers` at a time, except for
+:meth:`Peers.cancel`, which another thread calls to end that thread's wait (its owner stops: the
+replies are no longer wanted) within :data:`ALIVE_EVERY_S`.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -40,10 +43,10 @@ from hogwild.net.wire import (
     unpack_header,
 )
 
-__all__ = ["PeerUnreachableError", "Peers", "ProtocolError", "Request"]
+__all__ = ["Cancelled", "PeerUnreachableError", "Peers", "ProtocolError", "Request"]
 
 BUSY_PAUSE_S = 0.002
-ALIVE_EVERY_S = 0.2  # how often a wait asks whether the peer's process still lives
+ALIVE_EVERY_S = 0.2  # how often a wait asks whether it was cancelled or the peer still lives
 _NOBLOCK = int(zmq.NOBLOCK)
 _POLLIN = int(zmq.POLLIN)
 
@@ -54,6 +57,10 @@ class PeerUnreachableError(HogwildError):
     def __init__(self, address: str, message: str) -> None:
         super().__init__(message)
         self.address = address
+
+
+class Cancelled(HogwildError):
+    """The client's owner stopped it (:meth:`Peers.cancel`): its wait ended unanswered."""
 
 
 class ProtocolError(HogwildError):
@@ -125,6 +132,7 @@ class Peers:
         self._poller = zmq.Poller()
         self._first_wait_ms = int(min(timeout_s, ALIVE_EVERY_S) * 1000) + 1
         self.resent = 0
+        self._cancelled = threading.Event()
         for i in range(len(self.addresses)):
             self._connect(i)
 
@@ -159,6 +167,19 @@ class Peers:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def cancel(self) -> None:
+        """End the wait in progress, and refuse every later one, with :class:`Cancelled`.
+
+        The one call another thread may make: the owner is stopping and no longer wants the
+        replies (a worker's exchange thread blocked on a server that died must not hold up
+        the worker's exit for its whole timeout and retries). Idempotent.
+        """
+        self._cancelled.set()
+
+    def _check_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise Cancelled(f"requests to {self.addresses[0]} cancelled: the client is stopping")
+
     # ------------------------------------------------------------------ requests
 
     def request(self, server: int, header: Header, frames: Sequence = ()) -> tuple[Header, list]:
@@ -173,7 +194,9 @@ class Peers:
         Raises:
             PeerUnreachableError: A request went unanswered through every retry.
             ProtocolError: A reply that does not fit its request.
+            Cancelled: :meth:`cancel` was called (before or during the wait).
         """
+        self._check_cancelled()
         inflight: list[dict[int, Request]] = [{} for _ in self.addresses]
         if type(requests) is list and len(requests) == 1:
             # One request (a synchronous push or pull): send it and wait once for replies,
@@ -205,12 +228,16 @@ class Peers:
                 self._resend_due(inflight, now)
                 deadline = self._next_due(inflight)
             wait_ms = max(0, int((deadline - time.monotonic()) * 1000) + 1)
-            if self.alive is not None:
-                if not self.alive():
-                    raise PeerUnreachableError(
-                        str(self.addresses[0]), f"{self.addresses[0]}: its process is gone"
-                    )
-                wait_ms = min(wait_ms, int(ALIVE_EVERY_S * 1000))
+            if self._cancelled.is_set():
+                for i, per in enumerate(inflight):
+                    if per:  # a fresh socket drops the queued frames, the caller's buffers
+                        self._connect(i)
+                self._check_cancelled()
+            if self.alive is not None and not self.alive():
+                raise PeerUnreachableError(
+                    str(self.addresses[0]), f"{self.addresses[0]}: its process is gone"
+                )
+            wait_ms = min(wait_ms, int(ALIVE_EVERY_S * 1000))
             for sock, _ in self._poller.poll(wait_ms):
                 self._drain(self._sockets.index(sock), inflight)
 

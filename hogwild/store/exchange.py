@@ -121,6 +121,10 @@ class Home(ABC):
         """Only ``ranges`` of the copy will be pushed and merged (a model partition's rows):
         :meth:`fetch` need only bring those."""
 
+    def cancel(self) -> None:  # noqa: B027 - a home in shared memory never waits
+        """End a push or pull in progress on the thread soon (called from another thread: the
+        exchanger is closing, and what is in flight is no longer wanted)."""
+
     def close(self) -> None:  # noqa: B027 - a home in shared memory holds nothing
         """Release connections."""
 
@@ -242,6 +246,9 @@ class Exchanger:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        # A push or pull in progress ends now, not after its timeouts and retries (a server
+        # that died mid-request would hold the worker's exit for them).
+        self.home.cancel()
         self._thread.join(FINISH_TIMEOUT_S)
         self.home.close()
 

@@ -395,6 +395,12 @@ class PSClient:
         that answer (one that is down, or being replaced, is left out)."""
         return self.connection.status()
 
+    def cancel(self) -> None:
+        """End the request another thread has in progress with
+        :class:`~hogwild.net.channel.Cancelled` (and refuse every later one): the one call made
+        from another thread, when the client's owner stops. :meth:`close` still follows."""
+        self.connection.cancel()
+
     def close(self) -> None:
         self.pinned.clear()
         self.connection.close()

@@ -45,7 +45,7 @@ from hogwild_plugins.ps.routing import (
 )
 
 from hogwild.errors import HogwildError
-from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
+from hogwild.net.channel import Cancelled, Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import ErrorCode, Header, MsgType, job_id
 
 __all__ = ["Connection", "PSRequestError"]
@@ -111,6 +111,7 @@ class Connection:
         self.failover_s = failover_s
         self.keys = keys
         self._pinger: Peers | None = None  # replicated: is a silent primary alive?
+        self._cancelled = False  # set by another thread (cancel): a plain flag suffices
         if etcd:  # a dead primary must be given up on well within a failover
             timeout_s, retries = min(timeout_s, FAILOVER_TIMEOUT_S), min(retries, 1)
         self.peers = Peers(
@@ -291,6 +292,8 @@ class Connection:
         stimuli = [Unfinished(f"unfinished-{round_}", waiting, time.monotonic())]
         while stimuli:
             for action in rerouting.handle(stimuli.pop(0)):
+                if self.cancelled:
+                    raise Cancelled("re-routing to the parameter servers' primaries: cancelled")
                 if isinstance(action, ReadMap):
                     try:
                         routes.read()
@@ -307,7 +310,9 @@ class Connection:
                 elif isinstance(action, Pause):
                     time.sleep(action.seconds)
                 elif isinstance(action, AwaitMap):
-                    routes.wait(action.buckets, action.deadline, action.away)
+                    routes.wait(
+                        action.buckets, action.deadline, action.away, lambda: self.cancelled
+                    )
                     stimuli.append(
                         MapSettled(f"settled-{round_}", routes.primaries, time.monotonic())
                     )
@@ -326,6 +331,21 @@ class Connection:
                         todo.append(req)
                     return todo
         raise AssertionError("re-routing ended without re-sending or giving up")
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """End the request in progress (waits on servers, on pings and on the map alike) with
+        :class:`~hogwild.net.channel.Cancelled`: the only call another thread may make (the
+        client's owner is stopping and no longer wants the replies)."""
+        self._cancelled = True
+        self.peers.cancel()
+        pinger = self._pinger
+        if pinger is not None:
+            pinger.cancel()
 
     def _answers(self, server: int) -> bool:
         """Whether ``server`` answers a ping within :data:`PING_TIMEOUT_S` (replicated)."""

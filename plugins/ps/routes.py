@@ -10,12 +10,13 @@ live primary.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord
 
 from hogwild.errors import HogwildError
+from hogwild.net.channel import Cancelled
 
 __all__ = ["Routes", "etcd_prefix", "read_map"]
 
@@ -84,15 +85,24 @@ class Routes:
             self.primaries[b] = record.primary if live else None
             self.epochs[b] = record.epoch if record is not None else 0
 
-    def wait(self, buckets: Iterable[int], deadline: float, away_from: dict | None = None) -> None:
+    def wait(
+        self,
+        buckets: Iterable[int],
+        deadline: float,
+        away_from: dict | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> None:
         """Read the map until every one of ``buckets`` has a live primary (and, for those in
         ``away_from``, a newer epoch than the one given, or ``away_from``'s deadline passed).
 
         Raises:
             HogwildError: Past ``deadline`` (naming the buckets without a primary).
+            Cancelled: ``cancelled()`` turned true (the client is stopping).
         """
         wanted = set(buckets)
         while True:
+            if cancelled():
+                raise Cancelled("waiting for the parameter servers' primaries: cancelled")
             try:
                 self.read()
             except EtcdUnavailable:  # a blip during a failover: read again until the deadline

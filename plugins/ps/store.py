@@ -91,6 +91,9 @@ class RemoteHome(Home):
                 decay=buffer.decay,
             )
 
+    def cancel(self) -> None:
+        self.client.cancel()
+
     def close(self) -> None:
         self.client.close()
 
