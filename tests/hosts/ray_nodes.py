@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 from tests.hosts.harness import Hosts, HostsError
 
@@ -37,7 +38,9 @@ def ray_env(hosts: Hosts) -> dict[str, str]:
     return env
 
 
-def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> None:
+def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Callable[[], None]:
+    """Start ``ray start`` in host ``host``; a function that waits for it to end (raising
+    :class:`HostsError` if it failed), so that several nodes join at once."""
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", *args,
         "--node-ip-address", hosts.address(host), "--num-cpus", str(cpus),
@@ -46,24 +49,45 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Non
     ]  # fmt: skip
     log = hosts.home(host) / "ray-start.log"
     with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
-        code = subprocess.run(
+        starter = subprocess.Popen(
             hosts.argv(host, argv), stdout=out, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, timeout=STARTED_WITHIN_S,
-        ).returncode  # fmt: skip
-    if code != 0:
-        raise HostsError(f"ray start in host {host}: exit {code}: {log.read_text()[-3000:]}")
+            start_new_session=True,
+        )  # fmt: skip
+
+    def wait() -> None:
+        try:
+            code = starter.wait(STARTED_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            starter.kill()
+            starter.wait()
+            raise HostsError(f"ray start in host {host}: not done in {STARTED_WITHIN_S:g} s: "
+                             f"{log.read_text()[-3000:]}") from None  # fmt: skip
+        if code != 0:
+            raise HostsError(f"ray start in host {host}: exit {code}: {log.read_text()[-3000:]}")
+
+    return wait
 
 
 def start_ray(hosts: Hosts, nodes: list[int], cpus: int) -> str:
-    """A Ray cluster with a node in each of ``nodes`` (the head in the first), ``cpus`` logical
-    CPUs each; its GCS address."""
+    """A Ray cluster with a node in each of ``nodes`` (the head in the first, then the others
+    joining it together), ``cpus`` logical CPUs each; its GCS address."""
     env = ray_env(hosts)
     head = nodes[0]
     _ray_start(hosts, head, env, cpus, "--head", "--port", str(RAY_PORT),
-               "--include-dashboard=false")  # fmt: skip
+               "--include-dashboard=false")()  # fmt: skip
     address = f"{hosts.address(head)}:{RAY_PORT}"
-    for host in nodes[1:]:
+    joining = [
         _ray_start(hosts, host, {**env, "RAY_AUTH_MODE": "token"}, cpus, "--address", address)
+        for host in nodes[1:]
+    ]
+    failed = None
+    for wait in joining:  # every one waited for, even after one failed
+        try:
+            wait()
+        except HostsError as exc:
+            failed = failed or exc
+    if failed is not None:
+        raise failed
     return address
 
 

@@ -2,14 +2,15 @@
 seeded schedules of the real state machines under every fault, checked after every step, and
 scripted schedules that pin down interleavings the replication once got wrong.
 
-The seeded run costs most of this file (two worker processes share the seeds); each scripted
-schedule is a few hundred steps of pure Python.
+The seeded run costs most of this file; each scripted schedule is a few hundred steps of pure
+Python. Its seeds reach every branch of the simulator and of the state machines that the first
+20,000 seeds reach (every fault kind, every invariant's check, cold and established starts; one
+branch only with ``RARE_SEEDS``); the long runs, which look for rarer interleavings, are
+``python bench/simulate.py --seeds N``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
 import random
 
 import pytest
@@ -17,16 +18,19 @@ from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, World, run_
 from hogwild_plugins.ps.simulation.server import Exchange, SimServer
 from hogwild_plugins.ps.simulation.world import established
 
-SEEDS = 20_000
+SEEDS = 2_000
+# Beyond SEEDS, the one seed below 15,000 whose schedule has a server read a bucket's record older
+# than one it already saw (BucketRole keeps the newer): the one branch the first 20,000 seeds
+# reach that the first 2,000 do not.
+RARE_SEEDS = (10_780,)
 STEPS = 60
-WORKERS = 2
 CHECKED_FAULTS = FAULTS
 
 
-def run_seeds(first: int, count: int) -> dict:
-    """Run seeds ``first`` .. ``first + count - 1``; the totals, or the first violation."""
+def run_seeds(seeds) -> dict:
+    """Run each of ``seeds``; the totals, or the first violation."""
     totals = {"seeds": 0, "acknowledged": 0, "faults": 0}
-    for seed in range(first, first + count):
+    for seed in seeds:
         try:
             world = run_seed(seed, STEPS, faults=CHECKED_FAULTS)
         except Violation as exc:
@@ -38,16 +42,12 @@ def run_seeds(first: int, count: int) -> dict:
 
 
 def test_seeded_schedules_keep_every_invariant():
-    chunk = SEEDS // WORKERS
-    context = multiprocessing.get_context("forkserver")
-    with concurrent.futures.ProcessPoolExecutor(WORKERS, mp_context=context) as pool:
-        results = list(pool.map(run_seeds, range(0, SEEDS, chunk), [chunk] * WORKERS))
-    for result in results:
-        assert "violation" not in result, result["violation"]
-    assert sum(r["seeds"] for r in results) == SEEDS
+    result = run_seeds([*range(SEEDS), *RARE_SEEDS])
+    assert "violation" not in result, result["violation"]
+    assert result["seeds"] == SEEDS + len(RARE_SEEDS)
     # the schedules did something: updates acknowledged, faults injected
-    assert sum(r["acknowledged"] for r in results) > SEEDS // 2
-    assert sum(r["faults"] for r in results) > SEEDS
+    assert result["acknowledged"] > SEEDS // 2
+    assert result["faults"] > SEEDS
 
 
 # ------------------------------------------------------ the incremental check against the full one
