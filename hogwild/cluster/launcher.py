@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from hogwild.cluster.roles import RoleSpec
 from hogwild.entry_points import load
-from hogwild.errors import RoleFailedError
+from hogwild.errors import EXIT_STOPPED, RoleFailedError
 
 GROUP = "hogwild.launchers"
 STOP_ORDER = ("member", "replica", "data", "ps")
@@ -43,6 +43,13 @@ class RoleExit:
     host: str
     returncode: int | None  # None: its node or actor was lost without a status
     why: str = ""  # what the driver saw instead (a restart that did not start)
+    said: str = ""  # its last error line (``hogwild: error: ...``), where the launcher has it
+
+    @property
+    def stopped(self) -> bool:
+        """It exited with :data:`~hogwild.errors.EXIT_STOPPED`: a parameter server stopped its
+        bucket, which no restart of this role helps."""
+        return self.returncode == EXIT_STOPPED
 
     def describe(self) -> str:
         if self.why:

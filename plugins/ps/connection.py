@@ -44,11 +44,11 @@ from hogwild_plugins.ps.routing import (
     reply_outcome,
 )
 
-from hogwild.errors import HogwildError
+from hogwild.errors import HogwildError, StoppedError
 from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import ErrorCode, Header, MsgType, job_id
 
-__all__ = ["Connection", "PSRequestError"]
+__all__ = ["Connection", "PSRequestError", "PSStoppedError"]
 
 MAX_JSON_BYTES = 4 << 20
 
@@ -60,6 +60,13 @@ class PSRequestError(HogwildError):
         name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
         super().__init__(f"parameter server {address}: {name}: {message}")
         self.address, self.code = address, code
+
+
+class PSStoppedError(PSRequestError, StoppedError):
+    """A server refused a request ``STOPPED``: the request's bucket is stopped there (a write it
+    acknowledged failed to apply). With one copy nothing else serves the bucket: the replica
+    stops, and its driver stops the job rather than restart it (with copies, the request goes
+    to the bucket's next primary instead and this is never raised)."""
 
 
 class Connection:
@@ -214,10 +221,12 @@ class Connection:
         return data
 
     def raise_error(self, server: int, header: Header, frames: list) -> None:
-        """Raise :class:`PSRequestError` if ``header`` is an ERROR reply from ``server``."""
+        """Raise :class:`PSRequestError` if ``header`` is an ERROR reply from ``server``
+        (:class:`PSStoppedError` for ``STOPPED``)."""
         if header.type == MsgType.ERROR:
             text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
-            raise PSRequestError(str(self.peers.addresses[server]), header.code, text)
+            error = PSStoppedError if header.code == ErrorCode.STOPPED else PSRequestError
+            raise error(str(self.peers.addresses[server]), header.code, text)
 
     # ------------------------------------------------------------------ exchange
 
