@@ -241,6 +241,7 @@ class Connection:
         errors: list[tuple[int, Header, list]] = []
         done = [False] * len(requests)
         refused: set[int] = set()  # indices answered NOT_PRIMARY (the server lives)
+        stopped: dict[int, tuple[int, Header, list]] = {}  # index -> its last refusal, STOPPED
         replicated = self.replicated
 
         def wrap(i: int, req: Request):
@@ -250,6 +251,10 @@ class Connection:
                 outcome = reply_outcome(header.type, header.code, replicated)
                 if outcome == Outcome.RE_ROUTE:
                     refused.add(i)
+                    if header.code == ErrorCode.STOPPED:
+                        stopped[i] = (req.server, header, frames)
+                    else:
+                        stopped.pop(i, None)
                     return  # not done: sent again to the bucket's next primary
                 done[i] = True
                 if outcome == Outcome.STALE:
@@ -286,7 +291,22 @@ class Connection:
                 if not done[i]
             )
             refused.clear()
-            todo = self._re_route(rerouting, requests, waiting)
+            try:
+                todo = self._re_route(rerouting, requests, waiting)
+            except PeerUnreachableError as exc:
+                # a request still refused STOPPED: its server holds the bucket stopped and no
+                # other took it over in time (it had no caught-up copy): that is why, not a
+                # server gone
+                last = [stopped[w.request] for w in waiting if w.request in stopped]
+                if not last:
+                    raise
+                server, header, frames = last[0]
+                text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
+                raise PSStoppedError(
+                    str(self.peers.addresses[server]),
+                    header.code,
+                    f"{text} (no other server took the bucket over within {self.failover_s:g} s)",
+                ) from exc
         if errors:
             server, header, frames = errors[0]
             self.raise_error(server, header, frames)

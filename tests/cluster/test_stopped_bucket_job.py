@@ -7,6 +7,9 @@ else serves it. The client's ``STOPPED`` is a :class:`~hogwild.errors.StoppedErr
 it, exits with :data:`~hogwild.errors.EXIT_STOPPED` and one line naming the server, the bucket
 and the failure. Run as a role of the local launcher, the driver's supervision reads that line
 and stops the job with it, restarts left or not, rather than restart a role no restart helps.
+With copies, a client re-routes ``STOPPED`` to the bucket's next primary; when none takes the
+bucket over (the stopped primary had no caught-up copy, so it keeps its record), the client
+gives up with the ``STOPPED`` refusal, not as if the server were gone.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from hogwild.cluster.supervisor import (
 from hogwild.config import load_config
 from hogwild.errors import EXIT_STOPPED, RoleFailedError, StoppedError
 from hogwild.model.network import model_network
+from tests.adversarial.copies import N, primary_and_copy, two_copies
 
 pytestmark = pytest.mark.ps_kernels
 
@@ -189,3 +193,25 @@ def test_a_stopped_exit_is_not_restarted_while_restarts_remain_and_others_still_
     other.handle(RoleExited(RoleExit("replica 0", "h", 2), next(ids)))
     [restart] = other.handle(Recover(next(ids)))
     assert restart.name == "replica 0" and restart.count == 1
+
+
+def test_with_copies_a_stopped_primary_no_copy_took_over_from_is_reported_stopped():
+    with two_copies("stuck", client_id=9, timeout_s=10.0) as (servers, client):
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = primary_and_copy(servers, 0)
+        bucket = primary.layout.bucket_of(0)
+        role = primary.replication.roles[bucket]
+        copy.stop()  # the primary drops it (ps.min_copies = 1 of 2) and writes on alone
+        client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])
+        assert role.record.in_sync == (primary.options.index,)
+        primary.shards[primary.local[0]].values.flags.writeable = False  # its application raises
+        client.connection.failover_s = 3.0
+        with pytest.raises(StoppedError) as raised:
+            client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])
+        # no caught-up copy to hand the bucket to: it stepped down, keeping its record
+        assert primary.stops.stopped(bucket) and not primary.replication.serving(0)
+        assert role.record.primary == primary.options.index
+    text = str(raised.value)
+    assert f"parameter server {primary.address}: STOPPED" in text
+    assert f"bucket {bucket} is stopped on server {primary.options.index}" in text
+    assert text.endswith("(no other server took the bucket over within 3 s)")
