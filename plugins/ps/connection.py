@@ -64,9 +64,10 @@ class PSRequestError(HogwildError):
 
 class PSStoppedError(PSRequestError, StoppedError):
     """A server refused a request ``STOPPED``: the request's bucket is stopped there (a write it
-    acknowledged failed to apply). With one copy nothing else serves the bucket: the replica
-    stops, and its driver stops the job rather than restart it (with copies, the request goes
-    to the bucket's next primary instead and this is never raised)."""
+    acknowledged failed to apply). With one copy nothing else serves the bucket; with copies the
+    request goes to the bucket's next primary, and this is raised only when none took the bucket
+    over within the failover wait. The replica stops, and its driver stops the job rather than
+    restart it."""
 
 
 class Connection:
