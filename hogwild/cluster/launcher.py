@@ -32,7 +32,26 @@ from hogwild.errors import EXIT_STOPPED, RoleFailedError
 
 GROUP = "hogwild.launchers"
 STOP_ORDER = ("member", "replica", "data", "ps")
-__all__ = ["GROUP", "STOP_ORDER", "Launcher", "RoleExit", "RoleFailedError", "launcher_class"]
+__all__ = [
+    "ERROR_PREFIX",
+    "GROUP",
+    "STOP_ORDER",
+    "Launcher",
+    "RoleExit",
+    "RoleFailedError",
+    "launcher_class",
+    "said_in",
+]
+
+
+ERROR_PREFIX = "hogwild: error: "  # how the CLI says why it failed, one line
+
+
+def said_in(lines) -> str:
+    """The last error line the CLI printed among a role's last ``lines`` of stderr, without its
+    prefix ("" if none): what a role that exited :data:`~hogwild.errors.EXIT_STOPPED` said."""
+    errors = [line for line in lines if line.startswith(ERROR_PREFIX)]
+    return errors[-1][len(ERROR_PREFIX) :] if errors else ""
 
 
 @dataclass(frozen=True)

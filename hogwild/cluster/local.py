@@ -21,14 +21,13 @@ import time
 from collections import deque
 from pathlib import Path
 
-from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
+from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError, said_in
 from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
 from hogwild.errors import EXIT_STOPPED
 from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
 
 POLL_S = 0.05
-ERROR_PREFIX = "hogwild: error: "  # how the CLI says why it failed, one line
 
 
 class RoleProcess:
@@ -53,8 +52,7 @@ class RoleProcess:
     def last_error(self) -> str:
         """Once it exited: its last ``hogwild: error:`` line (its stderr read to the end)."""
         self.reader.join(1.0)  # the exit may be seen before its last lines are read
-        errors = [line for line in list(self.lines) if line.startswith(ERROR_PREFIX)]
-        return errors[-1][len(ERROR_PREFIX) :] if errors else ""
+        return said_in(list(self.lines))
 
     def signal_group(self, signum: int) -> bool:
         """Send ``signum`` to the role's process group; whether any process was there."""
