@@ -117,7 +117,8 @@ class World:
         return self.time
 
     def _application_fails(self, what: str) -> bool:
-        """Whether an update's application fails (``what``: which, for the schedule)."""
+        """Whether an update's application fails: a draw, whichever it is (``what`` names it,
+        for a test's own ``fails`` to pick by; the stop it makes is in the schedule)."""
         if "fail" not in self.faults or self.failures.random() >= FAIL_RATE:
             return False
         self.counts["faults"] += 1
