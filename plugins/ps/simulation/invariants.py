@@ -119,7 +119,9 @@ class Invariants:
         """Server ``index`` was killed (it is no longer among the world's servers): what it held
         still counts for the rounds it committed; the acknowledged updates it took with it, no
         live server holding them any more, are forgiven and returned."""
-        self.graveyard.append((index, {shard: set(v) for shard, v in server.values.items()}))
+        # what it took: applied, or committed and failed to apply (its bucket stopped there)
+        took = {shard: set(v) | server.failed_writes[shard] for shard, v in server.values.items()}
+        self.graveyard.append((index, took))
         gone = []
         for shard, acked in self.acked.items():
             held = set().union(*(s.values[shard] for s in self.live()))
