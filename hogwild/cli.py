@@ -2,10 +2,10 @@
 ``plot``, ``shm`` and ``bench``; plugins add theirs (``ps``).
 
 Every failure a user can cause is a :class:`~hogwild.errors.HogwildError`; the CLI prints its
-message on one line and exits with status 2 (1 for a worker that died, 130 for Ctrl-C), never a
-traceback. Any config key can be set as ``--section.key=value`` after the named flags; the flags
-themselves, their hidden old spellings and the errors that name them are in
-:mod:`hogwild.cli_flags`.
+message on one line and exits with status 2 (1 for a worker that died, 4 for a parameter server
+that stopped the job's bucket, 130 for Ctrl-C), never a traceback. Any config key can be set as
+``--section.key=value`` after the named flags; the flags themselves, their hidden old spellings
+and the errors that name them are in :mod:`hogwild.cli_flags`.
 
 ``hogwild data ingest|preview|info|verify`` builds and inspects LMDB image caches
 (:mod:`hogwild.data.cli_data`); ``train --data CACHE`` trains from one.
@@ -27,7 +27,7 @@ import signal
 import sys
 from pathlib import Path
 
-from hogwild.errors import HogwildError, Terminated, WorkerDiedError
+from hogwild.errors import EXIT_STOPPED, HogwildError, StoppedError, Terminated, WorkerDiedError
 
 INTERRUPTED = "hogwild: interrupted; workers stopped and shared memory removed"  # on Ctrl-C
 
@@ -461,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerDiedError as exc:
         print(f"hogwild: error: {exc}", file=sys.stderr)
         return 1
+    except StoppedError as exc:  # a cluster driver does not restart this one: said on one line
+        print(f"hogwild: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_STOPPED
     except HogwildError as exc:
         print(f"hogwild: error: {exc}", file=sys.stderr)
         return 2

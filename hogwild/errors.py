@@ -38,5 +38,15 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: stop as Ctrl-C does (exit status 143 from the CLI)."""
 
 
+class StoppedError(HogwildError):
+    """A parameter server stopped what a job trains on: a write it acknowledged failed to apply,
+    so it refuses the bucket's requests until its memory is replaced. Restarting the client
+    cannot help; the CLI exits with :data:`EXIT_STOPPED`, which a cluster driver does not
+    restart but stops the job on, naming the server, the bucket and why."""
+
+
+EXIT_STOPPED = 4  # the CLI's status for a StoppedError (2: any other HogwildError)
+
+
 class RoleFailedError(WorkerDiedError):
     """A role of a cluster job (a replica, a parameter or data server) exited or cannot start."""

@@ -28,11 +28,30 @@ from dataclasses import dataclass
 
 from hogwild.cluster.roles import RoleSpec
 from hogwild.entry_points import load
-from hogwild.errors import RoleFailedError
+from hogwild.errors import EXIT_STOPPED, RoleFailedError
 
 GROUP = "hogwild.launchers"
 STOP_ORDER = ("member", "replica", "data", "ps")
-__all__ = ["GROUP", "STOP_ORDER", "Launcher", "RoleExit", "RoleFailedError", "launcher_class"]
+__all__ = [
+    "ERROR_PREFIX",
+    "GROUP",
+    "STOP_ORDER",
+    "Launcher",
+    "RoleExit",
+    "RoleFailedError",
+    "launcher_class",
+    "said_in",
+]
+
+
+ERROR_PREFIX = "hogwild: error: "  # how the CLI says why it failed, one line
+
+
+def said_in(lines) -> str:
+    """The last error line the CLI printed among a role's last ``lines`` of stderr, without its
+    prefix ("" if none): what a role that exited :data:`~hogwild.errors.EXIT_STOPPED` said."""
+    errors = [line for line in lines if line.startswith(ERROR_PREFIX)]
+    return errors[-1][len(ERROR_PREFIX) :] if errors else ""
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,13 @@ class RoleExit:
     host: str
     returncode: int | None  # None: its node or actor was lost without a status
     why: str = ""  # what the driver saw instead (a restart that did not start)
+    said: str = ""  # its last error line (``hogwild: error: ...``), where the launcher has it
+
+    @property
+    def stopped(self) -> bool:
+        """It exited with :data:`~hogwild.errors.EXIT_STOPPED`: a parameter server stopped its
+        bucket, which no restart of this role helps."""
+        return self.returncode == EXIT_STOPPED
 
     def describe(self) -> str:
         if self.why:

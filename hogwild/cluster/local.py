@@ -21,8 +21,9 @@ import time
 from collections import deque
 from pathlib import Path
 
-from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
+from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError, said_in
 from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
+from hogwild.errors import EXIT_STOPPED
 from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
 
@@ -47,6 +48,11 @@ class RoleProcess:
 
     def last_words(self) -> str:
         return " | ".join(list(self.lines)[-4:]) or "nothing"
+
+    def last_error(self) -> str:
+        """Once it exited: its last ``hogwild: error:`` line (its stderr read to the end)."""
+        self.reader.join(1.0)  # the exit may be seen before its last lines are read
+        return said_in(list(self.lines))
 
     def signal_group(self, signum: int) -> bool:
         """Send ``signum`` to the role's process group; whether any process was there."""
@@ -134,7 +140,8 @@ class LocalLauncher(Launcher):
             code = role.process.poll()
             if code is not None and name not in self._reported:
                 self._reported.add(name)
-                gone.append(RoleExit(name, "localhost", code))
+                said = role.last_error() if code == EXIT_STOPPED else ""
+                gone.append(RoleExit(name, "localhost", code, said=said))
         return gone
 
     def kill(self, name: str) -> bool:

@@ -21,9 +21,12 @@ What it decides:
   remain.
 - **Failover at once**: a replicated parameter server that exited has its lease ended now
   (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse.
-- **Stopping**: one exited role that will not come back (not supervised, or past its restarts)
-  stops the job, with one message naming every role that exited, why each is not restarted,
-  and where the last checkpoint is kept.
+- **Stopping**: one exited role that will not come back (not supervised, past its restarts, or
+  stopped by a parameter server: it exited :data:`~hogwild.errors.EXIT_STOPPED`, its bucket
+  refused there until the server is restarted, which no restart of the role helps) stops the
+  job, with one message naming every role that exited, why each is not restarted (a stopped
+  role's last error line: the server, the bucket and why), and where the last checkpoint is
+  kept.
 """
 
 from __future__ import annotations
@@ -157,7 +160,10 @@ class RestartPolicy:
     # -- queries ---------------------------------------------------------------------------------
 
     def restartable(self, name: str) -> bool:
-        """Supervised and below its restarts."""
+        """Supervised, below its restarts, and not stopped by a parameter server."""
+        exit_ = self.exits.get(name)
+        if exit_ is not None and exit_.stopped:
+            return False
         return name in self.roles and self.restarts.get(name, 0) < self.limit
 
     def awaiting_restart(self, name: str) -> bool:
@@ -217,6 +223,12 @@ class RestartPolicy:
 
     def _why_stopped(self) -> str:
         def told(exit_: RoleExit) -> str:
+            if exit_.stopped:
+                said = f": {exit_.said}" if exit_.said else ""
+                return (
+                    f"{exit_.name} on {exit_.host} was stopped by its parameter server{said} "
+                    "(not restarted: the server refuses the bucket until it is restarted)"
+                )
             if not self.limit or self.restartable(exit_.name):
                 return exit_.describe()
             if exit_.name not in self.roles:

@@ -17,8 +17,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hogwild.errors import DataError, HogwildError, WorkerDiedError, WorkerStalledError
-from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop, Wake
+from hogwild.errors import (
+    DataError,
+    HogwildError,
+    StoppedError,
+    WorkerDiedError,
+    WorkerStalledError,
+)
+from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop, StoppedFailed, Wake
 
 READY_TIMEOUT_S = 300.0  # a worker that cannot pin itself, or then start, in this long is broken
 POLL_S = 0.1
@@ -133,6 +139,8 @@ class WorkerGang:
             )
         if isinstance(message, DataFailed):  # a bad record, say: the user's input, one line
             raise DataError(f"worker {message.worker}, while {doing}: {message.message}")
+        if isinstance(message, StoppedFailed):  # its parameter server stopped the bucket
+            raise StoppedError(f"worker {message.worker}, while {doing}: {message.message}")
         return message
 
     def _kept(self) -> str:

@@ -2,10 +2,11 @@
 
 Each is a small frozen dataclass (pickled by ``multiprocessing`` between processes of one job on
 one machine; nothing here ever crosses a network). Commands: :class:`Train`, :class:`Evaluate`,
-:class:`Stop`. Answers: :class:`Ready`, :class:`Trained`, :class:`Evaluated`, and the two
-failures, :class:`Failed` (a traceback) and :class:`DataFailed` (a one-line data error the user
-can act on); :class:`Wake` is the parent's own, put on the answer queue by another of its
-threads. :class:`WorkerSetup` is everything a worker process is started with.
+:class:`Stop`. Answers: :class:`Ready`, :class:`Trained`, :class:`Evaluated`, and the three
+failures, :class:`Failed` (a traceback), :class:`DataFailed` (a one-line data error the user
+can act on) and :class:`StoppedFailed` (a parameter server stopped the bucket: no restart
+helps); :class:`Wake` is the parent's own, put on the answer queue by another of its threads.
+:class:`WorkerSetup` is everything a worker process is started with.
 """
 
 from __future__ import annotations
@@ -116,5 +117,14 @@ class Failed:
 
 @dataclass(frozen=True)
 class DataFailed:
+    worker: int
+    message: str
+
+
+@dataclass(frozen=True)
+class StoppedFailed:
+    """A worker's parameter server refused it ``STOPPED`` (a :class:`~hogwild.errors.
+    StoppedError`): the message, one line."""
+
     worker: int
     message: str

@@ -44,11 +44,11 @@ from hogwild_plugins.ps.routing import (
     reply_outcome,
 )
 
-from hogwild.errors import HogwildError
+from hogwild.errors import HogwildError, StoppedError
 from hogwild.net.channel import Cancelled, Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import ErrorCode, Header, MsgType, job_id
 
-__all__ = ["Connection", "PSRequestError"]
+__all__ = ["Connection", "PSRequestError", "PSStoppedError"]
 
 MAX_JSON_BYTES = 4 << 20
 
@@ -60,6 +60,14 @@ class PSRequestError(HogwildError):
         name = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
         super().__init__(f"parameter server {address}: {name}: {message}")
         self.address, self.code = address, code
+
+
+class PSStoppedError(PSRequestError, StoppedError):
+    """A server refused a request ``STOPPED``: the request's bucket is stopped there (a write it
+    acknowledged failed to apply). With one copy nothing else serves the bucket; with copies the
+    request goes to the bucket's next primary, and this is raised only when none took the bucket
+    over within the failover wait. The replica stops, and its driver stops the job rather than
+    restart it."""
 
 
 class Connection:
@@ -215,10 +223,12 @@ class Connection:
         return data
 
     def raise_error(self, server: int, header: Header, frames: list) -> None:
-        """Raise :class:`PSRequestError` if ``header`` is an ERROR reply from ``server``."""
+        """Raise :class:`PSRequestError` if ``header`` is an ERROR reply from ``server``
+        (:class:`PSStoppedError` for ``STOPPED``)."""
         if header.type == MsgType.ERROR:
             text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
-            raise PSRequestError(str(self.peers.addresses[server]), header.code, text)
+            error = PSStoppedError if header.code == ErrorCode.STOPPED else PSRequestError
+            raise error(str(self.peers.addresses[server]), header.code, text)
 
     # ------------------------------------------------------------------ exchange
 
@@ -233,6 +243,7 @@ class Connection:
         errors: list[tuple[int, Header, list]] = []
         done = [False] * len(requests)
         refused: set[int] = set()  # indices answered NOT_PRIMARY (the server lives)
+        stopped: dict[int, tuple[int, Header, list]] = {}  # index -> its last refusal, STOPPED
         replicated = self.replicated
 
         def wrap(i: int, req: Request):
@@ -242,6 +253,10 @@ class Connection:
                 outcome = reply_outcome(header.type, header.code, replicated)
                 if outcome == Outcome.RE_ROUTE:
                     refused.add(i)
+                    if header.code == ErrorCode.STOPPED:
+                        stopped[i] = (req.server, header, frames)
+                    else:
+                        stopped.pop(i, None)
                     return  # not done: sent again to the bucket's next primary
                 done[i] = True
                 if outcome == Outcome.STALE:
@@ -278,7 +293,22 @@ class Connection:
                 if not done[i]
             )
             refused.clear()
-            todo = self._re_route(rerouting, requests, waiting)
+            try:
+                todo = self._re_route(rerouting, requests, waiting)
+            except PeerUnreachableError as exc:
+                # a request still refused STOPPED: its server holds the bucket stopped and no
+                # other took it over in time (it had no caught-up copy): that is why, not a
+                # server gone
+                last = [stopped[w.request] for w in waiting if w.request in stopped]
+                if not last:
+                    raise
+                server, header, frames = last[0]
+                text = bytes(memoryview(frames[0])).decode("utf-8", "replace") if frames else ""
+                raise PSStoppedError(
+                    str(self.peers.addresses[server]),
+                    header.code,
+                    f"{text} (no other server took the bucket over within {self.failover_s:g} s)",
+                ) from exc
         if errors:
             server, header, frames = errors[0]
             self.raise_error(server, header, frames)

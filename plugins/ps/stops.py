@@ -47,16 +47,27 @@ class BucketStops:
         server: This server's index (named in the refusal).
         on_stop: Called once per stop (from the thread that recorded it) with the bucket: the
             replication hands a primary's bucket over. None: nothing more to do.
+        say: Where a stop is said, one line (None: stderr; the simulator keeps it in its
+            schedule instead of printing it for every seed).
     """
 
-    def __init__(self, server: int, on_stop=None) -> None:
+    def __init__(self, server: int, on_stop=None, say=None) -> None:
         self.server = server
         self.on_stop = on_stop
+        self.say = say
         # bucket -> {"reason", "at" (wall clock), "shards": those whose memory failed a write}
         self.buckets: dict[int, dict] = {}
         self.stops = 0  # every stop, lifted or not
         self.lifted = 0
         self._lock = threading.Lock()  # two threads stopping one bucket: one record, one call
+
+    def __getstate__(self) -> dict:
+        """A copy (the simulator copies its servers between steps) takes a lock of its own."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def stop(self, bucket: int, shard: int, reason: str) -> bool:
         """Stop ``bucket``: ``shard``'s memory failed a write, for ``reason``. False if the bucket
@@ -70,12 +81,14 @@ class BucketStops:
                 return False
             self.buckets[bucket] = {"reason": reason, "at": time.time(), "shards": {shard}}
             self.stops += 1
-        print(
+        line = (
             f"hogwild ps: server {self.server} stopped bucket {bucket}: {reason} "
-            "(its requests are refused with STOPPED; see `hogwild ps status`)",
-            file=sys.stderr,
-            flush=True,
+            "(its requests are refused with STOPPED; see `hogwild ps status`)"
         )
+        if self.say is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.say(line)
         if self.on_stop is not None:
             self.on_stop(bucket)
         return True

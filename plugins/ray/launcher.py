@@ -60,8 +60,15 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError
+from hogwild.cluster.launcher import (
+    STOP_ORDER,
+    Launcher,
+    RoleExit,
+    RoleFailedError,
+    said_in,
+)
 from hogwild.cluster.roles import RoleSpec, member_count, replica_cpus
+from hogwild.errors import EXIT_STOPPED
 from hogwild.net.address import host_port, is_loopback, parse_address
 
 POLL_S = 0.1
@@ -334,7 +341,9 @@ class RayLauncher(Launcher):
             role.last = status["last"]
             if status["returncode"] is not None or status.get("lost"):
                 self._reported.add(role.spec.name)
-                gone.append(RoleExit(role.spec.name, role.host, status["returncode"]))
+                code = status["returncode"]
+                said = said_in(status["last"]) if code == EXIT_STOPPED else ""
+                gone.append(RoleExit(role.spec.name, role.host, code, said=said))
         return gone
 
     def hosts(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from hogwild_plugins.ps.replication.bucket_role import Role
 from hogwild_plugins.ps.replication.bucket_role_events import (
+    CopyUnreachable,
     HandOver,
     MapRead,
     Restored,
@@ -119,3 +120,19 @@ def test_a_stopped_copy_refuses_prepares_and_commits_until_a_snapshot_lifts_the_
     step(roles[me], Restored, record.epoch)
     assert roles[me].current and not roles[me].stopped
     assert feed(PrepareArrived, shards[0], 5, (7, 5, None)) == [Acknowledge(5)]
+
+
+def test_a_stopped_primary_hands_over_with_a_copy_still_being_dropped():
+    """A copy that failed its snapshot again after it was written out of ``in_sync`` is still
+    being dropped when the primary stops: the hand-over leaves that work to the successor (a
+    primary's work open while handing is an invalid state)."""
+    roles, keys, primary = established(range(3))
+    lost, kept = sorted(s for s in keys.read().in_sync if s != primary)
+    actions = step(roles[primary], CopyUnreachable, lost)
+    carry_out(roles[primary], actions, keys, roles, reachable=lambda s: s != lost)
+    assert lost not in keys.read().in_sync and lost in roles[primary].dropping
+    [handover] = step(roles[primary], Stopped)  # (step checks the machine's invariants)
+    assert isinstance(handover, HandOver) and handover.record.primary == kept
+    assert not roles[primary].dropping and roles[primary].role is Role.HANDING
+    carry_out(roles[primary], [handover], keys, roles)
+    assert keys.read().primary == kept and roles[primary].role is Role.FOLLOWER

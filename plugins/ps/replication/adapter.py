@@ -412,6 +412,9 @@ class Replication:
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
 
+    def stopped_here(self, bucket: int) -> bool:
+        return self.server.stops.stopped(bucket)
+
     def _stimulus(self, what: str) -> str:
         """A new stimulus id: what happened, this server, a number (for the machines' stories)."""
         return f"{what}-{self.me}-{next(self._stimuli)}"

@@ -357,6 +357,9 @@ class BucketRole:
 
     def _hand_to(self, successor: int) -> list:
         self.role = Role.HANDING  # serves nothing from now on: no acknowledgement after this
+        # a primary's work still open (a stopped primary hands over whatever it was doing: a copy
+        # being dropped or synced) is the successor's to redo under its epoch
+        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         record = self.record
         in_sync = (successor, *(s for s in record.in_sync if s != successor))
         new = BucketRecord(record.epoch + 1, successor, self.members[successor], in_sync)

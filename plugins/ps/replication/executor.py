@@ -44,6 +44,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     HandOverAnswered,
     InSyncWritten,
     SnapshotDelivered,
+    Stopped,
     Sync,
     WriteInSync,
 )
@@ -115,6 +116,10 @@ class RoleEffects(Protocol):
 
     def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:  # returns bool
         """Every shard of ``bucket`` to copy ``server``: whether it took them all."""
+
+    def stopped_here(self, bucket: int) -> bool:
+        """Whether ``bucket`` is stopped on this server (a write failed to apply here; its role
+        may not have heard yet)."""
 
     def commit_prepared(self, bucket: int) -> None:
         """What was prepared under the old primary, committed here (just won)."""
@@ -329,6 +334,12 @@ def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects)
                 done = done and record is not None
             actions += role.handle(answer(done, record, stimulus_id=sid))
         elif isinstance(action, Sync):
+            if host.stopped_here(action.bucket):
+                # a write failed to apply here since the role decided (a prepared update it
+                # just committed, say): its memory is no snapshot to spread; the role hears of
+                # the stop now (it hands the bucket over or steps down), not at the next turn
+                actions += role.handle(Stopped(stimulus_id=sid))
+                continue
             delivered = yield from host.send_snapshot(action.bucket, action.server)
             actions += role.handle(
                 SnapshotDelivered(action.server, stimulus_id=sid)

@@ -65,6 +65,9 @@ class PrimaryRound:
     def commit_prepared(self, bucket: int) -> None:
         self.replication.commit_prepared(bucket)
 
+    def stopped_here(self, bucket: int) -> bool:
+        return self.replication.stopped_here(bucket)
+
     # -- the round's effects
 
     def round(self, stimulus) -> list:

@@ -5,13 +5,18 @@ happen (a client's acknowledgement or read, a server killed, etcd wiped) and ask
 step, whether the servers still keep them (:meth:`Invariants.check`), besides every machine's own
 ``validate_state``:
 
-* every acknowledged update is on every in-sync copy that holds the bucket's state;
+* every acknowledged update is on every in-sync copy that holds the bucket's state (a copy where
+  the bucket is stopped holds it no longer: its state lives on in the others);
 * no server applied a ``(sender, seq)`` twice;
-* a shard's version (its log's committed version) is the number of updates its values hold;
+* a shard's version (its log's committed version) is the number of updates its values hold and
+  those that failed to apply there;
+* a bucket whose update failed to apply on a server is stopped there, and its role told, until a
+  snapshot replaced every shard that failed: its requests are refused ``STOPPED`` meanwhile;
 * a bucket's epoch in etcd, and each shard log's epoch on a server, only grow;
 * no two servers acknowledged writes of one bucket in one epoch, and no update was acknowledged
   with two versions;
-* an update is acknowledged only once ``min_copies`` servers hold it;
+* an update is acknowledged only once ``min_copies`` servers hold it (or took it and failed to
+  apply it, their bucket stopped);
 * a client reads its acknowledged writes, and its reads of a shard never go back.
 
 An update acknowledged and then lost with every server holding it is forgiven (the parameter
@@ -114,7 +119,9 @@ class Invariants:
         """Server ``index`` was killed (it is no longer among the world's servers): what it held
         still counts for the rounds it committed; the acknowledged updates it took with it, no
         live server holding them any more, are forgiven and returned."""
-        self.graveyard.append((index, {shard: set(v) for shard, v in server.values.items()}))
+        # what it took: applied, or committed and failed to apply (its bucket stopped there)
+        took = {shard: set(v) | server.failed_writes[shard] for shard, v in server.values.items()}
+        self.graveyard.append((index, took))
         gone = []
         for shard, acked in self.acked.items():
             held = set().union(*(s.values[shard] for s in self.live()))
@@ -179,19 +186,31 @@ class Invariants:
         self._check_buckets(everyone, {s.me for s in moved})
 
     def _check_shards(self, s: SimServer) -> None:
-        """Server ``s``'s shards: each update applied once, as many as the version says, the
-        log's epoch never back."""
+        """Server ``s``'s shards: each update applied once, as many as the version says (those
+        that failed to apply counted), the log's epoch never back; a shard that failed a write
+        stopped its bucket, which refuses requests, until a snapshot replaced it."""
         open_shards = s.open_shards()
         for shard, values in s.values.items():
             if len(set(values)) != len(values):
                 twice = sorted({v for v in values if values.count(v) > 1})
                 raise Broken(f"server {s.me} applied {twice} twice to shard {shard}")
             log = s.logs[shard]
-            if shard not in open_shards and len(values) != log.committed:
+            failed = s.failed_writes[shard]
+            if shard not in open_shards and len(values) + len(failed) != log.committed:
                 raise Broken(
                     f"server {s.me}, shard {shard}: version {log.committed} but "
-                    f"{len(values)} updates applied"
+                    f"{len(values)} updates applied and {len(failed)} failed"
                 )
+            bucket = self.bucket_of[shard]
+            if failed and not s.stops.stopped(bucket):
+                raise Broken(
+                    f"server {s.me}, shard {shard}: {sorted(failed)} failed to apply, "
+                    f"yet bucket {bucket} is not stopped"
+                )
+            if s.stops.stopped(bucket) and s.refusal(shard, "PULL") != "STOPPED":
+                raise Broken(f"server {s.me}: bucket {bucket} is stopped, yet shard {shard} served")
+            if s.roles[bucket].stopped and not s.stops.stopped(bucket):
+                raise Broken(f"server {s.me}: bucket {bucket}'s role stopped, its stop lifted")
             key = (s.me, s.incarnation, shard)
             if log.epoch < self.log_epochs.get(key, 0):
                 raise Broken(f"server {s.me}, shard {shard}: log epoch went back to {log.epoch}")
@@ -204,7 +223,11 @@ class Invariants:
             bucket = self.bucket_of[shard]
             # its holders: the live servers and those killed since (their copies counted when
             # the round committed them)
-            holders = {h.me for h in self.live() if (sender, seq) in h.values[shard]}
+            holders = {
+                h.me
+                for h in self.live()
+                if (sender, seq) in h.values[shard] or (sender, seq) in h.failed_writes[shard]
+            }
             holders |= {me for me, held in self.graveyard if (sender, seq) in held[shard]}
             if len(holders) < self.min_copies:
                 raise Broken(
@@ -237,7 +260,7 @@ class Invariants:
                 if not everyone and copy not in changed:
                     continue  # neither it nor the record nor the acknowledgements changed
                 s = servers.get(copy)
-                if s is None or not s.roles[bucket].current:
+                if s is None or not s.roles[bucket].current or s.stops.stopped(bucket):
                     continue
                 if members is None:
                     members = self.etcd.members()

@@ -17,6 +17,16 @@ The replication thread is a generator: it yields wherever the real thread blocks
 an exchange with the copies), and the world decides what happens before it goes on. The network
 thread's work (a client's update into the queue, a primary's message through the copy side) is
 one atomic step, as the real one holds the replication lock for it.
+
+An application may fail (the world's ``fails``, drawn for each update a server applies: its
+own as primary, a commit as copy, what a new primary commits of its predecessor's prepares), as
+a real update rule may raise after the write was acknowledged or committed. The server then does
+what the real one does: its :class:`~hogwild_plugins.ps.stops.BucketStops` stops the bucket
+(requests refused ``STOPPED``), the primary answers that client ``STOPPED`` rather than ``ACK``,
+the role hears :class:`~hogwild_plugins.ps.replication.bucket_role_events.Stopped` on the
+replication thread's next turn, and a snapshot queued after the failure lifts the stop
+(:class:`~hogwild_plugins.ps.replication.bucket_role_events.StopLifted`). The update missing
+from the shard's values is kept in ``failed_writes`` for the invariants.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     MapRead,
     RecordRefreshed,
     Restored,
+    StopLifted,
+    Stopped,
 )
 from hogwild_plugins.ps.replication.commit_round import CommitRound, Phase
 from hogwild_plugins.ps.replication.commit_round_events import Update
@@ -40,8 +52,9 @@ from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, Refu
 from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
+from hogwild_plugins.ps.stops import BucketStops
 
-from hogwild.net.wire import ErrorCode
+from hogwild.net.wire import ErrorCode, WireError
 
 __all__ = ["Exchange", "Peer", "SimServer", "SimWork"]
 
@@ -117,6 +130,9 @@ class SimServer:
         send: ``send(dst, message)``: into the world's network.
         now: The world's clock (ticks).
         ttl: The lease's TTL (ticks).
+        settle: Ticks after its start when a server may choose first primaries alone.
+        fails: ``fails(what)``: whether the application of ``what`` (an update, described)
+            fails here (the world's seeded draw). None: none fails.
     """
 
     def __init__(
@@ -131,6 +147,7 @@ class SimServer:
         now: Callable[[], int],
         ttl: int,
         settle: int,
+        fails: Callable[[str], bool] | None = None,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -157,6 +174,13 @@ class SimServer:
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
         self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
         self._works: dict[int, SimWork] = {}  # their versions, once admitted
+        self.fails = fails
+        self.notes: list[str] = []  # what the server said since the world last took it
+        self._stopping: list[int] = []  # stopped buckets whose roles have not heard yet
+        self.stops = BucketStops(me, self._stopping.append, self.notes.append)
+        # the updates whose application failed here, by shard: committed, not in the values
+        self.failed_writes: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
+        self._failed_here: set[int] = set()  # the round's updates that failed to apply here
         self.thread = self._run()
 
     def __getstate__(self) -> dict:
@@ -206,12 +230,36 @@ class SimServer:
 
     # ------------------------------------------------------------------ network thread
 
+    def refusal(self, shard: int, what: str) -> str | None:
+        """The real network thread's first check of a client's request for ``shard``: the
+        ``STOPPED`` code if its bucket is stopped here, else None."""
+        if self.stops.buckets:
+            try:
+                self.stops.check(self.bucket_of[shard], shard, what)
+            except WireError as exc:
+                return exc.code.name
+        return None
+
     def submit(self, sender: int, seq: int, shard: int) -> str | None:
-        """A client's update of ``shard``: queued, or ``NOT_PRIMARY`` (the answer to send)."""
+        """A client's update of ``shard``: queued, or ``STOPPED`` or ``NOT_PRIMARY`` (the
+        answer to send)."""
+        refused = self.refusal(shard, "PUSH")
+        if refused:
+            return refused
         if not (self.serving(shard) and self.roles[self.bucket_of[shard]].writable):
             return "NOT_PRIMARY"
         self.queue.append((sender, seq, shard))
         return None
+
+    def _applies(self, shard: int, sender: int, seq: int, how: str) -> bool:
+        """Whether ``(sender, seq)``'s application to ``shard`` succeeds here; a failure stops
+        its bucket, as the real engine's report of a failure after an acknowledgement does."""
+        if self.fails is None or not self.fails(f"({sender}, {seq}) of shard {shard} {how}"):
+            return True
+        self.failed_writes[shard].add((sender, seq))
+        reason = f"shard {shard}: ({sender}, {seq}) {how} failed to apply (injected)"
+        self.stops.stop(self.bucket_of[shard], shard, reason)
+        return False
 
     def handle_peer(self, m: Peer) -> tuple[str, int]:
         """A primary's message through the copy side (the executor's :func:`receive`, as the
@@ -271,29 +319,37 @@ class SimServer:
         pass
 
     def apply_committed(self, action: ApplyCommitted, held: None) -> None:
-        self.values[action.shard] += [(w.sender, w.seq) for w in action.works]
-        self.book[action.shard] = max(action.committed, self.book[action.shard])
+        shard = action.shard
+        self.values[shard] += [
+            (w.sender, w.seq)
+            for w in action.works
+            if self._applies(shard, w.sender, w.seq, "committed on a copy")
+        ]
+        self.book[shard] = max(action.committed, self.book[shard])
 
     @staticmethod
     def snapshot_of(m: Peer) -> tuple:
         values, table = m.item
         return table, values
 
-    def apply_snapshot(self, m: Peer, values: tuple, held: None) -> None:
+    def apply_snapshot(self, m: Peer, values: tuple, held: None) -> bool:
         self.values[m.shard] = list(values)
+        self.failed_writes[m.shard].clear()
         self.book[m.shard] = m.version
+        # applied after the shard failed a write, it replaces that memory (as the real copy's)
+        return self.stops.failed(m.bucket, m.shard)
 
-    @staticmethod
-    def stopped(shard: int) -> bool:
-        return False  # the simulator makes no write fail to apply
+    def stopped(self, shard: int) -> bool:
+        return self.stops.stopped(self.bucket_of[shard])
 
     @staticmethod
     def restoring_shard(shard: int) -> bool:
         return False  # a snapshot is applied in place
 
-    @staticmethod
-    def await_snapshot(m: Peer, pending: None) -> Iterator[str]:
-        yield from ()  # applied in place
+    def await_snapshot(self, m: Peer, replaces: bool) -> Iterator[str]:
+        yield from ()  # applied in place; a stop it replaced is lifted as the real copy's is
+        if replaces and self.stops.replaced(m.bucket, m.shard):
+            self.roles[m.bucket].handle(StopLifted(stimulus_id=self._sid("stop lifted")))
 
     def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
         self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))
@@ -306,7 +362,12 @@ class SimServer:
         the real thread reads the map when etcd's watch fires and once per poll."""
         if self.waiting is not None:
             return self.waiting.complete
-        return not self.at_top or bool(self.queue) or self.seen != self._now_seen()
+        return (
+            not self.at_top
+            or bool(self.queue)
+            or bool(self._stopping)
+            or self.seen != self._now_seen()
+        )
 
     def _now_seen(self) -> tuple:
         return (self.etcd.revision, self.etcd.wipes, self.now())
@@ -321,10 +382,20 @@ class SimServer:
             yield "read the map"
             self.at_top = False
             self.seen = self._now_seen()
+            yield from self._stop_buckets()
             yield from self._observe()
             batch, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
             if batch:
                 yield from self._process(batch)
+
+    def _stop_buckets(self) -> Iterator[str]:
+        """As the real thread's turn: tell the roles of the buckets stopped since the last one
+        (:class:`Stopped`), unless a snapshot lifted the stop meanwhile."""
+        while self._stopping:
+            bucket = self._stopping.pop(0)
+            if self.stops.stopped(bucket):
+                actions = self.roles[bucket].handle(Stopped(stimulus_id=self._sid("stopped")))
+                yield from self._carry_out(actions)
 
     def _observe(self) -> Iterator[str]:
         members = self.etcd.members()
@@ -373,11 +444,18 @@ class SimServer:
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
 
+    def stopped_here(self, bucket: int) -> bool:
+        return self.stops.stopped(bucket)
+
     def _commit_prepared(self, bucket: int) -> None:
         for shard in self.bucket_shards[bucket]:
             log = self.logs[shard]
             items = commit_log(log, log.last, self.roles[bucket].epoch)
-            self.values[shard] += [(w.sender, w.seq) for _, _, w in items]
+            self.values[shard] += [
+                (w.sender, w.seq)
+                for _, _, w in items
+                if self._applies(shard, w.sender, w.seq, "prepared, committed by a new primary")
+            ]
             self.book[shard] = log.committed
 
     def _send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
@@ -432,11 +510,11 @@ class SimServer:
 
     def _process(self, batch: list[tuple[int, int, int]]) -> Iterator[str]:
         self._updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
-        self._works = {}
+        self._works, self._failed_here = {}, set()
         try:
             yield from run_round(self._updates, self.roles, self)
         finally:
-            self._updates, self._works = (), {}
+            self._updates, self._works, self._failed_here = (), {}, set()
 
     def round(self, stimulus) -> list:
         return self.commit_round.handle(stimulus)
@@ -461,7 +539,10 @@ class SimServer:
     def apply_locally(self, indices: tuple[int, ...]) -> None:
         for i in (i for i in indices if self.commit_round.ours(i)):
             work = self._works[i]
-            self.values[work.shard].append((work.sender, work.seq))
+            if self._applies(work.shard, work.sender, work.seq, "applied by its primary"):
+                self.values[work.shard].append((work.sender, work.seq))
+            else:
+                self._failed_here.add(i)
 
     def send_prepares(self, prepares) -> Iterator[str]:
         requests = []
@@ -491,6 +572,9 @@ class SimServer:
 
     def acknowledge(self, index: int, version: int) -> None:
         u = self._updates[index]
+        if index in self._failed_here:  # committed on the copies, failed here: never ACKed
+            self.send(("client", u.sender), ("STOPPED", u.seq, u.shard, 0))
+            return
         self.acknowledged.append((u.sender, u.seq, u.shard, version, self.roles[u.bucket].epoch))
         self.send(("client", u.sender), ("ACK", u.seq, u.shard, version))
 

@@ -7,7 +7,10 @@ in flight. Each step, a seeded random choice among what can happen next: a serve
 thread runs to its next blocking point, a message is delivered (any of those in flight: they are
 reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
 timeout), a client sends or re-sends, the clock ticks (heartbeats, leases expire), a server is
-paused (SIGSTOP) or resumed, killed or restarted, a lease expires early, etcd is wiped.
+paused (SIGSTOP) or resumed, killed or restarted, a lease expires early, etcd is wiped. Besides
+these choices, an update's application on a server may fail (``fail``: a rare draw for each
+application, from a generator of its own seeded by the seed, so that the choices a seed makes
+are the same with it or without it): the server stops the bucket, as the real one does.
 
 After every step the world asks its :class:`~hogwild_plugins.ps.simulation.invariants.Invariants`
 (:meth:`World.check`), which it feeds what its clients and faults see, whether the job's
@@ -32,7 +35,8 @@ from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer
 
 __all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
 
-FAULTS = frozenset({"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe"})
+FAULTS = frozenset({"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe", "fail"})
+FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thirty or so)
 _TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
 
@@ -71,6 +75,7 @@ class World:
     def __init__(self, seed: int, config: Config = Config(), faults=FAULTS) -> None:
         self.seed, self.config, self.faults = seed, config, frozenset(faults)
         self.rng = random.Random(seed)
+        self.failures = random.Random(f"fail {seed}")  # draws whether an application fails
         self.time = 0
         self.etcd = SimEtcd(config.servers)
         self.bucket_shards = {b: list(s) for b, s in enumerate(config.bucket_shards)}
@@ -85,7 +90,9 @@ class World:
         self._client_events = [(("send", c), ("pull", c)) for c in range(config.clients)]
         self._message_events: list[tuple] = []  # the n-th message's deliver, drop, duplicate
         self.schedule: list[str] = []
-        self.counts = {"acknowledged": 0, "faults": 0, "died_with_every_copy": 0}
+        self.counts = {
+            "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
+        }  # fmt: skip
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
         self.full_checks = False  # check everything after every step, not only what it touched
@@ -98,6 +105,7 @@ class World:
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
+            self._application_fails,
         )  # fmt: skip
         server.register()
         return server
@@ -107,6 +115,15 @@ class World:
 
     def _now(self) -> int:
         return self.time
+
+    def _application_fails(self, what: str) -> bool:
+        """Whether an update's application fails: a draw, whichever it is (``what`` names it,
+        for a test's own ``fails`` to pick by; the stop it makes is in the schedule)."""
+        if "fail" not in self.faults or self.failures.random() >= FAIL_RATE:
+            return False
+        self.counts["faults"] += 1
+        self.counts["failed_applications"] += 1
+        return True
 
     def live(self) -> list[SimServer]:
         return [s for s in self.servers.values() if s is not None]
@@ -205,6 +222,10 @@ class World:
         self.touched = set(range(self.config.servers)) if event[0] in FULL_CHECK else set()
         try:
             self.schedule.append(self._do(event))
+            for s in self.live():  # what a server said in the step (a bucket it stopped)
+                if s.notes:
+                    self.schedule += [f"    {note}" for note in s.notes]
+                    s.notes.clear()
         except Broken as exc:  # what a client was answered broke an invariant
             raise self.violation(str(exc)) from None
         self.check(full=self.full_checks)
@@ -329,8 +350,11 @@ class World:
             return f" -> {answer}"
         if body[0] == "PULL":  # answered by the serving primary, from what it applied
             _, sender, shard, expected = body
-            if not server.serving(shard):
-                return " -> NOT_PRIMARY"
+            refused = server.refusal(shard, "PULL") or (
+                None if server.serving(shard) else "NOT_PRIMARY"
+            )
+            if refused:
+                return f" -> {refused}"
             read = ("READ", shard, len(self.schedule), frozenset(server.values[shard]), expected)
             self.network.append((("client", sender), (dst, server.incarnation, read)))
             return f" -> {sorted(read[3])}"
@@ -455,6 +479,7 @@ def run_seed(
     else:
         world = established(config)
         world.seed, world.faults, world.rng = seed, frozenset(faults), random.Random(seed)
+        world.failures = random.Random(f"fail {seed}")
     for _ in range(steps):
         world.step()
     world.check(full=True)
