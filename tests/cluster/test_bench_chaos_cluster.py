@@ -1,9 +1,10 @@
 """``bench/figures/chaos_cluster.py --quick``: the shape and the promises of its JSON line, not its
 speed.
 
-The quick run trains a tiny job (6,000 examples, 2 epochs) through ``hogwild cluster --ps 3
---cluster.copies=3`` three times (fault-free, copies = 1, and with a parameter server, a replica,
-another server and a data server SIGKILLed while it trains, as long as it lasts), then the
+The quick run trains a tiny job (6,000 examples) through ``hogwild cluster --ps 3
+--cluster.copies=3`` three times (fault-free and copies = 1 for one epoch, then for two epochs
+with a parameter server, a replica, another server and a data server SIGKILLed while it trains,
+as long as it lasts), then the
 ledger phase with 3 kills of primaries under a client that sums what was acknowledged. It needs
 a real etcd (the cluster tier). Checks: every field is there, no acknowledged update is lost,
 nothing is left behind by any run, and the figures add up.
@@ -35,6 +36,7 @@ def test_quick_run_loses_nothing_and_leaves_nothing(tmp_path, mnist_dir, repo_ro
     assert record["benchmark"] == "chaos_cluster"
     assert record["command"].startswith("python bench/figures/chaos_cluster.py --quick")
     assert "--cluster.copies=3" in record["job"]["command"]
+    assert record["job"]["epochs"] == 2 and record["runs"]["fault_free"]["epochs"] == 1
     assert record["job"]["settings"]["cluster"]["copies"] == 3
     assert {"cpu_model", "logical_cores", "memory_gib"} <= set(record["machine"])
 
