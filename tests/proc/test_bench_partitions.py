@@ -20,7 +20,7 @@ import pytest
 from hogwild.config import load_config
 from hogwild.model.network import model_network
 from hogwild.partition.plan import plan_partitions
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/adam_fig10_partitions.py"
 ROW_FIELDS = {"connections", "partitions", "examples_per_s", "ratio_to_control",
@@ -28,10 +28,11 @@ ROW_FIELDS = {"connections", "partitions", "examples_per_s", "ratio_to_control",
 
 
 @pytest.mark.slow
-def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
+def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, repo_root):
     pytest.importorskip("matplotlib")
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out, plot = tmp_path / "fig10.json", tmp_path / "fig10.png"
-    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(mnist_dir)]
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(data)]
     command += ["--out", str(out), "--plot", str(plot)]
     record = run_bench(command, out, timeout=600, cwd=repo_root)
     assert plot.stat().st_size > 1000
