@@ -41,18 +41,32 @@ def small_mnist(source: Path, tmp_path_factory) -> Path:
     return _small_mnist(Path(source), tmp_path_factory.getbasetemp())
 
 
+def small_slice(data):
+    """The first :data:`SMALL_TRAIN` training and :data:`SMALL_TEST` test examples of a loaded
+    :class:`hogwild.data.mnist.MnistData`, for runs given the arrays rather than a directory."""
+    from hogwild.data.mnist import MnistData
+
+    return MnistData(
+        data.train_images[:SMALL_TRAIN],
+        data.train_labels[:SMALL_TRAIN],
+        data.test_images[:SMALL_TEST],
+        data.test_labels[:SMALL_TEST],
+        data.source,
+    )
+
+
 @cache
 def _small_mnist(source: Path, base: Path) -> Path:
     from hogwild.data.idx import write_idx
     from hogwild.data.mnist import load_mnist
 
-    data = load_mnist(source, download=False, progress=False)
+    data = small_slice(load_mnist(source, download=False, progress=False))
     folder = base / "small-mnist"
     folder.mkdir(exist_ok=True)
-    for prefix, images, labels, n in (
-        ("train", data.train_images, data.train_labels, SMALL_TRAIN),
-        ("t10k", data.test_images, data.test_labels, SMALL_TEST),
+    for prefix, images, labels in (
+        ("train", data.train_images, data.train_labels),
+        ("t10k", data.test_images, data.test_labels),
     ):
-        write_idx(folder / f"{prefix}-images-idx3-ubyte", images[:n])
-        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels[:n])
+        write_idx(folder / f"{prefix}-images-idx3-ubyte", images)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte", labels)
     return folder
