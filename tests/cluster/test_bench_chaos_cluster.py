@@ -3,9 +3,9 @@ speed.
 
 The quick run trains a tiny job (6,000 examples) through ``hogwild cluster --ps 3
 --cluster.copies=3`` three times (fault-free and copies = 1 for one epoch, then for two epochs
-with a parameter server, a replica, another server and a data server SIGKILLed while it trains,
-as long as it lasts), then the ledger phase with 2 kills of primaries under a client that sums
-what was acknowledged. It needs a real etcd (the cluster tier). Checks: every field is there, no
+with a parameter server, a replica and a data server SIGKILLed while it trains, as long as it
+lasts), then the ledger phase with 2 kills of primaries under a client that sums what was
+acknowledged. It needs a real etcd (the cluster tier). Checks: every field is there, no
 acknowledged update is lost, nothing is left behind by any run, and the figures add up.
 """
 
