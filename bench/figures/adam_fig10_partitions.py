@@ -40,8 +40,9 @@ the answer open (with one epoch, the common accuracy is the lower final one and 
 time is always such a bound: give several epochs).
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
-``train.in_flight`` of the list; ``in_flight_sweep`` gives each one's examples/s (what the default
-``train.in_flight`` should be chosen from). With ``--lr-over-in-flight`` the 2-partition rows and
+``train.in_flight`` of the list (the run of a size's row, where it is the same, is not made
+again); ``in_flight_sweep`` gives each one's examples/s (what the default ``train.in_flight``
+should be chosen from). With ``--lr-over-in-flight`` the 2-partition rows and
 the sweep's runs train at the paper job's learning rate divided by their examples in flight
 (stale gradients need the smaller step: docs/partitioning.md), so runs with several in flight
 can learn.
@@ -121,7 +122,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
         args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
-        args.sweep, args.sweep_factor = "1", 1  # 4 in flight: the size rows have it
+        # the size rows' in flight on the first size: the sweep takes that row's run
+        args.sweep, args.sweep_factor = str(args.in_flight), 1
     args.sweep = [int(n) for n in args.sweep.split(",") if n]
     if any(n < 1 for n in args.sweep):
         parser.error("--sweep must list positive integers")
@@ -193,7 +195,9 @@ def run_jobs(args, commands: list[list[str]]) -> list[dict]:
                 p.wait()
 
 
-def measure_size(args, factor: int) -> list[dict]:
+def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
+    """The size's rows; its 2-partition run's summary goes into ``partitioned_runs`` under
+    (factor, examples in flight)."""
     connections, crossing = plan_of(factor, 2)
     one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
     seeds = [["--workers", "1", "--seed", str(s)] for s in (1, 2)]
@@ -202,6 +206,7 @@ def measure_size(args, factor: int) -> list[dict]:
         args,
         [_train_command(args, factor, partitioned(args, args.in_flight))],
     )[0]
+    partitioned_runs[(factor, args.in_flight)] = two
     control_rate = sum(c["examples_per_s"] for c in control)
     control_accuracy = min(accuracy_of(c) for c in control)
     rows = []
@@ -348,12 +353,15 @@ def partitions_faster(found: dict) -> bool | None:
     return None if found["two_partitions"]["upper_bound"] else False
 
 
-def measure_in_flight(args) -> list[dict]:
-    """2 partitions on one size with each number of examples in flight."""
+def measure_in_flight(args, partitioned_runs: dict) -> list[dict]:
+    """2 partitions on one size with each number of examples in flight; a run a size's row made
+    already (``partitioned_runs``: the same command) is not run again."""
     found = []
     for n in args.sweep:
-        extra = partitioned(args, n)
-        summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
+        summary = partitioned_runs.get((args.sweep_factor, n))
+        if summary is None:
+            extra = partitioned(args, n)
+            summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
         accuracy = accuracy_of(summary)
         found.append(
             {
@@ -443,9 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with fresh_numba_cache(), tempfile.TemporaryDirectory(prefix="bench-fig10-") as tmp:
         try:
-            rows = [row for f in args.factors for row in measure_size(args, f)]
+            partitioned_runs: dict[tuple[int, int], dict] = {}
+            rows = [row for f in args.factors for row in measure_size(args, f, partitioned_runs)]
             wide = measure_wide(args, Path(tmp)) if args.wide_epochs > 0 else None
-            sweep = measure_in_flight(args)
+            sweep = measure_in_flight(args, partitioned_runs)
         except (RuntimeError, OSError, json.JSONDecodeError) as exc:
             print(f"python bench/figures/adam_fig10_partitions.py: error: {exc}", file=sys.stderr)
             return 2

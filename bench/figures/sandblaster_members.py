@@ -115,6 +115,14 @@ def stop_members(members: list) -> None:
         process.stderr.close()
 
 
+def stop_threads(board, threads: list[threading.Thread]) -> None:
+    """Close the board, which ends the replica threads' loops, then join them (before their
+    clients close)."""
+    board.close()
+    for thread in threads:
+        thread.join(20)
+
+
 def run(args, mode: str, images, labels, network, folder: Path) -> dict:
     """``--passes`` batch passes of the coordinator over ``--workers`` replicas in ``mode``."""
     from hogwild_plugins.ps.client import PSClient
@@ -145,13 +153,14 @@ def run(args, mode: str, images, labels, network, folder: Path) -> dict:
         board = Board(PortionScheduler(push_every=PUSH_EVERY, max_copies=2), timeout_s=120.0)
         stack.callback(board.close)
         if mode == "threads":
+            threads = []
             for i in range(args.workers):
                 rc = stack.enter_context(PSClient(servers, JOB, client_id=10 + i))
                 examples = Examples(images, labels, order, portion)
                 replica = SandblasterReplica(i, rc, board, PortionGradient(network, examples))
-                thread = threading.Thread(target=replica.run, daemon=True)
-                thread.start()
-                stack.callback(thread.join, 20)
+                threads.append(threading.Thread(target=replica.run, daemon=True))
+                threads[-1].start()
+            stack.callback(stop_threads, board, threads)
         else:
             service = BoardService(range(args.workers), silence_s=120.0)
             control = ControlServer("127.0.0.1:0", JOB, service.answer)

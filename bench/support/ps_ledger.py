@@ -56,16 +56,22 @@ def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, l
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     client = watch = None
 
-    def start(i: int) -> None:
+    def launch(i: int) -> None:
         args = ["--threads", "1", "--copies", "3", "--lease-s", str(lease_s)]
         args += ["--servers", ",".join(addresses), "--index", str(i), "--etcd", address]
         servers[i] = ServeProcess(args)
-        servers[i].start()
+        servers[i].launch()
         processes.append(psutil.Process(servers[i].process.pid))
 
+    def start(i: int) -> None:
+        launch(i)
+        servers[i].wait_ready()
+
     try:
+        for i in range(3):  # side by side: each start is mostly the server's imports
+            launch(i)
         for i in range(3):
-            start(i)
+            servers[i].wait_ready()
         client = PSClient(addresses, JOB, client_id=1, etcd=address)
         watch = ServerWatch(addresses, address, JOB, alive=lambda i: _running(servers[i])).start()
         client.assign(np.zeros(n_params, np.float32))

@@ -11,14 +11,17 @@ import sys
 
 import pytest
 
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/sandblaster_members.py"
 
 
-def test_quick_run_times_threads_and_member_processes_side_by_side(tmp_path, mnist_dir, repo_root):
+def test_quick_run_times_threads_and_member_processes_side_by_side(
+    tmp_path, mnist_dir, tmp_path_factory, repo_root
+):
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out = tmp_path / "members.json"
-    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(mnist_dir),
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(data),
                "--out", str(out)]  # fmt: skip
     record = run_bench(command, out, timeout=240, cwd=repo_root)
     assert record["benchmark"] == "sandblaster_members"

@@ -15,14 +15,17 @@ import psutil
 import pytest
 
 from bench.figures.straggler import busy_code
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 
 @pytest.mark.slow
-def test_quick_run_reports_both_splits_busy_and_quiet(tmp_path, mnist_dir, repo_root):
+def test_quick_run_reports_both_splits_busy_and_quiet(
+    tmp_path, mnist_dir, tmp_path_factory, repo_root
+):
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out = tmp_path / "straggler.json"
     command = [sys.executable, str(repo_root / "bench" / "figures" / "straggler.py"), "--quick"]
-    command += ["--data", str(mnist_dir), "--out", str(out)]
+    command += ["--data", str(data), "--out", str(out)]
     record = run_bench(command, out, timeout=600, cwd=repo_root)
 
     assert record["benchmark"] == "straggler"

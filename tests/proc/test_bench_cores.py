@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from hogwild import cli
+from tests.bench_runs import small_mnist
 
 ROW_FIELDS = (
     "batch",
@@ -40,13 +41,14 @@ ROW_FIELDS = (
 
 
 @pytest.mark.slow
-def test_tiny_run_prints_every_field(tmp_path, mnist_dir):
+def test_tiny_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory):
     pytest.importorskip("torch")
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out = tmp_path / "results" / "cores.json"
     command = [sys.executable, "-m", "hogwild.cli", "bench", "cores", "--workers", "1,2"]
     command += ["--batches", "1,32", "--examples", "100", "--warmup", "50", "--repeats", "1"]
     command += ["--time-budget", "0.001"]  # spent before the second worker count starts
-    command += ["--data", str(mnist_dir), "--out", str(out)]
+    command += ["--data", str(data), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()

@@ -13,16 +13,17 @@ import sys
 
 import pytest
 
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/drop_in.py"
 
 
 @pytest.mark.slow
-def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
+def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, repo_root):
     pytest.importorskip("torch")
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out = tmp_path / "drop_in.json"
-    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(mnist_dir)]
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(data)]
     record = run_bench([*command, "--out", str(out)], out, timeout=600, cwd=repo_root)
 
     assert record["benchmark"] == "drop_in"

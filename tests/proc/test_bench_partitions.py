@@ -3,7 +3,8 @@ and plot, not speed.
 
 The quick run trains two small sizes of the MNIST model with 1 and 2 partitions and the control
 (two independent processes), the tiny wide fully connected model with 2 partitions and with 2
-replicas through one parameter server, and 2 partitions with 1 example in flight. Checks:
+replicas through one parameter server; its sweep of examples in flight is 1, the size rows' own,
+whose run it takes from the first size's row. Checks:
 every field is present, rates are positive, the connections grow with the size, the bytes
 crossing are the plan's, the ratios are the rows' quotients, and the wide runs report their
 accuracies and seconds to the common accuracy, and every row and sweep entry says whether its
@@ -19,7 +20,7 @@ import pytest
 from hogwild.config import load_config
 from hogwild.model.network import model_network
 from hogwild.partition.plan import plan_partitions
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/adam_fig10_partitions.py"
 ROW_FIELDS = {"connections", "partitions", "examples_per_s", "ratio_to_control",
@@ -27,10 +28,11 @@ ROW_FIELDS = {"connections", "partitions", "examples_per_s", "ratio_to_control",
 
 
 @pytest.mark.slow
-def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
+def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, repo_root):
     pytest.importorskip("matplotlib")
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out, plot = tmp_path / "fig10.json", tmp_path / "fig10.png"
-    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(mnist_dir)]
+    command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(data)]
     command += ["--out", str(out), "--plot", str(plot)]
     record = run_bench(command, out, timeout=600, cwd=repo_root)
     assert plot.stat().st_size > 1000
@@ -62,5 +64,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
         assert run["examples_per_s"] > 0 and len(run["test_accuracy"]) == 1
         assert run["seconds_to_common_accuracy"] > 0
     assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
+    # the sweep's run at the rows' in flight on the first size is that row's run, not a new one
+    assert record["in_flight_sweep"][0]["examples_per_s"] == two[1]["examples_per_s"]
     assert all(r["examples_per_s"] > 0 for r in record["in_flight_sweep"])
     assert all(r["learned"] == (r["test_accuracy"] >= 0.5) for r in record["in_flight_sweep"])

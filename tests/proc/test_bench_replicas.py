@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/adam_fig11_replicas.py"
 ROW_FIELDS = {"replicas", "ps", "examples_per_s", "examples_per_s_range", "test_accuracy"}
@@ -32,14 +32,15 @@ def _sane_race(entry: dict) -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
+def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, repo_root):
     pytest.importorskip("torch")
     pytest.importorskip("matplotlib")
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out, plot = tmp_path / "replicas.json", tmp_path / "fig11.png"
     command = [sys.executable, str(repo_root / SCRIPT), "--quick"]
     # two replicas only: the ratios need no other row, and a row of one replica runs the same
     # code (a job through the server, independent trainers) as a row of two
-    command += ["--replicas", "2", "--peers", "torch_rpc", "--data", str(mnist_dir)]
+    command += ["--replicas", "2", "--peers", "torch_rpc", "--data", str(data)]
     command += ["--cadences", "256"]
     command += ["--out", str(out), "--plot", str(plot)]
     record = run_bench(command, out, timeout=240, cwd=repo_root)
@@ -69,7 +70,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, repo_root):
     assert record["targets"]["minimum"] == 0.85
     assert record["targets"]["met"] == (ratio >= 0.85)
 
-    assert record["target"] == 0.985
+    assert record["target"] == 0.5  # --quick: every racer passes it at its first evaluation
     assert set(record["peers"]) == {"torch_rpc"}
     _sane_race(record["peers"]["torch_rpc"])
     _sane_race(record["ours_race"])

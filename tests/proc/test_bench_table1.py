@@ -20,16 +20,17 @@ import sys
 import pytest
 
 from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/adam_table1.py"
 
 
 @pytest.mark.slow
-def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, repo_root):
+def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, tmp_path_factory, repo_root):
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out, page, notes = tmp_path / "table1.json", tmp_path / "table1.md", tmp_path / "notes.md"
     notes.write_text("## What the runs show\n\nNotes of the person who ran it.\n")
-    command = [sys.executable, str(repo_root / SCRIPT), "--data", str(mnist_dir)]
+    command = [sys.executable, str(repo_root / SCRIPT), "--data", str(data)]
     command += ["--seeds", "1", "2", "--metrics-dir", str(tmp_path / "runs"), "--out", str(out)]
     command += ["--markdown", str(page), "--notes", str(notes), "--modes", "async", "sync"]
     command += ["cluster2"]

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from bench.figures import table1_search as search
-from tests.bench_runs import run_bench
+from tests.bench_runs import run_bench, small_mnist
 
 SCRIPT = "bench/figures/table1_search.py"
 EXTRA = ["--train.subset=500", "--train.workers=2"]
@@ -26,9 +26,12 @@ def read(log):
 
 
 @pytest.mark.slow
-def test_the_search_logs_each_run_once_and_resumes(tmp_path, mnist_dir, repo_root):
+def test_the_search_logs_each_run_once_and_resumes(
+    tmp_path, mnist_dir, tmp_path_factory, repo_root
+):
+    data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     log, out = tmp_path / "search.jsonl", tmp_path / "summary.json"
-    command = [sys.executable, str(repo_root / SCRIPT), "--data", str(mnist_dir), "--epochs", "1"]
+    command = [sys.executable, str(repo_root / SCRIPT), "--data", str(data), "--epochs", "1"]
     command += ["--log", str(log), "--out", str(out), "--metrics-dir", str(tmp_path / "runs")]
     first = run_bench([*command, "--recipes", "default", "epochs-x2", *EXTRA], out, timeout=300)
 

@@ -18,6 +18,7 @@ from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model on the old s
 from hogwild.data.mnist import load_mnist
 from hogwild.training.checkpoint import latest_checkpoint
 from hogwild.training.metrics import read_metrics
+from tests.bench_runs import small_slice
 
 FINAL_KEYS = {
     "connections",
@@ -34,6 +35,13 @@ FINAL_KEYS = {
 @pytest.fixture(scope="module")
 def mnist(mnist_dir):
     return load_mnist(mnist_dir)
+
+
+@pytest.fixture(scope="module")
+def small(mnist):
+    """A slice of it for the runs that check what training does, not what it reaches: every run
+    tests its model on the whole test set it is given."""
+    return small_slice(mnist)
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +128,8 @@ def test_evaluate_matches_the_training_run(trained, mnist):
     assert evaluation["test_accuracy"] == pytest.approx(result.metrics["test_accuracy"], abs=1e-4)
 
 
-def test_resume_continues_after_the_last_checkpoint(tmp_path, mnist):
-    options = dict(data=mnist, workers=2, subset=1000, progress=False)
+def test_resume_continues_after_the_last_checkpoint(tmp_path, small):
+    options = dict(data=small, workers=2, subset=1000, progress=False)
     first = hogwild.train(epochs=1, checkpoint_dir=tmp_path / "ck", **options)
     assert first.metrics["epochs_run"] == 1
     resumed = hogwild.train(
@@ -138,16 +146,16 @@ def test_resume_continues_after_the_last_checkpoint(tmp_path, mnist):
     assert latest_checkpoint(tmp_path / "ck").name == "epoch-0001.json"
 
 
-def test_sync_trains_with_one_worker(mnist):
-    result = hogwild.train(data=mnist, sync=True, workers=2, epochs=1, subset=500, progress=False)
+def test_sync_trains_with_one_worker(small):
+    result = hogwild.train(data=small, sync=True, workers=2, epochs=1, subset=500, progress=False)
     assert result.metrics["workers"] == 1
     assert result.metrics["sync"] is True
     assert result.history[0]["examples"] == 500
 
 
-def test_epoch_fraction_closes_the_epoch_early(mnist):
+def test_epoch_fraction_closes_the_epoch_early(small):
     result = hogwild.train(
-        data=mnist,
+        data=small,
         workers=2,
         epochs=1,
         subset=4000,
@@ -161,9 +169,9 @@ def test_epoch_fraction_closes_the_epoch_early(mnist):
 
 
 @pytest.mark.parametrize("start_method", ["forkserver"])
-def test_forkserver_start_method(mnist, start_method):
+def test_forkserver_start_method(small, start_method):
     result = hogwild.train(
-        data=mnist,
+        data=small,
         workers=2,
         epochs=1,
         subset=300,
@@ -173,13 +181,13 @@ def test_forkserver_start_method(mnist, start_method):
     assert result.history[0]["examples"] == 300
 
 
-def test_a_chunk_boundary_never_cuts_a_minibatch(mnist, tmp_path):
+def test_a_chunk_boundary_never_cuts_a_minibatch(small, tmp_path):
     """Minibatches of 100 with chunks of 256 were trained as 100, 100, 56; 500 as 256."""
 
     def weights(batch: int, chunk: int) -> np.ndarray:
         directory = tmp_path / f"b{batch}-c{chunk}"
         hogwild.train(
-            data=mnist,
+            data=small,
             sync=True,  # one worker: the same examples in the same order, deterministic
             epochs=1,
             subset=1000,
@@ -195,7 +203,7 @@ def test_a_chunk_boundary_never_cuts_a_minibatch(mnist, tmp_path):
         np.testing.assert_array_equal(weights(batch, 256), weights(batch, 1000))
 
 
-def test_epoch_fraction_ends_the_epoch_without_the_straggler(mnist, tmp_path):
+def test_epoch_fraction_ends_the_epoch_without_the_straggler(small, tmp_path):
     """Worker 1 is stopped; worker 0 finishing its half closes the epoch for both."""
     import os
     import threading
@@ -222,7 +230,7 @@ def test_epoch_fraction_ends_the_epoch_without_the_straggler(mnist, tmp_path):
     thread.start()
     try:
         result = hogwild.train(
-            data=mnist,
+            data=small,
             workers=2,
             epochs=1,
             subset=8000,
