@@ -44,6 +44,10 @@ def small(mnist):
     return small_slice(mnist)
 
 
+# The tests of one trained run: on one worker under ``pytest -n 2``, so the run is made once.
+ON_THE_TRAINED_RUN = pytest.mark.xdist_group("test_training.trained")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, mnist):
     """Two workers, 5,000 examples, four epochs, with checkpoints and metrics."""
@@ -61,12 +65,14 @@ def trained(tmp_path_factory, mnist):
     return result, out
 
 
+@ON_THE_TRAINED_RUN
 def test_two_workers_on_5000_examples_reach_95_percent(trained):
     result, _ = trained
     assert result.metrics["workers"] == 2
     assert result.metrics["test_accuracy"] >= 0.95
 
 
+@ON_THE_TRAINED_RUN
 def test_metrics_file_has_epochs_and_final_figures(trained):
     _, out = trained
     records = read_metrics(out / "metrics.jsonl")
@@ -83,6 +89,7 @@ def test_metrics_file_has_epochs_and_final_figures(trained):
     assert all(r["examples"] == 5000 for r in epochs)
 
 
+@ON_THE_TRAINED_RUN
 def test_checkpoint_predicts_like_the_equivalent_torch_model(trained, mnist):
     torch = pytest.importorskip("torch")
     safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -121,6 +128,7 @@ def test_checkpoint_predicts_like_the_equivalent_torch_model(trained, mnist):
     assert (ours == mnist.test_labels[:2000]).mean() >= 0.95
 
 
+@ON_THE_TRAINED_RUN
 def test_evaluate_matches_the_training_run(trained, mnist):
     result, out = trained
     evaluation = hogwild.evaluate(out / "ckpt", data=mnist)
