@@ -224,5 +224,20 @@ def test_a_server_that_never_saw_a_record_starts_no_bucket_while_a_member_has_se
     members = live(range(3))
     first = desired_copies(BUCKET, members, COPIES)[0]
     role = BucketRole(BUCKET, first, COPIES)
+    assert not role.seen_job
     assert step(role, MapRead, None, members, LEASE[first], True, blank=False) == []
-    assert [type(a) for a in step(role, MapRead, None, members, LEASE[first], True)] == [Campaign]
+    assert role.role is Role.FOLLOWER and role.seen_job  # (its members/<i> says so from now on)
+
+
+def test_a_server_that_met_a_member_that_saw_a_record_starts_no_bucket_once_that_key_is_gone():
+    """A process started after etcd lost its keys learns that the job had started only from the
+    members still registered; the key of the one that saw a record can vanish for a while (its
+    lease lapsed before it registers again, it is paused, killed, or etcd is wiped again), and the
+    bucket it held (its acknowledged updates on that server's memory) is never started afresh."""
+    members = live(range(3))
+    first = desired_copies(BUCKET, members, COPIES)[0]
+    restarted = BucketRole(BUCKET, first, COPIES)  # a new process: it saw no record
+    assert step(restarted, MapRead, None, members, LEASE[first], True, blank=False) == []
+    for alone in (members, {first: LEASE[first]}):  # the other members' keys gone, or all but its
+        assert step(restarted, MapRead, None, alone, LEASE[first], True, blank=True) == []
+        assert restarted.role is Role.FOLLOWER and not restarted.current

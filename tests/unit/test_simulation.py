@@ -368,6 +368,21 @@ def both_copies_stalled_then_the_primary_killed(min_copies: int, ticks: int = 0)
     return world
 
 
+# Longer schedules than the seeded run's, each of which once had a process started after etcd
+# was wiped (it never saw a bucket's record) start a bucket afresh over the acknowledged updates
+# of a server still up, once the key of the member that told it the job had started was gone.
+WIPE_SCHEDULES = [
+    (84, 400), (3479, 200), (4263, 200), (4408, 200), (4841, 200), (4858, 200),
+    (7215, 200), (8491, 200), (8683, 200),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("seed", "steps"), WIPE_SCHEDULES)
+def test_a_process_that_met_a_server_that_saw_a_record_never_starts_its_bucket_afresh(seed, steps):
+    world = run_seed(seed, steps, faults=CHECKED_FAULTS)
+    assert any(line.endswith("etcd wiped") for line in world.schedule)
+
+
 @pytest.mark.parametrize("ticks", [0, 12], ids=["stall", "stall-past-their-leases"])
 def test_below_min_copies_a_write_is_refused_and_acknowledged_once_a_copy_holds_it(ticks):
     world = both_copies_stalled_then_the_primary_killed(min_copies=2, ticks=ticks)

@@ -196,7 +196,7 @@ class Replication:
             str(self.server.address),
             self.lease_s,
             self.changed.set,
-            lambda: any(role.known_epoch for role in self.roles.values()),
+            lambda: any(role.seen_job for role in self.roles.values()),
         )
         self.clock = self.membership.clock
         self.membership.start()

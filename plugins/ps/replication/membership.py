@@ -34,8 +34,9 @@ class Membership:
         address: What ``members/<me>`` tells the others (``HOST:PORT``).
         lease_s: The lease's TTL.
         on_change: Called when the membership changed (registered, or the lease was lost).
-        seen: Whether this server has seen a record of any bucket (``members/<me>`` says so:
-            a missing record is a new bucket only when no live member has seen one).
+        seen: Whether this server has seen a record of any bucket, or a member that had
+            (``members/<me>`` says so: a missing record is a new bucket only when no live member
+            has seen one).
     """
 
     def __init__(

@@ -201,7 +201,7 @@ class SimServer:
         """Take a lease and put ``members/<me>`` under it (the membership's register)."""
         now = self.now()
         self.lease = self.etcd.grant(self.ttl, now)
-        seen = any(role.known_epoch for role in self.roles.values())
+        seen = any(role.seen_job for role in self.roles.values())
         self.etcd.put(f"members/{self.me}", {"lease": self.lease, "seen": seen}, lease=self.lease)
         self.valid_until = now + self.ttl * 3 // 4  # the lease clock gives up before etcd
         self.last_beat = now
