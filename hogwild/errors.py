@@ -48,5 +48,17 @@ class StoppedError(HogwildError):
 EXIT_STOPPED = 4  # the CLI's status for a StoppedError (2: any other HogwildError)
 
 
+def cause_of(exc: BaseException | None, kind: type) -> BaseException | None:
+    """``exc`` or the first of its causes (``raise ... from``, or raised while handling) that
+    is a ``kind``; None if none is (a thread's error wrapped on its way out, say)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class RoleFailedError(WorkerDiedError):
     """A role of a cluster job (a replica, a parameter or data server) exited or cannot start."""

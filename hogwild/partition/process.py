@@ -105,7 +105,14 @@ def partition_main(setup: dict) -> None:
         PartitionLoop(setup, arena).run()
     except SystemExit:
         pass
-    except BaseException:
+    except BaseException as exc:
+        from hogwild.errors import EXIT_STOPPED, StoppedError, cause_of
+
+        stopped = cause_of(exc, StoppedError)
+        if stopped is not None:  # its parameter server stopped the bucket: no restart helps
+            sys.stderr.write(f"hogwild: partition {setup['partition']}: {stopped}\n")
+            sys.stderr.flush()
+            os._exit(EXIT_STOPPED)  # the parent raises a StoppedError naming this partition
         sys.stderr.write(f"partition {setup['partition']} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
         os._exit(1)  # the parent names this partition and stops the replica

@@ -32,7 +32,13 @@ import psutil
 
 from hogwild.config import Config
 from hogwild.data.mnist import MnistData
-from hogwild.errors import ConfigError, WorkerDiedError, WorkerStalledError
+from hogwild.errors import (
+    EXIT_STOPPED,
+    ConfigError,
+    StoppedError,
+    WorkerDiedError,
+    WorkerStalledError,
+)
 from hogwild.model.network import COL_OUT, Network, build_network
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.schedule import epoch_rates
@@ -446,6 +452,12 @@ class PartitionedTrainer:
     def _check_alive(self, doing: str) -> None:
         for p, child in zip(self.local, self.processes, strict=False):
             code = child.exitcode
+            if code == EXIT_STOPPED:  # its line (above, on stderr) names the server and bucket
+                raise StoppedError(
+                    f"partition {p} of {self.plan.k} was stopped by its parameter server while "
+                    f"{doing} (a bucket it trains is stopped there: its line above says why); "
+                    "the replica stops, not to be restarted"
+                )
             if code is not None:
                 how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
                 raise PartitionDiedError(

@@ -29,6 +29,7 @@ from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop, S
 READY_TIMEOUT_S = 300.0  # a worker that cannot pin itself, or then start, in this long is broken
 POLL_S = 0.1
 STOP_TIMEOUT_S = 5.0
+REPORT_WAIT_S = 0.2  # how long a dead worker's last report may take to come through the queue
 
 
 class WorkerGang:
@@ -133,6 +134,10 @@ class WorkerGang:
         except queue.Empty:
             self._check(doing)
             return None
+        return self._reported(message, doing)
+
+    def _reported(self, message, doing: str):
+        """``message``, or the error it reports (a worker that failed) raised."""
         if isinstance(message, Failed):
             raise WorkerDiedError(
                 f"worker {message.worker} failed while {doing}:\n{message.traceback}"
@@ -153,6 +158,11 @@ class WorkerGang:
             code = process.exitcode
             if code is None:
                 continue
+            # A worker that said why before it exited (its report may have come in after this
+            # poll's wait ended): that report is the error, not its exit code.
+            with contextlib.suppress(queue.Empty, ValueError, OSError):
+                while True:
+                    self._reported(self.results.get(timeout=REPORT_WAIT_S), doing)
             how = (
                 f"was killed by {signal.Signals(-code).name}"
                 if code < 0 and -code in signal.valid_signals()

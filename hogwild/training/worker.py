@@ -115,10 +115,10 @@ def worker_main(setup, commands, results) -> None:
     except SystemExit:
         pass
     except BaseException as exc:  # report anything else to the parent rather than dying silently
-        from hogwild.errors import DataError, StoppedError
+        from hogwild.errors import DataError, StoppedError, cause_of
         from hogwild.training.messages import DataFailed, Failed, StoppedFailed
 
-        stopped = _cause(exc, StoppedError)
+        stopped = cause_of(exc, StoppedError)
         if isinstance(exc, DataError):
             results.put(DataFailed(setup.worker, str(exc)))
         elif stopped is not None:  # (raised in the store's communication thread, say)
@@ -385,15 +385,3 @@ def _prctl(option: int, value) -> None:
 def _set_process_name(name: str) -> None:
     """The name ``ps`` and ``/proc/PID/comm`` show (15 bytes at most)."""
     _prctl(PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
-
-
-def _cause(exc: BaseException, kind: type) -> BaseException | None:
-    """``exc`` or the first of its causes (``raise ... from``, or raised while handling) that
-    is a ``kind``; None if none is."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, kind):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None

@@ -292,6 +292,8 @@ class Connection:
                 for i, req in enumerate(requests)
                 if not done[i]
             )
+            for i in [i for i in stopped if i not in refused]:
+                del stopped[i]  # not refused STOPPED this round (unanswered, say): not why
             refused.clear()
             try:
                 todo = self._re_route(rerouting, requests, waiting)
@@ -387,6 +389,8 @@ class Connection:
                 retries=0,
                 keys=self.keys,
             )
+            if self._cancelled:  # a cancel that came while it was made
+                self._pinger.cancel()
         try:
             header, _ = self._pinger.request(server, self.header(MsgType.PING))
         except PeerUnreachableError:

@@ -194,7 +194,10 @@ def test_member_processes_take_the_steps_of_torch_lbfgs(mnist, network, oracle, 
                 assert close(got, b), (k, float(np.abs(got - b).max()))
             stats = board.scheduler.stats
             assert stats.portions == (iterations + 1) * 16  # each portion's gradient once
-            assert sorted(service.joined) == [0, 1] and min(service.kept.values()) > 0
+            # both joined; which of them answers each portion first is the machine's timing (on
+            # a loaded host one member answered all 80), so the sum is what is checked
+            assert sorted(service.joined) == [0, 1]
+            assert sum(service.kept.values()) == stats.portions
             assert all(ShardVectors(client).amax(replica_vector(m)) == 0.0 for m in (0, 1))
             # a new board (the next mini-batch: the first half of the examples) for the same
             # members: they join again, take its examples from the service, and the gradient

@@ -15,6 +15,7 @@ gives up with the ``STOPPED`` refusal, not as if the server were gone.
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
 import time
@@ -130,8 +131,9 @@ def test_a_training_process_that_meets_stopped_exits_with_one_line(tmp_path: Pat
     [line] = [line for line in stderr.splitlines() if line.startswith("hogwild: error:")]
     assert "STOPPED" in line and "bucket 0 is stopped on server 0" in line, line
     assert "failed to apply" in line and "Traceback" not in stderr
-    if when == "during":  # met by the worker (stopped at its second exchange of ~940 an epoch)
-        assert line.startswith("hogwild: error: worker 0, while training epoch 1: "), line
+    if when == "during":  # met by a worker (stopped at its second exchange of ~940 an epoch;
+        # a loaded machine may let the trainer run on into a later epoch before the stop lands)
+        assert re.match(r"hogwild: error: worker \d+, while training epoch \d+: ", line), line
         assert server.stops.stops == 1
 
 

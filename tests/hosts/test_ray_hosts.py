@@ -249,14 +249,15 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.2)
         roles = json.loads((far / "cluster.json").read_text())["roles"]
-        records = [json.loads(x) for x in (far / "metrics.jsonl").read_text().splitlines()]
-        (start,) = [r for r in records if r["event"] == "start"]
         _, stderr = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
     assert driver.returncode == 0, stderr[-3000:]
+    # read once the job is over: the driver writes cluster.json before its start record
+    records = [json.loads(x) for x in (far / "metrics.jsonl").read_text().splitlines()]
+    (start,) = [r for r in records if r["event"] == "start"]
     where = {r["name"]: r["host"] for r in roles}
     assert {"member 0", "member 1", "replica 0"} <= set(where)
     assert {where["member 0"], where["member 1"]} - {where["replica 0"]}, where  # another host

@@ -3,9 +3,11 @@ seeded schedules of the real state machines under every fault, checked after eve
 scripted schedules that pin down interleavings the replication once got wrong.
 
 The seeded run costs most of this file; each scripted schedule is a few hundred steps of pure
-Python. Its seeds reach every branch of the simulator and of the state machines that the first
-20,000 seeds reach (every fault kind, every invariant's check, cold and established starts; one
-branch only with ``RARE_SEEDS``); the long runs, which look for rarer interleavings, are
+Python. Its seeds reached every branch of the simulator and of the state machines that the
+first 20,000 seeds reached (every fault kind, every invariant's check, cold and established
+starts; one branch only with ``RARE_SEEDS``), measured before failed applications became a
+fault (which draw from a generator of their own, leaving every other choice of a seed as it
+was); the long runs, which look for rarer interleavings, are
 ``python bench/simulate.py --seeds N``.
 """
 
@@ -19,9 +21,9 @@ from hogwild_plugins.ps.simulation.server import Exchange, SimServer
 from hogwild_plugins.ps.simulation.world import established
 
 SEEDS = 2_000
-# Beyond SEEDS, the one seed below 15,000 whose schedule has a server read a bucket's record older
-# than one it already saw (BucketRole keeps the newer): the one branch the first 20,000 seeds
-# reach that the first 2,000 do not.
+# Beyond SEEDS, the one seed of the first 20,000 whose schedule has a server read a bucket's
+# record older than one it already saw (BucketRole keeps the newer): the one branch the first
+# 20,000 seeds reach that the first 2,000 do not.
 RARE_SEEDS = (10_780,)
 STEPS = 60
 CHECKED_FAULTS = FAULTS

@@ -44,7 +44,6 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     HandOverAnswered,
     InSyncWritten,
     SnapshotDelivered,
-    Stopped,
     Sync,
     WriteInSync,
 )
@@ -336,9 +335,10 @@ def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects)
         elif isinstance(action, Sync):
             if host.stopped_here(action.bucket):
                 # a write failed to apply here since the role decided (a prepared update it
-                # just committed, say): its memory is no snapshot to spread; the role hears of
-                # the stop now (it hands the bucket over or steps down), not at the next turn
-                actions += role.handle(Stopped(stimulus_id=sid))
+                # just committed, say): its memory is no snapshot to spread, so none is sent.
+                # The role hears of the stop at the next turn, once these actions are done: a
+                # Stopped now would queue its HandOver behind a record write already in this
+                # list, whose new revision the hand-over would then miss (and lose: stuck)
                 continue
             delivered = yield from host.send_snapshot(action.bucket, action.server)
             actions += role.handle(

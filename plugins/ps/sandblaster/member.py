@@ -27,6 +27,7 @@ import numpy as np
 from hogwild_plugins.ps.sandblaster.board_service import RemoteBoard
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 
+from hogwild.errors import EXIT_STOPPED, StoppedError, cause_of
 from hogwild.net.control import ControlClient, ControlRefused, ControlServer
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
 
@@ -115,8 +116,13 @@ class GroupMember:
         """The replica loop until it is told to stop; the exit status."""
         self.replica = SandblasterReplica(self.index, client, board, self.gradient)
         self.replica.run(self.stopping)
-        if self.replica.error is not None:
-            say(self.index, f"left: {type(self.replica.error).__name__}: {self.replica.error}")
+        error = self.replica.error
+        if error is not None:
+            stopped = cause_of(error, StoppedError)
+            if stopped is not None:  # its parameter server stopped a bucket: no restart helps
+                print(f"hogwild: error: member {self.index}: {stopped}", file=sys.stderr)
+                return EXIT_STOPPED
+            say(self.index, f"left: {type(error).__name__}: {error}")
             return 1
         return 0
 
