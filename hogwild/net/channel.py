@@ -176,6 +176,11 @@ class Peers:
         """
         self._cancelled.set()
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
+        return self._cancelled.is_set()
+
     def _check_cancelled(self) -> None:
         if self._cancelled.is_set():
             raise Cancelled(f"requests to {self.addresses[0]} cancelled: the client is stopping")

@@ -119,7 +119,6 @@ class Connection:
         self.failover_s = failover_s
         self.keys = keys
         self._pinger: Peers | None = None  # replicated: is a silent primary alive?
-        self._cancelled = False  # set by another thread (cancel): a plain flag suffices
         if etcd:  # a dead primary must be given up on well within a failover
             timeout_s, retries = min(timeout_s, FAILOVER_TIMEOUT_S), min(retries, 1)
         self.peers = Peers(
@@ -366,14 +365,13 @@ class Connection:
 
     @property
     def cancelled(self) -> bool:
-        """Whether :meth:`cancel` was called."""
-        return self._cancelled
+        """Whether :meth:`cancel` was called (its sockets' flag says)."""
+        return self.peers.cancelled
 
     def cancel(self) -> None:
         """End the request in progress (waits on servers, on pings and on the map alike) with
         :class:`~hogwild.net.channel.Cancelled`: the only call another thread may make (the
         client's owner is stopping and no longer wants the replies)."""
-        self._cancelled = True
         self.peers.cancel()
         pinger = self._pinger
         if pinger is not None:
@@ -389,7 +387,7 @@ class Connection:
                 retries=0,
                 keys=self.keys,
             )
-            if self._cancelled:  # a cancel that came while it was made
+            if self.cancelled:  # a cancel that came while it was made
                 self._pinger.cancel()
         try:
             header, _ = self._pinger.request(server, self.header(MsgType.PING))
