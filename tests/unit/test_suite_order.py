@@ -106,11 +106,7 @@ def _in_turn(folder, holders: dict[str, bool]) -> dict[str, tuple[float, float]]
             processes.append(context.Process(target=_hold, args=(folder, name, alone)))
             processes[-1].start()
             _until(partial(_asking, folder, name, processes[-1].pid), f"{name} asking")
-        for name in holders:
-            (folder / f"{name}.go").touch()
-        for process in processes:
-            process.join(WAIT_S)
-            assert process.exitcode == 0
+        _let_go(folder, holders, processes)
     finally:
         _stop(processes)
     held = {}
@@ -118,6 +114,15 @@ def _in_turn(folder, holders: dict[str, bool]) -> dict[str, tuple[float, float]]
         began, ended = (folder / f"{name}.held").read_text().split()
         held[name] = (float(began), float(ended))
     return held
+
+
+def _let_go(folder, names, processes) -> None:
+    """Tell every holder named to leave the room, and wait for each to end well."""
+    for name in names:
+        (folder / f"{name}.go").touch()
+    for process in processes:
+        process.join(WAIT_S)
+        assert process.exitcode == 0
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -135,11 +140,7 @@ def test_shared_holders_hold_the_room_together(tmp_path):
         for process in processes:
             process.start()
         _until(lambda: all((folder / f"{n}.in").exists() for n in ("w1", "w2")), "two holders in")
-        for name in ("w1", "w2"):
-            (folder / f"{name}.go").touch()
-        for process in processes:
-            process.join(WAIT_S)
-            assert process.exitcode == 0
+        _let_go(folder, ("w1", "w2"), processes)
     finally:
         _stop(processes)
 
