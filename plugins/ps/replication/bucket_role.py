@@ -42,6 +42,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     InSyncWritten,
     MapRead,
     RecordRefreshed,
+    Remembered,
     Restored,
     RoleStimulus,
     SnapshotDelivered,
@@ -98,10 +99,11 @@ class BucketRole:
     # another driver of the same job): the bucket is never started afresh over it
     known_epoch: int = 0
     record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
-    # a live member said it had seen a record of this job (``blank`` false): the job has
+    # a live member said it had seen a record of this bucket (``blank`` false): the bucket has
     # started, so a missing record is never a new bucket, even after that member's key is gone
-    # (a process started after etcd lost its keys learns it only from the members still there)
-    job_started: bool = False
+    # (a process started after etcd lost its keys learns it from the members still there, or
+    # from its store: :class:`Remembered`)
+    bucket_started: bool = False
     # a write applied here failed after it was acknowledged or committed: this side's memory is
     # not the bucket's state until a primary's snapshot replaces it (:class:`Stopped`)
     stopped: bool = False
@@ -153,6 +155,9 @@ class BucketRole:
                 actions = self._stopped()
             case StopLifted():
                 self.stopped = False
+                actions = []
+            case Remembered():
+                self.known_epoch = max(self.known_epoch, stimulus.epoch)
                 actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
@@ -218,10 +223,10 @@ class BucketRole:
         return self.serving and self.holders >= self.min_copies
 
     @property
-    def seen_job(self) -> bool:
-        """This side saw a record of the bucket, or a member that had seen one of the job's
-        (what ``members/<me>`` says as ``seen``)."""
-        return self.known_epoch > 0 or self.job_started
+    def seen(self) -> bool:
+        """This side saw a record of the bucket, met a member that had, or its store remembers
+        one (``members/<me>`` lists the bucket in ``seen``)."""
+        return self.known_epoch > 0 or self.bucket_started
 
     @property
     def epoch(self) -> int:
@@ -243,7 +248,7 @@ class BucketRole:
         spread over every server rather than taken by the first one up)."""
         self.members = members
         if not blank:
-            self.job_started = True
+            self.bucket_started = True
         if self.known_epoch and (record is None or record.epoch < self.known_epoch):
             # etcd lost the bucket's state: step down and wait; nothing here decides who holds
             # every acknowledged update (an operator restarts the job from a checkpoint)
@@ -280,8 +285,8 @@ class BucketRole:
         if members.get(self.me) != lease:
             return []
         if record is None:
-            if not settled or self.job_started or self.role is not Role.FOLLOWER:
-                return []  # a first primary only in a job no server has seen a record of
+            if not settled or self.bucket_started or self.role is not Role.FOLLOWER:
+                return []  # a first primary only of a bucket no server has seen a record of
             first = desired_copies(self.bucket, members, self.copies)
             if first and first[0] == self.me:  # the very first primary of the bucket
                 self.current = True  # nothing acknowledged yet: every server starts the same
