@@ -579,6 +579,7 @@ class Replication:
                 str(b): {
                     "role": r.role.value,
                     "epoch": r.epoch,
+                    "known_epoch": r.known_epoch,  # the newest seen (or its store remembered)
                     "current": r.current,
                     "record_lost": r.record_lost,
                     "stopped": r.stopped,
