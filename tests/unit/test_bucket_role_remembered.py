@@ -27,7 +27,7 @@ def test_without_a_mark_the_first_server_starts_the_missing_bucket():
 
 def test_a_process_whose_store_remembers_the_bucket_never_starts_it_afresh():
     role = BucketRole(BUCKET, FIRST, COPIES)
-    assert step(role, Remembered, 4) == []
+    assert step(role, Remembered, 4, FIRST, LEASE[FIRST]) == []
     assert role.seen and role.known_epoch == 4  # (its members/<i> lists the bucket)
     for _ in range(3):  # read again and again: etcd came back empty, nobody else listed it
         assert step(role, MapRead, None, MEMBERS, LEASE[FIRST], True, blank=True) == []
@@ -39,7 +39,7 @@ def test_a_record_older_than_the_remembered_epoch_is_etcds_lost_state():
     """A bucket started afresh elsewhere (epoch 1), or etcd restored from an old backup."""
     other = next(s for s in MEMBERS if s != FIRST)
     role = BucketRole(BUCKET, FIRST, COPIES)
-    step(role, Remembered, 4)
+    step(role, Remembered, 4, other, LEASE[other])
     for epoch in (1, 3):
         older = BucketRecord(epoch, other, LEASE[other], (other,), revision=2)
         assert step(role, MapRead, older, MEMBERS, LEASE[FIRST], True, blank=False) == []
@@ -53,7 +53,7 @@ def test_a_record_at_the_remembered_epoch_or_newer_is_followed():
     other = next(s for s in MEMBERS if s != FIRST)
     for epoch in (4, 6):
         role = BucketRole(BUCKET, FIRST, COPIES)
-        step(role, Remembered, 4)
+        step(role, Remembered, 4, other, LEASE[other])
         record = BucketRecord(epoch, other, LEASE[other], (other, FIRST), revision=9)
         members = {**MEMBERS, FIRST: NEW_LEASE[FIRST]}
         assert step(role, MapRead, record, members, NEW_LEASE[FIRST], True, blank=False) == []
@@ -65,8 +65,26 @@ def test_a_mark_older_than_what_the_process_saw_changes_nothing():
     role = BucketRole(BUCKET, FIRST, COPIES)
     record = BucketRecord(7, FIRST, LEASE[FIRST], (FIRST,), revision=3)
     step(role, MapRead, record, MEMBERS, LEASE[FIRST], True, blank=False)
-    step(role, Remembered, 2)
-    assert role.known_epoch == 7
+    step(role, Remembered, 2, FIRST, LEASE[FIRST])
+    assert role.known_epoch == 7 and role.known_holder == (FIRST, LEASE[FIRST])
+
+
+def test_a_record_of_the_remembered_epoch_under_another_holder_is_another_history():
+    """One epoch has one primary and lease: a record of the remembered epoch naming others is a
+    bucket started afresh elsewhere (most buckets are lost at epoch 1, never having failed
+    over); and once a loss was seen, a foreign history that reaches a higher epoch later is
+    never followed either (the process's memory is never replaced by its snapshot)."""
+    other = next(s for s in MEMBERS if s != FIRST)
+    role = BucketRole(BUCKET, FIRST, COPIES)
+    step(role, Remembered, 1, FIRST, LEASE[FIRST])
+    fresh = BucketRecord(1, other, LEASE[other], (other,), revision=4)
+    assert role.foreign(fresh)
+    assert step(role, MapRead, fresh, MEMBERS, NEW_LEASE[FIRST], True, blank=False) == []
+    assert role.record_lost and role.record is None
+    later = BucketRecord(3, other, LEASE[other], (other, FIRST), revision=9)
+    assert role.foreign(later)
+    assert step(role, MapRead, later, MEMBERS, NEW_LEASE[FIRST], True, blank=False) == []
+    assert role.record is None and role.known_epoch == 1 and not role.current
 
 
 def test_one_buckets_seen_holds_back_no_other_buckets_first_primary():

@@ -145,8 +145,10 @@ class Replication:
         # the newest epoch of each bucket's record seen, in the server's store if it has one:
         # a process started on it never takes a missing record for a new bucket
         self.marks = BucketMarks(server.store, layout.n_buckets)
-        for bucket, epoch in self.marks.remembered.items():
-            self.roles[bucket].handle(Remembered(epoch, stimulus_id=self._stimulus("store")))
+        for bucket, (epoch, primary, lease) in self.marks.remembered.items():
+            self.roles[bucket].handle(
+                Remembered(epoch, primary, lease, stimulus_id=self._stimulus("store"))
+            )
         self.clock = LeaseClock()  # the membership's, once started
         self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
@@ -375,8 +377,15 @@ class Replication:
 
     def _observe(self) -> None:
         members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
-        # on disk before any role acts on them (a StoreError is handled as etcd's failure)
-        self.marks.saw({b: r.epoch for b, r in enumerate(records) if r is not None})
+        # on disk before any role acts on them (a StoreError is handled as etcd's failure);
+        # a record of another history than a role knows is never marked
+        with self.lock:
+            ours = {
+                b: r
+                for b, r in enumerate(records)
+                if r is not None and not self.roles[b].foreign(r)
+            }
+        self.marks.saw(ours)
         live = {i: m.lease for i, m in members.items()}
         now = time.monotonic()
         valid = self.clock.valid(now)
@@ -461,7 +470,10 @@ class Replication:
             record = BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
         except ValueError as exc:
             raise HogwildError(str(exc)) from exc
-        self.marks.saw({bucket: record.epoch})  # before the role hears of it
+        with self.lock:
+            ours = not self.roles[bucket].foreign(record)
+        if ours:
+            self.marks.saw({bucket: record})  # before the role hears of it
         return record
 
     def _commit_prepared(self, bucket: int) -> None:

@@ -98,6 +98,10 @@ class BucketRole:
     # it means etcd lost the bucket's state (wiped, restored from an old backup, or cleared by
     # another driver of the same job): the bucket is never started afresh over it
     known_epoch: int = 0
+    # the primary and lease of that epoch's record: one epoch has one of each (a campaign or a
+    # hand-over takes the next epoch), so a record of that epoch naming others is another
+    # history (etcd lost the bucket and it was started afresh elsewhere), never followed
+    known_holder: tuple[int, int] | None = None
     record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
     # a live member said it had seen a record of this bucket (``blank`` false): the bucket has
     # started, so a missing record is never a new bucket, even after that member's key is gone
@@ -157,12 +161,12 @@ class BucketRole:
                 self.stopped = False
                 actions = []
             case Remembered():
-                self.known_epoch = max(self.known_epoch, stimulus.epoch)
+                self._know(stimulus.epoch, (stimulus.primary, stimulus.lease))
                 actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
-        if self.record is not None and self.record.epoch > self.known_epoch:
-            self.known_epoch = self.record.epoch
+        if self.record is not None:
+            self._know(self.record.epoch, (self.record.primary, self.record.lease))
         self.transitions.append(
             (stimulus.stimulus_id, type(stimulus).__name__, before, self.role, tuple(actions))
         )
@@ -228,6 +232,29 @@ class BucketRole:
         one (``members/<me>`` lists the bucket in ``seen``)."""
         return self.known_epoch > 0 or self.bucket_started
 
+    def _know(self, epoch: int, holder: tuple[int, int]) -> None:
+        """A record of ``epoch`` held by ``holder`` (its primary and lease) was seen."""
+        if epoch > self.known_epoch or (epoch == self.known_epoch and self.known_holder is None):
+            self.known_epoch, self.known_holder = epoch, holder
+
+    def foreign(self, record: BucketRecord | None) -> bool:
+        """Whether ``record`` (None: missing) is not the bucket's history this side knows: a loss
+        was seen already, or it is missing, older than the newest epoch seen, or of that epoch
+        under another holder (a bucket started afresh elsewhere reaching a higher epoch later
+        is foreign too: the loss is never forgotten). Read by the hosts, which mark only this
+        side's history in the server's store."""
+        if self.record_lost:
+            return True
+        if not self.known_epoch:
+            return False
+        if record is None or record.epoch < self.known_epoch:
+            return True
+        return (
+            record.epoch == self.known_epoch
+            and self.known_holder is not None
+            and (record.primary, record.lease) != self.known_holder
+        )
+
     @property
     def epoch(self) -> int:
         return self.record.epoch if self.record else 0
@@ -249,7 +276,7 @@ class BucketRole:
         self.members = members
         if not blank:
             self.bucket_started = True
-        if self.known_epoch and (record is None or record.epoch < self.known_epoch):
+        if self.foreign(record):
             # etcd lost the bucket's state: step down and wait; nothing here decides who holds
             # every acknowledged update (an operator restarts the job from a checkpoint)
             self.record_lost = True
@@ -514,7 +541,7 @@ class BucketRole:
     def _refreshed(self, record: BucketRecord) -> None:
         """A primary's record changes through its own reads only (it may be deposed); a record
         older than one seen is etcd's lost state, never followed (the next read says so)."""
-        if record.epoch < self.known_epoch:
+        if self.foreign(record):
             return
         if self.role is not Role.PRIMARY and (
             self.record is None or record.revision > self.record.revision

@@ -144,11 +144,14 @@ class StopLifted(RoleStimulus):
 
 @dataclass(frozen=True)
 class Remembered(RoleStimulus):
-    """This server's store says a process on it saw the bucket's record at ``epoch``
-    (:mod:`~hogwild_plugins.ps.replication.marks`): a missing record, or an older one, is etcd's
-    lost state, never a new bucket."""
+    """This server's store says a process on it saw the bucket's record at ``epoch``, naming
+    ``primary`` under ``lease`` (:mod:`~hogwild_plugins.ps.replication.marks`): a missing
+    record, an older one, or one of that epoch naming another primary or lease, is etcd's lost
+    state, never a new bucket."""
 
     epoch: int
+    primary: int
+    lease: int
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,16 @@ a process that has never seen a record of the bucket would take a missing record
 and start it afresh, at epoch 1, with empty memory. A process that saw one remembers it in memory
 (:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`'s ``known_epoch``); a
 :class:`BucketMarks` makes that memory durable on a server with a store (``--store DIR``): the
-newest epoch of every bucket's record the server read is written to its LMDB store
+newest epoch of every bucket's record the server read (with that record's primary and lease: one
+epoch has one of each) is written to its LMDB store
 (:meth:`~hogwild_plugins.ps.storage.ShardStore.mark`, one synced transaction) *before* the
 record is handed to the bucket's role, so that nothing the server does on a record (campaign,
 serve, accept a primary's prepares) comes before the mark is on disk. A process started later on
-the same store hands each mark to its role (``Remembered``): a missing record, or one of a lower
-epoch, is etcd's lost state to it, never a new bucket, and its ``members/<i>`` lists the bucket
-in ``seen``, so that servers without the mark hold back too while it is registered.
+the same store hands each mark to its role (``Remembered``): a missing record, one of a lower
+epoch, or one of the marked epoch naming another primary or lease, is etcd's lost state to it,
+never a new bucket, and its ``members/<i>`` lists the bucket in ``seen``, so that servers
+without the mark hold back too while it is registered. Only the history the role follows is
+marked: a record its role finds foreign (``BucketRole.foreign``) never is.
 
 Without a store the marks live as long as the process (the role's memory): a process started
 after etcd lost its keys learns that a bucket had a record only from the registered members.
@@ -24,6 +27,8 @@ import threading
 from collections.abc import Mapping
 from typing import Protocol
 
+from hogwild_plugins.ps.failover import BucketRecord
+
 __all__ = ["BucketMarks", "MarkStore"]
 
 
@@ -31,11 +36,12 @@ class MarkStore(Protocol):
     """Where marks last: the server's :class:`~hogwild_plugins.ps.storage.ShardStore` (the
     simulator has its own, surviving a server's kill)."""
 
-    def marks(self, n_buckets: int) -> dict[int, int]:
-        """``{bucket: epoch}`` as written."""
+    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
+        """``{bucket: (epoch, primary, lease)}`` as written."""
 
-    def mark(self, epochs: dict[int, int]) -> None:
-        """Write ``{bucket: epoch}`` durably, all or nothing, before returning."""
+    def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
+        """Write ``{bucket: (epoch, primary, lease)}`` durably, all or nothing, before
+        returning."""
 
 
 class BucketMarks:
@@ -52,8 +58,11 @@ class BucketMarks:
 
     def __init__(self, store: MarkStore | None, n_buckets: int) -> None:
         self.store = store
-        self.epochs: dict[int, int] = store.marks(n_buckets) if store is not None else {}
-        self.remembered = dict(self.epochs)  # what the store held when this process started
+        # bucket -> (epoch, primary, lease) of the newest record seen
+        self.marked: dict[int, tuple[int, int, int]] = (
+            store.marks(n_buckets) if store is not None else {}
+        )
+        self.remembered = dict(self.marked)  # what the store held when this process started
         self.writes = 0  # transactions written
         self._lock = threading.Lock()  # the replication thread and the record refresher
 
@@ -65,8 +74,8 @@ class BucketMarks:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def saw(self, epochs: Mapping[int, int]) -> None:
-        """Records of these buckets at these epochs were read: the newer ones are written to
+    def saw(self, records: Mapping[int, BucketRecord]) -> None:
+        """These buckets' records were read: those of a newer epoch than marked are written to
         the store (one transaction) before this returns; an older epoch changes nothing.
 
         Raises:
@@ -74,10 +83,14 @@ class BucketMarks:
                 bucket's record until it can: handled as an etcd call that failed).
         """
         with self._lock:
-            newer = {b: e for b, e in epochs.items() if e > self.epochs.get(b, 0)}
+            newer = {
+                b: (r.epoch, r.primary, r.lease)
+                for b, r in records.items()
+                if r.epoch > self.marked.get(b, (0,))[0]
+            }
             if not newer:
                 return
             if self.store is not None:
                 self.store.mark(newer)
                 self.writes += 1
-            self.epochs.update(newer)
+            self.marked.update(newer)

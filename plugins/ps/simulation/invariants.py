@@ -193,7 +193,7 @@ class Invariants:
     def _check_remembered(self, s: SimServer) -> None:
         """Server ``s`` serves no bucket at an epoch below the one its store remembered when the
         process started."""
-        for bucket, epoch in s.marks.remembered.items():
+        for bucket, (epoch, _, _) in s.marks.remembered.items():
             role = s.roles[bucket]
             if role.serving and role.epoch < epoch:
                 raise Broken(

@@ -128,16 +128,16 @@ class Exchange:
 
 class SimStore:
     """A server's store as the replication uses it (its marks: bucket -> the newest epoch of a
-    record seen); it outlives the process, as the LMDB file does."""
+    record seen, its primary and lease); it outlives the process, as the LMDB file does."""
 
     def __init__(self) -> None:
-        self.epochs: dict[int, int] = {}
+        self.epochs: dict[int, tuple[int, int, int]] = {}
 
-    def marks(self, n_buckets: int) -> dict[int, int]:
+    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
         return dict(self.epochs)
 
-    def mark(self, epochs: dict[int, int]) -> None:
-        self.epochs.update(epochs)
+    def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
+        self.epochs.update(marks)
 
 
 class SimServer:
@@ -207,8 +207,10 @@ class SimServer:
         self.failed_writes: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
         self._failed_here: set[int] = set()  # the round's updates that failed to apply here
         self.marks = BucketMarks(store, len(bucket_shards))
-        for bucket, epoch in self.marks.remembered.items():
-            self.roles[bucket].handle(Remembered(epoch, stimulus_id=self._sid("store")))
+        for bucket, (epoch, primary, lease) in self.marks.remembered.items():
+            self.roles[bucket].handle(
+                Remembered(epoch, primary, lease, stimulus_id=self._sid("store"))
+            )
         self.listed: frozenset[int] | None = None  # the buckets members/<me> lists
         self.thread = self._run()
 
@@ -343,7 +345,8 @@ class SimServer:
         yield from ()
         record = self.etcd.record(bucket)
         if record is not None:
-            self.marks.saw({bucket: record.epoch})  # on its store before the role hears of it
+            if not self.roles[bucket].foreign(record):  # on its store before the role hears
+                self.marks.saw({bucket: record})
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
 
     @staticmethod
@@ -441,7 +444,9 @@ class SimServer:
     def _observe(self) -> Iterator[str]:
         members = self.etcd.members()
         records = {b: self.etcd.record(b) for b in self.roles}
-        self.marks.saw({b: r.epoch for b, r in records.items() if r is not None})
+        self.marks.saw(
+            {b: r for b, r in records.items() if r is not None and not self.roles[b].foreign(r)}
+        )
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
         seen = self.etcd.seen()
@@ -474,8 +479,8 @@ class SimServer:
         yield f"{type(action).__name__} {action.bucket}"
         done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
         record = self.etcd.record(action.bucket)
-        if record is not None:
-            self.marks.saw({action.bucket: record.epoch})  # before the role hears of it
+        if record is not None and not self.roles[action.bucket].foreign(record):
+            self.marks.saw({action.bucket: record})  # before the role hears of it
         return done, record
 
     def record_written(self, action, done: bool) -> None:
