@@ -1,6 +1,7 @@
 """Servers with a store in the simulator (plugins/ps/simulation/, plugins/ps/replication/marks.py):
-after etcd lost its keys, a server restarted on its store never starts a bucket afresh, and
-one bucket's ``seen`` holds back no other bucket's first primary. Scripted schedules of a few
+after etcd lost its keys, a server restarted on its store never starts a bucket afresh nor
+joins one started afresh elsewhere, and one bucket's ``seen`` holds back no other bucket's first
+primary. Scripted schedules of a few
 hundred steps each (the seeded run, with stores on two servers of three, is test_simulation's).
 """
 
@@ -95,3 +96,27 @@ def test_one_buckets_seen_holds_back_no_other_buckets_first_primary():
     assert world.etcd.record(1) is not None and world.etcd.record(1).epoch >= 1
     assert any(s.roles[1].serving for s in world.live())
     assert first1.roles[1].known_epoch >= 1
+
+
+def test_a_server_restarted_on_its_store_never_joins_a_bucket_started_afresh_elsewhere():
+    """The servers with a store die with etcd's keys; the one without restarts alone and, when
+    it settles, starts both buckets afresh (its promise: it knew nothing). Server 0 then comes
+    back on its store: the fresh records (epoch 1, or its own epoch under another holder) are
+    another history to it: it never follows them, its memory is never replaced by their
+    snapshots, and its store keeps the history it saw."""
+    config = Config(stores=2)
+    world = established(config)
+    marked = dict(world.stores[0].epochs)
+    world.apply(("wipe",))
+    for i in range(config.servers):
+        world.apply(("kill", i))
+    world.apply(("restart", 2))
+    tick_and_settle(world, 2 * config.settle)
+    assert [world.etcd.record(b).primary for b in world.bucket_shards] == [2, 2]
+    world.apply(("restart", 0))
+    tick_and_settle(world, 2 * config.ttl)
+    back = world.servers[0]
+    for bucket, role in back.roles.items():
+        assert role.record_lost and not role.current and role.record is None
+        assert 0 not in world.etcd.record(bucket).in_sync
+    assert world.stores[0].epochs == marked
