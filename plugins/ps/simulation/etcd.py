@@ -26,6 +26,7 @@ class SimEtcd:
         self.wipes = 0
         self._parsed: dict[tuple[str, int], BucketRecord] = {}  # (key, revision) -> record
         self._members: dict[str, tuple[object, MemberRecord]] = {}  # key -> (value, member)
+        self._map: tuple = ()  # (revision, wipes, members, seen): the last members read
 
     # ------------------------------------------------------------------ leases
 
@@ -96,22 +97,24 @@ class SimEtcd:
         return parsed[1]
 
     def members(self) -> dict[int, int]:
-        """``{server: its lease}`` of every registered server."""
-        out = {}
-        for i in range(self.n_servers):
-            member = self.member(i)
-            if member is not None:
-                out[i] = member.lease
-        return out
+        """``{server: its lease}`` of every registered server (not to be changed: it is shared
+        until a write changes the keys)."""
+        return self._read_members()[2]
 
     def seen(self) -> frozenset[int]:
         """The buckets a registered server has seen a record of (as ``members/<i>`` say)."""
-        seen: frozenset[int] = frozenset()
-        for i in range(self.n_servers):
-            member = self.member(i)
-            if member is not None:
-                seen |= member.seen
-        return seen
+        return self._read_members()[3]
+
+    def _read_members(self) -> tuple:
+        if self._map[:2] != (self.revision, self.wipes):  # every write advances the revision
+            members, seen = {}, frozenset()
+            for i in range(self.n_servers):
+                member = self.member(i)
+                if member is not None:
+                    members[i] = member.lease
+                    seen |= member.seen
+            self._map = (self.revision, self.wipes, members, seen)
+        return self._map
 
     def record(self, bucket: int) -> BucketRecord | None:
         """``sync/<bucket>`` read back as the servers do (checked; None: absent)."""
