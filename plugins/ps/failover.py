@@ -2,10 +2,11 @@
 the lease clock.
 
 This module holds what every server reads the same way: a bucket's record in etcd
-(:class:`BucketRecord`), which servers should hold a bucket (:func:`desired_copies`) and a
-server's lease by its own clock (:class:`LeaseClock`). The protocol below is decided by I/O-free
-state machines: one server's part in one bucket
-(:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`), a primary's commit round
+(:class:`BucketRecord`), a server's membership key (:class:`MemberRecord`), which servers
+should hold a bucket (:func:`desired_copies`) and a server's lease by its own clock
+(:class:`LeaseClock`). The protocol below is decided by I/O-free state machines: one server's
+part in one bucket (:class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole`), a
+primary's commit round
 (:mod:`~hogwild_plugins.ps.replication.commit_round`) and a copy's acceptance of its primary's
 messages (:mod:`~hogwild_plugins.ps.replication.copy_side`); the threads of
 :mod:`~hogwild_plugins.ps.replication` carry out what they decide.
@@ -14,7 +15,9 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
 
 * Every server holds a session lease in etcd and registers ``members/<i>`` under it; its
   heartbeat renews the lease. A server whose heartbeat stops (killed, paused, cut off) drops out
-  of the members when the lease lapses.
+  of the members when the lease lapses. The key lists (``seen``) the buckets the server has seen
+  a record of (or met a member that had, or its store remembers): a bucket whose record is
+  missing is started afresh only when no registered member lists it.
 * ``sync/<b>`` (no lease: it outlives every server) is the bucket's record: ``epoch``, the
   ``primary`` and its ``lease``, and ``in_sync``, the copies holding every acknowledged update.
   Only the primary changes it (to add a copy that caught up, or drop one that stopped answering),
@@ -68,7 +71,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BucketRecord", "LeaseClock", "desired_copies"]
+__all__ = ["BucketRecord", "LeaseClock", "MemberRecord", "desired_copies"]
 
 
 def desired_copies(bucket: int, members: Iterable[int], copies: int) -> list[int]:
@@ -128,6 +131,66 @@ class BucketRecord:
                 f"{where}: 'in_sync' must list distinct servers, the primary among them"
             )
         return cls(epoch, primary, lease, tuple(in_sync), revision)
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """``members/<i>`` in etcd, read back: the server's ``address`` (``HOST:PORT``), its
+    ``lease`` and that lease's TTL ``lease_s``, and ``seen``: the buckets it has seen a record
+    of, met a member that had, or whose record its store remembers."""
+
+    address: str
+    lease: int
+    lease_s: int
+    seen: frozenset[int]
+
+    def value(self) -> dict:
+        return {
+            "address": self.address,
+            "lease": self.lease,
+            "lease_s": self.lease_s,
+            "seen": sorted(self.seen),
+        }
+
+    @classmethod
+    def parse(cls, value: object, n_buckets: int, where: str) -> MemberRecord:
+        """Check every field of a value read from etcd. ``seen`` is a list of buckets; the
+        boolean an earlier hogwild wrote there (for the whole job) is refused: the servers of
+        one job run one hogwild (their messages to each other are not versioned either).
+
+        Raises:
+            ValueError: A missing field, or one of the wrong type or range (naming ``where``).
+        """
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: a member must be an object, not {type(value).__name__}")
+        address = value.get("address")
+        if not isinstance(address, str) or not 0 < len(address) <= 300:
+            raise ValueError(f"{where}: 'address' must be HOST:PORT (a string of 1 to 300)")
+
+        def integer(key: str, lo: int, hi: int) -> int:
+            v = value.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v < hi:
+                raise ValueError(f"{where}: {key!r} must be an integer in [{lo}, {hi})")
+            return v
+
+        lease = integer("lease", 0, 2**63)
+        lease_s = integer("lease_s", 1, 86_401)
+        seen = value.get("seen")
+        if isinstance(seen, bool):
+            raise ValueError(
+                f"{where}: 'seen' is {seen} (a server of an earlier hogwild, which said it for "
+                "the whole job): it must list bucket indices; run one hogwild on every server"
+            )
+        if (
+            not isinstance(seen, list)
+            or not all(isinstance(b, int) and not isinstance(b, bool) for b in seen)
+            or not all(0 <= b < n_buckets for b in seen)
+            or len(set(seen)) != len(seen)
+        ):
+            raise ValueError(
+                f"{where}: 'seen' must list distinct bucket indices in [0, {n_buckets})"
+            )
+        return cls(address, lease, lease_s, frozenset(seen))
 
 
 # --------------------------------------------------------------------------- lease

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
-from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.failover import BucketRecord, MemberRecord
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Cancelled
@@ -29,13 +29,14 @@ def etcd_prefix(job: str) -> str:
 
 
 def read_map(etcd: Etcd, n_servers: int, n_buckets: int):
-    """The live members ``{index: value}`` and every bucket's record (None: none yet).
+    """The live members ``{index: MemberRecord}`` and every bucket's record (None: none yet),
+    each checked.
 
     Raises:
-        HogwildError: A record that is not one (naming its key); EtcdUnavailable.
+        HogwildError: A record or a member that is not one (naming its key); EtcdUnavailable.
     """
     entries, _ = etcd.get_prefix("")
-    members: dict[int, dict] = {}
+    members: dict[int, MemberRecord] = {}
     records: list[BucketRecord | None] = [None] * n_buckets
     for key, (value, revision) in entries.items():
         kind, _, index = key.partition("/")
@@ -43,7 +44,10 @@ def read_map(etcd: Etcd, n_servers: int, n_buckets: int):
             continue
         i = int(index)
         if kind == "members" and 0 <= i < n_servers:
-            members[i] = value
+            try:
+                members[i] = MemberRecord.parse(value, n_buckets, f"etcd key members/{i}")
+            except ValueError as exc:
+                raise HogwildError(str(exc)) from exc
         elif kind == "sync" and 0 <= i < n_buckets:
             try:
                 records[i] = BucketRecord.parse(value, revision, n_servers, f"etcd key sync/{i}")
@@ -74,13 +78,14 @@ class Routes:
     def read(self) -> None:
         members, records = read_map(self.etcd, self.n_servers, self.n_buckets)
         self.members = set(members)
-        ttls = [m.get("lease_s") for m in members.values()]
-        ttls = [t for t in ttls if isinstance(t, int | float) and 0 < t <= 3600]
+        ttls = [m.lease_s for m in members.values() if m.lease_s <= 3600]
         if ttls:
             self.lease_s = float(max(ttls))
         for b, record in enumerate(records):
             live = (  # a primary restarted since has a new lease: it is not this record's
-                record is not None and members.get(record.primary, {}).get("lease") == record.lease
+                record is not None
+                and record.primary in members
+                and members[record.primary].lease == record.lease
             )
             self.primaries[b] = record.primary if live else None
             self.epochs[b] = record.epoch if record is not None else 0

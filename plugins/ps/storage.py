@@ -22,10 +22,19 @@ Store layout (one LMDB environment, ``DIR/data.mdb``):
 * ``b"header"``: JSON ``{"kind": "hogwild-ps-store", "format": 1, "job", "n_params",
   "shard_floats", "rule"}``: a store of another job, model size, sharding or rule is refused;
 * ``b"shard/%08d"``: a record header (:data:`RECORD`: magic ``b"HGSH"``, shard, version, value
-  count, state count, CRC-32 of the arrays), then the float32 values and the rule state.
+  count, state count, CRC-32 of the arrays), then the float32 values and the rule state;
+* ``b"bucket/%08d"`` (replicated servers): the newest epoch of that bucket's etcd record this
+  store's server has seen, with that record's primary and lease (:data:`MARK`: magic
+  ``b"HGBK"``, the mark's format, bucket, epoch, primary, lease, CRC-32 of what precedes it),
+  written in one transaction per change, before the server acts on that record: a process
+  started on the store later knows the bucket had a record, and never starts it afresh over
+  etcd's lost state (:mod:`~hogwild_plugins.ps.replication.marks`). A store without them
+  (written by a server without copies, or by an earlier hogwild) remembers no bucket.
 
-A record whose header, length or CRC does not check out, or an environment LMDB cannot open,
-is a :class:`StoreError` naming the file: the server does not start on a corrupt store.
+A record whose header, length or CRC does not check out (a bucket's mark of a format this
+hogwild does not know, or of a bucket the job does not have, included), or an environment LMDB
+cannot open, is a :class:`StoreError` naming the file: the server does not start on a corrupt
+store.
 """
 
 from __future__ import annotations
@@ -43,12 +52,15 @@ import numpy as np
 
 from hogwild.errors import HogwildError
 
-__all__ = ["RECORD", "Flusher", "ShardStore", "StoreError"]
+__all__ = ["MARK", "RECORD", "Flusher", "ShardStore", "StoreError"]
 
 KIND, FORMAT = "hogwild-ps-store", 1
 RECORD = struct.Struct("<4sIQQQI")
 RECORD_MAGIC = b"HGSH"
 HEADER_KEY = b"header"
+MARK = struct.Struct("<4sHIQIQ")  # then the CRC-32 of these 30 bytes ("<I")
+MARK_MAGIC, MARK_FORMAT, MARK_PREFIX = b"HGBK", 1, b"bucket/"
+MAX_EPOCH = 2**32  # an epoch travels in a 32-bit header field
 MIN_MAP_BYTES = 1 << 30
 
 
@@ -58,6 +70,10 @@ class StoreError(HogwildError):
 
 def shard_key(shard: int) -> bytes:
     return b"shard/%08d" % shard
+
+
+def mark_key(bucket: int) -> bytes:
+    return MARK_PREFIX + b"%08d" % bucket
 
 
 class ShardStore:
@@ -182,6 +198,74 @@ class ShardStore:
         except lmdb.Error as exc:
             raise StoreError(f"{self.file}: flush failed: {exc}") from exc
         return written
+
+    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
+        """``{bucket: (epoch, primary, lease)}``: the newest epoch of each bucket's record a
+        server on this store saw, and that record's primary and lease (the buckets it never saw
+        a record of are absent).
+
+        Raises:
+            StoreError: A mark that is corrupt (its key, magic, length or CRC), of an unknown
+                format, or of a bucket outside ``[0, n_buckets)``, naming the file and key.
+        """
+        out = {}
+        try:
+            with self.env.begin() as txn:
+                cursor = txn.cursor()
+                found = cursor.set_range(MARK_PREFIX)
+                while found and bytes(cursor.key()).startswith(MARK_PREFIX):
+                    key = bytes(cursor.key())
+                    bucket, mark = self._decode_mark(key, bytes(cursor.value()), n_buckets)
+                    out[bucket] = mark
+                    found = cursor.next()
+        except lmdb.Error as exc:
+            raise StoreError(f"{self.file}: unreadable parameter store: {exc}") from exc
+        return out
+
+    def _decode_mark(
+        self, key: bytes, raw: bytes, n_buckets: int
+    ) -> tuple[int, tuple[int, int, int]]:
+        where = f"{self.file}: record {key.decode(errors='replace')}"
+        index = key[len(MARK_PREFIX) :]
+        if len(index) != 8 or not index.isdigit():
+            raise StoreError(f"{where}: not a bucket's mark (expected bucket/NNNNNNNN)")
+        if len(raw) != MARK.size + 4:
+            raise StoreError(f"{where}: {len(raw)} bytes, expected {MARK.size + 4}")
+        magic, fmt, bucket, epoch, primary, lease = MARK.unpack_from(raw)
+        if magic != MARK_MAGIC:
+            raise StoreError(f"{where}: corrupt mark (magic {magic!r})")
+        if zlib.crc32(raw[: MARK.size]) != struct.unpack_from("<I", raw, MARK.size)[0]:
+            raise StoreError(f"{where}: checksum mismatch; the store is corrupt")
+        if fmt != MARK_FORMAT:
+            raise StoreError(
+                f"{where}: a mark of format {fmt}, this hogwild reads format {MARK_FORMAT} "
+                "(written by another version?)"
+            )
+        if bucket != int(index) or not 0 <= bucket < n_buckets:
+            raise StoreError(
+                f"{where}: marks bucket {bucket}, expected {int(index)} in [0, {n_buckets}) "
+                "(this job's buckets: a store of another layout? use another --store directory)"
+            )
+        if not 1 <= epoch < MAX_EPOCH:
+            raise StoreError(f"{where}: epoch {epoch}, expected one in [1, {MAX_EPOCH})")
+        if not 0 <= lease < 2**63:
+            raise StoreError(f"{where}: lease {lease}, expected one in [0, 2**63)")
+        return bucket, (epoch, primary, lease)
+
+    def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
+        """Write each bucket's newest record seen (``{bucket: (epoch, primary, lease)}``) in one
+        transaction, synced to disk before it returns (LMDB's commit).
+
+        Raises:
+            StoreError: LMDB failed (nothing of it is on disk).
+        """
+        try:
+            with self.env.begin(write=True) as txn:
+                for bucket, (epoch, primary, lease) in marks.items():
+                    head = MARK.pack(MARK_MAGIC, MARK_FORMAT, bucket, epoch, primary, lease)
+                    txn.put(mark_key(bucket), head + struct.pack("<I", zlib.crc32(head)))
+        except lmdb.Error as exc:
+            raise StoreError(f"{self.file}: a bucket's mark could not be written: {exc}") from exc
 
     def close(self) -> None:
         self.env.close()

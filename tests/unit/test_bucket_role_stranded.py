@@ -224,9 +224,9 @@ def test_a_server_that_never_saw_a_record_starts_no_bucket_while_a_member_has_se
     members = live(range(3))
     first = desired_copies(BUCKET, members, COPIES)[0]
     role = BucketRole(BUCKET, first, COPIES)
-    assert not role.seen_job
+    assert not role.seen
     assert step(role, MapRead, None, members, LEASE[first], True, blank=False) == []
-    assert role.role is Role.FOLLOWER and role.seen_job  # (its members/<i> says so from now on)
+    assert role.role is Role.FOLLOWER and role.seen  # (its members/<i> says so from now on)
 
 
 def test_a_server_that_met_a_member_that_saw_a_record_starts_no_bucket_once_that_key_is_gone():

@@ -1,5 +1,5 @@
-"""The lease clock, rendezvous placement and the records read back from etcd
-(plugins/ps/failover.py). The bucket role's transitions have their own tests
+"""The lease clock, rendezvous placement and the records read back from etcd (a bucket's and a
+member's: plugins/ps/failover.py). The bucket role's transitions have their own tests
 (``test_bucket_role_*.py``), and so does a shard's log (``test_shard_log.py``).
 """
 
@@ -9,6 +9,7 @@ import pytest
 from hogwild_plugins.ps.failover import (
     BucketRecord,
     LeaseClock,
+    MemberRecord,
     desired_copies,
 )
 
@@ -153,3 +154,44 @@ def without(key: str) -> dict:
 def test_a_bad_record_is_refused_naming_its_key_and_field(value, field):
     with pytest.raises(ValueError, match=rf"^etcd key sync/5: '{field}'"):
         BucketRecord.parse(value, 1, 3, "etcd key sync/5")
+
+
+# --------------------------------------------------------------------------- member record
+
+
+def test_a_member_reads_back_what_it_wrote_with_the_buckets_it_saw():
+    member = MemberRecord("10.0.0.2:7000", LEASE[1], 2, frozenset({0, 5}))
+    assert member.value()["seen"] == [0, 5]  # a list, sorted: JSON has no sets
+    assert MemberRecord.parse(member.value(), 6, "members/1") == member
+    nothing = MemberRecord("h:1", 7, 1, frozenset())
+    assert MemberRecord.parse(nothing.value(), 6, "members/1").seen == frozenset()
+
+
+MEMBER = {"address": "h:7000", "lease": 99, "lease_s": 2, "seen": [0, 3]}
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("h:7000", "a member must be an object"),
+        ({k: v for k, v in MEMBER.items() if k != "address"}, "'address'"),
+        ({**MEMBER, "address": ""}, "'address'"),
+        ({**MEMBER, "address": 7000}, "'address'"),
+        ({k: v for k, v in MEMBER.items() if k != "lease"}, "'lease'"),
+        ({**MEMBER, "lease": -1}, "'lease'"),
+        ({**MEMBER, "lease": "99"}, "'lease'"),
+        ({**MEMBER, "lease_s": 0}, "'lease_s'"),
+        ({**MEMBER, "lease_s": 2.5}, "'lease_s'"),
+        ({k: v for k, v in MEMBER.items() if k != "seen"}, "'seen' must list"),
+        ({**MEMBER, "seen": [0, 4]}, "'seen' must list"),  # 4 buckets: 0 to 3
+        ({**MEMBER, "seen": [-1]}, "'seen' must list"),
+        ({**MEMBER, "seen": [1, 1]}, "'seen' must list"),
+        ({**MEMBER, "seen": [True]}, "'seen' must list"),
+        ({**MEMBER, "seen": "0,3"}, "'seen' must list"),
+        ({**MEMBER, "seen": True}, "'seen' is True .*earlier hogwild"),  # the old, per-job form
+        ({**MEMBER, "seen": False}, "'seen' is False .*earlier hogwild"),
+    ],
+)
+def test_a_bad_member_is_refused_naming_its_key_and_field(value, field):
+    with pytest.raises(ValueError, match=rf"^etcd key members/1: {field}"):
+        MemberRecord.parse(value, 4, "etcd key members/1")

@@ -17,6 +17,7 @@ carry its actions out, are in a module of their own beside it: :mod:`.bucket_rol
 :mod:`.commit_round_events`, :mod:`.copy_side_events`.
 
 Around them: :mod:`.membership` (the server's etcd lease, ``members/<index>``, the heartbeat),
+:mod:`.marks` (the newest epoch of each bucket's record the server saw, kept in its store),
 :mod:`.frames` (what a snapshot carries on the wire, made and checked), :mod:`.peer_link` (a
 primary's messages to its copies), :mod:`.local` (work queued on this server's update engine),
 :mod:`.copy_adapter` (the network thread's side as a copy, and its refresher thread, which reads

@@ -48,7 +48,13 @@ from collections.abc import Iterator
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
-from hogwild_plugins.ps.replication.bucket_role_events import Campaign, HandOver, MapRead, Stopped
+from hogwild_plugins.ps.replication.bucket_role_events import (
+    Campaign,
+    HandOver,
+    MapRead,
+    Remembered,
+    Stopped,
+)
 from hogwild_plugins.ps.replication.commit_round import CommitRound
 from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
@@ -56,7 +62,8 @@ from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
 from hogwild_plugins.ps.replication.frames import snapshot_frames
 from hogwild_plugins.ps.replication.local import LocalApplier
-from hogwild_plugins.ps.replication.membership import Membership
+from hogwild_plugins.ps.replication.marks import BucketMarks
+from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
 from hogwild_plugins.ps.routes import etcd_prefix, read_map
@@ -135,6 +142,13 @@ class Replication:
         # in it (a snapshot's restore, a refreshed record): network and replication threads
         self.lock = threading.Lock()
         self._stimuli = itertools.count()
+        # the newest epoch of each bucket's record seen, in the server's store if it has one:
+        # a process started on it never takes a missing record for a new bucket
+        self.marks = BucketMarks(server.store, layout.n_buckets)
+        for bucket, (epoch, primary, lease) in self.marks.remembered.items():
+            self.roles[bucket].handle(
+                Remembered(epoch, primary, lease, stimulus_id=self._stimulus("store"))
+            )
         self.clock = LeaseClock()  # the membership's, once started
         self.membership: Membership | None = None
         self.queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
@@ -196,7 +210,7 @@ class Replication:
             str(self.server.address),
             self.lease_s,
             self.changed.set,
-            lambda: any(role.seen_job for role in self.roles.values()),
+            lambda: sorted(b for b, role in self.roles.items() if role.seen),
         )
         self.clock = self.membership.clock
         self.membership.start()
@@ -263,9 +277,16 @@ class Replication:
                 ErrorCode.NOT_PRIMARY,
             )
         if role.record_lost:
+            store = ""
+            if role.bucket in self.marks.remembered:
+                store = (
+                    f"; this server's store ({self.server.store.file}) remembers it: a new job "
+                    "needs another --store directory"
+                )
             return WireError(
                 f"etcd lost the record of bucket {role.bucket} (it saw epoch "
-                f"{role.known_epoch}): the bucket serves nothing until the job is restarted",
+                f"{role.known_epoch}): the bucket serves nothing until the job is restarted"
+                f"{store}",
                 ErrorCode.NOT_PRIMARY,
             )
         return WireError(
@@ -356,11 +377,20 @@ class Replication:
 
     def _observe(self) -> None:
         members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
-        live = {i: m.get("lease") for i, m in members.items()}
+        # on disk before any role acts on them (a StoreError is handled as etcd's failure);
+        # a record of another history than a role knows is never marked
+        with self.lock:
+            ours = {
+                b: r
+                for b, r in enumerate(records)
+                if r is not None and not self.roles[b].foreign(r)
+            }
+        self.marks.saw(ours)
+        live = {i: m.lease for i, m in members.items()}
         now = time.monotonic()
         valid = self.clock.valid(now)
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
-        blank = not any(m.get("seen") is not False for m in members.values())
+        seen = frozenset().union(*(m.seen for m in members.values()))
         for bucket, role in self.roles.items():
             with self.lock:
                 actions = role.handle(
@@ -370,11 +400,13 @@ class Replication:
                         self.clock.lease,
                         valid,
                         settled,
-                        blank,
+                        bucket not in seen,
                         stimulus_id=self._stimulus("map"),
                     )
                 )
             self._carry_out(actions)
+        if unlisted_and_unrecorded(self.roles, self.membership.listed or ()):
+            self.membership.refresh(self._etcd)  # the others hold back from those buckets too
 
     def _carry_out(self, actions: list) -> None:
         run(carry_out(actions, self.roles, self))
@@ -435,9 +467,14 @@ class Replication:
         if value is None:
             return None
         try:
-            return BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
+            record = BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
         except ValueError as exc:
             raise HogwildError(str(exc)) from exc
+        with self.lock:
+            ours = not self.roles[bucket].foreign(record)
+        if ours:
+            self.marks.saw({bucket: record})  # before the role hears of it
+        return record
 
     def _commit_prepared(self, bucket: int) -> None:
         """Just won: what was prepared under the old primary is committed here, in order."""
@@ -554,6 +591,7 @@ class Replication:
                 str(b): {
                     "role": r.role.value,
                     "epoch": r.epoch,
+                    "known_epoch": r.known_epoch,  # the newest seen (or its store remembered)
                     "current": r.current,
                     "record_lost": r.record_lost,
                     "stopped": r.stopped,
@@ -566,6 +604,8 @@ class Replication:
             "deferred_for_etcd": self.copy_adapter.deferred,
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
+            "buckets_remembered": len(self.marks.remembered),  # marks the store held at start
+            "marks_written": self.marks.writes,
             "etcd_errors": self.etcd_errors,
             "last_etcd_error": self.last_etcd_error,
             "takeovers": list(self.takeovers),

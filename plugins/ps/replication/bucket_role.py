@@ -42,6 +42,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     InSyncWritten,
     MapRead,
     RecordRefreshed,
+    Remembered,
     Restored,
     RoleStimulus,
     SnapshotDelivered,
@@ -97,11 +98,16 @@ class BucketRole:
     # it means etcd lost the bucket's state (wiped, restored from an old backup, or cleared by
     # another driver of the same job): the bucket is never started afresh over it
     known_epoch: int = 0
+    # the primary and lease of that epoch's record: one epoch has one of each (a campaign or a
+    # hand-over takes the next epoch), so a record of that epoch naming others is another
+    # history (etcd lost the bucket and it was started afresh elsewhere), never followed
+    known_holder: tuple[int, int] | None = None
     record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
-    # a live member said it had seen a record of this job (``blank`` false): the job has
+    # a live member said it had seen a record of this bucket (``blank`` false): the bucket has
     # started, so a missing record is never a new bucket, even after that member's key is gone
-    # (a process started after etcd lost its keys learns it only from the members still there)
-    job_started: bool = False
+    # (a process started after etcd lost its keys learns it from the members still there, or
+    # from its store: :class:`Remembered`)
+    bucket_started: bool = False
     # a write applied here failed after it was acknowledged or committed: this side's memory is
     # not the bucket's state until a primary's snapshot replaces it (:class:`Stopped`)
     stopped: bool = False
@@ -154,10 +160,13 @@ class BucketRole:
             case StopLifted():
                 self.stopped = False
                 actions = []
+            case Remembered():
+                self._know(stimulus.epoch, (stimulus.primary, stimulus.lease))
+                actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
-        if self.record is not None and self.record.epoch > self.known_epoch:
-            self.known_epoch = self.record.epoch
+        if self.record is not None:
+            self._know(self.record.epoch, (self.record.primary, self.record.lease))
         self.transitions.append(
             (stimulus.stimulus_id, type(stimulus).__name__, before, self.role, tuple(actions))
         )
@@ -218,10 +227,33 @@ class BucketRole:
         return self.serving and self.holders >= self.min_copies
 
     @property
-    def seen_job(self) -> bool:
-        """This side saw a record of the bucket, or a member that had seen one of the job's
-        (what ``members/<me>`` says as ``seen``)."""
-        return self.known_epoch > 0 or self.job_started
+    def seen(self) -> bool:
+        """This side saw a record of the bucket, met a member that had, or its store remembers
+        one (``members/<me>`` lists the bucket in ``seen``)."""
+        return self.known_epoch > 0 or self.bucket_started
+
+    def _know(self, epoch: int, holder: tuple[int, int]) -> None:
+        """A record of ``epoch`` held by ``holder`` (its primary and lease) was seen."""
+        if epoch > self.known_epoch or (epoch == self.known_epoch and self.known_holder is None):
+            self.known_epoch, self.known_holder = epoch, holder
+
+    def foreign(self, record: BucketRecord | None) -> bool:
+        """Whether ``record`` (None: missing) is not the bucket's history this side knows: a loss
+        was seen already, or it is missing, older than the newest epoch seen, or of that epoch
+        under another holder (a bucket started afresh elsewhere reaching a higher epoch later
+        is foreign too: the loss is never forgotten). Read by the hosts, which mark only this
+        side's history in the server's store."""
+        if self.record_lost:
+            return True
+        if not self.known_epoch:
+            return False
+        if record is None or record.epoch < self.known_epoch:
+            return True
+        return (
+            record.epoch == self.known_epoch
+            and self.known_holder is not None
+            and (record.primary, record.lease) != self.known_holder
+        )
 
     @property
     def epoch(self) -> int:
@@ -243,8 +275,8 @@ class BucketRole:
         spread over every server rather than taken by the first one up)."""
         self.members = members
         if not blank:
-            self.job_started = True
-        if self.known_epoch and (record is None or record.epoch < self.known_epoch):
+            self.bucket_started = True
+        if self.foreign(record):
             # etcd lost the bucket's state: step down and wait; nothing here decides who holds
             # every acknowledged update (an operator restarts the job from a checkpoint)
             self.record_lost = True
@@ -280,8 +312,8 @@ class BucketRole:
         if members.get(self.me) != lease:
             return []
         if record is None:
-            if not settled or self.job_started or self.role is not Role.FOLLOWER:
-                return []  # a first primary only in a job no server has seen a record of
+            if not settled or self.bucket_started or self.role is not Role.FOLLOWER:
+                return []  # a first primary only of a bucket no server has seen a record of
             first = desired_copies(self.bucket, members, self.copies)
             if first and first[0] == self.me:  # the very first primary of the bucket
                 self.current = True  # nothing acknowledged yet: every server starts the same
@@ -509,7 +541,7 @@ class BucketRole:
     def _refreshed(self, record: BucketRecord) -> None:
         """A primary's record changes through its own reads only (it may be deposed); a record
         older than one seen is etcd's lost state, never followed (the next read says so)."""
-        if record.epoch < self.known_epoch:
+        if self.foreign(record):
             return
         if self.role is not Role.PRIMARY and (
             self.record is None or record.revision > self.record.revision

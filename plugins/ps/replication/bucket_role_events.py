@@ -8,7 +8,8 @@ reached a copy or a copy that did not answer (:class:`SnapshotDelivered`,
 :class:`CopyUnreachable`), a copy's fence (:class:`Fenced`), a snapshot restored here
 (:class:`Restored`), a step down (:class:`StepDown`), a record read again
 (:class:`RecordRefreshed`), a write that failed to apply here and the snapshots that replaced it
-(:class:`Stopped`, :class:`StopLifted`). It answers with actions for
+(:class:`Stopped`, :class:`StopLifted`), the epoch of a record this server's store remembers
+(:class:`Remembered`). It answers with actions for
 :mod:`~hogwild_plugins.ps.replication.executor` to carry out against etcd and the other servers
 (:class:`Campaign`, :class:`WriteInSync`, :class:`Sync`, :class:`HandOver`,
 :class:`CommitPrepared`); what comes of each is the next stimulus. Plain frozen records: no
@@ -33,6 +34,7 @@ __all__ = [
     "InSyncWritten",
     "MapRead",
     "RecordRefreshed",
+    "Remembered",
     "Restored",
     "RoleStimulus",
     "SnapshotDelivered",
@@ -60,15 +62,15 @@ class MapRead(RoleStimulus):
     leases; this server's ``lease`` and whether it is ``lease_valid`` by its own clock.
     ``settled``: every server has registered, or long enough has passed since the start (only
     then is a bucket's very first primary chosen, so that the first primaries are spread over
-    every server rather than taken by the first one up). ``blank``: no live member has ever
-    seen a record of this job's buckets (only then may a missing record mean a new bucket)."""
+    every server rather than taken by the first one up). ``blank``: no live member lists this
+    bucket in its ``seen`` (only then may a missing record mean a new bucket)."""
 
     record: BucketRecord | None
     members: Mapping[int, int]
     lease: int
     lease_valid: bool
     settled: bool = True
-    blank: bool = True  # every live member registered before it saw any bucket's record
+    blank: bool = True  # no live member has seen a record of this bucket
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,18 @@ class Stopped(RoleStimulus):
 class StopLifted(RoleStimulus):
     """Snapshots replaced every shard of the bucket that failed a write here: its memory is a
     primary's again (current once that primary's :class:`Restored` says so)."""
+
+
+@dataclass(frozen=True)
+class Remembered(RoleStimulus):
+    """This server's store says a process on it saw the bucket's record at ``epoch``, naming
+    ``primary`` under ``lease`` (:mod:`~hogwild_plugins.ps.replication.marks`): a missing
+    record, an older one, or one of that epoch naming another primary or lease, is etcd's lost
+    state, never a new bucket."""
+
+    epoch: int
+    primary: int
+    lease: int
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """A replicated server's membership in etcd: its session lease, ``members/<index>``, the heartbeat.
 
-The server registers ``members/<index>`` (its address, its lease, whether it has seen a bucket's
-record) under a lease of ``lease_s``
-seconds and a heartbeat thread renews it every fifth of that. The
+The server registers ``members/<index>`` (its address, its lease, the buckets it has seen a
+record of: :class:`~hogwild_plugins.ps.failover.MemberRecord`) under a lease of ``lease_s``
+seconds and a heartbeat thread renews it every fifth of that; the replication thread writes the
+key again, under the same lease, when it learned of a bucket whose record etcd lacks
+(:meth:`Membership.refresh`). The
 :class:`~hogwild_plugins.ps.failover.LeaseClock` says, by this process's own clock, whether the
 lease is still valid: it always gives up before etcd does. A lease found lost (the process was
 paused past it) is counted, the buckets are told at once (``on_change``: they step down) and a
@@ -13,16 +15,28 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
-from hogwild_plugins.ps.failover import LeaseClock
+from hogwild_plugins.ps.failover import LeaseClock, MemberRecord
 
 from hogwild.errors import HogwildError
 
-__all__ = ["Membership"]
+__all__ = ["Membership", "unlisted_and_unrecorded"]
 
 BEAT_S = 0.05  # how often the heartbeat looks whether a renewal is due
+
+
+def unlisted_and_unrecorded(roles: Mapping, listed: Iterable[int]) -> bool:
+    """Whether a bucket this server has seen (its role's ``seen``) is not in the ``listed``
+    buckets of its ``members/<me>`` while etcd has no record of it that this side follows (none
+    read, or the record was lost): then only the key can tell the others that the bucket had
+    a record, and it is written again. A bucket whose record is in etcd speaks for itself."""
+    listed = set(listed)
+    return any(
+        role.seen and b not in listed and (role.record is None or role.record_lost)
+        for b, role in roles.items()
+    )
 
 
 class Membership:
@@ -34,9 +48,9 @@ class Membership:
         address: What ``members/<me>`` tells the others (``HOST:PORT``).
         lease_s: The lease's TTL.
         on_change: Called when the membership changed (registered, or the lease was lost).
-        seen: Whether this server has seen a record of any bucket, or a member that had
-            (``members/<me>`` says so: a missing record is a new bucket only when no live member
-            has seen one).
+        seen: The buckets this server has seen a record of, met a member that had, or whose
+            record its store remembers (``members/<me>`` lists them: a missing record is a new
+            bucket only when no live member lists it).
     """
 
     def __init__(
@@ -46,12 +60,14 @@ class Membership:
         address: str,
         lease_s: int,
         on_change: Callable[[], None],
-        seen: Callable[[], bool],
+        seen: Callable[[], list[int]],
     ) -> None:
         self.etcd, self.me, self.address = etcd, me, address
         self.lease_s, self.on_change, self.seen = int(lease_s), on_change, seen
         self.clock = LeaseClock()
         self.leases_lost = 0
+        self.listed: list[int] | None = None  # the buckets the key lists (None: not written)
+        self._key_lock = threading.Lock()  # the heartbeat's registration, the refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -59,13 +75,28 @@ class Membership:
         """Take a lease and put ``members/<me>`` under it."""
         sent = time.monotonic()
         lease = self.etcd.grant(self.lease_s)
-        self.etcd.put(
-            f"members/{self.me}",
-            {"address": self.address, "lease": lease, "lease_s": self.lease_s, "seen": self.seen()},
-            lease=lease,
-        )
-        self.clock.granted(lease, self.lease_s, sent)
+        with self._key_lock:
+            self._put(lease)
+            self.clock.granted(lease, self.lease_s, sent)
         self.on_change()
+
+    def refresh(self, etcd: Etcd) -> None:
+        """Write ``members/<me>`` again through ``etcd`` (the calling thread's own connection),
+        under the lease it is under, with the buckets seen now (a no-op before the first
+        registration; the caller decides when: :func:`unlisted_and_unrecorded`).
+
+        Raises:
+            HogwildError: etcd did not take it (the lease lapsed: the heartbeat registers again).
+        """
+        with self._key_lock:
+            if self.listed is not None and self.clock.lease and self.seen() != self.listed:
+                self._put(self.clock.lease, etcd)
+
+    def _put(self, lease: int, etcd: Etcd | None = None) -> None:
+        seen = self.seen()
+        record = MemberRecord(self.address, lease, self.lease_s, frozenset(seen))
+        (etcd or self.etcd).put(f"members/{self.me}", record.value(), lease=lease)
+        self.listed = sorted(seen)
 
     def start(self) -> None:
         """Register, then keep the lease alive on a thread of its own."""

@@ -9,7 +9,7 @@ back empty, or another driver with the job's name clearing the map).
 
 from __future__ import annotations
 
-from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.failover import BucketRecord, MemberRecord
 
 __all__ = ["SimEtcd"]
 
@@ -17,14 +17,16 @@ __all__ = ["SimEtcd"]
 class SimEtcd:
     """One job's keys (``members/<i>``, ``sync/<b>``), its leases and its revision."""
 
-    def __init__(self, n_servers: int) -> None:
-        self.n_servers = n_servers
+    def __init__(self, n_servers: int, n_buckets: int) -> None:
+        self.n_servers, self.n_buckets = n_servers, n_buckets
         self.revision = 0
         self.keys: dict[str, tuple[object, int, int]] = {}  # key -> (value, mod revision, lease)
         self.leases: dict[int, int] = {}  # lease -> the tick it expires at
         self.next_lease = 0x100
         self.wipes = 0
         self._parsed: dict[tuple[str, int], BucketRecord] = {}  # (key, revision) -> record
+        self._members: dict[str, tuple[object, MemberRecord]] = {}  # key -> (value, member)
+        self._map: tuple = ()  # (revision, wipes, members, seen): the last members read
 
     # ------------------------------------------------------------------ leases
 
@@ -82,22 +84,37 @@ class SimEtcd:
 
     # ------------------------------------------------------------------ the map
 
-    def members(self) -> dict[int, int]:
-        """``{server: its lease}`` of every registered server."""
-        out = {}
-        for i in range(self.n_servers):
-            value, _ = self.get(f"members/{i}")
-            if value is not None:
-                out[i] = value["lease"]
-        return out
+    def member(self, server: int) -> MemberRecord | None:
+        """``members/<server>`` read back as the servers do (checked; None: absent)."""
+        key = f"members/{server}"
+        value = self.keys.get(key, (None,))[0]
+        if value is None:
+            return None
+        parsed = self._members.get(key)
+        if parsed is None or parsed[0] is not value:  # each put is a value of its own
+            parsed = (value, MemberRecord.parse(value, self.n_buckets, key))
+            self._members[key] = parsed
+        return parsed[1]
 
-    def blank(self) -> bool:
-        """No registered server has seen a bucket's record (as ``members/<i>`` say)."""
-        for i in range(self.n_servers):
-            value, _ = self.get(f"members/{i}")
-            if value is not None and value["seen"]:
-                return False
-        return True
+    def members(self) -> dict[int, int]:
+        """``{server: its lease}`` of every registered server (not to be changed: it is shared
+        until a write changes the keys)."""
+        return self._read_members()[2]
+
+    def seen(self) -> frozenset[int]:
+        """The buckets a registered server has seen a record of (as ``members/<i>`` say)."""
+        return self._read_members()[3]
+
+    def _read_members(self) -> tuple:
+        if self._map[:2] != (self.revision, self.wipes):  # every write advances the revision
+            members, seen = {}, frozenset()
+            for i in range(self.n_servers):
+                member = self.member(i)
+                if member is not None:
+                    members[i] = member.lease
+                    seen |= member.seen
+            self._map = (self.revision, self.wipes, members, seen)
+        return self._map
 
     def record(self, bucket: int) -> BucketRecord | None:
         """``sync/<bucket>`` read back as the servers do (checked; None: absent)."""

@@ -17,7 +17,11 @@ step, whether the servers still keep them (:meth:`Invariants.check`), besides ev
   with two versions;
 * an update is acknowledged only once ``min_copies`` servers hold it (or took it and failed to
   apply it, their bucket stopped);
-* a client reads its acknowledged writes, and its reads of a shard never go back.
+* a client reads its acknowledged writes, and its reads of a shard never go back;
+* an in-sync copy with a store that holds a bucket's acknowledged updates has the bucket marked
+  there (a process started on that store after etcd lost its keys knows the bucket had a
+  record), and a process started on a store never serves a bucket at an epoch below the one its
+  store remembered (it never starts it afresh).
 
 An update acknowledged and then lost with every server holding it is forgiven (the parameter
 server keeps its state in memory): counted by the world, no longer expected anywhere. A broken
@@ -176,6 +180,7 @@ class Invariants:
             raise Broken(f"a machine's invariant: {exc}") from None
         for s in moved:
             self._check_shards(s)
+            self._check_remembered(s)
         for s in touched_servers:
             self._check_acknowledged(s)
         seen = (self.etcd.revision, self.etcd.wipes, self.acknowledgements)
@@ -184,6 +189,17 @@ class Invariants:
         everyone = full or seen != self.checked
         self.checked = seen
         self._check_buckets(everyone, {s.me for s in moved})
+
+    def _check_remembered(self, s: SimServer) -> None:
+        """Server ``s`` serves no bucket at an epoch below the one its store remembered when the
+        process started."""
+        for bucket, (epoch, _, _) in s.marks.remembered.items():
+            role = s.roles[bucket]
+            if role.serving and role.epoch < epoch:
+                raise Broken(
+                    f"server {s.me} serves bucket {bucket} at epoch {role.epoch}, below epoch "
+                    f"{epoch} its store remembered at its start"
+                )
 
     def _check_shards(self, s: SimServer) -> None:
         """Server ``s``'s shards: each update applied once, as many as the version says (those
@@ -274,4 +290,10 @@ class Invariants:
                         raise Broken(
                             f"acknowledged {sorted(missing)} of shard {shard} not on in-sync "
                             f"copy {copy}"
+                        )
+                    store = s.marks.store
+                    if self.acked[shard] and store is not None and bucket not in store.epochs:
+                        raise Broken(
+                            f"in-sync copy {copy} holds acknowledged updates of bucket {bucket} "
+                            "and its store has no mark of it"
                         )

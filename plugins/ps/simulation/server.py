@@ -27,6 +27,11 @@ the role hears :class:`~hogwild_plugins.ps.replication.bucket_role_events.Stoppe
 replication thread's next turn, and a snapshot queued after the failure lifts the stop
 (:class:`~hogwild_plugins.ps.replication.bucket_role_events.StopLifted`). The update missing
 from the shard's values is kept in ``failed_writes`` for the invariants.
+
+A server may have a store (:class:`SimStore`: what its LMDB store keeps of the replication, the
+newest epoch of each bucket's record it saw, :mod:`~hogwild_plugins.ps.replication.marks`). The
+world keeps it across the server's kill and hands it to the restarted process, whose roles hear
+what it remembers (``Remembered``) before anything else.
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from hogwild_plugins.ps.failover import MemberRecord
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Fenced,
     MapRead,
     RecordRefreshed,
+    Remembered,
     Restored,
     StopLifted,
     Stopped,
@@ -50,13 +57,15 @@ from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
 from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, Refuse
 from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
+from hogwild_plugins.ps.replication.marks import BucketMarks
+from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.stops import BucketStops
 
 from hogwild.net.wire import ErrorCode, WireError
 
-__all__ = ["Exchange", "Peer", "SimServer", "SimWork"]
+__all__ = ["Exchange", "Peer", "SimServer", "SimStore", "SimWork"]
 
 MAX_BATCH = 8
 _UNLOCKED = contextlib.nullcontext()  # a step of the world is atomic: the copy side needs no lock
@@ -117,6 +126,20 @@ class Exchange:
                 self.done[i] = True
 
 
+class SimStore:
+    """A server's store as the replication uses it (its marks: bucket -> the newest epoch of a
+    record seen, its primary and lease); it outlives the process, as the LMDB file does."""
+
+    def __init__(self) -> None:
+        self.epochs: dict[int, tuple[int, int, int]] = {}
+
+    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
+        return dict(self.epochs)
+
+    def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
+        self.epochs.update(marks)
+
+
 class SimServer:
     """One incarnation of server ``me`` (a restart is a new one, its memory empty).
 
@@ -133,6 +156,7 @@ class SimServer:
         settle: Ticks after its start when a server may choose first primaries alone.
         fails: ``fails(what)``: whether the application of ``what`` (an update, described)
             fails here (the world's seeded draw). None: none fails.
+        store: The server's store, kept by the world across restarts. None: it has none.
     """
 
     def __init__(
@@ -148,6 +172,7 @@ class SimServer:
         ttl: int,
         settle: int,
         fails: Callable[[str], bool] | None = None,
+        store: SimStore | None = None,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -181,6 +206,12 @@ class SimServer:
         # the updates whose application failed here, by shard: committed, not in the values
         self.failed_writes: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
         self._failed_here: set[int] = set()  # the round's updates that failed to apply here
+        self.marks = BucketMarks(store, len(bucket_shards))
+        for bucket, (epoch, primary, lease) in self.marks.remembered.items():
+            self.roles[bucket].handle(
+                Remembered(epoch, primary, lease, stimulus_id=self._sid("store"))
+            )
+        self.listed: frozenset[int] | None = None  # the buckets members/<me> lists
         self.thread = self._run()
 
     def __getstate__(self) -> dict:
@@ -201,10 +232,21 @@ class SimServer:
         """Take a lease and put ``members/<me>`` under it (the membership's register)."""
         now = self.now()
         self.lease = self.etcd.grant(self.ttl, now)
-        seen = any(role.seen_job for role in self.roles.values())
-        self.etcd.put(f"members/{self.me}", {"lease": self.lease, "seen": seen}, lease=self.lease)
+        self._put_member()
         self.valid_until = now + self.ttl * 3 // 4  # the lease clock gives up before etcd
         self.last_beat = now
+
+    def _put_member(self) -> None:
+        self.listed = frozenset(b for b, role in self.roles.items() if role.seen)
+        member = MemberRecord(f"sim:{self.me}", self.lease, self.ttl, self.listed)
+        self.etcd.put(f"members/{self.me}", member.value(), lease=self.lease)
+
+    def refresh_member(self) -> None:
+        """The membership's refresh: ``members/<me>`` written again under its lease when this
+        server learned of a bucket whose record etcd lacks (not once the lease is gone: etcd
+        refuses a put under it)."""
+        if self.lease in self.etcd.leases and unlisted_and_unrecorded(self.roles, self.listed):
+            self._put_member()
 
     def beat(self) -> None:
         """The heartbeat, once a tick: renew when due; a lease found lost is taken anew."""
@@ -303,6 +345,8 @@ class SimServer:
         yield from ()
         record = self.etcd.record(bucket)
         if record is not None:
+            if not self.roles[bucket].foreign(record):  # on its store before the role hears
+                self.marks.saw({bucket: record})
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
 
     @staticmethod
@@ -400,9 +444,12 @@ class SimServer:
     def _observe(self) -> Iterator[str]:
         members = self.etcd.members()
         records = {b: self.etcd.record(b) for b in self.roles}
+        self.marks.saw(
+            {b: r for b, r in records.items() if r is not None and not self.roles[b].foreign(r)}
+        )
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
-        blank = self.etcd.blank()
+        seen = self.etcd.seen()
         for bucket, role in self.roles.items():
             actions = role.handle(
                 MapRead(
@@ -411,11 +458,12 @@ class SimServer:
                     self.lease,
                     valid,
                     settled,
-                    blank,
+                    bucket not in seen,
                     stimulus_id=self._sid("map"),
                 )
             )
             yield from self._carry_out(actions)
+        self.refresh_member()
 
     def _carry_out(self, actions: list) -> Iterator[str]:
         yield from carry_out(actions, self.roles, self)
@@ -430,7 +478,10 @@ class SimServer:
     def replace_record(self, action) -> Iterator[str]:
         yield f"{type(action).__name__} {action.bucket}"
         done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
-        return done, self.etcd.record(action.bucket)
+        record = self.etcd.record(action.bucket)
+        if record is not None and not self.roles[action.bucket].foreign(record):
+            self.marks.saw({action.bucket: record})  # before the role hears of it
+        return done, record
 
     def record_written(self, action, done: bool) -> None:
         pass  # the real server's counters and failover timings: nothing to check here

@@ -7,7 +7,8 @@ in flight. Each step, a seeded random choice among what can happen next: a serve
 thread runs to its next blocking point, a message is delivered (any of those in flight: they are
 reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
 timeout), a client sends or re-sends, the clock ticks (heartbeats, leases expire), a server is
-paused (SIGSTOP) or resumed, killed or restarted, a lease expires early, etcd is wiped. Besides
+paused (SIGSTOP) or resumed, killed or restarted (on its store, if it has one: the newest epoch
+of each bucket's record it saw outlives it), a lease expires early, etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
 application, from a generator of its own seeded by the seed, so that the choices a seed makes
 are the same with it or without it): the server stops the bucket, as the real one does.
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
-from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer
+from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer, SimStore
 
 __all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
 
@@ -58,7 +59,9 @@ class Client:
 
 @dataclass(frozen=True)
 class Config:
-    """The simulated job: servers, copies, buckets and their shards, clients, lease TTL."""
+    """The simulated job: servers, copies, buckets and their shards, clients, lease TTL, and
+    how many servers have a store (the first ``stores``; the others keep nothing across a
+    restart)."""
 
     servers: int = 3
     copies: int = 3
@@ -67,6 +70,7 @@ class Config:
     clients: int = 2
     ttl: int = 10
     settle: int = 4
+    stores: int = 2
 
 
 class World:
@@ -77,11 +81,12 @@ class World:
         self.rng = random.Random(seed)
         self.failures = random.Random(f"fail {seed}")  # draws whether an application fails
         self.time = 0
-        self.etcd = SimEtcd(config.servers)
+        self.etcd = SimEtcd(config.servers, len(config.bucket_shards))
         self.bucket_shards = {b: list(s) for b, s in enumerate(config.bucket_shards)}
         self.bucket_of = {s: b for b, shards in self.bucket_shards.items() for s in shards}
         self.network: list[tuple[object, object]] = []  # (destination, message)
         self.incarnations = [0] * config.servers
+        self.stores = {i: SimStore() for i in range(min(config.stores, config.servers))}
         self.servers: dict[int, SimServer | None] = {}
         for i in range(config.servers):
             self.servers[i] = self._start(i)
@@ -105,7 +110,7 @@ class World:
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
-            self._application_fails,
+            self._application_fails, self.stores.get(i),
         )  # fmt: skip
         server.register()
         return server
