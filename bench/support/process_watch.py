@@ -10,8 +10,8 @@ A look costs what is new since the last one, not the whole machine: the process 
 changes only when it is re-parented on its parent's death, to a process outside the tree, so a
 process found outside the tree stays outside, and one found inside is recorded for good. (A
 walk of the whole table at every look, ``psutil``'s ``children(recursive=True)``, reads every
-process's ``stat``: tens of milliseconds of CPU a second on a busy machine, for the length of
-the run.) Where there is no ``/proc`` the walk is what is done.
+process's ``stat``: CPU in proportion to every process on the machine, at every look, for the
+length of the run.) Where there is no ``/proc`` the walk is what is done.
 """
 
 from __future__ import annotations
