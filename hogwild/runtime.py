@@ -45,9 +45,8 @@ def kernel_source_digest() -> str:
 
 def configure_numba_environment() -> None:
     """Point numba's cache at hogwild's cache directory and keep numba single-threaded."""
-    os.environ.setdefault(
-        "NUMBA_CACHE_DIR", str(user_cache_dir() / "numba" / kernel_source_digest())
-    )
+    if "NUMBA_CACHE_DIR" not in os.environ:  # the digest reads every kernel source: only if used
+        os.environ["NUMBA_CACHE_DIR"] = str(user_cache_dir() / "numba" / kernel_source_digest())
     # One numba thread per worker process: parallelism comes from processes, not threads.
     os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 

@@ -35,6 +35,7 @@ from hogwild.config import default_config_path, load_config
 from hogwild.data.feed import compile_data_kernels
 from hogwild.locks import machine_lock
 from hogwild.model.compile import compile_kernels, compile_lock
+from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
 from hogwild.signals import die_with_parent
 from hogwild.training.api import TrainedModel
@@ -79,8 +80,8 @@ def compile_portion_gradient(network) -> None:
     call it: they compile it at their first portion, and take no lock."""
     from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient
 
-    images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, int64 labels
-    examples = Examples(images, np.zeros(1, np.int64), np.zeros(1, np.int64), portion=1)
+    images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, the jobs' labels
+    examples = Examples(images, np.zeros(1, LABEL_DTYPE), np.zeros(1, np.int64), portion=1)
     PortionGradient(network, examples)(np.zeros(network.n_params, np.float32), 0)
 
 

@@ -189,11 +189,12 @@ def run(args, mode: str, images, labels, network, folder: Path) -> dict:
 def measure(args) -> dict:
     from hogwild.config import config_from_dict
     from hogwild.data.mnist import load_mnist
+    from hogwild.model.loops import LABEL_DTYPE
     from hogwild.model.network import build_network
 
     data = load_mnist(args.data, download=False, progress=False)
     images = np.ascontiguousarray(data.train_images[: args.examples].reshape(args.examples, -1))
-    labels = data.train_labels[: args.examples].astype(np.int64)
+    labels = data.train_labels[: args.examples].astype(LABEL_DTYPE)  # the jobs' kernels'
     network = build_network(config_from_dict({"model": {"input": [1, 28, 28],
                                                           "layers": LAYERS}}).model)  # fmt: skip
     results = []

@@ -3,9 +3,12 @@
 The module's Ray head is this test's own: ``ray start --head`` in a session of its own, with its
 own temporary directory and free ports, and it is stopped by signalling that session's processes
 and their descendants (``ray stop`` would stop every Ray instance on the machine, other users'
-too). It has 5 logical CPUs on a 2-core machine: the job's 2 parameter servers and data server
-ask 1 CPU each and its 2 replicas 1 CPU each (Ray's CPUs are logical; the local launcher runs the
-same 5 roles on the same 2 cores).
+too). It starts what the tests use: the dashboard (the state API that lists actors and placement
+groups is one of its modules), not the log monitor (the launcher's driver does not take its
+roles' output), the autoscaler's monitor (nothing autoscales) or usage stats. It has 5 logical
+CPUs on a 2-core machine: the job's 2 parameter servers and data server ask 1 CPU each and its 2
+replicas 1 CPU each (Ray's CPUs are logical; the local launcher runs the same 5 roles on the same
+2 cores).
 
 A job of two replicas (one worker each), two parameter servers and a data server, every role a
 Ray actor running its process, trains 20,000 MNIST examples to 95 % in two epochs (the same job
@@ -91,7 +94,7 @@ def ray_head():
         "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
         "--dashboard-port", str(dashboard), "--dashboard-agent-listen-port", str(agent),
         "--ray-client-server-port", str(client), "--object-store-memory", str(100 * 2**20),
-        "--disable-usage-stats", "--temp-dir", temp,
+        "--disable-usage-stats", "--include-log-monitor=false", "--no-monitor", "--temp-dir", temp,
     ]  # fmt: skip
     log_path = Path(temp) / "ray-start.log"
     with open(log_path, "w") as log:  # not a pipe: Ray's daemons inherit it and keep it open

@@ -39,6 +39,7 @@ from hogwild_plugins.ps.serving.launch import local_server
 
 from hogwild.config import config_from_dict
 from hogwild.data.mnist import load_mnist
+from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
 from hogwild.net.ports import free_ports
 from tests.unit.test_sandblaster_lbfgs import SoftmaxRegression, reference_lbfgs
@@ -53,7 +54,7 @@ MEAN, STD = 0.1307, 0.3081
 def mnist(mnist_dir):
     data = load_mnist(mnist_dir, download=False, progress=False)
     images = np.ascontiguousarray(data.train_images[:N_EXAMPLES].reshape(N_EXAMPLES, -1))
-    return images, data.train_labels[:N_EXAMPLES].astype(np.int64)
+    return images, data.train_labels[:N_EXAMPLES].astype(LABEL_DTYPE)
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ from hogwild_plugins.ps.serving.launch import local_server
 from hogwild.cluster.roles import spawn_role, tee_stderr
 from hogwild.config import config_from_dict
 from hogwild.data.mnist import MnistData, load_mnist
+from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
 from hogwild.net.control import ControlServer
 from hogwild.net.ports import free_ports
@@ -72,7 +73,7 @@ LAYERS = [{"type": "fc", "units": 10}, {"type": "softmax"}]
 def mnist(mnist_dir):
     data = load_mnist(mnist_dir, download=False, progress=False)
     images = np.ascontiguousarray(data.train_images[:N_EXAMPLES].reshape(N_EXAMPLES, -1))
-    return images, data.train_labels[:N_EXAMPLES].astype(np.int64)
+    return images, data.train_labels[:N_EXAMPLES].astype(LABEL_DTYPE)
 
 
 @pytest.fixture(scope="module")

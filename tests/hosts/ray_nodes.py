@@ -6,7 +6,11 @@ own logical CPUs, under Ray's token authentication with a token of the hosts' ow
 by ``RAY_AUTH_TOKEN_PATH``): the head turns token mode on by itself when it finds a token, a
 joining node is told ``RAY_AUTH_MODE=token``, as Ray asks of ``ray start --address``. Neither
 ``ray stop`` (it stops every Ray instance on the machine) nor anything else stops them: they
-are daemons of their hosts, killed when the hosts close. :func:`start_etcd` does the same for a
+are daemons of their hosts, killed when the hosts close. Each node starts lean: no log monitor
+(the launcher's driver does not take its roles' output: each role writes its own log), no
+usage stats, and the head no dashboard and no autoscaler monitor (nothing here autoscales; the
+launcher reads the nodes and their CPUs from the GCS): daemons that cost CPU at every start
+and serve nothing a job here does. :func:`start_etcd` does the same for a
 one-member etcd listening on a host's address, :func:`start_etcd_cluster` for an etcd cluster
 with a member in each of several hosts.
 """
@@ -45,7 +49,7 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Cal
         sys.executable, "-m", "ray.scripts.scripts", "start", *args,
         "--node-ip-address", hosts.address(host), "--num-cpus", str(cpus),
         "--object-store-memory", str(80 * 2**20), "--disable-usage-stats",
-        "--temp-dir", str(hosts.home(host) / "ray"),
+        "--include-log-monitor=false", "--temp-dir", str(hosts.home(host) / "ray"),
     ]  # fmt: skip
     log = hosts.home(host) / "ray-start.log"
     with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
@@ -74,7 +78,7 @@ def start_ray(hosts: Hosts, nodes: list[int], cpus: int) -> str:
     env = ray_env(hosts)
     head = nodes[0]
     _ray_start(hosts, head, env, cpus, "--head", "--port", str(RAY_PORT),
-               "--include-dashboard=false")()  # fmt: skip
+               "--include-dashboard=false", "--no-monitor")()  # fmt: skip
     address = f"{hosts.address(head)}:{RAY_PORT}"
     joining = [
         _ray_start(hosts, host, {**env, "RAY_AUTH_MODE": "token"}, cpus, "--address", address)

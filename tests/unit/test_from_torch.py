@@ -20,7 +20,7 @@ from bench.peers.examples_mnist import net as examples_mnist_net  # the one defi
 from hogwild.config import load_config
 from hogwild.errors import ConfigError
 from hogwild.model.context import TrainingContext
-from hogwild.model.loops import deterministic_ops
+from hogwild.model.loops import LABEL_DTYPE, deterministic_ops
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, build_network
 from hogwild.model.passes import backward, forward
 from hogwild.training.torch_bridge import state_dict_of
@@ -107,7 +107,7 @@ def test_engine_computes_what_the_module_computes(name):
     a, da, aux = ctx.act[0], ctx.dact[0], ctx.aux[0]
     x = np.random.default_rng(4).normal(0.0, 1.0, network.input_size).astype(np.float32)
     a[: network.input_size] = x
-    label = np.uint8(model.n_classes - 1)
+    label = LABEL_DTYPE(model.n_classes - 1)  # the jobs' label type: one compiled backward
     forward(ops, params, a, aux, ctx.scratch, False)
     backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, label)
 
@@ -246,7 +246,7 @@ def test_regression_mlp_forward_and_gradients_match_mse_autograd():
     x, target = rng.normal(size=6).astype(np.float32), rng.normal(size=2).astype(np.float32)
     a[:6], a[6:8] = x, target  # the targets ride after the input
     forward(ops, params, a, aux, ctx.scratch, False)
-    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, np.uint8(0))
+    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, LABEL_DTYPE(0))  # mse: no class
     tx = torch.tensor(x)[None].requires_grad_(True)
     out = module(tx)
     F.mse_loss(out, torch.tensor(target)[None]).backward()

@@ -207,7 +207,7 @@ def test_one_example_forward_and_backward_match_autograd(network):
     params = init_params(network, seed=5)
     rng = np.random.default_rng(6)
     x = rng.normal(0.0, 1.0, network.input_size).astype(np.float32)
-    label = np.uint8(3)  # the type train_chunk passes: shares its compiled backward
+    label = LABEL_DTYPE(3)  # the jobs' label type: one compiled backward for every test
     ops = network.ops.copy()
     ops[0, COL_NEED_DIN] = 1
     ctx = TrainingContext.allocate(network, 1)
@@ -499,7 +499,7 @@ def test_mse_regression_forward_and_backward_match_autograd():
     a[: network.input_size] = x
     a[network.input_size : network.input_size + 3] = target  # the targets ride after the input
     forward(ops, params, a, aux, ctx.scratch, True)
-    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, np.uint8(0))
+    backward(ops, params, a, da, aux, ctx.scratch, ctx.grad, LABEL_DTYPE(0))  # mse: no class
 
     tp = torch_params(network, params)
     tx = torch.tensor(x).reshape(1, *network.input_shape).requires_grad_(True)

@@ -13,6 +13,7 @@ import pytest
 
 from hogwild.config import config_from_dict, load_config
 from hogwild.model.context import TrainingContext
+from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import COL_OUT, build_network
 from hogwild.model.passes import backward, forward
 from hogwild.partition.compute import SequentialReplica
@@ -78,7 +79,7 @@ def test_partitioned_step_equals_whole_model_and_autograd(name, k):
         ctx.aux[0],
         ctx.scratch,
         ctx.grad,
-        np.uint8(label),
+        LABEL_DTYPE(label),  # the jobs' label type: one compiled backward for every test
     )
 
     out = int(network.ops[-1, COL_OUT])

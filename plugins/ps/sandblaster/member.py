@@ -36,8 +36,12 @@ __all__ = ["group_client", "serve_member", "training_arrays"]
 
 def training_arrays(config, data) -> tuple[np.ndarray, np.ndarray]:
     """The job's training images (flattened, uint8) and labels, ``train.subset`` chosen as
-    every replica of the job chooses it: a group and its members index the same examples."""
+    every replica of the job chooses it: a group and its members index the same examples.
+    The labels are :data:`~hogwild.model.loops.LABEL_DTYPE`, the type the jobs' kernels are
+    compiled for: the portion gradient then shares their compiled step instead of compiling
+    its own for another label type."""
     from hogwild.data.plan import plan_data
+    from hogwild.model.loops import LABEL_DTYPE
     from hogwild.training.job import subset_indices
 
     _, n_total, _ = plan_data(config, data, 1)
@@ -45,7 +49,7 @@ def training_arrays(config, data) -> tuple[np.ndarray, np.ndarray]:
     images = data.train_images if chosen is None else data.train_images[chosen]
     labels = data.train_labels if chosen is None else data.train_labels[chosen]
     images = np.ascontiguousarray(images.reshape(len(images), -1))
-    return images, np.ascontiguousarray(labels, dtype=np.int64)
+    return images, np.ascontiguousarray(labels, dtype=LABEL_DTYPE)
 
 
 def group_client(config):

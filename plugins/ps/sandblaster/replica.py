@@ -38,7 +38,8 @@ class Examples:
     """The batch and its portions.
 
     Attributes:
-        images: uint8 [N, input_size]; labels: [N].
+        images: uint8 [N, input_size]; labels: [N], of
+            :data:`~hogwild.model.loops.LABEL_DTYPE` (another type compiles the kernels again).
         order: int64: the batch's examples, in portion order.
         portion: Examples per portion.
         mean, std: Input normalisation (the job's ``data.mean``, ``data.std``).
