@@ -15,8 +15,13 @@ same in both:
   A test waits for its stage before it starts (bounded): it then loads the compiled kernels
   instead of compiling them beside the warm-up, and no bound on a job's time counts a compile.
 - **The order.** Tests that need no stage come first, then those that need ``ps``, then those
-  that need ``all``; within each, the tiers in order (unit, proc, cluster, adversarial, hosts),
-  a stable sort. So while the warm-up compiles, the workers run what needs nothing from it.
+  that need ``all``, so that while the warm-up compiles the workers run what needs nothing from
+  it. Within each, a stable sort: the tests of an ``xdist_group`` (one worker runs the whole
+  group, which is long: it must not be the last thing left), then the ``alone`` tests (one after
+  the other, the other worker waiting meanwhile only for the test it holds, not for a long one
+  dealt to it between two of them), then the tiers from the last to the first (hosts,
+  adversarial, cluster, proc, unit): the long tests first, the short unit tests last, to even
+  out the workers' ends.
 - **Alone.** A test marked ``alone`` runs while no other test does (with two workers, the other
   waits): it bounds a job's time, counts on every core of the machine, or owns the machine's Ray.
   Every other test holds a shared lock while it runs; an ``alone`` test takes it exclusively.
@@ -68,9 +73,12 @@ def stage_needed(item) -> int:
     return ALL
 
 
-def order(item) -> tuple[int, int]:
-    """The sort key of the suite's order: the stage needed, then the tier."""
-    return stage_needed(item), tier(item)
+def order(item) -> tuple[int, bool, bool, int]:
+    """The sort key of the suite's order: the stage needed; in a group first, ``alone`` next;
+    then the tier, the last first."""
+    grouped = item.get_closest_marker("xdist_group") is not None
+    alone = item.get_closest_marker("alone") is not None
+    return stage_needed(item), not grouped, not alone, -tier(item)
 
 
 def done_file(folder: Path, stage: int) -> Path:
