@@ -32,7 +32,7 @@ import pytest
 
 from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.shm import sweeper
-from hogwild.shm.naming import owner_alive, parse_segment_name, sanitize_job
+from hogwild.shm.naming import parse_segment_name, sanitize_job
 from hogwild.training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -282,17 +282,6 @@ def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill
     assert processes_of(run_dir) == []
     assert job_segments(job) == set()
     return final, records, stderr
-
-
-def left_segments(before: set[str]) -> set[str]:
-    """Segments made since ``before`` whose owner is gone (a job running beside this test owns
-    its segments until it ends: not this job's leak)."""
-    left = set()
-    for name in hogwild_segments() - before:
-        owner = parse_segment_name(name)
-        if owner is None or not owner_alive(owner):
-            left.add(name)
-    return left
 
 
 def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):
