@@ -18,8 +18,8 @@ definition, as the trainer's start-up sweep would).
 The suite runs serially or over two workers (``pytest -n 2``, pytest-xdist, tests dealt out by
 ``xdist_group``); when each test starts is :mod:`tests.schedule`'s: tests that need nothing
 from the kernel warm-up first (the unit tier and modules marked ``kernel_free``), then those that
-need the parameter servers' kernels (``ps_kernels``), then the rest, in each the groups first,
-then the ``alone`` tests, then the tiers from the last (hosts) to the first (unit); a test waits
+need the parameter servers' kernels (``ps_kernels``), then the rest, in each the ``alone`` tests
+first, then the groups, then the tiers from the last (hosts) to the first (unit); a test waits
 for the warm-up stage it needs; a test marked ``alone`` runs while no other does.
 :mod:`tests.warm_kernels` compiles the kernels in the background, started once per run (by the
 session, or by the workers' controller): the session owns that process (it is not a test's leak)
