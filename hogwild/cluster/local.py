@@ -35,6 +35,33 @@ POLL_S = 0.05
 RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"  # its command line
 
 
+def kill_process_group(pgid: int) -> bool:
+    """SIGKILL process group ``pgid`` but multiprocessing's resource tracker, which is woken if
+    stopped (the group may have been paused whole) to clean up after the others; whether any
+    process was there. The group is stopped first, so none of it forks meanwhile."""
+    try:
+        os.killpg(pgid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        return False
+    trackers = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            if RESOURCE_TRACKER in " ".join(proc.info["cmdline"] or ()):
+                trackers.append(proc)
+            else:
+                proc.kill()
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile
+    for tracker in trackers:
+        try:
+            tracker.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+    return True
+
+
 class RoleProcess:
     """One role's process, its log, and its ready line."""
 
@@ -68,28 +95,8 @@ class RoleProcess:
         return True
 
     def kill_group(self) -> bool:
-        """SIGKILL the role's process group but its resource tracker, which is woken if stopped
-        (the group may have been paused whole) to clean up after the others; whether any
-        process was there. The group is stopped first, so none of it forks meanwhile."""
-        if not self.signal_group(signal.SIGSTOP):
-            return False
-        trackers = []
-        for proc in psutil.process_iter(["cmdline"]):
-            try:
-                if os.getpgid(proc.pid) != self.process.pid:
-                    continue
-                if RESOURCE_TRACKER in " ".join(proc.info["cmdline"] or ()):
-                    trackers.append(proc)
-                else:
-                    proc.kill()
-            except (OSError, psutil.Error):
-                continue  # gone meanwhile
-        for tracker in trackers:
-            try:
-                tracker.send_signal(signal.SIGCONT)
-            except psutil.Error:
-                pass
-        return True
+        """:func:`kill_process_group` of the role's group; whether any process was there."""
+        return kill_process_group(self.process.pid)
 
     def clear(self, timeout_s: float) -> None:
         """Once the role exited: its group asked to stop, killed after ``timeout_s``, reaped."""
