@@ -15,14 +15,15 @@ the test": a segment whose owner is another live process is someone else's. New 
 owner is already dead cannot be attributed; they are swept quietly (they are garbage by
 definition, as the trainer's start-up sweep would).
 
-The suite runs serially or over two workers (``pytest -n 2``, pytest-xdist); when each test
-starts is :mod:`tests.schedule`'s: tests that need nothing from the kernel warm-up first (the
-unit tier and modules marked ``kernel_free``), then those that need the parameter servers'
-kernels (``ps_kernels``), then the rest, each tier in order (unit, proc, cluster, adversarial,
-hosts); a test waits for the warm-up stage it needs; a test marked ``alone`` runs while no other
-does. :mod:`tests.warm_kernels` compiles the kernels in the background, started once per run (by
-the session, or by the workers' controller): the session owns that process (it is not a test's
-leak) and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session (the
+The suite runs serially or over two workers (``pytest -n 2``, pytest-xdist, tests dealt out by
+``xdist_group``); when each test starts is :mod:`tests.schedule`'s: tests that need nothing
+from the kernel warm-up first (the unit tier and modules marked ``kernel_free``), then those that
+need the parameter servers' kernels (``ps_kernels``), then the rest, in each the ``alone`` tests
+first, then the groups, then the tiers from the last (hosts) to the first (unit); a test waits
+for the warm-up stage it needs; a test marked ``alone`` runs while no other does.
+:mod:`tests.warm_kernels` compiles the kernels in the background, started once per run (by the
+session, or by the workers' controller): the session owns that process (it is not a test's leak)
+and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session (the
 controller) writes the project's bytecode once for the processes it starts and removes it at the
 end (:mod:`tests.bytecode`).
 
@@ -58,6 +59,7 @@ _warming_log = None
 _suite_dir: Path | None = None  # the warm-up's stage files and the room's locks (tests/schedule.py)
 _room: schedule.Room | None = None  # with workers: the lock that lets ``alone`` tests run alone
 _bytecode: list[Path] = []  # .pyc files this session wrote (see tests/bytecode.py)
+_LOADGROUP = "hogwild_loadgroup"  # the workers' input that says the tests go out by group
 
 
 def _shm_entries() -> set[str]:
@@ -248,12 +250,24 @@ def pytest_configure(config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _is_worker(config) and config.workerinput.get(_LOADGROUP):
+        config.option.loadgroup = True  # xdist names the groups from this: see below
     if _is_controller(config):
         _make_suite_dir()  # the room's locks, whatever runs
         if config.option.dist == "load":  # -n N alone: the Ray tests' group needs loadgroup
             config.option.dist = "loadgroup"
         if _runs_several_tiers(config) and not config.option.collectonly:
             _start_warming()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell each worker that the tests are distributed by group. A worker parses the command
+    line again (``-n 2``: ``load``), not the controller's switch to ``loadgroup``; without this
+    it would not suffix the nodeids of an ``xdist_group``'s tests with the group, and the
+    controller, seeing no group, would spread them over both workers."""
+    if node.config.option.dist == "loadgroup":
+        node.workerinput[_LOADGROUP] = True
 
 
 @pytest.hookimpl(hookwrapper=True)

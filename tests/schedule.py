@@ -15,8 +15,12 @@ same in both:
   A test waits for its stage before it starts (bounded): it then loads the compiled kernels
   instead of compiling them beside the warm-up, and no bound on a job's time counts a compile.
 - **The order.** Tests that need no stage come first, then those that need ``ps``, then those
-  that need ``all``; within each, the tiers in order (unit, proc, cluster, adversarial, hosts),
-  a stable sort. So while the warm-up compiles, the workers run what needs nothing from it.
+  that need ``all``, so that while the warm-up compiles the workers run what needs nothing from
+  it. Within each, a stable sort: the ``alone`` tests (both workers take them one after the
+  other, so that none waits for a long test the other worker holds), then the tests of an
+  ``xdist_group`` (one worker runs the whole group, which is long: it must not be the last thing
+  left), then the tiers from the last to the first (hosts, adversarial, cluster, proc, unit): the
+  long tests first, the short unit tests last, to even out the workers' ends.
 - **Alone.** A test marked ``alone`` runs while no other test does (with two workers, the other
   waits): it bounds a job's time, counts on every core of the machine, or owns the machine's Ray.
   Every other test holds a shared lock while it runs; an ``alone`` test takes it exclusively.
@@ -68,9 +72,12 @@ def stage_needed(item) -> int:
     return ALL
 
 
-def order(item) -> tuple[int, int]:
-    """The sort key of the suite's order: the stage needed, then the tier."""
-    return stage_needed(item), tier(item)
+def order(item) -> tuple[int, bool, bool, int]:
+    """The sort key of the suite's order: the stage needed; ``alone`` first, in a group next;
+    then the tier, the last first."""
+    alone = item.get_closest_marker("alone") is not None
+    grouped = item.get_closest_marker("xdist_group") is not None
+    return stage_needed(item), not alone, not grouped, -tier(item)
 
 
 def done_file(folder: Path, stage: int) -> Path:

@@ -8,7 +8,9 @@ flush on the way). A thread per role reads its stderr into
 ``RUN_DIR/logs/KIND-INDEX.log`` and watches for its ready line. Stopping sends SIGTERM, waits
 ``cluster.stop_timeout_s``, then SIGKILLs the role's whole process group (its workers too).
 Restarting a role that exited does the same to what is left of its group (a SIGKILLed replica's
-workers), then starts it again, its log appended to.
+workers), then starts it again, its log appended to. A group is killed all but multiprocessing's
+resource tracker, which is let run on: once the others are gone it removes the named semaphores
+they left (``/dev/shm/sem.mp-*``), which nobody removes once it is killed with them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+import psutil
+
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError, said_in
 from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
 from hogwild.errors import EXIT_STOPPED
@@ -28,6 +32,34 @@ from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
 
 POLL_S = 0.05
+RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"  # its command line
+
+
+def kill_process_group(pgid: int) -> bool:
+    """SIGKILL process group ``pgid`` but multiprocessing's resource tracker, which is woken if
+    stopped (the group may have been paused whole) to clean up after the others; whether any
+    process was there. The group is stopped first, so none of it forks meanwhile."""
+    try:
+        os.killpg(pgid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        return False
+    trackers = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            if RESOURCE_TRACKER in " ".join(proc.info["cmdline"] or ()):
+                trackers.append(proc)
+            else:
+                proc.kill()
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile
+    for tracker in trackers:
+        try:
+            tracker.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+    return True
 
 
 class RoleProcess:
@@ -62,13 +94,17 @@ class RoleProcess:
             return False
         return True
 
+    def kill_group(self) -> bool:
+        """:func:`kill_process_group` of the role's group; whether any process was there."""
+        return kill_process_group(self.process.pid)
+
     def clear(self, timeout_s: float) -> None:
         """Once the role exited: its group asked to stop, killed after ``timeout_s``, reaped."""
         deadline = time.monotonic() + timeout_s
         if self.signal_group(signal.SIGTERM):  # orphaned workers release their memory
             while time.monotonic() < deadline and self.signal_group(0):
                 time.sleep(POLL_S)
-        self.signal_group(signal.SIGKILL)
+        self.kill_group()
         self.process.wait()
         self.reader.join(5.0)
         if self.process.stderr is not None:
@@ -146,7 +182,7 @@ class LocalLauncher(Launcher):
 
     def kill(self, name: str) -> bool:
         role = self.roles.get(name)
-        return role is not None and role.signal_group(signal.SIGKILL)
+        return role is not None and role.kill_group()
 
     def hosts(self) -> dict[str, str]:
         return {name: "localhost" for name in self.roles}
@@ -180,7 +216,7 @@ class LocalLauncher(Launcher):
                     role.process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
-                role.signal_group(signal.SIGKILL)  # stragglers, and any child left in its group
+                role.kill_group()  # stragglers, and any child left in its group
                 role.process.wait()
                 role.reader.join(5.0)
                 if role.process.stderr is not None:

@@ -68,7 +68,7 @@ class JobServers:
         self.store = store_class("ps")(config.override({"ps.servers": groups[0]}), network, ())
         layout = ArenaLayout()
         self.store.add_regions(layout)
-        self.arena = Arena.create("cluster", layout)
+        self.arena = Arena.create(self.job, layout)
         self.store.attach(self.arena)
         if len(groups) > 1:
             ps = config.ps

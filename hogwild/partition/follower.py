@@ -134,7 +134,7 @@ class FollowerHost:
         n_slots = config.train.in_flight
         warm_kernels(plan, n_slots)
         layout = arena_layout(network, plan, n_slots, (1, network.input_size))
-        self.arena = arena = Arena.create("partition", layout)
+        self.arena = arena = Arena.create(config.ps.job or "partition", layout)
         arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
         mean, std = config.data.mean, config.data.std

@@ -209,7 +209,7 @@ class PartitionedTrainer:
         config, network, plan = self.config, self.network, self.plan
         n_slots, k = config.train.in_flight, len(self.local)
         layout = arena_layout(network, plan, n_slots, self.train_images.shape, self.exchanges)
-        self.arena = arena = Arena.create("partition", layout)
+        self.arena = arena = Arena.create(config.ps.job or "partition", layout)
         arena.array("params")[:] = params
         arena.array("velocity")[:] = velocity
         arena.array("images")[:] = self.train_images

@@ -2,8 +2,10 @@
 
 Every segment hogwild creates is named ``/hogwild-<job>-<pid>-<token>-<ns>-<rand>``:
 
-- ``job``: the job's name, sanitised to ``[A-Za-z0-9_]`` and cut to ``MAX_JOB_CHARS`` so the
-  whole name stays far below ``NAME_MAX`` (255);
+- ``job``: the job's name (``ps.job``: every segment of a cluster job carries it, so what a
+  job leaves is told apart from what other jobs on the machine own), else what the segment is
+  (``train``, ``partition``, ``pool``), sanitised to ``[A-Za-z0-9_]`` and cut to
+  ``MAX_JOB_CHARS`` so the whole name stays far below ``NAME_MAX`` (255);
 - ``pid``: the owner process, the one that created the segment and must remove it;
 - ``token``: the owner's start time (psutil ``create_time``, in centiseconds, base 36), so a
   process that later reuses the PID is not mistaken for the owner;

@@ -332,7 +332,7 @@ class Trainer:
         )
         if keeps_moments(config.optim.rule):  # Adam's, per worker, for the checkpoints
             layout.add(MOMENTS_REGION, np.float32, moments_shape(network, self.n_workers))
-        self.arena = Arena.create("train", layout)
+        self.arena = Arena.create(config.ps.job or "train", layout)  # named by its job
         arena = self.arena
         self.store.attach(arena)
         if image_bytes:

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,7 +32,7 @@ import pytest
 
 from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.shm import sweeper
-from hogwild.shm.naming import owner_alive, parse_segment_name
+from hogwild.shm.naming import parse_segment_name, sanitize_job
 from hogwild.training.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -67,6 +68,22 @@ def hogwild_segments() -> set[str]:
         return {e for e in os.listdir(sweeper.SHM_DIR) if e.startswith("hogwild")}
     except FileNotFoundError:
         return set()
+
+
+def unique_job() -> str:
+    """A job name no other job on the machine has (``--ps.job``): every segment of the job
+    carries it (:mod:`hogwild.shm.naming`), so what the job leaves is told apart from what jobs
+    of other tests running beside it own."""
+    return f"test_{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def job_segments(job: str) -> set[str]:
+    """The segments in ``/dev/shm`` named for job ``job``, whoever owns them."""
+    return {
+        name
+        for name in hogwild_segments()
+        if (owner := parse_segment_name(name)) is not None and owner.job == sanitize_job(job)
+    }
 
 
 def _ephemeral_start() -> int:
@@ -152,9 +169,9 @@ def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, 
 
 def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple[str, Path]:
     run_dir = tmp_path / "run"
-    segments_before = hogwild_segments()
+    job = unique_job()
     metrics_port = free_ports(4)
-    command = cluster_command(mnist_dir, run_dir, "--epochs", "50", *args)
+    command = cluster_command(mnist_dir, run_dir, "--epochs", "50", f"--ps.job={job}", *args)
     command.append(f"--cluster.metrics_port={metrics_port}")
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -176,6 +193,7 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
             )  # fmt: skip
             assert status.returncode == 0, status.stderr
             assert json.loads(status.stdout)["job"] == where["job"]
+        until("the job's segments named for it", lambda: job_segments(job), driver=driver)
         (victim,) = [r for r in where["roles"] if r["name"] == f"{kind} 0"]
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic()
@@ -191,10 +209,10 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
     assert "last checkpoint" in stderr  # the job says its checkpoints are kept
 
     deadline = time.monotonic() + 30  # orphaned workers remove their arena by themselves
-    while time.monotonic() < deadline and (processes_of(run_dir) or left_segments(segments_before)):
+    while time.monotonic() < deadline and (processes_of(run_dir) or job_segments(job)):
         time.sleep(0.2)
     assert processes_of(run_dir) == []
-    assert left_segments(segments_before) == set()  # (a job beside this test keeps its own)
+    assert job_segments(job) == set()
     return stderr, run_dir
 
 
@@ -243,12 +261,15 @@ def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill
     """Run a job with Prometheus ports, ``kill(run_dir, first_port, driver)`` while it trains;
     its final summary, its metrics records and its stderr, once every role is gone."""
     run_dir = tmp_path / "run"
-    segments_before = hogwild_segments()
+    job = unique_job()
     first_port = free_ports(n_roles)
-    command = cluster_command(mnist_dir, run_dir, *args, f"--cluster.metrics_port={first_port}")
+    command = cluster_command(
+        mnist_dir, run_dir, f"--ps.job={job}", *args, f"--cluster.metrics_port={first_port}"
+    )
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_roles(run_dir, driver)
+        until("the job's segments named for it", lambda: job_segments(job), driver=driver)
         kill(run_dir, first_port, driver)
         stdout, stderr = driver.communicate(timeout=300)
     finally:
@@ -259,22 +280,10 @@ def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill
     final = json.loads(stdout.strip().splitlines()[-1])
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert processes_of(run_dir) == []
-    assert left_segments(segments_before) == set()
+    assert job_segments(job) == set()
     return final, records, stderr
 
 
-def left_segments(before: set[str]) -> set[str]:
-    """Segments made since ``before`` whose owner is gone (a job running beside this test owns
-    its segments until it ends: not this job's leak)."""
-    left = set()
-    for name in hogwild_segments() - before:
-        owner = parse_segment_name(name)
-        if owner is None or not owner_alive(owner):
-            left.add(name)
-    return left
-
-
-@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):
     args = ("--epochs", "2", "--replicas", "2", "--ps", "1", "--train.subset=20000")
 
@@ -295,7 +304,6 @@ def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(m
         assert record["examples"] == 20000 == sum(record["per_replica_examples"].values())
 
 
-@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(mnist_dir, tmp_path):
     """A replica paused (SIGSTOP, its workers too) does not answer the driver through every
     retry: the driver fences it on the servers (the process could live on), kills it, restarts
@@ -317,7 +325,6 @@ def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(m
     assert epoch["examples"] == 10000 == sum(epoch["per_replica_examples"].values())
 
 
-@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp_path):
     args = ("--epochs", "3", "--replicas", "1", "--ps", "1", "--data-servers", "2",
             "--train.subset=20000")  # fmt: skip
@@ -372,7 +379,6 @@ def test_resume_continues_from_the_checkpoint_of_the_servers_model(mnist_dir, tm
     assert final["train_loss"] < 0.8 * after_one["train_loss"]
 
 
-@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_with_three_copies_killed_parameter_servers_are_replaced_and_the_job_goes_on(
     mnist_dir, tmp_path
 ):

@@ -96,14 +96,14 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
     print(f"sandblaster: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
-@pytest.mark.alone  # the hybrid's loss depends on how its groups interleave
 @pytest.mark.parametrize(
     ("framework", "groups", "servers", "reached"),
     [
         # one group of two synchronous workers, a server bound to each: 87.6 % here
-        ("allreduce", 1, 2, 0.876),
+        ("allreduce", 1, 2, 0.876),  # deterministic: it may run beside another test
         # two asynchronous groups of two synchronous workers on one server group: 87.1 % here
-        ("hybrid", 2, 1, 0.871),
+        # (alone: its loss depends on how its groups interleave, which another test's load moves)
+        pytest.param("hybrid", 2, 1, 0.871, marks=pytest.mark.alone),
     ],
 )
 def test_synchronous_sgd_groups_train_mnist(

@@ -30,11 +30,11 @@ from tests.cluster.test_cluster import (
     _run_and_kill,
     cluster_command,
     gauge,
-    hogwild_segments,
-    left_segments,
+    job_segments,
     pid_of,
     processes_of,
     scrape,
+    unique_job,
     until,
 )
 
@@ -85,11 +85,10 @@ def _run(mnist_dir, run_dir, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnist_dir, tmp_path):
-    segments_before = hogwild_segments()
-    whole = _run(mnist_dir, tmp_path / "whole")
-    split = _run(mnist_dir, tmp_path / "split", "--partitions", "2")
+    job = unique_job()
+    whole = _run(mnist_dir, tmp_path / "whole", f"--ps.job={job}")
+    split = _run(mnist_dir, tmp_path / "split", f"--ps.job={job}", "--partitions", "2")
     assert split["examples"] == whole["examples"] == SUBSET, split
     assert split["test_accuracy"] >= whole["test_accuracy"] - WITHIN, (split, whole)
     assert split["test_accuracy"] >= FLOOR, split
@@ -102,10 +101,9 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     moved = _rows_moved(tmp_path / "split", 2)  # each partition's rows reached the servers
     assert all(min(slices) >= MOVED for slices in moved), moved
     assert processes_of(tmp_path / "split") == []
-    assert left_segments(segments_before) == set()
+    assert job_segments(job) == set()
 
 
-@pytest.mark.alone  # counts the segments left on the machine: no other job beside it
 def test_a_killed_partition_takes_its_replica_down_and_the_replica_is_restarted(
     mnist_dir, tmp_path
 ):

@@ -130,7 +130,6 @@ def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd
         etcd.close()
 
 
-@pytest.mark.alone  # bounds how soon the primaries come back
 def test_a_returning_server_gets_its_primaries_back_mid_stream(trio, etcd_server):
     """Every bucket's primary is its preferred server (rendezvous over the live ones): a killed
     server's buckets move to the others and, once it is restarted and caught up, come back to it

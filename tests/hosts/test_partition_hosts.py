@@ -17,7 +17,7 @@ import time
 import pytest
 
 from hogwild.net.auth import make_keys
-from tests.cluster.test_cluster import hogwild_segments, left_segments
+from tests.cluster.test_cluster import job_segments, unique_job
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def test_partitions_on_two_hosts_train_and_leave_nothing_behind(make_hosts, mnis
     hosts = make_hosts(2)
     keys = str(make_keys(tmp_path / "keys"))
     leader_at, follower_at = (f"{hosts.address(h)}:{PORT}" for h in (1, 2))
-    before = hogwild_segments()
+    job = unique_job()  # its segments carry it: a partitioned job beside this test owns others
     follower = hosts.run(
         2,
         [sys.executable, "-m", "hogwild.cli", "partition-host", "--bind", follower_at,
@@ -43,6 +43,7 @@ def test_partitions_on_two_hosts_train_and_leave_nothing_behind(make_hosts, mnis
         [sys.executable, "-m", "hogwild.cli", "train", "--data", str(mnist_dir),
          "--partitions", "2", "--epochs", "1", "--subset", str(SUBSET), "--no-progress",
          "--metrics", str(metrics), f"--model.partition_hosts={leader_at},{follower_at}",
+         f"--ps.job={job}",
          f"--cluster.keys={keys}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -62,5 +63,4 @@ def test_partitions_on_two_hosts_train_and_leave_nothing_behind(make_hosts, mnis
     while (hosts.pids(1) or hosts.pids(2)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert hosts.pids(1) == [] and hosts.pids(2) == []
-    # a partitioned job on the other worker owns its segments while it runs: not this job's
-    assert {n for n in left_segments(before) if n.startswith("hogwild-partition-")} == set()
+    assert job_segments(job) == set()

@@ -22,8 +22,6 @@ import pytest
 
 from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
 
-pytestmark = pytest.mark.alone
-
 START_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
 
@@ -266,6 +264,7 @@ def test_a_stalled_worker_is_named_and_stops_the_job(long_job):
     assert segments_of(process.pid) == []
 
 
+@pytest.mark.alone  # counts on every core: another job's pinned workers would take them
 def test_two_jobs_started_at_once_pin_their_workers_to_different_cores(tmp_path, mnist_dir):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
@@ -287,6 +286,7 @@ def test_two_jobs_started_at_once_pin_their_workers_to_different_cores(tmp_path,
     assert any("taken by another hogwild job's workers" in err for _, err in outputs), outputs
 
 
+@pytest.mark.alone  # holds the machine's compile lock, which any job beside it would wait for
 def test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it(tmp_path, mnist_dir):
     """The placement lock is let go once the workers are pinned; compiling takes its own lock.
 

@@ -216,7 +216,12 @@ def test_sweep_removes_only_what_is_provably_ours_and_dead_and_reports_the_rest(
     assert f"could not remove /{ours}: not permitted" in report
 
 
-def test_sweeper_removes_dead_owner_segments_and_keeps_live_ones():
+def test_sweeper_removes_dead_owner_segments_and_keeps_live_ones(tmp_path):
+    """The listing and the dry run look at a folder of this test's own (a copy of the dead
+    owner's segment and of the live arena's entry): in /dev/shm any other process's sweep (the
+    other test worker's leak check, a trainer starting) may remove a dead owner's segment at any
+    moment. The real /dev/shm sweep then removes a dead owner's segment and keeps a live one's,
+    which holds whoever of us swept first."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_name = segment_name("sweep_dead", owner_pid=child.pid)
     child.wait()
@@ -224,15 +229,20 @@ def test_sweeper_removes_dead_owner_segments_and_keeps_live_ones():
     seg.close_fd()
     try:
         with Arena.create("sweep_live", _layout()) as live:
-            infos = {i.name: i for i in sweeper.list_segments()}
+            for name, size in ((dead_name, 4096), (live.name, 1)):
+                (tmp_path / name.lstrip("/")).write_bytes(b"x" * size)
+            infos = {i.name: i for i in sweeper.list_segments(tmp_path)}
             assert infos[dead_name].alive is False and infos[dead_name].removable
             assert infos[dead_name].size == 4096
             assert infos[live.name].alive is True and not infos[live.name].removable
-            assert dead_name in sweeper.sweep(dry_run=True)
-            assert _exists(dead_name)
+            assert sweeper.sweep(dry_run=True, shm_dir=tmp_path) == [dead_name]
+            assert (tmp_path / dead_name.lstrip("/")).exists()
             table = sweeper.format_segments(list(infos.values()))
             assert "dead owner" in table and live.name in table
-            sweeper.sweep()
+            assert sweeper.sweep(shm_dir=tmp_path) == [dead_name]
+            assert sorted(p.name for p in tmp_path.iterdir()) == [live.name.lstrip("/")]
+
+            assert live.name not in sweeper.sweep()  # /dev/shm, through shm_unlink
             assert not _exists(dead_name)
             assert _exists(live.name)
     finally:

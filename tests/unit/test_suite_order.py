@@ -1,6 +1,8 @@
 """The suite's schedule (``tests/schedule.py``, used by ``tests/conftest.py``): tests that need
 nothing from the kernel warm-up run first, then those that need the parameter servers' kernels,
-then the rest, each tier in order; and the room's lock lets an ``alone`` test run with no other.
+then the rest, in each the ``alone`` tests first, the tests of an ``xdist_group`` next, then the
+tiers from the last to the first; the workers deal an ``xdist_group`` to one of them; and the
+room's lock lets an ``alone`` test run with no other.
 
 The order is checked on real files, collected by pytest in a child process (files, not folders:
 no warm-up starts); the lock with real processes holding it.
@@ -21,6 +23,18 @@ UNMARKED = "tests/unit/test_schedule.py"  # a unit test: needs nothing
 KERNEL_FREE = "tests/proc/test_gang_wake.py"  # marked kernel_free: needs nothing
 PS_ONLY = "tests/cluster/test_ps_many_clients.py"  # marked ps_kernels
 TRAINS = "tests/proc/test_adam_resume.py"  # a process test that trains: needs the whole warm-up
+ALONE = "tests/proc/test_cli_signals.py"  # trains: needs the whole warm-up; two of its tests alone
+ALONE_TESTS = {
+    "test_two_jobs_started_at_once_pin_their_workers_to_different_cores",
+    "test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it",
+}
+GROUPED = "tests/proc/test_training.py"  # some of its tests share a trained run: one xdist_group
+ON_THE_TRAINED_RUN = {  # GROUPED's tests in that group
+    "test_two_workers_on_5000_examples_reach_95_percent",
+    "test_metrics_file_has_epochs_and_final_figures",
+    "test_checkpoint_predicts_like_the_equivalent_torch_model",
+    "test_evaluate_matches_the_training_run",
+}
 
 
 def collected(repo_root, *files: str) -> list[str]:
@@ -49,8 +63,25 @@ def test_what_needs_less_of_the_warm_up_runs_first_whatever_its_tier(repo_root):
         name = i.split("::")[0]
         if name not in firsts:
             firsts.append(name)
-    # needs nothing (unit tier, then proc), the servers' kernels, everything (unit, then proc)
-    assert firsts == [UNMARKED, KERNEL_FREE, PS_ONLY, MARKED, TRAINS], firsts
+    # needs nothing (proc tier, then unit), the servers' kernels, everything (proc, then unit)
+    assert firsts == [KERNEL_FREE, UNMARKED, PS_ONLY, TRAINS, MARKED], firsts
+
+
+def test_within_a_stage_the_alone_tests_run_first_then_a_group_then_the_last_tier_first(
+    repo_root,
+):
+    ids = collected(repo_root, MARKED, ALONE, GROUPED)  # every one needs the whole warm-up
+    alone = [i for i in ids if i.split("::")[-1] in ALONE_TESTS]
+    grouped = [i for i in ids if i.split("::")[-1] in ON_THE_TRAINED_RUN]
+    assert len(alone) == len(ALONE_TESTS) and len(grouped) == len(ON_THE_TRAINED_RUN), ids
+    assert ids[: len(alone)] == alone
+    assert ids[len(alone) : len(alone) + len(grouped)] == grouped
+    files = []
+    for i in ids[len(alone) + len(grouped) :]:
+        if i.split("::")[0] not in files:
+            files.append(i.split("::")[0])
+    # the proc tier (its files in the order named), the unit tier last
+    assert files == [ALONE, GROUPED, MARKED], files
 
 
 WAIT_S = 60.0  # a bound for a hang: a spawned process starts in well under a second when idle
