@@ -23,43 +23,13 @@ import time
 from collections import deque
 from pathlib import Path
 
-import psutil
-
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError, said_in
-from hogwild.cluster.roles import RoleSpec, spawn_role, tee_stderr
+from hogwild.cluster.roles import RoleSpec, kill_process_group, spawn_role, tee_stderr
 from hogwild.errors import EXIT_STOPPED
 from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
 
 POLL_S = 0.05
-RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"  # its command line
-
-
-def kill_process_group(pgid: int) -> bool:
-    """SIGKILL process group ``pgid`` but multiprocessing's resource tracker, which is woken if
-    stopped (the group may have been paused whole) to clean up after the others; whether any
-    process was there. The group is stopped first, so none of it forks meanwhile."""
-    try:
-        os.killpg(pgid, signal.SIGSTOP)
-    except (ProcessLookupError, PermissionError):
-        return False
-    trackers = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if os.getpgid(proc.pid) != pgid:
-                continue
-            if RESOURCE_TRACKER in " ".join(proc.info["cmdline"] or ()):
-                trackers.append(proc)
-            else:
-                proc.kill()
-        except (OSError, psutil.Error):
-            continue  # gone meanwhile
-    for tracker in trackers:
-        try:
-            tracker.send_signal(signal.SIGCONT)
-        except psutil.Error:
-            pass
-    return True
 
 
 class RoleProcess:

@@ -13,17 +13,23 @@ Every role, once it accepts requests, prints one line to stderr,
 ``hogwild ROLE: serving ... on HOST:PORT`` (:data:`READY`), which is how a launcher learns that
 it is up and where. Parameter servers listen on ports fixed before they start, because each is
 told the whole list of servers (the bucket map); the other roles take any free port.
+
+A role's process group is killed by :func:`kill_process_group`, which spares multiprocessing's
+resource tracker of the group so that it removes the named semaphores the others leave.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
+
+import psutil
 
 from hogwild.config.topology import resolve_topology
 
@@ -222,3 +228,33 @@ def with_servers(
         group = servers[first : first + per_group]
         argv = ps_argv(config_file, job, group, i - first, stores[i])
         plan.ps.append(RoleSpec("ps", i, argv, 1, True))
+
+
+RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"  # its command line
+
+
+def kill_process_group(pgid: int) -> bool:
+    """SIGKILL process group ``pgid`` but multiprocessing's resource tracker, which is woken if
+    stopped (the group may have been paused whole) to clean up after the others; whether any
+    process was there. The group is stopped first, so none of it forks meanwhile."""
+    try:
+        os.killpg(pgid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        return False
+    trackers = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            if RESOURCE_TRACKER in " ".join(proc.info["cmdline"] or ()):
+                trackers.append(proc)
+            else:
+                proc.kill()
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile
+    for tracker in trackers:
+        try:
+            tracker.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+    return True

@@ -42,7 +42,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from hogwild.cluster.roles import spawn_role, tee_stderr
+from hogwild.cluster.roles import kill_process_group, spawn_role, tee_stderr
 from hogwild.net.auth import IDENTITY_ENV, make_identity
 from hogwild.net.ports import free_port
 
@@ -208,7 +208,9 @@ class RoleHost:
         if self.process is None:
             return
         try:
-            if group:
+            if group and signum == signal.SIGKILL:  # its resource tracker cleans up after it
+                kill_process_group(self.process.pid)
+            elif group:
                 os.killpg(self.process.pid, signum)
             elif self.process.poll() is None:
                 self.process.send_signal(signum)

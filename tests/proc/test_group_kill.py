@@ -1,4 +1,4 @@
-"""Killing a role's process group (``hogwild.cluster.local.kill_process_group``) leaves none of
+"""Killing a role's process group (``hogwild.cluster.roles.kill_process_group``) leaves none of
 multiprocessing's named semaphores behind.
 
 A process that made a spawn-context lock and a child holding it is paused whole (SIGSTOP to its
@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hogwild.cluster.local import kill_process_group
+from hogwild.cluster.roles import kill_process_group
 
 pytestmark = pytest.mark.kernel_free
 
