@@ -55,6 +55,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
 __all__ = ["BucketRole", "Role"]
 
 STORY_LENGTH = 1024  # transitions a role remembers (:meth:`BucketRole.story`)
+AWAY = 0  # as a copy's lease in ``copy_leases``: away when the primary won (etcd grants none 0)
 
 
 # --------------------------------------------------------------------------- bucket role
@@ -324,7 +325,11 @@ class BucketRole:
             self.role, self.record = Role.FOLLOWER, record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
-        self.copy_leases = {s: self.members[s] for s in record.in_sync if s in self.members}
+        # an in-sync copy kept while away (``_take``: not registered, paused past its lease)
+        # has been caught up by nobody: it counts as gone (AWAY is no lease), written out of
+        # in_sync once that leaves min_copies (a prepare of this epoch must never reach a log
+        # that a deposed primary's round left diverged), caught up when it registers again
+        self.copy_leases = {s: self.members.get(s, AWAY) for s in record.in_sync}
         self.confirmed = {self.me}
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         return [CommitPrepared(self.bucket), *self._reconcile()]
