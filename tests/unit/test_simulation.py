@@ -520,6 +520,14 @@ def test_a_copy_away_when_its_bucket_was_won_is_caught_up_before_it_takes_a_prep
     heal_and_check(run_seed(seed, STEPS, faults=CHECKED_FAULTS))
 
 
+# A cold start whose etcd was wiped before any record: a server read the map (no record of a
+# bucket), and while it campaigned for another bucket its copy side read the first bucket's new
+# record; the older map read then looked like etcd's lost state, and that server would never
+# campaign for the bucket again.
+def test_a_map_read_older_than_a_refreshed_record_is_not_taken_for_a_lost_one():
+    heal_and_check(run_seed(830, STEPS, faults=CHECKED_FAULTS))
+
+
 # Cold starts where a server's lease lapsed and it registered again saying ``seen`` (it had seen
 # one bucket's record) before another bucket had its first primary: ``seen`` is per job, so that
 # bucket never starts. Per-bucket ``seen`` is engineer seen38's change to BucketRole and the

@@ -99,6 +99,9 @@ class BucketRole:
     # another driver of the same job): the bucket is never started afresh over it
     known_epoch: int = 0
     record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
+    # the copy side read the record again since the last map read (``RecordRefreshed``): a map
+    # read under way meanwhile may be older than that record, which is no loss
+    refreshed_since_read: bool = False
     # a live member said it had seen a record of this job (``blank`` false): the job has
     # started, so a missing record is never a new bucket, even after that member's key is gone
     # (a process started after etcd lost its keys learns it only from the members still there)
@@ -245,7 +248,13 @@ class BucketRole:
         self.members = members
         if not blank:
             self.job_started = True
+        refreshed, self.refreshed_since_read = self.refreshed_since_read, False
         if self.known_epoch and (record is None or record.epoch < self.known_epoch):
+            if refreshed:
+                # read before the record the copy side refreshed meanwhile (the host reads the
+                # map once for every bucket, and its network thread reads a record whenever a
+                # newer epoch's message arrives): no news; the next read tells a loss
+                return []
             # etcd lost the bucket's state: step down and wait; nothing here decides who holds
             # every acknowledged update (an operator restarts the job from a checkpoint)
             self.record_lost = True
@@ -520,6 +529,7 @@ class BucketRole:
             self.record is None or record.revision > self.record.revision
         ):
             self.record = record
+            self.refreshed_since_read = True
 
     def _lost(self) -> list:
         """The bucket's record vanished or went back (see ``known_epoch``): serve nothing,
