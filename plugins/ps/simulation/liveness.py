@@ -8,8 +8,12 @@ faults: the network delivers everything in order, no lease expires early, etcd k
 every application succeeds), then runs it quietly for :func:`heal_ticks` ticks: at each tick
 the threads run and the messages are delivered until nothing is under way, a copy that will not
 answer (its message lost in the faults) is given up on (the peer timeout), and each client sends
-its outstanding update again (its re-send after a timeout or a ``NOT_PRIMARY``). Then
-:func:`check_liveness` asks, of every bucket:
+its outstanding update again (its re-send after a timeout or a ``NOT_PRIMARY``). A client of
+the heal's own then writes a fresh update to every bucket that must serve, re-sent until
+acknowledged (:data:`PROBE_TRIES` times, a tick apart): a copy whose memory a failed
+application left behind after it acknowledged a commit is found only by the next write's
+prepare, which it refuses, and caught up then. Then :func:`check_liveness` asks, of every
+bucket:
 
 * exactly one server is its primary, etcd's record names it under its present lease, and it
   serves reads and writes of every shard (``serving``, ``writable``) in the record's epoch;
