@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hogwild_plugins.ps.replication.bucket_role import BucketRole
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, World, run_seed
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
 from hogwild_plugins.ps.simulation.server import Exchange, SimServer
@@ -580,3 +580,18 @@ def test_a_bucket_whose_every_holder_died_is_served_by_nobody_after_the_heal():
         world.apply(("kill", i))
     heal_and_check(world)
     assert not any(s.roles[b].serving for s in world.live() for b in world.bucket_shards)
+
+
+def test_a_bucket_stopped_on_its_primary_with_no_caught_up_copy_stays_stopped_after_the_heal():
+    """Seed 164: a new primary's commit of its predecessor's prepares failed to apply before
+    any copy was caught up in its epoch; it stepped down keeping its record (no copy may
+    campaign while its lease lives). The allowed outcome, pinned: after the heal that server
+    still refuses the bucket STOPPED, nobody serves it, and its clients still wait."""
+    world = run_seed(164, STEPS, faults=CHECKED_FAULTS)
+    heal_and_check(world)
+    record = world.etcd.record(1)
+    named = world.servers[record.primary]
+    assert named.roles[1].stopped and named.roles[1].role is not Role.PRIMARY
+    assert [named.refusal(s, "PUSH") for s in world.bucket_shards[1]] == ["STOPPED"] * 2
+    assert not any(s.roles[1].serving for s in world.live())
+    assert any(c.outstanding and world.bucket_of[c.outstanding[1]] == 1 for c in world.clients)
