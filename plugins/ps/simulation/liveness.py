@@ -28,9 +28,10 @@ checked as such:
 * **etcd lost the bucket's record** (wiped, while a server that had seen it lived on): no server
   serves the bucket, and each that had seen its record waits (``record_lost``), until an operator
   restarts the job;
-* **every server holding the bucket's state died** (no live server was ``current`` when the
-  world healed): a memory-only store lost it; no server serves the bucket (the restarted ones
-  hold nothing and never campaign);
+* **every server holding the bucket's state died** (no live server was ``current`` in its
+  ``in_sync`` when the world healed, but for those where a write had failed to apply): a
+  memory-only store lost it; no server serves the bucket (the restarted ones hold nothing and
+  never campaign);
 * **the bucket stopped on its primary with no caught-up copy to hand it to**: etcd still names
   that server under its live lease, which refuses the bucket ``STOPPED`` and serves nothing of
   it, until the job is restarted (the driver stops it at the client's ``STOPPED``).
@@ -101,14 +102,14 @@ def heal(world: World) -> dict[int, bool]:
 
 def _held(world: World, bucket: int) -> bool:
     """Whether a live server holds ``bucket``'s state as its roles count it (``current``, not
-    stopped, and in etcd's ``in_sync``: a copy restored by a primary that died before it wrote
-    the copy into ``in_sync`` may not campaign), or no record names one yet (a first primary is
-    still to be chosen)."""
+    stopped there, its role told or not yet, and in etcd's ``in_sync``: a copy restored by a
+    primary that died before it wrote the copy into ``in_sync`` may not campaign), or no record
+    names one yet (a first primary is still to be chosen)."""
     record = world.etcd.record(bucket)
     if record is None:
         return True
     return any(
-        s.roles[bucket].current and not s.roles[bucket].stopped and s.me in record.in_sync
+        s.roles[bucket].current and not s.stops.stopped(bucket) and s.me in record.in_sync
         for s in world.live()
     )
 
@@ -212,7 +213,7 @@ def _allowed_outcome(world: World, bucket: int, record, held: bool) -> str | Non
         if record is None or any(s.roles[bucket].record_lost for s in live):
             return "etcd lost its record"
     if not held:
-        return "every server holding its state died"
+        return "every server holding its state died (or stopped: a write failed to apply)"
     if record is not None:
         named = world.servers.get(record.primary)
         if (
