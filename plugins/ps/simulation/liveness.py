@@ -25,9 +25,10 @@ bucket:
 Three outcomes are allowed instead, each one the documented promise (docs/guarantees.md), and
 checked as such:
 
-* **etcd lost the bucket's record** (wiped, while a server that had seen it lived on): no server
-  serves the bucket, and each that had seen its record waits (``record_lost``), until an operator
-  restarts the job;
+* **etcd lost the bucket's record** (wiped after the bucket had one): a server saw the loss
+  (``record_lost``), or the record is gone and a server knows the job had started (it saw a
+  record, or met a member that had); no server serves the bucket until an operator restarts
+  the job;
 * **every server holding the bucket's state died** (no live server was ``current`` in its
   ``in_sync`` when the world healed, but for those where a write had failed to apply): a
   memory-only store lost it; no server serves the bucket (the restarted ones hold nothing and
@@ -207,9 +208,15 @@ def _stuck(world: World, bucket: int, shards: list[int], held: bool) -> str | No
 def _allowed_outcome(world: World, bucket: int, record, held: bool) -> str | None:
     """The allowed outcome ``bucket`` ended in, described (None: it must serve)."""
     live = world.live()
-    wiped = world.invariants.wiped_incarnations  # each server's process when etcd was wiped
-    if wiped is not None and not all(s.incarnation > wiped[s.me] for s in live):
-        if record is None or any(s.roles[bucket].record_lost for s in live):
+    if world.etcd.wipes:
+        roles = [s.roles[bucket] for s in live]
+        # a server saw the loss, or the bucket's record (it had one: its epoch was checked) is
+        # gone and a server knows the job had started (it saw a record, or met a member that
+        # had: a process started since learns it so)
+        had = bucket in world.invariants.top_epoch
+        if any(r.record_lost for r in roles) or (
+            record is None and had and any(r.job_started or r.known_epoch for r in roles)
+        ):
             return "etcd lost its record"
     if not held:
         return "every server holding its state died (or stopped: a write failed to apply)"
