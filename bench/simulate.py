@@ -5,9 +5,11 @@
 and a network under every fault, checked after every step). It stops at the first violation,
 prints it (the seed, the broken invariant, the whole schedule and every server's stories) on
 stderr and exits 1; otherwise it prints one JSON line: the seeds, how many updates were
-acknowledged and faults injected, and the seconds it took. ``--jobs`` shares the seeds among
-processes; ``--steps`` sets each schedule's length. A failing seed replays alone with
-``--seeds 1 --first SEED``.
+acknowledged and faults injected, and the seconds it took. Each schedule then heals and must
+serve again (:mod:`hogwild_plugins.ps.simulation.liveness`: every bucket a serving primary, its
+copies caught up, every client's update acknowledged, or an allowed outcome); ``--safety-only``
+skips that. ``--jobs`` shares the seeds among processes; ``--steps`` sets each schedule's
+length. A failing seed replays alone with ``--seeds 1 --first SEED``.
 """
 
 from __future__ import annotations
@@ -23,19 +25,24 @@ if not __package__:  # run by path (``python bench/simulate.py``): the repositor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
+from hogwild_plugins.ps.simulation.liveness import heal_and_check
 
 
-def run_seeds(first: int, count: int, steps: int, faults: frozenset) -> dict:
-    """Seeds ``first`` .. ``first + count - 1``: the totals, or the first violation."""
+def run_seeds(first: int, count: int, steps: int, faults: frozenset, live: bool = True) -> dict:
+    """Seeds ``first`` .. ``first + count - 1`` (each healed and checked for liveness after,
+    with ``live``): the totals, or the first violation."""
     totals = {"seeds": 0, "acknowledged": 0, "faults": 0}
     for seed in range(first, first + count):
         try:
             world = run_seed(seed, steps, faults=faults)
+            counts = dict(world.counts)  # the schedule's (the heal's re-sends not counted)
+            if live:
+                heal_and_check(world)
         except Violation as exc:
             return {**totals, "violation": str(exc), "seed": seed}
         totals["seeds"] += 1
-        totals["acknowledged"] += world.counts["acknowledged"]
-        totals["faults"] += world.counts["faults"]
+        totals["acknowledged"] += counts["acknowledged"]
+        totals["faults"] += counts["faults"]
     return totals
 
 
@@ -46,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     add("--first", type=int, default=0, help="the first seed (default 0)")
     add("--steps", type=int, default=60, help="steps per schedule (default 60, as the tests)")
     add("--jobs", type=int, default=1, help="processes sharing the seeds (default 1)")
+    add("--safety-only", action="store_true", help="no heal and liveness check after each")
     add("--without", default="", help=f"faults left out, comma-separated (of {sorted(FAULTS)})")
     args = parser.parse_args(argv)
     without = {f for f in args.without.split(",") if f}
@@ -58,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         (start, min(size, args.first + args.seeds - start))
         for start in range(args.first, args.first + args.seeds, size)
     ]
+    live = not args.safety_only
     if args.jobs == 1:
-        results = [run_seeds(start, count, args.steps, faults) for start, count in chunks]
+        results = [run_seeds(start, count, args.steps, faults, live) for start, count in chunks]
     else:
         with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_seeds, s, c, args.steps, faults) for s, c in chunks]
+            futures = [pool.submit(run_seeds, s, c, args.steps, faults, live) for s, c in chunks]
             results = [f.result() for f in futures]
     failed = [r for r in results if "violation" in r]
     if failed:
@@ -76,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": sum(r["seeds"] for r in results),
         "steps": args.steps,
         "faults_kinds": sorted(faults),
+        "liveness": not args.safety_only,
         "acknowledged": sum(r["acknowledged"] for r in results),
         "faults": sum(r["faults"] for r in results),
         "seconds": round(time.perf_counter() - started, 2),

@@ -322,3 +322,28 @@ def test_a_successor_that_dies_mid_hand_back_is_replaced_by_an_ordinary_failover
     assert role.serving and keys.read().primary == role.me
     record = keys.read()
     assert settle(roles, keys, after) == 0 and keys.read() == record
+
+
+def test_a_copy_away_when_the_bucket_was_won_is_written_out_before_the_bucket_takes_writes():
+    """The primary is gone and the other copy away (paused past its lease): the survivor wins
+    keeping one of them in ``in_sync`` (min_copies = 2: it missed nothing acknowledged), here the
+    old primary. Nobody caught that one up in the new epoch, so once the other copy is back and
+    synced, the bucket takes writes only after it is written out: a prepare of this epoch must
+    never reach a log a deposed primary's round may have left diverged."""
+    keys = SyncKeys()
+    dead, survivor, away = 0, 1, 2
+    record = BucketRecord(3, dead, LEASE[dead], (dead, survivor, away))
+    keys.values[BUCKET] = (record.value(), 7)
+    keys.revision = 7
+    role = BucketRole(BUCKET, survivor, COPIES, min_copies=2)
+    role.current, role.record = True, keys.read()
+    members = {survivor: LEASE[survivor]}
+    carry_out(role, step(role, MapRead, keys.read(), members, LEASE[survivor], True), keys)
+    assert role.role is Role.PRIMARY and len(keys.read().in_sync) == 2  # one kept while away
+    assert not role.writable
+    members = {survivor: LEASE[survivor], away: NEW_LEASE[away]}  # it registered again
+    for _ in range(4):
+        carry_out(role, step(role, MapRead, keys.read(), members, LEASE[survivor], True), keys)
+        if role.writable:
+            assert set(role.record.in_sync) <= role.confirmed, role.record
+    assert role.writable and sorted(keys.read().in_sync) == [survivor, away]

@@ -15,6 +15,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     CommitPrepared,
     CopyUnreachable,
     MapRead,
+    RecordRefreshed,
     SnapshotDelivered,
     Sync,
 )
@@ -241,3 +242,23 @@ def test_a_server_that_met_a_member_that_saw_a_record_starts_no_bucket_once_that
     for alone in (members, {first: LEASE[first]}):  # the other members' keys gone, or all but its
         assert step(restarted, MapRead, None, alone, LEASE[first], True, blank=True) == []
         assert restarted.role is Role.FOLLOWER and not restarted.current
+
+
+def test_a_map_read_older_than_a_record_the_copy_side_refreshed_is_no_loss():
+    """The host reads the map once for every bucket and handles them in turn; meanwhile a newer
+    epoch's message made the copy side read a bucket's record again. The map read's older view
+    (no record yet, or an older one) is no news, not etcd's lost state; a read after it that
+    still misses the record is."""
+    members = live(range(3))
+    copy = 1
+    role = BucketRole(BUCKET, copy, COPIES)
+    record = BucketRecord(1, 0, LEASE[0], (0, copy), revision=4)
+    step(role, RecordRefreshed, record)
+    assert role.known_epoch == 1
+    assert step(role, MapRead, None, members, LEASE[copy], True) == []  # read before the refresh
+    assert not role.record_lost and role.record == record
+    step(role, RecordRefreshed, BucketRecord(2, 0, LEASE[0], (0, copy), revision=6))
+    assert step(role, MapRead, record, members, LEASE[copy], True) == []  # epoch 1, read before
+    assert not role.record_lost and role.record.epoch == 2
+    assert step(role, MapRead, None, members, LEASE[copy], True) == []  # read after: lost
+    assert role.record_lost and role.role is Role.FOLLOWER

@@ -56,6 +56,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
 __all__ = ["BucketRole", "Role"]
 
 STORY_LENGTH = 1024  # transitions a role remembers (:meth:`BucketRole.story`)
+AWAY = 0  # as a copy's lease in ``copy_leases``: away when the primary won (etcd grants none 0)
 
 
 # --------------------------------------------------------------------------- bucket role
@@ -103,6 +104,9 @@ class BucketRole:
     # history (etcd lost the bucket and it was started afresh elsewhere), never followed
     known_holder: tuple[int, int] | None = None
     record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
+    # the copy side read the record again since the last map read (``RecordRefreshed``): a map
+    # read under way meanwhile may be older than that record, which is no loss
+    refreshed_since_read: bool = False
     # a live member said it had seen a record of this bucket (``blank`` false): the bucket has
     # started, so a missing record is never a new bucket, even after that member's key is gone
     # (a process started after etcd lost its keys learns it from the members still there, or
@@ -276,7 +280,13 @@ class BucketRole:
         self.members = members
         if not blank:
             self.bucket_started = True
+        refreshed, self.refreshed_since_read = self.refreshed_since_read, False
         if self.foreign(record):
+            if refreshed:
+                # read before the record the copy side refreshed meanwhile (the host reads the
+                # map once for every bucket, and its network thread reads a record whenever a
+                # newer epoch's message arrives): no news; the next read tells a loss
+                return []
             # etcd lost the bucket's state: step down and wait; nothing here decides who holds
             # every acknowledged update (an operator restarts the job from a checkpoint)
             self.record_lost = True
@@ -356,7 +366,11 @@ class BucketRole:
             self.role, self.record = Role.FOLLOWER, record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
-        self.copy_leases = {s: self.members[s] for s in record.in_sync if s in self.members}
+        # an in-sync copy kept while away (``_take``: not registered, paused past its lease)
+        # has been caught up by nobody: it counts as gone (AWAY is no lease), written out of
+        # in_sync once that leaves min_copies (a prepare of this epoch must never reach a log
+        # that a deposed primary's round left diverged), caught up when it registers again
+        self.copy_leases = {s: self.members.get(s, AWAY) for s in record.in_sync}
         self.confirmed = {self.me}
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         return [CommitPrepared(self.bucket), *self._reconcile()]
@@ -547,6 +561,7 @@ class BucketRole:
             self.record is None or record.revision > self.record.revision
         ):
             self.record = record
+            self.refreshed_since_read = True
 
     def _lost(self) -> list:
         """The bucket's record vanished or went back (see ``known_epoch``): serve nothing,

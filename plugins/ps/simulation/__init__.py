@@ -2,8 +2,9 @@
 
 :mod:`.etcd` is etcd in memory, :mod:`.server` one server's real replication state machines
 carried out as its threads do, :mod:`.world` the servers, clients, network and faults of one
-seeded schedule, and :mod:`.invariants` what the job must never do, checked after every step.
-``bench/simulate.py`` runs many seeds.
+seeded schedule, :mod:`.invariants` what the job must never do, checked after every step, and
+:mod:`.liveness` what it must do once the faults end (the world healed, every bucket serving
+again). ``bench/simulate.py`` runs many seeds.
 """
 
 from hogwild_plugins.ps.simulation.world import FAULTS, Config, Violation, World, run_seed
