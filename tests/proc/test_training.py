@@ -154,6 +154,32 @@ def test_resume_continues_after_the_last_checkpoint(tmp_path, small):
     assert latest_checkpoint(tmp_path / "ck").name == "epoch-0001.json"
 
 
+def test_evaluate_every_skips_epochs_and_evaluates_the_last_and_resumes(tmp_path, small):
+    """Every second epoch and the last: epochs 0 and 2 of four go without test figures, in the
+    history, the metrics file and the checkpoints; a resumed run evaluates its last epoch."""
+    options = dict(data=small, workers=1, subset=300, progress=False, evaluate_every=2)
+    first = hogwild.train(
+        epochs=4, checkpoint_dir=tmp_path / "ck", metrics=tmp_path / "m.jsonl", **options
+    )
+    rows = [r for r in read_metrics(tmp_path / "m.jsonl") if r["event"] == "epoch"]
+    assert [r.get("evaluated", True) for r in rows] == [False, True, False, True]
+    for row in (rows[0], rows[2]):
+        assert row["test_accuracy"] is None and row["test_loss"] is None
+        assert row["train_loss"] > 0 and row["examples"] == 300
+    for row in (rows[1], rows[3]):
+        assert 0.0 < row["test_accuracy"] <= 1.0 and row["test_loss"] > 0
+    assert first.metrics["test_accuracy"] == rows[3]["test_accuracy"]
+    assert first.history == rows
+    assert hogwild.load_checkpoint(tmp_path / "ck").checkpoint.info["history"][2]["evaluated"] is False
+
+    resumed = hogwild.train(
+        epochs=5, checkpoint_dir=tmp_path / "ck", metrics=tmp_path / "m.jsonl", resume=True,
+        **options,
+    )  # fmt: skip
+    assert [h.get("evaluated", True) for h in resumed.history] == [False, True, False, True, True]
+    assert resumed.history[4]["test_accuracy"] == resumed.metrics["test_accuracy"] is not None
+
+
 def test_sync_trains_with_one_worker(small):
     result = hogwild.train(data=small, sync=True, workers=2, epochs=1, subset=500, progress=False)
     assert result.metrics["workers"] == 1
