@@ -3,7 +3,8 @@
 Proves the acceptance example (two workers on a 5,000-example subset reach 95 % test accuracy),
 that the metrics file and checkpoints hold what the README promises, that a checkpoint loads into
 the equivalent ``torch.nn`` model with ``load_state_dict`` and predicts the same, that ``--resume``
-continues where the last checkpoint left off, and that ``--sync`` trains with one worker.
+continues where the last checkpoint left off (also with epochs ``train.evaluate_every`` leaves
+without test figures), and that ``--sync`` trains with one worker.
 """
 
 from __future__ import annotations
