@@ -120,8 +120,9 @@ def train(
             ``resume``, a directory holding another run's checkpoints is refused).
         overrides: ``{"section.key": value}`` pairs, as the CLI's ``--section.key=value``.
         on_epoch_end: called in this process after every epoch, once it is evaluated (where
-            ``evaluate_every`` says so) and checkpointed, with that epoch's metrics record (a dict: ``epoch`` from 0,
-            ``train_loss``, ``test_loss``, ``test_accuracy``, ``lr``, ``examples_per_s``...).
+            ``evaluate_every`` says so) and checkpointed, with that epoch's metrics record (a
+            dict: ``epoch`` from 0, ``train_loss``, ``test_loss``, ``test_accuracy``, ``lr``,
+            ``examples_per_s``...).
             An exception it raises stops the job (workers stopped, shared memory removed).
         job: with a PyTorch module's model, the job whose other settings it trains with (a
             Config or a TOML file; default: the bundled job).

@@ -5,8 +5,9 @@ the model's connection count), ``epoch`` (losses, accuracies, throughput of that
 ``final`` (the run's figures: ``connections``, ``examples_per_s``, ``connections_per_s``,
 ``train_loss``, ``test_accuracy`` as a fraction, ``workers``, ``epochs``, ``wall_s``, and the
 config again). An epoch that ``train.evaluate_every`` leaves without an evaluation writes its line
-with ``test_loss`` and ``test_accuracy`` null and ``evaluated`` false. Lines are appended and flushed as they happen, so a crashed run keeps its history
-and a resumed run continues the same file.
+with ``test_loss`` and ``test_accuracy`` null and ``evaluated`` false. Lines are appended and
+flushed as they happen, so a crashed run keeps its history and a resumed run continues the same
+file.
 
 A new run does not add to an earlier run's file: that would mix two runs' epochs in one history
 (and in ``hogwild plot``). A file that already holds records is refused unless the run continues

@@ -40,7 +40,12 @@ def data(mnist_dir) -> MnistData:
 
 
 def make_records(
-    tmp_path: Path, data, *, between: bool, n_test: int = N_TEST, replace_old: bool = False,
+    tmp_path: Path,
+    data,
+    *,
+    between: bool,
+    n_test: int = N_TEST,
+    replace_old: bool = False,
     evaluate_every: int = 1,
 ):
     config = load_config().override(
