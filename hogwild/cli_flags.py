@@ -80,6 +80,7 @@ FLAG_KEYS = {
     "epoch_fraction": "train.epoch_fraction",
     "seed": "train.seed",
     "subset": "train.subset",
+    "evaluate_every": "train.evaluate_every",
     "checkpoint_dir": "output.checkpoint_dir",
     "metrics": "output.metrics",
     "tensorboard": "output.tensorboard",
@@ -152,6 +153,9 @@ def add_training_flags(parser: argparse.ArgumentParser, command: str) -> None:
     _add(parser, "--seed", type=int, metavar="S", help="random seed " + _job("train.seed"))
     _add(parser, "--subset", type=int, metavar="N",
          help="train on the first N examples only (default: all of them)")  # fmt: skip
+    _add(parser, "--evaluate-every", type=int, metavar="N",
+         help="evaluate on the test set after every N-th epoch and after the last; 0: only "
+         "after the last " + _job("train.evaluate_every"))  # fmt: skip
     _add(parser, "--checkpoint-dir", metavar="DIR",
          help="write a checkpoint here at every epoch end (default: none)")  # fmt: skip
     _add(parser, "--resume", flag=True,

@@ -28,6 +28,7 @@ import numpy as np
 from hogwild.model.compile import compile_lock
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.api import TrainedModel, evaluate_model
+from hogwild.training.metrics import NOT_EVALUATED
 from hogwild.training.trainer import save_checkpoint
 
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
@@ -102,7 +103,11 @@ class EpochRecords:
     def ended(self, ended: EndedEpoch) -> None:
         """An epoch ended: evaluate its model, and between epochs wait for it (:meth:`write`
         writes it)."""
-        future = self._evaluator.submit(self._test, ended)
+        if self.config.train.evaluates_after(ended.record["epoch"]):
+            future = self._evaluator.submit(self._test, ended)
+        else:  # train.evaluate_every skips it: its record goes without test figures
+            future = Future()
+            future.set_result(NOT_EVALUATED)
         if self.between:  # where the driver shares the replicas' cores, an evaluation beside
             futures_wait([future])  # training ran at a third of its speed and slowed the epoch
         self.examples += ended.record["examples"]
@@ -151,11 +156,15 @@ class EpochRecords:
             "test_accuracy": tested.get("test_accuracy"),
             "eval_s": tested.get("eval_s"),
         }
+        if tested is NOT_EVALUATED:
+            record["evaluated"] = False
         self.metrics.write(record)
         self.live.clear()
-        tested_text = (
-            f"test accuracy {record['test_accuracy'] * 100:.2f}%" if tested else "no test split"
-        )
+        tested_text = "no test split"
+        if tested is NOT_EVALUATED:
+            tested_text = "not evaluated"
+        elif tested:
+            tested_text = f"test accuracy {record['test_accuracy'] * 100:.2f}%"
         self.progress.line(
             f"epoch {record['epoch'] + 1}/{self.config.train.epochs}  lr {record['lr']:.4g}  "
             f"train loss {record['train_loss']:.4f}  {tested_text}  "

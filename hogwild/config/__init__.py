@@ -126,6 +126,14 @@ class TrainConfig:
     fc_push: str = "auto"
     stall_s: float = 120.0
     in_flight: int = 1  # examples a partitioned replica works on at once (model.partitions > 1)
+    evaluate_every: int = 1  # epochs between test-set evaluations; 0: only after the last
+
+    def evaluates_after(self, epoch: int) -> bool:
+        """Whether the epoch ``epoch`` (from 0) ends with an evaluation on the test set: every
+        ``evaluate_every``-th epoch, and always the last one."""
+        if epoch + 1 >= self.epochs:
+            return True
+        return self.evaluate_every > 0 and (epoch + 1) % self.evaluate_every == 0
 
 
 @dataclass(frozen=True)

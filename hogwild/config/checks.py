@@ -130,6 +130,11 @@ def check_config(config: Any, origin: str) -> None:
         fail(f"optim.warmup_epochs must be >= 0, got {optim.warmup_epochs}")
     if train.epochs < 1 or train.batch < 1 or train.chunk < 1:
         fail("train.epochs, train.batch and train.chunk must be >= 1")
+    if train.evaluate_every < 0:
+        fail(
+            "train.evaluate_every must be an integer >= 0 (N: after every N-th epoch and the "
+            f"last; 0: only after the last), got {train.evaluate_every!r}"
+        )
     if train.update_every < 0:
         fail(
             f"train.update_every must be >= 0 (0: chosen by the trainer), got {train.update_every}"

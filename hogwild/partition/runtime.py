@@ -50,7 +50,7 @@ from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.job import epoch_permutation, subset_indices
-from hogwild.training.metrics import MetricsWriter
+from hogwild.training.metrics import NOT_EVALUATED, MetricsWriter
 from hogwild.training.placement import describe_cpus, worker_placements
 from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import TrainResult, save_checkpoint
@@ -174,13 +174,18 @@ class PartitionedTrainer:
             record = self._train_epoch(epoch)
             train_seconds += record["train_s"]
             examples += record["examples"]
-            record.update(self._evaluate())
+            evaluated = config.train.evaluates_after(epoch)
+            record.update(self._evaluate() if evaluated else NOT_EVALUATED)
             history.append(record)
             self.metrics.write(record)
+            accuracy = record["test_accuracy"]
+            tested = "not evaluated" if not evaluated else "no test split"
+            if accuracy is not None:
+                tested = f"test accuracy {accuracy * 100:.2f}%"
             self.progress.line(
                 f"epoch {epoch + 1}/{config.train.epochs}  lr {record['lr']:.4g}  "
-                f"train loss {record['train_loss']:.4f}  test accuracy "
-                f"{record['test_accuracy'] * 100:.2f}%  {record['examples_per_s']:,.0f} ex/s"
+                f"train loss {record['train_loss']:.4f}  {tested}  "
+                f"{record['examples_per_s']:,.0f} ex/s"
             )
             checkpoint_path = self._checkpoint(epoch, record, history)
         last = history[-1] if history else {}

@@ -50,6 +50,7 @@ _KEYWORDS = {
     "epoch_fraction": "train.epoch_fraction",
     "seed": "train.seed",
     "subset": "train.subset",
+    "evaluate_every": "train.evaluate_every",
     "checkpoint_dir": "output.checkpoint_dir",
     "metrics": "output.metrics",
     "progress": "output.progress",
@@ -65,8 +66,8 @@ def resolve_config(
     """A config from an object, a TOML path or the bundled default, with overrides applied.
 
     ``options`` are the CLI's named flags (``workers``, ``epochs``, ``batch``, ``lr``, ``sync``,
-    ``epoch_fraction``, ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``,
-    ``tensorboard``);
+    ``epoch_fraction``, ``seed``, ``subset``, ``evaluate_every``, ``checkpoint_dir``, ``metrics``,
+    ``progress``, ``tensorboard``);
     ``overrides`` takes any ``section.key`` of the config.
     """
     if not isinstance(config, Config):
@@ -118,14 +119,16 @@ def train(
         overwrite: replace the checkpoints already in ``checkpoint_dir`` (without it, or
             ``resume``, a directory holding another run's checkpoints is refused).
         overrides: ``{"section.key": value}`` pairs, as the CLI's ``--section.key=value``.
-        on_epoch_end: called in this process after every epoch, once it is evaluated and
-            checkpointed, with that epoch's metrics record (a dict: ``epoch`` from 0,
-            ``train_loss``, ``test_loss``, ``test_accuracy``, ``lr``, ``examples_per_s``...).
+        on_epoch_end: called in this process after every epoch, once it is evaluated (where
+            ``evaluate_every`` says so) and checkpointed, with that epoch's metrics record (a
+            dict: ``epoch`` from 0, ``train_loss``, ``test_loss``, ``test_accuracy``, ``lr``,
+            ``examples_per_s``...).
             An exception it raises stops the job (workers stopped, shared memory removed).
         job: with a PyTorch module's model, the job whose other settings it trains with (a
             Config or a TOML file; default: the bundled job).
         **options: ``workers``, ``epochs``, ``batch``, ``lr``, ``sync``, ``epoch_fraction``,
-            ``seed``, ``subset``, ``checkpoint_dir``, ``metrics``, ``progress``,
+            ``seed``, ``subset``, ``evaluate_every`` (epochs between evaluations on the test
+            set; 0: only after the last), ``checkpoint_dir``, ``metrics``, ``progress``,
             ``tensorboard``.
     """
     torch_model = config if isinstance(config, TorchModel) else None

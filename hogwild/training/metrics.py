@@ -4,8 +4,10 @@ Every line is a JSON object with an ``event`` field: ``start`` (the resolved con
 the model's connection count), ``epoch`` (losses, accuracies, throughput of that epoch) and
 ``final`` (the run's figures: ``connections``, ``examples_per_s``, ``connections_per_s``,
 ``train_loss``, ``test_accuracy`` as a fraction, ``workers``, ``epochs``, ``wall_s``, and the
-config again). Lines are appended and flushed as they happen, so a crashed run keeps its history
-and a resumed run continues the same file.
+config again). An epoch that ``train.evaluate_every`` leaves without an evaluation writes its line
+with ``test_loss`` and ``test_accuracy`` null and ``evaluated`` false. Lines are appended and
+flushed as they happen, so a crashed run keeps its history and a resumed run continues the same
+file.
 
 A new run does not add to an earlier run's file: that would mix two runs' epochs in one history
 (and in ``hogwild plot``). A file that already holds records is refused unless the run continues
@@ -22,6 +24,9 @@ from pathlib import Path
 
 from hogwild.errors import CheckpointError
 from hogwild.outputs import writable_file
+
+# the test figures of an epoch record whose epoch was not evaluated (``train.evaluate_every``)
+NOT_EVALUATED = {"test_loss": None, "test_accuracy": None, "evaluated": False}
 
 
 class MetricsWriter:

@@ -60,7 +60,7 @@ from hogwild.training.job import (
     subset_indices,
 )
 from hogwild.training.messages import Evaluate, Evaluated, Train, Trained, WorkerSetup
-from hogwild.training.metrics import MetricsWriter
+from hogwild.training.metrics import NOT_EVALUATED, MetricsWriter
 from hogwild.training.moments import (
     MOMENTS_REGION,
     keeps_moments,
@@ -204,13 +204,16 @@ class Trainer:
             data_wait += record["data_wait_s"]
             store_wait += record["store_wait_s"]
             examples += record["examples"]
-            record.update(self._evaluate())
+            evaluated = config.train.evaluates_after(epoch)
+            record.update(self._evaluate() if evaluated else NOT_EVALUATED)
             if network.regression:  # a mean squared error has no classes to be right about
                 record["train_accuracy"] = record["test_accuracy"] = None
             history.append(record)
             self.metrics.write(record)
             tested = "no test split"
-            if self.n_test and network.regression:
+            if not evaluated:
+                tested = "not evaluated"
+            elif self.n_test and network.regression:
                 tested = f"test mse {record['test_loss']:.4f}"
             elif self.n_test:
                 tested = (

@@ -38,7 +38,7 @@ def test_a_fresh_run_into_a_used_directory_is_refused_and_overwrite_replaces_it(
     tmp_path, mnist, mnist_dir
 ):
     ck = tmp_path / "ck"
-    hogwild.train(data=mnist, epochs=2, checkpoint_dir=ck, **OPTIONS)
+    hogwild.train(data=mnist, epochs=2, checkpoint_dir=ck, evaluate_every=0, **OPTIONS)
     before = {p.name: p.read_bytes() for p in ck.iterdir()}
     with pytest.raises(CheckpointError, match="already holds checkpoints of another run"):
         hogwild.train(data=mnist, epochs=1, checkpoint_dir=ck, **OPTIONS)

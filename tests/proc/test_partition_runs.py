@@ -49,12 +49,15 @@ def test_two_partitions_four_in_flight_reach_the_unpartitioned_accuracy(mnist):
     lands anywhere in about one point (0.9475 to 0.9612 against the whole model's 0.9526, on 2
     cores), so the bound is one point. The issue's 0.3 points is a claim about full training,
     where the spread is far smaller; a single short run cannot test it."""
-    options = dict(data=mnist, epochs=SAME_EPOCHS, subset=SUBSET, progress=False)
+    options = dict(
+        data=mnist, epochs=SAME_EPOCHS, subset=SUBSET, progress=False, evaluate_every=0
+    )  # the final figures only
     whole = hogwild.train(workers=1, overrides={**PAPER_OVERRIDES, "optim.lr": LR}, **options)
     split = train_partitioned(overrides={**PARTITIONED, "optim.lr": LR}, **options)
     assert whole.history[0]["lr"] == split.history[0]["lr"] == LR
     assert split.metrics["partitions"] == 2 and split.metrics["in_flight"] == 4
     assert split.metrics["examples"] == SAME_EPOCHS * SUBSET  # every example completely processed
+    assert split.history[0]["evaluated"] is False and split.history[0]["test_accuracy"] is None
     gap = whole.metrics["test_accuracy"] - split.metrics["test_accuracy"]
     assert gap <= 0.01, (whole.metrics["test_accuracy"], split.metrics["test_accuracy"])
 

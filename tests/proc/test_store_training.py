@@ -48,6 +48,7 @@ def test_replicated_job_learns_and_its_checkpoint_is_the_merged_model(
         workers=2,
         epochs=2,
         subset=5000,
+        evaluate_every=0,  # the final figures only
         checkpoint_dir=tmp_path / "ckpt",
         metrics=tmp_path / "metrics.jsonl",
         progress=False,

@@ -35,16 +35,17 @@ def test_epoch_callback_and_tensorboard_see_what_the_metrics_file_records(
     seen = []
     result = hogwild.train(
         data=mnist, epochs=2, metrics=tmp_path / "m.jsonl", tensorboard=tmp_path / "tb",
-        on_epoch_end=seen.append, overrides={"output.tensorboard_every": 20}, **OPTIONS,
+        on_epoch_end=seen.append, evaluate_every=2,  # epoch 0 goes without test figures
+        overrides={"output.tensorboard_every": 20}, **OPTIONS,
     )  # fmt: skip
     assert trainer.COMPILING in capsys.readouterr().err
     epochs = [r for r in read_metrics(tmp_path / "m.jsonl") if r["event"] == "epoch"]
     assert seen == result.history == epochs
     assert [r["epoch"] for r in seen] == [0, 1]
     scalars = tensorboard_scalars(tmp_path / "tb")
-    assert scalars["epoch/test_accuracy"] == [
-        (r["epoch"] + 1, pytest.approx(r["test_accuracy"])) for r in epochs
-    ]
+    assert epochs[0]["evaluated"] is False and epochs[0]["test_accuracy"] is None
+    assert scalars["epoch/test_accuracy"] == [(2, pytest.approx(epochs[1]["test_accuracy"]))]
+    assert [step for step, _ in scalars["epoch/train_loss"]] == [1, 2]
     steps = [step for step, _ in scalars["train/loss"]]
     assert steps == sorted(set(steps)) and steps[-1] <= 2 * 600  # batch 1: a step an example
 

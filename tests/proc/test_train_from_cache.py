@@ -80,6 +80,7 @@ def test_two_workers_train_from_the_cache_with_augmentation(mnist_cache, tmp_pat
         workers=2,
         epochs=2,
         subset=SUBSET,
+        evaluate_every=0,  # the final figures only
         metrics=tmp_path / "metrics.jsonl",
         checkpoint_dir=tmp_path / "ck",
         progress=False,
@@ -127,6 +128,7 @@ def test_idx_files_with_augmentation_under_forkserver(mnist, tmp_path):
         workers=2,
         epochs=2,
         subset=3000,
+        evaluate_every=0,  # the final figures only
         metrics=tmp_path / "metrics.jsonl",
         progress=False,
         overrides={

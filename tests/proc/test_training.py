@@ -3,7 +3,8 @@
 Proves the acceptance example (two workers on a 5,000-example subset reach 95 % test accuracy),
 that the metrics file and checkpoints hold what the README promises, that a checkpoint loads into
 the equivalent ``torch.nn`` model with ``load_state_dict`` and predicts the same, that ``--resume``
-continues where the last checkpoint left off, and that ``--sync`` trains with one worker.
+continues where the last checkpoint left off (with epochs ``train.evaluate_every`` left without
+test figures), and that ``--sync`` trains with one worker.
 """
 
 from __future__ import annotations
@@ -50,13 +51,15 @@ ON_THE_TRAINED_RUN = pytest.mark.xdist_group("test_training.trained")
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, mnist):
-    """Two workers, 5,000 examples, four epochs, with checkpoints and metrics."""
+    """Two workers, 5,000 examples, four epochs, with checkpoints and metrics. The tests look at
+    the last epoch's figures only: the first three go without an evaluation."""
     out = tmp_path_factory.mktemp("trained")
     result = hogwild.train(
         data=mnist,
         workers=2,
         epochs=4,
         subset=5000,
+        evaluate_every=0,
         checkpoint_dir=out / "ckpt",
         metrics=out / "metrics.jsonl",
         progress=False,
@@ -87,6 +90,8 @@ def test_metrics_file_has_epochs_and_final_figures(trained):
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1, 2, 3]
     assert all(r["examples"] == 5000 for r in epochs)
+    assert [r.get("evaluated", True) for r in epochs] == [False, False, False, True]
+    assert final["test_accuracy"] == epochs[3]["test_accuracy"]
 
 
 @ON_THE_TRAINED_RUN
@@ -137,21 +142,39 @@ def test_evaluate_matches_the_training_run(trained, mnist):
 
 
 def test_resume_continues_after_the_last_checkpoint(tmp_path, small):
-    options = dict(data=small, workers=2, subset=1000, progress=False)
-    first = hogwild.train(epochs=1, checkpoint_dir=tmp_path / "ck", **options)
-    assert first.metrics["epochs_run"] == 1
+    """With ``evaluate_every=2`` (one run for both): epoch 0 of three goes without test figures,
+    in the history, the metrics file and the checkpoint, epoch 1 (the second) and epoch 2 (the
+    last) are evaluated; the resumed run keeps that history and continues after epoch 2."""
+    options = dict(data=small, workers=2, subset=1000, progress=False, evaluate_every=2)
+    first = hogwild.train(
+        epochs=3, checkpoint_dir=tmp_path / "ck", metrics=tmp_path / "first.jsonl", **options
+    )
+    assert first.metrics["epochs_run"] == 3
+    rows = [r for r in read_metrics(tmp_path / "first.jsonl") if r["event"] == "epoch"]
+    assert first.history == rows
+    assert [r.get("evaluated", True) for r in rows] == [False, True, True]
+    assert rows[0]["test_accuracy"] is None and rows[0]["test_loss"] is None
+    assert rows[0]["train_loss"] > 0 and rows[0]["examples"] == 1000
+    for row in rows[1:]:
+        assert 0.0 < row["test_accuracy"] <= 1.0 and row["test_loss"] > 0
+    assert first.metrics["test_accuracy"] == rows[2]["test_accuracy"]
+    saved = hogwild.load_checkpoint(tmp_path / "ck").checkpoint.info
+    assert saved["history"][0]["evaluated"] is False
+
     resumed = hogwild.train(
-        epochs=2,
+        epochs=4,
         checkpoint_dir=tmp_path / "ck",
         metrics=tmp_path / "m.jsonl",
         resume=True,
         **options,
     )
     assert resumed.metrics["epochs_run"] == 1
-    assert [h["epoch"] for h in resumed.history] == [0, 1]
+    assert [h["epoch"] for h in resumed.history] == [0, 1, 2, 3]
+    assert [h.get("evaluated", True) for h in resumed.history] == [False, True, True, True]
     epochs = [r["epoch"] for r in read_metrics(tmp_path / "m.jsonl") if r["event"] == "epoch"]
-    assert epochs == [1]
-    assert latest_checkpoint(tmp_path / "ck").name == "epoch-0001.json"
+    assert epochs == [3]
+    assert resumed.metrics["test_accuracy"] == resumed.history[3]["test_accuracy"] is not None
+    assert latest_checkpoint(tmp_path / "ck").name == "epoch-0003.json"
 
 
 def test_sync_trains_with_one_worker(small):

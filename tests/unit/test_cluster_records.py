@@ -40,11 +40,18 @@ def data(mnist_dir) -> MnistData:
 
 
 def make_records(
-    tmp_path: Path, data, *, between: bool, n_test: int = N_TEST, replace_old: bool = False
+    tmp_path: Path,
+    data,
+    *,
+    between: bool,
+    n_test: int = N_TEST,
+    replace_old: bool = False,
+    evaluate_every: int = 1,
 ):
     config = load_config().override(
         {"output.checkpoint_dir": str(tmp_path / "run"), "output.progress": False,
-         "output.metrics": str(tmp_path / "metrics.jsonl"), "train.epochs": 5}
+         "output.metrics": str(tmp_path / "metrics.jsonl"), "train.epochs": 5,
+         "train.evaluate_every": evaluate_every}
     )  # fmt: skip
     network = build_network(config.model, 10)
     records = EpochRecords(
@@ -108,6 +115,31 @@ def test_each_epoch_is_written_in_order_with_its_test_figures_and_checkpoint(
     restored = np.zeros_like(params)
     ckpt.restore_parameters(records.network, restored, loaded.weights, loaded.path, "")
     np.testing.assert_array_equal(restored, params * 3)
+
+
+@pytest.mark.parametrize("between", [True, False])
+def test_evaluate_every_writes_the_skipped_epochs_without_test_figures(tmp_path, data, between):
+    records, params, velocity = make_records(tmp_path, data, between=between, evaluate_every=2)
+    try:
+        for epoch in range(5):
+            records.ended(ended_epoch(epoch, params, velocity))
+            records.write()
+        final = records.final({}, wall_start=0.0)
+    finally:
+        records.close()
+    written = lines(tmp_path)
+    assert [r["epoch"] for r in written[:5]] == [0, 1, 2, 3, 4]
+    for record in written[:5]:
+        if record["epoch"] in (1, 3, 4):  # every second epoch, and the last
+            assert 0.0 <= record["test_accuracy"] <= 1.0 and record["eval_s"] > 0
+            assert "evaluated" not in record
+        else:
+            assert record["evaluated"] is False
+            assert record["test_accuracy"] is record["test_loss"] is record["eval_s"] is None
+    assert final["test_accuracy"] == written[4]["test_accuracy"]
+    # every epoch still has its checkpoint, the skipped ones' included
+    assert ckpt.load_checkpoint(tmp_path / "run").epoch == 4
+    assert [r.get("evaluated", True) for r in records.history] == [False, True, False, True, True]
 
 
 def test_a_resumed_job_keeps_its_history_and_without_a_test_split_says_so(tmp_path, data):

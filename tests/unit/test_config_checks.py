@@ -38,6 +38,7 @@ from tests.config_cases import error_of, small
         ("train", "n_push", -1),
         ("train", "n_fetch", -64),
         ("train", "stall_s", 0.0),
+        ("train", "evaluate_every", -1),
         ("ps", "lr", -1.0),
         ("ps", "shard_kib", 2),
         ("ps", "staleness_decay", 1.5),
@@ -61,6 +62,7 @@ def test_out_of_range_value_names_key(section, key, value):
 
 def test_out_of_range_messages_say_what_is_expected():
     assert "(0, 1]" in error_of(small(train={"epoch_fraction": 0.0}))
+    assert "integer >= 0" in error_of(small(train={"evaluate_every": -2}))
     assert "[0, 1)" in error_of(small(optim={"momentum": 1.0}))
     assert "> 0" in error_of(small(optim={"lr": 0.0}))
 
@@ -167,3 +169,23 @@ def test_the_jobs_own_etcd_cluster_needs_copies_and_a_launcher_that_starts_it():
     assert 'cluster.etcd = "job"' in said and "cluster.copies = 1" in said
     on_ray = small(cluster={"etcd": "job", "copies": 3, "ps": 3, "launcher": "ray"})
     assert config_from_dict(on_ray).cluster.etcd == "job"  # a member per Ray node
+
+
+@pytest.mark.parametrize("value", [1.5, "2", True])
+def test_evaluate_every_must_be_an_integer(value):
+    assert "train.evaluate_every must be int" in error_of(small(train={"evaluate_every": value}))
+
+
+@pytest.mark.parametrize(
+    ("every", "evaluated"),
+    [
+        (1, [0, 1, 2, 3, 4, 5, 6]),  # the default: every epoch
+        (3, [2, 5, 6]),  # every third, and the last though 7 is not a multiple of 3
+        (7, [6]),
+        (9, [6]),  # longer than the run: the last only
+        (0, [6]),  # only the last
+    ],
+)
+def test_evaluate_every_picks_every_nth_epoch_and_always_the_last(every, evaluated):
+    train = config_from_dict(small(train={"epochs": 7, "evaluate_every": every})).train
+    assert [epoch for epoch in range(7) if train.evaluates_after(epoch)] == evaluated
