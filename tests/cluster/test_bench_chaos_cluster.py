@@ -8,7 +8,7 @@ lasts), then the ledger phase with 2 kills of primaries under a client that sums
 acknowledged. It needs a real etcd (the cluster tier). Checks: every field is there, no
 acknowledged update is lost, nothing is left behind by any run, and the figures add up. What is
 counted is each run's own (its processes, their ports, its job's segments by the job's unique
-name), so the test runs beside others; every training run's segments were seen carrying its
+name); every training run's segments were seen carrying its
 job's name while it ran, so the count by name is not vacuous.
 """
 
@@ -19,6 +19,11 @@ import sys
 import pytest
 
 from tests.bench_runs import run_bench, small_mnist
+
+# alone, though its leak counts are its own: beside the cluster tests' kill tests (two cores at
+# load 5) its ledger phase failed twice of two (after the second kill no live primary for a
+# bucket within the client's wait: the fixed 2 s leases and re-election starved of CPU)
+pytestmark = pytest.mark.alone
 
 LEAK_KINDS = ("segments", "processes", "ports")
 RUNS = ("chaos", "fault_free", "copies_1", "ledger")
