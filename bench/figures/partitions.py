@@ -156,6 +156,7 @@ def finish(run: ClusterRun, args) -> dict:
         "wall_s": summary.get("wall_s"),
         "error": error,
         "leaked": leaked,
+        "named_while_running": leaked["named_while_running"],  # the leak count's names exist
     }
 
 
@@ -179,7 +180,7 @@ class Cluster:
 
     def __init__(self, hosts: Hosts, folder: Path) -> None:
         self.hosts, self.folder = hosts, folder
-        self.seen_pids: set[int] = set()
+        self.seen: dict[int, psutil.Process] = {}  # every process of the run, kept as seen
         self.servers: dict[int, subprocess.Popen] = {}
         self.job: ClusterRun | None = None  # the training job under the faults
         self.keys = folder / "keys"
@@ -206,7 +207,7 @@ class Cluster:
             self.client = hosts.run(
                 CLIENT_HOST, argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
             )
-        self.seen_pids.add(self.client.pid)
+        self._note(self.client.pid)
 
     def start_server(self, host: int) -> None:
         argv = [_hogwild(), "ps", "serve", "--bind", self.hosts.address(host), "--port",
@@ -216,7 +217,15 @@ class Cluster:
         with open(self.folder / f"ps{host}.log", "ab") as log:
             process = self.hosts.run(host, argv, stdout=log, stderr=subprocess.STDOUT)
         self.servers[host] = process
-        self.seen_pids.add(process.pid)
+        self._note(process.pid)
+
+    def _note(self, pid: int) -> None:
+        """Keep the process, not its pid: after it ends the pid may be another's, and its
+        start time (kept by psutil) tells which segments were its."""
+        try:
+            self.seen.setdefault(pid, psutil.Process(pid))
+        except psutil.Error:
+            pass  # gone before it was seen: nothing of it can be told apart
 
     def job_roles(self) -> list[tuple[str, int]]:
         """The training job's live roles now: (name, pid)."""
@@ -237,7 +246,7 @@ class Cluster:
     def _note_etcd(self) -> None:
         for h in SERVER_HOSTS:
             if (pid := self.etcd_pid(h)) is not None:
-                self.seen_pids.add(pid)
+                self._note(pid)
 
     def restart_etcd(self, host: int) -> None:
         start_etcd_member(self.hosts, host, SERVER_HOSTS, state="existing")
@@ -410,16 +419,10 @@ def measure(args) -> dict:
                 log = (folder / "client.log").read_text()[-2000:]
                 problems.append(f"no ledger result ({exc!r}); client log: {log}")
         finally:
-            pids = set(cluster.seen_pids) if cluster else set()
+            processes = list(cluster.seen.values()) if cluster else []
             if cluster is not None and cluster.job is not None:
                 cluster.job.job.stop()
             hosts.close()
-        processes = []
-        for pid in pids:
-            try:
-                processes.append(psutil.Process(pid))
-            except psutil.Error:
-                continue
         leaked = check.count(processes, set())
         leaked["namespaces"] = sum(n.startswith(tag) for n in harness.namespaces())
     acks = result.get("acks", [])

@@ -12,23 +12,37 @@ reads what the driver writes into the run directory while it runs:
   the live process of a role now.
 
 :meth:`ClusterRun.finish` waits for the job and counts what it left behind
-(:class:`bench.support.leaks.LeakCheck`).
+(:class:`bench.support.leaks.LeakCheck`). The job runs under a name of its own (``--ps.job``,
+unique on the machine), which every segment of it carries: what it leaves is counted by that
+name, and a benchmark or test running beside it keeps its own. So that the count cannot pass
+for want of names, the segments named for the job are also looked for while it runs
+(``named_while_running`` in what :meth:`ClusterRun.finish` returns).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 
 from bench.support.job import Job
-from bench.support.leaks import LeakCheck
+from bench.support.leaks import LeakCheck, shm_entries
 from bench.support.process_watch import Watcher
+from hogwild.shm.naming import parse_segment_name, sanitize_job
 
 START_S = 300.0  # the roles' start-up, at most
+NAMED_LOOK_S = 0.1  # how often the job's named segments are looked for while it runs
+
+
+def unique_job(name: str) -> str:
+    """A job name no other job on the machine has: the run's name, this pid, random digits."""
+    return sanitize_job(f"bench_{name}_{os.getpid()}_{secrets.token_hex(3)}")
 
 
 class ClusterRun:
@@ -50,14 +64,27 @@ class ClusterRun:
         self.metrics = self.dir / "metrics.jsonl"
         command = [*(prefix or []), sys.executable, "-m", "hogwild.cli", *args]
         command += ["--checkpoint-dir", str(self.dir), "--metrics", str(self.metrics)]
+        self.job_name = unique_job(name)
+        command.append(f"--ps.job={self.job_name}")
         self.check = LeakCheck()
+        self.named: set[str] = set()  # segments named for the job, seen while it ran
+        self._named_stop = threading.Event()
         self.job = Job(command, folder, name)
         self.started = time.time()
         self.root = psutil.Process(self.job.proc.pid)
         self.watcher = Watcher(self.root)
+        self._named_thread = threading.Thread(target=self._look_named, daemon=True)
+        self._named_thread.start()
         self.start: dict = {}
         self.where: dict = {}
         self.epoch_seen: dict[int, float] = {}  # epoch -> when its record was first read
+
+    def _look_named(self) -> None:
+        while not self._named_stop.wait(NAMED_LOOK_S):
+            for entry in shm_entries():
+                owner = parse_segment_name(entry)
+                if owner is not None and owner.job == self.job_name:
+                    self.named.add(entry)
 
     def running(self) -> bool:
         return self.job.proc.poll() is None
@@ -138,4 +165,7 @@ class ClusterRun:
         finally:
             self.job.stop()
             seen = [self.root, *self.watcher.stop()]
-        return summary, error, self.check.count(seen, self.ports())
+            self._named_stop.set()
+            self._named_thread.join()
+        leaked = self.check.count(seen, self.ports(), jobs=(self.job_name,))
+        return summary, error, leaked | {"named_while_running": len(self.named)}

@@ -6,12 +6,16 @@ not this process's children alone: :class:`LeakCheck` lists the segments before 
 :class:`bench.support.process_watch.Watcher` records them) and the ports its roles listened on,
 waits (bounded) for those processes to be gone, and counts
 
-- ``segments``: new ``/dev/shm/hogwild*`` entries whose owner (recorded in the name,
-  :func:`hogwild.shm.naming.parse_segment_name`) was one of the run's processes, alive or not:
-  the owner of a segment left behind by a SIGKILLed process is dead, and the segment is still a
-  leak. Other users' segments (other owners) are not counted;
+- ``segments``: new ``/dev/shm/hogwild*`` entries named for one of the run's jobs (``ps.job``,
+  :mod:`hogwild.shm.naming`), whoever owns them, or whose owner (recorded in the name, with its
+  start time) was one of the run's processes, alive or not: the owner of a segment left behind
+  by a SIGKILLed process is dead, and the segment is still a leak. Segments of other jobs and
+  other owners (a test or benchmark running beside this one) are not counted, even where one of
+  them got a pid the run's dead processes had;
 - ``processes``: the run's processes still alive (zombies do not count);
-- ``ports``: listening TCP sockets on the run's ports (anyone's), or of its live processes.
+- ``ports``: listening TCP sockets of the run's live processes, or on the run's ports where the
+  socket's process cannot be told (a port of the run taken since by a process beside it is
+  that process's).
 
 It only counts: the caller decides what to remove.
 """
@@ -24,7 +28,7 @@ import time
 import psutil
 
 from hogwild.shm import sweeper
-from hogwild.shm.naming import parse_segment_name
+from hogwild.shm.naming import START_TIME_TOLERANCE_S, parse_segment_name, sanitize_job
 
 EXIT_WAIT_S = 20.0
 
@@ -48,12 +52,13 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def listening(ports: set[int], pids: set[int]) -> list[str]:
-    """``HOST:PORT (pid)`` of every listening TCP socket on ``ports`` or of ``pids``."""
+    """``HOST:PORT (pid)`` of every listening TCP socket of ``pids``, or on ``ports`` whose
+    process is not known."""
     found = []
     for conn in psutil.net_connections(kind="tcp"):
         if conn.status != psutil.CONN_LISTEN:
             continue
-        if conn.laddr.port in ports or conn.pid in pids:
+        if conn.pid in pids or (conn.pid is None and conn.laddr.port in ports):
             found.append(f"{conn.laddr.ip}:{conn.laddr.port} (pid {conn.pid})")
     return sorted(found)
 
@@ -64,16 +69,25 @@ class LeakCheck:
     def __init__(self) -> None:
         self.before = shm_entries()
 
-    def count(self, processes: list[psutil.Process], ports: set[int]) -> dict:
+    def count(
+        self, processes: list[psutil.Process], ports: set[int], jobs: tuple[str, ...] = ()
+    ) -> dict:
+        """What the run left: ``processes`` (every one it had), ``ports`` (those it listened
+        on), ``jobs`` (the ``ps.job`` names its jobs ran under)."""
         deadline = time.monotonic() + EXIT_WAIT_S
         while alive(processes) and time.monotonic() < deadline:
             time.sleep(0.1)
         left = alive(processes)
-        pids = {p.pid for p in processes}
+        started = _start_times(processes)
+        names = {sanitize_job(job) for job in jobs}
         segments = []
         for entry in sorted(shm_entries() - self.before):
             owner = parse_segment_name(entry)
-            if owner is not None and owner.pid in pids:
+            if owner is None:
+                continue
+            start = started.get(owner.pid)
+            ours = start is not None and abs(owner.start_time - start) <= START_TIME_TOLERANCE_S
+            if owner.job in names or ours:
                 segments.append(entry)
         sockets = listening(ports, {p.pid for p in left})
         return {
@@ -86,6 +100,17 @@ class LeakCheck:
                 "ports": sockets,
             },
         }
+
+
+def _start_times(processes: list[psutil.Process]) -> dict[int, float]:
+    """pid -> start time of each process (psutil keeps it once read, so a dead one's too)."""
+    out = {}
+    for proc in processes:
+        try:
+            out[proc.pid] = proc.create_time()
+        except psutil.Error:
+            continue
+    return out
 
 
 def _describe(proc: psutil.Process) -> str:

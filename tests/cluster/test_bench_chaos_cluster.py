@@ -6,7 +6,10 @@ The quick run trains a tiny job (6,000 examples) through ``hogwild cluster --ps 
 with a parameter server, a replica and a data server SIGKILLed while it trains, as long as it
 lasts), then the ledger phase with 2 kills of primaries under a client that sums what was
 acknowledged. It needs a real etcd (the cluster tier). Checks: every field is there, no
-acknowledged update is lost, nothing is left behind by any run, and the figures add up.
+acknowledged update is lost, nothing is left behind by any run, and the figures add up. What is
+counted is each run's own (its processes, their ports, its job's segments by the job's unique
+name); every training run's segments were seen carrying its
+job's name while it ran, so the count by name is not vacuous.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import pytest
 
 from tests.bench_runs import run_bench, small_mnist
 
+# alone, though its leak counts are its own: beside the cluster tests' kill tests (two cores at
+# load 5) its ledger phase failed twice of two (after the second kill no live primary for a
+# bucket within the client's wait: the fixed 2 s leases and re-election starved of CPU)
 pytestmark = pytest.mark.alone
 
 LEAK_KINDS = ("segments", "processes", "ports")
@@ -65,6 +71,8 @@ def test_quick_run_loses_nothing_and_leaves_nothing(
     assert set(record["leaked"]) == set(RUNS)
     for run in RUNS:
         assert {k: record["leaked"][run][k] for k in LEAK_KINDS} == dict.fromkeys(LEAK_KINDS, 0)
+    for run in ("chaos", "fault_free", "copies_1"):  # jobs of ClusterRun: named, and seen so
+        assert record["leaked"][run]["named_while_running"] > 0, record["leaked"][run]
 
     targets = record["targets"]
     assert {"failover_met", "lost_met", "accuracy_met", "leaks_met", "kills_met"} <= set(targets)

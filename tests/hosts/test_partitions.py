@@ -7,7 +7,9 @@ host lost, an etcd member killed, a role killed), each undone. The test
 checks the line's shape and what it promises: every fault happened, updates were acknowledged
 across them, the ledger is exact (no acknowledged update lost, none applied twice), the copies
 came back, both training jobs ended with an accuracy, and nothing (namespace, process, segment)
-was left behind.
+was left behind. What is counted is the run's own (its namespaces, its processes, its jobs'
+segments by their names); both jobs' segments were seen named
+for them while they ran, so the count by name is not vacuous.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import pytest
 
 from tests.hosts import harness
 
+# alone, though its leak counts are the run's own: on two cores at load 5 the ledger's copies
+# failed to come back to three (or catch up) after the last fault in two runs of four, once
+# beside the chaos quick-run and once with no other test (both machines' load, not its counts)
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,5 +63,7 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     for key in ("test_accuracy", "fault_free_test_accuracy"):  # both training jobs ended
         assert 0.5 < record[key] <= 1.0, record["training"]
     assert record["training"]["faults"]["error"] is None
+    for job in ("faults", "fault_free"):  # the job's segments carried its name while it ran
+        assert record["training"][job]["named_while_running"] > 0, record["training"]
     cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
     assert cut["primary_of"] and cut["until"] - cut["at"] >= record["settings"]["cut_s"]
