@@ -69,6 +69,18 @@ def test_a_wiped_etcd_and_every_server_restarted_on_its_store_start_no_bucket_af
         client = None
         for key in etcd.get_prefix("")[0]:  # what a second driver's clearing of the job does
             etcd.delete(key)
+        # the live servers' leases outlive the delete: each finds its key gone at its next read
+        # of the map and writes it again, listing every bucket (else a server that knew nothing
+        # would see no member that had seen them, and start them afresh)
+        deadline = time.monotonic() + 10
+        while True:
+            members, _ = etcd.get_prefix("members/")
+            if len(members) == 3 and all(
+                v["seen"] == list(range(n_buckets)) for v, _ in members.values()
+            ):
+                break
+            assert time.monotonic() < deadline, f"the servers did not register again: {members}"
+            time.sleep(0.05)
         trio.stop_all()
         for store in trio.stores:  # the final flushes: every acknowledged update on every store
             assert all((values == total).all() for _, values, _ in flushed_state(store).values())

@@ -347,3 +347,22 @@ def test_a_copy_away_when_the_bucket_was_won_is_written_out_before_the_bucket_ta
         if role.writable:
             assert set(role.record.in_sync) <= role.confirmed, role.record
     assert role.writable and sorted(keys.read().in_sync) == [survivor, away]
+
+
+def test_a_bucket_without_shards_handed_to_a_copy_no_snapshot_reached_is_taken():
+    """A bucket that holds no shard (more buckets than shards): catching a copy up sends it
+    nothing (there is no shard to address), so no ``Restored`` reaches it. It holds the bucket's
+    whole state all the same, none, and once handed the bucket it takes it."""
+    roles, keys, back, survivors = failed_over()
+    holder = keys.read().primary
+    roles[back] = BucketRole(BUCKET, back, COPIES, empty=True)  # a new process
+    members = {**survivors, back: NEW_LEASE[back]}
+    role = roles[holder]
+    assert step(role, MapRead, keys.read(), members, LEASE[holder], True) == [Sync(BUCKET, back)]
+    carry_out(role, [Sync(BUCKET, back)], keys)  # delivered: nothing was sent to the copy
+    [hand] = step(role, MapRead, keys.read(), members, LEASE[holder], True)
+    assert isinstance(hand, HandOver) and hand.record.primary == back
+    carry_out(role, [hand], keys)
+    [campaign] = step(roles[back], MapRead, keys.read(), members, NEW_LEASE[back], True)
+    carry_out(roles[back], [campaign], keys, roles)
+    assert roles[back].role is Role.PRIMARY and roles[back].serving

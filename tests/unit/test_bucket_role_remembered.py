@@ -9,9 +9,23 @@ from __future__ import annotations
 
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
-from hogwild_plugins.ps.replication.bucket_role_events import Campaign, MapRead, Remembered
+from hogwild_plugins.ps.replication.bucket_role_events import (
+    Campaign,
+    CampaignAnswered,
+    MapRead,
+    Remembered,
+)
+from hogwild_plugins.ps.replication.copy_side import Gate, gate
 
-from tests.unit.bucket_role_support import BUCKET, COPIES, LEASE, NEW_LEASE, live, step
+from tests.unit.bucket_role_support import (
+    BUCKET,
+    COPIES,
+    LEASE,
+    NEW_LEASE,
+    lapsed_primary,
+    live,
+    step,
+)
 
 MEMBERS = live(range(3))
 FIRST = desired_copies(BUCKET, MEMBERS, COPIES)[0]  # the bucket's very first primary
@@ -97,3 +111,21 @@ def test_one_buckets_seen_holds_back_no_other_buckets_first_primary():
     fresh = BucketRole(BUCKET, FIRST, COPIES)  # another bucket's seen: this one's blank
     [campaign] = step(fresh, MapRead, None, MEMBERS, LEASE[FIRST], True, blank=True)
     assert isinstance(campaign, Campaign) and campaign.record.epoch == 1
+
+
+def test_a_campaign_lost_to_another_history_is_never_followed():
+    """A copy campaigns for a dead primary's bucket, and the compare-and-swap reads back a record
+    of the epoch it knows under another holder (etcd lost the job's keys meanwhile and a server
+    that knew nothing started the bucket afresh): the copy never follows that record, and its
+    memory, which holds every acknowledged update, refuses that history's primary."""
+    roles, keys, dead, members = lapsed_primary()
+    known = keys.read()
+    copy = next(s for s in members if s in known.in_sync)
+    role = roles[copy]
+    [campaign] = step(role, MapRead, known, members, LEASE[copy], True)
+    assert campaign.record.epoch == known.epoch + 1
+    other = next(s for s in members if s != copy)
+    fresh = BucketRecord(known.epoch, other, NEW_LEASE[other], (other,), known.revision + 7)
+    assert step(role, CampaignAnswered, False, fresh) == []
+    assert role.record_lost and role.record == known and role.role is Role.FOLLOWER
+    assert gate(role, fresh.epoch, fresh.lease, other) is Gate.FENCED

@@ -133,10 +133,9 @@ class Replication:
             self.bucket_shards[layout.bucket_of(shard)].append(shard)
         self.min_copies = min_copies
         self.roles = {
-            b: BucketRole(b, self.me, copies, min_copies) for b in range(layout.n_buckets)
+            b: BucketRole(b, self.me, copies, min_copies, empty=not self.bucket_shards[b])
+            for b in range(layout.n_buckets)
         }
-        for bucket, shards in self.bucket_shards.items():
-            self.roles[bucket].current = not shards  # nothing to hold: every copy is current
         self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
         # the logs, and a role's observe against what the network thread (a copy's side) changes
         # in it (a snapshot's restore, a refreshed record): network and replication threads
@@ -405,8 +404,12 @@ class Replication:
                     )
                 )
             self._carry_out(actions)
-        if unlisted_and_unrecorded(self.roles, self.membership.listed or ()):
-            self.membership.refresh(self._etcd)  # the others hold back from those buckets too
+        # this server's key as etcd has it (not as last written: the job's keys may have been
+        # deleted under live leases, and a key that is gone tells no one what it had seen)
+        mine = members.get(self.me)
+        listed = None if mine is None else sorted(mine.seen)
+        if (mine is None and valid) or unlisted_and_unrecorded(self.roles, listed or ()):
+            self.membership.refresh(self._etcd, listed)  # the others hold back from those too
 
     def _carry_out(self, actions: list) -> None:
         run(carry_out(actions, self.roles, self))

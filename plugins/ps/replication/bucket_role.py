@@ -81,12 +81,16 @@ class BucketRole:
         min_copies: ``ps.min_copies``: the live in-sync copies (this one included) a write
             needs to be acknowledged; with fewer the bucket refuses writes (it still serves
             reads) until a copy catches up.
+        empty: The bucket holds no shard (a layout with more buckets than shards): every copy
+            holds its whole state, none, so it is always current (catching a copy up sends it
+            nothing, so no :class:`Restored` ever tells it so).
     """
 
     bucket: int
     me: int
     copies: int
     min_copies: int = 1
+    empty: bool = False
     role: Role = Role.FOLLOWER
     record: BucketRecord | None = None
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
@@ -176,6 +180,10 @@ class BucketRole:
         )
         return actions
 
+    def __post_init__(self) -> None:
+        if self.empty:
+            self.current = True
+
     def story(self) -> list[tuple]:
         """The last transitions, oldest first: ``(stimulus_id, stimulus, role before, role
         after, actions)``."""
@@ -208,6 +216,11 @@ class BucketRole:
             check(self.me not in self.syncing | self.dropping, "primary syncing or dropping itself")
         if self.role in (Role.PRIMARY, Role.CANDIDATE, Role.HANDING):
             check(self.current, "{role.value} without the bucket's state")
+        check(not self.empty or self.current, "a bucket without shards, not current")
+        check(
+            self.record is None or self.record_lost or not self.foreign(self.record),
+            "following a record of another history",
+        )
         if self.stopped:
             check(self.role not in (Role.PRIMARY, Role.CANDIDATE), "stopped, as {role.value}")
             check(self.role is Role.HANDING or not self.current, "stopped, and current")
@@ -289,8 +302,7 @@ class BucketRole:
                 return []
             # etcd lost the bucket's state: step down and wait; nothing here decides who holds
             # every acknowledged update (an operator restarts the job from a checkpoint)
-            self.record_lost = True
-            return self._lost()
+            return self._lose_record()
         if (
             record is not None
             and self.record is not None
@@ -310,6 +322,7 @@ class BucketRole:
                 record is not None
                 and self.me not in record.in_sync
                 and record.epoch > self.restored_epoch
+                and not self.empty
             ):
                 # A newer primary left it out: its memory may hold updates it applied as
                 # primary and nobody acknowledged. Not so if that primary's snapshot replaced
@@ -363,9 +376,13 @@ class BucketRole:
         if self.role is not Role.CANDIDATE:
             return []
         if not won:
-            self.role, self.record = Role.FOLLOWER, record or self.record
+            self.role = Role.FOLLOWER
+            if record is not None and self.foreign(record):
+                return self._lose_record()  # another history won: never followed
+            self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
+        self.refreshed_since_read = False  # a refresh seen while campaigning: older than this
         # an in-sync copy kept while away (``_take``: not registered, paused past its lease)
         # has been caught up by nobody: it counts as gone (AWAY is no lease), written out of
         # in_sync once that leaves min_copies (a prepare of this epoch must never reach a log
@@ -430,10 +447,12 @@ class BucketRole:
         that still names this server is taken back under the next epoch)."""
         if self.role is not Role.HANDING:
             return []
-        self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         if self.stopped:
             self.current = False  # handed for want of the state: never take it back
+        if record is not None and self.foreign(record):
+            return self._lose_record()  # another history: deposed, never followed
+        self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
         if record is not None and (self.record is None or record.revision >= self.record.revision):
             self.record = record
         return []
@@ -563,6 +582,11 @@ class BucketRole:
             self.record = record
             self.refreshed_since_read = True
 
+    def _lose_record(self) -> list:
+        """etcd's record is not this side's history (see :meth:`foreign`): never followed."""
+        self.record_lost = True
+        return self._lost()
+
     def _lost(self) -> list:
         """The bucket's record vanished or went back (see ``known_epoch``): serve nothing,
         hold on to this side's state, campaign for nothing."""
@@ -576,6 +600,8 @@ class BucketRole:
         if self.role is Role.PRIMARY:
             self.role = Role.DEPOSED  # its memory stays current until a newer primary shows
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
-        if record is not None:
+        if record is not None and self.foreign(record):
+            self.record_lost = True  # another history wrote: never followed
+        elif record is not None:
             self.record = record
         return []

@@ -82,6 +82,8 @@ class Gate(Enum):
 
 def gate(role: BucketRole, epoch: int, lease: int, sender: int) -> Gate:
     """May a message from ``sender`` carrying ``epoch`` and ``lease`` change this copy?"""
+    if role.record_lost:  # etcd's record is another history than this side's: never joined
+        return Gate.FENCED
     record = role.record
     if record is None or epoch > record.epoch:
         return Gate.REFRESH

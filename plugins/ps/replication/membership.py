@@ -3,8 +3,9 @@
 The server registers ``members/<index>`` (its address, its lease, the buckets it has seen a
 record of: :class:`~hogwild_plugins.ps.failover.MemberRecord`) under a lease of ``lease_s``
 seconds and a heartbeat thread renews it every fifth of that; the replication thread writes the
-key again, under the same lease, when it learned of a bucket whose record etcd lacks
-(:meth:`Membership.refresh`). The
+key again, under the same lease, when it learned of a bucket whose record etcd lacks, or when a
+read of the map finds the key gone while the lease lives (the job's keys deleted under live
+servers: the others would no longer hear what it had seen) (:meth:`Membership.refresh`). The
 :class:`~hogwild_plugins.ps.failover.LeaseClock` says, by this process's own clock, whether the
 lease is still valid: it always gives up before etcd does. A lease found lost (the process was
 paused past it) is counted, the buckets are told at once (``on_change``: they step down) and a
@@ -80,16 +81,18 @@ class Membership:
             self.clock.granted(lease, self.lease_s, sent)
         self.on_change()
 
-    def refresh(self, etcd: Etcd) -> None:
+    def refresh(self, etcd: Etcd, listed: list[int] | None) -> None:
         """Write ``members/<me>`` again through ``etcd`` (the calling thread's own connection),
-        under the lease it is under, with the buckets seen now (a no-op before the first
-        registration; the caller decides when: :func:`unlisted_and_unrecorded`).
+        under the lease it is under, with the buckets seen now, unless etcd's key (``listed``:
+        the buckets it lists, None: the key is missing) lists them already (a no-op before the
+        first registration; the caller decides when: :func:`unlisted_and_unrecorded`, or the
+        key missing under a live lease).
 
         Raises:
             HogwildError: etcd did not take it (the lease lapsed: the heartbeat registers again).
         """
         with self._key_lock:
-            if self.listed is not None and self.clock.lease and self.seen() != self.listed:
+            if self.listed is not None and self.clock.lease and self.seen() != listed:
                 self._put(self.clock.lease, etcd)
 
     def _put(self, lease: int, etcd: Etcd | None = None) -> None:
