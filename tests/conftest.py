@@ -256,6 +256,10 @@ def pytest_configure(config) -> None:
         _make_suite_dir()  # the room's locks, whatever runs
         if config.option.dist == "load":  # -n N alone: the Ray tests' group needs loadgroup
             config.option.dist = "loadgroup"
+        # loadgroup deals the work out by scope, by default the scopes with most tests first:
+        # the groups (which need the whole warm-up) would go out before the unit tests and both
+        # workers would wait out the warm-up idle; the suite's own order (tests/schedule.py) holds
+        config.option.loadscopereorder = False
         if _runs_several_tiers(config) and not config.option.collectonly:
             _start_warming()
 
