@@ -199,14 +199,17 @@ class ShardStore:
             raise StoreError(f"{self.file}: flush failed: {exc}") from exc
         return written
 
-    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
+    def marks(
+        self, n_buckets: int, n_servers: int | None = None
+    ) -> dict[int, tuple[int, int, int]]:
         """``{bucket: (epoch, primary, lease)}``: the newest epoch of each bucket's record a
         server on this store saw, and that record's primary and lease (the buckets it never saw
         a record of are absent).
 
         Raises:
             StoreError: A mark that is corrupt (its key, magic, length or CRC), of an unknown
-                format, or of a bucket outside ``[0, n_buckets)``, naming the file and key.
+                format, of a bucket outside ``[0, n_buckets)`` or naming a primary outside
+                ``[0, n_servers)`` (when given), naming the file and key.
         """
         out = {}
         try:
@@ -215,7 +218,8 @@ class ShardStore:
                 found = cursor.set_range(MARK_PREFIX)
                 while found and bytes(cursor.key()).startswith(MARK_PREFIX):
                     key = bytes(cursor.key())
-                    bucket, mark = self._decode_mark(key, bytes(cursor.value()), n_buckets)
+                    raw = bytes(cursor.value())
+                    bucket, mark = self._decode_mark(key, raw, n_buckets, n_servers)
                     out[bucket] = mark
                     found = cursor.next()
         except lmdb.Error as exc:
@@ -223,7 +227,7 @@ class ShardStore:
         return out
 
     def _decode_mark(
-        self, key: bytes, raw: bytes, n_buckets: int
+        self, key: bytes, raw: bytes, n_buckets: int, n_servers: int | None
     ) -> tuple[int, tuple[int, int, int]]:
         where = f"{self.file}: record {key.decode(errors='replace')}"
         index = key[len(MARK_PREFIX) :]
@@ -248,6 +252,10 @@ class ShardStore:
             )
         if not 1 <= epoch < MAX_EPOCH:
             raise StoreError(f"{where}: epoch {epoch}, expected one in [1, {MAX_EPOCH})")
+        if n_servers is not None and not 0 <= primary < n_servers:
+            raise StoreError(
+                f"{where}: primary {primary}, expected one of the job's servers [0, {n_servers})"
+            )
         if not 0 <= lease < 2**63:
             raise StoreError(f"{where}: lease {lease}, expected one in [0, 2**63)")
         return bucket, (epoch, primary, lease)

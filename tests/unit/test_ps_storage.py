@@ -156,3 +156,14 @@ def test_a_mark_of_another_format_is_refused(tmp_path):
             store.marks(4)
     finally:
         store.close()
+
+
+def test_a_mark_naming_a_server_the_job_does_not_have_is_refused(tmp_path):
+    store = ShardStore(tmp_path, **JOB)
+    try:
+        store.mark({2: (1, 9, 0x7009)})
+        assert store.marks(4) == {2: (1, 9, 0x7009)}  # the job's servers not given: not checked
+        with pytest.raises(StoreError, match=r"bucket/00000002: primary 9, expected one of the "):
+            store.marks(4, n_servers=3)
+    finally:
+        store.close()

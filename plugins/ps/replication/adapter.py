@@ -143,7 +143,7 @@ class Replication:
         self._stimuli = itertools.count()
         # the newest epoch of each bucket's record seen, in the server's store if it has one:
         # a process started on it never takes a missing record for a new bucket
-        self.marks = BucketMarks(server.store, layout.n_buckets)
+        self.marks = BucketMarks(server.store, layout.n_buckets, self.n_servers)
         for bucket, (epoch, primary, lease) in self.marks.remembered.items():
             self.roles[bucket].handle(
                 Remembered(epoch, primary, lease, stimulus_id=self._stimulus("store"))

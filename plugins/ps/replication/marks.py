@@ -36,7 +36,9 @@ class MarkStore(Protocol):
     """Where marks last: the server's :class:`~hogwild_plugins.ps.storage.ShardStore` (the
     simulator has its own, surviving a server's kill)."""
 
-    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
+    def marks(
+        self, n_buckets: int, n_servers: int | None = None
+    ) -> dict[int, tuple[int, int, int]]:
         """``{bucket: (epoch, primary, lease)}`` as written."""
 
     def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
@@ -50,17 +52,20 @@ class BucketMarks:
     Args:
         store: Where they last; None: a server without a store (they live with the process).
         n_buckets: The job's buckets (a mark of another is a corrupt store).
+        n_servers: The job's servers (a mark naming another as primary is a corrupt store).
 
     Raises:
-        StoreError: The store's marks are corrupt, of an unknown format, or of a bucket the job
-            does not have.
+        StoreError: The store's marks are corrupt, of an unknown format, of a bucket the job
+            does not have, or naming a primary that is none of its servers.
     """
 
-    def __init__(self, store: MarkStore | None, n_buckets: int) -> None:
+    def __init__(
+        self, store: MarkStore | None, n_buckets: int, n_servers: int | None = None
+    ) -> None:
         self.store = store
         # bucket -> (epoch, primary, lease) of the newest record seen
         self.marked: dict[int, tuple[int, int, int]] = (
-            store.marks(n_buckets) if store is not None else {}
+            store.marks(n_buckets, n_servers) if store is not None else {}
         )
         self.remembered = dict(self.marked)  # what the store held when this process started
         self.writes = 0  # transactions written

@@ -133,7 +133,9 @@ class SimStore:
     def __init__(self) -> None:
         self.epochs: dict[int, tuple[int, int, int]] = {}
 
-    def marks(self, n_buckets: int) -> dict[int, tuple[int, int, int]]:
+    def marks(
+        self, n_buckets: int, n_servers: int | None = None
+    ) -> dict[int, tuple[int, int, int]]:
         return dict(self.epochs)
 
     def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
