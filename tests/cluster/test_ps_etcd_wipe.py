@@ -18,7 +18,9 @@ from hogwild_plugins.ps.serving.launch import ServeProcess
 from tests.cluster.test_ps_failover import JOB, N_PARAMS, Trio, wait_in_sync
 from tests.cluster.test_ps_persistence import flushed_state
 
-pytestmark = pytest.mark.ps_kernels
+# alone: under a neighbour's load (a second job beside it), a live server was seen not to write
+# its key again within 30 s after the delete in 2 runs of 7; not understood yet (the closing note)
+pytestmark = [pytest.mark.ps_kernels, pytest.mark.alone]
 
 
 class StoredTrio(Trio):
@@ -72,7 +74,7 @@ def test_a_wiped_etcd_and_every_server_restarted_on_its_store_start_no_bucket_af
         # the live servers' leases outlive the delete: each finds its key gone at its next read
         # of the map and writes it again, listing every bucket (else a server that knew nothing
         # would see no member that had seen them, and start them afresh)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while True:
             members, _ = etcd.get_prefix("members/")
             if len(members) == 3 and all(
