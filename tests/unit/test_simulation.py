@@ -594,3 +594,11 @@ def test_a_bucket_stopped_on_its_primary_with_no_caught_up_copy_stays_stopped_af
     assert [named.refusal(s, "PUSH") for s in world.bucket_shards[1]] == ["STOPPED"] * 2
     assert not any(s.roles[1].serving for s in world.live())
     assert any(c.outstanding and world.bucket_of[c.outstanding[1]] == 1 for c in world.clients)
+
+
+def test_a_copy_a_dead_primarys_last_snapshot_reaches_after_the_faults_takes_the_bucket():
+    """Seed 15033 at 200 steps: when the faults end, the bucket's primary has just been killed
+    and no live server counts as holding its state, but the snapshot it sent a copy is still in
+    flight; delivered during the heal, it makes that copy current, and the copy takes the
+    bucket (every safety invariant holds throughout)."""
+    heal_and_check(run_seed(15_033, 200, faults=CHECKED_FAULTS))
