@@ -62,7 +62,7 @@ from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
 from hogwild_plugins.ps.replication.frames import snapshot_frames
 from hogwild_plugins.ps.replication.local import LocalApplier
-from hogwild_plugins.ps.replication.marks import BucketMarks
+from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
@@ -379,11 +379,7 @@ class Replication:
         # on disk before any role acts on them (a StoreError is handled as etcd's failure);
         # a record of another history than a role knows is never marked
         with self.lock:
-            ours = {
-                b: r
-                for b, r in enumerate(records)
-                if r is not None and not self.roles[b].foreign(r)
-            }
+            ours = followed(dict(enumerate(records)), self.roles)
         self.marks.saw(ours)
         live = {i: m.lease for i, m in members.items()}
         now = time.monotonic()
@@ -474,9 +470,8 @@ class Replication:
         except ValueError as exc:
             raise HogwildError(str(exc)) from exc
         with self.lock:
-            ours = not self.roles[bucket].foreign(record)
-        if ours:
-            self.marks.saw({bucket: record})  # before the role hears of it
+            ours = followed({bucket: record}, self.roles)
+        self.marks.saw(ours)  # before the role hears of it
         return record
 
     def _commit_prepared(self, bucket: int) -> None:

@@ -29,7 +29,7 @@ from typing import Protocol
 
 from hogwild_plugins.ps.failover import BucketRecord
 
-__all__ = ["BucketMarks", "MarkStore"]
+__all__ = ["BucketMarks", "followed", "MarkStore"]
 
 
 class MarkStore(Protocol):
@@ -44,6 +44,13 @@ class MarkStore(Protocol):
     def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
         """Write ``{bucket: (epoch, primary, lease)}`` durably, all or nothing, before
         returning."""
+
+
+def followed(records: Mapping[int, BucketRecord | None], roles: Mapping) -> dict:
+    """Of ``records`` (by bucket; None: missing), those of the history each bucket's role
+    follows (``BucketRole.foreign`` is false): the only ones marked. Read under the lock that
+    guards the roles; the marks are written after it."""
+    return {b: r for b, r in records.items() if r is not None and not roles[b].foreign(r)}
 
 
 class BucketMarks:

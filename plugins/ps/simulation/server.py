@@ -57,7 +57,7 @@ from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
 from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, Refuse
 from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
-from hogwild_plugins.ps.replication.marks import BucketMarks
+from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
@@ -347,8 +347,7 @@ class SimServer:
         yield from ()
         record = self.etcd.record(bucket)
         if record is not None:
-            if not self.roles[bucket].foreign(record):  # on its store before the role hears
-                self.marks.saw({bucket: record})
+            self.marks.saw(followed({bucket: record}, self.roles))  # before the role hears
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
 
     @staticmethod
@@ -446,9 +445,7 @@ class SimServer:
     def _observe(self) -> Iterator[str]:
         members = self.etcd.members()
         records = {b: self.etcd.record(b) for b in self.roles}
-        self.marks.saw(
-            {b: r for b, r in records.items() if r is not None and not self.roles[b].foreign(r)}
-        )
+        self.marks.saw(followed(records, self.roles))
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
         seen = self.etcd.seen()
@@ -481,8 +478,7 @@ class SimServer:
         yield f"{type(action).__name__} {action.bucket}"
         done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
         record = self.etcd.record(action.bucket)
-        if record is not None and not self.roles[action.bucket].foreign(record):
-            self.marks.saw({action.bucket: record})  # before the role hears of it
+        self.marks.saw(followed({action.bucket: record}, self.roles))  # before the role hears
         return done, record
 
     def record_written(self, action, done: bool) -> None:
