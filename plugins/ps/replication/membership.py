@@ -67,7 +67,6 @@ class Membership:
         self.lease_s, self.on_change, self.seen = int(lease_s), on_change, seen
         self.clock = LeaseClock()
         self.leases_lost = 0
-        self.listed: list[int] | None = None  # the buckets the key lists (None: not written)
         self._key_lock = threading.Lock()  # the heartbeat's registration, the refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,14 +91,13 @@ class Membership:
             HogwildError: etcd did not take it (the lease lapsed: the heartbeat registers again).
         """
         with self._key_lock:
-            if self.listed is not None and self.clock.lease and self.seen() != listed:
+            if self.clock.lease and self.seen() != listed:  # (0 before the first grant)
                 self._put(self.clock.lease, etcd)
 
     def _put(self, lease: int, etcd: Etcd | None = None) -> None:
         seen = self.seen()
         record = MemberRecord(self.address, lease, self.lease_s, frozenset(seen))
         (etcd or self.etcd).put(f"members/{self.me}", record.value(), lease=lease)
-        self.listed = sorted(seen)
 
     def start(self) -> None:
         """Register, then keep the lease alive on a thread of its own."""
