@@ -79,6 +79,16 @@ def _job_argv(cluster, run_dir: Path, tmp_path: Path, mnist_dir: Path, *extra: s
     ]  # fmt: skip
 
 
+def _records(metrics: Path) -> list[dict]:
+    """The job's metrics records written so far (none before the file exists; a line still
+    being written is left for the next look)."""
+    try:
+        text = metrics.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
 def _roles_left(hosts: Hosts, run_dir: Path) -> list[str]:
     """Processes in any host whose command line names the job's run directory or a role."""
     left = []
@@ -124,16 +134,17 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + JOB_WITHIN_S
-        while not (run_dir / "cluster.json").is_file():  # every role started
+        metrics = tmp_path / "m.jsonl"
+        # every role started (cluster.json), and the start record, which the driver writes after
+        while not (run_dir / "cluster.json").is_file() or not _records(metrics):
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.5)
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
-        records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
-        (start,) = [r for r in records if r["event"] == "start"]
+        (start,) = [r for r in _records(metrics) if r["event"] == "start"]
         ps, data = start["ps_servers"], start["data_servers"]
         lost, epochs_before = False, 0
         while driver.poll() is None and time.monotonic() < deadline and not lost:
-            records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+            records = _records(metrics)
             epochs_before = sum(r["event"] == "epoch" for r in records)
             if epochs_before:  # training, and past an epoch end
                 hosts.lose(4)  # the member every client talks to first: its machine dies
