@@ -22,6 +22,8 @@ Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
 
 Parameter servers are told the whole server list, so their ports are chosen before they start:
 :meth:`RayLauncher.reserve` places their actors first and asks each for a port free on its node.
+Roles started together (:meth:`RayLauncher.start_all`) start side by side, as the local
+launcher's do: every actor placed, then every process started, then every ready line awaited.
 
 Addresses: with ``cluster.host`` on loopback (the default) every role binds it, which works only
 when Ray places it on the driver's host (otherwise the role is refused, naming the node); any
