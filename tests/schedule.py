@@ -25,7 +25,12 @@ same in both:
   waits): it bounds a job's time, counts on every core of the machine, or owns the machine's Ray.
   Every other test holds a shared lock while it runs; an ``alone`` test takes it exclusively.
   A turnstile lock in front keeps a stream of shared holders from starving it (``flock`` gives
-  an exclusive waiter no priority by itself).
+  an exclusive waiter no priority by itself). What this costs: the other worker waits out the
+  whole test, so an ``alone`` test adds its full duration to the suite's wall time where a shared
+  one adds about half of it (the two workers otherwise stay busy from the end of collection to
+  the end, the warm-up's stages hardly waited for); and no order of the alone tests hides them,
+  since nothing else may run beside them. Mark a test ``alone`` only where a bound or a count
+  needs the whole machine.
 
 The folder is the session's (serial) or the controller's (workers), passed to the workers in
 ``HOGWILD_SUITE_DIR`` with the warm-up's pid in ``HOGWILD_SUITE_WARM_PID``: a warm-up that died

@@ -22,6 +22,8 @@ Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
 
 Parameter servers are told the whole server list, so their ports are chosen before they start:
 :meth:`RayLauncher.reserve` places their actors first and asks each for a port free on its node.
+Roles started together (:meth:`RayLauncher.start_all`) start side by side, as the local
+launcher's do: every actor placed, then every process started, then every ready line awaited.
 
 Addresses: with ``cluster.host`` on loopback (the default) every role binds it, which works only
 when Ray places it on the driver's host (otherwise the role is refused, naming the node); any
@@ -118,37 +120,54 @@ class RayLauncher(Launcher):
 
     # -- placing ---------------------------------------------------------------------------------
 
-    def _place(self, spec: RoleSpec, deadline: float) -> RayRole:
-        """The role's actor, placed and answering (its node known)."""
-        options: dict = {"num_cpus": spec.cpus}
-        if spec.group:
-            if spec.group in self.groups:
-                raise RoleFailedError(f"{spec.name}: group {spec.group!r} holds a role already")
-            group = placement_group([{"CPU": spec.cpus}], strategy="STRICT_PACK",
-                                    name=f"hogwild-{spec.group}")  # fmt: skip
-            self.groups[spec.group] = group
-            if not group.wait(max(0.0, deadline - time.monotonic())):
+    def _place_all(self, specs: list[RoleSpec], deadline: float) -> list[RayRole]:
+        """The roles' actors, placed side by side and answering (their nodes known): every
+        placement group asked for, then every actor, then each one's node (Ray starts their
+        worker processes together rather than one after another)."""
+        for spec in specs:
+            if spec.group:
+                if spec.group in self.groups:
+                    raise RoleFailedError(f"{spec.name}: group {spec.group!r} holds a role already")
+                self.groups[spec.group] = placement_group(
+                    [{"CPU": spec.cpus}], strategy="STRICT_PACK", name=f"hogwild-{spec.group}"
+                )
+        for spec in specs:
+            if spec.group and not self.groups[spec.group].wait(
+                max(0.0, deadline - time.monotonic())
+            ):
                 raise RoleFailedError(self._unplaced(spec, "a node with them free"))
-            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, 0)
-        elif not self.loopback:  # servers on as many nodes as there are: a bucket's copies apart
-            options["scheduling_strategy"] = "SPREAD"
-        role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
-        self.roles[spec.name] = role
-        try:
-            node = ray.get(role.actor.where.remote(), timeout=max(0.0, deadline - time.monotonic()))
-        except GetTimeoutError:
-            raise RoleFailedError(self._unplaced(spec, "them free")) from None
-        except RayActorError as exc:
-            raise RoleFailedError(f"{spec.name}: its Ray actor died as it started: {exc}") from None
-        role.host, role.node_id = node["host"], node["node_id"]
-        if self.loopback and role.host != self.node_ip:
-            raise RoleFailedError(
-                f"{spec.name} was placed on {role.host}, but cluster.host = "
-                f"{self.cluster.host} (loopback) is reachable only on the driver's host "
-                f"{self.node_ip}; set cluster.host to a non-loopback address (roles then bind "
-                "their node's IP)"
-            )
-        return role
+        roles = []
+        for spec in specs:
+            options: dict = {"num_cpus": spec.cpus}
+            if spec.group:
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    self.groups[spec.group], 0
+                )
+            elif not self.loopback:  # servers on as many nodes as there are: copies apart
+                options["scheduling_strategy"] = "SPREAD"
+            role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
+            self.roles[spec.name] = role
+            roles.append(role)
+        nodes = [role.actor.where.remote() for role in roles]
+        for role, ref in zip(roles, nodes, strict=True):
+            spec = role.spec
+            try:
+                node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except GetTimeoutError:
+                raise RoleFailedError(self._unplaced(spec, "them free")) from None
+            except RayActorError as exc:
+                raise RoleFailedError(
+                    f"{spec.name}: its Ray actor died as it started: {exc}"
+                ) from None
+            role.host, role.node_id = node["host"], node["node_id"]
+            if self.loopback and role.host != self.node_ip:
+                raise RoleFailedError(
+                    f"{spec.name} was placed on {role.host}, but cluster.host = "
+                    f"{self.cluster.host} (loopback) is reachable only on the driver's host "
+                    f"{self.node_ip}; set cluster.host to a non-loopback address (roles then bind "
+                    "their node's IP)"
+                )
+        return roles
 
     def start_etcd_cluster(self, count: int, tls: str | None):
         """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
@@ -174,7 +193,7 @@ class RayLauncher(Launcher):
 
     def reserve(self, specs: list[RoleSpec], host: str) -> list[str]:
         deadline = time.monotonic() + self.cluster.start_timeout_s
-        placed = [self._place(spec, deadline) for spec in specs]
+        placed = self._place_all(specs, deadline)
         hosts = [host if self.loopback else role.host for role in placed]
         ports = self._get(
             [r.actor.free_port.remote(h) for r, h in zip(placed, hosts, strict=True)], specs
@@ -184,13 +203,21 @@ class RayLauncher(Launcher):
     # -- starting --------------------------------------------------------------------------------
 
     def start_all(self, specs: list[RoleSpec]) -> list[str]:
+        """Every role's actor placed (those :meth:`reserve` placed are kept), then every
+        process started, then the ready lines: the roles start side by side, as the local
+        launcher's do (they load their kernels together)."""
+        deadline = time.monotonic() + self.cluster.start_timeout_s
+        self._place_all([s for s in specs if s.name not in self.roles], deadline)
+        roles = [self.roles[spec.name] for spec in specs]
+        for role, spec in zip(roles, specs, strict=True):
+            role.spec = spec  # reserve() placed it before its command line was known
         if self.job_keys is not None:  # every key in the roster before any of them starts:
-            deadline = time.monotonic() + self.cluster.start_timeout_s  # servers started
-            for spec in specs:  # together are each other's clients (the copies)
-                role = self.roles.get(spec.name) or self._place(spec, deadline)
-                role.spec = spec
-                self._identify(role, self._argv(role))
-        return super().start_all(specs)
+            for role in roles:  # servers started together are each other's clients (copies);
+                self._identify(role, self._argv(role))  # a role placed anew has a new one
+        started = self._get([self._launch(role) for role in roles], specs)
+        for role, process in zip(roles, started, strict=True):
+            role.pid, role.log = process["pid"], process["log"]
+        return self._wait_ready(roles, deadline)
 
     def _argv(self, role: RayRole) -> list[str]:
         """The role's command line on its node (bound to the node's address)."""
@@ -206,42 +233,52 @@ class RayLauncher(Launcher):
         (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
         self.job_keys.enter(replace(role.spec, argv=tuple(argv)), public)
 
-    def start(self, spec: RoleSpec) -> str:
-        deadline = time.monotonic() + self.cluster.start_timeout_s
-        role = self.roles.get(spec.name) or self._place(spec, deadline)
-        role.spec = spec  # reserve() placed it before its command line was known
-        argv = self._argv(role)
+    def _launch(self, role: RayRole):
+        """Ask the role's actor to start its process (a request in flight): with the driver's
+        settings on the driver's node, else with a mirror of the files it reads."""
+        spec, argv = role.spec, self._argv(role)
         log = os.path.join(self.run_dir, "logs", f"{spec.kind}-{spec.index}.log")
-        if self.job_keys is not None:  # again: a role placed anew (its node lost) has a new one
-            self._identify(role, argv)
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
-            started = role.actor.start.remote(argv, log, os.getcwd(), env)
-        else:
-            mirror = {
-                "run_dir": self.run_dir,
-                "files": files_for(self.run_dir, argv, self.config.ps.keys),
-            }
-            started = role.actor.start.remote(argv, log, None, {}, mirror)
-        (process,) = self._get([started], [spec])
-        role.pid, role.log = process["pid"], process["log"]
-        while True:
-            (status,) = self._get([role.actor.status.remote()], [spec])
-            role.last = status["last"]
-            if status["address"]:
-                if self.job_keys is not None:
-                    self.job_keys.located(spec.name, status["address"])
-                return status["address"]
-            code = status["returncode"]
-            if code is not None or time.monotonic() > deadline:
-                why = (
-                    RoleExit(spec.name, role.host, code).describe()
-                    if code is not None
-                    else f"{spec.name} on {role.host} did not print its ready line within "
-                    f"{self.cluster.start_timeout_s:g} s"
-                )
-                raise RoleFailedError(f"{why} while starting: {self._last_words(role)}")
-            time.sleep(POLL_S)
+            return role.actor.start.remote(argv, log, os.getcwd(), env)
+        mirror = {
+            "run_dir": self.run_dir,
+            "files": files_for(self.run_dir, argv, self.config.ps.keys),
+        }
+        return role.actor.start.remote(argv, log, None, {}, mirror)
+
+    def _wait_ready(self, roles: list[RayRole], deadline: float) -> list[str]:
+        """Each role's ready address, once all have printed it (each entered in the roster as
+        it comes)."""
+        addresses: dict[str, str] = {}
+        while len(addresses) < len(roles):
+            waiting = [r for r in roles if r.spec.name not in addresses]
+            statuses = self._get(
+                [r.actor.status.remote() for r in waiting], [r.spec for r in waiting]
+            )
+            for role, status in zip(waiting, statuses, strict=True):
+                spec = role.spec
+                role.last = status["last"]
+                if status["address"]:
+                    addresses[spec.name] = status["address"]
+                    if self.job_keys is not None:
+                        self.job_keys.located(spec.name, status["address"])
+                    continue
+                code = status["returncode"]
+                if code is not None or time.monotonic() > deadline:
+                    why = (
+                        RoleExit(spec.name, role.host, code).describe()
+                        if code is not None
+                        else f"{spec.name} on {role.host} did not print its ready line within "
+                        f"{self.cluster.start_timeout_s:g} s"
+                    )
+                    raise RoleFailedError(f"{why} while starting: {self._last_words(role)}")
+            if len(addresses) < len(roles):
+                time.sleep(POLL_S)
+        return [addresses[r.spec.name] for r in roles]
+
+    def start(self, spec: RoleSpec) -> str:
+        return self.start_all([spec])[0]
 
     def restart(self, spec: RoleSpec) -> str:
         role = self.roles.get(spec.name)

@@ -79,6 +79,16 @@ def _job_argv(cluster, run_dir: Path, tmp_path: Path, mnist_dir: Path, *extra: s
     ]  # fmt: skip
 
 
+def _records(metrics: Path) -> list[dict]:
+    """The job's metrics records written so far (none before the file exists; a line still
+    being written is left for the next look)."""
+    try:
+        text = metrics.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
 def _roles_left(hosts: Hosts, run_dir: Path) -> list[str]:
     """Processes in any host whose command line names the job's run directory or a role."""
     left = []
@@ -124,16 +134,17 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + JOB_WITHIN_S
-        while not (run_dir / "cluster.json").is_file():  # every role started
+        metrics = tmp_path / "m.jsonl"
+        # every role started (cluster.json), and the start record, which the driver writes after
+        while not (run_dir / "cluster.json").is_file() or not _records(metrics):
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.5)
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
-        records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
-        (start,) = [r for r in records if r["event"] == "start"]
+        (start,) = [r for r in _records(metrics) if r["event"] == "start"]
         ps, data = start["ps_servers"], start["data_servers"]
         lost, epochs_before = False, 0
         while driver.poll() is None and time.monotonic() < deadline and not lost:
-            records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+            records = _records(metrics)
             epochs_before = sum(r["event"] == "epoch" for r in records)
             if epochs_before:  # training, and past an epoch end
                 hosts.lose(4)  # the member every client talks to first: its machine dies
@@ -229,31 +240,40 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
         records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         return [r["train_loss"] for r in records if r["event"] == "epoch"]
 
-    one = tmp_path / "one"
-    done = subprocess.run(
-        [*common, "--checkpoint-dir", str(one), "--metrics", str(one / "metrics.jsonl")],
-        capture_output=True, text=True, timeout=JOB_WITHIN_S,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-
+    # the one-host run (loopback, the machine's own network) trains while the hosts' job starts
+    # and trains: two independent jobs, started together so that neither waits out the other's
+    # start-up (most of either job's time on 1,000 examples)
+    one, local_log = tmp_path / "one", tmp_path / "one.log"
+    with open(local_log, "w") as log:  # a file, not a pipe nobody reads while the other job runs
+        local = subprocess.Popen(
+            [*common, "--checkpoint-dir", str(one), "--metrics", str(one / "metrics.jsonl")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     far = tmp_path / "far"
     argv = [*common, "--launcher", "ray", "--ray-address", cluster["ray"],
             f"--cluster.host={hosts.address(1)}", "--checkpoint-dir", str(far),
             "--metrics", str(far / "metrics.jsonl"), *far_more]  # fmt: skip
-    driver = hosts.run(
-        1, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"]
-    )
     try:
-        deadline = time.monotonic() + JOB_WITHIN_S
-        while not (far / "cluster.json").is_file():  # every role started (removed at the end)
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
-            time.sleep(0.2)
-        roles = json.loads((far / "cluster.json").read_text())["roles"]
-        _, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+        driver = hosts.run(
+            1, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"]
+        )
+        try:
+            deadline = time.monotonic() + JOB_WITHIN_S
+            while not (far / "cluster.json").is_file():  # every role started (removed at the end)
+                assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+                time.sleep(0.2)
+            roles = json.loads((far / "cluster.json").read_text())["roles"]
+            _, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+        local.wait(timeout=JOB_WITHIN_S)
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
+        if local.poll() is None:
+            local.kill()
+            local.wait()
+    assert local.returncode == 0, local_log.read_text()[-3000:]
     assert driver.returncode == 0, stderr[-3000:]
     # read once the job is over: the driver writes cluster.json before its start record
     records = [json.loads(x) for x in (far / "metrics.jsonl").read_text().splitlines()]
