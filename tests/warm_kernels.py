@@ -17,7 +17,8 @@ kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test 
 kernel compiles it itself when this did not.
 
 Then the kernels some unit tests call that no job start compiles: a Sandblaster replica's
-portion gradient, and the float64 passes of the finite-difference checks. Those unit tests
+portion gradient, one example's float32 passes called from Python, and the float64 passes of
+the finite-difference checks. Those unit tests
 (marked ``warmed_kernels``, with the ones calling the jobs' kernels in process) wait for the
 whole warm-up and load what it compiled.
 """
@@ -65,6 +66,7 @@ def main() -> None:
         compile_data_kernels()
     if kernels is not None:
         compile_portion_gradient(network)
+    compile_one_example_passes(network)
     compile_float64_passes()
     _done(folder, ALL)
 
@@ -83,6 +85,21 @@ def compile_portion_gradient(network) -> None:
     images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, the jobs' labels
     examples = Examples(images, np.zeros(1, LABEL_DTYPE), np.zeros(1, np.int64), portion=1)
     PortionGradient(network, examples)(np.zeros(network.n_params, np.float32), 0)
+
+
+def compile_one_example_passes(network) -> None:
+    """One example's forward and backward passes in float32 with the jobs' label type, as the
+    unit tier's checks against PyTorch call them from Python (a job runs them only inside its
+    minibatch loop). Without this the first of those tests compiles them, and with two workers
+    two of them at once (the same code, twice, at the end of the run)."""
+    from hogwild.model.context import TrainingContext
+    from hogwild.model.passes import backward, forward
+
+    context = TrainingContext.allocate(network, 1)
+    params = np.zeros(network.n_params, np.float32)
+    a, da, aux = context.act[0], context.dact[0], context.aux[0]
+    forward(network.ops, params, a, aux, context.scratch, False)
+    backward(network.ops, params, a, da, aux, context.scratch, context.grad, LABEL_DTYPE(0))
 
 
 def compile_float64_passes() -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 
+START_LINE_POLL_S = 0.001
+
 
 def start_context(method: str, *preload: str) -> mp.context.BaseContext:
     """The ``spawn`` or ``forkserver`` context; a forkserver preloads ``preload``."""
@@ -31,6 +33,23 @@ def compile_start_line(words) -> None:
 
     atomic_add(words, 0, 0)
     atomic_load(words, 0)
+
+
+def start_line(words, index: int, n_procs: int, timeout: float = 30.0) -> None:
+    """Count this process in at ``words[index]`` and return once ``n_procs`` have counted in
+    (or ``timeout`` passed), so that the children race from one instant.
+
+    It polls with a short sleep rather than spinning: under ``spawn`` the children start one
+    after another, each importing for about a second, and on two cores a child spinning at the
+    line would take the core from the one still importing. A millisecond's poll still lets
+    every child go within a millisecond of the last, far shorter than the race that follows.
+    """
+    from hogwild.shm.atomics import atomic_add, atomic_load
+
+    atomic_add(words, index, 1)
+    deadline = time.monotonic() + timeout
+    while atomic_load(words, index) < n_procs and time.monotonic() < deadline:
+        time.sleep(START_LINE_POLL_S)
 
 
 def run_processes(ctx, target, args_list, timeout: float = 60.0) -> list[int]:

@@ -1,7 +1,6 @@
 """Atomics under contention from several processes: N processes x M increments give N x M."""
 
 import multiprocessing as mp
-import time
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ from numba import njit
 
 from hogwild.shm.atomics import atomic_add, atomic_cas, atomic_load
 from hogwild.shm.pool_segment import SharedSegment
-from tests.proc.processes import compile_start_line, run_processes, start_context
+from tests.proc.processes import compile_start_line, run_processes, start_context, start_line
 
 pytestmark = pytest.mark.kernel_free
 
@@ -42,10 +41,7 @@ def _worker(name: str, n_procs: int, n_iters: int) -> None:
     words = seg.array(0, np.int64, 32)
     words32 = seg.array(0, np.int32, 64)
     _hammer(words, words32, 1)  # compile or load before the start line
-    atomic_add(words, READY, 1)
-    deadline = time.monotonic() + 30
-    while atomic_load(words, READY) < n_procs and time.monotonic() < deadline:
-        pass
+    start_line(words, READY, n_procs)
     _hammer(words, words32, n_iters - 1)
     seg.close()
 

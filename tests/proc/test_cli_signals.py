@@ -14,12 +14,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from hogwild.locks import lock_path
 from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
 
 START_TIMEOUT_S = 120.0
@@ -286,22 +288,29 @@ def test_two_jobs_started_at_once_pin_their_workers_to_different_cores(tmp_path,
     assert any("taken by another hogwild job's workers" in err for _, err in outputs), outputs
 
 
-@pytest.mark.alone  # holds the machine's compile lock, which any job beside it would wait for
-def test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it(tmp_path, mnist_dir):
+def test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it(
+    tmp_path, mnist_dir, monkeypatch
+):
     """The placement lock is let go once the workers are pinned; compiling takes its own lock.
 
     The test holds the compile lock as a job compiling beside would: the job must still plan and
     pin its worker (the placement lock is not held across compiling), and must not start
     training until the lock is let go (a second compiler waits, then loads numba's cache).
+
+    The locks are files in the temporary directory (:mod:`hogwild.locks`): the test and its job
+    take theirs in one of their own, so that the lock the test holds stops no other test's job.
     """
     from hogwild.model.compile import compile_lock
 
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(locks))  # this process's compile_lock()
     metrics = tmp_path / "m.jsonl"
     args = ["train", "--data", str(mnist_dir), "--workers", "1", "--epochs", "1"]
     args += ["--subset", "2000", "--metrics", str(metrics)]
     with compile_lock(timeout_s=START_TIMEOUT_S) as held:
-        assert held  # a job compiling when this test starts has let it go by now
-        process = hogwild_cli(*args)
+        assert held and lock_path("kernels").parent == locks  # the compile lock's file
+        process = hogwild_cli(*args, env={**os.environ, "TMPDIR": str(locks)})
         try:
             worker = wait_until(
                 lambda: next((w for w in workers_of(process.pid) if _pinned(w)), None),

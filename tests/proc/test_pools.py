@@ -8,7 +8,6 @@ is freed; at the end every free list must hold each of its blocks exactly once (
 
 import multiprocessing as mp
 import pickle
-import time
 from itertools import pairwise
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 from numba import njit
 
 from hogwild.errors import HogwildError, SharedMemoryError
-from hogwild.shm.atomics import atomic_add, atomic_cas, atomic_load
+from hogwild.shm.atomics import atomic_cas
 from hogwild.shm.pool import (
     BufferPool,
     DoubleFreeError,
@@ -49,7 +48,7 @@ from hogwild.shm.pool_layout import (
     class_base,
 )
 from hogwild.shm.pool_segment import SharedSegment
-from tests.proc.processes import compile_start_line, run_processes, start_context
+from tests.proc.processes import compile_start_line, run_processes, start_context, start_line
 
 pytestmark = pytest.mark.kernel_free
 
@@ -360,10 +359,7 @@ def _stress_worker(pool: BufferPool, seg_name: str, wid: int, n_procs: int) -> N
     data64 = pool.data.view(np.int64)
     cache = pool.open_cache()
     _stress(pool.ref, cache, data64, owner, wid, 0, 0, 1, 1)  # load before the start line
-    atomic_add(results, 15, 1)
-    deadline = time.monotonic() + 30
-    while atomic_load(results, 15) < n_procs and time.monotonic() < deadline:
-        pass
+    start_line(results, 15, n_procs)
     outcome = 0
     for use, hot_hold in ((0, 4), (cache, 40)):  # shared lists only, then through a cache
         # Hot phase: everyone on the 4 KiB class, where races on one list head are likeliest

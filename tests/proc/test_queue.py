@@ -23,7 +23,7 @@ from hogwild.shm.queue import (
     queue_try_put,
     queue_words,
 )
-from tests.proc.processes import compile_start_line, start_context
+from tests.proc.processes import compile_start_line, start_context, start_line
 
 pytestmark = pytest.mark.kernel_free
 
@@ -177,10 +177,7 @@ def _consume(q, ref, cache, data64, book, total, max_spins):
 
 
 def _wait_for_everyone(book, n: int) -> None:
-    atomic_add(book, READY, 1)
-    deadline = time.monotonic() + 30
-    while atomic_load(book, READY) < n and time.monotonic() < deadline:
-        pass
+    start_line(book, READY, n)
 
 
 def _producer(q: MPMCQueue, pool: BufferPool, seg_name: str, producer: int, n_procs: int) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
 from bench.support.digits import digits_arrays, write_digits
 from hogwild.data.mnist import load_mnist
@@ -22,6 +21,10 @@ def pairs(images: np.ndarray, labels) -> list:
 
 
 def test_each_image_is_the_original_upsampled_and_padded():
+    # here, not at the top: scikit-learn takes over a second to import, which every pytest
+    # worker would pay while collecting, whether or not it runs this file
+    from sklearn.datasets import load_digits
+
     original = load_digits()
     train_x, train_y, test_x, test_y = digits_arrays(seed=3)
     images = np.concatenate([train_x, test_x])

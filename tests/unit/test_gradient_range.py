@@ -38,8 +38,9 @@ def test_summed_loss_and_gradient_of_a_range_match_autograd(name):
     network = build_network(MODELS[name])
     params = init_params(network, seed=3)
     before = params.copy()
+    # the jobs' types (uint8 rows, LABEL_DTYPE labels): the kernel the warm-up compiled for
+    # Sandblaster's replicas, not a variant of its own
     images, labels = random_images(network, 11, seed=4)
-    labels = labels.astype(np.int64)
     order = np.random.default_rng(5).permutation(11).astype(np.int64)
     ctx = TrainingContext.allocate(network, 4)
     ops = deterministic_ops(network.ops)
@@ -51,7 +52,7 @@ def test_summed_loss_and_gradient_of_a_range_match_autograd(name):
     tp = torch_params(network, params)
     logits = torch_logits(network, tp, normalised(network, images[picked]))  # dropout: identity
     expected = torch.nn.functional.cross_entropy(
-        logits, torch.tensor(labels[picked]), reduction="sum"
+        logits, torch.tensor(labels[picked].astype(np.int64)), reduction="sum"
     )
     expected.backward()
     assert loss == pytest.approx(expected.item(), rel=1e-5)

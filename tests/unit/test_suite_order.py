@@ -23,11 +23,8 @@ UNMARKED = "tests/unit/test_schedule.py"  # a unit test: needs nothing
 KERNEL_FREE = "tests/proc/test_gang_wake.py"  # marked kernel_free: needs nothing
 PS_ONLY = "tests/cluster/test_ps_many_clients.py"  # marked ps_kernels
 TRAINS = "tests/proc/test_adam_resume.py"  # a process test that trains: needs the whole warm-up
-ALONE = "tests/proc/test_cli_signals.py"  # trains: needs the whole warm-up; two of its tests alone
-ALONE_TESTS = {
-    "test_two_jobs_started_at_once_pin_their_workers_to_different_cores",
-    "test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it",
-}
+ALONE = "tests/proc/test_cli_signals.py"  # trains: needs the whole warm-up; one of its tests alone
+ALONE_TESTS = {"test_two_jobs_started_at_once_pin_their_workers_to_different_cores"}
 GROUPED = "tests/proc/test_training.py"  # some of its tests share a trained run: one xdist_group
 ON_THE_TRAINED_RUN = {  # GROUPED's tests in that group
     "test_two_workers_on_5000_examples_reach_95_percent",
