@@ -214,10 +214,27 @@ class RayLauncher(Launcher):
         if self.job_keys is not None:  # every key in the roster before any of them starts:
             for role in roles:  # servers started together are each other's clients (copies);
                 self._identify(role, self._argv(role))  # a role placed anew has a new one
-        started = self._get([self._launch(role) for role in roles], specs)
-        for role, process in zip(roles, started, strict=True):
-            role.pid, role.log = process["pid"], process["log"]
+        self._launch_all(roles)
         return self._wait_ready(roles, deadline)
+
+    def _launch_all(self, roles: list[RayRole]) -> None:
+        """Every role's process started, each one's pid recorded before the first failure is
+        raised: a role that did start is then stopped by :meth:`stop_all` like any other."""
+        requests, failure = [], None
+        try:
+            for role in roles:
+                requests.append(self._launch(role))
+        except Exception as exc:  # a request not sent (say, a far node's files): the sent ones run
+            failure = exc
+        for role, request in zip(roles, requests, strict=False):  # only those sent
+            try:
+                (process,) = self._get([request], [role.spec])
+            except RoleFailedError as exc:
+                failure = failure or exc
+                continue
+            role.pid, role.log = process["pid"], process["log"]
+        if failure is not None:
+            raise failure
 
     def _argv(self, role: RayRole) -> list[str]:
         """The role's command line on its node (bound to the node's address)."""
