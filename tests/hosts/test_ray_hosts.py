@@ -270,9 +270,13 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
                 driver.communicate()
         local.wait(timeout=JOB_WITHIN_S)
     finally:
-        if local.poll() is None:
-            local.kill()
-            local.wait()
+        if local.poll() is None:  # SIGTERM first: the driver then stops its roles
+            local.terminate()
+            try:
+                local.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                local.kill()
+                local.wait()
     assert local.returncode == 0, local_log.read_text()[-3000:]
     assert driver.returncode == 0, stderr[-3000:]
     # read once the job is over: the driver writes cluster.json before its start record
