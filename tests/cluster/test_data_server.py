@@ -283,7 +283,7 @@ def test_a_read_waiting_on_a_silent_server_ends_at_once_when_the_reader_is_cance
             reader.cancel()
             reading.join(10.0)
             assert not reading.is_alive(), "the cancelled read still waits"
-            (exc, took), = ended
+            ((exc, took),) = ended
             assert isinstance(exc, Cancelled) and took < 10.0, (exc, took)
             with pytest.raises(Cancelled):  # every later read is refused
                 reader.read(idx, out, labels)
