@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from hogwild.config.augment_spec import AugmentSpec
-from hogwild.data.warp import warp_kernel
 
 _GOLDEN = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
@@ -169,6 +168,10 @@ def augment_batch(
         params = params.affine((h, w), (oh, ow))
     if params.shape != (n, 6):
         raise ValueError(f"the affine parameters must be [n, 6], got {list(params.shape)}")
+    # imported here: loading numba costs a process that never renders (a data server without
+    # augmentation, the driver) a large part of its start-up
+    from hogwild.data.warp import warp_kernel
+
     dst = out[:n].reshape(n, oh * ow * c)
     warp_kernel(
         src, dst, np.ascontiguousarray(params, dtype=np.float64), oh, ow, channels_first, fill

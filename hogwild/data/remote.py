@@ -192,6 +192,7 @@ class RemoteReader:
         self._down_until = [0.0] * n
         self._peers: list[Peers | None] = [None] * n
         self._sender = _new_sender()
+        self._cancelled = False
         self.failovers = 0
         failures = []
         for i in ((start + k) % n for k in range(n)):
@@ -303,6 +304,8 @@ class RemoteReader:
         if self._peers[i] is None:
             self._peers[i] = Peers([self.addresses[i]], sender=self._sender,
                                    timeout_s=self.timeout_s, retries=1, keys=self.keys)  # fmt: skip
+            if self._cancelled:  # cancel() ran before this client existed: it is refused too
+                self._peers[i].cancel()
         n, per = len(idx), self.per_request
         code = SPLIT_CODES[self.split]
         received, errors, requests = set(), [], []
@@ -341,6 +344,16 @@ class RemoteReader:
             check_labels(labels, self.n_classes, f"its {self.split} batch", idx)
         except DataError as exc:
             raise _Unavailable(str(exc)) from None
+
+    def cancel(self) -> None:
+        """End a read in progress on another thread now, and refuse every later one
+        (:class:`~hogwild.net.channel.Cancelled`): the owner is stopping, and a read from a
+        server that died must not hold its exit for the timeouts. The one call another thread
+        may make; :meth:`close` still releases the sockets."""
+        self._cancelled = True
+        for peers in list(self._peers):
+            if peers is not None:
+                peers.cancel()
 
     def close(self) -> None:
         """Close every socket."""

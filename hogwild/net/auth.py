@@ -39,15 +39,19 @@ import re
 import shutil
 import threading
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import AddressError, parse_address
+
+if TYPE_CHECKING:  # imported where a server is secured: it loads asyncio, which most roles skip
+    from zmq.auth.thread import ThreadAuthenticator
 
 __all__ = [
     "IDENTITY_ENV",
@@ -281,15 +285,21 @@ class _Roster:
         return self.role(key.decode("ascii")) is not None
 
 
-class _RosterAuthenticator(ThreadAuthenticator):
-    """pyzmq's ZAP handler admitting the roster's keys, each named by its role (the User-Id)."""
+@cache
+def _roster_authenticator() -> type:
+    """pyzmq's ZAP handler admitting the roster's keys, each named by its role (the User-Id):
+    a class made once, where a server is secured (pyzmq's authenticator thread loads asyncio)."""
+    from zmq.auth.thread import ThreadAuthenticator
 
-    def __init__(self, context: zmq.Context, roster: _Roster) -> None:
-        super().__init__(context)
-        self.roster = roster
+    class RosterAuthenticator(ThreadAuthenticator):
+        def __init__(self, context: zmq.Context, roster: _Roster) -> None:
+            super().__init__(context)
+            self.roster = roster
 
-    def curve_user_id(self, client_public_key: bytes) -> str:
-        return self.roster.role(z85.encode(client_public_key).decode("ascii")) or ""
+        def curve_user_id(self, client_public_key: bytes) -> str:
+            return self.roster.role(z85.encode(client_public_key).decode("ascii")) or ""
+
+    return RosterAuthenticator
 
 
 @dataclass
@@ -319,7 +329,7 @@ def secure_server(
         read_roster(root)  # a broken roster is said now, not at the first client
         public, secret = _load(identity_path(), secret=True)
         roster = _Roster(root)
-        authenticator = _RosterAuthenticator(context, roster)
+        authenticator = _roster_authenticator()(context, roster)
         authenticator.start()
         authenticator.configure_curve_callback(domain="*", credentials_provider=roster)
         socket.curve_secretkey, socket.curve_publickey = secret, public
@@ -332,6 +342,8 @@ def secure_server(
             f"{authorized}: no authorised client keys; `hogwild ps keys DIR` makes one, or copy "
             "a client's public .key file there"
         )
+    from zmq.auth.thread import ThreadAuthenticator
+
     authenticator = ThreadAuthenticator(context)
     authenticator.start()
     authenticator.configure_curve(domain="*", location=str(authorized))

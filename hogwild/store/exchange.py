@@ -31,6 +31,7 @@ servers) implements it, and a :class:`~hogwild.store.copies.CopiesStore` subclas
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -246,6 +247,12 @@ class Exchanger:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        # A worker's SIGTERM raises its exit wherever the compute loop is, even right after it
+        # took this (reentrant) lock and before its ``with`` began, so that the lock stays held
+        # by this thread: the communication thread would wait for it forever. Released here.
+        with contextlib.suppress(RuntimeError):  # not held by this thread (any more)
+            while True:
+                self._cond.release()
         # A push or pull in progress ends now, not after its timeouts and retries (a server
         # that died mid-request would hold the worker's exit for them).
         self.home.cancel()

@@ -139,7 +139,11 @@ class Feeds:
         return loss, correct
 
     def close(self) -> None:
-        """Stop the prefetch threads, then close the caches."""
+        """Stop the prefetch threads, then close the caches. A read in progress from a data
+        server is cancelled first: the worker is leaving, and waits for no timeout."""
+        for reader in self.readers:
+            if hasattr(reader, "cancel"):
+                reader.cancel()
         for feed in (self.train_feed, self.test_feed):
             if feed is not None:
                 feed.close()

@@ -5,6 +5,10 @@ that died, or that is alive but shows no heartbeat for ``stall_s`` seconds is an
 (:class:`~hogwild.errors.WorkerDiedError`, :class:`~hogwild.errors.WorkerStalledError`), never a
 hang; and :meth:`WorkerGang.stop` leaves no process and no queue behind, whatever state the gang
 is in (asked to stop, then terminated, then killed: a stopped process dies of SIGKILL too).
+A worker busy with a command when the gang stops is terminated at once rather than after
+``STOP_TIMEOUT_S``: it reads its queue only between commands, and its SIGTERM handler runs the
+same cleanup (its store closed, a request in flight to a dead server cancelled), so the stop
+waits for that cleanup, not for the shard or a timeout.
 """
 
 from __future__ import annotations
@@ -24,7 +28,19 @@ from hogwild.errors import (
     WorkerDiedError,
     WorkerStalledError,
 )
-from hogwild.training.messages import DataFailed, Failed, Pinned, Ready, Stop, StoppedFailed, Wake
+from hogwild.training.messages import (
+    DataFailed,
+    Evaluate,
+    Evaluated,
+    Failed,
+    Pinned,
+    Ready,
+    Stop,
+    StoppedFailed,
+    Train,
+    Trained,
+    Wake,
+)
 
 READY_TIMEOUT_S = 300.0  # a worker that cannot pin itself, or then start, in this long is broken
 POLL_S = 0.1
@@ -58,6 +74,7 @@ class WorkerGang:
         self.commands: list = []
         self.results = None
         self._ready: dict[int, Ready] = {}
+        self._pending: dict[int, int] = {}  # worker -> commands sent and not yet answered
 
     def start(self, n: int, target, setup_of: Callable[[int], object]) -> None:
         """Start ``n`` workers running ``target(setup_of(i), commands, results)``; return once
@@ -100,6 +117,12 @@ class WorkerGang:
 
     def send(self, worker: int, command) -> None:
         self.commands[worker].put(command)
+        if isinstance(command, (Train, Evaluate)):  # each is answered once (Trained, Evaluated)
+            self._pending[worker] = self._pending.get(worker, 0) + 1
+
+    def busy(self) -> list[int]:
+        """The workers with a command sent and not yet answered."""
+        return sorted(w for w, n in self._pending.items() if n > 0)
 
     def wake(self) -> None:
         """Make the :meth:`poll` under way in another thread (or the next one) return a
@@ -138,6 +161,8 @@ class WorkerGang:
 
     def _reported(self, message, doing: str):
         """``message``, or the error it reports (a worker that failed) raised."""
+        if isinstance(message, (Trained, Evaluated)) and self._pending.get(message.worker):
+            self._pending[message.worker] -= 1
         if isinstance(message, Failed):
             raise WorkerDiedError(
                 f"worker {message.worker} failed while {doing}:\n{message.traceback}"
@@ -191,6 +216,10 @@ class WorkerGang:
                     commands.put(Stop())
                 except (OSError, ValueError):
                     pass
+        for worker in self.busy():  # inside a command: it would read Stop only after it
+            if worker < len(self.processes) and self.processes[worker].is_alive():
+                self.processes[worker].terminate()
+        self._pending.clear()
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))

@@ -36,7 +36,7 @@ from hogwild.data.resident import Delivery, load_source
 from hogwild.data.server import DataServer
 from hogwild.errors import DataError
 from hogwild.net.address import parse_address
-from hogwild.net.channel import Peers
+from hogwild.net.channel import Cancelled, Peers
 from hogwild.net.wire import HEADER_SIZE, DType, Header, MsgType, pack_header, unpack_header
 
 READY = re.compile(r"^hogwild data: serving .* on (\S+)$")
@@ -255,6 +255,40 @@ def test_a_reader_moves_on_when_a_server_stops_and_names_them_all_when_none_answ
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_read_waiting_on_a_silent_server_ends_at_once_when_the_reader_is_cancelled(mnist_dir):
+    """A worker leaving while its read waits on a data server that died must not wait for the
+    read's timeouts: :meth:`RemoteReader.cancel` (from another thread) ends it now."""
+    server = _in_process(mnist_dir)
+    out, labels = np.empty((64, 1, 28, 28), np.uint8), np.empty(64, np.int32)
+    idx = np.arange(64, dtype=np.int64)
+    try:
+        with RemoteReader([str(server.address)], "train", timeout_s=30.0) as reader:
+            reader.read(idx, out, labels)
+            server.stop()  # nothing answers now: a read would wait 30 s, twice
+            ended: list = []
+
+            def read() -> None:
+                began = time.monotonic()
+                try:
+                    reader.read(idx, out, labels)
+                except BaseException as exc:  # noqa: BLE001 - what ended it is the finding
+                    ended.append((exc, time.monotonic() - began))
+
+            reading = threading.Thread(target=read)
+            reading.start()
+            time.sleep(0.3)  # the read is under way (waiting on its reply)
+            assert reading.is_alive()
+            reader.cancel()
+            reading.join(10.0)
+            assert not reading.is_alive(), "the cancelled read still waits"
+            ((exc, took),) = ended
+            assert isinstance(exc, Cancelled) and took < 10.0, (exc, took)
+            with pytest.raises(Cancelled):  # every later read is refused
+                reader.read(idx, out, labels)
+    finally:
+        server.stop()
 
 
 def _train(mnist_dir, **overrides):

@@ -101,9 +101,10 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
     [
         # one group of two synchronous workers, a server bound to each: 87.6 % here
         ("allreduce", 1, 2, 0.876),  # deterministic: it may run beside another test
-        # two asynchronous groups of two synchronous workers on one server group: 87.1 % here
-        # (alone: its loss depends on how its groups interleave, which another test's load moves)
-        pytest.param("hybrid", 2, 1, 0.871, marks=pytest.mark.alone),
+        # two asynchronous groups of two synchronous workers on one server group: 87.1 % here.
+        # Not alone: how its groups interleave moves one epoch's loss, not its last three's mean
+        # (0.18-0.23 in six runs beside busy neighbours, load 25-43 on two cores; bound 0.35)
+        ("hybrid", 2, 1, 0.871),
     ],
 )
 def test_synchronous_sgd_groups_train_mnist(

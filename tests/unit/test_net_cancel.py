@@ -89,3 +89,29 @@ def test_a_closing_exchanger_cancels_the_push_in_flight_to_a_server_that_stopped
     assert not closing.is_alive(), "closing waited on the request's timeouts"
     with pytest.raises(Exception, match="cancelled"):
         exchanger.finish()  # the compute loop learns how its exchange ended
+
+
+def test_a_closing_exchanger_ends_its_thread_when_an_exit_left_its_lock_held():
+    """A worker's SIGTERM raises its exit wherever the compute loop is, even between taking the
+    exchanger's lock and the ``with`` that would release it: close() (on that same thread, in
+    the worker's cleanup) must still end the communication thread, which needs the lock."""
+    with local_server(GEOMETRY, job="cancel") as server:
+        client = PSClient([str(server.address)], "cancel", client_id=4, timeout_s=LONG_S)
+    copy = np.ones(GEOMETRY.n_params, np.float32)
+    base = np.zeros(GEOMETRY.n_params, np.float32)
+    exchanger = Exchanger(RemoteHome(client, GEOMETRY.n_params), copy, base, 1, 1, 1)
+
+    def interrupted_then_closed() -> None:
+        exchanger.trained(1, None)  # a push and a pull are due: the thread waits on the server
+        deadline = time.monotonic() + 10.0
+        while exchanger.pushes == 0:
+            assert time.monotonic() < deadline, "the exchange thread never took the push"
+            time.sleep(0.01)
+        exchanger._cond.acquire()  # the state the exit left: taken, its `with` never begun
+        exchanger.close()
+
+    closing, outcome = _in_thread(interrupted_then_closed)
+    closing.join(10.0)
+    assert not closing.is_alive(), "close waited for a lock its own thread held"
+    assert outcome == [None], outcome
+    assert not exchanger._thread.is_alive()
