@@ -47,7 +47,7 @@ def test_a_copy_that_missed_a_prepare_is_dropped_caught_up_and_taken_back():
     roles, keys, primary = established()
     copy = next(s for s in roles if s != primary)
     log = ShardLog(committed=4)
-    assert not log.prepare(6, "u6")  # the copy reports a gap: NEED_SYNC
+    assert not log.prepare(6, "u6", epoch=1)  # the copy reports a gap: NEED_SYNC
     [drop] = step(roles[primary], CopyUnreachable, copy)
     assert copy not in drop.record.in_sync
     assert not roles[primary].serving  # until etcd has the copy out of in_sync
@@ -59,7 +59,7 @@ def test_a_copy_that_missed_a_prepare_is_dropped_caught_up_and_taken_back():
     assert copy in back.record.in_sync
     assert keys.transact(back) and step(roles[primary], InSyncWritten, True, keys.read()) == []
     assert roles[primary].serving and copy in keys.read().in_sync
-    assert log.prepare(7, "u7")
+    assert log.prepare(7, "u7", epoch=1)
 
 
 # --------------------------------------------------------------------------- in_sync changes

@@ -16,6 +16,11 @@ One message from a primary goes through two steps:
    (``FENCED``: the sender steps down); one of a newer epoch than this side knows asks for the
    record to be read again (:class:`RefreshRecord`) and is then gated once more
    (``refreshed``); still unknown, it is refused as ``BUSY`` (the primary retries).
+   The gate and what follows are two steps (the network thread reads the message's frames
+   between them, and the replication thread may act meanwhile), so the second step refuses
+   (``FENCED``) a message of a primary older than one the shard's log already took something
+   from (:meth:`~hogwild_plugins.ps.shard_log.ShardLog.stale`: a successor's catch-up or
+   snapshot, or this server's own takeover, reached the log since the gate).
 2. What it carries (a ``PREPARE``, ``COMMIT`` or catch-up for a bucket stopped here, whose
    memory failed a write, is refused ``NEED_SYNC`` until a snapshot replaces it):
    :class:`PrepareArrived` holds the update as the shard's next version (a gap: ``NEED_SYNC``, the
@@ -35,8 +40,8 @@ One message from a primary goes through two steps:
    prepared updates dropped; any other answers ``NEED_SYNC`` and the snapshot follows.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
-committed version one by one, and its request table stays within its bounds (per client, and
-clients).
+committed version one by one, its committed state comes from no primary newer than its fence,
+and its request table stays within its bounds (per client, and clients).
 """
 
 from __future__ import annotations
@@ -182,7 +187,8 @@ class CopySide:
                     f"{log.committed}; {self.story()[-5:]}"
                 )
             if (
-                len(log.requests) > log.senders
+                log.epoch > log.fence  # its committed state from a primary it never fenced by
+                or len(log.requests) > log.senders
                 or any(len(mine) > log.window for mine in log.requests.values())
                 or log.committed < 0
             ):
@@ -223,12 +229,28 @@ class CopySide:
             )
         ]
 
+    def _late(self, shard: int, epoch: int, what: str) -> list:
+        """``what`` refused (``FENCED``: its sender steps down) when it comes from a primary
+        older than one ``shard``'s log took something from since the message passed the
+        gate."""
+        log = self.logs[shard]
+        if not log.stale(epoch):
+            return []
+        self.counters["fenced"] += 1
+        return [
+            Refuse(
+                ErrorCode.FENCED,
+                f"server {self.me}, shard {shard}: a {what} of epoch {epoch} is late: this "
+                f"log took the primary of epoch {log.fence}'s since",
+            )
+        ]
+
     def _prepare(self, s: PrepareArrived) -> list:
-        stopped = self._stopped(s, "PREPARE")
+        stopped = self._stopped(s, "PREPARE") or self._late(s.shard, s.epoch, "PREPARE")
         if stopped:
             return stopped
         log = self.logs[s.shard]
-        if not log.prepare(s.version, s.item):
+        if not log.prepare(s.version, s.item, s.epoch):
             return [
                 Refuse(
                     ErrorCode.NEED_SYNC,
@@ -239,7 +261,7 @@ class CopySide:
         return [Acknowledge(s.version)]
 
     def _commit(self, s: CommitArrived) -> list:
-        stopped = self._stopped(s, "COMMIT")
+        stopped = self._stopped(s, "COMMIT") or self._late(s.shard, s.epoch, "COMMIT")
         if stopped:
             return stopped
         log = self.logs[s.shard]
@@ -278,7 +300,7 @@ class CopySide:
         """The log holds the primary's committed state: as good as its snapshot (the updates
         prepared here after it are dropped); otherwise ``NEED_SYNC``, and the primary sends the
         snapshot."""
-        stopped = self._stopped(s, "a catch-up")
+        stopped = self._stopped(s, "a catch-up") or self._late(s.shard, s.epoch, "catch-up")
         if stopped:  # its log may hold the state, its memory does not
             return stopped
         if s.restoring:  # the log holds the snapshot's state, the memory not yet
@@ -299,11 +321,14 @@ class CopySide:
                     f"{s.version} of epoch {s.log_epoch}: send the snapshot",
                 )
             ]
-        log.catch_up()
+        log.catch_up(s.epoch)
         self.counters["caught_up"] += 1
         return self._applied(SnapshotApplied(s.shard, s.bucket, s.version, s.epoch, stimulus_id=""))
 
     def _snapshot(self, s: SnapshotArrived) -> list:
+        late = self._late(s.shard, s.epoch, "SNAPSHOT")
+        if late:
+            return late
         log = self.logs[s.shard]
         if log.outdated(s.version, s.epoch):
             self.counters["outdated_snapshots"] += 1  # applied nowhere: nothing to undo

@@ -67,6 +67,7 @@ class PrepareArrived(CopyStimulus):
     shard: int
     version: int
     item: tuple
+    epoch: int  # the epoch of the primary that sent it
     stopped: bool = False  # the shard's bucket is stopped on this server (a write failed)
 
 

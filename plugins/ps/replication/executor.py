@@ -251,7 +251,8 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
         item = host.prepared_item(message)
         sid = host.stimulus("prepare")
         with host.locked():
-            stimulus = PrepareArrived(shard, version, item, host.stopped(shard), stimulus_id=sid)
+            stopped = host.stopped(shard)
+            stimulus = PrepareArrived(shard, version, item, epoch, stopped, stimulus_id=sid)
             [action] = host.copy(stimulus)
         return action
     if message.kind == "COMMIT":
