@@ -231,6 +231,19 @@ def test_a_catch_up_is_refused_where_the_memory_may_not_hold_what_the_log_does(
     assert side.logs[SHARDS[0]] == before and side.counters["caught_up"] == 0
 
 
+def test_a_catch_up_waits_while_this_servers_own_round_applies_what_its_log_does_not_count():
+    """Deposed while its round was applying, this server's memory holds the round's update and
+    its log does not yet: holding the new primary's committed state by the log, it would be
+    taken as holding it by the memory too, with an update beyond it."""
+    side = copy_side()
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
+    feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    [busy] = feed(side, CatchUpArrived, SHARDS[0], BUCKET, 1, EPOCH, EPOCH + 1, False, False, True)
+    assert busy.code is ErrorCode.BUSY and "own round" in busy.message
+    assert side.logs[SHARDS[0]] == before and side.counters["catch_up_while_applying"] == 1
+
+
 def test_a_log_whose_prepared_versions_skip_fails_validation():
     side = copy_side()
     side.logs[SHARDS[0]].prepared = [(2, item(2))]  # committed 0: version 1 is missing

