@@ -18,10 +18,12 @@ an exchange with the copies), and the world decides what happens before it goes 
 thread's work (a client's update into the queue, a primary's message through the copy side) is
 one atomic step, as the real one holds the replication lock for it, except where the real thread
 lets the lock go: between a primary's message's gate and its content it reads the message's
-frames. The world may draw (``reads``) that this read lasts some of the replication thread's
+frames. The world may draw (``splits``) that this read lasts some of the replication thread's
 steps (a thread descheduled, a large snapshot): the message waits half taken (``reading``),
 the network thread takes nothing else meanwhile, and the content's step comes after the
 replication thread's steps (a record read, a campaign won, the prepared updates committed).
+Likewise a record's write and its read back are two etcd requests on the real thread: the
+world may draw that the read back is a step of its own (etcd may lose its keys in between).
 
 An application may fail (the world's ``fails``, drawn for each update a server applies: its
 own as primary, a commit as copy, what a new primary commits of its predecessor's prepares), as
@@ -175,9 +177,10 @@ class SimServer:
         fails: ``fails(what)``: whether the application of ``what`` (an update, described)
             fails here (the world's seeded draw). None: none fails.
         store: The server's store, kept by the world across restarts. None: it has none.
-        reads: ``reads(what)``: how many of its replication thread's steps the network thread
-            takes to read a primary's message past its gate (the world's seeded draw; 0: none).
-            None: every message is taken in one step.
+        splits: ``splits(what)``: how many of its replication thread's steps the network thread
+            takes to read a primary's message past its gate, or whether a record written is
+            read back in a step of its own (the world's seeded draw; 0: neither). None: every
+            message is taken, and every record written and read back, in one step.
     """
 
     def __init__(
@@ -194,7 +197,7 @@ class SimServer:
         settle: int,
         fails: Callable[[str], bool] | None = None,
         store: SimStore | None = None,
-        reads: Callable[[str], int] | None = None,
+        splits: Callable[[str], int] | None = None,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -221,7 +224,7 @@ class SimServer:
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
         self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
         self._works: dict[int, SimWork] = {}  # their versions, once admitted
-        self.fails, self.reads = fails, reads
+        self.fails, self.splits = fails, splits
         self.reading: Reading | None = None  # a primary's message half taken: its frames read
         self._read_steps = 0  # the replication thread's steps that read lasts (the world's draw)
         self.notes: list[str] = []  # what the server said since the world last took it
@@ -350,7 +353,7 @@ class SimServer:
         return f"its network thread takes the message's content -> {answer}"
 
     def outside_lock(self, m: Peer) -> Iterator[str]:
-        self._read_steps = self.reads(f"{m.kind} of shard {m.shard}") if self.reads else 0
+        self._read_steps = self.splits(f"{m.kind} of shard {m.shard}") if self.splits else 0
         if self._read_steps:
             yield f"the network thread reads the {m.kind}'s frames"
 
@@ -536,6 +539,8 @@ class SimServer:
     def replace_record(self, action) -> Iterator[str]:
         yield f"{type(action).__name__} {action.bucket}"
         done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        if self.splits is not None and self.splits(f"sync/{action.bucket} read back"):
+            yield f"read sync/{action.bucket} back"  # a request of its own, as the real one's
         record = self.etcd.record(action.bucket)
         self.marks.saw(followed({action.bucket: record}, self.roles))  # before the role hears
         return done, record

@@ -15,7 +15,7 @@ are the same with it or without it): the server stops the bucket, as the real on
 copy's network thread may take a while to read a primary's message past its gate (``split``:
 a rare draw per message, from a generator of its own too): its replication thread runs a few
 steps before the message's content is taken, and nothing else reaches that network thread
-meanwhile.
+meanwhile; and a record a server writes may be read back in a step of its own (the same draw).
 
 After every step the world asks its :class:`~hogwild_plugins.ps.simulation.invariants.Invariants`
 (:meth:`World.check`), which it feeds what its clients and faults see, whether the job's
@@ -120,7 +120,7 @@ class World:
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
-            self._application_fails, self.stores.get(i), self._read_steps,
+            self._application_fails, self.stores.get(i), self._split,
         )  # fmt: skip
         server.register()
         return server
@@ -140,10 +140,10 @@ class World:
         self.counts["failed_applications"] += 1
         return True
 
-    def _read_steps(self, what: str) -> int:
+    def _split(self, what: str) -> int:
         """How many of its replication thread's steps a copy's network thread takes to read a
-        primary's message past the gate (``what`` names it): 0 mostly; a draw, whichever it
-        is."""
+        primary's message past the gate, or whether a record written is read back in a step of
+        its own (``what`` names which): 0 mostly; a draw, whichever it is."""
         if "split" not in self.faults or self.splits.random() >= SPLIT_RATE:
             return 0
         self.counts["faults"] += 1
