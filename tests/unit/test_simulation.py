@@ -19,7 +19,8 @@ import pytest
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, World, run_seed
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
-from hogwild_plugins.ps.simulation.server import Exchange, SimServer
+from hogwild_plugins.ps.simulation.messages import Exchange
+from hogwild_plugins.ps.simulation.server import SimServer
 from hogwild_plugins.ps.simulation.world import established
 
 SEEDS = 2_000

@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 
 from hogwild_plugins.ps.replication.bucket_role import Role
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
-from hogwild_plugins.ps.simulation.server import Peer, SimServer
+from hogwild_plugins.ps.simulation.messages import Peer
+from hogwild_plugins.ps.simulation.server import SimServer
 
 __all__ = ["Broken", "Invariants"]
 

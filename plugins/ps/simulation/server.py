@@ -35,8 +35,10 @@ replication thread's next turn, and a snapshot queued after the failure lifts th
 (:class:`~hogwild_plugins.ps.replication.bucket_role_events.StopLifted`). The update missing
 from the shard's values is kept in ``failed_writes`` for the invariants.
 
-A server may have a store (:class:`SimStore`: what its LMDB store keeps of the replication, the
-newest epoch of each bucket's record it saw, :mod:`~hogwild_plugins.ps.replication.marks`). The
+A server may have a store (:class:`~hogwild_plugins.ps.simulation.store.SimStore`: what its
+LMDB store keeps of the replication, the newest epoch of each bucket's record it saw,
+:mod:`~hogwild_plugins.ps.replication.marks`). The messages it sends and takes are
+:mod:`~hogwild_plugins.ps.simulation.messages`. The
 world keeps it across the server's kill and hands it to the restarted process, whose roles hear
 what it remembers (``Remembered``) before anything else.
 """
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.failover import MemberRecord
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
@@ -68,96 +69,16 @@ from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
+from hogwild_plugins.ps.simulation.messages import Exchange, Peer, Reading, SimWork
+from hogwild_plugins.ps.simulation.store import SimStore
 from hogwild_plugins.ps.stops import BucketStops
 
 from hogwild.net.wire import ErrorCode, WireError
 
-__all__ = ["Exchange", "Peer", "SimServer", "SimStore", "SimWork"]
+__all__ = ["SimServer"]
 
 MAX_BATCH = 8
 _UNLOCKED = contextlib.nullcontext()  # a step of the world is atomic: the copy side needs no lock
-
-
-@dataclass(slots=True)
-class SimWork:
-    """A client's update as a server's engine holds it: who sent it, its version once given."""
-
-    sender: int
-    seq: int
-    shard: int
-    version: int = 0
-
-
-@dataclass(slots=True)
-class Peer:
-    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``,
-    ``CATCHUP``) and the header fields the copy's gate reads."""
-
-    kind: str
-    bucket: int
-    shard: int
-    epoch: int
-    lease: int
-    sender: int
-    version: int
-    item: tuple = ()  # PREPARE: (sender, seq, work); SNAPSHOT: (values, table)
-    log_epoch: int = 0  # CATCHUP: the epoch of the primary's committed state
-
-
-@dataclass
-class Exchange:
-    """Requests out to the copies, waiting: ``ok[i]`` once acknowledged, ``done[i]`` once
-    answered or given up on (the copy did not answer in time)."""
-
-    requests: list[tuple[int, Peer]]
-    ok: list[bool] = field(default_factory=list)
-    done: list[bool] = field(default_factory=list)
-    codes: list[str | None] = field(default_factory=list)  # each answer's code (None: none)
-
-    def __post_init__(self) -> None:
-        self.ok = [False] * len(self.requests)
-        self.done = [False] * len(self.requests)
-        self.codes = [None] * len(self.requests)
-
-    @property
-    def complete(self) -> bool:
-        return all(self.done)
-
-    def waiting_on(self) -> list[int]:
-        return sorted({dst for (dst, _), d in zip(self.requests, self.done, strict=True) if not d})
-
-    def give_up(self, server: int) -> None:
-        """``server`` did not answer in time: every request to it still out fails."""
-        for i, (dst, _) in enumerate(self.requests):
-            if dst == server:
-                self.done[i] = True
-
-
-@dataclass
-class Reading:
-    """A primary's message past the copy's gate, its frames being read outside the lock: the
-    rest of its flow, where its answer goes, and how many of the replication thread's steps
-    come before its content's step."""
-
-    flow: Iterator[str]
-    reply: Callable[[tuple[str, int]], None]
-    steps: int
-
-
-class SimStore:
-    """A server's store as the replication uses it (its marks: bucket -> the newest epoch of a
-    record seen, its primary and lease); it outlives the process, as the LMDB file does."""
-
-    def __init__(self) -> None:
-        self.epochs: dict[int, tuple[int, int, int]] = {}
-
-    def marks(
-        self, n_buckets: int, n_servers: int | None = None
-    ) -> dict[int, tuple[int, int, int]]:
-        return dict(self.epochs)
-
-    def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
-        self.epochs.update(marks)
 
 
 class SimServer:

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
-from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer, SimStore
+from hogwild_plugins.ps.simulation.messages import Exchange, Peer
+from hogwild_plugins.ps.simulation.server import SimServer
+from hogwild_plugins.ps.simulation.store import SimStore
 
 __all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
 
