@@ -288,7 +288,7 @@ class CopyAdapter:
 
     @staticmethod
     def outside_lock(message: PeerMessage) -> Iterator[str]:
-        yield from ()  # the frames are read below, as the executor goes on: the thread blocks not
+        yield from ()  # nothing to wait for: the executor reads the frames next, on this thread
 
     def prepared_item(self, message: PeerMessage) -> tuple:
         frames, shard = message.frames, message.shard
