@@ -5,9 +5,10 @@ scripted schedules that pin down interleavings the replication once got wrong.
 The seeded run costs most of this file; each scripted schedule is a few hundred steps of pure
 Python. Its seeds reached every branch of the simulator and of the state machines that the
 first 20,000 seeds reached (every fault kind, every invariant's check, cold and established
-starts; one branch only with ``RARE_SEEDS``), measured before failed applications became a
-fault (which draw from a generator of their own, leaving every other choice of a seed as it
-was); the long runs, which look for rarer interleavings, are
+starts; one branch only with ``RARE_SEEDS``), measured before failed applications and split
+steps (a message read between its gate and its content, a record read back after its write)
+became faults (each draws from a generator of its own, leaving every other choice of a seed as
+it was until it fires); the long runs, which look for rarer interleavings, are
 ``python bench/simulate.py --seeds N``.
 """
 
