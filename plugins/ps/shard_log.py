@@ -7,6 +7,9 @@ which client requests are in, so a client's re-send to a new primary is answered
 applied twice. The requests are kept per client (its sender id): the last ``window`` of each,
 for at most ``senders`` clients (those the job runs; the least recently heard of goes beyond
 that), so no other client's traffic can push an honest client's request out of the table.
+A log also keeps the newest epoch of a primary it took anything from (its *fence*): a late
+``PREPARE`` or ``COMMIT`` of an older primary, one that passed the copy's gate before that newer
+primary's catch-up, snapshot or takeover reached this log, is refused rather than held.
 Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does no I/O:
 replication carries out what it says.
 """
@@ -33,19 +36,31 @@ class ShardLog:
     window: int = 256  # requests remembered per client (more than it ever has unanswered)
     senders: int = 1024  # clients remembered (more than a job's roles)
     epoch: int = 0  # the epoch of the primary whose updates ``committed`` counts (0: none yet)
+    # the newest epoch of a primary this log took a message from (or served as): older refused
+    fence: int = 0
 
     @property
     def last(self) -> int:
         return self.prepared[-1][0] if self.prepared else self.committed
 
-    def prepare(self, version: int, item) -> bool:
-        """Hold ``item`` as version ``version``; False (a gap: catch up first) unless it is the
-        next one. A re-sent prepare of a version already held is accepted and not held twice."""
-        if version <= self.last:
-            return True
-        if version != self.last + 1:
+    def stale(self, epoch: int) -> bool:
+        """Whether a message of the primary of ``epoch`` comes from a primary older than one
+        this log already took something from: that primary was deposed, its message is late."""
+        return epoch < self.fence
+
+    def prepare(self, version: int, item, epoch: int) -> bool:
+        """Hold ``item`` as version ``version`` from the primary of ``epoch``; False (catch up
+        first) unless it is the next one, or when it comes from an older primary than this log
+        took anything from (:meth:`stale`), or from a newer one while an older one's prepares
+        are held (its catch-up or snapshot drops those first). A re-sent prepare of a version
+        already held is accepted and not held twice."""
+        if self.stale(epoch) or (epoch > self.fence and self.prepared):
             return False
-        self.prepared.append((version, item))
+        if version > self.last + 1:
+            return False
+        self.fence = epoch
+        if version == self.last + 1:
+            self.prepared.append((version, item))
         return True
 
     def committing(self, upto: int) -> int:
@@ -54,7 +69,11 @@ class ShardLog:
 
     def commit(self, upto: int, epoch: int) -> list:
         """The prepared items up to ``upto``, in order, now committed by the primary of
-        ``epoch``."""
+        ``epoch``; nothing from a primary older than this log took anything from
+        (:meth:`stale`)."""
+        if self.stale(epoch):
+            return []
+        self.fence = epoch
         n = 0
         while n < len(self.prepared) and self.prepared[n][0] <= upto:
             n += 1
@@ -68,8 +87,9 @@ class ShardLog:
         ``(sender, seq)``: recorded, so a re-send is answered instead of applied again. False,
         and nothing recorded, when a newer primary's snapshot replaced the log meanwhile (this
         side stepped down while the update was out): that state is the bucket's now."""
-        if epoch < self.epoch:
+        if epoch < self.epoch or self.stale(epoch):
             return False
+        self.fence = epoch
         self.record(sender, seq, version)
         if version > self.committed:
             self.committed, self.epoch = version, epoch
@@ -99,6 +119,7 @@ class ShardLog:
     def restore(self, version: int, requests: list[tuple[int, int, int]], epoch: int) -> None:
         """A snapshot at ``version`` from the primary of ``epoch`` replaced everything."""
         self.committed, self.prepared, self.epoch = version, [], epoch
+        self.fence = max(self.fence, epoch)
         self.requests = OrderedDict()
         for s, q, v in requests:
             self.record(s, q, v)
@@ -113,11 +134,13 @@ class ShardLog:
         or a state it loaded) is no primary's, and is caught up by a snapshot."""
         return epoch > 0 and self.committed == version and self.epoch == epoch
 
-    def catch_up(self) -> None:
-        """A primary found this log holding its committed state (:meth:`holds`): the updates
-        prepared after it came from an older primary's rounds that never committed, and the
-        versions they hold are the new primary's to give: dropped."""
+    def catch_up(self, epoch: int) -> None:
+        """The primary of ``epoch`` found this log holding its committed state (:meth:`holds`):
+        the updates prepared after it came from an older primary's rounds that never committed,
+        and the versions they hold are the new primary's to give: dropped. From now on that
+        older primary's messages are refused (:meth:`stale`)."""
         self.prepared = []
+        self.fence = max(self.fence, epoch)
 
     def outdated(self, version: int, epoch: int) -> bool:
         """Whether a snapshot of ``epoch`` at ``version`` is older than this log: the same

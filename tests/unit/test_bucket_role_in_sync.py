@@ -47,7 +47,7 @@ def test_a_copy_that_missed_a_prepare_is_dropped_caught_up_and_taken_back():
     roles, keys, primary = established()
     copy = next(s for s in roles if s != primary)
     log = ShardLog(committed=4)
-    assert not log.prepare(6, "u6")  # the copy reports a gap: NEED_SYNC
+    assert not log.prepare(6, "u6", epoch=1)  # the copy reports a gap: NEED_SYNC
     [drop] = step(roles[primary], CopyUnreachable, copy)
     assert copy not in drop.record.in_sync
     assert not roles[primary].serving  # until etcd has the copy out of in_sync
@@ -59,10 +59,36 @@ def test_a_copy_that_missed_a_prepare_is_dropped_caught_up_and_taken_back():
     assert copy in back.record.in_sync
     assert keys.transact(back) and step(roles[primary], InSyncWritten, True, keys.read()) == []
     assert roles[primary].serving and copy in keys.read().in_sync
-    assert log.prepare(7, "u7")
+    assert log.prepare(7, "u7", epoch=1)
 
 
 # --------------------------------------------------------------------------- in_sync changes
+
+
+def test_an_in_sync_write_whose_record_is_gone_when_read_back_is_the_records_loss():
+    """The write went through; before the server read the record back (a request of its own),
+    etcd lost the job's keys. The role took the missing record for its own (its replication
+    thread died on it, and the server's key was never written again): it is the loss a map
+    read would find, so the primary steps down and never follows the bucket again."""
+    roles, keys, primary = established()
+    copy = next(s for s in roles if s != primary)
+    [drop] = step(roles[primary], CopyUnreachable, copy)
+    assert keys.transact(drop)
+    assert step(roles[primary], InSyncWritten, True, None) == []
+    role = roles[primary]
+    assert role.role is Role.DEPOSED and role.record_lost and not role.serving
+    assert gate(role, role.epoch, LEASE[primary], primary) is Gate.FENCED
+
+
+def test_an_in_sync_write_read_back_as_another_history_is_the_records_loss():
+    roles, keys, primary = established()
+    copy = next(s for s in roles if s != primary)
+    [drop] = step(roles[primary], CopyUnreachable, copy)
+    assert keys.transact(drop)
+    other = next(s for s in roles if s not in (primary, copy))
+    fresh = BucketRecord(epoch=1, primary=other, lease=LEASE[other], in_sync=(other,), revision=2)
+    assert step(roles[primary], InSyncWritten, True, fresh) == []
+    assert roles[primary].role is Role.DEPOSED and roles[primary].record_lost
 
 
 def test_a_copy_lost_while_a_write_is_under_way_is_removed_by_the_next_write():

@@ -102,10 +102,10 @@ def test_a_stopped_copy_refuses_prepares_and_commits_until_a_snapshot_lifts_the_
         roles[me].validate_state()
         return actions
 
-    assert feed(PrepareArrived, shards[0], 1, (7, 1, None)) == [Acknowledge(1)]
+    assert feed(PrepareArrived, shards[0], 1, (7, 1, None), record.epoch) == [Acknowledge(1)]
     step(roles[me], Stopped)
     # the server's stop (its adapter reads it for every message) refuses them at once
-    [prepare] = feed(PrepareArrived, shards[0], 2, (7, 2, None), True)
+    [prepare] = feed(PrepareArrived, shards[0], 2, (7, 2, None), record.epoch, True)
     [commit] = feed(CommitArrived, shards[0], 1, record.epoch, None, True)
     assert prepare.code is commit.code is ErrorCode.NEED_SYNC
     assert "stopped here" in commit.message and side.counters["stopped_refused"] == 2
@@ -119,7 +119,7 @@ def test_a_stopped_copy_refuses_prepares_and_commits_until_a_snapshot_lifts_the_
     step(roles[me], StopLifted)
     step(roles[me], Restored, record.epoch)
     assert roles[me].current and not roles[me].stopped
-    assert feed(PrepareArrived, shards[0], 5, (7, 5, None)) == [Acknowledge(5)]
+    assert feed(PrepareArrived, shards[0], 5, (7, 5, None), record.epoch) == [Acknowledge(5)]
 
 
 def test_a_stopped_primary_hands_over_with_a_copy_still_being_dropped():

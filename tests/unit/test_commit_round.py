@@ -203,6 +203,38 @@ def test_a_primary_deposed_during_the_round_acknowledges_nothing():
     assert a.feed(LocalApplied(True, stimulus_id=a.sid())) == [RefuseNotPrimary(0)]
 
 
+def test_a_deposed_primarys_round_leaves_a_log_its_successor_caught_up_alone():
+    """Deposed while its round's prepares were out, this server was caught up by the primary of
+    the next epoch (its log holds that primary's committed state). The round's update, applied
+    here, would sit in memory beyond what that primary counts this copy as holding, under the
+    version it gives its own next update: not applied, not recorded, not acknowledged."""
+    a = Adapter()
+    epoch = a.role.epoch
+    a.feed(BatchArrived(tuple(updates(1)), True, stimulus_id=a.sid()))
+    a.feed(Admitted({0: 1}, stimulus_id=a.sid()))
+    step(a.role, MapRead, a.keys.read(), live(range(3)), LEASE[a.primary], False)
+    a.logs[SHARDS[0]].catch_up(epoch + 1)
+    a.feed(PreparesAnswered(frozenset(), stimulus_id=a.sid()))
+    [apply, _] = a.feed(CommitsAnswered(frozenset(), stimulus_id=a.sid()))
+    assert apply == ApplyLocally(()) and not a.round.ours(0)
+    assert a.feed(LocalApplied(True, stimulus_id=a.sid())) == [RefuseNotPrimary(0)]
+    assert a.logs[SHARDS[0]].committed == 0 and a.logs[SHARDS[0]].seen(7, 1) is None
+
+
+def test_a_round_applying_a_shard_says_so_until_its_log_counts_what_it_applied():
+    """Between its commits' answers and the local application's end, this server's memory holds
+    more of a shard than its log counts: no catch-up may take that log for it meanwhile."""
+    a = Adapter()
+    a.feed(BatchArrived(tuple(updates(1)), True, stimulus_id=a.sid()))
+    a.feed(Admitted({0: 1}, stimulus_id=a.sid()))
+    a.feed(PreparesAnswered(frozenset(), stimulus_id=a.sid()))
+    assert not a.round.applying(SHARDS[0])
+    a.feed(CommitsAnswered(frozenset(), stimulus_id=a.sid()))
+    assert a.round.applying(SHARDS[0]) and not a.round.applying(SHARDS[1])
+    a.feed(LocalApplied(True, stimulus_id=a.sid()))
+    assert not a.round.applying(SHARDS[0]) and a.logs[SHARDS[0]].committed == 1
+
+
 def test_a_stimulus_out_of_its_phase_is_a_bug():
     a = Adapter()
     with pytest.raises(RuntimeError, match="expected admitting"):

@@ -82,9 +82,9 @@ def test_a_newer_epoch_asks_for_the_record_once_then_is_busy():
 def test_prepares_are_held_in_order_and_a_gap_asks_for_a_snapshot():
     side = copy_side()
     log = side.logs[SHARDS[0]]
-    assert feed(side, PrepareArrived, SHARDS[0], 1, item(1)) == [Acknowledge(1)]
-    assert feed(side, PrepareArrived, SHARDS[0], 1, item(1)) == [Acknowledge(1)]  # a re-send
-    [gap] = feed(side, PrepareArrived, SHARDS[0], 3, item(3))
+    assert feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH) == [Acknowledge(1)]
+    assert feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH) == [Acknowledge(1)]  # a re-send
+    [gap] = feed(side, PrepareArrived, SHARDS[0], 3, item(3), EPOCH)
     assert gap.code is ErrorCode.NEED_SYNC and "does not follow 1" in gap.message
     assert [v for v, _ in log.prepared] == [1]
     assert side.counters["prepared"] == 2
@@ -93,7 +93,7 @@ def test_prepares_are_held_in_order_and_a_gap_asks_for_a_snapshot():
 def test_a_commit_applies_what_was_prepared_in_order_and_records_the_requests():
     side = copy_side()
     for v in (1, 2, 3):
-        feed(side, PrepareArrived, SHARDS[0], v, item(v))
+        feed(side, PrepareArrived, SHARDS[0], v, item(v), EPOCH)
     [beyond] = feed(side, CommitArrived, SHARDS[0], 4, EPOCH)
     assert beyond.code is ErrorCode.NEED_SYNC
     apply, ack = feed(side, CommitArrived, SHARDS[0], 2, EPOCH)
@@ -109,7 +109,7 @@ def test_a_commit_applies_what_was_prepared_in_order_and_records_the_requests():
 def test_a_commit_without_room_for_all_of_it_is_busy_and_commits_nothing():
     side = copy_side()
     for v in (1, 2, 3):
-        feed(side, PrepareArrived, SHARDS[0], v, item(v))
+        feed(side, PrepareArrived, SHARDS[0], v, item(v), EPOCH)
     before = copy.deepcopy(side.logs[SHARDS[0]])
     [busy] = feed(side, CommitArrived, SHARDS[0], 3, EPOCH, 2)  # room for two of three
     assert busy.code is ErrorCode.BUSY and "room for 2 of the 3" in busy.message
@@ -120,7 +120,7 @@ def test_a_commit_without_room_for_all_of_it_is_busy_and_commits_nothing():
 
 def test_a_snapshot_without_room_is_busy_and_leaves_the_log():
     side = copy_side()
-    feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
     before = copy.deepcopy(side.logs[SHARDS[0]])
     [busy] = feed(side, SnapshotArrived, SHARDS[0], 5, EPOCH + 1, (), False)
     assert busy.code is ErrorCode.BUSY and side.logs[SHARDS[0]] == before
@@ -129,7 +129,7 @@ def test_a_snapshot_without_room_is_busy_and_leaves_the_log():
 def test_an_outdated_snapshot_of_the_same_primary_is_refused_and_changes_nothing():
     side = copy_side()
     for v in (1, 2):
-        feed(side, PrepareArrived, SHARDS[0], v, item(v))
+        feed(side, PrepareArrived, SHARDS[0], v, item(v), EPOCH)
     feed(side, CommitArrived, SHARDS[0], 2, EPOCH)
     before = copy.deepcopy(side.logs[SHARDS[0]])
     [refused] = feed(side, SnapshotArrived, SHARDS[0], 1, EPOCH, ())
@@ -139,7 +139,7 @@ def test_an_outdated_snapshot_of_the_same_primary_is_refused_and_changes_nothing
 
 def test_a_snapshot_replaces_the_log_and_once_applied_makes_the_bucket_current():
     side = copy_side()
-    feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
     table = ((7, 40, 5), (8, 2, 4))
     assert feed(side, SnapshotArrived, SHARDS[0], 5, EPOCH + 1, table) == [
         ApplySnapshot(SHARDS[0], 5)
@@ -177,7 +177,7 @@ def test_a_catch_up_of_the_state_this_log_holds_restores_without_a_snapshot():
     give); the bucket is current once every shard is."""
     side = copy_side()
     for v in (1, 2):
-        feed(side, PrepareArrived, SHARDS[0], v, item(v))
+        feed(side, PrepareArrived, SHARDS[0], v, item(v), EPOCH)
     feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
     # the primary of EPOCH + 1 committed up to 1 of EPOCH too: version 2 never was
     assert feed(side, CatchUpArrived, SHARDS[0], BUCKET, 1, EPOCH, EPOCH + 1) == [Acknowledge(1)]
@@ -200,9 +200,9 @@ def test_a_catch_up_of_the_state_this_log_holds_restores_without_a_snapshot():
 def test_a_catch_up_of_another_state_asks_for_the_snapshot_and_changes_nothing(version, log_epoch):
     side = copy_side()
     if version or log_epoch:
-        feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+        feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
         feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
-    feed(side, PrepareArrived, SHARDS[0], side.logs[SHARDS[0]].last + 1, item(9))
+    feed(side, PrepareArrived, SHARDS[0], side.logs[SHARDS[0]].last + 1, item(9), EPOCH)
     before = copy.deepcopy(side.logs[SHARDS[0]])
     [refused] = feed(side, CatchUpArrived, SHARDS[0], BUCKET, version, log_epoch, EPOCH + 1)
     assert refused.code is ErrorCode.NEED_SYNC
@@ -221,7 +221,7 @@ def test_a_catch_up_is_refused_where_the_memory_may_not_hold_what_the_log_does(
     failed to apply here (stopped: a snapshot must replace the memory) or a snapshot's values
     are still being applied (its log is replaced before they are in)."""
     side = copy_side()
-    feed(side, PrepareArrived, SHARDS[0], 1, item(1))
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
     feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
     before = copy.deepcopy(side.logs[SHARDS[0]])
     [refused] = feed(
@@ -229,6 +229,19 @@ def test_a_catch_up_is_refused_where_the_memory_may_not_hold_what_the_log_does(
     )
     assert refused.code is code
     assert side.logs[SHARDS[0]] == before and side.counters["caught_up"] == 0
+
+
+def test_a_catch_up_waits_while_this_servers_own_round_applies_what_its_log_does_not_count():
+    """Deposed while its round was applying, this server's memory holds the round's update and
+    its log does not yet: holding the new primary's committed state by the log, it would be
+    taken as holding it by the memory too, with an update beyond it."""
+    side = copy_side()
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
+    feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    [busy] = feed(side, CatchUpArrived, SHARDS[0], BUCKET, 1, EPOCH, EPOCH + 1, False, False, True)
+    assert busy.code is ErrorCode.BUSY and "own round" in busy.message
+    assert side.logs[SHARDS[0]] == before and side.counters["catch_up_while_applying"] == 1
 
 
 def test_a_log_whose_prepared_versions_skip_fails_validation():
@@ -248,9 +261,11 @@ def random_stimulus(rng: random.Random, side: CopySide):
         return PeerArrived, (BUCKET, epoch, LEASE[sender], sender, rng.random() < 0.5)
     if kind == 1:
         version = log.last + rng.choice((-1, 0, 1, 1, 1, 2))
-        return PrepareArrived, (shard, version, item(version, rng.randrange(3)))
+        epoch = rng.choice((EPOCH - 1, EPOCH, EPOCH, EPOCH + 1))
+        return PrepareArrived, (shard, version, item(version, rng.randrange(3)), epoch)
     if kind == 2:
-        return CommitArrived, (shard, log.committed + rng.randrange(-1, 4), EPOCH)
+        epoch = rng.choice((EPOCH, EPOCH, EPOCH + 1))
+        return CommitArrived, (shard, log.committed + rng.randrange(-1, 4), epoch)
     table = tuple((rng.randrange(3), rng.randrange(50), rng.randrange(20)) for _ in range(3))
     epoch = rng.choice((log.epoch, EPOCH, EPOCH + 1))
     version = max(0, log.committed + rng.randrange(-2, 3))
@@ -301,3 +316,29 @@ def run_random_sequence(seed: int) -> None:
             assert (before.committed, before.epoch) == args[2:4] and args[3] > 0
             assert (log.committed, log.epoch, log.prepared) == (*args[2:4], [])
             assert actions[-1] == Acknowledge(args[2])
+
+
+@pytest.mark.parametrize("late", ["PREPARE", "COMMIT", "SNAPSHOT", "CATCHUP"])
+def test_a_deposed_primarys_message_that_passed_the_gate_before_its_successors_is_fenced(late):
+    """The gate let the primary of EPOCH's message through; before its content was taken, the
+    primary of EPOCH + 1 caught this log up (the replication thread read the new record
+    meanwhile). The late content is refused FENCED and changes nothing."""
+    side = copy_side()
+    feed(side, PrepareArrived, SHARDS[0], 1, item(1), EPOCH)
+    feed(side, CommitArrived, SHARDS[0], 1, EPOCH)
+    feed(side, PrepareArrived, SHARDS[0], 2, item(2), EPOCH)
+    assert feed(side, PeerArrived, BUCKET, EPOCH, LEASE[PRIMARY], PRIMARY) == [Pass()]
+    assert feed(side, CatchUpArrived, SHARDS[0], BUCKET, 1, EPOCH, EPOCH + 1) == [Acknowledge(1)]
+    before = copy.deepcopy(side.logs[SHARDS[0]])
+    stimulus, args = {
+        "PREPARE": (PrepareArrived, (SHARDS[0], 2, item(2), EPOCH)),
+        "COMMIT": (CommitArrived, (SHARDS[0], 2, EPOCH)),
+        "SNAPSHOT": (SnapshotArrived, (SHARDS[0], 3, EPOCH, ())),
+        "CATCHUP": (CatchUpArrived, (SHARDS[0], BUCKET, 1, EPOCH, EPOCH)),
+    }[late]
+    [refused] = feed(side, stimulus, *args)
+    assert refused.code is ErrorCode.FENCED and f"epoch {EPOCH} is late" in refused.message
+    assert side.logs[SHARDS[0]] == before and before.prepared == []
+    # the successor's own prepare of version 2 is held, not taken for the deposed one's
+    assert feed(side, PrepareArrived, SHARDS[0], 2, item(2, seq=99), EPOCH + 1) == [Acknowledge(2)]
+    assert side.logs[SHARDS[0]].prepared[0][1][1] == 99

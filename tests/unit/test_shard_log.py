@@ -13,23 +13,23 @@ from hogwild_plugins.ps.shard_log import ShardLog
 
 def test_a_copy_refuses_a_prepare_after_a_gap_and_holds_nothing_of_it():
     log = ShardLog(committed=3)
-    assert log.prepare(4, "u4")
-    assert not log.prepare(6, "u6")  # 5 went missing
+    assert log.prepare(4, "u4", epoch=1)
+    assert not log.prepare(6, "u6", epoch=1)  # 5 went missing
     assert log.last == 4 and log.prepared == [(4, "u4")]
 
 
 def test_a_resent_prepare_is_accepted_once():
     log = ShardLog(committed=3)
-    assert log.prepare(4, "u4") and log.prepare(5, "u5")
-    assert log.prepare(4, "u4 again") and log.prepare(5, "u5 again")
-    assert log.prepare(3, "already committed")
+    assert log.prepare(4, "u4", epoch=1) and log.prepare(5, "u5", epoch=1)
+    assert log.prepare(4, "u4 again", epoch=1) and log.prepare(5, "u5 again", epoch=1)
+    assert log.prepare(3, "already committed", epoch=1)
     assert log.prepared == [(4, "u4"), (5, "u5")] and log.committed == 3
 
 
 def test_commit_hands_out_the_prepared_items_in_order_up_to_the_version():
     log = ShardLog(committed=3)
     for v in (4, 5, 6):
-        log.prepare(v, f"u{v}")
+        log.prepare(v, f"u{v}", epoch=1)
     assert log.commit(5, epoch=2) == ["u4", "u5"]
     assert log.committed == 5 and log.last == 6 and log.epoch == 2
     assert log.commit(5, epoch=2) == []  # committed already: nothing twice
@@ -41,7 +41,7 @@ def test_a_late_snapshot_of_the_same_primary_is_outdated_and_a_newer_epochs_neve
     log = ShardLog()
     log.restore(10, [], epoch=3)  # the primary of epoch 3 synced this copy at version 10
     for v in (11, 12):
-        log.prepare(v, f"u{v}")
+        log.prepare(v, f"u{v}", epoch=3)
     log.commit(12, epoch=3)
     # its first snapshot, sent before it gave up on an exchange, arrives late: version 8
     assert log.outdated(8, epoch=3) and log.outdated(11, epoch=3)
@@ -78,14 +78,14 @@ def test_an_update_versioned_before_a_newer_primarys_snapshot_leaves_the_log_alo
 
 def test_a_snapshot_replaces_the_log_and_the_request_table():
     log = ShardLog(committed=3)
-    log.prepare(4, "u4")
+    log.prepare(4, "u4", epoch=1)
     log.record(sender=7, seq=1, version=3)
     log.restore(10, [(8, 2, 9), (8, 3, 10)], epoch=1)
     assert log.committed == 10 and log.prepared == [] and log.last == 10
     assert log.seen(7, 1) is None
     assert log.seen(8, 3) == 10
     assert log.table() == [(8, 2, 9), (8, 3, 10)]
-    assert log.prepare(11, "u11")  # and it goes on from the snapshot
+    assert log.prepare(11, "u11", epoch=1)  # and it goes on from the snapshot
 
 
 def test_the_request_table_answers_resends_and_forgets_a_clients_oldest_beyond_its_window():
@@ -119,3 +119,44 @@ def test_beyond_its_clients_bound_the_least_recently_heard_of_client_is_forgotte
     log.record(3, 1, version=4)
     assert log.seen(2, 1) is None and log.seen(1, 1) == 1 and log.seen(3, 1) == 4
     assert log.table() == [(1, 1, 1), (1, 2, 3), (3, 1, 4)]
+
+
+def test_a_late_prepare_or_commit_of_a_deposed_primary_is_refused_after_its_successors_catch_up():
+    """The primary of epoch 2 prepares version 6; before it lands, the primary of epoch 3 found
+    this log holding its committed state (version 5 of epoch 2) and caught it up. Held, the old
+    update would take version 6, which the new primary gives to another update: its re-send of
+    6 would then count as held, and its commit of 6 would apply the deposed primary's update."""
+    log = ShardLog()
+    log.restore(5, [], epoch=2)
+    log.catch_up(epoch=3)
+    assert log.stale(2) and not log.stale(3)
+    assert not log.prepare(6, "u6 of epoch 2", epoch=2)
+    assert log.prepared == [] and log.last == 5
+    assert log.prepare(6, "u6 of epoch 3", epoch=3)
+    assert log.commit(6, epoch=2) == [] and log.committed == 5  # the deposed primary's commit
+    assert log.commit(6, epoch=3) == ["u6 of epoch 3"] and (log.committed, log.epoch) == (6, 3)
+
+
+def test_a_log_its_server_took_over_as_primary_refuses_the_old_primarys_late_prepare():
+    """This server won epoch 3 and committed what was prepared (nothing): its log is the
+    primary's now, and version 6 its own to give."""
+    log = ShardLog(committed=5, epoch=2, fence=2)
+    assert log.commit(5, epoch=3) == []
+    assert not log.prepare(6, "u6 of epoch 2", epoch=2) and log.prepared == []
+    assert log.applied(sender=1, seq=1, version=6, epoch=3) and log.committed == 6
+
+
+def test_a_newer_primarys_prepare_is_refused_while_an_older_ones_are_held():
+    """A new primary catches a copy up (or sends its snapshot) before it prepares there: a
+    prepare of a newer epoch meeting the older primary's prepares asks for that first."""
+    log = ShardLog(committed=5, epoch=2, fence=2)
+    assert log.prepare(6, "u6 of epoch 2", epoch=2)
+    assert not log.prepare(6, "u6 of epoch 3", epoch=3)
+    assert log.prepared == [(6, "u6 of epoch 2")] and log.fence == 2
+
+
+def test_an_update_applied_as_a_deposed_primary_leaves_a_log_a_successor_caught_up_alone():
+    log = ShardLog(committed=7, epoch=3, fence=3)
+    log.catch_up(epoch=4)  # the primary of epoch 4 holds version 7 of epoch 3 too
+    assert not log.applied(sender=5, seq=1, version=8, epoch=3)
+    assert (log.committed, log.epoch, log.seen(5, 1)) == (7, 3, None)

@@ -175,6 +175,7 @@ class Replication:
             lambda bucket: self._read(bucket, self._net_etcd),
             self.changed.set,
             self._stimulus,
+            self.commit_round.applying,
         )
         self.counters = {
             "snapshots_sent": 0,

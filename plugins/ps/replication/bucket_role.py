@@ -513,6 +513,10 @@ class BucketRole:
             return []
         if not ok:
             return self._step_down(record)  # someone else wrote: a newer primary
+        if record is None or self.foreign(record):
+            # written, then gone before it was read back (etcd lost the job's keys), or another
+            # history's since: the loss a map read would find
+            return self._lose_record()
         self.record = record
         self.behind -= set(record.in_sync)
         self.dropping &= set(record.in_sync)

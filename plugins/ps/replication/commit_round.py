@@ -269,12 +269,24 @@ class CommitRound:
         mine = tuple(i for i in self.accepted if self.ours(i))
         return [ApplyLocally(mine), *drops, AwaitApplied()]
 
+    def applying(self, shard: int) -> bool:
+        """Whether this round is applying updates of ``shard`` to this server's memory that its
+        log does not count yet (between its commits' answers and ``LocalApplied``): the log is
+        behind the memory meanwhile, so no primary may take it for the memory's state (a
+        catch-up waits)."""
+        return self.phase is Phase.APPLYING and any(
+            self.updates[i].shard == shard for i in self.accepted
+        )
+
     def ours(self, index: int) -> bool:
         """Whether update ``index`` may still be applied here: no newer primary's snapshot
         replaced its shard meanwhile (this side was deposed while the round was out; applied
-        on top of that state, the update would be there twice). The adapter asks again under
-        the lock, as it queues the update."""
-        return self.logs[self.updates[index].shard].epoch <= self.epochs[index]
+        on top of that state, the update would be there twice), nor did a newer primary's
+        catch-up find the shard's log holding its committed state (applied, the update would
+        sit in this memory beyond what that primary counts this copy as holding, under a
+        version it gives another update). The adapter asks again under the lock, as it queues
+        the update."""
+        return not self.logs[self.updates[index].shard].stale(self.epochs[index])
 
     def _applied(self, s: LocalApplied) -> list:
         actions = []

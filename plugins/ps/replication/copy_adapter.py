@@ -93,6 +93,8 @@ class CopyAdapter:
             refresher thread only.
         changed: Called once a record was read again (the replication thread reads the map).
         stimulus: A new stimulus id for what happened.
+        applying: Whether this server's commit round applies updates of a shard that its log
+            does not count yet (called under ``lock``).
     """
 
     def __init__(
@@ -105,8 +107,10 @@ class CopyAdapter:
         read_record: Callable[[int], BucketRecord | None],
         changed: Callable[[], None],
         stimulus: Callable[[str], str],
+        applying: Callable[[int], bool],
     ) -> None:
         self.server, self.copy_side, self.roles, self._lock = server, copy_side, roles, lock
+        self.applying_shard = applying
         self.local, self.read_record, self.changed = local, read_record, changed
         self.stimulus = stimulus
         self.layout = server.layout
@@ -281,6 +285,10 @@ class CopyAdapter:
         with self._lock:  # not in the middle of the replication thread's observe
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self.stimulus("refresh")))
         self.changed()
+
+    @staticmethod
+    def outside_lock(message: PeerMessage) -> Iterator[str]:
+        yield from ()  # nothing to wait for: the executor reads the frames next, on this thread
 
     def prepared_item(self, message: PeerMessage) -> tuple:
         frames, shard = message.frames, message.shard

@@ -16,6 +16,11 @@ One message from a primary goes through two steps:
    (``FENCED``: the sender steps down); one of a newer epoch than this side knows asks for the
    record to be read again (:class:`RefreshRecord`) and is then gated once more
    (``refreshed``); still unknown, it is refused as ``BUSY`` (the primary retries).
+   The gate and what follows are two steps (the network thread reads the message's frames
+   between them, and the replication thread may act meanwhile), so the second step refuses
+   (``FENCED``) a message of a primary older than one the shard's log already took something
+   from (:meth:`~hogwild_plugins.ps.shard_log.ShardLog.stale`: a successor's catch-up or
+   snapshot, or this server's own takeover, reached the log since the gate).
 2. What it carries (a ``PREPARE``, ``COMMIT`` or catch-up for a bucket stopped here, whose
    memory failed a write, is refused ``NEED_SYNC`` until a snapshot replaces it):
    :class:`PrepareArrived` holds the update as the shard's next version (a gap: ``NEED_SYNC``, the
@@ -29,14 +34,15 @@ One message from a primary goes through two steps:
    :class:`SnapshotApplied`, once the values are in, acknowledges, and makes the bucket current
    (:class:`MarkRestored`) once every shard of the bucket holds that primary's snapshot.
    :class:`CatchUpArrived` does without the snapshot: a log that holds the primary's committed
-   state (the same version of the same epoch,
+   state (the same version of the same epoch, while no snapshot and no round of this server's
+   own is still applying values the log already, or not yet, counts,
    :meth:`~hogwild_plugins.ps.shard_log.ShardLog.holds`; a copy that only missed a lease renewal,
    or whose primary took its bucket back under a new epoch) counts as restored by it, its stale
    prepared updates dropped; any other answers ``NEED_SYNC`` and the snapshot follows.
 
 The invariant kept (:meth:`CopySide.validate_state`): every log's prepared versions follow its
-committed version one by one, and its request table stays within its bounds (per client, and
-clients).
+committed version one by one, its committed state comes from no primary newer than its fence,
+and its request table stays within its bounds (per client, and clients).
 """
 
 from __future__ import annotations
@@ -138,6 +144,7 @@ class CopySide:
             "no_room": 0,  # commits and snapshots refused, nothing changed: the engine was full
             "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
             "catch_up_while_restoring": 0,  # catch-ups refused: a snapshot still applying
+            "catch_up_while_applying": 0,  # catch-ups refused: this side's own round applying
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -182,7 +189,8 @@ class CopySide:
                     f"{log.committed}; {self.story()[-5:]}"
                 )
             if (
-                len(log.requests) > log.senders
+                log.epoch > log.fence  # its committed state from a primary it never fenced by
+                or len(log.requests) > log.senders
                 or any(len(mine) > log.window for mine in log.requests.values())
                 or log.committed < 0
             ):
@@ -223,12 +231,28 @@ class CopySide:
             )
         ]
 
+    def _late(self, shard: int, epoch: int, what: str) -> list:
+        """``what`` refused (``FENCED``: its sender steps down) when it comes from a primary
+        older than one ``shard``'s log took something from since the message passed the
+        gate."""
+        log = self.logs[shard]
+        if not log.stale(epoch):
+            return []
+        self.counters["fenced"] += 1
+        return [
+            Refuse(
+                ErrorCode.FENCED,
+                f"server {self.me}, shard {shard}: a {what} of epoch {epoch} is late: this "
+                f"log took the primary of epoch {log.fence}'s since",
+            )
+        ]
+
     def _prepare(self, s: PrepareArrived) -> list:
-        stopped = self._stopped(s, "PREPARE")
+        stopped = self._stopped(s, "PREPARE") or self._late(s.shard, s.epoch, "PREPARE")
         if stopped:
             return stopped
         log = self.logs[s.shard]
-        if not log.prepare(s.version, s.item):
+        if not log.prepare(s.version, s.item, s.epoch):
             return [
                 Refuse(
                     ErrorCode.NEED_SYNC,
@@ -239,7 +263,7 @@ class CopySide:
         return [Acknowledge(s.version)]
 
     def _commit(self, s: CommitArrived) -> list:
-        stopped = self._stopped(s, "COMMIT")
+        stopped = self._stopped(s, "COMMIT") or self._late(s.shard, s.epoch, "COMMIT")
         if stopped:
             return stopped
         log = self.logs[s.shard]
@@ -278,7 +302,7 @@ class CopySide:
         """The log holds the primary's committed state: as good as its snapshot (the updates
         prepared here after it are dropped); otherwise ``NEED_SYNC``, and the primary sends the
         snapshot."""
-        stopped = self._stopped(s, "a catch-up")
+        stopped = self._stopped(s, "a catch-up") or self._late(s.shard, s.epoch, "catch-up")
         if stopped:  # its log may hold the state, its memory does not
             return stopped
         if s.restoring:  # the log holds the snapshot's state, the memory not yet
@@ -290,6 +314,15 @@ class CopySide:
                     "catch up again later",
                 )
             ]
+        if s.applying:  # the memory holds more than the log: this side's own round's updates
+            self.counters["catch_up_while_applying"] += 1
+            return [
+                Refuse(
+                    ErrorCode.BUSY,
+                    f"shard {s.shard}: this server's own round is applying updates its log does "
+                    "not count yet; catch up again later",
+                )
+            ]
         log = self.logs[s.shard]
         if not log.holds(s.version, s.log_epoch):
             return [
@@ -299,11 +332,14 @@ class CopySide:
                     f"{s.version} of epoch {s.log_epoch}: send the snapshot",
                 )
             ]
-        log.catch_up()
+        log.catch_up(s.epoch)
         self.counters["caught_up"] += 1
         return self._applied(SnapshotApplied(s.shard, s.bucket, s.version, s.epoch, stimulus_id=""))
 
     def _snapshot(self, s: SnapshotArrived) -> list:
+        late = self._late(s.shard, s.epoch, "SNAPSHOT")
+        if late:
+            return late
         log = self.logs[s.shard]
         if log.outdated(s.version, s.epoch):
             self.counters["outdated_snapshots"] += 1  # applied nowhere: nothing to undo

@@ -67,6 +67,7 @@ class PrepareArrived(CopyStimulus):
     shard: int
     version: int
     item: tuple
+    epoch: int  # the epoch of the primary that sent it
     stopped: bool = False  # the shard's bucket is stopped on this server (a write failed)
 
 
@@ -108,6 +109,8 @@ class CatchUpArrived(CopyStimulus):
     epoch: int
     stopped: bool = False  # the shard's bucket is stopped on this server: a snapshot must come
     restoring: bool = False  # a snapshot of the shard is queued, its values not in yet
+    applying: bool = False  # this server's own commit round applies updates of the shard that
+    # its log does not count yet (it was the primary, and was deposed while the round was out)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ is answered as lost (``CampaignAnswered``, ``InSyncWritten`` or ``HandOverAnswer
 again), a campaign won with no record read back is not won, a snapshot not delivered is a copy
 unreachable, and a copy a commit round drops is handed to its bucket's role at once. On the copy
 side (:func:`receive`): which steps of a primary's message are atomic (under the host's lock: the
-log counted and committed together, a snapshot's log replaced and its restore queued together),
+log counted and committed together, a snapshot's log replaced and its restore queued together;
+the gate is a step of its own, and what the replication thread does before the content's step
+is the simulator's to choose: ``outside_lock``),
 and that a record read again (``RefreshRecord``) is the one effect that may block on etcd: the
 real network thread hands the message to another thread there and answers it later
 (:mod:`~hogwild_plugins.ps.replication.copy_adapter`), the simulator reads its etcd in place.
@@ -192,6 +194,12 @@ class CopyEffects(Protocol):
     def refresh_record(self, bucket: int) -> Iterator[str]:
         """Read ``sync/<bucket>`` again and give it to the bucket's role (may block on etcd)."""
 
+    def outside_lock(self, message: PeerHeader) -> Iterator[str]:
+        """Between the gate and the content, where the network thread reads the message's
+        frames without the lock: the replication thread may act meanwhile (read a new record,
+        win a campaign, commit what was prepared). The real host goes straight on; the
+        simulator's world may run that thread here."""
+
     def prepared_item(self, message: PeerHeader) -> tuple:
         """The ``(sender, seq, work)`` a ``PREPARE`` carries, checked (raises when it is not)."""
 
@@ -212,6 +220,10 @@ class CopyEffects(Protocol):
 
     def restoring_shard(self, shard: int) -> bool:
         """Whether a snapshot of ``shard`` is queued and its values not in yet."""
+
+    def applying_shard(self, shard: int) -> bool:
+        """Whether this server's commit round applies updates of ``shard`` its log does not
+        count yet (called under :meth:`locked`)."""
 
     def apply_snapshot(self, message: PeerHeader, content, held: list | None) -> object:
         """Queue the restore (the shard's version is the snapshot's from then on); returns what
@@ -246,12 +258,16 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
         refreshed = True
     if isinstance(verdict, Refuse):
         return verdict
+    # not atomic with the gate: the content's step refuses a primary deposed since (a newer
+    # primary's message, or this server's own takeover, reached the shard's log meanwhile)
+    yield from host.outside_lock(message)
     shard, version, epoch = message.shard, message.version, message.epoch
     if message.kind == "PREPARE":
         item = host.prepared_item(message)
         sid = host.stimulus("prepare")
         with host.locked():
-            stimulus = PrepareArrived(shard, version, item, host.stopped(shard), stimulus_id=sid)
+            stopped = host.stopped(shard)
+            stimulus = PrepareArrived(shard, version, item, epoch, stopped, stimulus_id=sid)
             [action] = host.copy(stimulus)
         return action
     if message.kind == "COMMIT":
@@ -271,17 +287,19 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
         return actions[-1]
     if message.kind == "CATCHUP":
         sid = host.stimulus("catch-up")
-        stimulus = CatchUpArrived(
-            shard,
-            message.bucket,
-            version,
-            message.log_epoch,
-            epoch,
-            host.stopped(shard),
-            host.restoring_shard(shard),
-            stimulus_id=sid,
-        )
-        return _restored(stimulus, message.bucket, sid, host)
+        with host.locked():  # what the memory holds, read with the log it is compared with
+            stimulus = CatchUpArrived(
+                shard,
+                message.bucket,
+                version,
+                message.log_epoch,
+                epoch,
+                host.stopped(shard),
+                host.restoring_shard(shard),
+                host.applying_shard(shard),
+                stimulus_id=sid,
+            )
+            return _restored(stimulus, message.bucket, sid, host)
     table, content = host.snapshot_of(message)
     sid = host.stimulus("snapshot")
     with host.locked():  # the log replaced and the restore queued together
@@ -299,18 +317,18 @@ def receive(message: PeerHeader, host: CopyEffects) -> Iterator[str]:
     # only now does this copy hold the state: a restore that failed must not let it campaign
     sid = host.stimulus("restored")
     stimulus = SnapshotApplied(shard, message.bucket, version, epoch, stimulus_id=sid)
-    return _restored(stimulus, message.bucket, sid, host)
+    with host.locked():
+        return _restored(stimulus, message.bucket, sid, host)
 
 
 def _restored(stimulus: CopyStimulus, bucket: int, sid: str, host: CopyEffects):
     """A shard restored (a snapshot applied, or a catch-up): the copy side's answer, the bucket's
-    role told once every shard of it is."""
-    with host.locked():
-        for action in host.copy(stimulus):
-            if isinstance(action, MarkRestored):
-                host.restored(bucket, action.epoch, sid)
-            else:
-                return action
+    role told once every shard of it is (the caller holds the host's lock)."""
+    for action in host.copy(stimulus):
+        if isinstance(action, MarkRestored):
+            host.restored(bucket, action.epoch, sid)
+        else:
+            return action
     raise AssertionError("the copy side answered a restore with nothing")
 
 

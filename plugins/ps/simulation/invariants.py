@@ -13,6 +13,9 @@ step, whether the servers still keep them (:meth:`Invariants.check`), besides ev
 * a bucket whose update failed to apply on a server is stopped there, and its role told, until a
   snapshot replaced every shard that failed: its requests are refused ``STOPPED`` meanwhile;
 * a bucket's epoch in etcd, and each shard log's epoch on a server, only grow;
+* a copy never takes (acknowledges) a message of a primary older than one whose message it
+  already took, nor one older than its own epoch as the bucket's primary: a deposed primary's
+  late ``PREPARE`` or ``COMMIT`` (past the gate before the news) never lands;
 * no two servers acknowledged writes of one bucket in one epoch, and no update was acknowledged
   with two versions;
 * an update is acknowledged only once ``min_copies`` servers hold it (or took it and failed to
@@ -32,7 +35,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hogwild_plugins.ps.replication.bucket_role import Role
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
+from hogwild_plugins.ps.simulation.messages import Peer
 from hogwild_plugins.ps.simulation.server import SimServer
 
 __all__ = ["Broken", "Invariants"]
@@ -70,6 +75,8 @@ class Invariants:
         self.top_epoch: dict[int, int] = {}
         self.log_epochs: dict[tuple[int, int, int], int] = {}  # (server, incarnation, shard)
         self.ack_epochs: dict[tuple[int, int], int] = {}  # (bucket, epoch) -> server
+        # (server, incarnation, shard) -> the newest epoch of a primary's message it took
+        self.taken_epochs: dict[tuple[int, int, int], int] = {}
         self.checked: tuple = ()  # etcd's revision and the acknowledgements at the last check
         self.last_transitions: dict[int, tuple] = {}  # server -> its machines' last transitions
 
@@ -118,6 +125,25 @@ class Invariants:
                 )
         reads[shard].append((served, values))
         del reads[shard][:-4]
+
+    def answered(self, server: SimServer, m: Peer, answer: tuple[str, int]) -> None:
+        """Copy ``server`` answered primary's message ``m`` with ``answer``: a message taken
+        (``ACK``) is of no primary older than one it took a message from, nor than its own
+        epoch as the bucket's primary."""
+        if answer[0] != "ACK":
+            return
+        key = (server.me, server.incarnation, m.shard)
+        newest = self.taken_epochs.get(key, 0)
+        role = server.roles[m.bucket]
+        if role.role is Role.PRIMARY:
+            newest = max(newest, role.epoch)
+        if m.epoch < newest:
+            raise Broken(
+                f"server {server.me} took a {m.kind} of shard {m.shard} from the primary of "
+                f"epoch {m.epoch} (server {m.sender}) after the primary of epoch {newest}'s: "
+                "a deposed primary's message landed"
+            )
+        self.taken_epochs[key] = m.epoch
 
     def killed(self, index: int, server: SimServer) -> list:
         """Server ``index`` was killed (it is no longer among the world's servers): what it held

@@ -16,7 +16,14 @@ floats sum up, made checkable (applied twice, missing, more than its version say
 The replication thread is a generator: it yields wherever the real thread blocks (an etcd call,
 an exchange with the copies), and the world decides what happens before it goes on. The network
 thread's work (a client's update into the queue, a primary's message through the copy side) is
-one atomic step, as the real one holds the replication lock for it.
+one atomic step, as the real one holds the replication lock for it, except where the real thread
+lets the lock go: between a primary's message's gate and its content it reads the message's
+frames. The world may draw (``splits``) that this read lasts some of the replication thread's
+steps (a thread descheduled, a large snapshot): the message waits half taken (``reading``),
+the network thread takes nothing else meanwhile, and the content's step comes after the
+replication thread's steps (a record read, a campaign won, the prepared updates committed).
+Likewise a record's write and its read back are two etcd requests on the real thread: the
+world may draw that the read back is a step of its own (etcd may lose its keys in between).
 
 An application may fail (the world's ``fails``, drawn for each update a server applies: its
 own as primary, a commit as copy, what a new primary commits of its predecessor's prepares), as
@@ -28,8 +35,10 @@ replication thread's next turn, and a snapshot queued after the failure lifts th
 (:class:`~hogwild_plugins.ps.replication.bucket_role_events.StopLifted`). The update missing
 from the shard's values is kept in ``failed_writes`` for the invariants.
 
-A server may have a store (:class:`SimStore`: what its LMDB store keeps of the replication, the
-newest epoch of each bucket's record it saw, :mod:`~hogwild_plugins.ps.replication.marks`). The
+A server may have a store (:class:`~hogwild_plugins.ps.simulation.store.SimStore`: what its
+LMDB store keeps of the replication, the newest epoch of each bucket's record it saw,
+:mod:`~hogwild_plugins.ps.replication.marks`). The messages it sends and takes are
+:mod:`~hogwild_plugins.ps.simulation.messages`. The
 world keeps it across the server's kill and hands it to the restarted process, whose roles hear
 what it remembers (``Remembered``) before anything else.
 """
@@ -38,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.failover import MemberRecord
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
@@ -51,7 +59,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     StopLifted,
     Stopped,
 )
-from hogwild_plugins.ps.replication.commit_round import CommitRound, Phase
+from hogwild_plugins.ps.replication.commit_round import CommitRound
 from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
@@ -61,85 +69,16 @@ from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
+from hogwild_plugins.ps.simulation.messages import Exchange, Peer, Reading, SimWork
+from hogwild_plugins.ps.simulation.store import SimStore
 from hogwild_plugins.ps.stops import BucketStops
 
 from hogwild.net.wire import ErrorCode, WireError
 
-__all__ = ["Exchange", "Peer", "SimServer", "SimStore", "SimWork"]
+__all__ = ["SimServer"]
 
 MAX_BATCH = 8
 _UNLOCKED = contextlib.nullcontext()  # a step of the world is atomic: the copy side needs no lock
-
-
-@dataclass(slots=True)
-class SimWork:
-    """A client's update as a server's engine holds it: who sent it, its version once given."""
-
-    sender: int
-    seq: int
-    shard: int
-    version: int = 0
-
-
-@dataclass(slots=True)
-class Peer:
-    """A primary's message to a copy (``kind``: ``PREPARE``, ``COMMIT``, ``SNAPSHOT``,
-    ``CATCHUP``) and the header fields the copy's gate reads."""
-
-    kind: str
-    bucket: int
-    shard: int
-    epoch: int
-    lease: int
-    sender: int
-    version: int
-    item: tuple = ()  # PREPARE: (sender, seq, work); SNAPSHOT: (values, table)
-    log_epoch: int = 0  # CATCHUP: the epoch of the primary's committed state
-
-
-@dataclass
-class Exchange:
-    """Requests out to the copies, waiting: ``ok[i]`` once acknowledged, ``done[i]`` once
-    answered or given up on (the copy did not answer in time)."""
-
-    requests: list[tuple[int, Peer]]
-    ok: list[bool] = field(default_factory=list)
-    done: list[bool] = field(default_factory=list)
-    codes: list[str | None] = field(default_factory=list)  # each answer's code (None: none)
-
-    def __post_init__(self) -> None:
-        self.ok = [False] * len(self.requests)
-        self.done = [False] * len(self.requests)
-        self.codes = [None] * len(self.requests)
-
-    @property
-    def complete(self) -> bool:
-        return all(self.done)
-
-    def waiting_on(self) -> list[int]:
-        return sorted({dst for (dst, _), d in zip(self.requests, self.done, strict=True) if not d})
-
-    def give_up(self, server: int) -> None:
-        """``server`` did not answer in time: every request to it still out fails."""
-        for i, (dst, _) in enumerate(self.requests):
-            if dst == server:
-                self.done[i] = True
-
-
-class SimStore:
-    """A server's store as the replication uses it (its marks: bucket -> the newest epoch of a
-    record seen, its primary and lease); it outlives the process, as the LMDB file does."""
-
-    def __init__(self) -> None:
-        self.epochs: dict[int, tuple[int, int, int]] = {}
-
-    def marks(
-        self, n_buckets: int, n_servers: int | None = None
-    ) -> dict[int, tuple[int, int, int]]:
-        return dict(self.epochs)
-
-    def mark(self, marks: dict[int, tuple[int, int, int]]) -> None:
-        self.epochs.update(marks)
 
 
 class SimServer:
@@ -159,6 +98,10 @@ class SimServer:
         fails: ``fails(what)``: whether the application of ``what`` (an update, described)
             fails here (the world's seeded draw). None: none fails.
         store: The server's store, kept by the world across restarts. None: it has none.
+        splits: ``splits(what)``: how many of its replication thread's steps the network thread
+            takes to read a primary's message past its gate, or whether a record written is
+            read back in a step of its own (the world's seeded draw; 0: neither). None: every
+            message is taken, and every record written and read back, in one step.
     """
 
     def __init__(
@@ -175,6 +118,7 @@ class SimServer:
         settle: int,
         fails: Callable[[str], bool] | None = None,
         store: SimStore | None = None,
+        splits: Callable[[str], int] | None = None,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -201,7 +145,9 @@ class SimServer:
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
         self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
         self._works: dict[int, SimWork] = {}  # their versions, once admitted
-        self.fails = fails
+        self.fails, self.splits = fails, splits
+        self.reading: Reading | None = None  # a primary's message half taken: its frames read
+        self._read_steps = 0  # the replication thread's steps that read lasts (the world's draw)
         self.notes: list[str] = []  # what the server said since the world last took it
         self._stopping: list[int] = []  # stopped buckets whose roles have not heard yet
         self.stops = BucketStops(me, self._stopping.append, self.notes.append)
@@ -219,7 +165,7 @@ class SimServer:
     def __getstate__(self) -> dict:
         """A copy is taken only between steps, its thread waiting for news (a generator cannot
         be copied: a fresh one is parked at the same place)."""
-        if not self.at_top or self.waiting is not None:
+        if not self.at_top or self.waiting is not None or self.reading is not None:
             raise RuntimeError(f"server {self.me}: copied in the middle of a step")
         return {k: v for k, v in self.__dict__.items() if k != "thread"}
 
@@ -305,10 +251,32 @@ class SimServer:
         self.stops.stop(self.bucket_of[shard], shard, reason)
         return False
 
-    def handle_peer(self, m: Peer) -> tuple[str, int]:
+    def handle_peer(self, m: Peer, reply: Callable[[tuple[str, int]], None]) -> str:
         """A primary's message through the copy side (the executor's :func:`receive`, as the
-        real network thread runs it); the answer ``(ACK | code, version)``."""
-        return self._answer(run(receive(m, self)))
+        real network thread runs it); ``reply`` gets the answer ``(ACK | code, version)``, at
+        once or, when the world drew that its frames take a while to read, at the step that
+        takes its content (:meth:`step`). What happened, for the schedule."""
+        flow = receive(m, self)
+        try:
+            point = next(flow)
+        except StopIteration as end:
+            answer = self._answer(end.value)
+            reply(answer)
+            return f" -> {answer}"
+        self.reading = Reading(flow, reply, self._read_steps)
+        return f" -> past the gate; {point} (over {self._read_steps} of its thread's steps)"
+
+    def _take_content(self) -> str:
+        """The half-taken message's content step, its answer sent."""
+        reading, self.reading = self.reading, None
+        answer = self._answer(run(reading.flow))
+        reading.reply(answer)
+        return f"its network thread takes the message's content -> {answer}"
+
+    def outside_lock(self, m: Peer) -> Iterator[str]:
+        self._read_steps = self.splits(f"{m.kind} of shard {m.shard}") if self.splits else 0
+        if self._read_steps:
+            yield f"the network thread reads the {m.kind}'s frames"
 
     @staticmethod
     def _answer(action) -> tuple[str, int]:
@@ -391,6 +359,9 @@ class SimServer:
     def restoring_shard(shard: int) -> bool:
         return False  # a snapshot is applied in place
 
+    def applying_shard(self, shard: int) -> bool:
+        return self.commit_round.applying(shard)
+
     def await_snapshot(self, m: Peer, replaces: bool) -> Iterator[str]:
         yield from ()  # applied in place; a stop it replaced is lifted as the real copy's is
         if replaces and self.stops.replaced(m.bucket, m.shard):
@@ -402,6 +373,11 @@ class SimServer:
     # ------------------------------------------------------------------ replication thread
 
     def runnable(self) -> bool:
+        """Whether a step has something to do: a message half taken, or the replication
+        thread's work (:meth:`thread_runnable`)."""
+        return self.reading is not None or self.thread_runnable()
+
+    def thread_runnable(self) -> bool:
         """Whether the replication thread has something to do: an exchange answered, a step
         under way, client updates queued, or the map (or the clock) changed since it was read:
         the real thread reads the map when etcd's watch fires and once per poll."""
@@ -418,7 +394,14 @@ class SimServer:
         return (self.etcd.revision, self.etcd.wipes, self.now())
 
     def step(self) -> str:
-        """Run the replication thread to its next blocking point; what it blocked on."""
+        """Run the replication thread to its next blocking point (what it blocked on), or, once
+        the steps drawn for a half-taken message's read are done (or the thread has nothing to
+        do), take that message's content."""
+        reading = self.reading
+        if reading is not None and (reading.steps == 0 or not self.thread_runnable()):
+            return self._take_content()
+        if reading is not None:
+            reading.steps -= 1
         return next(self.thread)
 
     def _run(self) -> Iterator[str]:
@@ -477,6 +460,8 @@ class SimServer:
     def replace_record(self, action) -> Iterator[str]:
         yield f"{type(action).__name__} {action.bucket}"
         done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        if self.splits is not None and self.splits(f"sync/{action.bucket} read back"):
+            yield f"read sync/{action.bucket} back"  # a request of its own, as the real one's
         record = self.etcd.record(action.bucket)
         self.marks.saw(followed({action.bucket: record}, self.roles))  # before the role hears
         return done, record
@@ -637,9 +622,7 @@ class SimServer:
 
     def open_shards(self) -> set[int]:
         """The shards the commit round has applied here and not recorded yet."""
-        if self.commit_round.phase is not Phase.APPLYING:
-            return set()
-        return {self.commit_round.updates[i].shard for i in self.commit_round.accepted}
+        return {s for s in self.bucket_of if self.commit_round.applying(s)}
 
     def _sid(self, what: str) -> str:
         self.n_stimuli += 1

@@ -11,7 +11,11 @@ paused (SIGSTOP) or resumed, killed or restarted (on its store, if it has one: t
 of each bucket's record it saw outlives it), a lease expires early, etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
 application, from a generator of its own seeded by the seed, so that the choices a seed makes
-are the same with it or without it): the server stops the bucket, as the real one does.
+are the same with it or without it): the server stops the bucket, as the real one does. And a
+copy's network thread may take a while to read a primary's message past its gate (``split``:
+a rare draw per message, from a generator of its own too): its replication thread runs a few
+steps before the message's content is taken, and nothing else reaches that network thread
+meanwhile; and a record a server writes may be read back in a step of its own (the same draw).
 
 After every step the world asks its :class:`~hogwild_plugins.ps.simulation.invariants.Invariants`
 (:meth:`World.check`), which it feeds what its clients and faults see, whether the job's
@@ -32,12 +36,18 @@ from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
-from hogwild_plugins.ps.simulation.server import Exchange, Peer, SimServer, SimStore
+from hogwild_plugins.ps.simulation.messages import Exchange, Peer
+from hogwild_plugins.ps.simulation.server import SimServer
+from hogwild_plugins.ps.simulation.store import SimStore
 
 __all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
 
-FAULTS = frozenset({"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe", "fail"})
+FAULTS = frozenset(
+    {"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe", "fail", "split"}
+)
 FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thirty or so)
+SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
+SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
 _TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
 
@@ -80,6 +90,7 @@ class World:
         self.seed, self.config, self.faults = seed, config, frozenset(faults)
         self.rng = random.Random(seed)
         self.failures = random.Random(f"fail {seed}")  # draws whether an application fails
+        self.splits = random.Random(f"split {seed}")  # draws how long a message's read lasts
         self.time = 0
         self.etcd = SimEtcd(config.servers, len(config.bucket_shards))
         self.bucket_shards = {b: list(s) for b, s in enumerate(config.bucket_shards)}
@@ -97,6 +108,7 @@ class World:
         self.schedule: list[str] = []
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
+            "split_messages": 0,
         }  # fmt: skip
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
@@ -110,7 +122,7 @@ class World:
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
-            self._application_fails, self.stores.get(i),
+            self._application_fails, self.stores.get(i), self._split,
         )  # fmt: skip
         server.register()
         return server
@@ -129,6 +141,16 @@ class World:
         self.counts["faults"] += 1
         self.counts["failed_applications"] += 1
         return True
+
+    def _split(self, what: str) -> int:
+        """How many of its replication thread's steps a copy's network thread takes to read a
+        primary's message past the gate, or whether a record written is read back in a step of
+        its own (``what`` names which): 0 mostly; a draw, whichever it is."""
+        if "split" not in self.faults or self.splits.random() >= SPLIT_RATE:
+            return 0
+        self.counts["faults"] += 1
+        self.counts["split_messages"] += 1
+        return self.splits.randint(1, SPLIT_STEPS)
 
     def live(self) -> list[SimServer]:
         return [s for s in self.servers.values() if s is not None]
@@ -257,13 +279,14 @@ class World:
 
     def _to_paused(self, dst) -> bool:
         """Whether a message to ``dst`` (a server, a primary's exchange, a client) would wait
-        for a paused server."""
+        for a paused server, or for a network thread still reading a primary's message."""
         if isinstance(dst, tuple):
             if dst[0] != "server":
                 return False
-            dst = dst[1]
+            server = self.servers[dst[1]]
+            return server is not None and server.paused
         server = self.servers[dst]
-        return server is not None and server.paused
+        return server is not None and (server.paused or server.reading is not None)
 
     def _do(self, event: tuple) -> str:
         kind = event[0]
@@ -347,12 +370,18 @@ class World:
         if server.paused:
             self.network.append((dst, message))
             return " (waits: the server is paused)"
+        if server.reading is not None:
+            self.network.append((dst, message))
+            return " (waits: its network thread still reads a message)"
         if isinstance(body[0], Exchange):  # a primary's message to this copy
             exchange, index, peer = body
-            answer = server.handle_peer(peer)
-            reply = (dst, server.incarnation, (exchange, index, answer))
-            self.network.append((("server", src, incarnation), reply))
-            return f" -> {answer}"
+            to, me = ("server", src, incarnation), server.incarnation
+
+            def reply(answer: tuple[str, int]) -> None:
+                self.invariants.answered(server, peer, answer)
+                self.network.append((to, (dst, me, (exchange, index, answer))))
+
+            return server.handle_peer(peer, reply)
         if body[0] == "PULL":  # answered by the serving primary, from what it applied
             _, sender, shard, expected = body
             refused = server.refusal(shard, "PULL") or (
@@ -485,6 +514,7 @@ def run_seed(
         world = established(config)
         world.seed, world.faults, world.rng = seed, frozenset(faults), random.Random(seed)
         world.failures = random.Random(f"fail {seed}")
+        world.splits = random.Random(f"split {seed}")
     for _ in range(steps):
         world.step()
     world.check(full=True)

@@ -1,0 +1,112 @@
+"""The simulator's liveness check (plugins/ps/simulation/liveness.py): after a schedule's faults, a
+healed world serves every bucket again, or ends in an allowed outcome; and the seeds whose heal
+once broke a safety invariant or left a bucket unserved.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.simulation import Violation, run_seed
+from hogwild_plugins.ps.simulation.liveness import heal_and_check
+from hogwild_plugins.ps.simulation.world import established
+
+from tests.unit.simulation_support import PINNED_FAULTS, STEPS, primary_of, run_until_waiting, send
+
+# ------------------------------------------------------------------------------------ liveness
+# After the faults, a healed world must serve again (plugins/ps/simulation/liveness.py).
+
+# Seeds whose heal once broke a safety invariant: a server won a bucket keeping in ``in_sync`` a
+# copy away at the time (paused past its lease), which nobody had caught up. The new primary
+# prepared to it, and its log, left diverged by a deposed primary's round, took this epoch's
+# prepares as ones it already held: an update applied twice there (7154), or acknowledged while
+# missing from that in-sync copy (2841). The copy now counts as gone until it registers again.
+AWAY_COPY_SEEDS = (2841, 7154)
+
+
+@pytest.mark.parametrize("seed", AWAY_COPY_SEEDS)
+def test_a_copy_away_when_its_bucket_was_won_is_caught_up_before_it_takes_a_prepare(seed):
+    heal_and_check(run_seed(seed, STEPS, faults=PINNED_FAULTS))
+
+
+# A cold start whose etcd was wiped before any record: a server read the map (no record of a
+# bucket), and while it campaigned for another bucket its copy side read the first bucket's new
+# record; the older map read then looked like etcd's lost state, and that server would never
+# campaign for the bucket again.
+def test_a_map_read_older_than_a_refreshed_record_is_not_taken_for_a_lost_one():
+    heal_and_check(run_seed(830, STEPS, faults=PINNED_FAULTS))
+
+
+# Cold starts where a server's lease lapsed and it registered again saying ``seen`` before another
+# bucket had its first primary: with ``seen`` per job, that bucket never started. Per bucket (the
+# members key lists the buckets seen), it starts.
+LOST_FIRST_PRIMARY_SEEDS = (970, 1060)
+
+
+@pytest.mark.parametrize("seed", LOST_FIRST_PRIMARY_SEEDS)
+def test_a_bucket_whose_first_primary_was_never_chosen_starts_after_the_faults(seed):
+    heal_and_check(run_seed(seed, STEPS, faults=PINNED_FAULTS))
+
+
+def test_the_liveness_check_names_a_bucket_no_copy_takes_over(monkeypatch):
+    """A mutant whose copies never campaign for a dead primary's bucket: every safety invariant
+    holds, and only the liveness check sees the bucket stuck."""
+    monkeypatch.setattr(BucketRole, "_take", lambda self, record, members, lease: [])
+    world = established()
+    world.apply(("kill", primary_of(world, 0).me))
+    with pytest.raises(Violation) as caught:
+        heal_and_check(world)
+    assert "liveness: bucket 0 has primaries []" in str(caught.value).splitlines()[0]
+    assert "(the faults end: the world heals)" in str(caught.value)
+
+
+def test_a_healed_world_serves_every_bucket_with_its_copies_caught_up():
+    """The primary killed with an update on its way, a copy paused: healed, the bucket has a new
+    primary, the restarted server is caught up, and the update is acknowledged once."""
+    world = established()
+    client = world.clients[0]
+    client.outstanding, client.seq = (1, 0), 1
+    send(world)
+    primary = primary_of(world, 0)
+    run_until_waiting(world, primary, "PREPARE")
+    epoch = world.etcd.record(0).epoch
+    world.apply(("kill", primary.me))
+    world.apply(("pause", next(s.me for s in world.live())))
+    heal_and_check(world)
+    assert client.outstanding is None and list(client.ledger) == [(100, 1)]
+    record = world.etcd.record(0)  # (taken over, then handed back to the restarted process)
+    assert record.epoch > epoch and sorted(record.in_sync) == [0, 1, 2]
+    assert all(s.values[0].count((100, 1)) == 1 for s in world.live())
+
+
+def test_a_bucket_whose_every_holder_died_is_served_by_nobody_after_the_heal():
+    """Every server killed: the restarted processes hold nothing, and a memory-only store lost
+    the buckets; the allowed outcome is that none of them starts a bucket afresh."""
+    world = established()
+    for i in range(world.config.servers):
+        world.apply(("kill", i))
+    heal_and_check(world)
+    assert not any(s.roles[b].serving for s in world.live() for b in world.bucket_shards)
+
+
+def test_a_bucket_stopped_on_its_primary_with_no_caught_up_copy_stays_stopped_after_the_heal():
+    """Seed 164: a new primary's commit of its predecessor's prepares failed to apply before
+    any copy was caught up in its epoch; it stepped down keeping its record (no copy may
+    campaign while its lease lives). The allowed outcome, pinned: after the heal that server
+    still refuses the bucket STOPPED, nobody serves it, and its clients still wait."""
+    world = run_seed(164, STEPS, faults=PINNED_FAULTS)
+    heal_and_check(world)
+    record = world.etcd.record(1)
+    named = world.servers[record.primary]
+    assert named.roles[1].stopped and named.roles[1].role is not Role.PRIMARY
+    assert [named.refusal(s, "PUSH") for s in world.bucket_shards[1]] == ["STOPPED"] * 2
+    assert not any(s.roles[1].serving for s in world.live())
+    assert any(c.outstanding and world.bucket_of[c.outstanding[1]] == 1 for c in world.clients)
+
+
+def test_a_copy_a_dead_primarys_last_snapshot_reaches_after_the_faults_takes_the_bucket():
+    """Seed 15033 at 200 steps: when the faults end, the bucket's primary has just been killed
+    and no live server counts as holding its state, but the snapshot it sent a copy is still in
+    flight; delivered during the heal, it makes that copy current, and the copy takes the
+    bucket (every safety invariant holds throughout)."""
+    heal_and_check(run_seed(15_033, 200, faults=PINNED_FAULTS))
