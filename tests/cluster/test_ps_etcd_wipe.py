@@ -18,9 +18,7 @@ from hogwild_plugins.ps.serving.launch import ServeProcess
 from tests.cluster.test_ps_failover import JOB, N_PARAMS, Trio, wait_in_sync
 from tests.cluster.test_ps_persistence import flushed_state
 
-# alone: under a neighbour's load (a second job beside it), a live server was seen not to write
-# its key again within 30 s after the delete in 2 runs of 7; not understood yet (the closing note)
-pytestmark = [pytest.mark.ps_kernels, pytest.mark.alone]
+pytestmark = pytest.mark.ps_kernels
 
 
 class StoredTrio(Trio):
