@@ -12,7 +12,8 @@ etcd the driver starts, and a driver that restarts whatever dies. In one run of 
    servers, 5 replicas, 3 data servers; the first is a server. Each kill waits until updates
    flow (every shard's version went up since: not while the driver evaluates between epochs, or
    while the replicas are down), so that every failover is measured on a job that pushes
-   (``--quick``: its first victim goes at once, its job may be over in seconds). A
+   (``--quick``: its first victim goes at once, its job may be over in seconds, and each
+   next victim waits until the last one serves again). A
    server victim is the primary of a random bucket holding shards, as etcd names it just before
    the kill, and is killed only once every such bucket has a live primary and another live
    in-sync copy (the promise needs a survivor). The waits are reported. The driver restarts
@@ -189,10 +190,15 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
     # after a pause and the updates' flow, so one of every kind its test checks is killed.
     first = args.quick
     next_at = time.monotonic() + (0.0 if first else args.kill_every_s * rng.uniform(0.5, 1.5))
+    awaited = None  # quick: the last victim and the restart counts before its kill
     while kind is not None and going():
         if time.monotonic() < next_at:
             time.sleep(0.05)
             continue
+        if awaited is not None:
+            if not _back(run, *awaited, alive=going):
+                break  # the job ended (or the victim never came back) first
+            awaited = None
         flowing_s, flowing = (0.0, True) if first else watch.wait_flowing(STALL_S, alive=going)
         copies_s, seen = None, None
         if flowing and kind == "ps":
@@ -207,6 +213,7 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
                 "map": watch.buckets(),
                 "servers": watch.snapshot(),
             }
+        restarted = _restarts(run)  # before the kill: its victim's restart comes after
         event = _kill_ps(run, watch, rng, seen) if kind == "ps" else _kill_role(run, kind, rng)
         if event is not None:  # else: no live victim now, try again soon
             event["since_start_s"] = round(event["at"] - started, 3)
@@ -214,6 +221,7 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
             if copies_s is not None:
                 event["waited_for_copies_s"] = round(copies_s, 3)
             kills.append(event)
+            awaited = (event["role"], restarted) if args.quick else None
             first = False
             held = f", primary of buckets {sorted(event['buckets'])}" if kind == "ps" else ""
             _log(f"killed {event['role']} (pid {event['pid']}){held}")
@@ -221,6 +229,32 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
         pause = args.kill_every_s * rng.uniform(0.5, 1.5) if event is not None else 0.2
         next_at = time.monotonic() + pause
     return kills, None
+
+
+def _restarts(run: ClusterRun) -> dict[str, int]:
+    """How many times the driver has restarted each role so far (its restart records, written
+    once a restarted role serves)."""
+    counts: dict[str, int] = {}
+    for record in run.records():
+        if record.get("event") == "restart":
+            counts[record["role"]] = counts.get(record["role"], 0) + 1
+    return counts
+
+
+def _back(run: ClusterRun, role: str, before: dict[str, int], alive) -> bool:
+    """Whether ``role`` serves again: a restart record of it more than ``before`` (the counts
+    just before it was killed). Waited for while ``alive()``, at most ``STALL_S``.
+
+    The quick run kills its next victim only then: a role killed while another restarts can
+    fail that restart (a replica starting while the data server is down gives up and is
+    started again, over and over while the data server's own restart is slow), and the quick
+    run checks that each kind of kill is survived, not how restarts pile up."""
+    deadline = time.monotonic() + STALL_S
+    while alive() and time.monotonic() < deadline:
+        if _restarts(run).get(role, 0) > before.get(role, 0):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _victims(rng: random.Random, quick: bool):
