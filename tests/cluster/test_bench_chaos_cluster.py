@@ -20,11 +20,11 @@ import pytest
 
 from tests.bench_runs import run_bench, small_mnist
 
-# alone, though its leak counts are its own: beside the cluster tests' kill tests (two cores at
-# load 5) its ledger phase failed twice of two (after the second kill no live primary for a
-# bucket within the client's wait: the fixed 2 s leases and re-election starved of CPU)
-pytestmark = pytest.mark.alone
-
+# Not alone: its leak counts are its own, and it shares the machine. Its quick job kills its
+# next victim only once the last one serves again (no restart storm: a replica restarted 11
+# times while the data server's restart was slow); 36 ledger kills at loads 9 to 33, and the
+# whole test beside the cluster kill tests (test_ps_failover.py, the killed-role tests) at
+# loads 19 to 42, all passed.
 LEAK_KINDS = ("segments", "processes", "ports")
 RUNS = ("chaos", "fault_free", "copies_1", "ledger")
 

@@ -23,10 +23,11 @@ import pytest
 
 from tests.hosts import harness
 
-# alone, though its leak counts are the run's own: on two cores at load 5 the ledger's copies
-# failed to come back to three (or catch up) after the last fault in two runs of four, once
-# beside the chaos quick-run and once with no other test (both machines' load, not its counts)
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+# Not alone: its leak counts are the run's own, and its waits for a ready map (a primary and
+# copies per bucket, pushes acknowledged) scale with its ledger servers' measured start (a
+# fixed 90 s expired under load before the first fault, and the run then failed on an empty
+# event list); it passed beside the chaos quick-run and other engineers' suites at loads 20 to 42.
+pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
