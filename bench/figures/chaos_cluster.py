@@ -33,8 +33,8 @@ etcd the driver starts, and a driver that restarts whatever dies. In one run of 
 After every run, what it left behind (:mod:`bench.support.leaks`): segments, processes, ports.
 
 Run: ``python bench/figures/chaos_cluster.py --out bench/results/chaos_cluster.json`` (``--quick``:
-a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1, a kill of
-each kind, 2 ledger kills).
+a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1 of 2,000, a
+kill of each kind, 2 ledger kills).
 It prints one JSON line; progress goes to stderr.
 """
 
@@ -88,6 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.subset = 6000 if args.quick else 0
+    args.yardstick_subset = 2000 if args.quick else 0  # quick: the record's shape, not a figure
     args.bound_s = 240.0 if args.quick else 3600.0
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
     return args
@@ -97,14 +98,14 @@ def _log(text: str) -> None:
     print(f"chaos_cluster: {text}", file=sys.stderr, flush=True)
 
 
-def job_args(args, copies: int, epochs: int | None = None) -> list[str]:
-    """``hogwild cluster``'s arguments (run directory and metrics added per run); ``epochs``:
-    other than ``--epochs``."""
+def job_args(args, copies: int, epochs: int | None = None, subset: int = 0) -> list[str]:
+    """``hogwild cluster``'s arguments (run directory and metrics added per run); ``epochs``,
+    ``subset``: other than ``--epochs`` and the run's subset."""
     out = ["cluster", "--data", args.data, *JOB_ARGS, *PAPER_JOB, f"--cluster.copies={copies}"]
     if epochs or args.epochs:
         out += ["--epochs", str(epochs or args.epochs)]
-    if args.subset:
-        out += [f"--train.subset={args.subset}"]
+    if subset or args.subset:
+        out += [f"--train.subset={subset or args.subset}"]
     return [*out, "--no-progress"]
 
 
@@ -113,10 +114,12 @@ def job_args(args, copies: int, epochs: int | None = None) -> list[str]:
 
 def run_job(args, folder: Path, name: str, copies: int, rng: random.Random | None) -> dict:
     """The job once (with chaos when ``rng`` is given); its figures."""
-    # the quick run's yardsticks train one epoch: their figures are the record's shape there,
-    # while the chaos run needs its epochs to last through every kind of kill
-    epochs = 1 if args.quick and rng is None else None
-    command = job_args(args, copies, epochs)
+    # the quick run's yardsticks train one epoch of a third of the examples: their figures are
+    # the record's shape there, while the chaos run needs its epochs to last through every kind
+    # of kill
+    yardstick = args.quick and rng is None
+    subset = args.yardstick_subset if yardstick else 0
+    command = job_args(args, copies, 1 if yardstick else None, subset)
     _log(f"{name}: hogwild {shlex.join(command)}")
     run = ClusterRun(command, folder, name)
     watch, kills, stuck = None, [], None
@@ -369,6 +372,7 @@ def measure(args) -> dict:
             "seed": args.seed,
             "quick": args.quick,
             "subset": args.subset,
+            "yardstick_subset": args.yardstick_subset or args.subset,
             "data": args.data,
         },
         "machine": describe_machine(),
