@@ -48,8 +48,9 @@ the sweep's runs train at the paper job's learning rate divided by their example
 can learn.
 
 Run: ``python bench/figures/adam_fig10_partitions.py --out bench/results/fig10.json --plot
-bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples).
-It prints one JSON line.
+bench/results/fig10.png`` (``--quick`` for a tiny smoke run: two small sizes, few examples;
+a size's 1-partition row is its control's first run, the same command, launched once:
+``settings.one_partition_is_a_control_run``). It prints one JSON line.
 """
 
 from __future__ import annotations
@@ -199,9 +200,13 @@ def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
     """The size's rows; its 2-partition run's summary goes into ``partitioned_runs`` under
     (factor, examples in flight)."""
     connections, crossing = plan_of(factor, 2)
-    one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
     seeds = [["--workers", "1", "--seed", str(s)] for s in (1, 2)]
-    control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+    if args.quick:  # the 1-partition run is the control's first (the same command: seed 1)
+        control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+        one = control[0]
+    else:
+        one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
+        control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
     two = run_jobs(
         args,
         [_train_command(args, factor, partitioned(args, args.in_flight))],
@@ -477,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             "wide_units": args.wide_units,
             "sweep_factor": args.sweep_factor,
             "quick": args.quick,
+            "one_partition_is_a_control_run": args.quick,
             "data": args.data,
         },
         "machine": describe_machine(),

@@ -12,7 +12,8 @@ etcd the driver starts, and a driver that restarts whatever dies. In one run of 
    servers, 5 replicas, 3 data servers; the first is a server. Each kill waits until updates
    flow (every shard's version went up since: not while the driver evaluates between epochs, or
    while the replicas are down), so that every failover is measured on a job that pushes
-   (``--quick``: its first victim goes at once, its job may be over in seconds). A
+   (``--quick``: its first victim goes at once, its job may be over in seconds, and each
+   next victim waits until the last one serves again). A
    server victim is the primary of a random bucket holding shards, as etcd names it just before
    the kill, and is killed only once every such bucket has a live primary and another live
    in-sync copy (the promise needs a survivor). The waits are reported. The driver restarts
@@ -32,8 +33,8 @@ etcd the driver starts, and a driver that restarts whatever dies. In one run of 
 After every run, what it left behind (:mod:`bench.support.leaks`): segments, processes, ports.
 
 Run: ``python bench/figures/chaos_cluster.py --out bench/results/chaos_cluster.json`` (``--quick``:
-a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1, a kill of
-each kind, 2 ledger kills).
+a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1 of 2,000, a
+kill of each kind, 2 ledger kills).
 It prints one JSON line; progress goes to stderr.
 """
 
@@ -87,6 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.subset = 6000 if args.quick else 0
+    args.yardstick_subset = 2000 if args.quick else 0  # quick: the record's shape, not a figure
     args.bound_s = 240.0 if args.quick else 3600.0
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
     return args
@@ -96,14 +98,14 @@ def _log(text: str) -> None:
     print(f"chaos_cluster: {text}", file=sys.stderr, flush=True)
 
 
-def job_args(args, copies: int, epochs: int | None = None) -> list[str]:
-    """``hogwild cluster``'s arguments (run directory and metrics added per run); ``epochs``:
-    other than ``--epochs``."""
+def job_args(args, copies: int, epochs: int | None = None, subset: int = 0) -> list[str]:
+    """``hogwild cluster``'s arguments (run directory and metrics added per run); ``epochs``,
+    ``subset``: other than ``--epochs`` and the run's subset."""
     out = ["cluster", "--data", args.data, *JOB_ARGS, *PAPER_JOB, f"--cluster.copies={copies}"]
     if epochs or args.epochs:
         out += ["--epochs", str(epochs or args.epochs)]
-    if args.subset:
-        out += [f"--train.subset={args.subset}"]
+    if subset or args.subset:
+        out += [f"--train.subset={subset or args.subset}"]
     return [*out, "--no-progress"]
 
 
@@ -112,10 +114,12 @@ def job_args(args, copies: int, epochs: int | None = None) -> list[str]:
 
 def run_job(args, folder: Path, name: str, copies: int, rng: random.Random | None) -> dict:
     """The job once (with chaos when ``rng`` is given); its figures."""
-    # the quick run's yardsticks train one epoch: their figures are the record's shape there,
-    # while the chaos run needs its epochs to last through every kind of kill
-    epochs = 1 if args.quick and rng is None else None
-    command = job_args(args, copies, epochs)
+    # the quick run's yardsticks train one epoch of a third of the examples: their figures are
+    # the record's shape there, while the chaos run needs its epochs to last through every kind
+    # of kill
+    yardstick = args.quick and rng is None
+    subset = args.yardstick_subset if yardstick else 0
+    command = job_args(args, copies, 1 if yardstick else None, subset)
     _log(f"{name}: hogwild {shlex.join(command)}")
     run = ClusterRun(command, folder, name)
     watch, kills, stuck = None, [], None
@@ -189,10 +193,15 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
     # after a pause and the updates' flow, so one of every kind its test checks is killed.
     first = args.quick
     next_at = time.monotonic() + (0.0 if first else args.kill_every_s * rng.uniform(0.5, 1.5))
+    awaited = None  # quick: the last victim and the restart counts before its kill
     while kind is not None and going():
         if time.monotonic() < next_at:
             time.sleep(0.05)
             continue
+        if awaited is not None:
+            if not _back(run, *awaited, alive=going):
+                break  # the job ended (or the victim never came back) first
+            awaited = None
         flowing_s, flowing = (0.0, True) if first else watch.wait_flowing(STALL_S, alive=going)
         copies_s, seen = None, None
         if flowing and kind == "ps":
@@ -207,6 +216,7 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
                 "map": watch.buckets(),
                 "servers": watch.snapshot(),
             }
+        restarted = _restarts(run)  # before the kill: its victim's restart comes after
         event = _kill_ps(run, watch, rng, seen) if kind == "ps" else _kill_role(run, kind, rng)
         if event is not None:  # else: no live victim now, try again soon
             event["since_start_s"] = round(event["at"] - started, 3)
@@ -214,6 +224,7 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
             if copies_s is not None:
                 event["waited_for_copies_s"] = round(copies_s, 3)
             kills.append(event)
+            awaited = (event["role"], restarted) if args.quick else None
             first = False
             held = f", primary of buckets {sorted(event['buckets'])}" if kind == "ps" else ""
             _log(f"killed {event['role']} (pid {event['pid']}){held}")
@@ -221,6 +232,32 @@ def chaos(run: ClusterRun, watch: ServerWatch, rng: random.Random, args, epochs:
         pause = args.kill_every_s * rng.uniform(0.5, 1.5) if event is not None else 0.2
         next_at = time.monotonic() + pause
     return kills, None
+
+
+def _restarts(run: ClusterRun) -> dict[str, int]:
+    """How many times the driver has restarted each role so far (its restart records, written
+    once a restarted role serves)."""
+    counts: dict[str, int] = {}
+    for record in run.records():
+        if record.get("event") == "restart":
+            counts[record["role"]] = counts.get(record["role"], 0) + 1
+    return counts
+
+
+def _back(run: ClusterRun, role: str, before: dict[str, int], alive) -> bool:
+    """Whether ``role`` serves again: a restart record of it more than ``before`` (the counts
+    just before it was killed). Waited for while ``alive()``, at most ``STALL_S``.
+
+    The quick run kills its next victim only then: a role killed while another restarts can
+    fail that restart (a replica starting while the data server is down gives up and is
+    started again, over and over while the data server's own restart is slow), and the quick
+    run checks that each kind of kill is survived, not how restarts pile up."""
+    deadline = time.monotonic() + STALL_S
+    while alive() and time.monotonic() < deadline:
+        if _restarts(run).get(role, 0) > before.get(role, 0):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _victims(rng: random.Random, quick: bool):
@@ -335,6 +372,7 @@ def measure(args) -> dict:
             "seed": args.seed,
             "quick": args.quick,
             "subset": args.subset,
+            "yardstick_subset": args.yardstick_subset or args.subset,
             "data": args.data,
         },
         "machine": describe_machine(),

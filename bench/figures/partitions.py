@@ -83,7 +83,7 @@ LEASE_S = 2
 LEDGER_JOB = "ledger"  # the ledger servers' job name in etcd (the training job's differs)
 SETTLE_S = 3.0
 READY_WITHIN_S = 120.0
-STALL_S = 90.0  # no map with a primary and a copy per bucket for this long: stuck
+STALL_S = 90.0  # no ready map for this long (or twice the servers' measured start): stuck
 TARGETS = {"acknowledged_lost": 0, "applied_twice": 0, "faults": 100, "failover_max_s": 3.0,
            "accuracy_points": 0.3}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,6 +183,7 @@ class Cluster:
         self.seen: dict[int, psutil.Process] = {}  # every process of the run, kept as seen
         self.servers: dict[int, subprocess.Popen] = {}
         self.job: ClusterRun | None = None  # the training job under the faults
+        self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
                        capture_output=True, timeout=60)  # fmt: skip
@@ -193,10 +194,12 @@ class Cluster:
     def start_ledger(self, seed: int) -> None:
         """The ledger servers on hosts 1 to 3, the ledger client on host 4."""
         hosts, folder = self.hosts, self.folder
+        started = time.monotonic()
         for h in SERVER_HOSTS:
             self.start_server(h)
         for h in SERVER_HOSTS:
             wait_listening(hosts, h, hosts.address(h), PS_PORT, within_s=READY_WITHIN_S)
+        self.servers_start_s = time.monotonic() - started
         self.client_dir = folder / "client"
         self.client_dir.mkdir()
         argv = [sys.executable, "-m", "bench.support.ledger_client", "--servers",
@@ -259,12 +262,18 @@ class Cluster:
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
+    def ready_within_s(self) -> float:
+        """How long a wait for a ready map may last before the run is stuck: ``STALL_S``, or
+        twice what the ledger servers took to start in this run if more (a server a fault
+        restarts starts as slowly, then catches up; on a loaded machine a start took 75 s)."""
+        return max(STALL_S, 2 * self.servers_start_s)
+
     def wait_ready(self, since: float, least: int = 2) -> dict | None:
         """The first map read after ``since`` in which every bucket has a live primary and
         ``least`` in-sync copies and a push was acknowledged after ``since`` (so that each
         fault starts on updates that flow, and a gap is the fault's own); None after
-        ``STALL_S``, or once the client died."""
-        deadline = time.monotonic() + STALL_S
+        :meth:`ready_within_s`, or once the client died."""
+        deadline = time.monotonic() + self.ready_within_s()
         while time.monotonic() < deadline and self.client.poll() is None:
             seen = self.read_map()
             if (
@@ -395,7 +404,8 @@ def measure(args) -> dict:
                 if seen is None:
                     problems.append(
                         f"stuck before fault {len(events) + 1} ({kind}): no map with a primary "
-                        f"and a copy per bucket and updates flowing in {STALL_S:.0f} s"
+                        "and a copy per bucket and updates flowing in "
+                        f"{cluster.ready_within_s():.0f} s"
                     )
                     break
                 event = inject(cluster, kind, rng, args, seen)
@@ -410,7 +420,7 @@ def measure(args) -> dict:
                 problems.append("the copies did not come back to three after the last fault")
             (cluster.client_dir / "stop").touch()
             try:
-                cluster.client.wait(STALL_S + 60)
+                cluster.client.wait(cluster.ready_within_s() + 60)
             except subprocess.TimeoutExpired:
                 problems.append("the ledger client did not finish")
             try:
@@ -426,7 +436,7 @@ def measure(args) -> dict:
         leaked = check.count(processes, set())
         leaked["namespaces"] = sum(n.startswith(tag) for n in harness.namespaces())
     acks = result.get("acks", [])
-    for e, following in zip(events, [*events[1:], None], strict=True):
+    for e, following in zip(events, [*events[1:], None][: len(events)], strict=True):
         end = e["until"] + SETTLE_S
         if following is not None:  # a gap the next fault opened is that fault's
             end = min(end, following["at"])

@@ -23,10 +23,12 @@ import pytest
 
 from tests.hosts import harness
 
-# alone, though its leak counts are the run's own: on two cores at load 5 the ledger's copies
-# failed to come back to three (or catch up) after the last fault in two runs of four, once
-# beside the chaos quick-run and once with no other test (both machines' load, not its counts)
-pytestmark = [pytest.mark.slow, pytest.mark.alone]
+# Not alone: its leak counts are the run's own, and its waits for a ready map (a primary and
+# copies per bucket, pushes acknowledged) scale with its ledger servers' measured start (a
+# fixed 90 s expired under load before the first fault, and the run then failed on an empty
+# event list); it passed 10 times of 10 beside the chaos quick-run and other suites at loads 19
+# to 39.
+pytestmark = [pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
@@ -38,9 +40,10 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     skip_without_namespaces()
     before = set(harness.namespaces())
     out = tmp_path / "partitions.json"
+    # the timeout bounds a hang: the run's own waits scale with its servers' measured start
     done = subprocess.run(
         [sys.executable, "bench/figures/partitions.py", "--quick", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=400,
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout.strip().splitlines()[-1])

@@ -4,7 +4,8 @@ and plot, not speed.
 The quick run trains two small sizes of the MNIST model with 1 and 2 partitions and the control
 (two independent processes), the tiny wide fully connected model with 2 partitions and with 2
 replicas through one parameter server; its sweep of examples in flight is 1, the size rows' own,
-whose run it takes from the first size's row. Checks:
+whose run it takes from the first size's row, and a size's 1-partition row is its control's
+first run (the same command). Checks:
 every field is present, rates are positive, the connections grow with the size, the bytes
 crossing are the plan's, the ratios are the rows' quotients, and the wide runs report their
 accuracies and seconds to the common accuracy, and every row and sweep entry says whether its
@@ -49,6 +50,10 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
         )
         floor = record["learned_floor"]
         assert row["learned"] == (min(row["test_accuracy"], row["control_test_accuracy"]) >= floor)
+    # --quick: a size's 1-partition run is the first of its control's two, launched once
+    assert record["settings"]["one_partition_is_a_control_run"] is True
+    for row in (r for r in rows if r["partitions"] == 1):
+        assert 0 < row["examples_per_s"] < row["control_examples_per_s"]
     default = plan_partitions(model_network(load_config().model), 2)
     two = {r["factor"]: r for r in rows if r["partitions"] == 2}
     assert two[1]["connections"] == default.network.connections < two[2]["connections"]

@@ -1,7 +1,7 @@
 """``bench/figures/adam_fig9_ps.py`` (Adam Fig. 9): a tiny run end to end, its JSON line and its
 plot.
 
-The tiny run (0.2 s per measurement, one round, no peers) checks the shape and the sanity of the
+The tiny run (0.1 s per measurement, one round, no peers) checks the shape and the sanity of the
 record, not the speed: every API and transport has a row for every server core count, the pulls
 are measured both ways, every loopback row carries the server's CPU time per request and how it
 received (the default decides by its cores), and the ratios are computed from the rows they
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
     pytest.importorskip("matplotlib")
     out, plot = tmp_path / "ps.json", tmp_path / "fig9.png"
-    command = [sys.executable, "bench/figures/adam_fig9_ps.py", "--seconds", "0.2"]
+    command = [sys.executable, "bench/figures/adam_fig9_ps.py", "--seconds", "0.1"]
     command += ["--repeats", "1", "--no-peers", "--out", str(out), "--plot", str(plot)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

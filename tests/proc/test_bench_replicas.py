@@ -4,7 +4,8 @@ plot, not speed.
 The quick run trains a tiny budget through ``hogwild cluster`` (2 replicas, one server; the
 quick run's default adds 1 replica, running the same code), as independent ``hogwild train``
 processes, races ours and the PyTorch RPC peer for a few seconds (the Ray peer's start-up alone
-would take most of the time budget; it is run by the full benchmark), and draws Fig. 11.
+would take most of the time budget; it is run by the full benchmark), and draws Fig. 11. Its
+race is the row of 2 replicas through the server (the same one-epoch job, launched once).
 Checks: every field is present, rates are positive, accuracies lie in [0, 1], the target ratios
 are the rows' quotients (at the job's cadence and at an extra one, ``--cadences``), and a racer
 that missed the target reports null with its best accuracy.
@@ -77,6 +78,9 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     _sane_race(record["ours_race_evaluating_beside"])
     assert record["seconds_to_target"] == record["ours_race"]["seconds_to_target"]
     assert record["settings"]["race_repeats"] == 1  # --quick
+    # --quick's race is the row of 2 replicas through the server: one launch, not two
+    assert record["settings"]["race_is_a_row"] is True
+    assert rate[(2, True, None)] == record["ours_race"]["examples_per_s"]
     for entry in (record["ours_race"], record["peers"]["torch_rpc"]):
         assert entry["runs_seconds_to_target"] == [entry["seconds_to_target"]]
     race = record["race_targets"]
