@@ -36,7 +36,7 @@ import numpy as np
 from hogwild.data.labels import check_labels
 from hogwild.errors import DataError
 from hogwild.net.address import parse_address
-from hogwild.net.channel import Peers, PeerUnreachableError, ProtocolError, Request
+from hogwild.net.channel import Cancelled, Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import MAX_ARRAY_BYTES, DType, ErrorCode, Header, MsgType
 
 __all__ = ["REQUEST_BYTES", "RemoteReader", "describe_server", "describe_servers"]
@@ -252,6 +252,8 @@ class RemoteReader:
         return out[:n], labels_out[:n]
 
     def _read(self, idx: np.ndarray, rows: np.ndarray, labels: np.ndarray, epoch: int) -> None:
+        if self._cancelled:  # before any probe of a server left out, which waits for its answer
+            raise Cancelled(f"the {self.split} reader was cancelled: its owner is stopping")
         failures = []
         for server in self._turn():
             try:

@@ -91,6 +91,24 @@ def test_an_in_sync_write_read_back_as_another_history_is_the_records_loss():
     assert roles[primary].role is Role.DEPOSED and roles[primary].record_lost
 
 
+def test_an_in_sync_write_read_back_as_a_newer_primarys_record_deposes_the_primary():
+    """The write went through; before it was read back another server won the bucket (this
+    one's lease lapsed meanwhile): the role follows the newer record, it does not hold it."""
+    roles, keys, primary = established()
+    copy = next(s for s in roles if s != primary)
+    [drop] = step(roles[primary], CopyUnreachable, copy)
+    assert keys.transact(drop)
+    written = keys.read()
+    newer = BucketRecord(
+        epoch=written.epoch + 1, primary=copy, lease=LEASE[copy], in_sync=(copy,),
+        revision=written.revision + 1,
+    )  # fmt: skip
+    assert step(roles[primary], InSyncWritten, True, newer) == []
+    role = roles[primary]
+    assert role.role is Role.DEPOSED and not role.serving and not role.record_lost
+    assert role.record == newer
+
+
 def test_a_copy_lost_while_a_write_is_under_way_is_removed_by_the_next_write():
     keys, members = SyncKeys(), live(range(3))
     role = first_primary(members, keys)

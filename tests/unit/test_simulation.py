@@ -163,11 +163,11 @@ def test_the_incremental_check_finds_each_violation_at_the_step_the_full_check_d
     forgot the copy a message reaches fails here for three of these mutants)."""
     monkeypatch.setattr(SimServer, *MUTANTS[mutant]())
     found = 0
-    for seed in range(40):
+    for seed in range(60):
         incremental = first_violation(seed, full=False)
         assert incremental == first_violation(seed, full=True), seed
         found += incremental is not None
-    assert found >= 8  # a bug the invariants see on many schedules (9 to 33 of the 40 now)
+    assert found >= 10  # the mutant is a bug the invariants see on many schedules
 
 
 def plain_offers(world: World) -> tuple[list[float], list[tuple]]:

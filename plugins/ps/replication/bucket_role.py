@@ -517,6 +517,8 @@ class BucketRole:
             # written, then gone before it was read back (etcd lost the job's keys), or another
             # history's since: the loss a map read would find
             return self._lose_record()
+        if record.primary != self.me or record.epoch != self.record.epoch:
+            return self._step_down(record)  # a newer primary won between the write and the read
         self.record = record
         self.behind -= set(record.in_sync)
         self.dropping &= set(record.in_sync)
