@@ -29,15 +29,22 @@ reached ``--learned-floor`` (``learned_floor`` in the JSON). ``largest_efficient
 control) of at least 100 million connections did not learn (``targets.not_learned`` lists them).
 
 **The wide model** (``--wide-epochs`` > 0): a fully connected 784-4096-4096-10 model
-(``--wide-units``) trained for ``--wide-epochs`` epochs of ``--wide-examples`` examples, by 2
-partitions (``hogwild train --partitions 2``) and by 2 data-parallel replicas through one
-parameter server (``hogwild cluster --replicas 2 --workers-per-replica 1 --ps 1``): ``wide``
-gives each one's examples/s, its test accuracy per epoch, and the training seconds to the first
-epoch end at the accuracy both reach (``seconds_to_common_accuracy``; the target: 2 partitions
-faster). The accuracy is known at epoch ends only: a run already above the common accuracy there
-got to it some time before (``upper_bound``), and ``partitions_faster`` is null when that leaves
-the answer open (with one epoch, the common accuracy is the lower final one and the other run's
-time is always such a bound: give several epochs).
+(``--wide-units``) trained by 2 partitions (``hogwild train --partitions 2``) and by 2
+data-parallel replicas through one parameter server
+(``hogwild cluster --replicas 2 --workers-per-replica 1 --ps 1``), each for ``--wide-epochs``
+short epochs over the same ``--wide-examples`` examples, at a
+constant learning rate, so the epochs are evaluation points (and a reshuffle) and nothing else: each
+run's test accuracy after every epoch gives its learning curve (``curve``: the examples and the
+training seconds so far, evaluation and start-up excluded, and the accuracy there). The *common
+accuracy* is the lower of the two runs' best; ``seconds_to_common_accuracy`` is the training seconds
+at a run's first point at or above it, and ``below_common_accuracy_at_s`` those at its point before
+(it crossed in between; 0.0 for the first point). ``partitions_faster`` (the target) is true when
+the partitions had the common accuracy at a point before the replicas' last point below it, false
+the other way round, and null when the two intervals overlap: run more, shorter epochs. The
+replicas' driver evaluates between epochs while they wait (``cluster.evaluate=between``), not beside
+their training, as the partitioned job's leader does; both pull or gather the model for it outside
+the training seconds. What starting an epoch costs each contender (portions handed out, examples
+loaded) is inside them, so very many, very short epochs would charge it more often.
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
 ``train.in_flight`` of the list (the run of a size's row, where it is the same, is not made
@@ -101,8 +108,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="bound on one run")
     parser.add_argument("--data", default="mnist", help="MNIST idx directory or 'mnist'")
-    parser.add_argument("--wide-epochs", type=int, default=3, help="wide model epochs (0: skip)")
-    parser.add_argument("--wide-examples", type=int, default=10000, help="wide model examples")
+    parser.add_argument(
+        "--wide-epochs", type=int, default=12, help="wide model epochs, each evaluated (0: skip)"
+    )
+    parser.add_argument(
+        "--wide-examples", type=int, default=2500, help="wide model examples (one epoch)"
+    )
     parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
     parser.add_argument("--sweep", default="1,2,4,8", help="train.in_flight values to compare")
     parser.add_argument(
@@ -122,7 +133,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.in_flight = load_config(None).train.in_flight
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
-        args.wide_epochs, args.wide_examples, args.wide_units = 1, 200, 64
+        args.wide_epochs, args.wide_examples, args.wide_units = 3, 100, 64
         # the size rows' in flight on the first size: the sweep takes that row's run
         args.sweep, args.sweep_factor = str(args.in_flight), 1
     args.sweep = [int(n) for n in args.sweep.split(",") if n]
@@ -277,8 +288,36 @@ def _epochs_of(metrics: Path) -> list[dict]:
     return [r for r in records if r.get("event") == "epoch"]
 
 
+def learning_curve(epochs: list[dict]) -> list[dict]:
+    """A run's evaluated points: after each epoch, the examples and training seconds so far
+    (evaluations and start-up excluded) and the test accuracy there."""
+    curve, examples, seconds = [], 0, 0.0
+    for epoch in epochs:
+        examples += int(epoch["examples"])
+        seconds += float(epoch["train_s"])
+        accuracy = epoch.get("test_accuracy")
+        if accuracy is None:
+            raise RuntimeError(f"the wide run's epoch {epoch['epoch'] + 1} was not evaluated")
+        curve.append({"examples": examples, "train_s": seconds, "test_accuracy": float(accuracy)})
+    return curve
+
+
+def time_to_accuracy(curve: list[dict], accuracy: float) -> tuple[float | None, float]:
+    """When a run first reached ``accuracy``: the training seconds at its first evaluated point
+    at or above it (None: never), and at the point before, where it was still below (0.0 for the
+    first point): it got there between the two."""
+    before = 0.0
+    for point in curve:
+        if point["test_accuracy"] >= accuracy:
+            return point["train_s"], before
+        before = point["train_s"]
+    return None, before
+
+
 def measure_wide(args, folder: Path) -> dict:
-    """2 partitions against 2 data-parallel replicas through a parameter server."""
+    """2 partitions against 2 data-parallel replicas through a parameter server: each one's
+    learning curve (the test accuracy after each of ``--wide-epochs`` short epochs) and when
+    each first reached the accuracy both reach."""
     common = [
         "--data",
         args.data,
@@ -287,6 +326,9 @@ def measure_wide(args, folder: Path) -> dict:
         "--no-progress",
         *PAPER_JOB,
         wide_layers(args.wide_units),
+        # the epochs are evaluation points, nothing else: the rate does not step at their ends
+        "--optim.schedule=constant",
+        "--train.evaluate_every=1",
     ]
     runs = {
         "two_partitions": [
@@ -306,6 +348,7 @@ def measure_wide(args, folder: Path) -> dict:
             "--ps",
             "1",
             f"--train.subset={args.wide_examples}",
+            "--cluster.evaluate=between",  # the replicas wait: no evaluation beside their training
         ],
     }
     found = {}
@@ -313,11 +356,11 @@ def measure_wide(args, folder: Path) -> dict:
         metrics = folder / f"wide-{name}.jsonl"
         command = [sys.executable, "-m", "hogwild.cli", *head, *common, "--metrics", str(metrics)]
         summary = run_jobs(args, [command])[0]
-        epochs = _epochs_of(metrics)
+        curve = learning_curve(_epochs_of(metrics))
         found[name] = {
             "examples_per_s": summary["examples_per_s"],
-            "test_accuracy": [e.get("test_accuracy") for e in epochs],
-            "train_s": [e.get("train_s", e.get("wall_s")) for e in epochs],
+            "curve": curve,
+            "test_accuracy": [p["test_accuracy"] for p in curve],
         }
         _log(
             f"wide {name}: {summary['examples_per_s']:.1f} examples/s, accuracy "
@@ -325,17 +368,9 @@ def measure_wide(args, folder: Path) -> dict:
         )
     common_accuracy = min(max(f["test_accuracy"]) for f in found.values())
     for f in found.values():
-        elapsed = 0.0
-        f["seconds_to_common_accuracy"] = None
-        f["upper_bound"] = False
-        for accuracy, seconds in zip(f["test_accuracy"], f["train_s"], strict=True):
-            elapsed += seconds or 0.0
-            if accuracy >= common_accuracy:
-                f["seconds_to_common_accuracy"] = elapsed
-                # above it already at the first evaluation, or well above it: it got there
-                # some time during the epoch, not necessarily at its end
-                f["upper_bound"] = accuracy > common_accuracy
-                break
+        reached, below = time_to_accuracy(f["curve"], common_accuracy)
+        f["seconds_to_common_accuracy"] = reached
+        f["below_common_accuracy_at_s"] = below
     return {
         "units": args.wide_units,
         "epochs": args.wide_epochs,
@@ -347,18 +382,20 @@ def measure_wide(args, folder: Path) -> dict:
 
 
 def partitions_faster(found: dict) -> bool | None:
-    """Whether 2 partitions reached the common accuracy first; None when the epoch-end
-    evaluations cannot tell (the partitions' time is only an upper bound, and it is not below
-    the replicas' time): run more, shorter epochs (``--wide-epochs``, ``--wide-examples``)."""
-    a, b = (
-        found[name]["seconds_to_common_accuracy"]
-        for name in ("two_partitions", "two_replicas_through_ps")
-    )
-    if a is None or b is None:
-        return False if b is not None else None
-    if a < b:
+    """Whether 2 partitions reached the common accuracy first: True when they had it at an
+    evaluated point before the replicas' last point below it, False the other way round, None
+    when the two intervals in which each crossed overlap (evaluate more often: more, shorter
+    epochs) or one never reached it (it cannot be: the common accuracy is the lower best)."""
+    partitions, replicas = (found[n] for n in ("two_partitions", "two_replicas_through_ps"))
+    if partitions["seconds_to_common_accuracy"] is None:
+        return None
+    if replicas["seconds_to_common_accuracy"] is None:
+        return None
+    if partitions["seconds_to_common_accuracy"] <= replicas["below_common_accuracy_at_s"]:
         return True
-    return None if found["two_partitions"]["upper_bound"] else False
+    if replicas["seconds_to_common_accuracy"] <= partitions["below_common_accuracy_at_s"]:
+        return False
+    return None
 
 
 def measure_in_flight(args, partitioned_runs: dict) -> list[dict]:

@@ -79,6 +79,7 @@ class ModelConfig:
     layers: tuple[LayerConfig, ...] = ()
     partitions: int = 1  # processes one replica's layers are split over (docs/partitioning.md)
     partition_hosts: tuple[str, ...] = ()  # per partition, the HOST:PORT of the host running it
+    partition_silence_s: float = 30.0  # a partition host unheard for this long is lost
 
     def without_dropout(self) -> ModelConfig:
         """The same network without its dropout layers: Adam's model as the paper gives it (the

@@ -22,6 +22,10 @@ from hogwild.errors import ConfigError
 # an eps below this rounds to 0 or a subnormal there, and a zero accumulator then gives NaN.
 FLOAT32_TINY = 1.1754943508222875e-38
 
+# The hosts of a partitioned replica (``model.partition_hosts``) beat to each other this often;
+# ``model.partition_silence_s`` may not be shorter than two beats.
+PARTITION_BEAT_S = 0.5
+
 # The keys that take one of a fixed set of values. (``train.parameters`` names a registered
 # parameter store: :mod:`hogwild.store.registry`.)
 CHOICES = {
@@ -152,6 +156,13 @@ def check_config(config: Any, origin: str) -> None:
         fail(
             f"model.partition_hosts names {len(hosts)} host(s), one per partition is needed: "
             f"model.partitions = {config.model.partitions}"
+        )
+    silence = config.model.partition_silence_s
+    if not (math.isfinite(silence) and silence >= 2 * PARTITION_BEAT_S):
+        fail(
+            f"model.partition_silence_s must be a number of seconds >= {2 * PARTITION_BEAT_S:g} "
+            f"(the hosts of a partitioned replica beat every {PARTITION_BEAT_S:g} s: two beats "
+            f"missed at least), got {silence}"
         )
     if not train.stall_s > 0:
         fail(f"train.stall_s must be > 0 seconds, got {train.stall_s}")

@@ -144,6 +144,7 @@ class FollowerHost:
         self.sock = self.security = None  # the receiver owns them now
         self.outbox = Outbox(groups.addresses, [LEADER], self.keys)
         self.plan, self.groups, self.group = plan, groups, group
+        self.silence_s = config.model.partition_silence_s  # the leader's setting, as it loses us
         me = psutil.Process()
         setup = {
             "arena": arena.name,
@@ -221,7 +222,7 @@ class FollowerHost:
                 raise PartitionDiedError(text)
 
     def serve(self) -> None:
-        from hogwild.partition.link import SILENCE_S, gather_rows, rows_of
+        from hogwild.partition.link import gather_rows, rows_of
 
         receiver = self.receiver
         rows = rows_of(self.plan, self.local)
@@ -230,10 +231,11 @@ class FollowerHost:
             self._check_alive("training")
             if receiver.broken:
                 raise PartitionDiedError(receiver.broken)
-            if receiver.silent(LEADER) > SILENCE_S:
+            if receiver.silent(LEADER) > self.silence_s:
                 raise PartitionDiedError(
                     f"the leader at {self.groups.addresses[LEADER]} was silent for "
-                    f"{SILENCE_S:.0f} s; this partition host stops"
+                    f"{self.silence_s:g} s (model.partition_silence_s); this partition host "
+                    "stops its partitions"
                 )
             asked = receiver.asked
             if asked > self.answered:  # every example handed out is complete: rows are still

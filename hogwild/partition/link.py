@@ -26,6 +26,7 @@ from collections import defaultdict
 import numpy as np
 import zmq
 
+from hogwild.config.checks import PARTITION_BEAT_S
 from hogwild.net.address import check_bind, parse_address
 from hogwild.partition import frames as fr
 from hogwild.partition.hosts import LEADER, HostGroups
@@ -45,8 +46,7 @@ from hogwild.partition.sending import Outbox, zmq_context
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
-BEAT_S = 0.5
-SILENCE_S = 30.0  # a host unheard for this long is lost
+BEAT_S = PARTITION_BEAT_S  # a host unheard for model.partition_silence_s is lost
 
 
 def bind_receiver(address: str, keys: str | None):

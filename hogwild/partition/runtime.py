@@ -327,20 +327,20 @@ class PartitionedTrainer:
 
     def _check_link(self, doing: str) -> None:
         """Raise if a follower failed or fell silent (the receiver's thread beats to them)."""
-        from hogwild.partition.link import SILENCE_S
-
         receiver = self.receiver
         if receiver is None:
             return
         if receiver.failed or receiver.broken:
             why = receiver.failed or receiver.broken
             raise PartitionDiedError(f"{why} while {doing}; the replica stops")
+        silence_s = self.config.model.partition_silence_s
         for g in receiver.ready:  # before it is ready, the start's own deadline applies
-            if receiver.silent(g) > SILENCE_S:
+            if receiver.silent(g) > silence_s:
                 raise PartitionDiedError(
                     f"partition host {self.groups.addresses[g]} (partitions "
                     f"{', '.join(map(str, self.groups.members(g)))}) was silent for "
-                    f"{SILENCE_S:.0f} s while {doing}; the replica stops"
+                    f"{silence_s:g} s (model.partition_silence_s) while {doing}; the replica "
+                    "stops"
                 )
 
     def _close_link(self) -> None:

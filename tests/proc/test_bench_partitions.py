@@ -7,9 +7,10 @@ replicas through one parameter server; its sweep of examples in flight is 1, the
 whose run it takes from the first size's row, and a size's 1-partition row is its control's
 first run (the same command). Checks:
 every field is present, rates are positive, the connections grow with the size, the bytes
-crossing are the plan's, the ratios are the rows' quotients, and the wide runs report their
-accuracies and seconds to the common accuracy, and every row and sweep entry says whether its
-runs learned (reached the stated accuracy floor).
+crossing are the plan's, the ratios are the rows' quotients, the wide runs report their
+learning curves (three short epochs each, evaluated after each) and the seconds to their first
+point at the common accuracy, and every row and sweep entry says whether its runs learned
+(reached the stated accuracy floor).
 """
 
 from __future__ import annotations
@@ -66,9 +67,18 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
 
     wide = record["wide"]
     assert set(wide["runs"]) == {"two_partitions", "two_replicas_through_ps"}
-    for run in wide["runs"].values():
-        assert run["examples_per_s"] > 0 and len(run["test_accuracy"]) == 1
-        assert run["seconds_to_common_accuracy"] > 0
+    assert wide["common_accuracy"] == min(max(r["test_accuracy"]) for r in wide["runs"].values())
+    for run in wide["runs"].values():  # each run evaluated after each of its 3 short epochs
+        curve = run["curve"]
+        assert run["examples_per_s"] > 0 and len(curve) == wide["epochs"] == 3
+        assert [p["examples"] for p in curve] == [100, 200, 300]
+        assert 0 < curve[0]["train_s"] < curve[1]["train_s"] < curve[2]["train_s"]
+        # charged its first point at the common accuracy, the point before it still below
+        first = next(p for p in curve if p["test_accuracy"] >= wide["common_accuracy"])
+        assert run["seconds_to_common_accuracy"] == first["train_s"]
+        earlier = [p["train_s"] for p in curve if p["train_s"] < first["train_s"]]
+        assert run["below_common_accuracy_at_s"] == (earlier[-1] if earlier else 0.0)
+    assert "partitions_faster" in wide
     assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
     # the sweep's run at the rows' in flight on the first size is that row's run, not a new one
     assert record["in_flight_sweep"][0]["examples_per_s"] == two[1]["examples_per_s"]

@@ -38,6 +38,8 @@ from tests.config_cases import error_of, small
         ("train", "n_push", -1),
         ("train", "n_fetch", -64),
         ("train", "stall_s", 0.0),
+        ("model", "partition_silence_s", 0.9),  # under two of the hosts' 0.5 s beats
+        ("model", "partition_silence_s", math.inf),
         ("train", "evaluate_every", -1),
         ("ps", "lr", -1.0),
         ("ps", "shard_kib", 2),
@@ -65,6 +67,9 @@ def test_out_of_range_messages_say_what_is_expected():
     assert "integer >= 0" in error_of(small(train={"evaluate_every": -2}))
     assert "[0, 1)" in error_of(small(optim={"momentum": 1.0}))
     assert "> 0" in error_of(small(optim={"lr": 0.0}))
+    assert ">= 1 (the hosts" in error_of(small(model={"partition_silence_s": 0.5}))
+    shortest = config_from_dict(small(model={"partition_silence_s": 1.0}))  # two beats
+    assert shortest.model.partition_silence_s == 1.0
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,8 @@ Two exchangers that own disjoint ranges of one shared copy (two partitions' rows
 push only their own progress home and merge only their own rows back: another partition's rows
 are never overwritten by a pull. A cluster job plans one role per partitioned replica asking for
 its K CPUs on one node (the local and Ray launchers both read it), and refuses what partitioned
-replicas cannot run, naming the setting.
-The Fig. 10 benchmark's wide-model verdict is left open when its epoch-end evaluations cannot
-tell which configuration reached the common accuracy first.
+replicas cannot run, naming the setting. (The Fig. 10 benchmark's wide-model verdict is
+``tests/unit/test_bench_fig10_wide.py``'s.)
 """
 
 from __future__ import annotations
@@ -101,28 +100,6 @@ def test_what_partitioned_replicas_cannot_run_is_refused_by_name(overrides, data
     topology = resolve_topology(config.cluster, config.ps.rule)
     with pytest.raises(ConfigError, match=named):
         check_partitioned_job(config, topology, data_servers)
-
-
-def _wide(partitions_s, partitions_bound, replicas_s):
-    return {
-        "two_partitions": {
-            "seconds_to_common_accuracy": partitions_s,
-            "upper_bound": partitions_bound,
-        },
-        "two_replicas_through_ps": {
-            "seconds_to_common_accuracy": replicas_s,
-            "upper_bound": False,
-        },
-    }
-
-
-def test_the_wide_models_verdict_is_open_when_epoch_ends_cannot_tell():
-    from bench.figures.adam_fig10_partitions import partitions_faster
-
-    assert partitions_faster(_wide(10.0, True, 20.0)) is True  # a bound below is enough
-    assert partitions_faster(_wide(39.1, True, 25.0)) is None  # above it at its only epoch end
-    assert partitions_faster(_wide(39.1, False, 25.0)) is False
-    assert partitions_faster(_wide(None, False, 25.0)) is False  # never got there
 
 
 def test_a_cluster_job_refuses_a_smooth_rate_it_would_not_apply():
