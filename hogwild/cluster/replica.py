@@ -158,6 +158,8 @@ class TrainerReplica(Trainer, PortionRole):
             timeout_s=config.ps.timeout_s,
             retries=config.ps.retries,
             keys=config.ps.keys or None,
+            etcd=self.store.reach["etcd"] or None,
+            etcd_tls=self.store.reach["etcd_tls"] or None,
         )
 
     def _sync_when_due(self) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 from hogwild_plugins.ps.sandblaster.board_service import RemoteBoard
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 
+from hogwild.config.topology import etcd_group
 from hogwild.errors import EXIT_STOPPED, StoppedError, cause_of
 from hogwild.net.control import ControlClient, ControlRefused, ControlServer
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
@@ -60,7 +61,8 @@ def group_client(config):
     etcd = (cluster.etcd or None) if cluster.copies > 1 else None  # replicated: by the map
     return PSClient(list(ps.servers), ps.job, client_id=secrets.randbits(31),
                     timeout_s=ps.timeout_s, retries=ps.retries, keys=ps.keys or None,
-                    etcd=etcd, etcd_tls=cluster.etcd_tls or None, token=ps.token)  # fmt: skip
+                    etcd=etcd, etcd_tls=cluster.etcd_tls or None, token=ps.token,
+                    etcd_group=etcd_group(config))  # fmt: skip
 
 
 class GroupMember:
