@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.routes import etcd_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -176,6 +178,85 @@ def test_distributed_hogwild_trains_on_two_server_groups_kept_close(mnist_dir, t
     assert all(" 0 of " not in text for text in logs.values()), logs
     assert first in replicas[0] and second not in replicas[0], replicas[0]
     assert second in replicas[1] and first not in replicas[1], replicas[1]
+
+
+def group_map(etcd_address: str, job: str, group: int) -> tuple[dict, dict]:
+    """Server group ``group``'s bucket map in etcd, read from its own namespace: its members
+    ``{index: value}`` and bucket records ``{bucket: value}``."""
+    with Etcd(etcd_address, prefix=etcd_prefix(job, group)) as etcd:
+        entries, _ = etcd.get_prefix("")
+    members = {int(k.split("/")[1]): v for k, (v, _) in entries.items() if k.startswith("members/")}
+    records = {int(k.split("/")[1]): v for k, (v, _) in entries.items() if k.startswith("sync/")}
+    return members, records
+
+
+def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
+    mnist_dir, tmp_path, etcd_server
+):
+    """Two server groups of two servers keeping two copies of every bucket, on one etcd: each
+    group's map lives in its own namespace. Group 0's primary of bucket 0 is SIGKILLed as the
+    job starts: a server of group 0 takes the bucket over, group 1's primaries and epochs stay
+    as they were, ``hogwild ps status`` reads a server of each group, and the job trains on."""
+    config = tmp_path / "mlp.toml"
+    config.write_text(MLP)
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "hogwild.cli", "cluster", "--config", str(config),
+               "--data", str(mnist_dir), "--no-progress", "--cluster.framework=hogwild",
+               "--cluster.sync_every=200", "--ps", "2", "--cluster.copies=2",
+               f"--cluster.etcd={etcd_server.address}", "--epochs", "3",
+               "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl")]  # fmt: skip
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # both groups serve every bucket from two copies
+            maps = [group_map(etcd_server.address, "mlp", g) for g in (0, 1)]
+            served = [
+                len(members) == 2 and 0 in records
+                and all(len(r["in_sync"]) == 2 for r in records.values())
+                for members, records in maps
+            ]  # fmt: skip
+            started = (run / "cluster.json").exists()  # every role, with its pid
+            if started and all(served) and set(maps[0][1]) == set(maps[1][1]):
+                break
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        (members0, records0), (members1, records1) = maps
+        assert set(records0) == set(records1)  # each group numbers its own buckets from 0
+        addresses = [{m["address"] for m in members.values()} for members, _ in maps]
+        assert not addresses[0] & addresses[1]  # two groups' servers, apart under one etcd
+        victim = records0[0]["primary"]  # index within group 0 (and in the job: group 0 first)
+        roles = json.loads((run / "cluster.json").read_text())["roles"]
+        (pid,) = [r["pid"] for r in roles if r["name"] == f"ps {victim}"]
+        os.kill(pid, signal.SIGKILL)
+        while True:  # group 0's other server takes bucket 0 over under a new epoch
+            _, after0 = group_map(etcd_server.address, "mlp", 0)
+            if after0[0]["epoch"] > records0[0]["epoch"]:
+                break
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        assert members0[after0[0]["primary"]]["address"] in addresses[0]
+        _, after1 = group_map(etcd_server.address, "mlp", 1)
+        assert {b: (r["primary"], r["epoch"]) for b, r in after1.items()} == {
+            b: (r["primary"], r["epoch"]) for b, r in records1.items()
+        }  # group 1 took no part in group 0's failover
+        for group, address in ((0, members0[1 - victim]["address"]), (1, sorted(addresses[1])[0])):
+            cli = [sys.executable, "-m", "hogwild.cli", "ps", "status", address, "--job", "mlp"]
+            status = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+            assert status.returncode == 0, status.stderr
+            assert f"(job mlp, server group {group}) at {address}" in status.stdout
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    assert (final["server_groups"], final["ps_servers"]) == (2, 4)
+    assert final["restarts"] == {f"ps-{victim}": 1}, final  # replaced, and caught up
+    assert final["test_accuracy"] >= 0.75, final  # 82.7 % here in 3 epochs (chance: 10 %)
+    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in epochs if r["event"] == "epoch"] == [0, 1, 2]
+    print(f"hogwild, copies 2: test accuracy {final['test_accuracy']:.4f}")
 
 
 def test_a_hybrid_on_several_server_groups_is_refused_before_any_role_starts(mnist_dir, tmp_path):
