@@ -38,8 +38,8 @@ framework (:data:`BUILT`: downpour and distributed Hogwild as replica processes,
 groups (:func:`split_groups`) synchronised through the ``hogwild.server_groups`` entry point;
 sandblaster, allreduce and hybrid through the worker-group roles their ``hogwild.worker_groups``
 entry points register, each with a coordinator, :data:`COORDINATED`), and
-:func:`require_built` refuses the combinations that are not built (a hybrid on several server
-groups, Adagrad in a coordinated group). With several server groups and replicated servers
+:func:`require_built` refuses the combinations that are not built (Adagrad in a coordinated
+group). With several server groups and replicated servers
 (``cluster.copies`` > 1) each group keeps its bucket map in an etcd namespace of its own
 (:func:`etcd_group`): every group numbers its servers from 0.
 """
@@ -67,7 +67,7 @@ __all__ = [
 
 FRAMEWORKS = ("downpour", "sandblaster", "allreduce", "hogwild", "hybrid")
 OPTIMIZERS = ("sgd", "adagrad", "lbfgs")
-BUILT = FRAMEWORKS  # hybrid on one server group
+BUILT = FRAMEWORKS  # every framework, the hybrid on one server group or several
 COORDINATED = ("sandblaster", "allreduce", "hybrid")  # a role per group, a coordinator steps
 DEFAULT_SYNC_EVERY = 10_000  # examples a worker group trains between its server group's syncs
 
@@ -205,7 +205,7 @@ def require_built(topology: JobTopology) -> None:
     with copies.
 
     Raises:
-        ConfigError: A hybrid on several server groups, or Adagrad with AllReduce or a hybrid.
+        ConfigError: Adagrad with AllReduce or a hybrid.
     """
     name = f"cluster.framework = {topology.framework!r} ({topology.describe()})"
     if topology.framework in ("allreduce", "hybrid") and topology.optimizer != "sgd":
@@ -213,12 +213,6 @@ def require_built(topology: JobTopology) -> None:
             f"{name} is a valid topology but hogwild cluster does not run it yet: not built: "
             "Adagrad through the shards' vector operations (a group's coordinator steps with "
             "axpy); use cluster.optimizer = 'sgd'"
-        )
-    if topology.server_groups > 1 and topology.coordinated:  # a hybrid on several
-        raise ConfigError(
-            f"{name} is a valid topology but hogwild cluster does not run it yet: not built: "
-            "synchronous worker groups on several server groups (their coordinators step one "
-            "server group); use one server group, or cluster.framework = 'hogwild'"
         )
 
 

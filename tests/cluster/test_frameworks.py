@@ -99,51 +99,64 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
 
 
 @pytest.mark.parametrize(
-    ("framework", "groups", "servers", "reached"),
+    ("framework", "groups", "server_groups", "reached"),
     [
         # one group of two synchronous workers, a server bound to each: 87.6 % here
-        ("allreduce", 1, 2, 0.876),  # deterministic: it may run beside another test
-        # two asynchronous groups of two synchronous workers on one server group: 87.1 % here.
-        # Not alone: how its groups interleave moves one epoch's loss, not its last three's mean
-        # (0.18-0.23 in six runs beside busy neighbours, load 25-43 on two cores; bound 0.35)
-        ("hybrid", 2, 1, 0.871),
+        ("allreduce", 1, 1, 0.876),  # deterministic: it may run beside another test
+        # SINGA's hybrid: two asynchronous groups of two synchronous workers, each on its own
+        # server group (synchronised every 200 examples and at every epoch end): 85.9 % here.
+        ("hybrid", 2, 2, 0.859),
     ],
 )
 def test_synchronous_sgd_groups_train_mnist(
-    mnist_dir, tmp_path, framework, groups, servers, reached
+    mnist_dir, tmp_path, framework, groups, server_groups, reached
 ):
     """10 epochs of batches of 100 at lr 0.1 on 1,000 examples: a step per batch and group."""
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)
     run = tmp_path / "run"
+    more = ("--cluster.server_groups=2", "--cluster.sync_every=200") if server_groups > 1 else ()
     began = time.monotonic()
     done = cluster(
         config, mnist_dir, f"--cluster.framework={framework}", "--cluster.workers_per_group=2",
         "--train.batch=100", "--optim.lr=0.1", "--optim.schedule=constant", "--epochs", "10",
-        "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl"), timeout=300,
+        "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl"), *more,
+        timeout=300,
     )  # fmt: skip
     seconds = time.monotonic() - began
     assert done.returncode == 0, done.stderr[-3000:]
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert (final["framework"], final["optimizer"]) == (framework, "sgd")
     assert final["replicas"] == groups and final["workers"] == 2 * groups
-    assert final["ps_servers"] == servers
+    assert final["ps_servers"] == 2  # AllReduce: a server per worker; the hybrid: one per group
+    assert final.get("server_groups", 1) == server_groups
     assert final["test_accuracy"] >= 0.84, (final, reached)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in records if r["event"] == "epoch"]
     losses = [r["train_loss"] for r in epochs]
     # AllReduce is deterministic (the same losses every run, 0.156 last). The hybrid's two groups
-    # step against one server in whichever order their batches end, each on parameters the other
-    # may have moved since its threads read them: one epoch's loss is one draw of a noisy path
-    # (last epochs 0.17-0.32 in six runs here, with rises of up to 0.1 between epochs; 0.31 and
-    # 0.418 once each in full-suite runs, test accuracy as always). Its last three epochs' mean
-    # is what the same bound holds.
+    # step in whichever order their batches end, and each server group is moved to the groups'
+    # mean by its group and by the driver: one epoch's loss is one draw of a noisy path. Its
+    # last three epochs' mean is what the bound holds: averaging two groups' parameters takes
+    # half of each one's steps (SINGA's model averaging), so after the same examples the loss
+    # is higher than on one shared server group (0.34 here, 0.18-0.23 on one server group).
     last = losses[-1] if groups == 1 else sum(losses[-3:]) / 3
-    assert last < 0.35 and last < losses[0] / 5, losses
+    assert last < (0.35 if server_groups == 1 else 0.45) and last < losses[0] / 4, losses
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
         assert group["iterations"] == group["evaluations"] == 100 // groups  # a step per pass
         assert min(group["kept"]) > 0  # both member processes computed portions
+    if server_groups > 1:
+        # each group moved its own server group to the mean between steps, and the driver
+        # moved both at every epoch end
+        assert epochs[-1]["group_syncs"] > len(epochs), epochs[-1]
+        start = next(r for r in records if r["event"] == "start")
+        for g, server in enumerate(start["ps_servers"]):  # each group on its own server group
+            coordinator = (run / "logs" / f"replica-{g}.log").read_text()
+            assert f"through parameter server(s) {server})" in coordinator, coordinator
+            for m in (2 * g, 2 * g + 1):  # its members
+                member = (run / "logs" / f"member-{m}.log").read_text()
+                assert f"parameter server(s) {server}) on" in member, member
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
@@ -257,18 +270,6 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
     epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in epochs if r["event"] == "epoch"] == [0, 1, 2]
     print(f"hogwild, copies 2: test accuracy {final['test_accuracy']:.4f}")
-
-
-def test_a_hybrid_on_several_server_groups_is_refused_before_any_role_starts(mnist_dir, tmp_path):
-    config = tmp_path / "mlp.toml"
-    config.write_text(MLP)
-    more = ("--cluster.worker_groups=4", "--cluster.server_groups=2")
-    done = cluster(config, mnist_dir, "--cluster.framework=hybrid", *more, timeout=120)
-    assert done.returncode != 0
-    assert "cluster.framework = 'hybrid'" in done.stderr
-    assert "valid topology but hogwild cluster does not run it yet" in done.stderr
-    assert "not built: synchronous worker groups on several server groups" in done.stderr
-    assert "hogwild ps: serving" not in done.stderr  # nothing was started
 
 
 def test_a_killed_sandblaster_group_comes_back_and_its_members_follow_it(mnist_dir, tmp_path):

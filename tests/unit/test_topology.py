@@ -156,16 +156,15 @@ def test_a_roles_etcd_namespace_is_its_server_group_only_with_several():
         load_config(None).override({"ps.server_group": 1})  # one server group: only 0
 
 
-def test_the_coordinated_frameworks_run_sgd_on_one_server_group():
+def test_the_coordinated_frameworks_run_sgd_only():
     coordinated = [f for f in FRAMEWORKS if resolve(framework=f).coordinated]
     assert coordinated == ["sandblaster", "allreduce", "hybrid"]
     for framework in ("allreduce", "hybrid"):
         t = resolve(framework=framework, optimizer="adagrad")
         with pytest.raises(ConfigError, match="not built: Adagrad through the shards' vector"):
             require_built(t)
-    t = resolve(framework="hybrid", worker_groups=4, server_groups=2)
-    with pytest.raises(ConfigError, match="not built: synchronous worker groups on several"):
-        require_built(t)
+    # a hybrid on several server groups: each pair of synchronous groups on its own server group
+    require_built(resolve(framework="hybrid", worker_groups=4, server_groups=2))
 
 
 # -- every rejection ------------------------------------------------------------------------

@@ -157,7 +157,8 @@ def serve_member(config, data, index: int, coordinator: str, bind: str, keys: st
             board = RemoteBoard(control.call, member.use_examples)
             print(
                 f"hogwild member: serving group {member.group}'s portions as member {index} "
-                f"(coordinator {coordinator}, {len(ps.servers)} parameter server(s)) on {address}",
+                f"(coordinator {coordinator}, parameter server(s) {', '.join(ps.servers)}) on "
+                f"{address}",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             return member.run(client, board)
