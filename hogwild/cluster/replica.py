@@ -24,9 +24,8 @@ replica does not decide is its work: it serves control requests from the driver,
 With several server groups (distributed Hogwild, SINGA 5.2) the replica is a worker group bound
 to its own server group (``ps.servers``); the first replica bound to each server group, after
 every ``cluster.sync_every`` examples it has trained (and before it reports a portion done), moves
-its server group to the groups' mean (the ``hogwild.server_groups`` entry point of
-:mod:`hogwild.cluster.services`, through the shards' operations) while its workers go on
-training.
+its server group to the groups' mean (:class:`hogwild.cluster.group_sync.GroupSync`, through the
+shards' operations) while its workers go on training.
 
 Every request its parameter-store clients send carries the replica's fencing token (its index and
 ``--incarnation``, the driver's count of its starts: :mod:`hogwild.net.fencing`): once the driver

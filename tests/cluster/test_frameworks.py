@@ -4,13 +4,14 @@
   over both), one worker-group role holding the L-BFGS coordinator, and two member processes,
   trains a small network on 1,000 MNIST examples to a stated test accuracy.
 * ``--cluster.framework=allreduce`` (synchronous SGD through the same kind of worker group, a
-  server per worker) and ``hybrid`` (two such groups, asynchronous to each other, on one server
-  group) train the same network to a stated test accuracy.
+  server per worker) and ``hybrid`` (two such groups, asynchronous to each other, each on its
+  own server group, the server groups synchronised every 200 examples and at every epoch end)
+  train the same network to a stated test accuracy.
 * ``--cluster.framework=hogwild`` (distributed Hogwild): two worker groups, each against its
   own server group, the groups synchronised every 200 examples and at every epoch end, trains
-  the same network to a stated test accuracy.
-* What is not built (a ``hybrid`` on several server groups) resolves, and ``hogwild cluster``
-  refuses it before any role starts, naming what is missing.
+  the same network to a stated test accuracy; and with two copies of every bucket in each
+  server group (each group's bucket map in its own etcd namespace), a primary SIGKILLed in one
+  group fails over inside that group, leaving the other group's records as they were.
 
 The model is a 784-64-10 perceptron (50,816 connections) so that the driver's per-epoch
 evaluation of the 10,000 test images stays cheap. Sandblaster: one epoch is one full-batch L-BFGS
