@@ -142,7 +142,7 @@ def test_synchronous_sgd_groups_train_mnist(
     # half of each one's steps (SINGA's model averaging), so after the same examples the loss
     # is higher than on one shared server group (0.34 here, 0.18-0.23 on one server group).
     last = losses[-1] if groups == 1 else sum(losses[-3:]) / 3
-    assert last < (0.35 if server_groups == 1 else 0.45) and last < losses[0] / 4, losses
+    assert last < (0.35 if server_groups == 1 else 0.45) and last < losses[0] / 5, losses
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
         assert group["iterations"] == group["evaluations"] == 100 // groups  # a step per pass
