@@ -58,8 +58,9 @@ The frameworks differ in the coordinator's step:
   hybrid of synchronous groups that are asynchronous to each other, each set of them on its own
   server group) the first group of each server group moves it to the groups' mean every
   ``cluster.sync_every`` examples it trained, between two steps
-  (:class:`hogwild.cluster.group_sync.GroupSync`, as a distributed Hogwild replica does), and
-  the driver makes them one at every epoch end.
+  (:class:`hogwild.cluster.group_sync.GroupSync`, as a distributed Hogwild replica does:
+  pulling every server group's parameters, the one time vectors pass through a coordinator),
+  and the driver makes them one at every epoch end.
 
 **What differs from the papers.** The coordinator lives in this role (not in the driver), one
 per group; its members exchange with it only the board's small messages, and with the servers
