@@ -19,7 +19,8 @@ allreduce-sgd       allreduce: one group of 2 synchronous workers, a server per 
 hybrid-sgd          hybrid: 2 asynchronous groups of 2 synchronous workers, one server group
 hogwild-sgd         distributed Hogwild: 2 replicas, each on its own server group, synchronised
                     every ``cluster.sync_every`` examples (10,000, the default)
-hybrid-sgd-2sg      the hybrid on 2 server groups, a group each (refused today: not built)
+hybrid-sgd-2sg      the hybrid on 2 server groups, a group each, synchronised every
+                    ``cluster.sync_every`` examples (10,000, the default)
 ==================  ===========================================================================
 
 Every job trains Adam's model without dropout on the schedule of :mod:`bench.support.paper_job` (the

@@ -119,7 +119,7 @@ class ClusterDriver:
     def __init__(self, config, data, *, resume=False, overwrite=False) -> None:
         self.job = job_name(config)
         self.topology = topology = resolve_topology(config.cluster, config.ps.rule)
-        require_built(topology, config.cluster.copies)  # refused: what is not built
+        require_built(topology)  # refused: what is not built
         if config.optim.smooth:  # the coordinator hands each portion its epoch's one rate
             raise ConfigError(
                 "optim.smooth: a cluster job trains each epoch at its one rate (the driver hands "
@@ -225,6 +225,8 @@ class ClusterDriver:
             shutil.rmtree(store, ignore_errors=True)  # the model comes from init or --resume
         per_group = cluster.ps  # a server group's servers; the groups are listed one after another
         with_servers(plan, config_file, self.job, servers, stores, per_group)
+        if len(servers) > per_group:  # several server groups: each its own etcd namespace
+            self.servers.per_group = per_group
         self._give_metrics_ports(plan)
         if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
             for spec in plan.ps:
@@ -240,8 +242,10 @@ class ClusterDriver:
             extra.append(f"--cluster.group_servers={','.join(servers)}")
         replicas = []
         for spec in plan.replicas:  # each worker group trains against its server group
-            group = groups[spec.index * len(groups) // len(plan.replicas)]
-            argv = (*spec.argv, f"--ps.servers={','.join(group)}", *extra)
+            g = spec.index * len(groups) // len(plan.replicas)
+            argv = (*spec.argv, f"--ps.servers={','.join(groups[g])}", *extra)
+            if len(groups) > 1:
+                argv += (f"--ps.server_group={g}",)
             replicas.append(replace(spec, argv=argv))
             self._supervise(replicas[-1])
         coordinators = self.launcher.start_all(replicas)
@@ -290,9 +294,11 @@ class ClusterDriver:
         members = []
         for spec in plan.members:
             group = spec.index // per_group
-            servers = groups[group * len(groups) // len(coordinators)]
+            g = group * len(groups) // len(coordinators)  # its group's server group
             argv = (*spec.argv, "--coordinator", coordinators[group],
-                    f"--ps.servers={','.join(servers)}", *extra)  # fmt: skip
+                    f"--ps.servers={','.join(groups[g])}", *extra)  # fmt: skip
+            if len(groups) > 1:
+                argv += (f"--ps.server_group={g}",)
             members.append(replace(spec, argv=argv))
             self._supervise(members[-1])
         self.launcher.start_all(members)

@@ -24,9 +24,8 @@ replica does not decide is its work: it serves control requests from the driver,
 With several server groups (distributed Hogwild, SINGA 5.2) the replica is a worker group bound
 to its own server group (``ps.servers``); the first replica bound to each server group, after
 every ``cluster.sync_every`` examples it has trained (and before it reports a portion done), moves
-its server group to the groups' mean (the ``hogwild.server_groups`` entry point of
-:mod:`hogwild.cluster.services`, through the shards' operations) while its workers go on
-training.
+its server group to the groups' mean (:class:`hogwild.cluster.group_sync.GroupSync`, through the
+shards' operations) while its workers go on training.
 
 Every request its parameter-store clients send carries the replica's fencing token (its index and
 ``--incarnation``, the driver's count of its starts: :mod:`hogwild.net.fencing`): once the driver
@@ -42,10 +41,11 @@ from __future__ import annotations
 
 import queue
 
+from hogwild.cluster.group_sync import GroupSync
 from hogwild.cluster.replica_role import PortionRole, driver_silence_s
-from hogwild.cluster.services import open_server_groups, worker_group
+from hogwild.cluster.services import worker_group
 from hogwild.cluster.serving import POLL_S, ReplicaServer
-from hogwild.config.topology import resolve_topology, split_groups
+from hogwild.config.topology import resolve_topology
 from hogwild.errors import ConfigError
 from hogwild.logs import role_logger
 from hogwild.model.random import worker_seed
@@ -79,14 +79,7 @@ class TrainerReplica(Trainer, PortionRole):
         PortionRole.__init__(self, config, index, driver_silence_s(config, cluster.replicas + 1))
         self.n_test = 0  # the driver evaluates: no test examples in a replica's arena
         self.answered = 0  # the workers that answered for the portion under way
-        topology = resolve_topology(cluster, config.ps.rule)
-        per_group = max(1, topology.worker_groups // topology.server_groups)
-        self.server_group = index // per_group  # as the driver binds replicas to server groups
-        # one synchroniser per server group: two moving one group at once would move it twice
-        self.sync_every = topology.sync_every if index % per_group == 0 else 0
-        self.groups = None  # several server groups: every group's clients, once serving
-        self.synced_at = 0.0  # examples trained (in all) at the last synchronisation
-        self.syncs, self.sync_s, self.sync_spread = 0, 0.0, 0.0
+        self.group_sync = GroupSync(config, index)  # several server groups: its part
 
     # -- the network thread (ReplicaServer's requests) --------------------------------------------
 
@@ -106,9 +99,7 @@ class TrainerReplica(Trainer, PortionRole):
             self.arena.array("control")[CONTROL_EPOCH] = EPOCH_CLOSED
 
     def more_status(self) -> dict:
-        if not self.syncs:
-            return {}
-        return {"syncs": self.syncs, "sync_s": self.sync_s, "sync_spread": self.sync_spread}
+        return self.group_sync.status()
 
     # -- the main thread ---------------------------------------------------------------------------
 
@@ -117,8 +108,8 @@ class TrainerReplica(Trainer, PortionRole):
         for line in sweep_report():
             role_logger(f"replica {self.index}").info("%s", line)
         self._start()
-        if self.sync_every:
-            self.groups = self._server_groups()
+        reach = self.store.reach
+        self.group_sync.open(reach["job"], reach["etcd"] or None, reach["etcd_tls"] or None)
         cpus = ", ".join(str(p.cpu) for p in self.placements)
         return (
             f"replica {self.index} ({self.n_workers} worker(s) on CPUs {cpus}; "
@@ -138,40 +129,18 @@ class TrainerReplica(Trainer, PortionRole):
         if isinstance(message, Trained):
             self._answered(message)
         portion = self.portion
-        if self.groups is not None and portion is not None and portion.running:
-            self._sync_when_due()  # while training: a finished portion has synchronised
+        if self.group_sync.groups is not None and portion is not None and portion.running:
+            self.group_sync.when_due(self._trained())  # a finished portion has synchronised
 
     def release(self) -> None:
-        if self.groups is not None:
-            self.groups.close()
-            self.groups = None
+        self.group_sync.close()
         self.release_endpoint()
         self._shutdown()
 
-    def _server_groups(self):
-        config = self.config
-        groups = split_groups(config.cluster.group_servers, config.cluster.ps)
-        return open_server_groups(
-            groups,
-            self.store.reach["job"],
-            f"replica-{self.index}",
-            timeout_s=config.ps.timeout_s,
-            retries=config.ps.retries,
-            keys=config.ps.keys or None,
-        )
-
-    def _sync_when_due(self) -> None:
-        """Every ``sync_every`` examples this worker group trained: its server group to the
-        groups' mean."""
-        trained = float(self.arena.array("stats")[:, STAT_EXAMPLES].sum())
-        if trained - self.synced_at < self.sync_every:
-            return
-        self.synced_at = trained
-        result = self.groups.sync(own=self.server_group)
-        with self.lock:
-            self.syncs += 1
-            self.sync_s += result.seconds
-            self.sync_spread = result.spread
+    def _trained(self) -> float:
+        """Examples its workers trained, in all (when its server group is due a
+        synchronisation)."""
+        return float(self.arena.array("stats")[:, STAT_EXAMPLES].sum())
 
     def _begin(self, command: Train) -> None:
         previous = self.portion
@@ -206,8 +175,8 @@ class TrainerReplica(Trainer, PortionRole):
         portion.data_wait_s += message.data_wait_s
         portion.store_wait_s += message.store_wait_s
         if self.answered == self.n_workers:
-            if self.groups is not None:  # before "done": the driver's sync must not overlap it
-                self._sync_when_due()
+            if self.group_sync.groups is not None:  # before "done": not beside the driver's
+                self.group_sync.when_due(self._trained())
             self.finish(portion)
 
 

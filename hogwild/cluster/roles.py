@@ -220,13 +220,16 @@ def with_servers(
 ) -> None:  # fmt: skip
     """Fill in the parameter servers' command lines once their addresses are chosen; with
     ``per_group`` (several server groups, listed group after group) each server is told only
-    its own group's servers: a group shards its own whole copy of the parameters."""
+    its own group's servers: a group shards its own whole copy of the parameters, and keeps
+    its replication keys in its own etcd namespace (``ps.server_group``)."""
     per_group = per_group or len(servers)
     plan.ps = []
     for i in range(len(servers)):
         first = i - i % per_group
         group = servers[first : first + per_group]
         argv = ps_argv(config_file, job, group, i - first, stores[i])
+        if per_group < len(servers):
+            argv += (f"--ps.server_group={i // per_group}",)
         plan.ps.append(RoleSpec("ps", i, argv, 1, True))
 
 

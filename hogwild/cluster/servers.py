@@ -36,6 +36,7 @@ class JobServers:
 
     def __init__(self, job: str) -> None:
         self.job = job
+        self.per_group = 0  # several server groups: each group's servers (0: one group)
         self.controller = None  # replicated servers' (cluster.copies > 1)
         self.store = self.arena = None  # the ps store's parent side, once the model is given
         self.groups = None  # several server groups: every group's clients
@@ -54,27 +55,35 @@ class JobServers:
         return config.override(changes)
 
     def forget_server(self, index: int) -> None:
-        """Server ``index`` died: end its lease now, so that its buckets fail over at once
-        instead of when the lease runs out (if that fails, it lapses by itself)."""
+        """Server ``index`` (of every group's, group after group) died: end its lease now, so
+        that its buckets fail over at once instead of when the lease runs out (if that fails, it
+        lapses by itself). With several server groups the lease is in its group's namespace,
+        under its index within the group."""
         if self.controller is None:
             return
         try:
-            self.controller.forget_server(index)
+            if self.per_group:
+                self.controller.forget_server(index % self.per_group, index // self.per_group)
+            else:
+                self.controller.forget_server(index)
         except HogwildError as exc:
             role_logger("cluster").warning("could not end ps %d's lease: %s", index, exc)
 
     def open_store(self, config, network, groups: list[list[str]]) -> None:
         """The ``ps`` store's parent side on the first server group, in an arena of its own."""
-        self.store = store_class("ps")(config.override({"ps.servers": groups[0]}), network, ())
+        first = {"ps.servers": groups[0], "ps.server_group": 0}
+        self.store = store_class("ps")(config.override(first), network, ())
         layout = ArenaLayout()
         self.store.add_regions(layout)
         self.arena = Arena.create(self.job, layout)
         self.store.attach(self.arena)
         if len(groups) > 1:
             ps = config.ps
+            replicated = config.cluster.copies > 1  # each group routed by its own bucket map
             self.groups = open_server_groups(
                 groups, self.job, "driver", timeout_s=ps.timeout_s, retries=ps.retries,
-                keys=ps.keys or None,
+                keys=ps.keys or None, etcd=config.cluster.etcd if replicated else None,
+                etcd_tls=(config.cluster.etcd_tls or None) if replicated else None,
             )  # fmt: skip
 
     def watch(self, alive: Callable[[], bool]) -> None:

@@ -59,9 +59,9 @@ class Controller(Protocol):
     address: str
     min_lease_s: float
 
-    def forget_server(self, index: int) -> None:
-        """Parameter server ``index`` died: end its lease now, so that its buckets fail over at
-        once instead of when the lease runs out.
+    def forget_server(self, index: int, group: int | None = None) -> None:
+        """Parameter server ``index`` (of server group ``group``, in a job of several) died: end
+        its lease now, so that its buckets fail over at once instead of when the lease runs out.
 
         Raises:
             HogwildError: The controller cannot be reached (the lease then lapses by itself).
@@ -119,7 +119,8 @@ class ServerGroupSync(Protocol):
 
 class OpenServerGroups(Protocol):
     """Entry point ``hogwild.server_groups``: clients of ``groups`` (each a list of
-    ``HOST:PORT``) for ``job``; ``who`` names the synchroniser (``driver``, ``replica-3``)."""
+    ``HOST:PORT``) for ``job``; ``who`` names the synchroniser (``driver``, ``replica-3``);
+    ``etcd``, ``etcd_tls``: replicated servers, each group's bucket map in its own namespace."""
 
     def __call__(
         self,
@@ -130,6 +131,8 @@ class OpenServerGroups(Protocol):
         timeout_s: float,
         retries: int,
         keys: str | None,
+        etcd: str | None = None,
+        etcd_tls: str | None = None,
     ) -> ServerGroupSync: ...
 
 
@@ -164,10 +167,15 @@ def open_controller(
 
 
 def open_server_groups(groups, job: str, who: str, *, timeout_s: float, retries: int,
-                       keys: str | None) -> ServerGroupSync:  # fmt: skip
-    """Clients of every server group (:class:`OpenServerGroups`), from its entry point."""
+                       keys: str | None, etcd: str | None = None,
+                       etcd_tls: str | None = None) -> ServerGroupSync:  # fmt: skip
+    """Clients of every server group (:class:`OpenServerGroups`), from its entry point; with
+    ``etcd`` (replicated servers), each routing by its own group's bucket map."""
     open_groups = load(SERVER_GROUPS, SERVER_GROUP_SYNC, needed_for="cluster.server_groups > 1")
-    return open_groups(groups, job, who, timeout_s=timeout_s, retries=retries, keys=keys)
+    return open_groups(
+        groups, job, who, timeout_s=timeout_s, retries=retries, keys=keys, etcd=etcd,
+        etcd_tls=etcd_tls,
+    )  # fmt: skip
 
 
 def worker_group(framework: str) -> WorkerGroupFramework:

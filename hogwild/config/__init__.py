@@ -160,6 +160,7 @@ class PsConfig:
     max_vectors: int = 32  # named vectors a shard holds at most (vector operations, Sandblaster)
     min_copies: int = 0
     token: int = 0  # the fencing token a cluster replica's requests carry (set by its driver)
+    server_group: int = 0  # the role's server group, with several: its etcd namespace (driver)
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,12 @@ def check_config(config: Any, origin: str) -> None:
         fail(f"output.tensorboard_every must be >= 1, got {out.tensorboard_every}")
     _check_ps(config.ps, fail)
     _check_cluster(config.cluster, config.ps.rule, fail)
+    if not 0 <= config.ps.server_group < max(1, config.cluster.server_groups):
+        fail(
+            f"ps.server_group must be 0 to cluster.server_groups - 1 (this role's server group, "
+            f"set by the driver), got {config.ps.server_group} with cluster.server_groups = "
+            f"{config.cluster.server_groups}"
+        )
     _check_push_decay(config, fail)
 
 

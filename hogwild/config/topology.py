@@ -38,8 +38,10 @@ framework (:data:`BUILT`: downpour and distributed Hogwild as replica processes,
 groups (:func:`split_groups`) synchronised through the ``hogwild.server_groups`` entry point;
 sandblaster, allreduce and hybrid through the worker-group roles their ``hogwild.worker_groups``
 entry points register, each with a coordinator, :data:`COORDINATED`), and
-:func:`require_built` refuses the combinations that are not built (a hybrid on several server
-groups, several server groups with copies, Adagrad in a coordinated group).
+:func:`require_built` refuses the combinations that are not built (Adagrad in a coordinated
+group). With several server groups and replicated servers
+(``cluster.copies`` > 1) each group keeps its bucket map in an etcd namespace of its own
+(:func:`etcd_group`): every group numbers its servers from 0.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ __all__ = [
     "OPTIMIZERS",
     "JobTopology",
     "TopologyError",
+    "etcd_group",
     "require_built",
     "resolve_topology",
     "split_groups",
@@ -64,7 +67,7 @@ __all__ = [
 
 FRAMEWORKS = ("downpour", "sandblaster", "allreduce", "hogwild", "hybrid")
 OPTIMIZERS = ("sgd", "adagrad", "lbfgs")
-BUILT = FRAMEWORKS  # hybrid on one server group
+BUILT = FRAMEWORKS  # every framework, the hybrid on one server group or several
 COORDINATED = ("sandblaster", "allreduce", "hybrid")  # a role per group, a coordinator steps
 DEFAULT_SYNC_EVERY = 10_000  # examples a worker group trains between its server group's syncs
 
@@ -193,18 +196,16 @@ def resolve_topology(cluster, ps_rule: str = "auto") -> JobTopology:
     return topology
 
 
-def require_built(topology: JobTopology, copies: int = 1) -> None:
+def require_built(topology: JobTopology) -> None:
     """Refuse a topology ``hogwild cluster`` cannot run yet, naming what is not built.
 
     Replicated servers (``copies`` > 1) replicate the named pushes and vector operations that
-    L-BFGS and the server groups' synchronisation use, but several server groups with copies
-    are not built: every group's servers serve one job under the same indices, so they would
-    share its etcd keys (members, bucket records), and the synchronisers' clients do not route
-    by etcd.
+    L-BFGS and the server groups' synchronisation use; with several server groups each group's
+    replication keys live in a namespace of its own (:func:`etcd_group`), so any topology runs
+    with copies.
 
     Raises:
-        ConfigError: A hybrid on several server groups, several server groups with
-            ``copies`` > 1, or Adagrad with AllReduce or a hybrid.
+        ConfigError: Adagrad with AllReduce or a hybrid.
     """
     name = f"cluster.framework = {topology.framework!r} ({topology.describe()})"
     if topology.framework in ("allreduce", "hybrid") and topology.optimizer != "sgd":
@@ -213,18 +214,13 @@ def require_built(topology: JobTopology, copies: int = 1) -> None:
             "Adagrad through the shards' vector operations (a group's coordinator steps with "
             "axpy); use cluster.optimizer = 'sgd'"
         )
-    if topology.server_groups > 1 and topology.coordinated:  # a hybrid on several
-        raise ConfigError(
-            f"{name} is a valid topology but hogwild cluster does not run it yet: not built: "
-            "synchronous worker groups on several server groups (their coordinators step one "
-            "server group); use one server group, or cluster.framework = 'hogwild'"
-        )
-    if topology.server_groups > 1 and copies > 1:
-        raise ConfigError(
-            f"{name} with cluster.copies = {copies}: not built: the server groups' servers "
-            "would share the job's etcd keys (each group numbers its servers from 0) and the "
-            "synchronisers do not route by etcd; use copies = 1"
-        )
+
+
+def etcd_group(config) -> int | None:
+    """The server group whose etcd namespace holds a role's replication keys (bucket map,
+    members): ``ps.server_group`` in a job of several server groups, where every group numbers
+    its servers and buckets from 0; None in a job of one, whose keys are the job's own."""
+    return config.ps.server_group if config.cluster.server_groups > 1 else None
 
 
 def split_groups(servers: Sequence[str], per_group: int) -> list[list[str]]:

@@ -56,6 +56,8 @@ class PSClient:
         etcd_tls: With ``etcd``: its certificates' directory (``cluster.etcd_tls``).
         failover_s: With ``etcd``: how long a request may wait for its bucket to have a primary.
         token: A cluster replica's fencing token (:mod:`hogwild.net.fencing`), on every request.
+        etcd_group: With ``etcd``: the server group whose bucket map routes (a job of several
+            server groups, each keeping its map in a namespace of its own); None: the job's.
 
     Attributes:
         layout: Shards, buckets and the map (from the servers, checked against each other).
@@ -81,6 +83,7 @@ class PSClient:
         etcd_tls: str | None = None,
         failover_s: float = 30.0,
         token: int = 0,
+        etcd_group: int | None = None,
     ) -> None:
         self.connection = Connection(
             servers,
@@ -94,6 +97,7 @@ class PSClient:
             etcd_tls=etcd_tls,
             failover_s=failover_s,
             token=token,
+            etcd_group=etcd_group,
         )
         self.job, self.job_id = job, self.connection.job_id
         self.layout = self.connection.layout

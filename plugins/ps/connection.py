@@ -86,6 +86,7 @@ class Connection:
         token: The fencing token every request carries (:mod:`hogwild.net.fencing`; a cluster
             replica's, 0 for any other client): a server refuses it once the driver replaced
             that incarnation of the replica (``REPLACED``).
+        etcd_group: With ``etcd``: the server group whose bucket map routes (None: the job's).
 
     Attributes:
         peers: The sockets (one per server), numbering the requests.
@@ -112,6 +113,7 @@ class Connection:
         etcd_tls: str | None = None,
         failover_s: float = 30.0,
         token: int = 0,
+        etcd_group: int | None = None,
     ) -> None:
         self.job, self.job_id = job, job_id(job)
         self.token = token
@@ -132,7 +134,9 @@ class Connection:
         try:
             self.layout = self._hello_any() if etcd else self._hello()
             if etcd:
-                self.routes = Routes(etcd, job, len(servers), self.layout.n_buckets, etcd_tls)
+                self.routes = Routes(
+                    etcd, job, len(servers), self.layout.n_buckets, etcd_tls, etcd_group
+                )
                 self.routes.wait(range(self.layout.n_buckets), time.monotonic() + failover_s)
         except BaseException:
             self.close()

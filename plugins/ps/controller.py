@@ -109,9 +109,11 @@ class EtcdController:
                 self._release()
             raise
 
-    def forget_server(self, index: int) -> None:
-        """End server ``index``'s lease now (its buckets fail over at once)."""
-        with Etcd(self.address, prefix=self.prefix, tls=self.tls) as etcd:
+    def forget_server(self, index: int, group: int | None = None) -> None:
+        """End server ``index``'s lease now (its buckets fail over at once); with ``group``, the
+        server ``index`` of that server group (a job of several, each in its own namespace)."""
+        prefix = self.prefix if group is None else etcd_prefix(self.job, group)
+        with Etcd(self.address, prefix=prefix, tls=self.tls) as etcd:
             value, _ = etcd.get(f"members/{index}")
             if value is not None and isinstance(value.get("lease"), int):
                 etcd.revoke(value["lease"])

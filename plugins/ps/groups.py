@@ -64,6 +64,9 @@ class ServerGroups:
         who: The synchroniser's name in the shards' named vector (``sync-<who>``): distinct per
             caller (a replica's index, ``driver``).
         timeout_s, retries, keys: As :class:`~hogwild_plugins.ps.client.PSClient`'s.
+        etcd, etcd_tls: Replicated servers (``cluster.copies`` > 1): the job's etcd, where group
+            ``g``'s bucket map lives in the group's own namespace (``etcd_group = g``), and its
+            certificates; None: the groups' servers are not replicated.
     """
 
     def __init__(
@@ -75,6 +78,8 @@ class ServerGroups:
         timeout_s: float = 5.0,
         retries: int = 3,
         keys: str | None = None,
+        etcd: str | None = None,
+        etcd_tls: str | None = None,
     ) -> None:
         from hogwild_plugins.ps.client import PSClient
 
@@ -84,7 +89,7 @@ class ServerGroups:
         self.group_sizes = [len(servers) for servers in groups]
         self.clients: list = []
         try:
-            for servers in groups:
+            for g, servers in enumerate(groups):
                 self.clients.append(
                     PSClient(
                         list(servers),
@@ -93,6 +98,9 @@ class ServerGroups:
                         timeout_s=timeout_s,
                         retries=retries,
                         keys=keys,
+                        etcd=etcd,
+                        etcd_tls=etcd_tls,
+                        etcd_group=g if etcd else None,
                     )  # fmt: skip
                 )
         except BaseException:

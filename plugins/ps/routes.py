@@ -1,7 +1,10 @@
 """Where each bucket's primary is, read from etcd (replicated parameter servers, copies > 1).
 
 The map lives in etcd under ``/hogwild/<job>/`` (see :mod:`~hogwild_plugins.ps.failover`):
-``members/<i>`` for every live server, ``sync/<b>`` for every bucket's record. Servers and
+``members/<i>`` for every live server, ``sync/<b>`` for every bucket's record. A job of several
+server groups keeps each group's map in a namespace of its own, ``/hogwild/<job>/groups/<g>/``
+(:func:`etcd_prefix`): every group numbers its servers and buckets from 0, so two groups under
+one prefix would read each other's members and records. Servers and
 clients read it the same way, through :func:`read_map`; :class:`Routes` is a client's copy, read
 again when a request fails (the primary died, or stepped down) until every bucket it needs has a
 live primary.
@@ -23,9 +26,19 @@ __all__ = ["Routes", "etcd_prefix", "read_map"]
 RETRY_S = 0.02
 
 
-def etcd_prefix(job: str) -> str:
-    """Every key of a job lives under this prefix."""
-    return f"/hogwild/{job}/"
+def etcd_prefix(job: str, group: int | None = None) -> str:
+    """Every key of a job lives under ``/hogwild/<job>/``; with ``group`` (a job of several
+    server groups), that group's keys live under ``/hogwild/<job>/groups/<group>/``, which no
+    other group's prefix contains (the job's own keys, such as the driver's claim, stay above).
+
+    Raises:
+        HogwildError: ``group`` is not a non-negative integer.
+    """
+    if group is None:
+        return f"/hogwild/{job}/"
+    if isinstance(group, bool) or not isinstance(group, int) or group < 0:
+        raise HogwildError(f"server group {group!r}: expected an integer >= 0, or None")
+    return f"/hogwild/{job}/groups/{group}/"
 
 
 def read_map(etcd: Etcd, n_servers: int, n_buckets: int):
@@ -63,12 +76,15 @@ class Routes:
         etcd: ``HOST:PORT`` of the job's etcd.
         job: The job's name.
         n_servers, n_buckets: From the layout.
+        tls: A directory of etcd certificates.
+        group: The server group whose map it is (several server groups); None: the job's.
     """
 
     def __init__(
-        self, etcd: str, job: str, n_servers: int, n_buckets: int, tls: str | None = None
-    ) -> None:
-        self.etcd = Etcd(etcd, prefix=etcd_prefix(job), tls=tls)
+        self, etcd: str, job: str, n_servers: int, n_buckets: int, tls: str | None = None,
+        group: int | None = None,
+    ) -> None:  # fmt: skip
+        self.etcd = Etcd(etcd, prefix=etcd_prefix(job, group), tls=tls)
         self.n_servers, self.n_buckets = n_servers, n_buckets
         self.primaries: list[int | None] = [None] * n_buckets
         self.epochs = [0] * n_buckets

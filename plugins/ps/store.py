@@ -27,6 +27,7 @@ import secrets
 
 import numpy as np
 
+from hogwild.config.topology import etcd_group
 from hogwild.errors import ConfigError
 from hogwild.store.copies import CopiesStore, fc_layers
 from hogwild.store.exchange import FcLayer, Home, VectorBuffer
@@ -111,6 +112,7 @@ def _client(values: dict, client_id: int):
         etcd=values.get("etcd") or None,
         token=values.get("token", 0),
         etcd_tls=values.get("etcd_tls") or None,
+        etcd_group=values.get("etcd_group"),
     )
 
 
@@ -153,6 +155,7 @@ class PSStore(CopiesStore):
             "etcd": config.cluster.etcd if config.cluster.copies > 1 else "",
             "token": ps.token,  # a cluster replica's: the driver fences replaced incarnations
             "etcd_tls": config.cluster.etcd_tls if config.cluster.copies > 1 else "",
+            "etcd_group": etcd_group(config),  # several server groups: its group's namespace
         }
         self.client = None
         self.joined_version = 0

@@ -4,13 +4,14 @@
   over both), one worker-group role holding the L-BFGS coordinator, and two member processes,
   trains a small network on 1,000 MNIST examples to a stated test accuracy.
 * ``--cluster.framework=allreduce`` (synchronous SGD through the same kind of worker group, a
-  server per worker) and ``hybrid`` (two such groups, asynchronous to each other, on one server
-  group) train the same network to a stated test accuracy.
+  server per worker) and ``hybrid`` (two such groups, asynchronous to each other, each on its
+  own server group, the server groups synchronised every 200 examples and at every epoch end)
+  train the same network to a stated test accuracy.
 * ``--cluster.framework=hogwild`` (distributed Hogwild): two worker groups, each against its
   own server group, the groups synchronised every 200 examples and at every epoch end, trains
-  the same network to a stated test accuracy.
-* What is not built (a ``hybrid`` on several server groups) resolves, and ``hogwild cluster``
-  refuses it before any role starts, naming what is missing.
+  the same network to a stated test accuracy; and with two copies of every bucket in each
+  server group (each group's bucket map in its own etcd namespace), a primary SIGKILLed in one
+  group fails over inside that group, leaving the other group's records as they were.
 
 The model is a 784-64-10 perceptron (50,816 connections) so that the driver's per-epoch
 evaluation of the 10,000 test images stays cheap. Sandblaster: one epoch is one full-batch L-BFGS
@@ -28,6 +29,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.routes import etcd_prefix
 
 pytestmark = pytest.mark.slow
 
@@ -97,51 +100,64 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
 
 
 @pytest.mark.parametrize(
-    ("framework", "groups", "servers", "reached"),
+    ("framework", "groups", "server_groups", "reached"),
     [
         # one group of two synchronous workers, a server bound to each: 87.6 % here
-        ("allreduce", 1, 2, 0.876),  # deterministic: it may run beside another test
-        # two asynchronous groups of two synchronous workers on one server group: 87.1 % here.
-        # Not alone: how its groups interleave moves one epoch's loss, not its last three's mean
-        # (0.18-0.23 in six runs beside busy neighbours, load 25-43 on two cores; bound 0.35)
-        ("hybrid", 2, 1, 0.871),
+        ("allreduce", 1, 1, 0.876),  # deterministic: it may run beside another test
+        # SINGA's hybrid: two asynchronous groups of two synchronous workers, each on its own
+        # server group (synchronised every 200 examples and at every epoch end): 85.9 % here.
+        ("hybrid", 2, 2, 0.859),
     ],
 )
 def test_synchronous_sgd_groups_train_mnist(
-    mnist_dir, tmp_path, framework, groups, servers, reached
+    mnist_dir, tmp_path, framework, groups, server_groups, reached
 ):
     """10 epochs of batches of 100 at lr 0.1 on 1,000 examples: a step per batch and group."""
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)
     run = tmp_path / "run"
+    more = ("--cluster.server_groups=2", "--cluster.sync_every=200") if server_groups > 1 else ()
     began = time.monotonic()
     done = cluster(
         config, mnist_dir, f"--cluster.framework={framework}", "--cluster.workers_per_group=2",
         "--train.batch=100", "--optim.lr=0.1", "--optim.schedule=constant", "--epochs", "10",
-        "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl"), timeout=300,
+        "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl"), *more,
+        timeout=300,
     )  # fmt: skip
     seconds = time.monotonic() - began
     assert done.returncode == 0, done.stderr[-3000:]
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert (final["framework"], final["optimizer"]) == (framework, "sgd")
     assert final["replicas"] == groups and final["workers"] == 2 * groups
-    assert final["ps_servers"] == servers
+    assert final["ps_servers"] == 2  # AllReduce: a server per worker; the hybrid: one per group
+    assert final.get("server_groups", 1) == server_groups
     assert final["test_accuracy"] >= 0.84, (final, reached)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in records if r["event"] == "epoch"]
     losses = [r["train_loss"] for r in epochs]
     # AllReduce is deterministic (the same losses every run, 0.156 last). The hybrid's two groups
-    # step against one server in whichever order their batches end, each on parameters the other
-    # may have moved since its threads read them: one epoch's loss is one draw of a noisy path
-    # (last epochs 0.17-0.32 in six runs here, with rises of up to 0.1 between epochs; 0.31 and
-    # 0.418 once each in full-suite runs, test accuracy as always). Its last three epochs' mean
-    # is what the same bound holds.
+    # step in whichever order their batches end, and each server group is moved to the groups'
+    # mean by its group and by the driver: one epoch's loss is one draw of a noisy path. Its
+    # last three epochs' mean is what the bound holds: averaging two groups' parameters takes
+    # half of each one's steps (SINGA's model averaging), so after the same examples the loss
+    # is higher than on one shared server group (0.34 here, 0.18-0.23 on one server group).
     last = losses[-1] if groups == 1 else sum(losses[-3:]) / 3
-    assert last < 0.35 and last < losses[0] / 5, losses
+    assert last < (0.35 if server_groups == 1 else 0.45) and last < losses[0] / 5, losses
     assert set(epochs[-1]["sandblaster"]) == {str(g) for g in range(groups)}
     for group in epochs[-1]["sandblaster"].values():
         assert group["iterations"] == group["evaluations"] == 100 // groups  # a step per pass
         assert min(group["kept"]) > 0  # both member processes computed portions
+    if server_groups > 1:
+        # each group moved its own server group to the mean between steps, and the driver
+        # moved both at every epoch end
+        assert epochs[-1]["group_syncs"] > len(epochs), epochs[-1]
+        start = next(r for r in records if r["event"] == "start")
+        for g, server in enumerate(start["ps_servers"]):  # each group on its own server group
+            coordinator = (run / "logs" / f"replica-{g}.log").read_text()
+            assert f"through parameter server(s) {server})" in coordinator, coordinator
+            for m in (2 * g, 2 * g + 1):  # its members
+                member = (run / "logs" / f"member-{m}.log").read_text()
+                assert f"parameter server(s) {server}) on" in member, member
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
@@ -178,16 +194,83 @@ def test_distributed_hogwild_trains_on_two_server_groups_kept_close(mnist_dir, t
     assert second in replicas[1] and first not in replicas[1], replicas[1]
 
 
-def test_a_hybrid_on_several_server_groups_is_refused_before_any_role_starts(mnist_dir, tmp_path):
+def group_map(etcd_address: str, job: str, group: int) -> tuple[dict, dict]:
+    """Server group ``group``'s bucket map in etcd, read from its own namespace: its members
+    ``{index: value}`` and bucket records ``{bucket: value}``."""
+    with Etcd(etcd_address, prefix=etcd_prefix(job, group)) as etcd:
+        entries, _ = etcd.get_prefix("")
+    members = {int(k.split("/")[1]): v for k, (v, _) in entries.items() if k.startswith("members/")}
+    records = {int(k.split("/")[1]): v for k, (v, _) in entries.items() if k.startswith("sync/")}
+    return members, records
+
+
+def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
+    mnist_dir, tmp_path, etcd_server
+):
+    """Two server groups of two servers keeping two copies of every bucket, on one etcd: each
+    group's map lives in its own namespace. Group 0's primary of bucket 0 is SIGKILLed as the
+    job starts: a server of group 0 takes the bucket over, group 1's primaries and epochs stay
+    as they were, ``hogwild ps status`` reads a server of each group, and the job trains on."""
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)
-    more = ("--cluster.worker_groups=4", "--cluster.server_groups=2")
-    done = cluster(config, mnist_dir, "--cluster.framework=hybrid", *more, timeout=120)
-    assert done.returncode != 0
-    assert "cluster.framework = 'hybrid'" in done.stderr
-    assert "valid topology but hogwild cluster does not run it yet" in done.stderr
-    assert "not built: synchronous worker groups on several server groups" in done.stderr
-    assert "hogwild ps: serving" not in done.stderr  # nothing was started
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "hogwild.cli", "cluster", "--config", str(config),
+               "--data", str(mnist_dir), "--no-progress", "--cluster.framework=hogwild",
+               "--cluster.sync_every=200", "--ps", "2", "--cluster.copies=2",
+               f"--cluster.etcd={etcd_server.address}", "--epochs", "3",
+               "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl")]  # fmt: skip
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # both groups serve every bucket from two copies
+            maps = [group_map(etcd_server.address, "mlp", g) for g in (0, 1)]
+            served = [
+                len(members) == 2 and 0 in records
+                and all(len(r["in_sync"]) == 2 for r in records.values())
+                for members, records in maps
+            ]  # fmt: skip
+            started = (run / "cluster.json").exists()  # every role, with its pid
+            if started and all(served) and set(maps[0][1]) == set(maps[1][1]):
+                break
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        (members0, records0), (members1, records1) = maps
+        assert set(records0) == set(records1)  # each group numbers its own buckets from 0
+        addresses = [{m["address"] for m in members.values()} for members, _ in maps]
+        assert not addresses[0] & addresses[1]  # two groups' servers, apart under one etcd
+        victim = records0[0]["primary"]  # index within group 0 (and in the job: group 0 first)
+        roles = json.loads((run / "cluster.json").read_text())["roles"]
+        (pid,) = [r["pid"] for r in roles if r["name"] == f"ps {victim}"]
+        os.kill(pid, signal.SIGKILL)
+        while True:  # group 0's other server takes bucket 0 over under a new epoch
+            _, after0 = group_map(etcd_server.address, "mlp", 0)
+            if after0[0]["epoch"] > records0[0]["epoch"]:
+                break
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        assert members0[after0[0]["primary"]]["address"] in addresses[0]
+        _, after1 = group_map(etcd_server.address, "mlp", 1)
+        assert {b: (r["primary"], r["epoch"]) for b, r in after1.items()} == {
+            b: (r["primary"], r["epoch"]) for b, r in records1.items()
+        }  # group 1 took no part in group 0's failover
+        for group, address in ((0, members0[1 - victim]["address"]), (1, sorted(addresses[1])[0])):
+            cli = [sys.executable, "-m", "hogwild.cli", "ps", "status", address, "--job", "mlp"]
+            status = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+            assert status.returncode == 0, status.stderr
+            assert f"(job mlp, server group {group}) at {address}" in status.stdout
+        stdout, stderr = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    assert (final["server_groups"], final["ps_servers"]) == (2, 4)
+    assert final["restarts"] == {f"ps-{victim}": 1}, final  # replaced, and caught up
+    assert final["test_accuracy"] >= 0.75, final  # 82.7 % here in 3 epochs (chance: 10 %)
+    epochs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in epochs if r["event"] == "epoch"] == [0, 1, 2]
+    print(f"hogwild, copies 2: test accuracy {final['test_accuracy']:.4f}")
 
 
 def test_a_killed_sandblaster_group_comes_back_and_its_members_follow_it(mnist_dir, tmp_path):

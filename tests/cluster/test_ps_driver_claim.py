@@ -1,6 +1,8 @@
 """One driver per job on a shared etcd (plugins/ps/controller.py), against a real etcd: a second
 driver with the same job name is refused (it would clear the running job's bucket map), another
-job name is not, and a driver's key is given back when it closes."""
+job name is not, and a driver's key is given back when it closes. With several server groups,
+each group's keys live in a namespace of its own under the job's: the driver ends a lease in
+the group it names, and clears every group's keys when it closes."""
 
 from __future__ import annotations
 
@@ -32,3 +34,34 @@ def test_a_second_driver_of_a_job_is_refused_and_its_keys_kept(etcd_server):
     with Etcd(etcd_server.address, prefix=etcd_prefix(job)) as etcd:
         assert etcd.get(DRIVER_KEY)[0] is None and etcd.get("sync/0")[0] is None
     EtcdController(etcd_server.address, job, print).close()  # free again
+
+
+def test_each_server_group_keeps_its_keys_in_its_own_namespace(etcd_server):
+    """Several server groups each number their servers from 0: ``members/0`` of group 0 and of
+    group 1 are two keys. The driver ends the lease of the server it names in the group it
+    names only, and closing clears every group's keys."""
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    prefixes = [etcd_prefix(job, g) for g in (0, 1, 10)]
+    assert not any(a != b and b.startswith(a) for a in prefixes for b in prefixes)  # apart
+    assert all(p.startswith(etcd_prefix(job)) for p in prefixes)  # below the job's own keys
+    controller = EtcdController(etcd_server.address, job, print)
+    groups = [Etcd(etcd_server.address, prefix=p) for p in prefixes[:2]]
+    try:
+        for g, etcd in enumerate(groups):
+            lease = etcd.grant(30)
+            etcd.put("members/0", {"address": f"127.0.0.1:{7000 + g}", "lease": lease}, lease)
+            etcd.put("sync/0", {"epoch": g + 1, "primary": 0})
+        controller.forget_server(0, group=1)  # group 1's server 0 died
+        assert groups[1].get("members/0")[0] is None  # its lease ended
+        assert groups[0].get("members/0")[0]["address"] == "127.0.0.1:7000"  # not group 0's
+        assert [etcd.get("sync/0")[0]["epoch"] for etcd in groups] == [1, 2]
+    finally:
+        controller.close()
+    try:
+        for etcd in groups:  # the job's keys, every group's, deleted with its driver
+            assert etcd.get_prefix("")[0] == {}
+    finally:
+        for etcd in groups:
+            etcd.close()
+    with pytest.raises(HogwildError, match="server group -1: expected an integer >= 0"):
+        etcd_prefix(job, -1)

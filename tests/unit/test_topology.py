@@ -17,6 +17,7 @@ from hogwild.config.topology import (
     FRAMEWORKS,
     JobTopology,
     TopologyError,
+    etcd_group,
     require_built,
     resolve_topology,
 )
@@ -134,27 +135,36 @@ def test_every_framework_is_built_on_unreplicated_servers(framework):
     require_built(resolve(framework=framework))
 
 
-def test_replicated_servers_run_lbfgs_but_not_several_server_groups():
+def test_replicated_servers_run_lbfgs_and_several_server_groups():
     # the servers replicate the named pushes and vector operations L-BFGS keeps its history in
     t = resolve(framework="sandblaster", ps=3, copies=3)
     assert t.optimizer == "lbfgs"
-    require_built(t, copies=3)
-    require_built(resolve(framework="downpour", servers_per_group=3), copies=3)
-    t = resolve(framework="hogwild", servers_per_group=3)
-    with pytest.raises(ConfigError, match="'hogwild'.*copies = 3: not built: .*etcd keys"):
-        require_built(t, copies=3)
+    require_built(t)
+    require_built(resolve(framework="downpour", servers_per_group=3, copies=3))
+    # each server group's replication keys in a namespace of its own (etcd_group)
+    require_built(resolve(framework="hogwild", servers_per_group=3, copies=3))
 
 
-def test_the_coordinated_frameworks_run_sgd_on_one_server_group():
+def test_a_roles_etcd_namespace_is_its_server_group_only_with_several():
+    one = load_config(None).override({"ps.server_group": 0})
+    assert etcd_group(one) is None  # a job of one server group: the job's own keys
+    several = load_config(None).override({"cluster.server_groups": 2, "ps.server_group": 1})
+    assert etcd_group(several) == 1
+    with pytest.raises(ConfigError, match="ps.server_group must be 0 to cluster.server_groups"):
+        load_config(None).override({"cluster.server_groups": 2, "ps.server_group": 2})
+    with pytest.raises(ConfigError, match="ps.server_group must be 0 to"):
+        load_config(None).override({"ps.server_group": 1})  # one server group: only 0
+
+
+def test_the_coordinated_frameworks_run_sgd_only():
     coordinated = [f for f in FRAMEWORKS if resolve(framework=f).coordinated]
     assert coordinated == ["sandblaster", "allreduce", "hybrid"]
     for framework in ("allreduce", "hybrid"):
         t = resolve(framework=framework, optimizer="adagrad")
         with pytest.raises(ConfigError, match="not built: Adagrad through the shards' vector"):
             require_built(t)
-    t = resolve(framework="hybrid", worker_groups=4, server_groups=2)
-    with pytest.raises(ConfigError, match="not built: synchronous worker groups on several"):
-        require_built(t)
+    # a hybrid on several server groups: each pair of synchronous groups on its own server group
+    require_built(resolve(framework="hybrid", worker_groups=4, server_groups=2))
 
 
 # -- every rejection ------------------------------------------------------------------------

@@ -196,7 +196,7 @@ class Replication:
     def start(self) -> None:
         """Register with etcd (a lease, ``members/<index>``), start the heartbeat and the
         replication thread. Call after the server's router and engine started."""
-        prefix = etcd_prefix(self.server.options.job)
+        prefix = etcd_prefix(self.server.options.job, self.server.options.etcd_group)
         tls = self.server.options.etcd_tls
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)

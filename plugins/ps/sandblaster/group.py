@@ -50,10 +50,17 @@ The frameworks differ in the coordinator's step:
   ``hogwild train`` uses it). SINGA's AllReduce binds a server to every worker
   (``servers_per_group = workers_per_group``): the shards are spread over that many servers, each
   collecting its slice of every worker's gradient; where the servers run is the launcher's.
-* ``hybrid`` (:class:`SGDGroup` in every group): several such groups on one server group, each
-  trained on its share of the epoch (the driver's Downpour coordinator) and stepping the shared
+* ``hybrid`` (:class:`SGDGroup` in every group): several such groups, each trained on its
+  share of the epoch (the driver's Downpour coordinator) and stepping its server group's
   parameters asynchronously to the others, with a gradient vector (``sgd.grad<G>``) and replica
-  numbers (``G * workers + i``, hence replica vectors) of its own on the shards.
+  numbers (``G * workers + i``, hence replica vectors) of its own on the shards. On one server
+  group the groups step the same parameters; on several (``cluster.server_groups``, SINGA's
+  hybrid of synchronous groups that are asynchronous to each other, each set of them on its own
+  server group) the first group of each server group moves it to the groups' mean every
+  ``cluster.sync_every`` examples it trained, between two steps
+  (:class:`hogwild.cluster.group_sync.GroupSync`, as a distributed Hogwild replica does:
+  pulling every server group's parameters, the one time vectors pass through a coordinator),
+  and the driver makes them one at every epoch end.
 
 **What differs from the papers.** The coordinator lives in this role (not in the driver), one
 per group; its members exchange with it only the board's small messages, and with the servers
@@ -93,6 +100,7 @@ from hogwild_plugins.ps.sandblaster.member import group_client, serve_member, tr
 from hogwild_plugins.ps.sandblaster.portions import PortionScheduler, portions_of
 from hogwild_plugins.ps.sandblaster.vectors import ShardVectors
 
+from hogwild.cluster.group_sync import GroupSync
 from hogwild.cluster.replica_role import ReplicaRole, driver_silence_s
 from hogwild.cluster.serving import POLL_S
 from hogwild.errors import ConfigError
@@ -214,6 +222,8 @@ class WorkerGroup(ReplicaRole):
         self.iterations = 0
         self.past_boards: dict[str, int] = {}  # counters of the boards before the current one
         self.last_step: dict = {}
+        self.group_sync = GroupSync(config, index)  # several server groups: its part
+        self.trained = 0  # examples its SGD steps took, in all (when a synchronisation is due)
 
     def train_share(self, epoch: int, start: int, stop: int, lr: float) -> None:
         """Train ``order[start:stop]`` of ``epoch``'s permutation, updating :attr:`share`."""
@@ -241,6 +251,7 @@ class WorkerGroup(ReplicaRole):
             share = self.share
             out: dict = {"replica": self.index, "framework": self.framework}
             out["sandblaster"] = self._counters()
+            out.update(self.group_sync.status())  # its server group's synchronisations
             if share is None:
                 return {**out, "state": "idle"}
             done = bool(share.seconds)
@@ -285,11 +296,20 @@ class WorkerGroup(ReplicaRole):
     # -- the main thread ---------------------------------------------------------------------------
 
     def start(self) -> str:
-        """The ready line's description (the coordinator computes no gradients: no kernels)."""
+        """The ready line's description (the coordinator computes no gradients: no kernels);
+        with several server groups, the clients of every group, if it is its server group's
+        synchroniser."""
+        cluster = self.config.cluster
+        replicated = cluster.copies > 1  # each server group routed by its own bucket map
+        self.group_sync.open(
+            self.job,
+            etcd=cluster.etcd if replicated else None,
+            etcd_tls=(cluster.etcd_tls or None) if replicated else None,
+        )
         return (
             f"{self.framework} group {self.index} ({self.workers} member process(es), "
-            f"{self.n_train:,} examples, {self.does} through {len(self.config.ps.servers)} "
-            "parameter server(s))"
+            f"{self.n_train:,} examples, {self.does} through parameter server(s) "
+            f"{', '.join(self.config.ps.servers)})"
         )
 
     def started(self, address: str) -> None:
@@ -357,6 +377,8 @@ class WorkerGroup(ReplicaRole):
             with self.lock:
                 self.share.trained += len(batch)
                 self.share.loss += loss * len(batch)
+            self.trained += len(batch)
+            self.group_sync.when_due(self.trained)  # between steps: before the share is done
 
     def _count_step(self) -> None:
         """An SGD step was taken (an SGD group's iterations are its steps)."""
@@ -373,6 +395,7 @@ class WorkerGroup(ReplicaRole):
     def release(self) -> None:
         self.service.close()  # the members' next request is answered stop
         self._close_board()
+        self.group_sync.close()
         for client in self.clients:
             client.close()
         self.clients = []

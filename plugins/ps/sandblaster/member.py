@@ -27,6 +27,7 @@ import numpy as np
 from hogwild_plugins.ps.sandblaster.board_service import RemoteBoard
 from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient, SandblasterReplica
 
+from hogwild.config.topology import etcd_group
 from hogwild.errors import EXIT_STOPPED, StoppedError, cause_of
 from hogwild.net.control import ControlClient, ControlRefused, ControlServer
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
@@ -60,7 +61,8 @@ def group_client(config):
     etcd = (cluster.etcd or None) if cluster.copies > 1 else None  # replicated: by the map
     return PSClient(list(ps.servers), ps.job, client_id=secrets.randbits(31),
                     timeout_s=ps.timeout_s, retries=ps.retries, keys=ps.keys or None,
-                    etcd=etcd, etcd_tls=cluster.etcd_tls or None, token=ps.token)  # fmt: skip
+                    etcd=etcd, etcd_tls=cluster.etcd_tls or None, token=ps.token,
+                    etcd_group=etcd_group(config))  # fmt: skip
 
 
 class GroupMember:
@@ -155,7 +157,8 @@ def serve_member(config, data, index: int, coordinator: str, bind: str, keys: st
             board = RemoteBoard(control.call, member.use_examples)
             print(
                 f"hogwild member: serving group {member.group}'s portions as member {index} "
-                f"(coordinator {coordinator}, {len(ps.servers)} parameter server(s)) on {address}",
+                f"(coordinator {coordinator}, parameter server(s) {', '.join(ps.servers)}) on "
+                f"{address}",
                 file=sys.stderr, flush=True,
             )  # fmt: skip
             return member.run(client, board)

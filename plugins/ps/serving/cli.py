@@ -247,8 +247,9 @@ def _status(args) -> int:
 def format_status(s: dict) -> str:
     """A server's status as a few readable lines."""
     shards = s.get("shards", [])
+    group = f", server group {s['server_group']}" if s.get("server_group") is not None else ""
     lines = [
-        f"server {s.get('server')} of {len(s.get('servers', []))} (job {s.get('job')}) at "
+        f"server {s.get('server')} of {len(s.get('servers', []))} (job {s.get('job')}{group}) at "
         f"{s.get('address')}: rule {s.get('rule')} (lr {s.get('lr')}), "
         f"{s.get('n_params', 0):,} parameters in {s.get('n_shards')} shards, "
         f"{s.get('n_buckets')} buckets; up {s.get('uptime_s')} s",

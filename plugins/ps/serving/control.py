@@ -146,6 +146,7 @@ class ServerControl:
             "server": server.options.index,
             "address": str(server.address),
             "servers": list(server.options.servers),
+            "server_group": server.options.etcd_group,  # None: the job has one server group
             "rule": server.options.rule,
             "lr": server.options.lr,
             "momentum": server.options.momentum,

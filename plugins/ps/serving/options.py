@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from hogwild.config import ClusterConfig, Config, PsConfig, ps_update_rule
+from hogwild.config.topology import etcd_group
 
 __all__ = ["DEFAULT_LEASE_S", "ServerOptions"]
 
@@ -49,6 +50,8 @@ class ServerOptions:
             and :mod:`~hogwild_plugins.ps.replication` keeps the copies, with ``etcd``).
         etcd: ``HOST:PORT`` of the job's etcd (required when ``copies > 1``).
         etcd_tls: A directory of etcd certificates (``cluster.etcd_tls``): HTTPS to etcd.
+        etcd_group: The server group whose etcd namespace holds this server's keys (a job of
+            several server groups, ``ps.server_group``); None: the job's own keys.
         lease_s: TTL of the server's etcd lease (replication).
         nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
             default), or apply it and count it (``"count"``).
@@ -86,6 +89,7 @@ class ServerOptions:
     copies: int = ClusterConfig.copies
     etcd: str | None = ClusterConfig.etcd or None
     etcd_tls: str | None = ClusterConfig.etcd_tls or None
+    etcd_group: int | None = None  # several server groups: this server's group's namespace
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
     nonfinite: str = _PS.nonfinite
     max_vectors: int = _PS.max_vectors
@@ -142,6 +146,7 @@ class ServerOptions:
             copies=copies or config.cluster.copies,
             etcd=etcd or config.cluster.etcd or None,
             etcd_tls=config.cluster.etcd_tls or None,
+            etcd_group=etcd_group(config),
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
             nonfinite=ps.nonfinite,
             max_vectors=ps.max_vectors,
