@@ -78,6 +78,12 @@ def test_data_outputs_below_a_file(capsys, a_file, tmp_path):
     one_error_line(capsys, ["data", "ingest", source, "--out", a_file / "c"], a_file / "c")
 
 
+def test_plot_out_below_a_file(capsys, a_file, tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"event": "epoch", "epoch": 1, "train_loss": 1.0}\n')
+    one_error_line(capsys, ["plot", metrics, "--out", a_file / "p.png"], a_file / "p.png")
+
+
 def test_a_config_built_in_python_is_validated():
     config = load_config()
     with pytest.raises(ConfigError, match="model.layers is empty"):
