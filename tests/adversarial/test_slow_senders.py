@@ -114,7 +114,7 @@ def test_slow_senders_hold_up_no_honest_client():
         trickled = [0] * TRICKLERS
 
         def trickle(sock: socket.socket, k: int) -> None:
-            """Handshake, then a 1 MiB frame's bytes one at a time, until told to stop."""
+            """A push's header, then a 1 MiB frame's bytes one at a time, until told to stop."""
             try:
                 for byte in frame_start(len(push), True) + push + frame_start(1 << 20, False):
                     if stop.wait(0.002):
