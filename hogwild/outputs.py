@@ -22,6 +22,17 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _below_a_file(target: Path, what: str) -> None:
+    """Name the file ``target`` would have to be below (mkdir says only "File exists")."""
+    for folder in target.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise HogwildError(
+                    f"{what} {target}: cannot be written ({folder} is not a directory)"
+                )
+            return
+
+
 def writable_file(path: str | os.PathLike, what: str) -> Path:
     """``path`` as a Path, once a file can be written there (its folder made if missing).
 
@@ -34,6 +45,7 @@ def writable_file(path: str | os.PathLike, what: str) -> Path:
     target = Path(path)
     if target.is_dir():
         raise HogwildError(f"{what} {target}: is a directory, expected a file path")
+    _below_a_file(target, what)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         existed = target.exists()
@@ -55,6 +67,7 @@ def writable_directory(path: str | os.PathLike, what: str) -> Path:
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise HogwildError(f"{what} {target}: exists and is not a directory")
+    _below_a_file(target, what)
     try:
         target.mkdir(parents=True, exist_ok=True)
         handle, probe = tempfile.mkstemp(prefix=".hogwild-probe-", dir=target)

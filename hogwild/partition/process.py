@@ -59,6 +59,7 @@ CLOSED = CLOSE + 8  # the last close the feeder carried out
 FLUSH = CLOSE + 16  # the parent's flush requests, numbered
 FLUSHED = CLOSE + 24  # + 8 * partition: the last flush it carried out
 CONTROL_WORDS = FLUSHED + 8 * MAX_PARTITIONS
+SAID_BYTES = 1024  # of a stopped partition's line kept in the arena's ``said`` row for its parent
 # float controls: the epoch's rate; with optim.smooth the rate it ends at, and the examples fed
 # before it and in it (the feeder moves each example's rate along that line)
 LR, LR_END, SMOOTH, EPOCH_FIRST, EPOCH_N = 0, 1, 2, 3, 4
@@ -112,6 +113,8 @@ def partition_main(setup: dict) -> None:
         if stopped is not None:  # its parameter server stopped the bucket: no restart helps
             sys.stderr.write(f"hogwild: partition {setup['partition']}: {stopped}\n")
             sys.stderr.flush()
+            if arena is not None:  # the parent's error names the server, bucket and failure
+                write_said(arena, setup["partition"], str(stopped))
             os._exit(EXIT_STOPPED)  # the parent raises a StoppedError naming this partition
         sys.stderr.write(f"partition {setup['partition']} failed:\n{traceback.format_exc()}")
         sys.stderr.flush()
@@ -126,6 +129,19 @@ def partition_main(setup: dict) -> None:
                 from hogwild.shm.sweeper import unlink_segment
 
                 unlink_segment(setup["arena"])  # the parent was killed: nobody else will
+
+
+def write_said(arena, p: int, text: str) -> None:
+    """Partition ``p``'s last words (why it stopped), cut to ``SAID_BYTES``, for its parent."""
+    said = arena.array("said")[p]
+    data = text.encode("utf-8", "replace")[:SAID_BYTES]
+    said[:] = 0
+    said[: len(data)] = memoryview(data)
+
+
+def read_said(arena, p: int) -> str:
+    """What partition ``p`` wrote with :func:`write_said` ("" if nothing)."""
+    return bytes(arena.array("said")[p]).rstrip(b"\0").decode("utf-8", "replace")
 
 
 def _exit_on_sigterm(signum, frame) -> None:

@@ -457,11 +457,11 @@ class PartitionedTrainer:
     def _check_alive(self, doing: str) -> None:
         for p, child in zip(self.local, self.processes, strict=False):
             code = child.exitcode
-            if code == EXIT_STOPPED:  # its line (above, on stderr) names the server and bucket
+            if code == EXIT_STOPPED:  # its line names the server, the bucket and the failure
+                said = proc.read_said(self.arena, p) or "(its line above says why)"
                 raise StoppedError(
                     f"partition {p} of {self.plan.k} was stopped by its parameter server while "
-                    f"{doing} (a bucket it trains is stopped there: its line above says why); "
-                    "the replica stops, not to be restarted"
+                    f"{doing}: {said}; the replica stops, not to be restarted"
                 )
             if code is not None:
                 how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
@@ -524,6 +524,7 @@ def arena_layout(
     layout.add("images", np.uint8, tuple(images_shape))
     layout.add("labels", np.int64, images_shape[0])
     layout.add("order", np.int64, images_shape[0])
+    layout.add("said", np.uint8, (k, proc.SAID_BYTES))  # a stopped partition's line
     return layout
 
 

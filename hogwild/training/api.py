@@ -34,6 +34,7 @@ from hogwild.model.network import Network, build_network
 from hogwild.outputs import writable_directory, writable_file
 from hogwild.training.checkpoint import Checkpoint
 from hogwild.training.checkpoint import load_checkpoint as _load_checkpoint_files
+from hogwild.training.tensorboard import TENSORBOARD_DIR
 from hogwild.training.torch_bridge import TorchModel
 from hogwild.training.trainer import TrainResult, run_training
 
@@ -175,6 +176,8 @@ def check_outputs(config: Config) -> None:
         writable_file(config.output.metrics, "metrics file (--metrics)")
     if config.output.checkpoint_dir:
         writable_directory(config.output.checkpoint_dir, "checkpoint directory (--checkpoint-dir)")
+    if config.output.tensorboard:
+        writable_directory(config.output.tensorboard, TENSORBOARD_DIR)
 
 
 def _run(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hogwild.errors import DataError, HogwildError
+from hogwild.outputs import writable_file
 from hogwild.training.metrics import read_metrics
 
 RUN_FILE = "metrics.jsonl"  # what a run directory's metrics file is called in the docs
@@ -95,6 +96,7 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike) -> Path:
         DataError: A run has no metrics file or no epoch yet.
     """
     curves = [read_curve(run) for run in runs]  # every input checked before drawing anything
+    out = writable_file(out, "plot (--out)")  # and where it goes
     if len({curve.label for curve in curves}) < len(curves):  # two runs named alike: paths
         for curve, run in zip(curves, runs, strict=True):
             curve.label = str(run)
@@ -127,8 +129,6 @@ def plot_runs(runs: list[str | os.PathLike], out: str | os.PathLike) -> Path:
                 panel.xaxis.set_major_locator(MaxNLocator(integer=True))
             panel.grid(alpha=0.3)
             panel.legend(fontsize="small")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
     plt.close(figure)
     return out

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from hogwild.errors import ConfigError
+from hogwild.outputs import writable_directory
 
+TENSORBOARD_DIR = "TensorBoard directory (--tensorboard)"  # as a path's error names it
 EPOCH_SCALARS = (
     "train_loss", "train_accuracy", "test_loss", "test_accuracy", "lr", "examples_per_s",
 )  # fmt: skip
@@ -41,6 +43,8 @@ class TensorBoardLog:
     """Scalars of one run into ``directory``; nothing at all when ``directory`` is empty."""
 
     def __init__(self, directory: str, every: int, batch: int):
+        if directory:  # one line naming the path, not the writer's traceback
+            writable_directory(directory, TENSORBOARD_DIR)
         self.writer: Any = _summary_writer(directory) if directory else None
         self.every_examples = max(1, every) * max(1, batch)
         self.batch = max(1, batch)

@@ -65,6 +65,29 @@ def test_a_cache_record_with_a_hostile_label_is_refused_at_read(cache, native):
         reader.close()
 
 
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("cut", [1, -1])  # a byte short, a byte long
+def test_a_cache_record_of_the_wrong_size_is_refused_at_read(cache, native, cut):
+    """An image's bytes are read into rows of the cache's shape: a record of another size is
+    an error naming it, never copied past its row."""
+    env = lmdb.open(str(cache), max_dbs=16, subdir=True)
+    try:
+        with env.begin(write=True) as txn:
+            db = env.open_db(records_db("train").encode(), txn=txn, create=False)
+            raw = txn.get(record_key(9), db=db)
+            txn.put(record_key(9), raw[:-cut] if cut > 0 else raw + b"\0", db=db)
+    finally:
+        env.close()
+    reader = open_cache(cache, "train", native=native)
+    try:
+        out = np.zeros((20, 6, 6, 1), np.uint8)
+        labels = np.zeros(20, np.int32)
+        with pytest.raises(DataError, match=r"record 9 .*\d+ bytes, expected \d+"):
+            reader.read(np.arange(20), out, labels)
+    finally:
+        reader.close()
+
+
 def test_a_cache_label_array_with_a_hostile_label_is_refused_at_open(cache):
     _tamper(cache, labels_at=11)
     with pytest.raises(DataError, match=r"record 11 .*label 2147483647.*0\.\.3"):

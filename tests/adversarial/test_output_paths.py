@@ -45,12 +45,23 @@ def test_ps_keys_below_a_file(capsys, a_file):
     one_error_line(capsys, ["ps", "keys", a_file / "keys"], a_file / "keys")
 
 
-@pytest.mark.parametrize("flag", ["--metrics", "--checkpoint-dir"])
+@pytest.mark.parametrize("flag", ["--metrics", "--checkpoint-dir", "--tensorboard"])
 def test_train_outputs_below_a_file_are_refused_before_training(capsys, a_file, flag):
     target = a_file / "out"
     line = one_error_line(
         capsys, ["train", flag, target, "--epochs", "1", "--train.subset=64"], target
     )
+    assert "cannot be written" in line or "not a directory" in line.lower()
+
+
+@pytest.mark.parametrize("flag", ["--metrics", "--checkpoint-dir", "--tensorboard"])
+def test_cluster_outputs_below_a_file_are_refused_before_any_role_starts(
+    capsys, a_file, flag, mnist_dir
+):
+    target = a_file / "out"
+    argv = ["cluster", flag, target, "--epochs", "1", "--subset", "64", "--no-progress",
+            "--data", mnist_dir]  # fmt: skip
+    line = one_error_line(capsys, argv, target)
     assert "cannot be written" in line or "not a directory" in line.lower()
 
 
@@ -65,6 +76,12 @@ def test_data_outputs_below_a_file(capsys, a_file, tmp_path):
     ingest_arrays(cache, {"train": (images, labels), "test": (images, labels)})
     one_error_line(capsys, ["data", "preview", cache, "--out", a_file / "p.png"], a_file / "p.png")
     one_error_line(capsys, ["data", "ingest", source, "--out", a_file / "c"], a_file / "c")
+
+
+def test_plot_out_below_a_file(capsys, a_file, tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"event": "epoch", "epoch": 1, "train_loss": 1.0}\n')
+    one_error_line(capsys, ["plot", metrics, "--out", a_file / "p.png"], a_file / "p.png")
 
 
 def test_a_config_built_in_python_is_validated():

@@ -81,6 +81,27 @@ def test_named_vectors_stop_at_the_limit_and_reads_allocate_nothing(server, clie
     honest_push_lands(client)
 
 
+def test_with_copies_a_shards_vectors_fit_one_snapshot_frame():
+    """A copy catches up from one frame of a shard's named vectors: with copies, no more are
+    allowed than that frame holds (64 of 1 MiB shards), whatever ``ps.max_vectors`` says."""
+    from hogwild_plugins.ps.serving.options import ServerOptions
+    from hogwild_plugins.ps.serving.server import ParameterServer
+
+    from hogwild.net.wire import MAX_ARRAY_BYTES
+
+    servers = ("127.0.0.1:7001", "127.0.0.1:7002")  # never started: nothing is bound
+
+    def allowed(copies: int) -> int:
+        options = ServerOptions(job="frames", servers=servers, copies=copies, max_vectors=100,
+                                shard_kib=1024, etcd="127.0.0.1:2379")  # fmt: skip
+        server = ParameterServer(ModelGeometry(4 * 262144), options)
+        assert server.layout.shard_floats * 4 * server.max_vectors <= MAX_ARRAY_BYTES or copies == 1
+        return server.max_vectors
+
+    assert allowed(copies=2) == MAX_ARRAY_BYTES // 2**20 == 64
+    assert allowed(copies=1) == 100  # one copy: no snapshot to fit
+
+
 def test_the_request_table_takes_only_this_jobs_requests(server, client):
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

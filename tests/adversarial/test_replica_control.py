@@ -10,11 +10,11 @@ was accepted and poisoned the model.
 
 from __future__ import annotations
 
-import queue
-
 import pytest
 
+from hogwild.cluster.replica_role import ReplicaRole
 from hogwild.cluster.serving import MAX_EPOCH, MAX_QUEUED_PORTIONS, ReplicaServer
+from hogwild.config import config_from_dict
 from hogwild.net.control import ControlClient, ControlRefused, ControlServer
 
 JOB = "adversarial-replica"
@@ -22,13 +22,16 @@ N_TRAIN = 1000
 PEAK_LR = 0.05
 
 
-class RecordingRole:
-    """What :class:`ReplicaServer` needs of a role, recording what it is given."""
+class RecordingRole(ReplicaRole):
+    """Every replica role's handling of the driver's requests (its queue of portions, its peak
+    rate), recording what it is given instead of training."""
 
-    index, job, n_train, silence_s, max_lr = 0, JOB, N_TRAIN, 60.0, PEAK_LR
+    job, n_train = JOB, N_TRAIN
 
     def __init__(self) -> None:
-        self.commands: queue.Queue = queue.Queue(MAX_QUEUED_PORTIONS)
+        model = {"input": [1, 28, 28], "layers": [{"type": "fc", "units": 10}, {"type": "softmax"}]}
+        config = config_from_dict({"model": model, "optim": {"lr": PEAK_LR}})
+        super().__init__(config, 0, silence_s=60.0)
         self.closed: list[int] = []
 
     def status(self) -> dict:
