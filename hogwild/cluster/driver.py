@@ -14,11 +14,12 @@ It:
    model. The job's topology (:mod:`hogwild.config.topology`) says what a replica role is: a
    Downpour replica, or with ``cluster.framework`` ``"sandblaster"``, ``"allreduce"`` or
    ``"hybrid"`` a worker group (a coordinator, L-BFGS or synchronous SGD, and its replica
-   threads); with ``"hogwild"`` (distributed Hogwild) several server groups, each replica bound
-   to one and synchronising them every ``cluster.sync_every`` examples, and the driver making
-   them one model at every epoch end. What the cluster takes from the parameter-server plugin
-   for these is declared in :mod:`hogwild.cluster.services`; what is not built is refused
-   before anything starts;
+   threads); with ``"hogwild"`` (distributed Hogwild), or the hybrid with
+   ``cluster.server_groups`` > 1, several server groups, each replica or worker group bound to one
+   and synchronising them every ``cluster.sync_every`` examples
+   (:mod:`hogwild.cluster.group_sync`), and the driver making them one model at every epoch
+   end. What the cluster takes from the parameter-server plugin for these is declared in
+   :mod:`hogwild.cluster.services`; what is not built is refused before anything starts;
 4. runs the epochs (:mod:`hogwild.cluster.epochs`, whose
    :class:`~hogwild.cluster.coordinator.Coordinator` hands each epoch's permutation out in
    portions on demand, with warm start and the epoch rule across replicas): at every epoch end

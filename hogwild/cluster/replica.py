@@ -133,9 +133,13 @@ class TrainerReplica(Trainer, PortionRole):
             self.group_sync.when_due(self._trained())  # a finished portion has synchronised
 
     def release(self) -> None:
-        self.group_sync.close()
-        self.release_endpoint()
-        self._shutdown()
+        try:
+            self.group_sync.close()
+        finally:  # the workers and the arena go whatever the groups' clients did
+            try:
+                self.release_endpoint()
+            finally:
+                self._shutdown()
 
     def _trained(self) -> float:
         """Examples its workers trained, in all (when its server group is due a

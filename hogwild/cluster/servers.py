@@ -5,7 +5,7 @@
 * the ``ps`` parameter store's parent side (:mod:`hogwild.store`) and the small arena it lives
   in, through which the driver gives the servers the job's starting model (initial weights, or
   a checkpoint's with ``--resume``) and pulls the servers' model at every epoch end;
-* with several server groups (distributed Hogwild), clients of every group
+* with several server groups (distributed Hogwild, the hybrid), clients of every group
   (:class:`~hogwild.cluster.services.ServerGroupSync`): the groups start as one model and are made
   one again at every epoch end, before the pull;
 * with replicated servers (``cluster.copies > 1``), their controller

@@ -9,8 +9,8 @@ The driver and the replicas never import the plugin. Each thing they need is dec
   service holding their bucket map and leases, started for the job or given by
   ``cluster.etcd``;
 * ``hogwild.server_groups`` (name ``ps``): :class:`OpenServerGroups`, clients of every server
-  group of a job with several (distributed Hogwild) and the synchronisation that keeps them one
-  model (:class:`ServerGroupSync`);
+  group of a job with several (distributed Hogwild, or the hybrid's worker groups) and the
+  synchronisation that keeps them one model (:class:`ServerGroupSync`);
 * ``hogwild.worker_groups`` (one name per framework: ``sandblaster``, ``allreduce``,
   ``hybrid``): :class:`WorkerGroupFramework`, a synchronous worker group's role.
 

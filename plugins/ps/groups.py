@@ -13,7 +13,7 @@ Who moves what, so that synchronisations may overlap:
 
 * **A worker group moves only its own server group** (:meth:`ServerGroups.sync` with ``own``),
   and only one worker group per server group synchronises (the first one bound to it,
-  :mod:`hogwild.cluster.replica`), every ``cluster.sync_every`` examples it trained. Two groups
+  :mod:`hogwild.cluster.group_sync`), every ``cluster.sync_every`` examples it trained. Two groups
   synchronising at the same moment each move themselves to the mean they both pulled, so they
   meet; were each to move every group, two overlapping synchronisations would move each group
   twice (to ``2 * mean - p_g``: the groups would swap, and with more of them drift apart). A

@@ -6,6 +6,7 @@ the group it names, and clears every group's keys when it closes."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import pytest
@@ -13,6 +14,7 @@ from hogwild_plugins.ps.controller import DRIVER_KEY, EtcdController
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.routes import etcd_prefix
 
+from hogwild.cluster.servers import JobServers
 from hogwild.errors import HogwildError
 
 pytestmark = pytest.mark.ps_kernels
@@ -45,17 +47,29 @@ def test_each_server_group_keeps_its_keys_in_its_own_namespace(etcd_server):
     assert not any(a != b and b.startswith(a) for a in prefixes for b in prefixes)  # apart
     assert all(p.startswith(etcd_prefix(job)) for p in prefixes)  # below the job's own keys
     controller = EtcdController(etcd_server.address, job, print)
+    servers = JobServers(job)  # the driver's side: job-wide indices, group after group
+    servers.controller, servers.per_group = controller, 2
     groups = [Etcd(etcd_server.address, prefix=p) for p in prefixes[:2]]
+    leases = []
     try:
         for g, etcd in enumerate(groups):
-            lease = etcd.grant(30)
-            etcd.put("members/0", {"address": f"127.0.0.1:{7000 + g}", "lease": lease}, lease)
+            for i in range(2):
+                leases.append((etcd, etcd.grant(30)))
+                record = {"address": f"127.0.0.1:{7000 + 2 * g + i}", "lease": leases[-1][1]}
+                etcd.put(f"members/{i}", record, leases[-1][1])
             etcd.put("sync/0", {"epoch": g + 1, "primary": 0})
-        controller.forget_server(0, group=1)  # group 1's server 0 died
-        assert groups[1].get("members/0")[0] is None  # its lease ended
+        servers.forget_server(3)  # the job's server 3 died: group 1's server 1
+        assert groups[1].get("members/1")[0] is None  # its lease ended
+        alive = {(g, i) for g in (0, 1) for i in (0, 1) if groups[g].get(f"members/{i}")[0]}
+        assert alive == {(0, 0), (0, 1), (1, 0)}  # no other group's, no other index's
+        controller.forget_server(0, group=1)  # and by group and index, as the driver calls it
+        assert groups[1].get("members/0")[0] is None
         assert groups[0].get("members/0")[0]["address"] == "127.0.0.1:7000"  # not group 0's
         assert [etcd.get("sync/0")[0]["epoch"] for etcd in groups] == [1, 2]
     finally:
+        for etcd, lease in leases:  # the shared etcd keeps no lease of this test's
+            with contextlib.suppress(HogwildError):
+                etcd.revoke(lease)
         controller.close()
     try:
         for etcd in groups:  # the job's keys, every group's, deleted with its driver
