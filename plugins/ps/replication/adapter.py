@@ -47,6 +47,7 @@ from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
+from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
@@ -66,7 +67,7 @@ from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
-from hogwild_plugins.ps.routes import etcd_prefix, read_map
+from hogwild_plugins.ps.routes import etcd_prefix, parse_map, read_record, write_record
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.work import Work
 
@@ -158,6 +159,9 @@ class Replication:
         self._etcd: Etcd | None = None  # the replication thread's
         self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
         self._watch = None
+        # the job's history in etcd as the last read of the map found it (the replication
+        # thread's; read by the network thread's record reads)
+        self.nonce: JobNonce | None = None
         self.replier = None
         self.copy_side = CopySide(self.me, self.roles, self.logs, self.bucket_shards)
         self.commit_round = CommitRound(self.me, self.roles, self.logs)
@@ -201,6 +205,8 @@ class Replication:
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
+        # before any record is read (the copy side may read one before the first map read)
+        self.nonce = adopt(self._etcd, self._etcd.get(NONCE_KEY)[0])
         self.link.open(list(self.server.options.servers), self.me, self.server.options.keys)
         self.replier = self.server.router.replier()
         self.started_at = time.monotonic()
@@ -376,7 +382,10 @@ class Replication:
             self._carry_out(actions)
 
     def _observe(self) -> None:
-        members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
+        entries, _ = self._etcd.get_prefix("")
+        # this read's history: every record write decided from it compares its nonce
+        self.nonce = adopt(self._etcd, entries.get(NONCE_KEY, (None, 0))[0])
+        members, records = parse_map(entries, self.n_servers, self.layout.n_buckets)
         # on disk before any role acts on them (a StoreError is handled as etcd's failure);
         # a record of another history than a role knows is never marked
         with self.lock:
@@ -420,7 +429,9 @@ class Replication:
 
     def replace_record(self, action) -> Iterator[str]:
         yield from ()
-        done = self._etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        # the nonce compared too: decided from a read of an etcd since restarted empty (its
+        # revisions counted again from 1), it never lands on a key of the new history
+        done = write_record(self._etcd, action.bucket, action.record, action.expected, self.nonce)
         return done, self._read(action.bucket)
 
     def record_written(self, action, done: bool) -> None:
@@ -457,19 +468,15 @@ class Replication:
         self.changed.set()  # read the map again on the next turn
 
     def _read(self, bucket: int, etcd: Etcd | None = None) -> BucketRecord | None:
-        """``sync/<bucket>`` (None: absent), through ``etcd`` (default: this thread's).
+        """``sync/<bucket>`` (None: absent, or etcd's keys are now another history than the
+        last read of the map's), through ``etcd`` (default: this thread's).
 
         Raises:
             HogwildError: A value that is not a record (naming the key); EtcdUnavailable.
         """
-        key = f"sync/{bucket}"
-        value, revision = (etcd or self._etcd).get(key)
-        if value is None:
+        record = read_record(etcd or self._etcd, bucket, self.n_servers, self.nonce)
+        if record is None:
             return None
-        try:
-            record = BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
-        except ValueError as exc:
-            raise HogwildError(str(exc)) from exc
         with self.lock:
             ours = followed({bucket: record}, self.roles)
         self.marks.saw(ours)  # before the role hears of it

@@ -134,6 +134,7 @@ class SimServer:
         self.commit_round = CommitRound(me, self.roles, self.logs)
         self.queue: list[tuple[int, int, int]] = []  # (client sender, seq, shard)
         self.lease = 0
+        self.nonce: object = None  # the job's nonce as the last read of the map found it
         self.valid_until = -1
         self.last_beat = 0
         self.started = now()
@@ -313,7 +314,7 @@ class SimServer:
 
     def refresh_record(self, bucket: int) -> Iterator[str]:
         yield from ()
-        record = self.etcd.record(bucket)
+        record = self.etcd.record(bucket, self.nonce)
         if record is not None:
             self.marks.saw(followed({bucket: record}, self.roles))  # before the role hears
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
@@ -426,8 +427,10 @@ class SimServer:
                 yield from self._carry_out(actions)
 
     def _observe(self) -> Iterator[str]:
+        # this read's history (:mod:`~hogwild_plugins.ps.job_nonce`): written if etcd has none
+        self.nonce = self.etcd.adopt((self.me, self.incarnation, self.etcd.wipes))
         members = self.etcd.members()
-        records = {b: self.etcd.record(b) for b in self.roles}
+        records = {b: self.etcd.record(b, self.nonce) for b in self.roles}
         self.marks.saw(followed(records, self.roles))
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
@@ -459,10 +462,11 @@ class SimServer:
 
     def replace_record(self, action) -> Iterator[str]:
         yield f"{type(action).__name__} {action.bucket}"
-        done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        key, value = f"sync/{action.bucket}", action.record.value()
+        done = self.etcd.replace(key, value, action.expected, self.nonce)
         if self.splits is not None and self.splits(f"sync/{action.bucket} read back"):
             yield f"read sync/{action.bucket} back"  # a request of its own, as the real one's
-        record = self.etcd.record(action.bucket)
+        record = self.etcd.record(action.bucket, self.nonce)
         self.marks.saw(followed({action.bucket: record}, self.roles))  # before the role hears
         return done, record
 
