@@ -150,11 +150,13 @@ class BucketRole:
             case HandOverAnswered():
                 actions = self._handed(stimulus.ok, stimulus.record)
             case SnapshotDelivered():
-                actions = self._synced(stimulus.server)
+                stale = self._stale(stimulus.epoch)
+                actions = [] if stale else self._synced(stimulus.server)
             case CopyUnreachable():
-                actions = self._unreachable(stimulus.server)
+                stale = self._stale(stimulus.epoch)
+                actions = [] if stale else self._unreachable(stimulus.server)
             case Fenced():
-                actions = self._fenced()
+                actions = [] if self._stale(stimulus.epoch) else self._fenced()
             case Restored():
                 self._restored(stimulus.epoch)
                 actions = []
@@ -407,7 +409,7 @@ class BucketRole:
             return [] if self.writing else self._write(self._next_in_sync())
         todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
         self.syncing |= todo
-        return [Sync(self.bucket, s) for s in sorted(todo)]
+        return [Sync(self.bucket, s, self.epoch) for s in sorted(todo)]
 
     def successor(self) -> int | None:
         """As serving primary, the copy to hand the bucket to: the bucket's preferred primary
@@ -474,6 +476,13 @@ class BucketRole:
         self.writing = True
         new = BucketRecord(self.record.epoch, self.me, self.record.lease, in_sync)
         return [WriteInSync(self.bucket, new, self.record.revision)]
+
+    def _stale(self, epoch: int | None) -> bool:
+        """Whether an answer to a :class:`Sync` of ``epoch`` (None: answered at once) is no news:
+        the role was deposed or won the bucket again since (every primaryship has an epoch of
+        its own), and that primaryship's work was dropped with it; a Sync of this one may be
+        under way for the same copy."""
+        return epoch is not None and (self.role is not Role.PRIMARY or epoch != self.epoch)
 
     def _synced(self, server: int) -> list:
         """A snapshot reached ``server``: it joins ``in_sync``."""

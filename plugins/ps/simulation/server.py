@@ -476,8 +476,8 @@ class SimServer:
     def etcd_failed(self, exc: Exception) -> None:
         raise AssertionError(f"the simulated etcd does not fail a call: {exc}")
 
-    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
-        return (yield from self._send_snapshot(bucket, server))
+    def send_snapshot(self, action) -> Iterator[str]:
+        return (yield from self._send_snapshot(action.bucket, action.server))
 
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
