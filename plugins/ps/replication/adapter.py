@@ -567,6 +567,9 @@ class Replication:
                     outcome.action, outcome.delivered, outcome.fenced, self.roles, self
                 )
             self._carry_out(actions)
+            # what the role may do next (serve, hand the bucket back) is decided on the map:
+            # read it again at the next turn, not at the next poll
+            self.changed.set()
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see

@@ -20,14 +20,16 @@ What the executor itself decides (and so both hosts do the same): an etcd transa
 is answered as lost (``CampaignAnswered``, ``InSyncWritten`` or ``HandOverAnswered`` with
 ``False`` and no record: not knowing is losing; the host counts the failure and reads the map
 again), a campaign won with no record read back is not won, a snapshot not delivered is a copy
-unreachable, and a copy a commit round drops is handed to its bucket's role at once. On the copy
-side (:func:`receive`): which steps of a primary's message are atomic (under the host's lock: the
-log counted and committed together, a snapshot's log replaced and its restore queued together;
-the gate is a step of its own, and what the replication thread does before the content's step
-is the simulator's to choose: ``outside_lock``),
-and that a record read again (``RefreshRecord``) is the one effect that may block on etcd: the
-real network thread hands the message to another thread there and answers it later
-(:mod:`~hogwild_plugins.ps.replication.copy_adapter`), the simulator reads its etcd in place.
+unreachable (told under the Sync's epoch, so that a host that sends snapshots beside its other
+work may answer later: :func:`snapshot_answered`), and a copy a commit round drops is handed
+to its bucket's role at once. On the copy side (:func:`receive`): which steps of a primary's
+message are atomic (under the host's lock: the log counted and committed together, a
+snapshot's log replaced and its restore queued together; the gate is a step of its own, and
+what the replication thread does before the content's step is the simulator's to choose:
+``outside_lock``), and that a record read again (``RefreshRecord``) is the one effect that
+may block on etcd: the real network thread hands the message to another thread there and
+answers it later (:mod:`~hogwild_plugins.ps.replication.copy_adapter`), the simulator reads
+its etcd in place.
 """
 
 from __future__ import annotations
