@@ -378,10 +378,10 @@ def both_copies_stalled_then_the_primary_killed(min_copies: int, ticks: int = 0)
 # was wiped (it never saw a bucket's record) start a bucket afresh over the acknowledged updates
 # of a server still up, once the key of the member that told it the job had started was gone
 # (84 to 4858; five more, whose schedules changed when snapshots went to a thread of their own,
-# were replaced by 2 to 77: schedules that wipe etcd and restart a server after it).
+# were replaced by 2 to 102: schedules that wipe etcd and restart a server after it).
 WIPE_SCHEDULES = [
     (84, 400), (3479, 200), (4408, 200), (4858, 200),
-    (2, 200), (15, 200), (38, 200), (54, 200), (77, 200),
+    (2, 200), (15, 200), (54, 200), (77, 200), (102, 200),
 ]  # fmt: skip
 
 

@@ -567,9 +567,11 @@ class Replication:
                     outcome.action, outcome.delivered, outcome.fenced, self.roles, self
                 )
             self._carry_out(actions)
-            # what the role may do next (serve, hand the bucket back) is decided on the map:
-            # read it again at the next turn, not at the next poll
-            self.changed.set()
+            if outcome.delivered:
+                # a copy caught up: what the role may do next (serve, hand the bucket back) is
+                # decided on the map, read again at the next turn rather than the next poll (a
+                # copy that failed is tried again at the next poll, not at once)
+                self.changed.set()
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see

@@ -477,7 +477,8 @@ class SimServer:
             action, delivered, fenced = self.outcomes.pop(0)
             actions = snapshot_answered(action, delivered, fenced, self.roles, self)
             yield from self._carry_out(actions)
-            self.seen = ()  # the map read again next turn, as the real thread does
+            if delivered:  # the map read again next turn, as the real thread does
+                self.seen = ()
 
     def _stop_buckets(self) -> Iterator[str]:
         """As the real thread's turn: tell the roles of the buckets stopped since the last one
