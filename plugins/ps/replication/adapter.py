@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     HandOver,
@@ -553,10 +553,9 @@ class Replication:
         return Parcel(action, probes, snapshots)
 
     def _still_syncing(self, action: Sync) -> bool:
-        """Whether ``action``'s role is still the bucket's primary in its epoch (the sender
-        thread's look, without the lock)."""
-        role = self.roles[action.bucket]
-        return role.role is Role.PRIMARY and role.epoch == action.epoch
+        """Whether ``action``'s role still waits for its answer (also the sender thread's look,
+        without the lock: it only spares a snapshot nobody waits for)."""
+        return self.roles[action.bucket].awaits(action)
 
     def _snapshots_answered(self) -> None:
         """Tell the roles what the snapshots sent since the last turn came to, and carry out

@@ -20,7 +20,7 @@ What the executor itself decides (and so both hosts do the same): an etcd transa
 is answered as lost (``CampaignAnswered``, ``InSyncWritten`` or ``HandOverAnswered`` with
 ``False`` and no record: not knowing is losing; the host counts the failure and reads the map
 again), a campaign won with no record read back is not won, a snapshot not delivered is a copy
-unreachable (told under the Sync's epoch, so that a host that sends snapshots beside its other
+unreachable (told under the Sync's ticket, so that a host that sends snapshots beside its other
 work may answer later: :func:`snapshot_answered`), and a copy a commit round drops is handed
 to its bucket's role at once. On the copy side (:func:`receive`): which steps of a primary's
 message are atomic (under the host's lock: the log counted and committed together, a
@@ -379,18 +379,18 @@ def snapshot_answered(
     host: RoleEffects,
     stimulus_id: str | None = None,
 ) -> list:
-    """What ``action``'s snapshot came to, told to its bucket's role under the Sync's epoch
-    (the role takes an answer to an earlier primaryship as no news): ``fenced``, a copy refused
-    it as an old epoch's; then delivered, or the copy unreachable. The role's actions, for
-    :func:`carry_out`."""
-    role, epoch = roles[action.bucket], action.epoch
+    """What ``action``'s snapshot came to, told to its bucket's role under the Sync's ticket
+    (the role takes an answer to a Sync it no longer waits for as no news): ``fenced``, a copy
+    refused it as an old epoch's; then delivered, or the copy unreachable. The role's actions,
+    for :func:`carry_out`."""
+    role, ticket = roles[action.bucket], action.ticket
     actions = []
     if fenced:
-        actions += role.handle(Fenced(epoch, stimulus_id=host.stimulus("fenced")))
+        actions += role.handle(Fenced(ticket, stimulus_id=host.stimulus("fenced")))
     sid = stimulus_id or host.stimulus("snapshot answered")
     if delivered:
-        return actions + role.handle(SnapshotDelivered(action.server, epoch, stimulus_id=sid))
-    return actions + role.handle(CopyUnreachable(action.server, epoch, stimulus_id=sid))
+        return actions + role.handle(SnapshotDelivered(action.server, ticket, stimulus_id=sid))
+    return actions + role.handle(CopyUnreachable(action.server, ticket, stimulus_id=sid))
 
 
 def run_round(

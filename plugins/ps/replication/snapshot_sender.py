@@ -8,16 +8,18 @@ barrier: :mod:`~hogwild_plugins.ps.replication.adapter`), and hands it here. Thi
 copy whether its logs hold those shards (the probes), sends the snapshots of the shards whose
 logs do not, waits for the answers (a copy that does not answer fails after the peer link's
 timeout and retry), and hands back an :class:`Outcome`, which the replication thread tells the
-bucket's role under the Sync's epoch
+bucket's role under the Sync's ticket
 (:func:`~hogwild_plugins.ps.replication.executor.snapshot_answered`).
 
 Meanwhile the replication thread goes on: commit rounds of the other buckets, reads of the map,
-the other roles' work. The bucket being synced takes no writes (its role does not serve while a
-snapshot of it is under way), so nothing the parcel was taken from changes before it is sent; a
-role deposed or re-elected meanwhile takes the outcome as no news (the parcel carries the epoch
-it was taken under, which the copy's gate checks too). One thread, one parcel at a time, on a
-peer link of its own (a ZeroMQ socket belongs to one thread); a ``FENCED`` answer is handed back
-in the outcome, never told to a role from here.
+the other roles' work. The bucket being synced takes no writes while its role waits for that
+Sync (a role does not serve while a snapshot of it is under way), so nothing the parcel was
+taken from changes before it is sent; a role that stopped waiting meanwhile (deposed, elected
+again, the copy dropped by a round, or another Sync of it asked for: the bucket may have taken
+writes since, which the parcel lacks) takes the outcome as no news, by the Sync's ticket. The
+parcel carries the epoch it was taken under, which the copy's gate checks too. One thread, one
+parcel at a time, on a peer link of its own (a ZeroMQ socket belongs to one thread); a
+``FENCED`` answer is handed back in the outcome, never told to a role from here.
 """
 
 from __future__ import annotations
@@ -67,9 +69,9 @@ class SnapshotSender:
     Args:
         link: A peer link of this thread's own (opened and closed by the caller).
         counters: The replication's counters (``snapshots_sent``, ``copies_caught_up``).
-        current: ``current(action)``: whether the role that asked is still the bucket's primary
-            in the Sync's epoch (read without the lock: it only spares a deposed primary's
-            snapshot; the role decides on the outcome).
+        current: ``current(action)``: whether the role that asked still waits for the Sync's
+            answer (read without the lock: it only spares a snapshot nobody waits for; the role
+            decides on the outcome).
     """
 
     def __init__(self, link: PeerLink, counters: dict, current: Callable[[Sync], bool]) -> None:

@@ -54,7 +54,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from hogwild_plugins.ps.failover import MemberRecord
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Fenced,
     MapRead,
@@ -549,8 +549,7 @@ class SimServer:
         return None
 
     def _still_syncing(self, action) -> bool:
-        role = self.roles[action.bucket]
-        return role.role is Role.PRIMARY and role.epoch == action.epoch
+        return self.roles[action.bucket].awaits(action)
 
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
