@@ -14,6 +14,12 @@ server holding the bucket's state campaigns, serves or hands over; a stopped buc
 served nor campaigned for). The protocol it plays its part in is described in
 :mod:`~hogwild_plugins.ps.failover`.
 
+A snapshot's answer may come late (the real server sends snapshots beside its other work:
+:mod:`~hogwild_plugins.ps.replication.snapshot_sender`): each :class:`Sync` carries a ticket its
+answer names, and an answer to a Sync the role no longer waits for (deposed or elected again
+since, the copy dropped and asked for again) is no news; one delivered to a copy that registered
+under a new lease since is a copy unreachable.
+
 A bucket stops on a server (``Stopped``, :mod:`~hogwild_plugins.ps.stops`) when a write this
 server acknowledged or committed failed to apply here: its memory no longer holds the bucket's
 acknowledged state. As primary it hands the bucket to a live in-sync copy caught up in this
@@ -223,6 +229,7 @@ class BucketRole:
             primary or not (self.syncing or self.behind or self.dropping or self.writing),
             "{role.value} with primary's work open",
         )
+        check(self.syncing <= set(self.sync_tickets), "syncing a copy with no Sync's ticket")
         if primary:
             check(self.record is not None and self.record.primary == self.me, "primary, not named")
             check(self.me in self.record.in_sync, "primary, not in in_sync")
