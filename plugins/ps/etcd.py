@@ -225,9 +225,11 @@ class Etcd:
         expected_mod_revision: int,
         lease: int | None = None,
         also: Also = (),
+        guard: tuple[str, dict] | None = None,
     ) -> bool:
         """Write ``key`` and each of ``also`` in one transaction if ``key``'s mod_revision is
-        still ``expected_mod_revision`` (0: absent); False (nothing written) when it changed."""
+        still ``expected_mod_revision`` (0: absent) and, with ``guard`` (``(key, value)``), that
+        key still holds exactly that value; False (nothing written) when either changed."""
         also = list(also)
         ops = [self._put_op(key, value, lease)]
         for extra in also:
@@ -238,7 +240,8 @@ class Etcd:
         if len(set(keys)) != len(keys):
             named = [key, *(extra[0] for extra in also)]
             raise HogwildError(f"etcd transaction writes a key twice: {named}")
-        return self._txn(key, expected_mod_revision, [{"request_put": op} for op in ops])[0]
+        puts = [{"request_put": op} for op in ops]
+        return self._txn(key, expected_mod_revision, puts, guard)[0]
 
     def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
         """Delete ``key`` (only if its mod_revision is ``expected_mod_revision``, when given);
@@ -310,10 +313,18 @@ class Etcd:
             op["lease"] = lease
         return op
 
-    def _txn(self, key: str, mod_revision: int, ops: list[dict]) -> tuple[bool, list[dict]]:
+    def _txn(
+        self, key: str, mod_revision: int, ops: list[dict], guard: tuple[str, dict] | None = None
+    ) -> tuple[bool, list[dict]]:
         compare = {"key": _b64(self._key(key)), "result": "EQUAL", "target": "MOD"}
         compare["mod_revision"] = mod_revision
-        reply = self._post("/kv/txn", {"compare": [compare], "success": ops, "failure": []})
+        compares = [compare]
+        if guard is not None:  # the value compared byte for byte, as a put of it writes it
+            put = self._put_op(*guard)
+            compares.append(
+                {"key": put["key"], "result": "EQUAL", "target": "VALUE", "value": put["value"]}
+            )
+        reply = self._post("/kv/txn", {"compare": compares, "success": ops, "failure": []})
         return reply.get("succeeded") is True, reply.get("responses") or []
 
     def _kvs(self, reply: dict) -> list:

@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterable
 
 from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord, MemberRecord
+from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import Cancelled
 
-__all__ = ["Routes", "etcd_prefix", "read_map"]
+__all__ = ["Routes", "etcd_prefix", "parse_map", "read_map", "read_record", "write_record"]
 
 RETRY_S = 0.02
 
@@ -48,7 +49,17 @@ def read_map(etcd: Etcd, n_servers: int, n_buckets: int):
     Raises:
         HogwildError: A record or a member that is not one (naming its key); EtcdUnavailable.
     """
-    entries, _ = etcd.get_prefix("")
+    return parse_map(etcd.get_prefix("")[0], n_servers, n_buckets)
+
+
+def parse_map(entries: dict, n_servers: int, n_buckets: int):
+    """:func:`read_map` of the job's keys as :meth:`~hogwild_plugins.ps.etcd.Etcd.get_prefix`
+    returned them (``{key: (value, mod_revision)}``), for a reader that needs another key of
+    the same read (a server's nonce: :mod:`~hogwild_plugins.ps.job_nonce`).
+
+    Raises:
+        HogwildError: A record or a member that is not one (naming its key).
+    """
     members: dict[int, MemberRecord] = {}
     records: list[BucketRecord | None] = [None] * n_buckets
     for key, (value, revision) in entries.items():
@@ -67,6 +78,35 @@ def read_map(etcd: Etcd, n_servers: int, n_buckets: int):
             except ValueError as exc:
                 raise HogwildError(str(exc)) from exc
     return members, records
+
+
+def read_record(
+    etcd: Etcd, bucket: int, n_servers: int, nonce: JobNonce | None = None
+) -> BucketRecord | None:
+    """``sync/<bucket>``, checked (None: absent, or, with ``nonce``, etcd's keys are no longer
+    that nonce's history: :mod:`~hogwild_plugins.ps.job_nonce`).
+
+    Raises:
+        HogwildError: A value that is not a record (naming the key); EtcdUnavailable.
+    """
+    key = f"sync/{bucket}"
+    value, revision = etcd.get(key)
+    # the nonce read after the record: an etcd restarted between the two reads is caught
+    if value is None or (nonce is not None and not nonce.ours(etcd.get(NONCE_KEY)[0])):
+        return None
+    try:
+        return BucketRecord.parse(value, revision, n_servers, f"etcd key {key}")
+    except ValueError as exc:
+        raise HogwildError(str(exc)) from exc
+
+
+def write_record(
+    etcd: Etcd, bucket: int, record: BucketRecord, expected: int, nonce: JobNonce
+) -> bool:
+    """Replace ``sync/<bucket>`` with ``record`` if its mod revision is still ``expected``
+    (0: absent) and the job's nonce is still ``nonce``, the history the write was decided in
+    (:mod:`~hogwild_plugins.ps.job_nonce`): whether it was written."""
+    return etcd.replace(f"sync/{bucket}", record.value(), expected, guard=nonce.guard)
 
 
 class Routes:

@@ -253,7 +253,9 @@ def test_a_copy_whose_committed_write_fails_is_re_synced_before_it_takes_part_ag
         values.flags.writeable = False  # the copy's application of what it committed raises
         client.push_deltas(np.ones(N, np.float32), ranges=[(0, 1024)])  # committed, acknowledged
         deadline = time.monotonic() + 30
-        while not copy.stops.stopped(bucket):
+        # stopped, and its role told (on the copy's replication thread's next turn: a push
+        # answered before that turn would find the role not told yet)
+        while not (copy.stops.stopped(bucket) and copy.replication.roles[bucket].stopped):
             assert time.monotonic() < deadline, "the copy's failure stopped nothing"
             time.sleep(0.01)
         # it takes no part until re-synced: its next prepare is refused, the primary drops it

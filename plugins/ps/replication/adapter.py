@@ -17,6 +17,10 @@ decides nothing itself:
   one round of prepares and one of commits per batch. Both are carried out by the executor the
   simulator runs too (:mod:`~hogwild_plugins.ps.replication.executor`): this class gives it the
   bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
+* the **snapshot thread** (:mod:`~hogwild_plugins.ps.replication.snapshot_sender`) sends the
+  snapshots the replication thread took for a role's ``Sync`` and waits for the copy's answers;
+  the replication thread tells the role what came of each at its next turn, and runs the other
+  buckets' rounds meanwhile (the synced bucket takes no writes until then);
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
@@ -47,26 +51,29 @@ from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     HandOver,
     MapRead,
     Remembered,
     Stopped,
+    Sync,
 )
 from hogwild_plugins.ps.replication.commit_round import CommitRound
 from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
-from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
+from hogwild_plugins.ps.replication.executor import carry_out, run, run_round, snapshot_answered
 from hogwild_plugins.ps.replication.frames import snapshot_frames
 from hogwild_plugins.ps.replication.local import LocalApplier
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
-from hogwild_plugins.ps.routes import etcd_prefix, read_map
+from hogwild_plugins.ps.replication.snapshot_sender import Parcel, SnapshotSender
+from hogwild_plugins.ps.routes import etcd_prefix, parse_map, read_record, write_record
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.work import Work
 
@@ -158,6 +165,9 @@ class Replication:
         self._etcd: Etcd | None = None  # the replication thread's
         self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
         self._watch = None
+        # the job's history in etcd as the last read of the map found it (the replication
+        # thread's; read by the network thread's record reads)
+        self.nonce: JobNonce | None = None
         self.replier = None
         self.copy_side = CopySide(self.me, self.roles, self.logs, self.bucket_shards)
         self.commit_round = CommitRound(self.me, self.roles, self.logs)
@@ -177,6 +187,11 @@ class Replication:
             self._stimulus,
             self.commit_round.applying,
         )
+        # snapshots are sent and waited for on a thread of their own, on a link of their own:
+        # a copy slow to answer one holds up no other bucket's commit rounds
+        self.snapshot_link = PeerLink(
+            server.job, layout, self.roles, lambda: self.clock.lease, self._stimulus
+        )
         self.counters = {
             "snapshots_sent": 0,
             "copies_caught_up": 0,  # shards a copy was found to hold already: no snapshot
@@ -185,6 +200,7 @@ class Replication:
             "campaigns_won": 0,
             "handed_over": 0,
         }
+        self.snapshots = SnapshotSender(self.snapshot_link, self.counters, self._still_syncing)
         self.failure: str | None = None
         self.etcd_errors = 0
         self.last_etcd_error: str | None = None
@@ -201,7 +217,11 @@ class Replication:
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
-        self.link.open(list(self.server.options.servers), self.me, self.server.options.keys)
+        # before any record is read (the copy side may read one before the first map read)
+        self.nonce = adopt(self._etcd, self._etcd.get(NONCE_KEY)[0])
+        servers, keys = list(self.server.options.servers), self.server.options.keys
+        self.link.open(servers, self.me, keys)
+        self.snapshot_link.open(servers, self.me, keys)
         self.replier = self.server.router.replier()
         self.started_at = time.monotonic()
         self.membership = Membership(
@@ -216,6 +236,7 @@ class Replication:
         self.membership.start()
         self._watch = self._etcd.watch("", self.changed.set)
         self.copy_adapter.start(self.server.router.replier)
+        self.snapshots.start()
         thread = threading.Thread(target=self._run, name="hogwild-replicate", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -227,6 +248,7 @@ class Replication:
             self.membership.stop()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.snapshots.stop()
         self.copy_adapter.stop()
         if self._watch is not None:
             self._watch.cancel()
@@ -239,6 +261,7 @@ class Replication:
             self.replier.close()
             self.replier = None
         self.link.close()
+        self.snapshot_link.close()
 
     _keeper_etcd: Etcd | None = None
 
@@ -334,6 +357,7 @@ class Replication:
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
+                self._snapshots_answered()
                 self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
@@ -376,7 +400,10 @@ class Replication:
             self._carry_out(actions)
 
     def _observe(self) -> None:
-        members, records = read_map(self._etcd, self.n_servers, self.layout.n_buckets)
+        entries, _ = self._etcd.get_prefix("")
+        # this read's history: every record write decided from it compares its nonce
+        self.nonce = adopt(self._etcd, entries.get(NONCE_KEY, (None, 0))[0])
+        members, records = parse_map(entries, self.n_servers, self.layout.n_buckets)
         # on disk before any role acts on them (a StoreError is handled as etcd's failure);
         # a record of another history than a role knows is never marked
         with self.lock:
@@ -420,7 +447,9 @@ class Replication:
 
     def replace_record(self, action) -> Iterator[str]:
         yield from ()
-        done = self._etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        # the nonce compared too: decided from a read of an etcd since restarted empty (its
+        # revisions counted again from 1), it never lands on a key of the new history
+        done = write_record(self._etcd, action.bucket, action.record, action.expected, self.nonce)
         return done, self._read(action.bucket)
 
     def record_written(self, action, done: bool) -> None:
@@ -437,9 +466,12 @@ class Replication:
     def etcd_failed(self, exc: Exception) -> None:
         self._etcd_failed(exc)
 
-    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
+    def send_snapshot(self, action: Sync) -> Iterator[str]:
         yield from ()
-        return self._send_snapshot(bucket, server)
+        if not self._still_syncing(action):
+            return False  # deposed since it asked (in the same turn): nothing goes out
+        self.snapshots.send(self._parcel(action))
+        return None  # under way: its outcome is told to the role by _snapshots_answered
 
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
@@ -457,19 +489,15 @@ class Replication:
         self.changed.set()  # read the map again on the next turn
 
     def _read(self, bucket: int, etcd: Etcd | None = None) -> BucketRecord | None:
-        """``sync/<bucket>`` (None: absent), through ``etcd`` (default: this thread's).
+        """``sync/<bucket>`` (None: absent, or etcd's keys are now another history than the
+        last read of the map's), through ``etcd`` (default: this thread's).
 
         Raises:
             HogwildError: A value that is not a record (naming the key); EtcdUnavailable.
         """
-        key = f"sync/{bucket}"
-        value, revision = (etcd or self._etcd).get(key)
-        if value is None:
+        record = read_record(etcd or self._etcd, bucket, self.n_servers, self.nonce)
+        if record is None:
             return None
-        try:
-            record = BucketRecord.parse(value, revision, self.n_servers, f"etcd key {key}")
-        except ValueError as exc:
-            raise HogwildError(str(exc)) from exc
         with self.lock:
             ours = followed({bucket: record}, self.roles)
         self.marks.saw(ours)  # before the role hears of it
@@ -487,48 +515,28 @@ class Replication:
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
 
-    def _catch_up(self, bucket: int, server: int) -> list[int] | None:
-        """Ask copy ``server`` whether its logs of ``bucket`` hold this side's committed state
-        (then it needs no snapshot: the copy side decides, :mod:`.copy_side`): the shards whose
-        logs do not, or None when the copy did not answer (or refused)."""
-        role = self.roles[bucket]
-        requests = []
-        with self.lock:
-            for shard in self.bucket_shards[bucket]:
-                version, _ = self.commit_round.snapshot_point(shard)
-                log = self.logs[shard]
-                if version == log.committed:  # (no round open on it)
-                    # a SNAPSHOT without frames; offset: the epoch of this committed state
-                    header = self.link.header(
-                        MsgType.SNAPSHOT, shard, version, role, offset=log.epoch
-                    )
-                    requests.append(Request(server, header))
-        probed = {r.header.target for r in requests}
-        need = [s for s in self.bucket_shards[bucket] if s not in probed]
-        if requests:
-            codes: list = []
-            ok = self.link.exchange(requests, codes)
-            for request, good, code in zip(requests, ok, codes, strict=True):
-                if not good and code != ErrorCode.NEED_SYNC:
-                    return None
-                if not good:
-                    need.append(request.header.target)
-            self.counters["copies_caught_up"] += sum(ok)
-        return sorted(need)
-
-    def _send_snapshot(self, bucket: int, server: int) -> bool:
-        role = self.roles[bucket]
-        shards = self._catch_up(bucket, server)
-        if shards is None or role.role is not Role.PRIMARY:
-            return False  # no answer, or deposed meanwhile: no snapshot of this side's goes out
-        if not shards:
-            return True
-        requests = []
+    def _parcel(self, action: Sync) -> Parcel:
+        """What ``action`` sends, taken now, together (the sender thread sends it:
+        :mod:`~hogwild_plugins.ps.replication.snapshot_sender`): a probe of each shard no round
+        has open (does the copy's log hold this side's committed state? then it needs no
+        snapshot: the copy side decides, :mod:`.copy_side`), and the snapshot of every shard,
+        read after the engine applied everything queued on it. The bucket takes no writes while
+        its role syncs, so none of this changes before it is sent."""
+        shards = self.bucket_shards[action.bucket]
+        role, epoch = self.roles[action.bucket], action.epoch
         self.local.barrier(shards)
+        probes, snapshots = [], {}
         for shard in shards:
             held = self.server.shards[self.server.local[shard]]
             with self.lock:
                 version, table = self.commit_round.snapshot_point(shard)
+                log = self.logs[shard]
+                if version == log.committed:  # (no round open on it)
+                    # a SNAPSHOT without frames; offset: the epoch of this committed state
+                    header = self.link.header(
+                        MsgType.SNAPSHOT, shard, version, role, offset=log.epoch, epoch=epoch
+                    )
+                    probes.append(Request(action.server, header))
             values, state = held.values.copy(), held.state.copy()
             header = self.link.header(
                 MsgType.SNAPSHOT,
@@ -538,12 +546,31 @@ class Replication:
                 dtype=DType.FLOAT32,
                 shape=(values.size,),
                 frames=5,
+                epoch=epoch,
             )
             frames = snapshot_frames(values, state, table, held.vectors)
-            requests.append(Request(server, header, frames))
-        ok = self.link.exchange(requests)
-        self.counters["snapshots_sent"] += sum(ok)
-        return all(ok)
+            snapshots[shard] = Request(action.server, header, frames)
+        return Parcel(action, probes, snapshots)
+
+    def _still_syncing(self, action: Sync) -> bool:
+        """Whether ``action``'s role still waits for its answer (also the sender thread's look,
+        without the lock: it only spares a snapshot nobody waits for)."""
+        return self.roles[action.bucket].awaits(action)
+
+    def _snapshots_answered(self) -> None:
+        """Tell the roles what the snapshots sent since the last turn came to, and carry out
+        what they ask next."""
+        for outcome in self.snapshots.outcomes():
+            with self.lock:
+                actions = snapshot_answered(
+                    outcome.action, outcome.delivered, outcome.fenced, self.roles, self
+                )
+            self._carry_out(actions)
+            if outcome.delivered:
+                # a copy caught up: what the role may do next (serve, hand the bucket back) is
+                # decided on the map, read again at the next turn rather than the next poll (a
+                # copy that failed is tried again at the next poll, not at once)
+                self.changed.set()
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see
@@ -601,6 +628,7 @@ class Replication:
             **self.counters,
             **self.copy_side.counters,
             "deferred_for_etcd": self.copy_adapter.deferred,
+            "snapshot_under_way": self.snapshots.under_way,  # bucket, copy, parcel number
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "buckets_remembered": len(self.marks.remembered),  # marks the store held at start

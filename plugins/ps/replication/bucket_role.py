@@ -14,6 +14,12 @@ server holding the bucket's state campaigns, serves or hands over; a stopped buc
 served nor campaigned for). The protocol it plays its part in is described in
 :mod:`~hogwild_plugins.ps.failover`.
 
+A snapshot's answer may come late (the real server sends snapshots beside its other work:
+:mod:`~hogwild_plugins.ps.replication.snapshot_sender`): each :class:`Sync` carries a ticket its
+answer names, and an answer to a Sync the role no longer waits for (deposed or elected again
+since, the copy dropped and asked for again) is no news; one delivered to a copy that registered
+under a new lease since is a copy unreachable.
+
 A bucket stops on a server (``Stopped``, :mod:`~hogwild_plugins.ps.stops`) when a write this
 server acknowledged or committed failed to apply here: its memory no longer holds the bucket's
 acknowledged state. As primary it hands the bucket to a live in-sync copy caught up in this
@@ -122,6 +128,11 @@ class BucketRole:
     copy_leases: dict[int, int] = field(default_factory=dict)  # as primary: copy -> lease synced
     confirmed: set[int] = field(default_factory=set)  # as primary: copies caught up this epoch
     syncing: set[int] = field(default_factory=set)  # as primary: snapshots under way
+    # as primary: the ticket of each copy's Sync (its answer names it); the last one given
+    sync_tickets: dict[int, int] = field(default_factory=dict)
+    tickets: int = 0
+    first_ticket: int = 1  # the first ticket of this primaryship's Syncs
+    sync_leases: dict[int, int] = field(default_factory=dict)  # the copy's lease at its Sync
     writing: bool = False  # as primary: a WriteInSync under way
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
     dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
@@ -150,11 +161,19 @@ class BucketRole:
             case HandOverAnswered():
                 actions = self._handed(stimulus.ok, stimulus.record)
             case SnapshotDelivered():
-                actions = self._synced(stimulus.server)
+                stale = self._stale(stimulus.ticket, stimulus.server)
+                server = stimulus.server
+                if stale:
+                    actions = []
+                elif stimulus.ticket is not None and self._restarted_since(server):
+                    actions = self._unreachable(server)  # delivered to the process gone since
+                else:
+                    actions = self._synced(server)
             case CopyUnreachable():
-                actions = self._unreachable(stimulus.server)
+                stale = self._stale(stimulus.ticket, stimulus.server)
+                actions = [] if stale else self._unreachable(stimulus.server)
             case Fenced():
-                actions = self._fenced()
+                actions = [] if self._stale(stimulus.ticket) else self._fenced()
             case Restored():
                 self._restored(stimulus.epoch)
                 actions = []
@@ -210,6 +229,7 @@ class BucketRole:
             primary or not (self.syncing or self.behind or self.dropping or self.writing),
             "{role.value} with primary's work open",
         )
+        check(self.syncing <= set(self.sync_tickets), "syncing a copy with no Sync's ticket")
         if primary:
             check(self.record is not None and self.record.primary == self.me, "primary, not named")
             check(self.me in self.record.in_sync, "primary, not in in_sync")
@@ -382,6 +402,7 @@ class BucketRole:
             self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
+        self.first_ticket = self.tickets + 1
         self.refreshed_since_read = False  # a refresh seen while campaigning: older than this
         # an in-sync copy kept while away (``_take``: not registered, paused past its lease)
         # has been caught up by nobody: it counts as gone (AWAY is no lease), written out of
@@ -407,7 +428,13 @@ class BucketRole:
             return [] if self.writing else self._write(self._next_in_sync())
         todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
         self.syncing |= todo
-        return [Sync(self.bucket, s) for s in sorted(todo)]
+        syncs = []
+        for s in sorted(todo):
+            self.tickets += 1
+            self.sync_tickets[s] = self.tickets
+            self.sync_leases[s] = self.members[s]
+            syncs.append(Sync(self.bucket, s, self.epoch, self.tickets))
+        return syncs
 
     def successor(self) -> int | None:
         """As serving primary, the copy to hand the bucket to: the bucket's preferred primary
@@ -474,6 +501,29 @@ class BucketRole:
         self.writing = True
         new = BucketRecord(self.record.epoch, self.me, self.record.lease, in_sync)
         return [WriteInSync(self.bucket, new, self.record.revision)]
+
+    def _stale(self, ticket: int | None, server: int | None = None) -> bool:
+        """Whether an answer to the :class:`Sync` of ``ticket`` (None: answered at once) is no
+        news: the role no longer waits for that Sync (deposed or elected again since, the copy
+        dropped meanwhile, or another Sync of it asked for since: the snapshot that Sync took
+        may be older than what the bucket acknowledged after)."""
+        if ticket is None:
+            return False
+        if self.role is not Role.PRIMARY:
+            return True
+        if server is None:  # a fence of this primaryship's Sync deposes it, awaited or not
+            return ticket < self.first_ticket
+        return server not in self.syncing or self.sync_tickets.get(server) != ticket
+
+    def _restarted_since(self, server: int) -> bool:
+        """Whether ``server`` registered under another lease (a new process, its memory new)
+        since its awaited Sync was asked for: an answer that came later may be the old one's."""
+        return self.members.get(server) != self.sync_leases.get(server)
+
+    def awaits(self, sync: Sync) -> bool:
+        """Whether the role still waits for ``sync``'s answer (a host may look before it sends
+        the snapshot; the role decides on the answer)."""
+        return not self._stale(sync.ticket, sync.server)
 
     def _synced(self, server: int) -> list:
         """A snapshot reached ``server``: it joins ``in_sync``."""

@@ -19,7 +19,7 @@ decision is taken here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.failover import BucketRecord
 
@@ -100,21 +100,29 @@ class HandOverAnswered(RoleStimulus):
 
 @dataclass(frozen=True)
 class SnapshotDelivered(RoleStimulus):
-    """A :class:`Sync`'s snapshot reached ``server`` (every shard of the bucket)."""
+    """A :class:`Sync`'s snapshot reached ``server`` (every shard of the bucket). ``ticket``: the
+    :class:`Sync`'s (a host that sends snapshots beside its other work answers later: an answer
+    to a Sync the role no longer waits for is no news); None: answered at once."""
 
     server: int
+    ticket: int | None = None
 
 
 @dataclass(frozen=True)
 class CopyUnreachable(RoleStimulus):
-    """``server`` did not answer a prepare, commit or snapshot, or reported a gap."""
+    """``server`` did not answer a prepare, commit or snapshot, or reported a gap. ``ticket``: a
+    :class:`Sync`'s answered later, as :class:`SnapshotDelivered`'s; None: answered at once."""
 
     server: int
+    ticket: int | None = None
 
 
 @dataclass(frozen=True)
 class Fenced(RoleStimulus):
-    """A copy refused this primary's message as coming from an old epoch."""
+    """A copy refused this primary's message as coming from an old epoch. ``ticket``: that of a
+    :class:`Sync` answered later, as :class:`SnapshotDelivered`'s; None: answered at once."""
+
+    ticket: int | None = None
 
 
 @dataclass(frozen=True)
@@ -186,10 +194,15 @@ class WriteInSync:
 @dataclass(frozen=True)
 class Sync:
     """Send ``server`` a snapshot of every shard of ``bucket``; report :class:`SnapshotDelivered`
-    or :class:`CopyUnreachable`."""
+    or :class:`CopyUnreachable`. ``epoch``: the epoch of the primaryship that decided it (its
+    messages carry it); ``ticket``: which Sync of the role's it is (its answer names it: a host
+    may answer after the role moved on, dropped the copy, or asked for another Sync of it). Not
+    part of what is to be done: two Syncs of one copy are the same action."""
 
     bucket: int
     server: int
+    epoch: int = field(default=0, compare=False)
+    ticket: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

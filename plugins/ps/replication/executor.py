@@ -20,14 +20,16 @@ What the executor itself decides (and so both hosts do the same): an etcd transa
 is answered as lost (``CampaignAnswered``, ``InSyncWritten`` or ``HandOverAnswered`` with
 ``False`` and no record: not knowing is losing; the host counts the failure and reads the map
 again), a campaign won with no record read back is not won, a snapshot not delivered is a copy
-unreachable, and a copy a commit round drops is handed to its bucket's role at once. On the copy
-side (:func:`receive`): which steps of a primary's message are atomic (under the host's lock: the
-log counted and committed together, a snapshot's log replaced and its restore queued together;
-the gate is a step of its own, and what the replication thread does before the content's step
-is the simulator's to choose: ``outside_lock``),
-and that a record read again (``RefreshRecord``) is the one effect that may block on etcd: the
-real network thread hands the message to another thread there and answers it later
-(:mod:`~hogwild_plugins.ps.replication.copy_adapter`), the simulator reads its etcd in place.
+unreachable (told under the Sync's ticket, so that a host that sends snapshots beside its other
+work may answer later: :func:`snapshot_answered`), and a copy a commit round drops is handed
+to its bucket's role at once. On the copy side (:func:`receive`): which steps of a primary's
+message are atomic (under the host's lock: the log counted and committed together, a
+snapshot's log replaced and its restore queued together; the gate is a step of its own, and
+what the replication thread does before the content's step is the simulator's to choose:
+``outside_lock``), and that a record read again (``RefreshRecord``) is the one effect that
+may block on etcd: the real network thread hands the message to another thread there and
+answers it later (:mod:`~hogwild_plugins.ps.replication.copy_adapter`), the simulator reads
+its etcd in place.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     CampaignAnswered,
     CommitPrepared,
     CopyUnreachable,
+    Fenced,
     HandOver,
     HandOverAnswered,
     InSyncWritten,
@@ -91,6 +94,7 @@ __all__ = [
     "receive",
     "run",
     "run_round",
+    "snapshot_answered",
 ]
 
 ANSWERS = {Campaign: CampaignAnswered, WriteInSync: InSyncWritten, HandOver: HandOverAnswered}
@@ -115,8 +119,10 @@ class RoleEffects(Protocol):
     def etcd_failed(self, exc: HogwildError) -> None:
         """An etcd call failed: counted, the map read again soon."""
 
-    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:  # returns bool
-        """Every shard of ``bucket`` to copy ``server``: whether it took them all."""
+    def send_snapshot(self, action: Sync) -> Iterator[str]:  # returns bool | None
+        """Every shard of ``action.bucket`` to copy ``action.server``: whether it took them all;
+        or None: under way beside the host's other work, its answer to come later through
+        :func:`snapshot_answered` (on the thread that carries out the roles' actions)."""
 
     def stopped_here(self, bucket: int) -> bool:
         """Whether ``bucket`` is stopped on this server (a write failed to apply here; its role
@@ -358,14 +364,33 @@ def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects)
                 # Stopped now would queue its HandOver behind a record write already in this
                 # list, whose new revision the hand-over would then miss (and lose: stuck)
                 continue
-            delivered = yield from host.send_snapshot(action.bucket, action.server)
-            actions += role.handle(
-                SnapshotDelivered(action.server, stimulus_id=sid)
-                if delivered
-                else CopyUnreachable(action.server, stimulus_id=sid)
-            )
+            delivered = yield from host.send_snapshot(action)
+            if delivered is not None:
+                actions += snapshot_answered(action, delivered, False, roles, host, sid)
         elif isinstance(action, CommitPrepared):
             host.commit_prepared(action.bucket)
+
+
+def snapshot_answered(
+    action: Sync,
+    delivered: bool,
+    fenced: bool,
+    roles: Mapping[int, BucketRole],
+    host: RoleEffects,
+    stimulus_id: str | None = None,
+) -> list:
+    """What ``action``'s snapshot came to, told to its bucket's role under the Sync's ticket
+    (the role takes an answer to a Sync it no longer waits for as no news): ``fenced``, a copy
+    refused it as an old epoch's; then delivered, or the copy unreachable. The role's actions,
+    for :func:`carry_out`."""
+    role, ticket = roles[action.bucket], action.ticket
+    actions = []
+    if fenced:
+        actions += role.handle(Fenced(ticket, stimulus_id=host.stimulus("fenced")))
+    sid = stimulus_id or host.stimulus("snapshot answered")
+    if delivered:
+        return actions + role.handle(SnapshotDelivered(action.server, ticket, stimulus_id=sid))
+    return actions + role.handle(CopyUnreachable(action.server, ticket, stimulus_id=sid))
 
 
 def run_round(

@@ -34,6 +34,9 @@ class PeerLink:
         roles: Every bucket's role (a ``FENCED`` answer is fed to it).
         lease: This server's lease now.
         stimulus: A new stimulus id for what happened (``"fenced"``).
+
+    A ``FENCED`` answer goes to the bucket's role, or, when ``on_fenced`` is set (a link of
+    another thread than the roles'), to ``on_fenced(bucket)`` instead.
     """
 
     def __init__(
@@ -47,6 +50,7 @@ class PeerLink:
         self.job, self.layout, self.roles = job, layout, roles
         self.lease, self.stimulus = lease, stimulus
         self.peers: Peers | None = None
+        self.on_fenced: Callable[[int], None] | None = None
 
     def open(self, servers: list[str], me: int, keys: str | None) -> None:
         self.peers = Peers(
@@ -58,16 +62,24 @@ class PeerLink:
             self.peers.close()
             self.peers = None
 
-    def header(self, kind: MsgType, shard: int, version: int, role: BucketRole, **fields) -> Header:
-        """A message of this primary to a copy: the bucket's epoch and this server's lease,
-        which the copy's gate checks."""
+    def header(
+        self,
+        kind: MsgType,
+        shard: int,
+        version: int,
+        role: BucketRole,
+        epoch: int | None = None,
+        **fields,
+    ) -> Header:
+        """A message of this primary to a copy: the bucket's epoch (``epoch``, default the
+        role's now) and this server's lease, which the copy's gate checks."""
         return Header(
             kind,
             job=self.job,
             target=shard,
             version=version,
             lease=self.lease(),
-            aux=role.epoch,
+            aux=role.epoch if epoch is None else epoch,
             **fields,
         )
 
@@ -90,7 +102,10 @@ class PeerLink:
                     codes[i] = h.code
                 if h.type == MsgType.ERROR and h.code == ErrorCode.FENCED:
                     bucket = self.layout.bucket_of(req.header.target)
-                    self.roles[bucket].handle(Fenced(stimulus_id=self.stimulus("fenced")))
+                    if self.on_fenced is not None:
+                        self.on_fenced(bucket)
+                    else:
+                        self.roles[bucket].handle(Fenced(stimulus_id=self.stimulus("fenced")))
 
             req.on_reply = on_reply
         todo, dead = list(requests), set()

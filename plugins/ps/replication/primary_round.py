@@ -59,8 +59,8 @@ class PrimaryRound:
     def etcd_failed(self, exc: Exception) -> None:
         self.replication.etcd_failed(exc)
 
-    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
-        return self.replication.send_snapshot(bucket, server)
+    def send_snapshot(self, action) -> Iterator[str]:
+        return self.replication.send_snapshot(action)
 
     def commit_prepared(self, bucket: int) -> None:
         self.replication.commit_prepared(bucket)

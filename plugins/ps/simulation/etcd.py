@@ -14,6 +14,9 @@ from hogwild_plugins.ps.failover import BucketRecord, MemberRecord
 __all__ = ["SimEtcd"]
 
 
+NONCE_KEY = "nonce"  # as the real job's
+
+
 class SimEtcd:
     """One job's keys (``members/<i>``, ``sync/<b>``), its leases and its revision."""
 
@@ -75,12 +78,24 @@ class SimEtcd:
         value, revision, _ = self.keys.get(key, (None, 0, 0))
         return value, revision
 
-    def replace(self, key: str, value: object, expected: int) -> bool:
-        """Write ``value`` only if ``key``'s mod revision is still ``expected`` (0: absent)."""
-        if self.get(key)[1] != expected:
+    def replace(self, key: str, value: object, expected: int, nonce: object = None) -> bool:
+        """Write ``value`` only if ``key``'s mod revision is still ``expected`` (0: absent) and,
+        with ``nonce``, the job's nonce is still that one (as the real servers' transactions)."""
+        if not self.ours(nonce) or self.get(key)[1] != expected:
             return False
         self.put(key, value)
         return True
+
+    def adopt(self, fresh: object) -> object:
+        """The job's nonce (:mod:`~hogwild_plugins.ps.job_nonce`): ``fresh`` written if there is
+        none (gone with a wipe), else the one there."""
+        if NONCE_KEY not in self.keys:
+            self.put(NONCE_KEY, fresh)
+        return self.keys[NONCE_KEY][0]
+
+    def ours(self, nonce: object) -> bool:
+        """Whether the keys are the history of ``nonce`` (None: not asked)."""
+        return nonce is None or self.keys.get(NONCE_KEY, (None,))[0] == nonce
 
     # ------------------------------------------------------------------ the map
 
@@ -116,11 +131,12 @@ class SimEtcd:
             self._map = (self.revision, self.wipes, members, seen)
         return self._map
 
-    def record(self, bucket: int) -> BucketRecord | None:
-        """``sync/<bucket>`` read back as the servers do (checked; None: absent)."""
+    def record(self, bucket: int, nonce: object = None) -> BucketRecord | None:
+        """``sync/<bucket>`` read back as the servers do (checked; None: absent, or, with
+        ``nonce``, the keys are another history's)."""
         key = f"sync/{bucket}"
         value, revision = self.get(key)
-        if value is None:
+        if value is None or not self.ours(nonce):
             return None
         record = self._parsed.get((key, revision))
         if record is None or record.value() != value:  # (a wipe starts the revisions again)

@@ -141,11 +141,11 @@ def _quiet(world: World) -> None:
     waiting then waits on a message lost in the faults: the peer timeout gives up on it."""
     for _ in range(50):
         world.settle()
-        waiting = [(s.me, p) for s in world.live() if s.waiting for p in s.waiting.waiting_on()]
+        waiting = [(s.me, p) for s in world.live() for e in s.exchanges() for p in e.waiting_on()]
         if not waiting:
             return
         for me, peer in waiting:
-            if world.servers[me].waiting is not None:
+            if world.servers[me].exchanges():
                 world.apply(("timeout", me, peer))
     raise world.violation("the healed world never quietened (50 settles)")
 

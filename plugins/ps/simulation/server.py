@@ -14,7 +14,12 @@ the list of the client updates applied to it, ``(sender, seq)`` in order: what a
 floats sum up, made checkable (applied twice, missing, more than its version says).
 
 The replication thread is a generator: it yields wherever the real thread blocks (an etcd call,
-an exchange with the copies), and the world decides what happens before it goes on. The network
+an exchange with the copies), and the world decides what happens before it goes on. So is the
+snapshot thread's work (as the real server's
+:mod:`~hogwild_plugins.ps.replication.snapshot_sender`): a role's ``Sync`` takes its parcel at
+once and leaves its exchanges to that thread, whose steps the world interleaves with the
+replication thread's (other buckets' rounds, reads of the map, the role deposed and elected
+again), and whose outcome the replication thread tells the role at a later turn. The network
 thread's work (a client's update into the queue, a primary's message through the copy side) is
 one atomic step, as the real one holds the replication lock for it, except where the real thread
 lets the lock go: between a primary's message's gate and its content it reads the message's
@@ -49,7 +54,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from hogwild_plugins.ps.failover import MemberRecord
-from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
+from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Fenced,
     MapRead,
@@ -64,7 +69,13 @@ from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
 from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, Refuse
-from hogwild_plugins.ps.replication.executor import carry_out, receive, run, run_round
+from hogwild_plugins.ps.replication.executor import (
+    carry_out,
+    receive,
+    run,
+    run_round,
+    snapshot_answered,
+)
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
@@ -134,11 +145,18 @@ class SimServer:
         self.commit_round = CommitRound(me, self.roles, self.logs)
         self.queue: list[tuple[int, int, int]] = []  # (client sender, seq, shard)
         self.lease = 0
+        self.nonce: object = None  # the job's nonce as the last read of the map found it
         self.valid_until = -1
         self.last_beat = 0
         self.started = now()
         self.paused = False
-        self.waiting: Exchange | None = None
+        self.waiting: Exchange | None = None  # the replication thread's exchange, if any
+        # the snapshot thread: its flows (one runs at a time, as the real one's parcels), its
+        # exchange, and the outcomes its replication thread has not told the roles yet
+        self.sending: list[Iterator[str]] = []
+        self.flow_waiting: Exchange | None = None
+        self._flow_fenced = False
+        self.outcomes: list[tuple] = []
         self.acknowledged: list[tuple[int, int, int, int, int]] = []  # sender, seq, shard, v, ep
         self.n_stimuli = 0
         self.at_top = False  # the thread waits for a reason to read the map again
@@ -165,7 +183,8 @@ class SimServer:
     def __getstate__(self) -> dict:
         """A copy is taken only between steps, its thread waiting for news (a generator cannot
         be copied: a fresh one is parked at the same place)."""
-        if not self.at_top or self.waiting is not None or self.reading is not None:
+        busy = self.sending or self.outcomes
+        if not self.at_top or self.waiting is not None or self.reading is not None or busy:
             raise RuntimeError(f"server {self.me}: copied in the middle of a step")
         return {k: v for k, v in self.__dict__.items() if k != "thread"}
 
@@ -287,16 +306,29 @@ class SimServer:
 
     def answered(self, exchange: Exchange, index: int, answer: tuple[str, int]) -> None:
         """A copy's answer to request ``index`` of ``exchange`` (late answers are dropped)."""
-        if exchange is not self.waiting or exchange.done[index]:
+        mine = exchange is self.waiting or exchange is self.flow_waiting
+        if not mine or exchange.done[index]:
             return
         exchange.done[index] = True
         code, _ = answer
         exchange.codes[index] = code
         if code == "ACK":
             exchange.ok[index] = True
+        elif code == ErrorCode.FENCED.name and exchange is self.flow_waiting:
+            self._flow_fenced = True  # in the outcome: the snapshot thread tells no role
         elif code == ErrorCode.FENCED.name:
             bucket = exchange.requests[index][1].bucket
             self.roles[bucket].handle(Fenced(stimulus_id=self._sid("fenced")))
+
+    def exchanges(self) -> list[Exchange]:
+        """The exchanges out and not complete: the replication thread's, the snapshot
+        thread's."""
+        return [e for e in (self.waiting, self.flow_waiting) if e is not None and not e.complete]
+
+    def give_up(self, server: int) -> None:
+        """The peer timeout: ``server`` did not answer in time (every exchange waiting on it)."""
+        for exchange in self.exchanges():
+            exchange.give_up(server)
 
     # ------------------------------------------------------------------ the copy side's effects
     # (executor.receive, as the real server's CopyAdapter runs it: one step of the world, so
@@ -313,7 +345,7 @@ class SimServer:
 
     def refresh_record(self, bucket: int) -> Iterator[str]:
         yield from ()
-        record = self.etcd.record(bucket)
+        record = self.etcd.record(bucket, self.nonce)
         if record is not None:
             self.marks.saw(followed({bucket: record}, self.roles))  # before the role hears
             self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
@@ -373,9 +405,14 @@ class SimServer:
     # ------------------------------------------------------------------ replication thread
 
     def runnable(self) -> bool:
-        """Whether a step has something to do: a message half taken, or the replication
-        thread's work (:meth:`thread_runnable`)."""
-        return self.reading is not None or self.thread_runnable()
+        """Whether a step has something to do: a message half taken, the replication thread's
+        work (:meth:`thread_runnable`), or the snapshot thread's (:meth:`flow_runnable`)."""
+        return self.reading is not None or self.thread_runnable() or self.flow_runnable()
+
+    def flow_runnable(self) -> bool:
+        """Whether the snapshot thread has a step to take: a parcel not started, or its
+        exchange answered."""
+        return bool(self.sending) and (self.flow_waiting is None or self.flow_waiting.complete)
 
     def thread_runnable(self) -> bool:
         """Whether the replication thread has something to do: an exchange answered, a step
@@ -387,6 +424,7 @@ class SimServer:
             not self.at_top
             or bool(self.queue)
             or bool(self._stopping)
+            or bool(self.outcomes)
             or self.seen != self._now_seen()
         )
 
@@ -402,7 +440,22 @@ class SimServer:
             return self._take_content()
         if reading is not None:
             reading.steps -= 1
+        if self.flow_runnable():
+            return self._step_flow()
         return next(self.thread)
+
+    def _step_flow(self) -> str:
+        """The snapshot thread to its next blocking point (or the end of its parcel)."""
+        try:
+            return f"(snapshot thread) {next(self.sending[0])}"
+        except StopIteration:
+            self.sending.pop(0)
+            self.flow_waiting = None
+            action, delivered, fenced = self.outcomes[-1]
+            return (
+                f"(snapshot thread) bucket {action.bucket} to {action.server}: "
+                f"{'delivered' if delivered else 'not delivered'}{', fenced' if fenced else ''}"
+            )
 
     def _run(self) -> Iterator[str]:
         while True:
@@ -415,6 +468,17 @@ class SimServer:
             batch, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
             if batch:
                 yield from self._process(batch)
+            yield from self._snapshots_answered()
+
+    def _snapshots_answered(self) -> Iterator[str]:
+        """As the real thread's turn: tell the roles what the snapshot thread's parcels came
+        to, and carry out what they ask next."""
+        while self.outcomes:
+            action, delivered, fenced = self.outcomes.pop(0)
+            actions = snapshot_answered(action, delivered, fenced, self.roles, self)
+            yield from self._carry_out(actions)
+            if delivered:  # the map read again next turn, as the real thread does
+                self.seen = ()
 
     def _stop_buckets(self) -> Iterator[str]:
         """As the real thread's turn: tell the roles of the buckets stopped since the last one
@@ -426,8 +490,10 @@ class SimServer:
                 yield from self._carry_out(actions)
 
     def _observe(self) -> Iterator[str]:
+        # this read's history (:mod:`~hogwild_plugins.ps.job_nonce`): written if etcd has none
+        self.nonce = self.etcd.adopt((self.me, self.incarnation, self.etcd.wipes))
         members = self.etcd.members()
-        records = {b: self.etcd.record(b) for b in self.roles}
+        records = {b: self.etcd.record(b, self.nonce) for b in self.roles}
         self.marks.saw(followed(records, self.roles))
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
@@ -459,10 +525,11 @@ class SimServer:
 
     def replace_record(self, action) -> Iterator[str]:
         yield f"{type(action).__name__} {action.bucket}"
-        done = self.etcd.replace(f"sync/{action.bucket}", action.record.value(), action.expected)
+        key, value = f"sync/{action.bucket}", action.record.value()
+        done = self.etcd.replace(key, value, action.expected, self.nonce)
         if self.splits is not None and self.splits(f"sync/{action.bucket} read back"):
             yield f"read sync/{action.bucket} back"  # a request of its own, as the real one's
-        record = self.etcd.record(action.bucket)
+        record = self.etcd.record(action.bucket, self.nonce)
         self.marks.saw(followed({action.bucket: record}, self.roles))  # before the role hears
         return done, record
 
@@ -472,8 +539,17 @@ class SimServer:
     def etcd_failed(self, exc: Exception) -> None:
         raise AssertionError(f"the simulated etcd does not fail a call: {exc}")
 
-    def send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
-        return (yield from self._send_snapshot(bucket, server))
+    def send_snapshot(self, action) -> Iterator[str]:
+        """As the real server's: the parcel taken now, sent by the snapshot thread; its outcome
+        told to the role at a later turn of the replication thread."""
+        yield from ()
+        if not self._still_syncing(action):
+            return False  # deposed since it asked: nothing goes out
+        self.sending.append(self._snapshot_flow(action, *self._parcel(action)))
+        return None
+
+    def _still_syncing(self, action) -> bool:
+        return self.roles[action.bucket].awaits(action)
 
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
@@ -492,45 +568,60 @@ class SimServer:
             ]
             self.book[shard] = log.committed
 
-    def _send_snapshot(self, bucket: int, server: int) -> Iterator[str]:
-        """As the real server: first ask whether the copy's logs hold this side's committed
-        state (a catch-up, no snapshot); the snapshot of each shard whose log does not."""
-        role = self.roles[bucket]
-        probes = []
+    def _parcel(self, action) -> tuple[list, dict]:
+        """As the real server's: a probe of each shard no round has open (does the copy's log
+        hold this side's committed state? then no snapshot), and every shard's snapshot, taken
+        together now: ``(probes, {shard: snapshot})``."""
+        bucket, server, epoch = action.bucket, action.server, action.epoch
+        probes, snapshots = [], {}
         for shard in self.bucket_shards[bucket]:
-            version, _ = self.commit_round.snapshot_point(shard)
+            version, table = self.commit_round.snapshot_point(shard)
             log = self.logs[shard]
             if version == log.committed:  # (no round open on it)
                 probe = Peer(
-                    "CATCHUP", bucket, shard, role.epoch, self.lease, self.me, version,
+                    "CATCHUP", bucket, shard, epoch, self.lease, self.me, version,
                     log_epoch=log.epoch,
                 )  # fmt: skip
                 probes.append((server, probe))
-        need = set(self.bucket_shards[bucket]) - {m.shard for _, m in probes}
+            item = (tuple(self.values[shard]), tuple(table))
+            snapshot = Peer("SNAPSHOT", bucket, shard, epoch, self.lease, self.me, version, item)
+            snapshots[shard] = (server, snapshot)
+        return probes, snapshots
+
+    def _snapshot_flow(self, action, probes: list, snapshots: dict) -> Iterator[str]:
+        """The snapshot thread's work for one parcel (the real one's ``_deliver``): the probes,
+        then the snapshots of the shards whose logs do not hold this side's state; its outcome
+        appended to ``outcomes``."""
+        self._flow_fenced = False
+        delivered = yield from self._deliver(action, probes, snapshots)
+        self.outcomes.append((action, delivered and not self._flow_fenced, self._flow_fenced))
+
+    def _deliver(self, action, probes: list, snapshots: dict) -> Iterator[str]:
+        need = set(snapshots) - {m.shard for _, m in probes}
         if probes:
-            exchange = yield from self._exchange(probes)
+            exchange = yield from self._flow_exchange(probes)
             answers = zip(exchange.requests, exchange.ok, exchange.codes, strict=True)
             for (_, m), ok, code in answers:
                 if not ok and code != ErrorCode.NEED_SYNC.name:
                     return False  # no answer, or refused: the copy is not caught up
                 if not ok:
                     need.add(m.shard)
-            if role.role is not Role.PRIMARY:
-                return False  # deposed meanwhile: no snapshot of this side's goes out
-        requests = []
-        for shard in sorted(need):
-            version, table = self.commit_round.snapshot_point(shard)
-            item = (tuple(self.values[shard]), tuple(table))
-            requests.append(
-                (
-                    server,
-                    Peer("SNAPSHOT", bucket, shard, role.epoch, self.lease, self.me, version, item),
-                )
-            )
-        if not requests:
+        if not need or self._flow_fenced:
             return True
-        exchange = yield from self._exchange(requests)
+        if not self._still_syncing(action):
+            return False  # deposed meanwhile: no snapshot of this side's goes out
+        exchange = yield from self._flow_exchange([snapshots[s] for s in sorted(need)])
         return all(exchange.ok)
+
+    def _flow_exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
+        exchange = Exchange(requests)
+        self.flow_waiting = exchange
+        for i, (dst, message) in enumerate(requests):
+            self.send(dst, (exchange, i, message))
+        while not exchange.complete:
+            yield f"exchange {[(d, m.kind, m.shard, m.version) for d, m in requests]}"
+        self.flow_waiting = None
+        return exchange
 
     def _exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
         exchange = Exchange(requests)

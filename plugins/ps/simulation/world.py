@@ -179,11 +179,9 @@ class World:
             if not s.paused and s.runnable():
                 weigh(6.0)
                 offer(self._run_events[s.me])
-            waiting = s.waiting
-            if waiting is not None and not waiting.complete:
-                for peer in waiting.waiting_on():
-                    weigh(0.4)
-                    offer(("timeout", s.me, peer))
+            for peer in sorted({p for e in s.exchanges() for p in e.waiting_on()}):
+                weigh(0.4)
+                offer(("timeout", s.me, peer))
         reorder, drop, duplicate = "reorder" in faults, "drop" in faults, "duplicate" in faults
         links = set()
         if drop and duplicate:  # every message offers (deliver,) drop, duplicate: in chunks
@@ -260,7 +258,7 @@ class World:
     def quiet(self) -> bool:
         """Nothing under way: no message in flight, every replication thread waiting for news."""
         return not self.network and not any(
-            s.runnable() or s.waiting is not None for s in self.live()
+            s.runnable() or s.waiting is not None or s.sending for s in self.live()
         )
 
     def settle(self, limit: int = 500) -> None:
@@ -296,7 +294,7 @@ class World:
             return f"{self.time}: server {s.me} runs, then waits on: {s.step()}"
         if kind == "timeout":
             s = self.servers[event[1]]
-            s.waiting.give_up(event[2])
+            s.give_up(event[2])
             return f"{self.time}: server {s.me} gives up on server {event[2]} (peer timeout)"
         if kind in ("deliver", "drop", "duplicate"):
             dst, message = self.network[event[1]]
