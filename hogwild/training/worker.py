@@ -62,7 +62,7 @@ def worker_main(setup, commands, results) -> None:
 
     collect_garbage_less_often()  # before numba and the kernels load
     die_with_parent(signal.SIGTERM)  # not Linux: the worker still polls for the trainer's death
-    if os.getppid() != setup.trainer_pid:  # forked by the forkserver: its death is not the trainer's
+    if os.getppid() != setup.trainer_pid:  # forked by the forkserver, whose death is not ours
         die_with_process(setup.trainer_pid, signal.SIGTERM)
     if not trainer_alive(setup.trainer_pid, setup.trainer_started):
         return  # the trainer died before the death signal was asked for: nobody to serve

@@ -18,7 +18,8 @@ caller's now. So that no worker ever sees a stale one:
   a fresh server is started in its place. Only ``PYTEST_CURRENT_TEST`` is left out of the key:
   pytest changes it at every test phase and nothing in hogwild reads it. A server that still
   has children cannot be replaced (stopping it waits for them: each holds its "alive" pipe), so
-  such a start uses spawn instead: slower, never stale.
+  such a start uses spawn instead: slower, never stale. So does one where the server cannot
+  start (its socket lives under ``TMPDIR``, and a socket's path is limited to 107 bytes).
 - The parent. A forked worker's parent is the server, not the trainer: the kernel's
   parent-death signal follows the server, so the worker also watches the trainer itself
   (:func:`hogwild.signals.die_with_process`).
@@ -119,7 +120,10 @@ def _ensure_server() -> bool:
         _forkserver()._stop()
     server = _forkserver()
     server.set_forkserver_preload(list(PRELOAD))
-    server.ensure_running()
+    try:
+        server.ensure_running()
+    except OSError:  # its socket's path too long (a deep TMPDIR): spawn has no socket
+        return False
     _server = (server._forkserver_pid, key)
     if not _exit_hook:
         atexit.register(stop_server)
