@@ -20,7 +20,6 @@ method, their ratio, every trial, the machine and the versions.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
