@@ -4,8 +4,9 @@
 
 - a new ``/dev/shm/hogwild*`` segment owned (per its name) by this process or one of its live
   descendants;
-- a live child process (anywhere below this one), other than multiprocessing's own long-lived
-  helpers (the forkserver and the resource tracker, which serve the whole session);
+- a live child process (anywhere below this one, a forkserver's children included), other than
+  multiprocessing's own long-lived helpers of this process, told by their pid (its forkserver,
+  which the trainers started here share, and its resource tracker: they serve the whole session);
 - a new listening TCP socket of this process or its descendants.
 
 Before failing it cleans up (kills the processes, unlinks the segments, shuts the sockets), so
