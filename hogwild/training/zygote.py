@@ -64,15 +64,17 @@ def environment_key() -> str:
 
 
 def server_pid() -> int | None:
-    """The pid of this process's forkserver if one is running (whoever started it), else None."""
+    """The pid of this process's forkserver if one is running (whoever started it), else None.
+
+    A server that ended is left for multiprocessing to reap (it waits for the pid it recorded).
+    """
     pid = _forkserver()._forkserver_pid
     if pid is None:
         return None
     try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
+        return None if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else pid
+    except psutil.Error:
         return None
-    return None if done else pid
 
 
 def server_children(pid: int) -> list[psutil.Process]:
@@ -118,6 +120,7 @@ def _ensure_server() -> bool:
         if server_children(running):
             return False
         _forkserver()._stop()
+    # (a server that ended is reaped, and started again, by ensure_running)
     server = _forkserver()
     server.set_forkserver_preload(list(PRELOAD))
     try:
@@ -143,7 +146,7 @@ def stop_server() -> bool:
         pid = server_pid()
         if pid is not None and server_children(pid):
             return False
-        if pid is not None:
+        if _forkserver()._forkserver_pid is not None:  # running, or ended and not yet reaped
             _forkserver()._stop()  # closes its "alive" pipe, which ends it, and reaps it
         _server = None
         return True

@@ -4,9 +4,10 @@ Proves that a worker forked from the server trains exactly as a spawned one (the
 from a seeded one-worker run), that a process keeps one server while its environment stays and
 gets a fresh one when a variable changed (a forked child sees the value set since, never the
 server's stale one), that a server whose children live is never replaced under them (that start
-uses spawn), and that a forked child watching a process it did not come from ends with it.
-The signal tests of ``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C,
-SIGTERM and SIGKILL of the trainer leave neither its workers nor its forkserver behind.
+uses spawn), that one that died is started again, and that a process watching another (as a
+forked worker watches its trainer) gets its signal when that one ends. The signal tests of
+``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C, SIGTERM and SIGKILL of the
+trainer leave neither its workers nor its forkserver behind.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import psutil
@@ -110,6 +112,23 @@ def test_a_server_with_live_children_is_not_replaced_under_them(monkeypatch):
     finally:
         hold.set()
         held.join(REPLY_TIMEOUT_S)
+
+
+def test_a_server_that_died_is_started_again():
+    with zygote.starting("forkserver") as context:
+        child, _ = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    dead = psutil.Process(zygote.server_pid())
+    dead.kill()  # not reaped here: multiprocessing waits for the pid it recorded
+    deadline = time.monotonic() + REPLY_TIMEOUT_S
+    while zygote.server_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert zygote.server_pid() is None
+    with zygote.starting("forkserver") as context:
+        assert context.get_start_method() == "forkserver"
+        child, (_, parent, _) = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    assert parent == zygote.server_pid() != dead.pid
 
 
 def test_the_server_takes_the_limit_the_trainer_sets_on_blas_threads(monkeypatch):
