@@ -18,6 +18,8 @@ inside returns (and keeps the dropped exception's traceback off stderr).
 
 :func:`die_with_parent` asks Linux to signal a helper process when its parent exits, however it
 exits: workers, pool helpers and the like end with their owner even after a SIGKILL.
+:func:`die_with_process` does the same for an owner that is not the parent (a helper forked by
+a forkserver).
 
 :func:`process_exists` sends signal 0, which only asks whether a pid names a process: the owners
 of buffers, work directories and login sessions are told dead or alive by it.
@@ -67,6 +69,35 @@ def die_with_parent(signum: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def die_with_process(pid: int, signum: int) -> None:
+    """Send this process ``signum`` when process ``pid`` (not necessarily its parent) ends.
+
+    A process forked by multiprocessing's forkserver has the server as its parent, so
+    :func:`die_with_parent` follows the server, not the process that asked for it. This watches
+    ``pid`` itself: a daemon thread waits on a pidfd (Linux 5.3 and later), which becomes
+    readable when that process ends, costing nothing until then. The caller checks afterwards that
+    ``pid`` is still the process it means (a pid can be reused); one already gone gets the signal
+    at once. Where there is no pidfd it does nothing: the caller must also notice the death some
+    other way (a poll).
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signum)
+        return
+    except (AttributeError, OSError):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll()  # retried after a signal's handler (PEP 475); returns when pid has ended
+        os.close(pidfd)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=watch, name=f"die-with-{pid}", daemon=True).start()
 
 
 def process_exists(pid: int) -> bool:

@@ -4,8 +4,9 @@
 
 - a new ``/dev/shm/hogwild*`` segment owned (per its name) by this process or one of its live
   descendants;
-- a live child process (anywhere below this one), other than multiprocessing's own long-lived
-  helpers (the forkserver and the resource tracker, which serve the whole session);
+- a live child process (anywhere below this one, a forkserver's children included), other than
+  multiprocessing's own long-lived helpers of this process, told by their pid (its forkserver,
+  which the trainers started here share, and its resource tracker: they serve the whole session);
 - a new listening TCP socket of this process or its descendants.
 
 Before failing it cleans up (kills the processes, unlinks the segments, shuts the sockets), so
@@ -35,6 +36,8 @@ has.
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import shutil
 import signal
@@ -52,7 +55,6 @@ from hogwild.shm import sweeper
 from hogwild.shm.naming import owner_alive, parse_segment_name
 from tests import schedule
 
-_MP_HELPERS = ("from multiprocessing.forkserver import", "from multiprocessing.resource_tracker")
 _CHILD_GRACE_S = 1.0
 _warming: subprocess.Popen | None = None
 _warming_log = None
@@ -69,15 +71,14 @@ def _shm_entries() -> set[str]:
         return set()
 
 
-def _is_mp_helper(proc: psutil.Process, me: int) -> bool:
-    """multiprocessing's forkserver or resource tracker, started by this process."""
-    try:
-        if proc.ppid() != me:  # forkserver children share its cmdline: they are workers
-            return False
-        cmdline = " ".join(proc.cmdline())
-    except psutil.Error:
-        return False
-    return any(marker in cmdline for marker in _MP_HELPERS)
+def _is_mp_helper(proc: psutil.Process) -> bool:
+    """multiprocessing's forkserver or resource tracker of this process, by pid: the ones it
+    started and serve the whole session (a forkserver's children are workers, never helpers)."""
+    helpers = {
+        multiprocessing.forkserver._forkserver._forkserver_pid,
+        multiprocessing.resource_tracker._resource_tracker._pid,
+    }
+    return proc.pid in helpers - {None}
 
 
 def _descendants() -> list[psutil.Process]:
@@ -87,7 +88,7 @@ def _descendants() -> list[psutil.Process]:
     warming = _warming.pid if _warming is not None else None
     for proc in psutil.Process(me).children(recursive=True):
         try:
-            if proc.status() == psutil.STATUS_ZOMBIE or _is_mp_helper(proc, me):
+            if proc.status() == psutil.STATUS_ZOMBIE or _is_mp_helper(proc):
                 continue
             if proc.pid == warming:
                 continue

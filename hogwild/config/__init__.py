@@ -116,7 +116,9 @@ class TrainConfig:
     epoch_fraction: float = 1.0
     seed: int = 1
     subset: int = 0
-    start_method: str = "spawn"
+    # forkserver: workers forked from one server that imported numba once (hogwild.training.zygote);
+    # spawn: each worker a fresh interpreter that imports it again
+    start_method: str = "forkserver"
     chunk: int = 256
     placement: str = "fill"
     update_every: int = 0

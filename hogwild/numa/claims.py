@@ -27,14 +27,19 @@ WORKER_NAME_PREFIX = "hogwild-w"
 
 
 def pinned_by_other_jobs() -> dict[int, int]:
-    """CPU -> pid of a live hogwild worker pinned to it alone (workers of this process excluded)."""
+    """CPU -> pid of a live hogwild worker pinned to it alone (workers of this process excluded:
+    its children, and its forkserver's)."""
     me = os.getpid()
+    try:
+        ours = {me, *(child.pid for child in psutil.Process(me).children())}
+    except psutil.Error:
+        ours = {me}
     taken: dict[int, int] = {}
     for process in psutil.process_iter(["pid", "name"]):
         if not (process.info["name"] or "").startswith(WORKER_NAME_PREFIX):
             continue
         try:
-            if process.ppid() == me:
+            if process.ppid() in ours:
                 continue
             cpus = process.cpu_affinity()
         except psutil.Error:

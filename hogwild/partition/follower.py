@@ -16,7 +16,6 @@ with it.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import os
 import time
 
@@ -36,6 +35,7 @@ from hogwild.partition.runtime import (
     stop_partitions,
     warm_kernels,
 )
+from hogwild.training import zygote
 
 WAIT_S = fr.WAIT_S
 
@@ -162,8 +162,7 @@ class FollowerHost:
                 "keys": self.keys or "",
             },
         }
-        context = mp.get_context("spawn")
-        with placement_lock():
+        with zygote.starting(config.train.start_method) as context, placement_lock():
             placements = worker_placements(
                 len(self.local), config.train.placement, avoid=pinned_by_other_jobs()
             )

@@ -83,12 +83,18 @@ def slot_width(n_segments: int) -> int:
 
 
 def partition_main(setup: dict) -> None:
-    """Entry point of partition ``setup["partition"]`` (started with spawn by the runtime)."""
+    """Entry point of partition ``setup["partition"]`` (started by the runtime, from the
+    forkserver or with spawn: ``train.start_method``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it sets STOP
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    from hogwild.signals import die_with_parent
+    from hogwild.shm.naming import process_alive
+    from hogwild.signals import die_with_parent, die_with_process
 
     die_with_parent(signal.SIGTERM)
+    if os.getppid() != setup["parent_pid"]:  # forked by the forkserver, whose death is not ours
+        die_with_process(setup["parent_pid"], signal.SIGTERM)
+    if not process_alive(setup["parent_pid"], setup["parent_started"]):
+        return  # gone before its death could be watched: nobody to serve
     try:  # a worker's name (hogwild.numa.claims): other jobs plan around the CPU it is pinned to
         with open("/proc/self/comm", "w") as comm:
             comm.write(f"{PROCESS_NAME}{setup['partition']}")
@@ -123,8 +129,6 @@ def partition_main(setup: dict) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup below must run to its end
         if arena is not None:
             arena.close()
-            from hogwild.shm.naming import process_alive
-
             if not process_alive(setup["parent_pid"], setup["parent_started"]):
                 from hogwild.shm.sweeper import unlink_segment
 

@@ -22,7 +22,6 @@ as ZeroMQ frames.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from typing import Any
@@ -49,6 +48,7 @@ from hogwild.progress import Progress
 from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training import checkpoint as ckpt
+from hogwild.training import zygote
 from hogwild.training.job import epoch_permutation, subset_indices
 from hogwild.training.metrics import NOT_EVALUATED, MetricsWriter
 from hogwild.training.placement import describe_cpus, worker_placements
@@ -233,9 +233,9 @@ class PartitionedTrainer:
         if self.groups is not None:
             self._open_link(params, velocity)
             setup["link"] = self.link_setup()
-        context = mp.get_context("spawn")
         control = arena.array("control")
-        with placement_lock():  # planning and pinning as one step against other jobs
+        # planning and pinning as one step against other jobs
+        with zygote.starting(config.train.start_method) as context, placement_lock():
             taken = pinned_by_other_jobs()
             placements = worker_placements(k, config.train.placement, avoid=taken)
             self.placements = placements

@@ -16,7 +16,6 @@ stopped (terminated, then killed, if they do not leave) and the arena is removed
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -46,6 +45,7 @@ from hogwild.shm.sweeper import sweep_report
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
 from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
+from hogwild.training import zygote
 from hogwild.training.gang import WorkerGang
 from hogwild.training.job import (
     CONTROL_COMPILED,
@@ -367,12 +367,6 @@ class Trainer:
     def _start_workers(self) -> None:
         train = self.config.train
         stats = self.arena.array("stats")
-        self.gang = WorkerGang(
-            mp.get_context(train.start_method),
-            self.config.output.checkpoint_dir,
-            heartbeats=stats[:, STAT_BEAT],
-            stall_s=train.stall_s,
-        )
         me = os.getpid()
         started = psutil.Process(me).create_time()
         layout_json, config_dict, plan = (
@@ -380,7 +374,14 @@ class Trainer:
             self.config.to_dict(),
             self.plan.to_dict(),
         )
-        with single_threaded_blas():
+        # the forkserver, if it starts here, takes the environment as it is inside: BLAS limited
+        with single_threaded_blas(), zygote.starting(train.start_method) as context:
+            self.gang = WorkerGang(
+                context,
+                self.config.output.checkpoint_dir,
+                heartbeats=stats[:, STAT_BEAT],
+                stall_s=train.stall_s,
+            )
             self.gang.start(
                 self.n_workers,
                 worker_main,

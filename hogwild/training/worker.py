@@ -1,7 +1,9 @@
 """The worker process: pin, attach the arena, allocate a training context once, then train.
 
-A worker is started by the trainer with spawn or forkserver (never a bare fork: numba, LMDB and the
-arena's mappings are not fork-safe). It asks the kernel for SIGTERM when its parent dies, then
+A worker is started by the trainer with spawn or from the preloaded forkserver
+(:mod:`hogwild.training.zygote`; never a bare fork of the trainer: numba, LMDB and the arena's
+mappings are not fork-safe). It asks the kernel for SIGTERM when its parent dies (and, forked by
+the forkserver, whose death is not the trainer's, watches the trainer for it too), then
 checks that the trainer is still there (a trainer killed while the worker started would otherwise
 leave it polling forever), pins itself to its core *before* allocating its training context, so
 first touch places the context on that core's NUMA node, opens its side of the parameter store
@@ -56,10 +58,12 @@ def worker_main(setup, commands, results) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from hogwild.runtime import collect_garbage_less_often
-    from hogwild.signals import die_with_parent
+    from hogwild.signals import die_with_parent, die_with_process
 
     collect_garbage_less_often()  # before numba and the kernels load
     die_with_parent(signal.SIGTERM)  # not Linux: the worker still polls for the trainer's death
+    if os.getppid() != setup.trainer_pid:  # forked by the forkserver, whose death is not ours
+        die_with_process(setup.trainer_pid, signal.SIGTERM)
     if not trainer_alive(setup.trainer_pid, setup.trainer_started):
         return  # the trainer died before the death signal was asked for: nobody to serve
     arena = feeds = store = None

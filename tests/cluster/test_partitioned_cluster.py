@@ -114,7 +114,7 @@ def test_a_killed_partition_takes_its_replica_down_and_the_replica_is_restarted(
         until("replica 1 training", lambda: gauge(scrape(first_port + 3),
               "hogwild_replica_examples"), driver=driver)  # fmt: skip
         replica = psutil.Process(pid_of(run_dir, "replica 1"))
-        (victim,) = [c for c in replica.children() if c.name() == f"{PROCESS_NAME}1"]
+        (victim,) = [c for c in replica.children(recursive=True) if c.name() == f"{PROCESS_NAME}1"]
         killed.append(victim.pid)
         os.kill(victim.pid, signal.SIGKILL)
 

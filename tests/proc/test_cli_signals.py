@@ -1,8 +1,9 @@
 """The ``hogwild train`` process under signals and bad input, driven as a user would drive it.
 
-Proves that Ctrl-C of the parent, SIGKILL of a worker and SIGKILL of the parent each leave no
-shared-memory segment and no process behind, that a dead worker stops the job with an error naming
-it and its signal while the last checkpoint stays loadable, and that bad inputs (config, data,
+Proves that Ctrl-C of the job's process group, SIGTERM or SIGKILL of the parent and SIGKILL of a
+worker each leave no shared-memory segment and no process (worker, forkserver) behind, that a
+dead worker stops the job with an error naming it and its signal while the last checkpoint stays
+loadable, and that bad inputs (config, data,
 too little shared memory) end with exit status 2 and one clear line.
 """
 
@@ -58,17 +59,26 @@ def wait_until(predicate, timeout: float, what: str):
 
 
 def workers_of(pid: int) -> list[psutil.Process]:
-    """The trainer's worker processes (spawned children, not multiprocessing's helpers)."""
+    """The trainer's worker processes (its children, or its forkserver's: named by the worker)."""
     workers = []
-    for child in psutil.Process(pid).children():
+    for child in psutil.Process(pid).children(recursive=True):
         try:
-            cmdline = " ".join(child.cmdline())
+            if child.name().startswith("hogwild-w"):
+                workers.append(child)
         except psutil.Error:
             continue
-        if "spawn_main" in cmdline or "forkserver" in cmdline and "resource_tracker" not in cmdline:
-            if "resource_tracker" not in cmdline:
-                workers.append(child)
     return workers
+
+
+def forkserver_of(pid: int) -> psutil.Process:
+    """The trainer's forkserver (the default start method's)."""
+    for child in psutil.Process(pid).children():
+        try:
+            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    raise AssertionError(f"process {pid} has no forkserver")
 
 
 def started(metrics: Path) -> bool:
@@ -114,15 +124,17 @@ def long_job(tmp_path, mnist_dir):
 
 def test_ctrl_c_stops_workers_and_removes_the_arena(long_job):
     args, metrics, _ = long_job
-    process = hogwild_cli(*args)
+    process = hogwild_cli(*args, start_new_session=True)  # its own group, as a terminal's job
     wait_until(lambda: started(metrics), START_TIMEOUT_S, "the workers to start")
     workers = workers_of(process.pid)
     assert len(workers) == 2
+    server = forkserver_of(process.pid)
     assert segments_of(process.pid)
-    process.send_signal(signal.SIGINT)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole group, workers and server too
     _, err = stop(process)
     assert process.returncode == 130, err
     assert "interrupted" in err
+    assert not server.is_running()  # the trainer waited for it at its exit
     gone, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive
     assert segments_of(process.pid) == []
@@ -150,10 +162,13 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_no_segment(long_job):
     wait_until(lambda: started(metrics), START_TIMEOUT_S, "the workers to start")
     workers = workers_of(process.pid)
     assert len(workers) == 2 and segments_of(process.pid)
+    server = forkserver_of(process.pid)
     process.kill()
     process.communicate()
     _, alive = psutil.wait_procs(workers, timeout=15)
     assert not alive, "workers outlived their parent"
+    _, alive = psutil.wait_procs([server], timeout=15)
+    assert not alive, "the forkserver outlived the trainer and its workers"
     # The orphaned workers remove the arena themselves; no sweep is needed.
     wait_until(lambda: not segments_of(process.pid), 30, "the orphaned arena to be removed")
 
@@ -236,10 +251,12 @@ def test_sigterm_stops_the_job_as_ctrl_c_does_with_status_143(long_job):
     wait_until(lambda: started(metrics), START_TIMEOUT_S, "the workers to start")
     workers = workers_of(process.pid)
     assert len(workers) == 2 and segments_of(process.pid)
+    server = forkserver_of(process.pid)
     process.send_signal(signal.SIGTERM)
     _, err = stop(process)
     assert process.returncode == 143, err
     assert "terminated" in err and "Traceback" not in err
+    assert not server.is_running()  # the trainer waited for it at its exit
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive
     assert segments_of(process.pid) == []

@@ -1,0 +1,174 @@
+"""Workers forked from the preloaded forkserver (:mod:`hogwild.training.zygote`).
+
+Proves that a worker forked from the server trains exactly as a spawned one (the same weights
+from a seeded one-worker run), that a process keeps one server while its environment stays and
+gets a fresh one when a variable changed (a forked child sees the value set since, never the
+server's stale one), that a server whose children live is never replaced under them (that start
+uses spawn), that one that died is started again, and that a process watching another (as a
+forked worker watches its trainer) gets its signal when that one ends. The signal tests of
+``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C, SIGTERM and SIGKILL of the
+trainer leave neither its workers nor its forkserver behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import hogwild
+from hogwild.data.mnist import load_mnist
+from hogwild.training import zygote
+from tests.bench_runs import small_slice
+
+PROBE = "HOGWILD_ZYGOTE_PROBE"
+REPLY_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def small(mnist_dir):
+    return small_slice(load_mnist(mnist_dir))
+
+
+def report_environment(replies, hold) -> None:
+    """A forked child's answer: the probe variable, its parent, its BLAS limit; then, if asked,
+    wait until ``hold`` is set (a child the server still has)."""
+    replies.put((os.environ.get(PROBE), os.getppid(), os.environ.get("OMP_NUM_THREADS")))
+    if hold is not None:
+        hold.wait(REPLY_TIMEOUT_S)
+
+
+def _start_probe(context, hold=None):
+    replies = context.Queue()
+    child = context.Process(target=report_environment, args=(replies, hold), daemon=True)
+    child.start()
+    reply = replies.get(timeout=REPLY_TIMEOUT_S)
+    return child, reply
+
+
+def test_a_forked_worker_trains_exactly_as_a_spawned_one(small):
+    weights = {}
+    for method in ("spawn", "forkserver"):
+        result = hogwild.train(
+            data=small,
+            workers=1,
+            epochs=1,
+            subset=300,
+            seed=3,
+            progress=False,
+            overrides={"train.start_method": method},
+        )
+        assert result.history[0]["examples"] == 300
+        weights[method] = result.weights
+    assert weights["spawn"].keys() == weights["forkserver"].keys()
+    for name, value in weights["spawn"].items():
+        np.testing.assert_array_equal(weights["forkserver"][name], value, err_msg=name)
+
+
+def test_a_changed_variable_starts_a_fresh_server_and_the_child_sees_it(monkeypatch):
+    monkeypatch.setenv(PROBE, "first")
+    with zygote.starting("forkserver") as context:
+        child, (seen, parent, _) = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    first_server = zygote.server_pid()
+    assert seen == "first" and parent == first_server
+
+    with zygote.starting("forkserver") as context:  # nothing changed: the same server
+        child, (seen, parent, _) = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    assert zygote.server_pid() == first_server and parent == first_server
+
+    monkeypatch.setenv(PROBE, "second")
+    with zygote.starting("forkserver") as context:
+        child, (seen, parent, _) = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    assert seen == "second", "a forked child saw the environment of a server started before"
+    assert parent == zygote.server_pid() != first_server
+    assert not psutil.pid_exists(first_server), "the replaced server was left running"
+
+
+def test_a_server_with_live_children_is_not_replaced_under_them(monkeypatch):
+    monkeypatch.setenv(PROBE, "before")
+    with zygote.starting("forkserver") as context:
+        hold = context.Event()
+        held, (seen, server, _) = _start_probe(context, hold)
+    try:
+        assert seen == "before"
+        monkeypatch.setenv(PROBE, "after")
+        with zygote.starting("forkserver") as context:
+            assert context.get_start_method() == "spawn"  # correct, if slower, this once
+            child, (seen, parent, _) = _start_probe(context)
+        child.join(REPLY_TIMEOUT_S)
+        assert seen == "after" and parent == os.getpid()
+        assert zygote.server_pid() == server and held.is_alive()
+    finally:
+        hold.set()
+        held.join(REPLY_TIMEOUT_S)
+
+
+def test_a_server_that_died_is_started_again():
+    with zygote.starting("forkserver") as context:
+        child, _ = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    dead = psutil.Process(zygote.server_pid())
+    dead.kill()  # not reaped here: multiprocessing waits for the pid it recorded
+    deadline = time.monotonic() + REPLY_TIMEOUT_S
+    while zygote.server_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert zygote.server_pid() is None
+    with zygote.starting("forkserver") as context:
+        assert context.get_start_method() == "forkserver"
+        child, (_, parent, _) = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    assert parent == zygote.server_pid() != dead.pid
+
+
+def test_the_server_takes_the_limit_the_trainer_sets_on_blas_threads(monkeypatch):
+    from hogwild.runtime import single_threaded_blas
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    with single_threaded_blas(), zygote.starting("forkserver") as context:
+        child, (_, _, blas) = _start_probe(context)
+    child.join(REPLY_TIMEOUT_S)
+    assert blas == "1"
+
+
+def test_spawn_is_multiprocessing_own():
+    with zygote.starting("spawn") as context:
+        assert context is mp.get_context("spawn")
+
+
+WATCHER = textwrap.dedent(
+    """
+    import signal, subprocess, sys, time
+    from hogwild.signals import die_with_process
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    die_with_process(owner.pid, signal.SIGTERM)
+    print(owner.pid, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_process_watching_another_gets_the_signal_when_it_ends():
+    """The watcher is the owner's parent here only so that the test can end the owner: the
+    signal comes from the owner's end, whoever its parent is (a forkserver's child's case)."""
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdout=subprocess.PIPE, text=True)
+    owner = None
+    try:
+        owner = psutil.Process(int(watcher.stdout.readline()))
+        owner.kill()
+        assert watcher.wait(REPLY_TIMEOUT_S) == -signal.SIGTERM
+    finally:
+        watcher.kill()
+        watcher.communicate()
+        if owner is not None and owner.is_running():
+            owner.kill()
