@@ -200,10 +200,14 @@ class Replication:
             "campaigns_won": 0,
             "handed_over": 0,
         }
-        self.snapshots = SnapshotSender(self.snapshot_link, self.counters, self._still_syncing)
+        self.snapshots = SnapshotSender(
+            self.snapshot_link, self.counters, self._still_syncing, self._snapshot_thread_failed
+        )
         self.failure: str | None = None
         self.etcd_errors = 0
         self.last_etcd_error: str | None = None
+        self.parcels_not_built = 0  # Syncs answered unreachable: their snapshot was not taken
+        self.last_parcel_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
 
@@ -342,6 +346,9 @@ class Replication:
         last_read = 0.0
         try:
             while not self._stop.is_set():
+                if self.failure is not None:  # the snapshot thread ended on an error
+                    self._fail_over()
+                    return
                 now = time.monotonic()
                 if self.changed.is_set() or now - last_read > POLL_S:
                     self.changed.clear()
@@ -361,13 +368,24 @@ class Replication:
                 self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
-            self._stop.set()
-            self.membership.halt()  # this server's lease goes, the others take over
-            try:
-                self._etcd.revoke(self.clock.lease)
-            except HogwildError:
-                pass
+            self._fail_over()
             raise
+
+    def _fail_over(self) -> None:
+        """This server failed (:attr:`failure`): stop, and hand every bucket to the others."""
+        self._stop.set()
+        self.membership.halt()  # this server's lease goes, the others take over
+        try:
+            self._etcd.revoke(self.clock.lease)
+        except HogwildError:
+            pass
+
+    def _snapshot_thread_failed(self, reason: str) -> None:
+        """The snapshot thread ended on an error (that thread calls this): from now on this
+        server is not valid (it serves nothing), and the replication thread fails it over at
+        its next turn, as on an error of its own."""
+        self.failure = f"snapshot thread: {reason}"
+        self.changed.set()
 
     def _send(self, reply: Reply) -> None:
         """A reply from the replication thread (through its own replier)."""
@@ -470,7 +488,13 @@ class Replication:
         yield from ()
         if not self._still_syncing(action):
             return False  # deposed since it asked (in the same turn): nothing goes out
-        self.snapshots.send(self._parcel(action))
+        try:
+            parcel = self._parcel(action)
+        except HogwildError as exc:  # the engine's barrier timed out, or its queues stayed full:
+            self.parcels_not_built += 1  # the copy is answered unreachable under the Sync's
+            self.last_parcel_error = str(exc)  # ticket, and tried again at a later turn
+            return False
+        self.snapshots.send(parcel)
         return None  # under way: its outcome is told to the role by _snapshots_answered
 
     def commit_prepared(self, bucket: int) -> None:
@@ -629,6 +653,9 @@ class Replication:
             **self.copy_side.counters,
             "deferred_for_etcd": self.copy_adapter.deferred,
             "snapshot_under_way": self.snapshots.under_way,  # bucket, copy, parcel number
+            "snapshot_thread_failure": self.snapshots.failure,  # what ended it (None: running)
+            "parcels_not_built": self.parcels_not_built,
+            "last_parcel_error": self.last_parcel_error,
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "buckets_remembered": len(self.marks.remembered),  # marks the store held at start
