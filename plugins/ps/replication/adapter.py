@@ -18,9 +18,13 @@ decides nothing itself:
   simulator runs too (:mod:`~hogwild_plugins.ps.replication.executor`): this class gives it the
   bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **snapshot thread** (:mod:`~hogwild_plugins.ps.replication.snapshot_sender`) sends the
-  snapshots the replication thread took for a role's ``Sync`` and waits for the copy's answers;
-  the replication thread tells the role what came of each at its next turn, and runs the other
-  buckets' rounds meanwhile (the synced bucket takes no writes until then);
+  snapshots the replication thread took for a role's ``Sync`` (the engine's barrier and the copy
+  of every shard of the bucket are taken there, on the replication thread) and waits for the
+  copy's answers, one parcel at a time, in order: a bucket whose copy needs a snapshot waits
+  behind the parcels queued before its own, a frozen copy's too. The replication thread tells
+  the role what came of each at its next turn, and runs the other buckets' rounds meanwhile
+  (the synced bucket serves neither reads nor writes until then). An error on that thread fails
+  the server over, as one on the replication thread does;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
@@ -188,7 +192,7 @@ class Replication:
             self.commit_round.applying,
         )
         # snapshots are sent and waited for on a thread of their own, on a link of their own:
-        # a copy slow to answer one holds up no other bucket's commit rounds
+        # a copy slow to answer one holds up no commit round (only the parcels queued after it)
         self.snapshot_link = PeerLink(
             server.job, layout, self.roles, lambda: self.clock.lease, self._stimulus
         )
