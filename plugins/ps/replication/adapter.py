@@ -226,7 +226,7 @@ class Replication:
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         # before any record is read (the copy side may read one before the first map read)
-        self.nonce = adopt(self._etcd, self._etcd.get(NONCE_KEY)[0])
+        self.nonce = adopt(self._etcd, *self._etcd.get(NONCE_KEY))
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
         self.snapshot_link.open(servers, self.me, keys)
@@ -424,7 +424,7 @@ class Replication:
     def _observe(self) -> None:
         entries, _ = self._etcd.get_prefix("")
         # this read's history: every record write decided from it compares its nonce
-        self.nonce = adopt(self._etcd, entries.get(NONCE_KEY, (None, 0))[0])
+        self.nonce = adopt(self._etcd, *entries.get(NONCE_KEY, (None, 0)), known=self.nonce)
         members, records = parse_map(entries, self.n_servers, self.layout.n_buckets)
         # on disk before any role acts on them (a StoreError is handled as etcd's failure);
         # a record of another history than a role knows is never marked
