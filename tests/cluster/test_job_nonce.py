@@ -85,7 +85,7 @@ def test_a_nonce_written_by_hand_in_other_bytes_is_rewritten_as_every_guard_comp
     so, every record write would fail forever. Its adoption rewrites it canonically."""
     token = "0123456789abcdef" * 2
     with EtcdProcess() as server, Etcd(server.address, prefix=PREFIX) as etcd:
-        raw = ('{"nonce": "%s"}' % token).encode()
+        raw = b'{"nonce": "' + token.encode() + b'"}'  # a space after the colon
         etcd._post("/kv/put", {"key": _b64((PREFIX + NONCE_KEY).encode()), "value": _b64(raw)})
         value, revision = etcd.get(NONCE_KEY)
         assert value == {"nonce": token} and not etcd.holds(NONCE_KEY, value)
