@@ -88,10 +88,8 @@ def adopt(
                     '(expected {"nonce": HEX})'
                 )
             nonce = JobNonce(seen["nonce"], revision)
-            if known is not None and revision and (known.token, known.revision) == (
-                nonce.token,
-                revision,
-            ):
+            checked = known is not None and (known.token, known.revision) == (nonce.token, revision)
+            if checked and revision:
                 return known
             if etcd.holds(NONCE_KEY, nonce.value()):
                 return nonce
