@@ -27,6 +27,8 @@ if not __package__:  # run by path (``python bench/simulate.py``): the repositor
 from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
 
+OPT_IN = frozenset({"unbuilt"})  # faults not in FAULTS: a parcel that cannot be taken
+
 
 def run_seeds(first: int, count: int, steps: int, faults: frozenset, live: bool = True) -> dict:
     """Seeds ``first`` .. ``first + count - 1`` (each healed and checked for liveness after,
@@ -55,11 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     add("--jobs", type=int, default=1, help="processes sharing the seeds (default 1)")
     add("--safety-only", action="store_true", help="no heal and liveness check after each")
     add("--without", default="", help=f"faults left out, comma-separated (of {sorted(FAULTS)})")
+    add("--with", dest="extra", default="", help=f"opt-in faults added (of {sorted(OPT_IN)})")
     args = parser.parse_args(argv)
     without = {f for f in args.without.split(",") if f}
+    extra = {f for f in args.extra.split(",") if f}
     if args.seeds < 1 or args.steps < 1 or args.jobs < 1 or not without <= FAULTS:
         parser.error("--seeds, --steps and --jobs must be >= 1; --without names faults")
-    faults = FAULTS - without
+    if not extra <= OPT_IN:
+        parser.error(f"--with names opt-in faults (of {sorted(OPT_IN)})")
+    faults = (FAULTS - without) | extra
     started = time.perf_counter()
     size = -(-args.seeds // args.jobs)
     chunks = [

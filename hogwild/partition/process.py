@@ -48,6 +48,7 @@ import signal
 import sys
 import time
 import traceback
+import unicodedata
 
 PROCESS_NAME = "hogwild-wpart"  # + the partition; hogwild.numa.claims counts "hogwild-w*"
 # control words (int64, one 64-byte line each)
@@ -136,8 +137,11 @@ def partition_main(setup: dict) -> None:
 
 
 def write_said(arena, p: int, text: str) -> None:
-    """Partition ``p``'s last words (why it stopped), cut to ``SAID_BYTES``, for its parent."""
+    """Partition ``p``'s last words (why it stopped), cut to ``SAID_BYTES``, for its parent.
+    Control characters (a newline in a server's error message, say) become spaces: the parent
+    puts the text in its own one-line error, where they could forge another line."""
     said = arena.array("said")[p]
+    text = "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
     data = text.encode("utf-8", "replace")[:SAID_BYTES]
     said[:] = 0
     said[: len(data)] = memoryview(data)

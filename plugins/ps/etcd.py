@@ -243,6 +243,14 @@ class Etcd:
         puts = [{"request_put": op} for op in ops]
         return self._txn(key, expected_mod_revision, puts, guard)[0]
 
+    def holds(self, key: str, value: dict) -> bool:
+        """Whether ``key`` holds exactly the bytes a put of ``value`` writes (as a ``guard`` of
+        :meth:`replace` compares them)."""
+        put = self._put_op(key, value)
+        compare = {"key": put["key"], "result": "EQUAL", "target": "VALUE", "value": put["value"]}
+        reply = self._post("/kv/txn", {"compare": [compare], "success": [], "failure": []})
+        return reply.get("succeeded") is True
+
     def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
         """Delete ``key`` (only if its mod_revision is ``expected_mod_revision``, when given);
         True when this call deleted it."""

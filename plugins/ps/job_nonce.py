@@ -14,7 +14,9 @@ role answers as after a wipe of the job's keys (:mod:`~hogwild_plugins.ps.replic
 a bucket it had seen a record of is lost, never started afresh); the next read of the map adopts
 the new history's nonce, where only buckets nobody had seen may start. An etcd restored from a
 backup of the same run holds the same nonce: older records there are the roles' to refuse
-(their epochs went back), not the nonce's.
+(their epochs went back), not the nonce's. A nonce written by hand in other bytes than a put
+writes (a space, another order) would fail every guarded write: :func:`adopt` rewrites it in
+the canonical form, checked once per mod revision of the key.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ NONCE_BYTES = 16
 class JobNonce:
     """One history's nonce (``token``: hex digits)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, revision: int = 0) -> None:
         if not (
             isinstance(token, str)
             and len(token) == 2 * NONCE_BYTES
@@ -43,6 +45,7 @@ class JobNonce:
                 "hex digits"
             )
         self.token = token
+        self.revision = revision  # the key's mod revision its bytes were checked at (0: none)
 
     @classmethod
     def fresh(cls) -> JobNonce:
@@ -65,10 +68,14 @@ class JobNonce:
         return f"JobNonce({self.token})"
 
 
-def adopt(etcd, seen: dict | None = None) -> JobNonce:
+def adopt(
+    etcd, seen: dict | None = None, revision: int = 0, known: JobNonce | None = None
+) -> JobNonce:
     """The job's nonce as a read of the map found it (``seen``: the ``nonce`` key's value in
-    that read; None: absent): that one, checked; or, if the read found none, one written now
-    (or, written by another server meanwhile, that one).
+    that read, ``revision`` its mod revision; None: absent): that one, checked (its bytes those
+    every guarded write compares, rewritten so if they are not), or, if the read found none, one
+    written now (or, written by another server meanwhile, that one). ``known``: the nonce the
+    last read adopted (its check is not asked again while the key stays at its revision).
 
     Raises:
         HogwildError: The key holds something that is not a nonce; etcd unreachable.
@@ -80,9 +87,21 @@ def adopt(etcd, seen: dict | None = None) -> JobNonce:
                     f"etcd key {NONCE_KEY}: {seen!r:.120} is not a job nonce "
                     '(expected {"nonce": HEX})'
                 )
-            return JobNonce(seen["nonce"])
+            nonce = JobNonce(seen["nonce"], revision)
+            checked = known is not None and (known.token, known.revision) == (nonce.token, revision)
+            if checked and revision:
+                return known
+            if etcd.holds(NONCE_KEY, nonce.value()):
+                return nonce
+            # the same nonce in other bytes (written by hand): rewritten as a put writes it
+            value, revision = etcd.get(NONCE_KEY)
+            if value == nonce.value():
+                etcd.replace(NONCE_KEY, nonce.value(), revision)
+                value, revision = etcd.get(NONCE_KEY)
+            seen = value
+            continue
         mine = JobNonce.fresh()
         if etcd.create(NONCE_KEY, mine.value()):
             return mine
-        seen, _ = etcd.get(NONCE_KEY)
+        seen, revision = etcd.get(NONCE_KEY)
     raise HogwildError(f"etcd key {NONCE_KEY}: neither created nor read (deleted meanwhile)")

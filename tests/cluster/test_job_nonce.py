@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 
-from hogwild_plugins.ps.etcd import Etcd, EtcdProcess
+from hogwild_plugins.ps.etcd import Etcd, EtcdProcess, _b64
 from hogwild_plugins.ps.failover import BucketRecord, desired_copies
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, adopt
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
@@ -78,3 +78,21 @@ def test_a_write_decided_before_etcd_restarted_empty_fails_on_the_new_history(tm
         # the control: the very same write, without the nonce, lands on the new history
         key = f"sync/{BUCKET}"
         assert etcd.replace(key, write.record.value(), write.expected)
+
+
+def test_a_nonce_written_by_hand_in_other_bytes_is_rewritten_as_every_guard_compares_it():
+    """``{"nonce": "..."}`` with a space parses as a nonce, but the guard compares bytes: left
+    so, every record write would fail forever. Its adoption rewrites it canonically."""
+    token = "0123456789abcdef" * 2
+    with EtcdProcess() as server, Etcd(server.address, prefix=PREFIX) as etcd:
+        raw = b'{"nonce": "' + token.encode() + b'"}'  # a space after the colon
+        etcd._post("/kv/put", {"key": _b64((PREFIX + NONCE_KEY).encode()), "value": _b64(raw)})
+        value, revision = etcd.get(NONCE_KEY)
+        assert value == {"nonce": token} and not etcd.holds(NONCE_KEY, value)
+        nonce = adopt(etcd, value, revision)
+        assert nonce.token == token and etcd.holds(NONCE_KEY, nonce.value())
+        record = BucketRecord(1, 0, LEASE[0], (0,))
+        assert write_record(etcd, BUCKET, record, 0, nonce)  # the guard holds now
+        # adopted again at the key's revision: the nonce already checked, no request made
+        entries, _ = etcd.get_prefix("")
+        assert adopt(None, *entries[NONCE_KEY], known=nonce) is nonce

@@ -16,12 +16,18 @@ import numpy as np
 import pytest
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.replication.bucket_role_events import Sync
+from hogwild_plugins.ps.replication.snapshot_sender import Parcel
 from hogwild_plugins.ps.routes import Routes, etcd_prefix
 from hogwild_plugins.ps.serving.launch import ServeProcess
 
+from hogwild.net.channel import Request
 from hogwild.net.wire import MsgType
+from tests.adversarial.copies import SHARD, primary_and_copy, two_copies
+from tests.adversarial.copies import N as TWO_N
 from tests.cluster.ps_stream import Stream
 from tests.cluster.test_ps_failover import JOB, N_PARAMS, Trio, wait_in_sync
+from tests.unit.test_snapshot_sender_failure import BadHeaderPeer
 
 pytestmark = pytest.mark.ps_kernels
 
@@ -138,3 +144,38 @@ def test_a_snapshot_to_a_frozen_copy_holds_up_no_other_buckets_writes(etcd_serve
         trio.close()
         etcd.close()
         keeper_etcd.close()
+
+
+def test_a_copy_answering_a_bad_header_fails_the_primary_over():
+    """The snapshot thread meets a copy breaking the protocol (a bad header): the primary's
+    replication fails as on an error of its replication thread (not valid, its lease revoked)
+    and its copy takes the bucket over, serving the writes acknowledged before."""
+    with two_copies("snapshot-failure") as (servers, client):
+        client.push_deltas(np.ones(TWO_N, np.float32))
+        primary, copy = primary_and_copy(servers, 0)
+        replication, other = primary.replication, copy.options.index
+        bad = BadHeaderPeer()
+        try:
+            # the primary's snapshot link, opened again with the copy's address the bad peer's
+            addresses = list(primary.options.servers)
+            addresses[other] = bad.address
+            replication.snapshot_link.close()
+            replication.snapshot_link.open(addresses, replication.me, None)
+            role = replication.roles[primary.layout.bucket_of(0)]
+            header = replication.snapshot_link.header(MsgType.SNAPSHOT, 0, 0, role, offset=0)
+            sync = Sync(role.bucket, other, role.epoch, ticket=-1)  # no role waits for it
+            replication.snapshots.send(Parcel(sync, [Request(other, header)], {}))
+            deadline = time.monotonic() + WAIT_S
+            while replication.failure is None:
+                assert time.monotonic() < deadline, "the snapshot thread's failure went unseen"
+                time.sleep(0.02)
+            assert replication.failure.startswith("snapshot thread: ProtocolError")
+            assert "bad header" in replication.failure
+            assert not replication.valid() and not replication.serving(0)
+            assert replication.status()["snapshot_thread_failure"] in replication.failure
+            while not copy.replication.serving(0):  # the lease revoked: the copy takes over
+                assert time.monotonic() < deadline, "the copy never took the bucket over"
+                time.sleep(0.02)
+            assert np.array_equal(copy.shards[copy.local[0]].values, np.ones(SHARD, np.float32))
+        finally:
+            bad.close()

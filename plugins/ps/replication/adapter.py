@@ -18,9 +18,13 @@ decides nothing itself:
   simulator runs too (:mod:`~hogwild_plugins.ps.replication.executor`): this class gives it the
   bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **snapshot thread** (:mod:`~hogwild_plugins.ps.replication.snapshot_sender`) sends the
-  snapshots the replication thread took for a role's ``Sync`` and waits for the copy's answers;
-  the replication thread tells the role what came of each at its next turn, and runs the other
-  buckets' rounds meanwhile (the synced bucket takes no writes until then);
+  snapshots the replication thread took for a role's ``Sync`` (the engine's barrier and the copy
+  of every shard of the bucket are taken there, on the replication thread) and waits for the
+  copy's answers, one parcel at a time, in order: a bucket whose copy needs a snapshot waits
+  behind the parcels queued before its own, a frozen copy's too. The replication thread tells
+  the role what came of each at its next turn, and runs the other buckets' rounds meanwhile
+  (the synced bucket serves neither reads nor writes until then). An error on that thread fails
+  the server over, as one on the replication thread does;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
@@ -188,7 +192,7 @@ class Replication:
             self.commit_round.applying,
         )
         # snapshots are sent and waited for on a thread of their own, on a link of their own:
-        # a copy slow to answer one holds up no other bucket's commit rounds
+        # a copy slow to answer one holds up no commit round (only the parcels queued after it)
         self.snapshot_link = PeerLink(
             server.job, layout, self.roles, lambda: self.clock.lease, self._stimulus
         )
@@ -200,10 +204,14 @@ class Replication:
             "campaigns_won": 0,
             "handed_over": 0,
         }
-        self.snapshots = SnapshotSender(self.snapshot_link, self.counters, self._still_syncing)
+        self.snapshots = SnapshotSender(
+            self.snapshot_link, self.counters, self._still_syncing, self._snapshot_thread_failed
+        )
         self.failure: str | None = None
         self.etcd_errors = 0
         self.last_etcd_error: str | None = None
+        self.parcels_not_built = 0  # Syncs answered unreachable: their snapshot was not taken
+        self.last_parcel_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
 
@@ -218,7 +226,7 @@ class Replication:
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         # before any record is read (the copy side may read one before the first map read)
-        self.nonce = adopt(self._etcd, self._etcd.get(NONCE_KEY)[0])
+        self.nonce = adopt(self._etcd, *self._etcd.get(NONCE_KEY))
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
         self.snapshot_link.open(servers, self.me, keys)
@@ -342,6 +350,9 @@ class Replication:
         last_read = 0.0
         try:
             while not self._stop.is_set():
+                if self.failure is not None:  # the snapshot thread ended on an error
+                    self._fail_over()
+                    return
                 now = time.monotonic()
                 if self.changed.is_set() or now - last_read > POLL_S:
                     self.changed.clear()
@@ -361,13 +372,24 @@ class Replication:
                 self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
-            self._stop.set()
-            self.membership.halt()  # this server's lease goes, the others take over
-            try:
-                self._etcd.revoke(self.clock.lease)
-            except HogwildError:
-                pass
+            self._fail_over()
             raise
+
+    def _fail_over(self) -> None:
+        """This server failed (:attr:`failure`): stop, and hand every bucket to the others."""
+        self._stop.set()
+        self.membership.halt()  # this server's lease goes, the others take over
+        try:
+            self._etcd.revoke(self.clock.lease)
+        except HogwildError:
+            pass
+
+    def _snapshot_thread_failed(self, reason: str) -> None:
+        """The snapshot thread ended on an error (that thread calls this): from now on this
+        server is not valid (it serves nothing), and the replication thread fails it over at
+        its next turn, as on an error of its own."""
+        self.failure = f"snapshot thread: {reason}"
+        self.changed.set()
 
     def _send(self, reply: Reply) -> None:
         """A reply from the replication thread (through its own replier)."""
@@ -402,7 +424,7 @@ class Replication:
     def _observe(self) -> None:
         entries, _ = self._etcd.get_prefix("")
         # this read's history: every record write decided from it compares its nonce
-        self.nonce = adopt(self._etcd, entries.get(NONCE_KEY, (None, 0))[0])
+        self.nonce = adopt(self._etcd, *entries.get(NONCE_KEY, (None, 0)), known=self.nonce)
         members, records = parse_map(entries, self.n_servers, self.layout.n_buckets)
         # on disk before any role acts on them (a StoreError is handled as etcd's failure);
         # a record of another history than a role knows is never marked
@@ -470,7 +492,13 @@ class Replication:
         yield from ()
         if not self._still_syncing(action):
             return False  # deposed since it asked (in the same turn): nothing goes out
-        self.snapshots.send(self._parcel(action))
+        try:
+            parcel = self._parcel(action)
+        except HogwildError as exc:  # the engine's barrier timed out, or its queues stayed full:
+            self.parcels_not_built += 1  # the copy is answered unreachable under the Sync's
+            self.last_parcel_error = str(exc)  # ticket, and tried again at a later turn
+            return False
+        self.snapshots.send(parcel)
         return None  # under way: its outcome is told to the role by _snapshots_answered
 
     def commit_prepared(self, bucket: int) -> None:
@@ -629,6 +657,9 @@ class Replication:
             **self.copy_side.counters,
             "deferred_for_etcd": self.copy_adapter.deferred,
             "snapshot_under_way": self.snapshots.under_way,  # bucket, copy, parcel number
+            "snapshot_thread_failure": self.snapshots.failure,  # what ended it (None: running)
+            "parcels_not_built": self.parcels_not_built,
+            "last_parcel_error": self.last_parcel_error,
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "buckets_remembered": len(self.marks.remembered),  # marks the store held at start

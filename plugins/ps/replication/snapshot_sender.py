@@ -20,6 +20,11 @@ writes since, which the parcel lacks) takes the outcome as no news, by the Sync'
 parcel carries the epoch it was taken under, which the copy's gate checks too. One thread, one
 parcel at a time, on a peer link of its own (a ZeroMQ socket belongs to one thread); a
 ``FENCED`` answer is handed back in the outcome, never told to a role from here.
+
+Anything else this thread meets (a copy breaking the protocol: a bad header, a wrong count of
+frames; a ZeroMQ error) ends it as an exception on the replication thread does: the parcel's
+outcome is queued as not delivered, :attr:`SnapshotSender.failure` names the error, and
+``on_failure`` tells the replication, which fails the server (its buckets go to the others).
 """
 
 from __future__ import annotations
@@ -72,10 +77,19 @@ class SnapshotSender:
         current: ``current(action)``: whether the role that asked still waits for the Sync's
             answer (read without the lock: it only spares a snapshot nobody waits for; the role
             decides on the outcome).
+        on_failure: ``on_failure(reason)``: this thread ended on an error (called from it).
     """
 
-    def __init__(self, link: PeerLink, counters: dict, current: Callable[[Sync], bool]) -> None:
+    def __init__(
+        self,
+        link: PeerLink,
+        counters: dict,
+        current: Callable[[Sync], bool],
+        on_failure: Callable[[str], None],
+    ) -> None:
         self.link, self.counters, self.current = link, counters, current
+        self.on_failure = on_failure
+        self.failure: str | None = None  # what ended this thread (None: it runs, or stopped)
         self.link.on_fenced = self._fenced
         self._parcels: queue.SimpleQueue[Parcel] = queue.SimpleQueue()
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
@@ -122,6 +136,11 @@ class SnapshotSender:
             self._fenced_now = False
             try:
                 delivered = self._deliver(parcel)
+            except Exception as exc:  # noqa: BLE001 - a copy breaking the protocol, or a bug
+                self.failure = f"{type(exc).__name__}: {exc}"
+                self._outcomes.put(Outcome(action, False, False))
+                self.on_failure(self.failure)  # the server fails: its buckets go to the others
+                return
             finally:
                 self.under_way = None
             self._outcomes.put(Outcome(action, delivered, self._fenced_now))

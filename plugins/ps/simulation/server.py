@@ -113,6 +113,9 @@ class SimServer:
             takes to read a primary's message past its gate, or whether a record written is
             read back in a step of its own (the world's seeded draw; 0: neither). None: every
             message is taken, and every record written and read back, in one step.
+        unbuilt: ``unbuilt(what)``: whether the parcel of a ``Sync`` cannot be taken (the real
+            server's barrier timed out, its engine busy: the copy is answered unreachable under
+            the Sync's ticket). None: every parcel is taken.
     """
 
     def __init__(
@@ -130,6 +133,7 @@ class SimServer:
         fails: Callable[[str], bool] | None = None,
         store: SimStore | None = None,
         splits: Callable[[str], int] | None = None,
+        unbuilt: Callable[[str], bool] | None = None,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -163,7 +167,7 @@ class SimServer:
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
         self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
         self._works: dict[int, SimWork] = {}  # their versions, once admitted
-        self.fails, self.splits = fails, splits
+        self.fails, self.splits, self.unbuilt = fails, splits, unbuilt
         self.reading: Reading | None = None  # a primary's message half taken: its frames read
         self._read_steps = 0  # the replication thread's steps that read lasts (the world's draw)
         self.notes: list[str] = []  # what the server said since the world last took it
@@ -545,6 +549,8 @@ class SimServer:
         yield from ()
         if not self._still_syncing(action):
             return False  # deposed since it asked: nothing goes out
+        if self.unbuilt is not None and self.unbuilt(f"the parcel of {action}"):
+            return False  # not taken: the copy is unreachable under the Sync's ticket
         self.sending.append(self._snapshot_flow(action, *self._parcel(action)))
         return None
 

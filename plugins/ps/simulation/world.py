@@ -48,6 +48,7 @@ FAULTS = frozenset(
 FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thirty or so)
 SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
 SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
+UNBUILT_RATE = 0.2  # of the parcels a primary takes, with the opt-in fault "unbuilt"
 _TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
 
@@ -91,6 +92,7 @@ class World:
         self.rng = random.Random(seed)
         self.failures = random.Random(f"fail {seed}")  # draws whether an application fails
         self.splits = random.Random(f"split {seed}")  # draws how long a message's read lasts
+        self.unbuilts = random.Random(f"unbuilt {seed}")  # draws whether a parcel is not taken
         self.time = 0
         self.etcd = SimEtcd(config.servers, len(config.bucket_shards))
         self.bucket_shards = {b: list(s) for b, s in enumerate(config.bucket_shards)}
@@ -108,7 +110,7 @@ class World:
         self.schedule: list[str] = []
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
-            "split_messages": 0,
+            "split_messages": 0, "parcels_not_built": 0,
         }  # fmt: skip
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
@@ -122,7 +124,7 @@ class World:
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
-            self._application_fails, self.stores.get(i), self._split,
+            self._application_fails, self.stores.get(i), self._split, self._parcel_unbuilt,
         )  # fmt: skip
         server.register()
         return server
@@ -151,6 +153,16 @@ class World:
         self.counts["faults"] += 1
         self.counts["split_messages"] += 1
         return self.splits.randint(1, SPLIT_STEPS)
+
+    def _parcel_unbuilt(self, what: str) -> bool:
+        """Whether a primary's parcel for a ``Sync`` cannot be taken (the engine's barrier timed
+        out, its queues full): only with the fault ``unbuilt``, which is not among
+        :data:`FAULTS` (its draws would change every seed's schedule); a draw."""
+        if "unbuilt" not in self.faults or self.unbuilts.random() >= UNBUILT_RATE:
+            return False
+        self.counts["faults"] += 1
+        self.counts["parcels_not_built"] += 1
+        return True
 
     def live(self) -> list[SimServer]:
         return [s for s in self.servers.values() if s is not None]
@@ -513,6 +525,7 @@ def run_seed(
         world.seed, world.faults, world.rng = seed, frozenset(faults), random.Random(seed)
         world.failures = random.Random(f"fail {seed}")
         world.splits = random.Random(f"split {seed}")
+        world.unbuilts = random.Random(f"unbuilt {seed}")
     for _ in range(steps):
         world.step()
     world.check(full=True)
