@@ -131,14 +131,15 @@ def test_a_server_that_died_is_started_again():
     assert parent == zygote.server_pid() != dead.pid
 
 
-def test_the_server_takes_the_limit_the_trainer_sets_on_blas_threads(monkeypatch):
-    from hogwild.runtime import single_threaded_blas
-
+def test_the_server_takes_the_limit_on_blas_threads_and_the_caller_gets_its_own_back(
+    monkeypatch,
+):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    with single_threaded_blas(), zygote.starting("forkserver") as context:
+    with zygote.starting("forkserver") as context:
         child, (_, _, blas) = _start_probe(context)
     child.join(REPLY_TIMEOUT_S)
     assert blas == "1"
+    assert os.environ["OMP_NUM_THREADS"] == "4"
 
 
 def test_spawn_is_multiprocessing_own():
@@ -172,3 +173,40 @@ def test_a_process_watching_another_gets_the_signal_when_it_ends():
         watcher.communicate()
         if owner is not None and owner.is_running():
             owner.kill()
+
+
+def _fork_holding_every_fd(seconds: float) -> int:
+    """A plain fork() of this process (as a user's fork Pool makes), holding a copy of every fd
+    it has, the forkserver's "alive" pipe included, for ``seconds``."""
+    pid = os.fork()
+    if pid == 0:  # the child: no Python beyond a sleep, then out without cleanup
+        try:
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    return pid
+
+
+def test_a_plain_forked_child_holding_the_alive_pipe_delays_neither_replacement_nor_stop(
+    monkeypatch,
+):
+    hold_s = 30.0
+    monkeypatch.setenv(PROBE, "before")
+    with zygote.starting("forkserver") as context:
+        assert context.get_start_method() == "forkserver"
+    first = zygote.server_pid()
+    holder = _fork_holding_every_fd(hold_s)
+    try:
+        monkeypatch.setenv(PROBE, "after")
+        began = time.monotonic()
+        with zygote.starting("forkserver") as context:
+            assert context.get_start_method() == "forkserver"
+            child, (seen, parent, _) = _start_probe(context)
+        child.join(REPLY_TIMEOUT_S)
+        assert seen == "after" and parent == zygote.server_pid() != first
+        assert zygote.stop_server() and zygote.server_pid() is None
+        assert time.monotonic() - began < hold_s / 2, "waited for the holder of the pipe"
+        assert not psutil.pid_exists(first)
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
