@@ -187,6 +187,8 @@ class Trainer:
                 "start_epoch": start_epoch,
                 "config": config.to_dict(),
                 "pid": os.getpid(),
+                # the method the workers started with (spawn where the forkserver could not be)
+                "start_method": self.gang.context.get_start_method(),
             }
         )
         self.tensorboard = TensorBoardLog(

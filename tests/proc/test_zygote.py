@@ -26,7 +26,11 @@ import pytest
 
 import hogwild
 from hogwild.data.mnist import load_mnist
+from hogwild.errors import WorkerDiedError
 from hogwild.training import zygote
+from hogwild.training.gang import WorkerGang
+from hogwild.training.messages import Pinned
+from hogwild.training.metrics import read_metrics
 from tests.bench_runs import small_slice
 
 PROBE = "HOGWILD_ZYGOTE_PROBE"
@@ -54,9 +58,10 @@ def _start_probe(context, hold=None):
     return child, reply
 
 
-def test_a_forked_worker_trains_exactly_as_a_spawned_one(small):
+def test_a_forked_worker_trains_exactly_as_a_spawned_one(small, tmp_path):
     weights = {}
     for method in ("spawn", "forkserver"):
+        metrics = tmp_path / f"{method}.jsonl"
         result = hogwild.train(
             data=small,
             workers=1,
@@ -64,10 +69,13 @@ def test_a_forked_worker_trains_exactly_as_a_spawned_one(small):
             subset=300,
             seed=3,
             progress=False,
-            overrides={"train.start_method": method},
+            overrides={"train.start_method": method, "output.metrics": str(metrics)},
         )
         assert result.history[0]["examples"] == 300
+        start = next(r for r in read_metrics(metrics) if r["event"] == "start")
+        assert start["start_method"] == method, "the workers did not start as asked"
         weights[method] = result.weights
+    assert zygote.server_pid() is not None  # the server the forked worker came from
     assert weights["spawn"].keys() == weights["forkserver"].keys()
     for name, value in weights["spawn"].items():
         np.testing.assert_array_equal(weights["forkserver"][name], value, err_msg=name)
@@ -210,3 +218,34 @@ def test_a_plain_forked_child_holding_the_alive_pipe_delays_neither_replacement_
     finally:
         os.kill(holder, signal.SIGKILL)
         os.waitpid(holder, 0)
+
+
+def pinned_then_sleeping(worker, commands, results) -> None:
+    """A worker that says it is pinned and then runs on (one forked, not yet in its main)."""
+    results.put(Pinned(worker))
+    time.sleep(REPLY_TIMEOUT_S)
+
+
+def test_a_gang_whose_forkserver_died_names_it_and_stop_ends_the_workers_still_running():
+    with zygote.starting("forkserver") as context:
+        gang = WorkerGang(context)
+        try:
+            gang.start(1, pinned_then_sleeping, lambda worker: worker)
+        except BaseException:
+            gang.stop()
+            raise
+    (process,) = gang.processes
+    worker = psutil.Process(process.pid)
+    try:
+        assert worker.ppid() == zygote.server_pid()
+        os.kill(zygote.server_pid(), signal.SIGKILL)
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        while process.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process.exitcode == 255 and worker.is_running()  # reported ended, still running
+        with pytest.raises(WorkerDiedError, match="forkserver"):
+            gang.poll("training", 0.01)
+    finally:
+        gang.stop()
+        zygote.stop_server()  # reaps the dead server
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
