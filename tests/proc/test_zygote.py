@@ -4,8 +4,10 @@ Proves that a worker forked from the server trains exactly as a spawned one (the
 from a seeded one-worker run), that a process keeps one server while its environment stays and
 gets a fresh one when a variable changed (a forked child sees the value set since, never the
 server's stale one), that a server whose children live is never replaced under them (that start
-uses spawn), that one that died is started again, and that a process watching another (as a
-forked worker watches its trainer) gets its signal when that one ends. The signal tests of
+uses spawn), that one that died is started again, that a plain-forked child of the process
+holding the server's "alive" pipe delays neither its replacement nor its stop, that a gang
+whose server died names it and still ends its workers, and that a process watching another (as
+a forked worker watches its trainer) gets its signal when that one ends. The signal tests of
 ``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C, SIGTERM and SIGKILL of the
 trainer leave neither its workers nor its forkserver behind.
 """
