@@ -251,3 +251,41 @@ def test_a_gang_whose_forkserver_died_names_it_and_stop_ends_the_workers_still_r
         gang.stop()
         zygote.stop_server()  # reaps the dead server
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+
+
+SHADOWED = textwrap.dedent(
+    """
+    import sys
+    from hogwild.training import zygote
+
+    def report():  # the hogwild this forked child has: the server's, imported by its preload
+        print(sys.modules["hogwild"].__file__, flush=True)
+
+    if __name__ == "__main__":
+        with zygote.starting("forkserver") as context:
+            assert context.get_start_method() == "forkserver"
+            child = context.Process(target=report)
+            child.start()
+        child.join(60)
+        assert child.exitcode == 0, child.exitcode
+        zygote.stop_server()
+    """
+)
+
+
+def test_the_server_imports_hogwild_from_the_trainers_path_not_a_folder_in_its_cwd(tmp_path):
+    shadow = tmp_path / "cwd" / "hogwild"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")  # a package named hogwild, without the engine
+    script = tmp_path / "script" / "start.py"
+    script.parent.mkdir()
+    script.write_text(SHADOWED)
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=shadow.parent,
+        capture_output=True,
+        text=True,
+        timeout=REPLY_TIMEOUT_S * 2,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == hogwild.__file__, run.stderr
