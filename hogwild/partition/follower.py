@@ -162,7 +162,7 @@ class FollowerHost:
                 "keys": self.keys or "",
             },
         }
-        with zygote.starting(config.train.start_method) as context, placement_lock():
+        with placement_lock(), zygote.starting(config.train.start_method) as context:
             placements = worker_placements(
                 len(self.local), config.train.placement, avoid=pinned_by_other_jobs()
             )

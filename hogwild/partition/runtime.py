@@ -235,7 +235,7 @@ class PartitionedTrainer:
             setup["link"] = self.link_setup()
         control = arena.array("control")
         # planning and pinning as one step against other jobs
-        with zygote.starting(config.train.start_method) as context, placement_lock():
+        with placement_lock(), zygote.starting(config.train.start_method) as context:
             taken = pinned_by_other_jobs()
             placements = worker_placements(k, config.train.placement, avoid=taken)
             self.placements = placements

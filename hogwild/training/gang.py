@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import psutil
 
 from hogwild.errors import (
     DataError,
@@ -28,6 +29,7 @@ from hogwild.errors import (
     WorkerDiedError,
     WorkerStalledError,
 )
+from hogwild.training import zygote
 from hogwild.training.messages import (
     DataFailed,
     Evaluate,
@@ -45,6 +47,7 @@ from hogwild.training.messages import (
 READY_TIMEOUT_S = 300.0  # a worker that cannot pin itself, or then start, in this long is broken
 POLL_S = 0.1
 STOP_TIMEOUT_S = 5.0
+FORKSERVER_GONE = 255  # the exit code multiprocessing gives every worker of a forkserver that ended
 REPORT_WAIT_S = 0.2  # how long a dead worker's last report may take to come through the queue
 
 
@@ -71,6 +74,7 @@ class WorkerGang:
         self.heartbeats = heartbeats
         self.stall_s = stall_s
         self.processes: list = []
+        self._created: list[float | None] = []  # each worker's creation time, as the kernel has it
         self.commands: list = []
         self.results = None
         self._ready: dict[int, Ready] = {}
@@ -92,6 +96,7 @@ class WorkerGang:
             process.start()
             self.commands.append(commands)
             self.processes.append(process)
+            self._created.append(_creation_time(process.pid))
         pinned: set[int] = set()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while len(pinned) < n:
@@ -193,6 +198,11 @@ class WorkerGang:
                 if code < 0 and -code in signal.valid_signals()
                 else f"exited with code {code}"
             )
+            if code == FORKSERVER_GONE and self._forkserver_gone():
+                how = (
+                    f"was reported ended (code {code}) by its forkserver's end: the forkserver, "
+                    "which reports its workers' exits, ended (killed, or out of memory)"
+                )
             raise WorkerDiedError(
                 f"worker {worker} (pid {process.pid}) {how} while {doing}; the job is stopped"
                 + self._kept()
@@ -207,6 +217,32 @@ class WorkerGang:
                     f"progress for {now - beat:.0f} s while {doing} (stopped, or stuck; "
                     f"train.stall_s = {self.stall_s:g}); the job is stopped" + self._kept()
                 )
+
+    def _forkserver_gone(self) -> bool:
+        return self.context.get_start_method() == "forkserver" and zygote.server_pid() is None
+
+    def _end_unreported(self) -> None:
+        """End the workers that multiprocessing counts as ended but that still run.
+
+        A forked worker's exit is reported by its forkserver: once that server is gone, every
+        worker reads as exited (code 255) and terminate() or kill() do nothing, though one may
+        still run (and one not yet in its main has no parent-death signal). Those are signalled
+        by pid, once the kernel's creation time shows the pid is still the worker's.
+        """
+        left = []
+        for process, created in zip(self.processes, self._created, strict=False):
+            if created is None or process.exitcode is None:
+                continue  # never seen, or still joined by multiprocessing above
+            with contextlib.suppress(psutil.Error):
+                worker = psutil.Process(process.pid)
+                if worker.create_time() == created and worker.status() != psutil.STATUS_ZOMBIE:
+                    worker.terminate()
+                    left.append(worker)
+        _, alive = psutil.wait_procs(left, timeout=STOP_TIMEOUT_S)
+        for worker in alive:
+            with contextlib.suppress(psutil.Error):
+                worker.kill()
+        psutil.wait_procs(alive, timeout=1.0)
 
     def stop(self) -> None:
         """Ask every worker to leave, then terminate and kill the ones that do not; close queues."""
@@ -230,9 +266,20 @@ class WorkerGang:
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+        self._end_unreported()
         if self.results is not None:  # this process's Wakes, if unread, are not waited for
             self.results.cancel_join_thread()
         for q in [*self.commands, self.results]:
             if q is not None:
                 q.close()
                 q.join_thread()
+
+
+def _creation_time(pid: int | None) -> float | None:
+    """When process ``pid`` was created, as the kernel has it (None if it is gone already)."""
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

@@ -14,6 +14,13 @@ No thread is started and no file or socket is opened here: the forkserver forks 
 and a fork copies only the thread that forks.
 """
 
+# ruff: noqa: E402 - the imports come after Ctrl-C is ignored
+import signal
+
+# First: a Ctrl-C to the process group while the server imports would print a traceback from
+# here; the server ignores it afterwards anyway (its children's owner stops them).
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 import numba  # noqa: F401 - imported for the forked workers
 import numpy  # noqa: F401
 from numba.core.registry import cpu_target

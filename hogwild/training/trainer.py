@@ -39,7 +39,6 @@ from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.interval import update_every
 from hogwild.optim.schedule import epoch_rates
 from hogwild.progress import Progress
-from hogwild.runtime import single_threaded_blas
 from hogwild.shm.arena import Arena
 from hogwild.shm.sweeper import sweep_report
 from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_interrupt
@@ -188,6 +187,8 @@ class Trainer:
                 "start_epoch": start_epoch,
                 "config": config.to_dict(),
                 "pid": os.getpid(),
+                # the method the workers started with (spawn where the forkserver could not be)
+                "start_method": self.gang.context.get_start_method(),
             }
         )
         self.tensorboard = TensorBoardLog(
@@ -374,8 +375,8 @@ class Trainer:
             self.config.to_dict(),
             self.plan.to_dict(),
         )
-        # the forkserver, if it starts here, takes the environment as it is inside: BLAS limited
-        with single_threaded_blas(), zygote.starting(train.start_method) as context:
+        # inside, BLAS is limited to one thread: the forkserver, if it starts here, takes that too
+        with zygote.starting(train.start_method) as context:
             self.gang = WorkerGang(
                 context,
                 self.config.output.checkpoint_dir,

@@ -13,23 +13,28 @@ A forked child inherits the server's state as it was when the server started, no
 caller's now. So that no worker ever sees a stale one:
 
 - The environment and the CPU affinity. The server is keyed by both, taken as the caller's
-  inside :func:`starting` (where the trainer has limited BLAS to one thread): when they
-  differ from the running server's (a variable set since, a different ``NUMBA_CACHE_DIR``),
-  a fresh server is started in its place. Only ``PYTEST_CURRENT_TEST`` is left out of the key:
-  pytest changes it at every test phase and nothing in hogwild reads it. A server that still
-  has children cannot be replaced (stopping it waits for them: each holds its "alive" pipe), so
-  such a start uses spawn instead: slower, never stale. So does one where the server cannot
-  start (its socket lives under ``TMPDIR``, and a socket's path is limited to 107 bytes).
+  inside :func:`starting` (which limits BLAS to one thread there, under its lock, and hashes one
+  snapshot of the environment): when they differ from the running server's (a variable set
+  since, a different ``NUMBA_CACHE_DIR``), a fresh server is started in its place. Only
+  ``PYTEST_CURRENT_TEST`` is left out of the key: pytest changes it at every test phase and
+  nothing in hogwild reads it. A server that still has children (another job's workers) is not
+  replaced under them, so such a start uses spawn instead: slower, never stale. So does one
+  where the server cannot start (its socket lives under ``TMPDIR``, and a socket's path is
+  limited to 107 bytes), and one on a kernel without pidfds. Each reason is told once, on
+  stderr and in the log.
 - The parent. A forked worker's parent is the server, not the trainer: the kernel's
   parent-death signal follows the server, so the worker also watches the trainer itself
-  (:func:`hogwild.signals.die_with_process`).
+  (:func:`hogwild.signals.die_with_process`, which needs a pidfd).
 
 The server is multiprocessing's singleton, one per process, shared with whatever else in the
-process uses the forkserver method. It ignores Ctrl-C (its children's owner stops them) and ends
-when the process that started it ends, or closes its end of the "alive" pipe, and none of its
-children is left: at the interpreter's exit (``hogwild train``, a notebook, a test worker)
-:func:`stop_server` ends it and waits for it when it has no child left; a process killed
-outright leaves it to end by itself once its workers, which watch their trainer, have ended.
+process uses the forkserver method (this module sets its preload list, and may replace a server
+the caller started). It ignores Ctrl-C (its children's owner stops them) and ends when the
+process that started it ends, or closes its end of the "alive" pipe, and none of its children is
+left: at the interpreter's exit (``hogwild train``, a notebook, a test worker)
+:func:`stop_server` ends it (SIGTERM, then SIGKILL, within a bound: a plain-forked child of the
+process holds a copy of the pipe and would keep it alive) when it has no child left; a process
+killed outright leaves it to end by itself once its workers, which watch their trainer, have
+ended.
 """
 
 from __future__ import annotations
@@ -37,13 +42,20 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import logging
 import multiprocessing as mp
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
+import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import psutil
+
+from hogwild.runtime import single_threaded_blas
 
 PRELOAD = ("hogwild.training.preload",)
 IGNORED_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
@@ -51,14 +63,20 @@ IGNORED_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
 _lock = threading.RLock()
 _server: tuple[int, str] | None = None  # (pid, key) of the server this module started
 _exit_hook = False
+_pidfd: bool | None = None  # whether pidfd_open works here, once probed
+_said: set[str] = set()  # the reasons for using spawn already told
+logger = logging.getLogger(__name__)
+
+END_TIMEOUT_S = 2.0  # a server told to end with SIGTERM, before SIGKILL
+EXIT_LOCK_TIMEOUT_S = 5.0  # at exit, for a thread still inside starting()
 
 
-def environment_key() -> str:
-    """A digest of what a forked child takes from its server: the environment (but
-    ``PYTEST_CURRENT_TEST``) and the CPU affinity of the calling process."""
+def environment_key(environment: dict[str, str]) -> str:
+    """A digest of what a forked child takes from its server: ``environment`` (one snapshot of
+    ``os.environ``, but ``PYTEST_CURRENT_TEST``) and the CPU affinity of the calling thread."""
     digest = hashlib.sha256()
-    for name in sorted(set(os.environ) - IGNORED_VARIABLES):
-        digest.update(f"{name}={os.environ[name]}\0".encode())
+    for name in sorted(set(environment) - IGNORED_VARIABLES):
+        digest.update(f"{name}={environment[name]}\0".encode())
     digest.update(repr(sorted(os.sched_getaffinity(0))).encode())
     return digest.hexdigest()
 
@@ -95,61 +113,161 @@ def server_children(pid: int) -> list[psutil.Process]:
 def starting(start_method: str) -> Iterator[mp.context.BaseContext]:
     """The multiprocessing context to start a gang of workers with, while inside.
 
-    ``"spawn"`` is multiprocessing's. ``"forkserver"`` is the preloaded server's, started (or
-    replaced, see the module docstring) for the environment and affinity the caller has now;
-    while inside, no other thread of this process replaces it, so the workers started here all
-    come from the same server. Where it cannot be replaced (it still has children) the
-    context is spawn's.
+    Inside, BLAS is limited to one thread in this process's environment (a worker's parallelism
+    comes from the workers), under the module's lock, so that overlapping jobs in threads of one
+    process neither see each other's limit come and go nor leave it set. ``"spawn"`` is
+    multiprocessing's. ``"forkserver"`` is the preloaded server's, started (or replaced, see the
+    module docstring) for the environment and affinity the caller has now; while inside, no
+    other thread of this process replaces it, so the workers started here all come from the same
+    server. Where it cannot be used (it still has children, it cannot start, or this kernel has
+    no pidfd for a forked worker to watch its trainer with) the context is spawn's.
     """
-    if start_method != "forkserver":
-        yield mp.get_context(start_method)
-        return
-    with _lock:
-        yield mp.get_context("forkserver" if _ensure_server() else "spawn")
+    with _lock, single_threaded_blas():
+        if start_method != "forkserver":
+            yield mp.get_context(start_method)
+            return
+        reason = _ensure_server()
+        if reason is not None:
+            _say_once(reason)
+        yield mp.get_context("forkserver" if reason is None else "spawn")
 
 
-def _ensure_server() -> bool:
-    """Have the preloaded forkserver for this process's environment running; False where the
-    running one differs and cannot be replaced now."""
+def pidfd_supported() -> bool:
+    """Whether this kernel lets a process watch another through a pidfd (Linux 5.3 and later,
+    not refused by a seccomp filter); probed once."""
+    global _pidfd
+    if _pidfd is None:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _pidfd = True
+        except (AttributeError, OSError):
+            _pidfd = False
+    return _pidfd
+
+
+def _say_once(reason: str) -> None:
+    if reason not in _said:
+        _said.add(reason)
+        message = f"hogwild: workers start with spawn, not the forkserver: {reason}"
+        logger.warning(message)
+        print(message, file=sys.stderr, flush=True)
+
+
+def _ensure_server() -> str | None:
+    """Have the preloaded forkserver for this process's environment running; else why not (the
+    running one differs and still has children, or none can start or be used here)."""
     global _server, _exit_hook
-    key = environment_key()
+    if not pidfd_supported():
+        return "this kernel has no pidfd, by which a forked worker watches its trainer"
+    key = environment_key(dict(os.environ))
     running = server_pid()
     if running is not None and _server == (running, key):
-        return True
+        return None
     if running is not None:
         if server_children(running):
-            return False
-        _forkserver()._stop()
+            return "the running server, started for another environment, still has workers"
+        _end_server()
     # (a server that ended is reaped, and started again, by ensure_running)
     server = _forkserver()
     server.set_forkserver_preload(list(PRELOAD))
     try:
-        server.ensure_running()
-    except OSError:  # its socket's path too long (a deep TMPDIR): spawn has no socket
-        return False
+        with _server_import_path():
+            server.ensure_running()
+    except OSError as error:  # its socket's path too long (a deep TMPDIR): spawn has no socket
+        return f"the server could not start ({error})"
     _server = (server._forkserver_pid, key)
     if not _exit_hook:
         atexit.register(stop_server)
         _exit_hook = True
-    return True
+    return None
 
 
-def stop_server() -> bool:
-    """End this process's forkserver now if it has no child left, and wait for it; True when
-    none is left running.
+@contextlib.contextmanager
+def _server_import_path() -> Iterator[None]:
+    """While the server starts: it imports the preload with this process's ``sys.path``, not
+    with ``python -c``'s (whose first entry, the working directory, could shadow hogwild)."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def stop_server(timeout_s: float = EXIT_LOCK_TIMEOUT_S) -> bool:
+    """End this process's forkserver now if it has no child left; True when none is left
+    running.
 
     One with children is left to end with them (its "alive" pipe closes when this process
-    exits and the last child has ended): stopping it now would wait for them.
+    exits and the last child has ended). At the interpreter's exit a thread still inside
+    :func:`starting` is waited for at most ``timeout_s`` seconds (False after that).
     """
     global _server
-    with _lock:
+    if not _lock.acquire(timeout=timeout_s):
+        return False
+    try:
         pid = server_pid()
         if pid is not None and server_children(pid):
             return False
-        if _forkserver()._forkserver_pid is not None:  # running, or ended and not yet reaped
-            _forkserver()._stop()  # closes its "alive" pipe, which ends it, and reaps it
+        _end_server()
         _server = None
         return True
+    finally:
+        _lock.release()
+
+
+def _end_server() -> None:
+    """End multiprocessing's forkserver (running, or ended and not yet reaped) within a bound,
+    and forget it, so that the next start makes a fresh one.
+
+    multiprocessing's own stop closes the "alive" pipe and waits without limit for the server,
+    which ends only once every copy of that pipe is closed, a plain-forked child's (a user's
+    fork Pool) included. This closes it too, then ends the server with SIGTERM (it has no
+    handler for it) and, where that is not enough in ``END_TIMEOUT_S``, SIGKILL.
+    """
+    server = _forkserver()
+    with server._lock:
+        pid, alive, address = (
+            server._forkserver_pid,
+            server._forkserver_alive_fd,
+            server._forkserver_address,
+        )
+        server._forkserver_pid = server._forkserver_alive_fd = None
+        server._forkserver_address = None
+        if alive is not None:
+            with contextlib.suppress(OSError):
+                os.close(alive)
+        if pid is not None:
+            _end_process(pid)
+        if address is not None and not mp.util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+
+
+def _end_process(pid: int) -> None:
+    """SIGTERM our child ``pid``, reap it within ``END_TIMEOUT_S``, else SIGKILL and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + END_TIMEOUT_S
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped already
+            return
+        if done:
+            return
+        if time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            return
+        time.sleep(0.01)
 
 
 def _forkserver():

@@ -4,8 +4,10 @@ Proves that a worker forked from the server trains exactly as a spawned one (the
 from a seeded one-worker run), that a process keeps one server while its environment stays and
 gets a fresh one when a variable changed (a forked child sees the value set since, never the
 server's stale one), that a server whose children live is never replaced under them (that start
-uses spawn), that one that died is started again, and that a process watching another (as a
-forked worker watches its trainer) gets its signal when that one ends. The signal tests of
+uses spawn), that one that died is started again, that a plain-forked child of the process
+holding the server's "alive" pipe delays neither its replacement nor its stop, that a gang
+whose server died names it and still ends its workers, and that a process watching another (as
+a forked worker watches its trainer) gets its signal when that one ends. The signal tests of
 ``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C, SIGTERM and SIGKILL of the
 trainer leave neither its workers nor its forkserver behind.
 """
@@ -26,7 +28,11 @@ import pytest
 
 import hogwild
 from hogwild.data.mnist import load_mnist
+from hogwild.errors import WorkerDiedError
 from hogwild.training import zygote
+from hogwild.training.gang import WorkerGang
+from hogwild.training.messages import Pinned
+from hogwild.training.metrics import read_metrics
 from tests.bench_runs import small_slice
 
 PROBE = "HOGWILD_ZYGOTE_PROBE"
@@ -54,9 +60,10 @@ def _start_probe(context, hold=None):
     return child, reply
 
 
-def test_a_forked_worker_trains_exactly_as_a_spawned_one(small):
+def test_a_forked_worker_trains_exactly_as_a_spawned_one(small, tmp_path):
     weights = {}
     for method in ("spawn", "forkserver"):
+        metrics = tmp_path / f"{method}.jsonl"
         result = hogwild.train(
             data=small,
             workers=1,
@@ -64,10 +71,13 @@ def test_a_forked_worker_trains_exactly_as_a_spawned_one(small):
             subset=300,
             seed=3,
             progress=False,
-            overrides={"train.start_method": method},
+            overrides={"train.start_method": method, "output.metrics": str(metrics)},
         )
         assert result.history[0]["examples"] == 300
+        start = next(r for r in read_metrics(metrics) if r["event"] == "start")
+        assert start["start_method"] == method, "the workers did not start as asked"
         weights[method] = result.weights
+    assert zygote.server_pid() is not None  # the server the forked worker came from
     assert weights["spawn"].keys() == weights["forkserver"].keys()
     for name, value in weights["spawn"].items():
         np.testing.assert_array_equal(weights["forkserver"][name], value, err_msg=name)
@@ -131,14 +141,15 @@ def test_a_server_that_died_is_started_again():
     assert parent == zygote.server_pid() != dead.pid
 
 
-def test_the_server_takes_the_limit_the_trainer_sets_on_blas_threads(monkeypatch):
-    from hogwild.runtime import single_threaded_blas
-
+def test_the_server_takes_the_limit_on_blas_threads_and_the_caller_gets_its_own_back(
+    monkeypatch,
+):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    with single_threaded_blas(), zygote.starting("forkserver") as context:
+    with zygote.starting("forkserver") as context:
         child, (_, _, blas) = _start_probe(context)
     child.join(REPLY_TIMEOUT_S)
     assert blas == "1"
+    assert os.environ["OMP_NUM_THREADS"] == "4"
 
 
 def test_spawn_is_multiprocessing_own():
@@ -172,3 +183,109 @@ def test_a_process_watching_another_gets_the_signal_when_it_ends():
         watcher.communicate()
         if owner is not None and owner.is_running():
             owner.kill()
+
+
+def _fork_holding_every_fd(seconds: float) -> int:
+    """A plain fork() of this process (as a user's fork Pool makes), holding a copy of every fd
+    it has, the forkserver's "alive" pipe included, for ``seconds``."""
+    pid = os.fork()
+    if pid == 0:  # the child: no Python beyond a sleep, then out without cleanup
+        try:
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    return pid
+
+
+def test_a_plain_forked_child_holding_the_alive_pipe_delays_neither_replacement_nor_stop(
+    monkeypatch,
+):
+    hold_s = 30.0
+    monkeypatch.setenv(PROBE, "before")
+    with zygote.starting("forkserver") as context:
+        assert context.get_start_method() == "forkserver"
+    first = zygote.server_pid()
+    holder = _fork_holding_every_fd(hold_s)
+    try:
+        monkeypatch.setenv(PROBE, "after")
+        began = time.monotonic()
+        with zygote.starting("forkserver") as context:
+            assert context.get_start_method() == "forkserver"
+            child, (seen, parent, _) = _start_probe(context)
+        child.join(REPLY_TIMEOUT_S)
+        assert seen == "after" and parent == zygote.server_pid() != first
+        assert zygote.stop_server() and zygote.server_pid() is None
+        assert time.monotonic() - began < hold_s / 2, "waited for the holder of the pipe"
+        assert not psutil.pid_exists(first)
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
+
+
+def pinned_then_sleeping(worker, commands, results) -> None:
+    """A worker that says it is pinned and then runs on (one forked, not yet in its main)."""
+    results.put(Pinned(worker))
+    time.sleep(REPLY_TIMEOUT_S)
+
+
+def test_a_gang_whose_forkserver_died_names_it_and_stop_ends_the_workers_still_running():
+    with zygote.starting("forkserver") as context:
+        gang = WorkerGang(context)
+        try:
+            gang.start(1, pinned_then_sleeping, lambda worker: worker)
+        except BaseException:
+            gang.stop()
+            raise
+    (process,) = gang.processes
+    worker = psutil.Process(process.pid)
+    try:
+        assert worker.ppid() == zygote.server_pid()
+        os.kill(zygote.server_pid(), signal.SIGKILL)
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        while process.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process.exitcode == 255 and worker.is_running()  # reported ended, still running
+        with pytest.raises(WorkerDiedError, match="forkserver"):
+            gang.poll("training", 0.01)
+    finally:
+        gang.stop()
+        zygote.stop_server()  # reaps the dead server
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+
+
+SHADOWED = textwrap.dedent(
+    """
+    import sys
+    from hogwild.training import zygote
+
+    def report():  # the hogwild this forked child has: the server's, imported by its preload
+        print(sys.modules["hogwild"].__file__, flush=True)
+
+    if __name__ == "__main__":
+        with zygote.starting("forkserver") as context:
+            assert context.get_start_method() == "forkserver"
+            child = context.Process(target=report)
+            child.start()
+        child.join(60)
+        assert child.exitcode == 0, child.exitcode
+        zygote.stop_server()
+    """
+)
+
+
+def test_the_server_imports_hogwild_from_the_trainers_path_not_a_folder_in_its_cwd(tmp_path):
+    shadow = tmp_path / "cwd" / "hogwild"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")  # a package named hogwild, without the engine
+    script = tmp_path / "script" / "start.py"
+    script.parent.mkdir()
+    script.write_text(SHADOWED)
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=shadow.parent,
+        capture_output=True,
+        text=True,
+        timeout=REPLY_TIMEOUT_S * 2,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == hogwild.__file__, run.stderr
