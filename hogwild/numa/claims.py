@@ -17,7 +17,6 @@ jobs and replicas starting together start side by side.
 
 from __future__ import annotations
 
-import multiprocessing.forkserver
 import os
 
 import psutil
@@ -29,9 +28,12 @@ WORKER_NAME_PREFIX = "hogwild-w"
 
 def pinned_by_other_jobs() -> dict[int, int]:
     """CPU -> pid of a live hogwild worker pinned to it alone (workers of this process excluded:
-    its children, and its forkserver's; a worker of a job this process started as a child of its
-    own, a ``hogwild train`` subprocess, belongs to that job and counts as taken)."""
-    ours = {os.getpid(), multiprocessing.forkserver._forkserver._forkserver_pid} - {None}
+    its children, and its forkserver's)."""
+    me = os.getpid()
+    try:
+        ours = {me, *(child.pid for child in psutil.Process(me).children())}
+    except psutil.Error:
+        ours = {me}
     taken: dict[int, int] = {}
     for process in psutil.process_iter(["pid", "name"]):
         if not (process.info["name"] or "").startswith(WORKER_NAME_PREFIX):

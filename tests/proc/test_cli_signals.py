@@ -300,7 +300,7 @@ def test_two_jobs_started_at_once_pin_their_workers_to_different_cores(tmp_path,
     for _, metrics in jobs:
         start = json.loads(metrics.read_text().splitlines()[0])
         cpus.append(start["cpus"])
-    assert len({cpu for job in cpus for cpu in job}) == 2, cpus  # one core each
+    assert len({cpu for job in cpus for cpu in job}) == 2, (cpus, outputs)  # one core each
     # the second to plan says which CPU was taken, by whom
     assert any("taken by another hogwild job's workers" in err for _, err in outputs), outputs
 
