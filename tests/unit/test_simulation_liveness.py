@@ -110,3 +110,13 @@ def test_a_copy_a_dead_primarys_last_snapshot_reaches_after_the_faults_takes_the
     flight; delivered during the heal, it makes that copy current, and the copy takes the
     bucket (every safety invariant holds throughout)."""
     heal_and_check(run_seed(15_033, 200, faults=PINNED_FAULTS))
+
+
+def test_a_stale_primary_refusing_a_newer_primarys_snapshots_still_gets_to_read_the_map():
+    """Seed 6063 at 200 steps: when the faults end, server 2 still holds bucket 0 as primary of
+    epoch 3 while etcd names server 0 at epoch 4; server 0's snapshot thread always has a next
+    parcel for server 2 (refused: server 2 is at the older epoch). A server learns it was deposed
+    from its own read of the map, so the healing world must give server 2's replication thread
+    its turns beside server 0's snapshot thread (real threads run side by side): with the first
+    ready server always run, server 2 never read the map and the bucket kept two primaries."""
+    heal_and_check(run_seed(6063, 200, faults=PINNED_FAULTS))

@@ -140,7 +140,7 @@ def _quiet(world: World) -> None:
     """Run the threads and deliver every message until nothing is under way; an exchange still
     waiting then waits on a message lost in the faults: the peer timeout gives up on it."""
     for _ in range(50):
-        world.settle()
+        world.settle(turns=True)
         waiting = [(s.me, p) for s in world.live() for e in s.exchanges() for p in e.waiting_on()]
         if not waiting:
             return

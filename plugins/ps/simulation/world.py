@@ -115,6 +115,8 @@ class World:
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
         self.full_checks = False  # check everything after every step, not only what it touched
+        self._settled_turn: dict[int, int] = {}  # settle(): when each server last took its turn
+        self._settled_turns = 0
 
     # ------------------------------------------------------------------ processes
 
@@ -273,9 +275,14 @@ class World:
             s.runnable() or s.waiting is not None or s.sending for s in self.live()
         )
 
-    def settle(self, limit: int = 500) -> None:
+    def settle(self, limit: int = 500, turns: bool = False) -> None:
         """Run the threads and deliver the messages, in a fixed order and with no fault, until
-        nothing is under way (or ``limit`` steps)."""
+        nothing is under way (or ``limit`` steps): the first server ready runs, or, with
+        ``turns``, the servers ready take turns (the one that ran longest ago first). A healing
+        world takes turns: real threads run side by side, so one server that always has a step
+        to take (a primary re-sending a snapshot that a stale primary refuses) must not keep the
+        others, the stale one among them, from ever reading the map. The established start
+        keeps the fixed order (every seed's schedule starts from it)."""
         for _ in range(limit):
             for n, (dst, _) in enumerate(self.network):
                 if not self._to_paused(dst):  # a paused server's messages wait in its socket
@@ -285,7 +292,12 @@ class World:
                 ready = [s.me for s in self.live() if not s.paused and s.runnable()]
                 if not ready:
                     return
-                self.apply(("run", ready[0]))
+                turn = (
+                    min(ready, key=lambda me: self._settled_turn.get(me, -1)) if turns else ready[0]
+                )
+                self._settled_turn[turn] = self._settled_turns
+                self._settled_turns += 1
+                self.apply(("run", turn))
 
     def _to_paused(self, dst) -> bool:
         """Whether a message to ``dst`` (a server, a primary's exchange, a client) would wait
