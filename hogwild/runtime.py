@@ -55,14 +55,11 @@ configure_numba_environment()
 
 
 @contextlib.contextmanager
-def single_threaded_blas():
-    """Start processes with BLAS limited to one thread: parallelism comes from the workers.
-
-    A spawned process inherits the environment at its start, before anything loads BLAS; the
-    parent's own setting is restored afterwards.
-    """
-    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
-    os.environ.update({name: "1" for name in BLAS_THREAD_VARIABLES})
+def environment_set(values: dict[str, str]):
+    """``os.environ`` with ``values`` set while inside (for the processes started there), each
+    variable given back its own value (or removed) afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -71,6 +68,17 @@ def single_threaded_blas():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Start processes with BLAS limited to one thread: parallelism comes from the workers.
+
+    A spawned process inherits the environment at its start, before anything loads BLAS; the
+    parent's own setting is restored afterwards.
+    """
+    with environment_set({name: "1" for name in BLAS_THREAD_VARIABLES}):
+        yield
 
 
 def collect_garbage_less_often() -> None:

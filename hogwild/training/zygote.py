@@ -55,7 +55,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from hogwild.runtime import single_threaded_blas
+from hogwild.runtime import environment_set, single_threaded_blas
 
 PRELOAD = ("hogwild.training.preload",)
 IGNORED_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
@@ -186,17 +186,9 @@ def _ensure_server() -> str | None:
 def _server_import_path() -> Iterator[None]:
     """While the server starts: it imports the preload with this process's ``sys.path``, not
     with ``python -c``'s (whose first entry, the working directory, could shadow hogwild)."""
-    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
-    os.environ["PYTHONSAFEPATH"] = "1"
-    os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
-    try:
+    path = os.pathsep.join(entry for entry in sys.path if entry)
+    with environment_set({"PYTHONSAFEPATH": "1", "PYTHONPATH": path}):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def stop_server(timeout_s: float = EXIT_LOCK_TIMEOUT_S) -> bool:
