@@ -29,6 +29,7 @@ from hogwild.errors import (
     WorkerDiedError,
     WorkerStalledError,
 )
+from hogwild.shm.naming import process_alive
 from hogwild.training import zygote
 from hogwild.training.messages import (
     DataFailed,
@@ -233,11 +234,12 @@ class WorkerGang:
         for process, created in zip(self.processes, self._created, strict=False):
             if created is None or process.exitcode is None:
                 continue  # never seen, or still joined by multiprocessing above
+            if not process_alive(process.pid, created):
+                continue  # ended, a zombie, or its pid another process's now
             with contextlib.suppress(psutil.Error):
                 worker = psutil.Process(process.pid)
-                if worker.create_time() == created and worker.status() != psutil.STATUS_ZOMBIE:
-                    worker.terminate()
-                    left.append(worker)
+                worker.terminate()
+                left.append(worker)
         _, alive = psutil.wait_procs(left, timeout=STOP_TIMEOUT_S)
         for worker in alive:
             with contextlib.suppress(psutil.Error):
