@@ -24,8 +24,10 @@ primary's messages to its copies), :mod:`.local` (work queued on this server's u
 etcd for it), :mod:`.executor` (the one loop that carries the roles', the rounds' and the copy
 side's actions out through a host's effects: the real server's, and the simulator's in
 :mod:`hogwild_plugins.ps.simulation`), :mod:`.adapter` (the lifecycle and the replication thread:
-etcd, the map, the bucket roles' effects) and :mod:`.primary_round` (one commit round's effects on
-the server: admission, local application, prepares, commits, replies).
+etcd, the map, the bucket roles' effects), :mod:`.sync_parcels` (a role's ``Sync``: its parcel
+taken, sent by the snapshot thread of :mod:`.snapshot_sender`, its outcome told to the role) and
+:mod:`.primary_round` (one commit round's effects on the server: admission, local application,
+prepares, commits, replies).
 """
 
 from hogwild_plugins.ps.replication.adapter import PEER_SENDER, Replication
