@@ -6,7 +6,8 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
 ``validate_state()``; the threads only carry their actions out and feed back what came of them:
 
 * :mod:`.bucket_role`: one server's part in one bucket (campaigns, ``in_sync`` writes,
-  snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol);
+  snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol),
+  with what it knows of the bucket's history in etcd (:mod:`.known_history`);
 * :mod:`.commit_round`: the primary's round for a batch of client updates (which are admitted,
   prepared and committed where, which copies are dropped, which updates are acknowledged);
 * :mod:`.copy_side`: a copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and
