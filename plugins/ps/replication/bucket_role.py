@@ -378,8 +378,8 @@ class BucketRole:
             return []
         if not won:
             self.role = Role.FOLLOWER
-            if record is not None and self.foreign(record):
-                return self._lose_record()  # another history won: never followed
+            if self.history.disowns(record):
+                return self._lost()  # another history won: never followed
             self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
@@ -458,8 +458,8 @@ class BucketRole:
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         if self.stopped:
             self.current = False  # handed for want of the state: never take it back
-        if record is not None and self.foreign(record):
-            return self._lose_record()  # another history: deposed, never followed
+        if self.history.disowns(record):
+            return self._lost()  # another history: deposed, never followed
         self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
         if record is not None and (self.record is None or record.revision >= self.record.revision):
             self.record = record
@@ -544,7 +544,7 @@ class BucketRole:
             return []
         if not ok:
             return self._step_down(record)  # someone else wrote: a newer primary
-        if record is None or self.foreign(record):
+        if record is None or self.history.disowns(record):
             # written, then gone before it was read back (etcd lost the job's keys), or another
             # history's since: the loss a map read would find
             return self._lose_record()
@@ -637,8 +637,6 @@ class BucketRole:
         if self.role is Role.PRIMARY:
             self.role = Role.DEPOSED  # its memory stays current until a newer primary shows
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
-        if record is not None and self.foreign(record):
-            self.history.lost = True  # another history wrote: never followed
-        elif record is not None:
-            self.record = record
+        if record is not None and not self.history.disowns(record):
+            self.record = record  # (another history's is never followed)
         return []

@@ -8,7 +8,8 @@ whose acknowledged updates it holds. So each
 the newest epoch it saw a record of (from etcd, or from its store: ``Remembered``), that epoch's
 primary and lease (one epoch has one of each: a campaign or a hand-over takes the next epoch),
 whether a member said the bucket had started, and whether a loss was seen (never forgotten).
-:meth:`KnownHistory.foreign` judges a record against it. No I/O here: the role changes it only
+:meth:`KnownHistory.foreign` judges a record against it, and :meth:`KnownHistory.disowns` is
+the guard on a record an answer brings. No I/O here: the role changes it only
 inside its ``handle``.
 """
 
@@ -68,3 +69,13 @@ class KnownHistory:
             and self.holder is not None
             and (record.primary, record.lease) != self.holder
         )
+
+    def disowns(self, record: BucketRecord | None) -> bool:
+        """The one guard on a record an answer brings (a campaign's, a hand-over's, an
+        ``in_sync`` write's read back, a newer primary's): whether it is another history's
+        (:meth:`foreign`), the loss then marked for good. None (no record read back) is no
+        news here: each answer's own rule says what a missing record means."""
+        if record is None or not self.foreign(record):
+            return False
+        self.lost = True
+        return True
