@@ -61,6 +61,7 @@ from hogwild.cluster.links import ReplicaLinks
 from hogwild.cluster.prometheus import role_ports
 from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_incarnation, with_servers
+from hogwild.cluster.server_groups import bound_members, bound_replicas, shared_flags
 from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
 from hogwild.cluster.status import LiveStatus, server_row, status_act
@@ -238,20 +239,17 @@ class ClusterDriver:
             self._supervise(on_port_of(spec, address))  # a restart comes back there
         groups = split_groups(servers, per_group)
         start_epoch = self._give_the_servers_the_model(groups)
-        extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
-        if len(groups) > 1:
-            extra.append(f"--cluster.group_servers={','.join(servers)}")
-        replicas = []
-        for spec in plan.replicas:  # each worker group trains against its server group
-            g = spec.index * len(groups) // len(plan.replicas)
-            argv = (*spec.argv, f"--ps.servers={','.join(groups[g])}", *extra)
-            if len(groups) > 1:
-                argv += (f"--ps.server_group={g}",)
-            replicas.append(replace(spec, argv=argv))
-            self._supervise(replicas[-1])
+        extra = shared_flags(data_servers, servers, groups)
+        replicas = bound_replicas(plan.replicas, groups, extra)  # each to its server group
+        for spec in replicas:
+            self._supervise(spec)
         coordinators = self.launcher.start_all(replicas)
         self.links.connect(coordinators)
-        self._start_members(plan, coordinators, groups, extra)
+        members = bound_members(plan.members, coordinators, groups, extra)
+        if members:  # a synchronous group's members (roles of their own, on any node)
+            for spec in members:
+                self._supervise(spec)
+            self.launcher.start_all(members)
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
@@ -285,24 +283,6 @@ class ClusterDriver:
             recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
-
-    def _start_members(self, plan, coordinators: list[str], groups: list, extra: list) -> None:
-        """A synchronous group's members (roles of their own, on any node), once their group
-        serves: each told its coordinator's address and its group's servers."""
-        if not plan.members:
-            return
-        per_group = len(plan.members) // len(coordinators)
-        members = []
-        for spec in plan.members:
-            group = spec.index // per_group
-            g = group * len(groups) // len(coordinators)  # its group's server group
-            argv = (*spec.argv, "--coordinator", coordinators[group],
-                    f"--ps.servers={','.join(groups[g])}", *extra)  # fmt: skip
-            if len(groups) > 1:
-                argv += (f"--ps.server_group={g}",)
-            members.append(replace(spec, argv=argv))
-            self._supervise(members[-1])
-        self.launcher.start_all(members)
 
     def _replica_processes(self) -> str:
         partitions = self.config.model.partitions
