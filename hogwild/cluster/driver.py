@@ -49,10 +49,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from hogwild.cluster.curve_keys import with_job_keys
 from hogwild.cluster.epochs import EpochLoop
 from hogwild.cluster.fences import ReplicaFences
 from hogwild.cluster.identities import JobKeys
@@ -72,10 +72,8 @@ from hogwild.data.plan import plan_data
 from hogwild.errors import ConfigError, HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
-from hogwild.net.address import is_loopback, parse_address
-from hogwild.net.auth import make_keys, use_identity
+from hogwild.net.auth import use_identity
 from hogwild.net.control import ControlServer
-from hogwild.net.exposure import curve_reason
 from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
 from hogwild.signals import deferred_signals, terminate_as_interrupt
@@ -200,7 +198,8 @@ class ClusterDriver:
             output.tensorboard, output.tensorboard_every, config.train.batch
         )
         self._make_run_dir()
-        config = self.config = self._with_keys(config)
+        config, self.job_keys = with_job_keys(config, self.run_dir, self.progress.line)
+        self.config = config
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
         self.launcher.job_keys = self.job_keys
         if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
@@ -349,22 +348,6 @@ class ClusterDriver:
             "roles_gone": len(self.policy.gone),
             "restarts": sum(self.policy.restarts.values()),
         }
-
-    def _with_keys(self, config):
-        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``
-        (one key pair the user made, shared); else, when the roles listen beyond loopback, the
-        job's roster in the run directory: a key pair per role (:mod:`.identities`); else, on
-        loopback, one key pair for the job where ``cluster.auth`` asks for CURVE there
-        (:func:`job_keys`)."""
-        keys = config.cluster.keys or config.ps.keys
-        if not keys and not is_loopback(parse_address(f"{config.cluster.host}:0")):
-            self.job_keys = JobKeys.make(self.run_dir)  # a resumed job keeps its roster
-            self.progress.line(
-                f"CURVE keys: a key pair per role, the job's roster in {self.job_keys.keys}"
-            )
-            keys = str(self.job_keys.keys)
-            return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
-        return job_keys(config, self.run_dir, self.progress.line)
 
     def _give_the_servers_the_model(self, groups: list[list[str]]) -> int:
         """Initial or checkpointed weights, given once (to every server group: the groups
@@ -559,23 +542,3 @@ class ClusterDriver:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
         if failures:
             raise failures[0]
-
-
-def job_keys(config, run_dir: Path, say: Callable[[str], None]):
-    """``config`` with the job's CURVE keys in ``ps.keys``, where every role (servers, replicas,
-    data servers, this driver's control channel) and client reads them: ``cluster.keys`` (or
-    ``ps.keys``) if given, else made in ``run_dir/job-keys`` when :func:`curve_reason` says the
-    roles need them (``cluster.auth``), the reason said through ``say``. Not ``run_dir/keys``:
-    that is the roster of a job whose roles had a key pair each (:mod:`.identities`), and one
-    checkpoint directory may serve both kinds of run."""
-    keys = config.cluster.keys or config.ps.keys
-    if not keys:
-        loopback = is_loopback(parse_address(f"{config.cluster.host}:0"))
-        reason = curve_reason(config.cluster.auth, loopback)
-        if reason is not None:
-            made = run_dir / "job-keys"
-            if not (made / "server.key").exists():  # a resumed job keeps its keys
-                make_keys(made)
-            say(f"CURVE keys for the job's roles in {made} ({reason})")
-            keys = str(made)
-    return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
