@@ -55,13 +55,13 @@ from pathlib import Path
 from hogwild.cluster.curve_keys import with_job_keys
 from hogwild.cluster.epochs import EpochLoop
 from hogwild.cluster.fences import ReplicaFences
+from hogwild.cluster.group_binding import bound_members, bound_replicas, shared_flags
 from hogwild.cluster.identities import JobKeys
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
 from hogwild.cluster.links import ReplicaLinks
 from hogwild.cluster.prometheus import role_ports
 from hogwild.cluster.records import EpochRecords
 from hogwild.cluster.roles import on_port_of, plan_roles, with_incarnation, with_servers
-from hogwild.cluster.server_groups import bound_members, bound_replicas, shared_flags
 from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
 from hogwild.cluster.status import LiveStatus, server_row, status_act

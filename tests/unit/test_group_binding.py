@@ -1,4 +1,4 @@
-"""Which server group each role of a cluster job trains against (hogwild/cluster/server_groups.py,
+"""Which server group each role of a cluster job trains against (hogwild/cluster/group_binding.py,
 pure): replicas shared among the groups in order, a synchronous group's members following their
 worker group, each told its group's servers, its group's number only when there are several, and
 the flags every replica and member shares.
@@ -6,8 +6,8 @@ the flags every replica and member shares.
 
 from __future__ import annotations
 
+from hogwild.cluster.group_binding import bound_members, bound_replicas, group_of, shared_flags
 from hogwild.cluster.roles import RoleSpec
-from hogwild.cluster.server_groups import bound_members, bound_replicas, group_of, shared_flags
 
 SERVERS = ["h:1", "h:2", "h:3", "h:4"]
 TWO_GROUPS = [["h:1", "h:2"], ["h:3", "h:4"]]
