@@ -49,12 +49,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from hogwild.cluster.curve_keys import with_job_keys
 from hogwild.cluster.epochs import EpochLoop
 from hogwild.cluster.fences import ReplicaFences
+from hogwild.cluster.group_binding import bound_members, bound_replicas, shared_flags
 from hogwild.cluster.identities import JobKeys
 from hogwild.cluster.launcher import RoleFailedError, launcher_class
 from hogwild.cluster.links import ReplicaLinks
@@ -71,10 +72,8 @@ from hogwild.data.plan import plan_data
 from hogwild.errors import ConfigError, HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
-from hogwild.net.address import is_loopback, parse_address
-from hogwild.net.auth import make_keys, use_identity
+from hogwild.net.auth import use_identity
 from hogwild.net.control import ControlServer
-from hogwild.net.exposure import curve_reason
 from hogwild.net.metrics import serve_metrics
 from hogwild.progress import Progress as ProgressLines
 from hogwild.signals import deferred_signals, terminate_as_interrupt
@@ -199,7 +198,8 @@ class ClusterDriver:
             output.tensorboard, output.tensorboard_every, config.train.batch
         )
         self._make_run_dir()
-        config = self.config = self._with_keys(config)
+        config, self.job_keys = with_job_keys(config, self.run_dir, self.progress.line)
+        self.config = config
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
         self.launcher.job_keys = self.job_keys
         if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
@@ -238,20 +238,17 @@ class ClusterDriver:
             self._supervise(on_port_of(spec, address))  # a restart comes back there
         groups = split_groups(servers, per_group)
         start_epoch = self._give_the_servers_the_model(groups)
-        extra = [f"--data.servers={','.join(data_servers)}"] if data_servers else []
-        if len(groups) > 1:
-            extra.append(f"--cluster.group_servers={','.join(servers)}")
-        replicas = []
-        for spec in plan.replicas:  # each worker group trains against its server group
-            g = spec.index * len(groups) // len(plan.replicas)
-            argv = (*spec.argv, f"--ps.servers={','.join(groups[g])}", *extra)
-            if len(groups) > 1:
-                argv += (f"--ps.server_group={g}",)
-            replicas.append(replace(spec, argv=argv))
-            self._supervise(replicas[-1])
+        extra = shared_flags(data_servers, servers, groups)
+        replicas = bound_replicas(plan.replicas, groups, extra)  # each to its server group
+        for spec in replicas:
+            self._supervise(spec)
         coordinators = self.launcher.start_all(replicas)
         self.links.connect(coordinators)
-        self._start_members(plan, coordinators, groups, extra)
+        members = bound_members(plan.members, coordinators, groups, extra)
+        if members:  # a synchronous group's members (roles of their own, on any node)
+            for spec in members:
+                self._supervise(spec)
+            self.launcher.start_all(members)
         self._serve_status()
         self.progress.line(
             f"hogwild cluster: {self.topology.describe()}; {cluster.replicas} replica(s) x "
@@ -285,24 +282,6 @@ class ClusterDriver:
             recover=self._recover,
         )  # fmt: skip
         return self.epochs.run(self._job_fields, lambda: self.live.draw(self._rows()))
-
-    def _start_members(self, plan, coordinators: list[str], groups: list, extra: list) -> None:
-        """A synchronous group's members (roles of their own, on any node), once their group
-        serves: each told its coordinator's address and its group's servers."""
-        if not plan.members:
-            return
-        per_group = len(plan.members) // len(coordinators)
-        members = []
-        for spec in plan.members:
-            group = spec.index // per_group
-            g = group * len(groups) // len(coordinators)  # its group's server group
-            argv = (*spec.argv, "--coordinator", coordinators[group],
-                    f"--ps.servers={','.join(groups[g])}", *extra)  # fmt: skip
-            if len(groups) > 1:
-                argv += (f"--ps.server_group={g}",)
-            members.append(replace(spec, argv=argv))
-            self._supervise(members[-1])
-        self.launcher.start_all(members)
 
     def _replica_processes(self) -> str:
         partitions = self.config.model.partitions
@@ -369,22 +348,6 @@ class ClusterDriver:
             "roles_gone": len(self.policy.gone),
             "restarts": sum(self.policy.restarts.values()),
         }
-
-    def _with_keys(self, config):
-        """The job's CURVE keys in ``ps.keys`` (every role reads them there): ``cluster.keys``
-        (one key pair the user made, shared); else, when the roles listen beyond loopback, the
-        job's roster in the run directory: a key pair per role (:mod:`.identities`); else, on
-        loopback, one key pair for the job where ``cluster.auth`` asks for CURVE there
-        (:func:`job_keys`)."""
-        keys = config.cluster.keys or config.ps.keys
-        if not keys and not is_loopback(parse_address(f"{config.cluster.host}:0")):
-            self.job_keys = JobKeys.make(self.run_dir)  # a resumed job keeps its roster
-            self.progress.line(
-                f"CURVE keys: a key pair per role, the job's roster in {self.job_keys.keys}"
-            )
-            keys = str(self.job_keys.keys)
-            return config.override({"ps.keys": keys}) if keys != config.ps.keys else config
-        return job_keys(config, self.run_dir, self.progress.line)
 
     def _give_the_servers_the_model(self, groups: list[list[str]]) -> int:
         """Initial or checkpointed weights, given once (to every server group: the groups
@@ -579,23 +542,3 @@ class ClusterDriver:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
         if failures:
             raise failures[0]
-
-
-def job_keys(config, run_dir: Path, say: Callable[[str], None]):
-    """``config`` with the job's CURVE keys in ``ps.keys``, where every role (servers, replicas,
-    data servers, this driver's control channel) and client reads them: ``cluster.keys`` (or
-    ``ps.keys``) if given, else made in ``run_dir/job-keys`` when :func:`curve_reason` says the
-    roles need them (``cluster.auth``), the reason said through ``say``. Not ``run_dir/keys``:
-    that is the roster of a job whose roles had a key pair each (:mod:`.identities`), and one
-    checkpoint directory may serve both kinds of run."""
-    keys = config.cluster.keys or config.ps.keys
-    if not keys:
-        loopback = is_loopback(parse_address(f"{config.cluster.host}:0"))
-        reason = curve_reason(config.cluster.auth, loopback)
-        if reason is not None:
-            made = run_dir / "job-keys"
-            if not (made / "server.key").exists():  # a resumed job keeps its keys
-                make_keys(made)
-            say(f"CURVE keys for the job's roles in {made} ({reason})")
-            keys = str(made)
-    return config.override({"ps.keys": keys}) if keys != config.ps.keys else config

@@ -28,8 +28,8 @@ import numpy as np
 from hogwild.model.compile import compile_lock
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.api import TrainedModel, evaluate_model
+from hogwild.training.job_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED
-from hogwild.training.trainer import save_checkpoint
 
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 WARMING_S = 60.0  # the longest the start-up's prediction is waited for (a cold cache compiles)

@@ -3,9 +3,9 @@ nothing, a key holder's fuzzed and hostile requests each get an error, and the c
 tells the job's table exactly.
 
 The channel is the driver's own (:func:`hogwild.cluster.status.status_act` served by a
-:class:`~hogwild.net.control.ControlServer` with the keys :func:`hogwild.cluster.driver.job_keys`
-makes for the job); the clients are raw sockets (:class:`tests.adversarial.hostile.RawClient`)
-with no keys, another job's keys, and the job's.
+:class:`~hogwild.net.control.ControlServer` with the keys
+:func:`hogwild.cluster.curve_keys.job_keys` makes for the job); the clients are raw sockets
+(:class:`tests.adversarial.hostile.RawClient`) with no keys, another job's keys, and the job's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import pytest
 from hypothesis import given
 
-from hogwild.cluster.driver import job_keys
+from hogwild.cluster.curve_keys import job_keys
 from hogwild.cluster.status import format_table, status_act
 from hogwild.config import load_config
 from hogwild.net.address import parse_address

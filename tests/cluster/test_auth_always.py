@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from hogwild.cluster.driver import job_keys
+from hogwild.cluster.curve_keys import job_keys
 from hogwild.config import load_config
 from hogwild.errors import ConfigError
 from hogwild.net.auth import make_keys

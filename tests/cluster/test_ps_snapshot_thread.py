@@ -159,12 +159,12 @@ def test_a_copy_answering_a_bad_header_fails_the_primary_over():
             # the primary's snapshot link, opened again with the copy's address the bad peer's
             addresses = list(primary.options.servers)
             addresses[other] = bad.address
-            replication.snapshot_link.close()
-            replication.snapshot_link.open(addresses, replication.me, None)
+            replication.syncs.link.close()
+            replication.syncs.link.open(addresses, replication.me, None)
             role = replication.roles[primary.layout.bucket_of(0)]
-            header = replication.snapshot_link.header(MsgType.SNAPSHOT, 0, 0, role, offset=0)
+            header = replication.syncs.link.header(MsgType.SNAPSHOT, 0, 0, role, offset=0)
             sync = Sync(role.bucket, other, role.epoch, ticket=-1)  # no role waits for it
-            replication.snapshots.send(Parcel(sync, [Request(other, header)], {}))
+            replication.syncs.sender.send(Parcel(sync, [Request(other, header)], {}))
             deadline = time.monotonic() + WAIT_S
             while replication.failure is None:
                 assert time.monotonic() < deadline, "the snapshot thread's failure went unseen"

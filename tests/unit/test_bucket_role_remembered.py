@@ -80,7 +80,7 @@ def test_a_mark_older_than_what_the_process_saw_changes_nothing():
     record = BucketRecord(7, FIRST, LEASE[FIRST], (FIRST,), revision=3)
     step(role, MapRead, record, MEMBERS, LEASE[FIRST], True, blank=False)
     step(role, Remembered, 2, FIRST, LEASE[FIRST])
-    assert role.known_epoch == 7 and role.known_holder == (FIRST, LEASE[FIRST])
+    assert role.known_epoch == 7 and role.history.holder == (FIRST, LEASE[FIRST])
 
 
 def test_a_record_of_the_remembered_epoch_under_another_holder_is_another_history():
@@ -107,7 +107,7 @@ def test_one_buckets_seen_holds_back_no_other_buckets_first_primary():
     from nothing; a member that lists this bucket keeps it from starting afresh."""
     role = BucketRole(BUCKET, FIRST, COPIES)
     assert step(role, MapRead, None, MEMBERS, LEASE[FIRST], True, blank=False) == []
-    assert role.bucket_started and role.seen
+    assert role.history.started and role.seen
     fresh = BucketRole(BUCKET, FIRST, COPIES)  # another bucket's seen: this one's blank
     [campaign] = step(fresh, MapRead, None, MEMBERS, LEASE[FIRST], True, blank=True)
     assert isinstance(campaign, Campaign) and campaign.record.epoch == 1

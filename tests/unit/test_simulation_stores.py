@@ -47,7 +47,7 @@ def test_servers_restarted_on_their_stores_after_a_wipe_start_no_bucket_afresh()
             if s.me in world.stores:
                 assert role.record_lost and s.marks.remembered[bucket][0] >= 1
             else:
-                assert role.bucket_started and not role.record_lost
+                assert role.history.started and not role.record_lost
     assert world.etcd.seen() == {0, 1}  # the stores' servers list both buckets
 
 

@@ -6,7 +6,8 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
 ``validate_state()``; the threads only carry their actions out and feed back what came of them:
 
 * :mod:`.bucket_role`: one server's part in one bucket (campaigns, ``in_sync`` writes,
-  snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol);
+  snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol),
+  with what it knows of the bucket's history in etcd (:mod:`.known_history`);
 * :mod:`.commit_round`: the primary's round for a batch of client updates (which are admitted,
   prepared and committed where, which copies are dropped, which updates are acknowledged);
 * :mod:`.copy_side`: a copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and
@@ -24,8 +25,10 @@ primary's messages to its copies), :mod:`.local` (work queued on this server's u
 etcd for it), :mod:`.executor` (the one loop that carries the roles', the rounds' and the copy
 side's actions out through a host's effects: the real server's, and the simulator's in
 :mod:`hogwild_plugins.ps.simulation`), :mod:`.adapter` (the lifecycle and the replication thread:
-etcd, the map, the bucket roles' effects) and :mod:`.primary_round` (one commit round's effects on
-the server: admission, local application, prepares, commits, replies).
+etcd, the map, the bucket roles' effects), :mod:`.sync_parcels` (a role's ``Sync``: its parcel
+taken, sent by the snapshot thread of :mod:`.snapshot_sender`, its outcome told to the role) and
+:mod:`.primary_round` (one commit round's effects on the server: admission, local application,
+prepares, commits, replies).
 """
 
 from hogwild_plugins.ps.replication.adapter import PEER_SENDER, Replication

@@ -19,10 +19,11 @@ decides nothing itself:
   bucket roles' effects, :mod:`~hogwild_plugins.ps.replication.primary_round` a round's;
 * the **snapshot thread** (:mod:`~hogwild_plugins.ps.replication.snapshot_sender`) sends the
   snapshots the replication thread took for a role's ``Sync`` (the engine's barrier and the copy
-  of every shard of the bucket are taken there, on the replication thread) and waits for the
-  copy's answers, one parcel at a time, in order: a bucket whose copy needs a snapshot waits
-  behind the parcels queued before its own, a frozen copy's too. The replication thread tells
-  the role what came of each at its next turn, and runs the other buckets' rounds meanwhile
+  of every shard of the bucket are taken there, on the replication thread:
+  :mod:`~hogwild_plugins.ps.replication.sync_parcels`) and waits for the copy's answers, one
+  parcel at a time, in order: a bucket whose copy needs a snapshot waits behind the parcels
+  queued before its own, a frozen copy's too. The replication thread tells the role what came
+  of each at its next turn, and runs the other buckets' rounds meanwhile
   (the synced bucket serves neither reads nor writes until then). An error on that thread fails
   the server over, as one on the replication thread does;
 * the **network thread** (the server's router) hands a primary's ``PREPARE``, ``COMMIT`` and
@@ -69,26 +70,22 @@ from hogwild_plugins.ps.replication.commit_round import CommitRound
 from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
-from hogwild_plugins.ps.replication.executor import carry_out, run, run_round, snapshot_answered
-from hogwild_plugins.ps.replication.frames import snapshot_frames
+from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
 from hogwild_plugins.ps.replication.local import LocalApplier
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
-from hogwild_plugins.ps.replication.snapshot_sender import Parcel, SnapshotSender
+from hogwild_plugins.ps.replication.sync_parcels import SyncParcels
 from hogwild_plugins.ps.routes import etcd_prefix, parse_map, read_record, write_record
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.work import Work
 
 from hogwild.errors import HogwildError
-from hogwild.net.channel import Request
 from hogwild.net.router import Incoming, Reply
 from hogwild.net.wire import (
-    DType,
     ErrorCode,
     Header,
-    MsgType,
     WireError,
 )
 
@@ -191,11 +188,6 @@ class Replication:
             self._stimulus,
             self.commit_round.applying,
         )
-        # snapshots are sent and waited for on a thread of their own, on a link of their own:
-        # a copy slow to answer one holds up no commit round (only the parcels queued after it)
-        self.snapshot_link = PeerLink(
-            server.job, layout, self.roles, lambda: self.clock.lease, self._stimulus
-        )
         self.counters = {
             "snapshots_sent": 0,
             "copies_caught_up": 0,  # shards a copy was found to hold already: no snapshot
@@ -204,14 +196,23 @@ class Replication:
             "campaigns_won": 0,
             "handed_over": 0,
         }
-        self.snapshots = SnapshotSender(
-            self.snapshot_link, self.counters, self._still_syncing, self._snapshot_thread_failed
+        self.syncs = SyncParcels(
+            server,
+            self.roles,
+            self.logs,
+            self.bucket_shards,
+            self.lock,
+            self.local,
+            self.commit_round,
+            lambda: self.clock.lease,
+            self._stimulus,
+            self.counters,
+            self._snapshot_thread_failed,
+            self.changed.set,
         )
         self.failure: str | None = None
         self.etcd_errors = 0
         self.last_etcd_error: str | None = None
-        self.parcels_not_built = 0  # Syncs answered unreachable: their snapshot was not taken
-        self.last_parcel_error: str | None = None
         self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
         self._awaiting_ack: dict[int, dict] = {}
 
@@ -229,7 +230,6 @@ class Replication:
         self.nonce = adopt(self._etcd, *self._etcd.get(NONCE_KEY))
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
-        self.snapshot_link.open(servers, self.me, keys)
         self.replier = self.server.router.replier()
         self.started_at = time.monotonic()
         self.membership = Membership(
@@ -244,7 +244,7 @@ class Replication:
         self.membership.start()
         self._watch = self._etcd.watch("", self.changed.set)
         self.copy_adapter.start(self.server.router.replier)
-        self.snapshots.start()
+        self.syncs.start(servers, self.me, keys)
         thread = threading.Thread(target=self._run, name="hogwild-replicate", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -256,7 +256,7 @@ class Replication:
             self.membership.stop()
         for thread in self._threads:
             thread.join(timeout=10)
-        self.snapshots.stop()
+        self.syncs.stop()
         self.copy_adapter.stop()
         if self._watch is not None:
             self._watch.cancel()
@@ -269,7 +269,7 @@ class Replication:
             self.replier.close()
             self.replier = None
         self.link.close()
-        self.snapshot_link.close()
+        self.syncs.close()
 
     _keeper_etcd: Etcd | None = None
 
@@ -368,7 +368,7 @@ class Replication:
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
-                self._snapshots_answered()
+                self.syncs.tell_roles(self, self._carry_out)
                 self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
             self.failure = f"{type(exc).__name__}: {exc}"
@@ -489,17 +489,7 @@ class Replication:
         self._etcd_failed(exc)
 
     def send_snapshot(self, action: Sync) -> Iterator[str]:
-        yield from ()
-        if not self._still_syncing(action):
-            return False  # deposed since it asked (in the same turn): nothing goes out
-        try:
-            parcel = self._parcel(action)
-        except HogwildError as exc:  # the engine's barrier timed out, or its queues stayed full:
-            self.parcels_not_built += 1  # the copy is answered unreachable under the Sync's
-            self.last_parcel_error = str(exc)  # ticket, and tried again at a later turn
-            return False
-        self.snapshots.send(parcel)
-        return None  # under way: its outcome is told to the role by _snapshots_answered
+        return self.syncs.send(action)
 
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
@@ -542,63 +532,6 @@ class Replication:
         self.local.apply_and_wait(items, f"bucket {bucket}: the prepared updates")
         for shard in self.bucket_shards[bucket]:
             self.server.book.set_version(shard, self.logs[shard].committed)
-
-    def _parcel(self, action: Sync) -> Parcel:
-        """What ``action`` sends, taken now, together (the sender thread sends it:
-        :mod:`~hogwild_plugins.ps.replication.snapshot_sender`): a probe of each shard no round
-        has open (does the copy's log hold this side's committed state? then it needs no
-        snapshot: the copy side decides, :mod:`.copy_side`), and the snapshot of every shard,
-        read after the engine applied everything queued on it. The bucket takes no writes while
-        its role syncs, so none of this changes before it is sent."""
-        shards = self.bucket_shards[action.bucket]
-        role, epoch = self.roles[action.bucket], action.epoch
-        self.local.barrier(shards)
-        probes, snapshots = [], {}
-        for shard in shards:
-            held = self.server.shards[self.server.local[shard]]
-            with self.lock:
-                version, table = self.commit_round.snapshot_point(shard)
-                log = self.logs[shard]
-                if version == log.committed:  # (no round open on it)
-                    # a SNAPSHOT without frames; offset: the epoch of this committed state
-                    header = self.link.header(
-                        MsgType.SNAPSHOT, shard, version, role, offset=log.epoch, epoch=epoch
-                    )
-                    probes.append(Request(action.server, header))
-            values, state = held.values.copy(), held.state.copy()
-            header = self.link.header(
-                MsgType.SNAPSHOT,
-                shard,
-                version,
-                role,
-                dtype=DType.FLOAT32,
-                shape=(values.size,),
-                frames=5,
-                epoch=epoch,
-            )
-            frames = snapshot_frames(values, state, table, held.vectors)
-            snapshots[shard] = Request(action.server, header, frames)
-        return Parcel(action, probes, snapshots)
-
-    def _still_syncing(self, action: Sync) -> bool:
-        """Whether ``action``'s role still waits for its answer (also the sender thread's look,
-        without the lock: it only spares a snapshot nobody waits for)."""
-        return self.roles[action.bucket].awaits(action)
-
-    def _snapshots_answered(self) -> None:
-        """Tell the roles what the snapshots sent since the last turn came to, and carry out
-        what they ask next."""
-        for outcome in self.snapshots.outcomes():
-            with self.lock:
-                actions = snapshot_answered(
-                    outcome.action, outcome.delivered, outcome.fenced, self.roles, self
-                )
-            self._carry_out(actions)
-            if outcome.delivered:
-                # a copy caught up: what the role may do next (serve, hand the bucket back) is
-                # decided on the map, read again at the next turn rather than the next poll (a
-                # copy that failed is tried again at the next poll, not at once)
-                self.changed.set()
 
     def _process(self, batch: list[Pending]) -> None:
         """Run one commit round for ``batch`` (see
@@ -656,10 +589,7 @@ class Replication:
             **self.counters,
             **self.copy_side.counters,
             "deferred_for_etcd": self.copy_adapter.deferred,
-            "snapshot_under_way": self.snapshots.under_way,  # bucket, copy, parcel number
-            "snapshot_thread_failure": self.snapshots.failure,  # what ended it (None: running)
-            "parcels_not_built": self.parcels_not_built,
-            "last_parcel_error": self.last_parcel_error,
+            **self.syncs.status(),
             **self.commit_round.counters,
             "leases_lost": self.membership.leases_lost if self.membership else 0,
             "buckets_remembered": len(self.marks.remembered),  # marks the store held at start

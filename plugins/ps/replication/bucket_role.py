@@ -12,7 +12,9 @@ what comes back is the next stimulus. :meth:`~BucketRole.validate_state` checks 
 primary is the record's and in its ``in_sync``, only a primary has a primary's work open, only a
 server holding the bucket's state campaigns, serves or hands over; a stopped bucket is neither
 served nor campaigned for). The protocol it plays its part in is described in
-:mod:`~hogwild_plugins.ps.failover`.
+:mod:`~hogwild_plugins.ps.failover`. What the role knows of the bucket's history in etcd (the
+newest epoch seen, its holder, a loss), against which every record it is given is judged, is a
+:class:`~hogwild_plugins.ps.replication.known_history.KnownHistory`.
 
 A snapshot's answer may come late (the real server sends snapshots beside its other work:
 :mod:`~hogwild_plugins.ps.replication.snapshot_sender`): each :class:`Sync` carries a ticket its
@@ -58,6 +60,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     Sync,
     WriteInSync,
 )
+from hogwild_plugins.ps.replication.known_history import KnownHistory
 
 __all__ = ["BucketRole", "Role"]
 
@@ -105,23 +108,8 @@ class BucketRole:
     # shards: each shard's; current counts for campaigns only with this copy in in_sync, where
     # a primary puts it once every shard's snapshot arrived)
     restored_epoch: int = 0
-    # the newest epoch of a record this side has seen: a missing record, or an older one, after
-    # it means etcd lost the bucket's state (wiped, restored from an old backup, or cleared by
-    # another driver of the same job): the bucket is never started afresh over it
-    known_epoch: int = 0
-    # the primary and lease of that epoch's record: one epoch has one of each (a campaign or a
-    # hand-over takes the next epoch), so a record of that epoch naming others is another
-    # history (etcd lost the bucket and it was started afresh elsewhere), never followed
-    known_holder: tuple[int, int] | None = None
-    record_lost: bool = False  # such a loss was seen: the bucket waits (it serves nothing)
-    # the copy side read the record again since the last map read (``RecordRefreshed``): a map
-    # read under way meanwhile may be older than that record, which is no loss
-    refreshed_since_read: bool = False
-    # a live member said it had seen a record of this bucket (``blank`` false): the bucket has
-    # started, so a missing record is never a new bucket, even after that member's key is gone
-    # (a process started after etcd lost its keys learns it from the members still there, or
-    # from its store: :class:`Remembered`)
-    bucket_started: bool = False
+    # what this side knows of the bucket's history in etcd: a record of another is never followed
+    history: KnownHistory = field(default_factory=KnownHistory)
     # a write applied here failed after it was acknowledged or committed: this side's memory is
     # not the bucket's state until a primary's snapshot replaces it (:class:`Stopped`)
     stopped: bool = False
@@ -188,12 +176,12 @@ class BucketRole:
                 self.stopped = False
                 actions = []
             case Remembered():
-                self._know(stimulus.epoch, (stimulus.primary, stimulus.lease))
+                self.history.know(stimulus.epoch, (stimulus.primary, stimulus.lease))
                 actions = []
             case _:
                 raise TypeError(f"bucket role: not a stimulus: {stimulus!r}")
         if self.record is not None:
-            self._know(self.record.epoch, (self.record.primary, self.record.lease))
+            self.history.know(self.record.epoch, (self.record.primary, self.record.lease))
         self.transitions.append(
             (stimulus.stimulus_id, type(stimulus).__name__, before, self.role, tuple(actions))
         )
@@ -238,7 +226,7 @@ class BucketRole:
             check(self.current, "{role.value} without the bucket's state")
         check(not self.empty or self.current, "a bucket without shards, not current")
         check(
-            self.record is None or self.record_lost or not self.foreign(self.record),
+            self.record is None or self.history.lost or not self.foreign(self.record),
             "following a record of another history",
         )
         if self.stopped:
@@ -267,30 +255,23 @@ class BucketRole:
     def seen(self) -> bool:
         """This side saw a record of the bucket, met a member that had, or its store remembers
         one (``members/<me>`` lists the bucket in ``seen``)."""
-        return self.known_epoch > 0 or self.bucket_started
+        return self.history.seen
 
-    def _know(self, epoch: int, holder: tuple[int, int]) -> None:
-        """A record of ``epoch`` held by ``holder`` (its primary and lease) was seen."""
-        if epoch > self.known_epoch or (epoch == self.known_epoch and self.known_holder is None):
-            self.known_epoch, self.known_holder = epoch, holder
+    @property
+    def known_epoch(self) -> int:
+        """The newest epoch of a record this side has seen (or its store remembered)."""
+        return self.history.epoch
+
+    @property
+    def record_lost(self) -> bool:
+        """etcd's record was found not to be this side's history: the bucket serves nothing."""
+        return self.history.lost
 
     def foreign(self, record: BucketRecord | None) -> bool:
-        """Whether ``record`` (None: missing) is not the bucket's history this side knows: a loss
-        was seen already, or it is missing, older than the newest epoch seen, or of that epoch
-        under another holder (a bucket started afresh elsewhere reaching a higher epoch later
-        is foreign too: the loss is never forgotten). Read by the hosts, which mark only this
-        side's history in the server's store."""
-        if self.record_lost:
-            return True
-        if not self.known_epoch:
-            return False
-        if record is None or record.epoch < self.known_epoch:
-            return True
-        return (
-            record.epoch == self.known_epoch
-            and self.known_holder is not None
-            and (record.primary, record.lease) != self.known_holder
-        )
+        """Whether ``record`` (None: missing) is not the bucket's history this side knows
+        (:meth:`KnownHistory.foreign`). Read by the hosts, which mark only this side's history
+        in the server's store."""
+        return self.history.foreign(record)
 
     @property
     def epoch(self) -> int:
@@ -312,8 +293,8 @@ class BucketRole:
         spread over every server rather than taken by the first one up)."""
         self.members = members
         if not blank:
-            self.bucket_started = True
-        refreshed, self.refreshed_since_read = self.refreshed_since_read, False
+            self.history.started = True
+        refreshed, self.history.refreshed = self.history.refreshed, False
         if self.foreign(record):
             if refreshed:
                 # read before the record the copy side refreshed meanwhile (the host reads the
@@ -355,7 +336,7 @@ class BucketRole:
         if members.get(self.me) != lease:
             return []
         if record is None:
-            if not settled or self.bucket_started or self.role is not Role.FOLLOWER:
+            if not settled or self.history.started or self.role is not Role.FOLLOWER:
                 return []  # a first primary only of a bucket no server has seen a record of
             first = desired_copies(self.bucket, members, self.copies)
             if first and first[0] == self.me:  # the very first primary of the bucket
@@ -397,13 +378,13 @@ class BucketRole:
             return []
         if not won:
             self.role = Role.FOLLOWER
-            if record is not None and self.foreign(record):
-                return self._lose_record()  # another history won: never followed
+            if self.history.disowns(record):
+                return self._lost()  # another history won: never followed
             self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
         self.first_ticket = self.tickets + 1
-        self.refreshed_since_read = False  # a refresh seen while campaigning: older than this
+        self.history.refreshed = False  # a refresh seen while campaigning: older than this
         # an in-sync copy kept while away (``_take``: not registered, paused past its lease)
         # has been caught up by nobody: it counts as gone (AWAY is no lease), written out of
         # in_sync once that leaves min_copies (a prepare of this epoch must never reach a log
@@ -477,8 +458,8 @@ class BucketRole:
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         if self.stopped:
             self.current = False  # handed for want of the state: never take it back
-        if record is not None and self.foreign(record):
-            return self._lose_record()  # another history: deposed, never followed
+        if self.history.disowns(record):
+            return self._lost()  # another history: deposed, never followed
         self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
         if record is not None and (self.record is None or record.revision >= self.record.revision):
             self.record = record
@@ -563,7 +544,7 @@ class BucketRole:
             return []
         if not ok:
             return self._step_down(record)  # someone else wrote: a newer primary
-        if record is None or self.foreign(record):
+        if record is None or self.history.disowns(record):
             # written, then gone before it was read back (etcd lost the job's keys), or another
             # history's since: the loss a map read would find
             return self._lose_record()
@@ -636,15 +617,15 @@ class BucketRole:
             self.record is None or record.revision > self.record.revision
         ):
             self.record = record
-            self.refreshed_since_read = True
+            self.history.refreshed = True
 
     def _lose_record(self) -> list:
         """etcd's record is not this side's history (see :meth:`foreign`): never followed."""
-        self.record_lost = True
+        self.history.lost = True
         return self._lost()
 
     def _lost(self) -> list:
-        """The bucket's record vanished or went back (see ``known_epoch``): serve nothing,
+        """The bucket's record vanished or went back (see :class:`KnownHistory`): serve nothing,
         hold on to this side's state, campaign for nothing."""
         if self.role is Role.PRIMARY:
             self._step_down(None)
@@ -656,8 +637,6 @@ class BucketRole:
         if self.role is Role.PRIMARY:
             self.role = Role.DEPOSED  # its memory stays current until a newer primary shows
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
-        if record is not None and self.foreign(record):
-            self.record_lost = True  # another history wrote: never followed
-        elif record is not None:
-            self.record = record
+        if record is not None and not self.history.disowns(record):
+            self.record = record  # (another history's is never followed)
         return []

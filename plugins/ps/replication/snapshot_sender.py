@@ -4,9 +4,9 @@ When a bucket role asks for a copy to be caught up
 (:class:`~hogwild_plugins.ps.replication.bucket_role_events.Sync`), the replication thread takes
 what it will send, at once and together (:class:`Parcel`: the catch-up probes of the shards no
 commit round has open, and the snapshot of every shard of the bucket, after the update engine's
-barrier: :mod:`~hogwild_plugins.ps.replication.adapter`), and hands it here. This thread asks the
-copy whether its logs hold those shards (the probes), sends the snapshots of the shards whose
-logs do not, waits for the answers (a copy that does not answer fails after the peer link's
+barrier: :mod:`~hogwild_plugins.ps.replication.sync_parcels`), and hands it here. This thread
+asks the copy whether its logs hold those shards (the probes), sends the snapshots of the shards
+whose logs do not, waits for the answers (a copy that does not answer fails after the peer link's
 timeout and retry), and hands back an :class:`Outcome`, which the replication thread tells the
 bucket's role under the Sync's ticket
 (:func:`~hogwild_plugins.ps.replication.executor.snapshot_answered`).

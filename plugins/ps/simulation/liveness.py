@@ -222,7 +222,7 @@ def _allowed_outcome(world: World, bucket: int, record, held: bool) -> str | Non
         # had: a process started since learns it so)
         had = bucket in world.invariants.top_epoch
         if any(r.record_lost for r in roles) or (
-            record is None and had and any(r.bucket_started or r.known_epoch for r in roles)
+            record is None and had and any(r.history.started or r.known_epoch for r in roles)
         ):
             return LOST_RECORD
     if not held:

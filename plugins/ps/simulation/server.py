@@ -15,11 +15,10 @@ floats sum up, made checkable (applied twice, missing, more than its version say
 
 The replication thread is a generator: it yields wherever the real thread blocks (an etcd call,
 an exchange with the copies), and the world decides what happens before it goes on. So is the
-snapshot thread's work (as the real server's
-:mod:`~hogwild_plugins.ps.replication.snapshot_sender`): a role's ``Sync`` takes its parcel at
-once and leaves its exchanges to that thread, whose steps the world interleaves with the
-replication thread's (other buckets' rounds, reads of the map, the role deposed and elected
-again), and whose outcome the replication thread tells the role at a later turn. The network
+snapshot thread's work (:mod:`~hogwild_plugins.ps.simulation.snapshot_thread`, as the real
+server's): a role's ``Sync`` takes its parcel at once and leaves its exchanges to that thread,
+whose steps the world interleaves with the replication thread's, and whose outcome the
+replication thread tells the role at a later turn. The network
 thread's work (a client's update into the queue, a primary's message through the copy side) is
 one atomic step, as the real one holds the replication lock for it, except where the real thread
 lets the lock go: between a primary's message's gate and its content it reads the message's
@@ -81,6 +80,7 @@ from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.messages import Exchange, Peer, Reading, SimWork
+from hogwild_plugins.ps.simulation.snapshot_thread import SimSnapshotThread
 from hogwild_plugins.ps.simulation.store import SimStore
 from hogwild_plugins.ps.stops import BucketStops
 
@@ -155,12 +155,7 @@ class SimServer:
         self.started = now()
         self.paused = False
         self.waiting: Exchange | None = None  # the replication thread's exchange, if any
-        # the snapshot thread: its flows (one runs at a time, as the real one's parcels), its
-        # exchange, and the outcomes its replication thread has not told the roles yet
-        self.sending: list[Iterator[str]] = []
-        self.flow_waiting: Exchange | None = None
-        self._flow_fenced = False
-        self.outcomes: list[tuple] = []
+        self.snapshots = SimSnapshotThread(self)
         self.acknowledged: list[tuple[int, int, int, int, int]] = []  # sender, seq, shard, v, ep
         self.n_stimuli = 0
         self.at_top = False  # the thread waits for a reason to read the map again
@@ -187,7 +182,7 @@ class SimServer:
     def __getstate__(self) -> dict:
         """A copy is taken only between steps, its thread waiting for news (a generator cannot
         be copied: a fresh one is parked at the same place)."""
-        busy = self.sending or self.outcomes
+        busy = self.snapshots.busy
         if not self.at_top or self.waiting is not None or self.reading is not None or busy:
             raise RuntimeError(f"server {self.me}: copied in the middle of a step")
         return {k: v for k, v in self.__dict__.items() if k != "thread"}
@@ -310,7 +305,7 @@ class SimServer:
 
     def answered(self, exchange: Exchange, index: int, answer: tuple[str, int]) -> None:
         """A copy's answer to request ``index`` of ``exchange`` (late answers are dropped)."""
-        mine = exchange is self.waiting or exchange is self.flow_waiting
+        mine = exchange is self.waiting or exchange is self.snapshots.waiting
         if not mine or exchange.done[index]:
             return
         exchange.done[index] = True
@@ -318,8 +313,8 @@ class SimServer:
         exchange.codes[index] = code
         if code == "ACK":
             exchange.ok[index] = True
-        elif code == ErrorCode.FENCED.name and exchange is self.flow_waiting:
-            self._flow_fenced = True  # in the outcome: the snapshot thread tells no role
+        elif code == ErrorCode.FENCED.name and exchange is self.snapshots.waiting:
+            self.snapshots.fenced = True  # in the outcome: the snapshot thread tells no role
         elif code == ErrorCode.FENCED.name:
             bucket = exchange.requests[index][1].bucket
             self.roles[bucket].handle(Fenced(stimulus_id=self._sid("fenced")))
@@ -327,7 +322,8 @@ class SimServer:
     def exchanges(self) -> list[Exchange]:
         """The exchanges out and not complete: the replication thread's, the snapshot
         thread's."""
-        return [e for e in (self.waiting, self.flow_waiting) if e is not None and not e.complete]
+        exchanges = (self.waiting, self.snapshots.waiting)
+        return [e for e in exchanges if e is not None and not e.complete]
 
     def give_up(self, server: int) -> None:
         """The peer timeout: ``server`` did not answer in time (every exchange waiting on it)."""
@@ -410,13 +406,8 @@ class SimServer:
 
     def runnable(self) -> bool:
         """Whether a step has something to do: a message half taken, the replication thread's
-        work (:meth:`thread_runnable`), or the snapshot thread's (:meth:`flow_runnable`)."""
-        return self.reading is not None or self.thread_runnable() or self.flow_runnable()
-
-    def flow_runnable(self) -> bool:
-        """Whether the snapshot thread has a step to take: a parcel not started, or its
-        exchange answered."""
-        return bool(self.sending) and (self.flow_waiting is None or self.flow_waiting.complete)
+        work (:meth:`thread_runnable`), or the snapshot thread's."""
+        return self.reading is not None or self.thread_runnable() or self.snapshots.runnable()
 
     def thread_runnable(self) -> bool:
         """Whether the replication thread has something to do: an exchange answered, a step
@@ -428,7 +419,7 @@ class SimServer:
             not self.at_top
             or bool(self.queue)
             or bool(self._stopping)
-            or bool(self.outcomes)
+            or bool(self.snapshots.outcomes)
             or self.seen != self._now_seen()
         )
 
@@ -444,22 +435,9 @@ class SimServer:
             return self._take_content()
         if reading is not None:
             reading.steps -= 1
-        if self.flow_runnable():
-            return self._step_flow()
+        if self.snapshots.runnable():
+            return self.snapshots.step()
         return next(self.thread)
-
-    def _step_flow(self) -> str:
-        """The snapshot thread to its next blocking point (or the end of its parcel)."""
-        try:
-            return f"(snapshot thread) {next(self.sending[0])}"
-        except StopIteration:
-            self.sending.pop(0)
-            self.flow_waiting = None
-            action, delivered, fenced = self.outcomes[-1]
-            return (
-                f"(snapshot thread) bucket {action.bucket} to {action.server}: "
-                f"{'delivered' if delivered else 'not delivered'}{', fenced' if fenced else ''}"
-            )
 
     def _run(self) -> Iterator[str]:
         while True:
@@ -477,8 +455,8 @@ class SimServer:
     def _snapshots_answered(self) -> Iterator[str]:
         """As the real thread's turn: tell the roles what the snapshot thread's parcels came
         to, and carry out what they ask next."""
-        while self.outcomes:
-            action, delivered, fenced = self.outcomes.pop(0)
+        while self.snapshots.outcomes:
+            action, delivered, fenced = self.snapshots.outcomes.pop(0)
             actions = snapshot_answered(action, delivered, fenced, self.roles, self)
             yield from self._carry_out(actions)
             if delivered:  # the map read again next turn, as the real thread does
@@ -544,18 +522,7 @@ class SimServer:
         raise AssertionError(f"the simulated etcd does not fail a call: {exc}")
 
     def send_snapshot(self, action) -> Iterator[str]:
-        """As the real server's: the parcel taken now, sent by the snapshot thread; its outcome
-        told to the role at a later turn of the replication thread."""
-        yield from ()
-        if not self._still_syncing(action):
-            return False  # deposed since it asked: nothing goes out
-        if self.unbuilt is not None and self.unbuilt(f"the parcel of {action}"):
-            return False  # not taken: the copy is unreachable under the Sync's ticket
-        self.sending.append(self._snapshot_flow(action, *self._parcel(action)))
-        return None
-
-    def _still_syncing(self, action) -> bool:
-        return self.roles[action.bucket].awaits(action)
+        return self.snapshots.send(action)
 
     def commit_prepared(self, bucket: int) -> None:
         self._commit_prepared(bucket)
@@ -573,61 +540,6 @@ class SimServer:
                 if self._applies(shard, w.sender, w.seq, "prepared, committed by a new primary")
             ]
             self.book[shard] = log.committed
-
-    def _parcel(self, action) -> tuple[list, dict]:
-        """As the real server's: a probe of each shard no round has open (does the copy's log
-        hold this side's committed state? then no snapshot), and every shard's snapshot, taken
-        together now: ``(probes, {shard: snapshot})``."""
-        bucket, server, epoch = action.bucket, action.server, action.epoch
-        probes, snapshots = [], {}
-        for shard in self.bucket_shards[bucket]:
-            version, table = self.commit_round.snapshot_point(shard)
-            log = self.logs[shard]
-            if version == log.committed:  # (no round open on it)
-                probe = Peer(
-                    "CATCHUP", bucket, shard, epoch, self.lease, self.me, version,
-                    log_epoch=log.epoch,
-                )  # fmt: skip
-                probes.append((server, probe))
-            item = (tuple(self.values[shard]), tuple(table))
-            snapshot = Peer("SNAPSHOT", bucket, shard, epoch, self.lease, self.me, version, item)
-            snapshots[shard] = (server, snapshot)
-        return probes, snapshots
-
-    def _snapshot_flow(self, action, probes: list, snapshots: dict) -> Iterator[str]:
-        """The snapshot thread's work for one parcel (the real one's ``_deliver``): the probes,
-        then the snapshots of the shards whose logs do not hold this side's state; its outcome
-        appended to ``outcomes``."""
-        self._flow_fenced = False
-        delivered = yield from self._deliver(action, probes, snapshots)
-        self.outcomes.append((action, delivered and not self._flow_fenced, self._flow_fenced))
-
-    def _deliver(self, action, probes: list, snapshots: dict) -> Iterator[str]:
-        need = set(snapshots) - {m.shard for _, m in probes}
-        if probes:
-            exchange = yield from self._flow_exchange(probes)
-            answers = zip(exchange.requests, exchange.ok, exchange.codes, strict=True)
-            for (_, m), ok, code in answers:
-                if not ok and code != ErrorCode.NEED_SYNC.name:
-                    return False  # no answer, or refused: the copy is not caught up
-                if not ok:
-                    need.add(m.shard)
-        if not need or self._flow_fenced:
-            return True
-        if not self._still_syncing(action):
-            return False  # deposed meanwhile: no snapshot of this side's goes out
-        exchange = yield from self._flow_exchange([snapshots[s] for s in sorted(need)])
-        return all(exchange.ok)
-
-    def _flow_exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
-        exchange = Exchange(requests)
-        self.flow_waiting = exchange
-        for i, (dst, message) in enumerate(requests):
-            self.send(dst, (exchange, i, message))
-        while not exchange.complete:
-            yield f"exchange {[(d, m.kind, m.shard, m.version) for d, m in requests]}"
-        self.flow_waiting = None
-        return exchange
 
     def _exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
         exchange = Exchange(requests)

@@ -272,7 +272,7 @@ class World:
     def quiet(self) -> bool:
         """Nothing under way: no message in flight, every replication thread waiting for news."""
         return not self.network and not any(
-            s.runnable() or s.waiting is not None or s.sending for s in self.live()
+            s.runnable() or s.waiting is not None or s.snapshots.sending for s in self.live()
         )
 
     def settle(self, limit: int = 500, turns: bool = False) -> None:
