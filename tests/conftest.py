@@ -347,8 +347,18 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def mnist_dir() -> Path:
-    """The MNIST idx files: ``$HOGWILD_TEST_DATA``, the shared data set, or downloaded."""
+def published_mnist_dir() -> Path:
+    """The MNIST idx files as published (gzipped): ``$HOGWILD_TEST_DATA``, the shared data set,
+    or downloaded."""
     from tests.mnist_files import mnist_dir as find
 
     return find()
+
+
+@pytest.fixture(scope="session")
+def mnist_dir(published_mnist_dir, tmp_path_factory) -> Path:
+    """The same MNIST files, plain (not gzipped), written once per session (per worker): what
+    the tests' jobs read, so that none of their processes decompresses them again."""
+    from tests.mnist_files import plain_copy
+
+    return plain_copy(published_mnist_dir, tmp_path_factory.getbasetemp() / "plain-mnist")

@@ -8,7 +8,7 @@ fixed shard per replica. Here both train the same one-epoch job (2 replicas x 1 
 parameter server, Adam's MNIST model), interleaved, ``--repeats`` times each:
 
 - **busy**: a busy process shares replica 1's CPU (the CPU its ready line names), from the moment
-  the replica is up to the job's end, so replica 1 trains at about half speed;
+  the replica is up to the epoch's record, so replica 1 trains at about half speed;
 - **quiet**: nothing else runs (the control: on a quiet host the two splits should be alike).
 
 It prints one JSON line: ``{"benchmark": "straggler", "results": [{"split", "busy",
@@ -74,7 +74,7 @@ def busy_loop(cpu: int) -> subprocess.Popen:
 
 def run_job(args, split: str, busy: bool, folder: Path, name: str) -> dict:
     """One epoch through ``hogwild cluster``; with ``busy``, a busy process on replica 1's CPU
-    from its ready line to the end."""
+    from its ready line to the epoch's record."""
     run_dir = folder / name
     command = [sys.executable, "-m", "hogwild.cli", "cluster", "--data", args.data]
     command += ["--epochs", "1", "--replicas", "2", "--workers-per-replica", "1", "--ps", "1"]
@@ -93,6 +93,14 @@ def run_job(args, split: str, busy: bool, folder: Path, name: str) -> dict:
                 spinner = busy_loop(cpu)
             else:
                 time.sleep(0.01)
+        if spinner is not None:
+            # the epoch's record (its rate measured) ends the spinner's part: the job's final
+            # evaluation and the roles' stop measure nothing, and spinning through them would
+            # only take a core from whatever else runs here
+            _until_epoch_recorded(job, run_dir, START_S + 600)
+            spinner.kill()
+            spinner.wait()
+            spinner = None
         job.wait(START_S + 600)
         summary = job.summary()
     finally:
@@ -109,6 +117,18 @@ def run_job(args, split: str, busy: bool, folder: Path, name: str) -> dict:
         "per_replica_examples": epoch["per_replica_examples"],
         "busy_cpu": cpu,
     }
+
+
+def _until_epoch_recorded(job: Job, run_dir: Path, timeout: float) -> None:
+    """Wait until the job's metrics file holds an epoch's record or the job has ended."""
+    deadline = time.monotonic() + timeout
+    path = run_dir / "metrics.jsonl"
+    while job.proc.poll() is None and time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        complete = text[: text.rfind("\n") + 1]  # a line still being written is not read
+        if any(json.loads(line).get("event") == "epoch" for line in complete.splitlines()):
+            return
+        time.sleep(0.05)
 
 
 def _records(run_dir: Path) -> list[dict]:

@@ -188,10 +188,10 @@ def test_bad_override_value_is_a_clear_error(mnist_dir):
     assert "train.epochs must be int" in result.stderr
 
 
-def test_truncated_data_file_is_a_clear_error(tmp_path, mnist_dir):
-    for name in os.listdir(mnist_dir):
+def test_truncated_data_file_is_a_clear_error(tmp_path, published_mnist_dir):
+    for name in os.listdir(published_mnist_dir):
         if name.endswith(".gz"):
-            (tmp_path / name).write_bytes((mnist_dir / name).read_bytes())
+            (tmp_path / name).write_bytes((published_mnist_dir / name).read_bytes())
     labels = tmp_path / "t10k-labels-idx1-ubyte.gz"
     labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes())[:5000]))
     result = run_cli("train", "--data", str(tmp_path), "--epochs", "1")

@@ -42,8 +42,8 @@ def mnist_cache(tmp_path_factory, mnist_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def mnist_arrays(mnist_dir):
-    d = mnist_dir
+def mnist_arrays(published_mnist_dir):  # as published: the ingested files are the plain copy
+    d = published_mnist_dir
     return (
         read_images(d / "train-images-idx3-ubyte.gz"),
         read_labels(d / "train-labels-idx1-ubyte.gz"),
