@@ -17,7 +17,8 @@ It:
    threads); with ``"hogwild"`` (distributed Hogwild), or the hybrid with
    ``cluster.server_groups`` > 1, several server groups, each replica or worker group bound to one
    and synchronising them every ``cluster.sync_every`` examples
-   (:mod:`hogwild.cluster.group_sync`), and the driver making them one model at every epoch
+   (:mod:`hogwild.cluster.group_sync`; which group each unit trains against:
+   :mod:`hogwild.cluster.group_binding`), and the driver making them one model at every epoch
    end. What the cluster takes from the parameter-server plugin for these is declared in
    :mod:`hogwild.cluster.services`; what is not built is refused before anything starts;
 4. runs the epochs (:mod:`hogwild.cluster.epochs`, whose
@@ -38,8 +39,10 @@ It:
    (a parameter server, whose state is lost with one copy, or a role past its restarts): an
    error naming the role, its host and its exit status or signal; the last checkpoint is kept.
 
-It answers ``status`` control requests (the table :mod:`hogwild.cluster.status` draws) on the
-address it writes to ``RUN_DIR/cluster.json``, which ``hogwild cluster status`` reads.
+Beyond loopback every role gets a CURVE key pair of its own (:mod:`hogwild.cluster.curve_keys`
+decides which keys the job uses). It answers ``status`` control requests (the table
+:mod:`hogwild.cluster.status` draws) on the address it writes to ``RUN_DIR/cluster.json``,
+which ``hogwild cluster status`` reads.
 """
 
 from __future__ import annotations
@@ -203,8 +206,10 @@ class ClusterDriver:
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
         self.launcher.job_keys = self.job_keys
         if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
-            members = getattr(self.launcher, "start_etcd_cluster", None)
-            config = self.config = self.servers.with_controller(config, self.progress.line, members)
+            etcd_members = getattr(self.launcher, "start_etcd_cluster", None)
+            config = self.config = self.servers.with_controller(
+                config, self.progress.line, etcd_members
+            )
             self.launcher.config = config
         self.records = self._records(config)
         config_file = str(self.run_dir / f"{self.job}.json")

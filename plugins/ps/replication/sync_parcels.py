@@ -166,6 +166,7 @@ class SyncParcels:
                 self.on_caught_up()
 
     def status(self) -> dict:
+        """The snapshot thread's part of the server's replication status."""
         return {
             "snapshot_under_way": self.sender.under_way,  # bucket, copy, parcel number
             "snapshot_thread_failure": self.sender.failure,  # what ended it (None: running)
