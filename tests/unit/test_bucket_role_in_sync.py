@@ -410,3 +410,31 @@ def test_a_bucket_without_shards_handed_to_a_copy_no_snapshot_reached_is_taken()
     [campaign] = step(roles[back], MapRead, keys.read(), members, NEW_LEASE[back], True)
     carry_out(roles[back], [campaign], keys, roles)
     assert roles[back].role is Role.PRIMARY and roles[back].serving
+
+
+def test_a_hand_over_answered_with_another_historys_record_is_the_records_loss():
+    """etcd lost the job's keys and the bucket was started afresh elsewhere before the hand-over
+    was answered: the handing primary never follows that record, it is deposed for good."""
+    roles, keys, role, hand, members = handing()
+    before = role.record
+    other = next(s for s in members if s not in (role.me, hand.record.primary))
+    fresh = BucketRecord(epoch=1, primary=other, lease=LEASE[other], in_sync=(other,), revision=2)
+    assert step(role, HandOverAnswered, True, fresh) == []
+    assert role.role is Role.DEPOSED and role.record_lost and not role.serving
+    assert role.record == before
+
+
+def test_a_step_down_told_another_historys_record_does_not_follow_it():
+    """A primary stepping down is told a record of its own epoch under another holder (a
+    bucket started afresh elsewhere): it serves nothing and keeps the record it knew."""
+    roles, keys, primary = established()
+    role = roles[primary]
+    before = role.record
+    other = next(s for s in roles if s != primary)
+    fresh = BucketRecord(
+        epoch=before.epoch, primary=other, lease=LEASE[other], in_sync=(other,),
+        revision=before.revision + 1,
+    )  # fmt: skip
+    assert step(role, StepDown, fresh) == []
+    assert role.role is Role.DEPOSED and role.record_lost and not role.serving
+    assert role.record == before
