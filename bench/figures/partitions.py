@@ -72,8 +72,16 @@ from bench.support.paths import SHARED_MNIST
 from bench.support.ps_watch import spread
 from bench.support.record import emit_record, stamp
 from tests.hosts import harness
-from tests.hosts.harness import Hosts
-from tests.hosts.ray_nodes import ETCD_PORT, start_etcd_cluster, start_etcd_member, wait_listening
+from tests.hosts.harness import Hosts, HostsError
+from tests.hosts.ray_nodes import (
+    ETCD_PORT,
+    join_ray_node,
+    ray_env,
+    start_etcd_cluster,
+    start_etcd_member,
+    start_ray,
+    wait_listening,
+)
 
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
 SERVER_HOSTS = [1, 2, 3]
@@ -83,6 +91,8 @@ LEASE_S = 2
 LEDGER_JOB = "ledger"  # the ledger servers' job name in etcd (the training job's differs)
 SETTLE_S = 3.0
 READY_WITHIN_S = 120.0
+ROLE_EXIT_S = 10.0  # a training role process still there this long after its driver ended: left
+RAY_CPUS = 4  # logical CPUs of each role node: two nodes take every role while one is lost
 STALL_S = 90.0  # no ready map for this long (or twice the servers' measured start): stuck
 TARGETS = {"acknowledged_lost": 0, "applied_twice": 0, "faults": 100, "failover_max_s": 3.0,
            "accuracy_points": 0.3}  # fmt: skip
@@ -99,6 +109,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--gap-s", type=float, default=None, help="mean seconds between faults (2)")
     add("--epochs", type=int, default=None, help="the training job's epochs (12; --quick 1)")
     add("--no-train", action="store_true", help="the ledger client alone, no training job")
+    add("--launcher", choices=["ray", "local"], default=None,
+        help="the training job's roles: on hosts 1-3 through a Ray cluster (ray, the default), "
+        "or all in host 4 (local; --quick's default)")  # fmt: skip
+    add("--no-fault-free", action="store_true", help="no fault-free run (--quick has none)")
     add("--data", metavar="DIR", help="MNIST files (default $HOGWILD_TEST_DATA, $HOGWILD_DATA)")
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
@@ -111,6 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.subset = 3000 if args.quick else 0
+    args.launcher = args.launcher or ("local" if args.quick else "ray")
+    args.fault_free = not (args.quick or args.no_fault_free)
     args.bound_s = 300.0 if args.quick else 3600.0
     env = os.environ
     args.data = (
@@ -119,20 +135,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def job_args(args, etcd: str) -> list[str]:
-    """``hogwild cluster``'s arguments for the training job (its controller: the etcd cluster)."""
+def job_args(args, etcd: str, ray: str = "RAY", host: str = "HOST") -> list[str]:
+    """``hogwild cluster``'s arguments for the training job (its controller: the etcd cluster;
+    with the Ray launcher, its roles on the Ray cluster ``ray``, bound to their nodes'
+    addresses, the driver on ``host``)."""
     out = ["cluster", "--data", args.data, *REPLICATED_JOB_ARGS, *PAPER_JOB, "--cluster.copies=3",
            f"--cluster.etcd={etcd}", "--epochs", str(args.epochs), "--no-progress"]  # fmt: skip
+    if args.launcher == "ray":
+        out += ["--launcher", "ray", "--ray-address", ray, f"--cluster.host={host}"]
     if args.subset:
         out.append(f"--train.subset={args.subset}")
     return out
 
 
-def train(hosts: Hosts, folder: Path, name: str, etcd: str, args) -> ClusterRun:
-    """Start the training job in the client's host (the local launcher) and wait until it
-    wrote its start record (or ended: a quick job may be over before it is looked at)."""
-    _log(f"{name}: hogwild {' '.join(job_args(args, etcd))}")
-    run = ClusterRun(job_args(args, etcd), folder, name, prefix=hosts.argv(CLIENT_HOST, []))
+def train(cluster: Cluster, name: str, args) -> ClusterRun:
+    """Start the training job's driver in the client's host and wait until it wrote its start
+    record (or ended: a quick job may be over before it is looked at)."""
+    hosts, folder = cluster.hosts, cluster.folder
+    argv = job_args(args, cluster.etcd, cluster.ray_address, hosts.address(CLIENT_HOST))
+    _log(f"{name}: hogwild {' '.join(argv)}")
+    token = ray_env(hosts)["RAY_AUTH_TOKEN_PATH"] if cluster.ray_address else None
+    env = ["env", f"RAY_AUTH_TOKEN_PATH={token}"] if token else []  # the Ray cluster's token
+    run = ClusterRun(argv, folder, name, prefix=hosts.argv(CLIENT_HOST, env))
     deadline = time.monotonic() + READY_WITHIN_S * 3
     while run.running() and not any(r.get("event") == "start" for r in run.records()):
         if time.monotonic() > deadline:
@@ -142,11 +166,18 @@ def train(hosts: Hosts, folder: Path, name: str, etcd: str, args) -> ClusterRun:
     return run
 
 
-def finish(run: ClusterRun, args) -> dict:
+def finish(cluster: Cluster, run: ClusterRun, args) -> dict:
     """Wait for the job; its accuracy, failure and what it left behind (before the hosts close:
-    the job's own clean-up)."""
+    the job's own clean-up; its roles under Ray are not the driver's children, so each role
+    process seen while it ran is looked for too)."""
     summary, error, leaked = run.finish(args.bound_s)
     summary = summary or {}
+    cluster.note_job_roles(run)
+    roles = [p for p in cluster.job_processes.pop(run.job_name, {}).values() if _alive(p)]
+    psutil.wait_procs(roles, timeout=ROLE_EXIT_S)  # (the driver reaped them before it ended)
+    alive = [p for p in roles if _alive(p)]
+    leaked["processes"] += len(alive)
+    leaked["detail"]["processes"] += [f"role process {p.pid} alive" for p in alive]
     _log(f"{run.dir.name}: test accuracy {summary.get('test_accuracy')}"
          + (f"; FAILED: {error}" if error else ""))  # fmt: skip
     return {
@@ -158,6 +189,13 @@ def finish(run: ClusterRun, args) -> dict:
         "leaked": leaked,
         "named_while_running": leaked["named_while_running"],  # the leak count's names exist
     }
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _log(text: str) -> None:
@@ -178,11 +216,12 @@ def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
 class Cluster:
     """Servers and etcd members on hosts 1 to 3, the ledger client on host 4."""
 
-    def __init__(self, hosts: Hosts, folder: Path) -> None:
+    def __init__(self, hosts: Hosts, folder: Path, launcher: str) -> None:
         self.hosts, self.folder = hosts, folder
         self.seen: dict[int, psutil.Process] = {}  # every process of the run, kept as seen
         self.servers: dict[int, subprocess.Popen] = {}
         self.job: ClusterRun | None = None  # the training job under the faults
+        self.job_processes: dict[str, dict[int, psutil.Process]] = {}  # job -> its roles seen
         self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
@@ -190,6 +229,9 @@ class Cluster:
         self.etcd = start_etcd_cluster(hosts, SERVER_HOSTS)
         self._note_etcd()
         self.addresses = [f"{hosts.address(h)}:{PS_PORT}" for h in SERVER_HOSTS]
+        self.ray_address = ""  # the Ray cluster's GCS: its head in host 4, without CPUs
+        if launcher == "ray":  # (no role there), a node of RAY_CPUS in each of hosts 1 to 3
+            self.ray_address = start_ray(hosts, [CLIENT_HOST, *SERVER_HOSTS], RAY_CPUS, 0)
 
     def start_ledger(self, seed: int) -> None:
         """The ledger servers on hosts 1 to 3, the ledger client on host 4."""
@@ -230,12 +272,40 @@ class Cluster:
         except psutil.Error:
             pass  # gone before it was seen: nothing of it can be told apart
 
-    def job_roles(self) -> list[tuple[str, int]]:
-        """The training job's live roles now: (name, pid)."""
+    def job_roles(self, host: int | None = None) -> list[tuple[str, int]]:
+        """The training job's live roles now (those in host ``host``): (name, pid)."""
         if self.job is None or not self.job.running():
             return []
-        names = [r["name"] for r in self.job.roles_file().get("roles", [])]
+        self.note_job_roles(self.job)
+        roles = self.job.roles_file().get("roles", [])
+        names = [r["name"] for r in roles if host is None or self.host_of(r) == host]
         return [(n, pid) for n in names if (pid := self.job.pid_of(n)) is not None]
+
+    def host_of(self, role: dict) -> int:
+        """The host a role of the training job runs in (the local launcher's: the client's)."""
+        where = role.get("host")
+        for h in SERVER_HOSTS:
+            if where == self.hosts.address(h):
+                return h
+        return CLIENT_HOST
+
+    def note_job_roles(self, run: ClusterRun) -> None:
+        """Keep every role process of ``run`` seen (they are counted when it ends)."""
+        seen = self.job_processes.setdefault(run.job_name, {})
+        for role in run.roles_file().get("roles", []):
+            pid = role.get("pid")
+            if pid and pid not in seen:
+                try:
+                    seen[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    pass  # gone already: its driver saw to it
+
+    def stop_group(self, pid: int, signum: int) -> None:
+        """``signum`` to a training role's process group (a role leads its own)."""
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # it died meanwhile (its driver restarts it)
 
     def etcd_pid(self, host: int) -> int | None:
         for pid in self.hosts.pids(host):
@@ -302,28 +372,41 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         bucket = rng.choice(sorted(buckets))
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
+        there = [name for name, _ in cluster.job_roles(host)]
         at = time.time()
         hosts.cut(host)
         time.sleep(args.cut_s)
         hosts.heal(host)
-        return {"kind": kind, "host": host, "primary_of": held, "at": at, "until": time.time()}
-    if kind == "stall_copy":
+        return {"kind": kind, "host": host, "primary_of": held, "training_roles": there,
+                "at": at, "until": time.time()}  # fmt: skip
+    if kind == "stall_copy":  # the ledger's copy, and the training job's servers beside it
         copies = sorted({s for v in buckets.values() for s in v["in_sync"][1:]})
         host = rng.choice(copies) + 1
         process = cluster.servers[host]
+        stalled = [(n, pid) for n, pid in cluster.job_roles(host) if n.startswith("ps ")]
         at = time.time()
         os.kill(process.pid, signal.SIGSTOP)
+        for _, pid in stalled:
+            cluster.stop_group(pid, signal.SIGSTOP)
         time.sleep(args.stall_s)
         os.kill(process.pid, signal.SIGCONT)
-        return {"kind": kind, "host": host, "at": at, "until": time.time()}
+        for _, pid in stalled:
+            cluster.stop_group(pid, signal.SIGCONT)
+        return {"kind": kind, "host": host, "training_roles": [n for n, _ in stalled],
+                "at": at, "until": time.time()}  # fmt: skip
     host = rng.choice(SERVER_HOSTS)
     if kind == "lose_host":
+        there = [name for name, _ in cluster.job_roles(host)]
         at = time.time()
         hosts.lose(host)
         time.sleep(args.down_s)
         hosts.heal(host)
         cluster.restart_etcd(host)
         cluster.start_server(host)
+        if cluster.ray_address:  # the machine back: its Ray node joins again
+            join_ray_node(hosts, host, cluster.ray_address, RAY_CPUS)
+        return {"kind": kind, "host": host, "training_roles": there, "at": at,
+                "until": time.time()}  # fmt: skip
     elif kind == "kill_etcd":
         pid = cluster.etcd_pid(host)
         at = time.time()
@@ -334,7 +417,10 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
     elif kind == "kill_role":  # a ledger server, or a role of the training job (its driver
         # restarts it)
         victims = [(f"ledger ps {h - 1}", h, None) for h in SERVER_HOSTS]
-        victims += [(name, CLIENT_HOST, pid) for name, pid in cluster.job_roles()]
+        roles = cluster.job_roles()
+        where = {r["name"]: cluster.host_of(r) for r in cluster.job.roles_file().get("roles", [])
+                 } if roles else {}  # fmt: skip
+        victims += [(name, where.get(name, CLIENT_HOST), pid) for name, pid in roles]
         role, host, pid = rng.choice(victims)
         at = time.time()
         if pid is not None:
@@ -388,13 +474,13 @@ def measure(args) -> dict:
         tag = hosts.tag
         cluster = None
         try:
-            cluster = Cluster(hosts, folder)
-            if not args.no_train:
-                fault_free = finish(train(hosts, folder, "fault_free", cluster.etcd, args), args)
+            cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
+            if not args.no_train and args.fault_free:
+                fault_free = finish(cluster, train(cluster, "fault_free", args), args)
             cluster.start_ledger(args.seed)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
             if not args.no_train:
-                cluster.job = train(hosts, folder, "faults", cluster.etcd, args)
+                cluster.job = train(cluster, "faults", args)
             since = 0.0
             for kind in kinds:
                 seen = cluster.wait_ready(since)
@@ -408,14 +494,19 @@ def measure(args) -> dict:
                         f"{cluster.ready_within_s():.0f} s"
                     )
                     break
-                event = inject(cluster, kind, rng, args, seen)
+                cluster.job_roles()  # its role processes, kept to be counted at its end
+                try:
+                    event = inject(cluster, kind, rng, args, seen)
+                except (HostsError, OSError, subprocess.SubprocessError) as exc:
+                    problems.append(f"fault {len(events) + 1} ({kind}) could not be undone: {exc}")
+                    break  # the figures so far are kept
                 event["pushes_before"] = seen.get("pushes")
                 event["map_age_s"] = round(event["at"] - seen["at"], 3)
                 events.append(event)
                 _log(f"{kind} on host {event['host']} ({len(events)}/{len(kinds)})")
                 since = time.time()
             if cluster.job is not None:
-                faulty = finish(cluster.job, args)
+                faulty = finish(cluster, cluster.job, args)
             if cluster.wait_ready(since, least=3) is None:
                 problems.append("the copies did not come back to three after the last fault")
             (cluster.client_dir / "stop").touch()
@@ -469,6 +560,7 @@ def measure(args) -> dict:
             "faults": {k: v for k, v in faulty.items() if k != "leaked"},
             "fault_free": {k: v for k, v in fault_free.items() if k != "leaked"},
             "command": None if args.no_train else "hogwild " + " ".join(job_args(args, "ETCD")),
+            "launcher": None if args.no_train else args.launcher,
         },  # fmt: skip
         "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
         | {"detail": leaked["detail"]},
@@ -499,8 +591,14 @@ def measure(args) -> dict:
             "epochs": args.epochs,
             "subset": args.subset,
             "train": not args.no_train,
-            "hosts": "ledger servers and etcd members on hosts 1-3; the ledger client and the "
-            "training job (local launcher, its controller the etcd cluster) on host 4",
+            "hosts": "ledger servers and etcd members on hosts 1-3; the ledger client on host 4; "
+            + (
+                "the training job's driver and a Ray head without CPUs on host 4, its roles on "
+                f"Ray nodes of {RAY_CPUS} CPUs on hosts 1-3"
+                if args.launcher == "ray"
+                else "the training job (local launcher) on host 4"
+            )
+            + " (its controller the etcd cluster)",
         },
         "wall_s": round(time.monotonic() - started, 1),
         "machine": describe_machine(),
