@@ -114,6 +114,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "or all in host 4 (local; --quick's default)")  # fmt: skip
     add("--no-fault-free", action="store_true", help="no fault-free run (--quick has none)")
     add("--data", metavar="DIR", help="MNIST files (default $HOGWILD_TEST_DATA, $HOGWILD_DATA)")
+    add("--faults-within-s", type=float, default=None, metavar="S",
+        help="start no fault after S seconds of the run (then end as usual; the record says "
+        "how many faults fitted)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -483,6 +486,12 @@ def measure(args) -> dict:
                 cluster.job = train(cluster, "faults", args)
             since = 0.0
             for kind in kinds:
+                if args.faults_within_s and time.monotonic() - started > args.faults_within_s:
+                    problems.append(
+                        f"--faults-within-s {args.faults_within_s:g}: stopped after "
+                        f"{len(events)} of {len(kinds)} faults"
+                    )
+                    break
                 seen = cluster.wait_ready(since)
                 if seen is not None:
                     time.sleep(args.gap_s * rng.uniform(0.5, 1.5))
@@ -587,6 +596,7 @@ def measure(args) -> dict:
             "stall_s": args.stall_s,
             "down_s": args.down_s,
             "gap_s": args.gap_s,
+            "faults_within_s": args.faults_within_s,
             "lease_s": LEASE_S,
             "epochs": args.epochs,
             "subset": args.subset,
