@@ -4,29 +4,40 @@ Four network-namespace hosts (:class:`tests.hosts.harness.Hosts`): hosts 1 to 3 
 member of a three-member etcd cluster and one ``hogwild ps serve --copies 3`` of the *ledger*
 job (the bundled model's layout, bound to the host's address under CURVE keys); host 4 runs the
 ledger client (:mod:`bench.support.ledger_client`), which pushes non-negative integer deltas
-and sums every acknowledged one, and the *training* job: ``hogwild cluster`` with the local
-launcher, copies = 3, its controller the same etcd cluster (the job of
-``bench/figures/chaos_cluster.py``: Adam's MNIST model on the paper's schedule, 12 epochs). The
-local launcher places every role of the training job in host 4: the Ray launcher across the
-hosts costs minutes of start-up per run on two cores, and a host cut off from a Ray head is a
-Ray failure before it is a parameter server's. So the faults reach the training job through its
-controller (etcd members cut off, lost, killed) and through role kills; the per-host faults of
-the parameter servers are taken by the ledger job, whose copies are one per host. A ledger
-client cannot push into a training job without changing it, which is why they are two jobs.
+and sums every acknowledged one, and the driver of the *training* job: ``hogwild cluster``,
+copies = 3, its controller the same etcd cluster (the job of ``bench/figures/chaos_cluster.py``:
+Adam's MNIST model on the paper's schedule, 12 epochs). A ledger client cannot push into a
+training job without changing it, which is why they are two jobs.
 
-The training job runs twice: fault-free first (``fault_free_test_accuracy``), then under the
-faults. This process, outside the hosts' network, injects a seeded schedule of faults, one at a
-time, each once every ledger bucket has a primary and another in-sync copy and a push was
-acknowledged since the last fault (read from the map the client publishes):
+Where the training job's roles run (``--launcher``):
+
+- ``ray`` (the default): a Ray cluster whose head, without CPUs, is in host 4 beside the driver
+  (no role is placed there, and no fault touches the head) and whose nodes, of ``RAY_CPUS``
+  logical CPUs each, are hosts 1 to 3; the job runs with ``--launcher ray``, its
+  ``cluster.host`` host 4's address, so each role binds its node's address under the job's
+  CURVE keys and its servers are spread one per node. The per-host faults below then reach the
+  training job's servers and replicas as well as the ledger's. A lost host comes back with a
+  Ray node started again in it, where the driver places the lost server again (a server comes
+  back only at its old address: see the Ray launcher);
+- ``local`` (``--quick``'s default): every role in host 4; the faults reach the training job
+  through its controller (etcd members cut off, lost, killed) and through role kills only.
+  Ray's start-up across hosts is what a smoke run saves.
+
+The training job runs twice: fault-free first (``fault_free_test_accuracy``; not with
+``--quick`` or ``--no-fault-free``), then under the faults. This process, outside the hosts'
+network, injects a seeded schedule of faults, one at a time, each once every ledger bucket has a
+primary and another in-sync copy and a push was acknowledged since the last fault (read from
+the map the client publishes):
 
 - ``cut_primary``: the host of a random bucket's primary is taken off the network (its switch
   port down: both sides stay alive) for ``--cut-s`` seconds, then put back;
-- ``stall_copy``: a server that is an in-sync copy (not primary) of some bucket is stopped
-  (SIGSTOP) for ``--stall-s`` seconds, then continued;
+- ``stall_copy``: a ledger server that is an in-sync copy (not primary) of some bucket is
+  stopped (SIGSTOP) for ``--stall-s`` seconds, then continued, and with it the training job's
+  servers in the same host (their process groups; with ``ray``);
 - ``lose_host``: a whole host is lost (every process in it SIGKILLed, its link down); after
   ``--down-s`` it comes back as a new machine: its etcd member rejoins from its data directory,
-  its server starts empty. Three hosts survive one lost (etcd keeps a quorum of two, every
-  bucket a copy);
+  its ledger server starts empty, its Ray node (with ``ray``) joins again. Three hosts survive
+  one lost (etcd keeps a quorum of two, every bucket a copy);
 - ``kill_etcd``: an etcd member is SIGKILLed and restarted after ``--down-s``;
 - ``kill_role``: a ledger server (restarted at once; its lease lapses) or a role of the training
   job (its driver restarts it), SIGKILLed.
@@ -39,11 +50,13 @@ then: taken over, or, if the cut ended first, served by it again; compare with `
 ``unavailable_s``: per kind, the longest time without an acknowledgement that overlaps the
 fault's window (from its start to its end plus ``SETTLE_S``, or to the next fault's start),
 median and max. ``leaked``: namespaces of this run left, processes of the run alive after the
-hosts closed and of each training job after it ended, ``/dev/shm`` segments of those processes.
+hosts closed and of each training job after it ended (each role process seen while it ran too:
+under Ray they are not the driver's children), ``/dev/shm`` segments of those processes.
 
 Run: ``python bench/figures/partitions.py --out bench/results/partitions.json`` (``--quick``: one
-fault of each kind with short pauses and a one-epoch job on 3,000 examples, a smoke run;
-``--no-train``: the ledger job alone). One JSON line; progress goes to stderr.
+fault of each kind with short pauses and a one-epoch job on 3,000 examples, no fault-free run, a
+smoke run; ``--no-train``: the ledger job alone; ``--faults-within-s S``: no fault started after
+S seconds, for a run that must end by a time). One JSON line; progress goes to stderr.
 """
 
 from __future__ import annotations
