@@ -110,6 +110,7 @@ STALL_S = 90.0  # no ready map for this long (or twice the servers' measured sta
 TARGETS = {"acknowledged_lost": 0, "applied_twice": 0, "faults": 100, "failover_max_s": 3.0,
            "accuracy_points": 0.3}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
+STARTED = time.monotonic()  # the progress lines' clock
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -121,6 +122,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--down-s", type=float, default=None, help="seconds a lost host/etcd member is down (3)")
     add("--gap-s", type=float, default=None, help="mean seconds between faults (2)")
     add("--epochs", type=int, default=None, help="the training job's epochs (12; --quick 1)")
+    add("--push-every-s", type=float, default=None,
+        help="the ledger client starts a push at most this often (0: back to back; --quick "
+        "0.05)")  # fmt: skip
     add("--no-train", action="store_true", help="the ledger client alone, no training job")
     add("--launcher", choices=["ray", "local"], default=None,
         help="the training job's roles: on hosts 1-3 through a Ray cluster (ray, the default), "
@@ -134,8 +138,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
-    quick = {"faults": 5, "cut_s": 3.0, "down_s": 1.0, "gap_s": 0.5, "epochs": 1}
-    full = {"faults": 100, "cut_s": 10.0, "down_s": 3.0, "gap_s": 2.0, "epochs": 12}
+    quick = {"faults": 5, "cut_s": 3.0, "down_s": 1.0, "gap_s": 0.5, "epochs": 1,
+             "push_every_s": 0.05}  # fmt: skip
+    full = {"faults": 100, "cut_s": 10.0, "down_s": 3.0, "gap_s": 2.0, "epochs": 12,
+            "push_every_s": 0.0}  # fmt: skip
     defaults = quick if args.quick else full
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -215,7 +221,8 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def _log(text: str) -> None:
-    print(f"partitions: {text}", file=sys.stderr, flush=True)
+    elapsed = time.monotonic() - STARTED
+    print(f"partitions: {elapsed:7.1f} s: {text}", file=sys.stderr, flush=True)
 
 
 def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
@@ -249,7 +256,7 @@ class Cluster:
         if launcher == "ray":  # (no role there), a node of RAY_CPUS in each of hosts 1 to 3
             self.ray_address = start_ray(hosts, [CLIENT_HOST, *SERVER_HOSTS], RAY_CPUS, 0)
 
-    def start_ledger(self, seed: int) -> None:
+    def start_ledger(self, seed: int, push_every_s: float) -> None:
         """The ledger servers on hosts 1 to 3, the ledger client on host 4."""
         hosts, folder = self.hosts, self.folder
         started = time.monotonic()
@@ -263,7 +270,7 @@ class Cluster:
         argv = [sys.executable, "-m", "bench.support.ledger_client", "--servers",
                 ",".join(self.addresses), "--etcd", self.etcd, "--keys", str(self.keys),
                 "--dir", str(self.client_dir), "--seed", str(seed),
-                "--job", LEDGER_JOB]  # fmt: skip
+                "--job", LEDGER_JOB, "--push-every-s", str(push_every_s)]  # fmt: skip
         with open(folder / "client.log", "ab") as log:
             self.client = hosts.run(
                 CLIENT_HOST, argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -491,9 +498,13 @@ def measure(args) -> dict:
         cluster = None
         try:
             cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
+            _log(
+                f"etcd cluster {cluster.etcd}"
+                + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
+            )
             if not args.no_train and args.fault_free:
                 fault_free = finish(cluster, train(cluster, "fault_free", args), args)
-            cluster.start_ledger(args.seed)
+            cluster.start_ledger(args.seed, args.push_every_s)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
             if not args.no_train:
                 cluster.job = train(cluster, "faults", args)
@@ -529,8 +540,10 @@ def measure(args) -> dict:
                 since = time.time()
             if cluster.job is not None:
                 faulty = finish(cluster, cluster.job, args)
+            _log("faults done; waiting for three in-sync copies")
             if cluster.wait_ready(since, least=3) is None:
                 problems.append("the copies did not come back to three after the last fault")
+            _log("stopping the ledger client")
             (cluster.client_dir / "stop").touch()
             try:
                 cluster.client.wait(cluster.ready_within_s() + 60)
@@ -609,6 +622,7 @@ def measure(args) -> dict:
             "stall_s": args.stall_s,
             "down_s": args.down_s,
             "gap_s": args.gap_s,
+            "push_every_s": args.push_every_s,
             "faults_within_s": args.faults_within_s,
             "lease_s": LEASE_S,
             "epochs": args.epochs,
