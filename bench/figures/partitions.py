@@ -170,15 +170,19 @@ def job_args(args, etcd: str, ray: str = "RAY", host: str = "HOST") -> list[str]
     return out
 
 
-def train(cluster: Cluster, name: str, args) -> ClusterRun:
-    """Start the training job's driver in the client's host and wait until it wrote its start
-    record (or ended: a quick job may be over before it is looked at)."""
+def launch(cluster: Cluster, name: str, args) -> ClusterRun:
+    """Start the training job's driver in the client's host (not waiting for it)."""
     hosts, folder = cluster.hosts, cluster.folder
     argv = job_args(args, cluster.etcd, cluster.ray_address, hosts.address(CLIENT_HOST))
     _log(f"{name}: hogwild {' '.join(argv)}")
     token = ray_env(hosts)["RAY_AUTH_TOKEN_PATH"] if cluster.ray_address else None
     env = ["env", f"RAY_AUTH_TOKEN_PATH={token}"] if token else []  # the Ray cluster's token
-    run = ClusterRun(argv, folder, name, prefix=hosts.argv(CLIENT_HOST, env))
+    return ClusterRun(argv, folder, name, prefix=hosts.argv(CLIENT_HOST, env))
+
+
+def started(run: ClusterRun) -> ClusterRun:
+    """``run`` once it wrote its start record (or ended: a quick job may be over before it is
+    looked at)."""
     deadline = time.monotonic() + READY_WITHIN_S * 3
     while run.running() and not any(r.get("event") == "start" for r in run.records()):
         if time.monotonic() > deadline:
@@ -503,11 +507,14 @@ def measure(args) -> dict:
                 + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
             )
             if not args.no_train and args.fault_free:
-                fault_free = finish(cluster, train(cluster, "fault_free", args), args)
+                fault_free = finish(cluster, started(launch(cluster, "fault_free", args)), args)
+            if not args.no_train:  # its roles start while the ledger's servers do
+                cluster.job = launch(cluster, "faults", args)
             cluster.start_ledger(args.seed, args.push_every_s)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
-            if not args.no_train:
-                cluster.job = train(cluster, "faults", args)
+            if cluster.job is not None:
+                started(cluster.job)
+                _log("the training job started")
             since = 0.0
             for kind in kinds:
                 if args.faults_within_s and time.monotonic() - started > args.faults_within_s:
