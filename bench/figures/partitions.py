@@ -134,6 +134,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--faults-within-s", type=float, default=None, metavar="S",
         help="start no fault after S seconds of the run (then end as usual; the record says "
         "how many faults fitted)")  # fmt: skip
+    add("--stuck-s", type=float, default=STALL_S, metavar="S",
+        help=f"no ready map for S seconds (or twice the servers' start) ends the faults as "
+        f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -250,6 +253,7 @@ class Cluster:
         self.job: ClusterRun | None = None  # the training job under the faults
         self.job_processes: dict[str, dict[int, psutil.Process]] = {}  # job -> its roles seen
         self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
+        self.stall_s = STALL_S  # (--stuck-s)
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
                        capture_output=True, timeout=60)  # fmt: skip
@@ -363,7 +367,7 @@ class Cluster:
         """How long a wait for a ready map may last before the run is stuck: ``STALL_S``, or
         twice what the ledger servers took to start in this run if more (a server a fault
         restarts starts as slowly, then catches up; on a loaded machine a start took 75 s)."""
-        return max(STALL_S, 2 * self.servers_start_s)
+        return max(self.stall_s, 2 * self.servers_start_s)
 
     def wait_ready(self, since: float, least: int = 2) -> dict | None:
         """The first map read after ``since`` in which every bucket has a live primary and
@@ -502,6 +506,7 @@ def measure(args) -> dict:
         cluster = None
         try:
             cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
+            cluster.stall_s = args.stuck_s
             _log(
                 f"etcd cluster {cluster.etcd}"
                 + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
@@ -631,6 +636,7 @@ def measure(args) -> dict:
             "gap_s": args.gap_s,
             "push_every_s": args.push_every_s,
             "faults_within_s": args.faults_within_s,
+            "stuck_s": args.stuck_s,
             "lease_s": LEASE_S,
             "epochs": args.epochs,
             "subset": args.subset,
