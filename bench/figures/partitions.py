@@ -84,6 +84,7 @@ from bench.support.paper_job import PAPER_JOB, REPLICATED_JOB_ARGS
 from bench.support.paths import SHARED_MNIST
 from bench.support.ps_watch import spread
 from bench.support.record import emit_record, stamp
+from hogwild.signals import terminate_as_interrupt
 from tests.hosts import harness
 from tests.hosts.harness import Hosts, HostsError
 from tests.hosts.ray_nodes import (
@@ -666,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     try:
-        record = measure(args)
+        with terminate_as_interrupt():  # SIGTERM unwinds: the hosts and the jobs are stopped
+            record = measure(args)
     except (RuntimeError, OSError, json.JSONDecodeError, subprocess.SubprocessError) as exc:
         print(f"python bench/figures/partitions.py: error: {exc}", file=sys.stderr)
         return 2
