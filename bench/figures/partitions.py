@@ -184,7 +184,7 @@ def launch(cluster: Cluster, name: str, args) -> ClusterRun:
     return ClusterRun(argv, folder, name, prefix=hosts.argv(CLIENT_HOST, env))
 
 
-def started(run: ClusterRun) -> ClusterRun:
+def wait_started(run: ClusterRun) -> ClusterRun:
     """``run`` once it wrote its start record (or ended: a quick job may be over before it is
     looked at)."""
     deadline = time.monotonic() + READY_WITHIN_S * 3
@@ -513,13 +513,14 @@ def measure(args) -> dict:
                 + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
             )
             if not args.no_train and args.fault_free:
-                fault_free = finish(cluster, started(launch(cluster, "fault_free", args)), args)
+                run = wait_started(launch(cluster, "fault_free", args))
+                fault_free = finish(cluster, run, args)
             if not args.no_train:  # its roles start while the ledger's servers do
                 cluster.job = launch(cluster, "faults", args)
             cluster.start_ledger(args.seed, args.push_every_s)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
             if cluster.job is not None:
-                started(cluster.job)
+                wait_started(cluster.job)
                 _log("the training job started")
             since = 0.0
             for kind in kinds:
