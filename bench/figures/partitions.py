@@ -271,8 +271,9 @@ class Cluster:
         started = time.monotonic()
         for h in SERVER_HOSTS:
             self.start_server(h)
+        within_s = max(READY_WITHIN_S, self.stall_s)
         for h in SERVER_HOSTS:
-            wait_listening(hosts, h, hosts.address(h), PS_PORT, within_s=READY_WITHIN_S)
+            wait_listening(hosts, h, hosts.address(h), PS_PORT, within_s=within_s)
         self.servers_start_s = time.monotonic() - started
         self.client_dir = folder / "client"
         self.client_dir.mkdir()
