@@ -516,12 +516,11 @@ def measure(args) -> dict:
             if not args.no_train and args.fault_free:
                 run = wait_started(launch(cluster, "fault_free", args))
                 fault_free = finish(cluster, run, args)
-            if not args.no_train:  # its roles start while the ledger's servers do
-                cluster.job = launch(cluster, "faults", args)
             cluster.start_ledger(args.seed, args.push_every_s)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
-            if cluster.job is not None:
-                wait_started(cluster.job)
+            if not args.no_train:  # after the ledger's servers: started beside them, its roles
+                # took the cores the servers needed to listen within READY_WITHIN_S
+                cluster.job = wait_started(launch(cluster, "faults", args))
                 _log("the training job started")
             since = 0.0
             for kind in kinds:
