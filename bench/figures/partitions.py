@@ -4,29 +4,40 @@ Four network-namespace hosts (:class:`tests.hosts.harness.Hosts`): hosts 1 to 3 
 member of a three-member etcd cluster and one ``hogwild ps serve --copies 3`` of the *ledger*
 job (the bundled model's layout, bound to the host's address under CURVE keys); host 4 runs the
 ledger client (:mod:`bench.support.ledger_client`), which pushes non-negative integer deltas
-and sums every acknowledged one, and the *training* job: ``hogwild cluster`` with the local
-launcher, copies = 3, its controller the same etcd cluster (the job of
-``bench/figures/chaos_cluster.py``: Adam's MNIST model on the paper's schedule, 12 epochs). The
-local launcher places every role of the training job in host 4: the Ray launcher across the
-hosts costs minutes of start-up per run on two cores, and a host cut off from a Ray head is a
-Ray failure before it is a parameter server's. So the faults reach the training job through its
-controller (etcd members cut off, lost, killed) and through role kills; the per-host faults of
-the parameter servers are taken by the ledger job, whose copies are one per host. A ledger
-client cannot push into a training job without changing it, which is why they are two jobs.
+and sums every acknowledged one, and the driver of the *training* job: ``hogwild cluster``,
+copies = 3, its controller the same etcd cluster (the job of ``bench/figures/chaos_cluster.py``:
+Adam's MNIST model on the paper's schedule, 12 epochs). A ledger client cannot push into a
+training job without changing it, which is why they are two jobs.
 
-The training job runs twice: fault-free first (``fault_free_test_accuracy``), then under the
-faults. This process, outside the hosts' network, injects a seeded schedule of faults, one at a
-time, each once every ledger bucket has a primary and another in-sync copy and a push was
-acknowledged since the last fault (read from the map the client publishes):
+Where the training job's roles run (``--launcher``):
+
+- ``ray`` (the default): a Ray cluster whose head, without CPUs, is in host 4 beside the driver
+  (no role is placed there, and no fault touches the head) and whose nodes, of ``RAY_CPUS``
+  logical CPUs each, are hosts 1 to 3; the job runs with ``--launcher ray``, its
+  ``cluster.host`` host 4's address, so each role binds its node's address under the job's
+  CURVE keys and its servers are spread one per node. The per-host faults below then reach the
+  training job's servers and replicas as well as the ledger's. A lost host comes back with a
+  Ray node started again in it, where the driver places the lost server again (a server comes
+  back only at its old address: see the Ray launcher);
+- ``local`` (``--quick``'s default): every role in host 4; the faults reach the training job
+  through its controller (etcd members cut off, lost, killed) and through role kills only.
+  Ray's start-up across hosts is what a smoke run saves.
+
+The training job runs twice: fault-free first (``fault_free_test_accuracy``; not with
+``--quick`` or ``--no-fault-free``), then under the faults. This process, outside the hosts'
+network, injects a seeded schedule of faults, one at a time, each once every ledger bucket has a
+primary and another in-sync copy and a push was acknowledged since the last fault (read from
+the map the client publishes):
 
 - ``cut_primary``: the host of a random bucket's primary is taken off the network (its switch
   port down: both sides stay alive) for ``--cut-s`` seconds, then put back;
-- ``stall_copy``: a server that is an in-sync copy (not primary) of some bucket is stopped
-  (SIGSTOP) for ``--stall-s`` seconds, then continued;
+- ``stall_copy``: a ledger server that is an in-sync copy (not primary) of some bucket is
+  stopped (SIGSTOP) for ``--stall-s`` seconds, then continued, and with it the training job's
+  servers in the same host (their process groups; with ``ray``);
 - ``lose_host``: a whole host is lost (every process in it SIGKILLed, its link down); after
   ``--down-s`` it comes back as a new machine: its etcd member rejoins from its data directory,
-  its server starts empty. Three hosts survive one lost (etcd keeps a quorum of two, every
-  bucket a copy);
+  its ledger server starts empty, its Ray node (with ``ray``) joins again. Three hosts survive
+  one lost (etcd keeps a quorum of two, every bucket a copy);
 - ``kill_etcd``: an etcd member is SIGKILLed and restarted after ``--down-s``;
 - ``kill_role``: a ledger server (restarted at once; its lease lapses) or a role of the training
   job (its driver restarts it), SIGKILLed.
@@ -39,11 +50,13 @@ then: taken over, or, if the cut ended first, served by it again; compare with `
 ``unavailable_s``: per kind, the longest time without an acknowledgement that overlaps the
 fault's window (from its start to its end plus ``SETTLE_S``, or to the next fault's start),
 median and max. ``leaked``: namespaces of this run left, processes of the run alive after the
-hosts closed and of each training job after it ended, ``/dev/shm`` segments of those processes.
+hosts closed and of each training job after it ended (each role process seen while it ran too:
+under Ray they are not the driver's children), ``/dev/shm`` segments of those processes.
 
 Run: ``python bench/figures/partitions.py --out bench/results/partitions.json`` (``--quick``: one
-fault of each kind with short pauses and a one-epoch job on 3,000 examples, a smoke run;
-``--no-train``: the ledger job alone). One JSON line; progress goes to stderr.
+fault of each kind with short pauses and a one-epoch job on 3,000 examples, no fault-free run, a
+smoke run; ``--no-train``: the ledger job alone; ``--faults-within-s S``: no fault started after
+S seconds, for a run that must end by a time). One JSON line; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -71,9 +84,18 @@ from bench.support.paper_job import PAPER_JOB, REPLICATED_JOB_ARGS
 from bench.support.paths import SHARED_MNIST
 from bench.support.ps_watch import spread
 from bench.support.record import emit_record, stamp
+from hogwild.signals import terminate_as_interrupt
 from tests.hosts import harness
-from tests.hosts.harness import Hosts
-from tests.hosts.ray_nodes import ETCD_PORT, start_etcd_cluster, start_etcd_member, wait_listening
+from tests.hosts.harness import Hosts, HostsError
+from tests.hosts.ray_nodes import (
+    ETCD_PORT,
+    join_ray_node,
+    ray_env,
+    start_etcd_cluster,
+    start_etcd_member,
+    start_ray,
+    wait_listening,
+)
 
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
 SERVER_HOSTS = [1, 2, 3]
@@ -83,10 +105,13 @@ LEASE_S = 2
 LEDGER_JOB = "ledger"  # the ledger servers' job name in etcd (the training job's differs)
 SETTLE_S = 3.0
 READY_WITHIN_S = 120.0
+ROLE_EXIT_S = 10.0  # a training role process still there this long after its driver ended: left
+RAY_CPUS = 4  # logical CPUs of each role node: two nodes take every role while one is lost
 STALL_S = 90.0  # no ready map for this long (or twice the servers' measured start): stuck
 TARGETS = {"acknowledged_lost": 0, "applied_twice": 0, "faults": 100, "failover_max_s": 3.0,
            "accuracy_points": 0.3}  # fmt: skip
 ROOT = Path(__file__).resolve().parents[2]
+STARTED = time.monotonic()  # the progress lines' clock
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -98,19 +123,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--down-s", type=float, default=None, help="seconds a lost host/etcd member is down (3)")
     add("--gap-s", type=float, default=None, help="mean seconds between faults (2)")
     add("--epochs", type=int, default=None, help="the training job's epochs (12; --quick 1)")
+    add("--push-every-s", type=float, default=None,
+        help="the ledger client starts a push at most this often (0: back to back; --quick "
+        "0.05)")  # fmt: skip
     add("--no-train", action="store_true", help="the ledger client alone, no training job")
+    add("--launcher", choices=["ray", "local"], default=None,
+        help="the training job's roles: on hosts 1-3 through a Ray cluster (ray, the default), "
+        "or all in host 4 (local; --quick's default)")  # fmt: skip
+    add("--no-fault-free", action="store_true", help="no fault-free run (--quick has none)")
     add("--data", metavar="DIR", help="MNIST files (default $HOGWILD_TEST_DATA, $HOGWILD_DATA)")
+    add("--faults-within-s", type=float, default=None, metavar="S",
+        help="start no fault after S seconds of the run (then end as usual; the record says "
+        "how many faults fitted)")  # fmt: skip
+    add("--stuck-s", type=float, default=STALL_S, metavar="S",
+        help=f"no ready map for S seconds (or twice the servers' start) ends the faults as "
+        f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
-    quick = {"faults": 5, "cut_s": 3.0, "down_s": 1.0, "gap_s": 0.5, "epochs": 1}
-    full = {"faults": 100, "cut_s": 10.0, "down_s": 3.0, "gap_s": 2.0, "epochs": 12}
+    quick = {"faults": 5, "cut_s": 3.0, "down_s": 1.0, "gap_s": 0.5, "epochs": 1,
+             "push_every_s": 0.05}  # fmt: skip
+    full = {"faults": 100, "cut_s": 10.0, "down_s": 3.0, "gap_s": 2.0, "epochs": 12,
+            "push_every_s": 0.0}  # fmt: skip
     defaults = quick if args.quick else full
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.subset = 3000 if args.quick else 0
+    args.launcher = args.launcher or ("local" if args.quick else "ray")
+    args.fault_free = not (args.quick or args.no_fault_free)
     args.bound_s = 300.0 if args.quick else 3600.0
     env = os.environ
     args.data = (
@@ -119,20 +161,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def job_args(args, etcd: str) -> list[str]:
-    """``hogwild cluster``'s arguments for the training job (its controller: the etcd cluster)."""
+def job_args(args, etcd: str, ray: str = "RAY", host: str = "HOST") -> list[str]:
+    """``hogwild cluster``'s arguments for the training job (its controller: the etcd cluster;
+    with the Ray launcher, its roles on the Ray cluster ``ray``, bound to their nodes'
+    addresses, the driver on ``host``)."""
     out = ["cluster", "--data", args.data, *REPLICATED_JOB_ARGS, *PAPER_JOB, "--cluster.copies=3",
            f"--cluster.etcd={etcd}", "--epochs", str(args.epochs), "--no-progress"]  # fmt: skip
+    if args.launcher == "ray":
+        out += ["--launcher", "ray", "--ray-address", ray, f"--cluster.host={host}"]
     if args.subset:
         out.append(f"--train.subset={args.subset}")
     return out
 
 
-def train(hosts: Hosts, folder: Path, name: str, etcd: str, args) -> ClusterRun:
-    """Start the training job in the client's host (the local launcher) and wait until it
-    wrote its start record (or ended: a quick job may be over before it is looked at)."""
-    _log(f"{name}: hogwild {' '.join(job_args(args, etcd))}")
-    run = ClusterRun(job_args(args, etcd), folder, name, prefix=hosts.argv(CLIENT_HOST, []))
+def launch(cluster: Cluster, name: str, args) -> ClusterRun:
+    """Start the training job's driver in the client's host (not waiting for it)."""
+    hosts, folder = cluster.hosts, cluster.folder
+    argv = job_args(args, cluster.etcd, cluster.ray_address, hosts.address(CLIENT_HOST))
+    _log(f"{name}: hogwild {' '.join(argv)}")
+    token = ray_env(hosts)["RAY_AUTH_TOKEN_PATH"] if cluster.ray_address else None
+    env = ["env", f"RAY_AUTH_TOKEN_PATH={token}"] if token else []  # the Ray cluster's token
+    return ClusterRun(argv, folder, name, prefix=hosts.argv(CLIENT_HOST, env))
+
+
+def wait_started(run: ClusterRun) -> ClusterRun:
+    """``run`` once it wrote its start record (or ended: a quick job may be over before it is
+    looked at)."""
     deadline = time.monotonic() + READY_WITHIN_S * 3
     while run.running() and not any(r.get("event") == "start" for r in run.records()):
         if time.monotonic() > deadline:
@@ -142,11 +196,18 @@ def train(hosts: Hosts, folder: Path, name: str, etcd: str, args) -> ClusterRun:
     return run
 
 
-def finish(run: ClusterRun, args) -> dict:
+def finish(cluster: Cluster, run: ClusterRun, args) -> dict:
     """Wait for the job; its accuracy, failure and what it left behind (before the hosts close:
-    the job's own clean-up)."""
+    the job's own clean-up; its roles under Ray are not the driver's children, so each role
+    process seen while it ran is looked for too)."""
     summary, error, leaked = run.finish(args.bound_s)
     summary = summary or {}
+    cluster.note_job_roles(run)
+    roles = [p for p in cluster.job_processes.pop(run.job_name, {}).values() if _alive(p)]
+    psutil.wait_procs(roles, timeout=ROLE_EXIT_S)  # (the driver reaped them before it ended)
+    alive = [p for p in roles if _alive(p)]
+    leaked["processes"] += len(alive)
+    leaked["detail"]["processes"] += [f"role process {p.pid} alive" for p in alive]
     _log(f"{run.dir.name}: test accuracy {summary.get('test_accuracy')}"
          + (f"; FAILED: {error}" if error else ""))  # fmt: skip
     return {
@@ -160,8 +221,16 @@ def finish(run: ClusterRun, args) -> dict:
     }
 
 
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _log(text: str) -> None:
-    print(f"partitions: {text}", file=sys.stderr, flush=True)
+    elapsed = time.monotonic() - STARTED
+    print(f"partitions: {elapsed:7.1f} s: {text}", file=sys.stderr, flush=True)
 
 
 def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
@@ -178,34 +247,40 @@ def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
 class Cluster:
     """Servers and etcd members on hosts 1 to 3, the ledger client on host 4."""
 
-    def __init__(self, hosts: Hosts, folder: Path) -> None:
+    def __init__(self, hosts: Hosts, folder: Path, launcher: str) -> None:
         self.hosts, self.folder = hosts, folder
         self.seen: dict[int, psutil.Process] = {}  # every process of the run, kept as seen
         self.servers: dict[int, subprocess.Popen] = {}
         self.job: ClusterRun | None = None  # the training job under the faults
+        self.job_processes: dict[str, dict[int, psutil.Process]] = {}  # job -> its roles seen
         self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
+        self.stall_s = STALL_S  # (--stuck-s)
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
                        capture_output=True, timeout=60)  # fmt: skip
         self.etcd = start_etcd_cluster(hosts, SERVER_HOSTS)
         self._note_etcd()
         self.addresses = [f"{hosts.address(h)}:{PS_PORT}" for h in SERVER_HOSTS]
+        self.ray_address = ""  # the Ray cluster's GCS: its head in host 4, without CPUs
+        if launcher == "ray":  # (no role there), a node of RAY_CPUS in each of hosts 1 to 3
+            self.ray_address = start_ray(hosts, [CLIENT_HOST, *SERVER_HOSTS], RAY_CPUS, 0)
 
-    def start_ledger(self, seed: int) -> None:
+    def start_ledger(self, seed: int, push_every_s: float) -> None:
         """The ledger servers on hosts 1 to 3, the ledger client on host 4."""
         hosts, folder = self.hosts, self.folder
         started = time.monotonic()
         for h in SERVER_HOSTS:
             self.start_server(h)
+        within_s = max(READY_WITHIN_S, self.stall_s)
         for h in SERVER_HOSTS:
-            wait_listening(hosts, h, hosts.address(h), PS_PORT, within_s=READY_WITHIN_S)
+            wait_listening(hosts, h, hosts.address(h), PS_PORT, within_s=within_s)
         self.servers_start_s = time.monotonic() - started
         self.client_dir = folder / "client"
         self.client_dir.mkdir()
         argv = [sys.executable, "-m", "bench.support.ledger_client", "--servers",
                 ",".join(self.addresses), "--etcd", self.etcd, "--keys", str(self.keys),
                 "--dir", str(self.client_dir), "--seed", str(seed),
-                "--job", LEDGER_JOB]  # fmt: skip
+                "--job", LEDGER_JOB, "--push-every-s", str(push_every_s)]  # fmt: skip
         with open(folder / "client.log", "ab") as log:
             self.client = hosts.run(
                 CLIENT_HOST, argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -230,12 +305,40 @@ class Cluster:
         except psutil.Error:
             pass  # gone before it was seen: nothing of it can be told apart
 
-    def job_roles(self) -> list[tuple[str, int]]:
-        """The training job's live roles now: (name, pid)."""
+    def job_roles(self, host: int | None = None) -> list[tuple[str, int]]:
+        """The training job's live roles now (those in host ``host``): (name, pid)."""
         if self.job is None or not self.job.running():
             return []
-        names = [r["name"] for r in self.job.roles_file().get("roles", [])]
+        self.note_job_roles(self.job)
+        roles = self.job.roles_file().get("roles", [])
+        names = [r["name"] for r in roles if host is None or self.host_of(r) == host]
         return [(n, pid) for n in names if (pid := self.job.pid_of(n)) is not None]
+
+    def host_of(self, role: dict) -> int:
+        """The host a role of the training job runs in (the local launcher's: the client's)."""
+        where = role.get("host")
+        for h in SERVER_HOSTS:
+            if where == self.hosts.address(h):
+                return h
+        return CLIENT_HOST
+
+    def note_job_roles(self, run: ClusterRun) -> None:
+        """Keep every role process of ``run`` seen (they are counted when it ends)."""
+        seen = self.job_processes.setdefault(run.job_name, {})
+        for role in run.roles_file().get("roles", []):
+            pid = role.get("pid")
+            if pid and pid not in seen:
+                try:
+                    seen[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    pass  # gone already: its driver saw to it
+
+    def stop_group(self, pid: int, signum: int) -> None:
+        """``signum`` to a training role's process group (a role leads its own)."""
+        try:
+            os.killpg(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # it died meanwhile (its driver restarts it)
 
     def etcd_pid(self, host: int) -> int | None:
         for pid in self.hosts.pids(host):
@@ -266,7 +369,7 @@ class Cluster:
         """How long a wait for a ready map may last before the run is stuck: ``STALL_S``, or
         twice what the ledger servers took to start in this run if more (a server a fault
         restarts starts as slowly, then catches up; on a loaded machine a start took 75 s)."""
-        return max(STALL_S, 2 * self.servers_start_s)
+        return max(self.stall_s, 2 * self.servers_start_s)
 
     def wait_ready(self, since: float, least: int = 2) -> dict | None:
         """The first map read after ``since`` in which every bucket has a live primary and
@@ -302,28 +405,41 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         bucket = rng.choice(sorted(buckets))
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
+        there = [name for name, _ in cluster.job_roles(host)]
         at = time.time()
         hosts.cut(host)
         time.sleep(args.cut_s)
         hosts.heal(host)
-        return {"kind": kind, "host": host, "primary_of": held, "at": at, "until": time.time()}
-    if kind == "stall_copy":
+        return {"kind": kind, "host": host, "primary_of": held, "training_roles": there,
+                "at": at, "until": time.time()}  # fmt: skip
+    if kind == "stall_copy":  # the ledger's copy, and the training job's servers beside it
         copies = sorted({s for v in buckets.values() for s in v["in_sync"][1:]})
         host = rng.choice(copies) + 1
         process = cluster.servers[host]
+        stalled = [(n, pid) for n, pid in cluster.job_roles(host) if n.startswith("ps ")]
         at = time.time()
         os.kill(process.pid, signal.SIGSTOP)
+        for _, pid in stalled:
+            cluster.stop_group(pid, signal.SIGSTOP)
         time.sleep(args.stall_s)
         os.kill(process.pid, signal.SIGCONT)
-        return {"kind": kind, "host": host, "at": at, "until": time.time()}
+        for _, pid in stalled:
+            cluster.stop_group(pid, signal.SIGCONT)
+        return {"kind": kind, "host": host, "training_roles": [n for n, _ in stalled],
+                "at": at, "until": time.time()}  # fmt: skip
     host = rng.choice(SERVER_HOSTS)
     if kind == "lose_host":
+        there = [name for name, _ in cluster.job_roles(host)]
         at = time.time()
         hosts.lose(host)
         time.sleep(args.down_s)
         hosts.heal(host)
         cluster.restart_etcd(host)
         cluster.start_server(host)
+        if cluster.ray_address:  # the machine back: its Ray node joins again
+            join_ray_node(hosts, host, cluster.ray_address, RAY_CPUS)
+        return {"kind": kind, "host": host, "training_roles": there, "at": at,
+                "until": time.time()}  # fmt: skip
     elif kind == "kill_etcd":
         pid = cluster.etcd_pid(host)
         at = time.time()
@@ -334,7 +450,10 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
     elif kind == "kill_role":  # a ledger server, or a role of the training job (its driver
         # restarts it)
         victims = [(f"ledger ps {h - 1}", h, None) for h in SERVER_HOSTS]
-        victims += [(name, CLIENT_HOST, pid) for name, pid in cluster.job_roles()]
+        roles = cluster.job_roles()
+        where = {r["name"]: cluster.host_of(r) for r in cluster.job.roles_file().get("roles", [])
+                 } if roles else {}  # fmt: skip
+        victims += [(name, where.get(name, CLIENT_HOST), pid) for name, pid in roles]
         role, host, pid = rng.choice(victims)
         at = time.time()
         if pid is not None:
@@ -388,15 +507,29 @@ def measure(args) -> dict:
         tag = hosts.tag
         cluster = None
         try:
-            cluster = Cluster(hosts, folder)
-            if not args.no_train:
-                fault_free = finish(train(hosts, folder, "fault_free", cluster.etcd, args), args)
-            cluster.start_ledger(args.seed)
+            cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
+            cluster.stall_s = args.stuck_s
+            _log(
+                f"etcd cluster {cluster.etcd}"
+                + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
+            )
+            if not args.no_train and args.fault_free:
+                run = wait_started(launch(cluster, "fault_free", args))
+                fault_free = finish(cluster, run, args)
+            cluster.start_ledger(args.seed, args.push_every_s)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
-            if not args.no_train:
-                cluster.job = train(hosts, folder, "faults", cluster.etcd, args)
+            if not args.no_train:  # after the ledger's servers: started beside them, its roles
+                # took the cores the servers needed to listen within READY_WITHIN_S
+                cluster.job = wait_started(launch(cluster, "faults", args))
+                _log("the training job started")
             since = 0.0
             for kind in kinds:
+                if args.faults_within_s and time.monotonic() - started > args.faults_within_s:
+                    problems.append(
+                        f"--faults-within-s {args.faults_within_s:g}: stopped after "
+                        f"{len(events)} of {len(kinds)} faults"
+                    )
+                    break
                 seen = cluster.wait_ready(since)
                 if seen is not None:
                     time.sleep(args.gap_s * rng.uniform(0.5, 1.5))
@@ -408,16 +541,23 @@ def measure(args) -> dict:
                         f"{cluster.ready_within_s():.0f} s"
                     )
                     break
-                event = inject(cluster, kind, rng, args, seen)
+                cluster.job_roles()  # its role processes, kept to be counted at its end
+                try:
+                    event = inject(cluster, kind, rng, args, seen)
+                except (HostsError, OSError, subprocess.SubprocessError) as exc:
+                    problems.append(f"fault {len(events) + 1} ({kind}) could not be undone: {exc}")
+                    break  # the figures so far are kept
                 event["pushes_before"] = seen.get("pushes")
                 event["map_age_s"] = round(event["at"] - seen["at"], 3)
                 events.append(event)
                 _log(f"{kind} on host {event['host']} ({len(events)}/{len(kinds)})")
                 since = time.time()
             if cluster.job is not None:
-                faulty = finish(cluster.job, args)
+                faulty = finish(cluster, cluster.job, args)
+            _log("faults done; waiting for three in-sync copies")
             if cluster.wait_ready(since, least=3) is None:
                 problems.append("the copies did not come back to three after the last fault")
+            _log("stopping the ledger client")
             (cluster.client_dir / "stop").touch()
             try:
                 cluster.client.wait(cluster.ready_within_s() + 60)
@@ -469,6 +609,7 @@ def measure(args) -> dict:
             "faults": {k: v for k, v in faulty.items() if k != "leaked"},
             "fault_free": {k: v for k, v in fault_free.items() if k != "leaked"},
             "command": None if args.no_train else "hogwild " + " ".join(job_args(args, "ETCD")),
+            "launcher": None if args.no_train else args.launcher,
         },  # fmt: skip
         "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
         | {"detail": leaked["detail"]},
@@ -495,12 +636,21 @@ def measure(args) -> dict:
             "stall_s": args.stall_s,
             "down_s": args.down_s,
             "gap_s": args.gap_s,
+            "push_every_s": args.push_every_s,
+            "faults_within_s": args.faults_within_s,
+            "stuck_s": args.stuck_s,
             "lease_s": LEASE_S,
             "epochs": args.epochs,
             "subset": args.subset,
             "train": not args.no_train,
-            "hosts": "ledger servers and etcd members on hosts 1-3; the ledger client and the "
-            "training job (local launcher, its controller the etcd cluster) on host 4",
+            "hosts": "ledger servers and etcd members on hosts 1-3; the ledger client on host 4; "
+            + (
+                "the training job's driver and a Ray head without CPUs on host 4, its roles on "
+                f"Ray nodes of {RAY_CPUS} CPUs on hosts 1-3"
+                if args.launcher == "ray"
+                else "the training job (local launcher) on host 4"
+            )
+            + " (its controller the etcd cluster)",
         },
         "wall_s": round(time.monotonic() - started, 1),
         "machine": describe_machine(),
@@ -518,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     try:
-        record = measure(args)
+        with terminate_as_interrupt():  # SIGTERM unwinds: the hosts and the jobs are stopped
+            record = measure(args)
     except (RuntimeError, OSError, json.JSONDecodeError, subprocess.SubprocessError) as exc:
         print(f"python bench/figures/partitions.py: error: {exc}", file=sys.stderr)
         return 2

@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", default=JOB, help=f"the servers' job name (default {JOB})")
     parser.add_argument("--dir", required=True, help="where map.json, stop, result.json go")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--push-every-s", type=float, default=0.0,
+                        help="start a push at most this often (0: back to back)")  # fmt: skip
     args = parser.parse_args(argv)
     folder = Path(args.dir)
     servers = args.servers.split(",")
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         problems.append("the three copies never came in sync before the pushes")
     ledger = np.zeros(n_params, np.float64)
     acks: list[tuple[float, float]] = []
-    pusher = Pusher(client, ledger, n_params, args.seed, low=0, keep_going=True, acks=acks)
+    pusher = Pusher(client, ledger, n_params, args.seed, low=0, keep_going=True, acks=acks,
+                    every_s=args.push_every_s)  # fmt: skip
     stop = threading.Event()
 
     def publish() -> None:

@@ -184,6 +184,8 @@ class Pusher:
             ``uncertain``, not to the ledger) instead of stopping at the first error.
         acks: A list to append ``(sent, acknowledged)`` to for each acknowledged push, both
             ``time.time()`` (None: not kept).
+        every_s: Start a push at most this often (0: each as soon as the last returned); a
+            smoke run's pace, so that its servers do not spend its whole length replicating.
     """
 
     def __init__(
@@ -195,10 +197,12 @@ class Pusher:
         low: int = -3,
         keep_going: bool = False,
         acks: list[tuple[float, float]] | None = None,
+        every_s: float = 0.0,
     ) -> None:
         self.client, self.ledger, self.n_params = client, ledger, n_params
         self.rng = np.random.default_rng(seed)
         self.low, self.keep_going, self.acks = low, keep_going, acks
+        self.every_s = every_s
         self.uncertain = np.zeros(n_params, np.float64)
         self.count, self.errors, self.last_ack = 0, [], time.monotonic()
         self._stop = threading.Event()
@@ -206,7 +210,9 @@ class Pusher:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        next_at = time.monotonic()
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            next_at = time.monotonic() + self.every_s
             delta = self.rng.integers(self.low, 4, self.n_params).astype(np.float32)
             sent = time.time()
             try:

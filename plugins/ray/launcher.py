@@ -37,7 +37,10 @@ must be readable at the same path on every node.
 
 Restarting a role that exited (:meth:`RayLauncher.restart`) clears what is left of its process
 group in its actor and starts it there again (same node; a data server keeps its address); a
-role whose actor was lost with it (its node) is placed anew, possibly elsewhere.
+role whose actor was lost with it (its node) is placed anew: a replica anywhere, but a parameter
+server or a data server, whose address the other roles were given, only on a live node with its
+old node's IP (the machine back, its Ray node started again), waited for up to
+``cluster.start_timeout_s``: anywhere else it would listen where nobody looks for it.
 
 Stopping (:meth:`RayLauncher.stop_all`) follows :data:`~hogwild.cluster.launcher.STOP_ORDER`:
 replicas get ``grace_s`` to leave, then each kind is sent SIGTERM, waited for up to
@@ -60,7 +63,10 @@ from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from hogwild.cluster.launcher import (
     STOP_ORDER,
@@ -79,6 +85,7 @@ STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
 FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
 RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
+ADDRESSED_KINDS = ("ps", "data")  # roles the others were told the address of: kept at it
 
 
 @dataclass
@@ -108,6 +115,7 @@ class RayLauncher(Launcher):
         self.roles: dict[str, RayRole] = {}
         self.groups: dict[str, object] = {}
         self._reported: set[str] = set()
+        self.homes: dict[str, str] = {}  # a lost server's node IP: where it must come back
         self._stopped = False
         self.etcd_members = None  # the job's own etcd cluster, one member per node
         self._own_connection = not ray.is_initialized()
@@ -143,6 +151,10 @@ class RayLauncher(Launcher):
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     self.groups[spec.group], 0
                 )
+            elif spec.name in self.homes:  # a lost server back at its address
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                    self._node_at(spec, self.homes[spec.name], deadline), soft=False
+                )
             elif not self.loopback:  # servers on as many nodes as there are: copies apart
                 options["scheduling_strategy"] = "SPREAD"
             role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
@@ -168,6 +180,20 @@ class RayLauncher(Launcher):
                     "their node's IP)"
                 )
         return roles
+
+    def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
+        """The id of a live node with IP ``ip``, waited for until ``deadline``."""
+        while True:
+            for node in ray.nodes():
+                if node.get("Alive") and node.get("NodeManagerAddress") == ip:
+                    return node["NodeID"]
+            if time.monotonic() > deadline:
+                raise RoleFailedError(
+                    f"{spec.name} must come back at its address on {ip} (the other roles were "
+                    f"told it), but no live Ray node has that IP after "
+                    f"{self.cluster.start_timeout_s:g} s; start a Ray node there again"
+                )
+            time.sleep(POLL_S)
 
     def start_etcd_cluster(self, count: int, tls: str | None):
         """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
@@ -320,8 +346,11 @@ class RayLauncher(Launcher):
         return True
 
     def _forget(self, role: RayRole) -> None:
-        """A lost role's actor killed and its placement group removed (it is placed anew)."""
+        """A lost role's actor killed and its placement group removed (it is placed anew; a
+        server at its node's IP)."""
         del self.roles[role.spec.name]
+        if role.spec.kind in ADDRESSED_KINDS and not self.loopback and role.host:
+            self.homes[role.spec.name] = role.host
         try:
             ray.kill(role.actor, no_restart=True)
         except (RayActorError, ValueError):

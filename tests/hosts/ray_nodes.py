@@ -72,18 +72,16 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Cal
     return wait
 
 
-def start_ray(hosts: Hosts, nodes: list[int], cpus: int) -> str:
+def start_ray(hosts: Hosts, nodes: list[int], cpus: int, head_cpus: int | None = None) -> str:
     """A Ray cluster with a node in each of ``nodes`` (the head in the first, then the others
-    joining it together), ``cpus`` logical CPUs each; its GCS address."""
+    joining it together), ``cpus`` logical CPUs each (the head ``head_cpus`` if given: 0 keeps
+    roles off it); its GCS address."""
     env = ray_env(hosts)
     head = nodes[0]
-    _ray_start(hosts, head, env, cpus, "--head", "--port", str(RAY_PORT),
-               "--include-dashboard=false", "--no-monitor")()  # fmt: skip
+    _ray_start(hosts, head, env, cpus if head_cpus is None else head_cpus, "--head", "--port",
+               str(RAY_PORT), "--include-dashboard=false", "--no-monitor")()  # fmt: skip
     address = f"{hosts.address(head)}:{RAY_PORT}"
-    joining = [
-        _ray_start(hosts, host, {**env, "RAY_AUTH_MODE": "token"}, cpus, "--address", address)
-        for host in nodes[1:]
-    ]
+    joining = [join_ray_node(hosts, host, address, cpus, wait=False) for host in nodes[1:]]
     failed = None
     for wait in joining:  # every one waited for, even after one failed
         try:
@@ -93,6 +91,15 @@ def start_ray(hosts: Hosts, nodes: list[int], cpus: int) -> str:
     if failed is not None:
         raise failed
     return address
+
+
+def join_ray_node(hosts: Hosts, host: int, address: str, cpus: int, wait: bool = True):
+    """A Ray node in host ``host`` joining the cluster whose GCS is ``address`` (a host lost
+    and back, say): with ``wait``, once it joined (:class:`HostsError` if it failed); else a
+    function that waits for that."""
+    env = {**ray_env(hosts), "RAY_AUTH_MODE": "token"}
+    joined = _ray_start(hosts, host, env, cpus, "--address", address)
+    return joined() if wait else joined
 
 
 def wait_listening(hosts: Hosts, host: int, address: str, port: int, within_s=20.0) -> None:
@@ -180,6 +187,7 @@ def start_etcd_cluster(hosts: Hosts, members: list[int]) -> str:
 __all__ = [
     "ETCD_PORT",
     "RAY_PORT",
+    "join_ray_node",
     "ray_env",
     "start_etcd",
     "start_etcd_cluster",

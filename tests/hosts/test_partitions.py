@@ -1,15 +1,17 @@
 """``bench/figures/partitions.py --quick`` on real namespace hosts: its JSON line, and the ledger.
 
 One run of the fault injector's smoke mode: three servers with copies = 3 and a three-member etcd
-cluster on hosts 1 to 3, the ledger client and a one-epoch training job (3,000 examples, run
-fault-free first) on host 4, one fault of each kind (a primary's host cut off, a copy stopped, a
-host lost, an etcd member killed, a role killed), each undone. The test
-checks the line's shape and what it promises: every fault happened, updates were acknowledged
-across them, the ledger is exact (no acknowledged update lost, none applied twice), the copies
-came back, both training jobs ended with an accuracy, and nothing (namespace, process, segment)
-was left behind. What is counted is the run's own (its namespaces, its processes, its jobs'
-segments by their names); both jobs' segments were seen named
-for them while they ran, so the count by name is not vacuous.
+cluster on hosts 1 to 3, the ledger client and a one-epoch training job (3,000 examples, the
+local launcher; no fault-free run, which only the full run's accuracy comparison needs) on host
+4, one fault of each kind (a primary's host cut off, a copy stopped, a host lost, an etcd member
+killed, a role killed), each undone. The test checks the line's shape and what it promises:
+every fault happened, updates were acknowledged across them, the ledger is exact (no
+acknowledged update lost, none applied twice), the copies came back, the training job ended
+with an accuracy, and nothing (namespace, process, segment) was left behind. What is counted is
+the run's own (its namespaces, its processes, its job's segments by their names); the job's
+segments were seen named for it while it ran, so the count by name is not vacuous. The full
+run's Ray placement (roles on hosts 1 to 3) is not run here: Ray across namespace hosts is the
+hosts tier's (``test_ray_hosts.py``).
 """
 
 from __future__ import annotations
@@ -63,10 +65,11 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     assert set(failover) == {"median", "max", "n", "unfinished"}
     assert failover["n"] + failover["unfinished"] == 1
     assert set(record["unavailable_s"]) == set(KINDS)
-    for key in ("test_accuracy", "fault_free_test_accuracy"):  # both training jobs ended
-        assert 0.5 < record[key] <= 1.0, record["training"]
+    assert 0.5 < record["test_accuracy"] <= 1.0, record["training"]  # the training job ended
+    assert record["fault_free_test_accuracy"] is None  # no fault-free run in a smoke run
     assert record["training"]["faults"]["error"] is None
-    for job in ("faults", "fault_free"):  # the job's segments carried its name while it ran
-        assert record["training"][job]["named_while_running"] > 0, record["training"]
+    assert record["training"]["launcher"] == "local"
+    # the job's segments carried its name while it ran
+    assert record["training"]["faults"]["named_while_running"] > 0, record["training"]
     cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
     assert cut["primary_of"] and cut["until"] - cut["at"] >= record["settings"]["cut_s"]
