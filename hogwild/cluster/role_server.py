@@ -59,6 +59,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 from hogwild.net.auth import IDENTITY_ENV
 
@@ -135,11 +136,18 @@ class ForkedRole:
         self.stderr = open(stderr, encoding="utf-8", errors="replace")  # noqa: SIM115 - owned
         self._pidfd = pidfd
         self._status = status
-        self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one reader of the status pipe at a time
+        self._fds = threading.Lock()  # the pidfd is never used while it is closed
 
     def poll(self) -> int | None:
-        """The exit code if the role has exited (and the server said so), else None."""
-        return self._read_status(0.0)
+        """The exit code if the role has exited (and the server said so), else None; None too
+        while another thread waits for it (as ``Popen.poll``)."""
+        if self.returncode is not None or not self._reading.acquire(blocking=False):
+            return self.returncode
+        try:
+            return self._read_status(0.0)
+        finally:
+            self._reading.release()
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit code, waiting at most ``timeout`` seconds (forever with None).
@@ -147,7 +155,15 @@ class ForkedRole:
         Raises:
             subprocess.TimeoutExpired: Still running after ``timeout``.
         """
-        code = self._read_status(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._reading.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            try:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                code = self._read_status(left)
+            finally:
+                self._reading.release()
+        else:
+            code = self.returncode
         if code is None:
             raise subprocess.TimeoutExpired(f"role {self.pid}", timeout)
         return code
@@ -155,31 +171,31 @@ class ForkedRole:
     def send_signal(self, signum: int) -> None:
         """Send ``signum`` to the role if it has not exited (through its pidfd: never to a pid
         reused since)."""
-        with self._lock:
-            if self.returncode is not None:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self._pidfd, signum)
+        with self._fds:
+            if self.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signum)
 
     def _read_status(self, timeout: float | None) -> int | None:
-        with self._lock:
-            if self.returncode is not None:
-                return self.returncode
-            if not _readable([self._status], timeout):
-                return None
-            data = os.read(self._status, STATUS.size)
-            if len(data) == STATUS.size:
-                code = STATUS.unpack(data)[0]
-            else:  # the server ended first, which SIGKILLs its children: wait for this one
-                _readable([self._pidfd], 5.0)
-                code = SERVER_LOST
+        """(Holding ``_reading``.) The exit code once the server wrote it within ``timeout``."""
+        if self.returncode is not None:
+            return self.returncode
+        if not _readable([self._status], timeout):
+            return None
+        data = os.read(self._status, STATUS.size)
+        if len(data) == STATUS.size:
+            code = STATUS.unpack(data)[0]
+        else:  # the server ended first, which SIGKILLs its children: wait for this one
+            _readable([self._pidfd], 5.0)
+            code = SERVER_LOST
+        with self._fds:
             self.returncode = code
             os.close(self._status)
             os.close(self._pidfd)
-            return code
+        return code
 
     def __del__(self) -> None:  # a handle dropped before its role was waited for
-        if self.returncode is None:
+        if getattr(self, "returncode", 0) is None:
             for fd in (self._status, self._pidfd):
                 with contextlib.suppress(OSError):
                     os.close(fd)
