@@ -8,7 +8,8 @@ the whole job within 10 s with an error naming the role and how it ended, and le
 and no shared-memory segment, when the role is a parameter server or ``cluster.restarts = 0``.
 Otherwise a SIGKILLed replica or data server is restarted and the job completes: the portions a
 replica lost are trained again (every epoch counts each example once), a data server comes back
-on its address and serves again, and the summary counts the restarts.
+on its address and serves again, and the summary counts the restarts. Every role is forked from
+the job's role server and titled with its command line; a SIGKILLed driver takes them all down.
 """
 
 from __future__ import annotations
