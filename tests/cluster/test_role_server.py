@@ -4,7 +4,8 @@ One server (:class:`hogwild.cluster.role_server.RoleServer`) forks real data ser
 (``hogwild data serve``): a forked role is the leader of its own session, has ``/dev/null`` on
 stdin and stdout and the driver's pipe on stderr, runs in the directory it was given, is titled
 with its own command line (its process name left as Python's), and ends with the exit codes a
-spawned role has: 143 after SIGTERM, 2 after an error it names, -9 when SIGKILLed. An
+spawned role has: 143 after SIGTERM, 2 after an error it names, -9 when SIGKILLed, or when its
+server is (a role never outlives its server, and the next role is started as a fresh one). An
 environment variable given to one role reaches that role and no other (each names its own key
 file in its error); a role whose environment differs from the server's in a variable read
 before a role runs is not forked, and the launcher is told why once. The job-level guarantees
@@ -82,6 +83,12 @@ def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path)
         killed = Started(server, data_serve(mnist_dir))
         killed.role.send_signal(signal.SIGKILL)
         assert killed.ended()[0] == -signal.SIGKILL
+
+        orphaned = Started(server, data_serve(mnist_dir))  # its server killed: so is the role
+        assert orphaned.ready.wait(STARTED_WITHIN_S), list(orphaned.lines)
+        psutil.Process(orphaned.role.pid).parent().kill()
+        assert orphaned.ended()[0] == -signal.SIGKILL
+        assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
     finally:
         server.close()
 
