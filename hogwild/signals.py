@@ -19,7 +19,7 @@ inside returns (and keeps the dropped exception's traceback off stderr).
 :func:`die_with_parent` asks Linux to signal a helper process when its parent exits, however it
 exits: workers, pool helpers and the like end with their owner even after a SIGKILL.
 :func:`die_with_process` does the same for an owner that is not the parent (a helper forked by
-a forkserver).
+a forkserver), and :func:`die_with_pidfd` for an owner known by a pidfd already.
 
 :func:`process_exists` sends signal 0, which only asks whether a pid names a process: the owners
 of buffers, work directories and login sessions are told dead or alive by it.
@@ -89,6 +89,12 @@ def die_with_process(pid: int, signum: int) -> None:
         return
     except (AttributeError, OSError):
         return
+    die_with_pidfd(pidfd, signum)
+
+
+def die_with_pidfd(pidfd: int, signum: int) -> None:
+    """Send this process ``signum`` when the process ``pidfd`` refers to ends (at once if it
+    has): a daemon thread waits on the pidfd, and closes it after."""
 
     def watch() -> None:
         poller = select.poll()
@@ -97,7 +103,7 @@ def die_with_process(pid: int, signum: int) -> None:
         os.close(pidfd)
         os.kill(os.getpid(), signum)
 
-    threading.Thread(target=watch, name=f"die-with-{pid}", daemon=True).start()
+    threading.Thread(target=watch, name=f"die-with-pidfd-{pidfd}", daemon=True).start()
 
 
 def process_exists(pid: int) -> bool:

@@ -1,16 +1,21 @@
 """The ``local`` launcher: every role of a cluster job as a process on this host.
 
 Each role runs ``hogwild ROLE ...`` in a session of its own (so a Ctrl-C in the terminal
-reaches the driver alone, which then stops the roles in order), started through ``SHIM``
-(:mod:`hogwild.cluster.roles`), which asks the kernel for SIGTERM when the driver dies
-(``PR_SET_PDEATHSIG``), so a SIGKILLed driver still takes its roles down (parameter servers
-flush on the way). A thread per role reads its stderr into
+reaches the driver alone, which then stops the roles in order), and ends when the driver dies,
+however it dies, so a SIGKILLed driver still takes its roles down (parameter servers flush on
+the way). With ``cluster.start_method = "forkserver"`` (the default) each role is forked from
+the job's role server, which has imported what roles import once
+(:mod:`hogwild.cluster.role_server`: the role watches the driver through a pidfd); with
+``"spawn"``, or where that server cannot be used, each role is a fresh interpreter started
+through ``SHIM`` (:mod:`hogwild.cluster.roles`), which asks the kernel for SIGTERM when the
+driver dies (``PR_SET_PDEATHSIG``). A thread per role reads its stderr into
 ``RUN_DIR/logs/KIND-INDEX.log`` and watches for its ready line. Stopping sends SIGTERM, waits
 ``cluster.stop_timeout_s``, then SIGKILLs the role's whole process group (its workers too).
 Restarting a role that exited does the same to what is left of its group (a SIGKILLed replica's
 workers), then starts it again, its log appended to. A group is killed all but multiprocessing's
 resource tracker, which is let run on: once the others are gone it removes the named semaphores
-they left (``/dev/shm/sem.mp-*``), which nobody removes once it is killed with them.
+they left (``/dev/shm/sem.mp-*``), which nobody removes once it is killed with them. The role
+server is stopped last, once every role is (:meth:`LocalLauncher.stop_all`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections import deque
 from pathlib import Path
 
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError, said_in
+from hogwild.cluster.role_server import RoleServer
 from hogwild.cluster.roles import RoleSpec, kill_process_group, spawn_role, tee_stderr
 from hogwild.errors import EXIT_STOPPED
 from hogwild.net.auth import IDENTITY_ENV
@@ -35,13 +41,19 @@ POLL_S = 0.05
 class RoleProcess:
     """One role's process, its log, and its ready line."""
 
-    def __init__(self, spec: RoleSpec, log_dir: Path, env: dict | None = None) -> None:
+    def __init__(
+        self, spec: RoleSpec, log_dir: Path, env: dict | None = None,
+        server: RoleServer | None = None,
+    ) -> None:  # fmt: skip
+        """``server``: the role server to fork the role from; None, or where it cannot be
+        used, the role is started through the shim."""
         self.spec = spec
         self.lines: deque[str] = deque(maxlen=50)
         self.address: str | None = None
         self.ready = threading.Event()
         self.log = log_dir / f"{spec.kind}-{spec.index}.log"
-        self.process = spawn_role(spec.argv, env=env)
+        forked = server.start_role(spec.argv, env) if server is not None else None
+        self.process = forked or spawn_role(spec.argv, env=env)
         self.reader = tee_stderr(self.process, self.log, self.lines, self._ready)
 
     def _ready(self, address: str) -> None:
@@ -90,6 +102,12 @@ class LocalLauncher(Launcher):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.roles: dict[str, RoleProcess] = {}
         self._reported: set[str] = set()
+        cluster = config.cluster
+        self.server = (
+            RoleServer(f"hogwild role server of {run_dir}", cluster.start_timeout_s)
+            if cluster.start_method == "forkserver"
+            else None
+        )  # started at the first role, stopped last by stop_all
 
     def reserve(self, specs: list[RoleSpec], host: str) -> list[str]:
         return [f"{host}:{free_port(host)}" for _ in specs]
@@ -103,7 +121,8 @@ class LocalLauncher(Launcher):
         roles = []
         envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
         for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
-            role = self.roles[spec.name] = RoleProcess(spec, self.log_dir, env)  # know each other
+            role = RoleProcess(spec, self.log_dir, env, self.server)  # ... know each other
+            self.roles[spec.name] = role
             roles.append(role)
         addresses = [self._wait_ready(role, deadline) for role in roles]
         if self.job_keys is not None:
@@ -192,3 +211,5 @@ class LocalLauncher(Launcher):
                 if role.process.stderr is not None:
                     role.process.stderr.close()
         self._reported.update(self.roles)
+        if self.server is not None:
+            self.server.close(timeout)

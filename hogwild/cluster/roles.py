@@ -42,10 +42,12 @@ SHIM = (
     "    sys.exit(143)\n"
     "runpy.run_module('hogwild.cli', run_name='__main__', alter_sys=True)\n"
 )
-"""How a launcher runs a role: ``python -c SHIM PARENT_PID ARGV...`` asks the kernel for SIGTERM
-when the parent (the driver, or a Ray actor) dies, exits at once if it died already, then runs
-``hogwild ARGV``. A ``preexec_fn`` would do the same between fork and exec, which is unsafe in a
-process that has threads (the driver's readers, ZeroMQ's, Ray's)."""
+"""How a launcher runs a role as a fresh interpreter (the Ray launcher always; the local launcher
+with ``cluster.start_method = "spawn"`` or where its role server cannot be used, see
+:mod:`hogwild.cluster.role_server`): ``python -c SHIM PARENT_PID ARGV...`` asks the kernel for
+SIGTERM when the parent (the driver, or a Ray actor) dies, exits at once if it died already,
+then runs ``hogwild ARGV``. A ``preexec_fn`` would do the same between fork and exec, which is
+unsafe in a process that has threads (the driver's readers, ZeroMQ's, Ray's)."""
 KINDS = ("ps", "data", "replica", "member")
 
 

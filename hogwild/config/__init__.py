@@ -201,6 +201,7 @@ class ClusterConfig:
     metrics_port: int = 0
     status_s: float = 1.0
     evaluate: str = "auto"
+    start_method: str = "forkserver"  # local roles: forked from a preloaded server, or spawned
     start_timeout_s: float = 300.0
     stop_timeout_s: float = 20.0
     restarts: int = 3

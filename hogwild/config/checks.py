@@ -40,6 +40,7 @@ CHOICES = {
     ("ps", "nonfinite"): ("refuse", "count"),
     ("cluster", "evaluate"): ("auto", "between", "beside"),
     ("cluster", "split"): ("portions", "shards"),
+    ("cluster", "start_method"): ("forkserver", "spawn"),
     ("cluster", "auth"): ("auto", "always", "beyond-loopback"),  # hogwild.net.exposure
 }
 

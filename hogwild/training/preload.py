@@ -4,7 +4,8 @@ Importing this module does the part of a worker's start that is the same for eve
 every job: it imports numba and numpy, runs numba's one-time initialisation of its CPU target
 (the registries it otherwise loads at the first compiled function a process loads) and imports
 the modules a worker imports before its first command. :mod:`hogwild.training.zygote` names it
-as the forkserver's preload; nothing else should import it.
+as the forkserver's preload, and :mod:`hogwild.cluster.role_server` imports it before it forks
+cluster roles; nothing else should import it.
 
 What differs between jobs is left to the worker itself: it pins itself, attaches its job's
 arena and loads the kernels its network calls from numba's cache (which kernels, and with what

@@ -8,7 +8,8 @@ the whole job within 10 s with an error naming the role and how it ended, and le
 and no shared-memory segment, when the role is a parameter server or ``cluster.restarts = 0``.
 Otherwise a SIGKILLed replica or data server is restarted and the job completes: the portions a
 replica lost are trained again (every epoch counts each example once), a data server comes back
-on its address and serves again, and the summary counts the restarts.
+on its address and serves again, and the summary counts the restarts. Every role is forked from
+the job's role server and titled with its command line; a SIGKILLed driver takes them all down.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.slow
 
 STARTED_WITHIN_S = 240.0  # cold numba caches on a loaded 2-core machine
 STOPPED_WITHIN_S = 10.0
+ROLES_END_WITHIN_S = 60.0  # roles ending by themselves once their driver died, on a loaded machine
 
 
 def cluster_command(data: Path, run_dir: Path, *args: str) -> list[str]:
@@ -167,6 +169,29 @@ def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, 
     assert processes_of(run_dir) == []
 
 
+ROLE_COMMANDS = {  # how each kind of role is found by its command line
+    "ps": "-m hogwild.cli ps serve --config",
+    "data": "-m hogwild.cli data serve",
+    "replica": "-m hogwild.cli cluster --config",
+}
+
+
+def assert_forked_and_titled(roles: list[dict], run_dir: Path) -> None:
+    """Every role was forked from the job's role server, leads a session of its own, and its
+    command line names its kind and the job's run directory (``ps``, ``processes_of`` and the
+    chaos benches find it so)."""
+    for role in roles:
+        proc = psutil.Process(role["pid"])
+        line = " ".join(proc.cmdline())
+        kind, index = role["name"].split()
+        assert ROLE_COMMANDS[kind] in line and str(run_dir) in line, (role, line)
+        if kind == "replica":
+            assert f" replica --index {index} " in line, line
+        assert os.getsid(role["pid"]) == role["pid"]  # its own session: no Ctrl-C reaches it
+        server = " ".join(proc.parent().cmdline()).strip()  # a title: one part, NULs after
+        assert server == f"hogwild role server of {run_dir}", (role, server)
+
+
 def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple[str, Path]:
     run_dir = tmp_path / "run"
     job = unique_job()
@@ -194,6 +219,7 @@ def _kill_a_role(mnist_dir, tmp_path, kind: str, args: tuple[str, ...]) -> tuple
             assert status.returncode == 0, status.stderr
             assert json.loads(status.stdout)["job"] == where["job"]
         until("the job's segments named for it", lambda: job_segments(job), driver=driver)
+        assert_forked_and_titled(where["roles"], run_dir)
         (victim,) = [r for r in where["roles"] if r["name"] == f"{kind} 0"]
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic()
@@ -284,6 +310,33 @@ def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill
     assert processes_of(run_dir) == []
     assert job_segments(job) == set()
     return final, records, stderr
+
+
+def test_a_sigkilled_driver_takes_every_forked_role_down_with_it(mnist_dir, tmp_path):
+    """The roles' parent is the role server, not the driver: each watches the driver itself."""
+    run_dir = tmp_path / "run"
+    job = unique_job()
+    args = ("--epochs", "50", "--replicas", "1", "--ps", "1", "--data-servers", "1")
+    command = cluster_command(mnist_dir, run_dir, f"--ps.job={job}", *args)
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        where = wait_for_roles(run_dir, driver)
+        assert_forked_and_titled(where["roles"], run_dir)
+        roles = [psutil.Process(role["pid"]) for role in where["roles"]]
+        assert len(roles) == 3
+        driver.kill()
+        driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    _, alive = psutil.wait_procs(roles, timeout=ROLES_END_WITHIN_S)  # SIGTERM: a ps flushes
+    assert alive == [], [" ".join(proc.cmdline())[:200] for proc in alive if proc.is_running()]
+    deadline = time.monotonic() + 30  # the server once its roles, orphaned workers their arena
+    while time.monotonic() < deadline and (processes_of(run_dir) or job_segments(job)):
+        time.sleep(0.2)
+    assert processes_of(run_dir) == []
+    assert job_segments(job) == set()
 
 
 def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):

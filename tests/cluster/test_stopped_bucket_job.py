@@ -158,7 +158,7 @@ def test_the_driver_stops_the_job_on_a_stopped_role_and_does_not_restart_it(
         with launcher:
             # (started as the launcher starts a role, without waiting for a ready line: a
             # trainer prints none)
-            launcher.roles[spec.name] = RoleProcess(spec, launcher.log_dir)
+            launcher.roles[spec.name] = RoleProcess(spec, launcher.log_dir, server=launcher.server)
             supervisor.supervise(spec.name, spec.kind, spec.index)
             deadline = time.monotonic() + COMPILED_WITHIN_S
             while launcher.roles[spec.name].process.poll() is None:

@@ -1,0 +1,540 @@
+"""Cluster roles forked from a preloaded server, instead of each started as a fresh interpreter.
+
+A role started as ``python -c SHIM ... hogwild ROLE`` (:data:`hogwild.cluster.roles.SHIM`)
+pays the whole start of an interpreter that imports numba, numpy, ZeroMQ and hogwild before it
+serves anything. The local launcher instead starts one role server per job, the first time it
+has a role to start: a process that imports that once (:data:`PRELOAD`, and every entry point
+of the plugin groups roles run) and then forks one child per role. The child becomes the role
+exactly as the shim would have made it, then runs ``hogwild ROLE`` through the same
+``runpy`` call:
+
+- its own session (``setsid``), so a Ctrl-C in the terminal reaches only the driver and the
+  launcher kills the role's process group;
+- stdin and stdout on ``/dev/null``, stderr on a pipe the driver reads line by line;
+- the environment the launcher gives it (applied in the child: a forked child otherwise keeps
+  the server's), its working directory, the driver's CPU affinity at the request;
+- its death with the driver: its parent is the server, so the kernel's parent-death signal
+  cannot follow the driver. The child watches the driver through a pidfd the server opened
+  while the driver was still its parent (so it names the driver, never a reused pid), and exits
+  at once with 143 if the driver is gone already, as the shim does. The server's own death
+  SIGKILLs its children (``PR_SET_PDEATHSIG``; the server has a single thread, so that signal
+  follows the server and not one of its threads);
+- its exit status: the server reaps the child and writes ``os.waitstatus_to_exitcode`` of it
+  (negative for a signal, as :class:`subprocess.Popen` reports) into a pipe the driver gave it;
+  :class:`ForkedRole` is the driver's ``Popen``-like handle on it (``poll``, ``wait``,
+  ``send_signal`` through a pidfd, so no signal reaches a reused pid);
+- its command line: a forked child's ``/proc/PID/cmdline`` would be the server's, so the child
+  takes ``python -m hogwild.cli ROLE ARGV`` as its process title (``setproctitle``): ``ps``, and
+  whatever finds a role by its command line (a run directory, a role's kind), still finds it.
+  ``/proc/PID/environ`` is the server's (the environment given is applied with ``putenv``).
+
+What a child inherits from the server and is not reset: the state of every preloaded module,
+Python's hash seed, resource limits and the umask at the server's start (the driver changes
+none of them). numpy's global random state and multiprocessing's authentication key are drawn
+afresh in each child, as a fresh interpreter would.
+
+A forked child takes what was imported with the server's environment, so the server is used only
+for roles whose environment is the server's but for :data:`LATE_VARIABLES`, which hogwild
+reads only once a role runs. Any other difference, a kernel without pidfds, a server that did
+not start or has ended, and ``cluster.start_method = "spawn"`` start the role through the shim
+instead; each reason is told once, on stderr and in the log. The server talks to the driver
+over a socket pair inherited at its start (no path, so no limit on ``TMPDIR``'s length), ends
+when the driver closes its end (:meth:`RoleServer.close`, after the roles are stopped) or dies,
+once its last child has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import logging
+import os
+import select
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from hogwild.net.auth import IDENTITY_ENV
+
+PRELOAD = (
+    "hogwild.training.preload",  # numba and its target, numpy, what a worker imports
+    "hogwild.cluster.replica",
+    "hogwild.cluster.replica_role",
+    "hogwild.data.cli_data",
+    "zmq",
+)
+"""Modules the server imports before it forks any role: what parameter servers and replicas
+need. The entry points of :data:`PRELOAD_GROUPS` are loaded after them. Not ``hogwild.cli``
+itself: each role runs it as ``__main__``, as the shim does, and ``runpy`` warns about a module
+run that way that was imported before."""
+PRELOAD_GROUPS = (
+    "hogwild.commands",
+    "hogwild.parameter_stores",
+    "hogwild.controllers",
+    "hogwild.server_groups",
+    "hogwild.worker_groups",
+)
+LATE_VARIABLES = frozenset({IDENTITY_ENV, "PYTEST_CURRENT_TEST"})
+"""Variables that may differ between a role and its server: read only once the role runs."""
+
+SERVER = (
+    "import sys\n"
+    "from hogwild.cluster.role_server import serve\n"
+    "argv = serve(int(sys.argv[1]), int(sys.argv[2]))  # returns only in a forked role\n"
+    "sys.argv[:] = ['-c', *argv]\n"
+    "import runpy\n"
+    "runpy.run_module('hogwild.cli', run_name='__main__', alter_sys=True)\n"
+)
+"""``python -c SERVER DRIVER_PID FD``: the server, and (once :func:`serve` returns in a child)
+the role, run as the shim runs it."""
+
+STATUS = struct.Struct("=i")  # an exit code, as the server writes it into a role's status pipe
+MAX_REQUEST = 1 << 20  # bytes: a role's command line and environment
+EXIT_DRIVER_GONE = 143  # the shim's code for a driver that died before the role started
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+SERVER_LOST = -signal.SIGKILL
+"""A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
+
+logger = logging.getLogger(__name__)
+_said: set[str] = set()
+
+
+def say_once(reason: str) -> None:
+    """Tell, once per process, why a role starts through the shim rather than the server."""
+    if reason not in _said:
+        _said.add(reason)
+        message = f"hogwild: cluster roles start as fresh interpreters, not forked: {reason}"
+        logger.warning(message)
+        print(message, file=sys.stderr, flush=True)
+
+
+def role_title(argv) -> str:
+    """The process title of a forked role: the command line that would run it."""
+    return shlex.join([sys.executable, "-m", "hogwild.cli", *argv])
+
+
+# -- the driver's side -----------------------------------------------------------------------
+
+
+class ForkedRole:
+    """The driver's handle on a role the server forked: what the launcher uses of
+    :class:`subprocess.Popen` (``pid``, ``stderr``, ``returncode``, ``poll``, ``wait``,
+    ``send_signal``). It owns the role's stderr, status pipe and pidfd; the last two are closed
+    once the exit code is known."""
+
+    def __init__(self, pid: int, pidfd: int, status: int, stderr: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stderr = open(stderr, encoding="utf-8", errors="replace")  # noqa: SIM115 - owned
+        self._pidfd = pidfd
+        self._status = status
+        self._reading = threading.Lock()  # one reader of the status pipe at a time
+        self._fds = threading.Lock()  # the pidfd is never used while it is closed
+
+    def poll(self) -> int | None:
+        """The exit code if the role has exited (and the server said so), else None; None too
+        while another thread waits for it (as ``Popen.poll``)."""
+        if self.returncode is not None or not self._reading.acquire(blocking=False):
+            return self.returncode
+        try:
+            return self._read_status(0.0)
+        finally:
+            self._reading.release()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code, waiting at most ``timeout`` seconds (forever with None).
+
+        Raises:
+            subprocess.TimeoutExpired: Still running after ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._reading.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            try:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                code = self._read_status(left)
+            finally:
+                self._reading.release()
+        else:
+            code = self.returncode
+        if code is None:
+            raise subprocess.TimeoutExpired(f"role {self.pid}", timeout)
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the role if it has not exited (through its pidfd: never to a pid
+        reused since)."""
+        with self._fds:
+            if self.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signum)
+
+    def _read_status(self, timeout: float | None) -> int | None:
+        """(Holding ``_reading``.) The exit code once the server wrote it within ``timeout``."""
+        if self.returncode is not None:
+            return self.returncode
+        if not _readable([self._status], timeout):
+            return None
+        data = os.read(self._status, STATUS.size)
+        if len(data) == STATUS.size:
+            code = STATUS.unpack(data)[0]
+        else:  # the server ended first, which SIGKILLs its children: wait for this one
+            _readable([self._pidfd], 5.0)
+            code = SERVER_LOST
+        with self._fds:
+            self.returncode = code
+            os.close(self._status)
+            os.close(self._pidfd)
+        return code
+
+    def __del__(self) -> None:  # a handle dropped before its role was waited for
+        if getattr(self, "returncode", 0) is None:
+            for fd in (self._status, self._pidfd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+class RoleServer:
+    """The driver's end of one role server: started at the first :meth:`start_role`, ended by
+    :meth:`close`. Thread-safe."""
+
+    def __init__(self, title: str, start_timeout_s: float) -> None:
+        """``title``: the server's process title (name the job's run directory in it, so that
+        whatever looks for the job's processes finds it); ``start_timeout_s``: how long the
+        first role waits for the server to import what it preloads."""
+        self.title = title
+        self.start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._control: socket.socket | None = None
+        self._environment: dict[str, str] = {}
+        self._broken: str | None = None
+
+    def start_role(self, argv, env: dict | None = None, cwd: str | None = None):
+        """Fork ``hogwild ARGV`` from the server: a :class:`ForkedRole`, or None where the
+        server cannot be used for it (the reason told once: start it through the shim)."""
+        env = dict(os.environ if env is None else env)
+        with self._lock:
+            reason = self._usable(env)
+            if reason is not None:
+                say_once(reason)
+                return None
+            try:
+                return self._request(argv, env, cwd or os.getcwd())
+            except (OSError, ValueError) as error:
+                self._broken = f"the role server failed ({error})"
+                say_once(self._broken)
+                self._end(timeout_s=1.0)
+                return None
+
+    def _usable(self, env: dict) -> str | None:
+        from hogwild.training.zygote import pidfd_supported
+
+        if self._broken is not None:
+            return self._broken
+        if not pidfd_supported():
+            return "this kernel has no pidfd, by which a forked role watches its driver"
+        if self._process is None:
+            self._start()
+        elif self._process.poll() is not None:
+            self._broken = f"the role server ended (exit code {self._process.returncode})"
+            return self._broken
+        differs = sorted(
+            name
+            for name in (set(env) | set(self._environment)) - LATE_VARIABLES
+            if env.get(name) != self._environment.get(name)
+        )
+        if differs:
+            return f"the role's environment differs from the role server's in {', '.join(differs)}"
+        return None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._environment = dict(os.environ)
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()), self.title],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,  # a Ctrl-C in the terminal is the driver's alone
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(self.start_timeout_s)
+        self._control = ours
+
+    def _request(self, argv, env: dict, cwd: str) -> ForkedRole:
+        request = {
+            "argv": [str(arg) for arg in argv],
+            "env": env,
+            "cwd": cwd,
+            "cpus": sorted(os.sched_getaffinity(0)),
+        }
+        stderr_r, stderr_w = os.pipe()
+        status_r, status_w = os.pipe()
+        try:
+            socket.send_fds(self._control, [json.dumps(request).encode()], [stderr_w, status_w])
+        except BaseException:
+            for fd in (stderr_r, status_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(stderr_w)
+            os.close(status_w)
+        try:
+            data, fds, _, _ = socket.recv_fds(self._control, 4096, 1)
+            pid, pidfd = _parse_reply(data, fds)
+        except BaseException:
+            for fd in (stderr_r, status_r):
+                os.close(fd)
+            raise
+        return ForkedRole(pid, pidfd, status_r, stderr_r)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the server (call it once the roles are stopped): it leaves once its last child
+        has ended; after ``timeout_s`` it is killed, which SIGKILLs any role still running."""
+        with self._lock:
+            self._end(timeout_s)
+            self._broken = None
+
+    def _end(self, timeout_s: float) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._process is not None:
+            try:
+                self._process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+
+def _parse_reply(data: bytes, fds: list[int]) -> tuple[int, int]:
+    """The role's pid and pidfd from the server's reply (checked: one fd, a positive pid)."""
+    try:
+        reply = json.loads(data) if data else {}
+    except ValueError:
+        reply = {}
+    pid = reply.get("pid") if isinstance(reply, dict) else None
+    if not isinstance(pid, int) or pid <= 0 or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        said = reply.get("error") if isinstance(reply, dict) else None
+        raise ValueError(f"no role started: {said or 'the server sent ' + repr(data[:200])}")
+    return pid, fds[0]
+
+
+# -- the server's side -----------------------------------------------------------------------
+
+
+def serve(driver_pid: int, control_fd: int) -> list[str]:
+    """The server's loop. Returns only in a forked child, the role's ``hogwild`` argv, once the
+    child has become the role (see the module docstring); the server itself exits."""
+    if os.getppid() != driver_pid:
+        sys.exit(0)  # the driver is gone already
+    driver = os.pidfd_open(driver_pid)
+    if os.getppid() != driver_pid:  # the pidfd may name a process started since
+        sys.exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the roles, then this
+    title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
+    _set_title(title)
+    _preload()
+    if threading.active_count() != 1:  # a fork copies only the forking thread
+        print(f"hogwild role server: a preloaded module started a thread: "
+              f"{threading.enumerate()}", file=sys.stderr, flush=True)  # fmt: skip
+        sys.exit(1)
+    gc.freeze()  # the preloaded objects: no child's collection walks them, their pages stay shared
+    return _Server(driver, socket.socket(fileno=control_fd)).run()
+
+
+def _preload() -> None:
+    import importlib
+
+    from hogwild.entry_points import load, names
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    for group in PRELOAD_GROUPS:
+        for name in names(group):
+            with contextlib.suppress(Exception):  # the role that uses it says what is missing
+                load(group, name)
+
+
+def _set_title(title: str) -> None:
+    """``title`` as this process's command line, its name (``comm``) left as it was."""
+    import setproctitle
+
+    with open("/proc/self/comm", "rb") as comm:
+        name = comm.read().rstrip(b"\n")
+    setproctitle.setproctitle(title)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+class _Child:
+    """A role the server forked: its pidfd (readable once it exits) and status pipe."""
+
+    def __init__(self, pid: int, pidfd: int, status: int) -> None:
+        self.pid, self.pidfd, self.status = pid, pidfd, status
+
+
+class _Server:
+    def __init__(self, driver: int, control: socket.socket) -> None:
+        self.driver = driver
+        self.control: socket.socket | None = control
+        self.children: dict[int, _Child] = {}  # by pidfd
+
+    def run(self) -> list[str]:
+        """Serve until the driver closes its end or dies and the last child has been reaped."""
+        while self.control is not None or self.children:
+            watched = list(self.children)
+            if self.control is not None:
+                watched += [self.driver, self.control.fileno()]
+            for fd in _readable(watched, None):
+                if fd in self.children:
+                    self._reap(self.children.pop(fd))
+                elif fd == self.driver:  # each child watches it too, and stops
+                    self._stop_accepting()
+                elif self.control is not None and fd == self.control.fileno():
+                    argv = self._accept()
+                    if argv is not None:
+                        return argv  # in the child
+        sys.exit(0)
+
+    def _stop_accepting(self) -> None:
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+
+    def _reap(self, child: _Child) -> None:
+        _, status = os.waitpid(child.pid, 0)
+        with contextlib.suppress(OSError):  # the driver may have closed its end
+            os.write(child.status, STATUS.pack(os.waitstatus_to_exitcode(status)))
+        os.close(child.status)
+        os.close(child.pidfd)
+
+    def _accept(self) -> list[str] | None:
+        """Take one request; in the forked child, the role's argv, else None."""
+        try:
+            data, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST, 2)
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the driver closed its end
+            for fd in fds:
+                os.close(fd)
+            self._stop_accepting()
+            return None
+        try:
+            request = _parse_request(data, fds)
+        except ValueError as error:
+            for fd in fds:
+                os.close(fd)
+            self._reply({"error": str(error)}, [])
+            return None
+        stderr, status = fds
+        sys.stdout.flush()
+        sys.stderr.flush()
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._become_role(request, stderr, status, server)
+            except BaseException:  # never back into the server's loop
+                import traceback
+
+                traceback.print_exc()
+                os._exit(1)
+            return request["argv"]
+        os.close(stderr)
+        pidfd = os.pidfd_open(pid)  # before any wait: the pid cannot be reused yet
+        self.children[pidfd] = _Child(pid, pidfd, status)
+        self._reply({"pid": pid}, [pidfd])
+        return None
+
+    def _reply(self, reply: dict, fds: list[int]) -> None:
+        with contextlib.suppress(OSError):  # the driver has gone: found at the next select
+            socket.send_fds(self.control, [json.dumps(reply).encode()], fds)
+
+    def _become_role(self, request: dict, stderr: int, status: int, server: int) -> None:
+        """In the forked child: everything the shim and ``Popen`` would have given the role."""
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != server or _readable([self.driver], 0):
+            os._exit(EXIT_DRIVER_GONE)  # the server or the driver ended meanwhile
+        os.close(status)
+        for child in self.children.values():
+            os.close(child.status)
+            os.close(child.pidfd)
+        self.children = {}
+        os.close(self.control.detach())
+        self.control = None
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.dup2(stderr, 2)
+        os.close(devnull)
+        os.close(stderr)
+        for signum in (signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.sched_setaffinity(0, request["cpus"])
+        _set_title(role_title(request["argv"]))
+        if "numpy" in sys.modules:  # a fresh interpreter's global state is drawn afresh
+            sys.modules["numpy"].random.seed()
+        if "multiprocessing.process" in sys.modules:
+            sys.modules["multiprocessing.process"].current_process().authkey = os.urandom(32)
+        from hogwild.signals import die_with_pidfd
+
+        die_with_pidfd(self.driver, signal.SIGTERM)
+
+
+def _parse_request(data: bytes, fds: list[int]) -> dict:
+    """A request from the driver, checked: ``argv`` (strings), ``env`` (strings to strings),
+    ``cwd`` (a string), ``cpus`` (CPU numbers), and two fds (stderr, status).
+
+    Raises:
+        ValueError: Naming the field that is missing or of the wrong type.
+    """
+    if len(fds) != 2:
+        raise ValueError(f"a role request carries 2 fds (stderr, status), not {len(fds)}")
+    request = json.loads(data)
+    if not isinstance(request, dict):
+        raise ValueError("a role request is a JSON object")
+    argv, env, cwd, cpus = (request.get(key) for key in ("argv", "env", "cwd", "cpus"))
+    if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
+        raise ValueError("a role request's argv is a list of strings")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ValueError("a role request's env maps strings to strings")
+    if not isinstance(cwd, str):
+        raise ValueError("a role request's cwd is a string")
+    if not isinstance(cpus, list) or not cpus or not all(isinstance(c, int) for c in cpus):
+        raise ValueError("a role request's cpus is a non-empty list of CPU numbers")
+    return request
+
+
+def _readable(fds: list[int], timeout: float | None) -> list[int]:
+    """Those of ``fds`` readable (or hung up) within ``timeout`` seconds (None: no bound);
+    ``poll``, not ``select``, which refuses fds past 1023."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    wait_ms = None if timeout is None else max(0, int(timeout * 1000))
+    return [fd for fd, _ in poller.poll(wait_ms)]

@@ -1,0 +1,120 @@
+"""Roles forked from a role server are what the launcher's shim made of them, real roles each.
+
+One server (:class:`hogwild.cluster.role_server.RoleServer`) forks real data servers
+(``hogwild data serve``): a forked role is the leader of its own session, has ``/dev/null`` on
+stdin and stdout and the driver's pipe on stderr, runs in the directory it was given, is titled
+with its own command line (its process name left as Python's), and ends with the exit codes a
+spawned role has: 143 after SIGTERM, 2 after an error it names, -9 when SIGKILLed, or when its
+server is (a role never outlives its server, and the next role is started as a fresh one). An
+environment variable given to one role reaches that role and no other (each names its own key
+file in its error); a role whose environment differs from the server's in a variable read
+before a role runs is not forked, and the launcher is told why once. The job-level guarantees
+(a SIGKILLed driver takes its forked roles down; roles found by their command line) are in
+``tests/cluster/test_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hogwild.cluster.role_server import ForkedRole, RoleServer
+from hogwild.cluster.roles import tee_stderr
+from hogwild.net.auth import IDENTITY_ENV, ROSTER
+
+pytestmark = pytest.mark.slow
+
+STARTED_WITHIN_S = 240.0  # the server's first import of numba on a loaded 2-core machine
+
+
+def data_serve(source: Path | str) -> list[str]:
+    return ["data", "serve", str(source), "--bind", "127.0.0.1", "--port", "0"]
+
+
+class Started:
+    """A role forked by ``server``, its stderr read into ``lines``."""
+
+    def __init__(self, server: RoleServer, argv: list[str], **kw) -> None:
+        self.role = server.start_role(argv, **kw)
+        assert isinstance(self.role, ForkedRole), "the role was not forked"
+        self.lines: deque[str] = deque(maxlen=50)
+        self.ready = threading.Event()
+        self.reader = tee_stderr(self.role, os.devnull, self.lines, lambda _: self.ready.set())
+
+    def ended(self) -> tuple[int, str]:
+        """Its exit code and everything it said."""
+        code = self.role.wait(STARTED_WITHIN_S)
+        self.reader.join(10)  # its last lines are read after the exit
+        return code, "\n".join(self.lines)
+
+
+def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path):
+    server = RoleServer(f"hogwild role server of {tmp_path}", STARTED_WITHIN_S)
+    try:
+        serving = Started(server, data_serve(mnist_dir), cwd=str(tmp_path))
+        role = serving.role
+        assert serving.ready.wait(STARTED_WITHIN_S), list(serving.lines)
+        proc = psutil.Process(role.pid)
+        assert os.getsid(role.pid) == os.getpgid(role.pid) == role.pid  # its own session
+        assert f"hogwild role server of {tmp_path}" in " ".join(proc.parent().cmdline())
+        title = " ".join(proc.cmdline())
+        assert title.startswith(f"{sys.executable} -m hogwild.cli data serve {mnist_dir} ")
+        assert proc.name() == Path(sys.executable).name[:15]  # comm: as exec gave it
+        assert os.readlink(f"/proc/{role.pid}/fd/0") == os.devnull
+        assert os.readlink(f"/proc/{role.pid}/fd/1") == os.devnull
+        assert os.readlink(f"/proc/{role.pid}/fd/2").startswith("pipe:")
+        assert proc.cwd() == str(tmp_path)
+        assert role.poll() is None
+        role.send_signal(signal.SIGTERM)
+        code, said = serving.ended()
+        assert code == 143, said  # the CLI's SIGTERM path, as a spawned role's
+        role.send_signal(signal.SIGTERM)  # once it has exited: nothing is sent anywhere
+
+        code, said = Started(server, data_serve(tmp_path / "missing")).ended()
+        assert code == 2 and f"{tmp_path / 'missing'}: no such directory" in said, said
+
+        killed = Started(server, data_serve(mnist_dir))
+        killed.role.send_signal(signal.SIGKILL)
+        assert killed.ended()[0] == -signal.SIGKILL
+
+        orphaned = Started(server, data_serve(mnist_dir))  # its server killed: so is the role
+        assert orphaned.ready.wait(STARTED_WITHIN_S), list(orphaned.lines)
+        psutil.Process(orphaned.role.pid).parent().kill()
+        assert orphaned.ended()[0] == -signal.SIGKILL
+        assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
+    finally:
+        server.close()
+
+
+def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp_path, capfd):
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / ROSTER).write_text('{"roles": {}}')  # each role must then bring its own key pair
+    argv = [*data_serve(mnist_dir), "--keys", str(keys)]
+    server = RoleServer(f"hogwild role server of {tmp_path}", STARTED_WITHIN_S)
+    try:
+        said = {}
+        for name in ("a", "b"):
+            env = {**os.environ, IDENTITY_ENV: str(keys / f"{name}.key_secret")}
+            code, said[name] = Started(server, argv, env=env).ended()
+            assert code == 2, said[name]
+        assert "a.key_secret: missing" in said["a"] and "b.key_secret" not in said["a"]
+        assert "b.key_secret: missing" in said["b"] and "a.key_secret" not in said["b"]
+        code, none = Started(server, argv).ended()  # the driver's own environment: no key
+        assert code == 2 and f"set {IDENTITY_ENV} to its .key_secret file" in none, none
+
+        capfd.readouterr()
+        numba_differs = {**os.environ, "NUMBA_OPT": "1"}  # read when numba is imported
+        assert server.start_role(argv, env=numba_differs) is None
+        assert server.start_role(argv, env=numba_differs) is None
+        err = capfd.readouterr().err
+        assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err
+    finally:
+        server.close()
