@@ -50,11 +50,11 @@ class EtcdMemberHost:
             self.member = EtcdProcess(host=node_ip(), name=name, lease_floor_s=lease_floor_s,
                                       tls=tls)  # fmt: skip
 
-    def certificate_request(self) -> tuple[str, bytes]:
-        """The member's key made on this node; this node's address and a request naming it
-        (the request leaves the node, the key never does)."""
+    def certificate_request(self) -> bytes:
+        """The member's key made on this node; a request naming this node's address (the
+        request leaves the node, the key never does)."""
         self.own = private_base() / f"{self.name}-etcd-tls"
-        return node_ip(), request_certificate(self.own, MEMBER, node_ip())
+        return request_certificate(self.own, MEMBER, node_ip())
 
     def install(self, certificate: bytes, ca: bytes) -> None:
         """The driver's certificate for the key :meth:`certificate_request` made: the member
@@ -153,7 +153,7 @@ class RayEtcdCluster:
         requests = self._get([actor.certificate_request.remote() for actor in self.actors])
         signed = [
             self.ca.sign_member(request, placed[node], name)
-            for (_, request), node, name in zip(requests, nodes, names, strict=False)
+            for request, node, name in zip(requests, nodes, names, strict=False)
         ]
         self._get(
             [a.install.remote(c, self.ca.pem) for a, c in zip(self.actors, signed, strict=True)]
