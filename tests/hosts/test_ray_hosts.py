@@ -287,6 +287,12 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
                     sys.executable, "-m", "tests.hosts.etcd_probe",
                     *(str(far / "private-keys" / "etcd-driver" / f) for f in _DRIVER_TLS), *members,
                 ], cwd=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+                found = json.loads(probe.strip().splitlines()[-1])
+                assert set(found) == set(members)
+                refused = {"plain_refused": True, "names_its_address": True,
+                           "certless_refused": True}  # fmt: skip
+                for member, seen in found.items():  # beyond loopback: TLS, certificates required
+                    assert seen == {**refused, "certified_answered": True}, member
             while not (far / "cluster.json").is_file():  # every role started (removed at the end)
                 assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
                 time.sleep(0.2)
@@ -322,11 +328,6 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
             hosts.address(h) for h in (1, 2, 3)
         )  # a member on each node, the roles told all three
         assert start["config"]["cluster"]["etcd_tls"] == "job"  # each role its own certificate
-        found = json.loads(probe.strip().splitlines()[-1])
-        assert set(found) == set(members)
-        refused = {"plain_refused": True, "names_its_address": True, "certless_refused": True}
-        for member, seen in found.items():  # beyond loopback: TLS, client certificates required
-            assert seen == {**refused, "certified_answered": True}, member
         assert not (far / "private-keys" / "etcd-ca.key").exists()  # nothing signed any more
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and (_roles_left(hosts, far) or _etcd_left(hosts)):
