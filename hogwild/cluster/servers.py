@@ -43,13 +43,16 @@ class JobServers:
 
     def with_controller(self, config, say: Callable[[str], None], start_members=None):
         """``config`` with ``cluster.etcd`` the controller's address (the one given, or one
-        started for the job: by ``start_members``, the launcher's, where it has one) and an auto
-        ``ps.lease_s`` as short as it honours."""
+        started for the job: by ``start_members``, the launcher's, where it has one), its
+        certificates in ``cluster.etcd_tls`` (``"job"``: those the job made, each role its own),
+        and an auto ``ps.lease_s`` as short as it honours."""
         self.controller = open_controller(
             config.cluster.etcd, self.job, say, tls=config.cluster.etcd_tls or None,
             start_members=start_members,
         )  # fmt: skip
         changes = {"cluster.etcd": self.controller.address}
+        if self.controller.tls:  # the roles speak to it as the controller does ("job": their own)
+            changes["cluster.etcd_tls"] = self.controller.tls
         if not config.ps.lease_s:  # auto: as short as the controller honours
             changes["ps.lease_s"] = self.controller.min_lease_s
         return config.override(changes)

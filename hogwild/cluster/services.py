@@ -54,10 +54,13 @@ class Controller(Protocol):
     Attributes:
         address: ``HOST:PORT`` every role is told (``cluster.etcd``).
         min_lease_s: The shortest lease it honours: what ``ps.lease_s = 0`` (auto) becomes.
+        tls: The certificates every role speaks to it with (``cluster.etcd_tls``; ``"job"``:
+            made by the job, each role its own), None for plain HTTP.
     """
 
     address: str
     min_lease_s: float
+    tls: str | None
 
     def forget_server(self, index: int, group: int | None = None) -> None:
         """Parameter server ``index`` (of server group ``group``, in a job of several) died: end

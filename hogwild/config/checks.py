@@ -353,6 +353,13 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
             'node (ray launcher); give cluster.etcd = "HOST:PORT,HOST:PORT,..." of an etcd '
             "cluster every node can reach"
         )
+    if cluster.etcd_tls.strip() == "job" and (cluster.copies < 2 or cluster.launcher != "ray"):
+        fail(
+            f'cluster.etcd_tls = "job" with cluster.copies = {cluster.copies} and '
+            f"cluster.launcher = {cluster.launcher!r}: the job makes etcd certificates for the "
+            'etcd cluster it starts on Ray nodes (cluster.etcd = "job", copies > 1, launcher '
+            '"ray"); leave cluster.etcd_tls empty, or give DIR of certificates your etcd trusts'
+        )
     if cluster.copies > 1 and not cluster.etcd and cluster.launcher != "local":
         fail(
             f"cluster.copies = {cluster.copies} with cluster.launcher = {cluster.launcher!r}: "

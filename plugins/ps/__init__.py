@@ -22,9 +22,11 @@ Its packages import one another in one direction, from the top:
   ``client`` (:class:`~hogwild_plugins.ps.client.PSClient`) over ``connection`` (handshake,
   routing, exchange) and ``routing`` (the re-routing decisions, no I/O), ``etcd`` (the client of
   the controller holding the bucket map and primary leases), ``etcd_process`` (an etcd server,
-  or a cluster of members, on loopback), ``routes`` (the bucket map read from etcd), ``groups``
-  (several server groups kept in step), ``controller`` (what a cluster job asks of the
-  controller) and ``store`` (the ``ps`` parameter store a model replica trains through).
+  or a cluster of members, on loopback), ``etcd_tls`` (a directory of etcd certificates),
+  ``etcd_ca`` (the job's own CA, signing requests made on the nodes), ``routes`` (the bucket map
+  read from etcd), ``groups`` (several server groups kept in step), ``controller`` (what a
+  cluster job asks of the controller) and ``store`` (the ``ps`` parameter store a model replica
+  trains through).
 
 What ``hogwild cluster`` takes from this plugin it finds through entry points (the protocols are
 the core's, :mod:`hogwild.cluster.services`): ``controller`` (``hogwild.controllers``: the etcd

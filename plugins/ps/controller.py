@@ -8,7 +8,11 @@ server's lease ended at once so that its buckets fail over without waiting for i
 
 What it starts: ``cluster.etcd`` empty, one etcd on loopback; ``cluster.etcd = "job"``, the job's
 own etcd cluster of three members on loopback (:class:`~.etcd_process.EtcdCluster`), which goes
-on serving when one member is lost (the roles' clients fail over between the members).
+on serving when one member is lost (the roles' clients fail over between the members), or, where
+the launcher starts them on its nodes (``start_members``), one member per node: their traffic
+then leaves the node, and unless ``cluster.etcd_tls`` names the user's certificates it is TLS
+with certificates the job makes (``tls`` = ``"job"``, :mod:`~hogwild_plugins.ps.etcd_ca`), which
+:attr:`EtcdController.tls` says for the roles' config.
 
 Ownership: an etcd started here (its data in a directory of its own) is stopped by
 :meth:`EtcdController.close`, data and all, and dies with the driver if the driver is killed
@@ -33,9 +37,10 @@ from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
+from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
 from hogwild_plugins.ps.routes import etcd_prefix
 
-from hogwild.errors import HogwildError
+from hogwild.errors import ConfigError, HogwildError
 from hogwild.net.address import is_loopback, parse_address
 
 __all__ = ["GIVEN_ETCD_LEASE_S", "JOB_ETCD", "JOB_ETCD_MEMBERS", "EtcdController"]
@@ -56,6 +61,8 @@ class EtcdController:
         say: Where to tell the user about an etcd started for the job.
         tls: ``cluster.etcd_tls``: a directory of etcd certificates; HTTPS to the etcd given,
             and an etcd started here serves HTTPS with the directory's server certificate.
+            ``"job"`` (the default where the launcher starts the members): certificates the
+            job makes, only for the members the launcher starts.
         start_members: With ``"job"``: the launcher's way to start the members on its nodes
             (``start_members(count, tls)``: started, with ``address``, ``min_ttl_s`` and
             ``stop``); None: on this host's loopback.
@@ -67,12 +74,22 @@ class EtcdController:
     ) -> None:  # fmt: skip
         self.prefix, self.tls = etcd_prefix(job), tls or None
         self.process: EtcdProcess | EtcdCluster | None = None
-        if address.strip() == JOB_ETCD and start_members is not None:  # on the launcher's nodes
+        on_nodes = address.strip() == JOB_ETCD and start_members is not None
+        if self.tls == JOB_TLS and not on_nodes:
+            raise ConfigError(
+                'cluster.etcd_tls = "job": the job makes certificates only for the etcd cluster '
+                'it starts on the launcher\'s nodes (cluster.etcd = "job" with cluster.launcher '
+                f'= "ray"), not for cluster.etcd = {address!r}; give cluster.etcd_tls = DIR of '
+                "certificates that etcd trusts, or leave it empty"
+            )
+        if on_nodes:  # beyond this node: TLS, with the job's certificates unless given some
+            self.tls = self.tls or JOB_TLS
             self.process = start_members(JOB_ETCD_MEMBERS, self.tls)
             address = self.process.address
+            how = "certificates made by the job" if self.tls == JOB_TLS else self.tls
             say(
                 f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members, one per node, "
-                f"for the servers' copies on {address}"
+                f"for the servers' copies on {address} (TLS with client certificates: {how})"
             )
         elif address.strip() == JOB_ETCD:
             # each member's data its own, removed with it

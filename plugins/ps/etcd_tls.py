@@ -14,6 +14,12 @@ certificate; keys are created mode 0600, the directory mode 0700. :class:`EtcdTl
 directory, checking that what is needed is there, and says how etcd3gw's client and the etcd
 binary take it. etcd is started with ``--client-cert-auth``: a client without a certificate
 signed by the directory's CA is refused during the handshake.
+
+``cluster.etcd_tls = "job"`` (:data:`JOB`): the certificates the job made itself
+(:mod:`~hogwild_plugins.ps.etcd_ca`), a directory of each process's own on its own node: the
+driver's named by :func:`use_etcd_tls`, a role's by the environment variable
+:data:`ETCD_TLS_ENV` its launcher sets. A member's directory holds ``server.crt`` and
+``server.key`` alone: its certificate serves it as a client too.
 """
 
 from __future__ import annotations
@@ -30,9 +36,33 @@ from pathlib import Path
 
 from hogwild.errors import ConfigError
 
-__all__ = ["EtcdTls", "make_etcd_tls"]
+__all__ = ["ETCD_TLS_ENV", "JOB", "EtcdTls", "make_etcd_tls", "use_etcd_tls", "write_private"]
 
 CA, CLIENT, SERVER = "ca", "client", "server"
+JOB = "job"  # cluster.etcd_tls: the certificates the job makes (each process its own)
+ETCD_TLS_ENV = "HOGWILD_ETCD_TLS"
+"""The environment variable naming a role's own directory of job-made etcd certificates."""
+_own: Path | None = None
+
+
+def use_etcd_tls(directory: str | os.PathLike | None) -> None:
+    """This process's own directory of job-made certificates (what ``"job"`` means here);
+    None: the environment's again."""
+    global _own
+    _own = Path(directory) if directory is not None else None
+
+
+def _job_directory() -> Path:
+    if _own is not None:
+        return _own
+    named = os.environ.get(ETCD_TLS_ENV, "")
+    if not named:
+        raise ConfigError(
+            'cluster.etcd_tls = "job": this process has no certificate of the job (the job '
+            f"makes one for each role it starts, named by {ETCD_TLS_ENV}); a role started by "
+            "hand takes cluster.etcd_tls = DIR of certificates the etcd trusts"
+        )
+    return Path(named)
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,8 @@ class EtcdTls:
         Raises:
             ConfigError: A file is missing, naming it and how to make the directory.
         """
+        if str(directory) == JOB:
+            directory = _job_directory()
         tls = cls(Path(directory))
         needed = [tls.ca, tls.client_cert, tls.client_key]
         if server:
@@ -67,11 +99,18 @@ class EtcdTls:
 
     @property
     def client_cert(self) -> Path:
-        return self.directory / f"{CLIENT}.crt"
+        return self._client(f"{CLIENT}.crt", f"{SERVER}.crt")
 
     @property
     def client_key(self) -> Path:
-        return self.directory / f"{CLIENT}.key"
+        return self._client(f"{CLIENT}.key", f"{SERVER}.key")
+
+    def _client(self, name: str, member: str) -> Path:
+        """A client file, or a job-made member's own (its certificate serves it as a client)."""
+        mine = not (self.directory / f"{CLIENT}.crt").exists()
+        if mine and (self.directory / f"{SERVER}.crt").exists():
+            return self.directory / member
+        return self.directory / name
 
     @property
     def server_cert(self) -> Path:
@@ -142,6 +181,11 @@ def make_etcd_tls(
     except OSError as exc:
         raise ConfigError(f"{root}: cannot make etcd's certificates there ({exc})") from None
     return EtcdTls.load(root, server=True)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """A new key file, mode 0600 from its creation (never readable by others, even briefly)."""
+    _write(path, data, 0o600)
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:

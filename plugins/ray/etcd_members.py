@@ -8,18 +8,29 @@ node's address, the members are launched told of each other, and the cluster is 
 member grants leases. A member is an :class:`~hogwild_plugins.ps.etcd_process.EtcdProcess` of its
 actor (its data in the node's temporary directory): it dies with the actor (the kernel's
 parent-death signal), and :meth:`RayEtcdCluster.stop` stops each (its data removed) and kills
-the actors. Members serve TLS when ``cluster.etcd_tls`` names a
-directory at the same path on every node whose ``server.crt`` names the nodes' addresses; without
-it they serve plain HTTP, which the driver says.
+the actors. Members serve TLS: with certificates the job makes (``tls`` = ``"job"``, what
+``cluster.etcd_tls`` left empty means here), or from ``cluster.etcd_tls = DIR``, a directory at
+the same path on every node whose ``server.crt`` names the nodes' addresses.
+
+Job-made certificates (:mod:`~hogwild_plugins.ps.etcd_ca`): each member's actor makes the
+member's key on its node and a request naming the node's address
+(:meth:`EtcdMemberHost.certificate_request`); the driver's :class:`~.etcd_ca.JobCA` signs it
+only if that is the address of the node the driver placed it on (Ray's node table), and the
+actor installs the certificate beside the key (:meth:`EtcdMemberHost.install`, private to the
+user, removed with the member).
 """
 
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 
 import ray
+from hogwild_plugins.ps.etcd_ca import MEMBER, install_certificate, request_certificate
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
-from hogwild_plugins.ray.role_actor import node_ip
+from hogwild_plugins.ps.etcd_tls import JOB
+from hogwild_plugins.ray.role_actor import node_ip, private_base
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -32,7 +43,25 @@ class EtcdMemberHost:
     """One etcd member on this node (see the module docstring)."""
 
     def __init__(self, name: str, lease_floor_s: float, tls: str | None) -> None:
-        self.member = EtcdProcess(host=node_ip(), name=name, lease_floor_s=lease_floor_s, tls=tls)
+        self.name, self.lease_floor_s = name, lease_floor_s
+        self.own: Path | None = None  # the member's job-made key and certificate, on this node
+        self.member: EtcdProcess | None = None
+        if tls != JOB:
+            self.member = EtcdProcess(host=node_ip(), name=name, lease_floor_s=lease_floor_s,
+                                      tls=tls)  # fmt: skip
+
+    def certificate_request(self) -> bytes:
+        """The member's key made on this node; a request naming this node's address (the
+        request leaves the node, the key never does)."""
+        self.own = private_base() / f"{self.name}-etcd-tls"
+        return request_certificate(self.own, MEMBER, node_ip())
+
+    def install(self, certificate: bytes, ca: bytes) -> None:
+        """The driver's certificate for the key :meth:`certificate_request` made: the member
+        serves TLS with it."""
+        install_certificate(self.own, MEMBER, certificate, ca)
+        self.member = EtcdProcess(host=node_ip(), name=self.name,
+                                  lease_floor_s=self.lease_floor_s, tls=str(self.own))  # fmt: skip
 
     def urls(self) -> tuple[str, str]:
         """A client and a peer URL on this node's address, on ports free now."""
@@ -47,7 +76,10 @@ class EtcdMemberHost:
         return error, self.member.min_ttl_s
 
     def stop(self) -> None:
-        self.member.stop()
+        if self.member is not None:
+            self.member.stop()
+        if self.own is not None:
+            shutil.rmtree(self.own, ignore_errors=True)
 
 
 EtcdMemberActor = ray.remote(max_restarts=0, max_concurrency=1)(EtcdMemberHost)
@@ -58,8 +90,10 @@ class RayEtcdCluster:
     their client addresses (``HOST:PORT,...``), ``min_ttl_s`` the longest shortest lease."""
 
     def __init__(self, count: int, *, tls: str | None = None, lease_floor_s: float = 1.0,
-                 timeout_s: float = 60.0, prefix: str = "hogwild") -> None:  # fmt: skip
-        self.count, self.tls, self.lease_floor_s = count, tls, lease_floor_s
+                 timeout_s: float = 60.0, prefix: str = "hogwild", ca=None) -> None:  # fmt: skip
+        if (tls == JOB) != (ca is not None):
+            raise ValueError('the job\'s own certificates (tls="job") are signed by its CA (ca)')
+        self.count, self.tls, self.lease_floor_s, self.ca = count, tls, lease_floor_s, ca
         self.timeout_s, self.prefix = timeout_s, prefix
         self.actors: list = []
         self.address = ""
@@ -96,6 +130,8 @@ class RayEtcdCluster:
             ).remote(name, self.lease_floor_s, self.tls)
             for name, node in zip(names, nodes, strict=False)
         ]
+        if self.ca is not None:
+            self._certify(names, nodes)
         urls = self._get([actor.urls.remote() for actor in self.actors])
         initial = ",".join(f"{n}={peer}" for n, (_, peer) in zip(names, urls, strict=True))
         pairs = zip(self.actors, urls, strict=True)
@@ -109,6 +145,19 @@ class RayEtcdCluster:
         scheme = "https://" if self.tls else "http://"
         self.address = ",".join(client.removeprefix(scheme) for client, _ in urls)
         return self.address
+
+    def _certify(self, names: list[str], nodes: list[str]) -> None:
+        """Each member's request signed for the address of the node it was placed on (as Ray's
+        node table has it, not as the member says), the certificates sent back."""
+        placed = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        requests = self._get([actor.certificate_request.remote() for actor in self.actors])
+        signed = [
+            self.ca.sign_member(request, placed[node], name)
+            for request, node, name in zip(requests, nodes, names, strict=False)
+        ]
+        self._get(
+            [a.install.remote(c, self.ca.pem) for a, c in zip(self.actors, signed, strict=True)]
+        )
 
     def _get(self, refs: list, extra_s: float = 0.0) -> list:
         try:

@@ -35,6 +35,16 @@ roster) in a mirror on its node (private to its user, removed when the job stops
 is sent again as roles join); the data (``--data``) and keys kept elsewhere (``cluster.keys``)
 must be readable at the same path on every node.
 
+The job's own etcd cluster (``cluster.etcd = "job"``, :meth:`RayLauncher.start_etcd_cluster`)
+has a member on each of three nodes, so its traffic leaves the node: unless ``cluster.etcd_tls``
+names the user's certificates, the launcher makes the job's etcd CA
+(:class:`~hogwild_plugins.ps.etcd_ca.JobCA`, its key in ``RUN_DIR/private-keys``, removed when
+the job stops) and signs, as CURVE public keys are carried: each member's request (its key made
+on its node, the certificate naming exactly that node's address), the driver's own client
+certificate, and each etcd client role's request (parameter servers, replicas, members; made by
+the role's actor on its node at every start, :meth:`RoleHost.etcd_request
+<hogwild_plugins.ray.role_actor.RoleHost.etcd_request>`). No private key travels.
+
 Restarting a role that exited (:meth:`RayLauncher.restart`) clears what is left of its process
 group in its actor and starts it there again (same node; a data server keeps its address); a
 role whose actor was lost with it (its node) is placed anew: a replica anywhere, but a parameter
@@ -58,6 +68,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import ray
+from hogwild_plugins.ps.etcd_ca import CA_KEY, JobCA
+from hogwild_plugins.ps.etcd_tls import JOB, use_etcd_tls
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
@@ -84,6 +96,8 @@ CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
 STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
 FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
+ETCD_CLIENTS = ("ps", "replica", "member")  # the role kinds that speak to the job's etcd
+PRIVATE = "private-keys"  # the driver's own keys in the run directory (mode 0700)
 RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
 ADDRESSED_KINDS = ("ps", "data")  # roles the others were told the address of: kept at it
 
@@ -118,6 +132,7 @@ class RayLauncher(Launcher):
         self.homes: dict[str, str] = {}  # a lost server's node IP: where it must come back
         self._stopped = False
         self.etcd_members = None  # the job's own etcd cluster, one member per node
+        self.etcd_ca: JobCA | None = None  # its certificates' authority, made by the job
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
             join_ray(self.cluster, self.per_replica, self.members)
@@ -198,11 +213,17 @@ class RayLauncher(Launcher):
     def start_etcd_cluster(self, count: int, tls: str | None):
         """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
         node (:mod:`~hogwild_plugins.ray.etcd_members`), started; stopped by :meth:`stop_all`
-        (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``."""
+        (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``. ``tls``:
+        ``"job"``, certificates the job makes (the module docstring), or the user's directory.
+        """
         from hogwild_plugins.ray.etcd_members import RayEtcdCluster
 
+        if tls == JOB:
+            private = Path(self.run_dir) / PRIVATE
+            self.etcd_ca = JobCA.make(private)
+            use_etcd_tls(self.etcd_ca.client_directory(private / "etcd-driver", "driver").directory)
         members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
-                                 prefix=f"hogwild-{os.getpid()}")  # fmt: skip
+                                 prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
         self.etcd_members = members
         members.start()
         return members
@@ -240,6 +261,8 @@ class RayLauncher(Launcher):
         if self.job_keys is not None:  # every key in the roster before any of them starts:
             for role in roles:  # servers started together are each other's clients (copies);
                 self._identify(role, self._argv(role))  # a role placed anew has a new one
+        if self.etcd_ca is not None:
+            self._certify([r for r in roles if r.spec.kind in ETCD_CLIENTS])
         self._launch_all(roles)
         return self._wait_ready(roles, deadline)
 
@@ -275,6 +298,18 @@ class RayLauncher(Launcher):
         self.job_keys.publish = self._publish
         (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
         self.job_keys.enter(replace(role.spec, argv=tuple(argv)), public)
+
+    def _certify(self, roles: list[RayRole]) -> None:
+        """Each role's etcd client key made by its actor on its node, the request signed here
+        for the role's name, the certificate sent back (the roles side by side)."""
+        requests = self._get(
+            [r.actor.etcd_request.remote(self.run_dir) for r in roles], [r.spec for r in roles]
+        )
+        signed = [
+            r.actor.etcd_install.remote(self.etcd_ca.sign_client(q, r.spec.name), self.etcd_ca.pem)
+            for r, q in zip(roles, requests, strict=True)
+        ]
+        self._get(signed, [r.spec for r in roles])
 
     def _launch(self, role: RayRole):
         """Ask the role's actor to start its process (a request in flight): with the driver's
@@ -461,6 +496,8 @@ class RayLauncher(Launcher):
         finally:
             if self.etcd_members is not None:  # after the servers (their leases given back),
                 self.etcd_members.stop()  # before Ray goes (the members' data removed)
+            if self.etcd_ca is not None:  # nothing is signed for the job any more
+                (Path(self.run_dir) / PRIVATE / CA_KEY).unlink(missing_ok=True)
             remove_mirrors([role.actor for role in self.roles.values()])
             self._remove_actors()
             self._reported.update(self.roles)

@@ -42,6 +42,9 @@ import time
 from collections import deque
 from pathlib import Path
 
+from hogwild_plugins.ps.etcd_ca import CLIENT, install_certificate, request_certificate
+from hogwild_plugins.ps.etcd_tls import ETCD_TLS_ENV
+
 from hogwild.cluster.roles import kill_process_group, spawn_role, tee_stderr
 from hogwild.net.auth import IDENTITY_ENV, make_identity
 from hogwild.net.ports import free_port
@@ -59,8 +62,19 @@ def node_ip() -> str:
 def mirror_dir(run_dir: str) -> Path:
     """Where a node that cannot see ``run_dir`` keeps its mirror of it."""
     digest = hashlib.sha1(run_dir.encode()).hexdigest()[:12]
-    base = Path(tempfile.gettempdir()) / f"hogwild-ray-{os.getuid()}"
-    return base / f"{Path(run_dir).name}-{digest}"
+    return _base() / f"{Path(run_dir).name}-{digest}"
+
+
+def _base() -> Path:
+    return Path(tempfile.gettempdir()) / f"hogwild-ray-{os.getuid()}"
+
+
+def private_base() -> Path:
+    """The user's folder of mirrors and keys on this node, made or checked private
+    (:func:`_private_base`)."""
+    base = _base()
+    _private_base(base)
+    return base
 
 
 def _private_base(base: Path) -> None:
@@ -107,6 +121,7 @@ class RoleHost:
         self.log = ""
         self.mirrored: Path | None = None  # the run directory's mirror this actor made
         self.own_key: Path | None = None  # the role's secret key file, made on this node
+        self.own_etcd: Path | None = None  # the role's etcd client key and certificate, here
 
     def where(self) -> dict:
         """This node: ``host`` (its IP) and ``node_id``."""
@@ -125,6 +140,20 @@ class RoleHost:
         _private_base(local.parent)
         self.own_key, public = make_identity(local.parent / f"{local.name}-own-keys", self.name)
         return public
+
+    def etcd_request(self, run_dir: str) -> bytes:
+        """Make the role's etcd client key on this node (a new one at every start here); a
+        certificate signing request for it, the only part that leaves the node."""
+        local = mirror_dir(run_dir)
+        _private_base(local.parent)
+        folder = local.parent / f"{local.name}-etcd-tls"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        self.own_etcd = folder / self.name.replace(" ", "-")
+        return request_certificate(self.own_etcd, CLIENT)
+
+    def etcd_install(self, certificate: bytes, ca: bytes) -> None:
+        """The driver's certificate for the key :meth:`etcd_request` made, kept beside it."""
+        install_certificate(self.own_etcd, CLIENT, certificate, ca)
 
     def refresh(self, relative: str, data: bytes) -> None:
         """Replace one file of this node's mirror (the job's roster as roles join), whole."""
@@ -167,6 +196,8 @@ class RoleHost:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         if self.own_key is not None:  # the role's own key pair names it to the job's servers
             env = {**env, IDENTITY_ENV: str(self.own_key)}
+        if self.own_etcd is not None:  # the job's etcd knows the role by this certificate
+            env = {**env, ETCD_TLS_ENV: str(self.own_etcd)}
         self.process = spawn_role(
             argv, cwd=cwd if cwd and os.path.isdir(cwd) else None, env={**os.environ, **env}
         )
@@ -244,6 +275,11 @@ class RoleHost:
             with contextlib.suppress(OSError):  # the last role of the job on this node
                 self.own_key.parent.rmdir()
             self.own_key = None
+        if self.own_etcd is not None:
+            shutil.rmtree(self.own_etcd, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the last role of the job on this node
+                self.own_etcd.parent.rmdir()
+            self.own_etcd = None
 
     def reap(self, timeout_s: float) -> int | None:
         """Wait up to ``timeout_s`` for the role to be gone, close its pipe; its exit status."""
@@ -260,4 +296,4 @@ class RoleHost:
         return code
 
 
-__all__ = ["LAST_LINES", "RoleHost", "mirror_dir", "node_ip", "repath"]
+__all__ = ["LAST_LINES", "RoleHost", "mirror_dir", "node_ip", "private_base", "repath"]

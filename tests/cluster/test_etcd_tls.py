@@ -1,14 +1,26 @@
-"""etcd over TLS with client certificates: a real etcd started with the certificates a job
-makes (with the cryptography package, and with the openssl command), clients with and without
-them, and the driver's controller starting its etcd under ``cluster.etcd_tls``."""
+"""etcd over TLS with client certificates: a real etcd started with a directory of certificates
+(with the cryptography package, and with the openssl command), and with a member certificate the
+job's own CA signed for a request made where the member runs; clients with and without them
+(or with another CA's); the CA refusing a member's request for another address; the driver's
+controller starting its etcd under ``cluster.etcd_tls``."""
 
 from __future__ import annotations
+
+import base64
 
 import pytest
 import requests
 from hogwild_plugins.ps.controller import EtcdController
 from hogwild_plugins.ps.etcd import Etcd, EtcdProcess, EtcdUnavailable
-from hogwild_plugins.ps.etcd_tls import EtcdTls, make_etcd_tls
+from hogwild_plugins.ps.etcd_ca import (
+    CLIENT,
+    MEMBER,
+    CertificateRequestError,
+    JobCA,
+    install_certificate,
+    request_certificate,
+)
+from hogwild_plugins.ps.etcd_tls import JOB, EtcdTls, make_etcd_tls, use_etcd_tls
 
 from hogwild.errors import ConfigError
 
@@ -58,3 +70,71 @@ def test_a_tls_directory_missing_files_is_named(tmp_path):
         EtcdTls.load(tmp_path)
     with pytest.raises(ConfigError, match="server.crt"):
         Etcd("127.0.0.1:1", prefix="/p/", tls=str(tmp_path / "nowhere"))
+
+
+def _member(ca: JobCA, directory, address: str = "127.0.0.1") -> str:
+    """A member's directory as the job makes it: key and request here, signed by ``ca``."""
+    request = request_certificate(directory, MEMBER, address)
+    install_certificate(directory, MEMBER, ca.sign_member(request, address, "m0"), ca.pem)
+    return str(directory)
+
+
+def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path):
+    """A member's key and request made on its node, signed by the job's CA; an etcd started
+    with it answers a client the CA certified (the driver's, its key made where it runs) and
+    refuses in the handshake a client with no certificate or with another job's."""
+    ca = JobCA.make(tmp_path / "private")
+    assert (tmp_path / "private" / "etcd-ca.key").stat().st_mode & 0o777 == 0o600
+    member = _member(ca, tmp_path / "member")
+    assert (tmp_path / "member" / "server.key").stat().st_mode & 0o777 == 0o600
+    driver = ca.client_directory(tmp_path / "driver", "driver")
+    other = JobCA.make(tmp_path / "other-private").client_directory(tmp_path / "other", "driver")
+    with EtcdProcess(tls=member) as etcd:
+        etcd.start()
+        use_etcd_tls(driver.directory)  # what "job" means in the driver
+        try:
+            with Etcd(etcd.address, prefix="/hogwild/t/", tls=JOB) as client:
+                client.put("a", {"x": 1})
+                assert client.get("a")[0] == {"x": 1}
+        finally:
+            use_etcd_tls(None)
+        with Etcd(etcd.address, prefix="/hogwild/t/", timeout_s=1.0) as plain:  # plain HTTP
+            with pytest.raises(EtcdUnavailable):
+                plain.get("a")
+        url = f"https://{etcd.address}/v3/kv/range"
+        with pytest.raises(requests.exceptions.SSLError):  # TLS, but no certificate
+            requests.post(url, json={"key": "YQ=="}, verify=str(driver.ca), timeout=2.0)
+        with pytest.raises(requests.exceptions.SSLError):  # another job's CA's certificate
+            requests.post(url, json={"key": "YQ=="}, timeout=2.0, verify=str(driver.ca),
+                          cert=(str(other.client_cert), str(other.client_key)))  # fmt: skip
+        key = base64.b64encode(b"/hogwild/t/a").decode()  # the control: the CA's client reads
+        answer = requests.post(url, json={"key": key}, timeout=2.0, **driver.requests_options())
+        assert answer.status_code == 200 and answer.json()["count"] == "1"
+
+
+def test_the_jobs_ca_signs_a_member_only_for_the_address_it_was_placed_at(tmp_path):
+    ca = JobCA.make(tmp_path / "private")
+    request = request_certificate(tmp_path / "m", MEMBER, "10.0.0.2")
+    with pytest.raises(CertificateRequestError, match="names 10.0.0.2, but the driver placed"):
+        ca.sign_member(request, "10.0.0.1", "hogwild-etcd-0")
+    client_request = request_certificate(tmp_path / "c", CLIENT)  # names no address at all
+    with pytest.raises(CertificateRequestError, match="names nothing"):
+        ca.sign_member(client_request, "10.0.0.1", "hogwild-etcd-0")
+    with pytest.raises(CertificateRequestError, match="not a PEM request"):
+        ca.sign_client(b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n", "ps 0")
+    forged = bytearray(client_request)  # another subject, under the request's signature
+    at = client_request.index(b"\n") + 40  # inside the subject's name ("hogwild etcd client")
+    forged[at] = ord("A") if forged[at] != ord("A") else ord("B")
+    with pytest.raises(CertificateRequestError, match="not signed by the key it carries"):
+        ca.sign_client(bytes(forged), "ps 0")
+    with pytest.raises(CertificateRequestError, match="not for its key"):  # a certificate for
+        install_certificate(tmp_path / "c", CLIENT, ca.sign_member(request, "10.0.0.2", "m"),
+                            ca.pem)  # another key is not installed  # fmt: skip
+    assert not (tmp_path / "c" / "client.crt").exists()
+
+
+def test_job_made_certificates_are_refused_for_an_etcd_the_job_does_not_start(tmp_path):
+    with pytest.raises(ConfigError, match='cluster.etcd_tls = "job": the job makes'):
+        EtcdController("", "tlsjob", print, tls=JOB)
+    with pytest.raises(ConfigError, match="has no certificate of the job"):
+        Etcd("127.0.0.1:1", prefix="/p/", tls=JOB)

@@ -23,7 +23,10 @@ three-epoch job.)
 ``NODE_CPUS`` x 3 is exactly what the job's roles ask, so the first test also shows a job that
 asks one CPU more refused at once, with what it needs and what there is. The Sandblaster and
 AllReduce groups' jobs take the one-host run's steps; the AllReduce one runs under the job's own
-etcd cluster, a member on each Ray node.
+etcd cluster, a member on each Ray node, speaking TLS with certificates the job made: from
+outside the job (:mod:`tests.hosts.etcd_probe`), every member refuses a plain-HTTP request and a
+TLS client without a certificate, and answers the driver's (the control) with a certificate
+naming its own address; the job's CA key and every role's and member's etcd key are gone after.
 """
 
 from __future__ import annotations
@@ -188,6 +191,24 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     assert not (mirror.parent / f"{mirror.name}-own-keys").exists()  # the roles' key pairs
 
 
+_DRIVER_TLS = ("ca.crt", "client.crt", "client.key")  # the driver's job-made etcd certificate
+
+
+def _job_etcd(run_dir: Path, driver: subprocess.Popen, deadline: float) -> list[str]:
+    """The job's own etcd members' client addresses, from the config the driver writes into
+    ``run_dir`` once they serve (before it starts a role)."""
+    while True:
+        assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+        for path in run_dir.glob("*.json"):
+            try:
+                etcd = json.loads(path.read_text())["cluster"]["etcd"]
+            except (ValueError, KeyError, TypeError, OSError):  # another file, or half written
+                continue
+            if etcd and etcd != "job":
+                return etcd.split(",")
+        time.sleep(0.2)
+
+
 def _etcd_left(hosts: Hosts) -> list[str]:
     """etcd members the job started (named ``hogwild-PID-etcd-I``) still alive in hosts 1 to 3."""
     left = []
@@ -226,7 +247,8 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
 
     The AllReduce job across the hosts also has its servers' buckets copied (copies = 2) under
     the job's own etcd cluster (``cluster.etcd = "job"``): a member on each Ray node, every
-    role told all three, none left once the job ends (copies change no step: the same sums)."""
+    role told all three, none left once the job ends (copies change no step: the same sums);
+    its traffic is TLS with client certificates the job made (probed from outside)."""
     hosts = cluster["hosts"]
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)  # the one-host framework tests' model and subset
@@ -259,6 +281,18 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
         )
         try:
             deadline = time.monotonic() + JOB_WITHIN_S
+            if "--cluster.etcd=job" in far_more:  # its members up: probed from outside the job
+                members = _job_etcd(far, driver, deadline)
+                probe = hosts.check(1, [
+                    sys.executable, "-m", "tests.hosts.etcd_probe",
+                    *(str(far / "private-keys" / "etcd-driver" / f) for f in _DRIVER_TLS), *members,
+                ], cwd=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+                found = json.loads(probe.strip().splitlines()[-1])
+                assert set(found) == set(members)
+                refused = {"plain_refused": True, "names_its_address": True,
+                           "certless_refused": True}  # fmt: skip
+                for member, seen in found.items():  # beyond loopback: TLS, certificates required
+                    assert seen == {**refused, "certified_answered": True}, member
             while not (far / "cluster.json").is_file():  # every role started (removed at the end)
                 assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
                 time.sleep(0.2)
@@ -289,11 +323,16 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     assert losses(far) == pytest.approx(losses(one), rel=1e-4), (losses(far), losses(one))
     assert len(losses(one)) == 3 and losses(one)[-1] < losses(one)[0]
     if "--cluster.etcd=job" in far_more:
-        members = start["config"]["cluster"]["etcd"].split(",")
+        assert start["config"]["cluster"]["etcd"].split(",") == members
         assert sorted(m.rpartition(":")[0] for m in members) == sorted(
             hosts.address(h) for h in (1, 2, 3)
         )  # a member on each node, the roles told all three
+        assert start["config"]["cluster"]["etcd_tls"] == "job"  # each role its own certificate
+        assert not (far / "private-keys" / "etcd-ca.key").exists()  # nothing signed any more
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and (_roles_left(hosts, far) or _etcd_left(hosts)):
         time.sleep(0.5)
     assert _roles_left(hosts, far) == [] and _etcd_left(hosts) == []
+    mirror = mirror_dir(str(far.resolve()))  # the roles' and the members' etcd keys, every host
+    assert not (mirror.parent / f"{mirror.name}-etcd-tls").exists()
+    assert not list(mirror.parent.glob("hogwild-*-etcd-*-etcd-tls"))

@@ -176,6 +176,15 @@ def test_the_jobs_own_etcd_cluster_needs_copies_and_a_launcher_that_starts_it():
     assert config_from_dict(on_ray).cluster.etcd == "job"  # a member per Ray node
 
 
+def test_job_made_etcd_certificates_need_the_jobs_etcd_on_ray():
+    on_ray = {"etcd": "job", "etcd_tls": "job", "copies": 3, "ps": 3, "launcher": "ray"}
+    assert config_from_dict(small(cluster=on_ray)).cluster.etcd_tls == "job"
+    said = error_of(small(cluster={**on_ray, "launcher": "local"}))  # members on loopback
+    assert 'cluster.etcd_tls = "job"' in said and "cluster.launcher = 'local'" in said
+    said = error_of(small(cluster={**on_ray, "copies": 1, "ps": 1, "etcd": ""}))  # no etcd
+    assert 'cluster.etcd_tls = "job"' in said and "cluster.copies = 1" in said
+
+
 @pytest.mark.parametrize("value", [1.5, "2", True])
 def test_evaluate_every_must_be_an_integer(value):
     assert "train.evaluate_every must be int" in error_of(small(train={"evaluate_every": value}))

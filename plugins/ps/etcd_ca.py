@@ -1,0 +1,288 @@
+"""The job's own CA for its etcd: keys and requests made on the nodes, signed by the driver.
+
+A job that starts its own etcd cluster on other nodes (``cluster.etcd = "job"`` with the Ray
+launcher) makes the certificates itself, as it makes its CURVE keys: a private key never leaves
+the node it was made on, only certificate signing requests and certificates travel.
+
+- The driver makes the job's CA (:meth:`JobCA.make`): its key in the driver's private directory
+  (mode 0600, never sent anywhere), its certificate public.
+- A member of the etcd cluster makes its key on its node and a request naming the node's
+  address (:func:`request_certificate`, ``MEMBER``); the driver signs it only if the request
+  names exactly the address the driver placed the member at (:meth:`JobCA.sign_member`): a
+  member cannot obtain a certificate for another node's address.
+- A client role (a parameter server, a replica, a group's member, the driver itself) makes its
+  key and a request on its node (``CLIENT``); the driver signs a client certificate for the
+  role's name (:meth:`JobCA.sign_client`), good for TLS client authentication only.
+- The certificate and the CA's go back to the node (:func:`install_certificate`), into a
+  directory :class:`~hogwild_plugins.ps.etcd_tls.EtcdTls` reads (``ca.crt``, ``client.crt`` and
+  ``client.key``; a member's ``server.crt`` and ``server.key``, which also serve it as a client).
+
+Every request's signature is checked (it proves its sender holds the key) and its names are
+checked against what the driver knows, never taken from the request: the certificate the driver
+signs carries the names the driver chose.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from pathlib import Path
+
+from hogwild_plugins.ps.etcd_tls import CA, CLIENT, SERVER, EtcdTls, write_private
+
+from hogwild.errors import ConfigError, HogwildError
+
+__all__ = [
+    "CLIENT",
+    "MEMBER",
+    "CertificateRequestError",
+    "JobCA",
+    "install_certificate",
+    "request_certificate",
+]
+
+MEMBER = SERVER  # an etcd member's certificate: its files are server.crt and server.key
+CA_KEY = "etcd-ca.key"
+MAX_REQUEST_BYTES = 16 << 10  # a PEM request of one EC key and one address is under 1 KiB
+DAYS = 30
+
+
+class CertificateRequestError(HogwildError):
+    """A certificate signing request the job's CA refuses (named, with why)."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _name(common: str):
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+class JobCA:
+    """The job's etcd certificate authority, held by the driver (see the module docstring).
+
+    Args:
+        key: The CA's private key (a ``cryptography`` EC key).
+        certificate: The CA's certificate.
+    """
+
+    def __init__(self, key, certificate) -> None:
+        self.key, self.certificate = key, certificate
+
+    @classmethod
+    def make(cls, private: str | os.PathLike, days: int = DAYS) -> JobCA:
+        """A new CA, its key written to ``private/etcd-ca.key`` (mode 0600; ``private`` made
+        mode 0700). A resumed job's is made anew: its members are new too.
+
+        Raises:
+            ConfigError: The cryptography package is missing, or ``private`` cannot be written.
+        """
+        try:
+            from cryptography import x509
+            from cryptography.hazmat.primitives import hashes, serialization
+            from cryptography.hazmat.primitives.asymmetric import ec
+        except ImportError:
+            raise ConfigError(
+                'cluster.etcd = "job" on other nodes makes the etcd certificates with the '
+                "cryptography package: pip install 'hogwild[cluster]' (or cryptography), or give "
+                "your own with cluster.etcd_tls = DIR"
+            ) from None
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = _name("hogwild job etcd CA")
+        now = _now()
+        certificate = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(
+                digital_signature=False, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256())
+        )  # fmt: skip
+        root = Path(private)
+        try:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = root / CA_KEY
+            path.unlink(missing_ok=True)
+            write_private(path, key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption()))  # fmt: skip
+        except OSError as exc:
+            raise ConfigError(f"{root}: cannot keep the job's etcd CA there ({exc})") from None
+        return cls(key, certificate)
+
+    @property
+    def pem(self) -> bytes:
+        """The CA's certificate (public), what every member and client trusts."""
+        from cryptography.hazmat.primitives import serialization
+
+        return self.certificate.public_bytes(serialization.Encoding.PEM)
+
+    def sign_member(self, request: bytes, address: str, member: str) -> bytes:
+        """A member certificate (server and peer TLS, and client of the other members) for the
+        request of ``member``, placed by the driver at ``address``: the request must name
+        exactly that address and nothing else.
+
+        Raises:
+            CertificateRequestError: The request is malformed, not signed by its key, or names
+                anything but ``address``.
+        """
+        from cryptography import x509
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+
+        csr = self._checked(request, member)
+        try:
+            asked = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            asked = x509.SubjectAlternativeName([])
+        expected = _alternative_name(address)
+        if list(asked) != [expected]:
+            named = ", ".join(str(getattr(n, "value", n)) for n in asked) or "nothing"
+            raise CertificateRequestError(
+                f"{member}: its certificate request names {named}, but the driver placed it at "
+                f"{address}; a member's certificate names exactly its node's address"
+            )
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        return self._issue(csr, f"hogwild etcd member {member}", usages, [expected])
+
+    def sign_client(self, request: bytes, role: str) -> bytes:
+        """A client certificate for role ``role`` (its name, client authentication only; no
+        address: a client serves nothing) for the request made on its node.
+
+        Raises:
+            CertificateRequestError: The request is malformed or not signed by its key.
+        """
+        from cryptography.x509.oid import ExtendedKeyUsageOID
+
+        csr = self._checked(request, role)
+        return self._issue(csr, f"hogwild etcd client {role}", [ExtendedKeyUsageOID.CLIENT_AUTH])
+
+    def client_directory(self, directory: str | os.PathLike, role: str) -> EtcdTls:
+        """A client certificate for a role on this node (the driver's own): its key made in
+        ``directory`` here, the request signed at once."""
+        request = request_certificate(directory, CLIENT)
+        return install_certificate(directory, CLIENT, self.sign_client(request, role), self.pem)
+
+    def _checked(self, request: bytes, who: str):
+        from cryptography import x509
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        if not isinstance(request, bytes) or len(request) > MAX_REQUEST_BYTES:
+            raise CertificateRequestError(
+                f"{who}: its certificate request is not PEM bytes under {MAX_REQUEST_BYTES} bytes"
+            )
+        try:
+            csr = x509.load_pem_x509_csr(request)
+        except ValueError as exc:
+            raise CertificateRequestError(
+                f"{who}: its certificate request is not a PEM request ({exc})"
+            ) from None
+        try:
+            signed, key = csr.is_signature_valid, csr.public_key()
+        except (ValueError, UnsupportedAlgorithm) as exc:
+            raise CertificateRequestError(
+                f"{who}: its certificate request's key cannot be read ({exc})"
+            ) from None
+        if not signed:
+            raise CertificateRequestError(
+                f"{who}: its certificate request is not signed by the key it carries"
+            )
+        if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+            raise CertificateRequestError(f"{who}: expected an EC P-256 key in its request")
+        return csr
+
+    def _issue(self, csr, common: str, usages: list, names: list | None = None) -> bytes:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+
+        now = _now()
+        builder = (
+            x509.CertificateBuilder().subject_name(_name(common))
+            .issuer_name(self.certificate.subject).public_key(csr.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(self.certificate.not_valid_after_utc)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        )  # fmt: skip
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        certificate = builder.sign(self.key, hashes.SHA256())
+        return certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def _alternative_name(address: str):
+    from cryptography import x509
+
+    try:
+        return x509.IPAddress(ipaddress.ip_address(address))
+    except ValueError:
+        return x509.DNSName(address)
+
+
+def request_certificate(directory: str | os.PathLike, kind: str, address: str = "") -> bytes:
+    """On the node that will use it: a new key in ``directory`` (made mode 0700; the key file
+    0600, replacing an earlier one) and a certificate signing request for it, the only part
+    that leaves the node. ``kind`` is :data:`CLIENT` or :data:`MEMBER` (whose request names
+    ``address``, the node's)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if kind not in (CLIENT, MEMBER) or (kind == MEMBER) != bool(address):
+        raise ValueError(f"kind {kind!r}, address {address!r}: a member names its address")
+    root = Path(directory)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root.chmod(0o700)
+    key = ec.generate_private_key(ec.SECP256R1())
+    path = root / f"{kind}.key"
+    path.unlink(missing_ok=True)
+    (root / f"{kind}.crt").unlink(missing_ok=True)  # a restarted role's old one is not its key's
+    write_private(path, key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))  # fmt: skip
+    builder = x509.CertificateSigningRequestBuilder().subject_name(_name(f"hogwild etcd {kind}"))
+    if address:
+        names = x509.SubjectAlternativeName([_alternative_name(address)])
+        builder = builder.add_extension(names, critical=False)
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def install_certificate(
+    directory: str | os.PathLike, kind: str, certificate: bytes, ca: bytes
+) -> EtcdTls:
+    """On the node: the signed ``certificate`` for the key :func:`request_certificate` made in
+    ``directory``, and the CA's, written there; the directory, checked.
+
+    Raises:
+        CertificateRequestError: ``certificate`` is not for this directory's key.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    root = Path(directory)
+    key = serialization.load_pem_private_key((root / f"{kind}.key").read_bytes(), None)
+    try:
+        given = x509.load_pem_x509_certificate(certificate).public_key()
+        x509.load_pem_x509_certificate(ca)
+    except ValueError as exc:
+        raise CertificateRequestError(f"{root}: the certificate sent is not PEM ({exc})") from None
+    der, info = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    mine = key.public_key().public_bytes(der, info)
+    given = given.public_bytes(der, info)
+    if given != mine:
+        raise CertificateRequestError(f"{root}: the certificate sent is not for its key")
+    for name, data in ((f"{kind}.crt", certificate), (f"{CA}.crt", ca)):
+        temporary = root / f".{name}.{os.getpid()}.tmp"
+        temporary.write_bytes(data)
+        os.replace(temporary, root / name)
+    return EtcdTls.load(root, server=kind == MEMBER)
