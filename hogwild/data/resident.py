@@ -82,7 +82,7 @@ def load_source(path: str, ram_budget_bytes: int | None = None) -> ResidentSourc
     Raises:
         DataError: The source is missing, incomplete or malformed (naming it).
     """
-    from hogwild.data.cache import is_image_cache
+    from hogwild.data.layout import is_image_cache
 
     if path not in (None, "mnist") and is_image_cache(path):
         return _load_cache(str(path), ram_budget_bytes)
