@@ -25,11 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.model.compile import compile_lock
 from hogwild.training import checkpoint as ckpt
-from hogwild.training.api import TrainedModel, evaluate_model
 from hogwild.training.metrics import NOT_EVALUATED
-from hogwild.training.trainer import save_checkpoint
 
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
 WARMING_S = 60.0  # the longest the start-up's prediction is waited for (a cold cache compiles)
@@ -94,6 +91,11 @@ class EpochRecords:
             self._warming.start()
 
     def _warm(self) -> None:
+        # The kernels' modules load here, on the thread, and only in a job that evaluates: a
+        # driver otherwise computes nothing with them, and numba alone is most of a second.
+        from hogwild.model.compile import compile_lock
+        from hogwild.training.api import TrainedModel
+
         model = TrainedModel(self.config, self.network, np.zeros(self.network.n_params, np.float32))
         # under the host's compile lock: from a cold cache the replicas compile the same forward
         # kernels, and two processes compiling them at once on the same cores waste one of them
@@ -143,6 +145,8 @@ class EpochRecords:
         """The pulled model's test figures (on the evaluation thread: touches nothing shared)."""
         if not self.n_test:
             return {}
+        from hogwild.training.api import TrainedModel, evaluate_model  # the kernels: see _warm
+
         started = time.perf_counter()
         model = TrainedModel(self.config, self.network, ended.params)
         tested = evaluate_model(model, self.data, self.eval_threads)
@@ -179,6 +183,8 @@ class EpochRecords:
         if self.replace_old:
             ckpt.remove_checkpoints(self.config.output.checkpoint_dir)
             self.replace_old = False
+        from hogwild.training.trainer import save_checkpoint  # the trainer's modules load numba
+
         return save_checkpoint(
             self.config, self.network, ended.params, ended.velocity, record["epoch"], record,
             self.history, self.n_classes, self.n_train, self.data,
