@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from hogwild.training import checkpoint as ckpt
+from hogwild.training.epoch_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED
 
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
@@ -183,8 +184,6 @@ class EpochRecords:
         if self.replace_old:
             ckpt.remove_checkpoints(self.config.output.checkpoint_dir)
             self.replace_old = False
-        from hogwild.training.trainer import save_checkpoint  # the trainer's modules load numba
-
         return save_checkpoint(
             self.config, self.network, ended.params, ended.velocity, record["epoch"], record,
             self.history, self.n_classes, self.n_train, self.data,

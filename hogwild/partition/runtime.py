@@ -49,11 +49,12 @@ from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training import checkpoint as ckpt
 from hogwild.training import zygote
+from hogwild.training.epoch_checkpoint import save_checkpoint
 from hogwild.training.job import epoch_permutation, subset_indices
 from hogwild.training.metrics import NOT_EVALUATED, MetricsWriter
 from hogwild.training.placement import describe_cpus, worker_placements
 from hogwild.training.resume import check_directory, starting_point
-from hogwild.training.trainer import TrainResult, save_checkpoint
+from hogwild.training.trainer import TrainResult
 
 START_TIMEOUT_S = 600.0  # a partition attaches and loads its kernels from numba's cache
 STOP_TIMEOUT_S = 5.0

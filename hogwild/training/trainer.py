@@ -45,6 +45,7 @@ from hogwild.signals import deferred_signals, interrupts_not_lost, terminate_as_
 from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
 from hogwild.training import zygote
+from hogwild.training.epoch_checkpoint import save_checkpoint
 from hogwild.training.gang import WorkerGang
 from hogwild.training.job import (
     CONTROL_COMPILED,
@@ -516,54 +517,6 @@ class Trainer:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
-
-
-def save_checkpoint(
-    config: Config,
-    network: Network,
-    params: np.ndarray,
-    velocity: np.ndarray,
-    epoch: int,
-    record: dict,
-    history: list[dict],
-    n_classes: int,
-    n_train: int,
-    data,
-    extra: dict | None = None,
-    moments: dict[str, np.ndarray] | None = None,
-):
-    """Write the checkpoint of ``epoch`` into ``output.checkpoint_dir``; its sidecar's path.
-
-    The weights under PyTorch's names and layouts, the velocity and Adam's per-worker
-    ``moments`` (:func:`hogwild.training.moments.moments_state`) as the optimizer state, and in
-    the sidecar the resolved config, the epoch, the schedule's learning rate, the seed, the data
-    position, the epoch's metrics and the history (:mod:`hogwild.training.checkpoint`).
-    """
-    weights = {k: v.copy() for k, v in network.views(params).items()}
-    optimizer_state = {f"{k}.momentum": v.copy() for k, v in network.views(velocity).items()}
-    optimizer_state.update(moments or {})
-    info = {
-        "config": config.to_dict(),
-        "epoch": epoch,
-        "optimizer": {"rule": config.optim.rule, "lr": record["lr"]},
-        "seeds": {"seed": config.train.seed},
-        "data_position": {"next_epoch": epoch + 1, "examples_per_epoch": n_train},
-        "metrics": record,
-        "history": history,
-        "connections": network.connections,
-        "n_classes": n_classes,
-        **(extra or {}),  # a PyTorch module's names (torch_names), float inputs (inputs)
-    }
-    if isinstance(data, CacheData):
-        info["data"] = {"cache": data.path, "classes": list(data.classes)}
-    return ckpt.write_checkpoint(
-        config.output.checkpoint_dir,
-        epoch,
-        weights,
-        optimizer_state,
-        info,
-        keep=config.output.keep_checkpoints,
-    )
 
 
 def run_training(
