@@ -94,7 +94,7 @@ class EpochRecords:
     def _warm(self) -> None:
         # The kernels' modules load here, on the thread, and only in a job that evaluates: a
         # driver otherwise computes nothing with them, and loading numba is much of a start-up.
-        from hogwild.model.compile import compile_lock
+        from hogwild.locks import compile_lock
         from hogwild.training.api import TrainedModel
 
         model = TrainedModel(self.config, self.network, np.zeros(self.network.n_params, np.float32))

@@ -7,10 +7,12 @@ line's parser (every subcommand, the plugins' included) and ``hogwild config sho
 info``, the modules of ``hogwild cluster status``, ``hogwild ps status`` and ``hogwild plot``, a
 data server of MNIST idx files without augmentation (loaded, started on loopback, stopped), and the
 cluster's driver (its modules, its data, its plan, and the plugins it opens at start: the launcher,
-the parameter servers' store, controller and server groups). After each, the child says whether
-numba or SciPy is loaded and, if so, the chain of imports that first brought it. The processes that
-do call kernels (parameter servers, replicas, a data server that augments or reads an LMDB cache,
-``hogwild train`` and ``hogwild eval``, the driver once it evaluates) are not checked here, except
+the parameter servers' store, controller and server groups), and the modules of a replica and of
+``hogwild train``'s parent (which load the kernels only to compile them when numba's cache lacks
+them, or for a store's epoch-end merge). After each, the child says whether numba or SciPy is loaded
+and, if so, the chain of imports that first brought it. The processes that do call kernels
+(parameter servers, the workers of a replica or of ``hogwild train``, a data server that augments or
+reads an LMDB cache, ``hogwild eval``, the driver once it evaluates) are not checked here, except
 that a data server which augments still loads its kernel at start (last, once the others are
 checked).
 """
@@ -102,6 +104,10 @@ step("hogwild ps status", lambda: __import__("hogwild.net.channel"))
 step("hogwild plot", lambda: __import__("hogwild.training.curves"))
 step("hogwild data serve (idx files, no augmentation)", data_server)
 step("hogwild cluster (the driver, until it evaluates)", driver)
+step(
+    "a replica and hogwild train's parent, until they compile (their workers run the kernels)",
+    lambda: (__import__("hogwild.cluster.replica"), __import__("hogwild.training.api")),
+)
 step("hogwild data serve (augmenting: runs the warp kernel)", augmenting_data_server)
 print(json.dumps(steps))
 """
@@ -114,7 +120,7 @@ def test_processes_that_call_no_kernel_load_neither_numba_nor_scipy(mnist_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     steps = json.loads(done.stdout.strip().splitlines()[-1])
     *without_kernels, augmenting = steps
-    assert len(without_kernels) == 7 and "numba" in augmenting["loaded"]
+    assert len(without_kernels) == 8 and "numba" in augmenting["loaded"]
     loaded = [s for s in without_kernels if s["loaded"]]
     assert loaded == [], "\n".join(
         f"{s['step']}: {m} imported through {' <- '.join(reversed(chain))}"
