@@ -326,8 +326,7 @@ def _cluster(args, overrides: dict[str, str]) -> int:
 
         return print_status(args.target, as_json=args.json, job=args.job, keys=args.keys)
     from hogwild.cluster.driver import ClusterDriver
-    from hogwild.data.plan import load_data
-    from hogwild.training.api import with_source
+    from hogwild.data.plan import load_data, with_source
 
     _configure_logging(args)
     config = _resolve(args, overrides, "cluster")

@@ -56,7 +56,10 @@ def compile_once(what: dict, compile: Callable[[], None]) -> bool:
 
 def _digest(what: dict) -> str:
     """The record's name: ``what``, this CPU as numba targets it, the interpreter and numba."""
-    import numba
+    # numba's version without importing numba: a start that finds its kernels compiled need
+    # not load it
+    from importlib.metadata import version
+
     from llvmlite import binding
 
     host = {
@@ -66,7 +69,7 @@ def _digest(what: dict) -> str:
         "features": os.environ.get("NUMBA_CPU_FEATURES")
         or binding.get_host_cpu_features().flatten(),
         "python": sys.version,
-        "numba": numba.__version__,
+        "numba": version("numba"),
     }
     return hashlib.sha256(json.dumps(host, sort_keys=True).encode()).hexdigest()[:24]
 

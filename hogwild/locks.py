@@ -54,3 +54,11 @@ def machine_lock(step: str, timeout_s: float = 300.0):
         if held:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def compile_lock(timeout_s: float = 300.0):
+    """Hold this host's lock for compiling the engine's kernels while inside (see
+    :func:`machine_lock`): jobs, or replicas, starting together compile one after the other, so
+    the second loads what the first compiled. Here, not beside the kernels: a process that finds
+    them compiled takes the lock without loading numba."""
+    return machine_lock("kernels", timeout_s)

@@ -25,9 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hogwild.model.compile import compile_lock
 from hogwild.training import checkpoint as ckpt
-from hogwild.training.api import TrainedModel, evaluate_model
 from hogwild.training.job_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED
 
@@ -94,6 +92,11 @@ class EpochRecords:
             self._warming.start()
 
     def _warm(self) -> None:
+        # The kernels' modules load here, on the thread, and only in a job that evaluates: a
+        # driver otherwise computes nothing with them, and loading numba is much of a start-up.
+        from hogwild.locks import compile_lock
+        from hogwild.training.api import TrainedModel
+
         model = TrainedModel(self.config, self.network, np.zeros(self.network.n_params, np.float32))
         # under the host's compile lock: from a cold cache the replicas compile the same forward
         # kernels, and two processes compiling them at once on the same cores waste one of them
@@ -143,6 +146,8 @@ class EpochRecords:
         """The pulled model's test figures (on the evaluation thread: touches nothing shared)."""
         if not self.n_test:
             return {}
+        from hogwild.training.api import TrainedModel, evaluate_model  # the kernels: see _warm
+
         started = time.perf_counter()
         model = TrainedModel(self.config, self.network, ended.params)
         tested = evaluate_model(model, self.data, self.eval_threads)

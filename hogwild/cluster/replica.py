@@ -48,7 +48,7 @@ from hogwild.cluster.serving import POLL_S, ReplicaServer
 from hogwild.config.topology import resolve_topology
 from hogwild.errors import ConfigError
 from hogwild.logs import role_logger
-from hogwild.model.random import worker_seed
+from hogwild.model.seeds import worker_seed
 from hogwild.net.fencing import fencing_token
 from hogwild.shm.sweeper import sweep_report
 from hogwild.training.job import CONTROL_EPOCH, EPOCH_CLOSED, STAT_EXAMPLES, epoch_permutation

@@ -33,6 +33,7 @@ from hogwild.data.layout import (
     MAX_DBS,
     Manifest,
     acquire_environment,
+    is_image_cache,
     labels_key,
     manifest_of,
     open_meta,
@@ -45,12 +46,6 @@ from hogwild.data.record import decode, header_prefix, record_size
 from hogwild.errors import DataError
 
 __all__ = ["ImageCache", "Manifest", "is_image_cache", "open_cache", "read_manifest"]
-
-
-def is_image_cache(path: str | os.PathLike) -> bool:
-    """Whether ``path`` looks like an LMDB image cache (a directory with ``data.mdb``), as opposed
-    to a directory of idx files; :func:`open_cache` still validates it."""
-    return (Path(path) / "data.mdb").is_file()
 
 
 def open_cache(

@@ -36,21 +36,28 @@ from hogwild.data.augment import (
 from hogwild.data.prefetch import DEFAULT_TIMEOUT_S, Prefetcher
 
 
-def compile_data_kernels() -> None:
+def compile_data_kernels(*, render: bool = True, gather: bool = True) -> None:
     """Compile (or load from numba's cache) every data kernel a worker runs.
 
     The trainer calls it once (through :func:`hogwild.model.compile.compile_kernels`), or finds
     them compiled, before its workers load their kernels, as the model's kernels are: workers then
-    load the compiled code instead of each compiling it.
+    load the compiled code instead of each compiling it. A data server asks only for what it
+    runs (:attr:`hogwild.data.resident.Delivery.renders`, an LMDB cache's reads): one that runs
+    neither does not call this, and never loads numba.
+
+    Args:
+        render: The augmentation's warp (:func:`hogwild.data.augment.augment_batch`).
+        gather: The batched LMDB reads (:mod:`hogwild.data.lmdb_gather`), where liblmdb's C API
+            is available.
     """
     from hogwild.data import lmdb_gather
 
-    for channels in (1, 3):
+    for channels in (1, 3) if render else ():
         images = np.zeros((1, 4, 4, channels), np.uint8)
         out = np.empty_like(images)
         for params in (identity_params(1), draw_params(AugmentSpec(rotate=10), 0, 0, [0], (4, 4))):
             augment_batch(images, out, params)
-    if lmdb_gather.AVAILABLE:  # an empty batch: typed and compiled, LMDB never called
+    if gather and lmdb_gather.AVAILABLE:  # an empty batch: typed and compiled, LMDB never called
         lmdb_gather.gather_records(
             0,
             0,

@@ -13,7 +13,12 @@ import numpy as np
 
 from hogwild.errors import DataError
 
-__all__ = ["check_labels"]
+__all__ = ["LABEL_DTYPE", "check_labels"]
+
+# The labels' type wherever the kernels take them (:mod:`hogwild.model.loops`: one compilation
+# for every source); int32: a feed's labels, and the data server's wire format, are int32,
+# whatever the data set. Here, not beside the kernels: a job's layout needs it without them.
+LABEL_DTYPE = np.int32
 
 
 def check_labels(labels: np.ndarray, n_classes: int, where: str, records=None) -> None:

@@ -59,6 +59,14 @@ def record_key(index: int) -> bytes:
     return index.to_bytes(8, "big")
 
 
+def is_image_cache(path: str | os.PathLike) -> bool:
+    """Whether ``path`` looks like an LMDB image cache (a directory with ``data.mdb``), as opposed
+    to a directory of idx files; :func:`hogwild.data.cache.open_cache` still validates it. Here,
+    not beside the reader: the processes that only ask (a data server of idx files, a driver)
+    load neither the reader's numba kernel nor numba."""
+    return (Path(path) / "data.mdb").is_file()
+
+
 @dataclass(frozen=True)
 class SplitInfo:
     """One split of a cache: how many records, their SHA-256, how many images were skipped."""

@@ -248,8 +248,19 @@ def load_data(
         return data
     source = data if data is not None else config.data.source
     if source not in (None, "mnist"):
-        from hogwild.data.cache import is_image_cache
+        from hogwild.data.layout import is_image_cache
 
         if is_image_cache(source):
             return CacheData.from_manifest(source)
     return load_mnist(source, progress=config.output.progress)
+
+
+def with_source(config: Config, data: MnistData | CacheData) -> Config:
+    """``config`` with ``data.source`` naming where ``data`` was read from.
+
+    The checkpoints record it, so ``hogwild eval DIR`` finds the same data without ``--data``.
+    """
+    source = data.path if isinstance(data, CacheData) else data.source
+    if not source or source == config.data.source or not os.path.isdir(source):
+        return config
+    return config.override({"data.source": str(source)})

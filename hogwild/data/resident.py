@@ -82,7 +82,7 @@ def load_source(path: str, ram_budget_bytes: int | None = None) -> ResidentSourc
     Raises:
         DataError: The source is missing, incomplete or malformed (naming it).
     """
-    from hogwild.data.cache import is_image_cache
+    from hogwild.data.layout import is_image_cache
 
     if path not in (None, "mnist") and is_image_cache(path):
         return _load_cache(str(path), ram_budget_bytes)
@@ -263,6 +263,8 @@ class Delivery:
 
     Attributes:
         shape: (C, h, w) of a delivered image.
+        renders: Whether delivering runs the warp kernel (augmenting, or a view other than the
+            stored bytes); False: the stored images go out as they are, without numba.
         data_id: A 64-bit id of the source's content, the augmentation and (when augmenting) the
             seed: two servers with the same id deliver the same bytes.
     """
@@ -276,6 +278,8 @@ class Delivery:
             raise DataError(f"{source.path}: data.augment does not fit its images: {exc}") from None
         self.shape = (channels, oh, ow)
         self._plain = channels == 1 and (oh, ow) == source.shape[:2]
+        # Whether fill ever runs the warp kernel: to augment, or to render a centre view
+        self.renders = bool(self.spec.random) or not self._plain
         self.augmenter = Augmenter(self.spec, seed, channels_first=True)
         spec_text = json.dumps(dataclasses.asdict(self.spec), sort_keys=True)
         random_seed = seed if self.spec.random else ""

@@ -93,7 +93,8 @@ class DataServer:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Address:
-        """Compile the data kernels, start rendering, the serve threads and the network thread.
+        """Compile the data kernels it runs, start rendering, the serve threads and the network
+        thread.
 
         Returns:
             The address it listens on (with the real port when it was 0).
@@ -101,10 +102,14 @@ class DataServer:
         from hogwild.data.feed import compile_data_kernels
         from hogwild.locks import machine_lock
 
-        # Data servers starting together: the first compiles, the others load what it wrote. A
-        # lock of their own: the parameter servers' kernels are other code, compiled meanwhile.
-        with machine_lock("data-kernels"):
-            compile_data_kernels()
+        # Only the kernels this server runs: one serving stored idx images as they are runs none,
+        # and loading numba for nothing would be most of its start-up. Data servers starting
+        # together: the first compiles, the others load what it wrote. A lock of their own: the
+        # parameter servers' kernels are other code, compiled meanwhile.
+        render, gather = self.delivery.renders, self.delivery.source.kind == "cache"
+        if render or gather:
+            with machine_lock("data-kernels"):
+                compile_data_kernels(render=render, gather=gather)
         try:
             self.router = Router(self.address, self, keys=self.keys,
                                  reply_hwm=reply_hwm(REQUEST_BYTES))  # fmt: skip

@@ -18,7 +18,7 @@ section 3.2.4 makes the same moves with hand-tuned assembly.
 
 Activations stay in the engine's per-example rows (``act[b, offset:]``); operands that are not
 rows of one example are gathered into the worker's scratch vector, which
-:func:`batch_scratch_size` sizes.
+:func:`hogwild.model.scratch_sizes.batch_scratch_size` sizes.
 """
 
 import numpy as np
@@ -181,16 +181,6 @@ def _im2row(x, x_off, rows, C, H, W, Ho, Wo, K, S, P):
                             ix = ix0 + kx
                             inside = ix >= 0 and ix < W
                             rows[at + uint64(kx)] = x[line + ix] if inside else 0.0
-
-
-# packed_size's Python function: plain arithmetic, so building a network needs no compiled code
-_packed_floats = packed_size.py_func
-
-
-def packed_conv_weights_size(maps: int, taps: int) -> int:
-    """Floats of a convolution's packed weights: ``W`` for the forward product, ``W^T`` for the
-    backward one (see :func:`pack_conv_weights`)."""
-    return int(_packed_floats(maps, taps) + _packed_floats(taps, maps))
 
 
 @kernel(cache=True, nogil=True, fastmath=True)
@@ -445,26 +435,3 @@ def fc_weight_update_batch(
         s2,
         s3,
     )
-
-
-def batch_scratch_size(layers_dims, batch: int) -> int:
-    """Floats of scratch the batched kernels need for ``batch`` examples.
-
-    Args:
-        layers_dims: per weighted layer, ``("conv", C, O, Ho*Wo, K)`` or ``("fc", n_in, n_out)``.
-        batch: the largest minibatch.
-    """
-    size = 1
-    for dims in layers_dims:
-        if dims[0] == "conv":  # one example's unfolded input and its packed output gradient
-            _, c, o, plane, k = dims
-            size = max(size, c * k * k * plane + _packed_floats(o, plane))
-        else:
-            _, n_in, n_out = dims
-            size = max(
-                size,
-                batch * (n_in + n_out),
-                _packed_floats(n_out, batch),
-                _packed_floats(batch, n_out),
-            )
-    return size

@@ -3,10 +3,10 @@
 The kernels are ``njit(cache=True)``: the first call compiles them and writes the machine code to
 numba's on-disk cache (``NUMBA_CACHE_DIR``, set by :mod:`hogwild.runtime`). Running one tiny
 training step and one evaluation here, with exactly the argument types the workers use, means the
-workers load the cached code instead of each compiling it again. The workers start beside it;
-once the trainer says its compile step is done (a flag in the arena's control block), each calls
-this function itself, which then loads, before it says it is ready. :func:`compile_lock` makes
-jobs, or replicas, starting together compile one after the other, so the second loads what the
+workers load the cached code instead of each compiling it again. The workers start beside it; once
+the trainer says its compile step is done (a flag in the arena's control block), each calls this
+function itself, which then loads, before it says it is ready. :func:`~hogwild.locks.compile_lock`
+makes jobs, or replicas, starting together compile one after the other, so the second loads what the
 first compiled instead of compiling it again on the same cores. A start whose kernels the cache
 already holds skips the parent's step (:func:`hogwild.compile_records.compile_once`).
 
@@ -18,17 +18,14 @@ kernels the feed runs.
 
 import numpy as np
 
-from hogwild.locks import machine_lock
+from hogwild.locks import compile_lock
 from hogwild.model import loops
 from hogwild.model.context import TrainingContext
 from hogwild.model.network import Network
 from hogwild.model.random import seed_kernels
 from hogwild.optim.rules import RULE_CODES
 
-
-def compile_lock(timeout_s: float = 300.0):
-    """Hold this host's compile lock while inside (see :func:`hogwild.locks.machine_lock`)."""
-    return machine_lock("kernels", timeout_s)
+__all__ = ["compile_kernels", "compile_lock"]
 
 
 def compile_kernels(

@@ -36,6 +36,8 @@ applied to the weights as they leave the registers.
 from numba import njit
 
 from hogwild.jit import kernel
+from hogwild.model.scratch_sizes import MR  # rows of A per panel (and of a register block of C)
+from hogwild.model.scratch_sizes import packed_size as _packed_size
 from hogwild.model.simd import (
     data_ptr,
     lanes,
@@ -52,14 +54,12 @@ from hogwild.model.simd import (
     vzero,
 )
 
-MR = 5  # rows of A per panel (and of a register block of C)
 SET, ADD, BIAS, SGD, MOMENTUM = range(5)
 
 
-@kernel(cache=True, nogil=True)
-def packed_size(m, k):
-    """Floats :func:`pack_a` writes for an ``m x k`` matrix."""
-    return (m + MR - 1) // MR * MR * k
+# Floats pack_a writes for an m x k matrix, callable from the kernels (the arithmetic's one source
+# is hogwild.model.scratch_sizes, which plans networks without compiled code).
+packed_size = kernel(cache=True, nogil=True)(_packed_size)
 
 
 @kernel(cache=True, nogil=True, fastmath=True)

@@ -26,6 +26,7 @@ label type.
 
 import numpy as np
 
+from hogwild.data.labels import LABEL_DTYPE
 from hogwild.jit import kernel
 from hogwild.model.batch_kernels import fc_weight_update_batch
 from hogwild.model.layer_kernels import (
@@ -58,9 +59,6 @@ from hogwild.model.passes import (
 )
 from hogwild.model.update import apply_adam, apply_update
 from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
-
-# int32: a feed's labels (and the data server's wire format) are int32, whatever the data set
-LABEL_DTYPE = np.int32
 
 __all__ = [
     "LABEL_DTYPE",

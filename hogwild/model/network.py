@@ -25,7 +25,7 @@ import numpy as np
 
 from hogwild.config import LayerConfig, ModelConfig
 from hogwild.errors import ConfigError
-from hogwild.model.batch_kernels import batch_scratch_size, packed_conv_weights_size
+from hogwild.model.scratch_sizes import batch_scratch_size, packed_conv_weights_size
 
 # Op codes of the engine.
 OP_CONV, OP_MAXPOOL, OP_FC, OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT, OP_SOFTMAX = range(8)

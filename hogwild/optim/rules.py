@@ -32,18 +32,26 @@ checkpoints keep them and a resumed job continues them (:mod:`hogwild.training.m
 import numpy as np
 
 from hogwild.jit import kernel
+from hogwild.optim.rule_codes import (
+    ADAPTIVE_RULES,
+    RULE_ADAM,
+    RULE_ADAMW,
+    RULE_CODES,
+    RULE_MOMENTUM,
+    RULE_SGD,
+    moments_size,
+)
 
-RULE_SGD = 0
-RULE_MOMENTUM = 1
-RULE_ADAM = 2
-RULE_ADAMW = 3
-RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM, "adam": RULE_ADAM, "adamw": RULE_ADAMW}
-ADAPTIVE_RULES = ("adam", "adamw")  # the rules whose state is a worker's moments
-
-
-def moments_size(n_params: int) -> int:
-    """Floats of a worker's Adam state: ``m``, ``v`` and the step count."""
-    return 2 * n_params + 1
+__all__ = [
+    "ADAPTIVE_RULES",
+    "RULE_ADAM",
+    "RULE_ADAMW",
+    "RULE_CODES",
+    "RULE_MOMENTUM",
+    "RULE_SGD",
+    "moments_size",
+    "update_range",
+]
 
 
 @kernel(cache=True, nogil=True, fastmath=True)

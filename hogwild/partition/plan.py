@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from hogwild.errors import ConfigError
-from hogwild.model.batch_kernels import batch_scratch_size, packed_conv_weights_size
 from hogwild.model.network import (
     ALIGN_FLOATS,
     COL_B,
@@ -58,6 +57,7 @@ from hogwild.model.network import (
     OP_TANH,
     Network,
 )
+from hogwild.model.scratch_sizes import batch_scratch_size, packed_conv_weights_size
 
 SOFTMAX_OWNER = 0
 ELEMENT_WISE = (OP_RELU, OP_TANH, OP_SIGMOID, OP_DROPOUT)  # act on the units they follow

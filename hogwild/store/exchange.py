@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from hogwild.errors import HogwildError
-from hogwild.store.kernels import capture_vectors, copy_ranges
 
 POLL_S = 0.5  # the thread's idle wake-up, to notice a stop
 FINISH_TIMEOUT_S = 300.0  # a flush that takes longer than this is a failure, not a wait
@@ -166,6 +165,11 @@ class Exchanger:
     ) -> None:
         if owned is not None and layers:
             raise ValueError("an exchanger of owned ranges moves deltas only, not vectors")
+        # The kernels load with the first exchanger, in the leader that runs them: a process
+        # that only plans a store (``hogwild info``, the cluster's driver) loads no numba.
+        from hogwild.store import kernels
+
+        self.kernels = kernels
         self.home, self.copy, self.base = home, copy, base
         self.n_push, self.n_fetch, self.unit = n_push, n_fetch, max(1, unit)
         self.layers = layers
@@ -265,7 +269,7 @@ class Exchanger:
             raise ExchangeError(f"{self._thread.name}: vector buffer overflow")
         scale = 1.0 / n if self._batch > 1 else 1.0
         for i, layer in enumerate(self.layers):
-            capture_vectors(
+            self.kernels.capture_vectors(
                 context.act,
                 context.dact,
                 n,
@@ -288,7 +292,7 @@ class Exchanger:
         if push and self.layers and self._current.rows:
             started = time.perf_counter()
             with self._fc_lock:  # the fc progress is in the buffer now, not in copy - base
-                copy_ranges(self.base, self.copy, self.fc_ranges)
+                self.kernels.copy_ranges(self.base, self.copy, self.fc_ranges)
             handed, self._current = self._current, self._take_free_buffer()
             self._waited += time.perf_counter() - started
         with self._cond:

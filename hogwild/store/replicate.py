@@ -20,39 +20,35 @@ import numpy as np
 from hogwild.compile_records import compile_once
 from hogwild.store.copies import CopiesStore, fc_layers
 from hogwild.store.exchange import FcLayer, Home, VectorBuffer
-from hogwild.store.kernels import (
-    apply_vectors,
-    capture_vectors,
-    copy_ranges,
-    exchange_ranges,
-    merge_pulled,
-    pull_ranges,
-    push_ranges,
-)
 
 
 class ArenaHome(Home):
     """The home copy in the arena, reached directly from the leader's thread."""
 
     def __init__(self, home: np.ndarray, layers: tuple[FcLayer, ...] = ()) -> None:
+        # The kernels load with the first home, in the leader that runs them: a process that only
+        # plans the store (``hogwild info``, a parent) loads no numba.
+        from hogwild.store import kernels
+
+        self.kernels = kernels
         self.home = home
         largest = max((layer.n_in * layer.n_out for layer in layers), default=0)
         self._gradient = np.zeros(largest, dtype=np.float32)  # one layer's outer products
 
     def push(self, copy, base, ranges) -> None:
-        push_ranges(self.home, copy, base, ranges)
+        self.kernels.push_ranges(self.home, copy, base, ranges)
 
     def fetch(self) -> np.ndarray:
         return self.home
 
     def merge(self, values, copy, base, ranges) -> None:
         if values is self.home:
-            pull_ranges(self.home, copy, base, ranges)  # reads each home value once
+            self.kernels.pull_ranges(self.home, copy, base, ranges)  # reads each home value once
         else:
-            merge_pulled(values, copy, base, ranges)
+            self.kernels.merge_pulled(values, copy, base, ranges)
 
     def exchange(self, copy, base, ranges) -> np.ndarray:
-        exchange_ranges(self.home, copy, base, ranges)
+        self.kernels.exchange_ranges(self.home, copy, base, ranges)
         return self.home
 
     def push_vectors(self, layers: tuple[FcLayer, ...], buffer: VectorBuffer) -> None:
@@ -60,7 +56,7 @@ class ArenaHome(Home):
             start, stop = layer.weights
             weights = self.home[start:stop].reshape(layer.n_out, layer.n_in)
             gradient = self._gradient[: stop - start].reshape(layer.n_out, layer.n_in)
-            apply_vectors(
+            self.kernels.apply_vectors(
                 weights,
                 buffer.acts[i],
                 buffer.errs[i],
@@ -77,6 +73,8 @@ class ReplicateStore(CopiesStore):
     name = "replicate"
 
     def gather_home(self) -> None:
+        from hogwild.store.kernels import exchange_ranges  # see ArenaHome
+
         params, _, base = self.copies
         everything = np.array([[0, self.network.n_params]], dtype=np.int64)
         for row in range(params.shape[0]):
@@ -86,6 +84,16 @@ class ReplicateStore(CopiesStore):
         compile_once({"kernels": "replicate-store", "vectors": self.vectors}, self._compile)
 
     def _compile(self) -> None:
+        from hogwild.store.kernels import (
+            apply_vectors,
+            capture_vectors,
+            copy_ranges,
+            exchange_ranges,
+            merge_pulled,
+            pull_ranges,
+            push_ranges,
+        )
+
         one = np.zeros(4, dtype=np.float32)
         ranges = np.array([[0, 4]], dtype=np.int64)
         for kernel in (push_ranges, pull_ranges, exchange_ranges, merge_pulled):

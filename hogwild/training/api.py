@@ -27,7 +27,7 @@ from hogwild.config import Config, config_from_dict, load_config
 from hogwild.data.arrays import INPUTS_AS_GIVEN, array_data
 from hogwild.data.datasets import cache_dataset, is_map_dataset
 from hogwild.data.mnist import MnistData
-from hogwild.data.plan import CacheData, augmenting, load_data
+from hogwild.data.plan import CacheData, augmenting, load_data, with_source
 from hogwild.data.tables import is_table, read_table
 from hogwild.errors import CheckpointError, ConfigError, DataError
 from hogwild.model.network import Network, build_network
@@ -203,17 +203,6 @@ def _run(
         initial=torch_model.weights,
         names=torch_model.names,
     )
-
-
-def with_source(config: Config, data: MnistData | CacheData) -> Config:
-    """``config`` with ``data.source`` naming where ``data`` was read from.
-
-    The checkpoints record it, so ``hogwild eval DIR`` finds the same data without ``--data``.
-    """
-    source = data.path if isinstance(data, CacheData) else data.source
-    if not source or source == config.data.source or not os.path.isdir(source):
-        return config
-    return config.override({"data.source": str(source)})
 
 
 @dataclass

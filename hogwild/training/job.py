@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hogwild.model.loops import LABEL_DTYPE
+from hogwild.data.labels import LABEL_DTYPE
 from hogwild.model.network import Network
 from hogwild.shm.arena import ArenaLayout
 

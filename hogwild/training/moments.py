@@ -24,7 +24,7 @@ import numpy as np
 
 from hogwild.errors import CheckpointError
 from hogwild.model.network import Network
-from hogwild.optim.rules import ADAPTIVE_RULES, moments_size
+from hogwild.optim.rule_codes import ADAPTIVE_RULES, moments_size
 
 MOMENTS_REGION = "moments"
 STEP_KEY = "adam_step"

@@ -32,9 +32,9 @@ from hogwild.data.arrays import INPUTS_AS_GIVEN, input_normalisation
 from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, plan_data
 from hogwild.errors import ConfigError
-from hogwild.model.compile import compile_kernels, compile_lock
+from hogwild.locks import compile_lock
 from hogwild.model.network import Network, build_network
-from hogwild.model.random import worker_seed
+from hogwild.model.seeds import worker_seed
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.interval import update_every
 from hogwild.optim.schedule import epoch_rates
@@ -300,6 +300,10 @@ class Trainer:
         }
 
         def compile_engine() -> None:
+            # the kernels' modules load only when they must be compiled: a start that finds them
+            # in numba's cache leaves them to the workers, and this process loads no numba
+            from hogwild.model.compile import compile_kernels
+
             print(COMPILING, file=sys.stderr, flush=True)  # minutes of silence otherwise
             compile_kernels(self.network, batch, update_every, feed=feed, images_dtype=images)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 
-from hogwild_plugins.ps.kernels import (
+from hogwild_plugins.ps.layout import FcLayer, ModelGeometry, ShardLayout
+from hogwild_plugins.ps.vector_ops import (
     OP_AMAX,
     OP_ASUM,
     OP_AXPY,
@@ -24,7 +25,6 @@ from hogwild_plugins.ps.kernels import (
     OP_SCALE,
     VECTOR_OPS,
 )
-from hogwild_plugins.ps.layout import FcLayer, ModelGeometry, ShardLayout
 
 from hogwild.net.wire import NO_BASIS, DType, ErrorCode, Header, MsgType, WireError
 

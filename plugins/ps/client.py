@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 from hogwild_plugins.ps.checks import NAME, PARAMS
 from hogwild_plugins.ps.connection import Connection
-from hogwild_plugins.ps.kernels import OP_OPERANDS, VECTOR_OPS
+from hogwild_plugins.ps.vector_ops import OP_OPERANDS, VECTOR_OPS
 
 from hogwild.errors import HogwildError
 from hogwild.net.channel import ProtocolError, Request

@@ -28,6 +28,17 @@ message buffers used in place, pool blocks) is passed as three int64 arrays, not
 from __future__ import annotations
 
 import numpy as np
+from hogwild_plugins.ps.vector_ops import (
+    OP_AMAX,
+    OP_ASUM,
+    OP_AXPY,
+    OP_COPY,
+    OP_DOT,
+    OP_FILL,
+    OP_MUL,
+    OP_SCALE,
+    VECTOR_OPS,
+)
 from numba import carray, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -46,29 +57,6 @@ BLOCK_FLOATS = 8192
 """Floats per block of opportunistic batching (32 KiB: a block and a few deltas stay in L1/L2)."""
 SCRATCH_FLOATS = 131072
 """Floats of an update thread's API (b) scratch (512 KiB: the rows of the update being formed)."""
-
-OP_DOT, OP_AXPY, OP_SCALE, OP_COPY, OP_MUL, OP_FILL, OP_ASUM, OP_AMAX = 1, 2, 3, 4, 5, 6, 7, 8
-VECTOR_OPS = {
-    "dot": OP_DOT,
-    "axpy": OP_AXPY,
-    "scale": OP_SCALE,
-    "copy": OP_COPY,
-    "mul": OP_MUL,
-    "fill": OP_FILL,
-    "asum": OP_ASUM,
-    "amax": OP_AMAX,
-}
-OP_OPERANDS = {
-    OP_DOT: 2,
-    OP_AXPY: 2,
-    OP_SCALE: 1,
-    OP_COPY: 2,
-    OP_MUL: 3,
-    OP_FILL: 1,
-    OP_ASUM: 1,
-    OP_AMAX: 1,
-}
-"""Named vectors each operation takes (see :func:`vector_op`)."""
 
 
 @intrinsic

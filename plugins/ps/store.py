@@ -31,13 +31,17 @@ from hogwild.config.topology import etcd_group
 from hogwild.errors import ConfigError
 from hogwild.store.copies import CopiesStore, fc_layers
 from hogwild.store.exchange import FcLayer, Home, VectorBuffer
-from hogwild.store.kernels import merge_pulled, take_deltas
 
 
 class RemoteHome(Home):
     """The parameter servers, reached from a copy's communication thread."""
 
     def __init__(self, client, n_params: int) -> None:
+        # The kernels load with the first home, in the copy's leader that runs them: the driver,
+        # which only gives and pulls the model, loads no numba for the store.
+        from hogwild.store import kernels
+
+        self.kernels = kernels
         self.client = client
         self.send = np.zeros(n_params, dtype=np.float32)  # what a push sends, by range
         client.pin(self.send)  # its ranges go out as long-lived frames
@@ -51,7 +55,7 @@ class RemoteHome(Home):
         self.shards = sorted({shard for shard, _, _ in cut})
 
     def push(self, copy, base, ranges) -> None:
-        take_deltas(self.send, copy, base, ranges)
+        self.kernels.take_deltas(self.send, copy, base, ranges)
         spans = [(int(lo), int(hi)) for lo, hi in ranges]
         self.client.push_deltas(self.send, basis=self.basis, ranges=spans)
 
@@ -65,19 +69,19 @@ class RemoteHome(Home):
         return self.values
 
     def merge(self, values, copy, base, ranges) -> None:
-        merge_pulled(values, copy, base, ranges)
+        self.kernels.merge_pulled(values, copy, base, ranges)
 
     def exchange(self, copy, base, ranges) -> np.ndarray:
         """Push and pull in one exchange with the servers (:meth:`PSClient.push_and_pull`)."""
         if self.shards is not None:  # a partition's: push, then pull its own shards
             self.push(copy, base, ranges)
             values = self.fetch()
-            merge_pulled(values, copy, base, ranges)
+            self.kernels.merge_pulled(values, copy, base, ranges)
             return values
-        take_deltas(self.send, copy, base, ranges)
+        self.kernels.take_deltas(self.send, copy, base, ranges)
         spans = [(int(lo), int(hi)) for lo, hi in ranges]
         self.basis = self.client.push_and_pull(self.send, self.values, self.basis, spans)
-        merge_pulled(self.values, copy, base, ranges)
+        self.kernels.merge_pulled(self.values, copy, base, ranges)
         return self.values
 
     def push_vectors(self, layers: tuple[FcLayer, ...], buffer: VectorBuffer) -> None:

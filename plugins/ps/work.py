@@ -298,7 +298,7 @@ class AddToVector(Write):
 
 @dataclass(slots=True, kw_only=True)
 class VectorOp(Write):
-    """Vector operation ``op`` (a :data:`~hogwild_plugins.ps.kernels.VECTOR_OPS` code) on the
+    """Vector operation ``op`` (a :data:`~hogwild_plugins.ps.vector_ops.VECTOR_OPS` code) on the
     named vectors ``names`` with scalar ``alpha``; ``result``: a reduction's value."""
 
     kind: ClassVar[int] = Kind.VECOP
