@@ -58,9 +58,16 @@ def _digest(what: dict) -> str:
     """The record's name: ``what``, this CPU as numba targets it, the interpreter and numba."""
     # numba's version without importing numba: a start that finds its kernels compiled need
     # not load it
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
     from llvmlite import binding
+
+    try:
+        numba_version = version("numba")
+    except PackageNotFoundError:  # a numba without package metadata (vendored): ask it
+        import numba
+
+        numba_version = numba.__version__
 
     host = {
         "what": what,
@@ -69,7 +76,7 @@ def _digest(what: dict) -> str:
         "features": os.environ.get("NUMBA_CPU_FEATURES")
         or binding.get_host_cpu_features().flatten(),
         "python": sys.version,
-        "numba": version("numba"),
+        "numba": numba_version,
     }
     return hashlib.sha256(json.dumps(host, sort_keys=True).encode()).hexdigest()[:24]
 

@@ -215,7 +215,7 @@ def _preview(args) -> int:
 
 
 def _info(args) -> int:
-    from hogwild.data.cache import read_manifest
+    from hogwild.data.layout import read_manifest
 
     manifest = read_manifest(args.cache)
     if args.json:

@@ -50,14 +50,16 @@ def compile_data_kernels(*, render: bool = True, gather: bool = True) -> None:
         gather: The batched LMDB reads (:mod:`hogwild.data.lmdb_gather`), where liblmdb's C API
             is available.
     """
-    from hogwild.data import lmdb_gather
-
     for channels in (1, 3) if render else ():
         images = np.zeros((1, 4, 4, channels), np.uint8)
         out = np.empty_like(images)
         for params in (identity_params(1), draw_params(AugmentSpec(rotate=10), 0, 0, [0], (4, 4))):
             augment_batch(images, out, params)
-    if gather and lmdb_gather.AVAILABLE:  # an empty batch: typed and compiled, LMDB never called
+    if not gather:
+        return
+    from hogwild.data import lmdb_gather  # loads liblmdb's C API: only for a cache's reads
+
+    if lmdb_gather.AVAILABLE:  # an empty batch: typed and compiled, LMDB never called
         lmdb_gather.gather_records(
             0,
             0,

@@ -48,7 +48,7 @@ class CacheData:
         Raises:
             DataError: Not a complete hogwild image cache, or it has no ``train`` split.
         """
-        from hogwild.data.cache import read_manifest
+        from hogwild.data.layout import read_manifest
 
         manifest = read_manifest(path)
         if "train" not in manifest.splits:

@@ -10,6 +10,8 @@ numba nor the kernels. The kernels import their blocking from here: one source f
 
 from __future__ import annotations
 
+# numba freezes MR into the gemm kernels it caches, and a cached kernel is invalidated only when
+# its own file changes: with NUMBA_CACHE_DIR set, clear that cache after changing MR
 MR = 5  # rows of A per panel of the matrix product (and of a register block of C)
 
 

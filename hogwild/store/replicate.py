@@ -15,6 +15,9 @@ buffer, and applies it: ``W = (1 - decay) * W - lr * E^T A``.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from hogwild.compile_records import compile_once
@@ -81,7 +84,21 @@ class ReplicateStore(CopiesStore):
             exchange_ranges(self.params, params[row], base[row], everything)
 
     def compile_kernels(self) -> None:
-        compile_once({"kernels": "replicate-store", "vectors": self.vectors}, self._compile)
+        what = {"kernels": "replicate-store", "vectors": self.vectors}
+        if not compile_once(what, self._compile):
+            # found compiled: the first epoch end's merge (gather_home) would load numba and the
+            # kernel on the barrier, every worker idle; load them now, beside the training
+            loading = threading.Thread(target=self._load_merge, name="hogwild-store-load")
+            loading.daemon = True
+            loading.start()
+
+    @staticmethod
+    def _load_merge() -> None:
+        from hogwild.store.kernels import exchange_ranges
+
+        one = np.zeros(4, dtype=np.float32)
+        with contextlib.suppress(Exception):  # the epoch end loads (or compiles) it after all
+            exchange_ranges(one, one.copy(), one.copy(), np.array([[0, 4]], dtype=np.int64))
 
     def _compile(self) -> None:
         from hogwild.store.kernels import (
