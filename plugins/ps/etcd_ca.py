@@ -285,4 +285,4 @@ def install_certificate(
         temporary = root / f".{name}.{os.getpid()}.tmp"
         temporary.write_bytes(data)
         os.replace(temporary, root / name)
-    return EtcdTls.load(root, server=kind == MEMBER)
+    return EtcdTls.load(root, server=kind == MEMBER, member=kind == MEMBER)

@@ -19,7 +19,9 @@ signed by the directory's CA is refused during the handshake.
 (:mod:`~hogwild_plugins.ps.etcd_ca`), a directory of each process's own on its own node: the
 driver's named by :func:`use_etcd_tls`, a role's by the environment variable
 :data:`ETCD_TLS_ENV` its launcher sets. A member's directory holds ``server.crt`` and
-``server.key`` alone: its certificate serves it as a client too.
+``server.key`` alone: its certificate serves it as a client too (``EtcdTls(member=True)``,
+only as :func:`~hogwild_plugins.ps.etcd_ca.install_certificate` returns it; a user's directory
+needs its client files).
 """
 
 from __future__ import annotations
@@ -67,20 +69,25 @@ def _job_directory() -> Path:
 
 @dataclass(frozen=True)
 class EtcdTls:
-    """A directory of etcd certificates (see the module docstring)."""
+    """A directory of etcd certificates (see the module docstring). ``member``: a job-made
+    member's directory, whose server certificate serves it as a client too."""
 
     directory: Path
+    member: bool = False
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, *, server: bool = False) -> EtcdTls:
-        """The directory's certificates, checked to be there (``server``: the members' too).
+    def load(
+        cls, directory: str | os.PathLike, *, server: bool = False, member: bool = False
+    ) -> EtcdTls:
+        """The directory's certificates, checked to be there (``server``: the members' too;
+        ``member``: a job-made member's, see the class docstring).
 
         Raises:
             ConfigError: A file is missing, naming it and how to make the directory.
         """
         if str(directory) == JOB:
             directory = _job_directory()
-        tls = cls(Path(directory))
+        tls = cls(Path(directory), member=member)
         needed = [tls.ca, tls.client_cert, tls.client_key]
         if server:
             needed += [tls.server_cert, tls.server_key]
@@ -107,10 +114,7 @@ class EtcdTls:
 
     def _client(self, name: str, member: str) -> Path:
         """A client file, or a job-made member's own (its certificate serves it as a client)."""
-        mine = not (self.directory / f"{CLIENT}.crt").exists()
-        if mine and (self.directory / f"{SERVER}.crt").exists():
-            return self.directory / member
-        return self.directory / name
+        return self.directory / (member if self.member else name)
 
     @property
     def server_cert(self) -> Path:

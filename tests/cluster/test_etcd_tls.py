@@ -72,11 +72,10 @@ def test_a_tls_directory_missing_files_is_named(tmp_path):
         Etcd("127.0.0.1:1", prefix="/p/", tls=str(tmp_path / "nowhere"))
 
 
-def _member(ca: JobCA, directory, address: str = "127.0.0.1") -> str:
+def _member(ca: JobCA, directory, address: str = "127.0.0.1", name: str = "m0") -> EtcdTls:
     """A member's directory as the job makes it: key and request here, signed by ``ca``."""
     request = request_certificate(directory, MEMBER, address)
-    install_certificate(directory, MEMBER, ca.sign_member(request, address, "m0"), ca.pem)
-    return str(directory)
+    return install_certificate(directory, MEMBER, ca.sign_member(request, address, name), ca.pem)
 
 
 def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path):
@@ -138,3 +137,16 @@ def test_job_made_certificates_are_refused_for_an_etcd_the_job_does_not_start(tm
         EtcdController("", "tlsjob", print, tls=JOB)
     with pytest.raises(ConfigError, match="has no certificate of the job"):
         Etcd("127.0.0.1:1", prefix="/p/", tls=JOB)
+
+
+def test_a_users_directory_without_client_files_is_refused_naming_them(tmp_path):
+    """Only a job-made member's directory lets its server certificate serve it as a client."""
+    tls = make_etcd_tls(tmp_path / "tls", ["127.0.0.1"])
+    tls.client_cert.unlink()
+    tls.client_key.unlink()
+    with pytest.raises(ConfigError, match="missing client.crt, client.key"):
+        EtcdTls.load(tls.directory, server=True)
+    with pytest.raises(ConfigError, match="missing client.crt"):
+        EtcdProcess(tls=str(tls.directory))
+    member = _member(JobCA.make(tmp_path / "private"), tmp_path / "member")
+    assert member.client_cert == member.server_cert  # the job's member: its own certificate
