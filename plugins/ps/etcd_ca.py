@@ -16,6 +16,8 @@ the node it was made on, only certificate signing requests and certificates trav
 - The certificate and the CA's go back to the node (:func:`install_certificate`), into a
   directory :class:`~hogwild_plugins.ps.etcd_tls.EtcdTls` reads (``ca.crt``, ``client.crt`` and
   ``client.key``; a member's ``server.crt`` and ``server.key``, which also serve it as a client).
+  Every member's certificate has the common name ``hogwild etcd member`` (its name in the
+  organisational unit) and no client's has: the members admit only that name on their peer port.
 
 Every request's signature is checked (it proves its sender holds the key) and its names are
 checked against what the driver knows, never taken from the request: the certificate the driver
@@ -29,7 +31,7 @@ import ipaddress
 import os
 from pathlib import Path
 
-from hogwild_plugins.ps.etcd_tls import CA, CLIENT, SERVER, EtcdTls, write_private
+from hogwild_plugins.ps.etcd_tls import CA, CLIENT, MEMBER_CN, SERVER, EtcdTls, write_private
 
 from hogwild.errors import ConfigError, HogwildError
 
@@ -56,11 +58,14 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _name(common: str):
+def _name(common: str, unit: str = ""):
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    parts = [x509.NameAttribute(NameOID.COMMON_NAME, common)]
+    if unit:  # who, where the common name is a class (every member's the same)
+        parts.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit))
+    return x509.Name(parts)
 
 
 class JobCA:
@@ -151,7 +156,8 @@ class JobCA:
                 f"{address}; a member's certificate names exactly its node's address"
             )
         usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-        return self._issue(csr, f"hogwild etcd member {member}", usages, [expected])
+        # one common name for every member: their peer port admits that name alone
+        return self._issue(csr, _name(MEMBER_CN, member), usages, [expected])
 
     def sign_client(self, request: bytes, role: str) -> bytes:
         """A client certificate for role ``role`` (its name, client authentication only; no
@@ -163,7 +169,8 @@ class JobCA:
         from cryptography.x509.oid import ExtendedKeyUsageOID
 
         csr = self._checked(request, role)
-        return self._issue(csr, f"hogwild etcd client {role}", [ExtendedKeyUsageOID.CLIENT_AUTH])
+        subject = _name(f"hogwild etcd client {role}")
+        return self._issue(csr, subject, [ExtendedKeyUsageOID.CLIENT_AUTH])
 
     def client_directory(self, directory: str | os.PathLike, role: str) -> EtcdTls:
         """A client certificate for a role on this node (the driver's own): its key made in
@@ -200,13 +207,15 @@ class JobCA:
             raise CertificateRequestError(f"{who}: expected an EC P-256 key in its request")
         return csr
 
-    def _issue(self, csr, common: str, usages: list, names: list | None = None) -> bytes:
+    def _issue(self, csr, subject, usages: list, names: list | None = None) -> bytes:
+        """A certificate for ``csr``'s key with the subject, usages and names given: nothing
+        the request asks for (its names, usages, a CA's powers) is carried over."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
 
         now = _now()
         builder = (
-            x509.CertificateBuilder().subject_name(_name(common))
+            x509.CertificateBuilder().subject_name(subject)
             .issuer_name(self.certificate.subject).public_key(csr.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))

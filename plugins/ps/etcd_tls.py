@@ -21,7 +21,9 @@ driver's named by :func:`use_etcd_tls`, a role's by the environment variable
 :data:`ETCD_TLS_ENV` its launcher sets. A member's directory holds ``server.crt`` and
 ``server.key`` alone: its certificate serves it as a client too (``EtcdTls(member=True)``,
 only as :func:`~hogwild_plugins.ps.etcd_ca.install_certificate` returns it; a user's directory
-needs its client files).
+needs its client files). Every job-made member certificate carries one common name,
+:data:`MEMBER_CN`, and its members accept peers (raft) only with that name: the job's client
+certificates, signed by the same CA, cannot reach the members' peer port.
 """
 
 from __future__ import annotations
@@ -38,10 +40,19 @@ from pathlib import Path
 
 from hogwild.errors import ConfigError
 
-__all__ = ["ETCD_TLS_ENV", "JOB", "EtcdTls", "make_etcd_tls", "use_etcd_tls", "write_private"]
+__all__ = [
+    "ETCD_TLS_ENV",
+    "JOB",
+    "MEMBER_CN",
+    "EtcdTls",
+    "make_etcd_tls",
+    "use_etcd_tls",
+    "write_private",
+]
 
 CA, CLIENT, SERVER = "ca", "client", "server"
 JOB = "job"  # cluster.etcd_tls: the certificates the job makes (each process its own)
+MEMBER_CN = "hogwild etcd member"  # every job-made member certificate's common name, no other's
 ETCD_TLS_ENV = "HOGWILD_ETCD_TLS"
 """The environment variable naming a role's own directory of job-made etcd certificates."""
 _own: Path | None = None
@@ -70,7 +81,8 @@ def _job_directory() -> Path:
 @dataclass(frozen=True)
 class EtcdTls:
     """A directory of etcd certificates (see the module docstring). ``member``: a job-made
-    member's directory, whose server certificate serves it as a client too."""
+    member's directory, whose server certificate serves it as a client too and whose etcd
+    accepts only peers named :data:`MEMBER_CN`."""
 
     directory: Path
     member: bool = False
@@ -143,13 +155,15 @@ class EtcdTls:
 
     def server_args(self) -> list[str]:
         """The etcd binary's flags serving clients (and peers) over TLS, clients' certificates
-        required and checked against the CA."""
+        required and checked against the CA; a job-made member's peers must be members too
+        (:data:`MEMBER_CN`: the job's CA signs its clients' certificates as well)."""
         cert, key, ca = self.server_cert, self.server_key, self.ca
+        peers_named = [f"--peer-cert-allowed-cn={MEMBER_CN}"] if self.member else []
         return [
             f"--cert-file={cert}", f"--key-file={key}", f"--trusted-ca-file={ca}",
             "--client-cert-auth",
             f"--peer-cert-file={cert}", f"--peer-key-file={key}", f"--peer-trusted-ca-file={ca}",
-            "--peer-client-cert-auth",
+            "--peer-client-cert-auth", *peers_named,
         ]  # fmt: skip
 
 

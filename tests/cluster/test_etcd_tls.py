@@ -7,6 +7,7 @@ controller starting its etcd under ``cluster.etcd_tls``."""
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 import requests
@@ -20,6 +21,7 @@ from hogwild_plugins.ps.etcd_ca import (
     install_certificate,
     request_certificate,
 )
+from hogwild_plugins.ps.etcd_process import etcd_binary
 from hogwild_plugins.ps.etcd_tls import JOB, EtcdTls, make_etcd_tls, use_etcd_tls
 
 from hogwild.errors import ConfigError
@@ -137,6 +139,29 @@ def test_job_made_certificates_are_refused_for_an_etcd_the_job_does_not_start(tm
         EtcdController("", "tlsjob", print, tls=JOB)
     with pytest.raises(ConfigError, match="has no certificate of the job"):
         Etcd("127.0.0.1:1", prefix="/p/", tls=JOB)
+
+
+def test_a_members_peer_port_admits_members_alone_not_the_jobs_clients(tmp_path):
+    """The job's CA signs its clients' certificates too; a member's peer (raft) port answers
+    another member's certificate and refuses, in the handshake, the driver's and a role's."""
+    ca = JobCA.make(tmp_path / "private")
+    etcd = EtcdProcess(tls=_member(ca, tmp_path / "m0"))
+    try:
+        client, peer = etcd.urls()
+        etcd.launch(etcd_binary(etcd.binary), client, peer, f"{etcd.name}={peer}")
+        assert etcd.wait_ready(time.monotonic() + 20.0) is None
+        other = _member(ca, tmp_path / "m1", name="m1")
+        answer = requests.get(f"{peer}/members", timeout=2.0, **other.requests_options())
+        assert answer.status_code == 200 and answer.json()  # the control: a member is heard
+        for role in ("driver", "ps 0"):
+            holder = ca.client_directory(tmp_path / role.replace(" ", "-"), role)
+            with pytest.raises(requests.exceptions.SSLError):
+                requests.get(f"{peer}/members", timeout=2.0, **holder.requests_options())
+        answer = requests.post(f"{client}/v3/kv/range", json={"key": "YQ=="}, timeout=2.0,
+                               **holder.requests_options())  # fmt: skip
+        assert answer.status_code == 200  # a client still reaches the client port
+    finally:
+        etcd.stop()
 
 
 def test_a_users_directory_without_client_files_is_refused_naming_them(tmp_path):
