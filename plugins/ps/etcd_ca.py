@@ -221,6 +221,10 @@ class JobCA:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(self.certificate.not_valid_after_utc)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                encipher_only=False, decipher_only=False), critical=True)  # ECDSA TLS signs only
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )  # fmt: skip
         if names:

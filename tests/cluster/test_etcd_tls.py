@@ -175,3 +175,34 @@ def test_a_users_directory_without_client_files_is_refused_naming_them(tmp_path)
         EtcdProcess(tls=str(tls.directory))
     member = _member(JobCA.make(tmp_path / "private"), tmp_path / "member")
     assert member.client_cert == member.server_cert  # the job's member: its own certificate
+
+
+def test_a_certificate_carries_what_the_driver_chose_not_what_the_request_asked(tmp_path):
+    """A request asking to be a CA, a server of some address, for server authentication: the
+    client certificate signed for it is none of these (client authentication, signing only)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    greedy = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hogwild etcd member")]))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("etcd.example")]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    signed = JobCA.make(tmp_path / "private").sign_client(greedy, "ps 0")
+    issued = x509.load_pem_x509_certificate(signed)
+    extensions = issued.extensions
+    assert extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    with pytest.raises(x509.ExtensionNotFound):
+        extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    usages = list(extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    assert usages == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    uses = extensions.get_extension_for_class(x509.KeyUsage)
+    assert uses.critical and uses.value.digital_signature and not uses.value.key_cert_sign
+    assert issued.subject.rfc4514_string() == "CN=hogwild etcd client ps 0"  # not a member's
