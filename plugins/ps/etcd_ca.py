@@ -4,8 +4,9 @@ A job that starts its own etcd cluster on other nodes (``cluster.etcd = "job"`` 
 launcher) makes the certificates itself, as it makes its CURVE keys: a private key never leaves
 the node it was made on, only certificate signing requests and certificates travel.
 
-- The driver makes the job's CA (:meth:`JobCA.make`): its key in the driver's private directory
-  (mode 0600, never sent anywhere), its certificate public.
+- The driver makes the job's CA (:meth:`JobCA.make`): its key in the driver's memory alone
+  (never written to disk, never sent anywhere; it dies with the driver, and a resumed job makes
+  a new CA for its new members), its certificate public.
 - A member of the etcd cluster makes its key on its node and a request naming the node's
   address (:func:`request_certificate`, ``MEMBER``); the driver signs it only if the request
   names exactly the address the driver placed the member at (:meth:`JobCA.sign_member`): a
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 MEMBER = SERVER  # an etcd member's certificate: its files are server.crt and server.key
-CA_KEY = "etcd-ca.key"
 MAX_REQUEST_BYTES = 16 << 10  # a PEM request of one EC key and one address is under 1 KiB
 DAYS = 30
 
@@ -80,16 +80,16 @@ class JobCA:
         self.key, self.certificate = key, certificate
 
     @classmethod
-    def make(cls, private: str | os.PathLike, days: int = DAYS) -> JobCA:
-        """A new CA, its key written to ``private/etcd-ca.key`` (mode 0600; ``private`` made
-        mode 0700). A resumed job's is made anew: its members are new too.
+    def make(cls, days: int = DAYS) -> JobCA:
+        """A new CA, its key in this process's memory alone (nothing reads it back: a resumed
+        job's CA is made anew, its members are new too).
 
         Raises:
-            ConfigError: The cryptography package is missing, or ``private`` cannot be written.
+            ConfigError: The cryptography package is missing.
         """
         try:
             from cryptography import x509
-            from cryptography.hazmat.primitives import hashes, serialization
+            from cryptography.hazmat.primitives import hashes
             from cryptography.hazmat.primitives.asymmetric import ec
         except ImportError:
             raise ConfigError(
@@ -112,16 +112,6 @@ class JobCA:
                 encipher_only=False, decipher_only=False), critical=True)
             .sign(key, hashes.SHA256())
         )  # fmt: skip
-        root = Path(private)
-        try:
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = root / CA_KEY
-            path.unlink(missing_ok=True)
-            write_private(path, key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption()))  # fmt: skip
-        except OSError as exc:
-            raise ConfigError(f"{root}: cannot keep the job's etcd CA there ({exc})") from None
         return cls(key, certificate)
 
     @property

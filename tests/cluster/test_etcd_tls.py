@@ -7,6 +7,7 @@ controller starting its etcd under ``cluster.etcd_tls``."""
 from __future__ import annotations
 
 import base64
+import tempfile
 import time
 
 import pytest
@@ -84,12 +85,11 @@ def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path
     """A member's key and request made on its node, signed by the job's CA; an etcd started
     with it answers a client the CA certified (the driver's, its key made where it runs) and
     refuses in the handshake a client with no certificate or with another job's."""
-    ca = JobCA.make(tmp_path / "private")
-    assert (tmp_path / "private" / "etcd-ca.key").stat().st_mode & 0o777 == 0o600
+    ca = JobCA.make()
     member = _member(ca, tmp_path / "member")
     assert (tmp_path / "member" / "server.key").stat().st_mode & 0o777 == 0o600
     driver = ca.client_directory(tmp_path / "driver", "driver")
-    other = JobCA.make(tmp_path / "other-private").client_directory(tmp_path / "other", "driver")
+    other = JobCA.make().client_directory(tmp_path / "other", "driver")
     with EtcdProcess(tls=member) as etcd:
         etcd.start()
         use_etcd_tls(driver.directory)  # what "job" means in the driver
@@ -114,7 +114,7 @@ def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path
 
 
 def test_the_jobs_ca_signs_a_member_only_for_the_address_it_was_placed_at(tmp_path):
-    ca = JobCA.make(tmp_path / "private")
+    ca = JobCA.make()
     request = request_certificate(tmp_path / "m", MEMBER, "10.0.0.2")
     with pytest.raises(CertificateRequestError, match="names 10.0.0.2, but the driver placed"):
         ca.sign_member(request, "10.0.0.1", "hogwild-etcd-0")
@@ -144,7 +144,7 @@ def test_job_made_certificates_are_refused_for_an_etcd_the_job_does_not_start(tm
 def test_a_members_peer_port_admits_members_alone_not_the_jobs_clients(tmp_path):
     """The job's CA signs its clients' certificates too; a member's peer (raft) port answers
     another member's certificate and refuses, in the handshake, the driver's and a role's."""
-    ca = JobCA.make(tmp_path / "private")
+    ca = JobCA.make()
     etcd = EtcdProcess(tls=_member(ca, tmp_path / "m0"))
     try:
         client, peer = etcd.urls()
@@ -173,7 +173,7 @@ def test_a_users_directory_without_client_files_is_refused_naming_them(tmp_path)
         EtcdTls.load(tls.directory, server=True)
     with pytest.raises(ConfigError, match="missing client.crt"):
         EtcdProcess(tls=str(tls.directory))
-    member = _member(JobCA.make(tmp_path / "private"), tmp_path / "member")
+    member = _member(JobCA.make(), tmp_path / "member")
     assert member.client_cert == member.server_cert  # the job's member: its own certificate
 
 
@@ -195,7 +195,7 @@ def test_a_certificate_carries_what_the_driver_chose_not_what_the_request_asked(
         .sign(key, hashes.SHA256())
         .public_bytes(serialization.Encoding.PEM)
     )
-    signed = JobCA.make(tmp_path / "private").sign_client(greedy, "ps 0")
+    signed = JobCA.make().sign_client(greedy, "ps 0")
     issued = x509.load_pem_x509_certificate(signed)
     extensions = issued.extensions
     assert extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
@@ -206,3 +206,26 @@ def test_a_certificate_carries_what_the_driver_chose_not_what_the_request_asked(
     uses = extensions.get_extension_for_class(x509.KeyUsage)
     assert uses.critical and uses.value.digital_signature and not uses.value.key_cert_sign
     assert issued.subject.rfc4514_string() == "CN=hogwild etcd client ps 0"  # not a member's
+
+
+def test_the_jobs_ca_key_is_never_written(tmp_path, monkeypatch):
+    """The CA's key lives in the driver's memory alone: after a CA made, a member and the
+    driver certified, the only private keys on disk are theirs (none in the working or the
+    temporary directory either)."""
+    from cryptography.hazmat.primitives import serialization
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    ca = JobCA.make()
+    _member(ca, tmp_path / "member")
+    ca.client_directory(tmp_path / "run" / "private-keys" / "etcd-driver", "driver")
+    der, info = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    public = ca.certificate.public_key().public_bytes(der, info)
+    keys = {}
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and b"PRIVATE KEY" in path.read_bytes():
+            key = serialization.load_pem_private_key(path.read_bytes(), None)
+            keys[path.relative_to(tmp_path).as_posix()] = key.public_key().public_bytes(der, info)
+    assert sorted(keys) == ["member/server.key", "run/private-keys/etcd-driver/client.key"]
+    assert public not in keys.values()
