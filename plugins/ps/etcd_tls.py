@@ -45,6 +45,7 @@ __all__ = [
     "JOB",
     "MEMBER_CN",
     "EtcdTls",
+    "drop_etcd_tls",
     "make_etcd_tls",
     "use_etcd_tls",
     "write_private",
@@ -63,6 +64,16 @@ def use_etcd_tls(directory: str | os.PathLike | None) -> None:
     None: the environment's again."""
     global _own
     _own = Path(directory) if directory is not None else None
+
+
+def drop_etcd_tls() -> None:
+    """Remove this process's own directory of job-made certificates (:func:`use_etcd_tls`'s:
+    the driver's key, made for its job) and forget it: a later ``"job"`` here has none, not a
+    dead CA's. A role's, named by the environment, is its launcher's to remove."""
+    global _own
+    own, _own = _own, None
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def _job_directory() -> Path:

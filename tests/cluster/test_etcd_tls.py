@@ -23,7 +23,7 @@ from hogwild_plugins.ps.etcd_ca import (
     request_certificate,
 )
 from hogwild_plugins.ps.etcd_process import etcd_binary
-from hogwild_plugins.ps.etcd_tls import JOB, EtcdTls, make_etcd_tls, use_etcd_tls
+from hogwild_plugins.ps.etcd_tls import ETCD_TLS_ENV, JOB, EtcdTls, make_etcd_tls, use_etcd_tls
 
 from hogwild.errors import ConfigError
 
@@ -229,3 +229,36 @@ def test_the_jobs_ca_key_is_never_written(tmp_path, monkeypatch):
             keys[path.relative_to(tmp_path).as_posix()] = key.public_key().public_bytes(der, info)
     assert sorted(keys) == ["member/server.key", "run/private-keys/etcd-driver/client.key"]
     assert public not in keys.values()
+
+
+def test_the_drivers_job_certificate_goes_with_its_controller(tmp_path, monkeypatch):
+    """A job's controller over members the launcher started with the job's certificates: once
+    it closes, the driver's key directory is gone and "job" means no certificate here again
+    (not a dead CA's)."""
+    monkeypatch.delenv(ETCD_TLS_ENV, raising=False)
+    ca = JobCA.make()
+    started = []
+
+    def start_members(count, tls):  # one member here stands for the launcher's, one per node
+        assert tls == JOB
+        member = EtcdProcess(tls=_member(ca, tmp_path / "member"))
+        started.append(member)
+        member.start()
+        return member
+
+    driver = ca.client_directory(tmp_path / "private-keys" / "etcd-driver", "driver").directory
+    use_etcd_tls(driver)
+    try:
+        controller = EtcdController("job", "tlsjob", print, start_members=start_members)
+        try:
+            assert controller.tls == JOB
+            with Etcd(controller.address, prefix="/hogwild/tlsjob/", tls=JOB) as etcd:
+                assert etcd.get("driver")[0] is not None  # the driver's claim, over TLS
+        finally:
+            controller.close()
+        assert started and started[0].process is None  # the member stopped with it
+        assert not driver.exists()
+        with pytest.raises(ConfigError, match="has no certificate of the job"):
+            EtcdTls.load(JOB)
+    finally:
+        use_etcd_tls(None)
