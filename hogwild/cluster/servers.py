@@ -51,8 +51,9 @@ class JobServers:
             start_members=start_members,
         )  # fmt: skip
         changes = {"cluster.etcd": self.controller.address}
-        if self.controller.tls:  # the roles speak to it as the controller does ("job": their own)
-            changes["cluster.etcd_tls"] = self.controller.tls
+        tls = getattr(self.controller, "tls", None)  # a third party's controller may have none
+        if tls:  # the roles speak to it as the controller does ("job": their own)
+            changes["cluster.etcd_tls"] = tls
         if not config.ps.lease_s:  # auto: as short as the controller honours
             changes["ps.lease_s"] = self.controller.min_lease_s
         return config.override(changes)

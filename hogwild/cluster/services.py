@@ -55,7 +55,8 @@ class Controller(Protocol):
         address: ``HOST:PORT`` every role is told (``cluster.etcd``).
         min_lease_s: The shortest lease it honours: what ``ps.lease_s = 0`` (auto) becomes.
         tls: The certificates every role speaks to it with (``cluster.etcd_tls``; ``"job"``:
-            made by the job, each role its own), None for plain HTTP.
+            made by the job, each role its own), None for plain HTTP (as is a controller
+            without the attribute).
     """
 
     address: str

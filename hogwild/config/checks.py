@@ -353,7 +353,12 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
             'node (ray launcher); give cluster.etcd = "HOST:PORT,HOST:PORT,..." of an etcd '
             "cluster every node can reach"
         )
-    if cluster.etcd_tls.strip() == "job" and (cluster.copies < 2 or cluster.launcher != "ray"):
+    if cluster.etcd_tls != cluster.etcd_tls.strip():  # " job" would be a directory " job"
+        fail(
+            f"cluster.etcd_tls = {cluster.etcd_tls!r}: leading or trailing spaces; expected "
+            '"job" or the path of a directory of etcd certificates, without them'
+        )
+    if cluster.etcd_tls == "job" and (cluster.copies < 2 or cluster.launcher != "ray"):
         fail(
             f'cluster.etcd_tls = "job" with cluster.copies = {cluster.copies} and '
             f"cluster.launcher = {cluster.launcher!r}: the job makes etcd certificates for the "

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
+from hogwild_plugins.ps.etcd_tls import drop_etcd_tls
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import ConfigError, HogwildError
@@ -137,15 +138,21 @@ class EtcdController:
 
     def close(self) -> None:
         """Stop the etcd (or etcd cluster) started for the job, or delete the job's keys from
-        the one given; either way give the job's ``driver`` key back."""
+        the one given; either way give the job's ``driver`` key back. With the job's own
+        certificates (``tls`` = ``"job"``), the driver's is removed and forgotten last: its
+        key served the job alone."""
         try:
             if self.process is None and self._etcd is not None:
                 self._clear()
         finally:
-            self._release()  # while the etcd started here still runs
-            if self.process is not None:
-                process, self.process = self.process, None
-                process.stop()
+            try:
+                self._release()  # while the etcd started here still runs
+                if self.process is not None:
+                    process, self.process = self.process, None
+                    process.stop()
+            finally:
+                if self.tls == JOB_TLS:
+                    drop_etcd_tls()
 
     def _claim(self) -> None:
         """Hold the job's ``driver`` key under a lease of this controller's (see the module

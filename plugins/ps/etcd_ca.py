@@ -4,8 +4,9 @@ A job that starts its own etcd cluster on other nodes (``cluster.etcd = "job"`` 
 launcher) makes the certificates itself, as it makes its CURVE keys: a private key never leaves
 the node it was made on, only certificate signing requests and certificates travel.
 
-- The driver makes the job's CA (:meth:`JobCA.make`): its key in the driver's private directory
-  (mode 0600, never sent anywhere), its certificate public.
+- The driver makes the job's CA (:meth:`JobCA.make`): its key in the driver's memory alone
+  (never written to disk, never sent anywhere; it dies with the driver, and a resumed job makes
+  a new CA for its new members), its certificate public.
 - A member of the etcd cluster makes its key on its node and a request naming the node's
   address (:func:`request_certificate`, ``MEMBER``); the driver signs it only if the request
   names exactly the address the driver placed the member at (:meth:`JobCA.sign_member`): a
@@ -16,6 +17,8 @@ the node it was made on, only certificate signing requests and certificates trav
 - The certificate and the CA's go back to the node (:func:`install_certificate`), into a
   directory :class:`~hogwild_plugins.ps.etcd_tls.EtcdTls` reads (``ca.crt``, ``client.crt`` and
   ``client.key``; a member's ``server.crt`` and ``server.key``, which also serve it as a client).
+  Every member's certificate has the common name ``hogwild etcd member`` (its name in the
+  organisational unit) and no client's has: the members admit only that name on their peer port.
 
 Every request's signature is checked (it proves its sender holds the key) and its names are
 checked against what the driver knows, never taken from the request: the certificate the driver
@@ -29,7 +32,7 @@ import ipaddress
 import os
 from pathlib import Path
 
-from hogwild_plugins.ps.etcd_tls import CA, CLIENT, SERVER, EtcdTls, write_private
+from hogwild_plugins.ps.etcd_tls import CA, CLIENT, MEMBER_CN, SERVER, EtcdTls, write_private
 
 from hogwild.errors import ConfigError, HogwildError
 
@@ -43,7 +46,6 @@ __all__ = [
 ]
 
 MEMBER = SERVER  # an etcd member's certificate: its files are server.crt and server.key
-CA_KEY = "etcd-ca.key"
 MAX_REQUEST_BYTES = 16 << 10  # a PEM request of one EC key and one address is under 1 KiB
 DAYS = 30
 
@@ -56,11 +58,14 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _name(common: str):
+def _name(common: str, unit: str = ""):
     from cryptography import x509
     from cryptography.x509.oid import NameOID
 
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    parts = [x509.NameAttribute(NameOID.COMMON_NAME, common)]
+    if unit:  # who, where the common name is a class (every member's the same)
+        parts.append(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit))
+    return x509.Name(parts)
 
 
 class JobCA:
@@ -75,16 +80,16 @@ class JobCA:
         self.key, self.certificate = key, certificate
 
     @classmethod
-    def make(cls, private: str | os.PathLike, days: int = DAYS) -> JobCA:
-        """A new CA, its key written to ``private/etcd-ca.key`` (mode 0600; ``private`` made
-        mode 0700). A resumed job's is made anew: its members are new too.
+    def make(cls, days: int = DAYS) -> JobCA:
+        """A new CA, its key in this process's memory alone (nothing reads it back: a resumed
+        job's CA is made anew, its members are new too).
 
         Raises:
-            ConfigError: The cryptography package is missing, or ``private`` cannot be written.
+            ConfigError: The cryptography package is missing.
         """
         try:
             from cryptography import x509
-            from cryptography.hazmat.primitives import hashes, serialization
+            from cryptography.hazmat.primitives import hashes
             from cryptography.hazmat.primitives.asymmetric import ec
         except ImportError:
             raise ConfigError(
@@ -107,16 +112,6 @@ class JobCA:
                 encipher_only=False, decipher_only=False), critical=True)
             .sign(key, hashes.SHA256())
         )  # fmt: skip
-        root = Path(private)
-        try:
-            root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path = root / CA_KEY
-            path.unlink(missing_ok=True)
-            write_private(path, key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption()))  # fmt: skip
-        except OSError as exc:
-            raise ConfigError(f"{root}: cannot keep the job's etcd CA there ({exc})") from None
         return cls(key, certificate)
 
     @property
@@ -151,7 +146,8 @@ class JobCA:
                 f"{address}; a member's certificate names exactly its node's address"
             )
         usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-        return self._issue(csr, f"hogwild etcd member {member}", usages, [expected])
+        # one common name for every member: their peer port admits that name alone
+        return self._issue(csr, _name(MEMBER_CN, member), usages, [expected])
 
     def sign_client(self, request: bytes, role: str) -> bytes:
         """A client certificate for role ``role`` (its name, client authentication only; no
@@ -163,7 +159,8 @@ class JobCA:
         from cryptography.x509.oid import ExtendedKeyUsageOID
 
         csr = self._checked(request, role)
-        return self._issue(csr, f"hogwild etcd client {role}", [ExtendedKeyUsageOID.CLIENT_AUTH])
+        subject = _name(f"hogwild etcd client {role}")
+        return self._issue(csr, subject, [ExtendedKeyUsageOID.CLIENT_AUTH])
 
     def client_directory(self, directory: str | os.PathLike, role: str) -> EtcdTls:
         """A client certificate for a role on this node (the driver's own): its key made in
@@ -200,18 +197,24 @@ class JobCA:
             raise CertificateRequestError(f"{who}: expected an EC P-256 key in its request")
         return csr
 
-    def _issue(self, csr, common: str, usages: list, names: list | None = None) -> bytes:
+    def _issue(self, csr, subject, usages: list, names: list | None = None) -> bytes:
+        """A certificate for ``csr``'s key with the subject, usages and names given: nothing
+        the request asks for (its names, usages, a CA's powers) is carried over."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
 
         now = _now()
         builder = (
-            x509.CertificateBuilder().subject_name(_name(common))
+            x509.CertificateBuilder().subject_name(subject)
             .issuer_name(self.certificate.subject).public_key(csr.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(self.certificate.not_valid_after_utc)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
+                encipher_only=False, decipher_only=False), critical=True)  # ECDSA TLS signs only
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )  # fmt: skip
         if names:
@@ -285,4 +288,4 @@ def install_certificate(
         temporary = root / f".{name}.{os.getpid()}.tmp"
         temporary.write_bytes(data)
         os.replace(temporary, root / name)
-    return EtcdTls.load(root, server=kind == MEMBER)
+    return EtcdTls.load(root, server=kind == MEMBER, member=kind == MEMBER)

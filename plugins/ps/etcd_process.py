@@ -140,7 +140,7 @@ class EtcdProcess:
         binary: str = "etcd",
         lease_floor_s: float = 1.0,
         name: str | None = None,
-        tls: str | None = None,
+        tls: str | EtcdTls | None = None,
     ) -> None:
         if not 0.1 <= lease_floor_s <= 60:
             raise HogwildError(f"lease_floor_s={lease_floor_s}: expected 0.1 to 60 seconds")
@@ -153,7 +153,10 @@ class EtcdProcess:
         self.process: subprocess.Popen | None = None
         self._address: str | None = None
         self._work: Path | None = None
-        self.tls = EtcdTls.load(tls, server=True) if tls else None
+        if isinstance(tls, EtcdTls):  # a job-made member's, as installed (its own flags)
+            self.tls = tls
+        else:
+            self.tls = EtcdTls.load(tls, server=True) if tls else None
         self.scheme = "https" if self.tls else "http"
 
     @property

@@ -19,7 +19,11 @@ signed by the directory's CA is refused during the handshake.
 (:mod:`~hogwild_plugins.ps.etcd_ca`), a directory of each process's own on its own node: the
 driver's named by :func:`use_etcd_tls`, a role's by the environment variable
 :data:`ETCD_TLS_ENV` its launcher sets. A member's directory holds ``server.crt`` and
-``server.key`` alone: its certificate serves it as a client too.
+``server.key`` alone: its certificate serves it as a client too (``EtcdTls(member=True)``,
+only as :func:`~hogwild_plugins.ps.etcd_ca.install_certificate` returns it; a user's directory
+needs its client files). Every job-made member certificate carries one common name,
+:data:`MEMBER_CN`, and its members accept peers (raft) only with that name: the job's client
+certificates, signed by the same CA, cannot reach the members' peer port.
 """
 
 from __future__ import annotations
@@ -36,10 +40,20 @@ from pathlib import Path
 
 from hogwild.errors import ConfigError
 
-__all__ = ["ETCD_TLS_ENV", "JOB", "EtcdTls", "make_etcd_tls", "use_etcd_tls", "write_private"]
+__all__ = [
+    "ETCD_TLS_ENV",
+    "JOB",
+    "MEMBER_CN",
+    "EtcdTls",
+    "drop_etcd_tls",
+    "make_etcd_tls",
+    "use_etcd_tls",
+    "write_private",
+]
 
 CA, CLIENT, SERVER = "ca", "client", "server"
 JOB = "job"  # cluster.etcd_tls: the certificates the job makes (each process its own)
+MEMBER_CN = "hogwild etcd member"  # every job-made member certificate's common name, no other's
 ETCD_TLS_ENV = "HOGWILD_ETCD_TLS"
 """The environment variable naming a role's own directory of job-made etcd certificates."""
 _own: Path | None = None
@@ -50,6 +64,16 @@ def use_etcd_tls(directory: str | os.PathLike | None) -> None:
     None: the environment's again."""
     global _own
     _own = Path(directory) if directory is not None else None
+
+
+def drop_etcd_tls() -> None:
+    """Remove this process's own directory of job-made certificates (:func:`use_etcd_tls`'s:
+    the driver's key, made for its job) and forget it: a later ``"job"`` here has none, not a
+    dead CA's. A role's, named by the environment, is its launcher's to remove."""
+    global _own
+    own, _own = _own, None
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def _job_directory() -> Path:
@@ -67,20 +91,26 @@ def _job_directory() -> Path:
 
 @dataclass(frozen=True)
 class EtcdTls:
-    """A directory of etcd certificates (see the module docstring)."""
+    """A directory of etcd certificates (see the module docstring). ``member``: a job-made
+    member's directory, whose server certificate serves it as a client too and whose etcd
+    accepts only peers named :data:`MEMBER_CN`."""
 
     directory: Path
+    member: bool = False
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, *, server: bool = False) -> EtcdTls:
-        """The directory's certificates, checked to be there (``server``: the members' too).
+    def load(
+        cls, directory: str | os.PathLike, *, server: bool = False, member: bool = False
+    ) -> EtcdTls:
+        """The directory's certificates, checked to be there (``server``: the members' too;
+        ``member``: a job-made member's, see the class docstring).
 
         Raises:
             ConfigError: A file is missing, naming it and how to make the directory.
         """
         if str(directory) == JOB:
             directory = _job_directory()
-        tls = cls(Path(directory))
+        tls = cls(Path(directory), member=member)
         needed = [tls.ca, tls.client_cert, tls.client_key]
         if server:
             needed += [tls.server_cert, tls.server_key]
@@ -107,10 +137,7 @@ class EtcdTls:
 
     def _client(self, name: str, member: str) -> Path:
         """A client file, or a job-made member's own (its certificate serves it as a client)."""
-        mine = not (self.directory / f"{CLIENT}.crt").exists()
-        if mine and (self.directory / f"{SERVER}.crt").exists():
-            return self.directory / member
-        return self.directory / name
+        return self.directory / (member if self.member else name)
 
     @property
     def server_cert(self) -> Path:
@@ -139,13 +166,15 @@ class EtcdTls:
 
     def server_args(self) -> list[str]:
         """The etcd binary's flags serving clients (and peers) over TLS, clients' certificates
-        required and checked against the CA."""
+        required and checked against the CA; a job-made member's peers must be members too
+        (:data:`MEMBER_CN`: the job's CA signs its clients' certificates as well)."""
         cert, key, ca = self.server_cert, self.server_key, self.ca
+        peers_named = [f"--peer-cert-allowed-cn={MEMBER_CN}"] if self.member else []
         return [
             f"--cert-file={cert}", f"--key-file={key}", f"--trusted-ca-file={ca}",
             "--client-cert-auth",
             f"--peer-cert-file={cert}", f"--peer-key-file={key}", f"--peer-trusted-ca-file={ca}",
-            "--peer-client-cert-auth",
+            "--peer-client-cert-auth", *peers_named,
         ]  # fmt: skip
 
 

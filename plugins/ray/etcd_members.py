@@ -59,9 +59,9 @@ class EtcdMemberHost:
     def install(self, certificate: bytes, ca: bytes) -> None:
         """The driver's certificate for the key :meth:`certificate_request` made: the member
         serves TLS with it."""
-        install_certificate(self.own, MEMBER, certificate, ca)
+        tls = install_certificate(self.own, MEMBER, certificate, ca)
         self.member = EtcdProcess(host=node_ip(), name=self.name,
-                                  lease_floor_s=self.lease_floor_s, tls=str(self.own))  # fmt: skip
+                                  lease_floor_s=self.lease_floor_s, tls=tls)  # fmt: skip
 
     def urls(self) -> tuple[str, str]:
         """A client and a peer URL on this node's address, on ports free now."""

@@ -38,8 +38,8 @@ must be readable at the same path on every node.
 The job's own etcd cluster (``cluster.etcd = "job"``, :meth:`RayLauncher.start_etcd_cluster`)
 has a member on each of three nodes, so its traffic leaves the node: unless ``cluster.etcd_tls``
 names the user's certificates, the launcher makes the job's etcd CA
-(:class:`~hogwild_plugins.ps.etcd_ca.JobCA`, its key in ``RUN_DIR/private-keys``, removed when
-the job stops) and signs, as CURVE public keys are carried: each member's request (its key made
+(:class:`~hogwild_plugins.ps.etcd_ca.JobCA`, its key in the driver's memory alone, never on
+disk) and signs, as CURVE public keys are carried: each member's request (its key made
 on its node, the certificate naming exactly that node's address), the driver's own client
 certificate, and each etcd client role's request (parameter servers, replicas, members; made by
 the role's actor on its node at every start, :meth:`RoleHost.etcd_request
@@ -68,7 +68,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import ray
-from hogwild_plugins.ps.etcd_ca import CA_KEY, JobCA
+from hogwild_plugins.ps.etcd_ca import JobCA
 from hogwild_plugins.ps.etcd_tls import JOB, use_etcd_tls
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
@@ -219,9 +219,9 @@ class RayLauncher(Launcher):
         from hogwild_plugins.ray.etcd_members import RayEtcdCluster
 
         if tls == JOB:
-            private = Path(self.run_dir) / PRIVATE
-            self.etcd_ca = JobCA.make(private)
-            use_etcd_tls(self.etcd_ca.client_directory(private / "etcd-driver", "driver").directory)
+            self.etcd_ca = JobCA.make()
+            driver = Path(self.run_dir) / PRIVATE / "etcd-driver"
+            use_etcd_tls(self.etcd_ca.client_directory(driver, "driver").directory)
         members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
                                  prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
         self.etcd_members = members
@@ -496,8 +496,6 @@ class RayLauncher(Launcher):
         finally:
             if self.etcd_members is not None:  # after the servers (their leases given back),
                 self.etcd_members.stop()  # before Ray goes (the members' data removed)
-            if self.etcd_ca is not None:  # nothing is signed for the job any more
-                (Path(self.run_dir) / PRIVATE / CA_KEY).unlink(missing_ok=True)
             remove_mirrors([role.actor for role in self.roles.values()])
             self._remove_actors()
             self._reported.update(self.roles)

@@ -7,6 +7,8 @@ controller starting its etcd under ``cluster.etcd_tls``."""
 from __future__ import annotations
 
 import base64
+import tempfile
+import time
 
 import pytest
 import requests
@@ -20,7 +22,8 @@ from hogwild_plugins.ps.etcd_ca import (
     install_certificate,
     request_certificate,
 )
-from hogwild_plugins.ps.etcd_tls import JOB, EtcdTls, make_etcd_tls, use_etcd_tls
+from hogwild_plugins.ps.etcd_process import etcd_binary
+from hogwild_plugins.ps.etcd_tls import ETCD_TLS_ENV, JOB, EtcdTls, make_etcd_tls, use_etcd_tls
 
 from hogwild.errors import ConfigError
 
@@ -72,23 +75,21 @@ def test_a_tls_directory_missing_files_is_named(tmp_path):
         Etcd("127.0.0.1:1", prefix="/p/", tls=str(tmp_path / "nowhere"))
 
 
-def _member(ca: JobCA, directory, address: str = "127.0.0.1") -> str:
+def _member(ca: JobCA, directory, address: str = "127.0.0.1", name: str = "m0") -> EtcdTls:
     """A member's directory as the job makes it: key and request here, signed by ``ca``."""
     request = request_certificate(directory, MEMBER, address)
-    install_certificate(directory, MEMBER, ca.sign_member(request, address, "m0"), ca.pem)
-    return str(directory)
+    return install_certificate(directory, MEMBER, ca.sign_member(request, address, name), ca.pem)
 
 
 def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path):
     """A member's key and request made on its node, signed by the job's CA; an etcd started
     with it answers a client the CA certified (the driver's, its key made where it runs) and
     refuses in the handshake a client with no certificate or with another job's."""
-    ca = JobCA.make(tmp_path / "private")
-    assert (tmp_path / "private" / "etcd-ca.key").stat().st_mode & 0o777 == 0o600
+    ca = JobCA.make()
     member = _member(ca, tmp_path / "member")
     assert (tmp_path / "member" / "server.key").stat().st_mode & 0o777 == 0o600
     driver = ca.client_directory(tmp_path / "driver", "driver")
-    other = JobCA.make(tmp_path / "other-private").client_directory(tmp_path / "other", "driver")
+    other = JobCA.make().client_directory(tmp_path / "other", "driver")
     with EtcdProcess(tls=member) as etcd:
         etcd.start()
         use_etcd_tls(driver.directory)  # what "job" means in the driver
@@ -113,7 +114,7 @@ def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path
 
 
 def test_the_jobs_ca_signs_a_member_only_for_the_address_it_was_placed_at(tmp_path):
-    ca = JobCA.make(tmp_path / "private")
+    ca = JobCA.make()
     request = request_certificate(tmp_path / "m", MEMBER, "10.0.0.2")
     with pytest.raises(CertificateRequestError, match="names 10.0.0.2, but the driver placed"):
         ca.sign_member(request, "10.0.0.1", "hogwild-etcd-0")
@@ -138,3 +139,126 @@ def test_job_made_certificates_are_refused_for_an_etcd_the_job_does_not_start(tm
         EtcdController("", "tlsjob", print, tls=JOB)
     with pytest.raises(ConfigError, match="has no certificate of the job"):
         Etcd("127.0.0.1:1", prefix="/p/", tls=JOB)
+
+
+def test_a_members_peer_port_admits_members_alone_not_the_jobs_clients(tmp_path):
+    """The job's CA signs its clients' certificates too; a member's peer (raft) port answers
+    another member's certificate and refuses, in the handshake, the driver's and a role's."""
+    ca = JobCA.make()
+    etcd = EtcdProcess(tls=_member(ca, tmp_path / "m0"))
+    try:
+        client, peer = etcd.urls()
+        etcd.launch(etcd_binary(etcd.binary), client, peer, f"{etcd.name}={peer}")
+        assert etcd.wait_ready(time.monotonic() + 20.0) is None
+        other = _member(ca, tmp_path / "m1", name="m1")
+        answer = requests.get(f"{peer}/members", timeout=2.0, **other.requests_options())
+        assert answer.status_code == 200 and answer.json()  # the control: a member is heard
+        for role in ("driver", "ps 0"):
+            holder = ca.client_directory(tmp_path / role.replace(" ", "-"), role)
+            with pytest.raises(requests.exceptions.SSLError):
+                requests.get(f"{peer}/members", timeout=2.0, **holder.requests_options())
+        answer = requests.post(f"{client}/v3/kv/range", json={"key": "YQ=="}, timeout=2.0,
+                               **holder.requests_options())  # fmt: skip
+        assert answer.status_code == 200  # a client still reaches the client port
+    finally:
+        etcd.stop()
+
+
+def test_a_users_directory_without_client_files_is_refused_naming_them(tmp_path):
+    """Only a job-made member's directory lets its server certificate serve it as a client."""
+    tls = make_etcd_tls(tmp_path / "tls", ["127.0.0.1"])
+    tls.client_cert.unlink()
+    tls.client_key.unlink()
+    with pytest.raises(ConfigError, match="missing client.crt, client.key"):
+        EtcdTls.load(tls.directory, server=True)
+    with pytest.raises(ConfigError, match="missing client.crt"):
+        EtcdProcess(tls=str(tls.directory))
+    member = _member(JobCA.make(), tmp_path / "member")
+    assert member.client_cert == member.server_cert  # the job's member: its own certificate
+
+
+def test_a_certificate_carries_what_the_driver_chose_not_what_the_request_asked(tmp_path):
+    """A request asking to be a CA, a server of some address, for server authentication: the
+    client certificate signed for it is none of these (client authentication, signing only)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    greedy = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hogwild etcd member")]))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("etcd.example")]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    signed = JobCA.make().sign_client(greedy, "ps 0")
+    issued = x509.load_pem_x509_certificate(signed)
+    extensions = issued.extensions
+    assert extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    with pytest.raises(x509.ExtensionNotFound):
+        extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    usages = list(extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+    assert usages == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    uses = extensions.get_extension_for_class(x509.KeyUsage)
+    assert uses.critical and uses.value.digital_signature and not uses.value.key_cert_sign
+    assert issued.subject.rfc4514_string() == "CN=hogwild etcd client ps 0"  # not a member's
+
+
+def test_the_jobs_ca_key_is_never_written(tmp_path, monkeypatch):
+    """The CA's key lives in the driver's memory alone: after a CA made, a member and the
+    driver certified, the only private keys on disk are theirs (none in the working or the
+    temporary directory either)."""
+    from cryptography.hazmat.primitives import serialization
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    ca = JobCA.make()
+    _member(ca, tmp_path / "member")
+    ca.client_directory(tmp_path / "run" / "private-keys" / "etcd-driver", "driver")
+    der, info = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    public = ca.certificate.public_key().public_bytes(der, info)
+    keys = {}
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and b"PRIVATE KEY" in path.read_bytes():
+            key = serialization.load_pem_private_key(path.read_bytes(), None)
+            keys[path.relative_to(tmp_path).as_posix()] = key.public_key().public_bytes(der, info)
+    assert sorted(keys) == ["member/server.key", "run/private-keys/etcd-driver/client.key"]
+    assert public not in keys.values()
+
+
+def test_the_drivers_job_certificate_goes_with_its_controller(tmp_path, monkeypatch):
+    """A job's controller over members the launcher started with the job's certificates: once
+    it closes, the driver's key directory is gone and "job" means no certificate here again
+    (not a dead CA's)."""
+    monkeypatch.delenv(ETCD_TLS_ENV, raising=False)
+    ca = JobCA.make()
+    started = []
+
+    def start_members(count, tls):  # one member here stands for the launcher's, one per node
+        assert tls == JOB
+        member = EtcdProcess(tls=_member(ca, tmp_path / "member"))
+        started.append(member)
+        member.start()
+        return member
+
+    driver = ca.client_directory(tmp_path / "private-keys" / "etcd-driver", "driver").directory
+    use_etcd_tls(driver)
+    try:
+        controller = EtcdController("job", "tlsjob", print, start_members=start_members)
+        try:
+            assert controller.tls == JOB
+            with Etcd(controller.address, prefix="/hogwild/tlsjob/", tls=JOB) as etcd:
+                assert etcd.get("driver")[0] is not None  # the driver's claim, over TLS
+        finally:
+            controller.close()
+        assert started and started[0].process is None  # the member stopped with it
+        assert not driver.exists()
+        with pytest.raises(ConfigError, match="has no certificate of the job"):
+            EtcdTls.load(JOB)
+    finally:
+        use_etcd_tls(None)

@@ -183,6 +183,9 @@ def test_job_made_etcd_certificates_need_the_jobs_etcd_on_ray():
     assert 'cluster.etcd_tls = "job"' in said and "cluster.launcher = 'local'" in said
     said = error_of(small(cluster={**on_ray, "copies": 1, "ps": 1, "etcd": ""}))  # no etcd
     assert 'cluster.etcd_tls = "job"' in said and "cluster.copies = 1" in said
+    for spaced in (" job", "job ", "/etc/etcd-tls\n"):  # what the controller would take verbatim
+        said = error_of(small(cluster={**on_ray, "etcd_tls": spaced}))
+        assert f"cluster.etcd_tls = {spaced!r}: leading or trailing spaces" in said
 
 
 @pytest.mark.parametrize("value", [1.5, "2", True])
