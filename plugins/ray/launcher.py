@@ -73,7 +73,13 @@ from hogwild_plugins.ps.etcd_tls import JOB, use_etcd_tls
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    ActorUnschedulableError,
+    GetTimeoutError,
+    RayActorError,
+    RayTaskError,
+)
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
@@ -182,6 +188,8 @@ class RayLauncher(Launcher):
                 node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except GetTimeoutError:
                 raise RoleFailedError(self._unplaced(spec, "them free")) from None
+            except ActorUnschedulableError as exc:  # its node (a server's home) died meanwhile
+                raise RoleFailedError(f"{spec.name}: Ray cannot place its actor: {exc}") from None
             except RayActorError as exc:
                 raise RoleFailedError(
                     f"{spec.name}: its Ray actor died as it started: {exc}"
