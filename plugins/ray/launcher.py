@@ -173,9 +173,12 @@ class RayLauncher(Launcher):
                     self.groups[spec.group], 0
                 )
             elif spec.name in self.homes:  # a lost server back at its address
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                    self._node_at(spec, self.homes[spec.name], deadline), soft=False
-                )
+                try:
+                    node_id = self._node_at(spec, self.homes[spec.name], deadline)
+                except RoleFailedError:
+                    self._unplace(roles)  # those asked for before it in this call
+                    raise
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
             elif not self.loopback:  # servers on as many nodes as there are: copies apart
                 options["scheduling_strategy"] = "SPREAD"
             role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
@@ -187,10 +190,13 @@ class RayLauncher(Launcher):
             try:
                 node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except GetTimeoutError:
+                self._unplace(roles)
                 raise RoleFailedError(self._unplaced(spec, "them free")) from None
             except ActorUnschedulableError as exc:  # its node (a server's home) died meanwhile
+                self._unplace(roles)
                 raise RoleFailedError(f"{spec.name}: Ray cannot place its actor: {exc}") from None
             except RayActorError as exc:
+                self._unplace(roles)
                 raise RoleFailedError(
                     f"{spec.name}: its Ray actor died as it started: {exc}"
                 ) from None
@@ -203,6 +209,24 @@ class RayLauncher(Launcher):
                     "their node's IP)"
                 )
         return roles
+
+    def _unplace(self, roles: list[RayRole]) -> None:
+        """Roles whose placement failed forgotten, their actors killed and placement groups
+        removed (a pending actor placed later would otherwise be taken for a placed one); where
+        a server must come back stays in :attr:`homes`."""
+        for role in roles:
+            if self.roles.get(role.spec.name) is role:
+                del self.roles[role.spec.name]
+            try:
+                ray.kill(role.actor, no_restart=True)
+            except (RayActorError, ValueError):
+                pass
+            group = self.groups.pop(role.spec.group, None) if role.spec.group else None
+            if group is not None:
+                try:
+                    remove_placement_group(group)
+                except Exception:  # noqa: BLE001 -- already removed with its node
+                    pass
 
     def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
         """The id of a live node with IP ``ip``, waited for until ``deadline``."""

@@ -271,7 +271,9 @@ try:
         launcher.__class__ = Racing
         launcher.homes["ps 0"] = launcher.node_ip
         spec = RoleSpec("ps", 0, ("ps", "serve"), fixed_port=True)
-    if case in ("no-node", "dead-node"):
+    elif case == "no-room":  # more CPUs than the head has: Ray holds it pending
+        spec = RoleSpec("ps", 0, ("ps", "serve"), cpus=64, fixed_port=True)
+    if case in ("no-node", "dead-node", "no-room"):
         started = time.monotonic()
         try:
             launcher.start(spec)
@@ -312,9 +314,17 @@ def test_a_server_whose_home_node_dies_before_placement_fails_as_a_role(
     ray_head, mnist_dir, tmp_path
 ):
     """A server's home node gone between the look-up and the placement: Ray finds the actor
-    unschedulable; the driver is told the role failed (not a Ray error), its home kept for the
-    next attempt."""
+    unschedulable; the driver is told the role failed (not a Ray error), the role forgotten,
+    its actor killed, its home kept for the next attempt."""
     out = _launcher_case(ray_head, "dead-node", tmp_path, mnist_dir)
     assert out["error"] is not None and "ps 0" in out["error"], out
     assert "unschedulable" in out["error"].lower() or "cannot place" in out["error"], out
-    assert out["homes"] == {"ps 0": out["node_ip"]}, out
+    assert out["roles"] == [] and out["homes"] == {"ps 0": out["node_ip"]}, out
+
+
+def test_a_role_ray_cannot_place_in_time_is_forgotten(ray_head, mnist_dir, tmp_path):
+    """A role whose actor is still pending at its start timeout fails and is forgotten, its
+    actor killed: kept, a later restart would take the pending actor for a placed one."""
+    out = _launcher_case(ray_head, "no-room", tmp_path, mnist_dir)
+    assert out["error"] is not None and "did not place ps 0" in out["error"], out
+    assert out["roles"] == [], out
