@@ -17,6 +17,10 @@ Ray's part) while one replica, SIGKILLed, is restarted in its actor, writes each
 the run directory, and leaves no process, no live actor and no placement group behind.
 A replica of two partitions is one actor in one placement group of two CPUs (its partitions on
 one node, around one arena), and trains.
+The launcher itself, driven in a process of its own on the same head with ``cluster.host``
+beyond loopback: a lost data server comes back at its address on its home node's IP; a server
+homed where no node is, or on a node gone before Ray placed it, and a role Ray cannot place in
+time, fail as roles within the start timeout, forgotten, their actors killed.
 """
 
 from __future__ import annotations
@@ -328,3 +332,25 @@ def test_a_role_ray_cannot_place_in_time_is_forgotten(ray_head, mnist_dir, tmp_p
     out = _launcher_case(ray_head, "no-room", tmp_path, mnist_dir)
     assert out["error"] is not None and "did not place ps 0" in out["error"], out
     assert out["roles"] == [], out
+
+
+def test_a_server_homed_where_no_node_is_fails_within_its_start_timeout(
+    ray_head, mnist_dir, tmp_path
+):
+    """A lost parameter server must come back at its node's IP: with no Ray node there, its
+    start fails within ``cluster.start_timeout_s`` naming the IP, and no actor is left."""
+    out = _launcher_case(ray_head, "no-node", tmp_path, mnist_dir)
+    assert out["error"] is not None and "198.51.100.7" in out["error"], out
+    assert out["seconds"] < 2.0 + 5.0, out  # its start timeout, not Ray's own waits
+    assert out["roles"] == [] and out["homes"] == {"ps 0": "198.51.100.7"}, out
+
+
+def test_a_lost_data_server_comes_back_at_its_address_on_its_home_node(
+    ray_head, mnist_dir, tmp_path
+):
+    """A data server whose actor is lost is placed anew on its old node's IP (its home
+    recorded) and serves at the address the replicas were given."""
+    out = _launcher_case(ray_head, "lost-data", tmp_path, mnist_dir)
+    assert out["homes"] == {"data 0": out["node_ip"]}, out  # the IP Ray names its node by
+    assert out["again"] == out["first"], out
+    assert out["roles"] == ["data 0"], out
