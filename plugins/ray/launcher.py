@@ -98,6 +98,7 @@ from hogwild.errors import EXIT_STOPPED
 from hogwild.net.address import host_port, is_loopback, parse_address
 
 POLL_S = 0.1
+NODE_POLL_S = 1.0  # a lost server's home looked for again (a machine comes back in seconds)
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
 STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
@@ -231,7 +232,11 @@ class RayLauncher(Launcher):
     def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
         """The id of a live node with IP ``ip``, waited for until ``deadline``."""
         while True:
-            for node in ray.nodes():
+            try:
+                nodes = ray.nodes()
+            except Exception:  # noqa: BLE001 -- the GCS busy or away: looked for again
+                nodes = []
+            for node in nodes:
                 if node.get("Alive") and node.get("NodeManagerAddress") == ip:
                     return node["NodeID"]
             if time.monotonic() > deadline:
@@ -240,7 +245,7 @@ class RayLauncher(Launcher):
                     f"told it), but no live Ray node has that IP after "
                     f"{self.cluster.start_timeout_s:g} s; start a Ray node there again"
                 )
-            time.sleep(POLL_S)
+            time.sleep(min(NODE_POLL_S, max(0.0, deadline - time.monotonic()) + 0.01))
 
     def start_etcd_cluster(self, count: int, tls: str | None):
         """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
