@@ -405,6 +405,10 @@ class RayLauncher(Launcher):
                 raise RoleFailedError(
                     f"{spec.name}: its Ray actor did not clear the role within {wait_s:g} s"
                 ) from None
+            except ActorUnavailableError as exc:  # unreachable, not known dead: its process may
+                # still hold the address, so it is not placed anew (a failed attempt; the next
+                # finds it back, or lost)
+                raise RoleFailedError(f"{spec.name}: its Ray actor is unreachable: {exc}") from None
             except RayActorError:  # its actor (or node) is lost: place the role anew
                 self._forget(role)
         self._reported.discard(spec.name)
