@@ -84,7 +84,7 @@ from bench.support.paper_job import PAPER_JOB, REPLICATED_JOB_ARGS
 from bench.support.paths import SHARED_MNIST
 from bench.support.ps_watch import spread
 from bench.support.record import emit_record, stamp
-from hogwild.signals import terminate_as_interrupt
+from hogwild.signals import deferred_signals, terminate_as_interrupt
 from tests.hosts import harness
 from tests.hosts.harness import Hosts, HostsError
 from tests.hosts.ray_nodes import (
@@ -255,6 +255,7 @@ class Cluster:
         self.job_processes: dict[str, dict[int, psutil.Process]] = {}  # job -> its roles seen
         self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
         self.stall_s = STALL_S  # (--stuck-s)
+        self.stalled: list[tuple[int, bool]] = []  # (pid, its process group?) SIGSTOPped now
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
                        capture_output=True, timeout=60)  # fmt: skip
@@ -333,6 +334,19 @@ class Cluster:
                 except psutil.Error:
                     pass  # gone already: its driver saw to it
 
+    def continue_stalled(self) -> None:
+        """SIGCONT to whatever a stall left stopped (a stall cut short by a signal or an
+        error must not leave servers stopped behind it)."""
+        while self.stalled:
+            pid, group = self.stalled.pop()
+            if group:
+                self.stop_group(pid, signal.SIGCONT)
+            else:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
     def stop_group(self, pid: int, signum: int) -> None:
         """``signum`` to a training role's process group (a role leads its own)."""
         try:
@@ -406,8 +420,8 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
         there = [name for name, _ in cluster.job_roles(host)]
-        at = time.time()
         hosts.cut(host)
+        at = time.time()  # once cut: a push sent while `ip` ran is no failover
         time.sleep(args.cut_s)
         hosts.heal(host)
         return {"kind": kind, "host": host, "primary_of": held, "training_roles": there,
@@ -418,13 +432,12 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         process = cluster.servers[host]
         stalled = [(n, pid) for n, pid in cluster.job_roles(host) if n.startswith("ps ")]
         at = time.time()
+        cluster.stalled += [(process.pid, False), *((pid, True) for _, pid in stalled)]
         os.kill(process.pid, signal.SIGSTOP)
         for _, pid in stalled:
             cluster.stop_group(pid, signal.SIGSTOP)
         time.sleep(args.stall_s)
-        os.kill(process.pid, signal.SIGCONT)
-        for _, pid in stalled:
-            cluster.stop_group(pid, signal.SIGCONT)
+        cluster.continue_stalled()
         return {"kind": kind, "host": host, "training_roles": [n for n, _ in stalled],
                 "at": at, "until": time.time()}  # fmt: skip
     host = rng.choice(SERVER_HOSTS)
@@ -506,6 +519,7 @@ def measure(args) -> dict:
         hosts = Hosts(CLIENT_HOST)
         tag = hosts.tag
         cluster = None
+        free_run = None  # the fault-free job, stopped by the finally from its launch on
         try:
             cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
             cluster.stall_s = args.stuck_s
@@ -514,13 +528,14 @@ def measure(args) -> dict:
                 + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
             )
             if not args.no_train and args.fault_free:
-                run = wait_started(launch(cluster, "fault_free", args))
-                fault_free = finish(cluster, run, args)
+                free_run = launch(cluster, "fault_free", args)
+                fault_free = finish(cluster, wait_started(free_run), args)
             cluster.start_ledger(args.seed, args.push_every_s)
             _log(f"ledger servers {cluster.addresses}, etcd {cluster.etcd}")
             if not args.no_train:  # after the ledger's servers: started beside them, its roles
                 # took the cores the servers needed to listen within READY_WITHIN_S
-                cluster.job = wait_started(launch(cluster, "faults", args))
+                cluster.job = launch(cluster, "faults", args)  # the finally stops it from here
+                wait_started(cluster.job)
                 _log("the training job started")
             since = 0.0
             for kind in kinds:
@@ -569,10 +584,16 @@ def measure(args) -> dict:
                 log = (folder / "client.log").read_text()[-2000:]
                 problems.append(f"no ledger result ({exc!r}); client log: {log}")
         finally:
-            processes = list(cluster.seen.values()) if cluster else []
-            if cluster is not None and cluster.job is not None:
-                cluster.job.job.stop()
-            hosts.close()
+            with deferred_signals():  # a second SIGTERM or Ctrl-C must not cut the clean-up
+                processes = list(cluster.seen.values()) if cluster else []
+                try:
+                    if cluster is not None:
+                        cluster.continue_stalled()  # stopped servers cannot take a SIGTERM
+                    for run in (free_run, cluster.job if cluster else None):
+                        if run is not None:
+                            run.job.stop()
+                finally:
+                    hosts.close()
         leaked = check.count(processes, set())
         leaked["namespaces"] = sum(n.startswith(tag) for n in harness.namespaces())
     acks = result.get("acks", [])

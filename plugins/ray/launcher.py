@@ -73,7 +73,13 @@ from hogwild_plugins.ps.etcd_tls import JOB, use_etcd_tls
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    ActorUnschedulableError,
+    GetTimeoutError,
+    RayActorError,
+    RayTaskError,
+)
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
@@ -92,6 +98,7 @@ from hogwild.errors import EXIT_STOPPED
 from hogwild.net.address import host_port, is_loopback, parse_address
 
 POLL_S = 0.1
+NODE_POLL_S = 1.0  # a lost server's home looked for again (a machine comes back in seconds)
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
 STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
@@ -167,9 +174,12 @@ class RayLauncher(Launcher):
                     self.groups[spec.group], 0
                 )
             elif spec.name in self.homes:  # a lost server back at its address
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                    self._node_at(spec, self.homes[spec.name], deadline), soft=False
-                )
+                try:
+                    node_id = self._node_at(spec, self.homes[spec.name], deadline)
+                except RoleFailedError:
+                    self._unplace(roles)  # those asked for before it in this call
+                    raise
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
             elif not self.loopback:  # servers on as many nodes as there are: copies apart
                 options["scheduling_strategy"] = "SPREAD"
             role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
@@ -181,8 +191,13 @@ class RayLauncher(Launcher):
             try:
                 node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except GetTimeoutError:
+                self._unplace(roles)
                 raise RoleFailedError(self._unplaced(spec, "them free")) from None
+            except ActorUnschedulableError as exc:  # its node (a server's home) died meanwhile
+                self._unplace(roles)
+                raise RoleFailedError(f"{spec.name}: Ray cannot place its actor: {exc}") from None
             except RayActorError as exc:
+                self._unplace(roles)
                 raise RoleFailedError(
                     f"{spec.name}: its Ray actor died as it started: {exc}"
                 ) from None
@@ -196,10 +211,32 @@ class RayLauncher(Launcher):
                 )
         return roles
 
+    def _unplace(self, roles: list[RayRole]) -> None:
+        """Roles whose placement failed forgotten, their actors killed and placement groups
+        removed (a pending actor placed later would otherwise be taken for a placed one); where
+        a server must come back stays in :attr:`homes`."""
+        for role in roles:
+            if self.roles.get(role.spec.name) is role:
+                del self.roles[role.spec.name]
+            try:
+                ray.kill(role.actor, no_restart=True)
+            except (RayActorError, ValueError):
+                pass
+            group = self.groups.pop(role.spec.group, None) if role.spec.group else None
+            if group is not None:
+                try:
+                    remove_placement_group(group)
+                except Exception:  # noqa: BLE001 -- already removed with its node
+                    pass
+
     def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
         """The id of a live node with IP ``ip``, waited for until ``deadline``."""
         while True:
-            for node in ray.nodes():
+            try:
+                nodes = ray.nodes()
+            except Exception:  # noqa: BLE001 -- the GCS busy or away: looked for again
+                nodes = []
+            for node in nodes:
                 if node.get("Alive") and node.get("NodeManagerAddress") == ip:
                     return node["NodeID"]
             if time.monotonic() > deadline:
@@ -208,7 +245,7 @@ class RayLauncher(Launcher):
                     f"told it), but no live Ray node has that IP after "
                     f"{self.cluster.start_timeout_s:g} s; start a Ray node there again"
                 )
-            time.sleep(POLL_S)
+            time.sleep(min(NODE_POLL_S, max(0.0, deadline - time.monotonic()) + 0.01))
 
     def start_etcd_cluster(self, count: int, tls: str | None):
         """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
@@ -368,6 +405,10 @@ class RayLauncher(Launcher):
                 raise RoleFailedError(
                     f"{spec.name}: its Ray actor did not clear the role within {wait_s:g} s"
                 ) from None
+            except ActorUnavailableError as exc:  # unreachable, not known dead: its process may
+                # still hold the address, so it is not placed anew (a failed attempt; the next
+                # finds it back, or lost)
+                raise RoleFailedError(f"{spec.name}: its Ray actor is unreachable: {exc}") from None
             except RayActorError:  # its actor (or node) is lost: place the role anew
                 self._forget(role)
         self._reported.discard(spec.name)

@@ -17,6 +17,10 @@ Ray's part) while one replica, SIGKILLed, is restarted in its actor, writes each
 the run directory, and leaves no process, no live actor and no placement group behind.
 A replica of two partitions is one actor in one placement group of two CPUs (its partitions on
 one node, around one arena), and trains.
+The launcher itself, driven in a process of its own on the same head with ``cluster.host``
+beyond loopback: a lost data server comes back at its address on its home node's IP; a server
+homed where no node is, or on a node gone before Ray placed it, and a role Ray cannot place in
+time, fail as roles within the start timeout, forgotten, their actors killed.
 """
 
 from __future__ import annotations
@@ -238,3 +242,115 @@ def test_a_ray_address_where_nothing_listens_is_refused_at_once(mnist_dir, tmp_p
     assert done.returncode != 0
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in done.stderr, done.stderr[-2000:]
     assert time.monotonic() - started < 60.0  # not Ray's minute of retries on top
+
+
+# A driver's launcher on the module's Ray head, in a process of its own (Ray's driver state is
+# per process): ``cluster.host`` beyond loopback, so a lost server is homed at its node's IP.
+LAUNCHER = """
+import json, sys, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from hogwild.cluster.launcher import RoleFailedError
+from hogwild.cluster.roles import RoleSpec, on_port_of
+from hogwild.config import load_config
+from hogwild.net.auth import make_keys
+from hogwild_plugins.ray.launcher import RayLauncher
+
+address, case, run_dir, data = sys.argv[1:5]
+config = load_config(overrides={
+    "cluster.ray_address": address, "cluster.host": "0.0.0.0",
+    "cluster.start_timeout_s": 120.0 if case == "lost-data" else 2.0,
+    "cluster.stop_timeout_s": 2.0, "cluster.replicas": 1, "cluster.data_servers": 1,
+})
+launcher = RayLauncher(config, run_dir)
+out = {}
+try:
+    if case == "no-node":  # its home's IP belongs to no node (TEST-NET-2, RFC 5737)
+        launcher.homes["ps 0"] = "198.51.100.7"
+        spec = RoleSpec("ps", 0, ("ps", "serve"), fixed_port=True)
+    elif case == "dead-node":  # its home's node found alive, then gone before Ray placed it
+        class Racing(RayLauncher):
+            def _node_at(self, spec, ip, deadline):
+                return "ab" * 28  # the id of a node the cluster no longer has
+        launcher.__class__ = Racing
+        launcher.homes["ps 0"] = launcher.node_ip
+        spec = RoleSpec("ps", 0, ("ps", "serve"), fixed_port=True)
+    elif case == "no-room":  # more CPUs than the head has: Ray holds it pending
+        spec = RoleSpec("ps", 0, ("ps", "serve"), cpus=64, fixed_port=True)
+    if case in ("no-node", "dead-node", "no-room"):
+        started = time.monotonic()
+        try:
+            launcher.start(spec)
+            out["error"] = None
+        except RoleFailedError as exc:
+            out["error"] = str(exc)
+        out["seconds"] = time.monotonic() - started
+    else:  # "lost-data": a data server whose actor (its node, for the driver) is lost
+        keys = str(make_keys(run_dir + "/keys"))  # it binds its node's IP: not loopback
+        argv = ("data", "serve", data, "--bind", "0.0.0.0", "--port", "0", "--keys", keys)
+        spec = RoleSpec("data", 0, argv)
+        (first,) = launcher.start_all([spec])
+        host = launcher.roles["data 0"].host
+        ray.kill(launcher.roles["data 0"].actor, no_restart=True)
+        again = launcher.restart(on_port_of(spec, first))
+        out.update(first=first, again=again, host=host)
+    out["roles"] = sorted(launcher.roles)
+    out["homes"], out["node_ip"] = launcher.homes, launcher.node_ip
+finally:
+    launcher.stop_all()
+print(json.dumps(out))
+"""
+
+
+def _launcher_case(ray_head: dict, case: str, tmp_path: Path, data: Path) -> dict:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, ray_head["address"], case, str(run_dir), str(data)],
+        capture_output=True, text=True, timeout=JOB_WITHIN_S, env=RAY_ENV,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_nothing_left(ray_head, run_dir)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_server_whose_home_node_dies_before_placement_fails_as_a_role(
+    ray_head, mnist_dir, tmp_path
+):
+    """A server's home node gone between the look-up and the placement: Ray finds the actor
+    unschedulable; the driver is told the role failed (not a Ray error), the role forgotten,
+    its actor killed, its home kept for the next attempt."""
+    out = _launcher_case(ray_head, "dead-node", tmp_path, mnist_dir)
+    assert out["error"] is not None and "ps 0" in out["error"], out
+    assert "unschedulable" in out["error"].lower() or "cannot place" in out["error"], out
+    assert out["roles"] == [] and out["homes"] == {"ps 0": out["node_ip"]}, out
+
+
+def test_a_role_ray_cannot_place_in_time_is_forgotten(ray_head, mnist_dir, tmp_path):
+    """A role whose actor is still pending at its start timeout fails and is forgotten, its
+    actor killed: kept, a later restart would take the pending actor for a placed one."""
+    out = _launcher_case(ray_head, "no-room", tmp_path, mnist_dir)
+    assert out["error"] is not None and "did not place ps 0" in out["error"], out
+    assert out["roles"] == [], out
+
+
+def test_a_server_homed_where_no_node_is_fails_within_its_start_timeout(
+    ray_head, mnist_dir, tmp_path
+):
+    """A lost parameter server must come back at its node's IP: with no Ray node there, its
+    start fails within ``cluster.start_timeout_s`` naming the IP, and no actor is left."""
+    out = _launcher_case(ray_head, "no-node", tmp_path, mnist_dir)
+    assert out["error"] is not None and "198.51.100.7" in out["error"], out
+    assert out["seconds"] < 2.0 + 5.0, out  # its start timeout, not Ray's own waits
+    assert out["roles"] == [] and out["homes"] == {"ps 0": "198.51.100.7"}, out
+
+
+def test_a_lost_data_server_comes_back_at_its_address_on_its_home_node(
+    ray_head, mnist_dir, tmp_path
+):
+    """A data server whose actor is lost is placed anew on its old node's IP (its home
+    recorded) and serves at the address the replicas were given."""
+    out = _launcher_case(ray_head, "lost-data", tmp_path, mnist_dir)
+    assert out["homes"] == {"data 0": out["node_ip"]}, out  # the IP Ray names its node by
+    assert out["again"] == out["first"], out
+    assert out["roles"] == ["data 0"], out

@@ -69,6 +69,8 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     assert record["fault_free_test_accuracy"] is None  # no fault-free run in a smoke run
     assert record["training"]["faults"]["error"] is None
     assert record["training"]["launcher"] == "local"
+    # the local launcher keeps every training role on host 4: no host fault reaches one
+    assert all(e.get("training_roles", []) == [] for e in record["events"]), record["events"]
     # the job's segments carried its name while it ran
     assert record["training"]["faults"]["named_while_running"] > 0, record["training"]
     cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
