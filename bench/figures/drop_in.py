@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="hogwild's optim.smooth: the rate moves within each epoch towards the next's",
     )
     add("--weight-decay", type=float, default=0.0, help="hogwild's optim.weight_decay")
+    add("--warmup-epochs", type=int, default=0, help="hogwild's optim.warmup_epochs")
+    add("--momentum", type=float, default=0.9, help="hogwild's optim.momentum (Adam's beta1)")
+    add("--beta2", type=float, default=0.999, help="hogwild's optim.beta2 (Adam)")
     add("--seed", type=int, default=1, help="the network's initial weights (both sides)")
     add("--quick", action="store_true", help="smoke run: 1,000 / 1,000 examples, one epoch each")
     add("--out", help="also write the JSON line here")
@@ -107,8 +110,10 @@ def run_hogwild(args: argparse.Namespace, train_subset: int, test_subset: int) -
         overrides={
             "optim.rule": args.rule,
             "optim.schedule": args.schedule,
-            "optim.warmup_epochs": 0,
+            "optim.warmup_epochs": args.warmup_epochs,
             "optim.weight_decay": args.weight_decay,
+            "optim.momentum": args.momentum,
+            "optim.beta2": args.beta2,
             "optim.smooth": args.smooth,
         },
     )
@@ -196,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
                 "schedule": args.schedule,
                 "smooth": args.smooth,
                 "weight_decay": args.weight_decay,
+                "warmup_epochs": args.warmup_epochs,
+                "momentum": args.momentum,
+                "beta2": args.beta2,
                 "epochs": args.hogwild_epochs,
             },
             "example": {
