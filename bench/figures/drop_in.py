@@ -5,9 +5,10 @@ The network is the example's (:func:`bench.peers.examples_mnist.net`: two 3x3 co
 32 and 64 maps, max-pool, dropout, 128 units, dropout), built once with the same seed for both
 sides. The example trains it with its own loop (Adadelta, batch 64, torch on every core); hogwild
 trains the same module, read by ``from_torch`` with its initial weights, with worker processes on
-every physical core: by default Adam on minibatches of 16 at lr 0.002, decayed linearly to zero
-over its epochs example by example (``optim.smooth``). Both read the same MNIST idx files and
-normalise with the same mean and std.
+every physical core: by default per-example SGD at lr 0.01 on a per-epoch cosine over 4 epochs
+(the recipe flags ``--rule --batch --lr --schedule --smooth --warmup-epochs --momentum --beta2
+--weight-decay --hogwild-epochs`` set the others ``drop_in_search.py`` tries). Both read the
+same MNIST idx files and normalise with the same mean and std.
 Each side trains epoch by epoch and is tested after every epoch; the seconds counted are those
 spent training (the test passes are not). The record has, for each side, the seconds to the
 target test accuracy (``hogwild_seconds_to_target``, ``example_seconds_to_target``; None when
