@@ -37,7 +37,8 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
 from bench.figures import drop_in
 from bench.support.machine import versions
 from bench.support.paths import SHARED_MNIST
-from bench.support.record import source
+from bench.support.record import JOB_ERRORS, source
+from hogwild.errors import HogwildError
 
 EXAMPLE_EXAMPLES_TO_TARGET = 240_000  # the example's 4 epochs (bench/results/drop_in.json)
 
@@ -161,7 +162,7 @@ def run_one(args: argparse.Namespace, name: str, seed: int) -> dict:
     started = time.perf_counter()
     try:
         ours = drop_in.run_hogwild(recipe_args, 0, 0)
-    except Exception as exc:  # a failed recipe is a result too (the search goes on)
+    except (*JOB_ERRORS, HogwildError) as exc:  # a failed or refused recipe is a result too
         return {"recipe": name, "seed": seed, "flags": flags, "error": repr(exc)}
     control = example_examples_per_s(args.data, args.control, seed)
     reached = drop_in.examples_to_target(ours["epochs"], recipe_args, 0)
@@ -179,9 +180,7 @@ def run_one(args: argparse.Namespace, name: str, seed: int) -> dict:
         "control_examples": args.control,
         "workers": ours["workers"],
         # the ratio drop_in.py would report at these two rates (training seconds only)
-        "expected_ratio": (
-            EXAMPLE_EXAMPLES_TO_TARGET / reached * speed_ratio if reached else None
-        ),
+        "expected_ratio": (EXAMPLE_EXAMPLES_TO_TARGET / reached * speed_ratio if reached else None),
         "torch_test_accuracy": ours["torch_test_accuracy"],
         "wall_s": round(time.perf_counter() - started, 1),
     }
