@@ -5,9 +5,10 @@ The network is the example's (:func:`bench.peers.examples_mnist.net`: two 3x3 co
 32 and 64 maps, max-pool, dropout, 128 units, dropout), built once with the same seed for both
 sides. The example trains it with its own loop (Adadelta, batch 64, torch on every core); hogwild
 trains the same module, read by ``from_torch`` with its initial weights, with worker processes on
-every physical core: by default Adam on minibatches of 16 at lr 0.002, decayed linearly to zero
-over its epochs example by example (``optim.smooth``). Both read the same MNIST idx files and
-normalise with the same mean and std.
+every physical core: by default per-example SGD at lr 0.01 on a per-epoch cosine over 4 epochs
+(the recipe flags ``--rule --batch --lr --schedule --smooth --warmup-epochs --momentum --beta2
+--weight-decay --hogwild-epochs`` set the others ``drop_in_search.py`` tries). Both read the
+same MNIST idx files and normalise with the same mean and std.
 Each side trains epoch by epoch and is tested after every epoch; the seconds counted are those
 spent training (the test passes are not). The record has, for each side, the seconds to the
 target test accuracy (``hogwild_seconds_to_target``, ``example_seconds_to_target``; None when
@@ -63,6 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="hogwild's optim.smooth: the rate moves within each epoch towards the next's",
     )
     add("--weight-decay", type=float, default=0.0, help="hogwild's optim.weight_decay")
+    add("--warmup-epochs", type=int, default=0, help="hogwild's optim.warmup_epochs")
+    add("--momentum", type=float, default=0.9, help="hogwild's optim.momentum (Adam's beta1)")
+    add("--beta2", type=float, default=0.999, help="hogwild's optim.beta2 (Adam)")
     add("--seed", type=int, default=1, help="the network's initial weights (both sides)")
     add("--quick", action="store_true", help="smoke run: 1,000 / 1,000 examples, one epoch each")
     add("--out", help="also write the JSON line here")
@@ -107,8 +111,10 @@ def run_hogwild(args: argparse.Namespace, train_subset: int, test_subset: int) -
         overrides={
             "optim.rule": args.rule,
             "optim.schedule": args.schedule,
-            "optim.warmup_epochs": 0,
+            "optim.warmup_epochs": args.warmup_epochs,
             "optim.weight_decay": args.weight_decay,
+            "optim.momentum": args.momentum,
+            "optim.beta2": args.beta2,
             "optim.smooth": args.smooth,
         },
     )
@@ -196,6 +202,9 @@ def main(argv: list[str] | None = None) -> None:
                 "schedule": args.schedule,
                 "smooth": args.smooth,
                 "weight_decay": args.weight_decay,
+                "warmup_epochs": args.warmup_epochs,
+                "momentum": args.momentum,
+                "beta2": args.beta2,
                 "epochs": args.hogwild_epochs,
             },
             "example": {
