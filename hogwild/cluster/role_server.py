@@ -222,17 +222,27 @@ class RoleServer:
         server cannot be used for it (the reason told once: start it through the shim)."""
         env = dict(os.environ if env is None else env)
         with self._lock:
-            reason = self._usable(env)
-            if reason is not None:
-                say_once(reason)
-                return None
             try:
-                return self._request(argv, env, cwd or os.getcwd())
-            except (OSError, ValueError) as error:
-                self._broken = f"the role server failed ({error})"
-                say_once(self._broken)
-                self._end(timeout_s=1.0)
+                reason = self._usable(env)
+                if reason is None:
+                    return self._request(argv, env, cwd or os.getcwd())
+            except RoleRefusedError as error:  # the server is fine: only this role falls back
+                say_once(f"the role server could not fork a role ({error})")
                 return None
+            except BaseException as error:
+                # The exchange may be half done (a reply left unread would be paired with the
+                # next request): no more requests. The server and the roles it forked are left
+                # running; close() waits for the server once the launcher has stopped them.
+                self._broken = f"the role server failed ({error!r})"
+                if self._control is not None:
+                    self._control.close()
+                    self._control = None
+                if not isinstance(error, Exception):  # Ctrl-C, SIGTERM: the caller's to handle
+                    raise
+                say_once(self._broken)
+                return None
+            say_once(reason)
+            return None
 
     def _usable(self, env: dict) -> str | None:
         from hogwild.training.zygote import pidfd_supported
@@ -321,8 +331,17 @@ class RoleServer:
             self._process = None
 
 
+class RoleRefusedError(Exception):
+    """The server answered a request with an error (it could not fork the role), and serves on."""
+
+
 def _parse_reply(data: bytes, fds: list[int]) -> tuple[int, int]:
-    """The role's pid and pidfd from the server's reply (checked: one fd, a positive pid)."""
+    """The role's pid and pidfd from the server's reply (checked: one fd, a positive pid).
+
+    Raises:
+        RoleRefusedError: The server said why it started no role (and no fd came with it).
+        ValueError: Anything else than a pid and one fd, or an error reply.
+    """
     try:
         reply = json.loads(data) if data else {}
     except ValueError:
@@ -332,7 +351,9 @@ def _parse_reply(data: bytes, fds: list[int]) -> tuple[int, int]:
         for fd in fds:
             os.close(fd)
         said = reply.get("error") if isinstance(reply, dict) else None
-        raise ValueError(f"no role started: {said or 'the server sent ' + repr(data[:200])}")
+        if isinstance(said, str) and not fds and set(reply) == {"error"}:
+            raise RoleRefusedError(said[:500])
+        raise ValueError(f"no role started: the server sent {data[:200]!r}")
     return pid, fds[0]
 
 
