@@ -313,10 +313,11 @@ class RoleServer:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the server (call it once the roles are stopped): it leaves once its last child
-        has ended; after ``timeout_s`` it is killed, which SIGKILLs any role still running."""
+        has ended; after ``timeout_s`` it is killed, which SIGKILLs any role still running.
+        A role started after this is started through the shim (no server is left behind)."""
         with self._lock:
             self._end(timeout_s)
-            self._broken = None
+            self._broken = "the role server was closed"
 
     def _end(self, timeout_s: float) -> None:
         if self._control is not None:
