@@ -166,7 +166,12 @@ class LocalLauncher(Launcher):
             if code is not None and name not in self._reported:
                 self._reported.add(name)
                 said = role.last_error() if code == EXIT_STOPPED else ""
-                gone.append(RoleExit(name, "localhost", code, said=said))
+                why = (
+                    f"{name} on localhost was killed by SIGKILL: its role server ended"
+                    if getattr(role.process, "server_lost", False)
+                    else ""
+                )
+                gone.append(RoleExit(name, "localhost", code, why=why, said=said))
         return gone
 
     def kill(self, name: str) -> bool:

@@ -102,6 +102,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 SERVER_LOST = -signal.SIGKILL
 """A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
+SERVER_LOST_WAIT_S = 5.0  # for the kernel's SIGKILL of a role whose server ended, before ours
 
 logger = logging.getLogger(__name__)
 _said: set[str] = set()
@@ -133,6 +134,7 @@ class ForkedRole:
     def __init__(self, pid: int, pidfd: int, status: int, stderr: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.server_lost = False  # it ended because its server did (its code then SERVER_LOST)
         self.stderr = open(stderr, encoding="utf-8", errors="replace")  # noqa: SIM115 - owned
         self._pidfd = pidfd
         self._status = status
@@ -185,9 +187,13 @@ class ForkedRole:
         data = os.read(self._status, STATUS.size)
         if len(data) == STATUS.size:
             code = STATUS.unpack(data)[0]
-        else:  # the server ended first, which SIGKILLs its children: wait for this one
-            _readable([self._pidfd], 5.0)
+        else:  # the server ended first, which SIGKILLs its children: make sure of this one
+            if not _readable([self._pidfd], SERVER_LOST_WAIT_S):
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                _readable([self._pidfd], None)  # a SIGKILL is not refused: it ends
             code = SERVER_LOST
+            self.server_lost = True
         with self._fds:
             self.returncode = code
             os.close(self._status)
