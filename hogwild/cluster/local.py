@@ -117,13 +117,16 @@ class LocalLauncher(Launcher):
 
     def start_all(self, specs: list[RoleSpec]) -> list[str]:
         """Every process first, then the ready lines: the roles start side by side."""
-        deadline = time.monotonic() + self.config.cluster.start_timeout_s
         roles = []
         envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
         for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
             role = RoleProcess(spec, self.log_dir, env, self.server)  # ... know each other
             self.roles[spec.name] = role
             roles.append(role)
+        # Taken once every process exists: the first start may wait on the role server's
+        # preload, which must not eat the roles' own time to start (a role whose fork was
+        # refused is spawned then, and starts in full).
+        deadline = time.monotonic() + self.config.cluster.start_timeout_s
         addresses = [self._wait_ready(role, deadline) for role in roles]
         if self.job_keys is not None:
             for spec, address in zip(specs, addresses, strict=True):
