@@ -296,6 +296,9 @@ class RoleServer:
             "env": env,
             "cwd": cwd,
             "cpus": sorted(os.sched_getaffinity(0)),
+            # A driver run with SIGINT ignored (nohup, a shell's background job) passes that
+            # on to its roles, as a spawned role inherits it.
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
         }
         stderr_r, stderr_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -430,12 +433,18 @@ class _Server:
             watched = list(self.children)
             if self.control is not None:
                 watched += [self.driver, self.control.fileno()]
-            for fd in _readable(watched, None):
+            for fd, events in _polled(watched, None).items():
                 if fd in self.children:
                     self._reap(self.children.pop(fd))
                 elif fd == self.driver:  # each child watches it too, and stops
                     self._stop_accepting()
-                elif self.control is not None and fd == self.control.fileno():
+                elif self.control is None or fd != self.control.fileno():
+                    continue
+                elif events & (select.POLLHUP | select.POLLERR):
+                    # The driver closed its end (or died): a request it left queued is not
+                    # forked, as nobody would read the reply or stop the role.
+                    self._stop_accepting()
+                else:
                     argv = self._accept()
                     if argv is not None:
                         return argv  # in the child
@@ -472,31 +481,80 @@ class _Server:
             self._reply({"error": str(error)}, [])
             return None
         stderr, status = fds
+        try:
+            pid, pidfd = self._fork(request, stderr, status)
+        except OSError as error:  # no process or no fd left: this role is refused, not the job
+            os.close(status)
+            self._reply({"error": f"fork failed: {error}"}, [])
+            return None
+        if pid == 0:
+            return request["argv"]
+        self.children[pidfd] = _Child(pid, pidfd, status)
+        if not self._reply({"pid": pid}, [pidfd]):  # the driver has gone: nobody stops it
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return None
+
+    def _fork(self, request: dict, stderr: int, status: int) -> tuple[int, int]:
+        """Fork the role: ``(0, -1)`` in the child once it has become the role, ``(pid, pidfd)``
+        in the server once the child has its own session (so the launcher can signal its group
+        as soon as it hears of it). Closes ``stderr`` in the server.
+
+        Raises:
+            OSError: No pipe, no process or no pidfd; no child is left running.
+        """
+        try:
+            started_r, started_w = os.pipe()
+        except OSError:
+            os.close(stderr)
+            raise
         sys.stdout.flush()
         sys.stderr.flush()
         server = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (started_r, started_w, stderr):
+                os.close(fd)
+            raise
         if pid == 0:
             try:
-                self._become_role(request, stderr, status, server)
+                os.close(started_r)
+                self._become_role(request, stderr, status, server, started_w)
             except BaseException:  # never back into the server's loop
                 import traceback
 
                 traceback.print_exc()
                 os._exit(1)
-            return request["argv"]
+            return 0, -1
         os.close(stderr)
-        pidfd = os.pidfd_open(pid)  # before any wait: the pid cannot be reused yet
-        self.children[pidfd] = _Child(pid, pidfd, status)
-        self._reply({"pid": pid}, [pidfd])
-        return None
+        os.close(started_w)
+        try:
+            pidfd = os.pidfd_open(pid)  # before any wait: the pid cannot be reused yet
+        except OSError:
+            os.close(started_r)
+            os.kill(pid, signal.SIGKILL)  # not yet waited for: the pid is still the child's
+            os.waitpid(pid, 0)
+            raise
+        try:
+            os.read(started_r, 1)  # a byte once it called setsid; nothing if it exited first
+        finally:
+            os.close(started_r)
+        return pid, pidfd
 
-    def _reply(self, reply: dict, fds: list[int]) -> None:
-        with contextlib.suppress(OSError):  # the driver has gone: found at the next select
+    def _reply(self, reply: dict, fds: list[int]) -> bool:
+        """Send ``reply``; whether it was sent (not: the driver has gone)."""
+        try:
             socket.send_fds(self.control, [json.dumps(reply).encode()], fds)
+        except OSError:  # found by the loop at its next poll
+            return False
+        return True
 
-    def _become_role(self, request: dict, stderr: int, status: int, server: int) -> None:
-        """In the forked child: everything the shim and ``Popen`` would have given the role."""
+    def _become_role(
+        self, request: dict, stderr: int, status: int, server: int, started: int
+    ) -> None:
+        """In the forked child: everything the shim and ``Popen`` would have given the role;
+        a byte on ``started`` once it leads its own session."""
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server or _readable([self.driver], 0):
             os._exit(EXIT_DRIVER_GONE)  # the server or the driver ended meanwhile
@@ -508,6 +566,8 @@ class _Server:
         os.close(self.control.detach())
         self.control = None
         os.setsid()
+        os.write(started, b"s")
+        os.close(started)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
@@ -516,7 +576,10 @@ class _Server:
         os.close(stderr)
         for signum in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(
+            signal.SIGINT,
+            signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler,
+        )
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -534,7 +597,8 @@ class _Server:
 
 def _parse_request(data: bytes, fds: list[int]) -> dict:
     """A request from the driver, checked: ``argv`` (strings), ``env`` (strings to strings),
-    ``cwd`` (a string), ``cpus`` (CPU numbers), and two fds (stderr, status).
+    ``cwd`` (a string), ``cpus`` (CPU numbers), ``sigint_ignored`` (whether the role ignores
+    SIGINT, as the driver does), and two fds (stderr, status).
 
     Raises:
         ValueError: Naming the field that is missing or of the wrong type.
@@ -555,14 +619,21 @@ def _parse_request(data: bytes, fds: list[int]) -> dict:
         raise ValueError("a role request's cwd is a string")
     if not isinstance(cpus, list) or not cpus or not all(isinstance(c, int) for c in cpus):
         raise ValueError("a role request's cpus is a non-empty list of CPU numbers")
+    if not isinstance(request.get("sigint_ignored"), bool):
+        raise ValueError("a role request's sigint_ignored is true or false")
     return request
 
 
 def _readable(fds: list[int], timeout: float | None) -> list[int]:
-    """Those of ``fds`` readable (or hung up) within ``timeout`` seconds (None: no bound);
-    ``poll``, not ``select``, which refuses fds past 1023."""
+    """Those of ``fds`` readable (or hung up) within ``timeout`` seconds (None: no bound)."""
+    return list(_polled(fds, timeout))
+
+
+def _polled(fds: list[int], timeout: float | None) -> dict[int, int]:
+    """The poll events of those of ``fds`` readable or hung up within ``timeout`` seconds
+    (None: no bound); ``poll``, not ``select``, which refuses fds past 1023."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
     wait_ms = None if timeout is None else max(0, int(timeout * 1000))
-    return [fd for fd, _ in poller.poll(wait_ms)]
+    return dict(poller.poll(wait_ms))
