@@ -104,7 +104,11 @@ class LocalLauncher(Launcher):
         self._reported: set[str] = set()
         cluster = config.cluster
         self.server = (
-            RoleServer(f"hogwild role server of {run_dir}", cluster.start_timeout_s)
+            RoleServer(
+                f"hogwild role server of {run_dir}",
+                cluster.start_timeout_s,
+                self.log_dir / "role-server.log",
+            )
             if cluster.start_method == "forkserver"
             else None
         )  # started at the first role, stopped last by stop_all

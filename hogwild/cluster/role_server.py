@@ -211,12 +211,15 @@ class RoleServer:
     """The driver's end of one role server: started at the first :meth:`start_role`, ended by
     :meth:`close`. Thread-safe."""
 
-    def __init__(self, title: str, start_timeout_s: float) -> None:
+    def __init__(self, title: str, start_timeout_s: float, log: str | os.PathLike) -> None:
         """``title``: the server's process title (name the job's run directory in it, so that
         whatever looks for the job's processes finds it); ``start_timeout_s``: how long the
-        first role waits for the server to import what it preloads."""
+        first role waits for the server to import what it preloads; ``log``: the file the
+        server's own stderr is appended to (never the driver's stderr, which the server would
+        hold open after the driver died for as long as a role runs)."""
         self.title = title
         self.start_timeout_s = start_timeout_s
+        self.log = log
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._control: socket.socket | None = None
@@ -275,13 +278,16 @@ class RoleServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._environment = dict(os.environ)
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()), self.title],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,  # a Ctrl-C in the terminal is the driver's alone
-            )
+            with open(self.log, "ab") as log:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()),
+                     self.title],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,  # a Ctrl-C in the terminal is the driver's alone
+                )  # fmt: skip
         except BaseException:
             ours.close()
             raise

@@ -15,7 +15,9 @@ before a role runs is not forked, and the launcher is told why once. The job-lev
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
 import sys
 import threading
@@ -32,6 +34,60 @@ from hogwild.net.auth import IDENTITY_ENV, ROSTER
 pytestmark = pytest.mark.slow
 
 STARTED_WITHIN_S = 240.0  # the server's first import of numba on a loaded 2-core machine
+ENDS_WITHIN_S = 30.0  # a SIGKILLed process, or the role server once its last role has ended
+
+
+def role_server(tmp_path: Path) -> RoleServer:
+    return RoleServer(
+        f"hogwild role server of {tmp_path}", STARTED_WITHIN_S, tmp_path / "role-server.log"
+    )
+
+
+def server_of(role: ForkedRole) -> psutil.Process:
+    return psutil.Process(role.pid).parent()
+
+
+@contextlib.contextmanager
+def no_fork_in(pid: int):
+    """No process ``pid`` forks succeeds meanwhile, by a real limit of the kernel's: its user's
+    process limit (``RLIMIT_NPROC``, which root is exempt from), or, for root, a pids cgroup
+    of its own with room for no further process."""
+    if os.geteuid() != 0:
+        process = psutil.Process(pid)
+        before = process.rlimit(psutil.RLIMIT_NPROC)
+        process.rlimit(psutil.RLIMIT_NPROC, (0, before[1]))
+        try:
+            yield
+        finally:
+            process.rlimit(psutil.RLIMIT_NPROC, before)
+        return
+    v1, v2 = Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")
+    if (v1 / "cgroup.procs").exists():
+        root, was = (
+            v1,
+            v1
+            / next(
+                line.split(":", 2)[2].lstrip("/")
+                for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                if line.split(":", 2)[1] == "pids"
+            ),
+        )
+    elif "pids" in (v2 / "cgroup.controllers").read_text().split():
+        root = v2
+        was = v2 / Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1].lstrip("/")
+    else:
+        pytest.skip("root, and no pids cgroup to limit a process's forks with")
+    group = root / f"hogwild-test-{os.getpid()}-{pid}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text("1")  # the server alone
+        (group / "cgroup.procs").write_text(str(pid))
+        try:
+            yield
+        finally:
+            (was / "cgroup.procs").write_text(str(pid))
+    finally:
+        group.rmdir()
 
 
 def data_serve(source: Path | str) -> list[str]:
@@ -56,14 +112,19 @@ class Started:
 
 
 def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path):
-    server = RoleServer(f"hogwild role server of {tmp_path}", STARTED_WITHIN_S)
+    server = role_server(tmp_path)
     try:
         serving = Started(server, data_serve(mnist_dir), cwd=str(tmp_path))
         role = serving.role
+        # Its own session as soon as the launcher hears of it: killpg reaches it at once.
+        assert os.getsid(role.pid) == os.getpgid(role.pid) == role.pid
         assert serving.ready.wait(STARTED_WITHIN_S), list(serving.lines)
         proc = psutil.Process(role.pid)
-        assert os.getsid(role.pid) == os.getpgid(role.pid) == role.pid  # its own session
         assert f"hogwild role server of {tmp_path}" in " ".join(proc.parent().cmdline())
+        # The server's stderr is its log, not the driver's: a reader of the driver's stderr
+        # sees its end when the driver dies, however long the roles run on.
+        server_stderr = os.readlink(f"/proc/{proc.parent().pid}/fd/2")
+        assert server_stderr == str(tmp_path / "role-server.log")
         title = " ".join(proc.cmdline())
         assert title.startswith(f"{sys.executable} -m hogwild.cli data serve {mnist_dir} ")
         assert proc.name() == Path(sys.executable).name[:15]  # comm: as exec gave it
@@ -86,8 +147,12 @@ def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path)
 
         orphaned = Started(server, data_serve(mnist_dir))  # its server killed: so is the role
         assert orphaned.ready.wait(STARTED_WITHIN_S), list(orphaned.lines)
-        psutil.Process(orphaned.role.pid).parent().kill()
+        orphan = psutil.Process(orphaned.role.pid)
+        orphan.parent().kill()
         assert orphaned.ended()[0] == -signal.SIGKILL
+        assert orphaned.role.server_lost
+        _, alive = psutil.wait_procs([orphan], timeout=ENDS_WITHIN_S)  # gone, not re-parented
+        assert alive == []
         assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
     finally:
         server.close()
@@ -98,7 +163,7 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
     keys.mkdir()
     (keys / ROSTER).write_text('{"roles": {}}')  # each role must then bring its own key pair
     argv = [*data_serve(mnist_dir), "--keys", str(keys)]
-    server = RoleServer(f"hogwild role server of {tmp_path}", STARTED_WITHIN_S)
+    server = role_server(tmp_path)
     try:
         said = {}
         for name in ("a", "b"):
@@ -116,5 +181,38 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
         assert server.start_role(argv, env=numba_differs) is None
         err = capfd.readouterr().err
         assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err
+    finally:
+        server.close()
+
+
+def test_a_role_the_server_cannot_fork_is_spawned_and_the_running_roles_run_on(mnist_dir, tmp_path):
+    """A refused fork is that role's alone; a failed exchange ends the server's use, not the
+    roles it forked: each is stopped by the launcher and the server then leaves by itself."""
+    server = role_server(tmp_path)
+    try:
+        running = Started(server, data_serve(mnist_dir))
+        assert running.ready.wait(STARTED_WITHIN_S), list(running.lines)
+        process = server_of(running.role)
+        with no_fork_in(process.pid):
+            assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
+        assert process.is_running() and running.role.poll() is None
+        again = Started(server, data_serve(mnist_dir))  # the server serves on
+        assert again.ready.wait(STARTED_WITHIN_S), list(again.lines)
+
+        lowest_free = os.dup(0)  # where the driver runs out of fds: its next pipe fails
+        os.close(lowest_free)
+        limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
+        try:
+            assert server.start_role(data_serve(mnist_dir)) is None
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        assert server.start_role(data_serve(mnist_dir)) is None  # the server is no longer used
+        for started in (running, again):
+            assert started.role.poll() is None
+            started.role.send_signal(signal.SIGTERM)
+            code, said = started.ended()
+            assert code == 143, said  # stopped as the launcher stops it: never SIGKILLed
+        assert process.wait(ENDS_WITHIN_S) == 0  # it left by itself once its last role ended
     finally:
         server.close()
