@@ -26,7 +26,10 @@ exactly as the shim would have made it, then runs ``hogwild ROLE`` through the s
 - its command line: a forked child's ``/proc/PID/cmdline`` would be the server's, so the child
   takes ``python -m hogwild.cli ROLE ARGV`` as its process title (``setproctitle``): ``ps``, and
   whatever finds a role by its command line (a run directory, a role's kind), still finds it.
-  ``/proc/PID/environ`` is the server's (the environment given is applied with ``putenv``).
+  ``/proc/PID/environ`` shows the server's environment, not the role's (the one given is
+  applied with ``putenv``), unless ``setproctitle`` moved it to make room for the title.
+- its session at the reply: the server answers the driver only once the child called
+  ``setsid`` (a byte on a pipe), so the launcher's ``killpg`` reaches it from the start.
 
 What a child inherits from the server and is not reset: the state of every preloaded module,
 Python's hash seed, resource limits and the umask at the server's start (the driver changes
@@ -37,10 +40,15 @@ A forked child takes what was imported with the server's environment, so the ser
 for roles whose environment is the server's but for :data:`LATE_VARIABLES`, which hogwild
 reads only once a role runs. Any other difference, a kernel without pidfds, a server that did
 not start or has ended, and ``cluster.start_method = "spawn"`` start the role through the shim
-instead; each reason is told once, on stderr and in the log. The server talks to the driver
+instead; each reason is told once, on stderr and in the log. A fork the server cannot make (no
+process or fd left) is answered as an error and that role alone is spawned; an exchange that
+fails on the driver's side (a timeout, no fd left, an interruption) ends the server's use, but
+not the server: its roles run on until the launcher stops them. The server talks to the driver
 over a socket pair inherited at its start (no path, so no limit on ``TMPDIR``'s length), ends
 when the driver closes its end (:meth:`RoleServer.close`, after the roles are stopped) or dies,
-once its last child has ended.
+once its last child has ended; a request still queued then is not forked. Its own stderr goes
+to a log file, never to the driver's stderr, which it would hold open after the driver died.
+The driver reads a role's stderr as UTF-8, undecodable bytes replaced.
 """
 
 from __future__ import annotations
@@ -388,7 +396,10 @@ def serve(driver_pid: int, control_fd: int) -> list[str]:
     title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
     _set_title(title)
     _preload()
-    if threading.active_count() != 1:  # a fork copies only the forking thread
+    # A fork copies only the forking thread, and a child's PR_SET_PDEATHSIG follows the
+    # thread that forked it: no thread of the server's may hold a lock a child needs, or end
+    # before the server. Only Python's threads are counted here, not native ones (a BLAS pool).
+    if threading.active_count() != 1:
         print(f"hogwild role server: a preloaded module started a thread: "
               f"{threading.enumerate()}", file=sys.stderr, flush=True)  # fmt: skip
         sys.exit(1)
