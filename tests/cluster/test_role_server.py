@@ -8,7 +8,9 @@ spawned role has: 143 after SIGTERM, 2 after an error it names, -9 when SIGKILLe
 server is (a role never outlives its server, and the next role is started as a fresh one). An
 environment variable given to one role reaches that role and no other (each names its own key
 file in its error); a role whose environment differs from the server's in a variable read
-before a role runs is not forked, and the launcher is told why once. The job-level guarantees
+before a role runs is not forked, and the launcher is told why once. A fork the server cannot
+make is that role's alone, a failed exchange leaves the running roles to the launcher, and a
+request a departed driver left queued is never forked. The job-level guarantees
 (a SIGKILLed driver takes its forked roles down; roles found by their command line) are in
 ``tests/cluster/test_cluster.py``.
 """
@@ -16,9 +18,12 @@ before a role runs is not forked, and the launcher is told why once. The job-lev
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
+import socket
+import subprocess
 import sys
 import threading
 from collections import deque
@@ -27,7 +32,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hogwild.cluster.role_server import ForkedRole, RoleServer
+from hogwild.cluster.role_server import SERVER, ForkedRole, RoleServer
 from hogwild.cluster.roles import tee_stderr
 from hogwild.net.auth import IDENTITY_ENV, ROSTER
 
@@ -216,3 +221,41 @@ def test_a_role_the_server_cannot_fork_is_spawned_and_the_running_roles_run_on(m
         assert process.wait(ENDS_WITHIN_S) == 0  # it left by itself once its last role ended
     finally:
         server.close()
+
+
+def test_a_request_left_queued_by_a_driver_that_hung_up_is_not_forked(mnist_dir, tmp_path):
+    """A driver interrupted while the server still preloads leaves its request queued on the
+    socket (a SOCK_SEQPACKET keeps it readable after the hang-up): nobody would read the reply
+    or stop the role, so the server forks nothing and leaves."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with open(tmp_path / "role-server.log", "ab") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()), "test"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+        )
+    theirs.close()
+    stderr_r, stderr_w = os.pipe()
+    status_r, status_w = os.pipe()
+    try:
+        request = {
+            "argv": data_serve(mnist_dir),
+            "env": dict(os.environ),
+            "cwd": str(tmp_path),
+            "cpus": sorted(os.sched_getaffinity(0)),
+            "sigint_ignored": False,
+        }
+        socket.send_fds(ours, [json.dumps(request).encode()], [stderr_w, status_w])
+        os.close(stderr_w)
+        os.close(status_w)
+        ours.close()  # before the server has read it: it is still importing what it preloads
+        assert server.wait(STARTED_WITHIN_S) == 0
+        with os.fdopen(stderr_r, "rb") as stderr, os.fdopen(status_r, "rb") as status:
+            assert stderr.read() == b"" and status.read() == b""  # no role ever had them
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
