@@ -268,18 +268,21 @@ class RoleServer:
             return self._broken
         if not pidfd_supported():
             return "this kernel has no pidfd, by which a forked role watches its driver"
-        if self._process is None:
-            self._start()
-        elif self._process.poll() is not None:
+        if self._process is not None and self._process.poll() is not None:
             self._broken = f"the role server ended (exit code {self._process.returncode})"
             return self._broken
+        # The server takes the driver's environment at its start: compared before it is
+        # started, so that a first role it could not serve starts no server.
+        server_env = self._environment if self._process is not None else dict(os.environ)
         differs = sorted(
             name
-            for name in (set(env) | set(self._environment)) - LATE_VARIABLES
-            if env.get(name) != self._environment.get(name)
+            for name in (set(env) | set(server_env)) - LATE_VARIABLES
+            if env.get(name) != server_env.get(name)
         )
         if differs:
             return f"the role's environment differs from the role server's in {', '.join(differs)}"
+        if self._process is None:
+            self._start()
         return None
 
     def _start(self) -> None:
@@ -416,7 +419,9 @@ def _preload() -> None:
         importlib.import_module(module)
     for group in PRELOAD_GROUPS:
         for name in names(group):
-            with contextlib.suppress(Exception):  # the role that uses it says what is missing
+            # The role that uses it says what is missing; a plugin that exits on import
+            # does not end the server.
+            with contextlib.suppress(Exception, SystemExit):
                 load(group, name)
 
 

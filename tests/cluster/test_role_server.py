@@ -170,6 +170,15 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
     argv = [*data_serve(mnist_dir), "--keys", str(keys)]
     server = role_server(tmp_path)
     try:
+        capfd.readouterr()
+        numba_differs = {**os.environ, "NUMBA_OPT": "1"}  # read when numba is imported
+        assert server.start_role(argv, env=numba_differs) is None
+        title = f"hogwild role server of {tmp_path}"  # none started for a role it cannot serve
+        assert not [p for p in psutil.Process().children() if title in " ".join(p.cmdline())]
+        assert server.start_role(argv, env=numba_differs) is None
+        err = capfd.readouterr().err
+        assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err
+
         said = {}
         for name in ("a", "b"):
             env = {**os.environ, IDENTITY_ENV: str(keys / f"{name}.key_secret")}
@@ -179,13 +188,7 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
         assert "b.key_secret: missing" in said["b"] and "a.key_secret" not in said["b"]
         code, none = Started(server, argv).ended()  # the driver's own environment: no key
         assert code == 2 and f"set {IDENTITY_ENV} to its .key_secret file" in none, none
-
-        capfd.readouterr()
-        numba_differs = {**os.environ, "NUMBA_OPT": "1"}  # read when numba is imported
-        assert server.start_role(argv, env=numba_differs) is None
-        assert server.start_role(argv, env=numba_differs) is None
-        err = capfd.readouterr().err
-        assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err
+        assert server.start_role(argv, env=numba_differs) is None  # nor once it serves
     finally:
         server.close()
 
