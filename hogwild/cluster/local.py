@@ -104,7 +104,11 @@ class LocalLauncher(Launcher):
         self._reported: set[str] = set()
         cluster = config.cluster
         self.server = (
-            RoleServer(f"hogwild role server of {run_dir}", cluster.start_timeout_s)
+            RoleServer(
+                f"hogwild role server of {run_dir}",
+                cluster.start_timeout_s,
+                self.log_dir / "role-server.log",
+            )
             if cluster.start_method == "forkserver"
             else None
         )  # started at the first role, stopped last by stop_all
@@ -117,13 +121,16 @@ class LocalLauncher(Launcher):
 
     def start_all(self, specs: list[RoleSpec]) -> list[str]:
         """Every process first, then the ready lines: the roles start side by side."""
-        deadline = time.monotonic() + self.config.cluster.start_timeout_s
         roles = []
         envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
         for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
             role = RoleProcess(spec, self.log_dir, env, self.server)  # ... know each other
             self.roles[spec.name] = role
             roles.append(role)
+        # Taken once every process exists: the first start may wait on the role server's
+        # preload, which must not eat the roles' own time to start (a role whose fork was
+        # refused is spawned then, and starts in full).
+        deadline = time.monotonic() + self.config.cluster.start_timeout_s
         addresses = [self._wait_ready(role, deadline) for role in roles]
         if self.job_keys is not None:
             for spec, address in zip(specs, addresses, strict=True):
@@ -166,7 +173,12 @@ class LocalLauncher(Launcher):
             if code is not None and name not in self._reported:
                 self._reported.add(name)
                 said = role.last_error() if code == EXIT_STOPPED else ""
-                gone.append(RoleExit(name, "localhost", code, said=said))
+                why = (
+                    f"{name} on localhost was killed by SIGKILL: its role server ended"
+                    if getattr(role.process, "server_lost", False)
+                    else ""
+                )
+                gone.append(RoleExit(name, "localhost", code, why=why, said=said))
         return gone
 
     def kill(self, name: str) -> bool:

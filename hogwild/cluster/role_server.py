@@ -26,7 +26,10 @@ exactly as the shim would have made it, then runs ``hogwild ROLE`` through the s
 - its command line: a forked child's ``/proc/PID/cmdline`` would be the server's, so the child
   takes ``python -m hogwild.cli ROLE ARGV`` as its process title (``setproctitle``): ``ps``, and
   whatever finds a role by its command line (a run directory, a role's kind), still finds it.
-  ``/proc/PID/environ`` is the server's (the environment given is applied with ``putenv``).
+  ``/proc/PID/environ`` shows the server's environment, not the role's (the one given is
+  applied with ``putenv``), unless ``setproctitle`` moved it to make room for the title.
+- its session at the reply: the server answers the driver only once the child called
+  ``setsid`` (a byte on a pipe), so the launcher's ``killpg`` reaches it from the start.
 
 What a child inherits from the server and is not reset: the state of every preloaded module,
 Python's hash seed, resource limits and the umask at the server's start (the driver changes
@@ -37,10 +40,15 @@ A forked child takes what was imported with the server's environment, so the ser
 for roles whose environment is the server's but for :data:`LATE_VARIABLES`, which hogwild
 reads only once a role runs. Any other difference, a kernel without pidfds, a server that did
 not start or has ended, and ``cluster.start_method = "spawn"`` start the role through the shim
-instead; each reason is told once, on stderr and in the log. The server talks to the driver
+instead; each reason is told once, on stderr and in the log. A fork the server cannot make (no
+process or fd left) is answered as an error and that role alone is spawned; an exchange that
+fails on the driver's side (a timeout, no fd left, an interruption) ends the server's use, but
+not the server: its roles run on until the launcher stops them. The server talks to the driver
 over a socket pair inherited at its start (no path, so no limit on ``TMPDIR``'s length), ends
 when the driver closes its end (:meth:`RoleServer.close`, after the roles are stopped) or dies,
-once its last child has ended.
+once its last child has ended; a request still queued then is not forked. Its own stderr goes
+to a log file, never to the driver's stderr, which it would hold open after the driver died.
+The driver reads a role's stderr as UTF-8, undecodable bytes replaced.
 """
 
 from __future__ import annotations
@@ -102,6 +110,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 SERVER_LOST = -signal.SIGKILL
 """A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
+SERVER_LOST_WAIT_S = 5.0  # for the kernel's SIGKILL of a role whose server ended, before ours
 
 logger = logging.getLogger(__name__)
 _said: set[str] = set()
@@ -133,6 +142,7 @@ class ForkedRole:
     def __init__(self, pid: int, pidfd: int, status: int, stderr: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.server_lost = False  # it ended because its server did (its code then SERVER_LOST)
         self.stderr = open(stderr, encoding="utf-8", errors="replace")  # noqa: SIM115 - owned
         self._pidfd = pidfd
         self._status = status
@@ -185,9 +195,13 @@ class ForkedRole:
         data = os.read(self._status, STATUS.size)
         if len(data) == STATUS.size:
             code = STATUS.unpack(data)[0]
-        else:  # the server ended first, which SIGKILLs its children: wait for this one
-            _readable([self._pidfd], 5.0)
+        else:  # the server ended first, which SIGKILLs its children: make sure of this one
+            if not _readable([self._pidfd], SERVER_LOST_WAIT_S):
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                _readable([self._pidfd], None)  # a SIGKILL is not refused: it ends
             code = SERVER_LOST
+            self.server_lost = True
         with self._fds:
             self.returncode = code
             os.close(self._status)
@@ -205,12 +219,15 @@ class RoleServer:
     """The driver's end of one role server: started at the first :meth:`start_role`, ended by
     :meth:`close`. Thread-safe."""
 
-    def __init__(self, title: str, start_timeout_s: float) -> None:
+    def __init__(self, title: str, start_timeout_s: float, log: str | os.PathLike) -> None:
         """``title``: the server's process title (name the job's run directory in it, so that
         whatever looks for the job's processes finds it); ``start_timeout_s``: how long the
-        first role waits for the server to import what it preloads."""
+        first role waits for the server to import what it preloads; ``log``: the file the
+        server's own stderr is appended to (never the driver's stderr, which the server would
+        hold open after the driver died for as long as a role runs)."""
         self.title = title
         self.start_timeout_s = start_timeout_s
+        self.log = log
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._control: socket.socket | None = None
@@ -222,17 +239,27 @@ class RoleServer:
         server cannot be used for it (the reason told once: start it through the shim)."""
         env = dict(os.environ if env is None else env)
         with self._lock:
-            reason = self._usable(env)
-            if reason is not None:
-                say_once(reason)
-                return None
             try:
-                return self._request(argv, env, cwd or os.getcwd())
-            except (OSError, ValueError) as error:
-                self._broken = f"the role server failed ({error})"
-                say_once(self._broken)
-                self._end(timeout_s=1.0)
+                reason = self._usable(env)
+                if reason is None:
+                    return self._request(argv, env, cwd or os.getcwd())
+            except RoleRefusedError as error:  # the server is fine: only this role falls back
+                say_once(f"the role server could not fork a role ({error})")
                 return None
+            except BaseException as error:
+                # The exchange may be half done (a reply left unread would be paired with the
+                # next request): no more requests. The server and the roles it forked are left
+                # running; close() waits for the server once the launcher has stopped them.
+                self._broken = f"the role server failed ({error!r})"
+                if self._control is not None:
+                    self._control.close()
+                    self._control = None
+                if not isinstance(error, Exception):  # Ctrl-C, SIGTERM: the caller's to handle
+                    raise
+                say_once(self._broken)
+                return None
+            say_once(reason)
+            return None
 
     def _usable(self, env: dict) -> str | None:
         from hogwild.training.zygote import pidfd_supported
@@ -241,31 +268,37 @@ class RoleServer:
             return self._broken
         if not pidfd_supported():
             return "this kernel has no pidfd, by which a forked role watches its driver"
-        if self._process is None:
-            self._start()
-        elif self._process.poll() is not None:
+        if self._process is not None and self._process.poll() is not None:
             self._broken = f"the role server ended (exit code {self._process.returncode})"
             return self._broken
+        # The server takes the driver's environment at its start: compared before it is
+        # started, so that a first role it could not serve starts no server.
+        server_env = self._environment if self._process is not None else dict(os.environ)
         differs = sorted(
             name
-            for name in (set(env) | set(self._environment)) - LATE_VARIABLES
-            if env.get(name) != self._environment.get(name)
+            for name in (set(env) | set(server_env)) - LATE_VARIABLES
+            if env.get(name) != server_env.get(name)
         )
         if differs:
             return f"the role's environment differs from the role server's in {', '.join(differs)}"
+        if self._process is None:
+            self._start()
         return None
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._environment = dict(os.environ)
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()), self.title],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,  # a Ctrl-C in the terminal is the driver's alone
-            )
+            with open(self.log, "ab") as log:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()),
+                     self.title],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,  # a Ctrl-C in the terminal is the driver's alone
+                )  # fmt: skip
         except BaseException:
             ours.close()
             raise
@@ -280,6 +313,9 @@ class RoleServer:
             "env": env,
             "cwd": cwd,
             "cpus": sorted(os.sched_getaffinity(0)),
+            # A driver run with SIGINT ignored (nohup, a shell's background job) passes that
+            # on to its roles, as a spawned role inherits it.
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
         }
         stderr_r, stderr_w = os.pipe()
         status_r, status_w = os.pipe()
@@ -303,10 +339,11 @@ class RoleServer:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the server (call it once the roles are stopped): it leaves once its last child
-        has ended; after ``timeout_s`` it is killed, which SIGKILLs any role still running."""
+        has ended; after ``timeout_s`` it is killed, which SIGKILLs any role still running.
+        A role started after this is started through the shim (no server is left behind)."""
         with self._lock:
             self._end(timeout_s)
-            self._broken = None
+            self._broken = "the role server was closed"
 
     def _end(self, timeout_s: float) -> None:
         if self._control is not None:
@@ -321,8 +358,17 @@ class RoleServer:
             self._process = None
 
 
+class RoleRefusedError(Exception):
+    """The server answered a request with an error (it could not fork the role), and serves on."""
+
+
 def _parse_reply(data: bytes, fds: list[int]) -> tuple[int, int]:
-    """The role's pid and pidfd from the server's reply (checked: one fd, a positive pid)."""
+    """The role's pid and pidfd from the server's reply (checked: one fd, a positive pid).
+
+    Raises:
+        RoleRefusedError: The server said why it started no role (and no fd came with it).
+        ValueError: Anything else than a pid and one fd, or an error reply.
+    """
     try:
         reply = json.loads(data) if data else {}
     except ValueError:
@@ -332,7 +378,9 @@ def _parse_reply(data: bytes, fds: list[int]) -> tuple[int, int]:
         for fd in fds:
             os.close(fd)
         said = reply.get("error") if isinstance(reply, dict) else None
-        raise ValueError(f"no role started: {said or 'the server sent ' + repr(data[:200])}")
+        if isinstance(said, str) and not fds and set(reply) == {"error"}:
+            raise RoleRefusedError(said[:500])
+        raise ValueError(f"no role started: the server sent {data[:200]!r}")
     return pid, fds[0]
 
 
@@ -351,7 +399,10 @@ def serve(driver_pid: int, control_fd: int) -> list[str]:
     title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
     _set_title(title)
     _preload()
-    if threading.active_count() != 1:  # a fork copies only the forking thread
+    # A fork copies only the forking thread, and a child's PR_SET_PDEATHSIG follows the
+    # thread that forked it: no thread of the server's may hold a lock a child needs, or end
+    # before the server. Only Python's threads are counted here, not native ones (a BLAS pool).
+    if threading.active_count() != 1:
         print(f"hogwild role server: a preloaded module started a thread: "
               f"{threading.enumerate()}", file=sys.stderr, flush=True)  # fmt: skip
         sys.exit(1)
@@ -368,7 +419,9 @@ def _preload() -> None:
         importlib.import_module(module)
     for group in PRELOAD_GROUPS:
         for name in names(group):
-            with contextlib.suppress(Exception):  # the role that uses it says what is missing
+            # The role that uses it says what is missing; a plugin that exits on import
+            # does not end the server.
+            with contextlib.suppress(Exception, SystemExit):
                 load(group, name)
 
 
@@ -402,12 +455,18 @@ class _Server:
             watched = list(self.children)
             if self.control is not None:
                 watched += [self.driver, self.control.fileno()]
-            for fd in _readable(watched, None):
+            for fd, events in _polled(watched, None).items():
                 if fd in self.children:
                     self._reap(self.children.pop(fd))
                 elif fd == self.driver:  # each child watches it too, and stops
                     self._stop_accepting()
-                elif self.control is not None and fd == self.control.fileno():
+                elif self.control is None or fd != self.control.fileno():
+                    continue
+                elif events & (select.POLLHUP | select.POLLERR):
+                    # The driver closed its end (or died): a request it left queued is not
+                    # forked, as nobody would read the reply or stop the role.
+                    self._stop_accepting()
+                else:
                     argv = self._accept()
                     if argv is not None:
                         return argv  # in the child
@@ -444,31 +503,80 @@ class _Server:
             self._reply({"error": str(error)}, [])
             return None
         stderr, status = fds
+        try:
+            pid, pidfd = self._fork(request, stderr, status)
+        except OSError as error:  # no process or no fd left: this role is refused, not the job
+            os.close(status)
+            self._reply({"error": f"fork failed: {error}"}, [])
+            return None
+        if pid == 0:
+            return request["argv"]
+        self.children[pidfd] = _Child(pid, pidfd, status)
+        if not self._reply({"pid": pid}, [pidfd]):  # the driver has gone: nobody stops it
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return None
+
+    def _fork(self, request: dict, stderr: int, status: int) -> tuple[int, int]:
+        """Fork the role: ``(0, -1)`` in the child once it has become the role, ``(pid, pidfd)``
+        in the server once the child has its own session (so the launcher can signal its group
+        as soon as it hears of it). Closes ``stderr`` in the server.
+
+        Raises:
+            OSError: No pipe, no process or no pidfd; no child is left running.
+        """
+        try:
+            started_r, started_w = os.pipe()
+        except OSError:
+            os.close(stderr)
+            raise
         sys.stdout.flush()
         sys.stderr.flush()
         server = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (started_r, started_w, stderr):
+                os.close(fd)
+            raise
         if pid == 0:
             try:
-                self._become_role(request, stderr, status, server)
+                os.close(started_r)
+                self._become_role(request, stderr, status, server, started_w)
             except BaseException:  # never back into the server's loop
                 import traceback
 
                 traceback.print_exc()
                 os._exit(1)
-            return request["argv"]
+            return 0, -1
         os.close(stderr)
-        pidfd = os.pidfd_open(pid)  # before any wait: the pid cannot be reused yet
-        self.children[pidfd] = _Child(pid, pidfd, status)
-        self._reply({"pid": pid}, [pidfd])
-        return None
+        os.close(started_w)
+        try:
+            pidfd = os.pidfd_open(pid)  # before any wait: the pid cannot be reused yet
+        except OSError:
+            os.close(started_r)
+            os.kill(pid, signal.SIGKILL)  # not yet waited for: the pid is still the child's
+            os.waitpid(pid, 0)
+            raise
+        try:
+            os.read(started_r, 1)  # a byte once it called setsid; nothing if it exited first
+        finally:
+            os.close(started_r)
+        return pid, pidfd
 
-    def _reply(self, reply: dict, fds: list[int]) -> None:
-        with contextlib.suppress(OSError):  # the driver has gone: found at the next select
+    def _reply(self, reply: dict, fds: list[int]) -> bool:
+        """Send ``reply``; whether it was sent (not: the driver has gone)."""
+        try:
             socket.send_fds(self.control, [json.dumps(reply).encode()], fds)
+        except OSError:  # found by the loop at its next poll
+            return False
+        return True
 
-    def _become_role(self, request: dict, stderr: int, status: int, server: int) -> None:
-        """In the forked child: everything the shim and ``Popen`` would have given the role."""
+    def _become_role(
+        self, request: dict, stderr: int, status: int, server: int, started: int
+    ) -> None:
+        """In the forked child: everything the shim and ``Popen`` would have given the role;
+        a byte on ``started`` once it leads its own session."""
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server or _readable([self.driver], 0):
             os._exit(EXIT_DRIVER_GONE)  # the server or the driver ended meanwhile
@@ -480,6 +588,8 @@ class _Server:
         os.close(self.control.detach())
         self.control = None
         os.setsid()
+        os.write(started, b"s")
+        os.close(started)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
@@ -488,7 +598,10 @@ class _Server:
         os.close(stderr)
         for signum in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(
+            signal.SIGINT,
+            signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler,
+        )
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -506,7 +619,8 @@ class _Server:
 
 def _parse_request(data: bytes, fds: list[int]) -> dict:
     """A request from the driver, checked: ``argv`` (strings), ``env`` (strings to strings),
-    ``cwd`` (a string), ``cpus`` (CPU numbers), and two fds (stderr, status).
+    ``cwd`` (a string), ``cpus`` (CPU numbers), ``sigint_ignored`` (whether the role ignores
+    SIGINT, as the driver does), and two fds (stderr, status).
 
     Raises:
         ValueError: Naming the field that is missing or of the wrong type.
@@ -527,14 +641,21 @@ def _parse_request(data: bytes, fds: list[int]) -> dict:
         raise ValueError("a role request's cwd is a string")
     if not isinstance(cpus, list) or not cpus or not all(isinstance(c, int) for c in cpus):
         raise ValueError("a role request's cpus is a non-empty list of CPU numbers")
+    if not isinstance(request.get("sigint_ignored"), bool):
+        raise ValueError("a role request's sigint_ignored is true or false")
     return request
 
 
 def _readable(fds: list[int], timeout: float | None) -> list[int]:
-    """Those of ``fds`` readable (or hung up) within ``timeout`` seconds (None: no bound);
-    ``poll``, not ``select``, which refuses fds past 1023."""
+    """Those of ``fds`` readable (or hung up) within ``timeout`` seconds (None: no bound)."""
+    return list(_polled(fds, timeout))
+
+
+def _polled(fds: list[int], timeout: float | None) -> dict[int, int]:
+    """The poll events of those of ``fds`` readable or hung up within ``timeout`` seconds
+    (None: no bound); ``poll``, not ``select``, which refuses fds past 1023."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
     wait_ms = None if timeout is None else max(0, int(timeout * 1000))
-    return [fd for fd, _ in poller.poll(wait_ms)]
+    return dict(poller.poll(wait_ms))

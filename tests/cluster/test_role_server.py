@@ -8,15 +8,22 @@ spawned role has: 143 after SIGTERM, 2 after an error it names, -9 when SIGKILLe
 server is (a role never outlives its server, and the next role is started as a fresh one). An
 environment variable given to one role reaches that role and no other (each names its own key
 file in its error); a role whose environment differs from the server's in a variable read
-before a role runs is not forked, and the launcher is told why once. The job-level guarantees
+before a role runs is not forked, and the launcher is told why once. A fork the server cannot
+make is that role's alone, a failed exchange leaves the running roles to the launcher, and a
+request a departed driver left queued is never forked. The job-level guarantees
 (a SIGKILLed driver takes its forked roles down; roles found by their command line) are in
 ``tests/cluster/test_cluster.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import resource
 import signal
+import socket
+import subprocess
 import sys
 import threading
 from collections import deque
@@ -25,13 +32,67 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hogwild.cluster.role_server import ForkedRole, RoleServer
+from hogwild.cluster.role_server import SERVER, ForkedRole, RoleServer
 from hogwild.cluster.roles import tee_stderr
 from hogwild.net.auth import IDENTITY_ENV, ROSTER
 
 pytestmark = pytest.mark.slow
 
 STARTED_WITHIN_S = 240.0  # the server's first import of numba on a loaded 2-core machine
+ENDS_WITHIN_S = 30.0  # a SIGKILLed process, or the role server once its last role has ended
+
+
+def role_server(tmp_path: Path) -> RoleServer:
+    return RoleServer(
+        f"hogwild role server of {tmp_path}", STARTED_WITHIN_S, tmp_path / "role-server.log"
+    )
+
+
+def server_of(role: ForkedRole) -> psutil.Process:
+    return psutil.Process(role.pid).parent()
+
+
+@contextlib.contextmanager
+def no_fork_in(pid: int):
+    """No process ``pid`` forks succeeds meanwhile, by a real limit of the kernel's: its user's
+    process limit (``RLIMIT_NPROC``, which root is exempt from), or, for root, a pids cgroup
+    of its own with room for no further process."""
+    if os.geteuid() != 0:
+        process = psutil.Process(pid)
+        before = process.rlimit(psutil.RLIMIT_NPROC)
+        process.rlimit(psutil.RLIMIT_NPROC, (0, before[1]))
+        try:
+            yield
+        finally:
+            process.rlimit(psutil.RLIMIT_NPROC, before)
+        return
+    v1, v2 = Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")
+    if (v1 / "cgroup.procs").exists():
+        root, was = (
+            v1,
+            v1
+            / next(
+                line.split(":", 2)[2].lstrip("/")
+                for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                if line.split(":", 2)[1] == "pids"
+            ),
+        )
+    elif "pids" in (v2 / "cgroup.controllers").read_text().split():
+        root = v2
+        was = v2 / Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1].lstrip("/")
+    else:
+        pytest.skip("root, and no pids cgroup to limit a process's forks with")
+    group = root / f"hogwild-test-{os.getpid()}-{pid}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text("1")  # the server alone
+        (group / "cgroup.procs").write_text(str(pid))
+        try:
+            yield
+        finally:
+            (was / "cgroup.procs").write_text(str(pid))
+    finally:
+        group.rmdir()
 
 
 def data_serve(source: Path | str) -> list[str]:
@@ -56,14 +117,19 @@ class Started:
 
 
 def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path):
-    server = RoleServer(f"hogwild role server of {tmp_path}", STARTED_WITHIN_S)
+    server = role_server(tmp_path)
     try:
         serving = Started(server, data_serve(mnist_dir), cwd=str(tmp_path))
         role = serving.role
+        # Its own session as soon as the launcher hears of it: killpg reaches it at once.
+        assert os.getsid(role.pid) == os.getpgid(role.pid) == role.pid
         assert serving.ready.wait(STARTED_WITHIN_S), list(serving.lines)
         proc = psutil.Process(role.pid)
-        assert os.getsid(role.pid) == os.getpgid(role.pid) == role.pid  # its own session
         assert f"hogwild role server of {tmp_path}" in " ".join(proc.parent().cmdline())
+        # The server's stderr is its log, not the driver's: a reader of the driver's stderr
+        # sees its end when the driver dies, however long the roles run on.
+        server_stderr = os.readlink(f"/proc/{proc.parent().pid}/fd/2")
+        assert server_stderr == str(tmp_path / "role-server.log")
         title = " ".join(proc.cmdline())
         assert title.startswith(f"{sys.executable} -m hogwild.cli data serve {mnist_dir} ")
         assert proc.name() == Path(sys.executable).name[:15]  # comm: as exec gave it
@@ -86,8 +152,12 @@ def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path)
 
         orphaned = Started(server, data_serve(mnist_dir))  # its server killed: so is the role
         assert orphaned.ready.wait(STARTED_WITHIN_S), list(orphaned.lines)
-        psutil.Process(orphaned.role.pid).parent().kill()
+        orphan = psutil.Process(orphaned.role.pid)
+        orphan.parent().kill()
         assert orphaned.ended()[0] == -signal.SIGKILL
+        assert orphaned.role.server_lost
+        _, alive = psutil.wait_procs([orphan], timeout=ENDS_WITHIN_S)  # gone, not re-parented
+        assert alive == []
         assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
     finally:
         server.close()
@@ -98,8 +168,17 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
     keys.mkdir()
     (keys / ROSTER).write_text('{"roles": {}}')  # each role must then bring its own key pair
     argv = [*data_serve(mnist_dir), "--keys", str(keys)]
-    server = RoleServer(f"hogwild role server of {tmp_path}", STARTED_WITHIN_S)
+    server = role_server(tmp_path)
     try:
+        capfd.readouterr()
+        numba_differs = {**os.environ, "NUMBA_OPT": "1"}  # read when numba is imported
+        assert server.start_role(argv, env=numba_differs) is None
+        title = f"hogwild role server of {tmp_path}"  # none started for a role it cannot serve
+        assert not [p for p in psutil.Process().children() if title in " ".join(p.cmdline())]
+        assert server.start_role(argv, env=numba_differs) is None
+        err = capfd.readouterr().err
+        assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err
+
         said = {}
         for name in ("a", "b"):
             env = {**os.environ, IDENTITY_ENV: str(keys / f"{name}.key_secret")}
@@ -109,12 +188,77 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
         assert "b.key_secret: missing" in said["b"] and "a.key_secret" not in said["b"]
         code, none = Started(server, argv).ended()  # the driver's own environment: no key
         assert code == 2 and f"set {IDENTITY_ENV} to its .key_secret file" in none, none
-
-        capfd.readouterr()
-        numba_differs = {**os.environ, "NUMBA_OPT": "1"}  # read when numba is imported
-        assert server.start_role(argv, env=numba_differs) is None
-        assert server.start_role(argv, env=numba_differs) is None
-        err = capfd.readouterr().err
-        assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err
+        assert server.start_role(argv, env=numba_differs) is None  # nor once it serves
     finally:
         server.close()
+
+
+def test_a_role_the_server_cannot_fork_is_spawned_and_the_running_roles_run_on(mnist_dir, tmp_path):
+    """A refused fork is that role's alone; a failed exchange ends the server's use, not the
+    roles it forked: each is stopped by the launcher and the server then leaves by itself."""
+    server = role_server(tmp_path)
+    try:
+        running = Started(server, data_serve(mnist_dir))
+        assert running.ready.wait(STARTED_WITHIN_S), list(running.lines)
+        process = server_of(running.role)
+        with no_fork_in(process.pid):
+            assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
+        assert process.is_running() and running.role.poll() is None
+        again = Started(server, data_serve(mnist_dir))  # the server serves on
+        assert again.ready.wait(STARTED_WITHIN_S), list(again.lines)
+
+        lowest_free = os.dup(0)  # where the driver runs out of fds: its next pipe fails
+        os.close(lowest_free)
+        limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
+        try:
+            assert server.start_role(data_serve(mnist_dir)) is None
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        assert server.start_role(data_serve(mnist_dir)) is None  # the server is no longer used
+        for started in (running, again):
+            assert started.role.poll() is None
+            started.role.send_signal(signal.SIGTERM)
+            code, said = started.ended()
+            assert code == 143, said  # stopped as the launcher stops it: never SIGKILLed
+        assert process.wait(ENDS_WITHIN_S) == 0  # it left by itself once its last role ended
+    finally:
+        server.close()
+
+
+def test_a_request_left_queued_by_a_driver_that_hung_up_is_not_forked(mnist_dir, tmp_path):
+    """A driver interrupted while the server still preloads leaves its request queued on the
+    socket (a SOCK_SEQPACKET keeps it readable after the hang-up): nobody would read the reply
+    or stop the role, so the server forks nothing and leaves."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with open(tmp_path / "role-server.log", "ab") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()), "test"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,
+        )
+    theirs.close()
+    stderr_r, stderr_w = os.pipe()
+    status_r, status_w = os.pipe()
+    try:
+        request = {
+            "argv": data_serve(mnist_dir),
+            "env": dict(os.environ),
+            "cwd": str(tmp_path),
+            "cpus": sorted(os.sched_getaffinity(0)),
+            "sigint_ignored": False,
+        }
+        socket.send_fds(ours, [json.dumps(request).encode()], [stderr_w, status_w])
+        os.close(stderr_w)
+        os.close(status_w)
+        ours.close()  # before the server has read it: it is still importing what it preloads
+        assert server.wait(STARTED_WITHIN_S) == 0
+        with os.fdopen(stderr_r, "rb") as stderr, os.fdopen(status_r, "rb") as status:
+            assert stderr.read() == b"" and status.read() == b""  # no role ever had them
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
