@@ -110,6 +110,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 SERVER_LOST = -signal.SIGKILL
 """A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
+UNCLAIMED_WAIT_S = 1.0  # for a reply to a request given up on, naming a role to end
 SERVER_LOST_WAIT_S = 5.0  # for the kernel's SIGKILL of a role whose server ended, before ours
 
 logger = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ class RoleServer:
                 # running; close() waits for the server once the launcher has stopped them.
                 self._broken = f"the role server failed ({error!r})"
                 if self._control is not None:
+                    self._stop_unclaimed()
                     self._control.close()
                     self._control = None
                 if not isinstance(error, Exception):  # Ctrl-C, SIGTERM: the caller's to handle
@@ -260,6 +262,18 @@ class RoleServer:
                 return None
             say_once(reason)
             return None
+
+    def _stop_unclaimed(self) -> None:
+        """A request given up on (Ctrl-C, a timeout) after the server forked its role: the reply
+        naming it may be on its way. Read for it a moment and end that role (SIGTERM: it has
+        hardly begun), so nothing runs that the launcher does not know of."""
+        with contextlib.suppress(OSError, ValueError):
+            self._control.settimeout(UNCLAIMED_WAIT_S)
+            _, fds, _, _ = socket.recv_fds(self._control, 4096, 1)
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGTERM)
+                os.close(fd)
 
     def _usable(self, env: dict) -> str | None:
         from hogwild.training.zygote import pidfd_supported

@@ -88,8 +88,9 @@ class ReplicateStore(CopiesStore):
         if not compile_once(what, self._compile):
             # found compiled: the first epoch end's merge (gather_home) would load numba and the
             # kernel on the barrier, every worker idle; load them now, beside the training
+            # (not a daemon: an interpreter ending under a thread inside LLVM can crash; the
+            # load takes a second, so an exit waits at most that long)
             loading = threading.Thread(target=self._load_merge, name="hogwild-store-load")
-            loading.daemon = True
             loading.start()
 
     @staticmethod

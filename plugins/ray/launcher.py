@@ -61,6 +61,7 @@ every placement group removed. Roles whose actor died anyway get SIGTERM from th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -69,7 +70,7 @@ from pathlib import Path
 
 import ray
 from hogwild_plugins.ps.etcd_ca import JobCA
-from hogwild_plugins.ps.etcd_tls import JOB, use_etcd_tls
+from hogwild_plugins.ps.etcd_tls import JOB, drop_etcd_tls, use_etcd_tls
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
@@ -154,6 +155,21 @@ class RayLauncher(Launcher):
         """The roles' actors, placed side by side and answering (their nodes known): every
         placement group asked for, then every actor, then each one's node (Ray starts their
         worker processes together rather than one after another)."""
+        made: list[str] = []  # the placement groups this call asked for
+        try:
+            return self._place_each(specs, deadline, made)
+        except RoleFailedError:
+            # a group whose role was never made (or was forgotten) would stay pending, holding
+            # its CPUs once placed, and refuse the next start as "holds a role already"
+            held = {role.spec.group for role in self.roles.values()}
+            for name in made:
+                if name not in held and name in self.groups:
+                    with contextlib.suppress(Exception):  # already removed with its node
+                        remove_placement_group(self.groups[name])
+                    del self.groups[name]
+            raise
+
+    def _place_each(self, specs: list[RoleSpec], deadline: float, made: list[str]) -> list:
         for spec in specs:
             if spec.group:
                 if spec.group in self.groups:
@@ -161,6 +177,7 @@ class RayLauncher(Launcher):
                 self.groups[spec.group] = placement_group(
                     [{"CPU": spec.cpus}], strategy="STRICT_PACK", name=f"hogwild-{spec.group}"
                 )
+                made.append(spec.group)
         for spec in specs:
             if spec.group and not self.groups[spec.group].wait(
                 max(0.0, deadline - time.monotonic())
@@ -255,14 +272,21 @@ class RayLauncher(Launcher):
         """
         from hogwild_plugins.ray.etcd_members import RayEtcdCluster
 
-        if tls == JOB:
-            self.etcd_ca = JobCA.make()
-            driver = Path(self.run_dir) / PRIVATE / "etcd-driver"
-            use_etcd_tls(self.etcd_ca.client_directory(driver, "driver").directory)
-        members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
-                                 prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
-        self.etcd_members = members
-        members.start()
+        try:
+            if tls == JOB:
+                self.etcd_ca = JobCA.make()
+                driver = Path(self.run_dir) / PRIVATE / "etcd-driver"
+                use_etcd_tls(self.etcd_ca.client_directory(driver, "driver").directory)
+            members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
+                                     prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
+            self.etcd_members = members
+            members.start()
+        except BaseException:
+            # no controller is made, so none closes: the driver's key goes here, and a later
+            # "job" in this process finds none rather than a dead CA's
+            if tls == JOB:
+                drop_etcd_tls()
+            raise
         return members
 
     def _unplaced(self, spec: RoleSpec, where: str) -> str:

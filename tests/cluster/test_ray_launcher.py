@@ -277,7 +277,9 @@ try:
         spec = RoleSpec("ps", 0, ("ps", "serve"), fixed_port=True)
     elif case == "no-room":  # more CPUs than the head has: Ray holds it pending
         spec = RoleSpec("ps", 0, ("ps", "serve"), cpus=64, fixed_port=True)
-    if case in ("no-node", "dead-node", "no-room"):
+    elif case == "no-room-group":  # the same for a role in a placement group of its own
+        spec = RoleSpec("replica", 0, ("cluster", "replica"), cpus=64, group="replica-0")
+    if case in ("no-node", "dead-node", "no-room", "no-room-group"):
         started = time.monotonic()
         try:
             launcher.start(spec)
@@ -285,6 +287,27 @@ try:
         except RoleFailedError as exc:
             out["error"] = str(exc)
         out["seconds"] = time.monotonic() - started
+        out["groups"] = sorted(launcher.groups)
+        if case == "no-room-group":  # tried again: refused for want of room again, not held
+            try:
+                launcher.start(spec)
+            except RoleFailedError as exc:
+                out["again"] = str(exc)
+    elif case == "etcd-too-few":  # the job's own etcd asked of more nodes than the head
+        from pathlib import Path
+        from hogwild.errors import ConfigError
+        from hogwild_plugins.ps.etcd_tls import JOB, EtcdTls
+        try:
+            launcher.start_etcd_cluster(3, JOB)
+            out["error"] = None
+        except ConfigError as exc:
+            out["error"] = str(exc)
+        out["driver_key_left"] = (Path(run_dir) / "private-keys" / "etcd-driver").exists()
+        try:
+            EtcdTls.load(JOB)
+            out["job_tls_after"] = "loaded"
+        except ConfigError as exc:
+            out["job_tls_after"] = str(exc)
     else:  # "lost-data": a data server whose actor (its node, for the driver) is lost
         keys = str(make_keys(run_dir + "/keys"))  # it binds its node's IP: not loopback
         argv = ("data", "serve", data, "--bind", "0.0.0.0", "--port", "0", "--keys", keys)
@@ -332,6 +355,25 @@ def test_a_role_ray_cannot_place_in_time_is_forgotten(ray_head, mnist_dir, tmp_p
     out = _launcher_case(ray_head, "no-room", tmp_path, mnist_dir)
     assert out["error"] is not None and "did not place ps 0" in out["error"], out
     assert out["roles"] == [], out
+
+
+def test_a_job_etcd_that_cannot_start_leaves_no_driver_key(ray_head, mnist_dir, tmp_path):
+    """The job's own etcd cluster refused (more members than Ray nodes) after the driver's
+    certificate was made: no controller closes it, so its start removes it, and this process
+    has no job certificate left to use."""
+    out = _launcher_case(ray_head, "etcd-too-few", tmp_path, mnist_dir)
+    assert out["error"] is not None and "live node(s)" in out["error"], out
+    assert out["driver_key_left"] is False, out
+    assert out["job_tls_after"] != "loaded", out
+
+
+def test_a_placement_group_ray_cannot_place_in_time_is_removed(ray_head, mnist_dir, tmp_path):
+    """A replica's placement group still pending at its start timeout is removed with the role:
+    kept, it would hold its CPUs once placed and refuse the next start as already held."""
+    out = _launcher_case(ray_head, "no-room-group", tmp_path, mnist_dir)
+    assert out["error"] is not None and "did not place replica 0" in out["error"], out
+    assert out["roles"] == [] and out["groups"] == [], out
+    assert "did not place replica 0" in out["again"], out
 
 
 def test_a_server_homed_where_no_node_is_fails_within_its_start_timeout(
