@@ -123,19 +123,33 @@ def helper_cpus(
 
 @contextlib.contextmanager
 def helpers_on(cpus: Iterable[int]) -> Iterator[None]:
-    """Threads started inside the block may run on ``cpus``; this thread is pinned back after.
+    """Threads started inside the block may run on ``cpus`` once it ends; this thread keeps
+    its own CPUs throughout.
 
-    A thread inherits its creator's CPUs when it starts (Linux affinity is per thread). A
-    worker's helpers (a copy's exchange thread, ZeroMQ's I/O thread) serve its training but do
+    A worker's helpers (a copy's exchange thread, ZeroMQ's I/O thread) serve its training but do
     not compute: pinned to the worker's CPU they take their time from its training even while
-    another CPU of the node stands idle.
+    another CPU of the node stands idle. A thread inherits its creator's CPUs when it starts
+    (Linux affinity is per thread), and some are started inside libraries (ZeroMQ's), so each
+    thread new since the block began is given ``cpus`` as it ends. The calling thread is never
+    widened meanwhile: another job reads a worker's CPU from it (:mod:`hogwild.numa.claims`),
+    and a worker seen unpinned for that moment would be planned over.
     """
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, set(cpus))
+    wanted = set(cpus)
+    before = _threads()
     try:
         yield
     finally:
-        os.sched_setaffinity(0, mine)
+        for thread in _threads() - before:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                os.sched_setaffinity(thread, wanted)
+
+
+def _threads() -> set[int]:
+    """The ids of this process's threads (empty where ``/proc`` cannot tell)."""
+    try:
+        return {int(name) for name in os.listdir("/proc/self/task")}
+    except OSError:
+        return set()
 
 
 def first_touch(array: np.ndarray) -> None:

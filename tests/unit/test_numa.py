@@ -234,12 +234,22 @@ def test_threads_started_among_helpers_run_on_the_node_while_the_worker_stays_pi
         wide = helper_cpus(placement, allowed, t)
         node_cpus = next(n.cpus for n in t.nodes if n.node == placement.node)
         assert wide == set(allowed) & set(node_cpus) and len(wide) >= 2
+        ended = threading.Event()
+
+        def helper_main() -> None:
+            ended.wait(10)
+            seen.append(os.sched_getaffinity(0))
+
         with helpers_on(wide):
-            helper = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+            helper = threading.Thread(target=helper_main)
             helper.start()
+            # the worker never leaves its CPU, not even here: another job reads it from this
+            # thread (numa.claims) and would plan over a worker it saw unpinned
+            assert os.sched_getaffinity(0) == {placement.cpu}
+        ended.set()
         helper.join(10)
         assert seen == [wide]  # the helper may use the node
-        assert os.sched_getaffinity(0) == {placement.cpu}  # the worker is pinned back
+        assert os.sched_getaffinity(0) == {placement.cpu}
         # nothing of the node allowed: the helpers stay on the worker's CPU
         assert helper_cpus(placement, [], t) == {placement.cpu}
     finally:
