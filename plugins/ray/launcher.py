@@ -235,16 +235,20 @@ class RayLauncher(Launcher):
         for role in roles:
             if self.roles.get(role.spec.name) is role:
                 del self.roles[role.spec.name]
+            self._release(role)
+
+    def _release(self, role: RayRole) -> None:
+        """``role``'s actor killed and its placement group removed (either may be gone already)."""
+        try:
+            ray.kill(role.actor, no_restart=True)
+        except (RayActorError, ValueError):
+            pass
+        group = self.groups.pop(role.spec.group, None) if role.spec.group else None
+        if group is not None:
             try:
-                ray.kill(role.actor, no_restart=True)
-            except (RayActorError, ValueError):
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 -- already removed with its node
                 pass
-            group = self.groups.pop(role.spec.group, None) if role.spec.group else None
-            if group is not None:
-                try:
-                    remove_placement_group(group)
-                except Exception:  # noqa: BLE001 -- already removed with its node
-                    pass
 
     def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
         """The id of a live node with IP ``ip``, waited for until ``deadline``."""
@@ -451,16 +455,7 @@ class RayLauncher(Launcher):
         del self.roles[role.spec.name]
         if role.spec.kind in ADDRESSED_KINDS and not self.loopback and role.host:
             self.homes[role.spec.name] = role.host
-        try:
-            ray.kill(role.actor, no_restart=True)
-        except (RayActorError, ValueError):
-            pass
-        group = self.groups.pop(role.spec.group, None) if role.spec.group else None
-        if group is not None:
-            try:
-                remove_placement_group(group)
-            except Exception:  # noqa: BLE001 -- already removed with its node
-                pass
+        self._release(role)
 
     def _publish(self, roster: bytes) -> None:
         """The job's new roster to every node that keeps a mirror of the run directory (the
