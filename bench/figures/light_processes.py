@@ -27,8 +27,7 @@ from pathlib import Path
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
-from bench.support.machine import describe_machine, versions
-from bench.support.record import command_line, emit_record, source
+from bench.support.record import measured_and_emitted
 
 TIMEOUT_S = 300.0
 SERVING = re.compile(r"^hogwild data: serving ")
@@ -78,7 +77,7 @@ def cpu_of(command: list[str], until: re.Pattern | None = None) -> float:
                 process.send_signal(signal.SIGTERM)
         code = process.wait(TIMEOUT_S)
     if code not in (0, 143 if until is not None else 0):
-        raise SystemExit(f"{' '.join(command[:4])}... exited with {code}: {''.join(tail)}")
+        raise RuntimeError(f"{' '.join(command[:4])}... exited with {code}: {''.join(tail)}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -107,14 +106,14 @@ def measure(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    record = {"figure": "light_processes", "repeats": args.repeats, **measure(args)}
-    record["command"] = command_line(__file__, argv if argv is not None else sys.argv[1:])
-    record["machine"] = describe_machine()
-    record["versions"] = versions()
-    record["source"] = source()
-    emit_record(record, args.out)
-    return 0
+    return measured_and_emitted(
+        __file__,
+        argv,
+        lambda: {"figure": "light_processes", "repeats": args.repeats, **measure(args)},
+        args.out,
+    )
 
 
 if __name__ == "__main__":

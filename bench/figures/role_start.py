@@ -33,8 +33,7 @@ from pathlib import Path
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
-from bench.support.machine import describe_machine, versions
-from bench.support.record import command_line, emit_record, source
+from bench.support.record import measured_and_emitted
 
 METHODS = ("forkserver", "spawn")
 SCENARIOS = ("job", "roles")
@@ -135,18 +134,12 @@ def measure(args, folder: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    try:
+
+    def in_a_folder() -> dict:
         with tempfile.TemporaryDirectory(prefix="role-start-") as folder:
-            record = measure(args, Path(folder))
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"python bench/figures/role_start.py: error: {exc}", file=sys.stderr)
-        return 2
-    record["command"] = command_line(__file__, argv)
-    record["machine"] = describe_machine()
-    record["versions"] = versions()
-    record["source"] = source()
-    emit_record(record, args.out)
-    return 0
+            return measure(args, Path(folder))
+
+    return measured_and_emitted(__file__, argv, in_a_folder, args.out)
 
 
 if __name__ == "__main__":

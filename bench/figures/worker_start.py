@@ -30,8 +30,7 @@ from pathlib import Path
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
-from bench.support.machine import describe_machine, versions
-from bench.support.record import command_line, emit_record, source
+from bench.support.record import measured_and_emitted
 
 METHODS = ("forkserver", "spawn")
 CHILD_TIMEOUT_S = 1800.0
@@ -116,17 +115,7 @@ def measure(args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    try:
-        record = measure(args)
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"python bench/figures/worker_start.py: error: {exc}", file=sys.stderr)
-        return 2
-    record["command"] = command_line(__file__, argv)
-    record["machine"] = describe_machine()
-    record["versions"] = versions()
-    record["source"] = source()
-    emit_record(record, args.out)
-    return 0
+    return measured_and_emitted(__file__, argv, lambda: measure(args), args.out)
 
 
 if __name__ == "__main__":

@@ -22,13 +22,15 @@ __all__ = [
     "emit_record",
     "fresh_numba_cache",
     "measured",
+    "measured_and_emitted",
     "source",
     "stamp",
 ]
 
-JOB_ERRORS = (RuntimeError, OSError, json.JSONDecodeError)
-"""What a benchmark's job may end in: it failed or hung (``RuntimeError``), a file or process
-could not be had (``OSError``), or it did not finish its JSON line."""
+JOB_ERRORS = (RuntimeError, OSError, json.JSONDecodeError, subprocess.TimeoutExpired)
+"""What a benchmark's job may end in: it failed or hung (``RuntimeError``, or a child past its
+bound: ``subprocess.TimeoutExpired``), a file or process could not be had (``OSError``), or it
+did not finish its JSON line."""
 
 
 def emit_record(record: dict, out: str | Path | None) -> None:
@@ -79,6 +81,27 @@ def measured(
         print(f"{command_line(script, [])}: error: {exc}", file=sys.stderr)
         return None
     return stamp(record, script, argv, started)
+
+
+def measured_and_emitted(
+    script: str | Path,
+    argv: Sequence[str],
+    measure: Callable[[], dict],
+    out: str | Path | None,
+    within: contextlib.AbstractContextManager | None = None,
+) -> int:
+    """A figure script's whole ending: :func:`measured`, the machine and the versions added
+    where ``measure`` did not say them, then :func:`emit_record`. Returns the exit status: 0,
+    or 2 once it said on stderr why the measurement failed."""
+    from bench.support.machine import describe_machine, versions  # psutil: only where measured
+
+    record = measured(script, argv, measure, within)
+    if record is None:
+        return 2
+    record.setdefault("machine", describe_machine())
+    record.setdefault("versions", versions())
+    emit_record(record, out)
+    return 0
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from bench.support.record import (
     emit_record,
     fresh_numba_cache,
     measured,
+    measured_and_emitted,
     source,
     stamp,
 )
@@ -93,3 +94,25 @@ def test_a_failed_job_is_said_on_stderr_and_no_record_is_made(repo_root, capsys)
     assert err == "python bench/figures/x.py: error: the cluster job exited with status 1\n"
     with pytest.raises(ValueError):  # not a job's failure: a bug, raised
         measured(script, [], lambda: int("x"))
+
+
+def test_a_figure_ends_with_its_line_the_machine_and_the_versions(repo_root, tmp_path, capsys):
+    script = repo_root / "bench" / "figures" / "x.py"
+    out = tmp_path / "x.json"
+    said = {"benchmark": "x", "versions": {"numba": "given"}}  # what the figure said is kept
+    assert measured_and_emitted(script, ["--out", str(out)], lambda: dict(said), out) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record == json.loads(out.read_text())
+    assert record["versions"] == {"numba": "given"} and record["machine"]["logical_cores"] >= 1
+    assert record["command"].startswith("python bench/figures/x.py --out ")
+
+
+def test_a_child_past_its_bound_ends_the_figure_with_status_2(repo_root, tmp_path, capsys):
+    def hangs() -> dict:
+        raise subprocess.TimeoutExpired(["python", "child"], 1800)
+
+    out = tmp_path / "x.json"
+    assert measured_and_emitted(repo_root / "bench" / "figures" / "x.py", [], hangs, out) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    assert captured.err.startswith("python bench/figures/x.py: error: Command ")
