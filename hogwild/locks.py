@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import tempfile
 import time
@@ -56,9 +57,21 @@ def machine_lock(step: str, timeout_s: float = 300.0):
         os.close(fd)
 
 
-def compile_lock(timeout_s: float = 300.0):
-    """Hold this host's lock for compiling the engine's kernels while inside (see
-    :func:`machine_lock`): jobs, or replicas, starting together compile one after the other, so
-    the second loads what the first compiled. Here, not beside the kernels: a process that finds
-    them compiled takes the lock without loading numba."""
-    return machine_lock("kernels", timeout_s)
+def numba_cache_key() -> str:
+    """Which numba cache this process compiles into: ``NUMBA_CACHE_DIR``'s real path, hashed
+    (numba reads the variable when it loads), or ``"sources"`` for numba's default, beside the
+    source files."""
+    cache = os.environ.get("NUMBA_CACHE_DIR")
+    if not cache:
+        return "sources"
+    return hashlib.sha256(os.path.realpath(cache).encode()).hexdigest()[:16]
+
+
+def compile_lock(timeout_s: float = 300.0, kernels: str = "kernels"):
+    """Hold the lock for compiling ``kernels`` (the engine's; ``"ps-kernels"``, the parameter
+    servers'; ``"data-kernels"``, the data servers') into this process's numba cache while inside
+    (see :func:`machine_lock`): jobs, or replicas, starting together compile one after the other,
+    so the second loads what the first compiled. One lock per cache: jobs compiling into other
+    caches share nothing to load, so none waits for another. Here, not beside the kernels: a
+    process that finds them compiled takes the lock without loading numba."""
+    return machine_lock(f"{kernels}-{numba_cache_key()}", timeout_s)

@@ -34,7 +34,6 @@ import numpy as np
 
 from hogwild.config import default_config_path, load_config
 from hogwild.data.feed import compile_data_kernels
-from hogwild.locks import machine_lock
 from hogwild.model.compile import compile_kernels, compile_lock
 from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import build_network
@@ -53,7 +52,7 @@ def main() -> None:
     except ImportError:  # the cluster extra is not installed: no parameter servers to run
         kernels = None
     if kernels is not None:
-        with machine_lock("ps-kernels"):
+        with compile_lock(kernels="ps-kernels"):
             kernels.compile_kernels()
     _done(folder, PS)
     config = load_config(default_config_path())
@@ -62,7 +61,7 @@ def main() -> None:
         compile_kernels(network, config.train.batch, config.train.update_every)
         model = TrainedModel(config, network, np.zeros(network.n_params, np.float32))
         model.predict_proba(np.zeros((1, network.input_size), np.uint8))
-    with machine_lock("data-kernels"):
+    with compile_lock(kernels="data-kernels"):
         compile_data_kernels()
     if kernels is not None:
         compile_portion_gradient(network)

@@ -100,7 +100,7 @@ class DataServer:
             The address it listens on (with the real port when it was 0).
         """
         from hogwild.data.feed import compile_data_kernels
-        from hogwild.locks import machine_lock
+        from hogwild.locks import compile_lock
 
         # Only the kernels this server runs: one serving stored idx images as they are runs none,
         # and loading numba for nothing would be most of its start-up. Data servers starting
@@ -108,7 +108,7 @@ class DataServer:
         # parameter servers' kernels are other code, compiled meanwhile.
         render, gather = self.delivery.renders, self.delivery.source.kind == "cache"
         if render or gather:
-            with machine_lock("data-kernels"):
+            with compile_lock(kernels="data-kernels"):
                 compile_data_kernels(render=render, gather=gather)
         try:
             self.router = Router(self.address, self, keys=self.keys,

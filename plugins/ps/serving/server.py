@@ -77,7 +77,7 @@ from hogwild_plugins.ps.work import (
 
 from hogwild.blas import limit_blas_threads
 from hogwild.errors import HogwildError
-from hogwild.locks import machine_lock
+from hogwild.locks import compile_lock
 from hogwild.net.address import Address, check_bind, parse_address
 from hogwild.net.fencing import ReplacedError
 from hogwild.net.router import Incoming, Reply, Router, reply_hwm
@@ -222,7 +222,7 @@ class ParameterServer:
         """
         # Servers starting together: the first compiles, the others load what it wrote. A lock
         # of their own: the engine's and the data kernels are other code, compiled meanwhile.
-        with machine_lock("ps-kernels"):
+        with compile_lock(kernels="ps-kernels"):
             kernels.compile_kernels()
         limit_blas_threads(1)  # one BLAS thread per update thread (API b's sgemm)
         try:
