@@ -9,8 +9,8 @@ into this cache, on this CPU, by this numba, from these very source files, and e
 there was then is still there as it was. An index may have changed since: numba rewrites a
 module's index whenever it compiles one more kernel of that module (another test, another job's
 types), and such an index still counts if it still lists every machine-code file it listed then.
-numba drops entries only by starting an index afresh, and then numbers and writes its machine
-code again, which a record tells by those files' stamps.
+numba drops entries only by starting an index afresh, for a source file changed since (the
+record's stamps of the sources tell) or another numba (part of the record's name).
 
 The record is only ever a reason to skip the parent's warm-up: a worker that finds its kernel
 missing after all compiles it itself, as numba always does. Records live beside the machine code,
@@ -112,8 +112,8 @@ def _packages() -> list[Path]:
 
 
 def _cache_files(cache_dir: Path) -> dict[str, list[int]]:
-    """Every index and machine-code file: modification time and size (numba writes a
-    machine-code file again only when it compiles its kernel again)."""
+    """Every index (modification time and size) and machine-code file (size: two processes
+    compiling the same kernel at once each write its file, the same bytes, under one name)."""
     files = {}
     for path in cache_dir.rglob("*"):
         if path.suffix not in CACHE_SUFFIXES:
@@ -122,7 +122,8 @@ def _cache_files(cache_dir: Path) -> dict[str, list[int]]:
             stat = path.stat()
         except OSError:
             continue
-        files[str(path.relative_to(cache_dir))] = [stat.st_mtime_ns, stat.st_size]
+        stamp = [stat.st_mtime_ns, stat.st_size] if path.suffix == ".nbi" else [stat.st_size]
+        files[str(path.relative_to(cache_dir))] = stamp
     return files
 
 
@@ -141,7 +142,7 @@ def _still_holds(path: Path, cache_dir: Path, sources: dict[str, list[int]]) -> 
 
 def _still_lists(cache_dir: Path, index: str, kept: dict[str, list[int]]) -> bool:
     """Whether ``index``, changed since the record, is an index that still lists every
-    machine-code file it listed then (each unchanged: a changed one is never good)."""
+    machine-code file it listed then (a machine-code file changed since is never good)."""
     if not index.endswith(".nbi"):
         return False
     stem = index.removesuffix(".nbi")

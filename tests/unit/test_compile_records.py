@@ -82,7 +82,7 @@ def test_rewritten_machine_code_or_an_unreadable_index_compiles_again(cache):
     calls, compile = _counting()
     compile_once({"batch": 32}, compile)
     (cache / "model" / "kernels.train-10.py311.1.nbc").write_bytes(b"machine code, compiled again")
-    assert compile_once({"batch": 32}, compile) is True  # numba recompiled it: renumbered, maybe
+    assert compile_once({"batch": 32}, compile) is True  # not what the record saw
     assert compile_once({"batch": 32}, compile) is False
     index = cache / "model" / "kernels.train-10.py311.nbi"
     index.write_bytes(b"index, torn")
