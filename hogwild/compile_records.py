@@ -6,8 +6,11 @@ cache already holds them, that step still costs the parent a second or two of CP
 (numba sets up its whole target and loads every kernel's machine code), on the cores the starting
 workers need. :func:`compile_once` skips it when a record says the same kernels were compiled
 into this cache, on this CPU, by this numba, from these very source files, and every cache file
-there was then is still there, every index unchanged (numba rewrites an index when it adds or
-drops an entry: a changed one costs one more load, and a new record).
+there was then is still there as it was. An index may have changed since: numba rewrites a
+module's index whenever it compiles one more kernel of that module (another test, another job's
+types), and such an index still counts if it still lists every machine-code file it listed then.
+numba drops entries only by starting an index afresh, for a source file changed since (the
+record's stamps of the sources tell) or another numba (part of the record's name).
 
 The record is only ever a reason to skip the parent's warm-up: a worker that finds its kernel
 missing after all compiles it itself, as numba always does. Records live beside the machine code,
@@ -20,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pickletools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -108,8 +112,8 @@ def _packages() -> list[Path]:
 
 
 def _cache_files(cache_dir: Path) -> dict[str, list[int]]:
-    """Every index (modification time and size: numba rewrites one whenever it adds or drops
-    an entry, so a changed index may have lost one of ours) and machine-code file (size)."""
+    """Every index (modification time and size) and machine-code file (size: two processes
+    compiling the same kernel at once each write its file, the same bytes, under one name)."""
     files = {}
     for path in cache_dir.rglob("*"):
         if path.suffix not in CACHE_SUFFIXES:
@@ -130,9 +134,38 @@ def _still_holds(path: Path, cache_dir: Path, sources: dict[str, list[int]]) -> 
         if record["sources"] != sources or not any(name.endswith(".nbi") for name in kept):
             return False
         now = _cache_files(cache_dir)
-        return all(now.get(name) == stamp for name, stamp in kept.items())
+        changed = [name for name, stamp in kept.items() if now.get(name) != stamp]
+        return all(_still_lists(cache_dir, name, kept) for name in changed)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False  # none yet, or unreadable: compile, and write a good one
+
+
+def _still_lists(cache_dir: Path, index: str, kept: dict[str, list[int]]) -> bool:
+    """Whether ``index``, changed since the record, is an index that still lists every
+    machine-code file it listed then (a machine-code file changed since is never good)."""
+    if not index.endswith(".nbi"):
+        return False
+    stem = index.removesuffix(".nbi")
+    listed = [
+        Path(name).name
+        for name in kept
+        if name.endswith(".nbc")
+        and name.startswith(f"{stem}.")
+        and name.removeprefix(f"{stem}.").removesuffix(".nbc").isdigit()
+    ]
+    if not listed:  # an index the record knew no entry of: nothing to check it by
+        return False
+    return set(listed) <= _names_in_index(cache_dir / index)
+
+
+def _names_in_index(path: Path) -> set[str]:
+    """The strings in a numba index (its version, then its source's stamp and its entries, each
+    a key and a machine-code file's name), read as pickle opcodes: nothing is unpickled, so
+    reading one loads no numba."""
+    with path.open("rb") as index:
+        for _ in pickletools.genops(index):  # the version numba wrote it with
+            pass
+        return {arg for _, arg, _ in pickletools.genops(index) if isinstance(arg, str)}
 
 
 def _write_record(path: Path, cache_dir: Path, sources: dict[str, list[int]]) -> None:

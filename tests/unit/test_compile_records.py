@@ -8,6 +8,7 @@ are a folder of the test's own, so that editing one does not touch the checkout.
 from __future__ import annotations
 
 import os
+import pickle
 
 import pytest
 
@@ -23,9 +24,17 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(compile_records, "_packages", lambda: [sources])
     cache = tmp_path / "cache"
     (cache / "model").mkdir(parents=True)
-    (cache / "model" / "kernels.train-10.py311.nbi").write_bytes(b"index")
+    _write_index(cache / "model" / "kernels.train-10.py311.nbi", ["kernels.train-10.py311.1.nbc"])
+    (cache / "model" / "kernels.train-10.py311.1.nbc").write_bytes(b"machine code")
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
     return cache
+
+
+def _write_index(path, data_files):
+    """An index as numba writes one: its version, then its source's stamp and its entries (a
+    key, here a tuple of strings where numba's holds types, and a machine-code file's name)."""
+    entries = {(f"signature {number}", "magic"): name for number, name in enumerate(data_files)}
+    path.write_bytes(pickle.dumps("0.68.1") + pickle.dumps(((1.0, 10), entries)))
 
 
 def _counting():
@@ -55,17 +64,34 @@ def test_an_edited_source_or_a_missing_cache_file_compiles_again(cache, tmp_path
     assert len(calls) == 3
 
 
-def test_a_rewritten_index_or_a_cache_without_one_compiles_again(cache):
+def test_an_index_with_an_entry_more_still_counts_and_one_without_ours_compiles(cache):
     calls, compile = _counting()
     compile_once({"batch": 32}, compile)
     index = cache / "model" / "kernels.train-10.py311.nbi"
-    index.write_bytes(b"index, rewritten by numba with an entry more or less")
+    ours, other = "kernels.train-10.py311.1.nbc", "kernels.train-10.py311.2.nbc"
+    _write_index(index, [ours, other])  # another job compiled the kernel for other types
+    (cache / "model" / other).write_bytes(b"other machine code")
+    assert compile_once({"batch": 32}, compile) is False
+    _write_index(index, [other])  # an index started afresh, which no longer lists ours
     assert compile_once({"batch": 32}, compile) is True
     assert compile_once({"batch": 32}, compile) is False
+    assert len(calls) == 2
+
+
+def test_rewritten_machine_code_or_an_unreadable_index_compiles_again(cache):
+    calls, compile = _counting()
+    compile_once({"batch": 32}, compile)
+    (cache / "model" / "kernels.train-10.py311.1.nbc").write_bytes(b"machine code, compiled again")
+    assert compile_once({"batch": 32}, compile) is True  # not what the record saw
+    assert compile_once({"batch": 32}, compile) is False
+    index = cache / "model" / "kernels.train-10.py311.nbi"
+    index.write_bytes(b"index, torn")
+    assert compile_once({"batch": 32}, compile) is True
+    assert compile_once({"batch": 32}, compile) is False  # the torn index is the record's now
     index.unlink()
     assert compile_once({"batch": 32}, compile) is True  # no index at all: nothing to trust
     assert compile_once({"batch": 32}, compile) is True
-    assert len(calls) == 4
+    assert len(calls) == 5
 
 
 def test_a_damaged_record_compiles_and_is_replaced(cache):
