@@ -11,6 +11,12 @@ per-example updates. The effect on accuracy is measured in ``bench/results/updat
 from hogwild.config import Config
 
 AUTO_UPDATE_EVERY = 8
+CHUNK_CONNECTIONS = 1 << 33
+"""Forward connections (multiply-accumulates) a chunk holds at most: a worker stamps its heartbeat
+only between chunks, so a chunk of ``train.chunk`` examples of a model of hundreds of millions of
+connections would run for minutes and be taken for a stuck worker (``train.stall_s``). 2**33
+keeps 256 examples up to 33 million connections (Adam's MNIST model has 0.76 million) and holds
+a chunk to a few seconds of one core's work whatever the model."""
 
 
 def update_every(config: Config, writers: int) -> int:
@@ -37,7 +43,12 @@ def training_unit(config: Config) -> int:
     return train.batch if train.batch > 1 else max(1, train.update_every)
 
 
-def whole_units(config: Config) -> int:
-    """``train.chunk`` rounded down to whole units (at least one), so no chunk cuts a minibatch."""
+def whole_units(config: Config, connections: int = 0) -> int:
+    """``train.chunk``, at most :data:`CHUNK_CONNECTIONS` ÷ ``connections`` examples (the
+    model's forward connections; 0: not capped), rounded down to whole units (at least one), so
+    no chunk cuts a minibatch."""
     unit = training_unit(config)
-    return max(unit, config.train.chunk // unit * unit)
+    chunk = config.train.chunk
+    if connections > 0:
+        chunk = min(chunk, CHUNK_CONNECTIONS // connections)
+    return max(unit, chunk // unit * unit)

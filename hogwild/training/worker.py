@@ -19,8 +19,10 @@ commands (:mod:`hogwild.training.messages`):
   ``start:stop`` with the store's parameters (one model: the parent made it at the epoch end).
 * :class:`~hogwild.training.messages.Stop`: detach and exit.
 
-Chunks of ``train.chunk`` examples are rounded down to whole units (minibatches, or groups of
-examples that share a fully connected update), so a chunk boundary never cuts a minibatch. After
+Chunks of ``train.chunk`` examples (fewer for a model too large to train that many in a few
+seconds: :func:`~hogwild.optim.interval.whole_units`) are rounded down to whole units
+(minibatches, or groups of examples that share a fully connected update), so a chunk boundary
+never cuts a minibatch. After
 every chunk, and while idle, the worker stamps a heartbeat in its statistics row: a worker that
 is alive but stuck is found by the parent and named.
 
@@ -106,7 +108,7 @@ def worker_main(setup, commands, results) -> None:
         context = TrainingContext.allocate(
             network, job.train.batch, job.train.update_every, moments=moments
         )
-        chunk = whole_units(job)
+        chunk = whole_units(job, network.connections)
         if data.feed:  # after pinning: its prefetch thread runs here too
             from hogwild.training.feeds import Feeds
 

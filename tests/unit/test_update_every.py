@@ -121,3 +121,21 @@ def test_a_negative_interval_is_rejected():
 
     with pytest.raises(ConfigError, match="train.update_every"):
         load_config().override({"train.update_every": -1})
+
+
+def test_a_chunk_of_a_large_model_is_short_enough_to_beat_and_never_cuts_a_minibatch():
+    """A worker beats between chunks: a model of hundreds of millions of connections gets
+    fewer examples a chunk (a 256-example chunk of Fig. 10's largest ran for minutes, taken
+    for a stuck worker), the bundled model its ``train.chunk``, and a chunk is whole units."""
+    from hogwild.optim.interval import CHUNK_CONNECTIONS, whole_units
+
+    config = load_config()
+    bundled = build_network(config.model).connections
+    assert whole_units(config, bundled) == whole_units(config) == config.train.chunk == 256
+    largest = 523_044_000  # Fig. 10's x40 model
+    assert whole_units(config, largest) == CHUNK_CONNECTIONS // largest == 16
+    batched = config.override({"train.batch": 32})
+    assert whole_units(batched, largest) == 32  # one minibatch at least, never a part of one
+    assert whole_units(batched, 86_436_000) == 96  # 99 examples: three whole minibatches
+    grouped = config.override({"train.update_every": 8})
+    assert whole_units(grouped, largest) == 16 and whole_units(grouped, 10**12) == 8
