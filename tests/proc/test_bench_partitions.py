@@ -46,6 +46,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     for row in rows:
         assert ROW_FIELDS <= set(row)
         assert row["examples_per_s"] > 0
+        assert row["lr"] == 0.003  # one in flight: the paper job's rate, partitioned or not
         if row["partitions"] == 1:  # --quick: the control's first run, measured beside its second
             assert row["ratio_to_control"] is None
         else:

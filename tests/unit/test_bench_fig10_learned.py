@@ -78,10 +78,10 @@ def test_largest_efficient_ignores_rows_that_did_not_learn():
     assert found["1"] is None  # no 1-partition row learned
 
 
-def test_partitioned_runs_divide_the_learning_rate_by_their_examples_in_flight_when_asked():
-    plain = fig10.parse_args(["--in-flight", "4"])
-    assert fig10.partitioned(plain, 4) == ["--partitions", "2", "--train.in_flight=4"]
-    scaled = fig10.parse_args(["--in-flight", "4", "--lr-over-in-flight"])
+def test_partitioned_runs_divide_the_learning_rate_by_their_examples_in_flight_unless_told():
+    plain = fig10.parse_args(["--in-flight", "4", "--no-lr-over-in-flight"])
+    assert fig10.partitioned(plain, 4)[-1] == "--optim.lr=0.003"
+    scaled = fig10.parse_args(["--in-flight", "4"])
     assert fig10.partitioned(scaled, 4)[-1] == "--optim.lr=0.00075"
     assert fig10.partitioned(scaled, 1)[-1] == "--optim.lr=0.003"
     command = fig10._train_command(scaled, 16, fig10.partitioned(scaled, 4))
