@@ -127,6 +127,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the ledger client starts a push at most this often (0: back to back; --quick "
         "0.05)")  # fmt: skip
     add("--no-train", action="store_true", help="the ledger client alone, no training job")
+    add(
+        "--kinds",
+        default=",".join(KINDS),
+        type=_kinds,
+        metavar="K,K,...",
+        help=f"the kinds of fault to inject, in turn (default all: {','.join(KINDS)})",
+    )
     add("--launcher", choices=["ray", "local"], default=None,
         help="the training job's roles: on hosts 1-3 through a Ray cluster (ray, the default), "
         "or all in host 4 (local; --quick's default)")  # fmt: skip
@@ -159,6 +166,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.data or env.get("HOGWILD_TEST_DATA") or env.get("HOGWILD_DATA") or str(SHARED_MNIST)
     )
     return args
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected kinds of fault, comma-separated, from {','.join(KINDS)}"
+        )
+    return kinds
 
 
 def job_args(args, etcd: str, ray: str = "RAY", host: str = "HOST") -> list[str]:
@@ -233,11 +250,11 @@ def _log(text: str) -> None:
     print(f"partitions: {elapsed:7.1f} s: {text}", file=sys.stderr, flush=True)
 
 
-def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
-    """The kinds of the ``n`` faults: every kind once in each block of five, shuffled."""
+def schedule(rng: random.Random, n: int, quick: bool, kinds_asked: list[str]) -> list[str]:
+    """The kinds of the ``n`` faults: every kind asked once in each block, shuffled."""
     kinds: list[str] = []
     while len(kinds) < n:
-        block = list(KINDS)
+        block = list(kinds_asked)
         if not quick:
             rng.shuffle(block)
         kinds += block
@@ -419,13 +436,16 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         bucket = rng.choice(sorted(buckets))
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
+        epochs = {b: buckets[b]["epoch"] for b in held}
+        leader = seen.get("etcd_leader")
         there = [name for name, _ in cluster.job_roles(host)]
         hosts.cut(host)
         at = time.time()  # once cut: a push sent while `ip` ran is no failover
         time.sleep(args.cut_s)
         hosts.heal(host)
-        return {"kind": kind, "host": host, "primary_of": held, "training_roles": there,
-                "at": at, "until": time.time()}  # fmt: skip
+        return {"kind": kind, "host": host, "primary_of": held, "epochs": epochs,
+                "etcd_leader_host": None if leader is None else SERVER_HOSTS[leader],
+                "training_roles": there, "at": at, "until": time.time()}  # fmt: skip
     if kind == "stall_copy":  # the ledger's copy, and the training job's servers beside it
         copies = sorted({s for v in buckets.values() for s in v["in_sync"][1:]})
         host = rng.choice(copies) + 1
@@ -503,11 +523,52 @@ def first_fresh_ack(acks: list[list[float]], at: float) -> float | None:
     return round(min(fresh) - at, 3) if fresh else None
 
 
+def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
+    """The stages of one ``cut_primary``'s failover, in seconds from the cut (None: not seen):
+
+    - ``lease_lapsed_s``: the first map read (every ``MAP_EVERY_S`` of the ledger client) in
+      which etcd no longer names the cut server among the members (its lease lapsed);
+    - ``recorded_s``: the last of the cut primary's buckets whose takeover (a later epoch) was
+      won, by the winner's clock (``won_at``, written right after its campaign's transaction);
+    - ``first_ack_s``: the last of those buckets' first acknowledged update after its takeover,
+      by the winner's clock (``first_ack_at``);
+    - ``etcd_leader_cut``: whether the cut host's etcd member led etcd just before the cut;
+    - ``back_before_takeover``: a bucket served again by the cut server itself (the cut ended
+      first), which no takeover ends.
+
+    The client's own end of it is the event's ``failover_s``: its first push sent after the cut
+    and acknowledged (every push touches every bucket). One machine's clock throughout.
+    """
+    at, server = event["at"], event["host"] - 1
+    lapsed = next((t for t, members, *_ in history if t > at and server not in members), None)
+    won, acked, missing = [], [], []
+    for bucket, epoch in event.get("epochs", {}).items():
+        later = [t for t in takeovers if t["bucket"] == int(bucket) and t["epoch"] > epoch
+                 and t["won_at"] > at]  # fmt: skip
+        if not later:
+            missing.append(int(bucket))
+            continue
+        first = min(later, key=lambda t: t["epoch"])
+        won.append(first["won_at"])
+        acked.append(first.get("first_ack_at"))
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else round(t - at, 3)
+
+    return {
+        "lease_lapsed_s": since(lapsed),
+        "recorded_s": since(max(won)) if won and not missing else None,
+        "first_ack_s": since(max(acked)) if acked and None not in acked and not missing else None,
+        "etcd_leader_cut": event.get("etcd_leader_host") == event["host"],
+        "back_before_takeover": missing,
+    }
+
+
 def measure(args) -> dict:
     rng = random.Random(args.seed)
     check = LeakCheck()
     started = time.monotonic()
-    kinds = schedule(rng, args.faults, args.quick)
+    kinds = schedule(rng, args.faults, args.quick, args.kinds)
     events: list[dict] = []
     problems: list[str] = []
     result: dict = {}
@@ -564,6 +625,7 @@ def measure(args) -> dict:
                     break  # the figures so far are kept
                 event["pushes_before"] = seen.get("pushes")
                 event["map_age_s"] = round(event["at"] - seen["at"], 3)
+                event["load_1min"] = os.getloadavg()[0]  # the machine's load: others run too
                 events.append(event)
                 _log(f"{kind} on host {event['host']} ({len(events)}/{len(kinds)})")
                 since = time.time()
@@ -604,6 +666,16 @@ def measure(args) -> dict:
         e["unavailable_s"] = longest_gap(acks, e["at"], end)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
+            e["stages"] = breakdown(e, result.get("history", []), result.get("takeovers", []))
+    cuts = [e for e in events if e["kind"] == "cut_primary"]
+    stages = {
+        stage: spread([e["stages"][stage] for e in cuts])
+        for stage in ("lease_lapsed_s", "recorded_s", "first_ack_s")
+    }
+    for leader_cut in (True, False):
+        which = [e for e in cuts if e["stages"]["etcd_leader_cut"] == leader_cut]
+        key = "failover_s_etcd_leader_cut" if leader_cut else "failover_s_etcd_leader_kept"
+        stages[key] = spread([e["failover_s"] for e in which])
     counts = {k: sum(e["kind"] == k for e in events) for k in KINDS}
     failover = spread([e.get("failover_s") for e in events if e["kind"] == "cut_primary"])
     lost, twice = result.get("acknowledged_lost"), result.get("applied_twice")
@@ -620,6 +692,7 @@ def measure(args) -> dict:
         "acknowledged_lost": lost,
         "applied_twice": twice,
         "failover_s": failover,
+        "failover_stages": stages,
         "unavailable_s": {
             k: spread([e["unavailable_s"] for e in events if e["kind"] == k]) for k in KINDS
         },
@@ -653,6 +726,7 @@ def measure(args) -> dict:
         "settings": {
             "seed": args.seed,
             "quick": args.quick,
+            "kinds": args.kinds,
             "cut_s": args.cut_s,
             "stall_s": args.stall_s,
             "down_s": args.down_s,
@@ -674,6 +748,7 @@ def measure(args) -> dict:
             + " (its controller the etcd cluster)",
         },
         "wall_s": round(time.monotonic() - started, 1),
+        "load_1min": spread([e["load_1min"] for e in events]),  # at each fault's start
         "machine": describe_machine(),
         "versions": versions(),
     }

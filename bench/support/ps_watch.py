@@ -69,6 +69,7 @@ class ServerWatch:
         self.last: dict[int, dict] = {}  # each server's last status, in brief
         self.versions: dict[int, int] = {}  # shard -> highest version any server reported
         self.moved_at: dict[int, float] = {}  # shard -> when that version last went up
+        self.members: list[int] = []  # the servers ``members/<i>`` named at the last map read
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -177,6 +178,7 @@ class ServerWatch:
                 where = f"etcd key {key}"
                 records[int(index)] = BucketRecord.parse(value, revision, len(self.servers), where)
         live = {s for s in members if self.alive is None or self.alive(s)}
+        self.members = sorted(members)
         out = {}
         for b in self.shard_buckets:
             record = records.get(b)
