@@ -530,8 +530,11 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
       which etcd no longer names the cut server among the members (its lease lapsed);
     - ``recorded_s``: the last of the cut primary's buckets whose takeover (a later epoch) was
       won, by the winner's clock (``won_at``, written right after its campaign's transaction);
-    - ``first_ack_s``: the last of those buckets' first acknowledged update after its takeover,
-      by the winner's clock (``first_ack_at``);
+    - ``first_ack_s``: the last of those buckets' first update acknowledged by a server that
+      took it over (``first_ack_at``, its clock; a takeover whose winner stepped down before it
+      served has none; a re-send answered as a duplicate does not count);
+    - ``takeovers``: how many takeovers of those buckets followed the cut (more than one per
+      bucket: a winner that stepped down, or the cut server's return);
     - ``etcd_leader_cut``: whether the cut host's etcd member led etcd just before the cut;
     - ``back_before_takeover``: a bucket served again by the cut server itself (the cut ended
       first), which no takeover ends.
@@ -541,16 +544,17 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
     """
     at, server = event["at"], event["host"] - 1
     lapsed = next((t for t, members, *_ in history if t > at and server not in members), None)
-    won, acked, missing = [], [], []
+    won, acked, missing, takeovers_seen = [], [], [], 0
     for bucket, epoch in event.get("epochs", {}).items():
         later = [t for t in takeovers if t["bucket"] == int(bucket) and t["epoch"] > epoch
                  and t["won_at"] > at]  # fmt: skip
         if not later:
             missing.append(int(bucket))
             continue
-        first = min(later, key=lambda t: t["epoch"])
-        won.append(first["won_at"])
-        acked.append(first.get("first_ack_at"))
+        won.append(min(t["won_at"] for t in later))
+        firsts = [t["first_ack_at"] for t in later if t.get("first_ack_at") is not None]
+        acked.append(min(firsts) if firsts else None)
+        takeovers_seen += len(later)
 
     def since(t: float | None) -> float | None:
         return None if t is None else round(t - at, 3)
@@ -561,6 +565,7 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
         "first_ack_s": since(max(acked)) if acked and None not in acked and not missing else None,
         "etcd_leader_cut": event.get("etcd_leader_host") == event["host"],
         "back_before_takeover": missing,
+        "takeovers": takeovers_seen,
     }
 
 
