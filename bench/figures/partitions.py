@@ -145,6 +145,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--stuck-s", type=float, default=STALL_S, metavar="S",
         help=f"no ready map for S seconds (or twice the servers' start) ends the faults as "
         f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
+    add("--lease-s", type=int, default=LEASE_S,
+        help=f"the ledger servers' etcd lease, whole seconds ({LEASE_S}; etcd honours 1 here: "
+        "its election timeout is 500 ms)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -272,6 +275,7 @@ class Cluster:
         self.job_processes: dict[str, dict[int, psutil.Process]] = {}  # job -> its roles seen
         self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
         self.stall_s = STALL_S  # (--stuck-s)
+        self.lease_s = LEASE_S  # the ledger servers' (--lease-s)
         self.stalled: list[tuple[int, bool]] = []  # (pid, its process group?) SIGSTOPped now
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
@@ -308,7 +312,7 @@ class Cluster:
     def start_server(self, host: int) -> None:
         argv = [_hogwild(), "ps", "serve", "--bind", self.hosts.address(host), "--port",
                 str(PS_PORT), "--servers", ",".join(self.addresses), "--index", str(host - 1),
-                "--copies", "3", "--etcd", self.etcd, "--lease-s", str(LEASE_S), "--threads",
+                "--copies", "3", "--etcd", self.etcd, "--lease-s", str(self.lease_s), "--threads",
                 "1", "--keys", str(self.keys), "--job", LEDGER_JOB]  # fmt: skip
         with open(self.folder / f"ps{host}.log", "ab") as log:
             process = self.hosts.run(host, argv, stdout=log, stderr=subprocess.STDOUT)
@@ -530,6 +534,7 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
       which etcd no longer names the cut server among the members (its lease lapsed);
     - ``recorded_s``: the last of the cut primary's buckets whose takeover (a later epoch) was
       won, by the winner's clock (``won_at``, written right after its campaign's transaction);
+    - ``serving_s``: the last of them served (its copies caught up: ``serving_at``);
     - ``first_ack_s``: the last of those buckets' first update acknowledged by a server that
       took it over (``first_ack_at``, its clock; a takeover whose winner stepped down before it
       served has none; a re-send answered as a duplicate does not count);
@@ -544,7 +549,7 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
     """
     at, server = event["at"], event["host"] - 1
     lapsed = next((t for t, members, *_ in history if t > at and server not in members), None)
-    won, acked, missing, takeovers_seen = [], [], [], 0
+    won, served, acked, missing, takeovers_seen = [], [], [], [], 0
     for bucket, epoch in event.get("epochs", {}).items():
         later = [t for t in takeovers if t["bucket"] == int(bucket) and t["epoch"] > epoch
                  and t["won_at"] > at]  # fmt: skip
@@ -552,17 +557,22 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
             missing.append(int(bucket))
             continue
         won.append(min(t["won_at"] for t in later))
-        firsts = [t["first_ack_at"] for t in later if t.get("first_ack_at") is not None]
-        acked.append(min(firsts) if firsts else None)
+        for moments, key in ((served, "serving_at"), (acked, "first_ack_at")):
+            firsts = [t[key] for t in later if t.get(key) is not None]
+            moments.append(min(firsts) if firsts else None)
         takeovers_seen += len(later)
 
     def since(t: float | None) -> float | None:
         return None if t is None else round(t - at, 3)
 
+    def last(moments: list, missing: list) -> float | None:  # the last bucket's, if all had one
+        return since(max(moments)) if moments and None not in moments and not missing else None
+
     return {
         "lease_lapsed_s": since(lapsed),
-        "recorded_s": since(max(won)) if won and not missing else None,
-        "first_ack_s": since(max(acked)) if acked and None not in acked and not missing else None,
+        "recorded_s": last(won, missing),
+        "serving_s": last(served, missing),
+        "first_ack_s": last(acked, missing),
         "etcd_leader_cut": event.get("etcd_leader_host") == event["host"],
         "back_before_takeover": missing,
         "takeovers": takeovers_seen,
@@ -589,6 +599,7 @@ def measure(args) -> dict:
         try:
             cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
             cluster.stall_s = args.stuck_s
+            cluster.lease_s = args.lease_s
             _log(
                 f"etcd cluster {cluster.etcd}"
                 + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
@@ -675,7 +686,7 @@ def measure(args) -> dict:
     cuts = [e for e in events if e["kind"] == "cut_primary"]
     stages = {
         stage: spread([e["stages"][stage] for e in cuts])
-        for stage in ("lease_lapsed_s", "recorded_s", "first_ack_s")
+        for stage in ("lease_lapsed_s", "recorded_s", "serving_s", "first_ack_s")
     }
     for leader_cut in (True, False):
         which = [e for e in cuts if e["stages"]["etcd_leader_cut"] == leader_cut]
@@ -739,7 +750,7 @@ def measure(args) -> dict:
             "push_every_s": args.push_every_s,
             "faults_within_s": args.faults_within_s,
             "stuck_s": args.stuck_s,
-            "lease_s": LEASE_S,
+            "lease_s": args.lease_s,
             "epochs": args.epochs,
             "subset": args.subset,
             "train": not args.no_train,

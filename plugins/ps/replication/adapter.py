@@ -459,6 +459,9 @@ class Replication:
 
     def _carry_out(self, actions: list) -> None:
         run(carry_out(actions, self.roles, self))
+        for bucket, entry in self._awaiting_ack.items():  # (empty but after a takeover)
+            if entry["serving_at"] is None and self.roles[bucket].serving:
+                entry["serving_at"] = time.time()  # its copies caught up: it serves
 
     # ------------------------------------------------------------------ the executor's effects
     # (plugins/ps/replication/executor.py: the loops the simulator runs too; none blocks here
@@ -555,7 +558,13 @@ class Replication:
 
     def _takeover(self, bucket: int, epoch: int) -> None:
         self.takeovers.append(
-            {"bucket": bucket, "epoch": epoch, "won_at": time.time(), "first_ack_at": None}
+            {
+                "bucket": bucket,
+                "epoch": epoch,
+                "won_at": time.time(),
+                "serving_at": None,
+                "first_ack_at": None,
+            }  # fmt: skip
         )
         del self.takeovers[:-MAX_TAKEOVERS]
         self._awaiting_ack[bucket] = self.takeovers[-1]
