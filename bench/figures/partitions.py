@@ -527,7 +527,7 @@ def first_fresh_ack(acks: list[list[float]], at: float) -> float | None:
     return round(min(fresh) - at, 3) if fresh else None
 
 
-def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
+def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict]) -> dict:
     """The stages of one ``cut_primary``'s failover, in seconds from the cut (None: not seen):
 
     - ``lease_lapsed_s``: the first map read (every ``MAP_EVERY_S`` of the ledger client) in
@@ -538,8 +538,9 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
     - ``first_ack_s``: the last of those buckets' first update acknowledged by a server that
       took it over (``first_ack_at``, its clock; a takeover whose winner stepped down before it
       served has none; a re-send answered as a duplicate does not count);
-    - ``takeovers``: how many takeovers of those buckets followed the cut (more than one per
-      bucket: a winner that stepped down, or the cut server's return);
+    - ``takeovers``: how many takeovers of those buckets were won from the cut to ``end`` (the
+      cut's end plus ``SETTLE_S``, or the next fault): more than one a bucket is a winner that
+      stepped down, or the hand-back to the cut server once it is back;
     - ``etcd_leader_cut``: whether the cut host's etcd member led etcd just before the cut;
     - ``back_before_takeover``: a bucket served again by the cut server itself (the cut ended
       first), which no takeover ends.
@@ -552,7 +553,7 @@ def breakdown(event: dict, history: list[list], takeovers: list[dict]) -> dict:
     won, served, acked, missing, takeovers_seen = [], [], [], [], 0
     for bucket, epoch in event.get("epochs", {}).items():
         later = [t for t in takeovers if t["bucket"] == int(bucket) and t["epoch"] > epoch
-                 and t["won_at"] > at]  # fmt: skip
+                 and at < t["won_at"] < end]  # fmt: skip
         if not later:
             missing.append(int(bucket))
             continue
@@ -682,7 +683,7 @@ def measure(args) -> dict:
         e["unavailable_s"] = longest_gap(acks, e["at"], end)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
-            e["stages"] = breakdown(e, result.get("history", []), result.get("takeovers", []))
+            e["stages"] = breakdown(e, end, result.get("history", []), result.get("takeovers", []))
     cuts = [e for e in events if e["kind"] == "cut_primary"]
     stages = {
         stage: spread([e["stages"][stage] for e in cuts])
