@@ -531,7 +531,8 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
     """The stages of one ``cut_primary``'s failover, in seconds from the cut (None: not seen):
 
     - ``lease_lapsed_s``: the first map read (every ``MAP_EVERY_S`` of the ledger client) in
-      which etcd no longer names the cut server among the members (its lease lapsed);
+      which etcd no longer names the cut server among the members (its lease lapsed); late
+      when that read waited on the cut host's etcd member (then after ``recorded_s``);
     - ``recorded_s``: the last of the cut primary's buckets whose takeover (a later epoch) was
       won, by the winner's clock (``won_at``, written right after its campaign's transaction);
     - ``serving_s``: the last of them served (its copies caught up: ``serving_at``);
@@ -725,6 +726,7 @@ def measure(args) -> dict:
         "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
         | {"detail": leaked["detail"]},
         "pushes": result.get("pushes"),
+        "takeovers": len(result.get("takeovers", [])),  # every kind's, and the hand-backs'
         "unknown_pushes": result.get("unknown_pushes"),
         "push_errors": result.get("errors", []),
         "problems": problems,
