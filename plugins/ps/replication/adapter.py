@@ -562,9 +562,9 @@ class Replication:
                 "bucket": bucket,
                 "epoch": epoch,
                 "won_at": time.time(),
-                "serving_at": None,
+                "serving_at": None,  # its copies caught up (``_carry_out``)
                 "first_ack_at": None,
-            }  # fmt: skip
+            }
         )
         del self.takeovers[:-MAX_TAKEOVERS]
         self._awaiting_ack[bucket] = self.takeovers[-1]
@@ -574,6 +574,8 @@ class Replication:
         entry = self._awaiting_ack.pop(bucket, None)
         if entry is not None:
             entry["first_ack_at"] = time.time()
+            if entry["serving_at"] is None:  # it served before a turn of _carry_out saw it
+                entry["serving_at"] = entry["first_ack_at"]
 
     # ------------------------------------------------------------------ status
 
