@@ -49,14 +49,19 @@ push sent after it (a push touches every bucket, so the cut primary's buckets we
 then: taken over, or, if the cut ended first, served by it again; compare with ``--cut-s``).
 ``unavailable_s``: per kind, the longest time without an acknowledgement that overlaps the
 fault's window (from its start to its end plus ``SETTLE_S``, or to the next fault's start),
-median and max. ``leaked``: namespaces of this run left, processes of the run alive after the
+median and max. ``failover_stages`` takes each cut apart (:func:`breakdown`: the cut server's
+lease lapsed in etcd, the takeover won, served, first acknowledged; the cuts of the host whose
+etcd member led apart from the others), from the map history and the servers' takeovers the
+ledger client keeps. ``leaked``: namespaces of this run left, processes of the run alive after the
 hosts closed and of each training job after it ended (each role process seen while it ran too:
 under Ray they are not the driver's children), ``/dev/shm`` segments of those processes.
 
 Run: ``python bench/figures/partitions.py --out bench/results/partitions.json`` (``--quick``: one
 fault of each kind with short pauses and a one-epoch job on 3,000 examples, no fault-free run, a
 smoke run; ``--no-train``: the ledger job alone; ``--faults-within-s S``: no fault started after
-S seconds, for a run that must end by a time). One JSON line; progress goes to stderr.
+S seconds, for a run that must end by a time; ``--kinds cut_primary --no-train --faults 10``:
+primary cuts alone, the failover taken apart, in about four minutes; ``--lease-s``: the ledger
+servers' lease, 1 s by default). One JSON line; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -101,7 +106,9 @@ KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
 SERVER_HOSTS = [1, 2, 3]
 CLIENT_HOST = 4
 PS_PORT = 7100
-LEASE_S = 2
+LEASE_S = 1  # the ledger servers' etcd lease: what ``hogwild cluster`` gives its own etcd (whose
+# timers, as this cluster's, honour it); ``ps serve``'s default of 2 s (any etcd's timers) made a
+# cut primary's failover about a second longer here (docs/benchmarks.md); --lease-s 2 for that
 LEDGER_JOB = "ledger"  # the ledger servers' job name in etcd (the training job's differs)
 SETTLE_S = 3.0
 READY_WITHIN_S = 120.0
@@ -127,6 +134,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the ledger client starts a push at most this often (0: back to back; --quick "
         "0.05)")  # fmt: skip
     add("--no-train", action="store_true", help="the ledger client alone, no training job")
+    add(
+        "--kinds",
+        default=",".join(KINDS),
+        type=_kinds,
+        metavar="K,K,...",
+        help=f"the kinds of fault to inject, in turn (default all: {','.join(KINDS)})",
+    )
     add("--launcher", choices=["ray", "local"], default=None,
         help="the training job's roles: on hosts 1-3 through a Ray cluster (ray, the default), "
         "or all in host 4 (local; --quick's default)")  # fmt: skip
@@ -138,6 +152,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--stuck-s", type=float, default=STALL_S, metavar="S",
         help=f"no ready map for S seconds (or twice the servers' start) ends the faults as "
         f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
+    add("--lease-s", type=int, default=LEASE_S,
+        help=f"the ledger servers' etcd lease, whole seconds ({LEASE_S}; this etcd cluster's "
+        "500 ms election timeout honours 1)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -159,6 +176,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.data or env.get("HOGWILD_TEST_DATA") or env.get("HOGWILD_DATA") or str(SHARED_MNIST)
     )
     return args
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected kinds of fault, comma-separated, from {','.join(KINDS)}"
+        )
+    return kinds
 
 
 def job_args(args, etcd: str, ray: str = "RAY", host: str = "HOST") -> list[str]:
@@ -233,11 +260,11 @@ def _log(text: str) -> None:
     print(f"partitions: {elapsed:7.1f} s: {text}", file=sys.stderr, flush=True)
 
 
-def schedule(rng: random.Random, n: int, quick: bool) -> list[str]:
-    """The kinds of the ``n`` faults: every kind once in each block of five, shuffled."""
+def schedule(rng: random.Random, n: int, quick: bool, kinds_asked: list[str]) -> list[str]:
+    """The kinds of the ``n`` faults: every kind asked once in each block, shuffled."""
     kinds: list[str] = []
     while len(kinds) < n:
-        block = list(KINDS)
+        block = list(kinds_asked)
         if not quick:
             rng.shuffle(block)
         kinds += block
@@ -255,6 +282,7 @@ class Cluster:
         self.job_processes: dict[str, dict[int, psutil.Process]] = {}  # job -> its roles seen
         self.servers_start_s = 0.0  # what the ledger servers took to listen, measured
         self.stall_s = STALL_S  # (--stuck-s)
+        self.lease_s = LEASE_S  # the ledger servers' (--lease-s)
         self.stalled: list[tuple[int, bool]] = []  # (pid, its process group?) SIGSTOPped now
         self.keys = folder / "keys"
         subprocess.run([_hogwild(), "ps", "keys", str(self.keys)], check=True,
@@ -291,7 +319,7 @@ class Cluster:
     def start_server(self, host: int) -> None:
         argv = [_hogwild(), "ps", "serve", "--bind", self.hosts.address(host), "--port",
                 str(PS_PORT), "--servers", ",".join(self.addresses), "--index", str(host - 1),
-                "--copies", "3", "--etcd", self.etcd, "--lease-s", str(LEASE_S), "--threads",
+                "--copies", "3", "--etcd", self.etcd, "--lease-s", str(self.lease_s), "--threads",
                 "1", "--keys", str(self.keys), "--job", LEDGER_JOB]  # fmt: skip
         with open(self.folder / f"ps{host}.log", "ab") as log:
             process = self.hosts.run(host, argv, stdout=log, stderr=subprocess.STDOUT)
@@ -419,13 +447,16 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         bucket = rng.choice(sorted(buckets))
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
+        epochs = {b: buckets[b]["epoch"] for b in held}
+        leader = seen.get("etcd_leader")
         there = [name for name, _ in cluster.job_roles(host)]
         hosts.cut(host)
         at = time.time()  # once cut: a push sent while `ip` ran is no failover
         time.sleep(args.cut_s)
         hosts.heal(host)
-        return {"kind": kind, "host": host, "primary_of": held, "training_roles": there,
-                "at": at, "until": time.time()}  # fmt: skip
+        return {"kind": kind, "host": host, "primary_of": held, "epochs": epochs,
+                "etcd_leader_host": None if leader is None else SERVER_HOSTS[leader],
+                "training_roles": there, "at": at, "until": time.time()}  # fmt: skip
     if kind == "stall_copy":  # the ledger's copy, and the training job's servers beside it
         copies = sorted({s for v in buckets.values() for s in v["in_sync"][1:]})
         host = rng.choice(copies) + 1
@@ -503,11 +534,65 @@ def first_fresh_ack(acks: list[list[float]], at: float) -> float | None:
     return round(min(fresh) - at, 3) if fresh else None
 
 
+def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict]) -> dict:
+    """The stages of one ``cut_primary``'s failover, in seconds from the cut (None: not seen):
+
+    - ``lease_lapsed_s``: the first map read (every ``MAP_EVERY_S`` of the ledger client) in
+      which etcd no longer names the cut server among the members (its lease lapsed); late
+      when that read waited on the cut host's etcd member (then after ``recorded_s``);
+    - ``recorded_s``: the last of the cut primary's buckets whose takeover (a later epoch) was
+      won, by the winner's clock (``won_at``, written right after its campaign's transaction);
+    - ``serving_s``: the last of them served (its copies caught up: ``serving_at``);
+    - ``first_ack_s``: the last of those buckets' first update acknowledged by a server that
+      took it over (``first_ack_at``, its clock; a takeover whose winner stepped down before it
+      served has none; a re-send answered as a duplicate does not count);
+    - ``takeovers``: how many takeovers of those buckets were won from the cut to ``end`` (the
+      cut's end plus ``SETTLE_S``, or the next fault): more than one a bucket is a winner that
+      stepped down, or the hand-back to the cut server once it is back;
+    - ``etcd_leader_cut``: whether the cut host's etcd member led etcd just before the cut;
+    - ``back_before_takeover``: a bucket served again by the cut server itself (the cut ended
+      first), which no takeover ends.
+
+    The client's own end of it is the event's ``failover_s``: its first push sent after the cut
+    and acknowledged (every push touches every bucket). One machine's clock throughout.
+    """
+    at, server = event["at"], event["host"] - 1
+    lapsed = next((t for t, members, *_ in history if t > at and server not in members), None)
+    won, served, acked, missing, takeovers_seen = [], [], [], [], 0
+    for bucket, epoch in event.get("epochs", {}).items():
+        later = [t for t in takeovers if t["bucket"] == int(bucket) and t["epoch"] > epoch
+                 and at < t["won_at"] < end]  # fmt: skip
+        if not later:
+            missing.append(int(bucket))
+            continue
+        won.append(min(t["won_at"] for t in later))
+        for moments, key in ((served, "serving_at"), (acked, "first_ack_at")):
+            firsts = [t[key] for t in later if t.get(key) is not None]
+            moments.append(min(firsts) if firsts else None)
+        takeovers_seen += len(later)
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else round(t - at, 3)
+
+    def last(moments: list, missing: list) -> float | None:  # the last bucket's, if all had one
+        return since(max(moments)) if moments and None not in moments and not missing else None
+
+    return {
+        "lease_lapsed_s": since(lapsed),
+        "recorded_s": last(won, missing),
+        "serving_s": last(served, missing),
+        "first_ack_s": last(acked, missing),
+        "etcd_leader_cut": event.get("etcd_leader_host") == event["host"],
+        "back_before_takeover": missing,
+        "takeovers": takeovers_seen,
+    }
+
+
 def measure(args) -> dict:
     rng = random.Random(args.seed)
     check = LeakCheck()
     started = time.monotonic()
-    kinds = schedule(rng, args.faults, args.quick)
+    kinds = schedule(rng, args.faults, args.quick, args.kinds)
     events: list[dict] = []
     problems: list[str] = []
     result: dict = {}
@@ -523,6 +608,7 @@ def measure(args) -> dict:
         try:
             cluster = Cluster(hosts, folder, "" if args.no_train else args.launcher)
             cluster.stall_s = args.stuck_s
+            cluster.lease_s = args.lease_s
             _log(
                 f"etcd cluster {cluster.etcd}"
                 + (f", Ray {cluster.ray_address}" if cluster.ray_address else "")
@@ -564,6 +650,7 @@ def measure(args) -> dict:
                     break  # the figures so far are kept
                 event["pushes_before"] = seen.get("pushes")
                 event["map_age_s"] = round(event["at"] - seen["at"], 3)
+                event["load_1min"] = os.getloadavg()[0]  # the machine's load: others run too
                 events.append(event)
                 _log(f"{kind} on host {event['host']} ({len(events)}/{len(kinds)})")
                 since = time.time()
@@ -604,6 +691,16 @@ def measure(args) -> dict:
         e["unavailable_s"] = longest_gap(acks, e["at"], end)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
+            e["stages"] = breakdown(e, end, result.get("history", []), result.get("takeovers", []))
+    cuts = [e for e in events if e["kind"] == "cut_primary"]
+    stages = {
+        stage: spread([e["stages"][stage] for e in cuts])
+        for stage in ("lease_lapsed_s", "recorded_s", "serving_s", "first_ack_s")
+    }
+    for leader_cut in (True, False):
+        which = [e for e in cuts if e["stages"]["etcd_leader_cut"] == leader_cut]
+        key = "failover_s_etcd_leader_cut" if leader_cut else "failover_s_etcd_leader_kept"
+        stages[key] = spread([e["failover_s"] for e in which])
     counts = {k: sum(e["kind"] == k for e in events) for k in KINDS}
     failover = spread([e.get("failover_s") for e in events if e["kind"] == "cut_primary"])
     lost, twice = result.get("acknowledged_lost"), result.get("applied_twice")
@@ -620,6 +717,7 @@ def measure(args) -> dict:
         "acknowledged_lost": lost,
         "applied_twice": twice,
         "failover_s": failover,
+        "failover_stages": stages,
         "unavailable_s": {
             k: spread([e["unavailable_s"] for e in events if e["kind"] == k]) for k in KINDS
         },
@@ -635,6 +733,7 @@ def measure(args) -> dict:
         "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
         | {"detail": leaked["detail"]},
         "pushes": result.get("pushes"),
+        "takeovers": len(result.get("takeovers", [])),  # every kind's, and the hand-backs'
         "unknown_pushes": result.get("unknown_pushes"),
         "push_errors": result.get("errors", []),
         "problems": problems,
@@ -653,6 +752,7 @@ def measure(args) -> dict:
         "settings": {
             "seed": args.seed,
             "quick": args.quick,
+            "kinds": args.kinds,
             "cut_s": args.cut_s,
             "stall_s": args.stall_s,
             "down_s": args.down_s,
@@ -660,7 +760,7 @@ def measure(args) -> dict:
             "push_every_s": args.push_every_s,
             "faults_within_s": args.faults_within_s,
             "stuck_s": args.stuck_s,
-            "lease_s": LEASE_S,
+            "lease_s": args.lease_s,
             "epochs": args.epochs,
             "subset": args.subset,
             "train": not args.no_train,
@@ -674,6 +774,7 @@ def measure(args) -> dict:
             + " (its controller the etcd cluster)",
         },
         "wall_s": round(time.monotonic() - started, 1),
+        "load_1min": spread([e["load_1min"] for e in events]),  # at each fault's start
         "machine": describe_machine(),
         "versions": versions(),
     }

@@ -7,15 +7,23 @@ job's replicated parameter servers and keeps, in float64, the sum of every ackno
 through files in ``--dir``, written whole (a temporary name, then a rename):
 
 - ``map.json``, every ``MAP_EVERY_S``: the bucket map read from etcd
-  (:meth:`bench.support.ps_watch.ServerWatch.buckets`), the time it was read, the pushes
-  acknowledged so far and the last one's time, so that the injector, outside the hosts'
-  network, knows each bucket's primary and whether updates flow;
+  (:meth:`bench.support.ps_watch.ServerWatch.buckets`), the time it was read, the servers
+  registered (``members``), the etcd member that leads (``etcd_leader``: its index in
+  ``--etcd``, None while none answers with a leader), the pushes acknowledged so far and the
+  last one's time, so that the injector, outside the hosts' network, knows each bucket's
+  primary and whether updates flow;
 - ``stop``: made by the injector; the client stops pushing, waits until every bucket has three
   in-sync copies again, pulls the parameters and writes
 - ``result.json``: ``pushes``, ``acknowledged_lost`` (parameters below the ledger: an
   acknowledged update is missing), ``applied_twice`` (parameters above the ledger plus every
   unknown push: an update counted more than once), ``acks`` (``[sent, acknowledged]``, both
-  ``time.time()``, of each acknowledged push), ``errors`` and ``problems``.
+  ``time.time()``, of each acknowledged push), ``errors`` and ``problems``; for the injector's
+  breakdown of a failover, ``history`` (each map read that differed from the one before in its
+  members, leader or a bucket's primary or epoch: ``[at, members, leader, {bucket: [primary,
+  epoch]}]``) and ``takeovers`` (every takeover the servers reported in their statuses:
+  bucket, epoch, server, ``won_at``, ``first_ack_at``).
+
+All times are ``time.time()`` of one machine: the hosts are namespaces sharing its clock.
 
 Every delta is >= 0, so a lost update and a doubled one cannot cancel out in one parameter.
 """
@@ -42,8 +50,28 @@ from bench.support.ps_ledger import JOB, Pusher
 from bench.support.ps_watch import ServerWatch
 from hogwild.errors import HogwildError
 
-MAP_EVERY_S = 0.2
+MAP_EVERY_S = 0.1  # also the resolution of the history's times
 SYNC_TIMEOUT_S = 90.0
+LEADER_TIMEOUT_S = 0.2  # an etcd member that does not tell its status within this is skipped
+
+
+def etcd_leader(members: list[str], ids: dict[int, int]) -> int | None:
+    """The index in ``members`` of the etcd member that leads, as the first member to answer
+    its status says (None: none answered, or none named a leader it knows); ``ids`` (member id
+    -> index) is filled as members answer."""
+    import requests
+
+    leader = None
+    for i, member in enumerate(members):
+        try:
+            reply = requests.post(f"http://{member}/v3/maintenance/status", json={},
+                                  timeout=LEADER_TIMEOUT_S).json()  # fmt: skip
+        except (requests.RequestException, ValueError):
+            continue
+        ids[int(reply.get("header", {}).get("member_id", 0))] = i
+        if leader is None and reply.get("leader"):
+            leader = int(reply["leader"])
+    return None if leader is None else ids.get(leader)
 
 
 def write_json(path: Path, value) -> None:
@@ -79,28 +107,49 @@ def main(argv: list[str] | None = None) -> int:
                     every_s=args.push_every_s)  # fmt: skip
     stop = threading.Event()
 
+    history: list[list] = []
+    members = args.etcd.split(",")
+    leaders: dict[str, int | None] = {"now": None}
+    ids: dict[int, int] = {}
+
+    def follow_leader() -> None:  # apart from the map: a cut member's status waits its timeout
+        while not stop.wait(MAP_EVERY_S):
+            leaders["now"] = etcd_leader(members, ids)
+
     def publish() -> None:
+        last = None
         while not stop.wait(MAP_EVERY_S):
             try:
                 seen = watch.buckets()
             except (EtcdUnavailable, HogwildError):
                 continue  # a member down: the next read goes on to another
-            last_ack = acks[-1][1] if acks else None
-            state = {"at": time.time(), "buckets": seen, "pushes": pusher.count}
-            write_json(folder / "map.json", state | {"last_ack": last_ack})
+            at, last_ack = time.time(), acks[-1][1] if acks else None
+            brief = [watch.members, leaders["now"],
+                     {b: [v["primary"], v["epoch"]] for b, v in seen.items()}]  # fmt: skip
+            if brief != last:
+                history.append([at, *brief])
+                last = brief
+            state = {"at": at, "buckets": seen, "pushes": pusher.count, "members": watch.members}
+            state |= {"etcd_leader": leaders["now"], "last_ack": last_ack}
+            write_json(folder / "map.json", state)
 
     mapper = threading.Thread(target=publish, name="ledger-map", daemon=True)
     mapper.start()
+    leader = threading.Thread(target=follow_leader, name="ledger-leader", daemon=True)
+    leader.start()
     while not (folder / "stop").exists():
         time.sleep(0.05)
     pusher.stop()
     stop.set()
     mapper.join()
+    leader.join()
     waited, seen = watch.wait_copies(3, SYNC_TIMEOUT_S)
     if seen is None:
         problems.append(f"the copies did not all catch up within {waited:.0f} s after the faults")
     final = np.empty(n_params, np.float32)
     client.pull(final)
+    watch.poll()  # the last takeovers' first acknowledgements
+    takeovers = [dict(t, bucket=b, epoch=e) for (b, e), t in sorted(watch.takeovers.items())]
     watch.stop()
     client.close()
     got = final.astype(np.float64)
@@ -114,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         "errors": pusher.errors[:20],
         "problems": problems,
         "caught_up_s": round(waited, 3),
+        "history": history,
+        "takeovers": takeovers,
     })  # fmt: skip
     return 0
 

@@ -7,7 +7,8 @@ job's replicated parameter servers (``copies > 1``, plugins/ps/replication/):
   epoch and the copies that really are in sync (:meth:`ServerWatch.buckets` says how a killed
   or restarted server is told from a live one);
 - the **takeovers** every server reports in its status (``replication.takeovers``: bucket,
-  epoch, ``won_at`` and ``first_ack_at``, wall-clock ``time.time()``), polled with a raw
+  epoch, ``won_at``, ``serving_at`` (its copies caught up) and ``first_ack_at``, wall-clock
+  ``time.time()``), polled with a raw
   ``STATUS`` request per server every ``interval_s`` (a dead server just does not answer) and
   accumulated by ``(bucket, epoch)``: a server keeps only its last takeovers and forgets them
   all when it is killed, so the record of a winner killed later survives here.
@@ -69,6 +70,7 @@ class ServerWatch:
         self.last: dict[int, dict] = {}  # each server's last status, in brief
         self.versions: dict[int, int] = {}  # shard -> highest version any server reported
         self.moved_at: dict[int, float] = {}  # shard -> when that version last went up
+        self.members: list[int] = []  # the servers ``members/<i>`` named at the last map read
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -121,8 +123,9 @@ class ServerWatch:
         for entry in replication.get("takeovers", []):
             key = (int(entry["bucket"]), int(entry["epoch"]))
             known = self.takeovers.setdefault(key, {"server": server, **entry})
-            if known["first_ack_at"] is None and entry.get("first_ack_at") is not None:
-                known["first_ack_at"] = entry["first_ack_at"]
+            for moment in ("serving_at", "first_ack_at"):  # (a server before serving_at: none)
+                if known.get(moment) is None and entry.get(moment) is not None:
+                    known[moment] = entry[moment]
 
     def start(self) -> ServerWatch:
         """Poll in a background thread until :meth:`stop`."""
@@ -177,6 +180,7 @@ class ServerWatch:
                 where = f"etcd key {key}"
                 records[int(index)] = BucketRecord.parse(value, revision, len(self.servers), where)
         live = {s for s in members if self.alive is None or self.alive(s)}
+        self.members = sorted(members)
         out = {}
         for b in self.shard_buckets:
             record = records.get(b)

@@ -124,6 +124,15 @@ def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd
         final = np.empty(N_PARAMS, np.float32)
         client.pull(final)
         np.testing.assert_array_equal(final, ledger.astype(np.float32))
+        # each takeover's stages, as the servers report them (bench/figures/partitions.py's
+        # breakdown of a failover): won, then serving once its copies caught up, then acked
+        takeovers = [t for st in client.status() for t in st["replication"]["takeovers"]]
+        assert any(t["first_ack_at"] is not None for t in takeovers), takeovers
+        for t in takeovers:
+            if t["first_ack_at"] is not None:
+                assert t["won_at"] <= t["serving_at"] <= t["first_ack_at"], t
+            elif t["serving_at"] is not None:
+                assert t["won_at"] <= t["serving_at"], t
     finally:
         client.close()
         routes.close()

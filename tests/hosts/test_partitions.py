@@ -75,3 +75,15 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     assert record["training"]["faults"]["named_while_running"] > 0, record["training"]
     cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
     assert cut["primary_of"] and cut["until"] - cut["at"] >= record["settings"]["cut_s"]
+    # the failover taken apart (bench/figures/partitions.py's breakdown): each stage of the cut
+    # follows the one before, on the hosts' one clock
+    assert set(record["failover_stages"]) == {
+        "lease_lapsed_s", "recorded_s", "serving_s", "first_ack_s",
+        "failover_s_etcd_leader_cut", "failover_s_etcd_leader_kept",
+    }  # fmt: skip
+    stages = cut["stages"]
+    assert sorted(cut["epochs"]) == sorted(cut["primary_of"]), cut
+    moments = [stages[k] for k in ("recorded_s", "serving_s", "first_ack_s")]
+    seen = [m for m in moments if m is not None]
+    assert seen == sorted(seen) and all(m > 0 for m in seen), stages
+    assert isinstance(record["takeovers"], int) and record["takeovers"] >= stages["takeovers"]

@@ -459,6 +459,9 @@ class Replication:
 
     def _carry_out(self, actions: list) -> None:
         run(carry_out(actions, self.roles, self))
+        for bucket, entry in self._awaiting_ack.items():  # (empty but after a takeover)
+            if entry["serving_at"] is None and self.roles[bucket].serving:
+                entry["serving_at"] = time.time()  # its copies caught up: it serves
 
     # ------------------------------------------------------------------ the executor's effects
     # (plugins/ps/replication/executor.py: the loops the simulator runs too; none blocks here
@@ -555,7 +558,13 @@ class Replication:
 
     def _takeover(self, bucket: int, epoch: int) -> None:
         self.takeovers.append(
-            {"bucket": bucket, "epoch": epoch, "won_at": time.time(), "first_ack_at": None}
+            {
+                "bucket": bucket,
+                "epoch": epoch,
+                "won_at": time.time(),
+                "serving_at": None,  # its copies caught up (``_carry_out``)
+                "first_ack_at": None,
+            }
         )
         del self.takeovers[:-MAX_TAKEOVERS]
         self._awaiting_ack[bucket] = self.takeovers[-1]
@@ -565,6 +574,8 @@ class Replication:
         entry = self._awaiting_ack.pop(bucket, None)
         if entry is not None:
             entry["first_ack_at"] = time.time()
+            if entry["serving_at"] is None:  # it served before a turn of _carry_out saw it
+                entry["serving_at"] = entry["first_ack_at"]
 
     # ------------------------------------------------------------------ status
 
