@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -107,19 +108,23 @@ def test_sandblaster_lbfgs_trains_mnist_through_real_parameter_servers(mnist_dir
         # SINGA's hybrid: two asynchronous groups of two synchronous workers on one server
         # group (the default): 87.1 % here
         ("hybrid", 2, 1, 0.871),
-        # each group on its own server group (synchronised every 200 examples and at every
-        # epoch end): 85.9 % here.
+        # each group on its own server group of two servers keeping two copies of every
+        # bucket (synchronised every 200 examples and at every epoch end): 85.9 % here
         ("hybrid", 2, 2, 0.859),
     ],
 )
 def test_synchronous_sgd_groups_train_mnist(
-    mnist_dir, tmp_path, framework, groups, server_groups, reached
+    mnist_dir, tmp_path, request, framework, groups, server_groups, reached
 ):
     """10 epochs of batches of 100 at lr 0.1 on 1,000 examples: a step per batch and group."""
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)
     run = tmp_path / "run"
-    more = ("--cluster.server_groups=2", "--cluster.sync_every=200") if server_groups > 1 else ()
+    more = ()
+    if server_groups > 1:  # each server group's map in its own namespace of one etcd
+        etcd = request.getfixturevalue("etcd_server").address
+        more = ("--cluster.server_groups=2", "--cluster.sync_every=200", "--ps", "2",
+                "--cluster.copies=2", f"--cluster.etcd={etcd}")  # fmt: skip
     began = time.monotonic()
     done = cluster(
         config, mnist_dir, f"--cluster.framework={framework}", "--cluster.workers_per_group=2",
@@ -132,8 +137,8 @@ def test_synchronous_sgd_groups_train_mnist(
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert (final["framework"], final["optimizer"]) == (framework, "sgd")
     assert final["replicas"] == groups and final["workers"] == 2 * groups
-    # AllReduce: a server per worker; the hybrid: one per server group
-    assert final["ps_servers"] == (2 if framework == "allreduce" else server_groups)
+    # AllReduce: a server per worker; the hybrid: one server group, or two of two servers
+    assert final["ps_servers"] == (2 if framework == "allreduce" else server_groups**2)
     assert final.get("server_groups", 1) == server_groups
     assert final["test_accuracy"] >= 0.84, (final, reached)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -156,12 +161,17 @@ def test_synchronous_sgd_groups_train_mnist(
         # moved both at every epoch end
         assert epochs[-1]["group_syncs"] > len(epochs), epochs[-1]
         start = next(r for r in records if r["event"] == "start")
-        for g, server in enumerate(start["ps_servers"]):  # each group on its own server group
+        for g in range(server_groups):  # each group on its own server group of two servers
+            servers = ", ".join(start["ps_servers"][2 * g : 2 * g + 2])
             coordinator = (run / "logs" / f"replica-{g}.log").read_text()
-            assert f"through parameter server(s) {server})" in coordinator, coordinator
+            assert f"through parameter server(s) {servers})" in coordinator, coordinator
             for m in (2 * g, 2 * g + 1):  # its members
                 member = (run / "logs" / f"member-{m}.log").read_text()
-                assert f"parameter server(s) {server}) on" in member, member
+                assert f"parameter server(s) {servers}) on" in member, member
+        for i in range(server_groups * 2):  # two copies: each server of a group holds it all
+            log = (run / "logs" / f"ps-{i}.log").read_text()
+            served = re.search(r" (\d+) of (\d+) shards", log)
+            assert served and served[1] == served[2], served
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
