@@ -46,16 +46,20 @@ fails on the driver's side (a timeout, no fd left, an interruption) ends the ser
 not the server: its roles run on until the launcher stops them. The server talks to the driver
 over a socket pair inherited at its start (no path, so no limit on ``TMPDIR``'s length), ends
 when the driver closes its end (:meth:`RoleServer.close`, after the roles are stopped) or dies,
-once its last child has ended; a request still queued then is not forked. Its own stderr goes
-to a log file, never to the driver's stderr, which it would hold open after the driver died.
+once its last child has ended; a request still queued then is not forked. A server whose driver
+died first removes the driver's shared-memory segments (its parameter store's arena) as it
+ends: the driver, SIGKILLed, could not, and no other process of the job is left to. Its own
+stderr goes to a log file, never to the driver's stderr, which it would hold open after the
+driver died.
 The driver reads a role's stderr as UTF-8, undecodable bytes replaced.
+
+This module is the driver's side (:class:`RoleServer`, :class:`ForkedRole`) and what both sides
+share; the server's own process is :mod:`hogwild.cluster.role_server_process`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import json
 import logging
 import os
@@ -94,7 +98,7 @@ LATE_VARIABLES = frozenset({IDENTITY_ENV, "PYTEST_CURRENT_TEST"})
 
 SERVER = (
     "import sys\n"
-    "from hogwild.cluster.role_server import serve\n"
+    "from hogwild.cluster.role_server_process import serve\n"
     "argv = serve(int(sys.argv[1]), int(sys.argv[2]))  # returns only in a forked role\n"
     "sys.argv[:] = ['-c', *argv]\n"
     "import runpy\n"
@@ -129,9 +133,6 @@ def say_once(reason: str) -> None:
 def role_title(argv) -> str:
     """The process title of a forked role: the command line that would run it."""
     return shlex.join([sys.executable, "-m", "hogwild.cli", *argv])
-
-
-# -- the driver's side -----------------------------------------------------------------------
 
 
 class ForkedRole:
@@ -191,16 +192,16 @@ class ForkedRole:
         """(Holding ``_reading``.) The exit code once the server wrote it within ``timeout``."""
         if self.returncode is not None:
             return self.returncode
-        if not _readable([self._status], timeout):
+        if not readable([self._status], timeout):
             return None
         data = os.read(self._status, STATUS.size)
         if len(data) == STATUS.size:
             code = STATUS.unpack(data)[0]
         else:  # the server ended first, which SIGKILLs its children: make sure of this one
-            if not _readable([self._pidfd], SERVER_LOST_WAIT_S):
+            if not readable([self._pidfd], SERVER_LOST_WAIT_S):
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-                _readable([self._pidfd], None)  # a SIGKILL is not refused: it ends
+                readable([self._pidfd], None)  # a SIGKILL is not refused: it ends
             code = SERVER_LOST
             self.server_lost = True
         with self._fds:
@@ -398,274 +399,12 @@ def _parse_reply(data: bytes, fds: list[int]) -> tuple[int, int]:
     return pid, fds[0]
 
 
-# -- the server's side -----------------------------------------------------------------------
-
-
-def serve(driver_pid: int, control_fd: int) -> list[str]:
-    """The server's loop. Returns only in a forked child, the role's ``hogwild`` argv, once the
-    child has become the role (see the module docstring); the server itself exits."""
-    if os.getppid() != driver_pid:
-        sys.exit(0)  # the driver is gone already
-    driver = os.pidfd_open(driver_pid)
-    if os.getppid() != driver_pid:  # the pidfd may name a process started since
-        sys.exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the roles, then this
-    title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
-    _set_title(title)
-    _preload()
-    # A fork copies only the forking thread, and a child's PR_SET_PDEATHSIG follows the
-    # thread that forked it: no thread of the server's may hold a lock a child needs, or end
-    # before the server. Only Python's threads are counted here, not native ones (a BLAS pool).
-    if threading.active_count() != 1:
-        print(f"hogwild role server: a preloaded module started a thread: "
-              f"{threading.enumerate()}", file=sys.stderr, flush=True)  # fmt: skip
-        sys.exit(1)
-    gc.freeze()  # the preloaded objects: no child's collection walks them, their pages stay shared
-    return _Server(driver, socket.socket(fileno=control_fd)).run()
-
-
-def _preload() -> None:
-    import importlib
-
-    from hogwild.entry_points import load, names
-
-    for module in PRELOAD:
-        importlib.import_module(module)
-    for group in PRELOAD_GROUPS:
-        for name in names(group):
-            # The role that uses it says what is missing; a plugin that exits on import
-            # does not end the server.
-            with contextlib.suppress(Exception, SystemExit):
-                load(group, name)
-
-
-def _set_title(title: str) -> None:
-    """``title`` as this process's command line, its name (``comm``) left as it was."""
-    import setproctitle
-
-    with open("/proc/self/comm", "rb") as comm:
-        name = comm.read().rstrip(b"\n")
-    setproctitle.setproctitle(title)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
-
-
-class _Child:
-    """A role the server forked: its pidfd (readable once it exits) and status pipe."""
-
-    def __init__(self, pid: int, pidfd: int, status: int) -> None:
-        self.pid, self.pidfd, self.status = pid, pidfd, status
-
-
-class _Server:
-    def __init__(self, driver: int, control: socket.socket) -> None:
-        self.driver = driver
-        self.control: socket.socket | None = control
-        self.children: dict[int, _Child] = {}  # by pidfd
-
-    def run(self) -> list[str]:
-        """Serve until the driver closes its end or dies and the last child has been reaped."""
-        while self.control is not None or self.children:
-            watched = list(self.children)
-            if self.control is not None:
-                watched += [self.driver, self.control.fileno()]
-            for fd, events in _polled(watched, None).items():
-                if fd in self.children:
-                    self._reap(self.children.pop(fd))
-                elif fd == self.driver:  # each child watches it too, and stops
-                    self._stop_accepting()
-                elif self.control is None or fd != self.control.fileno():
-                    continue
-                elif events & (select.POLLHUP | select.POLLERR):
-                    # The driver closed its end (or died): a request it left queued is not
-                    # forked, as nobody would read the reply or stop the role.
-                    self._stop_accepting()
-                else:
-                    argv = self._accept()
-                    if argv is not None:
-                        return argv  # in the child
-        sys.exit(0)
-
-    def _stop_accepting(self) -> None:
-        if self.control is not None:
-            self.control.close()
-            self.control = None
-
-    def _reap(self, child: _Child) -> None:
-        _, status = os.waitpid(child.pid, 0)
-        with contextlib.suppress(OSError):  # the driver may have closed its end
-            os.write(child.status, STATUS.pack(os.waitstatus_to_exitcode(status)))
-        os.close(child.status)
-        os.close(child.pidfd)
-
-    def _accept(self) -> list[str] | None:
-        """Take one request; in the forked child, the role's argv, else None."""
-        try:
-            data, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST, 2)
-        except OSError:
-            data, fds = b"", []
-        if not data:  # the driver closed its end
-            for fd in fds:
-                os.close(fd)
-            self._stop_accepting()
-            return None
-        try:
-            request = _parse_request(data, fds)
-        except ValueError as error:
-            for fd in fds:
-                os.close(fd)
-            self._reply({"error": str(error)}, [])
-            return None
-        stderr, status = fds
-        try:
-            pid, pidfd = self._fork(request, stderr, status)
-        except OSError as error:  # no process or no fd left: this role is refused, not the job
-            os.close(status)
-            self._reply({"error": f"fork failed: {error}"}, [])
-            return None
-        if pid == 0:
-            return request["argv"]
-        self.children[pidfd] = _Child(pid, pidfd, status)
-        if not self._reply({"pid": pid}, [pidfd]):  # the driver has gone: nobody stops it
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        return None
-
-    def _fork(self, request: dict, stderr: int, status: int) -> tuple[int, int]:
-        """Fork the role: ``(0, -1)`` in the child once it has become the role, ``(pid, pidfd)``
-        in the server once the child has its own session (so the launcher can signal its group
-        as soon as it hears of it). Closes ``stderr`` in the server.
-
-        Raises:
-            OSError: No pipe, no process or no pidfd; no child is left running.
-        """
-        try:
-            started_r, started_w = os.pipe()
-        except OSError:
-            os.close(stderr)
-            raise
-        sys.stdout.flush()
-        sys.stderr.flush()
-        server = os.getpid()
-        try:
-            pid = os.fork()
-        except OSError:
-            for fd in (started_r, started_w, stderr):
-                os.close(fd)
-            raise
-        if pid == 0:
-            try:
-                os.close(started_r)
-                self._become_role(request, stderr, status, server, started_w)
-            except BaseException:  # never back into the server's loop
-                import traceback
-
-                traceback.print_exc()
-                os._exit(1)
-            return 0, -1
-        os.close(stderr)
-        os.close(started_w)
-        try:
-            pidfd = os.pidfd_open(pid)  # before any wait: the pid cannot be reused yet
-        except OSError:
-            os.close(started_r)
-            os.kill(pid, signal.SIGKILL)  # not yet waited for: the pid is still the child's
-            os.waitpid(pid, 0)
-            raise
-        try:
-            os.read(started_r, 1)  # a byte once it called setsid; nothing if it exited first
-        finally:
-            os.close(started_r)
-        return pid, pidfd
-
-    def _reply(self, reply: dict, fds: list[int]) -> bool:
-        """Send ``reply``; whether it was sent (not: the driver has gone)."""
-        try:
-            socket.send_fds(self.control, [json.dumps(reply).encode()], fds)
-        except OSError:  # found by the loop at its next poll
-            return False
-        return True
-
-    def _become_role(
-        self, request: dict, stderr: int, status: int, server: int, started: int
-    ) -> None:
-        """In the forked child: everything the shim and ``Popen`` would have given the role;
-        a byte on ``started`` once it leads its own session."""
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != server or _readable([self.driver], 0):
-            os._exit(EXIT_DRIVER_GONE)  # the server or the driver ended meanwhile
-        os.close(status)
-        for child in self.children.values():
-            os.close(child.status)
-            os.close(child.pidfd)
-        self.children = {}
-        os.close(self.control.detach())
-        self.control = None
-        os.setsid()
-        os.write(started, b"s")
-        os.close(started)
-        devnull = os.open(os.devnull, os.O_RDWR)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        os.dup2(stderr, 2)
-        os.close(devnull)
-        os.close(stderr)
-        for signum in (signal.SIGTERM, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(
-            signal.SIGINT,
-            signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler,
-        )
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.sched_setaffinity(0, request["cpus"])
-        _set_title(role_title(request["argv"]))
-        if "numpy" in sys.modules:  # a fresh interpreter's global state is drawn afresh
-            sys.modules["numpy"].random.seed()
-        if "multiprocessing.process" in sys.modules:
-            sys.modules["multiprocessing.process"].current_process().authkey = os.urandom(32)
-        from hogwild.signals import die_with_pidfd
-
-        die_with_pidfd(self.driver, signal.SIGTERM)
-
-
-def _parse_request(data: bytes, fds: list[int]) -> dict:
-    """A request from the driver, checked: ``argv`` (strings), ``env`` (strings to strings),
-    ``cwd`` (a string), ``cpus`` (CPU numbers), ``sigint_ignored`` (whether the role ignores
-    SIGINT, as the driver does), and two fds (stderr, status).
-
-    Raises:
-        ValueError: Naming the field that is missing or of the wrong type.
-    """
-    if len(fds) != 2:
-        raise ValueError(f"a role request carries 2 fds (stderr, status), not {len(fds)}")
-    request = json.loads(data)
-    if not isinstance(request, dict):
-        raise ValueError("a role request is a JSON object")
-    argv, env, cwd, cpus = (request.get(key) for key in ("argv", "env", "cwd", "cpus"))
-    if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
-        raise ValueError("a role request's argv is a list of strings")
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise ValueError("a role request's env maps strings to strings")
-    if not isinstance(cwd, str):
-        raise ValueError("a role request's cwd is a string")
-    if not isinstance(cpus, list) or not cpus or not all(isinstance(c, int) for c in cpus):
-        raise ValueError("a role request's cpus is a non-empty list of CPU numbers")
-    if not isinstance(request.get("sigint_ignored"), bool):
-        raise ValueError("a role request's sigint_ignored is true or false")
-    return request
-
-
-def _readable(fds: list[int], timeout: float | None) -> list[int]:
+def readable(fds: list[int], timeout: float | None) -> list[int]:
     """Those of ``fds`` readable (or hung up) within ``timeout`` seconds (None: no bound)."""
-    return list(_polled(fds, timeout))
+    return list(polled(fds, timeout))
 
 
-def _polled(fds: list[int], timeout: float | None) -> dict[int, int]:
+def polled(fds: list[int], timeout: float | None) -> dict[int, int]:
     """The poll events of those of ``fds`` readable or hung up within ``timeout`` seconds
     (None: no bound); ``poll``, not ``select``, which refuses fds past 1023."""
     poller = select.poll()

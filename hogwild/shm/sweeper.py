@@ -194,6 +194,17 @@ def sweep(dry_run: bool = False, shm_dir: Path = SHM_DIR) -> list[str]:
     return _sweep(dry_run, shm_dir)[0]
 
 
+def sweep_owner(pid: int, shm_dir: Path = SHM_DIR) -> list[str]:
+    """Remove the segments of dead process ``pid`` alone (e.g. a SIGKILLed driver's, by the
+    process that watched it die); those of any other owner, dead or alive, are left as they are.
+
+    Returns:
+        The names (with leading ``/``) removed.
+    """
+    infos = [i for i in list_segments(shm_dir) if i.owner is not None and i.owner.pid == pid]
+    return _sweep(False, shm_dir, infos)[0]
+
+
 def _sweep(
     dry_run: bool, shm_dir: Path, infos: list[SegmentInfo] | None = None
 ) -> tuple[list[str], dict[str, str]]:

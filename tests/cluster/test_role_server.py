@@ -164,6 +164,17 @@ def test_a_forked_role_is_started_and_ends_as_a_spawned_one(mnist_dir, tmp_path)
         server.close()
 
 
+def _children_titled(title: str) -> list[psutil.Process]:
+    """This process's live children whose command line holds ``title`` (a zombie another test
+    left unreaped has no command line to read)."""
+    found = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if title in " ".join(child.cmdline()):
+                found.append(child)
+    return found
+
+
 def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp_path, capfd):
     keys = tmp_path / "keys"
     keys.mkdir()
@@ -175,7 +186,7 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
         numba_differs = {**os.environ, "NUMBA_OPT": "1"}  # read when numba is imported
         assert server.start_role(argv, env=numba_differs) is None
         title = f"hogwild role server of {tmp_path}"  # none started for a role it cannot serve
-        assert not [p for p in psutil.Process().children() if title in " ".join(p.cmdline())]
+        assert not _children_titled(title)
         assert server.start_role(argv, env=numba_differs) is None
         err = capfd.readouterr().err
         assert err.count("not forked") == 1 and "differs from the role server's in NUMBA_OPT" in err

@@ -249,6 +249,23 @@ def test_sweeper_removes_dead_owner_segments_and_keeps_live_ones(tmp_path):
         sweeper.unlink_segment(dead_name)
 
 
+def test_sweeping_one_dead_owner_leaves_every_other_owner_alone(tmp_path):
+    """What the role server does when its driver was SIGKILLed: that driver's segments go, and
+    another dead process's stay for whoever sweeps next (a folder of the test's own)."""
+    names = {}
+    for owner in ("driver", "other"):
+        child = subprocess.Popen([sys.executable, "-c", "pass"])
+        names[owner] = (child.pid, segment_name(f"sweep_{owner}", owner_pid=child.pid))
+        child.wait()
+        (tmp_path / names[owner][1].lstrip("/")).write_bytes(b"x" * 64)
+    with Arena.create("sweep_live", _layout()) as live:
+        (tmp_path / live.name.lstrip("/")).write_bytes(b"x")
+        assert sweeper.sweep_owner(os.getpid(), tmp_path) == []  # alive: never removed
+        assert sweeper.sweep_owner(names["driver"][0], tmp_path) == [names["driver"][1]]
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == sorted(n.lstrip("/") for n in (names["other"][1], live.name))
+
+
 def test_sweeper_ignores_names_that_are_not_ours(tmp_path):
     (tmp_path / "hogwild_other").write_bytes(b"x")
     (tmp_path / "hogwild-a-1-zz-0000000g").write_bytes(b"x")  # bad random part
