@@ -394,4 +394,4 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     assert _roles_left(hosts, far) == [] and _etcd_left(hosts) == []
     mirror = mirror_dir(str(far.resolve()))  # the roles' and the members' etcd keys, every host
     assert not (mirror.parent / f"{mirror.name}-etcd-tls").exists()
-    assert not list(mirror.parent.glob("hogwild-*-etcd-*-etcd-tls"))
+    assert not list(mirror.parent.glob(f"hogwild-{driver.pid}-etcd-*-etcd-tls"))  # its members'
