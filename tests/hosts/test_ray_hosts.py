@@ -5,20 +5,27 @@ and 3, each node with ``NODE_CPUS`` logical CPUs and a temporary directory of it
 token authentication (:mod:`tests.hosts.ray_nodes`: the head turns token mode on by itself when
 it finds a token, the joining nodes are told ``RAY_AUTH_MODE=token`` as Ray asks). The driver
 runs in host 1 and is *not* told ``RAY_AUTH_MODE``: it must find out that the cluster wants the
-token. The controller is an etcd cluster of three members on hosts 4, 5 and 6 of its own.
+token.
 
 The job: copies = 3 over 3 parameter servers (one per node: Ray spreads them), 2 one-worker
 replicas and a data server, ``cluster.host`` host 1's address, so every role binds its node's
-address under the job's CURVE keys. Once an epoch has ended, host 4 is lost (every process in
-it killed, its link down): the job goes on through the two members left, more epochs, and ends
->= 98 % after 3 epochs of 30,000 examples (60,000 of them after the loss, as in 2 epochs of all
-60,000) without restarting any role. While it trains, a client without keys is refused by every
-server, one with the job's keys answered (the control), and a replication message sent with
-the job's user's key (a role of the job, not a server) refused by every server. Afterwards:
-each of hosts 1 to 3 ran a role, and no role's process, run-directory mirror or role key pair
-is left in any host. (The issue's two
-tests, the job across hosts and a member's host lost, are one run here: each costs a
-three-epoch job.)
+address under the job's CURVE keys, and the controller is the job's own etcd cluster
+(``cluster.etcd = "job"``: a member on each node, TLS with certificates the job made). While it
+trains, a client without keys is refused by every server, one with the job's keys answered (the
+control), and a replication message sent with the job's user's key (a role of the job, not a
+server) refused by every server. Once an epoch has ended, host 2's member is made the etcd
+leader and host 2 is lost (every process in it killed, its link down): its member, its parameter
+server and whatever else of the job ran there. A few seconds later host 2 comes back as a new
+machine and its Ray node joins again; the lost roles are started again (a server only at its old
+address, so on that node), the job goes on through the two members left, and ends >= 98 % after
+3 epochs of 30,000 examples (60,000 of them after the loss, as in 2 epochs of all 60,000).
+Afterwards: each host ran a role, and no role's process, etcd member, run-directory mirror or
+key folder is left in any host but the lost member's key folder (nothing sweeps a dead job's
+keys yet: docs/hosts.md). (The issue's two tests, the job across hosts and a member's host
+lost, are one run here: each costs a three-epoch job. A client failing over between members it
+was given, the first one lost, is tested on loopback: tests/cluster/test_etcd_cluster.py and
+tests/cluster/test_job_etcd.py; here the first member is on the driver's host, which is never
+lost.)
 
 ``NODE_CPUS`` x 3 is exactly what the job's roles ask, so the first test also shows a job that
 asks one CPU more refused at once, with what it needs and what there is. The Sandblaster and
@@ -32,6 +39,7 @@ naming its own address; the job's CA key and every role's and member's etcd key 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -43,7 +51,7 @@ import pytest
 from bench.support.paper_job import PAPER_JOB
 from tests.cluster.test_frameworks import MLP
 from tests.hosts.harness import Hosts
-from tests.hosts.ray_nodes import ray_env, start_etcd_cluster, start_ray
+from tests.hosts.ray_nodes import join_ray_node, ray_env, start_ray
 
 pytest.importorskip("ray")
 from hogwild_plugins.ray.role_actor import mirror_dir  # noqa: E402
@@ -58,15 +66,13 @@ SUBSET = 30000
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Six hosts: a Ray cluster across hosts 1 to 3, an etcd cluster of a member in each of
-    hosts 4 to 6; all killed with the hosts."""
+    """Three hosts, a Ray cluster across them; killed with the hosts."""
     from tests.hosts.conftest import skip_without_namespaces
 
     skip_without_namespaces()
-    with Hosts(6) as hosts:
+    with Hosts(3) as hosts:
         ray = start_ray(hosts, [1, 2, 3], NODE_CPUS)
-        etcd = start_etcd_cluster(hosts, [4, 5, 6])
-        yield {"hosts": hosts, "env": ray_env(hosts), "ray": ray, "etcd": etcd}
+        yield {"hosts": hosts, "env": ray_env(hosts), "ray": ray}
 
 
 def _job_argv(cluster, run_dir: Path, tmp_path: Path, mnist_dir: Path, *extra: str) -> list[str]:
@@ -75,8 +81,7 @@ def _job_argv(cluster, run_dir: Path, tmp_path: Path, mnist_dir: Path, *extra: s
         sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
         "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", str(EPOCHS),
         "--replicas", "2", "--workers-per-replica", "1", "--ps", "3", "--data-servers", "1",
-        "--cluster.copies=3", f"--cluster.etcd={cluster['etcd']}",
-        f"--cluster.host={hosts.address(1)}",
+        "--cluster.copies=3", "--cluster.etcd=job", f"--cluster.host={hosts.address(1)}",
         "--checkpoint-dir", str(run_dir), "--metrics", str(tmp_path / "m.jsonl"), "--no-progress",
         *PAPER_JOB, *extra,
     ]  # fmt: skip
@@ -109,6 +114,20 @@ def _roles_left(hosts: Hosts, run_dir: Path) -> list[str]:
     return left
 
 
+def _member_in(hosts: Hosts, host: int) -> tuple[str, Path]:
+    """The name and work directory (data and log) of the job's etcd member running in
+    ``host``."""
+    for pid in hosts.pids(host):
+        try:
+            args = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        options = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        if "-etcd-" in options.get("name", "") and "data-dir" in options:
+            return options["name"], Path(options["data-dir"]).parent
+    raise AssertionError(f"no etcd member of the job in host {host}")
+
+
 def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
     cluster, mnist_dir, tmp_path
 ):
@@ -123,14 +142,19 @@ def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
     assert done.returncode != 0
     assert "need 7 CPU(s)" in done.stderr and "has 6 on 3 node(s)" in done.stderr, done.stderr
     assert time.monotonic() - started < 60.0  # not cluster.start_timeout_s (300 s)
-    assert _roles_left(hosts, tmp_path / "run") == []
+    assert _roles_left(hosts, tmp_path / "run") == [] and _etcd_left(hosts) == []
 
 
-def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
+LOST = 2  # the host lost: never host 1 (the driver, the Ray head and the first etcd member)
+DOWN_S = 5.0  # how long it stays down before it comes back as a new machine
+
+
+def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and_leaves_nothing(
     cluster, mnist_dir, tmp_path
 ):
     hosts = cluster["hosts"]
     run_dir = tmp_path / "run"
+    here = str(Path(__file__).resolve().parents[2])
     driver = hosts.run(
         1, _job_argv(cluster, run_dir, tmp_path, mnist_dir, f"--train.subset={SUBSET}"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"],
@@ -138,6 +162,7 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
     try:
         deadline = time.monotonic() + JOB_WITHIN_S
         metrics = tmp_path / "m.jsonl"
+        members = _job_etcd(run_dir, driver, deadline)
         # every role started (cluster.json), and the start record, which the driver writes after
         while not (run_dir / "cluster.json").is_file() or not _records(metrics):
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
@@ -145,37 +170,62 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
         (start,) = [r for r in _records(metrics) if r["event"] == "start"]
         ps, data = start["ps_servers"], start["data_servers"]
-        lost, epochs_before = False, 0
-        while driver.poll() is None and time.monotonic() < deadline and not lost:
-            records = _records(metrics)
-            epochs_before = sum(r["event"] == "epoch" for r in records)
-            if epochs_before:  # training, and past an epoch end
-                hosts.lose(4)  # the member every client talks to first: its machine dies
-                lost = True
-            time.sleep(0.5)
         probe = hosts.check(3, [
             sys.executable, "-m", "tests.hosts.keyless", start["config"]["ps"]["job"],
             start["config"]["ps"]["keys"], "--ps", *ps, "--data", *data,
             "--identity", str(run_dir / "private-keys" / "user.key_secret"),
-        ], cwd=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+        ], cwd=here)  # fmt: skip
+        lost_roles = {r["name"] for r in roles if r["host"] == hosts.address(LOST)}
+        lost_member = _member_in(hosts, LOST)
+        (wanted,) = [m for m in members if m.rpartition(":")[0] == hosts.address(LOST)]
+        epochs_before = 0
+        while driver.poll() is None and time.monotonic() < deadline and not epochs_before:
+            epochs_before = sum(r["event"] == "epoch" for r in _records(metrics))
+            time.sleep(0.5)
+        # the lost host's member the leader: its loss costs an election, and the clients'
+        # first member (host 1's, a follower) answers without a leader until there is one
+        leader = hosts.check(1, [
+            sys.executable, "-m", "tests.hosts.etcd_leader",
+            *(str(run_dir / "private-keys" / "etcd-driver" / f) for f in _DRIVER_TLS),
+            wanted, *members,
+        ], cwd=here)  # fmt: skip
+        hosts.lose(LOST)  # the machine dies: its member, its server, whatever else ran there
+        assert hosts.pids(LOST) == []
+        time.sleep(DOWN_S)
+        hosts.heal(LOST)  # back as a new machine: its Ray node joins again, the driver puts
+        join_ray_node(hosts, LOST, cluster["ray"], NODE_CPUS)  # the lost roles back on it
         stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
     assert driver.returncode == 0, stderr[-3000:]
-    assert lost and hosts.pids(4) == []
+    assert json.loads(leader.strip().splitlines()[-1])["leader"] == wanted
     records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     epochs = sum(r["event"] == "epoch" for r in records)
     assert epochs == EPOCHS and epochs - epochs_before >= 2, epochs_before  # trained on, lost
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["test_accuracy"] >= 0.98, final
     assert final["replicas"] == 2 and final["ps_servers"] == 3 and final["data_servers"] == 1
-    assert not final["restarts"]  # losing a member of the controller cost no role
+    # every role lost with the host started again; another role only if it is a replica and
+    # the job's one data server was lost: its reads fail until the server is back, and each
+    # failed start costs a restart (docs/hosts.md, "Not done yet")
+    restarted = set(final["restarts"])
+    lost = {n.replace(" ", "-") for n in lost_roles}
+    assert lost <= restarted, (final["restarts"], roles)
+    others = restarted - lost
+    assert not others or ("data-0" in lost and all(n.startswith("replica-") for n in others)), (
+        final["restarts"], roles,
+    )  # fmt: skip
+    assert start["config"]["cluster"]["etcd"].split(",") == members
+    assert sorted(m.rpartition(":")[0] for m in members) == sorted(
+        hosts.address(h) for h in (1, 2, 3)
+    )  # a member on each node, the first on the driver's
 
     addresses = {hosts.address(h) for h in (1, 2, 3)}
     assert {r["host"] for r in roles} == addresses, roles  # each host ran at least one role
     assert {a.rpartition(":")[0] for a in ps} == addresses  # a server (and a copy) per host
+    assert any(name.startswith("ps ") for name in lost_roles), roles  # a server was lost
     found = json.loads(probe.strip().splitlines()[-1])
     assert set(found) == {*ps, *data}
     for address, seen in found.items():  # a replication message with a non-server's key: refused
@@ -183,12 +233,21 @@ def test_ray_across_three_hosts_trains_with_three_copies_and_leaves_nothing(
         assert seen == {"keyless_refused": True, "keyed_answered": True, **forged}, address
 
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
-    while time.monotonic() < deadline and _roles_left(hosts, run_dir):
+    while time.monotonic() < deadline and (_roles_left(hosts, run_dir) or _etcd_left(hosts)):
         time.sleep(0.5)
-    assert _roles_left(hosts, run_dir) == []
+    assert _roles_left(hosts, run_dir) == [] and _etcd_left(hosts) == []
     mirror = mirror_dir(str(run_dir.resolve()))  # hosts 2 and 3's copy of the roster
     assert not mirror.exists()
     assert not (mirror.parent / f"{mirror.name}-own-keys").exists()  # the roles' key pairs
+    assert not (mirror.parent / f"{mirror.name}-etcd-tls").exists()  # the roles' etcd keys
+    assert not (run_dir / "private-keys" / "etcd-driver").exists()
+    # what the lost member's SIGKILLed actor could not remove, and nothing else: its key folder
+    # (no sweep of a dead job's keys yet) and its work directory (the next job's etcd sweeps it)
+    name, work = lost_member  # the job's members are named after its driver's pid
+    left = set(mirror.parent.glob(f"hogwild-{driver.pid}-etcd-*-etcd-tls"))
+    assert left == {mirror.parent / f"{name}-etcd-tls"}, left
+    for folder in (*left, work):  # these hosts share a filesystem; a new machine's would not
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 _DRIVER_TLS = ("ca.crt", "client.crt", "client.key")  # the driver's job-made etcd certificate
@@ -335,4 +394,4 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     assert _roles_left(hosts, far) == [] and _etcd_left(hosts) == []
     mirror = mirror_dir(str(far.resolve()))  # the roles' and the members' etcd keys, every host
     assert not (mirror.parent / f"{mirror.name}-etcd-tls").exists()
-    assert not list(mirror.parent.glob("hogwild-*-etcd-*-etcd-tls"))
+    assert not list(mirror.parent.glob(f"hogwild-{driver.pid}-etcd-*-etcd-tls"))  # its members'
