@@ -9,8 +9,10 @@ into this cache, on this CPU, by this numba, from these very source files, and e
 there was then is still there as it was. An index may have changed since: numba rewrites a
 module's index whenever it compiles one more kernel of that module (another test, another job's
 types), and such an index still counts if it still lists every machine-code file it listed then.
-numba drops entries only by starting an index afresh, for a source file changed since (the
-record's stamps of the sources tell) or another numba (part of the record's name).
+numba drops entries only by starting an index afresh, numbered from ``.1`` again: for a source
+file changed since (the record's stamps of the sources tell), an index written by another numba
+(the version at the index's head is checked), an index deleted, or ``recompile()`` (a rebuilt
+index may reuse the names; the machine-code files' sizes are what is left to tell).
 
 The record is only ever a reason to skip the parent's warm-up: a worker that finds its kernel
 missing after all compiles it itself, as numba always does. Records live beside the machine code,
@@ -58,21 +60,24 @@ def compile_once(what: dict, compile: Callable[[], None]) -> bool:
     return True
 
 
-def _digest(what: dict) -> str:
-    """The record's name: ``what``, this CPU as numba targets it, the interpreter and numba."""
-    # numba's version without importing numba: a start that finds its kernels compiled need
-    # not load it
+def _numba_version() -> str:
+    """numba's version, without importing numba where its package metadata says it: a start
+    that finds its kernels compiled need not load it."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from llvmlite import binding
-
     try:
-        numba_version = version("numba")
+        return version("numba")
     except PackageNotFoundError:  # a numba without package metadata (vendored): ask it
         import numba
 
-        numba_version = numba.__version__
+        return numba.__version__
 
+
+def _digest(what: dict) -> str:
+    """The record's name: ``what``, this CPU as numba targets it, the interpreter and numba."""
+    from llvmlite import binding
+
+    numba_version = _numba_version()
     host = {
         "what": what,
         "triple": binding.get_process_triple(),
@@ -86,8 +91,9 @@ def _digest(what: dict) -> str:
 
 
 def _sources() -> dict[str, list[int]] | None:
-    """Modification time and size of every module of hogwild and its plugins: numba's own stamp
-    of a kernel's file is these two, so an edited or re-installed file forgets its kernels.
+    """Modification time and size of every module of hogwild and its plugins: stricter than
+    numba's own stamp (a hash of the file's content), so an edited, touched or re-installed file
+    forgets its kernels.
     None when the folders cannot be read through (one removed during the walk): no record is
     read or written then."""
     stamps = {}
@@ -113,7 +119,8 @@ def _packages() -> list[Path]:
 
 def _cache_files(cache_dir: Path) -> dict[str, list[int]]:
     """Every index (modification time and size) and machine-code file (size: two processes
-    compiling the same kernel at once each write its file, the same bytes, under one name)."""
+    compiling the same kernel at once each write its file under one name, equivalent code that
+    differs only in the symbols' per-process counters, usually of the same size)."""
     files = {}
     for path in cache_dir.rglob("*"):
         if path.suffix not in CACHE_SUFFIXES:
@@ -161,10 +168,12 @@ def _still_lists(cache_dir: Path, index: str, kept: dict[str, list[int]]) -> boo
 def _names_in_index(path: Path) -> set[str]:
     """The strings in a numba index (its version, then its source's stamp and its entries, each
     a key and a machine-code file's name), read as pickle opcodes: nothing is unpickled, so
-    reading one loads no numba."""
+    reading one loads no numba. An index another numba wrote lists nothing this one serves
+    (numba starts such an index afresh, from the same file names): the empty set."""
     with path.open("rb") as index:
-        for _ in pickletools.genops(index):  # the version numba wrote it with
-            pass
+        written_by = [arg for _, arg, _ in pickletools.genops(index) if isinstance(arg, str)]
+        if written_by != [_numba_version()]:
+            return set()
         return {arg for _, arg, _ in pickletools.genops(index) if isinstance(arg, str)}
 
 

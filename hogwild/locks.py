@@ -5,6 +5,8 @@ which cores their workers take and pinning them, or compiling the kernels into n
 runs inside :func:`machine_lock`: an ``flock`` on a file named after the step in the temporary
 directory. The kernel drops the lock when its holder dies, so a killed job never leaves one
 behind; a lock held for longer than ``timeout_s`` is given up on rather than waited for forever.
+Lock files are left in place (removing one while another process may flock it would let two
+holders in): a few small files per numba cache a user compiled into.
 """
 
 from __future__ import annotations
@@ -58,13 +60,16 @@ def machine_lock(step: str, timeout_s: float = 300.0):
 
 
 def numba_cache_key() -> str:
-    """Which numba cache this process compiles into: ``NUMBA_CACHE_DIR``'s real path, hashed
-    (numba reads the variable when it loads), or ``"sources"`` for numba's default, beside the
-    source files."""
+    """Which numba cache this process compiles into: ``NUMBA_CACHE_DIR``'s real path and this
+    hogwild's source tree, hashed (numba keeps a cache's kernels in a folder per source folder,
+    so two checkouts sharing a ``NUMBA_CACHE_DIR`` share nothing to load), or ``"sources"`` for
+    numba's default, beside the source files."""
     cache = os.environ.get("NUMBA_CACHE_DIR")
     if not cache:
         return "sources"
-    return hashlib.sha256(os.path.realpath(cache).encode()).hexdigest()[:16]
+    tree = Path(__file__).resolve().parent
+    where = f"{os.path.realpath(cache)}\0{tree}"
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
 def compile_lock(timeout_s: float = 300.0, kernels: str = "kernels"):

@@ -40,7 +40,28 @@ def kernel_source_digest() -> str:
         for source in sorted((package / folder).glob("*.py")):
             digest.update(source.name.encode())
             digest.update(source.read_bytes())
+    for source in _plugin_kernel_sources():
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _plugin_kernel_sources() -> list[Path]:
+    """The modules of the installed plugins (the packages registering the engine's entry points,
+    found without importing them) that name numba: a plugin's kernels compile in constants of
+    its own modules (a parameter server's operation numbers), and numba would not see those
+    change."""
+    from hogwild.entry_points import plugin_packages
+
+    sources = []
+    for package in plugin_packages():
+        for source in sorted(package.rglob("*.py")):
+            try:
+                if b"numba" in source.read_bytes():
+                    sources.append(source)
+            except OSError:  # removed meanwhile
+                continue
+    return sources
 
 
 def configure_numba_environment() -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from hogwild.locks import lock_path
+from hogwild.locks import lock_path, numba_cache_key
 from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
 
 START_TIMEOUT_S = 120.0
@@ -326,7 +326,8 @@ def test_a_job_pins_its_workers_while_another_compiles_and_compiles_after_it(
     args = ["train", "--data", str(mnist_dir), "--workers", "1", "--epochs", "1"]
     args += ["--subset", "2000", "--metrics", str(metrics)]
     with compile_lock(timeout_s=START_TIMEOUT_S) as held:
-        assert held and lock_path("kernels").parent == locks  # the compile lock's file
+        assert held and lock_path(f"kernels-{numba_cache_key()}").parent == locks  # its file
+        assert lock_path(f"kernels-{numba_cache_key()}").is_file()
         process = hogwild_cli(*args, env={**os.environ, "TMPDIR": str(locks)})
         try:
             worker = wait_until(

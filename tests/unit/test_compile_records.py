@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from importlib import metadata
 
 import pytest
 
@@ -30,11 +31,13 @@ def cache(tmp_path, monkeypatch):
     return cache
 
 
-def _write_index(path, data_files):
-    """An index as numba writes one: its version, then its source's stamp and its entries (a
-    key, here a tuple of strings where numba's holds types, and a machine-code file's name)."""
+def _write_index(path, data_files, numba_version=None):
+    """An index as numba writes one: its version (this numba's unless given), then its source's
+    stamp and its entries (a key, here a tuple of strings where numba's holds types, and a
+    machine-code file's name)."""
     entries = {(f"signature {number}", "magic"): name for number, name in enumerate(data_files)}
-    path.write_bytes(pickle.dumps("0.68.1") + pickle.dumps(((1.0, 10), entries)))
+    written_by = numba_version or metadata.version("numba")
+    path.write_bytes(pickle.dumps(written_by) + pickle.dumps(((1.0, 10), entries)))
 
 
 def _counting():
@@ -75,6 +78,17 @@ def test_an_index_with_an_entry_more_still_counts_and_one_without_ours_compiles(
     _write_index(index, [other])  # an index started afresh, which no longer lists ours
     assert compile_once({"batch": 32}, compile) is True
     assert compile_once({"batch": 32}, compile) is False
+    assert len(calls) == 2
+
+
+def test_an_index_another_numba_started_afresh_compiles_though_it_lists_our_names(cache):
+    """Another numba (another environment sharing the cache) starts the index afresh from the
+    same file names, and its machine code may have the same sizes: nothing of it is ours."""
+    calls, compile = _counting()
+    compile_once({"batch": 32}, compile)
+    index = cache / "model" / "kernels.train-10.py311.nbi"
+    _write_index(index, ["kernels.train-10.py311.1.nbc"], numba_version="0.67.0")
+    assert compile_once({"batch": 32}, compile) is True
     assert len(calls) == 2
 
 
