@@ -50,7 +50,7 @@ def _plugin_kernel_sources() -> list[Path]:
     """The modules of the installed plugins (the packages registering the engine's entry points,
     found without importing them) that name numba: a plugin's kernels compile in constants of
     its own modules (a parameter server's operation numbers), and numba would not see those
-    change."""
+    change. Read once per command: the processes it starts inherit ``NUMBA_CACHE_DIR``."""
     from hogwild.entry_points import plugin_packages
 
     sources = []
