@@ -223,6 +223,7 @@ class DataConfig:
     prefetch_depth: int = 2
     servers: tuple[str, ...] = ()
     timeout_s: float = 2.0
+    wait_s: float = 60.0  # a start's wait for any data server to answer, asked every second
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,8 @@ def check_config(config: Any, origin: str) -> None:
         fail(f"data.prefetch_depth must be >= 1, got {data.prefetch_depth}")
     if not data.timeout_s > 0:
         fail(f"data.timeout_s must be > 0 seconds, got {data.timeout_s}")
+    if not data.wait_s >= 0:
+        fail(f"data.wait_s must be >= 0 seconds, got {data.wait_s}")
     if data.augment.strip():
         try:
             AugmentSpec.parse(data.augment)

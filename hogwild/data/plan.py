@@ -210,7 +210,10 @@ def _plan_served(config: Config) -> tuple[DataPlan, int, int]:
     from hogwild.data.remote import describe_servers
 
     servers = tuple(config.data.servers)
-    served = describe_servers(servers, keys=config.ps.keys or None, timeout_s=config.data.timeout_s)
+    served = describe_servers(
+        servers, keys=config.ps.keys or None, timeout_s=config.data.timeout_s,
+        wait_s=config.data.wait_s,
+    )  # fmt: skip
     where = f"the data servers {', '.join(served['answering'])}"
     text = config.data.augment.strip()
     spec = AugmentSpec.parse(text) if text else AugmentSpec()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Sequence
 
@@ -45,6 +46,7 @@ REQUEST_BYTES = 1 << 20
 """Most image bytes one ``BATCH`` request asks for; a larger read is several, pipelined."""
 RECHECK_S = 10.0
 PROBE_TIMEOUT_S = 0.5
+WAIT_ROUND_S = 1.0  # between a start's rounds of asking its data servers (data.wait_s)
 MAX_JSON_BYTES = 1 << 20
 SPLIT_CODES = {"train": 0, "test": 1}
 _DESCRIBE = json.dumps({"op": "describe"}).encode()
@@ -124,22 +126,42 @@ def _checked(d, where: str) -> dict:
 
 
 def describe_servers(
-    servers: Sequence[str], *, keys: str | None = None, timeout_s: float = 2.0
+    servers: Sequence[str],
+    *,
+    keys: str | None = None,
+    timeout_s: float = 2.0,
+    wait_s: float = 0.0,
 ) -> dict:
     """The description of the data every answering server serves (the parent's check).
+
+    Args:
+        wait_s: While none answers, ask them all again every :data:`WAIT_ROUND_S` for this long
+            (a data server lost with its host and started again: a replica restarted meanwhile
+            waits for it instead of failing its start, and its restarts, at once).
 
     Returns:
         The first answering server's description, plus ``"answering"``: the servers that did.
 
     Raises:
-        DataError: None answered (each named, with why), or two serve different data.
+        DataError: None answered within ``wait_s`` (each named, with why), or two serve
+            different data.
     """
-    found, failures = [], []
-    for address in servers:
-        try:
-            found.append((address, describe_server(address, keys=keys, timeout_s=timeout_s)))
-        except DataError as exc:
-            failures.append(str(exc))
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        found, failures = [], []
+        for address in servers:
+            try:
+                found.append((address, describe_server(address, keys=keys, timeout_s=timeout_s)))
+            except DataError as exc:
+                failures.append(str(exc))
+        if found or time.monotonic() + WAIT_ROUND_S > deadline:
+            break
+        if not said:
+            print(f"hogwild: no data server answered ({', '.join(servers)}); waiting up to "
+                  f"{wait_s:g} s (data.wait_s)", file=sys.stderr, flush=True)  # fmt: skip
+            said = True
+        time.sleep(WAIT_ROUND_S)
     if not found:
         raise DataError("no data server answered: " + "; ".join(failures))
     first_address, first = found[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,7 +32,7 @@ from hogwild.data.augment import AugmentSpec
 from hogwild.data.cache import open_cache
 from hogwild.data.feed import ArrayReader, WorkerFeed
 from hogwild.data.ingest import ingest_arrays
-from hogwild.data.remote import RemoteReader, describe_server
+from hogwild.data.remote import RemoteReader, describe_server, describe_servers
 from hogwild.data.resident import Delivery, load_source
 from hogwild.data.server import DataServer
 from hogwild.errors import DataError
@@ -254,6 +255,38 @@ def test_a_reader_moves_on_when_a_server_stops_and_names_them_all_when_none_answ
             assert "no data server could serve 64 train records" in str(caught.value)
     finally:
         for server in servers:
+            server.stop()
+
+
+def test_a_start_waits_for_a_data_server_that_comes_back_and_fails_at_once_without_a_wait(
+    mnist_dir, capfd
+):
+    """A replica restarted while its job's one data server is being started again (lost with
+    its host) waits for it (data.wait_s) instead of failing its start, and a restart, at once."""
+    with socket.socket() as probe:  # a port nothing listens on, for the server to come back at
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    with pytest.raises(DataError, match="no data server answered"):
+        describe_servers([address], timeout_s=0.2)  # no wait: one round
+    started: list[DataServer] = []
+
+    def come_back() -> None:
+        time.sleep(1.5)
+        delivery = Delivery(load_source(str(mnist_dir)))
+        server = DataServer(delivery, parse_address(address), threads=1)
+        server.start()
+        started.append(server)
+
+    back = threading.Thread(target=come_back)
+    back.start()
+    try:
+        described = describe_servers([address], timeout_s=0.2, wait_s=60)
+        assert described["answering"] == [address] and described["splits"]["train"] == 60000
+        assert "waiting up to 60 s (data.wait_s)" in capfd.readouterr().err
+    finally:
+        back.join()
+        for server in started:
             server.stop()
 
 
