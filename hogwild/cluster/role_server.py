@@ -114,6 +114,8 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 SERVER_LOST = -signal.SIGKILL
 """A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
+BYE = b"bye"  # the driver's last message: it closes the server's use itself, alive
+DRIVER_EXIT_WAIT_S = 2.0  # for a dead driver's pidfd, after its socket closed without a bye
 UNCLAIMED_WAIT_S = 1.0  # for a reply to a request given up on, naming a role to end
 SERVER_LOST_WAIT_S = 5.0  # for the kernel's SIGKILL of a role whose server ended, before ours
 
@@ -362,6 +364,8 @@ class RoleServer:
 
     def _end(self, timeout_s: float) -> None:
         if self._control is not None:
+            with contextlib.suppress(OSError):  # the server ended already: nothing to tell
+                self._control.send(BYE)
             self._control.close()
             self._control = None
         if self._process is not None:

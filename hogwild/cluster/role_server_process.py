@@ -24,6 +24,8 @@ import sys
 import threading
 
 from hogwild.cluster.role_server import (
+    BYE,
+    DRIVER_EXIT_WAIT_S,
     EXIT_DRIVER_GONE,
     MAX_REQUEST,
     PR_SET_NAME,
@@ -96,6 +98,7 @@ class _Child:
 class _Server:
     def __init__(self, driver: int, driver_pid: int, control: socket.socket) -> None:
         self.driver, self.driver_pid = driver, driver_pid
+        self.said_bye = False  # the driver closed its end itself, alive
         self.control: socket.socket | None = control
         self.children: dict[int, _Child] = {}  # by pidfd
 
@@ -115,17 +118,30 @@ class _Server:
                 elif events & (select.POLLHUP | select.POLLERR):
                     # The driver closed its end (or died): a request it left queued is not
                     # forked, as nobody would read the reply or stop the role.
-                    self._stop_accepting()
+                    self._hung_up()
                 else:
                     argv = self._accept()
                     if argv is not None:
                         return argv  # in the child
-        if polled([self.driver], 0):  # the driver died (SIGKILL): what it owned, we release
+        # The driver died (SIGKILL) if its pidfd is readable; a socket closed without a bye
+        # may be a death whose pidfd is not readable yet (the kernel closes a dying process's
+        # files before it reports the exit)
+        wait_s = 0.0 if self.said_bye else DRIVER_EXIT_WAIT_S
+        if polled([self.driver], wait_s):  # what the dead driver owned, we release
             from hogwild.shm.sweeper import sweep_owner
 
             with contextlib.suppress(Exception):  # a segment left is swept by the next job
                 sweep_owner(self.driver_pid)
         sys.exit(0)
+
+    def _hung_up(self) -> None:
+        """The driver's end is closed: read what it left only to know whether it said bye."""
+        with contextlib.suppress(OSError):
+            data, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST, 2, socket.MSG_DONTWAIT)
+            for fd in fds:
+                os.close(fd)
+            self.said_bye = data == BYE and not fds
+        self._stop_accepting()
 
     def _stop_accepting(self) -> None:
         if self.control is not None:
@@ -145,9 +161,10 @@ class _Server:
             data, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST, 2)
         except OSError:
             data, fds = b"", []
-        if not data:  # the driver closed its end
+        if not data or (data == BYE and not fds):  # the driver closed its end
             for fd in fds:
                 os.close(fd)
+            self.said_bye = data == BYE
             self._stop_accepting()
             return None
         try:

@@ -13,8 +13,9 @@ the workers are told about the data is :class:`hogwild.data.plan.DataPlan`.
 
 Control block (int64): ``CONTROL_EPOCH`` is the epoch workers may train; the parent sets it to
 ``EPOCH_CLOSED`` to end an epoch early (Adam section 3.2.5), and workers still inside their shard
-stop at their next look (every ``train.chunk`` examples). ``CONTROL_COMPILED`` is set once the
-parent's compile step is done; a starting worker waits for it before it loads its kernels.
+stop at their next look (every chunk: ``train.chunk`` examples, fewer for a large model).
+``CONTROL_COMPILED`` is set once the parent's compile step is done; a starting worker waits for it
+before it loads its kernels.
 Statistics (float64, per worker): examples trained in total, summed training loss, number correct,
 and a heartbeat (the system's monotonic clock when the worker last showed life), which the parent
 watches to name a worker that is alive but stuck.

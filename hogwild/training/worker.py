@@ -351,16 +351,23 @@ class WorkerLoop:
 
         def measure(images, labels, start, stop):
             mean, std = input_normalisation(images.dtype, data.mean, data.std)
-            return context.evaluate_range(
+            result = context.evaluate_range(
                 self.network.ops, params, images, labels, start, stop, mean, std
             )
+            self.beat()  # spans of a chunk at most: a large model's test set is minutes of work
+            return result
 
         if self.feeds is not None:
             loss, correct = self.feeds.evaluate(
                 command.start, command.stop, lambda images, labels, n: measure(images, labels, 0, n)
             )
         else:
-            loss, correct = measure(self.test_images, self.test_labels, command.start, command.stop)
+            loss, correct = 0.0, 0
+            for lo in range(command.start, command.stop, self.chunk):
+                hi = min(lo + self.chunk, command.stop)
+                span_loss, span_correct = measure(self.test_images, self.test_labels, lo, hi)
+                loss += span_loss
+                correct += span_correct
         self.results.put(Evaluated(self.worker, command.stop - command.start, loss, correct))
 
 
