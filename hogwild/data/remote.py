@@ -60,6 +60,11 @@ def _new_sender() -> int:
     return int.from_bytes(os.urandom(4), "little") or 1
 
 
+class DataServerSilentError(DataError):
+    """A data server did not answer at all (none there yet, or gone): unlike a wrong reply, an
+    answer may still come."""
+
+
 def describe_server(
     address: str, *, keys: str | None = None, timeout_s: float = 2.0, retries: int = 1
 ) -> dict:
@@ -76,7 +81,7 @@ def describe_server(
         ) as peers:
             reply, frames = peers.request(0, header, [_DESCRIBE])
     except PeerUnreachableError:
-        raise DataError(
+        raise DataServerSilentError(
             f"{where} did not answer within {timeout_s:g} s ({retries} retries); is "
             f"`hogwild data serve` running there{' with these keys' if keys else ''}?"
         ) from None
@@ -135,9 +140,10 @@ def describe_servers(
     """The description of the data every answering server serves (the parent's check).
 
     Args:
-        wait_s: While none answers, ask them all again every :data:`WAIT_ROUND_S` for this long
-            (a data server lost with its host and started again: a replica restarted meanwhile
-            waits for it instead of failing its start, and its restarts, at once).
+        wait_s: While none answers and every one is silent (a wrong answer will not change),
+            ask them all again every :data:`WAIT_ROUND_S` for this long (a data server lost with
+            its host and started again: a replica restarted meanwhile waits for it instead of
+            failing its start, and its restarts, at once).
 
     Returns:
         The first answering server's description, plus ``"answering"``: the servers that did.
@@ -149,13 +155,14 @@ def describe_servers(
     deadline = time.monotonic() + wait_s
     said = False
     while True:
-        found, failures = [], []
+        found, failures, silent = [], [], True
         for address in servers:
             try:
                 found.append((address, describe_server(address, keys=keys, timeout_s=timeout_s)))
             except DataError as exc:
                 failures.append(str(exc))
-        if found or time.monotonic() + WAIT_ROUND_S > deadline:
+                silent = silent and isinstance(exc, DataServerSilentError)
+        if found or not silent or time.monotonic() + WAIT_ROUND_S > deadline:
             break
         if not said:
             print(f"hogwild: no data server answered ({', '.join(servers)}); waiting up to "
@@ -163,7 +170,8 @@ def describe_servers(
             said = True
         time.sleep(WAIT_ROUND_S)
     if not found:
-        raise DataError("no data server answered: " + "; ".join(failures))
+        waited = f" (waited {wait_s:g} s, data.wait_s)" if said else ""
+        raise DataError(f"no data server answered{waited}: " + "; ".join(failures))
     first_address, first = found[0]
     for address, d in found[1:]:
         if d["data_id"] != first["data_id"]:
