@@ -42,26 +42,20 @@ def kernel_source_digest() -> str:
             digest.update(source.read_bytes())
     for source in _plugin_kernel_sources():
         digest.update(source.name.encode())
-        digest.update(source.read_bytes())
+        with contextlib.suppress(OSError):  # removed meanwhile
+            digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def _plugin_kernel_sources() -> list[Path]:
-    """The modules of the installed plugins (the packages registering the engine's entry points,
-    found without importing them) that name numba: a plugin's kernels compile in constants of
-    its own modules (a parameter server's operation numbers), and numba would not see those
-    change. Read once per command: the processes it starts inherit ``NUMBA_CACHE_DIR``."""
+    """Every module of the installed plugins (the packages registering the engine's entry
+    points, found without importing them), as every module of the engine's kernel folders: a
+    plugin's kernels compile in constants of its other modules (a parameter server's operation
+    numbers), and numba would not see those change. Read once per command: the processes it
+    starts inherit ``NUMBA_CACHE_DIR``."""
     from hogwild.entry_points import plugin_packages
 
-    sources = []
-    for package in plugin_packages():
-        for source in sorted(package.rglob("*.py")):
-            try:
-                if b"numba" in source.read_bytes():
-                    sources.append(source)
-            except OSError:  # removed meanwhile
-                continue
-    return sources
+    return [source for package in plugin_packages() for source in sorted(package.rglob("*.py"))]
 
 
 def configure_numba_environment() -> None:
