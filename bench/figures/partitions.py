@@ -452,6 +452,7 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
         epochs = {b: buckets[b]["epoch"] for b in held}
+        in_sync = {b: buckets[b]["in_sync"] for b in held}  # 2 of 3: a copy still catching up
         leader = seen.get("etcd_leader")
         there = [name for name, _ in cluster.job_roles(host)]
         hosts.cut(host)
@@ -459,6 +460,7 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         time.sleep(args.cut_s)
         hosts.heal(host)
         return {"kind": kind, "host": host, "primary_of": held, "epochs": epochs,
+                "in_sync": in_sync,
                 "etcd_leader_host": None if leader is None else SERVER_HOSTS[leader],
                 "training_roles": there, "at": at, "until": time.time()}  # fmt: skip
     if kind == "stall_copy":  # the ledger's copy, and the training job's servers beside it
