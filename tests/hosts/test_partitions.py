@@ -86,6 +86,7 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     }  # fmt: skip
     assert record["settings"]["lease_s"] == record["targets"]["lease_s"] == 2
     stages = cut["stages"]
-    assert sorted(cut["epochs"]) == sorted(cut["primary_of"]), cut
+    assert sorted(cut["epochs"]) == sorted(cut["primary_of"]) == sorted(cut["in_sync"]), cut
+    assert all(len(v) >= 2 for v in cut["in_sync"].values()), cut  # the bench waited for two
     if stages["first_ack_s"] is not None and cut["failover_s"] is not None:
         assert stages["first_ack_s"] <= cut["failover_s"] + 0.01, (stages, cut["failover_s"])
