@@ -49,19 +49,22 @@ push sent after it (a push touches every bucket, so the cut primary's buckets we
 then: taken over, or, if the cut ended first, served by it again; compare with ``--cut-s``).
 ``unavailable_s``: per kind, the longest time without an acknowledgement that overlaps the
 fault's window (from its start to its end plus ``SETTLE_S``, or to the next fault's start),
-median and max. ``failover_stages`` takes each cut apart (:func:`breakdown`: the cut server's
-lease lapsed in etcd, the takeover won, served, first acknowledged; the cuts of the host whose
-etcd member led apart from the others), from the map history and the servers' takeovers the
-ledger client keeps. ``leaked``: namespaces of this run left, processes of the run alive after the
-hosts closed and of each training job after it ended (each role process seen while it ran too:
-under Ray they are not the driver's children), ``/dev/shm`` segments of those processes.
+counted up to the next fault's start at most (the rest of such a gap is the next fault's, whose
+own gap runs from the last acknowledgement before it), median and max. ``failover_stages`` takes
+each cut apart (:func:`breakdown`: by when the cut server's lease was gone from etcd, the takeover
+won, served, first acknowledged; the cuts of the host whose etcd member led apart from the
+others, and those whose leader was not known), from the map history and the servers' takeovers
+the ledger client keeps. ``leaked``: namespaces of this run left, processes of the run alive
+after the hosts closed and of each training job after it ended (each role process seen while it
+ran too: under Ray they are not the driver's children), ``/dev/shm`` segments of those processes.
 
 Run: ``python bench/figures/partitions.py --out bench/results/partitions.json`` (``--quick``: one
 fault of each kind with short pauses and a one-epoch job on 3,000 examples, no fault-free run, a
 smoke run; ``--no-train``: the ledger job alone; ``--faults-within-s S``: no fault started after
 S seconds, for a run that must end by a time; ``--kinds cut_primary --no-train --faults 10``:
 primary cuts alone, the failover taken apart, in about four minutes; ``--lease-s``: the ledger
-servers' lease, 1 s by default). One JSON line; progress goes to stderr.
+servers' lease, ``ps serve``'s 2 s by default, recorded in ``settings`` and ``targets``). One
+JSON line; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 import psutil
+from hogwild_plugins.ps.serving.options import DEFAULT_LEASE_S
 
 from bench.support.cluster_run import ClusterRun
 from bench.support.leaks import LeakCheck
@@ -106,9 +110,9 @@ KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
 SERVER_HOSTS = [1, 2, 3]
 CLIENT_HOST = 4
 PS_PORT = 7100
-LEASE_S = 1  # the ledger servers' etcd lease: what ``hogwild cluster`` gives its own etcd (whose
-# timers, as this cluster's, honour it); ``ps serve``'s default of 2 s (any etcd's timers) made a
-# cut primary's failover about a second longer here (docs/benchmarks.md); --lease-s 2 for that
+LEASE_S = DEFAULT_LEASE_S  # the ledger servers' etcd lease: ``ps serve``'s default (2 s), the one
+# the training job beside them gets from this given etcd too; --lease-s 1 (this etcd cluster's
+# timers honour it) made a cut primary's failover about 1.8 s shorter (docs/benchmarks.md)
 LEDGER_JOB = "ledger"  # the ledger servers' job name in etcd (the training job's differs)
 SETTLE_S = 3.0
 READY_WITHIN_S = 120.0
@@ -153,8 +157,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"no ready map for S seconds (or twice the servers' start) ends the faults as "
         f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
     add("--lease-s", type=int, default=LEASE_S,
-        help=f"the ledger servers' etcd lease, whole seconds ({LEASE_S}; this etcd cluster's "
-        "500 ms election timeout honours 1)")  # fmt: skip
+        help=f"the ledger servers' etcd lease, whole seconds ({LEASE_S}: ps serve's default; "
+        "this etcd cluster's 500 ms election timeout honours 1)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -448,6 +452,7 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         host = buckets[bucket]["primary"] + 1
         held = sorted(b for b, v in buckets.items() if v["primary"] == host - 1)
         epochs = {b: buckets[b]["epoch"] for b in held}
+        in_sync = {b: buckets[b]["in_sync"] for b in held}  # 2 of 3: a copy still catching up
         leader = seen.get("etcd_leader")
         there = [name for name, _ in cluster.job_roles(host)]
         hosts.cut(host)
@@ -455,6 +460,7 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
         time.sleep(args.cut_s)
         hosts.heal(host)
         return {"kind": kind, "host": host, "primary_of": held, "epochs": epochs,
+                "in_sync": in_sync,
                 "etcd_leader_host": None if leader is None else SERVER_HOSTS[leader],
                 "training_roles": there, "at": at, "until": time.time()}  # fmt: skip
     if kind == "stall_copy":  # the ledger's copy, and the training job's servers beside it
@@ -515,16 +521,21 @@ def inject(cluster: Cluster, kind: str, rng: random.Random, args, seen: dict) ->
     return {"kind": kind, "host": host, "at": at, "until": time.time()}
 
 
-def longest_gap(acks: list[list[float]], start: float, end: float) -> float | None:
+def longest_gap(
+    acks: list[list[float]], start: float, end: float, next_fault: float | None = None
+) -> float | None:
     """The longest time without an acknowledgement that overlaps ``[start, end]``: between two
-    acknowledgements, or from the last one before ``start``; None if none came after."""
+    acknowledgements, or from the last one before ``start``; None if none came after. A gap
+    that runs past ``next_fault`` (the next fault's start) counts only up to it: the rest is
+    that fault's outage, not this one's."""
     times = sorted(acked for _, acked in acks)
     later = [t for t in times if t > start]
     if not later:
         return None
     before = [t for t in times if t <= start]
     times = ([before[-1]] if before else [start]) + later
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if a <= end]
+    cap = float("inf") if next_fault is None else next_fault
+    gaps = [min(b, cap) - a for a, b in zip(times, times[1:], strict=False) if a <= end and a < cap]
     return round(max(gaps), 3) if gaps else None
 
 
@@ -537,9 +548,14 @@ def first_fresh_ack(acks: list[list[float]], at: float) -> float | None:
 def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict]) -> dict:
     """The stages of one ``cut_primary``'s failover, in seconds from the cut (None: not seen):
 
-    - ``lease_lapsed_s``: the first map read (every ``MAP_EVERY_S`` of the ledger client) in
-      which etcd no longer names the cut server among the members (its lease lapsed); late
-      when that read waited on the cut host's etcd member (then after ``recorded_s``);
+    - ``lease_gone_by_s``: by when the cut server's lease was gone from etcd, an upper bound,
+      not etcd's expiry itself: the earlier of the first map read (a poll every ``MAP_EVERY_S``
+      of the ledger client, stamped once the read returned) before ``end`` in which etcd no
+      longer names the cut server among the members, and the first takeover of its buckets won
+      (a successor campaigns only once the member is gone);
+    - ``lease_read_late``: that read came after a takeover was already won (it waited, on the
+      cut host's etcd member or on a loaded machine): the bound is then the takeover's; None
+      when either is missing;
     - ``recorded_s``: the last of the cut primary's buckets whose takeover (a later epoch) was
       won, by the winner's clock (``won_at``, written right after its campaign's transaction);
     - ``serving_s``: the last of them served (its copies caught up: ``serving_at``);
@@ -550,6 +566,8 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
       cut's end plus ``SETTLE_S``, or the next fault): more than one a bucket is a winner that
       stepped down, or the hand-back to the cut server once it is back;
     - ``etcd_leader_cut``: whether the cut host's etcd member led etcd just before the cut;
+      None when no leader was known then (an election, every status call timed out, or a
+      record from before the leader was followed);
     - ``back_before_takeover``: a bucket served again by the cut server itself (the cut ended
       first), which no takeover ends.
 
@@ -557,7 +575,7 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
     and acknowledged (every push touches every bucket). One machine's clock throughout.
     """
     at, server = event["at"], event["host"] - 1
-    lapsed = next((t for t, members, *_ in history if t > at and server not in members), None)
+    gone = next((t for t, members, *_ in history if at < t < end and server not in members), None)
     won, served, acked, missing, takeovers_seen = [], [], [], [], 0
     for bucket, epoch in event.get("epochs", {}).items():
         later = [t for t in takeovers if t["bucket"] == int(bucket) and t["epoch"] > epoch
@@ -577,12 +595,16 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
     def last(moments: list, missing: list) -> float | None:  # the last bucket's, if all had one
         return since(max(moments)) if moments and None not in moments and not missing else None
 
+    first_won = min(won) if won else None
+    bounds = [t for t in (gone, first_won) if t is not None]
+    leader = event.get("etcd_leader_host")
     return {
-        "lease_lapsed_s": since(lapsed),
+        "lease_gone_by_s": since(min(bounds)) if bounds else None,
+        "lease_read_late": None if gone is None or first_won is None else gone > first_won,
         "recorded_s": last(won, missing),
         "serving_s": last(served, missing),
         "first_ack_s": last(acked, missing),
-        "etcd_leader_cut": event.get("etcd_leader_host") == event["host"],
+        "etcd_leader_cut": None if leader is None else leader == event["host"],
         "back_before_takeover": missing,
         "takeovers": takeovers_seen,
     }
@@ -686,21 +708,22 @@ def measure(args) -> dict:
     acks = result.get("acks", [])
     for e, following in zip(events, [*events[1:], None][: len(events)], strict=True):
         end = e["until"] + SETTLE_S
-        if following is not None:  # a gap the next fault opened is that fault's
-            end = min(end, following["at"])
-        e["unavailable_s"] = longest_gap(acks, e["at"], end)
+        next_fault = None if following is None else following["at"]
+        if next_fault is not None:  # a gap the next fault opened is that fault's
+            end = min(end, next_fault)
+        e["unavailable_s"] = longest_gap(acks, e["at"], end, next_fault)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
             e["stages"] = breakdown(e, end, result.get("history", []), result.get("takeovers", []))
     cuts = [e for e in events if e["kind"] == "cut_primary"]
     stages = {
         stage: spread([e["stages"][stage] for e in cuts])
-        for stage in ("lease_lapsed_s", "recorded_s", "serving_s", "first_ack_s")
+        for stage in ("lease_gone_by_s", "recorded_s", "serving_s", "first_ack_s")
     }
-    for leader_cut in (True, False):
-        which = [e for e in cuts if e["stages"]["etcd_leader_cut"] == leader_cut]
-        key = "failover_s_etcd_leader_cut" if leader_cut else "failover_s_etcd_leader_kept"
-        stages[key] = spread([e["failover_s"] for e in which])
+    stages["lease_read_late"] = sum(e["stages"]["lease_read_late"] is True for e in cuts)
+    for leader_cut, name in ((True, "cut"), (False, "kept"), (None, "unknown")):
+        which = [e for e in cuts if e["stages"]["etcd_leader_cut"] is leader_cut]
+        stages[f"failover_s_etcd_leader_{name}"] = spread([e["failover_s"] for e in which])
     counts = {k: sum(e["kind"] == k for e in events) for k in KINDS}
     failover = spread([e.get("failover_s") for e in events if e["kind"] == "cut_primary"])
     lost, twice = result.get("acknowledged_lost"), result.get("applied_twice")
@@ -739,6 +762,7 @@ def measure(args) -> dict:
         "problems": problems,
         "targets": {
             **TARGETS,
+            "lease_s": args.lease_s,  # the ledger servers': the failover figure depends on it
             "lost_met": lost == 0,
             "applied_twice_met": twice == 0,
             "faults_met": len(events) >= TARGETS["faults"],
@@ -774,7 +798,7 @@ def measure(args) -> dict:
             + " (its controller the etcd cluster)",
         },
         "wall_s": round(time.monotonic() - started, 1),
-        "load_1min": spread([e["load_1min"] for e in events]),  # at each fault's start
+        "load_1min": spread([e["load_1min"] for e in events]),  # read as each fault was undone
         "machine": describe_machine(),
         "versions": versions(),
     }

@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def follow_leader() -> None:  # apart from the map: a cut member's status waits its timeout
         while not stop.wait(MAP_EVERY_S):
-            leaders["now"] = etcd_leader(members, ids)
+            try:
+                leaders["now"] = etcd_leader(members, ids)
+            except Exception as exc:  # noqa: BLE001 - a dead thread would leave a stale leader
+                leaders["now"] = None  # not known: the breakdown counts such cuts apart
+                print(f"etcd leader not read: {exc!r}", file=sys.stderr)
 
     def publish() -> None:
         last = None

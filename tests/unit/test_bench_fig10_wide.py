@@ -65,3 +65,15 @@ def test_the_wide_runs_default_to_many_short_epochs_and_a_quick_run_has_several(
     assert args.wide_epochs * args.wide_examples == 30_000 and args.wide_epochs >= 10
     quick = fig10.parse_args(["--quick"])
     assert quick.wide_epochs >= 3
+
+
+def test_the_wide_partitions_train_as_the_partitioned_rows_do_and_say_so():
+    args = fig10.parse_args(["--in-flight", "4"])
+    runs = fig10.wide_runs(args)
+    partitions, replicas = runs["two_partitions"], runs["two_replicas_through_ps"]
+    assert partitions["tail"] == fig10.partitioned(args, 4)  # after the paper job's options
+    assert partitions["lr"] == fig10.partitioned_lr(args, 4) == pytest.approx(0.003 / 4)
+    assert "--optim.lr=0.00075" in partitions["tail"] and partitions["in_flight"] == 4
+    assert replicas["lr"] == 0.003 and replicas["in_flight"] is None
+    plain = fig10.wide_runs(fig10.parse_args(["--in-flight", "4", "--no-lr-over-in-flight"]))
+    assert plain["two_partitions"]["lr"] == 0.003
