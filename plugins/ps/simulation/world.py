@@ -49,6 +49,7 @@ FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thir
 SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
 SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
 UNBUILT_RATE = 0.2  # of the parcels a primary takes, with the opt-in fault "unbuilt"
+CUT_WEIGHT, HEAL_WEIGHT = 0.03, 0.3  # the opt-in fault "cut": a host off the network, and back
 _TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
 
@@ -100,6 +101,7 @@ class World:
         self.network: list[tuple[object, object]] = []  # (destination, message)
         self.incarnations = [0] * config.servers
         self.stores = {i: SimStore() for i in range(min(config.stores, config.servers))}
+        self.cut: set[int] = set()  # the servers whose host is off the network ("cut")
         self.servers: dict[int, SimServer | None] = {}
         for i in range(config.servers):
             self.servers[i] = self._start(i)
@@ -254,6 +256,11 @@ class World:
         if "wipe" in faults:
             weigh(0.01)
             offer(_WIPE)
+        if "cut" in faults:  # opt-in, last: the other faults' seeds draw as they did without it
+            for i, s in self.servers.items():
+                if s is not None:
+                    weigh(HEAL_WEIGHT if i in self.cut else CUT_WEIGHT)
+                    offer(("heal" if i in self.cut else "cut", i))
         return weights, events
 
     def apply(self, event: tuple) -> None:
@@ -284,8 +291,9 @@ class World:
         others, the stale one among them, from ever reading the map. The established start
         keeps the fixed order (every seed's schedule starts from it)."""
         for _ in range(limit):
-            for n, (dst, _) in enumerate(self.network):
-                if not self._to_paused(dst):  # a paused server's messages wait in its socket
+            for n, (dst, message) in enumerate(self.network):
+                if not self._to_paused(dst) and not self._severed(dst, message[0]):
+                    # a paused server's messages wait in its socket, a cut host's in TCP's
                     self.apply(("deliver", n))
                     break
             else:
@@ -305,6 +313,8 @@ class World:
         if isinstance(dst, tuple):
             if dst[0] != "server":
                 return False
+            if dst[1] in self.cut:
+                return True
             server = self.servers[dst[1]]
             return server is not None and server.paused
         server = self.servers[dst]
@@ -353,7 +363,16 @@ class World:
         if kind == "resume":
             self.servers[i].paused = False
             return f"{self.time}: server {i} resumed"
+        if kind == "cut":
+            self.cut.add(i)
+            self.servers[i].cut_off = True
+            return f"{self.time}: server {i}'s host is cut off (both sides alive)"
+        if kind == "heal":
+            self.cut.discard(i)
+            self.servers[i].cut_off = False
+            return f"{self.time}: server {i}'s host is back on the network"
         if kind == "kill":
+            self.cut.discard(i)  # a restarted process comes back on the network
             dead, self.servers[i] = self.servers[i], None
             gone = self.invariants.killed(i, dead)
             self.counts["died_with_every_copy"] += len(gone)
@@ -369,8 +388,20 @@ class World:
         self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
 
+    def _severed(self, dst, src) -> bool:
+        """Whether a message from ``src`` to ``dst`` waits for a cut host to come back (its
+        bytes sit in TCP's buffers: they arrive once the link returns, late)."""
+        if src in self.cut:
+            return True
+        if isinstance(dst, tuple):
+            return dst[0] == "server" and dst[1] in self.cut
+        return dst in self.cut
+
     def _deliver(self, dst, message) -> str:
         src, incarnation, body = message
+        if self.cut and self._severed(dst, src):
+            self.network.append((dst, message))
+            return " (waits: a host on its way is cut off)"
         if isinstance(dst, tuple) and dst[0] == "client":
             return self._reply(self.clients[dst[1] - 100], body)
         if isinstance(dst, tuple):  # a copy's answer to a primary's exchange
