@@ -51,17 +51,25 @@ class ShardLog:
     def prepare(self, version: int, item, epoch: int) -> bool:
         """Hold ``item`` as version ``version`` from the primary of ``epoch``; False (catch up
         first) unless it is the next one, or when it comes from an older primary than this log
-        took anything from (:meth:`stale`), or from a newer one while an older one's prepares
-        are held (its catch-up or snapshot drops those first). A re-sent prepare of a version
-        already held is accepted and not held twice."""
-        if self.stale(epoch) or (epoch > self.fence and self.prepared):
+        took anything from (:meth:`stale`), or from a newer one that has not caught this log up
+        (:meth:`caught_up_by`). A re-sent prepare of a version already held is accepted and not
+        held twice."""
+        if not self.caught_up_by(epoch) or version > self.last + 1:
             return False
-        if version > self.last + 1:
-            return False
-        self.fence = epoch
         if version == self.last + 1:
             self.prepared.append((version, item))
         return True
+
+    def caught_up_by(self, epoch: int) -> bool:
+        """Whether the primary of ``epoch`` may prepare and commit here: it is the newest
+        primary this log took anything from (its catch-up or snapshot, or this server's own
+        takeover, set the fence). A newer primary's first message to this log must be its
+        catch-up or snapshot: until then this log's committed state may be another history's
+        than that primary's (a deposed primary's own update, applied here and counted by no
+        other copy), and its versions would name other updates than that primary's; a version
+        "already held" would be acknowledged without the update, and one after it applied on
+        top of memory the new primary never counted (an update there twice)."""
+        return epoch == self.fence
 
     def committing(self, upto: int) -> int:
         """How many prepared items a commit up to ``upto`` would take (nothing changes)."""
@@ -70,7 +78,9 @@ class ShardLog:
     def commit(self, upto: int, epoch: int) -> list:
         """The prepared items up to ``upto``, in order, now committed by the primary of
         ``epoch``; nothing from a primary older than this log took anything from
-        (:meth:`stale`)."""
+        (:meth:`stale`). A copy takes a commit only from the primary that caught it up
+        (:meth:`caught_up_by`, checked by the copy side first); a new primary commits what its
+        predecessor prepared here under its own epoch (its takeover: the fence moves on)."""
         if self.stale(epoch):
             return []
         self.fence = epoch

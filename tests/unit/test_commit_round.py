@@ -34,8 +34,11 @@ from hogwild_plugins.ps.replication.commit_round_events import (
     SendPrepares,
     Update,
 )
+from hogwild_plugins.ps.replication.copy_side import CopySide
+from hogwild_plugins.ps.replication.copy_side_events import CommitArrived, PrepareArrived, Refuse
 from hogwild_plugins.ps.shard_log import ShardLog
 
+from hogwild.net.wire import ErrorCode
 from tests.unit.bucket_role_support import BUCKET, LEASE, carry_out, established, live, step
 
 SHARDS = (20, 21)
@@ -233,6 +236,38 @@ def test_a_round_applying_a_shard_says_so_until_its_log_counts_what_it_applied()
     assert a.round.applying(SHARDS[0]) and not a.round.applying(SHARDS[1])
     a.feed(LocalApplied(True, stimulus_id=a.sid()))
     assert not a.round.applying(SHARDS[0]) and a.logs[SHARDS[0]].committed == 1
+
+
+def test_a_newer_primarys_prepare_while_this_sides_round_applies_is_refused():
+    """Issue 38's primary cuts (an update applied twice, none lost). A primary cut off from its
+    copies and etcd applies its round's update here once every copy failed it, and is deposed
+    before it records it; the next epoch's primary, which kept it in ``in_sync`` while away and
+    never caught it up, sends it a PREPARE of the shard's next version (the client's re-send of
+    that update) once the link is back. Taken, that PREPARE fenced the log: the round's update
+    was recorded nowhere (``ShardLog.applied`` found it stale) though it was in memory, the new
+    primary's COMMIT applied it a second time, and the log then matched that primary's, so no
+    catch-up ever replaced this memory. Refused, the round records what it applied, and the new
+    primary's catch-up finds a log that is not its state: a snapshot replaces it."""
+    a = Adapter()
+    epoch, shard = a.role.epoch, SHARDS[0]
+    a.feed(BatchArrived(tuple(updates(1)), True, stimulus_id=a.sid()))
+    a.feed(Admitted({0: 1}, stimulus_id=a.sid()))
+    a.feed(PreparesAnswered(frozenset((BUCKET, c) for c in a.copies), stimulus_id=a.sid()))
+    apply = a.feed(CommitsAnswered(frozenset(), stimulus_id=a.sid()))[0]
+    assert apply == ApplyLocally((0,)) and a.round.applying(shard)  # in this memory now
+    side = CopySide(a.primary, {BUCKET: a.role}, a.logs, {BUCKET: SHARDS})
+    for stimulus in (
+        PrepareArrived(shard, 1, (7, 1, None), epoch + 1, stimulus_id=a.sid()),
+        CommitArrived(shard, 1, epoch + 1, stimulus_id=a.sid()),
+    ):
+        [refused] = side.handle(stimulus)
+        side.validate_state()
+        assert isinstance(refused, Refuse) and refused.code is ErrorCode.NEED_SYNC
+    # its lease lapsed by its own clock while cut off: refused, but applied and recorded here
+    assert a.feed(LocalApplied(False, stimulus_id=a.sid())) == [RefuseNotPrimary(0)]
+    log = a.logs[shard]
+    assert (log.committed, log.epoch, log.seen(7, 1), log.prepared) == (1, epoch, 1, [])
+    assert not log.holds(0, epoch) and side.counters["not_caught_up"] == 2
 
 
 def test_a_stimulus_out_of_its_phase_is_a_bug():

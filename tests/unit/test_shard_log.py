@@ -12,14 +12,14 @@ from hogwild_plugins.ps.shard_log import ShardLog
 
 
 def test_a_copy_refuses_a_prepare_after_a_gap_and_holds_nothing_of_it():
-    log = ShardLog(committed=3)
+    log = ShardLog(committed=3, fence=1)  # caught up by the primary of epoch 1
     assert log.prepare(4, "u4", epoch=1)
     assert not log.prepare(6, "u6", epoch=1)  # 5 went missing
     assert log.last == 4 and log.prepared == [(4, "u4")]
 
 
 def test_a_resent_prepare_is_accepted_once():
-    log = ShardLog(committed=3)
+    log = ShardLog(committed=3, fence=1)
     assert log.prepare(4, "u4", epoch=1) and log.prepare(5, "u5", epoch=1)
     assert log.prepare(4, "u4 again", epoch=1) and log.prepare(5, "u5 again", epoch=1)
     assert log.prepare(3, "already committed", epoch=1)
@@ -27,7 +27,7 @@ def test_a_resent_prepare_is_accepted_once():
 
 
 def test_commit_hands_out_the_prepared_items_in_order_up_to_the_version():
-    log = ShardLog(committed=3)
+    log = ShardLog(committed=3, fence=1)
     for v in (4, 5, 6):
         log.prepare(v, f"u{v}", epoch=1)
     assert log.commit(5, epoch=2) == ["u4", "u5"]

@@ -145,6 +145,7 @@ class CopySide:
             "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
             "catch_up_while_restoring": 0,  # catch-ups refused: a snapshot still applying
             "catch_up_while_applying": 0,  # catch-ups refused: this side's own round applying
+            "not_caught_up": 0,  # prepares and commits refused: their primary never caught up
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -247,11 +248,28 @@ class CopySide:
             )
         ]
 
+    def _not_caught_up(self, shard: int, epoch: int, what: str) -> list:
+        """``what`` refused (``NEED_SYNC``: the primary drops this copy, or refuses its round,
+        and catches it up) when it comes from a primary newer than any ``shard``'s log took
+        something from: a copy it kept in ``in_sync`` while away, not caught up in its epoch
+        (:meth:`~hogwild_plugins.ps.shard_log.ShardLog.caught_up_by`)."""
+        self.counters["not_caught_up"] += 1
+        return [
+            Refuse(
+                ErrorCode.NEED_SYNC,
+                f"server {self.me}, shard {shard}: a {what} of epoch {epoch} before that "
+                f"primary caught this log up (it holds the state of epoch {self.logs[shard].fence}"
+                "'s primary): catch it up first",
+            )
+        ]
+
     def _prepare(self, s: PrepareArrived) -> list:
         stopped = self._stopped(s, "PREPARE") or self._late(s.shard, s.epoch, "PREPARE")
         if stopped:
             return stopped
         log = self.logs[s.shard]
+        if not log.caught_up_by(s.epoch):
+            return self._not_caught_up(s.shard, s.epoch, "PREPARE")
         if not log.prepare(s.version, s.item, s.epoch):
             return [
                 Refuse(
@@ -267,6 +285,8 @@ class CopySide:
         if stopped:
             return stopped
         log = self.logs[s.shard]
+        if not log.caught_up_by(s.epoch):
+            return self._not_caught_up(s.shard, s.epoch, "COMMIT")
         if s.upto > log.last:
             return [
                 Refuse(
