@@ -9,7 +9,10 @@ for at most ``senders`` clients (those the job runs; the least recently heard of
 that), so no other client's traffic can push an honest client's request out of the table.
 A log also keeps the newest epoch of a primary it took anything from (its *fence*): a late
 ``PREPARE`` or ``COMMIT`` of an older primary, one that passed the copy's gate before that newer
-primary's catch-up, snapshot or takeover reached this log, is refused rather than held.
+primary's catch-up, snapshot or takeover reached this log, is refused rather than held; and a
+``PREPARE`` or ``COMMIT`` of a newer primary than the fence is refused until that primary's
+catch-up or snapshot has reached the log (:meth:`ShardLog.caught_up_by`): the log may hold
+another history's state until then.
 Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does no I/O:
 replication carries out what it says.
 """

@@ -24,15 +24,18 @@ One message from a primary goes through two steps:
 2. What it carries (a ``PREPARE``, ``COMMIT`` or catch-up for a bucket stopped here, whose
    memory failed a write, is refused ``NEED_SYNC`` until a snapshot replaces it):
    :class:`PrepareArrived` holds the update as the shard's next version (a gap: ``NEED_SYNC``, the
-   primary drops this copy and sends it a snapshot); :class:`CommitArrived` commits the prepared
-   updates up to a version (:class:`ApplyCommitted`; beyond what was prepared: ``NEED_SYNC``) only
-   if the update engine has room for every one of them (its ``room``, slots the adapter holds: else
-   ``BUSY`` with nothing committed, so an acknowledged commit is always applied whole and a refused
-   one changed nothing); :class:`SnapshotArrived` replaces the shard's log (:class:`ApplySnapshot`)
-   unless it is older than what this log committed from the same primary (refused, ``NEED_SYNC``:
-   never an acknowledgement) or the engine has no room for it (``BUSY``, the log untouched), and
-   :class:`SnapshotApplied`, once the values are in, acknowledges, and makes the bucket current
-   (:class:`MarkRestored`) once every shard of the bucket holds that primary's snapshot.
+   primary drops this copy and sends it a snapshot; so does a ``PREPARE`` or ``COMMIT`` of a
+   primary that has not caught this log up yet,
+   :meth:`~hogwild_plugins.ps.shard_log.ShardLog.caught_up_by`); :class:`CommitArrived` commits the
+   prepared updates up to a version (:class:`ApplyCommitted`; beyond what was prepared:
+   ``NEED_SYNC``) only if the update engine has room for every one of them (its ``room``, slots the
+   adapter holds: else ``BUSY`` with nothing committed, so an acknowledged commit is always applied
+   whole and a refused one changed nothing); :class:`SnapshotArrived` replaces the shard's log
+   (:class:`ApplySnapshot`) unless it is older than what this log committed from the same primary
+   (refused, ``NEED_SYNC``: never an acknowledgement) or the engine has no room for it (``BUSY``,
+   the log untouched), and :class:`SnapshotApplied`, once the values are in, acknowledges, and
+   makes the bucket current (:class:`MarkRestored`) once every shard of the bucket holds that
+   primary's snapshot.
    :class:`CatchUpArrived` does without the snapshot: a log that holds the primary's committed
    state (the same version of the same epoch, while no snapshot and no round of this server's
    own is still applying values the log already, or not yet, counts,

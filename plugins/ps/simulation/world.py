@@ -16,6 +16,11 @@ copy's network thread may take a while to read a primary's message past its gate
 a rare draw per message, from a generator of its own too): its replication thread runs a few
 steps before the message's content is taken, and nothing else reaches that network thread
 meanwhile; and a record a server writes may be read back in a step of its own (the same draw).
+Opt-in (not in :data:`FAULTS`, so that every seed's schedule stays what it was without them):
+``unbuilt`` (a primary's parcel not taken) and ``cut``, a server's host off the network with both
+sides alive: the messages from and to it wait (in TCP's buffers) until it is back, its heartbeat
+fails, its reads of the map fail (its replication thread goes on to its batch), and a record
+write waits and reaches etcd once the link returns (its answer read as usual).
 
 After every step the world asks its :class:`~hogwild_plugins.ps.simulation.invariants.Invariants`
 (:meth:`World.check`), which it feeds what its clients and faults see, whether the job's
