@@ -18,7 +18,8 @@ through files in ``--dir``, written whole (a temporary name, then a rename):
   acknowledged update is missing), ``applied_twice`` (parameters above the ledger plus every
   unknown push: an update counted more than once; ``applied_twice_by_shard`` the same by
   shard), ``servers_copy_side`` (each server's copy-side counters at the end: how its copies
-  were caught up, what they refused), ``acks`` (``[sent, acknowledged]``, both
+  were caught up, what they refused; its shards' versions, the updates each shard's memory
+  took, its roles), ``acks`` (``[sent, acknowledged]``, both
   ``time.time()``, of each acknowledged push), ``errors`` and ``problems``; for the injector's
   breakdown of a failover, ``history`` (each map read that differed from the one before in its
   members, leader or a bucket's primary or epoch: ``[at, members, leader, {bucket: [primary,
@@ -152,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     client.pull(final)
     watch.poll()  # the last takeovers' first acknowledgements
     takeovers = [dict(t, bucket=b, epoch=e) for (b, e), t in sorted(watch.takeovers.items())]
-    servers = {str(i): brief.get("copy_side") for i, brief in sorted(watch.last.items())}
+    servers = {
+        str(i): {**(brief.get("copy_side") or {}), "versions": brief.get("versions"),
+                 "applied": brief.get("applied"), "roles": brief.get("roles")}
+        for i, brief in sorted(watch.last.items())
+    }  # fmt: skip
     watch.stop()
     client.close()
     got = final.astype(np.float64)

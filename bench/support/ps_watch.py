@@ -123,6 +123,8 @@ class ServerWatch:
             "uptime_s": status.get("uptime_s"),
             "roles": {b: replication.get("roles", {}).get(str(b)) for b in self.shard_buckets},
             "versions": {s["shard"]: s["version"] for s in status.get("shards", [])},
+            # updates its memory took, by shard (restores aside): a double apply's fingerprint
+            "applied": {s["shard"]: s.get("applied") for s in status.get("shards", [])},
             "campaigns_won": replication.get("campaigns_won"),
             "failure": replication.get("failure"),
             # how its copy side was caught up and what it refused (a fault run's post-mortem)
