@@ -121,9 +121,22 @@ class ShardLog:
             mine.popitem(last=False)
 
     def seen(self, sender: int, seq: int) -> int | None:
-        """The version a request already got, or None."""
+        """The version a request already got (0: one older than the client's window, answered
+        long ago, its version forgotten), or None (never applied here).
+
+        A client has one request per shard outstanding and numbers its requests in order, so a
+        request older than the last ``window`` it had applied here was answered before those
+        were sent: it is a copy the network delivered late (a host cut off for seconds keeps
+        the client's re-sends in its TCP buffers, and they arrive once the link is back, maybe
+        after this server became primary again). Taken as new, it was applied a second time
+        under a version of its own, on every copy (issue 38's cut runs)."""
         mine = self.requests.get(sender)
-        return None if mine is None else mine.get(seq)
+        if mine is None:
+            return None
+        version = mine.get(seq)
+        if version is None and len(mine) >= self.window and seq < next(iter(mine)):
+            return 0  # the oldest remembered is the lowest: requests are recorded in order
+        return version
 
     def size(self) -> int:
         """The requests remembered, every client's together."""
