@@ -255,15 +255,16 @@ def test_a_round_applying_a_shard_says_so_until_its_log_counts_what_it_applied()
 
 
 def test_a_newer_primarys_prepare_while_this_sides_round_applies_is_refused():
-    """Issue 38's primary cuts (an update applied twice, none lost). A primary cut off from its
-    copies and etcd applies its round's update here once every copy failed it, and is deposed
-    before it records it; the next epoch's primary, which kept it in ``in_sync`` while away and
-    never caught it up, sends it a PREPARE of the shard's next version (the client's re-send of
-    that update) once the link is back. Taken, that PREPARE fenced the log: the round's update
-    was recorded nowhere (``ShardLog.applied`` found it stale) though it was in memory, the new
-    primary's COMMIT applied it a second time, and the log then matched that primary's, so no
-    catch-up ever replaced this memory. Refused, the round records what it applied, and the new
-    primary's catch-up finds a log that is not its state: a snapshot replaces it."""
+    """A hole found while looking for issue 38's doubles (not their cause: that was a late copy
+    of a re-send, ``test_a_late_copy_older_than_the_clients_window_...``). A primary cut off from
+    its copies and etcd applies its round's update here once every copy failed it, and is
+    deposed before it records it; a newer primary that never caught this log up sends a PREPARE
+    of the shard's next version (the client's re-send of that update). Taken, that PREPARE would
+    fence the log: the round's update recorded nowhere (``ShardLog.applied`` finds it stale)
+    though in memory, the new primary's COMMIT applying it a second time, and the log then
+    matching that primary's, so that no catch-up replaced this memory. Refused, the round
+    records what it applied, and the new primary's catch-up finds a log that is not its state:
+    a snapshot replaces it."""
     a = Adapter()
     epoch, shard = a.role.epoch, SHARDS[0]
     a.feed(BatchArrived(tuple(updates(1)), True, stimulus_id=a.sid()))
