@@ -124,18 +124,23 @@ class ShardLog:
         """The version a request already got (0: one older than the client's window, answered
         long ago, its version forgotten), or None (never applied here).
 
-        A client has one request per shard outstanding and numbers its requests in order, so a
-        request older than the last ``window`` it had applied here was answered before those
-        were sent: it is a copy the network delivered late (a host cut off for seconds keeps
-        the client's re-sends in its TCP buffers, and they arrive once the link is back, maybe
-        after this server became primary again). Taken as new, it was applied a second time
-        under a version of its own, on every copy (issue 38's cut runs)."""
+        A client process numbers its requests in order (the high 32 bits of a number name the
+        process, :meth:`hogwild.net.channel.Peers.next_seq`, the low ones count) and has
+        fewer than ``window`` of them outstanding per shard, so a request of the same process
+        older than the last ``window`` it had applied here was answered before those were
+        sent: it is a copy the network delivered late (a host cut off for seconds keeps the
+        client's re-sends in its TCP buffers, and they arrive once the link is back, maybe after
+        this server became primary again). Taken as new, it was applied a second time under a
+        version of its own, on every copy (issue 38's cut runs). Another process with the same
+        sender id (a client started again) numbers afresh: its requests are new."""
         mine = self.requests.get(sender)
         if mine is None:
             return None
         version = mine.get(seq)
-        if version is None and len(mine) >= self.window and seq < next(iter(mine)):
-            return 0  # the oldest remembered is the lowest: requests are recorded in order
+        if version is None and len(mine) >= self.window:
+            oldest = next(iter(mine))  # the lowest of its process: recorded in order
+            if seq >> 32 == oldest >> 32 and seq < oldest:
+                return 0
         return version
 
     def size(self) -> int:

@@ -177,3 +177,14 @@ def test_a_request_older_than_the_clients_window_is_known_as_answered_not_new():
     restored = ShardLog(window=4)
     restored.restore(6, log.table(), epoch=2)  # a snapshot carries the window, so the rule
     assert restored.seen(7, 1) == 0 and restored.seen(7, 7) is None
+
+
+def test_a_client_started_again_under_its_sender_id_numbers_afresh_and_is_applied():
+    """A request number's high 32 bits name the client's process (drawn at random): a process
+    started again may number below the last one's window, and its requests are new."""
+    old, new = 9 << 32, 3 << 32
+    log = ShardLog(window=4)
+    for n in range(1, 7):
+        log.record(7, old | n, version=n)
+    assert log.seen(7, old | 1) == 0  # the old process's late copy
+    assert log.seen(7, new | 1) is None  # the new process's first request
