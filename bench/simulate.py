@@ -27,7 +27,7 @@ if not __package__:  # run by path (``python bench/simulate.py``): the repositor
 from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
 
-OPT_IN = frozenset({"unbuilt"})  # faults not in FAULTS: a parcel that cannot be taken
+OPT_IN = frozenset({"unbuilt", "cut"})  # not in FAULTS: a parcel not taken, a host cut off
 
 
 def run_seeds(first: int, count: int, steps: int, faults: frozenset, live: bool = True) -> dict:

@@ -758,6 +758,8 @@ def measure(args) -> dict:
         "pushes": result.get("pushes"),
         "takeovers": len(result.get("takeovers", [])),  # every kind's, and the hand-backs'
         "unknown_pushes": result.get("unknown_pushes"),
+        "applied_twice_by_shard": result.get("applied_twice_by_shard"),
+        "servers_copy_side": result.get("servers_copy_side"),
         "push_errors": result.get("errors", []),
         "problems": problems,
         "targets": {

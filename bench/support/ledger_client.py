@@ -16,7 +16,10 @@ through files in ``--dir``, written whole (a temporary name, then a rename):
   in-sync copies again, pulls the parameters and writes
 - ``result.json``: ``pushes``, ``acknowledged_lost`` (parameters below the ledger: an
   acknowledged update is missing), ``applied_twice`` (parameters above the ledger plus every
-  unknown push: an update counted more than once), ``acks`` (``[sent, acknowledged]``, both
+  unknown push: an update counted more than once; ``applied_twice_by_shard`` the same by
+  shard), ``servers_copy_side`` (each server's copy-side counters at the end: how its copies
+  were caught up, what they refused; its shards' versions, the updates each shard's memory
+  took, its roles), ``acks`` (``[sent, acknowledged]``, both
   ``time.time()``, of each acknowledged push), ``errors`` and ``problems``; for the injector's
   breakdown of a failover, ``history`` (each map read that differed from the one before in its
   members, leader or a bucket's primary or epoch: ``[at, members, leader, {bucket: [primary,
@@ -154,14 +157,27 @@ def main(argv: list[str] | None = None) -> int:
     client.pull(final)
     watch.poll()  # the last takeovers' first acknowledgements
     takeovers = [dict(t, bucket=b, epoch=e) for (b, e), t in sorted(watch.takeovers.items())]
+    servers = {
+        str(i): {**(brief.get("copy_side") or {}), "versions": brief.get("versions"),
+                 "applied": brief.get("applied"), "roles": brief.get("roles")}
+        for i, brief in sorted(watch.last.items())
+    }  # fmt: skip
     watch.stop()
     client.close()
     got = final.astype(np.float64)
+    above = got > ledger + pusher.uncertain
+    layout = client.layout
+    by_shard = {  # parameters above the ledger, by shard (a doubled update covers ~3/4 of one)
+        str(s): int(np.count_nonzero(above[slice(*layout.shard_range(s))]))
+        for s in range(layout.n_shards)
+    }
     write_json(folder / "result.json", {
         "pushes": pusher.count,
         "unknown_pushes": len(pusher.errors),
         "acknowledged_lost": int(np.count_nonzero(got < ledger)),
-        "applied_twice": int(np.count_nonzero(got > ledger + pusher.uncertain)),
+        "applied_twice": int(np.count_nonzero(above)),
+        "applied_twice_by_shard": by_shard,
+        "servers_copy_side": servers,
         "n_params": n_params,
         "acks": acks,
         "errors": pusher.errors[:20],

@@ -38,6 +38,12 @@ from hogwild.net.wire import Header, MsgType, job_id
 STATUS_TIMEOUT_S = 0.5  # a server that does not answer a STATUS within this is skipped
 
 
+COPY_SIDE_COUNTERS = (
+    "caught_up", "snapshots_received", "outdated_snapshots", "fenced", "not_caught_up",
+    "catch_up_while_applying", "catch_up_while_restoring",
+)  # fmt: skip
+
+
 class ServerWatch:
     """A job's replicated parameter servers, seen from outside (see the module docstring).
 
@@ -117,8 +123,12 @@ class ServerWatch:
             "uptime_s": status.get("uptime_s"),
             "roles": {b: replication.get("roles", {}).get(str(b)) for b in self.shard_buckets},
             "versions": {s["shard"]: s["version"] for s in status.get("shards", [])},
+            # updates its memory took, by shard (restores aside): a double apply's fingerprint
+            "applied": {s["shard"]: s.get("applied") for s in status.get("shards", [])},
             "campaigns_won": replication.get("campaigns_won"),
             "failure": replication.get("failure"),
+            # how its copy side was caught up and what it refused (a fault run's post-mortem)
+            "copy_side": {k: replication.get(k) for k in COPY_SIDE_COUNTERS},
         }
         for entry in replication.get("takeovers", []):
             key = (int(entry["bucket"]), int(entry["epoch"]))

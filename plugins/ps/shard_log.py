@@ -9,7 +9,10 @@ for at most ``senders`` clients (those the job runs; the least recently heard of
 that), so no other client's traffic can push an honest client's request out of the table.
 A log also keeps the newest epoch of a primary it took anything from (its *fence*): a late
 ``PREPARE`` or ``COMMIT`` of an older primary, one that passed the copy's gate before that newer
-primary's catch-up, snapshot or takeover reached this log, is refused rather than held.
+primary's catch-up, snapshot or takeover reached this log, is refused rather than held; and a
+``PREPARE`` or ``COMMIT`` of a newer primary than the fence is refused until that primary's
+catch-up or snapshot has reached the log (:meth:`ShardLog.caught_up_by`): the log may hold
+another history's state until then.
 Like the bucket role's state machine (:mod:`~hogwild_plugins.ps.failover`), it does no I/O:
 replication carries out what it says.
 """
@@ -51,17 +54,25 @@ class ShardLog:
     def prepare(self, version: int, item, epoch: int) -> bool:
         """Hold ``item`` as version ``version`` from the primary of ``epoch``; False (catch up
         first) unless it is the next one, or when it comes from an older primary than this log
-        took anything from (:meth:`stale`), or from a newer one while an older one's prepares
-        are held (its catch-up or snapshot drops those first). A re-sent prepare of a version
-        already held is accepted and not held twice."""
-        if self.stale(epoch) or (epoch > self.fence and self.prepared):
+        took anything from (:meth:`stale`), or from a newer one that has not caught this log up
+        (:meth:`caught_up_by`). A re-sent prepare of a version already held is accepted and not
+        held twice."""
+        if not self.caught_up_by(epoch) or version > self.last + 1:
             return False
-        if version > self.last + 1:
-            return False
-        self.fence = epoch
         if version == self.last + 1:
             self.prepared.append((version, item))
         return True
+
+    def caught_up_by(self, epoch: int) -> bool:
+        """Whether the primary of ``epoch`` may prepare and commit here: it is the newest
+        primary this log took anything from (its catch-up or snapshot, or this server's own
+        takeover, set the fence). A newer primary's first message to this log must be its
+        catch-up or snapshot: until then this log's committed state may be another history's
+        than that primary's (a deposed primary's own update, applied here and counted by no
+        other copy), and its versions would name other updates than that primary's; a version
+        "already held" would be acknowledged without the update, and one after it applied on
+        top of memory the new primary never counted (an update there twice)."""
+        return epoch == self.fence
 
     def committing(self, upto: int) -> int:
         """How many prepared items a commit up to ``upto`` would take (nothing changes)."""
@@ -70,7 +81,9 @@ class ShardLog:
     def commit(self, upto: int, epoch: int) -> list:
         """The prepared items up to ``upto``, in order, now committed by the primary of
         ``epoch``; nothing from a primary older than this log took anything from
-        (:meth:`stale`)."""
+        (:meth:`stale`). A copy takes a commit only from the primary that caught it up
+        (:meth:`caught_up_by`, checked by the copy side first); a new primary commits what its
+        predecessor prepared here under its own epoch (its takeover: the fence moves on)."""
         if self.stale(epoch):
             return []
         self.fence = epoch
@@ -108,9 +121,27 @@ class ShardLog:
             mine.popitem(last=False)
 
     def seen(self, sender: int, seq: int) -> int | None:
-        """The version a request already got, or None."""
+        """The version a request already got (0: one older than the client's window, answered
+        long ago, its version forgotten), or None (never applied here).
+
+        A client process numbers its requests in order (the high 32 bits of a number name the
+        process, :meth:`hogwild.net.channel.Peers.next_seq`, the low ones count) and has
+        fewer than ``window`` of them outstanding per shard, so a request of the same process
+        older than the last ``window`` it had applied here was answered before those were
+        sent: it is a copy the network delivered late (a host cut off for seconds keeps the
+        client's re-sends in its TCP buffers, and they arrive once the link is back, maybe after
+        this server became primary again). Taken as new, it was applied a second time under a
+        version of its own, on every copy (issue 38's cut runs). Another process with the same
+        sender id (a client started again) numbers afresh: its requests are new."""
         mine = self.requests.get(sender)
-        return None if mine is None else mine.get(seq)
+        if mine is None:
+            return None
+        version = mine.get(seq)
+        if version is None and len(mine) >= self.window:
+            oldest = next(iter(mine))  # the lowest of its process: recorded in order
+            if seq >> 32 == oldest >> 32 and seq < oldest:
+                return 0
+        return version
 
     def size(self) -> int:
         """The requests remembered, every client's together."""

@@ -154,3 +154,19 @@ def test_a_primary_that_restarted_is_replaced_and_does_not_campaign_itself():
     assert roles[winner].serving and reborn.current  # the restarted one got its snapshot
     assert keys.read().primary == winner and set(keys.read().in_sync) == set(roles)
     assert step(reborn, MapRead, keys.read(), members, NEW_LEASE[primary], True) == []
+
+
+def test_a_campaign_written_then_overtaken_before_its_read_back_is_lost():
+    """The campaign's write and its read back are two etcd requests. Between them this side's
+    lease lapsed and the other copy won the next epoch (found by the simulator with hosts cut
+    off, ``bench/simulate.py --with cut``, seed 1538): the record read back names that copy.
+    Taken as won, this side was a primary its record does not name, committing what it had
+    prepared under that primary's epoch. It is a follower of that record."""
+    roles, keys, old, members = lapsed_primary(range(3))
+    old_record = keys.read()
+    mine, other = sorted(set(old_record.in_sync) & set(members))
+    [campaign] = step(roles[mine], MapRead, old_record, members, LEASE[mine], True)
+    assert keys.transact(campaign)
+    newer = BucketRecord(campaign.record.epoch + 1, other, LEASE[other], (other,), revision=99)
+    assert step(roles[mine], CampaignAnswered, True, newer) == []
+    assert roles[mine].role is Role.FOLLOWER and roles[mine].record == newer

@@ -94,7 +94,8 @@ def test_a_stopped_copy_refuses_prepares_and_commits_until_a_snapshot_lifts_the_
     record = keys.read()
     me = next(s for s in record.in_sync if s != primary)
     shards = (10, 11)
-    side = CopySide(me, {BUCKET: roles[me]}, {s: ShardLog() for s in shards}, {BUCKET: shards})
+    logs = {s: ShardLog(fence=record.epoch) for s in shards}  # caught up by that primary
+    side = CopySide(me, {BUCKET: roles[me]}, logs, {BUCKET: shards})
 
     def feed(stimulus, *args):
         actions = side.handle(stimulus(*args, stimulus_id="stop-test"))

@@ -34,8 +34,11 @@ from hogwild_plugins.ps.replication.commit_round_events import (
     SendPrepares,
     Update,
 )
+from hogwild_plugins.ps.replication.copy_side import CopySide
+from hogwild_plugins.ps.replication.copy_side_events import CommitArrived, PrepareArrived, Refuse
 from hogwild_plugins.ps.shard_log import ShardLog
 
+from hogwild.net.wire import ErrorCode
 from tests.unit.bucket_role_support import BUCKET, LEASE, carry_out, established, live, step
 
 SHARDS = (20, 21)
@@ -152,6 +155,22 @@ def test_a_re_sent_update_is_answered_with_its_version_and_not_applied_again():
     assert ApplyLocally((1,)) in done and a.round.counters["duplicates"] == 1
 
 
+def test_a_late_copy_older_than_the_clients_window_is_answered_not_applied_again():
+    """A client's re-send that a cut host's TCP buffers delivered seconds late, after more than
+    the window of that client's later updates were applied (issue 38's cut runs: it took a
+    version of its own and was applied twice on every copy)."""
+    a = Adapter()
+    a.logs[SHARDS[0]].window = 2
+    for seq in (1, 2, 3):
+        a.answers = {}
+        a.run(updates(seq))
+    a.answers = {}
+    done = a.run(updates(1))
+    assert a.answers[0] == AnswerDuplicate(0, 0)  # answered long ago: its version forgotten
+    assert not any(isinstance(action, Admit) for action in done)
+    assert a.logs[SHARDS[0]].committed == 3
+
+
 def test_without_a_valid_lease_nothing_is_admitted():
     a = Adapter()
     done = a.run(updates(1, 2), valid=False)
@@ -233,6 +252,39 @@ def test_a_round_applying_a_shard_says_so_until_its_log_counts_what_it_applied()
     assert a.round.applying(SHARDS[0]) and not a.round.applying(SHARDS[1])
     a.feed(LocalApplied(True, stimulus_id=a.sid()))
     assert not a.round.applying(SHARDS[0]) and a.logs[SHARDS[0]].committed == 1
+
+
+def test_a_newer_primarys_prepare_while_this_sides_round_applies_is_refused():
+    """A hole found while looking for issue 38's doubles (not their cause: that was a late copy
+    of a re-send, ``test_a_late_copy_older_than_the_clients_window_...``). A primary cut off from
+    its copies and etcd applies its round's update here once every copy failed it, and is
+    deposed before it records it; a newer primary that never caught this log up sends a PREPARE
+    of the shard's next version (the client's re-send of that update). Taken, that PREPARE would
+    fence the log: the round's update recorded nowhere (``ShardLog.applied`` finds it stale)
+    though in memory, the new primary's COMMIT applying it a second time, and the log then
+    matching that primary's, so that no catch-up replaced this memory. Refused, the round
+    records what it applied, and the new primary's catch-up finds a log that is not its state:
+    a snapshot replaces it."""
+    a = Adapter()
+    epoch, shard = a.role.epoch, SHARDS[0]
+    a.feed(BatchArrived(tuple(updates(1)), True, stimulus_id=a.sid()))
+    a.feed(Admitted({0: 1}, stimulus_id=a.sid()))
+    a.feed(PreparesAnswered(frozenset((BUCKET, c) for c in a.copies), stimulus_id=a.sid()))
+    apply = a.feed(CommitsAnswered(frozenset(), stimulus_id=a.sid()))[0]
+    assert apply == ApplyLocally((0,)) and a.round.applying(shard)  # in this memory now
+    side = CopySide(a.primary, {BUCKET: a.role}, a.logs, {BUCKET: SHARDS})
+    for stimulus in (
+        PrepareArrived(shard, 1, (7, 1, None), epoch + 1, stimulus_id=a.sid()),
+        CommitArrived(shard, 1, epoch + 1, stimulus_id=a.sid()),
+    ):
+        [refused] = side.handle(stimulus)
+        side.validate_state()
+        assert isinstance(refused, Refuse) and refused.code is ErrorCode.NEED_SYNC
+    # its lease lapsed by its own clock while cut off: refused, but applied and recorded here
+    assert a.feed(LocalApplied(False, stimulus_id=a.sid())) == [RefuseNotPrimary(0)]
+    log = a.logs[shard]
+    assert (log.committed, log.epoch, log.seen(7, 1), log.prepared) == (1, epoch, 1, [])
+    assert not log.holds(0, epoch) and side.counters["not_caught_up"] == 2
 
 
 def test_a_stimulus_out_of_its_phase_is_a_bug():

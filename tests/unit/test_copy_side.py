@@ -45,10 +45,13 @@ _ids = itertools.count()
 
 
 def copy_side() -> CopySide:
-    """This server (``ME``) as a copy of ``BUCKET`` (shards ``SHARDS``), under ``RECORD``."""
+    """This server (``ME``) as a copy of ``BUCKET`` (shards ``SHARDS``), under ``RECORD``, its
+    logs caught up by that record's primary (the fence of ``EPOCH``: its catch-up or snapshot
+    came first, as a primary's always does)."""
     role = BucketRole(BUCKET, ME, COPIES)
     step(role, MapRead, RECORD, live(range(3)), LEASE[ME], True)
-    return CopySide(ME, {BUCKET: role}, {s: ShardLog() for s in SHARDS}, {BUCKET: SHARDS})
+    logs = {s: ShardLog(fence=EPOCH) for s in SHARDS}
+    return CopySide(ME, {BUCKET: role}, logs, {BUCKET: SHARDS})
 
 
 def feed(side: CopySide, stimulus, *args) -> list:

@@ -12,14 +12,14 @@ from hogwild_plugins.ps.shard_log import ShardLog
 
 
 def test_a_copy_refuses_a_prepare_after_a_gap_and_holds_nothing_of_it():
-    log = ShardLog(committed=3)
+    log = ShardLog(committed=3, fence=1)  # caught up by the primary of epoch 1
     assert log.prepare(4, "u4", epoch=1)
     assert not log.prepare(6, "u6", epoch=1)  # 5 went missing
     assert log.last == 4 and log.prepared == [(4, "u4")]
 
 
 def test_a_resent_prepare_is_accepted_once():
-    log = ShardLog(committed=3)
+    log = ShardLog(committed=3, fence=1)
     assert log.prepare(4, "u4", epoch=1) and log.prepare(5, "u5", epoch=1)
     assert log.prepare(4, "u4 again", epoch=1) and log.prepare(5, "u5 again", epoch=1)
     assert log.prepare(3, "already committed", epoch=1)
@@ -27,7 +27,7 @@ def test_a_resent_prepare_is_accepted_once():
 
 
 def test_commit_hands_out_the_prepared_items_in_order_up_to_the_version():
-    log = ShardLog(committed=3)
+    log = ShardLog(committed=3, fence=1)
     for v in (4, 5, 6):
         log.prepare(v, f"u{v}", epoch=1)
     assert log.commit(5, epoch=2) == ["u4", "u5"]
@@ -88,7 +88,7 @@ def test_a_snapshot_replaces_the_log_and_the_request_table():
     assert log.prepare(11, "u11", epoch=1)  # and it goes on from the snapshot
 
 
-def test_the_request_table_answers_resends_and_forgets_a_clients_oldest_beyond_its_window():
+def test_the_request_table_answers_resends_and_forgets_the_version_of_a_clients_oldest():
     log = ShardLog(window=2)
     assert log.seen(1, 1) is None
     log.record(1, 1, version=1)
@@ -96,7 +96,8 @@ def test_the_request_table_answers_resends_and_forgets_a_clients_oldest_beyond_i
     assert log.seen(1, 1) == 1 and log.seen(1, 2) == 2
     assert log.seen(2, 1) is None  # another client's seq 1 is another request
     log.record(1, 3, version=3)
-    assert log.seen(1, 1) is None and log.seen(1, 2) == 2 and log.seen(1, 3) == 3
+    # beyond the window: its version forgotten, still known as answered (never applied again)
+    assert log.seen(1, 1) == 0 and log.seen(1, 2) == 2 and log.seen(1, 3) == 3
     assert log.size() == 2
 
 
@@ -160,3 +161,30 @@ def test_an_update_applied_as_a_deposed_primary_leaves_a_log_a_successor_caught_
     log.catch_up(epoch=4)  # the primary of epoch 4 holds version 7 of epoch 3 too
     assert not log.applied(sender=5, seq=1, version=8, epoch=3)
     assert (log.committed, log.epoch, log.seen(5, 1)) == (7, 3, None)
+
+
+def test_a_request_older_than_the_clients_window_is_known_as_answered_not_new():
+    """Issue 38's cut runs: a client's re-send held in a cut host's TCP buffers arrives seconds
+    after the link returned, when that server is primary again and the client has had more than
+    ``window`` later requests applied since. It was answered long ago; taken as new, it was
+    applied twice, under two versions, on every copy."""
+    log = ShardLog(window=4)
+    for seq in range(1, 7):
+        log.record(7, seq, version=seq)
+    assert log.seen(7, 6) == 6 and log.seen(7, 3) == 3
+    assert log.seen(7, 2) == 0 and log.seen(7, 1) == 0  # forgotten versions, but answered
+    assert log.seen(7, 7) is None and log.seen(8, 1) is None  # new: its next, another client
+    restored = ShardLog(window=4)
+    restored.restore(6, log.table(), epoch=2)  # a snapshot carries the window, so the rule
+    assert restored.seen(7, 1) == 0 and restored.seen(7, 7) is None
+
+
+def test_a_client_started_again_under_its_sender_id_numbers_afresh_and_is_applied():
+    """A request number's high 32 bits name the client's process (drawn at random): a process
+    started again may number below the last one's window, and its requests are new."""
+    old, new = 9 << 32, 3 << 32
+    log = ShardLog(window=4)
+    for n in range(1, 7):
+        log.record(7, old | n, version=n)
+    assert log.seen(7, old | 1) == 0  # the old process's late copy
+    assert log.seen(7, new | 1) is None  # the new process's first request

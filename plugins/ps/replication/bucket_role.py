@@ -124,6 +124,7 @@ class BucketRole:
     writing: bool = False  # as primary: a WriteInSync under way
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
     dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
+    campaign: BucketRecord | None = None  # as candidate: the record its campaign writes
     transitions: deque = field(
         default_factory=lambda: deque(maxlen=STORY_LENGTH), repr=False, compare=False
     )
@@ -369,13 +370,18 @@ class BucketRole:
         )
 
     def _campaign(self, record: BucketRecord, expected: int) -> list:
-        self.role = Role.CANDIDATE
+        self.role, self.campaign = Role.CANDIDATE, record
         return [Campaign(self.bucket, record, expected)]
 
     def _campaigned(self, won: bool, record: BucketRecord | None) -> list:
         """The campaign's transaction came back: ``record`` is what ``sync/<b>`` holds now."""
         if self.role is not Role.CANDIDATE:
             return []
+        campaign, self.campaign = self.campaign, None
+        if won and (record is None or record.primary != self.me or record.epoch != campaign.epoch):
+            # written, then another campaign won before the read back (this side's lease
+            # lapsed in between): that record is the bucket's, not this side's
+            won = False
         if not won:
             self.role = Role.FOLLOWER
             if self.history.disowns(record):

@@ -24,15 +24,18 @@ One message from a primary goes through two steps:
 2. What it carries (a ``PREPARE``, ``COMMIT`` or catch-up for a bucket stopped here, whose
    memory failed a write, is refused ``NEED_SYNC`` until a snapshot replaces it):
    :class:`PrepareArrived` holds the update as the shard's next version (a gap: ``NEED_SYNC``, the
-   primary drops this copy and sends it a snapshot); :class:`CommitArrived` commits the prepared
-   updates up to a version (:class:`ApplyCommitted`; beyond what was prepared: ``NEED_SYNC``) only
-   if the update engine has room for every one of them (its ``room``, slots the adapter holds: else
-   ``BUSY`` with nothing committed, so an acknowledged commit is always applied whole and a refused
-   one changed nothing); :class:`SnapshotArrived` replaces the shard's log (:class:`ApplySnapshot`)
-   unless it is older than what this log committed from the same primary (refused, ``NEED_SYNC``:
-   never an acknowledgement) or the engine has no room for it (``BUSY``, the log untouched), and
-   :class:`SnapshotApplied`, once the values are in, acknowledges, and makes the bucket current
-   (:class:`MarkRestored`) once every shard of the bucket holds that primary's snapshot.
+   primary drops this copy and sends it a snapshot; so does a ``PREPARE`` or ``COMMIT`` of a
+   primary that has not caught this log up yet,
+   :meth:`~hogwild_plugins.ps.shard_log.ShardLog.caught_up_by`); :class:`CommitArrived` commits the
+   prepared updates up to a version (:class:`ApplyCommitted`; beyond what was prepared:
+   ``NEED_SYNC``) only if the update engine has room for every one of them (its ``room``, slots the
+   adapter holds: else ``BUSY`` with nothing committed, so an acknowledged commit is always applied
+   whole and a refused one changed nothing); :class:`SnapshotArrived` replaces the shard's log
+   (:class:`ApplySnapshot`) unless it is older than what this log committed from the same primary
+   (refused, ``NEED_SYNC``: never an acknowledgement) or the engine has no room for it (``BUSY``,
+   the log untouched), and :class:`SnapshotApplied`, once the values are in, acknowledges, and
+   makes the bucket current (:class:`MarkRestored`) once every shard of the bucket holds that
+   primary's snapshot.
    :class:`CatchUpArrived` does without the snapshot: a log that holds the primary's committed
    state (the same version of the same epoch, while no snapshot and no round of this server's
    own is still applying values the log already, or not yet, counts,
@@ -145,6 +148,7 @@ class CopySide:
             "stopped_refused": 0,  # prepares and commits refused: the bucket is stopped here
             "catch_up_while_restoring": 0,  # catch-ups refused: a snapshot still applying
             "catch_up_while_applying": 0,  # catch-ups refused: this side's own round applying
+            "not_caught_up": 0,  # prepares and commits refused: their primary never caught up
         }
         self.transitions: deque = deque(maxlen=STORY_LENGTH)
 
@@ -247,11 +251,28 @@ class CopySide:
             )
         ]
 
+    def _not_caught_up(self, shard: int, epoch: int, what: str) -> list:
+        """``what`` refused (``NEED_SYNC``: the primary drops this copy, or refuses its round,
+        and catches it up) when it comes from a primary newer than any ``shard``'s log took
+        something from: a copy it kept in ``in_sync`` while away, not caught up in its epoch
+        (:meth:`~hogwild_plugins.ps.shard_log.ShardLog.caught_up_by`)."""
+        self.counters["not_caught_up"] += 1
+        return [
+            Refuse(
+                ErrorCode.NEED_SYNC,
+                f"server {self.me}, shard {shard}: a {what} of epoch {epoch} before that "
+                f"primary caught this log up (it holds the state of epoch {self.logs[shard].fence}"
+                "'s primary): catch it up first",
+            )
+        ]
+
     def _prepare(self, s: PrepareArrived) -> list:
         stopped = self._stopped(s, "PREPARE") or self._late(s.shard, s.epoch, "PREPARE")
         if stopped:
             return stopped
         log = self.logs[s.shard]
+        if not log.caught_up_by(s.epoch):
+            return self._not_caught_up(s.shard, s.epoch, "PREPARE")
         if not log.prepare(s.version, s.item, s.epoch):
             return [
                 Refuse(
@@ -267,6 +288,8 @@ class CopySide:
         if stopped:
             return stopped
         log = self.logs[s.shard]
+        if not log.caught_up_by(s.epoch):
+            return self._not_caught_up(s.shard, s.epoch, "COMMIT")
         if s.upto > log.last:
             return [
                 Refuse(

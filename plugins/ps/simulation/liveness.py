@@ -88,6 +88,8 @@ def heal(world: World) -> dict[int, bool]:
     world.schedule.append(f"{world.time}: (the faults end: the world heals)")
     world.faults = frozenset()
     held = {b: _held(world, b) for b in world.bucket_shards}
+    for i in sorted(world.cut):
+        world.apply(("heal", i))
     for i, s in sorted(world.servers.items()):
         if s is None or s.paused:
             world.apply(("restart", i) if s is None else ("resume", i))

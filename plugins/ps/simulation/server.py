@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
+from hogwild_plugins.ps.etcd import EtcdUnavailable
 from hogwild_plugins.ps.failover import MemberRecord
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
@@ -154,6 +155,7 @@ class SimServer:
         self.last_beat = 0
         self.started = now()
         self.paused = False
+        self.cut_off = False  # its host off the network (the world's): every etcd call fails
         self.waiting: Exchange | None = None  # the replication thread's exchange, if any
         self.snapshots = SimSnapshotThread(self)
         self.acknowledged: list[tuple[int, int, int, int, int]] = []  # sender, seq, shard, v, ep
@@ -211,14 +213,16 @@ class SimServer:
         """The membership's refresh: ``members/<me>`` written again under its lease when this
         server learned of a bucket whose record etcd lacks (not once the lease is gone: etcd
         refuses a put under it)."""
+        if self.cut_off:
+            return  # etcd unreachable: tried again at the next read of the map
         if self.lease in self.etcd.leases and unlisted_and_unrecorded(self.roles, self.listed):
             self._put_member()
 
     def beat(self) -> None:
         """The heartbeat, once a tick: renew when due; a lease found lost is taken anew."""
         now = self.now()
-        if now - self.last_beat < max(1, self.ttl // 5):
-            return
+        if now - self.last_beat < max(1, self.ttl // 5) or self.cut_off:
+            return  # cut off: the keepalive fails, and the lease clock runs out
         self.last_beat = now
         remaining = self.etcd.keepalive(self.lease, self.ttl, now)
         if remaining <= 0:
@@ -345,6 +349,8 @@ class SimServer:
 
     def refresh_record(self, bucket: int) -> Iterator[str]:
         yield from ()
+        if self.cut_off:
+            return  # etcd unreachable: the gate decides on what the role knows
         record = self.etcd.record(bucket, self.nonce)
         if record is not None:
             self.marks.saw(followed({bucket: record}, self.roles))  # before the role hears
@@ -472,6 +478,9 @@ class SimServer:
                 yield from self._carry_out(actions)
 
     def _observe(self) -> Iterator[str]:
+        if self.cut_off:  # etcd unreachable: the real thread's read raises, and it goes on to
+            yield "read the map: etcd unreachable"  # its batch (the roles hear nothing)
+            return
         # this read's history (:mod:`~hogwild_plugins.ps.job_nonce`): written if etcd has none
         self.nonce = self.etcd.adopt((self.me, self.incarnation, self.etcd.wipes))
         members = self.etcd.members()
@@ -507,6 +516,11 @@ class SimServer:
 
     def replace_record(self, action) -> Iterator[str]:
         yield f"{type(action).__name__} {action.bucket}"
+        while self.cut_off:
+            # the real request waits (its timeout per etcd member, then the next member's):
+            # the thread stays here while the host is cut off, and the request reaches etcd
+            # once the link is back (its bytes retransmitted), its answer read as usual
+            yield f"{type(action).__name__} {action.bucket}: waits, etcd unreachable"
         key, value = f"sync/{action.bucket}", action.record.value()
         done = self.etcd.replace(key, value, action.expected, self.nonce)
         if self.splits is not None and self.splits(f"sync/{action.bucket} read back"):
@@ -519,7 +533,9 @@ class SimServer:
         pass  # the real server's counters and failover timings: nothing to check here
 
     def etcd_failed(self, exc: Exception) -> None:
-        raise AssertionError(f"the simulated etcd does not fail a call: {exc}")
+        if not isinstance(exc, EtcdUnavailable):
+            raise AssertionError(f"the simulated etcd fails a call only when cut off: {exc}")
+        self.notes.append(f"server {self.me}: etcd unreachable ({exc})")
 
     def send_snapshot(self, action) -> Iterator[str]:
         return self.snapshots.send(action)

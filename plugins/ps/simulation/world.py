@@ -16,6 +16,11 @@ copy's network thread may take a while to read a primary's message past its gate
 a rare draw per message, from a generator of its own too): its replication thread runs a few
 steps before the message's content is taken, and nothing else reaches that network thread
 meanwhile; and a record a server writes may be read back in a step of its own (the same draw).
+Opt-in (not in :data:`FAULTS`, so that every seed's schedule stays what it was without them):
+``unbuilt`` (a primary's parcel not taken) and ``cut``, a server's host off the network with both
+sides alive: the messages from and to it wait (in TCP's buffers) until it is back, its heartbeat
+fails, its reads of the map fail (its replication thread goes on to its batch), and a record
+write waits and reaches etcd once the link returns (its answer read as usual).
 
 After every step the world asks its :class:`~hogwild_plugins.ps.simulation.invariants.Invariants`
 (:meth:`World.check`), which it feeds what its clients and faults see, whether the job's
@@ -49,6 +54,7 @@ FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thir
 SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
 SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
 UNBUILT_RATE = 0.2  # of the parcels a primary takes, with the opt-in fault "unbuilt"
+CUT_WEIGHT, HEAL_WEIGHT = 0.03, 0.3  # the opt-in fault "cut": a host off the network, and back
 _TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
 
@@ -100,6 +106,7 @@ class World:
         self.network: list[tuple[object, object]] = []  # (destination, message)
         self.incarnations = [0] * config.servers
         self.stores = {i: SimStore() for i in range(min(config.stores, config.servers))}
+        self.cut: set[int] = set()  # the servers whose host is off the network ("cut")
         self.servers: dict[int, SimServer | None] = {}
         for i in range(config.servers):
             self.servers[i] = self._start(i)
@@ -254,6 +261,11 @@ class World:
         if "wipe" in faults:
             weigh(0.01)
             offer(_WIPE)
+        if "cut" in faults:  # opt-in, last: the other faults' seeds draw as they did without it
+            for i, s in self.servers.items():
+                if s is not None:
+                    weigh(HEAL_WEIGHT if i in self.cut else CUT_WEIGHT)
+                    offer(("heal" if i in self.cut else "cut", i))
         return weights, events
 
     def apply(self, event: tuple) -> None:
@@ -284,8 +296,9 @@ class World:
         others, the stale one among them, from ever reading the map. The established start
         keeps the fixed order (every seed's schedule starts from it)."""
         for _ in range(limit):
-            for n, (dst, _) in enumerate(self.network):
-                if not self._to_paused(dst):  # a paused server's messages wait in its socket
+            for n, (dst, message) in enumerate(self.network):
+                if not self._to_paused(dst) and not self._severed(dst, message[0]):
+                    # a paused server's messages wait in its socket, a cut host's in TCP's
                     self.apply(("deliver", n))
                     break
             else:
@@ -305,6 +318,8 @@ class World:
         if isinstance(dst, tuple):
             if dst[0] != "server":
                 return False
+            if dst[1] in self.cut:
+                return True
             server = self.servers[dst[1]]
             return server is not None and server.paused
         server = self.servers[dst]
@@ -353,7 +368,16 @@ class World:
         if kind == "resume":
             self.servers[i].paused = False
             return f"{self.time}: server {i} resumed"
+        if kind == "cut":
+            self.cut.add(i)
+            self.servers[i].cut_off = True
+            return f"{self.time}: server {i}'s host is cut off (both sides alive)"
+        if kind == "heal":
+            self.cut.discard(i)
+            self.servers[i].cut_off = False
+            return f"{self.time}: server {i}'s host is back on the network"
         if kind == "kill":
+            self.cut.discard(i)  # a restarted process comes back on the network
             dead, self.servers[i] = self.servers[i], None
             gone = self.invariants.killed(i, dead)
             self.counts["died_with_every_copy"] += len(gone)
@@ -369,8 +393,20 @@ class World:
         self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
 
+    def _severed(self, dst, src) -> bool:
+        """Whether a message from ``src`` to ``dst`` waits for a cut host to come back (its
+        bytes sit in TCP's buffers: they arrive once the link returns, late)."""
+        if src in self.cut:
+            return True
+        if isinstance(dst, tuple):
+            return dst[0] == "server" and dst[1] in self.cut
+        return dst in self.cut
+
     def _deliver(self, dst, message) -> str:
         src, incarnation, body = message
+        if self.cut and self._severed(dst, src):
+            self.network.append((dst, message))
+            return " (waits: a host on its way is cut off)"
         if isinstance(dst, tuple) and dst[0] == "client":
             return self._reply(self.clients[dst[1] - 100], body)
         if isinstance(dst, tuple):  # a copy's answer to a primary's exchange
