@@ -70,6 +70,27 @@ class PSStoppedError(PSRequestError, StoppedError):
     restart it."""
 
 
+PER_SHARD_RUN = 128
+"""Most requests for one shard in one exchange: half the servers' request window per client
+(``ShardLog.window``, 256), so a request held back never has a window's worth of later ones of
+its shard applied before it."""
+
+
+def parts_per_shard(requests: list[Request], most: int) -> list[list[Request]]:
+    """``requests`` in order, cut into consecutive parts of at most ``most`` for any shard (a
+    request's shard is its header's ``target``)."""
+    parts: list[list[Request]] = [[]]
+    counts: dict[int, int] = {}
+    for request in requests:
+        shard = request.header.target
+        if counts.get(shard, 0) == most:
+            parts.append([])
+            counts = {}
+        counts[shard] = counts.get(shard, 0) + 1
+        parts[-1].append(request)
+    return [part for part in parts if part]
+
+
 class Connection:
     """Requests to every parameter server of a job (see the module docstring).
 
@@ -236,6 +257,19 @@ class Connection:
     # ------------------------------------------------------------------ exchange
 
     def run(self, requests: list[Request]) -> None:
+        """Exchange ``requests`` in parts of at most :data:`PER_SHARD_RUN` requests for any one
+        shard, each part done before the next is sent (:meth:`_run`).
+
+        A server answers a request of this client older than the last ``window`` (256) it
+        applied for the shard as a late copy, already seen (:meth:`ShardLog.seen`), never
+        applying it. One request held back (re-routed after ``NOT_PRIMARY``, paused after
+        ``BUSY``) while more than that many later ones of its shard were applied would be
+        acknowledged unapplied: a part holds fewer.
+        """
+        for part in parts_per_shard(requests, PER_SHARD_RUN):
+            self._run(part)
+
+    def _run(self, requests: list[Request]) -> None:
         """Exchange ``requests``; count refusals, track versions, raise the first error.
 
         With replicated servers, a request its server could not take (``NOT_PRIMARY``, or no

@@ -125,14 +125,16 @@ class ShardLog:
         long ago, its version forgotten), or None (never applied here).
 
         A client process numbers its requests in order (the high 32 bits of a number name the
-        process, :meth:`hogwild.net.channel.Peers.next_seq`, the low ones count) and has
-        fewer than ``window`` of them outstanding per shard, so a request of the same process
-        older than the last ``window`` it had applied here was answered before those were
-        sent: it is a copy the network delivered late (a host cut off for seconds keeps the
-        client's re-sends in its TCP buffers, and they arrive once the link is back, maybe after
-        this server became primary again). Taken as new, it was applied a second time under a
-        version of its own, on every copy (issue 38's cut runs). Another process with the same
-        sender id (a client started again) numbers afresh: its requests are new."""
+        process, :meth:`hogwild.net.channel.Peers.next_seq`, the low ones count) and sends at
+        most half a ``window`` of them for one shard in one exchange, each exchange done before
+        the next (:meth:`~hogwild_plugins.ps.connection.Connection.run`), so a request of the
+        same process older than the last ``window`` it had applied here was answered before
+        those were sent: it is a copy the network delivered late (a host cut off for seconds
+        keeps the client's re-sends in its TCP buffers, and they arrive once the link is back,
+        maybe after this server became primary again). Taken as new, it was applied a second
+        time under a version of its own, on every copy (issue 38's cut runs). Another process
+        with the same sender id (a client started again) numbers afresh: its requests are
+        new."""
         mine = self.requests.get(sender)
         if mine is None:
             return None
