@@ -130,7 +130,7 @@ def test_sigkill_of_primaries_mid_stream_loses_no_acknowledged_update(trio, etcd
         final = np.empty(N_PARAMS, np.float32)
         client.pull(final)
         np.testing.assert_array_equal(final, ledger.astype(np.float32))
-        # the takeovers as the servers report them (bench/figures/partitions.py's breakdown
+        # the takeovers as the servers report them (bench/support/failover_stages.py's breakdown
         # of a failover) against this test's own clock: a takeover of a killed primary's bucket
         # (a later epoch than the one it held) was won after the kill, and some acknowledged
         takeovers = [t for st in client.status() for t in st["replication"]["takeovers"]]

@@ -75,7 +75,7 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_p
     assert record["training"]["faults"]["named_while_running"] > 0, record["training"]
     cut = next(e for e in record["events"] if e["kind"] == "cut_primary")
     assert cut["primary_of"] and cut["until"] - cut["at"] >= record["settings"]["cut_s"]
-    # the failover taken apart (bench/figures/partitions.py's breakdown): the servers' stamps
+    # the failover taken apart (bench/support/failover_stages.py's breakdown): the servers' stamps
     # against the client's, on the hosts' one clock: each of the cut primary's buckets was first
     # acknowledged by a server that took it over no later than the client saw its first push
     # sent after the cut acknowledged (every push touches every bucket)

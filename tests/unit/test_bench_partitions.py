@@ -1,4 +1,4 @@
-"""The fault bench's figures from its records (bench/figures/partitions.py's pure functions, on
+"""The fault bench's figures from its records (bench/support/failover_stages.py's pure functions, on
 made-up acknowledgements, map history and takeovers): each fault's outage is its own, not the
 next fault's; a cut's lease stage is bounded by the takeover it allowed; a cut whose etcd
 leader was not known is counted as unknown, not as a kept leader; the ledger servers' lease is
@@ -9,6 +9,7 @@ from __future__ import annotations
 from hogwild_plugins.ps.serving.options import DEFAULT_LEASE_S
 
 from bench.figures import partitions
+from bench.support import failover_stages
 
 
 def acks_every(start: float, stop: float, step: float = 0.1) -> list[list[float]]:
@@ -23,18 +24,18 @@ def test_a_fault_is_not_charged_with_the_next_faults_outage():
     # acknowledged from 12.4, the last acknowledgement before it, to 19.5 (7.1 s)
     acks = acks_every(0.0, 10.0) + acks_every(12.0, 12.4) + acks_every(19.5, 25.0)
     a_end = min(11.0 + partitions.SETTLE_S, 12.5)
-    assert partitions.longest_gap(acks, 10.0, a_end, next_fault=12.5) == 2.0
-    assert partitions.longest_gap(acks, 12.5, 12.5 + partitions.SETTLE_S) == 7.1
+    assert failover_stages.longest_gap(acks, 10.0, a_end, next_fault=12.5) == 2.0
+    assert failover_stages.longest_gap(acks, 12.5, 12.5 + partitions.SETTLE_S) == 7.1
     # unbounded, the gap around B's outage starts inside A's window: 7.1 s for A too
-    assert partitions.longest_gap(acks, 10.0, a_end) == 7.1
+    assert failover_stages.longest_gap(acks, 10.0, a_end) == 7.1
 
 
 def test_a_gap_open_when_the_next_fault_starts_counts_up_to_it_for_the_first():
     # no acknowledgement from 10.0 to 16.0; the next fault starts at 13.0, inside that gap
     acks = acks_every(0.0, 10.0) + acks_every(16.0, 20.0)
-    assert partitions.longest_gap(acks, 10.0, 13.0, next_fault=13.0) == 3.0
-    assert partitions.longest_gap(acks, 13.0, 13.0 + partitions.SETTLE_S) == 6.0  # from 10.0
-    assert partitions.longest_gap([], 10.0, 13.0, next_fault=13.0) is None
+    assert failover_stages.longest_gap(acks, 10.0, 13.0, next_fault=13.0) == 3.0
+    assert failover_stages.longest_gap(acks, 13.0, 13.0 + partitions.SETTLE_S) == 6.0  # from 10.0
+    assert failover_stages.longest_gap([], 10.0, 13.0, next_fault=13.0) is None
 
 
 def cut(leader_host: int | None = 2) -> dict:
@@ -52,7 +53,7 @@ def test_the_lease_stage_is_bounded_by_the_takeover_when_the_read_came_late():
     # the map read without server 1 came at 103.0, but the takeover was won at 102.0: the
     # lease was gone by 102.0 (a successor campaigns only then), and the read was late
     history = [[99.0, [0, 1, 2], 1, {}], [103.0, [0, 2], 1, {}]]
-    stages = partitions.breakdown(cut(), 113.0, history, [takeover(102.0, serving=102.5)])
+    stages = failover_stages.breakdown(cut(), 113.0, history, [takeover(102.0, serving=102.5)])
     assert stages["lease_gone_by_s"] == 2.0 and stages["lease_read_late"] is True
     assert stages["recorded_s"] == 2.0 and stages["serving_s"] == 2.5
     assert stages["first_ack_s"] is None  # no first acknowledgement seen: not made up
@@ -60,24 +61,24 @@ def test_the_lease_stage_is_bounded_by_the_takeover_when_the_read_came_late():
 
 def test_the_lease_stage_is_the_read_when_it_came_first_and_ignores_reads_after_the_window():
     history = [[99.0, [0, 1, 2], 1, {}], [101.5, [0, 2], 1, {}]]
-    stages = partitions.breakdown(cut(), 113.0, history, [takeover(102.0, ack=102.7)])
+    stages = failover_stages.breakdown(cut(), 113.0, history, [takeover(102.0, ack=102.7)])
     assert stages["lease_gone_by_s"] == 1.5 and stages["lease_read_late"] is False
     assert stages["first_ack_s"] == 2.7
     # the cut ended before any takeover and the server's member went missing later, after the
     # window's end: that lapse is not this cut's
     late = [[99.0, [0, 1, 2], 1, {}], [130.0, [0, 2], 1, {}]]
-    stages = partitions.breakdown(cut(), 113.0, late, [])
+    stages = failover_stages.breakdown(cut(), 113.0, late, [])
     assert stages["lease_gone_by_s"] is None and stages["lease_read_late"] is None
     assert stages["back_before_takeover"] == [0] and stages["recorded_s"] is None
 
 
 def test_a_cut_whose_etcd_leader_was_not_known_is_counted_as_unknown():
     history: list[list] = []
-    assert partitions.breakdown(cut(2), 113.0, history, [])["etcd_leader_cut"] is True
-    assert partitions.breakdown(cut(3), 113.0, history, [])["etcd_leader_cut"] is False
-    assert partitions.breakdown(cut(None), 113.0, history, [])["etcd_leader_cut"] is None
+    assert failover_stages.breakdown(cut(2), 113.0, history, [])["etcd_leader_cut"] is True
+    assert failover_stages.breakdown(cut(3), 113.0, history, [])["etcd_leader_cut"] is False
+    assert failover_stages.breakdown(cut(None), 113.0, history, [])["etcd_leader_cut"] is None
     old = {k: v for k, v in cut().items() if k != "etcd_leader_host"}  # a record from before
-    assert partitions.breakdown(old, 113.0, history, [])["etcd_leader_cut"] is None
+    assert failover_stages.breakdown(old, 113.0, history, [])["etcd_leader_cut"] is None
 
 
 def test_the_ledger_servers_lease_is_ps_serves_default_unless_asked():
