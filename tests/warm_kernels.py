@@ -17,8 +17,9 @@ kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test 
 kernel compiles it itself when this did not.
 
 Then the kernels some unit tests call that no job start compiles: a Sandblaster replica's
-portion gradient, one example's float32 passes called from Python, and the float64 passes of
-the finite-difference checks. Those unit tests
+portion gradient and the float64 passes of the finite-difference checks (one example's passes,
+:func:`hogwild.model.passes.forward` and ``backward``, are Python over the minibatch passes a job
+compiles: nothing of their own to compile). Those unit tests
 (marked ``warmed_kernels``, with the ones calling the jobs' kernels in process) wait for the
 whole warm-up and load what it compiled.
 """
@@ -65,7 +66,6 @@ def main() -> None:
         compile_data_kernels()
     if kernels is not None:
         compile_portion_gradient(network)
-    compile_one_example_passes(network)
     compile_float64_passes()
     _done(folder, ALL)
 
@@ -86,29 +86,14 @@ def compile_portion_gradient(network) -> None:
     PortionGradient(network, examples)(np.zeros(network.n_params, np.float32), 0)
 
 
-def compile_one_example_passes(network) -> None:
-    """One example's forward and backward passes in float32 with the jobs' label type, as the
-    unit tier's checks against PyTorch call them from Python (a job runs them only inside its
-    minibatch loop). Without this the first of those tests compiles them, and with two workers
-    two of them at once (the same code, twice, at the end of the run)."""
-    from hogwild.model.context import TrainingContext
-    from hogwild.model.passes import backward, forward
-
-    context = TrainingContext.allocate(network, 1)
-    params = np.zeros(network.n_params, np.float32)
-    a, da, aux = context.act[0], context.dact[0], context.aux[0]
-    forward(network.ops, params, a, aux, context.scratch, False)
-    backward(network.ops, params, a, da, aux, context.scratch, context.grad, LABEL_DTYPE(0))
-
-
 def compile_float64_passes() -> None:
     """The float64 passes of the unit tier's finite-difference checks (no job runs them), as
-    :mod:`tests.unit.test_kernels_gradcheck` calls them: one example's passes and a minibatch's.
-    The op table is data: one network compiles what every network runs."""
+    :mod:`tests.unit.test_kernels_gradcheck` calls them (one example's passes run the same
+    minibatch passes over one row). The op table is data: one network compiles what every
+    network runs."""
     from tests.unit.test_kernels_gradcheck import NETWORKS, Problem, make_network, minibatch_passes
 
     problem = Problem(make_network(*NETWORKS["pool2-fc-tanh-relu"]), seed=0)
-    problem.analytic()
     inputs = np.zeros((2, problem.network.input_size))
     minibatch_passes(problem.ops, problem.network, problem.params, inputs, np.zeros(2, np.int64))
 

@@ -465,24 +465,32 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
         dropout_backward(da, y_off, da, x_off, aux, y_off, r[COL_C], r[COL_PERMILLE] * 1e-6)
 
 
-@kernel(cache=True, nogil=True)
 def forward(ops, params, a, aux, scratch, training):
-    """Run every layer forward on one example's activation row ``a``."""
+    """Run every layer forward on one example's activation row ``a``.
+
+    Python, not a kernel: it calls :func:`forward_batch` over a one-row view of ``a``, with the
+    argument types a job's training step calls it with, so it runs the code a job compiled.
+    Compiled itself, it would be a whole second compile of every layer's forward pass (numba
+    optimises a kernel together with everything it calls), for each float type, for tests only.
+    """
     size = a.shape[0]
-    forward_batch(ops, params, a.reshape((1, size)), aux.reshape((1, size)), scratch, 1, training)
+    forward_batch(ops, params, a.reshape(1, size), aux.reshape(1, size), scratch, 1, bool(training))
 
 
-@kernel(cache=True, nogil=True)
 def backward(ops, params, a, da, aux, scratch, grad, label):
-    """Backpropagate one example whose forward pass is in ``a``; every gradient into ``grad``."""
+    """Backpropagate one example whose forward pass is in ``a``; every gradient into ``grad``.
+
+    Python, like :func:`forward`: :func:`backward_batch` over one-row views, its targets an int64
+    row as a job's are, whatever integer type ``label`` has.
+    """
     size = a.shape[0]
     targets = np.full(1, label, dtype=np.int64)
     backward_batch(
         ops,
         params,
-        a.reshape((1, size)),
-        da.reshape((1, size)),
-        aux.reshape((1, size)),
+        a.reshape(1, size),
+        da.reshape(1, size),
+        aux.reshape(1, size),
         scratch,
         grad,
         targets,
