@@ -1,11 +1,12 @@
 """``hogwild cluster`` end to end with the local launcher: every role a real process on loopback.
 
 A job of two replicas (one worker each), two parameter servers and a data server trains MNIST
-to 98 % in two epochs, writes per-epoch metrics with the cluster's fields and a checkpoint in
-``hogwild train``'s format, and leaves nothing behind. A running job answers ``hogwild cluster
-status`` and serves every role's counters to Prometheus. SIGKILL of a role of each kind stops
-the whole job within 10 s with an error naming the role and how it ended, and leaves no process
-and no shared-memory segment, when the role is a parameter server or ``cluster.restarts = 0``.
+to 98 % in two epochs of 40,000 examples, writes per-epoch metrics with the cluster's fields and
+a checkpoint in ``hogwild train``'s format, and leaves nothing behind. A running job answers
+``hogwild cluster status`` and serves every role's counters to Prometheus. SIGKILL of a role of
+each kind stops the whole job within 10 s with an error naming the role and how it ended, and
+leaves no process and no shared-memory segment, when the role is a parameter server or
+``cluster.restarts = 0``.
 Otherwise a SIGKILLed replica or data server is restarted and the job completes: the portions a
 replica lost are trained again (every epoch counts each example once), a data server comes back
 on its address and serves again, and the summary counts the restarts. Every role is forked from
@@ -145,8 +146,10 @@ def wait_for_roles(run_dir: Path, driver: subprocess.Popen) -> dict:
 
 def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, tmp_path):
     run_dir = tmp_path / "run"
+    # Two epochs of 40,000 examples: two of 30,000 reached 98.34 % and 98.37 % here (two runs
+    # under load), the full 60,000 (twice the training) is not needed for the bound.
     command = cluster_command(mnist_dir, run_dir, "--epochs", "2", "--replicas", "2", "--ps",
-                              "2", "--data-servers", "1")  # fmt: skip
+                              "2", "--data-servers", "1", "--train.subset=40000")  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     final = json.loads(done.stdout.strip().splitlines()[-1])
