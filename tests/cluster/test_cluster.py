@@ -1,11 +1,12 @@
 """``hogwild cluster`` end to end with the local launcher: every role a real process on loopback.
 
 A job of two replicas (one worker each), two parameter servers and a data server trains MNIST
-to 98 % in two epochs, writes per-epoch metrics with the cluster's fields and a checkpoint in
-``hogwild train``'s format, and leaves nothing behind. A running job answers ``hogwild cluster
-status`` and serves every role's counters to Prometheus. SIGKILL of a role of each kind stops
-the whole job within 10 s with an error naming the role and how it ended, and leaves no process
-and no shared-memory segment, when the role is a parameter server or ``cluster.restarts = 0``.
+to 98 % in two epochs of 40,000 examples, writes per-epoch metrics with the cluster's fields and
+a checkpoint in ``hogwild train``'s format, and leaves nothing behind. A running job answers
+``hogwild cluster status`` and serves every role's counters to Prometheus. SIGKILL of a role of
+each kind stops the whole job within 10 s with an error naming the role and how it ended, and
+leaves no process and no shared-memory segment, when the role is a parameter server or
+``cluster.restarts = 0``.
 Otherwise a SIGKILLed replica or data server is restarted and the job completes: the portions a
 replica lost are trained again (every epoch counts each example once), a data server comes back
 on its address and serves again, and the summary counts the restarts. Every role is forked from
@@ -41,6 +42,11 @@ pytestmark = pytest.mark.slow
 STARTED_WITHIN_S = 240.0  # cold numba caches on a loaded 2-core machine
 STOPPED_WITHIN_S = 10.0
 ROLES_END_WITHIN_S = 60.0  # roles ending by themselves once their driver died, on a loaded machine
+# The jobs that lose a role and go on train FAULT_SUBSET examples an epoch, evaluated once, at the
+# end: the faults need a job that is still training when they come, and the accuracy only says
+# that the job learned through them (chance is 10 %).
+FAULT_SUBSET = 10_000
+FAULT_ACCURACY = 0.93
 
 
 def cluster_command(data: Path, run_dir: Path, *args: str) -> list[str]:
@@ -140,8 +146,10 @@ def wait_for_roles(run_dir: Path, driver: subprocess.Popen) -> dict:
 
 def test_two_replicas_two_servers_and_a_data_server_reach_98_percent(mnist_dir, tmp_path):
     run_dir = tmp_path / "run"
+    # Two epochs of 40,000 examples: two of 30,000 reached 98.34 % and 98.37 % here (two runs
+    # under load), the full 60,000 (twice the training) is not needed for the bound.
     command = cluster_command(mnist_dir, run_dir, "--epochs", "2", "--replicas", "2", "--ps",
-                              "2", "--data-servers", "1")  # fmt: skip
+                              "2", "--data-servers", "1", "--train.subset=40000")  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     final = json.loads(done.stdout.strip().splitlines()[-1])
@@ -340,7 +348,8 @@ def test_a_sigkilled_driver_takes_every_forked_role_down_with_it(mnist_dir, tmp_
 
 
 def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):
-    args = ("--epochs", "2", "--replicas", "2", "--ps", "1", "--train.subset=20000")
+    args = ("--epochs", "2", "--replicas", "2", "--ps", "1", f"--train.subset={FAULT_SUBSET}",
+            "--evaluate-every=0")  # fmt: skip
 
     def kill(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
         until("replica 1 training", lambda: gauge(scrape(first_port + 3),
@@ -350,13 +359,13 @@ def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(m
     final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 4, kill)
     assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
     assert final["restarts"] == {"replica-1": 1}
-    assert final["test_accuracy"] >= 0.95, final
+    assert final["test_accuracy"] >= FAULT_ACCURACY, final
     (restart,) = [r for r in records if r["event"] == "restart"]
     assert restart["role"] == "replica 1" and restart["returncode"] == -signal.SIGKILL
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1]
     for record in epochs:  # the lost portions were trained again, whole, and counted once
-        assert record["examples"] == 20000 == sum(record["per_replica_examples"].values())
+        assert record["examples"] == FAULT_SUBSET == sum(record["per_replica_examples"].values())
 
 
 def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(mnist_dir, tmp_path):
@@ -382,7 +391,7 @@ def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(m
 
 def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp_path):
     args = ("--epochs", "3", "--replicas", "1", "--ps", "1", "--data-servers", "2",
-            "--train.subset=20000")  # fmt: skip
+            f"--train.subset={FAULT_SUBSET}", "--evaluate-every=0")  # fmt: skip
 
     def kill(run_dir, first_port, driver):  # ports: driver, ps 0, data 0, data 1, replica 0
         until("replica 0 training", lambda: gauge(scrape(first_port + 4),
@@ -398,7 +407,7 @@ def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp
     for name in ("data 0", "data 1"):
         assert f"{name} on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
     assert final["restarts"] == {"data-0": 1, "data-1": 1}
-    assert final["test_accuracy"] >= 0.95, final
+    assert final["test_accuracy"] >= FAULT_ACCURACY, final
     start = next(r for r in records if r["event"] == "start")
     restarts = [r for r in records if r["event"] == "restart"]
     assert sorted(r["address"] for r in restarts) == sorted(start["data_servers"])
@@ -438,7 +447,7 @@ def test_with_three_copies_killed_parameter_servers_are_replaced_and_the_job_goe
     mnist_dir, tmp_path
 ):
     args = ("--epochs", "2", "--replicas", "1", "--ps", "3", "--cluster.copies=3",
-            "--train.subset=20000")  # fmt: skip
+            f"--train.subset={FAULT_SUBSET}", "--evaluate-every=0")  # fmt: skip
 
     def kill(run_dir, first_port, driver):  # ports: driver, ps 0, ps 1, ps 2, replica 0
         until("replica 0 training", lambda: gauge(scrape(first_port + 4),
@@ -452,7 +461,7 @@ def test_with_three_copies_killed_parameter_servers_are_replaced_and_the_job_goe
     for name in ("ps 0", "ps 1"):
         assert f"{name} on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
     assert final["restarts"] == {"ps-0": 1, "ps-1": 1}
-    assert final["test_accuracy"] >= 0.95, final
+    assert final["test_accuracy"] >= FAULT_ACCURACY, final
     epochs = [r for r in records if r["event"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [0, 1]
     # the checkpoint and the final record carry the config the roles ran (the etcd and the lease
@@ -462,4 +471,4 @@ def test_with_three_copies_killed_parameter_servers_are_replaced_and_the_job_goe
     assert [r["config"] for r in records if r["event"] == "final"] == [ran]
     assert load_checkpoint(tmp_path / "run").info["config"] == ran
     for record in epochs:
-        assert record["examples"] == 20000
+        assert record["examples"] == FAULT_SUBSET

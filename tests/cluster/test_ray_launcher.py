@@ -11,8 +11,8 @@ replicas 1 CPU each (Ray's CPUs are logical; the local launcher runs the same 5 
 2 cores).
 
 A job of two replicas (one worker each), two parameter servers and a data server, every role a
-Ray actor running its process, trains 20,000 MNIST examples to 95 % in two epochs (the same job
-on the local launcher reaches 98 % on all 60,000: ``test_cluster.py``; here what is checked is
+Ray actor running its process, trains 10,000 MNIST examples to 93 % in two epochs (the same job
+on the local launcher reaches 98 % on 40,000: ``test_cluster.py``; here what is checked is
 Ray's part) while one replica, SIGKILLed, is restarted in its actor, writes each role's log in
 the run directory, and leaves no process, no live actor and no placement group behind.
 A replica of two partitions is one actor in one placement group of two CPUs (its partitions on
@@ -168,7 +168,7 @@ def test_ray_job_trains_restarts_a_killed_replica_in_its_actor_and_leaves_nothin
     actors_before = _role_hosts(ray_head)
     command = ray_job(
         ray_head, mnist_dir, tmp_path, "--epochs", "2", "--replicas", "2", "--workers-per-replica",
-        "1", "--ps", "2", "--data-servers", "1", "--train.subset=20000",
+        "1", "--ps", "2", "--data-servers", "1", "--train.subset=10000",
     )  # fmt: skip
     driver = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=RAY_ENV
@@ -189,8 +189,9 @@ def test_ray_job_trains_restarts_a_killed_replica_in_its_actor_and_leaves_nothin
     assert driver.returncode == 0, stderr[-3000:]
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["restarts"] == {"replica-1": 1}, stderr[-3000:]
-    assert final["test_accuracy"] >= 0.95, final
-    assert final["examples"] == 2 * 20000
+    # the bound of test_cluster.py's jobs that lose a replica (0.955 to 0.976 measured there)
+    assert final["test_accuracy"] >= 0.93, final
+    assert final["examples"] == 2 * 10000
     assert final["replicas"] == 2 and final["ps_servers"] == 2 and final["data_servers"] == 1
 
     records = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -200,7 +201,7 @@ def test_ray_job_trains_restarts_a_killed_replica_in_its_actor_and_leaves_nothin
     epochs = [r for r in records if r["event"] == "epoch"]
     assert epochs and all(r["eval_s"] > 0 for r in epochs)
     for r in epochs:
-        assert r["examples"] == 20000 == sum(r["per_replica_examples"].values()), r
+        assert r["examples"] == 10000 == sum(r["per_replica_examples"].values()), r
     for name in ("ps-0", "ps-1", "data-0", "replica-0", "replica-1"):  # the driver's host
         assert "hogwild " in (run_dir / "logs" / f"{name}.log").read_text(), name
 
