@@ -1,17 +1,17 @@
 """``bench/figures/distbelief_fig4_frameworks.py --quick``: the shape of its JSON line, not its
 speed or its accuracy.
 
-The benchmark's contenders are every line of DistBelief's Fig. 4 (single-replica SGD, Downpour
-with SGD and with Adagrad, Sandblaster L-BFGS, and SINGA's AllReduce, hybrid and distributed
-Hogwild), each a ``hogwild cluster`` job. Every contender costs a cluster's start and stop, and
+The benchmark's contenders are every line of DistBelief's Fig. 4 (single-replica SGD, Downpour with
+SGD and with Adagrad, Sandblaster L-BFGS, and SINGA's AllReduce, hybrid and distributed Hogwild),
+each a ``hogwild cluster`` job. Every contender costs a cluster's start and stop, and
 ``test_frameworks.py`` trains the frameworks themselves, so the quick run here trains three, one
 per path the benchmark takes (an asynchronous job, Sandblaster's L-BFGS iterations after its SGD
-warm start, a synchronous job), on 1,000 MNIST examples for 2 epochs each. Checks: one JSON
-line, the same as the ``--out`` file; each contender run drew a non-empty curve of accuracies in
-[0, 1] against increasing seconds within the budget and left nothing behind, and none was skipped
-(``hogwild cluster`` runs every contender's topology); ``time_to_target_s`` agrees with the
-curve; the figure is drawn. The contender list itself covers all five frameworks, and an unknown
-name is refused with the list.
+warm start, a synchronous job), on 1,000 MNIST examples for one epoch (Sandblaster: its two L-BFGS
+iterations, an epoch each). Checks: one JSON line, the same as the ``--out`` file; each contender
+run drew a non-empty curve of accuracies in [0, 1] against increasing seconds within the budget and
+left nothing behind, and none was skipped (``hogwild cluster`` runs every contender's topology);
+``time_to_target_s`` agrees with the curve; the figure is drawn. The contender list itself covers
+all five frameworks, and an unknown name is refused with the list.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """``bench/figures/partitions.py --quick`` on real namespace hosts: its JSON line, and the ledger.
 
 One run of the fault injector's smoke mode: three servers with copies = 3 and a three-member etcd
-cluster on hosts 1 to 3, the ledger client and a one-epoch training job (3,000 examples, the
-local launcher; no fault-free run, which only the full run's accuracy comparison needs) on host
-4, one fault of each kind (a primary's host cut off, a copy stopped, a host lost, an etcd member
-killed, a role killed), each undone. The test checks the line's shape and what it promises:
-every fault happened, updates were acknowledged across them, the ledger is exact (no
-acknowledged update lost, none applied twice), the copies came back, the training job ended
-with an accuracy, and nothing (namespace, process, segment) was left behind. What is counted is
-the run's own (its namespaces, its processes, its job's segments by their names); the job's
-segments were seen named for it while it ran, so the count by name is not vacuous. The full
-run's Ray placement (roles on hosts 1 to 3) is not run here: Ray across namespace hosts is the
-hosts tier's (``test_ray_hosts.py``).
+cluster on hosts 1 to 3, the ledger client and a one-epoch training job (3,000 examples of the
+smoke runs' slice of MNIST, tested on its 2,000, the local launcher; no fault-free run, which only
+the full run's accuracy comparison needs) on host 4, one fault of each kind (a primary's host cut
+off, a copy stopped, a host lost, an etcd member killed, a role killed), each undone. The test
+checks the line's shape and what it promises: every fault happened, updates were acknowledged
+across them, the ledger is exact (no acknowledged update lost, none applied twice), the copies came
+back, the training job ended with an accuracy, and nothing (namespace, process, segment) was left
+behind. What is counted is the run's own (its namespaces, its processes, its job's segments by
+their names); the job's segments were seen named for it while it ran, so the count by name is not
+vacuous. The full run's Ray placement (roles on hosts 1 to 3) is not run here: Ray across namespace
+hosts is the hosts tier's (``test_ray_hosts.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_runs import small_mnist
 from tests.hosts import harness
 
 # Not alone: its leak counts are the run's own, and its waits for a ready map (a primary and
@@ -36,15 +37,20 @@ ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
 
 
-def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(tmp_path):
+def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(
+    tmp_path, mnist_dir, tmp_path_factory
+):
     from tests.hosts.conftest import skip_without_namespaces
 
     skip_without_namespaces()
     before = set(harness.namespaces())
     out = tmp_path / "partitions.json"
+    # what a smoke run needs of MNIST: the job's roles neither read 60,000 images nor test 10,000
+    data = small_mnist(mnist_dir, tmp_path_factory)
     # the timeout bounds a hang: the run's own waits scale with its servers' measured start
     done = subprocess.run(
-        [sys.executable, "bench/figures/partitions.py", "--quick", "--out", str(out)],
+        [sys.executable, "bench/figures/partitions.py", "--quick", "--data", str(data),
+         "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
