@@ -155,10 +155,12 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
     hosts = cluster["hosts"]
     run_dir = tmp_path / "run"
     here = str(Path(__file__).resolve().parents[2])
-    driver = hosts.run(
-        1, _job_argv(cluster, run_dir, tmp_path, mnist_dir, f"--train.subset={SUBSET}"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"],
-    )  # fmt: skip
+    said = tmp_path / "driver.log"  # a file, not a pipe nobody reads until the job ends
+    with open(said, "w") as log:
+        driver = hosts.run(
+            1, _job_argv(cluster, run_dir, tmp_path, mnist_dir, f"--train.subset={SUBSET}"),
+            stdout=subprocess.PIPE, stderr=log, text=True, env=cluster["env"],
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + JOB_WITHIN_S
         metrics = tmp_path / "m.jsonl"
@@ -194,11 +196,12 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
         time.sleep(DOWN_S)
         hosts.heal(LOST)  # back as a new machine: its Ray node joins again, the driver puts
         join_ray_node(hosts, LOST, cluster["ray"], NODE_CPUS)  # the lost roles back on it
-        stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+        stdout, _ = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
+    stderr = said.read_text()
     assert driver.returncode == 0, stderr[-3000:]
     assert json.loads(leader.strip().splitlines()[-1])["leader"] == wanted
     records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -208,16 +211,18 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
     assert final["test_accuracy"] >= 0.98, final
     assert final["replicas"] == 2 and final["ps_servers"] == 3 and final["data_servers"] == 1
     # every role lost with the host started again; another role only if it is a replica and
-    # the job's one data server was lost: its read fails, a restart, and its new start waits
-    # for the server (data.wait_s; docs/hosts.md, "Not done yet")
+    # the job's one data server was lost: its read fails, and it is restarted once the data
+    # server answers again (the driver holds its restart meanwhile; docs/hosts.md, "Not done
+    # yet"), once however slow the machine
     restarted = set(final["restarts"])
+    told = [line for line in stderr.splitlines() if line.startswith("hogwild cluster: WARN")]
     lost = {n.replace(" ", "-") for n in lost_roles}
     assert lost <= restarted, (final["restarts"], roles)
     others = restarted - lost
     assert not others or ("data-0" in lost and all(n.startswith("replica-") for n in others)), (
         final["restarts"], roles,
     )  # fmt: skip
-    assert all(final["restarts"][n] == 1 for n in others), final["restarts"]  # one, then it waited
+    assert all(final["restarts"][n] == 1 for n in others), (final["restarts"], told)
     assert start["config"]["cluster"]["etcd"].split(",") == members
     assert sorted(m.rpartition(":")[0] for m in members) == sorted(
         hosts.address(h) for h in (1, 2, 3)
