@@ -17,9 +17,10 @@ server) refused by every server. Once an epoch has ended, host 2's (or host 3's,
 runs there: every run loses the job's only data server unless Ray put it beside the driver)
 member is made the etcd leader and that host is lost (every process in it killed, its link
 down): its member, its parameter server and whatever else of the job ran there. A few seconds
-later it comes back as a new machine and its Ray node joins again; the lost roles are started again (a server only at its old
-address, so on that node), the job goes on through the two members left, and ends >= 98 % after
-3 epochs of 30,000 examples (60,000 of them after the loss, as in 2 epochs of all 60,000).
+later it comes back as a new machine and its Ray node joins again; the lost roles are started
+again (a server only at its old address, so on that node), the job goes on through the two
+members left, and ends >= 98 % after 3 epochs of 30,000 examples (60,000 of them after the
+loss, as in 2 epochs of all 60,000).
 Afterwards: each host ran a role, and no role's process, etcd member, run-directory mirror or
 key folder is left in any host but the lost member's key folder (nothing sweeps a dead job's
 keys yet: docs/hosts.md). (The issue's two tests, the job across hosts and a member's host
