@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from hogwild.cluster.launcher import RoleExit
 from hogwild.errors import RoleFailedError
+from hogwild.logs import role_logger
 
 __all__ = [
     "ForgetServer",
@@ -359,7 +360,11 @@ class Supervisor:
         silent = (
             self.data_silent is not None and self.policy.readers_waiting() and self.data_silent()
         )
-        self._do(self.policy.handle(Recover(self._id("recover"), silent, time.monotonic())))
+        held = set(self.policy.held)
+        actions = self.policy.handle(Recover(self._id("recover"), silent, time.monotonic()))
+        for name in sorted(self.policy.held - held):  # said once per wait
+            role_logger("cluster").warning("%s: no data server answers; its restart waits", name)
+        self._do(actions)
 
     def _do(self, actions: list) -> None:
         for action in actions:

@@ -226,3 +226,31 @@ def test_the_supervisor_carries_the_actions_out() -> None:
     launcher.exits = [RoleExit("ps 1", "h", 2)]  # one copy: not supervised
     with pytest.raises(RoleFailedError, match="ps 1 on h exited with status 2 .a parameter server"):
         supervisor.check()
+
+
+def test_the_supervisor_asks_the_data_servers_only_while_a_replica_awaits_its_restart(capfd):
+    launcher, started, asked = FakeLauncher(), [], []
+    answers = [False, False, True]  # silent at the first two asks, then back
+
+    def data_silent() -> bool:
+        asked.append(True)
+        return not answers.pop(0)
+
+    supervisor = Supervisor(
+        RestartPolicy(3, data_wait_s=60.0), launcher, lambda i: None,
+        lambda restart: started.append(restart.name) or "127.0.0.1:7000", lambda r, a: None,
+        data_silent,
+    )  # fmt: skip
+    for kind, index in (("data", 0), ("replica", 0)):
+        supervisor.supervise(f"{kind} {index}", kind, index)
+    supervisor.recover()
+    assert asked == [] and started == []  # nobody waits: nobody asked
+    launcher.exits = [RoleExit("replica 0", "h", 2)]
+    supervisor.recover()
+    supervisor.recover()
+    assert started == [] and len(asked) == 2
+    said = capfd.readouterr().err
+    assert said.count("replica 0: no data server answers; its restart waits") == 1  # once a wait
+    supervisor.recover()
+    assert started == ["replica 0"] and len(asked) == 3
+    supervisor.policy.validate_state()
