@@ -72,6 +72,7 @@ from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
+from hogwild.data.remote import all_silent
 from hogwild.errors import ConfigError, HogwildError
 from hogwild.logs import role_logger
 from hogwild.model.network import build_network
@@ -168,7 +169,10 @@ class ClusterDriver:
         self.fences: ReplicaFences | None = None  # replicas' incarnations fenced on the servers
         self.specs: dict = {}  # the supervised roles' specs as started, by name
         self.job_keys: JobKeys | None = None  # a key pair per role (roles beyond loopback)
-        self.policy = RestartPolicy(self.config.cluster.restarts, config.output.checkpoint_dir)
+        self.policy = RestartPolicy(
+            self.config.cluster.restarts, config.output.checkpoint_dir, config.data.wait_s
+        )
+        self.data_servers: list[str] = []  # the job's own data servers' addresses
         self.supervisor: Supervisor | None = None  # once the launcher exists
         self.endpoint = None  # the driver's Prometheus endpoint (cluster.metrics_port)
         self.rows: list[dict] = []
@@ -215,8 +219,9 @@ class ClusterDriver:
         config_file = str(self.run_dir / f"{self.job}.json")
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.supervisor = Supervisor(
-            self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back
-        )
+            self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back,
+            self._data_silent,
+        )  # fmt: skip
         self.links = ReplicaLinks(
             self.job, config.ps, self.policy, self.supervisor, unresponsive=self._unresponsive
         )
@@ -239,6 +244,7 @@ class ClusterDriver:
                 self._supervise(spec)
         self.records.warm()
         data_servers = self.launcher.start_all([*plan.ps, *plan.data])[len(plan.ps) :]
+        self.data_servers = data_servers  # a restart brings one back at its address
         for spec, address in zip(plan.data, data_servers, strict=True):
             self._supervise(on_port_of(spec, address))  # a restart comes back there
         groups = split_groups(servers, per_group)
@@ -407,6 +413,12 @@ class ClusterDriver:
             self.fences.started(spec.index, incarnation)
             return address
         return self.launcher.restart(spec)
+
+    def _data_silent(self) -> bool:
+        """Whether none of the job's own data servers answers now (False if it runs none)."""
+        if not self.data_servers:
+            return False
+        return all_silent(self.data_servers, keys=self.config.ps.keys or None)
 
     def _members_follow(self, group: int, address: str) -> None:
         """A synchronous group came back on ``address`` as a new incarnation (the old one

@@ -19,6 +19,14 @@ What it decides:
   then data servers (a replica starting reads from them), then replicas. A restart that does
   not start counts, and the role is restarted again at the next :class:`Recover` while restarts
   remain.
+- **Readers wait for their data**: a replica or a group's member (roles that read from the
+  job's data servers) is not restarted while every data server is silent (the driver asks them
+  before each :class:`Recover`): a data server lost with its host comes back only through a
+  restart here, which a replica's start waiting for it (``data.wait_s``) would hold up, since
+  restarts go one at a time; such a start would fail after its wait and cost a second restart.
+  The readers wait while a data server is gone (its restart comes first) and otherwise up to
+  ``data.wait_s`` (the launcher may not yet know that the data server's host is lost), then are
+  restarted as usual.
 - **Failover at once**: a replicated parameter server that exited has its lease ended now
   (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse.
 - **Stopping**: one exited role that will not come back (not supervised, past its restarts, or
@@ -31,12 +39,14 @@ What it decides:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from hogwild.cluster.launcher import RoleExit
 from hogwild.errors import RoleFailedError
+from hogwild.logs import role_logger
 
 __all__ = [
     "ForgetServer",
@@ -52,6 +62,7 @@ __all__ = [
 ]
 
 KIND_ORDER = {"ps": 0, "data": 1, "replica": 2, "member": 3}  # the order of one round of restarts
+READERS = ("replica", "member")  # the kinds that read from the job's data servers
 STORY_LENGTH = 1000  # transitions kept by RestartPolicy.story()
 RUNNING, EXITED, RESTARTING = "running", "exited", "restarting"
 
@@ -80,9 +91,13 @@ class RoleExited:
 
 @dataclass(frozen=True)
 class Recover:
-    """The driver asks what to do about the roles that exited."""
+    """The driver asks what to do about the roles that exited; ``data_silent``: every data
+    server of the job was asked and none answered (asked only while a reader awaits its
+    restart), at ``now`` (monotonic seconds)."""
 
     stimulus_id: str
+    data_silent: bool = False
+    now: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -146,15 +161,19 @@ class RestartPolicy:
         limit: ``cluster.restarts``: the most restarts of one role.
         kept: Where the last checkpoint is kept (``output.checkpoint_dir``; "" if none), for
             the message that stops the job.
+        data_wait_s: ``data.wait_s``: the longest a reader's restart waits for a silent data
+            server while none is known gone.
     """
 
-    def __init__(self, limit: int, kept: str = "") -> None:
-        self.limit, self.kept = limit, kept
+    def __init__(self, limit: int, kept: str = "", data_wait_s: float = 0.0) -> None:
+        self.limit, self.kept, self.data_wait_s = limit, kept, data_wait_s
         self.roles: dict[str, _Role] = {}  # the supervised roles
         self.state: dict[str, str] = {}  # a supervised role's: running, exited, restarting
         self.exits: dict[str, RoleExit] = {}  # roles exited and not yet restarted, in order
         self.gone: set[str] = set()  # roles exited and not back yet (restarting included)
         self.restarts: dict[str, int] = {}  # restarts so far, by role
+        self.held: set[str] = set()  # readers exited whose restart waits for a data server
+        self.silent_since: float | None = None  # when the data servers were first found silent
         self._story: deque[tuple] = deque(maxlen=STORY_LENGTH)
 
     # -- queries ---------------------------------------------------------------------------------
@@ -165,6 +184,10 @@ class RestartPolicy:
         if exit_ is not None and exit_.stopped:
             return False
         return name in self.roles and self.restarts.get(name, 0) < self.limit
+
+    def readers_waiting(self) -> bool:
+        """A replica or member awaits its restart (the driver then asks the data servers)."""
+        return any(self.roles[n].kind in READERS for n in self.exits if n in self.roles)
 
     def awaiting_restart(self, name: str) -> bool:
         """Exited, and will be restarted at the next :class:`Recover`: nobody to ask now."""
@@ -186,7 +209,7 @@ class RestartPolicy:
         if isinstance(stimulus, RoleExited):
             return self._exited(stimulus.exit, stimulus.stimulus_id)
         if isinstance(stimulus, Recover):
-            return self._recover(stimulus.stimulus_id)
+            return self._recover(stimulus)
         if isinstance(stimulus, Restarted):
             self._expect(stimulus.name, RESTARTING)
             self.gone.discard(stimulus.name)
@@ -210,16 +233,37 @@ class RestartPolicy:
         self._move(stimulus_id, name, EXITED)
         return [ForgetServer(role.index)] if role.kind == "ps" else []
 
-    def _recover(self, stimulus_id: str) -> list:
+    def _recover(self, recover: Recover) -> list:
+        stimulus_id = recover.stimulus_id
         if any(not self.restartable(name) for name in self.exits):
             return [StopJob(self._why_stopped())]
+        hold = self._hold_readers(recover)
         actions = []
         for name in sorted(self.exits, key=lambda n: KIND_ORDER[self.roles[n].kind]):
+            if hold and self.roles[name].kind in READERS:
+                if name not in self.held:  # once in the story, not at every Recover
+                    self.held.add(name)
+                    self._story.append((stimulus_id, name, EXITED, "held: data servers silent"))
+                continue
+            self.held.discard(name)
             exit_, role = self.exits.pop(name), self.roles[name]
             count = self.restarts[name] = self.restarts.get(name, 0) + 1
             self._move(stimulus_id, name, RESTARTING)
             actions.append(Restart(name, role.kind, role.index, count, self.limit, exit_))
         return actions
+
+    def _hold_readers(self, recover: Recover) -> bool:
+        """Whether the readers that exited wait (see the module docstring): while every data
+        server is silent, as long as one is gone (restarted first, in this round if it exited)
+        or, none known gone, for ``data_wait_s`` since they were first found silent."""
+        if not recover.data_silent:
+            self.silent_since = None
+            return False
+        if self.silent_since is None:
+            self.silent_since = recover.now
+        if any(self.roles[n].kind == "data" for n in self.gone if n in self.roles):
+            return True
+        return recover.now - self.silent_since < self.data_wait_s
 
     def _why_stopped(self) -> str:
         def told(exit_: RoleExit) -> str:
@@ -255,6 +299,8 @@ class RestartPolicy:
             assert (state == EXITED) == (name in self.exits), (name, state)
             assert (state != RUNNING) == (name in self.gone), (name, state)
         assert set(self.exits) <= self.gone, (self.exits, self.gone)
+        assert self.held <= set(self.exits), (self.held, self.exits)
+        assert all(self.roles[n].kind in READERS for n in self.held), self.held
         assert all(0 < n <= self.limit for n in self.restarts.values()), self.restarts
         assert set(self.restarts) <= set(self.roles), self.restarts
         for name, exit_ in self.exits.items():
@@ -272,6 +318,8 @@ class Supervisor:
             serves; raises :class:`~hogwild.errors.RoleFailedError` when it does not start.
         back: Called with the :class:`Restart` and the address once the role is back (what
             it raises stops the job).
+        data_silent: Asks the job's data servers; True when none answers (None: the job runs
+            none of its own, and readers are never held).
     """
 
     def __init__(
@@ -281,8 +329,9 @@ class Supervisor:
         forget_server: Callable[[int], None],
         start_again: Callable[[Restart], str],
         back: Callable[[Restart, str], None],
+        data_silent: Callable[[], bool] | None = None,
     ) -> None:
-        self.policy, self.launcher = policy, launcher
+        self.policy, self.launcher, self.data_silent = policy, launcher, data_silent
         self.forget_server, self.start_again, self.back = forget_server, start_again, back
         self.stimuli = 0
 
@@ -308,7 +357,14 @@ class Supervisor:
     def recover(self) -> None:
         """Restart the roles that exited, or stop the job."""
         self.poll()
-        self._do(self.policy.handle(Recover(self._id("recover"))))
+        silent = (
+            self.data_silent is not None and self.policy.readers_waiting() and self.data_silent()
+        )
+        held = set(self.policy.held)
+        actions = self.policy.handle(Recover(self._id("recover"), silent, time.monotonic()))
+        for name in sorted(self.policy.held - held):  # said once per wait
+            role_logger("cluster").warning("%s: no data server answers; its restart waits", name)
+        self._do(actions)
 
     def _do(self, actions: list) -> None:
         for action in actions:

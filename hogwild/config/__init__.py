@@ -223,7 +223,8 @@ class DataConfig:
     prefetch_depth: int = 2
     servers: tuple[str, ...] = ()
     timeout_s: float = 2.0
-    wait_s: float = 60.0  # a start's wait for any data server to answer, asked every second
+    wait_s: float = 60.0  # a start's wait for any data server to answer, asked every second,
+    # and the driver's hold of a replica's restart while every data server is silent
 
 
 @dataclass(frozen=True)

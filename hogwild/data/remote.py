@@ -40,7 +40,13 @@ from hogwild.net.address import parse_address
 from hogwild.net.channel import Cancelled, Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import MAX_ARRAY_BYTES, DType, ErrorCode, Header, MsgType
 
-__all__ = ["REQUEST_BYTES", "RemoteReader", "describe_server", "describe_servers"]
+__all__ = [
+    "REQUEST_BYTES",
+    "RemoteReader",
+    "all_silent",
+    "describe_server",
+    "describe_servers",
+]
 
 REQUEST_BYTES = 1 << 20
 """Most image bytes one ``BATCH`` request asks for; a larger read is several, pipelined."""
@@ -184,6 +190,21 @@ def describe_servers(
                 + "); start every data server of a job with the same source and the job's config"
             )
     return {**first, "answering": [a for a, _ in found]}
+
+
+def all_silent(servers: Sequence[str], *, keys: str | None = None) -> bool:
+    """Whether none of ``servers`` answers a ``describe`` now (each asked once, for
+    :data:`PROBE_TIMEOUT_S`): a server answering wrongly is not silent (waiting will not change
+    it). The driver asks before it restarts a replica (:mod:`hogwild.cluster.supervisor`)."""
+    for address in servers:
+        try:
+            describe_server(address, keys=keys, timeout_s=PROBE_TIMEOUT_S, retries=0)
+        except DataServerSilentError:
+            continue
+        except DataError:
+            return False
+        return False
+    return bool(servers)
 
 
 class RemoteReader:

@@ -13,12 +13,14 @@ address under the job's CURVE keys, and the controller is the job's own etcd clu
 (``cluster.etcd = "job"``: a member on each node, TLS with certificates the job made). While it
 trains, a client without keys is refused by every server, one with the job's keys answered (the
 control), and a replication message sent with the job's user's key (a role of the job, not a
-server) refused by every server. Once an epoch has ended, host 2's member is made the etcd
-leader and host 2 is lost (every process in it killed, its link down): its member, its parameter
-server and whatever else of the job ran there. A few seconds later host 2 comes back as a new
-machine and its Ray node joins again; the lost roles are started again (a server only at its old
-address, so on that node), the job goes on through the two members left, and ends >= 98 % after
-3 epochs of 30,000 examples (60,000 of them after the loss, as in 2 epochs of all 60,000).
+server) refused by every server. Once an epoch has ended, host 2's (or host 3's, if the data server
+runs there: every run loses the job's only data server unless Ray put it beside the driver)
+member is made the etcd leader and that host is lost (every process in it killed, its link
+down): its member, its parameter server and whatever else of the job ran there. A few seconds
+later it comes back as a new machine and its Ray node joins again; the lost roles are started
+again (a server only at its old address, so on that node), the job goes on through the two
+members left, and ends >= 98 % after 3 epochs of 30,000 examples (60,000 of them after the
+loss, as in 2 epochs of all 60,000).
 Afterwards: each host ran a role, and no role's process, etcd member, run-directory mirror or
 key folder is left in any host but the lost member's key folder (nothing sweeps a dead job's
 keys yet: docs/hosts.md). (The issue's two tests, the job across hosts and a member's host
@@ -145,7 +147,6 @@ def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
     assert _roles_left(hosts, tmp_path / "run") == [] and _etcd_left(hosts) == []
 
 
-LOST = 2  # the host lost: never host 1 (the driver, the Ray head and the first etcd member)
 DOWN_S = 5.0  # how long it stays down before it comes back as a new machine
 
 
@@ -155,10 +156,12 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
     hosts = cluster["hosts"]
     run_dir = tmp_path / "run"
     here = str(Path(__file__).resolve().parents[2])
-    driver = hosts.run(
-        1, _job_argv(cluster, run_dir, tmp_path, mnist_dir, f"--train.subset={SUBSET}"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster["env"],
-    )  # fmt: skip
+    said = tmp_path / "driver.log"  # a file, not a pipe nobody reads until the job ends
+    with open(said, "w") as log:
+        driver = hosts.run(
+            1, _job_argv(cluster, run_dir, tmp_path, mnist_dir, f"--train.subset={SUBSET}"),
+            stdout=subprocess.PIPE, stderr=log, text=True, env=cluster["env"],
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + JOB_WITHIN_S
         metrics = tmp_path / "m.jsonl"
@@ -175,9 +178,14 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
             start["config"]["ps"]["keys"], "--ps", *ps, "--data", *data,
             "--identity", str(run_dir / "private-keys" / "user.key_secret"),
         ], cwd=here)  # fmt: skip
-        lost_roles = {r["name"] for r in roles if r["host"] == hosts.address(LOST)}
-        lost_member = _member_in(hosts, LOST)
-        (wanted,) = [m for m in members if m.rpartition(":")[0] == hosts.address(LOST)]
+        # the host lost: never host 1 (the driver, the Ray head and the first etcd member); the
+        # data server's, where Ray put it on another, so that every run loses the job's only
+        # data server (a replica's read fails: its restart waits for the server's), else host 2
+        (data_host,) = [r["host"] for r in roles if r["name"] == "data 0"]
+        lost_host = next((h for h in (2, 3) if hosts.address(h) == data_host), 2)
+        lost_roles = {r["name"] for r in roles if r["host"] == hosts.address(lost_host)}
+        lost_member = _member_in(hosts, lost_host)
+        (wanted,) = [m for m in members if m.rpartition(":")[0] == hosts.address(lost_host)]
         epochs_before = 0
         while driver.poll() is None and time.monotonic() < deadline and not epochs_before:
             epochs_before = sum(r["event"] == "epoch" for r in _records(metrics))
@@ -189,16 +197,17 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
             *(str(run_dir / "private-keys" / "etcd-driver" / f) for f in _DRIVER_TLS),
             wanted, *members,
         ], cwd=here)  # fmt: skip
-        hosts.lose(LOST)  # the machine dies: its member, its server, whatever else ran there
-        assert hosts.pids(LOST) == []
+        hosts.lose(lost_host)  # the machine dies: its member, its server, whatever else ran there
+        assert hosts.pids(lost_host) == []
         time.sleep(DOWN_S)
-        hosts.heal(LOST)  # back as a new machine: its Ray node joins again, the driver puts
-        join_ray_node(hosts, LOST, cluster["ray"], NODE_CPUS)  # the lost roles back on it
-        stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
+        hosts.heal(lost_host)  # back as a new machine: its Ray node joins again, the driver puts
+        join_ray_node(hosts, lost_host, cluster["ray"], NODE_CPUS)  # the lost roles back on it
+        stdout, _ = driver.communicate(timeout=JOB_WITHIN_S)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
+    stderr = said.read_text()
     assert driver.returncode == 0, stderr[-3000:]
     assert json.loads(leader.strip().splitlines()[-1])["leader"] == wanted
     records = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -208,16 +217,18 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
     assert final["test_accuracy"] >= 0.98, final
     assert final["replicas"] == 2 and final["ps_servers"] == 3 and final["data_servers"] == 1
     # every role lost with the host started again; another role only if it is a replica and
-    # the job's one data server was lost: its read fails, a restart, and its new start waits
-    # for the server (data.wait_s; docs/hosts.md, "Not done yet")
+    # the job's one data server was lost: its read fails, and it is restarted once the data
+    # server answers again (the driver holds its restart meanwhile; docs/hosts.md, "Not done
+    # yet"), once however slow the machine
     restarted = set(final["restarts"])
+    told = [line for line in stderr.splitlines() if line.startswith("hogwild cluster: WARN")]
     lost = {n.replace(" ", "-") for n in lost_roles}
     assert lost <= restarted, (final["restarts"], roles)
     others = restarted - lost
     assert not others or ("data-0" in lost and all(n.startswith("replica-") for n in others)), (
         final["restarts"], roles,
     )  # fmt: skip
-    assert all(final["restarts"][n] == 1 for n in others), final["restarts"]  # one, then it waited
+    assert all(final["restarts"][n] == 1 for n in others), (final["restarts"], told)
     assert start["config"]["cluster"]["etcd"].split(",") == members
     assert sorted(m.rpartition(":")[0] for m in members) == sorted(
         hosts.address(h) for h in (1, 2, 3)

@@ -76,6 +76,53 @@ def test_one_round_restarts_servers_then_data_servers_then_replicas() -> None:
     assert all(isinstance(a, Restart) and a.count == 1 for a in actions)
 
 
+def test_a_replica_waits_for_a_silent_data_server_while_it_is_gone_then_restarts_once() -> None:
+    # the replica's read failed first; the launcher knows of the data server's loss later
+    policy = RestartPolicy(3, data_wait_s=60.0)
+    for kind, index in (("ps", 0), ("data", 0), ("replica", 0), ("member", 0)):
+        step(policy, Supervised(f"{kind} {index}", kind, index, next(ids)))
+    step(policy, died("replica 0", code=2))
+    step(policy, died("member 0", code=2))
+    assert policy.readers_waiting()
+    assert step(policy, Recover(next(ids), data_silent=True, now=100.0)) == []  # held
+    assert policy.awaiting_restart("replica 0") and policy.held == {"replica 0", "member 0"}
+    assert step(policy, Recover(next(ids), data_silent=True, now=159.0)) == []
+    step(policy, died("data 0"))  # its loss known: held past data_wait_s, until it is back
+    step(policy, died("ps 0"))
+    actions = step(policy, Recover(next(ids), data_silent=True, now=170.0))
+    assert [a.name for a in actions] == ["ps 0", "data 0"]  # the readers after its restart
+    step(policy, Restarted("ps 0", next(ids)))
+    step(policy, RestartFailed("data 0", "h", "no node at its address yet", next(ids)))
+    [again] = step(policy, Recover(next(ids), data_silent=True, now=200.0))
+    assert again.name == "data 0" and again.count == 2
+    step(policy, Restarted("data 0", next(ids)))
+    actions = step(policy, Recover(next(ids), data_silent=False, now=201.0))  # it answers
+    assert [(a.name, a.count) for a in actions] == [("replica 0", 1), ("member 0", 1)]
+    assert policy.held == set() and not policy.readers_waiting()
+    assert "held: data servers silent" in [after for *_, after in policy.story("replica 0")]
+
+
+def test_a_replica_waits_for_silent_data_servers_nobody_knows_gone_for_data_wait_s() -> None:
+    policy = RestartPolicy(5, data_wait_s=60.0)
+    for kind, index in (("data", 0), ("replica", 0)):
+        step(policy, Supervised(f"{kind} {index}", kind, index, next(ids)))
+    step(policy, died("replica 0", code=2))
+    assert step(policy, Recover(next(ids), data_silent=True, now=10.0)) == []
+    assert step(policy, Recover(next(ids), data_silent=True, now=69.0)) == []
+    [restart] = step(policy, Recover(next(ids), data_silent=True, now=70.0))  # waited enough
+    assert restart.name == "replica 0" and policy.held == set()
+    step(policy, RestartFailed("replica 0", "h", "no data server answered", next(ids)))
+    [again] = step(policy, Recover(next(ids), data_silent=True, now=71.0))  # not a second wait
+    assert again.count == 2
+    step(policy, Restarted("replica 0", next(ids)))
+    step(policy, died("replica 0", code=2))  # answered in between: a new outage waits again
+    step(policy, Recover(next(ids), data_silent=False, now=80.0))
+    step(policy, Restarted("replica 0", next(ids)))
+    step(policy, died("replica 0", code=2))
+    assert step(policy, Recover(next(ids), data_silent=True, now=90.0)) == []
+    assert RestartPolicy(3).handle(Recover(next(ids), data_silent=True, now=1.0)) == []
+
+
 def test_a_parameter_server_nobody_supervises_stops_the_job_naming_every_exit() -> None:
     policy = job(limit=3, kept="")
     step(policy, died("replica 0", code=1))
@@ -179,3 +226,31 @@ def test_the_supervisor_carries_the_actions_out() -> None:
     launcher.exits = [RoleExit("ps 1", "h", 2)]  # one copy: not supervised
     with pytest.raises(RoleFailedError, match="ps 1 on h exited with status 2 .a parameter server"):
         supervisor.check()
+
+
+def test_the_supervisor_asks_the_data_servers_only_while_a_replica_awaits_its_restart(capfd):
+    launcher, started, asked = FakeLauncher(), [], []
+    answers = [False, False, True]  # silent at the first two asks, then back
+
+    def data_silent() -> bool:
+        asked.append(True)
+        return not answers.pop(0)
+
+    supervisor = Supervisor(
+        RestartPolicy(3, data_wait_s=60.0), launcher, lambda i: None,
+        lambda restart: started.append(restart.name) or "127.0.0.1:7000", lambda r, a: None,
+        data_silent,
+    )  # fmt: skip
+    for kind, index in (("data", 0), ("replica", 0)):
+        supervisor.supervise(f"{kind} {index}", kind, index)
+    supervisor.recover()
+    assert asked == [] and started == []  # nobody waits: nobody asked
+    launcher.exits = [RoleExit("replica 0", "h", 2)]
+    supervisor.recover()
+    supervisor.recover()
+    assert started == [] and len(asked) == 2
+    said = capfd.readouterr().err
+    assert said.count("replica 0: no data server answers; its restart waits") == 1  # once a wait
+    supervisor.recover()
+    assert started == ["replica 0"] and len(asked) == 3
+    supervisor.policy.validate_state()
