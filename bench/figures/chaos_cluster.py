@@ -34,7 +34,7 @@ After every run, what it left behind (:mod:`bench.support.leaks`): segments, pro
 
 Run: ``python bench/figures/chaos_cluster.py --out bench/results/chaos_cluster.json`` (``--quick``:
 a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1 of 2,000, a
-kill of each kind, 1 ledger kill).
+kill of each kind, 2 ledger kills).
 It prints one JSON line; progress goes to stderr.
 """
 
@@ -81,9 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--data", metavar="DIR", help="MNIST idx files (default $HOGWILD_TEST_DATA or the shared)")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
-    # quick: one kill of the ledger phase (a killed server's return and a kill after it are
-    # tests/cluster/test_ps_failover.py's, with the same servers and etcd)
-    defaults = {"epochs": 2, "kill_every_s": 1.0, "ledger_kills": 1} if args.quick else {
+    # quick: two kills of the ledger phase, the second after the first victim's restart
+    defaults = {"epochs": 2, "kill_every_s": 1.0, "ledger_kills": 2} if args.quick else {
         "epochs": 12, "kill_every_s": 3.0, "ledger_kills": 20}  # fmt: skip
     for key, value in defaults.items():
         if getattr(args, key) is None:
