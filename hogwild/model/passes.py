@@ -468,13 +468,13 @@ def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
 def forward(ops, params, a, aux, scratch, training):
     """Run every layer forward on one example's activation row ``a``.
 
-    Python, not a kernel: it calls :func:`forward_batch` over a one-row view of ``a``, with the
-    argument types a job's training step calls it with, so it runs the code a job compiled.
+    Python, not a kernel: it calls :func:`forward_batch` over a one-row view of ``a`` (a view
+    whatever its strides, never a copy: the kernel writes into ``a`` itself), with the argument
+    types a job's training step calls it with, so it runs the code a job compiled.
     Compiled itself, it would be a whole second compile of every layer's forward pass (numba
     optimises a kernel together with everything it calls), for each float type, for tests only.
     """
-    size = a.shape[0]
-    forward_batch(ops, params, a.reshape(1, size), aux.reshape(1, size), scratch, 1, bool(training))
+    forward_batch(ops, params, a[np.newaxis], aux[np.newaxis], scratch, 1, bool(training))
 
 
 def backward(ops, params, a, da, aux, scratch, grad, label):
@@ -483,14 +483,13 @@ def backward(ops, params, a, da, aux, scratch, grad, label):
     Python, like :func:`forward`: :func:`backward_batch` over one-row views, its targets an int64
     row as a job's are, whatever integer type ``label`` has.
     """
-    size = a.shape[0]
     targets = np.full(1, label, dtype=np.int64)
     backward_batch(
         ops,
         params,
-        a.reshape(1, size),
-        da.reshape(1, size),
-        aux.reshape(1, size),
+        a[np.newaxis],
+        da[np.newaxis],
+        aux[np.newaxis],
         scratch,
         grad,
         targets,

@@ -2,7 +2,7 @@
 MNIST.
 
 Two seeds of two modes, 1,000 training examples, one epoch: every run is a real ``hogwild
-train`` (synchronous with ``--sync``, two workers) or ``hogwild cluster`` (two replicas through a
+train`` (synchronous with ``--sync``, one worker) or ``hogwild cluster`` (two replicas through a
 parameter server). Checks: one JSON line, the same as the ``--out`` file; four runs, interleaved
 by seed; each run's final accuracy is the last epoch of its metrics file; the summary's mean and
 range are those of the runs; the asynchronous mode's paired comparison is that of its runs with
