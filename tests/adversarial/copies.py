@@ -2,7 +2,8 @@
 
 :func:`two_copies` starts a real etcd, two servers of ``copies = 2`` on loopback (two shards of
 1024 floats, one update thread each, a one-second lease) and a client of both, and stops them all
-on the way out; :func:`primary_and_copy` waits until a server serves a shard as its primary.
+on the way out; :func:`primary_and_copy` waits until a server serves a shard as its primary;
+:func:`held_everywhere` until every server holds given values (every COMMIT applied).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
+import numpy as np
 from hogwild_plugins.ps.client import PSClient
 from hogwild_plugins.ps.etcd import EtcdProcess
 from hogwild_plugins.ps.layout import ModelGeometry
@@ -79,3 +81,19 @@ def primary_and_copy(servers: list, shard: int) -> tuple:
                 return primary, copy
         assert time.monotonic() < deadline, "no server serves the shard with its copy in sync"
         time.sleep(0.05)
+
+
+def held_everywhere(servers: list, values) -> None:
+    """Wait until every server holds ``values`` in each of its shards. A client's push is
+    acknowledged once every in-sync copy took its PREPARE; the COMMIT that applies it on a copy
+    (and a primary's own apply of another bucket) may still be under way, holding a slot of
+    that server's update queues. A test that reads a copy's state, or fills its queues, after a
+    push waits for this first."""
+    deadline = time.monotonic() + SERVING_WITHIN_S
+    while not all(
+        np.array_equal(shard.values, values[shard.lo : shard.lo + shard.values.size])
+        for server in servers
+        for shard in server.shards
+    ):
+        assert time.monotonic() < deadline, "a server does not hold what was acknowledged"
+        time.sleep(0.02)

@@ -46,7 +46,7 @@ from hogwild_plugins.ps.serving.launch import local_server
 from hogwild.errors import HogwildError
 from hogwild.net.metrics import gauges
 from hogwild.net.wire import Header, MsgType, job_id, pack_header, unpack_header
-from tests.adversarial.copies import GEOMETRY, N, primary_and_copy, two_copies
+from tests.adversarial.copies import GEOMETRY, N, held_everywhere, primary_and_copy, two_copies
 from tests.adversarial.hostile import RawClient
 
 pytestmark = pytest.mark.ps_kernels
@@ -80,6 +80,7 @@ def test_a_copys_commit_applies_whole_or_is_refused_with_nothing_committed():
     with two_copies("commit") as (servers, client):
         client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
         primary, copy = primary_and_copy(servers, 0)
+        held_everywhere(servers, np.ones(N, np.float32))  # no apply holds a slot any more
         log = copy.replication.copy_side.logs[0]
         committed = log.committed
         held = []  # the copy's update queues: full (every slot taken)

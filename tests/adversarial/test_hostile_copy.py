@@ -35,7 +35,7 @@ from hogwild.net.wire import (
     pack_header,
     unpack_header,
 )
-from tests.adversarial.copies import SHARD, N, primary_and_copy, two_copies
+from tests.adversarial.copies import SHARD, N, held_everywhere, primary_and_copy, two_copies
 from tests.adversarial.hostile import RawClient
 
 pytestmark = pytest.mark.ps_kernels
@@ -110,6 +110,7 @@ def test_a_live_copy_refuses_hostile_peers_and_keeps_the_honest_updates(tmp_path
     with two_copies(JOB, keys) as (servers, client):
         client.push_deltas(np.ones(N, np.float32))
         primary, copy = primary_and_copy(servers, 0)
+        held_everywhere(servers, np.ones(N, np.float32))  # the copy's COMMIT applied, too
         cases = hostile_messages(job, primary, copy)
         before = state_of(copy)
 

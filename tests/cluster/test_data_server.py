@@ -32,7 +32,7 @@ from hogwild.data.augment import AugmentSpec
 from hogwild.data.cache import open_cache
 from hogwild.data.feed import ArrayReader, WorkerFeed
 from hogwild.data.ingest import ingest_arrays
-from hogwild.data.remote import RemoteReader, describe_server, describe_servers
+from hogwild.data.remote import RemoteReader, all_silent, describe_server, describe_servers
 from hogwild.data.resident import Delivery, load_source
 from hogwild.data.server import DataServer
 from hogwild.errors import DataError
@@ -239,9 +239,11 @@ def test_a_reader_moves_on_when_a_server_stops_and_names_them_all_when_none_answ
     out, labels = np.empty((64, 1, 28, 28), np.uint8), np.empty(64, np.int32)
     idx = np.arange(64, dtype=np.int64)
     try:
+        assert not all_silent(addresses) and not all_silent([])  # the driver's restart probe
         with RemoteReader(addresses, "train", timeout_s=0.3) as reader:
             reader.read(idx, out, labels)
             servers[0].stop()
+            assert not all_silent(addresses)  # one still answers: a replica's restart goes on
             for _ in range(4):  # every read served, the stopped server left out after one try
                 reader.read(idx, out, labels)
             assert reader.failovers == 1
@@ -249,6 +251,7 @@ def test_a_reader_moves_on_when_a_server_stops_and_names_them_all_when_none_answ
                 labels, servers[1].delivery.source.splits["train"].labels[:64]
             )
             servers[1].stop()
+            assert all_silent(addresses)  # none answers: the driver holds a replica's restart
             with pytest.raises(DataError) as caught:
                 reader.read(idx, out, labels)
             assert all(a in str(caught.value) for a in addresses)
