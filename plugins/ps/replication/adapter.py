@@ -141,7 +141,9 @@ class Replication:
             self.bucket_shards[layout.bucket_of(shard)].append(shard)
         self.min_copies = min_copies
         self.roles = {
-            b: BucketRole(b, self.me, copies, min_copies, empty=not self.bucket_shards[b])
+            b: BucketRole(
+                b, self.me, copies, min_copies, empty=not self.bucket_shards[b], lease_ttl=lease_s
+            )
             for b in range(layout.n_buckets)
         }
         self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
@@ -193,6 +195,7 @@ class Replication:
             "copies_caught_up": 0,  # shards a copy was found to hold already: no snapshot
             "not_primary": 0,
             "too_few_copies": 0,
+            "reads_waiting": 0,  # pulls refused while a takeover waits out its predecessor
             "campaigns_won": 0,
             "handed_over": 0,
         }
@@ -291,6 +294,16 @@ class Replication:
             and self.clock.valid(time.monotonic())
         )
 
+    def answers_reads(self, shard: int) -> bool:
+        """Whether this server answers ``shard``'s pulls and reductions: :meth:`serving`, and
+        past its role's wait for reads after a takeover from another server (the lease TTL from
+        the campaign's answer: ``BucketRole.reads_open``)."""
+        role = self.roles[self.layout.bucket_of(shard)]
+        return self.serving(shard) and role.reads_open(time.monotonic())
+
+    def clock(self) -> float:
+        return time.monotonic()
+
     def writable(self, shard: int) -> bool:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""
         return self.serving(shard) and self.roles[self.layout.bucket_of(shard)].writable
@@ -305,6 +318,13 @@ class Replication:
                 f"bucket {role.bucket} has {role.holders} live copies in sync, fewer than "
                 f"ps.min_copies = {role.min_copies}: writes are refused until a copy catches up "
                 "(send again)",
+                ErrorCode.NOT_PRIMARY,
+            )
+        if role.serving and not role.reads_open(time.monotonic()):
+            self.counters["reads_waiting"] += 1
+            return WireError(
+                f"bucket {role.bucket} was taken over from another server: its reads wait out "
+                f"that server's lease ({role.lease_ttl} s from the takeover; send again)",
                 ErrorCode.NOT_PRIMARY,
             )
         if role.record_lost:

@@ -93,7 +93,9 @@ def heal(world: World) -> dict[int, bool]:
     for i, s in sorted(world.servers.items()):
         if s is None or s.paused:
             world.apply(("restart", i) if s is None else ("resume", i))
-    for _ in range(heal_ticks(world.config)):
+    for n in range(heal_ticks(world.config) + world.config.ttl):
+        if n >= heal_ticks(world.config) and not _reads_waiting(world):
+            break  # past the heal's ticks, only a takeover's wait for reads goes on ticking
         _quiet(world)
         for c, client in enumerate(world.clients):
             if client.outstanding is not None:
@@ -102,6 +104,14 @@ def heal(world: World) -> dict[int, bool]:
         world.apply(("tick",))
     _quiet(world)
     return held
+
+
+def _reads_waiting(world: World) -> bool:
+    """Whether a serving primary still waits out its predecessor's lease before it answers
+    reads (``BucketRole.reads_open``: up to a TTL after a takeover late in the heal)."""
+    return any(
+        r.serving and not r.reads_open(world.time) for s in world.live() for r in s.roles.values()
+    )
 
 
 def _held(world: World, bucket: int) -> bool:
@@ -192,7 +202,7 @@ def _stuck(world: World, bucket: int, shards: list[int], held: bool) -> str | No
         )
     primary = world.servers[record.primary]
     role = primary.roles[bucket]
-    if role.epoch != record.epoch or not all(primary.serving(s) for s in shards):
+    if role.epoch != record.epoch or not all(primary.answers_pulls(s) for s in shards):
         return f"is not served by its primary {primary.me} in epoch {record.epoch}"
     if not role.writable:
         return f"takes no writes on its primary {primary.me} ({role.holders} live copies)"
@@ -234,9 +244,21 @@ def _allowed_outcome(world: World, bucket: int, record, held: bool) -> str | Non
         if (
             named is not None
             and named.roles[bucket].stopped
-            and world.etcd.members().get(named.me) == record.lease
+            and (
+                world.etcd.members().get(named.me) == record.lease
+                or not any(_may_campaign(s, bucket, record) for s in live)
+            )
         ):
+            # etcd names it under its live lease (no copy may campaign), or under a lease it
+            # lost (cut off, say, and registered again) with no copy that may campaign anyway
             if any(named.refusal(s, "PUSH") != "STOPPED" for s in world.bucket_shards[bucket]):
                 return None
             return f"stopped on its primary {named.me} with no caught-up copy"
     return None
+
+
+def _may_campaign(server, bucket: int, record) -> bool:
+    """Whether ``server`` may take ``bucket`` from a primary whose lease is gone: it holds the
+    bucket's state (``current``, not stopped) and is in the record's ``in_sync``."""
+    role = server.roles[bucket]
+    return role.current and not server.stops.stopped(bucket) and server.me in record.in_sync
