@@ -301,8 +301,8 @@ class Replication:
         role = self.roles[self.layout.bucket_of(shard)]
         return self.serving(shard) and role.reads_open(time.monotonic())
 
-    def clock(self) -> float:
-        return time.monotonic()
+    def lease_time(self) -> float:
+        return time.monotonic()  # (the clock LeaseClock reads)
 
     def writable(self, shard: int) -> bool:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""

@@ -113,7 +113,7 @@ class RoleEffects(Protocol):
         ``action.expected``: whether it was done, and the record read back. Raises
         :class:`~hogwild.errors.HogwildError` when etcd did not answer."""
 
-    def clock(self) -> float:
+    def lease_time(self) -> float:
         """This server's lease clock now (seconds of ``time.monotonic()``; the simulator's
         ticks): when a campaign's answer came (a successor's reads wait from it)."""
 
@@ -359,7 +359,7 @@ def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects)
             host.record_written(action, done)
             if isinstance(action, Campaign):
                 done = done and record is not None
-                won = CampaignAnswered(done, record, at=host.clock(), stimulus_id=sid)
+                won = CampaignAnswered(done, record, at=host.lease_time(), stimulus_id=sid)
                 actions += role.handle(won)
                 continue
             actions += role.handle(answer(done, record, stimulus_id=sid))

@@ -247,7 +247,7 @@ class SimServer:
         took the bucket from another server (``BucketRole.reads_open``)."""
         return self.serving(shard) and self.roles[self.bucket_of[shard]].reads_open(self.now())
 
-    def clock(self) -> int:
+    def lease_time(self) -> int:
         return self.now()
 
     # ------------------------------------------------------------------ network thread
