@@ -93,3 +93,33 @@ def test_without_the_wait_the_deposed_primary_answers_older_values_than_its_succ
 def test_the_seeds_that_found_reads_going_back_keep_every_invariant_and_heal():
     for seed, steps in ((2496, 100), (25155, 300)):
         heal_and_check(run_seed(seed, steps, faults=FAULTS | {"cut"}))
+
+
+def test_a_primary_taking_back_its_own_record_keeps_the_wait_it_still_owes():
+    """The successor's own lease ends inside its wait; it registers again and takes back the
+    record it won (its thread first). Before the mend that campaign set its wait to nothing,
+    it answered the write to a pull, and the resumed predecessor answered an older one."""
+    world, old, new = deposed_while_paused()
+    role = world.servers[new].roles[1]
+    owed = role.reads_from
+    assert owed > world.time
+    world.apply(("expire", new))  # the successor's own lease ends early
+    lease = world.servers[new].lease
+    while world.servers[new].lease == lease:
+        world.apply(("tick",))
+    for _ in range(30):  # its thread runs before any copy's
+        world.apply(("run", new))
+        if role.role.value == "primary":
+            break
+    assert role.role.value == "primary" and primary_of(world, SHARD).me == new
+    assert role.reads_from >= owed, "taking its record back shortened the wait it owed"
+    while not world.servers[new].answers_pulls(SHARD):
+        assert world.time < owed, "answered no pull once the owed wait was over"
+        world.apply(("tick",))
+        world.settle()
+    assert world.time >= owed
+    world.apply(("resume", old))  # its clock has run out by now: it answers nothing
+    world.settle()
+    pull(world, new)
+    world.settle()
+    assert world.clients[0].reads[SHARD][-1][1] == {(100, 1)}

@@ -259,15 +259,16 @@ class BucketRole:
 
         A primary that took the bucket from another server (or was handed it: the hand-over
         may come before that server's predecessor's clock ran out) answers reads only
-        ``lease_ttl`` after its campaign came back; one that takes back a record it won itself,
-        at once. A predecessor may still answer pulls from older memory until its own lease
-        clock runs out: it knows its lease only by that clock, which gives up ``margin`` before
-        etcd's TTL counted from its last renewal, and that renewal came before etcd dropped the
-        lease (expired, or revoked early: ``hogwild ps`` ends the lease of a server the driver
-        takes for dead, which may only be paused), which came before this campaign. Waiting the
-        whole TTL, as Raft's and Spanner's leader leases wait out the old leader's, keeps reads
-        from going back while the two clocks' rates differ by less than that margin. Writes need
-        no wait: the copies fence a deposed primary's prepares."""
+        ``lease_ttl`` after its campaign came back; one that takes back a record it won itself
+        waits no longer than what it still owed. A predecessor may still answer pulls from
+        older memory until its own lease clock runs out: it knows its lease only by that clock,
+        which gives up ``margin`` before etcd's TTL counted from its last renewal, and that
+        renewal came before etcd dropped the lease (expired, or revoked early: ``hogwild ps``
+        ends the lease of a server the driver takes for dead, which may only be paused), which
+        came before this campaign. Waiting the whole TTL, as Raft's and Spanner's leader leases
+        wait out the old leader's, keeps reads from going back while the holder's clock runs no
+        more than that margin slower than this side's (``0.75 / r_holder <= 1 / r_this``).
+        Writes need no wait: the copies fence a deposed primary's prepares."""
         return self.serving and now >= self.reads_from
 
     @property
@@ -410,8 +411,6 @@ class BucketRole:
         if self.role is not Role.CANDIDATE:
             return []
         campaign, self.campaign = self.campaign, None
-        # reads wait out the lease of the primary replaced, if not this side (see reads_open)
-        self.reads_from = at + self.lease_ttl if self.replaces_another else at
         if won and (record is None or record.primary != self.me or record.epoch != campaign.epoch):
             # written, then another campaign won before the read back (this side's lease
             # lapsed in between): that record is the bucket's, not this side's
@@ -423,6 +422,11 @@ class BucketRole:
             self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
+        # reads wait out the lease of the primary replaced, if not this side (see reads_open);
+        # a wait still owed is never shortened: taking back its own record inside the wait it
+        # owes another (its own lease lost meanwhile) leaves that one's clock running as before
+        owed = at + self.lease_ttl if self.replaces_another else at
+        self.reads_from = max(self.reads_from, owed)
         self.won_epoch = record.epoch
         self.first_ticket = self.tickets + 1
         self.history.refreshed = False  # a refresh seen while campaigning: older than this
