@@ -308,25 +308,30 @@ class Replication:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""
         return self.serving(shard) and self.roles[self.layout.bucket_of(shard)].writable
 
-    def not_primary(self, header: Header, shard: int) -> WireError:
+    def not_primary(self, header: Header, shard: int, read: bool = False) -> WireError:
+        """Why this server does not take ``header``'s request of ``shard`` (a pull or a
+        reduction when ``read``, else a write), counted by that reason: a write short of
+        copies, a read waiting out the predecessor's lease (``READS_WAITING``: the client sends
+        it again here after a pause, with no map read), or not the serving primary."""
         self.counters["not_primary"] += 1
         role = self.roles[self.layout.bucket_of(shard)]
         primary = role.record.primary if role.record else None
-        if role.serving and not role.writable:
-            self.counters["too_few_copies"] += 1
-            return WireError(
-                f"bucket {role.bucket} has {role.holders} live copies in sync, fewer than "
-                f"ps.min_copies = {role.min_copies}: writes are refused until a copy catches up "
-                "(send again)",
-                ErrorCode.NOT_PRIMARY,
-            )
-        if role.serving and not role.reads_open(time.monotonic()):
-            self.counters["reads_waiting"] += 1
-            return WireError(
-                f"bucket {role.bucket} was taken over from another server: its reads wait out "
-                f"that server's lease ({role.lease_ttl} s from the takeover; send again)",
-                ErrorCode.NOT_PRIMARY,
-            )
+        if self.serving(shard):  # the primary, under its record's lease, valid by its clock
+            if not read and not role.writable:
+                self.counters["too_few_copies"] += 1
+                return WireError(
+                    f"bucket {role.bucket} has {role.holders} live copies in sync, fewer than "
+                    f"ps.min_copies = {role.min_copies}: writes are refused until a copy "
+                    "catches up (send again)",
+                    ErrorCode.NOT_PRIMARY,
+                )
+            if read and not role.reads_open(time.monotonic()):
+                self.counters["reads_waiting"] += 1
+                return WireError(
+                    f"bucket {role.bucket} was taken over from another server: its reads wait "
+                    f"out that server's lease ({role.lease_ttl} s from the takeover; send again)",
+                    ErrorCode.READS_WAITING,
+                )
         if role.record_lost:
             store = ""
             if role.bucket in self.marks.remembered:

@@ -360,7 +360,7 @@ class ParameterServer:
                 replication.submit(header, shard, work, request.frames)
                 return None  # the replication thread answers, once every copy committed
             if not replication.answers_reads(shard):  # a pull or a reduction: the primary
-                raise replication.not_primary(header, shard)
+                raise replication.not_primary(header, shard, read=True)
         else:
             work = self.admission.work(header, shard, local, request.frames)
             if work.kind == Kind.PULL and self.options.direct_pulls:
