@@ -34,8 +34,10 @@ checked as such:
   memory-only store lost it; no server serves the bucket (the restarted ones hold nothing and
   never campaign);
 * **the bucket stopped on its primary with no caught-up copy to hand it to**: etcd still names
-  that server under its live lease, which refuses the bucket ``STOPPED`` and serves nothing of
-  it, until the job is restarted (the driver stops it at the client's ``STOPPED``).
+  that server under its live lease, or under a lease it lost (cut off, it registered again)
+  with every live copy in ``in_sync`` stopped and every live current copy out of it (seed
+  22354, 300 steps, with cuts); it refuses the bucket ``STOPPED`` and serves nothing of it,
+  until the job is restarted (the driver stops it at the client's ``STOPPED``).
 
 A world that does none of these raises :class:`~hogwild_plugins.ps.simulation.world.Violation`
 with its schedule (the heal's steps included) and every server's stories.
@@ -246,19 +248,28 @@ def _allowed_outcome(world: World, bucket: int, record, held: bool) -> str | Non
             and named.roles[bucket].stopped
             and (
                 world.etcd.members().get(named.me) == record.lease
-                or not any(_may_campaign(s, bucket, record) for s in live)
+                or _no_copy_left(live, bucket, record)
             )
         ):
             # etcd names it under its live lease (no copy may campaign), or under a lease it
-            # lost (cut off, say, and registered again) with no copy that may campaign anyway
+            # lost (cut off, say, and registered again) with every copy it kept in sync stopped
             if any(named.refusal(s, "PUSH") != "STOPPED" for s in world.bucket_shards[bucket]):
                 return None
             return f"stopped on its primary {named.me} with no caught-up copy"
     return None
 
 
-def _may_campaign(server, bucket: int, record) -> bool:
-    """Whether ``server`` may take ``bucket`` from a primary whose lease is gone: it holds the
-    bucket's state (``current``, not stopped) and is in the record's ``in_sync``."""
-    role = server.roles[bucket]
-    return role.current and not server.stops.stopped(bucket) and server.me in record.in_sync
+def _no_copy_left(live, bucket: int, record) -> bool:
+    """Whether no live copy could take ``bucket`` from its stopped primary ``record`` names
+    under a lease it lost, as seed 22354 (300 steps, with cuts) ends: every live server the
+    record keeps in ``in_sync`` is stopped (a write failed to apply there), and every live
+    current copy is out of ``in_sync`` (dropped by the primary's last in-sync write). A live
+    member of ``in_sync`` that is not stopped, current or not, is a copy that should have been
+    caught up or taken the bucket: a stall, not this outcome."""
+    for server in live:
+        kept = server.me in record.in_sync
+        if kept and not server.stops.stopped(bucket):
+            return False
+        if kept and server.roles[bucket].current:
+            return False
+    return True
