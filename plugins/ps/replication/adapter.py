@@ -302,7 +302,10 @@ class Replication:
         return self.serving(shard) and role.reads_open(time.monotonic())
 
     def lease_time(self) -> float:
-        return time.monotonic()  # (the clock LeaseClock reads)
+        """Now, by the clock the lease clock (``LeaseClock``) and the heartbeat read
+        (``time.monotonic()``): the time a campaign's answer is stamped with, in the units of
+        the wait for reads (``BucketRole.reads_open``, ``lease_s`` long)."""
+        return time.monotonic()
 
     def writable(self, shard: int) -> bool:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""

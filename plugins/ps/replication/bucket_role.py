@@ -95,7 +95,8 @@ class BucketRole:
             nothing, so no :class:`Restored` ever tells it so).
         lease_ttl: The servers' lease TTL, in the clock's units of :class:`CampaignAnswered`'s
             ``at``: a primary that took the bucket from another server answers reads only this
-            long after it won (:meth:`reads_open`).
+            long after it won (:meth:`reads_open`). Required (keyword), with no default: a host
+            that left it out would silently answer reads at once after a takeover.
     """
 
     bucket: int
@@ -103,7 +104,7 @@ class BucketRole:
     copies: int
     min_copies: int = 1
     empty: bool = False
-    lease_ttl: float = 0.0
+    lease_ttl: float = field(kw_only=True)  # required: 0.0 would mean no wait for reads
     role: Role = Role.FOLLOWER
     record: BucketRecord | None = None
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease

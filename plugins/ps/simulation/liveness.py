@@ -5,7 +5,8 @@ stops, a bucket with no primary ever again or a client's update never acknowledg
 ends a schedule by healing its world (:func:`heal`: every paused server resumed, every killed one
 restarted as the driver restarts a parameter server of a job whose servers keep copies, no more
 faults: the network delivers everything in order, no lease expires early, etcd keeps its keys,
-every application succeeds), then runs it quietly for :func:`heal_ticks` ticks: at each tick
+every application succeeds), then runs it quietly for :func:`heal_ticks` ticks (and up to a
+TTL more while a takeover's wait for reads goes on: ``BucketRole.reads_open``): at each tick
 the threads run and the messages are delivered until nothing is under way, a copy that will not
 answer (its message lost in the faults) is given up on (the peer timeout), and each client sends
 its outstanding update again (its re-send after a timeout or a ``NOT_PRIMARY``). A client of
@@ -16,7 +17,8 @@ prepare, which it refuses, and caught up then. Then :func:`check_liveness` asks,
 bucket:
 
 * exactly one server is its primary, etcd's record names it under its present lease, and it
-  serves reads and writes of every shard (``serving``, ``writable``) in the record's epoch;
+  answers reads and takes writes of every shard (``answers_pulls``: serving and past its wait
+  for reads; ``writable``) in the record's epoch;
 * every copy the bucket should have (:func:`~hogwild_plugins.ps.failover.desired_copies` over
   the live servers) is in ``in_sync``, confirmed by the primary in its epoch, not stopped, and
   holds exactly the primary's updates of each shard at the primary's version;
@@ -85,8 +87,10 @@ def heal_and_check(world: World) -> None:
 
 def heal(world: World) -> dict[int, bool]:
     """End the faults (see the module docstring) and run the world quietly for
-    :func:`heal_ticks` ticks; every step is still checked against the safety invariants.
-    Returns, by bucket, whether a live server held its state when the faults ended."""
+    :func:`heal_ticks` ticks, and past them up to a TTL while a serving primary still waits
+    out its predecessor's lease before it answers reads; every step is still checked against
+    the safety invariants. Returns, by bucket, whether a live server held its state when the
+    faults ended."""
     world.schedule.append(f"{world.time}: (the faults end: the world heals)")
     world.faults = frozenset()
     held = {b: _held(world, b) for b in world.bucket_shards}
