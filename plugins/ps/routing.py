@@ -3,7 +3,10 @@
 A request to replicated servers (``copies > 1``) goes to its bucket's primary as etcd names it.
 One that its server could not take (``NOT_PRIMARY`` or ``FENCED``: that server lives but serves
 the bucket no longer) or that got no answer at all is sent again, with its number, to the
-bucket's next primary, until the client's failover time runs out. Two things are decided here:
+bucket's next primary, until the client's failover time runs out. A pull refused
+``READS_WAITING`` (its server is the bucket's primary, waiting out its predecessor's lease
+before it answers reads) goes again to the same server after :data:`READS_WAIT_PAUSE_S`, with no
+map read, when every request left waits so. Two things are decided here:
 
 * :func:`reply_outcome`: what one reply means for its request (done, re-route it, a push refused
   as too stale, or an error to raise). A table lookup: it runs for every reply.

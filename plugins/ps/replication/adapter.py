@@ -30,8 +30,10 @@ decides nothing itself:
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
   again from etcd goes to that adapter's refresher thread: the network thread never waits on
-  etcd); it answers client pulls and reductions of a bucket it is the serving primary of, and
-  refuses the rest with ``NOT_PRIMARY`` (the client re-reads the map).
+  etcd); it answers client pulls and reductions of a bucket it is the serving primary of, past
+  a takeover's wait for reads (those inside it are refused ``READS_WAITING``: the client sends
+  them here again after a pause), and refuses the rest with ``NOT_PRIMARY`` (the client
+  re-reads the map).
 
 The primary's messages to its copies go through
 :mod:`~hogwild_plugins.ps.replication.peer_link`, work queued on this server's own update engine
