@@ -314,7 +314,9 @@ class Peers:
                 )
             self._connect(i)  # a fresh socket drops whatever the old one still queued
             self.resent += len(per)
-            for req in sorted(per.values(), key=lambda r: r.header.seq):
+            # in the order first sent (``per`` keeps it): not by number, which a wrap of the
+            # numbers (a new random prefix, lower half the time) would reorder
+            for req in list(per.values()):
                 req.attempts += 1
                 req.header = req.header._replace(flags=req.header.flags | RESEND)
                 self._send(req, now)
