@@ -51,6 +51,14 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _POLLIN = int(zmq.POLLIN)
 
 
+def _new_prefix(old: int | None) -> int:
+    """A random high 32 bits for a run of request numbers, other than ``old``'s."""
+    while True:
+        prefix = int.from_bytes(os.urandom(4), "little") << 32
+        if prefix != old:
+            return prefix
+
+
 class PeerUnreachableError(HogwildError):
     """A server did not answer within the timeout, after every retry."""
 
@@ -125,7 +133,7 @@ class Peers:
         self.sender, self.timeout_s, self.retries = sender, timeout_s, retries
         self.alive = alive  # asked every ALIVE_EVERY_S while waiting: False ends the wait
         self.keys, self.window = keys or None, max(1, window)
-        self._incarnation = int.from_bytes(os.urandom(4), "little") << 32
+        self._incarnation = _new_prefix(None)  # the high 32 bits of this client's numbers
         self._next = 1
         self._context = zmq.Context()
         self._sockets: list[zmq.Socket | None] = [None] * len(self.addresses)
@@ -253,9 +261,18 @@ class Peers:
         )
 
     def next_seq(self) -> int:
-        """A new request number (a request whose header has none is given one on sending)."""
+        """A new request number (a request whose header has none is given one on sending): a
+        random high 32 bits naming this run of numbers, the low ones counting from 1. At the
+        wrap (2**32 requests) the count starts again under a new random prefix: under the same
+        one, each number after the wrap would be lower than those a server remembers of this
+        client and be answered as a late copy, never applied
+        (:meth:`~hogwild_plugins.ps.shard_log.ShardLog.seen` takes another prefix as another
+        run of numbers, new)."""
         seq = self._incarnation | self._next
-        self._next = (self._next + 1) & 0xFFFFFFFF or 1
+        self._next = (self._next + 1) & 0xFFFFFFFF
+        if self._next == 0:
+            self._incarnation = _new_prefix(self._incarnation)
+            self._next = 1
         return seq
 
     def _launch(self, req: Request, now: float) -> None:
@@ -297,7 +314,9 @@ class Peers:
                 )
             self._connect(i)  # a fresh socket drops whatever the old one still queued
             self.resent += len(per)
-            for req in sorted(per.values(), key=lambda r: r.header.seq):
+            # in the order first sent (``per`` keeps it): not by number, which a wrap of the
+            # numbers (a new random prefix, lower half the time) would reorder
+            for req in list(per.values()):
                 req.attempts += 1
                 req.header = req.header._replace(flags=req.header.flags | RESEND)
                 self._send(req, now)

@@ -102,6 +102,7 @@ RETRY_AFRESH = frozenset(
         ErrorCode.FENCED,
         ErrorCode.NEED_SYNC,
         ErrorCode.STOPPED,
+        ErrorCode.READS_WAITING,
     }
 )
 

@@ -162,6 +162,8 @@ class ErrorCode(IntEnum):
     NEED_SYNC = 15  # replication: a copy missed an update: it needs a snapshot
     REPLACED = 16  # the sender's replica incarnation was replaced by the driver: it must stop
     STOPPED = 17  # the shard's bucket stopped here: a write it acknowledged failed to apply
+    READS_WAITING = 18  # the bucket's primary, its reads waiting out its predecessor's lease:
+    # send the pull again to the same server after a pause (no map read: the map is current)
 
 
 class WireError(HogwildError, ValueError):

@@ -280,6 +280,7 @@ class Connection:
         errors: list[tuple[int, Header, list]] = []
         done = [False] * len(requests)
         refused: set[int] = set()  # indices answered NOT_PRIMARY (the server lives)
+        held: set[int] = set()  # of them, answered READS_WAITING (its primary, reads not open)
         stopped: dict[int, tuple[int, Header, list]] = {}  # index -> its last refusal, STOPPED
         replicated = self.replicated
 
@@ -290,6 +291,8 @@ class Connection:
                 outcome = reply_outcome(header.type, header.code, replicated)
                 if outcome == Outcome.RE_ROUTE:
                     refused.add(i)
+                    if header.code == ErrorCode.READS_WAITING:
+                        held.add(i)
                     if header.code == ErrorCode.STOPPED:
                         stopped[i] = (req.server, header, frames)
                     else:
@@ -325,13 +328,16 @@ class Connection:
             if rerouting is None:
                 rerouting = Rerouting(deadline)
             waiting = tuple(
-                Waiting(i, self.layout.bucket_of(req.header.target), req.server, i in refused)
+                Waiting(
+                    i, self.layout.bucket_of(req.header.target), req.server, i in refused, i in held
+                )
                 for i, req in enumerate(requests)
                 if not done[i]
             )
             for i in [i for i in stopped if i not in refused]:
                 del stopped[i]  # not refused STOPPED this round (unanswered, say): not why
             refused.clear()
+            held.clear()
             try:
                 todo = self._re_route(rerouting, requests, waiting)
             except PeerUnreachableError as exc:

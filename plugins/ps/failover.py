@@ -35,7 +35,9 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   winner commits what it had prepared (it may be committed elsewhere; the client's re-send is then
   answered as a duplicate), sends every in-sync and every other desired live copy a snapshot,
   adds the new ones to ``in_sync`` and only then serves: every acknowledged update lives on
-  every live in-sync copy.
+  every live in-sync copy. It answers reads only a lease TTL after its campaign came back
+  (``BucketRole.reads_open``): etcd may have dropped the old primary's lease early (revoked),
+  and that server answers reads until its own clock says its lease ran out.
 * A server the record names as primary that is not serving it (a heartbeat late past its own
   clock's margin, a lease lost and taken anew, a campaign whose answer was lost) campaigns for
   the next epoch itself, if it still holds the bucket's state; a new process in its place does

@@ -3,7 +3,10 @@
 A request to replicated servers (``copies > 1``) goes to its bucket's primary as etcd names it.
 One that its server could not take (``NOT_PRIMARY`` or ``FENCED``: that server lives but serves
 the bucket no longer) or that got no answer at all is sent again, with its number, to the
-bucket's next primary, until the client's failover time runs out. Two things are decided here:
+bucket's next primary, until the client's failover time runs out. A pull refused
+``READS_WAITING`` (its server is the bucket's primary, waiting out its predecessor's lease
+before it answers reads) goes again to the same server after :data:`READS_WAIT_PAUSE_S`, with no
+map read, when every request left waits so. Two things are decided here:
 
 * :func:`reply_outcome`: what one reply means for its request (done, re-route it, a push refused
   as too stale, or an error to raise). A table lookup: it runs for every reply.
@@ -47,19 +50,27 @@ __all__ = [
     "FAILOVER_TIMEOUT_S",
     "PING_TIMEOUT_S",
     "REFUSED_PAUSE_S",
+    "READS_WAIT_PAUSE_S",
     "REROUTE_WAIT_S",
 ]
 
 FAILOVER_TIMEOUT_S = 0.5  # replicated: a request's timeout (one retry), then the map is read
 REROUTE_WAIT_S = 3.0  # replicated: a failed request's wait for the map to move (lease unknown)
 REFUSED_PAUSE_S = 0.01  # replicated: a refused request's pause (a primary catching copies up)
+# replicated: a pull refused READS_WAITING goes again to the same primary after this pause, with
+# no map read (the wait is a lease long, 1-2 s: at ~10 ms a round, each refusal re-reading the
+# map would load etcd with two range reads per client every round, during a failover)
+READS_WAIT_PAUSE_S = 0.1
 PING_TIMEOUT_S = 0.3  # how long a silent primary has to answer a ping
 LEASE_MARGIN_S = 1.0  # beyond a lease: etcd's expiry round
 STORY_LENGTH = 256
 
-RE_ROUTE = frozenset({ErrorCode.NOT_PRIMARY, ErrorCode.FENCED, ErrorCode.STOPPED})
+RE_ROUTE = frozenset(
+    {ErrorCode.NOT_PRIMARY, ErrorCode.FENCED, ErrorCode.STOPPED, ErrorCode.READS_WAITING}
+)
 """Refusals that say "not here": the server lives, the bucket is served elsewhere (a bucket
-stopped on its primary is handed to a copy)."""
+stopped on its primary is handed to a copy), or "not yet" (``READS_WAITING``: the bucket's
+primary, its reads waiting out its predecessor's lease; :class:`Waiting`'s ``held``)."""
 
 
 class Outcome(IntEnum):
@@ -92,12 +103,15 @@ class Waiting:
         bucket: Its bucket.
         server: The server it was last sent to.
         refused: It was refused as not served there (the server lives); False: no answer.
+        held: It was refused ``READS_WAITING``: its server is the bucket's primary, its reads
+            not open yet (implies ``refused``).
     """
 
     request: int
     bucket: int
     server: int
     refused: bool
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,6 +258,7 @@ class Rerouting:
         assert self.phase in (IDLE, READING, PINGING, WAITING), self.phase
         buckets = {w.bucket for w in self.waiting}
         assert self.phase == IDLE or self.waiting, "a round with nothing waiting"
+        assert all(w.refused for w in self.waiting if w.held), "held, and not refused"
         assert set(self.pings) == set(self.suspects), "a ping of a server not suspected"
         assert set(self.away) <= buckets, "waiting on a bucket no request needs"
         for server, owned in self.suspects.items():
@@ -266,6 +281,13 @@ class Rerouting:
         self._expect(IDLE, s)
         if not s.waiting:
             return []
+        if all(w.held for w in s.waiting):
+            # every one waits at its bucket's primary for its reads to open: the map is current,
+            # so the same server gets it again after a pause, with no map read
+            self.rounds += 1
+            if s.now + READS_WAIT_PAUSE_S > self.deadline:
+                return [Exhausted(s.waiting[0].server, frozenset(w.bucket for w in s.waiting))]
+            return [Pause(READS_WAIT_PAUSE_S), Resend({w.request: w.server for w in s.waiting})]
         self.waiting, self.started, self.rounds = tuple(s.waiting), s.now, self.rounds + 1
         self.suspects, self.pings, self.away = {}, {}, {}
         self.phase = READING

@@ -125,7 +125,8 @@ class ShardLog:
         long ago, its version forgotten), or None (never applied here).
 
         A client process numbers its requests in order (the high 32 bits of a number name the
-        process, :meth:`hogwild.net.channel.Peers.next_seq`, the low ones count) and sends at
+        process's run of numbers, a new random one at the wrap after 2**32 requests,
+        :meth:`hogwild.net.channel.Peers.next_seq`, the low ones count) and sends at
         most half a ``window`` of them for one shard in one exchange, each exchange done before
         the next (:meth:`~hogwild_plugins.ps.connection.Connection.run`), so a request of the
         same process older than the last ``window`` it had applied here was answered before

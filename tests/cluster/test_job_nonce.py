@@ -23,7 +23,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
 )
 from hogwild_plugins.ps.routes import etcd_prefix, parse_map, read_record, write_record
 
-from tests.unit.bucket_role_support import LEASE, live, step
+from tests.unit.bucket_role_support import LEASE, TTL, live, step
 
 PREFIX = etcd_prefix("nonce-test")
 BUCKET, COPIES, SERVERS = 0, 2, 2
@@ -34,7 +34,7 @@ def test_a_write_decided_before_etcd_restarted_empty_fails_on_the_new_history(tm
     members = live(range(SERVERS))
     me = desired_copies(BUCKET, members, COPIES)[0]
     other = 1 - me
-    role = BucketRole(BUCKET, me, COPIES, min_copies=1)
+    role = BucketRole(BUCKET, me, COPIES, min_copies=1, lease_ttl=TTL)
     with EtcdProcess(data_dir=data) as old, Etcd(old.address, prefix=PREFIX) as etcd:
         nonce = adopt(etcd, etcd.get(NONCE_KEY)[0])  # the job's first server writes it
         assert adopt(etcd, etcd.get(NONCE_KEY)[0]).token == nonce.token  # the others read it

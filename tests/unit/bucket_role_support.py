@@ -31,6 +31,7 @@ BUCKET = 5
 COPIES = 3
 LEASE = {s: 0x7000 + s for s in range(8)}  # each server's etcd session lease
 NEW_LEASE = {s: 0x9000 + s for s in range(8)}  # ... once it registered again (restart, lapse)
+TTL = 10.0  # the lease TTL: a takeover's wait for reads, in the units of CampaignAnswered's at
 
 
 _ids = itertools.count()
@@ -102,7 +103,7 @@ def carry_out(role, actions, keys, roles=None, reachable=lambda s: True) -> list
 
 
 def cluster(servers=range(3)) -> dict[int, BucketRole]:
-    return {s: BucketRole(BUCKET, s, COPIES) for s in servers}
+    return {s: BucketRole(BUCKET, s, COPIES, lease_ttl=TTL) for s in servers}
 
 
 def observe_all(roles, keys, members) -> None:
@@ -127,7 +128,7 @@ def first_primary(members: dict[int, int], keys: SyncKeys) -> BucketRole:
     """The first desired copy of a new bucket, its campaign accepted by etcd (and not yet
     reported to it: the caller calls ``campaigned``)."""
     first = desired_copies(BUCKET, members, COPIES)[0]
-    role = BucketRole(BUCKET, first, COPIES)
+    role = BucketRole(BUCKET, first, COPIES, lease_ttl=TTL)
     [campaign] = step(role, MapRead, None, members, LEASE[first], True)
     assert keys.transact(campaign)
     return role

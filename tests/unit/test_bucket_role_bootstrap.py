@@ -23,6 +23,7 @@ from tests.unit.bucket_role_support import (
     COPIES,
     LEASE,
     NEW_LEASE,
+    TTL,
     SyncKeys,
     carry_out,
     cluster,
@@ -97,7 +98,7 @@ def test_two_servers_that_each_think_they_are_first_race_and_one_creates_the_rec
 def test_a_server_not_registered_under_a_valid_lease_does_not_start_a_bucket():
     members = live(range(3))
     first = desired_copies(BUCKET, members, COPIES)[0]
-    role = BucketRole(BUCKET, first, COPIES)
+    role = BucketRole(BUCKET, first, COPIES, lease_ttl=TTL)
     assert step(role, MapRead, None, members, LEASE[first], lease_valid=False) == []
     others = {s: lease for s, lease in members.items() if s != first}
     assert step(role, MapRead, None, others, LEASE[first], lease_valid=True) == []

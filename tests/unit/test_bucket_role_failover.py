@@ -24,6 +24,7 @@ from tests.unit.bucket_role_support import (
     COPIES,
     LEASE,
     NEW_LEASE,
+    TTL,
     carry_out,
     established,
     lapsed_primary,
@@ -106,7 +107,8 @@ def test_a_copy_not_in_sync_never_campaigns():
 def test_an_in_sync_copy_that_restarted_has_no_state_and_never_campaigns():
     roles, keys, primary, members = lapsed_primary()
     restarted, other = sorted(members)
-    reborn = BucketRole(BUCKET, restarted, COPIES)  # a new process: nothing restored yet
+    # a new process: nothing restored yet
+    reborn = BucketRole(BUCKET, restarted, COPIES, lease_ttl=TTL)
     members = {**members, restarted: NEW_LEASE[restarted]}
     assert restarted in keys.read().in_sync
     assert step(reborn, MapRead, keys.read(), members, NEW_LEASE[restarted], True) == []
@@ -135,7 +137,7 @@ def test_a_primary_that_restarted_is_replaced_and_does_not_campaign_itself():
     # record still names it under the old one. Its memory is gone: an in-sync copy takes over.
     roles, keys, primary = established()
     members = {**live(roles), primary: NEW_LEASE[primary]}
-    reborn = BucketRole(BUCKET, primary, COPIES)
+    reborn = BucketRole(BUCKET, primary, COPIES, lease_ttl=TTL)
     assert step(reborn, MapRead, keys.read(), members, NEW_LEASE[primary], True) == []
     assert reborn.role is Role.FOLLOWER and not reborn.serving
     roles[primary] = reborn
@@ -170,3 +172,26 @@ def test_a_campaign_written_then_overtaken_before_its_read_back_is_lost():
     newer = BucketRecord(campaign.record.epoch + 1, other, LEASE[other], (other,), revision=99)
     assert step(roles[mine], CampaignAnswered, True, newer) == []
     assert roles[mine].role is Role.FOLLOWER and roles[mine].record == newer
+
+
+def test_reads_open_a_ttl_after_a_takeover_and_a_take_back_keeps_the_wait_it_owes():
+    """``reads_open``: the first primary of a bucket answers reads at once (no predecessor);
+    one that took the bucket from a lapsed primary only ``lease_ttl`` after its campaign came
+    back (that primary may still answer by its own clock). Deposed inside that wait (its own
+    lease lapsed) and taking its own record back, it still waits what it owed: before the mend
+    the take-back's answer reopened reads at once (review E, S1)."""
+    roles, keys, primary, members = lapsed_primary()
+    assert roles[primary].reads_open(0.0)  # the first record, answered at 0.0: no wait
+    survivor = min(members)
+    role = roles[survivor]
+    [campaign] = step(role, MapRead, keys.read(), members, LEASE[survivor], True)
+    assert keys.transact(campaign)
+    carry_out(role, step(role, CampaignAnswered, True, keys.read(), 100.0), keys, roles)
+    assert role.serving and not role.reads_open(100.0 + TTL - 0.5) and role.reads_open(100.0 + TTL)
+    members = {**members, survivor: NEW_LEASE[survivor]}  # its lease lapsed; registered again
+    assert step(role, MapRead, keys.read(), members, NEW_LEASE[survivor], True) == []
+    assert role.role is Role.DEPOSED
+    [campaign] = step(role, MapRead, keys.read(), members, NEW_LEASE[survivor], True)
+    assert campaign.record.primary == survivor and keys.transact(campaign)
+    carry_out(role, step(role, CampaignAnswered, True, keys.read(), 101.0), keys, roles)
+    assert role.serving and not role.reads_open(101.0) and role.reads_open(100.0 + TTL)

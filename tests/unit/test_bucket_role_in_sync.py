@@ -29,6 +29,7 @@ from tests.unit.bucket_role_support import (
     COPIES,
     LEASE,
     NEW_LEASE,
+    TTL,
     SyncKeys,
     carry_out,
     established,
@@ -220,7 +221,7 @@ def test_after_a_failover_the_bucket_goes_to_the_survivors_preferred_primary_and
 def test_a_primary_hands_the_bucket_back_to_a_returning_preferred_copy_once_it_is_in_sync():
     roles, keys, back, survivors = failed_over()
     holder = keys.read().primary
-    roles[back] = BucketRole(BUCKET, back, COPIES)  # a new process: no state
+    roles[back] = BucketRole(BUCKET, back, COPIES, lease_ttl=TTL)  # a new process: no state
     members = {**survivors, back: NEW_LEASE[back]}
     role = roles[holder]
     # Not in sync yet: caught up first, then written into in_sync; no hand-over meanwhile.
@@ -284,7 +285,7 @@ def test_a_preferred_copy_that_restarted_since_it_was_caught_up_is_not_handed_th
     roles, keys, back, survivors = failed_over()
     holder = keys.read().primary
     members = {**survivors, back: NEW_LEASE[back]}
-    roles[back] = BucketRole(BUCKET, back, COPIES)
+    roles[back] = BucketRole(BUCKET, back, COPIES, lease_ttl=TTL)
     carry_out(
         roles[holder],
         step(roles[holder], MapRead, keys.read(), members, LEASE[holder], True),
@@ -293,7 +294,7 @@ def test_a_preferred_copy_that_restarted_since_it_was_caught_up_is_not_handed_th
     )
     assert back in keys.read().in_sync
     again = {**members, back: NEW_LEASE[back] + 100}  # restarted once more
-    roles[back] = BucketRole(BUCKET, back, COPIES)
+    roles[back] = BucketRole(BUCKET, back, COPIES, lease_ttl=TTL)
     [drop] = step(roles[holder], MapRead, keys.read(), again, LEASE[holder], True)
     assert isinstance(drop, WriteInSync) and back not in drop.record.in_sync
 
@@ -379,7 +380,7 @@ def test_a_copy_away_when_the_bucket_was_won_is_written_out_before_the_bucket_ta
     record = BucketRecord(3, dead, LEASE[dead], (dead, survivor, away))
     keys.values[BUCKET] = (record.value(), 7)
     keys.revision = 7
-    role = BucketRole(BUCKET, survivor, COPIES, min_copies=2)
+    role = BucketRole(BUCKET, survivor, COPIES, min_copies=2, lease_ttl=TTL)
     role.current, role.record = True, keys.read()
     members = {survivor: LEASE[survivor]}
     carry_out(role, step(role, MapRead, keys.read(), members, LEASE[survivor], True), keys)
@@ -399,7 +400,7 @@ def test_a_bucket_without_shards_handed_to_a_copy_no_snapshot_reached_is_taken()
     whole state all the same, none, and once handed the bucket it takes it."""
     roles, keys, back, survivors = failed_over()
     holder = keys.read().primary
-    roles[back] = BucketRole(BUCKET, back, COPIES, empty=True)  # a new process
+    roles[back] = BucketRole(BUCKET, back, COPIES, empty=True, lease_ttl=TTL)  # a new process
     members = {**survivors, back: NEW_LEASE[back]}
     role = roles[holder]
     assert step(role, MapRead, keys.read(), members, LEASE[holder], True) == [Sync(BUCKET, back)]

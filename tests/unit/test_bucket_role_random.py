@@ -14,7 +14,7 @@ import random
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import CopyUnreachable, Fenced, MapRead
 
-from tests.unit.bucket_role_support import BUCKET, COPIES, SyncKeys, carry_out, step
+from tests.unit.bucket_role_support import BUCKET, COPIES, TTL, SyncKeys, carry_out, step
 
 SERVERS = 3
 SEEDS = 300
@@ -27,7 +27,7 @@ def run_random_sequence(seed: int) -> None:
     new_leases = itertools.count(0xA000)
     lease = {s: next(new_leases) for s in range(SERVERS)}
     alive = set(range(SERVERS))
-    roles = {s: BucketRole(BUCKET, s, COPIES) for s in range(SERVERS)}
+    roles = {s: BucketRole(BUCKET, s, COPIES, lease_ttl=TTL) for s in range(SERVERS)}
     last_epoch = 0
 
     def reachable(server: int) -> bool:
@@ -47,7 +47,7 @@ def run_random_sequence(seed: int) -> None:
             alive.discard(s)  # killed: its member key lapses
         elif r < 0.8 and s not in alive:
             lease[s] = next(new_leases)  # a new process, a new lease, no state
-            roles[s] = BucketRole(BUCKET, s, COPIES)
+            roles[s] = BucketRole(BUCKET, s, COPIES, lease_ttl=TTL)
             alive.add(s)
         elif r < 0.85:
             carry_out(role, step(role, Fenced), keys, roles, reachable)

@@ -22,6 +22,7 @@ from tests.unit.bucket_role_support import (
     COPIES,
     LEASE,
     NEW_LEASE,
+    TTL,
     lapsed_primary,
     live,
     step,
@@ -34,13 +35,13 @@ FIRST = desired_copies(BUCKET, MEMBERS, COPIES)[0]  # the bucket's very first pr
 def test_without_a_mark_the_first_server_starts_the_missing_bucket():
     """The control: a process with nothing remembered takes a missing record for a new bucket
     (what a server without a store does after etcd lost its keys, when no member saw one)."""
-    role = BucketRole(BUCKET, FIRST, COPIES)
+    role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     [campaign] = step(role, MapRead, None, MEMBERS, LEASE[FIRST], True)
     assert campaign == Campaign(BUCKET, BucketRecord(1, FIRST, LEASE[FIRST], (FIRST,)), 0)
 
 
 def test_a_process_whose_store_remembers_the_bucket_never_starts_it_afresh():
-    role = BucketRole(BUCKET, FIRST, COPIES)
+    role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     assert step(role, Remembered, 4, FIRST, LEASE[FIRST]) == []
     assert role.seen and role.known_epoch == 4  # (its members/<i> lists the bucket)
     for _ in range(3):  # read again and again: etcd came back empty, nobody else listed it
@@ -52,7 +53,7 @@ def test_a_process_whose_store_remembers_the_bucket_never_starts_it_afresh():
 def test_a_record_older_than_the_remembered_epoch_is_etcds_lost_state():
     """A bucket started afresh elsewhere (epoch 1), or etcd restored from an old backup."""
     other = next(s for s in MEMBERS if s != FIRST)
-    role = BucketRole(BUCKET, FIRST, COPIES)
+    role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     step(role, Remembered, 4, other, LEASE[other])
     for epoch in (1, 3):
         older = BucketRecord(epoch, other, LEASE[other], (other,), revision=2)
@@ -66,7 +67,7 @@ def test_a_record_at_the_remembered_epoch_or_newer_is_followed():
     is caught up by a snapshot, never campaigns on its own memory)."""
     other = next(s for s in MEMBERS if s != FIRST)
     for epoch in (4, 6):
-        role = BucketRole(BUCKET, FIRST, COPIES)
+        role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
         step(role, Remembered, 4, other, LEASE[other])
         record = BucketRecord(epoch, other, LEASE[other], (other, FIRST), revision=9)
         members = {**MEMBERS, FIRST: NEW_LEASE[FIRST]}
@@ -76,7 +77,7 @@ def test_a_record_at_the_remembered_epoch_or_newer_is_followed():
 
 
 def test_a_mark_older_than_what_the_process_saw_changes_nothing():
-    role = BucketRole(BUCKET, FIRST, COPIES)
+    role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     record = BucketRecord(7, FIRST, LEASE[FIRST], (FIRST,), revision=3)
     step(role, MapRead, record, MEMBERS, LEASE[FIRST], True, blank=False)
     step(role, Remembered, 2, FIRST, LEASE[FIRST])
@@ -89,7 +90,7 @@ def test_a_record_of_the_remembered_epoch_under_another_holder_is_another_histor
     over); and once a loss was seen, a foreign history that reaches a higher epoch later is
     never followed either (the process's memory is never replaced by its snapshot)."""
     other = next(s for s in MEMBERS if s != FIRST)
-    role = BucketRole(BUCKET, FIRST, COPIES)
+    role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     step(role, Remembered, 1, FIRST, LEASE[FIRST])
     fresh = BucketRecord(1, other, LEASE[other], (other,), revision=4)
     assert role.foreign(fresh)
@@ -105,10 +106,11 @@ def test_one_buckets_seen_holds_back_no_other_buckets_first_primary():
     """``blank`` is per bucket: a member that lists another bucket (it saw that bucket's record
     first, and registered again before this bucket's first primary campaigned) keeps this one
     from nothing; a member that lists this bucket keeps it from starting afresh."""
-    role = BucketRole(BUCKET, FIRST, COPIES)
+    role = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     assert step(role, MapRead, None, MEMBERS, LEASE[FIRST], True, blank=False) == []
     assert role.history.started and role.seen
-    fresh = BucketRole(BUCKET, FIRST, COPIES)  # another bucket's seen: this one's blank
+    # another bucket's seen: this one's blank
+    fresh = BucketRole(BUCKET, FIRST, COPIES, lease_ttl=TTL)
     [campaign] = step(fresh, MapRead, None, MEMBERS, LEASE[FIRST], True, blank=True)
     assert isinstance(campaign, Campaign) and campaign.record.epoch == 1
 

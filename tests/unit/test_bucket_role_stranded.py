@@ -26,6 +26,7 @@ from tests.unit.bucket_role_support import (
     COPIES,
     LEASE,
     NEW_LEASE,
+    TTL,
     SyncKeys,
     carry_out,
     cluster,
@@ -83,7 +84,7 @@ def test_a_replaced_process_named_primary_does_not_campaign_and_the_bucket_waits
     # bucket's acknowledged updates, and no copy has them all either.
     roles, keys, primary = sole_in_sync_primary()
     before = keys.read()
-    roles[primary] = BucketRole(BUCKET, primary, COPIES)
+    roles[primary] = BucketRole(BUCKET, primary, COPIES, lease_ttl=TTL)
     members = {**live(roles), primary: NEW_LEASE[primary]}
     for _ in range(3):
         for s, role in roles.items():
@@ -224,7 +225,7 @@ def test_a_record_lost_after_one_was_seen_starts_nothing_afresh():
 def test_a_server_that_never_saw_a_record_starts_no_bucket_while_a_member_has_seen_one():
     members = live(range(3))
     first = desired_copies(BUCKET, members, COPIES)[0]
-    role = BucketRole(BUCKET, first, COPIES)
+    role = BucketRole(BUCKET, first, COPIES, lease_ttl=TTL)
     assert not role.seen
     assert step(role, MapRead, None, members, LEASE[first], True, blank=False) == []
     assert role.role is Role.FOLLOWER and role.seen  # (its members/<i> says so from now on)
@@ -237,7 +238,7 @@ def test_a_server_that_met_a_member_that_saw_a_record_starts_no_bucket_once_that
     bucket it held (its acknowledged updates on that server's memory) is never started afresh."""
     members = live(range(3))
     first = desired_copies(BUCKET, members, COPIES)[0]
-    restarted = BucketRole(BUCKET, first, COPIES)  # a new process: it saw no record
+    restarted = BucketRole(BUCKET, first, COPIES, lease_ttl=TTL)  # a new process: it saw no record
     assert step(restarted, MapRead, None, members, LEASE[first], True, blank=False) == []
     for alone in (members, {first: LEASE[first]}):  # the other members' keys gone, or all but its
         assert step(restarted, MapRead, None, alone, LEASE[first], True, blank=True) == []
@@ -251,7 +252,7 @@ def test_a_map_read_older_than_a_record_the_copy_side_refreshed_is_no_loss():
     still misses the record is."""
     members = live(range(3))
     copy = 1
-    role = BucketRole(BUCKET, copy, COPIES)
+    role = BucketRole(BUCKET, copy, COPIES, lease_ttl=TTL)
     record = BucketRecord(1, 0, LEASE[0], (0, copy), revision=4)
     step(role, RecordRefreshed, record)
     assert role.known_epoch == 1

@@ -14,6 +14,7 @@ from tests.unit.bucket_role_support import (
     COPIES,
     LEASE,
     NEW_LEASE,
+    TTL,
     established,
     live,
     step,
@@ -26,7 +27,7 @@ RECORD = BucketRecord(epoch=3, primary=1, lease=LEASE[1], in_sync=(1, 2), revisi
 
 
 def follower_of(record: BucketRecord, me: int = 2) -> BucketRole:
-    role = BucketRole(BUCKET, me, COPIES)
+    role = BucketRole(BUCKET, me, COPIES, lease_ttl=TTL)
     step(role, MapRead, record, live(range(3)), LEASE[me], True)
     return role
 
@@ -48,7 +49,7 @@ def test_a_copy_accepts_only_the_current_primary_of_the_current_epoch(
 
 
 def test_a_copy_that_never_read_the_record_asks_to_refresh():
-    assert gate(BucketRole(BUCKET, 2, COPIES), 1, LEASE[1], 1) is Gate.REFRESH
+    assert gate(BucketRole(BUCKET, 2, COPIES, lease_ttl=TTL), 1, LEASE[1], 1) is Gate.REFRESH
 
 
 def test_a_primary_refuses_another_servers_messages_for_its_bucket():

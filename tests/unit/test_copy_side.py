@@ -34,7 +34,7 @@ from hogwild_plugins.ps.replication.copy_side_events import (
 from hogwild_plugins.ps.shard_log import ShardLog
 
 from hogwild.net.wire import ErrorCode
-from tests.unit.bucket_role_support import BUCKET, COPIES, LEASE, live, step
+from tests.unit.bucket_role_support import BUCKET, COPIES, LEASE, TTL, live, step
 
 ME, PRIMARY, EPOCH = 2, 1, 3
 RECORD = BucketRecord(
@@ -48,7 +48,7 @@ def copy_side() -> CopySide:
     """This server (``ME``) as a copy of ``BUCKET`` (shards ``SHARDS``), under ``RECORD``, its
     logs caught up by that record's primary (the fence of ``EPOCH``: its catch-up or snapshot
     came first, as a primary's always does)."""
-    role = BucketRole(BUCKET, ME, COPIES)
+    role = BucketRole(BUCKET, ME, COPIES, lease_ttl=TTL)
     step(role, MapRead, RECORD, live(range(3)), LEASE[ME], True)
     logs = {s: ShardLog(fence=EPOCH) for s in SHARDS}
     return CopySide(ME, {BUCKET: role}, logs, {BUCKET: SHARDS})

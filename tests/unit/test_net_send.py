@@ -1,12 +1,17 @@
-"""``send_message``: one message of copied small frames and uncopied arrays, over real sockets."""
+"""``send_message``: one message of copied small frames and uncopied arrays, over real sockets;
+and the order in which :class:`~hogwild.net.channel.Peers` sends a timed-out batch again."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
 import zmq
 
+from hogwild.net.channel import Peers, Request
 from hogwild.net.send import send_message
+from hogwild.net.wire import RESEND, Header, MsgType, pack_header, unpack_header
 
 
 @pytest.fixture
@@ -78,3 +83,48 @@ def test_nonblocking_send_to_a_full_socket_raises_again_and_sends_nothing_partia
         a.close(0)
         b.close(0)
         ctx.term()
+
+
+def test_requests_re_sent_after_a_timeout_keep_their_send_order_across_the_wrap():
+    """A batch that straddles the wrap of the request numbers (a new random prefix, here lower
+    than the old one) is re-sent after its timeout in the order it was first sent: sorted by
+    number, the new prefix's went first and order-sensitive requests to one shard (an
+    ``ASSIGN`` then a ``PUSH``) were applied in another order than the client's (review E, W1).
+    A real ROUTER answers each request only when it comes again."""
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    seen: list[tuple[int, bool]] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        while not stop.is_set():
+            if not poller.poll(20):
+                continue
+            identity, head, *_ = router.recv_multipart()
+            header = unpack_header(head)
+            again = bool(header.flags & RESEND)
+            seen.append((header.seq, again))
+            if again:
+                router.send_multipart([identity, pack_header(header.reply(MsgType.ACK))])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    peers = Peers([f"127.0.0.1:{port}"], sender=7, timeout_s=0.2, retries=2)
+    try:
+        peers._incarnation, peers._next = 0xFFFFFFFF << 32, 0xFFFFFFFE  # two before the wrap
+        requests = [Request(0, Header(MsgType.PUSH_DELTAS, 1, 0, 0, 0)) for _ in range(4)]
+        peers.exchange(requests)
+        first = [seq for seq, again in seen if not again]
+        assert first == [r.header.seq for r in requests]
+        assert first[2] >> 32 != first[1] >> 32 and first[2] < first[1]  # wrapped, lower
+        assert [seq for seq, again in seen if again] == first
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        peers.close()
+        router.close()
+        context.term()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hogwild_plugins.ps.routing import (
     LEASE_MARGIN_S,
+    READS_WAIT_PAUSE_S,
     REFUSED_PAUSE_S,
     REROUTE_WAIT_S,
     AwaitMap,
@@ -37,7 +38,7 @@ def step(machine: Rerouting, stimulus) -> list:
 def test_a_reply_is_done_re_routed_counted_stale_or_an_error():
     assert reply_outcome(MsgType.ACK, 0, replicated=True) == Outcome.DONE
     assert reply_outcome(MsgType.DATA, 0, replicated=False) == Outcome.DONE
-    for code in (ErrorCode.NOT_PRIMARY, ErrorCode.FENCED):
+    for code in (ErrorCode.NOT_PRIMARY, ErrorCode.FENCED, ErrorCode.READS_WAITING):
         assert reply_outcome(MsgType.ERROR, code, replicated=True) == Outcome.RE_ROUTE
         assert reply_outcome(MsgType.ERROR, code, replicated=False) == Outcome.ERROR
     assert reply_outcome(MsgType.ERROR, ErrorCode.STALE, replicated=True) == Outcome.STALE
@@ -55,6 +56,25 @@ def test_refused_requests_wait_briefly_for_the_map_and_go_to_the_new_primaries()
     actions = step(machine, MapSettled("s1", [2, 0, None], now=11.0))
     assert actions == [Resend({0: 2, 3: 0})]  # no primary yet: server 0, as the routes say
     assert machine.phase == "idle" and machine.rounds == 1
+
+
+def test_pulls_waiting_for_their_primarys_reads_go_again_to_it_after_a_pause_with_no_map_read():
+    """``READS_WAITING``: the map is current, so re-reading it each ~10 ms for the lease-long
+    wait would only load etcd during a failover; the same primary gets them after a pause."""
+    machine = Rerouting(DEADLINE)
+    waiting = (Waiting(0, 0, 1, refused=True, held=True), Waiting(2, 1, 2, True, True))
+    actions = step(machine, Unfinished("u1", waiting, now=10.0))
+    assert actions == [Pause(READS_WAIT_PAUSE_S), Resend({0: 1, 2: 2})]
+    assert machine.phase == "idle" and machine.rounds == 1
+    # one of them is not held (refused NOT_PRIMARY): the round reads the map, as before
+    mixed = (Waiting(0, 0, 1, True, True), Waiting(2, 1, 2, True))
+    assert step(machine, Unfinished("u2", mixed, now=10.2)) == [ReadMap()]
+    actions = step(machine, MapRead("m2", [1, 0], [4, 5], lease_s=2.0))
+    assert actions == [Pause(REFUSED_PAUSE_S), AwaitMap(frozenset({0, 1}), DEADLINE, {})]
+    assert step(machine, MapSettled("s2", [1, 0], now=10.3)) == [Resend({0: 1, 2: 0})]
+    # held past the deadline: it gives up, naming the buckets
+    actions = step(machine, Unfinished("u3", waiting, now=DEADLINE - READS_WAIT_PAUSE_S / 2))
+    assert actions == [Exhausted(server=1, buckets=frozenset({0, 1}))]
 
 
 def test_a_silent_primary_that_answers_a_ping_gets_its_requests_again_at_once():

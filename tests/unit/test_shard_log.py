@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from hogwild_plugins.ps.shard_log import ShardLog
 
+from hogwild.net.channel import Peers
+
 
 def test_a_copy_refuses_a_prepare_after_a_gap_and_holds_nothing_of_it():
     log = ShardLog(committed=3, fence=1)  # caught up by the primary of epoch 1
@@ -188,3 +190,24 @@ def test_a_client_started_again_under_its_sender_id_numbers_afresh_and_is_applie
         log.record(7, old | n, version=n)
     assert log.seen(7, old | 1) == 0  # the old process's late copy
     assert log.seen(7, new | 1) is None  # the new process's first request
+
+
+def test_request_numbers_take_a_new_prefix_at_the_wrap_and_stay_new_to_the_log():
+    """After 2**32 requests a client's numbers start again from 1: under the same high 32 bits
+    each would be lower than the window the log remembers and be answered as a late copy (seen,
+    version 0), never applied; under a new prefix the log takes them as new."""
+    peers = Peers(["tcp://127.0.0.1:9"], sender=7)
+    try:
+        peers._next = 0xFFFFFFFF - 3  # four numbers before the wrap
+        before = [peers.next_seq() for _ in range(4)]
+        after = peers.next_seq()
+    finally:
+        peers.close()
+    assert len({seq >> 32 for seq in before}) == 1 and after >> 32 != before[0] >> 32
+    assert before[-1] & 0xFFFFFFFF == 0xFFFFFFFF and after & 0xFFFFFFFF == 1
+    log = ShardLog(window=4)
+    for version, seq in enumerate(before, 1):
+        log.record(7, seq, version)
+    assert log.seen(7, after) is None  # new: applied
+    same_prefix = (before[0] >> 32 << 32) | 1  # the number the old wrap gave
+    assert log.seen(7, same_prefix) == 0  # answered as seen: never applied

@@ -30,8 +30,10 @@ decides nothing itself:
   ``SNAPSHOT`` to the copy side and answers with what it returns
   (:mod:`~hogwild_plugins.ps.replication.copy_adapter`; a message whose record must be read
   again from etcd goes to that adapter's refresher thread: the network thread never waits on
-  etcd); it answers client pulls and reductions of a bucket it is the serving primary of, and
-  refuses the rest with ``NOT_PRIMARY`` (the client re-reads the map).
+  etcd); it answers client pulls and reductions of a bucket it is the serving primary of, past
+  a takeover's wait for reads (those inside it are refused ``READS_WAITING``: the client sends
+  them here again after a pause), and refuses the rest with ``NOT_PRIMARY`` (the client
+  re-reads the map).
 
 The primary's messages to its copies go through
 :mod:`~hogwild_plugins.ps.replication.peer_link`, work queued on this server's own update engine
@@ -141,7 +143,9 @@ class Replication:
             self.bucket_shards[layout.bucket_of(shard)].append(shard)
         self.min_copies = min_copies
         self.roles = {
-            b: BucketRole(b, self.me, copies, min_copies, empty=not self.bucket_shards[b])
+            b: BucketRole(
+                b, self.me, copies, min_copies, empty=not self.bucket_shards[b], lease_ttl=lease_s
+            )
             for b in range(layout.n_buckets)
         }
         self.logs = {s: ShardLog(committed=server.book.version(s)) for s in range(layout.n_shards)}
@@ -193,6 +197,7 @@ class Replication:
             "copies_caught_up": 0,  # shards a copy was found to hold already: no snapshot
             "not_primary": 0,
             "too_few_copies": 0,
+            "reads_waiting": 0,  # pulls refused while a takeover waits out its predecessor
             "campaigns_won": 0,
             "handed_over": 0,
         }
@@ -291,22 +296,47 @@ class Replication:
             and self.clock.valid(time.monotonic())
         )
 
+    def answers_reads(self, shard: int) -> bool:
+        """Whether this server answers ``shard``'s pulls and reductions: :meth:`serving`, and
+        past its role's wait for reads after a takeover from another server (the lease TTL from
+        the campaign's answer: ``BucketRole.reads_open``)."""
+        role = self.roles[self.layout.bucket_of(shard)]
+        return self.serving(shard) and role.reads_open(time.monotonic())
+
+    def lease_time(self) -> float:
+        """Now, by the clock the lease clock (``LeaseClock``) and the heartbeat read
+        (``time.monotonic()``): the time a campaign's answer is stamped with, in the units of
+        the wait for reads (``BucketRole.reads_open``, ``lease_s`` long)."""
+        return time.monotonic()
+
     def writable(self, shard: int) -> bool:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""
         return self.serving(shard) and self.roles[self.layout.bucket_of(shard)].writable
 
-    def not_primary(self, header: Header, shard: int) -> WireError:
+    def not_primary(self, header: Header, shard: int, read: bool = False) -> WireError:
+        """Why this server does not take ``header``'s request of ``shard`` (a pull or a
+        reduction when ``read``, else a write), counted by that reason: a write short of
+        copies, a read waiting out the predecessor's lease (``READS_WAITING``: the client sends
+        it again here after a pause, with no map read), or not the serving primary."""
         self.counters["not_primary"] += 1
         role = self.roles[self.layout.bucket_of(shard)]
         primary = role.record.primary if role.record else None
-        if role.serving and not role.writable:
-            self.counters["too_few_copies"] += 1
-            return WireError(
-                f"bucket {role.bucket} has {role.holders} live copies in sync, fewer than "
-                f"ps.min_copies = {role.min_copies}: writes are refused until a copy catches up "
-                "(send again)",
-                ErrorCode.NOT_PRIMARY,
-            )
+        if self.serving(shard):  # the primary, under its record's lease, valid by its clock
+            if not read and not role.writable:
+                self.counters["too_few_copies"] += 1
+                return WireError(
+                    f"bucket {role.bucket} has {role.holders} live copies in sync, fewer than "
+                    f"ps.min_copies = {role.min_copies}: writes are refused until a copy "
+                    "catches up (send again)",
+                    ErrorCode.NOT_PRIMARY,
+                )
+            if read and not role.reads_open(time.monotonic()):
+                self.counters["reads_waiting"] += 1
+                return WireError(
+                    f"bucket {role.bucket} was taken over from another server: its reads wait "
+                    f"out that server's lease ({role.lease_ttl} s from the takeover; send again)",
+                    ErrorCode.READS_WAITING,
+                )
         if role.record_lost:
             store = ""
             if role.bucket in self.marks.remembered:

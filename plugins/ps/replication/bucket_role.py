@@ -93,6 +93,10 @@ class BucketRole:
         empty: The bucket holds no shard (a layout with more buckets than shards): every copy
             holds its whole state, none, so it is always current (catching a copy up sends it
             nothing, so no :class:`Restored` ever tells it so).
+        lease_ttl: The servers' lease TTL, in the clock's units of :class:`CampaignAnswered`'s
+            ``at``: a primary that took the bucket from another server answers reads only this
+            long after it won (:meth:`reads_open`). Required (keyword), with no default: a host
+            that left it out would silently answer reads at once after a takeover.
     """
 
     bucket: int
@@ -100,6 +104,7 @@ class BucketRole:
     copies: int
     min_copies: int = 1
     empty: bool = False
+    lease_ttl: float = field(kw_only=True)  # required: 0.0 would mean no wait for reads
     role: Role = Role.FOLLOWER
     record: BucketRecord | None = None
     members: Mapping[int, int] = field(default_factory=dict)  # live server -> its lease
@@ -125,6 +130,13 @@ class BucketRole:
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
     dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
     campaign: BucketRecord | None = None  # as candidate: the record its campaign writes
+    # as candidate: whether the record its campaign replaces is not one this side won itself
+    # (another server's, or handed here by one: a primary in it, or before it, may still answer
+    # reads by its own clock, its lease revoked early)
+    replaces_another: bool = False
+    won_epoch: int = 0  # the epoch of the last campaign this side won
+    # as primary: from when (the clock of CampaignAnswered.at) it answers reads
+    reads_from: float = float("-inf")
     transitions: deque = field(
         default_factory=lambda: deque(maxlen=STORY_LENGTH), repr=False, compare=False
     )
@@ -144,7 +156,7 @@ class BucketRole:
                     stimulus.blank,
                 )
             case CampaignAnswered():
-                actions = self._campaigned(stimulus.won, stimulus.record)
+                actions = self._campaigned(stimulus.won, stimulus.record, stimulus.at)
             case InSyncWritten():
                 actions = self._written(stimulus.ok, stimulus.record)
             case HandOverAnswered():
@@ -241,6 +253,24 @@ class BucketRole:
         if self.role is not Role.PRIMARY or self.syncing or self.writing:
             return False
         return all(s in self.confirmed for s in self.record.in_sync if s in self.members)
+
+    def reads_open(self, now: float) -> bool:
+        """Serving, and past the wait for reads at ``now`` (the clock of
+        :class:`CampaignAnswered`'s ``at``): answers pulls.
+
+        A primary that took the bucket from another server (or was handed it: the hand-over
+        may come before that server's predecessor's clock ran out) answers reads only
+        ``lease_ttl`` after its campaign came back; one that takes back a record it won itself
+        waits no longer than what it still owed. A predecessor may still answer pulls from
+        older memory until its own lease clock runs out: it knows its lease only by that clock,
+        which gives up ``margin`` before etcd's TTL counted from its last renewal, and that
+        renewal came before etcd dropped the lease (expired, or revoked early: ``hogwild ps``
+        ends the lease of a server the driver takes for dead, which may only be paused), which
+        came before this campaign. Waiting the whole TTL, as Raft's and Spanner's leader leases
+        wait out the old leader's, keeps reads from going back while the holder's clock runs no
+        more than that margin slower than this side's (``0.75 / r_holder <= 1 / r_this``).
+        Writes need no wait: the copies fence a deposed primary's prepares."""
+        return self.serving and now >= self.reads_from
 
     @property
     def holders(self) -> int:
@@ -366,15 +396,19 @@ class BucketRole:
         away = [s for s in record.in_sync if s != self.me and s not in members]
         others += tuple(away[: max(0, self.min_copies - 1 - len(others))])
         return self._campaign(
-            BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)), record.revision
+            BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)),
+            record.revision,
+            replaces_another=record.primary != self.me or record.epoch != self.won_epoch,
         )
 
-    def _campaign(self, record: BucketRecord, expected: int) -> list:
+    def _campaign(self, record: BucketRecord, expected: int, replaces_another=False) -> list:
         self.role, self.campaign = Role.CANDIDATE, record
+        self.replaces_another = replaces_another
         return [Campaign(self.bucket, record, expected)]
 
-    def _campaigned(self, won: bool, record: BucketRecord | None) -> list:
-        """The campaign's transaction came back: ``record`` is what ``sync/<b>`` holds now."""
+    def _campaigned(self, won: bool, record: BucketRecord | None, at: float = 0.0) -> list:
+        """The campaign's transaction came back at ``at``: ``record`` is what ``sync/<b>``
+        holds now."""
         if self.role is not Role.CANDIDATE:
             return []
         campaign, self.campaign = self.campaign, None
@@ -389,6 +423,12 @@ class BucketRole:
             self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
+        # reads wait out the lease of the primary replaced, if not this side (see reads_open);
+        # a wait still owed is never shortened: taking back its own record inside the wait it
+        # owes another (its own lease lost meanwhile) leaves that one's clock running as before
+        owed = at + self.lease_ttl if self.replaces_another else at
+        self.reads_from = max(self.reads_from, owed)
+        self.won_epoch = record.epoch
         self.first_ticket = self.tickets + 1
         self.history.refreshed = False  # a refresh seen while campaigning: older than this
         # an in-sync copy kept while away (``_take``: not registered, paused past its lease)

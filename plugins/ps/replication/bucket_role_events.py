@@ -75,10 +75,13 @@ class MapRead(RoleStimulus):
 
 @dataclass(frozen=True)
 class CampaignAnswered(RoleStimulus):
-    """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now."""
+    """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now;
+    ``at``: when the answer came, by this server's clock (the lease clock's units: seconds of
+    ``time.monotonic()`` on a real server, ticks in the simulator)."""
 
     won: bool
     record: BucketRecord | None
+    at: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,10 @@ class RoleEffects(Protocol):
         ``action.expected``: whether it was done, and the record read back. Raises
         :class:`~hogwild.errors.HogwildError` when etcd did not answer."""
 
+    def lease_time(self) -> float:
+        """This server's lease clock now (seconds of ``time.monotonic()``; the simulator's
+        ticks): when a campaign's answer came (a successor's reads wait from it)."""
+
     def record_written(self, action: Campaign | WriteInSync | HandOver, done: bool) -> None:
         """The transaction came back (counters; a won takeover's start)."""
 
@@ -355,6 +359,9 @@ def carry_out(actions: list, roles: Mapping[int, BucketRole], host: RoleEffects)
             host.record_written(action, done)
             if isinstance(action, Campaign):
                 done = done and record is not None
+                won = CampaignAnswered(done, record, at=host.lease_time(), stimulus_id=sid)
+                actions += role.handle(won)
+                continue
             actions += role.handle(answer(done, record, stimulus_id=sid))
         elif isinstance(action, Sync):
             if host.stopped_here(action.bucket):

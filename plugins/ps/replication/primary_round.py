@@ -53,6 +53,9 @@ class PrimaryRound:
     def replace_record(self, action) -> Iterator[str]:
         return self.replication.replace_record(action)
 
+    def lease_time(self) -> float:
+        return self.replication.lease_time()
+
     def record_written(self, action, done: bool) -> None:
         self.replication.record_written(action, done)
 

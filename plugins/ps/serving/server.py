@@ -359,8 +359,8 @@ class ParameterServer:
                 work.keep = request.frames
                 replication.submit(header, shard, work, request.frames)
                 return None  # the replication thread answers, once every copy committed
-            if not replication.serving(shard):  # a pull or a reduction: the primary answers
-                raise replication.not_primary(header, shard)
+            if not replication.answers_reads(shard):  # a pull or a reduction: the primary
+                raise replication.not_primary(header, shard, read=True)
         else:
             work = self.admission.work(header, shard, local, request.frames)
             if work.kind == Kind.PULL and self.options.direct_pulls:

@@ -5,7 +5,8 @@ stops, a bucket with no primary ever again or a client's update never acknowledg
 ends a schedule by healing its world (:func:`heal`: every paused server resumed, every killed one
 restarted as the driver restarts a parameter server of a job whose servers keep copies, no more
 faults: the network delivers everything in order, no lease expires early, etcd keeps its keys,
-every application succeeds), then runs it quietly for :func:`heal_ticks` ticks: at each tick
+every application succeeds), then runs it quietly for :func:`heal_ticks` ticks (and up to a
+TTL more while a takeover's wait for reads goes on: ``BucketRole.reads_open``): at each tick
 the threads run and the messages are delivered until nothing is under way, a copy that will not
 answer (its message lost in the faults) is given up on (the peer timeout), and each client sends
 its outstanding update again (its re-send after a timeout or a ``NOT_PRIMARY``). A client of
@@ -16,7 +17,8 @@ prepare, which it refuses, and caught up then. Then :func:`check_liveness` asks,
 bucket:
 
 * exactly one server is its primary, etcd's record names it under its present lease, and it
-  serves reads and writes of every shard (``serving``, ``writable``) in the record's epoch;
+  answers reads and takes writes of every shard (``answers_pulls``: serving and past its wait
+  for reads; ``writable``) in the record's epoch;
 * every copy the bucket should have (:func:`~hogwild_plugins.ps.failover.desired_copies` over
   the live servers) is in ``in_sync``, confirmed by the primary in its epoch, not stopped, and
   holds exactly the primary's updates of each shard at the primary's version;
@@ -34,8 +36,10 @@ checked as such:
   memory-only store lost it; no server serves the bucket (the restarted ones hold nothing and
   never campaign);
 * **the bucket stopped on its primary with no caught-up copy to hand it to**: etcd still names
-  that server under its live lease, which refuses the bucket ``STOPPED`` and serves nothing of
-  it, until the job is restarted (the driver stops it at the client's ``STOPPED``).
+  that server under its live lease, or under a lease it lost (cut off, it registered again)
+  with every live copy in ``in_sync`` stopped and every live current copy out of it (seed
+  22354, 300 steps, with cuts); it refuses the bucket ``STOPPED`` and serves nothing of it,
+  until the job is restarted (the driver stops it at the client's ``STOPPED``).
 
 A world that does none of these raises :class:`~hogwild_plugins.ps.simulation.world.Violation`
 with its schedule (the heal's steps included) and every server's stories.
@@ -83,8 +87,10 @@ def heal_and_check(world: World) -> None:
 
 def heal(world: World) -> dict[int, bool]:
     """End the faults (see the module docstring) and run the world quietly for
-    :func:`heal_ticks` ticks; every step is still checked against the safety invariants.
-    Returns, by bucket, whether a live server held its state when the faults ended."""
+    :func:`heal_ticks` ticks, and past them up to a TTL while a serving primary still waits
+    out its predecessor's lease before it answers reads; every step is still checked against
+    the safety invariants. Returns, by bucket, whether a live server held its state when the
+    faults ended."""
     world.schedule.append(f"{world.time}: (the faults end: the world heals)")
     world.faults = frozenset()
     held = {b: _held(world, b) for b in world.bucket_shards}
@@ -93,7 +99,9 @@ def heal(world: World) -> dict[int, bool]:
     for i, s in sorted(world.servers.items()):
         if s is None or s.paused:
             world.apply(("restart", i) if s is None else ("resume", i))
-    for _ in range(heal_ticks(world.config)):
+    for n in range(heal_ticks(world.config) + world.config.ttl):
+        if n >= heal_ticks(world.config) and not _reads_waiting(world):
+            break  # past the heal's ticks, only a takeover's wait for reads goes on ticking
         _quiet(world)
         for c, client in enumerate(world.clients):
             if client.outstanding is not None:
@@ -102,6 +110,14 @@ def heal(world: World) -> dict[int, bool]:
         world.apply(("tick",))
     _quiet(world)
     return held
+
+
+def _reads_waiting(world: World) -> bool:
+    """Whether a serving primary still waits out its predecessor's lease before it answers
+    reads (``BucketRole.reads_open``: up to a TTL after a takeover late in the heal)."""
+    return any(
+        r.serving and not r.reads_open(world.time) for s in world.live() for r in s.roles.values()
+    )
 
 
 def _held(world: World, bucket: int) -> bool:
@@ -192,7 +208,7 @@ def _stuck(world: World, bucket: int, shards: list[int], held: bool) -> str | No
         )
     primary = world.servers[record.primary]
     role = primary.roles[bucket]
-    if role.epoch != record.epoch or not all(primary.serving(s) for s in shards):
+    if role.epoch != record.epoch or not all(primary.answers_pulls(s) for s in shards):
         return f"is not served by its primary {primary.me} in epoch {record.epoch}"
     if not role.writable:
         return f"takes no writes on its primary {primary.me} ({role.holders} live copies)"
@@ -234,9 +250,30 @@ def _allowed_outcome(world: World, bucket: int, record, held: bool) -> str | Non
         if (
             named is not None
             and named.roles[bucket].stopped
-            and world.etcd.members().get(named.me) == record.lease
+            and (
+                world.etcd.members().get(named.me) == record.lease
+                or _no_copy_left(live, bucket, record)
+            )
         ):
+            # etcd names it under its live lease (no copy may campaign), or under a lease it
+            # lost (cut off, say, and registered again) with every copy it kept in sync stopped
             if any(named.refusal(s, "PUSH") != "STOPPED" for s in world.bucket_shards[bucket]):
                 return None
             return f"stopped on its primary {named.me} with no caught-up copy"
     return None
+
+
+def _no_copy_left(live, bucket: int, record) -> bool:
+    """Whether no live copy could take ``bucket`` from its stopped primary ``record`` names
+    under a lease it lost, as seed 22354 (300 steps, with cuts) ends: every live server the
+    record keeps in ``in_sync`` is stopped (a write failed to apply there), and every live
+    current copy is out of ``in_sync`` (dropped by the primary's last in-sync write). A live
+    member of ``in_sync`` that is not stopped, current or not, is a copy that should have been
+    caught up or taken the bucket: a stall, not this outcome."""
+    for server in live:
+        kept = server.me in record.in_sync
+        if kept and not server.stops.stopped(bucket):
+            return False
+        if kept and server.roles[bucket].current:
+            return False
+    return True

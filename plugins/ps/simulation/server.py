@@ -140,7 +140,9 @@ class SimServer:
         self.bucket_shards = bucket_shards
         self.bucket_of = {s: b for b, shards in bucket_shards.items() for s in shards}
         self.etcd, self.send, self.now, self.ttl, self.settle = etcd, send, now, ttl, settle
-        self.roles = {b: BucketRole(b, me, copies, min_copies) for b in bucket_shards}
+        self.roles = {
+            b: BucketRole(b, me, copies, min_copies, lease_ttl=ttl) for b in bucket_shards
+        }
         for bucket, shards in bucket_shards.items():
             self.roles[bucket].current = not shards
         self.logs = {s: ShardLog() for s in self.bucket_of}
@@ -239,6 +241,14 @@ class SimServer:
         its clock."""
         role = self.roles[self.bucket_of[shard]]
         return role.serving and role.record.lease == self.lease and self.valid()
+
+    def answers_pulls(self, shard: int) -> bool:
+        """As the real server: :meth:`serving`, and past the role's wait for reads after it
+        took the bucket from another server (``BucketRole.reads_open``)."""
+        return self.serving(shard) and self.roles[self.bucket_of[shard]].reads_open(self.now())
+
+    def lease_time(self) -> int:
+        return self.now()
 
     # ------------------------------------------------------------------ network thread
 

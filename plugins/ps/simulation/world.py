@@ -440,10 +440,10 @@ class World:
                 self.network.append((to, (dst, me, (exchange, index, answer))))
 
             return server.handle_peer(peer, reply)
-        if body[0] == "PULL":  # answered by the serving primary, from what it applied
+        if body[0] == "PULL":  # answered by the serving primary past its wait for reads
             _, sender, shard, expected = body
             refused = server.refusal(shard, "PULL") or (
-                None if server.serving(shard) else "NOT_PRIMARY"
+                None if server.answers_pulls(shard) else "NOT_PRIMARY"
             )
             if refused:
                 return f" -> {refused}"

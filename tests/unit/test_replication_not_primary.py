@@ -1,0 +1,75 @@
+"""Why a replicated server refuses a client's request (``Replication.not_primary``, the real
+adapter of plugins/ps/replication/adapter.py on an unstarted real server: no etcd, no socket):
+the reason and its counter follow the request's kind. A pull inside a takeover's wait for
+reads is answered ``READS_WAITING`` (the client sends it again to the same server after a pause,
+with no map read), a write short of copies ``NOT_PRIMARY`` naming ``ps.min_copies``, and either
+one once the lease clock ran out as not the serving primary."""
+
+from __future__ import annotations
+
+import time
+
+from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.replication import Replication
+from hogwild_plugins.ps.replication.bucket_role_events import CampaignAnswered, MapRead, Restored
+from hogwild_plugins.ps.serving.options import ServerOptions
+from hogwild_plugins.ps.serving.server import ParameterServer
+
+from hogwild.net.wire import ErrorCode, Header, MsgType
+
+LEASE_S = 30  # long enough that the wait for reads outlasts the test
+ME, PREDECESSOR = 0, 1
+MY_LEASE, ITS_LEASE = 0x70, 0x71
+
+
+def primary_after_a_takeover() -> tuple[Replication, int]:
+    """Server 0 of two, its bucket of shard 0 taken from server 1 (gone) a moment ago, alone in
+    sync under ``min_copies = 2``; its lease clock valid. The adapter and the shard."""
+    options = ServerOptions(
+        job="not-primary", servers=("127.0.0.1:1", "127.0.0.1:2"), index=ME, copies=2,
+        etcd="127.0.0.1:1", min_copies=2, lease_s=LEASE_S,
+    )  # fmt: skip
+    server = ParameterServer(ModelGeometry(600), options)
+    replication = Replication(server, options.etcd, 2, LEASE_S, 2)
+    shard = 0
+    role = replication.roles[replication.layout.bucket_of(shard)]
+    before = BucketRecord(3, PREDECESSOR, ITS_LEASE, (PREDECESSOR, ME), revision=9)
+    both = {ME: MY_LEASE, PREDECESSOR: ITS_LEASE}
+    role.handle(MapRead(before, both, MY_LEASE, True, stimulus_id="m"))
+    role.handle(Restored(3, stimulus_id="r"))  # its primary's snapshot: a current copy
+    [campaign] = role.handle(MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, stimulus_id="m2"))
+    won = BucketRecord(4, ME, MY_LEASE, campaign.record.in_sync, revision=10)
+    now = time.monotonic()
+    role.handle(CampaignAnswered(True, won, now, stimulus_id="c"))
+    replication.clock.granted(MY_LEASE, LEASE_S, now)
+    assert role.serving and not role.writable and not role.reads_open(time.monotonic())
+    return replication, shard
+
+
+def refused(replication: Replication, shard: int, read: bool) -> tuple[ErrorCode, str, dict]:
+    kind = MsgType.PULL if read else MsgType.PUSH_DELTAS
+    error = replication.not_primary(Header(kind, 1, 7, shard, 1), shard, read=read)
+    counted = {k: replication.counters[k] for k in ("too_few_copies", "reads_waiting")}
+    for k in counted:
+        replication.counters[k] = 0
+    return error.code, str(error), counted
+
+
+def test_a_pull_in_the_wait_is_told_to_wait_and_a_write_short_of_copies_names_min_copies():
+    replication, shard = primary_after_a_takeover()
+    code, text, counted = refused(replication, shard, read=True)
+    assert code == ErrorCode.READS_WAITING and "wait out that server's lease" in text
+    assert counted == {"too_few_copies": 0, "reads_waiting": 1}
+    code, text, counted = refused(replication, shard, read=False)
+    assert code == ErrorCode.NOT_PRIMARY and "ps.min_copies = 2" in text
+    assert counted == {"too_few_copies": 1, "reads_waiting": 0}
+
+
+def test_once_its_lease_clock_ran_out_neither_kind_is_told_a_reason_that_no_longer_holds():
+    replication, shard = primary_after_a_takeover()
+    replication.clock.valid_until = float("-inf")  # its clock gave up on the lease
+    for read in (True, False):
+        code, text, counted = refused(replication, shard, read)
+        assert code == ErrorCode.NOT_PRIMARY and "is not the serving primary" in text
+        assert counted == {"too_few_copies": 0, "reads_waiting": 0}
