@@ -113,6 +113,10 @@ class Waiting:
     refused: bool
     held: bool = False
 
+    def __post_init__(self) -> None:
+        if self.held and not self.refused:  # checked here: a round of held ones is not kept
+            raise ValueError(f"request {self.request}: held (READS_WAITING) yet not refused")
+
 
 @dataclass(frozen=True)
 class Unfinished:

@@ -121,7 +121,8 @@ def test_requests_re_sent_after_a_timeout_keep_their_send_order_across_the_wrap(
         first = [seq for seq, again in seen if not again]
         assert first == [r.header.seq for r in requests]
         assert first[2] >> 32 != first[1] >> 32 and first[2] < first[1]  # wrapped, lower
-        assert [seq for seq, again in seen if again] == first
+        # a slow serving thread may cost a second round of re-sends: the first round is the order
+        assert [seq for seq, again in seen if again][: len(first)] == first
     finally:
         stop.set()
         thread.join(timeout=5)

@@ -330,7 +330,8 @@ class Replication:
                     "catches up (send again)",
                     ErrorCode.NOT_PRIMARY,
                 )
-            if read and not role.reads_open(time.monotonic()):
+            if read:  # not open when answers_reads asked, even if the wait ended since:
+                # the same server again, not a map round that would name this server anyway
                 self.counters["reads_waiting"] += 1
                 return WireError(
                     f"bucket {role.bucket} was taken over from another server: its reads wait "
