@@ -265,9 +265,8 @@ class Peers:
         random high 32 bits naming this run of numbers, the low ones counting from 1. At the
         wrap (2**32 requests) the count starts again under a new random prefix: under the same
         one, each number after the wrap would be lower than those a server remembers of this
-        client and be answered as a late copy, never applied
-        (:meth:`~hogwild_plugins.ps.shard_log.ShardLog.seen` takes another prefix as another
-        run of numbers, new)."""
+        client and be answered as a late copy, never applied (a server's request log takes
+        another prefix as another run of numbers, new)."""
         seq = self._incarnation | self._next
         self._next = (self._next + 1) & 0xFFFFFFFF
         if self._next == 0:
