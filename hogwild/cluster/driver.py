@@ -416,8 +416,6 @@ class ClusterDriver:
 
     def _data_silent(self) -> bool:
         """Whether none of the job's own data servers answers now (False if it runs none)."""
-        if not self.data_servers:
-            return False
         return all_silent(self.data_servers, keys=self.config.ps.keys or None)
 
     def _members_follow(self, group: int, address: str) -> None:

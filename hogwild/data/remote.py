@@ -161,13 +161,7 @@ def describe_servers(
     deadline = time.monotonic() + wait_s
     said = False
     while True:
-        found, failures, silent = [], [], True
-        for address in servers:
-            try:
-                found.append((address, describe_server(address, keys=keys, timeout_s=timeout_s)))
-            except DataError as exc:
-                failures.append(str(exc))
-                silent = silent and isinstance(exc, DataServerSilentError)
+        found, failures, silent = _ask_each(servers, keys, timeout_s, retries=1)
         if found or not silent or time.monotonic() + WAIT_ROUND_S > deadline:
             break
         if not said:
@@ -196,15 +190,26 @@ def all_silent(servers: Sequence[str], *, keys: str | None = None) -> bool:
     """Whether none of ``servers`` answers a ``describe`` now (each asked once, for
     :data:`PROBE_TIMEOUT_S`): a server answering wrongly is not silent (waiting will not change
     it). The driver asks before it restarts a replica (:mod:`hogwild.cluster.supervisor`)."""
+    found, _, silent = _ask_each(servers, keys, PROBE_TIMEOUT_S, retries=0)
+    return bool(servers) and not found and silent
+
+
+def _ask_each(
+    servers: Sequence[str], keys: str | None, timeout_s: float, retries: int
+) -> tuple[list[tuple[str, dict]], list[str], bool]:
+    """One round of ``describe`` to each server: the ``(address, description)`` of those that
+    answered, why each other one did not, and whether every one that did not was silent (no
+    answer at all, rather than a wrong one)."""
+    found, failures, silent = [], [], True
     for address in servers:
         try:
-            describe_server(address, keys=keys, timeout_s=PROBE_TIMEOUT_S, retries=0)
-        except DataServerSilentError:
-            continue
-        except DataError:
-            return False
-        return False
-    return bool(servers)
+            described = describe_server(address, keys=keys, timeout_s=timeout_s, retries=retries)
+        except DataError as exc:
+            failures.append(str(exc))
+            silent = silent and isinstance(exc, DataServerSilentError)
+        else:
+            found.append((address, described))
+    return found, failures, silent
 
 
 class RemoteReader:
