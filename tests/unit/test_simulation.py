@@ -428,7 +428,7 @@ def test_a_pull_never_sees_an_update_that_a_failover_then_takes_back():
     assert reader.reads[0] and (100, 1) not in reader.reads[0][-1][1]
     world.apply(("kill", primary.me))  # before any copy committed the update
     # (a successor answers pulls once it waited out its predecessor's lease: reads_open)
-    tick_until(world, lambda: (p := primary_of(world, 0)) is not None and p.answers_pulls(0))
+    tick_until(world, lambda: (p := primary_of(world, 0)) is not None and p.answers_reads(0))
     for _ in range(10):  # the reader reads again from the new primary
         world.apply(("pull", 1))
         world.settle()

@@ -67,7 +67,7 @@ def test_a_successor_answers_no_pull_until_its_predecessors_lease_clock_ran_out(
     assert reads[SHARD] == [(reads[SHARD][0][0], frozenset())]  # (asked before the write)
     for _ in range(2 * world.config.ttl):  # the bucket serves reads again (handed back, say)
         primary = primary_of(world, SHARD)
-        if primary.answers_pulls(SHARD):
+        if primary.answers_reads(SHARD):
             break
         world.apply(("tick",))
         world.settle()
@@ -113,7 +113,7 @@ def test_a_primary_taking_back_its_own_record_keeps_the_wait_it_still_owes():
             break
     assert role.role.value == "primary" and primary_of(world, SHARD).me == new
     assert role.reads_from >= owed, "taking its record back shortened the wait it owed"
-    while not world.servers[new].answers_pulls(SHARD):
+    while not world.servers[new].answers_reads(SHARD):
         assert world.time < owed, "answered no pull once the owed wait was over"
         world.apply(("tick",))
         world.settle()

@@ -17,7 +17,7 @@ prepare, which it refuses, and caught up then. Then :func:`check_liveness` asks,
 bucket:
 
 * exactly one server is its primary, etcd's record names it under its present lease, and it
-  answers reads and takes writes of every shard (``answers_pulls``: serving and past its wait
+  answers reads and takes writes of every shard (``answers_reads``: serving and past its wait
   for reads; ``writable``) in the record's epoch;
 * every copy the bucket should have (:func:`~hogwild_plugins.ps.failover.desired_copies` over
   the live servers) is in ``in_sync``, confirmed by the primary in its epoch, not stopped, and
@@ -208,7 +208,7 @@ def _stuck(world: World, bucket: int, shards: list[int], held: bool) -> str | No
         )
     primary = world.servers[record.primary]
     role = primary.roles[bucket]
-    if role.epoch != record.epoch or not all(primary.answers_pulls(s) for s in shards):
+    if role.epoch != record.epoch or not all(primary.answers_reads(s) for s in shards):
         return f"is not served by its primary {primary.me} in epoch {record.epoch}"
     if not role.writable:
         return f"takes no writes on its primary {primary.me} ({role.holders} live copies)"

@@ -242,7 +242,7 @@ class SimServer:
         role = self.roles[self.bucket_of[shard]]
         return role.serving and role.record.lease == self.lease and self.valid()
 
-    def answers_pulls(self, shard: int) -> bool:
+    def answers_reads(self, shard: int) -> bool:
         """As the real server: :meth:`serving`, and past the role's wait for reads after it
         took the bucket from another server (``BucketRole.reads_open``)."""
         return self.serving(shard) and self.roles[self.bucket_of[shard]].reads_open(self.now())

@@ -443,7 +443,7 @@ class World:
         if body[0] == "PULL":  # answered by the serving primary past its wait for reads
             _, sender, shard, expected = body
             refused = server.refusal(shard, "PULL") or (
-                None if server.answers_pulls(shard) else "NOT_PRIMARY"
+                None if server.answers_reads(shard) else "NOT_PRIMARY"
             )
             if refused:
                 return f" -> {refused}"
