@@ -79,6 +79,7 @@ from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_u
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
 from hogwild_plugins.ps.replication.sync_parcels import SyncParcels
+from hogwild_plugins.ps.replication.takeover_times import TakeoverTimes
 from hogwild_plugins.ps.routes import etcd_prefix, parse_map, read_record, write_record
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.work import Work
@@ -95,7 +96,6 @@ __all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
 
 POLL_S = 0.5  # the map is read at least this often, watch or not
 MAX_BATCH = 256
-MAX_TAKEOVERS = 64
 SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
 
 
@@ -218,8 +218,7 @@ class Replication:
         self.failure: str | None = None
         self.etcd_errors = 0
         self.last_etcd_error: str | None = None
-        self.takeovers: list[dict] = []  # the last takeovers: bucket, epoch, wall-clock times
-        self._awaiting_ack: dict[int, dict] = {}
+        self.takeovers = TakeoverTimes()  # the last takeovers: bucket, epoch, wall-clock times
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -490,9 +489,7 @@ class Replication:
 
     def _carry_out(self, actions: list) -> None:
         run(carry_out(actions, self.roles, self))
-        for bucket, entry in self._awaiting_ack.items():  # (empty but after a takeover)
-            if entry["serving_at"] is None and self.roles[bucket].serving:
-                entry["serving_at"] = time.time()  # its copies caught up: it serves
+        self.takeovers.note_serving(lambda bucket: self.roles[bucket].serving)
 
     # ------------------------------------------------------------------ the executor's effects
     # (plugins/ps/replication/executor.py: the loops the simulator runs too; none blocks here
@@ -512,7 +509,7 @@ class Replication:
         if isinstance(action, Campaign):
             self.counters["campaigns_won"] += bool(done)
             if done and action.expected:  # a takeover (not a bucket's first primary)
-                self._takeover(action.bucket, action.record.epoch)
+                self.takeovers.won(action.bucket, action.record.epoch)
         elif isinstance(action, HandOver):
             # The role no longer serves (NOT_PRIMARY to every request from now on, queued ones
             # included), and this thread runs no batch meanwhile: everything this side
@@ -584,29 +581,8 @@ class Replication:
     def acknowledged(self, shard: int) -> None:
         """An update of ``shard`` was acknowledged (the end of a failover, if it is the first
         after a takeover of its bucket)."""
-        if self._awaiting_ack:
-            self._acknowledged(self.layout.bucket_of(shard))
-
-    def _takeover(self, bucket: int, epoch: int) -> None:
-        self.takeovers.append(
-            {
-                "bucket": bucket,
-                "epoch": epoch,
-                "won_at": time.time(),
-                "serving_at": None,  # its copies caught up (``_carry_out``)
-                "first_ack_at": None,
-            }
-        )
-        del self.takeovers[:-MAX_TAKEOVERS]
-        self._awaiting_ack[bucket] = self.takeovers[-1]
-
-    def _acknowledged(self, bucket: int) -> None:
-        """The first update acknowledged after a takeover: the end of that failover."""
-        entry = self._awaiting_ack.pop(bucket, None)
-        if entry is not None:
-            entry["first_ack_at"] = time.time()
-            if entry["serving_at"] is None:  # it served before a turn of _carry_out saw it
-                entry["serving_at"] = entry["first_ack_at"]
+        if self.takeovers.awaiting_ack:
+            self.takeovers.acknowledged(self.layout.bucket_of(shard))
 
     # ------------------------------------------------------------------ status
 
@@ -638,6 +614,6 @@ class Replication:
             "marks_written": self.marks.writes,
             "etcd_errors": self.etcd_errors,
             "last_etcd_error": self.last_etcd_error,
-            "takeovers": list(self.takeovers),
+            "takeovers": list(self.takeovers.records),
             "failure": self.failure,
         }
