@@ -28,7 +28,9 @@ What it decides:
   ``data.wait_s`` (the launcher may not yet know that the data server's host is lost), then are
   restarted as usual.
 - **Failover at once**: a replicated parameter server that exited has its lease ended now
-  (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse.
+  (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse;
+  one lost with no exit seen (its process may still run) has that end marked, and the takeovers
+  of its buckets wait out a lease before they answer reads.
 - **Stopping**: one exited role that will not come back (not supervised, past its restarts, or
   stopped by a parameter server: it exited :data:`~hogwild.errors.EXIT_STOPPED`, its bucket
   refused there until the server is restarted, which no restart of the role helps) stops the
@@ -123,9 +125,12 @@ class RestartFailed:
 
 @dataclass(frozen=True)
 class ForgetServer:
-    """End replicated parameter server ``index``'s lease now."""
+    """End replicated parameter server ``index``'s lease now; ``lost``: no exit was seen (its
+    node or actor was lost), so its process may still run and answer reads by its own lease
+    clock (the lease's end is marked: takeovers wait out a lease for reads)."""
 
     index: int
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -231,7 +236,8 @@ class RestartPolicy:
             self._story.append((stimulus_id, name, None, EXITED))
             return []
         self._move(stimulus_id, name, EXITED)
-        return [ForgetServer(role.index)] if role.kind == "ps" else []
+        lost = exit_.returncode is None  # no exit seen: the process may still run
+        return [ForgetServer(role.index, lost)] if role.kind == "ps" else []
 
     def _recover(self, recover: Recover) -> list:
         stimulus_id = recover.stimulus_id
@@ -326,7 +332,7 @@ class Supervisor:
         self,
         policy: RestartPolicy,
         launcher,
-        forget_server: Callable[[int], None],
+        forget_server: Callable[[int, bool], None],
         start_again: Callable[[Restart], str],
         back: Callable[[Restart, str], None],
         data_silent: Callable[[], bool] | None = None,
@@ -369,7 +375,7 @@ class Supervisor:
     def _do(self, actions: list) -> None:
         for action in actions:
             if isinstance(action, ForgetServer):
-                self.forget_server(action.index)
+                self.forget_server(action.index, action.lost)
             elif isinstance(action, StopJob):
                 raise RoleFailedError(action.reason)
             elif isinstance(action, Restart):

@@ -123,6 +123,15 @@ def test_a_replica_waits_for_silent_data_servers_nobody_knows_gone_for_data_wait
     assert RestartPolicy(3).handle(Recover(next(ids), data_silent=True, now=1.0)) == []
 
 
+def test_a_lost_parameter_servers_lease_end_is_marked_and_an_exited_ones_is_not() -> None:
+    """A server seen to exit answers nothing: its lease just ends. One lost with no exit seen
+    (its node or actor gone: ``returncode`` None) may still run and answer reads by its own
+    lease clock: the end is marked, and its buckets' takeovers wait a lease for reads."""
+    policy = job(roles=(("ps", 0), ("ps", 1)))
+    assert step(policy, died("ps 0", code=-9)) == [ForgetServer(0, lost=False)]
+    assert step(policy, died("ps 1", code=None)) == [ForgetServer(1, lost=True)]
+
+
 def test_a_parameter_server_nobody_supervises_stops_the_job_naming_every_exit() -> None:
     policy = job(limit=3, kept="")
     step(policy, died("replica 0", code=1))
@@ -202,14 +211,14 @@ def test_the_supervisor_carries_the_actions_out() -> None:
         return f"127.0.0.1:{restart.index + 7000}"
 
     supervisor = Supervisor(
-        RestartPolicy(2), launcher, lambda i: done.append(("forget", i)), start_again,
+        RestartPolicy(2), launcher, lambda i, lost: done.append(("forget", i, lost)), start_again,
         lambda restart, address: done.append(("back", restart.name, address)),
     )  # fmt: skip
     for kind, index in (("ps", 0), ("data", 0), ("replica", 0)):
         supervisor.supervise(f"{kind} {index}", kind, index)
     launcher.exits = [RoleExit("replica 0", "h", -9), RoleExit("ps 0", "h", -9)]
     supervisor.check()  # every exit may come back: nothing happens but the lease
-    assert done == [("forget", 0)]
+    assert done == [("forget", 0, False)]
     launcher.exits = [RoleExit("data 0", "h", 1)]
     supervisor.recover()
     assert done[1:] == [

@@ -24,7 +24,8 @@ MY_LEASE, ITS_LEASE = 0x70, 0x71
 
 
 def primary_after_a_takeover() -> tuple[Replication, int]:
-    """Server 0 of two, its bucket of shard 0 taken from server 1 (gone) a moment ago, alone in
+    """Server 0 of two, its bucket of shard 0 taken from server 1 (its lease revoked: a
+    ``revoked/1`` marker in the read) a moment ago, alone in
     sync under ``min_copies = 2``; its lease clock valid. The adapter and the shard."""
     options = ServerOptions(
         job="not-primary", servers=("127.0.0.1:1", "127.0.0.1:2"), index=ME, copies=2,
@@ -38,7 +39,8 @@ def primary_after_a_takeover() -> tuple[Replication, int]:
     both = {ME: MY_LEASE, PREDECESSOR: ITS_LEASE}
     role.handle(MapRead(before, both, MY_LEASE, True, stimulus_id="m"))
     role.handle(Restored(3, stimulus_id="r"))  # its primary's snapshot: a current copy
-    [campaign] = role.handle(MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, stimulus_id="m2"))
+    gone = MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, revoked=True, stimulus_id="m2")
+    [campaign] = role.handle(gone)
     won = BucketRecord(4, ME, MY_LEASE, campaign.record.in_sync, revision=10)
     now = time.monotonic()
     role.handle(CampaignAnswered(True, won, now, stimulus_id="c"))

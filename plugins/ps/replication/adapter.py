@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
+from hogwild_plugins.ps.failover import BucketRecord, LeaseClock, revoked_early
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
@@ -466,6 +466,7 @@ class Replication:
         valid = self.clock.valid(now)
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
         seen = frozenset().union(*(m.seen for m in members.values()))
+        revoked = revoked_early(entries)  # a lease ended early lately: takeovers wait for reads
         for bucket, role in self.roles.items():
             with self.lock:
                 actions = role.handle(
@@ -476,6 +477,8 @@ class Replication:
                         valid,
                         settled,
                         bucket not in seen,
+                        revoked,
+                        now,
                         stimulus_id=self._stimulus("map"),
                     )
                 )

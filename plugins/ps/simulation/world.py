@@ -385,9 +385,9 @@ class World:
         if kind == "restart":
             self.servers[i] = self._start(i)
             return f"{self.time}: server {i} restarted (incarnation {self.incarnations[i]})"
-        if kind == "expire":
-            self.etcd.revoke(self.servers[i].lease)
-            return f"{self.time}: server {i}'s lease expired early"
+        if kind == "expire":  # the driver ending a server's lease it lost: marked, then revoked
+            self.etcd.revoke_early(i, self.servers[i].lease, self.config.ttl, self.time)
+            return f"{self.time}: server {i}'s lease revoked early"
         assert kind == "wipe"
         self.etcd.wipe()
         self.invariants.wiped(self.incarnations)
