@@ -171,3 +171,23 @@ def test_a_revocation_without_its_marker_lets_reads_go_back():
     with pytest.raises(Violation) as caught:
         world.settle()
     assert "read shard 2 going back: [(100, 1)] seen, then not" in str(caught.value)
+
+
+def test_a_pull_inside_the_wait_is_held_and_sent_again_to_the_same_primary():
+    """The simulated client's held path (the real client's ``READS_WAITING``): a pull the
+    successor refuses inside its wait comes back ``READS_WAITING``, the client holds it for
+    that server, and the re-sends (no map read) are answered once the wait is over."""
+    world, old, new = deposed_while_paused()
+    client = world.clients[0]
+    pull(world, new)
+    world.settle()
+    assert client.held is not None and client.held[:2] == (new, SHARD)
+    while not client.reads.get(SHARD):
+        assert world.time <= world.servers[new].roles[1].reads_from, "never answered"
+        if client.held is not None:
+            world.apply(("resend held", 0))  # to the same server, as it was refused by
+            assert world.network[-1][0] == new
+        world.settle()
+        if not client.reads.get(SHARD):
+            world.apply(("tick",))
+    assert client.reads[SHARD][-1][1] == {(100, 1)}
