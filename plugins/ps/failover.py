@@ -78,6 +78,7 @@ primary of about ``1 / n`` of the buckets.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -88,6 +89,7 @@ __all__ = [
     "LeaseClock",
     "MemberRecord",
     "desired_copies",
+    "lease_now",
     "revoked_early",
 ]
 
@@ -235,8 +237,21 @@ class MemberRecord:
 # --------------------------------------------------------------------------- lease
 
 
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)  # Linux only
+
+
+def lease_now() -> float:
+    """Now, in seconds, by the one clock every lease decision of a server reads: its
+    :class:`LeaseClock`, its heartbeat, and the wait for reads after a takeover
+    (``BucketRole.reads_open``). Linux's ``CLOCK_BOOTTIME``, which counts a system suspend:
+    ``CLOCK_MONOTONIC`` (``time.monotonic()``) does not, so a holder suspended past its lease
+    would wake believing it valid; ``time.monotonic()`` where there is no ``CLOCK_BOOTTIME``. A
+    guest frozen by its hypervisor may still not see the frozen time (docs/guarantees.md)."""
+    return time.monotonic() if _BOOTTIME is None else time.clock_gettime(_BOOTTIME)
+
+
 class LeaseClock:
-    """A server's session lease, by its own clock.
+    """A server's session lease, by its own clock (read with :func:`lease_now`).
 
     The lease is taken as valid for ``ttl * (1 - margin)`` after the heartbeat that renewed it was
     *sent*: etcd counts from when it received it, later, so this side always gives up first. A

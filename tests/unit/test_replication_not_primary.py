@@ -7,9 +7,7 @@ one once the lease clock ran out as not the serving primary."""
 
 from __future__ import annotations
 
-import time
-
-from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.failover import BucketRecord, lease_now
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.replication import Replication
 from hogwild_plugins.ps.replication.bucket_role_events import CampaignAnswered, MapRead, Restored
@@ -42,10 +40,10 @@ def primary_after_a_takeover() -> tuple[Replication, int]:
     gone = MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, revoked=True, stimulus_id="m2")
     [campaign] = role.handle(gone)
     won = BucketRecord(4, ME, MY_LEASE, campaign.record.in_sync, revision=10)
-    now = time.monotonic()
+    now = lease_now()
     role.handle(CampaignAnswered(True, won, now, stimulus_id="c"))
     replication.clock.granted(MY_LEASE, LEASE_S, now)
-    assert role.serving and not role.writable and not role.reads_open(time.monotonic())
+    assert role.serving and not role.writable and not role.reads_open(lease_now())
     return replication, shard
 
 

@@ -83,7 +83,7 @@ class MapRead(RoleStimulus):
 class CampaignAnswered(RoleStimulus):
     """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now;
     ``at``: when the answer came, by this server's clock (the lease clock's units: seconds of
-    ``time.monotonic()`` on a real server, ticks in the simulator)."""
+    ``lease_now()`` on a real server, ticks in the simulator)."""
 
     won: bool
     record: BucketRecord | None
