@@ -149,7 +149,9 @@ def _running(server: ServeProcess) -> bool:
 
 
 def _forget(watch: ServerWatch, index: int) -> None:
-    """End a killed server's etcd lease now, as ``hogwild cluster``'s driver does."""
+    """End a killed server's etcd lease now, as ``hogwild cluster``'s driver does for a server
+    it saw exit: SIGKILLed, it answers nothing, so no ``revoked/<i>`` marker (no takeover waits
+    for reads)."""
     try:
         value, _ = watch.etcd.get(f"members/{index}")
         if value is not None and isinstance(value.get("lease"), int):

@@ -68,7 +68,7 @@ from hogwild.cluster.roles import on_port_of, plan_roles, with_incarnation, with
 from hogwild.cluster.servers import JobServers
 from hogwild.cluster.services import worker_group
 from hogwild.cluster.status import LiveStatus, server_row, status_act
-from hogwild.cluster.supervisor import Restart, RestartPolicy, Supervisor
+from hogwild.cluster.supervisor import Fence, Restart, RestartPolicy, Supervisor
 from hogwild.config import PS_DEFAULT_LR
 from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
@@ -220,8 +220,9 @@ class ClusterDriver:
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back,
-            self._data_silent,
+            self._data_silent, self._fence,
         )  # fmt: skip
+        self._fenced: dict[str, int] = {}  # a held replica fenced: the incarnation it starts as
         self.links = ReplicaLinks(
             self.job, config.ps, self.policy, self.supervisor, unresponsive=self._unresponsive
         )
@@ -405,14 +406,28 @@ class ClusterDriver:
             "%s; restarting (%d of %d)", restart.exit.describe(), restart.count, restart.limit
         )
         if spec.kind == "replica":  # fenced before its portions go to others
-            incarnation = self.fences.replace(spec.index)
-            spec = self.specs[restart.name] = with_incarnation(spec, incarnation)
-            self.epochs.lost(spec.index)
-            self.links.close(spec.index)
-            address = self.launcher.restart(spec)
+            fenced = self._fenced.pop(restart.name, None) if restart.fenced else None
+            incarnation = self._fence_replica(restart.name) if fenced is None else fenced
+            address = self.launcher.restart(self.specs[restart.name])
             self.fences.started(spec.index, incarnation)
             return address
         return self.launcher.restart(spec)
+
+    def _fence(self, fence: Fence) -> None:
+        """A replica held (its restart waits for a data server): fenced now, its portions given
+        up; its restart later only starts it, as the incarnation fenced here."""
+        role_logger("cluster").warning("%s: fenced while its restart waits", fence.name)
+        self._fenced[fence.name] = self._fence_replica(fence.name)
+
+    def _fence_replica(self, name: str) -> int:
+        """Refuse replica ``name``'s old incarnations on the servers and give its portions
+        back to the coordinator; the incarnation it is to start as."""
+        spec = self.specs[name]
+        incarnation = self.fences.replace(spec.index)
+        self.specs[name] = with_incarnation(spec, incarnation)
+        self.epochs.lost(spec.index)
+        self.links.close(spec.index)
+        return incarnation
 
     def _data_silent(self) -> bool:
         """Whether none of the job's own data servers answers now (False if it runs none)."""

@@ -58,18 +58,20 @@ class JobServers:
             changes["ps.lease_s"] = self.controller.min_lease_s
         return config.override(changes)
 
-    def forget_server(self, index: int) -> None:
+    def forget_server(self, index: int, lost: bool = True) -> None:
         """Server ``index`` (of every group's, group after group) died: end its lease now, so
         that its buckets fail over at once instead of when the lease runs out (if that fails, it
         lapses by itself). With several server groups the lease is in its group's namespace,
-        under its index within the group."""
+        under its index within the group. ``lost``: no exit was seen (its process may still
+        run): the controller marks the lease's end (see ``Controller.forget_server``)."""
         if self.controller is None:
             return
         try:
             if self.per_group:
-                self.controller.forget_server(index % self.per_group, index // self.per_group)
+                group = index // self.per_group
+                self.controller.forget_server(index % self.per_group, group, lost=lost)
             else:
-                self.controller.forget_server(index)
+                self.controller.forget_server(index, lost=lost)
         except HogwildError as exc:
             role_logger("cluster").warning("could not end ps %d's lease: %s", index, exc)
 

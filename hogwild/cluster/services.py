@@ -63,9 +63,11 @@ class Controller(Protocol):
     min_lease_s: float
     tls: str | None
 
-    def forget_server(self, index: int, group: int | None = None) -> None:
+    def forget_server(self, index: int, group: int | None = None, lost: bool = True) -> None:
         """Parameter server ``index`` (of server group ``group``, in a job of several) died: end
         its lease now, so that its buckets fail over at once instead of when the lease runs out.
+        ``lost``: no exit was seen, so its process may still run and answer reads by its own
+        lease clock: the end is marked (``revoked/<index>``) for the takeovers to wait it out.
 
         Raises:
             HogwildError: The controller cannot be reached (the lease then lapses by itself).

@@ -3,10 +3,11 @@
 :class:`RestartPolicy` decides, and does no I/O (dask's worker state machine is the model): the
 driver feeds it what the launcher saw (:class:`RoleExited`), asks it what to do now
 (:class:`Recover`) and reports how each restart went (:class:`Restarted`,
-:class:`RestartFailed`), each stimulus with an id; it answers actions (:class:`ForgetServer`,
-:class:`Restart`, :class:`StopJob`), keeps a bounded log of its transitions (:meth:`story`) and
-checks its own invariants (:meth:`validate_state`). :class:`Supervisor` is the thin adapter that
-carries the actions out through the launcher and the driver's callbacks.
+:class:`RestartFailed`), each stimulus with an id; it answers actions
+(:class:`ForgetServer`, :class:`Fence`, :class:`Restart`, :class:`StopJob`), keeps a bounded
+log of its transitions (:meth:`story`) and checks its own invariants (:meth:`validate_state`).
+:class:`Supervisor` is the thin adapter that carries the actions out through the launcher and
+the driver's callbacks.
 
 What it decides:
 
@@ -26,9 +27,14 @@ What it decides:
   restarts go one at a time; such a start would fail after its wait and cost a second restart.
   The readers wait while a data server is gone (its restart comes first) and otherwise up to
   ``data.wait_s`` (the launcher may not yet know that the data server's host is lost), then are
-  restarted as usual.
+  restarted as usual. A replica held is fenced at once (:class:`Fence`: the servers refuse its
+  old incarnation, which may still run behind a partition, and the coordinator gives its
+  portions to others), not at its restart, which then only starts the process. The story says
+  when a hold began and why it ended (a data server answered, or ``data.wait_s`` ran out).
 - **Failover at once**: a replicated parameter server that exited has its lease ended now
-  (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse.
+  (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse;
+  one lost with no exit seen (its process may still run) has that end marked, and the takeovers
+  of its buckets wait out a lease before they answer reads.
 - **Stopping**: one exited role that will not come back (not supervised, past its restarts, or
   stopped by a parameter server: it exited :data:`~hogwild.errors.EXIT_STOPPED`, its bucket
   refused there until the server is restarted, which no restart of the role helps) stops the
@@ -49,6 +55,7 @@ from hogwild.errors import RoleFailedError
 from hogwild.logs import role_logger
 
 __all__ = [
+    "Fence",
     "ForgetServer",
     "Recover",
     "Restart",
@@ -65,6 +72,10 @@ KIND_ORDER = {"ps": 0, "data": 1, "replica": 2, "member": 3}  # the order of one
 READERS = ("replica", "member")  # the kinds that read from the job's data servers
 STORY_LENGTH = 1000  # transitions kept by RestartPolicy.story()
 RUNNING, EXITED, RESTARTING = "running", "exited", "restarting"
+# why a story entry of a held reader was written (its fifth field; its state stays EXITED)
+HELD = "held: every data server silent"
+HOLD_ANSWERED = "hold ended: a data server answered"
+HOLD_TIMED_OUT = "hold ended: data.wait_s ran out with every data server silent"
 
 
 # -- stimuli -------------------------------------------------------------------------------------
@@ -123,15 +134,28 @@ class RestartFailed:
 
 @dataclass(frozen=True)
 class ForgetServer:
-    """End replicated parameter server ``index``'s lease now."""
+    """End replicated parameter server ``index``'s lease now; ``lost``: no exit was seen (its
+    node or actor was lost), so its process may still run and answer reads by its own lease
+    clock (the lease's end is marked: takeovers wait out a lease for reads)."""
 
+    index: int
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Replica ``index`` (role ``name``) is held, its restart waiting for a data server: fence
+    its incarnation on the servers and give its portions up now (it may still run, cut off)."""
+
+    name: str
     index: int
 
 
 @dataclass(frozen=True)
 class Restart:
     """Start role ``name`` again; this is its ``count``-th restart of ``limit``; ``exit`` is how
-    it ended. Answer :class:`Restarted` or :class:`RestartFailed`."""
+    it ended; ``fenced``: a replica fenced already while held (:class:`Fence`), only to be
+    started. Answer :class:`Restarted` or :class:`RestartFailed`."""
 
     name: str
     kind: str
@@ -139,6 +163,7 @@ class Restart:
     count: int
     limit: int
     exit: RoleExit
+    fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +198,7 @@ class RestartPolicy:
         self.gone: set[str] = set()  # roles exited and not back yet (restarting included)
         self.restarts: dict[str, int] = {}  # restarts so far, by role
         self.held: set[str] = set()  # readers exited whose restart waits for a data server
+        self.fenced: set[str] = set()  # replicas fenced while held, not restarted since
         self.silent_since: float | None = None  # when the data servers were first found silent
         self._story: deque[tuple] = deque(maxlen=STORY_LENGTH)
 
@@ -194,8 +220,9 @@ class RestartPolicy:
         return name in self.exits and self.restartable(name)
 
     def story(self, name: str | None = None) -> list[tuple]:
-        """The transitions, oldest first, each ``(stimulus_id, role, before, after)``; with
-        ``name``, that role's only."""
+        """The transitions, oldest first, each ``(stimulus_id, role, before, after)``, and a
+        hold's start and end as ``(stimulus_id, role, EXITED, EXITED, why)``; with ``name``,
+        that role's only."""
         return [t for t in self._story if name is None or t[1] == name]
 
     # -- the one entry -----------------------------------------------------------------------------
@@ -231,7 +258,8 @@ class RestartPolicy:
             self._story.append((stimulus_id, name, None, EXITED))
             return []
         self._move(stimulus_id, name, EXITED)
-        return [ForgetServer(role.index)] if role.kind == "ps" else []
+        lost = exit_.returncode is None  # no exit seen: the process may still run
+        return [ForgetServer(role.index, lost)] if role.kind == "ps" else []
 
     def _recover(self, recover: Recover) -> list:
         stimulus_id = recover.stimulus_id
@@ -240,16 +268,27 @@ class RestartPolicy:
         hold = self._hold_readers(recover)
         actions = []
         for name in sorted(self.exits, key=lambda n: KIND_ORDER[self.roles[n].kind]):
-            if hold and self.roles[name].kind in READERS:
+            role = self.roles[name]
+            if hold and role.kind in READERS:
                 if name not in self.held:  # once in the story, not at every Recover
                     self.held.add(name)
-                    self._story.append((stimulus_id, name, EXITED, "held: data servers silent"))
+                    self._story.append((stimulus_id, name, EXITED, EXITED, HELD))
+                    if role.kind == "replica" and name not in self.fenced:
+                        self.fenced.add(name)  # fenced now; its restart only starts it
+                        actions.append(Fence(name, role.index))
                 continue
-            self.held.discard(name)
-            exit_, role = self.exits.pop(name), self.roles[name]
+            if name in self.held:
+                self.held.discard(name)
+                why = HOLD_TIMED_OUT if recover.data_silent else HOLD_ANSWERED
+                self._story.append((stimulus_id, name, EXITED, EXITED, why))
+            exit_ = self.exits.pop(name)
             count = self.restarts[name] = self.restarts.get(name, 0) + 1
             self._move(stimulus_id, name, RESTARTING)
-            actions.append(Restart(name, role.kind, role.index, count, self.limit, exit_))
+            fenced = name in self.fenced
+            self.fenced.discard(name)
+            actions.append(
+                Restart(name, role.kind, role.index, count, self.limit, exit_, fenced=fenced)
+            )
         return actions
 
     def _hold_readers(self, recover: Recover) -> bool:
@@ -300,6 +339,9 @@ class RestartPolicy:
             assert (state != RUNNING) == (name in self.gone), (name, state)
         assert set(self.exits) <= self.gone, (self.exits, self.gone)
         assert self.held <= set(self.exits), (self.held, self.exits)
+        assert not self.held or self.silent_since is not None, (self.held, self.silent_since)
+        assert self.fenced <= set(self.exits), (self.fenced, self.exits)
+        assert all(self.roles[n].kind == "replica" for n in self.fenced), self.fenced
         assert all(self.roles[n].kind in READERS for n in self.held), self.held
         assert all(0 < n <= self.limit for n in self.restarts.values()), self.restarts
         assert set(self.restarts) <= set(self.roles), self.restarts
@@ -320,18 +362,23 @@ class Supervisor:
             it raises stops the job).
         data_silent: Asks the job's data servers; True when none answers (None: the job runs
             none of its own, and readers are never held).
+        fence: Fences a held replica now (a :class:`Fence`; required when readers may be held).
     """
 
     def __init__(
         self,
         policy: RestartPolicy,
         launcher,
-        forget_server: Callable[[int], None],
+        forget_server: Callable[[int, bool], None],
         start_again: Callable[[Restart], str],
         back: Callable[[Restart, str], None],
         data_silent: Callable[[], bool] | None = None,
+        fence: Callable[[Fence], None] | None = None,
     ) -> None:
+        if data_silent is not None and fence is None:
+            raise ValueError("a supervisor that holds readers (data_silent) needs fence")
         self.policy, self.launcher, self.data_silent = policy, launcher, data_silent
+        self.fence = fence
         self.forget_server, self.start_again, self.back = forget_server, start_again, back
         self.stimuli = 0
 
@@ -369,7 +416,9 @@ class Supervisor:
     def _do(self, actions: list) -> None:
         for action in actions:
             if isinstance(action, ForgetServer):
-                self.forget_server(action.index)
+                self.forget_server(action.index, action.lost)
+            elif isinstance(action, Fence):
+                self.fence(action)
             elif isinstance(action, StopJob):
                 raise RoleFailedError(action.reason)
             elif isinstance(action, Restart):

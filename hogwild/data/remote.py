@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hogwild.data.labels import check_labels
-from hogwild.errors import DataError
+from hogwild.errors import DataError, HogwildError
 from hogwild.net.address import parse_address
 from hogwild.net.channel import Cancelled, Peers, PeerUnreachableError, ProtocolError, Request
 from hogwild.net.wire import MAX_ARRAY_BYTES, DType, ErrorCode, Header, MsgType
@@ -189,8 +189,14 @@ def describe_servers(
 def all_silent(servers: Sequence[str], *, keys: str | None = None) -> bool:
     """Whether none of ``servers`` answers a ``describe`` now (each asked once, for
     :data:`PROBE_TIMEOUT_S`): a server answering wrongly is not silent (waiting will not change
-    it). The driver asks before it restarts a replica (:mod:`hogwild.cluster.supervisor`)."""
-    found, _, silent = _ask_each(servers, keys, PROBE_TIMEOUT_S, retries=0)
+    it). The driver asks before it restarts a replica (:mod:`hogwild.cluster.supervisor`). A
+    failure that is no data error (keys that cannot be read, an address refused before
+    anything is sent: a :class:`~hogwild.errors.HogwildError`) is not silence either: waiting
+    will not change it, and it must not stop the driver, which asks while the job runs."""
+    try:
+        found, _, silent = _ask_each(servers, keys, PROBE_TIMEOUT_S, retries=0)
+    except HogwildError:
+        return False
     return bool(servers) and not found and silent
 
 

@@ -39,6 +39,7 @@ from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
 from hogwild_plugins.ps.etcd_tls import drop_etcd_tls
+from hogwild_plugins.ps.failover import REVOKED_PREFIX, REVOKED_TTLS
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import ConfigError, HogwildError
@@ -127,13 +128,24 @@ class EtcdController:
                 self._release()
             raise
 
-    def forget_server(self, index: int, group: int | None = None) -> None:
+    def forget_server(self, index: int, group: int | None = None, lost: bool = True) -> None:
         """End server ``index``'s lease now (its buckets fail over at once); with ``group``, the
-        server ``index`` of that server group (a job of several, each in its own namespace)."""
+        server ``index`` of that server group (a job of several, each in its own namespace).
+
+        ``lost``: its process may still run (a node or actor lost, with no exit seen): it may
+        answer reads by its own lease clock for up to a TTL, so ``revoked/<index>`` is written
+        first, under a lease of :data:`~hogwild_plugins.ps.failover.REVOKED_TTLS` of its TTLs,
+        and the takeovers that read it wait that long before they answer reads. A process seen
+        to exit answers nothing: its lease ends with no marker, and no takeover waits."""
         prefix = self.prefix if group is None else etcd_prefix(self.job, group)
         with Etcd(self.address, prefix=prefix, tls=self.tls) as etcd:
             value, _ = etcd.get(f"members/{index}")
             if value is not None and isinstance(value.get("lease"), int):
+                if lost:  # the marker before the revoke: one read sees both or neither gone
+                    ttl = value.get("lease_s")
+                    ttl = ttl if isinstance(ttl, int) and 0 < ttl <= 3600 else 3600
+                    marker = etcd.grant(REVOKED_TTLS * ttl)
+                    etcd.put(f"{REVOKED_PREFIX}{index}", {"lease": value["lease"]}, lease=marker)
                 etcd.revoke(value["lease"])
 
     def close(self) -> None:

@@ -35,9 +35,14 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   winner commits what it had prepared (it may be committed elsewhere; the client's re-send is then
   answered as a duplicate), sends every in-sync and every other desired live copy a snapshot,
   adds the new ones to ``in_sync`` and only then serves: every acknowledged update lives on
-  every live in-sync copy. It answers reads only a lease TTL after its campaign came back
-  (``BucketRole.reads_open``): etcd may have dropped the old primary's lease early (revoked),
-  and that server answers reads until its own clock says its lease ran out.
+  every live in-sync copy. It answers reads at once, unless a server's lease was ended early
+  (revoked) within the last two TTLs: then only a lease TTL after its campaign came back
+  (``BucketRole.reads_open``), since a revoked server answers reads until its own clock says
+  its lease ran out. Whoever revokes a lease of a server that may still run (the driver, for a
+  server it lost) first writes ``revoked/<i>`` (:data:`REVOKED_PREFIX`) under a lease of
+  :data:`REVOKED_TTLS` TTLs, so that a successor reads it in the same read that shows the
+  member gone. A lease etcd let lapse needs no wait: its holder's clock gave up a margin before
+  etcd's TTL, both counted from (around) its last renewal.
 * A server the record names as primary that is not serving it (a heartbeat late past its own
   clock's margin, a lease lost and taken anew, a campaign whose answer was lost) campaigns for
   the next epoch itself, if it still holds the bucket's state; a new process in its place does
@@ -56,7 +61,10 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   among them. It then replaces ``sync/<b>`` by the same compare-and-swap with ``epoch + 1``, the
   successor as primary under the successor's lease and ``in_sync`` kept, and follows. The
   successor, named primary and not serving, takes the bucket by the rule above (the next epoch
-  again; it holds the bucket's state) and serves once its copies have their snapshots. A
+  again; it holds the bucket's state) and serves once its copies have their snapshots. The
+  handed record is marked ``handed`` when the old primary's own reads were open (the one server
+  that answered reads stopped before it wrote the record): the successor then answers reads at
+  once; a primary hands back only once its reads are open. A
   hand-over that loses its transaction deposes the old primary (the next read decides); a
   successor that dies before it serves is replaced like any dead primary. For a fixed membership
   the preferred primary is fixed and never hands over: no ping-pong.
@@ -70,10 +78,33 @@ primary of about ``1 / n`` of the buckets.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BucketRecord", "LeaseClock", "MemberRecord", "desired_copies"]
+__all__ = [
+    "REVOKED_PREFIX",
+    "REVOKED_TTLS",
+    "BucketRecord",
+    "LeaseClock",
+    "MemberRecord",
+    "desired_copies",
+    "lease_now",
+    "revoked_early",
+]
+
+REVOKED_PREFIX = "revoked/"
+"""``revoked/<i>``: server ``i``'s lease was ended early (revoked while its process may still run
+and answer reads by its own clock), written just before the revoke under a lease of its own."""
+REVOKED_TTLS = 2
+"""How many of the revoked server's lease TTLs its ``revoked/<i>`` marker lives: the revoked
+holder answers reads at most a TTL after its last renewal, which came before the revoke."""
+
+
+def revoked_early(keys: Iterable[str]) -> bool:
+    """Whether the job's ``keys`` (one read of its prefix) hold a ``revoked/<i>`` marker: some
+    server's lease was ended early within the marker's life, and a takeover waits for reads."""
+    return any(key.startswith(REVOKED_PREFIX) for key in keys)
 
 
 def desired_copies(bucket: int, members: Iterable[int], copies: int) -> list[int]:
@@ -95,14 +126,19 @@ class BucketRecord:
     lease: int
     in_sync: tuple[int, ...]
     revision: int = 0
+    # written by a hand-over whose primary's reads were open: the successor's reads need no wait
+    handed: bool = False
 
     def value(self) -> dict:
-        return {
+        value = {
             "epoch": self.epoch,
             "primary": self.primary,
             "lease": self.lease,
             "in_sync": list(self.in_sync),
         }
+        if self.handed:
+            value["handed"] = True
+        return value
 
     @classmethod
     def parse(cls, value: object, revision: int, n_servers: int, where: str) -> BucketRecord:
@@ -132,7 +168,10 @@ class BucketRecord:
             raise ValueError(
                 f"{where}: 'in_sync' must list distinct servers, the primary among them"
             )
-        return cls(epoch, primary, lease, tuple(in_sync), revision)
+        handed = value.get("handed", False)
+        if not isinstance(handed, bool):
+            raise ValueError(f"{where}: 'handed' must be true or false")
+        return cls(epoch, primary, lease, tuple(in_sync), revision, handed)
 
 
 @dataclass(frozen=True)
@@ -198,8 +237,21 @@ class MemberRecord:
 # --------------------------------------------------------------------------- lease
 
 
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)  # Linux only
+
+
+def lease_now() -> float:
+    """Now, in seconds, by the one clock every lease decision of a server reads: its
+    :class:`LeaseClock`, its heartbeat, and the wait for reads after a takeover
+    (``BucketRole.reads_open``). Linux's ``CLOCK_BOOTTIME``, which counts a system suspend:
+    ``CLOCK_MONOTONIC`` (``time.monotonic()``) does not, so a holder suspended past its lease
+    would wake believing it valid; ``time.monotonic()`` where there is no ``CLOCK_BOOTTIME``. A
+    guest frozen by its hypervisor may still not see the frozen time (docs/guarantees.md)."""
+    return time.monotonic() if _BOOTTIME is None else time.clock_gettime(_BOOTTIME)
+
+
 class LeaseClock:
-    """A server's session lease, by its own clock.
+    """A server's session lease, by its own clock (read with :func:`lease_now`).
 
     The lease is taken as valid for ``ttl * (1 - margin)`` after the heartbeat that renewed it was
     *sent*: etcd counts from when it received it, later, so this side always gives up first. A

@@ -262,7 +262,6 @@ class Rerouting:
         assert self.phase in (IDLE, READING, PINGING, WAITING), self.phase
         buckets = {w.bucket for w in self.waiting}
         assert self.phase == IDLE or self.waiting, "a round with nothing waiting"
-        assert all(w.refused for w in self.waiting if w.held), "held, and not refused"
         assert set(self.pings) == set(self.suspects), "a ping of a server not suspected"
         assert set(self.away) <= buckets, "waiting on a bucket no request needs"
         for server, owned in self.suspects.items():

@@ -55,15 +55,19 @@ def test_each_server_group_keeps_its_keys_in_its_own_namespace(etcd_server):
         for g, etcd in enumerate(groups):
             for i in range(2):
                 leases.append((etcd, etcd.grant(30)))
-                record = {"address": f"127.0.0.1:{7000 + 2 * g + i}", "lease": leases[-1][1]}
+                address = f"127.0.0.1:{7000 + 2 * g + i}"
+                record = {"address": address, "lease": leases[-1][1], "lease_s": 30}
                 etcd.put(f"members/{i}", record, leases[-1][1])
             etcd.put("sync/0", {"epoch": g + 1, "primary": 0})
         servers.forget_server(3)  # the job's server 3 died: group 1's server 1
         assert groups[1].get("members/1")[0] is None  # its lease ended
+        # (lost by default: its end is marked first, in its group, for takeovers to wait)
+        assert groups[1].get("revoked/1")[0] == {"lease": leases[3][1]}
         alive = {(g, i) for g in (0, 1) for i in (0, 1) if groups[g].get(f"members/{i}")[0]}
         assert alive == {(0, 0), (0, 1), (1, 0)}  # no other group's, no other index's
-        controller.forget_server(0, group=1)  # and by group and index, as the driver calls it
-        assert groups[1].get("members/0")[0] is None
+        # and by group and index, as the driver calls it; seen to exit: no marker
+        controller.forget_server(0, group=1, lost=False)
+        assert groups[1].get("members/0")[0] is None and groups[1].get("revoked/0")[0] is None
         assert groups[0].get("members/0")[0]["address"] == "127.0.0.1:7000"  # not group 0's
         assert [etcd.get("sync/0")[0]["epoch"] for etcd in groups] == [1, 2]
     finally:

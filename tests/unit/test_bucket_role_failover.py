@@ -174,17 +174,31 @@ def test_a_campaign_written_then_overtaken_before_its_read_back_is_lost():
     assert roles[mine].role is Role.FOLLOWER and roles[mine].record == newer
 
 
-def test_reads_open_a_ttl_after_a_takeover_and_a_take_back_keeps_the_wait_it_owes():
-    """``reads_open``: the first primary of a bucket answers reads at once (no predecessor);
-    one that took the bucket from a lapsed primary only ``lease_ttl`` after its campaign came
-    back (that primary may still answer by its own clock). Deposed inside that wait (its own
-    lease lapsed) and taking its own record back, it still waits what it owed: before the mend
+def test_reads_open_at_once_after_a_lapsed_lease_and_a_ttl_after_a_revoked_one():
+    """``reads_open``: the first primary of a bucket answers reads at once (no predecessor), so
+    does one that took the bucket from a primary whose lease lapsed (its holder's clock gave up
+    before etcd dropped it: review E's A2); one that read a ``revoked/<i>`` marker with the
+    map that showed the primary gone waits ``lease_ttl`` from its campaign's answer (a revoked
+    holder may still answer by its own clock)."""
+    for revoked, opens in ((False, 100.0), (True, 100.0 + TTL)):
+        roles, keys, primary, members = lapsed_primary()
+        assert roles[primary].reads_open(0.0)  # the first record, answered at 0.0: no wait
+        role = roles[min(members)]
+        read = keys.read()
+        [campaign] = step(role, MapRead, read, members, LEASE[role.me], True, revoked=revoked)
+        assert keys.transact(campaign)
+        carry_out(role, step(role, CampaignAnswered, True, keys.read(), 100.0), keys, roles)
+        assert role.serving and role.reads_open(opens) and not role.reads_open(opens - 0.5)
+
+
+def test_a_take_back_keeps_the_wait_it_owes():
+    """A primary that took the bucket after a revocation, deposed inside its wait (its own
+    lease lapsed) and taking its own record back, still waits what it owed: before the mend
     the take-back's answer reopened reads at once (review E, S1)."""
     roles, keys, primary, members = lapsed_primary()
-    assert roles[primary].reads_open(0.0)  # the first record, answered at 0.0: no wait
     survivor = min(members)
     role = roles[survivor]
-    [campaign] = step(role, MapRead, keys.read(), members, LEASE[survivor], True)
+    [campaign] = step(role, MapRead, keys.read(), members, LEASE[survivor], True, revoked=True)
     assert keys.transact(campaign)
     carry_out(role, step(role, CampaignAnswered, True, keys.read(), 100.0), keys, roles)
     assert role.serving and not role.reads_open(100.0 + TTL - 0.5) and role.reads_open(100.0 + TTL)

@@ -253,6 +253,36 @@ def test_a_primary_hands_the_bucket_back_to_a_returning_preferred_copy_once_it_i
     assert settle(roles, keys, members) == 0 and keys.read() == record
 
 
+def test_a_hand_back_waits_for_its_own_reads_and_marks_the_record_so_the_successor_need_not():
+    """Told the time of its map read, a primary hands back only once its own reads are open,
+    in a record marked ``handed``; the successor's reads then open as its campaign comes back
+    (the one server that answered reads stopped before it wrote the record). A record handed
+    unmarked (the host told no time) makes the successor wait ``lease_ttl``."""
+    for at in (None, 0.0):
+        roles, keys, back, survivors = failed_over()
+        holder = keys.read().primary
+        role = roles[holder]
+        role.reads_from = 5.0  # as if it had taken the bucket after a revocation, at 5 - TTL
+        roles[back] = BucketRole(BUCKET, back, COPIES, lease_ttl=TTL)  # a new process
+        members = {**survivors, back: NEW_LEASE[back]}
+        carry_out(role, step(role, MapRead, keys.read(), members, LEASE[holder], True), keys, roles)
+        assert back in keys.read().in_sync and role.serving
+        if at is not None:  # its reads still wait: no hand-over yet
+            assert step(role, MapRead, keys.read(), members, LEASE[holder], True, at=4.0) == []
+            at = 5.0
+        [hand] = step(role, MapRead, keys.read(), members, LEASE[holder], True, at=at)
+        assert isinstance(hand, HandOver) and hand.record.handed is (at is not None)
+        carry_out(role, [hand], keys, roles)
+        assert keys.read().handed is (at is not None)
+        [campaign] = step(roles[back], MapRead, keys.read(), members, NEW_LEASE[back], True)
+        assert keys.transact(campaign) and not keys.read().handed  # (only the handed record)
+        actions = step(roles[back], CampaignAnswered, True, keys.read(), 50.0)
+        carry_out(roles[back], actions, keys, roles)
+        assert roles[back].serving
+        assert roles[back].reads_open(50.0) is (at is not None)
+        assert roles[back].reads_open(50.0 + TTL)
+
+
 def test_no_hand_back_while_a_campaign_is_open_or_the_primary_confirms_its_copies():
     roles, keys, _old, members = lapsed_primary(range(4))
     record = keys.read()

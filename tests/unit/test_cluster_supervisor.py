@@ -12,6 +12,10 @@ import pytest
 
 from hogwild.cluster.launcher import RoleExit
 from hogwild.cluster.supervisor import (
+    HELD,
+    HOLD_ANSWERED,
+    HOLD_TIMED_OUT,
+    Fence,
     ForgetServer,
     Recover,
     Restart,
@@ -23,6 +27,7 @@ from hogwild.cluster.supervisor import (
     Supervised,
     Supervisor,
 )
+from hogwild.data.remote import all_silent
 from hogwild.errors import RoleFailedError
 
 ids = (f"s{i}" for i in itertools.count())
@@ -84,7 +89,8 @@ def test_a_replica_waits_for_a_silent_data_server_while_it_is_gone_then_restarts
     step(policy, died("replica 0", code=2))
     step(policy, died("member 0", code=2))
     assert policy.readers_waiting()
-    assert step(policy, Recover(next(ids), data_silent=True, now=100.0)) == []  # held
+    # held; the replica fenced at once (it may still run, cut off), the member not (no fence)
+    assert step(policy, Recover(next(ids), data_silent=True, now=100.0)) == [Fence("replica 0", 0)]
     assert policy.awaiting_restart("replica 0") and policy.held == {"replica 0", "member 0"}
     assert step(policy, Recover(next(ids), data_silent=True, now=159.0)) == []
     step(policy, died("data 0"))  # its loss known: held past data_wait_s, until it is back
@@ -98,8 +104,10 @@ def test_a_replica_waits_for_a_silent_data_server_while_it_is_gone_then_restarts
     step(policy, Restarted("data 0", next(ids)))
     actions = step(policy, Recover(next(ids), data_silent=False, now=201.0))  # it answers
     assert [(a.name, a.count) for a in actions] == [("replica 0", 1), ("member 0", 1)]
+    assert [a.fenced for a in actions] == [True, False]  # the replica only started now
     assert policy.held == set() and not policy.readers_waiting()
-    assert "held: data servers silent" in [after for *_, after in policy.story("replica 0")]
+    holds = [entry[4:] for entry in policy.story("replica 0") if len(entry) == 5]
+    assert holds == [(HELD,), (HOLD_ANSWERED,)]  # when it began, and why it ended
 
 
 def test_a_replica_waits_for_silent_data_servers_nobody_knows_gone_for_data_wait_s() -> None:
@@ -107,20 +115,30 @@ def test_a_replica_waits_for_silent_data_servers_nobody_knows_gone_for_data_wait
     for kind, index in (("data", 0), ("replica", 0)):
         step(policy, Supervised(f"{kind} {index}", kind, index, next(ids)))
     step(policy, died("replica 0", code=2))
-    assert step(policy, Recover(next(ids), data_silent=True, now=10.0)) == []
+    assert step(policy, Recover(next(ids), data_silent=True, now=10.0)) == [Fence("replica 0", 0)]
     assert step(policy, Recover(next(ids), data_silent=True, now=69.0)) == []
     [restart] = step(policy, Recover(next(ids), data_silent=True, now=70.0))  # waited enough
-    assert restart.name == "replica 0" and policy.held == set()
+    assert restart.name == "replica 0" and restart.fenced and policy.held == set()
+    assert policy.story("replica 0")[-2][4] == HOLD_TIMED_OUT
     step(policy, RestartFailed("replica 0", "h", "no data server answered", next(ids)))
     [again] = step(policy, Recover(next(ids), data_silent=True, now=71.0))  # not a second wait
-    assert again.count == 2
+    assert again.count == 2 and not again.fenced  # fenced again at this restart, as any
     step(policy, Restarted("replica 0", next(ids)))
     step(policy, died("replica 0", code=2))  # answered in between: a new outage waits again
     step(policy, Recover(next(ids), data_silent=False, now=80.0))
     step(policy, Restarted("replica 0", next(ids)))
     step(policy, died("replica 0", code=2))
-    assert step(policy, Recover(next(ids), data_silent=True, now=90.0)) == []
+    assert step(policy, Recover(next(ids), data_silent=True, now=90.0)) == [Fence("replica 0", 0)]
     assert RestartPolicy(3).handle(Recover(next(ids), data_silent=True, now=1.0)) == []
+
+
+def test_a_lost_parameter_servers_lease_end_is_marked_and_an_exited_ones_is_not() -> None:
+    """A server seen to exit answers nothing: its lease just ends. One lost with no exit seen
+    (its node or actor gone: ``returncode`` None) may still run and answer reads by its own
+    lease clock: the end is marked, and its buckets' takeovers wait a lease for reads."""
+    policy = job(roles=(("ps", 0), ("ps", 1)))
+    assert step(policy, died("ps 0", code=-9)) == [ForgetServer(0, lost=False)]
+    assert step(policy, died("ps 1", code=None)) == [ForgetServer(1, lost=True)]
 
 
 def test_a_parameter_server_nobody_supervises_stops_the_job_naming_every_exit() -> None:
@@ -202,14 +220,14 @@ def test_the_supervisor_carries_the_actions_out() -> None:
         return f"127.0.0.1:{restart.index + 7000}"
 
     supervisor = Supervisor(
-        RestartPolicy(2), launcher, lambda i: done.append(("forget", i)), start_again,
+        RestartPolicy(2), launcher, lambda i, lost: done.append(("forget", i, lost)), start_again,
         lambda restart, address: done.append(("back", restart.name, address)),
     )  # fmt: skip
     for kind, index in (("ps", 0), ("data", 0), ("replica", 0)):
         supervisor.supervise(f"{kind} {index}", kind, index)
     launcher.exits = [RoleExit("replica 0", "h", -9), RoleExit("ps 0", "h", -9)]
     supervisor.check()  # every exit may come back: nothing happens but the lease
-    assert done == [("forget", 0)]
+    assert done == [("forget", 0, False)]
     launcher.exits = [RoleExit("data 0", "h", 1)]
     supervisor.recover()
     assert done[1:] == [
@@ -229,7 +247,7 @@ def test_the_supervisor_carries_the_actions_out() -> None:
 
 
 def test_the_supervisor_asks_the_data_servers_only_while_a_replica_awaits_its_restart(capfd):
-    launcher, started, asked = FakeLauncher(), [], []
+    launcher, started, asked, fenced = FakeLauncher(), [], [], []
     answers = [False, False, True]  # silent at the first two asks, then back
 
     def data_silent() -> bool:
@@ -239,7 +257,7 @@ def test_the_supervisor_asks_the_data_servers_only_while_a_replica_awaits_its_re
     supervisor = Supervisor(
         RestartPolicy(3, data_wait_s=60.0), launcher, lambda i: None,
         lambda restart: started.append(restart.name) or "127.0.0.1:7000", lambda r, a: None,
-        data_silent,
+        data_silent, fenced.append,
     )  # fmt: skip
     for kind, index in (("data", 0), ("replica", 0)):
         supervisor.supervise(f"{kind} {index}", kind, index)
@@ -247,10 +265,19 @@ def test_the_supervisor_asks_the_data_servers_only_while_a_replica_awaits_its_re
     assert asked == [] and started == []  # nobody waits: nobody asked
     launcher.exits = [RoleExit("replica 0", "h", 2)]
     supervisor.recover()
+    assert fenced == [Fence("replica 0", 0)]  # fenced at once, at the first hold
     supervisor.recover()
-    assert started == [] and len(asked) == 2
+    assert started == [] and len(asked) == 2 and len(fenced) == 1
     said = capfd.readouterr().err
     assert said.count("replica 0: no data server answers; its restart waits") == 1  # once a wait
     supervisor.recover()
     assert started == ["replica 0"] and len(asked) == 3
     supervisor.policy.validate_state()
+
+
+def test_a_data_server_probe_failing_otherwise_than_by_silence_is_not_silence(tmp_path):
+    """``all_silent`` (the driver's probe while a replica awaits its restart): a failure that
+    is no data error (an address that does not parse, keys that cannot be read) says the data
+    servers are not silent, rather than escaping and stopping the driver (review F, F4)."""
+    assert not all_silent(["no such:address"])
+    assert not all_silent(["127.0.0.1:1"], keys=str(tmp_path / "no-keys"))

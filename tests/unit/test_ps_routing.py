@@ -163,3 +163,10 @@ def test_validate_state_catches_an_inconsistent_machine():
     machine.away[5] = (0, 1.0)  # a bucket no request waits on
     with pytest.raises(AssertionError, match="no request needs"):
         machine.validate_state()
+
+
+def test_a_held_request_that_was_not_refused_is_refused_at_construction():
+    """``held`` implies ``refused`` (review G, G2): checked where the held path reads it, since
+    a round of held requests never reaches ``validate_state``."""
+    with pytest.raises(ValueError, match="request 3: held"):
+        Waiting(3, bucket=0, server=1, refused=False, held=True)

@@ -7,9 +7,7 @@ one once the lease clock ran out as not the serving primary."""
 
 from __future__ import annotations
 
-import time
-
-from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.failover import BucketRecord, lease_now
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.replication import Replication
 from hogwild_plugins.ps.replication.bucket_role_events import CampaignAnswered, MapRead, Restored
@@ -24,7 +22,8 @@ MY_LEASE, ITS_LEASE = 0x70, 0x71
 
 
 def primary_after_a_takeover() -> tuple[Replication, int]:
-    """Server 0 of two, its bucket of shard 0 taken from server 1 (gone) a moment ago, alone in
+    """Server 0 of two, its bucket of shard 0 taken from server 1 (its lease revoked: a
+    ``revoked/1`` marker in the read) a moment ago, alone in
     sync under ``min_copies = 2``; its lease clock valid. The adapter and the shard."""
     options = ServerOptions(
         job="not-primary", servers=("127.0.0.1:1", "127.0.0.1:2"), index=ME, copies=2,
@@ -38,12 +37,13 @@ def primary_after_a_takeover() -> tuple[Replication, int]:
     both = {ME: MY_LEASE, PREDECESSOR: ITS_LEASE}
     role.handle(MapRead(before, both, MY_LEASE, True, stimulus_id="m"))
     role.handle(Restored(3, stimulus_id="r"))  # its primary's snapshot: a current copy
-    [campaign] = role.handle(MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, stimulus_id="m2"))
+    gone = MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, revoked=True, stimulus_id="m2")
+    [campaign] = role.handle(gone)
     won = BucketRecord(4, ME, MY_LEASE, campaign.record.in_sync, revision=10)
-    now = time.monotonic()
+    now = lease_now()
     role.handle(CampaignAnswered(True, won, now, stimulus_id="c"))
     replication.clock.granted(MY_LEASE, LEASE_S, now)
-    assert role.serving and not role.writable and not role.reads_open(time.monotonic())
+    assert role.serving and not role.writable and not role.reads_open(lease_now())
     return replication, shard
 
 

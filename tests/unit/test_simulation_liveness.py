@@ -51,7 +51,7 @@ def test_a_bucket_whose_first_primary_was_never_chosen_starts_after_the_faults(s
 def test_the_liveness_check_names_a_bucket_no_copy_takes_over(monkeypatch):
     """A mutant whose copies never campaign for a dead primary's bucket: every safety invariant
     holds, and only the liveness check sees the bucket stuck."""
-    monkeypatch.setattr(BucketRole, "_take", lambda self, record, members, lease: [])
+    monkeypatch.setattr(BucketRole, "_take", lambda self, *args: [])
     world = established()
     world.apply(("kill", primary_of(world, 0).me))
     with pytest.raises(Violation) as caught:
@@ -149,7 +149,7 @@ def test_a_stopped_primary_under_a_lost_lease_with_a_copy_that_may_campaign_is_a
     """The primary stopped with no successor found and named under a lease it lost, as above,
     but its copies current and in in_sync: they may take the bucket, and mutant copies that
     never campaign are a stall the check names (not the stopped outcome)."""
-    monkeypatch.setattr(BucketRole, "_take", lambda self, record, members, lease: [])
+    monkeypatch.setattr(BucketRole, "_take", lambda self, *args: [])
     monkeypatch.setattr(BucketRole, "_any_successor", lambda self: None)
     world = established()
     primary = primary_of(world, 1)

@@ -113,13 +113,81 @@ def test_a_primary_taking_back_its_own_record_keeps_the_wait_it_still_owes():
             break
     assert role.role.value == "primary" and primary_of(world, SHARD).me == new
     assert role.reads_from >= owed, "taking its record back shortened the wait it owed"
-    while not world.servers[new].answers_reads(SHARD):
+    # (once its reads open it may hand the bucket back, marked: its successor answers at once;
+    # the paused predecessor still believes its lease)
+    while not any(s.answers_reads(SHARD) for s in world.live() if s.me != old):
         assert world.time < owed, "answered no pull once the owed wait was over"
         world.apply(("tick",))
         world.settle()
     assert world.time >= owed
     world.apply(("resume", old))  # its clock has run out by now: it answers nothing
     world.settle()
-    pull(world, new)
+    pull(world, primary_of(world, SHARD).me)
     world.settle()
     assert world.clients[0].reads[SHARD][-1][1] == {(100, 1)}
+
+
+def test_a_successor_of_a_lapsed_lease_answers_at_once_and_reads_still_never_go_back():
+    """A paused primary whose lease etcd lets lapse (no revocation, so no ``revoked/`` marker):
+    its own clock gave up before etcd dropped the lease, so its successor answers pulls as its
+    campaign comes back (review E's A2), and the resumed primary answers nothing older."""
+    world = established()
+    old = primary_of(world, SHARD).me
+    pull(world, old)  # waits in the paused server's socket
+    world.apply(("pause", old))
+    lease = world.servers[old].lease
+    while lease in world.etcd.leases:  # its heartbeat stopped: the lease lapses in time
+        world.apply(("tick",))
+    world.settle()
+    assert not world.etcd.revoked()
+    new = primary_of(world, SHARD)
+    assert new.me != old and new.answers_reads(SHARD)
+    write(world)
+    pull(world, new.me)
+    world.settle()
+    assert world.clients[0].reads[SHARD][-1][1] == {(100, 1)}
+    world.apply(("resume", old))  # the waiting pull reaches it: its clock ran out, it refuses
+    world.settle()
+    assert all(values == {(100, 1)} for _, values in world.clients[0].reads[SHARD])
+
+
+def test_a_revocation_without_its_marker_lets_reads_go_back():
+    """The schedule of :func:`deposed_while_paused` with the lease revoked as before the
+    marker (``etcd.revoke`` alone): the successor answers at once, and the resumed primary's
+    older answer is caught by the read invariant. The marker is what makes the successor wait."""
+    world = established()
+    old = primary_of(world, SHARD).me
+    pull(world, old)
+    world.apply(("pause", old))
+    world.etcd.revoke(world.servers[old].lease)  # no revoked/<old> marker
+    world.apply(("tick",))
+    world.settle()
+    new = primary_of(world, SHARD)
+    assert new.me != old and new.answers_reads(SHARD)
+    write(world)
+    pull(world, new.me)
+    world.settle()
+    world.apply(("resume", old))
+    with pytest.raises(Violation) as caught:
+        world.settle()
+    assert "read shard 2 going back: [(100, 1)] seen, then not" in str(caught.value)
+
+
+def test_a_pull_inside_the_wait_is_held_and_sent_again_to_the_same_primary():
+    """The simulated client's held path (the real client's ``READS_WAITING``): a pull the
+    successor refuses inside its wait comes back ``READS_WAITING``, the client holds it for
+    that server, and the re-sends (no map read) are answered once the wait is over."""
+    world, old, new = deposed_while_paused()
+    client = world.clients[0]
+    pull(world, new)
+    world.settle()
+    assert client.held is not None and client.held[:2] == (new, SHARD)
+    while not client.reads.get(SHARD):
+        assert world.time <= world.servers[new].roles[1].reads_from, "never answered"
+        if client.held is not None:
+            world.apply(("resend held", 0))  # to the same server, as it was refused by
+            assert world.network[-1][0] == new
+        world.settle()
+        if not client.reads.get(SHARD):
+            world.apply(("tick",))
+    assert client.reads[SHARD][-1][1] == {(100, 1)}

@@ -74,7 +74,7 @@ def test_seeded_schedules_that_fail_applications_keep_every_invariant():
             if "stopped bucket" in line:
                 places |= {p for p in ("by its primary", "on a copy", "new primary") if p in line}
     assert places == {"by its primary", "on a copy", "new primary"}, places
-    assert lifted >= 3
+    assert lifted >= 2  # (3 before takeovers after a lapsed lease stopped waiting for reads)
 
 
 def test_a_copy_whose_commit_fails_stops_the_bucket_until_a_snapshot_replaces_it():

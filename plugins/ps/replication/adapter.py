@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import BucketRecord, LeaseClock
+from hogwild_plugins.ps.failover import BucketRecord, LeaseClock, lease_now, revoked_early
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
@@ -235,7 +235,7 @@ class Replication:
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
         self.replier = self.server.router.replier()
-        self.started_at = time.monotonic()
+        self.started_at = lease_now()  # (the clock of _observe's settled)
         self.membership = Membership(
             self._keeper_etcd,
             self.me,
@@ -292,7 +292,7 @@ class Replication:
             role.serving
             and role.record.lease == self.clock.lease
             and self.failure is None
-            and self.clock.valid(time.monotonic())
+            and self.clock.valid(lease_now())
         )
 
     def answers_reads(self, shard: int) -> bool:
@@ -300,13 +300,14 @@ class Replication:
         past its role's wait for reads after a takeover from another server (the lease TTL from
         the campaign's answer: ``BucketRole.reads_open``)."""
         role = self.roles[self.layout.bucket_of(shard)]
-        return self.serving(shard) and role.reads_open(time.monotonic())
+        return self.serving(shard) and role.reads_open(lease_now())
 
     def lease_time(self) -> float:
         """Now, by the clock the lease clock (``LeaseClock``) and the heartbeat read
-        (``time.monotonic()``): the time a campaign's answer is stamped with, in the units of
-        the wait for reads (``BucketRole.reads_open``, ``lease_s`` long)."""
-        return time.monotonic()
+        (:func:`~hogwild_plugins.ps.failover.lease_now`): the time a campaign's answer is
+        stamped with, in the units of the wait for reads (``BucketRole.reads_open``, ``lease_s``
+        long)."""
+        return lease_now()
 
     def writable(self, shard: int) -> bool:
         """As :meth:`serving`, with ``ps.min_copies`` live copies in sync: takes writes."""
@@ -462,10 +463,11 @@ class Replication:
             ours = followed(dict(enumerate(records)), self.roles)
         self.marks.saw(ours)
         live = {i: m.lease for i, m in members.items()}
-        now = time.monotonic()
+        now = lease_now()
         valid = self.clock.valid(now)
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
         seen = frozenset().union(*(m.seen for m in members.values()))
+        revoked = revoked_early(entries)  # a lease ended early lately: takeovers wait for reads
         for bucket, role in self.roles.items():
             with self.lock:
                 actions = role.handle(
@@ -476,6 +478,8 @@ class Replication:
                         valid,
                         settled,
                         bucket not in seen,
+                        revoked,
+                        now,
                         stimulus_id=self._stimulus("map"),
                     )
                 )
@@ -576,7 +580,7 @@ class Replication:
 
     def valid(self) -> bool:
         """This server's lease is valid by its own clock, and its replication has not failed."""
-        return self.failure is None and self.clock.valid(time.monotonic())
+        return self.failure is None and self.clock.valid(lease_now())
 
     def acknowledged(self, shard: int) -> None:
         """An update of ``shard`` was acknowledged (the end of a failover, if it is the first
@@ -591,7 +595,7 @@ class Replication:
             "copies": self.copies,
             "min_copies": self.min_copies,
             "lease": self.clock.lease,
-            "lease_valid": self.clock.valid(time.monotonic()),
+            "lease_valid": self.clock.valid(lease_now()),
             "roles": {
                 str(b): {
                     "role": r.role.value,

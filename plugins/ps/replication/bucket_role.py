@@ -130,10 +130,10 @@ class BucketRole:
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
     dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
     campaign: BucketRecord | None = None  # as candidate: the record its campaign writes
-    # as candidate: whether the record its campaign replaces is not one this side won itself
-    # (another server's, or handed here by one: a primary in it, or before it, may still answer
-    # reads by its own clock, its lease revoked early)
-    replaces_another: bool = False
+    # as candidate: whether another server may still answer the bucket's reads by its own
+    # clock once its campaign is won (a lease revoked lately; a record handed here while its
+    # hander still waited): its reads then wait a TTL (_take, reads_open)
+    others_may_answer: bool = False
     won_epoch: int = 0  # the epoch of the last campaign this side won
     # as primary: from when (the clock of CampaignAnswered.at) it answers reads
     reads_from: float = float("-inf")
@@ -154,6 +154,8 @@ class BucketRole:
                     stimulus.lease_valid,
                     stimulus.settled,
                     stimulus.blank,
+                    stimulus.revoked,
+                    stimulus.at,
                 )
             case CampaignAnswered():
                 actions = self._campaigned(stimulus.won, stimulus.record, stimulus.at)
@@ -258,18 +260,20 @@ class BucketRole:
         """Serving, and past the wait for reads at ``now`` (the clock of
         :class:`CampaignAnswered`'s ``at``): answers pulls.
 
-        A primary that took the bucket from another server (or was handed it: the hand-over
-        may come before that server's predecessor's clock ran out) answers reads only
-        ``lease_ttl`` after its campaign came back; one that takes back a record it won itself
-        waits no longer than what it still owed. A predecessor may still answer pulls from
-        older memory until its own lease clock runs out: it knows its lease only by that clock,
-        which gives up ``margin`` before etcd's TTL counted from its last renewal, and that
-        renewal came before etcd dropped the lease (expired, or revoked early: ``hogwild ps``
-        ends the lease of a server the driver takes for dead, which may only be paused), which
-        came before this campaign. Waiting the whole TTL, as Raft's and Spanner's leader leases
-        wait out the old leader's, keeps reads from going back while the holder's clock runs no
-        more than that margin slower than this side's (``0.75 / r_holder <= 1 / r_this``).
-        Writes need no wait: the copies fence a deposed primary's prepares."""
+        A primary answers reads ``lease_ttl`` after its campaign came back when another server
+        may still answer them by its own clock (:meth:`_take` decides: a lease revoked lately,
+        or a record handed here before the hander's own reads were open), at once otherwise;
+        one that takes back a record it won itself waits no longer than what it still owed. A
+        predecessor may still answer pulls from older memory until its own lease clock runs
+        out: it knows its lease only by that clock, which gives up ``margin`` before etcd's TTL
+        counted from its last renewal. A lease etcd let lapse was dropped a TTL after that
+        renewal reached it, after the holder's clock gave up: no wait. A lease ended early
+        (revoked: the driver ends the lease of a server it lost, which may only be paused or
+        cut off) was dropped after that renewal too, and before this campaign: waiting the
+        whole TTL, as Raft's and Spanner's leader leases wait out the old leader's, keeps reads
+        from going back while the holder's clock runs no more than that margin slower than
+        this side's (``0.75 / r_holder <= 1 / r_this``). Writes need no wait: the copies fence
+        a deposed primary's prepares."""
         return self.serving and now >= self.reads_from
 
     @property
@@ -316,6 +320,8 @@ class BucketRole:
         lease_valid: bool,
         settled: bool = True,
         blank: bool = True,
+        revoked: bool = False,
+        at: float | None = None,
     ) -> list:
         """The map as etcd has it now (the record, the live members and their leases); this
         server's lease.
@@ -346,7 +352,7 @@ class BucketRole:
             if not lease_valid or not mine:
                 return self._step_down(record)
             self.record = record
-            return self._reconcile() or self._hand_back()
+            return self._reconcile() or self._hand_back(at)
         self.record = record
         if self.role is Role.DEPOSED and (record is None or record.primary != self.me):
             self.role = Role.FOLLOWER
@@ -379,16 +385,27 @@ class BucketRole:
             # taken anew, or a campaign whose answer was lost. As the bucket's last primary this
             # side holds every acknowledged update, if it still has its memory (``current``);
             # a new process does not, and the bucket waits for the one that had it.
-            return self._take(record, members, lease) if self.current else []
+            return self._take(record, members, lease, revoked) if self.current else []
         alive = members.get(record.primary) == record.lease  # a restarted one has a new lease
         if not alive and self.current and self.me in record.in_sync:
-            return self._take(record, members, lease)
+            return self._take(record, members, lease, revoked)
         return []
 
-    def _take(self, record: BucketRecord, members: Mapping[int, int], lease: int) -> list:
+    def _take(
+        self, record: BucketRecord, members: Mapping[int, int], lease: int, revoked: bool = False
+    ) -> list:
         """Campaign for the bucket under the next epoch. The other live in-sync copies stay in
         ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
-        side if it dies before it serves; it serves only once each has its snapshot."""
+        side if it dies before it serves; it serves only once each has its snapshot.
+
+        Whether its reads wait once it wins (:meth:`reads_open`), by what the record replaced
+        says of the servers that may still answer the bucket's reads: its own record, won here,
+        none but this side (and the wait it still owes: kept); a record handed here with the
+        hander's reads open, none (the hander stopped answering before it wrote it); another
+        server's, whose lease is gone, none unless a lease was revoked lately (``revoked``: a
+        lapsed lease's holder gave up by its own clock before etcd dropped it, a revoked one
+        may not have); any other record naming this side (handed while the hander still
+        waited, or won by an earlier life of it), a wait."""
         others = tuple(s for s in record.in_sync if s != self.me and s in members)
         # and, to keep ``min_copies`` in it, in-sync copies away now (paused past their lease,
         # say): they missed nothing acknowledged, and one that returns with its memory may
@@ -398,12 +415,19 @@ class BucketRole:
         return self._campaign(
             BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)),
             record.revision,
-            replaces_another=record.primary != self.me or record.epoch != self.won_epoch,
+            others_may_answer=self._others_may_answer(record, revoked),
         )
 
-    def _campaign(self, record: BucketRecord, expected: int, replaces_another=False) -> list:
+    def _others_may_answer(self, record: BucketRecord, revoked: bool) -> bool:
+        """Whether a server other than this one may still answer the bucket's reads by its own
+        clock when a campaign replacing ``record`` comes back (see :meth:`_take`)."""
+        if record.primary != self.me:
+            return revoked
+        return record.epoch != self.won_epoch and not record.handed
+
+    def _campaign(self, record: BucketRecord, expected: int, others_may_answer=False) -> list:
         self.role, self.campaign = Role.CANDIDATE, record
-        self.replaces_another = replaces_another
+        self.others_may_answer = others_may_answer
         return [Campaign(self.bucket, record, expected)]
 
     def _campaigned(self, won: bool, record: BucketRecord | None, at: float = 0.0) -> list:
@@ -426,7 +450,7 @@ class BucketRole:
         # reads wait out the lease of the primary replaced, if not this side (see reads_open);
         # a wait still owed is never shortened: taking back its own record inside the wait it
         # owes another (its own lease lost meanwhile) leaves that one's clock running as before
-        owed = at + self.lease_ttl if self.replaces_another else at
+        owed = at + self.lease_ttl if self.others_may_answer else at
         self.reads_from = max(self.reads_from, owed)
         self.won_epoch = record.epoch
         self.first_ticket = self.tickets + 1
@@ -478,20 +502,26 @@ class BucketRole:
         lease = self.members.get(s)
         return s if lease is not None and self.copy_leases.get(s) == lease else None
 
-    def _hand_back(self) -> list:
+    def _hand_back(self, at: float | None) -> list:
+        """Hand the bucket to its preferred primary (:meth:`successor`), once this side's own
+        reads are open at ``at`` (the map's read): the handed record is then marked ``handed``
+        and the successor answers reads at once. Not told the time (``at`` None), it hands
+        over unmarked: the successor waits out a lease for reads."""
         successor = self.successor()
-        if successor is None:
+        if successor is None or (at is not None and not self.reads_open(at)):
             return []
-        return self._hand_to(successor)
+        return self._hand_to(successor, handed=at is not None)
 
-    def _hand_to(self, successor: int) -> list:
+    def _hand_to(self, successor: int, handed: bool = False) -> list:
         self.role = Role.HANDING  # serves nothing from now on: no acknowledgement after this
         # a primary's work still open (a stopped primary hands over whatever it was doing: a copy
         # being dropped or synced) is the successor's to redo under its epoch
         self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
         record = self.record
         in_sync = (successor, *(s for s in record.in_sync if s != successor))
-        new = BucketRecord(record.epoch + 1, successor, self.members[successor], in_sync)
+        new = BucketRecord(
+            record.epoch + 1, successor, self.members[successor], in_sync, handed=handed
+        )
         return [HandOver(self.bucket, new, record.revision)]
 
     def _handed(self, ok: bool, record: BucketRecord | None) -> list:

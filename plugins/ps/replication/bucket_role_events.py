@@ -63,7 +63,11 @@ class MapRead(RoleStimulus):
     ``settled``: every server has registered, or long enough has passed since the start (only
     then is a bucket's very first primary chosen, so that the first primaries are spread over
     every server rather than taken by the first one up). ``blank``: no live member lists this
-    bucket in its ``seen`` (only then may a missing record mean a new bucket)."""
+    bucket in its ``seen`` (only then may a missing record mean a new bucket). ``revoked``: the
+    same read holds a ``revoked/<i>`` marker (:func:`~hogwild_plugins.ps.failover.revoked_early`:
+    a lease ended early lately, whose holder may still answer reads by its own clock). ``at``:
+    when the map was read, in the clock of :class:`CampaignAnswered`'s ``at`` (None: not told;
+    the role then hands a bucket back unmarked, and its successor waits for reads)."""
 
     record: BucketRecord | None
     members: Mapping[int, int]
@@ -71,13 +75,15 @@ class MapRead(RoleStimulus):
     lease_valid: bool
     settled: bool = True
     blank: bool = True  # no live member has seen a record of this bucket
+    revoked: bool = False  # a revoked/<i> marker in the same read
+    at: float | None = None  # when it was read (the lease clock's units)
 
 
 @dataclass(frozen=True)
 class CampaignAnswered(RoleStimulus):
     """A :class:`Campaign`'s transaction came back: ``record`` is what ``sync/<b>`` holds now;
     ``at``: when the answer came, by this server's clock (the lease clock's units: seconds of
-    ``time.monotonic()`` on a real server, ticks in the simulator)."""
+    ``lease_now()`` on a real server, ticks in the simulator)."""
 
     won: bool
     record: BucketRecord | None

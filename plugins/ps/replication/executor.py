@@ -114,7 +114,7 @@ class RoleEffects(Protocol):
         :class:`~hogwild.errors.HogwildError` when etcd did not answer."""
 
     def lease_time(self) -> float:
-        """This server's lease clock now (seconds of ``time.monotonic()``; the simulator's
+        """This server's lease clock now (seconds of ``failover.lease_now()``; the simulator's
         ticks): when a campaign's answer came (a successor's reads wait from it)."""
 
     def record_written(self, action: Campaign | WriteInSync | HandOver, done: bool) -> None:

@@ -15,11 +15,10 @@ new lease is taken and registered. Nothing is decided here: the bucket roles rea
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 
 from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
-from hogwild_plugins.ps.failover import LeaseClock, MemberRecord
+from hogwild_plugins.ps.failover import LeaseClock, MemberRecord, lease_now
 
 from hogwild.errors import HogwildError
 
@@ -73,7 +72,7 @@ class Membership:
 
     def register(self) -> None:
         """Take a lease and put ``members/<me>`` under it."""
-        sent = time.monotonic()
+        sent = lease_now()
         lease = self.etcd.grant(self.lease_s)
         with self._key_lock:
             self._put(lease)
@@ -126,7 +125,7 @@ class Membership:
     def _beat(self) -> None:
         last = 0.0
         while not self._stop.wait(BEAT_S):
-            now = time.monotonic()
+            now = lease_now()
             if not self.clock.renew_due(now, last):
                 continue
             last = now

@@ -9,7 +9,13 @@ back empty, or another driver with the job's name clearing the map).
 
 from __future__ import annotations
 
-from hogwild_plugins.ps.failover import BucketRecord, MemberRecord
+from hogwild_plugins.ps.failover import (
+    REVOKED_PREFIX,
+    REVOKED_TTLS,
+    BucketRecord,
+    MemberRecord,
+    revoked_early,
+)
 
 __all__ = ["SimEtcd"]
 
@@ -60,6 +66,19 @@ class SimEtcd:
             self.revision += 1
             for key in doomed:
                 del self.keys[key]
+
+    def revoke_early(self, server: int, lease: int, ttl: int, now: int) -> None:
+        """End ``server``'s ``lease`` before its time, as the driver ends a lost server's: its
+        ``revoked/<server>`` marker first, under a lease of its own of ``REVOKED_TTLS`` TTLs (a
+        successor reads it in the same read that shows the member gone)."""
+        if lease in self.leases:
+            marker = self.grant(REVOKED_TTLS * ttl, now)
+            self.put(f"{REVOKED_PREFIX}{server}", {"lease": lease}, lease=marker)
+        self.revoke(lease)
+
+    def revoked(self) -> bool:
+        """Whether a ``revoked/<i>`` marker is among the keys (a lease ended early lately)."""
+        return revoked_early(self.keys)
 
     def wipe(self) -> None:
         """Everything gone, the revision counter too (a new etcd starts again at 1)."""

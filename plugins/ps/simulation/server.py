@@ -498,7 +498,7 @@ class SimServer:
         self.marks.saw(followed(records, self.roles))
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
-        seen = self.etcd.seen()
+        seen, revoked, now = self.etcd.seen(), self.etcd.revoked(), self.lease_time()
         for bucket, role in self.roles.items():
             actions = role.handle(
                 MapRead(
@@ -508,6 +508,8 @@ class SimServer:
                     valid,
                     settled,
                     bucket not in seen,
+                    revoked,
+                    now,
                     stimulus_id=self._sid("map"),
                 )
             )

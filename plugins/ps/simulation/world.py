@@ -6,7 +6,9 @@ acknowledged, the :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd`, and a ne
 in flight. Each step, a seeded random choice among what can happen next: a server's replication
 thread runs to its next blocking point, a message is delivered (any of those in flight: they are
 reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
-timeout), a client sends or re-sends, the clock ticks (heartbeats, leases expire), a server is
+timeout), a client sends or re-sends (a pull its server answered ``READS_WAITING``, serving but
+inside its wait for reads, goes again to that server with no map read, as the real client's
+held path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is
 paused (SIGSTOP) or resumed, killed or restarted (on its store, if it has one: the newest epoch
 of each bucket's record it saw outlives it), a lease expires early, etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
@@ -72,6 +74,9 @@ class Client:
     outstanding: tuple[int, int] | None = None  # (seq, shard)
     ledger: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # -> (shard, v)
     reads: dict[int, list] = field(default_factory=dict)  # shard -> [(served at, updates read)]
+    # a pull answered READS_WAITING, (server, shard, expected): sent again to that server, with
+    # no map read, as the real client does (routing's held path)
+    held: tuple[int, int, frozenset] | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,10 @@ class World:
                 if s is not None:
                     weigh(HEAL_WEIGHT if i in self.cut else CUT_WEIGHT)
                     offer(("heal" if i in self.cut else "cut", i))
+        for c, client in enumerate(self.clients):  # last too: only a held pull draws it
+            if client.held is not None:
+                weigh(1.0)
+                offer(("resend held", c))
         return weights, events
 
     def apply(self, event: tuple) -> None:
@@ -347,6 +356,11 @@ class World:
             return f"{self.time}: delivered to {dst}: {self._describe(message)}" + self._deliver(
                 dst, message
             )
+        if kind == "resend held":
+            client = self.clients[event[1]]
+            (server, shard, expected), client.held = client.held, None
+            self.network.append((server, (None, 0, ("PULL", client.sender, shard, expected))))
+            return f"{self.time}: client {client.sender} pulls shard {shard} again from {server}"
         if kind == "send":
             return f"{self.time}: " + self._send(self.clients[event[1]])
         if kind == "pull":
@@ -385,9 +399,9 @@ class World:
         if kind == "restart":
             self.servers[i] = self._start(i)
             return f"{self.time}: server {i} restarted (incarnation {self.incarnations[i]})"
-        if kind == "expire":
-            self.etcd.revoke(self.servers[i].lease)
-            return f"{self.time}: server {i}'s lease expired early"
+        if kind == "expire":  # the driver ending a server's lease it lost: marked, then revoked
+            self.etcd.revoke_early(i, self.servers[i].lease, self.config.ttl, self.time)
+            return f"{self.time}: server {i}'s lease revoked early"
         assert kind == "wipe"
         self.etcd.wipe()
         self.invariants.wiped(self.incarnations)
@@ -442,9 +456,14 @@ class World:
             return server.handle_peer(peer, reply)
         if body[0] == "PULL":  # answered by the serving primary past its wait for reads
             _, sender, shard, expected = body
-            refused = server.refusal(shard, "PULL") or (
-                None if server.answers_reads(shard) else "NOT_PRIMARY"
-            )
+            refused = server.refusal(shard, "PULL")
+            if refused is None and not server.answers_reads(shard):
+                # serving, inside its wait for reads: told so, the client holds the pull for
+                # this server (the real adapter's READS_WAITING); else it reads the map anew
+                refused = "READS_WAITING" if server.serving(shard) else "NOT_PRIMARY"
+            if refused == "READS_WAITING":
+                waiting = (refused, dst, shard, expected)
+                self.network.append((("client", sender), (dst, server.incarnation, waiting)))
             if refused:
                 return f" -> {refused}"
             read = ("READ", shard, len(self.schedule), frozenset(server.values[shard]), expected)
@@ -471,6 +490,10 @@ class World:
         if body[0] == "READ":
             _, shard, served, values, expected = body
             self.invariants.read(client.sender, shard, served, values, expected, client.reads)
+            return ""
+        if body[0] == "READS_WAITING":
+            _, server, shard, expected = body
+            client.held = (server, shard, expected)
             return ""
         code, seq, shard, version = body
         if code != "ACK":
