@@ -3,10 +3,10 @@
 from the file's features, ``--loss mse`` makes it a regression, and ``hogwild eval`` gives the
 held-back rows' accuracy, or mean squared and absolute errors, as training measured them.
 
-``hogwild train`` runs as its own process (its workers are processes); ``hogwild eval`` runs
-through the same entry, :func:`hogwild.cli.main`, inside the test's process: it starts no process
-of its own, and each of its runs as a process cost an interpreter start and an import of PyTorch
-and hogwild, more than the evaluation of 80 rows."""
+``hogwild train`` runs as its own process (its workers are processes); ``hogwild eval``, which
+starts none, runs through the same entry inside the test's process (:mod:`tests.cli_in_process`):
+as a process, each cost an interpreter start and imports of PyTorch and hogwild, more than the
+evaluation of 80 rows."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from hogwild.cli import main as hogwild_main
+from tests.cli_in_process import hogwild_cli
 
 torch = pytest.importorskip("torch")
 
@@ -63,11 +63,9 @@ def run(*args, expect: int = 0) -> subprocess.CompletedProcess:
 
 
 def evaluate(capsys, *args, expect: int = 0) -> tuple[str, str]:
-    """``hogwild eval ARGS`` through the command line's entry, in this process: its stdout and
-    stderr, once it exited with ``expect``."""
-    capsys.readouterr()  # what came before is not this command's
-    code = hogwild_main(["eval", *map(str, args)])
-    out, err = capsys.readouterr()
+    """``hogwild eval ARGS`` in this process: its stdout and stderr, once it exited with
+    ``expect``."""
+    code, out, err = hogwild_cli(capsys, "eval", *args)
     assert code == expect, err
     return out, err
 

@@ -11,9 +11,9 @@ metrics file of the first run must not stop it); it adds ``--subset 1000`` to th
 command, since what it tests is decided before training starts.
 
 ``hogwild train`` runs as a process of its own, as a user's would (its workers are processes);
-``hogwild eval`` and ``hogwild plot`` start none, and run through the same entry,
-:func:`hogwild.cli.main`, inside the test's process, in the same directory and environment: as
-processes, each cost an interpreter start and hogwild's imports, more than the work itself.
+``hogwild eval`` and ``hogwild plot`` start none, and run through the same entry inside the test's
+process (:mod:`tests.cli_in_process`), in the same directory and environment: as processes, each
+cost an interpreter start and hogwild's imports, more than the work itself.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from hogwild.cli import main as hogwild_main
 from hogwild.training.metrics import read_metrics
+from tests.cli_in_process import hogwild_cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = "<!-- quick-start"
@@ -55,8 +55,8 @@ def run(command: list[str], cwd: Path, env: dict, capsys) -> None:
         assert done.returncode == 0, f"{shlex.join(command)}:\n{done.stderr[-3000:]}"
         return
     assert Path.cwd() == cwd and os.environ["HOGWILD_DATA"] == env["HOGWILD_DATA"]
-    code = hogwild_main(command[1:])
-    assert code == 0, f"{shlex.join(command)}:\n{capsys.readouterr().err[-3000:]}"
+    code, _, err = hogwild_cli(capsys, *command[1:])
+    assert code == 0, f"{shlex.join(command)}:\n{err[-3000:]}"
 
 
 def test_the_quick_start_is_two_epochs_with_a_checkpoint_and_a_plot():
