@@ -54,7 +54,7 @@ def run(command: list[str], cwd: Path, env: dict, capsys) -> None:
         )  # fmt: skip
         assert done.returncode == 0, f"{shlex.join(command)}:\n{done.stderr[-3000:]}"
         return
-    assert Path.cwd() == cwd and os.environ["HOGWILD_DATA"] == env["HOGWILD_DATA"]
+    assert Path.cwd() == cwd.resolve() and os.environ["HOGWILD_DATA"] == env["HOGWILD_DATA"]
     code, _, err = hogwild_cli(capsys, *command[1:])
     assert code == 0, f"{shlex.join(command)}:\n{err[-3000:]}"
 
