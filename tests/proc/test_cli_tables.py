@@ -1,7 +1,12 @@
 """A tabular PyTorch model from a file, trained and evaluated through the command line:
 ``hogwild train --model FILE.py:build --data FILE.csv --target COLUMN`` takes its input shape
 from the file's features, ``--loss mse`` makes it a regression, and ``hogwild eval`` gives the
-held-back rows' accuracy, or mean squared and absolute errors, as training measured them."""
+held-back rows' accuracy, or mean squared and absolute errors, as training measured them.
+
+``hogwild train`` runs as its own process (its workers are processes); ``hogwild eval``, which
+starts none, runs through the same entry inside the test's process (:mod:`tests.cli_in_process`):
+as a process, each cost an interpreter start and imports of PyTorch and hogwild, more than the
+evaluation of 80 rows."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import sys
 
 import numpy as np
 import pytest
+
+from tests.cli_in_process import hogwild_cli
 
 torch = pytest.importorskip("torch")
 
@@ -55,11 +62,19 @@ def run(*args, expect: int = 0) -> subprocess.CompletedProcess:
     return done
 
 
+def evaluate(capsys, *args, expect: int = 0) -> tuple[str, str]:
+    """``hogwild eval ARGS`` in this process: its stdout and stderr, once it exited with
+    ``expect``."""
+    code, out, err = hogwild_cli(capsys, "eval", *args)
+    assert code == expect, err
+    return out, err
+
+
 def final_record(metrics) -> dict:
     return [json.loads(line) for line in metrics.read_text().splitlines()][-1]
 
 
-def test_a_regression_from_a_file_trains_on_a_csv_and_evaluates_as_trained(tmp_path):
+def test_a_regression_from_a_file_trains_on_a_csv_and_evaluates_as_trained(tmp_path, capsys):
     table, model = tmp_path / "table.csv", tmp_path / "net.py"
     targets = write_table(table, "y")
     model.write_text(REGRESSION_FILE)
@@ -71,18 +86,18 @@ def test_a_regression_from_a_file_trains_on_a_csv_and_evaluates_as_trained(tmp_p
     assert trained["config"]["model"]["input"] == [1, 1, 3]  # the file's three features
     assert trained["test_loss"] < np.var(targets) / 10  # it learned the linear map
 
-    shown = json.loads(run("eval", str(ck), "--data", str(table), "--target", "y", "--json").stdout)
+    shown = json.loads(evaluate(capsys, ck, "--data", table, "--target", "y", "--json")[0])
     assert shown["examples"] == 80  # the 20 % training held back
     assert shown["test_mse"] == pytest.approx(trained["test_loss"], rel=1e-4)
     assert 0 < shown["test_mae"] <= np.sqrt(shown["test_mse"]) + 1e-12  # mean |e| <= rms e
-    line = run("eval", str(ck), "--data", str(table), "--target", "y").stdout
+    line, _ = evaluate(capsys, ck, "--data", table, "--target", "y")
     assert "test mse" in line and "test mae" in line and "on 80 examples" in line
 
-    refused = run("eval", str(ck), expect=2)  # no targets to measure against
-    assert "is a regression" in refused.stderr and "--target" in refused.stderr
+    _, refused = evaluate(capsys, ck, expect=2)  # no targets to measure against
+    assert "is a regression" in refused and "--target" in refused
 
 
-def test_a_classifier_from_a_file_evaluates_to_the_accuracy_training_reported(tmp_path):
+def test_a_classifier_from_a_file_evaluates_to_the_accuracy_training_reported(tmp_path, capsys):
     table, model = tmp_path / "table.csv", tmp_path / "net.py"
     write_table(table, "kind")
     model.write_text(CLASSIFIER_FILE)
@@ -91,9 +106,7 @@ def test_a_classifier_from_a_file_evaluates_to_the_accuracy_training_reported(tm
         "--checkpoint-dir", str(ck), "--metrics", str(metrics), *TRAIN)  # fmt: skip
     trained = final_record(metrics)
     assert trained["test_accuracy"] > 0.8  # chance is a half
-    shown = json.loads(
-        run("eval", str(ck), "--data", str(table), "--target", "kind", "--json").stdout
-    )
+    shown = json.loads(evaluate(capsys, ck, "--data", table, "--target", "kind", "--json")[0])
     assert shown["examples"] == 80
     assert shown["test_accuracy"] == trained["test_accuracy"]
     assert shown["test_loss"] == pytest.approx(trained["test_loss"], rel=1e-4)

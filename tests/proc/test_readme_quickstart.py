@@ -9,6 +9,11 @@ installs from scratch as the README says, then runs the suite, this test include
 The second run checks that the commands can be run again (the checkpoint directory and the
 metrics file of the first run must not stop it); it adds ``--subset 1000`` to the training
 command, since what it tests is decided before training starts.
+
+``hogwild train`` runs as a process of its own, as a user's would (its workers are processes);
+``hogwild eval`` and ``hogwild plot`` start none, and run through the same entry inside the test's
+process (:mod:`tests.cli_in_process`), in the same directory and environment: as processes, each
+cost an interpreter start and hogwild's imports, more than the work itself.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from hogwild.training.metrics import read_metrics
+from tests.cli_in_process import hogwild_cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKER = "<!-- quick-start"
@@ -38,13 +44,19 @@ def quick_start_commands() -> list[list[str]]:
     return commands
 
 
-def run(command: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "hogwild.cli", *command[1:]],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, f"{shlex.join(command)}:\n{done.stderr[-3000:]}"
-    return done
+def run(command: list[str], cwd: Path, env: dict, capsys) -> None:
+    """``command`` run in ``cwd`` with ``env``: ``hogwild train`` as a process, the others in
+    this process (``cwd`` and ``env`` already this process's: see the test); it must exit 0."""
+    if command[1] == "train":
+        done = subprocess.run(
+            [sys.executable, "-m", "hogwild.cli", *command[1:]],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{shlex.join(command)}:\n{done.stderr[-3000:]}"
+        return
+    assert Path.cwd() == cwd.resolve() and os.environ["HOGWILD_DATA"] == env["HOGWILD_DATA"]
+    code, _, err = hogwild_cli(capsys, *command[1:])
+    assert code == 0, f"{shlex.join(command)}:\n{err[-3000:]}"
 
 
 def test_the_quick_start_is_two_epochs_with_a_checkpoint_and_a_plot():
@@ -56,12 +68,14 @@ def test_the_quick_start_is_two_epochs_with_a_checkpoint_and_a_plot():
 
 
 @pytest.mark.slow
-def test_the_quick_start_runs_as_written_and_again(tmp_path, mnist_dir):
+def test_the_quick_start_runs_as_written_and_again(tmp_path, mnist_dir, monkeypatch, capsys):
     pytest.importorskip("matplotlib", reason="hogwild plot: the bench extra")
-    env = {**os.environ, "HOGWILD_DATA": str(mnist_dir)}
+    monkeypatch.setenv("HOGWILD_DATA", str(mnist_dir))
+    monkeypatch.chdir(tmp_path)  # the commands' relative paths, for those run in this process
+    env = dict(os.environ)
     commands = quick_start_commands()
     for command in commands:
-        run(command, tmp_path, env)
+        run(command, tmp_path, env, capsys)
     records = read_metrics(tmp_path / "runs" / "quick" / "metrics.jsonl")
     final = records[-1]
     assert final["event"] == "final" and final["epochs"] == 2
@@ -70,7 +84,7 @@ def test_the_quick_start_runs_as_written_and_again(tmp_path, mnist_dir):
 
     for command in commands:  # again, in the same directory
         again = [*command, "--subset", "1000"] if command[1] == "train" else command
-        run(again, tmp_path, env)
+        run(again, tmp_path, env, capsys)
     records = read_metrics(tmp_path / "runs" / "quick" / "metrics.jsonl")
     assert [r["event"] for r in records].count("start") == 1  # the second run replaced the first
     assert records[0]["config"]["train"]["subset"] == 1000
