@@ -284,6 +284,10 @@ class _Server:
             sys.modules["numpy"].random.seed()
         if "multiprocessing.process" in sys.modules:
             sys.modules["multiprocessing.process"].current_process().authkey = os.urandom(32)
+        if request["workers"]:  # now, while this is the only thread
+            from hogwild.training.zygote import fork_server
+
+            fork_server()  # else (it says why) the first gang starts one afresh, as before
         from hogwild.signals import die_with_pidfd
 
         die_with_pidfd(self.driver, signal.SIGTERM)
@@ -292,7 +296,8 @@ class _Server:
 def _parse_request(data: bytes, fds: list[int]) -> dict:
     """A request from the driver, checked: ``argv`` (strings), ``env`` (strings to strings),
     ``cwd`` (a string), ``cpus`` (CPU numbers), ``sigint_ignored`` (whether the role ignores
-    SIGINT, as the driver does), and two fds (stderr, status).
+    SIGINT, as the driver does), ``workers`` (whether the role forks its workers' forkserver
+    from itself; false where it is left out), and two fds (stderr, status).
 
     Raises:
         ValueError: Naming the field that is missing or of the wrong type.
@@ -315,4 +320,6 @@ def _parse_request(data: bytes, fds: list[int]) -> dict:
         raise ValueError("a role request's cpus is a non-empty list of CPU numbers")
     if not isinstance(request.get("sigint_ignored"), bool):
         raise ValueError("a role request's sigint_ignored is true or false")
+    if not isinstance(request.setdefault("workers", False), bool):
+        raise ValueError("a role request's workers is true or false")
     return request
