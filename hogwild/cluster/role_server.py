@@ -116,7 +116,6 @@ STATUS = struct.Struct("=i")  # an exit code, as the server writes it into a rol
 MAX_REQUEST = 1 << 20  # bytes: a role's command line and environment
 EXIT_DRIVER_GONE = 143  # the shim's code for a driver that died before the role started
 PR_SET_PDEATHSIG = 1
-PR_SET_NAME = 15
 SERVER_LOST = -signal.SIGKILL
 """A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
 BYE = b"bye"  # the driver's last message: it closes the server's use itself, alive

@@ -59,9 +59,11 @@ from collections.abc import Iterator
 import psutil
 
 from hogwild.blas import limit_blas_threads
+from hogwild.process_title import set_title
 from hogwild.runtime import environment_set, single_threaded_blas
 
 PRELOAD = ("hogwild.training.preload",)
+WORKER_IMPORTS = "hogwild.training.worker_imports"  # what PRELOAD imports, signals left alone
 IGNORED_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
 
 _lock = threading.RLock()
@@ -141,8 +143,9 @@ def fork_server() -> str | None:
     why not (the server is then started the usual way, as a fresh interpreter, when a gang
     first needs it).
 
-    For a process that has imported :data:`PRELOAD` already and runs one thread: a cluster
-    role forked from the job's role server, before its first thread. The fork begins where a
+    For a process that has imported :data:`WORKER_IMPORTS` already and runs one thread: a
+    cluster replica forked from the job's role server, before its first thread; ``hogwild
+    train``, which imports them first (:func:`import_and_fork_server`). The fork begins where a
     fresh server is only after its imports (the interpreter's start, numba's, numba's target),
     about a second and a half of CPU per replica. It is keyed as :func:`starting` keys a
     server it starts (the environment with BLAS limited to one thread, the CPU affinity), so
@@ -153,10 +156,9 @@ def fork_server() -> str | None:
     (:data:`FORKED_TITLE` instead); BLAS threads beyond one.
     """
     global _server, _exit_hook
-    missing = [name for name in PRELOAD if name not in sys.modules]
     with _lock, single_threaded_blas():
-        if missing:
-            return f"this process has not imported {', '.join(missing)}"
+        if WORKER_IMPORTS not in sys.modules:
+            return f"this process has not imported {WORKER_IMPORTS}"
         if not pidfd_supported():
             return "this kernel has no pidfd, by which a forked worker watches its trainer"
         if threading.active_count() != 1:
@@ -199,6 +201,17 @@ def fork_server() -> str | None:
     return None
 
 
+def import_and_fork_server() -> str | None:
+    """:func:`fork_server`, once this process has imported :data:`WORKER_IMPORTS` (which it
+    does now): for a job's parent that will start workers from a forkserver and runs one
+    thread yet. Its imports are paid once, here, instead of once here and once in a fresh
+    server (the parent loads numba for its evaluation and its merges anyway)."""
+    import importlib
+
+    importlib.import_module(WORKER_IMPORTS)
+    return fork_server()
+
+
 FORKED_TITLE = "from multiprocessing.forkserver import main  # hogwild workers' server, forked"
 """The process title of a forked server (and of the workers it forks until they name themselves):
 it says what the process is, never the role it was forked from."""
@@ -219,9 +232,7 @@ def _be_forked_server(listener: int, alive_r: int) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the preload does in a fresh server
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         limit_blas_threads(1)  # loaded before the variables said so (they are set now)
-        import setproctitle
-
-        setproctitle.setproctitle(f"{sys.executable} -c {FORKED_TITLE}")
+        set_title(f"{sys.executable} -c {FORKED_TITLE}")
         multiprocessing.forkserver.main(listener, alive_r, [])
         code = 0
     except SystemExit:  # the "alive" pipe closed: every client has ended
