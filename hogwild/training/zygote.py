@@ -151,8 +151,9 @@ def fork_server() -> str | None:
     server it starts (the environment with BLAS limited to one thread, the CPU affinity), so
     that the first gang reuses it, and a changed environment replaces it as it would any
     other. What a fresh server would not have it gives up in the fork: every fd but stdio,
-    its socket and its "alive" pipe; every signal disposition but SIGINT, ignored as
-    :mod:`hogwild.training.preload` ignores it; its command line, which would name the role
+    its socket and its "alive" pipe; every signal handler (what is ignored stays ignored, as
+    across an exec; SIGINT is ignored, as :mod:`hogwild.training.preload` ignores it); its
+    command line, which would name the role
     (:data:`FORKED_TITLE` instead); BLAS threads beyond one.
     """
     global _server, _exit_hook
@@ -225,9 +226,11 @@ def _be_forked_server(listener: int, alive_r: int) -> None:
         kept = sorted({0, 1, 2, listener, alive_r})
         for low, high in zip(kept, [*kept[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
             os.closerange(low + 1, high)  # a fresh server inherits only its socket and pipe
-        for signum in range(1, signal.NSIG):
-            if signum not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT):
-                with contextlib.suppress(OSError, ValueError, RuntimeError):
+        for signum in signal.valid_signals():
+            # an exec resets what a handler catches and keeps what is ignored (SIGPIPE, as
+            # Python ignores it, or SIGHUP under nohup)
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                if callable(signal.getsignal(signum)):
                     signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the preload does in a fresh server
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
