@@ -273,6 +273,12 @@ def _train(args, overrides: dict[str, str]) -> int:
             config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite)
         )
     else:
+        if config.train.start_method == "forkserver" and not args.model:
+            # the workers' forkserver forked from here, before any thread (a --model's PyTorch
+            # starts its own): no second interpreter importing numba (zygote.fork_server)
+            from hogwild.training.zygote import import_and_fork_server
+
+            import_and_fork_server()  # else (it says why) the gang starts one afresh
         job, data, test_data, target = None, args.data, None, args.target
         if args.loss != "cross_entropy" and not args.model:
             raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")

@@ -43,16 +43,19 @@ class RoleProcess:
 
     def __init__(
         self, spec: RoleSpec, log_dir: Path, env: dict | None = None,
-        server: RoleServer | None = None,
+        server: RoleServer | None = None, workers: bool = False,
     ) -> None:  # fmt: skip
         """``server``: the role server to fork the role from; None, or where it cannot be
-        used, the role is started through the shim."""
+        used, the role is started through the shim. ``workers``: the role starts workers from
+        a forkserver (forked from the role as it begins, when the role is forked)."""
         self.spec = spec
         self.lines: deque[str] = deque(maxlen=50)
         self.address: str | None = None
         self.ready = threading.Event()
         self.log = log_dir / f"{spec.kind}-{spec.index}.log"
-        forked = server.start_role(spec.argv, env) if server is not None else None
+        forked = None
+        if server is not None:
+            forked = server.start_role(spec.argv, env, workers=workers)
         self.process = forked or spawn_role(spec.argv, env=env)
         self.reader = tee_stderr(self.process, self.log, self.lines, self._ready)
 
@@ -124,7 +127,9 @@ class LocalLauncher(Launcher):
         roles = []
         envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
         for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
-            role = RoleProcess(spec, self.log_dir, env, self.server)  # ... know each other
+            role = RoleProcess(  # ... know each other
+                spec, self.log_dir, env, self.server, workers=self._starts_workers(spec)
+            )
             self.roles[spec.name] = role
             roles.append(role)
         # Taken once every process exists: the first start may wait on the role server's
@@ -136,6 +141,11 @@ class LocalLauncher(Launcher):
             for spec, address in zip(specs, addresses, strict=True):
                 self.job_keys.located(spec.name, address)
         return addresses
+
+    def _starts_workers(self, spec: RoleSpec) -> bool:
+        """Whether the role starts its workers from a forkserver: a replica, forkserver being
+        the job's start method."""
+        return spec.kind == "replica" and self.config.train.start_method == "forkserver"
 
     def _identity(self, spec: RoleSpec) -> dict | None:
         """With a roster: the role's own key pair (made here: this is its node), its public key

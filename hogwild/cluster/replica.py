@@ -205,7 +205,10 @@ def run_replica(args) -> int:
         config = config.override({"ps.token": fencing_token(args.index, incarnation)})
         role = group(topology.framework, config, load_data(config, args.data), args.index)
     else:
-        role = TrainerReplica(config, load_data(config, args.data), args.index, incarnation)
+        # With data servers its workers read from them and the plan comes from their answer:
+        # the idx files (both splits, decompressed) would be read for nothing
+        data = None if config.data.servers else load_data(config, args.data)
+        role = TrainerReplica(config, data, args.index, incarnation)
     return ReplicaServer(role, args.bind, keys).serve()
 
 

@@ -28,6 +28,11 @@ exactly as the shim would have made it, then runs ``hogwild ROLE`` through the s
   whatever finds a role by its command line (a run directory, a role's kind), still finds it.
   ``/proc/PID/environ`` shows the server's environment, not the role's (the one given is
   applied with ``putenv``), unless ``setproctitle`` moved it to make room for the title.
+- its workers' forkserver, for a role that starts workers (a replica): forked by the child
+  from itself while it is still the server's single thread, before the watch on the driver
+  starts, instead of started later as a fresh interpreter that imports again what the server
+  had imported (:func:`hogwild.training.zygote.fork_server`; where it cannot, the role's first
+  gang starts one the usual way);
 - its session at the reply: the server answers the driver only once the child called
   ``setsid`` (a byte on a pipe), so the launcher's ``killpg`` reaches it from the start.
 
@@ -111,7 +116,6 @@ STATUS = struct.Struct("=i")  # an exit code, as the server writes it into a rol
 MAX_REQUEST = 1 << 20  # bytes: a role's command line and environment
 EXIT_DRIVER_GONE = 143  # the shim's code for a driver that died before the role started
 PR_SET_PDEATHSIG = 1
-PR_SET_NAME = 15
 SERVER_LOST = -signal.SIGKILL
 """A role's exit code when its server ended first (which SIGKILLs it) and could not say."""
 BYE = b"bye"  # the driver's last message: it closes the server's use itself, alive
@@ -238,15 +242,19 @@ class RoleServer:
         self._environment: dict[str, str] = {}
         self._broken: str | None = None
 
-    def start_role(self, argv, env: dict | None = None, cwd: str | None = None):
+    def start_role(
+        self, argv, env: dict | None = None, cwd: str | None = None, workers: bool = False
+    ):
         """Fork ``hogwild ARGV`` from the server: a :class:`ForkedRole`, or None where the
-        server cannot be used for it (the reason told once: start it through the shim)."""
+        server cannot be used for it (the reason told once: start it through the shim).
+        ``workers``: the role starts workers from a forkserver, which it then forks from
+        itself as it begins (:func:`hogwild.training.zygote.fork_server`)."""
         env = dict(os.environ if env is None else env)
         with self._lock:
             try:
                 reason = self._usable(env)
                 if reason is None:
-                    return self._request(argv, env, cwd or os.getcwd())
+                    return self._request(argv, env, cwd or os.getcwd(), workers)
             except RoleRefusedError as error:  # the server is fine: only this role falls back
                 say_once(f"the role server could not fork a role ({error})")
                 return None
@@ -324,11 +332,12 @@ class RoleServer:
         ours.settimeout(self.start_timeout_s)
         self._control = ours
 
-    def _request(self, argv, env: dict, cwd: str) -> ForkedRole:
+    def _request(self, argv, env: dict, cwd: str, workers: bool) -> ForkedRole:
         request = {
             "argv": [str(arg) for arg in argv],
             "env": env,
             "cwd": cwd,
+            "workers": workers,
             "cpus": sorted(os.sched_getaffinity(0)),
             # A driver run with SIGINT ignored (nohup, a shell's background job) passes that
             # on to its roles, as a spawned role inherits it.

@@ -28,7 +28,6 @@ from hogwild.cluster.role_server import (
     DRIVER_EXIT_WAIT_S,
     EXIT_DRIVER_GONE,
     MAX_REQUEST,
-    PR_SET_NAME,
     PR_SET_PDEATHSIG,
     PRELOAD,
     PRELOAD_GROUPS,
@@ -37,6 +36,7 @@ from hogwild.cluster.role_server import (
     readable,
     role_title,
 )
+from hogwild.process_title import set_title
 
 
 def serve(driver_pid: int, control_fd: int) -> list[str]:
@@ -49,7 +49,7 @@ def serve(driver_pid: int, control_fd: int) -> list[str]:
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the roles, then this
     title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
-    _set_title(title)
+    set_title(title)
     _preload()
     # A fork copies only the forking thread, and a child's PR_SET_PDEATHSIG follows the
     # thread that forked it: no thread of the server's may hold a lock a child needs, or end
@@ -75,17 +75,6 @@ def _preload() -> None:
             # does not end the server.
             with contextlib.suppress(Exception, SystemExit):
                 load(group, name)
-
-
-def _set_title(title: str) -> None:
-    """``title`` as this process's command line, its name (``comm``) left as it was."""
-    import setproctitle
-
-    with open("/proc/self/comm", "rb") as comm:
-        name = comm.read().rstrip(b"\n")
-    setproctitle.setproctitle(title)
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
 
 
 class _Child:
@@ -279,11 +268,15 @@ class _Server:
         os.environ.clear()
         os.environ.update(request["env"])
         os.sched_setaffinity(0, request["cpus"])
-        _set_title(role_title(request["argv"]))
+        set_title(role_title(request["argv"]))
         if "numpy" in sys.modules:  # a fresh interpreter's global state is drawn afresh
             sys.modules["numpy"].random.seed()
         if "multiprocessing.process" in sys.modules:
             sys.modules["multiprocessing.process"].current_process().authkey = os.urandom(32)
+        if request["workers"]:  # now, while this is the only thread
+            from hogwild.training.zygote import fork_server
+
+            fork_server()  # else (it says why) the first gang starts one afresh, as before
         from hogwild.signals import die_with_pidfd
 
         die_with_pidfd(self.driver, signal.SIGTERM)
@@ -292,7 +285,8 @@ class _Server:
 def _parse_request(data: bytes, fds: list[int]) -> dict:
     """A request from the driver, checked: ``argv`` (strings), ``env`` (strings to strings),
     ``cwd`` (a string), ``cpus`` (CPU numbers), ``sigint_ignored`` (whether the role ignores
-    SIGINT, as the driver does), and two fds (stderr, status).
+    SIGINT, as the driver does), ``workers`` (whether the role forks its workers' forkserver
+    from itself; false where it is left out), and two fds (stderr, status).
 
     Raises:
         ValueError: Naming the field that is missing or of the wrong type.
@@ -315,4 +309,6 @@ def _parse_request(data: bytes, fds: list[int]) -> dict:
         raise ValueError("a role request's cpus is a non-empty list of CPU numbers")
     if not isinstance(request.get("sigint_ignored"), bool):
         raise ValueError("a role request's sigint_ignored is true or false")
+    if not isinstance(request.setdefault("workers", False), bool):
+        raise ValueError("a role request's workers is true or false")
     return request

@@ -44,10 +44,13 @@ import contextlib
 import hashlib
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -55,9 +58,12 @@ from collections.abc import Iterator
 
 import psutil
 
+from hogwild.blas import limit_blas_threads
+from hogwild.process_title import set_title
 from hogwild.runtime import environment_set, single_threaded_blas
 
 PRELOAD = ("hogwild.training.preload",)
+WORKER_IMPORTS = "hogwild.training.worker_imports"  # what PRELOAD imports, signals left alone
 IGNORED_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
 
 _lock = threading.RLock()
@@ -130,6 +136,116 @@ def starting(start_method: str) -> Iterator[mp.context.BaseContext]:
         if reason is not None:
             _say_once(reason)
         yield mp.get_context("forkserver" if reason is None else "spawn")
+
+
+def fork_server() -> str | None:
+    """Start this process's forkserver now as a fork of this process; None once it runs, else
+    why not (the server is then started the usual way, as a fresh interpreter, when a gang
+    first needs it).
+
+    For a process that has imported :data:`WORKER_IMPORTS` already and runs one thread: a
+    cluster replica forked from the job's role server, before its first thread; ``hogwild
+    train``, which imports them first (:func:`import_and_fork_server`). The fork begins where a
+    fresh server is only after its imports (the interpreter's start, numba's, numba's target),
+    about a second and a half of CPU per replica. It is keyed as :func:`starting` keys a
+    server it starts (the environment with BLAS limited to one thread, the CPU affinity), so
+    that the first gang reuses it, and a changed environment replaces it as it would any
+    other. What a fresh server would not have it gives up in the fork: every fd but stdio,
+    its socket and its "alive" pipe; every signal handler (what is ignored stays ignored, as
+    across an exec; SIGINT is ignored, as :mod:`hogwild.training.preload` ignores it); its
+    command line, which would name the role
+    (:data:`FORKED_TITLE` instead); BLAS threads beyond one.
+    """
+    global _server, _exit_hook
+    with _lock, single_threaded_blas():
+        if WORKER_IMPORTS not in sys.modules:
+            return f"this process has not imported {WORKER_IMPORTS}"
+        if not pidfd_supported():
+            return "this kernel has no pidfd, by which a forked worker watches its trainer"
+        if threading.active_count() != 1:
+            return "this process runs threads, which a fork would not copy"
+        if server_pid() is not None:
+            return "this process has a forkserver already"
+        key = environment_key(dict(os.environ))
+        server = _forkserver()
+        with server._lock:
+            multiprocessing.resource_tracker.ensure_running()  # as ensure_running does first
+            listener = socket.socket(socket.AF_UNIX)
+            try:
+                address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+                listener.bind(address)
+                if not mp.util.is_abstract_socket_namespace(address):
+                    os.chmod(address, 0o600)
+                listener.listen()
+                alive_r, alive_w = os.pipe()
+                try:
+                    pid = os.fork()
+                except BaseException:
+                    os.close(alive_r)
+                    os.close(alive_w)
+                    raise
+                if pid == 0:
+                    _be_forked_server(listener.fileno(), alive_r)  # never returns
+                os.close(alive_r)
+            except OSError as error:  # its socket's path too long, no process or fd left
+                return f"the server could not be forked ({error})"
+            finally:
+                listener.close()
+            server._forkserver_address = address
+            server._forkserver_alive_fd = alive_w
+            server._forkserver_pid = pid
+            server._preload_modules = list(PRELOAD)
+        _server = (pid, key)
+        if not _exit_hook:
+            atexit.register(stop_server)
+            _exit_hook = True
+    return None
+
+
+def import_and_fork_server() -> str | None:
+    """:func:`fork_server`, once this process has imported :data:`WORKER_IMPORTS` (which it
+    does now): for a job's parent that will start workers from a forkserver and runs one
+    thread yet. Its imports are paid once, here, instead of once here and once in a fresh
+    server (the parent loads numba for its evaluation and its merges anyway)."""
+    import importlib
+
+    importlib.import_module(WORKER_IMPORTS)
+    return fork_server()
+
+
+FORKED_TITLE = "from multiprocessing.forkserver import main  # hogwild workers' server, forked"
+"""The process title of a forked server (and of the workers it forks until they name themselves):
+it says what the process is, never the role it was forked from."""
+
+
+def _be_forked_server(listener: int, alive_r: int) -> None:
+    """In the forked child: become what a fresh server is after its imports, then serve until
+    the "alive" pipe closes; never returns."""
+    code = 1
+    try:
+        kept = sorted({0, 1, 2, listener, alive_r})
+        for low, high in zip(kept, [*kept[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
+            os.closerange(low + 1, high)  # a fresh server inherits only its socket and pipe
+        for signum in signal.valid_signals():
+            # an exec resets what a handler catches and keeps what is ignored (SIGPIPE, as
+            # Python ignores it, or SIGHUP under nohup)
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                if callable(signal.getsignal(signum)):
+                    signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the preload does in a fresh server
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        limit_blas_threads(1)  # loaded before the variables said so (they are set now)
+        set_title(f"{sys.executable} -c {FORKED_TITLE}")
+        multiprocessing.forkserver.main(listener, alive_r, [])
+        code = 0
+    except SystemExit:  # the "alive" pipe closed: every client has ended
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
 
 
 def pidfd_supported() -> bool:

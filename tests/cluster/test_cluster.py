@@ -10,7 +10,8 @@ leaves no process and no shared-memory segment, when the role is a parameter ser
 Otherwise a SIGKILLed replica or data server is restarted and the job completes: the portions a
 replica lost are trained again (every epoch counts each example once), a data server comes back
 on its address and serves again, and the summary counts the restarts. Every role is forked from
-the job's role server and titled with its command line; a SIGKILLed driver takes them all down.
+the job's role server and titled with its command line, a replica's workers' forkserver from the
+replica; a SIGKILLed driver takes them all down.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedul
 from hogwild.shm import sweeper
 from hogwild.shm.naming import parse_segment_name, sanitize_job
 from hogwild.training.checkpoint import load_checkpoint
+from hogwild.training.zygote import FORKED_TITLE
 
 pytestmark = pytest.mark.slow
 
@@ -195,6 +197,9 @@ def assert_forked_and_titled(roles: list[dict], run_dir: Path) -> None:
         assert ROLE_COMMANDS[kind] in line and str(run_dir) in line, (role, line)
         if kind == "replica":
             assert f" replica --index {index} " in line, line
+            # its workers' forkserver, forked from it as it began, titled as what it is
+            servers = [" ".join(child.cmdline()) for child in proc.children()]
+            assert [s for s in servers if FORKED_TITLE in s and str(run_dir) not in s], servers
         assert os.getsid(role["pid"]) == role["pid"]  # its own session: no Ctrl-C reaches it
         server = " ".join(proc.parent().cmdline()).strip()  # a title: one part, NULs after
         assert server == f"hogwild role server of {run_dir}", (role, server)

@@ -24,6 +24,7 @@ import pytest
 
 from hogwild.locks import lock_path, numba_cache_key
 from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
+from hogwild.training.zygote import FORKED_TITLE
 
 START_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
@@ -129,6 +130,9 @@ def test_ctrl_c_stops_workers_and_removes_the_arena(long_job):
     workers = workers_of(process.pid)
     assert len(workers) == 2
     server = forkserver_of(process.pid)
+    # forked from the trainer (no second interpreter importing numba), the workers from it
+    assert FORKED_TITLE in " ".join(server.cmdline())
+    assert {worker.ppid() for worker in workers} == {server.pid}
     assert segments_of(process.pid)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole group, workers and server too
     _, err = stop(process)

@@ -47,6 +47,7 @@ BELOW_THE_PACKAGES = {
     "hogwild.locks",
     "hogwild.logs",
     "hogwild.outputs",
+    "hogwild.process_title",
     "hogwild.progress",
     "hogwild.runtime",
     "hogwild.signals",
