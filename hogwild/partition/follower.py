@@ -105,6 +105,8 @@ class FollowerHost:
         self.processes: list = []
         self.local: tuple[int, ...] = ()
         self.answered = 0
+        self.home = None  # a cluster job's: this host's client of the parameter servers
+        self.flushing = self.flushed = self.fetched = 0  # the leader's rounds carried out
 
     def start(self, job: dict, params: bytes, velocity: bytes) -> None:
         from hogwild.config import config_from_dict
@@ -131,18 +133,25 @@ class FollowerHost:
                 f"{4 * network.n_params} ({network.n_params:,} float32 parameters)"
             )
         self.local = groups.members(group)
+        roles = _roles(job.get("roles", []), groups.n_groups)
+        home = self._home(job.get("home"))
+        if home is not None:  # its servers reached with this host's keys (its own paths)
+            config = config.override({"ps.keys": self.keys or "", "cluster.keys": self.keys or ""})
         n_slots = config.train.in_flight
         warm_kernels(plan, n_slots)
-        layout = arena_layout(network, plan, n_slots, (1, network.input_size))
+        layout = arena_layout(network, plan, n_slots, (1, network.input_size), home is not None)
         self.arena = arena = Arena.create(config.ps.job or "partition", layout)
         arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
+        if home is not None:
+            self._open_home(home, network, config)
         mean, std = config.data.mean, config.data.std
         self.receiver = Receiver(
-            self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys
-        )
+            self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys,
+            roles,
+        )  # fmt: skip
         self.sock = self.security = None  # the receiver owns them now
-        self.outbox = Outbox(groups.addresses, [LEADER], self.keys)
+        self.outbox = Outbox(groups.addresses, [LEADER], self.keys, roles)
         self.plan, self.groups, self.group = plan, groups, group
         self.silence_s = config.model.partition_silence_s  # the leader's setting, as it loses us
         me = psutil.Process()
@@ -155,11 +164,12 @@ class FollowerHost:
             "std": std,
             "parent_pid": os.getpid(),
             "parent_started": me.create_time(),
-            "home": None,
+            "home": home,
             "link": {
                 "addresses": list(groups.addresses),
                 "group_of": list(groups.group_of),
                 "keys": self.keys or "",
+                "roles": list(roles),
             },
         }
         with placement_lock(), zygote.starting(config.train.start_method) as context:
@@ -183,6 +193,59 @@ class FollowerHost:
             f"{', '.join(map(str, self.local))} of {plan.k} running for the leader at "
             f"{groups.addresses[LEADER]}"
         )
+
+    def _home(self, home) -> dict | None:
+        """The leader's ``home`` (a cluster job's parameter servers, where this host's
+        partitions exchange their own rows), checked, with this host's key directory."""
+        if home is None:
+            return None
+        if not isinstance(home, dict) or not isinstance(home.get("values"), dict):
+            raise ConfigError(f"the leader's setup: home {home!r}")
+        for name in ("n_push", "n_fetch"):
+            if not isinstance(home.get(name), int) or home[name] < 1:
+                raise ConfigError(f"the leader's setup: home {name} {home.get(name)!r}")
+        if not isinstance(home.get("store"), str):
+            raise ConfigError(f"the leader's setup: home store {home.get('store')!r}")
+        return {**home, "values": {**home["values"], "keys": self.keys or ""}}
+
+    def _open_home(self, home: dict, network, config) -> None:
+        """This host's own client of the servers (its partitions have theirs), and the
+        servers' model taken into the arena: the leader's SETUP carries none (it asks the
+        servers itself)."""
+        from hogwild.store.protocol import WorkerSpec
+        from hogwild.store.registry import store_class
+
+        spec = WorkerSpec(home["store"], -1, home["values"])
+        self.home = store_class(home["store"]).open_home(spec, self.arena, network, config)
+        self._take_the_servers_model()
+
+    def _take_the_servers_model(self) -> None:
+        """``params`` and ``base`` := the servers' model (every partition here idle)."""
+        values = self.home.fetch()
+        self.arena.array("params")[:] = values
+        self.arena.array("base")[:] = values
+
+    def _rounds(self) -> None:
+        """A cluster replica's flush and fetch rounds, asked by the leader, carried out here.
+        A flush is answered once every partition here pushed; a fetch (a new epoch: every
+        partition idle and flushed) at once."""
+        from hogwild.shm.atomics import atomic_load, atomic_store
+
+        receiver, control = self.receiver, self.arena.array("control")
+        asked = receiver.round(fr.FLUSH, LEADER)
+        if asked > self.flushing:  # the partitions here push what they trained
+            self.flushing = asked
+            atomic_store(control, proc.FLUSH, asked)
+        if self.flushing > self.flushed and all(
+            atomic_load(control, proc.FLUSHED + 8 * p) == self.flushing for p in self.local
+        ):
+            self.flushed = self.flushing
+            self.outbox.send(LEADER, fr.encode(fr.FLUSHED, self.group, a=self.flushed))
+        asked = receiver.round(fr.FETCH, LEADER)
+        if asked > self.fetched:
+            self._take_the_servers_model()
+            self.fetched = asked
+            self.outbox.send(LEADER, fr.encode(fr.FETCHED, self.group, a=asked))
 
     def report(self, job: dict, text: str) -> None:
         """Tell the leader named in ``job`` that this host failed (FAILED), if it can be told."""
@@ -236,6 +299,8 @@ class FollowerHost:
                     f"{self.silence_s:g} s (model.partition_silence_s); this partition host "
                     "stops its partitions"
                 )
+            if self.home is not None:
+                self._rounds()
             asked = receiver.asked
             if asked > self.answered:  # every example handed out is complete: rows are still
                 header = fr.encode(fr.ROWS, self.group, a=asked)
@@ -247,6 +312,9 @@ class FollowerHost:
     def shutdown(self) -> None:
         stop_partitions(self.arena, self.processes)
         self.processes = []
+        if self.home is not None:
+            self.home.close()
+            self.home = None
         if self.outbox is not None:
             self.outbox.close()
             self.outbox = None
@@ -263,6 +331,18 @@ class FollowerHost:
             self.arena.close()
             self.arena.unlink()
             self.arena = None
+
+
+def _roles(roles, n_groups: int) -> tuple[str, ...]:
+    """The leader's per-group roles (:class:`~hogwild.partition.sending.Outbox`), checked."""
+    from hogwild.net.auth import ROLE_NAME
+
+    if not isinstance(roles, list) or len(roles) not in (0, n_groups):
+        raise ConfigError(f"the leader's setup: roles {roles!r}")
+    for role in roles:
+        if not isinstance(role, str) or (role and not ROLE_NAME.fullmatch(role)):
+            raise ConfigError(f"the leader's setup: role {role!r}")
+    return tuple(roles)
 
 
 def run_cli(args) -> int:

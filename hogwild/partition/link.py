@@ -46,6 +46,7 @@ from hogwild.partition.sending import Outbox, zmq_context
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
+ROUNDS = (fr.FLUSH, fr.FLUSHED, fr.FETCH, fr.FETCHED)
 BEAT_S = PARTITION_BEAT_S  # a host unheard for model.partition_silence_s is lost
 
 
@@ -106,8 +107,9 @@ class Receiver:
         mean: float,
         std: float,
         keys: str | None = None,
+        roles=(),
     ):
-        self.keys = keys
+        self.keys, self.roles = keys, tuple(roles)
         self.sock, self.security = sock, security
         self.plan, self.groups, self.group = plan, groups, group
         self.arena, self.n_slots = arena, n_slots
@@ -133,8 +135,12 @@ class Receiver:
         self.beats = dict.fromkeys(range(groups.n_groups), now)
         self.failed: str | None = None
         self.asked = 0  # a follower: the leader's last rows request
+        # a cluster replica's rounds: per kind, per sender, the last request (FLUSH, FETCH: at a
+        # follower, from the leader) or answer (FLUSHED, FETCHED: at the leader, per follower)
+        self.rounds: dict[int, dict[int, int]] = {kind: {} for kind in ROUNDS}
         self.stop = False
         self.refused = 0
+        self.blocks = 0  # the partitions' messages taken (FORWARD, BACKWARD, DONE, LOAD)
         self.broken: str | None = None  # why this thread ended early
         self._quit = threading.Event()
         self.thread = threading.Thread(target=self._run, name="partition-link", daemon=True)
@@ -161,7 +167,7 @@ class Receiver:
             targets = [LEADER]
         beats = None
         try:
-            beats = Outbox(self.groups.addresses, targets, self.keys)
+            beats = Outbox(self.groups.addresses, targets, self.keys, self.roles)
             self._serve(beats, targets)
         except Exception as exc:  # the parent stops the job saying so, rather than stalling
             self.broken = (
@@ -221,12 +227,14 @@ class Receiver:
         h = fr.decode(first)
         self.expect.check(h)
         kind = h.kind
-        if kind in (fr.BEAT, fr.READY, fr.ROWS_ASK, fr.STOP, fr.DONE):
+        if kind in (fr.BEAT, fr.READY, fr.ROWS_ASK, fr.STOP, fr.DONE, *ROUNDS):
             self._last(fr.KIND_NAMES[kind])
         if kind in (fr.FORWARD, fr.BACKWARD, fr.DONE):
             self._block(h)
+            self.blocks += 1
         elif kind == fr.LOAD:
             self._load(h)
+            self.blocks += 1
         elif kind == fr.BEAT:
             self.beats[h.source] = time.monotonic()
         elif kind == fr.READY:
@@ -239,6 +247,10 @@ class Receiver:
             self.asked = max(self.asked, h.a)
         elif kind == fr.STOP:
             self.stop = True
+        elif kind in ROUNDS:  # a cluster replica's flush and fetch rounds, numbered
+            with self.lock:
+                seen = self.rounds[kind]
+                seen[h.source] = max(seen.get(h.source, 0), h.a)
         elif kind == fr.FAILED:
             if not self._more():
                 raise fr.FrameError("FAILED without its text")
@@ -354,6 +366,11 @@ class Receiver:
 
     def silent(self, group: int) -> float:
         return time.monotonic() - self.beats[group]
+
+    def round(self, kind: int, group: int) -> int:
+        """The last request (or answer) of a round of ``kind`` heard from ``group`` (0: none)."""
+        with self.lock:
+            return self.rounds[kind].get(group, 0)
 
 
 def setup_frames(setup: dict, params: np.ndarray, velocity: np.ndarray) -> list:

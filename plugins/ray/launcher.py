@@ -74,6 +74,14 @@ from hogwild_plugins.ps.etcd_tls import JOB, drop_etcd_tls, use_etcd_tls
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
 from hogwild_plugins.ray.role_actor import RoleHost
+from hogwild_plugins.ray.spread import (
+    FOLLOWER,
+    bundles,
+    follower_argv,
+    follower_specs,
+    partition_hosts,
+    spreads,
+)
 from ray.exceptions import (
     ActorUnavailableError,
     ActorUnschedulableError,
@@ -122,6 +130,7 @@ class RayRole:
     log: str = ""
     last: list[str] = field(default_factory=list)
     pending: object = None  # a status request in flight (poll)
+    link: str = ""  # a spread replica's: its model.partition_hosts override (spread.py)
 
 
 class RayLauncher(Launcher):
@@ -132,6 +141,8 @@ class RayLauncher(Launcher):
         self.run_dir = str(Path(run_dir).resolve())
         self.cluster = config.cluster
         self.per_replica = replica_cpus(config)  # a replica's processes share one node
+        self.spread = spreads(config)  # or each partition on a node of its own
+        self.followers: dict[str, list[RayRole]] = {}  # a spread replica's follower hosts
         self.members = member_count(config)  # synchronous groups' members, a CPU each
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
         self.roles: dict[str, RayRole] = {}
@@ -143,7 +154,7 @@ class RayLauncher(Launcher):
         self.etcd_ca: JobCA | None = None  # its certificates' authority, made by the job
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
-            join_ray(self.cluster, self.per_replica, self.members)
+            join_ray(self.cluster, self.per_replica, self.members, spread=self.spread)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node_ip = next(
             (n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self.node_id), ""
@@ -174,8 +185,9 @@ class RayLauncher(Launcher):
             if spec.group:
                 if spec.group in self.groups:
                     raise RoleFailedError(f"{spec.name}: group {spec.group!r} holds a role already")
+                wanted, strategy = bundles(spec, self.config.model.partitions, self.spread)
                 self.groups[spec.group] = placement_group(
-                    [{"CPU": spec.cpus}], strategy="STRICT_PACK", name=f"hogwild-{spec.group}"
+                    wanted, strategy=strategy, name=f"hogwild-{spec.group}"
                 )
                 made.append(spec.group)
         for spec in specs:
@@ -183,9 +195,10 @@ class RayLauncher(Launcher):
                 max(0.0, deadline - time.monotonic())
             ):
                 raise RoleFailedError(self._unplaced(spec, "a node with them free"))
-        roles = []
+        roles, placed = [], []  # placed: with the spread replicas' followers
         for spec in specs:
-            options: dict = {"num_cpus": spec.cpus}
+            spread = self.spread and spec.kind == "replica"
+            options: dict = {"num_cpus": 1 if spread else spec.cpus}
             if spec.group:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     self.groups[spec.group], 0
@@ -202,8 +215,17 @@ class RayLauncher(Launcher):
             role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
             self.roles[spec.name] = role
             roles.append(role)
-        nodes = [role.actor.where.remote() for role in roles]
-        for role, ref in zip(roles, nodes, strict=True):
+            placed.append(role)
+            if spread:  # a follower host on each other bundle, each on a node of its own
+                followers = []
+                for g, follower in enumerate(follower_specs(spec, self.config.model.partitions)):
+                    strategy = PlacementGroupSchedulingStrategy(self.groups[spec.group], g + 1)
+                    actor = RoleActor.options(num_cpus=1, scheduling_strategy=strategy)
+                    followers.append(RayRole(follower, actor.remote(follower.name)))
+                self.followers[spec.name] = followers
+                placed += followers
+        nodes = [role.actor.where.remote() for role in placed]
+        for role, ref in zip(placed, nodes, strict=True):
             spec = role.spec
             try:
                 node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
@@ -238,11 +260,13 @@ class RayLauncher(Launcher):
             self._release(role)
 
     def _release(self, role: RayRole) -> None:
-        """``role``'s actor killed and its placement group removed (either may be gone already)."""
-        try:
-            ray.kill(role.actor, no_restart=True)
-        except (RayActorError, ValueError):
-            pass
+        """``role``'s actor killed and its placement group removed (either may be gone already);
+        a spread replica's followers' actors too."""
+        for actor in [role.actor, *(f.actor for f in self.followers.pop(role.spec.name, []))]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except (RayActorError, ValueError):
+                pass
         group = self.groups.pop(role.spec.group, None) if role.spec.group else None
         if group is not None:
             try:
@@ -323,13 +347,37 @@ class RayLauncher(Launcher):
         roles = [self.roles[spec.name] for spec in specs]
         for role, spec in zip(roles, specs, strict=True):
             role.spec = spec  # reserve() placed it before its command line was known
+        followers = [f for role in roles for f in self.followers.get(role.spec.name, [])]
+        self._link_spread(roles)
         if self.job_keys is not None:  # every key in the roster before any of them starts:
             for role in roles:  # servers started together are each other's clients (copies);
                 self._identify(role, self._argv(role))  # a role placed anew has a new one
+            for follower in followers:  # each listens where its replica's leader is told
+                (public,) = self._get([follower.actor.identity.remote(self.run_dir)],
+                                      [follower.spec])  # fmt: skip
+                self.job_keys.add(follower.spec.name, public, follower.spec.argv[2])
         if self.etcd_ca is not None:
             self._certify([r for r in roles if r.spec.kind in ETCD_CLIENTS])
-        self._launch_all(roles)
+        self._launch_all([*followers, *roles])  # the followers wait for their leader's job
         return self._wait_ready(roles, deadline)
+
+    def _link_spread(self, roles: list[RayRole]) -> None:
+        """Each spread replica's link: a port free on each of its nodes, its followers' command
+        lines and its own ``model.partition_hosts`` (:mod:`~hogwild_plugins.ray.spread`)."""
+        for role in roles:
+            followers = self.followers.get(role.spec.name)
+            if not followers:
+                continue
+            every = [role, *followers]
+            ports = self._get(
+                [r.actor.free_port.remote(r.host) for r in every], [r.spec for r in every]
+            )
+            addresses = [host_port(r.host, p) for r, p in zip(every, ports, strict=True)]
+            role.link = partition_hosts(addresses[0], addresses[1:])
+            wait_s = self.cluster.start_timeout_s
+            for follower, address in zip(followers, addresses[1:], strict=True):
+                argv = follower_argv(address, self.config.ps.keys, wait_s)
+                follower.spec = replace(follower.spec, argv=argv)
 
     def _launch_all(self, roles: list[RayRole]) -> None:
         """Every role's process started, each one's pid recorded before the first failure is
@@ -353,9 +401,11 @@ class RayLauncher(Launcher):
     def _argv(self, role: RayRole) -> list[str]:
         """The role's command line on its node (bound to the node's address)."""
         argv = list(role.spec.argv)
+        if role.spec.kind == FOLLOWER:  # bound at its link address (port and all) already
+            return argv
         if not self.loopback and "--bind" in argv[:-1]:
             argv[argv.index("--bind") + 1] = role.host
-        return argv
+        return [*argv, role.link] if role.link else argv
 
     def _identify(self, role: RayRole, argv: list[str]) -> None:
         """The role's key pair made by its actor on its node; its public key (and its address,
@@ -425,6 +475,9 @@ class RayLauncher(Launcher):
 
     def restart(self, spec: RoleSpec) -> str:
         role = self.roles.get(spec.name)
+        if role is not None and spec.name in self.followers:
+            self._clear_spread(role)
+            role = None
         if role is not None:
             wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
             try:
@@ -457,11 +510,15 @@ class RayLauncher(Launcher):
             self.homes[role.spec.name] = role.host
         self._release(role)
 
+    def _every_role(self) -> list[RayRole]:
+        """The roles and the spread replicas' followers."""
+        return [*self.roles.values(), *(f for fs in self.followers.values() for f in fs)]
+
     def _publish(self, roster: bytes) -> None:
         """The job's new roster to every node that keeps a mirror of the run directory (the
         driver's node reads the run directory itself)."""
         far = [
-            r.actor for r in self.roles.values() if r.node_id != self.node_id and r.pid is not None
+            r.actor for r in self._every_role() if r.node_id != self.node_id and r.pid is not None
         ]
         send_roster(far, self.run_dir, str(self.job_keys.keys), roster)
 
@@ -494,6 +551,7 @@ class RayLauncher(Launcher):
     def poll(self) -> list[RoleExit]:
         if self._stopped:
             return []
+        self._watch_followers()
         watched = [
             r for n, r in self.roles.items() if r.pid is not None and n not in self._reported
         ]
@@ -524,6 +582,65 @@ class RayLauncher(Launcher):
                 gone.append(RoleExit(role.spec.name, role.host, code, said=said))
         return gone
 
+    def _watch_followers(self) -> None:
+        """A spread replica whose follower failed (exited but by its leader's STOP, or lost
+        with its node) is killed whole: the driver then sees the replica exit and restarts it,
+        rather than the leader waiting ``model.partition_silence_s`` for a host that is gone."""
+        watched = [
+            (name, f)
+            for name, fs in self.followers.items()
+            if name in self.roles and name not in self._reported and self.roles[name].pid
+            for f in fs
+            if f.pid is not None
+        ]
+        for _, follower in watched:
+            if follower.pending is None:
+                follower.pending = follower.actor.status.remote()
+        refs = [f.pending for _, f in watched]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        failed = set()
+        for name, follower in watched:
+            if follower.pending not in ready:
+                continue
+            ref, follower.pending = follower.pending, None
+            try:
+                status = ray.get(ref, timeout=CALL_TIMEOUT_S)
+            except ActorUnavailableError:
+                continue
+            except RayActorError:
+                failed.add(name)
+                continue
+            follower.last = status["last"]
+            if status["returncode"] not in (None, 0):
+                failed.add(name)
+        for name in failed:
+            self._send([self.roles[name]], signal.SIGKILL, process_group=True)
+
+    def _clear_spread(self, replica: RayRole) -> None:
+        """A spread replica's leader and followers cleared in their actors, to be started there
+        again; if any actor is lost (a follower's node, say), the whole replica is forgotten and
+        placed anew."""
+        every = [replica, *self.followers[replica.spec.name]]
+        wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
+        refs = [r.actor.clear.remote(self.cluster.stop_timeout_s) for r in every]
+        try:
+            for ref in refs:
+                ray.get(ref, timeout=wait_s)
+        except (GetTimeoutError, RayActorError):  # ActorUnavailableError among them
+            self._forget(replica)
+            return
+        for follower in every[1:]:
+            follower.pid, follower.pending = None, None
+
+    def _stop_followers(self, replica: RayRole) -> None:
+        """A spread replica's followers stopped and reaped (their leader is gone: each would
+        leave after ``model.partition_silence_s`` by itself)."""
+        followers = [f for f in self.followers.get(replica.spec.name, []) if f.pid]
+        self._send(followers, signal.SIGTERM)
+        self._wait_exited(followers, self.cluster.stop_timeout_s)
+        self._send(followers, signal.SIGKILL, process_group=True)
+        self._reap(followers)
+
     def hosts(self) -> dict[str, str]:
         return {name: role.host for name, role in self.roles.items()}
 
@@ -553,10 +670,13 @@ class RayLauncher(Launcher):
                 self._wait_exited(group_left, self.cluster.stop_timeout_s)
                 self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
                 self._reap(group)
+                if kind == "replica":  # their leaders gone, the spread replicas' followers
+                    for role in group:
+                        self._stop_followers(role)
         finally:
             if self.etcd_members is not None:  # after the servers (their leases given back),
                 self.etcd_members.stop()  # before Ray goes (the members' data removed)
-            remove_mirrors([role.actor for role in self.roles.values()])
+            remove_mirrors([role.actor for role in self._every_role()])
             self._remove_actors()
             self._reported.update(self.roles)
             if self._own_connection and ray.is_initialized():
@@ -597,7 +717,7 @@ class RayLauncher(Launcher):
             ray.wait(refs, num_returns=len(refs), timeout=REAP_S + CALL_TIMEOUT_S)
 
     def _remove_actors(self) -> None:
-        for role in self.roles.values():
+        for role in self._every_role():
             try:
                 ray.kill(role.actor, no_restart=True)
             except (RayActorError, ValueError):

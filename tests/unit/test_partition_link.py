@@ -119,6 +119,8 @@ def test_the_receiver_applies_the_plans_blocks_and_refuses_the_rest(plan):
             (fr.encode(fr.FORWARD, 0, 5, 1, 1), block),  # slot 5 of 2
             (fr.encode(fr.FORWARD, 0, 0, 9, 1), block),  # no boundary 9
             (fr.encode(fr.DONE, 0, 0, 0, 1),),  # DONE goes to the leader
+            (fr.encode(fr.FLUSHED, 0, a=1),),  # so do a cluster replica's answers
+            (fr.encode(fr.FETCH, 0, a=1), block),  # a round's request has no payload
             (fr.encode(fr.LOAD, 0, 0, 0, 1, 3, 0.01), image),  # example 1 is there already
             (fr.encode(fr.LOAD, 0, 0, 0, 9, 10, 0.01), image),  # label 10 of 10 classes
             (fr.encode(fr.LOAD, 0, 0, 0, 9, 3, float("nan")), image),  # a rate that is no rate
@@ -137,6 +139,13 @@ def test_the_receiver_applies_the_plans_blocks_and_refuses_the_rest(plan):
         _until(lambda: receiver.refused == len(refused) + 1)
         assert sorted(receiver.pending) == [(0, 3), (1, 4)]
         np.testing.assert_array_equal(act[1, b.block + lo : b.block + hi], block)
+        assert receiver.blocks == 6  # two LOADs and four FORWARDs taken (applied or kept)
+        # a cluster replica's rounds: the leader's last request of each kind, for the parent
+        send(fr.encode(fr.FLUSH, 0, a=2))
+        send(fr.encode(fr.FETCH, 0, a=1))
+        send(fr.encode(fr.FLUSH, 0, a=1))  # an older one changes nothing
+        _until(lambda: receiver.round(fr.FETCH, 0) == 1)
+        assert receiver.round(fr.FLUSH, 0) == 2 and receiver.round(fr.FLUSHED, 0) == 0
         assert pull.poll(int(WITHIN_S * 1000))  # it beats to the leader
         assert fr.decode(pull.recv()).kind == fr.BEAT
     finally:
