@@ -449,6 +449,7 @@ class RayLauncher(Launcher):
             statuses = self._get(
                 [r.actor.status.remote() for r in waiting], [r.spec for r in waiting]
             )
+            self._check_followers_started(waiting)
             for role, status in zip(waiting, statuses, strict=True):
                 spec = role.spec
                 role.last = status["last"]
@@ -469,6 +470,19 @@ class RayLauncher(Launcher):
             if len(addresses) < len(roles):
                 time.sleep(POLL_S)
         return [addresses[r.spec.name] for r in roles]
+
+    def _check_followers_started(self, waiting: list[RayRole]) -> None:
+        """A spread replica whose follower exited while it starts fails as a role, with the
+        follower's last words (its leader would wait for it until its own start timeout)."""
+        followers = [f for r in waiting for f in self.followers.get(r.spec.name, [])]
+        statuses = self._get([f.actor.status.remote() for f in followers],
+                             [f.spec for f in followers])  # fmt: skip
+        for follower, status in zip(followers, statuses, strict=True):
+            follower.last = status["last"]
+            if status["returncode"] is not None:
+                exit = RoleExit(follower.spec.name, follower.host, status["returncode"])
+                raise RoleFailedError(f"{exit.describe()} while starting: "
+                                      f"{self._last_words(follower)}")  # fmt: skip
 
     def start(self, spec: RoleSpec) -> str:
         return self.start_all([spec])[0]

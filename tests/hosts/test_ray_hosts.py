@@ -41,6 +41,7 @@ naming its own address; the job's CA key and every role's and member's etcd key 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -408,3 +409,93 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     mirror = mirror_dir(str(far.resolve()))  # the roles' and the members' etcd keys, every host
     assert not (mirror.parent / f"{mirror.name}-etcd-tls").exists()
     assert not list(mirror.parent.glob(f"hogwild-{driver.pid}-etcd-*-etcd-tls"))  # its members'
+
+
+def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leaves_nothing(
+    cluster, mnist_dir, tmp_path
+):
+    """``cluster.partition_placement = "spread"``: one replica of 2 partitions on 2 of the 3
+    Ray nodes (its placement group STRICT_SPREAD), partition 0 in the replica's role, partition
+    1 in a ``hogwild partition-host`` follower the launcher starts on another node, blocks of
+    neurons crossing as CURVE frames. Its follower SIGKILLed mid-epoch takes the replica down;
+    the driver restarts it (the launcher starts its follower again), and the job ends well:
+    every example trained, the model well above chance, partition 1's rows (which only the
+    follower trains, from the activations and errors that crossed) moved in the servers' model,
+    nothing left on any host."""
+    from tests.cluster.test_partitioned_cluster import MOVED, _rows_moved
+
+    hosts = cluster["hosts"]
+    run_dir = tmp_path / "run"
+    argv = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
+        "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "1",
+        "--replicas", "1", "--partitions", "2", "--ps", "1",
+        "--cluster.partition_placement=spread", f"--cluster.host={hosts.address(1)}",
+        "--train.subset=3000", "--checkpoint-dir", str(run_dir),
+        "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", *PAPER_JOB,
+    ]  # fmt: skip
+    said = tmp_path / "driver.log"
+    with open(said, "w") as log:
+        driver = hosts.run(1, argv, stdout=subprocess.PIPE, stderr=log, text=True,
+                           env=cluster["env"])  # fmt: skip
+    mirror = mirror_dir(str(run_dir.resolve()))  # the far nodes' copy (these hosts share /tmp)
+    try:
+        deadline = time.monotonic() + JOB_WITHIN_S
+        ready = ""
+        while not ready:  # the leader serves: its follower has the job and its model
+            assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
+            ready = _ready_line(run_dir, mirror)
+            time.sleep(0.2)
+        follower = _spread_follower(hosts)
+        assert follower is not None, ready
+        time.sleep(1.0)  # mid-epoch
+        psutil.Process(follower[1]).kill()
+        stdout, _ = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    stderr = said.read_text()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    assert final["examples"] == 3000 and final["test_accuracy"] >= 0.6, final
+    assert final["restarts"] == {"replica-0": 1}, (final["restarts"], stderr[-2000:])
+    leader = ready.rpartition(" on ")[2].rpartition(":")[0]
+    (far,) = re.findall(r", 1 at ([0-9.]+):[0-9]+", ready)
+    assert far != leader and {leader, far} <= {hosts.address(h) for h in (1, 2, 3)}, ready
+    assert hosts.address(follower[0]) == far, (follower, ready)
+    moved = _rows_moved(run_dir, 2)
+    assert min(moved[1]) >= MOVED and min(moved[0]) >= MOVED, moved
+
+    deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
+    while time.monotonic() < deadline and _roles_left(hosts, run_dir):
+        time.sleep(0.5)
+    assert _roles_left(hosts, run_dir) == []
+    assert not mirror.exists()
+    assert not (mirror.parent / f"{mirror.name}-own-keys").exists()
+
+
+def _ready_line(run_dir: Path, mirror: Path) -> str:
+    """The replica's ready line, from its log on the driver's node or on a far one."""
+    for logs in (run_dir / "logs", mirror / "logs"):
+        try:
+            text = (logs / "replica-0.log").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("hogwild replica: serving") and line.endswith(tuple("0123456789")):
+                return line
+    return ""
+
+
+def _spread_follower(hosts: Hosts) -> tuple[int, int] | None:
+    """The host and pid of the job's ``hogwild partition-host`` (the follower), if running."""
+    for host in (1, 2, 3):
+        for pid in hosts.pids(host):
+            try:
+                line = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if " partition-host --bind" in line:
+                return host, pid
+    return None
