@@ -12,6 +12,10 @@ Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
 - a role with a ``group`` (a replica) gets a placement group of one bundle of ``cpus`` CPUs,
   ``STRICT_PACK``: its workers (or, partitioned, its K partition processes, which exchange
   blocks of neurons through one shared arena) share one node's memory (one role per group);
+  with ``cluster.partition_placement = "spread"`` a partitioned replica's group is instead K
+  one-CPU bundles, ``STRICT_SPREAD``, its role on the first and a ``hogwild partition-host``
+  follower on each other (:mod:`~hogwild_plugins.ray.spread`), kept, stopped and restarted
+  with the replica (no roles of the driver's);
 - a server asks for ``cpus`` (1) CPU as a plain actor, spread over the nodes (``SPREAD``) when
   the roles are reachable from other hosts, so a bucket's copies sit on different nodes where
   there are as many nodes as servers. Ray's CPUs are logical: a node started with

@@ -131,11 +131,27 @@ def _member_in(hosts: Hosts, host: int) -> tuple[str, Path]:
     raise AssertionError(f"no etcd member of the job in host {host}")
 
 
+SPREAD_FOUR = (  # one replica of 4 partitions, one a node: 5 CPUs of 6, but 3 nodes
+    "--replicas", "1", "--partitions", "4", "--ps", "1", "--data-servers", "0",
+    "--cluster.copies=1", "--cluster.etcd=", "--cluster.partition_placement=spread",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--replicas", "3"), ("need 7 CPU(s)", "has 6 on 3 node(s)")),
+        (SPREAD_FOUR, ("each of a replica's 4 partitions (model.partitions) on a node of its "
+                       "own", "has 3 node(s) with a CPU")),
+    ],
+)  # fmt: skip
 def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
-    cluster, mnist_dir, tmp_path
+    cluster, mnist_dir, tmp_path, extra, said
 ):
+    """A job needing more CPUs than the cluster has, or a replica spread over more nodes than
+    it has (``cluster.partition_placement = "spread"``), is refused at once, naming both."""
     hosts = cluster["hosts"]
-    argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, "--replicas", "3")
+    argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, *extra)
     env = {**cluster["env"], "RAY_ADDRESS": cluster["ray"]}
     argv.remove("--ray-address"), argv.remove(cluster["ray"])  # RAY_ADDRESS says where
     started = time.monotonic()
@@ -143,7 +159,7 @@ def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
         hosts.argv(1, argv), capture_output=True, text=True, env=env, timeout=JOB_WITHIN_S
     )
     assert done.returncode != 0
-    assert "need 7 CPU(s)" in done.stderr and "has 6 on 3 node(s)" in done.stderr, done.stderr
+    assert all(words in done.stderr for words in said), done.stderr
     assert time.monotonic() - started < 60.0  # not cluster.start_timeout_s (300 s)
     assert _roles_left(hosts, tmp_path / "run") == [] and _etcd_left(hosts) == []
 
