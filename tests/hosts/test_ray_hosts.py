@@ -36,6 +36,11 @@ etcd cluster, a member on each Ray node, speaking TLS with certificates the job 
 outside the job (:mod:`tests.hosts.etcd_probe`), every member refuses a plain-HTTP request and a
 TLS client without a certificate, and answers the driver's (the control) with a certificate
 naming its own address; the job's CA key and every role's and member's etcd key are gone after.
+
+A partitioned replica spread over the nodes (``cluster.partition_placement = "spread"``: its 2
+partitions on 2 nodes, a ``hogwild partition-host`` follower beside its role) learns from 3,000
+examples, both partitions' rows move in the servers' model, its follower SIGKILLed mid-epoch is
+restarted with its replica; one spread over more nodes than there are is refused at once.
 """
 
 from __future__ import annotations
