@@ -663,8 +663,13 @@ class RayLauncher(Launcher):
         return {name: role.host for name, role in self.roles.items()}
 
     def describe(self) -> list[dict]:
-        return [
+        roles = [
             {"name": name, "host": role.host, "pid": role.pid} for name, role in self.roles.items()
+        ]
+        return roles + [  # a spread replica's followers, named with their replica
+            {"name": f.spec.name, "host": f.host, "pid": f.pid, "replica": name}
+            for name, followers in self.followers.items()
+            for f in followers
         ]
 
     def last_words(self, name: str) -> str:

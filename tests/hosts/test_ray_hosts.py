@@ -469,6 +469,10 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
             time.sleep(0.2)
         follower = _spread_follower(hosts)
         assert follower is not None, ready
+        while not (run_dir / "cluster.json").is_file():  # the driver's roles, once all started
+            assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
+            time.sleep(0.2)
+        roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
         time.sleep(1.0)  # mid-epoch
         psutil.Process(follower[1]).kill()
         stdout, _ = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -485,6 +489,9 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     (far,) = re.findall(r", 1 at ([0-9.]+):[0-9]+", ready)
     assert far != leader and {leader, far} <= {hosts.address(h) for h in (1, 2, 3)}, ready
     assert hosts.address(follower[0]) == far, (follower, ready)
+    spread = {r["name"]: r for r in roles if r["name"] in ("replica 0", "follower 1")}
+    assert spread["replica 0"]["host"] == leader and spread["follower 1"]["host"] == far, roles
+    assert spread["follower 1"]["replica"] == "replica 0", roles
     moved = _rows_moved(run_dir, 2)
     assert min(moved[1]) >= MOVED and min(moved[0]) >= MOVED, moved
 
