@@ -82,6 +82,15 @@ def check_partitioned_job(config, topology, data_servers: int) -> None:
         )
 
 
+FOLLOWER = "follower"  # a spread replica's follower hosts' kind of role ("follower 3")
+
+
+def follower_role(replica: int, k: int, g: int) -> str:
+    """The roster role of replica ``replica``'s follower host ``g`` (of ``k`` partitions, one
+    a host): its key pair's name, so the leader's link knows whose messages it takes."""
+    return f"{FOLLOWER} {replica * k + g}"
+
+
 def check_spread(config) -> None:
     """Refuse ``cluster.partition_placement = "spread"`` where it cannot run, naming why: it
     needs the Ray launcher (the local launcher runs on one host), roles reachable from other
@@ -173,6 +182,12 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         # the followers serve at their own addresses, which the roster lists
         return (self.name_in_roster, *([""] * (self.groups.n_groups - 1)))
 
+    def link_senders(self) -> tuple[str, ...]:
+        # the replica's own key pair speaks for the leader's host, each follower's for its own
+        k = self.config.model.partitions
+        followers = (follower_role(self.index, k, g) for g in range(1, self.groups.n_groups))
+        return (self.name_in_roster, *followers)
+
     @property
     def name_in_roster(self) -> str:
         return f"replica {self.index}"
@@ -187,6 +202,7 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
             from hogwild.partition import frames as fr
 
             self.fetches += 1
+            self.receiver.await_round(fr.FETCHED, self.fetches)
             for g in self.followers:
                 self.outbox.send(g, fr.encode(fr.FETCH, 0, a=self.fetches))
             deadline = time.monotonic() + FLUSH_TIMEOUT_S
@@ -201,7 +217,7 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
 
     def _followers_answered(self, kind: int, asked: int) -> bool:
         """Whether every follower host answered round ``asked`` of ``kind`` (FLUSHED, FETCHED)."""
-        return all(self.receiver.round(kind, g) >= asked for g in self.followers)
+        return all(self.receiver.round(kind, g) == asked for g in self.followers)
 
     # -- the network thread (ReplicaServer's requests) --------------------------------------------
 
@@ -338,6 +354,7 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
             if self.followers:  # their partitions push their rows' progress too
                 from hogwild.partition import frames as fr
 
+                self.receiver.await_round(fr.FLUSHED, self.flushes)
                 for g in self.followers:
                     self.outbox.send(g, fr.encode(fr.FLUSH, 0, a=self.flushes))
         flushed = [atomic_load(control, proc.FLUSHED + 8 * p) for p in self.local]

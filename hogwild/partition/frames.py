@@ -160,3 +160,7 @@ class Expect:
         groups_kinds = (READY, ROWS, FAILED, BEAT, FLUSHED, FETCHED)
         if h.kind in groups_kinds and not 0 <= h.source < n_groups:
             raise FrameError(f"{KIND_NAMES[h.kind]} from group {h.source} of {n_groups}")
+        if h.kind in (SETUP, ROWS_ASK, STOP, FLUSH, FETCH) and h.source != 0:
+            raise FrameError(f"{KIND_NAMES[h.kind]} from group {h.source}: only the leader's (0)")
+        if h.kind in (FLUSH, FLUSHED, FETCH, FETCHED) and not 1 <= h.a < 1 << 62:
+            raise FrameError(f"{KIND_NAMES[h.kind]} of round {h.a}: rounds count from 1")

@@ -281,6 +281,11 @@ class PartitionedTrainer:
         ``hogwild train``'s one key pair."""
         return ()
 
+    def link_senders(self) -> tuple[str, ...]:
+        """Per host group, the roster role that sends its messages (the link's receivers refuse
+        any other under the job's roster); none with ``hogwild train``'s one key pair."""
+        return ()
+
     def follower_home(self) -> dict | None:
         """Where a follower host's partitions exchange their rows (as :meth:`homes`' entries,
         the same for every partition); None: nowhere, the leader gathers their rows."""
@@ -292,11 +297,11 @@ class PartitionedTrainer:
         from hogwild.partition.link import Receiver, bind_receiver, setup_frames
         from hogwild.partition.sending import Outbox
 
-        groups, roles = self.groups, self.link_roles()
+        groups, roles, senders = self.groups, self.link_roles(), self.link_senders()
         sock, security = bind_receiver(groups.addresses[LEADER], self.keys)
         self.receiver = Receiver(
             sock, security, self.plan, groups, LEADER, self.arena,
-            self.config.train.in_flight, self.mean, self.std, self.keys, roles,
+            self.config.train.in_flight, self.mean, self.std, self.keys, roles, senders,
         )  # fmt: skip
         self.outbox = Outbox(groups.addresses, self.followers, self.keys, roles)
         home = self.follower_home()
@@ -307,6 +312,7 @@ class PartitionedTrainer:
                 "n_classes": self.n_classes,
                 "leader": groups.addresses[LEADER],
                 "roles": list(roles),
+                "senders": list(senders),
             }
             if home is not None:
                 job["home"] = home

@@ -134,7 +134,8 @@ class RayRole:
     log: str = ""
     last: list[str] = field(default_factory=list)
     pending: object = None  # a status request in flight (poll)
-    link: str = ""  # a spread replica's: its model.partition_hosts override (spread.py)
+    # a spread replica's leader: its model.partition_hosts override; a follower: its link address
+    link: str = ""
 
 
 class RayLauncher(Launcher):
@@ -359,7 +360,7 @@ class RayLauncher(Launcher):
             for follower in followers:  # each listens where its replica's leader is told
                 (public,) = self._get([follower.actor.identity.remote(self.run_dir)],
                                       [follower.spec])  # fmt: skip
-                self.job_keys.add(follower.spec.name, public, follower.spec.argv[2])
+                self.job_keys.add(follower.spec.name, public, follower.link)
         if self.etcd_ca is not None:
             self._certify([r for r in roles if r.spec.kind in ETCD_CLIENTS])
         self._launch_all([*followers, *roles])  # the followers wait for their leader's job
@@ -380,8 +381,9 @@ class RayLauncher(Launcher):
             role.link = partition_hosts(addresses[0], addresses[1:])
             wait_s = self.cluster.start_timeout_s
             for follower, address in zip(followers, addresses[1:], strict=True):
-                argv = follower_argv(address, self.config.ps.keys, wait_s)
+                argv = follower_argv(address, self.config.ps.keys, wait_s, role.spec.name)
                 follower.spec = replace(follower.spec, argv=argv)
+                follower.link = address
 
     def _launch_all(self, roles: list[RayRole]) -> None:
         """Every role's process started, each one's pid recorded before the first failure is

@@ -21,9 +21,10 @@ bundles and command lines (no I/O); the launcher carries them out.
 
 from __future__ import annotations
 
+from hogwild.cluster.partitioned import FOLLOWER, follower_role
 from hogwild.cluster.roles import RoleSpec
 
-FOLLOWER = "follower"  # the followers' kind (a name the job's roster takes: "follower 3")
+__all__ = ["FOLLOWER", "bundles", "follower_argv", "follower_specs", "partition_hosts", "spreads"]
 
 
 def spreads(config) -> bool:
@@ -41,14 +42,19 @@ def bundles(spec: RoleSpec, k: int, spread: bool) -> tuple[list[dict], str]:
 
 def follower_specs(replica: RoleSpec, k: int) -> list[RoleSpec]:
     """The follower hosts of ``replica`` (bundles 1 to K - 1), before their addresses are
-    known. Follower ``g`` of replica ``i`` is ``follower i*K + g``."""
-    return [RoleSpec(FOLLOWER, replica.index * k + g, (), cpus=1) for g in range(1, k)]
+    known. Follower ``g`` of replica ``i`` is ``follower i*K + g``
+    (:func:`~hogwild.cluster.partitioned.follower_role`, which its leader's link expects)."""
+    specs = [RoleSpec(FOLLOWER, replica.index * k + g, (), cpus=1) for g in range(1, k)]
+    assert all(s.name == follower_role(replica.index, k, g) for g, s in enumerate(specs, 1))
+    return specs
 
 
-def follower_argv(address: str, keys: str, wait_s: float) -> tuple[str, ...]:
+def follower_argv(address: str, keys: str, wait_s: float, leader: str) -> tuple[str, ...]:
     """``hogwild partition-host`` listening at ``address`` with the job's keys, waiting up to
-    ``wait_s`` for its leader."""
+    ``wait_s`` for its leader, whose roster role is ``leader`` (the only one it takes a SETUP
+    from)."""
     argv = ("partition-host", "--bind", address, "--wait-s", f"{wait_s:g}")
+    argv = (*argv, "--leader-role", leader)
     return (*argv, "--keys", keys) if keys else argv
 
 

@@ -128,6 +128,7 @@ def test_a_cluster_job_refuses_a_smooth_rate_it_would_not_apply():
 
 
 def test_a_spread_replica_asks_a_cpu_on_each_of_k_nodes_and_names_its_followers():
+    from hogwild.cluster.partitioned import follower_role
     from hogwild_plugins.ray.spread import bundles, follower_argv, follower_specs, partition_hosts
 
     config = load_config(None, {"model.partitions": 3, "cluster.replicas": 2})
@@ -135,11 +136,10 @@ def test_a_spread_replica_asks_a_cpu_on_each_of_k_nodes_and_names_its_followers(
     assert bundles(replica, 3, spread=True) == ([{"CPU": 1}] * 3, "STRICT_SPREAD")
     assert bundles(replica, 3, spread=False) == ([{"CPU": 3}], "STRICT_PACK")
     assert [f.name for f in follower_specs(replica, 3)] == ["follower 4", "follower 5"]
-    argv = follower_argv("10.0.0.2:5701", "/run/keys", 300.0)
-    assert argv[:3] == ("partition-host", "--bind", "10.0.0.2:5701") and argv[-2:] == (
-        "--keys",
-        "/run/keys",
-    )
+    assert follower_role(1, 3, 2) == "follower 5"  # whose messages replica 1's link takes
+    argv = follower_argv("10.0.0.2:5701", "/run/keys", 300.0, "replica 1")
+    assert argv[:3] == ("partition-host", "--bind", "10.0.0.2:5701")
+    assert argv[-4:] == ("--leader-role", "replica 1", "--keys", "/run/keys")
     override = partition_hosts("10.0.0.1:5700", ["10.0.0.2:5701", "10.0.0.3:5702"])
     assert override == "--model.partition_hosts=10.0.0.1:5700,10.0.0.2:5701,10.0.0.3:5702"
 
