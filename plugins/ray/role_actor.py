@@ -259,6 +259,7 @@ class RoleHost:
             time.sleep(0.05)
         self.send(signal.SIGKILL, group=True)
         self.reap(timeout_s)
+        _sweep_dead(self.process.pid)
         self.process, self.reader, self.address = None, None, None
         self.lines.clear()  # the last words the driver reads are the next process's
 
@@ -267,6 +268,8 @@ class RoleHost:
         server's store, logs) and the role's own key pair, once the role is gone."""
         if self.process is not None and self.process.poll() is None:
             return
+        if self.process is not None:
+            _sweep_dead(self.process.pid)
         if self.mirrored is not None:
             shutil.rmtree(self.mirrored, ignore_errors=True)
             self.mirrored = None
@@ -294,6 +297,15 @@ class RoleHost:
         if self.process.stderr is not None:
             self.process.stderr.close()
         return code
+
+
+def _sweep_dead(pid: int) -> None:
+    """Remove the shared-memory segments the role's process left when it died without its own
+    clean-up (SIGKILL: a partition host's arena), as its node's owner of the role."""
+    from hogwild.shm.sweeper import sweep_owner
+
+    with contextlib.suppress(OSError):
+        sweep_owner(pid)
 
 
 __all__ = ["LAST_LINES", "RoleHost", "mirror_dir", "node_ip", "private_base", "repath"]

@@ -57,12 +57,15 @@ import psutil
 import pytest
 
 from bench.support.paper_job import PAPER_JOB
+from tests.cluster.test_cluster import hogwild_segments
 from tests.cluster.test_frameworks import MLP
 from tests.hosts.harness import Hosts
 from tests.hosts.ray_nodes import join_ray_node, ray_env, start_ray
 
 pytest.importorskip("ray")
 from hogwild_plugins.ray.role_actor import mirror_dir  # noqa: E402
+
+from hogwild.shm.naming import parse_segment_name  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
@@ -473,7 +476,11 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
             assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
             time.sleep(0.2)
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
-        time.sleep(1.0)  # mid-epoch
+        trained = 0
+        while not trained:  # mid-epoch: killed once the driver sees the replica train
+            assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
+            trained = _trained(hosts, run_dir)
+        assert trained < 3000, trained  # the epoch is not over
         psutil.Process(follower[1]).kill()
         stdout, _ = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
@@ -501,6 +508,18 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     assert _roles_left(hosts, run_dir) == []
     assert not mirror.exists()
     assert not (mirror.parent / f"{mirror.name}-own-keys").exists()
+    owners = {n: parse_segment_name(n) for n in hogwild_segments()}
+    left = [n for n, owner in owners.items() if owner is not None and owner.pid == follower[1]]
+    assert left == [], left  # the killed follower's arena: swept by its role's actor
+
+
+def _trained(hosts: Hosts, run_dir: Path) -> int:
+    """The examples replica 0 trained so far in its epoch, as the driver's status says (asked
+    with the job's user key, from the driver's host)."""
+    status = json.loads(hosts.check(1, [sys.executable, "-m", "hogwild.cli", "cluster", "status",
+                                        str(run_dir), "--json"]))  # fmt: skip
+    rows = [row for row in status["rows"] if row.get("role") == "replica 0"]
+    return int(rows[0].get("examples") or 0) if rows else 0
 
 
 def _ready_line(run_dir: Path, mirror: Path) -> str:
