@@ -65,39 +65,27 @@ every placement group removed. Roles whose actor died anyway get SIGTERM from th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import ray
-from hogwild_plugins.ps.etcd_ca import JobCA
-from hogwild_plugins.ps.etcd_tls import JOB, drop_etcd_tls, use_etcd_tls
+from hogwild_plugins.ray.etcd_job import JobEtcd
+from hogwild_plugins.ray.followers import SpreadFollowers
 from hogwild_plugins.ray.joining import join_ray
-from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
-from hogwild_plugins.ray.role_actor import RoleHost
-from hogwild_plugins.ray.spread import (
-    FOLLOWER,
-    bundles,
-    follower_argv,
-    follower_specs,
-    partition_hosts,
-    spreads,
-)
+from hogwild_plugins.ray.mirrors import files_for, remove_left_mirrors, remove_mirrors, send_roster
+from hogwild_plugins.ray.placing import Placing, RayRole
+from hogwild_plugins.ray.role_actor import CALL_TIMEOUT_S
+from hogwild_plugins.ray.spread import FOLLOWER, spreads
 from ray.exceptions import (
     ActorUnavailableError,
-    ActorUnschedulableError,
     GetTimeoutError,
     RayActorError,
     RayTaskError,
 )
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import (
-    NodeAffinitySchedulingStrategy,
-    PlacementGroupSchedulingStrategy,
-)
+from ray.util.placement_group import remove_placement_group
 
 from hogwild.cluster.launcher import (
     STOP_ORDER,
@@ -110,36 +98,21 @@ from hogwild.cluster.roles import RoleSpec, member_count, replica_cpus
 from hogwild.errors import EXIT_STOPPED
 from hogwild.net.address import host_port, is_loopback, parse_address
 
+__all__ = ["RayLauncher"]
+
 POLL_S = 0.1
-NODE_POLL_S = 1.0  # a lost server's home looked for again (a machine comes back in seconds)
-CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
 STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
 FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
 ETCD_CLIENTS = ("ps", "replica", "member")  # the role kinds that speak to the job's etcd
-PRIVATE = "private-keys"  # the driver's own keys in the run directory (mode 0700)
-RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
 ADDRESSED_KINDS = ("ps", "data")  # roles the others were told the address of: kept at it
 
 
-@dataclass
-class RayRole:
-    """One role's actor and what the driver knows of it."""
-
-    spec: RoleSpec
-    actor: object
-    host: str = ""
-    node_id: str = ""
-    pid: int | None = None
-    log: str = ""
-    last: list[str] = field(default_factory=list)
-    pending: object = None  # a status request in flight (poll)
-    # a spread replica's leader: its model.partition_hosts override; a follower: its link address
-    link: str = ""
-
-
-class RayLauncher(Launcher):
-    """Roles as Ray actors on a Ray cluster (see the module docstring)."""
+class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
+    """Roles as Ray actors on a Ray cluster (see the module docstring): placing them
+    (:mod:`~hogwild_plugins.ray.placing`), a spread replica's followers
+    (:mod:`~hogwild_plugins.ray.followers`) and the job's etcd
+    (:mod:`~hogwild_plugins.ray.etcd_job`) are parts of their own."""
 
     def __init__(self, config, run_dir: str) -> None:
         super().__init__(config, run_dir)
@@ -148,6 +121,8 @@ class RayLauncher(Launcher):
         self.per_replica = replica_cpus(config)  # a replica's processes share one node
         self.spread = spreads(config)  # or each partition on a node of its own
         self.followers: dict[str, list[RayRole]] = {}  # a spread replica's follower hosts
+        self.follower_failed: dict[str, str] = {}  # replica: its follower's failure, unreported
+        self.mirrored: set[str] = set()  # the nodes given a mirror of the run directory
         self.members = member_count(config)  # synchronous groups' members, a CPU each
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
         self.roles: dict[str, RayRole] = {}
@@ -156,7 +131,7 @@ class RayLauncher(Launcher):
         self.homes: dict[str, str] = {}  # a lost server's node IP: where it must come back
         self._stopped = False
         self.etcd_members = None  # the job's own etcd cluster, one member per node
-        self.etcd_ca: JobCA | None = None  # its certificates' authority, made by the job
+        self.etcd_ca = None  # its certificates' authority (a JobCA), made by the job
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
             join_ray(self.cluster, self.per_replica, self.members, spread=self.spread)
@@ -166,168 +141,6 @@ class RayLauncher(Launcher):
         )
 
     # -- placing ---------------------------------------------------------------------------------
-
-    def _place_all(self, specs: list[RoleSpec], deadline: float) -> list[RayRole]:
-        """The roles' actors, placed side by side and answering (their nodes known): every
-        placement group asked for, then every actor, then each one's node (Ray starts their
-        worker processes together rather than one after another)."""
-        made: list[str] = []  # the placement groups this call asked for
-        try:
-            return self._place_each(specs, deadline, made)
-        except RoleFailedError:
-            # a group whose role was never made (or was forgotten) would stay pending, holding
-            # its CPUs once placed, and refuse the next start as "holds a role already"
-            held = {role.spec.group for role in self.roles.values()}
-            for name in made:
-                if name not in held and name in self.groups:
-                    with contextlib.suppress(Exception):  # already removed with its node
-                        remove_placement_group(self.groups[name])
-                    del self.groups[name]
-            raise
-
-    def _place_each(self, specs: list[RoleSpec], deadline: float, made: list[str]) -> list:
-        for spec in specs:
-            if spec.group:
-                if spec.group in self.groups:
-                    raise RoleFailedError(f"{spec.name}: group {spec.group!r} holds a role already")
-                wanted, strategy = bundles(spec, self.config.model.partitions, self.spread)
-                self.groups[spec.group] = placement_group(
-                    wanted, strategy=strategy, name=f"hogwild-{spec.group}"
-                )
-                made.append(spec.group)
-        for spec in specs:
-            if spec.group and not self.groups[spec.group].wait(
-                max(0.0, deadline - time.monotonic())
-            ):
-                raise RoleFailedError(self._unplaced(spec, "a node with them free"))
-        roles, placed = [], []  # placed: with the spread replicas' followers
-        for spec in specs:
-            spread = self.spread and spec.kind == "replica"
-            options: dict = {"num_cpus": 1 if spread else spec.cpus}
-            if spec.group:
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    self.groups[spec.group], 0
-                )
-            elif spec.name in self.homes:  # a lost server back at its address
-                try:
-                    node_id = self._node_at(spec, self.homes[spec.name], deadline)
-                except RoleFailedError:
-                    self._unplace(roles)  # those asked for before it in this call
-                    raise
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-            elif not self.loopback:  # servers on as many nodes as there are: copies apart
-                options["scheduling_strategy"] = "SPREAD"
-            role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
-            self.roles[spec.name] = role
-            roles.append(role)
-            placed.append(role)
-            if spread:  # a follower host on each other bundle, each on a node of its own
-                followers = []
-                for g, follower in enumerate(follower_specs(spec, self.config.model.partitions)):
-                    strategy = PlacementGroupSchedulingStrategy(self.groups[spec.group], g + 1)
-                    actor = RoleActor.options(num_cpus=1, scheduling_strategy=strategy)
-                    followers.append(RayRole(follower, actor.remote(follower.name)))
-                self.followers[spec.name] = followers
-                placed += followers
-        nodes = [role.actor.where.remote() for role in placed]
-        for role, ref in zip(placed, nodes, strict=True):
-            spec = role.spec
-            try:
-                node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
-            except GetTimeoutError:
-                self._unplace(roles)
-                raise RoleFailedError(self._unplaced(spec, "them free")) from None
-            except ActorUnschedulableError as exc:  # its node (a server's home) died meanwhile
-                self._unplace(roles)
-                raise RoleFailedError(f"{spec.name}: Ray cannot place its actor: {exc}") from None
-            except RayActorError as exc:
-                self._unplace(roles)
-                raise RoleFailedError(
-                    f"{spec.name}: its Ray actor died as it started: {exc}"
-                ) from None
-            role.host, role.node_id = node["host"], node["node_id"]
-            if self.loopback and role.host != self.node_ip:
-                raise RoleFailedError(
-                    f"{spec.name} was placed on {role.host}, but cluster.host = "
-                    f"{self.cluster.host} (loopback) is reachable only on the driver's host "
-                    f"{self.node_ip}; set cluster.host to a non-loopback address (roles then bind "
-                    "their node's IP)"
-                )
-        return roles
-
-    def _unplace(self, roles: list[RayRole]) -> None:
-        """Roles whose placement failed forgotten, their actors killed and placement groups
-        removed (a pending actor placed later would otherwise be taken for a placed one); where
-        a server must come back stays in :attr:`homes`."""
-        for role in roles:
-            if self.roles.get(role.spec.name) is role:
-                del self.roles[role.spec.name]
-            self._release(role)
-
-    def _release(self, role: RayRole) -> None:
-        """``role``'s actor killed and its placement group removed (either may be gone already);
-        a spread replica's followers' actors too."""
-        for actor in [role.actor, *(f.actor for f in self.followers.pop(role.spec.name, []))]:
-            try:
-                ray.kill(actor, no_restart=True)
-            except (RayActorError, ValueError):
-                pass
-        group = self.groups.pop(role.spec.group, None) if role.spec.group else None
-        if group is not None:
-            try:
-                remove_placement_group(group)
-            except Exception:  # noqa: BLE001 -- already removed with its node
-                pass
-
-    def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
-        """The id of a live node with IP ``ip``, waited for until ``deadline``."""
-        while True:
-            try:
-                nodes = ray.nodes()
-            except Exception:  # noqa: BLE001 -- the GCS busy or away: looked for again
-                nodes = []
-            for node in nodes:
-                if node.get("Alive") and node.get("NodeManagerAddress") == ip:
-                    return node["NodeID"]
-            if time.monotonic() > deadline:
-                raise RoleFailedError(
-                    f"{spec.name} must come back at its address on {ip} (the other roles were "
-                    f"told it), but no live Ray node has that IP after "
-                    f"{self.cluster.start_timeout_s:g} s; start a Ray node there again"
-                )
-            time.sleep(min(NODE_POLL_S, max(0.0, deadline - time.monotonic()) + 0.01))
-
-    def start_etcd_cluster(self, count: int, tls: str | None):
-        """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
-        node (:mod:`~hogwild_plugins.ray.etcd_members`), started; stopped by :meth:`stop_all`
-        (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``. ``tls``:
-        ``"job"``, certificates the job makes (the module docstring), or the user's directory.
-        """
-        from hogwild_plugins.ray.etcd_members import RayEtcdCluster
-
-        try:
-            if tls == JOB:
-                self.etcd_ca = JobCA.make()
-                driver = Path(self.run_dir) / PRIVATE / "etcd-driver"
-                use_etcd_tls(self.etcd_ca.client_directory(driver, "driver").directory)
-            members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
-                                     prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
-            self.etcd_members = members
-            members.start()
-        except BaseException:
-            # no controller is made, so none closes: the driver's key goes here, and a later
-            # "job" in this process finds none rather than a dead CA's
-            if tls == JOB:
-                drop_etcd_tls()
-            raise
-        return members
-
-    def _unplaced(self, spec: RoleSpec, where: str) -> str:
-        return (
-            f"Ray did not place {spec.name} within {self.cluster.start_timeout_s:g} s: it needs "
-            f"{spec.cpus} CPU(s) and {where}; free in the Ray cluster now: "
-            f"{ray.available_resources()}"
-        )
 
     def _bind_host(self, role: RayRole) -> str:
         return self.cluster.host if self.loopback else role.host
@@ -357,33 +170,11 @@ class RayLauncher(Launcher):
         if self.job_keys is not None:  # every key in the roster before any of them starts:
             for role in roles:  # servers started together are each other's clients (copies);
                 self._identify(role, self._argv(role))  # a role placed anew has a new one
-            for follower in followers:  # each listens where its replica's leader is told
-                (public,) = self._get([follower.actor.identity.remote(self.run_dir)],
-                                      [follower.spec])  # fmt: skip
-                self.job_keys.add(follower.spec.name, public, follower.link)
+            self._identify_followers(followers)  # each where its replica's leader is told
         if self.etcd_ca is not None:
             self._certify([r for r in roles if r.spec.kind in ETCD_CLIENTS])
         self._launch_all([*followers, *roles])  # the followers wait for their leader's job
         return self._wait_ready(roles, deadline)
-
-    def _link_spread(self, roles: list[RayRole]) -> None:
-        """Each spread replica's link: a port free on each of its nodes, its followers' command
-        lines and its own ``model.partition_hosts`` (:mod:`~hogwild_plugins.ray.spread`)."""
-        for role in roles:
-            followers = self.followers.get(role.spec.name)
-            if not followers:
-                continue
-            every = [role, *followers]
-            ports = self._get(
-                [r.actor.free_port.remote(r.host) for r in every], [r.spec for r in every]
-            )
-            addresses = [host_port(r.host, p) for r, p in zip(every, ports, strict=True)]
-            role.link = partition_hosts(addresses[0], addresses[1:])
-            wait_s = self.cluster.start_timeout_s
-            for follower, address in zip(followers, addresses[1:], strict=True):
-                argv = follower_argv(address, self.config.ps.keys, wait_s, role.spec.name)
-                follower.spec = replace(follower.spec, argv=argv)
-                follower.link = address
 
     def _launch_all(self, roles: list[RayRole]) -> None:
         """Every role's process started, each one's pid recorded before the first failure is
@@ -420,18 +211,6 @@ class RayLauncher(Launcher):
         (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
         self.job_keys.enter(replace(role.spec, argv=tuple(argv)), public)
 
-    def _certify(self, roles: list[RayRole]) -> None:
-        """Each role's etcd client key made by its actor on its node, the request signed here
-        for the role's name, the certificate sent back (the roles side by side)."""
-        requests = self._get(
-            [r.actor.etcd_request.remote(self.run_dir) for r in roles], [r.spec for r in roles]
-        )
-        signed = [
-            r.actor.etcd_install.remote(self.etcd_ca.sign_client(q, r.spec.name), self.etcd_ca.pem)
-            for r, q in zip(roles, requests, strict=True)
-        ]
-        self._get(signed, [r.spec for r in roles])
-
     def _launch(self, role: RayRole):
         """Ask the role's actor to start its process (a request in flight): with the driver's
         settings on the driver's node, else with a mirror of the files it reads."""
@@ -440,6 +219,7 @@ class RayLauncher(Launcher):
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
             return role.actor.start.remote(argv, log, os.getcwd(), env)
+        self.mirrored.add(role.node_id)
         mirror = {
             "run_dir": self.run_dir,
             "files": files_for(self.run_dir, argv, self.config.ps.keys),
@@ -476,19 +256,6 @@ class RayLauncher(Launcher):
             if len(addresses) < len(roles):
                 time.sleep(POLL_S)
         return [addresses[r.spec.name] for r in roles]
-
-    def _check_followers_started(self, waiting: list[RayRole]) -> None:
-        """A spread replica whose follower exited while it starts fails as a role, with the
-        follower's last words (its leader would wait for it until its own start timeout)."""
-        followers = [f for r in waiting for f in self.followers.get(r.spec.name, [])]
-        statuses = self._get([f.actor.status.remote() for f in followers],
-                             [f.spec for f in followers])  # fmt: skip
-        for follower, status in zip(followers, statuses, strict=True):
-            follower.last = status["last"]
-            if status["returncode"] is not None:
-                exit = RoleExit(follower.spec.name, follower.host, status["returncode"])
-                raise RoleFailedError(f"{exit.describe()} while starting: "
-                                      f"{self._last_words(follower)}")  # fmt: skip
 
     def start(self, spec: RoleSpec) -> str:
         return self.start_all([spec])[0]
@@ -599,67 +366,9 @@ class RayLauncher(Launcher):
                 self._reported.add(role.spec.name)
                 code = status["returncode"]
                 said = said_in(status["last"]) if code == EXIT_STOPPED else ""
-                gone.append(RoleExit(role.spec.name, role.host, code, said=said))
+                exit_ = RoleExit(role.spec.name, role.host, code, said=said)
+                gone.append(self._replica_exit(exit_))
         return gone
-
-    def _watch_followers(self) -> None:
-        """A spread replica whose follower failed (exited but by its leader's STOP, or lost
-        with its node) is killed whole: the driver then sees the replica exit and restarts it,
-        rather than the leader waiting ``model.partition_silence_s`` for a host that is gone."""
-        watched = [
-            (name, f)
-            for name, fs in self.followers.items()
-            if name in self.roles and name not in self._reported and self.roles[name].pid
-            for f in fs
-            if f.pid is not None
-        ]
-        for _, follower in watched:
-            if follower.pending is None:
-                follower.pending = follower.actor.status.remote()
-        refs = [f.pending for _, f in watched]
-        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
-        failed = set()
-        for name, follower in watched:
-            if follower.pending not in ready:
-                continue
-            ref, follower.pending = follower.pending, None
-            try:
-                status = ray.get(ref, timeout=CALL_TIMEOUT_S)
-            except ActorUnavailableError:
-                continue
-            except RayActorError:
-                failed.add(name)
-                continue
-            follower.last = status["last"]
-            if status["returncode"] not in (None, 0):
-                failed.add(name)
-        for name in failed:
-            self._send([self.roles[name]], signal.SIGKILL, process_group=True)
-
-    def _clear_spread(self, replica: RayRole) -> None:
-        """A spread replica's leader and followers cleared in their actors, to be started there
-        again; if any actor is lost (a follower's node, say), the whole replica is forgotten and
-        placed anew."""
-        every = [replica, *self.followers[replica.spec.name]]
-        wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
-        refs = [r.actor.clear.remote(self.cluster.stop_timeout_s) for r in every]
-        try:
-            for ref in refs:
-                ray.get(ref, timeout=wait_s)
-        except (GetTimeoutError, RayActorError):  # ActorUnavailableError among them
-            self._forget(replica)
-            return
-        for follower in every[1:]:
-            follower.pid, follower.pending = None, None
-
-    def _stop_followers(self, replica: RayRole) -> None:
-        """A spread replica's followers stopped and reaped (their leader is gone: each would
-        leave after ``model.partition_silence_s`` by itself)."""
-        followers = [f for f in self.followers.get(replica.spec.name, []) if f.pid]
-        self._send(followers, signal.SIGTERM)
-        self._wait_exited(followers, self.cluster.stop_timeout_s)
-        self._send(followers, signal.SIGKILL, process_group=True)
-        self._reap(followers)
 
     def hosts(self) -> dict[str, str]:
         return {name: role.host for name, role in self.roles.items()}
@@ -695,13 +404,14 @@ class RayLauncher(Launcher):
                 self._wait_exited(group_left, self.cluster.stop_timeout_s)
                 self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
                 self._reap(group)
-                if kind == "replica":  # their leaders gone, the spread replicas' followers
-                    for role in group:
-                        self._stop_followers(role)
+                if kind == "replica":  # their leaders gone, every spread replica's followers
+                    self._stop_followers()
         finally:
             if self.etcd_members is not None:  # after the servers (their leases given back),
                 self.etcd_members.stop()  # before Ray goes (the members' data removed)
             remove_mirrors([role.actor for role in self._every_role()])
+            kept = {role.node_id for role in self._every_role()}  # each removed its node's
+            remove_left_mirrors(self.run_dir, self.mirrored - kept)  # forgotten roles' nodes
             self._remove_actors()
             self._reported.update(self.roles)
             if self._own_connection and ray.is_initialized():

@@ -50,6 +50,7 @@ from hogwild.net.auth import IDENTITY_ENV, make_identity
 from hogwild.net.ports import free_port
 
 LAST_LINES = 50
+CALL_TIMEOUT_S = 30.0  # one request to an actor that is up (the launcher's wait for an answer)
 
 
 def node_ip() -> str:
@@ -63,6 +64,16 @@ def mirror_dir(run_dir: str) -> Path:
     """Where a node that cannot see ``run_dir`` keeps its mirror of it."""
     digest = hashlib.sha1(run_dir.encode()).hexdigest()[:12]
     return _base() / f"{Path(run_dir).name}-{digest}"
+
+
+def remove_mirror(run_dir: str) -> None:
+    """This node's mirror of ``run_dir`` removed, and the job's key folders here if no role's
+    key is left in them (a task's body, where no actor of the job is left on the node)."""
+    local = mirror_dir(run_dir)
+    shutil.rmtree(local, ignore_errors=True)
+    for folder in (f"{local.name}-own-keys", f"{local.name}-etcd-tls"):
+        with contextlib.suppress(OSError):  # a role of the job here still holds its key
+            (local.parent / folder).rmdir()
 
 
 def _base() -> Path:
@@ -273,6 +284,12 @@ class RoleHost:
         if self.mirrored is not None:
             shutil.rmtree(self.mirrored, ignore_errors=True)
             self.mirrored = None
+        self.drop_keys()
+
+    def drop_keys(self) -> None:
+        """Remove the role's own key pair and etcd client key from this node (the node's mirror,
+        which the job's other roles here read, stays): at the job's end, or when its replica is
+        placed anew elsewhere."""
         if self.own_key is not None:
             self.own_key.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # the last role of the job on this node
@@ -308,4 +325,13 @@ def _sweep_dead(pid: int) -> None:
         sweep_owner(pid)
 
 
-__all__ = ["LAST_LINES", "RoleHost", "mirror_dir", "node_ip", "private_base", "repath"]
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "LAST_LINES",
+    "RoleHost",
+    "mirror_dir",
+    "node_ip",
+    "private_base",
+    "remove_mirror",
+    "repath",
+]

@@ -128,8 +128,9 @@ def test_a_cluster_job_refuses_a_smooth_rate_it_would_not_apply():
 
 
 def test_a_spread_replica_asks_a_cpu_on_each_of_k_nodes_and_names_its_followers():
-    from hogwild.cluster.partitioned import follower_role
     from hogwild_plugins.ray.spread import bundles, follower_argv, follower_specs, partition_hosts
+
+    from hogwild.cluster.partitioned import follower_role
 
     config = load_config(None, {"model.partitions": 3, "cluster.replicas": 2})
     replica = plan_roles(config, "job.json", "mnist", "10.0.0.1").replicas[1]
