@@ -175,7 +175,10 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         return [self._home_of(p, placements) for p in range(len(placements))]
 
     def follower_home(self) -> dict | None:
-        return self._home_of(0)  # the same servers for every partition, wherever it runs
+        # the store alone: each follower reaches the same servers, rebuilt from the job's config
+        # there (nothing it reaches is taken from the network), and this replica's store is
+        # built once, by homes(), with its partitions' placements
+        return {"store": STORE}
 
     def link_roles(self) -> tuple[str, ...]:
         # the leader's link binds beside this replica's address, under the replica's key pair;

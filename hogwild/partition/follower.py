@@ -156,9 +156,10 @@ class FollowerHost:
             raise ConfigError(
                 f"the leader's setup: senders {senders!r} (the leader is {self.leader_role!r})"
             )
-        home = self._home(job.get("home"))
+        home = job.get("home")
         if home is not None:  # its servers reached with this host's keys (its own paths)
             config = config.override({"ps.keys": self.keys or "", "cluster.keys": self.keys or ""})
+            home = self._home(home, config, network)
         n_slots = config.train.in_flight
         warm_kernels(plan, n_slots)
         layout = arena_layout(network, plan, n_slots, (1, network.input_size), home is not None)
@@ -216,19 +217,25 @@ class FollowerHost:
             f"{groups.addresses[LEADER]}"
         )
 
-    def _home(self, home) -> dict | None:
-        """The leader's ``home`` (a cluster job's parameter servers, where this host's
-        partitions exchange their own rows), checked, with this host's key directory."""
-        if home is None:
-            return None
-        if not isinstance(home, dict) or not isinstance(home.get("values"), dict):
-            raise ConfigError(f"the leader's setup: home {home!r}")
-        for name in ("n_push", "n_fetch"):
-            if not isinstance(home.get(name), int) or home[name] < 1:
-                raise ConfigError(f"the leader's setup: home {name} {home.get(name)!r}")
-        if not isinstance(home.get("store"), str):
-            raise ConfigError(f"the leader's setup: home store {home.get('store')!r}")
-        return {**home, "values": {**home["values"], "keys": self.keys or ""}}
+    def _home(self, home, config, network) -> dict:
+        """Where this host's partitions exchange their own rows (a cluster job's parameter
+        servers): the leader names only the store; how to reach it (servers, job, token, etcd,
+        this host's keys) is rebuilt here from the job's config, checked as it was read,
+        rather than taken from the network."""
+        from hogwild.store.registry import store_class
+
+        name = home.get("store") if isinstance(home, dict) else None
+        if set(home if isinstance(home, dict) else ()) != {"store"} or not isinstance(name, str):
+            raise ConfigError(f"the leader's setup: home {home!r}, expected {{'store': NAME}}")
+        try:
+            kind = store_class(name)
+        except ConfigError as exc:
+            raise ConfigError(f"the leader's setup: home store {name!r}: {exc}") from None
+        if getattr(kind, "home_is_local", True):
+            raise ConfigError(f"the leader's setup: home store {name!r} has no servers")
+        store = kind(config, network, ())
+        n_push, n_fetch = store.n_push, store.n_fetch
+        return {"store": name, "values": store.home_spec(0), "n_push": n_push, "n_fetch": n_fetch}
 
     def _open_home(self, home: dict, network, config) -> None:
         """This host's own client of the servers (its partitions have theirs), and the

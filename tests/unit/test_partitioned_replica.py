@@ -148,3 +148,19 @@ def test_a_spread_replica_asks_a_cpu_on_each_of_k_nodes_and_names_its_followers(
 def test_a_partition_placement_other_than_pack_or_spread_is_refused_by_name():
     with pytest.raises(ConfigError, match="cluster.partition_placement must be one of pack"):
         load_config(None, {"cluster.partition_placement": "scatter"})
+
+
+def test_a_follower_rebuilds_where_its_servers_are_from_the_jobs_config_not_the_wire():
+    from hogwild.model.network import build_network
+    from hogwild.partition.follower import FollowerHost
+
+    config = load_config(None, {"ps.servers": ["10.0.0.7:5500"], "ps.job": "j", "ps.token": 3})
+    network = build_network(config.model)
+    host = FollowerHost("127.0.0.1:1", None, print)
+    home = host._home({"store": "ps"}, config, network)
+    assert home["values"]["servers"] == ["10.0.0.7:5500"] and home["values"]["token"] == 3
+    assert home["n_push"] >= 1 and home["n_fetch"] >= 1
+    forged = {"store": "ps", "values": {"servers": ["10.9.9.9:1"], "etcd": "http://x:2379"}}
+    for bad in (forged, {"store": "one"}, {"store": 3}, ["ps"]):
+        with pytest.raises(ConfigError, match="the leader's setup: home"):
+            host._home(bad, config, network)
