@@ -7,6 +7,10 @@ Each role is one actor (:class:`~hogwild_plugins.ray.role_actor.RoleHost`) that 
 ``python -m hogwild.cli ROLE ...`` on its node and reports the role's ready address, last lines
 and exit status; the driver waits by polling the actors.
 
+This module starts, watches, restarts and stops the roles; its parts of their own are placing
+them (:mod:`~hogwild_plugins.ray.placing`), a spread replica's followers
+(:mod:`~hogwild_plugins.ray.followers`) and the job's etcd (:mod:`~hogwild_plugins.ray.etcd_job`).
+
 Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
 
 - a role with a ``group`` (a replica) gets a placement group of one bundle of ``cpus`` CPUs,
@@ -39,7 +43,8 @@ roster) in a mirror on its node (private to its user, removed when the job stops
 is sent again as roles join); the data (``--data``) and keys kept elsewhere (``cluster.keys``)
 must be readable at the same path on every node.
 
-The job's own etcd cluster (``cluster.etcd = "job"``, :meth:`RayLauncher.start_etcd_cluster`)
+The job's own etcd cluster (``cluster.etcd = "job"``,
+:meth:`~hogwild_plugins.ray.etcd_job.JobEtcd.start_etcd_cluster`)
 has a member on each of three nodes, so its traffic leaves the node: unless ``cluster.etcd_tls``
 names the user's certificates, the launcher makes the job's etcd CA
 (:class:`~hogwild_plugins.ps.etcd_ca.JobCA`, its key in the driver's memory alone, never on
