@@ -201,6 +201,9 @@ def _add_partition_host_command(sub) -> None:
                       "loopback)")  # fmt: skip
     host.add_argument("--wait-s", type=float, default=WAIT_S,
                       help=f"seconds to wait for the leader (default {WAIT_S:.0f})")  # fmt: skip
+    host.add_argument("--leader-role", default="", metavar="ROLE",
+                      help="the leader's role in the job's roster (a cluster job's spread "
+                      "replica, e.g. 'replica 0'): the only one it takes a job from")  # fmt: skip
     host.set_defaults(run=_partition_host)
 
 

@@ -31,6 +31,7 @@ Partitioned replicas train from MNIST idx data with ``train.batch = 1`` and Down
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -56,10 +57,13 @@ def check_partitioned_job(config, topology, data_servers: int) -> None:
         return
     if len(set(config.model.partition_hosts)) > 1:
         raise ConfigError(
-            "model.partition_hosts: a cluster job runs each replica's partitions on one host "
-            "(partitions on several hosts are for `hogwild train` with `hogwild partition-host` "
-            "on the others; docs/partitioning.md)"
+            "model.partition_hosts: a cluster job places each replica's partitions itself "
+            "(cluster.partition_placement = 'spread' with the Ray launcher puts them on "
+            "different nodes; partitions on hosts you name are for `hogwild train` with "
+            "`hogwild partition-host` on the others; docs/partitioning.md)"
         )
+    if config.cluster.partition_placement == "spread":
+        check_spread(config)
     if topology.coordinated or topology.server_groups > 1:
         raise ConfigError(
             f"model.partitions = {config.model.partitions}: partitioned replicas train with "
@@ -75,6 +79,42 @@ def check_partitioned_job(config, topology, data_servers: int) -> None:
         raise ConfigError(
             f"model.partitions = {config.model.partitions} trains one example at a time per slot: "
             f"set train.batch = 1, got {config.train.batch}"
+        )
+
+
+FOLLOWER = "follower"  # a spread replica's follower hosts' kind of role ("follower 3")
+
+
+def follower_role(replica: int, k: int, g: int) -> str:
+    """The roster role of replica ``replica``'s follower host ``g`` (of ``k`` partitions, one
+    a host): its key pair's name, so the leader's link knows whose messages it takes."""
+    return f"{FOLLOWER} {replica * k + g}"
+
+
+def check_spread(config) -> None:
+    """Refuse ``cluster.partition_placement = "spread"`` where it cannot run, naming why: it
+    needs the Ray launcher (the local launcher runs on one host), roles reachable from other
+    hosts (``cluster.host`` beyond loopback) and one copy of the parameters (a follower host
+    has no etcd certificate of its own yet)."""
+    from hogwild.net.address import is_loopback, parse_address
+
+    cluster = config.cluster
+    if cluster.launcher != "ray":
+        raise ConfigError(
+            f"cluster.partition_placement = 'spread' places a replica's partitions on different "
+            f"Ray nodes: set cluster.launcher = 'ray' (--launcher ray), got {cluster.launcher!r} "
+            "(the local launcher runs every partition on this host: 'pack')"
+        )
+    if is_loopback(parse_address(f"{cluster.host}:0")):
+        raise ConfigError(
+            f"cluster.partition_placement = 'spread': the partitions on other nodes reach each "
+            f"other over the network; set cluster.host to this host's address beyond loopback "
+            f"(every role then binds its node's), got {cluster.host!r}"
+        )
+    if cluster.copies > 1:
+        raise ConfigError(
+            f"cluster.partition_placement = 'spread' runs with cluster.copies = 1 (a follower "
+            f"node's partitions have no etcd certificate of their own yet), got {cluster.copies}"
         )
 
 
@@ -96,45 +136,91 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
     portion_type = PartitionedPortion
 
     def __init__(self, config, data, index: int) -> None:
-        config = config.override(
-            {
-                "train.parameters": STORE,
-                "train.fc_push": "deltas",  # a partition's rows travel as their progress
-                "output.checkpoint_dir": "",
-                "output.metrics": "",
-                "output.tensorboard": "",  # the driver writes the job's
-                "output.progress": False,
-            }
-        )
+        overrides = {
+            "train.parameters": STORE,
+            "train.fc_push": "deltas",  # a partition's rows travel as their progress
+            "output.checkpoint_dir": "",
+            "output.metrics": "",
+            "output.tensorboard": "",  # the driver writes the job's
+            "output.progress": False,
+        }
+        if len(set(config.model.partition_hosts)) > 1:  # spread by the launcher over nodes:
+            # the link speaks CURVE with the job's keys (a roster: the roles' own key pairs)
+            overrides["cluster.keys"] = config.cluster.keys or config.ps.keys
+        config = config.override(overrides)
         PartitionedTrainer.__init__(self, config, data)
         silence_s = driver_silence_s(config, config.cluster.replicas + 1)
         PortionRole.__init__(self, config, index, silence_s)
         self.n_train = len(self.train_images)
         self.wake = threading.Event()
         self.closes = self.flushes = 0  # requests made of the partitions so far
+        self.fetches = 0  # FETCH rounds asked of the follower hosts
         self.store = self.home = None
 
     # -- the partitions' homes -------------------------------------------------------------------
 
-    def homes(self, placements) -> list[dict | None]:
+    def _home_of(self, p: int, placements=()) -> dict:
         from hogwild.store.registry import store_class
 
-        self.store = store_class(STORE)(self.config, self.network, placements)
-        return [
-            {
-                "store": STORE,
-                "values": self.store.home_spec(p),
-                "n_push": self.store.n_push,
-                "n_fetch": self.store.n_fetch,
-            }
-            for p in range(len(placements))
-        ]
+        if self.store is None:
+            self.store = store_class(STORE)(self.config, self.network, placements)
+        return {
+            "store": STORE,
+            "values": self.store.home_spec(p),
+            "n_push": self.store.n_push,
+            "n_fetch": self.store.n_fetch,
+        }
+
+    def homes(self, placements) -> list[dict | None]:
+        return [self._home_of(p, placements) for p in range(len(placements))]
+
+    def follower_home(self) -> dict | None:
+        # the store alone: each follower reaches the same servers, rebuilt from the job's config
+        # there (nothing it reaches is taken from the network), and this replica's store is
+        # built once, by homes(), with its partitions' placements
+        return {"store": STORE}
+
+    def link_roles(self) -> tuple[str, ...]:
+        # the leader's link binds beside this replica's address, under the replica's key pair;
+        # the followers serve at their own addresses, which the roster lists
+        return (self.name_in_roster, *([""] * (self.groups.n_groups - 1)))
+
+    def link_senders(self) -> tuple[str, ...]:
+        # the replica's own key pair speaks for the leader's host, each follower's for its own
+        k = self.config.model.partitions
+        followers = (follower_role(self.index, k, g) for g in range(1, self.groups.n_groups))
+        return (self.name_in_roster, *followers)
+
+    @property
+    def name_in_roster(self) -> str:
+        return f"replica {self.index}"
 
     def _take_the_servers_model(self) -> None:
-        """``params`` and ``base`` := the servers' model (every partition idle and flushed)."""
+        """``params`` and ``base`` := the servers' model (every partition idle and flushed),
+        here and on every follower host (a FETCH round)."""
         values = self.home.fetch()
         self.arena.array("params")[:] = values
         self.arena.array("base")[:] = values
+        if self.followers:
+            from hogwild.partition import frames as fr
+
+            self.fetches += 1
+            self.receiver.await_round(fr.FETCHED, self.fetches)
+            for g in self.followers:
+                self.outbox.send(g, fr.encode(fr.FETCH, 0, a=self.fetches))
+            deadline = time.monotonic() + FLUSH_TIMEOUT_S
+            while not self._followers_answered(fr.FETCHED, self.fetches):
+                self._check_alive("taking the servers' model")
+                if time.monotonic() > deadline:
+                    raise PartitionDiedError(
+                        f"replica {self.index}: the partition hosts did not take the servers' "
+                        f"model within {FLUSH_TIMEOUT_S:.0f} s"
+                    )
+                time.sleep(0.005)
+
+    def _followers_answered(self, kind: int, asked: int) -> bool:
+        """Whether every follower host answered round ``asked`` of ``kind`` (FLUSHED, FETCHED)."""
+        return all(self.receiver.round(kind, g) == asked for g in self.followers)
 
     # -- the network thread (ReplicaServer's requests) --------------------------------------------
 
@@ -143,11 +229,16 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         return self.store.reach["job"]
 
     def facts(self) -> dict:
-        return {
+        facts = {
             "workers": self.plan.k,
             "partitions": self.plan.k,
             "cpus": [p.cpu for p in self.placements],
         }
+        receiver = self.receiver
+        if self.groups is not None and receiver is not None:  # spread over hosts
+            facts["partition_hosts"] = list(self.groups.addresses)
+            facts["link"] = {"taken": receiver.blocks, "refused": receiver.refused}
+        return facts
 
     def wake_main(self) -> None:
         self.wake.set()  # the main thread asks the feeder to close (it owns the control words)
@@ -166,9 +257,17 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         self.home = store_class(STORE).open_home(spec, self.arena, self.network, self.config)
         self._take_the_servers_model()
         cpus = ", ".join(str(p.cpu) for p in self.placements)
+        where = f"{self.plan.k} partitions on CPUs {cpus}"
+        if self.groups is not None:
+            here = ", ".join(map(str, self.local))
+            others = "; ".join(
+                f"{', '.join(map(str, self.groups.members(g)))} at {self.groups.addresses[g]}"
+                for g in self.followers
+            )
+            where = f"{self.plan.k} partitions: {here} here on CPUs {cpus}, {others}"
         return (
-            f"replica {self.index} ({self.plan.k} partitions on CPUs {cpus}, "
-            f"{self.config.train.in_flight} examples in flight; {self.store.home_name()})"
+            f"replica {self.index} ({where}, {self.config.train.in_flight} examples in flight; "
+            f"{self.store.home_name()})"
         )
 
     def step(self) -> None:
@@ -189,6 +288,13 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
             self.wake.clear()
 
     def release(self) -> None:
+        if self.receiver is not None:  # what crossed between the hosts, for the log
+            print(
+                f"hogwild replica: replica {self.index}'s link took {self.receiver.blocks} "
+                f"messages from its partition hosts and refused {self.receiver.refused}",
+                file=sys.stderr,
+                flush=True,
+            )
         self.release_endpoint()
         if self.home is not None:
             self.home.close()
@@ -248,7 +354,18 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
             portion.flushing = self.flushes
             portion.flush_deadline = time.monotonic() + FLUSH_TIMEOUT_S
             atomic_store(control, proc.FLUSH, self.flushes)
-        flushed = [atomic_load(control, proc.FLUSHED + 8 * p) for p in range(self.plan.k)]
+            if self.followers:  # their partitions push their rows' progress too
+                from hogwild.partition import frames as fr
+
+                self.receiver.await_round(fr.FLUSHED, self.flushes)
+                for g in self.followers:
+                    self.outbox.send(g, fr.encode(fr.FLUSH, 0, a=self.flushes))
+        flushed = [atomic_load(control, proc.FLUSHED + 8 * p) for p in self.local]
+        if self.followers:
+            from hogwild.partition import frames as fr
+
+            if not self._followers_answered(fr.FLUSHED, portion.flushing):
+                flushed.append(-1)
         if any(f != portion.flushing for f in flushed):
             if time.monotonic() > portion.flush_deadline:
                 raise PartitionDiedError(

@@ -206,6 +206,9 @@ class ClusterConfig:
     stop_timeout_s: float = 20.0
     restarts: int = 3
     copies: int = 1
+    # a partitioned replica's partitions (model.partitions > 1) on the Ray launcher: "pack" (one
+    # node, one shared arena) or "spread" (each on a node of its own, blocks as frames)
+    partition_placement: str = "pack"
     etcd: str = ""
     etcd_tls: str = ""  # a directory of etcd certificates: HTTPS with client certificates
     group_servers: tuple[str, ...] = ()  # every server group's servers (the driver sets it)

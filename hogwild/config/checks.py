@@ -22,6 +22,8 @@ from hogwild.errors import ConfigError
 # an eps below this rounds to 0 or a subnormal there, and a zero accumulator then gives NaN.
 FLOAT32_TINY = 1.1754943508222875e-38
 
+PARTITION_PLACEMENTS = ("pack", "spread")  # cluster.partition_placement
+
 # The hosts of a partitioned replica (``model.partition_hosts``) beat to each other this often;
 # ``model.partition_silence_s`` may not be shorter than two beats.
 PARTITION_BEAT_S = 0.5
@@ -288,6 +290,12 @@ def _check_cluster(cluster, ps_rule: str, fail) -> None:
         )
     if cluster.copies < 1:
         fail(f"cluster.copies must be >= 1 (1: no replication), got {cluster.copies}")
+    if cluster.partition_placement not in PARTITION_PLACEMENTS:
+        fail(
+            f"cluster.partition_placement must be one of {', '.join(PARTITION_PLACEMENTS)} (a "
+            "partitioned replica's partitions on one Ray node, or each on a node of its own), "
+            f"got {cluster.partition_placement!r}"
+        )
     try:
         topology = resolve_topology(cluster, ps_rule)
     except TopologyError as exc:

@@ -353,17 +353,26 @@ def secure_server(
     return ServerSecurity(authenticator, authorized)
 
 
-def secure_client(socket: zmq.Socket, directory: str | os.PathLike, endpoint: str = "") -> None:
+def secure_client(
+    socket: zmq.Socket, directory: str | os.PathLike, endpoint: str = "", role: str = ""
+) -> None:
     """Make ``socket`` (before it connects) a CURVE client of the directory's server; with a
-    roster, of the role serving at ``endpoint`` (a ZeroMQ endpoint), with this process's own
-    key pair.
+    roster, of the role serving at ``endpoint`` (a ZeroMQ endpoint), or of ``role`` where it is
+    named (a role serving a second socket besides the address the roster has: a partitioned
+    replica's link), with this process's own key pair.
 
     Raises:
         KeysError: The client's key pair or the server's public key is missing.
     """
     root = Path(directory)
     if has_roster(root):
-        server_public = _server_key(root, endpoint).encode("ascii")
+        if role:
+            entry = read_roster(root).get(role)
+            if entry is None:
+                raise KeysError(f"{root / ROSTER}: no role {role!r}; its public key is not known")
+            server_public = entry["key"].encode("ascii")
+        else:
+            server_public = _server_key(root, endpoint).encode("ascii")
         public, secret = _load(identity_path(), secret=True)
     else:
         server_public, _ = _load(root / f"{SERVER}.key", secret=False)

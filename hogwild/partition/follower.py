@@ -6,8 +6,12 @@ leader's SETUP: the job's config, this host's group and the model. It then owns,
 does on its host, an arena (the in-flight slots' rows and counters, and the model, of which
 its partitions read and update only their own rows) and its partition processes
 (:mod:`hogwild.partition.process`), and serves until the leader says STOP: the examples arrive
-as LOAD frames (no data is read here), the other hosts' slices as FORWARD and BACKWARD frames,
-and at each epoch's end it sends its rows back (ROWS). It beats to the leader; a partition that
+as LOAD frames (no data is read here), the other hosts' slices as FORWARD and BACKWARD frames;
+at each epoch's end it sends its rows back (ROWS), or, in a cluster job (the leader's SETUP
+names the parameter servers), its partitions exchange their own rows with the servers in the
+leader's FLUSH and FETCH rounds. Under a cluster job's roster it takes a SETUP only from its
+leader's role (``--leader-role``), and every later message only from the role of the host it
+comes from (:mod:`hogwild.partition.link`). It beats to the leader; a partition that
 dies is reported (FAILED) and ends the host, as a silent leader does. It owns every resource
 it made and releases it on every exit path (STOP, an error, SIGTERM, Ctrl-C); its partitions end
 with it.
@@ -41,7 +45,7 @@ WAIT_S = fr.WAIT_S
 
 
 def serve_partition_host(
-    bind: str, keys: str | None = None, wait_s: float = WAIT_S, say=print
+    bind: str, keys: str | None = None, wait_s: float = WAIT_S, say=print, leader_role: str = ""
 ) -> int:
     """Serve one job's partitions of this host; returns 0 once the leader stopped it.
 
@@ -53,10 +57,16 @@ def serve_partition_host(
     from hogwild.signals import deferred_signals, terminate_as_interrupt
 
     with terminate_as_interrupt():
-        host = FollowerHost(bind, keys, say)
+        host = FollowerHost(bind, keys, say, leader_role)
         try:
             host.sock, host.security = bind_receiver(bind, keys)
-            job, params, velocity = _wait_setup(host.sock, wait_s, bind)
+            if host.security is not None and host.security.roles and not leader_role:
+                raise ConfigError(
+                    f"--keys {keys} holds the job's roster (a key pair per role): pass "
+                    "--leader-role, the leader's role (e.g. 'replica 0'), whose SETUP it takes"
+                )
+            checked = leader_role if host.security is not None and host.security.roles else None
+            job, params, velocity = _wait_setup(host.sock, wait_s, bind, checked)
             try:
                 host.start(job, params, velocity)
             except Exception as exc:  # the leader is told at once rather than left waiting
@@ -69,8 +79,11 @@ def serve_partition_host(
                 host.shutdown()
 
 
-def _wait_setup(sock, wait_s: float, bind: str):
-    """The first well-formed SETUP (other messages before it are dropped)."""
+def _wait_setup(sock, wait_s: float, bind: str, leader_role: str | None = None):
+    """The first well-formed SETUP (other messages before it are dropped); under the job's
+    roster (``leader_role`` given), only one the leader's role sent."""
+    from hogwild.net.auth import sender_role
+
     deadline = time.monotonic() + wait_s
     while True:
         left = deadline - time.monotonic()
@@ -79,7 +92,10 @@ def _wait_setup(sock, wait_s: float, bind: str):
                                      f"{wait_s:.0f} s")  # fmt: skip
         if not sock.poll(min(left, 0.2) * 1000):
             continue
-        parts = sock.recv_multipart()
+        frames = sock.recv_multipart(copy=False)
+        if leader_role is not None and sender_role(frames[0]) != leader_role:
+            continue  # another role of the job: it is no leader of this host
+        parts = [f.bytes for f in frames]
         try:
             header = fr.decode(parts[0])
         except fr.FrameError:
@@ -98,13 +114,16 @@ def _wait_setup(sock, wait_s: float, bind: str):
 class FollowerHost:
     """This host's arena, receiver, partitions and link to the leader."""
 
-    def __init__(self, bind: str, keys: str | None, say):
+    def __init__(self, bind: str, keys: str | None, say, leader_role: str = ""):
         self.bind, self.keys, self.say = bind, keys, say
+        self.leader_role = leader_role
         self.sock = self.security = None  # the receiving socket, until the receiver has it
         self.arena = self.receiver = self.outbox = None
         self.processes: list = []
         self.local: tuple[int, ...] = ()
         self.answered = 0
+        self.home = None  # a cluster job's: this host's client of the parameter servers
+        self.flushing = self.flushed = self.fetched = 0  # the leader's rounds carried out
 
     def start(self, job: dict, params: bytes, velocity: bytes) -> None:
         from hogwild.config import config_from_dict
@@ -131,18 +150,31 @@ class FollowerHost:
                 f"{4 * network.n_params} ({network.n_params:,} float32 parameters)"
             )
         self.local = groups.members(group)
+        roles = _roles(job.get("roles", []), groups.n_groups)
+        senders = _roles(job.get("senders", []), groups.n_groups, "senders")
+        if self.leader_role and senders[:1] != (self.leader_role,):
+            raise ConfigError(
+                f"the leader's setup: senders {senders!r} (the leader is {self.leader_role!r})"
+            )
+        home = job.get("home")
+        if home is not None:  # its servers reached with this host's keys (its own paths)
+            config = config.override({"ps.keys": self.keys or "", "cluster.keys": self.keys or ""})
+            home = self._home(home, config, network)
         n_slots = config.train.in_flight
         warm_kernels(plan, n_slots)
-        layout = arena_layout(network, plan, n_slots, (1, network.input_size))
+        layout = arena_layout(network, plan, n_slots, (1, network.input_size), home is not None)
         self.arena = arena = Arena.create(config.ps.job or "partition", layout)
         arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
+        if home is not None:
+            self._open_home(home, network, config)
         mean, std = config.data.mean, config.data.std
         self.receiver = Receiver(
-            self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys
-        )
+            self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys,
+            roles, senders,
+        )  # fmt: skip
         self.sock = self.security = None  # the receiver owns them now
-        self.outbox = Outbox(groups.addresses, [LEADER], self.keys)
+        self.outbox = Outbox(groups.addresses, [LEADER], self.keys, roles)
         self.plan, self.groups, self.group = plan, groups, group
         self.silence_s = config.model.partition_silence_s  # the leader's setting, as it loses us
         me = psutil.Process()
@@ -155,11 +187,12 @@ class FollowerHost:
             "std": std,
             "parent_pid": os.getpid(),
             "parent_started": me.create_time(),
-            "home": None,
+            "home": home,
             "link": {
                 "addresses": list(groups.addresses),
                 "group_of": list(groups.group_of),
                 "keys": self.keys or "",
+                "roles": list(roles),
             },
         }
         with placement_lock(), zygote.starting(config.train.start_method) as context:
@@ -184,6 +217,66 @@ class FollowerHost:
             f"{groups.addresses[LEADER]}"
         )
 
+    def _home(self, home, config, network) -> dict:
+        """Where this host's partitions exchange their own rows (a cluster job's parameter
+        servers): the leader names only the store; how to reach it (servers, job, token, etcd,
+        this host's keys) is rebuilt here from the job's config, checked as it was read,
+        rather than taken from the network."""
+        from hogwild.store.registry import store_class
+
+        name = home.get("store") if isinstance(home, dict) else None
+        if set(home if isinstance(home, dict) else ()) != {"store"} or not isinstance(name, str):
+            raise ConfigError(f"the leader's setup: home {home!r}, expected {{'store': NAME}}")
+        try:
+            kind = store_class(name)
+        except ConfigError as exc:
+            raise ConfigError(f"the leader's setup: home store {name!r}: {exc}") from None
+        if getattr(kind, "home_is_local", True):
+            raise ConfigError(f"the leader's setup: home store {name!r} has no servers")
+        store = kind(config, network, ())
+        n_push, n_fetch = store.n_push, store.n_fetch
+        return {"store": name, "values": store.home_spec(0), "n_push": n_push, "n_fetch": n_fetch}
+
+    def _open_home(self, home: dict, network, config) -> None:
+        """This host's own client of the servers (its partitions have theirs), and the
+        servers' model taken into the arena: the leader's SETUP carries none (it asks the
+        servers itself)."""
+        from hogwild.store.protocol import WorkerSpec
+        from hogwild.store.registry import store_class
+
+        spec = WorkerSpec(home["store"], -1, home["values"])
+        self.home = store_class(home["store"]).open_home(spec, self.arena, network, config)
+        self._take_the_servers_model()
+
+    def _take_the_servers_model(self) -> None:
+        """``params`` and ``base`` := the servers' model (every partition here idle)."""
+        values = self.home.fetch()
+        self.arena.array("params")[:] = values
+        self.arena.array("base")[:] = values
+
+    def _rounds(self) -> None:
+        """A cluster replica's flush and fetch rounds, asked by the leader, carried out here.
+        A flush is answered once every partition here pushed; a fetch (a new epoch: every
+        partition idle and flushed, which the receiver checks before it takes one) at once."""
+        from hogwild.shm.atomics import atomic_load, atomic_store
+
+        receiver, control = self.receiver, self.arena.array("control")
+        asked = receiver.round(fr.FLUSH, LEADER)
+        if asked > self.flushing:  # the partitions here push what they trained
+            self.flushing = asked
+            atomic_store(control, proc.FLUSH, asked)
+        if self.flushing > self.flushed and all(
+            atomic_load(control, proc.FLUSHED + 8 * p) == self.flushing for p in self.local
+        ):
+            self.flushed = self.flushing
+            receiver.flushed_round = self.flushed  # before the leader can ask a FETCH
+            self.outbox.send(LEADER, fr.encode(fr.FLUSHED, self.group, a=self.flushed))
+        asked = receiver.round(fr.FETCH, LEADER)  # taken only when idle and flushed (the link)
+        if asked > self.fetched:
+            self._take_the_servers_model()
+            self.fetched = asked
+            self.outbox.send(LEADER, fr.encode(fr.FETCHED, self.group, a=asked))
+
     def report(self, job: dict, text: str) -> None:
         """Tell the leader named in ``job`` that this host failed (FAILED), if it can be told."""
         from hogwild.net.address import AddressError, parse_address
@@ -194,7 +287,10 @@ class FollowerHost:
             return
         try:
             parse_address(leader)
-            outbox = Outbox((leader,), [LEADER], self.keys)
+            # under a roster the leader's link is found by its role (its address is not listed)
+            roles = job.get("roles")
+            first = roles[0] if isinstance(roles, list) and roles else ""
+            outbox = Outbox((leader,), [LEADER], self.keys, _roles([first], 1))
         except (AddressError, HogwildError, zmq.ZMQError):
             return
         try:
@@ -236,6 +332,8 @@ class FollowerHost:
                     f"{self.silence_s:g} s (model.partition_silence_s); this partition host "
                     "stops its partitions"
                 )
+            if self.home is not None:
+                self._rounds()
             asked = receiver.asked
             if asked > self.answered:  # every example handed out is complete: rows are still
                 header = fr.encode(fr.ROWS, self.group, a=asked)
@@ -247,6 +345,9 @@ class FollowerHost:
     def shutdown(self) -> None:
         stop_partitions(self.arena, self.processes)
         self.processes = []
+        if self.home is not None:
+            self.home.close()
+            self.home = None
         if self.outbox is not None:
             self.outbox.close()
             self.outbox = None
@@ -265,12 +366,34 @@ class FollowerHost:
             self.arena = None
 
 
+def _roles(roles, n_groups: int, what: str = "roles") -> tuple[str, ...]:
+    """The leader's per-group roles (``roles``: :class:`~hogwild.partition.sending.Outbox`;
+    ``senders``: :class:`~hogwild.partition.link.Receiver`), checked."""
+    from hogwild.net.auth import ROLE_NAME
+
+    if not isinstance(roles, list) or len(roles) not in (0, n_groups):
+        raise ConfigError(f"the leader's setup: {what} {roles!r}")
+    for role in roles:
+        if not isinstance(role, str) or (role and not ROLE_NAME.fullmatch(role)):
+            raise ConfigError(f"the leader's setup: {what} entry {role!r}")
+    return tuple(roles)
+
+
 def run_cli(args) -> int:
     if not args.wait_s > 0:
         raise ConfigError(f"--wait-s must be > 0 seconds, got {args.wait_s}")
+    from hogwild.net.auth import ROLE_NAME
+
+    if args.leader_role and not ROLE_NAME.fullmatch(args.leader_role):
+        raise ConfigError(f"--leader-role must be a role of the job's roster such as "
+                          f"'replica 0', got {args.leader_role!r}")  # fmt: skip
     try:
         return serve_partition_host(
-            args.bind, args.keys, args.wait_s, say=lambda line: print(line, flush=True)
+            args.bind,
+            args.keys,
+            args.wait_s,
+            say=lambda line: print(line, flush=True),
+            leader_role=args.leader_role,
         )
     except zmq.ZMQError as exc:
         raise ConfigError(f"--bind {args.bind}: {exc}") from None

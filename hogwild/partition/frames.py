@@ -24,7 +24,16 @@ ROWS       g -> leader      the group's parameter and velocity rows (request ``a
 BEAT       both ways        alive (group ``a``)
 STOP       leader -> g      stop the partitions and leave
 FAILED     g -> leader      a partition there died (a UTF-8 frame saying how)
+FLUSH      leader -> g      a cluster replica's portion is complete: push your rows' progress
+                            to the parameter servers (request ``a``)
+FLUSHED    g -> leader      every partition of group ``source`` pushed (request ``a``)
+FETCH      leader -> g      take the servers' model into your arena (request ``a``; a new epoch)
+FETCHED    g -> leader      group ``source`` took it (request ``a``)
 =========  ===============  ==========================================================
+
+The last four are a cluster job's (:mod:`hogwild.cluster.partitioned`): there each host's
+partitions exchange their own rows with the parameter servers, and the leader's portions end
+only once every host has pushed.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ MAGIC = b"HWPF"
 VERSION = 1
 HEADER = struct.Struct("<4sBBHIHHqqd")
 FORWARD, BACKWARD, LOAD, DONE, SETUP, READY, ROWS_ASK, ROWS, BEAT, STOP, FAILED = range(1, 12)
+FLUSH, FLUSHED, FETCH, FETCHED = range(12, 16)
 KIND_NAMES = {
     FORWARD: "FORWARD",
     BACKWARD: "BACKWARD",
@@ -51,6 +61,10 @@ KIND_NAMES = {
     BEAT: "BEAT",
     STOP: "STOP",
     FAILED: "FAILED",
+    FLUSH: "FLUSH",
+    FLUSHED: "FLUSHED",
+    FETCH: "FETCH",
+    FETCHED: "FETCHED",
 }
 MAX_TEXT_BYTES = 1 << 16  # a FAILED message's text
 MAX_SETUP_BYTES = 1 << 20  # SETUP's JSON
@@ -138,10 +152,15 @@ class Expect:
             raise FrameError(f"LOAD with a learning rate of {h.f}")
         if h.kind == DONE and not leader:
             raise FrameError("DONE sent to a follower")
-        if h.kind in (SETUP, ROWS_ASK, STOP) and leader:
+        if h.kind in (SETUP, ROWS_ASK, STOP, FLUSH, FETCH) and leader:
             raise FrameError(f"{KIND_NAMES[h.kind]} sent to the leader")
-        if h.kind in (READY, ROWS, FAILED) and not leader:
+        if h.kind in (READY, ROWS, FAILED, FLUSHED, FETCHED) and not leader:
             raise FrameError(f"{KIND_NAMES[h.kind]} sent to a follower")
         n_groups = max(self.group_of) + 1
-        if h.kind in (READY, ROWS, FAILED, BEAT) and not 0 <= h.source < n_groups:
+        groups_kinds = (READY, ROWS, FAILED, BEAT, FLUSHED, FETCHED)
+        if h.kind in groups_kinds and not 0 <= h.source < n_groups:
             raise FrameError(f"{KIND_NAMES[h.kind]} from group {h.source} of {n_groups}")
+        if h.kind in (SETUP, ROWS_ASK, STOP, FLUSH, FETCH) and h.source != 0:
+            raise FrameError(f"{KIND_NAMES[h.kind]} from group {h.source}: only the leader's (0)")
+        if h.kind in (FLUSH, FLUSHED, FETCH, FETCHED) and not 1 <= h.a < 1 << 62:
+            raise FrameError(f"{KIND_NAMES[h.kind]} of round {h.a}: rounds count from 1")

@@ -4,7 +4,10 @@ Each host group's parent binds one PULL socket at its address (``model.partition
 a :class:`Receiver` thread on it; every sender (a partition process, a parent) holds one PUSH
 socket per other group (:class:`~hogwild.partition.sending.Outbox`). Beyond loopback both ends
 use CURVE with the job's key directory (``cluster.keys``; the ZAP handler admits its authorised
-clients only).
+clients only). With the job's roster (a key pair per role: a spread replica's link) the ZAP
+handler admits every role of the job, so the receiver also checks who sent each message: the
+roster role of the host group the message comes from (``senders``), else it is refused and
+counted as forged.
 
 The receiver reads each payload frame straight into the
 row it belongs in (``recv_into``) and then advances the row's counter, exactly as a partition on
@@ -46,6 +49,7 @@ from hogwild.partition.sending import Outbox, zmq_context
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
+ROUNDS = (fr.FLUSH, fr.FLUSHED, fr.FETCH, fr.FETCHED)
 BEAT_S = PARTITION_BEAT_S  # a host unheard for model.partition_silence_s is lost
 
 
@@ -106,8 +110,16 @@ class Receiver:
         mean: float,
         std: float,
         keys: str | None = None,
+        roles=(),
+        senders=(),
     ):
-        self.keys = keys
+        self.keys, self.roles = keys, tuple(roles)
+        self.senders = tuple(senders)
+        if security is not None and security.roles and len(self.senders) != groups.n_groups:
+            raise ValueError(
+                f"a link receiver under the job's roster needs each of the {groups.n_groups} host "
+                f"groups' sender role, got {self.senders!r}"
+            )
         self.sock, self.security = sock, security
         self.plan, self.groups, self.group = plan, groups, group
         self.arena, self.n_slots = arena, n_slots
@@ -133,8 +145,19 @@ class Receiver:
         self.beats = dict.fromkeys(range(groups.n_groups), now)
         self.failed: str | None = None
         self.asked = 0  # a follower: the leader's last rows request
+        # a cluster replica's rounds: per kind, per sender, the last request (FLUSH, FETCH: at a
+        # follower, from the leader) or answer (FLUSHED, FETCHED: at the leader, per follower)
+        self.rounds: dict[int, dict[int, int]] = {kind: {} for kind in ROUNDS}
+        # the leader: the request of each kind its followers must answer now (0: none asked)
+        self.awaiting = {fr.FLUSHED: 0, fr.FETCHED: 0}
+        # a follower: the last round its partitions flushed (the parent sets it), and the LOADs
+        # taken in all and by the last FLUSH (a FETCH is taken only when idle and flushed)
+        self.flushed_round = 0
+        self.loads = self.loads_at_flush = 0
         self.stop = False
         self.refused = 0
+        self.forged: dict[str, int] = defaultdict(int)  # by sender role: refused as misaddressed
+        self.blocks = 0  # the partitions' messages taken (FORWARD, BACKWARD, DONE, LOAD)
         self.broken: str | None = None  # why this thread ended early
         self._quit = threading.Event()
         self.thread = threading.Thread(target=self._run, name="partition-link", daemon=True)
@@ -161,7 +184,7 @@ class Receiver:
             targets = [LEADER]
         beats = None
         try:
-            beats = Outbox(self.groups.addresses, targets, self.keys)
+            beats = Outbox(self.groups.addresses, targets, self.keys, self.roles)
             self._serve(beats, targets)
         except Exception as exc:  # the parent stops the job saying so, rather than stalling
             self.broken = (
@@ -187,7 +210,7 @@ class Receiver:
                 continue
             while not self._quit.is_set():
                 try:
-                    first = self.sock.recv(zmq.NOBLOCK)
+                    first = self.sock.recv(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
                 try:
@@ -217,16 +240,43 @@ class Receiver:
         if n != view.nbytes:
             raise fr.FrameError(f"{what}: a frame of {n} bytes, expected {view.nbytes}")
 
-    def _take(self, first: bytes) -> None:
-        h = fr.decode(first)
+    def _from_group(self, h: fr.Header) -> int:
+        """The host group a (checked) message says it comes from."""
+        if h.kind in (fr.FORWARD, fr.BACKWARD, fr.LOAD, fr.DONE):
+            return self.groups.group_of[h.source]
+        if h.kind in (fr.SETUP, fr.ROWS_ASK, fr.STOP, fr.FLUSH, fr.FETCH):
+            return LEADER
+        return h.source
+
+    def _check_sender(self, first, h: fr.Header) -> None:
+        """Under the job's roster, refuse a message whose sender is not the role of the group
+        it comes from (every role of the job may connect; only the replica's own may speak)."""
+        if self.security is None or not self.security.roles:
+            return
+        from hogwild.net.auth import sender_role
+
+        role, expected = sender_role(first), self.senders[self._from_group(h)]
+        if role != expected:
+            if role in self.forged or len(self.forged) < 64:  # a bounded table
+                self.forged[role] += 1
+            raise fr.FrameError(
+                f"{fr.KIND_NAMES[h.kind]} from {role or 'a key of no role'}: only {expected} "
+                "sends it here"
+            )
+
+    def _take(self, first) -> None:
+        h = fr.decode(first if isinstance(first, bytes) else first.bytes)
         self.expect.check(h)
+        self._check_sender(first, h)
         kind = h.kind
-        if kind in (fr.BEAT, fr.READY, fr.ROWS_ASK, fr.STOP, fr.DONE):
+        if kind in (fr.BEAT, fr.READY, fr.ROWS_ASK, fr.STOP, fr.DONE, *ROUNDS):
             self._last(fr.KIND_NAMES[kind])
         if kind in (fr.FORWARD, fr.BACKWARD, fr.DONE):
             self._block(h)
+            self.blocks += 1
         elif kind == fr.LOAD:
             self._load(h)
+            self.blocks += 1
         elif kind == fr.BEAT:
             self.beats[h.source] = time.monotonic()
         elif kind == fr.READY:
@@ -239,6 +289,8 @@ class Receiver:
             self.asked = max(self.asked, h.a)
         elif kind == fr.STOP:
             self.stop = True
+        elif kind in ROUNDS:  # a cluster replica's flush and fetch rounds, numbered
+            self._round(h)
         elif kind == fr.FAILED:
             if not self._more():
                 raise fr.FrameError("FAILED without its text")
@@ -247,6 +299,40 @@ class Receiver:
             self.failed = f"partition host {self.groups.addresses[h.source]}: {text}"
         else:
             raise fr.FrameError(f"{fr.KIND_NAMES[kind]} is not taken here")
+
+    def _round(self, h: fr.Header) -> None:
+        """Record a round's request (at a follower: only the leader's next one, a FETCH only
+        when idle and flushed) or answer (at the leader: only to the request it awaits)."""
+        name = fr.KIND_NAMES[h.kind]
+        with self.lock:
+            seen = self.rounds[h.kind]
+            if h.kind in (fr.FLUSHED, fr.FETCHED):
+                if h.a != self.awaiting[h.kind]:
+                    raise fr.FrameError(
+                        f"{name} {h.a} from group {h.source}: round {self.awaiting[h.kind]} is "
+                        "the one asked"
+                    )
+            else:
+                last = seen.get(h.source, 0)
+                if h.a != last + 1:
+                    raise fr.FrameError(f"{name} {h.a}: the next round is {last + 1}")
+                if h.kind == fr.FETCH and (
+                    self.flushed_round != self.rounds[fr.FLUSH].get(LEADER, 0)
+                    or self.loads != self.loads_at_flush
+                ):
+                    raise fr.FrameError(
+                        f"FETCH {h.a}: this host's partitions are not idle and flushed (an "
+                        "epoch's model is taken only between portions)"
+                    )
+                if h.kind == fr.FLUSH:
+                    self.loads_at_flush = self.loads
+            seen[h.source] = h.a
+
+    def await_round(self, kind: int, asked: int) -> None:
+        """The leader: its followers' answers of ``kind`` (FLUSHED, FETCHED) must be to
+        request ``asked`` from now on (set before the request is sent)."""
+        with self.lock:
+            self.awaiting[kind] = asked
 
     def _current(self, s: int) -> int:
         from hogwild.shm.atomics import atomic_load
@@ -335,6 +421,7 @@ class Receiver:
         for early, kept in self.pending.pop((s, h.generation), []):
             self._count(early, kept)
         self.slot_gen[s] = h.generation
+        self.loads += 1
         atomic_store(self.sync, base + GEN, h.generation)  # publishes the example here
 
     def _rows(self, h: fr.Header) -> None:
@@ -354,6 +441,11 @@ class Receiver:
 
     def silent(self, group: int) -> float:
         return time.monotonic() - self.beats[group]
+
+    def round(self, kind: int, group: int) -> int:
+        """The last request (or answer) of a round of ``kind`` heard from ``group`` (0: none)."""
+        with self.lock:
+            return self.rounds[kind].get(group, 0)
 
 
 def setup_frames(setup: dict, params: np.ndarray, velocity: np.ndarray) -> list:

@@ -246,7 +246,8 @@ class PartitionLoop:
         from hogwild.partition.sending import PartitionLink
 
         groups = HostGroups(tuple(link["addresses"]), tuple(link["group_of"]))
-        return PartitionLink(self.plan, groups, self.p, link["keys"] or None)
+        roles = tuple(link.get("roles", ()))
+        return PartitionLink(self.plan, groups, self.p, link["keys"] or None, roles)
 
     def run(self) -> None:
         from hogwild.shm.atomics import atomic_store

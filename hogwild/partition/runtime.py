@@ -272,7 +272,24 @@ class PartitionedTrainer:
             "addresses": list(self.groups.addresses),
             "group_of": list(self.groups.group_of),
             "keys": self.keys or "",
+            "roles": list(self.link_roles()),
         }
+
+    def link_roles(self) -> tuple[str, ...]:
+        """Per host group, the role whose key its receiver holds where the job's roster does
+        not list the receiver's address (:class:`~hogwild.partition.sending.Outbox`); none with
+        ``hogwild train``'s one key pair."""
+        return ()
+
+    def link_senders(self) -> tuple[str, ...]:
+        """Per host group, the roster role that sends its messages (the link's receivers refuse
+        any other under the job's roster); none with ``hogwild train``'s one key pair."""
+        return ()
+
+    def follower_home(self) -> dict | None:
+        """Where a follower host's partitions exchange their rows (as :meth:`homes`' entries,
+        the same for every partition); None: nowhere, the leader gathers their rows."""
+        return None
 
     def _open_link(self, params: np.ndarray, velocity: np.ndarray) -> None:
         """Bind the leader's receiver and send every follower host the job and the model."""
@@ -280,20 +297,25 @@ class PartitionedTrainer:
         from hogwild.partition.link import Receiver, bind_receiver, setup_frames
         from hogwild.partition.sending import Outbox
 
-        groups = self.groups
+        groups, roles, senders = self.groups, self.link_roles(), self.link_senders()
         sock, security = bind_receiver(groups.addresses[LEADER], self.keys)
         self.receiver = Receiver(
             sock, security, self.plan, groups, LEADER, self.arena,
-            self.config.train.in_flight, self.mean, self.std, self.keys,
+            self.config.train.in_flight, self.mean, self.std, self.keys, roles, senders,
         )  # fmt: skip
-        self.outbox = Outbox(groups.addresses, self.followers, self.keys)
+        self.outbox = Outbox(groups.addresses, self.followers, self.keys, roles)
+        home = self.follower_home()
         for g in self.followers:
             job = {
                 "config": self.config.to_dict(),
                 "group": g,
                 "n_classes": self.n_classes,
                 "leader": groups.addresses[LEADER],
+                "roles": list(roles),
+                "senders": list(senders),
             }
+            if home is not None:
+                job["home"] = home
             self.outbox.send(g, fr.encode(fr.SETUP, 0), *setup_frames(job, params, velocity))
 
     def _wait_followers(self) -> None:

@@ -25,9 +25,13 @@ def zmq_context() -> zmq.Context:
 
 
 class Outbox:
-    """PUSH sockets to the other host groups' receivers (one per group)."""
+    """PUSH sockets to the other host groups' receivers (one per group).
 
-    def __init__(self, addresses: tuple[str, ...], targets, keys: str | None):
+    ``roles``: in a cluster job whose roles have a key pair each (a roster in ``keys``), per
+    group the role whose key its receiver holds where the roster does not list the receiver's
+    address (the leader's link, beside its replica's address), else ``""``."""
+
+    def __init__(self, addresses: tuple[str, ...], targets, keys: str | None, roles=()):
         from hogwild.net.auth import secure_client
 
         self.sockets: dict[int, zmq.Socket] = {}
@@ -38,7 +42,8 @@ class Outbox:
                 sock = zmq_context().socket(zmq.PUSH)
                 sock.setsockopt(zmq.LINGER, LINGER_MS)
                 if keys:
-                    secure_client(sock, keys)
+                    role = roles[g] if g < len(roles) else ""
+                    secure_client(sock, keys, address.endpoint, role)
                 sock.connect(address.endpoint)
                 self.sockets[g] = sock
         except BaseException:
@@ -60,11 +65,11 @@ class Outbox:
 class PartitionLink:
     """What partition ``p`` sends to the other hosts (used by its dataflow loop)."""
 
-    def __init__(self, plan: PartitionPlan, groups: HostGroups, p: int, keys: str | None):
+    def __init__(self, plan: PartitionPlan, groups: HostGroups, p: int, keys: str | None, roles=()):
         self.plan, self.groups, self.p = plan, groups, p
         self.group = groups.group_of[p]
         others = [g for g in range(groups.n_groups) if g != self.group]
-        self.outbox = Outbox(groups.addresses, others, keys)
+        self.outbox = Outbox(groups.addresses, others, keys, roles)
         n_b = len(plan.boundaries)
         # per boundary (1-based index - 1): the groups to send to and what
         self.forward_to = [groups.forward_targets(plan, b, p) for b in range(n_b)]

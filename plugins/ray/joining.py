@@ -36,7 +36,7 @@ REACH_S = 5.0  # a GCS that does not accept a connection within this is not ther
 TOKEN_PLACES = "~/.ray/auth_token, a file named by RAY_AUTH_TOKEN_PATH, or RAY_AUTH_TOKEN"
 
 
-def join_ray(cluster, per_replica: int, members: int = 0) -> None:
+def join_ray(cluster, per_replica: int, members: int = 0, spread: bool = False) -> None:
     """Join the Ray cluster :func:`ray_address` names, or start one of the driver's own on this
     host (with the job's CPUs, at least this host's cores), and check it has room for the job.
 
@@ -71,7 +71,7 @@ def join_ray(cluster, per_replica: int, members: int = 0) -> None:
         if main:  # ray.init installs its own SIGTERM handler; the driver keeps its own
             signal.signal(signal.SIGTERM, sigterm)
     try:
-        check_room(cluster, address or "on this host", per_replica, members)
+        check_room(cluster, address or "on this host", per_replica, members, spread)
     except BaseException:
         ray.shutdown()
         raise
@@ -154,12 +154,19 @@ def use_token_if_asked(address: str) -> None:
     Config.initialize("")  # the probe cached the mode it saw
 
 
-def check_room(cluster, where: str, per_replica: int = 0, members: int = 0) -> None:
+def check_room(
+    cluster, where: str, per_replica: int = 0, members: int = 0, spread: bool = False
+) -> None:
     """Refuse at once a job whose roles need more CPUs than the Ray cluster has (placing them
     would wait ``cluster.start_timeout_s`` for room that never comes).
 
+    Args:
+        spread: A replica's ``per_replica`` partitions go each on a node of its own
+            (``cluster.partition_placement = "spread"``) rather than all on one.
+
     Raises:
-        ConfigError: Not enough CPUs in all, or no node with a replica's CPUs.
+        ConfigError: Not enough CPUs in all, no node with a replica's CPUs, or, spread, fewer
+            nodes than a replica's partitions.
     """
     per_replica = per_replica or cluster.workers_per_replica
     need = needed_cpus(cluster, per_replica, members)
@@ -176,7 +183,16 @@ def check_room(cluster, where: str, per_replica: int = 0, members: int = 0) -> N
             + f"), and it has {have:g} on "
             f"{len(nodes)} node(s); add nodes, start them with more --num-cpus, or ask less"
         )
-    if per_node and per_replica > max(per_node):
+    if spread:
+        with_cpu = sum(1 for cpus in per_node if cpus >= 1)
+        if with_cpu < per_replica:
+            raise ConfigError(
+                f"cluster.partition_placement = 'spread' puts each of a replica's {per_replica} "
+                f"partitions (model.partitions) on a node of its own, and the Ray cluster "
+                f"{where} has {with_cpu} node(s) with a CPU; add nodes, lower model.partitions "
+                "or set cluster.partition_placement = 'pack'"
+            )
+    elif per_node and per_replica > max(per_node):
         raise ConfigError(
             f"a replica's {per_replica} process(es) (its workers, or its partitions) share one "
             f"node, and the largest node of the Ray cluster {where} has {max(per_node):g} "

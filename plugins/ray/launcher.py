@@ -7,11 +7,19 @@ Each role is one actor (:class:`~hogwild_plugins.ray.role_actor.RoleHost`) that 
 ``python -m hogwild.cli ROLE ...`` on its node and reports the role's ready address, last lines
 and exit status; the driver waits by polling the actors.
 
+This module starts, watches, restarts and stops the roles; its parts of their own are placing
+them (:mod:`~hogwild_plugins.ray.placing`), a spread replica's followers
+(:mod:`~hogwild_plugins.ray.followers`) and the job's etcd (:mod:`~hogwild_plugins.ray.etcd_job`).
+
 Placement, by the role's resources (:class:`~hogwild.cluster.roles.RoleSpec`):
 
 - a role with a ``group`` (a replica) gets a placement group of one bundle of ``cpus`` CPUs,
   ``STRICT_PACK``: its workers (or, partitioned, its K partition processes, which exchange
   blocks of neurons through one shared arena) share one node's memory (one role per group);
+  with ``cluster.partition_placement = "spread"`` a partitioned replica's group is instead K
+  one-CPU bundles, ``STRICT_SPREAD``, its role on the first and a ``hogwild partition-host``
+  follower on each other (:mod:`~hogwild_plugins.ray.spread`), kept, stopped and restarted
+  with the replica (no roles of the driver's);
 - a server asks for ``cpus`` (1) CPU as a plain actor, spread over the nodes (``SPREAD``) when
   the roles are reachable from other hosts, so a bucket's copies sit on different nodes where
   there are as many nodes as servers. Ray's CPUs are logical: a node started with
@@ -35,7 +43,8 @@ roster) in a mirror on its node (private to its user, removed when the job stops
 is sent again as roles join); the data (``--data``) and keys kept elsewhere (``cluster.keys``)
 must be readable at the same path on every node.
 
-The job's own etcd cluster (``cluster.etcd = "job"``, :meth:`RayLauncher.start_etcd_cluster`)
+The job's own etcd cluster (``cluster.etcd = "job"``,
+:meth:`~hogwild_plugins.ray.etcd_job.JobEtcd.start_etcd_cluster`)
 has a member on each of three nodes, so its traffic leaves the node: unless ``cluster.etcd_tls``
 names the user's certificates, the launcher makes the job's etcd CA
 (:class:`~hogwild_plugins.ps.etcd_ca.JobCA`, its key in the driver's memory alone, never on
@@ -61,31 +70,27 @@ every placement group removed. Roles whose actor died anyway get SIGTERM from th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import ray
-from hogwild_plugins.ps.etcd_ca import JobCA
-from hogwild_plugins.ps.etcd_tls import JOB, drop_etcd_tls, use_etcd_tls
+from hogwild_plugins.ray.etcd_job import JobEtcd
+from hogwild_plugins.ray.followers import SpreadFollowers
 from hogwild_plugins.ray.joining import join_ray
-from hogwild_plugins.ray.mirrors import files_for, remove_mirrors, send_roster
-from hogwild_plugins.ray.role_actor import RoleHost
+from hogwild_plugins.ray.mirrors import files_for, remove_left_mirrors, remove_mirrors, send_roster
+from hogwild_plugins.ray.placing import Placing, RayRole
+from hogwild_plugins.ray.role_actor import CALL_TIMEOUT_S
+from hogwild_plugins.ray.spread import FOLLOWER, spreads
 from ray.exceptions import (
     ActorUnavailableError,
-    ActorUnschedulableError,
     GetTimeoutError,
     RayActorError,
     RayTaskError,
 )
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import (
-    NodeAffinitySchedulingStrategy,
-    PlacementGroupSchedulingStrategy,
-)
+from ray.util.placement_group import remove_placement_group
 
 from hogwild.cluster.launcher import (
     STOP_ORDER,
@@ -98,40 +103,31 @@ from hogwild.cluster.roles import RoleSpec, member_count, replica_cpus
 from hogwild.errors import EXIT_STOPPED
 from hogwild.net.address import host_port, is_loopback, parse_address
 
+__all__ = ["RayLauncher"]
+
 POLL_S = 0.1
-NODE_POLL_S = 1.0  # a lost server's home looked for again (a machine comes back in seconds)
-CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
 STATUS_WAIT_S = 1.0  # what poll() waits for slow actors before the next round
 REAP_S = 10.0  # after SIGKILL, until the process is gone
 FORWARDED_ENV = ("HOGWILD_", "NUMBA_")  # the driver's settings its own host's roles get
 ETCD_CLIENTS = ("ps", "replica", "member")  # the role kinds that speak to the job's etcd
-PRIVATE = "private-keys"  # the driver's own keys in the run directory (mode 0700)
-RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
 ADDRESSED_KINDS = ("ps", "data")  # roles the others were told the address of: kept at it
 
 
-@dataclass
-class RayRole:
-    """One role's actor and what the driver knows of it."""
-
-    spec: RoleSpec
-    actor: object
-    host: str = ""
-    node_id: str = ""
-    pid: int | None = None
-    log: str = ""
-    last: list[str] = field(default_factory=list)
-    pending: object = None  # a status request in flight (poll)
-
-
-class RayLauncher(Launcher):
-    """Roles as Ray actors on a Ray cluster (see the module docstring)."""
+class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
+    """Roles as Ray actors on a Ray cluster (see the module docstring): placing them
+    (:mod:`~hogwild_plugins.ray.placing`), a spread replica's followers
+    (:mod:`~hogwild_plugins.ray.followers`) and the job's etcd
+    (:mod:`~hogwild_plugins.ray.etcd_job`) are parts of their own."""
 
     def __init__(self, config, run_dir: str) -> None:
         super().__init__(config, run_dir)
         self.run_dir = str(Path(run_dir).resolve())
         self.cluster = config.cluster
         self.per_replica = replica_cpus(config)  # a replica's processes share one node
+        self.spread = spreads(config)  # or each partition on a node of its own
+        self.followers: dict[str, list[RayRole]] = {}  # a spread replica's follower hosts
+        self.follower_failed: dict[str, str] = {}  # replica: its follower's failure, unreported
+        self.mirrored: set[str] = set()  # the nodes given a mirror of the run directory
         self.members = member_count(config)  # synchronous groups' members, a CPU each
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
         self.roles: dict[str, RayRole] = {}
@@ -140,165 +136,16 @@ class RayLauncher(Launcher):
         self.homes: dict[str, str] = {}  # a lost server's node IP: where it must come back
         self._stopped = False
         self.etcd_members = None  # the job's own etcd cluster, one member per node
-        self.etcd_ca: JobCA | None = None  # its certificates' authority, made by the job
+        self.etcd_ca = None  # its certificates' authority (a JobCA), made by the job
         self._own_connection = not ray.is_initialized()
         if self._own_connection:
-            join_ray(self.cluster, self.per_replica, self.members)
+            join_ray(self.cluster, self.per_replica, self.members, spread=self.spread)
         self.node_id = ray.get_runtime_context().get_node_id()
         self.node_ip = next(
             (n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == self.node_id), ""
         )
 
     # -- placing ---------------------------------------------------------------------------------
-
-    def _place_all(self, specs: list[RoleSpec], deadline: float) -> list[RayRole]:
-        """The roles' actors, placed side by side and answering (their nodes known): every
-        placement group asked for, then every actor, then each one's node (Ray starts their
-        worker processes together rather than one after another)."""
-        made: list[str] = []  # the placement groups this call asked for
-        try:
-            return self._place_each(specs, deadline, made)
-        except RoleFailedError:
-            # a group whose role was never made (or was forgotten) would stay pending, holding
-            # its CPUs once placed, and refuse the next start as "holds a role already"
-            held = {role.spec.group for role in self.roles.values()}
-            for name in made:
-                if name not in held and name in self.groups:
-                    with contextlib.suppress(Exception):  # already removed with its node
-                        remove_placement_group(self.groups[name])
-                    del self.groups[name]
-            raise
-
-    def _place_each(self, specs: list[RoleSpec], deadline: float, made: list[str]) -> list:
-        for spec in specs:
-            if spec.group:
-                if spec.group in self.groups:
-                    raise RoleFailedError(f"{spec.name}: group {spec.group!r} holds a role already")
-                self.groups[spec.group] = placement_group(
-                    [{"CPU": spec.cpus}], strategy="STRICT_PACK", name=f"hogwild-{spec.group}"
-                )
-                made.append(spec.group)
-        for spec in specs:
-            if spec.group and not self.groups[spec.group].wait(
-                max(0.0, deadline - time.monotonic())
-            ):
-                raise RoleFailedError(self._unplaced(spec, "a node with them free"))
-        roles = []
-        for spec in specs:
-            options: dict = {"num_cpus": spec.cpus}
-            if spec.group:
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    self.groups[spec.group], 0
-                )
-            elif spec.name in self.homes:  # a lost server back at its address
-                try:
-                    node_id = self._node_at(spec, self.homes[spec.name], deadline)
-                except RoleFailedError:
-                    self._unplace(roles)  # those asked for before it in this call
-                    raise
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-            elif not self.loopback:  # servers on as many nodes as there are: copies apart
-                options["scheduling_strategy"] = "SPREAD"
-            role = RayRole(spec, RoleActor.options(**options).remote(spec.name))
-            self.roles[spec.name] = role
-            roles.append(role)
-        nodes = [role.actor.where.remote() for role in roles]
-        for role, ref in zip(roles, nodes, strict=True):
-            spec = role.spec
-            try:
-                node = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
-            except GetTimeoutError:
-                self._unplace(roles)
-                raise RoleFailedError(self._unplaced(spec, "them free")) from None
-            except ActorUnschedulableError as exc:  # its node (a server's home) died meanwhile
-                self._unplace(roles)
-                raise RoleFailedError(f"{spec.name}: Ray cannot place its actor: {exc}") from None
-            except RayActorError as exc:
-                self._unplace(roles)
-                raise RoleFailedError(
-                    f"{spec.name}: its Ray actor died as it started: {exc}"
-                ) from None
-            role.host, role.node_id = node["host"], node["node_id"]
-            if self.loopback and role.host != self.node_ip:
-                raise RoleFailedError(
-                    f"{spec.name} was placed on {role.host}, but cluster.host = "
-                    f"{self.cluster.host} (loopback) is reachable only on the driver's host "
-                    f"{self.node_ip}; set cluster.host to a non-loopback address (roles then bind "
-                    "their node's IP)"
-                )
-        return roles
-
-    def _unplace(self, roles: list[RayRole]) -> None:
-        """Roles whose placement failed forgotten, their actors killed and placement groups
-        removed (a pending actor placed later would otherwise be taken for a placed one); where
-        a server must come back stays in :attr:`homes`."""
-        for role in roles:
-            if self.roles.get(role.spec.name) is role:
-                del self.roles[role.spec.name]
-            self._release(role)
-
-    def _release(self, role: RayRole) -> None:
-        """``role``'s actor killed and its placement group removed (either may be gone already)."""
-        try:
-            ray.kill(role.actor, no_restart=True)
-        except (RayActorError, ValueError):
-            pass
-        group = self.groups.pop(role.spec.group, None) if role.spec.group else None
-        if group is not None:
-            try:
-                remove_placement_group(group)
-            except Exception:  # noqa: BLE001 -- already removed with its node
-                pass
-
-    def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
-        """The id of a live node with IP ``ip``, waited for until ``deadline``."""
-        while True:
-            try:
-                nodes = ray.nodes()
-            except Exception:  # noqa: BLE001 -- the GCS busy or away: looked for again
-                nodes = []
-            for node in nodes:
-                if node.get("Alive") and node.get("NodeManagerAddress") == ip:
-                    return node["NodeID"]
-            if time.monotonic() > deadline:
-                raise RoleFailedError(
-                    f"{spec.name} must come back at its address on {ip} (the other roles were "
-                    f"told it), but no live Ray node has that IP after "
-                    f"{self.cluster.start_timeout_s:g} s; start a Ray node there again"
-                )
-            time.sleep(min(NODE_POLL_S, max(0.0, deadline - time.monotonic()) + 0.01))
-
-    def start_etcd_cluster(self, count: int, tls: str | None):
-        """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
-        node (:mod:`~hogwild_plugins.ray.etcd_members`), started; stopped by :meth:`stop_all`
-        (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``. ``tls``:
-        ``"job"``, certificates the job makes (the module docstring), or the user's directory.
-        """
-        from hogwild_plugins.ray.etcd_members import RayEtcdCluster
-
-        try:
-            if tls == JOB:
-                self.etcd_ca = JobCA.make()
-                driver = Path(self.run_dir) / PRIVATE / "etcd-driver"
-                use_etcd_tls(self.etcd_ca.client_directory(driver, "driver").directory)
-            members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
-                                     prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
-            self.etcd_members = members
-            members.start()
-        except BaseException:
-            # no controller is made, so none closes: the driver's key goes here, and a later
-            # "job" in this process finds none rather than a dead CA's
-            if tls == JOB:
-                drop_etcd_tls()
-            raise
-        return members
-
-    def _unplaced(self, spec: RoleSpec, where: str) -> str:
-        return (
-            f"Ray did not place {spec.name} within {self.cluster.start_timeout_s:g} s: it needs "
-            f"{spec.cpus} CPU(s) and {where}; free in the Ray cluster now: "
-            f"{ray.available_resources()}"
-        )
 
     def _bind_host(self, role: RayRole) -> str:
         return self.cluster.host if self.loopback else role.host
@@ -323,12 +170,15 @@ class RayLauncher(Launcher):
         roles = [self.roles[spec.name] for spec in specs]
         for role, spec in zip(roles, specs, strict=True):
             role.spec = spec  # reserve() placed it before its command line was known
+        followers = [f for role in roles for f in self.followers.get(role.spec.name, [])]
+        self._link_spread(roles)
         if self.job_keys is not None:  # every key in the roster before any of them starts:
             for role in roles:  # servers started together are each other's clients (copies);
                 self._identify(role, self._argv(role))  # a role placed anew has a new one
+            self._identify_followers(followers)  # each where its replica's leader is told
         if self.etcd_ca is not None:
             self._certify([r for r in roles if r.spec.kind in ETCD_CLIENTS])
-        self._launch_all(roles)
+        self._launch_all([*followers, *roles])  # the followers wait for their leader's job
         return self._wait_ready(roles, deadline)
 
     def _launch_all(self, roles: list[RayRole]) -> None:
@@ -353,9 +203,11 @@ class RayLauncher(Launcher):
     def _argv(self, role: RayRole) -> list[str]:
         """The role's command line on its node (bound to the node's address)."""
         argv = list(role.spec.argv)
+        if role.spec.kind == FOLLOWER:  # bound at its link address (port and all) already
+            return argv
         if not self.loopback and "--bind" in argv[:-1]:
             argv[argv.index("--bind") + 1] = role.host
-        return argv
+        return [*argv, role.link] if role.link else argv
 
     def _identify(self, role: RayRole, argv: list[str]) -> None:
         """The role's key pair made by its actor on its node; its public key (and its address,
@@ -363,18 +215,6 @@ class RayLauncher(Launcher):
         self.job_keys.publish = self._publish
         (public,) = self._get([role.actor.identity.remote(self.run_dir)], [role.spec])
         self.job_keys.enter(replace(role.spec, argv=tuple(argv)), public)
-
-    def _certify(self, roles: list[RayRole]) -> None:
-        """Each role's etcd client key made by its actor on its node, the request signed here
-        for the role's name, the certificate sent back (the roles side by side)."""
-        requests = self._get(
-            [r.actor.etcd_request.remote(self.run_dir) for r in roles], [r.spec for r in roles]
-        )
-        signed = [
-            r.actor.etcd_install.remote(self.etcd_ca.sign_client(q, r.spec.name), self.etcd_ca.pem)
-            for r, q in zip(roles, requests, strict=True)
-        ]
-        self._get(signed, [r.spec for r in roles])
 
     def _launch(self, role: RayRole):
         """Ask the role's actor to start its process (a request in flight): with the driver's
@@ -384,6 +224,7 @@ class RayLauncher(Launcher):
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
             return role.actor.start.remote(argv, log, os.getcwd(), env)
+        self.mirrored.add(role.node_id)
         mirror = {
             "run_dir": self.run_dir,
             "files": files_for(self.run_dir, argv, self.config.ps.keys),
@@ -399,6 +240,7 @@ class RayLauncher(Launcher):
             statuses = self._get(
                 [r.actor.status.remote() for r in waiting], [r.spec for r in waiting]
             )
+            self._check_followers_started(waiting)
             for role, status in zip(waiting, statuses, strict=True):
                 spec = role.spec
                 role.last = status["last"]
@@ -425,6 +267,9 @@ class RayLauncher(Launcher):
 
     def restart(self, spec: RoleSpec) -> str:
         role = self.roles.get(spec.name)
+        if role is not None and spec.name in self.followers:
+            self._clear_spread(role)
+            role = None
         if role is not None:
             wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
             try:
@@ -457,11 +302,15 @@ class RayLauncher(Launcher):
             self.homes[role.spec.name] = role.host
         self._release(role)
 
+    def _every_role(self) -> list[RayRole]:
+        """The roles and the spread replicas' followers."""
+        return [*self.roles.values(), *(f for fs in self.followers.values() for f in fs)]
+
     def _publish(self, roster: bytes) -> None:
         """The job's new roster to every node that keeps a mirror of the run directory (the
         driver's node reads the run directory itself)."""
         far = [
-            r.actor for r in self.roles.values() if r.node_id != self.node_id and r.pid is not None
+            r.actor for r in self._every_role() if r.node_id != self.node_id and r.pid is not None
         ]
         send_roster(far, self.run_dir, str(self.job_keys.keys), roster)
 
@@ -494,6 +343,7 @@ class RayLauncher(Launcher):
     def poll(self) -> list[RoleExit]:
         if self._stopped:
             return []
+        self._watch_followers()
         watched = [
             r for n, r in self.roles.items() if r.pid is not None and n not in self._reported
         ]
@@ -521,15 +371,21 @@ class RayLauncher(Launcher):
                 self._reported.add(role.spec.name)
                 code = status["returncode"]
                 said = said_in(status["last"]) if code == EXIT_STOPPED else ""
-                gone.append(RoleExit(role.spec.name, role.host, code, said=said))
+                exit_ = RoleExit(role.spec.name, role.host, code, said=said)
+                gone.append(self._replica_exit(exit_))
         return gone
 
     def hosts(self) -> dict[str, str]:
         return {name: role.host for name, role in self.roles.items()}
 
     def describe(self) -> list[dict]:
-        return [
+        roles = [
             {"name": name, "host": role.host, "pid": role.pid} for name, role in self.roles.items()
+        ]
+        return roles + [  # a spread replica's followers, named with their replica
+            {"name": f.spec.name, "host": f.host, "pid": f.pid, "replica": name}
+            for name, followers in self.followers.items()
+            for f in followers
         ]
 
     def last_words(self, name: str) -> str:
@@ -553,10 +409,14 @@ class RayLauncher(Launcher):
                 self._wait_exited(group_left, self.cluster.stop_timeout_s)
                 self._send(group, signal.SIGKILL, process_group=True)  # stragglers, workers too
                 self._reap(group)
+                if kind == "replica":  # their leaders gone, every spread replica's followers
+                    self._stop_followers()
         finally:
             if self.etcd_members is not None:  # after the servers (their leases given back),
                 self.etcd_members.stop()  # before Ray goes (the members' data removed)
-            remove_mirrors([role.actor for role in self.roles.values()])
+            remove_mirrors([role.actor for role in self._every_role()])
+            kept = {role.node_id for role in self._every_role()}  # each removed its node's
+            remove_left_mirrors(self.run_dir, self.mirrored - kept)  # forgotten roles' nodes
             self._remove_actors()
             self._reported.update(self.roles)
             if self._own_connection and ray.is_initialized():
@@ -597,7 +457,7 @@ class RayLauncher(Launcher):
             ray.wait(refs, num_returns=len(refs), timeout=REAP_S + CALL_TIMEOUT_S)
 
     def _remove_actors(self) -> None:
-        for role in self.roles.values():
+        for role in self._every_role():
             try:
                 ray.kill(role.actor, no_restart=True)
             except (RayActorError, ValueError):

@@ -6,7 +6,9 @@ place; one placed on another node gets a mirror of it on that node (made by its 
 :meth:`~hogwild_plugins.ray.role_actor.RoleHost.start`, private to the user), holding the files
 :func:`files_for` finds. The roster changes while the job runs (roles join with their keys,
 :class:`hogwild.cluster.identities.JobKeys`): :func:`send_roster` carries every new one to each
-far node's mirror, and :func:`remove_mirrors` takes the mirrors away when the job stops.
+far node's mirror, and :func:`remove_mirrors` takes the mirrors away when the job stops
+(:func:`remove_left_mirrors` where no actor of the job is left on a live node to do it: a
+spread replica placed anew left its healthy nodes).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from hogwild.net.auth import ROSTER
 
-__all__ = ["files_for", "remove_mirrors", "send_roster"]
+__all__ = ["files_for", "remove_left_mirrors", "remove_mirrors", "send_roster"]
 
 CALL_TIMEOUT_S = 30.0  # what the far nodes' actors get to write or remove their mirrors
 
@@ -65,5 +67,26 @@ def remove_mirrors(actors: list) -> None:
             refs.append(actor.cleanup.remote())
         except (RayActorError, ValueError):
             pass
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+
+
+def remove_left_mirrors(run_dir: str, node_ids) -> None:
+    """The run directory's mirror and the roles' key folder removed on each live node of
+    ``node_ids`` by a small task pinned there (no actor of the job is left there to do it)."""
+    import ray
+    from hogwild_plugins.ray.role_actor import remove_mirror
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not node_ids:
+        return
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    task = ray.remote(num_cpus=0)(remove_mirror)
+    refs = [
+        task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+            run_dir
+        )
+        for node in set(node_ids) & alive
+    ]
     if refs:
         ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)

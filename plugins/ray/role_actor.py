@@ -50,6 +50,7 @@ from hogwild.net.auth import IDENTITY_ENV, make_identity
 from hogwild.net.ports import free_port
 
 LAST_LINES = 50
+CALL_TIMEOUT_S = 30.0  # one request to an actor that is up (the launcher's wait for an answer)
 
 
 def node_ip() -> str:
@@ -63,6 +64,16 @@ def mirror_dir(run_dir: str) -> Path:
     """Where a node that cannot see ``run_dir`` keeps its mirror of it."""
     digest = hashlib.sha1(run_dir.encode()).hexdigest()[:12]
     return _base() / f"{Path(run_dir).name}-{digest}"
+
+
+def remove_mirror(run_dir: str) -> None:
+    """This node's mirror of ``run_dir`` removed, and the job's key folders here if no role's
+    key is left in them (a task's body, where no actor of the job is left on the node)."""
+    local = mirror_dir(run_dir)
+    shutil.rmtree(local, ignore_errors=True)
+    for folder in (f"{local.name}-own-keys", f"{local.name}-etcd-tls"):
+        with contextlib.suppress(OSError):  # a role of the job here still holds its key
+            (local.parent / folder).rmdir()
 
 
 def _base() -> Path:
@@ -259,6 +270,7 @@ class RoleHost:
             time.sleep(0.05)
         self.send(signal.SIGKILL, group=True)
         self.reap(timeout_s)
+        _sweep_dead(self.process.pid)
         self.process, self.reader, self.address = None, None, None
         self.lines.clear()  # the last words the driver reads are the next process's
 
@@ -267,9 +279,17 @@ class RoleHost:
         server's store, logs) and the role's own key pair, once the role is gone."""
         if self.process is not None and self.process.poll() is None:
             return
+        if self.process is not None:
+            _sweep_dead(self.process.pid)
         if self.mirrored is not None:
             shutil.rmtree(self.mirrored, ignore_errors=True)
             self.mirrored = None
+        self.drop_keys()
+
+    def drop_keys(self) -> None:
+        """Remove the role's own key pair and etcd client key from this node (the node's mirror,
+        which the job's other roles here read, stays): at the job's end, or when its replica is
+        placed anew elsewhere."""
         if self.own_key is not None:
             self.own_key.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # the last role of the job on this node
@@ -296,4 +316,22 @@ class RoleHost:
         return code
 
 
-__all__ = ["LAST_LINES", "RoleHost", "mirror_dir", "node_ip", "private_base", "repath"]
+def _sweep_dead(pid: int) -> None:
+    """Remove the shared-memory segments the role's process left when it died without its own
+    clean-up (SIGKILL: a partition host's arena), as its node's owner of the role."""
+    from hogwild.shm.sweeper import sweep_owner
+
+    with contextlib.suppress(OSError):
+        sweep_owner(pid)
+
+
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "LAST_LINES",
+    "RoleHost",
+    "mirror_dir",
+    "node_ip",
+    "private_base",
+    "remove_mirror",
+    "repath",
+]

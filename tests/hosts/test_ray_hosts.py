@@ -36,11 +36,17 @@ etcd cluster, a member on each Ray node, speaking TLS with certificates the job 
 outside the job (:mod:`tests.hosts.etcd_probe`), every member refuses a plain-HTTP request and a
 TLS client without a certificate, and answers the driver's (the control) with a certificate
 naming its own address; the job's CA key and every role's and member's etcd key are gone after.
+
+A partitioned replica spread over the nodes (``cluster.partition_placement = "spread"``: its 2
+partitions on 2 nodes, a ``hogwild partition-host`` follower beside its role) learns from 3,000
+examples, both partitions' rows move in the servers' model, its follower SIGKILLed mid-epoch is
+restarted with its replica; one spread over more nodes than there are is refused at once.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -51,12 +57,15 @@ import psutil
 import pytest
 
 from bench.support.paper_job import PAPER_JOB
+from tests.cluster.test_cluster import hogwild_segments
 from tests.cluster.test_frameworks import MLP
 from tests.hosts.harness import Hosts
 from tests.hosts.ray_nodes import join_ray_node, ray_env, start_ray
 
 pytest.importorskip("ray")
 from hogwild_plugins.ray.role_actor import mirror_dir  # noqa: E402
+
+from hogwild.shm.naming import parse_segment_name  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
@@ -130,11 +139,27 @@ def _member_in(hosts: Hosts, host: int) -> tuple[str, Path]:
     raise AssertionError(f"no etcd member of the job in host {host}")
 
 
+SPREAD_FOUR = (  # one replica of 4 partitions, one a node: 5 CPUs of 6, but 3 nodes
+    "--replicas", "1", "--partitions", "4", "--ps", "1", "--data-servers", "0",
+    "--cluster.copies=1", "--cluster.etcd=", "--cluster.partition_placement=spread",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--replicas", "3"), ("need 7 CPU(s)", "has 6 on 3 node(s)")),
+        (SPREAD_FOUR, ("each of a replica's 4 partitions (model.partitions) on a node of its "
+                       "own", "has 3 node(s) with a CPU")),
+    ],
+)  # fmt: skip
 def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
-    cluster, mnist_dir, tmp_path
+    cluster, mnist_dir, tmp_path, extra, said
 ):
+    """A job needing more CPUs than the cluster has, or a replica spread over more nodes than
+    it has (``cluster.partition_placement = "spread"``), is refused at once, naming both."""
     hosts = cluster["hosts"]
-    argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, "--replicas", "3")
+    argv = _job_argv(cluster, tmp_path / "run", tmp_path, mnist_dir, *extra)
     env = {**cluster["env"], "RAY_ADDRESS": cluster["ray"]}
     argv.remove("--ray-address"), argv.remove(cluster["ray"])  # RAY_ADDRESS says where
     started = time.monotonic()
@@ -142,7 +167,7 @@ def test_a_job_asking_more_cpus_than_the_ray_cluster_has_is_refused_at_once(
         hosts.argv(1, argv), capture_output=True, text=True, env=env, timeout=JOB_WITHIN_S
     )
     assert done.returncode != 0
-    assert "need 7 CPU(s)" in done.stderr and "has 6 on 3 node(s)" in done.stderr, done.stderr
+    assert all(words in done.stderr for words in said), done.stderr
     assert time.monotonic() - started < 60.0  # not cluster.start_timeout_s (300 s)
     assert _roles_left(hosts, tmp_path / "run") == [] and _etcd_left(hosts) == []
 
@@ -408,3 +433,116 @@ def test_group_members_on_other_hosts_take_the_steps_of_the_one_host_run(
     mirror = mirror_dir(str(far.resolve()))  # the roles' and the members' etcd keys, every host
     assert not (mirror.parent / f"{mirror.name}-etcd-tls").exists()
     assert not list(mirror.parent.glob(f"hogwild-{driver.pid}-etcd-*-etcd-tls"))  # its members'
+
+
+def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leaves_nothing(
+    cluster, mnist_dir, tmp_path
+):
+    """``cluster.partition_placement = "spread"``: one replica of 2 partitions on 2 of the 3
+    Ray nodes (its placement group STRICT_SPREAD), partition 0 in the replica's role, partition
+    1 in a ``hogwild partition-host`` follower the launcher starts on another node, blocks of
+    neurons crossing as CURVE frames. Its follower SIGKILLed mid-epoch takes the replica down;
+    the driver restarts it (the launcher starts its follower again), and the job ends well:
+    every example trained, the model well above chance, partition 1's rows (which only the
+    follower trains, from the activations and errors that crossed) moved in the servers' model,
+    nothing left on any host."""
+    from tests.cluster.test_partitioned_cluster import MOVED, _rows_moved
+
+    hosts = cluster["hosts"]
+    run_dir = tmp_path / "run"
+    argv = [
+        sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
+        "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "1",
+        "--replicas", "1", "--partitions", "2", "--ps", "1",
+        "--cluster.partition_placement=spread", f"--cluster.host={hosts.address(1)}",
+        "--train.subset=3000", "--checkpoint-dir", str(run_dir),
+        "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", *PAPER_JOB,
+    ]  # fmt: skip
+    said = tmp_path / "driver.log"
+    with open(said, "w") as log:
+        driver = hosts.run(1, argv, stdout=subprocess.PIPE, stderr=log, text=True,
+                           env=cluster["env"])  # fmt: skip
+    mirror = mirror_dir(str(run_dir.resolve()))  # the far nodes' copy (these hosts share /tmp)
+    try:
+        deadline = time.monotonic() + JOB_WITHIN_S
+        ready = ""
+        while not ready:  # the leader serves: its follower has the job and its model
+            assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
+            ready = _ready_line(run_dir, mirror)
+            time.sleep(0.2)
+        follower = _spread_follower(hosts)
+        assert follower is not None, ready
+        while not (run_dir / "cluster.json").is_file():  # the driver's roles, once all started
+            assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
+            time.sleep(0.2)
+        roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
+        trained = 0
+        while not trained:  # mid-epoch: killed once the driver sees the replica train
+            assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
+            trained = _trained(hosts, run_dir)
+        assert trained < 3000, trained  # the epoch is not over
+        psutil.Process(follower[1]).kill()
+        stdout, _ = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    stderr = said.read_text()
+    assert driver.returncode == 0, stderr[-3000:]
+    final = json.loads(stdout.strip().splitlines()[-1])
+    assert final["examples"] == 3000 and final["test_accuracy"] >= 0.6, final
+    assert final["restarts"] == {"replica-0": 1}, (final["restarts"], stderr[-2000:])
+    leader = ready.rpartition(" on ")[2].rpartition(":")[0]
+    (far,) = re.findall(r", 1 at ([0-9.]+):[0-9]+", ready)
+    assert far != leader and {leader, far} <= {hosts.address(h) for h in (1, 2, 3)}, ready
+    assert hosts.address(follower[0]) == far, (follower, ready)
+    spread = {r["name"]: r for r in roles if r["name"] in ("replica 0", "follower 1")}
+    assert spread["replica 0"]["host"] == leader and spread["follower 1"]["host"] == far, roles
+    assert spread["follower 1"]["replica"] == "replica 0", roles
+    moved = _rows_moved(run_dir, 2)
+    assert min(moved[1]) >= MOVED and min(moved[0]) >= MOVED, moved
+
+    deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
+    while time.monotonic() < deadline and _roles_left(hosts, run_dir):
+        time.sleep(0.5)
+    assert _roles_left(hosts, run_dir) == []
+    assert not mirror.exists()
+    assert not (mirror.parent / f"{mirror.name}-own-keys").exists()
+    owners = {n: parse_segment_name(n) for n in hogwild_segments()}
+    left = [n for n, owner in owners.items() if owner is not None and owner.pid == follower[1]]
+    assert left == [], left  # the killed follower's arena: swept by its role's actor
+
+
+def _trained(hosts: Hosts, run_dir: Path) -> int:
+    """The examples replica 0 trained so far in its epoch, as the driver's status says (asked
+    with the job's user key, from the driver's host)."""
+    status = json.loads(hosts.check(1, [sys.executable, "-m", "hogwild.cli", "cluster", "status",
+                                        str(run_dir), "--json"]))  # fmt: skip
+    rows = [row for row in status["rows"] if row.get("role") == "replica 0"]
+    return int(rows[0].get("examples") or 0) if rows else 0
+
+
+def _ready_line(run_dir: Path, mirror: Path) -> str:
+    """The replica's ready line, from its log on the driver's node or on a far one."""
+    for logs in (run_dir / "logs", mirror / "logs"):
+        try:
+            text = (logs / "replica-0.log").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("hogwild replica: serving") and line.endswith(tuple("0123456789")):
+                return line
+    return ""
+
+
+def _spread_follower(hosts: Hosts) -> tuple[int, int] | None:
+    """The host and pid of the job's ``hogwild partition-host`` (the follower), if running."""
+    for host in (1, 2, 3):
+        for pid in hosts.pids(host):
+            try:
+                line = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if " partition-host --bind" in line:
+                return host, pid
+    return None

@@ -91,8 +91,26 @@ def test_a_partitioned_replica_asks_for_its_partitions_cpus_on_one_node():
         (
             {"model.partition_hosts": ["127.0.0.1:7001", "127.0.0.1:7002"]},
             0,
-            "runs each replica's partitions on one host",
+            "places each replica's partitions itself",
         ),
+        ({"cluster.partition_placement": "spread"}, 0, "set cluster.launcher = 'ray'"),
+        (
+            {"cluster.partition_placement": "spread", "cluster.launcher": "ray"},
+            0,
+            "set cluster.host to this host's address beyond loopback",
+        ),
+        (
+            {
+                "cluster.partition_placement": "spread",
+                "cluster.launcher": "ray",
+                "cluster.host": "10.0.0.1",
+                "cluster.copies": 3,
+                "cluster.ps": 3,
+                "cluster.etcd": "job",
+            },
+            0,
+            "runs with cluster.copies = 1",
+        ),  # fmt: skip
     ],
 )
 def test_what_partitioned_replicas_cannot_run_is_refused_by_name(overrides, data_servers, named):
@@ -107,3 +125,42 @@ def test_a_cluster_job_refuses_a_smooth_rate_it_would_not_apply():
 
     with pytest.raises(ConfigError, match="optim.smooth: a cluster job trains each epoch"):
         ClusterDriver(load_config(None, {"optim.smooth": True}), None)
+
+
+def test_a_spread_replica_asks_a_cpu_on_each_of_k_nodes_and_names_its_followers():
+    from hogwild_plugins.ray.spread import bundles, follower_argv, follower_specs, partition_hosts
+
+    from hogwild.cluster.partitioned import follower_role
+
+    config = load_config(None, {"model.partitions": 3, "cluster.replicas": 2})
+    replica = plan_roles(config, "job.json", "mnist", "10.0.0.1").replicas[1]
+    assert bundles(replica, 3, spread=True) == ([{"CPU": 1}] * 3, "STRICT_SPREAD")
+    assert bundles(replica, 3, spread=False) == ([{"CPU": 3}], "STRICT_PACK")
+    assert [f.name for f in follower_specs(replica, 3)] == ["follower 4", "follower 5"]
+    assert follower_role(1, 3, 2) == "follower 5"  # whose messages replica 1's link takes
+    argv = follower_argv("10.0.0.2:5701", "/run/keys", 300.0, "replica 1")
+    assert argv[:3] == ("partition-host", "--bind", "10.0.0.2:5701")
+    assert argv[-4:] == ("--leader-role", "replica 1", "--keys", "/run/keys")
+    override = partition_hosts("10.0.0.1:5700", ["10.0.0.2:5701", "10.0.0.3:5702"])
+    assert override == "--model.partition_hosts=10.0.0.1:5700,10.0.0.2:5701,10.0.0.3:5702"
+
+
+def test_a_partition_placement_other_than_pack_or_spread_is_refused_by_name():
+    with pytest.raises(ConfigError, match="cluster.partition_placement must be one of pack"):
+        load_config(None, {"cluster.partition_placement": "scatter"})
+
+
+def test_a_follower_rebuilds_where_its_servers_are_from_the_jobs_config_not_the_wire():
+    from hogwild.model.network import build_network
+    from hogwild.partition.follower import FollowerHost
+
+    config = load_config(None, {"ps.servers": ["10.0.0.7:5500"], "ps.job": "j", "ps.token": 3})
+    network = build_network(config.model)
+    host = FollowerHost("127.0.0.1:1", None, print)
+    home = host._home({"store": "ps"}, config, network)
+    assert home["values"]["servers"] == ["10.0.0.7:5500"] and home["values"]["token"] == 3
+    assert home["n_push"] >= 1 and home["n_fetch"] >= 1
+    forged = {"store": "ps", "values": {"servers": ["10.9.9.9:1"], "etcd": "http://x:2379"}}
+    for bad in (forged, {"store": "one"}, {"store": 3}, ["ps"]):
+        with pytest.raises(ConfigError, match="the leader's setup: home"):
+            host._home(bad, config, network)
