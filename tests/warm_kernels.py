@@ -16,12 +16,12 @@ compiles it too (the same code, twice). The default job's network stands for eve
 kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test that needs a
 kernel compiles it itself when this did not.
 
-Then the kernels some unit tests call that no job start compiles: a Sandblaster replica's
-portion gradient and the float64 passes of the finite-difference checks (one example's passes,
-:func:`hogwild.model.passes.forward` and ``backward``, are Python over the minibatch passes a job
-compiles: nothing of their own to compile). Those unit tests
-(marked ``warmed_kernels``, with the ones calling the jobs' kernels in process) wait for the
-whole warm-up and load what it compiled.
+Then the kernel some unit tests call that no job start compiles: a Sandblaster replica's
+portion gradient. Those unit tests (marked ``warmed_kernels``, with the ones calling the jobs'
+kernels in process: the finite-difference checks among them, which run the jobs' float32 passes)
+wait for the whole warm-up and load what it compiled. No test compiles a float type the jobs do
+not run: the kernels' float64 variants cost a compile as long as the float32 ones (about a
+minute of CPU from cold), for tests only.
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ def main() -> None:
         compile_data_kernels()
     if kernels is not None:
         compile_portion_gradient(network)
-    compile_float64_passes()
     _done(folder, ALL)
 
 
@@ -84,18 +83,6 @@ def compile_portion_gradient(network) -> None:
     images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, the jobs' labels
     examples = Examples(images, np.zeros(1, LABEL_DTYPE), np.zeros(1, np.int64), portion=1)
     PortionGradient(network, examples)(np.zeros(network.n_params, np.float32), 0)
-
-
-def compile_float64_passes() -> None:
-    """The float64 passes of the unit tier's finite-difference checks (no job runs them), as
-    :mod:`tests.unit.test_kernels_gradcheck` calls them (one example's passes run the same
-    minibatch passes over one row). The op table is data: one network compiles what every
-    network runs."""
-    from tests.unit.test_kernels_gradcheck import NETWORKS, Problem, make_network, minibatch_passes
-
-    problem = Problem(make_network(*NETWORKS["pool2-fc-tanh-relu"]), seed=0)
-    inputs = np.zeros((2, problem.network.input_size))
-    minibatch_passes(problem.ops, problem.network, problem.params, inputs, np.zeros(2, np.int64))
 
 
 if __name__ == "__main__":

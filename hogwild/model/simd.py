@@ -3,7 +3,7 @@
 numba vectorises simple loops by itself, but not a register-blocked matrix-product kernel: that
 needs a dozen accumulators that stay in registers across the whole reduction loop, which only
 explicit vector values give. This module adds them as a numba type whose LLVM representation is
-``<lanes x float>`` (or ``double``), and intrinsics that emit the corresponding LLVM instructions:
+``<lanes x float>``, and intrinsics that emit the corresponding LLVM instructions:
 loads and stores (unaligned; masked for the last, partial vector of a row), a broadcast load,
 fused multiply-add, addition, subtraction, multiplication and the sum of a vector's lanes. LLVM
 then selects the machine's instructions (AVX2 FMA on x86-64, AVX-512 where the host has it, NEON
@@ -11,8 +11,9 @@ on arm64) and allocates the registers.
 
 The width is a property of the machine, decided once at import: 64 bytes where the host CPU has
 AVX-512F, otherwise 32 (``HOGWILD_SIMD_BYTES`` overrides it, for tests). A vector holds
-``width / itemsize`` lanes of its array's float type: float32 and float64 kernels share the same
-source (the finite-difference tests run the kernels in float64).
+``width / 4`` float32 lanes: float32 is the engine's only float type (parameters, activations,
+gradients), so a SIMD kernel typed for another float type is refused when it is compiled (a
+float64 variant would be a whole second compile that no job runs, and that no test checks).
 
 Indices are offsets into an array's data, in elements, and are never wrapped or bounds-checked:
 the callers own the arithmetic.
@@ -44,7 +45,7 @@ VECTOR_BYTES = _vector_bytes()
 
 
 class Vec(types.Type):
-    """A SIMD vector of ``lanes`` floats of ``dtype`` (float32 or float64)."""
+    """A SIMD vector of ``lanes`` floats of ``dtype`` (float32)."""
 
     def __init__(self, dtype, lanes: int):
         self.dtype = dtype
@@ -59,14 +60,14 @@ class _VecModel(models.PrimitiveModel):
 
 
 def _scalar_ir(dtype):
-    return ir.DoubleType() if dtype == types.float64 else ir.FloatType()
+    return ir.FloatType()
 
 
 def _vec_of(array_type) -> Vec:
     dtype = array_type.dtype
-    if dtype not in (types.float32, types.float64):
-        raise TypeError(f"SIMD kernels take float32 or float64 arrays, not {dtype}")
-    return Vec(dtype, VECTOR_BYTES // (4 if dtype == types.float32 else 8))
+    if dtype != types.float32:
+        raise TypeError(f"SIMD kernels take float32 arrays (the engine's float type), not {dtype}")
+    return Vec(dtype, VECTOR_BYTES // 4)
 
 
 def _ir_vec(vec: Vec):
@@ -89,7 +90,7 @@ def data_ptr(typingctx, array):
     a reference numba counts (an atomic increment and decrement per call, in the innermost
     loops), and a pointer is not. The caller keeps the array alive while the pointer is used.
     """
-    if not isinstance(array, types.Array) or array.dtype not in (types.float32, types.float64):
+    if not isinstance(array, types.Array) or array.dtype != types.float32:
         return None
 
     def codegen(context, builder, sig, args):
@@ -125,7 +126,7 @@ def _call(builder, name, return_type, args, fastmath=()):
 
 
 def _suffix(vec: Vec) -> str:
-    return f"v{vec.lanes}{'f64' if vec.dtype == types.float64 else 'f32'}"
+    return f"v{vec.lanes}f32"
 
 
 @intrinsic

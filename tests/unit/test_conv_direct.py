@@ -6,9 +6,9 @@ the forward output and the gradient added into ``grad`` are numpy's in float64, 
 outside the layer's output or weights changes. The shapes cover Adam's two convolutions, a row
 of several vectors with a partial last one, a row shorter than one vector, output maps that do
 not fill the last block, kernels of 3 (fewer than a block's five columns), 7 and 10 (two column
-blocks), and groups of examples (Adam's second convolution has only one vector per row). The
-last test runs the float32 cases again with the other vector width (64 bytes on an AVX2 host, 32
-on an AVX-512 one), in a process of its own.
+blocks), and groups of examples (Adam's second convolution has only one vector per row), in
+float32, the engine's float type. tests/unit/test_other_width.py runs them again with the other
+vector width (64 bytes on an AVX2 host, 32 on an AVX-512 one), in a process of its own.
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ import pytest
 
 from hogwild.model.conv_direct import conv_forward, conv_weight_grad, direct_applies
 from hogwild.model.simd import VECTOR_BYTES
-from tests.unit.wide_vectors import rerun_with_the_other_width
 
-# tests.warm_kernels compiles the kernels these tests call (float32: the jobs'; float64: the
-# finite-difference checks'): marked warmed_kernels, they run once those are in numba's cache.
-# The rerun at the other width compiles in a cache of its own: it is not marked, it runs beside
-# the warm-up.
+# tests.warm_kernels compiles the kernels these tests call (the jobs'): marked warmed_kernels,
+# they run once those are in numba's cache. tests/unit/test_other_width.py runs them again with
+# the vector width this host does not run.
 WARMED = pytest.mark.warmed_kernels
 
-if os.environ.get("HOGWILD_SIMD_BYTES"):  # the child of the last test below
+if os.environ.get("HOGWILD_SIMD_BYTES"):  # the child of tests/unit/test_other_width.py
     assert VECTOR_BYTES == int(os.environ["HOGWILD_SIMD_BYTES"])
 
 SHAPES = [  # (C, H, W, O, K, examples)
@@ -56,9 +54,9 @@ def _reference(x: np.ndarray, dy: np.ndarray, K: int) -> np.ndarray:
 
 
 @WARMED
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
-def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
+def test_the_gradient_is_numpys_and_nothing_else_is_written(shape):
+    dtype = np.float32  # the engine's only float type (hogwild.model.simd)
     C, H, W, O, K, n = shape  # noqa: E741 (the tensor-dimension names of the kernels)
     Ho, Wo = H - K + 1, W - K + 1
     rng = np.random.default_rng(sum(shape))
@@ -79,7 +77,7 @@ def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
     stored_dy = dact[FIRST : FIRST + n, Y_OFF : Y_OFF + O * Ho * Wo].reshape(n, O, Ho, Wo)
     expected = _reference(stored_x.astype(np.float64), stored_dy.astype(np.float64), K)
     added = grad[W_OFF : W_OFF + size].astype(np.float64) - before[W_OFF : W_OFF + size]
-    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    tolerance = 1e-5
     scale = np.abs(expected).max()
     assert np.abs(added - expected.reshape(-1)).max() <= tolerance * scale
     assert (grad[:W_OFF] == before[:W_OFF]).all()
@@ -88,9 +86,9 @@ def test_the_gradient_is_numpys_and_nothing_else_is_written(shape, dtype):
 
 
 @WARMED
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[str(s) for s in SHAPES])
-def test_the_forward_output_is_numpys_and_nothing_else_is_written(shape, dtype):
+def test_the_forward_output_is_numpys_and_nothing_else_is_written(shape):
+    dtype = np.float32
     C, H, W, O, K, n = shape  # noqa: E741 (the tensor-dimension names of the kernels)
     Ho, Wo = H - K + 1, W - K + 1
     y_off = X_OFF + C * H * W + 2  # the output region follows the input region, as in a network
@@ -111,7 +109,7 @@ def test_the_forward_output_is_numpys_and_nothing_else_is_written(shape, dtype):
             window = x[:, :, ky : ky + Ho, kx : kx + Wo].astype(np.float64)
             expected += np.einsum("oc,bcpq->bopq", weights[:, :, ky, kx], window)
     got = act[FIRST : FIRST + n, y_off : y_off + O * Ho * Wo].reshape(n, O, Ho, Wo)
-    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    tolerance = 1e-5
     assert np.abs(got - expected).max() <= tolerance * np.abs(expected).max()
     untouched = np.ones(act.shape, dtype=bool)
     untouched[FIRST : FIRST + n, y_off : y_off + O * Ho * Wo] = False
@@ -123,11 +121,3 @@ def test_it_applies_to_stride_one_without_padding_only():
     assert direct_applies(1, 0)
     assert not direct_applies(2, 0)
     assert not direct_applies(1, 1)
-
-
-def test_the_kernel_is_right_with_the_other_width(tmp_path):
-    """The float32 cases of both kernels again with the vector width this host does not run, in
-    a numba cache of their own (tests/unit/wide_vectors.py): both widths' block and mask logic is
-    checked on every host."""
-    stdout = rerun_with_the_other_width(__file__, tmp_path)
-    assert f"{2 * len(SHAPES)} passed" in stdout, stdout

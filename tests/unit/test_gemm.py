@@ -2,8 +2,9 @@
 
 Shapes cover full and partial register blocks in both directions (rows not a multiple of the
 panel height, columns not a multiple of the block width, a single column), both visiting orders
-(more rows than columns and fewer), float32 and float64, operands at offsets inside larger
-arrays with leading dimensions wider than the product: and nothing outside ``C`` is written.
+(more rows than columns and fewer), operands at offsets inside larger arrays with leading
+dimensions wider than the product: and nothing outside ``C`` is written. In float32, the
+engine's only float type (:mod:`hogwild.model.simd` refuses another when it compiles).
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ import pytest
 
 from hogwild.model.gemm import ADD, BIAS, MOMENTUM, SET, SGD, gemm, pack_a, packed_size
 from hogwild.model.simd import VECTOR_BYTES
-from tests.unit.wide_vectors import rerun_with_the_other_width
 
-# tests.warm_kernels compiles the kernels these tests call (float32: the jobs'; float64: the
-# finite-difference checks'): marked warmed_kernels, they run once those are in numba's cache.
-# The rerun at the other width compiles in a cache of its own: it is not marked, it runs beside
-# the warm-up.
+# tests.warm_kernels compiles the kernels these tests call (the jobs'): marked warmed_kernels,
+# they run once those are in numba's cache. tests/unit/test_other_width.py runs them again with
+# the vector width this host does not run.
 WARMED = pytest.mark.warmed_kernels
 
-if os.environ.get("HOGWILD_SIMD_BYTES"):  # the child of the last test below
+if os.environ.get("HOGWILD_SIMD_BYTES"):  # the child of tests/unit/test_other_width.py
     assert VECTOR_BYTES == int(os.environ["HOGWILD_SIMD_BYTES"])
 
 SHAPES = [  # (M, K, N)
@@ -62,11 +61,11 @@ def _outside(flat: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 
 @WARMED
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("mode", [SET, ADD, BIAS, SGD, MOMENTUM])
-def test_every_mode_matches_numpy(mode, shape, dtype):
+def test_every_mode_matches_numpy(mode, shape):
     m, k, n = shape
+    dtype = np.float32
     rng = np.random.default_rng(m * 1000 + k * 10 + n)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
@@ -113,7 +112,7 @@ def test_every_mode_matches_numpy(mode, shape, dtype):
         s3,
     )
 
-    tolerance = 1e-4 if dtype == np.float32 else 1e-12
+    tolerance = 1e-4
     scale = 1.0 + np.abs(expected).max()
     np.testing.assert_allclose(_matrix(c_flat, m, n), expected, rtol=0, atol=tolerance * scale * k)
     np.testing.assert_array_equal(_outside(c_flat, m, n), _outside(before, m, n))
@@ -147,9 +146,10 @@ def test_packed_rows_beyond_the_matrix_are_zeros():
     np.testing.assert_array_equal(second_panel[:, :2], a.reshape(7, 3)[5:7].T)
 
 
-def test_the_kernel_is_right_with_the_other_width(tmp_path):
-    """This file's float32 checks again in a process whose vectors have the width this host
-    does not run (16 floats as on AVX-512 hosts, where the block is 5 x 32 columns and its masks
-    are wider; or 8 as on AVX2 hosts), in a numba cache of its own (tests/unit/wide_vectors.py)."""
-    stdout = rerun_with_the_other_width(__file__, tmp_path)
-    assert " passed" in stdout
+@WARMED
+def test_a_float64_operand_is_refused_when_the_kernel_is_compiled():
+    """float32 is the engine's float type: a float64 variant would be a second compile that
+    nothing runs, so typing one fails, naming the type (hogwild.model.simd)."""
+    a = np.zeros(4)
+    with pytest.raises(TypeError, match="SIMD kernels take float32 arrays"):
+        gemm(a, 0, 2, a, a, 0, 2, 2, 2, 2, SET, a, 0, 0.0, 0.0, 0.0, 0.0)
