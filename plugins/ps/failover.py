@@ -78,6 +78,7 @@ primary of about ``1 / n`` of the buckets.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ __all__ = [
     "MemberRecord",
     "desired_copies",
     "lease_now",
+    "marker_life",
     "revoked_early",
 ]
 
@@ -97,8 +99,17 @@ REVOKED_PREFIX = "revoked/"
 """``revoked/<i>``: server ``i``'s lease was ended early (revoked while its process may still run
 and answer reads by its own clock), written just before the revoke under a lease of its own."""
 REVOKED_TTLS = 2
-"""How many of the revoked server's lease TTLs its ``revoked/<i>`` marker lives: the revoked
-holder answers reads at most a TTL after its last renewal, which came before the revoke."""
+"""How many of the revoked server's lease TTLs its ``revoked/<i>`` marker lives past the revoke
+(at least): the revoked holder answers reads at most a TTL after its last renewal, which came
+before etcd applied the revoke (``controller.revoke_marked`` says why the marker outlives that
+whatever the revoke's latency)."""
+
+
+def marker_life(lease_s: int, timeout_s: float) -> int:
+    """The TTL of a ``revoked/<i>`` marker's lease, in whole seconds, for a holder of
+    ``lease_s`` and a driver whose etcd requests each give up after ``timeout_s``:
+    ``REVOKED_TTLS`` TTLs after the revoke, and the revoke's and the marker's renewal's time."""
+    return REVOKED_TTLS * lease_s + math.ceil(2 * timeout_s)
 
 
 def revoked_early(keys: Iterable[str]) -> bool:
