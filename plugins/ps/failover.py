@@ -39,10 +39,11 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   (revoked) within the last two TTLs: then only a lease TTL after its campaign came back
   (``BucketRole.reads_open``), since a revoked server answers reads until its own clock says
   its lease ran out. Whoever revokes a lease of a server that may still run (the driver, for a
-  server it lost) first writes ``revoked/<i>`` (:data:`REVOKED_PREFIX`) under a lease of
-  :data:`REVOKED_TTLS` TTLs, so that a successor reads it in the same read that shows the
-  member gone. A lease etcd let lapse needs no wait: its holder's clock gave up a margin before
-  etcd's TTL, both counted from (around) its last renewal.
+  server it lost) first writes ``revoked/<i>`` (:data:`REVOKED_PREFIX`), so that a successor
+  reads it in the same read that shows the member gone, and keeps it :data:`REVOKED_TTLS` TTLs
+  past the revoke, however late etcd applies it (``controller.revoke_marked`` says how). A
+  lease etcd let lapse needs no wait: its holder's clock gave up a margin before etcd's TTL,
+  both counted from (around) its last renewal.
 * A server the record names as primary that is not serving it (a heartbeat late past its own
   clock's margin, a lease lost and taken anew, a campaign whose answer was lost) campaigns for
   the next epoch itself, if it still holds the bucket's state; a new process in its place does
