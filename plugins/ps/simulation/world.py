@@ -89,7 +89,9 @@ class Client:
 class Config:
     """The simulated job: servers, copies, buckets and their shards, clients, lease TTL, and
     how many servers have a store (the first ``stores``; the others keep nothing across a
-    restart)."""
+    restart), and whether the driver's revokes come back late (drawn; False: each at once
+    with its marker, as the simulator had it before they came apart, which replays the seeds
+    found then)."""
 
     servers: int = 3
     copies: int = 3
@@ -99,6 +101,7 @@ class Config:
     ttl: int = 10
     settle: int = 4
     stores: int = 2
+    late_revokes: bool = True
 
 
 class World:
@@ -422,6 +425,7 @@ class World:
             # at once half the time (as before the marker's renewal), else up to past the
             # time the driver still sends it: then never
             late = self.revokes.randrange(-REVOKE_DRAW_TTLS * self.config.ttl, self._too_late() + 1)
+            late = late if self.config.late_revokes else 0
             self.revoking[i] = (lease, marker, self.time, self.time + max(0, late))
             if late > 0:
                 return (
