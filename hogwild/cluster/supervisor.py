@@ -30,7 +30,8 @@ What it decides:
   restarted as usual. A replica held is fenced at once (:class:`Fence`: the servers refuse its
   old incarnation, which may still run behind a partition, and the coordinator gives its
   portions to others), not at its restart, which then only starts the process. The story says
-  when a hold began and why it ended (a data server answered, or ``data.wait_s`` ran out).
+  when a hold began and why it ended (not every data server was silent: one answered or the
+  probe failed; or ``data.wait_s`` ran out).
 - **Failover at once**: a replicated parameter server that exited has its lease ended now
   (:class:`ForgetServer`), so its buckets fail over without waiting for the lease to lapse;
   one lost with no exit seen (its process may still run) has that end marked, and the takeovers
@@ -74,7 +75,7 @@ STORY_LENGTH = 1000  # transitions kept by RestartPolicy.story()
 RUNNING, EXITED, RESTARTING = "running", "exited", "restarting"
 # why a story entry of a held reader was written (its fifth field; its state stays EXITED)
 HELD = "held: every data server silent"
-HOLD_ANSWERED = "hold ended: a data server answered"
+HOLD_NOT_SILENT = "hold ended: not every data server silent (one answered, or the probe failed)"
 HOLD_TIMED_OUT = "hold ended: data.wait_s ran out with every data server silent"
 
 
@@ -220,9 +221,9 @@ class RestartPolicy:
         return name in self.exits and self.restartable(name)
 
     def story(self, name: str | None = None) -> list[tuple]:
-        """The transitions, oldest first, each ``(stimulus_id, role, before, after)``, and a
-        hold's start and end as ``(stimulus_id, role, EXITED, EXITED, why)``; with ``name``,
-        that role's only."""
+        """The transitions, oldest first, each ``(stimulus_id, role, before, after, why)``:
+        ``why`` None but for a hold's start and end (``EXITED`` to ``EXITED``: :data:`HELD`,
+        :data:`HOLD_NOT_SILENT`, :data:`HOLD_TIMED_OUT`); with ``name``, that role's only."""
         return [t for t in self._story if name is None or t[1] == name]
 
     # -- the one entry -----------------------------------------------------------------------------
@@ -255,7 +256,7 @@ class RestartPolicy:
         self.gone.add(name)
         role = self.roles.get(name)
         if role is None:  # not supervised: the next Recover stops the job
-            self._story.append((stimulus_id, name, None, EXITED))
+            self._story.append((stimulus_id, name, None, EXITED, None))
             return []
         self._move(stimulus_id, name, EXITED)
         lost = exit_.returncode is None  # no exit seen: the process may still run
@@ -279,7 +280,7 @@ class RestartPolicy:
                 continue
             if name in self.held:
                 self.held.discard(name)
-                why = HOLD_TIMED_OUT if recover.data_silent else HOLD_ANSWERED
+                why = HOLD_TIMED_OUT if recover.data_silent else HOLD_NOT_SILENT
                 self._story.append((stimulus_id, name, EXITED, EXITED, why))
             exit_ = self.exits.pop(name)
             count = self.restarts[name] = self.restarts.get(name, 0) + 1
@@ -328,7 +329,7 @@ class RestartPolicy:
     def _move(self, stimulus_id: str, name: str, after: str) -> None:
         before = self.state.get(name)
         self.state[name] = after
-        self._story.append((stimulus_id, name, before, after))
+        self._story.append((stimulus_id, name, before, after, None))
 
     def validate_state(self) -> None:
         """Raise AssertionError if an invariant does not hold (tests call it after every step)."""

@@ -39,7 +39,7 @@ from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
 from hogwild_plugins.ps.etcd_tls import drop_etcd_tls
-from hogwild_plugins.ps.failover import REVOKED_PREFIX, REVOKED_TTLS
+from hogwild_plugins.ps.failover import REVOKED_PREFIX, REVOKED_TTLS, marker_life
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import ConfigError, HogwildError
@@ -51,6 +51,58 @@ GIVEN_ETCD_LEASE_S = 2  # seconds: the auto lease with an etcd whose timers are 
 DRIVER_KEY = "driver"  # held, under the driver's lease, while a driver runs the job
 JOB_ETCD = "job"  # cluster.etcd: start the job's own etcd cluster
 JOB_ETCD_MEMBERS = 3  # the fewest that survive losing one
+
+
+def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
+    """End server ``index``'s ``lease`` early, as :meth:`JobEtcd.forget_server` does for a server
+    whose process may still run, with a ``revoked/<index>`` marker that lives from before the
+    revoke until at least ``REVOKED_TTLS`` of the holder's TTLs (``lease_s``) after it,
+    however long etcd takes to apply it.
+
+    The argument (``docs/guarantees.md``, "reads after a revoke"), clocks at equal rates: the
+    marker's lease is granted for ``REVOKED_TTLS * ttl + 2 * timeout`` seconds, counted by etcd
+    from after ``sent`` (the driver's clock just before the grant), and the marker is put.
+
+    * The revoke is sent only while ``now - sent <= REVOKED_TTLS * ttl``: its answer and the
+      renewal after it each come within ``timeout`` of their sending, so both are applied
+      while the marker lives. Later than that, no revoke: the lease lapses by itself (its
+      holder's clock gave up before etcd's TTL), which needs no marker.
+    * Once the revoke is answered, etcd applied it (at some V before the answer). The marker's
+      lease is then renewed: applied after V, and answered with time left only while the
+      lease still lived, so the marker is there without a gap from before the revoke until
+      ``REVOKED_TTLS * ttl`` and more after V. The holder's last renewal came before V, so it
+      answers reads until at most V + 3/4 TTL by its clock.
+    * A renewal that finds the marker gone, or a revoke whose answer was lost (etcd may apply
+      it later), raises: the first cannot happen while each request keeps its ``timeout``;
+      for the second the marker is renewed first, so that it covers a revoke applied up to its
+      full life after the driver gave up.
+
+    Raises:
+        HogwildError: ``lease_s`` is not a whole number of seconds >= 1 (the lease is left
+            to lapse by itself, which is safe), etcd failed, or the marker ran out.
+    """
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
+        raise HogwildError(
+            f"server {index}'s member record has lease_s {lease_s!r}: expected whole seconds >= 1 "
+            "to size its revoked marker; its lease is left to lapse by itself"
+        )
+    life = marker_life(lease_s, etcd.timeout_s)
+    sent = time.monotonic()
+    marker = etcd.grant(life)
+    etcd.put(f"{REVOKED_PREFIX}{index}", {"lease": lease, "lease_s": lease_s}, lease=marker)
+    if time.monotonic() - sent > REVOKED_TTLS * lease_s:
+        return  # too late to revoke within the marker's cover: the lease lapses by itself
+    try:
+        etcd.revoke(lease)
+    except HogwildError:
+        etcd.keepalive(marker)  # cover a revoke that etcd applies after all, from now on
+        raise
+    if etcd.keepalive(marker) == 0:
+        raise HogwildError(
+            f"server {index}'s revoked marker ran out before its lease's revoke was confirmed "
+            f"(etcd at {etcd.address} slower than {etcd.timeout_s} s a request): a takeover "
+            "may have answered reads while the revoked server still did"
+        )
 
 
 class EtcdController:
@@ -133,20 +185,19 @@ class EtcdController:
         server ``index`` of that server group (a job of several, each in its own namespace).
 
         ``lost``: its process may still run (a node or actor lost, with no exit seen): it may
-        answer reads by its own lease clock for up to a TTL, so ``revoked/<index>`` is written
-        first, under a lease of :data:`~hogwild_plugins.ps.failover.REVOKED_TTLS` of its TTLs,
-        and the takeovers that read it wait that long before they answer reads. A process seen
-        to exit answers nothing: its lease ends with no marker, and no takeover waits."""
+        answer reads by its own lease clock for up to a TTL after the revoke, so
+        ``revoked/<index>`` is written first and kept past the revoke (see
+        :func:`~hogwild_plugins.ps.failover.revoke_marked`), and the takeovers that read it
+        wait a TTL before they answer reads. A process seen to exit answers nothing: its lease
+        ends with no marker, and no takeover waits."""
         prefix = self.prefix if group is None else etcd_prefix(self.job, group)
         with Etcd(self.address, prefix=prefix, tls=self.tls) as etcd:
             value, _ = etcd.get(f"members/{index}")
             if value is not None and isinstance(value.get("lease"), int):
-                if lost:  # the marker before the revoke: one read sees both or neither gone
-                    ttl = value.get("lease_s")
-                    ttl = ttl if isinstance(ttl, int) and 0 < ttl <= 3600 else 3600
-                    marker = etcd.grant(REVOKED_TTLS * ttl)
-                    etcd.put(f"{REVOKED_PREFIX}{index}", {"lease": value["lease"]}, lease=marker)
-                etcd.revoke(value["lease"])
+                if lost:
+                    revoke_marked(etcd, index, value["lease"], value.get("lease_s"))
+                else:
+                    etcd.revoke(value["lease"])
 
     def close(self) -> None:
         """Stop the etcd (or etcd cluster) started for the job, or delete the job's keys from

@@ -39,10 +39,11 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   (revoked) within the last two TTLs: then only a lease TTL after its campaign came back
   (``BucketRole.reads_open``), since a revoked server answers reads until its own clock says
   its lease ran out. Whoever revokes a lease of a server that may still run (the driver, for a
-  server it lost) first writes ``revoked/<i>`` (:data:`REVOKED_PREFIX`) under a lease of
-  :data:`REVOKED_TTLS` TTLs, so that a successor reads it in the same read that shows the
-  member gone. A lease etcd let lapse needs no wait: its holder's clock gave up a margin before
-  etcd's TTL, both counted from (around) its last renewal.
+  server it lost) first writes ``revoked/<i>`` (:data:`REVOKED_PREFIX`), so that a successor
+  reads it in the same read that shows the member gone, and keeps it :data:`REVOKED_TTLS` TTLs
+  past the revoke, however late etcd applies it (``controller.revoke_marked`` says how). A
+  lease etcd let lapse needs no wait: its holder's clock gave up a margin before etcd's TTL,
+  both counted from (around) its last renewal.
 * A server the record names as primary that is not serving it (a heartbeat late past its own
   clock's margin, a lease lost and taken anew, a campaign whose answer was lost) campaigns for
   the next epoch itself, if it still holds the bucket's state; a new process in its place does
@@ -78,6 +79,7 @@ primary of about ``1 / n`` of the buckets.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,6 +92,7 @@ __all__ = [
     "MemberRecord",
     "desired_copies",
     "lease_now",
+    "marker_life",
     "revoked_early",
 ]
 
@@ -97,8 +100,17 @@ REVOKED_PREFIX = "revoked/"
 """``revoked/<i>``: server ``i``'s lease was ended early (revoked while its process may still run
 and answer reads by its own clock), written just before the revoke under a lease of its own."""
 REVOKED_TTLS = 2
-"""How many of the revoked server's lease TTLs its ``revoked/<i>`` marker lives: the revoked
-holder answers reads at most a TTL after its last renewal, which came before the revoke."""
+"""How many of the revoked server's lease TTLs its ``revoked/<i>`` marker lives past the revoke
+(at least): the revoked holder answers reads at most a TTL after its last renewal, which came
+before etcd applied the revoke (``controller.revoke_marked`` says why the marker outlives that
+whatever the revoke's latency)."""
+
+
+def marker_life(lease_s: int, timeout_s: float) -> int:
+    """The TTL of a ``revoked/<i>`` marker's lease, in whole seconds, for a holder of
+    ``lease_s`` and a driver whose etcd requests each give up after ``timeout_s``:
+    ``REVOKED_TTLS`` TTLs after the revoke, and the revoke's and the marker's renewal's time."""
+    return REVOKED_TTLS * lease_s + math.ceil(2 * timeout_s)
 
 
 def revoked_early(keys: Iterable[str]) -> bool:

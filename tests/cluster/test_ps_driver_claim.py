@@ -7,10 +7,13 @@ the group it names, and clears every group's keys when it closes."""
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
+from types import SimpleNamespace
 
+import hogwild_plugins.ps.controller as controller_module
 import pytest
-from hogwild_plugins.ps.controller import DRIVER_KEY, EtcdController
+from hogwild_plugins.ps.controller import DRIVER_KEY, EtcdController, revoke_marked
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.routes import etcd_prefix
 
@@ -62,7 +65,7 @@ def test_each_server_group_keeps_its_keys_in_its_own_namespace(etcd_server):
         servers.forget_server(3)  # the job's server 3 died: group 1's server 1
         assert groups[1].get("members/1")[0] is None  # its lease ended
         # (lost by default: its end is marked first, in its group, for takeovers to wait)
-        assert groups[1].get("revoked/1")[0] == {"lease": leases[3][1]}
+        assert groups[1].get("revoked/1")[0] == {"lease": leases[3][1], "lease_s": 30}
         alive = {(g, i) for g in (0, 1) for i in (0, 1) if groups[g].get(f"members/{i}")[0]}
         assert alive == {(0, 0), (0, 1), (1, 0)}  # no other group's, no other index's
         # and by group and index, as the driver calls it; seen to exit: no marker
@@ -83,3 +86,45 @@ def test_each_server_group_keeps_its_keys_in_its_own_namespace(etcd_server):
             etcd.close()
     with pytest.raises(HogwildError, match="server group -1: expected an integer >= 0"):
         etcd_prefix(job, -1)
+
+
+class SlowRevoke(Etcd):
+    """A real etcd client whose revoke is slow to come back, as in an fsync stall: etcd applies
+    it at once, the answer arrives ``delay_s`` later."""
+
+    delay_s = 0.0
+
+    def revoke(self, lease: int) -> None:
+        super().revoke(lease)
+        time.sleep(self.delay_s)
+
+
+def test_a_revoked_marker_outlives_a_slow_revoke_and_a_late_revoke_is_skipped(
+    etcd_server, monkeypatch
+):
+    """Review I1: the ``revoked/<i>`` marker must cover the revoked holder's last answer,
+    which comes up to a TTL after etcd applied the revoke, however long the revoke took. A
+    marker timed from its grant (``REVOKED_TTLS`` TTLs) is gone when a successor reads it
+    just after a revoke that took longer than that. And a revoke the driver could no longer
+    send within the marker's cover is not sent: the lease lapses by itself."""
+    with SlowRevoke(etcd_server.address, prefix=f"/hogwild/test-{uuid.uuid4().hex[:8]}/") as etcd:
+        holder = etcd.grant(1)
+        etcd.put("members/0", {"lease": holder, "lease_s": 1}, holder)
+        etcd.delay_s = 2.2  # past the holder's 2 TTLs from the marker's grant
+        granted = time.monotonic()
+        revoke_marked(etcd, 0, holder, 1)
+        assert time.monotonic() - granted >= 2.2
+        assert etcd.get("members/0")[0] is None  # revoked, and the marker still there
+        assert etcd.get("revoked/0")[0] == {"lease": holder, "lease_s": 1}
+
+        etcd.delay_s = 0.0
+        holder = etcd.grant(5)
+        etcd.put("members/1", {"lease": holder, "lease_s": 5}, holder)
+        clock = iter([0.0, 10.1])  # the grant and put took past 2 TTLs of the holder's
+        monkeypatch.setattr(controller_module, "time", SimpleNamespace(monotonic=clock.__next__))
+        revoke_marked(etcd, 1, holder, 5)
+        monkeypatch.undo()
+        assert etcd.get("members/1")[0] is not None  # not revoked: left to lapse
+        etcd.revoke(holder)
+        with pytest.raises(HogwildError, match="server 2's member record has lease_s None"):
+            revoke_marked(etcd, 2, holder, None)

@@ -5,15 +5,12 @@ member's: plugins/ps/failover.py). The bucket role's transitions have their own 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hogwild_plugins.ps.failover import (
     BucketRecord,
     LeaseClock,
     MemberRecord,
     desired_copies,
-    lease_now,
 )
 
 from tests.unit.bucket_role_support import (
@@ -198,14 +195,3 @@ MEMBER = {"address": "h:7000", "lease": 99, "lease_s": 2, "seen": [0, 3]}
 def test_a_bad_member_is_refused_naming_its_key_and_field(value, field):
     with pytest.raises(ValueError, match=rf"^etcd key members/1: {field}"):
         MemberRecord.parse(value, 4, "etcd key members/1")
-
-
-def test_the_lease_clock_counts_a_suspend_where_linux_can():
-    """``lease_now``: ``CLOCK_BOOTTIME`` on Linux, which counts a system suspend (a holder
-    suspended past its lease wakes knowing it lapsed; ``CLOCK_MONOTONIC`` skips the suspend)."""
-    boot = getattr(time, "CLOCK_BOOTTIME", None)
-    if boot is None:
-        before, now, after = time.monotonic(), lease_now(), time.monotonic()
-    else:
-        before, now, after = time.clock_gettime(boot), lease_now(), time.clock_gettime(boot)
-    assert before <= now <= after

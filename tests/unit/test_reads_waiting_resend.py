@@ -32,13 +32,13 @@ pytestmark = pytest.mark.ps_kernels
 class RefusesFirst:
     """A server that refuses each pull ``refusals`` times with ``code``, then answers it; it
     records every pull its handler saw, as ``(sender, seq)``. It answers ``HELLO`` with a
-    one-bucket layout, as a parameter server does."""
+    one-bucket layout, as parameter server ``index`` does."""
 
     dedup_types = frozenset({MsgType.PULL})  # as the parameter server's (a pull is data)
     receives_into_buffers = False
 
-    def __init__(self, code: ErrorCode, refusals: int = 1) -> None:
-        self.code, self.refusals = code, refusals
+    def __init__(self, code: ErrorCode, refusals: int = 1, index: int = 0) -> None:
+        self.code, self.refusals, self.index = code, refusals, index
         self.seen: list[tuple[int, int]] = []
         self.layout: ShardLayout | None = None
 
@@ -51,7 +51,7 @@ class RefusesFirst:
     def handle(self, request):
         h = request.header
         if h.type == MsgType.HELLO:
-            return json_reply(h, {"server": 0, "layout": self.layout.describe()})
+            return json_reply(h, {"server": self.index, "layout": self.layout.describe()})
         self.seen.append((h.sender, h.seq))
         if sum(s == (h.sender, h.seq) for s in self.seen) <= self.refusals:
             return error_reply(h, self.code, "refused by the test's server")
@@ -116,17 +116,19 @@ def test_a_pull_refused_reads_waiting_is_served_afresh_when_sent_again(serve, co
 
 
 class MapReads(Routes):
-    """The bucket map of one server, primary of the one bucket, as a client last read it:
-    counts the reads a re-route asks of etcd (there is no etcd here to read)."""
+    """The bucket map of two servers and two buckets, as a client last read it: server 0 its
+    primary until the map is read again, server 1 after; counts the reads a re-route asks of
+    etcd (there is no etcd here to read)."""
 
-    def __init__(self) -> None:  # (no etcd client: read() only counts)
-        self.n_servers, self.n_buckets = 1, 1
-        self.primaries, self.epochs, self.members = [0], [1], {0}
+    def __init__(self) -> None:  # (no etcd client: read() names server 1)
+        self.n_servers, self.n_buckets = 2, 2
+        self.primaries, self.epochs, self.members = [0, 0], [1, 1], {0, 1}
         self.lease_s = 2.0
         self.reads = 0
 
     def read(self) -> None:
         self.reads += 1
+        self.primaries, self.epochs = [1, 1], [2, 2]
 
     def close(self) -> None:
         pass
@@ -138,13 +140,17 @@ class MapReads(Routes):
 def test_a_connection_sends_a_held_pull_again_to_the_same_server_without_reading_the_map(
     serve, code, held
 ):
-    """``READS_WAITING``: held, re-sent to server 0 with its number, no map read;
-    ``NOT_PRIMARY`` (the control): the same refusal path reads the map first."""
-    handler = RefusesFirst(code, refusals=2)
-    router = serve(handler)
+    """``READS_WAITING``: held, re-sent to server 0 with its number, no map read, though a
+    read would name server 1 (review I4: with one server any re-route went to server 0);
+    ``NOT_PRIMARY`` (the control): the same refusal path reads the map and goes to server 1."""
+    first, second = RefusesFirst(code, refusals=2), RefusesFirst(code, refusals=0, index=1)
+    routers = [serve(first), serve(second)]
+    layout = ShardLayout.compute(1024, 4, 2, [str(r.address) for r in routers])
+    first.layout = second.layout = layout  # one job of both
     connection = Connection(
-        [str(router.address)], "held", client_id=9, timeout_s=2, retries=1, failover_s=5
-    )
+        [str(r.address) for r in routers], "held", client_id=9, timeout_s=2, retries=1,
+        failover_s=5,
+    )  # fmt: skip
     connection.routes = routes = MapReads()
     answers = []
     try:
@@ -154,6 +160,9 @@ def test_a_connection_sends_a_held_pull_again_to_the_same_server_without_reading
     finally:
         connection.close()
     assert [h.type for h in answers] == [MsgType.DATA]
-    assert len(handler.seen) == 3 and len(set(handler.seen)) == 1  # one number, three sends
-    assert request.server == 0
-    assert (routes.reads == 0) is held
+    if held:
+        assert len(first.seen) == 3 and len(set(first.seen)) == 1  # one number, three sends
+        assert second.seen == [] and request.server == 0 and routes.reads == 0
+    else:
+        assert len(first.seen) == 1 and len(second.seen) == 1 and request.server == 1
+        assert routes.reads >= 1

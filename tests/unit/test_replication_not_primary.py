@@ -7,6 +7,9 @@ one once the lease clock ran out as not the serving primary."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from hogwild_plugins.ps.failover import BucketRecord, lease_now
 from hogwild_plugins.ps.layout import ModelGeometry
 from hogwild_plugins.ps.replication import Replication
@@ -73,3 +76,26 @@ def test_once_its_lease_clock_ran_out_neither_kind_is_told_a_reason_that_no_long
         code, text, counted = refused(replication, shard, read)
         assert code == ErrorCode.NOT_PRIMARY and "is not the serving primary" in text
         assert counted == {"too_few_copies": 0, "reads_waiting": 0}
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="Linux's CLOCK_BOOTTIME")
+def test_every_lease_decision_reads_the_boot_clock(monkeypatch):
+    """Review I3: on a machine that never suspended ``CLOCK_BOOTTIME`` equals
+    ``CLOCK_MONOTONIC``, so a site reading ``time.monotonic()`` passes unseen. Here the boot
+    clock reads 1000 s behind it (a suspend of that long, the other way round): the adapter's
+    lease clock, serving and wait for reads must all follow it. A ``time.monotonic()`` in
+    ``valid``/``serving`` would call the lease run out, one in ``answers_reads`` the wait over."""
+    real = time.clock_gettime
+    shift = [-1000.0]
+
+    def clock_gettime(clock: int) -> float:
+        return real(clock) + shift[0] if clock == time.CLOCK_BOOTTIME else real(clock)
+
+    monkeypatch.setattr(time, "clock_gettime", clock_gettime)
+    assert lease_now() < time.monotonic() - 999
+    replication, shard = primary_after_a_takeover()
+    assert replication.valid() and replication.serving(shard)
+    assert not replication.answers_reads(shard)  # inside its wait, by the boot clock
+    shift[0] += LEASE_S + 1  # past the wait; the lease renewed just now
+    replication.clock.renewed(LEASE_S, lease_now())
+    assert replication.valid() and replication.answers_reads(shard)

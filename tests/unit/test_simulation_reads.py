@@ -10,7 +10,9 @@ client had read from the successor.
 from __future__ import annotations
 
 import pytest
+from hogwild_plugins.ps.failover import REVOKED_TTLS
 from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
+from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
 from hogwild_plugins.ps.simulation.world import World, established
 
@@ -44,6 +46,7 @@ def deposed_while_paused() -> tuple[World, int, int]:
     pull(world, old)  # waits in the paused server's socket
     world.apply(("pause", old))
     world.apply(("expire", old))  # etcd drops its lease; its own clock still says valid
+    world.apply(("revoke", old))  # answered at once
     world.apply(("tick",))
     world.settle()
     new = primary_of(world, SHARD)
@@ -104,6 +107,7 @@ def test_a_primary_taking_back_its_own_record_keeps_the_wait_it_still_owes():
     owed = role.reads_from
     assert owed > world.time
     world.apply(("expire", new))  # the successor's own lease ends early
+    world.apply(("revoke", new))  # answered at once
     lease = world.servers[new].lease
     while world.servers[new].lease == lease:
         world.apply(("tick",))
@@ -151,26 +155,21 @@ def test_a_successor_of_a_lapsed_lease_answers_at_once_and_reads_still_never_go_
     assert all(values == {(100, 1)} for _, values in world.clients[0].reads[SHARD])
 
 
-def test_a_revocation_without_its_marker_lets_reads_go_back():
+def test_a_revocation_without_its_marker_lets_two_servers_answer_reads():
     """The schedule of :func:`deposed_while_paused` with the lease revoked as before the
-    marker (``etcd.revoke`` alone): the successor answers at once, and the resumed primary's
-    older answer is caught by the read invariant. The marker is what makes the successor wait."""
+    marker (``etcd.revoke`` alone) and no pull anywhere: the successor would answer at once
+    while the paused primary's clock still says valid. The one-reader invariant (review I2)
+    names it at the step the successor takes the bucket, though no client ever pulls; the
+    marker is what makes the successor wait."""
     world = established()
     old = primary_of(world, SHARD).me
-    pull(world, old)
     world.apply(("pause", old))
     world.etcd.revoke(world.servers[old].lease)  # no revoked/<old> marker
     world.apply(("tick",))
-    world.settle()
-    new = primary_of(world, SHARD)
-    assert new.me != old and new.answers_reads(SHARD)
-    write(world)
-    pull(world, new.me)
-    world.settle()
-    world.apply(("resume", old))
     with pytest.raises(Violation) as caught:
         world.settle()
-    assert "read shard 2 going back: [(100, 1)] seen, then not" in str(caught.value)
+    assert "bucket 1's pulls answered by servers" in str(caught.value)
+    assert not any(line.endswith("-> []") or "PULL" in line for line in world.schedule)
 
 
 def test_a_pull_inside_the_wait_is_held_and_sent_again_to_the_same_primary():
@@ -191,3 +190,39 @@ def test_a_pull_inside_the_wait_is_held_and_sent_again_to_the_same_primary():
         if not client.reads.get(SHARD):
             world.apply(("tick",))
     assert client.reads[SHARD][-1][1] == {(100, 1)}
+
+
+def revoked_late(world: World) -> tuple[int, int]:
+    """The driver marks the primary of ``SHARD``'s bucket revoked, its revoke comes back as late
+    as the driver still sends it (``REVOKED_TTLS`` TTLs: the primary renewed its lease all
+    along), the primary is paused as it lands, and a copy takes the bucket a tick later:
+    the primary and its successor."""
+    old = primary_of(world, SHARD).me
+    world.revokes.randrange = lambda start, stop: stop - 1  # too late by itself: sent below
+    world.apply(("expire", old))  # the marker
+    marked = world.time
+    while world.time < marked + REVOKED_TTLS * world.config.ttl:
+        world.apply(("tick",))
+        world.settle()
+    assert world.servers[old].serving(SHARD)  # renewed all along
+    world.apply(("pause", old))
+    world.apply(("revoke", old))  # sent just in time
+    assert old not in world.etcd.members()
+    world.apply(("tick",))
+    world.settle()
+    return old, primary_of(world, SHARD).me
+
+
+def test_a_late_revoke_keeps_its_marker_past_the_holders_last_answer(monkeypatch):
+    """Review I1: the revoked holder answers by its clock up to 3/4 TTL after the revoke, so
+    the marker must live that long after the revoke, not after its grant: the driver renews
+    it once the revoke came back. Without the renewal the successor of a late revoke finds no
+    marker, answers at once, and two servers answer the bucket's pulls."""
+    world = established()
+    old, new = revoked_late(world)
+    assert new != old and world.etcd.revoked()
+    assert world.servers[new].roles[1].reads_from > world.time  # it waits
+
+    monkeypatch.setattr(SimEtcd, "revoke_marked", lambda etcd, lease, *_: etcd.revoke(lease))
+    with pytest.raises(Violation, match="bucket 1's pulls answered by servers"):
+        revoked_late(established())

@@ -3,17 +3,17 @@
 Only what the servers use: one revision counter that every write advances, keys with their mod
 revision, leases (granted for a TTL of clock ticks, kept alive, expiring with their keys), the
 compare-and-swap on a key's mod revision that campaigns, in-sync writes and hand-overs are, and
-what a fault does to it (a lease expired early, everything wiped: an external etcd that comes
-back empty, or another driver with the job's name clearing the map).
+what a fault does to it (a lease ended early: marked, then revoked later; everything wiped: an
+external etcd that comes back empty, or another driver with the job's name clearing the map).
 """
 
 from __future__ import annotations
 
 from hogwild_plugins.ps.failover import (
     REVOKED_PREFIX,
-    REVOKED_TTLS,
     BucketRecord,
     MemberRecord,
+    marker_life,
     revoked_early,
 )
 
@@ -21,6 +21,7 @@ __all__ = ["SimEtcd"]
 
 
 NONCE_KEY = "nonce"  # as the real job's
+MARKER_REQUEST_TICKS = 1  # the revoke and the marker's renewal: a request timeout each, in all
 
 
 class SimEtcd:
@@ -33,6 +34,7 @@ class SimEtcd:
         self.leases: dict[int, int] = {}  # lease -> the tick it expires at
         self.next_lease = 0x100
         self.wipes = 0
+        self.leases_before_wipe = 0  # the leases granted up to the last wipe are at most this
         self._parsed: dict[tuple[str, int], BucketRecord] = {}  # (key, revision) -> record
         self._members: dict[str, tuple[object, MemberRecord]] = {}  # key -> (value, member)
         self._map: tuple = ()  # (revision, wipes, members, seen): the last members read
@@ -67,14 +69,23 @@ class SimEtcd:
             for key in doomed:
                 del self.keys[key]
 
-    def revoke_early(self, server: int, lease: int, ttl: int, now: int) -> None:
-        """End ``server``'s ``lease`` before its time, as the driver ends a lost server's: its
-        ``revoked/<server>`` marker first, under a lease of its own of ``REVOKED_TTLS`` TTLs (a
-        successor reads it in the same read that shows the member gone)."""
-        if lease in self.leases:
-            marker = self.grant(REVOKED_TTLS * ttl, now)
-            self.put(f"{REVOKED_PREFIX}{server}", {"lease": lease}, lease=marker)
+    def mark(self, server: int, lease: int, ttl: int, now: int) -> int | None:
+        """The first half of the driver's early end of ``server``'s ``lease``
+        (``controller.revoke_marked``): its ``revoked/<server>`` marker, under a lease of its
+        own of :func:`~hogwild_plugins.ps.failover.marker_life` (one tick for the requests);
+        the marker's lease, or None when ``lease`` is gone already (nothing to revoke)."""
+        if lease not in self.leases:
+            return None
+        marker = self.grant(marker_life(ttl, MARKER_REQUEST_TICKS / 2), now)
+        self.put(f"{REVOKED_PREFIX}{server}", {"lease": lease, "lease_s": ttl}, lease=marker)
+        return marker
+
+    def revoke_marked(self, lease: int, marker: int, ttl: int, now: int) -> None:
+        """The second half, sent in time (the driver checks): ``lease`` revoked, then the
+        marker's lease renewed, so that it lives ``REVOKED_TTLS`` TTLs past the revoke."""
         self.revoke(lease)
+        renewed = self.keepalive(marker, marker_life(ttl, MARKER_REQUEST_TICKS / 2), now)
+        assert renewed, "a revoke sent in time outlived its marker"
 
     def revoked(self) -> bool:
         """Whether a ``revoked/<i>`` marker is among the keys (a lease ended early lately)."""
@@ -86,6 +97,7 @@ class SimEtcd:
         self.leases.clear()
         self.revision = 0
         self.wipes += 1
+        self.leases_before_wipe = self.next_lease
 
     # ------------------------------------------------------------------ keys
 

@@ -207,6 +207,8 @@ class Invariants:
         for s in moved:
             self._check_shards(s)
             self._check_remembered(s)
+        if moved or full:  # who answers reads changes only with a role's move or the clock
+            self._check_one_reader()
         for s in touched_servers:
             self._check_acknowledged(s)
         seen = (self.etcd.revision, self.etcd.wipes, self.acknowledgements)
@@ -215,6 +217,21 @@ class Invariants:
         everyone = full or seen != self.checked
         self.checked = seen
         self._check_buckets(everyone, {s.me for s in moved})
+
+    def _check_one_reader(self) -> None:
+        """At most one server answers each bucket's pulls, the promise linearizable reads
+        rest on, checked where a wrong decision is made rather than where a client happens to
+        see it: a paused server counts by its own clock (resumed, it would answer). Leases
+        granted before etcd was wiped belong to a job that no longer exists: not compared."""
+        for bucket, shards in self.bucket_shards.items():
+            readers = [
+                s.me
+                for s in self.live()
+                if s.lease > self.etcd.leases_before_wipe
+                and any(s.answers_reads(shard) for shard in shards)
+            ]
+            if len(readers) > 1:
+                raise Broken(f"bucket {bucket}'s pulls answered by servers {readers} at once")
 
     def _check_remembered(self, s: SimServer) -> None:
         """Server ``s`` serves no bucket at an epoch below the one its store remembered when the

@@ -10,7 +10,9 @@ timeout), a client sends or re-sends (a pull its server answered ``READS_WAITING
 inside its wait for reads, goes again to that server with no map read, as the real client's
 held path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is
 paused (SIGSTOP) or resumed, killed or restarted (on its store, if it has one: the newest epoch
-of each bucket's record it saw outlives it), a lease expires early, etcd is wiped. Besides
+of each bucket's record it saw outlives it), a lease is ended early (the driver's
+``revoked/<i>`` marker, then, at a drawn delay, its revoke, not sent once it is too late: the
+lease lapses), etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
 application, from a generator of its own seeded by the seed, so that the choices a seed makes
 are the same with it or without it): the server stops the bucket, as the real one does. And a
@@ -41,6 +43,7 @@ import pickle
 import random
 from dataclasses import dataclass, field
 
+from hogwild_plugins.ps.failover import REVOKED_TTLS
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
 from hogwild_plugins.ps.simulation.messages import Exchange, Peer
@@ -57,8 +60,11 @@ SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
 SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
 UNBUILT_RATE = 0.2  # of the parcels a primary takes, with the opt-in fault "unbuilt"
 CUT_WEIGHT, HEAL_WEIGHT = 0.03, 0.3  # the opt-in fault "cut": a host off the network, and back
+REVOKE_DRAW_TTLS = 2  # a revoke is drawn as late as -this x TTL (at once) .. past too late
 _TICK, _WIPE = ("tick",), ("wipe",)
-FULL_CHECK = frozenset({"tick", "kill", "restart", "expire", "wipe"})  # may change every server
+FULL_CHECK = frozenset(
+    {"tick", "kill", "restart", "expire", "revoke", "wipe"}
+)  # may change every server
 
 
 class Violation(AssertionError):
@@ -83,7 +89,9 @@ class Client:
 class Config:
     """The simulated job: servers, copies, buckets and their shards, clients, lease TTL, and
     how many servers have a store (the first ``stores``; the others keep nothing across a
-    restart)."""
+    restart), and whether the driver's revokes come back late (drawn; False: each at once
+    with its marker, as the simulator had it before they came apart, which replays the seeds
+    found then)."""
 
     servers: int = 3
     copies: int = 3
@@ -93,6 +101,7 @@ class Config:
     ttl: int = 10
     settle: int = 4
     stores: int = 2
+    late_revokes: bool = True
 
 
 class World:
@@ -112,6 +121,10 @@ class World:
         self.incarnations = [0] * config.servers
         self.stores = {i: SimStore() for i in range(min(config.stores, config.servers))}
         self.cut: set[int] = set()  # the servers whose host is off the network ("cut")
+        # the driver's early ends under way: server -> (its lease, the marker's, marked at, the
+        # tick its revoke comes back at: drawn, from a generator of its own as ``fail``'s)
+        self.revoking: dict[int, tuple[int, int, int, int]] = {}
+        self.revokes = random.Random(f"revoke {seed}")
         self.servers: dict[int, SimServer | None] = {}
         for i in range(config.servers):
             self.servers[i] = self._start(i)
@@ -371,8 +384,13 @@ class World:
             for s in self.live():
                 if not s.paused:
                     s.beat()
-            return f"{self.time}: tick" + (
-                f", leases {[hex(g) for g in gone]} expired" if gone else ""
+            # the driver's revokes due now, after the beats (the holder renewed up to them)
+            due = [i for i, (*_, at) in self.revoking.items() if at <= self.time]
+            revoked = "".join(self._revoke(i) for i in due)
+            return (
+                f"{self.time}: tick"
+                + (f", leases {[hex(g) for g in gone]} expired" if gone else "")
+                + revoked
             )
         self.counts["faults"] += 1
         i = event[1] if len(event) > 1 else None
@@ -399,13 +417,43 @@ class World:
         if kind == "restart":
             self.servers[i] = self._start(i)
             return f"{self.time}: server {i} restarted (incarnation {self.incarnations[i]})"
-        if kind == "expire":  # the driver ending a server's lease it lost: marked, then revoked
-            self.etcd.revoke_early(i, self.servers[i].lease, self.config.ttl, self.time)
-            return f"{self.time}: server {i}'s lease revoked early"
+        if kind == "expire":  # the driver ending a server's lease it lost: marked first
+            lease = self.servers[i].lease
+            marker = self.etcd.mark(i, lease, self.config.ttl, self.time)
+            if marker is None:
+                return f"{self.time}: server {i}'s lease is gone already"
+            # at once half the time (as before the marker's renewal), else up to past the
+            # time the driver still sends it: then never
+            late = self.revokes.randrange(-REVOKE_DRAW_TTLS * self.config.ttl, self._too_late() + 1)
+            late = late if self.config.late_revokes else 0
+            self.revoking[i] = (lease, marker, self.time, self.time + max(0, late))
+            if late > 0:
+                return (
+                    f"{self.time}: server {i}'s lease marked revoked, its revoke {late} ticks late"
+                )
+            return f"{self.time}: server {i}'s lease marked revoked" + self._revoke(i)
+        if kind == "revoke":  # a scripted schedule's: the revoke comes back now, if still due
+            return f"{self.time}: " + (
+                self._revoke(i)[2:] if i in self.revoking else "no revoke due"
+            )
         assert kind == "wipe"
         self.etcd.wipe()
+        self.revoking.clear()  # the leases are gone: the driver's revokes find nothing
         self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
+
+    def _too_late(self) -> int:
+        """The first delay of a revoke after its marker that the driver no longer sends."""
+        return REVOKED_TTLS * self.config.ttl + 1
+
+    def _revoke(self, i: int) -> str:
+        """Server ``i``'s revoke, due now: sent if the driver is still in time (its marker then
+        renewed), else not (the lease lapses by itself); what happened, for the schedule."""
+        lease, marker, marked, _ = self.revoking.pop(i)
+        if self.time - marked >= self._too_late():
+            return f"; server {i}'s revoke too late to send: its lease lapses"
+        self.etcd.revoke_marked(lease, marker, self.config.ttl, self.time)
+        return f"; server {i}'s lease revoked early"
 
     def _severed(self, dst, src) -> bool:
         """Whether a message from ``src`` to ``dst`` waits for a cut host to come back (its
