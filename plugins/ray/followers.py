@@ -14,6 +14,7 @@ leaders).
 from __future__ import annotations
 
 import signal
+import time
 from dataclasses import replace
 
 import ray
@@ -122,11 +123,18 @@ class SpreadFollowers:
         placed anew."""
         every = [replica, *self.followers[replica.spec.name]]
         wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
+        deadline = time.monotonic() + wait_s
         refs = [r.actor.clear.remote(self.cluster.stop_timeout_s) for r in every]
         try:
             for ref in refs:
                 ray.get(ref, timeout=wait_s)
-        except (GetTimeoutError, RayActorError):  # ActorUnavailableError among them
+        # ActorUnavailableError (not known dead) is among them: unlike a lone role's restart,
+        # the replica is placed anew rather than waited for, since its servers fence the old
+        # incarnation (its followers push with its token) should the actor come back
+        except (GetTimeoutError, RayActorError):
+            # the healthy actors may still be inside their clear (one call at a time each):
+            # their drop_keys would queue behind it, past its wait, and their keys be left
+            ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
             self._drop_keys(every)  # those on healthy nodes: placed anew, their keys are stale
             self._forget(replica)
             return
