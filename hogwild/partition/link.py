@@ -325,6 +325,13 @@ class Receiver:
                         "epoch's model is taken only between portions)"
                     )
                 if h.kind == fr.FLUSH:
+                    # every LOAD of the portion has been taken here already, though LOADs come
+                    # from the leader's partition processes and FLUSH from its parent, over other
+                    # connections: the leader asks FLUSH only once every example of the portion
+                    # completed, and an example completes only after this host's partitions ran
+                    # it forward, which they do only on its LOAD taken here. Were FLUSH ever
+                    # sent sooner, a late LOAD would make the next FETCH refused as not idle and
+                    # stall the rounds until FLUSH_TIMEOUT_S
                     self.loads_at_flush = self.loads
             seen[h.source] = h.a
 

@@ -1,19 +1,20 @@
 """A spread replica's followers as the Ray launcher keeps them (``partition_placement = spread``).
 
 :mod:`~hogwild_plugins.ray.spread` decides their names, bundles and command lines;
-:class:`SpreadFollowers` (a part of :class:`~hogwild_plugins.ray.launcher.RayLauncher`, which
-holds them in ``followers``, by replica) carries them through the replica's life: each one's
-link address and command line (:meth:`~SpreadFollowers._link_spread`), its key pair in the
-job's roster, its exit while the replica starts failing the start with its last words, its
-failure while the replica trains killing the replica (whose exit then names the follower), its
-replica's restart (cleared in their actors, or, one actor lost, the replica placed anew and the
-healthy followers' key pairs removed), and the job's stop (every follower at once, after the
+:class:`SpreadFollowers` (a part of :class:`~hogwild_plugins.ray.launcher.RayLauncher`; it owns
+``followers``, by replica, and ``follower_failed``) carries them through the replica's life:
+each one's link address and command line (:meth:`~SpreadFollowers._link_spread`), its key pair
+in the job's roster, its exit while the replica starts failing the start with its last words,
+its failure while the replica trains killing the replica (whose exit then names the follower),
+its replica's restart (cleared in their actors, or, one actor lost, the replica placed anew and
+the healthy followers' key pairs removed), and the job's stop (every follower at once, after the
 leaders).
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from dataclasses import replace
 
 import ray
@@ -30,7 +31,27 @@ KEYS_DROP_S = 5.0  # what a healthy follower's actor gets to remove its key pair
 
 
 class SpreadFollowers:
-    """The spread replicas' followers' lifecycle (see the module docstring)."""
+    """The spread replicas' followers' lifecycle (see the module docstring).
+
+    It owns ``followers`` (replica name: its follower roles) and ``follower_failed`` (replica
+    name: its follower's failure, not yet reported), declared by :meth:`_init_followers`;
+    placing adds and drops followers only through :meth:`_add_followers` and
+    :meth:`_drop_followers`, and the launcher reads them. It expects of the launcher: ``roles``,
+    ``_reported``, ``run_dir``, ``cluster``, ``config`` and ``job_keys``, and ``_get``,
+    ``_send``, ``_wait_exited``, ``_reap``, ``_last_words`` and ``_forget``.
+    """
+
+    def _init_followers(self) -> None:
+        self.followers: dict[str, list] = {}  # a spread replica's follower hosts (RayRoles)
+        self.follower_failed: dict[str, str] = {}  # replica: its follower's failure, unreported
+
+    def _add_followers(self, replica: str, followers: list) -> None:
+        """``replica``'s followers, placed (their actors made)."""
+        self.followers[replica] = followers
+
+    def _drop_followers(self, replica: str) -> list:
+        """``replica``'s followers no longer kept (their actors about to be killed)."""
+        return self.followers.pop(replica, [])
 
     def _identify_followers(self, followers) -> None:
         """Each follower's key pair made on its node; its public key and link address into the
@@ -122,11 +143,18 @@ class SpreadFollowers:
         placed anew."""
         every = [replica, *self.followers[replica.spec.name]]
         wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
+        deadline = time.monotonic() + wait_s
         refs = [r.actor.clear.remote(self.cluster.stop_timeout_s) for r in every]
         try:
             for ref in refs:
                 ray.get(ref, timeout=wait_s)
-        except (GetTimeoutError, RayActorError):  # ActorUnavailableError among them
+        # ActorUnavailableError (not known dead) is among them: unlike a lone role's restart,
+        # the replica is placed anew rather than waited for, since its servers fence the old
+        # incarnation (its followers push with its token) should the actor come back
+        except (GetTimeoutError, RayActorError):
+            # the healthy actors may still be inside their clear (one call at a time each):
+            # their drop_keys would queue behind it, past its wait, and their keys be left
+            ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
             self._drop_keys(every)  # those on healthy nodes: placed anew, their keys are stale
             self._forget(replica)
             return

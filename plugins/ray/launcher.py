@@ -125,8 +125,7 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
         self.cluster = config.cluster
         self.per_replica = replica_cpus(config)  # a replica's processes share one node
         self.spread = spreads(config)  # or each partition on a node of its own
-        self.followers: dict[str, list[RayRole]] = {}  # a spread replica's follower hosts
-        self.follower_failed: dict[str, str] = {}  # replica: its follower's failure, unreported
+        self._init_followers()  # followers, follower_failed: SpreadFollowers' own
         self.mirrored: set[str] = set()  # the nodes given a mirror of the run directory
         self.members = member_count(config)  # synchronous groups' members, a CPU each
         self.loopback = is_loopback(parse_address(f"{self.cluster.host}:0"))
@@ -266,6 +265,7 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
         return self.start_all([spec])[0]
 
     def restart(self, spec: RoleSpec) -> str:
+        self.follower_failed.pop(spec.name, None)  # a failure poll never reported is stale
         role = self.roles.get(spec.name)
         if role is not None and spec.name in self.followers:
             self._clear_spread(role)

@@ -51,8 +51,10 @@ class RayRole:
 
 
 class Placing:
-    """The launcher's placing of roles (its ``roles``, ``groups``, ``followers`` and ``homes``;
-    see the module docstring)."""
+    """The launcher's placing of roles (its ``roles``, ``groups`` and ``homes``; a spread
+    replica's followers are :class:`~hogwild_plugins.ray.followers.SpreadFollowers`', added
+    and dropped through its ``_add_followers`` and ``_drop_followers``; see the module
+    docstring)."""
 
     def _place_all(self, specs: list[RoleSpec], deadline: float) -> list[RayRole]:
         """The roles' actors, placed side by side and answering (their nodes known): every
@@ -114,7 +116,7 @@ class Placing:
                     strategy = PlacementGroupSchedulingStrategy(self.groups[spec.group], g + 1)
                     actor = RoleActor.options(num_cpus=1, scheduling_strategy=strategy)
                     followers.append(RayRole(follower, actor.remote(follower.name)))
-                self.followers[spec.name] = followers
+                self._add_followers(spec.name, followers)
                 placed += followers
         nodes = [role.actor.where.remote() for role in placed]
         for role, ref in zip(placed, nodes, strict=True):
@@ -154,7 +156,7 @@ class Placing:
     def _release(self, role: RayRole) -> None:
         """``role``'s actor killed and its placement group removed (either may be gone already);
         a spread replica's followers' actors too."""
-        for actor in [role.actor, *(f.actor for f in self.followers.pop(role.spec.name, []))]:
+        for actor in [role.actor, *(f.actor for f in self._drop_followers(role.spec.name))]:
             try:
                 ray.kill(actor, no_restart=True)
             except (RayActorError, ValueError):

@@ -67,13 +67,14 @@ def mirror_dir(run_dir: str) -> Path:
 
 
 def remove_mirror(run_dir: str) -> None:
-    """This node's mirror of ``run_dir`` removed, and the job's key folders here if no role's
-    key is left in them (a task's body, where no actor of the job is left on the node)."""
+    """This node's mirror of ``run_dir`` removed, and the job's key folders here with whatever
+    keys are left in them (a task's body, run only where no actor of the job is left on the
+    node, once the job's roles stopped: a key still there is a forgotten role's, whose actor
+    was killed before it could remove it)."""
     local = mirror_dir(run_dir)
     shutil.rmtree(local, ignore_errors=True)
     for folder in (f"{local.name}-own-keys", f"{local.name}-etcd-tls"):
-        with contextlib.suppress(OSError):  # a role of the job here still holds its key
-            (local.parent / folder).rmdir()
+        shutil.rmtree(local.parent / folder, ignore_errors=True)
 
 
 def _base() -> Path:

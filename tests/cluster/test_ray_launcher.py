@@ -397,3 +397,25 @@ def test_a_lost_data_server_comes_back_at_its_address_on_its_home_node(
     assert out["homes"] == {"data 0": out["node_ip"]}, out  # the IP Ray names its node by
     assert out["again"] == out["first"], out
     assert out["roles"] == ["data 0"], out
+
+
+def test_a_node_with_no_role_of_the_job_left_loses_its_mirror_and_every_key_left(
+    tmp_path, monkeypatch
+):
+    """The task the job's stop runs on a node where no actor of the job is left removes the
+    mirror and the job's key folders with the keys a forgotten role's killed actor left in
+    them; another job's folders beside them stay."""
+    from hogwild_plugins.ray.role_actor import mirror_dir, remove_mirror
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    mirror = mirror_dir("/runs/job")
+    other = mirror_dir("/runs/other")
+    for base in (mirror, other):
+        (base / "keys").mkdir(parents=True)
+        for folder, left in (("own-keys", "follower-1.key_secret"), ("etcd-tls", "client.key")):
+            (base.parent / f"{base.name}-{folder}").mkdir()
+            (base.parent / f"{base.name}-{folder}" / left).write_text("secret")
+    remove_mirror("/runs/job")
+    assert sorted(p.name for p in mirror.parent.iterdir()) == sorted(
+        [other.name, f"{other.name}-own-keys", f"{other.name}-etcd-tls"]
+    )

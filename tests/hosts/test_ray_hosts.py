@@ -441,8 +441,9 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     """``cluster.partition_placement = "spread"``: one replica of 2 partitions on 2 of the 3
     Ray nodes (its placement group STRICT_SPREAD), partition 0 in the replica's role, partition
     1 in a ``hogwild partition-host`` follower the launcher starts on another node, blocks of
-    neurons crossing as CURVE frames. Its follower SIGKILLed mid-epoch takes the replica down;
-    the driver restarts it (the launcher starts its follower again), and the job ends well:
+    neurons crossing as CURVE frames. Its follower SIGKILLed in the first of 2 epochs takes the
+    replica down; the driver restarts it (the launcher starts its follower again, and the driver
+    names the follower as the cause), and the job ends well:
     every example trained, the model well above chance, partition 1's rows (which only the
     follower trains, from the activations and errors that crossed) moved in the servers' model,
     nothing left on any host."""
@@ -452,10 +453,10 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     run_dir = tmp_path / "run"
     argv = [
         sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
-        "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "1",
+        "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "2",
         "--replicas", "1", "--partitions", "2", "--ps", "1",
         "--cluster.partition_placement=spread", f"--cluster.host={hosts.address(1)}",
-        "--train.subset=3000", "--checkpoint-dir", str(run_dir),
+        "--train.subset=1500", "--train.evaluate_every=0", "--checkpoint-dir", str(run_dir),
         "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", *PAPER_JOB,
     ]  # fmt: skip
     said = tmp_path / "driver.log"
@@ -476,12 +477,17 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
             assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
             time.sleep(0.2)
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
-        trained = 0
-        while not trained:  # mid-epoch: killed once the driver sees the replica train
+        epoch, trained = 0, 0
+        while not trained:  # mid-job: killed once the driver sees the replica train
             assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
-            trained = _trained(hosts, run_dir)
-        assert trained < 3000, trained  # the epoch is not over
-        psutil.Process(follower[1]).kill()
+            epoch, trained = _trained(hosts, run_dir)
+        # in the first of 2 epochs, so a whole epoch is still ahead of the kill, however fast
+        assert epoch == 0, (epoch, trained)
+        try:
+            psutil.Process(follower[1]).kill()
+        except psutil.NoSuchProcess:
+            pytest.fail(f"the follower exited before it was killed (epoch {epoch}, {trained} "
+                        f"examples trained): {said.read_text()[-2000:]}")  # fmt: skip
         stdout, _ = driver.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if driver.poll() is None:
@@ -492,6 +498,7 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     final = json.loads(stdout.strip().splitlines()[-1])
     assert final["examples"] == 3000 and final["test_accuracy"] >= 0.6, final
     assert final["restarts"] == {"replica-0": 1}, (final["restarts"], stderr[-2000:])
+    assert "by its launcher, as follower 1" in stderr, stderr[-2000:]  # the failing part named
     leader = ready.rpartition(" on ")[2].rpartition(":")[0]
     (far,) = re.findall(r", 1 at ([0-9.]+):[0-9]+", ready)
     assert far != leader and {leader, far} <= {hosts.address(h) for h in (1, 2, 3)}, ready
@@ -513,13 +520,15 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     assert left == [], left  # the killed follower's arena: swept by its role's actor
 
 
-def _trained(hosts: Hosts, run_dir: Path) -> int:
-    """The examples replica 0 trained so far in its epoch, as the driver's status says (asked
-    with the job's user key, from the driver's host)."""
+def _trained(hosts: Hosts, run_dir: Path) -> tuple[int, int]:
+    """Replica 0's epoch and the examples it trained so far in it, as the driver's status says
+    (asked with the job's user key, from the driver's host)."""
     status = json.loads(hosts.check(1, [sys.executable, "-m", "hogwild.cli", "cluster", "status",
                                         str(run_dir), "--json"]))  # fmt: skip
     rows = [row for row in status["rows"] if row.get("role") == "replica 0"]
-    return int(rows[0].get("examples") or 0) if rows else 0
+    if not rows:
+        return 0, 0
+    return int(rows[0].get("epoch") or 0), int(rows[0].get("examples") or 0)
 
 
 def _ready_line(run_dir: Path, mirror: Path) -> str:

@@ -262,10 +262,12 @@ def test_under_the_roster_a_follower_takes_only_its_leaders_messages_and_says_it
         assert {role for role, _ in heard} == {"follower 1"} and message[1].bytes.endswith(b"x")
         # the leader's link: a group's answers only from its role, only to the round asked
         use_identity(identities["replica 0"])
+        made = time.monotonic()
         leader = Receiver(leader_sock, leader_security, plan, groups, 0, arena, 2, 0.1307,
                           0.3081, str(keys), roles, senders)  # fmt: skip
         leader_sock = leader_security = None
-        _until(lambda: receiver.silent(0) < 0.05)  # its beats' key pair is made: replica 0's
+        # a beat heard after the leader's link was made: its beats' key pair is made, replica 0's
+        _until(lambda: receiver.beats[0] > made)
         leader.await_round(fr.FLUSHED, 3)
         for name in ("ps 0", "follower 1"):
             use_identity(identities[name])
