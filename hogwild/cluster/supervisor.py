@@ -272,7 +272,10 @@ class RestartPolicy:
             return [StopJob(self._why_stopped())]
         hold = self._hold_readers(recover)
         actions = []
-        for name in sorted(self.exits, key=lambda n: KIND_ORDER[self.roles[n].kind]):
+        by_tier = sorted(
+            self.exits, key=lambda n: (KIND_ORDER[self.roles[n].kind], self.roles[n].index)
+        )
+        for name in by_tier:  # a tier's roles by index, whatever order their exits were seen in
             role = self.roles[name]
             if hold and role.kind in READERS:
                 if name not in self.held:  # once in the story, not at every Recover
