@@ -370,13 +370,14 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
         unplaced = [spec for spec in specs if spec.name not in self.roles]
         try:
             self._place_all(unplaced, deadline)
-        except RoleFailedError:
-            for spec in unplaced:  # each with its own start_timeout_s: the wait stays bounded
-                if spec.name not in self.roles:
-                    try:
-                        self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)
-                    except RoleFailedError as exc:
-                        results[spec.name] = exc
+        except RoleFailedError:  # each again with its own start_timeout_s (the wait stays
+            # bounded), any the failed call left placed unplaced first, to be checked alone
+            self._unplace([self.roles[s.name] for s in unplaced if s.name in self.roles])
+            for spec in unplaced:
+                try:
+                    self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)
+                except RoleFailedError as exc:
+                    results[spec.name] = exc
         roles = [self.roles[spec.name] for spec in specs if spec.name not in results]
         for role, spec in zip(roles, [s for s in specs if s.name not in results], strict=True):
             role.spec = spec
