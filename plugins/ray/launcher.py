@@ -56,7 +56,8 @@ the role's actor on its node at every start, :meth:`RoleHost.etcd_request
 
 Restarting a role that exited (:meth:`RayLauncher.restart`; :meth:`RayLauncher.restart_all`
 for one tier of a round, side by side: every clear asked at once, then every start, then the
-ready lines, each role's failure its own) clears what is left of its process
+ready lines, each role's failure its own; a spread replica, whose followers start with it,
+one at a time) clears what is left of its process
 group in its actor and starts it there again (same node; a data server keeps its address); a
 role whose actor was lost with it (its node) is placed anew: a replica anywhere, but a parameter
 server or a data server, whose address the other roles were given, only on a live node with its
