@@ -220,7 +220,7 @@ class ClusterDriver:
         Path(config_file).write_text(json.dumps(config.to_dict()))
         self.supervisor = Supervisor(
             self.policy, self.launcher, self.servers.forget_server, self._start_again, self._back,
-            self._data_silent, self._fence,
+            self._data_silent, self._fence, self._start_together,
         )  # fmt: skip
         self._fenced: dict[str, int] = {}  # a held replica fenced: the incarnation it starts as
         self.links = ReplicaLinks(
@@ -398,20 +398,31 @@ class ClusterDriver:
         self.supervisor.supervise(spec.name, spec.kind, spec.index)
 
     def _start_again(self, restart: Restart) -> str:
-        """Start a dead role again through the launcher; its address once it serves (within
-        ``cluster.start_timeout_s``). A replica's work goes back to the coordinator first."""
-        spec = self.specs[restart.name]
+        """Start a dead role again (:meth:`_start_together` of it alone); its address."""
+        (result,) = self._start_together([restart])
+        if isinstance(result, RoleFailedError):
+            raise result
+        return result
+
+    def _start_together(self, restarts: list[Restart]) -> list[str | RoleFailedError]:
+        """Start dead roles of one kind again through the launcher, side by side; each one's
+        address once it serves (within ``cluster.start_timeout_s``) or why it did not start.
+        A replica is fenced and its work goes back to the coordinator before any starts."""
         self.live.clear()
-        role_logger("cluster").warning(
-            "%s; restarting (%d of %d)", restart.exit.describe(), restart.count, restart.limit
-        )
-        if spec.kind == "replica":  # fenced before its portions go to others
-            fenced = self._fenced.pop(restart.name, None) if restart.fenced else None
-            incarnation = self._fence_replica(restart.name) if fenced is None else fenced
-            address = self.launcher.restart(self.specs[restart.name])
-            self.fences.started(spec.index, incarnation)
-            return address
-        return self.launcher.restart(spec)
+        incarnations: dict[str, int] = {}
+        for restart in restarts:
+            role_logger("cluster").warning(
+                "%s; restarting (%d of %d)", restart.exit.describe(), restart.count, restart.limit
+            )
+            if restart.kind == "replica":  # fenced before its portions go to others
+                fenced = self._fenced.pop(restart.name, None) if restart.fenced else None
+                incarnation = self._fence_replica(restart.name) if fenced is None else fenced
+                incarnations[restart.name] = incarnation
+        results = self.launcher.restart_all([self.specs[r.name] for r in restarts])
+        for restart, result in zip(restarts, results, strict=True):
+            if restart.name in incarnations and not isinstance(result, RoleFailedError):
+                self.fences.started(self.specs[restart.name].index, incarnations[restart.name])
+        return results
 
     def _fence(self, fence: Fence) -> None:
         """A replica held (its restart waits for a data server): fenced now, its portions given

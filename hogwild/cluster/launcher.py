@@ -12,6 +12,8 @@ names one): ``local`` (processes on this host, :mod:`hogwild.cluster.local`) is 
   status or signal), so the driver restarts them or stops the job with an error naming them;
 - :meth:`~Launcher.restart` a role that exited: what is left of it (its workers) is stopped,
   then it is started again from the same spec and waited for, as :meth:`~Launcher.start`;
+  :meth:`~Launcher.restart_all` several (one tier of a round of restarts) side by side, each
+  one's success or failure its own;
 - with a roster of the job's keys (:attr:`Launcher.job_keys`,
   :mod:`hogwild.cluster.identities`), each role's key pair is made where it will run before it
   starts, its public key and address entered in the roster;
@@ -134,6 +136,19 @@ class Launcher(ABC):
             RoleFailedError: This launcher cannot restart roles, or the role did not start.
         """
         raise RoleFailedError(f"the {type(self).__name__} cannot restart {spec.name}")
+
+    def restart_all(self, specs: list[RoleSpec]) -> list[str | RoleFailedError]:
+        """:meth:`restart` every one of ``specs`` (roles of one tier: none waits for another);
+        each one's ``HOST:PORT`` or the :class:`RoleFailedError` saying why it did not start,
+        in order. A launcher that can start them side by side should (a host's roles lost
+        together come back together); this one restarts them one after another."""
+        results: list[str | RoleFailedError] = []
+        for spec in specs:
+            try:
+                results.append(self.restart(spec))
+            except RoleFailedError as exc:
+                results.append(exc)
+        return results
 
     @abstractmethod
     def stop_all(self, grace_s: float = 0.0) -> None:

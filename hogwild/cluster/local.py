@@ -85,15 +85,23 @@ class RoleProcess:
 
     def clear(self, timeout_s: float) -> None:
         """Once the role exited: its group asked to stop, killed after ``timeout_s``, reaped."""
-        deadline = time.monotonic() + timeout_s
-        if self.signal_group(signal.SIGTERM):  # orphaned workers release their memory
-            while time.monotonic() < deadline and self.signal_group(0):
-                time.sleep(POLL_S)
-        self.kill_group()
-        self.process.wait()
-        self.reader.join(5.0)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+        clear_roles([self], timeout_s)
+
+
+def clear_roles(roles: list[RoleProcess], timeout_s: float) -> None:
+    """Once the roles exited: their groups asked to stop together, each killed once it is gone
+    or ``timeout_s`` ran out (one wait for all, not one each), reaped."""
+    deadline = time.monotonic() + timeout_s
+    asked = [role for role in roles if role.signal_group(signal.SIGTERM)]  # orphaned workers
+    for role in asked:  # release their memory
+        while time.monotonic() < deadline and role.signal_group(0):
+            time.sleep(POLL_S)
+    for role in roles:
+        role.kill_group()
+        role.process.wait()
+        role.reader.join(5.0)
+        if role.process.stderr is not None:
+            role.process.stderr.close()
 
 
 class LocalLauncher(Launcher):
@@ -124,6 +132,14 @@ class LocalLauncher(Launcher):
 
     def start_all(self, specs: list[RoleSpec]) -> list[str]:
         """Every process first, then the ready lines: the roles start side by side."""
+        results = self._start_each(specs, first_failure_ends=True)
+        return [str(result) for result in results]  # a failure was raised: all are addresses
+
+    def _start_each(
+        self, specs: list[RoleSpec], first_failure_ends: bool
+    ) -> list[str | RoleFailedError]:
+        """Start ``specs`` side by side; each one's address or why it did not start (with
+        ``first_failure_ends``, the first failure is raised instead)."""
         roles = []
         envs = [self._identity(spec) for spec in specs]  # every key in the roster before any
         for spec, env in zip(specs, envs, strict=True):  # starts: servers started side by side
@@ -136,11 +152,19 @@ class LocalLauncher(Launcher):
         # preload, which must not eat the roles' own time to start (a role whose fork was
         # refused is spawned then, and starts in full).
         deadline = time.monotonic() + self.config.cluster.start_timeout_s
-        addresses = [self._wait_ready(role, deadline) for role in roles]
+        results: list[str | RoleFailedError] = []
+        for role in roles:  # one deadline for all: they start together
+            try:
+                results.append(self._wait_ready(role, deadline))
+            except RoleFailedError as exc:
+                if first_failure_ends:
+                    raise
+                results.append(exc)
         if self.job_keys is not None:
-            for spec, address in zip(specs, addresses, strict=True):
-                self.job_keys.located(spec.name, address)
-        return addresses
+            for spec, result in zip(specs, results, strict=True):
+                if isinstance(result, str):
+                    self.job_keys.located(spec.name, result)
+        return results
 
     def _starts_workers(self, spec: RoleSpec) -> bool:
         """Whether the role starts its workers from a forkserver: a replica, forkserver being
@@ -170,11 +194,18 @@ class LocalLauncher(Launcher):
         return role.address
 
     def restart(self, spec: RoleSpec) -> str:
-        old = self.roles.get(spec.name)
-        if old is not None:
-            old.clear(self.config.cluster.stop_timeout_s)
-        self._reported.discard(spec.name)
-        return self.start(spec)
+        (result,) = self.restart_all([spec])
+        if isinstance(result, RoleFailedError):
+            raise result
+        return result
+
+    def restart_all(self, specs: list[RoleSpec]) -> list[str | RoleFailedError]:
+        """What is left of every one of ``specs`` cleared together, then all started side by
+        side (:meth:`start_all`), each one's failure its own."""
+        old = [self.roles[spec.name] for spec in specs if spec.name in self.roles]
+        clear_roles(old, self.config.cluster.stop_timeout_s)
+        self._reported.difference_update(spec.name for spec in specs)
+        return self._start_each(specs, first_failure_ends=False)
 
     def poll(self) -> list[RoleExit]:
         gone = []

@@ -16,15 +16,18 @@ What it decides:
   server's buckets fail over and it rejoins and catches up). A parameter server with one copy
   is not: its state dies with it.
 - **Restarts**: a supervised role that exited comes back while it has been restarted fewer than
-  ``cluster.restarts`` times; the restarts of one :class:`Recover` go parameter servers first,
-  then data servers (a replica starting reads from them), then replicas. A restart that does
+  ``cluster.restarts`` times; the restarts of one :class:`Recover` go in tiers, parameter
+  servers first, then data servers (a replica starting reads from them), then replicas, then
+  groups' members: the roles of one tier (a host's replicas lost together) start side by side
+  and are waited for together, the next tier once they are up or failed. A restart that does
   not start counts, and the role is restarted again at the next :class:`Recover` while restarts
   remain.
 - **Readers wait for their data**: a replica or a group's member (roles that read from the
   job's data servers) is not restarted while every data server is silent (the driver asks them
   before each :class:`Recover`): a data server lost with its host comes back only through a
   restart here, which a replica's start waiting for it (``data.wait_s``) would hold up, since
-  restarts go one at a time; such a start would fail after its wait and cost a second restart.
+  a round's tiers go one after another; such a start would fail after its wait and cost a
+  second restart.
   The readers wait while a data server is gone (its restart comes first) and otherwise up to
   ``data.wait_s`` (the launcher may not yet know that the data server's host is lost), then are
   restarted as usual. A replica held is fenced at once (:class:`Fence`: the servers refuse its
@@ -46,6 +49,7 @@ What it decides:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -268,7 +272,10 @@ class RestartPolicy:
             return [StopJob(self._why_stopped())]
         hold = self._hold_readers(recover)
         actions = []
-        for name in sorted(self.exits, key=lambda n: KIND_ORDER[self.roles[n].kind]):
+        by_tier = sorted(
+            self.exits, key=lambda n: (KIND_ORDER[self.roles[n].kind], self.roles[n].index)
+        )
+        for name in by_tier:  # a tier's roles by index, whatever order their exits were seen in
             role = self.roles[name]
             if hold and role.kind in READERS:
                 if name not in self.held:  # once in the story, not at every Recover
@@ -364,6 +371,10 @@ class Supervisor:
         data_silent: Asks the job's data servers; True when none answers (None: the job runs
             none of its own, and readers are never held).
         fence: Fences a held replica now (a :class:`Fence`; required when readers may be held).
+        start_together: Starts one tier's roles again side by side (a list of
+            :class:`Restart` of one kind) and returns, in order, each one's address or the
+            :class:`~hogwild.errors.RoleFailedError` saying why it did not start (None: each
+            through ``start_again``, one after another).
     """
 
     def __init__(
@@ -375,12 +386,14 @@ class Supervisor:
         back: Callable[[Restart, str], None],
         data_silent: Callable[[], bool] | None = None,
         fence: Callable[[Fence], None] | None = None,
+        start_together: Callable[[list[Restart]], list[str | RoleFailedError]] | None = None,
     ) -> None:
         if data_silent is not None and fence is None:
             raise ValueError("a supervisor that holds readers (data_silent) needs fence")
         self.policy, self.launcher, self.data_silent = policy, launcher, data_silent
         self.fence = fence
         self.forget_server, self.start_again, self.back = forget_server, start_again, back
+        self.start_together = start_together
         self.stimuli = 0
 
     def _id(self, what: str) -> str:
@@ -415,20 +428,44 @@ class Supervisor:
         self._do(actions)
 
     def _do(self, actions: list) -> None:
-        for action in actions:
-            if isinstance(action, ForgetServer):
-                self.forget_server(action.index, action.lost)
-            elif isinstance(action, Fence):
-                self.fence(action)
-            elif isinstance(action, StopJob):
-                raise RoleFailedError(action.reason)
-            elif isinstance(action, Restart):
-                try:
-                    address = self.start_again(action)
-                except RoleFailedError as exc:  # restarted again while restarts remain (after
-                    # the data servers: a replica may not start while none answers)
-                    why, host = str(exc), action.exit.host
-                    self.policy.handle(RestartFailed(action.name, host, why, self._id("failed")))
-                    continue
-                self.policy.handle(Restarted(action.name, self._id("restarted")))
-                self.back(action, address)
+        """Carry ``actions`` out in order; a run of :class:`Restart` of one kind (a tier: the
+        policy orders the kinds) starts side by side, the next tier once it is done."""
+        for (restarting, _), run in itertools.groupby(
+            actions, key=lambda a: (isinstance(a, Restart), getattr(a, "kind", None))
+        ):
+            if restarting:
+                self._restart_tier(list(run))
+                continue
+            for action in run:
+                if isinstance(action, ForgetServer):
+                    self.forget_server(action.index, action.lost)
+                elif isinstance(action, Fence):
+                    self.fence(action)
+                elif isinstance(action, StopJob):
+                    raise RoleFailedError(action.reason)
+
+    def _restart_tier(self, tier: list[Restart]) -> None:
+        """Start ``tier`` again and tell the policy how each went, in the tier's order; then
+        each one back. A restart that failed is restarted again while restarts remain (at the
+        next round, after the data servers: a replica may not start while none answers)."""
+        if self.start_together is not None:
+            results = self.start_together(tier)
+            if len(results) != len(tier):
+                raise ValueError(f"{len(results)} results for {len(tier)} restarts: {results}")
+        else:
+            results = [self._start_one(restart) for restart in tier]
+        for restart, result in zip(tier, results, strict=True):
+            if isinstance(result, RoleFailedError):
+                why, host = str(result), restart.exit.host
+                self.policy.handle(RestartFailed(restart.name, host, why, self._id("failed")))
+            else:
+                self.policy.handle(Restarted(restart.name, self._id("restarted")))
+        for restart, result in zip(tier, results, strict=True):
+            if not isinstance(result, RoleFailedError):
+                self.back(restart, result)
+
+    def _start_one(self, restart: Restart) -> str | RoleFailedError:
+        try:
+            return self.start_again(restart)
+        except RoleFailedError as exc:
+            return exc

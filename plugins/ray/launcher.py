@@ -54,7 +54,10 @@ certificate, and each etcd client role's request (parameter servers, replicas, m
 the role's actor on its node at every start, :meth:`RoleHost.etcd_request
 <hogwild_plugins.ray.role_actor.RoleHost.etcd_request>`). No private key travels.
 
-Restarting a role that exited (:meth:`RayLauncher.restart`) clears what is left of its process
+Restarting a role that exited (:meth:`RayLauncher.restart`; :meth:`RayLauncher.restart_all`
+for one tier of a round, side by side: every clear asked at once, then every start, then the
+ready lines, each role's failure its own; a spread replica, whose followers start with it,
+one at a time) clears what is left of its process
 group in its actor and starts it there again (same node; a data server keeps its address); a
 role whose actor was lost with it (its node) is placed anew: a replica anywhere, but a parameter
 server or a data server, whose address the other roles were given, only on a live node with its
@@ -241,30 +244,61 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
             )
             self._check_followers_started(waiting)
             for role, status in zip(waiting, statuses, strict=True):
-                spec = role.spec
-                role.last = status["last"]
-                if status["address"]:
-                    addresses[spec.name] = status["address"]
-                    if self.job_keys is not None:
-                        self.job_keys.located(spec.name, status["address"])
-                    continue
-                code = status["returncode"]
-                if code is not None or time.monotonic() > deadline:
-                    why = (
-                        RoleExit(spec.name, role.host, code).describe()
-                        if code is not None
-                        else f"{spec.name} on {role.host} did not print its ready line within "
-                        f"{self.cluster.start_timeout_s:g} s"
-                    )
-                    raise RoleFailedError(f"{why} while starting: {self._last_words(role)}")
+                address = self._ready_in(role, status, deadline)
+                if address is not None:
+                    addresses[role.spec.name] = address
             if len(addresses) < len(roles):
                 time.sleep(POLL_S)
         return [addresses[r.spec.name] for r in roles]
+
+    def _wait_each(self, roles: list[RayRole], deadline: float) -> dict[str, str | RoleFailedError]:
+        """:meth:`_wait_ready` of roles without followers, each one's failure its own: role
+        name -> its ready address, or why it exited or stayed silent past ``deadline``."""
+        results: dict[str, str | RoleFailedError] = {}
+        while len(results) < len(roles):
+            waiting = [r for r in roles if r.spec.name not in results]
+            refs = [r.actor.status.remote() for r in waiting]  # asked together, read in turn
+            for role, ref in zip(waiting, refs, strict=True):
+                try:
+                    (status,) = self._get([ref], [role.spec])
+                    address = self._ready_in(role, status, deadline)
+                    if address is not None:
+                        results[role.spec.name] = address
+                except RoleFailedError as exc:
+                    results[role.spec.name] = exc
+            if len(results) < len(roles):
+                time.sleep(POLL_S)
+        return results
+
+    def _ready_in(self, role: RayRole, status: dict, deadline: float) -> str | None:
+        """The role's ready address from its actor's ``status`` (entered in the roster), None
+        while it may still print it; raises :class:`RoleFailedError` once it cannot."""
+        spec = role.spec
+        role.last = status["last"]
+        if status["address"]:
+            if self.job_keys is not None:
+                self.job_keys.located(spec.name, status["address"])
+            return status["address"]
+        code = status["returncode"]
+        if code is not None or time.monotonic() > deadline:
+            why = (
+                RoleExit(spec.name, role.host, code).describe()
+                if code is not None
+                else f"{spec.name} on {role.host} did not print its ready line within "
+                f"{self.cluster.start_timeout_s:g} s"
+            )
+            raise RoleFailedError(f"{why} while starting: {self._last_words(role)}")
+        return None
 
     def start(self, spec: RoleSpec) -> str:
         return self.start_all([spec])[0]
 
     def restart(self, spec: RoleSpec) -> str:
+        return self._restart_one(spec)
+
+    def _restart_one(self, spec: RoleSpec) -> str:
+        """What is left of ``spec``'s role cleared in its actor (a spread replica's followers
+        too), then the role started again there, or placed anew if its actor is lost."""
         self.follower_failed.pop(spec.name, None)  # a failure poll never reported is stale
         role = self.roles.get(spec.name)
         if role is not None and spec.name in self.followers:
@@ -286,6 +320,116 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
                 self._forget(role)
         self._reported.discard(spec.name)
         return self.start(spec)
+
+    def restart_all(self, specs: list[RoleSpec]) -> list[str | RoleFailedError]:
+        """Every one of ``specs`` cleared in its actor (asked together), then those cleared or
+        lost started side by side (:meth:`_start_each`); each one's address or failure. A
+        spread replica (its followers on other nodes) is restarted alone (:meth:`restart`)."""
+        results: dict[str, str | RoleFailedError] = {}
+        for spec in specs:
+            if spec.name in self.followers or (self.spread and spec.kind == "replica"):
+                try:
+                    results[spec.name] = self._restart_one(spec)
+                except RoleFailedError as exc:
+                    results[spec.name] = exc
+        specs_together = [spec for spec in specs if spec.name not in results]
+        wait_s = 2 * self.cluster.stop_timeout_s + CALL_TIMEOUT_S
+        clears = [
+            (
+                self.roles[spec.name],
+                self.roles[spec.name].actor.clear.remote(self.cluster.stop_timeout_s),
+            )
+            for spec in specs_together
+            if spec.name in self.roles
+        ]
+        deadline = time.monotonic() + wait_s
+        for role, ref in clears:
+            name = role.spec.name
+            try:
+                ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+            except GetTimeoutError:
+                results[name] = RoleFailedError(
+                    f"{name}: its Ray actor did not clear the role within {wait_s:g} s"
+                )
+            except ActorUnavailableError as exc:  # unreachable, not known dead: its process may
+                # still hold the address, so it is not placed anew (a failed attempt; the next
+                # finds it back, or lost)
+                results[name] = RoleFailedError(f"{name}: its Ray actor is unreachable: {exc}")
+            except RayActorError:  # its actor (or node) is lost: place the role anew
+                self._forget(role)
+        pending = [spec for spec in specs_together if spec.name not in results]
+        self._reported.difference_update(spec.name for spec in pending)
+        results.update(self._start_each(pending))
+        return [results[spec.name] for spec in specs]
+
+    def _start_each(self, specs: list[RoleSpec]) -> dict[str, str | RoleFailedError]:
+        """:meth:`start_all`'s steps, each role's failure its own: the roles lost with their
+        actors placed together (one by one only if that fails, to tell which cannot be), every
+        key and certificate made, every process started, then the ready lines."""
+        results: dict[str, str | RoleFailedError] = {}
+        deadline = time.monotonic() + self.cluster.start_timeout_s
+        unplaced = [spec for spec in specs if spec.name not in self.roles]
+        try:
+            self._place_all(unplaced, deadline)
+        except RoleFailedError:  # each again with its own start_timeout_s (the wait stays
+            # bounded), any the failed call left placed unplaced first, to be checked alone
+            self._unplace([self.roles[s.name] for s in unplaced if s.name in self.roles])
+            for spec in unplaced:
+                try:
+                    self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)
+                except RoleFailedError as exc:
+                    results[spec.name] = exc
+        roles = [self.roles[spec.name] for spec in specs if spec.name not in results]
+        for role, spec in zip(roles, [s for s in specs if s.name not in results], strict=True):
+            role.spec = spec
+
+        def each(step, roles: list[RayRole]) -> list[RayRole]:
+            """``step`` of every role; those it did not fail."""
+            for role in roles:
+                try:
+                    step(role)
+                except RoleFailedError as exc:
+                    results[role.spec.name] = exc
+            return [r for r in roles if r.spec.name not in results]
+
+        if self.job_keys is not None:  # every key in the roster before any of them starts
+            roles = each(lambda role: self._identify(role, self._argv(role)), roles)
+        if self.etcd_ca is not None:
+            certified = each(
+                lambda role: self._certify([role]),
+                [r for r in roles if r.spec.kind in ETCD_CLIENTS],
+            )
+            roles = [r for r in roles if r in certified or r.spec.kind not in ETCD_CLIENTS]
+        roles = self._launch_each(roles, results)
+        results.update(self._wait_each(roles, deadline))
+        return results
+
+    def _launch_each(
+        self, roles: list[RayRole], results: dict[str, str | RoleFailedError]
+    ) -> list[RayRole]:
+        """:meth:`_launch_all`, a role whose process did not start entered in ``results``; the
+        roles started. An error that is no role's (a request not sent) is raised once every
+        sent request's pid is recorded."""
+        requests, failure = [], None
+        for role in roles:
+            try:
+                requests.append((role, self._launch(role)))
+            except RoleFailedError as exc:
+                results[role.spec.name] = exc
+            except Exception as exc:  # as _launch_all: the sent ones run, and are recorded
+                failure = failure or exc
+        started = []
+        for role, request in requests:
+            try:
+                (process,) = self._get([request], [role.spec])
+            except RoleFailedError as exc:
+                results[role.spec.name] = exc
+                continue
+            role.pid, role.log = process["pid"], process["log"]
+            started.append(role)
+        if failure is not None:
+            raise failure
+        return started
 
     def kill(self, name: str) -> bool:
         role = self.roles.get(name)

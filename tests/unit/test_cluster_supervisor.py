@@ -12,9 +12,12 @@ import pytest
 
 from hogwild.cluster.launcher import RoleExit
 from hogwild.cluster.supervisor import (
+    EXITED,
     HELD,
     HOLD_NOT_SILENT,
     HOLD_TIMED_OUT,
+    RESTARTING,
+    RUNNING,
     Fence,
     ForgetServer,
     Recover,
@@ -282,3 +285,74 @@ def test_a_data_server_probe_failing_otherwise_than_by_silence_is_not_silence(tm
     servers are not silent, rather than escaping and stopping the driver (review F, F4)."""
     assert not all_silent(["no such:address"])
     assert not all_silent(["127.0.0.1:1"], keys=str(tmp_path / "no-keys"))
+
+
+def test_a_host_lost_comes_back_tier_by_tier_each_tier_side_by_side() -> None:
+    """A host's roles lost together: one round starts each tier's roles together (in index
+    order, whatever order their exits came in), the next tier once the last is back; a role of
+    a tier that did not start is reported alone and restarted again at the next round."""
+    launcher, done, failing = FakeLauncher(), [], {"replica 1"}
+
+    def start_together(restarts: list[Restart]) -> list:
+        done.append(("start", [r.name for r in restarts]))
+        results = [
+            RoleFailedError(f"{r.name} did not start") if r.name in failing else f"h:{r.index}"
+            for r in restarts
+        ]
+        failing.difference_update(r.name for r in restarts)  # only the first time
+        return results
+
+    def start_again(restart: Restart) -> str:
+        raise AssertionError(f"{restart.name} started alone")
+
+    supervisor = Supervisor(
+        RestartPolicy(2), launcher, lambda i, lost: done.append(("forget", i, lost)), start_again,
+        lambda restart, address: done.append(("back", restart.name, address)),
+        start_together=start_together,
+    )  # fmt: skip
+    roles = [("ps", 0), ("ps", 1), ("data", 0), ("replica", 0), ("replica", 1), ("replica", 2)]
+    for kind, index in [*roles, ("member", 0)]:
+        supervisor.supervise(f"{kind} {index}", kind, index)
+    lost = ["replica 2", "ps 1", "replica 0", "data 0", "ps 0", "member 0", "replica 1"]
+    launcher.exits = [RoleExit(name, "h", None) for name in lost]
+    supervisor.recover()
+    supervisor.policy.validate_state()
+    assert done == [
+        ("forget", 1, True),
+        ("forget", 0, True),
+        ("start", ["ps 0", "ps 1"]),
+        ("back", "ps 0", "h:0"),
+        ("back", "ps 1", "h:1"),
+        ("start", ["data 0"]),
+        ("back", "data 0", "h:0"),
+        ("start", ["replica 0", "replica 1", "replica 2"]),
+        ("back", "replica 0", "h:0"),
+        ("back", "replica 2", "h:2"),
+        ("start", ["member 0"]),
+        ("back", "member 0", "h:0"),
+    ]
+    told = [(entry[1], entry[3]) for entry in supervisor.policy.story() if entry[2] == RESTARTING]
+    assert told == [  # into the policy in the tiers' order
+        ("ps 0", RUNNING), ("ps 1", RUNNING), ("data 0", RUNNING), ("replica 0", RUNNING),
+        ("replica 1", EXITED), ("replica 2", RUNNING), ("member 0", RUNNING),
+    ]  # fmt: skip
+    assert supervisor.policy.awaiting_restart("replica 1")
+    assert "replica 1 did not start" in supervisor.policy.exits["replica 1"].why
+    del done[:]
+    supervisor.recover()
+    supervisor.policy.validate_state()
+    assert done == [("start", ["replica 1"]), ("back", "replica 1", "h:1")]
+    assert supervisor.policy.restarts["replica 1"] == 2
+
+
+def test_a_tier_answered_with_too_few_results_is_an_error_not_a_silent_restart() -> None:
+    launcher = FakeLauncher()
+    supervisor = Supervisor(
+        RestartPolicy(2), launcher, lambda i, lost: None, lambda r: "h:0", lambda r, a: None,
+        start_together=lambda restarts: ["h:0"],
+    )  # fmt: skip
+    for index in (0, 1):
+        supervisor.supervise(f"replica {index}", "replica", index)
+    launcher.exits = [RoleExit("replica 0", "h", -9), RoleExit("replica 1", "h", -9)]
+    with pytest.raises(ValueError, match="1 results for 2 restarts"):
+        supervisor.recover()
