@@ -7,7 +7,10 @@ server's stale one), that a server whose children live is never replaced under t
 uses spawn), that one that died is started again, that a plain-forked child of the process
 holding the server's "alive" pipe delays neither its replacement nor its stop, that a gang
 whose server died names it and still ends its workers, and that a process watching another (as
-a forked worker watches its trainer) gets its signal when that one ends. The signal tests of
+a forked worker watches its trainer) gets its signal when that one ends. A server forked from its
+trainer starts a worker (one thread in both, the trainer's OpenBLAS pool notwithstanding, and the
+locks held around the fork free in the worker), and multiprocessing internals other than the
+ones such a fork fills in (Python 3.14's authenticated server) refuse it. The signal tests of
 ``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C, SIGTERM and SIGKILL of the
 trainer leave neither its workers nor its forkserver behind.
 """
@@ -301,7 +304,9 @@ FORKED = textwrap.dedent(
     from hogwild.training import zygote
 
     def report(conn):  # a worker forked from the forked server
-        conn.send((os.getppid(), psutil.Process().num_threads()))
+        # the locks held around the fork are free in it: it could start processes of its own
+        free = zygote._lock.acquire(timeout=5) and zygote._forkserver()._lock.acquire(timeout=5)
+        conn.send((os.getppid(), psutil.Process().num_threads(), free))
 
     if __name__ == "__main__":
         before = psutil.Process().num_threads()  # this one, with OpenBLAS's pool
@@ -315,14 +320,14 @@ FORKED = textwrap.dedent(
             worker = context.Process(target=report, args=(child,))
             worker.start()
             assert parent.poll(60), "the worker never answered"
-            ppid, worker_threads = parent.recv()
+            ppid, worker_threads, free = parent.recv()
         worker.join(60)
         assert worker.exitcode == 0, worker.exitcode
         json.dump({
             "server": server, "reused": zygote.server_pid(), "ppid": ppid,
             "title": " ".join(psutil.Process(server).cmdline()),
             "server_threads": psutil.Process(server).num_threads(),
-            "worker_threads": worker_threads, "before": before, "cores": cores,
+            "worker_threads": worker_threads, "before": before, "cores": cores, "free": free,
             "after": psutil.Process().num_threads(),
         }, sys.stdout)
         assert zygote.stop_server()
@@ -343,6 +348,7 @@ def test_a_worker_starts_through_a_server_forked_from_its_trainer(tmp_path):
     assert run.returncode == 0, run.stderr
     found = json.loads(run.stdout)
     assert found["ppid"] == found["server"] == found["reused"]  # the forked one, used
+    assert found["free"], found
     assert f"{zygote.FORKED_TITLE}, for a test of the forked server" in found["title"]
     # one thread, though its trainer ran a BLAS pool: limited before the fork, not after it
     assert found["server_threads"] == 1 and found["worker_threads"] == 1, found
