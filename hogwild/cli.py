@@ -22,6 +22,7 @@ import gc
 import importlib
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -32,6 +33,7 @@ from hogwild.errors import EXIT_STOPPED, HogwildError, StoppedError, Terminated,
 INTERRUPTED = "hogwild: interrupted; workers stopped and shared memory removed"  # on Ctrl-C
 
 _OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
+_program = False  # whether hogwild is this process's program (run), not a script calling main
 PLUGIN_COMMANDS = "hogwild.commands"
 BENCHMARKS = {"cores": "Adam Fig. 8: training throughput against cores, beside PyTorch Hogwild"}
 BENCHMARK_SCRIPTS = {"cores": "adam_fig8_cores"}  # a benchmark's name -> its bench/figures/ file
@@ -276,12 +278,15 @@ def _train(args, overrides: dict[str, str]) -> int:
             config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite)
         )
     else:
-        if config.train.start_method == "forkserver" and not args.model:
+        if config.train.start_method == "forkserver" and not args.model and _program:
             # the workers' forkserver forked from here, before any thread (a --model's PyTorch
-            # starts its own): no second interpreter importing numba (zygote.fork_server)
+            # starts its own): no second interpreter importing numba (zygote.fork_server).
+            # Only where hogwild is the program: a script calling main() would have its whole
+            # process (its threads' locks, a GPU's state) copied into the server.
             from hogwild.training.zygote import import_and_fork_server
 
-            import_and_fork_server()  # else (it says why) the gang starts one afresh
+            # else (it logs why) the gang starts one afresh
+            import_and_fork_server(f"pid {os.getpid()}, hogwild train")
         job, data, test_data, target = None, args.data, None, args.target
         if args.loss != "cross_entropy" and not args.model:
             raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")
@@ -580,6 +585,8 @@ def run() -> None:
     from hogwild.runtime import collect_garbage_less_often
     from hogwild.signals import forget_caught_interrupts
 
+    global _program
+    _program = True
     collect_garbage_less_often()
     code = main()
     forget_caught_interrupts()  # main caught every Ctrl-C: its status is the exit status

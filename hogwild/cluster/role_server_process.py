@@ -38,6 +38,8 @@ from hogwild.cluster.role_server import (
 )
 from hogwild.process_title import set_title
 
+_title = "hogwild role server"  # this server's title, which names the job's run directory
+
 
 def serve(driver_pid: int, control_fd: int) -> list[str]:
     """The server's loop. Returns only in a forked child, the role's ``hogwild`` argv, once the
@@ -48,8 +50,9 @@ def serve(driver_pid: int, control_fd: int) -> list[str]:
     if os.getppid() != driver_pid:  # the pidfd may name a process started since
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the roles, then this
-    title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
-    set_title(title)
+    global _title
+    _title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
+    set_title(_title)
     _preload()
     # A fork copies only the forking thread, and a child's PR_SET_PDEATHSIG follows the
     # thread that forked it: no thread of the server's may hold a lock a child needs, or end
@@ -276,7 +279,8 @@ class _Server:
         if request["workers"]:  # now, while this is the only thread
             from hogwild.training.zygote import fork_server
 
-            fork_server()  # else (it says why) the first gang starts one afresh, as before
+            # else (it logs why) the first gang starts one afresh, as before
+            fork_server(f"pid {os.getpid()}, a role of the {_title}")
         from hogwild.signals import die_with_pidfd
 
         die_with_pidfd(self.driver, signal.SIGTERM)

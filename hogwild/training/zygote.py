@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import inspect
 import logging
 import multiprocessing as mp
 import multiprocessing.connection
@@ -58,7 +59,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from hogwild.blas import limit_blas_threads
+from hogwild.blas import one_blas_thread_and_no_pool
 from hogwild.process_title import set_title
 from hogwild.runtime import environment_set, single_threaded_blas
 
@@ -138,59 +139,65 @@ def starting(start_method: str) -> Iterator[mp.context.BaseContext]:
         yield mp.get_context("forkserver" if reason is None else "spawn")
 
 
-def fork_server() -> str | None:
+def fork_server(owner: str) -> str | None:
     """Start this process's forkserver now as a fork of this process; None once it runs, else
     why not (the server is then started the usual way, as a fresh interpreter, when a gang
     first needs it).
 
-    For a process that has imported :data:`WORKER_IMPORTS` already and runs one thread: a
-    cluster replica forked from the job's role server, before its first thread; ``hogwild
-    train``, which imports them first (:func:`import_and_fork_server`). The fork begins where a
-    fresh server is only after its imports (the interpreter's start, numba's, numba's target),
-    about a second and a half of CPU per replica. It is keyed as :func:`starting` keys a
-    server it starts (the environment with BLAS limited to one thread, the CPU affinity), so
-    that the first gang reuses it, and a changed environment replaces it as it would any
-    other. What a fresh server would not have it gives up in the fork: every fd but stdio,
-    its socket and its "alive" pipe; every signal handler (what is ignored stays ignored, as
-    across an exec; SIGINT is ignored, as :mod:`hogwild.training.preload` ignores it); its
-    command line, which would name the role
-    (:data:`FORKED_TITLE` instead); BLAS threads beyond one.
+    For a process that has imported :data:`WORKER_IMPORTS` already and runs one thread (counted
+    in ``/proc/self/task``, native threads included, once OpenBLAS's pool is ended as each fork
+    ends it): a cluster replica forked from the job's role server, before its first thread;
+    ``hogwild train``, which imports them first (:func:`import_and_fork_server`). The fork
+    begins where a fresh server is only after its imports (the interpreter's start, numba's,
+    numba's target), about a second and a half of CPU per replica. It is keyed as
+    :func:`starting` keys a server it starts (the environment with BLAS limited to one thread,
+    the CPU affinity), so that the first gang reuses it, and a changed environment replaces it
+    as it would any other. What a fresh server would not have it gives up in the fork: every
+    fd but stdio, its socket and its "alive" pipe; every signal handler (what is ignored stays
+    ignored, as across an exec; SIGINT is ignored, as :mod:`hogwild.training.preload` ignores
+    it); the locks this module and multiprocessing's server hold around the fork; its command
+    line, which would name the role (:data:`FORKED_TITLE` and ``owner``, which should name the
+    process and the job's run directory, instead); BLAS threads beyond one (limited in the
+    parent before the fork, see :func:`hogwild.blas.one_blas_thread_and_no_pool`).
+
+    It fills multiprocessing's private record of its server, so it refuses where that record
+    is not the one it was written for (CPython 3.11 to 3.13): 3.14's server, for one,
+    authenticates every client with a key a forked server would not have. A refusal's reason
+    is also logged (debug).
     """
+    reason = _fork_server(owner)
+    if reason is not None:
+        logger.debug("hogwild: the workers' forkserver is not forked from this process: %s", reason)
+    return reason
+
+
+def _fork_server(owner: str) -> str | None:
     global _server, _exit_hook
     with _lock, single_threaded_blas():
-        if WORKER_IMPORTS not in sys.modules:
-            return f"this process has not imported {WORKER_IMPORTS}"
-        if not pidfd_supported():
-            return "this kernel has no pidfd, by which a forked worker watches its trainer"
-        if threading.active_count() != 1:
-            return "this process runs threads, which a fork would not copy"
-        if server_pid() is not None:
-            return "this process has a forkserver already"
+        reason = _unforkable(_forkserver())
+        if reason is not None:
+            return reason
         key = environment_key(dict(os.environ))
         server = _forkserver()
         with server._lock:
             multiprocessing.resource_tracker.ensure_running()  # as ensure_running does first
             listener = socket.socket(socket.AF_UNIX)
             try:
-                address = multiprocessing.connection.arbitrary_address("AF_UNIX")
-                listener.bind(address)
-                if not mp.util.is_abstract_socket_namespace(address):
-                    os.chmod(address, 0o600)
-                listener.listen()
-                alive_r, alive_w = os.pipe()
-                try:
-                    pid = os.fork()
-                except BaseException:
-                    os.close(alive_r)
-                    os.close(alive_w)
-                    raise
-                if pid == 0:
-                    _be_forked_server(listener.fileno(), alive_r)  # never returns
-                os.close(alive_r)
+                with one_blas_thread_and_no_pool():
+                    threads = _threads()
+                    if threads != 1:
+                        return f"this process runs {threads} threads, which a fork would not copy"
+                    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+                    listener.bind(address)
+                    if not mp.util.is_abstract_socket_namespace(address):
+                        os.chmod(address, 0o600)
+                    listener.listen()
+                    forked = _fork(listener.fileno(), owner)
             except OSError as error:  # its socket's path too long, no process or fd left
                 return f"the server could not be forked ({error})"
             finally:
                 listener.close()
+            pid, alive_w = forked
             server._forkserver_address = address
             server._forkserver_alive_fd = alive_w
             server._forkserver_pid = pid
@@ -202,7 +209,7 @@ def fork_server() -> str | None:
     return None
 
 
-def import_and_fork_server() -> str | None:
+def import_and_fork_server(owner: str) -> str | None:
     """:func:`fork_server`, once this process has imported :data:`WORKER_IMPORTS` (which it
     does now): for a job's parent that will start workers from a forkserver and runs one
     thread yet. Its imports are paid once, here, instead of once here and once in a fresh
@@ -210,19 +217,83 @@ def import_and_fork_server() -> str | None:
     import importlib
 
     importlib.import_module(WORKER_IMPORTS)
-    return fork_server()
+    return fork_server(owner)
 
 
 FORKED_TITLE = "from multiprocessing.forkserver import main  # hogwild workers' server, forked"
-"""The process title of a forked server (and of the workers it forks until they name themselves):
-it says what the process is, never the role it was forked from."""
+"""The process title of a forked server (and of the workers it forks until they name themselves),
+followed by its owner: it says what the process is and whose, never the role it was forked
+from."""
+
+SERVER_FIELDS = (
+    "_lock",
+    "_forkserver_address",
+    "_forkserver_alive_fd",
+    "_forkserver_pid",
+    "_preload_modules",
+)  # multiprocessing's private record of its server (3.11 to 3.13), which a fork fills
+SERVER_MAIN = ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
 
 
-def _be_forked_server(listener: int, alive_r: int) -> None:
+def _unforkable(server) -> str | None:
+    """Why this process cannot fork its forkserver now; None if it can (but for its threads,
+    which are counted only once BLAS's pool has ended)."""
+    missing = [name for name in SERVER_FIELDS if not hasattr(server, name)]
+    if missing:
+        return f"multiprocessing's forkserver has no {', '.join(missing)} for a fork to fill"
+    if hasattr(server, "_forkserver_authkey"):
+        return "multiprocessing's forkserver authenticates its clients, which a fork cannot"
+    parameters = tuple(inspect.signature(multiprocessing.forkserver.main).parameters)
+    if parameters != SERVER_MAIN:
+        return f"multiprocessing's forkserver.main{parameters} is not {SERVER_MAIN}"
+    if WORKER_IMPORTS not in sys.modules:
+        return f"this process has not imported {WORKER_IMPORTS}"
+    if not pidfd_supported():
+        return "this kernel has no pidfd, by which a forked worker watches its trainer"
+    if server_pid() is not None:
+        return "this process has a forkserver already"
+    return None
+
+
+def _threads() -> int:
+    """The threads this process runs, native ones included (``/proc/self/task``)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def _fork(listener: int, owner: str) -> tuple[int, int]:
+    """Fork the server serving ``listener``: (its pid, the write end of its "alive" pipe).
+
+    Stdio is flushed first (what is buffered would be written again by every worker), and every
+    signal is blocked across the fork, so that none runs the parent's handlers in the child
+    before it has reset them; each side unblocks them itself.
+    """
+    alive_r, alive_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _be_forked_server(listener, alive_r, owner)  # never returns
+    except BaseException:
+        os.close(alive_w)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # the parent's (the child never returns)
+        os.close(alive_r)
+    return pid, alive_w
+
+
+def _be_forked_server(listener: int, alive_r: int, owner: str) -> None:
     """In the forked child: become what a fresh server is after its imports, then serve until
     the "alive" pipe closes; never returns."""
+    global _lock
     code = 1
     try:
+        # the fork copied these held by the thread that forked, which the child is not: free
+        # ones, so that a worker can start processes of its own
+        _lock = threading.RLock()
+        _forkserver()._lock = threading.Lock()
         kept = sorted({0, 1, 2, listener, alive_r})
         for low, high in zip(kept, [*kept[1:], os.sysconf("SC_OPEN_MAX")], strict=True):
             os.closerange(low + 1, high)  # a fresh server inherits only its socket and pipe
@@ -233,9 +304,8 @@ def _be_forked_server(listener: int, alive_r: int) -> None:
                 if callable(signal.getsignal(signum)):
                     signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the preload does in a fresh server
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        limit_blas_threads(1)  # loaded before the variables said so (they are set now)
-        set_title(f"{sys.executable} -c {FORKED_TITLE}")
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])  # blocked across the fork
+        set_title(f"{sys.executable} -c {FORKED_TITLE}, for {owner}")
         multiprocessing.forkserver.main(listener, alive_r, [])
         code = 0
     except SystemExit:  # the "alive" pipe closed: every client has ended

@@ -197,9 +197,15 @@ def assert_forked_and_titled(roles: list[dict], run_dir: Path) -> None:
         assert ROLE_COMMANDS[kind] in line and str(run_dir) in line, (role, line)
         if kind == "replica":
             assert f" replica --index {index} " in line, line
-            # its workers' forkserver, forked from it as it began, titled as what it is
-            servers = [" ".join(child.cmdline()) for child in proc.children()]
-            assert [s for s in servers if FORKED_TITLE in s and str(run_dir) not in s], servers
+            # its workers' forkserver, forked from it as it began, titled as what it is and
+            # whose (so that processes_of finds one left behind), never as the role
+            servers = []
+            for child in proc.children():
+                with contextlib.suppress(psutil.Error):  # a worker ended meanwhile
+                    servers.append(" ".join(child.cmdline()))
+            owner = f"for pid {role['pid']}, a role of the hogwild role server of {run_dir}"
+            assert [s for s in servers if f"{FORKED_TITLE}, {owner}" in s], servers
+            assert not [s for s in servers if ROLE_COMMANDS[kind] in s], servers
         assert os.getsid(role["pid"]) == role["pid"]  # its own session: no Ctrl-C reaches it
         server = " ".join(proc.parent().cmdline()).strip()  # a title: one part, NULs after
         assert server == f"hogwild role server of {run_dir}", (role, server)

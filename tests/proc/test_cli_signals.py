@@ -131,7 +131,8 @@ def test_ctrl_c_stops_workers_and_removes_the_arena(long_job):
     assert len(workers) == 2
     server = forkserver_of(process.pid)
     # forked from the trainer (no second interpreter importing numba), the workers from it
-    assert FORKED_TITLE in " ".join(server.cmdline())
+    assert f"{FORKED_TITLE}, for pid {process.pid}, hogwild train" in " ".join(server.cmdline())
+    assert server.num_threads() == 1  # OpenBLAS's pool ended in the fork, not started again
     assert {worker.ppid() for worker in workers} == {server.pid}
     assert segments_of(process.pid)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole group, workers and server too

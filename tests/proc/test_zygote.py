@@ -7,14 +7,19 @@ server's stale one), that a server whose children live is never replaced under t
 uses spawn), that one that died is started again, that a plain-forked child of the process
 holding the server's "alive" pipe delays neither its replacement nor its stop, that a gang
 whose server died names it and still ends its workers, and that a process watching another (as
-a forked worker watches its trainer) gets its signal when that one ends. The signal tests of
+a forked worker watches its trainer) gets its signal when that one ends. A server forked from its
+trainer starts a worker (one thread in both, the trainer's OpenBLAS pool notwithstanding, and the
+locks held around the fork free in the worker), and multiprocessing internals other than the
+ones such a fork fills in (Python 3.14's authenticated server) refuse it. The signal tests of
 ``hogwild train`` (tests/proc/test_cli_signals.py) prove that Ctrl-C, SIGTERM and SIGKILL of the
 trainer leave neither its workers nor its forkserver behind.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -289,3 +294,79 @@ def test_the_server_imports_hogwild_from_the_trainers_path_not_a_folder_in_its_c
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == hogwild.__file__, run.stderr
+
+
+FORKED = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy  # loads OpenBLAS, which starts its pool: one thread a core but one
+    import psutil
+    from hogwild.training import zygote
+
+    def report(conn):  # a worker forked from the forked server
+        # the locks held around the fork are free in it: it could start processes of its own
+        free = zygote._lock.acquire(timeout=5) and zygote._forkserver()._lock.acquire(timeout=5)
+        conn.send((os.getppid(), psutil.Process().num_threads(), free))
+
+    if __name__ == "__main__":
+        before = psutil.Process().num_threads()  # this one, with OpenBLAS's pool
+        cores = len(os.sched_getaffinity(0))
+        reason = zygote.import_and_fork_server("a test of the forked server")
+        assert reason is None, reason
+        server = zygote.server_pid()
+        with zygote.starting("forkserver") as context:
+            assert context.get_start_method() == "forkserver"
+            parent, child = context.Pipe()
+            worker = context.Process(target=report, args=(child,))
+            worker.start()
+            assert parent.poll(60), "the worker never answered"
+            ppid, worker_threads, free = parent.recv()
+        worker.join(60)
+        assert worker.exitcode == 0, worker.exitcode
+        json.dump({
+            "server": server, "reused": zygote.server_pid(), "ppid": ppid,
+            "title": " ".join(psutil.Process(server).cmdline()),
+            "server_threads": psutil.Process(server).num_threads(),
+            "worker_threads": worker_threads, "before": before, "cores": cores, "free": free,
+            "after": psutil.Process().num_threads(),
+        }, sys.stdout)
+        assert zygote.stop_server()
+    """
+)
+
+
+def test_a_worker_starts_through_a_server_forked_from_its_trainer(tmp_path):
+    # the trainer loads OpenBLAS with its pool (no limit in its environment); a newer Python's
+    # forkserver, which a fork cannot fill in, refuses and fails the first assert with why
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED)
+    blas_limits = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+    env = {name: value for name, value in os.environ.items() if name not in blas_limits}
+    run = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert found["ppid"] == found["server"] == found["reused"]  # the forked one, used
+    assert found["free"], found
+    assert f"{zygote.FORKED_TITLE}, for a test of the forked server" in found["title"]
+    # one thread, though its trainer ran a BLAS pool: limited before the fork, not after it
+    assert found["server_threads"] == 1 and found["worker_threads"] == 1, found
+    if found["cores"] > 1:  # the pool the count had to see ended, and back in the trainer
+        assert found["before"] > 1 and found["after"] >= found["before"], found
+
+
+def test_a_forkserver_unlike_the_one_a_fork_fills_in_is_started_afresh(monkeypatch):
+    server = multiprocessing.forkserver._forkserver
+    monkeypatch.setattr(server, "_forkserver_authkey", None, raising=False)  # Python 3.14's
+    assert "authenticates" in zygote.fork_server("a test")
+    monkeypatch.delattr(server, "_forkserver_authkey")
+    monkeypatch.delattr(server, "_preload_modules")
+    assert "_preload_modules" in zygote.fork_server("a test")
+    monkeypatch.undo()
+
+    def main(listener_fd, alive_r, preload, main_path=None, sys_path=None, *, authkey_r=None):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(multiprocessing.forkserver, "main", main)
+    assert "authkey_r" in zygote.fork_server("a test")
