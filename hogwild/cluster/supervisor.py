@@ -373,8 +373,9 @@ class Supervisor:
         fence: Fences a held replica now (a :class:`Fence`; required when readers may be held).
         start_together: Starts one tier's roles again side by side (a list of
             :class:`Restart` of one kind) and returns, in order, each one's address or the
-            :class:`~hogwild.errors.RoleFailedError` saying why it did not start (None: each
-            through ``start_again``, one after another).
+            :class:`~hogwild.errors.RoleFailedError` saying why it did not start: returned,
+            never raised (one it raises stops the job) (None: each through ``start_again``,
+            one after another).
     """
 
     def __init__(

@@ -181,7 +181,9 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
         if self.etcd_ca is not None:
             self._certify([r for r in roles if r.spec.kind in ETCD_CLIENTS])
         self._launch_all([*followers, *roles])  # the followers wait for their leader's job
-        return self._wait_ready(roles, deadline)
+        # the ready lines get a start_timeout_s of their own, as the local launcher's do: a
+        # placement that waited for a lost node's machine must not leave them none
+        return self._wait_ready(roles, time.monotonic() + self.cluster.start_timeout_s)
 
     def _launch_all(self, roles: list[RayRole]) -> None:
         """Every role's process started, each one's pid recorded before the first failure is
@@ -371,14 +373,19 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
         unplaced = [spec for spec in specs if spec.name not in self.roles]
         try:
             self._place_all(unplaced, deadline)
-        except RoleFailedError:  # each again with its own start_timeout_s (the wait stays
-            # bounded), any the failed call left placed unplaced first, to be checked alone
+        except RoleFailedError as joint:  # which cannot be placed: each again alone, all within
+            # one more start_timeout_s (a tier's placement is bounded by two), any the failed
+            # call left placed unplaced first; a single role's failure is its own already
             self._unplace([self.roles[s.name] for s in unplaced if s.name in self.roles])
-            for spec in unplaced:
-                try:
-                    self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)
-                except RoleFailedError as exc:
-                    results[spec.name] = exc
+            if len(unplaced) == 1:
+                results[unplaced[0].name] = joint
+            else:
+                alone_by = time.monotonic() + self.cluster.start_timeout_s
+                for spec in unplaced:
+                    try:
+                        self._place_all([spec], alone_by)
+                    except RoleFailedError as exc:
+                        results[spec.name] = exc
         roles = [self.roles[spec.name] for spec in specs if spec.name not in results]
         for role, spec in zip(roles, [s for s in specs if s.name not in results], strict=True):
             role.spec = spec
@@ -401,7 +408,9 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
             )
             roles = [r for r in roles if r in certified or r.spec.kind not in ETCD_CLIENTS]
         roles = self._launch_each(roles, results)
-        results.update(self._wait_each(roles, deadline))
+        # the ready lines get a start_timeout_s of their own (see start_all): a deadline the
+        # placement spent, or the one-by-one placement outlived, would fail them unheard
+        results.update(self._wait_each(roles, time.monotonic() + self.cluster.start_timeout_s))
         return results
 
     def _launch_each(
