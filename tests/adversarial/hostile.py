@@ -58,6 +58,9 @@ def raw_headers(draw, job: int, types=tuple(MsgType)) -> list[bytes]:
     return [head, *body]
 
 
+SEND_WAIT_S = 5.0  # a send with no connected peer waits this long, then gives up
+
+
 class RawClient:
     """A DEALER socket that sends raw messages (each given a fresh sequence number, so a
     server's duplicate check never silences one) and receives their replies."""
@@ -68,12 +71,23 @@ class RawClient:
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.SNDTIMEO, int(SEND_WAIT_S * 1000))
         if keys:  # a CURVE client of the key directory's server
             secure_client(self.socket, keys)
         self.socket.connect(endpoint)
 
-    def send(self, message: list[bytes]) -> None:
-        self.socket.send_multipart(with_seq(message, next(self._seq)))
+    def send(self, message: list[bytes], may_drop: bool = False) -> bool:
+        """Whether ``message`` went out within ``SEND_WAIT_S``. A DEALER with no connected peer
+        (a refused CURVE handshake tears its pipe down until the next reconnect) blocks in
+        send: bounded here, as every wait of the suite is. A refused client may drop
+        (``may_drop``: False, and it sends nothing more); anyone else fails, naming it."""
+        try:
+            self.socket.send_multipart(with_seq(message, next(self._seq)))
+        except zmq.Again:
+            if may_drop:
+                return False
+            raise AssertionError(f"no peer took a message within {SEND_WAIT_S:g} s") from None
+        return True
 
     def reply(self, timeout_s: float = 5.0) -> list[bytes]:
         """The next reply; AssertionError if none comes in time. Its header must decode."""

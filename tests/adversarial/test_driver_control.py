@@ -59,8 +59,8 @@ def test_a_client_without_the_keys_gets_nothing(driver):
     received = server.router.received
     for keys in (None, strangers):
         with RawClient(endpoint, keys=keys) as stranger:
-            stranger.send(control(b'{"op":"status"}'))
-            stranger.send(control(b'{"op":"stop"}'))
+            if stranger.send(control(b'{"op":"status"}'), may_drop=True):  # refused: may drop
+                stranger.send(control(b'{"op":"stop"}'), may_drop=True)
             assert not stranger.socket.poll(500)
     assert server.router.received == received
 
