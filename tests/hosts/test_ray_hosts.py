@@ -441,7 +441,7 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     """``cluster.partition_placement = "spread"``: one replica of 2 partitions on 2 of the 3
     Ray nodes (its placement group STRICT_SPREAD), partition 0 in the replica's role, partition
     1 in a ``hogwild partition-host`` follower the launcher starts on another node, blocks of
-    neurons crossing as CURVE frames. Its follower SIGKILLed in the first of 2 epochs takes the
+    neurons crossing as CURVE frames. Its follower SIGKILLed in the first 2 of 3 epochs takes the
     replica down; the driver restarts it (the launcher starts its follower again, and the driver
     names the follower as the cause), and the job ends well:
     every example trained, the model well above chance, partition 1's rows (which only the
@@ -453,10 +453,10 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     run_dir = tmp_path / "run"
     argv = [
         sys.executable, "-m", "hogwild.cli", "cluster", "--launcher", "ray",
-        "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "2",
+        "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "3",
         "--replicas", "1", "--partitions", "2", "--ps", "1",
         "--cluster.partition_placement=spread", f"--cluster.host={hosts.address(1)}",
-        "--train.subset=1500", "--train.evaluate_every=0", "--checkpoint-dir", str(run_dir),
+        "--train.subset=1000", "--train.evaluate_every=0", "--checkpoint-dir", str(run_dir),
         "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", *PAPER_JOB,
     ]  # fmt: skip
     said = tmp_path / "driver.log"
@@ -478,11 +478,13 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
             time.sleep(0.2)
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
         epoch, trained = 0, 0
-        while not trained:  # mid-job: killed once the driver sees the replica train
+        while not (trained or epoch):  # mid-job: killed once the driver sees the replica train
+            # (a replica's portion is its whole epoch here: the count moves at its end, the epoch)
             assert driver.poll() is None and time.monotonic() < deadline, said.read_text()
             epoch, trained = _trained(hosts, run_dir)
-        # in the first of 2 epochs, so a whole epoch is still ahead of the kill, however fast
-        assert epoch == 0, (epoch, trained)
+        # in the first 2 of 3 epochs, so a whole epoch is still ahead of the kill, however fast
+        # (the status may first show progress only once the first epoch is over, under load)
+        assert epoch < 2, (epoch, trained)
         try:
             psutil.Process(follower[1]).kill()
         except psutil.NoSuchProcess:
