@@ -174,11 +174,11 @@ def fork_server(owner: str) -> str | None:
 def _fork_server(owner: str) -> str | None:
     global _server, _exit_hook
     with _lock, single_threaded_blas():
-        reason = _unforkable(_forkserver())
+        server = _forkserver()
+        reason = _unforkable(server)
         if reason is not None:
             return reason
         key = environment_key(dict(os.environ))
-        server = _forkserver()
         with server._lock:
             multiprocessing.resource_tracker.ensure_running()  # as ensure_running does first
             listener = socket.socket(socket.AF_UNIX)
