@@ -14,10 +14,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hogwild.cli import main
 from hogwild.config import Config, ConfigError, OptimConfig, PsConfig, load_config
 from hogwild.data.idx import write_idx
 from hogwild.data.ingest import ingest_arrays
+from tests.cli_in_process import hogwild_cli
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def a_file(tmp_path):
 
 
 def one_error_line(capsys, argv, path) -> str:
-    code = main([str(a) for a in argv])
-    err = capsys.readouterr().err.strip().splitlines()
+    code, _, err = hogwild_cli(capsys, *argv)
+    err = err.strip().splitlines()
     assert code == 2, err
     assert len(err) == 1 and err[0].startswith("hogwild: error:"), err
     assert str(path) in err[0], err
