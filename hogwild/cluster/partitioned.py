@@ -247,9 +247,13 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
 
     def start(self) -> str:
         """Start the partitions and take the servers' model; the ready line's description."""
+        from hogwild.logs import role_logger
+        from hogwild.shm.sweeper import sweep_report
         from hogwild.store.protocol import WorkerSpec
         from hogwild.store.registry import store_class
 
+        for line in sweep_report():  # as an unpartitioned replica does: a killed one's segments
+            role_logger(f"replica {self.index}").info("%s", line)
         warm_kernels(self.plan, self.config.train.in_flight)
         n = self.network.n_params
         self._start(np.zeros(n, np.float32), np.zeros(n, np.float32))  # the servers' comes next

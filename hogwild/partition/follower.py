@@ -54,8 +54,11 @@ def serve_partition_host(
         ConfigError: The leader's setup is not a job this host can run.
     """
     from hogwild.partition.link import bind_receiver
+    from hogwild.shm.sweeper import sweep_report
     from hogwild.signals import deferred_signals, terminate_as_interrupt
 
+    for line in sweep_report():  # a host SIGKILLed here before left its segments, owners dead
+        say(line)
     with terminate_as_interrupt():
         host = FollowerHost(bind, keys, say, leader_role)
         try:
@@ -89,7 +92,7 @@ def _wait_setup(sock, wait_s: float, bind: str, leader_role: str | None = None):
         left = deadline - time.monotonic()
         if left <= 0:
             raise PartitionDiedError(f"no leader sent this partition host ({bind}) a job in "
-                                     f"{wait_s:.0f} s")  # fmt: skip
+                                     f"{wait_s:g} s")  # fmt: skip
         if not sock.poll(min(left, 0.2) * 1000):
             continue
         frames = sock.recv_multipart(copy=False)

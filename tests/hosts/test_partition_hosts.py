@@ -132,7 +132,7 @@ def test_a_leader_killed_mid_epoch_leaves_its_follower_to_stop_naming_it(
 def test_a_lost_follower_host_stops_the_job_naming_it(make_hosts, mnist_dir, tmp_path):
     hosts = make_hosts(2)
     job = unique_job()
-    follower, leader, _, follower_at, _ = _long_job(hosts, mnist_dir, tmp_path, job)
+    follower, leader, leader_at, follower_at, _ = _long_job(hosts, mnist_dir, tmp_path, job)
     lost = set(hosts.lose(2))  # every process in host 2 SIGKILLed, its cable pulled
     try:
         assert follower.pid in lost
@@ -146,6 +146,19 @@ def test_a_lost_follower_host_stops_the_job_naming_it(make_hosts, mnist_dir, tmp
         _nothing_left_in(hosts, 1, 2)
         left = job_segments(job)  # what the lost machine's memory held, its owners dead
         assert {parse_segment_name(name).pid for name in left} <= lost, left
+        # the machine back (here: this one's memory), a partition host started on it sweeps
+        # them before it waits for a leader (any job's start sweeps dead owners' segments: a
+        # replica started meanwhile by a test beside this one may have swept them first)
+        again = hosts.run(
+            1,
+            [sys.executable, "-m", "hogwild.cli", "partition-host", "--bind", leader_at,
+             "--keys", str(tmp_path / "keys"), "--wait-s", "0.5"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        out, err = again.communicate(timeout=60)
+        assert again.returncode == 1 and "no leader sent" in err, err
+        swept = {line.split()[1].lstrip("/") for line in out.splitlines() if "removed" in line}
+        assert job_segments(job) == set(), (left, swept)
     finally:  # the lost machine's memory goes with it; here it is this machine's
         for name in job_segments(job):
             if parse_segment_name(name).pid in lost:
