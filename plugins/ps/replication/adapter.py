@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import BucketRecord, LeaseClock, lease_now, revoked_early
+from hogwild_plugins.ps.failover import BucketRecord, LeaseClock, lease_now, revoked_ttl
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
@@ -333,9 +333,10 @@ class Replication:
             if read:  # not open when answers_reads asked, even if the wait ended since:
                 # the same server again, not a map round that would name this server anyway
                 self.counters["reads_waiting"] += 1
+                left = max(0.0, role.reads_from - lease_now())
                 return WireError(
                     f"bucket {role.bucket} was taken over from another server: its reads wait "
-                    f"out that server's lease ({role.lease_ttl} s from the takeover; send again)",
+                    f"out that server's lease ({left:.2f} s more; send again)",
                     ErrorCode.READS_WAITING,
                 )
         if role.record_lost:
@@ -467,7 +468,11 @@ class Replication:
         valid = self.clock.valid(now)
         settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
         seen = frozenset().union(*(m.seen for m in members.values()))
-        revoked = revoked_early(entries)  # a lease ended early lately: takeovers wait for reads
+        # a lease ended early lately: takeovers wait for reads as long as its holder's TTL
+        try:
+            revoked = revoked_ttl((key, value) for key, (value, _) in entries.items())
+        except ValueError as exc:
+            raise HogwildError(str(exc)) from exc
         for bucket, role in self.roles.items():
             with self.lock:
                 actions = role.handle(

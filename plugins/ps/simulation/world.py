@@ -91,7 +91,8 @@ class Config:
     how many servers have a store (the first ``stores``; the others keep nothing across a
     restart), and whether the driver's revokes come back late (drawn; False: each at once
     with its marker, as the simulator had it before they came apart, which replays the seeds
-    found then)."""
+    found then). ``ttls``: each server's own lease TTL (as ``ps serve --lease-s`` may give
+    servers different ones; empty: every server's is ``ttl``)."""
 
     servers: int = 3
     copies: int = 3
@@ -102,6 +103,26 @@ class Config:
     settle: int = 4
     stores: int = 2
     late_revokes: bool = True
+    ttls: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.ttls and (
+            len(self.ttls) != self.servers
+            or not all(isinstance(t, int) and t >= 1 for t in self.ttls)
+        ):
+            raise ValueError(
+                f"Config.ttls must give each of the {self.servers} servers a lease TTL of whole "
+                f"ticks >= 1 (or be empty), got {self.ttls!r}"
+            )
+
+    def ttl_of(self, server: int) -> int:
+        """Server ``server``'s lease TTL (ticks)."""
+        return self.ttls[server] if self.ttls else self.ttl
+
+    @property
+    def longest_ttl(self) -> int:
+        """The longest of the servers' lease TTLs (ticks)."""
+        return max(self.ttls) if self.ttls else self.ttl
 
 
 class World:
@@ -150,7 +171,8 @@ class World:
         c = self.config
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
-            functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
+            functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl_of(i),
+            c.settle,
             self._application_fails, self.stores.get(i), self._split, self._parcel_unbuilt,
         )  # fmt: skip
         server.register()
@@ -419,12 +441,13 @@ class World:
             return f"{self.time}: server {i} restarted (incarnation {self.incarnations[i]})"
         if kind == "expire":  # the driver ending a server's lease it lost: marked first
             lease = self.servers[i].lease
-            marker = self.etcd.mark(i, lease, self.config.ttl, self.time)
+            ttl = self.config.ttl_of(i)
+            marker = self.etcd.mark(i, lease, ttl, self.time)
             if marker is None:
                 return f"{self.time}: server {i}'s lease is gone already"
             # at once half the time (as before the marker's renewal), else up to past the
             # time the driver still sends it: then never
-            late = self.revokes.randrange(-REVOKE_DRAW_TTLS * self.config.ttl, self._too_late() + 1)
+            late = self.revokes.randrange(-REVOKE_DRAW_TTLS * ttl, self._too_late(i) + 1)
             late = late if self.config.late_revokes else 0
             self.revoking[i] = (lease, marker, self.time, self.time + max(0, late))
             if late > 0:
@@ -442,17 +465,18 @@ class World:
         self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
 
-    def _too_late(self) -> int:
-        """The first delay of a revoke after its marker that the driver no longer sends."""
-        return REVOKED_TTLS * self.config.ttl + 1
+    def _too_late(self, i: int) -> int:
+        """The first delay of a revoke of server ``i``'s lease after its marker that the
+        driver no longer sends."""
+        return REVOKED_TTLS * self.config.ttl_of(i) + 1
 
     def _revoke(self, i: int) -> str:
         """Server ``i``'s revoke, due now: sent if the driver is still in time (its marker then
         renewed), else not (the lease lapses by itself); what happened, for the schedule."""
         lease, marker, marked, _ = self.revoking.pop(i)
-        if self.time - marked >= self._too_late():
+        if self.time - marked >= self._too_late(i):
             return f"; server {i}'s revoke too late to send: its lease lapses"
-        self.etcd.revoke_marked(lease, marker, self.config.ttl, self.time)
+        self.etcd.revoke_marked(lease, marker, self.config.ttl_of(i), self.time)
         return f"; server {i}'s lease revoked early"
 
     def _severed(self, dst, src) -> bool:
