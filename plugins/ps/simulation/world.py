@@ -3,7 +3,9 @@
 A :class:`World` holds ``n`` :class:`~hogwild_plugins.ps.simulation.server.SimServer` s (the real
 state machines), clients that push ``(sender, seq)`` updates and keep a ledger of what was
 acknowledged, the :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd`, and a network of messages
-in flight. Each step, a seeded random choice among what can happen next: a server's replication
+in flight. Each step, a seeded random choice among what can happen next
+(:mod:`~hogwild_plugins.ps.simulation.draw` draws it; the world makes it happen): a server's
+replication
 thread runs to its next blocking point, a message is delivered (any of those in flight: they are
 reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
 timeout), a client sends or re-sends (a pull its server answered ``READS_WAITING``, serving but
@@ -36,32 +38,26 @@ explains itself (:func:`run_seed` replays one).
 
 from __future__ import annotations
 
-import bisect
 import functools
-import itertools
 import pickle
 import random
 from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.failover import REVOKED_TTLS
+from hogwild_plugins.ps.simulation.draw import FAULTS, EventDraw
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
 from hogwild_plugins.ps.simulation.messages import Exchange, Peer
 from hogwild_plugins.ps.simulation.server import SimServer
 from hogwild_plugins.ps.simulation.store import SimStore
 
-__all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
+__all__ = ["Client", "Config", "Violation", "World", "established", "run_seed"]
 
-FAULTS = frozenset(
-    {"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe", "fail", "split"}
-)
 FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thirty or so)
 SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
 SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
 UNBUILT_RATE = 0.2  # of the parcels a primary takes, with the opt-in fault "unbuilt"
-CUT_WEIGHT, HEAL_WEIGHT = 0.03, 0.3  # the opt-in fault "cut": a host off the network, and back
 REVOKE_DRAW_TTLS = 2  # a revoke is drawn as late as -this x TTL (at once) .. past too late
-_TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset(
     {"tick", "kill", "restart", "expire", "revoke", "wipe"}
 )  # may change every server
@@ -150,9 +146,7 @@ class World:
         for i in range(config.servers):
             self.servers[i] = self._start(i)
         self.clients = [Client(sender=100 + c) for c in range(config.clients)]
-        self._run_events = [("run", i) for i in range(config.servers)]  # a step's, reused
-        self._client_events = [(("send", c), ("pull", c)) for c in range(config.clients)]
-        self._message_events: list[tuple] = []  # the n-th message's deliver, drop, duplicate
+        self.draw = EventDraw(config.servers, config.clients)  # which event comes next
         self.schedule: list[str] = []
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
@@ -219,98 +213,9 @@ class World:
     # ------------------------------------------------------------------ a step
 
     def step(self) -> None:
-        """One seeded choice among what can happen now, then the invariants.
-
-        The draw is ``random.Random.choices``'s own (the weights summed in the same order, one
-        ``random()``, the same bisection), written out so that a step builds no pair per choice:
-        a seed's schedule is the one ``choices`` would make."""
-        weights, events = self.offers()
-        cumulative = list(itertools.accumulate(weights))
-        drawn = self.rng.random() * (cumulative[-1] + 0.0)
-        self.apply(events[bisect.bisect(cumulative, drawn, 0, len(cumulative) - 1)])
-
-    def offers(self) -> tuple[list[float], list[tuple]]:
-        """What can happen now, and the weight of each: two lists in step (event tuples are
-        reused from step to step)."""
-        faults = self.faults
-        weights: list[float] = []
-        events: list[tuple] = []
-        weigh, offer = weights.append, events.append
-        for s in self.live():
-            if not s.paused and s.runnable():
-                weigh(6.0)
-                offer(self._run_events[s.me])
-            for peer in sorted({p for e in s.exchanges() for p in e.waiting_on()}):
-                weigh(0.4)
-                offer(("timeout", s.me, peer))
-        reorder, drop, duplicate = "reorder" in faults, "drop" in faults, "duplicate" in faults
-        links = set()
-        if drop and duplicate:  # every message offers (deliver,) drop, duplicate: in chunks
-            by_message = self._message_events
-            for n in range(len(by_message), len(self.network)):
-                by_message.append((("deliver", n), ("drop", n), ("duplicate", n)))
-            again = (0.1, 0.15, 0.1) if reorder else (0.15, 0.1)
-            for n, (dst, message) in enumerate(self.network):
-                link = (message[0], dst)  # a link delivers in order unless messages reorder
-                if link not in links:
-                    links.add(link)
-                    weights += (4.0, 0.15, 0.1)
-                    events += by_message[n]
-                else:
-                    weights += again
-                    events += by_message[n] if reorder else by_message[n][1:]
-        else:
-            for n, (dst, message) in enumerate(self.network):
-                link = (message[0], dst)
-                if link not in links:
-                    links.add(link)
-                    weigh(4.0)
-                    offer(("deliver", n))
-                elif reorder:
-                    weigh(0.1)
-                    offer(("deliver", n))
-                if drop:
-                    weigh(0.15)
-                    offer(("drop", n))
-                if duplicate:
-                    weigh(0.1)
-                    offer(("duplicate", n))
-        for client, (send, pull) in zip(self.clients, self._client_events, strict=True):
-            weigh(3.0 if client.outstanding is None else 0.3)
-            offer(send)
-            weigh(0.5)
-            offer(pull)
-        weigh(1.0)
-        offer(_TICK)
-        pause, kill, expire = "pause" in faults, "kill" in faults, "expire" in faults
-        for i, s in self.servers.items():
-            if s is None:
-                if kill:
-                    weigh(0.3)
-                    offer(("restart", i))
-                continue
-            if pause:
-                weigh(0.4 if s.paused else 0.06)
-                offer(("resume" if s.paused else "pause", i))
-            if kill:
-                weigh(0.02)
-                offer(("kill", i))
-            if expire:
-                weigh(0.02)
-                offer(("expire", i))
-        if "wipe" in faults:
-            weigh(0.01)
-            offer(_WIPE)
-        if "cut" in faults:  # opt-in, last: the other faults' seeds draw as they did without it
-            for i, s in self.servers.items():
-                if s is not None:
-                    weigh(HEAL_WEIGHT if i in self.cut else CUT_WEIGHT)
-                    offer(("heal" if i in self.cut else "cut", i))
-        for c, client in enumerate(self.clients):  # last too: only a held pull draws it
-            if client.held is not None:
-                weigh(1.0)
-                offer(("resend held", c))
-        return weights, events
+        """One seeded choice among what can happen now
+        (:mod:`~hogwild_plugins.ps.simulation.draw`), then the invariants."""
+        self.apply(self.draw.next(self, self.rng))
 
     def apply(self, event: tuple) -> None:
         """Make ``event`` happen (a step's choice, or a test's script), then the invariants."""
