@@ -20,7 +20,7 @@ from hogwild_plugins.ps.simulation.world import Config, World, established
 from tests.unit.simulation_support import primary_of
 
 SHARD = 2  # of bucket 1
-MIXED_SEEDS = 150  # seeded schedules with mixed lease TTLs (about 1 CPU-s)
+MIXED_SEEDS = 60  # seeded schedules with mixed lease TTLs (about half a CPU-s)
 
 
 def pull(world: World, server: int, client: int = 0) -> int:

@@ -5,9 +5,8 @@ state machines), clients that push ``(sender, seq)`` updates and keep a ledger o
 acknowledged, the :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd`, and a network of messages
 in flight. Each step, a seeded random choice among what can happen next
 (:mod:`~hogwild_plugins.ps.simulation.draw` draws it; the world makes it happen): a server's
-replication
-thread runs to its next blocking point, a message is delivered (any of those in flight: they are
-reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
+replication thread runs to its next blocking point, a message is delivered (any of those in
+flight: they are reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
 timeout), a client sends or re-sends (a pull its server answered ``READS_WAITING``, serving but
 inside its wait for reads, goes again to that server with no map read, as the real client's
 held path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is
