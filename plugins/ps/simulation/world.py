@@ -5,15 +5,14 @@ state machines), clients that push ``(sender, seq)`` updates and keep a ledger o
 acknowledged, the :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd`, and a network of messages
 in flight. Each step, a seeded random choice among what can happen next
 (:mod:`~hogwild_plugins.ps.simulation.draw` draws it; the world makes it happen): a server's
-replication thread runs to its next blocking point, a message is delivered (any of those in
-flight: they are reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
+replication thread runs to its next blocking point, a message is delivered (any of those in flight:
+they are reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
 timeout), a client sends or re-sends (a pull its server answered ``READS_WAITING``, serving but
-inside its wait for reads, goes again to that server with no map read, as the real client's
-held path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is
-paused (SIGSTOP) or resumed, killed or restarted (on its store, if it has one: the newest epoch
-of each bucket's record it saw outlives it), a lease is ended early (the driver's
-``revoked/<i>`` marker, then, at a drawn delay, its revoke, not sent once it is too late: the
-lease lapses), etcd is wiped. Besides
+inside its wait for reads, goes again to that server with no map read, as the real client's held
+path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is paused (SIGSTOP) or
+resumed, killed or restarted (on its store, if it has one: the newest epoch of each bucket's record
+it saw outlives it), a lease is ended early (the driver's ``revoked/<i>`` marker, then, at a drawn
+delay, its revoke, not sent once it is too late: the lease lapses), etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
 application, from a generator of its own seeded by the seed, so that the choices a seed makes
 are the same with it or without it): the server stops the bucket, as the real one does. And a
