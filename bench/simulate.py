@@ -9,7 +9,9 @@ acknowledged and faults injected, and the seconds it took. Each schedule then he
 serve again (:mod:`hogwild_plugins.ps.simulation.liveness`: every bucket a serving primary, its
 copies caught up, every client's update acknowledged, or an allowed outcome); ``--safety-only``
 skips that. ``--jobs`` shares the seeds among processes; ``--steps`` sets each schedule's
-length. A failing seed replays alone with ``--seeds 1 --first SEED``.
+length; ``--ttls 3,10,20`` gives each server its own lease TTL (ticks; servers may run with
+different ``--lease-s``). A failing seed replays alone with ``--seeds 1 --first SEED`` (and the
+same ``--ttls``).
 """
 
 from __future__ import annotations
@@ -24,19 +26,23 @@ from pathlib import Path
 if not __package__:  # run by path (``python bench/simulate.py``): the repository root on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
+from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, run_seed
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
 
 OPT_IN = frozenset({"unbuilt", "cut"})  # not in FAULTS: a parcel not taken, a host cut off
 
 
-def run_seeds(first: int, count: int, steps: int, faults: frozenset, live: bool = True) -> dict:
-    """Seeds ``first`` .. ``first + count - 1`` (each healed and checked for liveness after,
-    with ``live``): the totals, or the first violation."""
+def run_seeds(
+    first: int, count: int, steps: int, faults: frozenset, live: bool = True,
+    config: Config | None = None,
+) -> dict:  # fmt: skip
+    """Seeds ``first`` .. ``first + count - 1`` of ``config`` (default: the simulator's; each
+    healed and checked for liveness after, with ``live``): the totals, or the first
+    violation."""
     totals = {"seeds": 0, "acknowledged": 0, "faults": 0}
     for seed in range(first, first + count):
         try:
-            world = run_seed(seed, steps, faults=faults)
+            world = run_seed(seed, steps, config or Config(), faults=faults)
             counts = dict(world.counts)  # the schedule's (the heal's re-sends not counted)
             if live:
                 heal_and_check(world)
@@ -58,7 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     add("--safety-only", action="store_true", help="no heal and liveness check after each")
     add("--without", default="", help=f"faults left out, comma-separated (of {sorted(FAULTS)})")
     add("--with", dest="extra", default="", help=f"opt-in faults added (of {sorted(OPT_IN)})")
+    add(
+        "--ttls", default="", help="each server's lease TTL in ticks, comma-separated (default: 10)"
+    )
     args = parser.parse_args(argv)
+    try:
+        ttls = tuple(int(t) for t in args.ttls.split(",") if t)
+        config = Config(ttls=ttls)
+    except ValueError as exc:
+        parser.error(f"--ttls {args.ttls!r}: {exc}")
     without = {f for f in args.without.split(",") if f}
     extra = {f for f in args.extra.split(",") if f}
     if args.seeds < 1 or args.steps < 1 or args.jobs < 1 or not without <= FAULTS:
@@ -74,10 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     live = not args.safety_only
     if args.jobs == 1:
-        results = [run_seeds(start, count, args.steps, faults, live) for start, count in chunks]
+        results = [
+            run_seeds(start, count, args.steps, faults, live, config) for start, count in chunks
+        ]
     else:
         with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-            futures = [pool.submit(run_seeds, s, c, args.steps, faults, live) for s, c in chunks]
+            futures = [
+                pool.submit(run_seeds, s, c, args.steps, faults, live, config) for s, c in chunks
+            ]
             results = [f.result() for f in futures]
     failed = [r for r in results if "violation" in r]
     if failed:
@@ -91,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": sum(r["seeds"] for r in results),
         "steps": args.steps,
         "faults_kinds": sorted(faults),
+        "ttls": list(config.ttls) or [config.ttl] * config.servers,
         "liveness": not args.safety_only,
         "acknowledged": sum(r["acknowledged"] for r in results),
         "faults": sum(r["faults"] for r in results),

@@ -36,12 +36,14 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   answered as a duplicate), sends every in-sync and every other desired live copy a snapshot,
   adds the new ones to ``in_sync`` and only then serves: every acknowledged update lives on
   every live in-sync copy. It answers reads at once, unless a server's lease was ended early
-  (revoked) within the last two TTLs: then only a lease TTL after its campaign came back
-  (``BucketRole.reads_open``), since a revoked server answers reads until its own clock says
-  its lease ran out. Whoever revokes a lease of a server that may still run (the driver, for a
-  server it lost) first writes ``revoked/<i>`` (:data:`REVOKED_PREFIX`), so that a successor
-  reads it in the same read that shows the member gone, and keeps it :data:`REVOKED_TTLS` TTLs
-  past the revoke, however late etcd applies it (``controller.revoke_marked`` says how). A
+  (revoked) within the last two TTLs: then only the longest TTL the markers name (the
+  revoked holders', :func:`revoked_ttl`) after its campaign came back
+  (``BucketRole.reads_open``), since a revoked server answers reads until its own clock, which
+  runs on its own TTL, says its lease ran out. Whoever revokes a lease of a server that may
+  still run (the driver, for a server it lost) first writes ``revoked/<i>``
+  (:data:`REVOKED_PREFIX`, naming the holder's TTL), so that a successor reads it in the same
+  read that shows the member gone, and keeps it :data:`REVOKED_TTLS` TTLs past the revoke,
+  however late etcd applies it (``controller.revoke_marked`` says how). A
   lease etcd let lapse needs no wait: its holder's clock gave up a margin before etcd's TTL,
   both counted from (around) its last renewal.
 * A server the record names as primary that is not serving it (a heartbeat late past its own
@@ -93,7 +95,7 @@ __all__ = [
     "desired_copies",
     "lease_now",
     "marker_life",
-    "revoked_early",
+    "revoked_ttl",
 ]
 
 REVOKED_PREFIX = "revoked/"
@@ -113,10 +115,29 @@ def marker_life(lease_s: int, timeout_s: float) -> int:
     return REVOKED_TTLS * lease_s + math.ceil(2 * timeout_s)
 
 
-def revoked_early(keys: Iterable[str]) -> bool:
-    """Whether the job's ``keys`` (one read of its prefix) hold a ``revoked/<i>`` marker: some
-    server's lease was ended early within the marker's life, and a takeover waits for reads."""
-    return any(key.startswith(REVOKED_PREFIX) for key in keys)
+def revoked_ttl(entries: Iterable[tuple[str, object]]) -> float:
+    """The longest lease TTL among the ``revoked/<i>`` markers in the job's ``entries`` (one
+    read of its prefix, as ``(key, value)`` pairs), 0 for none: how long after a takeover its
+    reads wait. Each marker names its holder's ``lease_s`` (``controller.revoke_marked``): the
+    holder's clock, which runs on its own TTL (servers may be given different ``--lease-s``),
+    not the successor's, says how long it may still answer reads after its last renewal.
+
+    Raises:
+        ValueError: A marker whose ``lease_s`` is not whole seconds >= 1 (naming its key):
+            how long its holder may answer is not known, and waiting a guess is no guarantee.
+    """
+    longest = 0
+    for key, value in entries:
+        if not key.startswith(REVOKED_PREFIX):
+            continue
+        lease_s = value.get("lease_s") if isinstance(value, dict) else None
+        if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
+            raise ValueError(
+                f"etcd key {key}: 'lease_s' must be the revoked holder's lease TTL in whole "
+                f"seconds >= 1, got {lease_s!r} (a takeover cannot tell how long to wait for reads)"
+            )
+        longest = max(longest, lease_s)
+    return float(longest)
 
 
 def desired_copies(bucket: int, members: Iterable[int], copies: int) -> list[int]:

@@ -262,7 +262,7 @@ def test_a_hand_back_waits_for_its_own_reads_and_marks_the_record_so_the_success
         roles, keys, back, survivors = failed_over()
         holder = keys.read().primary
         role = roles[holder]
-        role.reads_from = 5.0  # as if it had taken the bucket after a revocation, at 5 - TTL
+        role.reads.opens_at = 5.0  # as if it had taken the bucket after a revocation, at 5 - TTL
         roles[back] = BucketRole(BUCKET, back, COPIES, lease_ttl=TTL)  # a new process
         members = {**survivors, back: NEW_LEASE[back]}
         carry_out(role, step(role, MapRead, keys.read(), members, LEASE[holder], True), keys, roles)

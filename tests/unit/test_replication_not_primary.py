@@ -40,7 +40,7 @@ def primary_after_a_takeover() -> tuple[Replication, int]:
     both = {ME: MY_LEASE, PREDECESSOR: ITS_LEASE}
     role.handle(MapRead(before, both, MY_LEASE, True, stimulus_id="m"))
     role.handle(Restored(3, stimulus_id="r"))  # its primary's snapshot: a current copy
-    gone = MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, revoked=True, stimulus_id="m2")
+    gone = MapRead(before, {ME: MY_LEASE}, MY_LEASE, True, revoked_ttl=LEASE_S, stimulus_id="m2")
     [campaign] = role.handle(gone)
     won = BucketRecord(4, ME, MY_LEASE, campaign.record.in_sync, revision=10)
     now = lease_now()

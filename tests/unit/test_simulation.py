@@ -14,11 +14,10 @@ it was until it fires); the long runs, which look for rarer interleavings, are
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from hogwild_plugins.ps.simulation import FAULTS, Config, Violation, World, run_seed
+from hogwild_plugins.ps.simulation import Config, Violation, World, run_seed
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
+from hogwild_plugins.ps.simulation.primary_round import SimPrimaryRound
 from hogwild_plugins.ps.simulation.server import SimServer
 from hogwild_plugins.ps.simulation.world import established
 
@@ -88,7 +87,7 @@ def _applies_a_commit_twice():
 
         return original(self, m, mutated)
 
-    return "handle_peer", handle_peer
+    return SimServer, "handle_peer", handle_peer
 
 
 def _commits_an_update_never_sent():
@@ -103,7 +102,7 @@ def _commits_an_update_never_sent():
 
         return original(self, m, mutated)
 
-    return "handle_peer", handle_peer
+    return SimServer, "handle_peer", handle_peer
 
 
 def _log_skips_a_version():
@@ -117,19 +116,19 @@ def _log_skips_a_version():
 
         return original(self, m, mutated)
 
-    return "handle_peer", handle_peer
+    return SimServer, "handle_peer", handle_peer
 
 
 def _primary_loses_an_update():
-    original = SimServer.apply_locally
+    original = SimPrimaryRound.apply_locally
 
     def apply_locally(self, indices):
         original(self, indices)
-        for values in self.values.values():
-            if values and self.n_stimuli % 3 == 0:
+        for values in self.server.values.values():
+            if values and self.server.n_stimuli % 3 == 0:
                 values.pop()
 
-    return "apply_locally", apply_locally
+    return SimPrimaryRound, "apply_locally", apply_locally
 
 
 MUTANTS = {
@@ -161,84 +160,13 @@ def test_the_incremental_check_finds_each_violation_at_the_step_the_full_check_d
     """The seeded run checks only what a step touched; a bug it would miss, or find later, is a
     schedule whose first violation differs from the full check's (an incremental check that
     forgot the copy a message reaches fails here for three of these mutants)."""
-    monkeypatch.setattr(SimServer, *MUTANTS[mutant]())
+    monkeypatch.setattr(*MUTANTS[mutant]())
     found = 0
     for seed in range(60):
         incremental = first_violation(seed, full=False)
         assert incremental == first_violation(seed, full=True), seed
         found += incremental is not None
     assert found >= 10  # the mutant is a bug the invariants see on many schedules
-
-
-def plain_offers(world: World) -> tuple[list[float], list[tuple]]:
-    """What can happen in ``world`` now, and each weight, built the plain way, one pair per
-    choice in the order ``World.offers`` promises: the oracle of its chunked construction."""
-    choices: list[tuple[float, tuple]] = []
-    for s in world.live():
-        if not s.paused and s.runnable():
-            choices.append((6.0, ("run", s.me)))
-        peers = sorted({p for e in s.exchanges() for p in e.waiting_on()})  # both threads'
-        choices += [(0.4, ("timeout", s.me, peer)) for peer in peers]
-    links = set()
-    for n, (dst, message) in enumerate(world.network):
-        if (message[0], dst) not in links:
-            links.add((message[0], dst))
-            choices.append((4.0, ("deliver", n)))
-        elif "reorder" in world.faults:
-            choices.append((0.1, ("deliver", n)))
-        if "drop" in world.faults:
-            choices.append((0.15, ("drop", n)))
-        if "duplicate" in world.faults:
-            choices.append((0.1, ("duplicate", n)))
-    for c, client in enumerate(world.clients):
-        choices.append((3.0 if client.outstanding is None else 0.3, ("send", c)))
-        choices.append((0.5, ("pull", c)))
-    choices.append((1.0, ("tick",)))
-    for i, s in world.servers.items():
-        if s is None:
-            if "kill" in world.faults:
-                choices.append((0.3, ("restart", i)))
-            continue
-        if "pause" in world.faults:
-            choices.append((0.4 if s.paused else 0.06, ("resume" if s.paused else "pause", i)))
-        if "kill" in world.faults:
-            choices.append((0.02, ("kill", i)))
-        if "expire" in world.faults:
-            choices.append((0.02, ("expire", i)))
-    if "wipe" in world.faults:
-        choices.append((0.01, ("wipe",)))
-    return [w for w, _ in choices], [e for _, e in choices]
-
-
-@pytest.mark.parametrize(
-    "faults", [FAULTS, frozenset({"reorder", "pause", "kill"}), frozenset({"drop", "wipe"})]
-)
-def test_a_step_draws_the_event_random_choices_would(faults):
-    """``step`` builds its offers in chunks and writes ``random.Random.choices``'s draw out (it
-    is the seeded run's hot path): through whole schedules, cold and established, under every
-    fault and under subsets, each step offers what the plain construction offers and applies
-    the event ``choices`` picks from the same generator state, with one draw as it makes."""
-    for seed in range(0, 24, 3):
-        world = run_seed(seed, 0, faults=faults)
-        applied: list[tuple] = []  # (event, the generator's state as it is applied)
-        apply = world.apply
-
-        def recorded(event, applied=applied, world=world, apply=apply):
-            applied.append((event, world.rng.getstate()))
-            return apply(event)
-
-        world.apply = recorded
-        for _ in range(STEPS):
-            weights, events = world.offers()
-            assert (weights, events) == plain_offers(world), (seed, len(applied))
-            twin = random.Random()
-            twin.setstate(world.rng.getstate())
-            [expected] = twin.choices(events, weights)
-            world.step()
-            event, state = applied[-1]
-            assert event == expected, (seed, len(applied))
-            assert state == twin.getstate(), (seed, len(applied))  # (a send draws its shard after)
-        assert len(applied) == STEPS
 
 
 # --------------------------------------------------------------------------- scripted schedules

@@ -10,15 +10,17 @@ client had read from the successor.
 from __future__ import annotations
 
 import pytest
-from hogwild_plugins.ps.failover import REVOKED_TTLS
+from hogwild_plugins.ps.failover import REVOKED_TTLS, desired_copies
+from hogwild_plugins.ps.replication import bucket_role
 from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
-from hogwild_plugins.ps.simulation.world import World, established
+from hogwild_plugins.ps.simulation.world import Config, World, established
 
 from tests.unit.simulation_support import primary_of
 
 SHARD = 2  # of bucket 1
+MIXED_SEEDS = 60  # seeded schedules with mixed lease TTLs (about half a CPU-s)
 
 
 def pull(world: World, server: int, client: int = 0) -> int:
@@ -83,7 +85,7 @@ def test_without_the_wait_the_deposed_primary_answers_older_values_than_its_succ
     """The same schedule with the wait taken away: the deposed primary's answer, served after
     the successor's and missing the write read there, is caught by the read invariant."""
     world, old, new = deposed_while_paused()
-    world.servers[new].roles[1].reads_from = world.time  # reads open at once, as before
+    world.servers[new].roles[1].reads.opens_at = world.time  # reads open at once, as before
     pull(world, new)
     world.settle()
     assert world.clients[0].reads[SHARD][-1][1] == {(100, 1)}
@@ -226,3 +228,67 @@ def test_a_late_revoke_keeps_its_marker_past_the_holders_last_answer(monkeypatch
     monkeypatch.setattr(SimEtcd, "revoke_marked", lambda etcd, lease, *_: etcd.revoke(lease))
     with pytest.raises(Violation, match="bucket 1's pulls answered by servers"):
         revoked_late(established())
+
+
+LONG, SHORT = 20, 4  # ticks: a revoked holder's lease TTL, and its successors'
+
+
+def mixed_ttls() -> Config:
+    """Servers given different lease TTLs (``ps serve --lease-s``): the primary of ``SHARD``'s
+    bucket in the established start holds the long one, the others the short one."""
+    first = desired_copies(1, range(Config().servers), Config().copies)[0]
+    return Config(ttls=tuple(LONG if i == first else SHORT for i in range(Config().servers)))
+
+
+def revoked_while_paused(config: Config) -> tuple[World, int, int]:
+    """The established world of ``config``; the primary of ``SHARD``'s bucket paused, its
+    lease revoked (marked, naming its TTL), a copy taking the bucket: the world, the holder,
+    the successor."""
+    world = established(config)
+    old = primary_of(world, SHARD).me
+    assert world.servers[old].ttl == LONG
+    world.apply(("pause", old))
+    world.apply(("expire", old))
+    world.apply(("revoke", old))
+    world.apply(("tick",))
+    world.settle()
+    new = primary_of(world, SHARD).me
+    assert new != old and world.servers[new].ttl == SHORT
+    return world, old, new
+
+
+def test_a_successor_with_a_short_ttl_waits_out_the_revoked_holders_long_one():
+    """Review I's I7: the successor waits the TTL its predecessor's marker names (the
+    holder's clock runs on its own lease TTL), not its own; the one-reader invariant checks
+    every step of the wait, and the successor answers once it is over."""
+    world, old, new = revoked_while_paused(mixed_ttls())
+    assert world.etcd.revoked() == LONG
+    assert world.servers[new].roles[1].reads_from == world.time + LONG
+    for _ in range(LONG):  # every step checked: at most one server answers the bucket's pulls
+        assert not world.servers[new].answers_reads(SHARD)
+        world.apply(("tick",))
+        world.settle()
+    assert primary_of(world, SHARD).answers_reads(SHARD)
+
+
+def test_a_successor_waiting_its_own_short_ttl_lets_two_servers_answer_reads(monkeypatch):
+    """The same schedule with the wait as it was (the successor's own TTL): the paused holder,
+    its clock on its long TTL, still answers by it when the successor's reads open."""
+
+    def own_ttl(record, me, won_epoch, own, revoked):
+        return own if record.primary != me and revoked else 0.0
+
+    monkeypatch.setattr(bucket_role, "takeover_wait", own_ttl)
+    world, old, new = revoked_while_paused(mixed_ttls())
+    with pytest.raises(Violation, match="bucket 1's pulls answered by servers"):
+        for _ in range(SHORT + 1):
+            world.apply(("tick",))
+            world.settle()
+
+
+def test_seeded_schedules_with_mixed_ttls_keep_every_invariant():
+    """Seeds of servers whose lease TTLs differ (3, 10 and 20 ticks), every fault drawn."""
+    config = Config(ttls=(3, 10, 20))
+    for seed in range(MIXED_SEEDS):
+        run_seed(seed, 120, config)
+    heal_and_check(run_seed(MIXED_SEEDS, 120, config))

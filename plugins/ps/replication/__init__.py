@@ -7,7 +7,8 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
 
 * :mod:`.bucket_role`: one server's part in one bucket (campaigns, ``in_sync`` writes,
   snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol),
-  with what it knows of the bucket's history in etcd (:mod:`.known_history`);
+  with what it knows of the bucket's history in etcd (:mod:`.known_history`) and its wait for
+  reads after a takeover (:mod:`.reads_gate`: when a primary may answer pulls);
 * :mod:`.commit_round`: the primary's round for a batch of client updates (which are admitted,
   prepared and committed where, which copies are dropped, which updates are acknowledged);
 * :mod:`.copy_side`: a copy's acceptance of its primary's ``PREPARE``, ``COMMIT`` and
@@ -18,6 +19,8 @@ carry its actions out, are in a module of their own beside it: :mod:`.bucket_rol
 :mod:`.commit_round_events`, :mod:`.copy_side_events`.
 
 Around them: :mod:`.membership` (the server's etcd lease, ``members/<index>``, the heartbeat),
+:mod:`.map_reads` (the reads of the job's map and records in etcd, and the ``MapRead`` each role
+is told of one),
 :mod:`.marks` (the newest epoch of each bucket's record the server saw, kept in its store),
 :mod:`.frames` (what a snapshot carries on the wire, made and checked), :mod:`.peer_link` (a
 primary's messages to its copies), :mod:`.local` (work queued on this server's update engine),
@@ -25,7 +28,7 @@ primary's messages to its copies), :mod:`.local` (work queued on this server's u
 etcd for it), :mod:`.executor` (the one loop that carries the roles', the rounds' and the copy
 side's actions out through a host's effects: the real server's, and the simulator's in
 :mod:`hogwild_plugins.ps.simulation`), :mod:`.adapter` (the lifecycle and the replication thread:
-etcd, the map, the bucket roles' effects), :mod:`.sync_parcels` (a role's ``Sync``: its parcel
+the bucket roles' effects), :mod:`.sync_parcels` (a role's ``Sync``: its parcel
 taken, sent by the snapshot thread of :mod:`.snapshot_sender`, its outcome told to the role) and
 :mod:`.primary_round` (one commit round's effects on the server: admission, local application,
 prepares, commits, replies).

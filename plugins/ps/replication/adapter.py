@@ -9,7 +9,8 @@ decides nothing itself:
 * the **heartbeat** (:mod:`~hogwild_plugins.ps.replication.membership`) keeps the server's etcd
   lease;
 * the **replication thread** reads the map from etcd whenever it changes (a watch) and feeds it to
-  each bucket's role, carries out what the roles return (campaigns, in-sync writes and
+  each bucket's role (:mod:`~hogwild_plugins.ps.replication.map_reads`: the reads, and the
+  ``MapRead`` each role is told), carries out what the roles return (campaigns, in-sync writes and
   hand-overs as etcd transactions, snapshots to copies, commits of what was prepared), and runs
   the commit rounds of the client updates of the buckets this server is primary of: it admits
   them, applies them here (the update engine), exchanges the prepares and commits with the
@@ -57,13 +58,11 @@ import time
 from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import BucketRecord, LeaseClock, lease_now, revoked_early
-from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
+from hogwild_plugins.ps.failover import LeaseClock, lease_now
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     HandOver,
-    MapRead,
     Remembered,
     Stopped,
     Sync,
@@ -74,13 +73,14 @@ from hogwild_plugins.ps.replication.copy_adapter import CopyAdapter
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.executor import carry_out, run, run_round
 from hogwild_plugins.ps.replication.local import LocalApplier
-from hogwild_plugins.ps.replication.marks import BucketMarks, followed
+from hogwild_plugins.ps.replication.map_reads import EtcdMap, map_read
+from hogwild_plugins.ps.replication.marks import BucketMarks
 from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
 from hogwild_plugins.ps.replication.sync_parcels import SyncParcels
 from hogwild_plugins.ps.replication.takeover_times import TakeoverTimes
-from hogwild_plugins.ps.routes import etcd_prefix, parse_map, read_record, write_record
+from hogwild_plugins.ps.routes import etcd_prefix, write_record
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.work import Work
 
@@ -170,9 +170,8 @@ class Replication:
         self._etcd: Etcd | None = None  # the replication thread's
         self._net_etcd: Etcd | None = None  # the network thread's (refreshing a record)
         self._watch = None
-        # the job's history in etcd as the last read of the map found it (the replication
-        # thread's; read by the network thread's record reads)
-        self.nonce: JobNonce | None = None
+        # the map's reads, the job's nonce as the last one found it
+        self.map = EtcdMap(self.n_servers, layout.n_buckets, self.roles, self.lock, self.marks)
         self.replier = None
         self.copy_side = CopySide(self.me, self.roles, self.logs, self.bucket_shards)
         self.commit_round = CommitRound(self.me, self.roles, self.logs)
@@ -187,7 +186,7 @@ class Replication:
             self.roles,
             self.lock,
             self.local,
-            lambda bucket: self._read(bucket, self._net_etcd),
+            lambda bucket: self.map.record(self._net_etcd, bucket),
             self.changed.set,
             self._stimulus,
             self.commit_round.applying,
@@ -230,8 +229,7 @@ class Replication:
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
         self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
-        # before any record is read (the copy side may read one before the first map read)
-        self.nonce = adopt(self._etcd, *self._etcd.get(NONCE_KEY))
+        self.map.start(self._etcd)
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
         self.replier = self.server.router.replier()
@@ -333,9 +331,10 @@ class Replication:
             if read:  # not open when answers_reads asked, even if the wait ended since:
                 # the same server again, not a map round that would name this server anyway
                 self.counters["reads_waiting"] += 1
+                left = max(0.0, role.reads_from - lease_now())
                 return WireError(
                     f"bucket {role.bucket} was taken over from another server: its reads wait "
-                    f"out that server's lease ({role.lease_ttl} s from the takeover; send again)",
+                    f"out that server's lease ({left:.2f} s more; send again)",
                     ErrorCode.READS_WAITING,
                 )
         if role.record_lost:
@@ -453,35 +452,17 @@ class Replication:
             self._carry_out(actions)
 
     def _observe(self) -> None:
-        entries, _ = self._etcd.get_prefix("")
-        # this read's history: every record write decided from it compares its nonce
-        self.nonce = adopt(self._etcd, *entries.get(NONCE_KEY, (None, 0)), known=self.nonce)
-        members, records = parse_map(entries, self.n_servers, self.layout.n_buckets)
-        # on disk before any role acts on them (a StoreError is handled as etcd's failure);
-        # a record of another history than a role knows is never marked
-        with self.lock:
-            ours = followed(dict(enumerate(records)), self.roles)
-        self.marks.saw(ours)
-        live = {i: m.lease for i, m in members.items()}
+        """Read the map (:mod:`~hogwild_plugins.ps.replication.map_reads`), tell every bucket's
+        role, and carry out what each asks."""
+        view, members = self.map.read(self._etcd)
         now = lease_now()
         valid = self.clock.valid(now)
-        settled = len(live) == self.n_servers or now - self.started_at > SETTLE_S
-        seen = frozenset().union(*(m.seen for m in members.values()))
-        revoked = revoked_early(entries)  # a lease ended early lately: takeovers wait for reads
+        settled = len(view.live) == self.n_servers or now - self.started_at > SETTLE_S
         for bucket, role in self.roles.items():
+            sid = self._stimulus("map")
             with self.lock:
                 actions = role.handle(
-                    MapRead(
-                        records[bucket],
-                        live,
-                        self.clock.lease,
-                        valid,
-                        settled,
-                        bucket not in seen,
-                        revoked,
-                        now,
-                        stimulus_id=self._stimulus("map"),
-                    )
+                    map_read(view, bucket, self.clock.lease, valid, settled, now, sid)
                 )
             self._carry_out(actions)
         # this server's key as etcd has it (not as last written: the job's keys may have been
@@ -506,8 +487,10 @@ class Replication:
         yield from ()
         # the nonce compared too: decided from a read of an etcd since restarted empty (its
         # revisions counted again from 1), it never lands on a key of the new history
-        done = write_record(self._etcd, action.bucket, action.record, action.expected, self.nonce)
-        return done, self._read(action.bucket)
+        done = write_record(
+            self._etcd, action.bucket, action.record, action.expected, self.map.nonce
+        )
+        return done, self.map.record(self._etcd, action.bucket)
 
     def record_written(self, action, done: bool) -> None:
         if isinstance(action, Campaign):
@@ -540,21 +523,6 @@ class Replication:
         self.etcd_errors += 1
         self.last_etcd_error = str(exc)
         self.changed.set()  # read the map again on the next turn
-
-    def _read(self, bucket: int, etcd: Etcd | None = None) -> BucketRecord | None:
-        """``sync/<bucket>`` (None: absent, or etcd's keys are now another history than the
-        last read of the map's), through ``etcd`` (default: this thread's).
-
-        Raises:
-            HogwildError: A value that is not a record (naming the key); EtcdUnavailable.
-        """
-        record = read_record(etcd or self._etcd, bucket, self.n_servers, self.nonce)
-        if record is None:
-            return None
-        with self.lock:
-            ours = followed({bucket: record}, self.roles)
-        self.marks.saw(ours)  # before the role hears of it
-        return record
 
     def _commit_prepared(self, bucket: int) -> None:
         """Just won: what was prepared under the old primary is committed here, in order."""

@@ -61,6 +61,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     WriteInSync,
 )
 from hogwild_plugins.ps.replication.known_history import KnownHistory
+from hogwild_plugins.ps.replication.reads_gate import ReadsGate, takeover_wait
 
 __all__ = ["BucketRole", "Role"]
 
@@ -93,10 +94,11 @@ class BucketRole:
         empty: The bucket holds no shard (a layout with more buckets than shards): every copy
             holds its whole state, none, so it is always current (catching a copy up sends it
             nothing, so no :class:`Restored` ever tells it so).
-        lease_ttl: The servers' lease TTL, in the clock's units of :class:`CampaignAnswered`'s
-            ``at``: a primary that took the bucket from another server answers reads only this
-            long after it won (:meth:`reads_open`). Required (keyword), with no default: a host
-            that left it out would silently answer reads at once after a takeover.
+        lease_ttl: This server's lease TTL, in the clock's units of :class:`CampaignAnswered`'s
+            ``at``: a primary that took back a record naming it that it did not win in this
+            life waits at least this long for reads (:meth:`reads_open`; after a revocation,
+            the revoked holders' TTLs, which the map's read brings). Required (keyword), with
+            no default: a host that left it out would silently answer reads at once.
     """
 
     bucket: int
@@ -130,13 +132,9 @@ class BucketRole:
     behind: set[int] = field(default_factory=set)  # as primary: caught up, to add to in_sync
     dropping: set[int] = field(default_factory=set)  # as primary: to remove from in_sync
     campaign: BucketRecord | None = None  # as candidate: the record its campaign writes
-    # as candidate: whether another server may still answer the bucket's reads by its own
-    # clock once its campaign is won (a lease revoked lately; a record handed here while its
-    # hander still waited): its reads then wait a TTL (_take, reads_open)
-    others_may_answer: bool = False
     won_epoch: int = 0  # the epoch of the last campaign this side won
-    # as primary: from when (the clock of CampaignAnswered.at) it answers reads
-    reads_from: float = float("-inf")
+    # the wait for reads after a takeover: decided when campaigning, opened from the answer
+    reads: ReadsGate = field(default_factory=ReadsGate)
     transitions: deque = field(
         default_factory=lambda: deque(maxlen=STORY_LENGTH), repr=False, compare=False
     )
@@ -154,7 +152,7 @@ class BucketRole:
                     stimulus.lease_valid,
                     stimulus.settled,
                     stimulus.blank,
-                    stimulus.revoked,
+                    stimulus.revoked_ttl,
                     stimulus.at,
                 )
             case CampaignAnswered():
@@ -258,23 +256,15 @@ class BucketRole:
 
     def reads_open(self, now: float) -> bool:
         """Serving, and past the wait for reads at ``now`` (the clock of
-        :class:`CampaignAnswered`'s ``at``): answers pulls.
+        :class:`CampaignAnswered`'s ``at``): answers pulls. How long a takeover waits, and why,
+        is :mod:`~hogwild_plugins.ps.replication.reads_gate`'s."""
+        return self.serving and self.reads.open(now)
 
-        A primary answers reads ``lease_ttl`` after its campaign came back when another server
-        may still answer them by its own clock (:meth:`_take` decides: a lease revoked lately,
-        or a record handed here before the hander's own reads were open), at once otherwise;
-        one that takes back a record it won itself waits no longer than what it still owed. A
-        predecessor may still answer pulls from older memory until its own lease clock runs
-        out: it knows its lease only by that clock, which gives up ``margin`` before etcd's TTL
-        counted from its last renewal. A lease etcd let lapse was dropped a TTL after that
-        renewal reached it, after the holder's clock gave up: no wait. A lease ended early
-        (revoked: the driver ends the lease of a server it lost, which may only be paused or
-        cut off) was dropped after that renewal too, and before this campaign: waiting the
-        whole TTL, as Raft's and Spanner's leader leases wait out the old leader's, keeps reads
-        from going back while the holder's clock runs no more than that margin slower than
-        this side's (``0.75 / r_holder <= 1 / r_this``). Writes need no wait: the copies fence
-        a deposed primary's prepares."""
-        return self.serving and now >= self.reads_from
+    @property
+    def reads_from(self) -> float:
+        """As primary: from when (the clock of :class:`CampaignAnswered`'s ``at``) it answers
+        reads."""
+        return self.reads.opens_at
 
     @property
     def holders(self) -> int:
@@ -320,7 +310,7 @@ class BucketRole:
         lease_valid: bool,
         settled: bool = True,
         blank: bool = True,
-        revoked: bool = False,
+        revoked_ttl: float = 0.0,
         at: float | None = None,
     ) -> list:
         """The map as etcd has it now (the record, the live members and their leases); this
@@ -385,27 +375,27 @@ class BucketRole:
             # taken anew, or a campaign whose answer was lost. As the bucket's last primary this
             # side holds every acknowledged update, if it still has its memory (``current``);
             # a new process does not, and the bucket waits for the one that had it.
-            return self._take(record, members, lease, revoked) if self.current else []
+            return self._take(record, members, lease, revoked_ttl) if self.current else []
         alive = members.get(record.primary) == record.lease  # a restarted one has a new lease
         if not alive and self.current and self.me in record.in_sync:
-            return self._take(record, members, lease, revoked)
+            return self._take(record, members, lease, revoked_ttl)
         return []
 
     def _take(
-        self, record: BucketRecord, members: Mapping[int, int], lease: int, revoked: bool = False
+        self,
+        record: BucketRecord,
+        members: Mapping[int, int],
+        lease: int,
+        revoked_ttl: float = 0.0,
     ) -> list:
         """Campaign for the bucket under the next epoch. The other live in-sync copies stay in
         ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
         side if it dies before it serves; it serves only once each has its snapshot.
 
-        Whether its reads wait once it wins (:meth:`reads_open`), by what the record replaced
-        says of the servers that may still answer the bucket's reads: its own record, won here,
-        none but this side (and the wait it still owes: kept); a record handed here with the
-        hander's reads open, none (the hander stopped answering before it wrote it); another
-        server's, whose lease is gone, none unless a lease was revoked lately (``revoked``: a
-        lapsed lease's holder gave up by its own clock before etcd dropped it, a revoked one
-        may not have); any other record naming this side (handed while the hander still
-        waited, or won by an earlier life of it), a wait."""
+        How long its reads wait once it wins (:meth:`reads_open`) is decided here, by what the
+        record replaced says of the servers that may still answer the bucket's reads, and by
+        ``revoked_ttl``, the longest TTL among the ``revoked/<i>`` markers of the same read (0:
+        none): :func:`~hogwild_plugins.ps.replication.reads_gate.takeover_wait`."""
         others = tuple(s for s in record.in_sync if s != self.me and s in members)
         # and, to keep ``min_copies`` in it, in-sync copies away now (paused past their lease,
         # say): they missed nothing acknowledged, and one that returns with its memory may
@@ -415,19 +405,12 @@ class BucketRole:
         return self._campaign(
             BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)),
             record.revision,
-            others_may_answer=self._others_may_answer(record, revoked),
+            reads_wait=takeover_wait(record, self.me, self.won_epoch, self.lease_ttl, revoked_ttl),
         )
 
-    def _others_may_answer(self, record: BucketRecord, revoked: bool) -> bool:
-        """Whether a server other than this one may still answer the bucket's reads by its own
-        clock when a campaign replacing ``record`` comes back (see :meth:`_take`)."""
-        if record.primary != self.me:
-            return revoked
-        return record.epoch != self.won_epoch and not record.handed
-
-    def _campaign(self, record: BucketRecord, expected: int, others_may_answer=False) -> list:
+    def _campaign(self, record: BucketRecord, expected: int, reads_wait: float = 0.0) -> list:
         self.role, self.campaign = Role.CANDIDATE, record
-        self.others_may_answer = others_may_answer
+        self.reads.campaigning(reads_wait)
         return [Campaign(self.bucket, record, expected)]
 
     def _campaigned(self, won: bool, record: BucketRecord | None, at: float = 0.0) -> list:
@@ -447,11 +430,10 @@ class BucketRole:
             self.record = record or self.record
             return []
         self.role, self.record, self.current = Role.PRIMARY, record, True
-        # reads wait out the lease of the primary replaced, if not this side (see reads_open);
-        # a wait still owed is never shortened: taking back its own record inside the wait it
-        # owes another (its own lease lost meanwhile) leaves that one's clock running as before
-        owed = at + self.lease_ttl if self.others_may_answer else at
-        self.reads_from = max(self.reads_from, owed)
+        # reads wait out whoever may still answer them (decided when campaigning); a wait still
+        # owed is never shortened: taking back its own record inside the wait it owes another
+        # (its own lease lost meanwhile) leaves that one's clock running as before
+        self.reads.won(at)
         self.won_epoch = record.epoch
         self.first_ticket = self.tickets + 1
         self.history.refreshed = False  # a refresh seen while campaigning: older than this

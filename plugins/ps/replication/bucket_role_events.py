@@ -63,9 +63,11 @@ class MapRead(RoleStimulus):
     ``settled``: every server has registered, or long enough has passed since the start (only
     then is a bucket's very first primary chosen, so that the first primaries are spread over
     every server rather than taken by the first one up). ``blank``: no live member lists this
-    bucket in its ``seen`` (only then may a missing record mean a new bucket). ``revoked``: the
-    same read holds a ``revoked/<i>`` marker (:func:`~hogwild_plugins.ps.failover.revoked_early`:
-    a lease ended early lately, whose holder may still answer reads by its own clock). ``at``:
+    bucket in its ``seen`` (only then may a missing record mean a new bucket). ``revoked_ttl``:
+    the longest lease TTL named by the ``revoked/<i>`` markers of the same read, 0 for none
+    (:func:`~hogwild_plugins.ps.failover.revoked_ttl`: a lease ended early lately, whose holder
+    may still answer reads by its own clock, for up to its own TTL: a takeover's reads wait
+    that long). ``at``:
     when the map was read, in the clock of :class:`CampaignAnswered`'s ``at`` (None: not told;
     the role then hands a bucket back unmarked, and its successor waits for reads)."""
 
@@ -75,7 +77,7 @@ class MapRead(RoleStimulus):
     lease_valid: bool
     settled: bool = True
     blank: bool = True  # no live member has seen a record of this bucket
-    revoked: bool = False  # a revoked/<i> marker in the same read
+    revoked_ttl: float = 0.0  # the longest TTL of the revoked/<i> markers in the same read
     at: float | None = None  # when it was read (the lease clock's units)
 
 

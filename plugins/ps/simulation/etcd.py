@@ -14,7 +14,7 @@ from hogwild_plugins.ps.failover import (
     BucketRecord,
     MemberRecord,
     marker_life,
-    revoked_early,
+    revoked_ttl,
 )
 
 __all__ = ["SimEtcd"]
@@ -87,9 +87,10 @@ class SimEtcd:
         renewed = self.keepalive(marker, marker_life(ttl, MARKER_REQUEST_TICKS / 2), now)
         assert renewed, "a revoke sent in time outlived its marker"
 
-    def revoked(self) -> bool:
-        """Whether a ``revoked/<i>`` marker is among the keys (a lease ended early lately)."""
-        return revoked_early(self.keys)
+    def revoked(self) -> float:
+        """The longest TTL the ``revoked/<i>`` markers among the keys name (a lease ended early
+        lately), 0 for none."""
+        return revoked_ttl((key, value) for key, (value, _, _) in self.keys.items())
 
     def wipe(self) -> None:
         """Everything gone, the revision counter too (a new etcd starts again at 1)."""

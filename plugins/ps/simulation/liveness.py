@@ -61,7 +61,8 @@ NO_HOLDER = "every server holding its state died (or stopped: a write failed to 
 def heal_ticks(config: Config) -> int:
     """How long a healed world may take to serve every bucket again, in ticks.
 
-    A server killed in the faults left its lease in etcd for up to one TTL (``config.ttl``): until
+    A server killed in the faults left its lease in etcd for up to one TTL (its own, at most
+    ``config.longest_ttl``): until
     it lapses no copy may take a bucket it led. A server paused past its lease finds it lost at
     its next heartbeat (every fifth of the TTL) and registers again. A world started cold picks
     its first primaries once every server has registered or ``config.settle`` ticks passed.
@@ -69,7 +70,8 @@ def heal_ticks(config: Config) -> int:
     snapshots, a hand-over to the preferred primary, the clients' re-sends, the peer timeouts)
     takes no tick: the threads and the network settle between ticks. Two ticks of margin: one
     for the map read that follows a lease's expiry, one for the clients' re-send after it."""
-    return config.ttl + max(1, config.ttl // 5) + config.settle + 2
+    ttl = config.longest_ttl
+    return ttl + max(1, ttl // 5) + config.settle + 2
 
 
 def heal_and_check(world: World) -> None:
@@ -99,7 +101,7 @@ def heal(world: World) -> dict[int, bool]:
     for i, s in sorted(world.servers.items()):
         if s is None or s.paused:
             world.apply(("restart", i) if s is None else ("resume", i))
-    for n in range(heal_ticks(world.config) + world.config.ttl):
+    for n in range(heal_ticks(world.config) + world.config.longest_ttl):
         if n >= heal_ticks(world.config) and not _reads_waiting(world):
             break  # past the heal's ticks, only a takeover's wait for reads goes on ticking
         _quiet(world)

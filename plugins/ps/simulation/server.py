@@ -6,12 +6,20 @@ A :class:`SimServer` holds what a replicated
 :class:`~hogwild_plugins.ps.replication.commit_round.CommitRound`, the
 :class:`~hogwild_plugins.ps.replication.copy_side.CopySide`, the shard logs, the shard book) and
 carries out their actions through the executor the real server runs
-(:mod:`~hogwild_plugins.ps.replication.executor`: this class is its host, as
-:mod:`~hogwild_plugins.ps.replication.adapter` and, for the copy side,
-:mod:`~hogwild_plugins.ps.replication.copy_adapter` are the real server's), against the
+(:mod:`~hogwild_plugins.ps.replication.executor`), against the
 :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd` and the world's network. A shard's values are
 the list of the client updates applied to it, ``(sender, seq)`` in order: what a real shard's
 floats sum up, made checkable (applied twice, missing, more than its version says).
+
+Its one concept is one server process as its threads see it, each a part of this class as the
+real server's are of :mod:`~hogwild_plugins.ps.replication.adapter`: its membership (lease,
+heartbeat, its clock's validity), its network thread (a client's request checked and queued, a
+primary's message handed to the copy side, a copy's answer to this primary's exchange) and its
+replication thread (the map read, the roles' actions, the commit rounds). The executor's hosts
+are beside it, as the real server's are: this class for the bucket roles' effects,
+:mod:`~hogwild_plugins.ps.simulation.primary_round` for one commit round's,
+:mod:`~hogwild_plugins.ps.simulation.copy_host` for the copy side's,
+:mod:`~hogwild_plugins.ps.simulation.snapshot_thread` for the snapshot thread.
 
 The replication thread is a generator: it yields wherever the real thread blocks (an etcd call,
 an exchange with the copies), and the world decides what happens before it goes on. So is the
@@ -49,7 +57,6 @@ what it remembers (``Remembered``) before anything else.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
@@ -57,18 +64,14 @@ from hogwild_plugins.ps.failover import MemberRecord
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Fenced,
-    MapRead,
-    RecordRefreshed,
     Remembered,
-    Restored,
-    StopLifted,
     Stopped,
 )
 from hogwild_plugins.ps.replication.commit_round import CommitRound
 from hogwild_plugins.ps.replication.commit_round_events import Update
 from hogwild_plugins.ps.replication.copy_side import CopySide, commit_log
 from hogwild_plugins.ps.replication.copy_side_events import Acknowledge as CopyAck
-from hogwild_plugins.ps.replication.copy_side_events import ApplyCommitted, Refuse
+from hogwild_plugins.ps.replication.copy_side_events import Refuse
 from hogwild_plugins.ps.replication.executor import (
     carry_out,
     receive,
@@ -76,11 +79,14 @@ from hogwild_plugins.ps.replication.executor import (
     run_round,
     snapshot_answered,
 )
+from hogwild_plugins.ps.replication.map_reads import MapView, map_read
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
+from hogwild_plugins.ps.simulation.copy_host import SimCopyHost
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
-from hogwild_plugins.ps.simulation.messages import Exchange, Peer, Reading, SimWork
+from hogwild_plugins.ps.simulation.messages import Exchange, Peer, Reading
+from hogwild_plugins.ps.simulation.primary_round import SimPrimaryRound
 from hogwild_plugins.ps.simulation.snapshot_thread import SimSnapshotThread
 from hogwild_plugins.ps.simulation.store import SimStore
 from hogwild_plugins.ps.stops import BucketStops
@@ -90,7 +96,6 @@ from hogwild.net.wire import ErrorCode, WireError
 __all__ = ["SimServer"]
 
 MAX_BATCH = 8
-_UNLOCKED = contextlib.nullcontext()  # a step of the world is atomic: the copy side needs no lock
 
 
 class SimServer:
@@ -160,21 +165,18 @@ class SimServer:
         self.cut_off = False  # its host off the network (the world's): every etcd call fails
         self.waiting: Exchange | None = None  # the replication thread's exchange, if any
         self.snapshots = SimSnapshotThread(self)
+        self.copy_host = SimCopyHost(self)  # the copy side's effects (the network thread's)
         self.acknowledged: list[tuple[int, int, int, int, int]] = []  # sender, seq, shard, v, ep
         self.n_stimuli = 0
         self.at_top = False  # the thread waits for a reason to read the map again
         self.seen: tuple = ()  # what the last read of the map saw (etcd's revision, the clock)
-        self._updates: tuple[Update, ...] = ()  # the commit round's updates, while it runs
-        self._works: dict[int, SimWork] = {}  # their versions, once admitted
         self.fails, self.splits, self.unbuilt = fails, splits, unbuilt
         self.reading: Reading | None = None  # a primary's message half taken: its frames read
-        self._read_steps = 0  # the replication thread's steps that read lasts (the world's draw)
         self.notes: list[str] = []  # what the server said since the world last took it
         self._stopping: list[int] = []  # stopped buckets whose roles have not heard yet
         self.stops = BucketStops(me, self._stopping.append, self.notes.append)
         # the updates whose application failed here, by shard: committed, not in the values
         self.failed_writes: dict[int, set[tuple[int, int]]] = {s: set() for s in self.bucket_of}
-        self._failed_here: set[int] = set()  # the round's updates that failed to apply here
         self.marks = BucketMarks(store, len(bucket_shards))
         for bucket, (epoch, primary, lease) in self.marks.remembered.items():
             self.roles[bucket].handle(
@@ -273,7 +275,7 @@ class SimServer:
         self.queue.append((sender, seq, shard))
         return None
 
-    def _applies(self, shard: int, sender: int, seq: int, how: str) -> bool:
+    def applies(self, shard: int, sender: int, seq: int, how: str) -> bool:
         """Whether ``(sender, seq)``'s application to ``shard`` succeeds here; a failure stops
         its bucket, as the real engine's report of a failure after an acknowledgement does."""
         if self.fails is None or not self.fails(f"({sender}, {seq}) of shard {shard} {how}"):
@@ -288,15 +290,16 @@ class SimServer:
         real network thread runs it); ``reply`` gets the answer ``(ACK | code, version)``, at
         once or, when the world drew that its frames take a while to read, at the step that
         takes its content (:meth:`step`). What happened, for the schedule."""
-        flow = receive(m, self)
+        flow = receive(m, self.copy_host)
         try:
             point = next(flow)
         except StopIteration as end:
             answer = self._answer(end.value)
             reply(answer)
             return f" -> {answer}"
-        self.reading = Reading(flow, reply, self._read_steps)
-        return f" -> past the gate; {point} (over {self._read_steps} of its thread's steps)"
+        steps = self.copy_host.read_steps
+        self.reading = Reading(flow, reply, steps)
+        return f" -> past the gate; {point} (over {steps} of its thread's steps)"
 
     def _take_content(self) -> str:
         """The half-taken message's content step, its answer sent."""
@@ -304,11 +307,6 @@ class SimServer:
         answer = self._answer(run(reading.flow))
         reading.reply(answer)
         return f"its network thread takes the message's content -> {answer}"
-
-    def outside_lock(self, m: Peer) -> Iterator[str]:
-        self._read_steps = self.splits(f"{m.kind} of shard {m.shard}") if self.splits else 0
-        if self._read_steps:
-            yield f"the network thread reads the {m.kind}'s frames"
 
     @staticmethod
     def _answer(action) -> tuple[str, int]:
@@ -343,80 +341,6 @@ class SimServer:
         """The peer timeout: ``server`` did not answer in time (every exchange waiting on it)."""
         for exchange in self.exchanges():
             exchange.give_up(server)
-
-    # ------------------------------------------------------------------ the copy side's effects
-    # (executor.receive, as the real server's CopyAdapter runs it: one step of the world, so
-    # no lock; etcd read in place)
-
-    def locked(self) -> contextlib.nullcontext:
-        return _UNLOCKED
-
-    def copy(self, stimulus) -> list:
-        return self.copy_side.handle(stimulus)
-
-    def committing(self, shard: int, upto: int) -> int:
-        return self.logs[shard].committing(upto)
-
-    def refresh_record(self, bucket: int) -> Iterator[str]:
-        yield from ()
-        if self.cut_off:
-            return  # etcd unreachable: the gate decides on what the role knows
-        record = self.etcd.record(bucket, self.nonce)
-        if record is not None:
-            self.marks.saw(followed({bucket: record}, self.roles))  # before the role hears
-            self.roles[bucket].handle(RecordRefreshed(record, stimulus_id=self._sid("refresh")))
-
-    @staticmethod
-    def prepared_item(m: Peer) -> tuple:
-        sender, seq, shard = m.item
-        return sender, seq, SimWork(sender, seq, shard, m.version)
-
-    @staticmethod
-    def hold(n: int) -> None:
-        return None  # the simulated engine has no queues to fill
-
-    @staticmethod
-    def release(held: None) -> None:
-        pass
-
-    def apply_committed(self, action: ApplyCommitted, held: None) -> None:
-        shard = action.shard
-        self.values[shard] += [
-            (w.sender, w.seq)
-            for w in action.works
-            if self._applies(shard, w.sender, w.seq, "committed on a copy")
-        ]
-        self.book[shard] = max(action.committed, self.book[shard])
-
-    @staticmethod
-    def snapshot_of(m: Peer) -> tuple:
-        values, table = m.item
-        return table, values
-
-    def apply_snapshot(self, m: Peer, values: tuple, held: None) -> bool:
-        self.values[m.shard] = list(values)
-        self.failed_writes[m.shard].clear()
-        self.book[m.shard] = m.version
-        # applied after the shard failed a write, it replaces that memory (as the real copy's)
-        return self.stops.failed(m.bucket, m.shard)
-
-    def stopped(self, shard: int) -> bool:
-        return self.stops.stopped(self.bucket_of[shard])
-
-    @staticmethod
-    def restoring_shard(shard: int) -> bool:
-        return False  # a snapshot is applied in place
-
-    def applying_shard(self, shard: int) -> bool:
-        return self.commit_round.applying(shard)
-
-    def await_snapshot(self, m: Peer, replaces: bool) -> Iterator[str]:
-        yield from ()  # applied in place; a stop it replaced is lifted as the real copy's is
-        if replaces and self.stops.replaced(m.bucket, m.shard):
-            self.roles[m.bucket].handle(StopLifted(stimulus_id=self._sid("stop lifted")))
-
-    def restored(self, bucket: int, epoch: int, stimulus_id: str) -> None:
-        self.roles[bucket].handle(Restored(epoch, stimulus_id=stimulus_id))
 
     # ------------------------------------------------------------------ replication thread
 
@@ -498,21 +422,11 @@ class SimServer:
         self.marks.saw(followed(records, self.roles))
         valid = self.valid()
         settled = len(members) == self.etcd.n_servers or self.now() - self.started >= self.settle
-        seen, revoked, now = self.etcd.seen(), self.etcd.revoked(), self.lease_time()
+        view = MapView(records, members, self.etcd.seen(), self.etcd.revoked())
+        now = self.lease_time()
         for bucket, role in self.roles.items():
-            actions = role.handle(
-                MapRead(
-                    records[bucket],
-                    members,
-                    self.lease,
-                    valid,
-                    settled,
-                    bucket not in seen,
-                    revoked,
-                    now,
-                    stimulus_id=self._sid("map"),
-                )
-            )
+            sid = self._sid("map")
+            actions = role.handle(map_read(view, bucket, self.lease, valid, settled, now, sid))
             yield from self._carry_out(actions)
         self.refresh_member()
 
@@ -565,11 +479,13 @@ class SimServer:
             self.values[shard] += [
                 (w.sender, w.seq)
                 for _, _, w in items
-                if self._applies(shard, w.sender, w.seq, "prepared, committed by a new primary")
+                if self.applies(shard, w.sender, w.seq, "prepared, committed by a new primary")
             ]
             self.book[shard] = log.committed
 
-    def _exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
+    def exchange(self, requests: list[tuple[int, Peer]]) -> Iterator[str]:
+        """Send each ``(copy, message)`` and wait (the replication thread's exchange, the
+        world delivering or giving up on every answer); the exchange."""
         exchange = Exchange(requests)
         self.waiting = exchange
         for i, (dst, message) in enumerate(requests):
@@ -580,82 +496,9 @@ class SimServer:
         return exchange
 
     def _process(self, batch: list[tuple[int, int, int]]) -> Iterator[str]:
-        self._updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
-        self._works, self._failed_here = {}, set()
-        try:
-            yield from run_round(self._updates, self.roles, self)
-        finally:
-            self._updates, self._works, self._failed_here = (), {}, set()
-
-    def round(self, stimulus) -> list:
-        return self.commit_round.handle(stimulus)
-
-    def refuse(self, index: int) -> None:
-        u = self._updates[index]
-        self.send(("client", u.sender), ("NOT_PRIMARY", u.seq, u.shard, 0))
-
-    def answer_duplicate(self, index: int, version: int) -> None:
-        u = self._updates[index]
-        self.send(("client", u.sender), ("ACK", u.seq, u.shard, version))
-
-    def admit(self, indices: tuple[int, ...]) -> dict[int, int]:
-        versions = {}
-        for i in indices:
-            u = self._updates[i]
-            self.book[u.shard] += 1
-            self._works[i] = SimWork(u.sender, u.seq, u.shard, self.book[u.shard])
-            versions[i] = self.book[u.shard]
-        return versions
-
-    def apply_locally(self, indices: tuple[int, ...]) -> None:
-        for i in (i for i in indices if self.commit_round.ours(i)):
-            work = self._works[i]
-            if self._applies(work.shard, work.sender, work.seq, "applied by its primary"):
-                self.values[work.shard].append((work.sender, work.seq))
-            else:
-                self._failed_here.add(i)
-
-    def send_prepares(self, prepares) -> Iterator[str]:
-        requests = []
-        for i, copy in prepares:
-            u, role = self._updates[i], self.roles[self._updates[i].bucket]
-            item = (u.sender, u.seq, u.shard)
-            message = Peer(
-                "PREPARE", u.bucket, u.shard, role.epoch, self.lease, self.me,
-                self._works[i].version, item,
-            )  # fmt: skip
-            requests.append((copy, message))
-        exchange = yield from self._exchange(requests)
-        return self._failed(exchange)
-
-    def send_commits(self, commits) -> Iterator[str]:
-        requests = []
-        for shard, copy, version in commits:
-            bucket = self.bucket_of[shard]
-            role = self.roles[bucket]
-            message = Peer("COMMIT", bucket, shard, role.epoch, self.lease, self.me, version)
-            requests.append((copy, message))
-        exchange = yield from self._exchange(requests)
-        return self._failed(exchange)
-
-    def await_applied(self) -> Iterator[str]:
-        yield "await the local application"
-
-    def acknowledge(self, index: int, version: int) -> None:
-        u = self._updates[index]
-        if index in self._failed_here:  # committed on the copies, failed here: never ACKed
-            self.send(("client", u.sender), ("STOPPED", u.seq, u.shard, 0))
-            return
-        self.acknowledged.append((u.sender, u.seq, u.shard, version, self.roles[u.bucket].epoch))
-        self.send(("client", u.sender), ("ACK", u.seq, u.shard, version))
-
-    @staticmethod
-    def _failed(exchange: Exchange) -> frozenset:
-        return frozenset(
-            (m.bucket, dst)
-            for (dst, m), ok in zip(exchange.requests, exchange.ok, strict=True)
-            if not ok
-        )
+        """One commit round for ``batch`` (:mod:`~hogwild_plugins.ps.simulation.primary_round`)."""
+        updates = tuple(Update(s, q, shard, self.bucket_of[shard]) for s, q, shard in batch)
+        yield from run_round(updates, self.roles, SimPrimaryRound(self, updates))
 
     def open_shards(self) -> set[int]:
         """The shards the commit round has applied here and not recorded yet."""

@@ -3,16 +3,16 @@
 A :class:`World` holds ``n`` :class:`~hogwild_plugins.ps.simulation.server.SimServer` s (the real
 state machines), clients that push ``(sender, seq)`` updates and keep a ledger of what was
 acknowledged, the :class:`~hogwild_plugins.ps.simulation.etcd.SimEtcd`, and a network of messages
-in flight. Each step, a seeded random choice among what can happen next: a server's replication
-thread runs to its next blocking point, a message is delivered (any of those in flight: they are
-reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
+in flight. Each step, a seeded random choice among what can happen next
+(:mod:`~hogwild_plugins.ps.simulation.draw` draws it; the world makes it happen): a server's
+replication thread runs to its next blocking point, a message is delivered (any of those in flight:
+they are reordered), dropped or duplicated, a copy that does not answer is given up on (the peer
 timeout), a client sends or re-sends (a pull its server answered ``READS_WAITING``, serving but
-inside its wait for reads, goes again to that server with no map read, as the real client's
-held path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is
-paused (SIGSTOP) or resumed, killed or restarted (on its store, if it has one: the newest epoch
-of each bucket's record it saw outlives it), a lease is ended early (the driver's
-``revoked/<i>`` marker, then, at a drawn delay, its revoke, not sent once it is too late: the
-lease lapses), etcd is wiped. Besides
+inside its wait for reads, goes again to that server with no map read, as the real client's held
+path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is paused (SIGSTOP) or
+resumed, killed or restarted (on its store, if it has one: the newest epoch of each bucket's record
+it saw outlives it), a lease is ended early (the driver's ``revoked/<i>`` marker, then, at a drawn
+delay, its revoke, not sent once it is too late: the lease lapses), etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
 application, from a generator of its own seeded by the seed, so that the choices a seed makes
 are the same with it or without it): the server stops the bucket, as the real one does. And a
@@ -36,32 +36,26 @@ explains itself (:func:`run_seed` replays one).
 
 from __future__ import annotations
 
-import bisect
 import functools
-import itertools
 import pickle
 import random
 from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.failover import REVOKED_TTLS
+from hogwild_plugins.ps.simulation.draw import FAULTS, EventDraw
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.invariants import Broken, Invariants
 from hogwild_plugins.ps.simulation.messages import Exchange, Peer
 from hogwild_plugins.ps.simulation.server import SimServer
 from hogwild_plugins.ps.simulation.store import SimStore
 
-__all__ = ["FAULTS", "Client", "Config", "Violation", "World", "established", "run_seed"]
+__all__ = ["Client", "Config", "Violation", "World", "established", "run_seed"]
 
-FAULTS = frozenset(
-    {"drop", "duplicate", "reorder", "pause", "kill", "expire", "wipe", "fail", "split"}
-)
 FAIL_RATE = 0.01  # of the applications of an update on a server (a seed in thirty or so)
 SPLIT_RATE = 0.02  # of the primaries' messages past a copy's gate
 SPLIT_STEPS = 4  # at most this many of the replication thread's steps before the content
 UNBUILT_RATE = 0.2  # of the parcels a primary takes, with the opt-in fault "unbuilt"
-CUT_WEIGHT, HEAL_WEIGHT = 0.03, 0.3  # the opt-in fault "cut": a host off the network, and back
 REVOKE_DRAW_TTLS = 2  # a revoke is drawn as late as -this x TTL (at once) .. past too late
-_TICK, _WIPE = ("tick",), ("wipe",)
 FULL_CHECK = frozenset(
     {"tick", "kill", "restart", "expire", "revoke", "wipe"}
 )  # may change every server
@@ -91,7 +85,8 @@ class Config:
     how many servers have a store (the first ``stores``; the others keep nothing across a
     restart), and whether the driver's revokes come back late (drawn; False: each at once
     with its marker, as the simulator had it before they came apart, which replays the seeds
-    found then)."""
+    found then). ``ttls``: each server's own lease TTL (as ``ps serve --lease-s`` may give
+    servers different ones; empty: every server's is ``ttl``)."""
 
     servers: int = 3
     copies: int = 3
@@ -102,6 +97,26 @@ class Config:
     settle: int = 4
     stores: int = 2
     late_revokes: bool = True
+    ttls: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.ttls and (
+            len(self.ttls) != self.servers
+            or not all(isinstance(t, int) and t >= 1 for t in self.ttls)
+        ):
+            raise ValueError(
+                f"Config.ttls must give each of the {self.servers} servers a lease TTL of whole "
+                f"ticks >= 1 (or be empty), got {self.ttls!r}"
+            )
+
+    def ttl_of(self, server: int) -> int:
+        """Server ``server``'s lease TTL (ticks)."""
+        return self.ttls[server] if self.ttls else self.ttl
+
+    @property
+    def longest_ttl(self) -> int:
+        """The longest of the servers' lease TTLs (ticks)."""
+        return max(self.ttls) if self.ttls else self.ttl
 
 
 class World:
@@ -129,9 +144,7 @@ class World:
         for i in range(config.servers):
             self.servers[i] = self._start(i)
         self.clients = [Client(sender=100 + c) for c in range(config.clients)]
-        self._run_events = [("run", i) for i in range(config.servers)]  # a step's, reused
-        self._client_events = [(("send", c), ("pull", c)) for c in range(config.clients)]
-        self._message_events: list[tuple] = []  # the n-th message's deliver, drop, duplicate
+        self.draw = EventDraw(config.servers, config.clients)  # which event comes next
         self.schedule: list[str] = []
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
@@ -150,7 +163,8 @@ class World:
         c = self.config
         server = SimServer(
             i, self.incarnations[i], self.bucket_shards, c.copies, c.min_copies, self.etcd,
-            functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl, c.settle,
+            functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl_of(i),
+            c.settle,
             self._application_fails, self.stores.get(i), self._split, self._parcel_unbuilt,
         )  # fmt: skip
         server.register()
@@ -197,98 +211,9 @@ class World:
     # ------------------------------------------------------------------ a step
 
     def step(self) -> None:
-        """One seeded choice among what can happen now, then the invariants.
-
-        The draw is ``random.Random.choices``'s own (the weights summed in the same order, one
-        ``random()``, the same bisection), written out so that a step builds no pair per choice:
-        a seed's schedule is the one ``choices`` would make."""
-        weights, events = self.offers()
-        cumulative = list(itertools.accumulate(weights))
-        drawn = self.rng.random() * (cumulative[-1] + 0.0)
-        self.apply(events[bisect.bisect(cumulative, drawn, 0, len(cumulative) - 1)])
-
-    def offers(self) -> tuple[list[float], list[tuple]]:
-        """What can happen now, and the weight of each: two lists in step (event tuples are
-        reused from step to step)."""
-        faults = self.faults
-        weights: list[float] = []
-        events: list[tuple] = []
-        weigh, offer = weights.append, events.append
-        for s in self.live():
-            if not s.paused and s.runnable():
-                weigh(6.0)
-                offer(self._run_events[s.me])
-            for peer in sorted({p for e in s.exchanges() for p in e.waiting_on()}):
-                weigh(0.4)
-                offer(("timeout", s.me, peer))
-        reorder, drop, duplicate = "reorder" in faults, "drop" in faults, "duplicate" in faults
-        links = set()
-        if drop and duplicate:  # every message offers (deliver,) drop, duplicate: in chunks
-            by_message = self._message_events
-            for n in range(len(by_message), len(self.network)):
-                by_message.append((("deliver", n), ("drop", n), ("duplicate", n)))
-            again = (0.1, 0.15, 0.1) if reorder else (0.15, 0.1)
-            for n, (dst, message) in enumerate(self.network):
-                link = (message[0], dst)  # a link delivers in order unless messages reorder
-                if link not in links:
-                    links.add(link)
-                    weights += (4.0, 0.15, 0.1)
-                    events += by_message[n]
-                else:
-                    weights += again
-                    events += by_message[n] if reorder else by_message[n][1:]
-        else:
-            for n, (dst, message) in enumerate(self.network):
-                link = (message[0], dst)
-                if link not in links:
-                    links.add(link)
-                    weigh(4.0)
-                    offer(("deliver", n))
-                elif reorder:
-                    weigh(0.1)
-                    offer(("deliver", n))
-                if drop:
-                    weigh(0.15)
-                    offer(("drop", n))
-                if duplicate:
-                    weigh(0.1)
-                    offer(("duplicate", n))
-        for client, (send, pull) in zip(self.clients, self._client_events, strict=True):
-            weigh(3.0 if client.outstanding is None else 0.3)
-            offer(send)
-            weigh(0.5)
-            offer(pull)
-        weigh(1.0)
-        offer(_TICK)
-        pause, kill, expire = "pause" in faults, "kill" in faults, "expire" in faults
-        for i, s in self.servers.items():
-            if s is None:
-                if kill:
-                    weigh(0.3)
-                    offer(("restart", i))
-                continue
-            if pause:
-                weigh(0.4 if s.paused else 0.06)
-                offer(("resume" if s.paused else "pause", i))
-            if kill:
-                weigh(0.02)
-                offer(("kill", i))
-            if expire:
-                weigh(0.02)
-                offer(("expire", i))
-        if "wipe" in faults:
-            weigh(0.01)
-            offer(_WIPE)
-        if "cut" in faults:  # opt-in, last: the other faults' seeds draw as they did without it
-            for i, s in self.servers.items():
-                if s is not None:
-                    weigh(HEAL_WEIGHT if i in self.cut else CUT_WEIGHT)
-                    offer(("heal" if i in self.cut else "cut", i))
-        for c, client in enumerate(self.clients):  # last too: only a held pull draws it
-            if client.held is not None:
-                weigh(1.0)
-                offer(("resend held", c))
-        return weights, events
+        """One seeded choice among what can happen now
+        (:mod:`~hogwild_plugins.ps.simulation.draw`), then the invariants."""
+        self.apply(self.draw.next(self, self.rng))
 
     def apply(self, event: tuple) -> None:
         """Make ``event`` happen (a step's choice, or a test's script), then the invariants."""
@@ -419,12 +344,13 @@ class World:
             return f"{self.time}: server {i} restarted (incarnation {self.incarnations[i]})"
         if kind == "expire":  # the driver ending a server's lease it lost: marked first
             lease = self.servers[i].lease
-            marker = self.etcd.mark(i, lease, self.config.ttl, self.time)
+            ttl = self.config.ttl_of(i)
+            marker = self.etcd.mark(i, lease, ttl, self.time)
             if marker is None:
                 return f"{self.time}: server {i}'s lease is gone already"
             # at once half the time (as before the marker's renewal), else up to past the
             # time the driver still sends it: then never
-            late = self.revokes.randrange(-REVOKE_DRAW_TTLS * self.config.ttl, self._too_late() + 1)
+            late = self.revokes.randrange(-REVOKE_DRAW_TTLS * ttl, self._too_late(i) + 1)
             late = late if self.config.late_revokes else 0
             self.revoking[i] = (lease, marker, self.time, self.time + max(0, late))
             if late > 0:
@@ -442,17 +368,18 @@ class World:
         self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
 
-    def _too_late(self) -> int:
-        """The first delay of a revoke after its marker that the driver no longer sends."""
-        return REVOKED_TTLS * self.config.ttl + 1
+    def _too_late(self, i: int) -> int:
+        """The first delay of a revoke of server ``i``'s lease after its marker that the
+        driver no longer sends."""
+        return REVOKED_TTLS * self.config.ttl_of(i) + 1
 
     def _revoke(self, i: int) -> str:
         """Server ``i``'s revoke, due now: sent if the driver is still in time (its marker then
         renewed), else not (the lease lapses by itself); what happened, for the schedule."""
         lease, marker, marked, _ = self.revoking.pop(i)
-        if self.time - marked >= self._too_late():
+        if self.time - marked >= self._too_late(i):
             return f"; server {i}'s revoke too late to send: its lease lapses"
-        self.etcd.revoke_marked(lease, marker, self.config.ttl, self.time)
+        self.etcd.revoke_marked(lease, marker, self.config.ttl_of(i), self.time)
         return f"; server {i}'s lease revoked early"
 
     def _severed(self, dst, src) -> bool:
