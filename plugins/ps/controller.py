@@ -72,6 +72,10 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
       lease still lived, so the marker is there without a gap from before the revoke until
       ``REVOKED_TTLS * ttl`` and more after V. The holder's last renewal came before V, so it
       answers reads until at most V + 3/4 TTL by its clock.
+    * A live marker of an earlier revoke of ``index`` (an incarnation before, which may still
+      answer on its own TTL) is replaced only by a transaction on its revision, naming the
+      longer of the two TTLs and under a lease granted now for it: never a shorter TTL, never
+      an earlier end. Over a marker that names no TTL nothing is revoked (lapsing is safe).
     * A renewal that finds the marker gone, or a revoke whose answer was lost (etcd may apply
       it later), raises: the first cannot happen while each request keeps its ``timeout``;
       for the second the marker is renewed first, so that it covers a revoke applied up to its
@@ -86,10 +90,30 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
             f"server {index}'s member record has lease_s {lease_s!r}: expected whole seconds >= 1 "
             "to size its revoked marker; its lease is left to lapse by itself"
         )
-    life = marker_life(lease_s, etcd.timeout_s)
+    key = f"{REVOKED_PREFIX}{index}"
+    # a live marker of an earlier revoke of this index (an earlier incarnation, which may still
+    # answer on its own TTL): never put a shorter TTL over it, nor an earlier end
+    earlier, revision = etcd.get(key)
+    cover = lease_s
+    if earlier is not None:
+        earlier_s = earlier.get("lease_s") if isinstance(earlier, dict) else None
+        if isinstance(earlier_s, bool) or not isinstance(earlier_s, int) or earlier_s < 1:
+            raise HogwildError(
+                f"etcd key {key} holds a revoked marker naming no TTL ({earlier!r}): server "
+                f"{index}'s lease is left to lapse by itself rather than shorten its cover"
+            )
+        cover = max(cover, earlier_s)
+    # granted from now for the longer TTL: it ends after the earlier marker's lease (granted
+    # before, for at most as long with the same request timeout)
+    life = marker_life(cover, etcd.timeout_s)
     sent = time.monotonic()
     marker = etcd.grant(life)
-    etcd.put(f"{REVOKED_PREFIX}{index}", {"lease": lease, "lease_s": lease_s}, lease=marker)
+    if not etcd.replace(key, {"lease": lease, "lease_s": cover}, revision, lease=marker):
+        etcd.revoke(marker)
+        raise HogwildError(
+            f"etcd key {key} changed while server {index}'s lease was being revoked (another "
+            "driver of the job?): its lease is left to lapse by itself"
+        )
     if time.monotonic() - sent > REVOKED_TTLS * lease_s:
         return  # too late to revoke within the marker's cover: the lease lapses by itself
     try:
@@ -187,9 +211,9 @@ class EtcdController:
         ``lost``: its process may still run (a node or actor lost, with no exit seen): it may
         answer reads by its own lease clock for up to a TTL after the revoke, so
         ``revoked/<index>`` is written first and kept past the revoke (see
-        :func:`~hogwild_plugins.ps.failover.revoke_marked`), and the takeovers that read it
-        wait a TTL before they answer reads. A process seen to exit answers nothing: its lease
-        ends with no marker, and no takeover waits."""
+        :func:`revoke_marked`), and the takeovers that read it wait the revoked holder's TTL
+        (its ``lease_s``, which the marker names) before they answer reads. A process seen to
+        exit answers nothing: its lease ends with no marker, and no takeover waits."""
         prefix = self.prefix if group is None else etcd_prefix(self.job, group)
         with Etcd(self.address, prefix=prefix, tls=self.tls) as etcd:
             value, _ = etcd.get(f"members/{index}")

@@ -43,7 +43,12 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   still run (the driver, for a server it lost) first writes ``revoked/<i>``
   (:data:`REVOKED_PREFIX`, naming the holder's TTL), so that a successor reads it in the same
   read that shows the member gone, and keeps it :data:`REVOKED_TTLS` TTLs past the revoke,
-  however late etcd applies it (``controller.revoke_marked`` says how). A
+  however late etcd applies it (``controller.revoke_marked`` says how; a second revoke of the
+  same index never puts a shorter TTL or an earlier end over a live marker). A marker that
+  names no TTL (an older driver's, or one written by hand) keeps a takeover's reads closed
+  while it lives rather than failing the read of the map (which would stop every takeover of
+  the job): it lives past its holder's last answer like any marker, and a guessed TTL would
+  be no bound (:func:`revoked_ttl`). A
   lease etcd let lapse needs no wait: its holder's clock gave up a margin before etcd's TTL,
   both counted from (around) its last renewal.
 * A server the record names as primary that is not serving it (a heartbeat late past its own
@@ -96,6 +101,7 @@ __all__ = [
     "lease_now",
     "marker_life",
     "revoked_ttl",
+    "unknown_markers",
 ]
 
 REVOKED_PREFIX = "revoked/"
@@ -115,29 +121,57 @@ def marker_life(lease_s: int, timeout_s: float) -> int:
     return REVOKED_TTLS * lease_s + math.ceil(2 * timeout_s)
 
 
-def revoked_ttl(entries: Iterable[tuple[str, object]]) -> float:
+def revoked_ttl(entries: Iterable[tuple[str, object]], n_servers: int) -> float:
     """The longest lease TTL among the ``revoked/<i>`` markers in the job's ``entries`` (one
     read of its prefix, as ``(key, value)`` pairs), 0 for none: how long after a takeover its
     reads wait. Each marker names its holder's ``lease_s`` (``controller.revoke_marked``): the
     holder's clock, which runs on its own TTL (servers may be given different ``--lease-s``),
-    not the successor's, says how long it may still answer reads after its last renewal.
+    not the successor's, says how long it may still answer reads after its last renewal. Only
+    ``revoked/<i>`` with ``i`` one of the job's ``n_servers`` counts (as ``parse_map`` reads the
+    records and members); other keys under ``revoked/`` name no server of the job.
 
-    Raises:
-        ValueError: A marker whose ``lease_s`` is not whole seconds >= 1 (naming its key):
-            how long its holder may answer is not known, and waiting a guess is no guarantee.
+    A marker whose ``lease_s`` is not whole seconds >= 1 (one an older driver wrote, or one
+    written by hand: :func:`unknown_markers` names them) gives ``math.inf``: how long its
+    holder may answer is not known, so a takeover's reads stay closed while such a marker
+    lives (``ReadsGate``), and takeovers themselves go on. That is safe: whoever revokes a
+    lease puts its marker before the revoke and keeps it at least :data:`REVOKED_TTLS` of the
+    holder's TTLs past it, past the holder's last answer (at most 3/4 of its TTL after its last
+    renewal, which came before the revoke); a marker written by hand that never expires keeps
+    those reads closed until it is deleted. Waiting a guessed TTL instead (this server's, or
+    the members') would be no guarantee: the revoked holder is no member any more, and its TTL
+    may be longer than every live one's.
     """
-    longest = 0
+    longest, unknown = 0, False
+    for _key, value in _markers(entries, n_servers):
+        lease_s = _marker_lease_s(value)
+        if lease_s is None:
+            unknown = True
+        else:
+            longest = max(longest, lease_s)
+    return math.inf if unknown else float(longest)
+
+
+def unknown_markers(entries: Iterable[tuple[str, object]], n_servers: int) -> list[str]:
+    """The keys of the ``revoked/<i>`` markers in ``entries`` whose TTL is not known (no
+    ``lease_s`` of whole seconds >= 1): those :func:`revoked_ttl` counts as ``math.inf``."""
+    return [key for key, value in _markers(entries, n_servers) if _marker_lease_s(value) is None]
+
+
+def _markers(entries: Iterable[tuple[str, object]], n_servers: int):
     for key, value in entries:
-        if not key.startswith(REVOKED_PREFIX):
-            continue
-        lease_s = value.get("lease_s") if isinstance(value, dict) else None
-        if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
-            raise ValueError(
-                f"etcd key {key}: 'lease_s' must be the revoked holder's lease TTL in whole "
-                f"seconds >= 1, got {lease_s!r} (a takeover cannot tell how long to wait for reads)"
-            )
-        longest = max(longest, lease_s)
-    return float(longest)
+        kind, _, index = key.partition("/")
+        # ASCII digits only: str.isdigit() also passes "²", which int() refuses
+        if kind + "/" == REVOKED_PREFIX and index.isascii() and index.isdigit():
+            if int(index) < n_servers:
+                yield key, value
+
+
+def _marker_lease_s(value: object) -> int | None:
+    """A marker's holder's TTL, None where it names none (not whole seconds >= 1)."""
+    lease_s = value.get("lease_s") if isinstance(value, dict) else None
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
+        return None
+    return lease_s
 
 
 def desired_copies(bucket: int, members: Iterable[int], copies: int) -> list[int]:

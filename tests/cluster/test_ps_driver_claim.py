@@ -7,6 +7,9 @@ the group it names, and clears every group's keys when it closes."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
+import threading
 import time
 import uuid
 from types import SimpleNamespace
@@ -15,6 +18,9 @@ import hogwild_plugins.ps.controller as controller_module
 import pytest
 from hogwild_plugins.ps.controller import DRIVER_KEY, EtcdController, revoke_marked
 from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.replication import map_reads
+from hogwild_plugins.ps.replication.map_reads import EtcdMap
+from hogwild_plugins.ps.replication.marks import BucketMarks
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.cluster.servers import JobServers
@@ -128,3 +134,37 @@ def test_a_revoked_marker_outlives_a_slow_revoke_and_a_late_revoke_is_skipped(
         etcd.revoke(holder)
         with pytest.raises(HogwildError, match="server 2's member record has lease_s None"):
             revoke_marked(etcd, 2, holder, None)
+
+
+def test_a_real_map_read_waits_the_longest_marker_and_no_marker_is_shortened(etcd, caplog):
+    """Review M's M2, M5 and M1 on the real server's path, against a real etcd: markers the
+    driver writes (``revoke_marked``) reach a server's read of the map (``EtcdMap.read``) as
+    the longest TTL they name; a second revoke of an index whose new incarnation runs a
+    shorter TTL keeps the longer one (the first holder may still answer on it); a marker
+    naming no TTL gives an unbounded wait, logged once naming its key, instead of failing
+    every read of the map, and the driver revokes nothing over it."""
+    n_servers, n_buckets = 4, 2
+    view_of = EtcdMap(n_servers, n_buckets, {}, threading.Lock(), BucketMarks(None, n_buckets))
+    view_of.start(etcd)
+    assert view_of.read(etcd)[0].revoked_ttl == 0.0
+    revoke_marked(etcd, 1, etcd.grant(2), 2)
+    first = etcd.grant(9)
+    revoke_marked(etcd, 2, first, 9)
+    assert view_of.read(etcd)[0].revoked_ttl == 9.0
+    revoke_marked(etcd, 2, etcd.grant(2), 2)  # server 2 again, restarted with --lease-s 2
+    assert etcd.get("revoked/2")[0]["lease_s"] == 9
+    assert view_of.read(etcd)[0].revoked_ttl == 9.0
+
+    etcd.put("revoked/3", {"lease": 1})  # an older driver's marker, or one written by hand
+    etcd.put("revoked/7", {"lease": 1})  # no server of this job: not counted
+    with caplog.at_level(logging.WARNING, logger=map_reads.__name__):
+        views = [view_of.read(etcd)[0] for _ in range(2)]
+    assert [v.revoked_ttl for v in views] == [math.inf, math.inf]
+    logged = [r.getMessage() for r in caplog.records if r.name == map_reads.__name__]
+    assert len(logged) == 1 and "etcd key revoked/3" in logged[0]
+    holder = etcd.grant(2)
+    with pytest.raises(HogwildError, match="revoked/3 holds a revoked marker naming no TTL"):
+        revoke_marked(etcd, 3, holder, 2)
+    assert etcd.get("revoked/3")[0] == {"lease": 1}
+    etcd.delete("revoked/3")
+    assert view_of.read(etcd)[0].revoked_ttl == 9.0

@@ -7,8 +7,15 @@ by the role's ``validate_state``.
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from hogwild_plugins.ps.failover import REVOKED_PREFIX, BucketRecord, revoked_ttl
+from hogwild_plugins.ps.failover import (
+    REVOKED_PREFIX,
+    BucketRecord,
+    revoked_ttl,
+    unknown_markers,
+)
 from hogwild_plugins.ps.replication.bucket_role import Role
 from hogwild_plugins.ps.replication.bucket_role_events import CampaignAnswered, MapRead
 from hogwild_plugins.ps.replication.reads_gate import ReadsGate, takeover_wait
@@ -102,15 +109,40 @@ def test_takeover_wait_by_the_record_replaced():
         gate.campaigning(-1.0)
 
 
-def test_revoked_ttl_is_the_longest_marker_and_a_marker_without_a_ttl_is_refused():
+def test_revoked_ttl_is_the_longest_marker_and_a_marker_without_a_ttl_is_unbounded():
+    """Only ``revoked/<i>`` of one of the job's servers counts (as the records are read); a
+    marker naming no TTL no longer fails the read (review M's M1: every takeover of the job
+    stopped while it lived): it gives an unbounded wait, and is named for the log."""
     entries = [
         ("members/0", {"lease_s": 60}),  # a member's TTL is not a marker's
         (f"{REVOKED_PREFIX}1", {"lease": 5, "lease_s": 3}),
         (f"{REVOKED_PREFIX}2", {"lease": 6, "lease_s": 9}),
         ("sync/0", {"epoch": 1}),
+        (f"{REVOKED_PREFIX}foo", {"lease": 7}),  # names no server of the job
+        (f"{REVOKED_PREFIX}4", {"lease": 8, "lease_s": 99}),  # index out of range
+        (f"{REVOKED_PREFIX}\u00b2", {"lease": 9}),  # a digit to isdigit(), not to int()
     ]
-    assert revoked_ttl(entries) == 9.0
-    assert revoked_ttl(entries[:1]) == 0.0
+    assert revoked_ttl(entries, n_servers=4) == 9.0
+    assert unknown_markers(entries, n_servers=4) == []
+    assert revoked_ttl(entries[:1], n_servers=4) == 0.0
     for bad in ({"lease": 5}, {"lease": 5, "lease_s": 0}, {"lease_s": True}, "x"):
-        with pytest.raises(ValueError, match=f"{REVOKED_PREFIX}3: 'lease_s' must be"):
-            revoked_ttl([(f"{REVOKED_PREFIX}3", bad)])
+        marked = [*entries, (f"{REVOKED_PREFIX}3", bad)]
+        assert revoked_ttl(marked, n_servers=4) == math.inf
+        assert unknown_markers(marked, n_servers=4) == [f"{REVOKED_PREFIX}3"]
+
+
+def test_a_marker_naming_no_ttl_keeps_reads_closed_until_a_later_read_holds_none():
+    """Review M's M1: the takeover goes on (it serves writes), and its reads stay closed
+    while a marker naming no TTL lives; the first map read after the win that holds none opens
+    them that read's longest marker TTL later, never earlier than a wait still owed."""
+    role, keys, _, members = take_over(revoked=math.inf)  # won at 100.0
+    assert role.serving and not role.reads_open(10_000.0) and role.reads_from == math.inf
+
+    def read(at: float, revoked: float) -> None:
+        step(role, MapRead, keys.read(), members, LEASE[role.me], True, revoked_ttl=revoked, at=at)
+
+    read(99.0, 0.0)  # read before the win: tells nothing of the marker since
+    read(150.0, math.inf)  # still there
+    assert not role.reads_open(10_000.0)
+    read(200.0, 3.0)  # gone; another marker, of TTL 3, in the same read
+    assert not role.reads_open(202.9) and role.reads_open(203.0) and role.reads_from == 203.0

@@ -52,6 +52,7 @@ of a second application.
 from __future__ import annotations
 
 import itertools
+import math
 import queue
 import threading
 import time
@@ -295,8 +296,8 @@ class Replication:
 
     def answers_reads(self, shard: int) -> bool:
         """Whether this server answers ``shard``'s pulls and reductions: :meth:`serving`, and
-        past its role's wait for reads after a takeover from another server (the lease TTL from
-        the campaign's answer: ``BucketRole.reads_open``)."""
+        past its role's wait for reads after a takeover from another server (the revoked
+        holder's TTL, its ``lease_s``, from the campaign's answer: ``BucketRole.reads_open``)."""
         role = self.roles[self.layout.bucket_of(shard)]
         return self.serving(shard) and role.reads_open(lease_now())
 
@@ -332,9 +333,14 @@ class Replication:
                 # the same server again, not a map round that would name this server anyway
                 self.counters["reads_waiting"] += 1
                 left = max(0.0, role.reads_from - lease_now())
+                more = (  # a revoked/<i> marker naming no TTL: closed while it lives
+                    "until a revoked marker naming no TTL is gone"
+                    if math.isinf(left)
+                    else f"{left:.2f} s more"
+                )
                 return WireError(
                     f"bucket {role.bucket} was taken over from another server: its reads wait "
-                    f"out that server's lease ({left:.2f} s more; send again)",
+                    f"out that server's lease ({more}; send again)",
                     ErrorCode.READS_WAITING,
                 )
         if role.record_lost:

@@ -33,6 +33,7 @@ primary's prepares and commits until snapshots have replaced the shards that fai
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -263,8 +264,8 @@ class BucketRole:
     @property
     def reads_from(self) -> float:
         """As primary: from when (the clock of :class:`CampaignAnswered`'s ``at``) it answers
-        reads."""
-        return self.reads.opens_at
+        reads (``math.inf``: once a map read holds no ``revoked/<i>`` marker naming no TTL)."""
+        return math.inf if self.reads.held_since is not None else self.reads.opens_at
 
     @property
     def holders(self) -> int:
@@ -319,6 +320,7 @@ class BucketRole:
         (only then is a bucket's very first primary chosen, so that the first primaries are
         spread over every server rather than taken by the first one up)."""
         self.members = members
+        self.reads.seen(at, revoked_ttl)  # may end a wait held by a marker naming no TTL
         if not blank:
             self.history.started = True
         refreshed, self.history.refreshed = self.history.refreshed, False

@@ -67,7 +67,8 @@ class MapRead(RoleStimulus):
     the longest lease TTL named by the ``revoked/<i>`` markers of the same read, 0 for none
     (:func:`~hogwild_plugins.ps.failover.revoked_ttl`: a lease ended early lately, whose holder
     may still answer reads by its own clock, for up to its own TTL: a takeover's reads wait
-    that long). ``at``:
+    that long; ``math.inf``: a marker names no TTL, and they wait until a later read holds
+    none). ``at``:
     when the map was read, in the clock of :class:`CampaignAnswered`'s ``at`` (None: not told;
     the role then hands a bucket back unmarked, and its successor waits for reads)."""
 

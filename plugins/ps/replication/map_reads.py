@@ -14,27 +14,29 @@ memory.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import BucketRecord, revoked_ttl
+from hogwild_plugins.ps.failover import BucketRecord, revoked_ttl, unknown_markers
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
 from hogwild_plugins.ps.replication.bucket_role_events import MapRead
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.routes import parse_map, read_record
 
-from hogwild.errors import HogwildError
-
 __all__ = ["EtcdMap", "MapView", "map_read"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class MapView:
     """One read of the job's map: ``records`` by bucket (None: absent), the ``live`` members
     and their leases, the buckets ``seen`` by some live member (``members/<i>``'s ``seen``),
-    and ``revoked_ttl``, the longest TTL among the ``revoked/<i>`` markers (0: none)."""
+    and ``revoked_ttl``, the longest TTL among the ``revoked/<i>`` markers (0: none; ``math.inf``:
+    one names no TTL, and a takeover's reads stay closed while it lives)."""
 
     records: Mapping[int, BucketRecord | None]
     live: Mapping[int, int]
@@ -87,6 +89,7 @@ class EtcdMap:
         # the job's history in etcd as the last read of the map found it (the replication
         # thread's; read by the network thread's record reads)
         self.nonce: JobNonce | None = None
+        self.unknown_logged: set[str] = set()  # revoked markers naming no TTL, logged once
 
     def start(self, etcd: Etcd) -> None:
         """Adopt the job's nonce before any record is read (the copy side may read one before
@@ -103,10 +106,19 @@ class EtcdMap:
         # this read's history: every record write decided from it compares its nonce
         self.nonce = adopt(etcd, *entries.get(NONCE_KEY, (None, 0)), known=self.nonce)
         members, records = parse_map(entries, self.n_servers, self.n_buckets)
-        try:  # a lease ended early lately: takeovers wait for reads as long as its holder's TTL
-            revoked = revoked_ttl((key, value) for key, (value, _) in entries.items())
-        except ValueError as exc:
-            raise HogwildError(str(exc)) from exc
+        # a lease ended early lately: takeovers wait for reads as long as its holder's TTL
+        pairs = [(key, value) for key, (value, _) in entries.items()]
+        revoked = revoked_ttl(pairs, self.n_servers)  # inf: a marker names no TTL
+        for key in unknown_markers(pairs, self.n_servers):
+            if key not in self.unknown_logged:  # once: it is read every 50 ms while it lives
+                self.unknown_logged.add(key)
+                log.warning(
+                    "etcd key %s: a revoked marker without a 'lease_s' of whole seconds >= 1 "
+                    "(got %r): the reads of a bucket taken over while it lives stay closed until "
+                    "it is gone (delete it if no revoked server may still run)",
+                    key,
+                    entries[key][0],
+                )
         records = dict(enumerate(records))
         # on disk before any role acts on them (a StoreError is handled as etcd's failure);
         # a record of another history than a role knows is never marked

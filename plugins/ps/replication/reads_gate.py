@@ -32,10 +32,18 @@ and the same read of the map):
   earlier life of it): this server's own TTL, or the markers' if longer.
 
 A wait still owed is never shortened: :meth:`ReadsGate.won` keeps the later of the two ends.
+
+A marker that names no TTL (``revoked_ttl`` is ``math.inf``: an older driver's, or one written
+by hand) makes the wait unbounded: the reads of a campaign won from that read stay closed
+until a map read made after the win holds no such marker (:meth:`ReadsGate.seen`), and then
+the longest TTL that read's markers name more. Its marker outlived the revoked holder's last
+answer (``failover.revoked_ttl``), and a marker named in that later read still covers its own
+holder from then on.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.failover import BucketRecord
@@ -65,6 +73,8 @@ class ReadsGate:
     opens_at: float = float("-inf")
     # as candidate: how long its reads wait once its campaign is won (takeover_wait)
     wait_on_win: float = 0.0
+    # won with an unbounded wait (a marker naming no TTL) at this time: closed until seen()
+    held_since: float | None = None
 
     def campaigning(self, wait: float) -> None:
         """A campaign goes out; won, its reads wait ``wait``."""
@@ -74,9 +84,26 @@ class ReadsGate:
 
     def won(self, at: float) -> None:
         """The campaign came back won at ``at``: reads open ``wait_on_win`` later, or when a
-        wait still owed ends, whichever is later."""
-        self.opens_at = max(self.opens_at, at + self.wait_on_win)
+        wait still owed ends, whichever is later (an unbounded wait: once :meth:`seen` says)."""
+        if math.isinf(self.wait_on_win):
+            self.held_since = at
+        else:
+            self.opens_at = max(self.opens_at, at + self.wait_on_win)
+
+    def seen(self, at: float | None, revoked_ttl: float) -> None:
+        """A map read made at ``at`` (None: not told) held markers whose longest TTL is
+        ``revoked_ttl`` (``math.inf``: one names none). An unbounded wait ends with the first
+        read after the win that holds no marker naming none: reads open that read's
+        ``revoked_ttl`` after it, or when a wait still owed ends. ``at`` is taken once the read
+        came back (after etcd served it): a marker gone from it ended after the read that
+        decided the campaign, so past its holder's last answer; one still in it was put before
+        its revoke, so its holder stops answering within its TTL of ``at``."""
+        if self.held_since is None or at is None or at < self.held_since:
+            return
+        if not math.isinf(revoked_ttl):
+            self.opens_at = max(self.opens_at, at + revoked_ttl)
+            self.held_since = None
 
     def open(self, now: float) -> bool:
         """Whether the wait is over at ``now``."""
-        return now >= self.opens_at
+        return self.held_since is None and now >= self.opens_at

@@ -90,7 +90,9 @@ class SimEtcd:
     def revoked(self) -> float:
         """The longest TTL the ``revoked/<i>`` markers among the keys name (a lease ended early
         lately), 0 for none."""
-        return revoked_ttl((key, value) for key, (value, _, _) in self.keys.items())
+        return revoked_ttl(
+            ((key, value) for key, (value, _, _) in self.keys.items()), self.n_servers
+        )
 
     def wipe(self) -> None:
         """Everything gone, the revision counter too (a new etcd starts again at 1)."""
