@@ -64,7 +64,7 @@ def parse_map(entries: dict, n_servers: int, n_buckets: int):
     records: list[BucketRecord | None] = [None] * n_buckets
     for key, (value, revision) in entries.items():
         kind, _, index = key.partition("/")
-        if not index.isdigit():
+        if not (index.isascii() and index.isdigit()):  # "²" is a digit to isdigit, not to int
             continue
         i = int(index)
         if kind == "members" and 0 <= i < n_servers:

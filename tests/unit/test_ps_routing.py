@@ -170,3 +170,12 @@ def test_a_held_request_that_was_not_refused_is_refused_at_construction():
     a round of held requests never reaches ``validate_state``."""
     with pytest.raises(ValueError, match="request 3: held"):
         Waiting(3, bucket=0, server=1, refused=False, held=True)
+
+
+def test_a_map_key_whose_index_is_no_ascii_number_is_not_the_jobs():
+    from hogwild_plugins.ps.routes import parse_map
+
+    # "²" passes str.isdigit but int() refuses it: a foreign key in the job's prefix must not
+    # fail every map read with a ValueError
+    members, records = parse_map({"sync/²": ("{}", 1), "members/¹": ("{}", 2)}, 2, 4)
+    assert members == {} and records == [None] * 4
