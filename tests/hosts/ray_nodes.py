@@ -10,10 +10,9 @@ are daemons of their hosts, killed when the hosts close. Each node starts lean: 
 (the launcher's driver does not take its roles' output: each role writes its own log), no
 usage stats, and the head no dashboard and no autoscaler monitor (nothing here autoscales; the
 launcher reads the nodes and their CPUs from the GCS): daemons that cost CPU at every start
-and serve nothing a job here does. The head gives a lost node up within seconds
-(:data:`NODE_HEALTH_CHECKS`), not Ray's default tens of seconds. :func:`start_etcd` does the
-same for a one-member etcd listening on a host's address, :func:`start_etcd_cluster` for an
-etcd cluster with a member in each of several hosts.
+and serve nothing a job here does. :func:`start_etcd` does the same for a
+one-member etcd listening on a host's address, :func:`start_etcd_cluster` for an etcd cluster
+with a member in each of several hosts.
 """
 
 from __future__ import annotations
@@ -26,15 +25,6 @@ from collections.abc import Callable
 from tests.hosts.harness import Hosts, HostsError
 
 RAY_PORT = 6379  # each host has its own ports: nothing on the machine is in the way
-# Ray finds a node lost when its GCS's health checks of the node's raylet fail: by default 5 in
-# a row, 3 s apart, each given 10 s. These hosts are lost on purpose, and the job waits (its
-# roles mostly idle, Ray's daemons not) until Ray gives the node up: here 3 in a row, 1 s apart,
-# each given 2 s (no live node was given up in a run of this module at a load of 30 on 2 cores).
-NODE_HEALTH_CHECKS = {
-    "RAY_health_check_period_ms": "1000",
-    "RAY_health_check_timeout_ms": "2000",
-    "RAY_health_check_failure_threshold": "3",
-}
 ETCD_PORT = 2379
 STARTED_WITHIN_S = 120.0
 
@@ -64,8 +54,8 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Cal
     log = hosts.home(host) / "ray-start.log"
     with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
         starter = subprocess.Popen(
-            hosts.argv(host, argv), stdout=out, stderr=subprocess.STDOUT,
-            env={**env, **NODE_HEALTH_CHECKS}, start_new_session=True,
+            hosts.argv(host, argv), stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
         )  # fmt: skip
 
     def wait() -> None:
@@ -196,7 +186,6 @@ def start_etcd_cluster(hosts: Hosts, members: list[int]) -> str:
 
 __all__ = [
     "ETCD_PORT",
-    "NODE_HEALTH_CHECKS",
     "RAY_PORT",
     "join_ray_node",
     "ray_env",
