@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 
 import ray
+from hogwild_plugins.ray.placing import STATUS_EVERY_S
 from hogwild_plugins.ray.spread import follower_argv, partition_hosts
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
@@ -103,10 +104,11 @@ class SpreadFollowers:
             for f in fs
             if f.pid is not None
         ]
+        now = time.monotonic()
         for _, follower in watched:
-            if follower.pending is None:
-                follower.pending = follower.actor.status.remote()
-        refs = [f.pending for _, f in watched]
+            if follower.pending is None and now - follower.asked >= STATUS_EVERY_S:
+                follower.pending, follower.asked = follower.actor.status.remote(), now
+        refs = [f.pending for _, f in watched if f.pending is not None]
         ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
         failed = set()
         for name, follower in watched:

@@ -84,7 +84,7 @@ from hogwild_plugins.ray.etcd_job import JobEtcd
 from hogwild_plugins.ray.followers import SpreadFollowers
 from hogwild_plugins.ray.joining import join_ray
 from hogwild_plugins.ray.mirrors import files_for, remove_left_mirrors, remove_mirrors, send_roster
-from hogwild_plugins.ray.placing import Placing, RayRole
+from hogwild_plugins.ray.placing import STATUS_EVERY_S, Placing, RayRole
 from hogwild_plugins.ray.role_actor import CALL_TIMEOUT_S
 from hogwild_plugins.ray.spread import FOLLOWER, spreads
 from ray.exceptions import (
@@ -500,10 +500,11 @@ class RayLauncher(Placing, SpreadFollowers, JobEtcd, Launcher):
         watched = [
             r for n, r in self.roles.items() if r.pid is not None and n not in self._reported
         ]
+        now = time.monotonic()
         for role in watched:
-            if role.pending is None:
-                role.pending = role.actor.status.remote()
-        refs = [r.pending for r in watched]
+            if role.pending is None and now - role.asked >= STATUS_EVERY_S:
+                role.pending, role.asked = role.actor.status.remote(), now
+        refs = [r.pending for r in watched if r.pending is not None]
         ready, _ = (
             ray.wait(refs, num_returns=len(refs), timeout=STATUS_WAIT_S) if refs else ([], [])
         )

@@ -28,8 +28,13 @@ from ray.util.scheduling_strategies import (
 from hogwild.cluster.launcher import RoleFailedError
 from hogwild.cluster.roles import RoleSpec
 
-__all__ = ["Placing", "RayRole", "RoleActor"]
+__all__ = ["STATUS_EVERY_S", "Placing", "RayRole", "RoleActor"]
 
+# A role's (or follower's) actor asked its status at most this often by the launcher's poll:
+# the driver polls as often as every few milliseconds while a replica's portion falls due, and
+# each ask is a call into the actor (a Python process of its own) whose answer poll() waits for.
+# An exit is seen up to this much later.
+STATUS_EVERY_S = 0.2
 NODE_POLL_S = 1.0  # a lost server's home looked for again (a machine comes back in seconds)
 RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
 
@@ -46,6 +51,7 @@ class RayRole:
     log: str = ""
     last: list[str] = field(default_factory=list)
     pending: object = None  # a status request in flight (poll)
+    asked: float = 0.0  # when poll last asked (time.monotonic()): not again within STATUS_EVERY_S
     # a spread replica's leader: its model.partition_hosts override; a follower: its link address
     link: str = ""
 

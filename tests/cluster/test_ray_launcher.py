@@ -3,12 +3,12 @@
 The module's Ray head is this test's own: ``ray start --head`` in a session of its own, with its
 own temporary directory and free ports, and it is stopped by signalling that session's processes
 and their descendants (``ray stop`` would stop every Ray instance on the machine, other users'
-too). It starts what the tests use: the dashboard (the state API that lists actors and placement
-groups is one of its modules), not the log monitor (the launcher's driver does not take its
-roles' output), the autoscaler's monitor (nothing autoscales) or usage stats. It has 5 logical
-CPUs on a 2-core machine: the job's 2 parameter servers and data server ask 1 CPU each and its 2
-replicas 1 CPU each (Ray's CPUs are logical; the local launcher runs the same 5 roles on the same
-2 cores).
+too). It starts lean: no dashboard (the tests read the actors and placement groups from the
+GCS itself, as ``ray memory`` does, not through the dashboard's state API), no log monitor (the
+launcher's driver does not take its roles' output), no autoscaler monitor (nothing autoscales)
+and no usage stats. It has 5 logical CPUs on a 2-core machine: the job's 2 parameter servers and
+data server ask 1 CPU each and its 2 replicas 1 CPU each (Ray's CPUs are logical; the local
+launcher runs the same 5 roles on the same 2 cores).
 
 A job of two replicas (one worker each), two parameter servers and a data server, every role a
 Ray actor running its process, trains 10,000 MNIST examples to 93 % in two epochs (the same job
@@ -43,7 +43,7 @@ from hogwild.net.ports import free_ports
 from tests.cluster.test_cluster import processes_of
 
 pytest.importorskip("ray")
-from ray.util.state import list_actors, list_placement_groups  # noqa: E402
+from ray._private.internal_api import get_state_from_address  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
@@ -89,14 +89,14 @@ def _stop_head(session: int) -> None:
 
 @pytest.fixture(scope="module")
 def ray_head():
-    """A Ray head of this module's own on loopback: its GCS address and its dashboard's."""
+    """A Ray head of this module's own on loopback: its GCS address, and a reader of its
+    tables (a ``GlobalState``)."""
     temp = tempfile.mkdtemp(prefix="hwray-", dir="/tmp")  # short: Ray's sockets live in it
-    port, dashboard, agent, client = free_ports(4)
+    port, agent, client = free_ports(3)
     command = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
         "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", str(HEAD_CPUS),
-        "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
-        "--dashboard-port", str(dashboard), "--dashboard-agent-listen-port", str(agent),
+        "--include-dashboard=false", "--dashboard-agent-listen-port", str(agent),
         "--ray-client-server-port", str(client), "--object-store-memory", str(100 * 2**20),
         "--disable-usage-stats", "--include-log-monitor=false", "--no-monitor", "--temp-dir", temp,
     ]  # fmt: skip
@@ -112,7 +112,11 @@ def ray_head():
             code = None
         if code != 0:
             pytest.fail(f"ray start --head: exit {code}: {log_path.read_text()[-3000:]}")
-        yield {"address": f"127.0.0.1:{port}", "dashboard": f"http://127.0.0.1:{dashboard}"}
+        gcs = get_state_from_address(f"127.0.0.1:{port}")  # its tables, read by the tests
+        try:
+            yield {"address": f"127.0.0.1:{port}", "gcs": gcs}
+        finally:
+            gcs.disconnect()
     finally:
         if starter.poll() is None:
             starter.kill()
@@ -121,13 +125,15 @@ def ray_head():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _left_behind(dashboard: str) -> tuple[list, list]:
-    """Actors not dead and placement groups not removed, on the module's Ray head."""
-    actors = list_actors(address=dashboard, limit=1000, raise_on_missing_output=False)
-    groups = list_placement_groups(address=dashboard, limit=1000, raise_on_missing_output=False)
+def _left_behind(ray_head: dict) -> tuple[list, list]:
+    """Actors not dead and placement groups not removed, on the module's Ray head (read from
+    its GCS, as Ray's own ``ray memory`` reads it: the state API would need the dashboard)."""
+    state = ray_head["gcs"]
+    actors = state.actor_table(None).values()
+    groups = state.placement_group_table().values()
     return (
-        [(a.class_name, a.state) for a in actors if a.state != "DEAD"],
-        [(g.name, g.state) for g in groups if g.state != "REMOVED"],
+        [(a["ActorClassName"], a["State"]) for a in actors if a["State"] != "DEAD"],
+        [(g["name"], g["state"]) for g in groups if g["state"] != "REMOVED"],
     )
 
 
@@ -145,9 +151,9 @@ def ray_job(ray_head: dict, data: Path, tmp_path: Path, *args: str) -> list[str]
 def assert_nothing_left(ray_head: dict, run_dir: Path) -> None:
     """No live actor, no placement group (once Ray has removed them) and no process of the job."""
     deadline = time.monotonic() + GONE_WITHIN_S
-    while time.monotonic() < deadline and (_left_behind(ray_head["dashboard"]) != ([], [])):
+    while time.monotonic() < deadline and (_left_behind(ray_head) != ([], [])):
         time.sleep(0.5)
-    actors, groups = _left_behind(ray_head["dashboard"])
+    actors, groups = _left_behind(ray_head)
     assert actors == [], f"Ray actors still alive: {actors}"
     assert groups == [], f"placement groups not removed: {groups}"
     assert processes_of(run_dir) == []
@@ -155,8 +161,8 @@ def assert_nothing_left(ray_head: dict, run_dir: Path) -> None:
 
 def _role_hosts(ray_head: dict) -> int:
     """How many ``RoleHost`` actors the module's Ray head has had, dead or alive."""
-    actors = list_actors(address=ray_head["dashboard"], limit=1000, raise_on_missing_output=False)
-    return sum(a.class_name == "RoleHost" for a in actors)
+    actors = ray_head["gcs"].actor_table(None).values()
+    return sum(a["ActorClassName"] == "RoleHost" for a in actors)
 
 
 def test_ray_job_trains_restarts_a_killed_replica_in_its_actor_and_leaves_nothing(
@@ -225,8 +231,8 @@ def test_ray_places_a_partitioned_replica_on_one_node(ray_head, mnist_dir, tmp_p
     assert final["examples"] == 3000 and final["test_accuracy"] >= 0.75, final
     ready = (run_dir / "logs" / "replica-0.log").read_text()
     assert "replica 0 (2 partitions on CPUs" in ready, ready[-2000:]
-    groups = list_placement_groups(address=ray_head["dashboard"], limit=1000, detail=True)
-    bundles = [b["unit_resources"] for g in groups for b in g.bundles]
+    groups = ray_head["gcs"].placement_group_table().values()
+    bundles = [bundle for g in groups for bundle in g["bundles"].values()]
     assert {"CPU": 2.0} in bundles, bundles  # the replica's: both partitions on one node
     assert_nothing_left(ray_head, run_dir)
 
