@@ -3,8 +3,14 @@
 Proves that Ctrl-C of the job's process group, SIGTERM or SIGKILL of the parent and SIGKILL of a
 worker each leave no shared-memory segment and no process (worker, forkserver) behind, that a
 dead worker stops the job with an error naming it and its signal while the last checkpoint stays
-loadable, and that bad inputs (config, data,
-too little shared memory) end with exit status 2 and one clear line.
+loadable, and that bad inputs (config, data, too little shared memory) end with exit status 2
+and one clear line.
+
+The bad config, data and checkpoint are refused before any process or segment exists: those
+commands run through the command line's entry inside the test's process
+(:mod:`tests.cli_in_process`), the same code a ``hogwild`` process runs, without an interpreter
+start and hogwild's imports each. Too little shared memory is found where the job sizes its
+arena, and runs as a process, as do the jobs.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import pytest
 from hogwild.locks import lock_path, numba_cache_key
 from hogwild.training.checkpoint import latest_checkpoint, load_checkpoint
 from hogwild.training.zygote import FORKED_TITLE
+from tests.cli_in_process import hogwild_cli as hogwild_here
 
 START_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 30.0
@@ -178,31 +185,31 @@ def test_sigkill_of_the_parent_leaves_no_worker_and_no_segment(long_job):
     wait_until(lambda: not segments_of(process.pid), 30, "the orphaned arena to be removed")
 
 
-def test_unknown_config_key_is_a_clear_error(tmp_path, mnist_dir):
+def test_unknown_config_key_is_a_clear_error(tmp_path, mnist_dir, capsys):
     config = tmp_path / "job.toml"
     config.write_text("[optim]\nlearning_rate = 0.1\n")
-    result = run_cli("train", "--config", str(config), "--data", str(mnist_dir))
-    assert result.returncode == 2
-    assert "optim.learning_rate" in result.stderr and str(config) in result.stderr
-    assert "Traceback" not in result.stderr
+    code, _, err = hogwild_here(capsys, "train", "--config", config, "--data", mnist_dir)
+    assert code == 2
+    assert "optim.learning_rate" in err and str(config) in err
+    assert "Traceback" not in err
 
 
-def test_bad_override_value_is_a_clear_error(mnist_dir):
-    result = run_cli("train", "--data", str(mnist_dir), "--train.epochs=many")
-    assert result.returncode == 2
-    assert "train.epochs must be int" in result.stderr
+def test_bad_override_value_is_a_clear_error(mnist_dir, capsys):
+    code, _, err = hogwild_here(capsys, "train", "--data", mnist_dir, "--train.epochs=many")
+    assert code == 2
+    assert "train.epochs must be int" in err
 
 
-def test_truncated_data_file_is_a_clear_error(tmp_path, published_mnist_dir):
+def test_truncated_data_file_is_a_clear_error(tmp_path, published_mnist_dir, capsys):
     for name in os.listdir(published_mnist_dir):
         if name.endswith(".gz"):
             (tmp_path / name).write_bytes((published_mnist_dir / name).read_bytes())
     labels = tmp_path / "t10k-labels-idx1-ubyte.gz"
     labels.write_bytes(gzip.compress(gzip.decompress(labels.read_bytes())[:5000]))
-    result = run_cli("train", "--data", str(tmp_path), "--epochs", "1")
-    assert result.returncode == 2
-    assert "t10k-labels-idx1-ubyte.gz" in result.stderr
-    assert "Traceback" not in result.stderr
+    code, _, err = hogwild_here(capsys, "train", "--data", tmp_path, "--epochs", "1")
+    assert code == 2
+    assert "t10k-labels-idx1-ubyte.gz" in err
+    assert "Traceback" not in err
 
 
 def test_too_little_shared_memory_says_how_much(mnist_dir):
@@ -220,10 +227,10 @@ def test_too_little_shared_memory_says_how_much(mnist_dir):
     assert "Traceback" not in result.stderr
 
 
-def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, mnist_dir):
-    result = run_cli("eval", str(tmp_path / "nothing"), "--data", str(mnist_dir))
-    assert result.returncode == 2
-    assert "nothing" in result.stderr
+def test_eval_of_a_missing_checkpoint_is_a_clear_error(tmp_path, mnist_dir, capsys):
+    code, _, err = hogwild_here(capsys, "eval", tmp_path / "nothing", "--data", mnist_dir)
+    assert code == 2
+    assert "nothing" in err
 
 
 def test_train_then_eval_prints_the_same_accuracy(tmp_path, mnist_dir):

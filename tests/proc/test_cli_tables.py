@@ -4,9 +4,9 @@ from the file's features, ``--loss mse`` makes it a regression, and ``hogwild ev
 held-back rows' accuracy, or mean squared and absolute errors, as training measured them.
 
 ``hogwild train`` runs as its own process (its workers are processes); ``hogwild eval``, which
-starts none, runs through the same entry inside the test's process (:mod:`tests.cli_in_process`):
-as a process, each cost an interpreter start and imports of PyTorch and hogwild, more than the
-evaluation of 80 rows."""
+starts none, and a ``train`` refused before it starts any, run through the same entry inside the
+test's process (:mod:`tests.cli_in_process`): as a process, each cost an interpreter start and
+imports of PyTorch and hogwild, more than the evaluation of 80 rows."""
 
 from __future__ import annotations
 
@@ -112,8 +112,10 @@ def test_a_classifier_from_a_file_evaluates_to_the_accuracy_training_reported(tm
     assert shown["test_loss"] == pytest.approx(trained["test_loss"], rel=1e-4)
 
 
-def test_loss_without_a_model_is_refused(tmp_path):
+def test_loss_without_a_model_is_refused(tmp_path, capsys):
+    """Refused before any process starts: through the same entry, in this process."""
     table = tmp_path / "table.csv"
     write_table(table, "y", rows=20)
-    refused = run("train", "--loss", "mse", "--data", str(table), "--target", "y", expect=2)
-    assert "--loss goes with --model" in refused.stderr
+    code, _, err = hogwild_cli(capsys, "train", "--loss", "mse", "--data", table, "--target", "y")
+    assert code == 2
+    assert "--loss goes with --model" in err

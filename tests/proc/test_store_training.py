@@ -11,8 +11,6 @@ checkpoint (the home copy after the epoch-end merge) must score what the workers
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +19,7 @@ from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model on the old s
 from hogwild.data.mnist import load_mnist
 from hogwild.training.metrics import read_metrics
 from hogwild.training.placement import SYSFS_ENV
+from tests.cli_in_process import hogwild_cli
 from tests.fake_sysfs import split_this_machine
 
 pytestmark = pytest.mark.skipif(
@@ -110,18 +109,15 @@ def test_the_default_store_gives_each_worker_a_copy(mnist, tmp_path, monkeypatch
     assert result.metrics["test_accuracy"] >= 0.80
 
 
-def test_info_prints_the_plan_for_the_configured_placement(two_nodes):
-    env = {**os.environ, SYSFS_ENV: str(two_nodes)}
-    command = [sys.executable, "-m", "hogwild.cli", "info", "--train.replicas=node"]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "NUMA nodes: 2" in out.stdout
-    assert "worker 1: CPU" in out.stdout and "(node 1," in out.stdout
-    assert "replicated, one copy per node (0,1)" in out.stdout
-    assert "Parameter store 'replicate': parameters: a copy per NUMA node" in out.stdout
-    bad = subprocess.run(
-        [*command[:-1], "--train.parameters=mirror"], env=env, capture_output=True, text=True
-    )
-    assert bad.returncode != 0 and "train.parameters must be a parameter store, one of" in (
-        bad.stderr
-    )
+def test_info_prints_the_plan_for_the_configured_placement(two_nodes, monkeypatch, capsys):
+    """``hogwild info`` starts no process: it runs through the command line's entry in this
+    process (:mod:`tests.cli_in_process`), the fake sysfs in its environment."""
+    monkeypatch.setenv(SYSFS_ENV, str(two_nodes))
+    code, out, err = hogwild_cli(capsys, "info", "--train.replicas=node")
+    assert code == 0, err
+    assert "NUMA nodes: 2" in out
+    assert "worker 1: CPU" in out and "(node 1," in out
+    assert "replicated, one copy per node (0,1)" in out
+    assert "Parameter store 'replicate': parameters: a copy per NUMA node" in out
+    code, _, err = hogwild_cli(capsys, "info", "--train.parameters=mirror")
+    assert code != 0 and "train.parameters must be a parameter store, one of" in err

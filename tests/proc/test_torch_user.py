@@ -129,31 +129,34 @@ def not_a_module():
 """
 
 
-def test_cli_trains_a_torch_model_from_a_file(tmp_path, mnist_dir):
+def test_cli_trains_a_torch_model_from_a_file(tmp_path, mnist_dir, capsys):
+    """The training runs as a process (its workers are processes); the refusal of a function
+    that builds no module comes before any process starts, and runs through the same entry in
+    this process (:mod:`tests.cli_in_process`), PyTorch already imported."""
     import json
     import subprocess
     import sys
 
+    from tests.cli_in_process import hogwild_cli
+
     (tmp_path / "net.py").write_text(MODEL_FILE)
-    command = [sys.executable, "-m", "hogwild.cli", "train", "--data", str(mnist_dir)]
+    command = ["train", "--data", str(mnist_dir)]
     common = ["--epochs", "1", "--subset", "300", "--workers", "1", "--no-progress"]
     done = subprocess.run(
-        [*command, "--model", f"{tmp_path / 'net.py'}:build", *common],
+        [sys.executable, "-m", "hogwild.cli", *command, "--model", f"{tmp_path / 'net.py'}:build",
+         *common],
         capture_output=True,
         text=True,
         timeout=300,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["epochs"] == 1 and 0.0 <= summary["test_accuracy"] <= 1.0
-    refused = subprocess.run(
-        [*command, "--model", f"{tmp_path / 'net.py'}:not_a_module", *common],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    code, _, err = hogwild_cli(
+        capsys, *command, "--model", f"{tmp_path / 'net.py'}:not_a_module", *common
     )
-    assert refused.returncode != 0
-    assert "not_a_module() returned int, not a torch.nn.Module" in refused.stderr
+    assert code != 0
+    assert "not_a_module() returned int, not a torch.nn.Module" in err
 
 
 def test_three_channel_float_arrays_with_four_classes():

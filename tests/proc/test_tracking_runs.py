@@ -14,6 +14,7 @@ import hogwild.training.trainer as trainer
 from hogwild.data.mnist import load_mnist
 from hogwild.training.metrics import read_metrics
 from tests.bench_runs import small_mnist, small_slice
+from tests.cli_in_process import hogwild_cli
 from tests.unit.test_tracking import tensorboard_scalars
 
 OPTIONS = {"workers": 2, "subset": 600, "progress": False}
@@ -60,8 +61,10 @@ def test_an_exception_in_the_callback_stops_the_job(tmp_path, mnist):
 
 
 def test_a_second_run_into_the_same_metrics_file_needs_resume_or_overwrite(
-    tmp_path, mnist_dir, tmp_path_factory
+    tmp_path, mnist_dir, tmp_path_factory, capsys
 ):
+    """The runs that train are processes, as a user's; the refused one stops before any
+    process starts, and runs through the same entry in this process (tests/cli_in_process.py)."""
     metrics = tmp_path / "m.jsonl"
     data = small_mnist(mnist_dir, tmp_path_factory)
     command = [sys.executable, "-m", "hogwild.cli", "train", "--data", str(data),
@@ -70,9 +73,9 @@ def test_a_second_run_into_the_same_metrics_file_needs_resume_or_overwrite(
     first = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     before = metrics.read_text()
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 2
-    assert "already holds another run's records; pass --resume" in again.stderr
+    code, _, err = hogwild_cli(capsys, *command[3:])  # without the interpreter and -m
+    assert code == 2
+    assert "already holds another run's records; pass --resume" in err
     assert metrics.read_text() == before
     replaced = subprocess.run(
         [*command, "--overwrite"], capture_output=True, text=True, timeout=300

@@ -8,9 +8,10 @@ this process from the cache gives the workers' figure. The same runs from the id
 augmentation (the arena's examples read through an ``ArrayReader``, under forkserver), and
 without it (the zero-copy arena path, which waits for nothing). An epoch closed early cancels a
 feed's read-ahead and the next epoch still trains. A model whose input does not match the cache
-is a one-line ConfigError through the CLI, and a folder of real JPEG and PNG files (two of them
-corrupt) is ingested and trained end to end through ``hogwild data ingest`` and
-``hogwild train --data CACHE``.
+is a one-line ConfigError through the CLI (refused before any process starts, it runs through the
+command line's entry in this process, as ``hogwild data info`` does), and a folder of real JPEG
+and PNG files (two of them corrupt) is ingested and trained end to end through ``hogwild data
+ingest`` and ``hogwild train --data CACHE``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from hogwild.data.plan import CacheData, load_data
 from hogwild.errors import ConfigError
 from hogwild.training.metrics import read_metrics
 from hogwild.training.trainer import Trainer
+from tests.cli_in_process import hogwild_cli as hogwild_here
 
 SMALL_SHIFTS = "translate=0.05"  # up to 1.4 pixels on MNIST's 28
 SUBSET = 6000
@@ -157,14 +159,15 @@ def test_an_epoch_closed_early_cancels_the_read_ahead(mnist_cache):
         assert record["test_accuracy"] is not None
 
 
-def test_model_input_that_does_not_match_the_cache_is_one_clear_line(mnist_cache):
-    result = run_cli(
-        "train", "--data", str(mnist_cache), "--model.input=[3, 32, 32]", "--epochs", "1",
+def test_model_input_that_does_not_match_the_cache_is_one_clear_line(mnist_cache, capsys):
+    # refused before any process starts: through the command line's entry, in this process
+    code, _, err = hogwild_here(
+        capsys, "train", "--data", mnist_cache, "--model.input=[3, 32, 32]", "--epochs", "1",
         "--no-progress",
     )  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert "[3, 32, 32]" in lines[0] and "[1, 28, 28]" in lines[0] and str(mnist_cache) in lines[0]
     with pytest.raises(ConfigError, match=r"data\.augment = 'crop=40'.*larger than the image"):
         hogwild.train(data=mnist_cache, progress=False, overrides={"data.augment": "crop=40"})
@@ -231,7 +234,7 @@ chunk = 16
 """
 
 
-def test_image_folder_ingests_and_trains_end_to_end(tmp_path):
+def test_image_folder_ingests_and_trains_end_to_end(tmp_path, capsys):
     _write_image_folder(tmp_path / "images")
     cache = tmp_path / "cache"
     ingested = run_cli(
@@ -241,8 +244,9 @@ def test_image_folder_ingests_and_trains_end_to_end(tmp_path):
     assert ingested.returncode == 0, ingested.stderr
     assert "skipped 2 unreadable image(s)" in ingested.stderr
     assert "truncated.jpg" in ingested.stderr and "garbage.png" in ingested.stderr
-    info = run_cli("data", "info", str(cache), "--json")
-    manifest = json.loads(info.stdout)
+    code, out, err = hogwild_here(capsys, "data", "info", cache, "--json")  # reads a file
+    assert code == 0, err
+    manifest = json.loads(out)
     assert manifest["shape"] == [32, 32, 3] and manifest["splits"]["train"]["count"] == 60
     assert manifest["classes"] == ["checks", "horizontal", "vertical"]
 
