@@ -1,11 +1,12 @@
 """The watch's polls of etcd over plain HTTP: one keep-alive ``http.client`` connection per member.
 
 :class:`~hogwild_plugins.ps.etcd.Watch` asks etcd one small range request every 50 ms for as
-long as a replicated parameter server lives. Through etcd3gw and ``requests`` (a session that
-reads the environment's proxy settings and rebuilds its request every call) each poll costs
-about 1.8 ms of CPU in the server; through a kept ``http.client`` connection about 0.2 ms. So
-the polls, and only they, take this path; every other request, and every request to an etcd
-over TLS, goes through :class:`~hogwild_plugins.ps.etcd.Etcd` as before.
+long as a replicated parameter server lives. Through etcd3gw's ``requests`` session (which
+rebuilds its request every call) each poll costs the polling process about 1.2 ms of CPU;
+through a kept ``http.client`` connection about 0.3 ms, four times less
+(``bench/figures/etcd_poll.py``, ``bench/results/etcd_poll.json``). So the polls, and only
+they, take this path; every other request, and every request to an etcd over TLS, goes through
+:class:`~hogwild_plugins.ps.etcd.Etcd` as before.
 
 A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
 goes to the member that answered last; a member that cannot be reached, times out or answers
