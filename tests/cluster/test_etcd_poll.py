@@ -142,19 +142,19 @@ def test_an_unavailable_member_is_passed_over_and_the_watch_polls_where_its_read
 
 def test_an_error_reply_keeps_its_status_and_a_timed_out_member_is_down() -> None:
     with Gateway(502, b"Bad Gateway\n") as proxy:
-        for ask in (
-            lambda: RangePoller([proxy.address], lambda i: "/v3/", 1.0).post("/kv/range", {}),
-            lambda: Etcd(proxy.address, prefix="/p/", timeout_s=1.0).get("k"),
-        ):
-            with pytest.raises(HogwildError, match="/kv/range failed: HTTP 502: Bad Gateway"):
-                ask()
-        proxy.status, proxy.body = 504, b"context deadline exceeded"
-        for ask in (
-            lambda: RangePoller([proxy.address], lambda i: "/v3/", 1.0).post("/kv/range", {}),
-            lambda: Etcd(proxy.address, prefix="/p/", timeout_s=1.0).get("k"),
-        ):
-            with pytest.raises(EtcdUnavailable, match="HTTP 504: context deadline exceeded"):
-                ask()
+        poller = RangePoller([proxy.address], lambda i: "/v3/", 1.0)
+        client = Etcd(proxy.address, prefix="/p/", timeout_s=1.0)
+        try:
+            for ask in (lambda: poller.post("/kv/range", {}), lambda: client.get("k")):
+                with pytest.raises(HogwildError, match="/kv/range failed: HTTP 502: Bad Gateway"):
+                    ask()
+            proxy.status, proxy.body = 504, b"context deadline exceeded"
+            for ask in (lambda: poller.post("/kv/range", {}), lambda: client.get("k")):
+                with pytest.raises(EtcdUnavailable, match="HTTP 504: context deadline exceeded"):
+                    ask()
+        finally:
+            poller.close()
+            client.close()
 
 
 def test_a_kept_connection_the_member_closed_is_asked_once_more_and_big_replies_refused() -> None:
