@@ -33,11 +33,14 @@ class Gateway:
     """An HTTP server on loopback answering each POST with ``status`` and ``body`` (and
     ``/version`` as etcd 3.5 does); it counts the connections and POSTs it took. With
     ``close_after`` it closes each connection after one reply without saying so, as a member
-    that restarts between two polls does."""
+    that restarts between two polls does. Once ``hold`` is set, the next POST sets ``holding``
+    and is answered ``held_body`` only when ``hold`` is set in turn."""
 
     def __init__(self, status: int, body: bytes, close_after: bool = False) -> None:
         self.status, self.body, self.close_after = status, body, close_after
         self.connections = self.posts = 0
+        self.hold: threading.Event | None = None
+        self.holding, self.held_body = threading.Event(), b""
         gateway = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,7 +57,12 @@ class Gateway:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 gateway.posts += 1
-                self._answer(gateway.status, gateway.body)
+                hold, body = gateway.hold, gateway.body
+                if hold is not None and not gateway.holding.is_set():
+                    gateway.holding.set()
+                    hold.wait(10.0)
+                    body = gateway.held_body
+                self._answer(gateway.status, body)
                 self.close_connection = gateway.close_after
 
             def _answer(self, status: int, body: bytes) -> None:
@@ -184,5 +192,31 @@ def test_the_watch_reports_a_reply_that_is_no_range_reply(body: bytes, said: str
         try:
             client.watch("", lambda: None, interval_s=0.02, on_error=errors.put)
             assert said in str(errors.get(timeout=10.0))
+        finally:
+            client.close()
+
+
+def test_no_change_is_reported_once_cancel_was_called() -> None:
+    range_reply = {"header": {"revision": "1"}, "count": "0"}
+    changes, errors = [], []
+    with Gateway(200, json.dumps(range_reply).encode()) as member:
+        client = Etcd(member.address, prefix="/p/", timeout_s=5.0)
+        try:
+            watch = client.watch("", lambda: changes.append(1), interval_s=0.01,
+                                 on_error=errors.append)  # fmt: skip
+            member.held_body = json.dumps(
+                {"header": {"revision": "2"}, "count": "1", "kvs": [{"mod_revision": "2"}]}
+            ).encode()
+            release = threading.Event()
+            member.hold = release
+            assert member.holding.wait(10.0)  # a poll is in flight: it will see a change
+            canceller = threading.Thread(target=watch.cancel)
+            canceller.start()
+            while not watch._stop.is_set():  # cancel() has begun: the change comes too late
+                canceller.join(0.001)
+            release.set()
+            canceller.join(10.0)
+            assert not canceller.is_alive() and not watch.active
+            assert (changes, errors) == ([], [])
         finally:
             client.close()
