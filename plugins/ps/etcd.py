@@ -517,8 +517,10 @@ class Watch:
     def cancel(self) -> None:
         """Stop polling; returns once the thread has ended (at once from ``on_change``), and
         within the longest a poll can take: per member, the API path's request, the poll and
-        its one retry on a fresh connection, each up to the request timeout. Once it has
-        returned ``on_change()`` is not called again."""
+        its one retry on a fresh connection, each up to the request timeout. A poll that ends
+        after this began reports no change (the flag is checked between the poll and
+        ``on_change()``), so once the thread has ended within that bound, ``on_change()`` is
+        not called again; only a callback itself slower than the bound can outlive it."""
         self._stop.set()
         if threading.current_thread() is not self._thread:
             polls = 3 * len(self._reader.members) * self._reader.timeout_s
