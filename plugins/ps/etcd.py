@@ -10,7 +10,10 @@ request that cannot reach etcd is :class:`EtcdUnavailable` naming the address, a
 longer knows is :class:`LeaseExpired`. Every request has a timeout.
 
 With a directory of certificates (``tls``, ``cluster.etcd_tls``) every request goes over HTTPS
-with the directory's client certificate, the members checked against its CA.
+with the directory's client certificate, the members checked against its CA. etcd is reached
+directly, never through a proxy: the environment's ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY``
+(which ``requests`` would otherwise read, even for a loopback etcd) are ignored, by every request
+and by the watch's polls alike.
 
 An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests
 go to one member until it fails, then to the next. A request that could not have reached the
@@ -23,11 +26,11 @@ member); when every member failed one request, :class:`EtcdClusterLost` (a lost 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
 
-It talks to etcd's gRPC JSON gateway through etcd3gw's transport (its ``post``: URL discovery,
-timeouts, HTTP errors as exceptions) but builds its own requests: etcd3gw's ``put`` drops the
-revision, its ``get`` drops the store revision, its ``Lease.ttl`` fails on an expired lease and
-its streaming watch has no timeout and loses errors in a thread. :meth:`Etcd.watch` therefore
-polls (see :class:`Watch`).
+It talks to etcd's gRPC JSON gateway through etcd3gw's clients (their session and API-path
+discovery; what an error reply means is :func:`gateway_error`'s) but builds its own requests:
+etcd3gw's ``put`` drops the revision, its ``get`` drops the store revision, its ``Lease.ttl``
+fails on an expired lease and its streaming watch has no timeout and loses errors in a thread.
+:meth:`Etcd.watch` therefore polls (see :class:`Watch`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ __all__ = [
 
 READS = frozenset({"/kv/range", "/lease/keepalive"})  # safe to ask another member again
 LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
+DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
 
 
 def parse_endpoints(address: str) -> list[str]:
@@ -141,13 +145,19 @@ class Etcd:
         self.tls = tls or None
         secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
+
         # whose processes import this module, never spend
+        import requests
 
         self._clients = []
         for member in self.members:
             parsed = parse_address(member)
+            options = dict(secure)
+            if "session" not in options:  # TLS brings its own, which trusts no environment
+                options["session"] = requests.Session()
+                options["session"].trust_env = False  # etcd is never reached through a proxy
             self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
-                                                timeout=timeout_s, **secure))  # fmt: skip
+                                                timeout=timeout_s, **options))  # fmt: skip
         self._current = 0  # the member requests go to until it fails
         self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
@@ -337,7 +347,7 @@ class Etcd:
 
     def _kvs(self, reply: dict) -> list:
         kvs = reply.get("kvs", [])
-        if not isinstance(kvs, list):
+        if not isinstance(kvs, list) or not all(isinstance(kv, dict) for kv in kvs):
             raise HogwildError(f"etcd at {self.address}: malformed reply {reply!r:.200}")
         return kvs
 
@@ -405,26 +415,53 @@ class Etcd:
 
         client, member = self._clients[i], self.members[i]
         try:
-            reply = client.post(client.get_url(path), json=payload)
-        except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:
-            raise _MemberDown(_detail(err) or "timed out", _unsent(err)) from err
-        except requests.RequestException as err:  # what etcd3gw lets through (a cut reply)
-            raise _MemberDown(str(err)[:400], unsent=False) from err
+            url = client.get_url(path)  # etcd3gw's: the member's API path, asked once
+            answer = client.session.post(url, json=payload, timeout=client.timeout)
+        except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:  # the asking
+            raise _MemberDown(_detail(err) or "timed out", _unsent(err.__context__)) from err
         except gw.Etcd3Exception as err:
-            if "lease not found" in (err.detail_text or ""):
+            detail = _detail(err)
+            if any(word in detail.lower() for word in LEADERLESS):
+                raise _MemberDown(detail, unsent=False) from err
+            raise HogwildError(f"etcd at {member}: {path}: no API path: {detail}") from err
+        except requests.RequestException as err:  # refused, timed out, cut
+            raise _MemberDown(str(err)[:400] or type(err).__name__, _unsent(err)) from err
+        error = gateway_error(answer.status_code, answer.text)
+        if error is not None:
+            down, detail = error
+            if "lease not found" in detail:
                 lease = payload.get("ID") or payload.get("lease")
                 which = f"lease {lease}" if lease else "a lease of this transaction"
-                message = f"etcd at {member}: {which} expired or was revoked"
-                raise LeaseExpired(message) from err
-            detail = _detail(err)
-            if any(word in detail.lower() for word in LEADERLESS):  # cut off from its quorum
-                raise _MemberDown(detail, unsent=False) from err
-            raise HogwildError(f"etcd at {member}: {path} failed: {detail}") from err
+                raise LeaseExpired(f"etcd at {member}: {which} expired or was revoked")
+            if down:  # unavailable, timed out, or cut off from its quorum
+                raise _MemberDown(detail, unsent=False)
+            raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
+        try:
+            reply = answer.json()
         except ValueError as err:  # a reply that is not JSON: not etcd
             raise HogwildError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
         if not isinstance(reply, dict):
             raise HogwildError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
         return reply
+
+
+def gateway_error(status: int, text: str) -> tuple[bool, str] | None:
+    """What etcd's JSON gateway meant by a reply of ``status`` with body ``text``: None for a
+    success, else ``(down, detail)``. ``down``: the member cannot answer now (408, 503, 504, as
+    etcd3gw read them, or a :data:`LEADERLESS` error), so a read asks the next member;
+    ``detail``: the status and the error's ``message`` (or the plain text). The one classifier
+    of :meth:`Etcd._post_to` and of the watch's polls (:mod:`~hogwild_plugins.ps.etcd_poll`),
+    so that the two cannot drift apart."""
+    if status == 200:
+        return None
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        reply = None
+    said = (reply.get("message") or reply.get("error")) if isinstance(reply, dict) else None
+    detail = f"HTTP {status}: {said or text.strip()}"[:400]
+    down = status in DOWN_STATUSES or any(word in detail.lower() for word in LEADERLESS)
+    return down, detail
 
 
 class Watch:
@@ -463,14 +500,14 @@ class Watch:
             raise
         except HogwildError:
             seen = (-1, -1)  # the revision is compacted or in the future: report a change
-        # the polls after it: over plain HTTP on kept connections of their own (a fifth of a
-        # millisecond of CPU each instead of about two through etcd3gw: etcd_poll)
+        # the polls after it: over plain HTTP on kept connections of their own (a quarter of
+        # the CPU a poll costs through etcd3gw: etcd_poll, bench/figures/etcd_poll.py)
         if reader.tls is None:
             from hogwild_plugins.ps.etcd_poll import RangePoller
 
             clients = reader._clients  # etcd3gw's, each its member's API path once asked
-            self._poller = RangePoller(
-                reader.members, lambda i: clients[i].api_path, reader.timeout_s, LEADERLESS
+            self._poller = RangePoller(  # from the member the first reading reached
+                reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current
             )
         self._thread = threading.Thread(
             target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
@@ -478,10 +515,16 @@ class Watch:
         self._thread.start()
 
     def cancel(self) -> None:
-        """Stop polling; returns within one request timeout (at once from ``on_change``)."""
+        """Stop polling; returns once the thread has ended (at once from ``on_change``), and
+        within the longest a poll can take: per member, the API path's request, the poll and
+        its one retry on a fresh connection, each up to the request timeout. A poll that ends
+        after this began reports no change (the flag is checked between the poll and
+        ``on_change()``), so once the thread has ended within that bound, ``on_change()`` is
+        not called again; only a callback itself slower than the bound can outlive it."""
         self._stop.set()
         if threading.current_thread() is not self._thread:
-            self._thread.join(self._reader.timeout_s + self._interval_s + 1.0)
+            polls = 3 * len(self._reader.members) * self._reader.timeout_s
+            self._thread.join(polls + self._interval_s + 1.0)
         self._reader.close()  # it has no watches of its own: its connections closed
 
     @property
@@ -495,6 +538,7 @@ class Watch:
             query = self._range if revision is None else {**self._range, "revision": revision}
             reply = self._reader._post("/kv/range", query)
         address = self._reader.address
+        _int(reply.get("header"), "revision", address)  # a range reply, not some other object
         kvs = self._reader._kvs(reply) or [{}]
         newest = _int(kvs[0], "mod_revision", address, default=0)
         return _int(reply, "count", address, default=0), newest
@@ -517,6 +561,8 @@ class Watch:
                 failing = True
                 self._stop.wait(max(self._interval_s, 0.5))
                 continue
+            if self._stop.is_set():  # cancelled during the poll: cancel() may have returned
+                break
             if now != seen or failing:
                 try:
                     self._on_change()
@@ -560,12 +606,11 @@ def _int(reply, field: str, address: str, default: int | None = None) -> int:
         ) from None
 
 
-def _unsent(err: Exception) -> bool:
-    """Whether a failed request surely never reached etcd: no connection was made (etcd3gw
-    raises its errors with the ``requests`` one as their context)."""
+def _unsent(cause: BaseException | None) -> bool:
+    """Whether a request that failed with ``requests``' ``cause`` surely never reached etcd: no
+    connection was made."""
     import requests
 
-    cause = err.__context__
     if isinstance(cause, requests.exceptions.ConnectTimeout):
         return True
     return isinstance(cause, requests.exceptions.ConnectionError) and (

@@ -1,18 +1,20 @@
 """The watch's polls of etcd over plain HTTP: one keep-alive ``http.client`` connection per member.
 
 :class:`~hogwild_plugins.ps.etcd.Watch` asks etcd one small range request every 50 ms for as
-long as a replicated parameter server lives. Through etcd3gw and ``requests`` (a session that
-reads the environment's proxy settings and rebuilds its request every call) each poll costs
-about 1.8 ms of CPU in the server; through a kept ``http.client`` connection about 0.2 ms. So
-the polls, and only they, take this path; every other request, and every request to an etcd
-over TLS, goes through :class:`~hogwild_plugins.ps.etcd.Etcd` as before.
+long as a replicated parameter server lives. Through etcd3gw's ``requests`` session (which
+rebuilds its request every call) each poll costs the polling process about 1.2 ms of CPU;
+through a kept ``http.client`` connection about 0.3 ms, four times less
+(``bench/figures/etcd_poll.py``, ``bench/results/etcd_poll.json``). So the polls, and only
+they, take this path; every other request, and every request to an etcd over TLS, goes through
+:class:`~hogwild_plugins.ps.etcd.Etcd` as before.
 
 A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
 goes to the member that answered last; a member that cannot be reached, times out or answers
-that it has no leader is left for the next one at once; when no member answers, the poll raises
+that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`, the client's own
+classifier) is left for the next one at once; when no member answers, the poll raises
 :class:`~hogwild_plugins.ps.etcd.EtcdUnavailable` (one member) or
 :class:`~hogwild_plugins.ps.etcd.EtcdClusterLost` (several), naming each member and why.
-Every request has the client's timeout.
+Every request has the client's timeout, and a reply is read up to :data:`REPLY_LIMIT` bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from collections.abc import Callable
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
 
-__all__ = ["RangePoller"]
+__all__ = ["REPLY_LIMIT", "RangePoller"]
+
+REPLY_LIMIT = 1 << 16
+"""The most bytes of a reply read: a keys-only range of one key is under a kilobyte."""
 
 
 class _Down(Exception):
@@ -39,7 +44,7 @@ class RangePoller:
         api_path: Member ``i``'s gateway path (such as ``/v3/``): etcd3gw's, which asks the
             member once (raising if it cannot) and keeps it.
         timeout_s: The limit of one request to one member, in seconds.
-        leaderless: Words of an etcd error that mean the member cannot answer now.
+        first: The member asked first (the one the client's last request reached).
     """
 
     def __init__(
@@ -47,23 +52,25 @@ class RangePoller:
         members: list[str],
         api_path: Callable[[int], str],
         timeout_s: float,
-        leaderless: tuple[str, ...],
+        first: int = 0,
     ) -> None:
         if not members:
             raise HogwildError("etcd poll: no member to ask; expected HOST:PORT[,HOST:PORT...]")
         self.members, self.api_path = list(members), api_path
-        self.timeout_s, self.leaderless = timeout_s, leaderless
+        if not 0 <= first < len(members):
+            raise HogwildError(f"etcd poll: first member {first!r}: expected 0..{len(members) - 1}")
+        self.timeout_s = timeout_s
         self.address = ",".join(self.members)
         self._connections: list[http.client.HTTPConnection | None] = [None] * len(members)
-        self._current = 0
+        self._current = first
 
     def post(self, path: str, payload: dict) -> dict:
         """The gateway's JSON reply to ``payload`` at ``path`` (such as ``/kv/range``).
 
         Raises:
             EtcdUnavailable: No member answered (EtcdClusterLost where there are several).
-            HogwildError: A member answered with an error, or with something that is not a
-                JSON object.
+            HogwildError: A member answered with an error, with more than
+                :data:`REPLY_LIMIT` bytes, or with something that is not a JSON object.
         """
         from hogwild_plugins.ps.etcd import EtcdClusterLost, EtcdUnavailable
 
@@ -107,19 +114,18 @@ class RangePoller:
                 raise _Down(f"{type(again).__name__}: {again}"[:400]) from again
         except (OSError, http.client.HTTPException) as err:  # refused, timed out, cut
             raise _Down(f"{type(err).__name__}: {err}"[:400]) from err
+        from hogwild_plugins.ps.etcd import gateway_error
+
+        error = gateway_error(status, data.decode("utf-8", "replace"))
+        if error is not None:
+            down, detail = error
+            if down:
+                raise _Down(detail)
+            raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
         try:
             reply = json.loads(data)
         except ValueError as err:
             raise HogwildError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
-        if status != 200:
-            detail = (
-                str(reply.get("message") or reply.get("error") or reply)[:400]
-                if isinstance(reply, dict)
-                else repr(reply)[:400]
-            )
-            if any(word in detail.lower() for word in self.leaderless):
-                raise _Down(detail)
-            raise HogwildError(f"etcd at {member}: {path} failed: HTTP {status}: {detail}")
         if not isinstance(reply, dict):
             raise HogwildError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
         return reply
@@ -146,7 +152,14 @@ class RangePoller:
             connection.request("POST", self._url(i, path), body,
                                {"Content-Type": "application/json"})  # fmt: skip
             answer = connection.getresponse()
-            return answer.status, answer.read()
+            announced = answer.length or 0  # its Content-Length, where it has one
+            data = answer.read(REPLY_LIMIT + 1) if announced <= REPLY_LIMIT else b""
+            if announced > REPLY_LIMIT or len(data) > REPLY_LIMIT:  # closed below, unread
+                raise HogwildError(
+                    f"etcd at {self.members[i]}: {path}: reply of more than {REPLY_LIMIT} bytes"
+                    " refused"
+                )
+            return answer.status, data
         except BaseException:
             connection.close()
             self._connections[i] = None

@@ -1,23 +1,91 @@
 """The watch's own transport (:mod:`hogwild_plugins.ps.etcd_poll`) against a real etcd on
-loopback: a poll goes to a member that answers, a member's error is typed and names it, and
-when no member answers the failure names each one, as the client's reads do."""
+loopback and a tiny real HTTP server of the test's own standing in for a member that answers
+with an error: a poll goes to a member that answers, passes over one that is unavailable (as the
+client's requests do, through the one classifier of both), keeps a member's error typed and
+naming it, asks a member that closed a kept connection once more, refuses an oversized or
+malformed reply, and when no member answers the failure names each one."""
 
 from __future__ import annotations
 
 import base64
+import json
+import queue
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hogwild_plugins.ps.etcd import LEADERLESS, Etcd, EtcdClusterLost, EtcdUnavailable
-from hogwild_plugins.ps.etcd_poll import RangePoller
+from hogwild_plugins.ps.etcd import Etcd, EtcdClusterLost, EtcdUnavailable
+from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
 
 pytestmark = pytest.mark.kernel_free
 
+LEARNER = 503, b'{"error":"etcdserver: rpc not supported for learner","code":14}'
+
 
 def _range(key: str) -> dict:
     return {"key": base64.b64encode(key.encode()).decode(), "count_only": True}
+
+
+class Gateway:
+    """An HTTP server on loopback answering each POST with ``status`` and ``body`` (and
+    ``/version`` as etcd 3.5 does); it counts the connections and POSTs it took. With
+    ``close_after`` it closes each connection after one reply without saying so, as a member
+    that restarts between two polls does. Once ``hold`` is set, the next POST sets ``holding``
+    and is answered ``held_body`` only when ``hold`` is set in turn."""
+
+    def __init__(self, status: int, body: bytes, close_after: bool = False) -> None:
+        self.status, self.body, self.close_after = status, body, close_after
+        self.connections = self.posts = 0
+        self.hold: threading.Event | None = None
+        self.holding, self.held_body = threading.Event(), b""
+        gateway = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 5.0  # a connection the client forgot ends its thread
+
+            def setup(self) -> None:
+                super().setup()
+                gateway.connections += 1
+
+            def do_GET(self) -> None:
+                self._answer(200, b'{"etcdserver":"3.5.0","etcdcluster":"3.5.0"}')
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                gateway.posts += 1
+                hold, body = gateway.hold, gateway.body
+                if hold is not None and not gateway.holding.is_set():
+                    gateway.holding.set()
+                    hold.wait(10.0)
+                    body = gateway.held_body
+                self._answer(gateway.status, body)
+                self.close_connection = gateway.close_after
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,))
+
+    def __enter__(self) -> Gateway:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
 
 
 def test_a_poll_reaches_the_member_that_answers_and_names_every_member_when_none_does(
@@ -26,22 +94,129 @@ def test_a_poll_reaches_the_member_that_answers_and_names_every_member_when_none
     dead = [f"127.0.0.1:{port}" for port in free_ports(2)]  # nothing listens there
     etcd.put("k", {"v": 1})
     live = etcd.members[0]
-    clients = etcd._clients  # the client's etcd3gw transport: its member's API path, asked once
+    asked = []
 
-    poller = RangePoller([dead[0], live], lambda i: clients[0].api_path, 1.0, LEADERLESS)
+    def api_path(i: int) -> str:  # the live member's, asked through etcd3gw when first needed
+        asked.append(i)
+        return etcd._clients[0].api_path
+
+    poller = RangePoller([dead[0], live], api_path, 1.0)
     try:
+        kept = None
         for _ in range(3):  # the dead member is passed over, the live one's connection kept
             reply = poller.post("/kv/range", _range(f"{etcd.prefix}k"))
             assert int(reply["count"]) == 1 and "header" in reply
+            assert kept in (None, poller._connections[1]) and poller._connections[0] is None
+            kept = poller._connections[1]
+        assert 1 in asked
         # a request the member refuses is the member's error, typed, naming it
         with pytest.raises(HogwildError, match=f"etcd at {live}: /kv/range failed: HTTP 400"):
             poller.post("/kv/range", {"key": "not base64 !"})
     finally:
         poller.close()
+    assert poller._connections == [None, None]
 
-    alone = RangePoller([dead[0]], lambda i: "/v3/", 1.0, LEADERLESS)
+    alone = RangePoller([dead[0]], lambda i: "/v3/", 1.0)
     with pytest.raises(EtcdUnavailable, match=f"etcd at {dead[0]} cannot be reached"):
         alone.post("/kv/range", _range("k"))
-    both = RangePoller(dead, lambda i: "/v3/", 1.0, LEADERLESS)
+    both = RangePoller(dead, lambda i: "/v3/", 1.0)
     with pytest.raises(EtcdClusterLost, match=f"{dead[0]}: .*; {dead[1]}: "):
         both.post("/kv/range", _range("k"))
+
+
+def test_an_unavailable_member_is_passed_over_and_the_watch_polls_where_its_reading_went(
+    etcd: Etcd,
+) -> None:
+    live = etcd.members[0]
+    with Gateway(*LEARNER) as learner:  # a learner's 503 names no missing leader
+        poller = RangePoller([learner.address, live], lambda i: "/v3/", 1.0)
+        try:
+            assert "header" in poller.post("/kv/range", _range(f"{etcd.prefix}k"))
+            assert poller._current == 1 and learner.posts == 1
+        finally:
+            poller.close()
+        both = Etcd(f"{learner.address},{live}", prefix=etcd.prefix, timeout_s=1.0)
+        changed = threading.Event()
+        try:  # the first reading passes the learner over; the polls start where it went
+            watch = both.watch("", changed.set, interval_s=0.02)
+            assert learner.posts == 2
+            etcd.put("k", {"v": 1})
+            assert changed.wait(10.0)
+            watch.cancel()
+            assert learner.posts == 2
+        finally:
+            both.close()
+
+
+def test_an_error_reply_keeps_its_status_and_a_timed_out_member_is_down() -> None:
+    with Gateway(502, b"Bad Gateway\n") as proxy:
+        poller = RangePoller([proxy.address], lambda i: "/v3/", 1.0)
+        client = Etcd(proxy.address, prefix="/p/", timeout_s=1.0)
+        try:
+            for ask in (lambda: poller.post("/kv/range", {}), lambda: client.get("k")):
+                with pytest.raises(HogwildError, match="/kv/range failed: HTTP 502: Bad Gateway"):
+                    ask()
+            proxy.status, proxy.body = 504, b"context deadline exceeded"
+            for ask in (lambda: poller.post("/kv/range", {}), lambda: client.get("k")):
+                with pytest.raises(EtcdUnavailable, match="HTTP 504: context deadline exceeded"):
+                    ask()
+        finally:
+            poller.close()
+            client.close()
+
+
+def test_a_kept_connection_the_member_closed_is_asked_once_more_and_big_replies_refused() -> None:
+    reply = {"header": {"revision": "7"}, "count": "0"}
+    with Gateway(200, json.dumps(reply).encode(), close_after=True) as member:
+        poller = RangePoller([member.address], lambda i: "/v3/", 1.0)
+        try:
+            for _ in range(3):
+                assert poller.post("/kv/range", {}) == reply
+            assert (member.connections, member.posts) == (3, 3)
+            member.body = b'{"pad":"' + b"x" * REPLY_LIMIT + b'"}'
+            with pytest.raises(HogwildError, match=f"{member.address}: .* {REPLY_LIMIT} bytes"):
+                poller.post("/kv/range", {})
+            assert poller._connections == [None]
+        finally:
+            poller.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [(b"{}", "no 'revision'"), (b'{"header":{"revision":"3"},"kvs":["x"]}', "malformed")],
+)
+def test_the_watch_reports_a_reply_that_is_no_range_reply(body: bytes, said: str) -> None:
+    errors: queue.Queue = queue.Queue()
+    with Gateway(200, body) as member:
+        client = Etcd(member.address, prefix="/p/", timeout_s=1.0)
+        try:
+            client.watch("", lambda: None, interval_s=0.02, on_error=errors.put)
+            assert said in str(errors.get(timeout=10.0))
+        finally:
+            client.close()
+
+
+def test_no_change_is_reported_once_cancel_was_called() -> None:
+    range_reply = {"header": {"revision": "1"}, "count": "0"}
+    changes, errors = [], []
+    with Gateway(200, json.dumps(range_reply).encode()) as member:
+        client = Etcd(member.address, prefix="/p/", timeout_s=5.0)
+        try:
+            watch = client.watch("", lambda: changes.append(1), interval_s=0.01,
+                                 on_error=errors.append)  # fmt: skip
+            member.held_body = json.dumps(
+                {"header": {"revision": "2"}, "count": "1", "kvs": [{"mod_revision": "2"}]}
+            ).encode()
+            release = threading.Event()
+            member.hold = release
+            assert member.holding.wait(10.0)  # a poll is in flight: it will see a change
+            canceller = threading.Thread(target=watch.cancel)
+            canceller.start()
+            while not watch._stop.is_set():  # cancel() has begun: the change comes too late
+                canceller.join(0.001)
+            release.set()
+            canceller.join(10.0)
+            assert not canceller.is_alive() and not watch.active
+            assert (changes, errors) == ([], [])
+        finally:
+            client.close()
