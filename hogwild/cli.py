@@ -278,6 +278,8 @@ def _train(args, overrides: dict[str, str]) -> int:
             config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite)
         )
     else:
+        if args.loss != "cross_entropy" and not args.model:
+            raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")
         if config.train.start_method == "forkserver" and not args.model and _program:
             # the workers' forkserver forked from here, before any thread (a --model's PyTorch
             # starts its own): no second interpreter importing numba (zygote.fork_server).
@@ -288,8 +290,6 @@ def _train(args, overrides: dict[str, str]) -> int:
             # else (it logs why) the gang starts one afresh
             import_and_fork_server(f"pid {os.getpid()}, hogwild train")
         job, data, test_data, target = None, args.data, None, args.target
-        if args.loss != "cross_entropy" and not args.model:
-            raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")
         if args.model:
             from hogwild.data.tables import is_table, read_table
             from hogwild.training.api import TEST_FRACTION

@@ -1,7 +1,8 @@
 """Run a ``hogwild`` command through the command line's entry inside the test's process.
 
 For commands that start no process of their own (``eval``, ``plot``, and a ``train`` refused
-before it starts any: a bad config, data or model file): as a subprocess each such
+before any worker starts: a bad config, data or model file; in the test's process ``train``
+forks no workers' server either, which only the program does): as a subprocess each such
 command costs an interpreter start and hogwild's imports (PyTorch's too, for a model from a file),
 more than the work it does, and the same argv through :func:`hogwild.cli.main` runs the same
 code. :func:`hogwild.cli.main` installs its SIGTERM handler for the rest of the process's life

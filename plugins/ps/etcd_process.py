@@ -64,7 +64,10 @@ def sweep_stale_work(parent: str | os.PathLike | None = None) -> list[Path]:
     removed = []
     for work in parent.glob(f"{WORK_PREFIX}*-*"):
         owner = work.name.removeprefix(WORK_PREFIX).split("-", 1)[0]
-        if not owner.isdigit() or process_exists(int(owner)):
+        # a name anyone may make in the shared /tmp: ASCII digits of a pid's length, or not ours
+        if not (owner.isascii() and owner.isdigit() and len(owner) <= 10):
+            continue
+        if process_exists(int(owner)):
             continue
         try:
             if work.is_dir() and work.stat().st_uid == os.getuid():

@@ -72,9 +72,9 @@ def _session_processes(session: int) -> list[psutil.Process]:
 
 def _stop_head(session: int) -> None:
     """SIGKILL the head's session and wait for each process to be gone. Not SIGTERM first: the
-    raylet, the GCS server, the dashboard and the runtime-env agent outlive it by more than 10 s
-    (so a grace period is always spent whole), and the head's state is thrown away with its
-    temporary directory anyway."""
+    raylet, the GCS server, the dashboard's agent and the runtime-env agent outlive it by more
+    than 10 s (so a grace period is always spent whole), and the head's state is thrown away
+    with its temporary directory anyway."""
     for _ in range(3):  # a process forked while the others were killed is found the next time
         procs = _session_processes(session)
         if not procs:

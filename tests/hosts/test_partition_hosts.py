@@ -157,7 +157,7 @@ def test_a_lost_follower_host_stops_the_job_naming_it(make_hosts, mnist_dir, tmp
         )  # fmt: skip
         out, err = again.communicate(timeout=60)
         assert again.returncode == 1 and "no leader sent" in err, err
-        swept = {line.split()[1].lstrip("/") for line in out.splitlines() if "removed" in line}
+        swept = {line.split()[1].strip("/:") for line in out.splitlines() if "removed" in line}
         assert job_segments(job) == set(), (left, swept)
     finally:  # the lost machine's memory goes with it; here it is this machine's
         for name in job_segments(job):

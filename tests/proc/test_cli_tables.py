@@ -4,7 +4,7 @@ from the file's features, ``--loss mse`` makes it a regression, and ``hogwild ev
 held-back rows' accuracy, or mean squared and absolute errors, as training measured them.
 
 ``hogwild train`` runs as its own process (its workers are processes); ``hogwild eval``, which
-starts none, and a ``train`` refused before it starts any, run through the same entry inside the
+starts none, and a ``train`` refused before any worker starts, run through the same entry inside the
 test's process (:mod:`tests.cli_in_process`): as a process, each cost an interpreter start and
 imports of PyTorch and hogwild, more than the evaluation of 80 rows."""
 

@@ -47,3 +47,17 @@ def test_another_failure_or_a_deadline_passed_is_not_tried_again(answer, deadlin
     with pytest.raises(HogwildError, match="^etcd did not start: "):
         _start_retrying(attempt, undo, time.monotonic() + deadline_s, "etcd")
     assert record == ["attempt", "undo"]
+
+
+def test_work_folders_named_by_anyone_in_tmp_are_not_taken_for_a_dead_owners(tmp_path):
+    from hogwild_plugins.ps.etcd_process import WORK_PREFIX, sweep_stale_work
+
+    # any user may make these in the shared /tmp: a "²" passes str.isdigit and int() refuses
+    # it; a number past any pid makes os.kill overflow. Neither may fail every etcd start.
+    foreign = [tmp_path / f"{WORK_PREFIX}²-x", tmp_path / f"{WORK_PREFIX}{'9' * 30}-x"]
+    for folder in foreign:
+        folder.mkdir()
+    dead = tmp_path / f"{WORK_PREFIX}{2**22 + 1}-x"  # above the pid limit: no such process
+    dead.mkdir()
+    assert sweep_stale_work(tmp_path) == [dead]
+    assert all(folder.exists() for folder in foreign) and not dead.exists()
