@@ -128,8 +128,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--epochs", type=int, default=None, help="the training job's epochs (12; --quick 1)")
     add("--push-every-s", type=float, default=None,
         help="the ledger client starts a push at most this often (0: back to back; --quick "
-        "0.2: the servers replicate each push to two copies, and a smoke run's CPU is mostly "
-        "that)")  # fmt: skip
+        "0.05)")  # fmt: skip
     add("--no-train", action="store_true", help="the ledger client alone, no training job")
     add(
         "--kinds",
@@ -157,7 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
     quick = {"faults": 5, "cut_s": 3.0, "down_s": 1.0, "gap_s": 0.5, "epochs": 1,
-             "push_every_s": 0.2}  # fmt: skip
+             "push_every_s": 0.05}  # fmt: skip
     full = {"faults": 100, "cut_s": 10.0, "down_s": 3.0, "gap_s": 2.0, "epochs": 12,
             "push_every_s": 0.0}  # fmt: skip
     defaults = quick if args.quick else full

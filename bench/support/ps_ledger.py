@@ -41,16 +41,8 @@ SYNC_TIMEOUT_S = 60.0
 STALL_S = 60.0  # no acknowledged push for this long: the phase stops and says so
 
 
-def ledger_phase(
-    kills: int,
-    kill_every_s: float,
-    seed: int,
-    lease_s: int = 2,
-    log=print,
-    push_every_s: float = 0.0,
-) -> dict:
-    """Run the phase (see the module docstring); its figures. ``push_every_s``: the client
-    starts a push at most this often (0: back to back, the full run's pace)."""
+def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, log=print) -> dict:
+    """Run the phase (see the module docstring); its figures."""
     rng = random.Random(seed)
     n_params = model_network(load_config().model).n_params
     started = time.monotonic()
@@ -86,7 +78,7 @@ def ledger_phase(
         if watch.wait_copies(3, SYNC_TIMEOUT_S)[1] is None:
             raise RuntimeError("ledger phase: the three copies never came in sync")
         ledger = np.zeros(n_params, np.float64)
-        pusher = Pusher(client, ledger, n_params, seed, every_s=push_every_s)
+        pusher = Pusher(client, ledger, n_params, seed)
         try:
             for _ in range(kills):
                 if not _pause(kill_every_s * rng.uniform(0.5, 1.5), pusher, problems):
@@ -146,7 +138,6 @@ def ledger_phase(
         "waited_for_copies_s": spread([e["waited_for_copies_s"] for e in events]),
         "problems": problems,
         "lease_s": lease_s,
-        "push_every_s": push_every_s,
         "wall_s": round(time.monotonic() - started, 1),
         "leaked": check.count(processes, ports),
         "events": events,
