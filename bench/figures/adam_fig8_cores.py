@@ -112,6 +112,13 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         metavar="S",
         help="start no worker count after the first once S seconds have passed",
     )
+    add(
+        "--sgemm-s",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds each sgemm peak measurement multiplies (default 1; a smoke run's 0.1)",
+    )
     add("--plot", metavar="FILE", help="draw Fig. 8 into this PNG file")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
@@ -125,6 +132,8 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
         parser.error("--time-budget must be a positive number of seconds")
     if args.warmup < 0 or args.repeats < 1:
         parser.error("--warmup must be >= 0 and --repeats >= 1")
+    if args.sgemm_s <= 0:
+        parser.error(f"--sgemm-s must be a positive number of seconds, got {args.sgemm_s}")
     if max(args.workers) > args.examples:
         parser.error("--examples must be at least the largest worker count")
     if args.data is None:
@@ -223,7 +232,9 @@ def run_measurements(
                     measure_peer, peer, *common, shared=False, seed=args.seed
                 )
             for rep in range(args.repeats):
-                sgemm.setdefault(workers, []).append(sgemm_gflops(workers)["total"])
+                sgemm.setdefault(workers, []).append(
+                    sgemm_gflops(workers, seconds=args.sgemm_s)["total"]
+                )
                 names = list(measures)
                 names = names[rep % len(names) :] + names[: rep % len(names)]
                 for batch in args.batches:
@@ -242,7 +253,9 @@ def run_measurements(
                         flush=True,
                     )
     for extra in sorted({1, usable_cores()} - set(sgemm)):
-        sgemm[extra] = [sgemm_gflops(extra)["total"] for _ in range(args.repeats)]
+        sgemm[extra] = [
+            sgemm_gflops(extra, seconds=args.sgemm_s)["total"] for _ in range(args.repeats)
+        ]
     return samples, memory, sgemm
 
 
@@ -356,6 +369,7 @@ def measure(args: argparse.Namespace) -> dict:
             "overrides": args.set,
             "workers_not_measured": [w for w in requested if w not in args.workers],
             "time_budget_s": args.time_budget,
+            "sgemm_s": args.sgemm_s,
             "peer_optimizer": "SGD(lr=0.01, momentum=0.5)",
         },
         "worker_runtime_mb": runtime_mb,

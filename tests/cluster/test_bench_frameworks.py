@@ -6,12 +6,13 @@ SGD and with Adagrad, Sandblaster L-BFGS, and SINGA's AllReduce, hybrid and dist
 each a ``hogwild cluster`` job. Every contender costs a cluster's start and stop, and
 ``test_frameworks.py`` trains the frameworks themselves, so the quick run here trains three, one
 per path the benchmark takes (an asynchronous job, Sandblaster's L-BFGS iterations after its SGD
-warm start, a synchronous job), on 1,000 MNIST examples for one epoch (Sandblaster: its two L-BFGS
-iterations, an epoch each). Checks: one JSON line, the same as the ``--out`` file; each contender
-run drew a non-empty curve of accuracies in [0, 1] against increasing seconds within the budget and
-left nothing behind, and none was skipped (``hogwild cluster`` runs every contender's topology);
-``time_to_target_s`` agrees with the curve; the figure is drawn. The contender list itself covers
-all five frameworks, and an unknown name is refused with the list.
+warm start, a synchronous job), on 500 MNIST examples for one epoch (Sandblaster: its two L-BFGS
+iterations, an epoch each, on batches of 250: the full run's path on less data, the L-BFGS job
+having been most of the test's CPU). Checks: one JSON line, the same as the ``--out`` file; each
+contender run drew a non-empty curve of accuracies in [0, 1] against increasing seconds within the
+budget and left nothing behind, and none was skipped (``hogwild cluster`` runs every contender's
+topology); ``time_to_target_s`` agrees with the curve; the figure is drawn. The contender list
+itself covers all five frameworks, and an unknown name is refused with the list.
 """
 
 from __future__ import annotations
@@ -54,14 +55,14 @@ def test_quick_run_draws_a_curve_for_each_contender_it_trains(
     assert {("downpour", "sgd"), ("sandblaster", "lbfgs"), ("hybrid", "sgd")} == pairs
     assert any(r["name"] == "sgd" and r["replicas"] == 1 for r in results)
     lbfgs = next(r for r in results if r["name"] == "sandblaster-lbfgs")
-    assert "--cluster.lbfgs_batch=500" in lbfgs["command"]  # quick: mini-batches of the 1,000
+    assert "--cluster.lbfgs_batch=250" in lbfgs["command"]  # quick: mini-batches of the 500
     assert lbfgs["settings"]["cluster"]["lbfgs_iterations"] == 2
-    # quick: the first 500 examples are the warm start's, SGD steps of 100
-    assert lbfgs["settings"]["cluster"]["lbfgs_warm_start"] == 500
-    assert lbfgs["settings"]["train"]["batch"] == 100
+    # quick: the first 250 examples are the warm start's, SGD steps of 50
+    assert lbfgs["settings"]["cluster"]["lbfgs_warm_start"] == 250
+    assert lbfgs["settings"]["train"]["batch"] == 50
     group = lbfgs["sandblaster"]["0"]
     assert group["warm_steps"] == 5
-    batches = lbfgs["epochs_done"] * 2 - 1  # 2 batches of 500 an epoch, but the first's
+    batches = lbfgs["epochs_done"] * 2 - 1  # 2 batches of 250 an epoch, but the first's
     assert group["iterations"] == batches * 2  # 2 iterations each
     # a pass per SGD step; every batch evaluated afresh, then at least a pass per iteration
     assert group["evaluations"] >= 5 + batches * 3

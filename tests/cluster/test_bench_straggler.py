@@ -1,7 +1,7 @@
 """``bench/figures/straggler.py --quick``: the shape of its JSON line and what it promises, not its
 speed.
 
-The quick run trains a one-epoch job of 3,000 examples through ``hogwild cluster`` (2 replicas, 1
+The quick run trains a one-epoch job of 1,000 examples through ``hogwild cluster`` (2 replicas, 1
 parameter server) twice: in portions with a busy process on replica 1's CPU, and in fixed shards
 without (the full run's other two, portions quiet and shards busy, run the same code of the script
 and of the cluster; they only give the ratios, which the quick run then leaves null). Checks:
@@ -37,11 +37,11 @@ def test_quick_run_reports_both_splits_busy_and_quiet(
     assert set(rows) == {("portions", True), ("shards", False)}
     for (split, busy), row in rows.items():
         assert row["examples_per_s"] > 0 and len(row["samples"]) == 1
-        assert sum(row["per_replica_examples"].values()) == 3000, (split, busy, row)
+        assert sum(row["per_replica_examples"].values()) == 1000, (split, busy, row)
         assert set(row["per_replica_examples"]) == {"0", "1"}
         assert (row["busy_cpu"] is not None) == busy
     shards = rows[("shards", False)]["per_replica_examples"]
-    assert shards == {"0": 1500, "1": 1500}  # one fixed shard each
+    assert shards == {"0": 500, "1": 500}  # one fixed shard each
     assert record["portions_vs_shards"] == {"busy": None, "quiet": None}  # no split both ways
     # the busy processes went with their runs: none runs the bench's own busy program (a looser
     # match, any "while True" in a command line, once caught a process of the CI machine's own)

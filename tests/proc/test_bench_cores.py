@@ -48,6 +48,7 @@ def test_tiny_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory):
     command = [sys.executable, "-m", "hogwild.cli", "bench", "cores", "--workers", "1,2"]
     command += ["--batches", "1,32", "--examples", "100", "--warmup", "50", "--repeats", "1"]
     command += ["--time-budget", "0.001"]  # spent before the second worker count starts
+    command += ["--sgemm-s", "0.1"]  # the peak's shape, not its figure
     command += ["--data", str(data), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -66,6 +67,7 @@ def test_tiny_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory):
     assert {"python", "numpy", "numba", "torch"} <= set(record["versions"])
     assert record["versions"]["torch"] and record["versions"]["numba"]
     assert record["sgemm_gflops"]["per_core"] > 0 and record["sgemm_gflops"]["all_cores"] > 0
+    assert record["settings"]["sgemm_s"] == 0.1
     assert record["worker_runtime_mb"] > 0
 
     rows = record["results"]
