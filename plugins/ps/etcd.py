@@ -27,7 +27,8 @@ The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, i
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
 
 It talks to etcd's gRPC JSON gateway through etcd3gw's clients (their session and API-path
-discovery; what an error reply means is :func:`gateway_error`'s) but builds its own requests:
+discovery; what an error reply means is
+:func:`~hogwild_plugins.ps.etcd_errors.gateway_error`'s) but builds its own requests:
 etcd3gw's ``put`` drops the revision, its ``get`` drops the store revision, its ``Lease.ttl``
 fails on an expired lease and its streaming watch has no timeout and loses errors in a thread.
 :meth:`Etcd.watch` therefore polls (see :class:`Watch`).
@@ -43,6 +44,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from hogwild_plugins.ps.etcd_errors import (
+    LEADERLESS,
+    EtcdClusterLost,
+    EtcdUnavailable,
+    gateway_error,
+)
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 from hogwild_plugins.ps.etcd_tls import EtcdTls
 
@@ -61,8 +68,6 @@ __all__ = [
 ]
 
 READS = frozenset({"/kv/range", "/lease/keepalive"})  # safe to ask another member again
-LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
-DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
 
 
 def parse_endpoints(address: str) -> list[str]:
@@ -99,14 +104,6 @@ if TYPE_CHECKING:
     from etcd3gw import exceptions as gw
 
 log = logging.getLogger(__name__)
-
-
-class EtcdUnavailable(HogwildError):
-    """etcd cannot be reached (refused, timed out, no leader); the message names the address."""
-
-
-class EtcdClusterLost(EtcdUnavailable):
-    """No member of the etcd cluster answered one request (each member's failure named)."""
 
 
 class LeaseExpired(HogwildError):
@@ -443,25 +440,6 @@ class Etcd:
         if not isinstance(reply, dict):
             raise HogwildError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
         return reply
-
-
-def gateway_error(status: int, text: str) -> tuple[bool, str] | None:
-    """What etcd's JSON gateway meant by a reply of ``status`` with body ``text``: None for a
-    success, else ``(down, detail)``. ``down``: the member cannot answer now (408, 503, 504, as
-    etcd3gw read them, or a :data:`LEADERLESS` error), so a read asks the next member;
-    ``detail``: the status and the error's ``message`` (or the plain text). The one classifier
-    of :meth:`Etcd._post_to` and of the watch's polls (:mod:`~hogwild_plugins.ps.etcd_poll`),
-    so that the two cannot drift apart."""
-    if status == 200:
-        return None
-    try:
-        reply = json.loads(text)
-    except ValueError:
-        reply = None
-    said = (reply.get("message") or reply.get("error")) if isinstance(reply, dict) else None
-    detail = f"HTTP {status}: {said or text.strip()}"[:400]
-    down = status in DOWN_STATUSES or any(word in detail.lower() for word in LEADERLESS)
-    return down, detail
 
 
 class Watch:

@@ -23,6 +23,8 @@ import http.client
 import json
 from collections.abc import Callable
 
+from hogwild_plugins.ps.etcd_errors import EtcdClusterLost, EtcdUnavailable, gateway_error
+
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
 
@@ -72,7 +74,6 @@ class RangePoller:
             HogwildError: A member answered with an error, with more than
                 :data:`REPLY_LIMIT` bytes, or with something that is not a JSON object.
         """
-        from hogwild_plugins.ps.etcd import EtcdClusterLost, EtcdUnavailable
 
         body = json.dumps(payload).encode()
         failures: list[tuple[str, str]] = []
@@ -114,7 +115,6 @@ class RangePoller:
                 raise _Down(f"{type(again).__name__}: {again}"[:400]) from again
         except (OSError, http.client.HTTPException) as err:  # refused, timed out, cut
             raise _Down(f"{type(err).__name__}: {err}"[:400]) from err
-        from hogwild_plugins.ps.etcd import gateway_error
 
         error = gateway_error(status, data.decode("utf-8", "replace"))
         if error is not None:

@@ -1,0 +1,46 @@
+"""What an etcd member's answer means: the errors a request to etcd raises and the one reading of
+its JSON gateway's error replies.
+
+Shared by the etcd client (:mod:`hogwild_plugins.ps.etcd`) and the watch's polls
+(:mod:`hogwild_plugins.ps.etcd_poll`), which build their requests apart (the polls on kept
+connections of their own) but must read a failure the same way: whether the member is down, so
+that a read asks the next one, or the request itself was refused.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hogwild.errors import HogwildError
+
+__all__ = ["DOWN_STATUSES", "LEADERLESS", "EtcdClusterLost", "EtcdUnavailable", "gateway_error"]
+
+LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
+DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
+
+
+class EtcdUnavailable(HogwildError):
+    """etcd cannot be reached (refused, timed out, no leader); the message names the address."""
+
+
+class EtcdClusterLost(EtcdUnavailable):
+    """No member of the etcd cluster answered one request (each member's failure named)."""
+
+
+def gateway_error(status: int, text: str) -> tuple[bool, str] | None:
+    """What etcd's JSON gateway meant by a reply of ``status`` with body ``text``: None for a
+    success, else ``(down, detail)``. ``down``: the member cannot answer now (408, 503, 504, as
+    etcd3gw read them, or a :data:`LEADERLESS` error), so a read asks the next member;
+    ``detail``: the status and the error's ``message`` (or the plain text). The one classifier
+    of :meth:`Etcd._post_to` and of the watch's polls (:mod:`~hogwild_plugins.ps.etcd_poll`),
+    so that the two cannot drift apart."""
+    if status == 200:
+        return None
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        reply = None
+    said = (reply.get("message") or reply.get("error")) if isinstance(reply, dict) else None
+    detail = f"HTTP {status}: {said or text.strip()}"[:400]
+    down = status in DOWN_STATUSES or any(word in detail.lower() for word in LEADERLESS)
+    return down, detail
