@@ -31,7 +31,8 @@ socket: a comparison with a transport ZeroMQ does not have, reported beside it).
 store is shared memory on one host whatever one does.
 
 Run: ``python bench/figures/adam_fig9_ps.py --out bench/results/ps.json --plot
-bench/results/fig9.png``; prints one JSON line. ``--seconds`` per measurement (default 2),
+bench/results/fig9.png``; prints one JSON line. ``--seconds`` per measurement (default 2; the sgemm
+limit multiplies for the shorter of 1 s and ``--seconds``, both in the record),
 ``--no-peers`` to skip Ray and torch.
 """
 
@@ -370,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         "layer": [FC.n_out, FC.n_in],
         "queued_per_shard": QUEUED,
         "repeats": args.repeats,
+        "seconds": args.seconds,  # per measurement
+        "sgemm_s": min(1.0, args.seconds),  # the sgemm limit's own multiplying time
         "machine": describe_machine(),
         "versions": versions(),
         "command": command_line(__file__, sys.argv[1:] if argv is None else argv),

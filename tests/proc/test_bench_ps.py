@@ -61,6 +61,7 @@ def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
 
     limits, targets = record["limits"], record["targets"]
     assert limits["triad_gb_s"] > 0 and limits["sgemm_gflops"] > 0
+    assert record["seconds"] == 0.1 and record["sgemm_s"] == 0.1  # a tiny run's, said so
     assert limits["pyzmq_1mb_gb_s"] > 0 and limits["pyzmq_1mb_tcp_server_cpu_ms"] > 0
     assert limits["pyzmq_1mb_receive_only_gb_s"] > 0
     direct = next(
