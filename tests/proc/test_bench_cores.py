@@ -18,6 +18,7 @@ import pytest
 
 from hogwild import cli
 from tests.bench_runs import small_mnist
+from tests.cli_in_process import hogwild_cli
 
 ROW_FIELDS = (
     "batch",
@@ -115,17 +116,17 @@ def test_plot_draws_fig8(tmp_path, repo_root, monkeypatch):
 
 def test_bench_without_source_tree_is_a_clear_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cli, "bench_dir", lambda: tmp_path / "bench")
-    assert cli.main(["bench", "cores", "--workers", "1"]) == 2
-    error = capsys.readouterr().err
+    code, _, error = hogwild_cli(capsys, "bench", "cores", "--workers", "1")
+    assert code == 2
     assert "needs the source tree" in error and str(tmp_path / "bench") in error
 
 
 def test_bench_arguments_are_checked(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["bench", "cores", "--workers", "0"])
+        hogwild_cli(capsys, "bench", "cores", "--workers", "0")
     assert exit_info.value.code == 2
     assert "positive integers" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["bench", "cores", "--time-budget", "0"])
+        hogwild_cli(capsys, "bench", "cores", "--time-budget", "0")
     assert exit_info.value.code == 2
     assert "--time-budget must be a positive number" in capsys.readouterr().err
