@@ -45,8 +45,8 @@ def test_the_search_logs_each_run_once_and_resumes(
         assert f"--train.epochs={run['epochs']}" in run["command"]
         epochs = [json.loads(x) for x in open(run["metrics"]) if '"event": "epoch"' in x]
         assert len(epochs) == run["epochs"] == len(run["per_epoch"])
-        # the log's figure is the metrics file's last epoch's; not that it learned: one epoch of
-        # 500 examples at the default recipe's rate (0.003) ended at 0.0945, at chance, in a full run
+        # the log's figure is the metrics file's last epoch's; not that it learned: one epoch
+        # of 500 examples at the default recipe's rate (0.003) ended at 0.0945 in a full run
         assert run["test_accuracy"] == epochs[-1]["test_accuracy"]
         assert 0.0 < run["test_accuracy"] <= 1.0
     summary = {(r["recipe"], r["epochs"]): r for r in first["summary"]}
