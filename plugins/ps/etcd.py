@@ -49,6 +49,7 @@ from hogwild_plugins.ps.etcd_errors import (
     EtcdClusterLost,
     EtcdUnavailable,
     gateway_error,
+    unreached,
 )
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 from hogwild_plugins.ps.etcd_tls import EtcdTls
@@ -397,12 +398,7 @@ class Etcd:
             self._current = i
             self.lost_members.discard(member)
             return reply
-        if n == 1:
-            raise EtcdUnavailable(f"etcd at {self.address} cannot be reached: {failures[0][1]}")
-        said = "; ".join(f"{member}: {why}" for member, why in failures)
-        raise EtcdClusterLost(
-            f"no member of the etcd cluster {self.address} answered {path}: {said}"
-        )
+        raise unreached(self.address, path, failures)
 
     def _post_to(self, i: int, path: str, payload: dict) -> dict:
         """One request to member ``i``, its errors typed (see the module docstring); a member

@@ -13,7 +13,14 @@ import json
 
 from hogwild.errors import HogwildError
 
-__all__ = ["DOWN_STATUSES", "LEADERLESS", "EtcdClusterLost", "EtcdUnavailable", "gateway_error"]
+__all__ = [
+    "DOWN_STATUSES",
+    "LEADERLESS",
+    "EtcdClusterLost",
+    "EtcdUnavailable",
+    "gateway_error",
+    "unreached",
+]
 
 LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
 DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
@@ -44,3 +51,13 @@ def gateway_error(status: int, text: str) -> tuple[bool, str] | None:
     detail = f"HTTP {status}: {said or text.strip()}"[:400]
     down = status in DOWN_STATUSES or any(word in detail.lower() for word in LEADERLESS)
     return down, detail
+
+
+def unreached(address: str, path: str, failures: list[tuple[str, str]]) -> EtcdUnavailable:
+    """The error of a request no member of ``address`` answered, ``failures`` holding each
+    member's ``(member, why)``: :class:`EtcdUnavailable` for a lone member, else
+    :class:`EtcdClusterLost` naming each one's failure."""
+    if len(failures) == 1:
+        return EtcdUnavailable(f"etcd at {address} cannot be reached: {failures[0][1]}")
+    said = "; ".join(f"{member}: {why}" for member, why in failures)
+    return EtcdClusterLost(f"no member of the etcd cluster {address} answered {path}: {said}")

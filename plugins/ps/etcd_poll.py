@@ -23,7 +23,7 @@ import http.client
 import json
 from collections.abc import Callable
 
-from hogwild_plugins.ps.etcd_errors import EtcdClusterLost, EtcdUnavailable, gateway_error
+from hogwild_plugins.ps.etcd_errors import gateway_error, unreached
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
@@ -87,12 +87,7 @@ class RangePoller:
                 continue
             self._current = i
             return reply
-        if n == 1:
-            raise EtcdUnavailable(f"etcd at {self.address} cannot be reached: {failures[0][1]}")
-        said = "; ".join(f"{member}: {why}" for member, why in failures)
-        raise EtcdClusterLost(
-            f"no member of the etcd cluster {self.address} answered {path}: {said}"
-        )
+        raise unreached(self.address, path, failures)
 
     def close(self) -> None:
         """Close the kept connections."""
