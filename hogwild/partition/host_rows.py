@@ -8,8 +8,9 @@ its update rule writes only them. So when a host of a cluster replica takes the 
 (at its start, and in each FETCH round before a new epoch) it asks the home only for the shards
 its partitions' rows lie in (:meth:`hogwild.store.exchange.Home.own`, the one a partition's own
 cadence pulls use) and writes only those rows into its arena's ``params`` and ``base``: with K
-partitions spread one to a host each host pulls about 1/K of the model, not all of it; with all
-K on one host (``pack``) it pulls every shard, as before. The other partitions' rows in this
+partitions spread one to a host each host pulls its 1/K of the model and the rest of the shards
+that share rows with it (on a model of many shards, about 1/K), not all of it; with all K on
+one host (``pack``) it pulls every shard, as before. The other partitions' rows in this
 arena stay as they were (the leader's SETUP values, or an older epoch's) and nothing here reads
 them: the driver evaluates and checkpoints the servers' model.
 """
