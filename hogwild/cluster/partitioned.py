@@ -11,8 +11,10 @@ lie in, through the ``ps`` store's home (reached through the parameter-store reg
 never imports the plugin). The arena's ``base`` holds the values each row last exchanged.
 
 - At start, and before every new epoch (every partition flushed), the replica takes the servers'
-  whole model into its arena (``params`` and ``base``): the driver gave the servers the initial
-  or checkpointed model.
+  model into its arena (``params`` and ``base``) over the rows of the partitions on its host,
+  pulling only the shards they lie in (:mod:`hogwild.partition.host_rows`: every shard when all
+  K are here, a follower host's own in a FETCH round): the driver gave the servers the initial
+  or checkpointed model. ``describe`` (``pulled``) and the stop line say what those pulls moved.
 - ``train`` (epoch, lr, seed, start, stop): ``order[start:stop]`` of the epoch's permutation is
   appended to the feeder's ring and handed out (its running total ``COUNT``); the portion is
   done once every example of it is completely processed by all K partitions (Adam's epoch rule)
@@ -196,11 +198,10 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         return f"replica {self.index}"
 
     def _take_the_servers_model(self) -> None:
-        """``params`` and ``base`` := the servers' model (every partition idle and flushed),
-        here and on every follower host (a FETCH round)."""
-        values = self.home.fetch()
-        self.arena.array("params")[:] = values
-        self.arena.array("base")[:] = values
+        """``params`` and ``base`` := the servers' model over the rows of the partitions here
+        (every partition idle and flushed; :class:`~hogwild.partition.host_rows.HostRows`), and
+        on every follower host over its own (a FETCH round)."""
+        self.home.take(self.arena.array("params"), self.arena.array("base"))
         if self.followers:
             from hogwild.partition import frames as fr
 
@@ -238,6 +239,9 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         if self.groups is not None and receiver is not None:  # spread over hosts
             facts["partition_hosts"] = list(self.groups.addresses)
             facts["link"] = {"taken": receiver.blocks, "refused": receiver.refused}
+        home = self.home
+        if home is not None:  # what this host took of the servers' model at epoch boundaries
+            facts["pulled"] = home.facts()
         return facts
 
     def wake_main(self) -> None:
@@ -257,8 +261,11 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
         warm_kernels(self.plan, self.config.train.in_flight)
         n = self.network.n_params
         self._start(np.zeros(n, np.float32), np.zeros(n, np.float32))  # the servers' comes next
+        from hogwild.partition.host_rows import HostRows
+
         spec = WorkerSpec(STORE, -1, self.store.home_spec(0))
-        self.home = store_class(STORE).open_home(spec, self.arena, self.network, self.config)
+        home = store_class(STORE).open_home(spec, self.arena, self.network, self.config)
+        self.home = HostRows(home, self.plan, self.local)
         self._take_the_servers_model()
         cpus = ", ".join(str(p.cpu) for p in self.placements)
         where = f"{self.plan.k} partitions on CPUs {cpus}"
@@ -299,6 +306,9 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
                 file=sys.stderr,
                 flush=True,
             )
+        if self.home is not None:
+            print(f"hogwild replica: replica {self.index} {self.home.said()}", file=sys.stderr,
+                  flush=True)  # fmt: skip
         self.release_endpoint()
         if self.home is not None:
             self.home.close()

@@ -2,19 +2,20 @@
 
 Started on each host that ``model.partition_hosts`` names besides the leader's (partition 0's),
 before the job. It binds the link's receiver (:mod:`hogwild.partition.link`) and waits for one
-leader's SETUP: the job's config, this host's group and the model. It then owns, as the leader
-does on its host, an arena (the in-flight slots' rows and counters, and the model, of which
-its partitions read and update only their own rows) and its partition processes
-(:mod:`hogwild.partition.process`), and serves until the leader says STOP: the examples arrive
-as LOAD frames (no data is read here), the other hosts' slices as FORWARD and BACKWARD frames;
-at each epoch's end it sends its rows back (ROWS), or, in a cluster job (the leader's SETUP
-names the parameter servers), its partitions exchange their own rows with the servers in the
-leader's FLUSH and FETCH rounds. Under a cluster job's roster it takes a SETUP only from its
-leader's role (``--leader-role``), and every later message only from the role of the host it
-comes from (:mod:`hogwild.partition.link`). It beats to the leader; a partition that
-dies is reported (FAILED) and ends the host, as a silent leader does. It owns every resource
-it made and releases it on every exit path (STOP, an error, SIGTERM, Ctrl-C); its partitions end
-with it.
+leader's SETUP: the job's config, this host's group and the model. It then owns, as the leader does
+on its host, an arena (the in-flight slots' rows and counters, and the model, of which its
+partitions read and update only their own rows) and its partition processes
+(:mod:`hogwild.partition.process`), and serves until the leader says STOP: the examples arrive as
+LOAD frames (no data is read here), the other hosts' slices as FORWARD and BACKWARD frames; at each
+epoch's end it sends its rows back (ROWS), or, in a cluster job (the leader's SETUP names the
+parameter servers), its partitions exchange their own rows with the servers in the leader's FLUSH
+and FETCH rounds (at its start and in a FETCH it pulls only the shards its partitions' rows lie in:
+:mod:`hogwild.partition.host_rows`; its stop line says how much). Under a cluster job's roster it
+takes a SETUP only from its leader's role (``--leader-role``), and every later message only from the
+role of the host it comes from (:mod:`hogwild.partition.link`). It beats to the leader; a partition
+that dies is reported (FAILED) and ends the host, as a silent leader does. It owns every resource it
+made and releases it on every exit path (STOP, an error, SIGTERM, Ctrl-C); its partitions end with
+it.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def serve_partition_host(
             return 0
         finally:
             with deferred_signals():
+                if host.home is not None:  # what it pulled, whichever way it ends
+                    say(f"hogwild partition-host {bind}: {host.home.said()}")
                 host.shutdown()
 
 
@@ -125,7 +128,7 @@ class FollowerHost:
         self.processes: list = []
         self.local: tuple[int, ...] = ()
         self.answered = 0
-        self.home = None  # a cluster job's: this host's client of the parameter servers
+        self.home = None  # a cluster job's: its partitions' rows from the parameter servers
         self.flushing = self.flushed = self.fetched = 0  # the leader's rounds carried out
 
     def start(self, job: dict, params: bytes, velocity: bytes) -> None:
@@ -170,7 +173,7 @@ class FollowerHost:
         arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
         if home is not None:
-            self._open_home(home, network, config)
+            self._open_home(home, network, plan, config)
         mean, std = config.data.mean, config.data.std
         self.receiver = Receiver(
             self.sock, self.security, plan, groups, group, arena, n_slots, mean, std, self.keys,
@@ -240,22 +243,23 @@ class FollowerHost:
         n_push, n_fetch = store.n_push, store.n_fetch
         return {"store": name, "values": store.home_spec(0), "n_push": n_push, "n_fetch": n_fetch}
 
-    def _open_home(self, home: dict, network, config) -> None:
+    def _open_home(self, home: dict, network, plan, config) -> None:
         """This host's own client of the servers (its partitions have theirs), and the
-        servers' model taken into the arena: the leader's SETUP carries none (it asks the
-        servers itself)."""
+        servers' model taken into the arena over its partitions' rows: the leader's SETUP
+        carries none (it asks the servers itself)."""
+        from hogwild.partition.host_rows import HostRows
         from hogwild.store.protocol import WorkerSpec
         from hogwild.store.registry import store_class
 
         spec = WorkerSpec(home["store"], -1, home["values"])
-        self.home = store_class(home["store"]).open_home(spec, self.arena, network, config)
+        opened = store_class(home["store"]).open_home(spec, self.arena, network, config)
+        self.home = HostRows(opened, plan, self.local)
         self._take_the_servers_model()
 
     def _take_the_servers_model(self) -> None:
-        """``params`` and ``base`` := the servers' model (every partition here idle)."""
-        values = self.home.fetch()
-        self.arena.array("params")[:] = values
-        self.arena.array("base")[:] = values
+        """``params`` and ``base`` := the servers' model over the rows of the partitions here
+        (every partition here idle): only the shards they lie in are pulled."""
+        self.home.take(self.arena.array("params"), self.arena.array("base"))
 
     def _rounds(self) -> None:
         """A cluster replica's flush and fetch rounds, asked by the leader, carried out here.

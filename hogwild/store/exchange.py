@@ -94,6 +94,10 @@ class VectorBuffer:
 class Home(ABC):
     """Where a copy's progress goes and the others' comes from (used by the thread only)."""
 
+    #: Bytes of values its pulls (:meth:`fetch`, :meth:`exchange`) brought from a remote home
+    #: so far, for its owner to report (a home in shared memory moves none over a network).
+    fetched_bytes = 0
+
     @abstractmethod
     def push(self, copy: np.ndarray, base: np.ndarray, ranges: np.ndarray) -> None:
         """Send the copy's unpushed progress over ``ranges`` home (and advance the base)."""
@@ -118,8 +122,9 @@ class Home(ABC):
         """Apply (or send) a buffer of fully connected vectors home."""
 
     def own(self, ranges: np.ndarray) -> None:  # noqa: B027 - a home in shared memory has all
-        """Only ``ranges`` of the copy will be pushed and merged (a model partition's rows):
-        :meth:`fetch` need only bring those."""
+        """Only ``ranges`` of the copy will be pushed, merged or read (a model partition's rows,
+        or a host's partitions' rows): :meth:`fetch` need only bring those, and the values it
+        returns outside them may be stale."""
 
     def cancel(self) -> None:  # noqa: B027 - a home in shared memory never waits
         """End a push or pull in progress on the thread soon (called from another thread: the

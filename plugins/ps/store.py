@@ -11,7 +11,9 @@ connected layers as their k activation and error vectors (API b, Adam section 3.
 copy has one writer and ``train.fc_push`` says so (``auto``: to remote servers, where they are the
 fewer floats), the rest as accumulated deltas (API a), each stamped with the shard
 versions the copy last pulled so the servers can decay or refuse stale updates. A pull fetches
-every shard's values and versions.
+every shard's values and versions, or, for a home told the rows it serves
+(:meth:`RemoteHome.own`: a model partition's, or a partition host's), only the shards they lie
+in; :attr:`RemoteHome.fetched_bytes` counts what the pulls brought.
 
 The parent keeps a client too: at the start it takes the model the servers hold (a server
 initialises its parameters as the trainer does, from ``model.init`` and ``train.seed``, or
@@ -48,11 +50,16 @@ class RemoteHome(Home):
         self.values = np.zeros(n_params, dtype=np.float32)  # what a pull receives
         self.basis: np.ndarray | None = None  # shard versions the copy last pulled
         self.shards: list[int] | None = None  # the shards a pull brings (None: all)
+        self.pull_bytes = 4 * n_params  # what one pull brings
 
     def own(self, ranges) -> None:
-        """A model partition's rows: its pulls bring only the shards they lie in."""
-        cut = self.client.layout.cut([(int(lo), int(hi)) for lo, hi in ranges])
+        """A model partition's rows (or a host's partitions'): its pulls bring only the shards
+        they lie in."""
+        layout = self.client.layout
+        cut = layout.cut([(int(lo), int(hi)) for lo, hi in ranges])
         self.shards = sorted({shard for shard, _, _ in cut})
+        spans = (layout.shard_range(shard) for shard in self.shards)
+        self.pull_bytes = 4 * sum(hi - lo for lo, hi in spans)
 
     def push(self, copy, base, ranges) -> None:
         self.kernels.take_deltas(self.send, copy, base, ranges)
@@ -66,6 +73,7 @@ class RemoteHome(Home):
             if self.basis is None:
                 self.basis = np.zeros(self.client.layout.n_shards, dtype=np.uint64)
             self.basis[self.shards] = self.client.pull(self.values, shards=self.shards)
+        self.fetched_bytes += self.pull_bytes
         return self.values
 
     def merge(self, values, copy, base, ranges) -> None:
@@ -81,6 +89,7 @@ class RemoteHome(Home):
         self.kernels.take_deltas(self.send, copy, base, ranges)
         spans = [(int(lo), int(hi)) for lo, hi in ranges]
         self.basis = self.client.push_and_pull(self.send, self.values, self.basis, spans)
+        self.fetched_bytes += self.pull_bytes
         self.kernels.merge_pulled(self.values, copy, base, ranges)
         return self.values
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -76,6 +77,18 @@ def _rows_moved(run_dir: Path, k: int) -> list[list[float]]:
     ]
 
 
+def _pulled(log: Path, replica: int) -> tuple[int, int, int]:
+    """A partitioned replica's stop line: the times it took the servers' model, the bytes
+    those takes pulled, and the whole model's bytes."""
+    found = re.search(
+        rf"replica {replica} took the servers' model (\d+) time\(s\), ([\d,]+) bytes in all: "
+        rf".* \(the whole model is ([\d,]+) bytes\)",
+        log.read_text(),
+    )
+    assert found, log.read_text()[-2000:]
+    return tuple(int(g.replace(",", "")) for g in found.groups())
+
+
 def _run(mnist_dir, run_dir, *args: str) -> dict:
     done = subprocess.run(
         cluster_command(mnist_dir, run_dir, *JOB, *args),
@@ -100,6 +113,9 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     assert epoch["ps_updates"] > 0  # the partitions pushed
     moved = _rows_moved(tmp_path / "split", 2)  # each partition's rows reached the servers
     assert all(min(slices) >= MOVED for slices in moved), moved
+    for r in range(2):  # all K partitions on the replica's host: its takes pull every shard
+        takes, pulled, whole = _pulled(tmp_path / "split" / "logs" / f"replica-{r}.log", r)
+        assert takes == 1 and pulled == whole == 4 * 298_128, (r, takes, pulled, whole)
     assert processes_of(tmp_path / "split") == []
     assert job_segments(job) == set()
 

@@ -1,0 +1,128 @@
+"""A partition host takes from the parameter servers only the shards its partitions' rows lie in.
+
+A spread replica's follower host with partition 1 of 3 takes the servers' model at its start and
+in every FETCH round (a new epoch): it must pull exactly the shards partition 1's rows lie in
+(counted by a real in-process parameter server: one pull request per shard), write those rows
+into its arena's ``params`` and ``base``, leave every other row as it was, and say what it
+pulled (less than the model). A host holding all K partitions (``pack``) pulls every shard.
+The follower is :class:`~hogwild.partition.follower.FollowerHost` itself, with its arena, its
+store and its home built as its ``start`` builds them (no partition processes: a take is made
+with every partition idle), against a parameter server in this process on loopback.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hogwild_plugins.ps.layout import ModelGeometry
+from hogwild_plugins.ps.serving.launch import local_server
+
+from hogwild.config import load_config
+from hogwild.model.network import build_network
+from hogwild.partition.follower import FollowerHost
+from hogwild.partition.host_rows import HostRows
+from hogwild.partition.plan import plan_partitions
+from hogwild.partition.runtime import arena_layout
+from hogwild.shm.arena import Arena
+from hogwild.store.protocol import WorkerSpec
+from hogwild.store.registry import store_class
+
+pytestmark = pytest.mark.ps_kernels  # a parameter server in this process, nothing that trains
+
+K, HERE = 3, 1  # the follower holds partition 1 of 3
+SHARD_KIB = 4  # 1,024 floats a shard: the default model's 298,128 parameters in 292 shards
+SHARD_FLOATS = SHARD_KIB * 1024 // 4
+JOB = "host-rows"
+
+
+def _shards_of(rows) -> set[int]:
+    return {s for lo, hi in rows for s in range(lo // SHARD_FLOATS, (hi - 1) // SHARD_FLOATS + 1)}
+
+
+def _pulls_at_once(server) -> int:
+    """Pulls the server answered at once: every pull, while no write was ever queued."""
+    return server.engine.pulls_at_once
+
+
+def _received(server) -> int:
+    """Requests the server received: every pull, while only a connected home asks."""
+    return server.router.received
+
+
+def test_a_host_with_partition_1_of_3_pulls_only_its_rows_shards_at_start_and_each_fetch():
+    rng = np.random.default_rng(36)
+    config = load_config(None, {"model.partitions": K})
+    network = build_network(config.model, 10)
+    plan = plan_partitions(network, K)
+    rows = plan.param_rows(HERE)
+    wanted = _shards_of(rows)
+    n_shards = -(-network.n_params // SHARD_FLOATS)
+    assert 0 < len(wanted) < n_shards  # a test that could tell a subset from the whole
+    first = rng.standard_normal(network.n_params).astype(np.float32)
+    geometry = ModelGeometry.from_network(network)
+    with local_server(geometry, job=JOB, initial=first, shard_kib=SHARD_KIB) as server:
+        config = config.override(
+            {"ps.servers": [str(server.address)], "ps.job": JOB, "ps.shard_kib": SHARD_KIB}
+        )
+        host = FollowerHost("127.0.0.1:0", None, say=print)
+        host.local = (HERE,)
+        layout = arena_layout(network, plan, 1, (1, network.input_size), base=True)
+        host.arena = Arena.create(JOB, layout)
+        try:
+            params, base = host.arena.array("params"), host.arena.array("base")
+            params[:], base[:] = -1.0, -1.0  # the leader's SETUP values, say
+            home = host._home({"store": "ps"}, config, network)
+
+            before = _pulls_at_once(server)
+            host._open_home(home, network, plan, config)  # its start: a first take
+            assert _pulls_at_once(server) - before == len(wanted)
+            mine = np.zeros(network.n_params, bool)
+            for lo, hi in rows:
+                mine[lo:hi] = True
+            np.testing.assert_array_equal(params[mine], first[mine])
+            np.testing.assert_array_equal(base[mine], first[mine])
+            assert (params[~mine] == -1.0).all() and (base[~mine] == -1.0).all()
+
+            second = rng.standard_normal(network.n_params).astype(np.float32)
+            server_client = store_class("ps").open_home(
+                WorkerSpec("ps", -1, home["values"]), host.arena, network, config
+            )
+            try:
+                server_client.client.assign(second)  # the other replicas trained an epoch
+            finally:
+                server_client.close()
+            before = _received(server)
+            host._take_the_servers_model()  # a FETCH round
+            assert _received(server) - before == len(wanted)
+            np.testing.assert_array_equal(params[mine], second[mine])
+            np.testing.assert_array_equal(base[mine], second[mine])
+            assert (params[~mine] == -1.0).all()
+
+            bytes_per_take = 4 * sum(
+                min(network.n_params, (s + 1) * SHARD_FLOATS) - s * SHARD_FLOATS for s in wanted
+            )
+            pulled = host.home.facts()
+            assert pulled == {
+                "partitions": [HERE],
+                "takes": 2,
+                "bytes": 2 * bytes_per_take,
+                "model_bytes": 4 * network.n_params,
+            }
+            assert bytes_per_take < 4 * network.n_params / 2  # about a third, not the model
+            assert f"{2 * bytes_per_take:,} bytes" in host.home.said()
+
+            # a host holding every partition (pack) pulls every shard, as a whole copy
+            opened = store_class("ps").open_home(
+                WorkerSpec("ps", -1, home["values"]), host.arena, network, config
+            )
+            every = HostRows(opened, plan, range(K))
+            try:
+                before = _received(server)
+                every.take(params, base)
+                assert _received(server) - before == n_shards
+                assert every.pulled_bytes == 4 * network.n_params
+                assert (params[mine] == second[mine]).all() and (params[~mine] != -1.0).any()
+            finally:
+                every.close()
+        finally:
+            host.shutdown()
