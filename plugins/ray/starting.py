@@ -22,7 +22,7 @@ keeps a server's node IP for it). A spread replica, whose followers start with i
 alone.
 
 It expects of the launcher: ``roles``, ``cluster``, ``config``, ``run_dir``, ``node_id``,
-``loopback``, ``mirrored``, ``job_keys``, ``etcd_ca``, ``_reported``, ``_get``,
+``loopback``, ``spread``, ``mirrored``, ``job_keys``, ``etcd_ca``, ``_reported``, ``_get``,
 ``_last_words``, ``_publish`` and ``_forget``; of its other parts, placing's ``_place_all`` and
 ``_unplace``, the followers' ``followers``, ``follower_failed``, ``_link_spread``,
 ``_identify_followers``, ``_check_followers_started`` and ``_clear_spread``, and the job etcd's

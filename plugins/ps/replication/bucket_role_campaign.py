@@ -39,9 +39,10 @@ AWAY = 0  # as a copy's lease in ``copy_leases``: away when the primary won (etc
 class Campaigning:
     """The map reads and campaigns of a :class:`BucketRole` (see the module docstring).
 
-    It reads and writes the machine's ``role``, ``record``, ``members``, ``current``,
-    ``campaign``, ``won_epoch``, ``reads``, ``history`` and, on winning, the primary's work
-    (``copy_leases``, ``confirmed``, ``first_ticket``...); it calls the machine's
+    Against the machine's settings (``bucket``, ``me``, ``copies``, ``min_copies``, ``empty``,
+    ``lease_ttl``) it reads and writes its ``role``, ``record``, ``members``, ``current``,
+    ``restored_epoch``, ``campaign``, ``won_epoch``, ``reads``, ``history`` and, on winning, the
+    primary's work (``copy_leases``, ``confirmed``, ``first_ticket``...); it calls the machine's
     ``_step_down``, ``_lose_record``, ``_lost`` and ``foreign``, and its other parts'
     ``_reconcile`` and ``_hand_back``.
     """
