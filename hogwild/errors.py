@@ -60,5 +60,9 @@ def cause_of(exc: BaseException | None, kind: type) -> BaseException | None:
     return None
 
 
+class PartitionDiedError(WorkerDiedError):
+    """A partition process of the replica died or failed; the replica stops."""
+
+
 class RoleFailedError(WorkerDiedError):
     """A role of a cluster job (a replica, a parameter or data server) exited or cannot start."""

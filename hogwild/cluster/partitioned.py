@@ -42,9 +42,9 @@ import numpy as np
 
 from hogwild.cluster.replica_role import Portion, PortionRole, driver_silence_s
 from hogwild.cluster.serving import POLL_S
-from hogwild.errors import ConfigError, WorkerStalledError
+from hogwild.errors import ConfigError, PartitionDiedError, WorkerStalledError
 from hogwild.partition import process as proc
-from hogwild.partition.runtime import PartitionDiedError, PartitionedTrainer, warm_kernels
+from hogwild.partition.runtime import PartitionedTrainer, warm_kernels
 from hogwild.training.job import epoch_permutation
 from hogwild.training.messages import Train
 

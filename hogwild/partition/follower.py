@@ -28,18 +28,13 @@ import numpy as np
 import psutil
 import zmq
 
-from hogwild.errors import ConfigError, HogwildError
+from hogwild.errors import ConfigError, HogwildError, PartitionDiedError
 from hogwild.net.address import InsecureBindError
 from hogwild.partition import frames as fr
 from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
-from hogwild.partition.runtime import (
-    START_TIMEOUT_S,
-    PartitionDiedError,
-    arena_layout,
-    stop_partitions,
-    warm_kernels,
-)
+from hogwild.partition.process import START_TIMEOUT_S
+from hogwild.partition.runtime import arena_layout, stop_partitions, warm_kernels
 from hogwild.training import zygote
 
 WAIT_S = fr.WAIT_S

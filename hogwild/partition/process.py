@@ -50,6 +50,7 @@ import time
 import traceback
 import unicodedata
 
+START_TIMEOUT_S = 600.0  # a partition attaches and loads its kernels from numba's cache
 PROCESS_NAME = "hogwild-wpart"  # + the partition; hogwild.numa.claims counts "hogwild-w*"
 # control words (int64, one 64-byte line each)
 STOP, EPOCH, COUNT, FED = 0, 8, 16, 24  # EPOCH: the epoch under way, 1-based (informative)

@@ -16,8 +16,8 @@ activations into the one shared row and reads the others' in place. With partiti
 hosts (``model.partition_hosts``) this parent is the *leader*: it runs the partitions of its own
 host, binds the link's receiver (:mod:`hogwild.partition.link`), sends each follower host
 (:mod:`hogwild.partition.follower`) the job and the model, and at every epoch's end takes their
-rows back before it evaluates and checkpoints; the partitions send the blocks other hosts read
-as ZeroMQ frames.
+rows back before it evaluates and checkpoints (:mod:`hogwild.partition.leader`); the partitions
+send the blocks other hosts read as ZeroMQ frames.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from hogwild.data.mnist import MnistData
 from hogwild.errors import (
     EXIT_STOPPED,
     ConfigError,
+    PartitionDiedError,
     StoppedError,
-    WorkerDiedError,
     WorkerStalledError,
 )
 from hogwild.model.network import COL_OUT, Network, build_network
@@ -43,7 +43,9 @@ from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
 from hogwild.optim.schedule import epoch_rates
 from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
+from hogwild.partition.leader import LeaderLink
 from hogwild.partition.plan import PartitionPlan, plan_partitions
+from hogwild.partition.process import START_TIMEOUT_S
 from hogwild.progress import Progress
 from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
@@ -56,12 +58,7 @@ from hogwild.training.placement import describe_cpus, worker_placements
 from hogwild.training.resume import check_directory, starting_point
 from hogwild.training.trainer import TrainResult
 
-START_TIMEOUT_S = 600.0  # a partition attaches and loads its kernels from numba's cache
 STOP_TIMEOUT_S = 5.0
-
-
-class PartitionDiedError(WorkerDiedError):
-    """A partition process of the replica died or failed; the replica stops."""
 
 
 def train_partitioned(
@@ -89,8 +86,9 @@ def train_partitioned(
     return PartitionedTrainer(resolved, loaded, resume=resume, overwrite=overwrite).run()
 
 
-class PartitionedTrainer:
-    """One partitioned job; its :meth:`run` owns the arena and the partition processes."""
+class PartitionedTrainer(LeaderLink):
+    """One partitioned job; its :meth:`run` owns the arena and the partition processes (and, as
+    the leader of partitions on other hosts, the link to them: :class:`LeaderLink`)."""
 
     def __init__(self, config: Config, data, resume: bool = False, overwrite: bool = False):
         if not isinstance(data, MnistData):
@@ -263,120 +261,6 @@ class PartitionedTrainer:
         """Per partition, where its rows are exchanged (:mod:`hogwild.partition.process`); None:
         nowhere, the arena is the model (one host, ``hogwild train``)."""
         return [None] * len(placements)
-
-    # -- partitions on other hosts ---------------------------------------------------------------
-
-    def link_setup(self) -> dict:
-        """What a partition process needs to reach the other hosts."""
-        return {
-            "addresses": list(self.groups.addresses),
-            "group_of": list(self.groups.group_of),
-            "keys": self.keys or "",
-            "roles": list(self.link_roles()),
-        }
-
-    def link_roles(self) -> tuple[str, ...]:
-        """Per host group, the role whose key its receiver holds where the job's roster does
-        not list the receiver's address (:class:`~hogwild.partition.sending.Outbox`); none with
-        ``hogwild train``'s one key pair."""
-        return ()
-
-    def link_senders(self) -> tuple[str, ...]:
-        """Per host group, the roster role that sends its messages (the link's receivers refuse
-        any other under the job's roster); none with ``hogwild train``'s one key pair."""
-        return ()
-
-    def follower_home(self) -> dict | None:
-        """Where a follower host's partitions exchange their rows (as :meth:`homes`' entries,
-        the same for every partition); None: nowhere, the leader gathers their rows."""
-        return None
-
-    def _open_link(self, params: np.ndarray, velocity: np.ndarray) -> None:
-        """Bind the leader's receiver and send every follower host the job and the model."""
-        from hogwild.partition import frames as fr
-        from hogwild.partition.link import Receiver, bind_receiver, setup_frames
-        from hogwild.partition.sending import Outbox
-
-        groups, roles, senders = self.groups, self.link_roles(), self.link_senders()
-        sock, security = bind_receiver(groups.addresses[LEADER], self.keys)
-        self.receiver = Receiver(
-            sock, security, self.plan, groups, LEADER, self.arena,
-            self.config.train.in_flight, self.mean, self.std, self.keys, roles, senders,
-        )  # fmt: skip
-        self.outbox = Outbox(groups.addresses, self.followers, self.keys, roles)
-        home = self.follower_home()
-        for g in self.followers:
-            job = {
-                "config": self.config.to_dict(),
-                "group": g,
-                "n_classes": self.n_classes,
-                "leader": groups.addresses[LEADER],
-                "roles": list(roles),
-                "senders": list(senders),
-            }
-            if home is not None:
-                job["home"] = home
-            self.outbox.send(g, fr.encode(fr.SETUP, 0), *setup_frames(job, params, velocity))
-
-    def _wait_followers(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while self.receiver is not None and len(self.receiver.ready) < len(self.followers):
-            self._check_alive("starting on their hosts")
-            if time.monotonic() > deadline:
-                missing = [self.groups.addresses[g] for g in self.followers
-                           if g not in self.receiver.ready]  # fmt: skip
-                raise PartitionDiedError(
-                    f"the partition hosts {', '.join(missing)} did not start their partitions "
-                    f"within {START_TIMEOUT_S:.0f} s (is `hogwild partition-host` running there?)"
-                )
-            time.sleep(0.01)
-
-    def _gather_rows(self, doing: str) -> None:
-        """The followers' parameter and velocity rows into this arena (every partition idle:
-        all examples handed out are complete), for the evaluation and the checkpoint."""
-        from hogwild.partition import frames as fr
-
-        if not self.followers:
-            return
-        self.rows_asked += 1
-        for g in self.followers:
-            self.outbox.send(g, fr.encode(fr.ROWS_ASK, 0, a=self.rows_asked))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while any(self.receiver.rows.get(g, 0) < self.rows_asked for g in self.followers):
-            self._check_alive(doing)
-            if time.monotonic() > deadline:
-                raise PartitionDiedError(f"the partition hosts sent no rows while {doing}")
-            time.sleep(0.005)
-
-    def _check_link(self, doing: str) -> None:
-        """Raise if a follower failed or fell silent (the receiver's thread beats to them)."""
-        receiver = self.receiver
-        if receiver is None:
-            return
-        if receiver.failed or receiver.broken:
-            why = receiver.failed or receiver.broken
-            raise PartitionDiedError(f"{why} while {doing}; the replica stops")
-        silence_s = self.config.model.partition_silence_s
-        for g in receiver.ready:  # before it is ready, the start's own deadline applies
-            if receiver.silent(g) > silence_s:
-                raise PartitionDiedError(
-                    f"partition host {self.groups.addresses[g]} (partitions "
-                    f"{', '.join(map(str, self.groups.members(g)))}) was silent for "
-                    f"{silence_s:g} s (model.partition_silence_s) while {doing}; the replica "
-                    "stops"
-                )
-
-    def _close_link(self) -> None:
-        from hogwild.partition import frames as fr
-
-        if self.outbox is not None:
-            for g in self.followers:
-                self.outbox.send(g, fr.encode(fr.STOP, 0))
-            self.outbox.close()
-            self.outbox = None
-        if self.receiver is not None:
-            self.receiver.close()
-            self.receiver = None
 
     def _wait_all(self, control, word: int, doing: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import ray
 from hogwild_plugins.ray.placing import STATUS_EVERY_S
+from hogwild_plugins.ray.role_actor import CALL_TIMEOUT_S
 from hogwild_plugins.ray.spread import follower_argv, partition_hosts
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
@@ -27,7 +28,6 @@ from hogwild.net.address import host_port
 
 __all__ = ["SpreadFollowers"]
 
-CALL_TIMEOUT_S = 30.0  # one request to an actor that is up
 KEYS_DROP_S = 5.0  # what a healthy follower's actor gets to remove its key pair
 
 

@@ -51,6 +51,7 @@ from hogwild.net.ports import free_port
 
 LAST_LINES = 50
 CALL_TIMEOUT_S = 30.0  # one request to an actor that is up (the launcher's wait for an answer)
+POLL_S = 0.1  # the launcher's pause between asks while it awaits ready lines or exits
 
 
 def node_ip() -> str:
@@ -329,6 +330,7 @@ def _sweep_dead(pid: int) -> None:
 __all__ = [
     "CALL_TIMEOUT_S",
     "LAST_LINES",
+    "POLL_S",
     "RoleHost",
     "mirror_dir",
     "node_ip",

@@ -16,11 +16,14 @@ served nor campaigned for). The protocol it plays its part in is described in
 newest epoch seen, its holder, a loss), against which every record it is given is judged, is a
 :class:`~hogwild_plugins.ps.replication.known_history.KnownHistory`.
 
-A snapshot's answer may come late (the real server sends snapshots beside its other work:
-:mod:`~hogwild_plugins.ps.replication.snapshot_sender`): each :class:`Sync` carries a ticket its
-answer names, and an answer to a Sync the role no longer waits for (deposed or elected again
-since, the copy dropped and asked for again) is no news; one delivered to a copy that registered
-under a new lease since is a copy unreachable.
+Its transitions fall in three parts besides the machine's own (its state, its entry, its story,
+its invariants, and what ends or suspends a primaryship: a fence, a step down, a lost record, a
+stop): a map read and a campaign (:mod:`~hogwild_plugins.ps.replication.bucket_role_campaign`),
+a primary catching its copies up and keeping ``in_sync`` true, Syncs answered late included
+(:mod:`~hogwild_plugins.ps.replication.bucket_role_in_sync`), and a hand-over
+(:mod:`~hogwild_plugins.ps.replication.bucket_role_hand_over`). They are mixins of this one
+machine, not machines: no state, no entry and no story of their own. The roles it moves between
+(:class:`Role`) are named with its stimuli and actions.
 
 A bucket stops on a server (``Stopped``, :mod:`~hogwild_plugins.ps.stops`) when a write this
 server acknowledged or committed failed to apply here: its memory no longer holds the bucket's
@@ -37,53 +40,41 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 
-from hogwild_plugins.ps.failover import BucketRecord, desired_copies
+from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.replication.bucket_role_campaign import Campaigning
 from hogwild_plugins.ps.replication.bucket_role_events import (
-    Campaign,
     CampaignAnswered,
-    CommitPrepared,
     CopyUnreachable,
     Fenced,
-    HandOver,
     HandOverAnswered,
     InSyncWritten,
     MapRead,
     RecordRefreshed,
     Remembered,
     Restored,
+    Role,
     RoleStimulus,
     SnapshotDelivered,
     StepDown,
     StopLifted,
     Stopped,
-    Sync,
-    WriteInSync,
 )
+from hogwild_plugins.ps.replication.bucket_role_hand_over import HandingOver
+from hogwild_plugins.ps.replication.bucket_role_in_sync import KeepingInSync
 from hogwild_plugins.ps.replication.known_history import KnownHistory
-from hogwild_plugins.ps.replication.reads_gate import ReadsGate, takeover_wait
+from hogwild_plugins.ps.replication.reads_gate import ReadsGate
 
 __all__ = ["BucketRole", "Role"]
 
 STORY_LENGTH = 1024  # transitions a role remembers (:meth:`BucketRole.story`)
-AWAY = 0  # as a copy's lease in ``copy_leases``: away when the primary won (etcd grants none 0)
-
-
-# --------------------------------------------------------------------------- bucket role
-
-
-class Role(Enum):
-    FOLLOWER = "follower"  # a copy (in sync or catching up) or not holding the bucket
-    CANDIDATE = "candidate"  # campaigning
-    PRIMARY = "primary"
-    DEPOSED = "deposed"  # was primary and is no longer: serves nothing until the map moves on
-    HANDING = "handing"  # was primary, handing the bucket to its preferred copy: serves nothing
 
 
 @dataclass
-class BucketRole:
-    """One server's view of, and part in, one bucket.
+class BucketRole(Campaigning, KeepingInSync, HandingOver):
+    """One server's view of, and part in, one bucket: one machine, whose transitions on a map
+    read and a campaign's answer (:class:`Campaigning`), on a primary's copies
+    (:class:`KeepingInSync`) and on a hand-over (:class:`HandingOver`) are parts of their own.
 
     Args:
         bucket: The bucket.
@@ -303,319 +294,7 @@ class BucketRole:
     def epoch(self) -> int:
         return self.record.epoch if self.record else 0
 
-    def _observe(
-        self,
-        record: BucketRecord | None,
-        members: Mapping[int, int],
-        lease: int,
-        lease_valid: bool,
-        settled: bool = True,
-        blank: bool = True,
-        revoked_ttl: float = 0.0,
-        at: float | None = None,
-    ) -> list:
-        """The map as etcd has it now (the record, the live members and their leases); this
-        server's lease.
-        ``settled``: every server has registered, or long enough has passed since the start
-        (only then is a bucket's very first primary chosen, so that the first primaries are
-        spread over every server rather than taken by the first one up)."""
-        self.members = members
-        self.reads.seen(at, revoked_ttl)  # may end a wait held by a marker naming no TTL
-        if not blank:
-            self.history.started = True
-        refreshed, self.history.refreshed = self.history.refreshed, False
-        if self.foreign(record):
-            if refreshed:
-                # read before the record the copy side refreshed meanwhile (the host reads the
-                # map once for every bucket, and its network thread reads a record whenever a
-                # newer epoch's message arrives): no news; the next read tells a loss
-                return []
-            # etcd lost the bucket's state: step down and wait; nothing here decides who holds
-            # every acknowledged update (an operator restarts the job from a checkpoint)
-            return self._lose_record()
-        if (
-            record is not None
-            and self.record is not None
-            and record.revision < self.record.revision
-        ):
-            record = self.record  # an older read than one this side already wrote or saw
-        if self.role is Role.PRIMARY:
-            mine = record is not None and record.primary == self.me and record.lease == lease
-            if not lease_valid or not mine:
-                return self._step_down(record)
-            self.record = record
-            return self._reconcile() or self._hand_back(at)
-        self.record = record
-        if self.role is Role.DEPOSED and (record is None or record.primary != self.me):
-            self.role = Role.FOLLOWER
-            if (
-                record is not None
-                and self.me not in record.in_sync
-                and record.epoch > self.restored_epoch
-                and not self.empty
-            ):
-                # A newer primary left it out: its memory may hold updates it applied as
-                # primary and nobody acknowledged. Not so if that primary's snapshot replaced
-                # it already: the snapshot can come before the write adding it to ``in_sync``
-                # does, and a copy that forgot it is current would strand the bucket once
-                # handed it (named primary, it would wait for a copy holding its state).
-                self.current = False
-        if self.role not in (Role.FOLLOWER, Role.DEPOSED) or not lease_valid:
-            return []
-        if members.get(self.me) != lease:
-            return []
-        if record is None:
-            if not settled or self.history.started or self.role is not Role.FOLLOWER:
-                return []  # a first primary only of a bucket no server has seen a record of
-            first = desired_copies(self.bucket, members, self.copies)
-            if first and first[0] == self.me:  # the very first primary of the bucket
-                self.current = True  # nothing acknowledged yet: every server starts the same
-                return self._campaign(BucketRecord(1, self.me, lease, (self.me,)), 0)
-            return []
-        if record.primary == self.me:
-            # Named primary and not serving: a late heartbeat (the same lease), a lease lost and
-            # taken anew, or a campaign whose answer was lost. As the bucket's last primary this
-            # side holds every acknowledged update, if it still has its memory (``current``);
-            # a new process does not, and the bucket waits for the one that had it.
-            return self._take(record, members, lease, revoked_ttl) if self.current else []
-        alive = members.get(record.primary) == record.lease  # a restarted one has a new lease
-        if not alive and self.current and self.me in record.in_sync:
-            return self._take(record, members, lease, revoked_ttl)
-        return []
-
-    def _take(
-        self,
-        record: BucketRecord,
-        members: Mapping[int, int],
-        lease: int,
-        revoked_ttl: float = 0.0,
-    ) -> list:
-        """Campaign for the bucket under the next epoch. The other live in-sync copies stay in
-        ``in_sync``: they hold every acknowledged update, so one of them may still succeed this
-        side if it dies before it serves; it serves only once each has its snapshot.
-
-        How long its reads wait once it wins (:meth:`reads_open`) is decided here, by what the
-        record replaced says of the servers that may still answer the bucket's reads, and by
-        ``revoked_ttl``, the longest TTL among the ``revoked/<i>`` markers of the same read (0:
-        none): :func:`~hogwild_plugins.ps.replication.reads_gate.takeover_wait`."""
-        others = tuple(s for s in record.in_sync if s != self.me and s in members)
-        # and, to keep ``min_copies`` in it, in-sync copies away now (paused past their lease,
-        # say): they missed nothing acknowledged, and one that returns with its memory may
-        # still succeed this side (it is caught up, or written out, once it registers again)
-        away = [s for s in record.in_sync if s != self.me and s not in members]
-        others += tuple(away[: max(0, self.min_copies - 1 - len(others))])
-        return self._campaign(
-            BucketRecord(record.epoch + 1, self.me, lease, (self.me, *others)),
-            record.revision,
-            reads_wait=takeover_wait(record, self.me, self.won_epoch, self.lease_ttl, revoked_ttl),
-        )
-
-    def _campaign(self, record: BucketRecord, expected: int, reads_wait: float = 0.0) -> list:
-        self.role, self.campaign = Role.CANDIDATE, record
-        self.reads.campaigning(reads_wait)
-        return [Campaign(self.bucket, record, expected)]
-
-    def _campaigned(self, won: bool, record: BucketRecord | None, at: float = 0.0) -> list:
-        """The campaign's transaction came back at ``at``: ``record`` is what ``sync/<b>``
-        holds now."""
-        if self.role is not Role.CANDIDATE:
-            return []
-        campaign, self.campaign = self.campaign, None
-        if won and (record is None or record.primary != self.me or record.epoch != campaign.epoch):
-            # written, then another campaign won before the read back (this side's lease
-            # lapsed in between): that record is the bucket's, not this side's
-            won = False
-        if not won:
-            self.role = Role.FOLLOWER
-            if self.history.disowns(record):
-                return self._lost()  # another history won: never followed
-            self.record = record or self.record
-            return []
-        self.role, self.record, self.current = Role.PRIMARY, record, True
-        # reads wait out whoever may still answer them (decided when campaigning); a wait still
-        # owed is never shortened: taking back its own record inside the wait it owes another
-        # (its own lease lost meanwhile) leaves that one's clock running as before
-        self.reads.won(at)
-        self.won_epoch = record.epoch
-        self.first_ticket = self.tickets + 1
-        self.history.refreshed = False  # a refresh seen while campaigning: older than this
-        # an in-sync copy kept while away (``_take``: not registered, paused past its lease)
-        # has been caught up by nobody: it counts as gone (AWAY is no lease), written out of
-        # in_sync once that leaves min_copies (a prepare of this epoch must never reach a log
-        # that a deposed primary's round left diverged), caught up when it registers again
-        self.copy_leases = {s: self.members.get(s, AWAY) for s in record.in_sync}
-        self.confirmed = {self.me}
-        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
-        return [CommitPrepared(self.bucket), *self._reconcile()]
-
-    def _reconcile(self) -> list:
-        """As primary: catch up the live copies that should hold the bucket and do not."""
-        wanted = set(desired_copies(self.bucket, self.members, self.copies)) | {self.me}
-        in_sync = set(self.record.in_sync)
-        gone = {  # dead, or restarted since it was caught up (a new lease: its memory is new)
-            s for s in in_sync if s != self.me and self.members.get(s) != self.copy_leases.get(s)
-        }
-        self.confirmed -= gone  # caught up again (under its new lease) once it answers
-        for s in sorted(gone - self.dropping):
-            if self._droppable(s):
-                self.dropping.add(s)
-        if gone & self.dropping:
-            return [] if self.writing else self._write(self._next_in_sync())
-        todo = ((wanted | in_sync) - self.confirmed - self.syncing) & set(self.members)
-        self.syncing |= todo
-        syncs = []
-        for s in sorted(todo):
-            self.tickets += 1
-            self.sync_tickets[s] = self.tickets
-            self.sync_leases[s] = self.members[s]
-            syncs.append(Sync(self.bucket, s, self.epoch, self.tickets))
-        return syncs
-
-    def successor(self) -> int | None:
-        """As serving primary, the copy to hand the bucket to: the bucket's preferred primary
-        (the first of :func:`desired_copies` over the live members) when it is not this server
-        and is live, in ``in_sync`` and caught up in this epoch under its present lease."""
-        if not self.serving or self.dropping or self.behind:
-            return None
-        preferred = desired_copies(self.bucket, self.members, self.copies)
-        if not preferred or preferred[0] == self.me:
-            return None
-        s = preferred[0]
-        if s not in self.record.in_sync or s not in self.confirmed:
-            return None
-        lease = self.members.get(s)
-        return s if lease is not None and self.copy_leases.get(s) == lease else None
-
-    def _hand_back(self, at: float | None) -> list:
-        """Hand the bucket to its preferred primary (:meth:`successor`), once this side's own
-        reads are open at ``at`` (the map's read): the handed record is then marked ``handed``
-        and the successor answers reads at once. Not told the time (``at`` None), it hands
-        over unmarked: the successor waits out a lease for reads."""
-        successor = self.successor()
-        if successor is None or (at is not None and not self.reads_open(at)):
-            return []
-        return self._hand_to(successor, handed=at is not None)
-
-    def _hand_to(self, successor: int, handed: bool = False) -> list:
-        self.role = Role.HANDING  # serves nothing from now on: no acknowledgement after this
-        # a primary's work still open (a stopped primary hands over whatever it was doing: a copy
-        # being dropped or synced) is the successor's to redo under its epoch
-        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
-        record = self.record
-        in_sync = (successor, *(s for s in record.in_sync if s != successor))
-        new = BucketRecord(
-            record.epoch + 1, successor, self.members[successor], in_sync, handed=handed
-        )
-        return [HandOver(self.bucket, new, record.revision)]
-
-    def _handed(self, ok: bool, record: BucketRecord | None) -> list:
-        """A :class:`HandOver` came back; ``record`` is what ``sync/<b>`` holds now (None: not
-        known). Won: a follower (still current: it holds every acknowledged update, and stays in
-        ``in_sync``). Lost or not known: deposed, and the next read of the map decides (a record
-        that still names this server is taken back under the next epoch)."""
-        if self.role is not Role.HANDING:
-            return []
-        self.syncing, self.behind, self.dropping, self.writing = set(), set(), set(), False
-        if self.stopped:
-            self.current = False  # handed for want of the state: never take it back
-        if self.history.disowns(record):
-            return self._lost()  # another history: deposed, never followed
-        self.role = Role.FOLLOWER if ok and record is not None else Role.DEPOSED
-        if record is not None and (self.record is None or record.revision >= self.record.revision):
-            self.record = record
-        return []
-
-    def _droppable(self, server: int) -> bool:
-        """Whether ``server`` may be written out of ``in_sync``: not if that left fewer than
-        ``min_copies`` in it. Kept, not caught up, it blocks writes (and reads while it is live)
-        until it is caught up again; it missed only updates nobody acknowledged, so, paused
-        rather than dead, it may still succeed this primary (a restarted process holds no
-        state and never campaigns)."""
-        kept = [s for s in self.record.in_sync if s != server and s not in self.dropping]
-        return len(kept) >= self.min_copies
-
-    def _next_in_sync(self) -> tuple[int, ...]:
-        kept = [s for s in self.record.in_sync if s not in self.dropping]
-        return tuple(kept + sorted(self.behind - self.dropping - set(kept)))
-
-    def _write(self, in_sync: tuple[int, ...]) -> list:
-        self.writing = True
-        new = BucketRecord(self.record.epoch, self.me, self.record.lease, in_sync)
-        return [WriteInSync(self.bucket, new, self.record.revision)]
-
-    def _stale(self, ticket: int | None, server: int | None = None) -> bool:
-        """Whether an answer to the :class:`Sync` of ``ticket`` (None: answered at once) is no
-        news: the role no longer waits for that Sync (deposed or elected again since, the copy
-        dropped meanwhile, or another Sync of it asked for since: the snapshot that Sync took
-        may be older than what the bucket acknowledged after)."""
-        if ticket is None:
-            return False
-        if self.role is not Role.PRIMARY:
-            return True
-        if server is None:  # a fence of this primaryship's Sync deposes it, awaited or not
-            return ticket < self.first_ticket
-        return server not in self.syncing or self.sync_tickets.get(server) != ticket
-
-    def _restarted_since(self, server: int) -> bool:
-        """Whether ``server`` registered under another lease (a new process, its memory new)
-        since its awaited Sync was asked for: an answer that came later may be the old one's."""
-        return self.members.get(server) != self.sync_leases.get(server)
-
-    def awaits(self, sync: Sync) -> bool:
-        """Whether the role still waits for ``sync``'s answer (a host may look before it sends
-        the snapshot; the role decides on the answer)."""
-        return not self._stale(sync.ticket, sync.server)
-
-    def _synced(self, server: int) -> list:
-        """A snapshot reached ``server``: it joins ``in_sync``."""
-        self.syncing.discard(server)
-        if self.role is not Role.PRIMARY:
-            return []
-        if server not in self.members:  # it left while its snapshot was on the way
-            return self._unreachable(server)
-        self.copy_leases[server] = self.members[server]
-        self.confirmed.add(server)
-        if server in self.record.in_sync and server not in self.dropping:
-            return []
-        self.behind.add(server)  # (back) into in_sync, after a removal under way if any
-        self.dropping.discard(server)
-        return [] if self.writing else self._write(self._next_in_sync())
-
-    def _unreachable(self, server: int) -> list:
-        """``server`` did not answer a prepare, commit or snapshot, or reported a gap: it leaves
-        ``in_sync`` (and is caught up again once it answers)."""
-        self.syncing.discard(server)
-        self.behind.discard(server)
-        self.confirmed.discard(server)
-        if self.role is not Role.PRIMARY or server == self.me:
-            return []
-        if server in self.record.in_sync and not self._droppable(server):
-            return []
-        self.dropping.add(server)
-        if server not in self.record.in_sync or self.writing:
-            return []  # not in it, or the write under way is followed by another (written)
-        return self._write(self._next_in_sync())
-
-    def _written(self, ok: bool, record: BucketRecord | None) -> list:
-        """A :class:`WriteInSync` came back; ``record`` is what etcd holds now. Changes asked for
-        while it was under way go out next."""
-        self.writing = False
-        if self.role is not Role.PRIMARY:
-            return []
-        if not ok:
-            return self._step_down(record)  # someone else wrote: a newer primary
-        if record is None or self.history.disowns(record):
-            # written, then gone before it was read back (etcd lost the job's keys), or another
-            # history's since: the loss a map read would find
-            return self._lose_record()
-        if record.primary != self.me or record.epoch != self.record.epoch:
-            return self._step_down(record)  # a newer primary won between the write and the read
-        self.record = record
-        self.behind -= set(record.in_sync)
-        self.dropping &= set(record.in_sync)
-        if self.behind or self.dropping:
-            return self._write(self._next_in_sync())
-        return self._reconcile()
+    # -- what ends or suspends a primaryship, and a copy's state ---------------------------------
 
     def _fenced(self) -> list:
         """A copy refused this primary's message as coming from an old epoch."""
@@ -652,21 +331,6 @@ class BucketRole:
         if self.role is not Role.HANDING:
             self.current = False
         return []
-
-    def _any_successor(self) -> int | None:
-        """As primary, a live in-sync copy caught up in this epoch under its present lease (the
-        lowest-numbered), or None."""
-        for s in sorted(self.record.in_sync):
-            lease = self.members.get(s)
-            if (
-                s != self.me
-                and s in self.confirmed
-                and s not in self.dropping
-                and lease is not None
-                and self.copy_leases.get(s) == lease
-            ):
-                return s
-        return None
 
     def _refreshed(self, record: BucketRecord) -> None:
         """A primary's record changes through its own reads only (it may be deposed); a record

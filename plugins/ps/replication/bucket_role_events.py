@@ -12,14 +12,16 @@ reached a copy or a copy that did not answer (:class:`SnapshotDelivered`,
 (:class:`Remembered`). It answers with actions for
 :mod:`~hogwild_plugins.ps.replication.executor` to carry out against etcd and the other servers
 (:class:`Campaign`, :class:`WriteInSync`, :class:`Sync`, :class:`HandOver`,
-:class:`CommitPrepared`); what comes of each is the next stimulus. Plain frozen records: no
-decision is taken here.
+:class:`CommitPrepared`); what comes of each is the next stimulus. The roles it moves between
+(:class:`Role`), which its story records, are named here too, so that the machine's parts
+(campaign, in-sync, hand-over) share them. Plain frozen records: no decision is taken here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 from hogwild_plugins.ps.failover import BucketRecord
 
@@ -36,6 +38,7 @@ __all__ = [
     "RecordRefreshed",
     "Remembered",
     "Restored",
+    "Role",
     "RoleStimulus",
     "SnapshotDelivered",
     "StepDown",
@@ -44,6 +47,17 @@ __all__ = [
     "Sync",
     "WriteInSync",
 ]
+
+
+# --------------------------------------------------------------------------- roles
+
+
+class Role(Enum):
+    FOLLOWER = "follower"  # a copy (in sync or catching up) or not holding the bucket
+    CANDIDATE = "candidate"  # campaigning
+    PRIMARY = "primary"
+    DEPOSED = "deposed"  # was primary and is no longer: serves nothing until the map moves on
+    HANDING = "handing"  # was primary, handing the bucket to its preferred copy: serves nothing
 
 
 # --------------------------------------------------------------------------- stimuli
