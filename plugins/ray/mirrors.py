@@ -19,7 +19,7 @@ from hogwild.net.auth import ROSTER
 
 __all__ = ["files_for", "remove_left_mirrors", "remove_mirrors", "send_roster"]
 
-CALL_TIMEOUT_S = 30.0  # what the far nodes' actors get to write or remove their mirrors
+MIRROR_CALL_TIMEOUT_S = 30.0  # what the far nodes' actors get to write or remove their mirrors
 
 
 def files_for(run_dir: str, argv: list[str], keys: str = "") -> dict[str, bytes]:
@@ -53,7 +53,7 @@ def send_roster(actors: list, run_dir: str, keys_dir: str, roster: bytes) -> Non
         except (RayActorError, ValueError):
             pass
     if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        ray.wait(refs, num_returns=len(refs), timeout=MIRROR_CALL_TIMEOUT_S)
 
 
 def remove_mirrors(actors: list) -> None:
@@ -68,7 +68,7 @@ def remove_mirrors(actors: list) -> None:
         except (RayActorError, ValueError):
             pass
     if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        ray.wait(refs, num_returns=len(refs), timeout=MIRROR_CALL_TIMEOUT_S)
 
 
 def remove_left_mirrors(run_dir: str, node_ids) -> None:
@@ -89,4 +89,4 @@ def remove_left_mirrors(run_dir: str, node_ids) -> None:
         for node in set(node_ids) & alive
     ]
     if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        ray.wait(refs, num_returns=len(refs), timeout=MIRROR_CALL_TIMEOUT_S)

@@ -13,7 +13,9 @@ It keeps one invariant on every path: a role whose process started has its pid r
 any failure is raised, so :meth:`~hogwild_plugins.ray.stopping.Stopping.stop_all` stops it like
 any other. :meth:`Starting.start_all` fails as a whole (the first failure); a tier of restarts
 (:meth:`Starting.restart_all`) takes the same steps with each role's failure its own (a role that
-cannot be placed, identified, certified, launched or heard from fails alone, the others start).
+cannot be placed, identified, certified, launched or heard from fails alone, the others start),
+but for an error no role owns (one raised while launching that names none), which fails the
+tier as a whole.
 
 Restarting (:meth:`Starting.restart`, :meth:`Starting.restart_all`) clears what is left of the
 role's process group in its actor and starts it there again; a role whose actor was lost is

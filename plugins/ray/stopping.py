@@ -7,7 +7,8 @@ SIGKILLed and reaped (a spread replica's followers after their leaders); then th
 members stop (after the servers, whose leases they give back), the run directory's mirrors are
 removed, every actor is killed and every placement group removed, and a Ray connection the
 launcher made is shut down. The invariant: :meth:`Stopping.stop_all` runs once, and whatever
-failed on the way, the last steps (etcd, mirrors, actors, groups) run. Roles whose actor died
+failed while the kinds stopped, the last steps (etcd, mirrors, actors, groups) run, one after
+another (one of them that raises skips those after it). Roles whose actor died
 anyway get SIGTERM from the kernel (``PR_SET_PDEATHSIG``), and Ray kills a driver's actors when
 the driver is gone.
 

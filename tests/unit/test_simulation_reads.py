@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from hogwild_plugins.ps.failover import REVOKED_TTLS, desired_copies
-from hogwild_plugins.ps.replication import bucket_role_campaign
+from hogwild_plugins.ps.replication import bucket_role_map_read
 from hogwild_plugins.ps.simulation import FAULTS, Violation, run_seed
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
 from hogwild_plugins.ps.simulation.liveness import heal_and_check
@@ -278,7 +278,7 @@ def test_a_successor_waiting_its_own_short_ttl_lets_two_servers_answer_reads(mon
     def own_ttl(record, me, won_epoch, own, revoked):
         return own if record.primary != me and revoked else 0.0
 
-    monkeypatch.setattr(bucket_role_campaign, "takeover_wait", own_ttl)
+    monkeypatch.setattr(bucket_role_map_read, "takeover_wait", own_ttl)
     world, old, new = revoked_while_paused(mixed_ttls())
     with pytest.raises(Violation, match="bucket 1's pulls answered by servers"):
         for _ in range(SHORT + 1):

@@ -9,7 +9,7 @@ each with one ``handle(stimulus) -> actions`` entry, a ``story()`` of its transi
   snapshots, hand-backs; :mod:`~hogwild_plugins.ps.failover`'s docstring tells the protocol),
   with what it knows of the bucket's history in etcd (:mod:`.known_history`) and its wait for
   reads after a takeover (:mod:`.reads_gate`: when a primary may answer pulls); its transitions
-  on a map read and a campaign (:mod:`.bucket_role_campaign`), on a primary's copies
+  on a map read and a campaign (:mod:`.bucket_role_map_read`), on a primary's copies
   (:mod:`.bucket_role_in_sync`) and on a hand-over (:mod:`.bucket_role_hand_over`) are parts of
   the one machine (mixins, with no state, entry or story of their own);
 * :mod:`.commit_round`: the primary's round for a batch of client updates (which are admitted,

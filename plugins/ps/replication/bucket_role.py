@@ -18,7 +18,7 @@ newest epoch seen, its holder, a loss), against which every record it is given i
 
 Its transitions fall in three parts besides the machine's own (its state, its entry, its story,
 its invariants, and what ends or suspends a primaryship: a fence, a step down, a lost record, a
-stop): a map read and a campaign (:mod:`~hogwild_plugins.ps.replication.bucket_role_campaign`),
+stop): a map read and a campaign (:mod:`~hogwild_plugins.ps.replication.bucket_role_map_read`),
 a primary catching its copies up and keeping ``in_sync`` true, Syncs answered late included
 (:mod:`~hogwild_plugins.ps.replication.bucket_role_in_sync`), and a hand-over
 (:mod:`~hogwild_plugins.ps.replication.bucket_role_hand_over`). They are mixins of this one
@@ -42,7 +42,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.bucket_role_campaign import Campaigning
 from hogwild_plugins.ps.replication.bucket_role_events import (
     CampaignAnswered,
     CopyUnreachable,
@@ -62,6 +61,7 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
 )
 from hogwild_plugins.ps.replication.bucket_role_hand_over import HandingOver
 from hogwild_plugins.ps.replication.bucket_role_in_sync import KeepingInSync
+from hogwild_plugins.ps.replication.bucket_role_map_read import Campaigning
 from hogwild_plugins.ps.replication.known_history import KnownHistory
 from hogwild_plugins.ps.replication.reads_gate import ReadsGate
 

@@ -29,9 +29,10 @@ __all__ = ["HandingOver"]
 class HandingOver:
     """A primary's hand-over of its bucket (see the module docstring).
 
-    It reads the machine's ``record``, ``members``, ``copies``, ``confirmed``, ``copy_leases``,
-    ``dropping`` and ``behind``, and sets ``role``, ``record``, ``current`` and the primary's
-    work; it calls the machine's ``serving``, ``reads_open``, ``history`` and ``_lost``.
+    It reads the machine's ``me``, ``bucket``, ``stopped``, ``record``, ``members``,
+    ``copies``, ``confirmed``, ``copy_leases``, ``dropping`` and ``behind``, and sets ``role``,
+    ``record``, ``current`` and the primary's work; it calls the machine's ``serving``,
+    ``reads_open``, ``history`` and ``_lost``.
     """
 
     def successor(self) -> int | None:

@@ -34,8 +34,10 @@ class KeepingInSync:
 
     It reads and writes the machine's primary's work: ``syncing``, ``sync_tickets``,
     ``sync_leases``, ``tickets``, ``first_ticket``, ``confirmed``, ``copy_leases``, ``behind``,
-    ``dropping`` and ``writing``, against ``record``, ``members`` and ``min_copies``; it calls
-    the machine's ``_step_down`` and ``_lose_record``.
+    ``dropping`` and ``writing``, and sets ``record`` once etcd took an ``in_sync`` write; it
+    reads ``role``, ``me``, ``bucket``, ``copies``, ``members``, ``min_copies`` and the
+    machine's ``history`` and ``epoch``; it calls the machine's ``_step_down`` and
+    ``_lose_record``.
     """
 
     def _reconcile(self) -> list:
