@@ -91,6 +91,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hogwild.config.checks import MAX_LEASE_S
+
 __all__ = [
     "REVOKED_PREFIX",
     "REVOKED_TTLS",
@@ -282,7 +284,7 @@ class MemberRecord:
             return v
 
         lease = integer("lease", 0, 2**63)
-        lease_s = integer("lease_s", 1, 86_401)
+        lease_s = integer("lease_s", 1, MAX_LEASE_S + 1)
         seen = value.get("seen")
         if isinstance(seen, bool):
             raise ValueError(
