@@ -229,3 +229,22 @@ def test_one_lease_ttl_bound_for_the_config_a_server_a_member_record_and_the_map
     assert members[1].lease_s == MAX_LEASE_S
     with pytest.raises(HogwildError, match=r"etcd key members/1: 'lease_s' must be .*3601\)"):
         parse_map({"members/1": ({**MEMBER, "lease_s": MAX_LEASE_S + 1}, 3)}, 2, 4)
+
+
+# --------------------------------------------------------------------------- replaced
+
+
+def test_a_process_is_replaced_only_by_a_marker_naming_a_lease_it_held():
+    """The driver's ``revoked/<i>`` marker names the lease it ended early: the process that
+    held it stops (another is started as server ``i``); an earlier incarnation's marker, or
+    another server's, or one naming no lease, leaves it running."""
+    from hogwild_plugins.ps.failover import replaced
+
+    mine = [0x11, 0x12]  # a lease lost (paused past it) and taken anew
+    assert replaced([("revoked/1", {"lease": 0x11, "lease_s": 2})], 1, mine) == 0x11
+    assert replaced([("revoked/1", {"lease": 0x12, "lease_s": 2})], 1, mine) == 0x12
+    assert replaced([("revoked/1", {"lease": 0x0F, "lease_s": 2})], 1, mine) is None  # earlier
+    assert replaced([("revoked/2", {"lease": 0x11, "lease_s": 2})], 1, mine) is None  # another
+    assert replaced([("revoked/1", {"lease_s": 2}), ("revoked/1", "x")], 1, mine) is None
+    assert replaced([("revoked/1", {"lease": True})], 1, [1]) is None  # a bool is no lease
+    assert replaced([("members/1", {"lease": 0x11})], 1, mine) is None
