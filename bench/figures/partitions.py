@@ -49,9 +49,6 @@ At the end the client stops, waits for three in-sync copies, pulls and compares:
 ``failover_s``: for each ``cut_primary``, seconds from the cut to the first acknowledgement of a
 push sent after it (a push touches every bucket, so the cut primary's buckets were served by
 then: taken over, or, if the cut ended first, served by it again; compare with ``--cut-s``).
-``read_failover_s``: the same for reads, from the cut to the first answer to a pull sent after
-it (a second ledger client pulls every parameter every 0.1 s: a takeover that read a revoked
-marker answers pulls ``READS_WAITING`` for a while after it takes pushes).
 ``unavailable_s``: per kind, the longest time without an acknowledgement that overlaps the
 fault's window (from its start to its end plus ``SETTLE_S``, or to the next fault's start),
 counted up to the next fault's start at most (the rest of such a gap is the next fault's, whose
@@ -443,7 +440,7 @@ def measure(args) -> dict:
                     hosts.close()
         leaked = check.count(processes, set())
         leaked["namespaces"] = sum(n.startswith(tag) for n in harness.namespaces())
-    acks, reads = result.get("acks", []), result.get("reads", [])
+    acks = result.get("acks", [])
     for e, following in zip(events, [*events[1:], None][: len(events)], strict=True):
         end = e["until"] + SETTLE_S
         next_fault = None if following is None else following["at"]
@@ -452,7 +449,6 @@ def measure(args) -> dict:
         e["unavailable_s"] = longest_gap(acks, e["at"], end, next_fault)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
-            e["read_failover_s"] = first_fresh_ack(reads, e["at"])
             e["stages"] = breakdown(e, end, result.get("history", []), result.get("takeovers", []))
     cuts = [e for e in events if e["kind"] == "cut_primary"]
     stages = {
@@ -465,7 +461,6 @@ def measure(args) -> dict:
         stages[f"failover_s_etcd_leader_{name}"] = spread([e["failover_s"] for e in which])
     counts = {k: sum(e["kind"] == k for e in events) for k in KINDS}
     failover = spread([e.get("failover_s") for e in events if e["kind"] == "cut_primary"])
-    read_failover = spread([e.get("read_failover_s") for e in events if e["kind"] == "cut_primary"])
     lost, twice = result.get("acknowledged_lost"), result.get("applied_twice")
     problems += result.get("problems", [])
     for run in (fault_free, faulty):  # what the training jobs left, counted before the close
@@ -480,7 +475,6 @@ def measure(args) -> dict:
         "acknowledged_lost": lost,
         "applied_twice": twice,
         "failover_s": failover,
-        "read_failover_s": read_failover,
         "failover_stages": stages,
         "unavailable_s": {
             k: spread([e["unavailable_s"] for e in events if e["kind"] == k]) for k in KINDS
@@ -502,7 +496,6 @@ def measure(args) -> dict:
         "applied_twice_by_shard": result.get("applied_twice_by_shard"),
         "servers_copy_side": result.get("servers_copy_side"),
         "push_errors": result.get("errors", []),
-        "read_errors": result.get("read_errors", []),
         "problems": problems,
         "targets": {
             **TARGETS,

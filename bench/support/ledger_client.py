@@ -20,10 +20,7 @@ through files in ``--dir``, written whole (a temporary name, then a rename):
   shard), ``servers_copy_side`` (each server's copy-side counters at the end: how its copies
   were caught up, what they refused; its shards' versions, the updates each shard's memory
   took, its roles), ``acks`` (``[sent, acknowledged]``, both
-  ``time.time()``, of each acknowledged push), ``reads`` (``[sent, answered]`` of each pull
-  of a second client, client 2, which pulls every parameter every ``READ_EVERY_S`` apart
-  from the pushes: the reads' recovery after a fault), ``errors``, ``read_errors`` and
-  ``problems``; for the injector's
+  ``time.time()``, of each acknowledged push), ``errors`` and ``problems``; for the injector's
   breakdown of a failover, ``history`` (each map read that differed from the one before in its
   members, leader or a bucket's primary or epoch: ``[at, members, leader, {bucket: [primary,
   epoch]}]``) and ``takeovers`` (every takeover the servers reported in their statuses:
@@ -58,8 +55,6 @@ from hogwild.errors import HogwildError
 
 MAP_EVERY_S = 0.1  # also the resolution of the history's times
 SYNC_TIMEOUT_S = 90.0
-READ_EVERY_S = 0.1  # the reading client's pace (a pull of every parameter)
-READ_JOIN_S = 90.0  # a pull under way when the run stops: its failover time (60 s) and more
 LEADER_TIMEOUT_S = 0.2  # an etcd member that does not tell its status within this is skipped
 
 
@@ -114,23 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     pusher = Pusher(client, ledger, n_params, args.seed, low=0, keep_going=True, acks=acks,
                     every_s=args.push_every_s)  # fmt: skip
     stop = threading.Event()
-    # a second client, apart from the pushes, pulls every READ_EVERY_S: when reads come back
-    # after a fault (a takeover's wait for reads, READS_WAITING, delays pulls, not pushes)
-    reader = PSClient(servers, args.job, client_id=2, etcd=args.etcd, keys=args.keys,
-                      failover_s=60)  # fmt: skip
-    reads: list[tuple[float, float]] = []
-    read_errors: list[str] = []
-
-    def pull() -> None:
-        into = np.empty(n_params, np.float32)
-        while not stop.wait(READ_EVERY_S):
-            sent = time.time()
-            try:
-                reader.pull(into)
-            except Exception as exc:  # noqa: BLE001 - counted: a read that failed is no answer
-                read_errors.append(f"pull failed: {exc!r}")
-                continue
-            reads.append((sent, time.time()))
 
     history: list[list] = []
     members = args.etcd.split(",")
@@ -166,19 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     mapper.start()
     leader = threading.Thread(target=follow_leader, name="ledger-leader", daemon=True)
     leader.start()
-    puller = threading.Thread(target=pull, name="ledger-reads", daemon=True)
-    puller.start()
     while not (folder / "stop").exists():
         time.sleep(0.05)
     pusher.stop()
     stop.set()
     mapper.join()
     leader.join()
-    puller.join(READ_JOIN_S)
-    if puller.is_alive():
-        problems.append("the reading thread did not stop")
-    else:
-        reader.close()
     waited, seen = watch.wait_copies(3, SYNC_TIMEOUT_S)
     if seen is None:
         problems.append(f"the copies did not all catch up within {waited:.0f} s after the faults")
@@ -209,8 +180,6 @@ def main(argv: list[str] | None = None) -> int:
         "servers_copy_side": servers,
         "n_params": n_params,
         "acks": acks,
-        "reads": reads,
-        "read_errors": read_errors[:20],
         "errors": pusher.errors[:20],
         "problems": problems,
         "caught_up_s": round(waited, 3),
