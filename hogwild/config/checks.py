@@ -22,6 +22,12 @@ from hogwild.errors import ConfigError
 # an eps below this rounds to 0 or a subnormal there, and a zero accumulator then gives NaN.
 FLOAT32_TINY = 1.1754943508222875e-38
 
+MAX_LEASE_S = 3600
+"""The longest etcd lease TTL (seconds) a parameter server may hold (``ps.lease_s``): the one
+bound the config, a server's member record (``MemberRecord.parse``) and a client's re-route wait
+(``Routes.read``) share. A longer TTL is no hogwild server's, and a client waiting on it after a
+primary's death would wait that long."""
+
 PARTITION_PLACEMENTS = ("pack", "spread")  # cluster.partition_placement
 
 # The hosts of a partitioned replica (``model.partition_hosts``) beat to each other this often;
@@ -274,8 +280,11 @@ def _check_ps(ps, fail) -> None:
         fail(f"ps.min_copies must be >= 0 (0: half the copies, rounded up), got {ps.min_copies}")
     if not 0 <= ps.token < 2**64:
         fail(f"ps.token must be 0 to 2**64 - 1 (a replica's fencing token), got {ps.token}")
-    if not 0 <= ps.lease_s <= 3600:
-        fail(f"ps.lease_s must be 0 (auto) to 3600 seconds (a whole number), got {ps.lease_s}")
+    if not 0 <= ps.lease_s <= MAX_LEASE_S:
+        fail(
+            f"ps.lease_s must be 0 (auto) to {MAX_LEASE_S} seconds (a whole number), "
+            f"got {ps.lease_s}"
+        )
     if not ps.flush_s > 0 or not ps.timeout_s > 0:
         fail(
             f"ps.flush_s and ps.timeout_s must be > 0 seconds, got {ps.flush_s} and {ps.timeout_s}"

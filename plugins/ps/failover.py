@@ -91,6 +91,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hogwild.config.checks import MAX_LEASE_S
+
 __all__ = [
     "REVOKED_PREFIX",
     "REVOKED_TTLS",
@@ -100,6 +102,7 @@ __all__ = [
     "desired_copies",
     "lease_now",
     "marker_life",
+    "replaced",
     "revoked_ttl",
     "unknown_markers",
 ]
@@ -149,6 +152,25 @@ def revoked_ttl(entries: Iterable[tuple[str, object]], n_servers: int) -> float:
         else:
             longest = max(longest, lease_s)
     return math.inf if unknown else float(longest)
+
+
+def replaced(entries: Iterable[tuple[str, object]], index: int, held: Iterable[int]) -> int | None:
+    """The lease of ``held`` (the leases this process of server ``index`` was granted) that
+    ``revoked/<index>`` names, None if none: the job's driver counted this process lost and
+    ended that lease early, to start another process as server ``index`` in its place
+    (``controller.revoke_marked``). The process must then stop rather than register again:
+    the replacement binds the same address, which this one holds while it lives, and the
+    driver's restarts of it would fail until the job stops (docs/guarantees.md, "a server
+    the driver lost"). A lease this process never held (an earlier incarnation's, revoked
+    before it started) is not its own: it goes on."""
+    key = f"{REVOKED_PREFIX}{index}"
+    held = set(held)
+    for name, value in entries:
+        if name == key and isinstance(value, dict):
+            lease = value.get("lease")
+            if isinstance(lease, int) and not isinstance(lease, bool) and lease in held:
+                return lease
+    return None
 
 
 def unknown_markers(entries: Iterable[tuple[str, object]], n_servers: int) -> list[str]:
@@ -282,7 +304,7 @@ class MemberRecord:
             return v
 
         lease = integer("lease", 0, 2**63)
-        lease_s = integer("lease_s", 1, 86_401)
+        lease_s = integer("lease_s", 1, MAX_LEASE_S + 1)
         seen = value.get("seen")
         if isinstance(seen, bool):
             raise ValueError(

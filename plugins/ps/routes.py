@@ -134,9 +134,8 @@ class Routes:
     def read(self) -> None:
         members, records = read_map(self.etcd, self.n_servers, self.n_buckets)
         self.members = set(members)
-        ttls = [m.lease_s for m in members.values() if m.lease_s <= 3600]
-        if ttls:
-            self.lease_s = float(max(ttls))
+        if members:  # each TTL at most MAX_LEASE_S: MemberRecord.parse refuses a longer one
+            self.lease_s = float(max(m.lease_s for m in members.values()))
         for b, record in enumerate(records):
             live = (  # a primary restarted since has a new lease: it is not this record's
                 record is not None

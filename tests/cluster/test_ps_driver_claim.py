@@ -154,6 +154,12 @@ def test_a_real_map_read_waits_the_longest_marker_and_no_marker_is_shortened(etc
     revoke_marked(etcd, 2, etcd.grant(2), 2)  # server 2 again, restarted with --lease-s 2
     assert etcd.get("revoked/2")[0]["lease_s"] == 9
     assert view_of.read(etcd)[0].revoked_ttl == 9.0
+    # a process of server 2 that held the lease the marker names now is replaced (it stops);
+    # one that held only the first (revoked before this incarnation) is not, nor server 1
+    second = etcd.get("revoked/2")[0]["lease"]
+    assert view_of.read(etcd, 2, [first, second])[0].replaced == second
+    assert view_of.read(etcd, 2, [first])[0].replaced is None
+    assert view_of.read(etcd, 1, [second])[0].replaced is None
 
     etcd.put("revoked/3", {"lease": 1})  # an older driver's marker, or one written by hand
     etcd.put("revoked/7", {"lease": 1})  # no server of this job: not counted

@@ -195,3 +195,56 @@ MEMBER = {"address": "h:7000", "lease": 99, "lease_s": 2, "seen": [0, 3]}
 def test_a_bad_member_is_refused_naming_its_key_and_field(value, field):
     with pytest.raises(ValueError, match=rf"^etcd key members/1: {field}"):
         MemberRecord.parse(value, 4, "etcd key members/1")
+
+
+# --------------------------------------------------------------------------- one TTL bound
+
+
+def test_one_lease_ttl_bound_for_the_config_a_server_a_member_record_and_the_map():
+    """``MAX_LEASE_S`` is the longest TTL everywhere: the config takes it and refuses a second
+    more, a server's options likewise (``--lease-s`` bypasses the config's check), a member
+    record holding it is read back and one a second longer is refused naming its key, so a
+    client's map read never waits on a TTL that no server of the job can hold."""
+    from hogwild_plugins.ps.routes import parse_map
+    from hogwild_plugins.ps.serving.options import ServerOptions
+
+    from hogwild.config import config_from_dict
+    from hogwild.config.checks import MAX_LEASE_S
+    from hogwild.errors import HogwildError
+    from tests.config_cases import error_of, small
+
+    assert config_from_dict(small(ps={"lease_s": MAX_LEASE_S})).ps.lease_s == MAX_LEASE_S
+    assert f"ps.lease_s must be 0 (auto) to {MAX_LEASE_S}" in error_of(
+        small(ps={"lease_s": MAX_LEASE_S + 1})
+    )
+    at = ServerOptions(job="j", servers=("127.0.0.1:1",), lease_s=MAX_LEASE_S, copies=1)
+    at.check()
+    over = ServerOptions(job="j", servers=("127.0.0.1:1",), lease_s=MAX_LEASE_S + 1, copies=1)
+    with pytest.raises(HogwildError, match=rf"lease_s .* 1 to {MAX_LEASE_S} seconds, got 3601"):
+        over.check()
+
+    longest = {**MEMBER, "lease_s": MAX_LEASE_S}
+    assert MemberRecord.parse(longest, 4, "members/1").lease_s == MAX_LEASE_S
+    members, _ = parse_map({"members/1": (longest, 3)}, 2, 4)
+    assert members[1].lease_s == MAX_LEASE_S
+    with pytest.raises(HogwildError, match=r"etcd key members/1: 'lease_s' must be .*3601\)"):
+        parse_map({"members/1": ({**MEMBER, "lease_s": MAX_LEASE_S + 1}, 3)}, 2, 4)
+
+
+# --------------------------------------------------------------------------- replaced
+
+
+def test_a_process_is_replaced_only_by_a_marker_naming_a_lease_it_held():
+    """The driver's ``revoked/<i>`` marker names the lease it ended early: the process that
+    held it stops (another is started as server ``i``); an earlier incarnation's marker, or
+    another server's, or one naming no lease, leaves it running."""
+    from hogwild_plugins.ps.failover import replaced
+
+    mine = [0x11, 0x12]  # a lease lost (paused past it) and taken anew
+    assert replaced([("revoked/1", {"lease": 0x11, "lease_s": 2})], 1, mine) == 0x11
+    assert replaced([("revoked/1", {"lease": 0x12, "lease_s": 2})], 1, mine) == 0x12
+    assert replaced([("revoked/1", {"lease": 0x0F, "lease_s": 2})], 1, mine) is None  # earlier
+    assert replaced([("revoked/2", {"lease": 0x11, "lease_s": 2})], 1, mine) is None  # another
+    assert replaced([("revoked/1", {"lease_s": 2}), ("revoked/1", "x")], 1, mine) is None
+    assert replaced([("revoked/1", {"lease": True})], 1, [1]) is None  # a bool is no lease
+    assert replaced([("members/1", {"lease": 0x11})], 1, mine) is None

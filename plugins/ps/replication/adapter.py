@@ -460,7 +460,16 @@ class Replication:
     def _observe(self) -> None:
         """Read the map (:mod:`~hogwild_plugins.ps.replication.map_reads`), tell every bucket's
         role, and carry out what each asks."""
-        view, members = self.map.read(self._etcd)
+        view, members = self.map.read(self._etcd, self.me, self.membership.held)
+        if view.replaced is not None:
+            # the driver counted this process lost and starts another as this server: stop
+            # (before any role hears of this read), so that it can bind this address
+            self.failure = (
+                f"the job's driver ended this server's lease {view.replaced:#x} early "
+                f"(etcd key revoked/{self.me}): it counts this process lost and starts another "
+                f"as server {self.me}; this one stops"
+            )
+            return
         now = lease_now()
         valid = self.clock.valid(now)
         settled = len(view.live) == self.n_servers or now - self.started_at > SETTLE_S

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.failover import BucketRecord, revoked_ttl, unknown_markers
+from hogwild_plugins.ps.failover import BucketRecord, replaced, revoked_ttl, unknown_markers
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce, adopt
 from hogwild_plugins.ps.replication.bucket_role_events import MapRead
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
@@ -42,6 +42,7 @@ class MapView:
     live: Mapping[int, int]
     seen: frozenset[int]
     revoked_ttl: float = 0.0
+    replaced: int | None = None  # a lease of this process's that the driver ended (failover)
 
 
 def map_read(
@@ -96,8 +97,10 @@ class EtcdMap:
         the first read of the map)."""
         self.nonce = adopt(etcd, *etcd.get(NONCE_KEY))
 
-    def read(self, etcd: Etcd) -> tuple[MapView, dict]:
+    def read(self, etcd: Etcd, me: int = -1, held=()) -> tuple[MapView, dict]:
         """The job's map now, its records marked; and its members (``MemberRecord`` s by index).
+        ``me`` and ``held``: this server's index and the leases its process held, for the
+        view's ``replaced`` (:func:`~hogwild_plugins.ps.failover.replaced`).
 
         Raises:
             HogwildError: A key that is not what it should be (naming it); EtcdUnavailable.
@@ -130,6 +133,7 @@ class EtcdMap:
             {i: m.lease for i, m in members.items()},
             frozenset().union(*(m.seen for m in members.values())),
             revoked,
+            replaced(pairs, me, held),
         )
         return view, members
 

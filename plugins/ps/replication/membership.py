@@ -9,7 +9,10 @@ servers: the others would no longer hear what it had seen) (:meth:`Membership.re
 :class:`~hogwild_plugins.ps.failover.LeaseClock` says, by this process's own clock, whether the
 lease is still valid: it always gives up before etcd does. A lease found lost (the process was
 paused past it) is counted, the buckets are told at once (``on_change``: they step down) and a
-new lease is taken and registered. Nothing is decided here: the bucket roles read the members.
+new lease is taken and registered. Every lease granted is kept (``held``): a read of the map
+whose ``revoked/<me>`` marker names one of them (the driver counted this process lost and starts
+another in its place) stops the server (:func:`~hogwild_plugins.ps.failover.replaced`, on the
+replication thread). Nothing is decided here: the bucket roles read the members.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Membership:
         self.lease_s, self.on_change, self.seen = int(lease_s), on_change, seen
         self.clock = LeaseClock()
         self.leases_lost = 0
+        self.held: list[int] = []  # every lease this process was granted, oldest first
         self._key_lock = threading.Lock()  # the heartbeat's registration, the refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -74,6 +78,7 @@ class Membership:
         """Take a lease and put ``members/<me>`` under it."""
         sent = lease_now()
         lease = self.etcd.grant(self.lease_s)
+        self.held.append(lease)  # (one a lease lost: a handful in a process's life)
         with self._key_lock:
             self._put(lease)
             self.clock.granted(lease, self.lease_s, sent)

@@ -166,7 +166,7 @@ class ServerOptions:
         from hogwild_plugins.ps.serving.receive_pool import RECV_MODES
         from hogwild_plugins.ps.serving.requests import NONFINITE_MODES
 
-        from hogwild.config.checks import FLOAT32_TINY
+        from hogwild.config.checks import FLOAT32_TINY, MAX_LEASE_S
         from hogwild.errors import HogwildError
 
         if self.rule not in kernels.RULES:
@@ -175,6 +175,15 @@ class ServerOptions:
             raise HogwildError(
                 f"ps.adagrad_eps must be > 0 and representable in float32 "
                 f"(>= {FLOAT32_TINY:.3g}), got {self.adagrad_eps}"
+            )
+        if (
+            isinstance(self.lease_s, bool)
+            or not isinstance(self.lease_s, int)
+            or not (1 <= self.lease_s <= MAX_LEASE_S)
+        ):
+            raise HogwildError(
+                f"lease_s (--lease-s, ps.lease_s) must be 1 to {MAX_LEASE_S} seconds, "
+                f"got {self.lease_s!r}"
             )
         if self.nonfinite not in NONFINITE_MODES:
             raise HogwildError(

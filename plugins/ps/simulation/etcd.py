@@ -32,6 +32,7 @@ class SimEtcd:
         self.revision = 0
         self.keys: dict[str, tuple[object, int, int]] = {}  # key -> (value, mod revision, lease)
         self.leases: dict[int, int] = {}  # lease -> the tick it expires at
+        self.granted: dict[int, int] = {}  # lease -> the TTL it was granted (a keepalive's)
         self.next_lease = 0x100
         self.wipes = 0
         self.leases_before_wipe = 0  # the leases granted up to the last wipe are at most this
@@ -44,6 +45,7 @@ class SimEtcd:
     def grant(self, ttl: int, now: int) -> int:
         self.next_lease += 1
         self.leases[self.next_lease] = now + ttl
+        self.granted[self.next_lease] = ttl
         return self.next_lease
 
     def keepalive(self, lease: int, ttl: int, now: int) -> int:
@@ -61,6 +63,7 @@ class SimEtcd:
         return gone
 
     def revoke(self, lease: int) -> None:
+        self.granted.pop(lease, None)
         if self.leases.pop(lease, None) is None:
             return
         doomed = [k for k, (_, _, owner) in self.keys.items() if owner == lease]
@@ -73,18 +76,29 @@ class SimEtcd:
         """The first half of the driver's early end of ``server``'s ``lease``
         (``controller.revoke_marked``): its ``revoked/<server>`` marker, under a lease of its
         own of :func:`~hogwild_plugins.ps.failover.marker_life` (one tick for the requests);
-        the marker's lease, or None when ``lease`` is gone already (nothing to revoke)."""
+        the marker's lease, or None when ``lease`` is gone already (nothing to revoke).
+
+        As the driver's transaction: a live marker of an earlier revoke of ``server`` (an
+        earlier incarnation, which may still answer reads on its own TTL) is replaced by one
+        naming the longer of the two TTLs, under a lease granted now for that TTL: never a
+        shorter TTL, never an earlier end."""
         if lease not in self.leases:
             return None
-        marker = self.grant(marker_life(ttl, MARKER_REQUEST_TICKS / 2), now)
-        self.put(f"{REVOKED_PREFIX}{server}", {"lease": lease, "lease_s": ttl}, lease=marker)
+        key = f"{REVOKED_PREFIX}{server}"
+        earlier = self.get(key)[0]
+        # (the simulated servers' markers always name a TTL: the driver's refusal of one that
+        # names none is the controller's unit tests')
+        cover = max(ttl, earlier["lease_s"]) if earlier is not None else ttl
+        marker = self.grant(marker_life(cover, MARKER_REQUEST_TICKS / 2), now)
+        self.put(key, {"lease": lease, "lease_s": cover}, lease=marker)
         return marker
 
-    def revoke_marked(self, lease: int, marker: int, ttl: int, now: int) -> None:
+    def revoke_marked(self, lease: int, marker: int, now: int) -> None:
         """The second half, sent in time (the driver checks): ``lease`` revoked, then the
-        marker's lease renewed, so that it lives ``REVOKED_TTLS`` TTLs past the revoke."""
+        marker's lease renewed for the TTL it was granted (etcd's keepalive), so that it lives
+        ``REVOKED_TTLS`` of the TTLs it covers past the revoke."""
         self.revoke(lease)
-        renewed = self.keepalive(marker, marker_life(ttl, MARKER_REQUEST_TICKS / 2), now)
+        renewed = self.keepalive(marker, self.granted.get(marker, 0), now)
         assert renewed, "a revoke sent in time outlived its marker"
 
     def revoked(self) -> float:
@@ -98,6 +112,7 @@ class SimEtcd:
         """Everything gone, the revision counter too (a new etcd starts again at 1)."""
         self.keys.clear()
         self.leases.clear()
+        self.granted.clear()
         self.revision = 0
         self.wipes += 1
         self.leases_before_wipe = self.next_lease

@@ -379,7 +379,7 @@ class World:
         lease, marker, marked, _ = self.revoking.pop(i)
         if self.time - marked >= self._too_late(i):
             return f"; server {i}'s revoke too late to send: its lease lapses"
-        self.etcd.revoke_marked(lease, marker, self.config.ttl_of(i), self.time)
+        self.etcd.revoke_marked(lease, marker, self.time)
         return f"; server {i}'s lease revoked early"
 
     def _severed(self, dst, src) -> bool:
