@@ -252,20 +252,18 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
     def start(self) -> str:
         """Start the partitions and take the servers' model; the ready line's description."""
         from hogwild.logs import role_logger
+        from hogwild.partition.host_rows import HostRows
         from hogwild.shm.sweeper import sweep_report
-        from hogwild.store.protocol import WorkerSpec
-        from hogwild.store.registry import store_class
 
         for line in sweep_report():  # as an unpartitioned replica does: a killed one's segments
             role_logger(f"replica {self.index}").info("%s", line)
         warm_kernels(self.plan, self.config.train.in_flight)
         n = self.network.n_params
         self._start(np.zeros(n, np.float32), np.zeros(n, np.float32))  # the servers' comes next
-        from hogwild.partition.host_rows import HostRows
-
-        spec = WorkerSpec(STORE, -1, self.store.home_spec(0))
-        home = store_class(STORE).open_home(spec, self.arena, self.network, self.config)
-        self.home = HostRows(home, self.plan, self.local)
+        self.home = HostRows.open(
+            STORE, self.store.home_spec(0), self.arena, self.network, self.config, self.plan,
+            self.local,
+        )  # fmt: skip
         self._take_the_servers_model()
         cpus = ", ".join(str(p.cpu) for p in self.placements)
         where = f"{self.plan.k} partitions on CPUs {cpus}"
@@ -299,21 +297,25 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
             self.wake.clear()
 
     def release(self) -> None:
-        if self.receiver is not None:  # what crossed between the hosts, for the log
-            print(
-                f"hogwild replica: replica {self.index}'s link took {self.receiver.blocks} "
-                f"messages from its partition hosts and refused {self.receiver.refused}",
-                file=sys.stderr,
-                flush=True,
-            )
-        if self.home is not None:
-            print(f"hogwild replica: replica {self.index} {self.home.said()}", file=sys.stderr,
-                  flush=True)  # fmt: skip
-        self.release_endpoint()
-        if self.home is not None:
-            self.home.close()
-            self.home = None
-        self._shutdown()
+        try:  # the stop lines, for the log: a print to a closed pipe must not skip the cleanup
+            if self.receiver is not None:  # what crossed between the hosts
+                print(
+                    f"hogwild replica: replica {self.index}'s link took {self.receiver.blocks} "
+                    f"messages from its partition hosts and refused {self.receiver.refused}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if self.home is not None:
+                print(f"hogwild replica: replica {self.index} {self.home.said()}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+        finally:
+            try:
+                self.release_endpoint()
+                if self.home is not None:
+                    self.home.close()
+                    self.home = None
+            finally:
+                self._shutdown()  # the partitions and the arena, whatever came before
 
     def _begin(self, command: Train) -> None:
         from hogwild.shm.atomics import atomic_store

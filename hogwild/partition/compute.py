@@ -97,16 +97,23 @@ class SequentialReplica:
         self.aux = np.zeros((plan.k, size), dtype=np.int32)
         self.scratch = [np.zeros(n, dtype=np.float32) for n in plan.scratch_floats]
 
-    def step(self, params: np.ndarray, example: np.ndarray, label: int, grads, training=False):
+    def step(self, params, example: np.ndarray, label: int, grads, training=False):
         """Forward and backward one (normalised) example; each partition's parameter gradients
-        are added to ``grads[p]``. Returns the activation row."""
+        are added to ``grads[p]``. Returns the activation row.
+
+        ``params`` is the model, or a list of K copies of it, partition ``p`` reading only
+        ``params[p]``: a replica spread over hosts, each host's arena holding its own copy.
+        """
         plan, k = self.plan, self.plan.k
+        copies = params if isinstance(params, list) else [params] * k
+        if len(copies) != k:
+            raise ValueError(f"params: {len(copies)} copies of the model, expected one or {k}")
         self.act[0, : example.size] = example
         n_seg = len(plan.segments)
         for s in range(n_seg):
             for p in range(k):
                 self.stages[p].forward(
-                    s, params, self.act, self.aux[p : p + 1], self.scratch[p], training
+                    s, copies[p], self.act, self.aux[p : p + 1], self.scratch[p], training
                 )
         for s in range(n_seg - 1, -1, -1):
             for p in range(k):
@@ -115,7 +122,7 @@ class SequentialReplica:
             for p in range(k):
                 self.stages[p].backward(
                     s,
-                    params,
+                    copies[p],
                     self.act,
                     self.dact[p : p + 1],
                     self.aux[p : p + 1],

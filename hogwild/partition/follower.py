@@ -9,13 +9,13 @@ partitions read and update only their own rows) and its partition processes
 LOAD frames (no data is read here), the other hosts' slices as FORWARD and BACKWARD frames; at each
 epoch's end it sends its rows back (ROWS), or, in a cluster job (the leader's SETUP names the
 parameter servers), its partitions exchange their own rows with the servers in the leader's FLUSH
-and FETCH rounds (at its start and in a FETCH it pulls only the shards its partitions' rows lie in:
-:mod:`hogwild.partition.host_rows`; its stop line says how much). Under a cluster job's roster it
-takes a SETUP only from its leader's role (``--leader-role``), and every later message only from the
-role of the host it comes from (:mod:`hogwild.partition.link`). It beats to the leader; a partition
-that dies is reported (FAILED) and ends the host, as a silent leader does. It owns every resource it
-made and releases it on every exit path (STOP, an error, SIGTERM, Ctrl-C); its partitions end with
-it.
+and FETCH rounds (in each FETCH, the first at the leader's start, it pulls only the shards its
+partitions' rows lie in: :mod:`hogwild.partition.host_rows`; its stop line says how much). Under a
+cluster job's roster it takes a SETUP only from its leader's role (``--leader-role``), and every
+later message only from the role of the host it comes from (:mod:`hogwild.partition.link`). It beats
+to the leader; a partition that dies is reported (FAILED) and ends the host, as a silent leader
+does. It owns every resource it made and releases it on every exit path (STOP, an error, SIGTERM,
+Ctrl-C); its partitions end with it.
 """
 
 from __future__ import annotations
@@ -75,9 +75,11 @@ def serve_partition_host(
             return 0
         finally:
             with deferred_signals():
-                if host.home is not None:  # what it pulled, whichever way it ends
-                    say(f"hogwild partition-host {bind}: {host.home.said()}")
-                host.shutdown()
+                try:  # what it pulled, whichever way it ends (a closed pipe skips no cleanup)
+                    if host.home is not None:
+                        say(f"hogwild partition-host {bind}: {host.home.said()}")
+                finally:
+                    host.shutdown()
 
 
 def _wait_setup(sock, wait_s: float, bind: str, leader_role: str | None = None):
@@ -239,17 +241,18 @@ class FollowerHost:
         return {"store": name, "values": store.home_spec(0), "n_push": n_push, "n_fetch": n_fetch}
 
     def _open_home(self, home: dict, network, plan, config) -> None:
-        """This host's own client of the servers (its partitions have theirs), and the
-        servers' model taken into the arena over its partitions' rows: the leader's SETUP
-        carries none (it asks the servers itself)."""
+        """This host's own client of the servers (its partitions have theirs), over its
+        partitions' rows. It takes nothing yet: the leader's SETUP carries no model (the
+        leader asks the servers itself), and the leader's start always asks FETCH round 1
+        once every host is ready, before any example (LOAD) can come; until then nothing
+        here reads ``params`` or ``base`` (the partitions wait for examples, their exchangers
+        for the first push or pull). So round 1 is this host's first take, and it takes the
+        model as often as the leader does."""
         from hogwild.partition.host_rows import HostRows
-        from hogwild.store.protocol import WorkerSpec
-        from hogwild.store.registry import store_class
 
-        spec = WorkerSpec(home["store"], -1, home["values"])
-        opened = store_class(home["store"]).open_home(spec, self.arena, network, config)
-        self.home = HostRows(opened, plan, self.local)
-        self._take_the_servers_model()
+        self.home = HostRows.open(
+            home["store"], home["values"], self.arena, network, config, plan, self.local
+        )
 
     def _take_the_servers_model(self) -> None:
         """``params`` and ``base`` := the servers' model over the rows of the partitions here
@@ -258,8 +261,9 @@ class FollowerHost:
 
     def _rounds(self) -> None:
         """A cluster replica's flush and fetch rounds, asked by the leader, carried out here.
-        A flush is answered once every partition here pushed; a fetch (a new epoch: every
-        partition idle and flushed, which the receiver checks before it takes one) at once."""
+        A flush is answered once every partition here pushed; a fetch (the leader's start, or
+        a new epoch: every partition idle and flushed, which the receiver checks before it
+        takes one) at once."""
         from hogwild.shm.atomics import atomic_load, atomic_store
 
         receiver, control = self.receiver, self.arena.array("control")

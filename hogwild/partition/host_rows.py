@@ -10,12 +10,16 @@ its partitions' rows lie in (:meth:`hogwild.store.exchange.Home.own`, the one a 
 cadence pulls use) and writes only those rows into its arena's ``params`` and ``base``: with K
 partitions spread one to a host each host pulls its 1/K of the model and the rest of the shards
 that share rows with it (on a model of many shards, about 1/K), not all of it; with all K on
-one host (``pack``) it pulls every shard, as before. The other partitions' rows in this
-arena stay as they were (the leader's SETUP values, or an older epoch's) and nothing here reads
-them: the driver evaluates and checkpoints the servers' model.
+one host (``pack``) it pulls every shard, as before. A host's partitions are fixed for the
+job, so the other partitions' rows in its arena are never written after the leader's SETUP
+(zeros) and nothing here reads them: the driver evaluates and checkpoints the servers' model.
+What the takes pulled is counted in bytes of values (the shards' floats, four bytes each), not
+bytes on the wire, and a pull the client retried counts once.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -34,11 +38,11 @@ class HostRows:
         partitions: The partitions on this host.
 
     Attributes:
-        rows: ``[start, stop)`` ranges of the flat parameter vector, in order.
-        takes: How many times :meth:`take` ran.
+        rows: ``[start, stop)`` ranges of the flat parameter vector, partition by partition
+            (each partition's ascending).
     """
 
-    def __init__(self, home: Home, plan: PartitionPlan, partitions) -> None:
+    def __init__(self, home: Home, plan: PartitionPlan, partitions: Iterable[int]) -> None:
         self.home = home
         try:
             self.partitions = tuple(partitions)
@@ -50,7 +54,22 @@ class HostRows:
         except BaseException:
             home.close()
             raise
-        self.takes = 0
+        # (takes, bytes of values they pulled), replaced whole after each take: describe reads
+        # it on the network thread while the main thread takes, and must see both of one take
+        self._counts = (0, 0)
+
+    @classmethod
+    def open(
+        cls, store: str, values: dict, arena, network, config, plan: PartitionPlan,
+        partitions: Iterable[int],
+    ) -> HostRows:  # fmt: skip
+        """A host's own home of the parameter store ``store`` (reached as ``values``, the
+        store's home spec), over the rows of ``partitions``: the leader's and a follower's."""
+        from hogwild.store.protocol import WorkerSpec
+        from hogwild.store.registry import store_class
+
+        spec = WorkerSpec(store, -1, values)
+        return cls(store_class(store).open_home(spec, arena, network, config), plan, partitions)
 
     def take(self, params: np.ndarray, base: np.ndarray) -> None:
         """``params`` and ``base`` := the home's values, over this host's rows (every partition
@@ -59,30 +78,39 @@ class HostRows:
         for lo, hi in self.rows:
             params[lo:hi] = values[lo:hi]
             base[lo:hi] = values[lo:hi]
-        self.takes += 1
+        self._counts = (self._counts[0] + 1, int(self.home.fetched_bytes))
+
+    @property
+    def takes(self) -> int:
+        """How many times :meth:`take` ran."""
+        return self._counts[0]
 
     @property
     def pulled_bytes(self) -> int:
-        """Bytes the takes pulled so far (the shards of this host's rows, each time)."""
-        return int(self.home.fetched_bytes)
+        """Bytes of values the takes pulled so far (the shards of this host's rows, each
+        time; not bytes on the wire)."""
+        return self._counts[1]
 
     def close(self) -> None:
         """Close the home (it is this object's from its start)."""
         self.home.close()
 
     def facts(self) -> dict:
-        """What the takes moved, for a role's ``describe`` and its stop line."""
+        """What the takes moved, for a role's ``describe`` and its stop line (``takes`` and
+        ``bytes`` of the same take, read from any thread)."""
+        takes, pulled = self._counts
         return {
             "partitions": list(self.partitions),
-            "takes": self.takes,
-            "bytes": self.pulled_bytes,
+            "takes": takes,
+            "bytes": pulled,
             "model_bytes": self.model_bytes,
         }
 
     def said(self) -> str:
         """One line's worth: what this host pulled at its epoch boundaries."""
+        takes, pulled = self._counts
         return (
-            f"took the servers' model {self.takes} time(s), {self.pulled_bytes:,} bytes in all: "
+            f"took the servers' model {takes} time(s), {pulled:,} bytes of values in all: "
             f"the shards of the rows of partitions {', '.join(map(str, self.partitions))} (the "
             f"whole model is {self.model_bytes:,} bytes)"
         )

@@ -1,13 +1,18 @@
 """A partition host takes from the parameter servers only the shards its partitions' rows lie in.
 
-A spread replica's follower host with partition 1 of 3 takes the servers' model at its start and
-in every FETCH round (a new epoch): it must pull exactly the shards partition 1's rows lie in
-(counted by a real in-process parameter server: one pull request per shard), write those rows
-into its arena's ``params`` and ``base``, leave every other row as it was, and say what it
-pulled (less than the model). A host holding all K partitions (``pack``) pulls every shard.
-The follower is :class:`~hogwild.partition.follower.FollowerHost` itself, with its arena, its
-store and its home built as its ``start`` builds them (no partition processes: a take is made
-with every partition idle), against a parameter server in this process on loopback.
+A spread replica's follower host with partition 1 of 3 opens its home at its start without
+pulling (nothing reads the model before the leader's first FETCH round), then takes the servers'
+model in every FETCH round (round 1 at the leader's start, then one before each new epoch): it
+must pull exactly the shards partition 1's rows lie in (counted by a real in-process parameter
+server: one pull request per shard), write those rows into its arena's ``params`` and ``base``,
+leave every other row as it was, and say what it pulled (less than the model). The spread
+leader's host (partition 0 of 3) pulls exactly partition 0's shards; a host holding all K
+partitions (``pack``) pulls every shard. The follower is
+:class:`~hogwild.partition.follower.FollowerHost` itself, with its arena, its store and its home
+built as its ``start`` builds them, and the leader's home is opened as
+:class:`~hogwild.cluster.partitioned.PartitionedReplica` opens it (:meth:`HostRows.open`), with
+no partition processes (a take is made with every partition idle), against a parameter server in
+this process on loopback.
 """
 
 from __future__ import annotations
@@ -74,7 +79,12 @@ def test_a_host_with_partition_1_of_3_pulls_only_its_rows_shards_at_start_and_ea
             home = host._home({"store": "ps"}, config, network)
 
             before = _pulls_at_once(server)
-            host._open_home(home, network, plan, config)  # its start: a first take
+            host._open_home(home, network, plan, config)  # its start: it pulls nothing yet
+            assert _pulls_at_once(server) == before and host.home.takes == 0
+            assert (params == -1.0).all() and (base == -1.0).all()
+
+            before = _pulls_at_once(server)
+            host._take_the_servers_model()  # FETCH round 1, which the leader's start asks
             assert _pulls_at_once(server) - before == len(wanted)
             mine = np.zeros(network.n_params, bool)
             for lo, hi in rows:
@@ -92,7 +102,7 @@ def test_a_host_with_partition_1_of_3_pulls_only_its_rows_shards_at_start_and_ea
             finally:
                 server_client.close()
             before = _received(server)
-            host._take_the_servers_model()  # a FETCH round
+            host._take_the_servers_model()  # FETCH round 2: a new epoch
             assert _received(server) - before == len(wanted)
             np.testing.assert_array_equal(params[mine], second[mine])
             np.testing.assert_array_equal(base[mine], second[mine])
@@ -111,17 +121,37 @@ def test_a_host_with_partition_1_of_3_pulls_only_its_rows_shards_at_start_and_ea
             assert bytes_per_take < 4 * network.n_params / 2  # about a third, not the model
             assert f"{2 * bytes_per_take:,} bytes" in host.home.said()
 
+            # the spread leader's host (partition 0 of 3), its home opened as the leader's is
+            leader = HostRows.open("ps", home["values"], host.arena, network, config, plan, (0,))
+            try:
+                zero = _shards_of(plan.param_rows(0))
+                assert 0 < len(zero) < n_shards
+                params[:], base[:] = -1.0, -1.0
+                before = _received(server)
+                leader.take(params, base)
+                assert _received(server) - before == len(zero)
+                ours = np.zeros(network.n_params, bool)
+                for lo, hi in plan.param_rows(0):
+                    ours[lo:hi] = True
+                np.testing.assert_array_equal(params[ours], second[ours])
+                np.testing.assert_array_equal(base[ours], second[ours])
+                assert (params[~ours] == -1.0).all() and (base[~ours] == -1.0).all()
+                assert leader.facts()["bytes"] == 4 * sum(
+                    min(network.n_params, (s + 1) * SHARD_FLOATS) - s * SHARD_FLOATS for s in zero
+                )
+            finally:
+                leader.close()
+
             # a host holding every partition (pack) pulls every shard, as a whole copy
-            opened = store_class("ps").open_home(
-                WorkerSpec("ps", -1, home["values"]), host.arena, network, config
-            )
-            every = HostRows(opened, plan, range(K))
+            every = HostRows.open("ps", home["values"], host.arena, network, config, plan, range(K))
             try:
                 before = _received(server)
                 every.take(params, base)
                 assert _received(server) - before == n_shards
                 assert every.pulled_bytes == 4 * network.n_params
-                assert (params[mine] == second[mine]).all() and (params[~mine] != -1.0).any()
+                for lo, hi in every.rows:  # every partition's rows (not the layers' padding)
+                    np.testing.assert_array_equal(params[lo:hi], second[lo:hi])
+                    np.testing.assert_array_equal(base[lo:hi], second[lo:hi])
             finally:
                 every.close()
         finally:

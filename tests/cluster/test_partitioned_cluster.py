@@ -59,13 +59,18 @@ FLOOR = 0.65
 MOVED = 0.9  # honest runs moved 99.5 % or more of every slice; a lost partition moves none
 
 
+def _network_of(checkpoint):
+    """The job's model (its config and classes as its checkpoint records them) and config."""
+    config = config_from_dict(checkpoint.info["config"])
+    return build_network(config.model, int(checkpoint.info["n_classes"])), config
+
+
 def _rows_moved(run_dir: Path, k: int) -> list[list[float]]:
     """Per partition, per slice of the parameter vector it owns: the fraction of its values
     that the job's final model (its checkpoint, pulled from the servers) holds changed from the
     seeded initial weights the job started from."""
     checkpoint = load_checkpoint(run_dir)
-    config = config_from_dict(checkpoint.info["config"])
-    network = build_network(config.model, int(checkpoint.info["n_classes"]))
+    network, config = _network_of(checkpoint)
     start = np.zeros(network.n_params, np.float32)
     initialise(network, start, config.model.init, config.model.init_scale, config.train.seed)
     final = np.zeros_like(start)
@@ -81,7 +86,8 @@ def _pulled(log: Path, replica: int) -> tuple[int, int, int]:
     """A partitioned replica's stop line: the times it took the servers' model, the bytes
     those takes pulled, and the whole model's bytes."""
     found = re.search(
-        rf"replica {replica} took the servers' model (\d+) time\(s\), ([\d,]+) bytes in all: "
+        rf"replica {replica} took the servers' model (\d+) time\(s\), ([\d,]+) bytes of values "
+        rf"in all: "
         rf".* \(the whole model is ([\d,]+) bytes\)",
         log.read_text(),
     )
@@ -113,9 +119,10 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     assert epoch["ps_updates"] > 0  # the partitions pushed
     moved = _rows_moved(tmp_path / "split", 2)  # each partition's rows reached the servers
     assert all(min(slices) >= MOVED for slices in moved), moved
+    model_bytes = 4 * _network_of(load_checkpoint(tmp_path / "split"))[0].n_params
     for r in range(2):  # all K partitions on the replica's host: its takes pull every shard
         takes, pulled, whole = _pulled(tmp_path / "split" / "logs" / f"replica-{r}.log", r)
-        assert takes == 1 and pulled == whole == 4 * 298_128, (r, takes, pulled, whole)
+        assert takes == 1 and pulled == whole == model_bytes, (r, takes, pulled, whole)
     assert processes_of(tmp_path / "split") == []
     assert job_segments(job) == set()
 

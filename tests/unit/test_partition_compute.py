@@ -114,3 +114,37 @@ def test_partitioned_step_equals_whole_model_and_autograd(name, k):
             owned[lo:hi] = True
         assert not grads[p][~owned].any(), f"partition {p} wrote outside its rows"
         assert grads[p][owned].any(), f"partition {p} computed no gradient"
+
+
+@pytest.mark.parametrize(("name", "k"), [("adam_mnist", 2), ("adam_mnist", 3), ("odd", 3)])
+def test_a_partition_reads_no_other_partitions_rows(name, k):
+    """A spread replica's hosts hold only their partitions' rows of the model (the others' stay
+    the leader's SETUP zeros): with every row that partition p does not own NaN in p's copy, its
+    slices of the activations, the errors it sends back and its gradients are those it computes
+    on the true model, bit for bit (conv and fc layers split, K = 2 and 3)."""
+    network = build_network(MODELS[name])
+    plan = plan_partitions(network, k)
+    params = init_params(network, seed=11)
+    x = np.random.default_rng(12).normal(0.0, 1.0, network.input_size).astype(np.float32)
+    label = 3
+
+    def run(copies):
+        grads = [np.zeros(network.n_params, dtype=np.float32) for _ in range(k)]
+        replica = SequentialReplica(plan)
+        act = replica.step(copies, x, label, grads).copy()
+        return act, replica.dact.copy(), grads
+
+    act, dact, grads = run([params] * k)
+    blind = []
+    for p in range(k):
+        copy = np.full(network.n_params, np.nan, dtype=np.float32)
+        for lo, hi in plan.param_rows(p):
+            copy[lo:hi] = params[lo:hi]
+        blind.append(copy)
+    act_blind, dact_blind, grads_blind = run(blind)
+
+    assert np.isfinite(act).all() and all(np.isfinite(g).all() for g in grads)
+    np.testing.assert_array_equal(act_blind, act)
+    np.testing.assert_array_equal(dact_blind, dact)
+    for p in range(k):
+        np.testing.assert_array_equal(grads_blind[p], grads[p], err_msg=f"partition {p}")
