@@ -20,8 +20,9 @@ compares losses across evaluations, so that objective must be deterministic:
 rescale by ``1 / (1 - p)``).
 
 Labels come to :func:`train_chunk` and :func:`evaluate_range` as :data:`LABEL_DTYPE` from every
-source (the arena, a data feed), so numba compiles these two, and everything they call, for one
-label type.
+source (the arena, a data feed), and the stored examples as uint8 rows whatever their type (pixels,
+or the bytes of float32 values with ``floats`` set: :func:`hogwild.model.passes.stored_rows`), so
+numba compiles these two, and everything they call, for one set of types.
 """
 
 import numpy as np
@@ -55,7 +56,7 @@ from hogwild.model.passes import (
     FC_SGD_IN_PLACE,
     backward_batch,
     forward_batch,
-    load_example,
+    load_stored_example,
 )
 from hogwild.model.update import apply_adam, apply_update
 from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
@@ -81,6 +82,7 @@ def _step(
     grad,
     targets,
     images,
+    floats,
     labels,
     order,
     pos,
@@ -95,7 +97,9 @@ def _step(
 ):
     """One minibatch, forward and backward: the examples ``order[pos:pos+n]`` in rows ``0:n``.
 
-    ``training`` selects the forward pass's mode (dropout on); ``fc_mode``, ``lr`` and ``decay``
+    ``images`` holds uint8 rows, pixels or (``floats``) float32 values' bytes
+    (:func:`hogwild.model.passes.load_stored_example`). ``training`` selects the forward pass's
+    mode (dropout on); ``fc_mode``, ``lr`` and ``decay``
     say what the backward pass does with the fully connected weights
     (:func:`hogwild.model.passes.backward_batch`). Every other gradient goes into ``grad``.
 
@@ -110,7 +114,7 @@ def _step(
     n_classes = ops[last, COL_O]
     for b in range(n):
         example = order[pos + b]
-        load_example(images[example], act[b], mean, std)
+        load_stored_example(images[example], act[b], mean, std, floats)
         targets[b] = labels[example]
     forward_batch(ops, params, act, aux, scratch, n, training)
     correct = 0
@@ -189,6 +193,7 @@ def train_chunk(
     scratch,
     targets,
     images,
+    floats,
     labels,
     order,
     start,
@@ -253,6 +258,7 @@ def train_chunk(
                     grad,
                     targets[j : j + 1],
                     images,
+                    floats,
                     labels,
                     order,
                     pos + j,
@@ -281,6 +287,7 @@ def train_chunk(
                 grad,
                 targets,
                 images,
+                floats,
                 labels,
                 order,
                 pos,
@@ -311,7 +318,7 @@ def train_chunk(
 
 
 @kernel(cache=True, nogil=True)
-def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, mean, std):
+def evaluate_range(ops, params, act, aux, scratch, images, floats, labels, start, stop, mean, std):
     """Summed loss and number correct of the examples ``start:stop``, without training."""
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
@@ -322,7 +329,7 @@ def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, 
     for first in range(start, stop, batch):
         n = min(batch, stop - first)
         for b in range(n):
-            load_example(images[first + b], act[b], mean, std)
+            load_stored_example(images[first + b], act[b], mean, std, floats)
         forward_batch(ops, params, act, aux, scratch, n, False)
         for b in range(n):
             if ops[last, COL_OP] == OP_MSE:
@@ -408,6 +415,7 @@ def gradient_range(
             grad,
             targets,
             images,
+            False,
             labels,
             order,
             pos,

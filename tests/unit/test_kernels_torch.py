@@ -257,7 +257,7 @@ def test_evaluate_range_matches_torch_loss_and_accuracy():
     images, labels = random_images(network, 12, seed=10)
     ctx = TrainingContext.allocate(network, 1)
     loss, correct = evaluate_range(
-        network.ops, params, ctx.act, ctx.aux, ctx.scratch, images, labels, 2, 11, MEAN, STD
+        network.ops, params, ctx.act, ctx.aux, ctx.scratch, images, False, labels, 2, 11, MEAN, STD
     )
     with torch.no_grad():
         logits = torch_logits(network, torch_params(network, params), normalised(network, images))
