@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.model.loops import evaluate_range, train_chunk
+from hogwild.model.loops import NO_PROBABILITIES, evaluate_range, train_chunk
 from hogwild.model.network import Network
 from hogwild.model.passes import stored_rows
 from hogwild.optim.rules import moments_size
@@ -138,6 +138,7 @@ class TrainingContext:
             stop,
             mean,
             std,
+            NO_PROBABILITIES,
         )
 
     @property
