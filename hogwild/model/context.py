@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hogwild.model.loops import evaluate_range, train_chunk
+from hogwild.model.loops import NO_PROBABILITIES, evaluate_range, train_chunk
 from hogwild.model.network import Network
+from hogwild.model.passes import stored_rows
 from hogwild.optim.rules import moments_size
 
 
@@ -87,8 +88,10 @@ class TrainingContext:
 
         Every argument is passed explicitly, ``update_every`` included, so every caller compiles
         (and finds in numba's cache) the same signature. ``beta2`` and ``eps`` are Adam's (with
-        ``mu`` its beta1); the other rules ignore them.
+        ``mu`` its beta1); the other rules ignore them. ``images``: uint8 or float32 rows, passed
+        to the kernel as bytes (:func:`hogwild.model.passes.stored_rows`).
         """
+        rows, floats = stored_rows(images)
         return train_chunk(
             ops,
             params,
@@ -99,7 +102,8 @@ class TrainingContext:
             self.aux,
             self.scratch,
             self.targets,
-            images,
+            rows,
+            floats,
             labels,
             order,
             start,
@@ -119,9 +123,22 @@ class TrainingContext:
 
     def evaluate_range(self, ops, params, images, labels, start, stop, mean, std):
         """:func:`hogwild.model.loops.evaluate_range` with this context's buffers: (summed
-        loss, number classified correctly) over ``images[start:stop]``."""
+        loss, number classified correctly) over ``images[start:stop]`` (uint8 or float32 rows)."""
+        rows, floats = stored_rows(images)
         return evaluate_range(
-            ops, params, self.act, self.aux, self.scratch, images, labels, start, stop, mean, std
+            ops,
+            params,
+            self.act,
+            self.aux,
+            self.scratch,
+            rows,
+            floats,
+            labels,
+            start,
+            stop,
+            mean,
+            std,
+            NO_PROBABILITIES,
         )
 
     @property

@@ -10,21 +10,23 @@ and pooling run per example (:mod:`hogwild.model.layer_kernels`). Nothing is all
 loop: ``act``, ``dact`` (activation gradients), ``aux`` (max-pool arg-max, dropout masks), the
 scratch and the private gradient vector belong to the worker's training context.
 
-:func:`gradient_range` runs the same step (:func:`_step`: load, forward, loss, backward) with no
-update: what a batch method's replica computes (Sandblaster L-BFGS, DistBelief section 4.2), the
-gradient of the summed loss over many examples against parameters held fixed for the whole batch,
-with the fully connected layers' gradients accumulated like every other parameter's
+:func:`gradient_range` runs the same loop and step (:func:`_step`: load, forward, loss, backward)
+with no update: what a batch method's replica computes (Sandblaster L-BFGS, DistBelief section
+4.2), the gradient of the summed loss over many examples against parameters held fixed for the
+whole batch, with the fully connected layers' gradients accumulated like every other parameter's
 (``FC_ACCUMULATE``, the path the finite-difference and PyTorch tests check). A line search
 compares losses across evaluations, so that objective must be deterministic:
 :func:`deterministic_ops` turns dropout off (inference-mode forward, and a backward that does not
 rescale by ``1 / (1 - p)``).
 
 Labels come to :func:`train_chunk` and :func:`evaluate_range` as :data:`LABEL_DTYPE` from every
-source (the arena, a data feed), so numba compiles these two, and everything they call, for one
-label type.
+source (the arena, a data feed), and the stored examples as uint8 rows whatever their type (pixels,
+or the bytes of float32 values with ``floats`` set: :func:`hogwild.model.passes.stored_rows`), so
+numba compiles these two, and everything they call, for one set of types.
 """
 
 import numpy as np
+from numba import njit
 
 from hogwild.data.labels import LABEL_DTYPE
 from hogwild.jit import kernel
@@ -55,13 +57,19 @@ from hogwild.model.passes import (
     FC_SGD_IN_PLACE,
     backward_batch,
     forward_batch,
-    load_example,
+    load_stored_example,
+    stored_rows,
 )
 from hogwild.model.update import apply_adam, apply_update
 from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
 
+# train_chunk's rule for a gradient and no update (gradient_range): no optimizer's code
+GRADIENT_ONLY = -1
+
 __all__ = [
+    "GRADIENT_ONLY",
     "LABEL_DTYPE",
+    "NO_PROBABILITIES",
     "deterministic_ops",
     "evaluate_range",
     "gradient_range",
@@ -70,7 +78,10 @@ __all__ = [
 ]
 
 
-@kernel(cache=True, nogil=True)
+# Inlined into train_chunk, its one caller: as a kernel of its own it was a whole compile of every
+# layer's kernels more, since numba optimises and emits a kernel together with all it calls
+# (about a tenth of the training loop's cold compile).
+@njit(inline="always")
 def _step(
     ops,
     params,
@@ -81,6 +92,7 @@ def _step(
     grad,
     targets,
     images,
+    floats,
     labels,
     order,
     pos,
@@ -95,7 +107,9 @@ def _step(
 ):
     """One minibatch, forward and backward: the examples ``order[pos:pos+n]`` in rows ``0:n``.
 
-    ``training`` selects the forward pass's mode (dropout on); ``fc_mode``, ``lr`` and ``decay``
+    ``images`` holds uint8 rows, pixels or (``floats``) float32 values' bytes
+    (:func:`hogwild.model.passes.load_stored_example`). ``training`` selects the forward pass's
+    mode (dropout on); ``fc_mode``, ``lr`` and ``decay``
     say what the backward pass does with the fully connected weights
     (:func:`hogwild.model.passes.backward_batch`). Every other gradient goes into ``grad``.
 
@@ -110,7 +124,7 @@ def _step(
     n_classes = ops[last, COL_O]
     for b in range(n):
         example = order[pos + b]
-        load_example(images[example], act[b], mean, std)
+        load_stored_example(images[example], act[b], mean, std, floats)
         targets[b] = labels[example]
     forward_batch(ops, params, act, aux, scratch, n, training)
     correct = 0
@@ -189,6 +203,7 @@ def train_chunk(
     scratch,
     targets,
     images,
+    floats,
     labels,
     order,
     start,
@@ -227,15 +242,21 @@ def train_chunk(
     parameter, the fully connected weights too, from the minibatch's gradient with the worker's
     own ``moments`` (:mod:`hogwild.optim.rules`); ``update_every`` does not apply to them.
 
+    :data:`GRADIENT_ONLY` updates nothing: every gradient, the fully connected weights' too, is
+    added to ``grad`` (which is never cleared), with dropout in inference mode
+    (:func:`gradient_range`).
+
     Returns:
         (summed loss, number classified correctly) over the examples, measured during training.
     """
+    gradient_only = rule == GRADIENT_ONLY
     adam = rule == RULE_ADAM or rule == RULE_ADAMW
-    grouped = batch == 1 and update_every > 1 and not adam
+    grouped = batch == 1 and update_every > 1 and not adam and not gradient_only
     unit = update_every if grouped else batch
     momentum = rule == RULE_MOMENTUM
     in_place = batch == 1 and rule == RULE_SGD
-    fc_mode = FC_SGD_IN_PLACE if in_place else (FC_ACCUMULATE if adam else FC_DEFER)
+    accumulate = adam or gradient_only
+    fc_mode = FC_SGD_IN_PLACE if in_place else (FC_ACCUMULATE if accumulate else FC_DEFER)
     loss = 0.0
     correct = 0
     pos = start
@@ -253,6 +274,7 @@ def train_chunk(
                     grad,
                     targets[j : j + 1],
                     images,
+                    floats,
                     labels,
                     order,
                     pos + j,
@@ -281,11 +303,12 @@ def train_chunk(
                 grad,
                 targets,
                 images,
+                floats,
                 labels,
                 order,
                 pos,
                 n,
-                True,
+                not gradient_only,
                 fc_mode,
                 lr,
                 1.0 - lr * wd,
@@ -294,6 +317,9 @@ def train_chunk(
                 loss,
             )
             correct += step_correct
+            if gradient_only:
+                pos += n
+                continue
             scale = 1.0 / n
             if adam:
                 apply_adam(
@@ -311,20 +337,30 @@ def train_chunk(
 
 
 @kernel(cache=True, nogil=True)
-def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, mean, std):
-    """Summed loss and number correct of the examples ``start:stop``, without training."""
+def evaluate_range(
+    ops, params, act, aux, scratch, images, floats, labels, start, stop, mean, std, probabilities
+):
+    """Summed loss and number correct of the examples ``start:stop``, without training.
+
+    ``probabilities``: float32 [stop - start, classes] receives the examples' class
+    probabilities (:func:`predict_batch`), or [0, 0] for none.
+    """
     last = ops.shape[0] - 1
     out_off = ops[last, COL_OUT]
     n_classes = ops[last, COL_O]
     batch = act.shape[0]
+    keep = probabilities.shape[0] > 0
     loss = 0.0
     correct = 0
     for first in range(start, stop, batch):
         n = min(batch, stop - first)
         for b in range(n):
-            load_example(images[first + b], act[b], mean, std)
+            load_stored_example(images[first + b], act[b], mean, std, floats)
         forward_batch(ops, params, act, aux, scratch, n, False)
         for b in range(n):
+            if keep:
+                for k in range(n_classes):
+                    probabilities[first - start + b, k] = act[b, out_off + k]
             if ops[last, COL_OP] == OP_MSE:
                 loss += mean_squared_error(act[b], out_off, ops[last, COL_K], n_classes)
                 continue
@@ -335,21 +371,23 @@ def evaluate_range(ops, params, act, aux, scratch, images, labels, start, stop, 
     return loss, correct
 
 
-@kernel(cache=True, nogil=True)
+NO_PROBABILITIES = np.zeros((0, 0), np.float32)  # evaluate_range's argument when none are wanted
+
+
 def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
-    """Class probabilities of already normalised float32 inputs ``[n, input_size]``."""
-    last = ops.shape[0] - 1
-    out_off = ops[last, COL_OUT]
-    n_classes = ops[last, COL_O]
-    batch = act.shape[0]
-    for first in range(0, inputs.shape[0], batch):
-        n = min(batch, inputs.shape[0] - first)
-        for b in range(n):
-            act[b, : inputs.shape[1]] = inputs[first + b]
-        forward_batch(ops, params, act, aux, scratch, n, False)
-        for b in range(n):
-            for k in range(n_classes):
-                probabilities[first + b, k] = act[b, out_off + k]
+    """Class probabilities of already normalised float32 inputs ``[n, input_size]``.
+
+    :func:`evaluate_range` over the inputs as float32 rows taken as given (its loss is of no
+    use here): the evaluation loop, not a loop of its own (each kernel that calls the layers'
+    kernels costs their whole compile again).
+    """
+    rows, floats = stored_rows(np.ascontiguousarray(inputs, dtype=np.float32))
+    mean, std = 0.0, 1.0 / 255.0  # x * 1 - 0: the values as given (hogwild.data.arrays)
+    labels = np.zeros(len(inputs), LABEL_DTYPE)
+    evaluate_range(
+        ops, params, act, aux, scratch, rows, floats, labels, 0, len(inputs), mean, std,
+        probabilities,
+    )  # fmt: skip
 
 
 def deterministic_ops(ops: np.ndarray) -> np.ndarray:
@@ -359,7 +397,6 @@ def deterministic_ops(ops: np.ndarray) -> np.ndarray:
     return out
 
 
-@kernel(cache=True, nogil=True)
 def gradient_range(
     ops,
     params,
@@ -379,6 +416,10 @@ def gradient_range(
 ):
     """Add the gradient of the summed loss over ``order[start:stop]`` to ``grad``; no update.
 
+    :func:`train_chunk` with the rule :data:`GRADIENT_ONLY`, in minibatches of the context's batch:
+    the training loop, not a loop of its own (each kernel that calls the layers' kernels costs
+    their whole compile again).
+
     Args:
         ops: The op table (from :func:`deterministic_ops`).
         params: The parameters (read only).
@@ -386,39 +427,41 @@ def gradient_range(
             own gradient).
         act, dact, aux, scratch, targets: A training context's buffers
             (:class:`hogwild.model.context.TrainingContext`); its batch sets the minibatch.
-        images: uint8 [N, input_size]; labels: [N].
+        images: uint8 or float32 [N, input_size] (:func:`hogwild.model.passes.stored_rows`);
+            labels: [N].
         order: Example indices; ``start``, ``stop``: the range of ``order`` to use.
         mean, std: Input normalisation.
 
     Returns:
         The summed cross-entropy of the examples (float64).
     """
-    batch = act.shape[0]
-    loss = 0.0
-    pos = start
-    while pos < stop:
-        n = min(batch, stop - pos)
-        loss, _ = _step(
-            ops,
-            params,
-            act,
-            dact,
-            aux,
-            scratch,
-            grad,
-            targets,
-            images,
-            labels,
-            order,
-            pos,
-            n,
-            False,
-            FC_ACCUMULATE,
-            0.0,
-            1.0,
-            mean,
-            std,
-            loss,
-        )
-        pos += n
+    rows, floats = stored_rows(images)
+    loss, _ = train_chunk(
+        ops,
+        params,
+        grad,
+        grad,
+        act,
+        dact,
+        aux,
+        scratch,
+        targets,
+        rows,
+        floats,
+        labels,
+        order,
+        start,
+        stop,
+        act.shape[0],
+        0.0,
+        0.0,
+        0.0,
+        GRADIENT_ONLY,
+        float(mean),
+        float(std),
+        1,
+        grad,
+        0.0,
+        0.0,
+    )  # fmt: skip  (velocity and moments: unused by this rule; grad stands in, of their type)
     return loss

@@ -79,6 +79,41 @@ def load_example(image, a, mean, std):
         a[i] = image[i] * inv - shift
 
 
+@kernel(cache=True, nogil=True)
+def load_stored_example(row, a, mean, std, floats):
+    """Write one stored example into the input block like :func:`load_example`.
+
+    ``row`` is a row of the stored examples as bytes (uint8): pixels, or, when ``floats``, the
+    bytes of float32 values (:mod:`hogwild.data.arrays`; see :func:`stored_rows`). One type for
+    both, so the training and evaluation loops that call this are compiled once, not once per
+    stored type: each of them carries every layer's kernels, and a second compile of them for
+    float32 rows costs as long as the first.
+    """
+    if floats:
+        load_example(row.view(np.float32), a, mean, std)
+    else:
+        load_example(row, a, mean, std)
+
+
+def stored_rows(images: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The stored examples as the loops take them: (uint8 rows, whether they hold float32s).
+
+    ``images`` is a C-contiguous [n, row] array of uint8 pixels or float32 values; float32 rows
+    are passed as their bytes (a view, no copy) and read back as float32 by
+    :func:`load_stored_example`.
+    """
+    if images.ndim != 2 or not images.flags.c_contiguous:
+        raise ValueError(
+            f"images: expected a C-contiguous [examples, values] array, got shape "
+            f"{images.shape} ({'C-contiguous' if images.flags.c_contiguous else 'strided'})"
+        )
+    if images.dtype == np.uint8:
+        return images, False
+    if images.dtype == np.float32:
+        return images.view(np.uint8), True
+    raise ValueError(f"images: expected uint8 or float32 values, got {images.dtype}")
+
+
 FC_ACCUMULATE, FC_DEFER, FC_SGD_IN_PLACE = 0, 1, 2
 
 

@@ -27,7 +27,7 @@ import pytest
 from hogwild.config import config_from_dict, load_config
 from hogwild.model.context import TrainingContext
 from hogwild.model.init import initialise
-from hogwild.model.loops import LABEL_DTYPE, evaluate_range, predict_batch
+from hogwild.model.loops import LABEL_DTYPE, NO_PROBABILITIES, evaluate_range, predict_batch
 from hogwild.model.network import COL_NEED_DIN, COL_OUT, Network, build_network, conv_padding
 from hogwild.model.passes import backward, forward
 from hogwild.model.random import seed_kernels
@@ -257,7 +257,19 @@ def test_evaluate_range_matches_torch_loss_and_accuracy():
     images, labels = random_images(network, 12, seed=10)
     ctx = TrainingContext.allocate(network, 1)
     loss, correct = evaluate_range(
-        network.ops, params, ctx.act, ctx.aux, ctx.scratch, images, labels, 2, 11, MEAN, STD
+        network.ops,
+        params,
+        ctx.act,
+        ctx.aux,
+        ctx.scratch,
+        images,
+        False,
+        labels,
+        2,
+        11,
+        MEAN,
+        STD,
+        NO_PROBABILITIES,
     )
     with torch.no_grad():
         logits = torch_logits(network, torch_params(network, params), normalised(network, images))
