@@ -2,7 +2,8 @@
 driver with the same job name is refused (it would clear the running job's bucket map), another
 job name is not, and a driver's key is given back when it closes. With several server groups,
 each group's keys live in a namespace of its own under the job's: the driver ends a lease in
-the group it names, and clears every group's keys when it closes."""
+the group it names, and clears every group's keys when it closes. A server whose lease the
+driver ended stops on its next read of the map, whatever lease it holds by then."""
 
 from __future__ import annotations
 
@@ -179,3 +180,44 @@ def test_a_real_map_read_waits_the_longest_marker_and_no_marker_is_shortened(etc
     assert etcd.get("revoked/3")[0] == {"lease": 1}
     etcd.delete("revoked/3")
     assert view_of.read(etcd)[0].revoked_ttl == 9.0
+
+
+def test_a_server_whose_lease_the_driver_ended_stops_even_after_registering_again(etcd_server):
+    """Review S, risk 2: the wiring, real parts on a real etcd. A replicated server (the real
+    adapter on an unstarted real server) registers (``Membership.register``, as its start
+    does); the driver counts it lost and ends that lease (``forget_server``, marker first);
+    the process, paused meanwhile, finds its lease gone and registers again under a new one
+    (as its heartbeat does). Its next read of the map (``Replication._observe``) must still
+    stop it: the membership kept the first lease and the adapter hands those to the read."""
+    from hogwild_plugins.ps.layout import ModelGeometry
+    from hogwild_plugins.ps.replication import Replication
+    from hogwild_plugins.ps.replication.membership import Membership
+    from hogwild_plugins.ps.serving.options import ServerOptions
+    from hogwild_plugins.ps.serving.server import ParameterServer
+
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    options = ServerOptions(
+        job=job, servers=("127.0.0.1:1", "127.0.0.1:2"), index=0, copies=2,
+        etcd=etcd_server.address, lease_s=2,
+    )  # fmt: skip
+    replication = Replication(ParameterServer(ModelGeometry(600), options), options.etcd, 2, 2)
+    driver = EtcdController(etcd_server.address, job, print)
+    etcd = Etcd(etcd_server.address, prefix=etcd_prefix(job))
+    try:
+        replication._etcd = etcd
+        replication.map.start(etcd)
+        replication.membership = Membership(etcd, 0, "127.0.0.1:1", 2, lambda: None, list)
+        replication.membership.register()
+        first = replication.membership.clock.lease
+        driver.forget_server(0)  # lost: revoked/0 names the lease, which is revoked
+        assert etcd.get("members/0")[0] is None
+        replication.membership.register()  # back from the pause: a new lease, registered
+        assert replication.membership.clock.lease != first
+        assert etcd.get("members/0")[0]["lease"] == replication.membership.clock.lease
+        replication._observe()
+        assert replication.failure is not None
+        assert f"lease {first:#x} early (etcd key revoked/0)" in replication.failure
+    finally:
+        replication.membership.revoke()
+        etcd.close()
+        driver.close()
