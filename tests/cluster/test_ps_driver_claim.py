@@ -191,7 +191,7 @@ def test_a_server_whose_lease_the_driver_ended_stops_even_after_registering_agai
     stop it: the membership kept the first lease and the adapter hands those to the read."""
     from hogwild_plugins.ps.layout import ModelGeometry
     from hogwild_plugins.ps.replication import Replication
-    from hogwild_plugins.ps.replication.membership import Membership
+    from hogwild_plugins.ps.replication.membership import HELD_LEASES, Membership
     from hogwild_plugins.ps.serving.options import ServerOptions
     from hogwild_plugins.ps.serving.server import ParameterServer
 
@@ -217,6 +217,11 @@ def test_a_server_whose_lease_the_driver_ended_stops_even_after_registering_agai
         replication._observe()
         assert replication.failure is not None
         assert f"lease {first:#x} early (etcd key revoked/0)" in replication.failure
+        for _ in range(HELD_LEASES):  # review S, nit 7: the last leases only, the current one too
+            replication.membership.register()
+        held = replication.membership.held
+        assert len(held) == HELD_LEASES and first not in held
+        assert held[-1] == replication.membership.clock.lease
     finally:
         replication.membership.revoke()
         etcd.close()
