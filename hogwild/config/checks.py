@@ -26,7 +26,9 @@ MAX_LEASE_S = 3600
 """The longest etcd lease TTL (seconds) a parameter server may hold (``ps.lease_s``): the one
 bound the config, a server's member record (``MemberRecord.parse``) and a client's re-route wait
 (``Routes.read``) share. A longer TTL is no hogwild server's, and a client waiting on it after a
-primary's death would wait that long."""
+primary's death would wait that long. A ``revoked/<i>`` marker's TTL is not bounded by it: the
+driver names the member's (so at most this), and a longer one written by hand is waited out as
+it is (docs/guarantees.md)."""
 
 PARTITION_PLACEMENTS = ("pack", "spread")  # cluster.partition_placement
 

@@ -39,7 +39,7 @@ from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
 from hogwild_plugins.ps.etcd_tls import drop_etcd_tls
-from hogwild_plugins.ps.failover import REVOKED_PREFIX, REVOKED_TTLS, marker_life
+from hogwild_plugins.ps.failover import REVOKED_PREFIX, REVOKED_TTLS, marker_life, merged_leases
 from hogwild_plugins.ps.routes import etcd_prefix
 
 from hogwild.errors import ConfigError, HogwildError
@@ -75,7 +75,9 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
     * A live marker of an earlier revoke of ``index`` (an incarnation before, which may still
       answer on its own TTL) is replaced only by a transaction on its revision, naming the
       longer of the two TTLs and under a lease granted now for it: never a shorter TTL, never
-      an earlier end. Over a marker that names no TTL nothing is revoked (lapsing is safe).
+      an earlier end. It names the earlier marker's leases too (``leases``,
+      :func:`~.failover.merged_leases`): a process that held one of them must still find it.
+      Over a marker that names no TTL nothing is revoked (lapsing is safe).
     * A renewal that finds the marker gone, or a revoke whose answer was lost (etcd may apply
       it later), raises: the first cannot happen while each request keeps its ``timeout``;
       for the second the marker is renewed first, so that it covers a revoke applied up to its
@@ -108,7 +110,8 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
     life = marker_life(cover, etcd.timeout_s)
     sent = time.monotonic()
     marker = etcd.grant(life)
-    if not etcd.replace(key, {"lease": lease, "lease_s": cover}, revision, lease=marker):
+    value = {"lease": lease, "leases": merged_leases(earlier, lease), "lease_s": cover}
+    if not etcd.replace(key, value, revision, lease=marker):
         etcd.revoke(marker)
         raise HogwildError(
             f"etcd key {key} changed while server {index}'s lease was being revoked (another "

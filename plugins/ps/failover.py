@@ -101,7 +101,9 @@ __all__ = [
     "MemberRecord",
     "desired_copies",
     "lease_now",
+    "marker_leases",
     "marker_life",
+    "merged_leases",
     "replaced",
     "revoked_ttl",
     "unknown_markers",
@@ -115,6 +117,40 @@ REVOKED_TTLS = 2
 (at least): the revoked holder answers reads at most a TTL after its last renewal, which came
 before etcd applied the revoke (``controller.revoke_marked`` says why the marker outlives that
 whatever the revoke's latency)."""
+
+
+MARKER_LEASES = 8
+"""The most leases one ``revoked/<i>`` marker names (``leases``, oldest first). A revoke of
+``i`` while an earlier marker of ``i`` lives adds its lease to that marker's (each process that
+held one must stop when it reads the marker, :func:`replaced`); the oldest beyond this many is
+dropped. Every revoke of ``i`` is of a new incarnation, which the driver starts only within its
+``cluster.restarts`` (3 by default: 4 incarnations, all named); eight revokes of one index
+within one marker's chain of lives (each 2 TTLs long) is a job failing far faster than it can
+train, and the dropped holder then goes on as one cut off past its marker's life would."""
+
+
+def marker_leases(value: object) -> list[int]:
+    """The leases a ``revoked/<i>`` marker's ``value`` names, oldest first: its ``leases`` and
+    its ``lease`` (the newest; a marker written before ``leases`` names that one alone).
+    Anything that is not a lease (not an int, a bool) is left out: such a marker names none."""
+    if not isinstance(value, dict):
+        return []
+    named = value.get("leases")
+    found = list(named) if isinstance(named, list) else []
+    found.append(value.get("lease"))
+    leases: list[int] = []
+    for lease in found:
+        if isinstance(lease, int) and not isinstance(lease, bool) and lease not in leases:
+            leases.append(lease)
+    return leases
+
+
+def merged_leases(earlier: object, lease: int) -> list[int]:
+    """The ``leases`` of a marker of ``lease`` put over ``earlier`` (the live marker of an
+    earlier revoke of the same index, None for none): every lease it named, then ``lease``,
+    the oldest dropped beyond :data:`MARKER_LEASES`."""
+    leases = [held for held in marker_leases(earlier) if held != lease] + [lease]
+    return leases[-MARKER_LEASES:]
 
 
 def marker_life(lease_s: int, timeout_s: float) -> int:
@@ -162,14 +198,16 @@ def replaced(entries: Iterable[tuple[str, object]], index: int, held: Iterable[i
     the replacement binds the same address, which this one holds while it lives, and the
     driver's restarts of it would fail until the job stops (docs/guarantees.md, "a server
     the driver lost"). A lease this process never held (an earlier incarnation's, revoked
-    before it started) is not its own: it goes on."""
+    before it started) is not its own: it goes on. The marker names every lease of ``index``
+    the driver ended while a marker of it lived (:func:`marker_leases`): an earlier process,
+    replaced and then its replacement too, still finds its own lease when it reads it."""
     key = f"{REVOKED_PREFIX}{index}"
     held = set(held)
     for name, value in entries:
-        if name == key and isinstance(value, dict):
-            lease = value.get("lease")
-            if isinstance(lease, int) and not isinstance(lease, bool) and lease in held:
-                return lease
+        if name == key:
+            for lease in reversed(marker_leases(value)):
+                if lease in held:
+                    return lease
     return None
 
 

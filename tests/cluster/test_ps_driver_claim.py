@@ -2,7 +2,8 @@
 driver with the same job name is refused (it would clear the running job's bucket map), another
 job name is not, and a driver's key is given back when it closes. With several server groups,
 each group's keys live in a namespace of its own under the job's: the driver ends a lease in
-the group it names, and clears every group's keys when it closes."""
+the group it names, and clears every group's keys when it closes. A server whose lease the
+driver ended stops on its next read of the map, whatever lease it holds by then."""
 
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ def test_each_server_group_keeps_its_keys_in_its_own_namespace(etcd_server):
         servers.forget_server(3)  # the job's server 3 died: group 1's server 1
         assert groups[1].get("members/1")[0] is None  # its lease ended
         # (lost by default: its end is marked first, in its group, for takeovers to wait)
-        assert groups[1].get("revoked/1")[0] == {"lease": leases[3][1], "lease_s": 30}
+        lease = leases[3][1]
+        marker = {"lease": lease, "leases": [lease], "lease_s": 30}
+        assert groups[1].get("revoked/1")[0] == marker
         alive = {(g, i) for g in (0, 1) for i in (0, 1) if groups[g].get(f"members/{i}")[0]}
         assert alive == {(0, 0), (0, 1), (1, 0)}  # no other group's, no other index's
         # and by group and index, as the driver calls it; seen to exit: no marker
@@ -121,7 +124,7 @@ def test_a_revoked_marker_outlives_a_slow_revoke_and_a_late_revoke_is_skipped(
         revoke_marked(etcd, 0, holder, 1)
         assert time.monotonic() - granted >= 2.2
         assert etcd.get("members/0")[0] is None  # revoked, and the marker still there
-        assert etcd.get("revoked/0")[0] == {"lease": holder, "lease_s": 1}
+        assert etcd.get("revoked/0")[0] == {"lease": holder, "leases": [holder], "lease_s": 1}
 
         etcd.delay_s = 0.0
         holder = etcd.grant(5)
@@ -154,12 +157,15 @@ def test_a_real_map_read_waits_the_longest_marker_and_no_marker_is_shortened(etc
     revoke_marked(etcd, 2, etcd.grant(2), 2)  # server 2 again, restarted with --lease-s 2
     assert etcd.get("revoked/2")[0]["lease_s"] == 9
     assert view_of.read(etcd)[0].revoked_ttl == 9.0
-    # a process of server 2 that held the lease the marker names now is replaced (it stops);
-    # one that held only the first (revoked before this incarnation) is not, nor server 1
+    # both incarnations of server 2 are replaced (each stops): the second revoke's marker names
+    # the first's lease too (review S, risk 1: the first, back from a cut, must still find it);
+    # a process holding neither (a third incarnation) is not, nor server 1 holding either
     second = etcd.get("revoked/2")[0]["lease"]
-    assert view_of.read(etcd, 2, [first, second])[0].replaced == second
-    assert view_of.read(etcd, 2, [first])[0].replaced is None
-    assert view_of.read(etcd, 1, [second])[0].replaced is None
+    assert etcd.get("revoked/2")[0]["leases"] == [first, second]
+    assert view_of.read(etcd, 2, [second])[0].replaced == second
+    assert view_of.read(etcd, 2, [first])[0].replaced == first
+    assert view_of.read(etcd, 2, [etcd.grant(2)])[0].replaced is None
+    assert view_of.read(etcd, 1, [first, second])[0].replaced is None
 
     etcd.put("revoked/3", {"lease": 1})  # an older driver's marker, or one written by hand
     etcd.put("revoked/7", {"lease": 1})  # no server of this job: not counted
@@ -174,3 +180,49 @@ def test_a_real_map_read_waits_the_longest_marker_and_no_marker_is_shortened(etc
     assert etcd.get("revoked/3")[0] == {"lease": 1}
     etcd.delete("revoked/3")
     assert view_of.read(etcd)[0].revoked_ttl == 9.0
+
+
+def test_a_server_whose_lease_the_driver_ended_stops_even_after_registering_again(etcd_server):
+    """Review S, risk 2: the wiring, real parts on a real etcd. A replicated server (the real
+    adapter on an unstarted real server) registers (``Membership.register``, as its start
+    does); the driver counts it lost and ends that lease (``forget_server``, marker first);
+    the process, paused meanwhile, finds its lease gone and registers again under a new one
+    (as its heartbeat does). Its next read of the map (``Replication._observe``) must still
+    stop it: the membership kept the first lease and the adapter hands those to the read."""
+    from hogwild_plugins.ps.layout import ModelGeometry
+    from hogwild_plugins.ps.replication import Replication
+    from hogwild_plugins.ps.replication.membership import HELD_LEASES, Membership
+    from hogwild_plugins.ps.serving.options import ServerOptions
+    from hogwild_plugins.ps.serving.server import ParameterServer
+
+    job = f"job-{uuid.uuid4().hex[:8]}"
+    options = ServerOptions(
+        job=job, servers=("127.0.0.1:1", "127.0.0.1:2"), index=0, copies=2,
+        etcd=etcd_server.address, lease_s=2,
+    )  # fmt: skip
+    replication = Replication(ParameterServer(ModelGeometry(600), options), options.etcd, 2, 2)
+    driver = EtcdController(etcd_server.address, job, print)
+    etcd = Etcd(etcd_server.address, prefix=etcd_prefix(job))
+    try:
+        replication._etcd = etcd
+        replication.map.start(etcd)
+        replication.membership = Membership(etcd, 0, "127.0.0.1:1", 2, lambda: None, list)
+        replication.membership.register()
+        first = replication.membership.clock.lease
+        driver.forget_server(0)  # lost: revoked/0 names the lease, which is revoked
+        assert etcd.get("members/0")[0] is None
+        replication.membership.register()  # back from the pause: a new lease, registered
+        assert replication.membership.clock.lease != first
+        assert etcd.get("members/0")[0]["lease"] == replication.membership.clock.lease
+        replication._observe()
+        assert replication.failure is not None
+        assert f"lease {first:#x} early (etcd key revoked/0)" in replication.failure
+        for _ in range(HELD_LEASES):  # review S, nit 7: the last leases only, the current one too
+            replication.membership.register()
+        held = replication.membership.held
+        assert len(held) == HELD_LEASES and first not in held
+        assert held[-1] == replication.membership.clock.lease
+    finally:
+        replication.membership.revoke()
+        etcd.close()
+        driver.close()

@@ -248,3 +248,31 @@ def test_a_process_is_replaced_only_by_a_marker_naming_a_lease_it_held():
     assert replaced([("revoked/1", {"lease_s": 2}), ("revoked/1", "x")], 1, mine) is None
     assert replaced([("revoked/1", {"lease": True})], 1, [1]) is None  # a bool is no lease
     assert replaced([("members/1", {"lease": 0x11})], 1, mine) is None
+
+
+def test_a_marker_names_every_lease_revoked_while_it_lived_and_each_holder_stops():
+    """Review S, risk 1: a second revoke of index ``i`` while its marker lives names the first
+    lease too, so the first process, back from a cut, still finds its own; a marker written
+    before ``leases`` (its ``lease`` alone) is still read; the list is bounded, oldest dropped."""
+    from hogwild_plugins.ps.failover import (
+        MARKER_LEASES,
+        marker_leases,
+        merged_leases,
+        replaced,
+    )
+
+    first = {"lease": 0x11, "leases": merged_leases(None, 0x11), "lease_s": 2}
+    second = {"lease": 0x22, "leases": merged_leases(first, 0x22), "lease_s": 2}
+    assert second["leases"] == [0x11, 0x22]
+    assert replaced([("revoked/1", second)], 1, [0x11]) == 0x11  # the first incarnation
+    assert replaced([("revoked/1", second)], 1, [0x22]) == 0x22
+    assert replaced([("revoked/1", second)], 1, [0x11, 0x22]) == 0x22  # the newest first
+    assert replaced([("revoked/1", second)], 1, [0x33]) is None  # a later incarnation
+    assert marker_leases({"lease": 0x11, "lease_s": 2}) == [0x11]  # a marker of before
+    assert merged_leases({"lease": 0x11}, 0x22) == [0x11, 0x22]
+    assert marker_leases({"lease": 1, "leases": [True, "x", 2, 1]}) == [2, 1]
+    assert merged_leases({"lease": 0x22, "leases": [0x22]}, 0x22) == [0x22]  # named once
+    chain = None
+    for lease in range(1, MARKER_LEASES + 3):
+        chain = {"lease": lease, "leases": merged_leases(chain, lease)}
+    assert chain["leases"] == list(range(3, MARKER_LEASES + 3))

@@ -58,6 +58,9 @@ def test_a_second_revoke_of_an_index_keeps_the_longer_ttl_as_the_drivers_transac
         held = sim.grant(ttl, tick)
         sim.revoke_marked(held, sim.mark(0, held, ttl, tick), tick)
         assert marker(sim) == marker(real)
+    # both incarnations' leases named, as the driver's: each holder stops when it reads it
+    leases = [v["leases"] for v, _, _ in (e.keys[f"{REVOKED_PREFIX}0"] for e in (sim, real))]
+    assert leases[0] == leases[1] and len(leases[0]) == 2
     longer = max(first, second)
     assert marker(sim) == (longer, 3 + marker_life(longer, MARKER_REQUEST_TICKS / 2))
     assert sim.revoked() == real.revoked() == longer

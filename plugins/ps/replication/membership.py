@@ -9,10 +9,11 @@ servers: the others would no longer hear what it had seen) (:meth:`Membership.re
 :class:`~hogwild_plugins.ps.failover.LeaseClock` says, by this process's own clock, whether the
 lease is still valid: it always gives up before etcd does. A lease found lost (the process was
 paused past it) is counted, the buckets are told at once (``on_change``: they step down) and a
-new lease is taken and registered. Every lease granted is kept (``held``): a read of the map
-whose ``revoked/<me>`` marker names one of them (the driver counted this process lost and starts
-another in its place) stops the server (:func:`~hogwild_plugins.ps.failover.replaced`, on the
-replication thread). Nothing is decided here: the bucket roles read the members.
+new lease is taken and registered. The last leases granted are kept (``held``,
+:data:`HELD_LEASES`): a read of the map whose ``revoked/<me>`` marker names one of them (the
+driver counted this process lost and starts another in its place) stops the server
+(:func:`~hogwild_plugins.ps.failover.replaced`, on the replication thread). Nothing is decided
+here: the bucket roles read the members.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ from hogwild.errors import HogwildError
 __all__ = ["Membership", "unlisted_and_unrecorded"]
 
 BEAT_S = 0.05  # how often the heartbeat looks whether a renewal is due
+HELD_LEASES = 16
+"""How many of its last leases a process keeps (``Membership.held``) for a ``revoked/<me>``
+marker to name. A marker names a lease the driver read from ``members/<me>``, i.e. one this
+process registered, and lives 2 TTLs (and two request timeouts) past that lease's revoke. The
+process loses a lease only by a pause or a cut of about a TTL each (etcd gives no new lease to
+a process it cannot reach), and it reads the map, and stops, as soon as it registers again
+with etcd in reach: a few leases at most come after the one marked. 16 is far more than that,
+and keeps the list (rebuilt as a set on every read of the map) from growing with every lease
+lost over a long job on a loaded machine."""
 
 
 def unlisted_and_unrecorded(roles: Mapping, listed: Iterable[int]) -> bool:
@@ -69,7 +79,7 @@ class Membership:
         self.lease_s, self.on_change, self.seen = int(lease_s), on_change, seen
         self.clock = LeaseClock()
         self.leases_lost = 0
-        self.held: list[int] = []  # every lease this process was granted, oldest first
+        self.held: list[int] = []  # the last HELD_LEASES leases granted, oldest first
         self._key_lock = threading.Lock()  # the heartbeat's registration, the refresh
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,7 +88,9 @@ class Membership:
         """Take a lease and put ``members/<me>`` under it."""
         sent = lease_now()
         lease = self.etcd.grant(self.lease_s)
-        self.held.append(lease)  # (one a lease lost: a handful in a process's life)
+        # kept before the key names it (the driver learns a lease only from the key); a new
+        # list, not one changed in place, for the replication thread reading it meanwhile
+        self.held = [*self.held[1 - HELD_LEASES :], lease]
         with self._key_lock:
             self._put(lease)
             self.clock.granted(lease, self.lease_s, sent)

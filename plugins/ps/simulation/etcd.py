@@ -14,6 +14,7 @@ from hogwild_plugins.ps.failover import (
     BucketRecord,
     MemberRecord,
     marker_life,
+    merged_leases,
     revoked_ttl,
 )
 
@@ -81,7 +82,7 @@ class SimEtcd:
         As the driver's transaction: a live marker of an earlier revoke of ``server`` (an
         earlier incarnation, which may still answer reads on its own TTL) is replaced by one
         naming the longer of the two TTLs, under a lease granted now for that TTL: never a
-        shorter TTL, never an earlier end."""
+        shorter TTL, never an earlier end; and naming the earlier marker's leases too."""
         if lease not in self.leases:
             return None
         key = f"{REVOKED_PREFIX}{server}"
@@ -90,7 +91,8 @@ class SimEtcd:
         # names none is the controller's unit tests')
         cover = max(ttl, earlier["lease_s"]) if earlier is not None else ttl
         marker = self.grant(marker_life(cover, MARKER_REQUEST_TICKS / 2), now)
-        self.put(key, {"lease": lease, "lease_s": cover}, lease=marker)
+        leases = merged_leases(earlier, lease)
+        self.put(key, {"lease": lease, "leases": leases, "lease_s": cover}, lease=marker)
         return marker
 
     def revoke_marked(self, lease: int, marker: int, now: int) -> None:
