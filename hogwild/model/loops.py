@@ -61,10 +61,8 @@ from hogwild.model.passes import (
     stored_rows,
 )
 from hogwild.model.update import apply_adam, apply_update
+from hogwild.optim.rule_codes import GRADIENT_ONLY
 from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
-
-# train_chunk's rule for a gradient and no update (gradient_range): no optimizer's code
-GRADIENT_ONLY = -1
 
 __all__ = [
     "GRADIENT_ONLY",
