@@ -379,6 +379,19 @@ def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
     use here): the evaluation loop, not a loop of its own (each kernel that calls the layers'
     kernels costs their whole compile again).
     """
+    n_classes = int(ops[-1, COL_O])
+    if (
+        probabilities.shape != (len(inputs), n_classes)
+        or probabilities.dtype != np.float32
+        or not probabilities.flags.c_contiguous
+    ):
+        # the kernel writes [examples, classes] float32 unchecked: a smaller array is an
+        # out-of-bounds write, another type a second compile of the evaluation loop
+        raise ValueError(
+            f"probabilities: expected a C-contiguous float32 [{len(inputs)}, {n_classes}] array, "
+            f"got {probabilities.dtype} {probabilities.shape}"
+            f"{'' if probabilities.flags.c_contiguous else ' (strided)'}"
+        )
     rows, floats = stored_rows(np.ascontiguousarray(inputs, dtype=np.float32))
     mean, std = 0.0, 1.0 / 255.0  # x * 1 - 0: the values as given (hogwild.data.arrays)
     labels = np.zeros(len(inputs), LABEL_DTYPE)
