@@ -441,7 +441,9 @@ def gradient_range(
         images: uint8 or float32 [N, input_size] (:func:`hogwild.model.passes.stored_rows`);
             labels: [N].
         order: Example indices; ``start``, ``stop``: the range of ``order`` to use.
-        mean, std: Input normalisation.
+        mean, std: Input normalisation, as :func:`hogwild.data.arrays.input_normalisation`
+            gives it for the images' type: for float32 rows (0, 1/255), which takes the values
+            as given; any other pair scales them as if they were pixels.
 
     Returns:
         The summed cross-entropy of the examples (float64).
