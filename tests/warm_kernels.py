@@ -16,12 +16,13 @@ compiles it too (the same code, twice). The default job's network stands for eve
 kernels are typed by dtype, not by layer sizes. Nothing here is checked: a test that needs a
 kernel compiles it itself when this did not.
 
-Then the kernel some unit tests call that no job start compiles: a Sandblaster replica's
-portion gradient. Those unit tests (marked ``warmed_kernels``, with the ones calling the jobs'
-kernels in process: the finite-difference checks among them, which run the jobs' float32 passes)
-wait for the whole warm-up and load what it compiled. No test compiles a float type the jobs do
-not run: the kernels' float64 variants cost a compile as long as the float32 ones (about a
-minute of CPU from cold), for tests only.
+Then a Sandblaster replica's portion gradient, called as its roles call it: it runs the training
+loop (``train_chunk``) with the job's types, which the engine's stage compiled, so it loads that
+rather than compiling a kernel of its own. The unit tests that call it (marked ``warmed_kernels``,
+with the ones calling the jobs' kernels in process: the finite-difference checks among them, which
+run the jobs' float32 passes) wait for the whole warm-up and load what it compiled. No test
+compiles a float type the jobs do not run: the kernels' float64 variants cost a compile as long as
+the float32 ones (about a minute of CPU from cold), for tests only.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def _done(folder: Path | None, stage: int) -> None:
 
 
 def compile_portion_gradient(network) -> None:
-    """A Sandblaster replica's kernel (the summed gradient of a portion), called as its roles
-    call it: they compile it at their first portion, and take no lock."""
+    """A Sandblaster replica's summed gradient of a portion, called as its roles call it (at
+    their first portion, under no lock): the training loop :func:`compile_kernels` compiled
+    just before, loaded with the job's types, not a kernel of its own."""
     from hogwild_plugins.ps.sandblaster.replica import Examples, PortionGradient
 
     images = np.zeros((1, network.input_size), np.uint8)  # a batch: uint8 rows, the jobs' labels

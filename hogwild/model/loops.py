@@ -61,10 +61,8 @@ from hogwild.model.passes import (
     stored_rows,
 )
 from hogwild.model.update import apply_adam, apply_update
+from hogwild.optim.rule_codes import GRADIENT_ONLY
 from hogwild.optim.rules import RULE_ADAM, RULE_ADAMW, RULE_MOMENTUM, RULE_SGD
-
-# train_chunk's rule for a gradient and no update (gradient_range): no optimizer's code
-GRADIENT_ONLY = -1
 
 __all__ = [
     "GRADIENT_ONLY",
@@ -381,6 +379,19 @@ def predict_batch(ops, params, act, aux, scratch, inputs, probabilities):
     use here): the evaluation loop, not a loop of its own (each kernel that calls the layers'
     kernels costs their whole compile again).
     """
+    n_classes = int(ops[-1, COL_O])
+    if (
+        probabilities.shape != (len(inputs), n_classes)
+        or probabilities.dtype != np.float32
+        or not probabilities.flags.c_contiguous
+    ):
+        # the kernel writes [examples, classes] float32 unchecked: a smaller array is an
+        # out-of-bounds write, another type a second compile of the evaluation loop
+        raise ValueError(
+            f"probabilities: expected a C-contiguous float32 [{len(inputs)}, {n_classes}] array, "
+            f"got {probabilities.dtype} {probabilities.shape}"
+            f"{'' if probabilities.flags.c_contiguous else ' (strided)'}"
+        )
     rows, floats = stored_rows(np.ascontiguousarray(inputs, dtype=np.float32))
     mean, std = 0.0, 1.0 / 255.0  # x * 1 - 0: the values as given (hogwild.data.arrays)
     labels = np.zeros(len(inputs), LABEL_DTYPE)
@@ -430,7 +441,9 @@ def gradient_range(
         images: uint8 or float32 [N, input_size] (:func:`hogwild.model.passes.stored_rows`);
             labels: [N].
         order: Example indices; ``start``, ``stop``: the range of ``order`` to use.
-        mean, std: Input normalisation.
+        mean, std: Input normalisation, as :func:`hogwild.data.arrays.input_normalisation`
+            gives it for the images' type: for float32 rows (0, 1/255), which takes the values
+            as given; any other pair scales them as if they were pixels.
 
     Returns:
         The summed cross-entropy of the examples (float64).

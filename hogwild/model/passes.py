@@ -102,11 +102,13 @@ def stored_rows(images: np.ndarray) -> tuple[np.ndarray, bool]:
     are passed as their bytes (a view, no copy) and read back as float32 by
     :func:`load_stored_example`.
     """
-    if images.ndim != 2 or not images.flags.c_contiguous:
+    if images.ndim != 2:
         raise ValueError(
-            f"images: expected a C-contiguous [examples, values] array, got shape "
-            f"{images.shape} ({'C-contiguous' if images.flags.c_contiguous else 'strided'})"
+            f"images: expected a 2-dimensional [examples, values] array, got {images.ndim} "
+            f"dimensions (shape {images.shape})"
         )
+    if not images.flags.c_contiguous:
+        raise ValueError(f"images: expected a C-contiguous array, got a strided {images.shape}")
     if images.dtype == np.uint8:
         return images, False
     if images.dtype == np.float32:

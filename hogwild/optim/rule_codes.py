@@ -13,6 +13,9 @@ RULE_MOMENTUM = 1
 RULE_ADAM = 2
 RULE_ADAMW = 3
 RULE_CODES = {"sgd": RULE_SGD, "momentum": RULE_MOMENTUM, "adam": RULE_ADAM, "adamw": RULE_ADAMW}
+# The training loop's code for a gradient and no update (hogwild.model.loops.gradient_range):
+# beside the rules' so that no rule takes it, and not in RULE_CODES, so no config names it.
+GRADIENT_ONLY = -1
 ADAPTIVE_RULES = ("adam", "adamw")  # the rules whose state is a worker's moments
 
 

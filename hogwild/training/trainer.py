@@ -289,8 +289,9 @@ class Trainer:
         # calls back into Python, where a Ctrl-C's exception would be dropped: not lost here.
         batch, update_every, feed = config.train.batch, config.train.update_every, self.plan.feed
         images = self.images_dtype
+        # no images type in the key: float32 examples reach the kernels as uint8 rows
+        # (hogwild.model.passes.stored_rows), so a float job loads what an MNIST job compiled
         what = {
-            "images": np.dtype(images).name,
             "kernels": "engine",
             "model": config.to_dict()["model"],
             "classes": self.plan.n_classes,

@@ -38,8 +38,8 @@ def test_summed_loss_and_gradient_of_a_range_match_autograd(name):
     network = build_network(MODELS[name])
     params = init_params(network, seed=3)
     before = params.copy()
-    # the jobs' types (uint8 rows, LABEL_DTYPE labels): the kernel the warm-up compiled for
-    # Sandblaster's replicas, not a variant of its own
+    # the jobs' types (uint8 rows, LABEL_DTYPE labels): the training loop (train_chunk) the
+    # warm-up compiled for the jobs, not a variant of its own
     images, labels = random_images(network, 11, seed=4)
     order = np.random.default_rng(5).permutation(11).astype(np.int64)
     ctx = TrainingContext.allocate(network, 4)

@@ -10,14 +10,17 @@ same activations, hence the same losses and the same updated weights, bit for bi
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
 from hogwild.config import default_config_path, load_config
 from hogwild.data.arrays import input_normalisation
+from hogwild.model import loops
 from hogwild.model.context import TrainingContext
 from hogwild.model.init import initialise
-from hogwild.model.loops import LABEL_DTYPE
+from hogwild.model.loops import LABEL_DTYPE, predict_batch
 from hogwild.model.network import build_network
 from hogwild.model.passes import stored_rows
 from hogwild.model.random import seed_kernels
@@ -67,6 +70,11 @@ def test_float32_rows_train_and_evaluate_like_the_pixels_they_equal(network):
     np.testing.assert_array_equal(from_values[0], from_pixels[0])
     assert from_values[1:] == from_pixels[1:]
     assert from_pixels[2][0] > 0.0  # a real loss: the examples were read, not zeros
+    # one kernel whatever the stored type: the float run compiled no float32 variant
+    for dispatcher in (loops.train_chunk, loops.evaluate_range):
+        images_at = list(inspect.signature(dispatcher.py_func).parameters).index("images")
+        stored = {str(signature[images_at].dtype) for signature in dispatcher.signatures}
+        assert stored == {"uint8"}, f"{dispatcher.py_func.__name__} images: {stored}"
 
 
 def test_float32_rows_are_passed_as_their_bytes():
@@ -81,11 +89,33 @@ def test_float32_rows_are_passed_as_their_bytes():
 @pytest.mark.parametrize(
     "images, what",
     [
-        (np.zeros((2, 3), np.float64), "uint8 or float32"),
-        (np.zeros((2, 6), np.uint8)[:, ::2], "C-contiguous"),
-        (np.zeros(6, np.uint8), "C-contiguous"),
+        (np.zeros((2, 3), np.float64), "uint8 or float32 values, got float64"),
+        (np.zeros((2, 6), np.uint8)[:, ::2], "a C-contiguous array, got a strided"),
+        (np.zeros(6, np.uint8), "a 2-dimensional .* got 1 dimensions"),
+        (np.zeros((1, 2, 3), np.uint8), "a 2-dimensional .* got 3 dimensions"),
     ],
 )
 def test_other_images_are_refused_naming_them(images, what):
-    with pytest.raises(ValueError, match=f"images: expected .*{what}"):
+    with pytest.raises(ValueError, match=f"images: expected {what}"):
         stored_rows(images)
+
+
+@pytest.mark.parametrize(
+    "probabilities",
+    [
+        np.zeros((N - 1, 10), np.float32),  # too few rows: the kernel would write past them
+        np.zeros((N, 9), np.float32),
+        np.zeros((N, 10), np.float64),  # another type: a second evaluation loop compiled
+        np.zeros((N, 20), np.float32)[:, ::2],
+    ],
+)
+def test_predict_batch_refuses_probabilities_it_cannot_fill(network, probabilities):
+    assert network.n_classes == 10
+    context = TrainingContext.allocate(network, 1)
+    inputs = np.zeros((N, network.input_size), np.float32)
+    params = np.zeros(network.n_params, np.float32)
+    with pytest.raises(ValueError, match=rf"probabilities: expected .*float32 \[{N}, 10\]"):
+        predict_batch(
+            network.ops, params, context.act, context.aux, context.scratch,
+            inputs, probabilities,
+        )  # fmt: skip
