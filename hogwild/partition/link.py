@@ -410,7 +410,7 @@ class Receiver:
                 self.stats[p, STAT_EXAMPLES] += 1
 
     def _load(self, h: fr.Header) -> None:
-        from hogwild.model.loops import load_example
+        from hogwild.model.passes import load_example
         from hogwild.shm.atomics import atomic_store
 
         s = h.slot

@@ -306,7 +306,7 @@ class PartitionLoop:
     def feed(self) -> bool:
         """Partition 0: load the next examples of the order into the slots every partition is
         done with, up to ``COUNT`` in all; carry out a close. Returns whether it loaded any."""
-        from hogwild.model.loops import load_example
+        from hogwild.model.passes import load_example
         from hogwild.shm.atomics import atomic_load, atomic_store
 
         close = atomic_load(self.control, CLOSE)

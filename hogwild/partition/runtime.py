@@ -439,7 +439,7 @@ def warm_kernels(plan: PartitionPlan, n_slots: int) -> None:
     """Compile (or load from numba's cache) every kernel a partition calls, with the argument
     types it calls them with, once here rather than in K processes at once."""
     from hogwild.model.layer_kernels import argmax, cross_entropy
-    from hogwild.model.loops import load_example
+    from hogwild.model.passes import load_example
     from hogwild.model.update import apply_update
     from hogwild.optim.rules import RULE_CODES
     from hogwild.partition.compute import PartitionStages
