@@ -71,7 +71,6 @@ DRAIN = 256  # messages handled per socket before looking at the other one
 MAX_ERROR_TEXT = 1000
 MAX_ROUTES = 65536
 REPLY_HWM = 1000
-BIND_RETRY_S = 0.05  # how often a bind to a port in use is tried again (Router.start)
 """Replies that wait for one client at most by default (ZeroMQ's send high-water mark of the
 ROUTER socket; a full pipe drops the reply, a client that reads retries it)."""
 REPLY_BUDGET_BYTES = 128 * 2**20
@@ -249,12 +248,8 @@ class Router:
         self.received = 0
         self.errors: Counter[str] = Counter()
 
-    def start(self, bind_wait_s: float = 0.0) -> Address:
-        """Bind and start the network thread; the bound address (the real port if it was 0).
-
-        ``bind_wait_s``: how long a bind to a given port that is in use (``EADDRINUSE``) is
-        tried again, every :data:`BIND_RETRY_S`, before it fails: for a server started in place
-        of a process that still holds the address and is on its way out."""
+    def start(self) -> Address:
+        """Bind and start the network thread; the bound address (the real port if it was 0)."""
         try:
             if self.keys:
                 self._security = secure_server(self.context, self._router, self.keys)
@@ -264,15 +259,7 @@ class Router:
                 port = self._router.bind_to_random_port(host)
                 self.address = self.address.with_port(port)
             else:
-                deadline = time.monotonic() + bind_wait_s
-                while True:
-                    try:
-                        self._router.bind(self.address.endpoint)
-                        break
-                    except zmq.ZMQError as exc:
-                        if exc.errno != zmq.EADDRINUSE or time.monotonic() >= deadline:
-                            raise
-                    time.sleep(BIND_RETRY_S)
+                self._router.bind(self.address.endpoint)
                 self._socket_file = _bound_file(self.address)
         except zmq.ZMQError as exc:
             self._close_sockets()

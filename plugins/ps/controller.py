@@ -108,9 +108,9 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
     # granted from now for the longer TTL: it ends after the earlier marker's lease (granted
     # before, for at most as long with the same request timeout)
     life = marker_life(cover, etcd.timeout_s)
-    sent = time.monotonic()
-    marker = etcd.grant(life)
     value = {"lease": lease, "leases": merged_leases(earlier, lease), "lease_s": cover}
+    sent = time.monotonic()  # the marker's cover counts from its grant: nothing slow after it
+    marker = etcd.grant(life)
     if not etcd.replace(key, value, revision, lease=marker):
         etcd.revoke(marker)
         raise HogwildError(

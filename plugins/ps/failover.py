@@ -131,12 +131,15 @@ train, and the dropped holder then goes on as one cut off past its marker's life
 
 def marker_leases(value: object) -> list[int]:
     """The leases a ``revoked/<i>`` marker's ``value`` names, oldest first: its ``leases`` and
-    its ``lease`` (the newest; a marker written before ``leases`` names that one alone).
-    Anything that is not a lease (not an int, a bool) is left out: such a marker names none."""
+    its ``lease`` (the newest; a marker written before ``leases`` names that one alone), at
+    most the last :data:`MARKER_LEASES` of a longer ``leases`` list. Anything that is not a
+    lease (not an int, a bool) is left out: such a marker names none."""
     if not isinstance(value, dict):
         return []
     named = value.get("leases")
-    found = list(named) if isinstance(named, list) else []
+    # only the newest MARKER_LEASES count, however long a list etcd holds (one written by hand
+    # could be megabytes: every server reads it on its replication thread at each map read)
+    found = list(named[-MARKER_LEASES:]) if isinstance(named, list) else []
     found.append(value.get("lease"))
     leases: list[int] = []
     for lease in found:

@@ -18,8 +18,8 @@ from bench.support.paper_job import PAPER_OVERRIDES
 from hogwild.config import load_config
 from hogwild.data.mnist import load_mnist
 from hogwild.model.context import TrainingContext
-from hogwild.model.passes import load_example
 from hogwild.model.network import build_network
+from hogwild.model.passes import load_example
 from hogwild.model.update import apply_update
 from hogwild.optim.rules import RULE_CODES
 from hogwild.optim.schedule import epoch_rates, rate_within

@@ -276,3 +276,17 @@ def test_a_marker_names_every_lease_revoked_while_it_lived_and_each_holder_stops
     for lease in range(1, MARKER_LEASES + 3):
         chain = {"lease": lease, "leases": merged_leases(chain, lease)}
     assert chain["leases"] == list(range(3, MARKER_LEASES + 3))
+
+
+def test_a_marker_read_counts_only_its_newest_leases_however_long_its_list():
+    """Review U, risk 1: a ``revoked/<i>`` marker's ``leases`` comes from etcd, so anyone who
+    can write the key can make it long; a read counts only its newest MARKER_LEASES (a holder
+    named only further back goes on, as one dropped from a marker the driver wrote would)."""
+    from hogwild_plugins.ps.failover import MARKER_LEASES, marker_leases, replaced
+
+    huge = {"lease": 7, "leases": list(range(1, 200_001)), "lease_s": 2}
+    newest = list(range(200_001 - MARKER_LEASES, 200_001))
+    assert marker_leases(huge) == [*newest, 7]
+    assert replaced([("revoked/1", huge)], 1, [newest[0]]) == newest[0]
+    assert replaced([("revoked/1", huge)], 1, [newest[0] - 1]) is None  # too far back
+    assert replaced([("revoked/1", huge)], 1, [7]) == 7

@@ -92,14 +92,7 @@ from hogwild.net.wire import (
 )
 from hogwild.numa.pinning import bind_memory
 
-__all__ = ["BIND_WAIT_S", "ParameterServer"]
-
-BIND_WAIT_S = 5.0
-"""How long a server tries again to bind its address while another process holds it
-(``Router.start``): the driver starts a server in place of one it lost at the same address,
-and the lost one, if it still runs and reads its ``revoked/<i>`` marker, stops and exits within
-its CLI's poll (0.5 s) and its own stop (a final flush, threads joined). A stop slower than this
-fails the replacement's start, which the driver counts as one of ``cluster.restarts``."""
+__all__ = ["ParameterServer"]
 
 
 class ParameterServer:
@@ -262,7 +255,7 @@ class ParameterServer:
                 )
                 self.flusher.flushed_versions = dict(self._recovered)
                 self.flusher.start()
-            self.address = self.router.start(bind_wait_s=BIND_WAIT_S)
+            self.address = self.router.start()
             if self.options.copies > 1:
                 from hogwild_plugins.ps.replication import Replication
 
