@@ -39,7 +39,7 @@ def run_seeds(
     """Seeds ``first`` .. ``first + count - 1`` of ``config`` (default: the simulator's; each
     healed and checked for liveness after, with ``live``): the totals, or the first
     violation."""
-    totals = {"seeds": 0, "acknowledged": 0, "faults": 0}
+    totals = {"seeds": 0, "acknowledged": 0, "faults": 0, "replaced_stops": 0}
     for seed in range(first, first + count):
         try:
             world = run_seed(seed, steps, config or Config(), faults=faults)
@@ -51,6 +51,7 @@ def run_seeds(
         totals["seeds"] += 1
         totals["acknowledged"] += counts["acknowledged"]
         totals["faults"] += counts["faults"]
+        totals["replaced_stops"] += counts["replaced_stops"]
     return totals
 
 
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         "liveness": not args.safety_only,
         "acknowledged": sum(r["acknowledged"] for r in results),
         "faults": sum(r["faults"] for r in results),
+        # servers that found their lease revoked by the driver and stopped (exit 2)
+        "replaced_stops": sum(r["replaced_stops"] for r in results),
         "seconds": round(time.perf_counter() - started, 2),
     }
     print(json.dumps(record))

@@ -39,9 +39,16 @@ from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
 from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
 from hogwild_plugins.ps.etcd_tls import drop_etcd_tls
-from hogwild_plugins.ps.failover import REVOKED_PREFIX, REVOKED_TTLS, marker_life, merged_leases
+from hogwild_plugins.ps.failover import (
+    REVOKED_PREFIX,
+    REVOKED_TTLS,
+    marker_lease_s,
+    marker_life,
+    merged_leases,
+)
 from hogwild_plugins.ps.routes import etcd_prefix
 
+from hogwild.config.checks import MAX_LEASE_S
 from hogwild.errors import ConfigError, HogwildError
 from hogwild.net.address import is_loopback, parse_address
 
@@ -84,13 +91,15 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
       full life after the driver gave up.
 
     Raises:
-        HogwildError: ``lease_s`` is not a whole number of seconds >= 1 (the lease is left
-            to lapse by itself, which is safe), etcd failed, or the marker ran out.
+        HogwildError: ``lease_s``, or a live marker's of ``index``, is not a whole number of
+            seconds from 1 to ``MAX_LEASE_S`` (the lease is left to lapse by itself, which is
+            safe), etcd failed, or the marker ran out.
     """
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
+    if marker_lease_s({"lease_s": lease_s}) is None:
         raise HogwildError(
-            f"server {index}'s member record has lease_s {lease_s!r}: expected whole seconds >= 1 "
-            "to size its revoked marker; its lease is left to lapse by itself"
+            f"server {index}'s member record has lease_s {lease_s!r}: expected whole seconds "
+            f"from 1 to {MAX_LEASE_S} to size its revoked marker; its lease is left to lapse by "
+            "itself"
         )
     key = f"{REVOKED_PREFIX}{index}"
     # a live marker of an earlier revoke of this index (an earlier incarnation, which may still
@@ -98,11 +107,12 @@ def revoke_marked(etcd: Etcd, index: int, lease: int, lease_s: object) -> None:
     earlier, revision = etcd.get(key)
     cover = lease_s
     if earlier is not None:
-        earlier_s = earlier.get("lease_s") if isinstance(earlier, dict) else None
-        if isinstance(earlier_s, bool) or not isinstance(earlier_s, int) or earlier_s < 1:
+        earlier_s = marker_lease_s(earlier)
+        if earlier_s is None:  # none, or past MAX_LEASE_S: no driver's, and no lease to grant
             raise HogwildError(
-                f"etcd key {key} holds a revoked marker naming no TTL ({earlier!r}): server "
-                f"{index}'s lease is left to lapse by itself rather than shorten its cover"
+                f"etcd key {key} holds a revoked marker naming no TTL of whole seconds from 1 "
+                f"to {MAX_LEASE_S} ({earlier!r}): server {index}'s lease is left to lapse by "
+                "itself rather than shorten its cover"
             )
         cover = max(cover, earlier_s)
     # granted from now for the longer TTL: it ends after the earlier marker's lease (granted

@@ -45,7 +45,8 @@ The protocol, for one bucket ``b`` with ``copies`` copies:
   read that shows the member gone, and keeps it :data:`REVOKED_TTLS` TTLs past the revoke,
   however late etcd applies it (``controller.revoke_marked`` says how; a second revoke of the
   same index never puts a shorter TTL or an earlier end over a live marker). A marker that
-  names no TTL (an older driver's, or one written by hand) keeps a takeover's reads closed
+  names no TTL (no whole ``lease_s`` of 1 to ``MAX_LEASE_S`` seconds: an older driver's, or one
+  written by hand) keeps a takeover's reads closed
   while it lives rather than failing the read of the map (which would stop every takeover of
   the job): it lives past its holder's last answer like any marker, and a guessed TTL would
   be no bound (:func:`revoked_ttl`). A
@@ -101,6 +102,7 @@ __all__ = [
     "MemberRecord",
     "desired_copies",
     "lease_now",
+    "marker_lease_s",
     "marker_leases",
     "marker_life",
     "merged_leases",
@@ -172,20 +174,20 @@ def revoked_ttl(entries: Iterable[tuple[str, object]], n_servers: int) -> float:
     ``revoked/<i>`` with ``i`` one of the job's ``n_servers`` counts (as ``parse_map`` reads the
     records and members); other keys under ``revoked/`` name no server of the job.
 
-    A marker whose ``lease_s`` is not whole seconds >= 1 (one an older driver wrote, or one
-    written by hand: :func:`unknown_markers` names them) gives ``math.inf``: how long its
-    holder may answer is not known, so a takeover's reads stay closed while such a marker
-    lives (``ReadsGate``), and takeovers themselves go on. That is safe: whoever revokes a
-    lease puts its marker before the revoke and keeps it at least :data:`REVOKED_TTLS` of the
-    holder's TTLs past it, past the holder's last answer (at most 3/4 of its TTL after its last
-    renewal, which came before the revoke); a marker written by hand that never expires keeps
-    those reads closed until it is deleted. Waiting a guessed TTL instead (this server's, or
-    the members') would be no guarantee: the revoked holder is no member any more, and its TTL
-    may be longer than every live one's.
+    A marker whose ``lease_s`` is not whole seconds from 1 to ``MAX_LEASE_S`` (one an older
+    driver wrote, or one written by hand: :func:`unknown_markers` names them) gives
+    ``math.inf``: how long its holder may answer is not known, so a takeover's reads stay closed
+    while such a marker lives (``ReadsGate``), and takeovers themselves go on. That is safe:
+    whoever revokes a lease puts its marker before the revoke and keeps it at least
+    :data:`REVOKED_TTLS` of the holder's TTLs past it, past the holder's last answer (at most
+    3/4 of its TTL after its last renewal, which came before the revoke); a marker written by
+    hand that never expires keeps those reads closed until it is deleted. Waiting a guessed TTL
+    instead (this server's, or the members') would be no guarantee: the revoked holder is no
+    member any more, and its TTL may be longer than every live one's.
     """
     longest, unknown = 0, False
     for _key, value in _markers(entries, n_servers):
-        lease_s = _marker_lease_s(value)
+        lease_s = marker_lease_s(value)
         if lease_s is None:
             unknown = True
         else:
@@ -216,8 +218,9 @@ def replaced(entries: Iterable[tuple[str, object]], index: int, held: Iterable[i
 
 def unknown_markers(entries: Iterable[tuple[str, object]], n_servers: int) -> list[str]:
     """The keys of the ``revoked/<i>`` markers in ``entries`` whose TTL is not known (no
-    ``lease_s`` of whole seconds >= 1): those :func:`revoked_ttl` counts as ``math.inf``."""
-    return [key for key, value in _markers(entries, n_servers) if _marker_lease_s(value) is None]
+    ``lease_s`` of whole seconds from 1 to ``MAX_LEASE_S``): those :func:`revoked_ttl` counts as
+    ``math.inf``."""
+    return [key for key, value in _markers(entries, n_servers) if marker_lease_s(value) is None]
 
 
 def _markers(entries: Iterable[tuple[str, object]], n_servers: int):
@@ -229,12 +232,17 @@ def _markers(entries: Iterable[tuple[str, object]], n_servers: int):
                 yield key, value
 
 
-def _marker_lease_s(value: object) -> int | None:
-    """A marker's holder's TTL, None where it names none (not whole seconds >= 1)."""
+def marker_lease_s(value: object) -> int | None:
+    """A ``revoked/<i>`` marker's holder's TTL, None where it names none: not whole seconds
+    from 1 to ``MAX_LEASE_S``, the bound of every lease a server may hold (``ps.lease_s``,
+    ``--lease-s``, a member record). A longer one no driver of this job wrote: taken as it
+    stood, it would close a takeover's reads for up to that long even after the marker is gone
+    (a wait once owed is never shortened), where one naming none closes them only while it
+    lives; the driver's revoke over it refuses, naming its key (``controller.revoke_marked``)."""
     lease_s = value.get("lease_s") if isinstance(value, dict) else None
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int) or lease_s < 1:
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int):
         return None
-    return lease_s
+    return lease_s if 1 <= lease_s <= MAX_LEASE_S else None
 
 
 def desired_copies(bucket: int, members: Iterable[int], copies: int) -> list[int]:

@@ -130,8 +130,10 @@ class Routes:
         self.epochs = [0] * n_buckets
         self.members: set[int] = set()
         self.lease_s = 0.0  # the longest lease of a live server (0: not known yet)
+        self.reads = 0  # map reads asked of etcd (each a range read of the job's prefix)
 
     def read(self) -> None:
+        self.reads += 1
         members, records = read_map(self.etcd, self.n_servers, self.n_buckets)
         self.members = set(members)
         if members:  # each TTL at most MAX_LEASE_S: MemberRecord.parse refuses a longer one

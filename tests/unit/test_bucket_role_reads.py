@@ -20,6 +20,7 @@ from hogwild_plugins.ps.replication.bucket_role import Role
 from hogwild_plugins.ps.replication.bucket_role_events import CampaignAnswered, MapRead
 from hogwild_plugins.ps.replication.reads_gate import ReadsGate, takeover_wait
 
+from hogwild.config.checks import MAX_LEASE_S
 from tests.unit.bucket_role_support import (
     LEASE,
     NEW_LEASE,
@@ -125,9 +126,15 @@ def test_revoked_ttl_is_the_longest_marker_and_a_marker_without_a_ttl_is_unbound
     assert revoked_ttl(entries, n_servers=4) == 9.0
     assert unknown_markers(entries, n_servers=4) == []
     assert revoked_ttl(entries[:1], n_servers=4) == 0.0
-    for bad in ({"lease": 5}, {"lease": 5, "lease_s": 0}, {"lease_s": True}, "x"):
+    longest = [*entries, (f"{REVOKED_PREFIX}3", {"lease": 5, "lease_s": MAX_LEASE_S})]
+    assert revoked_ttl(longest, n_servers=4) == MAX_LEASE_S  # the bound itself is a TTL
+    # past MAX_LEASE_S no driver wrote it (ps.lease_s is bounded): named, closed while it lives,
+    # not a wait owed for up to that long after it is gone
+    over = [{"lease": 5, "lease_s": MAX_LEASE_S + 1}, {"lease": 5, "lease_s": 10**18}]
+    for bad in ({"lease": 5}, {"lease": 5, "lease_s": 0}, {"lease_s": True}, "x", *over):
         marked = [*entries, (f"{REVOKED_PREFIX}3", bad)]
         assert revoked_ttl(marked, n_servers=4) == math.inf
+        assert unknown_markers(marked, n_servers=4) == [f"{REVOKED_PREFIX}3"]
         assert unknown_markers(marked, n_servers=4) == [f"{REVOKED_PREFIX}3"]
 
 

@@ -6,6 +6,7 @@ import pytest
 from hogwild_plugins.ps.routing import (
     LEASE_MARGIN_S,
     READS_WAIT_PAUSE_S,
+    REFUSED_PAUSE_MAX_S,
     REFUSED_PAUSE_S,
     REROUTE_WAIT_S,
     AwaitMap,
@@ -49,9 +50,8 @@ def test_a_reply_is_done_re_routed_counted_stale_or_an_error():
 def test_refused_requests_wait_briefly_for_the_map_and_go_to_the_new_primaries():
     machine = Rerouting(DEADLINE)
     waiting = (Waiting(0, bucket=0, server=1, refused=True), Waiting(3, 2, 1, True))
-    assert step(machine, Unfinished("u1", waiting, now=10.0)) == [ReadMap()]
-    # the map still names server 1: it lives (it refused), so nobody is pinged
-    actions = step(machine, MapRead("m1", [1, 0, 1], [4, 4, 4], lease_s=2.0))
+    # server 1 lives (it refused): nobody to ping, so no read to decide pings; the wait reads
+    actions = step(machine, Unfinished("u1", waiting, now=10.0))
     assert actions == [Pause(REFUSED_PAUSE_S), AwaitMap(frozenset({0, 2}), DEADLINE, {})]
     actions = step(machine, MapSettled("s1", [2, 0, None], now=11.0))
     assert actions == [Resend({0: 2, 3: 0})]  # no primary yet: server 0, as the routes say
@@ -66,10 +66,9 @@ def test_pulls_waiting_for_their_primarys_reads_go_again_to_it_after_a_pause_wit
     actions = step(machine, Unfinished("u1", waiting, now=10.0))
     assert actions == [Pause(READS_WAIT_PAUSE_S), Resend({0: 1, 2: 2})]
     assert machine.phase == "idle" and machine.rounds == 1
-    # one of them is not held (refused NOT_PRIMARY): the round reads the map, as before
+    # one of them is not held (refused NOT_PRIMARY): the round waits for the map, as before
     mixed = (Waiting(0, 0, 1, True, True), Waiting(2, 1, 2, True))
-    assert step(machine, Unfinished("u2", mixed, now=10.2)) == [ReadMap()]
-    actions = step(machine, MapRead("m2", [1, 0], [4, 5], lease_s=2.0))
+    actions = step(machine, Unfinished("u2", mixed, now=10.2))
     assert actions == [Pause(REFUSED_PAUSE_S), AwaitMap(frozenset({0, 1}), DEADLINE, {})]
     assert step(machine, MapSettled("s2", [1, 0], now=10.3)) == [Resend({0: 1, 2: 0})]
     # held past the deadline: it gives up, naming the buckets
@@ -80,7 +79,7 @@ def test_pulls_waiting_for_their_primarys_reads_go_again_to_it_after_a_pause_wit
 def test_a_silent_primary_that_answers_a_ping_gets_its_requests_again_at_once():
     machine = Rerouting(DEADLINE)
     waiting = (Waiting(0, 0, 2, False), Waiting(1, 1, 2, False), Waiting(2, 3, 0, False))
-    step(machine, Unfinished("u1", waiting, now=10.0))
+    assert step(machine, Unfinished("u1", waiting, now=10.0)) == [ReadMap()]  # whom to ping
     # buckets 0 and 1 are still on server 2 (one ping for both); bucket 3 moved to server 1
     actions = step(machine, MapRead("m1", [2, 2, 0, 1], [5, 6, 1, 9], lease_s=2.0))
     assert actions == [Ping(2)]
@@ -114,7 +113,6 @@ def test_past_the_deadline_it_gives_up_naming_the_buckets():
     machine = Rerouting(DEADLINE)
     waiting = (Waiting(0, 4, 1, True), Waiting(1, 2, 0, True))
     step(machine, Unfinished("u1", waiting, now=99.0))
-    step(machine, MapRead("m1", [None] * 5, [0] * 5, lease_s=1.0))
     actions = step(machine, MapSettled("s1", [None] * 5, now=DEADLINE + 0.01))
     assert actions == [Exhausted(server=1, buckets=frozenset({2, 4}))]
     assert machine.phase == "idle"
@@ -123,15 +121,58 @@ def test_past_the_deadline_it_gives_up_naming_the_buckets():
 def test_rounds_repeat_and_the_story_records_every_transition():
     machine = Rerouting(DEADLINE)
     for round_ in range(3):
-        step(machine, Unfinished(f"u{round_}", (Waiting(0, 0, 1, True),), now=float(round_)))
+        step(machine, Unfinished(f"u{round_}", (Waiting(0, 0, 1, False),), now=float(round_)))
         step(machine, MapRead(f"m{round_}", [1], [1], lease_s=1.0))
+        step(machine, Pinged(f"p{round_}", 1, alive=True))
         step(machine, MapSettled(f"s{round_}", [1], now=float(round_)))
     assert machine.rounds == 3
     story = machine.story()
-    assert [entry[0] for entry in story] == ["u0", "m0", "s0", "u1", "m1", "s1", "u2", "m2", "s2"]
+    assert [entry[0] for entry in story] == [f"{k}{r}" for r in range(3) for k in "umps"]
     assert story[0] == ("u0", "Unfinished", "idle", "reading", ("ReadMap",))
-    assert story[1] == ("m0", "MapRead", "reading", "waiting", ("Pause", "AwaitMap"))
-    assert story[2] == ("s0", "MapSettled", "waiting", "idle", ("Resend",))
+    assert story[1] == ("m0", "MapRead", "reading", "pinging", ("Ping",))
+    assert story[2] == ("p0", "Pinged", "pinging", "waiting", ("Pause", "AwaitMap"))
+    assert story[3] == ("s0", "MapSettled", "waiting", "idle", ("Resend",))
+
+
+def pauses_of_refused_rounds(machine: Rerouting, rounds: list) -> list[float]:
+    """The pause before each round's wait for the map, a round being ``(waiting, primaries the
+    map names when the wait ends)``."""
+    pauses = []
+    for i, (waiting, primaries) in enumerate(rounds):
+        actions = step(machine, Unfinished(f"u{i}", waiting, now=float(i)))
+        assert isinstance(actions[0], Pause) and isinstance(actions[1], AwaitMap), actions
+        pauses.append(actions[0].seconds)
+        step(machine, MapSettled(f"s{i}", primaries, now=float(i)))
+    return pauses
+
+
+def test_requests_refused_again_by_the_primary_the_map_names_back_off_to_a_bound():
+    """A winner catching its copies up (or short of min_copies) refuses ``NOT_PRIMARY`` while
+    the map names it: each round pauses twice as long, up to the bound, not ~10 ms each."""
+    machine = Rerouting(DEADLINE)
+    stuck = (Waiting(0, 0, 1, refused=True), Waiting(1, 1, 1, True))
+    pauses = pauses_of_refused_rounds(machine, [(stuck, [1, 1])] * 9)
+    assert pauses == [min(REFUSED_PAUSE_S * 2**k, REFUSED_PAUSE_MAX_S) for k in range(9)]
+    assert pauses[-1] == REFUSED_PAUSE_MAX_S and machine.rounds == 9
+
+
+def test_the_back_off_starts_over_when_the_map_moves_or_a_request_is_answered():
+    machine = Rerouting(DEADLINE)
+    stuck = (Waiting(0, 0, 1, refused=True), Waiting(1, 1, 1, True))
+    # refused twice by server 1, then the map names server 2 for bucket 1 (moved): start over
+    moved = [(stuck, [1, 1]), (stuck, [1, 1]), (stuck, [1, 2])]
+    assert pauses_of_refused_rounds(machine, moved) == [0.01, 0.02, 0.04]
+    again = (Waiting(0, 0, 1, True), Waiting(1, 1, 2, True))
+    assert pauses_of_refused_rounds(machine, [(again, [1, 2])] * 2) == [0.01, 0.02]
+    # request 1 answered meanwhile: fewer wait, progress, start over
+    one = (Waiting(0, 0, 1, True),)
+    assert pauses_of_refused_rounds(machine, [(one, [1, 2])]) == [0.01]
+    # an unanswered request (a ping round) is no refusal: the back-off starts over after it
+    step(machine, Unfinished("u-silent", (Waiting(0, 0, 1, refused=False),), now=20.0))
+    step(machine, MapRead("m-silent", [1, 2], [3, 3], lease_s=1.0))
+    assert step(machine, Pinged("p-silent", 1, alive=True))[0] == Pause(REFUSED_PAUSE_S)
+    step(machine, MapSettled("s-silent", [1, 2], now=20.1))
+    assert pauses_of_refused_rounds(machine, [(one, [1, 2])]) == [0.01]
 
 
 def test_nothing_waiting_needs_no_round():

@@ -10,6 +10,9 @@ from hogwild_plugins.ps.controller import revoke_marked
 from hogwild_plugins.ps.failover import REVOKED_PREFIX, marker_life
 from hogwild_plugins.ps.simulation.etcd import MARKER_REQUEST_TICKS, SimEtcd
 
+from hogwild.config.checks import MAX_LEASE_S
+from hogwild.errors import HogwildError
+
 
 class DriverView:
     """The calls ``revoke_marked`` makes of :class:`~hogwild_plugins.ps.etcd.Etcd`, carried
@@ -64,3 +67,20 @@ def test_a_second_revoke_of_an_index_keeps_the_longer_ttl_as_the_drivers_transac
     longer = max(first, second)
     assert marker(sim) == (longer, 3 + marker_life(longer, MARKER_REQUEST_TICKS / 2))
     assert sim.revoked() == real.revoked() == longer
+
+
+def test_a_revoke_over_a_marker_naming_a_ttl_past_the_bound_is_refused_naming_its_key():
+    """A live ``revoked/0`` naming a TTL past ``MAX_LEASE_S`` (no driver's: ``ps.lease_s`` is
+    bounded) is not taken as the cover to keep (a marker lease that long): the driver refuses,
+    naming the key, revokes nothing (the lease lapses by itself) and leaves the marker as it
+    was; a holder's own TTL past the bound is refused the same way."""
+    etcd = SimEtcd(1, 1)
+    key = f"{REVOKED_PREFIX}0"
+    odd = {"lease": 3, "leases": [3], "lease_s": MAX_LEASE_S + 1}
+    etcd.put(key, odd)
+    held = etcd.grant(4, 0)
+    with pytest.raises(HogwildError, match=f"etcd key {key} holds a revoked marker naming no"):
+        revoke_marked(DriverView(etcd, 1), 0, held, 4)
+    assert etcd.get(key)[0] == odd and held in etcd.leases  # nothing written, nothing revoked
+    with pytest.raises(HogwildError, match=f"expected whole seconds from 1 to {MAX_LEASE_S}"):
+        revoke_marked(DriverView(SimEtcd(1, 1), 1), 0, held, MAX_LEASE_S + 1)

@@ -21,6 +21,9 @@ from tests.unit.simulation_support import primary_of
 
 SHARD = 2  # of bucket 1
 MIXED_SEEDS = 60  # seeded schedules with mixed lease TTLs (about half a CPU-s)
+# a server whose lease the driver revoked goes on (it does not stop at its next map read): the
+# model of a holder whose replication thread reads no map while it is revoked
+GOES_ON = Config(replaced_stops=False)
 
 
 def pull(world: World, server: int, client: int = 0) -> int:
@@ -39,11 +42,11 @@ def write(world: World, client: int = 0) -> None:
     world.settle()
 
 
-def deposed_while_paused() -> tuple[World, int, int]:
-    """The established world, a pull of client 0 waiting at the paused primary of ``SHARD``'s
-    bucket, whose lease etcd then drops early; a copy takes the bucket and acknowledges client
-    0's write. The world, the deposed primary, the successor."""
-    world = established()
+def deposed_while_paused(config: Config | None = None) -> tuple[World, int, int]:
+    """The established world of ``config``, a pull of client 0 waiting at the paused primary of
+    ``SHARD``'s bucket, whose lease etcd then drops early; a copy takes the bucket and
+    acknowledges client 0's write. The world, the deposed primary, the successor."""
+    world = established(config or Config())
     old = primary_of(world, SHARD).me
     pull(world, old)  # waits in the paused server's socket
     world.apply(("pause", old))
@@ -104,7 +107,9 @@ def test_a_primary_taking_back_its_own_record_keeps_the_wait_it_still_owes():
     """The successor's own lease ends inside its wait; it registers again and takes back the
     record it won (its thread first). Before the mend that campaign set its wait to nothing,
     it answered the write to a pull, and the resumed predecessor answered an older one."""
-    world, old, new = deposed_while_paused()
+    # a successor whose lease the driver ends and that goes on (its replication thread reads
+    # no map meanwhile; a real one that reads revoked/<me> stops: test_simulation_replaced.py)
+    world, old, new = deposed_while_paused(GOES_ON)
     role = world.servers[new].roles[1]
     owed = role.reads_from
     assert owed > world.time
@@ -220,14 +225,14 @@ def test_a_late_revoke_keeps_its_marker_past_the_holders_last_answer(monkeypatch
     the marker must live that long after the revoke, not after its grant: the driver renews
     it once the revoke came back. Without the renewal the successor of a late revoke finds no
     marker, answers at once, and two servers answer the bucket's pulls."""
-    world = established()
+    world = established(GOES_ON)  # a holder that reads no map from its marker to its pause
     old, new = revoked_late(world)
     assert new != old and world.etcd.revoked()
     assert world.servers[new].roles[1].reads_from > world.time  # it waits
 
     monkeypatch.setattr(SimEtcd, "revoke_marked", lambda etcd, lease, *_: etcd.revoke(lease))
     with pytest.raises(Violation, match="bucket 1's pulls answered by servers"):
-        revoked_late(established())
+        revoked_late(established(GOES_ON))
 
 
 LONG, SHORT = 20, 4  # ticks: a revoked holder's lease TTL, and its successors'

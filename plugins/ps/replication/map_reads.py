@@ -26,6 +26,8 @@ from hogwild_plugins.ps.replication.bucket_role_events import MapRead
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
 from hogwild_plugins.ps.routes import parse_map, read_record
 
+from hogwild.config.checks import MAX_LEASE_S
+
 __all__ = ["EtcdMap", "MapView", "map_read"]
 
 log = logging.getLogger(__name__)
@@ -116,10 +118,11 @@ class EtcdMap:
             if key not in self.unknown_logged:  # once: it is read every 50 ms while it lives
                 self.unknown_logged.add(key)
                 log.warning(
-                    "etcd key %s: a revoked marker without a 'lease_s' of whole seconds >= 1 "
-                    "(got %r): the reads of a bucket taken over while it lives stay closed until "
-                    "it is gone (delete it if no revoked server may still run)",
+                    "etcd key %s: a revoked marker without a 'lease_s' of whole seconds from 1 "
+                    "to %d (got %r): the reads of a bucket taken over while it lives stay "
+                    "closed until it is gone (delete it if no revoked server may still run)",
                     key,
+                    MAX_LEASE_S,
                     entries[key][0],
                 )
         records = dict(enumerate(records))

@@ -3,7 +3,9 @@
 The safety invariants (:mod:`.invariants`) hold after every step; they pass a world that simply
 stops, a bucket with no primary ever again or a client's update never acknowledged. This module
 ends a schedule by healing its world (:func:`heal`: every paused server resumed, every killed one
-restarted as the driver restarts a parameter server of a job whose servers keep copies, no more
+restarted as the driver restarts a parameter server of a job whose servers keep copies, and so
+is one that stops at a read of the map in the heal, its lease revoked by the driver before
+(what only it held counts as died with it), no more
 faults: the network delivers everything in order, no lease expires early, etcd keeps its keys,
 every application succeeds), then runs it quietly for :func:`heal_ticks` ticks (and up to a
 TTL more while a takeover's wait for reads goes on: ``BucketRole.reads_open``): at each tick
@@ -105,13 +107,29 @@ def heal(world: World) -> dict[int, bool]:
         if n >= heal_ticks(world.config) and not _reads_waiting(world):
             break  # past the heal's ticks, only a takeover's wait for reads goes on ticking
         _quiet(world)
+        _restart_stopped(world, held)
         for c, client in enumerate(world.clients):
             if client.outstanding is not None:
                 world.apply(("send", c))
         _quiet(world)
+        _restart_stopped(world, held)
         world.apply(("tick",))
     _quiet(world)
+    _restart_stopped(world, held)
     return held
+
+
+def _restart_stopped(world: World, held: dict[int, bool]) -> None:
+    """Restart each server that stopped in the heal (its map read found the driver's marker
+    naming its lease: a fault's leftover), as the driver starts another process as that
+    server; what only the stopped process held counts as died with it (``held`` updated)."""
+    stopped = [i for i, s in sorted(world.servers.items()) if s is None]
+    if not stopped:
+        return
+    for bucket, was in held.items():
+        held[bucket] = was and _held(world, bucket)
+    for i in stopped:
+        world.apply(("restart", i))
 
 
 def _reads_waiting(world: World) -> bool:

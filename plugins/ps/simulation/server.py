@@ -53,6 +53,15 @@ LMDB store keeps of the replication, the newest epoch of each bucket's record it
 :mod:`~hogwild_plugins.ps.simulation.messages`. The
 world keeps it across the server's kill and hands it to the restarted process, whose roles hear
 what it remembers (``Remembered``) before anything else.
+
+A read of the map whose ``revoked/<me>`` marker names a lease this process held
+(:func:`~hogwild_plugins.ps.failover.replaced`: the driver counted it lost and starts another as
+this server) stops it as the real adapter does (its ``failure``, then exit 2): before any role
+hears of that read, it gives its current lease back and sets :attr:`SimServer.stopped`; the
+world then takes the process away as it would a dead one, in the same step (the real network
+thread refuses every request from the moment the failure is set, and the process exits at the
+replication thread's next turn), and a restart is a new incarnation whose leases the marker does
+not name.
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from hogwild_plugins.ps.etcd import EtcdUnavailable
-from hogwild_plugins.ps.failover import MemberRecord
+from hogwild_plugins.ps.failover import REVOKED_PREFIX, MemberRecord, replaced
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
 from hogwild_plugins.ps.replication.bucket_role_events import (
     Fenced,
@@ -81,7 +90,7 @@ from hogwild_plugins.ps.replication.executor import (
 )
 from hogwild_plugins.ps.replication.map_reads import MapView, map_read
 from hogwild_plugins.ps.replication.marks import BucketMarks, followed
-from hogwild_plugins.ps.replication.membership import unlisted_and_unrecorded
+from hogwild_plugins.ps.replication.membership import HELD_LEASES, unlisted_and_unrecorded
 from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild_plugins.ps.simulation.copy_host import SimCopyHost
 from hogwild_plugins.ps.simulation.etcd import SimEtcd
@@ -122,6 +131,9 @@ class SimServer:
         unbuilt: ``unbuilt(what)``: whether the parcel of a ``Sync`` cannot be taken (the real
             server's barrier timed out, its engine busy: the copy is answered unreachable under
             the Sync's ticket). None: every parcel is taken.
+        stops_when_replaced: Whether a map read whose ``revoked/<me>`` names a lease this
+            process held stops it, as the real one (False: it goes on, registering again, as
+            the simulator had it before the stop was modelled: ``Config.replaced_stops``).
     """
 
     def __init__(
@@ -140,6 +152,7 @@ class SimServer:
         store: SimStore | None = None,
         splits: Callable[[str], int] | None = None,
         unbuilt: Callable[[str], bool] | None = None,
+        stops_when_replaced: bool = True,
     ) -> None:
         self.me, self.incarnation, self.copies = me, incarnation, copies
         self.bucket_shards = bucket_shards
@@ -157,6 +170,9 @@ class SimServer:
         self.commit_round = CommitRound(me, self.roles, self.logs)
         self.queue: list[tuple[int, int, int]] = []  # (client sender, seq, shard)
         self.lease = 0
+        self.held: list[int] = []  # the last HELD_LEASES leases granted, as Membership.held
+        self.stopped: str | None = None  # why it stopped (the driver replaced it): exit 2
+        self.stops_when_replaced = stops_when_replaced
         self.nonce: object = None  # the job's nonce as the last read of the map found it
         self.valid_until = -1
         self.last_beat = 0
@@ -204,6 +220,7 @@ class SimServer:
         """Take a lease and put ``members/<me>`` under it (the membership's register)."""
         now = self.now()
         self.lease = self.etcd.grant(self.ttl, now)
+        self.held = [*self.held[1 - HELD_LEASES :], self.lease]
         self._put_member()
         self.valid_until = now + self.ttl * 3 // 4  # the lease clock gives up before etcd
         self.last_beat = now
@@ -415,6 +432,17 @@ class SimServer:
         if self.cut_off:  # etcd unreachable: the real thread's read raises, and it goes on to
             yield "read the map: etcd unreachable"  # its batch (the roles hear nothing)
             return
+        mine = f"{REVOKED_PREFIX}{self.me}"  # the one marker replaced() reads
+        ended = replaced([(mine, self.etcd.get(mine)[0])], self.me, self.held)
+        if ended is not None and self.stops_when_replaced:  # replaced: it stops (the adapter's)
+            self.stopped = (
+                f"the driver ended its lease {ended:#x} early (revoked/{self.me}): exit 2"
+            )
+            self.etcd.revoke(self.lease)  # the adapter's _fail_over gives its lease back
+            self.valid_until = -1
+            self.notes.append(f"server {self.me} stops: {self.stopped}")
+            while True:  # no role hears of this read; the world takes the process away
+                yield "stopped"
         # this read's history (:mod:`~hogwild_plugins.ps.job_nonce`): written if etcd has none
         self.nonce = self.etcd.adopt((self.me, self.incarnation, self.etcd.wipes))
         members = self.etcd.members()

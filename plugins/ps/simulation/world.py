@@ -12,7 +12,9 @@ inside its wait for reads, goes again to that server with no map read, as the re
 path: ``Client.held``), the clock ticks (heartbeats, leases expire), a server is paused (SIGSTOP) or
 resumed, killed or restarted (on its store, if it has one: the newest epoch of each bucket's record
 it saw outlives it), a lease is ended early (the driver's ``revoked/<i>`` marker, then, at a drawn
-delay, its revoke, not sent once it is too late: the lease lapses), etcd is wiped. Besides
+delay, its revoke, not sent once it is too late: the lease lapses; a server whose map read finds
+the marker naming a lease its process held stops, as the real one exits 2, and is taken away as
+a dead process: a restart is a new incarnation), etcd is wiped. Besides
 these choices, an update's application on a server may fail (``fail``: a rare draw for each
 application, from a generator of its own seeded by the seed, so that the choices a seed makes
 are the same with it or without it): the server stops the bucket, as the real one does. And a
@@ -86,7 +88,11 @@ class Config:
     restart), and whether the driver's revokes come back late (drawn; False: each at once
     with its marker, as the simulator had it before they came apart, which replays the seeds
     found then). ``ttls``: each server's own lease TTL (as ``ps serve --lease-s`` may give
-    servers different ones; empty: every server's is ``ttl``)."""
+    servers different ones; empty: every server's is ``ttl``). ``replaced_stops``: whether a
+    server whose map read finds ``revoked/<i>`` naming a lease its process held stops, as the
+    real one exits 2 (False: it goes on and registers again, as the simulator had it before the
+    stop was modelled, which replays the seeds found then, and stands for a holder whose
+    replication thread reads no map while the driver revokes it)."""
 
     servers: int = 3
     copies: int = 3
@@ -98,6 +104,7 @@ class Config:
     stores: int = 2
     late_revokes: bool = True
     ttls: tuple[int, ...] = ()
+    replaced_stops: bool = True
 
     def __post_init__(self) -> None:
         if self.ttls and (
@@ -148,7 +155,7 @@ class World:
         self.schedule: list[str] = []
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
-            "split_messages": 0, "parcels_not_built": 0,
+            "split_messages": 0, "parcels_not_built": 0, "replaced_stops": 0,
         }  # fmt: skip
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
@@ -166,6 +173,7 @@ class World:
             functools.partial(self._post, i, self.incarnations[i]), self._now, c.ttl_of(i),
             c.settle,
             self._application_fails, self.stores.get(i), self._split, self._parcel_unbuilt,
+            c.replaced_stops,
         )  # fmt: skip
         server.register()
         return server
@@ -277,7 +285,10 @@ class World:
         if kind == "run":
             s = self.servers[event[1]]
             self.touched.add(s.me)
-            return f"{self.time}: server {s.me} runs, then waits on: {s.step()}"
+            line = f"{self.time}: server {s.me} runs, then waits on: {s.step()}"
+            if s.stopped is not None:
+                line += self._stop(s)
+            return line
         if kind == "timeout":
             s = self.servers[event[1]]
             s.give_up(event[2])
@@ -367,6 +378,19 @@ class World:
         self.revoking.clear()  # the leases are gone: the driver's revokes find nothing
         self.invariants.wiped(self.incarnations)
         return f"{self.time}: etcd wiped"
+
+    def _stop(self, server: SimServer) -> str:
+        """``server`` stopped itself (its map read found its lease revoked by the driver, which
+        replaces it: the real process exits 2): taken away as a dead process, its store kept;
+        what happened, for the schedule."""
+        i = server.me
+        self.cut.discard(i)  # a process started again comes back on the network
+        self.servers[i] = None
+        self.touched = set(range(self.config.servers))  # as a kill: who lives changed
+        self.counts["replaced_stops"] += 1
+        gone = self.invariants.killed(i, server)
+        self.counts["died_with_every_copy"] += len(gone)
+        return "; it stopped (replaced)" + (f"; {gone} died with it" if gone else "")
 
     def _too_late(self, i: int) -> int:
         """The first delay of a revoke of server ``i``'s lease after its marker that the
