@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -401,7 +402,7 @@ def run_cli(args) -> int:
             args.bind,
             args.keys,
             args.wait_s,
-            say=lambda line: print(line, flush=True),
+            say=lambda line: print(line, file=sys.stderr, flush=True),
             leader_role=args.leader_role,
         )
     except zmq.ZMQError as exc:
