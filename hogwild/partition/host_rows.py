@@ -20,12 +20,10 @@ A take is a pull on behalf of the host's partitions: it rewrites their rows' ``b
 which their own homes' pushes are computed, so those pushes must be stamped with the versions the
 take pulled, not with the older ones of their homes' last own pulls (the servers would count them
 staler than they are: decayed more under ``ps.rule = "staleness"``, refused past
-``ps.max_staleness``). :class:`Takes` carries them: the host writes the take's versions into the
-arena's ``versions`` region and then advances a control word; a partition checks the word before
-it counts each example with its exchanger and has the exchanger adopt them
-(:meth:`hogwild.store.exchange.Exchanger.adopt`) before any push that example asks. A take comes
-only while every partition here is idle and flushed, and before the host hands out another
-example, so every push after a take carries its versions.
+``ps.max_staleness``). :class:`~hogwild.partition.takes.Takes` hands them to the partitions here,
+whose exchangers adopt them (:meth:`hogwild.store.exchange.Exchanger.adopt`) before any push of
+the examples that follow. A take comes only while every partition here is idle and flushed, and
+before the host hands out another example, so every push after a take carries its versions.
 """
 
 from __future__ import annotations
@@ -37,54 +35,8 @@ import numpy as np
 from hogwild.partition import process as proc
 from hogwild.partition.link import rows_of
 from hogwild.partition.plan import PartitionPlan
+from hogwild.partition.takes import Takes
 from hogwild.store.exchange import Home
-
-
-class Takes:
-    """The versions of a host's last take of the servers' model, in its arena, and how many
-    takes there were (the control word :data:`~hogwild.partition.process.TAKEN`).
-
-    Args:
-        arena: The host's arena; without a ``versions`` region (a home without versions) a
-            take publishes nothing and :meth:`since` is always None.
-    """
-
-    def __init__(self, arena) -> None:
-        self.control = arena.array("control")
-        try:
-            self.versions: np.ndarray | None = arena.array("versions")
-        except KeyError:
-            self.versions = None
-        self.seen = 0  # the takes this side has adopted
-
-    def publish(self, versions: np.ndarray | None) -> None:
-        """The host's side, after a take pulled at ``versions`` (None: a home without them).
-
-        Raises:
-            ValueError: More versions than the region holds.
-        """
-        from hogwild.shm.atomics import atomic_add
-
-        if versions is None or self.versions is None:
-            return
-        if len(versions) > len(self.versions):
-            raise ValueError(f"a take's {len(versions)} versions exceed the arena's "
-                             f"{len(self.versions)} (the store's version_words)")  # fmt: skip
-        self.versions[: len(versions)] = versions
-        atomic_add(self.control, proc.TAKEN, 1)  # after the versions: a reader sees them whole
-
-    def since(self) -> np.ndarray | None:
-        """A partition's side: the last take's versions (a copy) if the host took since the
-        last call, else None."""
-        from hogwild.shm.atomics import atomic_load
-
-        if self.versions is None:
-            return None
-        taken = atomic_load(self.control, proc.TAKEN)
-        if taken == self.seen:
-            return None
-        self.seen = taken
-        return self.versions.copy()
 
 
 class HostRows:
@@ -132,12 +84,12 @@ class HostRows:
 
         spec = WorkerSpec(store, -1, values)
         home = store_class(store).open_home(spec, arena, network, config)
-        return cls(home, plan, partitions, Takes(arena))
+        return cls(home, plan, partitions, Takes(arena, proc.TAKEN))
 
     def take(self, params: np.ndarray, base: np.ndarray) -> None:
         """``params`` and ``base`` := the home's values, over this host's rows (every partition
         here idle and flushed: nothing writes them meanwhile), and the versions they were
-        pulled at published to the partitions here (:class:`Takes`)."""
+        pulled at published to the partitions here (:class:`~hogwild.partition.takes.Takes`)."""
         values = self.home.fetch()
         for lo, hi in self.rows:
             params[lo:hi] = values[lo:hi]

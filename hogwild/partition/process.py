@@ -213,9 +213,9 @@ class PartitionLoop:
         self.exchanger = self._exchanger(setup.get("home"), network, arena, config)
         self.takes = None  # the host's takes of the servers' model, with a home (host_rows)
         if self.exchanger is not None:
-            from hogwild.partition.host_rows import Takes
+            from hogwild.partition.takes import Takes
 
-            self.takes = Takes(arena)
+            self.takes = Takes(arena, TAKEN)
         self.link = self._link(setup.get("link"))
         from hogwild.model.random import seed_kernels, worker_seed
 

@@ -165,9 +165,10 @@ def test_a_partitions_pushes_after_a_take_carry_the_takes_versions():
     the host takes (versions 4) and the partition pushes an epoch's first progress: under
     ``ps.max_staleness = 2`` the push is accepted (stamped 4: staleness 0), where the versions
     of its own pull (staleness 3) would have it refused. The partition's side is the partition
-    process's: :class:`~hogwild.partition.host_rows.Takes` checked before each example is
+    process's: :class:`~hogwild.partition.takes.Takes` checked before each example is
     counted, its exchanger told to adopt."""
-    from hogwild.partition.host_rows import Takes
+    from hogwild.partition.process import TAKEN
+    from hogwild.partition.takes import Takes
     from hogwild.store.exchange import Exchanger
 
     config = load_config(None, {"model.partitions": 2})
@@ -196,7 +197,7 @@ def test_a_partitions_pushes_after_a_take_carry_the_takes_versions():
             own = kind.open_home(WorkerSpec("ps", 0, values), arena, network, config)
             owned = np.array(rows, dtype=np.int64).reshape(-1, 2)
             exchanger = Exchanger(own, params, base, 1, 1, 1, name="partition 0", owned=owned)
-            takes = Takes(arena)
+            takes = Takes(arena, TAKEN)
 
             def train_one_example() -> None:  # the partition process's order of steps
                 for lo, hi in rows:
