@@ -135,6 +135,12 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
     """One partitioned replica as a served role (see the module docstring)."""
 
     exchanges = True
+
+    def version_words(self) -> int:
+        from hogwild.store.registry import store_class
+
+        return store_class(STORE).version_words(self.network.n_params)
+
     portion_type = PartitionedPortion
 
     def __init__(self, config, data, index: int) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -136,6 +137,7 @@ class FollowerHost:
         from hogwild.partition.plan import plan_partitions
         from hogwild.partition.sending import Outbox
         from hogwild.shm.arena import Arena
+        from hogwild.store.registry import store_class
         from hogwild.training.placement import worker_placements
 
         config = config_from_dict(job.get("config"), origin="<the leader's setup>")
@@ -165,7 +167,9 @@ class FollowerHost:
             home = self._home(home, config, network)
         n_slots = config.train.in_flight
         warm_kernels(plan, n_slots)
-        layout = arena_layout(network, plan, n_slots, (1, network.input_size), home is not None)
+        words = 0 if home is None else store_class(home["store"]).version_words(network.n_params)
+        layout = arena_layout(network, plan, n_slots, (1, network.input_size), home is not None,
+                              words)  # fmt: skip
         self.arena = arena = Arena.create(config.ps.job or "partition", layout)
         arena.array("params")[:] = np.frombuffer(params, dtype=np.float32)
         arena.array("velocity")[:] = np.frombuffer(velocity, dtype=np.float32)
@@ -398,7 +402,7 @@ def run_cli(args) -> int:
             args.bind,
             args.keys,
             args.wait_s,
-            say=lambda line: print(line, flush=True),
+            say=lambda line: print(line, file=sys.stderr, flush=True),
             leader_role=args.leader_role,
         )
     except zmq.ZMQError as exc:

@@ -15,6 +15,15 @@ job, so the other partitions' rows in its arena are never written after the lead
 (zeros) and nothing here reads them: the driver evaluates and checkpoints the servers' model.
 What the takes pulled is counted in bytes of values (the shards' floats, four bytes each), not
 bytes on the wire, and a pull the client retried counts once.
+
+A take is a pull on behalf of the host's partitions: it rewrites their rows' ``base``, against
+which their own homes' pushes are computed, so those pushes must be stamped with the versions the
+take pulled, not with the older ones of their homes' last own pulls (the servers would count them
+staler than they are: decayed more under ``ps.rule = "staleness"``, refused past
+``ps.max_staleness``). :class:`~hogwild.partition.takes.Takes` hands them to the partitions here,
+whose exchangers adopt them (:meth:`hogwild.store.exchange.Exchanger.adopt`) before any push of
+the examples that follow. A take comes only while every partition here is idle and flushed, and
+before the host hands out another example, so every push after a take carries its versions.
 """
 
 from __future__ import annotations
@@ -23,8 +32,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from hogwild.partition import process as proc
 from hogwild.partition.link import rows_of
 from hogwild.partition.plan import PartitionPlan
+from hogwild.partition.takes import Takes
 from hogwild.store.exchange import Home
 
 
@@ -36,14 +47,17 @@ class HostRows:
             owned by this object from now on (:meth:`close`), also when this raises.
         plan: The replica's partition plan.
         partitions: The partitions on this host.
+        takes: Where each take's versions go for the partitions here (None: nowhere).
 
     Attributes:
         rows: ``[start, stop)`` ranges of the flat parameter vector, partition by partition
             (each partition's ascending).
     """
 
-    def __init__(self, home: Home, plan: PartitionPlan, partitions: Iterable[int]) -> None:
-        self.home = home
+    def __init__(
+        self, home: Home, plan: PartitionPlan, partitions: Iterable[int], takes: Takes | None = None
+    ) -> None:
+        self.home, self.published = home, takes
         try:
             self.partitions = tuple(partitions)
             if not self.partitions:
@@ -69,15 +83,19 @@ class HostRows:
         from hogwild.store.registry import store_class
 
         spec = WorkerSpec(store, -1, values)
-        return cls(store_class(store).open_home(spec, arena, network, config), plan, partitions)
+        home = store_class(store).open_home(spec, arena, network, config)
+        return cls(home, plan, partitions, Takes(arena, proc.TAKEN))
 
     def take(self, params: np.ndarray, base: np.ndarray) -> None:
         """``params`` and ``base`` := the home's values, over this host's rows (every partition
-        here idle and flushed: nothing writes them meanwhile)."""
+        here idle and flushed: nothing writes them meanwhile), and the versions they were
+        pulled at published to the partitions here (:class:`~hogwild.partition.takes.Takes`)."""
         values = self.home.fetch()
         for lo, hi in self.rows:
             params[lo:hi] = values[lo:hi]
             base[lo:hi] = values[lo:hi]
+        if self.published is not None:
+            self.published.publish(self.home.versions())
         self._counts = (self._counts[0] + 1, int(self.home.fetched_bytes))
 
     @property

@@ -60,7 +60,8 @@ CLOSE = PINNED + 8 * MAX_PARTITIONS  # the parent's close requests, numbered
 CLOSED = CLOSE + 8  # the last close the feeder carried out
 FLUSH = CLOSE + 16  # the parent's flush requests, numbered
 FLUSHED = CLOSE + 24  # + 8 * partition: the last flush it carried out
-CONTROL_WORDS = FLUSHED + 8 * MAX_PARTITIONS
+TAKEN = FLUSHED + 8 * MAX_PARTITIONS  # the host's takes of the servers' model (host_rows)
+CONTROL_WORDS = TAKEN + 8
 SAID_BYTES = 1024  # of a stopped partition's line kept in the arena's ``said`` row for its parent
 # float controls: the epoch's rate; with optim.smooth the rate it ends at, and the examples fed
 # before it and in it (the feeder moves each example's rate along that line)
@@ -210,6 +211,11 @@ class PartitionLoop:
         self.fed, self.next_gen, self.closes = 0, 1, 0
         self.flushes = 0
         self.exchanger = self._exchanger(setup.get("home"), network, arena, config)
+        self.takes = None  # the host's takes of the servers' model, with a home (host_rows)
+        if self.exchanger is not None:
+            from hogwild.partition.takes import Takes
+
+            self.takes = Takes(arena, TAKEN)
         self.link = self._link(setup.get("link"))
         from hogwild.model.random import seed_kernels, worker_seed
 
@@ -440,4 +446,7 @@ class PartitionLoop:
             if self.link is not None:
                 self.link.done(s, self.gen[s])
             if self.exchanger is not None:
+                versions = self.takes.since()  # a take since its last example: stamp with it
+                if versions is not None:
+                    self.exchanger.adopt(versions)
                 self.exchanger.trained(1, None)

@@ -212,7 +212,9 @@ class PartitionedTrainer(LeaderLink):
     def _start(self, params: np.ndarray, velocity: np.ndarray) -> None:
         config, network, plan = self.config, self.network, self.plan
         n_slots, k = config.train.in_flight, len(self.local)
-        layout = arena_layout(network, plan, n_slots, self.train_images.shape, self.exchanges)
+        layout = arena_layout(
+            network, plan, n_slots, self.train_images.shape, self.exchanges, self.version_words()
+        )
         self.arena = arena = Arena.create(config.ps.job or "partition", layout)
         arena.array("params")[:] = params
         arena.array("velocity")[:] = velocity
@@ -256,6 +258,10 @@ class PartitionedTrainer(LeaderLink):
 
     #: Whether the partitions exchange their rows with a home (a ``base`` region in the arena).
     exchanges = False
+
+    def version_words(self) -> int:
+        """Words of the arena's ``versions`` region (0: none; a cluster replica's home has)."""
+        return 0
 
     def homes(self, placements) -> list[dict | None]:
         """Per partition, where its rows are exchanged (:mod:`hogwild.partition.process`); None:
@@ -409,15 +415,20 @@ def stop_partitions(arena: Arena | None, processes: list) -> None:
 
 
 def arena_layout(
-    network: Network, plan: PartitionPlan, n_slots: int, images_shape, base: bool = False
-) -> ArenaLayout:
+    network: Network, plan: PartitionPlan, n_slots: int, images_shape, base: bool = False,
+    versions: int = 0,
+) -> ArenaLayout:  # fmt: skip
     """The partitioned job's shared segment (see :mod:`hogwild.partition.process`); with
-    ``base``, the values last exchanged with the parameter servers too (a cluster replica)."""
+    ``base``, the values last exchanged with the parameter servers too (a cluster replica), and
+    ``versions`` words for the versions of the host's last take
+    (:mod:`hogwild.partition.host_rows`)."""
     size, k = network.act_size, plan.k
     layout = ArenaLayout()
     layout.add("params", np.float32, network.n_params)
     if base:
         layout.add("base", np.float32, network.n_params)
+    if versions:
+        layout.add("versions", np.uint64, versions)
     layout.add("velocity", np.float32, network.n_params)
     layout.add("act", np.float32, (n_slots, size))
     layout.add("dact", np.float32, (k, n_slots, size))

@@ -126,6 +126,16 @@ class Home(ABC):
         or a host's partitions' rows): :meth:`fetch` need only bring those, and the values it
         returns outside them may be stale."""
 
+    def versions(self) -> np.ndarray | None:
+        """The versions its pulls last brought (a remote home's, one per shard: what its pushes
+        are stamped with), or None (a home without versions, or nothing pulled yet)."""
+        return None
+
+    def adopt(self, versions: np.ndarray) -> None:  # noqa: B027 - no versions, nothing to stamp
+        """The copy's base was replaced, over the rows this home serves, by values another
+        home of the same store pulled at ``versions`` (its :meth:`versions`; a partition host's
+        take): stamp the pushes to come with them, as if this home had pulled them."""
+
     def cancel(self) -> None:  # noqa: B027 - a home in shared memory never waits
         """End a push or pull in progress on the thread soon (called from another thread: the
         exchanger is closing, and what is in flight is no longer wanted)."""
@@ -197,6 +207,7 @@ class Exchanger:
         self._fc_lock = threading.Lock()  # a snapshot and a merge of the fc weights never overlap
         self._want_push = self._want_pull = False
         self._ready: list[VectorBuffer] = []
+        self._adopt: np.ndarray | None = None  # versions to stamp the pushes to come with
         self._busy = False
         self._stop = False
         self._error: BaseException | None = None
@@ -230,6 +241,14 @@ class Exchanger:
             self.since_fetch = 0
         if push or pull:
             self._request(push, pull)
+
+    def adopt(self, versions: np.ndarray) -> None:
+        """The base was just replaced with values another home pulled at ``versions`` (every
+        exchange of this copy idle: a partition host's take): the thread stamps its next pushes
+        with them (:meth:`Home.adopt`), before any exchange requested after this call."""
+        with self._cond:
+            self._adopt = versions
+            self._cond.notify_all()
 
     def finish(self) -> None:
         """Push everything trained so far and wait until it is home (the end of a share)."""
@@ -315,7 +334,7 @@ class Exchanger:
             return self._free.pop()
 
     def _idle(self) -> bool:
-        pending = self._want_push or self._want_pull or self._ready
+        pending = self._want_push or self._want_pull or self._ready or self._adopt is not None
         return self._error is not None or (not self._busy and not pending)
 
     def _raise_failure(self) -> None:
@@ -328,19 +347,24 @@ class Exchanger:
         while True:
             with self._cond:
                 self._cond.wait_for(
-                    lambda: self._stop or self._want_push or self._want_pull or self._ready,
+                    lambda: self._stop or self._want_push or self._want_pull or self._ready
+                    or self._adopt is not None,
                     POLL_S,
-                )
+                )  # fmt: skip
                 if self._stop:
                     return
                 push, pull, ready = self._want_push, self._want_pull, self._ready
+                adopt, self._adopt = self._adopt, None
                 self._want_push = self._want_pull = False
                 self._ready = []
-                self._busy = bool(push or pull or ready)
+                self._busy = bool(push or pull or ready or adopt is not None)
             if not self._busy:
                 continue
             try:
-                self._exchange(push, pull, ready)
+                if adopt is not None:  # before the pushes it stamps
+                    self.home.adopt(adopt)
+                if push or pull or ready:
+                    self._exchange(push, pull, ready)
             except BaseException as exc:  # noqa: BLE001 - handed to the compute loop
                 with self._cond:
                     self._error = exc

@@ -59,6 +59,14 @@ class ParameterStore(ABC):
         return cls.cadence
 
     @classmethod
+    def version_words(cls, n_params: int) -> int:
+        """An upper bound on the length of :meth:`~hogwild.store.exchange.Home.versions` for a
+        model of ``n_params`` parameters (0: its homes have no versions): the words a region
+        needs that hands one home's pulled versions to another's
+        (:mod:`hogwild.partition.host_rows`)."""
+        return 0
+
+    @classmethod
     def cadences(cls, config: Config) -> tuple[int, int]:
         """``train.n_push`` and ``train.n_fetch`` as this store runs them (0: its own)."""
         train = config.train

@@ -32,6 +32,7 @@ __all__ = ["BucketMap", "FcLayer", "LayoutError", "ModelGeometry", "ShardLayout"
 
 FLOAT_BYTES = 4
 BUCKETS_PER_SERVER = 4
+MIN_SHARD_KIB = 4  # the smallest shard a layout may have
 MAX_SHARD_KIB = 32 * 1024
 
 
@@ -135,10 +136,10 @@ class ShardLayout:
         """
         if n_params < 1:
             raise LayoutError(f"a model of {n_params} parameters has nothing to serve")
-        if not 4 <= shard_kib <= MAX_SHARD_KIB:
+        if not MIN_SHARD_KIB <= shard_kib <= MAX_SHARD_KIB:
             raise LayoutError(
-                f"ps.shard_kib = {shard_kib}: expected 4 to {MAX_SHARD_KIB} (KiB; a shard moves "
-                "in one message, and 32 MiB is the largest buffer-pool block)"
+                f"ps.shard_kib = {shard_kib}: expected {MIN_SHARD_KIB} to {MAX_SHARD_KIB} (KiB; a "
+                "shard moves in one message, and 32 MiB is the largest buffer-pool block)"
             )
         if not servers:
             raise LayoutError("no parameter servers listed (ps.servers)")

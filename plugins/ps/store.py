@@ -79,6 +79,20 @@ class RemoteHome(Home):
     def merge(self, values, copy, base, ranges) -> None:
         self.kernels.merge_pulled(values, copy, base, ranges)
 
+    def versions(self) -> np.ndarray | None:
+        """The shard versions it last pulled (those of shards it does not pull: 0)."""
+        return self.basis
+
+    def adopt(self, versions: np.ndarray) -> None:
+        """Its pushes stamped with ``versions`` over the shards it pulls (all, or its own)."""
+        n_shards = self.client.layout.n_shards
+        if len(versions) < n_shards:
+            raise ValueError(f"{len(versions)} shard versions adopted, the layout has {n_shards}")
+        if self.basis is None:
+            self.basis = np.zeros(n_shards, dtype=np.uint64)
+        which = slice(None) if self.shards is None else self.shards
+        self.basis[which] = np.asarray(versions[:n_shards], dtype=np.uint64)[which]
+
     def exchange(self, copy, base, ranges) -> np.ndarray:
         """Push and pull in one exchange with the servers (:meth:`PSClient.push_and_pull`)."""
         if self.shards is not None:  # a partition's: push, then pull its own shards
@@ -144,6 +158,13 @@ class PSStore(CopiesStore):
     #: every 64 examples it took a third of two shared cores from the workers, every 512 a
     #: tenth, at the same accuracy after the same examples (README, Fig. 11).
     adagrad_cadence = 512
+
+    @classmethod
+    def version_words(cls, n_params: int) -> int:
+        """A version per shard, for the smallest shards a layout may have."""
+        from hogwild_plugins.ps.layout import FLOAT_BYTES, MIN_SHARD_KIB
+
+        return -(-n_params // (MIN_SHARD_KIB * 1024 // FLOAT_BYTES))
 
     @classmethod
     def own_cadence(cls, config) -> int:

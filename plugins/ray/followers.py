@@ -8,7 +8,7 @@ in the job's roster, its exit while the replica starts failing the start with it
 its failure while the replica trains killing the replica (whose exit then names the follower),
 its replica's restart (cleared in their actors, or, one actor lost, the replica placed anew and
 the healthy followers' key pairs removed), and the job's stop (every follower at once, after the
-leaders).
+leaders, each one's stop line then said on the driver's stderr).
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from hogwild_plugins.ray.spread import follower_argv, partition_hosts
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from hogwild.cluster.launcher import RoleExit, RoleFailedError
+from hogwild.logs import role_logger
 from hogwild.net.address import host_port
 
 __all__ = ["SpreadFollowers"]
 
 KEYS_DROP_S = 5.0  # what a healthy follower's actor gets to remove its key pair
+FOLLOWER_SAYS = "hogwild partition-host "  # a follower's own lines (not a traceback's)
 
 
 class SpreadFollowers:
@@ -184,3 +186,21 @@ class SpreadFollowers:
         self._wait_exited(followers, self.cluster.stop_timeout_s)
         self._send(followers, signal.SIGKILL, process_group=True)
         self._reap(followers)
+        self._relay_stop_lines(followers)
+
+    def _relay_stop_lines(self, followers: list) -> None:
+        """Each follower's own last lines (its stop line: what its takes pulled) said on the
+        driver's stderr: its log is on its node, in the run directory's mirror that the job's
+        stop removes."""
+        refs = [f.actor.status.remote() for f in followers]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        for follower, ref in zip(followers, refs, strict=True):
+            try:
+                last = ray.get(ref, timeout=0)["last"]
+            except (GetTimeoutError, RayActorError):  # lost with its node: nothing to say
+                continue
+            for line in last:
+                if line.startswith(FOLLOWER_SAYS):
+                    role_logger("cluster").info("%s on %s: %s", follower.spec.name,
+                                                follower.host, line)  # fmt: skip

@@ -156,3 +156,79 @@ def test_a_host_with_partition_1_of_3_pulls_only_its_rows_shards_at_start_and_ea
                 every.close()
         finally:
             host.shutdown()
+
+
+def test_a_partitions_pushes_after_a_take_carry_the_takes_versions():
+    """A take rewrites a partition's rows' ``base``; its next pushes are computed against it and
+    must be stamped with the versions the take pulled, not with those of the partition's own
+    last pull. Partition 0 of 2 pulls (versions 1), other replicas push its shards three times,
+    the host takes (versions 4) and the partition pushes an epoch's first progress: under
+    ``ps.max_staleness = 2`` the push is accepted (stamped 4: staleness 0), where the versions
+    of its own pull (staleness 3) would have it refused. The partition's side is the partition
+    process's: :class:`~hogwild.partition.takes.Takes` checked before each example is
+    counted, its exchanger told to adopt."""
+    from hogwild.partition.process import TAKEN
+    from hogwild.partition.takes import Takes
+    from hogwild.store.exchange import Exchanger
+
+    config = load_config(None, {"model.partitions": 2})
+    network = build_network(config.model, 10)
+    plan = plan_partitions(network, 2)
+    rows = plan.param_rows(0)
+    shards = sorted(_shards_of(rows))
+    first = np.random.default_rng(37).standard_normal(network.n_params).astype(np.float32)
+    geometry = ModelGeometry.from_network(network)
+    job = JOB + "-versions"
+    with local_server(
+        geometry, job=job, initial=first, shard_kib=SHARD_KIB, max_staleness=2
+    ) as server:
+        config = config.override(
+            {"ps.servers": [str(server.address)], "ps.job": job, "ps.shard_kib": SHARD_KIB}
+        )
+        kind = store_class("ps")
+        values = kind(config, network, ()).home_spec(0)
+        words = kind.version_words(network.n_params)
+        layout = arena_layout(network, plan, 1, (1, network.input_size), True, words)
+        arena = Arena.create(job, layout)
+        host = exchanger = other = None
+        try:
+            params, base = arena.array("params"), arena.array("base")
+            host = HostRows.open("ps", values, arena, network, config, plan, (0,))
+            own = kind.open_home(WorkerSpec("ps", 0, values), arena, network, config)
+            owned = np.array(rows, dtype=np.int64).reshape(-1, 2)
+            exchanger = Exchanger(own, params, base, 1, 1, 1, name="partition 0", owned=owned)
+            takes = Takes(arena, TAKEN)
+
+            def train_one_example() -> None:  # the partition process's order of steps
+                for lo, hi in rows:
+                    params[lo:hi] += 1.0
+                versions = takes.since()
+                if versions is not None:
+                    exchanger.adopt(versions)
+                exchanger.trained(1, None)
+                exchanger.finish()
+
+            host.take(params, base)  # the leader's start: versions 0
+            train_one_example()  # pushes (versions 1) and pulls: its own basis is 1
+            other = kind.open_home(WorkerSpec("ps", 1, values), arena, network, config).client
+            ones = np.ones(network.n_params, np.float32)
+            for _ in range(3):  # the other replicas' epoch: the shards move to version 4
+                other.push_deltas(ones)
+            host.take(params, base)  # a new epoch: the take pulls versions 4
+            taken = params.copy()
+            train_one_example()  # its first push of the epoch: stamped 4, not 1
+            status = other.status()[0]
+            assert status["refused_stale"] == 0, status
+            now = np.empty(network.n_params, np.float32)
+            other.pull(now, shards=shards)
+            for lo, hi in rows:  # the push was applied, not refused
+                np.testing.assert_allclose(now[lo:hi], taken[lo:hi] + 1.0, rtol=0, atol=1e-5)
+        finally:
+            if other is not None:
+                other.close()
+            if exchanger is not None:
+                exchanger.close()
+            if host is not None:
+                host.close()
+            arena.close()
+            arena.unlink()

@@ -77,9 +77,9 @@ def test_partitions_on_two_hosts_train_and_leave_nothing_behind(make_hosts, mnis
     )
     _, leader_err = leader.communicate(timeout=JOB_WITHIN_S)
     assert leader.returncode == 0, leader_err
-    follower_out, follower_err = follower.communicate(timeout=60)
+    _, follower_err = follower.communicate(timeout=60)
     assert follower.returncode == 0, follower_err
-    assert f"partitions 1 of 2 running for the leader at {leader_at}" in follower_out
+    assert f"partitions 1 of 2 running for the leader at {leader_at}" in follower_err
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     final = next(r for r in records if r["event"] == "final")
     assert final["examples"] == SUBSET
@@ -155,9 +155,9 @@ def test_a_lost_follower_host_stops_the_job_naming_it(make_hosts, mnist_dir, tmp
              "--keys", str(tmp_path / "keys"), "--wait-s", "0.5"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        out, err = again.communicate(timeout=60)
+        _, err = again.communicate(timeout=60)
         assert again.returncode == 1 and "no leader sent" in err, err
-        swept = {line.split()[1].strip("/:") for line in out.splitlines() if "removed" in line}
+        swept = {line.split()[1].strip("/:") for line in err.splitlines() if "removed" in line}
         assert job_segments(job) == set(), (left, swept)
     finally:  # the lost machine's memory goes with it; here it is this machine's
         for name in job_segments(job):

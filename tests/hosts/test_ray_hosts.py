@@ -70,6 +70,7 @@ from hogwild.shm.naming import parse_segment_name  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 NODE_CPUS = 2
+SPREAD_SHARD_KIB = 16  # the default model in 73 shards: partition 1 of 2 lies in 40 of them
 JOB_WITHIN_S = 900.0
 EPOCHS = 3
 SUBSET = 30000
@@ -446,8 +447,12 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     names the follower as the cause), and the job ends well:
     every example trained, the model well above chance, partition 1's rows (which only the
     follower trains, from the activations and errors that crossed) moved in the servers' model,
-    nothing left on any host."""
-    from tests.cluster.test_partitioned_cluster import MOVED, _rows_moved
+    the follower's stop line on the driver's stderr saying its takes pulled only partition 1's
+    shards (``ps.shard_kib`` small enough that they are not every shard), nothing left on any
+    host."""
+    from hogwild.partition.plan import plan_partitions
+    from hogwild.training.checkpoint import load_checkpoint
+    from tests.cluster.test_partitioned_cluster import MOVED, _network_of, _rows_moved
 
     hosts = cluster["hosts"]
     run_dir = tmp_path / "run"
@@ -456,6 +461,7 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
         "--ray-address", cluster["ray"], "--data", str(mnist_dir), "--epochs", "3",
         "--replicas", "1", "--partitions", "2", "--ps", "1",
         "--cluster.partition_placement=spread", f"--cluster.host={hosts.address(1)}",
+        f"--ps.shard_kib={SPREAD_SHARD_KIB}",
         "--train.subset=1000", "--train.evaluate_every=0", "--checkpoint-dir", str(run_dir),
         "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", *PAPER_JOB,
     ]  # fmt: skip
@@ -514,6 +520,22 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     assert spread["follower 1"]["replica"] == "replica 0", roles
     moved = _rows_moved(run_dir, 2)
     assert min(moved[1]) >= MOVED and min(moved[0]) >= MOVED, moved
+    # the follower's stop line, relayed by the launcher to the driver's stderr (its log went
+    # with its node's mirror): its takes pulled only the shards partition 1's rows lie in
+    network, _ = _network_of(load_checkpoint(run_dir))
+    per_take = _shard_bytes(network, plan_partitions(network, 2).param_rows(1))
+    assert per_take < 0.6 * 4 * network.n_params, per_take  # 40 of 73 shards: a real saving
+    relayed = re.findall(
+        r"follower 1 on ([0-9.]+): hogwild partition-host \S+: took the servers' model (\d+) "
+        r"time\(s\), ([0-9,]+) bytes of values in all: the shards of the rows of partitions 1 "
+        r"\(the whole model is ([0-9,]+) bytes\)",
+        stderr,
+    )
+    assert len(relayed) == 1, stderr[-3000:]  # the restarted follower's (the killed one's: none)
+    (said_host, takes, pulled, whole) = relayed[0]
+    assert said_host == far and int(takes) >= 1, relayed
+    assert int(pulled.replace(",", "")) == int(takes) * per_take, (relayed, per_take)
+    assert int(whole.replace(",", "")) == 4 * network.n_params, relayed
 
     deadline = time.monotonic() + 30.0  # Ray kills actors asynchronously
     while time.monotonic() < deadline and _roles_left(hosts, run_dir):
@@ -524,6 +546,13 @@ def test_a_replica_spread_over_two_hosts_trains_through_a_lost_follower_and_leav
     owners = {n: parse_segment_name(n) for n in hogwild_segments()}
     left = [n for n, owner in owners.items() if owner is not None and owner.pid == follower[1]]
     assert left == [], left  # the killed follower's arena: swept by its role's actor
+
+
+def _shard_bytes(network, rows) -> int:
+    """Bytes of values in the shards (of :data:`SPREAD_SHARD_KIB`) that ``rows`` lie in."""
+    floats = SPREAD_SHARD_KIB * 1024 // 4
+    shards = {s for lo, hi in rows for s in range(lo // floats, (hi - 1) // floats + 1)}
+    return 4 * sum(min(network.n_params, (s + 1) * floats) - s * floats for s in shards)
 
 
 def _ready_line(run_dir: Path, mirror: Path) -> str:

@@ -70,13 +70,13 @@ def _train_with_a_follower(mnist, overrides, hosts, follower_host, **options):
             overrides={**overrides, "model.partition_hosts": hosts},
             **options,
         )
-        out, err = follower.communicate(timeout=FOLLOWER_EXIT_S)
+        _, err = follower.communicate(timeout=FOLLOWER_EXIT_S)
         assert follower.returncode == 0, err
     finally:
         if follower.poll() is None:
             follower.kill()
             follower.communicate()
-    return result, out
+    return result, err  # its lines: on stderr, as every role's
 
 
 def test_three_partitions_on_two_hosts_train_exactly_as_in_one_process(tmp_path, mnist):
