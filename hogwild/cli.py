@@ -329,6 +329,10 @@ def _cluster(args, overrides: dict[str, str]) -> int:
         from hogwild.cluster.replica import run_replica
 
         args.overrides = overrides
+        # a role started as a fresh interpreter (the Ray launcher's, a spawned local one) forks
+        # its workers' forkserver from itself, as a role forked from the role server does; only
+        # where hogwild is the program (see the same test in _train)
+        args.fork_workers_server = _program
         return run_replica(args)
     if args.cluster_command == "member":
         from hogwild.cluster.replica import run_member

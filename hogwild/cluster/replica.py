@@ -39,6 +39,7 @@ starting the other replicas) takes the driver for dead and leaves, releasing eve
 
 from __future__ import annotations
 
+import os
 import queue
 
 from hogwild.cluster.group_sync import GroupSync
@@ -195,6 +196,9 @@ def run_replica(args) -> int:
     incarnation = getattr(args, "incarnation", 0)
     keys = args.keys or config.ps.keys or None
     topology = resolve_topology(config.cluster, config.ps.rule)
+    starts_workers = not topology.coordinated and config.train.start_method == "forkserver"
+    if starts_workers and getattr(args, "fork_workers_server", False):  # workers or partitions
+        _fork_workers_server(f"replica {args.index} of the job of {args.config}")
     if config.model.partitions > 1:  # one replica over K partition processes
         from hogwild.cluster.partitioned import PartitionedReplica
 
@@ -210,6 +214,22 @@ def run_replica(args) -> int:
         data = None if config.data.servers else load_data(config, args.data)
         role = TrainerReplica(config, data, args.index, incarnation)
     return ReplicaServer(role, args.bind, keys).serve()
+
+
+def _fork_workers_server(role: str) -> None:
+    """The replica's workers' forkserver forked from this process now, while it runs one thread
+    (:func:`hogwild.training.zygote.import_and_fork_server`): a role started as a fresh
+    interpreter (the Ray launcher's roles, a local role spawned) would otherwise start a second
+    fresh interpreter that imports numba again for its first gang, about a second and a half of
+    CPU per start (a coordinated framework's replica, whose group trains in its own processes,
+    starts none). A role forked from the local launcher's role server has one already (forked
+    there): this is then a no-op, as it is wherever the fork is refused (the reason is logged;
+    the first gang starts a server the usual way). ``role`` names the process in the server's
+    title, with the job's config, so that whatever finds the job's processes by their command
+    line (its run directory, or a node's mirror of it) finds this one."""
+    from hogwild.training.zygote import import_and_fork_server
+
+    import_and_fork_server(f"pid {os.getpid()}, {role}")
 
 
 def run_member(args) -> int:

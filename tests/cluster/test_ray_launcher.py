@@ -25,6 +25,7 @@ time, fail as roles within the start timeout, forgotten, their actors killed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ import pytest
 
 from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedule: learns fast
 from hogwild.net.ports import free_ports
+from hogwild.training.zygote import FORKED_TITLE
 from tests.cluster.test_cluster import processes_of
 
 pytest.importorskip("ray")
@@ -169,7 +171,9 @@ def test_ray_job_trains_restarts_a_killed_replica_in_its_actor_and_leaves_nothin
     ray_head, mnist_dir, tmp_path
 ):
     """One job for both: every role a Ray actor, and replica 1, SIGKILLed once every role has
-    started, restarted by the driver in its actor; the epochs still count every example once."""
+    started, restarted by the driver in its actor; the epochs still count every example once.
+    A replica (a fresh interpreter here, not forked from a role server) forks its workers'
+    forkserver from itself as it begins, titled with its job's run directory."""
     run_dir = tmp_path / "run"
     actors_before = _role_hosts(ray_head)
     command = ray_job(
@@ -185,6 +189,13 @@ def test_ray_job_trains_restarts_a_killed_replica_in_its_actor_and_leaves_nothin
             assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
             time.sleep(0.2)
         roles = json.loads((run_dir / "cluster.json").read_text())["roles"]
+        (kept,) = [r for r in roles if r["name"] == "replica 0"]
+        servers = []  # its workers' forkserver, forked from it as it began (not a fresh one)
+        for child in psutil.Process(kept["pid"]).children():
+            with contextlib.suppress(psutil.Error):  # a worker ended meanwhile
+                servers.append(" ".join(child.cmdline()))
+        owner = f"for pid {kept['pid']}, replica 0 of the job of {run_dir}"
+        assert [s for s in servers if f"{FORKED_TITLE}, {owner}" in s], servers
         (victim,) = [r for r in roles if r["name"] == "replica 1"]
         os.kill(victim["pid"], signal.SIGKILL)
         stdout, stderr = driver.communicate(timeout=JOB_WITHIN_S)
