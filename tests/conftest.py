@@ -6,7 +6,8 @@
   descendants;
 - a live child process (anywhere below this one, a forkserver's children included), other than
   multiprocessing's own long-lived helpers of this process, told by their pid (its forkserver,
-  which the trainers started here share, and its resource tracker: they serve the whole session);
+  which the trainers started here share, and its resource tracker: they serve the whole session),
+  and the role server the parameter servers it starts are forked from (``ServeProcess``'s);
 - a new listening TCP socket of this process or its descendants.
 
 Before failing it cleans up (kills the processes, unlinks the segments, shuts the sockets), so
@@ -72,12 +73,17 @@ def _shm_entries() -> set[str]:
 
 
 def _is_mp_helper(proc: psutil.Process) -> bool:
-    """multiprocessing's forkserver or resource tracker of this process, by pid: the ones it
-    started and serve the whole session (a forkserver's children are workers, never helpers)."""
+    """multiprocessing's forkserver or resource tracker of this process, or the role server its
+    parameter servers are forked from (hogwild_plugins.ps.serving.launch), by pid: the ones it
+    started and serve the whole session (their children are workers or servers, never
+    helpers)."""
     helpers = {
         multiprocessing.forkserver._forkserver._forkserver_pid,
         multiprocessing.resource_tracker._resource_tracker._pid,
     }
+    launch = sys.modules.get("hogwild_plugins.ps.serving.launch")
+    if launch is not None:
+        helpers.add(launch.role_server_pid())
     return proc.pid in helpers - {None}
 
 

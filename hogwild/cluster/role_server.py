@@ -242,6 +242,12 @@ class RoleServer:
         self._environment: dict[str, str] = {}
         self._broken: str | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it is started (and not yet ended by :meth:`close`), else None."""
+        process = self._process
+        return process.pid if process is not None else None
+
     def start_role(
         self, argv, env: dict | None = None, cwd: str | None = None, workers: bool = False
     ):

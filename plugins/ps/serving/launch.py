@@ -7,6 +7,18 @@ stays silent past the timeout is an error quoting its last lines. :meth:`~ServeP
 sends SIGTERM (a final flush, exit 143) and kills it if it does not exit in time. Launchers, tests
 and benchmarks use it; the child is always reaped.
 
+The child is forked from the owner's role server (:mod:`hogwild.cluster.role_server`): one per
+owning process, started at its first :class:`ServeProcess` and shared by every later one, which
+has imported numba, numpy, ZeroMQ and the parameter server once. A fresh interpreter pays that
+(about a CPU-second) for each server before it serves; a test that starts and kills a dozen
+servers paid it a dozen times. The forked child is the same ``hogwild ps serve`` run as the
+shim runs it (its own session, stdin and stdout on ``/dev/null``, stderr piped here, SIGTERM
+when the owner dies); where the role server cannot be used (another environment than the one
+it started with, no pidfd, a server that failed), the child is a fresh interpreter through
+:data:`hogwild.cluster.roles.SHIM`, as before, and the reason is told once on stderr. The role
+server ends once its owner has ended and its last child has (it serves the owner's whole life:
+:func:`role_server_pid` names it, so that a leak check can tell it from a server left running).
+
 :func:`local_server` serves a model from this process (threads, no child), on a free loopback
 port by default: what unit-level tests and the benchmark's in-process measurements need.
 """
@@ -25,15 +37,46 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from hogwild.cluster.role_server import RoleServer
 from hogwild.cluster.roles import READY
 from hogwild.errors import HogwildError
 
-__all__ = ["ServeProcess", "local_server"]
+__all__ = ["ServeProcess", "local_server", "role_server_pid"]
+
+ROLE_SERVER_START_S = 120.0  # for the role server's imports, at the first server it forks
+
+_role_server: tuple[int, RoleServer] | None = None  # (the owning pid, its role server)
+_role_server_lock = threading.Lock()
+
+
+def _owners_role_server() -> RoleServer:
+    """This process's role server for its parameter servers, made at the first call.
+
+    Keyed by pid: a process forked from the owner (a multiprocessing worker) inherits the
+    owner's object, whose control socket is the owner's, and makes its own instead.
+    """
+    global _role_server
+    with _role_server_lock:
+        if _role_server is None or _role_server[0] != os.getpid():
+            title = f"hogwild role server of the parameter servers of pid {os.getpid()}"
+            # Its own stderr (never a server's: each has its pipe) has no run directory to go to.
+            _role_server = (os.getpid(), RoleServer(title, ROLE_SERVER_START_S, os.devnull))
+        return _role_server[1]
+
+
+def role_server_pid() -> int | None:
+    """The pid of this process's role server for :class:`ServeProcess`, while one is running:
+    it lives as long as this process, and is no server left behind."""
+    with _role_server_lock:
+        if _role_server is None or _role_server[0] != os.getpid():
+            return None
+        return _role_server[1].pid
 
 
 class ServeProcess:
     """``hogwild ps serve ARGS`` as a child process, stopped (SIGTERM) when its owner dies, even by
-    SIGKILL: the kernel's death signal follows the thread that called :meth:`start`.
+    SIGKILL: a forked child watches its owner through a pidfd; a fresh interpreter has the
+    kernel's death signal, which follows the thread that called :meth:`start`.
 
     Args:
         args: Arguments after ``hogwild ps serve``.
@@ -63,10 +106,14 @@ class ServeProcess:
         then waited for with :meth:`wait_ready`."""
         from hogwild.cluster.roles import SHIM  # SIGTERM when this process dies, even by SIGKILL
 
-        command = [sys.executable, "-c", SHIM, str(os.getpid()), "ps", "serve", *self.args]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True, env=self.env)  # fmt: skip
+        argv = ["ps", "serve", *self.args]
+        # A ForkedRole (Popen's poll, wait, send_signal, stderr, returncode), or None: spawn.
+        self.process = _owners_role_server().start_role(argv, env=self.env)
+        if self.process is None:
+            command = [sys.executable, "-c", SHIM, str(os.getpid()), *argv]
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                            text=True, env=self.env)  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -116,7 +163,7 @@ class ServeProcess:
         """SIGKILL and reap (no flush)."""
         if self.process is not None:
             if self.process.poll() is None:
-                self.process.kill()
+                self.process.send_signal(signal.SIGKILL)
             self.process.wait()
             self._join()
 
