@@ -185,6 +185,7 @@ class Replication(Admitting):
             self.changed.set,
             self._stimulus,
             self.commit_round.applying,
+            lambda: self.failure,  # set before the replication thread stops this server
         )
         self.counters = {
             "snapshots_sent": 0,
@@ -371,7 +372,9 @@ class Replication(Admitting):
         view, members = self.map.read(self._etcd, self.me, self.membership.held)
         if view.replaced is not None:
             # the driver counted this process lost and starts another as this server: stop
-            # (before any role hears of this read), so that it can bind this address
+            # (before any role hears of this read), so that it can bind this address; from
+            # now on the copy side refuses every primary's message (REPLACED): what this
+            # process would take dies with it
             self.failure = (
                 f"the job's driver ended this server's lease {view.replaced:#x} early "
                 f"(etcd key revoked/{self.me}): it counts this process lost and starts another "
