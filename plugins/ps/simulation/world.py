@@ -156,6 +156,7 @@ class World:
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
             "split_messages": 0, "parcels_not_built": 0, "replaced_stops": 0,
+            "died_with_a_stop": 0,  # of died_with_every_copy: acknowledged, gone with a stop
         }  # fmt: skip
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
@@ -390,6 +391,7 @@ class World:
         self.counts["replaced_stops"] += 1
         gone = self.invariants.killed(i, server)
         self.counts["died_with_every_copy"] += len(gone)
+        self.counts["died_with_a_stop"] += len(gone)
         return "; it stopped (replaced)" + (f"; {gone} died with it" if gone else "")
 
     def _too_late(self, i: int) -> int:
