@@ -383,7 +383,10 @@ class World:
     def _stop(self, server: SimServer) -> str:
         """``server`` stopped itself (its map read found its lease revoked by the driver, which
         replaces it: the real process exits 2): taken away as a dead process, its store kept;
-        what happened, for the schedule."""
+        what happened, for the schedule. Taken away at once, as the real one refuses every
+        primary's message from that read on (``REPLACED``); its final flush writes its shards
+        to its store, but no bucket resumes from a store, so what only it held is gone as with
+        a kill (counted apart: ``died_with_a_stop``)."""
         i = server.me
         self.cut.discard(i)  # a process started again comes back on the network
         self.servers[i] = None
