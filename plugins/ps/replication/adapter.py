@@ -295,7 +295,7 @@ class Replication(Admitting):
         last_read = 0.0
         try:
             while not self._stop.is_set():
-                if self.failure is not None:  # the snapshot thread ended on an error
+                if self.failure is not None:  # the snapshot thread failed, or we were replaced
                     self._fail_over()
                     return
                 now = time.monotonic()
@@ -310,6 +310,8 @@ class Replication(Admitting):
                         self.last_etcd_error = str(exc)
                         self.changed.set()
                         time.sleep(0.05)
+                    if self.failure is not None:  # the read found this server replaced: stop
+                        continue  # now, taking no batch and finishing no restore first
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
