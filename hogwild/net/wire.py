@@ -160,7 +160,8 @@ class ErrorCode(IntEnum):
     NOT_PRIMARY = 13  # not (or not yet) the serving primary of the shard's bucket: re-read the map
     FENCED = 14  # replication: an older epoch or lease than the bucket's: the sender steps down
     NEED_SYNC = 15  # replication: a copy missed an update: it needs a snapshot
-    REPLACED = 16  # the sender's replica incarnation was replaced by the driver: it must stop
+    REPLACED = 16  # the sender's replica incarnation was replaced by the driver: it must stop;
+    # (a copy's answer to a primary) this server is stopping: it takes no replication message
     STOPPED = 17  # the shard's bucket stopped here: a write it acknowledged failed to apply
     READS_WAITING = 18  # the bucket's primary, its reads waiting out its predecessor's lease:
     # send the pull again to the same server after a pause (no map read: the map is current)

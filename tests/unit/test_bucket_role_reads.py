@@ -135,7 +135,6 @@ def test_revoked_ttl_is_the_longest_marker_and_a_marker_without_a_ttl_is_unbound
         marked = [*entries, (f"{REVOKED_PREFIX}3", bad)]
         assert revoked_ttl(marked, n_servers=4) == math.inf
         assert unknown_markers(marked, n_servers=4) == [f"{REVOKED_PREFIX}3"]
-        assert unknown_markers(marked, n_servers=4) == [f"{REVOKED_PREFIX}3"]
 
 
 def test_a_marker_naming_no_ttl_keeps_reads_closed_until_a_later_read_holds_none():

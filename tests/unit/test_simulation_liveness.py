@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.simulation import Violation, run_seed
-from hogwild_plugins.ps.simulation.liveness import _allowed_outcome, heal_and_check
+from hogwild_plugins.ps.simulation.liveness import (
+    NO_HOLDER,
+    _allowed_outcome,
+    _held,
+    heal_and_check,
+)
 from hogwild_plugins.ps.simulation.world import Config, established
 
 from tests.unit.simulation_support import PINNED_FAULTS, STEPS, primary_of, run_until_waiting, send
@@ -144,6 +149,31 @@ def test_a_stopped_primary_named_under_a_lease_it_lost_is_the_stopped_outcome():
     assert all(primary.refusal(s, "PUSH") == "STOPPED" for s in world.bucket_shards[1])
     copy0, copy1 = (world.servers[i] for i in (0, 1))
     assert copy1.stops.stopped(1) and copy0.roles[1].current and 0 not in record.in_sync
+
+
+# The same schedule as the real server runs it (a server whose lease the driver revoked stops at
+# its next map read): servers 0 and 2 were cut off and revoked, so once back each stops, the real
+# adapter's exit 2 (review V finding 1). Copy 0 took (101, 1) from a snapshot, copy 1 committed
+# it and failed to apply it (its bucket stopped), so the primary's memory is the last to hold it:
+# server 0 stops first (the primary still holds it), then server 2, and (101, 1), acknowledged,
+# dies with it. That is guarantees.md's one exception to durability (a copy that committed the
+# write and failed to apply it counts among its holders), the later loss of the other copies
+# being a replacement's stop: a memory-only store keeps nothing of what a stopped process held.
+# Bucket 1 then has no holder: its restarted servers never start it afresh (NO_HOLDER).
+def test_seed_22354_with_the_stop_loses_the_write_only_its_failed_copy_still_counted():
+    world = run_seed(22354, 300, faults=PINNED_FAULTS | {"split", "cut"})
+    heal_and_check(world)
+    assert world.invariants.forgiven == {(101, 1)}
+    # bench/simulate.py's totals: the stops, and what died with every holder (with a stop)
+    wanted = {"replaced_stops": 2, "died_with_every_copy": 1, "died_with_a_stop": 1}
+    assert {name: world.counts[name] for name in wanted} == wanted
+    stops = [line for line in world.schedule if "it stopped (replaced)" in line]
+    assert [line.split(" runs")[0].split(": ")[1] for line in stops] == ["server 0", "server 2"]
+    assert stops[1].endswith("[(101, 1)] died with it")
+    assert world.servers[1].stops.stopped(1)  # the copy that failed to apply it
+    record = world.etcd.record(1)
+    assert _allowed_outcome(world, 1, record, held=_held(world, 1)) == NO_HOLDER
+    assert not any(s.roles[1].serving for s in world.live())
 
 
 def test_a_stopped_primary_under_a_lost_lease_with_a_copy_that_may_campaign_is_a_stall(

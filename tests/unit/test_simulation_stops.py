@@ -54,8 +54,9 @@ def primary(world: World):
 # where the copy that failed a commit is killed before the primary answers the update's re-send
 # (the acknowledgement counts the dead copy that took it). Seed 164 had the new primary's place
 # until the driver's revoke came apart from its marker (review I1): its revoke is now drawn 14
-# ticks late and its failure lands on a copy; 415 took its place. Seed 48's stop is lifted
-# since (it was not), and no seed lost a lift.
+# ticks late and its failure lands on a copy; 415 took its place. Replayed as found (AS_FOUND:
+# a revoked server goes on), seed 48's stop is lifted since (it was not), and no seed lost a
+# lift; with the stop on, seed 48's stopped copy is revoked and stops instead (pinned below).
 SEEDS_THAT_FAIL = {
     (45, 150): ("by its primary", 1),
     (48, 150): ("on a copy", 1),
@@ -84,6 +85,20 @@ def test_seeded_schedules_that_fail_applications_keep_every_invariant(seed, step
         {SEEDS_THAT_FAIL[seed, steps][0]},
         SEEDS_THAT_FAIL[seed, steps][1],
     )
+
+
+def test_seed_48_with_the_stop_ends_its_stopped_copys_process_instead_of_lifting_the_stop():
+    """Seed 48 as the real server runs it (review V finding 5): copy 1, whose bucket stopped
+    (a commit failed to apply), is revoked, stops at its next map read and is restarted as
+    incarnation 2, which holds no stop (stops live in the process's memory). Nothing is
+    lifted, nothing acknowledged is lost, every invariant holds."""
+    world = run_seed(48, 150, faults=FAULTS - {"split"})
+    assert world.counts["failed_applications"] == 1 and world.counts["replaced_stops"] == 1
+    assert any("server 1 stopped bucket 1" in line for line in world.schedule)
+    assert "4: server 1 runs, then waits on: stopped; it stopped (replaced)" in world.schedule
+    restarted = world.servers[1]
+    assert restarted.incarnation == 2 and not restarted.stops.stopped(1)
+    assert sum(s.stops.lifted for s in world.live()) == 0 and not world.invariants.forgiven
 
 
 def test_the_seeds_reach_every_place_of_the_fault():

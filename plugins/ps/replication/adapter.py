@@ -185,6 +185,7 @@ class Replication(Admitting):
             self.changed.set,
             self._stimulus,
             self.commit_round.applying,
+            lambda: self.failure,  # set before the replication thread stops this server
         )
         self.counters = {
             "snapshots_sent": 0,
@@ -294,7 +295,7 @@ class Replication(Admitting):
         last_read = 0.0
         try:
             while not self._stop.is_set():
-                if self.failure is not None:  # the snapshot thread ended on an error
+                if self.failure is not None:  # the snapshot thread failed, or we were replaced
                     self._fail_over()
                     return
                 now = time.monotonic()
@@ -309,6 +310,8 @@ class Replication(Admitting):
                         self.last_etcd_error = str(exc)
                         self.changed.set()
                         time.sleep(0.05)
+                    if self.failure is not None:  # the read found this server replaced: stop
+                        continue  # now, taking no batch and finishing no restore first
                 batch = self._take(0.02)
                 if batch:
                     self._process(batch)
@@ -371,7 +374,9 @@ class Replication(Admitting):
         view, members = self.map.read(self._etcd, self.me, self.membership.held)
         if view.replaced is not None:
             # the driver counted this process lost and starts another as this server: stop
-            # (before any role hears of this read), so that it can bind this address
+            # (before any role hears of this read), so that it can bind this address; from
+            # now on the copy side refuses every primary's message (REPLACED): what this
+            # process would take dies with it
             self.failure = (
                 f"the job's driver ended this server's lease {view.replaced:#x} early "
                 f"(etcd key revoked/{self.me}): it counts this process lost and starts another "

@@ -95,6 +95,10 @@ class CopyAdapter:
         stimulus: A new stimulus id for what happened.
         applying: Whether this server's commit round applies updates of a shard that its log
             does not count yet (called under ``lock``).
+        stopping: Why this server decided to stop (its replication failed, or the driver
+            replaced it); None while it goes on. Once it is set, every primary's message is
+            refused ``REPLACED``: a process on its way out takes no ``PREPARE`` or ``COMMIT``
+            the primary would count, since what it holds dies with it.
     """
 
     def __init__(
@@ -108,8 +112,10 @@ class CopyAdapter:
         changed: Callable[[], None],
         stimulus: Callable[[str], str],
         applying: Callable[[int], bool],
+        stopping: Callable[[], str | None],
     ) -> None:
         self.server, self.copy_side, self.roles, self._lock = server, copy_side, roles, lock
+        self.stopping = stopping
         self.applying_shard = applying
         self.local, self.read_record, self.changed = local, read_record, changed
         self.stimulus = stimulus
@@ -147,6 +153,7 @@ class CopyAdapter:
         """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: answered now, or
         (None) by the refresher once it read etcd."""
         header = request.header
+        self._refuse_if_stopping()
         shard = self.server.admission.check(header)
         catch_up = header.type == MsgType.SNAPSHOT and header.frames == 0
         message = PeerMessage(
@@ -185,6 +192,17 @@ class CopyAdapter:
         self._deferred.put((message, steps))
         return None
 
+    def _refuse_if_stopping(self) -> None:
+        """Raise (``REPLACED``, naming why) once this server decided to stop: the primary then
+        drops it from ``in_sync`` as it would a dead copy, instead of counting its memory."""
+        why = self.stopping()
+        if why is not None:
+            raise WireError(
+                f"server {self.server.options.index} is stopping ({why}): it takes no "
+                "replication messages",
+                ErrorCode.REPLACED,
+            )
+
     @staticmethod
     def _answer(header: Header, action) -> Reply:
         """The copy side's last action as the reply to the primary's message."""
@@ -214,6 +232,7 @@ class CopyAdapter:
         it pauses for a snapshot's values (:meth:`finish_restores` answers it)."""
         header = message.header
         try:
+            self._refuse_if_stopping()  # decided while the message waited here
             steps = steps if steps is not None else receive(message, self)
             while True:
                 try:

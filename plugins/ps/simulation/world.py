@@ -156,6 +156,7 @@ class World:
         self.counts = {
             "acknowledged": 0, "faults": 0, "died_with_every_copy": 0, "failed_applications": 0,
             "split_messages": 0, "parcels_not_built": 0, "replaced_stops": 0,
+            "died_with_a_stop": 0,  # of died_with_every_copy: acknowledged, gone with a stop
         }  # fmt: skip
         self.invariants = Invariants(self.servers, self.etcd, self.bucket_shards, config.min_copies)
         self.touched: set[int] = set()  # the servers a step changed (their machines checked)
@@ -382,7 +383,10 @@ class World:
     def _stop(self, server: SimServer) -> str:
         """``server`` stopped itself (its map read found its lease revoked by the driver, which
         replaces it: the real process exits 2): taken away as a dead process, its store kept;
-        what happened, for the schedule."""
+        what happened, for the schedule. Taken away at once, as the real one refuses every
+        primary's message from that read on (``REPLACED``); its final flush writes its shards
+        to its store, but no bucket resumes from a store, so what only it held is gone as with
+        a kill (counted apart: ``died_with_a_stop``)."""
         i = server.me
         self.cut.discard(i)  # a process started again comes back on the network
         self.servers[i] = None
@@ -390,6 +394,7 @@ class World:
         self.counts["replaced_stops"] += 1
         gone = self.invariants.killed(i, server)
         self.counts["died_with_every_copy"] += len(gone)
+        self.counts["died_with_a_stop"] += len(gone)
         return "; it stopped (replaced)" + (f"; {gone} died with it" if gone else "")
 
     def _too_late(self, i: int) -> int:

@@ -1,0 +1,42 @@
+"""A server that decided to stop takes no replication message: once its replication failed (or the
+driver replaced it: the same ``failure``), its copy side refuses a primary's message (here the
+catch-up probe it answered ACK just before) with ``REPLACED`` naming why, before it reads the
+message, and its log stays where it was. The primary then drops it as it would a dead copy,
+instead of counting memory that dies with the process (the simulator takes a stopping server away
+at once, which this makes true of the real one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hogwild_plugins.ps.replication import PEER_SENDER
+
+from hogwild.net.router import Incoming
+from hogwild.net.wire import ErrorCode, MsgType, WireError
+from tests.adversarial.copies import N, held_everywhere, primary_and_copy, two_copies
+
+SHARD = 0
+
+
+def test_a_copy_that_decided_to_stop_refuses_its_primarys_catch_up():
+    with two_copies("stopping") as (servers, client):
+        client.push_deltas(np.ones(N, np.float32))  # every bucket served, both copies in sync
+        primary, copy = primary_and_copy(servers, SHARD)
+        held_everywhere(servers, np.ones(N, np.float32))  # every COMMIT applied
+        replication = primary.replication
+        role = replication.roles[primary.layout.bucket_of(SHARD)]
+        log = replication.logs[SHARD]
+        # the primary's catch-up probe (a SNAPSHOT without frames): a copy that holds its
+        # committed state answers ACK, and the primary counts it in sync again
+        header = replication.link.header(
+            MsgType.SNAPSHOT, SHARD, log.committed, role, offset=log.epoch
+        )._replace(sender=PEER_SENDER + primary.options.index)
+        probe = Incoming(b"primary", header, [], 0.0)
+        committed = copy.replication.logs[SHARD].committed
+        assert copy.replication.handle_peer(probe).header.type == MsgType.ACK  # still going on
+        copy.replication.failure = "the test's: the driver replaced it"
+        with pytest.raises(WireError) as refused:
+            copy.replication.handle_peer(probe)
+        assert refused.value.code == ErrorCode.REPLACED
+        assert "is stopping (the test's: the driver replaced it)" in str(refused.value)
+        assert copy.replication.logs[SHARD].committed == committed
