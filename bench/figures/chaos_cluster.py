@@ -34,7 +34,7 @@ After every run, what it left behind (:mod:`bench.support.leaks`): segments, pro
 
 Run: ``python bench/figures/chaos_cluster.py --out bench/results/chaos_cluster.json`` (``--quick``:
 a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1 of 2,000, a
-kill of each kind, 2 ledger kills).
+kill of each kind, 2 ledger kills under a client pushing at most every 0.05 s).
 It prints one JSON line; progress goes to stderr.
 """
 
@@ -90,6 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.subset = 6000 if args.quick else 0
     args.yardstick_subset = 2000 if args.quick else 0  # quick: the record's shape, not a figure
     args.bound_s = 240.0 if args.quick else 3600.0
+    # quick: the ledger client paced (the full run pushes back to back), as the partitions
+    # smoke run paces its own: pushes still overlap every kill, and the servers do not
+    # spend the phase replicating full models
+    args.ledger_push_every_s = 0.05 if args.quick else 0.0
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
     return args
 
@@ -313,7 +317,13 @@ def measure(args) -> dict:
         copies_1 = run_job(args, folder, "copies_1", 1, None)
         chaotic = run_job(args, folder, "chaos", 3, rng)
     _log(f"ledger phase: {args.ledger_kills} kills")
-    ledger = ledger_phase(args.ledger_kills, args.kill_every_s, args.seed, log=_log)
+    ledger = ledger_phase(
+        args.ledger_kills,
+        args.kill_every_s,
+        args.seed,
+        log=_log,
+        push_every_s=args.ledger_push_every_s,
+    )
     kills = chaotic["kills"]
     failovers = [f for k in kills for f in k.get("failovers", [])]
     counts = {kind: sum(k["kind"] == kind for k in kills) for kind in ("ps", "replica", "data")}
@@ -378,6 +388,7 @@ def measure(args) -> dict:
             "kill_every_s": args.kill_every_s,
             "victims": {"ps": 0.6, "replica": 0.25, "data": 0.15},
             "ledger_kills": args.ledger_kills,
+            "ledger_push_every_s": args.ledger_push_every_s,
             "seed": args.seed,
             "quick": args.quick,
             "subset": args.subset,

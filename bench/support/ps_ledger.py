@@ -6,7 +6,8 @@ it would be checked against), so the promise "an acknowledged update survives th
 copy while one lives" is checked here, as tests/cluster/test_ps_failover.py does, in a phase of
 its own: three ``hogwild ps serve --copies 3 --etcd ...`` processes (the bundled job's model and
 layout, ``ps.lease_s`` as given), one etcd on loopback, and one client pushing integer-valued
-deltas (``[-3, 3]`` per parameter; float32 sums of such integers stay exact) in a loop, adding
+deltas (``[-3, 3]`` per parameter; float32 sums of such integers stay exact) in a loop (back to
+back, or one at most every ``push_every_s``: a smoke run's pace), adding
 each to a float64 ledger once ``push_deltas`` returned, i.e. once every in-sync copy committed it.
 
 Every ``kill_every_s`` (times 0.5 to 1.5, seeded) the primary of a random bucket holding shards
@@ -41,8 +42,17 @@ SYNC_TIMEOUT_S = 60.0
 STALL_S = 60.0  # no acknowledged push for this long: the phase stops and says so
 
 
-def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, log=print) -> dict:
-    """Run the phase (see the module docstring); its figures."""
+def ledger_phase(
+    kills: int,
+    kill_every_s: float,
+    seed: int,
+    lease_s: int = 2,
+    log=print,
+    push_every_s: float = 0.0,
+) -> dict:
+    """Run the phase (see the module docstring); its figures. ``push_every_s``: the client
+    starts a push at most this often (0: back to back, the full run's; a smoke run paces it, so
+    that its three servers and the client do not spend the phase replicating full models)."""
     rng = random.Random(seed)
     n_params = model_network(load_config().model).n_params
     started = time.monotonic()
@@ -78,7 +88,7 @@ def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, l
         if watch.wait_copies(3, SYNC_TIMEOUT_S)[1] is None:
             raise RuntimeError("ledger phase: the three copies never came in sync")
         ledger = np.zeros(n_params, np.float64)
-        pusher = Pusher(client, ledger, n_params, seed)
+        pusher = Pusher(client, ledger, n_params, seed, every_s=push_every_s)
         try:
             for _ in range(kills):
                 if not _pause(kill_every_s * rng.uniform(0.5, 1.5), pusher, problems):
@@ -138,6 +148,7 @@ def ledger_phase(kills: int, kill_every_s: float, seed: int, lease_s: int = 2, l
         "waited_for_copies_s": spread([e["waited_for_copies_s"] for e in events]),
         "problems": problems,
         "lease_s": lease_s,
+        "push_every_s": push_every_s,
         "wall_s": round(time.monotonic() - started, 1),
         "leaked": check.count(processes, ports),
         "events": events,

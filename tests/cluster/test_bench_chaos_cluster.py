@@ -60,6 +60,7 @@ def test_quick_run_loses_nothing_and_leaves_nothing(
     ledger = record["ledger"]
     assert ledger["lost"] == 0 and ledger["problems"] == [] and ledger["max_abs_error"] == 0.0
     assert ledger["kills"] == 2 and ledger["pushes"] > 0
+    assert ledger["push_every_s"] == record["settings"]["ledger_push_every_s"] == 0.05  # quick
     assert "separate" in ledger["phase"]
 
     for key in ("test_accuracy", "fault_free_test_accuracy", "copies_1_test_accuracy"):
