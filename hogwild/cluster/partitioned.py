@@ -85,6 +85,9 @@ def check_partitioned_job(config, topology, data_servers: int) -> None:
 
 
 FOLLOWER = "follower"  # a spread replica's follower hosts' kind of role ("follower 3")
+#: A follower's stop line (:func:`hogwild.partition.follower.serve`, :meth:`HostRows.said
+#: <hogwild.partition.host_rows.HostRows.said>`): what its takes pulled, relayed by a launcher.
+FOLLOWER_STOP_LINE = r"hogwild partition-host \S+: took the servers' model "
 
 
 def follower_role(replica: int, k: int, g: int) -> str:
@@ -135,12 +138,6 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
     """One partitioned replica as a served role (see the module docstring)."""
 
     exchanges = True
-
-    def version_words(self) -> int:
-        from hogwild.store.registry import store_class
-
-        return store_class(STORE).version_words(self.network.n_params)
-
     portion_type = PartitionedPortion
 
     def __init__(self, config, data, index: int) -> None:
@@ -181,6 +178,11 @@ class PartitionedReplica(PartitionedTrainer, PortionRole):
 
     def homes(self, placements) -> list[dict | None]:
         return [self._home_of(p, placements) for p in range(len(placements))]
+
+    def version_words(self) -> int:
+        from hogwild.store.registry import store_class
+
+        return store_class(STORE).version_words(self.network.n_params)
 
     def follower_home(self) -> dict | None:
         # the store alone: each follower reaches the same servers, rebuilt from the job's config

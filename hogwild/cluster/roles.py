@@ -66,9 +66,12 @@ def spawn_role(argv, *, cwd: str | None = None, env: dict | None = None) -> subp
     )
 
 
-def tee_stderr(process: subprocess.Popen, log, lines: deque, on_ready) -> threading.Thread:
+def tee_stderr(
+    process: subprocess.Popen, log, lines: deque, on_ready, on_line=None
+) -> threading.Thread:
     """A started thread copying the role's stderr into the file ``log``, keeping its last
-    lines in ``lines``, and calling ``on_ready(address)`` at its first :data:`READY` line."""
+    lines in ``lines``, calling ``on_ready(address)`` at its first :data:`READY` line and, if
+    given, ``on_line(line)`` at every line."""
 
     def read() -> None:
         ready = False
@@ -78,6 +81,8 @@ def tee_stderr(process: subprocess.Popen, log, lines: deque, on_ready) -> thread
                 out.flush()
                 line = line.rstrip("\n")
                 lines.append(line)
+                if on_line is not None:
+                    on_line(line)
                 match = READY.match(line)
                 if match and not ready:
                     ready = True

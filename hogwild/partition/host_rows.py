@@ -82,9 +82,10 @@ class HostRows:
         from hogwild.store.protocol import WorkerSpec
         from hogwild.store.registry import store_class
 
+        takes = Takes(arena, proc.TAKEN)  # before the home: a failure here leaks nothing
         spec = WorkerSpec(store, -1, values)
         home = store_class(store).open_home(spec, arena, network, config)
-        return cls(home, plan, partitions, Takes(arena, proc.TAKEN))
+        return cls(home, plan, partitions, takes)
 
     def take(self, params: np.ndarray, base: np.ndarray) -> None:
         """``params`` and ``base`` := the home's values, over this host's rows (every partition

@@ -138,6 +138,16 @@ def partition_main(setup: dict) -> None:
                 unlink_segment(setup["arena"])  # the parent was killed: nobody else will
 
 
+def count_example(exchanger, takes) -> None:
+    """A partition's example ended: its exchanger counts it (and pushes when due), its pushes
+    first stamped with the versions of the host's take if one came since its last example
+    (:class:`~hogwild.partition.takes.Takes`): the take rewrote its rows' ``base``."""
+    versions = takes.since()
+    if versions is not None:
+        exchanger.adopt(versions)
+    exchanger.trained(1, None)
+
+
 def write_said(arena, p: int, text: str) -> None:
     """Partition ``p``'s last words (why it stopped), cut to ``SAID_BYTES``, for its parent.
     Control characters (a newline in a server's error message, say) become spaces: the parent
@@ -446,7 +456,4 @@ class PartitionLoop:
             if self.link is not None:
                 self.link.done(s, self.gen[s])
             if self.exchanger is not None:
-                versions = self.takes.since()  # a take since its last example: stamp with it
-                if versions is not None:
-                    self.exchanger.adopt(versions)
-                self.exchanger.trained(1, None)
+                count_example(self.exchanger, self.takes)

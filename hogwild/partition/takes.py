@@ -2,11 +2,13 @@
 
 A take (:mod:`hogwild.partition.host_rows`) rewrites the host's partitions' rows' ``base``, so
 each partition's next pushes must be stamped with the shard versions the take pulled. The host
-writes them into the arena's ``versions`` region and then advances a control word; a partition
-(:mod:`hogwild.partition.process`) reads the word before it counts each example and, when it
-moved, takes a copy of the versions for its exchanger to adopt. The word is advanced after the
-versions are written (an atomic add: a full barrier), and a take comes only while every partition
-is idle, so a partition that sees the word moved reads the whole take's versions.
+writes them into the arena's ``versions`` region under a control word used as a seqlock: it
+advances the word to odd before writing and to even after (each an atomic add: a full barrier).
+A partition (:mod:`hogwild.partition.process`) reads the word before it counts each example and,
+when it moved to a new even value, copies the versions and reads the word again; it keeps the copy
+only if the word did not move meanwhile, and otherwise tries again at its next example. Today a
+take comes only while every partition is idle, but the reader does not lean on that, so a take
+that met a running partition could not be adopted half-written.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ class Takes:
     takes there were (a control word).
 
     Args:
-        arena: The host's arena; without a ``versions`` region (a home without versions) a
-            take publishes nothing and :meth:`since` is always None.
-        word: The index of the control word that counts the takes
-            (:data:`hogwild.partition.process.TAKEN`).
+        arena: The host's arena; without a ``versions`` region (a store whose ``version_words``
+            is 0) :meth:`since` is always None, and publishing versions into it is an error.
+        word: The index of the control word that counts the takes, twice each: odd while one is
+            being written (:data:`hogwild.partition.process.TAKEN`).
     """
 
     def __init__(self, arena, word: int) -> None:
@@ -37,27 +39,40 @@ class Takes:
         """The host's side, after a take pulled at ``versions`` (None: a home without them).
 
         Raises:
-            ValueError: More versions than the region holds.
+            ValueError: Versions but no ``versions`` region in the arena (a wiring error: the
+                arena was sized with 0 version words for a store that has versions), or more
+                versions than the region holds.
         """
         from hogwild.shm.atomics import atomic_add
 
-        if versions is None or self.versions is None:
+        if versions is None:
             return
+        if self.versions is None:
+            raise ValueError(f"a take pulled {len(versions)} versions but the arena has no "
+                             "versions region: it was sized with version_words 0 for a store "
+                             "that has versions")  # fmt: skip
         if len(versions) > len(self.versions):
             raise ValueError(f"a take's {len(versions)} versions exceed the arena's "
                              f"{len(self.versions)} (the store's version_words)")  # fmt: skip
+        atomic_add(self.control, self.word, 1)  # odd: a reader copying now will not keep it
         self.versions[: len(versions)] = versions
-        atomic_add(self.control, self.word, 1)  # after the versions: a reader sees them whole
+        atomic_add(self.control, self.word, 1)  # even: the take's versions are whole
 
     def since(self) -> np.ndarray | None:
         """A partition's side: the last take's versions (a copy) if the host took since the
-        last call, else None."""
-        from hogwild.shm.atomics import atomic_load
+        last call, else None (also while a take is being written or moved during the copy: the
+        next call sees it whole)."""
+        from hogwild.shm.atomics import atomic_add, atomic_load
 
         if self.versions is None:
             return None
         taken = atomic_load(self.control, self.word)
-        if taken == self.seen:
+        if taken == self.seen or taken % 2:  # no new take, or one being written
+            return None
+        versions = self.versions.copy()
+        # Read again with a read-modify-write (adding 0): a full barrier, so the copy's plain
+        # loads cannot drift past it (an acquire load would not hold them back on ARM).
+        if atomic_add(self.control, self.word, 0) != taken:  # a take began during the copy
             return None
         self.seen = taken
-        return self.versions.copy()
+        return versions

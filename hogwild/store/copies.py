@@ -27,7 +27,13 @@ provide is this, and nothing else of the module:
   :meth:`~CopiesStore.home_name` and the parent-side methods of
   :class:`~hogwild.store.protocol.ParameterStore`;
 * it reads, once attached, ``config``, ``network``, ``params`` and ``velocity`` (the arena's
-  home copy), ``layers`` (the fully connected layers), ``n_push`` and ``n_fetch``.
+  home copy), ``layers`` (the fully connected layers), ``n_push`` and ``n_fetch``;
+* for a partitioned replica's hosts (:mod:`hogwild.partition.host_rows`,
+  :mod:`hogwild.partition.takes`) it may override
+  :meth:`~hogwild.store.protocol.ParameterStore.version_words` (default 0: no ``versions``
+  region), and its home :meth:`~hogwild.store.exchange.Home.versions` (default None) and
+  :meth:`~hogwild.store.exchange.Home.adopt` (default: nothing): a home that returns versions
+  needs its store's ``version_words`` to cover them, or a host's take raises.
 
 ``train.replicas = "auto"`` chooses (:func:`choose_copies`): a copy per worker while the copies
 take at most an eighth of the machine's memory (and a quarter of the free ``/dev/shm``), else a

@@ -30,7 +30,6 @@ from hogwild.net.address import host_port
 __all__ = ["SpreadFollowers"]
 
 KEYS_DROP_S = 5.0  # what a healthy follower's actor gets to remove its key pair
-FOLLOWER_SAYS = "hogwild partition-host "  # a follower's own lines (not a traceback's)
 
 
 class SpreadFollowers:
@@ -189,18 +188,30 @@ class SpreadFollowers:
         self._relay_stop_lines(followers)
 
     def _relay_stop_lines(self, followers: list) -> None:
-        """Each follower's own last lines (its stop line: what its takes pulled) said on the
-        driver's stderr: its log is on its node, in the run directory's mirror that the job's
-        stop removes."""
-        refs = [f.actor.status.remote() for f in followers]
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        """Each follower's stop line (what its takes pulled; its actor keeps it apart from its
+        last lines) said on the driver's stderr: its log is on its node, in the run directory's
+        mirror that the job's stop removes. A follower that left none (killed before it could
+        say it, or with no home) is named in a warning. Never raises: this runs inside the
+        job's orderly stop, which must go on to the data and ps roles whatever Ray answers."""
+        try:
+            refs = [f.actor.status.remote() for f in followers]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        except Exception as exc:
+            role_logger("cluster").warning("could not ask the followers for their stop lines: "
+                                           "%r", exc)  # fmt: skip
+            return
+        log = role_logger("cluster")
         for follower, ref in zip(followers, refs, strict=True):
+            name = f"{follower.spec.name} on {follower.host}"
             try:
-                last = ray.get(ref, timeout=0)["last"]
-            except (GetTimeoutError, RayActorError):  # lost with its node: nothing to say
+                kept = ray.get(ref, timeout=0)["kept"]
+            # lost with its node (GetTimeoutError, RayActorError), RayTaskError, ObjectLostError
+            except Exception as exc:
+                log.warning("%s: no stop line, its actor did not answer: %r", name, exc)
                 continue
-            for line in last:
-                if line.startswith(FOLLOWER_SAYS):
-                    role_logger("cluster").info("%s on %s: %s", follower.spec.name,
-                                                follower.host, line)  # fmt: skip
+            if kept is None:
+                log.warning("%s left no stop line (killed before it could say what its takes "
+                            "pulled, or it had no home)", name)  # fmt: skip
+            else:
+                log.info("%s: %s", name, kept)

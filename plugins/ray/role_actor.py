@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -131,6 +132,8 @@ class RoleHost:
         self.address: str | None = None
         self.process: subprocess.Popen | None = None
         self.reader: threading.Thread | None = None
+        self.keep: re.Pattern | None = None  # the lines to remember the last of (start's keep)
+        self.kept: str | None = None  # the last of them: later lines cannot push it out
         self.log = ""
         self.mirrored: Path | None = None  # the run directory's mirror this actor made
         self.own_key: Path | None = None  # the role's secret key file, made on this node
@@ -188,6 +191,7 @@ class RoleHost:
         cwd: str | None,
         env: dict[str, str],
         mirror: dict | None = None,
+        keep: str = "",
     ) -> dict:
         """Start the role: ``python -m hogwild.cli *argv``; its ``pid`` and ``log``.
 
@@ -200,6 +204,9 @@ class RoleHost:
                 see the driver's run directory: the files are written into :func:`mirror_dir`
                 (the run directory's path in JSON files made the mirror's) and every path under
                 the run directory in ``argv`` and ``log`` is made the mirror's.
+            keep: A regular expression: the last line of the role's matching it (its stop
+                line, say) is kept apart from the last lines, and :meth:`status` carries it as
+                ``kept`` however many lines came after it ("": none kept).
         """
         if self.process is not None:
             raise RuntimeError(f"{self.name} was already started here")
@@ -214,7 +221,10 @@ class RoleHost:
         self.process = spawn_role(
             argv, cwd=cwd if cwd and os.path.isdir(cwd) else None, env={**os.environ, **env}
         )
-        self.reader = tee_stderr(self.process, self.log, self.lines, self._ready)
+        self.keep = re.compile(keep) if keep else None
+        self.reader = tee_stderr(
+            self.process, self.log, self.lines, self._ready, self._heard if keep else None
+        )
         return {"pid": self.process.pid, "log": log}
 
     def _mirror(self, argv, log, run_dir: str, files: dict) -> tuple[list[str], str]:
@@ -240,12 +250,18 @@ class RoleHost:
     def _ready(self, address: str) -> None:
         self.address = address
 
+    def _heard(self, line: str) -> None:
+        if self.keep is not None and self.keep.match(line):
+            self.kept = line
+
     def status(self) -> dict:
-        """``address`` (once ready), ``returncode`` (once exited), ``last`` lines of stderr."""
+        """``address`` (once ready), ``returncode`` (once exited), ``last`` lines of stderr,
+        ``kept``: the last line matching start's ``keep`` (None: none yet)."""
         code = None if self.process is None else self.process.poll()
         if code is not None and self.reader is not None:
             self.reader.join(1.0)  # the last lines, which say why it exited
-        return {"address": self.address, "returncode": code, "last": list(self.lines)[-4:]}
+        last = list(self.lines)[-4:]
+        return {"address": self.address, "returncode": code, "last": last, "kept": self.kept}
 
     def send(self, signum: int, group: bool = False) -> None:
         """Send ``signum`` to the role (``group``: to its whole process group, its workers too)."""
@@ -275,6 +291,7 @@ class RoleHost:
         _sweep_dead(self.process.pid)
         self.process, self.reader, self.address = None, None, None
         self.lines.clear()  # the last words the driver reads are the next process's
+        self.keep, self.kept = None, None
 
     def cleanup(self) -> None:
         """Remove the mirror of the run directory made on this node (config, keys, the

@@ -21,10 +21,18 @@ bundles and command lines (no I/O); the launcher carries them out.
 
 from __future__ import annotations
 
-from hogwild.cluster.partitioned import FOLLOWER, follower_role
+from hogwild.cluster.partitioned import FOLLOWER, FOLLOWER_STOP_LINE, follower_role
 from hogwild.cluster.roles import RoleSpec
 
-__all__ = ["FOLLOWER", "bundles", "follower_argv", "follower_specs", "partition_hosts", "spreads"]
+__all__ = [
+    "FOLLOWER",
+    "FOLLOWER_STOP_LINE",
+    "bundles",
+    "follower_argv",
+    "follower_specs",
+    "partition_hosts",
+    "spreads",
+]
 
 
 def spreads(config) -> bool:

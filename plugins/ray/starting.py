@@ -41,7 +41,7 @@ import ray
 from hogwild_plugins.ray.mirrors import files_for
 from hogwild_plugins.ray.placing import RayRole
 from hogwild_plugins.ray.role_actor import CALL_TIMEOUT_S, POLL_S
-from hogwild_plugins.ray.spread import FOLLOWER
+from hogwild_plugins.ray.spread import FOLLOWER, FOLLOWER_STOP_LINE
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from hogwild.cluster.launcher import RoleExit, RoleFailedError
@@ -118,15 +118,16 @@ class Starting:
         settings on the driver's node, else with a mirror of the files it reads."""
         spec, argv = role.spec, self._argv(role)
         log = os.path.join(self.run_dir, "logs", f"{spec.kind}-{spec.index}.log")
+        keep = FOLLOWER_STOP_LINE if spec.kind == FOLLOWER else ""  # relayed at the stop
         if role.node_id == self.node_id:
             env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
-            return role.actor.start.remote(argv, log, os.getcwd(), env)
+            return role.actor.start.remote(argv, log, os.getcwd(), env, keep=keep)
         self.mirrored.add(role.node_id)
         mirror = {
             "run_dir": self.run_dir,
             "files": files_for(self.run_dir, argv, self.config.ps.keys),
         }
-        return role.actor.start.remote(argv, log, None, {}, mirror)
+        return role.actor.start.remote(argv, log, None, {}, mirror, keep=keep)
 
     def _wait_ready(self, roles: list[RayRole], deadline: float) -> list[str]:
         """Each role's ready address, once all have printed it (each entered in the roster as

@@ -71,7 +71,8 @@ def test_a_host_with_partition_1_of_3_pulls_only_its_rows_shards_at_start_and_ea
         )
         host = FollowerHost("127.0.0.1:0", None, say=print)
         host.local = (HERE,)
-        layout = arena_layout(network, plan, 1, (1, network.input_size), base=True)
+        words = store_class("ps").version_words(network.n_params)  # as the follower sizes it
+        layout = arena_layout(network, plan, 1, (1, network.input_size), True, words)
         host.arena = Arena.create(JOB, layout)
         try:
             params, base = host.arena.array("params"), host.arena.array("base")
@@ -165,9 +166,9 @@ def test_a_partitions_pushes_after_a_take_carry_the_takes_versions():
     the host takes (versions 4) and the partition pushes an epoch's first progress: under
     ``ps.max_staleness = 2`` the push is accepted (stamped 4: staleness 0), where the versions
     of its own pull (staleness 3) would have it refused. The partition's side is the partition
-    process's: :class:`~hogwild.partition.takes.Takes` checked before each example is
-    counted, its exchanger told to adopt."""
-    from hogwild.partition.process import TAKEN
+    process's (:func:`~hogwild.partition.process.count_example`): the take's versions seen
+    before the example is counted, its exchanger told to adopt them."""
+    from hogwild.partition.process import TAKEN, count_example
     from hogwild.partition.takes import Takes
     from hogwild.store.exchange import Exchanger
 
@@ -199,13 +200,10 @@ def test_a_partitions_pushes_after_a_take_carry_the_takes_versions():
             exchanger = Exchanger(own, params, base, 1, 1, 1, name="partition 0", owned=owned)
             takes = Takes(arena, TAKEN)
 
-            def train_one_example() -> None:  # the partition process's order of steps
+            def train_one_example() -> None:  # an example's update, counted as the process does
                 for lo, hi in rows:
                     params[lo:hi] += 1.0
-                versions = takes.since()
-                if versions is not None:
-                    exchanger.adopt(versions)
-                exchanger.trained(1, None)
+                count_example(exchanger, takes)
                 exchanger.finish()
 
             host.take(params, base)  # the leader's start: versions 0
