@@ -278,6 +278,12 @@ class _Server:
     ) -> None:
         """In the forked child: everything the shim and ``Popen`` would have given the role;
         a byte on ``started`` once it leads its own session."""
+        # First: a SIGTERM is the role's own (its default), never noted for the server, and
+        # never lost to the server's handler once the launcher knows of the role.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for fd in self.wakeup:
+            os.close(fd)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server or readable([self.driver], 0):
             os._exit(EXIT_DRIVER_GONE)  # the server or the driver ended meanwhile
@@ -288,9 +294,6 @@ class _Server:
         self.children = {}
         os.close(self.control.detach())
         self.control = None
-        signal.set_wakeup_fd(-1)  # the role's signals are its own (SIGTERM's handler reset below)
-        for fd in self.wakeup:
-            os.close(fd)
         os.setsid()
         os.write(started, b"s")
         os.close(started)
