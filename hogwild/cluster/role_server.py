@@ -18,7 +18,10 @@ exactly as the shim would have made it, then runs ``hogwild ROLE`` through the s
   while the driver was still its parent (so it names the driver, never a reused pid), and exits
   at once with 143 if the driver is gone already, as the shim does. The server's own death
   SIGKILLs its children (``PR_SET_PDEATHSIG``; the server has a single thread, so that signal
-  follows the server and not one of its threads);
+  follows the server and not one of its threads). A SIGTERM of the server is passed on to
+  every child (a parameter server's final flush, a replica's orderly stop), waited for at most
+  :data:`ROLES_STOP_WAIT_S`, and then the server exits; a SIGKILL of it (the OOM killer's)
+  leaves its children no such time: they die with -9 (:data:`SERVER_LOST`), unflushed;
 - its exit status: the server reaps the child and writes ``os.waitstatus_to_exitcode`` of it
   (negative for a signal, as :class:`subprocess.Popen` reports) into a pipe the driver gave it;
   :class:`ForkedRole` is the driver's ``Popen``-like handle on it (``poll``, ``wait``,
@@ -45,7 +48,8 @@ A forked child takes what was imported with the server's environment, so the ser
 for roles whose environment is the server's but for :data:`LATE_VARIABLES`, which hogwild
 reads only once a role runs. Any other difference, a kernel without pidfds, a server that did
 not start or has ended, and ``cluster.start_method = "spawn"`` start the role through the shim
-instead; each reason is told once, on stderr and in the log. A fork the server cannot make (no
+instead; each reason is told once per :class:`RoleServer`, on stderr and in the log, with the
+server's last words on its stderr where it failed or ended. A fork the server cannot make (no
 process or fd left) is answered as an error and that role alone is spawned; an exchange that
 fails on the driver's side (a timeout, no fd left, an interruption) ends the server's use, but
 not the server: its roles run on until the launcher stops them. The server talks to the driver
@@ -75,6 +79,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -123,17 +128,12 @@ DRIVER_EXIT_WAIT_S = 2.0  # for a dead driver's pidfd, after its socket closed w
 UNCLAIMED_WAIT_S = 1.0  # for a reply to a request given up on, naming a role to end
 SERVER_LOST_WAIT_S = 5.0  # for the kernel's SIGKILL of a role whose server ended, before ours
 
+ROLES_STOP_WAIT_S = 20.0
+"""How long a SIGTERMed server waits for the roles it passed the SIGTERM on to (the local
+launcher's default ``cluster.stop_timeout_s``) before it exits, which SIGKILLs those left."""
+SAID_LINES = 5  # of the server's stderr, quoted where it failed
+
 logger = logging.getLogger(__name__)
-_said: set[str] = set()
-
-
-def say_once(reason: str) -> None:
-    """Tell, once per process, why a role starts through the shim rather than the server."""
-    if reason not in _said:
-        _said.add(reason)
-        message = f"hogwild: cluster roles start as fresh interpreters, not forked: {reason}"
-        logger.warning(message)
-        print(message, file=sys.stderr, flush=True)
 
 
 def role_title(argv) -> str:
@@ -227,26 +227,48 @@ class RoleServer:
     """The driver's end of one role server: started at the first :meth:`start_role`, ended by
     :meth:`close`. Thread-safe."""
 
-    def __init__(self, title: str, start_timeout_s: float, log: str | os.PathLike) -> None:
+    def __init__(
+        self,
+        title: str,
+        start_timeout_s: float,
+        log: str | os.PathLike | None,
+        roles: str = "cluster roles",
+    ) -> None:
         """``title``: the server's process title (name the job's run directory in it, so that
         whatever looks for the job's processes finds it); ``start_timeout_s``: how long the
         first role waits for the server to import what it preloads; ``log``: the file the
         server's own stderr is appended to (never the driver's stderr, which the server would
-        hold open after the driver died for as long as a role runs)."""
+        hold open after the driver died for as long as a role runs), or None for an unnamed
+        temporary file (gone with the last process holding it); what the server said there
+        since its start is quoted where it failed. ``roles``: what it forks, as the reason a
+        role is spawned instead names it (told once per :class:`RoleServer`)."""
         self.title = title
         self.start_timeout_s = start_timeout_s
         self.log = log
+        self.roles = roles
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._environment: dict[str, str] = {}
         self._broken: str | None = None
+        self._said: set[str] = set()  # the reasons told already
+        self._log_file = None  # the unnamed log (log=None), kept to read back
+        self._log_start = 0  # the log's size at the server's start
 
     @property
     def pid(self) -> int | None:
-        """The server's pid while it is started (and not yet ended by :meth:`close`), else None."""
+        """The server's pid while it runs, else None: not yet started, ended (reaped, so the
+        pid may name another process since), or closed."""
         process = self._process
-        return process.pid if process is not None else None
+        return process.pid if process is not None and process.poll() is None else None
+
+    def say_once(self, reason: str) -> None:
+        """Tell, once per reason, why a role starts through the shim rather than the server."""
+        if reason not in self._said:
+            self._said.add(reason)
+            message = f"hogwild: {self.roles} start as fresh interpreters, not forked: {reason}"
+            logger.warning(message)
+            print(message, file=sys.stderr, flush=True)
 
     def start_role(
         self, argv, env: dict | None = None, cwd: str | None = None, workers: bool = False
@@ -262,22 +284,22 @@ class RoleServer:
                 if reason is None:
                     return self._request(argv, env, cwd or os.getcwd(), workers)
             except RoleRefusedError as error:  # the server is fine: only this role falls back
-                say_once(f"the role server could not fork a role ({error})")
+                self.say_once(f"the role server could not fork a role ({error})")
                 return None
             except BaseException as error:
                 # The exchange may be half done (a reply left unread would be paired with the
                 # next request): no more requests. The server and the roles it forked are left
                 # running; close() waits for the server once the launcher has stopped them.
-                self._broken = f"the role server failed ({error!r})"
+                self._broken = f"the role server failed ({error!r}){self._last_words()}"
                 if self._control is not None:
                     self._stop_unclaimed()
                     self._control.close()
                     self._control = None
                 if not isinstance(error, Exception):  # Ctrl-C, SIGTERM: the caller's to handle
                     raise
-                say_once(self._broken)
+                self.say_once(self._broken)
                 return None
-            say_once(reason)
+            self.say_once(reason)
             return None
 
     def _stop_unclaimed(self) -> None:
@@ -300,7 +322,8 @@ class RoleServer:
         if not pidfd_supported():
             return "this kernel has no pidfd, by which a forked role watches its driver"
         if self._process is not None and self._process.poll() is not None:
-            self._broken = f"the role server ended (exit code {self._process.returncode})"
+            code = self._process.returncode
+            self._broken = f"the role server ended (exit code {code}){self._last_words()}"
             return self._broken
         # The server takes the driver's environment at its start: compared before it is
         # started, so that a first role it could not serve starts no server.
@@ -320,13 +343,20 @@ class RoleServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._environment = dict(os.environ)
-            with open(self.log, "ab") as log:
+            if self.log is None:
+                if self._log_file is None:
+                    self._log_file = tempfile.TemporaryFile()  # noqa: SIM115 - kept to read
+                log = contextlib.nullcontext(self._log_file)
+            else:
+                log = open(self.log, "ab")  # noqa: SIM115 - closed once the server has it
+            with log as file:
+                self._log_start = os.fstat(file.fileno()).st_size
                 self._process = subprocess.Popen(
                     [sys.executable, "-c", SERVER, str(os.getpid()), str(theirs.fileno()),
                      self.title],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
-                    stderr=log,
+                    stderr=file,
                     pass_fds=(theirs.fileno(),),
                     start_new_session=True,  # a Ctrl-C in the terminal is the driver's alone
                 )  # fmt: skip
@@ -337,6 +367,25 @@ class RoleServer:
             theirs.close()
         ours.settimeout(self.start_timeout_s)
         self._control = ours
+
+    def _last_words(self) -> str:
+        """``": it said: LINES"``, the server's last lines in its log since its start (why it
+        failed: a preload that started a thread, a traceback), or "" if it said nothing."""
+        try:
+            if self._log_file is not None:
+                fd = os.dup(self._log_file.fileno())
+            else:
+                fd = os.open(self.log, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                size = os.fstat(fd).st_size
+                start = max(self._log_start, size - 4096)
+                data = os.pread(fd, max(0, size - start), start)  # pread: no shared offset moves
+            finally:
+                os.close(fd)
+        except (OSError, TypeError):
+            return ""
+        lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+        return f": it said: {' | '.join(lines[-SAID_LINES:])}" if lines else ""
 
     def _request(self, argv, env: dict, cwd: str, workers: bool) -> ForkedRole:
         request = {
@@ -390,6 +439,9 @@ class RoleServer:
                 self._process.kill()
                 self._process.wait()
             self._process = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
 
 
 class RoleRefusedError(Exception):

@@ -7,7 +7,9 @@ The server is single-threaded, so that a child's ``PR_SET_PDEATHSIG`` follows th
 lock a child needs is held by another thread at a fork. It reads requests and reaps children in
 one loop over a socket pair inherited from the driver (never a path), the children's pidfds and
 the driver's pidfd; it stops taking requests when the driver closes its end or dies, and exits
-once its last child has ended.
+once its last child has ended. A SIGTERM (noted by a handler through a wake-up pipe the loop
+polls, so that the loop, not the handler, acts on it) stops its taking requests too, and is
+passed on to every child; it exits once they have ended, or after ``ROLES_STOP_WAIT_S``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from hogwild.cluster.role_server import (
     BYE,
@@ -31,6 +34,7 @@ from hogwild.cluster.role_server import (
     PR_SET_PDEATHSIG,
     PRELOAD,
     PRELOAD_GROUPS,
+    ROLES_STOP_WAIT_S,
     STATUS,
     polled,
     readable,
@@ -50,6 +54,13 @@ def serve(driver_pid: int, control_fd: int) -> list[str]:
     if os.getppid() != driver_pid:  # the pidfd may name a process started since
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the roles, then this
+    # A SIGTERM is passed on to the roles (their flush) rather than ending this server, whose
+    # death would SIGKILL them: its Python handler does nothing, the byte the interpreter
+    # writes for it into this pipe wakes the loop, which acts on it. Set before the preload,
+    # so a SIGTERM meanwhile is not lost either.
+    wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_w)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     global _title
     _title = sys.argv[3] if len(sys.argv) > 3 else "hogwild role server"
     set_title(_title)
@@ -62,7 +73,8 @@ def serve(driver_pid: int, control_fd: int) -> list[str]:
               f"{threading.enumerate()}", file=sys.stderr, flush=True)  # fmt: skip
         sys.exit(1)
     gc.freeze()  # the preloaded objects: no child's collection walks them, their pages stay shared
-    return _Server(driver, driver_pid, socket.socket(fileno=control_fd)).run()
+    control = socket.socket(fileno=control_fd)
+    return _Server(driver, driver_pid, control, (wakeup_r, wakeup_w)).run()
 
 
 def _preload() -> None:
@@ -88,20 +100,30 @@ class _Child:
 
 
 class _Server:
-    def __init__(self, driver: int, driver_pid: int, control: socket.socket) -> None:
+    def __init__(
+        self, driver: int, driver_pid: int, control: socket.socket, wakeup: tuple[int, int]
+    ) -> None:
         self.driver, self.driver_pid = driver, driver_pid
         self.said_bye = False  # the driver closed its end itself, alive
         self.control: socket.socket | None = control
         self.children: dict[int, _Child] = {}  # by pidfd
+        self.wakeup = wakeup  # the signal wake-up pipe: (read end, write end)
+        self.stop_by: float | None = None  # once SIGTERMed: when it exits, its roles or not
 
     def run(self) -> list[str]:
-        """Serve until the driver closes its end or dies and the last child has been reaped."""
+        """Serve until the driver closes its end or dies and the last child has been reaped,
+        or, once SIGTERMed, until the last child has or the wait for them is over."""
         while self.control is not None or self.children:
-            watched = list(self.children)
+            watched = [*self.children, self.wakeup[0]]
             if self.control is not None:
                 watched += [self.driver, self.control.fileno()]
-            for fd, events in polled(watched, None).items():
-                if fd in self.children:
+            wait_s = None if self.stop_by is None else self.stop_by - time.monotonic()
+            if wait_s is not None and wait_s <= 0:
+                break  # the roles left running are SIGKILLed as this server exits
+            for fd, events in polled(watched, wait_s).items():
+                if fd == self.wakeup[0]:
+                    self._signalled()
+                elif fd in self.children:
                     self._reap(self.children.pop(fd))
                 elif fd == self.driver:  # each child watches it too, and stops
                     self._stop_accepting()
@@ -118,13 +140,28 @@ class _Server:
         # The driver died (SIGKILL) if its pidfd is readable; a socket closed without a bye
         # may be a death whose pidfd is not readable yet (the kernel closes a dying process's
         # files before it reports the exit)
-        wait_s = 0.0 if self.said_bye else DRIVER_EXIT_WAIT_S
+        wait_s = 0.0 if self.said_bye or self.stop_by is not None else DRIVER_EXIT_WAIT_S
         if polled([self.driver], wait_s):  # what the dead driver owned, we release
             from hogwild.shm.sweeper import sweep_owner
 
             with contextlib.suppress(Exception):  # a segment left is swept by the next job
                 sweep_owner(self.driver_pid)
         sys.exit(0)
+
+    def _signalled(self) -> None:
+        """The wake-up pipe is readable: at a SIGTERM (once), stop taking requests and pass it on
+        to every child, which are then waited for at most ``ROLES_STOP_WAIT_S``."""
+        with contextlib.suppress(BlockingIOError):
+            signals = os.read(self.wakeup[0], 64)
+            if signal.SIGTERM in signals and self.stop_by is None:
+                print(f"hogwild role server: SIGTERM: passed on to its {len(self.children)} "
+                      f"roles, waited for {ROLES_STOP_WAIT_S:g} s at most", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                self.stop_by = time.monotonic() + ROLES_STOP_WAIT_S
+                self._stop_accepting()
+                for pidfd in self.children:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(pidfd, signal.SIGTERM)
 
     def _hung_up(self) -> None:
         """The driver's end is closed: read what it left only to know whether it said bye."""
@@ -241,6 +278,12 @@ class _Server:
     ) -> None:
         """In the forked child: everything the shim and ``Popen`` would have given the role;
         a byte on ``started`` once it leads its own session."""
+        # First: a SIGTERM is the role's own (its default), never noted for the server, and
+        # never lost to the server's handler once the launcher knows of the role.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for fd in self.wakeup:
+            os.close(fd)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server or readable([self.driver], 0):
             os._exit(EXIT_DRIVER_GONE)  # the server or the driver ended meanwhile

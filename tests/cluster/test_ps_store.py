@@ -102,7 +102,9 @@ def test_a_job_trained_through_hogwild_ps_serve_reaches_98_percent_in_one_epoch(
 
 
 def test_a_served_process_stops_when_its_owner_is_killed():
-    """An owner SIGKILLed (a test's timeout, a benchmark killed) takes its servers down."""
+    """An owner SIGKILLed (a test's timeout, a benchmark killed) takes its servers down. The
+    server was forked from the owner's role server (not started as a fresh interpreter), which
+    ends after it."""
     import signal
     import subprocess
     import sys
@@ -112,19 +114,23 @@ def test_a_served_process_stops_when_its_owner_is_killed():
     owner = subprocess.Popen(
         [sys.executable, "-c", (
             "import time\n"
-            "from hogwild_plugins.ps.serving.launch import ServeProcess\n"
+            "from hogwild_plugins.ps.serving.launch import ServeProcess, role_server_pid\n"
             "p = ServeProcess(['--port', '0', '--threads', '1'])\n"
             "p.start()\n"
-            "print(p.process.pid, flush=True)\n"
+            "print(p.process.pid, role_server_pid(), flush=True)\n"
             "time.sleep(120)\n"
         )],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        server = psutil.Process(int(owner.stdout.readline()))
+        pids = owner.stdout.readline().split()
+        assert len(pids) == 2 and pids[1] != "None", pids  # the role server runs
+        server, role_server = (psutil.Process(int(pid)) for pid in pids)
+        assert server.ppid() == role_server.pid  # forked from it
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
         server.wait(20)  # raises psutil.TimeoutExpired if the server outlives its owner
+        role_server.wait(20)  # ... or the role server outlives both
     finally:
         owner.kill()
         owner.wait()

@@ -10,7 +10,9 @@ environment variable given to one role reaches that role and no other (each name
 file in its error); a role whose environment differs from the server's in a variable read
 before a role runs is not forked, and the launcher is told why once. A fork the server cannot
 make is that role's alone, a failed exchange leaves the running roles to the launcher, and a
-request a departed driver left queued is never forked. The job-level guarantees
+request a departed driver left queued is never forked. A SIGTERM of the server is passed on to
+its roles, which exit 143, not SIGKILLed, and the reason the next role is spawned quotes the
+server's stderr. The job-level guarantees
 (a SIGKILLed driver takes its forked roles down; roles found by their command line) are in
 ``tests/cluster/test_cluster.py``.
 """
@@ -26,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -201,6 +204,27 @@ def test_an_environment_given_to_one_role_reaches_it_and_no_other(mnist_dir, tmp
         code, none = Started(server, argv).ended()  # the driver's own environment: no key
         assert code == 2 and f"set {IDENTITY_ENV} to its .key_secret file" in none, none
         assert server.start_role(argv, env=numba_differs) is None  # nor once it serves
+
+        # A SIGTERMed server (a stray kill) does not SIGKILL its roles: each gets the SIGTERM
+        # (a parameter server's flush) and exits 143; then the server leaves, its pid no longer
+        # named, and the next role is spawned, the reason quoting what the server said.
+        running = Started(server, data_serve(mnist_dir))
+        assert running.ready.wait(STARTED_WITHIN_S), list(running.lines)
+        pid = server.pid
+        assert pid == server_of(running.role).pid
+        capfd.readouterr()
+        os.kill(pid, signal.SIGTERM)
+        code, said = running.ended()
+        assert code == 143 and not running.role.server_lost, said
+        deadline = time.monotonic() + ENDS_WITHIN_S
+        while server.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.pid is None  # ended and reaped: no pid that may be reused is named
+        assert server.start_role(data_serve(mnist_dir)) is None  # the launcher spawns it
+        err = capfd.readouterr().err
+        assert err.count("cluster roles start as fresh interpreters") == 1, err
+        assert "the role server ended (exit code 0): it said: " in err, err
+        assert "SIGTERM: passed on to its 1 roles" in err, err
     finally:
         server.close()
 

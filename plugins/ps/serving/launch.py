@@ -15,9 +15,12 @@ servers paid it a dozen times. The forked child is the same ``hogwild ps serve``
 shim runs it (its own session, stdin and stdout on ``/dev/null``, stderr piped here, SIGTERM
 when the owner dies); where the role server cannot be used (another environment than the one
 it started with, no pidfd, a server that failed), the child is a fresh interpreter through
-:data:`hogwild.cluster.roles.SHIM`, as before, and the reason is told once on stderr. The role
-server ends once its owner has ended and its last child has (it serves the owner's whole life:
-:func:`role_server_pid` names it, so that a leak check can tell it from a server left running).
+:data:`hogwild.cluster.roles.SHIM`, in a session of its own too, and the reason is told once on
+stderr (with what the role server said on its stderr, kept in an unnamed temporary file, where
+it failed). The role server ends once its owner has ended and its last child has (it serves the
+owner's whole life: :func:`role_server_pid` names it, so that a leak check can tell it from a
+server left running). A SIGTERM of the role server is passed on to its servers (each flushes
+and exits 143); a SIGKILL of it (the OOM killer's) SIGKILLs them, unflushed (exit code -9).
 
 :func:`local_server` serves a model from this process (threads, no child), on a free loopback
 port by default: what unit-level tests and the benchmark's in-process measurements need.
@@ -37,7 +40,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from hogwild.cluster.role_server import RoleServer
+from hogwild.cluster.role_server import ForkedRole, RoleServer
 from hogwild.cluster.roles import READY
 from hogwild.errors import HogwildError
 
@@ -59,14 +62,16 @@ def _owners_role_server() -> RoleServer:
     with _role_server_lock:
         if _role_server is None or _role_server[0] != os.getpid():
             title = f"hogwild role server of the parameter servers of pid {os.getpid()}"
-            # Its own stderr (never a server's: each has its pipe) has no run directory to go to.
-            _role_server = (os.getpid(), RoleServer(title, ROLE_SERVER_START_S, os.devnull))
+            # Its own stderr (never a server's: each has its pipe) has no run directory to go
+            # to: an unnamed file, quoted in the reason told where the role server failed.
+            server = RoleServer(title, ROLE_SERVER_START_S, None, roles="parameter servers")
+            _role_server = (os.getpid(), server)
         return _role_server[1]
 
 
 def role_server_pid() -> int | None:
-    """The pid of this process's role server for :class:`ServeProcess`, while one is running:
-    it lives as long as this process, and is no server left behind."""
+    """The pid of this process's role server for :class:`ServeProcess`, while one is running
+    (None once it has ended): it lives as long as this process, and is no server left behind."""
     with _role_server_lock:
         if _role_server is None or _role_server[0] != os.getpid():
             return None
@@ -86,14 +91,17 @@ class ServeProcess:
     def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
-        self.process: subprocess.Popen | None = None
+        # Forked from the role server, or a fresh interpreter where it could not be used.
+        self.process: ForkedRole | subprocess.Popen | None = None
         self.lines: deque[str] = deque(maxlen=200)
         self.address: str | None = None
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
 
     def start(self, timeout: float = 120.0) -> str:
-        """Start the child and wait for its ready line; the ``HOST:PORT`` it serves on.
+        """Start the child and wait for its ready line; the ``HOST:PORT`` it serves on. The
+        first start in a process (its role server's) may wait first, outside ``timeout``, for
+        up to ``ROLE_SERVER_START_S`` while that server imports what servers import.
 
         Raises:
             HogwildError: It exited, or printed no ready line within ``timeout`` (it is killed).
@@ -103,7 +111,9 @@ class ServeProcess:
 
     def launch(self) -> None:
         """Start the child without waiting for it: several servers start side by side, each
-        then waited for with :meth:`wait_ready`."""
+        then waited for with :meth:`wait_ready`. The first launch in a process waits for its
+        role server's preload (up to ``ROLE_SERVER_START_S``), and launches in other threads
+        meanwhile wait behind it."""
         from hogwild.cluster.roles import SHIM  # SIGTERM when this process dies, even by SIGKILL
 
         argv = ["ps", "serve", *self.args]
@@ -113,7 +123,8 @@ class ServeProcess:
             command = [sys.executable, "-c", SHIM, str(os.getpid()), *argv]
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                            text=True, env=self.env)  # fmt: skip
+                                            text=True, env=self.env,
+                                            start_new_session=True)  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
