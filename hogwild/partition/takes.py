@@ -6,9 +6,14 @@ writes them into the arena's ``versions`` region under a control word used as a 
 advances the word to odd before writing and to even after (each an atomic add: a full barrier).
 A partition (:mod:`hogwild.partition.process`) reads the word before it counts each example and,
 when it moved to a new even value, copies the versions and reads the word again; it keeps the copy
-only if the word did not move meanwhile, and otherwise tries again at its next example. Today a
-take comes only while every partition is idle, but the reader does not lean on that, so a take
-that met a running partition could not be adopted half-written.
+only if the word did not move meanwhile, and otherwise tries again at its next example. A
+partition thus never adopts a take's versions half-written.
+
+The seqlock guards the versions only, not the rows the take rewrites: the host writes ``params``
+and ``base`` before it publishes, so a partition that counted an example between the two, or
+while the word is odd, would push against the new ``base`` stamped with the old versions. The
+stamps are right only because a take comes while every partition on the host is idle and
+flushed (:meth:`hogwild.partition.host_rows.HostRows.take`), as every take does today.
 """
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
 """A server that decided to stop takes no replication message: once its replication failed (or the
 driver replaced it: the same ``failure``), its copy side refuses a primary's message (here the
 catch-up probe it answered ACK just before) with ``REPLACED`` naming why, before it reads the
-message, and its log stays where it was. The primary then drops it as it would a dead copy,
-instead of counting memory that dies with the process (the simulator takes a stopping server away
-at once, which this makes true of the real one)."""
+message, and its log stays where it was; so does a message that waited for the refresher's read of
+etcd while the decision was taken. The primary then drops it as it would a dead copy, instead of
+counting memory that dies with the process (the simulator takes a stopping server away at once,
+which this makes true of the real one)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hogwild_plugins.ps.replication import PEER_SENDER
+from hogwild_plugins.ps.replication.copy_adapter import PeerMessage
+from hogwild_plugins.ps.replication.executor import receive
 
 from hogwild.net.router import Incoming
 from hogwild.net.wire import ErrorCode, MsgType, WireError
@@ -34,9 +37,20 @@ def test_a_copy_that_decided_to_stop_refuses_its_primarys_catch_up():
         probe = Incoming(b"primary", header, [], 0.0)
         committed = copy.replication.logs[SHARD].committed
         assert copy.replication.handle_peer(probe).header.type == MsgType.ACK  # still going on
+        # a probe of an epoch newer than the copy knows waits for the refresher's read of its
+        # record (the network thread defers it here): the decision to stop comes meanwhile
+        adapter = copy.replication.copy_adapter
+        newer = PeerMessage.of(header._replace(aux=header.aux + 1), [], SHARD, role.bucket)
+        waiting = receive(newer, adapter)
+        assert next(waiting) == "read the record from etcd"
         copy.replication.failure = "the test's: the driver replaced it"
         with pytest.raises(WireError) as refused:
             copy.replication.handle_peer(probe)
         assert refused.value.code == ErrorCode.REPLACED
         assert "is stopping (the test's: the driver replaced it)" in str(refused.value)
+        # the refresher's path: the gate it passes again after the read refuses it REPLACED
+        # too (not as a message of an epoch the record does not name)
+        reply = adapter._finish(newer, waiting)  # what the refresher thread runs
+        assert reply.header.type == MsgType.ERROR and reply.header.code == ErrorCode.REPLACED
+        assert b"is stopping (the test's: the driver replaced it)" in bytes(reply.frames[0])
         assert copy.replication.logs[SHARD].committed == committed

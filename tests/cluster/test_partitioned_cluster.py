@@ -4,9 +4,9 @@ Each partition pushes and pulls only its own rows (:mod:`hogwild.cluster.partiti
 of two replicas x two partitions and one parameter server trains each example once, every
 partition's rows move in the servers' model, it learns about as well as the same job with
 unpartitioned replicas (its training loss near theirs on the same examples and epoch, its
-servers' model learning), and it leaves nothing behind. A partition
-SIGKILLed mid-epoch takes its replica down; the driver restarts the replica, which trains its
-lost portions again, and the job ends well.
+servers' model's test accuracy within 0.2 of theirs and learning), and it leaves nothing behind.
+A partition SIGKILLed mid-epoch takes its replica down; the driver restarts the replica, which
+trains its lost portions again, and the job ends well.
 """
 
 from __future__ import annotations
@@ -45,21 +45,26 @@ pytestmark = pytest.mark.slow
 SUBSET = 3000
 JOB = ("--epochs", "1", "--replicas", "2", "--ps", "1", f"--train.subset={SUBSET}",
        "--train.in_flight=4")  # fmt: skip
-# The test accuracy of one epoch of 3,000 examples is one snapshot of the servers' model, and a
-# partitioned job's spreads more widely than an unpartitioned one's, whatever is in flight
-# (measured on 2 cores under load, each seed's two jobs): seeds 0 to 19, unpartitioned 0.819 to
-# 0.918, two partitions with 4 in flight 0.790 to 0.920, the split job -0.124 to +0.084 from the
-# same seed's whole one (sd 0.048); seeds 0 to 7 with 1 in flight 0.804 to 0.903. So a check of
-# the split job's snapshot within 0.15 of the whole one's failed now and then (CI once; one job
-# of 6,000 examples ended at 0.693). The epoch's training loss, a mean over all 3,000 examples,
-# is steady: unpartitioned 0.65 to 0.77, 4 in flight 0.69 to 1.10 (staleness: 0.02 to 0.33 over
-# the same seed's whole job), 1 in flight 0.68 to 0.75, and the low snapshots had ordinary
-# losses; a split job that does not learn (lr 1e-9) ended at 4.52 (chance: ln 10 = 2.30). So
-# the split job is compared with the whole one on its training loss, and its servers' model
-# must learn (FLOOR); accuracy cannot tell a partition whose pushes never reach the servers
-# (0.702 measured, with partition 1's rows left out of its exchange), which `_rows_moved` checks
-# in the servers' model itself.
+# The test accuracy of one epoch of 3,000 examples is one snapshot of the servers' model. With 4
+# in flight a partitioned job's spreads more widely than an unpartitioned one's (measured on 2
+# cores under load, each seed's two jobs): seeds 0 to 19, unpartitioned 0.819 to 0.918 (sd
+# 0.025), two partitions 0.790 to 0.920 (sd 0.037), the split job -0.124 to +0.084 from the same
+# seed's whole one (sd 0.048). With 1 in flight seeds 0 to 7 gave 0.804 to 0.903: as wide a range
+# as the unpartitioned one over 20 seeds, so those 8 seeds show no wider spread. A check of the
+# split job's snapshot within 0.15 of the whole one's failed now and then (CI once; one job of
+# 6,000 examples ended at 0.693); within ACCURACY_WITHIN, about 4 sd of the same-seed
+# differences, it still fails a servers' model that learns much worse than the whole job's,
+# which the training loss cannot see (it is the partitions' loss on their own params, not the
+# servers' model: a fault in how the servers take the pushes leaves it unmoved). The epoch's
+# training loss, a mean over all 3,000 examples, is steady: unpartitioned 0.65 to 0.77, 4 in
+# flight 0.69 to 1.10 (staleness: 0.02 to 0.33 over the same seed's whole job), 1 in flight 0.68
+# to 0.75, and the low snapshots had ordinary losses; a split job that does not learn (lr 1e-9)
+# ended at 4.52 (chance: ln 10 = 2.30). So the split job is compared with the whole one on both,
+# and its servers' model must learn (FLOOR); accuracy cannot tell a partition whose pushes never
+# reach the servers (0.702 measured, with partition 1's rows left out of its exchange), which
+# `_rows_moved` checks in the servers' model itself.
 LOSS_WITHIN = 0.6  # about twice the worst staleness cost seen; not learning: 4.52
+ACCURACY_WITHIN = 0.2  # about 4 sd (0.048) of the same-seed differences; the worst seen -0.124
 FLOOR = 0.65
 MOVED = 0.9  # honest runs moved 99.5 % or more of every slice; a lost partition moves none
 
@@ -115,6 +120,7 @@ def test_two_replicas_of_two_partitions_train_as_well_as_unpartitioned_ones(mnis
     split = _run(mnist_dir, tmp_path / "split", f"--ps.job={job}", "--partitions", "2")
     assert split["examples"] == whole["examples"] == SUBSET, split
     assert split["train_loss"] <= whole["train_loss"] + LOSS_WITHIN, (split, whole)
+    assert split["test_accuracy"] >= whole["test_accuracy"] - ACCURACY_WITHIN, (split, whole)
     assert split["test_accuracy"] >= FLOOR, split
     assert split["restarts"] == {}
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()

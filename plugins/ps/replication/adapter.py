@@ -85,7 +85,7 @@ from hogwild_plugins.ps.routes import etcd_prefix, write_record
 from hogwild_plugins.ps.shard_log import ShardLog
 
 from hogwild.errors import HogwildError
-from hogwild.net.router import Incoming, Reply
+from hogwild.net.router import Incoming, Reply, error_reply
 
 __all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
 
@@ -318,24 +318,44 @@ class Replication(Admitting):
                 self.syncs.tell_roles(self, self._carry_out)
                 self.copy_adapter.finish_restores(self._send, self._stop_buckets)
         except Exception as exc:  # noqa: BLE001 - a bug: hand every bucket to the others
-            self.failure = f"{type(exc).__name__}: {exc}"
+            self._decide_to_stop(f"{type(exc).__name__}: {exc}")
             self._fail_over()
             raise
 
+    def _decide_to_stop(self, why: str) -> None:
+        """This server stops (``why``: the driver replaced it, or its replication failed): from
+        now on it is not valid (it serves nothing), and the replication thread fails it over
+        at its next turn. :attr:`failure` is set under :attr:`lock`, the lock every step of a
+        primary's message through the copy side is taken under, which checks it there: each
+        message is taken whole before this decision or refused ``REPLACED`` after it."""
+        with self.lock:
+            self.failure = why
+
     def _fail_over(self) -> None:
-        """This server failed (:attr:`failure`): stop, and hand every bucket to the others."""
+        """This server failed (:attr:`failure`): stop, hand every bucket to the others, and
+        answer the client updates still queued ``NOT_PRIMARY`` (none was acknowledged): their
+        clients re-read the map at once instead of waiting out their timeout and a retry."""
         self._stop.set()
         self.membership.halt()  # this server's lease goes, the others take over
         try:
             self._etcd.revoke(self.clock.lease)
         except HogwildError:
             pass
+        # after the revoke, so that the map the clients re-read is nearer to naming a successor;
+        # an update admitted just before the decision and queued after this drain still waits
+        # out its timeout (admission refuses every later one: not writable once failure is set)
+        while True:
+            try:
+                pending = self.queue.get_nowait()
+            except queue.Empty:
+                return
+            refusal = self.not_primary(pending.header, pending.shard)
+            self._send(error_reply(pending.header, refusal.code, str(refusal)))
 
     def _snapshot_thread_failed(self, reason: str) -> None:
-        """The snapshot thread ended on an error (that thread calls this): from now on this
-        server is not valid (it serves nothing), and the replication thread fails it over at
-        its next turn, as on an error of its own."""
-        self.failure = f"snapshot thread: {reason}"
+        """The snapshot thread ended on an error (that thread calls this): the server stops
+        (:meth:`_decide_to_stop`), as on an error of the replication thread."""
+        self._decide_to_stop(f"snapshot thread: {reason}")
         self.changed.set()
 
     def _send(self, reply: Reply) -> None:
@@ -377,7 +397,7 @@ class Replication(Admitting):
             # (before any role hears of this read), so that it can bind this address; from
             # now on the copy side refuses every primary's message (REPLACED): what this
             # process would take dies with it
-            self.failure = (
+            self._decide_to_stop(
                 f"the job's driver ended this server's lease {view.replaced:#x} early "
                 f"(etcd key revoked/{self.me}): it counts this process lost and starts another "
                 f"as server {self.me}; this one stops"

@@ -79,6 +79,23 @@ class PeerMessage:
     header: Header
     frames: list
 
+    @classmethod
+    def of(cls, header: Header, frames: list, shard: int, bucket: int) -> PeerMessage:
+        """The message ``header`` (checked: of ``shard``, in ``bucket``) and ``frames`` carry."""
+        catch_up = header.type == MsgType.SNAPSHOT and header.frames == 0
+        return cls(
+            "CATCHUP" if catch_up else header.type.name,
+            bucket,
+            shard,
+            header.aux,  # the primary's epoch
+            header.lease,
+            header.sender - PEER_SENDER,
+            header.version,
+            header.offset if catch_up else 0,  # the epoch of the primary's committed state
+            header,
+            frames,
+        )
+
 
 class CopyAdapter:
     """Carries out the copy side's decisions (see the module docstring).
@@ -96,9 +113,16 @@ class CopyAdapter:
         applying: Whether this server's commit round applies updates of a shard that its log
             does not count yet (called under ``lock``).
         stopping: Why this server decided to stop (its replication failed, or the driver
-            replaced it); None while it goes on. Once it is set, every primary's message is
-            refused ``REPLACED``: a process on its way out takes no ``PREPARE`` or ``COMMIT``
-            the primary would count, since what it holds dies with it.
+            replaced it); None while it goes on. It is set under ``lock`` and read under it
+            at every step of a message through the copy side (:meth:`copy`), on every
+            thread (network, refresher, and the replication thread's :meth:`finish_restores`),
+            so the decision and each step are ordered: a step after the decision refuses the
+            message ``REPLACED``, and the primary counts no ``PREPARE``, ``COMMIT``, catch-up
+            or snapshot that reaches the copy side after it, since what this process holds
+            dies with it. A message whose last step came before the decision is answered as
+            usual, possibly after it (an acknowledgement followed by the process's end, as a
+            kill right after an ack). An orderly stop (``ParameterServer.stop``) sets no
+            reason: it stops the network thread first, so no answer leaves after it.
     """
 
     def __init__(
@@ -153,21 +177,8 @@ class CopyAdapter:
         """A primary's ``PREPARE``, ``COMMIT`` or ``SNAPSHOT`` to this copy: answered now, or
         (None) by the refresher once it read etcd."""
         header = request.header
-        self._refuse_if_stopping()
         shard = self.server.admission.check(header)
-        catch_up = header.type == MsgType.SNAPSHOT and header.frames == 0
-        message = PeerMessage(
-            "CATCHUP" if catch_up else header.type.name,
-            self.layout.bucket_of(shard),
-            shard,
-            header.aux,  # the primary's epoch
-            header.lease,
-            header.sender - PEER_SENDER,
-            header.version,
-            header.offset if catch_up else 0,  # the epoch of the primary's committed state
-            header,
-            request.frames,
-        )
+        message = PeerMessage.of(header, request.frames, shard, self.layout.bucket_of(shard))
         if self._waiting:  # earlier messages wait for the refresher: this one after them
             return self._defer(message, None)
         steps = receive(message, self)
@@ -193,8 +204,9 @@ class CopyAdapter:
         return None
 
     def _refuse_if_stopping(self) -> None:
-        """Raise (``REPLACED``, naming why) once this server decided to stop: the primary then
-        drops it from ``in_sync`` as it would a dead copy, instead of counting its memory."""
+        """Raise (``REPLACED``, naming why) once this server decided to stop (the caller holds
+        the lock the decision is taken under): the primary then drops it from ``in_sync`` as it
+        would a dead copy, instead of counting its memory."""
         why = self.stopping()
         if why is not None:
             raise WireError(
@@ -232,7 +244,6 @@ class CopyAdapter:
         it pauses for a snapshot's values (:meth:`finish_restores` answers it)."""
         header = message.header
         try:
-            self._refuse_if_stopping()  # decided while the message waited here
             steps = steps if steps is not None else receive(message, self)
             while True:
                 try:
@@ -286,6 +297,9 @@ class CopyAdapter:
         return self._lock
 
     def copy(self, stimulus: CopyStimulus) -> list:
+        # under the lock (the executor takes it): the stop's decision came before this step or
+        # comes after it, whichever thread runs the message (see the class's ``stopping``)
+        self._refuse_if_stopping()
         return self.copy_side.handle(stimulus)
 
     def committing(self, shard: int, upto: int) -> int:
