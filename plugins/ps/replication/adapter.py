@@ -329,28 +329,31 @@ class Replication(Admitting):
         primary's message through the copy side is taken under, which checks it there: each
         message is taken whole before this decision or refused ``REPLACED`` after it."""
         with self.lock:
-            self.failure = why
+            if self.failure is None:  # the first reason stands (a failing fail-over adds one)
+                self.failure = why
 
     def _fail_over(self) -> None:
         """This server failed (:attr:`failure`): stop, hand every bucket to the others, and
         answer the client updates still queued ``NOT_PRIMARY`` (none was acknowledged): their
         clients re-read the map at once instead of waiting out their timeout and a retry."""
         self._stop.set()
+        # answered first: the lease's revoke below is an etcd call that can take seconds, past
+        # the clients' timeout; an update admitted just before the decision and queued after
+        # this drain still waits out its timeout (admission refuses every later one: not
+        # writable once failure is set), and so does every queued one if the server's stop
+        # closes its router before the replies leave (the answer is a shortcut, not a promise)
+        while True:
+            try:
+                pending = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            refusal = self.not_primary(pending.header, pending.shard)
+            self._send(error_reply(pending.header, refusal.code, str(refusal)))
         self.membership.halt()  # this server's lease goes, the others take over
         try:
             self._etcd.revoke(self.clock.lease)
         except HogwildError:
             pass
-        # after the revoke, so that the map the clients re-read is nearer to naming a successor;
-        # an update admitted just before the decision and queued after this drain still waits
-        # out its timeout (admission refuses every later one: not writable once failure is set)
-        while True:
-            try:
-                pending = self.queue.get_nowait()
-            except queue.Empty:
-                return
-            refusal = self.not_primary(pending.header, pending.shard)
-            self._send(error_reply(pending.header, refusal.code, str(refusal)))
 
     def _snapshot_thread_failed(self, reason: str) -> None:
         """The snapshot thread ended on an error (that thread calls this): the server stops
