@@ -31,7 +31,7 @@ from pathlib import Path
 from hogwild.cluster.launcher import STOP_ORDER, Launcher, RoleExit, RoleFailedError, said_in
 from hogwild.cluster.role_server import RoleServer
 from hogwild.cluster.roles import RoleSpec, kill_process_group, spawn_role, tee_stderr
-from hogwild.config.topology import resolve_topology
+from hogwild.config.topology import replica_starts_workers
 from hogwild.errors import EXIT_STOPPED
 from hogwild.net.auth import IDENTITY_ENV
 from hogwild.net.ports import free_port
@@ -168,16 +168,9 @@ class LocalLauncher(Launcher):
         return results
 
     def _starts_workers(self, spec: RoleSpec) -> bool:
-        """Whether the role starts its workers from a forkserver: a replica, forkserver being
-        the job's start method, and not a coordinated framework's (Sandblaster, AllReduce,
-        hybrid: its group's members are roles of their own), as a replica started as a fresh
-        interpreter decides (:func:`hogwild.cluster.replica.run_replica`)."""
-        config = self.config
-        return (
-            spec.kind == "replica"
-            and config.train.start_method == "forkserver"
-            and not resolve_topology(config.cluster, config.ps.rule).coordinated
-        )
+        """Whether the role starts its workers from a forkserver: a replica of a job that does
+        (:func:`hogwild.config.topology.replica_starts_workers`)."""
+        return spec.kind == "replica" and replica_starts_workers(self.config)
 
     def _identity(self, spec: RoleSpec) -> dict | None:
         """With a roster: the role's own key pair (made here: this is its node), its public key

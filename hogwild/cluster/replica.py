@@ -46,7 +46,7 @@ from hogwild.cluster.group_sync import GroupSync
 from hogwild.cluster.replica_role import PortionRole, driver_silence_s
 from hogwild.cluster.services import worker_group
 from hogwild.cluster.serving import POLL_S, ReplicaServer
-from hogwild.config.topology import resolve_topology
+from hogwild.config.topology import replica_starts_workers, resolve_topology
 from hogwild.errors import ConfigError
 from hogwild.logs import role_logger
 from hogwild.model.seeds import worker_seed
@@ -196,8 +196,7 @@ def run_replica(args) -> int:
     incarnation = getattr(args, "incarnation", 0)
     keys = args.keys or config.ps.keys or None
     topology = resolve_topology(config.cluster, config.ps.rule)
-    starts_workers = not topology.coordinated and config.train.start_method == "forkserver"
-    if starts_workers and getattr(args, "fork_workers_server", False):  # workers or partitions
+    if replica_starts_workers(config) and getattr(args, "fork_workers_server", False):
         _fork_workers_server(f"replica {args.index} of the job of {args.config}")
     if config.model.partitions > 1:  # one replica over K partition processes
         from hogwild.cluster.partitioned import PartitionedReplica

@@ -223,6 +223,16 @@ def etcd_group(config) -> int | None:
     return config.ps.server_group if config.cluster.server_groups > 1 else None
 
 
+def replica_starts_workers(config) -> bool:
+    """Whether a replica role of the job starts worker processes from a forkserver (so that a
+    workers' forkserver forked early saves its first gang a fresh interpreter): forkserver being
+    the job's start method, and the framework not coordinated (Sandblaster, AllReduce, hybrid:
+    their group's members are roles of their own). The local launcher and a replica started as
+    a fresh interpreter both ask this."""
+    coordinated = resolve_topology(config.cluster, config.ps.rule).coordinated
+    return config.train.start_method == "forkserver" and not coordinated
+
+
 def split_groups(servers: Sequence[str], per_group: int) -> list[list[str]]:
     """``servers`` (every server group's, group after group) cut into groups of ``per_group``.
 
