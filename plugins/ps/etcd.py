@@ -137,11 +137,15 @@ class Etcd:
         timeout_s: The limit of every request to one member, in seconds.
         tls: A directory of etcd certificates (``cluster.etcd_tls``,
             :mod:`~hogwild_plugins.ps.etcd_tls`): HTTPS with its client certificate.
+        near: This process's host address: requests go first to the member on that host, if
+            one is (a server beside an etcd member: when another host is cut off, its member,
+            even the leader, is never the one this process waits on).
     """
 
     def __init__(
-        self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None
-    ) -> None:
+        self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
+        near: str | None = None,
+    ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
             raise HogwildError("etcd key prefix is empty: expected something like /hogwild/JOB/")
@@ -164,7 +168,10 @@ class Etcd:
                 options["session"].trust_env = False  # etcd is never reached through a proxy
             self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
                                                 timeout=timeout_s, **options))  # fmt: skip
-        self._current = 0  # the member requests go to until it fails
+        self.near = near
+        hosts = [parse_address(member).host for member in self.members]
+        # the member requests go to until it fails: this host's own, if it has one
+        self._current = hosts.index(near) if near in hosts else 0
         self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
 
@@ -296,7 +303,8 @@ class Etcd:
             EtcdUnavailable: etcd cannot be reached to take the first reading.
         """
         start = self._key(prefix, allow_empty=True)
-        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls)
+        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls,
+                      near=self.near)  # fmt: skip
         handle = Watch(reader, start, on_change, interval_s, revision, on_error)
         self._watches.append(handle)
         return handle

@@ -100,6 +100,13 @@ def test_endpoints_are_parsed_and_checked():
             parse_endpoints(bad)
 
 
+def test_requests_go_first_to_the_member_on_the_clients_own_host():
+    members = "10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379"
+    for near, first in (("10.0.0.2", 1), ("10.0.0.3", 2), ("10.0.0.9", 0), (None, 0)):
+        with Etcd(members, prefix="/job/", near=near) as client:
+            assert client.members[client._current] == members.split(",")[first]
+
+
 def test_a_lost_member_is_failed_over_and_a_lost_cluster_told_apart(members):
     client = Etcd(",".join(members.clients), prefix="/job/", timeout_s=REQUEST_S)
     try:
