@@ -150,7 +150,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
     add("--lease-s", type=int, default=LEASE_S,
         help=f"the ledger servers' etcd lease, whole seconds ({LEASE_S}: ps serve's default; "
-        "this etcd cluster's 500 ms election timeout honours 1)")  # fmt: skip
+        "this etcd cluster's 200 ms election timeout honours 1)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
