@@ -67,6 +67,11 @@ S seconds, for a run that must end by a time; ``--kinds cut_primary --no-train -
 primary cuts alone, the failover taken apart, in about four minutes; ``--lease-s``: the ledger
 servers' lease, ``ps serve``'s 2 s by default, recorded in ``settings`` and ``targets``). One
 JSON line; progress goes to stderr.
+
+The 100 faults with the fault-free control in under 25 minutes of a quiet 2-core machine (the
+estimate, and why each option, in docs/benchmarks.md): ``python bench/figures/partitions.py
+--launcher local --lease-s 1 --cut-s 5 --gap-s 1 --down-s 2 --stuck-s 300 --faults-within-s 1140
+--out bench/results/partitions.json``. Both training jobs are the same command (12 epochs).
 """
 
 from __future__ import annotations
@@ -150,7 +155,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"stuck ({STALL_S:g}; more on a loaded machine, where leases lapse)")  # fmt: skip
     add("--lease-s", type=int, default=LEASE_S,
         help=f"the ledger servers' etcd lease, whole seconds ({LEASE_S}: ps serve's default; "
-        "this etcd cluster's 500 ms election timeout honours 1)")  # fmt: skip
+        "this etcd cluster's 200 ms election timeout honours 1)")  # fmt: skip
     add("--seed", type=int, default=0)
     add("--quick", action="store_true", help="one fault of each kind: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")

@@ -20,8 +20,13 @@ go to one member until it fails, then to the next. A request that could not have
 member (refused, unreachable) is tried on the others at once, and so is a read; a write whose
 fate is unknown (timed out, or refused for want of a leader) is not repeated, since it may have
 been applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes
-to the next member. Members that failed their last request are :attr:`Etcd.lost_members` (a lost
-member); when every member failed one request, :class:`EtcdClusterLost` (a lost cluster).
+to the next member. A member that answers ``leader changed`` is the exception: etcd says so only
+once a new leader is known (its request waited out an election), so the member is alive and
+follows a leader: a read is asked of it again at once, and after a write refused so the next
+request stays with it. Trying the next member instead can cost a whole request timeout when
+that member is the old leader, cut off (the election's cause), where a read would hang. Members
+that failed their last request are :attr:`Etcd.lost_members` (a lost member); when every member
+failed one request, :class:`EtcdClusterLost` (a lost cluster).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -45,6 +50,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from hogwild_plugins.ps.etcd_errors import (
+    LEADER_CHANGED,
     LEADERLESS,
     EtcdClusterLost,
     EtcdUnavailable,
@@ -99,6 +105,8 @@ class _MemberDown(Exception):
     def __init__(self, why: str, unsent: bool) -> None:
         super().__init__(why)
         self.why, self.unsent = why, unsent
+        # etcd answers "leader changed" only once a new leader is known: the member can serve
+        self.elected = LEADER_CHANGED in why.lower()
 
 
 if TYPE_CHECKING:
@@ -129,11 +137,15 @@ class Etcd:
         timeout_s: The limit of every request to one member, in seconds.
         tls: A directory of etcd certificates (``cluster.etcd_tls``,
             :mod:`~hogwild_plugins.ps.etcd_tls`): HTTPS with its client certificate.
+        near: This process's host address: requests go first to the member on that host, if
+            one is (a server beside an etcd member: when another host is cut off, its member,
+            even the leader, is never the one this process waits on).
     """
 
     def __init__(
-        self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None
-    ) -> None:
+        self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
+        near: str | None = None,
+    ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
             raise HogwildError("etcd key prefix is empty: expected something like /hogwild/JOB/")
@@ -156,7 +168,10 @@ class Etcd:
                 options["session"].trust_env = False  # etcd is never reached through a proxy
             self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
                                                 timeout=timeout_s, **options))  # fmt: skip
-        self._current = 0  # the member requests go to until it fails
+        self.near = near
+        hosts = [parse_address(member).host for member in self.members]
+        # the member requests go to until it fails: this host's own, if it has one
+        self._current = hosts.index(near) if near in hosts else 0
         self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
 
@@ -288,7 +303,8 @@ class Etcd:
             EtcdUnavailable: etcd cannot be reached to take the first reading.
         """
         start = self._key(prefix, allow_empty=True)
-        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls)
+        reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls,
+                      near=self.near)  # fmt: skip
         handle = Watch(reader, start, on_change, interval_s, revision, on_error)
         self._watches.append(handle)
         return handle
@@ -379,10 +395,19 @@ class Etcd:
             try:
                 reply = self._post_to(i, path, payload)
             except _MemberDown as down:
+                if down.elected and path in READS:  # it follows the new leader now: ask again
+                    try:
+                        reply = self._post_to(i, path, payload)
+                    except _MemberDown as again:
+                        down = again
+                    else:
+                        self._current = i
+                        self.lost_members.discard(member)
+                        return reply
                 self.lost_members.add(member)
                 failures.append((member, down.why))
                 if n > 1 and not down.unsent and path not in READS:
-                    self._current = (i + 1) % n
+                    self._current = i if down.elected else (i + 1) % n
                     if self.lost_members >= set(self.members):  # the last one thought alive
                         raise EtcdClusterLost(
                             f"no member of the etcd cluster {self.address} answers: "

@@ -15,6 +15,7 @@ from hogwild.errors import HogwildError
 
 __all__ = [
     "DOWN_STATUSES",
+    "LEADER_CHANGED",
     "LEADERLESS",
     "EtcdClusterLost",
     "EtcdUnavailable",
@@ -22,6 +23,10 @@ __all__ = [
     "unreached",
 ]
 
+LEADER_CHANGED = "leader changed"
+"""etcd's error for a request that outlived its leader. etcd says it only once a new leader is
+known (its leader-changed notice fires for a leader, never for none): the member that says it
+follows a leader again, and a read asked of it again at once is answered (:mod:`.etcd`)."""
 LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
 DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
 

@@ -11,7 +11,10 @@ they, take this path; every other request, and every request to an etcd over TLS
 A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
 goes to the member that answered last; a member that cannot be reached, times out or answers
 that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`, the client's own
-classifier) is left for the next one at once; when no member answers, the poll raises
+classifier) is left for the next one at once, except one that answers ``leader changed``
+(:data:`~hogwild_plugins.ps.etcd_errors.LEADER_CHANGED`: it follows a new leader), which is asked
+again at once first (the next member may be the old leader, cut off, where a poll would wait
+out its whole timeout); when no member answers, the poll raises
 :class:`~hogwild_plugins.ps.etcd.EtcdUnavailable` (one member) or
 :class:`~hogwild_plugins.ps.etcd.EtcdClusterLost` (several), naming each member and why.
 Every request has the client's timeout, and a reply is read up to :data:`REPLY_LIMIT` bytes.
@@ -23,7 +26,7 @@ import http.client
 import json
 from collections.abc import Callable
 
-from hogwild_plugins.ps.etcd_errors import gateway_error, unreached
+from hogwild_plugins.ps.etcd_errors import LEADER_CHANGED, gateway_error, unreached
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
@@ -83,8 +86,14 @@ class RangePoller:
             try:
                 reply = self._post_to(i, path, body)
             except _Down as down:
-                failures.append((self.members[i], str(down)))
-                continue
+                if LEADER_CHANGED not in str(down).lower():
+                    failures.append((self.members[i], str(down)))
+                    continue
+                try:  # it follows the new leader now: asked again before the next member
+                    reply = self._post_to(i, path, body)
+                except _Down as again:
+                    failures.append((self.members[i], str(again)))
+                    continue
             self._current = i
             return reply
         raise unreached(self.address, path, failures)

@@ -4,8 +4,11 @@ of members that survives losing one (:class:`EtcdCluster`).
 OS mechanics only (ports, a data directory, a child that dies with us, a bounded start and
 stop); :mod:`hogwild_plugins.ps.etcd` is the client, and re-exports what is here. etcd is the
 controller of the replicated parameter server (Adam, section 3.3.3), so the servers started here
-are tuned for leases of about a second: etcd never grants a lease shorter than 1.5 election
-timeouts, and the election timeout here is derived from the shortest lease the job needs.
+are tuned for leases of about a second on one LAN: etcd never grants a lease shorter than 1.5
+election timeouts, and a lease ends late by up to an election and one more election timeout
+when its holder's host led etcd (the others elect a leader, and a new leader extends every
+lease by an election timeout), so the election timeout here is :data:`ELECTION_MS` (etcd's
+default is 1,000 ms, for wide-area members), the heartbeat a tenth of it.
 
 Every server's work directory (data and log) is ``hogwild-etcd-<owner pid>-*`` in the temporary
 directory, removed by ``stop``. A server dies with its owner even when the owner is SIGKILLed
@@ -33,7 +36,27 @@ from hogwild.net.address import host_port
 from hogwild.net.ports import free_port
 from hogwild.signals import process_exists
 
-__all__ = ["INSTALL_HINT", "EtcdCluster", "EtcdProcess", "etcd_binary", "sweep_stale_work"]
+__all__ = [
+    "ELECTION_MS",
+    "INSTALL_HINT",
+    "EtcdCluster",
+    "EtcdProcess",
+    "etcd_binary",
+    "sweep_stale_work",
+]
+
+ELECTION_MS = 200
+"""The election timeout of the etcd members started here, in milliseconds (the heartbeat a tenth
+of it). A primary's host cut off while its etcd member leads costs its lease up to 2 election
+timeouts (the election) and one more (etcd extends every lease by one when a new leader takes
+over) on top of the TTL: at etcd's 1,000 ms default 3 s more, at 500 ms up to 1.5 s (a 1 s lease
+was gone 2.2 to 2.5 s after such a cut: bench/results/partitions_cuts_quiet_lease1.json), at
+200 ms 0.6 s (1.7 s measured here, three members on loopback, the leader stopped). etcd asks
+for at least 10 round trips between members: a LAN's is under 1 ms, and three members on this
+loaded machine (load 15-19, two cores) saw no spurious election in a minute at 100 or 200 ms.
+Each halving costs a three-member cluster's idle heartbeats about 0.03 CPU-s a second more
+(about 0.07 at 500 ms, 0.10 at 200 ms, 0.13 at 100 ms, measured here), so 200 ms, not 100.
+Leases of 1 s are honoured (etcd's floor, 1.5 election timeouts, is 0.3 s)."""
 
 WORK_PREFIX = "hogwild-etcd-"  # then the owner's pid and a dash
 START_ATTEMPTS = 3  # starts of etcd tried while each fails only on a port taken meanwhile
@@ -132,9 +155,10 @@ class EtcdProcess:
     The server listens only on ``host``, keeps its data in ``data_dir`` (default: a temporary
     directory removed by :meth:`stop`) and its stderr in ``etcd.log`` of a temporary directory,
     and dies with this process. Its raft timers are scaled so that leases of ``lease_floor_s``
-    seconds are honoured: etcd's shortest lease is 1.5 election timeouts, and the election
-    timeout here is half the floor (heartbeat a tenth of that). :attr:`min_ttl_s` is the TTL
-    etcd actually grants when asked for 1 s, measured at start.
+    seconds are honoured: etcd's shortest lease is 1.5 election timeouts, so the election
+    timeout, ``election_ms`` (:data:`ELECTION_MS` by default; the heartbeat a tenth of it), may
+    be at most two thirds of the floor. :attr:`min_ttl_s` is the TTL etcd actually grants when
+    asked for 1 s, measured at start.
     """
 
     def __init__(
@@ -146,9 +170,22 @@ class EtcdProcess:
         lease_floor_s: float = 1.0,
         name: str | None = None,
         tls: str | EtcdTls | None = None,
+        election_ms: int = ELECTION_MS,
     ) -> None:
         if not 0.1 <= lease_floor_s <= 60:
             raise HogwildError(f"lease_floor_s={lease_floor_s}: expected 0.1 to 60 seconds")
+        if isinstance(election_ms, bool) or not isinstance(election_ms, int) or election_ms < 10:
+            raise HogwildError(
+                f"etcd election timeout {election_ms!r} ms: expected a whole number of "
+                "milliseconds >= 10 (the heartbeat is a tenth of it)"
+            )
+        if election_ms * 1.5 > lease_floor_s * 1000:
+            raise HogwildError(
+                f"etcd election timeout {election_ms} ms: etcd grants no lease shorter than 1.5 "
+                f"election timeouts ({election_ms * 1.5:g} ms), longer than the {lease_floor_s:g} "
+                f"s leases the job needs; expected at most {int(lease_floor_s * 1000 / 1.5)} ms"
+            )
+        self.election_ms = election_ms
         self.name = name or f"hogwild-{os.getpid()}"
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.host = host
@@ -212,7 +249,7 @@ class EtcdProcess:
         data = self.data_dir or self._work / "data"
         if self.data_dir is None:
             shutil.rmtree(data, ignore_errors=True)  # a failed attempt's half-made member
-        election_ms = max(10, round(self.lease_floor_s * 500))
+        election_ms = self.election_ms
         args = [
             f"--name={self.name}",
             f"--data-dir={data}",
@@ -311,8 +348,8 @@ class EtcdCluster:
     """``size`` etcd members on loopback forming one cluster, for a job; a context manager.
 
     A majority of the members keeps the cluster serving, so three survive the loss of one. Each
-    member is an :class:`EtcdProcess` (its own work directory, dying with this process, timers
-    scaled to ``lease_floor_s``); :attr:`address` is their client addresses,
+    member is an :class:`EtcdProcess` (its own work directory, dying with this process, its
+    election timeout :data:`ELECTION_MS`); :attr:`address` is their client addresses,
     ``HOST:PORT,HOST:PORT,...``, as :class:`~hogwild_plugins.ps.etcd.Etcd` takes them, and
     :attr:`min_ttl_s` the longest of the members' measured shortest leases.
     """

@@ -108,9 +108,20 @@ def test_a_missing_binary_says_how_to_install_etcd() -> None:
         EtcdProcess(binary="/nonexistent/etcd").start()
 
 
+def test_an_election_timeout_that_leases_cannot_honour_is_refused() -> None:
+    with pytest.raises(HogwildError, match="expected a whole number of milliseconds >= 10"):
+        EtcdProcess(election_ms=5)
+    with pytest.raises(HogwildError, match="expected at most 666 ms"):
+        EtcdProcess(election_ms=700)  # leases of 1.05 s at least: 1 s leases not honoured
+    assert EtcdProcess(lease_floor_s=3.0, election_ms=1500).election_ms == 1500
+
+
 def test_a_lease_shorter_than_etcd_grants_is_refused() -> None:
     # An election timeout of 1.5 s: etcd grants leases of 3 s at least.
-    with EtcdProcess(lease_floor_s=3.0) as server, Etcd(server.address, prefix="/t/") as client:
+    with (
+        EtcdProcess(lease_floor_s=3.0, election_ms=1500) as server,
+        Etcd(server.address, prefix="/t/") as client,
+    ):
         assert server.min_ttl_s > 1
         with pytest.raises(HogwildError, match="grants leases of at least"):
             client.grant(1)

@@ -6,15 +6,18 @@ next start sweeps."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
+import requests
 from hogwild_plugins.ps.etcd import (
     Etcd,
     EtcdClusterLost,
@@ -22,6 +25,7 @@ from hogwild_plugins.ps.etcd import (
     etcd_binary,
     parse_endpoints,
 )
+from hogwild_plugins.ps.etcd_poll import RangePoller
 from hogwild_plugins.ps.etcd_process import EtcdCluster, sweep_stale_work
 
 from hogwild.errors import HogwildError
@@ -96,6 +100,13 @@ def test_endpoints_are_parsed_and_checked():
             parse_endpoints(bad)
 
 
+def test_requests_go_first_to_the_member_on_the_clients_own_host():
+    members = "10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379"
+    for near, first in (("10.0.0.2", 1), ("10.0.0.3", 2), ("10.0.0.9", 0), (None, 0)):
+        with Etcd(members, prefix="/job/", near=near) as client:
+            assert client.members[client._current] == members.split(",")[first]
+
+
 def test_a_lost_member_is_failed_over_and_a_lost_cluster_told_apart(members):
     client = Etcd(",".join(members.clients), prefix="/job/", timeout_s=REQUEST_S)
     try:
@@ -134,6 +145,50 @@ def test_a_write_of_unknown_fate_is_not_repeated_on_another_member(members):
         finally:
             members.processes[0].send_signal(18)  # SIGCONT
     finally:
+        client.close()
+
+
+def _leader(members: Members) -> int:
+    """The index of the member that leads (as the members' statuses say)."""
+    ids = {}
+    leader = None
+    for i, member in enumerate(members.clients):
+        reply = requests.post(f"http://{member}/v3/maintenance/status", json={}, timeout=REQUEST_S)
+        status = reply.json()
+        ids[int(status["header"]["member_id"])] = i
+        leader = int(status["leader"])
+    return ids[leader]
+
+
+def test_a_member_that_saw_a_new_leader_is_asked_again_not_the_old_leader(members):
+    # The leader stopped (a cut host): a follower's read waits out the election, then fails
+    # "leader changed". The follower follows the new leader by then: the read (and the watch's
+    # poll) is asked of it again, and the old leader, next in the list, is never waited on.
+    leader = _leader(members)
+    follower, other = (i for i in range(3) if i != leader)
+    order = [members.clients[i] for i in (follower, leader, other)]
+    client = Etcd(",".join(order), prefix="/job/", timeout_s=REQUEST_S)
+    key = base64.b64encode(b"/job/a").decode()
+    poller = RangePoller(order, lambda i: "/v3/", REQUEST_S)
+    found: dict = {}
+    try:
+        client.put("a", {"n": 1})
+        members.processes[leader].send_signal(19)  # SIGSTOP
+        polled = threading.Thread(
+            target=lambda: found.update(poll=poller.post("/kv/range", {"key": key}))
+        )
+        polled.start()
+        try:
+            assert client.get("a")[0] == {"n": 1}
+            polled.join(READY_WITHIN_S)
+        finally:
+            members.processes[leader].send_signal(18)  # SIGCONT
+        assert members.clients[leader] not in client.lost_members
+        assert client.lost_members == set()
+        assert client._current == 0  # the follower first asked
+        assert poller._current == 0 and found["poll"]["count"] == "1"
+    finally:
+        poller.close()
         client.close()
 
 

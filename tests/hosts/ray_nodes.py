@@ -22,6 +22,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from hogwild_plugins.ps.etcd_process import ELECTION_MS
+
 from tests.hosts.harness import Hosts, HostsError
 
 RAY_PORT = 6379  # each host has its own ports: nothing on the machine is in the way
@@ -170,7 +172,8 @@ def start_etcd_member(hosts: Hosts, host: int, members: list[int], state: str = 
         f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
         f"--listen-peer-urls={peers[host]}", f"--initial-advertise-peer-urls={peers[host]}",
         f"--initial-cluster={initial}", f"--initial-cluster-state={state}",
-        "--heartbeat-interval=50", "--election-timeout=500", "--log-level=error",
+        f"--heartbeat-interval={ELECTION_MS // 10}", f"--election-timeout={ELECTION_MS}",
+        "--log-level=error",
     ], hosts.home(host) / "etcd.log")  # fmt: skip
 
 

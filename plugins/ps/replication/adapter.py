@@ -222,9 +222,12 @@ class Replication(Admitting):
         replication thread. Call after the server's router and engine started."""
         prefix = etcd_prefix(self.server.options.job, self.server.options.etcd_group)
         tls = self.server.options.etcd_tls
-        self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
-        self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
-        self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls)
+        # its own host's etcd member first, if it has one: a cut of another host never makes
+        # this server wait on that host's member (a keepalive stuck there outlasts the lease)
+        near = self.server.address.host
+        self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
+        self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
+        self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
         self.map.start(self._etcd)
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
