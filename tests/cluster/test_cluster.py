@@ -358,25 +358,46 @@ def test_a_sigkilled_driver_takes_every_forked_role_down_with_it(mnist_dir, tmp_
     assert job_segments(job) == set()
 
 
-def test_a_killed_replica_is_restarted_and_its_lost_portions_are_trained_again(mnist_dir, tmp_path):
-    args = ("--epochs", "2", "--replicas", "2", "--ps", "1", f"--train.subset={FAULT_SUBSET}",
-            "--evaluate-every=0")  # fmt: skip
+# One job loses a replica and then both its data servers (each SIGKILLed while it trains): the two
+# faults were two jobs of the same shape, each starting its own driver, servers and replicas.
+def test_a_killed_replica_and_killed_data_servers_come_back_and_the_job_completes(
+    mnist_dir, tmp_path
+):
+    """Replica 1 is SIGKILLed: it is restarted and the portions it lost are trained again (every
+    epoch counts each example once). Then data 0 and data 1 are SIGKILLed in turn: each comes
+    back on its address, and data 0 serves again while data 1 is down."""
+    args = ("--epochs", "3", "--replicas", "2", "--ps", "1", "--data-servers", "2",
+            f"--train.subset={FAULT_SUBSET}", "--evaluate-every=0")  # fmt: skip
 
-    def kill(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
-        until("replica 1 training", lambda: gauge(scrape(first_port + 3),
+    def kill(run_dir, first_port, driver):  # ports: driver, ps 0, data 0, data 1, replica 0, 1
+        until("replica 1 training", lambda: gauge(scrape(first_port + 5),
               "hogwild_replica_examples"), driver=driver)  # fmt: skip
-        os.kill(pid_of(run_dir, "replica 1"), signal.SIGKILL)
+        replica = pid_of(run_dir, "replica 1")
+        os.kill(replica, signal.SIGKILL)
+        until("replica 1 restarted", lambda: pid_of(run_dir, "replica 1") != replica,
+              driver=driver)  # fmt: skip
+        first = pid_of(run_dir, "data 0")
+        os.kill(first, signal.SIGKILL)
+        until("data 0 restarted", lambda: pid_of(run_dir, "data 0") != first, driver=driver)
+        os.kill(pid_of(run_dir, "data 1"), signal.SIGKILL)  # data 0 alone serves the replicas
+        until("data 0 serving again", lambda: gauge(scrape(first_port + 2),
+              "hogwild_data_records"), driver=driver)  # fmt: skip
 
-    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 4, kill)
-    assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
-    assert final["restarts"] == {"replica-1": 1}
+    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 6, kill)
+    for name in ("replica 1", "data 0", "data 1"):
+        assert f"{name} on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr, name
+    assert final["restarts"] == {"replica-1": 1, "data-0": 1, "data-1": 1}, final["restarts"]
     assert final["test_accuracy"] >= FAULT_ACCURACY, final
-    (restart,) = [r for r in records if r["event"] == "restart"]
-    assert restart["role"] == "replica 1" and restart["returncode"] == -signal.SIGKILL
+    restarts = [r for r in records if r["event"] == "restart"]
+    (replica,) = [r for r in restarts if r["role"] == "replica 1"]
+    assert replica["returncode"] == -signal.SIGKILL, replica
     epochs = [r for r in records if r["event"] == "epoch"]
-    assert [r["epoch"] for r in epochs] == [0, 1]
-    for record in epochs:  # the lost portions were trained again, whole, and counted once
+    assert [r["epoch"] for r in epochs] == [0, 1, 2]
+    for record in epochs:  # the replica's lost portions were trained again, whole, counted once
         assert record["examples"] == FAULT_SUBSET == sum(record["per_replica_examples"].values())
+    start = next(r for r in records if r["event"] == "start")
+    served = sorted(r["address"] for r in restarts if r["role"].startswith("data "))
+    assert served == sorted(start["data_servers"]), (served, start["data_servers"])  # same address
 
 
 def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(mnist_dir, tmp_path):
@@ -398,30 +419,6 @@ def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(m
     assert final["restarts"] == {"replica-1": 1}
     (epoch,) = [r for r in records if r["event"] == "epoch"]
     assert epoch["examples"] == 10000 == sum(epoch["per_replica_examples"].values())
-
-
-def test_killed_data_servers_come_back_on_their_address_and_serve(mnist_dir, tmp_path):
-    args = ("--epochs", "3", "--replicas", "1", "--ps", "1", "--data-servers", "2",
-            f"--train.subset={FAULT_SUBSET}", "--evaluate-every=0")  # fmt: skip
-
-    def kill(run_dir, first_port, driver):  # ports: driver, ps 0, data 0, data 1, replica 0
-        until("replica 0 training", lambda: gauge(scrape(first_port + 4),
-              "hogwild_replica_examples"), driver=driver)  # fmt: skip
-        first = pid_of(run_dir, "data 0")
-        os.kill(first, signal.SIGKILL)
-        until("data 0 restarted", lambda: pid_of(run_dir, "data 0") != first, driver=driver)
-        os.kill(pid_of(run_dir, "data 1"), signal.SIGKILL)  # data 0 alone serves the replica
-        until("data 0 serving again", lambda: gauge(scrape(first_port + 2),
-              "hogwild_data_records"), driver=driver)  # fmt: skip
-
-    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 5, kill)
-    for name in ("data 0", "data 1"):
-        assert f"{name} on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
-    assert final["restarts"] == {"data-0": 1, "data-1": 1}
-    assert final["test_accuracy"] >= FAULT_ACCURACY, final
-    start = next(r for r in records if r["event"] == "start")
-    restarts = [r for r in records if r["event"] == "restart"]
-    assert sorted(r["address"] for r in restarts) == sorted(start["data_servers"])
 
 
 def test_resume_continues_from_the_checkpoint_of_the_servers_model(mnist_dir, tmp_path):
