@@ -304,11 +304,14 @@ def until(what: str, check, seconds: float = 60.0, driver: subprocess.Popen | No
     pytest.fail(f"no {what} within {seconds:g} s")
 
 
-def _run_and_kill(mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill) -> tuple:
-    """Run a job with Prometheus ports, ``kill(run_dir, first_port, driver)`` while it trains;
-    its final summary, its metrics records and its stderr, once every role is gone."""
+def _run_and_kill(
+    mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill, job: str | None = None
+) -> tuple:
+    """Run a job (named ``job``, or a name of its own) with Prometheus ports,
+    ``kill(run_dir, first_port, driver)`` while it trains; its final summary, its metrics
+    records and its stderr, once every role is gone."""
     run_dir = tmp_path / "run"
-    job = unique_job()
+    job = job or unique_job()
     first_port = free_ports(n_roles)
     command = cluster_command(
         mnist_dir, run_dir, f"--ps.job={job}", *args, f"--cluster.metrics_port={first_port}"
@@ -400,37 +403,36 @@ def test_a_killed_replica_and_killed_data_servers_come_back_and_the_job_complete
     assert served == sorted(start["data_servers"]), (served, start["data_servers"])  # same address
 
 
-def test_a_paused_replica_is_fenced_killed_and_restarted_and_the_job_completes(mnist_dir, tmp_path):
+def test_a_paused_replica_is_fenced_and_restarted_and_a_resume_continues_the_job(
+    mnist_dir, tmp_path
+):
     """A replica paused (SIGSTOP, its workers too) does not answer the driver through every
     retry: the driver fences it on the servers (the process could live on), kills it, restarts
-    it as its next incarnation, and hands its portions out again."""
-    args = ("--epochs", "1", "--replicas", "2", "--ps", "1", "--train.subset=10000")
-    args += ("--ps.timeout_s=2", "--ps.retries=2")  # taken for dead after 2 s x 3 tries
+    it as its next incarnation, and hands its portions out again; the job completes its epoch.
+    A fresh run into its directory is then refused, and ``--resume`` continues from its
+    checkpoint of the servers' model. One job checks both: the pause and the first run of the
+    resume were two jobs of the same shape (two replicas, a server, 6,000 examples)."""
+    run_dir = tmp_path / "run"
+    job = unique_job()
+    common = ("--replicas", "2", "--ps", "1", "--train.subset=6000")
+    common += ("--ps.timeout_s=2", "--ps.retries=2")  # taken for dead after 2 s x 3 tries
 
     def pause(run_dir, first_port, driver):  # ports: driver, ps 0, replica 0, replica 1
         until("replica 1 training", lambda: gauge(scrape(first_port + 3),
               "hogwild_replica_examples"), driver=driver)  # fmt: skip
         os.killpg(pid_of(run_dir, "replica 1"), signal.SIGSTOP)
 
-    final, records, stderr = _run_and_kill(mnist_dir, tmp_path, args, 4, pause)
+    after_one, records, stderr = _run_and_kill(
+        mnist_dir, tmp_path, ("--epochs", "1", *common), 4, pause, job=job
+    )
     assert "replica 1 did not answer the driver" in stderr, stderr[-3000:]
     assert "replica 1 fenced below incarnation 1 on 1 of 1 parameter server(s)" in stderr
     assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
-    assert final["restarts"] == {"replica-1": 1}
+    assert after_one["restarts"] == {"replica-1": 1}
     (epoch,) = [r for r in records if r["event"] == "epoch"]
-    assert epoch["examples"] == 10000 == sum(epoch["per_replica_examples"].values())
+    assert epoch["examples"] == 6000 == sum(epoch["per_replica_examples"].values())
 
-
-def test_resume_continues_from_the_checkpoint_of_the_servers_model(mnist_dir, tmp_path):
-    run_dir = tmp_path / "run"
-    common = ("--replicas", "2", "--ps", "1", "--train.subset=6000")
-    first = subprocess.run(
-        cluster_command(mnist_dir, run_dir, "--epochs", "1", *common),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert first.returncode == 0, first.stderr[-3000:]
-    after_one = json.loads(first.stdout.strip().splitlines()[-1])
-
+    common += (f"--ps.job={job}",)  # the same job, continued
     again = subprocess.run(  # a fresh run into the same directory is refused
         cluster_command(mnist_dir, run_dir, "--epochs", "2", *common),
         capture_output=True, text=True, timeout=600,
