@@ -472,9 +472,10 @@ class Watch:
     and a change made only of deletions lowers the count, so every net change is seen; a key
     written and deleted again between two polls is not. Polling rather than etcd3gw's streaming
     watch because that one opens without a timeout, parses reply chunks as if each were whole,
-    and loses its errors in a thread; a poll costs one small loopback request, sent over plain
-    HTTP on a kept connection of the watch's own (:mod:`hogwild_plugins.ps.etcd_poll`: a poll
-    every 50 ms through etcd3gw was half of an idle replicated server's CPU).
+    and loses its errors in a thread; a poll costs one small request, sent over plain HTTP (or
+    HTTPS, with the client's certificate, where the client's requests go over TLS) on a kept
+    connection of the watch's own (:mod:`hogwild_plugins.ps.etcd_poll`: a poll every 50 ms
+    through etcd3gw was half of an idle replicated server's CPU).
 
     A failed poll goes to ``on_error(exc)`` (or the log) once per outage, and polling goes on
     more slowly; once etcd answers again ``on_change()`` is called, since changes may have been
@@ -499,15 +500,17 @@ class Watch:
             raise
         except HogwildError:
             seen = (-1, -1)  # the revision is compacted or in the future: report a change
-        # the polls after it: over plain HTTP on kept connections of their own (a quarter of
-        # the CPU a poll costs through etcd3gw: etcd_poll, bench/figures/etcd_poll.py)
-        if reader.tls is None:
-            from hogwild_plugins.ps.etcd_poll import RangePoller
+        # the polls after it: on kept connections of their own, over HTTPS where the client's
+        # are (a quarter of the CPU a poll costs through etcd3gw: etcd_poll,
+        # bench/figures/etcd_poll.py)
+        from hogwild_plugins.ps.etcd_poll import RangePoller
 
-            clients = reader._clients  # etcd3gw's, each its member's API path once asked
-            self._poller = RangePoller(  # from the member the first reading reached
-                reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current
-            )
+        clients = reader._clients  # etcd3gw's, each its member's API path once asked
+        context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
+        self._poller = RangePoller(  # from the member the first reading reached
+            reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
+            tls=context,
+        )  # fmt: skip
         self._thread = threading.Thread(
             target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
         )
@@ -531,7 +534,7 @@ class Watch:
         return self._thread.is_alive()
 
     def _signature(self, revision: int | None = None) -> tuple[int, int]:
-        if revision is None and self._poller is not None:  # none over TLS
+        if revision is None and self._poller is not None:  # none before the first reading
             reply = self._poller.post("/kv/range", self._range)
         else:
             query = self._range if revision is None else {**self._range, "revision": revision}

@@ -1,12 +1,15 @@
-"""The watch's polls of etcd over plain HTTP: one keep-alive ``http.client`` connection per member.
+"""The watch's polls of etcd: one keep-alive ``http.client`` connection per member.
 
 :class:`~hogwild_plugins.ps.etcd.Watch` asks etcd one small range request every 50 ms for as
 long as a replicated parameter server lives. Through etcd3gw's ``requests`` session (which
 rebuilds its request every call) each poll costs the polling process about 1.2 ms of CPU;
 through a kept ``http.client`` connection about 0.3 ms, four times less
 (``bench/figures/etcd_poll.py``, ``bench/results/etcd_poll.json``). So the polls, and only
-they, take this path; every other request, and every request to an etcd over TLS, goes through
-:class:`~hogwild_plugins.ps.etcd.Etcd` as before.
+they, take this path; every other request goes through :class:`~hogwild_plugins.ps.etcd.Etcd`
+as before. An etcd over TLS (``cluster.etcd_tls``) is polled the same way over HTTPS, with an
+``ssl`` context that holds what the client's ``requests`` session holds: the job's CA alone
+trusted, the member's certificate checked against the address asked, the client's own
+certificate shown (:meth:`~hogwild_plugins.ps.etcd_tls.EtcdTls.ssl_context`).
 
 A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
 goes to the member that answered last; a member that cannot be reached, times out or answers
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd_errors import LEADER_CHANGED, gateway_error, unreached
@@ -42,7 +46,7 @@ class _Down(Exception):
 
 
 class RangePoller:
-    """The watch's range request, posted to etcd's JSON gateway over plain HTTP.
+    """The watch's range request, posted to etcd's JSON gateway over HTTP, or HTTPS.
 
     Args:
         members: The members' client addresses (``HOST:PORT``), as the client parsed them.
@@ -50,6 +54,8 @@ class RangePoller:
             member once (raising if it cannot) and keeps it.
         timeout_s: The limit of one request to one member, in seconds.
         first: The member asked first (the one the client's last request reached).
+        tls: For members serving HTTPS, the context their connections are made with (the
+            client's certificate and the CA it trusts); None for plain HTTP.
     """
 
     def __init__(
@@ -58,13 +64,14 @@ class RangePoller:
         api_path: Callable[[int], str],
         timeout_s: float,
         first: int = 0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if not members:
             raise HogwildError("etcd poll: no member to ask; expected HOST:PORT[,HOST:PORT...]")
         self.members, self.api_path = list(members), api_path
         if not 0 <= first < len(members):
             raise HogwildError(f"etcd poll: first member {first!r}: expected 0..{len(members) - 1}")
-        self.timeout_s = timeout_s
+        self.timeout_s, self.tls = timeout_s, tls
         self.address = ",".join(self.members)
         self._connections: list[http.client.HTTPConnection | None] = [None] * len(members)
         self._current = first
@@ -148,9 +155,14 @@ class RangePoller:
         connection = self._connections[i]
         if connection is None:
             parsed = parse_address(self.members[i])
-            connection = http.client.HTTPConnection(
-                parsed.host, parsed.port, timeout=self.timeout_s
-            )
+            if self.tls is None:
+                connection = http.client.HTTPConnection(
+                    parsed.host, parsed.port, timeout=self.timeout_s
+                )
+            else:  # the handshake on the first request; a refused certificate is an OSError
+                connection = http.client.HTTPSConnection(
+                    parsed.host, parsed.port, timeout=self.timeout_s, context=self.tls
+                )
             self._connections[i] = connection
         try:
             connection.request("POST", self._url(i, path), body,

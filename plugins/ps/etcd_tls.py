@@ -32,6 +32,7 @@ import datetime
 import ipaddress
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -159,6 +160,14 @@ class EtcdTls:
         session.verify = str(self.ca)
         session.cert = (str(self.client_cert), str(self.client_key))
         return {"protocol": "https", "session": session}
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """An ``ssl`` context for ``http.client`` holding what :meth:`client_options`' session
+        holds: the directory's CA alone trusted, the member's certificate checked against the
+        address asked, this directory's client certificate shown."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
 
     def requests_options(self) -> dict:
         """``requests``' keywords (``verify``, ``cert``) for the same."""

@@ -7,7 +7,9 @@ controller starting its etcd under ``cluster.etcd_tls``."""
 from __future__ import annotations
 
 import base64
+import http.client
 import tempfile
+import threading
 import time
 
 import pytest
@@ -54,6 +56,8 @@ def test_only_clients_with_the_jobs_certificate_reach_etcd(tmp_path, tool):
 
 
 def test_the_drivers_own_etcd_serves_tls_under_cluster_etcd_tls(tmp_path):
+    """The driver's own etcd under ``cluster.etcd_tls``: its claim goes over TLS, and a watch's
+    polls too, on a kept HTTPS connection of their own showing the client's certificate."""
     tls = make_etcd_tls(tmp_path / "tls", ["127.0.0.1"])
     said = []
     controller = EtcdController("", "tlsjob", said.append, tls=str(tls.directory))
@@ -61,6 +65,15 @@ def test_the_drivers_own_etcd_serves_tls_under_cluster_etcd_tls(tmp_path):
         with Etcd(controller.address, prefix="/hogwild/tlsjob/", tls=str(tls.directory)) as etcd:
             holder, _ = etcd.get("driver")  # the driver's claim went over TLS
             assert holder is not None
+            changed, errors = threading.Event(), []
+            watch = etcd.watch("map/", changed.set, interval_s=0.02, on_error=errors.append)
+            time.sleep(0.1)  # polls with nothing changed: no change reported
+            assert not changed.is_set() and errors == [], errors
+            etcd.put("map/0", {"primary": "a"})
+            assert changed.wait(10.0) and errors == [], errors
+            (connection,) = [c for c in watch._poller._connections if c is not None]
+            assert isinstance(connection, http.client.HTTPSConnection)  # its own, kept
+            watch.cancel()
         controller.forget_server(0)
     finally:
         controller.close()
