@@ -19,6 +19,7 @@ from hogwild_plugins.ps.etcd import (
     LeaseExpired,
     etcd_binary,
 )
+from hogwild_plugins.ps.etcd_process import PRE_VOTE
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_port
@@ -56,6 +57,7 @@ def test_start_and_stop_leave_no_process_and_no_directory() -> None:
     address = server.start()
     pid, work = server.process.pid, server.log_path.parent
     assert psutil.pid_exists(pid) and work.is_dir()
+    assert PRE_VOTE in psutil.Process(pid).cmdline()  # no member deposes a healthy leader
     assert server.min_ttl_s == 1
     with Etcd(address, prefix="/t/") as client:
         assert client.put("k", {"v": 1}) > 0

@@ -26,7 +26,13 @@ from hogwild_plugins.ps.etcd import (
     parse_endpoints,
 )
 from hogwild_plugins.ps.etcd_poll import RangePoller
-from hogwild_plugins.ps.etcd_process import EtcdCluster, sweep_stale_work
+from hogwild_plugins.ps.etcd_process import (
+    ELECTION_MS,
+    PRE_VOTE,
+    EtcdCluster,
+    heartbeat_ms,
+    sweep_stale_work,
+)
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -53,7 +59,8 @@ class Members:
                 f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
                 f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster={initial}", "--initial-cluster-state=new",
-                "--heartbeat-interval=20", "--election-timeout=200", "--log-level=error",
+                f"--heartbeat-interval={heartbeat_ms(ELECTION_MS)}",
+                f"--election-timeout={ELECTION_MS}", PRE_VOTE, "--log-level=error",
             ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
 
     def kill(self, i: int) -> None:
