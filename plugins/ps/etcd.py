@@ -17,16 +17,21 @@ and by the watch's polls alike.
 
 An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests
 go to one member until it fails, then to the next. A request that could not have reached the
-member (refused, unreachable) is tried on the others at once, and so is a read; a write whose
-fate is unknown (timed out, or refused for want of a leader) is not repeated, since it may have
-been applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes
-to the next member. A member that answers ``leader changed`` is the exception: etcd says so only
-once a new leader is known (its request waited out an election), so the member is alive and
-follows a leader: a read is asked of it again at once, and after a write refused so the next
-request stays with it. Trying the next member instead can cost a whole request timeout when
-that member is the old leader, cut off (the election's cause), where a read would hang. Members
-that failed their last request are :attr:`Etcd.lost_members` (a lost member); when every member
-failed one request, :class:`EtcdClusterLost` (a lost cluster).
+member (refused, unreachable, or a write its raft dropped unappended: ``raft proposal
+dropped``) is tried on the others at once, and so is a read (a read-only transaction included);
+a write whose fate is unknown (timed out, or refused for want of a leader) is not repeated,
+since it may have been applied: it raises :class:`EtcdUnavailable` naming the member, and the
+next request goes to the next member. A member that answers ``leader changed`` is the exception:
+etcd says so only once a new leader is known (its request waited out an election), so the
+member is alive and follows a leader: a read is asked of it again at once, and after a write
+refused so the next request stays with it, which is not a lost member. Trying the next member
+instead can cost a whole request timeout when that member is the old leader, cut off (the
+election's cause), where a read would hang. A keepalive may have a shorter timeout of its own
+(``keepalive_s``, a quarter of the lease): a follower forwards it to the leader it knows and,
+that leader cut off, never answers ``leader changed``, so a keepalive its timeout ended is asked
+of the same member again, up to :data:`KEEPALIVE_TRIES` times, by then forwarded to the new
+leader. Members that failed their last request are :attr:`Etcd.lost_members` (a lost member);
+when every member failed one request, :class:`EtcdClusterLost` (a lost cluster).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -52,6 +57,7 @@ from typing import TYPE_CHECKING
 from hogwild_plugins.ps.etcd_errors import (
     LEADER_CHANGED,
     LEADERLESS,
+    PROPOSAL_DROPPED,
     EtcdClusterLost,
     EtcdUnavailable,
     gateway_error,
@@ -75,6 +81,23 @@ __all__ = [
 ]
 
 READS = frozenset({"/kv/range", "/lease/keepalive"})  # safe to ask another member again
+KEEPALIVE_TRIES = 3
+"""The most times one member is asked one keepalive that its timeout (``keepalive_s``) ended,
+before the next member is asked. A keepalive is idempotent, so asking again is safe; a follower
+forwards it to the leader it knows and, that leader cut off, waits (etcd 3.4: up to its 5 s
+request timeout, never answering "leader changed"), and once the others elected a leader the
+next ask is forwarded there. With ``keepalive_s`` a quarter of the lease (:func:`keepalive_s`)
+the three asks span three quarters of it: the lease clock's own margin
+(:class:`~hogwild_plugins.ps.failover.LeaseClock`), after which the holder has given the lease
+up anyway, so more asks could not keep it."""
+
+
+def keepalive_s(lease_s: float) -> float:
+    """The timeout of one keepalive of a ``lease_s`` lease: a quarter of the lease, at least
+    0.2 s (:data:`KEEPALIVE_TRIES` asks span three quarters of it; 0.25 s at a 1 s lease, enough
+    for an election at :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS` to end within the
+    second or third ask)."""
+    return max(0.2, lease_s / 4)
 
 
 def parse_endpoints(address: str) -> list[str]:
@@ -100,11 +123,12 @@ def parse_endpoints(address: str) -> list[str]:
 
 
 class _MemberDown(Exception):
-    """One member did not answer: why, and whether the request surely never reached it."""
+    """One member did not answer: why, whether the request surely never took effect, and
+    whether it was this client's own timeout that ended the wait."""
 
-    def __init__(self, why: str, unsent: bool) -> None:
+    def __init__(self, why: str, unsent: bool, timed_out: bool = False) -> None:
         super().__init__(why)
-        self.why, self.unsent = why, unsent
+        self.why, self.unsent, self.timed_out = why, unsent, timed_out
         # etcd answers "leader changed" only once a new leader is known: the member can serve
         self.elected = LEADER_CHANGED in why.lower()
 
@@ -140,11 +164,14 @@ class Etcd:
         near: This process's host address: requests go first to the member on that host, if
             one is (a server beside an etcd member: when another host is cut off, its member,
             even the leader, is never the one this process waits on).
+        keepalive_s: The limit of one keepalive request (default ``timeout_s``); given, a
+            keepalive that it ends is asked of the same member again, up to
+            :data:`KEEPALIVE_TRIES` times, before the next member (:func:`keepalive_s`).
     """
 
     def __init__(
         self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
-        near: str | None = None,
+        near: str | None = None, keepalive_s: float | None = None,
     ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
@@ -152,6 +179,9 @@ class Etcd:
         self.address = ",".join(self.members)
         self.prefix = prefix
         self.timeout_s = timeout_s
+        if keepalive_s is not None and not keepalive_s > 0:
+            raise HogwildError(f"etcd keepalive timeout {keepalive_s!r} s: expected more than 0")
+        self.keepalive_s = keepalive_s
         self.tls = tls or None
         secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
@@ -201,7 +231,11 @@ class Etcd:
 
     def keepalive(self, lease: int) -> int:
         """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown)."""
-        reply = self._post("/lease/keepalive", {"ID": lease}).get("result")
+        if self.keepalive_s is None:
+            reply = self._post("/lease/keepalive", {"ID": lease})
+        else:  # a follower stuck forwarding it to a cut leader is asked again, not waited on
+            reply = self._post("/lease/keepalive", {"ID": lease}, self.keepalive_s, KEEPALIVE_TRIES)
+        reply = reply.get("result")
         # The gateway leaves out zero fields: an expired lease comes back without a TTL.
         return max(0, _int(reply, "TTL", self.address, default=0))
 
@@ -271,7 +305,8 @@ class Etcd:
         :meth:`replace` compares them)."""
         put = self._put_op(key, value)
         compare = {"key": put["key"], "result": "EQUAL", "target": "VALUE", "value": put["value"]}
-        reply = self._post("/kv/txn", {"compare": [compare], "success": [], "failure": []})
+        query = {"compare": [compare], "success": [], "failure": []}
+        reply = self._post("/kv/txn", query, read=True)  # it writes nothing: asked again safely
         return reply.get("succeeded") is True
 
     def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
@@ -385,28 +420,33 @@ class Etcd:
             raise HogwildError(f"etcd key {key!r}: value is a {kind}, not a JSON object")
         return value
 
-    def _post(self, path: str, payload: dict) -> dict:
-        """One request, to the current member or, as the module docstring says, the others."""
+    def _post(
+        self,
+        path: str,
+        payload: dict,
+        timeout_s: float | None = None,
+        tries: int = 2,
+        read: bool = False,
+    ) -> dict:
+        """One request, to the current member or, as the module docstring says, the others.
+
+        ``timeout_s`` (default the client's) limits each ask; a read (a path of :data:`READS`,
+        or ``read``) is asked of one member up to ``tries`` times while it answers "leader
+        changed", or, with ``tries`` above 2, while this client's timeout ends the ask. So
+        one request makes at most ``tries`` asks of each member: ``tries * members`` in all."""
         failures: list[tuple[str, str]] = []
         n = len(self._clients)
+        read = read or path in READS
         for step in range(n):
             i = (self._current + step) % n
             member = self.members[i]
             try:
-                reply = self._post_to(i, path, payload)
+                reply = self._ask(i, path, payload, timeout_s, tries if read else 1)
             except _MemberDown as down:
-                if down.elected and path in READS:  # it follows the new leader now: ask again
-                    try:
-                        reply = self._post_to(i, path, payload)
-                    except _MemberDown as again:
-                        down = again
-                    else:
-                        self._current = i
-                        self.lost_members.discard(member)
-                        return reply
-                self.lost_members.add(member)
+                if not down.elected:  # one that says "leader changed" follows a leader again
+                    self.lost_members.add(member)
                 failures.append((member, down.why))
-                if n > 1 and not down.unsent and path not in READS:
+                if n > 1 and not down.unsent and not read:
                     self._current = i if down.elected else (i + 1) % n
                     if self.lost_members >= set(self.members):  # the last one thought alive
                         raise EtcdClusterLost(
@@ -425,7 +465,21 @@ class Etcd:
             return reply
         raise unreached(self.address, path, failures)
 
-    def _post_to(self, i: int, path: str, payload: dict) -> dict:
+    def _ask(self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int) -> dict:
+        """Member ``i``'s reply, asked up to ``tries`` times (see :meth:`_post`): again after
+        "leader changed" (it follows the new leader now), and, with ``tries`` above 2, after
+        this client's own timeout (a follower forwarding to a cut leader forwards to the new
+        one once elected)."""
+        for attempt in range(1, tries + 1):
+            try:
+                return self._post_to(i, path, payload, timeout_s)
+            except _MemberDown as down:
+                again = down.elected or (down.timed_out and tries > 2)
+                if attempt == tries or not again:
+                    raise
+        raise AssertionError("unreachable: the last ask returns or raises")  # pragma: no cover
+
+    def _post_to(self, i: int, path: str, payload: dict, timeout_s: float | None = None) -> dict:
         """One request to member ``i``, its errors typed (see the module docstring); a member
         that did not answer is :class:`_MemberDown`."""
         import requests
@@ -434,7 +488,8 @@ class Etcd:
         client, member = self._clients[i], self.members[i]
         try:
             url = client.get_url(path)  # etcd3gw's: the member's API path, asked once
-            answer = client.session.post(url, json=payload, timeout=client.timeout)
+            limit = client.timeout if timeout_s is None else timeout_s
+            answer = client.session.post(url, json=payload, timeout=limit)
         except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:  # the asking
             raise _MemberDown(_detail(err) or "timed out", _unsent(err.__context__)) from err
         except gw.Etcd3Exception as err:
@@ -443,7 +498,9 @@ class Etcd:
                 raise _MemberDown(detail, unsent=False) from err
             raise HogwildError(f"etcd at {member}: {path}: no API path: {detail}") from err
         except requests.RequestException as err:  # refused, timed out, cut
-            raise _MemberDown(str(err)[:400] or type(err).__name__, _unsent(err)) from err
+            why = str(err)[:400] or type(err).__name__
+            timed_out = isinstance(err, requests.exceptions.Timeout)
+            raise _MemberDown(why, _unsent(err), timed_out) from err
         error = gateway_error(answer.status_code, answer.text)
         if error is not None:
             down, detail = error
@@ -452,7 +509,8 @@ class Etcd:
                 which = f"lease {lease}" if lease else "a lease of this transaction"
                 raise LeaseExpired(f"etcd at {member}: {which} expired or was revoked")
             if down:  # unavailable, timed out, or cut off from its quorum
-                raise _MemberDown(detail, unsent=False)
+                # a proposal its raft dropped was never appended nor forwarded: safe elsewhere
+                raise _MemberDown(detail, unsent=PROPOSAL_DROPPED in detail.lower())
             raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
         try:
             reply = answer.json()
