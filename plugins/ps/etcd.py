@@ -51,6 +51,7 @@ import binascii
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,13 @@ __all__ = [
 ]
 
 READS = frozenset({"/kv/range", "/lease/keepalive"})  # safe to ask another member again
+NEAR_RETURN_S = 5.0
+"""How long a client with a ``near`` member serves elsewhere before its next map read (a range,
+which moves on at once if the member fails) goes to the near member again, so that one
+failover does not leave it on a remote member whose host's next cut costs a timeout."""
+UNNAMED_HOSTS = frozenset({"", "0.0.0.0", "::"})  # a listening wildcard names no host
+_NEAR_UNMATCHED: set[tuple[str, str]] = set()  # (near, address) already logged
+POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
 KEEPALIVE_TRIES = 3
 """The most times one member is asked one keepalive that its timeout (``keepalive_s``) ended,
 before the next member is asked. A keepalive is idempotent, so asking again is safe; a follower
@@ -163,7 +171,9 @@ class Etcd:
             :mod:`~hogwild_plugins.ps.etcd_tls`): HTTPS with its client certificate.
         near: This process's host address: requests go first to the member on that host, if
             one is (a server beside an etcd member: when another host is cut off, its member,
-            even the leader, is never the one this process waits on).
+            even the leader, is never the one this process waits on); after a failover a range
+            read goes back to it every :data:`NEAR_RETURN_S`. A wildcard is refused; an
+            address no member has is logged once, and requests go first to the first member.
         keepalive_s: The limit of one keepalive request (default ``timeout_s``); given, a
             keepalive that it ends is asked of the same member again, up to
             :data:`KEEPALIVE_TRIES` times, before the next member (:func:`keepalive_s`).
@@ -200,8 +210,22 @@ class Etcd:
                                                 timeout=timeout_s, **options))  # fmt: skip
         self.near = near
         hosts = [parse_address(member).host for member in self.members]
+        if near is not None and near in UNNAMED_HOSTS:
+            raise HogwildError(
+                f"etcd near={near!r}: expected this process's host address as the etcd members "
+                f"{self.address} name theirs, not a wildcard"
+            )
+        self._near = hosts.index(near) if near in hosts else None
+        if near is not None and self._near is None and (near, self.address) not in _NEAR_UNMATCHED:
+            _NEAR_UNMATCHED.add((near, self.address))  # once: each server makes several clients
+            log.info(
+                "etcd: no member of %s is on this host (near=%s, matched against the members' "
+                "hosts %s): requests go first to %s",
+                self.address, near, sorted(set(hosts)), self.members[0],
+            )  # fmt: skip
         # the member requests go to until it fails: this host's own, if it has one
-        self._current = hosts.index(near) if near in hosts else 0
+        self._current = self._near if self._near is not None else 0
+        self._away_since = 0.0  # when requests left the near member (monotonic)
         self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
 
@@ -437,6 +461,9 @@ class Etcd:
         failures: list[tuple[str, str]] = []
         n = len(self._clients)
         read = read or path in READS
+        if self._near is not None and self._current != self._near and path == "/kv/range":
+            if time.monotonic() - self._away_since >= NEAR_RETURN_S:  # back home, if it answers
+                self._current, self._away_since = self._near, time.monotonic()
         for step in range(n):
             i = (self._current + step) % n
             member = self.members[i]
@@ -447,7 +474,7 @@ class Etcd:
                     self.lost_members.add(member)
                 failures.append((member, down.why))
                 if n > 1 and not down.unsent and not read:
-                    self._current = i if down.elected else (i + 1) % n
+                    self._settle(i if down.elected else (i + 1) % n)
                     if self.lost_members >= set(self.members):  # the last one thought alive
                         raise EtcdClusterLost(
                             f"no member of the etcd cluster {self.address} answers: "
@@ -460,10 +487,16 @@ class Etcd:
                         f"request goes to {self.members[self._current]}"
                     ) from None
                 continue
-            self._current = i
+            self._settle(i)
             self.lost_members.discard(member)
             return reply
         raise unreached(self.address, path, failures)
+
+    def _settle(self, i: int) -> None:
+        """Make member ``i`` the one requests go to, noting when they left the near one."""
+        if i != self._current and self._current == self._near:
+            self._away_since = time.monotonic()
+        self._current = i
 
     def _ask(self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int) -> dict:
         """Member ``i``'s reply, asked up to ``tries`` times (see :meth:`_post`): again after
@@ -573,14 +606,15 @@ class Watch:
 
     def cancel(self) -> None:
         """Stop polling; returns once the thread has ended (at once from ``on_change``), and
-        within the longest a poll can take: per member, the API path's request, the poll and
-        its one retry on a fresh connection, each up to the request timeout. A poll that ends
+        within the longest a poll can take: per member, the API path's request, the poll, its
+        one retry on a fresh connection, and after ``leader changed`` the poll asked again with
+        its own retry: five requests, each up to the request timeout. A poll that ends
         after this began reports no change (the flag is checked between the poll and
         ``on_change()``), so once the thread has ended within that bound, ``on_change()`` is
         not called again; only a callback itself slower than the bound can outlive it."""
         self._stop.set()
         if threading.current_thread() is not self._thread:
-            polls = 3 * len(self._reader.members) * self._reader.timeout_s
+            polls = POLL_REQUESTS * len(self._reader.members) * self._reader.timeout_s
             self._thread.join(polls + self._interval_s + 1.0)
         self._reader.close()  # it has no watches of its own: its connections closed
 

@@ -14,6 +14,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import hogwild_plugins.ps.etcd as etcd_client
 import pytest
 from hogwild_plugins.ps.etcd import (
     KEEPALIVE_TRIES,
@@ -321,3 +322,23 @@ def test_a_write_whose_proposal_raft_dropped_is_sent_to_the_next_member() -> Non
             assert client.lost_members == {candidate.address}
         finally:
             client.close()
+
+
+def test_a_client_goes_back_to_its_near_member_once_it_answers_again(monkeypatch) -> None:
+    no_leader = 503, b'{"error":"etcdserver: no leader","code":14}'
+    with Gateway(*no_leader) as near, Gateway(200, RANGE) as other:
+        client = Etcd(f"{near.address},{other.address}", prefix="/j/", near="127.0.0.1")
+        try:
+            assert client.get("k") == (None, 0) and client._current == 1
+            near.status, near.body = 200, RANGE  # its member is back
+            assert client.get("k") == (None, 0)  # within NEAR_RETURN_S: not asked yet
+            assert near.posts == 1 and other.posts == 2
+            monkeypatch.setattr(etcd_client, "NEAR_RETURN_S", 0.0)  # the wait is over
+            client.put("w", {"v": 1})  # a write is never the probe: it stays where it is
+            assert near.posts == 1 and client._current == 1
+            assert client.get("k") == (None, 0)
+            assert near.posts == 2 and client._current == 0
+        finally:
+            client.close()
+    with pytest.raises(HogwildError, match="near='0.0.0.0': expected this process's host"):
+        Etcd("127.0.0.1:2379", prefix="/j/", near="0.0.0.0")
