@@ -8,7 +8,7 @@ are tuned for leases of about a second on one LAN: etcd never grants a lease sho
 election timeouts, and a lease ends late by up to an election and one more election timeout
 when its holder's host led etcd (the others elect a leader, and a new leader extends every
 lease by an election timeout), so the election timeout here is :data:`ELECTION_MS` (etcd's
-default is 1,000 ms, for wide-area members), the heartbeat a tenth of it.
+default is 1,000 ms), the heartbeat a tenth of it, with raft's pre-vote on (:data:`PRE_VOTE`).
 
 Every server's work directory (data and log) is ``hogwild-etcd-<owner pid>-*`` in the temporary
 directory, removed by ``stop``. A server dies with its owner even when the owner is SIGKILLed
@@ -170,8 +170,8 @@ class EtcdProcess:
 
     The server listens only on ``host``, keeps its data in ``data_dir`` (default: a temporary
     directory removed by :meth:`stop`) and its stderr in ``etcd.log`` of a temporary directory,
-    and dies with this process. Its raft timers are scaled so that leases of ``lease_floor_s``
-    seconds are honoured: etcd's shortest lease is 1.5 election timeouts, so the election
+    and dies with this process. Leases of ``lease_floor_s`` seconds must be honoured (checked
+    here): etcd's shortest lease is 1.5 election timeouts, so the election
     timeout, ``election_ms`` (:data:`ELECTION_MS` by default; the heartbeat a tenth of it), may
     be at most two thirds of the floor. :attr:`min_ttl_s` is the TTL etcd actually grants when
     asked for 1 s, measured at start.
@@ -196,10 +196,11 @@ class EtcdProcess:
                 "milliseconds >= 10 (the heartbeat is a tenth of it)"
             )
         if election_ms * 1.5 > lease_floor_s * 1000:
+            given = "the default " if election_ms == ELECTION_MS else ""
             raise HogwildError(
-                f"etcd election timeout {election_ms} ms: etcd grants no lease shorter than 1.5 "
-                f"election timeouts ({election_ms * 1.5:g} ms), longer than the {lease_floor_s:g} "
-                f"s leases the job needs; expected at most {int(lease_floor_s * 1000 / 1.5)} ms"
+                f"lease_floor_s={lease_floor_s:g} needs election_ms <= "
+                f"{int(lease_floor_s * 1000 / 1.5)} (got {given}{election_ms}): etcd grants no "
+                f"lease shorter than 1.5 election timeouts ({election_ms * 1.5:g} ms)"
             )
         self.election_ms = election_ms
         self.name = name or f"hogwild-{os.getpid()}"
@@ -366,20 +367,21 @@ class EtcdCluster:
 
     A majority of the members keeps the cluster serving, so three survive the loss of one. Each
     member is an :class:`EtcdProcess` (its own work directory, dying with this process, its
-    election timeout :data:`ELECTION_MS`); :attr:`address` is their client addresses,
-    ``HOST:PORT,HOST:PORT,...``, as :class:`~hogwild_plugins.ps.etcd.Etcd` takes them, and
+    election timeout ``election_ms``, :data:`ELECTION_MS` by default); :attr:`address` is their
+    client addresses, ``HOST:PORT,HOST:PORT,...``, as :class:`~hogwild_plugins.ps.etcd.Etcd`
+    takes them, and
     :attr:`min_ttl_s` the longest of the members' measured shortest leases.
     """
 
     def __init__(
         self, size: int = 3, *, host: str = "127.0.0.1", binary: str = "etcd",
-        lease_floor_s: float = 1.0, tls: str | None = None,
+        lease_floor_s: float = 1.0, tls: str | None = None, election_ms: int = ELECTION_MS,
     ) -> None:  # fmt: skip
         if size < 1:
             raise HogwildError(f"an etcd cluster of {size} members: expected at least one")
         self.members = [
             EtcdProcess(host=host, binary=binary, lease_floor_s=lease_floor_s,
-                        name=f"hogwild-{os.getpid()}-{i}", tls=tls)
+                        name=f"hogwild-{os.getpid()}-{i}", tls=tls, election_ms=election_ms)
             for i in range(size)
         ]  # fmt: skip
         self.binary = binary
