@@ -53,11 +53,12 @@ of it). A primary's host cut off while its etcd member leads costs its lease up 
 timeouts (the election) and one more (etcd extends every lease by one when a new leader takes
 over) on top of the TTL: at etcd's 1,000 ms default 3 s more, at 500 ms up to 1.5 s (a 1 s lease
 was gone 2.2 to 2.5 s after such a cut: bench/results/partitions_cuts_quiet_lease1.json), at
-200 ms 0.6 s (1.7 s measured here, three members on loopback, the leader stopped). etcd asks
-for at least 10 round trips between members: a LAN's is under 1 ms, and three members on this
-loaded machine (load 15-19, two cores) saw no spurious election in a minute at 100 or 200 ms.
-Each halving costs a three-member cluster's idle heartbeats about 0.03 CPU-s a second more
-(about 0.07 at 500 ms, 0.10 at 200 ms, 0.13 at 100 ms, measured here), so 200 ms, not 100.
+200 ms 0.6 s. etcd asks for at least 10 round trips between members: a LAN's is under 1 ms. A
+shorter timeout costs idle heartbeats' CPU and makes a starved member's campaign likelier
+(raft's pre-vote, :data:`PRE_VOTE`, keeps one from deposing a healthy leader). Both, per election
+timeout, come from ``bench/figures/etcd_election.py`` (the lease's end after the leader's stop,
+the first read answered, a survivor's keepalives, idle CPU-s a second), not yet run on a quiet
+machine: the figures the choice of 200 ms rested on were two loaded runs each, with no script.
 Leases of 1 s are honoured (etcd's floor, 1.5 election timeouts, is 0.3 s)."""
 
 PRE_VOTE = "--pre-vote=true"
