@@ -15,23 +15,23 @@ directly, never through a proxy: the environment's ``HTTP_PROXY``/``HTTPS_PROXY`
 (which ``requests`` would otherwise read, even for a loopback etcd) are ignored, by every request
 and by the watch's polls alike.
 
-An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests
-go to one member until it fails, then to the next. A request that could not have reached the
-member (refused, unreachable, or a write its raft dropped unappended: ``raft proposal
-dropped``) is tried on the others at once, and so is a read (a read-only transaction included);
-a write whose fate is unknown (timed out, or refused for want of a leader) is not repeated,
-since it may have been applied: it raises :class:`EtcdUnavailable` naming the member, and the
-next request goes to the next member. A member that answers ``leader changed`` is the exception:
-etcd says so only once a new leader is known (its request waited out an election), so the
-member is alive and follows a leader: a read is asked of it again at once, and after a write
-refused so the next request stays with it, which is not a lost member. Trying the next member
-instead can cost a whole request timeout when that member is the old leader, cut off (the
-election's cause), where a read would hang. A keepalive may have a shorter timeout of its own
-(``keepalive_s``, a quarter of the lease): a follower forwards it to the leader it knows and,
-that leader cut off, never answers ``leader changed``, so a keepalive its timeout ended is asked
-of the same member again, up to :data:`KEEPALIVE_TRIES` times, by then forwarded to the new
-leader. Members that failed their last request are :attr:`Etcd.lost_members` (a lost member);
-when every member failed one request, :class:`EtcdClusterLost` (a lost cluster).
+An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests go
+to one member until it fails, then to the next. A request that could not have reached the member
+(refused, unreachable, or a write its raft dropped unappended: ``raft proposal dropped``) is tried
+on the others at once, and so is a read (a read-only transaction included); a write whose fate is
+unknown (timed out, or refused for want of a leader) is not repeated, since it may have been
+applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes to the next
+member. A member that answers ``leader changed`` is the exception: etcd says so only once a new
+leader is known (its request waited out an election), so the member is alive and follows a leader: a
+read is asked of it again at once, and after a write refused so the next request stays with it,
+which is not a lost member. Trying the next member instead can cost a whole request timeout when
+that member is the old leader, cut off (the election's cause), where a read would hang. A keepalive
+may have a shorter timeout of its own (``keepalive_s``, a quarter of the lease): a follower forwards
+it to the leader it knows and, that leader cut off, never answers ``leader changed``, so a keepalive
+its timeout ended is asked of the same member again (the near one, if any), up to
+:data:`KEEPALIVE_TRIES` times, by then forwarded to the new leader. Members that failed their last
+request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
+:class:`EtcdClusterLost` (a lost cluster).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -90,14 +90,15 @@ UNNAMED_HOSTS = frozenset({"", "0.0.0.0", "::"})  # a listening wildcard names n
 _NEAR_UNMATCHED: set[tuple[str, str]] = set()  # (near, address) already logged
 POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
 KEEPALIVE_TRIES = 3
-"""The most times one member is asked one keepalive that its timeout (``keepalive_s``) ended,
-before the next member is asked. A keepalive is idempotent, so asking again is safe; a follower
-forwards it to the leader it knows and, that leader cut off, waits (etcd 3.4: up to its 5 s
-request timeout, never answering "leader changed"), and once the others elected a leader the
-next ask is forwarded there. With ``keepalive_s`` a quarter of the lease (:func:`keepalive_s`)
+"""The most times the near member (``near``; any member, for a client with none) is asked one
+keepalive that its timeout (``keepalive_s``) ended, before the next member is asked; a remote member
+that does not answer may be cut off, and is left at once. A keepalive is idempotent, so asking again
+is safe; a follower forwards it to the leader it knows and, that leader cut off, waits (etcd 3.4: up
+to its 5 s request timeout, never answering "leader changed"), and once the others elected a leader
+the next ask is forwarded there. With ``keepalive_s`` a quarter of the lease (:func:`keepalive_s`)
 the three asks span three quarters of it: the lease clock's own margin
-(:class:`~hogwild_plugins.ps.failover.LeaseClock`), after which the holder has given the lease
-up anyway, so more asks could not keep it."""
+(:class:`~hogwild_plugins.ps.failover.LeaseClock`), after which the holder has given the lease up
+anyway, so more asks could not keep it."""
 
 
 def keepalive_s(lease_s: float) -> float:
@@ -175,8 +176,8 @@ class Etcd:
             read goes back to it every :data:`NEAR_RETURN_S`. A wildcard is refused; an
             address no member has is logged once, and requests go first to the first member.
         keepalive_s: The limit of one keepalive request (default ``timeout_s``); given, a
-            keepalive that it ends is asked of the same member again, up to
-            :data:`KEEPALIVE_TRIES` times, before the next member (:func:`keepalive_s`).
+            keepalive that it ends is asked of the near member (any, without ``near``) again, up
+            to :data:`KEEPALIVE_TRIES` times, before the next member (:func:`keepalive_s`).
     """
 
     def __init__(
@@ -456,19 +457,26 @@ class Etcd:
 
         ``timeout_s`` (default the client's) limits each ask; a read (a path of :data:`READS`,
         or ``read``) is asked of one member up to ``tries`` times while it answers "leader
-        changed", or, with ``tries`` above 2, while this client's timeout ends the ask. So
-        one request makes at most ``tries`` asks of each member: ``tries * members`` in all."""
+        changed", or, with ``tries`` above 2, while this client's timeout ends the ask (of the
+        near member only, where there is one: a remote member that does not answer may be cut
+        off). So one request makes at most ``tries`` asks of each member: ``tries * members``
+        in all. A read while away from the near member for :data:`NEAR_RETURN_S` goes to it
+        first, asked once (a member that failed may fail again)."""
         failures: list[tuple[str, str]] = []
         n = len(self._clients)
         read = read or path in READS
-        if self._near is not None and self._current != self._near and path == "/kv/range":
+        probe = None  # the near member, asked once first after a while elsewhere
+        if read and self._near is not None and self._current != self._near:
             if time.monotonic() - self._away_since >= NEAR_RETURN_S:  # back home, if it answers
                 self._current, self._away_since = self._near, time.monotonic()
+                probe = self._near
         for step in range(n):
             i = (self._current + step) % n
             member = self.members[i]
+            asks = 1 if not read or i == probe else tries
+            retry_timeouts = self._near is None or i == self._near
             try:
-                reply = self._ask(i, path, payload, timeout_s, tries if read else 1)
+                reply = self._ask(i, path, payload, timeout_s, asks, retry_timeouts)
             except _MemberDown as down:
                 if not down.elected:  # one that says "leader changed" follows a leader again
                     self.lost_members.add(member)
@@ -498,16 +506,19 @@ class Etcd:
             self._away_since = time.monotonic()
         self._current = i
 
-    def _ask(self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int) -> dict:
+    def _ask(
+        self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int,
+        retry_timeouts: bool,
+    ) -> dict:  # fmt: skip
         """Member ``i``'s reply, asked up to ``tries`` times (see :meth:`_post`): again after
-        "leader changed" (it follows the new leader now), and, with ``tries`` above 2, after
-        this client's own timeout (a follower forwarding to a cut leader forwards to the new
-        one once elected)."""
+        "leader changed" (it follows the new leader now), and, with ``tries`` above 2 and
+        ``retry_timeouts``, after this client's own timeout (a follower forwarding to a cut
+        leader forwards to the new one once elected)."""
         for attempt in range(1, tries + 1):
             try:
                 return self._post_to(i, path, payload, timeout_s)
             except _MemberDown as down:
-                again = down.elected or (down.timed_out and tries > 2)
+                again = down.elected or (down.timed_out and tries > 2 and retry_timeouts)
                 if attempt == tries or not again:
                     raise
         raise AssertionError("unreachable: the last ask returns or raises")  # pragma: no cover

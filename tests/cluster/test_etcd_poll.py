@@ -274,6 +274,16 @@ def test_a_keepalive_is_asked_of_one_member_a_bounded_number_of_times() -> None:
             assert client.lost_members == {stuck.address} and client._current == 1
             with pytest.raises(HogwildError, match="keepalive timeout 0 s: expected more than 0"):
                 Etcd(stuck.address, prefix="/j/", keepalive_s=0)
+            # With a near member (the first: both are on 127.0.0.1) only it is asked again: a
+            # remote member that does not answer may be cut off
+            other.stall = stuck.stall
+            near = Etcd(
+                f"{stuck.address},{other.address}", prefix="/j/", keepalive_s=0.1, near="127.0.0.1"
+            )
+            with pytest.raises(EtcdClusterLost, match="/lease/keepalive"):
+                near.keepalive(7)
+            near.close()
+            assert _until(lambda: stuck.posts == 2 * KEEPALIVE_TRIES) and other.posts == 2
         finally:
             stuck.stall.set()
             client.close()
