@@ -68,8 +68,9 @@ primary cuts alone, the failover taken apart, in about four minutes; ``--lease-s
 servers' lease, ``ps serve``'s 2 s by default, recorded in ``settings`` and ``targets``). One
 JSON line; progress goes to stderr.
 
-The 100 faults with the fault-free control in under 25 minutes of a quiet 2-core machine (the
-estimate, and why each option, in docs/benchmarks.md): ``python bench/figures/partitions.py
+The 100 faults with the fault-free control, estimated (not measured: the one run with training
+failed) at under 25 minutes of a quiet 2-core machine (the estimate, and why each option, in
+docs/benchmarks.md): ``python bench/figures/partitions.py
 --launcher local --lease-s 1 --cut-s 5 --gap-s 1 --down-s 2 --stuck-s 300 --faults-within-s 1140
 --out bench/results/partitions.json``. Both training jobs are the same command (12 epochs).
 """

@@ -15,18 +15,23 @@ directly, never through a proxy: the environment's ``HTTP_PROXY``/``HTTPS_PROXY`
 (which ``requests`` would otherwise read, even for a loopback etcd) are ignored, by every request
 and by the watch's polls alike.
 
-An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests
-go to one member until it fails, then to the next. A request that could not have reached the
-member (refused, unreachable) is tried on the others at once, and so is a read; a write whose
-fate is unknown (timed out, or refused for want of a leader) is not repeated, since it may have
-been applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes
-to the next member. A member that answers ``leader changed`` is the exception: etcd says so only
-once a new leader is known (its request waited out an election), so the member is alive and
-follows a leader: a read is asked of it again at once, and after a write refused so the next
-request stays with it. Trying the next member instead can cost a whole request timeout when
-that member is the old leader, cut off (the election's cause), where a read would hang. Members
-that failed their last request are :attr:`Etcd.lost_members` (a lost member); when every member
-failed one request, :class:`EtcdClusterLost` (a lost cluster).
+An etcd cluster is given as its members' client addresses, ``HOST:PORT,HOST:PORT,...``: requests go
+to one member until it fails, then to the next. A request that could not have reached the member
+(refused, unreachable, or a write its raft dropped unappended: ``raft proposal dropped``) is tried
+on the others at once, and so is a read (a read-only transaction included); a write whose fate is
+unknown (timed out, or refused for want of a leader) is not repeated, since it may have been
+applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes to the next
+member. A member that answers ``leader changed`` is the exception: etcd says so only once a new
+leader is known (its request waited out an election), so the member is alive and follows a leader: a
+read is asked of it again at once, and after a write refused so the next request stays with it,
+which is not a lost member. Trying the next member instead can cost a whole request timeout when
+that member is the old leader, cut off (the election's cause), where a read would hang. A keepalive
+may have a shorter timeout of its own (``keepalive_s``, a quarter of the lease): a follower forwards
+it to the leader it knows and, that leader cut off, never answers ``leader changed``, so a keepalive
+its timeout ended is asked of the same member again (the near one, if any), up to
+:data:`KEEPALIVE_TRIES` times, by then forwarded to the new leader. Members that failed their last
+request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
+:class:`EtcdClusterLost` (a lost cluster).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -46,12 +51,14 @@ import binascii
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from hogwild_plugins.ps.etcd_errors import (
     LEADER_CHANGED,
     LEADERLESS,
+    PROPOSAL_DROPPED,
     EtcdClusterLost,
     EtcdUnavailable,
     gateway_error,
@@ -75,6 +82,31 @@ __all__ = [
 ]
 
 READS = frozenset({"/kv/range", "/lease/keepalive"})  # safe to ask another member again
+NEAR_RETURN_S = 5.0
+"""How long a client with a ``near`` member serves elsewhere before its next map read (a range,
+which moves on at once if the member fails) goes to the near member again, so that one
+failover does not leave it on a remote member whose host's next cut costs a timeout."""
+UNNAMED_HOSTS = frozenset({"", "0.0.0.0", "::"})  # a listening wildcard names no host
+_NEAR_UNMATCHED: set[tuple[str, str]] = set()  # (near, address) already logged
+POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
+KEEPALIVE_TRIES = 3
+"""The most times the near member (``near``; any member, for a client with none) is asked one
+keepalive that its timeout (``keepalive_s``) ended, before the next member is asked; a remote member
+that does not answer may be cut off, and is left at once. A keepalive is idempotent, so asking again
+is safe; a follower forwards it to the leader it knows and, that leader cut off, waits (etcd 3.4: up
+to its 5 s request timeout, never answering "leader changed"), and once the others elected a leader
+the next ask is forwarded there. With ``keepalive_s`` a quarter of the lease (:func:`keepalive_s`)
+the three asks span three quarters of it: the lease clock's own margin
+(:class:`~hogwild_plugins.ps.failover.LeaseClock`), after which the holder has given the lease up
+anyway, so more asks could not keep it."""
+
+
+def keepalive_s(lease_s: float) -> float:
+    """The timeout of one keepalive of a ``lease_s`` lease: a quarter of the lease, at least
+    0.2 s (:data:`KEEPALIVE_TRIES` asks span three quarters of it; 0.25 s at a 1 s lease, enough
+    for an election at :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS` to end within the
+    second or third ask)."""
+    return max(0.2, lease_s / 4)
 
 
 def parse_endpoints(address: str) -> list[str]:
@@ -100,11 +132,12 @@ def parse_endpoints(address: str) -> list[str]:
 
 
 class _MemberDown(Exception):
-    """One member did not answer: why, and whether the request surely never reached it."""
+    """One member did not answer: why, whether the request surely never took effect, and
+    whether it was this client's own timeout that ended the wait."""
 
-    def __init__(self, why: str, unsent: bool) -> None:
+    def __init__(self, why: str, unsent: bool, timed_out: bool = False) -> None:
         super().__init__(why)
-        self.why, self.unsent = why, unsent
+        self.why, self.unsent, self.timed_out = why, unsent, timed_out
         # etcd answers "leader changed" only once a new leader is known: the member can serve
         self.elected = LEADER_CHANGED in why.lower()
 
@@ -139,12 +172,17 @@ class Etcd:
             :mod:`~hogwild_plugins.ps.etcd_tls`): HTTPS with its client certificate.
         near: This process's host address: requests go first to the member on that host, if
             one is (a server beside an etcd member: when another host is cut off, its member,
-            even the leader, is never the one this process waits on).
+            even the leader, is never the one this process waits on); after a failover a range
+            read goes back to it every :data:`NEAR_RETURN_S`. A wildcard is refused; an
+            address no member has is logged once, and requests go first to the first member.
+        keepalive_s: The limit of one keepalive request (default ``timeout_s``); given, a
+            keepalive that it ends is asked of the near member (any, without ``near``) again, up
+            to :data:`KEEPALIVE_TRIES` times, before the next member (:func:`keepalive_s`).
     """
 
     def __init__(
         self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
-        near: str | None = None,
+        near: str | None = None, keepalive_s: float | None = None,
     ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
@@ -152,6 +190,9 @@ class Etcd:
         self.address = ",".join(self.members)
         self.prefix = prefix
         self.timeout_s = timeout_s
+        if keepalive_s is not None and not keepalive_s > 0:
+            raise HogwildError(f"etcd keepalive timeout {keepalive_s!r} s: expected more than 0")
+        self.keepalive_s = keepalive_s
         self.tls = tls or None
         secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
@@ -170,8 +211,22 @@ class Etcd:
                                                 timeout=timeout_s, **options))  # fmt: skip
         self.near = near
         hosts = [parse_address(member).host for member in self.members]
+        if near is not None and near in UNNAMED_HOSTS:
+            raise HogwildError(
+                f"etcd near={near!r}: expected this process's host address as the etcd members "
+                f"{self.address} name theirs, not a wildcard"
+            )
+        self._near = hosts.index(near) if near in hosts else None
+        if near is not None and self._near is None and (near, self.address) not in _NEAR_UNMATCHED:
+            _NEAR_UNMATCHED.add((near, self.address))  # once: each server makes several clients
+            log.info(
+                "etcd: no member of %s is on this host (near=%s, matched against the members' "
+                "hosts %s): requests go first to %s",
+                self.address, near, sorted(set(hosts)), self.members[0],
+            )  # fmt: skip
         # the member requests go to until it fails: this host's own, if it has one
-        self._current = hosts.index(near) if near in hosts else 0
+        self._current = self._near if self._near is not None else 0
+        self._away_since = 0.0  # when requests left the near member (monotonic)
         self.lost_members: set[str] = set()  # members whose last request failed
         self._watches: list[Watch] = []
 
@@ -201,7 +256,11 @@ class Etcd:
 
     def keepalive(self, lease: int) -> int:
         """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown)."""
-        reply = self._post("/lease/keepalive", {"ID": lease}).get("result")
+        if self.keepalive_s is None:
+            reply = self._post("/lease/keepalive", {"ID": lease})
+        else:  # a follower stuck forwarding it to a cut leader is asked again, not waited on
+            reply = self._post("/lease/keepalive", {"ID": lease}, self.keepalive_s, KEEPALIVE_TRIES)
+        reply = reply.get("result")
         # The gateway leaves out zero fields: an expired lease comes back without a TTL.
         return max(0, _int(reply, "TTL", self.address, default=0))
 
@@ -271,7 +330,8 @@ class Etcd:
         :meth:`replace` compares them)."""
         put = self._put_op(key, value)
         compare = {"key": put["key"], "result": "EQUAL", "target": "VALUE", "value": put["value"]}
-        reply = self._post("/kv/txn", {"compare": [compare], "success": [], "failure": []})
+        query = {"compare": [compare], "success": [], "failure": []}
+        reply = self._post("/kv/txn", query, read=True)  # it writes nothing: asked again safely
         return reply.get("succeeded") is True
 
     def delete(self, key: str, expected_mod_revision: int | None = None) -> bool:
@@ -385,29 +445,44 @@ class Etcd:
             raise HogwildError(f"etcd key {key!r}: value is a {kind}, not a JSON object")
         return value
 
-    def _post(self, path: str, payload: dict) -> dict:
-        """One request, to the current member or, as the module docstring says, the others."""
+    def _post(
+        self,
+        path: str,
+        payload: dict,
+        timeout_s: float | None = None,
+        tries: int = 2,
+        read: bool = False,
+    ) -> dict:
+        """One request, to the current member or, as the module docstring says, the others.
+
+        ``timeout_s`` (default the client's) limits each ask; a read (a path of :data:`READS`,
+        or ``read``) is asked of one member up to ``tries`` times while it answers "leader
+        changed", or, with ``tries`` above 2, while this client's timeout ends the ask (of the
+        near member only, where there is one: a remote member that does not answer may be cut
+        off). So one request makes at most ``tries`` asks of each member: ``tries * members``
+        in all. A read while away from the near member for :data:`NEAR_RETURN_S` goes to it
+        first, asked once (a member that failed may fail again)."""
         failures: list[tuple[str, str]] = []
         n = len(self._clients)
+        read = read or path in READS
+        probe = None  # the near member, asked once first after a while elsewhere
+        if read and self._near is not None and self._current != self._near:
+            if time.monotonic() - self._away_since >= NEAR_RETURN_S:  # back home, if it answers
+                self._current, self._away_since = self._near, time.monotonic()
+                probe = self._near
         for step in range(n):
             i = (self._current + step) % n
             member = self.members[i]
+            asks = 1 if not read or i == probe else tries
+            retry_timeouts = self._near is None or i == self._near
             try:
-                reply = self._post_to(i, path, payload)
+                reply = self._ask(i, path, payload, timeout_s, asks, retry_timeouts)
             except _MemberDown as down:
-                if down.elected and path in READS:  # it follows the new leader now: ask again
-                    try:
-                        reply = self._post_to(i, path, payload)
-                    except _MemberDown as again:
-                        down = again
-                    else:
-                        self._current = i
-                        self.lost_members.discard(member)
-                        return reply
-                self.lost_members.add(member)
+                if not down.elected:  # one that says "leader changed" follows a leader again
+                    self.lost_members.add(member)
                 failures.append((member, down.why))
-                if n > 1 and not down.unsent and path not in READS:
-                    self._current = i if down.elected else (i + 1) % n
+                if n > 1 and not down.unsent and not read:
+                    self._settle(i if down.elected else (i + 1) % n)
                     if self.lost_members >= set(self.members):  # the last one thought alive
                         raise EtcdClusterLost(
                             f"no member of the etcd cluster {self.address} answers: "
@@ -420,12 +495,35 @@ class Etcd:
                         f"request goes to {self.members[self._current]}"
                     ) from None
                 continue
-            self._current = i
+            self._settle(i)
             self.lost_members.discard(member)
             return reply
         raise unreached(self.address, path, failures)
 
-    def _post_to(self, i: int, path: str, payload: dict) -> dict:
+    def _settle(self, i: int) -> None:
+        """Make member ``i`` the one requests go to, noting when they left the near one."""
+        if i != self._current and self._current == self._near:
+            self._away_since = time.monotonic()
+        self._current = i
+
+    def _ask(
+        self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int,
+        retry_timeouts: bool,
+    ) -> dict:  # fmt: skip
+        """Member ``i``'s reply, asked up to ``tries`` times (see :meth:`_post`): again after
+        "leader changed" (it follows the new leader now), and, with ``tries`` above 2 and
+        ``retry_timeouts``, after this client's own timeout (a follower forwarding to a cut
+        leader forwards to the new one once elected)."""
+        for attempt in range(1, tries + 1):
+            try:
+                return self._post_to(i, path, payload, timeout_s)
+            except _MemberDown as down:
+                again = down.elected or (down.timed_out and tries > 2 and retry_timeouts)
+                if attempt == tries or not again:
+                    raise
+        raise AssertionError("unreachable: the last ask returns or raises")  # pragma: no cover
+
+    def _post_to(self, i: int, path: str, payload: dict, timeout_s: float | None = None) -> dict:
         """One request to member ``i``, its errors typed (see the module docstring); a member
         that did not answer is :class:`_MemberDown`."""
         import requests
@@ -434,7 +532,8 @@ class Etcd:
         client, member = self._clients[i], self.members[i]
         try:
             url = client.get_url(path)  # etcd3gw's: the member's API path, asked once
-            answer = client.session.post(url, json=payload, timeout=client.timeout)
+            limit = client.timeout if timeout_s is None else timeout_s
+            answer = client.session.post(url, json=payload, timeout=limit)
         except (gw.ConnectionFailedError, gw.ConnectionTimeoutError) as err:  # the asking
             raise _MemberDown(_detail(err) or "timed out", _unsent(err.__context__)) from err
         except gw.Etcd3Exception as err:
@@ -443,7 +542,9 @@ class Etcd:
                 raise _MemberDown(detail, unsent=False) from err
             raise HogwildError(f"etcd at {member}: {path}: no API path: {detail}") from err
         except requests.RequestException as err:  # refused, timed out, cut
-            raise _MemberDown(str(err)[:400] or type(err).__name__, _unsent(err)) from err
+            why = str(err)[:400] or type(err).__name__
+            timed_out = isinstance(err, requests.exceptions.Timeout)
+            raise _MemberDown(why, _unsent(err), timed_out) from err
         error = gateway_error(answer.status_code, answer.text)
         if error is not None:
             down, detail = error
@@ -452,7 +553,8 @@ class Etcd:
                 which = f"lease {lease}" if lease else "a lease of this transaction"
                 raise LeaseExpired(f"etcd at {member}: {which} expired or was revoked")
             if down:  # unavailable, timed out, or cut off from its quorum
-                raise _MemberDown(detail, unsent=False)
+                # a proposal its raft dropped was never appended nor forwarded: safe elsewhere
+                raise _MemberDown(detail, unsent=PROPOSAL_DROPPED in detail.lower())
             raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
         try:
             reply = answer.json()
@@ -518,14 +620,15 @@ class Watch:
 
     def cancel(self) -> None:
         """Stop polling; returns once the thread has ended (at once from ``on_change``), and
-        within the longest a poll can take: per member, the API path's request, the poll and
-        its one retry on a fresh connection, each up to the request timeout. A poll that ends
+        within the longest a poll can take: per member, the API path's request, the poll, its
+        one retry on a fresh connection, and after ``leader changed`` the poll asked again with
+        its own retry: five requests, each up to the request timeout. A poll that ends
         after this began reports no change (the flag is checked between the poll and
         ``on_change()``), so once the thread has ended within that bound, ``on_change()`` is
         not called again; only a callback itself slower than the bound can outlive it."""
         self._stop.set()
         if threading.current_thread() is not self._thread:
-            polls = 3 * len(self._reader.members) * self._reader.timeout_s
+            polls = POLL_REQUESTS * len(self._reader.members) * self._reader.timeout_s
             self._thread.join(polls + self._interval_s + 1.0)
         self._reader.close()  # it has no watches of its own: its connections closed
 

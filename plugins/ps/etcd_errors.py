@@ -17,6 +17,7 @@ __all__ = [
     "DOWN_STATUSES",
     "LEADER_CHANGED",
     "LEADERLESS",
+    "PROPOSAL_DROPPED",
     "EtcdClusterLost",
     "EtcdUnavailable",
     "gateway_error",
@@ -27,7 +28,19 @@ LEADER_CHANGED = "leader changed"
 """etcd's error for a request that outlived its leader. etcd says it only once a new leader is
 known (its leader-changed notice fires for a leader, never for none): the member that says it
 follows a leader again, and a read asked of it again at once is answered (:mod:`.etcd`)."""
-LEADERLESS = ("no leader", "leader changed", "timed out", "too many requests", "stopped")
+PROPOSAL_DROPPED = "raft proposal dropped"
+"""etcd's error for a write its member's own raft refused before appending or forwarding it (a
+follower that knows no leader, a candidate, a leader handing over: raft's ``ErrProposalDropped``,
+returned by ``Step`` so that etcd fails fast, etcd-io/etcd#9067): never applied anywhere, so
+safe to send to another member. etcd 3.4's gateway answers it with HTTP 500, not 503."""
+LEADERLESS = (
+    "no leader",
+    "leader changed",
+    "timed out",
+    "too many requests",
+    "stopped",
+    PROPOSAL_DROPPED,
+)
 DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
 
 

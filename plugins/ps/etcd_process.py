@@ -8,7 +8,7 @@ are tuned for leases of about a second on one LAN: etcd never grants a lease sho
 election timeouts, and a lease ends late by up to an election and one more election timeout
 when its holder's host led etcd (the others elect a leader, and a new leader extends every
 lease by an election timeout), so the election timeout here is :data:`ELECTION_MS` (etcd's
-default is 1,000 ms, for wide-area members), the heartbeat a tenth of it.
+default is 1,000 ms), the heartbeat a tenth of it, with raft's pre-vote on (:data:`PRE_VOTE`).
 
 Every server's work directory (data and log) is ``hogwild-etcd-<owner pid>-*`` in the temporary
 directory, removed by ``stop``. A server dies with its owner even when the owner is SIGKILLed
@@ -39,9 +39,11 @@ from hogwild.signals import process_exists
 __all__ = [
     "ELECTION_MS",
     "INSTALL_HINT",
+    "PRE_VOTE",
     "EtcdCluster",
     "EtcdProcess",
     "etcd_binary",
+    "heartbeat_ms",
     "sweep_stale_work",
 ]
 
@@ -51,12 +53,27 @@ of it). A primary's host cut off while its etcd member leads costs its lease up 
 timeouts (the election) and one more (etcd extends every lease by one when a new leader takes
 over) on top of the TTL: at etcd's 1,000 ms default 3 s more, at 500 ms up to 1.5 s (a 1 s lease
 was gone 2.2 to 2.5 s after such a cut: bench/results/partitions_cuts_quiet_lease1.json), at
-200 ms 0.6 s (1.7 s measured here, three members on loopback, the leader stopped). etcd asks
-for at least 10 round trips between members: a LAN's is under 1 ms, and three members on this
-loaded machine (load 15-19, two cores) saw no spurious election in a minute at 100 or 200 ms.
-Each halving costs a three-member cluster's idle heartbeats about 0.03 CPU-s a second more
-(about 0.07 at 500 ms, 0.10 at 200 ms, 0.13 at 100 ms, measured here), so 200 ms, not 100.
+200 ms 0.6 s. etcd asks for at least 10 round trips between members: a LAN's is under 1 ms. A
+shorter timeout costs idle heartbeats' CPU and makes a starved member's campaign likelier
+(raft's pre-vote, :data:`PRE_VOTE`, keeps one from deposing a healthy leader). Both, per election
+timeout, come from ``bench/figures/etcd_election.py`` (the lease's end after the leader's stop,
+the first read answered, a survivor's keepalives, idle CPU-s a second), not yet run on a quiet
+machine: the figures the choice of 200 ms rested on were two loaded runs each, with no script.
 Leases of 1 s are honoured (etcd's floor, 1.5 election timeouts, is 0.3 s)."""
+
+PRE_VOTE = "--pre-vote=true"
+"""etcd's flag for raft's pre-vote, on for every member started here (etcd 3.4 leaves it off): a
+member that misses the leader's heartbeats for its election timeout (its host starved of CPU, a
+slow fsync) first asks the others whether they would elect it, and they refuse while they still
+hear the leader; without it, it campaigns at a higher term and deposes a healthy leader, a
+cluster-wide election that short election timeouts (:data:`ELECTION_MS`) make likelier."""
+
+
+def heartbeat_ms(election_ms: int) -> int:
+    """The heartbeat interval of a member whose election timeout is ``election_ms``: a tenth of
+    it (etcd's own ratio), at least 1 ms."""
+    return max(1, election_ms // 10)
+
 
 WORK_PREFIX = "hogwild-etcd-"  # then the owner's pid and a dash
 START_ATTEMPTS = 3  # starts of etcd tried while each fails only on a port taken meanwhile
@@ -154,8 +171,8 @@ class EtcdProcess:
 
     The server listens only on ``host``, keeps its data in ``data_dir`` (default: a temporary
     directory removed by :meth:`stop`) and its stderr in ``etcd.log`` of a temporary directory,
-    and dies with this process. Its raft timers are scaled so that leases of ``lease_floor_s``
-    seconds are honoured: etcd's shortest lease is 1.5 election timeouts, so the election
+    and dies with this process. Leases of ``lease_floor_s`` seconds must be honoured (checked
+    here): etcd's shortest lease is 1.5 election timeouts, so the election
     timeout, ``election_ms`` (:data:`ELECTION_MS` by default; the heartbeat a tenth of it), may
     be at most two thirds of the floor. :attr:`min_ttl_s` is the TTL etcd actually grants when
     asked for 1 s, measured at start.
@@ -180,10 +197,11 @@ class EtcdProcess:
                 "milliseconds >= 10 (the heartbeat is a tenth of it)"
             )
         if election_ms * 1.5 > lease_floor_s * 1000:
+            given = "the default " if election_ms == ELECTION_MS else ""
             raise HogwildError(
-                f"etcd election timeout {election_ms} ms: etcd grants no lease shorter than 1.5 "
-                f"election timeouts ({election_ms * 1.5:g} ms), longer than the {lease_floor_s:g} "
-                f"s leases the job needs; expected at most {int(lease_floor_s * 1000 / 1.5)} ms"
+                f"lease_floor_s={lease_floor_s:g} needs election_ms <= "
+                f"{int(lease_floor_s * 1000 / 1.5)} (got {given}{election_ms}): etcd grants no "
+                f"lease shorter than 1.5 election timeouts ({election_ms * 1.5:g} ms)"
             )
         self.election_ms = election_ms
         self.name = name or f"hogwild-{os.getpid()}"
@@ -259,8 +277,9 @@ class EtcdProcess:
             f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster={initial_cluster}",
             "--initial-cluster-state=new",
-            f"--heartbeat-interval={max(1, election_ms // 10)}",
+            f"--heartbeat-interval={heartbeat_ms(election_ms)}",
             f"--election-timeout={election_ms}",
+            PRE_VOTE,
             "--auto-compaction-mode=revision",  # keep the history of a long job bounded
             "--auto-compaction-retention=10000",
             "--logger=zap",
@@ -349,20 +368,21 @@ class EtcdCluster:
 
     A majority of the members keeps the cluster serving, so three survive the loss of one. Each
     member is an :class:`EtcdProcess` (its own work directory, dying with this process, its
-    election timeout :data:`ELECTION_MS`); :attr:`address` is their client addresses,
-    ``HOST:PORT,HOST:PORT,...``, as :class:`~hogwild_plugins.ps.etcd.Etcd` takes them, and
+    election timeout ``election_ms``, :data:`ELECTION_MS` by default); :attr:`address` is their
+    client addresses, ``HOST:PORT,HOST:PORT,...``, as :class:`~hogwild_plugins.ps.etcd.Etcd`
+    takes them, and
     :attr:`min_ttl_s` the longest of the members' measured shortest leases.
     """
 
     def __init__(
         self, size: int = 3, *, host: str = "127.0.0.1", binary: str = "etcd",
-        lease_floor_s: float = 1.0, tls: str | None = None,
+        lease_floor_s: float = 1.0, tls: str | None = None, election_ms: int = ELECTION_MS,
     ) -> None:  # fmt: skip
         if size < 1:
             raise HogwildError(f"an etcd cluster of {size} members: expected at least one")
         self.members = [
             EtcdProcess(host=host, binary=binary, lease_floor_s=lease_floor_s,
-                        name=f"hogwild-{os.getpid()}-{i}", tls=tls)
+                        name=f"hogwild-{os.getpid()}-{i}", tls=tls, election_ms=election_ms)
             for i in range(size)
         ]  # fmt: skip
         self.binary = binary

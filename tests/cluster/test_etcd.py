@@ -19,6 +19,7 @@ from hogwild_plugins.ps.etcd import (
     LeaseExpired,
     etcd_binary,
 )
+from hogwild_plugins.ps.etcd_process import PRE_VOTE
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_port
@@ -56,6 +57,7 @@ def test_start_and_stop_leave_no_process_and_no_directory() -> None:
     address = server.start()
     pid, work = server.process.pid, server.log_path.parent
     assert psutil.pid_exists(pid) and work.is_dir()
+    assert PRE_VOTE in psutil.Process(pid).cmdline()  # no member deposes a healthy leader
     assert server.min_ttl_s == 1
     with Etcd(address, prefix="/t/") as client:
         assert client.put("k", {"v": 1}) > 0
@@ -111,8 +113,10 @@ def test_a_missing_binary_says_how_to_install_etcd() -> None:
 def test_an_election_timeout_that_leases_cannot_honour_is_refused() -> None:
     with pytest.raises(HogwildError, match="expected a whole number of milliseconds >= 10"):
         EtcdProcess(election_ms=5)
-    with pytest.raises(HogwildError, match="expected at most 666 ms"):
+    with pytest.raises(HogwildError, match=r"lease_floor_s=1 needs election_ms <= 666 \(got 700\)"):
         EtcdProcess(election_ms=700)  # leases of 1.05 s at least: 1 s leases not honoured
+    with pytest.raises(HogwildError, match="needs election_ms <= 133 .got the default 200."):
+        EtcdProcess(lease_floor_s=0.2)  # the default election timeout is named as the default
     assert EtcdProcess(lease_floor_s=3.0, election_ms=1500).election_ms == 1500
 
 

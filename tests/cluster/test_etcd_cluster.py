@@ -26,7 +26,13 @@ from hogwild_plugins.ps.etcd import (
     parse_endpoints,
 )
 from hogwild_plugins.ps.etcd_poll import RangePoller
-from hogwild_plugins.ps.etcd_process import EtcdCluster, sweep_stale_work
+from hogwild_plugins.ps.etcd_process import (
+    ELECTION_MS,
+    PRE_VOTE,
+    EtcdCluster,
+    heartbeat_ms,
+    sweep_stale_work,
+)
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -35,6 +41,7 @@ pytestmark = pytest.mark.kernel_free
 
 READY_WITHIN_S = 30.0
 REQUEST_S = 1.0
+ELECTION_REQUEST_S = 5.0  # far longer than an election at 200 ms: a request that waited one out
 
 
 class Members:
@@ -53,7 +60,8 @@ class Members:
                 f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
                 f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
                 f"--initial-cluster={initial}", "--initial-cluster-state=new",
-                "--heartbeat-interval=20", "--election-timeout=200", "--log-level=error",
+                f"--heartbeat-interval={heartbeat_ms(ELECTION_MS)}",
+                f"--election-timeout={ELECTION_MS}", PRE_VOTE, "--log-level=error",
             ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
 
     def kill(self, i: int) -> None:
@@ -167,25 +175,35 @@ def test_a_member_that_saw_a_new_leader_is_asked_again_not_the_old_leader(member
     leader = _leader(members)
     follower, other = (i for i in range(3) if i != leader)
     order = [members.clients[i] for i in (follower, leader, other)]
-    client = Etcd(",".join(order), prefix="/job/", timeout_s=REQUEST_S)
+    # A long request timeout, so that the election always ends within it: the old leader, had
+    # it been asked, would have held the read the whole timeout and become a lost member.
+    client = Etcd(",".join(order), prefix="/job/", timeout_s=ELECTION_REQUEST_S)
     key = base64.b64encode(b"/job/a").decode()
-    poller = RangePoller(order, lambda i: "/v3/", REQUEST_S)
+    poller = RangePoller(order, lambda i: "/v3/", ELECTION_REQUEST_S)
     found: dict = {}
+
+    def poll() -> None:
+        try:
+            found["poll"] = poller.post("/kv/range", {"key": key})
+        except Exception as err:  # noqa: BLE001 - the test's thread: reported below
+            found["error"] = err
+
     try:
         client.put("a", {"n": 1})
         members.processes[leader].send_signal(19)  # SIGSTOP
-        polled = threading.Thread(
-            target=lambda: found.update(poll=poller.post("/kv/range", {"key": key}))
-        )
+        polled = threading.Thread(target=poll)
         polled.start()
         try:
+            start = time.monotonic()
             assert client.get("a")[0] == {"n": 1}
+            assert time.monotonic() - start < ELECTION_REQUEST_S  # no timeout waited out
             polled.join(READY_WITHIN_S)
         finally:
             members.processes[leader].send_signal(18)  # SIGCONT
         assert members.clients[leader] not in client.lost_members
         assert client.lost_members == set()
         assert client._current == 0  # the follower first asked
+        assert "error" not in found, found.get("error")
         assert poller._current == 0 and found["poll"]["count"] == "1"
     finally:
         poller.close()

@@ -11,10 +11,18 @@ import base64
 import json
 import queue
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import hogwild_plugins.ps.etcd as etcd_client
 import pytest
-from hogwild_plugins.ps.etcd import Etcd, EtcdClusterLost, EtcdUnavailable
+from hogwild_plugins.ps.etcd import (
+    KEEPALIVE_TRIES,
+    Etcd,
+    EtcdClusterLost,
+    EtcdUnavailable,
+    keepalive_s,
+)
 from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
 
 from hogwild.errors import HogwildError
@@ -34,10 +42,13 @@ class Gateway:
     ``/version`` as etcd 3.5 does); it counts the connections and POSTs it took. With
     ``close_after`` it closes each connection after one reply without saying so, as a member
     that restarts between two polls does. Once ``hold`` is set, the next POST sets ``holding``
-    and is answered ``held_body`` only when ``hold`` is set in turn."""
+    and is answered ``held_body`` only when ``hold`` is set in turn. With ``stall`` set, every
+    POST waits for it (10 s at most) before its answer, as a follower forwarding to a stopped
+    leader does."""
 
     def __init__(self, status: int, body: bytes, close_after: bool = False) -> None:
         self.status, self.body, self.close_after = status, body, close_after
+        self.stall: threading.Event | None = None
         self.connections = self.posts = 0
         self.hold: threading.Event | None = None
         self.holding, self.held_body = threading.Event(), b""
@@ -58,6 +69,8 @@ class Gateway:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 gateway.posts += 1
                 hold, body = gateway.hold, gateway.body
+                if gateway.stall is not None:
+                    gateway.stall.wait(10.0)
                 if hold is not None and not gateway.holding.is_set():
                     gateway.holding.set()
                     hold.wait(10.0)
@@ -220,3 +233,122 @@ def test_no_change_is_reported_once_cancel_was_called() -> None:
             assert (changes, errors) == ([], [])
         finally:
             client.close()
+
+
+KEEPALIVE = json.dumps({"result": {"header": {"revision": "3"}, "ID": "7", "TTL": "1"}}).encode()
+RANGE = json.dumps({"header": {"revision": "3"}}).encode()  # no kvs: the key is absent
+LEADER_CHANGED = 503, b'{"error":"etcdserver: leader changed","code":14}'
+
+
+def _until(done, within_s: float = 5.0) -> bool:
+    """Whether ``done()`` came true within ``within_s`` (a handler thread counts a POST the
+    client already gave up on a moment later)."""
+    deadline = time.monotonic() + within_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return done()
+
+
+def test_a_keepalive_held_by_a_follower_is_asked_of_it_again_not_of_the_next_member() -> None:
+    # The follower forwards the first renewal to its stopped leader and holds it; asked again
+    # (after the election) it answers. The next member, the cut leader, is never waited on.
+    with Gateway(200, KEEPALIVE) as follower, Gateway(200, KEEPALIVE) as leader:
+        follower.hold = threading.Event()
+        client = Etcd(f"{follower.address},{leader.address}", prefix="/j/", keepalive_s=0.2)
+        try:
+            assert client.keepalive(7) == 1
+            assert follower.posts == 2 and leader.posts == 0
+            assert client.lost_members == set() and client._current == 0
+        finally:
+            follower.hold.set()
+            client.close()
+
+
+def test_a_keepalive_is_asked_of_one_member_a_bounded_number_of_times() -> None:
+    with Gateway(200, KEEPALIVE) as stuck, Gateway(200, KEEPALIVE) as other:
+        stuck.stall = threading.Event()
+        client = Etcd(f"{stuck.address},{other.address}", prefix="/j/", keepalive_s=0.1)
+        try:
+            assert client.keepalive(7) == 1
+            assert _until(lambda: stuck.posts == KEEPALIVE_TRIES) and other.posts == 1
+            assert client.lost_members == {stuck.address} and client._current == 1
+            with pytest.raises(HogwildError, match="keepalive timeout 0 s: expected more than 0"):
+                Etcd(stuck.address, prefix="/j/", keepalive_s=0)
+            # With a near member (the first: both are on 127.0.0.1) only it is asked again: a
+            # remote member that does not answer may be cut off
+            other.stall = stuck.stall
+            near = Etcd(
+                f"{stuck.address},{other.address}", prefix="/j/", keepalive_s=0.1, near="127.0.0.1"
+            )
+            with pytest.raises(EtcdClusterLost, match="/lease/keepalive"):
+                near.keepalive(7)
+            near.close()
+            assert _until(lambda: stuck.posts == 2 * KEEPALIVE_TRIES) and other.posts == 2
+        finally:
+            stuck.stall.set()
+            client.close()
+    assert keepalive_s(1) == 0.25 and keepalive_s(0.4) == 0.2  # a quarter of the lease
+
+
+def test_a_read_answered_leader_changed_twice_goes_to_the_next_member() -> None:
+    with Gateway(*LEADER_CHANGED) as electing, Gateway(200, RANGE) as other:
+        client = Etcd(f"{electing.address},{other.address}", prefix="/j/")
+        poller = RangePoller([electing.address, other.address], lambda i: "/v3/", 1.0)
+        try:
+            assert client.get("k") == (None, 0)
+            assert electing.posts == 2 and other.posts == 1 and client._current == 1
+            assert "header" in poller.post("/kv/range", _range("k"))
+            assert electing.posts == 4 and other.posts == 2 and poller._current == 1
+        finally:
+            poller.close()
+            client.close()
+
+
+def test_a_write_answered_leader_changed_stays_with_that_member_which_is_not_lost() -> None:
+    # It follows a leader again: the next request goes to it, and it is no lost member (so
+    # a lost other member does not make the cluster lost).
+    with Gateway(*LEADER_CHANGED) as electing, Gateway(200, RANGE) as other:
+        client = Etcd(f"{electing.address},{other.address}", prefix="/j/")
+        try:
+            client.lost_members.add(other.address)
+            with pytest.raises(EtcdUnavailable, match="may have been applied") as raised:
+                client.put("k", {"v": 1})
+            assert not isinstance(raised.value, EtcdClusterLost)
+            assert electing.posts == 1 and other.posts == 0
+            assert client._current == 0 and client.lost_members == {other.address}
+        finally:
+            client.close()
+
+
+def test_a_write_whose_proposal_raft_dropped_is_sent_to_the_next_member() -> None:
+    # etcd 3.4 answers raft's ErrProposalDropped with HTTP 500: never appended, so safe to
+    # send elsewhere (a write of unknown fate is not).
+    dropped = 500, b'{"error":"etcdserver: raft proposal dropped","code":2}'
+    with Gateway(*dropped) as candidate, Gateway(200, RANGE) as other:
+        client = Etcd(f"{candidate.address},{other.address}", prefix="/j/")
+        try:
+            assert client.put("k", {"v": 1}) == 3
+            assert candidate.posts == 1 and other.posts == 1 and client._current == 1
+            assert client.lost_members == {candidate.address}
+        finally:
+            client.close()
+
+
+def test_a_client_goes_back_to_its_near_member_once_it_answers_again(monkeypatch) -> None:
+    no_leader = 503, b'{"error":"etcdserver: no leader","code":14}'
+    with Gateway(*no_leader) as near, Gateway(200, RANGE) as other:
+        client = Etcd(f"{near.address},{other.address}", prefix="/j/", near="127.0.0.1")
+        try:
+            assert client.get("k") == (None, 0) and client._current == 1
+            near.status, near.body = 200, RANGE  # its member is back
+            assert client.get("k") == (None, 0)  # within NEAR_RETURN_S: not asked yet
+            assert near.posts == 1 and other.posts == 2
+            monkeypatch.setattr(etcd_client, "NEAR_RETURN_S", 0.0)  # the wait is over
+            client.put("w", {"v": 1})  # a write is never the probe: it stays where it is
+            assert near.posts == 1 and client._current == 1
+            assert client.get("k") == (None, 0)
+            assert near.posts == 2 and client._current == 0
+        finally:
+            client.close()
+    with pytest.raises(HogwildError, match="near='0.0.0.0': expected this process's host"):
+        Etcd("127.0.0.1:2379", prefix="/j/", near="0.0.0.0")

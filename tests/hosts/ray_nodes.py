@@ -22,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from hogwild_plugins.ps.etcd_process import ELECTION_MS
+from hogwild_plugins.ps.etcd_process import ELECTION_MS, PRE_VOTE, heartbeat_ms
 
 from tests.hosts.harness import Hosts, HostsError
 
@@ -172,8 +172,8 @@ def start_etcd_member(hosts: Hosts, host: int, members: list[int], state: str = 
         f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
         f"--listen-peer-urls={peers[host]}", f"--initial-advertise-peer-urls={peers[host]}",
         f"--initial-cluster={initial}", f"--initial-cluster-state={state}",
-        f"--heartbeat-interval={ELECTION_MS // 10}", f"--election-timeout={ELECTION_MS}",
-        "--log-level=error",
+        f"--heartbeat-interval={heartbeat_ms(ELECTION_MS)}", f"--election-timeout={ELECTION_MS}",
+        PRE_VOTE, "--log-level=error",
     ], hosts.home(host) / "etcd.log")  # fmt: skip
 
 

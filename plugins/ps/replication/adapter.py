@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.etcd import Etcd, keepalive_s
 from hogwild_plugins.ps.failover import LeaseClock, lease_now
 from hogwild_plugins.ps.replication.admission import Admitting
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
@@ -227,7 +227,12 @@ class Replication(Admitting):
         near = self.server.address.host
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
-        self._keeper_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
+        # its keepalives time out at a quarter of the lease and are asked of the same member
+        # again: a follower forwarding one to its cut leader would hold it past the lease
+        self._keeper_etcd = Etcd(
+            self.etcd_address, prefix=prefix, tls=tls, near=near,
+            keepalive_s=keepalive_s(self.lease_s),
+        )  # fmt: skip
         self.map.start(self._etcd)
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
