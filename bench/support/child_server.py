@@ -1,13 +1,13 @@
 """A server function in a child process, as the parameter-server benchmark runs its servers.
 
-:class:`ChildServer` runs ``target(*args, conn)`` in a child process (the target pins itself to
-the CPUs it is given), takes its address from the pipe as its first message, tells the CPU time
-the process has used (from ``/proc``), and stops it on request (or kills it). The raw pyzmq
-yardstick (:mod:`bench.peers.ps_raw_zmq`) and the parameter server of the loopback measurements
-(:mod:`bench.figures.adam_fig9_ps`) both run this way, forked from :func:`warm_forkserver`'s
-server: a spawned child imports the benchmark and loads the parameter server's kernels afresh
-(about 2 CPU-seconds each, ten servers a run), a forked one finds them loaded. What a server
-measures is a difference of its CPU time, which its start does not enter.
+:class:`ChildServer` runs ``target(*args, conn)`` in a child process (the target pins itself to the
+CPUs it is given), takes its address from the pipe as its first message, tells the CPU time the
+process has used (from ``/proc``), and stops it on request (or kills it). The raw pyzmq yardstick
+(:mod:`bench.peers.ps_raw_zmq`) and the parameter server of the loopback measurements
+(:mod:`bench.figures.adam_fig9_ps`) both run this way, forked from :func:`warm_forkserver`'s server:
+a spawned child imports the benchmark afresh, and a spawned parameter server loads its kernels
+afresh too (about 2 CPU-seconds; six such servers a run on two cores), where a forked one finds them
+loaded. What a server measures is a difference of its CPU time, which its start does not enter.
 """
 
 from __future__ import annotations
