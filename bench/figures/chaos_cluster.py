@@ -33,9 +33,8 @@ etcd the driver starts, and a driver that restarts whatever dies. In one run of 
 After every run, what it left behind (:mod:`bench.support.leaks`): segments, processes, ports.
 
 Run: ``python bench/figures/chaos_cluster.py --out bench/results/chaos_cluster.json`` (``--quick``:
-a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1 of 2,000 through
-one replica reading the data itself, a kill of each kind, 2 ledger kills under a client pushing at
-most every 0.05 s).
+a smoke run of a few seconds' job: 2 epochs of 6,000 examples, the yardsticks 1 of 2,000, a
+kill of each kind, 2 ledger kills under a client pushing at most every 0.05 s).
 It prints one JSON line; progress goes to stderr.
 """
 
@@ -65,14 +64,6 @@ from bench.support.record import emit_record, measured
 JOB_ARGS = REPLICATED_JOB_ARGS
 BLOCK = ["ps"] * 12 + ["replica"] * 5 + ["data"] * 3  # 60 % / 25 % / 15 %
 QUICK_VICTIMS = ["ps", "replica", "data"]  # one of each kind
-# quick: the yardsticks' figures are the record's shape, not a comparison, and nothing of theirs
-# is killed: their servers keep the copies compared (3 servers, 3 copies or 1), and one replica
-# reads the data itself, so each starts a replica (with its workers' server) and a data server
-# fewer
-QUICK_YARDSTICK_ROLES = [
-    "--ps", "3", "--replicas", "1", "--data-servers", "0", "--cluster.restarts=1000",
-    "--train.n_push=64", "--train.n_fetch=64",
-]  # fmt: skip
 TARGETS = {"failover_max_s": 3.0, "acknowledged_lost": 0, "accuracy_points": 0.3, "kills": 30}
 STALL_S = 60.0  # no update acknowledged, or no bucket map to kill in, for this long: stuck
 
@@ -111,12 +102,10 @@ def _log(text: str) -> None:
     print(f"chaos_cluster: {text}", file=sys.stderr, flush=True)
 
 
-def job_args(
-    args, copies: int, epochs: int | None = None, subset: int = 0, roles: list[str] = JOB_ARGS
-) -> list[str]:
+def job_args(args, copies: int, epochs: int | None = None, subset: int = 0) -> list[str]:
     """``hogwild cluster``'s arguments (run directory and metrics added per run); ``epochs``,
-    ``subset``, ``roles``: other than ``--epochs``, the run's subset and the job's roles."""
-    out = ["cluster", "--data", args.data, *roles, *PAPER_JOB, f"--cluster.copies={copies}"]
+    ``subset``: other than ``--epochs`` and the run's subset."""
+    out = ["cluster", "--data", args.data, *JOB_ARGS, *PAPER_JOB, f"--cluster.copies={copies}"]
     if epochs or args.epochs:
         out += ["--epochs", str(epochs or args.epochs)]
     if subset or args.subset:
@@ -134,8 +123,7 @@ def run_job(args, folder: Path, name: str, copies: int, rng: random.Random | Non
     # of kill
     yardstick = args.quick and rng is None
     subset = args.yardstick_subset if yardstick else 0
-    roles = QUICK_YARDSTICK_ROLES if yardstick else JOB_ARGS
-    command = job_args(args, copies, 1 if yardstick else None, subset, roles)
+    command = job_args(args, copies, 1 if yardstick else None, subset)
     _log(f"{name}: hogwild {shlex.join(command)}")
     run = ClusterRun(command, folder, name)
     watch, kills, stuck = None, [], None
@@ -405,7 +393,6 @@ def measure(args) -> dict:
             "quick": args.quick,
             "subset": args.subset,
             "yardstick_subset": args.yardstick_subset or args.subset,
-            "yardstick_roles": shlex.join(QUICK_YARDSTICK_ROLES if args.quick else JOB_ARGS),
             "data": args.data,
         },
         "machine": describe_machine(),
