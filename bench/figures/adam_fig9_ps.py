@@ -56,7 +56,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 from bench.peers.ps_raw_zmq import WARMUP, raw_client, raw_server
-from bench.support.child_server import ChildServer
+from bench.support.child_server import ChildServer, warm_forkserver
 from bench.support.machine import Gang, describe_machine, sgemm_gflops, versions
 from bench.support.paths import REPO
 from bench.support.record import command_line, emit_record, source
@@ -399,23 +399,29 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     ]
     everything = len(cpus)
     rounds: list[dict] = []
+    # every server forked from one that loaded the server's code and kernels once
+    forks = warm_forkserver("bench.support.ps_kernels_loaded")
     with contextlib.ExitStack() as stack:
         gang = stack.enter_context(Gang(args.clients, name="bench-ps-client"))
         # the yardstick adds each push into a float32 vector (the issue's); over TCP also the
         # transport alone, receiving and answering without touching the data
         raw = {
-            key: stack.enter_context(ChildServer(raw_server, cpus, key[0], key[1]))
+            key: stack.enter_context(ChildServer(raw_server, cpus, *key, context=forks))
             for key in (("tcp", True), ("ipc", True), ("tcp", False))
         }
         servers = {
-            c: stack.enter_context(ChildServer(ps_server, cpus[: c[0]], c[1], c[2], True))
+            c: stack.enter_context(
+                ChildServer(ps_server, cpus[: c[0]], c[1], c[2], True, context=forks)
+            )
             for c in configs
         }
         # pulls and pushes of 1 MiB shards: served by the network thread when the shard's
         # update thread is idle (the default) and, on a server that does not, all queued for
         # the update threads
         received = {c: received_into(server.address) for c, server in servers.items()}
-        queued = stack.enter_context(ChildServer(ps_server, cpus, "tcp", "auto", False))
+        queued = stack.enter_context(
+            ChildServer(ps_server, cpus, "tcp", "auto", False, context=forks)
+        )
         pullers = {"direct": servers[(everything, "tcp", "auto")], "queued": queued}
         for _ in range(args.repeats):
             found: dict = {}
