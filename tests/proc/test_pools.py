@@ -352,6 +352,18 @@ def _python_stress(pool: BufferPool, data64, owner, wid: int, exhausted: int) ->
     return exhausted
 
 
+def _compile_python_calls(pool: BufferPool, data64, owner) -> None:
+    """Compile what :func:`_python_stress` calls from Python (``_claim``, ``_stamp``,
+    ``_release``), with its argument types, by one block's round trip that leaves the pool and
+    ``owner`` as they were: the children load them from numba's cache instead of each compiling
+    them at once on the same cores (from a cold cache, under ``spawn``, every child did)."""
+    h = pool.try_allocate(4096)
+    assert h is not None and _claim(pool.ref, owner, h, 0, 1)
+    first, last = _stamp(pool.ref, h)
+    data64[first], data64[last] = h, ~h  # worker 0's stamps: (0 << 32) | h
+    assert _release(pool.ref, 0, data64, owner, 0, h) == 0
+
+
 def _stress_worker(pool: BufferPool, seg_name: str, wid: int, n_procs: int) -> None:
     seg = SharedSegment.attach(seg_name)
     owner = seg.array(0, np.int64, pool.layout.total_blocks)
@@ -395,6 +407,7 @@ def test_multiprocess_stress_no_block_twice_none_lost(method):
             data64, cache = pool.data.view(np.int64), pool.open_cache()
             _stress(pool.ref, cache, data64, owner, 0, 0, 0, 1, 1)
             pool.close_cache(cache)
+            _compile_python_calls(pool, data64, owner)
             del data64
             codes = run_processes(
                 _context(method),
