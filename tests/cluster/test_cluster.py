@@ -430,6 +430,8 @@ def test_a_paused_replica_is_fenced_and_restarted_and_a_resume_continues_the_job
     assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
     assert after_one["restarts"] == {"replica-1": 1}
     (epoch,) = [r for r in records if r["event"] == "epoch"]
+    # the restarted replica's lost portions trained again with local data (no data server:
+    # test_a_killed_replica_and_killed_data_servers_come_back_and_the_job_completes has two)
     assert epoch["examples"] == 6000 == sum(epoch["per_replica_examples"].values())
 
     common += (f"--ps.job={job}",)  # the same job, continued
