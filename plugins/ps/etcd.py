@@ -89,6 +89,13 @@ NEAR_RETURN_S = 5.0
 """How long a client with a ``near`` member serves elsewhere before its next map read (a range,
 which moves on at once if the member fails) goes to the near member again, so that one
 failover does not leave it on a remote member whose host's next cut costs a timeout."""
+NEAR_PROBE_S = 0.5
+"""The timeout of that read when it goes back to the near member: one that accepts connections but
+does not answer (stopped, stalled, cut from its peers) costs this, not the client's whole timeout,
+before the read goes on to the others."""
+NEAR_BACKOFF_MAX = 12
+"""Each failed return to the near member doubles the wait before the next one (``NEAR_RETURN_S``
+times this at most: a minute), and one that answers resets it."""
 UNNAMED_HOSTS = frozenset({"", "0.0.0.0", "::"})  # a listening wildcard names no host
 _NEAR_UNMATCHED: set[tuple[str, str]] = set()  # (near, address) already logged
 POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
@@ -229,6 +236,7 @@ class Etcd:
         # the member requests go to until it fails: this host's own, if it has one
         self._current = self._near if self._near is not None else 0
         self._away_since = 0.0  # when requests left the near member (monotonic)
+        self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
         self._asks: list[threading.Thread] = []  # hedged keepalives' asks (each ends by timeout)
@@ -542,22 +550,29 @@ class Etcd:
         or ``read``) is asked of one member up to ``tries`` times while it answers "leader
         changed". So one request makes at most ``tries`` asks of each member: ``tries * members``
         in all. A read while away from the near member for :data:`NEAR_RETURN_S` goes to it
-        first, asked once (a member that failed may fail again)."""
+        first, asked once with a short timeout (:data:`NEAR_PROBE_S`: a member that failed may
+        fail again), and waits longer each time it fails (:data:`NEAR_BACKOFF_MAX`)."""
         failures: list[tuple[str, str]] = []
         n = len(self._clients)
         read = read or path in READS
         probe = None  # the near member, asked once first after a while elsewhere
         if read and self._near is not None and self._current != self._near:
-            if time.monotonic() - self._away_since >= NEAR_RETURN_S:  # back home, if it answers
+            away = time.monotonic() - self._away_since
+            if away >= NEAR_RETURN_S * self._near_backoff:  # back home, if it answers
                 self._current, self._away_since = self._near, time.monotonic()
                 probe = self._near
         for step in range(n):
             i = (self._current + step) % n
             member = self.members[i]
             asks = 1 if not read or i == probe else tries
+            limit = timeout_s
+            if i == probe:  # a near member that does not answer costs a short wait only
+                limit = min(NEAR_PROBE_S, self.timeout_s if timeout_s is None else timeout_s)
             try:
-                reply = self._ask(i, path, payload, timeout_s, asks)
+                reply = self._ask(i, path, payload, limit, asks)
             except _MemberDown as down:
+                if i == probe:  # not back yet: wait longer before the next return
+                    self._near_backoff = min(2 * self._near_backoff, NEAR_BACKOFF_MAX)
                 if not down.elected:  # one that says "leader changed" follows a leader again
                     self.lost_members.add(member)
                 failures.append((member, down.why))
@@ -577,6 +592,8 @@ class Etcd:
                 continue
             self._settle(i)
             self.lost_members.discard(member)
+            if i == self._near:
+                self._near_backoff = 1
             return reply
         raise unreached(self.address, path, failures)
 

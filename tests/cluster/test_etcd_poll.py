@@ -408,3 +408,35 @@ def test_a_client_goes_back_to_its_near_member_once_it_answers_again(monkeypatch
             client.close()
     with pytest.raises(HogwildError, match="near='0.0.0.0': expected this process's host"):
         Etcd("127.0.0.1:2379", prefix="/j/", near="0.0.0.0")
+
+
+def test_a_return_to_a_near_member_that_does_not_answer_is_short_and_backs_off(monkeypatch):
+    # The near member accepts connections but answers nothing (stopped, stalled): a return to it
+    # is asked with a short timeout, and each failed return doubles the wait before the next
+    with Gateway(200, RANGE) as near, Gateway(200, RANGE) as other:
+        near.stall = threading.Event()
+        client = Etcd(f"{near.address},{other.address}", prefix="/j/", near="127.0.0.1",
+                      timeout_s=5.0)  # fmt: skip
+        limits = []
+        post_to = client._post_to
+
+        def noted(i, path, payload, timeout_s=None):
+            limits.append((client.members[i], timeout_s))
+            return post_to(i, path, payload, timeout_s)
+
+        client._post_to = noted
+        try:
+            client._current, client._away_since = 1, 0.0  # away from it since long ago
+            for backoff in (2, 4, 8, 12):
+                assert client.get("k") == (None, 0) and client._current == 1
+                assert client._near_backoff == backoff
+                client._away_since = 0.0  # the (longer) wait is over
+            assert [limit for member, limit in limits if member == near.address] == [
+                etcd_client.NEAR_PROBE_S
+            ] * 4
+            near.stall.set()  # it answers again: back, and the wait reset
+            assert client.get("k") == (None, 0) and client._current == 0
+            assert client._near_backoff == 1
+        finally:
+            near.stall.set()
+            client.close()
