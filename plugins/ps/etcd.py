@@ -699,15 +699,21 @@ class Watch:
         from hogwild_plugins.ps.etcd_poll import RangePoller
 
         clients = reader._clients  # etcd3gw's, each its member's API path once asked
-        context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
-        self._poller = RangePoller(  # from the member the first reading reached
-            reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
-            tls=context,
-        )  # fmt: skip
-        self._thread = threading.Thread(
-            target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
-        )
-        self._thread.start()
+        try:  # the reader closed on any error (a TLS directory gone, a bad key), not only etcd's
+            context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
+            self._poller = RangePoller(  # from the member the first reading reached
+                reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
+                tls=context,
+            )  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
+            )
+            self._thread.start()
+        except BaseException:
+            if self._poller is not None:
+                self._poller.close()
+            reader.close()
+            raise
 
     def cancel(self) -> None:
         """Stop polling; returns once the thread has ended (at once from ``on_change``), and
