@@ -38,6 +38,8 @@ import pytest
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.routes import etcd_prefix
 
+from tests.cluster.test_cluster import job_ended, still_running
+
 pytestmark = pytest.mark.slow
 
 MLP = """
@@ -101,12 +103,12 @@ def test_sandblaster_lbfgs_trains_mnist_and_its_killed_group_comes_back(mnist_di
             return [r for r in map(json.loads, lines) if r.get("event") == "epoch"]
 
         while len(epochs()) < 2:
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            still_running(driver, deadline, "two epochs")
             time.sleep(0.1)
         roles = json.loads((run / "cluster.json").read_text())["roles"]
         (group,) = [r["pid"] for r in roles if r["name"] == "replica 0"]
         os.kill(group, signal.SIGKILL)
-        stdout, stderr = driver.communicate(timeout=300)
+        stdout, stderr = job_ended(driver, "the group's kill")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -277,7 +279,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             started = (run / "cluster.json").exists()  # every role, with its pid
             if started and all(served) and set(maps[0][1]) == set(maps[1][1]):
                 break
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            still_running(driver, deadline, "both groups serving every bucket from two copies")
             time.sleep(0.05)
         (members0, records0), (members1, records1) = maps
         assert set(records0) == set(records1)  # each group numbers its own buckets from 0
@@ -291,7 +293,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             _, after0 = group_map(etcd_server.address, "mlp", 0)
             if after0[0]["epoch"] > records0[0]["epoch"]:
                 break
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            still_running(driver, deadline, "group 0's takeover of bucket 0")
             time.sleep(0.05)
         assert after0[0]["primary"] == 1 - victim  # the group's other server, not group 1's
         _, after1 = group_map(etcd_server.address, "mlp", 1)
@@ -303,7 +305,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             status = subprocess.run(cli, capture_output=True, text=True, timeout=60)
             assert status.returncode == 0, status.stderr
             assert f"(job mlp, server group {group}) at {address}" in status.stdout
-        stdout, stderr = driver.communicate(timeout=300)
+        stdout, stderr = job_ended(driver, "the failover")
     finally:
         if driver.poll() is None:
             driver.kill()
