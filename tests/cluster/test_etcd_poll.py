@@ -12,6 +12,7 @@ import collections
 import itertools
 import json
 import queue
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,7 @@ from hogwild_plugins.ps.etcd import (
     keepalive_s,
 )
 from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
+from hogwild_plugins.ps.etcd_tls import make_etcd_tls
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -180,6 +182,24 @@ def test_an_error_reply_keeps_its_status_and_a_timed_out_member_is_down() -> Non
         finally:
             poller.close()
             client.close()
+
+
+def test_a_kept_tls_connection_the_member_closed_is_asked_once_more(tmp_path) -> None:
+    # Over TLS a member closing a kept connection without its close_notify surfaces as
+    # SSLEOFError, not as a plain disconnection: it too is asked again on a new connection
+    tls = make_etcd_tls(tmp_path / "tls", ["127.0.0.1"])
+    reply = {"header": {"revision": "7"}, "count": "0"}
+    with Gateway(200, json.dumps(reply).encode(), close_after=True) as member:
+        served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        served.load_cert_chain(str(tls.server_cert), str(tls.server_key))
+        member._server.socket = served.wrap_socket(member._server.socket, server_side=True)
+        poller = RangePoller([member.address], lambda i: "/v3/", 1.0, tls=tls.ssl_context())
+        try:
+            for _ in range(3):
+                assert poller.post("/kv/range", {}) == reply
+            assert (member.connections, member.posts) == (3, 3)
+        finally:
+            poller.close()
 
 
 def test_a_kept_connection_the_member_closed_is_asked_once_more_and_big_replies_refused() -> None:
