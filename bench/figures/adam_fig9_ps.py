@@ -56,7 +56,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
 from bench.peers.ps_raw_zmq import WARMUP, raw_client, raw_server
-from bench.support.child_server import ChildServer, warm_forkserver
+from bench.support.child_server import ChildServer, alive, warm_forkserver
 from bench.support.machine import Gang, describe_machine, sgemm_gflops, versions
 from bench.support.paths import REPO
 from bench.support.record import command_line, emit_record, source
@@ -194,8 +194,20 @@ def _drain(engine, submitted: int, timeout: float = 60.0) -> None:
 # ---------------------------------------------------------------------- over loopback
 
 
-def ps_server(cpus: list[int], transport: str, recv: str, direct: bool, conn) -> None:
-    """A parameter server process on ``cpus`` until the parent says stop; sends its status.
+FORKSERVER_PRELOAD = (
+    "bench.support.ps_kernels_loaded",  # the parameter server's code and kernels
+    "bench.peers.ps_raw_zmq",
+    "bench.support.child_server",
+    "bench.support.machine",
+    "bench.support.paths",
+    "bench.support.record",
+)
+
+
+def ps_server(bench: int, cpus: list[int], transport: str, recv: str, direct: bool, conn) -> None:
+    """A parameter server process on ``cpus`` until the benchmark (pid ``bench``) says stop or
+    is gone; sends its address and whether it started warm (its kernels loaded in the
+    forkserver), then its status.
 
     ``direct``: pulls and pushes of a shard whose update thread is idle are served by the
     network thread (the default); False queues every request for the update threads.
@@ -215,17 +227,19 @@ def ps_server(cpus: list[int], transport: str, recv: str, direct: bool, conn) ->
         direct_pulls=direct,
         direct_pushes=direct,
     )
+    warm = "bench.support.ps_kernels_loaded" in sys.modules  # imported by the forkserver
     server = ParameterServer(GEOMETRY, options)
-    conn.send(str(server.start(set(cpus))))
-    parent = os.getppid()
+    conn.send((str(server.start(set(cpus))), warm))
     while not conn.poll(0.2):
-        if os.getppid() != parent:  # the benchmark died: nobody will say stop
+        if not alive(bench):  # the benchmark died: nobody will say stop
             break
     else:
-        conn.recv()
+        with contextlib.suppress(EOFError):  # its end of the pipe closed: stop as asked
+            conn.recv()
     status = server.status()
     server.stop()
-    conn.send(status)
+    with contextlib.suppress(BrokenPipeError):
+        conn.send(status)
 
 
 def ps_client(address: str, api: str, seconds: float, rank: int, *, ready) -> tuple:
@@ -373,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "seconds": args.seconds,  # per measurement
         "sgemm_s": min(1.0, args.seconds),  # the sgemm limit's own multiplying time
+        # every parameter server found its kernels loaded by the forkserver (not started cold)
+        "servers_started_warm": all(r["servers_started_warm"] for r in rounds),
         "machine": describe_machine(),
         "versions": versions(),
         "command": command_line(__file__, sys.argv[1:] if argv is None else argv),
@@ -399,9 +415,10 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
     ]
     everything = len(cpus)
     rounds: list[dict] = []
-    # every server forked from one that loaded the server's code and kernels once
-    forks = warm_forkserver("bench.support.ps_kernels_loaded")
     with contextlib.ExitStack() as stack:
+        # every server forked from one that loaded the server's code and kernels once, and the
+        # modules this script imports (a forked child imports the script again); it ends last
+        forks = stack.enter_context(warm_forkserver(*FORKSERVER_PRELOAD))
         gang = stack.enter_context(Gang(args.clients, name="bench-ps-client"))
         # the yardstick adds each push into a float32 vector (the issue's); over TCP also the
         # transport alone, receiving and answering without touching the data
@@ -423,6 +440,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
             ChildServer(ps_server, cpus, "tcp", "auto", False, context=forks)
         )
         pullers = {"direct": servers[(everything, "tcp", "auto")], "queued": queued}
+        warm = all(server.warm for server in (*servers.values(), queued))
         for _ in range(args.repeats):
             found: dict = {}
             for (t, add), server in raw.items():
@@ -441,6 +459,7 @@ def measure(args, cpus: list[int]) -> tuple[list[dict], list[dict]]:
             found[("deltas", "tcp", everything, "queued")] = loopback(gang, queued, "deltas", s)
             for how, server in pullers.items():
                 found[("pull", "tcp", everything, how)] = loopback(gang, server, "pull", s)
+            found["servers_started_warm"] = warm
             rounds.append(found)
     results = []
     for key in (k for k in rounds[0] if isinstance(k, tuple)):

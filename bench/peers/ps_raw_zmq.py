@@ -17,11 +17,14 @@ import time
 
 import numpy as np
 
+from bench.support.child_server import alive
+
 WARMUP = 20  # requests before the clock starts
 
 
-def raw_server(cpus: list[int], transport: str, add: bool, conn) -> None:
-    """A ROUTER answering every request with ``b"ok"`` until the parent says stop; with ``add``,
+def raw_server(bench: int, cpus: list[int], transport: str, add: bool, conn) -> None:
+    """A ROUTER answering every request with ``b"ok"`` until the benchmark (pid ``bench``) says
+    stop or is gone; with ``add``,
     each request's frame is first added into a float32 vector of its size."""
     import zmq
 
@@ -38,8 +41,7 @@ def raw_server(cpus: list[int], transport: str, add: bool, conn) -> None:
     conn.send(endpoint)
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
-    parent = os.getppid()
-    while not conn.poll(0) and os.getppid() == parent:
+    while not conn.poll(0) and alive(bench):
         if poller.poll(100):
             parts = sock.recv_multipart(copy=False)
             if add:
@@ -50,7 +52,8 @@ def raw_server(cpus: list[int], transport: str, add: bool, conn) -> None:
     if transport != "tcp":  # ZeroMQ leaves the endpoint's file behind
         with contextlib.suppress(FileNotFoundError):
             os.unlink(endpoint.removeprefix("ipc://"))
-    conn.send(None)
+    with contextlib.suppress(BrokenPipeError):  # the benchmark gone
+        conn.send(None)
 
 
 def raw_client(endpoint: str, seconds: float, *, ready) -> tuple[float, int]:

@@ -26,10 +26,12 @@ leader is known (its request waited out an election), so the member is alive and
 read is asked of it again at once, and after a write refused so the next request stays with it,
 which is not a lost member. Trying the next member instead can cost a whole request timeout when
 that member is the old leader, cut off (the election's cause), where a read would hang. A keepalive
-may have a shorter timeout of its own (``keepalive_s``, a quarter of the lease): a follower forwards
-it to the leader it knows and, that leader cut off, never answers ``leader changed``, so a keepalive
-its timeout ended is asked of the same member again (the near one, if any), up to
-:data:`KEEPALIVE_TRIES` times, by then forwarded to the new leader. Members that failed their last
+may be hedged (``keepalive_s``, a quarter of the lease): a follower forwards it to the leader it
+knows and, that leader cut off, never answers ``leader changed``, so a keepalive unanswered for
+``keepalive_s`` is asked of the same member again (the near one, if any; the one answering in its
+place once it failed), up to :data:`KEEPALIVE_TRIES` times, by then forwarded to the new leader,
+while the earlier asks stay open with the client's whole timeout (a merely slow member still
+answers them), and the first answer counts. Members that failed their last
 request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
 :class:`EtcdClusterLost` (a lost cluster).
 
@@ -50,6 +52,7 @@ import base64
 import binascii
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -86,25 +89,31 @@ NEAR_RETURN_S = 5.0
 """How long a client with a ``near`` member serves elsewhere before its next map read (a range,
 which moves on at once if the member fails) goes to the near member again, so that one
 failover does not leave it on a remote member whose host's next cut costs a timeout."""
+NEAR_PROBE_S = 0.5
+"""The timeout of that read when it goes back to the near member: one that accepts connections but
+does not answer (stopped, stalled, cut from its peers) costs this, not the client's whole timeout,
+before the read goes on to the others."""
+NEAR_BACKOFF_MAX = 12
+"""Each failed return to the near member doubles the wait before the next one (``NEAR_RETURN_S``
+times this at most: a minute), and one that answers resets it."""
 UNNAMED_HOSTS = frozenset({"", "0.0.0.0", "::"})  # a listening wildcard names no host
 _NEAR_UNMATCHED: set[tuple[str, str]] = set()  # (near, address) already logged
 POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
 KEEPALIVE_TRIES = 3
-"""The most times the near member (``near``; any member, for a client with none) is asked one
-keepalive that its timeout (``keepalive_s``) ended, before the next member is asked; a remote member
-that does not answer may be cut off, and is left at once. A keepalive is idempotent, so asking again
-is safe; a follower forwards it to the leader it knows and, that leader cut off, waits (etcd 3.4: up
-to its 5 s request timeout, never answering "leader changed"), and once the others elected a leader
-the next ask is forwarded there. With ``keepalive_s`` a quarter of the lease (:func:`keepalive_s`)
-the three asks span three quarters of it: the lease clock's own margin
-(:class:`~hogwild_plugins.ps.failover.LeaseClock`), after which the holder has given the lease up
-anyway, so more asks could not keep it."""
+"""The most times one member is asked one hedged keepalive (``keepalive_s`` after the last ask, none
+having answered), the earlier asks kept open; a member that fails is replaced at once by the next
+one. A keepalive is idempotent, so asking again is safe; a follower forwards it to the leader it
+knows and, that leader cut off, waits (etcd 3.4: up to its 5 s request timeout, never answering
+"leader changed"), and once the others elected a leader the next ask is forwarded there. With
+``keepalive_s`` a quarter of the lease (:func:`keepalive_s`) the three asks go out within the first
+half of it, inside the lease clock's own margin (:class:`~hogwild_plugins.ps.failover.LeaseClock`),
+and the renewal counts from the send time of the ask that answered."""
 
 
 def keepalive_s(lease_s: float) -> float:
-    """The timeout of one keepalive of a ``lease_s`` lease: a quarter of the lease, at least
-    0.2 s (:data:`KEEPALIVE_TRIES` asks span three quarters of it; 0.25 s at a 1 s lease, enough
-    for an election at :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS` to end within the
+    """How long a keepalive of a ``lease_s`` lease waits for an answer before it is asked again
+    (hedged, the earlier ask kept open): a quarter of the lease, at least 0.2 s (0.25 s at a 1 s
+    lease, so an election at :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS` ends before the
     second or third ask)."""
     return max(0.2, lease_s / 4)
 
@@ -175,9 +184,9 @@ class Etcd:
             even the leader, is never the one this process waits on); after a failover a range
             read goes back to it every :data:`NEAR_RETURN_S`. A wildcard is refused; an
             address no member has is logged once, and requests go first to the first member.
-        keepalive_s: The limit of one keepalive request (default ``timeout_s``); given, a
-            keepalive that it ends is asked of the near member (any, without ``near``) again, up
-            to :data:`KEEPALIVE_TRIES` times, before the next member (:func:`keepalive_s`).
+        keepalive_s: Given, keepalives are hedged: one unanswered this long is asked again,
+            its earlier asks kept open with the whole ``timeout_s`` (:meth:`_hedged`,
+            :func:`keepalive_s`); default: asked as any read.
     """
 
     def __init__(
@@ -227,7 +236,10 @@ class Etcd:
         # the member requests go to until it fails: this host's own, if it has one
         self._current = self._near if self._near is not None else 0
         self._away_since = 0.0  # when requests left the near member (monotonic)
+        self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
+        self.renewal_sent: float | None = None  # when the last keepalive answered was sent
+        self._asks: list[threading.Thread] = []  # hedged keepalives' asks (each ends by timeout)
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -254,15 +266,91 @@ class Etcd:
         reply = self._post("/lease/grant", {"TTL": ttl_s, "ID": 0})
         return _int(reply, "ID", self.address), _int(reply, "TTL", self.address)
 
-    def keepalive(self, lease: int) -> int:
-        """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown)."""
+    def keepalive(self, lease: int, clock: Callable[[], float] = time.monotonic) -> int:
+        """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown).
+        :attr:`renewal_sent` is then when, by ``clock``, the ask that answered was sent: the
+        renewed TTL runs from no earlier than that. With ``keepalive_s`` the asks are hedged
+        (:meth:`_hedged`)."""
         if self.keepalive_s is None:
+            self.renewal_sent = clock()
             reply = self._post("/lease/keepalive", {"ID": lease})
         else:  # a follower stuck forwarding it to a cut leader is asked again, not waited on
-            reply = self._post("/lease/keepalive", {"ID": lease}, self.keepalive_s, KEEPALIVE_TRIES)
+            reply = self._hedged("/lease/keepalive", {"ID": lease}, clock)
         reply = reply.get("result")
         # The gateway leaves out zero fields: an expired lease comes back without a TTL.
         return max(0, _int(reply, "TTL", self.address, default=0))
+
+    def _hedged(self, path: str, payload: dict, clock: Callable[[], float]) -> dict:
+        """The first answer to an idempotent request (a keepalive) asked as hedges: each ask
+        has the client's whole timeout and is never abandoned; when none answered for
+        ``keepalive_s`` since the last was sent, the member in place is asked again, keeping
+        the earlier asks open (a follower stuck forwarding the first to a cut leader forwards a
+        later one to the new leader; a merely slow member still answers the first). A member
+        that fails (refused, down, its ask timed out) is replaced at once by the next one, which
+        takes its place; one answering "leader changed" is asked again at once. Each member is
+        asked at most :data:`KEEPALIVE_TRIES` times, so one request makes at most that many
+        asks of each member, each in a thread of :attr:`_asks` that ends with its timeout."""
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        n = len(self._clients)
+        order = [(self._current + step) % n for step in range(n)]
+        asked = dict.fromkeys(order, 0)
+        failures: list[tuple[str, str]] = []
+        place, outstanding, last_sent = 0, 0, 0.0
+
+        def send(i: int) -> None:
+            nonlocal outstanding, last_sent
+            asked[i] += 1
+            outstanding += 1
+            last_sent, sent = time.monotonic(), clock()
+
+            def ask() -> None:
+                try:
+                    answers.put((i, sent, self._post_to(i, path, payload), None))
+                except Exception as err:  # noqa: BLE001 - handed to the asking thread
+                    answers.put((i, sent, None, err))
+
+            thread = threading.Thread(target=ask, name=f"etcd-ask-{self.members[i]}", daemon=True)
+            self._asks = [alive for alive in self._asks if alive.is_alive()] + [thread]
+            thread.start()
+
+        def ask_in_place() -> bool:  # the member in place asked again, or the next one
+            nonlocal place
+            while place < n and asked[order[place]] >= KEEPALIVE_TRIES:
+                place += 1
+            if place == n:
+                return False
+            send(order[place])
+            return True
+
+        ask_in_place()
+        while outstanding:
+            hedge_at = last_sent + self.keepalive_s if place < n else None
+            wait = None if hedge_at is None else max(0.0, hedge_at - time.monotonic())
+            try:
+                i, sent, reply, err = answers.get(timeout=wait)
+            except queue.Empty:
+                ask_in_place()
+                continue
+            outstanding -= 1
+            member = self.members[i]
+            if err is None:
+                self._settle(i)
+                self.lost_members.discard(member)
+                self.renewal_sent = sent
+                return reply
+            if not isinstance(err, _MemberDown):
+                raise err  # a definite answer (lease not found) or a bad reply
+            failures.append((member, err.why))
+            if err.elected:  # it follows a new leader: asked again at once, if it may be
+                if asked[i] < KEEPALIVE_TRIES:
+                    send(i)
+                    continue
+            else:
+                self.lost_members.add(member)
+            asked[i] = KEEPALIVE_TRIES  # no more asks of it: the next member takes its place
+            if place < n and order[place] == i:
+                ask_in_place()
+        raise unreached(self.address, path, failures)
 
     def revoke(self, lease: int) -> None:
         """End ``lease`` now, deleting its keys; a lease already gone is no error."""
@@ -374,6 +462,9 @@ class Etcd:
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
+        for thread in self._asks:  # an ask left open by a hedged keepalive ends by its timeout
+            thread.join(timeout=self.timeout_s + 1.0)
+        self._asks.clear()
         for client in self._clients:
             client.session.close()
 
@@ -457,27 +548,31 @@ class Etcd:
 
         ``timeout_s`` (default the client's) limits each ask; a read (a path of :data:`READS`,
         or ``read``) is asked of one member up to ``tries`` times while it answers "leader
-        changed", or, with ``tries`` above 2, while this client's timeout ends the ask (of the
-        near member only, where there is one: a remote member that does not answer may be cut
-        off). So one request makes at most ``tries`` asks of each member: ``tries * members``
+        changed". So one request makes at most ``tries`` asks of each member: ``tries * members``
         in all. A read while away from the near member for :data:`NEAR_RETURN_S` goes to it
-        first, asked once (a member that failed may fail again)."""
+        first, asked once with a short timeout (:data:`NEAR_PROBE_S`: a member that failed may
+        fail again), and waits longer each time it fails (:data:`NEAR_BACKOFF_MAX`)."""
         failures: list[tuple[str, str]] = []
         n = len(self._clients)
         read = read or path in READS
         probe = None  # the near member, asked once first after a while elsewhere
         if read and self._near is not None and self._current != self._near:
-            if time.monotonic() - self._away_since >= NEAR_RETURN_S:  # back home, if it answers
+            away = time.monotonic() - self._away_since
+            if away >= NEAR_RETURN_S * self._near_backoff:  # back home, if it answers
                 self._current, self._away_since = self._near, time.monotonic()
                 probe = self._near
         for step in range(n):
             i = (self._current + step) % n
             member = self.members[i]
             asks = 1 if not read or i == probe else tries
-            retry_timeouts = self._near is None or i == self._near
+            limit = timeout_s
+            if i == probe:  # a near member that does not answer costs a short wait only
+                limit = min(NEAR_PROBE_S, self.timeout_s if timeout_s is None else timeout_s)
             try:
-                reply = self._ask(i, path, payload, timeout_s, asks, retry_timeouts)
+                reply = self._ask(i, path, payload, limit, asks)
             except _MemberDown as down:
+                if i == probe:  # not back yet: wait longer before the next return
+                    self._near_backoff = min(2 * self._near_backoff, NEAR_BACKOFF_MAX)
                 if not down.elected:  # one that says "leader changed" follows a leader again
                     self.lost_members.add(member)
                 failures.append((member, down.why))
@@ -497,6 +592,8 @@ class Etcd:
                 continue
             self._settle(i)
             self.lost_members.discard(member)
+            if i == self._near:
+                self._near_backoff = 1
             return reply
         raise unreached(self.address, path, failures)
 
@@ -506,20 +603,14 @@ class Etcd:
             self._away_since = time.monotonic()
         self._current = i
 
-    def _ask(
-        self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int,
-        retry_timeouts: bool,
-    ) -> dict:  # fmt: skip
+    def _ask(self, i: int, path: str, payload: dict, timeout_s: float | None, tries: int) -> dict:
         """Member ``i``'s reply, asked up to ``tries`` times (see :meth:`_post`): again after
-        "leader changed" (it follows the new leader now), and, with ``tries`` above 2 and
-        ``retry_timeouts``, after this client's own timeout (a follower forwarding to a cut
-        leader forwards to the new one once elected)."""
+        "leader changed" (it follows the new leader now)."""
         for attempt in range(1, tries + 1):
             try:
                 return self._post_to(i, path, payload, timeout_s)
             except _MemberDown as down:
-                again = down.elected or (down.timed_out and tries > 2 and retry_timeouts)
-                if attempt == tries or not again:
+                if attempt == tries or not down.elected:
                     raise
         raise AssertionError("unreachable: the last ask returns or raises")  # pragma: no cover
 
@@ -608,15 +699,21 @@ class Watch:
         from hogwild_plugins.ps.etcd_poll import RangePoller
 
         clients = reader._clients  # etcd3gw's, each its member's API path once asked
-        context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
-        self._poller = RangePoller(  # from the member the first reading reached
-            reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
-            tls=context,
-        )  # fmt: skip
-        self._thread = threading.Thread(
-            target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
-        )
-        self._thread.start()
+        try:  # the reader closed on any error (a TLS directory gone, a bad key), not only etcd's
+            context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
+            self._poller = RangePoller(  # from the member the first reading reached
+                reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
+                tls=context,
+            )  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
+            )
+            self._thread.start()
+        except BaseException:
+            if self._poller is not None:
+                self._poller.close()
+            reader.close()
+            raise
 
     def cancel(self) -> None:
         """Stop polling; returns once the thread has ended (at once from ``on_change``), and

@@ -35,6 +35,13 @@ from hogwild_plugins.ps.etcd_errors import LEADER_CHANGED, gateway_error, unreac
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
 
+# how a member closing a kept connection while it was idle surfaces (over TLS too, without its
+# close_notify): asked once more, on a new connection
+KEPT_CLOSED = (
+    http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+    ssl.SSLEOFError, ssl.SSLZeroReturnError,
+)  # fmt: skip
+
 __all__ = ["REPLY_LIMIT", "RangePoller"]
 
 REPLY_LIMIT = 1 << 16
@@ -117,7 +124,7 @@ class RangePoller:
         kept = self._connections[i] is not None
         try:
             status, data = self._exchange(i, path, body)
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as err:
+        except KEPT_CLOSED as err:
             if not kept:
                 raise _Down(f"{type(err).__name__}: {err}"[:400]) from err
             try:  # the member closed the kept connection while idle: once more, on a new one

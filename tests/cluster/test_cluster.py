@@ -304,6 +304,27 @@ def until(what: str, check, seconds: float = 60.0, driver: subprocess.Popen | No
     pytest.fail(f"no {what} within {seconds:g} s")
 
 
+def job_ended(driver: subprocess.Popen, after: str, seconds: float = 300.0) -> tuple[str, str]:
+    """The driver's stdout and stderr once the job ended, ``seconds`` at most after ``after``;
+    past that it is killed and the test fails naming what it waited for."""
+    try:
+        return driver.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        _, stderr = driver.communicate()
+        pytest.fail(f"the job did not end within {seconds:.0f} s after {after}: {stderr[-3000:]}")
+
+
+def still_running(driver: subprocess.Popen, deadline: float, what: str) -> None:
+    """Fail naming ``what`` was awaited if the job ended, or if ``deadline`` (monotonic) passed:
+    then the driver is killed first, so that its output is read without waiting for the job."""
+    if driver.poll() is not None:
+        pytest.fail(f"the job ended while waiting for {what}: {driver.communicate()[1][-3000:]}")
+    if time.monotonic() >= deadline:
+        driver.kill()
+        pytest.fail(f"no {what} before the deadline: {driver.communicate()[1][-3000:]}")
+
+
 def _run_and_kill(
     mnist_dir, tmp_path, args: tuple[str, ...], n_roles: int, kill, job: str | None = None
 ) -> tuple:
@@ -321,7 +342,7 @@ def _run_and_kill(
         wait_for_roles(run_dir, driver)
         until("the job's segments named for it", lambda: job_segments(job), driver=driver)
         kill(run_dir, first_port, driver)
-        stdout, stderr = driver.communicate(timeout=300)
+        stdout, stderr = job_ended(driver, "the kills")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -430,6 +451,8 @@ def test_a_paused_replica_is_fenced_and_restarted_and_a_resume_continues_the_job
     assert "replica 1 on localhost was killed by SIGKILL; restarting (1 of 3)" in stderr
     assert after_one["restarts"] == {"replica-1": 1}
     (epoch,) = [r for r in records if r["event"] == "epoch"]
+    # the restarted replica's lost portions trained again with local data (no data server:
+    # test_a_killed_replica_and_killed_data_servers_come_back_and_the_job_completes has two)
     assert epoch["examples"] == 6000 == sum(epoch["per_replica_examples"].values())
 
     common += (f"--ps.job={job}",)  # the same job, continued

@@ -8,8 +8,11 @@ malformed reply, and when no member answers the failure names each one."""
 from __future__ import annotations
 
 import base64
+import collections
+import itertools
 import json
 import queue
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +27,7 @@ from hogwild_plugins.ps.etcd import (
     keepalive_s,
 )
 from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
+from hogwild_plugins.ps.etcd_tls import make_etcd_tls
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -49,6 +53,7 @@ class Gateway:
     def __init__(self, status: int, body: bytes, close_after: bool = False) -> None:
         self.status, self.body, self.close_after = status, body, close_after
         self.stall: threading.Event | None = None
+        self.delay_s = 0.0  # each POST answered this late, as a slow member does
         self.connections = self.posts = 0
         self.hold: threading.Event | None = None
         self.holding, self.held_body = threading.Event(), b""
@@ -69,6 +74,7 @@ class Gateway:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 gateway.posts += 1
                 hold, body = gateway.hold, gateway.body
+                time.sleep(gateway.delay_s)
                 if gateway.stall is not None:
                     gateway.stall.wait(10.0)
                 if hold is not None and not gateway.holding.is_set():
@@ -178,6 +184,24 @@ def test_an_error_reply_keeps_its_status_and_a_timed_out_member_is_down() -> Non
             client.close()
 
 
+def test_a_kept_tls_connection_the_member_closed_is_asked_once_more(tmp_path) -> None:
+    # Over TLS a member closing a kept connection without its close_notify surfaces as
+    # SSLEOFError, not as a plain disconnection: it too is asked again on a new connection
+    tls = make_etcd_tls(tmp_path / "tls", ["127.0.0.1"])
+    reply = {"header": {"revision": "7"}, "count": "0"}
+    with Gateway(200, json.dumps(reply).encode(), close_after=True) as member:
+        served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        served.load_cert_chain(str(tls.server_cert), str(tls.server_key))
+        member._server.socket = served.wrap_socket(member._server.socket, server_side=True)
+        poller = RangePoller([member.address], lambda i: "/v3/", 1.0, tls=tls.ssl_context())
+        try:
+            for _ in range(3):
+                assert poller.post("/kv/range", {}) == reply
+            assert (member.connections, member.posts) == (3, 3)
+        finally:
+            poller.close()
+
+
 def test_a_kept_connection_the_member_closed_is_asked_once_more_and_big_replies_refused() -> None:
     reply = {"header": {"revision": "7"}, "count": "0"}
     with Gateway(200, json.dumps(reply).encode(), close_after=True) as member:
@@ -249,15 +273,33 @@ def _until(done, within_s: float = 5.0) -> bool:
     return done()
 
 
+def _counted(client: Etcd) -> collections.Counter:
+    """The asks ``client`` makes, counted by member as it sends them (a gateway counts a POST
+    only once its handler thread runs)."""
+    asks: collections.Counter = collections.Counter()
+    lock, post_to = threading.Lock(), client._post_to
+
+    def counted(i: int, *args, **kwargs) -> dict:
+        with lock:
+            asks[client.members[i]] += 1
+        return post_to(i, *args, **kwargs)
+
+    client._post_to = counted
+    return asks
+
+
 def test_a_keepalive_held_by_a_follower_is_asked_of_it_again_not_of_the_next_member() -> None:
     # The follower forwards the first renewal to its stopped leader and holds it; asked again
-    # (after the election) it answers. The next member, the cut leader, is never waited on.
+    # (after the election) it answers. The next member, the cut leader, is never waited on. The
+    # renewal counts from the send time of the ask that answered: the second.
     with Gateway(200, KEEPALIVE) as follower, Gateway(200, KEEPALIVE) as leader:
         follower.hold = threading.Event()
         client = Etcd(f"{follower.address},{leader.address}", prefix="/j/", keepalive_s=0.2)
+        asks = _counted(client)
         try:
-            assert client.keepalive(7) == 1
-            assert follower.posts == 2 and leader.posts == 0
+            assert client.keepalive(7, clock=itertools.count().__next__) == 1
+            assert client.renewal_sent == 1  # the clock read at the first ask gave 0
+            assert asks == {follower.address: 2}
             assert client.lost_members == set() and client._current == 0
         finally:
             follower.hold.set()
@@ -268,26 +310,60 @@ def test_a_keepalive_is_asked_of_one_member_a_bounded_number_of_times() -> None:
     with Gateway(200, KEEPALIVE) as stuck, Gateway(200, KEEPALIVE) as other:
         stuck.stall = threading.Event()
         client = Etcd(f"{stuck.address},{other.address}", prefix="/j/", keepalive_s=0.1)
+        asks = _counted(client)
         try:
             assert client.keepalive(7) == 1
-            assert _until(lambda: stuck.posts == KEEPALIVE_TRIES) and other.posts == 1
-            assert client.lost_members == {stuck.address} and client._current == 1
+            assert asks == {stuck.address: KEEPALIVE_TRIES, other.address: 1}
+            assert client._current == 1
             with pytest.raises(HogwildError, match="keepalive timeout 0 s: expected more than 0"):
                 Etcd(stuck.address, prefix="/j/", keepalive_s=0)
-            # With a near member (the first: both are on 127.0.0.1) only it is asked again: a
-            # remote member that does not answer may be cut off
+            # Neither answers: each is asked its tries, every ask kept open to its timeout
             other.stall = stuck.stall
             near = Etcd(
-                f"{stuck.address},{other.address}", prefix="/j/", keepalive_s=0.1, near="127.0.0.1"
-            )
+                f"{stuck.address},{other.address}", prefix="/j/", timeout_s=0.5,
+                keepalive_s=0.1, near="127.0.0.1",
+            )  # fmt: skip
+            near_asks = _counted(near)
             with pytest.raises(EtcdClusterLost, match="/lease/keepalive"):
                 near.keepalive(7)
             near.close()
-            assert _until(lambda: stuck.posts == 2 * KEEPALIVE_TRIES) and other.posts == 2
+            assert near_asks == {stuck.address: KEEPALIVE_TRIES, other.address: KEEPALIVE_TRIES}
         finally:
             stuck.stall.set()
             client.close()
     assert keepalive_s(1) == 0.25 and keepalive_s(0.4) == 0.2  # a quarter of the lease
+
+
+def test_a_keepalive_whose_near_member_is_refused_waits_out_a_slow_member_in_its_place() -> None:
+    # The near member is down (refused); the next one, mid-election, answers after 0.4 s: the
+    # renewal succeeds, hedged asks of the member in its place, none abandoned.
+    (refused,) = free_ports(1)
+    with Gateway(200, KEEPALIVE) as slow:
+        slow.delay_s = 0.4
+        near = f"127.0.0.1:{refused}"
+        client = Etcd(f"{near},{slow.address}", prefix="/j/", keepalive_s=0.1, near="127.0.0.1")
+        asks = _counted(client)
+        try:
+            assert client.keepalive(7) == 1
+            assert asks[near] == 1 and 1 <= asks[slow.address] <= KEEPALIVE_TRIES
+            assert client.lost_members == {near} and client._current == 1
+        finally:
+            client.close()
+
+
+def test_a_lone_slow_member_answers_a_keepalive_slower_than_its_hedges() -> None:
+    # A loaded etcd answering each renewal in 0.3 s is slow, not down: asked again every 0.1 s,
+    # its first answer renews the lease
+    with Gateway(200, KEEPALIVE) as slow:
+        slow.delay_s = 0.3
+        client = Etcd(slow.address, prefix="/j/", keepalive_s=0.1)
+        asks = _counted(client)
+        try:
+            for _ in range(2):
+                assert client.keepalive(7) == 1
+            assert client.lost_members == set() and asks[slow.address] <= 2 * KEEPALIVE_TRIES
+        finally:
+            client.close()
 
 
 def test_a_read_answered_leader_changed_twice_goes_to_the_next_member() -> None:
@@ -352,3 +428,35 @@ def test_a_client_goes_back_to_its_near_member_once_it_answers_again(monkeypatch
             client.close()
     with pytest.raises(HogwildError, match="near='0.0.0.0': expected this process's host"):
         Etcd("127.0.0.1:2379", prefix="/j/", near="0.0.0.0")
+
+
+def test_a_return_to_a_near_member_that_does_not_answer_is_short_and_backs_off(monkeypatch):
+    # The near member accepts connections but answers nothing (stopped, stalled): a return to it
+    # is asked with a short timeout, and each failed return doubles the wait before the next
+    with Gateway(200, RANGE) as near, Gateway(200, RANGE) as other:
+        near.stall = threading.Event()
+        client = Etcd(f"{near.address},{other.address}", prefix="/j/", near="127.0.0.1",
+                      timeout_s=5.0)  # fmt: skip
+        limits = []
+        post_to = client._post_to
+
+        def noted(i, path, payload, timeout_s=None):
+            limits.append((client.members[i], timeout_s))
+            return post_to(i, path, payload, timeout_s)
+
+        client._post_to = noted
+        try:
+            client._current, client._away_since = 1, 0.0  # away from it since long ago
+            for backoff in (2, 4, 8, 12):
+                assert client.get("k") == (None, 0) and client._current == 1
+                assert client._near_backoff == backoff
+                client._away_since = 0.0  # the (longer) wait is over
+            assert [limit for member, limit in limits if member == near.address] == [
+                etcd_client.NEAR_PROBE_S
+            ] * 4
+            near.stall.set()  # it answers again: back, and the wait reset
+            assert client.get("k") == (None, 0) and client._current == 0
+            assert client._near_backoff == 1
+        finally:
+            near.stall.set()
+            client.close()

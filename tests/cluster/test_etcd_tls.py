@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import ssl
 import tempfile
 import threading
 import time
@@ -175,6 +176,15 @@ def test_a_members_peer_port_admits_members_alone_not_the_jobs_clients(tmp_path)
         assert answer.status_code == 200  # a client still reaches the client port
     finally:
         etcd.stop()
+
+
+def test_the_polls_context_trusts_the_jobs_ca_alone_and_checks_the_members_address(tmp_path):
+    """The watch's HTTPS context requires a certificate, checks the member's name (its IP SAN)
+    and trusts the job's CA and nothing else (no default certificates)."""
+    tls = make_etcd_tls(tmp_path / "tls", ["127.0.0.1"])
+    context = tls.ssl_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.get_ca_certs(binary_form=True) == [ssl.PEM_cert_to_DER_cert(tls.ca.read_text())]
 
 
 def test_a_users_directory_without_client_files_is_refused_naming_them(tmp_path):

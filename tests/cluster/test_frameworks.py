@@ -6,8 +6,9 @@
   group role is SIGKILLed after two epochs: the group comes back, its members follow it.
 * ``--cluster.framework=allreduce`` (synchronous SGD through the same kind of worker group, a
   server per worker) and ``hybrid`` (two such groups, asynchronous to each other, on one server
-  group, or each on its own server group, the server groups synchronised every 200 examples and
-  at every epoch end) train the same network to a stated test accuracy.
+  group, or each on its own server group of one plain server, no copies, the server groups
+  synchronised every 200 examples and at every epoch end) train the same network to a stated
+  test accuracy.
 * ``--cluster.framework=hogwild`` (distributed Hogwild): two worker groups, each against its
   own server group, the groups synchronised every 200 examples and at every epoch end, trains
   the same network to a stated test accuracy, in one job with two copies of every bucket in
@@ -36,6 +37,8 @@ from pathlib import Path
 import pytest
 from hogwild_plugins.ps.etcd import Etcd
 from hogwild_plugins.ps.routes import etcd_prefix
+
+from tests.cluster.test_cluster import job_ended, still_running
 
 pytestmark = pytest.mark.slow
 
@@ -100,12 +103,12 @@ def test_sandblaster_lbfgs_trains_mnist_and_its_killed_group_comes_back(mnist_di
             return [r for r in map(json.loads, lines) if r.get("event") == "epoch"]
 
         while len(epochs()) < 2:
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            still_running(driver, deadline, "two epochs")
             time.sleep(0.1)
         roles = json.loads((run / "cluster.json").read_text())["roles"]
         (group,) = [r["pid"] for r in roles if r["name"] == "replica 0"]
         os.kill(group, signal.SIGKILL)
-        stdout, stderr = driver.communicate(timeout=300)
+        stdout, stderr = job_ended(driver, "the group's kill")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -165,23 +168,23 @@ def test_sandblaster_lbfgs_trains_mnist_and_its_killed_group_comes_back(mnist_di
         # SINGA's hybrid: two asynchronous groups of two synchronous workers on one server
         # group (the default): 87.1 % here
         ("hybrid", 2, 1, 0.871),
-        # each group on its own server group of two servers keeping two copies of every
-        # bucket (synchronised every 200 examples and at every epoch end): 85.9 % here
-        ("hybrid", 2, 2, 0.859),
+        # each group on its own server group of one plain server (no copies, no etcd),
+        # synchronised every 200 examples and at every epoch end: the server groups' own sync
+        # (copies and etcd: test_distributed_hogwild_with_copies_fails_over_inside_one_server_group)
+        # 85.9-86.1 % here (3 runs, load 1.5-4.4)
+        ("hybrid", 2, 2, 0.860),
     ],
 )
 def test_synchronous_sgd_groups_train_mnist(
-    mnist_dir, tmp_path, request, framework, groups, server_groups, reached
+    mnist_dir, tmp_path, framework, groups, server_groups, reached
 ):
     """10 epochs of batches of 100 at lr 0.1 on 1,000 examples: a step per batch and group."""
     config = tmp_path / "mlp.toml"
     config.write_text(MLP)
     run = tmp_path / "run"
     more = ()
-    if server_groups > 1:  # each server group's map in its own namespace of one etcd
-        etcd = request.getfixturevalue("etcd_server").address
-        more = ("--cluster.server_groups=2", "--cluster.sync_every=200", "--ps", "2",
-                "--cluster.copies=2", f"--cluster.etcd={etcd}")  # fmt: skip
+    if server_groups > 1:  # a plain server a group
+        more = ("--cluster.server_groups=2", "--cluster.sync_every=200", "--ps", "1")
     began = time.monotonic()
     done = cluster(
         config, mnist_dir, f"--cluster.framework={framework}", "--cluster.workers_per_group=2",
@@ -194,10 +197,8 @@ def test_synchronous_sgd_groups_train_mnist(
     final = json.loads(done.stdout.strip().splitlines()[-1])
     assert (final["framework"], final["optimizer"]) == (framework, "sgd")
     assert final["replicas"] == groups and final["workers"] == 2 * groups
-    # AllReduce: a server per worker; the hybrid: one server group of one, or two of two servers
-    assert (
-        final["ps_servers"] == {"allreduce": 2, "hybrid": 1 if server_groups == 1 else 4}[framework]
-    )
+    # AllReduce: a server per worker; the hybrid: a server a server group
+    assert final["ps_servers"] == {"allreduce": 2, "hybrid": server_groups}[framework]
     assert final.get("server_groups", 1) == server_groups
     assert final["test_accuracy"] >= 0.84, (final, reached)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -220,17 +221,15 @@ def test_synchronous_sgd_groups_train_mnist(
         # moved both at every epoch end
         assert epochs[-1]["group_syncs"] > len(epochs), epochs[-1]
         start = next(r for r in records if r["event"] == "start")
-        for g in range(server_groups):  # each group on its own server group of two servers
-            servers = ", ".join(start["ps_servers"][2 * g : 2 * g + 2])
+        for g in range(server_groups):  # each group on its own server group
+            servers = start["ps_servers"][g]
             coordinator = (run / "logs" / f"replica-{g}.log").read_text()
             assert f"through parameter server(s) {servers})" in coordinator, coordinator
             for m in (2 * g, 2 * g + 1):  # its members
                 member = (run / "logs" / f"member-{m}.log").read_text()
                 assert f"parameter server(s) {servers}) on" in member, member
-        # two copies of every bucket, not the buckets sharded over the group's two servers (each
-        # would hold about half); each group's map in its own etcd namespace is what
-        # test_distributed_hogwild_with_copies_fails_over_inside_one_server_group checks
-        for i in range(server_groups * 2):
+        # each server group's server holds every shard of the model
+        for i in range(server_groups):
             log = (run / "logs" / f"ps-{i}.log").read_text()
             served = re.search(r" (\d+) of (\d+) shards", log)
             assert served and served[1] == served[2], served
@@ -280,7 +279,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             started = (run / "cluster.json").exists()  # every role, with its pid
             if started and all(served) and set(maps[0][1]) == set(maps[1][1]):
                 break
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            still_running(driver, deadline, "both groups serving every bucket from two copies")
             time.sleep(0.05)
         (members0, records0), (members1, records1) = maps
         assert set(records0) == set(records1)  # each group numbers its own buckets from 0
@@ -294,7 +293,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             _, after0 = group_map(etcd_server.address, "mlp", 0)
             if after0[0]["epoch"] > records0[0]["epoch"]:
                 break
-            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            still_running(driver, deadline, "group 0's takeover of bucket 0")
             time.sleep(0.05)
         assert after0[0]["primary"] == 1 - victim  # the group's other server, not group 1's
         _, after1 = group_map(etcd_server.address, "mlp", 1)
@@ -306,7 +305,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             status = subprocess.run(cli, capture_output=True, text=True, timeout=60)
             assert status.returncode == 0, status.stderr
             assert f"(job mlp, server group {group}) at {address}" in status.stdout
-        stdout, stderr = driver.communicate(timeout=300)
+        stdout, stderr = job_ended(driver, "the failover")
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -316,7 +315,8 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
     assert (final["server_groups"], final["ps_servers"]) == (2, 4)
     assert final["restarts"] == {f"ps-{victim}": 1}, final  # replaced, and caught up
     assert (final["framework"], final["optimizer"], final["replicas"]) == ("hogwild", "sgd", 2)
-    # 87.0 % here after 5 epochs without a failover, as the other frameworks (chance: 10 %)
+    # this job, its failover included: 85.4 %, 85.7 %, 85.8 % here after 5 epochs (3 runs, load
+    # 1.5-2.5), as the other frameworks (chance: 10 %)
     assert final["test_accuracy"] >= 0.84, final
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in records if r["event"] == "epoch"]

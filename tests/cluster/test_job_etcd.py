@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 ARGS = ("--epochs", "2", "--replicas", "1", "--ps", "3", "--cluster.copies=3",
         "--cluster.etcd=job", f"--train.subset={FAULT_SUBSET}", "--evaluate-every=0")  # fmt: skip
+LEASE_S = 1.0  # the lease the driver chooses with a local etcd: its measured floor, 1 s
 
 
 def etcd_members(driver_pid: int) -> list[psutil.Process]:
@@ -85,7 +87,16 @@ def test_a_job_loses_an_etcd_member_and_two_copies_servers_and_goes_on(
               "hogwild_replica_examples"), driver=driver)  # fmt: skip
         members[0].kill()  # the first member named: every client's first choice
         killed.append(members[0].pid)
-        first = pid_of(run_dir, "ps 0")
+        # training goes on for a few leases (the auto lease is etcd's 1 s) before a server is
+        # killed, so that one dying of the member's loss (its lease clock lapsing) is seen
+        servers = [pid_of(run_dir, f"ps {i}") for i in range(3)]
+        at_loss = gauge(scrape(first_port + 4), "hogwild_replica_examples") or 0
+        settled = time.monotonic() + 3 * LEASE_S
+        until("training 3 leases past the etcd member's loss", lambda: time.monotonic() > settled
+              and gauge(scrape(first_port + 4), "hogwild_replica_examples") > at_loss,
+              driver=driver)  # fmt: skip
+        assert [pid for pid in servers if _gone(pid)] == [], "a server died of the member's loss"
+        first = servers[0]
         os.kill(first, signal.SIGKILL)
         until("ps 0 replaced", lambda: pid_of(run_dir, "ps 0") != first, driver=driver)
         os.kill(pid_of(run_dir, "ps 1"), signal.SIGKILL)

@@ -43,7 +43,10 @@ STOPS_WITHIN_S = 30.0  # from the silence's end to the process's exit, on a load
 def small_dir(mnist_dir, tmp_path_factory):
     """MNIST's first 10,000 training and 2,000 test images (written once per session): the jobs
     train on at most 2,000, and the leader's final evaluation, in one process, of 2,000 test
-    images rather than 10,000 still tells a trained model (above 0.3) from chance (0.1)."""
+    images rather than 10,000 still tells a trained model (above 0.3) from chance (0.1). The
+    first 2,000 test images come from the test set's first 5,000, which LeCun calls the cleaner,
+    easier half: the accuracy reads a little higher than on all 10,000, so the bound is a little
+    looser in effect (chance, SD about 0.007 on 2,000, still fails it)."""
     return small_mnist(mnist_dir, tmp_path_factory)
 
 

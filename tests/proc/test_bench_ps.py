@@ -81,3 +81,4 @@ def test_tiny_run_prints_every_row_and_draws_fig9(tmp_path):
         pulls["direct"]["pulls_per_s"] / pulls["queued"]["pulls_per_s"], rel=1e-2
     )
     assert record["peers"] == {} and "torch_rpc" not in targets
+    assert record["servers_started_warm"] is True  # forked with their kernels loaded

@@ -352,16 +352,26 @@ def _python_stress(pool: BufferPool, data64, owner, wid: int, exhausted: int) ->
     return exhausted
 
 
-def _compile_python_calls(pool: BufferPool, data64, owner) -> None:
+def _compile_python_calls() -> None:
     """Compile what :func:`_python_stress` calls from Python (``_claim``, ``_stamp``,
-    ``_release``), with its argument types, by one block's round trip that leaves the pool and
-    ``owner`` as they were: the children load them from numba's cache instead of each compiling
-    them at once on the same cores (from a cold cache, under ``spawn``, every child did)."""
-    h = pool.try_allocate(4096)
-    assert h is not None and _claim(pool.ref, owner, h, 0, 1)
-    first, last = _stamp(pool.ref, h)
-    data64[first], data64[last] = h, ~h  # worker 0's stamps: (0 << 32) | h
-    assert _release(pool.ref, 0, data64, owner, 0, h) == 0
+    ``_release``), with its argument types, by one block's round trip on a throwaway one-block
+    pool of the same numba types, so that the pool under test is left untouched (its class 0's
+    high-water mark shows the children's use alone): the children load them from numba's cache
+    instead of each compiling them at once on the same cores (from a cold cache, under
+    ``spawn``, every child did)."""
+    with BufferPool.create({4096: 1}) as pool:
+        owner = np.zeros(pool.layout.total_blocks, np.int64)
+        data64 = pool.data.view(np.int64)
+        h = pool.try_allocate(4096)
+        claimed = h is not None and _claim(pool.ref, owner, h, 0, 1)
+        if not claimed:
+            raise AssertionError(f"the throwaway pool's block {h} could not be claimed")
+        first, last = _stamp(pool.ref, h)
+        data64[first], data64[last] = h, ~h  # worker 0's stamps: (0 << 32) | h
+        released = _release(pool.ref, 0, data64, owner, 0, h)
+        if released:
+            raise AssertionError(f"the throwaway pool's block {h} was not released: {released}")
+        del data64
 
 
 def _stress_worker(pool: BufferPool, seg_name: str, wid: int, n_procs: int) -> None:
@@ -407,8 +417,8 @@ def test_multiprocess_stress_no_block_twice_none_lost(method):
             data64, cache = pool.data.view(np.int64), pool.open_cache()
             _stress(pool.ref, cache, data64, owner, 0, 0, 0, 1, 1)
             pool.close_cache(cache)
-            _compile_python_calls(pool, data64, owner)
             del data64
+            _compile_python_calls()
             codes = run_processes(
                 _context(method),
                 _stress_worker,

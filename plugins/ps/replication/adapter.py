@@ -227,8 +227,8 @@ class Replication(Admitting):
         near = self.server.address.host
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
-        # its keepalives time out at a quarter of the lease and are asked of the same member
-        # again: a follower forwarding one to its cut leader would hold it past the lease
+        # its keepalives are asked again (hedged) after a quarter of the lease, the first kept
+        # open: a follower forwarding one to its cut leader would hold it past the lease
         self._keeper_etcd = Etcd(
             self.etcd_address, prefix=prefix, tls=tls, near=near,
             keepalive_s=keepalive_s(self.lease_s),

@@ -147,11 +147,14 @@ class Membership:
                 continue
             last = now
             try:
+                sent = now
                 try:
-                    remaining = self.etcd.keepalive(self.clock.lease)
+                    remaining = self.etcd.keepalive(self.clock.lease, clock=lease_now)
+                    # the renewal runs from the answered ask's send time, a hedge's included
+                    sent = max(now, self.etcd.renewal_sent or now)
                 except LeaseExpired:
                     remaining = 0
-                if not self.clock.renewed(remaining, now):
+                if not self.clock.renewed(remaining, sent):
                     self.leases_lost += 1
                     self.on_change()  # step down from every bucket now
                     self.register()
