@@ -199,6 +199,10 @@ class Etcd:
         keepalive_s: Given, keepalives are hedged: one unanswered this long is asked again,
             its earlier asks kept open with the whole ``timeout_s`` (:meth:`_hedged`,
             :func:`keepalive_s`); default: asked as any read.
+        read_hedge_s: Given, :meth:`get_prefix` reads are hedged: one unanswered this long is
+            asked of the next member, each member once, the earlier asks kept open
+            (:data:`READ_HEDGE_S`); such a read does not go back to the near member. Default:
+            asked as any read (:meth:`_post`).
     """
 
     def __init__(
