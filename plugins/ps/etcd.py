@@ -314,7 +314,8 @@ class Etcd:
         asked ``tries`` times, the next member, keeping the earlier asks open (a merely slow
         member still answers the first). A member that fails (refused, down, its ask timed out)
         is replaced at once by the next one, which takes its place; one answering "leader
-        changed" is asked again at once. Each member is asked at most ``tries`` times, so one
+        changed" is asked again at once. Each member is asked at most ``tries`` times (twice with
+        ``tries`` 1, the second after "leader changed", as :meth:`_post` asks a read), so one
         request makes at most that many asks of each member, each in a thread of :attr:`_asks`
         that ends with its timeout."""
         answers: queue.SimpleQueue = queue.SimpleQueue()
@@ -373,7 +374,7 @@ class Etcd:
                     continue
             else:
                 self.lost_members.add(member)
-            asked[i] = tries  # no more asks of it: the next member takes its place
+            asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
             if place < n and order[place] == i:
                 ask_in_place()
         raise unreached(self.address, path, failures)
