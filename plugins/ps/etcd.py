@@ -31,7 +31,11 @@ knows and, that leader cut off, never answers ``leader changed``, so a keepalive
 ``keepalive_s`` is asked of the same member again (the near one, if any; the one answering in its
 place once it failed), up to :data:`KEEPALIVE_TRIES` times, by then forwarded to the new leader,
 while the earlier asks stay open with the client's whole timeout (a merely slow member still
-answers them), and the first answer counts. Members that failed their last
+answers them), and the first answer counts. A client's map reads may be hedged too
+(``read_hedge_s``, :data:`READ_HEDGE_S` for :class:`~hogwild_plugins.ps.routes.Routes`): a member
+on a cut host holds a range read (it cannot confirm its leader) until the client's whole timeout,
+so a read unanswered for ``read_hedge_s`` is asked of the NEXT member, the earlier ask kept open,
+each member once, and the first answer counts (a read is idempotent). Members that failed their last
 request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
 :class:`EtcdClusterLost` (a lost cluster).
 
@@ -108,6 +112,14 @@ knows and, that leader cut off, waits (etcd 3.4: up to its 5 s request timeout, 
 ``keepalive_s`` a quarter of the lease (:func:`keepalive_s`) the three asks go out within the first
 half of it, inside the lease clock's own margin (:class:`~hogwild_plugins.ps.failover.LeaseClock`),
 and the renewal counts from the send time of the ask that answered."""
+
+
+READ_HEDGE_S = 0.25
+"""How long a client's map read (:class:`~hogwild_plugins.ps.routes.Routes`) waits for one member
+before it is asked of the next, the first ask kept open: a member that answers does so in
+milliseconds, while one on a cut host holds the read for the whole request timeout (2 s). A
+quarter of the shortest lease (1 s), as :func:`keepalive_s` there: a client rerouting after its
+primary's host was cut then sees the new primary within a quarter second of the map naming it."""
 
 
 def keepalive_s(lease_s: float) -> float:
@@ -187,11 +199,16 @@ class Etcd:
         keepalive_s: Given, keepalives are hedged: one unanswered this long is asked again,
             its earlier asks kept open with the whole ``timeout_s`` (:meth:`_hedged`,
             :func:`keepalive_s`); default: asked as any read.
+        read_hedge_s: Given, :meth:`get_prefix` reads are hedged: one unanswered this long is
+            asked of the next member, each member once, the earlier asks kept open
+            (:data:`READ_HEDGE_S`); such a read does not go back to the near member. Default:
+            asked as any read (:meth:`_post`).
     """
 
     def __init__(
         self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
         near: str | None = None, keepalive_s: float | None = None,
+        read_hedge_s: float | None = None,
     ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
@@ -202,6 +219,9 @@ class Etcd:
         if keepalive_s is not None and not keepalive_s > 0:
             raise HogwildError(f"etcd keepalive timeout {keepalive_s!r} s: expected more than 0")
         self.keepalive_s = keepalive_s
+        if read_hedge_s is not None and not read_hedge_s > 0:
+            raise HogwildError(f"etcd read hedge delay {read_hedge_s!r} s: expected more than 0")
+        self.read_hedge_s = read_hedge_s
         self.tls = tls or None
         secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
@@ -239,7 +259,7 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        self._asks: list[threading.Thread] = []  # hedged keepalives' asks (each ends by timeout)
+        self._asks: list[threading.Thread] = []  # hedged requests' asks (each ends by timeout)
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -275,21 +295,29 @@ class Etcd:
             self.renewal_sent = clock()
             reply = self._post("/lease/keepalive", {"ID": lease})
         else:  # a follower stuck forwarding it to a cut leader is asked again, not waited on
-            reply = self._hedged("/lease/keepalive", {"ID": lease}, clock)
+            reply, self.renewal_sent = self._hedged(
+                "/lease/keepalive", {"ID": lease}, self.keepalive_s, KEEPALIVE_TRIES, clock
+            )
         reply = reply.get("result")
         # The gateway leaves out zero fields: an expired lease comes back without a TTL.
         return max(0, _int(reply, "TTL", self.address, default=0))
 
-    def _hedged(self, path: str, payload: dict, clock: Callable[[], float]) -> dict:
-        """The first answer to an idempotent request (a keepalive) asked as hedges: each ask
-        has the client's whole timeout and is never abandoned; when none answered for
-        ``keepalive_s`` since the last was sent, the member in place is asked again, keeping
-        the earlier asks open (a follower stuck forwarding the first to a cut leader forwards a
-        later one to the new leader; a merely slow member still answers the first). A member
-        that fails (refused, down, its ask timed out) is replaced at once by the next one, which
-        takes its place; one answering "leader changed" is asked again at once. Each member is
-        asked at most :data:`KEEPALIVE_TRIES` times, so one request makes at most that many
-        asks of each member, each in a thread of :attr:`_asks` that ends with its timeout."""
+    def _hedged(
+        self, path: str, payload: dict, delay_s: float, tries: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> tuple[dict, float]:  # fmt: skip
+        """The first answer to an idempotent request (a keepalive, a read) asked as hedges, and
+        when, by ``clock``, the ask that answered was sent: each ask has the client's whole
+        timeout and is never abandoned; when none answered for ``delay_s`` since the last was
+        sent, the member in place is asked again (``tries`` > 1: a follower stuck forwarding the
+        first keepalive to a cut leader forwards a later one to the new leader), or, once it was
+        asked ``tries`` times, the next member, keeping the earlier asks open (a merely slow
+        member still answers the first). A member that fails (refused, down, its ask timed out)
+        is replaced at once by the next one, which takes its place; one answering "leader
+        changed" is asked again at once. Each member is asked at most ``tries`` times (twice with
+        ``tries`` 1, the second after "leader changed", as :meth:`_post` asks a read), so one
+        request makes at most that many asks of each member, each in a thread of :attr:`_asks`
+        that ends with its timeout."""
         answers: queue.SimpleQueue = queue.SimpleQueue()
         n = len(self._clients)
         order = [(self._current + step) % n for step in range(n)]
@@ -315,7 +343,7 @@ class Etcd:
 
         def ask_in_place() -> bool:  # the member in place asked again, or the next one
             nonlocal place
-            while place < n and asked[order[place]] >= KEEPALIVE_TRIES:
+            while place < n and asked[order[place]] >= tries:
                 place += 1
             if place == n:
                 return False
@@ -324,7 +352,7 @@ class Etcd:
 
         ask_in_place()
         while outstanding:
-            hedge_at = last_sent + self.keepalive_s if place < n else None
+            hedge_at = last_sent + delay_s if place < n else None
             wait = None if hedge_at is None else max(0.0, hedge_at - time.monotonic())
             try:
                 i, sent, reply, err = answers.get(timeout=wait)
@@ -336,18 +364,17 @@ class Etcd:
             if err is None:
                 self._settle(i)
                 self.lost_members.discard(member)
-                self.renewal_sent = sent
-                return reply
+                return reply, sent
             if not isinstance(err, _MemberDown):
                 raise err  # a definite answer (lease not found) or a bad reply
             failures.append((member, err.why))
             if err.elected:  # it follows a new leader: asked again at once, if it may be
-                if asked[i] < KEEPALIVE_TRIES:
+                if asked[i] < max(tries, 2):  # as an unhedged read: asked again once
                     send(i)
                     continue
             else:
                 self.lost_members.add(member)
-            asked[i] = KEEPALIVE_TRIES  # no more asks of it: the next member takes its place
+            asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
             if place < n and order[place] == i:
                 ask_in_place()
         raise unreached(self.address, path, failures)
@@ -377,7 +404,11 @@ class Etcd:
         """Every key starting with ``prefix``, as ``{key: (value, mod_revision)}`` with keys
         relative to the job prefix, and the store's revision they were read at."""
         start = self._key(prefix, allow_empty=True)
-        reply = self._post("/kv/range", {"key": _b64(start), "range_end": _b64(_after(start))})
+        payload = {"key": _b64(start), "range_end": _b64(_after(start))}
+        if self.read_hedge_s is None:
+            reply = self._post("/kv/range", payload)
+        else:  # a member holding the read (its host cut) is not waited on: the next is asked
+            reply, _ = self._hedged("/kv/range", payload, self.read_hedge_s, 1)
         found = {}
         for kv in self._kvs(reply):
             found[self._relative(kv)] = (self._value(kv), _int(kv, "mod_revision", self.address))
@@ -462,7 +493,7 @@ class Etcd:
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
-        for thread in self._asks:  # an ask left open by a hedged keepalive ends by its timeout
+        for thread in self._asks:  # an ask left open by a hedged request ends by its timeout
             thread.join(timeout=self.timeout_s + 1.0)
         self._asks.clear()
         for client in self._clients:

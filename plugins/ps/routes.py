@@ -7,7 +7,8 @@ server groups keeps each group's map in a namespace of its own, ``/hogwild/<job>
 one prefix would read each other's members and records. Servers and
 clients read it the same way, through :func:`read_map`; :class:`Routes` is a client's copy, read
 again when a request fails (the primary died, or stepped down) until every bucket it needs has a
-live primary.
+live primary. Its reads are hedged (:data:`~hogwild_plugins.ps.etcd.READ_HEDGE_S`): the
+member it reads from may be on the host a fault just cut, which holds a read until it times out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable
+from hogwild_plugins.ps.etcd import READ_HEDGE_S, Etcd, EtcdUnavailable
 from hogwild_plugins.ps.failover import BucketRecord, MemberRecord
 from hogwild_plugins.ps.job_nonce import NONCE_KEY, JobNonce
 
@@ -124,7 +125,9 @@ class Routes:
         self, etcd: str, job: str, n_servers: int, n_buckets: int, tls: str | None = None,
         group: int | None = None,
     ) -> None:  # fmt: skip
-        self.etcd = Etcd(etcd, prefix=etcd_prefix(job, group), tls=tls)
+        # hedged: a read held by a member on a cut host is asked of the next one after
+        # READ_HEDGE_S, not waited out for the whole request timeout during the failover
+        self.etcd = Etcd(etcd, prefix=etcd_prefix(job, group), tls=tls, read_hedge_s=READ_HEDGE_S)
         self.n_servers, self.n_buckets = n_servers, n_buckets
         self.primaries: list[int | None] = [None] * n_buckets
         self.epochs = [0] * n_buckets

@@ -28,6 +28,7 @@ from hogwild_plugins.ps.etcd import (
 )
 from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
 from hogwild_plugins.ps.etcd_tls import make_etcd_tls
+from hogwild_plugins.ps.routes import Routes
 
 from hogwild.errors import HogwildError
 from hogwild.net.ports import free_ports
@@ -317,10 +318,12 @@ def test_a_keepalive_is_asked_of_one_member_a_bounded_number_of_times() -> None:
             assert client._current == 1
             with pytest.raises(HogwildError, match="keepalive timeout 0 s: expected more than 0"):
                 Etcd(stuck.address, prefix="/j/", keepalive_s=0)
-            # Neither answers: each is asked its tries, every ask kept open to its timeout
+            # Neither answers: each is asked its tries, every ask kept open to its timeout (2 s,
+            # far past the hedges' 0.1 s spacing: with 0.5 s a thread stalled 0.3 s under load
+            # let the first ask time out before the third hedge, and the member was asked twice)
             other.stall = stuck.stall
             near = Etcd(
-                f"{stuck.address},{other.address}", prefix="/j/", timeout_s=0.5,
+                f"{stuck.address},{other.address}", prefix="/j/", timeout_s=2.0,
                 keepalive_s=0.1, near="127.0.0.1",
             )  # fmt: skip
             near_asks = _counted(near)
@@ -378,6 +381,32 @@ def test_a_read_answered_leader_changed_twice_goes_to_the_next_member() -> None:
         finally:
             poller.close()
             client.close()
+
+
+def test_a_map_read_held_by_a_member_is_asked_of_the_next_which_answers_it() -> None:
+    # The member the client reads from is on a cut host: it holds every read (here until the
+    # test ends, the client's timeout 5 s). The map read is answered by the next member while
+    # the held ask is still open (not waited out, not abandoned), and the client reads there next.
+    with Gateway(200, RANGE) as cut, Gateway(200, RANGE) as other:
+        cut.stall = threading.Event()
+        routes = Routes(f"{cut.address},{other.address}", "j", n_servers=2, n_buckets=1)
+        routes.etcd.timeout_s = 5.0
+        for client in routes.etcd._clients:
+            client.timeout = 5.0
+        asks = _counted(routes.etcd)
+        try:
+            routes.read()
+            assert routes.primaries == [None] and routes.members == set()
+            assert asks == {cut.address: 1, other.address: 1}
+            assert any(ask.is_alive() for ask in routes.etcd._asks)  # the held ask, still open
+            assert routes.etcd._current == 1 and routes.etcd.lost_members == set()
+            routes.read()  # asked of the member that answered, first
+            assert asks == {cut.address: 1, other.address: 2}
+            with pytest.raises(HogwildError, match="read hedge delay 0 s: expected more than 0"):
+                Etcd(other.address, prefix="/j/", read_hedge_s=0)
+        finally:
+            cut.stall.set()
+            routes.close()
 
 
 def test_a_write_answered_leader_changed_stays_with_that_member_which_is_not_lost() -> None:
