@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,14 +37,12 @@ def warm_forkserver(*modules: str) -> Iterator:
     """
     from multiprocessing import forkserver
 
-    from hogwild.runtime import environment_set
-    from hogwild.training.zygote import stop_server
+    from hogwild.training.zygote import server_import_path, stop_server
 
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(modules))
-    path = os.pathsep.join(entry for entry in sys.path if entry)
     try:
-        with environment_set({"PYTHONSAFEPATH": "1", "PYTHONPATH": path}):
+        with server_import_path():
             forkserver.ensure_running()
         yield ctx
     finally:

@@ -357,7 +357,7 @@ def _ensure_server() -> str | None:
     server = _forkserver()
     server.set_forkserver_preload(list(PRELOAD))
     try:
-        with _server_import_path():
+        with server_import_path():
             server.ensure_running()
     except OSError as error:  # its socket's path too long (a deep TMPDIR): spawn has no socket
         return f"the server could not start ({error})"
@@ -369,9 +369,11 @@ def _ensure_server() -> str | None:
 
 
 @contextlib.contextmanager
-def _server_import_path() -> Iterator[None]:
-    """While the server starts: it imports the preload with this process's ``sys.path``, not
-    with ``python -c``'s (whose first entry, the working directory, could shadow hogwild)."""
+def server_import_path() -> Iterator[None]:
+    """While a forkserver starts: it imports the preload with this process's ``sys.path``, not
+    with ``python -c``'s (whose first entry, the working directory, could shadow hogwild; Python
+    3.11's forkserver ignores the ``sys_path`` multiprocessing hands it). This module's server
+    and the benchmarks' (``bench/support/child_server.py``) start this way."""
     path = os.pathsep.join(entry for entry in sys.path if entry)
     with environment_set({"PYTHONSAFEPATH": "1", "PYTHONPATH": path}):
         yield
