@@ -40,8 +40,8 @@ class BadHeaderPeer:
             if not poller.poll(50):
                 continue
             frames = self.socket.recv_multipart()
+            self.answered += 1  # before the answer: the test reads it once the answer is in
             self.socket.send_multipart([frames[0], b"not a header"])
-            self.answered += 1
 
     def close(self) -> None:
         self._stop.set()
