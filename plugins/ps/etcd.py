@@ -227,15 +227,14 @@ class Etcd:
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
 
         # whose processes import this module, never spend
-        import requests
+        from hogwild_plugins.ps.etcd_session import direct_session
 
         self._clients = []
         for member in self.members:
             parsed = parse_address(member)
             options = dict(secure)
-            if "session" not in options:  # TLS brings its own, which trusts no environment
-                options["session"] = requests.Session()
-                options["session"].trust_env = False  # etcd is never reached through a proxy
+            # direct (no proxy), and closed mid-request: close() cuts asks left open
+            options["session"] = direct_session(options.get("session"))
             self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
                                                 timeout=timeout_s, **options))  # fmt: skip
         self.near = near
@@ -259,7 +258,9 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        self._asks: list[threading.Thread] = []  # hedged requests' asks (each ends by timeout)
+        self._asks: list[
+            threading.Thread
+        ] = []  # hedged requests' asks (each ends by timeout, or cut)
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -308,16 +309,17 @@ class Etcd:
     ) -> tuple[dict, float]:  # fmt: skip
         """The first answer to an idempotent request (a keepalive, a read) asked as hedges, and
         when, by ``clock``, the ask that answered was sent: each ask has the client's whole
-        timeout and is never abandoned; when none answered for ``delay_s`` since the last was
-        sent, the member in place is asked again (``tries`` > 1: a follower stuck forwarding the
-        first keepalive to a cut leader forwards a later one to the new leader), or, once it was
-        asked ``tries`` times, the next member, keeping the earlier asks open (a merely slow
-        member still answers the first). A member that fails (refused, down, its ask timed out)
+        timeout and is never abandoned (but by :meth:`close`, which cuts it); when none
+        answered for ``delay_s`` since the last was sent, the member in place is asked again
+        (``tries`` > 1: a follower stuck forwarding the first keepalive to a cut leader
+        forwards a later one to the new leader), or, once it was asked ``tries`` times, the
+        next member, keeping the earlier asks open (a merely slow member still answers the
+        first). A member that fails (refused, down, its ask timed out)
         is replaced at once by the next one, which takes its place; one answering "leader
         changed" is asked again at once. Each member is asked at most ``tries`` times (twice with
         ``tries`` 1, the second after "leader changed", as :meth:`_post` asks a read), so one
         request makes at most that many asks of each member, each in a thread of :attr:`_asks`
-        that ends with its timeout."""
+        that ends with its timeout (or as :meth:`close` cuts its connection)."""
         answers: queue.SimpleQueue = queue.SimpleQueue()
         n = len(self._clients)
         order = [(self._current + step) % n for step in range(n)]
@@ -489,13 +491,14 @@ class Etcd:
         return handle
 
     def close(self) -> None:
-        """Cancel this client's watches and close its connections."""
+        """Cancel this client's watches and close its connections, those of asks a hedged
+        request left open too: such an ask (a member on a cut host holding it) is abandoned,
+        not waited for, its connection cut so that its thread ends at once
+        (:mod:`~hogwild_plugins.ps.etcd_session`)."""
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
-        for thread in self._asks:  # an ask left open by a hedged request ends by its timeout
-            thread.join(timeout=self.timeout_s + 1.0)
-        self._asks.clear()
+        self._asks.clear()  # daemon threads, each failing as its connection is cut below
         for client in self._clients:
             client.session.close()
 
