@@ -528,3 +528,30 @@ def test_closing_a_client_cuts_a_hedged_ask_still_held_instead_of_waiting_for_it
         finally:
             cut.stall.set()
             closer.join(70.0)
+
+
+def test_a_hedged_read_ends_on_an_error_of_the_request_not_on_a_members_own_fault() -> None:
+    # Review AD 3. A member whose reply is no etcd answer (not JSON: a broken member, or not
+    # etcd at all) is that member's fault: the hedged read goes on to the next member, which
+    # answers. An error etcd answers about the request (a compacted revision: every member
+    # would say the same) ends the read at once, not waiting for an ask still held elsewhere.
+    with Gateway(200, b"<html>not etcd</html>") as broken, Gateway(200, RANGE) as other:
+        client = Etcd(f"{broken.address},{other.address}", prefix="/j/", read_hedge_s=5.0)
+        try:  # the hedge far off: the next member is asked because the first failed
+            assert client.get_prefix("map/") == ({}, 3)
+            assert broken.posts == 1 and other.posts == 1 and client._current == 1
+        finally:
+            client.close()
+    compacted = 400, b'{"error":"etcdserver: mvcc: required revision has been compacted"}'
+    with Gateway(200, RANGE) as held, Gateway(*compacted) as refusing:
+        held.stall = threading.Event()
+        client = Etcd(f"{held.address},{refusing.address}", prefix="/j/", timeout_s=60.0,
+                      read_hedge_s=0.1)  # fmt: skip
+        try:
+            with pytest.raises(HogwildError, match="required revision has been compacted"):
+                client.get_prefix("map/")
+            assert refusing.posts == 1
+            assert any(ask.is_alive() for ask in client._asks)  # the held ask, not awaited
+        finally:
+            client.close()
+            held.stall.set()
