@@ -45,10 +45,11 @@ class JobServers:
         """``config`` with ``cluster.etcd`` the controller's address (the one given, or one
         started for the job: by ``start_members``, the launcher's, where it has one), its
         certificates in ``cluster.etcd_tls`` (``"job"``: those the job made, each role its own),
-        and an auto ``ps.lease_s`` as short as it honours."""
+        the members it starts with ``cluster.etcd_election_ms``, and an auto ``ps.lease_s`` as
+        short as it honours."""
         self.controller = open_controller(
             config.cluster.etcd, self.job, say, tls=config.cluster.etcd_tls or None,
-            start_members=start_members,
+            start_members=start_members, election_ms=config.cluster.etcd_election_ms,
         )  # fmt: skip
         changes = {"cluster.etcd": self.controller.address}
         tls = getattr(self.controller, "tls", None)  # a third party's controller may have none

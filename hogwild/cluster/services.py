@@ -85,12 +85,14 @@ class OpenController(Protocol):
     whatever an earlier run of the job left in it is deleted first. ``tls`` is
     ``cluster.etcd_tls`` (a directory of certificates: HTTPS with client certificates);
     ``start_members(count, tls)``, where given, starts the job's own etcd members (``"job"``)
-    on the launcher's nodes.
+    on the launcher's nodes. ``election_ms`` (``cluster.etcd_election_ms``), passed only when
+    set: the election timeout of every etcd member it starts (and ``start_members`` takes it
+    as a keyword).
     """
 
     def __call__(
         self, address: str, job: str, say: Callable[[str], None], tls: str | None = None,
-        start_members: Callable | None = None,
+        start_members: Callable | None = None, election_ms: int = 0,
     ) -> Controller: ...  # fmt: skip
 
 
@@ -163,13 +165,16 @@ class WorkerGroupFramework(Protocol):
 
 def open_controller(
     address: str, job: str, say: Callable[[str], None], tls: str | None = None,
-    start_members: Callable | None = None,
+    start_members: Callable | None = None, election_ms: int = 0,
 ) -> Controller:  # fmt: skip
     """The controller of ``job`` (:class:`OpenController`), from its entry point; ``tls``: a
     directory of etcd certificates (``cluster.etcd_tls``); ``start_members``: the launcher's
-    way to start the job's own etcd members on its nodes (None: on this host's loopback)."""
+    way to start the job's own etcd members on its nodes (None: on this host's loopback);
+    ``election_ms``: their election timeout (``cluster.etcd_election_ms``; 0: the
+    controller's own, and not passed, so a controller without the keyword still opens)."""
     opened = load(CONTROLLERS, CONTROLLER, needed_for="cluster.copies > 1")
-    return opened(address, job, say, tls=tls, start_members=start_members)
+    chosen = {"election_ms": election_ms} if election_ms else {}
+    return opened(address, job, say, tls=tls, start_members=start_members, **chosen)
 
 
 def open_server_groups(groups, job: str, who: str, *, timeout_s: float, retries: int,

@@ -211,6 +211,9 @@ class ClusterConfig:
     partition_placement: str = "pack"
     etcd: str = ""
     etcd_tls: str = ""  # a directory of etcd certificates: HTTPS with client certificates
+    # the election timeout (ms) of every etcd member hogwild starts (cluster.etcd "" or "job");
+    # 0: hogwild's (etcd_process.ELECTION_MS, 200: a cut leader's host costs a lease ~0.6 s)
+    etcd_election_ms: int = 0
     group_servers: tuple[str, ...] = ()  # every server group's servers (the driver sets it)
 
 

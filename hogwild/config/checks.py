@@ -201,6 +201,7 @@ def check_config(config: Any, origin: str) -> None:
         fail(f"output.tensorboard_every must be >= 1, got {out.tensorboard_every}")
     _check_ps(config.ps, fail)
     _check_cluster(config.cluster, config.ps.rule, fail)
+    _check_etcd_election(config.cluster, config.ps.lease_s, fail)
     if not 0 <= config.ps.server_group < max(1, config.cluster.server_groups):
         fail(
             f"ps.server_group must be 0 to cluster.server_groups - 1 (this role's server group, "
@@ -290,6 +291,34 @@ def _check_ps(ps, fail) -> None:
     if not ps.flush_s > 0 or not ps.timeout_s > 0:
         fail(
             f"ps.flush_s and ps.timeout_s must be > 0 seconds, got {ps.flush_s} and {ps.timeout_s}"
+        )
+
+
+DEFAULT_ELECTION_MS = 200  # plugins/ps/etcd_process.ELECTION_MS (the engine imports no plugin)
+MAX_ELECTION_MS = 40_000  # its shortest lease, 1.5 of it, within 60 s (an EtcdProcess's floor)
+
+
+def _check_etcd_election(cluster, lease_s: int, fail) -> None:
+    """``cluster.etcd_election_ms``: 0 or within etcd's range, short enough for the lease
+    (etcd grants no lease shorter than 1.5 election timeouts). An etcd hogwild does not start
+    keeps its own timers: the key is not read then (nor refused: the driver hands its roles the
+    config with ``cluster.etcd`` the address of the etcd it started)."""
+    election_ms = cluster.etcd_election_ms
+    if election_ms == 0:
+        return
+    if not 10 <= election_ms <= MAX_ELECTION_MS:
+        fail(
+            f"cluster.etcd_election_ms must be 0 (hogwild's, {DEFAULT_ELECTION_MS}) or 10 to "
+            f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it), "
+            f"got {election_ms}"
+        )
+    floor_ms = election_ms * 1.5
+    if lease_s and floor_ms > lease_s * 1000:
+        fail(
+            f"cluster.etcd_election_ms = {election_ms} needs ps.lease_s >= "
+            f"{math.ceil(floor_ms / 1000)} (got {lease_s}): etcd grants no lease shorter than "
+            f"1.5 election timeouts ({floor_ms:g} ms); or give cluster.etcd_election_ms <= "
+            f"{int(lease_s * 1000 / 1.5)}"
         )
 
 

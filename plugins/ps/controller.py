@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd import Etcd, parse_endpoints
-from hogwild_plugins.ps.etcd_process import EtcdCluster, EtcdProcess
+from hogwild_plugins.ps.etcd_process import ELECTION_MS, EtcdCluster, EtcdProcess
 from hogwild_plugins.ps.etcd_tls import JOB as JOB_TLS
 from hogwild_plugins.ps.etcd_tls import drop_etcd_tls
 from hogwild_plugins.ps.failover import (
@@ -156,14 +156,20 @@ class EtcdController:
             job makes, only for the members the launcher starts.
         start_members: With ``"job"``: the launcher's way to start the members on its nodes
             (``start_members(count, tls)``: started, with ``address``, ``min_ttl_s`` and
-            ``stop``); None: on this host's loopback.
+            ``stop``; ``election_ms=`` too where one is given); None: on this host's loopback.
+        election_ms: The election timeout of every etcd member started here or by
+            ``start_members`` (``cluster.etcd_election_ms``); 0: :data:`ELECTION_MS`. Their
+            shortest lease, 1.5 of it, is what they must honour (1 s at most).
     """
 
     def __init__(
         self, address: str, job: str, say: Callable[[str], None], tls: str | None = None,
-        start_members: Callable | None = None,
+        start_members: Callable | None = None, election_ms: int = 0,
     ) -> None:  # fmt: skip
         self.prefix, self.tls = etcd_prefix(job), tls or None
+        timers = {"election_ms": election_ms or ELECTION_MS}  # the members' started here
+        timers["lease_floor_s"] = max(1.0, timers["election_ms"] * 1.5 / 1000)
+        chosen = {"election_ms": election_ms} if election_ms else {}  # the launcher's members
         self.process: EtcdProcess | EtcdCluster | None = None
         on_nodes = address.strip() == JOB_ETCD and start_members is not None
         if self.tls == JOB_TLS and not on_nodes:
@@ -175,7 +181,7 @@ class EtcdController:
             )
         if on_nodes:  # beyond this node: TLS, with the job's certificates unless given some
             self.tls = self.tls or JOB_TLS
-            self.process = start_members(JOB_ETCD_MEMBERS, self.tls)
+            self.process = start_members(JOB_ETCD_MEMBERS, self.tls, **chosen)
             address = self.process.address
             how = "certificates made by the job" if self.tls == JOB_TLS else self.tls
             say(
@@ -184,7 +190,7 @@ class EtcdController:
             )
         elif address.strip() == JOB_ETCD:
             # each member's data its own, removed with it
-            self.process = EtcdCluster(JOB_ETCD_MEMBERS, tls=self.tls)
+            self.process = EtcdCluster(JOB_ETCD_MEMBERS, tls=self.tls, **timers)
             address = self.process.start()
             say(
                 f"hogwild cluster: an etcd cluster of {JOB_ETCD_MEMBERS} members for the "
@@ -192,7 +198,7 @@ class EtcdController:
             )
         elif not address:
             # its data in a directory of its own, removed with it
-            self.process = EtcdProcess(tls=self.tls)
+            self.process = EtcdProcess(tls=self.tls, **timers)
             address = self.process.start()
             say(f"hogwild cluster: etcd for the servers' copies on {address}")
         beyond = [m for m in parse_endpoints(address) if not is_loopback(parse_address(m))]

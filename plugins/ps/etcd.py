@@ -67,6 +67,7 @@ from hogwild_plugins.ps.etcd_errors import (
     LEADERLESS,
     PROPOSAL_DROPPED,
     EtcdClusterLost,
+    EtcdReplyError,
     EtcdUnavailable,
     gateway_error,
     unreached,
@@ -227,15 +228,14 @@ class Etcd:
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
 
         # whose processes import this module, never spend
-        import requests
+        from hogwild_plugins.ps.etcd_session import direct_session
 
         self._clients = []
         for member in self.members:
             parsed = parse_address(member)
             options = dict(secure)
-            if "session" not in options:  # TLS brings its own, which trusts no environment
-                options["session"] = requests.Session()
-                options["session"].trust_env = False  # etcd is never reached through a proxy
+            # direct (no proxy), and closed mid-request: close() cuts asks left open
+            options["session"] = direct_session(options.get("session"))
             self._clients.append(etcd3gw.client(host=parsed.host, port=parsed.port,
                                                 timeout=timeout_s, **options))  # fmt: skip
         self.near = near
@@ -259,7 +259,9 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        self._asks: list[threading.Thread] = []  # hedged requests' asks (each ends by timeout)
+        self._asks: list[
+            threading.Thread
+        ] = []  # hedged requests' asks (each ends by timeout, or cut)
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -308,22 +310,28 @@ class Etcd:
     ) -> tuple[dict, float]:  # fmt: skip
         """The first answer to an idempotent request (a keepalive, a read) asked as hedges, and
         when, by ``clock``, the ask that answered was sent: each ask has the client's whole
-        timeout and is never abandoned; when none answered for ``delay_s`` since the last was
-        sent, the member in place is asked again (``tries`` > 1: a follower stuck forwarding the
-        first keepalive to a cut leader forwards a later one to the new leader), or, once it was
-        asked ``tries`` times, the next member, keeping the earlier asks open (a merely slow
-        member still answers the first). A member that fails (refused, down, its ask timed out)
-        is replaced at once by the next one, which takes its place; one answering "leader
-        changed" is asked again at once. Each member is asked at most ``tries`` times (twice with
-        ``tries`` 1, the second after "leader changed", as :meth:`_post` asks a read), so one
-        request makes at most that many asks of each member, each in a thread of :attr:`_asks`
-        that ends with its timeout."""
+        timeout and is not abandoned while the request may still be answered (:meth:`close`
+        cuts it); when none answered for ``delay_s`` since the last was sent, the member in
+        place is asked again (``tries`` > 1: a follower stuck forwarding the first keepalive to
+        a cut leader forwards a later one to the new leader), or, once it was asked ``tries``
+        times, the next member, keeping the earlier asks open (a merely slow member still
+        answers the first). A member that fails (refused, down, its ask timed out) is replaced
+        at once by the next one, which takes its place, and so is one whose reply is no etcd
+        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault, raised
+        only if no member answers); an error etcd answers about the request (a lease not found,
+        a compacted revision) ends it at once, the asks still open abandoned: every member
+        would answer the same. One answering "leader changed" is asked again at once. Each
+        member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
+        "leader changed", as :meth:`_post` asks a read), so one request makes at most that many
+        asks of each member, each in a thread of :attr:`_asks` that ends with its timeout (or
+        as :meth:`close` cuts its connection)."""
         answers: queue.SimpleQueue = queue.SimpleQueue()
         n = len(self._clients)
         order = [(self._current + step) % n for step in range(n)]
         asked = dict.fromkeys(order, 0)
         failures: list[tuple[str, str]] = []
         place, outstanding, last_sent = 0, 0, 0.0
+        broken: EtcdReplyError | None = None  # the first reply that was no etcd answer
 
         def send(i: int) -> None:
             nonlocal outstanding, last_sent
@@ -365,8 +373,15 @@ class Etcd:
                 self._settle(i)
                 self.lost_members.discard(member)
                 return reply, sent
+            if isinstance(err, EtcdReplyError):  # the member's fault: the next one is asked
+                broken = broken or err
+                failures.append((member, str(err)))
+                asked[i] = max(asked[i], tries)
+                if place < n and order[place] == i:
+                    ask_in_place()
+                continue
             if not isinstance(err, _MemberDown):
-                raise err  # a definite answer (lease not found) or a bad reply
+                raise err  # etcd's answer about the request (lease not found): every member's
             failures.append((member, err.why))
             if err.elected:  # it follows a new leader: asked again at once, if it may be
                 if asked[i] < max(tries, 2):  # as an unhedged read: asked again once
@@ -377,6 +392,8 @@ class Etcd:
             asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
             if place < n and order[place] == i:
                 ask_in_place()
+        if broken is not None:  # the one error that is no member's silence: raised as it was
+            raise broken
         raise unreached(self.address, path, failures)
 
     def revoke(self, lease: int) -> None:
@@ -489,13 +506,14 @@ class Etcd:
         return handle
 
     def close(self) -> None:
-        """Cancel this client's watches and close its connections."""
+        """Cancel this client's watches and close its connections, those of asks a hedged
+        request left open too: such an ask (a member on a cut host holding it) is abandoned,
+        not waited for, its connection cut so that its thread ends at once
+        (:mod:`~hogwild_plugins.ps.etcd_session`)."""
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
-        for thread in self._asks:  # an ask left open by a hedged request ends by its timeout
-            thread.join(timeout=self.timeout_s + 1.0)
-        self._asks.clear()
+        self._asks.clear()  # daemon threads, each failing as its connection is cut below
         for client in self._clients:
             client.session.close()
 
@@ -662,7 +680,7 @@ class Etcd:
             detail = _detail(err)
             if any(word in detail.lower() for word in LEADERLESS):
                 raise _MemberDown(detail, unsent=False) from err
-            raise HogwildError(f"etcd at {member}: {path}: no API path: {detail}") from err
+            raise EtcdReplyError(f"etcd at {member}: {path}: no API path: {detail}") from err
         except requests.RequestException as err:  # refused, timed out, cut
             why = str(err)[:400] or type(err).__name__
             timed_out = isinstance(err, requests.exceptions.Timeout)
@@ -681,9 +699,9 @@ class Etcd:
         try:
             reply = answer.json()
         except ValueError as err:  # a reply that is not JSON: not etcd
-            raise HogwildError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
+            raise EtcdReplyError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
         if not isinstance(reply, dict):
-            raise HogwildError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
+            raise EtcdReplyError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
         return reply
 
 

@@ -20,6 +20,12 @@ the node it was made on, only certificate signing requests and certificates trav
   Every member's certificate has the common name ``hogwild etcd member`` (its name in the
   organisational unit) and no client's has: the members admit only that name on their peer port.
 
+The certificates carry what RFC 5280 asks for (as
+:func:`~hogwild_plugins.ps.etcd_tls.make_etcd_tls`'s do), so that a client verifying strictly
+(``ssl.VERIFY_X509_STRICT``, Python 3.13's default) accepts them: the CA's critical basic
+constraints, its key usage and subject key identifier; a member's or client's key usage and the
+authority key identifier naming the CA's key.
+
 Every request's signature is checked (it proves its sender holds the key) and its names are
 checked against what the driver knows, never taken from the request: the certificate the driver
 signs carries the names the driver chose.
@@ -110,6 +116,10 @@ class JobCA:
                 digital_signature=False, content_commitment=False, key_encipherment=False,
                 data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
                 encipher_only=False, decipher_only=False), critical=True)
+            # RFC 5280 4.2.1.2: a CA names its key, which its certificates' AKI points at
+            # (strict verification, Python 3.13's default, refuses a CA without one)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
             .sign(key, hashes.SHA256())
         )  # fmt: skip
         return cls(key, certificate)
@@ -216,6 +226,11 @@ class JobCA:
                 data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
                 encipher_only=False, decipher_only=False), critical=True)  # ECDSA TLS signs only
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            # RFC 5280 4.2.1.1-2: which CA key signed it (strict verification requires it)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                self.key.public_key()), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(csr.public_key()),
+                           critical=False)
         )  # fmt: skip
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)

@@ -19,6 +19,7 @@ __all__ = [
     "LEADERLESS",
     "PROPOSAL_DROPPED",
     "EtcdClusterLost",
+    "EtcdReplyError",
     "EtcdUnavailable",
     "gateway_error",
     "unreached",
@@ -50,6 +51,14 @@ class EtcdUnavailable(HogwildError):
 
 class EtcdClusterLost(EtcdUnavailable):
     """No member of the etcd cluster answered one request (each member's failure named)."""
+
+
+class EtcdReplyError(HogwildError):
+    """A member's reply that is no answer of etcd's (not JSON, not a JSON object, no API path
+    found): a fault of that member (broken, or not etcd at all), not of the request, which
+    another member may answer. An error etcd answers about the request itself (a lease not
+    found, a compacted revision, an invalid argument) is a plain :class:`HogwildError`: every
+    member would answer it the same."""
 
 
 def gateway_error(status: int, text: str) -> tuple[bool, str] | None:

@@ -10,10 +10,13 @@ when ``cluster.etcd_tls = DIR`` names such a directory. It holds PEM files::
 
 :func:`make_etcd_tls` makes one (with the ``cryptography`` package, else the ``openssl``
 command): a CA of its own, a server certificate naming the given hosts (and loopback), a client
-certificate; keys are created mode 0600, the directory mode 0700. :class:`EtcdTls` reads a
-directory, checking that what is needed is there, and says how etcd3gw's client and the etcd
-binary take it. etcd is started with ``--client-cert-auth``: a client without a certificate
-signed by the directory's CA is refused during the handshake.
+certificate; keys are created mode 0600, the directory mode 0700. Each certificate carries the
+extensions RFC 5280 asks for, which strict verification (``ssl.VERIFY_X509_STRICT``, Python 3.13's
+default) checks: the CA's basic constraints (critical), key usage (certificate signing) and subject
+key identifier; every other's key usage (signing) and authority key identifier.
+:class:`EtcdTls` reads a directory, checking that what is needed is there, and says how etcd3gw's
+client and the etcd binary take it. etcd is started with ``--client-cert-auth``: a client without a
+certificate signed by the directory's CA is refused during the handshake.
 
 ``cluster.etcd_tls = "job"`` (:data:`JOB`): the certificates the job made itself
 (:mod:`~hogwild_plugins.ps.etcd_ca`), a directory of each process's own on its own node: the
@@ -258,6 +261,12 @@ def _with_cryptography(root: Path, names: list[str], days: int) -> None:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(
+            digital_signature=False, content_commitment=False, key_encipherment=False,
+            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                       critical=False)
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
     _write(root / f"{CA}.crt", ca.public_bytes(serialization.Encoding.PEM), 0o644)
@@ -275,6 +284,14 @@ def _with_cryptography(root: Path, names: list[str], days: int) -> None:
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .add_extension(x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
             .sign(ca_key, hashes.SHA256())
         )  # fmt: skip
         _write(root / f"{who}.key", key_pem(key), 0o600)
@@ -304,6 +321,8 @@ def _with_openssl(root: Path, names: list[str], days: int) -> None:
         w = Path(work)
         run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(w / "ca.key"))
         run("req", "-x509", "-new", "-key", str(w / "ca.key"), "-subj", "/CN=hogwild etcd CA",
+            "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
             "-days", str(days), "-out", str(w / "ca.crt"))  # fmt: skip
         for who, usage in ((SERVER, "serverAuth,clientAuth"), (CLIENT, "clientAuth")):
             key = str(w / f"{who}.key")
@@ -311,7 +330,10 @@ def _with_openssl(root: Path, names: list[str], days: int) -> None:
             run("req", "-new", "-key", str(w / f"{who}.key"), "-subj", f"/CN=hogwild etcd {who}",
                 "-out", str(w / f"{who}.csr"))  # fmt: skip
             (w / f"{who}.ext").write_text(
-                f"subjectAltName={sans}\nextendedKeyUsage={usage}\n", encoding="ascii"
+                f"subjectAltName={sans}\nextendedKeyUsage={usage}\n"
+                "keyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n",
+                encoding="ascii",
             )
             run("x509", "-req", "-in", str(w / f"{who}.csr"), "-CA", str(w / "ca.crt"),
                 "-CAkey", str(w / "ca.key"), "-CAcreateserial", "-days", str(days),

@@ -24,11 +24,13 @@ __all__ = ["JobEtcd"]
 class JobEtcd:
     """The job's etcd members and CA (``etcd_members``, ``etcd_ca``; see the module docstring)."""
 
-    def start_etcd_cluster(self, count: int, tls: str | None):
+    def start_etcd_cluster(self, count: int, tls: str | None, election_ms: int = 0):
         """The job's own etcd cluster (``cluster.etcd = "job"``): ``count`` members, one per
         node (:mod:`~hogwild_plugins.ray.etcd_members`), started; stopped by :meth:`stop_all`
         (or by its ``stop``). It has ``address``, ``min_ttl_s`` and ``stop``. ``tls``:
         ``"job"``, certificates the job makes (the module docstring), or the user's directory.
+        ``election_ms``: the members' election timeout (``cluster.etcd_election_ms``; 0:
+        :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS`).
         """
         from hogwild_plugins.ray.etcd_members import RayEtcdCluster
 
@@ -38,7 +40,8 @@ class JobEtcd:
                 driver = Path(self.run_dir) / PRIVATE / "etcd-driver"
                 use_etcd_tls(self.etcd_ca.client_directory(driver, "driver").directory)
             members = RayEtcdCluster(count, tls=tls, timeout_s=self.cluster.start_timeout_s,
-                                     prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca)  # fmt: skip
+                                     prefix=f"hogwild-{os.getpid()}", ca=self.etcd_ca,
+                                     election_ms=election_ms)  # fmt: skip
             self.etcd_members = members
             members.start()
         except BaseException:

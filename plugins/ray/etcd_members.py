@@ -28,7 +28,7 @@ from pathlib import Path
 
 import ray
 from hogwild_plugins.ps.etcd_ca import MEMBER, install_certificate, request_certificate
-from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
+from hogwild_plugins.ps.etcd_process import ELECTION_MS, EtcdProcess, etcd_binary
 from hogwild_plugins.ps.etcd_tls import JOB
 from hogwild_plugins.ray.role_actor import node_ip, private_base
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -42,13 +42,15 @@ __all__ = ["EtcdMemberHost", "RayEtcdCluster"]
 class EtcdMemberHost:
     """One etcd member on this node (see the module docstring)."""
 
-    def __init__(self, name: str, lease_floor_s: float, tls: str | None) -> None:
-        self.name, self.lease_floor_s = name, lease_floor_s
+    def __init__(
+        self, name: str, lease_floor_s: float, tls: str | None, election_ms: int = ELECTION_MS
+    ) -> None:
+        self.name, self.lease_floor_s, self.election_ms = name, lease_floor_s, election_ms
         self.own: Path | None = None  # the member's job-made key and certificate, on this node
         self.member: EtcdProcess | None = None
         if tls != JOB:
             self.member = EtcdProcess(host=node_ip(), name=name, lease_floor_s=lease_floor_s,
-                                      tls=tls)  # fmt: skip
+                                      tls=tls, election_ms=election_ms)  # fmt: skip
 
     def certificate_request(self) -> bytes:
         """The member's key made on this node; a request naming this node's address (the
@@ -61,7 +63,8 @@ class EtcdMemberHost:
         serves TLS with it."""
         tls = install_certificate(self.own, MEMBER, certificate, ca)
         self.member = EtcdProcess(host=node_ip(), name=self.name,
-                                  lease_floor_s=self.lease_floor_s, tls=tls)  # fmt: skip
+                                  lease_floor_s=self.lease_floor_s, tls=tls,
+                                  election_ms=self.election_ms)  # fmt: skip
 
     def urls(self) -> tuple[str, str]:
         """A client and a peer URL on this node's address, on ports free now."""
@@ -90,10 +93,14 @@ class RayEtcdCluster:
     their client addresses (``HOST:PORT,...``), ``min_ttl_s`` the longest shortest lease."""
 
     def __init__(self, count: int, *, tls: str | None = None, lease_floor_s: float = 1.0,
-                 timeout_s: float = 60.0, prefix: str = "hogwild", ca=None) -> None:  # fmt: skip
+                 timeout_s: float = 60.0, prefix: str = "hogwild", ca=None,
+                 election_ms: int = 0) -> None:  # fmt: skip
         if (tls == JOB) != (ca is not None):
             raise ValueError('the job\'s own certificates (tls="job") are signed by its CA (ca)')
-        self.count, self.tls, self.lease_floor_s, self.ca = count, tls, lease_floor_s, ca
+        self.count, self.tls, self.ca = count, tls, ca
+        # the members' election timeout (0: ELECTION_MS); their shortest lease, 1.5 of it
+        self.election_ms = election_ms or ELECTION_MS
+        self.lease_floor_s = max(lease_floor_s, self.election_ms * 1.5 / 1000)
         self.timeout_s, self.prefix = timeout_s, prefix
         self.actors: list = []
         self.address = ""
@@ -127,7 +134,7 @@ class RayEtcdCluster:
         self.actors = [
             EtcdMemberActor.options(
                 num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-            ).remote(name, self.lease_floor_s, self.tls)
+            ).remote(name, self.lease_floor_s, self.tls, self.election_ms)
             for name, node in zip(names, nodes, strict=False)
         ]
         if self.ca is not None:

@@ -492,3 +492,66 @@ def test_a_return_to_a_near_member_that_does_not_answer_is_short_and_backs_off(m
         finally:
             near.stall.set()
             client.close()
+
+
+def test_closing_a_client_cuts_a_hedged_ask_still_held_instead_of_waiting_for_it() -> None:
+    # A map read held by a member on a cut host (here until the test ends) is answered by the
+    # next member; closing the client then does not wait out the held ask (the client's whole
+    # timeout, 60 s here; the gateway holds it 10 s): its connection is cut, so its thread
+    # ends, having failed.
+    with Gateway(200, RANGE) as cut, Gateway(200, RANGE) as other:
+        cut.stall = threading.Event()
+        client = Etcd(f"{cut.address},{other.address}", prefix="/j/", timeout_s=60.0,
+                      read_hedge_s=0.1)  # fmt: skip
+        ended: queue.SimpleQueue = queue.SimpleQueue()
+        post_to = client._post_to
+
+        def noted(i: int, *args, **kwargs) -> dict:
+            try:
+                return post_to(i, *args, **kwargs)
+            except Exception as err:
+                ended.put((i, err))
+                raise
+
+        client._post_to = noted
+        closer = threading.Thread(target=client.close)
+        try:
+            assert client.get_prefix("map/") == ({}, 3)  # the next member's answer
+            (held,) = [ask for ask in client._asks if ask.is_alive()]
+            closer.start()
+            closer.join(5.0)  # far past a loaded machine's stall, short of the gateway's hold
+            assert not closer.is_alive(), "close() waited for the held ask"
+            held.join(5.0)
+            assert not held.is_alive()
+            i, err = ended.get(timeout=1.0)
+            assert i == 0 and isinstance(err, etcd_client._MemberDown), err  # cut, not answered
+        finally:
+            cut.stall.set()
+            closer.join(70.0)
+
+
+def test_a_hedged_read_ends_on_an_error_of_the_request_not_on_a_members_own_fault() -> None:
+    # Review AD 3. A member whose reply is no etcd answer (not JSON: a broken member, or not
+    # etcd at all) is that member's fault: the hedged read goes on to the next member, which
+    # answers. An error etcd answers about the request (a compacted revision: every member
+    # would say the same) ends the read at once, not waiting for an ask still held elsewhere.
+    with Gateway(200, b"<html>not etcd</html>") as broken, Gateway(200, RANGE) as other:
+        client = Etcd(f"{broken.address},{other.address}", prefix="/j/", read_hedge_s=5.0)
+        try:  # the hedge far off: the next member is asked because the first failed
+            assert client.get_prefix("map/") == ({}, 3)
+            assert broken.posts == 1 and other.posts == 1 and client._current == 1
+        finally:
+            client.close()
+    compacted = 400, b'{"error":"etcdserver: mvcc: required revision has been compacted"}'
+    with Gateway(200, RANGE) as held, Gateway(*compacted) as refusing:
+        held.stall = threading.Event()
+        client = Etcd(f"{held.address},{refusing.address}", prefix="/j/", timeout_s=60.0,
+                      read_hedge_s=0.1)  # fmt: skip
+        try:
+            with pytest.raises(HogwildError, match="required revision has been compacted"):
+                client.get_prefix("map/")
+            assert refusing.posts == 1
+            assert any(ask.is_alive() for ask in client._asks)  # the held ask, not awaited
+        finally:
+            client.close()
+            held.stall.set()

@@ -44,6 +44,7 @@ def test_only_clients_with_the_jobs_certificate_reach_etcd(tmp_path, tool):
         with Etcd(etcd.address, prefix="/hogwild/t/", tls=str(tls.directory)) as client:
             client.put("a", {"x": 1})
             assert client.get("a")[0] == {"x": 1}
+        assert _strictly_verified_range(tls, etcd.address) == 200  # RFC 5280's extensions
         with Etcd(etcd.address, prefix="/hogwild/t/", timeout_s=1.0) as plain:  # plain HTTP
             with pytest.raises(EtcdUnavailable):
                 plain.get("a")
@@ -89,6 +90,22 @@ def test_a_tls_directory_missing_files_is_named(tmp_path):
         Etcd("127.0.0.1:1", prefix="/p/", tls=str(tmp_path / "nowhere"))
 
 
+def _strictly_verified_range(tls: EtcdTls, address: str) -> int:
+    """The status of a range request to the etcd at ``address`` over a connection whose
+    context verifies the member's chain strictly (``VERIFY_X509_STRICT``, Python 3.13's
+    default: a CA's key usage and subject key identifier, a certificate's authority key
+    identifier); a chain without them fails the handshake (an ``ssl.SSLError``)."""
+    context = tls.ssl_context()
+    context.verify_flags |= ssl.VERIFY_X509_STRICT
+    host, port = address.rsplit(":", 1)
+    connection = http.client.HTTPSConnection(host, int(port), timeout=5.0, context=context)
+    try:
+        connection.request("POST", "/v3/kv/range", b'{"key": "YQ=="}')
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
 def _member(ca: JobCA, directory, address: str = "127.0.0.1", name: str = "m0") -> EtcdTls:
     """A member's directory as the job makes it: key and request here, signed by ``ca``."""
     request = request_certificate(directory, MEMBER, address)
@@ -122,6 +139,8 @@ def test_a_member_certified_by_the_jobs_ca_serves_only_the_jobs_clients(tmp_path
         with pytest.raises(requests.exceptions.SSLError):  # another job's CA's certificate
             requests.post(url, json={"key": "YQ=="}, timeout=2.0, verify=str(driver.ca),
                           cert=(str(other.client_cert), str(other.client_key)))  # fmt: skip
+        # what Python 3.13's default context requires (RFC 5280's key identifiers and usages)
+        assert _strictly_verified_range(driver, etcd.address) == 200
         key = base64.b64encode(b"/hogwild/t/a").decode()  # the control: the CA's client reads
         answer = requests.post(url, json={"key": key}, timeout=2.0, **driver.requests_options())
         assert answer.status_code == 200 and answer.json()["count"] == "1"

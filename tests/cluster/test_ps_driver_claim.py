@@ -226,3 +226,40 @@ def test_a_server_whose_lease_the_driver_ended_stops_even_after_registering_agai
         replication.membership.revoke()
         etcd.close()
         driver.close()
+
+
+def test_the_etcd_election_timeout_of_the_config_reaches_every_member_hogwild_starts():
+    """``cluster.etcd_election_ms`` from the job's config through the driver's controller to
+    the etcd it starts (its flags: the election timeout and a tenth of it as the heartbeat,
+    leases of 1.5 of it the shortest, what an auto ``ps.lease_s`` becomes), and to the
+    launcher's way of starting the job's members, as a keyword given only when set."""
+    import psutil
+    from hogwild_plugins.ps.etcd_process import ELECTION_MS
+
+    from hogwild.config import config_from_dict
+    from hogwild.config.checks import DEFAULT_ELECTION_MS
+    from tests.config_cases import small
+
+    assert DEFAULT_ELECTION_MS == ELECTION_MS  # the engine's copy of the plugin's default
+    cluster = {"copies": 2, "ps": 2, "etcd_election_ms": 700}
+    config = config_from_dict(small(cluster=cluster))  # ps.lease_s auto: etcd's shortest
+    servers = JobServers(f"job-{uuid.uuid4().hex[:8]}")
+    try:
+        started = servers.with_controller(config, lambda said: None)
+        flags = psutil.Process(servers.controller.process.process.pid).cmdline()
+        assert "--election-timeout=700" in flags and "--heartbeat-interval=70" in flags
+        assert started.ps.lease_s == 2  # 1.5 election timeouts: 1.05 s, whole seconds
+    finally:
+        if servers.controller is not None:
+            servers.controller.close()
+    asked = []
+
+    def start_members(count, tls, **timers):  # the launcher's, refusing to start here
+        asked.append(timers)
+        raise HogwildError("the test's launcher starts nothing")
+
+    for election_ms, given in ((300, {"election_ms": 300}), (0, {})):
+        with pytest.raises(HogwildError, match="starts nothing"):
+            EtcdController("job", "timers", print, start_members=start_members,
+                           election_ms=election_ms)  # fmt: skip
+        assert asked.pop() == given  # none where unset: a launcher without the keyword works

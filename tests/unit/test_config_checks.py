@@ -206,3 +206,20 @@ def test_evaluate_every_must_be_an_integer(value):
 def test_evaluate_every_picks_every_nth_epoch_and_always_the_last(every, evaluated):
     train = config_from_dict(small(train={"epochs": 7, "evaluate_every": every})).train
     assert [epoch for epoch in range(7) if train.evaluates_after(epoch)] == evaluated
+
+
+def test_the_etcd_election_timeout_is_checked_against_its_range_the_lease_and_the_etcd():
+    copies = {"etcd": "job", "copies": 3, "ps": 3}
+    chosen = config_from_dict(small(cluster={**copies, "etcd_election_ms": 500}))
+    assert chosen.cluster.etcd_election_ms == 500
+    assert config_from_dict(small(cluster=copies)).cluster.etcd_election_ms == 0  # hogwild's
+    for wrong in (-1, 5, 40_001):
+        said = error_of(small(cluster={**copies, "etcd_election_ms": wrong}))
+        assert "cluster.etcd_election_ms must be 0 (hogwild's, 200) or 10 to 40000" in said
+        assert f"got {wrong}" in said
+    # etcd grants no lease shorter than 1.5 election timeouts: 1 s leases need <= 666 ms
+    said = error_of(small(cluster={**copies, "etcd_election_ms": 700}, ps={"lease_s": 1}))
+    assert "cluster.etcd_election_ms = 700 needs ps.lease_s >= 2" in said
+    assert "1.5 election timeouts (1050 ms)" in said
+    ok = small(cluster={**copies, "etcd_election_ms": 700}, ps={"lease_s": 2})
+    assert config_from_dict(ok).ps.lease_s == 2

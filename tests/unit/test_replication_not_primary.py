@@ -3,7 +3,9 @@ adapter of plugins/ps/replication/adapter.py on an unstarted real server: no etc
 the reason and its counter follow the request's kind. A pull inside a takeover's wait for
 reads is answered ``READS_WAITING`` (the client sends it again to the same server after a pause,
 with no map read), a write short of copies ``NOT_PRIMARY`` naming ``ps.min_copies``, and either
-one once the lease clock ran out as not the serving primary."""
+one once the lease clock ran out as not the serving primary. A client's push queued for the
+replication thread while the bucket's primary moved is answered ``NOT_PRIMARY`` by the thread's
+next batch, naming the map's new primary."""
 
 from __future__ import annotations
 
@@ -24,16 +26,17 @@ ME, PREDECESSOR = 0, 1
 MY_LEASE, ITS_LEASE = 0x70, 0x71
 
 
-def primary_after_a_takeover() -> tuple[Replication, int]:
+def primary_after_a_takeover(min_copies: int = 2) -> tuple[Replication, int]:
     """Server 0 of two, its bucket of shard 0 taken from server 1 (its lease revoked: a
     ``revoked/1`` marker in the read) a moment ago, alone in
-    sync under ``min_copies = 2``; its lease clock valid. The adapter and the shard."""
+    sync under ``min_copies`` (2: short of copies); its lease clock valid. The adapter and the
+    shard."""
     options = ServerOptions(
         job="not-primary", servers=("127.0.0.1:1", "127.0.0.1:2"), index=ME, copies=2,
-        etcd="127.0.0.1:1", min_copies=2, lease_s=LEASE_S,
+        etcd="127.0.0.1:1", min_copies=min_copies, lease_s=LEASE_S,
     )  # fmt: skip
     server = ParameterServer(ModelGeometry(600), options)
-    replication = Replication(server, options.etcd, 2, LEASE_S, 2)
+    replication = Replication(server, options.etcd, 2, LEASE_S, min_copies)
     shard = 0
     role = replication.roles[replication.layout.bucket_of(shard)]
     before = BucketRecord(3, PREDECESSOR, ITS_LEASE, (PREDECESSOR, ME), revision=9)
@@ -46,7 +49,8 @@ def primary_after_a_takeover() -> tuple[Replication, int]:
     now = lease_now()
     role.handle(CampaignAnswered(True, won, now, stimulus_id="c"))
     replication.clock.granted(MY_LEASE, LEASE_S, now)
-    assert role.serving and not role.writable and not role.reads_open(lease_now())
+    assert role.serving and role.writable == (min_copies == 1)
+    assert not role.reads_open(lease_now())
     return replication, shard
 
 
@@ -99,3 +103,39 @@ def test_every_lease_decision_reads_the_boot_clock(monkeypatch):
     shift[0] += LEASE_S + 1  # past the wait; the lease renewed just now
     replication.clock.renewed(LEASE_S, lease_now())
     assert replication.valid() and replication.answers_reads(shard)
+
+
+class _Replies:
+    """The replication thread's replier (the router's, once started): the replies it sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Header, list]] = []
+
+    def send(self, header: Header, frames: list) -> None:
+        self.sent.append((header, frames))
+
+
+def test_a_push_queued_while_the_buckets_primary_moves_is_answered_not_primary():
+    # Server 0 serves the bucket (min_copies 1: writable after its takeover) and takes a
+    # client's push into its queue; before the replication thread's next batch, a map read
+    # names server 1 primary under a newer epoch. The batch answers the queued push
+    # NOT_PRIMARY naming the map's primary (nothing of it acknowledged), so the client
+    # re-reads the map at once instead of waiting out its timeout.
+    replication, shard = primary_after_a_takeover(min_copies=1)
+    role = replication.roles[replication.layout.bucket_of(shard)]
+    assert role.writable
+    push = Header(MsgType.PUSH_DELTAS, 1, 7, shard, 1)
+    replication.submit(push, shard, None, [])  # admitted: queued for the replication thread
+    moved = BucketRecord(role.record.epoch + 1, PREDECESSOR, ITS_LEASE, (PREDECESSOR, ME),
+                         revision=role.record.revision + 1)  # fmt: skip
+    alive = {ME: MY_LEASE, PREDECESSOR: ITS_LEASE}
+    role.handle(MapRead(moved, alive, MY_LEASE, True, stimulus_id="moved"))
+    assert not role.serving
+    replies = replication.replier = _Replies()
+    replication._process(replication._take(0.0))
+    [(header, frames)] = replies.sent
+    assert header.type == MsgType.ERROR and header.code == ErrorCode.NOT_PRIMARY
+    assert (header.sender, header.seq) == (push.sender, push.seq)  # the push's answer
+    said = bytes(frames[0]).decode()
+    assert "is not the serving primary" in said and "the map names server 1" in said
+    assert replication.counters["not_primary"] == 1
