@@ -263,6 +263,8 @@ class WatchStream:
             raise StreamError(f"{where}: events {events!r:.200} is no list")
         if canceled:
             if _revision(result.get("compact_revision"), where) > 0:  # history compacted
+                self._start = None  # the next stream from the current revision, and meanwhile
+                self._on_event()  # a change reported: the compacted ones are unknown
                 raise _Ended("cancelled: its start revision was compacted")
             raise StreamError(f"{where}: cancelled: {result.get('cancel_reason')!r:.200}")
         if created:
