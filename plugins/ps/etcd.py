@@ -722,7 +722,8 @@ class Watch:
     slowly; once etcd answers again ``on_change()`` is called, since changes may have been missed. A
     malformed stream message goes there too (once until a stream is created again). An exception
     from ``on_change`` is reported the same way and does not stop it. ``on_change()`` is only called
-    from the polling thread, one call at a time.
+    from the polling thread, one call at a time, and the polls are ``interval_s`` apart at least
+    (a burst of events costs no more polls than polling alone did).
     """
 
     def __init__(
@@ -842,6 +843,7 @@ class Watch:
         while not self._stop.is_set():
             heard = self._wake.is_set()  # cleared before the poll: news after it wakes us again
             self._wake.clear()
+            polled = time.monotonic()
             try:
                 now, _ = self._signature()
             except Exception as err:  # noqa: BLE001 - etcd down, or a reply that makes no sense
@@ -862,6 +864,9 @@ class Watch:
                     self._report(err)
             seen, failing = now, False
             self._wake.wait(self._slow_s if self._stream.up else self._interval_s)
+            rest = self._interval_s - (time.monotonic() - polled)
+            if rest > 0:  # a burst of news: a poll per interval_s at most, never more than before
+                self._stop.wait(rest)
 
     def _report(self, err: Exception) -> None:
         if self._on_error is None:
