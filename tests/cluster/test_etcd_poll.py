@@ -46,10 +46,11 @@ class Gateway:
     """An HTTP server on loopback answering each POST with ``status`` and ``body`` (and
     ``/version`` as etcd 3.5 does); it counts the connections and POSTs it took. With
     ``close_after`` it closes each connection after one reply without saying so, as a member
-    that restarts between two polls does. Once ``hold`` is set, the next POST sets ``holding``
-    and is answered ``held_body`` only when ``hold`` is set in turn. With ``stall`` set, every
-    POST waits for it (10 s at most) before its answer, as a follower forwarding to a stopped
-    leader does."""
+    that restarts between two polls does. It has no watch stream (``/v3/watch`` answers 404,
+    uncounted), so a watch on it polls at its fast interval. Once ``hold`` is set, the next POST
+    sets ``holding`` and is answered ``held_body`` only when ``hold`` is set in turn. With
+    ``stall`` set, every POST waits for it (10 s at most) before its answer, as a follower
+    forwarding to a stopped leader does."""
 
     def __init__(self, status: int, body: bytes, close_after: bool = False) -> None:
         self.status, self.body, self.close_after = status, body, close_after
@@ -73,6 +74,9 @@ class Gateway:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path.endswith("/watch"):  # no stream here: the watch goes on polling
+                    self._answer(404, b"Not Found\n")
+                    return
                 gateway.posts += 1
                 hold, body = gateway.hold, gateway.body
                 time.sleep(gateway.delay_s)

@@ -73,6 +73,10 @@ def test_the_drivers_own_etcd_serves_tls_under_cluster_etcd_tls(tmp_path):
             assert not changed.is_set() and errors == [], errors
             etcd.put("map/0", {"primary": "a"})
             assert changed.wait(10.0) and errors == [], errors
+            deadline = time.monotonic() + 10.0  # etcd's watch stream, over HTTPS with it too
+            while not watch.streaming and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert watch.streaming and errors == [], errors
             (connection,) = [c for c in watch._poller._connections if c is not None]
             assert isinstance(connection, http.client.HTTPSConnection)  # its own, kept
             watch.cancel()
