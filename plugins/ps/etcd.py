@@ -514,8 +514,16 @@ class Etcd:
             handle.cancel()
         self._watches.clear()
         self._asks.clear()  # daemon threads, each failing as its connection is cut below
-        for client in self._clients:
-            client.session.close()
+        failed: Exception | None = None
+        for client in self._clients:  # every session closed, whichever fails to
+            try:
+                client.session.close()
+            except Exception as err:  # noqa: BLE001 - raised once the others are closed
+                failed = failed or err
+        if failed is not None:
+            raise HogwildError(
+                f"etcd at {self.address}: closing a session failed: {failed}"
+            ) from failed
 
     def __enter__(self) -> Etcd:
         return self

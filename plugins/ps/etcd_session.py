@@ -17,6 +17,7 @@ its own (etcd3gw's client holds it). Two things differ from a plain session:
 from __future__ import annotations
 
 import socket
+import threading
 import weakref
 
 import requests
@@ -36,12 +37,37 @@ def direct_session(session: requests.Session | None = None) -> requests.Session:
     return session
 
 
+class Lent:
+    """The connections a session's pools lent out and not yet got back, safe across threads:
+    requests in flight on other threads (a hedged request's asks) take and give back
+    connections while :meth:`snapshot` is read by the thread closing the session. Weakly held:
+    a connection its pool dropped instead of getting it back (its request failed) is
+    forgotten."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a WeakSet iterated while another thread adds fails
+        self._connections: weakref.WeakSet = weakref.WeakSet()
+
+    def add(self, connection) -> None:
+        with self._lock:
+            self._connections.add(connection)
+
+    def discard(self, connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+
+    def snapshot(self) -> list:
+        """The connections lent out now (a copy: the set may change as soon as it returns)."""
+        with self._lock:
+            return list(self._connections)
+
+
 class _CuttingAdapter(HTTPAdapter):
     """An adapter whose pools note the connections they lend out, which :meth:`close` cuts."""
 
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
-        self._lent: weakref.WeakSet = weakref.WeakSet()  # a dropped connection is forgotten
+        self._lent = Lent()
         manager = self.poolmanager
         manager.pool_classes_by_scheme = {
             scheme: _lending(pool, self._lent)
@@ -49,12 +75,12 @@ class _CuttingAdapter(HTTPAdapter):
         }
 
     def close(self) -> None:
-        for connection in list(self._lent):
+        for connection in self._lent.snapshot():
             _cut(connection)
         super().close()
 
 
-def _lending(pool_class: type, lent: weakref.WeakSet) -> type:
+def _lending(pool_class: type, lent: Lent) -> type:
     """``pool_class`` noting in ``lent`` each connection from when it is taken for a request
     until it is given back."""
 
