@@ -37,7 +37,10 @@ on a cut host holds a range read (it cannot confirm its leader) until the client
 so a read unanswered for ``read_hedge_s`` is asked of the NEXT member, the earlier ask kept open,
 each member once, and the first answer counts (a read is idempotent). Members that failed their last
 request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
-:class:`EtcdClusterLost` (a lost cluster).
+:class:`EtcdClusterLost` (a lost cluster). A member whose reply is no etcd answer (not JSON, not
+a JSON object) is that member's fault (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`):
+a hedged read asks the next member, and raises it only when every member's reply was such (one
+that did not answer makes it a lost cluster, which failovers read again on).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -317,8 +320,11 @@ class Etcd:
         times, the next member, keeping the earlier asks open (a merely slow member still
         answers the first). A member that fails (refused, down, its ask timed out) is replaced
         at once by the next one, which takes its place, and so is one whose reply is no etcd
-        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault, raised
-        only if no member answers); an error etcd answers about the request (a lease not found,
+        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault). When
+        no member answers, the request raises :class:`EtcdClusterLost` (:class:`EtcdUnavailable`
+        for a lone member: the error failovers retry on) if any member failed to answer, and the
+        first :class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError` only if every member's
+        reply was junk; an error etcd answers about the request (a lease not found,
         a compacted revision) ends it at once, the asks still open abandoned: every member
         would answer the same. One answering "leader changed" is asked again at once. Each
         member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
@@ -332,6 +338,7 @@ class Etcd:
         failures: list[tuple[str, str]] = []
         place, outstanding, last_sent = 0, 0, 0.0
         broken: EtcdReplyError | None = None  # the first reply that was no etcd answer
+        silent = False  # whether some member did not answer (down, leaderless, cut)
 
         def send(i: int) -> None:
             nonlocal outstanding, last_sent
@@ -383,6 +390,7 @@ class Etcd:
             if not isinstance(err, _MemberDown):
                 raise err  # etcd's answer about the request (lease not found): every member's
             failures.append((member, err.why))
+            silent = True
             if err.elected:  # it follows a new leader: asked again at once, if it may be
                 if asked[i] < max(tries, 2):  # as an unhedged read: asked again once
                     send(i)
@@ -392,8 +400,9 @@ class Etcd:
             asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
             if place < n and order[place] == i:
                 ask_in_place()
-        if broken is not None:  # the one error that is no member's silence: raised as it was
+        if broken is not None and not silent:  # every member broken: no retry would help
             raise broken
+        # one silent member may answer again (an election ends): a lost cluster, retried
         raise unreached(self.address, path, failures)
 
     def revoke(self, lease: int) -> None:

@@ -7,9 +7,11 @@ healthy etcd sends on cue."""
 from __future__ import annotations
 
 import pytest
-from hogwild_plugins.ps.etcd import Etcd
+from hogwild_plugins.ps.etcd import Etcd, EtcdClusterLost
+from hogwild_plugins.ps.etcd_errors import EtcdReplyError
 
 from hogwild.errors import HogwildError
+from tests.cluster.test_etcd_poll import Gateway
 
 pytestmark = pytest.mark.kernel_free
 
@@ -32,3 +34,21 @@ def test_closing_a_client_closes_every_session_though_one_fails_to() -> None:
     with pytest.raises(HogwildError, match="closing a session failed: Set changed size"):
         client.close()
     assert closed == [0, 1, 2]
+
+
+def test_a_hedged_read_with_a_broken_member_and_a_leaderless_one_is_a_lost_cluster() -> None:
+    # Review AE 3: a junk reply from one member while the other has no leader (an election
+    # under way) is EtcdClusterLost, which failovers read again on, not the junk member's
+    # EtcdReplyError, which would end them. Junk from every member is the EtcdReplyError.
+    leaderless = 503, b'{"error":"etcdserver: no leader","code":14}'
+    with Gateway(200, b"<html>not etcd</html>") as broken, Gateway(*leaderless) as electing:
+        client = Etcd(f"{broken.address},{electing.address}", prefix="/j/", read_hedge_s=5.0)
+        try:
+            with pytest.raises(EtcdClusterLost, match="no leader") as lost:
+                client.get_prefix("map/")
+            assert "reply is not JSON" in str(lost.value)  # the broken member's failure named
+            electing.status, electing.body = 200, b"[]"
+            with pytest.raises(EtcdReplyError):
+                client.get_prefix("map/")
+        finally:
+            client.close()
