@@ -38,9 +38,10 @@ so a read unanswered for ``read_hedge_s`` is asked of the NEXT member, the earli
 each member once, and the first answer counts (a read is idempotent). Members that failed their last
 request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
 :class:`EtcdClusterLost` (a lost cluster). A member whose reply is no etcd answer (not JSON, not
-a JSON object) is that member's fault (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`):
-a hedged read asks the next member, and raises it only when every member's reply was such (one
-that did not answer makes it a lost cluster, which failovers read again on).
+a JSON object, an error status without etcd's error object: a proxy's page) is that member's
+fault (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`): a hedged read asks the next
+member, and raises it only when every member's reply was such (one that did not answer makes it
+a lost cluster, which failovers read again on).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -73,6 +74,7 @@ from hogwild_plugins.ps.etcd_errors import (
     EtcdReplyError,
     EtcdUnavailable,
     gateway_error,
+    is_etcd_error,
     unreached,
 )
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
@@ -705,13 +707,17 @@ class Etcd:
         error = gateway_error(answer.status_code, answer.text)
         if error is not None:
             down, detail = error
-            if "lease not found" in detail:
+            if "lease not found" in detail and is_etcd_error(answer.text):
                 lease = payload.get("ID") or payload.get("lease")
                 which = f"lease {lease}" if lease else "a lease of this transaction"
                 raise LeaseExpired(f"etcd at {member}: {which} expired or was revoked")
             if down:  # unavailable, timed out, or cut off from its quorum
                 # a proposal its raft dropped was never appended nor forwarded: safe elsewhere
                 raise _MemberDown(detail, unsent=PROPOSAL_DROPPED in detail.lower())
+            if not is_etcd_error(answer.text):  # a proxy's error page, Go's plain 404: not etcd
+                raise EtcdReplyError(
+                    f"etcd at {member}: {path} failed: {detail} (no error reply of etcd's)"
+                )
             raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
         try:
             reply = answer.json()

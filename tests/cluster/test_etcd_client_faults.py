@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 from hogwild_plugins.ps.etcd import Etcd, EtcdClusterLost
-from hogwild_plugins.ps.etcd_errors import EtcdReplyError
+from hogwild_plugins.ps.etcd_errors import EtcdReplyError, is_etcd_error
 
 from hogwild.errors import HogwildError
-from tests.cluster.test_etcd_poll import Gateway
+from tests.cluster.test_etcd_poll import RANGE, Gateway
 
 pytestmark = pytest.mark.kernel_free
 
@@ -52,3 +52,30 @@ def test_a_hedged_read_with_a_broken_member_and_a_leaderless_one_is_a_lost_clust
                 client.get_prefix("map/")
         finally:
             client.close()
+
+
+@pytest.mark.parametrize(
+    "status, body",
+    [(502, b"<html><body>502 Bad Gateway</body></html>"), (404, b"404 page not found\n")],
+)
+def test_an_error_status_without_etcds_error_object_is_the_members_fault(status, body) -> None:
+    # Review AE 4: a proxy's HTML 502, or Go's plain 404 from a server that is not etcd's
+    # gateway, is no answer of etcd's about the request: EtcdReplyError (a hedged read asks
+    # the next member, which answers), not the plain error that ends a read at once.
+    with Gateway(status, body) as proxy, Gateway(200, RANGE) as other:
+        client = Etcd(proxy.address, prefix="/j/")
+        hedged = Etcd(f"{proxy.address},{other.address}", prefix="/j/", read_hedge_s=5.0)
+        try:
+            with pytest.raises(EtcdReplyError, match=f"HTTP {status}: .*no error reply of etcd"):
+                client.get("k")
+            assert hedged.get_prefix("map/") == ({}, 3)
+        finally:
+            client.close()
+            hedged.close()
+
+
+def test_only_etcds_error_object_is_read_as_etcds_answer() -> None:
+    assert is_etcd_error('{"error":"etcdserver: mvcc: required revision has been compacted"}')
+    assert is_etcd_error('{"code":5,"message":"etcdserver: requested lease not found"}')
+    for junk in ("404 page not found", "<html>502</html>", "[]", '{"code":5}', '{"error":""}'):
+        assert not is_etcd_error(junk), junk
