@@ -295,7 +295,16 @@ def _check_ps(ps, fail) -> None:
 
 
 DEFAULT_ELECTION_MS = 200  # plugins/ps/etcd_process.ELECTION_MS (the engine imports no plugin)
-MAX_ELECTION_MS = 40_000  # its shortest lease, 1.5 of it, within 60 s (an EtcdProcess's floor)
+MAX_ELECTION_MS = 5_000
+"""The longest ``cluster.etcd_election_ms``: hogwild waits 20 s for one etcd it starts to be
+ready (30 s for its loopback cluster: ``EtcdProcess.start``, ``EtcdCluster.start``, which the
+controller calls with those defaults), and a fresh member may wait about two election timeouts
+(raft's randomised timeout is in [et, 2et)) to elect its first leader: 10 s at most here, the
+other half of the wait left to the processes' start on a loaded host. An election timeout of
+10x the members' round trip (etcd's advice) covers 500 ms round trips, farther apart than any
+two hosts on one continent. Scaling the start waits with it instead would make a start that
+fails wait minutes before saying so, and every failover (about three election timeouts) as
+slow."""
 
 
 def _check_etcd_election(cluster, lease_s: int, fail) -> None:
@@ -309,7 +318,8 @@ def _check_etcd_election(cluster, lease_s: int, fail) -> None:
     if not 10 <= election_ms <= MAX_ELECTION_MS:
         fail(
             f"cluster.etcd_election_ms must be 0 (hogwild's, {DEFAULT_ELECTION_MS}) or 10 to "
-            f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it), "
+            f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it; a longer "
+            "one's first election can outlast the 20 s hogwild waits for its etcd to start), "
             f"got {election_ms}"
         )
     floor_ms = election_ms * 1.5
