@@ -519,15 +519,20 @@ class Etcd:
     def close(self) -> None:
         """Cancel this client's watches and close its connections, those of asks a hedged
         request left open too: such an ask (a member on a cut host holding it) is abandoned,
-        not waited for, its connection cut so that its thread ends at once
-        (:mod:`~hogwild_plugins.ps.etcd_session`)."""
+        not waited for, its connection cut so that its read ends at once
+        (:mod:`~hogwild_plugins.ps.etcd_session`). A request another thread has in flight is
+        not cut: it ends as it would have (its connection closed when it returns)."""
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
+        from hogwild_plugins.ps.etcd_session import cut_asks
+
+        abandoned = [ask for ask in self._asks if ask.is_alive()]
         self._asks.clear()  # daemon threads, each failing as its connection is cut below
         failed: Exception | None = None
         for client in self._clients:  # every session closed, whichever fails to
             try:
+                cut_asks(client.session, abandoned)  # another thread's request is left to end
                 client.session.close()
             except Exception as err:  # noqa: BLE001 - raised once the others are closed
                 failed = failed or err

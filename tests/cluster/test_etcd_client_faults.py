@@ -6,12 +6,15 @@ healthy etcd sends on cue."""
 
 from __future__ import annotations
 
+import queue
+import threading
+
 import pytest
 from hogwild_plugins.ps.etcd import Etcd, EtcdClusterLost
 from hogwild_plugins.ps.etcd_errors import EtcdReplyError, is_etcd_error
 
 from hogwild.errors import HogwildError
-from tests.cluster.test_etcd_poll import RANGE, Gateway
+from tests.cluster.test_etcd_poll import RANGE, Gateway, _until
 
 pytestmark = pytest.mark.kernel_free
 
@@ -79,3 +82,29 @@ def test_only_etcds_error_object_is_read_as_etcds_answer() -> None:
     assert is_etcd_error('{"code":5,"message":"etcdserver: requested lease not found"}')
     for junk in ("404 page not found", "<html>502</html>", "[]", '{"code":5}', '{"error":""}'):
         assert not is_etcd_error(junk), junk
+
+
+def test_closing_a_client_leaves_another_threads_request_in_flight_to_end() -> None:
+    # Review AE 6: close() cuts the asks a hedged request abandoned, not every connection in
+    # use: a plain read another thread has in flight (a keeper's, a write of unknown fate) is
+    # answered as it would have been, not failed as if its member were down.
+    with Gateway(200, RANGE) as slow:
+        slow.stall = threading.Event()
+        client = Etcd(slow.address, prefix="/j/", timeout_s=30.0)
+        outcome: queue.SimpleQueue = queue.SimpleQueue()
+
+        def read() -> None:
+            try:
+                outcome.put(client.get("k"))
+            except Exception as err:  # noqa: BLE001 - the test reads it
+                outcome.put(err)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            assert _until(lambda: slow.posts == 1)  # the read is on the wire, unanswered
+            client.close()
+        finally:
+            slow.stall.set()
+            reader.join(30.0)
+        assert outcome.get(timeout=1.0) == (None, 0)
