@@ -264,9 +264,8 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        self._asks: list[
-            threading.Thread
-        ] = []  # hedged requests' asks (each ends by timeout, or cut)
+        # hedged requests' asks, each in a thread of its own that ends by timeout, or cut
+        self._asks: list[threading.Thread] = []
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
