@@ -70,6 +70,7 @@ from hogwild.cluster.services import worker_group
 from hogwild.cluster.status import LiveStatus, server_row, status_act
 from hogwild.cluster.supervisor import Fence, Restart, RestartPolicy, Supervisor
 from hogwild.config import PS_DEFAULT_LR
+from hogwild.config.checks import etcd_election_unread
 from hogwild.config.topology import require_built, resolve_topology, split_groups
 from hogwild.data.plan import plan_data
 from hogwild.data.remote import all_silent
@@ -209,6 +210,9 @@ class ClusterDriver:
         self.config = config
         self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
         self.launcher.job_keys = self.job_keys
+        unread = etcd_election_unread(cluster)
+        if unread is not None:  # accepted (roles get a given etcd's address), but said once
+            role_logger("cluster").warning("%s", unread)
         if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
             etcd_members = getattr(self.launcher, "start_etcd_cluster", None)
             config = self.config = self.servers.with_controller(

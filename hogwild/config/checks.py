@@ -295,25 +295,52 @@ def _check_ps(ps, fail) -> None:
 
 
 DEFAULT_ELECTION_MS = 200  # plugins/ps/etcd_process.ELECTION_MS (the engine imports no plugin)
-MAX_ELECTION_MS = 40_000  # its shortest lease, 1.5 of it, within 60 s (an EtcdProcess's floor)
+MAX_ELECTION_MS = 5_000
+"""The longest ``cluster.etcd_election_ms``: hogwild waits 20 s for one etcd it starts to be
+ready (30 s for its loopback cluster: ``EtcdProcess.start``, ``EtcdCluster.start``, which the
+controller calls with those defaults), and a fresh member may wait about two election timeouts
+(raft's randomised timeout is in [et, 2et)) to elect its first leader: 10 s at most here, the
+other half of the wait left to the processes' start on a loaded host. An election timeout of
+10x the members' round trip (etcd's advice) covers 500 ms round trips, farther apart than any
+two hosts on one continent. Scaling the start waits with it instead would make a start that
+fails wait minutes before saying so, and every failover (about three election timeouts) as
+slow."""
+
+
+def etcd_election_unread(cluster) -> str | None:
+    """Why ``cluster.etcd_election_ms``, set, is not read (None when it is, or is 0): hogwild
+    starts etcd members only for copies of its servers (``cluster.copies`` > 1) and only where
+    ``cluster.etcd`` asks it to (empty or ``"job"``); an etcd given keeps its own timers. Not
+    refused (the driver hands its roles the config with ``cluster.etcd`` the address of the
+    etcd it started), but the driver warns of it once."""
+    if not cluster.etcd_election_ms:
+        return None
+    given = cluster.etcd.strip() not in ("", "job")
+    if cluster.copies < 2 or given:
+        why = f"cluster.etcd = {cluster.etcd!r} is given" if given else "cluster.copies = 1"
+        return (
+            f"cluster.etcd_election_ms = {cluster.etcd_election_ms} is not read: {why}, so "
+            "hogwild starts no etcd member (an etcd given keeps its own election timeout)"
+        )
+    return None
 
 
 def _check_etcd_election(cluster, lease_s: int, fail) -> None:
-    """``cluster.etcd_election_ms``: 0 or within etcd's range, short enough for the lease
-    (etcd grants no lease shorter than 1.5 election timeouts). An etcd hogwild does not start
-    keeps its own timers: the key is not read then (nor refused: the driver hands its roles the
-    config with ``cluster.etcd`` the address of the etcd it started)."""
+    """``cluster.etcd_election_ms``: 0 or within the range hogwild can start members with and,
+    where it is read (:func:`etcd_election_unread`), short enough for the lease (etcd grants no
+    lease shorter than 1.5 election timeouts)."""
     election_ms = cluster.etcd_election_ms
     if election_ms == 0:
         return
     if not 10 <= election_ms <= MAX_ELECTION_MS:
         fail(
             f"cluster.etcd_election_ms must be 0 (hogwild's, {DEFAULT_ELECTION_MS}) or 10 to "
-            f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it), "
+            f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it; a longer "
+            "one's first election can outlast the 20 s hogwild waits for its etcd to start), "
             f"got {election_ms}"
         )
     floor_ms = election_ms * 1.5
-    if lease_s and floor_ms > lease_s * 1000:
+    if lease_s and floor_ms > lease_s * 1000 and etcd_election_unread(cluster) is None:
         fail(
             f"cluster.etcd_election_ms = {election_ms} needs ps.lease_s >= "
             f"{math.ceil(floor_ms / 1000)} (got {lease_s}): etcd grants no lease shorter than "

@@ -159,7 +159,7 @@ class EtcdController:
             ``stop``; ``election_ms=`` too where one is given); None: on this host's loopback.
         election_ms: The election timeout of every etcd member started here or by
             ``start_members`` (``cluster.etcd_election_ms``); 0: :data:`ELECTION_MS`. Their
-            shortest lease, 1.5 of it, is what they must honour (1 s at most).
+            shortest lease, 1.5 of it (1 s at least), is what they must honour.
     """
 
     def __init__(

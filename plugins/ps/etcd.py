@@ -37,7 +37,11 @@ on a cut host holds a range read (it cannot confirm its leader) until the client
 so a read unanswered for ``read_hedge_s`` is asked of the NEXT member, the earlier ask kept open,
 each member once, and the first answer counts (a read is idempotent). Members that failed their last
 request are :attr:`Etcd.lost_members` (a lost member); when every member failed one request,
-:class:`EtcdClusterLost` (a lost cluster).
+:class:`EtcdClusterLost` (a lost cluster). A member whose reply is no etcd answer (not JSON, not
+a JSON object, an error status without etcd's error object: a proxy's page) is that member's
+fault (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`): a hedged read asks the next
+member, and raises it only when every member's reply was such (one that did not answer makes it
+a lost cluster, which failovers read again on).
 
 The server itself (:class:`EtcdProcess`, :func:`etcd_binary`) is OS mechanics, in
 :mod:`hogwild_plugins.ps.etcd_process`, and re-exported here.
@@ -71,6 +75,7 @@ from hogwild_plugins.ps.etcd_errors import (
     EtcdReplyError,
     EtcdUnavailable,
     gateway_error,
+    is_etcd_error,
     unreached,
 )
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
@@ -264,9 +269,8 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        self._asks: list[
-            threading.Thread
-        ] = []  # hedged requests' asks (each ends by timeout, or cut)
+        # hedged requests' asks, each in a thread of its own that ends by timeout, or cut
+        self._asks: list[threading.Thread] = []
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -322,8 +326,11 @@ class Etcd:
         times, the next member, keeping the earlier asks open (a merely slow member still
         answers the first). A member that fails (refused, down, its ask timed out) is replaced
         at once by the next one, which takes its place, and so is one whose reply is no etcd
-        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault, raised
-        only if no member answers); an error etcd answers about the request (a lease not found,
+        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault). When
+        no member answers, the request raises :class:`EtcdClusterLost` (:class:`EtcdUnavailable`
+        for a lone member: the error failovers retry on) if any member failed to answer, and the
+        first :class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError` only if every member's
+        reply was junk; an error etcd answers about the request (a lease not found,
         a compacted revision) ends it at once, the asks still open abandoned: every member
         would answer the same. One answering "leader changed" is asked again at once. Each
         member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
@@ -337,6 +344,7 @@ class Etcd:
         failures: list[tuple[str, str]] = []
         place, outstanding, last_sent = 0, 0, 0.0
         broken: EtcdReplyError | None = None  # the first reply that was no etcd answer
+        silent = False  # whether some member did not answer (down, leaderless, cut)
 
         def send(i: int) -> None:
             nonlocal outstanding, last_sent
@@ -388,6 +396,7 @@ class Etcd:
             if not isinstance(err, _MemberDown):
                 raise err  # etcd's answer about the request (lease not found): every member's
             failures.append((member, err.why))
+            silent = True
             if err.elected:  # it follows a new leader: asked again at once, if it may be
                 if asked[i] < max(tries, 2):  # as an unhedged read: asked again once
                     send(i)
@@ -397,8 +406,9 @@ class Etcd:
             asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
             if place < n and order[place] == i:
                 ask_in_place()
-        if broken is not None:  # the one error that is no member's silence: raised as it was
+        if broken is not None and not silent:  # every member broken: no retry would help
             raise broken
+        # one silent member may answer again (an election ends): a lost cluster, retried
         raise unreached(self.address, path, failures)
 
     def revoke(self, lease: int) -> None:
@@ -515,14 +525,27 @@ class Etcd:
     def close(self) -> None:
         """Cancel this client's watches and close its connections, those of asks a hedged
         request left open too: such an ask (a member on a cut host holding it) is abandoned,
-        not waited for, its connection cut so that its thread ends at once
-        (:mod:`~hogwild_plugins.ps.etcd_session`)."""
+        not waited for, its connection cut so that its read ends at once
+        (:mod:`~hogwild_plugins.ps.etcd_session`). A request another thread has in flight is
+        not cut: it ends as it would have (its connection closed when it returns)."""
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
+        from hogwild_plugins.ps.etcd_session import cut_asks
+
+        abandoned = [ask for ask in self._asks if ask.is_alive()]
         self._asks.clear()  # daemon threads, each failing as its connection is cut below
-        for client in self._clients:
-            client.session.close()
+        failed: Exception | None = None
+        for client in self._clients:  # every session closed, whichever fails to
+            try:
+                cut_asks(client.session, abandoned)  # another thread's request is left to end
+                client.session.close()
+            except Exception as err:  # noqa: BLE001 - raised once the others are closed
+                failed = failed or err
+        if failed is not None:
+            raise HogwildError(
+                f"etcd at {self.address}: closing a session failed: {failed}"
+            ) from failed
 
     def __enter__(self) -> Etcd:
         return self
@@ -695,13 +718,17 @@ class Etcd:
         error = gateway_error(answer.status_code, answer.text)
         if error is not None:
             down, detail = error
-            if "lease not found" in detail:
+            if "lease not found" in detail and is_etcd_error(answer.text):
                 lease = payload.get("ID") or payload.get("lease")
                 which = f"lease {lease}" if lease else "a lease of this transaction"
                 raise LeaseExpired(f"etcd at {member}: {which} expired or was revoked")
             if down:  # unavailable, timed out, or cut off from its quorum
                 # a proposal its raft dropped was never appended nor forwarded: safe elsewhere
                 raise _MemberDown(detail, unsent=PROPOSAL_DROPPED in detail.lower())
+            if not is_etcd_error(answer.text):  # a proxy's error page, Go's plain 404: not etcd
+                raise EtcdReplyError(
+                    f"etcd at {member}: {path} failed: {detail} (no error reply of etcd's)"
+                )
             raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
         try:
             reply = answer.json()

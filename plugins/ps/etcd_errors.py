@@ -22,6 +22,7 @@ __all__ = [
     "EtcdReplyError",
     "EtcdUnavailable",
     "gateway_error",
+    "is_etcd_error",
     "unreached",
 ]
 
@@ -55,10 +56,11 @@ class EtcdClusterLost(EtcdUnavailable):
 
 class EtcdReplyError(HogwildError):
     """A member's reply that is no answer of etcd's (not JSON, not a JSON object, no API path
-    found): a fault of that member (broken, or not etcd at all), not of the request, which
-    another member may answer. An error etcd answers about the request itself (a lease not
-    found, a compacted revision, an invalid argument) is a plain :class:`HogwildError`: every
-    member would answer it the same."""
+    found, an error status whose body is not etcd's error object: a proxy's HTML 502, Go's plain
+    "404 page not found"): a fault of that member (broken, or not etcd at all), not of the
+    request, which another member may answer. An error etcd answers about the request itself (a
+    lease not found, a compacted revision, an invalid argument) is a plain
+    :class:`HogwildError`: every member would answer it the same."""
 
 
 def gateway_error(status: int, text: str) -> tuple[bool, str] | None:
@@ -78,6 +80,20 @@ def gateway_error(status: int, text: str) -> tuple[bool, str] | None:
     detail = f"HTTP {status}: {said or text.strip()}"[:400]
     down = status in DOWN_STATUSES or any(word in detail.lower() for word in LEADERLESS)
     return down, detail
+
+
+def is_etcd_error(text: str) -> bool:
+    """Whether ``text``, the body of an error reply, is etcd's gateway's error object (a JSON
+    object naming the error in ``error`` or ``message``, as ``{"error": "etcdserver: ...",
+    "code": 5, "message": "etcdserver: ..."}``): only such a reply is etcd's answer about the
+    request; any other (a proxy's page, a server that is not etcd) is the member's fault."""
+    try:
+        reply = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(reply, dict):
+        return False
+    return any(isinstance(reply.get(field), str) and reply[field] for field in ("error", "message"))
 
 
 def unreached(address: str, path: str, failures: list[tuple[str, str]]) -> EtcdUnavailable:

@@ -305,6 +305,25 @@ def _san(x509, name: str):
         return x509.DNSName(name)
 
 
+CA_CONFIG = """\
+[req]
+prompt = no
+distinguished_name = ca_name
+x509_extensions = ca_extensions
+
+[ca_name]
+CN = hogwild etcd CA
+
+[ca_extensions]
+basicConstraints = critical,CA:TRUE,pathlen:0
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
+"""
+"""The whole openssl configuration the job's CA is made with (``req -x509 -config``): every
+extension of the CA listed once, as :func:`_with_cryptography` gives them (SKI included, which
+the leaves' AKI names), none taken from the system's configuration."""
+
+
 def _with_openssl(root: Path, names: list[str], days: int) -> None:
     openssl = shutil.which("openssl")
     if openssl is None:
@@ -320,9 +339,11 @@ def _with_openssl(root: Path, names: list[str], days: int) -> None:
     with tempfile.TemporaryDirectory(dir=root) as work:
         w = Path(work)
         run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(w / "ca.key"))
-        run("req", "-x509", "-new", "-key", str(w / "ca.key"), "-subj", "/CN=hogwild etcd CA",
-            "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        # The system's openssl.cnf is not read: its v3_ca section, applied by req -x509, would
+        # add a second basicConstraints beside an -addext one on OpenSSL 1.1.1 (which appends,
+        # where 3.x replaces), and Go's crypto/x509 (etcd's) refuses duplicate extensions.
+        (w / "ca.cnf").write_text(CA_CONFIG, encoding="ascii")
+        run("req", "-x509", "-new", "-key", str(w / "ca.key"), "-config", str(w / "ca.cnf"),
             "-days", str(days), "-out", str(w / "ca.crt"))  # fmt: skip
         for who, usage in ((SERVER, "serverAuth,clientAuth"), (CLIENT, "clientAuth")):
             key = str(w / f"{who}.key")

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from hogwild.config import config_from_dict
+from hogwild.config.checks import etcd_election_unread
 from tests.config_cases import error_of, small
 
 # --- ranges -----------------------------------------------------------------------------------
@@ -213,9 +214,11 @@ def test_the_etcd_election_timeout_is_checked_against_its_range_the_lease_and_th
     chosen = config_from_dict(small(cluster={**copies, "etcd_election_ms": 500}))
     assert chosen.cluster.etcd_election_ms == 500
     assert config_from_dict(small(cluster=copies)).cluster.etcd_election_ms == 0  # hogwild's
-    for wrong in (-1, 5, 40_001):
+    # the longest one hogwild's etcd start waits can wait out a first election for (review AE 5)
+    assert config_from_dict(small(cluster={**copies, "etcd_election_ms": 5000}, ps={"lease_s": 8}))
+    for wrong in (-1, 5, 5001, 40_000):
         said = error_of(small(cluster={**copies, "etcd_election_ms": wrong}))
-        assert "cluster.etcd_election_ms must be 0 (hogwild's, 200) or 10 to 40000" in said
+        assert "cluster.etcd_election_ms must be 0 (hogwild's, 200) or 10 to 5000" in said
         assert f"got {wrong}" in said
     # etcd grants no lease shorter than 1.5 election timeouts: 1 s leases need <= 666 ms
     said = error_of(small(cluster={**copies, "etcd_election_ms": 700}, ps={"lease_s": 1}))
@@ -223,3 +226,28 @@ def test_the_etcd_election_timeout_is_checked_against_its_range_the_lease_and_th
     assert "1.5 election timeouts (1050 ms)" in said
     ok = small(cluster={**copies, "etcd_election_ms": 700}, ps={"lease_s": 2})
     assert config_from_dict(ok).ps.lease_s == 2
+
+
+@pytest.mark.parametrize(
+    ("cluster", "why"),
+    [
+        ({"etcd": "127.0.0.1:2379", "copies": 3, "ps": 3}, "cluster.etcd = '127.0.0.1:2379' is"),
+        ({"etcd": "", "copies": 1}, "cluster.copies = 1"),
+    ],
+)
+def test_an_etcd_election_timeout_no_member_is_started_with_is_said_unread_not_refused(
+    cluster, why
+):
+    # Review AE 11: where hogwild starts no etcd member (an etcd given, or no copies) the key
+    # is not read: a short ps.lease_s is not refused over it, and the driver warns it is unread.
+    config = config_from_dict(
+        small(cluster={**cluster, "etcd_election_ms": 700}, ps={"lease_s": 1})
+    )
+    said = etcd_election_unread(config.cluster)
+    assert said.startswith("cluster.etcd_election_ms = 700 is not read: " + why), said
+    started = config_from_dict(
+        small(cluster={"etcd": "job", "copies": 3, "ps": 3}, ps={"lease_s": 1})
+    )
+    assert etcd_election_unread(started.cluster) is None  # 0: nothing to say
+    chosen = small(cluster={"etcd": "job", "copies": 3, "ps": 3, "etcd_election_ms": 600})
+    assert etcd_election_unread(config_from_dict(chosen).cluster) is None
