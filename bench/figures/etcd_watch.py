@@ -1,5 +1,5 @@
 """What an idle etcd watch costs etcd and the watching process: the watch as it is
-(:class:`~hogwild_plugins.ps.etcd.Watch`: etcd's watch stream, and a poll every 0.5 s as its
+(:class:`~hogwild_plugins.ps.etcd_watch.Watch`: etcd's watch stream, and a poll every 0.5 s as its
 safety net) against the watch as it was, the peer: the same range request polled every 50 ms on a
 kept connection (:class:`~hogwild_plugins.ps.etcd_poll.RangePoller`, the watch's transport).
 

@@ -1,6 +1,6 @@
 """The watch's polls of etcd: one keep-alive ``http.client`` connection per member.
 
-:class:`~hogwild_plugins.ps.etcd.Watch` asks etcd one small range request every 50 ms while
+:class:`~hogwild_plugins.ps.etcd_watch.Watch` asks etcd one small range request every 50 ms while
 etcd's watch stream is not up (:mod:`hogwild_plugins.ps.etcd_stream`), every 0.5 s while it is,
 for as long as a replicated parameter server lives. Through etcd3gw's ``requests`` session (which
 rebuilds its request every call) each poll costs the polling process about 1.2 ms of CPU;

@@ -1,6 +1,6 @@
 """The watch's stream: etcd's own watch, heard over a kept HTTP(S) connection of its own.
 
-:class:`~hogwild_plugins.ps.etcd.Watch` polls one small range request to see that keys under a
+:class:`~hogwild_plugins.ps.etcd_watch.Watch` polls one small range request to see that keys under a
 prefix changed. Polled every 50 ms, that is 20 requests a second from every replicated parameter
 server for as long as it lives (each about 1.2-1.6 ms of etcd's CPU), and still up to 50 ms
 late. etcd can say so itself: its JSON gateway's ``POST /v3/watch`` answers with a chunked
