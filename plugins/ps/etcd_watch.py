@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import queue
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -87,7 +88,9 @@ class Watch:
         self._on_error = on_error
         self._interval_s, self._slow_s = interval_s, max(interval_s, slow_interval_s)
         self._stop = threading.Event()
-        self._wake = threading.Event()  # the stream heard of a change, or cancel() was called
+        self._wake = threading.Event()  # news for the polling thread: see _poll
+        self._heard_count = 0  # the stream's reports so far (changes, or a stream created again)
+        self._errors: queue.SimpleQueue = queue.SimpleQueue()  # the stream's, reported by _poll
         self._poller = None  # the polls' own transport, once the first reading is taken
         self._stream = None
         # The first reading is taken here, before watch() returns, so that every change made
@@ -113,7 +116,7 @@ class Watch:
             self._stream = WatchStream(
                 reader.members, lambda i: clients[i].api_path, reader.timeout_s, start,
                 end, None if after is None else after + 1, lambda: poller._current,
-                self._heard, self._report, tls=context,
+                self._heard, self._stream_error, tls=context, on_down=self._wake.set,
             )  # fmt: skip
             self._thread = threading.Thread(
                 target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
@@ -144,7 +147,9 @@ class Watch:
         if threading.current_thread() is not self._thread:
             polls = POLL_REQUESTS * len(self._reader.members) * self._reader.timeout_s
             self._thread.join(polls + self._interval_s + 1.0)
-        self._stream.close()
+            self._stream.close()
+        # else: from on_change(), which must not wait: the polling thread ends when it returns,
+        # and closes the stream (joins its thread) then, on its way out (_run)
         self._reader.close()  # it has no watches of its own: its connections closed
 
     @property
@@ -158,6 +163,12 @@ class Watch:
 
     def _heard(self) -> None:
         """The stream's news (a change, or a stream opened again): poll and report it now."""
+        self._heard_count += 1  # only the stream's thread writes it
+        self._wake.set()
+
+    def _stream_error(self, err: Exception) -> None:
+        """The stream's error, handed to the polling thread: ``on_error`` is called from it only."""
+        self._errors.put(err)
         self._wake.set()
 
     def _signature(self, revision: int | None = None) -> tuple[tuple[int, int], int]:
@@ -176,15 +187,20 @@ class Watch:
     def _run(self, seen: tuple[int, int]) -> None:
         try:
             self._poll(seen)
-        finally:  # the thread's own connections, however it ends
+        finally:  # the thread's own connections, and the stream's thread, however it ends
+            self._stream.close()
             if self._poller is not None:
                 self._poller.close()
 
     def _poll(self, seen: tuple[int, int]) -> None:
-        failing = False
+        failing, reports = False, 0
+        unheard: int | None = None  # the stream's report count when a poll saw a change it missed
+        warned = False
         while not self._stop.is_set():
-            heard = self._wake.is_set()  # cleared before the poll: news after it wakes us again
-            self._wake.clear()
+            self._wake.clear()  # cleared before the poll: news after it wakes us again
+            heard, reports = self._heard_count != reports, self._heard_count
+            while not self._errors.empty():
+                self._report(self._errors.get())
             polled = time.monotonic()
             try:
                 now, _ = self._signature()
@@ -199,6 +215,18 @@ class Watch:
                 break
             if self._stream.on not in (None, self._poller._current):
                 self._stream.restart()  # the polls moved to another member: the stream follows
+            elif unheard is not None and unheard == self._heard_count and self._stream.up:
+                # a change the stream, up all along, has not reported a whole poll later: its
+                # flow died silently (a NAT forgot it, a FIN lost) while the polls' one lives
+                (log.debug if warned else log.warning)(
+                    "etcd watch of %s: the stream at %s missed a change: opened again",
+                    self._range["key"], self._poller.members[self._stream.on],
+                )  # fmt: skip
+                warned = True
+                self._stream.restart()
+            unheard = None
+            if now != seen and not heard and self._stream.up:
+                unheard = self._heard_count  # may be in flight still: the next poll decides
             if now != seen or failing or heard:
                 try:
                     self._on_change()
