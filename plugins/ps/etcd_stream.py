@@ -19,7 +19,8 @@ and every field read is checked. A message that is not what etcd sends, an ``err
 the gateway, or a watch that etcd cancelled for a reason other than compaction goes to
 ``on_error`` (once until a stream is created again) and the stream is opened again; a stream
 that ends, or cannot be opened (refused, timed out, a member answering with an error status),
-is opened again after a back-off (:data:`BACKOFF_S` doubling up to :data:`BACKOFF_MAX_S`), on the
+is opened again after a back-off (:data:`BACKOFF_S` doubling up to :data:`BACKOFF_MAX_S`, reset
+only by a stream that served :data:`LIVED_S`; a gateway with no watch, 404, logged once), on the
 member that :meth:`~hogwild_plugins.ps.etcd_poll.RangePoller.post` last reached (``member()``),
 and logged only: the polls, which run at their fast interval while no stream is up, are what
 report an unreachable etcd. Every stream created after the first calls ``on_event`` (changes
@@ -28,7 +29,10 @@ on, the revision after the watch's first reading, so none made in between is mis
 
 :meth:`WatchStream.close` shuts the stream's socket down (which unblocks its reader at once) and
 joins the thread; :meth:`WatchStream.restart` shuts it down to have it opened again (on the member
-the polls now reach). The thread owns its connection and closes it on every exit path.
+the polls now reach). The socket is registered before its connect and TLS handshake, so both can be
+cut short; it keeps TCP keepalive on (:data:`KEEPALIVE`), since a quiet stream sends nothing and a
+flow that died silently would otherwise look up forever. The thread owns its connection and
+closes it on every exit path; ``on_down`` tells the watch that a stream that was up ended.
 """
 
 from __future__ import annotations

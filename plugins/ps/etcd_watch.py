@@ -35,9 +35,11 @@ log = logging.getLogger(__name__)
 
 POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
 SAFETY_POLL_S = 0.5
-"""How often a watch whose stream is up polls all the same (:class:`Watch`): the latest a net change
-is seen when the stream died silently, and how soon a member that stopped answering is noticed.
-Ten times fewer polls than the 50 ms it polls at while no stream is up."""
+"""How often a watch whose stream is up polls all the same (:class:`Watch`): ten times fewer polls
+than the 50 ms it polls at while no stream is up. A member that answers sees a net change within
+this even when its stream died silently. A member that holds the poll without answering (on a cut
+host, or stopped) is left for the next member only after the request timeout (``timeout_s``, 2 s),
+its stream hanging too: a change is then seen up to this plus a timeout per such member late."""
 
 
 class Watch:
@@ -55,8 +57,13 @@ class Watch:
     (revisions only grow), and a change made only of deletions lowers the count, so every net change
     is seen; a key written and deleted again between two polls is not. They run every
     ``slow_interval_s`` while a stream is up (:data:`SAFETY_POLL_S`: within that a change is seen
-    even if the stream hangs, as one on a cut member does) and every ``interval_s`` while none is
-    (today's 50 ms: never later than polling alone). A stream that ends, errs or says something etcd
+    even if the stream died silently, on a member that still answers; a member that holds the
+    poll, as one on a cut host does, costs a request timeout before the next is asked, see
+    :data:`SAFETY_POLL_S`) and every ``interval_s`` while none is (today's 50 ms). A change a
+    poll sees while the stream is up, and that the stream has still not reported one poll
+    later, means its flow died silently (a NAT that forgot it, a lost FIN): it is opened again,
+    and logged once at WARNING; TCP keepalive on its socket finds a dead peer within about 25 s
+    even with no change. A stream that ends, errs or says something etcd
     does not is opened again, with a back-off, on the member the polls reach (the polls moving to
     another member, or failing, move it too), and once created it calls ``on_change()`` (changes may
     have been missed). The polls go over plain HTTP (or HTTPS, with the client's certificate) on a
@@ -66,9 +73,10 @@ class Watch:
 
     A failed poll goes to ``on_error(exc)`` (or the log) once per outage, and polling goes on more
     slowly; once etcd answers again ``on_change()`` is called, since changes may have been missed. A
-    malformed stream message goes there too (once until a stream is created again). An exception
-    from ``on_change`` is reported the same way and does not stop it. ``on_change()`` is only called
-    from the polling thread, one call at a time, and the polls are ``interval_s`` apart at least
+    malformed stream message goes there too (once until a stream is created again), handed over to
+    the polling thread. An exception from ``on_change`` is reported the same way and does not stop
+    it. ``on_change()`` and ``on_error()`` are only called from the polling thread, one call at a
+    time, and the polls are ``interval_s`` apart at least
     (a burst of events costs no more polls than polling alone did).
     """
 
@@ -132,8 +140,9 @@ class Watch:
             raise
 
     def cancel(self) -> None:
-        """Stop the polls and the stream; returns once both threads have ended (at once from
-        ``on_change``), and within the longest a poll can take: per member, the API path's
+        """Stop the polls and the stream; returns once both threads have ended (from
+        ``on_change``, at once: the polling thread ends and closes the stream when it returns),
+        and within the longest a poll can take: per member, the API path's
         request, the poll, its one retry on a fresh connection, and after ``leader changed`` the
         poll asked again with its own retry: five requests, each up to the request timeout (the
         stream's socket is shut down, which ends its read at once; opening one takes fewer
