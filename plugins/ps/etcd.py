@@ -506,8 +506,9 @@ class Etcd:
         reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls,
                       near=self.near)  # fmt: skip
         handle = Watch(
-            reader, start, _after(start), on_change, interval_s, revision, on_error, slow_interval_s
-        )
+            reader, start, _after(start), on_change, interval_s, revision, on_error,
+            slow_interval_s, near_return=(NEAR_RETURN_S, NEAR_PROBE_S, NEAR_BACKOFF_MAX),
+        )  # fmt: skip
         self._watches.append(handle)
         return handle
 

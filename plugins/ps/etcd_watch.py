@@ -83,6 +83,7 @@ class Watch:
     def __init__(
         self, reader: Etcd, start: bytes, end: bytes, on_change, interval_s, revision, on_error,
         slow_interval_s: float = SAFETY_POLL_S,
+        near_return: tuple[float, float, int] = (5.0, 0.5, 12),
     ) -> None:  # fmt: skip
         if not (interval_s > 0 and slow_interval_s > 0):
             raise HogwildError(
@@ -119,11 +120,11 @@ class Watch:
             context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
             self._poller = poller = RangePoller(  # from the member the first reading reached
                 reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
-                tls=context,
+                tls=context, near=reader._near, near_return=near_return,
             )  # fmt: skip
             self._stream = WatchStream(
                 reader.members, lambda i: clients[i].api_path, reader.timeout_s, start,
-                end, None if after is None else after + 1, lambda: poller._current,
+                end, None if after is None else after + 1, lambda: poller.current,
                 self._heard, self._stream_error, tls=context, on_down=self._wake.set,
             )  # fmt: skip
             self._thread = threading.Thread(
@@ -222,7 +223,7 @@ class Watch:
                 continue
             if self._stop.is_set():  # cancelled during the poll: cancel() may have returned
                 break
-            if self._stream.on not in (None, self._poller._current):
+            if self._stream.on not in (None, self._poller.current):
                 self._stream.restart()  # the polls moved to another member: the stream follows
             elif unheard is not None and unheard == self._heard_count and self._stream.up:
                 # a change the stream, up all along, has not reported a whole poll later: its
