@@ -14,12 +14,12 @@ certificate shown (:meth:`~hogwild_plugins.ps.etcd_tls.EtcdTls.ssl_context`).
 
 A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
 goes to the member that answered last (and, for a client with a ``near`` member, back to that
-one every 5 s with a short probe, as the client's map reads go); a member that cannot be reached, times out or answers
-that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`, the client's own
-classifier) is left for the next one at once, except one that answers ``leader changed``
-(:data:`~hogwild_plugins.ps.etcd_errors.LEADER_CHANGED`: it follows a new leader), which is asked
-again at once first (the next member may be the old leader, cut off, where a poll would wait
-out its whole timeout); when no member answers, the poll raises
+one every 5 s with a short probe, as the client's map reads go); a member that cannot be reached,
+times out or answers that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`,
+the client's own classifier) is left for the next one at once, except one that answers ``leader
+changed`` (:data:`~hogwild_plugins.ps.etcd_errors.LEADER_CHANGED`: it follows a new leader), which
+is asked again at once first (the next member may be the old leader, cut off, where a poll would
+wait out its whole timeout); when no member answers, the poll raises
 :class:`~hogwild_plugins.ps.etcd.EtcdUnavailable` (one member) or
 :class:`~hogwild_plugins.ps.etcd.EtcdClusterLost` (several), naming each member and why.
 Every request has the client's timeout, and a reply is read up to :data:`REPLY_LIMIT` bytes.
