@@ -236,7 +236,8 @@ class Watch:
                 self._stream.restart()
             unheard = None
             if now != seen and not heard and self._stream.up:
-                unheard = self._heard_count  # may be in flight still: the next poll decides
+                # the count before the poll: an event that came during it counts as heard
+                unheard = reports  # it may be in flight still: the next poll decides
             if now != seen or failing or heard:
                 try:
                     self._on_change()
