@@ -289,6 +289,7 @@ EVENT = b'{"result":{"header":{"revision":"6"},"events":[{"kv":{"key":"L3AvYQ=="
         (b"[" * 100_000, "is not JSON"),  # nested past the parser's recursion limit
         (b'{"error":{"grpc_code":14,"message":"unavailable"}}', "the gateway's error"),
     ],
+    ids=["not-json", "events-no-list", "outside-range", "nested-too-deep", "gateway-error"],
 )  # fmt: skip
 def test_a_malformed_stream_message_is_reported_and_the_watch_goes_on(bad, said) -> None:
     with StreamGateway([[CREATED, bad], [CREATED, EVENT]]) as member:
