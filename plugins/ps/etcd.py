@@ -78,8 +78,10 @@ from hogwild_plugins.ps.etcd_errors import (
     is_etcd_error,
     unreached,
 )
+from hogwild_plugins.ps.etcd_errors import reply_int as _int
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 from hogwild_plugins.ps.etcd_tls import EtcdTls
+from hogwild_plugins.ps.etcd_watch import SAFETY_POLL_S, Watch
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
@@ -109,11 +111,6 @@ NEAR_BACKOFF_MAX = 12
 times this at most: a minute), and one that answers resets it."""
 UNNAMED_HOSTS = frozenset({"", "0.0.0.0", "::"})  # a listening wildcard names no host
 _NEAR_UNMATCHED: set[tuple[str, str]] = set()  # (near, address) already logged
-POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
-SAFETY_POLL_S = 0.5
-"""How often a watch whose stream is up polls all the same (:class:`Watch`): the latest a net change
-is seen when the stream died silently, and how soon a member that stopped answering is noticed.
-Ten times fewer polls than the 50 ms it polls at while no stream is up."""
 KEEPALIVE_TRIES = 3
 """The most times one member is asked one hedged keepalive (``keepalive_s`` after the last ask, none
 having answered), the earlier asks kept open; a member that fails is replaced at once by the next
@@ -518,7 +515,10 @@ class Etcd:
         start = self._key(prefix, allow_empty=True)
         reader = Etcd(self.address, prefix=self.prefix, timeout_s=self.timeout_s, tls=self.tls,
                       near=self.near)  # fmt: skip
-        handle = Watch(reader, start, on_change, interval_s, revision, on_error, slow_interval_s)
+        handle = Watch(
+            reader, start, _after(start), on_change, interval_s, revision, on_error,
+            slow_interval_s, near_return=(NEAR_RETURN_S, NEAR_PROBE_S, NEAR_BACKOFF_MAX),
+        )  # fmt: skip
         self._watches.append(handle)
         return handle
 
@@ -739,190 +739,6 @@ class Etcd:
         return reply
 
 
-class Watch:
-    """Threads calling ``on_change()`` when keys under a prefix change; :meth:`cancel` ends them.
-
-    etcd's own watch says so at once: a stream
-    (:class:`~hogwild_plugins.ps.etcd_stream.WatchStream`, ``POST /v3/watch`` on a kept connection
-    of its own, from the revision after the first reading, so nothing made in between is missed), on
-    whose every event the polling thread polls at once and calls ``on_change()`` (the poll first, so
-    that the reading it keeps is never older than the state reported).
-
-    The polls stay, as the safety net and the liveness check: one range request that returns the
-    number of keys under the prefix and the newest mod_revision among them (``keys_only``,
-    ``limit=1``, sorted by mod_revision): any write that survives raises the newest mod_revision
-    (revisions only grow), and a change made only of deletions lowers the count, so every net change
-    is seen; a key written and deleted again between two polls is not. They run every
-    ``slow_interval_s`` while a stream is up (:data:`SAFETY_POLL_S`: within that a change is seen
-    even if the stream hangs, as one on a cut member does) and every ``interval_s`` while none is
-    (today's 50 ms: never later than polling alone). A stream that ends, errs or says something etcd
-    does not is opened again, with a back-off, on the member the polls reach (the polls moving to
-    another member, or failing, move it too), and once created it calls ``on_change()`` (changes may
-    have been missed). The polls go over plain HTTP (or HTTPS, with the client's certificate) on a
-    kept connection of the watch's own (:mod:`hogwild_plugins.ps.etcd_poll`), as does the stream;
-    etcd3gw's streaming watch is not used (no timeout, chunks parsed as whole messages, errors lost
-    in a thread).
-
-    A failed poll goes to ``on_error(exc)`` (or the log) once per outage, and polling goes on more
-    slowly; once etcd answers again ``on_change()`` is called, since changes may have been missed. A
-    malformed stream message goes there too (once until a stream is created again). An exception
-    from ``on_change`` is reported the same way and does not stop it. ``on_change()`` is only called
-    from the polling thread, one call at a time, and the polls are ``interval_s`` apart at least
-    (a burst of events costs no more polls than polling alone did).
-    """
-
-    def __init__(
-        self, reader: Etcd, start: bytes, on_change, interval_s, revision, on_error,
-        slow_interval_s: float = SAFETY_POLL_S,
-    ) -> None:  # fmt: skip
-        if not (interval_s > 0 and slow_interval_s > 0):
-            raise HogwildError(
-                f"etcd watch intervals {interval_s!r} s and {slow_interval_s!r} s: expected more "
-                "than 0"
-            )
-        self._reader = reader
-        self._range = {"key": _b64(start), "range_end": _b64(_after(start)), "keys_only": True}
-        self._range |= {"limit": 1, "sort_order": "DESCEND", "sort_target": "MOD"}
-        self._on_change = on_change
-        self._on_error = on_error
-        self._interval_s, self._slow_s = interval_s, max(interval_s, slow_interval_s)
-        self._stop = threading.Event()
-        self._wake = threading.Event()  # the stream heard of a change, or cancel() was called
-        self._poller = None  # the polls' own transport, once the first reading is taken
-        self._stream = None
-        # The first reading is taken here, before watch() returns, so that every change made
-        # after it returns is seen (a first poll in the thread could come after the change).
-        try:
-            seen, read_at = self._signature(revision)
-            after = read_at if revision is None else revision  # the stream's changes: after it
-        except EtcdUnavailable:
-            reader.close()
-            raise
-        except HogwildError:
-            seen, after = (-1, -1), None  # the revision is compacted or in the future: a change
-        # the polls after it: on kept connections of their own, over HTTPS where the client's
-        # are (a quarter of the CPU a poll costs through etcd3gw: etcd_poll,
-        # bench/figures/etcd_poll.py)
-        from hogwild_plugins.ps.etcd_poll import RangePoller
-        from hogwild_plugins.ps.etcd_stream import WatchStream
-
-        clients = reader._clients  # etcd3gw's, each its member's API path once asked
-        try:  # the reader closed on any error (a TLS directory gone, a bad key), not only etcd's
-            context = EtcdTls.load(reader.tls).ssl_context() if reader.tls else None
-            self._poller = poller = RangePoller(  # from the member the first reading reached
-                reader.members, lambda i: clients[i].api_path, reader.timeout_s, reader._current,
-                tls=context,
-            )  # fmt: skip
-            self._stream = WatchStream(
-                reader.members, lambda i: clients[i].api_path, reader.timeout_s, start,
-                _after(start), None if after is None else after + 1, lambda: poller._current,
-                self._heard, self._report, tls=context,
-            )  # fmt: skip
-            self._thread = threading.Thread(
-                target=self._run, args=(seen,), name="hogwild-etcd-watch", daemon=True
-            )
-            self._stream.start()
-            self._thread.start()
-        except BaseException:
-            if self._stream is not None:
-                self._stream.close()
-            if self._poller is not None:
-                self._poller.close()
-            reader.close()
-            raise
-
-    def cancel(self) -> None:
-        """Stop the polls and the stream; returns once both threads have ended (at once from
-        ``on_change``), and within the longest a poll can take: per member, the API path's
-        request, the poll, its one retry on a fresh connection, and after ``leader changed`` the
-        poll asked again with its own retry: five requests, each up to the request timeout (the
-        stream's socket is shut down, which ends its read at once; opening one takes fewer
-        requests). A poll that ends after this began reports no change (the flag is checked
-        between the poll and ``on_change()``), so once the thread has ended within that bound,
-        ``on_change()`` is not called again; only a callback itself slower than the bound can
-        outlive it."""
-        self._stop.set()
-        self._wake.set()
-        self._stream.stop()  # its socket shut down now: it ends while the polls do
-        if threading.current_thread() is not self._thread:
-            polls = POLL_REQUESTS * len(self._reader.members) * self._reader.timeout_s
-            self._thread.join(polls + self._interval_s + 1.0)
-        self._stream.close()
-        self._reader.close()  # it has no watches of its own: its connections closed
-
-    @property
-    def active(self) -> bool:
-        return self._thread.is_alive() or self._stream.active
-
-    @property
-    def streaming(self) -> bool:
-        """Whether a stream is up now (the polls then run every ``slow_interval_s``)."""
-        return self._stream.up
-
-    def _heard(self) -> None:
-        """The stream's news (a change, or a stream opened again): poll and report it now."""
-        self._wake.set()
-
-    def _signature(self, revision: int | None = None) -> tuple[tuple[int, int], int]:
-        """The prefix's (key count, newest mod_revision), and the revision it was read at."""
-        if revision is None and self._poller is not None:  # none before the first reading
-            reply = self._poller.post("/kv/range", self._range)
-        else:
-            query = self._range if revision is None else {**self._range, "revision": revision}
-            reply = self._reader._post("/kv/range", query)
-        address = self._reader.address
-        read_at = _int(reply.get("header"), "revision", address)  # a range reply, not another
-        kvs = self._reader._kvs(reply) or [{}]
-        newest = _int(kvs[0], "mod_revision", address, default=0)
-        return (_int(reply, "count", address, default=0), newest), read_at
-
-    def _run(self, seen: tuple[int, int]) -> None:
-        try:
-            self._poll(seen)
-        finally:  # the thread's own connections, however it ends
-            if self._poller is not None:
-                self._poller.close()
-
-    def _poll(self, seen: tuple[int, int]) -> None:
-        failing = False
-        while not self._stop.is_set():
-            heard = self._wake.is_set()  # cleared before the poll: news after it wakes us again
-            self._wake.clear()
-            polled = time.monotonic()
-            try:
-                now, _ = self._signature()
-            except Exception as err:  # noqa: BLE001 - etcd down, or a reply that makes no sense
-                if not failing:
-                    self._report(err)
-                    self._stream.restart()  # one on a member that stopped answering may hang
-                failing = True
-                self._wake.wait(max(self._interval_s, 0.5))
-                continue
-            if self._stop.is_set():  # cancelled during the poll: cancel() may have returned
-                break
-            if self._stream.on not in (None, self._poller._current):
-                self._stream.restart()  # the polls moved to another member: the stream follows
-            if now != seen or failing or heard:
-                try:
-                    self._on_change()
-                except Exception as err:  # noqa: BLE001 - the callback's bug must not end us
-                    self._report(err)
-            seen, failing = now, False
-            self._wake.wait(self._slow_s if self._stream.up else self._interval_s)
-            rest = self._interval_s - (time.monotonic() - polled)
-            if rest > 0:  # a burst of news: a poll per interval_s at most, never more than before
-                self._stop.wait(rest)
-
-    def _report(self, err: Exception) -> None:
-        if self._on_error is None:
-            log.warning("etcd watch of %s: %s", self._range["key"], err)
-            return
-        try:
-            self._on_error(err)
-        except Exception:  # noqa: BLE001
-            log.exception("etcd watch: on_error failed")
-
-
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -933,19 +749,6 @@ def _after(prefix: bytes) -> bytes:
     if not stripped:
         return b"\0"
     return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _int(reply, field: str, address: str, default: int | None = None) -> int:
-    """``reply[field]`` as an int (the gateway writes 64-bit numbers as strings, and leaves out
-    zeros: ``default`` then)."""
-    try:
-        if field not in reply and default is not None:
-            return default
-        return int(reply[field])
-    except (KeyError, TypeError, ValueError):
-        raise HogwildError(
-            f"etcd at {address}: malformed reply, no {field!r} in {reply!r:.200}"
-        ) from None
 
 
 def _unsent(cause: BaseException | None) -> bool:

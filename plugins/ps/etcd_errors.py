@@ -23,6 +23,7 @@ __all__ = [
     "EtcdUnavailable",
     "gateway_error",
     "is_etcd_error",
+    "reply_int",
     "unreached",
 ]
 
@@ -104,3 +105,16 @@ def unreached(address: str, path: str, failures: list[tuple[str, str]]) -> EtcdU
         return EtcdUnavailable(f"etcd at {address} cannot be reached: {failures[0][1]}")
     said = "; ".join(f"{member}: {why}" for member, why in failures)
     return EtcdClusterLost(f"no member of the etcd cluster {address} answered {path}: {said}")
+
+
+def reply_int(reply, field: str, address: str, default: int | None = None) -> int:
+    """``reply[field]`` as an int (the gateway writes 64-bit numbers as strings, and leaves out
+    zeros: ``default`` then)."""
+    try:
+        if field not in reply and default is not None:
+            return default
+        return int(reply[field])
+    except (KeyError, TypeError, ValueError):
+        raise HogwildError(
+            f"etcd at {address}: malformed reply, no {field!r} in {reply!r:.200}"
+        ) from None

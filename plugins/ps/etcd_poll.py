@@ -1,6 +1,6 @@
 """The watch's polls of etcd: one keep-alive ``http.client`` connection per member.
 
-:class:`~hogwild_plugins.ps.etcd.Watch` asks etcd one small range request every 50 ms while
+:class:`~hogwild_plugins.ps.etcd_watch.Watch` asks etcd one small range request every 50 ms while
 etcd's watch stream is not up (:mod:`hogwild_plugins.ps.etcd_stream`), every 0.5 s while it is,
 for as long as a replicated parameter server lives. Through etcd3gw's ``requests`` session (which
 rebuilds its request every call) each poll costs the polling process about 1.2 ms of CPU;
@@ -13,12 +13,13 @@ trusted, the member's certificate checked against the address asked, the client'
 certificate shown (:meth:`~hogwild_plugins.ps.etcd_tls.EtcdTls.ssl_context`).
 
 A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
-goes to the member that answered last; a member that cannot be reached, times out or answers
-that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`, the client's own
-classifier) is left for the next one at once, except one that answers ``leader changed``
-(:data:`~hogwild_plugins.ps.etcd_errors.LEADER_CHANGED`: it follows a new leader), which is asked
-again at once first (the next member may be the old leader, cut off, where a poll would wait
-out its whole timeout); when no member answers, the poll raises
+goes to the member that answered last (and, for a client with a ``near`` member, back to that
+one every 5 s with a short probe, as the client's map reads go); a member that cannot be reached,
+times out or answers that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`,
+the client's own classifier) is left for the next one at once, except one that answers ``leader
+changed`` (:data:`~hogwild_plugins.ps.etcd_errors.LEADER_CHANGED`: it follows a new leader), which
+is asked again at once first (the next member may be the old leader, cut off, where a poll would
+wait out its whole timeout); when no member answers, the poll raises
 :class:`~hogwild_plugins.ps.etcd.EtcdUnavailable` (one member) or
 :class:`~hogwild_plugins.ps.etcd.EtcdClusterLost` (several), naming each member and why.
 Every request has the client's timeout, and a reply is read up to :data:`REPLY_LIMIT` bytes.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import time
 from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd_errors import LEADER_CHANGED, gateway_error, unreached
@@ -64,6 +66,13 @@ class RangePoller:
         first: The member asked first (the one the client's last request reached).
         tls: For members serving HTTPS, the context their connections are made with (the
             client's certificate and the CA it trusts); None for plain HTTP.
+        near: The member on this process's host (the client's ``near``), or None.
+        near_return: ``(return_s, probe_s, backoff_max)``, the client's (``NEAR_RETURN_S``,
+            ``NEAR_PROBE_S``, ``NEAR_BACKOFF_MAX`` of :mod:`~hogwild_plugins.ps.etcd`): a poll
+            after ``return_s`` elsewhere goes to the near member first, asked once with a
+            ``probe_s`` timeout, and each failed return doubles the wait, ``backoff_max`` times
+            at most; as the client's map reads do, so that one failover does not leave the polls
+            (and the stream, which follows them) on a remote member for the watch's life.
     """
 
     def __init__(
@@ -73,6 +82,8 @@ class RangePoller:
         timeout_s: float,
         first: int = 0,
         tls: ssl.SSLContext | None = None,
+        near: int | None = None,
+        near_return: tuple[float, float, int] = (5.0, 0.5, 12),
     ) -> None:
         if not members:
             raise HogwildError("etcd poll: no member to ask; expected HOST:PORT[,HOST:PORT...]")
@@ -82,7 +93,17 @@ class RangePoller:
         self.timeout_s, self.tls = timeout_s, tls
         self.address = ",".join(self.members)
         self._connections: list[http.client.HTTPConnection | None] = [None] * len(members)
-        self._current = first
+        if near is not None and not 0 <= near < len(members):
+            raise HogwildError(f"etcd poll: near member {near!r}: expected 0..{len(members) - 1}")
+        self._current, self._near = first, near
+        self._return_s, self._probe_s, self._backoff_max = near_return
+        self._away_since = time.monotonic()  # when the polls left the near member
+        self._near_backoff = 1
+
+    @property
+    def current(self) -> int:
+        """The member the next poll goes to first (the one that answered last)."""
+        return self._current
 
     def post(self, path: str, payload: dict) -> dict:
         """The gateway's JSON reply to ``payload`` at ``path`` (such as ``/kv/range``).
@@ -96,11 +117,22 @@ class RangePoller:
         body = json.dumps(payload).encode()
         failures: list[tuple[str, str]] = []
         n = len(self.members)
-        for step in range(n):
-            i = (self._current + step) % n
+        probe = None  # the near member, asked once first after a while elsewhere
+        if self._near not in (None, self._current):
+            if time.monotonic() - self._away_since >= self._return_s * self._near_backoff:
+                probe = self._near
+        for step in range(-1 if probe is not None else 0, n):
+            i = probe if step < 0 else (self._current + step) % n
+            if step >= 0 and i == probe:
+                continue  # asked first already
             try:
-                reply = self._post_to(i, path, body)
+                reply = self._post_to(i, path, body, self._probe_s if i == probe else None)
             except _Down as down:
+                if i == probe:  # not back yet: wait longer before the next return
+                    self._near_backoff = min(2 * self._near_backoff, self._backoff_max)
+                    self._away_since = time.monotonic()
+                    failures.append((self.members[i], str(down)))
+                    continue
                 if LEADER_CHANGED not in str(down).lower():
                     failures.append((self.members[i], str(down)))
                     continue
@@ -109,6 +141,10 @@ class RangePoller:
                 except _Down as again:
                     failures.append((self.members[i], str(again)))
                     continue
+            if i == self._near:
+                self._near_backoff = 1
+            elif self._current == self._near:
+                self._away_since = time.monotonic()
             self._current = i
             return reply
         raise unreached(self.address, path, failures)
@@ -120,16 +156,16 @@ class RangePoller:
                 connection.close()
                 self._connections[i] = None
 
-    def _post_to(self, i: int, path: str, body: bytes) -> dict:
+    def _post_to(self, i: int, path: str, body: bytes, timeout_s: float | None = None) -> dict:
         member = self.members[i]
         kept = self._connections[i] is not None
         try:
-            status, data = self._exchange(i, path, body)
+            status, data = self._exchange(i, path, body, timeout_s)
         except KEPT_CLOSED as err:
             if not kept:
                 raise _Down(f"{type(err).__name__}: {err}"[:400]) from err
             try:  # the member closed the kept connection while idle: once more, on a new one
-                status, data = self._exchange(i, path, body)
+                status, data = self._exchange(i, path, body, timeout_s)
             except (OSError, http.client.HTTPException) as again:
                 raise _Down(f"{type(again).__name__}: {again}"[:400]) from again
         except (OSError, http.client.HTTPException) as err:  # refused, timed out, cut
@@ -156,10 +192,13 @@ class RangePoller:
             raise _Down(f"no API path: {type(err).__name__}: {err}"[:400]) from err
         return prefix + path.lstrip("/")
 
-    def _exchange(self, i: int, path: str, body: bytes) -> tuple[int, bytes]:
-        """One request to member ``i`` on its kept connection (opened if need be); its status
-        and body. On any failure the connection is closed: a half-read reply must not be read
-        as the next request's."""
+    def _exchange(
+        self, i: int, path: str, body: bytes, timeout_s: float | None = None
+    ) -> tuple[int, bytes]:
+        """One request to member ``i`` on its kept connection (opened if need be), each step
+        limited to ``timeout_s`` (default the poller's); its status and body. On any failure
+        the connection is closed: a half-read reply must not be read as the next request's."""
+        limit = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
         connection = self._connections[i]
         if connection is None:
             parsed = parse_address(self.members[i])
@@ -172,6 +211,9 @@ class RangePoller:
                     parsed.host, parsed.port, timeout=self.timeout_s, context=self.tls
                 )
             self._connections[i] = connection
+        connection.timeout = limit  # for a connection opened now
+        if connection.sock is not None:
+            connection.sock.settimeout(limit)
         try:
             connection.request("POST", self._url(i, path), body,
                                {"Content-Type": "application/json"})  # fmt: skip

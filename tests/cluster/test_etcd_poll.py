@@ -559,3 +559,29 @@ def test_a_hedged_read_ends_on_an_error_of_the_request_not_on_a_members_own_faul
         finally:
             client.close()
             held.stall.set()
+
+
+def test_the_polls_go_back_to_their_near_member_once_it_answers_again() -> None:
+    answer = json.dumps({"header": {"revision": "5"}, "count": "0"}).encode()
+    with Gateway(*LEARNER) as near, Gateway(200, answer) as other:
+        members = [near.address, other.address]
+
+        def poller(return_s: float) -> RangePoller:
+            return RangePoller(
+                members, lambda i: "/v3/", 2.0, first=0, near=0, near_return=(return_s, 0.5, 12)
+            )
+
+        staying, returning = poller(3600.0), poller(0.0)
+        try:
+            for each in (staying, returning):
+                each.post("/kv/range", _range("k"))  # the near member unavailable: the other
+                assert each.current == 1
+            near.status, near.body = 200, answer  # back
+            asked = near.posts
+            staying.post("/kv/range", _range("k"))
+            assert staying.current == 1 and near.posts == asked  # not before return_s
+            returning.post("/kv/range", _range("k"))
+            assert returning.current == 0 and near.posts == asked + 1
+        finally:
+            staying.close()
+            returning.close()

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hogwild_plugins.ps.etcd import Etcd
-from hogwild_plugins.ps.etcd_stream import StreamError, WatchStream
+from hogwild_plugins.ps.etcd_stream import (
+    BACKOFF_S,
+    LIVED_S,
+    StreamError,
+    WatchStream,
+    next_backoff,
+)
 
 pytestmark = pytest.mark.kernel_free
 
@@ -36,7 +43,9 @@ def wait_for(condition, timeout_s: float = WAIT_S) -> bool:
 
 class Relay:
     """A TCP relay on loopback to ``target`` (``HOST:PORT``); :meth:`cut` closes every
-    connection it carries, as a member restarting or a broken link does."""
+    connection it carries, as a member restarting or a broken link does, and
+    :meth:`silence_streams` drops every byte of the watch streams open now, both ways, their
+    connections left open, as a NAT that forgot a quiet flow does."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
@@ -44,6 +53,7 @@ class Relay:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._sockets: list[socket.socket] = []
+        self._flows: list[dict] = []  # per connection: whether it carries a stream, is silenced
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._accepting = threading.Thread(target=self._accept, daemon=True)
@@ -56,10 +66,12 @@ class Relay:
             except OSError:  # closed
                 return
             far = socket.create_connection(self._target)
+            flow = {"stream": False, "silent": False}
             with self._lock:
                 self._sockets += [near, far]
+                self._flows.append(flow)
                 for source, sink in ((near, far), (far, near)):
-                    pump = threading.Thread(target=_pump, args=(source, sink), daemon=True)
+                    pump = threading.Thread(target=_pump, args=(source, sink, flow), daemon=True)
                     pump.start()
                     self._threads.append(pump)
 
@@ -73,6 +85,11 @@ class Relay:
                 sock.close()
             self._sockets.clear()
 
+    def silence_streams(self) -> None:
+        with self._lock:
+            for flow in self._flows:
+                flow["silent"] = flow["stream"]
+
     def close(self) -> None:
         self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (a close alone does not)
         self._listener.close()
@@ -82,10 +99,12 @@ class Relay:
             pump.join(WAIT_S)
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def _pump(source: socket.socket, sink: socket.socket, flow: dict) -> None:
     try:
         while data := source.recv(1 << 16):
-            sink.sendall(data)
+            flow["stream"] = flow["stream"] or b"/watch " in data  # its request line
+            if not flow["silent"]:
+                sink.sendall(data)
     except OSError:
         pass
     try:
@@ -118,6 +137,30 @@ def test_a_change_is_heard_from_the_stream_and_a_cut_stream_comes_back(etcd: Etc
         changed.clear()
         etcd.put("map/0", {"primary": "b"})
         assert changed.wait(WAIT_S)
+        watch.cancel()
+        assert not watch.active and errors == [], errors
+    finally:
+        client.close()
+        relay.close()
+
+
+def test_a_silently_dead_stream_is_found_by_the_polls_and_opened_again(etcd: Etcd, caplog) -> None:
+    relay = Relay(etcd.members[0])
+    client = Etcd(relay.address, prefix=etcd.prefix, timeout_s=2.0)
+    changes, errors = [], []
+    try:
+        watch = client.watch("map/", lambda: changes.append(1), slow_interval_s=0.2,
+                             on_error=errors.append)  # fmt: skip
+        assert wait_for(lambda: watch.streaming)
+        relay.silence_streams()  # the stream's flow dead, its socket open, the polls' alive
+        etcd.put("map/0", {"primary": "a"})
+        assert wait_for(lambda: changes)  # seen by a safety poll
+        # the next poll finds the stream still silent about it: a new stream, on a new flow
+        assert wait_for(lambda: watch._stream.created == 2 and watch.streaming)
+        assert [r for r in caplog.records if "missed a change" in r.getMessage()]
+        before = len(changes)
+        etcd.put("map/0", {"primary": "b"})
+        assert wait_for(lambda: len(changes) > before)
         watch.cancel()
         assert not watch.active and errors == [], errors
     finally:
@@ -243,17 +286,25 @@ EVENT = b'{"result":{"header":{"revision":"6"},"events":[{"kv":{"key":"L3AvYQ=="
         (b'{"result":{"header":{"revision":"6"},"events":{"kv":1}}}', "is no list"),
         (b'{"result":{"header":{},"events":[{"kv":{"key":"L3gvYQ==","mod_revision":"6"}}]}}',
          "outside the watched range"),  # /x/a
+        (b"[" * 100_000, "is not JSON"),  # nested past the parser's recursion limit
         (b'{"error":{"grpc_code":14,"message":"unavailable"}}', "the gateway's error"),
     ],
+    ids=["not-json", "events-no-list", "outside-range", "nested-too-deep", "gateway-error"],
 )  # fmt: skip
 def test_a_malformed_stream_message_is_reported_and_the_watch_goes_on(bad, said) -> None:
     with StreamGateway([[CREATED, bad], [CREATED, EVENT]]) as member:
         client = Etcd(member.address, prefix="/p/", timeout_s=2.0)
-        changes, errors = [], []
+        changes, errors, threads = [], [], set()
+
+        def on_error(err: Exception) -> None:
+            errors.append(err)
+            threads.add(threading.current_thread().name)
+
         try:
             watch = client.watch("", lambda: changes.append(1), slow_interval_s=SLOW_S,
-                                 on_error=errors.append)  # fmt: skip
+                                 on_error=on_error)  # fmt: skip
             assert wait_for(lambda: errors)
+            assert threads == {"hogwild-etcd-watch"}  # the polling thread's, as on_change's
             assert isinstance(errors[0], StreamError) and said in str(errors[0])
             assert member.address in str(errors[0])
             # opened again: created and an event, each a change to report (one call may
@@ -279,3 +330,31 @@ def test_cancel_ends_a_watch_whose_stream_is_blocked_in_its_read() -> None:
             assert changes == []
         finally:
             client.close()
+
+
+def test_close_cuts_a_stream_short_in_its_tls_handshake() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts, then never answers
+    member = f"127.0.0.1:{listener.getsockname()[1]}"
+    stream = WatchStream(
+        [member], lambda i: "/v3/", 30.0, b"/p/", b"/p0", None, lambda: 0, lambda: None,
+        lambda err: None, tls=ssl.create_default_context(),
+    ).start()  # fmt: skip
+    try:
+        listener.settimeout(WAIT_S)
+        peer, _ = listener.accept()
+        peer.settimeout(WAIT_S)
+        assert peer.recv(1)  # its ClientHello: the handshake waits for our answer
+        started = time.monotonic()
+        stream.close()  # a join would wait out 4 timeouts of 30 s
+        assert time.monotonic() - started < WAIT_S and not stream.active
+        peer.close()
+    finally:
+        stream.close()
+        listener.close()
+
+
+def test_the_back_off_resets_only_after_a_stream_that_lived() -> None:
+    assert next_backoff(0.8, 0.0, failed=False) == 0.8  # none created: it keeps growing
+    assert next_backoff(0.8, 0.1, failed=False) == 0.8  # created, then closed at once
+    assert next_backoff(0.8, LIVED_S, failed=True) == 0.8  # lived, but erred
+    assert next_backoff(0.8, LIVED_S, failed=False) == BACKOFF_S
