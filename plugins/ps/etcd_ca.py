@@ -38,7 +38,15 @@ import ipaddress
 import os
 from pathlib import Path
 
-from hogwild_plugins.ps.etcd_tls import CA, CLIENT, MEMBER_CN, SERVER, EtcdTls, write_private
+from hogwild_plugins.ps.etcd_tls import (
+    CA,
+    CLIENT,
+    MEMBER_CN,
+    SERVER,
+    EtcdTls,
+    key_usage,
+    write_private,
+)
 
 from hogwild.errors import ConfigError, HogwildError
 
@@ -112,10 +120,7 @@ class JobCA:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-                encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(key_usage(x509, ca=True), critical=True)
             # RFC 5280 4.2.1.2: a CA names its key, which its certificates' AKI points at
             # (strict verification, Python 3.13's default, refuses a CA without one)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
@@ -221,10 +226,7 @@ class JobCA:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(self.certificate.not_valid_after_utc)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False, crl_sign=False,
-                encipher_only=False, decipher_only=False), critical=True)  # ECDSA TLS signs only
+            .add_extension(key_usage(x509, ca=False), critical=True)  # ECDSA TLS signs only
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             # RFC 5280 4.2.1.1-2: which CA key signed it (strict verification requires it)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(

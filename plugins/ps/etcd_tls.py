@@ -50,6 +50,7 @@ __all__ = [
     "MEMBER_CN",
     "EtcdTls",
     "drop_etcd_tls",
+    "key_usage",
     "make_etcd_tls",
     "use_etcd_tls",
     "write_private",
@@ -261,10 +262,7 @@ def _with_cryptography(root: Path, names: list[str], days: int) -> None:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(
-            digital_signature=False, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-            encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(key_usage(x509, ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
                        critical=False)
         .sign(ca_key, hashes.SHA256())
@@ -284,10 +282,7 @@ def _with_cryptography(root: Path, names: list[str], days: int) -> None:
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(key_usage(x509, ca=False), critical=True)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
                 ca_key.public_key()), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
@@ -296,6 +291,17 @@ def _with_cryptography(root: Path, names: list[str], days: int) -> None:
         )  # fmt: skip
         _write(root / f"{who}.key", key_pem(key), 0o600)
         _write(root / f"{who}.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+
+
+def key_usage(x509, *, ca: bool):
+    """The key usage (RFC 5280 4.2.1.3, critical) of a certificate hogwild's makers issue, with
+    the ``cryptography`` package's ``x509`` module: a CA's signs certificates and CRLs; a member's
+    or client's signs only (ECDSA TLS keys sign, never encipher)."""
+    return x509.KeyUsage(
+        digital_signature=not ca, content_commitment=False, key_encipherment=False,
+        data_encipherment=False, key_agreement=False, key_cert_sign=ca, crl_sign=ca,
+        encipher_only=False, decipher_only=False,
+    )  # fmt: skip
 
 
 def _san(x509, name: str):
