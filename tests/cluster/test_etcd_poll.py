@@ -42,7 +42,43 @@ def _range(key: str) -> dict:
     return {"key": base64.b64encode(key.encode()).decode(), "count_only": True}
 
 
-class Gateway:
+class FakeGatewayHandler(BaseHTTPRequestHandler):
+    """A fake etcd gateway's request handler: kept HTTP/1.1 connections (a connection the client
+    forgot ends its thread after ``timeout``), answers sized by Content-Length, no log."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 5.0
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class LoopbackGateway:
+    """A fake gateway's HTTP server on 127.0.0.1 (``address``), served by a thread of its own
+    from ``__enter__`` to ``__exit__``; a subclass makes it with :meth:`_listen`."""
+
+    def _listen(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.address = f"127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+class Gateway(LoopbackGateway):
     """An HTTP server on loopback answering each POST with ``status`` and ``body`` (and
     ``/version`` as etcd 3.5 does); it counts the connections and POSTs it took. With
     ``close_after`` it closes each connection after one reply without saying so, as a member
@@ -61,10 +97,7 @@ class Gateway:
         self.holding, self.held_body = threading.Event(), b""
         gateway = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = 5.0  # a connection the client forgot ends its thread
-
+        class Handler(FakeGatewayHandler):
             def setup(self) -> None:
                 super().setup()
                 gateway.connections += 1
@@ -89,27 +122,7 @@ class Gateway:
                 self._answer(gateway.status, body)
                 self.close_connection = gateway.close_after
 
-            def _answer(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,))
-
-    def __enter__(self) -> Gateway:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._listen(Handler)
 
 
 def test_a_poll_reaches_the_member_that_answers_and_names_every_member_when_none_does(

@@ -14,7 +14,6 @@ import socket
 import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hogwild_plugins.ps.etcd import Etcd
@@ -25,6 +24,8 @@ from hogwild_plugins.ps.etcd_stream import (
     WatchStream,
     next_backoff,
 )
+
+from tests.cluster.test_etcd_poll import FakeGatewayHandler, LoopbackGateway
 
 pytestmark = pytest.mark.kernel_free
 
@@ -206,7 +207,7 @@ def test_the_first_stream_reports_the_changes_since_the_first_reading_or_that_so
         stream.close()
 
 
-class StreamGateway:
+class StreamGateway(LoopbackGateway):
     """An HTTP server on loopback answering range requests with one fixed reply and each watch
     with a chunked stream of the next lines of ``streams`` (a list of line lists), held open
     afterwards until the client closes it or the gateway is closed."""
@@ -219,17 +220,14 @@ class StreamGateway:
         self._closing = threading.Event()
         gateway = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = 5.0
-
+        class Handler(FakeGatewayHandler):
             def do_GET(self) -> None:
-                self._reply(b'{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}')
+                self._answer(200, b'{"etcdserver":"3.4.23","etcdcluster":"3.4.0"}')
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
                 if not self.path.endswith("/watch"):
-                    self._reply(gateway.RANGE)
+                    self._answer(200, gateway.RANGE)
                     return
                 lines = gateway.streams[min(gateway.opened, len(gateway.streams) - 1)]
                 gateway.opened += 1
@@ -251,28 +249,11 @@ class StreamGateway:
                 gateway.ended.set()
                 self.close_connection = True
 
-            def _reply(self, body: bytes) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,))
-
-    def __enter__(self) -> StreamGateway:
-        self._thread.start()
-        return self
+        self._listen(Handler)
 
     def __exit__(self, *exc) -> None:
-        self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._closing.set()  # held streams end, so that the server's shutdown does not wait
+        super().__exit__(*exc)
 
 
 CREATED = b'{"result":{"header":{"revision":"5"},"created":true}}'
