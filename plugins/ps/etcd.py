@@ -79,6 +79,8 @@ from hogwild_plugins.ps.etcd_errors import (
     unreached,
 )
 from hogwild_plugins.ps.etcd_errors import reply_int as _int
+from hogwild_plugins.ps.etcd_keys import after as _after
+from hogwild_plugins.ps.etcd_keys import b64 as _b64
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 from hogwild_plugins.ps.etcd_tls import EtcdTls
 from hogwild_plugins.ps.etcd_watch import SAFETY_POLL_S, Watch
@@ -737,18 +739,6 @@ class Etcd:
         if not isinstance(reply, dict):
             raise EtcdReplyError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
         return reply
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _after(prefix: bytes) -> bytes:
-    """The first key after every key starting with ``prefix`` (a range's end); b"\\0" for all."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return b"\0"
-    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def _unsent(cause: BaseException | None) -> bool:

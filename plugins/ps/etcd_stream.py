@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 
 from hogwild_plugins.ps.etcd_errors import gateway_error
+from hogwild_plugins.ps.etcd_keys import b64 as _b64
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
@@ -375,10 +376,6 @@ def next_backoff(backoff: float, lived_s: float, failed: bool) -> float:
     :data:`BACKOFF_S` only after a stream that served :data:`LIVED_S` and ended cleanly; else it
     stays (the caller doubles it after waiting it out)."""
     return BACKOFF_S if lived_s >= LIVED_S and not failed else backoff
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _revision(value, where: str) -> int:

@@ -12,7 +12,6 @@ its polls' connections and its stream, and closes them on every exit path.
 
 from __future__ import annotations
 
-import base64
 import logging
 import queue
 import threading
@@ -20,6 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from hogwild_plugins.ps.etcd_errors import EtcdUnavailable, reply_int
+from hogwild_plugins.ps.etcd_keys import b64 as _b64
 from hogwild_plugins.ps.etcd_poll import RangePoller
 from hogwild_plugins.ps.etcd_stream import WatchStream
 from hogwild_plugins.ps.etcd_tls import EtcdTls
@@ -257,7 +257,3 @@ class Watch:
             self._on_error(err)
         except Exception:  # noqa: BLE001
             log.exception("etcd watch: on_error failed")
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
