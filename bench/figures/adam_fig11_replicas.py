@@ -44,7 +44,7 @@ turn; each racer's run of median time is reported, every run's time beside it
 target: 3x faster than both).
 
 Run: ``python bench/figures/adam_fig11_replicas.py --out bench/results/replicas.json --plot
-bench/results/fig11.png`` (``--quick`` for a tiny smoke run, racing to 50 %: its race of one
+bench/results/fig11.png`` (``--quick`` for a tiny smoke run, racing to 30 %: its race of one
 epoch on the rows' examples is the row of 2 replicas through the server, not launched twice;
 ``settings.race_is_a_row``). It prints one JSON line; ``--plot`` draws Fig. 11.
 """
@@ -75,7 +75,9 @@ PEERS = {
 }
 RACE_FIELDS = ("examples_per_s", "seconds_to_target", "test_accuracy")
 TARGET = 0.985  # the race's test accuracy
-QUICK_TARGET = 0.5
+# --quick: passed at every racer's first evaluation (1,000 examples: ours ~75 %, the PyTorch RPC
+# peer ~34 %, which at 50 % trained on another ~3,000 examples to a second evaluation)
+QUICK_TARGET = 0.3
 MIN_RATIO = 0.85  # 2 replicas through the server / 2 independent replicas
 MIN_RACE_RATIO = 3.0  # each peer's seconds to the target / ours
 POLL_S = 0.2
@@ -106,7 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--examples", type=int, default=None, help="the budget of every row (default 20000)")
     add("--repeats", type=int, default=None, help="medians of this many runs (default 3)")
     add("--peers", type=_peer_list, default=list(PEERS), metavar="P,P", help="torch_rpc,ray")
-    add("--target", type=float, default=None, help="the race's test accuracy (0.985; --quick: 0.5)")
+    add("--target", type=float, default=None, help="the race's test accuracy (0.985; --quick: 0.3)")
     add("--race-epochs", type=int, default=None, help="ours' epochs at most (default 6)")
     add("--race-subset", type=int, default=0, help="ours' race on N examples (0: all)")
     add("--race-repeats", type=int, default=None, help="interleaved races of each (default 3)")

@@ -204,7 +204,12 @@ def run(args) -> dict:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    # The ranks come from a fork server that imported torch (and this module) once: three spawned
+    # ranks each imported both, a second and a half of CPU apiece before any training. A rank is
+    # still a fresh process of its own (forked from a server that started no thread and holds no
+    # model), as a spawned one was, and the race's clock starts before the server does.
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__", "torch", "torch.distributed.rpc"])
     out = ctx.Queue()
     procs = [
         ctx.Process(target=_rank, args=(rank, port, args, out), daemon=True)
