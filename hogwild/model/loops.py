@@ -138,7 +138,7 @@ def _step(
     return loss, correct
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _update_fc_weights(
     ops, params, velocity, act, dact, scratch, n, lr, scale, mu, wd, momentum, batched
 ):
