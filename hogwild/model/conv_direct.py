@@ -52,6 +52,11 @@ MAPS = 5  # output maps per forward block
 KB = 5  # kernel columns (kx) per weight-gradient block
 MIN_STEPS = 64  # SIMD steps per block worth one lane sum per accumulator
 
+# The register-block helpers below are inlined (numba's inline="always") into the loop nest that
+# calls them, not compiled as functions of their own: numba optimises and emits each compiled
+# function together with everything it calls, so every helper level was the loop nest's whole
+# compile once more.
+
 
 @kernel(cache=True, nogil=True)
 def direct_applies(S, P):

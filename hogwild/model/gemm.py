@@ -56,6 +56,11 @@ from hogwild.model.simd import (
 
 SET, ADD, BIAS, SGD, MOMENTUM = range(5)
 
+# The register-block helpers below are inlined (numba's inline="always") into the loop nest that
+# calls them, not compiled as functions of their own: numba optimises and emits each compiled
+# function together with everything it calls, so every helper level was the loop nest's whole
+# compile once more.
+
 
 # Floats pack_a writes for an m x k matrix, callable from the kernels (the arithmetic's one source
 # is hogwild.model.scratch_sizes, which plans networks without compiled code).

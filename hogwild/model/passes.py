@@ -7,6 +7,12 @@ fully connected layers as matrix products (:mod:`hogwild.model.batch_kernels`,
 :mod:`hogwild.model.conv_direct`), the element-wise layers and pooling per example
 (:mod:`hogwild.model.layer_kernels`). :func:`forward` and :func:`backward` are the one-example
 reference entry points that the finite-difference and PyTorch tests check.
+
+Only :func:`forward_batch` and :func:`backward_batch` are kernels (the training and evaluation
+loops call them, and a partition calls them from Python); the levels between them and the layers'
+kernels (the loop over layers, the per-example dispatch, packing the convolutions' weights) are
+inlined into them. numba optimises and emits every kernel together with everything it calls, so
+each of those levels, as a kernel of its own, cost a compile of every layer kernel below it again.
 """
 
 import numpy as np
