@@ -52,11 +52,6 @@ MAPS = 5  # output maps per forward block
 KB = 5  # kernel columns (kx) per weight-gradient block
 MIN_STEPS = 64  # SIMD steps per block worth one lane sum per accumulator
 
-# The register-block helpers below are inlined (numba's inline="always") into the loop nest that
-# calls them, not compiled as functions of their own: numba optimises and emits each compiled
-# function together with everything it calls, so every helper level was the loop nest's whole
-# compile once more.
-
 
 @kernel(cache=True, nogil=True)
 def direct_applies(S, P):
@@ -107,7 +102,7 @@ def conv_weight_grad(act, dact, first, n, x_off, y_off, grad, w_off, C, H, W, O,
                             _add_sums(grad, at + taps, acc[KB:], nk)
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _add_sums(grad, at, acc, nk):
     """``grad[at + j] += sum of acc[j]``'s lanes, for the block's ``nk`` columns."""
     grad[at] += vhsum(acc[0])
@@ -121,7 +116,7 @@ def _add_sums(grad, at, acc, nk):
         grad[at + 4] += vhsum(acc[4])
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _block(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L):
     """Two output maps times five ``kx``: ``(a0[0..4], a1[0..4])``, lanes not yet summed."""
     a00 = vzero(x)
@@ -181,7 +176,7 @@ def _block(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L):
     return a00, a01, a02, a03, a04, a10, a11, a12, a13, a14
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _block_edge(x, d, px, pd, nb, x_stride, d_stride, plane, Ho, W, Wo, L, two, nk):
     """:func:`_block` for a last, single output map (``two`` False) or fewer than five ``kx``
     (``nk``): every load is masked, and the absent map and columns are zeros."""
@@ -275,7 +270,7 @@ def conv_forward(act, first, n, x_off, y_off, params, w_off, b_off, C, H, W, O, 
                         _store(a, py1 + m * plane, vadd(acc[2 * m + 1], bias), count1, L)
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _store(a, at, value, count, L):
     if count == L:
         vstore(a, at, value)
@@ -283,7 +278,7 @@ def _store(a, at, value, count, L):
         vstore_n(a, at, value, count)
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _forward_block(a, px0, px1, w, pw, taps, C, H, W, K):
     """Five maps times two full output vectors: ``(m0 v0, m0 v1, m1 v0, ..., m4 v1)``."""
     c00 = vzero(a)
@@ -322,7 +317,7 @@ def _forward_block(a, px0, px1, w, pw, taps, C, H, W, K):
     return c00, c01, c10, c11, c20, c21, c30, c31, c40, c41
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _forward_block_edge(a, px0, px1, count0, count1, w, pw, taps, maps, C, H, W, K):
     """:func:`_forward_block` for partial vectors (``count0``, ``count1`` lanes; 0: none) or
     fewer than five maps (``maps``): loads are masked, absent maps' weights are zeros."""

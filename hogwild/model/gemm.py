@@ -56,11 +56,6 @@ from hogwild.model.simd import (
 
 SET, ADD, BIAS, SGD, MOMENTUM = range(5)
 
-# The register-block helpers below are inlined (numba's inline="always") into the loop nest that
-# calls them, not compiled as functions of their own: numba optimises and emits each compiled
-# function together with everything it calls, so every helper level was the loop nest's whole
-# compile once more.
-
 
 # Floats pack_a writes for an m x k matrix, callable from the kernels (the arithmetic's one source
 # is hogwild.model.scratch_sizes, which plans networks without compiled code).
@@ -86,7 +81,7 @@ def pack_a(a, a_off, lda_m, lda_k, M, K, ap):
                     ap[base + k * MR + r] = 0.0
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _block_full(ap, pa, b, pb, ldb, K, L):
     """The 5 x 2-vector block of ``A @ B`` for full vectors of ``B``."""
     c00 = vzero(b)
@@ -122,7 +117,7 @@ def _block_full(ap, pa, b, pb, ldb, K, L):
     return c00, c01, c10, c11, c20, c21, c30, c31, c40, c41
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _block_masked(ap, pa, b, pb, ldb, K, L, n):
     """The same block when only the first ``n`` (< 2 vectors) columns of ``B`` exist."""
     c00 = vzero(b)
@@ -158,7 +153,7 @@ def _block_masked(ap, pa, b, pb, ldb, K, L, n):
     return c00, c01, c10, c11, c20, c21, c30, c31, c40, c41
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _finish(c, pc, acc, mode, aux, pa, s0, s1, s2, s3):
     """One vector of the block, combined with what is at ``c[pc:]`` as ``mode`` says."""
     if mode == SET:
@@ -175,7 +170,7 @@ def _finish(c, pc, acc, mode, aux, pa, s0, s1, s2, s3):
     return vsub(old, vmul(vsplat(c, s3), v))
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _finish_n(c, pc, acc, n, mode, aux, pa, s0, s1, s2, s3):
     """:func:`_finish` for a vector of which only the first ``n`` lanes exist."""
     if mode == SET:
@@ -192,7 +187,7 @@ def _finish_n(c, pc, acc, n, mode, aux, pa, s0, s1, s2, s3):
     return vsub(old, vmul(vsplat(c, s3), v))
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _store_row(c, pc, a0, a1, n, L, mode, aux, pa, s0, s1, s2, s3):
     """Write one row of a block: ``n`` columns (two full vectors when ``n == 2 * L``)."""
     if n == 2 * L:
@@ -260,7 +255,7 @@ def _gemm_momentum(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, aux, s0, s1, s2, s
     _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, MOMENTUM, aux, 0, s0, s1, s2, s3)
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, mode, aux, aux_off, s0, s1, s2, s3):
     """Every block of ``C``, in the order that keeps the larger operand's part in cache.
 
@@ -303,7 +298,7 @@ def _loops(c, c_off, ldc, ap, b, b_off, ldb, M, N, K, mode, aux, aux_off, s0, s1
             )
 
 
-@njit(inline="always", nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _block(
     c, c_off, ldc, ap, b, b_off, ldb, M, N, K, mode, aux, aux_off, s0, s1, s2, s3, m0, n0, L
 ):
