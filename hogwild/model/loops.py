@@ -138,7 +138,9 @@ def _step(
     return loss, correct
 
 
-@kernel(cache=True, nogil=True)
+# Inlined into train_chunk, its one caller, like _step: a kernel of its own compiled the fully
+# connected updates' matrix products once more.
+@njit(inline="always")
 def _update_fc_weights(
     ops, params, velocity, act, dact, scratch, n, lr, scale, mu, wd, momentum, batched
 ):

@@ -7,9 +7,16 @@ fully connected layers as matrix products (:mod:`hogwild.model.batch_kernels`,
 :mod:`hogwild.model.conv_direct`), the element-wise layers and pooling per example
 (:mod:`hogwild.model.layer_kernels`). :func:`forward` and :func:`backward` are the one-example
 reference entry points that the finite-difference and PyTorch tests check.
+
+Only :func:`forward_batch` and :func:`backward_batch` are kernels (the training and evaluation
+loops call them, and a partition calls them from Python); the levels between them and the layers'
+kernels (the loop over layers, the per-example dispatch, packing the convolutions' weights) are
+inlined into them. numba optimises and emits every kernel together with everything it calls, so
+each of those levels, as a kernel of its own, cost a compile of every layer kernel below it again.
 """
 
 import numpy as np
+from numba import njit
 
 from hogwild.jit import kernel
 from hogwild.model.batch_kernels import (
@@ -141,7 +148,7 @@ def forward_batch(ops, params, act, aux, scratch, n, training):
         _forward_layers(ops, 0, ops.shape[0], params, act, aux, scratch, n, training)
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _pack_convolutions(ops, params, scratch, backward):
     """Pack every convolution's weights for the forward products (of those that are products:
     see :func:`hogwild.model.conv_direct.direct_applies`), or for the backward products of those
@@ -157,7 +164,7 @@ def _pack_convolutions(ops, params, scratch, backward):
         pack_conv_weights(params, r[COL_W], packed, r[COL_O], taps, backward)
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def first_fc_layer(ops):
     """Index of the first fully connected layer (the number of layers if there is none)."""
     for layer in range(ops.shape[0]):
@@ -166,7 +173,7 @@ def first_fc_layer(ops):
     return ops.shape[0]
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
     """Layers ``first:last`` forward over the first ``n`` rows of ``act``."""
     for layer in range(first, last):
@@ -211,7 +218,7 @@ def _forward_layers(ops, first, last, params, act, aux, scratch, n, training):
                 _forward_one(r, params, act[b], aux[b], training)
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _forward_one(r, params, a, aux, training):
     op, x_off, y_off = r[COL_OP], r[COL_IN], r[COL_OUT]
     if op == OP_MAXPOOL:
@@ -330,7 +337,7 @@ def backward_batch(ops, params, act, dact, aux, scratch, grad, targets, n, fc_mo
         )
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _direct_conv_weight_grads(ops, last, act, dact, grad, n):
     """The weight gradients the per-example passes left (see :func:`_backward_layers`): those of
     the convolutions before layer ``last`` that :func:`conv_weight_grad` computes, over all
@@ -357,7 +364,7 @@ def _direct_conv_weight_grads(ops, last, act, dact, grad, n):
             )
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _backward_layers(
     ops,
     first,
@@ -430,7 +437,7 @@ def _backward_layers(
                 )
 
 
-@kernel(cache=True, nogil=True)
+@njit(inline="always")
 def _backward_one(r, params, a, da, aux, grad, label, fc_mode, step, decay):
     op, x_off, y_off, need = r[COL_OP], r[COL_IN], r[COL_OUT], r[COL_NEED_DIN]
     if op == OP_SOFTMAX:

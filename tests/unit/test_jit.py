@@ -54,11 +54,13 @@ def test_the_engine_passes_are_kernels():
         loops.evaluate_range,
         passes.forward_batch,
         passes.backward_batch,
-        passes._forward_layers,
-        passes._backward_layers,
         batch_kernels.conv_forward_batch,
         batch_kernels.conv_backward_batch,
         gemm.gemm,
     ):
         assert function in made, function.py_func.__name__
     assert gemm._loops not in made  # its loop nest is compiled per epilogue, on purpose
+    # the levels between a pass and the layers' kernels are inlined into the pass, not kernels:
+    # each kernel of their own re-optimised every layer kernel below it (a whole compile more)
+    for helper in (passes._forward_layers, passes._backward_layers):
+        assert helper.targetoptions.get("inline") == "always", helper.py_func.__name__
