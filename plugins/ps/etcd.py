@@ -213,12 +213,18 @@ class Etcd:
             asked of the next member, each member once, the earlier asks kept open
             (:data:`READ_HEDGE_S`); such a read does not go back to the near member. Default:
             asked as any read (:meth:`_post`).
+        write_retry_s: Given, a compare-and-swap of puts (:meth:`replace`, :meth:`create`) is
+            first asked with this timeout and, unanswered, its outcome read back and asked again
+            only if it did not apply, all within ``timeout_s``
+            (:func:`~hogwild_plugins.ps.etcd_cas.swap`,
+            :func:`~hogwild_plugins.ps.etcd_cas.write_retry_s`): a proposal a follower forwarded
+            to a leader that is gone is lost without an answer. Default: asked once, as any write.
     """
 
     def __init__(
         self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
         near: str | None = None, keepalive_s: float | None = None,
-        read_hedge_s: float | None = None,
+        read_hedge_s: float | None = None, write_retry_s: float | None = None,
     ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
@@ -232,6 +238,12 @@ class Etcd:
         if read_hedge_s is not None and not read_hedge_s > 0:
             raise HogwildError(f"etcd read hedge delay {read_hedge_s!r} s: expected more than 0")
         self.read_hedge_s = read_hedge_s
+        if write_retry_s is not None and not write_retry_s > 0:
+            raise HogwildError(
+                f"etcd write retry timeout {write_retry_s!r} s: expected more than 0"
+            )
+        self.write_retry_s = write_retry_s
+        self.unknown_at: int | None = None  # the member the last write of unknown fate went to
         self.tls = tls or None
         secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
@@ -314,7 +326,7 @@ class Etcd:
 
     def _hedged(
         self, path: str, payload: dict, delay_s: float, tries: int,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic, deadline: float | None = None,
     ) -> tuple[dict, float]:  # fmt: skip
         """The first answer to an idempotent request (a keepalive, a read) asked as hedges, and
         when, by ``clock``, the ask that answered was sent: each ask has the client's whole
@@ -335,7 +347,8 @@ class Etcd:
         member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
         "leader changed", as :meth:`_post` asks a read), so one request makes at most that many
         asks of each member, each in a thread of :attr:`_asks` that ends with its timeout (or
-        as :meth:`close` cuts its connection)."""
+        as :meth:`close` cuts its connection). With ``deadline`` (monotonic), a request not
+        answered by then raises as one no member answered, its asks left open."""
         answers: queue.SimpleQueue = queue.SimpleQueue()
         n = len(self._clients)
         order = [(self._current + step) % n for step in range(n)]
@@ -373,10 +386,15 @@ class Etcd:
         ask_in_place()
         while outstanding:
             hedge_at = last_sent + delay_s if place < n else None
+            if deadline is not None:
+                hedge_at = deadline if hedge_at is None else min(hedge_at, deadline)
             wait = None if hedge_at is None else max(0.0, hedge_at - time.monotonic())
             try:
                 i, sent, reply, err = answers.get(timeout=wait)
             except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    failures.append(("(every member asked)", "no answer before the deadline"))
+                    break
                 ask_in_place()
                 continue
             outstanding -= 1
@@ -588,6 +606,11 @@ class Etcd:
             compares.append(
                 {"key": put["key"], "result": "EQUAL", "target": "VALUE", "value": put["value"]}
             )
+        puts = [op.get("request_put") for op in ops]
+        if self.write_retry_s is not None and all(puts):  # lost proposals read back, re-asked
+            from hogwild_plugins.ps.etcd_cas import swap
+
+            return swap(self, compares, puts, mod_revision), []
         reply = self._post("/kv/txn", {"compare": compares, "success": ops, "failure": []})
         return reply.get("succeeded") is True, reply.get("responses") or []
 
@@ -657,6 +680,8 @@ class Etcd:
                 if not down.elected:  # one that says "leader changed" follows a leader again
                     self.lost_members.add(member)
                 failures.append((member, down.why))
+                if not down.unsent and not read:
+                    self.unknown_at = i
                 if n > 1 and not down.unsent and not read:
                     self._settle(i if down.elected else (i + 1) % n)
                     if self.lost_members >= set(self.members):  # the last one thought alive
