@@ -657,16 +657,18 @@ class Etcd:
         first, asked once with a short timeout (:data:`NEAR_PROBE_S`: a member that failed may
         fail again), and waits longer each time it fails (:data:`NEAR_BACKOFF_MAX`)."""
         failures: list[tuple[str, str]] = []
+        broken: list[EtcdReplyError] = []  # members whose replies were no etcd answer
         n = len(self._clients)
         read = read or path in READS
         probe = None  # the near member, asked once first after a while elsewhere
         if read and self._near is not None and self._current != self._near:
             away = time.monotonic() - self._away_since
             if away >= NEAR_RETURN_S * self._near_backoff:  # back home, if it answers
-                self._current, self._away_since = self._near, time.monotonic()
                 probe = self._near
-        for step in range(n):
-            i = (self._current + step) % n
+        for step in range(-1 if probe is not None else 0, n):
+            i = probe if step < 0 else (self._current + step) % n
+            if step >= 0 and i == probe:
+                continue  # asked first already
             member = self.members[i]
             asks = 1 if not read or i == probe else tries
             limit = timeout_s
@@ -674,9 +676,16 @@ class Etcd:
                 limit = min(NEAR_PROBE_S, self.timeout_s if timeout_s is None else timeout_s)
             try:
                 reply = self._ask(i, path, payload, limit, asks)
-            except _MemberDown as down:
-                if i == probe:  # not back yet: wait longer before the next return
+            except (_MemberDown, EtcdReplyError) as down:
+                if i == probe:  # not back yet (whatever failed): wait longer before the next
                     self._near_backoff = min(2 * self._near_backoff, NEAR_BACKOFF_MAX)
+                    self._away_since = time.monotonic()
+                if isinstance(down, EtcdReplyError):  # the member's fault: a read asks the next
+                    if not read:
+                        raise
+                    broken.append(down)
+                    failures.append((member, str(down)))
+                    continue
                 if not down.elected:  # one that says "leader changed" follows a leader again
                     self.lost_members.add(member)
                 failures.append((member, down.why))
@@ -701,6 +710,8 @@ class Etcd:
             if i == self._near:
                 self._near_backoff = 1
             return reply
+        if broken and len(broken) == len(failures):  # every member broken: no retry would help
+            raise broken[0]
         raise unreached(self.address, path, failures)
 
     def _settle(self, i: int) -> None:

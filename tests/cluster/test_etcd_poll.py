@@ -26,6 +26,7 @@ from hogwild_plugins.ps.etcd import (
     EtcdUnavailable,
     keepalive_s,
 )
+from hogwild_plugins.ps.etcd_errors import EtcdReplyError
 from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
 from hogwild_plugins.ps.etcd_tls import make_etcd_tls
 from hogwild_plugins.ps.routes import Routes
@@ -598,3 +599,37 @@ def test_the_polls_go_back_to_their_near_member_once_it_answers_again() -> None:
         finally:
             staying.close()
             returning.close()
+
+
+@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"[1]"])
+def test_a_near_member_answering_junk_is_left_for_the_next_each_return(body: bytes) -> None:
+    # A proxy's page (HTTP 502, no etcd error object) or a JSON list from the near member is that
+    # member's fault: every return to it fails, is counted as a failed return (the wait doubles),
+    # and the poll, and the client's read, are answered by the healthy other member.
+    answer = json.dumps({"header": {"revision": "5"}, "count": "0"}).encode()
+    status = 502 if body.startswith(b"<") else 200
+    with Gateway(status, body) as near, Gateway(200, answer) as other:
+        members = [near.address, other.address]
+        poller = RangePoller(members, lambda i: "/v3/", 2.0, first=1, near=0,
+                             near_return=(0.0, 0.5, 12))  # fmt: skip
+        client = Etcd(",".join(members), prefix="/j/", near="127.0.0.1")
+        try:
+            for backoff in (2, 4):
+                assert poller.post("/kv/range", _range("k"))["count"] == "0"
+                assert poller.current == 1 and poller._near_backoff == backoff
+            client._current, client._away_since = 1, 0.0  # away from it since long ago
+            for backoff in (2, 4):
+                assert client.get("k") == (None, 0) and client._current == 1
+                assert client._near_backoff == backoff
+                client._away_since = 0.0  # the (longer) wait is over
+            assert near.posts == 4
+        finally:
+            poller.close()
+            client.close()
+    with Gateway(502, b"<html>") as junk, Gateway(502, b"<html>") as more:
+        poller = RangePoller([junk.address, more.address], lambda i: "/v3/", 2.0)
+        try:  # every member junk: the members' fault, named, not a lost cluster
+            with pytest.raises(EtcdReplyError, match="no error reply of etcd's"):
+                poller.post("/kv/range", _range("k"))
+        finally:
+            poller.close()
