@@ -280,8 +280,11 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        # hedged requests' asks, each in a thread of its own that ends by timeout, or cut
-        self._asks: list[threading.Thread] = []
+        # asks a finished hedged request left open (each a thread of its own that ends by its
+        # timeout), which close() cuts; a request still in flight hands its own over when it ends
+        self._abandoned: list[threading.Thread] = []
+        self._asks_lock = threading.Lock()
+        self._closed = False  # close() ran: no ask starts any more
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -346,10 +349,23 @@ class Etcd:
         would answer the same. One answering "leader changed" is asked again at once. Each
         member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
         "leader changed", as :meth:`_post` asks a read), so one request makes at most that many
-        asks of each member, each in a thread of :attr:`_asks` that ends with its timeout (or
-        as :meth:`close` cuts its connection). With ``deadline`` (monotonic), a request not
-        answered by then raises as one no member answered, its asks left open."""
+        asks of each member, each in a thread of its own that ends with its timeout; the asks
+        still open when the request ends are handed to :attr:`_abandoned`, which :meth:`close`
+        cuts (or cut at once, when the client was closed meanwhile). With ``deadline``
+        (monotonic), a request not answered by then raises as one no member answered."""
         answers: queue.SimpleQueue = queue.SimpleQueue()
+        mine: list[threading.Thread] = []  # this request's asks
+        try:
+            return self._hedge(path, payload, delay_s, tries, clock, deadline, answers, mine)
+        finally:  # its asks still open are abandoned: close() cuts them
+            self._abandon(mine)
+
+    def _hedge(
+        self, path: str, payload: dict, delay_s: float, tries: int,
+        clock: Callable[[], float], deadline: float | None, answers: queue.SimpleQueue,
+        mine: list[threading.Thread],
+    ) -> tuple[dict, float]:  # fmt: skip
+        """The body of :meth:`_hedged`, each ask it starts put in ``mine``."""
         n = len(self._clients)
         order = [(self._current + step) % n for step in range(n)]
         asked = dict.fromkeys(order, 0)
@@ -370,8 +386,10 @@ class Etcd:
                 except Exception as err:  # noqa: BLE001 - handed to the asking thread
                     answers.put((i, sent, None, err))
 
+            if self._closed:  # a request in flight as the client closed asks no more
+                raise self._closed_error(path)
             thread = threading.Thread(target=ask, name=f"etcd-ask-{self.members[i]}", daemon=True)
-            self._asks = [alive for alive in self._asks if alive.is_alive()] + [thread]
+            mine.append(thread)
             thread.start()
 
         def ask_in_place() -> bool:  # the member in place asked again, or the next one
@@ -427,6 +445,23 @@ class Etcd:
             raise broken
         # one silent member may answer again (an election ends): a lost cluster, retried
         raise unreached(self.address, path, failures)
+
+    def _abandon(self, asks: list[threading.Thread]) -> None:
+        """Hand a finished request's ``asks`` still open to :attr:`_abandoned`, for
+        :meth:`close` to cut; cut them now if it already ran."""
+        from hogwild_plugins.ps.etcd_session import cut_asks
+
+        with self._asks_lock:
+            left = [ask for ask in asks if ask.is_alive()]
+            if not self._closed:
+                alive = [ask for ask in self._abandoned if ask.is_alive()]
+                self._abandoned = alive + left
+                return
+        for client in self._clients:  # closed meanwhile: its sessions closed, cut these too
+            cut_asks(client.session, left)
+
+    def _closed_error(self, path: str) -> HogwildError:
+        return HogwildError(f"etcd at {self.address}: {path} asked of a client that is closed")
 
     def revoke(self, lease: int) -> None:
         """End ``lease`` now, deleting its keys; a lease already gone is no error."""
@@ -547,14 +582,18 @@ class Etcd:
         request left open too: such an ask (a member on a cut host holding it) is abandoned,
         not waited for, its connection cut so that its read ends at once
         (:mod:`~hogwild_plugins.ps.etcd_session`). A request another thread has in flight is
-        not cut: it ends as it would have (its connection closed when it returns)."""
+        not cut: it ends as it would have (its connection closed when it returns), asking
+        nothing more (a request asked of a closed client raises
+        :class:`~hogwild.errors.HogwildError`), and its asks left open are cut as it ends."""
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
         from hogwild_plugins.ps.etcd_session import cut_asks
 
-        abandoned = [ask for ask in self._asks if ask.is_alive()]
-        self._asks.clear()  # daemon threads, each failing as its connection is cut below
+        with self._asks_lock:  # a request ending from now on cuts its own asks
+            self._closed = True
+            abandoned, self._abandoned = self._abandoned, []
+        # daemon threads, each failing as its connection is cut below
         failed: Exception | None = None
         for client in self._clients:  # every session closed, whichever fails to
             try:
@@ -738,6 +777,8 @@ class Etcd:
         from etcd3gw import exceptions as gw
 
         client, member = self._clients[i], self.members[i]
+        if self._closed:  # its sessions closed: asking would open new pools nobody closes
+            raise self._closed_error(path)
         try:
             url = client.get_url(path)  # etcd3gw's: the member's API path, asked once
             limit = client.timeout if timeout_s is None else timeout_s

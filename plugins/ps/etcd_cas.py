@@ -8,7 +8,8 @@ the client's whole timeout (2 s) though the member learns a new leader within ab
 timeout. :func:`swap` therefore asks a transaction that compares one key's ``mod_revision`` (the
 map's compare-and-swaps: a copy dropped, a takeover won) with a short first timeout
 (``write_retry_s``, sized from the election timeout: :func:`write_retry_s`), and when it did not
-answer (or answered that it may have failed), reads back what the keys hold:
+answer (or answered that it may have failed), reads back what the keys hold (a hedged read, from
+this host's own member first, where there is one, else the member asked):
 
 - the compared key still at the expected revision: the transaction has not applied (as of that
   linearizable read), so asking it again is safe: it compares the same revision, so of the two
@@ -108,8 +109,11 @@ def swap(etcd: Etcd, compares: list[dict], puts: list[dict], expected: int) -> b
             reply = etcd._post("/kv/txn", query, timeout_s=min(etcd.write_retry_s, left))
         except EtcdUnavailable as err:
             unknown = unknown or err
-            if etcd.unknown_at is not None:  # the member asked: it learns the new leader first
-                etcd._settle(etcd.unknown_at)
+            # read back first from this host's own member (never cut off from this process: the
+            # member asked may be a cut host's), else the member asked (it learns a new leader)
+            first = etcd._near if etcd._near is not None else etcd.unknown_at
+            if first is not None:
+                etcd._settle(first)
             try:
                 reply, _ = etcd._hedged(
                     "/kv/txn", read_back, etcd.write_retry_s, READ_BACK_TRIES,
