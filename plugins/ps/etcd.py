@@ -21,7 +21,9 @@ to one member until it fails, then to the next. A request that could not have re
 on the others at once, and so is a read (a read-only transaction included); a write whose fate is
 unknown (timed out, or refused for want of a leader) is not repeated, since it may have been
 applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes to the next
-member. A member that answers ``leader changed`` is the exception: etcd says so only once a new
+member (a client with ``write_retry_s`` reads a compare-and-swap's outcome back instead, and asks
+it again only if it did not apply: :mod:`~hogwild_plugins.ps.etcd_cas`). A member that answers
+``leader changed`` is the exception: etcd says so only once a new
 leader is known (its request waited out an election), so the member is alive and follows a leader: a
 read is asked of it again at once, and after a write refused so the next request stays with it,
 which is not a lost member. Trying the next member instead can cost a whole request timeout when
