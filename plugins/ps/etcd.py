@@ -63,14 +63,11 @@ import base64
 import binascii
 import json
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from hogwild_plugins.ps.etcd_errors import (
-    LEADER_CHANGED,
     LEADERLESS,
     PROPOSAL_DROPPED,
     EtcdClusterLost,
@@ -80,7 +77,9 @@ from hogwild_plugins.ps.etcd_errors import (
     is_etcd_error,
     unreached,
 )
+from hogwild_plugins.ps.etcd_errors import MemberDown as _MemberDown
 from hogwild_plugins.ps.etcd_errors import reply_int as _int
+from hogwild_plugins.ps.etcd_hedge import Hedges
 from hogwild_plugins.ps.etcd_keys import after as _after
 from hogwild_plugins.ps.etcd_keys import b64 as _b64
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
@@ -162,17 +161,6 @@ def parse_endpoints(address: str) -> list[str]:
     if len(set(members)) != len(members):
         raise HogwildError(f"etcd address {address!r}: a member is named twice")
     return members
-
-
-class _MemberDown(Exception):
-    """One member did not answer: why, whether the request surely never took effect, and
-    whether it was this client's own timeout that ended the wait."""
-
-    def __init__(self, why: str, unsent: bool, timed_out: bool = False) -> None:
-        super().__init__(why)
-        self.why, self.unsent, self.timed_out = why, unsent, timed_out
-        # etcd answers "leader changed" only once a new leader is known: the member can serve
-        self.elected = LEADER_CHANGED in why.lower()
 
 
 if TYPE_CHECKING:
@@ -282,11 +270,8 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        # asks a finished hedged request left open (each a thread of its own that ends by its
-        # timeout), which close() cuts; a request still in flight hands its own over when it ends
-        self._abandoned: list[threading.Thread] = []
-        self._asks_lock = threading.Lock()
-        self._closed = False  # close() ran: no ask starts any more
+        # hedged requests' asks, and those left open that close() cuts
+        self._hedges = Hedges()
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -313,6 +298,15 @@ class Etcd:
         reply = self._post("/lease/grant", {"TTL": ttl_s, "ID": 0})
         return _int(reply, "ID", self.address), _int(reply, "TTL", self.address)
 
+    def _hedged(
+        self, path: str, payload: dict, delay_s: float, tries: int,
+        clock: Callable[[], float] = time.monotonic, deadline: float | None = None,
+    ) -> tuple[dict, float]:  # fmt: skip
+        """The first answer to an idempotent request asked of several members at once, and when,
+        by ``clock``, the ask that answered was sent (:meth:`~hogwild_plugins.ps.etcd_hedge.
+        Hedges.ask`)."""
+        return self._hedges.ask(self, path, payload, delay_s, tries, clock, deadline)
+
     def keepalive(self, lease: int, clock: Callable[[], float] = time.monotonic) -> int:
         """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown).
         :attr:`renewal_sent` is then when, by ``clock``, the ask that answered was sent: the
@@ -328,142 +322,6 @@ class Etcd:
         reply = reply.get("result")
         # The gateway leaves out zero fields: an expired lease comes back without a TTL.
         return max(0, _int(reply, "TTL", self.address, default=0))
-
-    def _hedged(
-        self, path: str, payload: dict, delay_s: float, tries: int,
-        clock: Callable[[], float] = time.monotonic, deadline: float | None = None,
-    ) -> tuple[dict, float]:  # fmt: skip
-        """The first answer to an idempotent request (a keepalive, a read) asked as hedges, and
-        when, by ``clock``, the ask that answered was sent: each ask has the client's whole
-        timeout and is not abandoned while the request may still be answered (:meth:`close`
-        cuts it); when none answered for ``delay_s`` since the last was sent, the member in
-        place is asked again (``tries`` > 1: a follower stuck forwarding the first keepalive to
-        a cut leader forwards a later one to the new leader), or, once it was asked ``tries``
-        times, the next member, keeping the earlier asks open (a merely slow member still
-        answers the first). A member that fails (refused, down, its ask timed out) is replaced
-        at once by the next one, which takes its place, and so is one whose reply is no etcd
-        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault). When
-        no member answers, the request raises :class:`EtcdClusterLost` (:class:`EtcdUnavailable`
-        for a lone member: the error failovers retry on) if any member failed to answer, and the
-        first :class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError` only if every member's
-        reply was junk; an error etcd answers about the request (a lease not found,
-        a compacted revision) ends it at once, the asks still open abandoned: every member
-        would answer the same. One answering "leader changed" is asked again at once. Each
-        member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
-        "leader changed", as :meth:`_post` asks a read), so one request makes at most that many
-        asks of each member, each in a thread of its own that ends with its timeout; the asks
-        still open when the request ends are handed to :attr:`_abandoned`, which :meth:`close`
-        cuts (or cut at once, when the client was closed meanwhile). With ``deadline``
-        (monotonic), a request not answered by then raises as one no member answered."""
-        answers: queue.SimpleQueue = queue.SimpleQueue()
-        mine: list[threading.Thread] = []  # this request's asks
-        try:
-            return self._hedge(path, payload, delay_s, tries, clock, deadline, answers, mine)
-        finally:  # its asks still open are abandoned: close() cuts them
-            self._abandon(mine)
-
-    def _hedge(
-        self, path: str, payload: dict, delay_s: float, tries: int,
-        clock: Callable[[], float], deadline: float | None, answers: queue.SimpleQueue,
-        mine: list[threading.Thread],
-    ) -> tuple[dict, float]:  # fmt: skip
-        """The body of :meth:`_hedged`, each ask it starts put in ``mine``."""
-        n = len(self._clients)
-        order = [(self._current + step) % n for step in range(n)]
-        asked = dict.fromkeys(order, 0)
-        failures: list[tuple[str, str]] = []
-        place, outstanding, last_sent = 0, 0, 0.0
-        broken: EtcdReplyError | None = None  # the first reply that was no etcd answer
-        silent = False  # whether some member did not answer (down, leaderless, cut)
-
-        def send(i: int) -> None:
-            nonlocal outstanding, last_sent
-            asked[i] += 1
-            outstanding += 1
-            last_sent, sent = time.monotonic(), clock()
-
-            def ask() -> None:
-                try:
-                    answers.put((i, sent, self._post_to(i, path, payload), None))
-                except Exception as err:  # noqa: BLE001 - handed to the asking thread
-                    answers.put((i, sent, None, err))
-
-            if self._closed:  # a request in flight as the client closed asks no more
-                raise self._closed_error(path)
-            thread = threading.Thread(target=ask, name=f"etcd-ask-{self.members[i]}", daemon=True)
-            mine.append(thread)
-            thread.start()
-
-        def ask_in_place() -> bool:  # the member in place asked again, or the next one
-            nonlocal place
-            while place < n and asked[order[place]] >= tries:
-                place += 1
-            if place == n:
-                return False
-            send(order[place])
-            return True
-
-        ask_in_place()
-        while outstanding:
-            hedge_at = last_sent + delay_s if place < n else None
-            if deadline is not None:
-                hedge_at = deadline if hedge_at is None else min(hedge_at, deadline)
-            wait = None if hedge_at is None else max(0.0, hedge_at - time.monotonic())
-            try:
-                i, sent, reply, err = answers.get(timeout=wait)
-            except queue.Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    failures.append(("(every member asked)", "no answer before the deadline"))
-                    break
-                ask_in_place()
-                continue
-            outstanding -= 1
-            member = self.members[i]
-            if err is None:
-                self._settle(i)
-                self.lost_members.discard(member)
-                return reply, sent
-            if isinstance(err, EtcdReplyError):  # the member's fault: the next one is asked
-                broken = broken or err
-                failures.append((member, str(err)))
-                asked[i] = max(asked[i], tries)
-                if place < n and order[place] == i:
-                    ask_in_place()
-                continue
-            if not isinstance(err, _MemberDown):
-                raise err  # etcd's answer about the request (lease not found): every member's
-            failures.append((member, err.why))
-            silent = True
-            if err.elected:  # it follows a new leader: asked again at once, if it may be
-                if asked[i] < max(tries, 2):  # as an unhedged read: asked again once
-                    send(i)
-                    continue
-            else:
-                self.lost_members.add(member)
-            asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
-            if place < n and order[place] == i:
-                ask_in_place()
-        if broken is not None and not silent:  # every member broken: no retry would help
-            raise broken
-        # one silent member may answer again (an election ends): a lost cluster, retried
-        raise unreached(self.address, path, failures)
-
-    def _abandon(self, asks: list[threading.Thread]) -> None:
-        """Hand a finished request's ``asks`` still open to :attr:`_abandoned`, for
-        :meth:`close` to cut; cut them now if it already ran."""
-        from hogwild_plugins.ps.etcd_session import cut_asks
-
-        with self._asks_lock:
-            left = [ask for ask in asks if ask.is_alive()]
-            if not self._closed:
-                alive = [ask for ask in self._abandoned if ask.is_alive()]
-                self._abandoned = alive + left
-                return
-        for client in self._clients:  # closed meanwhile: its sessions closed, cut these too
-            cut_asks(client.session, left)
-
-    def _closed_error(self, path: str) -> HogwildError:
-        return HogwildError(f"etcd at {self.address}: {path} asked of a client that is closed")
 
     def revoke(self, lease: int) -> None:
         """End ``lease`` now, deleting its keys; a lease already gone is no error."""
@@ -592,9 +450,7 @@ class Etcd:
         self._watches.clear()
         from hogwild_plugins.ps.etcd_session import cut_asks
 
-        with self._asks_lock:  # a request ending from now on cuts its own asks
-            self._closed = True
-            abandoned, self._abandoned = self._abandoned, []
+        abandoned = self._hedges.close()  # a request ending from now on cuts its own asks
         # daemon threads, each failing as its connection is cut below
         failed: Exception | None = None
         for client in self._clients:  # every session closed, whichever fails to
@@ -779,8 +635,7 @@ class Etcd:
         from etcd3gw import exceptions as gw
 
         client, member = self._clients[i], self.members[i]
-        if self._closed:  # its sessions closed: asking would open new pools nobody closes
-            raise self._closed_error(path)
+        self._hedges.check_open(self.address, path)  # closed: new pools nobody would close
         try:
             url = client.get_url(path)  # etcd3gw's: the member's API path, asked once
             limit = client.timeout if timeout_s is None else timeout_s

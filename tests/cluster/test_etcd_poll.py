@@ -416,7 +416,9 @@ def test_a_map_read_held_by_a_member_is_asked_of_the_next_which_answers_it() -> 
             routes.read()
             assert routes.primaries == [None] and routes.members == set()
             assert asks == {cut.address: 1, other.address: 1}
-            assert any(ask.is_alive() for ask in routes.etcd._abandoned)  # the held ask, still open
+            assert any(
+                ask.is_alive() for ask in routes.etcd._hedges.abandoned
+            )  # the held ask, still open
             assert routes.etcd._current == 1 and routes.etcd.lost_members == set()
             # asked of the member that answered, first; its hedge set past any stall of the
             # gateway's thread here, so a loaded machine cannot make it ask the held member again
@@ -535,7 +537,7 @@ def test_closing_a_client_cuts_a_hedged_ask_still_held_instead_of_waiting_for_it
         closer = threading.Thread(target=client.close)
         try:
             assert client.get_prefix("map/") == ({}, 3)  # the next member's answer
-            (held,) = [ask for ask in client._abandoned if ask.is_alive()]
+            (held,) = [ask for ask in client._hedges.abandoned if ask.is_alive()]
             closer.start()
             closer.join(5.0)  # far past a loaded machine's stall, short of the gateway's hold
             assert not closer.is_alive(), "close() waited for the held ask"
@@ -569,7 +571,9 @@ def test_a_hedged_read_ends_on_an_error_of_the_request_not_on_a_members_own_faul
             with pytest.raises(HogwildError, match="required revision has been compacted"):
                 client.get_prefix("map/")
             assert refusing.posts == 1
-            assert any(ask.is_alive() for ask in client._abandoned)  # the held ask, not awaited
+            assert any(
+                ask.is_alive() for ask in client._hedges.abandoned
+            )  # the held ask, not awaited
         finally:
             client.close()
             held.stall.set()
