@@ -18,12 +18,17 @@ this host's own member first, where there is one, else the member asked):
   and lease at one ``mod_revision`` (a transaction's writes share one): ours won;
 - otherwise another write came first: ours lost, and can never apply, its compared revision gone.
 
-A write with an identical value from the same revision (two servers dropping the same copy) reads
-back as ours: the two are indistinguishable and their outcome is the same map. A create (expected
-revision 0) whose key is deleted again before a lost first ask arrives late could apply twice;
-every other compare-and-swap applies at most once. All of it within the client's timeout: what
-did not settle by then raises the first :class:`EtcdUnavailable`, as a write of unknown fate did
-before. Deletes, blind puts and lease grants are not asked again (the client's plain write path).
+A refusal is judged so only after an ask of unknown fate (our own earlier ask may be what changed
+the key); a first ask refused is False whatever the keys hold, as without read-backs: a role
+that builds the record another wrote (a hand-over and its successor's campaign) or that it wrote
+itself from an older revision must hear that its write did not apply. A read-back after an ask
+of unknown fate cannot tell an identical value written by another from the same revision (two
+servers dropping the same copy) from ours: it reads back as ours, the same map either way. A
+create (expected revision 0) whose key is deleted again before a lost first ask arrives late
+could apply twice; every other compare-and-swap applies at most once. All of it within the
+client's timeout: what did not settle by then raises the first :class:`EtcdUnavailable`, as a
+write of unknown fate did before. Deletes, blind puts and lease grants are not asked again (the
+client's plain write path).
 """
 
 from __future__ import annotations
@@ -127,7 +132,12 @@ def swap(etcd: Etcd, compares: list[dict], puts: list[dict], expected: int) -> b
             return verdict == WON
         if reply.get("succeeded") is True:
             return True
-        # refused: a guard that failed (the key unchanged) or another write, or our own first ask
+        if unknown is None:
+            # refused, and no ask of this swap was ever of unknown fate: nothing of it applied,
+            # whatever the keys hold (a byte-identical record another role wrote, or this one
+            # wrote before from an older revision; a guard that failed), as without read-backs
+            return False
+        # refused after an ask of unknown fate: another write came first, or that ask applied
         return judge(_ranges(etcd, reply), expected, puts) == WON
 
 
