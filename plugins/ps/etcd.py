@@ -21,7 +21,9 @@ to one member until it fails, then to the next. A request that could not have re
 on the others at once, and so is a read (a read-only transaction included); a write whose fate is
 unknown (timed out, or refused for want of a leader) is not repeated, since it may have been
 applied: it raises :class:`EtcdUnavailable` naming the member, and the next request goes to the next
-member. A member that answers ``leader changed`` is the exception: etcd says so only once a new
+member (a client with ``write_retry_s`` reads a compare-and-swap's outcome back instead, and asks
+it again only if it did not apply: :mod:`~hogwild_plugins.ps.etcd_cas`). A member that answers
+``leader changed`` is the exception: etcd says so only once a new
 leader is known (its request waited out an election), so the member is alive and follows a leader: a
 read is asked of it again at once, and after a write refused so the next request stays with it,
 which is not a lost member. Trying the next member instead can cost a whole request timeout when
@@ -61,14 +63,11 @@ import base64
 import binascii
 import json
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from hogwild_plugins.ps.etcd_errors import (
-    LEADER_CHANGED,
     LEADERLESS,
     PROPOSAL_DROPPED,
     EtcdClusterLost,
@@ -78,7 +77,9 @@ from hogwild_plugins.ps.etcd_errors import (
     is_etcd_error,
     unreached,
 )
+from hogwild_plugins.ps.etcd_errors import MemberDown as _MemberDown
 from hogwild_plugins.ps.etcd_errors import reply_int as _int
+from hogwild_plugins.ps.etcd_hedge import Hedges
 from hogwild_plugins.ps.etcd_keys import after as _after
 from hogwild_plugins.ps.etcd_keys import b64 as _b64
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
@@ -162,17 +163,6 @@ def parse_endpoints(address: str) -> list[str]:
     return members
 
 
-class _MemberDown(Exception):
-    """One member did not answer: why, whether the request surely never took effect, and
-    whether it was this client's own timeout that ended the wait."""
-
-    def __init__(self, why: str, unsent: bool, timed_out: bool = False) -> None:
-        super().__init__(why)
-        self.why, self.unsent, self.timed_out = why, unsent, timed_out
-        # etcd answers "leader changed" only once a new leader is known: the member can serve
-        self.elected = LEADER_CHANGED in why.lower()
-
-
 if TYPE_CHECKING:
     from etcd3gw import exceptions as gw
 
@@ -213,12 +203,18 @@ class Etcd:
             asked of the next member, each member once, the earlier asks kept open
             (:data:`READ_HEDGE_S`); such a read does not go back to the near member. Default:
             asked as any read (:meth:`_post`).
+        write_retry_s: Given, a compare-and-swap of puts (:meth:`replace`, :meth:`create`) is
+            first asked with this timeout and, unanswered, its outcome read back and asked again
+            only if it did not apply, all within ``timeout_s``
+            (:func:`~hogwild_plugins.ps.etcd_cas.swap`,
+            :func:`~hogwild_plugins.ps.etcd_cas.write_retry_s`): a proposal a follower forwarded
+            to a leader that is gone is lost without an answer. Default: asked once, as any write.
     """
 
     def __init__(
         self, address: str, *, prefix: str, timeout_s: float = 2.0, tls: str | None = None,
         near: str | None = None, keepalive_s: float | None = None,
-        read_hedge_s: float | None = None,
+        read_hedge_s: float | None = None, write_retry_s: float | None = None,
     ) -> None:  # fmt: skip
         self.members = parse_endpoints(address)
         if not prefix:
@@ -232,6 +228,12 @@ class Etcd:
         if read_hedge_s is not None and not read_hedge_s > 0:
             raise HogwildError(f"etcd read hedge delay {read_hedge_s!r} s: expected more than 0")
         self.read_hedge_s = read_hedge_s
+        if write_retry_s is not None and not write_retry_s > 0:
+            raise HogwildError(
+                f"etcd write retry timeout {write_retry_s!r} s: expected more than 0"
+            )
+        self.write_retry_s = write_retry_s
+        self.unknown_at: int | None = None  # the member the last write of unknown fate went to
         self.tls = tls or None
         secure = EtcdTls.load(tls).client_options() if tls else {}
         import etcd3gw  # here: with requests, a fifth of a second that jobs without copies,
@@ -268,8 +270,8 @@ class Etcd:
         self._near_backoff = 1  # NEAR_RETURN_S times this before the next return to it
         self.lost_members: set[str] = set()  # members whose last request failed
         self.renewal_sent: float | None = None  # when the last keepalive answered was sent
-        # hedged requests' asks, each in a thread of its own that ends by timeout, or cut
-        self._asks: list[threading.Thread] = []
+        # hedged requests' asks, and those left open that close() cuts
+        self._hedges = Hedges()
         self._watches: list[Watch] = []
 
     # -- leases ---------------------------------------------------------------------------
@@ -296,6 +298,15 @@ class Etcd:
         reply = self._post("/lease/grant", {"TTL": ttl_s, "ID": 0})
         return _int(reply, "ID", self.address), _int(reply, "TTL", self.address)
 
+    def _hedged(
+        self, path: str, payload: dict, delay_s: float, tries: int,
+        clock: Callable[[], float] = time.monotonic, deadline: float | None = None,
+    ) -> tuple[dict, float]:  # fmt: skip
+        """The first answer to an idempotent request asked of several members at once, and when,
+        by ``clock``, the ask that answered was sent (:meth:`~hogwild_plugins.ps.etcd_hedge.
+        Hedges.ask`)."""
+        return self._hedges.ask(self, path, payload, delay_s, tries, clock, deadline)
+
     def keepalive(self, lease: int, clock: Callable[[], float] = time.monotonic) -> int:
         """Renew ``lease``: the seconds it has left, or 0 when it has expired (or is unknown).
         :attr:`renewal_sent` is then when, by ``clock``, the ask that answered was sent: the
@@ -311,104 +322,6 @@ class Etcd:
         reply = reply.get("result")
         # The gateway leaves out zero fields: an expired lease comes back without a TTL.
         return max(0, _int(reply, "TTL", self.address, default=0))
-
-    def _hedged(
-        self, path: str, payload: dict, delay_s: float, tries: int,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> tuple[dict, float]:  # fmt: skip
-        """The first answer to an idempotent request (a keepalive, a read) asked as hedges, and
-        when, by ``clock``, the ask that answered was sent: each ask has the client's whole
-        timeout and is not abandoned while the request may still be answered (:meth:`close`
-        cuts it); when none answered for ``delay_s`` since the last was sent, the member in
-        place is asked again (``tries`` > 1: a follower stuck forwarding the first keepalive to
-        a cut leader forwards a later one to the new leader), or, once it was asked ``tries``
-        times, the next member, keeping the earlier asks open (a merely slow member still
-        answers the first). A member that fails (refused, down, its ask timed out) is replaced
-        at once by the next one, which takes its place, and so is one whose reply is no etcd
-        answer (:class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError`: its own fault). When
-        no member answers, the request raises :class:`EtcdClusterLost` (:class:`EtcdUnavailable`
-        for a lone member: the error failovers retry on) if any member failed to answer, and the
-        first :class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError` only if every member's
-        reply was junk; an error etcd answers about the request (a lease not found,
-        a compacted revision) ends it at once, the asks still open abandoned: every member
-        would answer the same. One answering "leader changed" is asked again at once. Each
-        member is asked at most ``tries`` times (twice with ``tries`` 1, the second after
-        "leader changed", as :meth:`_post` asks a read), so one request makes at most that many
-        asks of each member, each in a thread of :attr:`_asks` that ends with its timeout (or
-        as :meth:`close` cuts its connection)."""
-        answers: queue.SimpleQueue = queue.SimpleQueue()
-        n = len(self._clients)
-        order = [(self._current + step) % n for step in range(n)]
-        asked = dict.fromkeys(order, 0)
-        failures: list[tuple[str, str]] = []
-        place, outstanding, last_sent = 0, 0, 0.0
-        broken: EtcdReplyError | None = None  # the first reply that was no etcd answer
-        silent = False  # whether some member did not answer (down, leaderless, cut)
-
-        def send(i: int) -> None:
-            nonlocal outstanding, last_sent
-            asked[i] += 1
-            outstanding += 1
-            last_sent, sent = time.monotonic(), clock()
-
-            def ask() -> None:
-                try:
-                    answers.put((i, sent, self._post_to(i, path, payload), None))
-                except Exception as err:  # noqa: BLE001 - handed to the asking thread
-                    answers.put((i, sent, None, err))
-
-            thread = threading.Thread(target=ask, name=f"etcd-ask-{self.members[i]}", daemon=True)
-            self._asks = [alive for alive in self._asks if alive.is_alive()] + [thread]
-            thread.start()
-
-        def ask_in_place() -> bool:  # the member in place asked again, or the next one
-            nonlocal place
-            while place < n and asked[order[place]] >= tries:
-                place += 1
-            if place == n:
-                return False
-            send(order[place])
-            return True
-
-        ask_in_place()
-        while outstanding:
-            hedge_at = last_sent + delay_s if place < n else None
-            wait = None if hedge_at is None else max(0.0, hedge_at - time.monotonic())
-            try:
-                i, sent, reply, err = answers.get(timeout=wait)
-            except queue.Empty:
-                ask_in_place()
-                continue
-            outstanding -= 1
-            member = self.members[i]
-            if err is None:
-                self._settle(i)
-                self.lost_members.discard(member)
-                return reply, sent
-            if isinstance(err, EtcdReplyError):  # the member's fault: the next one is asked
-                broken = broken or err
-                failures.append((member, str(err)))
-                asked[i] = max(asked[i], tries)
-                if place < n and order[place] == i:
-                    ask_in_place()
-                continue
-            if not isinstance(err, _MemberDown):
-                raise err  # etcd's answer about the request (lease not found): every member's
-            failures.append((member, err.why))
-            silent = True
-            if err.elected:  # it follows a new leader: asked again at once, if it may be
-                if asked[i] < max(tries, 2):  # as an unhedged read: asked again once
-                    send(i)
-                    continue
-            else:
-                self.lost_members.add(member)
-            asked[i] = max(asked[i], tries)  # no more asks of it: the next member takes its place
-            if place < n and order[place] == i:
-                ask_in_place()
-        if broken is not None and not silent:  # every member broken: no retry would help
-            raise broken
-        # one silent member may answer again (an election ends): a lost cluster, retried
-        raise unreached(self.address, path, failures)
 
     def revoke(self, lease: int) -> None:
         """End ``lease`` now, deleting its keys; a lease already gone is no error."""
@@ -529,14 +442,16 @@ class Etcd:
         request left open too: such an ask (a member on a cut host holding it) is abandoned,
         not waited for, its connection cut so that its read ends at once
         (:mod:`~hogwild_plugins.ps.etcd_session`). A request another thread has in flight is
-        not cut: it ends as it would have (its connection closed when it returns)."""
+        not cut: it ends as it would have (its connection closed when it returns), asking
+        nothing more (a request asked of a closed client raises
+        :class:`~hogwild.errors.HogwildError`), and its asks left open are cut as it ends."""
         for handle in self._watches:
             handle.cancel()
         self._watches.clear()
         from hogwild_plugins.ps.etcd_session import cut_asks
 
-        abandoned = [ask for ask in self._asks if ask.is_alive()]
-        self._asks.clear()  # daemon threads, each failing as its connection is cut below
+        abandoned = self._hedges.close()  # a request ending from now on cuts its own asks
+        # daemon threads, each failing as its connection is cut below
         failed: Exception | None = None
         for client in self._clients:  # every session closed, whichever fails to
             try:
@@ -588,6 +503,11 @@ class Etcd:
             compares.append(
                 {"key": put["key"], "result": "EQUAL", "target": "VALUE", "value": put["value"]}
             )
+        puts = [op.get("request_put") for op in ops]
+        if self.write_retry_s is not None and all(puts):  # lost proposals read back, re-asked
+            from hogwild_plugins.ps.etcd_cas import swap
+
+            return swap(self, compares, puts, mod_revision), []
         reply = self._post("/kv/txn", {"compare": compares, "success": ops, "failure": []})
         return reply.get("succeeded") is True, reply.get("responses") or []
 
@@ -634,16 +554,18 @@ class Etcd:
         first, asked once with a short timeout (:data:`NEAR_PROBE_S`: a member that failed may
         fail again), and waits longer each time it fails (:data:`NEAR_BACKOFF_MAX`)."""
         failures: list[tuple[str, str]] = []
+        broken: list[EtcdReplyError] = []  # members whose replies were no etcd answer
         n = len(self._clients)
         read = read or path in READS
         probe = None  # the near member, asked once first after a while elsewhere
         if read and self._near is not None and self._current != self._near:
             away = time.monotonic() - self._away_since
             if away >= NEAR_RETURN_S * self._near_backoff:  # back home, if it answers
-                self._current, self._away_since = self._near, time.monotonic()
                 probe = self._near
-        for step in range(n):
-            i = (self._current + step) % n
+        for step in range(-1 if probe is not None else 0, n):
+            i = probe if step < 0 else (self._current + step) % n
+            if step >= 0 and i == probe:
+                continue  # asked first already
             member = self.members[i]
             asks = 1 if not read or i == probe else tries
             limit = timeout_s
@@ -651,12 +573,21 @@ class Etcd:
                 limit = min(NEAR_PROBE_S, self.timeout_s if timeout_s is None else timeout_s)
             try:
                 reply = self._ask(i, path, payload, limit, asks)
-            except _MemberDown as down:
-                if i == probe:  # not back yet: wait longer before the next return
+            except (_MemberDown, EtcdReplyError) as down:
+                if i == probe:  # not back yet (whatever failed): wait longer before the next
                     self._near_backoff = min(2 * self._near_backoff, NEAR_BACKOFF_MAX)
+                    self._away_since = time.monotonic()
+                if isinstance(down, EtcdReplyError):  # the member's fault: a read asks the next
+                    if not read:
+                        raise
+                    broken.append(down)
+                    failures.append((member, str(down)))
+                    continue
                 if not down.elected:  # one that says "leader changed" follows a leader again
                     self.lost_members.add(member)
                 failures.append((member, down.why))
+                if not down.unsent and not read:
+                    self.unknown_at = i
                 if n > 1 and not down.unsent and not read:
                     self._settle(i if down.elected else (i + 1) % n)
                     if self.lost_members >= set(self.members):  # the last one thought alive
@@ -676,6 +607,8 @@ class Etcd:
             if i == self._near:
                 self._near_backoff = 1
             return reply
+        if broken and len(broken) == len(failures):  # every member broken: no retry would help
+            raise broken[0]
         raise unreached(self.address, path, failures)
 
     def _settle(self, i: int) -> None:
@@ -702,6 +635,7 @@ class Etcd:
         from etcd3gw import exceptions as gw
 
         client, member = self._clients[i], self.members[i]
+        self._hedges.check_open(self.address, path)  # closed: new pools nobody would close
         try:
             url = client.get_url(path)  # etcd3gw's: the member's API path, asked once
             limit = client.timeout if timeout_s is None else timeout_s

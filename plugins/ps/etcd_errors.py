@@ -18,6 +18,7 @@ __all__ = [
     "LEADER_CHANGED",
     "LEADERLESS",
     "PROPOSAL_DROPPED",
+    "MemberDown",
     "EtcdClusterLost",
     "EtcdReplyError",
     "EtcdUnavailable",
@@ -45,6 +46,18 @@ LEADERLESS = (
     PROPOSAL_DROPPED,
 )
 DOWN_STATUSES = frozenset({408, 503, 504})  # the gateway's "unavailable" and "timed out"
+
+
+class MemberDown(Exception):
+    """One member did not answer a request of the client's (not raised to its callers): why,
+    whether the request surely never took effect, and whether it was the client's own timeout
+    that ended the wait."""
+
+    def __init__(self, why: str, unsent: bool, timed_out: bool = False) -> None:
+        super().__init__(why)
+        self.why, self.unsent, self.timed_out = why, unsent, timed_out
+        # etcd answers "leader changed" only once a new leader is known: the member can serve
+        self.elected = LEADER_CHANGED in why.lower()
 
 
 class EtcdUnavailable(HogwildError):

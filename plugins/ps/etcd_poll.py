@@ -12,11 +12,15 @@ as before. An etcd over TLS (``cluster.etcd_tls``) is polled the same way over H
 trusted, the member's certificate checked against the address asked, the client's own
 certificate shown (:meth:`~hogwild_plugins.ps.etcd_tls.EtcdTls.ssl_context`).
 
-A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it
-goes to the member that answered last (and, for a client with a ``near`` member, back to that
-one every 5 s with a short probe, as the client's map reads go); a member that cannot be reached,
-times out or answers that it cannot answer now (:func:`~hogwild_plugins.ps.etcd.gateway_error`,
-the client's own classifier) is left for the next one at once, except one that answers ``leader
+A poll is a read, so it is handled as :class:`~hogwild_plugins.ps.etcd.Etcd` handles reads: it goes
+to the member that answered last (and, for a client with a ``near`` member, back to that one every 5
+s with a short probe, as the client's map reads go: any failure of that probe, junk included, counts
+as a failed return, doubling the wait before the next); a member that cannot be reached, times out
+or answers that it cannot answer now (:func:`~hogwild_plugins.ps.etcd_errors.gateway_error`, the
+client's own classifier), or whose reply is no etcd answer (not JSON, not a JSON object, an error
+page without etcd's error object: :func:`~hogwild_plugins.ps.etcd_errors.is_etcd_error`, the
+member's own fault, raised as :class:`~hogwild_plugins.ps.etcd_errors.EtcdReplyError` only when
+every member's reply was such), is left for the next one at once, except one that answers ``leader
 changed`` (:data:`~hogwild_plugins.ps.etcd_errors.LEADER_CHANGED`: it follows a new leader), which
 is asked again at once first (the next member may be the old leader, cut off, where a poll would
 wait out its whole timeout); when no member answers, the poll raises
@@ -33,7 +37,13 @@ import ssl
 import time
 from collections.abc import Callable
 
-from hogwild_plugins.ps.etcd_errors import LEADER_CHANGED, gateway_error, unreached
+from hogwild_plugins.ps.etcd_errors import (
+    LEADER_CHANGED,
+    EtcdReplyError,
+    gateway_error,
+    is_etcd_error,
+    unreached,
+)
 
 from hogwild.errors import HogwildError
 from hogwild.net.address import parse_address
@@ -53,6 +63,16 @@ REPLY_LIMIT = 1 << 16
 
 class _Down(Exception):
     """A member that did not answer the poll (or has no leader): ask the next one."""
+
+
+class _Broken(_Down):
+    """A member whose reply is no etcd answer (not JSON, not a JSON object, an error status
+    without etcd's error object: a proxy's page): its own fault, so the next one is asked; the
+    poll raises it (:attr:`error`) only when every member's reply was such."""
+
+    def __init__(self, error: EtcdReplyError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class RangePoller:
@@ -110,12 +130,14 @@ class RangePoller:
 
         Raises:
             EtcdUnavailable: No member answered (EtcdClusterLost where there are several).
-            HogwildError: A member answered with an error, with more than
-                :data:`REPLY_LIMIT` bytes, or with something that is not a JSON object.
+            EtcdReplyError: Every member's reply was no etcd answer (see :class:`_Broken`).
+            HogwildError: A member answered etcd's error about the request, or with more than
+                :data:`REPLY_LIMIT` bytes.
         """
 
         body = json.dumps(payload).encode()
         failures: list[tuple[str, str]] = []
+        broken: list[EtcdReplyError] = []  # the members whose replies were no etcd answer
         n = len(self.members)
         probe = None  # the near member, asked once first after a while elsewhere
         if self._near not in (None, self._current):
@@ -127,18 +149,24 @@ class RangePoller:
                 continue  # asked first already
             try:
                 reply = self._post_to(i, path, body, self._probe_s if i == probe else None)
-            except _Down as down:
-                if i == probe:  # not back yet: wait longer before the next return
+            except (_Down, HogwildError) as down:
+                if isinstance(down, _Broken):
+                    broken.append(down.error)
+                if i == probe:  # not back yet (whatever failed): wait longer before the next
                     self._near_backoff = min(2 * self._near_backoff, self._backoff_max)
                     self._away_since = time.monotonic()
                     failures.append((self.members[i], str(down)))
                     continue
+                if not isinstance(down, _Down):  # etcd's answer about the request: any member's
+                    raise
                 if LEADER_CHANGED not in str(down).lower():
                     failures.append((self.members[i], str(down)))
                     continue
                 try:  # it follows the new leader now: asked again before the next member
                     reply = self._post_to(i, path, body)
                 except _Down as again:
+                    if isinstance(again, _Broken):
+                        broken.append(again.error)
                     failures.append((self.members[i], str(again)))
                     continue
             if i == self._near:
@@ -147,6 +175,8 @@ class RangePoller:
                 self._away_since = time.monotonic()
             self._current = i
             return reply
+        if broken and len(broken) == len(failures):  # every member broken: no retry would help
+            raise broken[0]
         raise unreached(self.address, path, failures)
 
     def close(self) -> None:
@@ -176,13 +206,19 @@ class RangePoller:
             down, detail = error
             if down:
                 raise _Down(detail)
+            if not is_etcd_error(data.decode("utf-8", "replace")):  # a proxy's page: not etcd
+                raise _Broken(EtcdReplyError(
+                    f"etcd at {member}: {path} failed: {detail} (no error reply of etcd's)"
+                ))  # fmt: skip
             raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
         try:
             reply = json.loads(data)
         except ValueError as err:
-            raise HogwildError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
+            why = f"etcd at {member}: {path}: reply is not JSON ({err})"
+            raise _Broken(EtcdReplyError(why)) from err
         if not isinstance(reply, dict):
-            raise HogwildError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
+            why = f"etcd at {member}: {path}: reply {reply!r:.200} is no dict"
+            raise _Broken(EtcdReplyError(why))
         return reply
 
     def _url(self, i: int, path: str) -> str:

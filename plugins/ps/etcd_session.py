@@ -23,6 +23,7 @@ from __future__ import annotations
 import socket
 import threading
 import weakref
+from collections.abc import Iterable
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -41,7 +42,7 @@ def direct_session(session: requests.Session | None = None) -> requests.Session:
     return session
 
 
-def cut_asks(session: requests.Session, threads) -> None:
+def cut_asks(session: requests.Session, threads: Iterable[threading.Thread]) -> None:
     """Cut the connections ``session`` (made by :func:`direct_session`) has lent to requests
     in flight on ``threads``, so that each thread's read fails at once (see the module
     docstring); other threads' requests are left alone."""
@@ -49,14 +50,13 @@ def cut_asks(session: requests.Session, threads) -> None:
     adapters = {id(adapter): adapter for adapter in session.adapters.values()}  # one, mounted twice
     for adapter in adapters.values():
         if isinstance(adapter, _CuttingAdapter):
-            for connection in adapter.lent.taken_by(wanted):
-                _cut(connection)
+            adapter.lent.cut(wanted)
 
 
 class Lent:
     """The connections a session's pools lent out and not yet got back, each with the thread
     that took it, safe across threads: requests in flight on other threads (a hedged request's
-    asks) take and give back connections while :meth:`taken_by` is read by the thread closing
+    asks) take and give back connections while :meth:`cut` is run by the thread closing
     the client. Weakly held: a connection its pool dropped instead of getting it back (its
     request failed) is forgotten."""
 
@@ -64,18 +64,22 @@ class Lent:
         self._lock = threading.Lock()  # a weak dict iterated while another thread adds fails
         self._takers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def add(self, connection) -> None:
+    def add(self, connection: object) -> None:
         with self._lock:
             self._takers[connection] = threading.current_thread()
 
-    def discard(self, connection) -> None:
+    def discard(self, connection: object) -> None:
         with self._lock:
             self._takers.pop(connection, None)
 
-    def taken_by(self, threads: set) -> list:
-        """The connections lent now to any of ``threads`` (a copy: it may change at once)."""
+    def cut(self, threads: set[threading.Thread]) -> None:
+        """Cut (:func:`_cut`) the connections lent now to any of ``threads``, under the lock: a
+        connection given back meanwhile (discarded before it is pooled) and lent to another
+        thread cannot be cut by mistake. A shutdown does not block."""
         with self._lock:
-            return [connection for connection, thread in self._takers.items() if thread in threads]
+            for connection, thread in list(self._takers.items()):
+                if thread in threads:
+                    _cut(connection)
 
 
 class _CuttingAdapter(HTTPAdapter):

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["POLL_REQUESTS", "SAFETY_POLL_S", "Watch"]
 
+NO_READING = (-1, -1)  # the signature of a first reading that failed: any reading differs
+
 log = logging.getLogger(__name__)
 
 POLL_REQUESTS = 5  # the most requests one poll makes of a member (Watch.cancel)
@@ -111,7 +113,7 @@ class Watch:
             reader.close()
             raise
         except HogwildError:
-            seen, after = (-1, -1), None  # the revision is compacted or in the future: a change
+            seen, after = NO_READING, None  # the revision is compacted or in the future: a change
         # the polls after it: on kept connections of their own, over HTTPS where the client's
         # are (a quarter of the CPU a poll costs through etcd3gw: etcd_poll,
         # bench/figures/etcd_poll.py)
@@ -143,12 +145,15 @@ class Watch:
     def cancel(self) -> None:
         """Stop the polls and the stream; returns once both threads have ended (from
         ``on_change``, at once: the polling thread ends and closes the stream when it returns),
-        and within the longest a poll can take: per member, the API path's
-        request, the poll, its one retry on a fresh connection, and after ``leader changed`` the
-        poll asked again with its own retry: five requests, each up to the request timeout (the
-        stream's socket is shut down, which ends its read at once; opening one takes fewer
-        requests). A poll that ends after this began reports no change (the flag is checked
-        between the poll and ``on_change()``), so once the thread has ended within that bound,
+        and within the longest a poll can take, then the stream's join: per member, the API
+        path's request, the poll, its one retry on a fresh connection, and after ``leader
+        changed`` the poll asked again with its own retry (:data:`POLL_REQUESTS`, five requests,
+        each up to the request timeout), plus ``interval_s`` and a second; then the stream's
+        thread, whose socket is shut down at once (ending its read) but which may be opening a
+        stream, whose API path request cannot be cut
+        (:data:`~hogwild_plugins.ps.etcd_stream.STREAM_REQUESTS` request timeouts
+        and a second). A poll that ends after this began reports no change (the flag is checked
+        just before ``on_change()``), so once the thread has ended within that bound,
         ``on_change()`` is not called again; only a callback itself slower than the bound can
         outlive it."""
         self._stop.set()
@@ -208,7 +213,8 @@ class Watch:
         warned = False
         while not self._stop.is_set():
             self._wake.clear()  # cleared before the poll: news after it wakes us again
-            heard, reports = self._heard_count != reports, self._heard_count
+            count = self._heard_count  # read once: an event landing now counts next time
+            heard, reports = count != reports, count
             while not self._errors.empty():
                 self._report(self._errors.get())
             polled = time.monotonic()
@@ -221,8 +227,6 @@ class Watch:
                 failing = True
                 self._wake.wait(max(self._interval_s, 0.5))
                 continue
-            if self._stop.is_set():  # cancelled during the poll: cancel() may have returned
-                break
             if self._stream.on not in (None, self._poller.current):
                 self._stream.restart()  # the polls moved to another member: the stream follows
             elif unheard is not None and unheard == self._heard_count and self._stream.up:
@@ -235,9 +239,12 @@ class Watch:
                 warned = True
                 self._stream.restart()
             unheard = None
-            if now != seen and not heard and self._stream.up:
-                # the count before the poll: an event that came during it counts as heard
+            if now != seen and not heard and self._stream.up and seen != NO_READING:
+                # the count before the poll: an event that came during it counts as heard (and
+                # after no real reading, the stream's first report was its creation's, not due)
                 unheard = reports  # it may be in flight still: the next poll decides
+            if self._stop.is_set():  # cancelled during the poll: cancel() may have returned
+                break
             if now != seen or failing or heard:
                 try:
                     self._on_change()

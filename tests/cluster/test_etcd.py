@@ -207,6 +207,30 @@ def test_replace_with_a_stale_revision_fails(etcd: Etcd) -> None:
     assert not etcd.delete("map")
 
 
+def test_a_refused_swap_is_false_even_when_the_key_holds_the_same_value(
+    etcd_server: EtcdProcess, etcd: Etcd
+) -> None:
+    # The servers' map client (write_retry_s: a lost proposal is read back). A first ask that
+    # etcd refused is never ours, whatever the key holds: a role deciding the record it wrote
+    # before again from an older revision, or two roles building byte-identical records (a
+    # hand-over and the successor's own campaign), must hear False, as without the read-back;
+    # a failed guard too. Only a refusal after an ask of unknown fate may be our own first ask.
+    swaps = Etcd(etcd_server.address, prefix=etcd.prefix, write_retry_s=0.4)
+    try:
+        assert swaps.replace("sync/1", {"epoch": 1}, 0)
+        _, first = swaps.get("sync/1")
+        assert swaps.replace("sync/1", {"epoch": 2}, first)
+        _, second = swaps.get("sync/1")
+        assert not swaps.replace("sync/1", {"epoch": 2}, first)  # the same value, stale revision
+        assert not swaps.create("sync/1", {"epoch": 2})  # a create of what it holds: refused
+        etcd.put("nonce", {"n": "a"})
+        guard = ("nonce", {"n": "b"})
+        assert not swaps.replace("sync/1", {"epoch": 2}, first, guard=guard)
+        assert swaps.get("sync/1") == ({"epoch": 2}, second)  # nothing written by the refusals
+    finally:
+        swaps.close()
+
+
 def test_also_writes_are_atomic_with_the_create(etcd: Etcd) -> None:
     lease = etcd.grant(5)
     also = [("map", {"primary": "a"}), ("epoch/0", {"n": 1}, lease)]

@@ -210,6 +210,56 @@ def test_a_member_that_saw_a_new_leader_is_asked_again_not_the_old_leader(member
         client.close()
 
 
+WRITE_RETRY_S = 0.4  # write_retry_s(ELECTION_MS): two election timeouts
+
+
+def test_a_swap_forwarded_to_a_stopped_leader_is_read_back_and_applied_exactly_once(members):
+    # The leader stopped (its host cut, the followers not aware yet): each follower forwards a
+    # compare-and-swap's proposal to it, where it is lost without an answer. Both swaps, from the
+    # same revision, are read back once the followers elected a new leader and asked again only
+    # if they did not apply: they answer within the client's timeout (no EtcdUnavailable), one
+    # wins and one loses, and the key was written exactly once.
+    leader = _leader(members)
+    followers = [i for i in range(3) if i != leader]
+    clients = [
+        Etcd(",".join(members.clients[j] for j in (i, leader, *set(followers) - {i})),
+             prefix="/job/", timeout_s=2.0, write_retry_s=WRITE_RETRY_S)
+        for i in followers
+    ]  # fmt: skip
+    won: dict[int, object] = {}
+
+    def swap(n: int, expected: int) -> None:
+        try:
+            won[n] = clients[n].replace("a", {"by": n}, expected, also=[(f"b{n}", {"by": n})])
+        except Exception as err:  # noqa: BLE001 - the test's thread: asserted below
+            won[n] = err
+
+    try:
+        clients[0].put("a", {"n": 1})
+        value, expected = clients[0].get("a")
+        members.processes[leader].send_signal(19)  # SIGSTOP
+        try:
+            threads = [threading.Thread(target=swap, args=(n, expected)) for n in (0, 1)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(READY_WITHIN_S)
+        finally:
+            members.processes[leader].send_signal(18)  # SIGCONT
+        assert sorted(won.values(), key=str) == [False, True], won
+        winner = next(n for n, ok in won.items() if ok)
+        reader = clients[1 - winner]
+        found, _ = reader.get_prefix("")
+        assert found["a"][0] == {"by": winner}
+        assert found[f"b{winner}"][1] == found["a"][1]  # one transaction, applied once
+        assert f"b{1 - winner}" not in found
+        reply = reader._post("/kv/range", {"key": base64.b64encode(b"/job/a").decode()})
+        assert reply["kvs"][0]["version"] == "2"  # created, then swapped once: never twice
+    finally:
+        for client in clients:
+            client.close()
+
+
 def test_a_single_member_is_still_named_as_before(members):
     members.kill(2)
     client = Etcd(members.clients[2], prefix="/job/", timeout_s=REQUEST_S)

@@ -26,6 +26,7 @@ from hogwild_plugins.ps.etcd import (
     EtcdUnavailable,
     keepalive_s,
 )
+from hogwild_plugins.ps.etcd_errors import EtcdReplyError
 from hogwild_plugins.ps.etcd_poll import REPLY_LIMIT, RangePoller
 from hogwild_plugins.ps.etcd_tls import make_etcd_tls
 from hogwild_plugins.ps.routes import Routes
@@ -415,7 +416,9 @@ def test_a_map_read_held_by_a_member_is_asked_of_the_next_which_answers_it() -> 
             routes.read()
             assert routes.primaries == [None] and routes.members == set()
             assert asks == {cut.address: 1, other.address: 1}
-            assert any(ask.is_alive() for ask in routes.etcd._asks)  # the held ask, still open
+            assert any(
+                ask.is_alive() for ask in routes.etcd._hedges.abandoned
+            )  # the held ask, still open
             assert routes.etcd._current == 1 and routes.etcd.lost_members == set()
             # asked of the member that answered, first; its hedge set past any stall of the
             # gateway's thread here, so a loaded machine cannot make it ask the held member again
@@ -534,7 +537,7 @@ def test_closing_a_client_cuts_a_hedged_ask_still_held_instead_of_waiting_for_it
         closer = threading.Thread(target=client.close)
         try:
             assert client.get_prefix("map/") == ({}, 3)  # the next member's answer
-            (held,) = [ask for ask in client._asks if ask.is_alive()]
+            (held,) = [ask for ask in client._hedges.abandoned if ask.is_alive()]
             closer.start()
             closer.join(5.0)  # far past a loaded machine's stall, short of the gateway's hold
             assert not closer.is_alive(), "close() waited for the held ask"
@@ -568,7 +571,9 @@ def test_a_hedged_read_ends_on_an_error_of_the_request_not_on_a_members_own_faul
             with pytest.raises(HogwildError, match="required revision has been compacted"):
                 client.get_prefix("map/")
             assert refusing.posts == 1
-            assert any(ask.is_alive() for ask in client._asks)  # the held ask, not awaited
+            assert any(
+                ask.is_alive() for ask in client._hedges.abandoned
+            )  # the held ask, not awaited
         finally:
             client.close()
             held.stall.set()
@@ -598,3 +603,65 @@ def test_the_polls_go_back_to_their_near_member_once_it_answers_again() -> None:
         finally:
             staying.close()
             returning.close()
+
+
+@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b"[1]"])
+def test_a_near_member_answering_junk_is_left_for_the_next_each_return(body: bytes) -> None:
+    # A proxy's page (HTTP 502, no etcd error object) or a JSON list from the near member is that
+    # member's fault: every return to it fails, is counted as a failed return (the wait doubles),
+    # and the poll, and the client's read, are answered by the healthy other member.
+    answer = json.dumps({"header": {"revision": "5"}, "count": "0"}).encode()
+    status = 502 if body.startswith(b"<") else 200
+    with Gateway(status, body) as near, Gateway(200, answer) as other:
+        members = [near.address, other.address]
+        poller = RangePoller(members, lambda i: "/v3/", 2.0, first=1, near=0,
+                             near_return=(0.0, 0.5, 12))  # fmt: skip
+        client = Etcd(",".join(members), prefix="/j/", near="127.0.0.1")
+        try:
+            for backoff in (2, 4):
+                assert poller.post("/kv/range", _range("k"))["count"] == "0"
+                assert poller.current == 1 and poller._near_backoff == backoff
+            client._current, client._away_since = 1, 0.0  # away from it since long ago
+            for backoff in (2, 4):
+                assert client.get("k") == (None, 0) and client._current == 1
+                assert client._near_backoff == backoff
+                client._away_since = 0.0  # the (longer) wait is over
+            assert near.posts == 4
+        finally:
+            poller.close()
+            client.close()
+    with Gateway(502, b"<html>") as junk, Gateway(502, b"<html>") as more:
+        poller = RangePoller([junk.address, more.address], lambda i: "/v3/", 2.0)
+        try:  # every member junk: the members' fault, named, not a lost cluster
+            with pytest.raises(EtcdReplyError, match="no error reply of etcd's"):
+                poller.post("/kv/range", _range("k"))
+        finally:
+            poller.close()
+
+
+def test_closing_a_client_leaves_another_threads_hedged_read_to_end_and_refuses_new_ones() -> None:
+    # Review AG 2. A hedged read in flight on another thread (its first member holding it) is
+    # not cut by close(): it ends with that member's answer, the next member never asked on the
+    # closed client's sessions; a request asked after close() is refused, naming why.
+    with Gateway(200, RANGE) as held, Gateway(200, RANGE) as other:
+        held.stall = threading.Event()
+        client = Etcd(f"{held.address},{other.address}", prefix="/j/", timeout_s=20.0,
+                      read_hedge_s=15.0)  # fmt: skip
+        found: queue.SimpleQueue = queue.SimpleQueue()
+        reader = threading.Thread(target=lambda: found.put(client.get_prefix("map/")))
+        try:
+            reader.start()
+            deadline = time.monotonic() + 10.0
+            while held.posts == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert held.posts == 1
+            client.close()
+            held.stall.set()  # the held member answers the read in flight
+            reader.join(10.0)
+            assert found.get(timeout=1.0) == ({}, 3) and other.posts == 0
+            with pytest.raises(HogwildError, match="asked of a client that is closed"):
+                client.get("k")
+            assert other.posts == 0 and held.posts == 1
+        finally:
+            held.stall.set()
+            reader.join(20.0)

@@ -58,6 +58,8 @@ import time
 from collections.abc import Iterator
 
 from hogwild_plugins.ps.etcd import Etcd, keepalive_s
+from hogwild_plugins.ps.etcd_cas import write_retry_s
+from hogwild_plugins.ps.etcd_process import ELECTION_MS
 from hogwild_plugins.ps.failover import LeaseClock, lease_now
 from hogwild_plugins.ps.replication.admission import Admitting
 from hogwild_plugins.ps.replication.bucket_role import BucketRole
@@ -226,8 +228,14 @@ class Replication(Admitting):
         # its own host's etcd member first, if it has one: a cut of another host never makes
         # this server wait on that host's member (a keepalive stuck there outlasts the lease)
         near = self.server.address.host
-        self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
-        self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near)
+        # a map write (a copy dropped, a takeover) forwarded to a leader that is gone is lost
+        # unanswered: it is read back after two election timeouts and asked again if it did not
+        # apply, not waited on for the whole 2 s (etcd_cas)
+        retry = write_retry_s(ELECTION_MS)
+        self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,
+                          write_retry_s=retry)  # fmt: skip
+        self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,
+                              write_retry_s=retry)  # fmt: skip
         # its keepalives are asked again (hedged) after a quarter of the lease, the first kept
         # open: a follower forwarding one to its cut leader would hold it past the lease
         self._keeper_etcd = Etcd(
