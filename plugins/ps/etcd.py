@@ -360,7 +360,7 @@ class Etcd:
 
     def create(self, key: str, value: dict, lease: int | None = None, also: Also = ()) -> bool:
         """Write ``key`` and each of ``also`` in one transaction if ``key`` is absent; False
-        (and nothing written) when it exists."""
+        when it exists (or, read back, is not known to be ours: :meth:`replace`)."""
         return self.replace(key, value, 0, lease, also)
 
     def replace(
@@ -374,7 +374,12 @@ class Etcd:
     ) -> bool:
         """Write ``key`` and each of ``also`` in one transaction if ``key``'s mod_revision is
         still ``expected_mod_revision`` (0: absent) and, with ``guard`` (``(key, value)``), that
-        key still holds exactly that value; False (nothing written) when either changed."""
+        key still holds exactly that value; False when either changed. With ``write_retry_s`` (a
+        swap of puts whose first ask may be lost is read back, :mod:`plugins.ps.etcd_cas`) True
+        means known to be ours and False not known to be ours: a swap that applied but whose keys
+        another write changed (or whose lease lapsed) before the read-back reads as False, as a
+        lost campaign does (never asked again once it may have applied, but for the create that
+        :mod:`plugins.ps.etcd_cas` names)."""
         also = list(also)
         ops = [self._put_op(key, value, lease)]
         for extra in also:
@@ -557,6 +562,8 @@ class Etcd:
         broken: list[EtcdReplyError] = []  # members whose replies were no etcd answer
         n = len(self._clients)
         read = read or path in READS
+        if not read:
+            self.unknown_at = None  # this write's own, not an earlier write's
         probe = None  # the near member, asked once first after a while elsewhere
         if read and self._near is not None and self._current != self._near:
             away = time.monotonic() - self._away_since

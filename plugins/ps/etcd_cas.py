@@ -90,8 +90,10 @@ def judge(kvs: list[list[dict]], expected: int, puts: list[dict]) -> str:
 
 def swap(etcd: Etcd, compares: list[dict], puts: list[dict], expected: int) -> bool:
     """Ask ``etcd`` the transaction of ``puts`` if ``compares`` hold (the first comparing the
-    first put's key's mod_revision with ``expected``), as the module docstring says; whether it
-    applied (exactly once).
+    first put's key's mod_revision with ``expected``), as the module docstring says: True when it
+    is known to be ours (applied, once), False when it is not known to be ours (refused; or read
+    back after an ask of unknown fate and found changed by another write or a lapsed lease, which
+    may hide a swap that applied: the roles treat that as a lost campaign).
 
     Raises:
         EtcdUnavailable: Its outcome was not known within the client's timeout (the first such
