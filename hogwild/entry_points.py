@@ -17,9 +17,11 @@ Lookups are cached: the installed distributions do not change while a process ru
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from functools import cache
-from importlib.metadata import EntryPoint, EntryPoints, entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from typing import Protocol
 
 from hogwild.errors import ConfigError
 
@@ -50,8 +52,15 @@ class PluginMissing(ConfigError):
     """No entry point of that name in its group, or its module cannot be imported."""
 
 
+class _Selectable(Protocol):
+    """What ``entry_points()`` returns: ``EntryPoints`` from Python 3.12, ``SelectableGroups``
+    on 3.11; both select a group."""
+
+    def select(self, *, group: str) -> Iterable[EntryPoint]: ...
+
+
 @cache
-def _installed() -> EntryPoints:
+def _installed() -> _Selectable:
     """Every installed distribution's entry points, read once: each ``entry_points(group=...)``
     reads every distribution's metadata again (about 10 ms of CPU a call here, paid by every
     process that runs ``hogwild``, which looks up several groups)."""

@@ -225,7 +225,7 @@ def test_a_refused_swap_is_false_even_when_the_key_holds_the_same_value(
         assert not swaps.create("sync/1", {"epoch": 2})  # a create of what it holds: refused
         etcd.put("nonce", {"n": "a"})
         guard = ("nonce", {"n": "b"})
-        assert not swaps.replace("sync/1", {"epoch": 2}, first, guard=guard)
+        assert not swaps.replace("sync/1", {"epoch": 2}, second, guard=guard)  # guard alone
         assert swaps.get("sync/1") == ({"epoch": 2}, second)  # nothing written by the refusals
     finally:
         swaps.close()

@@ -252,8 +252,9 @@ def test_ray_across_three_hosts_trains_with_three_copies_through_a_lost_host_and
     # every role lost with the host started again; another role only if it is a replica and
     # the job's one data server was lost: its read fails, and it is restarted once the data
     # server answers again (the driver holds its restart meanwhile; docs/hosts.md, "Not done
-    # yet"), once, as long as Ray finds the lost node within data.wait_s (60 s; it takes
-    # 10-25 s here): past that the hold ends and a start would wait again (review F, left)
+    # yet"), once, as long as Ray finds the lost node within data.wait_s (60 s; about 3 s
+    # with this module's quick health checks, 10-25 s here with Ray's defaults): past that the
+    # hold ends and a start would wait again (review F, left)
     restarted = set(final["restarts"])
     told = [line for line in stderr.splitlines() if line.startswith("hogwild cluster: WARN")]
     lost = {n.replace(" ", "-") for n in lost_roles}
