@@ -75,6 +75,8 @@ from hogwild_plugins.ps.etcd_errors import (
     EtcdUnavailable,
     gateway_error,
     is_etcd_error,
+    reply_object,
+    request_error,
     unreached,
 )
 from hogwild_plugins.ps.etcd_errors import MemberDown as _MemberDown
@@ -668,18 +670,8 @@ class Etcd:
             if down:  # unavailable, timed out, or cut off from its quorum
                 # a proposal its raft dropped was never appended nor forwarded: safe elsewhere
                 raise _MemberDown(detail, unsent=PROPOSAL_DROPPED in detail.lower())
-            if not is_etcd_error(answer.text):  # a proxy's error page, Go's plain 404: not etcd
-                raise EtcdReplyError(
-                    f"etcd at {member}: {path} failed: {detail} (no error reply of etcd's)"
-                )
-            raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
-        try:
-            reply = answer.json()
-        except ValueError as err:  # a reply that is not JSON: not etcd
-            raise EtcdReplyError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
-        if not isinstance(reply, dict):
-            raise EtcdReplyError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
-        return reply
+            raise request_error(member, path, detail, answer.text)  # etcd's, or a proxy's page
+        return reply_object(member, path, answer.content)
 
 
 def _unsent(cause: BaseException | None) -> bool:

@@ -24,6 +24,8 @@ __all__ = [
     "EtcdUnavailable",
     "gateway_error",
     "is_etcd_error",
+    "reply_object",
+    "request_error",
     "reply_int",
     "unreached",
 ]
@@ -108,6 +110,30 @@ def is_etcd_error(text: str) -> bool:
     if not isinstance(reply, dict):
         return False
     return any(isinstance(reply.get(field), str) and reply[field] for field in ("error", "message"))
+
+
+def request_error(member: str, path: str, detail: str, text: str) -> HogwildError:
+    """The error to raise for ``member``'s error reply to ``path`` (``detail`` from
+    :func:`gateway_error`, not ``down``; ``text`` its body): etcd's answer about the request
+    (:class:`HogwildError`, every member would answer the same) when ``text`` is etcd's error
+    object, else the member's fault (:class:`EtcdReplyError`: a proxy's page, Go's plain 404).
+    Shared by the client and the watch's polls, as :func:`gateway_error` is."""
+    if is_etcd_error(text):
+        return HogwildError(f"etcd at {member}: {path} failed: {detail}")
+    return EtcdReplyError(f"etcd at {member}: {path} failed: {detail} (no error reply of etcd's)")
+
+
+def reply_object(member: str, path: str, body: str | bytes) -> dict:
+    """``member``'s successful reply to ``path`` (its ``body``) as the JSON object etcd's gateway
+    sends; :class:`EtcdReplyError` (the member's fault) when it is not JSON or not an object.
+    Shared by the client and the watch's polls."""
+    try:
+        reply = json.loads(body)
+    except ValueError as err:  # not JSON (or not text): not etcd
+        raise EtcdReplyError(f"etcd at {member}: {path}: reply is not JSON ({err})") from err
+    if not isinstance(reply, dict):
+        raise EtcdReplyError(f"etcd at {member}: {path}: reply {reply!r:.200} is no dict")
+    return reply
 
 
 def unreached(address: str, path: str, failures: list[tuple[str, str]]) -> EtcdUnavailable:

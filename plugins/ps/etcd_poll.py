@@ -41,7 +41,8 @@ from hogwild_plugins.ps.etcd_errors import (
     LEADER_CHANGED,
     EtcdReplyError,
     gateway_error,
-    is_etcd_error,
+    reply_object,
+    request_error,
     unreached,
 )
 
@@ -206,20 +207,14 @@ class RangePoller:
             down, detail = error
             if down:
                 raise _Down(detail)
-            if not is_etcd_error(data.decode("utf-8", "replace")):  # a proxy's page: not etcd
-                raise _Broken(EtcdReplyError(
-                    f"etcd at {member}: {path} failed: {detail} (no error reply of etcd's)"
-                ))  # fmt: skip
-            raise HogwildError(f"etcd at {member}: {path} failed: {detail}")
+            error = request_error(member, path, detail, data.decode("utf-8", "replace"))
+            if isinstance(error, EtcdReplyError):  # a proxy's page: not etcd
+                raise _Broken(error)
+            raise error
         try:
-            reply = json.loads(data)
-        except ValueError as err:
-            why = f"etcd at {member}: {path}: reply is not JSON ({err})"
-            raise _Broken(EtcdReplyError(why)) from err
-        if not isinstance(reply, dict):
-            why = f"etcd at {member}: {path}: reply {reply!r:.200} is no dict"
-            raise _Broken(EtcdReplyError(why))
-        return reply
+            return reply_object(member, path, data)
+        except EtcdReplyError as err:
+            raise _Broken(err) from err
 
     def _url(self, i: int, path: str) -> str:
         try:
