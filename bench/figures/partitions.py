@@ -433,6 +433,12 @@ def measure(args) -> dict:
             except (FileNotFoundError, json.JSONDecodeError) as exc:
                 log = (folder / "client.log").read_text()[-2000:]
                 problems.append(f"no ledger result ({exc!r}); client log: {log}")
+            if result.get("partial"):
+                log = (folder / "client.log").read_text()[-2000:]
+                problems.append(
+                    "the ledger client's result is partial (its acknowledgements, no final "
+                    f"comparison: lost and applied twice are not known); client log: {log}"
+                )
         finally:
             with deferred_signals():  # a second SIGTERM or Ctrl-C must not cut the clean-up
                 processes = list(cluster.seen.values()) if cluster else []

@@ -12,8 +12,10 @@ through files in ``--dir``, written whole (a temporary name, then a rename):
   ``--etcd``, None while none answers with a leader), the pushes acknowledged so far and the
   last one's time, so that the injector, outside the hosts' network, knows each bucket's
   primary and whether updates flow;
-- ``stop``: made by the injector; the client stops pushing, waits until every bucket has three
-  in-sync copies again, pulls the parameters and writes
+- ``stop``: made by the injector; the client stops pushing, writes ``result.json`` with
+  ``partial`` true (the pushes, acknowledgements, errors and history below: what the faults'
+  figures need, kept should the client not finish), waits until every bucket has three in-sync
+  copies again, pulls the parameters and writes it again whole (``partial`` false):
 - ``result.json``: ``pushes``, ``acknowledged_lost`` (parameters below the ledger: an
   acknowledged update is missing), ``applied_twice`` (parameters above the ledger plus every
   unknown push: an update counted more than once; ``applied_twice_by_shard`` the same by
@@ -150,6 +152,18 @@ def main(argv: list[str] | None = None) -> int:
     stop.set()
     mapper.join()
     leader.join()
+    # what the faults' figures need, kept before the final wait: an injector that stops waiting
+    # for this client (or kills it) still has every acknowledgement and the map's history
+    write_json(folder / "result.json", {
+        "partial": True,
+        "pushes": pusher.count,
+        "unknown_pushes": len(pusher.errors),
+        "n_params": n_params,
+        "acks": acks,
+        "errors": pusher.errors[:20],
+        "problems": problems,
+        "history": history,
+    })  # fmt: skip
     waited, seen = watch.wait_copies(3, SYNC_TIMEOUT_S)
     if seen is None:
         problems.append(f"the copies did not all catch up within {waited:.0f} s after the faults")
@@ -172,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in range(layout.n_shards)
     }
     write_json(folder / "result.json", {
+        "partial": False,
         "pushes": pusher.count,
         "unknown_pushes": len(pusher.errors),
         "acknowledged_lost": int(np.count_nonzero(got < ledger)),

@@ -8,6 +8,7 @@ driver ended stops on its next read of the map, whatever lease it holds by then.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import threading
@@ -263,3 +264,40 @@ def test_the_etcd_election_timeout_of_the_config_reaches_every_member_hogwild_st
             EtcdController("job", "timers", print, start_members=start_members,
                            election_ms=election_ms)  # fmt: skip
         assert asked.pop() == given  # none where unset: a launcher without the keyword works
+
+
+@pytest.mark.parametrize(("election_ms", "first_timeout_s"), [(0, 0.4), (1000, 2.0)])
+def test_a_replicated_servers_map_writes_wait_two_of_the_jobs_election_timeouts(
+    etcd_server, election_ms, first_timeout_s
+):
+    """A map write forwarded to a lost leader is read back after two election timeouts
+    (``etcd_cas.write_retry_s``): the job's ``cluster.etcd_election_ms`` where it set one
+    (through ``ServerOptions.from_config``, as ``hogwild ps serve --config`` builds them), else
+    hogwild's own 200 ms. A started replicated server's map clients, on a real etcd."""
+    from hogwild_plugins.ps.layout import ModelGeometry
+    from hogwild_plugins.ps.serving.launch import local_server
+    from hogwild_plugins.ps.serving.options import ServerOptions
+
+    from hogwild.config import load_config
+
+    config = load_config(overrides={"cluster.etcd_election_ms": election_ms})
+    options = ServerOptions.from_config(
+        config, job=f"job-{uuid.uuid4().hex[:8]}", servers=("127.0.0.1:0", "127.0.0.1:1"),
+        copies=2, etcd=etcd_server.address, lease_s=2,
+    )  # fmt: skip
+    assert options.etcd_election_ms == election_ms
+    fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(ServerOptions)}
+    del fields["job"]
+    with local_server(ModelGeometry(600), job=options.job, **fields) as server:
+        replication = server.replication
+        assert replication._etcd.write_retry_s == first_timeout_s
+        assert replication._net_etcd.write_retry_s == first_timeout_s
+
+
+def test_server_options_refuse_an_election_timeout_etcd_cannot_run_with():
+    from hogwild_plugins.ps.serving.options import ServerOptions
+
+    for wrong in (5, 5_001, -1, 200.0, True):
+        options = ServerOptions(job="j", servers=("127.0.0.1:1",), etcd_election_ms=wrong)
+        with pytest.raises(HogwildError, match=r"cluster\.etcd_election_ms.*got"):
+            options.check()

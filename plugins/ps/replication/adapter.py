@@ -230,8 +230,9 @@ class Replication(Admitting):
         near = self.server.address.host
         # a map write (a copy dropped, a takeover) forwarded to a leader that is gone is lost
         # unanswered: it is read back after two election timeouts and asked again if it did not
-        # apply, not waited on for the whole 2 s (etcd_cas)
-        retry = write_retry_s(ELECTION_MS)
+        # apply, not waited on for the whole 2 s (etcd_cas); the members' own timeout where the
+        # job set one (cluster.etcd_election_ms): a shorter guess reads back writes still in flight
+        retry = write_retry_s(self.server.options.etcd_election_ms or ELECTION_MS)
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,
                           write_retry_s=retry)  # fmt: skip
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,

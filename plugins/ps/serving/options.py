@@ -53,6 +53,10 @@ class ServerOptions:
         etcd_group: The server group whose etcd namespace holds this server's keys (a job of
             several server groups, ``ps.server_group``); None: the job's own keys.
         lease_s: TTL of the server's etcd lease (replication).
+        etcd_election_ms: The election timeout of the etcd members (``cluster.etcd_election_ms``;
+            0: hogwild's own, :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS`): what the
+            first timeout of a map write is sized from (:func:`~hogwild_plugins.ps.etcd_cas.
+            write_retry_s`).
         nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
             default), or apply it and count it (``"count"``).
         max_vectors: ``ps.max_vectors``: named vectors a shard holds at most.
@@ -91,6 +95,7 @@ class ServerOptions:
     etcd_tls: str | None = ClusterConfig.etcd_tls or None
     etcd_group: int | None = None  # several server groups: this server's group's namespace
     lease_s: int = _PS.lease_s or DEFAULT_LEASE_S
+    etcd_election_ms: int = ClusterConfig.etcd_election_ms
     nonfinite: str = _PS.nonfinite
     max_vectors: int = _PS.max_vectors
     min_copies: int = _PS.min_copies
@@ -117,7 +122,8 @@ class ServerOptions:
         """The options ``config`` gives one server of the job.
 
         Args:
-            config: The job's config: ``[ps]``, ``cluster.copies`` and ``cluster.etcd``.
+            config: The job's config: ``[ps]``, ``cluster.copies``, ``cluster.etcd`` and
+                ``cluster.etcd_election_ms``.
             job, servers, index, bind: This server's job and place in it.
             rule, keys, copies, etcd, lease_s: Values given on the command line, in place of
                 the config's (``ps.rule``, ``ps.keys``, ``cluster.copies``, ``cluster.etcd``,
@@ -148,6 +154,7 @@ class ServerOptions:
             etcd_tls=config.cluster.etcd_tls or None,
             etcd_group=etcd_group(config),
             lease_s=lease_s or ps.lease_s or DEFAULT_LEASE_S,
+            etcd_election_ms=config.cluster.etcd_election_ms,
             nonfinite=ps.nonfinite,
             max_vectors=ps.max_vectors,
             min_copies=ps.min_copies,
@@ -159,14 +166,20 @@ class ServerOptions:
 
         Raises:
             HogwildError: An unknown rule, receive or acknowledgement mode, or treatment of
-                non-finite values; an Adagrad epsilon float32 cannot hold; an index outside
-                the server list; copies without etcd, or with receive pools.
+                non-finite values; an etcd election timeout out of range; an Adagrad epsilon
+                float32 cannot hold; an index outside the server list; copies without etcd, or
+                with receive pools.
         """
         from hogwild_plugins.ps import kernels
         from hogwild_plugins.ps.serving.receive_pool import RECV_MODES
         from hogwild_plugins.ps.serving.requests import NONFINITE_MODES
 
-        from hogwild.config.checks import FLOAT32_TINY, MAX_LEASE_S
+        from hogwild.config.checks import (
+            DEFAULT_ELECTION_MS,
+            FLOAT32_TINY,
+            MAX_ELECTION_MS,
+            MAX_LEASE_S,
+        )
         from hogwild.errors import HogwildError
 
         if self.rule not in kernels.RULES:
@@ -184,6 +197,17 @@ class ServerOptions:
             raise HogwildError(
                 f"lease_s (--lease-s, ps.lease_s) must be 1 to {MAX_LEASE_S} seconds, "
                 f"got {self.lease_s!r}"
+            )
+        election_ms = self.etcd_election_ms
+        if (
+            isinstance(election_ms, bool)
+            or not isinstance(election_ms, int)
+            or not (election_ms == 0 or 10 <= election_ms <= MAX_ELECTION_MS)
+        ):
+            raise HogwildError(
+                f"etcd_election_ms (cluster.etcd_election_ms) must be 0 (hogwild's, "
+                f"{DEFAULT_ELECTION_MS}) or 10 to {MAX_ELECTION_MS} milliseconds, "
+                f"got {election_ms!r}"
             )
         if self.nonfinite not in NONFINITE_MODES:
             raise HogwildError(
