@@ -379,8 +379,9 @@ class Supervisor:
             none of its own, and readers are never held).
         fence: Fences a held replica now (a :class:`Fence`; required when readers may be held).
         start_together: Starts one tier's roles again side by side (a list of
-            :class:`Restart` of one kind) and returns, in order, each one's address or the
-            :class:`~hogwild.errors.RoleFailedError` saying why it did not start: returned,
+            :class:`Restart` of one tier: :data:`TIER_OF_KIND`) and returns, in order, each
+            one's address or the :class:`~hogwild.errors.RoleFailedError` saying why it did not
+            start: returned,
             never raised (one it raises stops the job) (None: each through ``start_again``,
             one after another).
     """
