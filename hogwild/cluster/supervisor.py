@@ -381,9 +381,8 @@ class Supervisor:
         start_together: Starts one tier's roles again side by side (a list of
             :class:`Restart` of one tier: :data:`TIER_OF_KIND`) and returns, in order, each
             one's address or the :class:`~hogwild.errors.RoleFailedError` saying why it did not
-            start: returned,
-            never raised (one it raises stops the job) (None: each through ``start_again``,
-            one after another).
+            start: returned, never raised (one it raises stops the job) (None: each through
+            ``start_again``, one after another).
     """
 
     def __init__(
