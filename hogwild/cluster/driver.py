@@ -409,7 +409,7 @@ class ClusterDriver:
         return result
 
     def _start_together(self, restarts: list[Restart]) -> list[str | RoleFailedError]:
-        """Start dead roles of one kind again through the launcher, side by side; each one's
+        """Start dead roles of one tier again through the launcher, side by side; each one's
         address once it serves (within ``cluster.start_timeout_s``) or why it did not start.
         A replica is fenced and its work goes back to the coordinator before any starts."""
         self.live.clear()

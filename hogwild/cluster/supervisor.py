@@ -16,10 +16,11 @@ What it decides:
   server's buckets fail over and it rejoins and catches up). A parameter server with one copy
   is not: its state dies with it.
 - **Restarts**: a supervised role that exited comes back while it has been restarted fewer than
-  ``cluster.restarts`` times; the restarts of one :class:`Recover` go in tiers, parameter
-  servers first, then data servers (a replica starting reads from them), then replicas, then
-  groups' members: the roles of one tier (a host's replicas lost together) start side by side
-  and are waited for together, the next tier once they are up or failed. A restart that does
+  ``cluster.restarts`` times; the restarts of one :class:`Recover` go in tiers, servers first
+  (parameter and data servers together: neither reads from the other, and each waits alike for
+  a lost node's return), then replicas (a replica starting reads from both), then groups'
+  members: the roles of one tier (a host's roles lost together) start side by side and are
+  waited for together, the next tier once they are up or failed. A restart that does
   not start counts, and the role is restarted again at the next :class:`Recover` while restarts
   remain.
 - **Readers wait for their data**: a replica or a group's member (roles that read from the
@@ -73,7 +74,8 @@ __all__ = [
     "Supervisor",
 ]
 
-KIND_ORDER = {"ps": 0, "data": 1, "replica": 2, "member": 3}  # the order of one round of restarts
+# each kind's tier in one round of restarts: a tier starts side by side, after the one before
+TIER_OF_KIND = {"ps": 0, "data": 0, "replica": 1, "member": 2}
 READERS = ("replica", "member")  # the kinds that read from the job's data servers
 STORY_LENGTH = 1000  # transitions kept by RestartPolicy.story()
 RUNNING, EXITED, RESTARTING = "running", "exited", "restarting"
@@ -273,7 +275,12 @@ class RestartPolicy:
         hold = self._hold_readers(recover)
         actions = []
         by_tier = sorted(
-            self.exits, key=lambda n: (KIND_ORDER[self.roles[n].kind], self.roles[n].index)
+            self.exits,
+            key=lambda n: (
+                TIER_OF_KIND[self.roles[n].kind],
+                list(TIER_OF_KIND).index(self.roles[n].kind),  # a tier's servers: ps, then data
+                self.roles[n].index,
+            ),
         )
         for name in by_tier:  # a tier's roles by index, whatever order their exits were seen in
             role = self.roles[name]
@@ -372,10 +379,10 @@ class Supervisor:
             none of its own, and readers are never held).
         fence: Fences a held replica now (a :class:`Fence`; required when readers may be held).
         start_together: Starts one tier's roles again side by side (a list of
-            :class:`Restart` of one kind) and returns, in order, each one's address or the
-            :class:`~hogwild.errors.RoleFailedError` saying why it did not start: returned,
-            never raised (one it raises stops the job) (None: each through ``start_again``,
-            one after another).
+            :class:`Restart` of one tier: :data:`TIER_OF_KIND`) and returns, in order, each
+            one's address or the :class:`~hogwild.errors.RoleFailedError` saying why it did not
+            start: returned, never raised (one it raises stops the job) (None: each through
+            ``start_again``, one after another).
     """
 
     def __init__(
@@ -429,10 +436,12 @@ class Supervisor:
         self._do(actions)
 
     def _do(self, actions: list) -> None:
-        """Carry ``actions`` out in order; a run of :class:`Restart` of one kind (a tier: the
-        policy orders the kinds) starts side by side, the next tier once it is done."""
+        """Carry ``actions`` out in order; a run of :class:`Restart` of one tier
+        (:data:`TIER_OF_KIND`: the policy orders them) starts side by side, the next tier once
+        it is done."""
         for (restarting, _), run in itertools.groupby(
-            actions, key=lambda a: (isinstance(a, Restart), getattr(a, "kind", None))
+            actions,
+            key=lambda a: (isinstance(a, Restart), TIER_OF_KIND.get(getattr(a, "kind", None))),
         ):
             if restarting:
                 self._restart_tier(list(run))

@@ -35,7 +35,9 @@ __all__ = ["STATUS_EVERY_S", "Placing", "RayRole", "RoleActor"]
 # each ask is a call into the actor (a Python process of its own) whose answer poll() waits for.
 # An exit is seen up to this much later.
 STATUS_EVERY_S = 0.2
-NODE_POLL_S = 1.0  # a lost server's home looked for again (a machine comes back in seconds)
+# A lost server's home looked for again: its restart (and its tier's) waits on the node's
+# return, seen up to this much late; a look is one small read of the GCS's node table.
+NODE_POLL_S = 0.2
 RoleActor = ray.remote(max_restarts=0, max_concurrency=1)(RoleHost)
 
 

@@ -234,10 +234,10 @@ def test_the_supervisor_carries_the_actions_out() -> None:
     assert done == [("forget", 0, False)]
     launcher.exits = [RoleExit("data 0", "h", 1)]
     supervisor.recover()
-    assert done[1:] == [
+    assert done[1:] == [  # the servers one tier: each started, then those started back
         ("start", "ps 0"),
-        ("back", "ps 0", "127.0.0.1:7000"),
         ("start", "data 0"),
+        ("back", "ps 0", "127.0.0.1:7000"),
         ("start", "replica 0"),
         ("back", "replica 0", "127.0.0.1:7000"),
     ]
@@ -288,8 +288,9 @@ def test_a_data_server_probe_failing_otherwise_than_by_silence_is_not_silence(tm
 
 
 def test_a_host_lost_comes_back_tier_by_tier_each_tier_side_by_side() -> None:
-    """A host's roles lost together: one round starts each tier's roles together (in index
-    order, whatever order their exits came in), the next tier once the last is back; a role of
+    """A host's roles lost together: one round starts each tier's roles together (parameter
+    and data servers one tier, then replicas, then members; in index order, whatever order
+    their exits came in), the next tier once the last is back; a role of
     a tier that did not start is reported alone and restarted again at the next round."""
     launcher, done, failing = FakeLauncher(), [], {"replica 1"}
 
@@ -320,10 +321,9 @@ def test_a_host_lost_comes_back_tier_by_tier_each_tier_side_by_side() -> None:
     assert done == [
         ("forget", 1, True),
         ("forget", 0, True),
-        ("start", ["ps 0", "ps 1"]),
+        ("start", ["ps 0", "ps 1", "data 0"]),
         ("back", "ps 0", "h:0"),
         ("back", "ps 1", "h:1"),
-        ("start", ["data 0"]),
         ("back", "data 0", "h:0"),
         ("start", ["replica 0", "replica 1", "replica 2"]),
         ("back", "replica 0", "h:0"),
