@@ -18,7 +18,8 @@ back into the module with ``hogwild.to_torch`` and tested in torch too
 (``hogwild_torch_test_accuracy``: what a PyTorch user gets back).
 
     python bench/figures/drop_in.py --out bench/results/drop_in.json
-    python bench/figures/drop_in.py --quick       # a smoke run: small slices, one epoch each
+    python bench/figures/drop_in.py --quick       # a smoke run: small slices, one epoch each,
+                                                  # torch on one thread
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--momentum", type=float, default=0.9, help="hogwild's optim.momentum (Adam's beta1)")
     add("--beta2", type=float, default=0.999, help="hogwild's optim.beta2 (Adam)")
     add("--seed", type=int, default=1, help="the network's initial weights (both sides)")
-    add("--quick", action="store_true", help="smoke run: 1,000 / 1,000 examples, one epoch each")
+    add(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1,000 / 1,000 examples, one epoch each, torch on one thread",
+    )
     add("--out", help="also write the JSON line here")
     args = parser.parse_args(argv)
     if args.quick:
@@ -158,6 +163,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
     train_subset, test_subset = (1000, 1000) if args.quick else (0, 0)
+    if args.quick:
+        # a smoke run shares its cores (the suite runs beside it): torch's threads on every core
+        # spin at each barrier while another process holds a core, costing the example's epoch
+        # far more CPU than one thread does; the record says the threads it ran on
+        import torch
+
+        torch.set_num_threads(1)
     with fresh_numba_cache():
         print("drop_in: hogwild on the example's network ...", file=sys.stderr, flush=True)
         ours = run_hogwild(args, train_subset, test_subset)

@@ -1,10 +1,11 @@
 """``bench/figures/drop_in.py --quick``: the shape and the sanity of its JSON line, not speed.
 
 The quick run trains pytorch/examples' MNIST network for one epoch on 1,000 examples with hogwild
-(through ``from_torch``) and with the example's own loop, and tests both on 1,000. Checks: every
-key the full run reports is there, rates are positive, accuracies lie in [0, 1], a side that did
-not reach the target reports null (and the ratio is null then), and the weights hogwild trained,
-loaded back into the module with ``to_torch``, give torch the accuracy hogwild reported.
+(through ``from_torch``) and with the example's own loop (torch on one thread), and tests both on
+1,000. Checks: every key the full run reports is there, rates are positive, accuracies lie in
+[0, 1], a side that did not reach the target reports null (and the ratio is null then), and the
+weights hogwild trained, loaded back into the module with ``to_torch``, give torch the accuracy
+hogwild reported.
 """
 
 from __future__ import annotations
@@ -44,3 +45,4 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     assert abs(record["hogwild_torch_test_accuracy"] - record["hogwild_test_accuracy"]) <= 1e-3
     assert record["hogwild_test_accuracy"] > 0.5  # it learned: one epoch of 1,000 examples
     assert record["settings"]["train_examples"] == 1000
+    assert record["settings"]["example"]["threads"] == 1  # quick: torch on one thread
