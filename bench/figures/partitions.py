@@ -453,6 +453,7 @@ def measure(args) -> dict:
         leaked = check.count(processes, set())
         leaked["namespaces"] = sum(n.startswith(tag) for n in harness.namespaces())
     acks = result.get("acks", [])
+    takeovers = result.get("takeovers")  # None: a partial result (the servers were not read)
     for e, following in zip(events, [*events[1:], None][: len(events)], strict=True):
         end = e["until"] + SETTLE_S
         next_fault = None if following is None else following["at"]
@@ -461,7 +462,7 @@ def measure(args) -> dict:
         e["unavailable_s"] = longest_gap(acks, e["at"], end, next_fault)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
-            e["stages"] = breakdown(e, end, result.get("history", []), result.get("takeovers", []))
+            e["stages"] = breakdown(e, end, result.get("history", []), takeovers or [])
     cuts = [e for e in events if e["kind"] == "cut_primary"]
     stages = {
         stage: spread([e["stages"][stage] for e in cuts])
@@ -503,7 +504,8 @@ def measure(args) -> dict:
         "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
         | {"detail": leaked["detail"]},
         "pushes": result.get("pushes"),
-        "takeovers": len(result.get("takeovers", [])),  # every kind's, and the hand-backs'
+        # every kind's, and the hand-backs'; None where the ledger client's result is partial
+        "takeovers": None if takeovers is None else len(takeovers),
         "unknown_pushes": result.get("unknown_pushes"),
         "applied_twice_by_shard": result.get("applied_twice_by_shard"),
         "servers_copy_side": result.get("servers_copy_side"),

@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "errors": pusher.errors[:20],
         "problems": problems,
         "history": history,
+        "takeovers": None,  # read from the servers only after the final wait: not known here
     })  # fmt: skip
     waited, seen = watch.wait_copies(3, SYNC_TIMEOUT_S)
     if seen is None:

@@ -213,6 +213,10 @@ class ClusterDriver:
         unread = etcd_election_unread(cluster)
         if unread is not None:  # accepted (roles get a given etcd's address), but said once
             role_logger("cluster").warning("%s", unread)
+            # nor handed on: the servers size their etcd writes from hogwild's own timeout
+            config = self.config = replace(
+                config, cluster=replace(config.cluster, etcd_election_ms=0)
+            )
         if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
             etcd_members = getattr(self.launcher, "start_etcd_cluster", None)
             config = self.config = self.servers.with_controller(

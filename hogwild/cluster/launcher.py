@@ -106,7 +106,7 @@ class Launcher(ABC):
 
     def start_all(self, specs: list[RoleSpec]) -> list[str]:
         """Start every one of ``specs`` and wait for all their ready lines; their ``HOST:PORT``,
-        in order. Roles of one kind do not wait for each other, so a launcher that can start
+        in order. Roles of one tier do not wait for each other, so a launcher that can start
         them at once should (they load their kernels side by side); this one starts them one
         after another.
 

@@ -57,6 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hogwild.cluster.launcher import RoleExit
+from hogwild.cluster.roles import KINDS
 from hogwild.errors import RoleFailedError
 from hogwild.logs import role_logger
 
@@ -278,7 +279,7 @@ class RestartPolicy:
             self.exits,
             key=lambda n: (
                 TIER_OF_KIND[self.roles[n].kind],
-                list(TIER_OF_KIND).index(self.roles[n].kind),  # a tier's servers: ps, then data
+                KINDS.index(self.roles[n].kind),  # within a tier: parameter, then data servers
                 self.roles[n].index,
             ),
         )

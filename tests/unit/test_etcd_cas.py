@@ -50,5 +50,12 @@ def test_bad_read_backs_and_election_timeouts_are_refused():
     with pytest.raises(HogwildError, match="mod_revision"):
         judge([[{"key": "k"}], []], 5, PUTS)
     with pytest.raises(HogwildError, match="election timeout 0 ms"):
-        write_retry_s(0)
-    assert write_retry_s(200) == 0.4 and write_retry_s(50) == 0.25
+        write_retry_s(0, 2.0)
+    assert write_retry_s(200, 2.0) == 0.4 and write_retry_s(50, 2.0) == 0.25
+
+
+def test_a_long_election_leaves_the_read_back_its_asks_within_the_clients_timeout():
+    # two election timeouts of 1 s would be the whole 2 s: a lost first ask never read back
+    assert write_retry_s(1000, 2.0) == pytest.approx(2.0 / 3)
+    assert write_retry_s(5000, 2.0) == pytest.approx(2.0 / 3)
+    assert write_retry_s(1000, 6.0) == 2.0

@@ -92,6 +92,7 @@ from hogwild.net.router import Incoming, Reply, error_reply
 __all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
 
 POLL_S = 0.5  # the map is read at least this often, watch or not
+MAP_TIMEOUT_S = 2.0  # each map client's requests, read-backs included (the etcd client's default)
 FAILOVER_POLL_S = 0.05  # the watch's safety polls while its stream is up (see start())
 MAX_BATCH = 256
 SETTLE_S = 5.0  # a bucket's first primary waits this long for every server to register
@@ -232,11 +233,11 @@ class Replication(Admitting):
         # unanswered: it is read back after two election timeouts and asked again if it did not
         # apply, not waited on for the whole 2 s (etcd_cas); the members' own timeout where the
         # job set one (cluster.etcd_election_ms): a shorter guess reads back writes still in flight
-        retry = write_retry_s(self.server.options.etcd_election_ms or ELECTION_MS)
+        retry = write_retry_s(self.server.options.etcd_election_ms or ELECTION_MS, MAP_TIMEOUT_S)
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,
-                          write_retry_s=retry)  # fmt: skip
+                          timeout_s=MAP_TIMEOUT_S, write_retry_s=retry)  # fmt: skip
         self._net_etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,
-                              write_retry_s=retry)  # fmt: skip
+                              timeout_s=MAP_TIMEOUT_S, write_retry_s=retry)  # fmt: skip
         # its keepalives are asked again (hedged) after a quarter of the lease, the first kept
         # open: a follower forwarding one to its cut leader would hold it past the lease
         self._keeper_etcd = Etcd(

@@ -152,7 +152,8 @@ def _serve(args) -> int:
 
 def serve_options(args, config):
     """The :class:`~hogwild_plugins.ps.serving.options.ServerOptions` of ``hogwild ps serve``:
-    the job config's (``[ps]``, ``cluster.copies``, ``cluster.etcd``), with the flags given in
+    the job config's (``[ps]``, ``cluster.copies``, ``cluster.etcd``,
+    ``cluster.etcd_election_ms``), with the flags given in
     place of the config keys they stand for, this server's place in the job, and the flags of
     settings the config does not hold (:data:`SERVER_FLAGS`; those not given keep the options'
     defaults)."""

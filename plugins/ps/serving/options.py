@@ -1,8 +1,9 @@
 """How one parameter server runs: :class:`ServerOptions`, built from the job's config.
 
-The job config's ``[ps]`` section (:class:`hogwild.config.PsConfig`, with ``cluster.copies`` and
-``cluster.etcd``) is the one source of the server's settings: :meth:`ServerOptions.from_config`
-builds the options from it (``hogwild ps serve`` does, with its flags), and the defaults of the
+The job config's ``[ps]`` section (:class:`hogwild.config.PsConfig`, with ``cluster.copies``,
+``cluster.etcd`` and ``cluster.etcd_election_ms``) is the one source of the server's settings:
+:meth:`ServerOptions.from_config` builds the options from it (``hogwild ps serve`` does, with
+its flags), and the defaults of the
 fields that mirror the config are the config's own defaults, resolved as a server resolves them
 (``rule = "auto"`` and ``lr = 0`` become the rule and step :func:`hogwild.config.ps_update_rule`
 gives one replica: SGD with step 1; ``lease_s = 0`` becomes :data:`DEFAULT_LEASE_S`). A server
@@ -55,8 +56,8 @@ class ServerOptions:
         lease_s: TTL of the server's etcd lease (replication).
         etcd_election_ms: The election timeout of the etcd members (``cluster.etcd_election_ms``;
             0: hogwild's own, :data:`~hogwild_plugins.ps.etcd_process.ELECTION_MS`): what the
-            first timeout of a map write is sized from (:func:`~hogwild_plugins.ps.etcd_cas.
-            write_retry_s`).
+            first timeout of a map write is sized from
+            (:func:`~hogwild_plugins.ps.etcd_cas.write_retry_s`).
         nonfinite: ``ps.nonfinite``: refuse a write holding NaN or inf (``"refuse"``, the
             default), or apply it and count it (``"count"``).
         max_vectors: ``ps.max_vectors``: named vectors a shard holds at most.
