@@ -176,6 +176,16 @@ class Placing:
             except Exception:  # noqa: BLE001 -- already removed with its node
                 pass
 
+    def _home_is_up(self, spec: RoleSpec) -> bool:
+        """Whether ``spec`` has no home to come back to, or a live node there now."""
+        if spec.name not in self.homes:
+            return True
+        try:
+            self._node_at(spec, self.homes[spec.name], deadline=0.0)
+        except RoleFailedError:
+            return False
+        return True
+
     def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
         """The id of a live node with IP ``ip``, waited for until ``deadline``."""
         while True:

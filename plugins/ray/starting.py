@@ -267,17 +267,17 @@ class Starting:
         unplaced = [spec for spec in specs if spec.name not in self.roles]
         try:
             self._place_all(unplaced, deadline)
-        except RoleFailedError as joint:  # which cannot be placed: each again alone, all within
-            # one more start_timeout_s (a tier's placement is bounded by two), any the failed
-            # call left placed unplaced first; a single role's failure is its own already
+        except RoleFailedError as joint:  # which cannot be placed: each again alone, any the
+            # failed call left placed unplaced first; a single role's failure is its own already
             self._unplace([self.roles[s.name] for s in unplaced if s.name in self.roles])
             if len(unplaced) == 1:
                 results[unplaced[0].name] = joint
             else:
-                alone_by = time.monotonic() + self.cluster.start_timeout_s
-                for spec in unplaced:
+                # those whose home node is up first, each within a start_timeout_s of its own: a
+                # tier's data server never fails behind a parameter server whose node is gone
+                for spec in sorted(unplaced, key=lambda s: not self._home_is_up(s)):
                     try:
-                        self._place_all([spec], alone_by)
+                        self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)
                     except RoleFailedError as exc:
                         results[spec.name] = exc
         roles = [self.roles[spec.name] for spec in specs if spec.name not in results]
