@@ -19,7 +19,6 @@ processes that import it fork afterwards, and a fork copies only the thread that
 
 import numba  # noqa: F401 - imported for the forked workers
 import numpy  # noqa: F401
-from numba.core.registry import cpu_target
 
 import hogwild.config  # noqa: F401
 import hogwild.data.plan  # noqa: F401
@@ -33,8 +32,9 @@ import hogwild.store.protocol  # noqa: F401
 import hogwild.training.messages  # noqa: F401
 import hogwild.training.placement  # noqa: F401
 import hogwild.training.worker  # noqa: F401
+from hogwild import numba_target
 
-# numba initialises its target at the first compiled function a process loads or compiles;
-# refreshing the contexts now does that once here instead of once in every worker.
-cpu_target.typing_context.refresh()
-cpu_target.target_context.refresh()
+# numba initialises its target at the first compiled function a process loads or compiles; done
+# now, after the imports whose extensions it loads, it is done once here instead of once in
+# every worker.
+numba_target.initialise()

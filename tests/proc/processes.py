@@ -19,10 +19,11 @@ START_LINE_POLL_S = 0.001
 
 
 def start_context(method: str, *preload: str) -> mp.context.BaseContext:
-    """The ``spawn`` or ``forkserver`` context; a forkserver preloads ``preload``."""
+    """The ``spawn`` or ``forkserver`` context; a forkserver preloads ``preload``, then
+    initialises numba's target (:mod:`hogwild.numba_target`) so that no child does it again."""
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(list(preload))
+        ctx.set_forkserver_preload([*preload, "hogwild.numba_target"])
     return ctx
 
 

@@ -36,25 +36,19 @@ from hogwild.data.mnist import load_mnist
 from hogwild.errors import WorkerDiedError
 from hogwild.training import zygote
 from hogwild.training.gang import WorkerGang
-from hogwild.training.messages import Pinned
 from hogwild.training.metrics import read_metrics
 from tests.bench_runs import small_slice
-
-PROBE = "HOGWILD_ZYGOTE_PROBE"
-REPLY_TIMEOUT_S = 60.0
+from tests.proc.zygote_probe import (
+    PROBE,
+    REPLY_TIMEOUT_S,
+    pinned_then_sleeping,
+    report_environment,
+)
 
 
 @pytest.fixture(scope="module")
 def small(mnist_dir):
     return small_slice(load_mnist(mnist_dir))
-
-
-def report_environment(replies, hold) -> None:
-    """A forked child's answer: the probe variable, its parent, its BLAS limit; then, if asked,
-    wait until ``hold`` is set (a child the server still has)."""
-    replies.put((os.environ.get(PROBE), os.getppid(), os.environ.get("OMP_NUM_THREADS")))
-    if hold is not None:
-        hold.wait(REPLY_TIMEOUT_S)
 
 
 def _start_probe(context, hold=None):
@@ -225,12 +219,6 @@ def test_a_plain_forked_child_holding_the_alive_pipe_delays_neither_replacement_
     finally:
         os.kill(holder, signal.SIGKILL)
         os.waitpid(holder, 0)
-
-
-def pinned_then_sleeping(worker, commands, results) -> None:
-    """A worker that says it is pinned and then runs on (one forked, not yet in its main)."""
-    results.put(Pinned(worker))
-    time.sleep(REPLY_TIMEOUT_S)
 
 
 def test_a_gang_whose_forkserver_died_names_it_and_stop_ends_the_workers_still_running():
