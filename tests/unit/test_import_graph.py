@@ -19,6 +19,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
+from tests.unit.import_statements import import_statements
+
 ROOT = Path(__file__).resolve().parents[2]
 TREES = {"hogwild": ROOT / "hogwild", "hogwild_plugins": ROOT / "plugins"}
 
@@ -35,13 +37,6 @@ def modules(trees: dict[str, Path]) -> dict[str, Path]:
     return found
 
 
-def _type_checking(node: ast.If) -> bool:
-    test = node.test
-    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == (
-        "TYPE_CHECKING"
-    )
-
-
 def imported(
     name: str, path: Path, known: dict[str, Path], *, type_checking: bool = False
 ) -> dict[str, int]:
@@ -50,27 +45,20 @@ def imported(
     ``type_checking`` (they never run, but a layer check counts them)."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     names: dict[str, int] = {}
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child) and not type_checking:
-                for other in child.orelse:
-                    visit(other)
-                continue
-            if isinstance(child, ast.Import):
-                for alias in child.names:
-                    names.setdefault(alias.name, child.lineno)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    up = package[: len(package) - child.level + 1]
-                    base = ".".join([*up, *([child.module] if child.module else [])])
-                for alias in child.names:
-                    full = f"{base}.{alias.name}"
-                    names.setdefault(full if full in known else base, child.lineno)
-            visit(child)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")))
+    for statement, hidden in import_statements(path):  # in the order of the source
+        if hidden and not type_checking:
+            continue
+        if isinstance(statement, ast.Import):
+            for alias in statement.names:
+                names.setdefault(alias.name, statement.lineno)
+        else:
+            base = statement.module or ""
+            if statement.level:
+                up = package[: len(package) - statement.level + 1]
+                base = ".".join([*up, *([statement.module] if statement.module else [])])
+            for alias in statement.names:
+                full = f"{base}.{alias.name}"
+                names.setdefault(full if full in known else base, statement.lineno)
     out: dict[str, int] = {}
     for target, line in names.items():
         while target and target not in known:

@@ -16,6 +16,8 @@ import ast
 import importlib
 from pathlib import Path
 
+from tests.unit.import_statements import import_statements
+
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("hogwild", "plugins", "tests", "bench")
 OURS = ("hogwild", "hogwild_plugins")
@@ -24,7 +26,7 @@ OURS = ("hogwild", "hogwild_plugins")
 def from_imports(path: Path) -> list[tuple[int, str, str]]:
     """``(line, module, name)`` of each absolute ``from`` import of our modules in ``path``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node, _ in import_statements(path):  # under TYPE_CHECKING too: the name must be there
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             if node.module.split(".")[0] in OURS:
                 found.extend((node.lineno, node.module, a.name) for a in node.names)

@@ -4,8 +4,11 @@ then the rest, in each the ``alone`` tests first, the tests of an ``xdist_group`
 tiers from the last to the first; the workers deal an ``xdist_group`` to one of them; and the
 room's lock lets an ``alone`` test run with no other.
 
-The order is checked on real files, collected by pytest in a child process (files, not folders:
-no warm-up starts); the lock with real processes holding it.
+The order is checked on real files, collected by pytest in one child process that the order's
+tests share (files, not folders: no warm-up starts); each test reads the ids of the files it
+names, as their own collection would order them (the sort is stable and its key is each test's
+own, so only the files' order on the command line, kept consistent with every test's, can tell
+the two apart); the lock with real processes holding it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import subprocess
 import sys
 import time
 from functools import partial
+
+import pytest
 
 from tests.schedule import Room
 
@@ -34,6 +39,11 @@ ON_THE_TRAINED_RUN = {  # GROUPED's tests in that group
 }
 
 
+# Every file the order's tests name, in an order that keeps each test's own order of its files
+# (a stable sort: where two tests' files share a key, the order named decides).
+NAMED = (TRAINS, MARKED, ALONE, GROUPED, PS_ONLY, KERNEL_FREE, UNMARKED)
+
+
 def collected(repo_root, *files: str) -> list[str]:
     """The node ids pytest collects from ``files``, in the order it would run them."""
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
@@ -44,17 +54,31 @@ def collected(repo_root, *files: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if "::" in line]
 
 
-def test_unit_tests_calling_the_jobs_kernels_run_after_the_other_unit_tests(repo_root):
-    ids = collected(repo_root, MARKED, UNMARKED)  # named first, marked first
+@pytest.fixture(scope="module")
+def collection(repo_root) -> list[str]:
+    """The node ids collected from every file in ``NAMED``: one child for the module's tests
+    (each pays a pytest start and a collection)."""
+    return collected(repo_root, *NAMED)
+
+
+def of_files(collection: list[str], *files: str) -> list[str]:
+    """The ids of ``collection`` from ``files`` (each named in ``NAMED`` in the order given
+    here), in the collection's order: the order pytest runs those files in by themselves."""
+    assert [f for f in NAMED if f in files] == list(files), files
+    return [i for i in collection if i.split("::")[0] in files]
+
+
+def test_unit_tests_calling_the_jobs_kernels_run_after_the_other_unit_tests(collection):
+    ids = of_files(collection, MARKED, UNMARKED)  # named first, marked first
     marked = [i for i in ids if i.startswith(MARKED)]
     unmarked = [i for i in ids if i.startswith(UNMARKED)]
     assert marked and unmarked, ids
     assert ids == unmarked + marked
 
 
-def test_what_needs_less_of_the_warm_up_runs_first_whatever_its_tier(repo_root):
+def test_what_needs_less_of_the_warm_up_runs_first_whatever_its_tier(collection):
     files = (TRAINS, MARKED, PS_ONLY, KERNEL_FREE, UNMARKED)  # named last first
-    ids = collected(repo_root, *files)
+    ids = of_files(collection, *files)
     firsts = []
     for i in ids:
         name = i.split("::")[0]
@@ -65,9 +89,9 @@ def test_what_needs_less_of_the_warm_up_runs_first_whatever_its_tier(repo_root):
 
 
 def test_within_a_stage_the_alone_tests_run_first_then_a_group_then_the_last_tier_first(
-    repo_root,
+    collection,
 ):
-    ids = collected(repo_root, MARKED, ALONE, GROUPED)  # every one needs the whole warm-up
+    ids = of_files(collection, MARKED, ALONE, GROUPED)  # every one needs the whole warm-up
     alone = [i for i in ids if i.split("::")[-1] in ALONE_TESTS]
     grouped = [i for i in ids if i.split("::")[-1] in ON_THE_TRAINED_RUN]
     assert len(alone) == len(ALONE_TESTS) and len(grouped) == len(ON_THE_TRAINED_RUN), ids

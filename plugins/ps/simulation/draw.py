@@ -67,7 +67,10 @@ class EventDraw:
             if not s.paused and s.runnable():
                 weigh(6.0)
                 offer(self.runs[s.me])
-            for peer in sorted({p for e in s.exchanges() for p in e.waiting_on()}):
+            exchanges = s.exchanges()
+            if not exchanges:  # mostly none out: no set to build and sort
+                continue
+            for peer in sorted({p for e in exchanges for p in e.waiting_on()}):
                 weigh(0.4)
                 offer(("timeout", s.me, peer))
         reorder, drop, duplicate = "reorder" in faults, "drop" in faults, "duplicate" in faults

@@ -223,13 +223,10 @@ class Invariants:
         rest on, checked where a wrong decision is made rather than where a client happens to
         see it: a paused server counts by its own clock (resumed, it would answer). Leases
         granted before etcd was wiped belong to a job that no longer exists: not compared."""
+        # the live servers of this job's leases, read once for every bucket
+        leased = [s for s in self.live() if s.lease > self.etcd.leases_before_wipe]
         for bucket, shards in self.bucket_shards.items():
-            readers = [
-                s.me
-                for s in self.live()
-                if s.lease > self.etcd.leases_before_wipe
-                and any(s.answers_reads(shard) for shard in shards)
-            ]
+            readers = [s.me for s in leased if shards and s.answers_bucket_reads(bucket)]
             if len(readers) > 1:
                 raise Broken(f"bucket {bucket}'s pulls answered by servers {readers} at once")
 

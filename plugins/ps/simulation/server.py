@@ -264,7 +264,18 @@ class SimServer:
     def answers_reads(self, shard: int) -> bool:
         """As the real server: :meth:`serving`, and past the role's wait for reads after it
         took the bucket from another server (``BucketRole.reads_open``)."""
-        return self.serving(shard) and self.roles[self.bucket_of[shard]].reads_open(self.now())
+        return self.answers_bucket_reads(self.bucket_of[shard])
+
+    def answers_bucket_reads(self, bucket: int) -> bool:
+        """:meth:`answers_reads` for every shard of ``bucket`` (a shard's answer is its
+        bucket's role's)."""
+        role = self.roles[bucket]
+        return (
+            role.serving
+            and role.record.lease == self.lease
+            and self.valid()
+            and role.reads_open(self.now())
+        )
 
     def lease_time(self) -> int:
         return self.now()
