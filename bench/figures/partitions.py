@@ -462,7 +462,7 @@ def measure(args) -> dict:
         e["unavailable_s"] = longest_gap(acks, e["at"], end, next_fault)
         if e["kind"] == "cut_primary":
             e["failover_s"] = first_fresh_ack(acks, e["at"])
-            e["stages"] = breakdown(e, end, result.get("history", []), takeovers or [])
+            e["stages"] = breakdown(e, end, result.get("history", []), takeovers)
     cuts = [e for e in events if e["kind"] == "cut_primary"]
     stages = {
         stage: spread([e["stages"][stage] for e in cuts])

@@ -5,7 +5,8 @@ The network (:class:`Net`), the loop (:func:`train_epoch`: Adadelta at lr 1.0, `
 the test (:func:`test_accuracy`, batches of 1000) are the example's, unchanged but for the data:
 MNIST comes from the idx files on disk (:func:`bench.peers.torch_mnist.load_split`, normalised
 with the example's mean 0.1307 and std 0.3081) instead of ``torchvision.datasets.MNIST``, which
-downloads. torch uses every core (its default intra-op threads), as the example does.
+downloads. torch uses every core (its default intra-op threads), as the example does, unless
+the caller sets its threads (``bench/figures/drop_in.py --quick`` gives it one).
 
 :func:`run_example` trains epoch by epoch until a test accuracy is reached and records, per
 epoch, the seconds spent training (the test passes are not counted) and the accuracy.

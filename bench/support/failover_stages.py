@@ -31,7 +31,7 @@ def first_fresh_ack(acks: list[list[float]], at: float) -> float | None:
     return round(min(fresh) - at, 3) if fresh else None
 
 
-def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict]) -> dict:
+def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict] | None) -> dict:
     """The stages of one ``cut_primary``'s failover, in seconds from the cut (None: not seen):
 
     - ``lease_gone_by_s``: by when the cut server's lease was gone from etcd, an upper bound,
@@ -59,7 +59,11 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
 
     The client's own end of it is the event's ``failover_s``: its first push sent after the cut
     and acknowledged (every push touches every bucket). One machine's clock throughout.
+    ``takeovers`` None (not read: a ledger client's partial result): every stage that needs
+    them is None, and the lease's bound is the map read's alone.
     """
+    known = takeovers is not None
+    takeovers = takeovers or []
     at, server = event["at"], event["host"] - 1
     gone = next((t for t, members, *_ in history if at < t < end and server not in members), None)
     won, served, acked, missing, takeovers_seen = [], [], [], [], 0
@@ -84,7 +88,7 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
     first_won = min(won) if won else None
     bounds = [t for t in (gone, first_won) if t is not None]
     leader = event.get("etcd_leader_host")
-    return {
+    stages = {
         "lease_gone_by_s": since(min(bounds)) if bounds else None,
         "lease_read_late": None if gone is None or first_won is None else gone > first_won,
         "recorded_s": last(won, missing),
@@ -94,3 +98,7 @@ def breakdown(event: dict, end: float, history: list[list], takeovers: list[dict
         "back_before_takeover": missing,
         "takeovers": takeovers_seen,
     }
+    if not known:
+        unknown = ("lease_read_late", "recorded_s", "serving_s", "first_ack_s")
+        stages |= dict.fromkeys((*unknown, "back_before_takeover", "takeovers"))
+    return stages

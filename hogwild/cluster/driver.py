@@ -207,16 +207,14 @@ class ClusterDriver:
         )
         self._make_run_dir()
         config, self.job_keys = with_job_keys(config, self.run_dir, self.progress.line)
-        self.config = config
-        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
-        self.launcher.job_keys = self.job_keys
         unread = etcd_election_unread(cluster)
         if unread is not None:  # accepted (roles get a given etcd's address), but said once
             role_logger("cluster").warning("%s", unread)
             # nor handed on: the servers size their etcd writes from hogwild's own timeout
-            config = self.config = replace(
-                config, cluster=replace(config.cluster, etcd_election_ms=0)
-            )
+            config = replace(config, cluster=replace(config.cluster, etcd_election_ms=0))
+        self.config = config
+        self.launcher = launcher_class(cluster.launcher)(config, str(self.run_dir))
+        self.launcher.job_keys = self.job_keys
         if cluster.copies > 1:  # the job's own etcd members on the launcher's nodes, if it can
             etcd_members = getattr(self.launcher, "start_etcd_cluster", None)
             config = self.config = self.servers.with_controller(

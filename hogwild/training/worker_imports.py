@@ -32,9 +32,8 @@ import hogwild.store.protocol  # noqa: F401
 import hogwild.training.messages  # noqa: F401
 import hogwild.training.placement  # noqa: F401
 import hogwild.training.worker  # noqa: F401
-from hogwild import numba_target
 
-# numba initialises its target at the first compiled function a process loads or compiles; done
-# now, after the imports whose extensions it loads, it is done once here instead of once in
-# every worker.
-numba_target.initialise()
+# numba initialises its target at the first compiled function a process loads or compiles: this
+# import does it (after the imports above, whose extensions it loads), once here instead of once
+# in every worker
+from hogwild import numba_target  # noqa: F401

@@ -55,13 +55,14 @@ member that knew no leader when first asked may know one by the second ask."""
 def write_retry_s(election_ms: int, timeout_s: float) -> float:
     """The first timeout of a compare-and-swap (:func:`swap`) at members of election timeout
     ``election_ms``, by a client whose requests have ``timeout_s`` in all: two election
-    timeouts, at least 0.25 s, at most the share of ``timeout_s`` that leaves the read-back its
-    :data:`READ_BACK_TRIES` asks. A member whose leader is gone learns so within one to two
-    election timeouts (raft's randomized timeout), and a new leader within another round trip;
-    a write that commits answers in milliseconds, so one slower than this on a loaded host only
-    costs a read-back that finds it applied. With long elections the cap reads back before a
-    new leader is known: an ask then still unapplied is asked again (the same compared
-    revision), where a first ask given the whole budget would end unknown."""
+    timeouts and at least 0.25 s, but never more than the share of ``timeout_s`` that leaves
+    the read-back its :data:`READ_BACK_TRIES` asks (which wins over the 0.25 s floor). A member
+    whose leader is gone learns so within one to two election timeouts (raft's randomized
+    timeout), and a new leader within another round trip; a write that commits answers in
+    milliseconds, so one slower than this on a loaded host only costs a read-back that finds it
+    applied. With long elections the cap reads back before a new leader is known: an ask then
+    still unapplied is asked again (the same compared revision), where a first ask given the
+    whole budget would end unknown."""
     if election_ms <= 0:
         raise HogwildError(f"etcd election timeout {election_ms!r} ms: expected more than 0")
     return min(max(0.25, 2 * election_ms / 1000), timeout_s / (1 + READ_BACK_TRIES))

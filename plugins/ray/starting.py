@@ -261,7 +261,13 @@ class Starting:
     def _start_each(self, specs: list[RoleSpec]) -> dict[str, str | RoleFailedError]:
         """:meth:`start_all`'s steps, each role's failure its own: the roles lost with their
         actors placed together (one by one only if that fails, to tell which cannot be), every
-        key and certificate made, every process started, then the ready lines."""
+        key and certificate made, every process started, then the ready lines. Roles to come
+        back at a node that is not up go after all the others have started (a lost host's
+        parameter server never holds up a data server whose node is back)."""
+        waiting = [s for s in specs if s.name not in self.roles and not self._home_is_up(s)]
+        if waiting and len(waiting) < len(specs):
+            ready = [s for s in specs if s not in waiting]
+            return self._start_each(ready) | self._start_each(waiting)
         results: dict[str, str | RoleFailedError] = {}
         deadline = time.monotonic() + self.cluster.start_timeout_s
         unplaced = [spec for spec in specs if spec.name not in self.roles]
@@ -273,8 +279,8 @@ class Starting:
             if len(unplaced) == 1:
                 results[unplaced[0].name] = joint
             else:
-                # those whose home node is up first, each within a start_timeout_s of its own: a
-                # tier's data server never fails behind a parameter server whose node is gone
+                # those whose home node is up first, each within a start_timeout_s of its own: one
+                # that cannot be placed never spends another's time
                 for spec in sorted(unplaced, key=lambda s: not self._home_is_up(s)):
                     try:
                         self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)

@@ -210,7 +210,7 @@ def test_a_member_that_saw_a_new_leader_is_asked_again_not_the_old_leader(member
         client.close()
 
 
-WRITE_RETRY_S = 0.4  # write_retry_s(ELECTION_MS): two election timeouts
+WRITE_RETRY_S = 0.4  # write_retry_s(ELECTION_MS, 2.0): two election timeouts
 
 
 def test_a_swap_forwarded_to_a_stopped_leader_is_read_back_and_applied_exactly_once(members):

@@ -72,6 +72,17 @@ def test_the_lease_stage_is_the_read_when_it_came_first_and_ignores_reads_after_
     assert stages["back_before_takeover"] == [0] and stages["recorded_s"] is None
 
 
+def test_a_partial_ledger_result_leaves_every_takeover_stage_unknown():
+    # the client stopped before it read the servers' takeovers: none is "no takeover"
+    history = [[99.0, [0, 1, 2], 1, {}], [101.5, [0, 2], 1, {}]]
+    stages = failover_stages.breakdown(cut(), 113.0, history, None)
+    assert stages["lease_gone_by_s"] == 1.5  # the map read's bound, which needs no takeover
+    for stage in ("lease_read_late", "recorded_s", "serving_s", "first_ack_s"):
+        assert stages[stage] is None, stage
+    assert stages["back_before_takeover"] is None and stages["takeovers"] is None
+    assert failover_stages.breakdown(cut(), 113.0, history, [])["back_before_takeover"] == [0]
+
+
 def test_a_cut_whose_etcd_leader_was_not_known_is_counted_as_unknown():
     history: list[list] = []
     assert failover_stages.breakdown(cut(2), 113.0, history, [])["etcd_leader_cut"] is True

@@ -52,6 +52,7 @@ BELOW_THE_PACKAGES = {
     "hogwild.runtime",
     "hogwild.signals",
     "hogwild.compile_records",
+    "hogwild.numba_target",
 }
 
 

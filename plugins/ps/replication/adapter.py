@@ -230,9 +230,10 @@ class Replication(Admitting):
         # this server wait on that host's member (a keepalive stuck there outlasts the lease)
         near = self.server.address.host
         # a map write (a copy dropped, a takeover) forwarded to a leader that is gone is lost
-        # unanswered: it is read back after two election timeouts and asked again if it did not
-        # apply, not waited on for the whole 2 s (etcd_cas); the members' own timeout where the
-        # job set one (cluster.etcd_election_ms): a shorter guess reads back writes still in flight
+        # unanswered: it is read back after two election timeouts (the members' own, where the
+        # job set them: cluster.etcd_election_ms; at most a third of the 2 s, leaving the
+        # read-back its asks) and asked again if it did not apply, not waited on for the whole
+        # 2 s (etcd_cas)
         retry = write_retry_s(self.server.options.etcd_election_ms or ELECTION_MS, MAP_TIMEOUT_S)
         self._etcd = Etcd(self.etcd_address, prefix=prefix, tls=tls, near=near,
                           timeout_s=MAP_TIMEOUT_S, write_retry_s=retry)  # fmt: skip
