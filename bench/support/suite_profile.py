@@ -37,7 +37,6 @@ import pytest
 VARIABLE = "HOGWILD_SUITE_PROFILE"
 SAMPLE_EVERY_S = 1.0
 _out = None
-_sampler: threading.Thread | None = None
 
 
 def _folder() -> Path:
@@ -64,13 +63,12 @@ def _sample(path: Path) -> None:
 
 
 def _start() -> None:
-    global _out, _sampler
+    global _out
     folder = _folder()
     _out = (folder / f"tests.{os.getpid()}.jsonl").open("a")
     if os.path.exists("/proc/stat"):
         path = folder / f"stat.{os.getpid()}.log"
-        _sampler = threading.Thread(target=_sample, args=(path,), name="suite-profile", daemon=True)
-        _sampler.start()
+        threading.Thread(target=_sample, args=(path,), name="suite-profile", daemon=True).start()
 
 
 @pytest.hookimpl(hookwrapper=True)

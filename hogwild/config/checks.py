@@ -325,6 +325,20 @@ def etcd_election_unread(cluster) -> str | None:
     return None
 
 
+def etcd_election_out_of_range(election_ms: int) -> str | None:
+    """Why ``cluster.etcd_election_ms`` (a number) is out of the range hogwild can start members
+    with, or None: 0 (hogwild's own) or 10 to :data:`MAX_ELECTION_MS`. The job config's check
+    and the parameter servers' options both ask it."""
+    if election_ms == 0 or 10 <= election_ms <= MAX_ELECTION_MS:
+        return None
+    return (
+        f"cluster.etcd_election_ms must be 0 (hogwild's, {DEFAULT_ELECTION_MS}) or 10 to "
+        f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it; a longer "
+        "one's first election can outlast the 20 s hogwild waits for its etcd to start), "
+        f"got {election_ms}"
+    )
+
+
 def _check_etcd_election(cluster, lease_s: int, fail) -> None:
     """``cluster.etcd_election_ms``: 0 or within the range hogwild can start members with and,
     where it is read (:func:`etcd_election_unread`), short enough for the lease (etcd grants no
@@ -332,13 +346,9 @@ def _check_etcd_election(cluster, lease_s: int, fail) -> None:
     election_ms = cluster.etcd_election_ms
     if election_ms == 0:
         return
-    if not 10 <= election_ms <= MAX_ELECTION_MS:
-        fail(
-            f"cluster.etcd_election_ms must be 0 (hogwild's, {DEFAULT_ELECTION_MS}) or 10 to "
-            f"{MAX_ELECTION_MS} milliseconds (the members' heartbeat is a tenth of it; a longer "
-            "one's first election can outlast the 20 s hogwild waits for its etcd to start), "
-            f"got {election_ms}"
-        )
+    out_of_range = etcd_election_out_of_range(election_ms)
+    if out_of_range is not None:
+        fail(out_of_range)
     floor_ms = election_ms * 1.5
     if lease_s and floor_ms > lease_s * 1000 and etcd_election_unread(cluster) is None:
         fail(

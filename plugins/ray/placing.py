@@ -176,26 +176,18 @@ class Placing:
             except Exception:  # noqa: BLE001 -- already removed with its node
                 pass
 
-    def _home_is_up(self, spec: RoleSpec) -> bool:
-        """Whether ``spec`` has no home to come back to, or a live node there now."""
-        if spec.name not in self.homes:
-            return True
-        try:
-            self._node_at(spec, self.homes[spec.name], deadline=0.0)
-        except RoleFailedError:
-            return False
-        return True
+    def _homes_up(self, specs: list[RoleSpec]) -> set[str]:
+        """The names of ``specs`` with no home to come back to, or a live node there now (one
+        read of the node table; none read, none of the homed ones)."""
+        live = _live_nodes()
+        return {s.name for s in specs if s.name not in self.homes or self.homes[s.name] in live}
 
     def _node_at(self, spec: RoleSpec, ip: str, deadline: float) -> str:
         """The id of a live node with IP ``ip``, waited for until ``deadline``."""
         while True:
-            try:
-                nodes = ray.nodes()
-            except Exception:  # noqa: BLE001 -- the GCS busy or away: looked for again
-                nodes = []
-            for node in nodes:
-                if node.get("Alive") and node.get("NodeManagerAddress") == ip:
-                    return node["NodeID"]
+            node_id = _live_nodes().get(ip)
+            if node_id is not None:
+                return node_id
             if time.monotonic() > deadline:
                 raise RoleFailedError(
                     f"{spec.name} must come back at its address on {ip} (the other roles were "
@@ -210,3 +202,17 @@ class Placing:
             f"{spec.cpus} CPU(s) and {where}; free in the Ray cluster now: "
             f"{ray.available_resources()}"
         )
+
+
+def _live_nodes() -> dict[str, str]:
+    """The live Ray nodes now, ``{IP: node id}``; none when the GCS does not answer (busy or
+    away: the caller looks again)."""
+    try:
+        nodes = ray.nodes()
+    except Exception:  # noqa: BLE001 -- the GCS busy or away: looked for again
+        return {}
+    live: dict[str, str] = {}
+    for node in nodes:  # the first live node at an IP, as the node table lists them
+        if node.get("Alive") and node.get("NodeManagerAddress"):
+            live.setdefault(node["NodeManagerAddress"], node["NodeID"])
+    return live

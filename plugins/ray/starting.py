@@ -264,7 +264,8 @@ class Starting:
         key and certificate made, every process started, then the ready lines. Roles to come
         back at a node that is not up go after all the others have started (a lost host's
         parameter server never holds up a data server whose node is back)."""
-        waiting = [s for s in specs if s.name not in self.roles and not self._home_is_up(s)]
+        up = self._homes_up([s for s in specs if s.name not in self.roles])
+        waiting = [s for s in specs if s.name not in self.roles and s.name not in up]
         if waiting and len(waiting) < len(specs):
             ready = [s for s in specs if s not in waiting]
             return self._start_each(ready) | self._start_each(waiting)
@@ -281,7 +282,8 @@ class Starting:
             else:
                 # those whose home node is up first, each within a start_timeout_s of its own: one
                 # that cannot be placed never spends another's time
-                for spec in sorted(unplaced, key=lambda s: not self._home_is_up(s)):
+                up = self._homes_up(unplaced)
+                for spec in sorted(unplaced, key=lambda s: s.name not in up):
                     try:
                         self._place_all([spec], time.monotonic() + self.cluster.start_timeout_s)
                     except RoleFailedError as exc:

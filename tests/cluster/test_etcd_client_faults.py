@@ -354,15 +354,20 @@ def test_a_return_to_a_near_member_that_does_not_answer_is_short_and_backs_off(m
             client.close()
 
 
+def _held_first(held: Gateway, other: Gateway, **options) -> Etcd:
+    """A client of ``held``'s member first, then ``other``'s, ``held`` holding every ask it gets
+    until its ``stall`` is set (a member on a cut host)."""
+    held.stall = threading.Event()
+    return Etcd(f"{held.address},{other.address}", prefix="/j/", **options)
+
+
 def test_closing_a_client_cuts_a_hedged_ask_still_held_instead_of_waiting_for_it() -> None:
     # A map read held by a member on a cut host (here until the test ends) is answered by the
     # next member; closing the client then does not wait out the held ask (the client's whole
     # timeout, 60 s here; the gateway holds it 10 s): its connection is cut, so its thread
     # ends, having failed.
     with Gateway(200, RANGE) as cut, Gateway(200, RANGE) as other:
-        cut.stall = threading.Event()
-        client = Etcd(f"{cut.address},{other.address}", prefix="/j/", timeout_s=60.0,
-                      read_hedge_s=0.1)  # fmt: skip
+        client = _held_first(cut, other, timeout_s=60.0, read_hedge_s=0.1)
         ended: queue.SimpleQueue = queue.SimpleQueue()
         post_to = client._post_to
 
@@ -404,9 +409,7 @@ def test_a_hedged_read_ends_on_an_error_of_the_request_not_on_a_members_own_faul
             client.close()
     compacted = 400, b'{"error":"etcdserver: mvcc: required revision has been compacted"}'
     with Gateway(200, RANGE) as held, Gateway(*compacted) as refusing:
-        held.stall = threading.Event()
-        client = Etcd(f"{held.address},{refusing.address}", prefix="/j/", timeout_s=60.0,
-                      read_hedge_s=0.1)  # fmt: skip
+        client = _held_first(held, refusing, timeout_s=60.0, read_hedge_s=0.1)
         try:
             with pytest.raises(HogwildError, match="required revision has been compacted"):
                 client.get_prefix("map/")
@@ -424,9 +427,7 @@ def test_closing_a_client_leaves_another_threads_hedged_read_to_end_and_refuses_
     # not cut by close(): it ends with that member's answer, the next member never asked on the
     # closed client's sessions; a request asked after close() is refused, naming why.
     with Gateway(200, RANGE) as held, Gateway(200, RANGE) as other:
-        held.stall = threading.Event()
-        client = Etcd(f"{held.address},{other.address}", prefix="/j/", timeout_s=20.0,
-                      read_hedge_s=15.0)  # fmt: skip
+        client = _held_first(held, other, timeout_s=20.0, read_hedge_s=15.0)
         found: queue.SimpleQueue = queue.SimpleQueue()
         reader = threading.Thread(target=lambda: found.put(client.get_prefix("map/")))
         try:

@@ -176,10 +176,9 @@ class ServerOptions:
         from hogwild_plugins.ps.serving.requests import NONFINITE_MODES
 
         from hogwild.config.checks import (
-            DEFAULT_ELECTION_MS,
             FLOAT32_TINY,
-            MAX_ELECTION_MS,
             MAX_LEASE_S,
+            etcd_election_out_of_range,
         )
         from hogwild.errors import HogwildError
 
@@ -200,16 +199,13 @@ class ServerOptions:
                 f"got {self.lease_s!r}"
             )
         election_ms = self.etcd_election_ms
-        if (
-            isinstance(election_ms, bool)
-            or not isinstance(election_ms, int)
-            or not (election_ms == 0 or 10 <= election_ms <= MAX_ELECTION_MS)
-        ):
+        if isinstance(election_ms, bool) or not isinstance(election_ms, int):
             raise HogwildError(
-                f"etcd_election_ms (cluster.etcd_election_ms) must be 0 (hogwild's, "
-                f"{DEFAULT_ELECTION_MS}) or 10 to {MAX_ELECTION_MS} milliseconds, "
+                f"cluster.etcd_election_ms must be a whole number of milliseconds, "
                 f"got {election_ms!r}"
             )
+        if (out_of_range := etcd_election_out_of_range(election_ms)) is not None:
+            raise HogwildError(out_of_range)
         if self.nonfinite not in NONFINITE_MODES:
             raise HogwildError(
                 f"ps.nonfinite = {self.nonfinite!r}: expected one of {NONFINITE_MODES}"

@@ -258,7 +258,12 @@ class SimServer:
     def serving(self, shard: int) -> bool:
         """As the real server: the serving primary, under the lease its record names, valid by
         its clock."""
-        role = self.roles[self.bucket_of[shard]]
+        return self.serves_bucket(self.bucket_of[shard])
+
+    def serves_bucket(self, bucket: int) -> bool:
+        """:meth:`serving` for every shard of ``bucket`` (a shard's answer is its bucket's
+        role's)."""
+        role = self.roles[bucket]
         return role.serving and role.record.lease == self.lease and self.valid()
 
     def answers_reads(self, shard: int) -> bool:
@@ -269,13 +274,7 @@ class SimServer:
     def answers_bucket_reads(self, bucket: int) -> bool:
         """:meth:`answers_reads` for every shard of ``bucket`` (a shard's answer is its
         bucket's role's)."""
-        role = self.roles[bucket]
-        return (
-            role.serving
-            and role.record.lease == self.lease
-            and self.valid()
-            and role.reads_open(self.now())
-        )
+        return self.serves_bucket(bucket) and self.roles[bucket].reads_open(self.now())
 
     def lease_time(self) -> int:
         return self.now()
