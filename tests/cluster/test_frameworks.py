@@ -68,6 +68,7 @@ shard_kib = 32           # 50,896 parameters in seven shards, over both servers
 # epoch is the training (losses, steps, syncs), and an evaluation between epochs holds the groups
 # up (the driver evaluates between epochs on the local launcher).
 ONE_EVALUATION = "--evaluate-every=0"
+POLL_S = 0.1  # between the tests' reads of a running job's state (its etcd keys, its metrics)
 
 
 def cluster(config: Path, data: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -104,7 +105,7 @@ def test_sandblaster_lbfgs_trains_mnist_and_its_killed_group_comes_back(mnist_di
 
         while len(epochs()) < 2:
             still_running(driver, deadline, "two epochs")
-            time.sleep(0.1)
+            time.sleep(POLL_S)
         roles = json.loads((run / "cluster.json").read_text())["roles"]
         (group,) = [r["pid"] for r in roles if r["name"] == "replica 0"]
         os.kill(group, signal.SIGKILL)
@@ -236,11 +237,11 @@ def test_synchronous_sgd_groups_train_mnist(
     print(f"{framework}: test accuracy {final['test_accuracy']:.4f} in {seconds:.1f} s")
 
 
-def group_map(etcd_address: str, job: str, group: int) -> tuple[dict, dict]:
-    """Server group ``group``'s bucket map in etcd, read from its own namespace: its members
-    ``{index: value}`` and bucket records ``{bucket: value}``."""
-    with Etcd(etcd_address, prefix=etcd_prefix(job, group)) as etcd:
-        entries, _ = etcd.get_prefix("")
+def group_map(etcd: Etcd) -> tuple[dict, dict]:
+    """A server group's bucket map, read through ``etcd``, a client of its own namespace
+    (:func:`~hogwild_plugins.ps.routes.etcd_prefix`): its members ``{index: value}`` and bucket
+    records ``{bucket: value}``."""
+    entries, _ = etcd.get_prefix("")
     members = {int(k.split("/")[1]): v for k, (v, _) in entries.items() if k.startswith("members/")}
     records = {int(k.split("/")[1]): v for k, (v, _) in entries.items() if k.startswith("sync/")}
     return members, records
@@ -266,11 +267,14 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
                f"--cluster.etcd={etcd_server.address}", "--epochs", "5",
                "--checkpoint-dir", str(run), "--metrics", str(run / "metrics.jsonl"),
                ONE_EVALUATION]  # fmt: skip
+    # one client per group's namespace for the whole test, not one per read: the test polls
+    # while the job trains on the same cores
+    namespaces = [Etcd(etcd_server.address, prefix=etcd_prefix("mlp", g)) for g in (0, 1)]
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
         while True:  # both groups serve every bucket from two copies
-            maps = [group_map(etcd_server.address, "mlp", g) for g in (0, 1)]
+            maps = [group_map(etcd) for etcd in namespaces]
             served = [
                 len(members) == 2 and 0 in records
                 and all(len(r["in_sync"]) == 2 for r in records.values())
@@ -280,7 +284,7 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             if started and all(served) and set(maps[0][1]) == set(maps[1][1]):
                 break
             still_running(driver, deadline, "both groups serving every bucket from two copies")
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         (members0, records0), (members1, records1) = maps
         assert set(records0) == set(records1)  # each group numbers its own buckets from 0
         addresses = [{m["address"] for m in members.values()} for members, _ in maps]
@@ -290,13 +294,13 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
         (pid,) = [r["pid"] for r in roles if r["name"] == f"ps {victim}"]
         os.kill(pid, signal.SIGKILL)
         while True:  # group 0's other server takes bucket 0 over under a new epoch
-            _, after0 = group_map(etcd_server.address, "mlp", 0)
+            _, after0 = group_map(namespaces[0])
             if after0[0]["epoch"] > records0[0]["epoch"]:
                 break
             still_running(driver, deadline, "group 0's takeover of bucket 0")
-            time.sleep(0.05)
+            time.sleep(POLL_S)
         assert after0[0]["primary"] == 1 - victim  # the group's other server, not group 1's
-        _, after1 = group_map(etcd_server.address, "mlp", 1)
+        _, after1 = group_map(namespaces[1])
         assert {b: (r["primary"], r["epoch"]) for b, r in after1.items()} == {
             b: (r["primary"], r["epoch"]) for b, r in records1.items()
         }  # group 1 took no part in group 0's failover
@@ -307,6 +311,8 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             assert f"(job mlp, server group {group}) at {address}" in status.stdout
         stdout, stderr = job_ended(driver, "the failover")
     finally:
+        for etcd in namespaces:
+            etcd.close()
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
