@@ -5,10 +5,11 @@ own temporary directory and free ports, and it is stopped by signalling that ses
 and their descendants (``ray stop`` would stop every Ray instance on the machine, other users'
 too). It starts lean: no dashboard (the tests read the actors and placement groups from the
 GCS itself, as ``ray memory`` does, not through the dashboard's state API), no log monitor (the
-launcher's driver does not take its roles' output), no autoscaler monitor (nothing autoscales)
-and no usage stats. It has 5 logical CPUs on a 2-core machine: the job's 2 parameter servers and
-data server ask 1 CPU each and its 2 replicas 1 CPU each (Ray's CPUs are logical; the local
-launcher runs the same 5 roles on the same 2 cores).
+launcher's driver does not take its roles' output), no autoscaler monitor (nothing autoscales),
+no usage stats, and no metrics or task events (``tests.hosts.ray_nodes.LEAN_ENV``). It has 5
+logical CPUs on a 2-core machine: the job's 2 parameter servers and data server ask 1 CPU each
+and its 2 replicas 1 CPU each (Ray's CPUs are logical; the local launcher runs the same 5 roles
+on the same 2 cores).
 
 A job of two replicas (one worker each), two parameter servers and a data server, every role a
 Ray actor running its process, trains 10,000 MNIST examples to 93 % in two epochs (the same job
@@ -43,6 +44,7 @@ from bench.support.paper_job import PAPER_JOB  # Adam's model on the old schedul
 from hogwild.net.ports import free_ports
 from hogwild.training.zygote import FORKED_TITLE
 from tests.cluster.test_cluster import processes_of
+from tests.hosts.ray_nodes import LEAN_ENV
 
 pytest.importorskip("ray")
 from ray._private.internal_api import get_state_from_address  # noqa: E402
@@ -56,7 +58,8 @@ JOB_WITHIN_S = 600.0
 GONE_WITHIN_S = 30.0  # Ray kills actors and removes placement groups asynchronously
 # Ray turns token authentication on when ~/.ray/auth_token exists (a local ray.init() makes
 # one); on loopback the head and the job agree to go without, whatever this machine's state.
-RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+# Lean as the hosts tier's nodes: no metrics, no task events, a rare node report (LEAN_ENV).
+RAY_ENV = {**os.environ, **LEAN_ENV, "RAY_AUTH_MODE": "disabled"}
 
 
 def _session_processes(session: int) -> list[psutil.Process]:

@@ -10,9 +10,10 @@ are daemons of their hosts, killed when the hosts close. Each node starts lean: 
 (the launcher's driver does not take its roles' output: each role writes its own log), no
 usage stats, and the head no dashboard and no autoscaler monitor (nothing here autoscales; the
 launcher reads the nodes and their CPUs from the GCS): daemons that cost CPU at every start
-and serve nothing a job here does. :func:`start_etcd` does the same for a
-one-member etcd listening on a host's address, :func:`start_etcd_cluster` for an etcd cluster
-with a member in each of several hosts.
+and serve nothing a job here does. Nor do the nodes, drivers and actors record metrics or task
+events, which only the dashboard and the state API read (:data:`LEAN_ENV`). :func:`start_etcd`
+does the same for a one-member etcd listening on a host's address, :func:`start_etcd_cluster`
+for an etcd cluster with a member in each of several hosts.
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ STARTED_WITHIN_S = 120.0
 
 def ray_env(hosts: Hosts) -> dict[str, str]:
     """The environment the hosts' Ray nodes and drivers run in: this one without ``RAY_*``
-    settings, and ``RAY_AUTH_TOKEN_PATH`` naming a token made for these hosts."""
+    settings, with :data:`LEAN_ENV`, and ``RAY_AUTH_TOKEN_PATH`` naming a token made for these
+    hosts."""
     token = hosts.home(1) / "auth_token"
     if not token.exists():
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(os.urandom(16).hex())
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["RAY_AUTH_TOKEN_PATH"] = str(token)
+    env.update(LEAN_ENV, RAY_AUTH_TOKEN_PATH=str(token))
     return env
 
 
@@ -73,6 +75,19 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Cal
 
     return wait
 
+
+# What every test's Ray node, and every driver and actor worker started beside it, runs with:
+# no metrics (no node's, worker's or actor's metrics recorded and sent to its node's dashboard
+# agent, which ingests them into OpenTelemetry: the agent's busiest work here), no task events
+# (the state API's task list and timeline, which nothing here reads: the tests read actors and
+# placement groups from the GCS), and the agent's node report (psutil over every Ray process,
+# for the dashboard none of these nodes has) once a minute, not every 5 s. Settings for tests
+# that read nothing of these, not the launcher's: a user's cluster is the user's to set.
+LEAN_ENV = {
+    "RAY_enable_metrics_collection": "false",
+    "RAY_enable_task_events": "false",
+    "REPORTER_UPDATE_INTERVAL_MS": "60000",
+}
 
 # How the head's GCS checks its nodes where a test loses hosts (``start_ray(quick_loss=True)``):
 # a check a second, a node dead after 3 failed in a row. A lost host's checks fail at once (gRPC
@@ -206,6 +221,7 @@ def start_etcd_cluster(hosts: Hosts, members: list[int]) -> str:
 
 __all__ = [
     "ETCD_PORT",
+    "LEAN_ENV",
     "QUICK_LOSS_ENV",
     "RAY_PORT",
     "join_ray_node",
