@@ -249,7 +249,6 @@ class ClusterDriver:
         if cluster.copies > 1:  # a dead server is replaced: it rejoins and catches up
             for spec in plan.ps:
                 self._supervise(spec)
-        self.records.warm()
         data_servers = self.launcher.start_all([*plan.ps, *plan.data])[len(plan.ps) :]
         self.data_servers = data_servers  # a restart brings one back at its address
         for spec, address in zip(plan.data, data_servers, strict=True):

@@ -100,6 +100,7 @@ class EpochLoop:
         self.polls = PollSchedule()  # when to ask the replicas next
         self.last_keep_alive = 0.0
         self.train_started = 0.0
+        self.warmed = False  # the records were told to load the evaluation's kernels
 
     # -- what the recovery tells it ----------------------------------------------------------------
 
@@ -141,6 +142,7 @@ class EpochLoop:
                         self.call(instruction.replica, "close", epoch=instruction.epoch)
                     elif isinstance(instruction, EpochEnd):
                         ended = self._pull_epoch(instruction, time.perf_counter() - epoch_start)
+                        self.warmed = True  # the evaluation loads what it has not
                         # Evaluated on a thread: beside training, the next epoch starts at once
                         # and this loop goes on polling, so the replicas do not idle through
                         # the evaluation and the driver still sees a role die; between epochs,
@@ -156,6 +158,7 @@ class EpochLoop:
                 self.recover()
                 for replica in replicas_training(coordinator):
                     self.pending.extend(self._events(replica))
+                self._warm_when_half_trained()
                 self._keep_alive()
                 if time.monotonic() - drawn >= config.cluster.status_s:
                     drawn = time.monotonic()
@@ -163,6 +166,19 @@ class EpochLoop:
         except BaseException:
             self.records.stopped()  # keeps what was already evaluated
             raise
+
+    def _warm_when_half_trained(self) -> None:
+        """Have the records load the evaluation's kernels (:meth:`EpochRecords.warm`) once half
+        of the first epoch this run trains is trained: early enough that its evaluation mostly
+        finds them loaded, late enough that a job stopped early (a role that died, Ctrl-C) never
+        loads them: numba's import and the kernels' load, more than a CPU-second of a driver that
+        otherwise computes nothing with them. Once an epoch ended, its evaluation loads them."""
+        if self.warmed:
+            return
+        coordinator = self.coordinator
+        if 2 * sum(part.trained for part in coordinator.parts.values()) >= coordinator.n_train:
+            self.warmed = True
+            self.records.warm()
 
     def _keep_alive(self) -> None:
         """Ask the replicas that are not training now and then, so they know the driver lives."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hogwild.blas import limit_blas_threads
 from hogwild.training import checkpoint as ckpt
 from hogwild.training.job_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED
@@ -40,6 +41,16 @@ class EndedEpoch:
     record: dict
     params: np.ndarray
     velocity: np.ndarray
+
+
+def _load_kernels() -> None:
+    """Initialise numba's target (which loads SciPy's OpenBLAS, what numba's ``np.dot`` calls),
+    then set every OpenBLAS now loaded to one thread per caller, as the epoch
+    loop set those loaded before it ran: an OpenBLAS loaded after it would run each evaluation
+    thread's sgemm on a pool of its own, its threads spinning on the replicas' cores."""
+    import hogwild.numba_target  # noqa: F401  numba's target, which imports SciPy's BLAS
+
+    limit_blas_threads(1)
 
 
 def merge_histograms(histograms) -> dict:
@@ -85,8 +96,9 @@ class EpochRecords:
         self._warming: threading.Thread | None = None
 
     def warm(self) -> None:
-        """Load the prediction kernels on a thread while the roles start: the first evaluation
-        would load them (0.8 s instead of 0.3 here)."""
+        """Load the prediction kernels on a thread while the first epoch trains (the epoch loop
+        calls it once half of it is trained): the first evaluation would load them (0.8 s
+        instead of 0.3 here)."""
         if self.n_test:
             self._warming = threading.Thread(target=self._warm, name="hogwild-warm", daemon=True)
             self._warming.start()
@@ -97,6 +109,7 @@ class EpochRecords:
         from hogwild.locks import compile_lock
         from hogwild.training.api import TrainedModel
 
+        _load_kernels()
         model = TrainedModel(self.config, self.network, np.zeros(self.network.n_params, np.float32))
         # under the host's compile lock: from a cold cache the replicas compile the same forward
         # kernels, and two processes compiling them at once on the same cores waste one of them
@@ -148,6 +161,7 @@ class EpochRecords:
             return {}
         from hogwild.training.api import TrainedModel, evaluate_model  # the kernels: see _warm
 
+        _load_kernels()
         started = time.perf_counter()
         model = TrainedModel(self.config, self.network, ended.params)
         tested = evaluate_model(model, self.data, self.eval_threads)
