@@ -53,11 +53,14 @@ def _cpu() -> tuple[float, float]:
 
 def _sample(path: Path) -> None:
     """``time.time()`` and the first line of ``/proc/stat``, once a second, until the process
-    ends (a daemon thread)."""
+    ends (a daemon thread); a second without a free fd is skipped."""
     with path.open("a") as log:
         while True:
-            with open("/proc/stat") as stat:
-                log.write(f"{time.time()} {stat.readline()}")
+            try:
+                with open("/proc/stat") as stat:
+                    log.write(f"{time.time()} {stat.readline()}")
+            except OSError:  # no fd left: a test that exhausts them on purpose; next second
+                pass
             log.flush()
             time.sleep(SAMPLE_EVERY_S)
 

@@ -2,7 +2,10 @@
 
 The tiny run (one worker, batches 1 and 32, 100 timed examples, one repetition) checks the shape
 and the sanity of the JSON line, not the speed: every field is present, rates are positive, the
-ratio to the peer is ours over the peer's, and the fraction of the sgemm peak lies in (0, 1). It
+ratio to the peer is ours over the peer's, and the fraction of the sgemm peak is the trained
+FLOP/s (6 x connections per example) over the peak the run measured. Not that it lies below 1:
+the tiny run's peak is one 0.1 s sgemm beside whatever else the host runs then (another test), so
+on a loaded host it can fall below the training's rate, measured at another moment. It
 asks for 1 and 2 workers with a time budget spent before the second count, which the record then
 names as not measured.
 """
@@ -81,7 +84,9 @@ def test_tiny_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory):
         assert row["connections_per_s"] == pytest.approx(row["examples_per_s"] * 756_000)
         ratio = row["examples_per_s"] / row["peer_examples_per_s"]
         assert row["ratio_vs_peer"] == pytest.approx(ratio)
-        assert 0 < row["fraction_of_peak"] < 1
+        flops = 6 * 756_000 * row["examples_per_s"]  # a timing beside a timing: not bounded
+        assert row["fraction_of_peak"] == pytest.approx(flops / (row["peak_gflops"] * 1e9))
+        assert row["peak_gflops"] > 0
         assert row["speedup"] == pytest.approx(1.0) and row["control_speedup"] == pytest.approx(1)
         low, high = row["examples_per_s_range"]
         assert low <= row["examples_per_s"] <= high
