@@ -45,7 +45,7 @@ from bench.support.paper_job import PAPER_JOB
 from bench.support.paths import REPO, SHARED_MNIST
 from bench.support.record import emit_record, stamp
 from tests.hosts.harness import Hosts, unavailable
-from tests.hosts.ray_nodes import ray_env, start_etcd, start_ray
+from tests.hosts.ray_nodes import LEAN_ENV, ray_env, start_etcd, start_ray
 
 RUNS = (("hosts1_copies1", 1, 1), ("hosts3_copies1", 3, 1), ("hosts3_copies3", 3, 3))
 ROLE_CPUS = 6  # 3 parameter servers, 1 data server, 2 one-worker replicas
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
         "subset": args.subset,
         "target_accuracy": args.target,
         "quick": args.quick,
+        "ray_settings": LEAN_ENV,  # the nodes' and drivers' settings beyond Ray's defaults
         "machine": describe_machine(),
         "versions": versions(),
     }

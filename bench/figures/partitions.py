@@ -113,7 +113,7 @@ from bench.support.record import emit_record, stamp
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from tests.hosts import harness
 from tests.hosts.harness import Hosts, HostsError
-from tests.hosts.ray_nodes import join_ray_node, ray_env
+from tests.hosts.ray_nodes import LEAN_ENV, join_ray_node, ray_env
 
 KINDS = ["cut_primary", "stall_copy", "lose_host", "kill_etcd", "kill_role"]
 SETTLE_S = 3.0
@@ -504,6 +504,8 @@ def measure(args) -> dict:
             "fault_free": {k: v for k, v in fault_free.items() if k != "leaked"},
             "command": None if args.no_train else "hogwild " + " ".join(job_args(args, "ETCD")),
             "launcher": None if args.no_train else args.launcher,
+            # the Ray nodes' settings beyond Ray's defaults, where Ray launched the roles
+            "ray_settings": LEAN_ENV if not args.no_train and args.launcher == "ray" else None,
         },  # fmt: skip
         "leaked": {k: leaked[k] for k in ("namespaces", "processes", "segments")}
         | {"detail": leaked["detail"]},

@@ -269,9 +269,10 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
                ONE_EVALUATION]  # fmt: skip
     # one client per group's namespace for the whole test, not one per read: the test polls
     # while the job trains on the same cores
-    namespaces = [Etcd(etcd_server.address, prefix=etcd_prefix("mlp", g)) for g in (0, 1)]
+    namespaces: list[Etcd] = []
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        namespaces += [Etcd(etcd_server.address, prefix=etcd_prefix("mlp", g)) for g in (0, 1)]
         deadline = time.monotonic() + 300
         while True:  # both groups serve every bucket from two copies
             maps = [group_map(etcd) for etcd in namespaces]
@@ -311,11 +312,11 @@ def test_distributed_hogwild_with_copies_fails_over_inside_one_server_group(
             assert f"(job mlp, server group {group}) at {address}" in status.stdout
         stdout, stderr = job_ended(driver, "the failover")
     finally:
-        for etcd in namespaces:
-            etcd.close()
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
+        for etcd in namespaces:
+            etcd.close()
     assert driver.returncode == 0, stderr[-3000:]
     final = json.loads(stdout.strip().splitlines()[-1])
     assert (final["server_groups"], final["ps_servers"]) == (2, 4)
