@@ -343,16 +343,11 @@ def _cluster(args, overrides: dict[str, str]) -> int:
         from hogwild.cluster.status import print_status
 
         return print_status(args.target, as_json=args.json, job=args.job, keys=args.keys)
-    from hogwild.training.resume import check_directory
-
-    _configure_logging(args)
-    config = _resolve(args, overrides, "cluster")
-    # refused (another run's checkpoints there) before the data and the driver load, a second
-    # of CPU; the driver checks again, as it does when it is built without this command
-    check_directory(config.output.checkpoint_dir, bool(args.resume), bool(args.overwrite))
     from hogwild.cluster.driver import ClusterDriver
     from hogwild.data.plan import load_data, with_source
 
+    _configure_logging(args)
+    config = _resolve(args, overrides, "cluster")
     data = load_data(config, args.data)
     config = with_source(config, data)
     driver = ClusterDriver(config, data, resume=bool(args.resume), overwrite=bool(args.overwrite))
