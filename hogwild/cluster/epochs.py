@@ -173,9 +173,9 @@ class EpochLoop:
         finds them loaded, late enough that a job stopped early (a role that died, Ctrl-C) never
         loads them: numba's import and the kernels' load, more than a CPU-second of a driver that
         otherwise computes nothing with them. Once an epoch ended, its evaluation loads them."""
-        if self.warmed:
-            return
         coordinator = self.coordinator
+        if self.warmed or coordinator.ended:  # an ended epoch's evaluation loads them itself
+            return
         if 2 * sum(part.trained for part in coordinator.parts.values()) >= coordinator.n_train:
             self.warmed = True
             self.records.warm()

@@ -31,7 +31,7 @@ from hogwild.training.job_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED
 
 EVALUATING = 2  # epochs whose evaluation may still run while the next ones train
-WARMING_S = 60.0  # the longest the start-up's prediction is waited for (a cold cache compiles)
+WARMING_S = 60.0  # the longest the warm-up prediction is waited for (a cold cache compiles)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class EpochRecords:
         """Load the prediction kernels on a thread while the first epoch trains (the epoch loop
         calls it once half of it is trained): the first evaluation would load them (0.8 s
         instead of 0.3 here)."""
-        if self.n_test:
+        if self.n_test and self._warming is None:  # once
             self._warming = threading.Thread(target=self._warm, name="hogwild-warm", daemon=True)
             self._warming.start()
 
