@@ -15,6 +15,7 @@ shorter than an evaluation waits for the oldest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections import deque
@@ -43,11 +44,13 @@ class EndedEpoch:
     velocity: np.ndarray
 
 
+@functools.cache
 def _load_kernels() -> None:
     """Initialise numba's target (which loads SciPy's OpenBLAS, what numba's ``np.dot`` calls),
     then set every OpenBLAS now loaded to one thread per caller, as the epoch
     loop set those loaded before it ran: an OpenBLAS loaded after it would run each evaluation
-    thread's sgemm on a pool of its own, its threads spinning on the replicas' cores."""
+    thread's sgemm on a pool of its own, its threads spinning on the replicas' cores. Once per
+    process (the warm-up's and every evaluation's first step): nothing loads another after."""
     import hogwild.numba_target  # noqa: F401  numba's target, which imports SciPy's BLAS
 
     limit_blas_threads(1)
