@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from hogwild.jit import kernel
-from hogwild.model.passes import FC_ACCUMULATE, backward_batch, forward_batch
+from hogwild.model.passes import FC_ACCUMULATE, FC_SGD_IN_PLACE, backward_batch, forward_batch
 from hogwild.partition.plan import PartitionPlan
 
 
@@ -53,9 +53,28 @@ class PartitionStages:
         if self.runs[s]:
             forward_batch(self.segments[s], params, act, aux, scratch, 1, training)
 
-    def backward(self, s: int, params, act, dact, aux, scratch, grad, label: int) -> None:
+    def backward(
+        self,
+        s: int,
+        params,
+        act,
+        dact,
+        aux,
+        scratch,
+        grad,
+        label: int,
+        fc_mode: int = FC_ACCUMULATE,
+        step: float = 0.0,
+        decay: float = 1.0,
+    ) -> None:
         """Segment ``s`` backward; parameter gradients into ``grad`` (only this partition's
-        rows), the partial error of the segment's input block into ``dact``."""
+        rows), the partial error of the segment's input block into ``dact``.
+
+        ``fc_mode`` is :func:`~hogwild.model.passes.backward_batch`'s: ``FC_ACCUMULATE`` (the
+        reference) adds the fully connected weights' gradient to ``grad`` too;
+        ``FC_SGD_IN_PLACE`` applies per-example SGD (``step``, ``decay``) to each of this
+        partition's rows as the pass streams it, as the unpartitioned engine does at batch 1.
+        """
         if self.runs[s]:
             self.target[0] = label
             backward_batch(
@@ -68,9 +87,9 @@ class PartitionStages:
                 grad,
                 self.target,
                 1,
-                FC_ACCUMULATE,
-                0.0,
-                1.0,
+                fc_mode,
+                step,
+                decay,
             )
 
     def reduce(self, s: int, dact_all) -> None:
@@ -97,9 +116,13 @@ class SequentialReplica:
         self.aux = np.zeros((plan.k, size), dtype=np.int32)
         self.scratch = [np.zeros(n, dtype=np.float32) for n in plan.scratch_floats]
 
-    def step(self, params, example: np.ndarray, label: int, grads, training=False):
+    def step(self, params, example: np.ndarray, label: int, grads, training=False, sgd=None):
         """Forward and backward one (normalised) example; each partition's parameter gradients
         are added to ``grads[p]``. Returns the activation row.
+
+        ``sgd``: None, or ``(lr, weight_decay)`` to apply per-example SGD to the fully connected
+        weights as the backward pass streams them, as the partition processes do with
+        ``optim.rule = "sgd"`` (their gradients are then not added to ``grads``).
 
         ``params`` is the model, or a list of K copies of it, partition ``p`` reading only
         ``params[p]``: a replica spread over hosts, each host's arena holding its own copy.
@@ -108,6 +131,10 @@ class SequentialReplica:
         copies = params if isinstance(params, list) else [params] * k
         if len(copies) != k:
             raise ValueError(f"params: {len(copies)} copies of the model, expected one or {k}")
+        fc_update = (FC_ACCUMULATE, 0.0, 1.0)
+        if sgd is not None:
+            lr, weight_decay = sgd
+            fc_update = (FC_SGD_IN_PLACE, lr, 1.0 - lr * weight_decay)
         self.act[0, : example.size] = example
         n_seg = len(plan.segments)
         for s in range(n_seg):
@@ -129,5 +156,6 @@ class SequentialReplica:
                     self.scratch[p],
                     grads[p],
                     label,
+                    *fc_update,
                 )
         return self.act[0]

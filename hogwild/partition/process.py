@@ -176,6 +176,7 @@ class PartitionLoop:
 
         from hogwild.config import config_from_dict
         from hogwild.model.network import build_network
+        from hogwild.model.passes import FC_ACCUMULATE, FC_SGD_IN_PLACE
         from hogwild.optim.rules import RULE_CODES
         from hogwild.partition.compute import PartitionStages
         from hogwild.partition.plan import plan_partitions
@@ -216,6 +217,11 @@ class PartitionLoop:
         self.rule = RULE_CODES[optim.rule]
         self.mu = optim.momentum if optim.rule == "momentum" else 0.0
         self.wd = optim.weight_decay
+        # per-example SGD updates each fully connected row as the backward pass streams it, as
+        # the unpartitioned engine does at batch 1: one pass over the rows instead of a gradient
+        # buffer written, then read again with the weights by the update (three passes)
+        self.fc_in_place = optim.rule == "sgd"
+        self.fc_mode = FC_SGD_IN_PLACE if self.fc_in_place else FC_ACCUMULATE
         self.gen = [0] * self.n_slots
         self.stage = [len(self.schedule)] * self.n_slots
         self.fed, self.next_gen, self.closes = 0, 1, 0
@@ -420,6 +426,7 @@ class PartitionLoop:
         if i < last:
             self.stages.reduce(i + 1, self.dact[:, s, :])
         label = int(self.slot_label[s])
+        lr = float(self.slot_lr[s])  # the rate the feeder gave this example
         self.stages.backward(
             i,
             self.params,
@@ -429,14 +436,16 @@ class PartitionLoop:
             self.scratch,
             self.grad,
             label,
+            self.fc_mode,
+            lr,
+            1.0 - lr * self.wd,
         )
         base = s * self.width
         if i > 0 and self.is_contributor[i - 1]:
             atomic_add(self.sync, base + bwd_column(i), 1)
             if self.link is not None:
                 self.link.backward(s, self.gen[s], i, self.dact[self.p, s])
-        if i == 0:
-            lr = float(self.slot_lr[s])  # the rate the feeder gave this example
+        if i == 0:  # the fully connected weights were updated in the pass already (sgd)
             apply_update(
                 self.ops,
                 self.params,
@@ -447,7 +456,7 @@ class PartitionLoop:
                 self.mu,
                 self.wd,
                 self.rule,
-                True,
+                not self.fc_in_place,
             )
             if atomic_add(self.sync, base + DONE, 1) == self.k - 1:  # the last one: complete
                 self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]

@@ -63,11 +63,15 @@ def sequential_sgd(overrides: dict, mnist, subset: int = SUBSET) -> np.ndarray:
     start, end = epoch_rates(config.optim, 0, 1)
     optim = config.optim
     mu = optim.momentum if optim.rule == "momentum" else 0.0
+    in_place = optim.rule == "sgd"
     x = np.zeros(network.act_size, dtype=np.float32)
     for fed, index in enumerate(order):
         lr = rate_within(start, end, fed, len(order))
         load_example(images[index], x, config.data.mean, config.data.std)
-        replica.step(params, x[: network.input_size], int(labels[index]), grads, training=True)
+        sgd = (lr, optim.weight_decay) if in_place else None  # as the partitions update
+        replica.step(
+            params, x[: network.input_size], int(labels[index]), grads, training=True, sgd=sgd
+        )
         for p in range(k):
             apply_update(
                 plan.ops[p],
@@ -79,7 +83,7 @@ def sequential_sgd(overrides: dict, mnist, subset: int = SUBSET) -> np.ndarray:
                 mu,
                 optim.weight_decay,
                 RULE_CODES[optim.rule],
-                True,
+                not in_place,
             )
     return params
 

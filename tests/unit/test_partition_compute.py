@@ -16,6 +16,8 @@ from hogwild.model.context import TrainingContext
 from hogwild.model.loops import LABEL_DTYPE
 from hogwild.model.network import COL_OUT, build_network
 from hogwild.model.passes import backward, forward
+from hogwild.model.update import apply_update
+from hogwild.optim.rules import RULE_CODES
 from hogwild.partition.compute import SequentialReplica
 from hogwild.partition.plan import plan_partitions
 from tests.unit.test_kernels_torch import ATOL, RTOL, init_params, torch_logits, torch_params
@@ -148,3 +150,36 @@ def test_a_partition_reads_no_other_partitions_rows(name, k):
     np.testing.assert_array_equal(dact_blind, dact)
     for p in range(k):
         np.testing.assert_array_equal(grads_blind[p], grads[p], err_msg=f"partition {p}")
+
+
+@pytest.mark.parametrize(("name", "k"), [("adam_mnist", 2), ("odd", 3), ("fc_only", 2)])
+def test_sgd_in_the_pass_is_the_gradient_step(name, k):
+    """The partition processes' per-example SGD (``sgd=``: each partition's fully connected rows
+    updated as its backward pass streams them, the rest from ``grads``) leaves the weights that
+    the reference (every gradient into ``grads``, then one SGD step with weight decay) leaves,
+    over several examples; no partition touches another's rows."""
+    network = build_network(MODELS[name])
+    plan = plan_partitions(network, k)
+    start = init_params(network, seed=5)
+    rng = np.random.default_rng(6)
+    examples = rng.normal(0.0, 1.0, (5, network.input_size)).astype(np.float32)
+    labels = rng.integers(0, network.n_classes, 5)
+    lr, weight_decay = 0.01, 0.001
+
+    def train(in_place: bool) -> np.ndarray:
+        params, velocity = start.copy(), np.zeros_like(start)
+        replica = SequentialReplica(plan)
+        grads = [np.zeros_like(start) for _ in range(k)]
+        for x, label in zip(examples, labels, strict=True):
+            sgd = (lr, weight_decay) if in_place else None
+            replica.step(params, x, int(label), grads, sgd=sgd)
+            for p in range(k):
+                apply_update(
+                    plan.ops[p], params, velocity, grads[p], lr, 1.0, 0.0, weight_decay,
+                    RULE_CODES["sgd"], not in_place,
+                )  # fmt: skip
+        return params
+
+    reference, in_the_pass = train(False), train(True)
+    assert not np.array_equal(reference, start)
+    np.testing.assert_allclose(in_the_pass, reference, rtol=1e-5, atol=1e-6)
