@@ -16,7 +16,12 @@ both convolutions' maps multiplied by a factor, to at least 500 million connecti
 Each run trains one epoch of the first ``--examples`` examples; its examples/s is the job's
 (examples over the epoch's training seconds, evaluation excluded). Each size's records carry
 ``connections``, ``partitions``, ``examples_per_s``, ``ratio_to_control`` and
-``bytes_per_example`` (what crosses between the partitions per example, from the plan);
+``bytes_per_example`` (what crosses between the partitions per example, from the plan).
+``--repeats R`` runs the control and the 2 partitions R times per size, interleaved (each
+2-partition run right after its control, so that a host whose speed drifts over minutes moves
+both alike): the 2-partition row's ``runs`` lists each run's examples/s beside its control's, and
+its ``examples_per_s``, ``control_examples_per_s`` and ``ratio_to_control`` are the medians (the
+ratio the median of the runs' own); its ``test_accuracy`` is its runs' lowest;
 ``largest_efficient`` gives, per configuration, the largest size whose connections/s is still
 within 10 % of its best (Adam's "before its speed falls"); ``targets`` the ratio of 2 partitions
 to the control on models of at least 100 million connections (the target: >= 0.85).
@@ -67,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -110,6 +116,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=LEARNED_FLOOR,
         help="test accuracy a run must reach for its row to count",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="per size, the control and the 2-partition run this many times, interleaved; a "
+        "row reports the medians (the ratio: the median of each run's over the control just "
+        "before it)",
+    )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="bound on one run")
     parser.add_argument("--data", default="mnist", help="MNIST idx directory or 'mnist'")
     parser.add_argument(
@@ -142,6 +156,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.wide_epochs, args.wide_examples, args.wide_units = 3, 100, 64
         # the size rows' in flight on the first size: the sweep takes that row's run
         args.sweep, args.sweep_factor = str(args.in_flight), 1
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     args.sweep = [int(n) for n in args.sweep.split(",") if n]
     if any(n < 1 for n in args.sweep):
         parser.error("--sweep must list positive integers")
@@ -213,24 +229,20 @@ def run_jobs(args, commands: list[list[str]]) -> list[dict]:
                 p.wait()
 
 
-def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
-    """The size's rows; its 2-partition run's summary goes into ``partitioned_runs`` under
-    (factor, examples in flight)."""
+def size_rows(args, factor: int, one: dict, controls: list, twos: list) -> tuple[list, dict]:
+    """A size's rows (1 partition, 2 partitions) from its runs' summaries: ``one``, and each
+    repeat's control pair and 2-partition run in the order they ran; also the median
+    2-partition run (the lower middle one of an even count)."""
     connections, crossing = plan_of(factor, 2)
-    seeds = [["--workers", "1", "--seed", str(s)] for s in (1, 2)]
-    if args.quick:  # the 1-partition run is the control's first (the same command: seed 1)
-        control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
-        one = control[0]
-    else:
-        one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
-        control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
-    two = run_jobs(
-        args,
-        [_train_command(args, factor, partitioned(args, args.in_flight))],
-    )[0]
-    partitioned_runs[(factor, args.in_flight)] = two
-    control_rate = sum(c["examples_per_s"] for c in control)
-    control_accuracy = min(accuracy_of(c) for c in control)
+    control_rates = [sum(c["examples_per_s"] for c in control) for control in controls]
+    ratios = [
+        t["examples_per_s"] / r if r else None for t, r in zip(twos, control_rates, strict=True)
+    ]
+    control_rate = statistics.median(control_rates)
+    control_accuracy = min(accuracy_of(c) for control in controls for c in control)
+    by_rate = sorted(twos, key=lambda t: t["examples_per_s"])
+    two = by_rate[(len(by_rate) - 1) // 2]  # the median run (the lower middle one of an even count)
+    two_accuracy = min(accuracy_of(t) for t in twos)
     rows = []
     rates = {1: float(PAPER_OVERRIDES["optim.lr"]), 2: partitioned_lr(args, args.in_flight)}
     for partitions, summary, bytes_crossing in ((1, one, 0), (2, two, crossing)):
@@ -238,26 +250,61 @@ def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
         # quick: the 1-partition run ran beside the control's second, so it is half the
         # control's rate by construction and no ratio is reported for it
         beside = args.quick and partitions == 1
-        rows.append(
+        ratio = rate / control_rate if control_rate and not beside else None
+        accuracy = accuracy_of(summary)
+        row = {"factor": factor, "connections": connections, "partitions": partitions}
+        if partitions == 2:
+            good = [r for r in ratios if r is not None]
+            ratio = statistics.median(good) if good else None
+            accuracy = two_accuracy  # the lowest of its runs: every one must have learned
+            row["runs"] = [
+                {"examples_per_s": t["examples_per_s"], "control_examples_per_s": c, "ratio": r}
+                for t, c, r in zip(twos, control_rates, ratios, strict=True)
+            ]
+        row.update(
             {
-                "factor": factor,
-                "connections": connections,
-                "partitions": partitions,
                 "examples_per_s": rate,
                 "connections_per_s": rate * connections,
-                "ratio_to_control": rate / control_rate if control_rate and not beside else None,
+                "ratio_to_control": ratio,
                 "bytes_per_example": bytes_crossing,
                 "lr": rates[partitions],
                 "control_examples_per_s": control_rate,
-                "test_accuracy": accuracy_of(summary),
+                "test_accuracy": accuracy,
                 "control_test_accuracy": control_accuracy,
-                "learned": learned(args, accuracy_of(summary), control_accuracy),
+                "learned": learned(args, accuracy, control_accuracy),
             }
         )
+        rows.append(row)
+    return rows, two
+
+
+def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
+    """The size's rows; its 2-partition run's summary goes into ``partitioned_runs`` under
+    (factor, examples in flight)."""
+    seeds = [["--workers", "1", "--seed", str(s)] for s in (1, 2)]
+    one, controls, twos = None, [], []
+    for repeat in range(args.repeats):  # interleaved: each 2-partition run after its control
+        if args.quick:  # the 1-partition run is the control's first (the same command: seed 1)
+            control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+            one = one or control[0]
+        else:
+            if repeat == 0:
+                one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
+            control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+        controls.append(control)
+        twos.append(
+            run_jobs(args, [_train_command(args, factor, partitioned(args, args.in_flight))])[0]
+        )
+    rows, two = size_rows(args, factor, one, controls, twos)
+    partitioned_runs[(factor, args.in_flight)] = two
+    first = rows[0]
     _log(
-        f"x{factor}: {connections:,} connections: 1 partition {one['examples_per_s']:.1f}/s "
-        f"(accuracy {accuracy_of(one):.3f}), 2 partitions {two['examples_per_s']:.1f}/s "
-        f"({accuracy_of(two):.3f}), control {control_rate:.1f}/s ({control_accuracy:.3f})"
+        f"x{factor}: {first['connections']:,} connections: 1 partition "
+        f"{one['examples_per_s']:.1f}/s (accuracy {accuracy_of(one):.3f}), 2 partitions "
+        f"{two['examples_per_s']:.1f}/s ({accuracy_of(two):.3f}; ratios "
+        + ", ".join(f"{r['ratio']:.2f}" for r in rows[1]["runs"] if r["ratio"] is not None)
+        + f"), control {first['control_examples_per_s']:.1f}/s "
+        f"({first['control_test_accuracy']:.3f})"
     )
     return rows
 
@@ -554,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             "wide_units": args.wide_units,
             "sweep_factor": args.sweep_factor,
             "quick": args.quick,
+            "repeats": args.repeats,
             "one_partition_is_a_control_run": args.quick,
             "data": args.data,
         },

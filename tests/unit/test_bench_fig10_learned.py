@@ -87,3 +87,30 @@ def test_partitioned_runs_divide_the_learning_rate_by_their_examples_in_flight_u
     command = fig10._train_command(scaled, 16, fig10.partitioned(scaled, 4))
     lrs = [option for option in command if option.startswith("--optim.lr=")]
     assert lrs[-1] == "--optim.lr=0.00075"  # after the paper job's: the last one wins
+
+
+def test_repeated_runs_give_median_rates_the_median_ratio_and_the_lowest_accuracy():
+    """``--repeats 3``: each 2-partition run is compared with the control run just before it;
+    the 2-partition row reports the median rates, the median of those ratios, every run, and
+    the lowest test accuracy of its runs (each must have learned)."""
+    args = fig10.parse_args(["--repeats", "3", "--in-flight", "2"])
+
+    def run(rate, accuracy=0.8):
+        return {"examples_per_s": rate, "test_accuracy": accuracy}
+
+    one = run(50.0)
+    controls = [[run(60.0), run(60.0)], [run(40.0), run(40.0)], [run(55.0), run(55.0, 0.7)]]
+    twos = [run(90.0), run(70.0, 0.6), run(99.0)]
+    (row1, row2), median_run = fig10.size_rows(args, 1, one, controls, twos)
+    assert [r["ratio"] for r in row2["runs"]] == [90 / 120, 70 / 80, 99 / 110]
+    assert row2["ratio_to_control"] == pytest.approx(70 / 80)  # not 90 / 110
+    assert median_run is twos[0] and row2["examples_per_s"] == 90.0
+    assert row1["control_examples_per_s"] == row2["control_examples_per_s"] == 110.0
+    assert row2["test_accuracy"] == 0.6 and row2["control_test_accuracy"] == 0.7
+    assert row1["ratio_to_control"] == pytest.approx(50 / 110)
+    assert row2["lr"] == 0.0015 and row1["lr"] == 0.003
+
+
+def test_repeats_must_be_positive():
+    with pytest.raises(SystemExit):
+        fig10.parse_args(["--repeats", "0"])
