@@ -34,6 +34,18 @@ def reduce_errors(dact, q, lo, hi, contributors):
         dact[q, i] = total
 
 
+def fc_update_mode(rule: str) -> tuple[int, bool]:
+    """How a partition updates its fully connected weights under ``optim.rule``: the backward
+    pass's ``fc_mode``, and whether :func:`~hogwild.model.update.apply_update` updates them after
+    the pass. Per-example ``"sgd"`` updates each row as the pass streams it (one pass over the
+    rows instead of a gradient buffer written, then read again with the weights: what made two
+    partitions of a wide model run at half the speed of one process); the other rules (momentum)
+    take the gradient, then the update."""
+    if rule == "sgd":
+        return FC_SGD_IN_PLACE, False
+    return FC_ACCUMULATE, True
+
+
 class PartitionStages:
     """Partition ``p``'s op-table segments, ready to run (contiguous copies, made once)."""
 

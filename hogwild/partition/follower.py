@@ -35,13 +35,7 @@ from hogwild.partition import frames as fr
 from hogwild.partition import process as proc
 from hogwild.partition.hosts import LEADER, host_groups
 from hogwild.partition.process import START_TIMEOUT_S
-from hogwild.partition.runtime import (
-    LOOK_S,
-    arena_layout,
-    nap_unless_one_ends,
-    stop_partitions,
-    warm_kernels,
-)
+from hogwild.partition.runtime import arena_layout, stop_partitions, warm_kernels
 from hogwild.training import zygote
 
 WAIT_S = fr.WAIT_S
@@ -356,7 +350,7 @@ class FollowerHost:
                 p_rows, v_rows = gather_rows(params, rows), gather_rows(velocity, rows)
                 self.outbox.send(LEADER, header, p_rows, v_rows)
                 self.answered = asked
-            nap_unless_one_ends(self.processes, LOOK_S)
+            time.sleep(0.005)
 
     def shutdown(self) -> None:
         stop_partitions(self.arena, self.processes)

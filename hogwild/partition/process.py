@@ -20,8 +20,10 @@ example all partitions finished. The parent hands out work as a running total: `
 many examples to feed in all (``FED`` how many were), the ``order`` region a ring read at
 ``fed % len(order)``; a ``CLOSE`` the parent raises makes the feeder cut ``COUNT`` to what it fed
 and answer ``CLOSED`` (only the feeder knows what it fed). Each partition applies the update rule
-to its own rows of the whole model's parameter vector after its backward pass of an example,
-without locks.
+to its own rows of the whole model's parameter vector, without locks: with ``optim.rule = "sgd"``
+its fully connected rows as each segment's backward pass streams them (as the unpartitioned
+engine does at batch 1), the rest once the example's backward pass is done
+(:func:`~hogwild.partition.compute.fc_update_mode`).
 
 In a cluster job (:mod:`hogwild.cluster.partitioned`) each partition also exchanges its own rows,
 and only those, with the parameter servers: an :class:`~hogwild.store.exchange.Exchanger` of
@@ -176,9 +178,8 @@ class PartitionLoop:
 
         from hogwild.config import config_from_dict
         from hogwild.model.network import build_network
-        from hogwild.model.passes import FC_ACCUMULATE, FC_SGD_IN_PLACE
         from hogwild.optim.rules import RULE_CODES
-        from hogwild.partition.compute import PartitionStages
+        from hogwild.partition.compute import PartitionStages, fc_update_mode
         from hogwild.partition.plan import plan_partitions
 
         config = config_from_dict(setup["config"], origin="<job>")
@@ -217,11 +218,7 @@ class PartitionLoop:
         self.rule = RULE_CODES[optim.rule]
         self.mu = optim.momentum if optim.rule == "momentum" else 0.0
         self.wd = optim.weight_decay
-        # per-example SGD updates each fully connected row as the backward pass streams it, as
-        # the unpartitioned engine does at batch 1: one pass over the rows instead of a gradient
-        # buffer written, then read again with the weights by the update (three passes)
-        self.fc_in_place = optim.rule == "sgd"
-        self.fc_mode = FC_SGD_IN_PLACE if self.fc_in_place else FC_ACCUMULATE
+        self.fc_mode, self.fc_after_pass = fc_update_mode(optim.rule)
         self.gen = [0] * self.n_slots
         self.stage = [len(self.schedule)] * self.n_slots
         self.fed, self.next_gen, self.closes = 0, 1, 0
@@ -445,7 +442,7 @@ class PartitionLoop:
             atomic_add(self.sync, base + bwd_column(i), 1)
             if self.link is not None:
                 self.link.backward(s, self.gen[s], i, self.dact[self.p, s])
-        if i == 0:  # the fully connected weights were updated in the pass already (sgd)
+        if i == 0:  # sgd updated the fully connected rows in the pass; other rules do it here
             apply_update(
                 self.ops,
                 self.params,
@@ -456,7 +453,7 @@ class PartitionLoop:
                 self.mu,
                 self.wd,
                 self.rule,
-                not self.fc_in_place,
+                self.fc_after_pass,
             )
             if atomic_add(self.sync, base + DONE, 1) == self.k - 1:  # the last one: complete
                 self.stats[self.p, STAT_LOSS] += self.slot_loss[s, 0]

@@ -4,13 +4,17 @@ Proves that two partitions with four examples in flight reach the unpartitioned 
 accuracy at the same epochs; that a checkpoint written with two partitions is the whole model and
 resumes with one (the unpartitioned engine); that a partition killed with SIGKILL mid-epoch stops
 the job with an error naming it, and that SIGTERM of the parent ends it with status 143, each
-leaving no process and no shared-memory segment behind, as does SIGKILL of the parent.
+leaving no process and no shared-memory segment behind, as does SIGKILL of the parent; and that
+the parent's nap between two looks at its partitions ends as soon as one of them ends.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
+import types
 
 import psutil
 import pytest
@@ -18,7 +22,7 @@ import pytest
 import hogwild
 from bench.support.paper_job import PAPER_OVERRIDES  # Adam's model without dropout: learns fast
 from hogwild.data.mnist import load_mnist
-from hogwild.partition.runtime import train_partitioned
+from hogwild.partition.runtime import nap_unless_one_ends, train_partitioned
 from hogwild.training.api import load_checkpoint
 from hogwild.training.checkpoint import latest_checkpoint
 from tests.proc.test_cli_signals import (
@@ -153,3 +157,21 @@ def test_sigterm_of_the_parent_stops_the_partitions_with_status_143(partitioned_
 
 
 SUBSET, SAME_EPOCHS, LR = 5000, 2, 0.0015
+
+
+def test_the_parents_nap_ends_when_a_partition_process_ends():
+    # a process that only ends, watched through what the nap waits on: its sentinel (here a
+    # pidfd, readable once it ended, as a multiprocessing child's sentinel is)
+    child = subprocess.Popen(["sleep", "0.2"])
+    watched = types.SimpleNamespace(sentinel=os.pidfd_open(child.pid))
+    try:
+        started_at = time.monotonic()
+        nap_unless_one_ends([watched], 60.0)
+        assert child.wait(10) == 0  # woken by its end, not by the minute
+        assert time.monotonic() - started_at < 30.0
+    finally:
+        os.close(watched.sentinel)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    nap_unless_one_ends([], 0.01)  # no partition yet: a plain sleep

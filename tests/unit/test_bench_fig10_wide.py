@@ -77,3 +77,19 @@ def test_the_wide_partitions_train_as_the_partitioned_rows_do_and_say_so():
     assert replicas["lr"] == 0.003 and replicas["in_flight"] is None
     plain = fig10.wide_runs(fig10.parse_args(["--in-flight", "4", "--no-lr-over-in-flight"]))
     assert plain["two_partitions"]["lr"] == 0.003
+
+
+def test_the_same_comparison_at_99_percent_of_the_common_accuracy():
+    """On a plateau the common accuracy's crossing is a coin toss; 99 % of it is not."""
+    partitions = fig10.learning_curve(epochs((10.0, 0.903), (10.0, 0.91), (10.0, 0.916)))
+    replicas = fig10.learning_curve(epochs((10.0, 0.70), (10.0, 0.85), (10.0, 0.917)))
+    found = {}
+    for name, curve in (("two_partitions", partitions), ("two_replicas_through_ps", replicas)):
+        found[name] = {}
+        for accuracy, level in (("common", 0.916), ("near", 0.99 * 0.916)):
+            reached, below = fig10.time_to_accuracy(curve, level)
+            found[name][f"seconds_to_{accuracy}_accuracy"] = reached
+            found[name][f"below_{accuracy}_accuracy_at_s"] = below
+    assert fig10.NEAR_FRACTION == 0.99
+    assert fig10.partitions_faster(found) is None  # both crossed 0.916 in (20, 30]
+    assert fig10.partitions_faster(found, "near") is True  # 0.907: at 20 s against (20, 30]

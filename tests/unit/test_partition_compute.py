@@ -183,3 +183,15 @@ def test_sgd_in_the_pass_is_the_gradient_step(name, k):
     reference, in_the_pass = train(False), train(True)
     assert not np.array_equal(reference, start)
     np.testing.assert_allclose(in_the_pass, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_only_per_example_sgd_updates_the_fully_connected_rows_in_the_pass():
+    """The partition processes' choice: sgd in the pass (nothing after it); momentum from the
+    gradient after it (its velocity needs the whole gradient)."""
+    from hogwild.model.passes import FC_ACCUMULATE, FC_SGD_IN_PLACE
+    from hogwild.partition.compute import fc_update_mode
+    from hogwild.partition.runtime import PARTITION_RULES
+
+    assert fc_update_mode("sgd") == (FC_SGD_IN_PLACE, False)
+    assert fc_update_mode("momentum") == (FC_ACCUMULATE, True)
+    assert set(PARTITION_RULES) == {"sgd", "momentum"}

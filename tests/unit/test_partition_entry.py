@@ -39,3 +39,10 @@ def test_train_points_a_partitioned_job_at_its_trainer_instead_of_training_it_wh
     x, y = np.zeros((4, 1, 28, 28), np.float32), np.zeros(4, np.int64)
     with pytest.raises(ConfigError, match="train_partitioned"):
         hogwild.train(data=(x, y), test_data=(x, y), overrides=PARTITIONED)
+
+
+@pytest.mark.parametrize("rule", ["adam", "adamw"])
+def test_an_update_rule_the_partitions_do_not_apply_is_refused_by_name(rule):
+    """Adam's moments are not kept per partition: such a job would train with plain SGD."""
+    with pytest.raises(ConfigError, match=f"optim.rule = '{rule}'.*'sgd' or 'momentum'"):
+        train_partitioned(overrides={**PARTITIONED, "optim.rule": rule})
