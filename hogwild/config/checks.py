@@ -126,6 +126,11 @@ def check_config(config: Any, origin: str) -> None:
         fail(f"optim.beta2 must be in [0, 1), got {optim.beta2}")
     if not optim.eps > 0:
         fail(f"optim.eps must be > 0, got {optim.eps}")
+    if optim.rule in ("adam", "adamw") and config.model.partitions > 1:
+        fail(
+            f"optim.rule = {optim.rule!r}: a partitioned replica (model.partitions > 1) updates "
+            "its rows with 'sgd' or 'momentum' (Adam's moments are not kept per partition)"
+        )
     if optim.rule in ("adam", "adamw") and train.parameters == "ps":
         fail(
             f"optim.rule = {optim.rule!r} trains on one machine; with train.parameters = 'ps' "

@@ -89,7 +89,6 @@ def train_partitioned(
             "output.tensorboard (--tensorboard): a partitioned job (model.partitions > 1) writes "
             "its metrics file only; leave it empty or train with model.partitions = 1"
         )
-    check_rule(resolved)
     check_outputs(resolved)  # before any data is read or downloaded
     loaded = load_data(resolved, data)
     resolved = with_source(resolved, loaded)
@@ -106,7 +105,6 @@ class PartitionedTrainer(LeaderLink):
                 "model.partitions > 1 trains on MNIST idx data (data.source = 'mnist' or a "
                 f"directory of idx files); got {type(data).__name__}"
             )
-        check_rule(config)
         if config.train.batch != 1:
             raise ConfigError(
                 f"model.partitions > 1 trains one example at a time per slot (train.in_flight "
@@ -409,20 +407,6 @@ class PartitionedTrainer(LeaderLink):
             self.arena.close()
             self.arena.unlink()
             self.arena = None
-
-
-PARTITION_RULES = ("sgd", "momentum")  # the update rules a partition applies to its rows
-
-
-def check_rule(config: Config) -> None:
-    """Refuse an update rule the partitions do not apply (Adam's moments are not kept per
-    partition: the job would train with plain SGD and say nothing)."""
-    if config.optim.rule not in PARTITION_RULES:
-        raise ConfigError(
-            f"optim.rule = {config.optim.rule!r}: a partitioned job (model.partitions > 1) "
-            f"updates its rows with {' or '.join(map(repr, PARTITION_RULES))}; choose one, or "
-            "train with model.partitions = 1"
-        )
 
 
 def nap_unless_one_ends(processes: list, seconds: float) -> None:

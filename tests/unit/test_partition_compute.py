@@ -190,8 +190,6 @@ def test_only_per_example_sgd_updates_the_fully_connected_rows_in_the_pass():
     gradient after it (its velocity needs the whole gradient)."""
     from hogwild.model.passes import FC_ACCUMULATE, FC_SGD_IN_PLACE
     from hogwild.partition.compute import fc_update_mode
-    from hogwild.partition.runtime import PARTITION_RULES
 
     assert fc_update_mode("sgd") == (FC_SGD_IN_PLACE, False)
     assert fc_update_mode("momentum") == (FC_ACCUMULATE, True)
-    assert set(PARTITION_RULES) == {"sgd", "momentum"}

@@ -3,7 +3,8 @@
 ``hogwild.train`` does not train a job with ``model.partitions > 1`` whole, unpartitioned: it
 names the partitioned trainer. That trainer refuses a TensorBoard directory (which it does not
 write) by name, and names an unwritable metrics file before MNIST is looked for
-(``HOGWILD_DATA`` points nowhere in these tests: reading data would fail with another error).
+(``HOGWILD_DATA`` points nowhere in these tests: reading data would fail with another error). An
+update rule the partitions do not apply (adam, adamw) is refused with the config itself.
 """
 
 from __future__ import annotations
@@ -46,3 +47,5 @@ def test_an_update_rule_the_partitions_do_not_apply_is_refused_by_name(rule):
     """Adam's moments are not kept per partition: such a job would train with plain SGD."""
     with pytest.raises(ConfigError, match=f"optim.rule = '{rule}'.*'sgd' or 'momentum'"):
         train_partitioned(overrides={**PARTITIONED, "optim.rule": rule})
+    with pytest.raises(ConfigError, match="model.partitions > 1"):  # the CLI's config too
+        hogwild.load_config(None, {**PARTITIONED, "optim.rule": rule})
