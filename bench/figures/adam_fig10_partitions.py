@@ -306,7 +306,7 @@ def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
         )
     rows, two = size_rows(args, factor, one, controls, twos)
     # the sweep's entry for this command: the median run, with its runs' lowest accuracy (the
-    # row's, so that the two never disagree on whether it learned)
+    # row's own; the row's ``learned`` also asks the control to have learned, the sweep's not)
     partitioned_runs[(factor, args.in_flight)] = {**two, "test_accuracy": rows[1]["test_accuracy"]}
     first = rows[0]
     _log(

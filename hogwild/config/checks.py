@@ -129,7 +129,8 @@ def check_config(config: Any, origin: str) -> None:
     if optim.rule in ("adam", "adamw") and config.model.partitions > 1:
         fail(
             f"optim.rule = {optim.rule!r}: a partitioned replica (model.partitions > 1) updates "
-            "its rows with 'sgd' or 'momentum' (Adam's moments are not kept per partition)"
+            "its rows with 'sgd' or 'momentum' (Adam's moments are not kept per partition); "
+            "choose one, or train with model.partitions = 1"
         )
     if optim.rule in ("adam", "adamw") and train.parameters == "ps":
         fail(

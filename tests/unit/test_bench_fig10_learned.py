@@ -114,3 +114,18 @@ def test_repeated_runs_give_median_rates_the_median_ratio_and_the_lowest_accurac
 def test_repeats_must_be_positive():
     with pytest.raises(SystemExit):
         fig10.parse_args(["--repeats", "0"])
+
+
+def test_an_even_number_of_repeats_reports_the_lower_middle_runs():
+    """Each reported median is one run's own: of two, the lower."""
+    args = fig10.parse_args(["--repeats", "2", "--in-flight", "2"])
+
+    def run(rate):
+        return {"examples_per_s": rate, "test_accuracy": 0.8}
+
+    controls = [[run(60.0), run(60.0)], [run(50.0), run(50.0)]]
+    twos = [run(100.0), run(80.0)]
+    (_, row2), median_run = fig10.size_rows(args, 1, run(50.0), controls, twos)
+    assert row2["control_examples_per_s"] == 100.0  # not 110
+    assert row2["examples_per_s"] == 80.0 and median_run is twos[1]
+    assert row2["ratio_to_control"] == pytest.approx(80 / 100)  # of 0.833 and 0.8, the lower
