@@ -269,26 +269,27 @@ def _train(args, overrides: dict[str, str]) -> int:
 
     _configure_logging(args)
     config = _resolve(args, overrides, "train")
-    if config.model.partitions > 1:
+    partitioned = config.model.partitions > 1
+    if partitioned and (args.model or args.target or args.loss != "cross_entropy"):
+        raise HogwildError("--partitions K > 1 trains the job's own model on MNIST idx data")
+    if not partitioned and args.loss != "cross_entropy" and not args.model:
+        raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")
+    if config.train.start_method == "forkserver" and not args.model and _program:
+        # the workers' (or the partitions') forkserver forked from here, before any thread (a
+        # --model's PyTorch starts its own): no second interpreter importing numba
+        # (zygote.fork_server). Only where hogwild is the program: a script calling main()
+        # would have its whole process (its threads' locks, a GPU's state) copied into the server.
+        from hogwild.training.zygote import import_and_fork_server
+
+        # else (it logs why) the gang starts one afresh
+        import_and_fork_server(f"pid {os.getpid()}, hogwild train")
+    if partitioned:
         from hogwild.partition.runtime import train_partitioned
 
-        if args.model or args.target or args.loss != "cross_entropy":
-            raise HogwildError("--partitions K > 1 trains the job's own model on MNIST idx data")
         result = train_partitioned(
             config, args.data, resume=bool(args.resume), overwrite=bool(args.overwrite)
         )
     else:
-        if args.loss != "cross_entropy" and not args.model:
-            raise HogwildError("--loss goes with --model (a job's own model sets its last layer)")
-        if config.train.start_method == "forkserver" and not args.model and _program:
-            # the workers' forkserver forked from here, before any thread (a --model's PyTorch
-            # starts its own): no second interpreter importing numba (zygote.fork_server).
-            # Only where hogwild is the program: a script calling main() would have its whole
-            # process (its threads' locks, a GPU's state) copied into the server.
-            from hogwild.training.zygote import import_and_fork_server
-
-            # else (it logs why) the gang starts one afresh
-            import_and_fork_server(f"pid {os.getpid()}, hogwild train")
         job, data, test_data, target = None, args.data, None, args.target
         if args.model:
             from hogwild.data.tables import is_table, read_table

@@ -3,9 +3,10 @@
 Proves that two partitions with four examples in flight reach the unpartitioned job's test
 accuracy at the same epochs; that a checkpoint written with two partitions is the whole model and
 resumes with one (the unpartitioned engine); that a partition killed with SIGKILL mid-epoch stops
-the job with an error naming it, and that SIGTERM of the parent ends it with status 143, each
-leaving no process and no shared-memory segment behind, as does SIGKILL of the parent; and that
-the parent's nap between two looks at its partitions ends as soon as one of them ends.
+the job with an error naming it (the partitions forked by a server the CLI forked from itself),
+and that SIGTERM of the parent ends it with status 143, each leaving no process and no
+shared-memory segment behind, as does SIGKILL of the parent; and that the parent's nap between
+two looks at its partitions ends as soon as one of them ends.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from hogwild.data.mnist import load_mnist
 from hogwild.partition.runtime import nap_unless_one_ends, train_partitioned
 from hogwild.training.api import load_checkpoint
 from hogwild.training.checkpoint import latest_checkpoint
+from hogwild.training.zygote import FORKED_TITLE
 from tests.proc.test_cli_signals import (
     START_TIMEOUT_S,
+    forkserver_of,
     hogwild_cli,
     started,
     stop,
@@ -121,6 +124,9 @@ def test_sigkill_of_a_partition_stops_the_job_naming_it_and_leaves_nothing(parti
     wait_until(lambda: started(metrics), START_TIMEOUT_S, "the partitions to start")
     partitions = workers_of(process.pid)
     assert len(partitions) == 2 and partition_segments(process.pid)
+    server = forkserver_of(process.pid)  # forked from the CLI: no second interpreter's start
+    assert f"{FORKED_TITLE}, for pid {process.pid}, hogwild train" in " ".join(server.cmdline())
+    assert {partition.ppid() for partition in partitions} == {server.pid}
     victim = partitions[1]
     victim.send_signal(signal.SIGKILL)
     _, err = stop(process)
