@@ -76,15 +76,15 @@ class PartitionStages:
         grad,
         label: int,
         fc_mode: int = FC_ACCUMULATE,
-        step: float = 0.0,
-        decay: float = 1.0,
+        lr: float = 0.0,
+        weight_decay: float = 0.0,
     ) -> None:
         """Segment ``s`` backward; parameter gradients into ``grad`` (only this partition's
         rows), the partial error of the segment's input block into ``dact``.
 
         ``fc_mode`` is :func:`~hogwild.model.passes.backward_batch`'s: ``FC_ACCUMULATE`` (the
         reference) adds the fully connected weights' gradient to ``grad`` too;
-        ``FC_SGD_IN_PLACE`` applies per-example SGD (``step``, ``decay``) to each of this
+        ``FC_SGD_IN_PLACE`` applies per-example SGD (``lr``, ``weight_decay``) to each of this
         partition's rows as the pass streams it, as the unpartitioned engine does at batch 1.
         """
         if self.runs[s]:
@@ -100,8 +100,8 @@ class PartitionStages:
                 self.target,
                 1,
                 fc_mode,
-                step,
-                decay,
+                lr,
+                1.0 - lr * weight_decay,  # the kernel's decay factor of each row
             )
 
     def reduce(self, s: int, dact_all) -> None:
@@ -143,10 +143,7 @@ class SequentialReplica:
         copies = params if isinstance(params, list) else [params] * k
         if len(copies) != k:
             raise ValueError(f"params: {len(copies)} copies of the model, expected one or {k}")
-        fc_update = (FC_ACCUMULATE, 0.0, 1.0)
-        if sgd is not None:
-            lr, weight_decay = sgd
-            fc_update = (FC_SGD_IN_PLACE, lr, 1.0 - lr * weight_decay)
+        fc_update = (FC_ACCUMULATE,) if sgd is None else (FC_SGD_IN_PLACE, *sgd)
         self.act[0, : example.size] = example
         n_seg = len(plan.segments)
         for s in range(n_seg):

@@ -435,7 +435,7 @@ class PartitionLoop:
             label,
             self.fc_mode,
             lr,
-            1.0 - lr * self.wd,
+            self.wd,
         )
         base = s * self.width
         if i > 0 and self.is_contributor[i - 1]:
