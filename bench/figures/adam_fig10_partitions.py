@@ -36,27 +36,34 @@ reached ``--learned-floor`` (``learned_floor`` in the JSON). ``largest_efficient
 ``targets`` use learned rows only, and the target is not met while a 2-partition row (or its
 control) of at least 100 million connections did not learn (``targets.not_learned`` lists them).
 
-**The wide model** (``--wide-epochs`` > 0): a fully connected 784-4096-4096-10 model
-(``--wide-units``) trained by 2 partitions (``hogwild train --partitions 2``) and by 2 data-parallel
-replicas through one parameter server (``hogwild cluster --replicas 2 --workers-per-replica 1 --ps
-1``), each for ``--wide-epochs`` short epochs over the same ``--wide-examples`` examples, at a
-constant learning rate (the 2 partitions at the 2-partition rows' lr / examples in flight, the
-replicas at the paper job's; each run's ``lr`` and ``in_flight`` are in ``wide.runs``), so the
-epochs are evaluation points (and a reshuffle) and nothing else: each run's test accuracy after
-every epoch gives its learning curve (``curve``: the examples and the training seconds so far,
-evaluation and start-up excluded, and the accuracy there). The *common accuracy* is the lower of the
-two runs' best; ``seconds_to_common_accuracy`` is the training seconds at a run's first point at or
-above it, and ``below_common_accuracy_at_s`` those at its point before (it crossed in between; 0.0
-for the first point). ``partitions_faster`` (the target) is true when the partitions had the common
+**The wide model** (``--wide-epochs`` > 0; the race's rules: ``bench/support/wide_race.py``): a
+fully connected 784-4096-4096-10 model (``--wide-units``) trained by 2 partitions (``hogwild train
+--partitions 2``) and by 2 data-parallel replicas through one parameter server (``hogwild cluster
+--replicas 2 --workers-per-replica 1 --ps 1``), each for ``--wide-epochs`` short epochs over the
+same ``--wide-examples`` examples, at a constant learning rate: the 2 partitions with
+``--wide-in-flight`` examples in flight (default: ``train.in_flight``'s default, one) at the paper
+job's rate divided by them, the replicas at the paper job's rate (with one in flight: the same
+rule and the same rate; each run's ``lr`` and ``in_flight`` are in its entry). The epochs are
+evaluation points (and a reshuffle) and nothing else: each run's test accuracy after every epoch
+(on ``--wide-data``'s test set, default ``--data``'s) gives its learning curve (``curve``: the
+examples and the training seconds so far, evaluation and start-up excluded, and the accuracy
+there). ``--wide-repeats`` races (default 3) run, the two contenders taking turns to start
+first; ``wide.races`` holds each. In a race, the *common accuracy* is the lower of the two runs'
+best; ``seconds_to_common_accuracy`` is the training seconds at a run's first point at or above
+it, and ``below_common_accuracy_at_s`` those at its point before (it crossed in between; 0.0 for
+the first point). A race's ``partitions_faster`` is true when the partitions had the common
 accuracy at a point before the replicas' last point below it, false the other way round, and null
-when the two intervals overlap: run more, shorter epochs. The common accuracy is the top of the
-lower run's plateau, where a point's noise decides which run touched it first, so the same
-comparison at 99 % of it (``near_accuracy``; each run's ``seconds_to_near_accuracy`` and
-``below_near_accuracy_at_s``) is ``partitions_faster_to_near``. The replicas' driver evaluates
-between epochs while they wait (``cluster.evaluate=between``), not beside their training, as the
-partitioned job's leader does; both pull or gather the model for it outside the training seconds.
-What starting an epoch costs each contender (portions handed out, examples loaded) is inside
-them, so very many, very short epochs would charge it more often.
+when the two intervals overlap. The common accuracy is the top of the lower run's plateau, where
+a point's noise decides which run touched it first, so the same comparison at 99 % of it
+(``near_accuracy``; ``seconds_to_near_accuracy``, ``below_near_accuracy_at_s``) is
+``partitions_faster_to_near``. ``wide.partitions_faster`` (the target) and
+``wide.partitions_faster_to_near`` are the majority of the races' verdicts (null without one), and
+``wide.median_seconds_to_common_accuracy`` (and ``_near_``) each contender's median over the
+races. The replicas' driver evaluates between epochs while they wait (``cluster.evaluate=between``),
+not beside their training, as the partitioned job's leader does; both pull or gather the model for
+it outside the training seconds. What starting an epoch costs each contender (portions handed
+out, examples loaded) is inside them, so very many, very short epochs would charge it more often.
+``--factors= --sweep=`` (both empty) runs the wide races alone.
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
 ``train.in_flight`` of the list (the run of a size's row, where it is the same, is not made again);
@@ -91,6 +98,15 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
 from bench.support.machine import describe_machine, versions
 from bench.support.paper_job import PAPER_JOB, PAPER_OVERRIDES
 from bench.support.record import emit_record, fresh_numba_cache, stamp
+from bench.support.wide_race import (
+    PARTITIONS,
+    REPLICAS,
+    epochs_of,
+    learning_curve,
+    race,
+    verdict,
+    wide_layers,
+)
 
 FACTORS = (1, 2, 4, 8, 16, 24, 32, 40)
 # the test accuracy a run must reach to count: well above a diverged model's (one class, about
@@ -100,9 +116,6 @@ LEARNED_FLOOR = 0.5
 QUICK_FACTORS = (1,)
 TARGET_CONNECTIONS = 100_000_000
 TARGET_RATIO = 0.85
-# The common accuracy is the top of the lower run's plateau, where a point's noise (a few test
-# images) decides which run touched it first; the time to 99 % of it is reported beside it.
-NEAR_FRACTION = 0.99
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -142,6 +155,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--wide-examples", type=int, default=2500, help="wide model examples (one epoch)"
     )
     parser.add_argument("--wide-units", type=int, default=4096, help="wide model hidden units")
+    parser.add_argument(
+        "--wide-in-flight",
+        type=int,
+        default=None,
+        help="the wide model's 2 partitions' examples in flight; default: train.in_flight's "
+        "default",
+    )
+    parser.add_argument(
+        "--wide-repeats",
+        type=int,
+        default=3,
+        help="races of the wide model, the contenders taking turns to run first; the verdict "
+        "is the majority's",
+    )
+    parser.add_argument(
+        "--wide-data", help="MNIST idx directory of the wide model's races; default: --data"
+    )
     parser.add_argument("--sweep", default="1,2,4,8", help="train.in_flight values to compare")
     parser.add_argument(
         "--lr-over-in-flight",
@@ -156,22 +186,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plot", help="draw the figure into this PNG")
     args = parser.parse_args(argv)
     args.factors = [int(f) for f in args.factors.split(",") if f]
-    if args.in_flight is None:
+    if args.in_flight is None or args.wide_in_flight is None:
         from hogwild.config import load_config
 
-        args.in_flight = load_config(None).train.in_flight
+        default = load_config(None).train.in_flight
+        args.in_flight = default if args.in_flight is None else args.in_flight
+        args.wide_in_flight = default if args.wide_in_flight is None else args.wide_in_flight
+    args.wide_data = args.wide_data or args.data
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
         args.wide_epochs, args.wide_examples, args.wide_units = 3, 100, 64
+        args.wide_repeats = 1
         # the size rows' in flight on the first size: the sweep takes that row's run
         args.sweep, args.sweep_factor = str(args.in_flight), 1
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    if args.repeats < 1 or args.wide_repeats < 1 or args.wide_in_flight < 1:
+        parser.error("--repeats, --wide-repeats and --wide-in-flight must be at least 1")
     args.sweep = [int(n) for n in args.sweep.split(",") if n]
     if any(n < 1 for n in args.sweep):
         parser.error("--sweep must list positive integers")
-    if not args.factors or min(args.factors) < 1:
+    if args.factors and min(args.factors) < 1:
         parser.error("--factors must be positive integers")
+    if not (args.factors or args.sweep or args.wide_epochs):
+        parser.error("nothing to measure: --factors and --sweep are empty, --wide-epochs is 0")
     return args
 
 
@@ -356,53 +392,15 @@ def learned(args, *accuracies: float) -> bool:
     return all(a >= args.learned_floor for a in accuracies)
 
 
-def wide_layers(units: int) -> str:
-    """The wide fully connected model as a ``--model.layers`` TOML inline array."""
-    return (
-        f'--model.layers=[{{type = "fc", units = {units}}}, {{type = "relu"}}, '
-        f'{{type = "fc", units = {units}}}, {{type = "relu"}}, {{type = "fc", units = 10}}, '
-        '{type = "softmax"}]'
-    )
-
-
-def _epochs_of(metrics: Path) -> list[dict]:
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return [r for r in records if r.get("event") == "epoch"]
-
-
-def learning_curve(epochs: list[dict]) -> list[dict]:
-    """A run's evaluated points: after each epoch, the examples and training seconds so far
-    (evaluations and start-up excluded) and the test accuracy there."""
-    curve, examples, seconds = [], 0, 0.0
-    for epoch in epochs:
-        examples += int(epoch["examples"])
-        seconds += float(epoch["train_s"])
-        accuracy = epoch.get("test_accuracy")
-        if accuracy is None:
-            raise RuntimeError(f"the wide run's epoch {epoch['epoch'] + 1} was not evaluated")
-        curve.append({"examples": examples, "train_s": seconds, "test_accuracy": float(accuracy)})
-    return curve
-
-
-def time_to_accuracy(curve: list[dict], accuracy: float) -> tuple[float | None, float]:
-    """When a run first reached ``accuracy``: the training seconds at its first evaluated point
-    at or above it (None: never), and at the point before, where it was still below (0.0 for the
-    first point): it got there between the two."""
-    before = 0.0
-    for point in curve:
-        if point["test_accuracy"] >= accuracy:
-            return point["train_s"], before
-        before = point["train_s"]
-    return None, before
-
-
 def measure_wide(args, folder: Path) -> dict:
-    """2 partitions against 2 data-parallel replicas through a parameter server: each one's
-    learning curve (the test accuracy after each of ``--wide-epochs`` short epochs) and when
-    each first reached the accuracy both reach."""
+    """2 partitions against 2 data-parallel replicas through a parameter server, ``--wide-repeats``
+    races: in each, each one's learning curve (the test accuracy after each of ``--wide-epochs``
+    short epochs) and when each first reached the accuracy both reach and 99 % of it. The two
+    contenders take turns to run first, race by race, so that a host whose speed drifts over
+    minutes moves both alike."""
     common = [
         "--data",
-        args.data,
+        args.wide_data,
         "--epochs",
         str(args.wide_epochs),
         "--no-progress",
@@ -412,59 +410,61 @@ def measure_wide(args, folder: Path) -> dict:
         "--optim.schedule=constant",
         "--train.evaluate_every=1",
     ]
-    found = {}
-    for name, run in wide_runs(args).items():
-        metrics = folder / f"wide-{name}.jsonl"
-        command = [sys.executable, "-m", "hogwild.cli", *run["head"], *common, *run["tail"]]
-        summary = run_jobs(args, [[*command, "--metrics", str(metrics)]])[0]
-        curve = learning_curve(_epochs_of(metrics))
-        found[name] = {
-            "lr": run["lr"],
-            "in_flight": run["in_flight"],
-            "examples_per_s": summary["examples_per_s"],
-            "curve": curve,
-            "test_accuracy": [p["test_accuracy"] for p in curve],
-        }
+    contenders = wide_runs(args)
+    races = []
+    for repeat in range(args.wide_repeats):
+        names = list(contenders) if repeat % 2 == 0 else list(reversed(contenders))
+        found = {}
+        for name in names:
+            run = contenders[name]
+            metrics = folder / f"wide-{name}-{repeat}.jsonl"
+            command = [sys.executable, "-m", "hogwild.cli", *run["head"], *common, *run["tail"]]
+            summary = run_jobs(args, [[*command, "--metrics", str(metrics)]])[0]
+            curve = learning_curve(epochs_of(metrics))
+            found[name] = {
+                "lr": run["lr"],
+                "in_flight": run["in_flight"],
+                "examples_per_s": summary["examples_per_s"],
+                "curve": curve,
+                "test_accuracy": [p["test_accuracy"] for p in curve],
+            }
+            _log(
+                f"wide race {repeat + 1} {name}: {summary['examples_per_s']:.1f} examples/s, "
+                f"accuracy {found[name]['test_accuracy']}"
+            )
+        races.append(race({n: found[n] for n in contenders}))
         _log(
-            f"wide {name}: {summary['examples_per_s']:.1f} examples/s, accuracy "
-            f"{found[name]['test_accuracy']}"
+            f"wide race {repeat + 1}: partitions faster to {races[-1]['common_accuracy']}: "
+            f"{races[-1]['partitions_faster']}, to 99 % of it: "
+            f"{races[-1]['partitions_faster_to_near']}"
         )
-    common_accuracy = min(max(f["test_accuracy"]) for f in found.values())
-    near_accuracy = NEAR_FRACTION * common_accuracy
-    for f in found.values():
-        reached, below = time_to_accuracy(f["curve"], common_accuracy)
-        f["seconds_to_common_accuracy"] = reached
-        f["below_common_accuracy_at_s"] = below
-        reached, below = time_to_accuracy(f["curve"], near_accuracy)
-        f["seconds_to_near_accuracy"] = reached
-        f["below_near_accuracy_at_s"] = below
     return {
         "units": args.wide_units,
         "epochs": args.wide_epochs,
         "examples": args.wide_examples,
-        "common_accuracy": common_accuracy,
-        "near_accuracy": near_accuracy,
-        "runs": found,
-        "partitions_faster": partitions_faster(found),
-        "partitions_faster_to_near": partitions_faster(found, "near"),
+        "repeats": args.wide_repeats,
+        "races": races,
+        **verdict(races),
     }
 
 
 def wide_runs(args) -> dict[str, dict]:
     """The wide comparison's two contenders: each one's command ``head`` (before the shared
     options), ``tail`` (after them, so that they win over the paper job's), and the ``lr`` and
-    ``in_flight`` it trains with. The 2 partitions train as the 2-partition rows do
-    (:func:`partitioned`: lr / examples in flight unless ``--no-lr-over-in-flight``); each
-    replica is one worker's per-example SGD at the paper job's rate (None in flight: not a
-    partitioned run; the staleness the server adds between the two is not scaled for)."""
+    ``in_flight`` it trains with. The 2 partitions train with ``--wide-in-flight`` examples in
+    flight (default: ``train.in_flight``'s default, one) at the rate the 2-partition rows would
+    have with as many (:func:`partitioned`: lr / examples in flight unless
+    ``--no-lr-over-in-flight``; with one in flight the paper job's); each replica is one worker's
+    per-example SGD at the paper job's rate (None in flight: not a partitioned run; the
+    staleness the server adds between the two is not scaled for)."""
     return {
-        "two_partitions": {
+        PARTITIONS: {
             "head": ["train", "--subset", str(args.wide_examples)],
-            "tail": partitioned(args, args.in_flight),
-            "lr": partitioned_lr(args, args.in_flight),
-            "in_flight": args.in_flight,
+            "tail": partitioned(args, args.wide_in_flight),
+            "lr": partitioned_lr(args, args.wide_in_flight),
+            "in_flight": args.wide_in_flight,
         },
-        "two_replicas_through_ps": {
+        REPLICAS: {
             "head": ["cluster", "--replicas", "2", "--workers-per-replica", "1", "--ps", "1"],
             "tail": [
                 f"--train.subset={args.wide_examples}",
@@ -474,23 +474,6 @@ def wide_runs(args) -> dict[str, dict]:
             "in_flight": None,
         },
     }
-
-
-def partitions_faster(found: dict, accuracy: str = "common") -> bool | None:
-    """Whether 2 partitions reached the common accuracy first: True when they had it at an
-    evaluated point before the replicas' last point below it, False the other way round, None
-    when the two intervals in which each crossed overlap (evaluate more often: more, shorter
-    epochs) or one never reached it (it cannot be: the common accuracy is the lower best).
-    ``accuracy="near"``: the same at :data:`NEAR_FRACTION` of the common accuracy."""
-    partitions, replicas = (found[n] for n in ("two_partitions", "two_replicas_through_ps"))
-    reached, below = f"seconds_to_{accuracy}_accuracy", f"below_{accuracy}_accuracy_at_s"
-    if partitions[reached] is None or replicas[reached] is None:
-        return None
-    if partitions[reached] <= replicas[below]:
-        return True
-    if replicas[reached] <= partitions[below]:
-        return False
-    return None
 
 
 def measure_in_flight(args, partitioned_runs: dict) -> list[dict]:
@@ -616,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
             "wide_epochs": args.wide_epochs,
             "wide_examples": args.wide_examples,
             "wide_units": args.wide_units,
+            "wide_in_flight": args.wide_in_flight,
+            "wide_repeats": args.wide_repeats,
+            "wide_data": args.wide_data,
             "sweep_factor": args.sweep_factor,
             "quick": args.quick,
             "repeats": args.repeats,
@@ -626,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(),
     }
     emit_record(stamp(record, __file__, argv, started), args.out)
-    if args.plot:
+    if args.plot and rows:
         plot_fig10(record, args.plot)
     return 0
 

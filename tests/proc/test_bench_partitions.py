@@ -71,12 +71,14 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     assert record["learned_floor"] == record["settings"]["learned_floor"] == 0.5
     assert record["targets"]["not_learned"] == []  # no row of the quick run reaches 100 M
 
-    wide = record["wide"]
+    assert record["wide"]["repeats"] == len(record["wide"]["races"]) == 1  # --quick: one race
+    wide = record["wide"]["races"][0]
     assert set(wide["runs"]) == {"two_partitions", "two_replicas_through_ps"}
+    assert wide["runs"]["two_partitions"]["in_flight"] == 1  # train.in_flight's default
     assert wide["common_accuracy"] == min(max(r["test_accuracy"]) for r in wide["runs"].values())
     for run in wide["runs"].values():  # each run evaluated after each of its 3 short epochs
         curve = run["curve"]
-        assert run["examples_per_s"] > 0 and len(curve) == wide["epochs"] == 3
+        assert run["examples_per_s"] > 0 and len(curve) == record["wide"]["epochs"] == 3
         assert [p["examples"] for p in curve] == [100, 200, 300]
         assert 0 < curve[0]["train_s"] < curve[1]["train_s"] < curve[2]["train_s"]
         # charged its first point at the common accuracy, the point before it still below
@@ -84,7 +86,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
         assert run["seconds_to_common_accuracy"] == first["train_s"]
         earlier = [p["train_s"] for p in curve if p["train_s"] < first["train_s"]]
         assert run["below_common_accuracy_at_s"] == (earlier[-1] if earlier else 0.0)
-    assert "partitions_faster" in wide
+    assert record["wide"]["partitions_faster"] == wide["partitions_faster"]  # one race: its own
     assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
     # the sweep's run at the rows' in flight on the first size is that row's run, not a new one
     assert record["in_flight_sweep"][0]["examples_per_s"] == two[1]["examples_per_s"]
