@@ -40,30 +40,38 @@ control) of at least 100 million connections did not learn (``targets.not_learne
 fully connected 784-4096-4096-10 model (``--wide-units``) trained by 2 partitions (``hogwild train
 --partitions 2``) and by 2 data-parallel replicas through one parameter server (``hogwild cluster
 --replicas 2 --workers-per-replica 1 --ps 1``), each for ``--wide-epochs`` short epochs over the
-same ``--wide-examples`` examples, at a constant learning rate: the 2 partitions with
-``--wide-in-flight`` examples in flight (default: ``train.in_flight``'s default, one) at the paper
-job's rate divided by them, the replicas at the paper job's rate (with one in flight: the same
-rule and the same rate; each run's ``lr`` and ``in_flight`` are in its entry). The epochs are
-evaluation points (and a reshuffle) and nothing else: each run's test accuracy after every epoch
-(on ``--wide-data``'s test set, default ``--data``'s) gives its learning curve (``curve``: the
-examples and the training seconds so far, evaluation and start-up excluded, and the accuracy
-there). ``--wide-repeats`` races (default 3) run, the two contenders taking turns to start
-first; ``wide.races`` holds each. In a race, the *common accuracy* is the lower of the two runs'
-best; ``seconds_to_common_accuracy`` is the training seconds at a run's first point at or above
-it, and ``below_common_accuracy_at_s`` those at its point before (it crossed in between; 0.0 for
-the first point). A race's ``partitions_faster`` is true when the partitions had the common
+same ``--wide-examples`` examples, at a constant learning rate, each as its job trains by default:
+the 2 partitions per-example SGD at the paper job's rate divided by their ``--wide-in-flight``
+examples in flight (default: ``train.in_flight``'s default, one: the paper job's rate), the replicas
+as ``hogwild cluster`` trains 2 replicas (Downpour: each worker's per-example SGD at the paper job's
+rate on its copy, the deltas pushed and the model fetched at the store's cadence, the servers
+applying them by their own rule: Adagrad at its rate). Each run's entry says what it trained with
+(``trained_as``: from its metrics' start record). The epochs are evaluation points (and a reshuffle)
+and nothing else: each run's test accuracy after every epoch (on ``--wide-data``'s test set, default
+``--data``'s) gives its learning curve (``curve``: the examples and the training seconds so far,
+evaluation and start-up excluded, and the accuracy there). ``--wide-repeats`` races (default 4) run,
+each at its own seed (``--wide-seed``, then +1 and so on; both contenders of a race at the same
+one), who runs first going A B B A (``bench.support.wide_race.race_order``: over four races each
+starts first twice, so a steady drift of the host's speed moves both alike); ``wide.races`` holds
+each, with its ``seed`` and who ran ``first``. In a race, the *common accuracy* is the lower of the
+two runs' best; ``seconds_to_common_accuracy`` is the training seconds at a run's first point at or
+above it, and ``below_common_accuracy_at_s`` those at its point before (it crossed in between; 0.0
+for the first point). A race's ``partitions_faster`` is true when the partitions had the common
 accuracy at a point before the replicas' last point below it, false the other way round, and null
-when the two intervals overlap. The common accuracy is the top of the lower run's plateau, where
-a point's noise decides which run touched it first, so the same comparison at 99 % of it
+when the two intervals overlap. The common accuracy is the top of the lower run's plateau, where a
+point's noise decides which run touched it first, so the same comparison at 99 % of it
 (``near_accuracy``; ``seconds_to_near_accuracy``, ``below_near_accuracy_at_s``) is
 ``partitions_faster_to_near``. ``wide.partitions_faster`` (the target) and
-``wide.partitions_faster_to_near`` are the majority of the races' verdicts (null without one), and
-``wide.median_seconds_to_common_accuracy`` (and ``_near_``) each contender's median over the
-races. The replicas' driver evaluates between epochs while they wait (``cluster.evaluate=between``),
-not beside their training, as the partitioned job's leader does; both pull or gather the model for
-it outside the training seconds. What starting an epoch costs each contender (portions handed
-out, examples loaded) is inside them, so very many, very short epochs would charge it more often.
-``--factors= --sweep=`` (both empty) runs the wide races alone.
+``wide.partitions_faster_to_near`` are the verdicts of more than half of all the races (null without
+one; an undecided race counts against both), ``wide.tally`` (``tally_to_near``) how the races split,
+and ``wide.replicas_over_partitions_seconds`` (``..._to_near``) each race's paired ratio, the
+replicas' seconds to the race's level over the partitions' (above 1: the partitions first), with
+their ``median_ratio`` (``median_ratio_to_near``). The replicas' driver evaluates between epochs
+while they wait (``cluster.evaluate=between``), not beside their training, as the partitioned job's
+leader does; both pull or gather the model for it outside the training seconds. What starting an
+epoch costs each contender (portions handed out, examples loaded) is inside them, so very many, very
+short epochs would charge it more often. ``--factors= --sweep=`` (both empty) runs the wide races
+alone (no size rows: ``targets.met`` is then false, and there is no figure to plot).
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
 ``train.in_flight`` of the list (the run of a size's row, where it is the same, is not made again);
@@ -104,6 +112,8 @@ from bench.support.wide_race import (
     epochs_of,
     learning_curve,
     race,
+    race_order,
+    trained_as,
     verdict,
     wide_layers,
 )
@@ -165,9 +175,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--wide-repeats",
         type=int,
-        default=3,
-        help="races of the wide model, the contenders taking turns to run first; the verdict "
-        "is the majority's",
+        default=None,
+        help="races of the wide model (default 4; --quick: 1), each at its own seed, who runs "
+        "first going A B B A; the verdict is the majority's",
+    )
+    parser.add_argument(
+        "--wide-seed", type=int, default=1, help="the first wide race's seed (the next: +1, ...)"
     )
     parser.add_argument(
         "--wide-data", help="MNIST idx directory of the wide model's races; default: --data"
@@ -196,11 +209,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.factors, args.examples = list(QUICK_FACTORS), 100
         args.wide_epochs, args.wide_examples, args.wide_units = 3, 100, 64
-        args.wide_repeats = 1
+        args.wide_repeats = 1 if args.wide_repeats is None else args.wide_repeats
         # the size rows' in flight on the first size: the sweep takes that row's run
         args.sweep, args.sweep_factor = str(args.in_flight), 1
-    if args.repeats < 1 or args.wide_repeats < 1 or args.wide_in_flight < 1:
-        parser.error("--repeats, --wide-repeats and --wide-in-flight must be at least 1")
+    args.wide_repeats = 4 if args.wide_repeats is None else args.wide_repeats
+    if min(args.repeats, args.wide_repeats, args.wide_in_flight, args.in_flight) < 1:
+        parser.error(
+            "--repeats, --wide-repeats, --in-flight and --wide-in-flight must be at least 1"
+        )
+    if args.wide_epochs < 0 or args.wide_examples < 1:
+        parser.error("--wide-epochs must be at least 0 and --wide-examples at least 1")
     args.sweep = [int(n) for n in args.sweep.split(",") if n]
     if any(n < 1 for n in args.sweep):
         parser.error("--sweep must list positive integers")
@@ -413,17 +431,19 @@ def measure_wide(args, folder: Path) -> dict:
     contenders = wide_runs(args)
     races = []
     for repeat in range(args.wide_repeats):
-        names = list(contenders) if repeat % 2 == 0 else list(reversed(contenders))
+        seed = args.wide_seed + repeat  # both contenders of a race: the same seed
         found = {}
-        for name in names:
+        for name in race_order(repeat):
             run = contenders[name]
             metrics = folder / f"wide-{name}-{repeat}.jsonl"
             command = [sys.executable, "-m", "hogwild.cli", *run["head"], *common, *run["tail"]]
-            summary = run_jobs(args, [[*command, "--metrics", str(metrics)]])[0]
+            command += ["--seed", str(seed), "--metrics", str(metrics)]
+            summary = run_jobs(args, [command])[0]
             curve = learning_curve(epochs_of(metrics))
             found[name] = {
                 "lr": run["lr"],
                 "in_flight": run["in_flight"],
+                "trained_as": trained_as(metrics),
                 "examples_per_s": summary["examples_per_s"],
                 "curve": curve,
                 "test_accuracy": [p["test_accuracy"] for p in curve],
@@ -432,7 +452,13 @@ def measure_wide(args, folder: Path) -> dict:
                 f"wide race {repeat + 1} {name}: {summary['examples_per_s']:.1f} examples/s, "
                 f"accuracy {found[name]['test_accuracy']}"
             )
-        races.append(race({n: found[n] for n in contenders}))
+        races.append(
+            {
+                "seed": seed,
+                "first": race_order(repeat)[0],
+                **race({n: found[n] for n in contenders}),
+            }
+        )
         _log(
             f"wide race {repeat + 1}: partitions faster to {races[-1]['common_accuracy']}: "
             f"{races[-1]['partitions_faster']}, to 99 % of it: "
@@ -455,8 +481,9 @@ def wide_runs(args) -> dict[str, dict]:
     flight (default: ``train.in_flight``'s default, one) at the rate the 2-partition rows would
     have with as many (:func:`partitioned`: lr / examples in flight unless
     ``--no-lr-over-in-flight``; with one in flight the paper job's); each replica is one worker's
-    per-example SGD at the paper job's rate (None in flight: not a partitioned run; the
-    staleness the server adds between the two is not scaled for)."""
+    per-example SGD at the paper job's rate on its copy (None in flight: not a partitioned run),
+    through ``hogwild cluster``'s servers, which apply the pushed deltas by their own rule (the
+    run's ``trained_as`` records it)."""
     return {
         PARTITIONS: {
             "head": ["train", "--subset", str(args.wide_examples)],
@@ -601,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
             "wide_units": args.wide_units,
             "wide_in_flight": args.wide_in_flight,
             "wide_repeats": args.wide_repeats,
+            "wide_seed": args.wide_seed,
             "wide_data": args.wide_data,
             "sweep_factor": args.sweep_factor,
             "quick": args.quick,
@@ -614,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
     emit_record(stamp(record, __file__, argv, started), args.out)
     if args.plot and rows:
         plot_fig10(record, args.plot)
+    elif args.plot:
+        _log(f"no size rows (--factors is empty): {args.plot} not drawn")
     return 0
 
 

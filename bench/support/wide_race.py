@@ -6,8 +6,9 @@ trains short epochs, each evaluated, so its learning curve is the test accuracy 
 seconds so far. This module holds what the race decides from those curves, with no process of its
 own: the curve, when a run first reached an accuracy (an interval: between the evaluated point
 before and the first at or above it), who was first at the accuracy both reach and at 99 % of it
-(where a plateau's noise no longer decides), and the verdict over repeated races (the majority of
-their verdicts: the median race's).
+(where a plateau's noise decides less often), the order in which repeated races run, what each
+run trained with, and the verdict over the races (the majority, the tally, and the paired ratios
+of the seconds each took).
 """
 
 from __future__ import annotations
@@ -101,31 +102,78 @@ def race(found: dict[str, dict]) -> dict:
     }
 
 
+def race_order(repeat: int) -> tuple[str, str]:
+    """Who runs first in race ``repeat`` (0-based): partitions, replicas, replicas, partitions,
+    and again (A B B A), so that over every four races each contender starts first twice and
+    each position's mean time in the sequence is the same: a host whose speed drifts steadily
+    over the races moves both alike."""
+    return (PARTITIONS, REPLICAS) if repeat % 4 in (0, 3) else (REPLICAS, PARTITIONS)
+
+
 def majority(verdicts: list[bool | None]) -> bool | None:
-    """The verdict of more than half the races (None when neither side has more than half:
-    with an odd count of decided races, the median race's)."""
+    """The verdict of more than half of all the races, undecided ones (None) counted among them:
+    None when neither side has more than half."""
     for side in (True, False):
         if sum(v is side for v in verdicts) * 2 > len(verdicts):
             return side
     return None
 
 
-def median_seconds(races: list[dict], accuracy: str) -> dict[str, float | None]:
-    """Per contender, the median (the lower middle of an even count) over the races of its
-    seconds to each race's own common (or near) accuracy; None when it missed it in any race."""
-    found = {}
-    for name in (PARTITIONS, REPLICAS):
-        seconds = [r["runs"][name][f"seconds_to_{accuracy}_accuracy"] for r in races]
-        found[name] = None if None in seconds else statistics.median_low(seconds)
-    return found
+def tally(verdicts: list[bool | None]) -> dict[str, int]:
+    """How the races' verdicts split: partitions first, replicas first, undecided."""
+    return {
+        "partitions": sum(v is True for v in verdicts),
+        "replicas": sum(v is False for v in verdicts),
+        "undecided": sum(v is None for v in verdicts),
+    }
+
+
+def paired_ratios(races: list[dict], accuracy: str) -> list[float]:
+    """Per race, the replicas' seconds to that race's common (or near) accuracy over the
+    partitions' (above 1: the partitions got there first): both runs of a race are timed to the
+    same level. Each run reaches both levels (each is at most its best), so every race gives a
+    ratio."""
+    key = f"seconds_to_{accuracy}_accuracy"
+    return [r["runs"][REPLICAS][key] / r["runs"][PARTITIONS][key] for r in races]
 
 
 def verdict(races: list[dict]) -> dict:
-    """Repeated races' summary: the majority verdicts at the common accuracy (the target) and at
-    99 % of it, and each contender's median seconds to each."""
-    return {
-        "partitions_faster": majority([r["partitions_faster"] for r in races]),
-        "partitions_faster_to_near": majority([r["partitions_faster_to_near"] for r in races]),
-        "median_seconds_to_common_accuracy": median_seconds(races, "common"),
-        "median_seconds_to_near_accuracy": median_seconds(races, "near"),
+    """Repeated races' summary: at the common accuracy (the target) and at 99 % of it, the
+    majority verdict, the tally, and the paired ratios of seconds with their median (the lower
+    middle of an even count)."""
+    found = {}
+    for accuracy, suffix in (("common", ""), ("near", "_to_near")):
+        verdicts = [r[f"partitions_faster{suffix}"] for r in races]
+        ratios = paired_ratios(races, accuracy)
+        found[f"partitions_faster{suffix}"] = majority(verdicts)
+        found[f"tally{suffix}"] = tally(verdicts)
+        found[f"replicas_over_partitions_seconds{suffix}"] = ratios
+        found[f"median_ratio{suffix}"] = statistics.median_low(ratios)
+    return found
+
+
+def trained_as(metrics: Path) -> dict:
+    """What a run trained with, from its metrics' start record: the seed, the rule and rate of
+    its own steps, and for a cluster job the servers' rule and rate and the replicas' push and
+    fetch cadences (Downpour's servers apply the pushed deltas by their own rule)."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    start = next((r for r in records if r.get("event") == "start"), None)
+    if start is None:
+        raise RuntimeError(f"{metrics} has no start record")
+    config = start["config"]
+    found = {
+        "seed": config["train"]["seed"],
+        "rule": config["optim"]["rule"],
+        "lr": config["optim"]["lr"],
     }
+    if "optimizer" in start:  # a cluster job
+        found.update(
+            {
+                "framework": start["framework"],
+                "server_rule": config["ps"]["rule"],
+                "server_lr": config["ps"]["lr"],
+                "n_push": start.get("n_push"),
+                "n_fetch": start.get("n_fetch"),
+            }
+        )
+    return found

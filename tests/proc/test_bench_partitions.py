@@ -3,7 +3,8 @@ and plot, not speed.
 
 The quick run trains the smallest size of the MNIST model (a larger size runs the same code) with 1
 and 2 partitions and the control (two independent processes), the tiny wide fully connected model
-with 2 partitions and with 2 replicas through one parameter server; its sweep of examples in flight
+with 2 partitions and with 2 replicas through one parameter server, in two races (the A B B A
+order's first two, each at its own seed); its sweep of examples in flight
 is 1, the size rows' own, whose run it takes from the first size's row, and a size's 1-partition
 row is its control's first run (the same command). Checks: every field is present, rates are
 positive, the connections are the plan's and grow with the size, the bytes crossing are the plan's,
@@ -35,6 +36,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out, plot = tmp_path / "fig10.json", tmp_path / "fig10.png"
     command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--data", str(data)]
+    command += ["--wide-repeats", "2", "--wide-seed", "5"]
     command += ["--out", str(out), "--plot", str(plot)]
     record = run_bench(command, out, timeout=600, cwd=repo_root)
     assert plot.stat().st_size > 1000
@@ -71,10 +73,33 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     assert record["learned_floor"] == record["settings"]["learned_floor"] == 0.5
     assert record["targets"]["not_learned"] == []  # no row of the quick run reaches 100 M
 
-    assert record["wide"]["repeats"] == len(record["wide"]["races"]) == 1  # --quick: one race
-    wide = record["wide"]["races"][0]
-    assert set(wide["runs"]) == {"two_partitions", "two_replicas_through_ps"}
-    assert wide["runs"]["two_partitions"]["in_flight"] == 1  # train.in_flight's default
+    races = record["wide"]["races"]
+    assert record["wide"]["repeats"] == record["settings"]["wide_repeats"] == len(races) == 2
+    # A B B A: the partitions first, then the replicas; each race at its own seed, both its runs
+    assert [r["first"] for r in races] == ["two_partitions", "two_replicas_through_ps"]
+    assert [r["seed"] for r in races] == [5, 6]
+    for race in races:
+        for run in race["runs"].values():
+            assert run["trained_as"]["seed"] == race["seed"]
+    for race in races:
+        partitions = race["runs"]["two_partitions"]
+        replicas = race["runs"]["two_replicas_through_ps"]
+        default = load_config(None).train.in_flight
+        assert partitions["in_flight"] == record["settings"]["wide_in_flight"] == default
+        assert partitions["trained_as"]["rule"] == "sgd" and "server_rule" not in partitions
+        assert partitions["trained_as"]["lr"] == partitions["lr"]
+        # the replicas' servers apply the pushed deltas by their own rule, as the job resolves it
+        assert replicas["trained_as"]["framework"] == "downpour"
+        assert replicas["trained_as"]["server_rule"] in ("sgd", "adagrad")
+        assert replicas["trained_as"]["n_push"] >= 1 and replicas["trained_as"]["n_fetch"] >= 1
+    ratios = record["wide"]["replicas_over_partitions_seconds"]
+    assert ratios == [
+        r["runs"]["two_replicas_through_ps"]["seconds_to_common_accuracy"]
+        / r["runs"]["two_partitions"]["seconds_to_common_accuracy"]
+        for r in races
+    ]
+    assert sum(record["wide"]["tally"].values()) == 2
+    wide = races[0]
     assert wide["common_accuracy"] == min(max(r["test_accuracy"]) for r in wide["runs"].values())
     for run in wide["runs"].values():  # each run evaluated after each of its 3 short epochs
         curve = run["curve"]
@@ -86,7 +111,9 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
         assert run["seconds_to_common_accuracy"] == first["train_s"]
         earlier = [p["train_s"] for p in curve if p["train_s"] < first["train_s"]]
         assert run["below_common_accuracy_at_s"] == (earlier[-1] if earlier else 0.0)
-    assert record["wide"]["partitions_faster"] == wide["partitions_faster"]  # one race: its own
+    verdicts = [r["partitions_faster"] for r in races]  # of two races: both must agree
+    expected = verdicts[0] if verdicts[0] == verdicts[1] and verdicts[0] is not None else None
+    assert record["wide"]["partitions_faster"] == expected
     assert [r["in_flight"] for r in record["in_flight_sweep"]] == [1]
     # the sweep's run at the rows' in flight on the first size is that row's run, not a new one
     assert record["in_flight_sweep"][0]["examples_per_s"] == two[1]["examples_per_s"]

@@ -6,11 +6,15 @@ crossed do not overlap the wrong way; repeated races decide by their majority.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.figures import adam_fig10_partitions as fig10
 from bench.support import wide_race
+from bench.support.paper_job import PAPER_OVERRIDES
 from bench.support.wide_race import PARTITIONS, REPLICAS
+from hogwild.config import load_config
 
 
 def epochs(*points: tuple[float, float]) -> list[dict]:
@@ -69,12 +73,13 @@ def test_the_wide_runs_default_to_many_short_epochs_and_a_quick_run_has_several(
     assert quick.wide_epochs >= 3
 
 
-def test_the_wide_partitions_train_with_the_default_in_flight_at_the_replicas_rate():
-    """By default the race is fair: one in flight, the same rule and rate as the replicas."""
+def test_the_wide_partitions_train_with_the_default_in_flight_at_the_paper_jobs_rate():
     runs = fig10.wide_runs(fig10.parse_args([]))
-    assert runs[PARTITIONS]["in_flight"] == 1 and runs[PARTITIONS]["lr"] == 0.003
-    assert runs[REPLICAS]["lr"] == 0.003 and runs[REPLICAS]["in_flight"] is None
-    assert "--train.in_flight=1" in runs[PARTITIONS]["tail"]
+    default = load_config(None).train.in_flight
+    assert runs[PARTITIONS]["in_flight"] == default
+    assert runs[PARTITIONS]["lr"] == PAPER_OVERRIDES["optim.lr"] / default
+    assert f"--train.in_flight={default}" in runs[PARTITIONS]["tail"]
+    assert runs[REPLICAS]["in_flight"] is None  # not a partitioned run
 
 
 def test_the_wide_partitions_in_flight_are_their_own_and_scale_the_rate_as_the_rows_do():
@@ -94,12 +99,17 @@ def test_the_wide_races_alone_and_what_is_refused(capsys):
     assert alone.factors == [] and alone.sweep == [] and alone.wide_data == "/somewhere"
     assert fig10.parse_args(["--data", "/d"]).wide_data == "/d"
     assert (
-        fig10.parse_args([]).wide_repeats == 3 and fig10.parse_args(["--quick"]).wide_repeats == 1
+        fig10.parse_args([]).wide_repeats == 4 and fig10.parse_args(["--quick"]).wide_repeats == 1
     )
-    for bad in (["--wide-repeats", "0"], ["--wide-in-flight", "0"]):
+    assert fig10.parse_args(["--quick", "--wide-repeats", "2"]).wide_repeats == 2
+    for bad in (["--wide-repeats", "0"], ["--wide-in-flight", "0"], ["--in-flight", "0"]):
         with pytest.raises(SystemExit):
             fig10.parse_args(bad)
         assert "must be at least 1" in capsys.readouterr().err
+    for bad in (["--wide-epochs", "-1"], ["--wide-examples", "0"]):
+        with pytest.raises(SystemExit):
+            fig10.parse_args(bad)
+        assert "--wide-epochs must be at least 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         fig10.parse_args(["--factors=", "--sweep=", "--wide-epochs", "0"])
     assert "nothing to measure" in capsys.readouterr().err
@@ -140,18 +150,51 @@ def test_a_race_takes_the_lower_best_and_times_both_runs_to_it_and_to_99_percent
     assert result["partitions_faster"] is True and result["partitions_faster_to_near"] is True
 
 
-def test_repeated_races_decide_by_their_majority_and_report_median_seconds():
+def test_repeated_races_decide_by_a_majority_of_all_races_with_the_tally_and_paired_ratios():
     assert wide_race.majority([True, False, True]) is True
     assert wide_race.majority([False, None, False]) is False
     assert wide_race.majority([True, None, False]) is None  # no side has more than half
+    assert wide_race.majority([True, None, None]) is None  # undecided races count against both
     assert wide_race.majority([True, False]) is None
+    assert wide_race.majority([True, True, True, False]) is True
+    assert wide_race.tally([True, None, False, True]) == {
+        "partitions": 2,
+        "replicas": 1,
+        "undecided": 1,
+    }
     ahead = {PARTITIONS: curve_run(0.9, 0.95), REPLICAS: curve_run(0.5, 0.7, 0.95)}
     behind = {PARTITIONS: curve_run(0.5, 0.7, 0.8, 0.95), REPLICAS: curve_run(0.9, 0.95)}
     races = [wide_race.race(r) for r in (ahead, behind, {k: dict(v) for k, v in ahead.items()})]
     summary = wide_race.verdict(races)
     assert summary["partitions_faster"] is True and summary["partitions_faster_to_near"] is True
-    # the partitions' seconds to each race's common accuracy: 20, 40, 20; the replicas' 30, 20, 30
-    assert summary["median_seconds_to_common_accuracy"] == {
-        PARTITIONS: pytest.approx(20.0),
-        REPLICAS: pytest.approx(30.0),
+    assert summary["tally"] == {"partitions": 2, "replicas": 1, "undecided": 0}
+    # each race's replicas' seconds to its common accuracy (0.95) over the partitions': 30 / 20,
+    # 20 / 40, 30 / 20; their median
+    assert summary["replicas_over_partitions_seconds"] == pytest.approx([1.5, 0.5, 1.5])
+    assert summary["median_ratio"] == pytest.approx(1.5)
+
+
+def test_the_races_run_in_a_b_b_a_order():
+    firsts = [wide_race.race_order(r)[0] for r in range(8)]
+    assert firsts == [PARTITIONS, REPLICAS, REPLICAS, PARTITIONS] * 2
+    assert all(set(wide_race.race_order(r)) == {PARTITIONS, REPLICAS} for r in range(8))
+    # over four races, each contender's mean position in the sequence of eight runs is the same
+    positions = {PARTITIONS: [], REPLICAS: []}
+    for r in range(4):
+        for i, name in enumerate(wide_race.race_order(r)):
+            positions[name].append(2 * r + i)
+    assert sum(positions[PARTITIONS]) == sum(positions[REPLICAS])
+
+
+def test_what_a_run_trained_with_comes_from_its_start_record(tmp_path):
+    config = load_config(None).to_dict()
+    metrics = tmp_path / "run.jsonl"
+    metrics.write_text(json.dumps({"event": "start", "config": config}) + "\n")
+    assert wide_race.trained_as(metrics) == {
+        "seed": config["train"]["seed"],
+        "rule": config["optim"]["rule"],
+        "lr": config["optim"]["lr"],
     }
+    metrics.write_text(json.dumps({"event": "epoch"}) + "\n")
+    with pytest.raises(RuntimeError, match="no start record"):
+        wide_race.trained_as(metrics)
