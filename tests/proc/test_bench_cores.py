@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from hogwild import cli
+from hogwild import cli_commands
 from tests.bench_runs import small_mnist
 from tests.cli_in_process import hogwild_cli
 
@@ -120,7 +120,7 @@ def test_plot_draws_fig8(tmp_path, repo_root, monkeypatch):
 
 
 def test_bench_without_source_tree_is_a_clear_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "bench_dir", lambda: tmp_path / "bench")
+    monkeypatch.setattr(cli_commands, "bench_dir", lambda: tmp_path / "bench")
     code, _, error = hogwild_cli(capsys, "bench", "cores", "--workers", "1")
     assert code == 2
     assert "needs the source tree" in error and str(tmp_path / "bench") in error

@@ -12,6 +12,8 @@ import sys
 import pytest
 
 import hogwild.cli as cli
+from hogwild.cli_commands import resolve_job
+from hogwild.cli_parser import OVERRIDE, build_parser, split_overrides
 from hogwild.config import OptimConfig, default_config_path, load_config
 from hogwild.config.toml_text import config_to_toml
 from hogwild.errors import ConfigError
@@ -19,11 +21,11 @@ from hogwild.errors import ConfigError
 
 def resolved(*argv: str):
     """The config ``hogwild ARGV`` would run (train or cluster), and the parsed arguments."""
-    parser = cli._parser()
-    given = [a for a in argv if cli._OVERRIDE.match(a)]
-    args, extra = parser.parse_known_args([a for a in argv if not cli._OVERRIDE.match(a)])
-    overrides = cli._split_overrides(extra + given, parser)
-    return cli._resolve(args, overrides, args.command), args
+    parser = build_parser()
+    given = [a for a in argv if OVERRIDE.match(a)]
+    args, extra = parser.parse_known_args([a for a in argv if not OVERRIDE.match(a)])
+    overrides = split_overrides(extra + given, parser)
+    return resolve_job(args, overrides, args.command), args
 
 
 def test_batch_size_and_its_old_spelling_set_the_same_key():
@@ -74,7 +76,7 @@ def test_cluster_workers_no_longer_abbreviates_workers_per_replica():
     config, _ = resolved("cluster", "--workers", "5")
     assert config.cluster.workers_per_replica == 5  # what the user typed, not a prefix match
     with pytest.raises(SystemExit):
-        cli._parser().parse_args(["cluster", "--workers-per", "5"])
+        build_parser().parse_args(["cluster", "--workers-per", "5"])
 
 
 def test_version(capsys):
@@ -102,7 +104,7 @@ def test_cluster_help_does_not_list_the_internal_replica_command(capsys):
     out = capsys.readouterr().out
     assert "{status}" in out and "{status," not in out
     assert not [line for line in out.splitlines() if line.strip().startswith("replica ")]
-    args = cli._parser().parse_args(["cluster", "replica", "--index", "1"])  # still parses
+    args = build_parser().parse_args(["cluster", "replica", "--index", "1"])  # still parses
     assert (args.cluster_command, args.index) == ("replica", 1)
 
 

@@ -23,7 +23,7 @@ def test_an_override_with_spaces_reaches_the_command(monkeypatch, command):
         seen.update(overrides)
         return 0
 
-    monkeypatch.setattr(cli, f"_{command}", record)
+    monkeypatch.setattr(cli, f"{command}_command", record)
     argv = [command, "--epochs", "1", f"--model.layers={LAYERS}", "--optim.lr=0.01"]
     assert cli._dispatch(argv) == 0
     assert seen == {"model.layers": LAYERS, "optim.lr": "0.01"}

@@ -71,7 +71,7 @@ def _package(module: str) -> str | None:
 
 
 def test_the_import_reader_sees_imports_inside_functions():
-    assert "hogwild.data.plan" in {target for target, _ in _imports("hogwild.cli")}
+    assert "hogwild.data.plan" in {target for target, _ in _imports("hogwild.cli_commands")}
     assert "hogwild.optim.interval" in {target for target, _ in _imports("hogwild.training.worker")}
 
 

@@ -53,8 +53,8 @@ def test_an_unknown_level_is_refused(level):
 
 
 def test_the_cli_flag_takes_only_known_levels(capsys):
-    import hogwild.cli as cli
+    from hogwild.cli_parser import build_parser
 
     with pytest.raises(SystemExit):
-        cli._parser().parse_args(["cluster", "--log-level", "loud"])
+        build_parser().parse_args(["cluster", "--log-level", "loud"])
     assert "--log-level" in capsys.readouterr().err
