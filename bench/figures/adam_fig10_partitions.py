@@ -564,38 +564,6 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def plot_fig10(record: dict, path: str) -> None:
-    from bench.support.plot import pyplot, save
-
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 4))
-    rows = record["results"]
-    for partitions, style in ((1, "o-"), (2, "s-")):
-        mine = sorted(
-            (r for r in rows if r["partitions"] == partitions), key=lambda r: r["connections"]
-        )
-        axis.plot(
-            [r["connections"] for r in mine],
-            [r["connections_per_s"] for r in mine],
-            style,
-            label=f"{partitions} partition{'s' if partitions > 1 else ''}",
-        )
-    control = sorted((r for r in rows if r["partitions"] == 1), key=lambda r: r["connections"])
-    axis.plot(
-        [r["connections"] for r in control],
-        [r["control_examples_per_s"] * r["connections"] for r in control],
-        "k--",
-        label="control: 2 independent processes",
-    )
-    axis.set_xscale("log")
-    axis.set_yscale("log")
-    axis.set_xlabel("model size (connections)")
-    axis.set_ylabel("connections per second")
-    axis.set_title("Adam Fig. 10: model partitions on this machine")
-    axis.legend()
-    save(figure, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -641,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     emit_record(stamp(record, __file__, argv, started), args.out)
     if args.plot and rows:
+        from bench.support.plot_adam_fig10 import plot_fig10
+
         plot_fig10(record, args.plot)
     elif args.plot:
         _log(f"no size rows (--factors is empty): {args.plot} not drawn")
