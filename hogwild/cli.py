@@ -2,10 +2,10 @@
 one line and an exit status.
 
 The commands are ``train``, ``cluster``, ``eval``, ``data``, ``info``, ``config``, ``plot``,
-``shm`` and ``bench``; plugins add theirs (``ps``). Their grammar is :mod:`hogwild.cli_parser`
-(the flags shared by ``train`` and ``cluster``: :mod:`hogwild.cli_flags`), what each does
-:mod:`hogwild.cli_commands`, and ``hogwild data ingest|preview|info|verify`` (LMDB image caches)
-:mod:`hogwild.data.cli_data`.
+``shm``, ``bench`` and ``partition-host``; plugins add theirs (``ps``). Their grammar is
+:mod:`hogwild.cli_parser` (the flags shared by ``train`` and ``cluster``: :mod:`hogwild.cli_flags`),
+what each does :mod:`hogwild.cli_commands`, and ``hogwild data ingest|preview|info|verify`` (LMDB
+image caches) :mod:`hogwild.data.cli_data`.
 
 Every failure a user can cause is a :class:`~hogwild.errors.HogwildError`; the CLI prints its
 message on one line and exits with status 2 (1 for a worker that died, 4 for a parameter server

@@ -1,7 +1,7 @@
 """What each ``hogwild`` command does, once its command line parsed: train a job (in worker
 processes, or partitioned), run a cluster job or one of its roles, evaluate a checkpoint, show a
-config, plot runs, print the machine and a job's plan, list or sweep shared memory, and run a
-benchmark script of the source tree.
+config, plot runs, print the machine and a job's plan, list or sweep shared memory, run a
+benchmark script of the source tree, and run this host's partitions of a partitioned replica.
 
 Each is a function of the parsed arguments (and the ``--section.key=value`` overrides) that returns
 the exit status; :mod:`hogwild.cli` dispatches to them and turns their errors into one line and a
@@ -16,20 +16,25 @@ remaining arguments to its ``main``.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hogwild.errors import HogwildError
+
+if TYPE_CHECKING:
+    from hogwild.config import Config
 
 BENCHMARK_SCRIPTS = {"cores": "adam_fig8_cores"}  # a benchmark's name -> its bench/figures/ file
 program = False  # whether hogwild is this process's program (hogwild.cli.run), not a script
 
 
-def resolve_job(args, overrides: dict[str, str], command: str):
+def resolve_job(args: argparse.Namespace, overrides: dict[str, str], command: str) -> Config:
     """The job: ``--config`` (or the bundled job), then the flags, then the overrides."""
     from hogwild.cli_flags import apply_flags, flag_overrides
     from hogwild.config import load_config
@@ -42,7 +47,8 @@ def resolve_job(args, overrides: dict[str, str], command: str):
     return apply_flags(load_config(args.config), flags, overrides)
 
 
-def train_command(args, overrides: dict[str, str]) -> int:
+def train_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """``hogwild train``: one job (in worker processes, or partitioned); prints its summary."""
     from hogwild.training.api import train
 
     _configure_logging(args)
@@ -103,7 +109,9 @@ def _configure_logging(args) -> None:
     configure_logging(getattr(args, "log_level", None) or "info")
 
 
-def cluster_command(args, overrides: dict[str, str]) -> int:
+def cluster_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """``hogwild cluster``: a cluster job, one of its roles (``replica``, ``member``), or
+    ``status``."""
     if args.cluster_command == "replica":
         from hogwild.cluster.replica import run_replica
 
@@ -135,7 +143,8 @@ def cluster_command(args, overrides: dict[str, str]) -> int:
     return 0
 
 
-def config_show_command(args, overrides: dict[str, str]) -> int:
+def config_show_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """``hogwild config show``: the resolved job as TOML."""
     from hogwild.cli_flags import apply_flags
     from hogwild.config import load_config
     from hogwild.config.toml_text import config_to_toml
@@ -145,7 +154,8 @@ def config_show_command(args, overrides: dict[str, str]) -> int:
     return 0
 
 
-def plot_command(args) -> int:
+def plot_command(args: argparse.Namespace) -> int:
+    """``hogwild plot``: runs' loss and accuracy drawn into one image."""
     from hogwild.training.curves import plot_runs
 
     written = plot_runs(args.runs, args.out)
@@ -153,7 +163,8 @@ def plot_command(args) -> int:
     return 0
 
 
-def eval_command(args) -> int:
+def eval_command(args: argparse.Namespace) -> int:
+    """``hogwild eval``: a checkpoint evaluated on a test set."""
     from hogwild.signals import interrupts_not_lost
     from hogwild.training.api import evaluate
 
@@ -176,7 +187,8 @@ def eval_command(args) -> int:
     return 0
 
 
-def info_command(args, overrides: dict[str, str]) -> int:
+def info_command(args: argparse.Namespace, overrides: dict[str, str]) -> int:
+    """``hogwild info``: the machine, the placement a job would use, its partition plan."""
     from hogwild.config import load_config
     from hogwild.model.network import model_network
     from hogwild.numa.placement import default_worker_count, plan_workers
@@ -211,7 +223,8 @@ def info_command(args, overrides: dict[str, str]) -> int:
     return 0
 
 
-def shm_command(args) -> int:
+def shm_command(args: argparse.Namespace) -> int:
+    """``hogwild shm ls|gc``: hogwild's shared-memory segments, listed or swept."""
     from hogwild.shm.sweeper import format_segments, list_segments, sweep
 
     if args.shm_command == "ls":
@@ -231,6 +244,7 @@ def bench_dir() -> Path:
 
 
 def bench_command(name: str, argv: list[str]) -> int:
+    """``hogwild bench NAME ARGS``: the source tree's figure script for NAME, given ARGS."""
     folder, script = bench_dir(), BENCHMARK_SCRIPTS[name]
     path = folder / "figures" / f"{script}.py"
     if not path.is_file():
@@ -242,3 +256,10 @@ def bench_command(name: str, argv: list[str]) -> int:
         sys.path.insert(0, str(folder.parent))  # spawned children inherit it
     module = importlib.import_module(f"bench.figures.{script}")
     return module.main(argv, prog=f"hogwild bench {name}")
+
+
+def partition_host_command(args: argparse.Namespace) -> int:
+    """``hogwild partition-host``: this host's partitions of a partitioned replica."""
+    from hogwild.partition.follower import run_cli
+
+    return run_cli(args)

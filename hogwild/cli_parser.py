@@ -5,10 +5,12 @@ line that does not parse gets.
 ``data``, ``info``, ``config``, ``plot``, ``shm``, ``bench``, ``partition-host``, and those the
 plugins register under the entry-point group :data:`PLUGIN_COMMANDS`); the flags shared by
 ``train`` and ``cluster``, their hidden old spellings and the errors that name them are in
-:mod:`hogwild.cli_flags`. A config key given as ``--section.key=value`` (:data:`OVERRIDE`) is taken
-out before argparse parses, and an option the command does not have is refused naming it, with a
-suggestion (:func:`refuse_unknown_options`). What each command then does is
-:mod:`hogwild.cli_commands`; :mod:`hogwild.cli` runs them.
+:mod:`hogwild.cli_flags`. A config key given as ``--section.key=value`` matches :data:`OVERRIDE`
+(:func:`hogwild.cli._dispatch` takes those out before argparse parses, and
+:func:`split_overrides` reads them), and an option the command does not have is refused naming
+it, with a suggestion (:func:`refuse_unknown_options`). What each command then does is
+:mod:`hogwild.cli_commands` (``data``'s: :mod:`hogwild.data.cli_data`; a plugin's: the ``run``
+its parser sets); :mod:`hogwild.cli` runs them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from hogwild.cli_commands import partition_host_command
 from hogwild.errors import HogwildError
 
 OVERRIDE = re.compile(r"^--([a-z_]+(?:\.[a-z_0-9]+)+)=(.*)$")
@@ -24,6 +27,7 @@ BENCHMARKS = {"cores": "Adam Fig. 8: training throughput against cores, beside P
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every ``hogwild`` command, the plugins' included."""
     from hogwild.cli_flags import (
         HogwildParser,
         add_train_only_flags,
@@ -190,13 +194,7 @@ def _add_partition_host_command(sub) -> None:
     host.add_argument("--leader-role", default="", metavar="ROLE",
                       help="the leader's role in the job's roster (a cluster job's spread "
                       "replica, e.g. 'replica 0'): the only one it takes a job from")  # fmt: skip
-    host.set_defaults(run=_partition_host)
-
-
-def _partition_host(args) -> int:
-    from hogwild.partition.follower import run_cli
-
-    return run_cli(args)
+    host.set_defaults(run=partition_host_command)
 
 
 def _add_plugin_commands(sub) -> None:
@@ -226,6 +224,8 @@ def _unavailable(name: str, exc: Exception):
 
 
 def split_overrides(extra: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    """The ``--section.key=value`` arguments as ``{key: value}``; anything else is a usage
+    error of ``parser``."""
     overrides = {}
     for arg in extra:
         match = OVERRIDE.match(arg)

@@ -40,38 +40,39 @@ control) of at least 100 million connections did not learn (``targets.not_learne
 fully connected 784-4096-4096-10 model (``--wide-units``) trained by 2 partitions (``hogwild train
 --partitions 2``) and by 2 data-parallel replicas through one parameter server (``hogwild cluster
 --replicas 2 --workers-per-replica 1 --ps 1``), each for ``--wide-epochs`` short epochs over the
-same ``--wide-examples`` examples, at a constant learning rate, each as its job trains by default:
-the 2 partitions per-example SGD at the paper job's rate divided by their ``--wide-in-flight``
-examples in flight (default: ``train.in_flight``'s default, one: the paper job's rate), the replicas
-as ``hogwild cluster`` trains 2 replicas (Downpour: each worker's per-example SGD at the paper job's
-rate on its copy, the deltas pushed and the model fetched at the store's cadence, the servers
-applying them by their own rule: Adagrad at its rate). Each run's entry says what it trained with
-(``trained_as``: from its metrics' start record). The epochs are evaluation points (and a reshuffle)
-and nothing else: each run's test accuracy after every epoch (on ``--wide-data``'s test set, default
-``--data``'s) gives its learning curve (``curve``: the examples and the training seconds so far,
-evaluation and start-up excluded, and the accuracy there). ``--wide-repeats`` races (default 4) run,
-each at its own seed (``--wide-seed``, then +1 and so on; both contenders of a race at the same
-one), who runs first going A B B A (``bench.support.wide_race.race_order``: over four races each
-starts first twice, so a steady drift of the host's speed moves both alike); ``wide.races`` holds
-each, with its ``seed`` and who ran ``first``. In a race, the *common accuracy* is the lower of the
-two runs' best; ``seconds_to_common_accuracy`` is the training seconds at a run's first point at or
-above it, and ``below_common_accuracy_at_s`` those at its point before (it crossed in between; 0.0
-for the first point). A race's ``partitions_faster`` is true when the partitions had the common
-accuracy at a point before the replicas' last point below it, false the other way round, and null
-when the two intervals overlap. The common accuracy is the top of the lower run's plateau, where a
-point's noise decides which run touched it first, so the same comparison at 99 % of it
-(``near_accuracy``; ``seconds_to_near_accuracy``, ``below_near_accuracy_at_s``) is
-``partitions_faster_to_near``. ``wide.partitions_faster`` (the target) and
-``wide.partitions_faster_to_near`` are the verdicts of more than half of all the races (null without
-one; an undecided race counts against both), ``wide.tally`` (``tally_to_near``) how the races split,
-and ``wide.replicas_over_partitions_seconds`` (``..._to_near``) each race's paired ratio, the
-replicas' seconds to the race's level over the partitions' (above 1: the partitions first), with
-their ``median_ratio`` (``median_ratio_to_near``). The replicas' driver evaluates between epochs
-while they wait (``cluster.evaluate=between``), not beside their training, as the partitioned job's
-leader does; both pull or gather the model for it outside the training seconds. What starting an
-epoch costs each contender (portions handed out, examples loaded) is inside them, so very many, very
-short epochs would charge it more often. ``--factors= --sweep=`` (both empty) runs the wide races
-alone (no size rows: ``targets.met`` is then false, and there is no figure to plot).
+same ``--wide-examples`` examples (the race's seed picks them), at a constant learning rate, each as
+its job trains by default: the 2 partitions per-example SGD at the paper job's rate divided by their
+``--wide-in-flight`` examples in flight (default: ``train.in_flight``'s default, one: the paper
+job's rate), the replicas as ``hogwild cluster`` trains 2 replicas (Downpour: each worker's
+per-example SGD at the paper job's rate on its copy, the deltas pushed and the model fetched at the
+store's cadence, the servers applying them by their own rule: Adagrad at its rate). Each run's entry
+says what it trained with (``trained_as``: from its metrics' start record). The epochs are
+evaluation points (and a reshuffle) and nothing else: each run's test accuracy after every epoch (on
+``--wide-data``'s test set, default ``--data``'s) gives its learning curve (``curve``: the examples
+and the training seconds so far, evaluation and start-up excluded, and the accuracy there).
+``--wide-repeats`` races (default 4) run, each at its own seed (``--wide-seed``, then +1 and so on;
+both contenders of a race at the same one), who runs first going A B B A
+(``bench.support.wide_race.race_order``: over four races each starts first twice, so a steady drift
+of the host's speed moves both alike); ``wide.races`` holds each, with its ``seed`` and who ran
+``first``. In a race, the *common accuracy* is the lower of the two runs' best;
+``seconds_to_common_accuracy`` is the training seconds at a run's first point at or above it, and
+``below_common_accuracy_at_s`` those at its point before (it crossed in between; 0.0 for the first
+point). A race's ``partitions_faster`` is true when the partitions had the common accuracy at a
+point before the replicas' last point below it, false the other way round, and null when the two
+intervals overlap. The common accuracy is the top of the lower run's plateau, where a point's noise
+decides which run touched it first, so the same comparison at 99 % of it (``near_accuracy``;
+``seconds_to_near_accuracy``, ``below_near_accuracy_at_s``) is ``partitions_faster_to_near``.
+``wide.partitions_faster`` (the target) and ``wide.partitions_faster_to_near`` are the verdicts of
+more than half of all the races (null without one; an undecided race counts against both),
+``wide.tally`` (``tally_to_near``) how the races split, and
+``wide.replicas_over_partitions_seconds`` (``..._to_near``) each race's paired ratio, the replicas'
+seconds to the race's level over the partitions' (above 1: the partitions first), with their
+``median_ratio`` (``median_ratio_to_near``). The replicas' driver evaluates between epochs while
+they wait (``cluster.evaluate=between``), not beside their training, as the partitioned job's leader
+does; both pull or gather the model for it outside the training seconds. What starting an epoch
+costs each contender (portions handed out, examples loaded) is inside them, so very many, very short
+epochs would charge it more often. ``--factors= --sweep=`` (both empty) runs the wide races alone
+(no size rows: ``targets`` and ``largest_efficient`` are null, and there is no figure to plot).
 
 **Examples in flight** (``--sweep``): 2 partitions on the size ``--sweep-factor`` with each
 ``train.in_flight`` of the list (the run of a size's row, where it is the same, is not made again);
@@ -177,7 +178,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="races of the wide model (default 4; --quick: 1), each at its own seed, who runs "
-        "first going A B B A; the verdict is the majority's",
+        "first going A B B A (a multiple of 4 balances the order); the verdict is the "
+        "majority's. Each race is two runs of --wide-epochs epochs: about 10 minutes on 2 cores",
     )
     parser.add_argument(
         "--wide-seed", type=int, default=1, help="the first wide race's seed (the next: +1, ...)"
@@ -217,8 +219,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(
             "--repeats, --wide-repeats, --in-flight and --wide-in-flight must be at least 1"
         )
-    if args.wide_epochs < 0 or args.wide_examples < 1:
-        parser.error("--wide-epochs must be at least 0 and --wide-examples at least 1")
+    if args.wide_epochs < 0 or args.wide_examples < 1 or args.wide_units < 1:
+        parser.error(
+            "--wide-epochs must be at least 0, --wide-examples and --wide-units at least 1"
+        )
     args.sweep = [int(n) for n in args.sweep.split(",") if n]
     if any(n < 1 for n in args.sweep):
         parser.error("--sweep must list positive integers")
@@ -413,9 +417,9 @@ def learned(args, *accuracies: float) -> bool:
 def measure_wide(args, folder: Path) -> dict:
     """2 partitions against 2 data-parallel replicas through a parameter server, ``--wide-repeats``
     races: in each, each one's learning curve (the test accuracy after each of ``--wide-epochs``
-    short epochs) and when each first reached the accuracy both reach and 99 % of it. The two
-    contenders take turns to run first, race by race, so that a host whose speed drifts over
-    minutes moves both alike."""
+    short epochs) and when each first reached the accuracy both reach and 99 % of it. Who runs
+    first goes A B B A (:func:`~bench.support.wide_race.race_order`), so that over every four
+    races each contender holds each position equally often."""
     common = [
         "--data",
         args.wide_data,
@@ -581,8 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "partitions",
         "results": rows,
         "learned_floor": args.learned_floor,
-        "largest_efficient": largest_efficient(rows),
-        "targets": targets(rows),
+        "largest_efficient": largest_efficient(rows) if rows else None,  # no size rows: none
+        "targets": targets(rows) if rows else None,
         "wide": wide,
         "in_flight_sweep": sweep,
         "settings": {

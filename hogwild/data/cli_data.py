@@ -1,9 +1,9 @@
 """The ``hogwild data`` commands: ``ingest``, ``preview``, ``info``, ``verify`` and ``serve``.
 
-``hogwild/cli.py`` adds them with :func:`add_data_commands` and runs them with
-:func:`run_data_command` (``serve`` through its ``run`` default, which takes the
-``--section.key=value`` overrides); user errors are raised as :class:`~hogwild.errors.DataError`
-for the CLI's usual one-line message and exit status 2.
+:mod:`hogwild.cli_parser` adds them with :func:`add_data_commands` and :mod:`hogwild.cli` runs them
+with :func:`run_data_command` (``serve`` through its ``run`` default, which takes the
+``--section.key=value`` overrides); user errors are raised as :class:`~hogwild.errors.DataError` for
+the CLI's usual one-line message and exit status 2.
 
 ::
 

@@ -87,11 +87,12 @@ def test_the_wide_partitions_in_flight_are_their_own_and_scale_the_rate_as_the_r
     runs = fig10.wide_runs(args)
     partitions, replicas = runs[PARTITIONS], runs[REPLICAS]
     assert partitions["tail"] == fig10.partitioned(args, 4)  # after the paper job's options
-    assert partitions["lr"] == fig10.partitioned_lr(args, 4) == pytest.approx(0.003 / 4)
-    assert "--optim.lr=0.00075" in partitions["tail"] and partitions["in_flight"] == 4
-    assert replicas["lr"] == 0.003 and replicas["in_flight"] is None
+    rate = PAPER_OVERRIDES["optim.lr"]
+    assert partitions["lr"] == fig10.partitioned_lr(args, 4) == pytest.approx(rate / 4)
+    assert f"--optim.lr={rate / 4:g}" in partitions["tail"] and partitions["in_flight"] == 4
+    assert replicas["lr"] == rate and replicas["in_flight"] is None
     plain = fig10.parse_args(["--wide-in-flight", "4", "--no-lr-over-in-flight"])
-    assert fig10.wide_runs(plain)[PARTITIONS]["lr"] == 0.003
+    assert fig10.wide_runs(plain)[PARTITIONS]["lr"] == rate
 
 
 def test_the_wide_races_alone_and_what_is_refused(capsys):
@@ -106,7 +107,7 @@ def test_the_wide_races_alone_and_what_is_refused(capsys):
         with pytest.raises(SystemExit):
             fig10.parse_args(bad)
         assert "must be at least 1" in capsys.readouterr().err
-    for bad in (["--wide-epochs", "-1"], ["--wide-examples", "0"]):
+    for bad in (["--wide-epochs", "-1"], ["--wide-examples", "0"], ["--wide-units", "0"]):
         with pytest.raises(SystemExit):
             fig10.parse_args(bad)
         assert "--wide-epochs must be at least 0" in capsys.readouterr().err
