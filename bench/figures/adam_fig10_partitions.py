@@ -432,6 +432,8 @@ def measure_wide(args, folder: Path) -> dict:
         "--optim.schedule=constant",
         "--train.evaluate_every=1",
     ]
+    from hogwild.training.metrics import read_metrics
+
     contenders = wide_runs(args)
     races = []
     for repeat in range(args.wide_repeats):
@@ -443,11 +445,12 @@ def measure_wide(args, folder: Path) -> dict:
             command = [sys.executable, "-m", "hogwild.cli", *run["head"], *common, *run["tail"]]
             command += ["--seed", str(seed), "--metrics", str(metrics)]
             summary = run_jobs(args, [command])[0]
-            curve = learning_curve(epochs_of(metrics))
+            records = read_metrics(metrics)
+            curve = learning_curve(epochs_of(records))
             found[name] = {
                 "lr": run["lr"],
                 "in_flight": run["in_flight"],
-                "trained_as": trained_as(metrics),
+                "trained_as": trained_as(records),
                 "examples_per_s": summary["examples_per_s"],
                 "curve": curve,
                 "test_accuracy": [p["test_accuracy"] for p in curve],

@@ -13,9 +13,7 @@ of the seconds each took).
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 PARTITIONS = "two_partitions"
 REPLICAS = "two_replicas_through_ps"
@@ -33,9 +31,9 @@ def wide_layers(units: int) -> str:
     )
 
 
-def epochs_of(metrics: Path) -> list[dict]:
-    """The epoch records of a run's metrics file (JSON lines)."""
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+def epochs_of(records: list[dict]) -> list[dict]:
+    """The epoch records among a run's metrics records
+    (:func:`~hogwild.training.metrics.read_metrics`)."""
     return [r for r in records if r.get("event") == "epoch"]
 
 
@@ -152,14 +150,14 @@ def verdict(races: list[dict]) -> dict:
     return found
 
 
-def trained_as(metrics: Path) -> dict:
-    """What a run trained with, from its metrics' start record: the seed, the rule and rate of
-    its own steps, and for a cluster job the servers' rule and rate and the replicas' push and
-    fetch cadences (Downpour's servers apply the pushed deltas by their own rule)."""
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+def trained_as(records: list[dict]) -> dict:
+    """What a run trained with, from the start record among its metrics records: the seed, the
+    rule and rate of its own steps, and for a cluster job the servers' rule and rate and the
+    replicas' push and fetch cadences (Downpour's servers apply the pushed deltas by their own
+    rule)."""
     start = next((r for r in records if r.get("event") == "start"), None)
     if start is None:
-        raise RuntimeError(f"{metrics} has no start record")
+        raise RuntimeError("the wide run's metrics have no start record")
     config = start["config"]
     found = {
         "seed": config["train"]["seed"],

@@ -15,6 +15,7 @@ from bench.support import wide_race
 from bench.support.paper_job import PAPER_OVERRIDES
 from bench.support.wide_race import PARTITIONS, REPLICAS
 from hogwild.config import load_config
+from hogwild.training.metrics import read_metrics
 
 
 def epochs(*points: tuple[float, float]) -> list[dict]:
@@ -191,11 +192,11 @@ def test_what_a_run_trained_with_comes_from_its_start_record(tmp_path):
     config = load_config(None).to_dict()
     metrics = tmp_path / "run.jsonl"
     metrics.write_text(json.dumps({"event": "start", "config": config}) + "\n")
-    assert wide_race.trained_as(metrics) == {
+    assert wide_race.trained_as(read_metrics(metrics)) == {
         "seed": config["train"]["seed"],
         "rule": config["optim"]["rule"],
         "lr": config["optim"]["lr"],
     }
     metrics.write_text(json.dumps({"event": "epoch"}) + "\n")
     with pytest.raises(RuntimeError, match="no start record"):
-        wide_race.trained_as(metrics)
+        wide_race.trained_as(read_metrics(metrics))
