@@ -59,6 +59,9 @@ others, and those whose leader was not known), from the map history and the serv
 the ledger client keeps. ``leaked``: namespaces of this run left, processes of the run alive
 after the hosts closed and of each training job after it ended (each role process seen while it
 ran too: under Ray they are not the driver's children), ``/dev/shm`` segments of those processes.
+``stuck``: for each wait for a ready map that ended without one (the run then stops injecting),
+what it last saw and the tails of the client's, servers' and etcd members' logs
+(:meth:`bench.support.hosts_cluster.HostsCluster.stuck_report`); its gist is in ``problems``.
 
 Run: ``python bench/figures/partitions.py --out bench/results/partitions.json`` (``--quick``: one
 fault of each kind with short pauses and a one-epoch job on 3,000 examples, no fault-free run, a
@@ -355,6 +358,25 @@ def inject(cluster: HostsCluster, kind: str, rng: random.Random, args, seen: dic
     return {"kind": kind, "host": host, "at": at, "until": time.time()}
 
 
+def stuck_brief(report: dict) -> str:
+    """A :meth:`HostsCluster.stuck_report` in a line (its log tails are in the record)."""
+    seen = report["map"]
+    if seen is None:
+        where = "no map published"
+    else:
+        short = [f"{b} {seen['buckets'][b]}" for b in seen["buckets_short"]]  # [primary,
+        ack = seen["last_ack_age_s"]  # in-sync copies, epoch]
+        where = (
+            f"last map {seen['age_s']} s old, buckets short of a primary or {report['least']} "
+            f"copies: {', '.join(short) or 'none'}, last acknowledgement "
+            + ("never" if ack is None else f"{ack} s ago")
+        )
+    return (
+        f"{where}; alive: client {report['client_alive']}, ledger servers "
+        f"{report['servers_alive']}, etcd members {report['etcd_alive']}"
+    )
+
+
 def measure(args) -> dict:
     rng = random.Random(args.seed)
     check = LeakCheck()
@@ -362,6 +384,7 @@ def measure(args) -> dict:
     kinds = schedule(rng, args.faults, args.quick, args.kinds)
     events: list[dict] = []
     problems: list[str] = []
+    stuck: list[dict] = []  # why each wait for a ready map ended without one
     result: dict = {}
     fault_free: dict = {}
     faulty: dict = {}
@@ -398,15 +421,18 @@ def measure(args) -> dict:
                         f"{len(events)} of {len(kinds)} faults"
                     )
                     break
-                seen = cluster.wait_ready(since)
+                waited_from = since
+                seen = cluster.wait_ready(waited_from)
                 if seen is not None:
                     time.sleep(args.gap_s * rng.uniform(0.5, 1.5))
-                    seen = cluster.wait_ready(time.time())  # the map now, not before the pause
+                    waited_from = time.time()  # the map now, not before the pause
+                    seen = cluster.wait_ready(waited_from)
                 if seen is None:
+                    stuck.append(cluster.stuck_report(waited_from) | {"before_fault": kind})
                     problems.append(
                         f"stuck before fault {len(events) + 1} ({kind}): no map with a primary "
                         "and a copy per bucket and updates flowing in "
-                        f"{cluster.ready_within_s():.0f} s"
+                        f"{cluster.ready_within_s():.0f} s ({stuck_brief(stuck[-1])})"
                     )
                     break
                 cluster.job_roles()  # its role processes, kept to be counted at its end
@@ -425,7 +451,11 @@ def measure(args) -> dict:
                 faulty = finish(cluster, cluster.job, args)
             _log("faults done; waiting for three in-sync copies")
             if cluster.wait_ready(since, least=3) is None:
-                problems.append("the copies did not come back to three after the last fault")
+                stuck.append(cluster.stuck_report(since, least=3) | {"before_fault": None})
+                problems.append(
+                    "the copies did not come back to three after the last fault "
+                    f"({stuck_brief(stuck[-1])})"
+                )
             _log("stopping the ledger client")
             (cluster.client_dir / "stop").touch()
             try:
@@ -517,6 +547,7 @@ def measure(args) -> dict:
         "servers_copy_side": result.get("servers_copy_side"),
         "push_errors": result.get("errors", []),
         "problems": problems,
+        "stuck": stuck,
         "targets": {
             **TARGETS,
             "lease_s": args.lease_s,  # the ledger servers': the failover figure depends on it

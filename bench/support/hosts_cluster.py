@@ -213,6 +213,60 @@ class HostsCluster:
             time.sleep(0.1)
         return None
 
+    def stuck_report(self, since: float, least: int = 2) -> dict:
+        """Why a :meth:`wait_ready` from ``since`` for ``least`` copies ended without a ready
+        map: the last map the client published (its age, the buckets short of a primary or of
+        copies, the last acknowledgement's age), which processes are alive, and the tails of the
+        client's, the ledger servers' and the etcd members' logs (the run's folder and the
+        hosts' homes are gone once it ends, so the record keeps them)."""
+        now, seen = time.time(), self.read_map()
+        last_map = None
+        if seen is not None:
+            last_ack = seen.get("last_ack")
+            last_map = {
+                "age_s": round(now - seen["at"], 1),
+                "last_ack_age_s": None if last_ack is None else round(now - last_ack, 1),
+                "acknowledged_since_wait": (last_ack or 0.0) > since,
+                "pushes": seen.get("pushes"),
+                "members": seen.get("members"),
+                "etcd_leader": seen.get("etcd_leader"),
+                "buckets_short": sorted(
+                    b
+                    for b, v in seen["buckets"].items()
+                    if v["primary"] is None or len(v["in_sync"]) < least
+                ),  # fmt: skip
+                "buckets": {  # every bucket's primary, in-sync copies and epoch
+                    b: [v["primary"], v["in_sync"], v.get("epoch")]
+                    for b, v in seen["buckets"].items()
+                },
+            }
+        logs = {"client": _tail(self.folder / "client.log")}
+        for h in SERVER_HOSTS:
+            logs[f"ps{h}"] = _tail(self.folder / f"ps{h}.log")
+            logs[f"etcd{h}"] = _tail(self.hosts.home(h) / "etcd.log")
+        return {
+            "least": least,
+            "waited_s": round(now - since, 1),
+            "map": last_map,
+            "client_alive": self.client.poll() is None,
+            "servers_alive": {h: p.poll() is None for h, p in self.servers.items()},
+            "etcd_alive": {h: self.etcd_pid(h) is not None for h in SERVER_HOSTS},
+            "logs": logs,
+        }
+
+
+LOG_TAIL_CHARS = 1500  # of each log in a stuck report: its last lines, where a wait ended
+
+
+def _tail(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - LOG_TAIL_CHARS))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return None  # not written (a process that never started), or its host's home gone
+
 
 def _hogwild() -> str:
     return str(Path(sys.executable).with_name("hogwild"))

@@ -21,6 +21,7 @@ not the ledger's.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 
@@ -232,6 +233,8 @@ class Pusher:
                 self.client.push_deltas(delta)  # returns once every in-sync copy committed it
             except Exception as exc:  # noqa: BLE001 - reported: that push's fate is unknown
                 self.errors.append(f"push {self.count + 1} failed: {exc!r}")
+                # and when, in the pushing process's log: a run stuck on failing pushes says so
+                print(f"{time.strftime('%H:%M:%S')} {self.errors[-1]}", file=sys.stderr, flush=True)
                 np.add(self.uncertain, delta, out=self.uncertain)
                 if not self.keep_going:
                     return

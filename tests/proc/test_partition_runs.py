@@ -52,9 +52,13 @@ def partition_segments(pid: int) -> list[str]:
 def test_two_partitions_four_in_flight_reach_the_unpartitioned_accuracy(mnist):
     """Same data, order, initial weights and epochs. Four examples in flight means each one's
     forward pass sees weights three updates old, and which updates it misses depends on how the
-    two processes happen to interleave: on 5,000 examples and 2 epochs one partitioned run
-    lands anywhere in about one point (0.9475 to 0.9612 against the whole model's 0.9526, on 2
-    cores), so the bound is one point. The issue's 0.3 points is a claim about full training,
+    two processes happen to interleave, so one short partitioned run is a draw: on 5,000
+    examples and 2 epochs, 12 runs beside a busy core (2-core AMD EPYC) landed at 0.9472 to
+    0.9588, mean 0.9540, standard deviation 0.0033, against the whole model's 0.9566 (the same
+    every run); CI once drew 0.9458. A bound of one point failed about one run in twenty; two
+    points is the mean gap plus five standard deviations. That the split computes what the whole
+    model computes is the one-in-flight tests' (the same outputs and gradients); this one checks
+    that four in flight still learn. The issue's 0.3 points is a claim about full training,
     where the spread is far smaller; a single short run cannot test it."""
     options = dict(
         data=mnist, epochs=SAME_EPOCHS, subset=SUBSET, progress=False, evaluate_every=0
@@ -66,7 +70,7 @@ def test_two_partitions_four_in_flight_reach_the_unpartitioned_accuracy(mnist):
     assert split.metrics["examples"] == SAME_EPOCHS * SUBSET  # every example completely processed
     assert split.history[0]["evaluated"] is False and split.history[0]["test_accuracy"] is None
     gap = whole.metrics["test_accuracy"] - split.metrics["test_accuracy"]
-    assert gap <= 0.01, (whole.metrics["test_accuracy"], split.metrics["test_accuracy"])
+    assert gap <= 0.02, (whole.metrics["test_accuracy"], split.metrics["test_accuracy"])
 
 
 def test_a_checkpoint_of_two_partitions_resumes_with_one(tmp_path, mnist):
