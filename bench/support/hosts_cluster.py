@@ -234,7 +234,7 @@ class HostsCluster:
                     b
                     for b, v in seen["buckets"].items()
                     if v["primary"] is None or len(v["in_sync"]) < least
-                ),  # fmt: skip
+                ),
                 "buckets": {  # every bucket's primary, in-sync copies and epoch
                     b: [v["primary"], v["in_sync"], v.get("epoch")]
                     for b, v in seen["buckets"].items()

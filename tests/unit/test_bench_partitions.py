@@ -1,8 +1,8 @@
 """The fault bench's figures from its records (bench/support/failover_stages.py's pure functions, on
 made-up acknowledgements, map history and takeovers): each fault's outage is its own, not the
 next fault's; a cut's lease stage is bounded by the takeover it allowed; a cut whose etcd
-leader was not known is counted as unknown, not as a kept leader; the ledger servers' lease is
-``ps serve``'s default unless asked."""
+leader was not known is counted as unknown, not as a kept leader; a stuck wait is told in a line;
+the ledger servers' lease is ``ps serve``'s default unless asked."""
 
 from __future__ import annotations
 
@@ -95,3 +95,25 @@ def test_a_cut_whose_etcd_leader_was_not_known_is_counted_as_unknown():
 def test_the_ledger_servers_lease_is_ps_serves_default_unless_asked():
     assert partitions.parse_args([]).lease_s == DEFAULT_LEASE_S == 2
     assert partitions.parse_args(["--lease-s", "1"]).lease_s == 1
+
+
+def test_a_stuck_wait_is_told_in_a_line_naming_the_short_buckets_and_who_is_alive():
+    report = {
+        "least": 2,
+        "map": {
+            "age_s": 0.4,
+            "last_ack_age_s": 71.2,
+            "buckets_short": ["3"],
+            "buckets": {"2": [0, [0, 1], 4], "3": [1, [1], 5]},
+        },
+        "client_alive": True,
+        "servers_alive": {1: True, 2: False, 3: True},
+        "etcd_alive": {1: True, 2: True, 3: True},
+    }
+    line = partitions.stuck_brief(report)
+    assert "last map 0.4 s old" in line and "last acknowledgement 71.2 s ago" in line
+    assert "or 2 copies: 3 [1, [1], 5]," in line and "2 [0, [0, 1], 4]" not in line
+    assert "ledger servers {1: True, 2: False, 3: True}" in line
+    never = {**report, "map": {**report["map"], "last_ack_age_s": None, "buckets_short": []}}
+    assert "copies: none, last acknowledgement never" in partitions.stuck_brief(never)
+    assert partitions.stuck_brief({**report, "map": None}).startswith("no map published; alive")
