@@ -239,6 +239,7 @@ class HostsCluster:
                     b: [v["primary"], v["in_sync"], v.get("epoch")]
                     for b, v in seen["buckets"].items()
                 },
+                "roles": seen.get("roles"),  # each server's word, by bucket
             }
         logs = {"client": _tail(self.folder / "client.log")}
         for h in SERVER_HOSTS:

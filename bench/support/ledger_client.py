@@ -11,7 +11,8 @@ through files in ``--dir``, written whole (a temporary name, then a rename):
   registered (``members``), the etcd member that leads (``etcd_leader``: its index in
   ``--etcd``, None while none answers with a leader), the pushes acknowledged so far and the
   last one's time, so that the injector, outside the hosts' network, knows each bucket's
-  primary and whether updates flow;
+  primary and whether updates flow, and each server's last word on its buckets (``roles``:
+  :func:`server_roles`), which the injector's report of a stuck wait quotes;
 - ``stop``: made by the injector; the client stops pushing, writes ``result.json`` with
   ``partial`` true (the pushes, acknowledgements, errors and history below: what the faults'
   figures need, kept should the client not finish), waits until every bucket has three in-sync
@@ -56,6 +57,7 @@ from bench.support.ps_watch import ServerWatch
 from hogwild.errors import HogwildError
 
 MAP_EVERY_S = 0.1  # also the resolution of the history's times
+MAP_ERROR_EVERY_S = 10.0  # at most one "map not read" line in this long, in the log
 SYNC_TIMEOUT_S = 90.0
 LEADER_TIMEOUT_S = 0.2  # an etcd member that does not tell its status within this is skipped
 
@@ -84,6 +86,19 @@ def write_json(path: Path, value) -> None:
     part = path.with_name(path.name + ".part")
     part.write_text(json.dumps(value))
     os.replace(part, path)
+
+
+def server_roles(watch: ServerWatch) -> dict[str, dict]:
+    """Each server's last STATUS in brief, by bucket: ``[role, epoch, in_sync, the copies it
+    caught up as primary]`` (a bucket it holds no role of: None)."""
+    return {
+        str(server): {
+            str(b): None if r is None else
+            [r.get("role"), r.get("epoch"), r.get("in_sync"), sorted(r.get("confirmed") or {})]
+            for b, r in (brief.get("roles") or {}).items()
+        }
+        for server, brief in list(watch.last.items())
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,12 +141,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"etcd leader not read: {exc!r}", file=sys.stderr)
 
     def publish() -> None:
-        last = None
+        last, said_at = None, 0.0
         while not stop.wait(MAP_EVERY_S):
             try:
                 seen = watch.buckets()
-            except (EtcdUnavailable, HogwildError):
-                continue  # a member down: the next read goes on to another
+            except (EtcdUnavailable, HogwildError) as exc:  # a member down: the next read goes
+                # on to another; said in the log, at most so often: a map.json left old says why
+                if time.monotonic() - said_at > MAP_ERROR_EVERY_S:
+                    said_at = time.monotonic()
+                    print(f"{time.strftime('%H:%M:%S')} map not read: {exc!r}", file=sys.stderr)
+                continue
             at, last_ack = time.time(), acks[-1][1] if acks else None
             brief = [watch.members, leaders["now"],
                      {b: [v["primary"], v["epoch"]] for b, v in seen.items()}]  # fmt: skip
@@ -140,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 last = brief
             state = {"at": at, "buckets": seen, "pushes": pusher.count, "members": watch.members}
             state |= {"etcd_leader": leaders["now"], "last_ack": last_ack}
+            state["roles"] = server_roles(watch)  # what each server last said (a stuck report)
             write_json(folder / "map.json", state)
 
     mapper = threading.Thread(target=publish, name="ledger-map", daemon=True)

@@ -175,9 +175,12 @@ class ServerWatch:
 
         A server counts only while ``alive(index)`` (when given) and ``members/<i>`` name it: a
         killed server stays a member until its lease ends. The primary must hold the record's
-        lease. Another copy counts only if it registered before the record was last written:
-        one restarted since (its memory is new) stays in ``in_sync`` until the primary writes it
-        out and, once caught up, back in.
+        lease. Another copy counts only if it registered before the record was last written, or
+        the primary's last STATUS (in the record's epoch) says it caught that copy up under the
+        lease the copy holds now: one restarted since (its memory is new) stays in ``in_sync``
+        until the primary writes it out and, once caught up, back in; one the primary could not
+        write out (that would leave fewer than its minimum of copies) is caught up again without
+        a write, and only the primary can tell.
         """
         entries, _ = self.etcd.get_prefix("")
         members: dict[int, tuple[int, int]] = {}  # server -> (its lease, its key's revision)
@@ -200,14 +203,26 @@ class ServerWatch:
             primary = record.primary
             if primary not in live or members[primary][0] != record.lease:
                 primary = None
+            confirmed = self._confirmed_by(primary, b, record.epoch)
             copies = [s for s in record.in_sync if s != record.primary and s in live
-                      and members[s][1] < record.revision]  # fmt: skip
+                      and (members[s][1] < record.revision
+                           or confirmed.get(str(s)) == members[s][0])]  # fmt: skip
             out[b] = {
                 "primary": primary,
                 "epoch": record.epoch,
                 "in_sync": ([primary] if primary is not None else []) + copies,
             }
         return out
+
+    def _confirmed_by(self, primary: int | None, bucket: int, epoch: int) -> dict[str, int]:
+        """The copies ``primary``'s last STATUS said it caught up as ``bucket``'s primary in
+        ``epoch``, each with the lease it was caught up under (none known: empty)."""
+        if primary is None:
+            return {}
+        role = (self.last.get(primary) or {}).get("roles", {}).get(bucket) or {}
+        if role.get("role") != "primary" or role.get("epoch") != epoch:
+            return {}
+        return role.get("confirmed") or {}
 
     def wait_copies(self, least: int, timeout_s: float, alive=None) -> tuple[float, dict | None]:
         """Until every bucket holding shards has a live primary and ``least`` live in-sync

@@ -7,6 +7,7 @@ test_bucket_role_hand_over.py). Every stimulus is followed by the role's ``valid
 from __future__ import annotations
 
 from hogwild_plugins.ps.failover import BucketRecord
+from hogwild_plugins.ps.replication.adapter import confirmed_copies
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.replication.bucket_role_events import (
     CampaignAnswered,
@@ -32,6 +33,7 @@ from tests.unit.bucket_role_support import (
     established,
     first_primary,
     live,
+    settle,
     step,
 )
 
@@ -240,3 +242,28 @@ def test_a_step_down_told_another_historys_record_does_not_follow_it():
     assert step(role, StepDown, fresh) == []
     assert role.role is Role.DEPOSED and role.record_lost and not role.serving
     assert role.record == before
+
+
+def test_a_copy_kept_through_a_new_lease_is_caught_up_without_a_write_and_its_primary_says_so():
+    """min_copies = 2 and two live copies: a copy that took a new lease (paused past its old
+    one) cannot be written out of ``in_sync`` (one would be left), so it is kept and caught up
+    again, and the record is not written. etcd's record is then older than the copy's member
+    key, so an observer reading etcd alone cannot tell that it is caught up; the primary's
+    STATUS can (:func:`confirmed_copies`: the copy, under its new lease)."""
+    keys = SyncKeys(2)
+    roles = {s: BucketRole(BUCKET, s, COPIES, min_copies=2, lease_ttl=TTL) for s in (0, 1)}
+    settle(roles, keys, live(roles))
+    primary = keys.read().primary
+    role, other = roles[primary], 1 - primary
+    assert sorted(keys.read().in_sync) == [0, 1] and role.serving
+    assert confirmed_copies(role) == {str(other): LEASE[other]}
+    assert confirmed_copies(roles[other]) == {}  # a copy tells none
+    written = keys.revision
+    members = {primary: LEASE[primary], other: NEW_LEASE[other]}
+    [sync] = step(role, MapRead, keys.read(), members, LEASE[primary], True)
+    assert isinstance(sync, Sync) and sync.server == other  # caught up again, not written out
+    assert confirmed_copies(role) == {} and not role.serving
+    carry_out(role, [sync], keys)
+    assert keys.revision == written and sorted(keys.read().in_sync) == [0, 1]  # no write
+    assert role.serving
+    assert confirmed_copies(role) == {str(other): NEW_LEASE[other]}
