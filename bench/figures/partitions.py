@@ -368,7 +368,7 @@ def stuck_brief(report: dict) -> str:
         ack = seen["last_ack_age_s"]  # in-sync copies, epoch]
         where = (
             f"last map {seen['age_s']} s old, buckets short of a primary or {report['least']} "
-            f"copies: {', '.join(short) or 'none'}, last acknowledgement "
+            f"in-sync servers: {', '.join(short) or 'none'}, last acknowledgement "
             + ("never" if ack is None else f"{ack} s ago")
         )
     return (

@@ -89,12 +89,12 @@ def write_json(path: Path, value) -> None:
 
 
 def server_roles(watch: ServerWatch) -> dict[str, dict]:
-    """Each server's last STATUS in brief, by bucket: ``[role, epoch, in_sync, the copies it
-    caught up as primary]`` (a bucket it holds no role of: None)."""
+    """Each server's last STATUS in brief, by bucket: ``[role, epoch, in_sync, {copy: lease}
+    of the copies it caught up as primary]`` (a bucket it holds no role of: None)."""
     return {
         str(server): {
             str(b): None if r is None else
-            [r.get("role"), r.get("epoch"), r.get("in_sync"), sorted(r.get("confirmed") or {})]
+            [r.get("role"), r.get("epoch"), r.get("in_sync"), r.get("confirmed") or {}]
             for b, r in (brief.get("roles") or {}).items()
         }
         for server, brief in list(watch.last.items())

@@ -185,6 +185,9 @@ def _pause(seconds: float, pusher: Pusher, problems: list[str]) -> bool:
     return True
 
 
+ERROR_LOG_EVERY_S = 5.0  # a pusher logs a failed push at most this often
+
+
 class Pusher:
     """A thread pushing integer deltas and adding each acknowledged one to the ledger.
 
@@ -219,6 +222,7 @@ class Pusher:
         self.every_s = every_s
         self.uncertain = np.zeros(n_params, np.float64)
         self.count, self.errors, self.last_ack = 0, [], time.monotonic()
+        self._said_at = -ERROR_LOG_EVERY_S  # when a failed push was last logged
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-ledger", daemon=True)
         self._thread.start()
@@ -233,8 +237,12 @@ class Pusher:
                 self.client.push_deltas(delta)  # returns once every in-sync copy committed it
             except Exception as exc:  # noqa: BLE001 - reported: that push's fate is unknown
                 self.errors.append(f"push {self.count + 1} failed: {exc!r}")
-                # and when, in the pushing process's log: a run stuck on failing pushes says so
-                print(f"{time.strftime('%H:%M:%S')} {self.errors[-1]}", file=sys.stderr, flush=True)
+                # and when, in the pushing process's log, at most every ERROR_LOG_EVERY_S (a
+                # report quotes the log's tail): a run stuck on failing pushes says so
+                if time.monotonic() - self._said_at >= ERROR_LOG_EVERY_S:
+                    self._said_at = time.monotonic()
+                    print(f"{time.strftime('%H:%M:%S')} {self.errors[-1]} ({len(self.errors)} "
+                          "failed so far)", file=sys.stderr, flush=True)  # fmt: skip
                 np.add(self.uncertain, delta, out=self.uncertain)
                 if not self.keep_going:
                     return

@@ -206,7 +206,8 @@ class ServerWatch:
             confirmed = self._confirmed_by(primary, b, record.epoch)
             copies = [s for s in record.in_sync if s != record.primary and s in live
                       and (members[s][1] < record.revision
-                           or confirmed.get(str(s)) == members[s][0])]  # fmt: skip
+                           or (members[s][0] is not None
+                               and confirmed.get(str(s)) == members[s][0]))]  # fmt: skip
             out[b] = {
                 "primary": primary,
                 "epoch": record.epoch,

@@ -4,10 +4,12 @@ again since the record was written) counts only where the primary's last STATUS,
 epoch, says it caught that copy up under the lease it holds now.
 
 That is the case a primary keeps a copy through a new lease without writing the record (its
-removal would leave fewer than ``min_copies``: tests/unit/test_bucket_role_in_sync.py); counted
-from etcd alone the bucket looked short of a copy until some later write, and a fault run waiting
-for two copies per bucket stopped as stuck while the servers served. The statuses here are the
-fields a server's STATUS carries (``replication.roles``), given to the watch as a poll would.
+removal would leave fewer than ``min_copies``, as when ``in_sync`` holds exactly that many while
+the third server is not back: tests/unit/test_bucket_role_in_sync.py); counted from etcd alone,
+the bucket looked short of a copy until some later write, so a fault run waiting for two copies
+per bucket could stop as stuck while the servers served (found by reading the code; one CI run
+stopped so, and its cause is not known). The statuses here are the fields a server's STATUS
+carries (``replication.roles``), given to the watch as a poll would.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def test_a_copy_registered_again_counts_once_its_primary_says_it_caught_it_up(et
         assert watch.buckets()[BUCKET]["in_sync"] == [0]  # caught up under the old lease only
         watch._take(0, status("primary", EPOCH - 1, {"1": NEW_LEASE}))
         assert watch.buckets()[BUCKET]["in_sync"] == [0]  # another epoch's word
-        watch._take(0, status("copy", EPOCH, {"1": NEW_LEASE}))
+        watch._take(0, status("follower", EPOCH, {"1": NEW_LEASE}))
         assert watch.buckets()[BUCKET]["in_sync"] == [0]  # not the primary's
         watch._take(0, status("primary", EPOCH, {"1": NEW_LEASE}))
         assert watch.buckets()[BUCKET] == {"primary": 0, "epoch": EPOCH, "in_sync": [0, 1]}

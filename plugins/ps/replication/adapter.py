@@ -55,7 +55,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from hogwild_plugins.ps.etcd import Etcd, keepalive_s
 from hogwild_plugins.ps.etcd_cas import write_retry_s
@@ -82,6 +82,7 @@ from hogwild_plugins.ps.replication.marks import BucketMarks
 from hogwild_plugins.ps.replication.membership import Membership, unlisted_and_unrecorded
 from hogwild_plugins.ps.replication.peer_link import PEER_SENDER, PeerLink
 from hogwild_plugins.ps.replication.primary_round import Pending, PrimaryRound
+from hogwild_plugins.ps.replication.start_asks import ask_at_start
 from hogwild_plugins.ps.replication.sync_parcels import SyncParcels
 from hogwild_plugins.ps.replication.takeover_times import TakeoverTimes
 from hogwild_plugins.ps.routes import etcd_prefix, write_record
@@ -90,7 +91,7 @@ from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild.errors import HogwildError
 from hogwild.net.router import Incoming, Reply, error_reply
 
-__all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
+__all__ = ["PEER_SENDER", "Replication", "auto_min_copies", "confirmed_copies"]
 
 POLL_S = 0.5  # the map is read at least this often, watch or not
 MAP_TIMEOUT_S = 2.0  # each map client's requests, read-backs included (the etcd client's default)
@@ -234,8 +235,9 @@ class Replication(Admitting):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
-        """Register with etcd (a lease, ``members/<index>``), start the heartbeat and the
+    def start(self, stopping: Callable[[], bool] = lambda: False) -> None:
+        """Register with etcd (a lease, ``members/<index>``; ``stopping()``: a stop asked for
+        meanwhile, which ends the registration's retries), start the heartbeat and the
         replication thread. Call after the server's router and engine started."""
         prefix = etcd_prefix(self.server.options.job, self.server.options.etcd_group)
         tls = self.server.options.etcd_tls
@@ -258,7 +260,9 @@ class Replication(Admitting):
             self.etcd_address, prefix=prefix, tls=tls, near=near,
             keepalive_s=keepalive_s(self.lease_s),
         )  # fmt: skip
-        self.map.start(self._etcd)
+        ask_at_start(
+            lambda: self.map.start(self._etcd), "first read of the map", self.me, stopping=stopping
+        )
         servers, keys = list(self.server.options.servers), self.server.options.keys
         self.link.open(servers, self.me, keys)
         self.replier = self.server.router.replier()
@@ -272,7 +276,7 @@ class Replication(Admitting):
             lambda: sorted(b for b, role in self.roles.items() if role.seen),
         )
         self.clock = self.membership.clock
-        self.membership.start()
+        self.membership.start(stopping=stopping)
         # The failover waits on this watch: it keeps the 50 ms safety polls beside the stream.
         # With the default 0.5 s, ten cuts of a primary's host (bench/figures/partitions.py
         # --kinds cut_primary) were taken over 0.6-0.7 s later (median) than with 50 ms polls:

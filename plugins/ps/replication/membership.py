@@ -19,11 +19,11 @@ here: the bucket roles read the members.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 
-from hogwild_plugins.ps.etcd import Etcd, EtcdUnavailable, LeaseExpired
+from hogwild_plugins.ps.etcd import Etcd, LeaseExpired
 from hogwild_plugins.ps.failover import LeaseClock, MemberRecord, lease_now
+from hogwild_plugins.ps.replication.start_asks import START_WITHIN_S, ask_at_start
 
 from hogwild.errors import HogwildError
 
@@ -39,17 +39,6 @@ a process it cannot reach), and it reads the map, and stops, as soon as it regis
 with etcd in reach: a few leases at most come after the one marked. 16 is far more than that,
 and keeps the list (rebuilt as a set on every read of the map) from growing with every lease
 lost over a long job on a loaded machine."""
-
-REGISTER_WITHIN_S = 30.0
-"""How long a starting server goes on asking for its first lease and ``members/<me>`` while etcd
-does not answer (each unanswered write moves the client on to the next member). A member just
-restarted accepts connections before it answers, and a server started beside it (a lost host
-back: its etcd member and its server started together) must not die of that; a lease granted or a
-key written by an ask that timed out is harmless (the lease, never renewed, lapses, and the key
-with it, and the next registration writes the key again). etcd silent for this long is an
-error. Only at the start: the heartbeat registers again, and again, by itself."""
-REGISTER_RETRY_S = 0.5  # between two tries of the first registration (a member's own timeout
-# is the client's, 2 s: most of a try's cost)
 
 
 def unlisted_and_unrecorded(roles: Mapping, listed: Iterable[int]) -> bool:
@@ -127,27 +116,17 @@ class Membership:
         record = MemberRecord(self.address, lease, self.lease_s, frozenset(seen))
         (etcd or self.etcd).put(f"members/{self.me}", record.value(), lease=lease)
 
-    def start(self, within_s: float = REGISTER_WITHIN_S) -> None:
-        """Register (asking again while etcd does not answer, for ``within_s`` seconds), then
-        keep the lease alive on a thread of its own.
+    def start(
+        self, within_s: float = START_WITHIN_S, stopping: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Register (asked again while etcd does not answer: :func:`~hogwild_plugins.ps.
+        replication.start_asks.ask_at_start`), then keep the lease alive on a thread of its own.
 
         Raises:
             EtcdUnavailable: etcd did not take the registration within ``within_s``.
+            StartStopped: ``stopping()`` became true between two tries.
         """
-        deadline = time.monotonic() + within_s
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                self.register()
-                break
-            except EtcdUnavailable as err:
-                if time.monotonic() + REGISTER_RETRY_S >= deadline:
-                    raise EtcdUnavailable(
-                        f"server {self.me} could not register with etcd in {tries} tries over "
-                        f"{within_s:g} s: {err}"
-                    ) from err
-                time.sleep(REGISTER_RETRY_S)
+        ask_at_start(self.register, "registration", self.me, within_s, stopping)
         self._thread = threading.Thread(target=self._beat, name="hogwild-lease", daemon=True)
         self._thread.start()
 

@@ -96,6 +96,7 @@ def register(subparsers) -> None:
 def _serve(args) -> int:
     import numpy as np
     from hogwild_plugins.ps.layout import ModelGeometry
+    from hogwild_plugins.ps.replication.start_asks import StartStopped
     from hogwild_plugins.ps.serving.server import ParameterServer
 
     from hogwild.config import load_config
@@ -114,7 +115,10 @@ def _serve(args) -> int:
     with StopRequest() as stop:
         endpoint = None
         try:
-            address = server.start(cpus)
+            try:
+                address = server.start(cpus, stopping=lambda: bool(stop.received))
+            except StartStopped:  # a SIGTERM while etcd did not answer: stopped, 143
+                return 143 if signal.SIGTERM in stop.received else 0  # (after the finally)
             endpoint = serve_metrics(
                 "ps", f"ps {options.index}", config.cluster.metrics_port, server.status
             )

@@ -56,6 +56,7 @@ the frames they received). ``bench/figures/adam_fig9_ps.py`` measures both; the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -214,8 +215,12 @@ class ParameterServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, cpus: set[int] | None = None) -> Address:
-        """Compile the kernels, start the update threads, the flusher and the network thread.
+    def start(
+        self, cpus: set[int] | None = None, stopping: Callable[[], bool] = lambda: False
+    ) -> Address:
+        """Compile the kernels, start the update threads, the flusher and the network thread
+        (and, with copies, the replication: ``stopping()`` says a stop was asked for while it
+        asks etcd again at its start, which then raises ``StartStopped``).
 
         Returns:
             The address it listens on (with the real port when it was 0).
@@ -266,7 +271,7 @@ class ParameterServer:
                     self.options.lease_s,
                     self.options.min_copies,
                 )
-                self.replication.start()
+                self.replication.start(stopping)
         except BaseException:
             self.stop(final_flush=False)
             raise
