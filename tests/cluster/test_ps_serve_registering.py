@@ -47,7 +47,8 @@ def test_a_sigterm_while_etcd_does_not_answer_ends_the_server_with_143(tmp_path)
         process.send_signal(signal.SIGTERM)
         assert process.wait(STOPPED_WITHIN_S) == 143, log.read_text()[-3000:]
         said = log.read_text()
-        assert "Traceback" not in said and "serving" not in said, said[-3000:]
+        assert "Traceback" not in said and "hogwild ps: serving" not in said, said[-3000:]
+        assert "hogwild ps: stopped before serving (server 0: stopped while asking" in said
     finally:
         if process is not None and process.poll() is None:
             process.kill()

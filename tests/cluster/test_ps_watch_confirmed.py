@@ -61,6 +61,11 @@ def test_a_copy_registered_again_counts_once_its_primary_says_it_caught_it_up(et
         assert watch.buckets()[BUCKET]["in_sync"] == [0]  # not the primary's
         watch._take(0, status("primary", EPOCH, {"1": NEW_LEASE}))
         assert watch.buckets()[BUCKET] == {"primary": 0, "epoch": EPOCH, "in_sync": [0, 1]}
+
+        # a key that names no lease matches no confirmed copy (not even an absent one)
+        etcd.put("members/1", {"address": "127.0.0.1:7101", "seen": [BUCKET]})
+        watch._take(0, status("primary", EPOCH, {}))
+        assert watch.buckets()[BUCKET]["in_sync"] == [0]
     finally:
         watch.stop()
         etcd.close()

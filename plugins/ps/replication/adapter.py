@@ -236,9 +236,10 @@ class Replication(Admitting):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, stopping: Callable[[], bool] = lambda: False) -> None:
-        """Register with etcd (a lease, ``members/<index>``; ``stopping()``: a stop asked for
-        meanwhile, which ends the registration's retries), start the heartbeat and the
-        replication thread. Call after the server's router and engine started."""
+        """Read the job's nonce and register with etcd (a lease, ``members/<index>``), each asked
+        again while etcd does not answer (``stopping()``: a stop asked for meanwhile, which ends
+        those retries), start the heartbeat and the replication thread. Call after the server's
+        router and engine started."""
         prefix = etcd_prefix(self.server.options.job, self.server.options.etcd_group)
         tls = self.server.options.etcd_tls
         # its own host's etcd member first, if it has one: a cut of another host never makes

@@ -44,7 +44,8 @@ def ask_at_start(
     stopping: Callable[[], bool] = lambda: False,
 ) -> T:
     """``ask()``'s answer, asked again while it raises :class:`EtcdUnavailable` (every other
-    error is raised at once: a configuration etcd refused is no silence).
+    error is raised at once; a wrong port or a TLS failure is ``EtcdUnavailable`` too, so it
+    is asked again, each try logged, until the bound).
 
     Args:
         ask: The request (or requests) to etcd.
@@ -56,7 +57,7 @@ def ask_at_start(
     Raises:
         EtcdUnavailable: etcd did not answer within ``within_s`` (the last try may end up to a
             request timeout per member later).
-        StartStopped: ``stopping()`` became true between two tries.
+        StartStopped: ``stopping()`` was true after a failed try.
     """
     deadline = time.monotonic() + within_s
     tries = 0
@@ -65,6 +66,9 @@ def ask_at_start(
         try:
             return ask()
         except EtcdUnavailable as err:
+            if stopping():  # asked for during this try: no more tries, no traceback
+                stopped = f"server {me}: stopped while asking etcd for its {what}"
+                raise StartStopped(stopped) from err
             if time.monotonic() + START_RETRY_S >= deadline:
                 raise EtcdUnavailable(
                     f"server {me}: etcd did not answer its {what} in {tries} tries over "

@@ -117,7 +117,8 @@ def _serve(args) -> int:
         try:
             try:
                 address = server.start(cpus, stopping=lambda: bool(stop.received))
-            except StartStopped:  # a SIGTERM while etcd did not answer: stopped, 143
+            except StartStopped as stopped:  # a SIGTERM while etcd did not answer: 143
+                role_logger("ps").info("stopped before serving (%s)", stopped)
                 return 143 if signal.SIGTERM in stop.received else 0  # (after the finally)
             endpoint = serve_metrics(
                 "ps", f"ps {options.index}", config.cluster.metrics_port, server.status

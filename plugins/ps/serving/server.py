@@ -224,6 +224,10 @@ class ParameterServer:
 
         Returns:
             The address it listens on (with the real port when it was 0).
+
+        Raises:
+            StartStopped: ``stopping()`` while etcd was asked again (the server is stopped).
+            EtcdUnavailable: etcd did not answer the start's asks within their bound.
         """
         # Servers starting together: the first compiles, the others load what it wrote. A lock
         # of their own: the engine's and the data kernels are other code, compiled meanwhile.
