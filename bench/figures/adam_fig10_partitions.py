@@ -118,6 +118,7 @@ from bench.support.wide_race import (
     verdict,
     wide_layers,
 )
+from hogwild.training.metrics import read_metrics
 
 FACTORS = (1, 2, 4, 8, 16, 24, 32, 40)
 # the test accuracy a run must reach to count: well above a diverged model's (one class, about
@@ -432,8 +433,6 @@ def measure_wide(args, folder: Path) -> dict:
         "--optim.schedule=constant",
         "--train.evaluate_every=1",
     ]
-    from hogwild.training.metrics import read_metrics
-
     contenders = wide_runs(args)
     races = []
     for repeat in range(args.wide_repeats):

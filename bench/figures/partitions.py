@@ -106,6 +106,8 @@ from bench.support.hosts_cluster import (
     SERVER_HOSTS,
     STALL_S,
     HostsCluster,
+    log_tail,
+    stuck_brief,
 )
 from bench.support.leaks import LeakCheck
 from bench.support.machine import describe_machine, versions
@@ -358,25 +360,6 @@ def inject(cluster: HostsCluster, kind: str, rng: random.Random, args, seen: dic
     return {"kind": kind, "host": host, "at": at, "until": time.time()}
 
 
-def stuck_brief(report: dict) -> str:
-    """A :meth:`HostsCluster.stuck_report` in a line (its log tails are in the record)."""
-    seen = report["map"]
-    if seen is None:
-        where = "no map published"
-    else:
-        short = [f"{b} {seen['buckets'][b]}" for b in seen["buckets_short"]]  # [primary,
-        ack = seen["last_ack_age_s"]  # in-sync copies, epoch]
-        where = (
-            f"last map {seen['age_s']} s old, buckets short of a primary or {report['least']} "
-            f"in-sync servers: {', '.join(short) or 'none'}, last acknowledgement "
-            + ("never" if ack is None else f"{ack} s ago")
-        )
-    return (
-        f"{where}; alive: client {report['client_alive']}, ledger servers "
-        f"{report['servers_alive']}, etcd members {report['etcd_alive']}"
-    )
-
-
 def measure(args) -> dict:
     rng = random.Random(args.seed)
     check = LeakCheck()
@@ -465,10 +448,10 @@ def measure(args) -> dict:
             try:
                 result = json.loads((cluster.client_dir / "result.json").read_text())
             except (FileNotFoundError, json.JSONDecodeError) as exc:
-                log = (folder / "client.log").read_text()[-2000:]
+                log = log_tail(folder / "client.log", 2000)
                 problems.append(f"no ledger result ({exc!r}); client log: {log}")
             if result.get("partial"):
-                log = (folder / "client.log").read_text()[-2000:]
+                log = log_tail(folder / "client.log", 2000)
                 problems.append(
                     "the ledger client's result is partial (its acknowledgements, no final "
                     f"comparison: lost and applied twice are not known); client log: {log}"

@@ -241,10 +241,10 @@ class HostsCluster:
                 },
                 "roles": seen.get("roles"),  # each server's word, by bucket
             }
-        logs = {"client": _tail(self.folder / "client.log")}
+        logs = {"client": log_tail(self.folder / "client.log")}
         for h in SERVER_HOSTS:
-            logs[f"ps{h}"] = _tail(self.folder / f"ps{h}.log")
-            logs[f"etcd{h}"] = _tail(self.hosts.home(h) / "etcd.log")
+            logs[f"ps{h}"] = log_tail(self.folder / f"ps{h}.log")
+            logs[f"etcd{h}"] = log_tail(self.hosts.home(h) / "etcd.log")
         return {
             "least": least,
             "waited_s": round(now - since, 1),
@@ -259,14 +259,34 @@ class HostsCluster:
 LOG_TAIL_CHARS = 1500  # of each log in a stuck report: its last lines, where a wait ended
 
 
-def _tail(path: Path) -> str | None:
+def log_tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str | None:
+    """The last ``chars`` bytes of the log at ``path``, as text (None: not there)."""
     try:
         with open(path, "rb") as log:
             log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - LOG_TAIL_CHARS))
+            log.seek(max(0, log.tell() - chars))
             return log.read().decode("utf-8", "replace")
     except OSError:
         return None  # not written (a process that never started), or its host's home gone
+
+
+def stuck_brief(report: dict) -> str:
+    """A :meth:`HostsCluster.stuck_report` in a line (its log tails are in the record)."""
+    seen = report["map"]
+    if seen is None:
+        where = "no map published"
+    else:
+        short = [f"{b} {seen['buckets'][b]}" for b in seen["buckets_short"]]  # [primary,
+        ack = seen["last_ack_age_s"]  # in-sync copies, epoch]
+        where = (
+            f"last map {seen['age_s']} s old, buckets short of a primary or {report['least']} "
+            f"in-sync servers: {', '.join(short) or 'none'}, last acknowledgement "
+            + ("never" if ack is None else f"{ack} s ago")
+        )
+    return (
+        f"{where}; alive: client {report['client_alive']}, ledger servers "
+        f"{report['servers_alive']}, etcd members {report['etcd_alive']}"
+    )
 
 
 def _hogwild() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hogwild_plugins.ps.serving.options import DEFAULT_LEASE_S
 
 from bench.figures import partitions
-from bench.support import failover_stages
+from bench.support import failover_stages, hosts_cluster
 
 
 def acks_every(start: float, stop: float, step: float = 0.1) -> list[list[float]]:
@@ -110,10 +110,10 @@ def test_a_stuck_wait_is_told_in_a_line_naming_the_short_buckets_and_who_is_aliv
         "servers_alive": {1: True, 2: False, 3: True},
         "etcd_alive": {1: True, 2: True, 3: True},
     }
-    line = partitions.stuck_brief(report)
+    line = hosts_cluster.stuck_brief(report)
     assert "last map 0.4 s old" in line and "last acknowledgement 71.2 s ago" in line
     assert "or 2 in-sync servers: 3 [1, [1], 5]," in line and "2 [0, [0, 1], 4]" not in line
     assert "ledger servers {1: True, 2: False, 3: True}" in line
     never = {**report, "map": {**report["map"], "last_ack_age_s": None, "buckets_short": []}}
-    assert "servers: none, last acknowledgement never" in partitions.stuck_brief(never)
-    assert partitions.stuck_brief({**report, "map": None}).startswith("no map published; alive")
+    assert "servers: none, last acknowledgement never" in hosts_cluster.stuck_brief(never)
+    assert hosts_cluster.stuck_brief({**report, "map": None}).startswith("no map published; alive")
