@@ -60,6 +60,7 @@ def ask_at_start(
         StartStopped: ``stopping()`` was true after a failed try.
     """
     deadline = time.monotonic() + within_s
+    stopped = f"server {me}: stopped while asking etcd for its {what}"
     tries = 0
     while True:
         tries += 1
@@ -67,7 +68,6 @@ def ask_at_start(
             return ask()
         except EtcdUnavailable as err:
             if stopping():  # asked for during this try: no more tries, no traceback
-                stopped = f"server {me}: stopped while asking etcd for its {what}"
                 raise StartStopped(stopped) from err
             if time.monotonic() + START_RETRY_S >= deadline:
                 raise EtcdUnavailable(
@@ -80,4 +80,4 @@ def ask_at_start(
             )  # fmt: skip
         time.sleep(START_RETRY_S)  # a signal's handler only records it: looked at right after
         if stopping():
-            raise StartStopped(f"server {me}: stopped while asking etcd for its {what}")
+            raise StartStopped(stopped)
