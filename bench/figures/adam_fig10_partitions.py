@@ -95,7 +95,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -104,6 +103,7 @@ from pathlib import Path
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
+from bench.support.grown_model import accuracy_of, grown_plan, one_epoch_command, run_jobs
 from bench.support.machine import describe_machine, versions
 from bench.support.paper_job import PAPER_JOB, PAPER_OVERRIDES
 from bench.support.record import emit_record, fresh_numba_cache, stamp
@@ -234,74 +234,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def size_overrides(factor: int) -> list[str]:
-    """The Adam MNIST model with both convolutions' feature maps multiplied by ``factor``."""
-    return [f"--model.layers.0.maps={10 * factor}", f"--model.layers.3.maps={20 * factor}"]
+def _command(args, factor: int, extra: list[str]) -> list[str]:
+    return one_epoch_command(args.data, args.examples, factor, extra)
 
 
-def plan_of(factor: int, partitions: int) -> tuple[int, int]:
-    """Connections and bytes crossing per example of the size's model split ``partitions``
-    ways."""
-    from hogwild.config import load_config
-    from hogwild.model.network import model_network
-    from hogwild.partition.plan import plan_partitions
-
-    overrides = {"model.layers.0.maps": 10 * factor, "model.layers.3.maps": 20 * factor}
-    network = model_network(load_config(None, overrides).model)
-    return network.connections, plan_partitions(network, partitions).bytes_per_example
-
-
-def _train_command(args, factor: int, extra: list[str]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hogwild.cli",
-        "train",
-        "--data",
-        args.data,
-        "--epochs",
-        "1",
-        "--subset",
-        str(args.examples),
-        "--no-progress",
-        *PAPER_JOB,
-        *size_overrides(factor),
-        *extra,
-    ]
-
-
-def _finish(process: subprocess.Popen, timeout: float) -> dict:
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise RuntimeError(f"a run took longer than {timeout:.0f} s") from None
-    if process.returncode != 0:
-        raise RuntimeError(f"run failed ({process.returncode}): {err.strip()[-2000:]}")
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def run_jobs(args, commands: list[list[str]]) -> list[dict]:
-    """Start ``commands`` at once; their summaries."""
-    processes = [
-        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for c in commands
-    ]
-    try:
-        return [_finish(p, args.timeout_s) for p in processes]
-    finally:
-        for p in processes:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+def _run(args, commands: list[list[str]]) -> list[dict]:
+    return run_jobs(commands, args.timeout_s)
 
 
 def size_rows(args, factor: int, one: dict, controls: list, twos: list) -> tuple[list, dict]:
     """A size's rows (1 partition, 2 partitions) from its runs' summaries: ``one``, and each
     repeat's control pair and 2-partition run in the order they ran; also the median
     2-partition run (the lower middle one of an even count)."""
-    connections, crossing = plan_of(factor, 2)
+    connections, crossing = grown_plan(factor, 2)
     control_rates = [sum(c["examples_per_s"] for c in control) for control in controls]
     ratios = [
         t["examples_per_s"] / r if r else None for t, r in zip(twos, control_rates, strict=True)
@@ -353,16 +298,14 @@ def measure_size(args, factor: int, partitioned_runs: dict) -> list[dict]:
     one, controls, twos = None, [], []
     for repeat in range(args.repeats):  # interleaved: each 2-partition run after its control
         if args.quick:  # the 1-partition run is the control's first (the same command: seed 1)
-            control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+            control = _run(args, [_command(args, factor, s) for s in seeds])
             one = one or control[0]
         else:
             if repeat == 0:
-                one = run_jobs(args, [_train_command(args, factor, ["--workers", "1"])])[0]
-            control = run_jobs(args, [_train_command(args, factor, s) for s in seeds])
+                one = _run(args, [_command(args, factor, ["--workers", "1"])])[0]
+            control = _run(args, [_command(args, factor, s) for s in seeds])
         controls.append(control)
-        twos.append(
-            run_jobs(args, [_train_command(args, factor, partitioned(args, args.in_flight))])[0]
-        )
+        twos.append(_run(args, [_command(args, factor, partitioned(args, args.in_flight))])[0])
     rows, two = size_rows(args, factor, one, controls, twos)
     # the sweep's entry for this command: the median run, with its runs' lowest accuracy (the
     # row's own; the row's ``learned`` also asks the control to have learned, the sweep's not)
@@ -404,12 +347,6 @@ def partitioned_lr(args, in_flight: int) -> float:
     return rate / in_flight if args.lr_over_in_flight else rate
 
 
-def accuracy_of(summary: dict) -> float:
-    """A run's final test accuracy (0.0 when it reports none: such a run does not count)."""
-    accuracy = summary.get("test_accuracy")
-    return float(accuracy) if accuracy is not None else 0.0
-
-
 def learned(args, *accuracies: float) -> bool:
     """Whether every run behind a row reached the floor (a diverged model sits near 0.1)."""
     return all(a >= args.learned_floor for a in accuracies)
@@ -443,7 +380,7 @@ def measure_wide(args, folder: Path) -> dict:
             metrics = folder / f"wide-{name}-{repeat}.jsonl"
             command = [sys.executable, "-m", "hogwild.cli", *run["head"], *common, *run["tail"]]
             command += ["--seed", str(seed), "--metrics", str(metrics)]
-            summary = run_jobs(args, [command])[0]
+            summary = _run(args, [command])[0]
             records = read_metrics(metrics)
             curve = learning_curve(epochs_of(records))
             found[name] = {
@@ -517,7 +454,7 @@ def measure_in_flight(args, partitioned_runs: dict) -> list[dict]:
         summary = partitioned_runs.get((args.sweep_factor, n))
         if summary is None:
             extra = partitioned(args, n)
-            summary = run_jobs(args, [_train_command(args, args.sweep_factor, extra)])[0]
+            summary = _run(args, [_command(args, args.sweep_factor, extra)])[0]
         accuracy = accuracy_of(summary)
         found.append(
             {

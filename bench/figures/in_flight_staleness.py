@@ -32,6 +32,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
 
 import numpy as np
 
+from bench.support.grown_model import grown_overrides
 from bench.support.machine import describe_machine, versions
 from bench.support.paper_job import PAPER_OVERRIDES
 from bench.support.record import emit_record, stamp
@@ -72,8 +73,7 @@ def train_with_delay(mnist, factor: int, in_flight: int, lr: float, args) -> dic
 
     overrides = {
         **PAPER_OVERRIDES,
-        "model.layers.0.maps": 10 * factor,
-        "model.layers.3.maps": 20 * factor,
+        **grown_overrides(factor),
         "optim.lr": lr,
     }
     config = load_config(None, overrides)

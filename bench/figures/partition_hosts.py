@@ -2,7 +2,7 @@
 
 One replica of two partitions (``hogwild train --partitions 2``, one example in flight) trains
 one epoch of the first ``--examples`` examples on the paper job's model grown by ``--factor``
-(feature maps multiplied, as in ``adam_fig10_partitions.py``) three ways, in the same run:
+(feature maps multiplied: ``bench/support/grown_model.py``) three ways, in the same run:
 
 - ``shm``: both partitions on this host, exchanging through the shared arena (the control);
 - ``frames``: the same two partitions as two host groups on loopback (``model.partition_hosts``
@@ -35,8 +35,8 @@ from pathlib import Path
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # on sys.path (bench/README.md)
 
+from bench.support.grown_model import one_epoch_command
 from bench.support.machine import describe_machine, versions
-from bench.support.paper_job import PAPER_JOB
 from bench.support.paths import REPO, SHARED_MNIST
 from bench.support.record import emit_record, stamp
 
@@ -65,12 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def train_argv(args, metrics: Path, extra: list[str]) -> list[str]:
-    return [
-        sys.executable, "-m", "hogwild.cli", "train", "--data", args.data, "--partitions", "2",
-        "--epochs", "1", "--subset", str(args.examples), "--no-progress", "--metrics",
-        str(metrics), *PAPER_JOB, f"--model.layers.0.maps={10 * args.factor}",
-        f"--model.layers.3.maps={20 * args.factor}", *extra,
-    ]  # fmt: skip
+    options = ["--partitions", "2", "--metrics", str(metrics), *extra]
+    return one_epoch_command(args.data, args.examples, args.factor, options)
 
 
 def finish(name: str, process: subprocess.Popen) -> str:

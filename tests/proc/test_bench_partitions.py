@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from bench.figures.adam_fig10_partitions import plan_of
+from bench.support.grown_model import grown_plan
 from hogwild.config import load_config
 from hogwild.model.network import model_network
 from hogwild.partition.plan import plan_partitions
@@ -66,7 +66,7 @@ def test_quick_run_prints_every_field(tmp_path, mnist_dir, tmp_path_factory, rep
     # the next size, as a full run's row would have it: twice the feature maps, more connections
     maps = {"model.layers.0.maps": 20, "model.layers.3.maps": 40}
     wider = plan_partitions(model_network(load_config(None, maps).model), 2)
-    assert plan_of(2, 2) == (wider.network.connections, wider.bytes_per_example)
+    assert grown_plan(2, 2) == (wider.network.connections, wider.bytes_per_example)
     assert wider.network.connections > default.network.connections
     assert set(record["largest_efficient"]) == {"1", "2"}
     assert record["targets"]["target"] == 0.85

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.figures import adam_fig10_partitions as fig10
+from bench.support.grown_model import accuracy_of, one_epoch_command
 
 
 def row(factor, partitions, rate, accuracy, control_accuracy=0.8, control_rate=100.0):
@@ -31,7 +32,7 @@ def test_a_row_learned_only_when_the_run_and_its_control_reach_the_floor():
     assert fig10.learned(args, 0.6, 0.9)
     assert not fig10.learned(args, 0.085, 0.9)  # diverged: one class predicted
     assert not fig10.learned(args, 0.9, 0.5)
-    assert fig10.accuracy_of({}) == 0.0  # a run that reports no accuracy does not count
+    assert accuracy_of({}) == 0.0  # a run that reports no accuracy does not count
 
 
 def test_the_default_floor_and_in_flight_are_stated():
@@ -84,7 +85,7 @@ def test_partitioned_runs_divide_the_learning_rate_by_their_examples_in_flight_u
     scaled = fig10.parse_args(["--in-flight", "4"])
     assert fig10.partitioned(scaled, 4)[-1] == "--optim.lr=0.00075"
     assert fig10.partitioned(scaled, 1)[-1] == "--optim.lr=0.003"
-    command = fig10._train_command(scaled, 16, fig10.partitioned(scaled, 4))
+    command = one_epoch_command(scaled.data, 400, 16, fig10.partitioned(scaled, 4))
     lrs = [option for option in command if option.startswith("--optim.lr=")]
     assert lrs[-1] == "--optim.lr=0.00075"  # after the paper job's: the last one wins
 
