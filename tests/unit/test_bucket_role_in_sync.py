@@ -7,7 +7,6 @@ test_bucket_role_hand_over.py). Every stimulus is followed by the role's ``valid
 from __future__ import annotations
 
 from hogwild_plugins.ps.failover import BucketRecord
-from hogwild_plugins.ps.replication.adapter import confirmed_copies
 from hogwild_plugins.ps.replication.bucket_role import BucketRole, Role
 from hogwild_plugins.ps.replication.bucket_role_events import (
     CampaignAnswered,
@@ -249,21 +248,21 @@ def test_a_copy_kept_through_a_new_lease_is_caught_up_without_a_write_and_its_pr
     one) cannot be written out of ``in_sync`` (one would be left), so it is kept and caught up
     again, and the record is not written. etcd's record is then older than the copy's member
     key, so an observer reading etcd alone cannot tell that it is caught up; the primary's
-    STATUS can (:func:`confirmed_copies`: the copy, under its new lease)."""
+    STATUS can (``BucketRole.confirmed_copies``: the copy, under its new lease)."""
     keys = SyncKeys(2)
     roles = {s: BucketRole(BUCKET, s, COPIES, min_copies=2, lease_ttl=TTL) for s in (0, 1)}
     settle(roles, keys, live(roles))
     primary = keys.read().primary
     role, other = roles[primary], 1 - primary
     assert sorted(keys.read().in_sync) == [0, 1] and role.serving
-    assert confirmed_copies(role) == {str(other): LEASE[other]}
-    assert confirmed_copies(roles[other]) == {}  # a copy tells none
+    assert role.confirmed_copies() == {str(other): LEASE[other]}
+    assert roles[other].confirmed_copies() == {}  # a copy tells none
     written = keys.revision
     members = {primary: LEASE[primary], other: NEW_LEASE[other]}
     [sync] = step(role, MapRead, keys.read(), members, LEASE[primary], True)
     assert isinstance(sync, Sync) and sync.server == other  # caught up again, not written out
-    assert confirmed_copies(role) == {} and not role.serving
+    assert role.confirmed_copies() == {} and not role.serving
     carry_out(role, [sync], keys)
     assert keys.revision == written and sorted(keys.read().in_sync) == [0, 1]  # no write
     assert role.serving
-    assert confirmed_copies(role) == {str(other): NEW_LEASE[other]}
+    assert role.confirmed_copies() == {str(other): NEW_LEASE[other]}

@@ -67,7 +67,6 @@ from hogwild_plugins.ps.replication.bucket_role_events import (
     Campaign,
     HandOver,
     Remembered,
-    Role,
     Stopped,
     Sync,
 )
@@ -91,7 +90,7 @@ from hogwild_plugins.ps.shard_log import ShardLog
 from hogwild.errors import HogwildError
 from hogwild.net.router import Incoming, Reply, error_reply
 
-__all__ = ["PEER_SENDER", "Replication", "auto_min_copies", "confirmed_copies"]
+__all__ = ["PEER_SENDER", "Replication", "auto_min_copies"]
 
 POLL_S = 0.5  # the map is read at least this often, watch or not
 MAP_TIMEOUT_S = 2.0  # each map client's requests, read-backs included (the etcd client's default)
@@ -105,18 +104,6 @@ def auto_min_copies(copies: int) -> int:
     ``min.insync.replicas`` with three replicas; 1 of 2, so that one server's loss leaves a
     two-copy job writable)."""
     return (copies + 1) // 2
-
-
-def confirmed_copies(role: BucketRole) -> dict[str, int]:
-    """As primary: each copy caught up under the lease it holds now, and that lease (what a
-    STATUS tells observers; etcd cannot: a copy kept in ``in_sync`` through a new lease, as one
-    whose removal would leave fewer than ``min_copies``, is caught up again without the record
-    being written). Else empty. Read from another thread than the replication thread that
-    changes them: ``copy()`` of a set or dict is atomic under the GIL, iterating them is not."""
-    if role.role is not Role.PRIMARY:
-        return {}
-    confirmed, leases = role.confirmed.copy(), role.copy_leases.copy()
-    return {str(c): leases[c] for c in sorted(confirmed) if c != role.me and c in leases}
 
 
 class Replication(Admitting):
@@ -566,7 +553,7 @@ class Replication(Admitting):
                     "record_lost": r.record_lost,
                     "stopped": r.stopped,
                     "in_sync": list(r.record.in_sync) if r.record else [],
-                    "confirmed": confirmed_copies(r),
+                    "confirmed": r.confirmed_copies(),
                 }
                 for b, r in self.roles.items()
             },

@@ -2,7 +2,8 @@
 
 Part of the one machine :class:`~hogwild_plugins.ps.replication.bucket_role.BucketRole` (a mixin
 of its transitions, no state and no entry of its own: the machine's :meth:`handle
-<hogwild_plugins.ps.replication.bucket_role.BucketRole.handle>` calls it). As primary the role
+<hogwild_plugins.ps.replication.bucket_role.BucketRole.handle>` calls it; and one query,
+:meth:`KeepingInSync.confirmed_copies`, which the server's STATUS reads). As primary the role
 sends a :class:`Sync` (a snapshot) to every live copy that should hold the bucket and is not
 caught up in this epoch under its present lease, adds a caught-up copy to the record's
 ``in_sync`` and writes out one that is gone or did not answer (:class:`WriteInSync`, one write
@@ -39,6 +40,18 @@ class KeepingInSync:
     machine's ``history`` and ``epoch``; it calls the machine's ``_step_down`` and
     ``_lose_record``.
     """
+
+    def confirmed_copies(self) -> dict[str, int]:
+        """As primary: each copy caught up under the lease it holds now, and that lease (what a
+        STATUS tells observers; etcd cannot: a copy kept in ``in_sync`` through a new lease, as
+        one whose removal would leave fewer than ``min_copies``, is caught up again without the
+        record being written). Else empty. The one query of this mixin read from another thread
+        than the replication thread that changes its sets: ``copy()`` of a set or dict is atomic
+        under the GIL, iterating them is not."""
+        if self.role is not Role.PRIMARY:
+            return {}
+        confirmed, leases = self.confirmed.copy(), self.copy_leases.copy()
+        return {str(c): leases[c] for c in sorted(confirmed) if c != self.me and c in leases}
 
     def _reconcile(self) -> list:
         """As primary: catch up the live copies that should hold the bucket and do not."""
