@@ -22,6 +22,7 @@ __all__ = [
     "EtcdClusterLost",
     "EtcdReplyError",
     "EtcdUnavailable",
+    "LeaseExpired",
     "gateway_error",
     "is_etcd_error",
     "reply_object",
@@ -68,6 +69,10 @@ class EtcdUnavailable(HogwildError):
 
 class EtcdClusterLost(EtcdUnavailable):
     """No member of the etcd cluster answered one request (each member's failure named)."""
+
+
+class LeaseExpired(HogwildError):
+    """A write named a lease that etcd does not know: it expired or was revoked."""
 
 
 class EtcdReplyError(HogwildError):

@@ -14,7 +14,7 @@ import itertools
 import queue
 import threading
 
-import hogwild_plugins.ps.etcd as etcd_client
+import hogwild_plugins.ps.etcd_members as member_choice
 import pytest
 from hogwild_plugins.ps.etcd import (
     KEEPALIVE_TRIES,
@@ -311,7 +311,7 @@ def test_a_client_goes_back_to_its_near_member_once_it_answers_again(monkeypatch
             near.status, near.body = 200, RANGE  # its member is back
             assert client.get("k") == (None, 0)  # within NEAR_RETURN_S: not asked yet
             assert near.posts == 1 and other.posts == 2
-            monkeypatch.setattr(etcd_client, "NEAR_RETURN_S", 0.0)  # the wait is over
+            monkeypatch.setattr(member_choice, "NEAR_RETURN_S", 0.0)  # the wait is over
             client.put("w", {"v": 1})  # a write is never the probe: it stays where it is
             assert near.posts == 1 and client._current == 1
             assert client.get("k") == (None, 0)
@@ -344,7 +344,7 @@ def test_a_return_to_a_near_member_that_does_not_answer_is_short_and_backs_off(m
                 assert client._near_backoff == backoff
                 client._away_since = 0.0  # the (longer) wait is over
             assert [limit for member, limit in limits if member == near.address] == [
-                etcd_client.NEAR_PROBE_S
+                member_choice.NEAR_PROBE_S
             ] * 4
             near.stall.set()  # it answers again: back, and the wait reset
             assert client.get("k") == (None, 0) and client._current == 0
@@ -389,7 +389,7 @@ def test_closing_a_client_cuts_a_hedged_ask_still_held_instead_of_waiting_for_it
             held.join(5.0)
             assert not held.is_alive()
             i, err = ended.get(timeout=1.0)
-            assert i == 0 and isinstance(err, etcd_client._MemberDown), err  # cut, not answered
+            assert i == 0 and isinstance(err, member_choice._MemberDown), err  # cut, not answered
         finally:
             cut.stall.set()
             closer.join(70.0)
