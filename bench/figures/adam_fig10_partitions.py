@@ -235,10 +235,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _command(args, factor: int, extra: list[str]) -> list[str]:
+    """A size's one-epoch run on ``--data``'s first ``--examples`` examples, ``extra`` last."""
     return one_epoch_command(args.data, args.examples, factor, extra)
 
 
 def _run(args, commands: list[list[str]]) -> list[dict]:
+    """``commands`` at once, each bounded by ``--timeout-s``; their summaries."""
     return run_jobs(commands, args.timeout_s)
 
 

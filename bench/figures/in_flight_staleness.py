@@ -10,7 +10,7 @@ unpartitioned job's. If a size and learning rate diverge here with N in flight a
 partitioned, the cause is the delay (the learning rate too large for it), not the partitioning.
 
 Each run trains one epoch of the first ``--examples`` examples (the paper job's model grown by
-``--factors``, as in ``adam_fig10_partitions.py``) and evaluates the first ``--test`` test
+``--factors``: ``bench/support/grown_model.py``) and evaluates the first ``--test`` test
 images; each record gives ``factor``, ``connections``, ``in_flight``, ``lr``,
 ``test_accuracy``, ``finite`` (whether every weight stayed finite) and ``learned`` (accuracy at
 least ``--learned-floor``).

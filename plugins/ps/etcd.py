@@ -69,6 +69,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 
+from hogwild_plugins.ps import etcd_members as member_choice
 from hogwild_plugins.ps.etcd_errors import (
     EtcdClusterLost,
     EtcdUnavailable,
@@ -78,12 +79,7 @@ from hogwild_plugins.ps.etcd_errors import reply_int as _int
 from hogwild_plugins.ps.etcd_hedge import Hedges
 from hogwild_plugins.ps.etcd_keys import after as _after
 from hogwild_plugins.ps.etcd_keys import b64 as _b64
-from hogwild_plugins.ps.etcd_members import (
-    NEAR_BACKOFF_MAX,
-    NEAR_PROBE_S,
-    NEAR_RETURN_S,
-    MemberChoice,
-)
+from hogwild_plugins.ps.etcd_members import MemberChoice
 from hogwild_plugins.ps.etcd_process import EtcdProcess, etcd_binary
 from hogwild_plugins.ps.etcd_tls import EtcdTls
 from hogwild_plugins.ps.etcd_watch import SAFETY_POLL_S, Watch
@@ -395,7 +391,10 @@ class Etcd(MemberChoice):
                       near=self.near)  # fmt: skip
         handle = Watch(
             reader, start, _after(start), on_change, interval_s, revision, on_error,
-            slow_interval_s, near_return=(NEAR_RETURN_S, NEAR_PROBE_S, NEAR_BACKOFF_MAX),
+            slow_interval_s, near_return=(
+                member_choice.NEAR_RETURN_S, member_choice.NEAR_PROBE_S,
+                member_choice.NEAR_BACKOFF_MAX,
+            ),  # read where _post reads them: one setting for the polls and the client
         )  # fmt: skip
         self._watches.append(handle)
         return handle

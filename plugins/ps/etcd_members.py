@@ -1,18 +1,18 @@
 """Which etcd member a client's request goes to, and what one member's failure means for it.
 
-Part of the etcd client :class:`~hogwild_plugins.ps.etcd.Etcd` (a mixin: the client's state, set
-up by :meth:`MemberChoice._choose_first_member`; the client's requests call :meth:`MemberChoice.
-_post`), apart from what the client asks (leases, keys, transactions, watches). The rules, as the
-client's module docstring states them: requests go to one member until it fails, first the one on
-this host (``near``) if there is one; a request that could not have reached its member, and any
-read, is asked of the others at once; a write of unknown fate is not repeated (it raises
-:class:`~hogwild_plugins.ps.etcd_errors.EtcdUnavailable`, and the next request goes to the next
-member), except after "leader changed", when the member that said it is asked again (it follows a
-leader); a read away from the near member for :data:`NEAR_RETURN_S` goes back to it first, asked
+Part of the etcd client :class:`~hogwild_plugins.ps.etcd.Etcd` (a mixin: the client's state, set up
+by :meth:`MemberChoice._choose_first_member`; the client's requests call
+:meth:`MemberChoice._post`), apart from what the client asks (leases, keys, transactions, watches).
+The rules, as the client's module docstring states them: requests go to one member until it fails,
+first the one on this host (``near``) if there is one; a request that could not have reached its
+member, and any read, is asked of the others at once; a write of unknown fate is not repeated (it
+raises :class:`~hogwild_plugins.ps.etcd_errors.EtcdUnavailable`, and the next request goes to the
+next member), except after "leader changed", when the member that said it is asked again (it follows
+a leader); a read away from the near member for :data:`NEAR_RETURN_S` goes back to it first, asked
 with the short :data:`NEAR_PROBE_S`, each failed return doubling the wait (:data:`NEAR_BACKOFF_MAX`
 at most). Members whose last request failed are ``lost_members``; when every member failed one
-request, :class:`~hogwild_plugins.ps.etcd_errors.EtcdClusterLost`. One member's reply is made
-into an answer or a typed error here too (:meth:`MemberChoice._post_to`).
+request, :class:`~hogwild_plugins.ps.etcd_errors.EtcdClusterLost`. One member's reply is made into
+an answer or a typed error here too (:meth:`MemberChoice._post_to`).
 """
 
 from __future__ import annotations

@@ -89,11 +89,11 @@ class RangePoller:
             client's certificate and the CA it trusts); None for plain HTTP.
         near: The member on this process's host (the client's ``near``), or None.
         near_return: ``(return_s, probe_s, backoff_max)``, the client's (``NEAR_RETURN_S``,
-            ``NEAR_PROBE_S``, ``NEAR_BACKOFF_MAX`` of :mod:`~hogwild_plugins.ps.etcd`): a poll
-            after ``return_s`` elsewhere goes to the near member first, asked once with a
-            ``probe_s`` timeout, and each failed return doubles the wait, ``backoff_max`` times
-            at most; as the client's map reads do, so that one failover does not leave the polls
-            (and the stream, which follows them) on a remote member for the watch's life.
+            ``NEAR_PROBE_S``, ``NEAR_BACKOFF_MAX`` of :mod:`~hogwild_plugins.ps.etcd_members`): a
+            poll after ``return_s`` elsewhere goes to the near member first, asked once with a
+            ``probe_s`` timeout, and each failed return doubles the wait, ``backoff_max`` times at
+            most; as the client's map reads do, so that one failover does not leave the polls (and
+            the stream, which follows them) on a remote member for the watch's life.
     """
 
     def __init__(

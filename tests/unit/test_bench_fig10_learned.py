@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.figures import adam_fig10_partitions as fig10
-from bench.support.grown_model import accuracy_of, one_epoch_command
+from bench.support.grown_model import accuracy_of
 
 
 def row(factor, partitions, rate, accuracy, control_accuracy=0.8, control_rate=100.0):
@@ -85,7 +85,7 @@ def test_partitioned_runs_divide_the_learning_rate_by_their_examples_in_flight_u
     scaled = fig10.parse_args(["--in-flight", "4"])
     assert fig10.partitioned(scaled, 4)[-1] == "--optim.lr=0.00075"
     assert fig10.partitioned(scaled, 1)[-1] == "--optim.lr=0.003"
-    command = one_epoch_command(scaled.data, 400, 16, fig10.partitioned(scaled, 4))
+    command = fig10._command(scaled, 16, fig10.partitioned(scaled, 4))
     lrs = [option for option in command if option.startswith("--optim.lr=")]
     assert lrs[-1] == "--optim.lr=0.00075"  # after the paper job's: the last one wins
 
