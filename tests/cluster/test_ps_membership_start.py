@@ -1,7 +1,8 @@
 """A replicated server's first registration with etcd, against a real etcd on loopback: a member
 that accepts connections but does not answer (as one just restarted does, or one whose host is
 cut) does not make the server's start fail while another member answers; etcd silent past the
-bound is an error naming the tries.
+bound is an error naming the tries; a lease that lapses between its grant and its key's write (a
+start starved of CPU for longer than the TTL) is followed by a new one, not by the server's exit.
 
 The silent member is a listening socket that never accepts: the kernel completes each
 connection, the client's request is sent, and no answer comes, which is what a member that
@@ -64,4 +65,28 @@ def test_etcd_silent_past_the_bound_is_an_error_naming_the_tries(silent_member):
         assert member._thread is None  # no heartbeat for a lease it never had
     finally:
         member.stop()
+        etcd.close()
+
+
+def test_a_lease_lapsed_before_its_key_was_written_is_granted_again(etcd_server, capsys):
+    member, etcd = membership(etcd_server.address)
+    put, lapsed = etcd.put, []
+
+    def put_after_the_first_lease_lapsed(key, value, lease=None):
+        if not lapsed:  # the real lapse, as a starved start meets it: etcd no longer has it
+            lapsed.append(lease)
+            etcd.revoke(lease)
+        return put(key, value, lease=lease)
+
+    etcd.put = put_after_the_first_lease_lapsed
+    try:
+        member.start()
+        record, _ = etcd.get("members/0")
+        assert record is not None and record["lease"] == member.clock.lease != lapsed[0]
+        assert member.clock.valid(lease_now())
+        said = capsys.readouterr().err
+        assert "etcd let the lease of its registration lapse before its key was written" in said
+    finally:
+        member.stop()
+        member.revoke()
         etcd.close()

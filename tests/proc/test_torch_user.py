@@ -76,7 +76,9 @@ def test_define_in_torch_train_with_hogwild_evaluate_in_torch(small_mnist, tmp_p
         predicted = net(torch.from_numpy(test_x)).argmax(1).numpy()
     accuracy = float((predicted == small_mnist.test_labels).mean())
     reported = result.metrics["test_accuracy"]
-    assert reported > 0.8  # Adam learns MNIST's digits in one short epoch
+    # Adam learns MNIST's digits in one short epoch: 0.85-0.91 in 8 runs on 2 quiet cores, 0.795
+    # once in CI, where two workers' Hogwild interleaving on a loaded machine differs; chance is 0.1
+    assert reported > 0.7
     # the same predictions, up to an example whose two best scores are within float rounding
     assert abs(accuracy - reported) <= 1 / len(predicted), (accuracy, reported)
     # the checkpoint keeps the module's names, and predicts on the floats as they were given

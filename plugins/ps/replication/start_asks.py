@@ -10,7 +10,10 @@ for (a SIGTERM while etcd is silent must not wait out the whole bound: the drive
 20 s after its SIGTERM, and a server SIGKILLed never gives its lease back). Both asks are safe to
 repeat: the nonce is adopted by compare-and-swap, and a lease granted, or a key written under it,
 by an ask that timed out lapses unrenewed (the replication thread's next read of the map, finding
-its key gone under a live lease, writes it again: ``Membership.refresh``).
+its key gone under a live lease, writes it again: ``Membership.refresh``). A registration whose
+lease lapsed between its grant and its key's write (a start starved of CPU for longer than the
+TTL: three servers and their tests on two cores, a 2 s lease) is asked again too, under a new
+lease: the lapsed one holds nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from hogwild_plugins.ps.etcd import EtcdUnavailable
+from hogwild_plugins.ps.etcd import EtcdUnavailable, LeaseExpired
 
 from hogwild.errors import HogwildError
 from hogwild.logs import role_logger
@@ -43,9 +46,9 @@ def ask_at_start(
     within_s: float = START_WITHIN_S,
     stopping: Callable[[], bool] = lambda: False,
 ) -> T:
-    """``ask()``'s answer, asked again while it raises :class:`EtcdUnavailable` (every other
-    error is raised at once; a wrong port or a TLS failure is ``EtcdUnavailable`` too, so it
-    is asked again, each try logged, until the bound).
+    """``ask()``'s answer, asked again while it raises :class:`EtcdUnavailable` or
+    :class:`LeaseExpired` (every other error is raised at once; a wrong port or a TLS failure is
+    ``EtcdUnavailable`` too, so it is asked again, each try logged, until the bound).
 
     Args:
         ask: The request (or requests) to etcd.
@@ -57,6 +60,7 @@ def ask_at_start(
     Raises:
         EtcdUnavailable: etcd did not answer within ``within_s`` (the last try may end up to a
             request timeout per member later).
+        LeaseExpired: every lease granted within ``within_s`` lapsed before its key was written.
         StartStopped: ``stopping()`` was true after a failed try.
     """
     deadline = time.monotonic() + within_s
@@ -66,17 +70,26 @@ def ask_at_start(
         tries += 1
         try:
             return ask()
-        except EtcdUnavailable as err:
+        except (EtcdUnavailable, LeaseExpired) as err:
             if stopping():  # asked for during this try: no more tries, no traceback
                 raise StartStopped(stopped) from err
             if time.monotonic() + START_RETRY_S >= deadline:
+                if isinstance(err, LeaseExpired):
+                    raise LeaseExpired(
+                        f"server {me}: its {what}'s lease lapsed before its key was written, "
+                        f"{tries} tries over {within_s:g} s: {err}"
+                    ) from err
                 raise EtcdUnavailable(
                     f"server {me}: etcd did not answer its {what} in {tries} tries over "
                     f"{within_s:g} s: {err}"
                 ) from err
+            if isinstance(err, LeaseExpired):
+                failed = f"etcd let the lease of its {what} lapse before its key was written"
+            else:
+                failed = f"etcd did not answer its {what}"
             role_logger(f"ps {me}").warning(
-                "etcd did not answer its %s (try %d; asking again for up to %.0f s): %s",
-                what, tries, deadline - time.monotonic(), err,
+                "%s (try %d; asking again for up to %.0f s): %s",
+                failed, tries, deadline - time.monotonic(), err,
             )  # fmt: skip
         time.sleep(START_RETRY_S)  # a signal's handler only records it: looked at right after
         if stopping():
