@@ -3,7 +3,9 @@
 A fresh run into a directory holding another run's checkpoints is refused (it would mix the two
 runs) unless ``--overwrite`` replaces them or ``--resume`` continues them; a resume restores the
 weights *and* the momentum exactly, into every copy the store keeps, refuses another architecture
-naming the difference, and reports the other settings that changed.
+naming the difference, and reports the other settings that changed. A run whose loss overflows
+stops at that epoch's end with an error, before its weights replace anything written; one that
+stays at chance is warned of, once.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hogwild
 from hogwild.data.mnist import load_mnist
 from hogwild.errors import CheckpointError
 from hogwild.training.checkpoint import load_checkpoint
+from hogwild.training.health import TrainingDiverged
 from hogwild.training.trainer import Trainer
 
 
@@ -103,3 +106,32 @@ def test_resume_refuses_another_architecture_and_reports_other_changes(tmp_path,
     assert "resuming with changed settings" in err
     assert "optim.lr: 0.006 -> 0.002" in err and "train.epochs: 1 -> 2" in err
     assert json.loads(json.dumps(result.metrics["config"]))["optim"]["lr"] == 0.002
+
+
+def test_a_run_whose_loss_overflows_stops_before_saving_and_the_old_run_is_kept(tmp_path, mnist):
+    ck = tmp_path / "ck"
+    hogwild.train(data=mnist, epochs=1, checkpoint_dir=ck, evaluate_every=0, **OPTIONS)
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+    metrics = tmp_path / "metrics.jsonl"
+    overflowing = {"optim.weight_decay": 0.0, "output.metrics": str(metrics)}
+    said = r"after epoch 1 the weights hold NaN.*lower --optim.lr \(now 1e\+30\).*The run stopped"
+    with pytest.raises(TrainingDiverged, match=said + "; the checkpoints written before it are"):
+        hogwild.train(data=mnist, epochs=3, checkpoint_dir=ck, overwrite=True, lr=1e30,
+                      overrides=overflowing, **OPTIONS)  # fmt: skip
+    assert {p.name: p.read_bytes() for p in ck.iterdir()} == before  # overflowed weights unsaved
+    events = [json.loads(line)["event"] for line in metrics.read_text().splitlines()]
+    assert events == ["start", "epoch", "diverged"]  # no second epoch trained from them
+
+
+def test_a_run_at_chance_is_warned_of_once_after_enough_updates(tmp_path, mnist, capsys):
+    metrics = tmp_path / "metrics.jsonl"
+    options = {**OPTIONS, "subset": 5000, "overrides": {"output.metrics": str(metrics)}}
+    hogwild.train(data=mnist, epochs=3, evaluate_every=0, lr=1e-12, **options)  # below rounding
+    events = [json.loads(line) for line in metrics.read_text().splitlines()]
+    # 5,000 updates after epoch 1: not judged yet; 10,000 after epoch 2: warned; then not again
+    assert [e["event"] for e in events] == ["start", "epoch", "epoch", "at_chance", "epoch",
+                                            "final"]  # fmt: skip
+    assert events[3]["epoch"] == 1
+    said = capsys.readouterr().err
+    assert said.count("is at chance (ln 10 = 2.3026)") == 1, said
+    assert "hogwild train: WARNING: epoch 2's training loss" in said

@@ -1,0 +1,105 @@
+"""Whether a run is still learning, judged at each epoch's end from what the epoch measured.
+
+Two failures an asynchronous trainer meets that a user must not have to find in a plot after
+sixty epochs:
+
+* **the weights are no longer numbers**: they overflowed to infinity or NaN. The training loss
+  does not always say so (the kernels' loss floors a NaN probability at 1e-30: 69.08 per
+  example), so the weights are looked at. Nothing trained after this can learn, and a
+  checkpoint of these weights would replace the last good one, so the run stops with an error
+  naming the epoch and the checkpoints it keeps (:class:`TrainingDiverged`).
+* **a classifier at chance**: the training loss stays at the entropy of the labels, about
+  ``ln(classes)``, and the accuracy at the most frequent class's share. An early blow-up killed
+  every unit of a layer (their inputs all below zero, a ReLU passes no gradient back), so the
+  network predicts one class from its biases and never recovers. A deliberately tiny learning
+  rate looks the same for a while, and every network starts at chance, so this is a warning,
+  given once, and only after :data:`AT_CHANCE_AFTER` updates (a live network is well below
+  chance by then).
+
+:func:`judge_epoch` decides from an epoch's record and does no I/O; the trainer writes what it
+says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hogwild.errors import HogwildError
+
+__all__ = [
+    "AT_CHANCE_AFTER", "AT_CHANCE_LOSS", "AT_CHANCE_ACCURACY", "TrainingDiverged", "Verdict",
+    "judge_epoch", "weights_finite",
+]  # fmt: skip
+
+# At chance: the mean training loss at least this fraction of ln(classes) (a dead MNIST network
+# sits at 2.30 of 2.30; a live one ends its first epoch below 0.5, a hard dataset's first epoch
+# near 0.85 of it) and the training accuracy below this many times 1/classes (a dead network
+# scores its most frequent class's share, 0.11 on MNIST).
+AT_CHANCE_LOSS = 0.95
+AT_CHANCE_ACCURACY = 2.0
+AT_CHANCE_AFTER = 10_000  # updates (examples / batch) the run has trained before it is judged
+
+
+class TrainingDiverged(HogwildError):
+    """The training loss became NaN or infinite: the run stopped before saving those weights."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an epoch's end says about the run: ``ok``, ``diverged`` or ``at_chance``."""
+
+    kind: str
+    message: str = ""
+
+
+def weights_finite(params: np.ndarray) -> bool:
+    """Whether every weight is a finite number: one pass, no copy (a float64 sum of float32
+    values cannot overflow, so it is finite exactly when every value is)."""
+    return math.isfinite(float(np.add.reduce(params, dtype=np.float64)))
+
+
+def judge_epoch(
+    record: dict,
+    n_classes: int,
+    regression: bool,
+    finite: bool = True,
+    updates: int = 0,
+    hints: str = "",
+) -> Verdict:
+    """Judge one epoch from its metrics record (``epoch`` from 0, ``train_loss``,
+    ``train_accuracy``) and the weights it ended with.
+
+    Args:
+        record: The epoch's record as the trainer wrote it.
+        n_classes: The classifier's classes (ignored for a regression).
+        regression: Whether the loss is a mean squared error (no chance level to sit at).
+        finite: Whether every weight is finite (:func:`weights_finite`).
+        updates: The updates the run has trained so far, this epoch's included.
+        hints: What to try, appended to either message (the job's own settings named).
+    """
+    epoch, loss = record["epoch"], record["train_loss"]
+    if not finite or (loss is not None and not math.isfinite(loss)):
+        what = "the weights hold NaN or infinite values" if not finite else f"the loss is {loss}"
+        return Verdict(
+            "diverged",
+            f"after epoch {epoch + 1} {what}: training overflowed and nothing trained from "
+            f"these weights can learn{hints}",
+        )
+    if loss is None or regression or n_classes < 2 or updates < AT_CHANCE_AFTER:
+        return Verdict("ok")
+    chance = math.log(n_classes)
+    accuracy = record.get("train_accuracy")
+    if loss >= AT_CHANCE_LOSS * chance and (
+        accuracy is None or accuracy < AT_CHANCE_ACCURACY / n_classes
+    ):
+        return Verdict(
+            "at_chance",
+            f"epoch {epoch + 1}'s training loss {loss:.4f} is at chance (ln {n_classes} = "
+            f"{chance:.4f}) and its accuracy {accuracy * 100 if accuracy is not None else 0:.1f} % "
+            f"no better than guessing: the network is not learning (an early blow-up can kill "
+            f"every unit of a layer; it does not recover){hints}",
+        )
+    return Verdict("ok")
