@@ -140,6 +140,11 @@ class CopiesStore(ParameterStore):
     #: An exchange with a home copy in shared memory is a pass over the parameters: every 64
     #: examples costs little beside the training (``bench/figures/parameter_stores.py``).
     cadence = 64
+    #: The cadences' warm-up at the job's start (:meth:`~hogwild.store.exchange.Exchanger.
+    #: cadences_now`): a copy exchanges every example at first, the cadence one more every
+    #: ``cadence_ramp`` examples per copy it trains (more copies, more deltas that agree, a
+    #: slower ramp; 0: the full cadence from the first example).
+    cadence_ramp = 0
 
     def __init__(self, config, network, placements) -> None:
         super().__init__(config, network, placements)
@@ -278,6 +283,8 @@ class CopiesStore(ParameterStore):
                 "n_fetch": self.n_fetch,
                 "unit": self.unit,
                 "vectors": self.vectors,
+                # one copy: no other copy's deltas to agree with, nothing to ramp
+                "ramp": self.cadence_ramp * self.n_copies if self.n_copies > 1 else 0,
                 **self.home_spec(worker),
             },
         )
@@ -314,6 +321,7 @@ class CopiesStore(ParameterStore):
             weight_decay=job.optim.weight_decay,
             batch=job.train.batch,
             name=f"worker {spec.worker} exchange",
+            ramp=values.get("ramp", 0),
         )
         return CopyWorkerStore(params, velocity, exchanger)
 

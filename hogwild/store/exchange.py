@@ -161,6 +161,9 @@ class Exchanger:
         owned: ``[start, stop)`` ranges, int64 [n, 2]: the only part of the copy its compute
             loop writes and reads (a model partition's rows; :meth:`Home.own` is told); None:
             the whole copy. Not with ``layers``.
+        ramp: The cadences' warm-up (0: none): the copy's first examples exchange every one,
+            the cadence growing by one every ``ramp`` examples it trains until it reaches
+            ``n_push`` and ``n_fetch`` (:meth:`cadences_now`).
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class Exchanger:
         batch: int = 1,
         name: str = "exchange",
         owned: np.ndarray | None = None,
+        ramp: int = 0,
     ) -> None:
         if owned is not None and layers:
             raise ValueError("an exchanger of owned ranges moves deltas only, not vectors")
@@ -201,6 +205,7 @@ class Exchanger:
         self._current = self._free.pop() if layers else None
         self._lr, self._wd, self._batch = 0.0, weight_decay, batch
         self.since_push = self.since_fetch = 0
+        self.ramp, self.trained_total = max(0, ramp), 0
         self._waited = 0.0
         self.pushes = self.pulls = 0
         self._cond = threading.Condition()
@@ -220,11 +225,30 @@ class Exchanger:
         """The learning rate of the units to come (vectors carry it)."""
         self._lr = lr
 
+    def cadences_now(self) -> tuple[int, int]:
+        """The push and pull cadences for the examples to come: ``n_push`` and ``n_fetch``, or,
+        in the ramp, ``1 + trained // ramp`` where that is less.
+
+        Why a ramp: copies that start from the same weights and each train ``n_push`` examples
+        before they first exchange push deltas that point the same way (a fresh network's
+        gradients agree), and home adds them up: four copies of Adam's MNIST model at a cadence
+        of 64 killed every unit of the second convolution in their first thousands of examples
+        (a network at chance from then on) in 3 one-epoch runs of 3, and at a quarter of the
+        learning rate in 2 of 3; one copy shared by the four workers trained every run
+        (``bench/results/copies_at_start.md``). Once the gradients disagree the full cadence is
+        safe, and saves the exchanges it was chosen to save.
+        """
+        if not self.ramp:
+            return self.n_push, self.n_fetch
+        ramped = 1 + self.trained_total // self.ramp
+        return min(self.n_push, ramped), min(self.n_fetch, ramped)
+
     def span(self, examples: int) -> int:
         """How many of ``examples`` to train before the next :meth:`trained`."""
         if self.layers:
             return min(examples, self.unit)  # each unit's vectors are taken from the context
-        due = max(1, min(self.n_push - self.since_push, self.n_fetch - self.since_fetch))
+        n_push, n_fetch = self.cadences_now()
+        due = max(1, min(n_push - self.since_push, n_fetch - self.since_fetch))
         return min(examples, -(-due // self.unit) * self.unit)
 
     def trained(self, examples: int, context) -> None:
@@ -232,9 +256,11 @@ class Exchanger:
         self._raise_failure()
         if self.layers:
             self._capture(examples, context)
+        n_push, n_fetch = self.cadences_now()
         self.since_push += examples
         self.since_fetch += examples
-        push, pull = self.since_push >= self.n_push, self.since_fetch >= self.n_fetch
+        self.trained_total += examples
+        push, pull = self.since_push >= n_push, self.since_fetch >= n_fetch
         if push:
             self.since_push = 0
         if pull:

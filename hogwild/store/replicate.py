@@ -73,6 +73,10 @@ class ArenaHome(Home):
 class ReplicateStore(CopiesStore):
     """Copies per worker or per node, exchanged with the home copy in the arena."""
 
+    # every example at first; two copies reach 64 after 8,064 examples each, four after 16,128
+    # (bench/results/copies_at_start.md: 16 per copy left 1 run of 13 dead at four copies)
+    cadence_ramp = 64
+
     name = "replicate"
 
     def gather_home(self) -> None:

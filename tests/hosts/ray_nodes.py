@@ -22,10 +22,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from hogwild_plugins.ps.etcd_process import ELECTION_MS, PRE_VOTE, heartbeat_ms
 
-from tests.hosts.harness import Hosts, HostsError
+from tests.hosts.harness import Hosts, HostsError, kill_all_in
 
 RAY_PORT = 6379  # each host has its own ports: nothing on the machine is in the way
 ETCD_PORT = 2379
@@ -48,30 +49,48 @@ def ray_env(hosts: Hosts) -> dict[str, str]:
 
 def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Callable[[], None]:
     """Start ``ray start`` in host ``host``; a function that waits for it to end (raising
-    :class:`HostsError` if it failed), so that several nodes join at once."""
+    :class:`HostsError` if it failed twice), so that several nodes join at once.
+
+    A start that failed is tried once more, after every process it left in the host is killed:
+    ``ray start`` gives its raylet a fixed 30 s to register with the GCS, which a loaded 2-core
+    machine (the suite's other worker beside three hosts' Ray daemons) can exceed. The host
+    holds nothing else then (a new host, or a lost one just back)."""
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", *args,
         "--node-ip-address", hosts.address(host), "--num-cpus", str(cpus),
         "--object-store-memory", str(80 * 2**20), "--disable-usage-stats",
-        "--include-log-monitor=false", "--temp-dir", str(hosts.home(host) / "ray"),
+        "--include-log-monitor=false",
     ]  # fmt: skip
-    log = hosts.home(host) / "ray-start.log"
-    with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
-        starter = subprocess.Popen(
-            hosts.argv(host, argv), stdout=out, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True,
-        )  # fmt: skip
 
-    def wait() -> None:
+    def launch(attempt: int) -> tuple[subprocess.Popen, Path]:
+        temp = hosts.home(host) / ("ray" if attempt == 1 else f"ray{attempt}")
+        log = hosts.home(host) / f"ray-start-{attempt}.log"
+        with open(log, "w") as out:  # not a pipe: Ray's daemons inherit it and keep it open
+            starter = subprocess.Popen(
+                hosts.argv(host, [*argv, "--temp-dir", str(temp)]), stdout=out,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )  # fmt: skip
+        return starter, log
+
+    def failure(starter: subprocess.Popen, log: Path) -> str | None:
         try:
             code = starter.wait(STARTED_WITHIN_S)
         except subprocess.TimeoutExpired:
             starter.kill()
             starter.wait()
-            raise HostsError(f"ray start in host {host}: not done in {STARTED_WITHIN_S:g} s: "
-                             f"{log.read_text()[-3000:]}") from None  # fmt: skip
-        if code != 0:
-            raise HostsError(f"ray start in host {host}: exit {code}: {log.read_text()[-3000:]}")
+            return f"not done in {STARTED_WITHIN_S:g} s: {log.read_text()[-3000:]}"
+        return f"exit {code}: {log.read_text()[-3000:]}" if code else None
+
+    first = launch(1)
+
+    def wait() -> None:
+        said = failure(*first)
+        if said is None:
+            return
+        kill_all_in(hosts.namespace(host))  # the first try's daemons, whatever they reached
+        again = failure(*launch(2))
+        if again is not None:
+            raise HostsError(f"ray start in host {host}, twice: {said}\n... then: {again}")
 
     return wait
 

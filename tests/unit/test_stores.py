@@ -4,8 +4,9 @@ The contract (:mod:`tests.store_contract`) runs against every store that needs n
 parameter server's store runs it against live servers in ``tests/cluster/test_ps_store.py``.
 
 Then: the exchange kernels against their arithmetic, the exchanger's cadences (never cutting a
-unit), fully connected layers pushed as activation and error vectors equal to the same update
-pushed as deltas, the choice of copies, the arena layout and the page placement.
+unit; ramped from one example at the start, slower with more copies), fully connected layers
+pushed as activation and error vectors equal to the same update pushed as deltas, the choice of
+copies, the arena layout and the page placement.
 """
 
 from __future__ import annotations
@@ -182,6 +183,34 @@ def test_cadences_fall_on_units_and_never_cut_one():
         per_example.close()
     finally:
         exchanger.close()
+
+
+def test_a_ramped_cadence_exchanges_every_example_first_then_grows_to_the_full_cadence():
+    n = 8
+    copy, base = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    home = CountingHome(n)
+    exchanger = Exchanger(home, copy, base, n_push=8, n_fetch=8, unit=1, ramp=4)
+    try:
+        # the cadence is 1 + trained // 4, at most 8: 1 for the first 4 examples, then 2...
+        assert spans_of(exchanger, 60) == [1, 1, 1, 1, 2, 2, 3, 3, 4, 5, 6, 8, 8, 8, 7]
+        assert exchanger.cadences_now() == (8, 8)
+        exchanger.finish()
+    finally:
+        exchanger.close()
+
+
+def test_the_replicate_store_ramps_slower_with_more_copies_and_one_copy_does_not(network):
+    for nodes, ramp in (([0, 0], 128), ([0, 0, 0, 0], 256)):
+        under = StoreUnderTest(job(), network, nodes)
+        try:
+            assert under.store.worker_spec(0).values["ramp"] == ramp
+        finally:
+            under.close()
+    under = StoreUnderTest(job(**{"train.replicas": "node"}), network, [0, 0, 0, 0])
+    try:  # one copy for the node's four workers: no other copy's deltas, nothing to ramp
+        assert under.store.worker_spec(0).values["ramp"] == 0
+    finally:
+        under.close()
 
 
 def test_a_failing_home_is_raised_in_the_compute_loop_naming_it():
