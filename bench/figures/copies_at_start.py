@@ -10,7 +10,9 @@ model, batch 1, the 60-epoch schedule's first epoch) for one epoch on real MNIST
 
 * ``copies``: the default store as it is (since the cadence ramp, the copies exchange every
   example at first: ``Exchanger.cadences_now``);
-* ``copies-push8``: the same with a cadence of 8 examples throughout;
+* ``copies-unramped``: the same without the ramp (``train.cadence_ramp = 0``), as it was;
+* ``copies-push8``: the same with its cadence capped at 8 examples (the ramp still climbs to
+  it: 8 after 1,792 examples per copy at four copies);
 * ``shared``: one copy every worker writes (``train.parameters = "shared"``), the control.
 
 It prints one JSON line: per contender and worker count, each run's test accuracy, training
@@ -41,6 +43,7 @@ from bench.support.record import measured_and_emitted
 
 CONTENDERS = {
     "copies": [],
+    "copies-unramped": ["--train.cadence_ramp=0"],
     "copies-push8": ["--train.n_push=8", "--train.n_fetch=8"],
     "shared": ["--train.parameters=shared"],
 }
@@ -70,7 +73,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--workers", type=_numbers, default=[4], help="worker counts, e.g. 2,4")
     add("--seeds", type=_numbers, default=[1, 2, 3, 4, 5], help="seeds, e.g. 1-5")
     known = ", ".join(CONTENDERS)
-    add("--contenders", default=",".join(CONTENDERS), help=f"comma separated: {known}")
+    add("--contenders", default="copies,copies-push8,shared", help=f"comma separated: {known}")
     add("--out", help="also write the JSON line here")
     args = parser.parse_args(argv)
     args.contenders = args.contenders.split(",")

@@ -126,6 +126,8 @@ class TrainConfig:
     replicas: str = "auto"
     n_push: int = 0  # 0: the parameter store's own cadence
     n_fetch: int = 0
+    # examples a copy trains per step of its cadence's ramp at the job's start; -1: the store's own
+    cadence_ramp: int = -1
     fc_push: str = "auto"
     stall_s: float = 120.0
     in_flight: int = 1  # examples a partitioned replica works on at once (model.partitions > 1)

@@ -250,6 +250,11 @@ def _check_exchange(train, fail) -> None:
             f"train.n_push and train.n_fetch must be >= 1 (examples), or 0 for the store's own "
             f"cadence; got {train.n_push} and {train.n_fetch}"
         )
+    if train.cadence_ramp < -1:
+        fail(
+            f"train.cadence_ramp must be >= 1 (examples a copy trains per step of the ramp), 0 "
+            f"for none or -1 for the store's own; got {train.cadence_ramp}"
+        )
     if train.batch > 1 and train.update_every > 1:
         fail(
             f"train.update_every = {train.update_every} does nothing at train.batch = "
@@ -258,7 +263,7 @@ def _check_exchange(train, fail) -> None:
         )
     if train.parameters == "shared":
         defaults = type(train)()
-        for key in ("n_push", "n_fetch", "fc_push", "replicas"):
+        for key in ("n_push", "n_fetch", "cadence_ramp", "fc_push", "replicas"):
             if getattr(train, key) != getattr(defaults, key):
                 fail(
                     f"train.{key} = {getattr(train, key)!r} does nothing with train.parameters = "

@@ -52,6 +52,7 @@ from hogwild.shm.arena import Arena, ArenaLayout
 from hogwild.signals import deferred_signals, terminate_as_interrupt
 from hogwild.training import checkpoint as ckpt
 from hogwild.training import zygote
+from hogwild.training.health import HealthWatch
 from hogwild.training.job import epoch_permutation, subset_indices
 from hogwild.training.job_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED, MetricsWriter
@@ -178,6 +179,7 @@ class PartitionedTrainer(LeaderLink):
         )
         wall_start = time.perf_counter()
         train_seconds, examples, checkpoint_path = 0.0, 0, None
+        health = HealthWatch(config, self.n_classes, False, self.metrics, 1)  # one replica
         for epoch in range(start_epoch, config.train.epochs):
             record = self._train_epoch(epoch)
             train_seconds += record["train_s"]
@@ -195,6 +197,9 @@ class PartitionedTrainer(LeaderLink):
                 f"train loss {record['train_loss']:.4f}  {tested}  "
                 f"{record['examples_per_s']:,.0f} ex/s"
             )
+            # before the checkpoint: overflowed weights are never saved
+            trained = start_epoch * len(self.train_images) + examples
+            health.after_epoch(record, self.arena.array("params"), trained // config.train.batch)
             checkpoint_path = self._checkpoint(epoch, record, history)
         last = history[-1] if history else {}
         rate = examples / train_seconds if train_seconds else 0.0

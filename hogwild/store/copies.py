@@ -65,6 +65,10 @@ PAGE = mmap.PAGESIZE
 COPY_REGIONS = ("copy_params", "copy_velocity", "copy_base")
 MEMORY_SHARE = 8  # copies per worker may take 1/8 of the machine's memory
 SHM_SHARE = 4  # ... and 1/4 of the free /dev/shm
+# The store's own ramp at most this many examples per step: the full cadence of 64 within 16,128
+# examples per copy whatever the copies (64 x copies measured up to four copies, which it is;
+# bench/results/copies_at_start.md)
+RAMP_CAP = 256
 
 
 @dataclass(frozen=True)
@@ -141,9 +145,10 @@ class CopiesStore(ParameterStore):
     #: examples costs little beside the training (``bench/figures/parameter_stores.py``).
     cadence = 64
     #: The cadences' warm-up at the job's start (:meth:`~hogwild.store.exchange.Exchanger.
-    #: cadences_now`): a copy exchanges every example at first, the cadence one more every
-    #: ``cadence_ramp`` examples per copy it trains (more copies, more deltas that agree, a
-    #: slower ramp; 0: the full cadence from the first example).
+    #: cadences_now`) when ``train.cadence_ramp`` is -1: a copy exchanges every unit at first,
+    #: the cadence one more every ``cadence_ramp`` examples per copy it trains (more copies,
+    #: more deltas that agree, a slower ramp), at most :data:`RAMP_CAP`; 0: the full cadence
+    #: from the first example.
     cadence_ramp = 0
 
     def __init__(self, config, network, placements) -> None:
@@ -283,8 +288,7 @@ class CopiesStore(ParameterStore):
                 "n_fetch": self.n_fetch,
                 "unit": self.unit,
                 "vectors": self.vectors,
-                # one copy: no other copy's deltas to agree with, nothing to ramp
-                "ramp": self.cadence_ramp * self.n_copies if self.n_copies > 1 else 0,
+                "ramp": self.ramp,
                 **self.home_spec(worker),
             },
         )
@@ -327,6 +331,18 @@ class CopiesStore(ParameterStore):
 
     # -- reports ------------------------------------------------------------------------------
 
+    @property
+    def ramp(self) -> int:
+        """Examples a copy trains per step of its cadence's ramp at the job's start; 0: none.
+
+        ``train.cadence_ramp`` if set, else the store's :attr:`cadence_ramp` per copy, at most
+        :data:`RAMP_CAP`. One copy has no other copy's deltas to agree with: no ramp.
+        """
+        if self.n_copies < 2:
+            return 0
+        asked = self.config.train.cadence_ramp
+        return asked if asked >= 0 else min(self.cadence_ramp * self.n_copies, RAMP_CAP)
+
     def describe(self) -> dict:
         return {
             "store": self.name,
@@ -335,6 +351,7 @@ class CopiesStore(ParameterStore):
             "nodes": list(self.plan.nodes),
             "n_push": self.n_push,
             "n_fetch": self.n_fetch,
+            "cadence_ramp": self.ramp,
             "fc_push": "vectors" if self.vectors else "deltas",
             "placed_by_libnuma": self.placed,
             "why": self.choice.reason,
@@ -344,11 +361,12 @@ class CopiesStore(ParameterStore):
         if not self.n_copies:
             return f"parameters: one copy, no exchanges ({self.choice.reason})"
         what = {"worker": "a copy per worker", "node": "a copy per NUMA node"}[self.choice.per]
+        ramped = f" (from every example, one more every {self.ramp:,})" if self.ramp else ""
         nodes = ", ".join(map(str, sorted(set(self.plan.nodes))))
         return (
             f"parameters: {what} (nodes {nodes}; {self.choice.reason}), exchanged with "
             f"{self.home_name()}: push every {self.n_push:,} examples, pull every "
-            f"{self.n_fetch:,}; fully connected layers as "
+            f"{self.n_fetch:,}{ramped}; fully connected layers as "
             f"{'activation and error vectors' if self.vectors else 'deltas'}; pages "
             + {True: "bound by libnuma", False: "placed by first touch", None: "not placed yet"}[
                 self.placed

@@ -161,9 +161,10 @@ class Exchanger:
         owned: ``[start, stop)`` ranges, int64 [n, 2]: the only part of the copy its compute
             loop writes and reads (a model partition's rows; :meth:`Home.own` is told); None:
             the whole copy. Not with ``layers``.
-        ramp: The cadences' warm-up (0: none): the copy's first examples exchange every one,
-            the cadence growing by one every ``ramp`` examples it trains until it reaches
-            ``n_push`` and ``n_fetch`` (:meth:`cadences_now`).
+        ramp: The cadences' warm-up (0: none): the copy exchanges after every unit at first
+            (an example, or a minibatch), the cadence growing by one example every ``ramp``
+            examples it trains until it reaches ``n_push`` and ``n_fetch`` (:meth:`cadences_now`;
+            rounded up to whole units, so a minibatch of ``n_push`` or more is not ramped).
     """
 
     def __init__(

@@ -73,8 +73,9 @@ class ArenaHome(Home):
 class ReplicateStore(CopiesStore):
     """Copies per worker or per node, exchanged with the home copy in the arena."""
 
-    # every example at first; two copies reach 64 after 8,064 examples each, four after 16,128
-    # (bench/results/copies_at_start.md: 16 per copy left 1 run of 13 dead at four copies)
+    # every example at first; two copies reach 64 after 8,064 examples each, four or more after
+    # 16,128 (RAMP_CAP; bench/results/copies_at_start.md: 16 per copy left 1 run of 13 dead at
+    # four copies, 64 none of 19)
     cadence_ramp = 64
 
     name = "replicate"

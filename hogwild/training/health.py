@@ -16,8 +16,9 @@ sixty epochs:
   given once, and only after :data:`AT_CHANCE_AFTER` updates (a live network is well below
   chance by then).
 
-:func:`judge_epoch` decides from an epoch's record and does no I/O; the trainer writes what it
-says.
+:func:`judge_epoch` decides from an epoch's record and does no I/O; :class:`HealthWatch` is
+what a trainer (the engine's, a partitioned replica's leader) calls at each epoch end: it
+writes what the judge said (a metrics record, the warning, the error) with what to try.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hogwild.config import Config
 from hogwild.errors import HogwildError
+from hogwild.logs import role_logger
 
 __all__ = [
-    "AT_CHANCE_AFTER", "AT_CHANCE_LOSS", "AT_CHANCE_ACCURACY", "TrainingDiverged", "Verdict",
-    "judge_epoch", "weights_finite",
+    "AT_CHANCE_AFTER", "AT_CHANCE_LOSS", "AT_CHANCE_ACCURACY", "HealthWatch", "TrainingDiverged",
+    "Verdict", "judge_epoch", "weights_finite",
 ]  # fmt: skip
 
 # At chance: the mean training loss at least this fraction of ln(classes) (a dead MNIST network
@@ -44,7 +47,8 @@ AT_CHANCE_AFTER = 10_000  # updates (examples / batch) the run has trained befor
 
 
 class TrainingDiverged(HogwildError):
-    """The training loss became NaN or infinite: the run stopped before saving those weights."""
+    """The weights (or the training loss) became NaN or infinite: the run stopped before
+    saving those weights."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,6 @@ def judge_epoch(
     regression: bool,
     finite: bool = True,
     updates: int = 0,
-    hints: str = "",
 ) -> Verdict:
     """Judge one epoch from its metrics record (``epoch`` from 0, ``train_loss``,
     ``train_accuracy``) and the weights it ended with.
@@ -78,7 +81,9 @@ def judge_epoch(
         regression: Whether the loss is a mean squared error (no chance level to sit at).
         finite: Whether every weight is finite (:func:`weights_finite`).
         updates: The updates the run has trained so far, this epoch's included.
-        hints: What to try, appended to either message (the job's own settings named).
+
+    Two classes are never judged at chance: a slow start on a hard or unbalanced binary task
+    (labels 60/40: an entropy of 0.673 of ln 2's 0.693) sits where a dead network does.
     """
     epoch, loss = record["epoch"], record["train_loss"]
     if not finite or (loss is not None and not math.isfinite(loss)):
@@ -86,20 +91,70 @@ def judge_epoch(
         return Verdict(
             "diverged",
             f"after epoch {epoch + 1} {what}: training overflowed and nothing trained from "
-            f"these weights can learn{hints}",
+            "these weights can learn",
         )
-    if loss is None or regression or n_classes < 2 or updates < AT_CHANCE_AFTER:
+    if loss is None or regression or n_classes < 3 or updates < AT_CHANCE_AFTER:
         return Verdict("ok")
     chance = math.log(n_classes)
     accuracy = record.get("train_accuracy")
     if loss >= AT_CHANCE_LOSS * chance and (
         accuracy is None or accuracy < AT_CHANCE_ACCURACY / n_classes
-    ):
+    ):  # (three classes: below 2/3, right where guessing ends)
         return Verdict(
             "at_chance",
             f"epoch {epoch + 1}'s training loss {loss:.4f} is at chance (ln {n_classes} = "
             f"{chance:.4f}) and its accuracy {accuracy * 100 if accuracy is not None else 0:.1f} % "
             f"no better than guessing: the network is not learning (an early blow-up can kill "
-            f"every unit of a layer; it does not recover){hints}",
+            "every unit of a layer; it does not recover)",
         )
     return Verdict("ok")
+
+
+class HealthWatch:
+    """A run's epoch ends judged and acted on: the error, the warning (once), the records.
+
+    Args:
+        config: The job (its settings are named in what to try).
+        n_classes: The classifier's classes.
+        regression: Whether the loss is a mean squared error.
+        metrics: Where the run's records go (``write(dict)``).
+        workers: The run's workers (named in what to try).
+    """
+
+    def __init__(self, config: Config, n_classes: int, regression: bool, metrics, workers: int):
+        self.config, self.n_classes, self.regression = config, n_classes, regression
+        self.metrics, self.workers = metrics, workers
+        self.warned_at_chance = False  # a classifier at chance is told once, not every epoch
+
+    def after_epoch(self, record: dict, params: np.ndarray, updates: int) -> None:
+        """Judge the epoch that ``record`` measured, ending with ``params`` (every worker idle)
+        after ``updates`` in all. Call it before the epoch's checkpoint.
+
+        Raises:
+            TrainingDiverged: the weights or the loss overflowed; nothing of them was saved.
+        """
+        verdict = judge_epoch(record, self.n_classes, self.regression, weights_finite(params),
+                              updates)  # fmt: skip
+        if verdict.kind == "ok" or (verdict.kind == "at_chance" and self.warned_at_chance):
+            return
+        train, optim = self.config.train, self.config.optim
+        if verdict.kind == "diverged":
+            hints = (
+                f"; try a lower --optim.lr (now {optim.lr:g}), fewer --train.workers (now "
+                f"{self.workers}) or a longer --optim.warmup_epochs (now {optim.warmup_epochs})"
+            )
+        else:  # a dead network: what killed it early (copies whose first deltas agreed, a rate)
+            hints = (
+                f"; unless the learning rate is meant to be tiny, try fewer --train.workers (now "
+                f"{self.workers}), --train.parameters=shared (now {train.parameters!r}) or a "
+                f"lower --optim.lr (now {optim.lr:g})"
+            )
+        message = verdict.message + hints
+        self.metrics.write({"event": verdict.kind, "epoch": record["epoch"], "message": message})
+        if verdict.kind == "diverged":
+            kept = "the checkpoints written before it are kept as they were"
+            if not self.config.output.checkpoint_dir:
+                kept = "no checkpoint was asked for"
+            raise TrainingDiverged(f"{message}. The run stopped; {kept}")
+        self.warned_at_chance = True
+        role_logger("train").warning(message)

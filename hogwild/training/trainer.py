@@ -33,7 +33,6 @@ from hogwild.data.mnist import MnistData
 from hogwild.data.plan import CacheData, plan_data
 from hogwild.errors import ConfigError
 from hogwild.locks import compile_lock
-from hogwild.logs import role_logger
 from hogwild.model.network import Network, build_network
 from hogwild.model.seeds import worker_seed
 from hogwild.numa.claims import pinned_by_other_jobs, placement_lock
@@ -47,7 +46,7 @@ from hogwild.store.registry import store_class
 from hogwild.training import checkpoint as ckpt
 from hogwild.training import zygote
 from hogwild.training.gang import WorkerGang
-from hogwild.training.health import TrainingDiverged, judge_epoch, weights_finite
+from hogwild.training.health import HealthWatch
 from hogwild.training.job import (
     CONTROL_COMPILED,
     CONTROL_EPOCH,
@@ -128,7 +127,6 @@ class Trainer:
     ):
         self.data = data
         self.on_epoch_end = on_epoch_end
-        self.warned_at_chance = False  # a classifier at chance is told once, not every epoch
         self.resume = resume
         self.initial = initial or {}  # weights to start from instead of model.init's
         self.names = names or {}  # engine name -> a PyTorch module's, kept in the checkpoints
@@ -199,6 +197,8 @@ class Trainer:
             config.output.tensorboard, config.output.tensorboard_every, config.train.batch
         )
         self.trained_before = start_epoch * self.n_train
+        self.health = HealthWatch(config, self.plan.n_classes, network.regression, self.metrics,
+                                  self.n_workers)  # fmt: skip
         wall_start = time.perf_counter()
         train_seconds = data_wait = store_wait = 0.0
         examples = 0
@@ -230,7 +230,9 @@ class Trainer:
                 f"train loss {record['train_loss']:.4f}  {tested}  "
                 f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
             )
-            self._judge(record)  # before the checkpoint: overflowed weights are never saved
+            # before the checkpoint: overflowed weights are never saved
+            updates = (self.trained_before + record["examples"]) // config.train.batch
+            self.health.after_epoch(record, self.store.snapshot()[0], updates)
             checkpoint_path = self._checkpoint(epoch, record, history)
             self.trained_before += record["examples"]
             self.tensorboard.epoch(record)
@@ -491,31 +493,6 @@ class Trainer:
         self.progress.update(epoch, self.config.train.epochs, int(done), self.n_train, rate, loss)
         if self.tensorboard is not None:
             self.tensorboard.training(self.trained_before + int(done), loss, rate)
-
-    def _judge(self, record: dict) -> None:
-        """Stop a run whose loss overflowed (:class:`TrainingDiverged`), before its weights
-        replace a checkpoint; warn, once, of a classifier at chance (:mod:`hogwild.training.
-        health`)."""
-        optim = self.config.optim
-        hints = (
-            f"; try a lower --optim.lr (now {optim.lr:g}), fewer --train.workers (now "
-            f"{self.n_workers}) or a longer --optim.warmup_epochs (now {optim.warmup_epochs})"
-        )
-        params, _ = self.store.snapshot()  # every worker idle: the one model of the epoch end
-        updates = (self.trained_before + record["examples"]) // self.config.train.batch
-        verdict = judge_epoch(record, self.plan.n_classes, self.network.regression,
-                              weights_finite(params), updates, hints)  # fmt: skip
-        if verdict.kind == "ok" or (verdict.kind == "at_chance" and self.warned_at_chance):
-            return
-        self.metrics.write({"event": verdict.kind, "epoch": record["epoch"],
-                            "message": verdict.message})  # fmt: skip
-        if verdict.kind == "diverged":
-            kept = "the checkpoints written before it are kept as they were"
-            if not self.config.output.checkpoint_dir:
-                kept = "no checkpoint was asked for"
-            raise TrainingDiverged(f"{verdict.message}. The run stopped; {kept}")
-        self.warned_at_chance = True
-        role_logger("train").warning(verdict.message)
 
     def _checkpoint(self, epoch: int, record: dict, history: list[dict]):
         directory = self.config.output.checkpoint_dir

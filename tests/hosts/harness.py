@@ -110,13 +110,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def kill_all_in(namespace: str, wait_s: float = KILL_WAIT_S) -> list[int]:
-    """SIGKILL every process in ``namespace`` until none is left (a process may fork while the
-    first ones die) or ``wait_s`` passes; the pids killed."""
+def kill_all_in(
+    namespace: str, wait_s: float = KILL_WAIT_S, keep: frozenset[int] = frozenset()
+) -> list[int]:
+    """SIGKILL every process in ``namespace`` but those in ``keep`` until none is left (a
+    process may fork while the first ones die) or ``wait_s`` passes; the pids killed."""
     killed: list[int] = []
     deadline = time.monotonic() + wait_s
     while True:
-        pids = [p for p in pids_in(namespace) if p != os.getpid()]
+        pids = [p for p in pids_in(namespace) if p != os.getpid() and p not in keep]
         if not pids or time.monotonic() > deadline:
             return killed
         for pid in pids:

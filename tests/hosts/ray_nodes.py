@@ -26,7 +26,7 @@ from pathlib import Path
 
 from hogwild_plugins.ps.etcd_process import ELECTION_MS, PRE_VOTE, heartbeat_ms
 
-from tests.hosts.harness import Hosts, HostsError, kill_all_in
+from tests.hosts.harness import Hosts, HostsError, kill_all_in, pids_in
 
 RAY_PORT = 6379  # each host has its own ports: nothing on the machine is in the way
 ETCD_PORT = 2379
@@ -51,10 +51,10 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Cal
     """Start ``ray start`` in host ``host``; a function that waits for it to end (raising
     :class:`HostsError` if it failed twice), so that several nodes join at once.
 
-    A start that failed is tried once more, after every process it left in the host is killed:
-    ``ray start`` gives its raylet a fixed 30 s to register with the GCS, which a loaded 2-core
-    machine (the suite's other worker beside three hosts' Ray daemons) can exceed. The host
-    holds nothing else then (a new host, or a lost one just back)."""
+    A start that failed is tried once more, after the processes it left in the host are killed
+    (those that were there before it, an etcd member or a server, are left alone): ``ray
+    start`` gives its raylet a fixed 30 s to register with the GCS, which a loaded 2-core
+    machine (the suite's other worker beside three hosts' Ray daemons) can exceed."""
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", *args,
         "--node-ip-address", hosts.address(host), "--num-cpus", str(cpus),
@@ -81,13 +81,14 @@ def _ray_start(hosts: Hosts, host: int, env: dict, cpus: int, *args: str) -> Cal
             return f"not done in {STARTED_WITHIN_S:g} s: {log.read_text()[-3000:]}"
         return f"exit {code}: {log.read_text()[-3000:]}" if code else None
 
+    before = frozenset(pids_in(hosts.namespace(host)))
     first = launch(1)
 
     def wait() -> None:
         said = failure(*first)
         if said is None:
             return
-        kill_all_in(hosts.namespace(host))  # the first try's daemons, whatever they reached
+        kill_all_in(hosts.namespace(host), keep=before)  # the first try's, whatever they reached
         again = failure(*launch(2))
         if again is not None:
             raise HostsError(f"ray start in host {host}, twice: {said}\n... then: {again}")

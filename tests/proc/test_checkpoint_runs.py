@@ -135,3 +135,5 @@ def test_a_run_at_chance_is_warned_of_once_after_enough_updates(tmp_path, mnist,
     said = capsys.readouterr().err
     assert said.count("is at chance (ln 10 = 2.3026)") == 1, said
     assert "hogwild train: WARNING: epoch 2's training loss" in said
+    assert "unless the learning rate is meant to be tiny" in said  # what killed it, if not that
+    assert "--train.parameters=shared (now 'replicate')" in said

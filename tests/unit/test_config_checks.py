@@ -38,6 +38,7 @@ from tests.config_cases import error_of, small
         ("train", "epoch_fraction", 1.01),
         ("train", "n_push", -1),
         ("train", "n_fetch", -64),
+        ("train", "cadence_ramp", -2),
         ("train", "stall_s", 0.0),
         ("model", "partition_silence_s", 0.9),  # under two of the hosts' 0.5 s beats
         ("model", "partition_silence_s", math.inf),
@@ -155,6 +156,8 @@ def test_options_that_do_nothing_in_the_chosen_mode_are_rejected_naming_the_key(
     assert "train.n_push = 16 does nothing with train.parameters = 'shared'" in msg
     msg = error_of(small(train={"parameters": "shared", "fc_push": "vectors"}))
     assert "train.fc_push" in msg
+    msg = error_of(small(train={"parameters": "shared", "cadence_ramp": 8}))
+    assert "train.cadence_ramp = 8 does nothing with train.parameters = 'shared'" in msg
 
 
 def test_a_push_cadence_whose_weight_decay_would_remove_the_weights_is_rejected():

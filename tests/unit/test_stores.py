@@ -199,18 +199,22 @@ def test_a_ramped_cadence_exchanges_every_example_first_then_grows_to_the_full_c
         exchanger.close()
 
 
-def test_the_replicate_store_ramps_slower_with_more_copies_and_one_copy_does_not(network):
-    for nodes, ramp in (([0, 0], 128), ([0, 0, 0, 0], 256)):
-        under = StoreUnderTest(job(), network, nodes)
+def test_the_replicate_store_ramps_slower_with_more_copies_up_to_a_cap(network):
+    for nodes, overrides, ramp in (
+        ([0, 0], {}, 128),  # 64 per copy
+        ([0] * 4, {}, 256),
+        ([0] * 8, {}, 256),  # RAMP_CAP: the full cadence within 16,128 examples per copy
+        ([0] * 4, {"train.cadence_ramp": 10}, 10),  # asked for: as asked
+        ([0] * 4, {"train.cadence_ramp": 0}, 0),  # none
+        ([0] * 4, {"train.replicas": "node"}, 0),  # one copy: no other copy's deltas to agree
+    ):
+        under = StoreUnderTest(job(**overrides), network, nodes)
         try:
-            assert under.store.worker_spec(0).values["ramp"] == ramp
+            assert under.store.worker_spec(0).values["ramp"] == ramp, (nodes, overrides)
+            assert under.store.describe()["cadence_ramp"] == ramp
+            assert (f"one more every {ramp:,})" in under.store.summary()) == bool(ramp)
         finally:
             under.close()
-    under = StoreUnderTest(job(**{"train.replicas": "node"}), network, [0, 0, 0, 0])
-    try:  # one copy for the node's four workers: no other copy's deltas, nothing to ramp
-        assert under.store.worker_spec(0).values["ramp"] == 0
-    finally:
-        under.close()
 
 
 def test_a_failing_home_is_raised_in_the_compute_loop_naming_it():
