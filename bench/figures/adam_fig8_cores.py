@@ -8,7 +8,9 @@ per-example SGD) and batch 32, and sets each figure beside its yardsticks from t
 
 - **ours**: the real engine end to end, :class:`hogwild.training.trainer.Trainer` on ``--examples``
   examples for ``1 + ceil(warmup / examples)`` epochs; the earlier epochs are the warm-up (kernels
-  loaded, pages touched) and the figure is the last epoch's training rate (evaluation excluded).
+  loaded, pages touched) and the figure is the last epoch's training rate (evaluation excluded),
+  the copies at their full cadence from the start (``train.cadence_ramp = 0``: the ramp is a
+  start effect, over by the first 16,128 examples of each copy).
   A probe samples each worker's private memory (USS) during that epoch: ``worker_private_mb`` is
   its largest value, ``worker_private_growth_mb`` its change over the epoch (0 if the steady state
   allocates nothing per example), ``worker_beyond_runtime_mb`` what exceeds an idle process that
@@ -156,6 +158,9 @@ def measure_ours(config, data, workers: int, *, batch: int, examples: int, warmu
             "train.subset": examples,
             "train.epochs": warm_epochs + 1,
             "optim.schedule": "constant",
+            # the steady state's rate: the start's cadence ramp (copies exchanging every few
+            # examples for their first 16,128 at most) is a start effect, as the compile is
+            "train.cadence_ramp": 0,
             "output.progress": False,
         }
     )
