@@ -199,7 +199,7 @@ class PartitionedTrainer(LeaderLink):
             )
             # before the checkpoint: overflowed weights are never saved
             trained = start_epoch * len(self.train_images) + examples
-            health.after_epoch(record, self.arena.array("params"), trained // config.train.batch)
+            health.after_epoch(record, self.arena.array("params"), trained)
             checkpoint_path = self._checkpoint(epoch, record, history)
         last = history[-1] if history else {}
         rate = examples / train_seconds if train_seconds else 0.0

@@ -325,7 +325,7 @@ class CopiesStore(ParameterStore):
             weight_decay=job.optim.weight_decay,
             batch=job.train.batch,
             name=f"worker {spec.worker} exchange",
-            ramp=values.get("ramp", 0),
+            ramp=values["ramp"],
         )
         return CopyWorkerStore(params, velocity, exchanger)
 

@@ -126,13 +126,15 @@ class HealthWatch:
         self.metrics, self.workers = metrics, workers
         self.warned_at_chance = False  # a classifier at chance is told once, not every epoch
 
-    def after_epoch(self, record: dict, params: np.ndarray, updates: int) -> None:
+    def after_epoch(self, record: dict, params: np.ndarray, trained: int) -> None:
         """Judge the epoch that ``record`` measured, ending with ``params`` (every worker idle)
-        after ``updates`` in all. Call it before the epoch's checkpoint.
+        after ``trained`` examples in all, this epoch's included. Call it before the epoch's
+        checkpoint.
 
         Raises:
             TrainingDiverged: the weights or the loss overflowed; nothing of them was saved.
         """
+        updates = trained // self.config.train.batch
         verdict = judge_epoch(record, self.n_classes, self.regression, weights_finite(params),
                               updates)  # fmt: skip
         if verdict.kind == "ok" or (verdict.kind == "at_chance" and self.warned_at_chance):

@@ -231,8 +231,8 @@ class Trainer:
                 f"{record['examples_per_s']:,.0f} ex/s  {record['train_s']:.1f} s"
             )
             # before the checkpoint: overflowed weights are never saved
-            updates = (self.trained_before + record["examples"]) // config.train.batch
-            self.health.after_epoch(record, self.store.snapshot()[0], updates)
+            trained = self.trained_before + record["examples"]
+            self.health.after_epoch(record, self.store.snapshot()[0], trained)
             checkpoint_path = self._checkpoint(epoch, record, history)
             self.trained_before += record["examples"]
             self.tensorboard.epoch(record)
