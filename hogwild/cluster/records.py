@@ -7,9 +7,11 @@ its own (the kernels release the GIL): beside training, the next epoch starts at
 driver goes on polling; between epochs, the driver waits for the evaluation
 (``cluster.evaluate``). Whichever it is, the epochs are written in order, each once its
 evaluation is done: its metrics line (the fields of ``hogwild train``'s plus the cluster's),
-its progress line and its checkpoint (the format ``hogwild train`` writes, so ``hogwild eval``
-and ``torch.nn`` load it). At most :data:`EVALUATING` epochs wait for their evaluation; an epoch
-shorter than an evaluation waits for the oldest.
+its progress line, its health (:class:`~hogwild.training.health.HealthWatch`, as ``hogwild
+train`` judges its epochs: weights that overflowed stop the job before they are saved, a
+network at chance is warned of once) and its checkpoint (the format ``hogwild train`` writes, so
+``hogwild eval`` and ``torch.nn`` load it). At most :data:`EVALUATING` epochs wait for their
+evaluation; an epoch shorter than an evaluation waits for the oldest.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 
 from hogwild.blas import limit_blas_threads
 from hogwild.training import checkpoint as ckpt
+from hogwild.training.health import HealthWatch, TrainingDiverged
 from hogwild.training.job_checkpoint import save_checkpoint
 from hogwild.training.metrics import NOT_EVALUATED
 
@@ -97,6 +100,10 @@ class EpochRecords:
         self._evaluating: deque[tuple[EndedEpoch, Future]] = deque()  # in epoch order
         self._evaluator = ThreadPoolExecutor(1, thread_name_prefix="hogwild-evaluate")
         self._warming: threading.Thread | None = None
+        self.health = HealthWatch(
+            config, n_classes, network.regression, metrics, config.cluster.replicas, cluster=True
+        )
+        self.trained = 0  # examples in the epochs written by this run (the health watch's count)
 
     def warm(self) -> None:
         """Load the prediction kernels on a thread while the first epoch trains (the epoch loop
@@ -142,6 +149,12 @@ class EpochRecords:
             ended, future = evaluating.popleft()
             record = self._record_epoch(ended, future.result())
             self.history.append(record)
+            self.trained += record["examples"]
+            try:  # before the checkpoint: overflowed weights must not replace the last good ones
+                self.health.after_epoch(record, ended.params, self.trained)
+            except TrainingDiverged:  # the job stops here: no later epoch is written either
+                evaluating.clear()
+                raise
             self.checkpoint = self._save(record, ended) or self.checkpoint
 
     def stopped(self) -> None:

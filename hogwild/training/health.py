@@ -17,8 +17,9 @@ sixty epochs:
   chance by then).
 
 :func:`judge_epoch` decides from an epoch's record and does no I/O; :class:`HealthWatch` is
-what a trainer (the engine's, a partitioned replica's leader) calls at each epoch end: it
-writes what the judge said (a metrics record, the warning, the error) with what to try.
+what a trainer (the engine's, a partitioned replica's leader, a cluster job's driver with the
+servers' model) calls at each epoch end: it writes what the judge said (a metrics record, the
+warning, the error) with what to try.
 """
 
 from __future__ import annotations
@@ -119,11 +120,17 @@ class HealthWatch:
         regression: Whether the loss is a mean squared error.
         metrics: Where the run's records go (``write(dict)``).
         workers: The run's workers (named in what to try).
+        cluster: A ``hogwild cluster`` job's driver judges the servers' model: what to try names
+            its replicas (``workers`` then counts them) instead of the workers and the store,
+            and the warning is the cluster's.
     """
 
-    def __init__(self, config: Config, n_classes: int, regression: bool, metrics, workers: int):
+    def __init__(
+        self, config: Config, n_classes: int, regression: bool, metrics, workers: int,
+        cluster: bool = False,
+    ) -> None:  # fmt: skip
         self.config, self.n_classes, self.regression = config, n_classes, regression
-        self.metrics, self.workers = metrics, workers
+        self.metrics, self.workers, self.cluster = metrics, workers, cluster
         self.warned_at_chance = False  # a classifier at chance is told once, not every epoch
 
     def after_epoch(self, record: dict, params: np.ndarray, trained: int) -> None:
@@ -140,16 +147,23 @@ class HealthWatch:
         if verdict.kind == "ok" or (verdict.kind == "at_chance" and self.warned_at_chance):
             return
         train, optim = self.config.train, self.config.optim
+        flag = "cluster.replicas" if self.cluster else "train.workers"
+        fewer = f"fewer --{flag} (now {self.workers})"
         if verdict.kind == "diverged":
             hints = (
-                f"; try a lower --optim.lr (now {optim.lr:g}), fewer --train.workers (now "
-                f"{self.workers}) or a longer --optim.warmup_epochs (now {optim.warmup_epochs})"
+                f"; try a lower --optim.lr (now {optim.lr:g}), {fewer} or a longer "
+                f"--optim.warmup_epochs (now {optim.warmup_epochs})"
             )
-        else:  # a dead network: what killed it early (copies whose first deltas agreed, a rate)
+        elif self.cluster:  # a dead network: what killed it early (many replicas, a rate)
             hints = (
-                f"; unless the learning rate is meant to be tiny, try fewer --train.workers (now "
-                f"{self.workers}), --train.parameters=shared (now {train.parameters!r}) or a "
-                f"lower --optim.lr (now {optim.lr:g})"
+                f"; unless the learning rate is meant to be tiny, try {fewer} or a lower "
+                f"--optim.lr (now {optim.lr:g})"
+            )
+        else:  # ... or copies whose first deltas agreed
+            hints = (
+                f"; unless the learning rate is meant to be tiny, try {fewer}, "
+                f"--train.parameters=shared (now {train.parameters!r}) or a lower --optim.lr "
+                f"(now {optim.lr:g})"
             )
         message = verdict.message + hints
         self.metrics.write({"event": verdict.kind, "epoch": record["epoch"], "message": message})
@@ -159,4 +173,4 @@ class HealthWatch:
                 kept = "no checkpoint was asked for"
             raise TrainingDiverged(f"{message}. The run stopped; {kept}")
         self.warned_at_chance = True
-        role_logger("train").warning(message)
+        role_logger("cluster" if self.cluster else "train").warning(message)

@@ -21,6 +21,7 @@ from hogwild.data.mnist import MnistData, load_mnist
 from hogwild.model.network import build_network
 from hogwild.progress import Progress
 from hogwild.training import checkpoint as ckpt
+from hogwild.training.health import TrainingDiverged
 from hogwild.training.metrics import MetricsWriter
 from hogwild.training.resume import starting_point
 
@@ -189,6 +190,37 @@ def test_with_overwrite_the_old_checkpoints_go_before_the_first_new_one_is_writt
         records.close()
     assert [p.name for p in (tmp_path / "run").glob("epoch-*.json")] == ["epoch-0000.json"]
     assert ckpt.load_checkpoint(tmp_path / "run").info["history"] == records.history
+
+
+def test_an_overflowed_model_stops_the_job_before_its_checkpoint_and_nothing_after_is_written(
+    tmp_path, data
+):
+    """The servers' model after epoch 1 holds a NaN: the driver's records raise
+    TrainingDiverged naming the epoch and the cluster's own settings, write a ``diverged``
+    record after that epoch's line, keep epoch 0's checkpoint as the newest, and write nothing
+    of epoch 2 (already evaluated beside training) when the stopped job writes what it has."""
+    records, params, velocity = make_records(tmp_path, data, between=False)
+    broken = params.copy()
+    broken[7] = np.nan
+    try:
+        records.ended(ended_epoch(0, params, velocity))
+        records.write(0)
+        records.ended(EndedEpoch(ended_epoch(1, params, velocity).record, broken, velocity))
+        records.ended(ended_epoch(2, broken, velocity))
+        with pytest.raises(TrainingDiverged, match=r"after epoch 2 the weights hold NaN") as err:
+            records.write(0)
+        records.stopped()
+    finally:
+        records.close()
+    said = str(err.value)
+    assert "--cluster.replicas (now 2)" in said and "--train.workers" not in said
+    assert [(r["event"], r.get("epoch")) for r in lines(tmp_path)] == [
+        ("epoch", 0), ("epoch", 1), ("diverged", 1),
+    ]  # fmt: skip
+    loaded = ckpt.load_checkpoint(tmp_path / "run")
+    restored = np.zeros_like(params)
+    ckpt.restore_parameters(records.network, restored, loaded.weights, loaded.path, "")
+    assert loaded.epoch == 0 and np.array_equal(restored, params)  # epoch 0's weights
 
 
 def test_histograms_add_up_and_a_missing_one_counts_nothing():
