@@ -17,13 +17,25 @@ asynchrony ahead?) and its two-sided one. All printed as one JSON line (and writ
         --metrics-dir bench/results/table1
 
 Extra ``--section.key=value`` arguments go to every run, after the config.
+
+With ``--log FILE`` the table is resumable, as the recipe search is: every run is one JSON line
+appended to the log as soon as it ends (with the commit it trained), and a run the log already
+holds (the same mode, seed, config and extra arguments) is taken from it instead of trained
+again. A table of five seeds is two to four hours on two cores per mode; a rerun with more seeds
+trains only what is missing, and the page names each run's commit.
+
+    python bench/figures/adam_table1.py --data ../shared/datasets/mnist --modes async sync \\
+        --seeds 1 2 3 4 5 --log bench/results/table1_runs.jsonl --out bench/results/table1.json \\
+        --markdown bench/results/table1.md --metrics-dir bench/results/table1
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 if not __package__:  # run by path (``python bench/figures/NAME.py``): the repository root
@@ -57,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--out", default="", help="write the JSON line here too")
     parser.add_argument("--markdown", default="", help="write the table here")
     parser.add_argument("--notes", default="", help="markdown appended to the table's page")
+    parser.add_argument(
+        "--log", default="", help="JSON-lines log of runs: resume from it, append to it"
+    )
     args, overrides = parser.parse_known_args(argv)
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {args.seeds}: each seed once (the comparison pairs by seed)")
@@ -69,6 +84,31 @@ def train_once(args, mode: str, seed: int, overrides: list[str]) -> dict:
     job = Job(command, seed, mode_args, config=args.config, extra=tuple(overrides))
     run = run_job(job, args.data, Path(args.metrics_dir) / f"{mode}_seed{seed}.jsonl")
     return {"mode": mode, "seed": seed} | run
+
+
+def run_key(run: dict) -> tuple:
+    """What makes two runs the same run (the log's resume key)."""
+    return (run["mode"], run["seed"], run["config"], tuple(run["overrides"]))
+
+
+def read_log(path: Path) -> dict[tuple, dict]:
+    """The log's finished runs by :func:`run_key` (a later line of the same run wins); a line
+    that is not a run (a torn last line of a killed table) is an error naming the line, not
+    silently dropped."""
+    if not path.exists():
+        return {}
+    runs = {}
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            run = json.loads(text)
+            key = run_key(run)
+            float(run["test_accuracy"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}:{number}: not a Table 1 run ({exc}): {text[:200]}") from exc
+        runs[key] = run
+    return runs
 
 
 def paired(runs: list[dict], mode: str, control: str = CONTROL) -> dict | None:
@@ -117,6 +157,15 @@ def summarise(runs: list[dict]) -> dict:
     }
 
 
+def _logged_commits(record: dict) -> str:
+    """The commits the runs trained at, where one came from the log at another commit."""
+    commits = sorted({r.get("commit") or "?" for r in record["results"]})
+    if commits == [record["source"]["commit"]]:
+        return ""
+    shown = ", ".join(c[:7] for c in commits)
+    return f" (runs taken from the log trained at {shown}: each row says which)"
+
+
 def markdown(record: dict, notes: str) -> str:
     machine, ver = record["machine"], record["versions"]
     lines = [
@@ -124,7 +173,8 @@ def markdown(record: dict, notes: str) -> str:
         "",
         f"Made by `{record['command']}` on {machine.get('cpu_model')} "
         f"({machine.get('usable_cores')} usable cores, {machine.get('memory_gib')} GiB); Python "
-        f"{ver.get('python')}, numba {ver.get('numba')}; commit {record['source']['commit']}.",
+        f"{ver.get('python')}, numba {ver.get('numba')}; commit {record['source']['commit']}"
+        f"{_logged_commits(record)}.",
         "",
         "| mode | seeds | mean test accuracy | spread (sd) | range | median wall time |",
         "|---|---|---|---|---|---|",
@@ -163,13 +213,15 @@ def markdown(record: dict, notes: str) -> str:
             )
         lines.append("")
     lines += ["Every run (final epoch's test accuracy; best epoch beside it):", ""]
-    lines += ["| mode | seed | test accuracy | best epoch | epochs | wall time | examples/s |"]
-    lines += ["|---|---|---|---|---|---|---|"]
+    lines += [
+        "| mode | seed | test accuracy | best epoch | epochs | wall time | examples/s | commit |"
+    ]
+    lines += ["|---|---|---|---|---|---|---|---|"]
     for r in record["results"]:
         lines.append(
             f"| {r['mode']} | {r['seed']} | {100 * r['test_accuracy']:.2f} % | "
             f"{100 * (r['best_test_accuracy'] or 0):.2f} % | {r['epochs']} | {r['wall_s']:.0f} s | "
-            f"{r['examples_per_s'] or 0:,.0f} |"
+            f"{r['examples_per_s'] or 0:,.0f} | {(r.get('commit') or '')[:7]} |"
         )
     if notes:
         lines += ["", notes.rstrip()]
@@ -179,15 +231,24 @@ def markdown(record: dict, notes: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     args, overrides = parse_args(argv)
     measured_on = source()  # before the runs: the tree they train with
+    log = Path(args.log) if args.log else None
+    logged = read_log(log) if log else {}  # before any run: a torn log fails first
     results = []
     for seed in args.seeds:
         for mode in args.modes:
-            run = train_once(args, mode, seed, overrides)
-            print(
-                f"{mode} seed {seed}: {100 * run['test_accuracy']:.2f} % in {run['wall_s']:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+            wanted = {"mode": mode, "seed": seed, "config": args.config, "overrides": overrides}
+            run = logged.get(run_key(wanted))
+            if run is None:
+                run = train_once(args, mode, seed, overrides)
+                run |= {"config": args.config, "overrides": overrides}
+                run |= {"commit": measured_on["commit"], "finished": time.time()}
+                if log:
+                    with log.open("a", encoding="utf-8") as f:
+                        f.write(json.dumps(run) + "\n")
+                said = f"{100 * run['test_accuracy']:.2f} % in {run['wall_s']:.0f} s"
+            else:
+                said = f"{100 * run['test_accuracy']:.2f} %, in the log ({run.get('commit')})"
+            print(f"{mode} seed {seed}: {said}", file=sys.stderr, flush=True)
             results.append(run)
     summary = {m: summarise([r for r in results if r["mode"] == m]) for m in args.modes}
     compared = [m for m in args.modes if m != CONTROL] if CONTROL in args.modes else []

@@ -7,9 +7,11 @@ parameter server). Checks: one JSON line, the same as the ``--out`` file; four r
 by seed; each run's final accuracy is the last epoch of its metrics file; the summary's mean and
 range are those of the runs; the asynchronous mode's paired comparison is that of its runs with
 the synchronous ones of the same seed; the markdown has a row per run, the comparison and the
-notes at the end. Not its accuracy: that is what the committed table is for. (``async`` is
-``hogwild train`` without ``--sync``, through the same code of the script as ``sync``, and
-``cluster4`` differs from ``cluster2`` only in the replica count it passes: neither is run here.)
+notes at the end; then resumed from its log with a third seed of one mode: only that run
+trains, the logged ones are taken as they were. Not its accuracy: that is what the committed
+table is for. (``async`` is ``hogwild train`` without ``--sync``, through the same code of the
+script as ``sync``, and ``cluster4`` differs from ``cluster2`` only in the replica count it
+passes: neither is run here.)
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ SCRIPT = "bench/figures/adam_table1.py"
 def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, tmp_path_factory, repo_root):
     data = small_mnist(mnist_dir, tmp_path_factory)  # what a smoke run needs of MNIST
     out, page, notes = tmp_path / "table1.json", tmp_path / "table1.md", tmp_path / "notes.md"
+    log = tmp_path / "runs.jsonl"
     notes.write_text("## What the runs show\n\nNotes of the person who ran it.\n")
     command = [sys.executable, str(repo_root / SCRIPT), "--data", str(data)]
-    command += ["--seeds", "1", "2", "--metrics-dir", str(tmp_path / "runs"), "--out", str(out)]
-    command += ["--markdown", str(page), "--notes", str(notes), "--modes", "sync", "cluster2"]
+    command += ["--metrics-dir", str(tmp_path / "runs"), "--out", str(out)]
+    command += ["--markdown", str(page), "--notes", str(notes), "--log", str(log)]
     extra = ["--train.subset=1000", "--train.epochs=1", "--train.workers=2", *PAPER_JOB]
-    command += extra
-    record = run_bench(command, out, timeout=300, cwd=repo_root)
+    first = [*command, "--seeds", "1", "2", "--modes", "sync", "cluster2", *extra]
+    record = run_bench(first, out, timeout=300, cwd=repo_root)
 
     assert record["benchmark"] == "table1"
     assert record["overrides"] == extra
@@ -79,3 +82,18 @@ def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, tmp_path_fac
     assert "| async | " not in text
     assert "Goodfellow" in text and "99.63 %" in text
     assert text.rstrip().endswith("Notes of the person who ran it.")
+
+    # Resumed from the log: a third seed of sync trains only what the log lacks (sync seed 3);
+    # seeds 1 and 2 are the logged runs, their metrics untouched, and the table pairs them all.
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["mode"], r["seed"]) for r in logged] == [(r["mode"], r["seed"]) for r in runs]
+    for r in logged:
+        assert r["commit"] == record["source"]["commit"] and r["overrides"] == extra
+    untouched = {r["metrics"]: open(r["metrics"], "rb").read() for r in runs}
+    more = [*command, "--seeds", "1", "2", "3", "--modes", "sync", *extra]
+    again = run_bench(more, out, timeout=300, cwd=repo_root)
+    assert [(r["mode"], r["seed"]) for r in again["results"]] == [("sync", s) for s in (1, 2, 3)]
+    assert again["results"][:2] == [r for r in logged if r["mode"] == "sync"]
+    assert {m: open(m, "rb").read() for m in untouched} == untouched
+    assert len(log.read_text().splitlines()) == 5  # the new run only, appended
+    assert again["summary"]["sync"]["runs"] == 3
