@@ -19,19 +19,22 @@ asynchrony ahead?) and its two-sided one. All printed as one JSON line (and writ
 Extra ``--section.key=value`` arguments go to every run, after the config.
 
 With ``--log FILE`` the table is resumable, as the recipe search is: every run is one JSON line
-appended to the log as soon as it ends (with the commit it trained), and a run the log already
-holds (the same mode, seed, config and extra arguments) is taken from it instead of trained
-again. A table of five seeds is two to four hours on two cores per mode; a rerun with more seeds
-trains only what is missing, and the page names each run's commit.
+appended to the log as soon as it ends (with the commit it trained, the files it changed and the
+data it read), and a run the log already holds (the same mode, seed, config and extra arguments)
+is taken from it instead of trained again. Five seeds of a mode are 30 (async) to 55 (sync)
+minutes on two cores; a rerun with more seeds trains only what is missing, and the page names
+each run's commit.
 
     python bench/figures/adam_table1.py --data ../shared/datasets/mnist --modes async sync \\
         --seeds 1 2 3 4 5 --log bench/results/table1_runs.jsonl --out bench/results/table1.json \\
-        --markdown bench/results/table1.md --metrics-dir bench/results/table1
+        --markdown bench/results/table1.md --metrics-dir bench/results/table1 \\
+        --notes bench/results/table1_notes.md
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -82,8 +85,19 @@ def train_once(args, mode: str, seed: int, overrides: list[str]) -> dict:
     """One run of ``mode``: its final and per-epoch test accuracies, wall time, command."""
     command, mode_args = MODES[mode]
     job = Job(command, seed, mode_args, config=args.config, extra=tuple(overrides))
-    run = run_job(job, args.data, Path(args.metrics_dir) / f"{mode}_seed{seed}.jsonl")
+    metrics = Path(args.metrics_dir) / metrics_name(mode, seed, args, overrides)
+    run = run_job(job, args.data, metrics)
     return {"mode": mode, "seed": seed} | run
+
+
+def metrics_name(mode: str, seed: int, args, overrides: list[str]) -> str:
+    """A run's metrics file: ``MODE_seedS.jsonl`` for the bundled job as it is, with a digest
+    of the config and the extra arguments otherwise, so that a run of other settings never
+    writes over the file a logged run points to."""
+    if not args.config and not overrides:
+        return f"{mode}_seed{seed}.jsonl"
+    settings = json.dumps([args.config, overrides]).encode()
+    return f"{mode}_seed{seed}_{hashlib.sha256(settings).hexdigest()[:8]}.jsonl"
 
 
 def run_key(run: dict) -> tuple:
@@ -159,11 +173,12 @@ def summarise(runs: list[dict]) -> dict:
 
 def _logged_commits(record: dict) -> str:
     """The commits the runs trained at, where one came from the log at another commit."""
-    commits = sorted({r.get("commit") or "?" for r in record["results"]})
-    if commits == [record["source"]["commit"]]:
+    now = record["source"]["commit"] or "?"
+    others = sorted({r.get("commit") or "?" for r in record["results"]} - {now})
+    if not others:
         return ""
-    shown = ", ".join(c[:7] for c in commits)
-    return f" (runs taken from the log trained at {shown}: each row says which)"
+    shown = ", ".join(c[:7] for c in others)
+    return f"; runs taken from the log trained at {shown} (each row says which)"
 
 
 def markdown(record: dict, notes: str) -> str:
@@ -233,6 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     measured_on = source()  # before the runs: the tree they train with
     log = Path(args.log) if args.log else None
     logged = read_log(log) if log else {}  # before any run: a torn log fails first
+    if log:  # ... and so does a log that cannot be written, not after the first run
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.touch()
     results = []
     for seed in args.seeds:
         for mode in args.modes:
@@ -240,8 +258,11 @@ def main(argv: list[str] | None = None) -> None:
             run = logged.get(run_key(wanted))
             if run is None:
                 run = train_once(args, mode, seed, overrides)
-                run |= {"config": args.config, "overrides": overrides}
-                run |= {"commit": measured_on["commit"], "finished": time.time()}
+                if run["test_accuracy"] is None:  # a table of test accuracies: say so, log none
+                    raise SystemExit(f"{mode} seed {seed}: no test accuracy ({run['command']})")
+                run |= {"config": args.config, "overrides": overrides, "data": args.data}
+                run |= {"commit": measured_on["commit"], "modified": measured_on["modified"]}
+                run |= {"finished": time.time()}
                 if log:
                     with log.open("a", encoding="utf-8") as f:
                         f.write(json.dumps(run) + "\n")

@@ -103,7 +103,7 @@ class EpochRecords:
         self.health = HealthWatch(
             config, n_classes, network.regression, metrics, config.cluster.replicas, cluster=True
         )
-        self.trained = 0  # examples in the epochs written by this run (the health watch's count)
+        self.trained = 0  # examples trained in all, a resumed job's epochs included (resumed())
 
     def warm(self) -> None:
         """Load the prediction kernels on a thread while the first epoch trains (the epoch loop
@@ -126,6 +126,12 @@ class EpochRecords:
         with compile_lock(), contextlib.suppress(Exception):  # the evaluation reports failures
             model.predict_proba(np.zeros((1, self.network.input_size), np.uint8))
 
+    def resumed(self, history: list[dict]) -> None:
+        """A resumed job's epochs, from its checkpoint: they head the history, and the health
+        watch counts their examples as trained."""
+        self.history.extend(history)
+        self.trained += sum(int(h.get("examples") or 0) for h in history)
+
     def ended(self, ended: EndedEpoch) -> None:
         """An epoch ended: evaluate its model, and between epochs wait for it (:meth:`write`
         writes it)."""
@@ -143,7 +149,12 @@ class EpochRecords:
     def write(self, behind: int = EVALUATING) -> None:
         """Write the records and checkpoints of the evaluated epochs, in order, waiting for the
         oldest while more than ``behind`` are not written (at most EVALUATING behind: epochs
-        shorter than an evaluation wait here)."""
+        shorter than an evaluation wait here).
+
+        Raises:
+            TrainingDiverged: an epoch's model overflowed: its record and a ``diverged`` one are
+                written, its checkpoint is not, and no later epoch is.
+        """
         evaluating = self._evaluating
         while evaluating and (len(evaluating) > behind or evaluating[0][1].done()):
             ended, future = evaluating.popleft()
@@ -222,7 +233,11 @@ class EpochRecords:
     def final(self, job: dict, wall_start: float) -> dict:
         """Write every epoch still evaluating, then the job's final record (``job``: the
         cluster's own fields; ``wall_start``: ``time.perf_counter()`` as training began), and
-        say it."""
+        say it.
+
+        Raises:
+            TrainingDiverged: as :meth:`write`, for an epoch still evaluating.
+        """
         self.write(0)
         wall_s = time.perf_counter() - wall_start
         history, last = self.history, self.history[-1] if self.history else {}

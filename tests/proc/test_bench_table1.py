@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +90,9 @@ def test_two_seeds_of_each_mode_make_the_table(tmp_path, mnist_dir, tmp_path_fac
     assert [(r["mode"], r["seed"]) for r in logged] == [(r["mode"], r["seed"]) for r in runs]
     for r in logged:
         assert r["commit"] == record["source"]["commit"] and r["overrides"] == extra
+        assert r["data"] == str(data)
+        # other settings than the bundled job's: the file's name carries their digest
+        assert Path(r["metrics"]).name.startswith(f"{r['mode']}_seed{r['seed']}_")
     untouched = {r["metrics"]: open(r["metrics"], "rb").read() for r in runs}
     more = [*command, "--seeds", "1", "2", "3", "--modes", "sync", *extra]
     again = run_bench(more, out, timeout=300, cwd=repo_root)

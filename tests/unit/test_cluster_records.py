@@ -198,8 +198,9 @@ def test_an_overflowed_model_stops_the_job_before_its_checkpoint_and_nothing_aft
     """The servers' model after epoch 1 holds a NaN: the driver's records raise
     TrainingDiverged naming the epoch and the cluster's own settings, write a ``diverged``
     record after that epoch's line, keep epoch 0's checkpoint as the newest, and write nothing
-    of epoch 2 (already evaluated beside training) when the stopped job writes what it has."""
-    records, params, velocity = make_records(tmp_path, data, between=False)
+    of epoch 2 (already evaluated: the driver waited for it) when the stopped job writes what it
+    has."""
+    records, params, velocity = make_records(tmp_path, data, between=True)  # each evaluated
     broken = params.copy()
     broken[7] = np.nan
     try:
@@ -221,6 +222,33 @@ def test_an_overflowed_model_stops_the_job_before_its_checkpoint_and_nothing_aft
     restored = np.zeros_like(params)
     ckpt.restore_parameters(records.network, restored, loaded.weights, loaded.path, "")
     assert loaded.epoch == 0 and np.array_equal(restored, params)  # epoch 0's weights
+
+
+def test_a_model_at_chance_is_warned_of_once_naming_the_replicas_counting_a_resumed_history(
+    tmp_path, data, capfd
+):
+    """Epochs whose training loss sits at ln 10 with 10 % accuracy: once the job has trained
+    AT_CHANCE_AFTER updates, a resumed job's epochs counted, one ``at_chance`` record and one
+    warning on the cluster's log (stderr), whose hints name the replicas and not the
+    single-node store; the job goes on and checkpoints."""
+    records, params, velocity = make_records(tmp_path, data, between=True)
+    capfd.readouterr()
+    at_chance = {"train_loss": 2.3026, "train_accuracy": 0.1, "examples": 4000}
+    try:
+        records.resumed([{"event": "epoch", "epoch": 0, "examples": 4000}])
+        for epoch in (1, 2, 3):
+            ended = ended_epoch(epoch, params, velocity)
+            records.ended(EndedEpoch({**ended.record, **at_chance}, ended.params, velocity))
+            records.write(0)
+    finally:
+        records.close()
+    said = [line for line in capfd.readouterr().err.splitlines() if "WARNING" in line]
+    warned = [r for r in lines(tmp_path) if r["event"] == "at_chance"]
+    assert [r["epoch"] for r in warned] == [2]  # 12,000 examples at batch 1, the resumed 4,000 in
+    assert said == [f"hogwild cluster: WARNING: {warned[0]['message']}"]
+    assert "epoch 3's training loss" in said[0] and "--cluster.replicas (now 2)" in said[0]
+    assert "--train.parameters" not in said[0]
+    assert ckpt.load_checkpoint(tmp_path / "run").epoch == 3
 
 
 def test_histograms_add_up_and_a_missing_one_counts_nothing():
