@@ -48,7 +48,7 @@ from scipy import stats
 
 from bench.support.machine import describe_machine, versions
 from bench.support.record import command_line, emit_record, source
-from bench.support.table1_run import Job, run_job
+from bench.support.table1_run import Job, read_run_log, run_job
 
 # mode: (hogwild command, its arguments after the config)
 MODES = {
@@ -106,23 +106,13 @@ def run_key(run: dict) -> tuple:
 
 
 def read_log(path: Path) -> dict[tuple, dict]:
-    """The log's finished runs by :func:`run_key` (a later line of the same run wins); a line
-    that is not a run (a torn last line of a killed table) is an error naming the line, not
-    silently dropped."""
-    if not path.exists():
-        return {}
-    runs = {}
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            run = json.loads(text)
-            key = run_key(run)
-            float(run["test_accuracy"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"{path}:{number}: not a Table 1 run ({exc}): {text[:200]}") from exc
-        runs[key] = run
-    return runs
+    """The log's finished runs by :func:`run_key` (a later line of the same run wins; a line
+    that is not a run is an error: :func:`~bench.support.table1_run.read_run_log`)."""
+
+    def check(run: dict) -> None:
+        run_key(run), float(run["test_accuracy"])
+
+    return {run_key(run): run for run in read_run_log(path, check, "Table 1 run")}
 
 
 def paired(runs: list[dict], mode: str, control: str = CONTROL) -> dict | None:

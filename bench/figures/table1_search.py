@@ -45,7 +45,7 @@ if not __package__:  # run by path (``python bench/figures/NAME.py``): the repos
 import hogwild
 from bench.support.machine import describe_machine, versions
 from bench.support.record import command_line, emit_record, source
-from bench.support.table1_run import Job, JobFailed, run_job
+from bench.support.table1_run import Job, JobFailed, read_run_log, run_job
 
 DEFAULT_RECIPE = "default"
 
@@ -231,21 +231,8 @@ def run_key(line: dict) -> tuple:
 
 
 def read_log(path: Path) -> list[dict]:
-    """The log's runs; a line that is not a run (a torn last line of a killed search) is an
-    error naming the line, not silently dropped."""
-    if not path.exists():
-        return []
-    runs = []
-    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            line = json.loads(text)
-            run_key(line)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise SystemExit(f"{path}:{number}: not a search run ({exc}): {text[:200]}") from exc
-        runs.append(line)
-    return runs
+    """The log's runs (:func:`~bench.support.table1_run.read_run_log`)."""
+    return read_run_log(path, run_key, "search run")
 
 
 def full_epochs(config: str) -> int:

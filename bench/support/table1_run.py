@@ -16,10 +16,11 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JOB_COMMANDS", "Job", "JobFailed", "run_job"]
+__all__ = ["JOB_COMMANDS", "Job", "JobFailed", "read_run_log", "run_job"]
 
 JOB_COMMANDS = ("train", "cluster")
 RUN_TIMEOUT_S = 3 * 3600.0  # a hang's bound: a 60-epoch job takes 6 to 25 minutes on 2 cores
@@ -89,3 +90,22 @@ def run_job(job: Job, data: str, metrics: Path, *, timeout: float = RUN_TIMEOUT_
         "metrics": str(metrics),
         "command": shlex.join(["hogwild", *argv]),
     }
+
+
+def read_run_log(path: Path, check: Callable[[dict], object], what: str) -> list[dict]:
+    """The runs of a JSON-lines log (both Table 1 scripts resume from one), in order; ``check``
+    raises ValueError, KeyError or TypeError for a line that is not ``what``. Such a line (a torn
+    last line of a killed script) is an error naming the line, not silently dropped."""
+    if not path.exists():
+        return []
+    runs = []
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+            check(line)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}:{number}: not a {what} ({exc}): {text[:200]}") from exc
+        runs.append(line)
+    return runs

@@ -377,7 +377,7 @@ class ClusterDriver:
             self.config, self.network, self.n_classes, self.resume, self.progress.line
         )
         self.servers.give(params, velocity)
-        self.records.resumed(history)
+        self.records.history.extend(history)
         return start_epoch
 
     def _job_fields(self) -> dict:

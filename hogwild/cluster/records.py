@@ -103,7 +103,6 @@ class EpochRecords:
         self.health = HealthWatch(
             config, n_classes, network.regression, metrics, config.cluster.replicas, cluster=True
         )
-        self.trained = 0  # examples trained in all, a resumed job's epochs included (resumed())
 
     def warm(self) -> None:
         """Load the prediction kernels on a thread while the first epoch trains (the epoch loop
@@ -125,12 +124,6 @@ class EpochRecords:
         # kernels, and two processes compiling them at once on the same cores waste one of them
         with compile_lock(), contextlib.suppress(Exception):  # the evaluation reports failures
             model.predict_proba(np.zeros((1, self.network.input_size), np.uint8))
-
-    def resumed(self, history: list[dict]) -> None:
-        """A resumed job's epochs, from its checkpoint: they head the history, and the health
-        watch counts their examples as trained."""
-        self.history.extend(history)
-        self.trained += sum(int(h.get("examples") or 0) for h in history)
 
     def ended(self, ended: EndedEpoch) -> None:
         """An epoch ended: evaluate its model, and between epochs wait for it (:meth:`write`
@@ -160,9 +153,10 @@ class EpochRecords:
             ended, future = evaluating.popleft()
             record = self._record_epoch(ended, future.result())
             self.history.append(record)
-            self.trained += record["examples"]
+            # the examples trained in all: a resumed job's history (from its checkpoint) too
+            trained = sum(int(h.get("examples") or 0) for h in self.history)
             try:  # before the checkpoint: overflowed weights must not replace the last good ones
-                self.health.after_epoch(record, ended.params, self.trained)
+                self.health.after_epoch(record, ended.params, trained)
             except TrainingDiverged:  # the job stops here: no later epoch is written either
                 evaluating.clear()
                 raise

@@ -235,7 +235,7 @@ def test_a_model_at_chance_is_warned_of_once_naming_the_replicas_counting_a_resu
     capfd.readouterr()
     at_chance = {"train_loss": 2.3026, "train_accuracy": 0.1, "examples": 4000}
     try:
-        records.resumed([{"event": "epoch", "epoch": 0, "examples": 4000}])
+        records.history.extend([{"event": "epoch", "epoch": 0, "examples": 4000}])
         for epoch in (1, 2, 3):
             ended = ended_epoch(epoch, params, velocity)
             records.ended(EndedEpoch({**ended.record, **at_chance}, ended.params, velocity))
