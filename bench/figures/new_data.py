@@ -2,7 +2,8 @@
 
 ``hogwild cluster``'s defaults (Downpour, Adagrad on the servers, an exchange every 512 examples)
 and the single-node job's were tuned on MNIST. This script runs, on each dataset, the bundled job
-for ``--epochs`` epochs (12) both ways, with nothing set but the data and the epochs:
+for ``--epochs`` epochs (12) both ways, with nothing set but the data and the epochs (and, for a
+variant of the cluster's defaults, ``--cluster-args``, given to every cluster job):
 
 * ``single``: ``python -m hogwild.cli train --data DIR --epochs E``;
 * ``cluster``: ``python -m hogwild.cli cluster --data DIR --epochs E`` (2 replicas, 1 server);
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -62,6 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--target", type=float, default=1.0, help="largest gap, in points, that passes (1.0)")
     add("--mnist-subset", type=int, default=0, help="MNIST: first N training examples (0: all)")
     add("--data", metavar="DIR", help="MNIST idx files (default $HOGWILD_TEST_DATA or the shared)")
+    add(
+        "--cluster-args",
+        default="",
+        help="more arguments for every cluster job, as one string (e.g. '--ps.rule=sgd'): a "
+        "variant of the defaults, beside the same single-node jobs",
+    )
     add("--quick", action="store_true", help="2 epochs on the digits only: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
     args = parser.parse_args(argv)
@@ -79,6 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
     if args.epochs < 1 or args.mnist_subset < 0 or args.target < 0:
         parser.error("--epochs must be >= 1, --mnist-subset >= 0 and --target >= 0")
+    args.cluster_args = shlex.split(args.cluster_args)
+    if any(not a.startswith("--") for a in args.cluster_args[:1]):
+        parser.error(f"--cluster-args {args.cluster_args}: expected hogwild cluster's flags")
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
     if "mnist" in args.datasets and not Path(args.data).is_dir():
         parser.error(f"--data {args.data}: not a directory of MNIST idx files")
@@ -110,7 +121,8 @@ def run_job(kind: str, data: str, seed: int, args, extra: list[str], folder: Pat
     accuracy = summary.get("test_accuracy")
     _log(f"{kind}, seed {seed}: test accuracy {accuracy}")
     return {"test_accuracy": accuracy, "curve": curve, "train_loss": summary.get("train_loss"),
-            "wall_s": round(time.perf_counter() - began, 1)}  # fmt: skip
+            "wall_s": round(time.perf_counter() - began, 1),
+            "command": " ".join(["hogwild", *command[3:]])}  # fmt: skip
 
 
 def _row(name: str, described: dict, runs: list[dict], target: float) -> dict:
@@ -145,7 +157,8 @@ def measure(args) -> dict:
             runs = []
             for seed in args.seeds:
                 single = run_job("train", data, seed, args, extra, folder)
-                cluster = run_job("cluster", data, seed, args, extra, folder)
+                cluster_extra = [*extra, *args.cluster_args]
+                cluster = run_job("cluster", data, seed, args, cluster_extra, folder)
                 runs.append({"seed": seed, "single": single, "cluster": cluster})
             rows.append(_row(name, described, runs, args.target))
             _log(f"{name}: mean single {rows[-1]['single_mean']}, cluster "
@@ -164,6 +177,7 @@ def measure(args) -> dict:
             "quick": args.quick,
             "mnist_subset": args.mnist_subset,
             "job": "the bundled defaults",
+            "cluster_args": args.cluster_args,
         },  # fmt: skip
         "machine": describe_machine(),
         "versions": versions(),

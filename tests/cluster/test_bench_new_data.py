@@ -1,10 +1,11 @@
 """``bench/figures/new_data.py --quick``: the shape of its JSON line, not its accuracies.
 
 The quick run trains the bundled job on scikit-learn's digits (1,347 training images) for one
-epoch twice: ``hogwild train`` and ``hogwild cluster``. Checks: one JSON line, the same as the
-``--out`` file; each job's summary accuracy is its last epoch's, in [0, 1]; the gap is the
-difference in points and ``met`` says whether it is within the target; a dataset the script does
-not know is refused with the list.
+epoch twice: ``hogwild train`` and ``hogwild cluster``, the cluster's job with a variant of its
+defaults through ``--cluster-args``. Checks: one JSON line, the same as the ``--out`` file; each
+job's summary accuracy is its last epoch's, in [0, 1]; the variant reaches the cluster's job
+and not the single-node one; the gap is the difference in points and ``met`` says whether it is
+within the target; a dataset the script does not know is refused with the list.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ SCRIPT = "bench/figures/new_data.py"
 def test_quick_run_compares_the_cluster_with_the_single_node_job(tmp_path, repo_root):
     out = tmp_path / "new_data.json"
     command = [sys.executable, str(repo_root / SCRIPT), "--quick", "--epochs", "1"]
+    command += ["--cluster-args=--ps.rule=sgd --train.n_push=128"]  # a variant of the defaults
     record = run_bench([*command, "--out", str(out)], out, timeout=300, cwd=repo_root)
     assert record["benchmark"] == "new_data"
     assert record["command"].startswith(f"python {SCRIPT} --quick")
     assert record["settings"]["epochs"] == 1 and record["settings"]["seeds"] == [1]
+    assert record["settings"]["cluster_args"] == ["--ps.rule=sgd", "--train.n_push=128"]
     (row,) = record["results"]
     assert row["dataset"] == "digits"
     assert (row["data"]["train"], row["data"]["test"]) == (1347, 450)
@@ -37,6 +40,9 @@ def test_quick_run_compares_the_cluster_with_the_single_node_job(tmp_path, repo_
         assert len(job["curve"]) == 1 and job["curve"][-1] == job["test_accuracy"], job
         assert 0.0 <= job["test_accuracy"] <= 1.0
         assert row[f"{kind}_mean"] == pytest.approx(job["test_accuracy"], abs=1e-4)
+        assert job["command"].startswith(f"hogwild {'cluster' if kind == 'cluster' else 'train'} ")
+        variant = " --ps.rule=sgd --train.n_push=128 " in f"{job['command']} "
+        assert variant is (kind == "cluster"), job["command"]  # the cluster's jobs only
     gap = 100 * (run["single"]["test_accuracy"] - run["cluster"]["test_accuracy"])
     assert row["gap_points"] == pytest.approx(gap, abs=0.02)
     assert row["met"] is (row["gap_points"] <= record["target_gap_points"])
