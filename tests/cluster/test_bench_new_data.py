@@ -5,11 +5,13 @@ epoch twice: ``hogwild train`` and ``hogwild cluster``, the cluster's job with a
 defaults through ``--cluster-args``. Checks: one JSON line, the same as the ``--out`` file; each
 job's summary accuracy is its last epoch's, in [0, 1]; the variant reaches the cluster's job
 and not the single-node one; the gap is the difference in points and ``met`` says whether it is
-within the target; a dataset the script does not know is refused with the list.
+within the target; a dataset the script does not know is refused with the list; and, without a
+process, the gap's spread over several seeds (its standard deviation and Student's interval).
 """
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 
@@ -56,3 +58,30 @@ def test_an_unknown_dataset_is_refused_with_the_list(repo_root):
     )  # fmt: skip
     assert done.returncode == 2
     assert "unknown cifar; known: digits, mnist" in done.stderr
+
+
+def test_the_gap_comes_with_its_spread_over_the_seeds():
+    from bench.figures.new_data import _row
+
+    pairs = [(0.9756, 0.9689), (0.9667, 0.9533), (0.9778, 0.9689), (0.9578, 0.9711)]
+    runs = [
+        {"seed": s, "single": {"test_accuracy": a}, "cluster": {"test_accuracy": b}}
+        for s, (a, b) in enumerate(pairs, start=1)
+    ]
+    row = _row("digits", {}, runs, target=1.0)
+    gaps = [100 * (a - b) for a, b in pairs]  # 0.67, 1.34, 0.89, -1.33 points
+    assert row["gap_points"] == pytest.approx(statistics.fmean(gaps), abs=0.01)
+    assert row["gap_sd_points"] == pytest.approx(statistics.stdev(gaps), abs=0.01)
+    assert row["single_sd_points"] == pytest.approx(
+        statistics.stdev(100 * a for a, _ in pairs), abs=0.01
+    )
+    low, high = row["gap_ci95_points"]
+    # Student's t with 3 degrees of freedom: 3.182 standard errors either side
+    half = 3.182 * statistics.stdev(gaps) / 2
+    assert (low, high) == pytest.approx(
+        (row["gap_points"] - half, row["gap_points"] + half), abs=0.02
+    )
+    assert row["met"] is True  # the point estimate within the target, whatever the interval
+
+    alone = _row("digits", {}, runs[:1], target=1.0)
+    assert alone["gap_sd_points"] is None and alone["gap_ci95_points"] is None
