@@ -177,6 +177,13 @@ def recipes() -> dict[str, Recipe]:
             "2 replicas through a parameter server applying the pushed deltas (Adam's rule)",
         ),
         Recipe(
+            "cluster-2-sgd-512",
+            "cluster",
+            ("--cluster.replicas=2", "--ps.rule=sgd", "--train.n_push=512", "--train.n_fetch=512"),
+            "Adam's own cluster (3.2.6): the pushed deltas applied as they are, an exchange every "
+            "512 examples (as fast as Adagrad's)",
+        ),
+        Recipe(
             "cluster-4-sgd",
             "cluster",
             ("--cluster.replicas=4", "--ps.rule=sgd"),
