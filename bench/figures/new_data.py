@@ -52,6 +52,10 @@ from bench.support.record import emit_record, measured
 DATASETS = ("digits", "mnist")
 JOB_TIMEOUT_S = 7200.0
 DIGITS_SPLIT_SEED = 0  # the digits' test set: one split for every seed's jobs
+# flags the script sets on every job, which --cluster-args may not set again
+RESERVED = ("--data", "--seed", "--epochs", "--metrics", "--checkpoint-dir", "--train.seed",
+            "--train.epochs", "--train.subset", "--data.source", "--output.metrics",
+            "--output.checkpoint_dir")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -70,8 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add(
         "--cluster-args",
         default="",
-        help="more arguments for every cluster job, as one string (e.g. '--ps.rule=sgd'): a "
-        "variant of the defaults, beside the same single-node jobs",
+        help="more arguments for every cluster job, one string written with '=' (e.g. "
+        "--cluster-args='--ps.rule=sgd --train.n_push=32'): a variant of the defaults, beside the "
+        "same single-node jobs; the data, seed, epochs and files stay the script's",
     )
     add("--quick", action="store_true", help="2 epochs on the digits only: a smoke test")
     add("--out", metavar="FILE", help="also write the JSON line to this file")
@@ -91,8 +96,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.epochs < 1 or args.mnist_subset < 0 or args.target < 0:
         parser.error("--epochs must be >= 1, --mnist-subset >= 0 and --target >= 0")
     args.cluster_args = shlex.split(args.cluster_args)
-    if any(not a.startswith("--") for a in args.cluster_args[:1]):
+    if args.cluster_args and not args.cluster_args[0].startswith("--"):
         parser.error(f"--cluster-args {args.cluster_args}: expected hogwild cluster's flags")
+    taken = [a for a in args.cluster_args if a.split("=", 1)[0] in RESERVED]
+    if taken:  # a second --seed or --epochs would win: the pairs would no longer match
+        parser.error(
+            f"--cluster-args: {', '.join(taken)} is the script's to set (every job of a seed "
+            f"pair trains the same data, seed and epochs); not one of {', '.join(RESERVED)}"
+        )
     args.data = args.data or os.environ.get("HOGWILD_TEST_DATA") or str(SHARED_MNIST)
     if "mnist" in args.datasets and not Path(args.data).is_dir():
         parser.error(f"--data {args.data}: not a directory of MNIST idx files")
@@ -123,9 +134,15 @@ def run_job(kind: str, data: str, seed: int, args, extra: list[str], folder: Pat
     curve = [r.get("test_accuracy") for r in records if r.get("event") == "epoch"]
     accuracy = summary.get("test_accuracy")
     _log(f"{kind}, seed {seed}: test accuracy {accuracy}")
+    written = shlex.join(["hogwild", kind, *args_as_written(command, folder)])
     return {"test_accuracy": accuracy, "curve": curve, "train_loss": summary.get("train_loss"),
-            "wall_s": round(time.perf_counter() - began, 1),
-            "command": " ".join(["hogwild", *command[3:]])}  # fmt: skip
+            "wall_s": round(time.perf_counter() - began, 1), "command": written}  # fmt: skip
+
+
+def args_as_written(command: list[str], folder: Path) -> list[str]:
+    """A job's arguments after its subcommand, the run's temporary folder written ``TMP``."""
+    start = command.index("hogwild.cli") + 2
+    return [a.replace(str(folder.parent), "TMP") for a in command[start:]]
 
 
 def _row(name: str, described: dict, runs: list[dict], target: float) -> dict:
@@ -142,19 +159,21 @@ def _row(name: str, described: dict, runs: list[dict], target: float) -> dict:
         return round(statistics.stdev(values), 2) if len(values) > 1 else None
 
     single, cluster = mean("single"), mean("cluster")
-    gap = None if single is None or cluster is None else round(100.0 * (single - cluster), 2)
+    gap = None
     spread: dict = {"single_sd_points": None, "cluster_sd_points": None, "gap_sd_points": None,
                     "gap_ci95_points": None}  # fmt: skip
-    if gap is not None:
+    if single is not None and cluster is not None:
         points = {k: [100.0 * r[k]["test_accuracy"] for r in runs] for k in ("single", "cluster")}
         gaps = [a - b for a, b in zip(points["single"], points["cluster"], strict=True)]
+        exact = statistics.fmean(gaps)  # rounded once, here, from the runs' own accuracies
+        gap = round(exact, 2)
         spread["single_sd_points"] = sd(points["single"])
         spread["cluster_sd_points"] = sd(points["cluster"])
         spread["gap_sd_points"] = sd(gaps)
         if len(gaps) > 1:
             t = float(stats.t.ppf(0.975, len(gaps) - 1))
             half = t * statistics.stdev(gaps) / len(gaps) ** 0.5
-            spread["gap_ci95_points"] = [round(gap - half, 2), round(gap + half, 2)]
+            spread["gap_ci95_points"] = [round(exact - half, 2), round(exact + half, 2)]
     return {"dataset": name, "data": described, "runs": runs, "single_mean": single,
             "cluster_mean": cluster, "gap_points": gap, **spread,
             "met": gap is not None and gap <= target}  # fmt: skip
@@ -198,7 +217,8 @@ def measure(args) -> dict:
             "digits_split_seed": DIGITS_SPLIT_SEED,
             "quick": args.quick,
             "mnist_subset": args.mnist_subset,
-            "job": "the bundled defaults",
+            "job": "the bundled defaults"
+            + (", the cluster's jobs with cluster_args" if args.cluster_args else ""),
             "cluster_args": args.cluster_args,
         },  # fmt: skip
         "machine": describe_machine(),

@@ -6,11 +6,14 @@ defaults through ``--cluster-args``. Checks: one JSON line, the same as the ``--
 job's summary accuracy is its last epoch's, in [0, 1]; the variant reaches the cluster's job
 and not the single-node one; the gap is the difference in points and ``met`` says whether it is
 within the target; a dataset the script does not know is refused with the list; and, without a
-process, the gap's spread over several seeds (its standard deviation and Student's interval).
+process, the gap's spread over several seeds (its standard deviation and Student's interval, none
+where a job ended without an accuracy) and the refusal of a variant that would set what the
+script sets (a second seed or epoch count would break the pairs).
 """
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import subprocess
 import sys
@@ -43,6 +46,8 @@ def test_quick_run_compares_the_cluster_with_the_single_node_job(tmp_path, repo_
         assert 0.0 <= job["test_accuracy"] <= 1.0
         assert row[f"{kind}_mean"] == pytest.approx(job["test_accuracy"], abs=1e-4)
         assert job["command"].startswith(f"hogwild {'cluster' if kind == 'cluster' else 'train'} ")
+        written = shlex.split(job["command"])
+        assert written[written.index("--data") + 1] == "TMP/digits/data"  # no dead /tmp path
         variant = " --ps.rule=sgd --train.n_push=128 " in f"{job['command']} "
         assert variant is (kind == "cluster"), job["command"]  # the cluster's jobs only
     gap = 100 * (run["single"]["test_accuracy"] - run["cluster"]["test_accuracy"])
@@ -85,3 +90,28 @@ def test_the_gap_comes_with_its_spread_over_the_seeds():
 
     alone = _row("digits", {}, runs[:1], target=1.0)
     assert alone["gap_sd_points"] is None and alone["gap_ci95_points"] is None
+    assert alone["gap_points"] == pytest.approx(0.67, abs=0.005)
+
+    runs[1]["cluster"]["test_accuracy"] = None  # a job that ended without a test accuracy
+    failed = _row("digits", {}, runs, target=1.0)
+    assert failed["cluster_mean"] is None and failed["gap_points"] is None
+    assert failed["gap_ci95_points"] is None and failed["met"] is False
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("--cluster-args=--seed=3 --ps.rule=sgd", "--seed=3 is the script's to set"),
+        ("--cluster-args=--ps.rule=sgd --train.epochs=2", "--train.epochs=2 is the script's"),
+        ("--cluster-args=ps.rule=sgd", "expected hogwild cluster's flags"),
+    ],
+)
+def test_cluster_args_that_would_break_the_pairs_are_refused(given, said, capsys):
+    from bench.figures.new_data import parse_args
+
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--datasets", "digits", given])
+    assert refused.value.code == 2
+    assert said in capsys.readouterr().err
+    args = parse_args(["--datasets", "digits", "--cluster-args=--ps.rule=sgd --train.n_push=32"])
+    assert args.cluster_args == ["--ps.rule=sgd", "--train.n_push=32"]
