@@ -117,11 +117,11 @@ def _log(text: str) -> None:
 def run_job(kind: str, data: str, seed: int, args, extra: list[str], folder: Path) -> dict:
     """One ``hogwild train`` or ``hogwild cluster`` job: its summary and epoch curve."""
     metrics = folder / f"{kind}-{seed}.jsonl"
-    command = [sys.executable, "-m", "hogwild.cli", kind, "--data", data, "--no-progress",
-               "--epochs", str(args.epochs), "--seed", str(seed), "--metrics", str(metrics),
-               *extra]  # fmt: skip
+    argv = [kind, "--data", data, "--no-progress", "--epochs", str(args.epochs), "--seed",
+            str(seed), "--metrics", str(metrics), *extra]  # fmt: skip
     if kind == "cluster":
-        command += ["--checkpoint-dir", str(folder / f"run-{seed}")]
+        argv += ["--checkpoint-dir", str(folder / f"run-{seed}")]
+    command = [sys.executable, "-m", "hogwild.cli", *argv]
     _log(" ".join(command[1:]))
     began = time.perf_counter()
     job = Job(command, folder, f"{kind}-{seed}")
@@ -134,15 +134,10 @@ def run_job(kind: str, data: str, seed: int, args, extra: list[str], folder: Pat
     curve = [r.get("test_accuracy") for r in records if r.get("event") == "epoch"]
     accuracy = summary.get("test_accuracy")
     _log(f"{kind}, seed {seed}: test accuracy {accuracy}")
-    written = shlex.join(["hogwild", kind, *args_as_written(command, folder)])
+    # as it could be rerun: the run's temporary folder, gone by then, written TMP
+    written = shlex.join(["hogwild", *(a.replace(str(folder.parent), "TMP") for a in argv)])
     return {"test_accuracy": accuracy, "curve": curve, "train_loss": summary.get("train_loss"),
             "wall_s": round(time.perf_counter() - began, 1), "command": written}  # fmt: skip
-
-
-def args_as_written(command: list[str], folder: Path) -> list[str]:
-    """A job's arguments after its subcommand, the run's temporary folder written ``TMP``."""
-    start = command.index("hogwild.cli") + 2
-    return [a.replace(str(folder.parent), "TMP") for a in command[start:]]
 
 
 def _row(name: str, described: dict, runs: list[dict], target: float) -> dict:
