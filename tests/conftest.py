@@ -54,7 +54,7 @@ import pytest
 
 from hogwild.shm import sweeper
 from hogwild.shm.naming import owner_alive, parse_segment_name
-from tests import schedule
+from tests import fork_launch, schedule
 
 _CHILD_GRACE_S = 1.0
 _warming: subprocess.Popen | None = None
@@ -84,6 +84,7 @@ def _is_mp_helper(proc: psutil.Process) -> bool:
     launch = sys.modules.get("hogwild_plugins.ps.serving.launch")
     if launch is not None:
         helpers.add(launch.role_server_pid())
+    helpers.add(fork_launch.server_pid())
     return proc.pid in helpers - {None}
 
 
@@ -211,6 +212,7 @@ def _clean_up() -> None:
     from tests.bytecode import remove
 
     _stop_warming()
+    fork_launch.stop()
     remove(_bytecode)
     _bytecode = []
     if _room is not None:
@@ -257,6 +259,8 @@ def pytest_configure(config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not _is_controller(config):
+        fork_launch.install()
     if _is_worker(config) and config.workerinput.get(_LOADGROUP):
         config.option.loadgroup = True  # xdist names the groups from this: see below
     if _is_controller(config):
@@ -289,11 +293,15 @@ def pytest_runtest_protocol(item, nextitem):
         schedule.wait_for(schedule.stage_needed(item), _suite_dir, _warming.pid)
     else:
         schedule.wait_for(schedule.stage_needed(item), *schedule.inherited())
-    if _room is None:
-        yield
-        return
-    with _room.enter(alone=item.get_closest_marker("alone") is not None):
-        yield
+    fork_launch.enabled = item.get_closest_marker("fresh_interpreter") is None
+    try:
+        if _room is None:
+            yield
+            return
+        with _room.enter(alone=item.get_closest_marker("alone") is not None):
+            yield
+    finally:
+        fork_launch.enabled = True
 
 
 @pytest.fixture(autouse=True)
