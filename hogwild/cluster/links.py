@@ -11,6 +11,8 @@ through :meth:`ReplicaLinks.call`, which keeps two promises:
   or cut off from the driver) is handed to ``unresponsive``, the driver's, which fences it on the
   servers and kills it (:mod:`hogwild.cluster.fences`): once the launcher saw it exit it is
   answered None like any dead replica that will be restarted;
+* a replica between its fence and its return (its client closed, the restart under way, the
+  new incarnation not yet serving) is answered None without a request: nobody serves it yet;
 * a call that fails otherwise names its cause: the role that died and will not come back (the
   supervisor's :meth:`~hogwild.cluster.supervisor.Supervisor.check` stops the job naming it), or
   else the replica and the request it did not answer.
@@ -49,7 +51,7 @@ class ReplicaLinks:
     ) -> None:
         self.job, self.ps, self.policy, self.supervisor = job, ps, policy, supervisor
         self.unresponsive = unresponsive
-        self.clients: list[ControlClient] = []
+        self.clients: list[ControlClient | None] = []  # None: closed until its return
 
     def __len__(self) -> int:
         return len(self.clients)
@@ -63,16 +65,21 @@ class ReplicaLinks:
         self.clients[replica] = self._client(replica, address)
 
     def close(self, replica: int) -> None:
-        self.clients[replica].close()
+        """Replica ``replica`` was fenced (it is restarting): its client closed until
+        :meth:`reconnect`; calls to it are answered None meanwhile."""
+        client, self.clients[replica] = self.clients[replica], None
+        if client is not None:
+            client.close()
 
     def call(self, replica: int, op: str, **body) -> dict | None:
         """A control request to a replica; None when it died and will be restarted, else a
         failure names the replica (or the role that died)."""
         name = f"replica {replica}"
-        if self.policy.awaiting_restart(name):
-            return None  # dead, or a restart that did not start: nobody to ask
+        client = self.clients[replica]
+        if client is None or self.policy.awaiting_restart(name):
+            return None  # dead, or restarting and not back yet: nobody to ask
         try:
-            return self.clients[replica].call(op, **body)
+            return client.call(op, **body)
         except HogwildError as exc:
             self.supervisor.poll()
             if self.policy.awaiting_restart(name):
@@ -86,6 +93,8 @@ class ReplicaLinks:
         """Tell every live replica to stop and close every client; whether any was asked."""
         asked, clients, self.clients = bool(self.clients), self.clients, []
         for index, client in enumerate(clients):
+            if client is None:  # fenced, not back: nothing to ask or close
+                continue
             try:
                 if f"replica {index}" not in self.policy.gone:  # nobody there: do not wait
                     client.call("stop")

@@ -91,3 +91,28 @@ def test_a_replica_that_does_not_answer_is_handed_over_and_answered_none_once_it
     stuck.unresponsive = lambda replica: False  # it could not be made to exit: the call fails
     with pytest.raises(HogwildError, match="replica 0 did not answer 'status'"):
         stuck.call(0, "status")
+
+
+def test_a_fenced_replica_is_answered_none_until_it_is_back_and_its_new_client_is_asked() -> None:
+    """Between its fence (its client closed) and its return (a new client), a replica whose
+    restart is under way (no longer awaiting one) is not asked: the real client, closed, would
+    fail on its closed socket."""
+    from hogwild.config import default_config_path, load_config
+    from hogwild.net.ports import free_port
+
+    replicas, launcher = links(1, Client({"state": "idle"}))
+    replicas.ps = load_config(default_config_path()).ps
+    replicas.connect([f"127.0.0.1:{free_port()}"])  # nobody serves it: never reached below
+    closed = replicas.clients[0]
+    replicas.close(0)
+    assert replicas.call(0, "status") is None and replicas.call(0, "train", epoch=1) is None
+    with pytest.raises(AttributeError):  # what the keep-alive's call met before
+        closed.call("status")
+    back = Client({"state": "idle"})
+    replicas.reconnect(0, "127.0.0.1:1")
+    replicas.clients[0].close()
+    replicas.clients[0] = back
+    assert replicas.call(0, "status") == {"state": "idle"} and back.asked == ["status"]
+    assert replicas.stop_all() is True and back.closed
+    replicas.clients = [None]
+    assert replicas.stop_all() is True  # a fenced one is neither asked nor closed again
