@@ -1,7 +1,7 @@
 """The driver's control links to its replicas: one client each, and what a failed call means.
 
 Every request the driver makes of a replica (``train``, ``close``, ``status``, ``stop``) goes
-through :meth:`ReplicaLinks.call`, which keeps two promises:
+through :meth:`ReplicaLinks.call`, which keeps these promises:
 
 * a replica the launcher saw exit is not waited for: its client asks the supervisor whether the
   role still lives between retries (:meth:`~hogwild.cluster.supervisor.Supervisor.poll`), and a
@@ -61,7 +61,9 @@ class ReplicaLinks:
         self.clients = [self._client(i, address) for i, address in enumerate(addresses)]
 
     def reconnect(self, replica: int, address: str) -> None:
-        """Replica ``replica`` is back on ``address`` (its old client was closed)."""
+        """Replica ``replica`` is back on ``address`` (its old client was closed at its fence;
+        closed here if it was not)."""
+        self.close(replica)
         self.clients[replica] = self._client(replica, address)
 
     def close(self, replica: int) -> None:
@@ -72,8 +74,9 @@ class ReplicaLinks:
             client.close()
 
     def call(self, replica: int, op: str, **body) -> dict | None:
-        """A control request to a replica; None when it died and will be restarted, else a
-        failure names the replica (or the role that died)."""
+        """A control request to a replica; None when it died and will be restarted, or was
+        fenced and is not back yet (its work is the coordinator's again), else a failure names
+        the replica (or the role that died)."""
         name = f"replica {replica}"
         client = self.clients[replica]
         if client is None or self.policy.awaiting_restart(name):

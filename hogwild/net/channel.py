@@ -68,7 +68,8 @@ class PeerUnreachableError(HogwildError):
 
 
 class Cancelled(HogwildError):
-    """The client's owner stopped it (:meth:`Peers.cancel`): its wait ended unanswered."""
+    """The client's owner stopped it (:meth:`Peers.cancel`, or :meth:`Peers.close`): its wait
+    ended unanswered, or a request after the close was refused."""
 
 
 class ProtocolError(HogwildError):
@@ -141,6 +142,7 @@ class Peers:
         self._first_wait_ms = int(min(timeout_s, ALIVE_EVERY_S) * 1000) + 1
         self.resent = 0
         self._cancelled = threading.Event()
+        self._closed = False
         for i in range(len(self.addresses)):
             self._connect(i)
 
@@ -160,7 +162,9 @@ class Peers:
         self._poller.register(sock, zmq.POLLIN)
 
     def close(self) -> None:
-        """Close every socket and the context (nothing lingers)."""
+        """Close every socket and the context (nothing lingers); a later request is refused
+        with :class:`Cancelled`."""
+        self._closed = True
         for sock in self._sockets:
             if sock is not None:
                 self._poller.unregister(sock)
@@ -190,6 +194,8 @@ class Peers:
         return self._cancelled.is_set()
 
     def _check_cancelled(self) -> None:
+        if self._closed:
+            raise Cancelled(f"requests to {self.addresses[0]} refused: the client is closed")
         if self._cancelled.is_set():
             raise Cancelled(f"requests to {self.addresses[0]} cancelled: the client is stopping")
 
