@@ -7,7 +7,9 @@
 - a live child process (anywhere below this one, a forkserver's children included), other than
   multiprocessing's own long-lived helpers of this process, told by their pid (its forkserver,
   which the trainers started here share, and its resource tracker: they serve the whole session),
-  and the role server the parameter servers it starts are forked from (``ServeProcess``'s);
+  the role server the parameter servers it starts are forked from (``ServeProcess``'s), and the
+  command server the ``hogwild`` commands and benchmarks it starts are forked from
+  (:mod:`tests.fork_launch`; a command it forked and left running is a leak like any other);
 - a new listening TCP socket of this process or its descendants.
 
 Before failing it cleans up (kills the processes, unlinks the segments, shuts the sockets), so
@@ -28,6 +30,11 @@ session, or by the workers' controller): the session owns that process (it is no
 and stops it at the end. Where ``PYTHONDONTWRITEBYTECODE`` is set, the session (the
 controller) writes the project's bytecode once for the processes it starts and removes it at the
 end (:mod:`tests.bytecode`).
+
+Each pytest process (not the workers' controller) forks the ``hogwild`` commands and benchmarks
+its tests start from a preloaded command server instead of exec'ing a fresh interpreter for each
+(:func:`tests.fork_launch.install`; ``HOGWILD_TEST_FORK=0`` turns it off); a test that checks
+what a fresh interpreter does starts its commands inside :func:`tests.fork_launch.exec_only`.
 
 The session also undoes an inherited ``SIGINT`` ignore (a non-interactive shell starts a
 background command, ``pytest ... &``, with SIGINT ignored, and exec passes that on): the tests
@@ -293,15 +300,11 @@ def pytest_runtest_protocol(item, nextitem):
         schedule.wait_for(schedule.stage_needed(item), _suite_dir, _warming.pid)
     else:
         schedule.wait_for(schedule.stage_needed(item), *schedule.inherited())
-    fork_launch.enabled = item.get_closest_marker("fresh_interpreter") is None
-    try:
-        if _room is None:
-            yield
-            return
-        with _room.enter(alone=item.get_closest_marker("alone") is not None):
-            yield
-    finally:
-        fork_launch.enabled = True
+    if _room is None:
+        yield
+        return
+    with _room.enter(alone=item.get_closest_marker("alone") is not None):
+        yield
 
 
 @pytest.fixture(autouse=True)

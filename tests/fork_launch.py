@@ -27,7 +27,8 @@ What a fork cannot give, and so is exec'd as before:
   server imported numba, and hogwild read its settings, with its own environment);
 - any other interpreter, interpreter option, module or script, and ``preexec_fn``, ``pass_fds``,
   ``user``, ``group``, ``umask``, ``process_group``, ``executable``, ``shell``;
-- a test marked ``fresh_interpreter`` (one that checks what a new process imports or compiles);
+- commands started inside :func:`exec_only` (a test that checks what a new process imports or
+  compiles);
 - anything, once the server failed (a command it could not fork, a reply that did not come):
   later commands are exec'd, and the commands it runs go on until the session ends.
 
@@ -83,7 +84,7 @@ LOST_SERVER_WAIT_S = 5.0  # for a child's death by PR_SET_PDEATHSIG once its ser
 _OriginalPopen = subprocess.Popen
 _server: _Server | None = None
 _server_lock = threading.Lock()
-enabled = True  # False while a ``fresh_interpreter`` test runs (tests/conftest.py)
+_exec_only = False  # inside exec_only()
 _failed = False  # the server failed once (or this is a forked copy): exec from then on
 
 
@@ -92,6 +93,17 @@ def install() -> None:
     unless ``HOGWILD_TEST_FORK=0``."""
     if os.environ.get(SWITCH_VARIABLE) != "0":
         subprocess.Popen = ForkedPopen
+
+
+@contextlib.contextmanager
+def exec_only():
+    """Commands this process starts inside are exec'd, as without the command server."""
+    global _exec_only
+    before, _exec_only = _exec_only, True
+    try:
+        yield
+    finally:
+        _exec_only = before
 
 
 def server_pid() -> int | None:
@@ -226,8 +238,8 @@ def _request_for(args, options: dict) -> dict | None:
 
 
 def _why_not(args, options: dict) -> str | None:
-    if not enabled:
-        return "a fresh_interpreter test"
+    if _exec_only:
+        return "inside exec_only()"
     if _failed:
         return "the command server failed, or this is a forked copy of the test process"
     if not isinstance(args, list | tuple) or len(args) < 2 or args[0] != sys.executable:

@@ -2,13 +2,12 @@
 and behaves as the same command exec'd: its output, its exit status (a code, a signal), its
 signals, its session, its command line; what a fork cannot give exactly is exec'd instead.
 
-Each forked run is compared with the same command exec'd (``fork_launch.enabled`` off, as in a
-``fresh_interpreter`` test), in the same test.
+Each forked run is compared with the same command exec'd (inside ``fork_launch.exec_only()``), in
+the same test.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import signal
@@ -32,19 +31,9 @@ HOGWILD = [sys.executable, "-m", "hogwild.cli"]
 SERVING_WITHIN_S = 120.0
 
 
-@contextlib.contextmanager
-def execd():
-    """Commands started inside are exec'd, as without the command server."""
-    fork_launch.enabled = False
-    try:
-        yield
-    finally:
-        fork_launch.enabled = True
-
-
 def _both(*args, **options) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
     forked = subprocess.run([*HOGWILD, *args], timeout=120, **options)
-    with execd():
+    with fork_launch.exec_only():
         fresh = subprocess.run([*HOGWILD, *args], timeout=120, **options)
     return forked, fresh
 
@@ -108,7 +97,7 @@ def test_a_forked_server_is_the_command_servers_child_and_stops_as_an_execd_one(
         assert process.poll() is None
     finally:
         forked_code = _stopped(process, signum)
-    with execd():
+    with fork_launch.exec_only():
         process = _serve()
     assert psutil.Process(process.pid).ppid() == os.getpid()
     assert os.getsid(process.pid) == os.getsid(0)  # no session asked for: the test's
